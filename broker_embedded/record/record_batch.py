@@ -1,0 +1,285 @@
+"""A read view over one record batch v2 (magic 2), and its records (the slow path).
+
+Byte layout (big-endian; kafka.md section A):
+
+    0  baseOffset int64        27 baseTimestamp int64 (deleteHorizonMs when attribute bit 6)
+    8  batchLength int32       35 maxTimestamp int64
+    12 partitionLeaderEpoch    43 producerId int64
+    16 magic int8 = 2          51 producerEpoch int16
+    17 crc uint32 (CRC-32C of [21, end))
+    21 attributes int16        53 baseSequence int32
+    23 lastOffsetDelta int32   57 recordsCount int32
+                               61 records (compressed as one stream when the codec is not none)
+
+Attributes: bits 0-2 codec, 3 timestamp type (1 = LogAppendTime: every record's timestamp is
+maxTimestamp), 4 transactional, 5 control, 6 delete horizon set.
+
+Record: length varint, attributes int8, timestampDelta varlong, offsetDelta varint, keyLength
+varint (-1 null) + key, valueLength varint (-1 null) + value, headerCount varint, then per header
+keyLength varint + UTF-8 key, valueLength varint (-1 null) + value. All varints zigzag.
+
+Invariants checked by :meth:`RecordBatch.records` and :meth:`RecordBatch.ensure_valid`: the view
+covers exactly ``batchLength + 12`` bytes, the CRC matches, every record stays inside its batch, the
+record count equals ``recordsCount`` and offsets stay within ``lastOffsetDelta``. Views are
+immutable and hold a reference to the underlying buffer; safe to share between threads.
+
+The columnar decoder does not use this module's per-record objects: this is for tools, tests,
+builders and the broker's validation.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import crc32c
+
+from broker_embedded.errors import CorruptRecordError
+from broker_embedded.record.compression import CompressionType, decompress
+from broker_embedded.record.varint import decode_varint, decode_varlong
+
+LOG_OVERHEAD = 12  # baseOffset + batchLength
+RECORD_BATCH_OVERHEAD = 61
+MAGIC_OFFSET = 16
+CRC_OFFSET = 17
+ATTRIBUTES_OFFSET = 21
+RECORDS_COUNT_OFFSET = 57
+NO_TIMESTAMP = -1
+NO_PRODUCER_ID = -1
+NO_PARTITION_LEADER_EPOCH = -1
+
+CODEC_MASK = 0x07
+TIMESTAMP_TYPE_MASK = 0x08
+TRANSACTIONAL_MASK = 0x10
+CONTROL_MASK = 0x20
+DELETE_HORIZON_MASK = 0x40
+
+CREATE_TIME = 0
+LOG_APPEND_TIME = 1
+NO_TIMESTAMP_TYPE = -1
+
+_HEADER = struct.Struct(">qiibIhiqqqhii")
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    """One record as a consumer sees it."""
+
+    offset: int
+    timestamp: int
+    key: bytes | None
+    value: bytes | None
+    headers: tuple[tuple[str, bytes | None], ...] = ()
+
+
+def crc32c_of(data: bytes | memoryview) -> int:
+    """CRC-32C (Castagnoli), as Kafka computes it."""
+    return crc32c.crc32c(data)
+
+
+class RecordBatch:
+    """A view of one magic-2 batch: ``buf[position : position + size_in_bytes]``.
+
+    ``source`` names the file or buffer in error messages; ``position`` is where the batch starts
+    within that source.
+    """
+
+    __slots__ = (
+        "_view", "source", "position", "base_offset", "batch_length", "partition_leader_epoch",
+        "magic", "crc", "attributes", "last_offset_delta", "base_timestamp", "max_timestamp_raw",
+        "producer_id", "producer_epoch", "base_sequence", "records_count",
+    )  # fmt: skip
+
+    def __init__(self, view: bytes | memoryview, source: str = "<buffer>", position: int = 0):
+        view = memoryview(view)
+        if len(view) < RECORD_BATCH_OVERHEAD:
+            raise CorruptRecordError(
+                f"record batch header needs {RECORD_BATCH_OVERHEAD} bytes, only {len(view)} left",
+                source=source,
+                position=position,
+            )
+        (
+            self.base_offset,
+            self.batch_length,
+            self.partition_leader_epoch,
+            self.magic,
+            self.crc,
+            self.attributes,
+            self.last_offset_delta,
+            self.base_timestamp,
+            self.max_timestamp_raw,
+            self.producer_id,
+            self.producer_epoch,
+            self.base_sequence,
+            self.records_count,
+        ) = _HEADER.unpack_from(view, 0)
+        self.source = source
+        self.position = position
+        if self.magic != 2:
+            raise self._corrupt(f"magic {self.magic} is not a v2 record batch")
+        size = self.batch_length + LOG_OVERHEAD
+        if self.batch_length < RECORD_BATCH_OVERHEAD - LOG_OVERHEAD:
+            raise self._corrupt(f"batch length {self.batch_length} is below the v2 header size")
+        if size > len(view):
+            raise self._corrupt(f"batch of {size} bytes runs past the {len(view)} bytes available")
+        if self.records_count < 0:
+            raise self._corrupt(f"negative record count {self.records_count}")
+        if self.last_offset_delta < 0:
+            raise self._corrupt(f"negative last offset delta {self.last_offset_delta}")
+        self._view = view[:size]
+
+    def _corrupt(self, reason: str) -> CorruptRecordError:
+        return CorruptRecordError(
+            reason, source=self.source, position=self.position, base_offset=self.base_offset
+        )
+
+    # -- header fields -------------------------------------------------------------------------
+
+    @property
+    def buffer(self) -> memoryview:
+        """The batch's bytes, exactly ``size_in_bytes`` long."""
+        return self._view
+
+    @property
+    def size_in_bytes(self) -> int:
+        return self.batch_length + LOG_OVERHEAD
+
+    @property
+    def last_offset(self) -> int:
+        return self.base_offset + self.last_offset_delta
+
+    @property
+    def next_offset(self) -> int:
+        return self.last_offset + 1
+
+    @property
+    def compression(self) -> CompressionType:
+        codec = self.attributes & CODEC_MASK
+        try:
+            return CompressionType(codec)
+        except ValueError:
+            raise self._corrupt(f"unknown compression codec id {codec}") from None
+
+    @property
+    def timestamp_type(self) -> int:
+        return LOG_APPEND_TIME if self.attributes & TIMESTAMP_TYPE_MASK else CREATE_TIME
+
+    @property
+    def is_transactional(self) -> bool:
+        return bool(self.attributes & TRANSACTIONAL_MASK)
+
+    @property
+    def is_control(self) -> bool:
+        return bool(self.attributes & CONTROL_MASK)
+
+    @property
+    def has_delete_horizon(self) -> bool:
+        return bool(self.attributes & DELETE_HORIZON_MASK)
+
+    @property
+    def delete_horizon_ms(self) -> int | None:
+        return self.base_timestamp if self.has_delete_horizon else None
+
+    @property
+    def max_timestamp(self) -> int:
+        return self.max_timestamp_raw
+
+    @property
+    def last_sequence(self) -> int:
+        if self.base_sequence < 0:
+            return -1
+        return (self.base_sequence + self.last_offset_delta) & 0x7FFFFFFF
+
+    # -- validation ----------------------------------------------------------------------------
+
+    def compute_crc(self) -> int:
+        return crc32c_of(self._view[ATTRIBUTES_OFFSET:])
+
+    def is_valid(self) -> bool:
+        return self.compute_crc() == self.crc
+
+    def ensure_valid(self) -> None:
+        actual = self.compute_crc()
+        if actual != self.crc:
+            raise self._corrupt(f"CRC mismatch: stored {self.crc:#010x}, computed {actual:#010x}")
+
+    # -- records -------------------------------------------------------------------------------
+
+    def records_bytes(self, max_size: int | None = None) -> bytes | memoryview:
+        """The records section, decompressed."""
+        raw = self._view[RECORD_BATCH_OVERHEAD:]
+        codec = self.compression
+        if codec == CompressionType.NONE:
+            return raw
+        try:
+            if max_size is None:
+                return decompress(codec, raw)
+            return decompress(codec, raw, max_size)
+        except CorruptRecordError as e:
+            raise self._corrupt(e.reason) from e
+
+    def records(self) -> Iterator[Record]:
+        """Decode every record (one Python object each: not for the hot path)."""
+        data = self.records_bytes()
+        pos = 0
+        end = len(data)
+        for i in range(self.records_count):
+            if pos >= end:
+                raise self._corrupt(
+                    f"batch declares {self.records_count} records but holds only {i}"
+                )
+            rec, pos = self._read_record(data, pos, end)
+            yield rec
+        if pos != end:
+            raise self._corrupt(f"{end - pos} bytes left over after {self.records_count} records")
+
+    def _read_record(self, data: bytes | memoryview, pos: int, end: int) -> tuple[Record, int]:
+        try:
+            length, p = decode_varint(data, pos)
+            if length < 0 or p + length > end:
+                raise self._corrupt(f"record length {length} at records byte {pos} runs past batch")
+            rec_end = p + length
+            body = data[:rec_end]
+            p += 1  # record attributes, unused
+            ts_delta, p = decode_varlong(body, p)
+            offset_delta, p = decode_varint(body, p)
+            key, p = _read_bytes(body, p)
+            value, p = _read_bytes(body, p)
+            n_headers, p = decode_varint(body, p)
+            if n_headers < 0 or n_headers > length:
+                raise self._corrupt(f"impossible header count {n_headers}")
+            headers = []
+            for _ in range(n_headers):
+                hkey, p = _read_bytes(body, p)
+                if hkey is None:
+                    raise self._corrupt("null header key")
+                hval, p = _read_bytes(body, p)
+                headers.append((hkey.decode("utf-8", "replace"), hval))
+            if p != rec_end:
+                raise self._corrupt(f"record at records byte {pos} has {rec_end - p} stray bytes")
+        except CorruptRecordError as e:
+            if e.base_offset is not None:
+                raise
+            raise self._corrupt(f"{e.reason} in record at records byte {pos}") from e
+        if not 0 <= offset_delta <= self.last_offset_delta:
+            raise self._corrupt(
+                f"record offset delta {offset_delta} outside [0, {self.last_offset_delta}]"
+            )
+        if self.timestamp_type == LOG_APPEND_TIME:
+            ts = self.max_timestamp_raw
+        else:
+            ts = self.base_timestamp + ts_delta
+        record = Record(self.base_offset + offset_delta, ts, key, value, tuple(headers))
+        return record, rec_end
+
+
+def _read_bytes(body: bytes | memoryview, pos: int) -> tuple[bytes | None, int]:
+    n, pos = decode_varint(body, pos)
+    if n < 0:
+        if n != -1:
+            raise CorruptRecordError(f"negative length {n}")
+        return None, pos
+    if pos + n > len(body):
+        raise CorruptRecordError(f"length {n} runs past the record")
+    return bytes(body[pos : pos + n]), pos + n

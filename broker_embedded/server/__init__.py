@@ -1,0 +1,1 @@
+"""The Kafka wire-protocol server (``kafkalog serve``). Not built yet."""

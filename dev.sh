@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# The project's two commands. Each creates or refreshes .venv (Python 3.10+, pip) first.
+#   bash dev.sh demo   run the main job on an embedded default log dir
+#   bash dev.sh test   lint and run the whole test suite
+set -euo pipefail
+cd "$(dirname "$0")"
+PY=${PYTHON:-python3}
+VENV=.venv
+STAMP=$VENV/.installed
+if [ ! -x "$VENV/bin/python" ]; then
+    "$PY" -m venv "$VENV"
+fi
+if [ ! -f "$STAMP" ] || [ pyproject.toml -nt "$STAMP" ]; then
+    "$VENV/bin/python" -m pip install -q --upgrade pip
+    "$VENV/bin/python" -m pip install -q -e '.[test]'
+    touch "$STAMP"
+fi
+export PATH="$PWD/$VENV/bin:$PATH"
+case "${1:-}" in
+    demo)
+        shift
+        exec kafkalog demo "$@"
+        ;;
+    test)
+        shift
+        ruff check .
+        exec python -m pytest -q "$@"
+        ;;
+    *)
+        echo "usage: bash dev.sh demo|test" >&2
+        exit 2
+        ;;
+esac
