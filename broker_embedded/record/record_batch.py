@@ -23,12 +23,18 @@ covers exactly ``batchLength + 12`` bytes, the CRC matches, every record stays i
 record count equals ``recordsCount`` and offsets stay within ``lastOffsetDelta``. Views are
 immutable and hold a reference to the underlying buffer; safe to share between threads.
 
+:func:`set_base_offset`, :func:`set_partition_leader_epoch` and :func:`set_max_timestamp` rewrite
+a batch in a writable buffer the way the leader does on append: the first two leave the CRC alone
+(it does not cover bytes 0-20), the third recomputes it. They mutate the caller's buffer: the
+caller owns it and must not share it while rewriting.
+
 The columnar decoder does not use this module's per-record objects: this is for tools, tests,
 builders and the broker's validation.
 """
 
 from __future__ import annotations
 
+import enum
 import struct
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -55,11 +61,25 @@ TRANSACTIONAL_MASK = 0x10
 CONTROL_MASK = 0x20
 DELETE_HORIZON_MASK = 0x40
 
-CREATE_TIME = 0
-LOG_APPEND_TIME = 1
-NO_TIMESTAMP_TYPE = -1
 
-_HEADER = struct.Struct(">qiibIhiqqqhii")
+class TimestampType(enum.IntEnum):
+    """What a batch's timestamps mean (attribute bit 3); magic 0 has none."""
+
+    NO_TIMESTAMP_TYPE = -1
+    CREATE_TIME = 0
+    LOG_APPEND_TIME = 1
+
+
+CREATE_TIME = TimestampType.CREATE_TIME
+LOG_APPEND_TIME = TimestampType.LOG_APPEND_TIME
+NO_TIMESTAMP_TYPE = TimestampType.NO_TIMESTAMP_TYPE
+
+BASE_OFFSET_OFFSET = 0
+PARTITION_LEADER_EPOCH_OFFSET = 12
+MAX_TIMESTAMP_OFFSET = 35
+# baseOffset, batchLength, partitionLeaderEpoch, magic, crc, attributes, lastOffsetDelta,
+# baseTimestamp, maxTimestamp, producerId, producerEpoch, baseSequence, recordsCount
+HEADER_STRUCT = _HEADER = struct.Struct(">qiibIhiqqqhii")
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,7 +182,7 @@ class RecordBatch:
             raise self._corrupt(f"unknown compression codec id {codec}") from None
 
     @property
-    def timestamp_type(self) -> int:
+    def timestamp_type(self) -> TimestampType:
         return LOG_APPEND_TIME if self.attributes & TIMESTAMP_TYPE_MASK else CREATE_TIME
 
     @property
@@ -221,7 +241,7 @@ class RecordBatch:
 
     def records(self) -> Iterator[Record]:
         """Decode every record (one Python object each: not for the hot path)."""
-        data = self.records_bytes()
+        data = memoryview(self.records_bytes())
         pos = 0
         end = len(data)
         for i in range(self.records_count):
@@ -234,7 +254,14 @@ class RecordBatch:
         if pos != end:
             raise self._corrupt(f"{end - pos} bytes left over after {self.records_count} records")
 
-    def _read_record(self, data: bytes | memoryview, pos: int, end: int) -> tuple[Record, int]:
+    def __repr__(self) -> str:
+        return (
+            f"RecordBatch(source={self.source!r}, position={self.position}, "
+            f"offsets=[{self.base_offset}, {self.last_offset}], count={self.records_count}, "
+            f"codec={self.attributes & CODEC_MASK}, size={self.size_in_bytes})"
+        )
+
+    def _read_record(self, data: memoryview, pos: int, end: int) -> tuple[Record, int]:
         try:
             length, p = decode_varint(data, pos)
             if length < 0 or p + length > end:
@@ -246,16 +273,7 @@ class RecordBatch:
             offset_delta, p = decode_varint(body, p)
             key, p = _read_bytes(body, p)
             value, p = _read_bytes(body, p)
-            n_headers, p = decode_varint(body, p)
-            if n_headers < 0 or n_headers > length:
-                raise self._corrupt(f"impossible header count {n_headers}")
-            headers = []
-            for _ in range(n_headers):
-                hkey, p = _read_bytes(body, p)
-                if hkey is None:
-                    raise self._corrupt("null header key")
-                hval, p = _read_bytes(body, p)
-                headers.append((hkey.decode("utf-8", "replace"), hval))
+            headers, p = _read_headers(body, p, length)
             if p != rec_end:
                 raise self._corrupt(f"record at records byte {pos} has {rec_end - p} stray bytes")
         except CorruptRecordError as e:
@@ -270,8 +288,26 @@ class RecordBatch:
             ts = self.max_timestamp_raw
         else:
             ts = self.base_timestamp + ts_delta
-        record = Record(self.base_offset + offset_delta, ts, key, value, tuple(headers))
+        record = Record(self.base_offset + offset_delta, ts, key, value, headers)
         return record, rec_end
+
+
+def _read_headers(
+    body: memoryview, pos: int, record_length: int
+) -> tuple[tuple[tuple[str, bytes | None], ...], int]:
+    """Header count, then per header a UTF-8 key (never null; bad UTF-8 is replaced, as Java
+    does) and a value (-1 null)."""
+    count, pos = decode_varint(body, pos)
+    if count < 0 or count > record_length:
+        raise CorruptRecordError(f"impossible header count {count}")
+    headers = []
+    for _ in range(count):
+        key, pos = _read_bytes(body, pos)
+        if key is None:
+            raise CorruptRecordError("null header key")
+        value, pos = _read_bytes(body, pos)
+        headers.append((key.decode("utf-8", "replace"), value))
+    return tuple(headers), pos
 
 
 def _read_bytes(body: bytes | memoryview, pos: int) -> tuple[bytes | None, int]:
@@ -283,3 +319,50 @@ def _read_bytes(body: bytes | memoryview, pos: int) -> tuple[bytes | None, int]:
     if pos + n > len(body):
         raise CorruptRecordError(f"length {n} runs past the record")
     return bytes(body[pos : pos + n]), pos + n
+
+
+# -- in-place header rewrites (the leader's append path) ------------------------------------------
+
+
+def _writable_v2(buf: bytearray | memoryview, position: int) -> memoryview:
+    view = memoryview(buf)
+    if view.readonly:
+        raise TypeError("rewriting a batch header needs a writable buffer (bytearray)")
+    if position < 0 or position + RECORD_BATCH_OVERHEAD > len(view):
+        raise ValueError(f"no record batch header at position {position}")
+    if view[position + MAGIC_OFFSET] != 2:
+        raise ValueError(f"magic {view[position + MAGIC_OFFSET]} at position {position} is not v2")
+    return view
+
+
+def set_base_offset(buf: bytearray | memoryview, base_offset: int, position: int = 0) -> None:
+    """Overwrite baseOffset in place; the CRC stays valid (it does not cover it)."""
+    struct.pack_into(">q", _writable_v2(buf, position), position + BASE_OFFSET_OFFSET, base_offset)
+
+
+def set_partition_leader_epoch(buf: bytearray | memoryview, epoch: int, position: int = 0) -> None:
+    """Overwrite partitionLeaderEpoch in place; the CRC stays valid (it does not cover it)."""
+    view = _writable_v2(buf, position)
+    struct.pack_into(">i", view, position + PARTITION_LEADER_EPOCH_OFFSET, epoch)
+
+
+def set_max_timestamp(
+    buf: bytearray | memoryview, timestamp_type: int, max_timestamp: int, position: int = 0
+) -> None:
+    """Set the timestamp type bit and maxTimestamp, recomputing the CRC if anything changed.
+
+    What the broker does for a LogAppendTime topic: readers then use ``max_timestamp`` as every
+    record's timestamp.
+    """
+    view = _writable_v2(buf, position)
+    batch = RecordBatch(view[position:], position=position)
+    if batch.timestamp_type == timestamp_type and batch.max_timestamp == max_timestamp:
+        return
+    attributes = batch.attributes & ~TIMESTAMP_TYPE_MASK
+    if timestamp_type == LOG_APPEND_TIME:
+        attributes |= TIMESTAMP_TYPE_MASK
+    struct.pack_into(">h", view, position + ATTRIBUTES_OFFSET, attributes)
+    struct.pack_into(">q", view, position + MAX_TIMESTAMP_OFFSET, max_timestamp)
+    end = position + batch.size_in_bytes
+    crc = crc32c_of(view[position + ATTRIBUTES_OFFSET : end])
+    struct.pack_into(">I", view, position + CRC_OFFSET, crc)

@@ -17,7 +17,10 @@ from collections.abc import Iterator
 from typing import Literal
 
 from broker_embedded.errors import CorruptRecordError, TornTailError
+from broker_embedded.record.legacy_record import LegacyRecordBatch
 from broker_embedded.record.record_batch import LOG_OVERHEAD, MAGIC_OFFSET, RecordBatch
+
+AnyBatch = RecordBatch | LegacyRecordBatch  # what iter_batches yields
 
 # The smallest body after the 12 bytes of log overhead, per magic (crc, magic, attributes,
 # [timestamp], key length, value length; v2: the fixed batch header).
@@ -33,14 +36,12 @@ def iter_batches(
     end: int | None = None,
     base_position: int = 0,
     tail: Literal["stop", "error"] = "stop",
-) -> Iterator[RecordBatch]:
+) -> Iterator[AnyBatch]:
     """Yield each batch in ``buf[start:end]``.
 
     ``base_position`` is added to positions in error messages and batch views (the file position
     of ``buf[0]``).
     """
-    from broker_embedded.record.legacy_record import LegacyRecordBatch
-
     view = memoryview(buf)
     stop = len(view) if end is None else end
     pos = start
@@ -58,7 +59,8 @@ def iter_batches(
             )
         if length < MIN_ENTRY_BODY[magic]:
             raise CorruptRecordError(
-                f"entry size {length} is below the minimum {MIN_ENTRY_BODY[magic]} for magic {magic}",
+                f"entry size {length} is below the minimum {MIN_ENTRY_BODY[magic]} "
+                f"for magic {magic}",
                 source=source,
                 position=where,
                 base_offset=base_offset,

@@ -30,7 +30,9 @@ def _encode_unsigned(n: int) -> bytes:
     return bytes(out)
 
 
-def _decode_unsigned(buf: bytes | memoryview, pos: int, max_bytes: int, what: str) -> tuple[int, int]:
+def _decode_unsigned(
+    buf: bytes | memoryview, pos: int, max_bytes: int, what: str
+) -> tuple[int, int]:
     result = 0
     shift = 0
     end = len(buf)
