@@ -52,3 +52,97 @@ class CheckpointError(KafkaLogError):
 
 class IndexCorruptError(KafkaLogError):
     """An offset or time index whose entries contradict its log segment."""
+
+
+class InvalidOffsetError(KafkaLogError):
+    """An append whose offsets do not lie above what a log segment or an index already holds."""
+
+
+class SegmentOffsetOverflowError(KafkaLogError):
+    """An offset that cannot be stored relative to its segment's base offset (int32 overflow)."""
+
+
+class IndexFullError(KafkaLogError):
+    """An append to an offset or time index that already holds its maximum number of entries."""
+
+
+class OffsetOutOfRangeError(KafkaLogError):
+    """A fetch offset outside [log start offset, log end offset] (OFFSET_OUT_OF_RANGE, 1)."""
+
+
+class InconsistentTopicIdError(KafkaLogError):
+    """A partition directory whose ``partition.metadata`` names another topic id."""
+
+
+class KafkaApiError(KafkaLogError):
+    """An error Kafka reports to clients by number: ``code`` and ``name`` are Kafka's (Errors.java).
+
+    Subclasses set both as class attributes; the message names the topic partition, producer id,
+    epoch, sequence and offset as far as they are known.
+    """
+
+    code: int = -1
+    name: str = "UNKNOWN_SERVER_ERROR"
+
+
+class InvalidPartitionsError(KafkaApiError):
+    """A partition count that is not positive, or that does not grow a topic (37)."""
+
+    code = 37
+    name = "INVALID_PARTITIONS"
+
+
+class InvalidReplicationFactorError(KafkaApiError):
+    """A replication factor that is not positive or exceeds the available brokers (38)."""
+
+    code = 38
+    name = "INVALID_REPLICATION_FACTOR"
+
+
+class OutOfOrderSequenceError(KafkaApiError):
+    """An idempotent batch whose first sequence does not follow the producer's last one (45)."""
+
+    code = 45
+    name = "OUT_OF_ORDER_SEQUENCE_NUMBER"
+
+
+class InvalidProducerEpochError(KafkaApiError):
+    """A batch or marker whose producer epoch is older than the partition's for that producer
+    (47; Kafka 2.7+ answers a stale epoch on produce with this instead of PRODUCER_FENCED)."""
+
+    code = 47
+    name = "INVALID_PRODUCER_EPOCH"
+
+
+class InvalidTxnStateError(KafkaApiError):
+    """A non-transactional batch from a producer with an ongoing transaction (48)."""
+
+    code = 48
+    name = "INVALID_TXN_STATE"
+
+
+class TransactionCoordinatorFencedError(KafkaApiError):
+    """A transaction marker from a coordinator epoch older than the last one seen (52)."""
+
+    code = 52
+    name = "TRANSACTION_COORDINATOR_FENCED"
+
+
+class ProducerFencedError(KafkaApiError):
+    """A producer fenced by a newer instance with the same transactional id (90)."""
+
+    code = 90
+    name = "PRODUCER_FENCED"
+
+
+class AdminOperationError(KafkaLogError):
+    """An administrative request Kafka refuses outright (Kafka's ``AdminOperationException``),
+    e.g. rack-aware replica placement when only some brokers have a rack."""
+
+
+class CorruptSnapshotError(KafkaLogError):
+    """A producer state snapshot (``<offset>.snapshot``) that cannot be read."""
+
+
+class ProducerStateError(KafkaLogError):
+    """A producer state update used against a state that changed since it was prepared."""

@@ -1,0 +1,166 @@
+"""Topic configuration with Kafka's names, defaults and validation (Kafka's ``LogConfig``).
+
+A topic's effective configuration is the broker defaults (``conf/broker.toml``, which uses the
+same names as Kafka's topic-level configs) overlaid with the topic's own overrides. Values arrive
+as strings or numbers and are parsed once into a frozen :class:`LogConfig`; an unknown name or a
+bad value is an :class:`InvalidConfigError` naming the config, the value and the topic.
+
+Immutable values: thread-safe.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, fields
+from typing import Any
+
+from broker_embedded.errors import KafkaLogError
+
+LONG_MAX = (1 << 63) - 1
+INT_MAX = (1 << 31) - 1
+
+
+class InvalidConfigError(KafkaLogError):
+    """A topic or broker config with an unknown name or a bad value (INVALID_CONFIG)."""
+
+
+def _long(lo: int, hi: int = LONG_MAX) -> Callable[[Any], int]:
+    def parse(v: Any) -> int:
+        if isinstance(v, bool):
+            raise ValueError("a boolean is not a number")
+        n = int(v)
+        if not lo <= n <= hi:
+            raise ValueError(f"must be in [{lo}, {hi}]")
+        return n
+
+    return parse
+
+
+def _ratio(v: Any) -> float:
+    r = float(v)
+    if not 0.0 <= r <= 1.0:
+        raise ValueError("must be in [0, 1]")
+    return r
+
+
+def _choice(*allowed: str) -> Callable[[Any], str]:
+    def parse(v: Any) -> str:
+        s = str(v).strip()
+        if s not in allowed:
+            raise ValueError(f"must be one of {', '.join(allowed)}")
+        return s
+
+    return parse
+
+
+def _cleanup_policy(v: Any) -> str:
+    parts = [p.strip() for p in (v if isinstance(v, list) else str(v).split(",")) if p.strip()]
+    if not parts or any(p not in ("delete", "compact") for p in parts):
+        raise ValueError("must be delete, compact or compact,delete")
+    return ",".join(sorted(set(parts)))
+
+
+def _bool(v: Any) -> bool:
+    if isinstance(v, bool):
+        return v
+    s = str(v).strip().lower()
+    if s not in ("true", "false"):
+        raise ValueError("must be true or false")
+    return s == "true"
+
+
+# Kafka name -> (LogConfig attribute, parser); the defaults are LogConfig's field defaults.
+_SPEC: dict[str, tuple[str, Callable[[Any], Any]]] = {
+    "cleanup.policy": ("cleanup_policy", _cleanup_policy),
+    "segment.bytes": ("segment_bytes", _long(14, INT_MAX)),
+    "segment.ms": ("segment_ms", _long(1)),
+    "segment.index.bytes": ("segment_index_bytes", _long(8, INT_MAX)),
+    "index.interval.bytes": ("index_interval_bytes", _long(0, INT_MAX)),
+    "retention.ms": ("retention_ms", _long(-1)),
+    "retention.bytes": ("retention_bytes", _long(-1)),
+    "max.message.bytes": ("max_message_bytes", _long(0, INT_MAX)),
+    "message.timestamp.type": ("message_timestamp_type", _choice("CreateTime", "LogAppendTime")),
+    "min.insync.replicas": ("min_insync_replicas", _long(1, INT_MAX)),
+    "flush.messages": ("flush_messages", _long(1)),
+    "flush.ms": ("flush_ms", _long(0)),
+    "delete.retention.ms": ("delete_retention_ms", _long(0)),
+    "min.compaction.lag.ms": ("min_compaction_lag_ms", _long(0)),
+    "max.compaction.lag.ms": ("max_compaction_lag_ms", _long(1)),
+    "min.cleanable.dirty.ratio": ("min_cleanable_dirty_ratio", _ratio),
+    "compression.type": (
+        "compression_type", _choice("producer", "uncompressed", "gzip", "snappy", "lz4", "zstd"),
+    ),
+    "file.delete.delay.ms": ("file_delete_delay_ms", _long(0)),
+    "unclean.leader.election.enable": ("unclean_leader_election_enable", _bool),
+}  # fmt: skip
+CONFIG_NAMES = tuple(_SPEC)
+
+
+@dataclass(frozen=True)
+class LogConfig:
+    """The effective configuration of one topic; attribute names mirror Kafka's dotted names."""
+
+    cleanup_policy: str = "delete"
+    segment_bytes: int = 1073741824
+    segment_ms: int = 604800000
+    segment_index_bytes: int = 10485760
+    index_interval_bytes: int = 4096
+    retention_ms: int = 604800000
+    retention_bytes: int = -1
+    max_message_bytes: int = 1048588
+    message_timestamp_type: str = "CreateTime"
+    min_insync_replicas: int = 1
+    flush_messages: int = LONG_MAX
+    flush_ms: int = LONG_MAX
+    delete_retention_ms: int = 86400000
+    min_compaction_lag_ms: int = 0
+    max_compaction_lag_ms: int = LONG_MAX
+    min_cleanable_dirty_ratio: float = 0.5
+    compression_type: str = "producer"
+    file_delete_delay_ms: int = 60000
+    unclean_leader_election_enable: bool = False
+
+    @property
+    def compact(self) -> bool:
+        return "compact" in self.cleanup_policy.split(",")
+
+    @property
+    def delete(self) -> bool:
+        return "delete" in self.cleanup_policy.split(",")
+
+    @property
+    def log_append_time(self) -> bool:
+        return self.message_timestamp_type == "LogAppendTime"
+
+    def with_overrides(self, overrides: Mapping[str, Any], topic: str | None = None) -> LogConfig:
+        """A new config with Kafka-named ``overrides`` applied (validated)."""
+        return LogConfig(**{**self.__dict__, **parse_overrides(overrides, topic)})
+
+    def to_properties(self) -> dict[str, str]:
+        """Every config by its Kafka name, as strings (what ``describe`` shows)."""
+        out = {}
+        for name, (attr, _) in _SPEC.items():
+            v = getattr(self, attr)
+            out[name] = str(v).lower() if isinstance(v, bool) else str(v)
+        return out
+
+
+def parse_overrides(overrides: Mapping[str, Any], topic: str | None = None) -> dict[str, Any]:
+    """Kafka-named configs to LogConfig attribute values; rejects unknown names and bad values."""
+    where = f" for topic {topic!r}" if topic else ""
+    parsed = {}
+    for name, value in overrides.items():
+        if name not in _SPEC:
+            raise InvalidConfigError(
+                f"unknown config {name!r}{where} (known: {', '.join(CONFIG_NAMES)})"
+            )
+        attr, parse = _SPEC[name]
+        try:
+            parsed[attr] = parse(value)
+        except (TypeError, ValueError) as e:
+            raise InvalidConfigError(f"invalid value {value!r} for {name}{where}: {e}") from None
+    return parsed
+
+
+if [f.name for f in fields(LogConfig)] != [attr for attr, _ in _SPEC.values()]:
+    raise AssertionError("LogConfig fields and _SPEC disagree")

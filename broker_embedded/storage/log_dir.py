@@ -1,0 +1,101 @@
+"""A read-only view of a Kafka log dir (one entry of a broker's ``log.dirs``).
+
+Layout::
+
+    <log dir>/
+      meta.properties                    cluster.id, node.id, directory.id, version (key=value)
+      replication-offset-checkpoint      high watermark per partition
+      recovery-point-offset-checkpoint   recovery point per partition
+      log-start-offset-checkpoint        log start offset per partition
+      cleaner-offset-checkpoint          first dirty offset per partition (compacted topics)
+      bootstrap.checkpoint, .lock, .kafka_cleanshutdown, ...   (not read here)
+      <topic>-<partition>/               one directory per partition, e.g. __cluster_metadata-0
+
+Every directory whose name parses as ``<topic>-<partition>`` (topic_partition.py) is a
+partition; anything else (files, ``...-delete``/``-future``/``-stray`` directories) is skipped.
+Checkpoint files (checkpoint_file.py) are read once when the view is made: a missing file is no
+entries; a malformed one is a :class:`CheckpointError`. How a partition's offsets follow from
+them is in partition_reader.py.
+
+Never writes. Thread safety: immutable after construction apart from the partitions opened
+through it, which are themselves thread-safe.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from broker_embedded.storage.offset_checkpoint import (
+    CLEANER_OFFSET_CHECKPOINT,
+    LOG_START_OFFSET_CHECKPOINT,
+    RECOVERY_POINT_OFFSET_CHECKPOINT,
+    REPLICATION_OFFSET_CHECKPOINT,
+    OffsetCheckpointFile,
+)
+from broker_embedded.storage.partition_reader import PartitionReader
+from broker_embedded.storage.segment_indexer import DEFAULT_INDEX_INTERVAL_BYTES
+from broker_embedded.storage.topic_partition import TopicPartition
+
+META_PROPERTIES = "meta.properties"
+
+
+class LogDir:
+    """The partitions and checkpoint files of one log dir."""
+
+    __slots__ = ("path", "high_watermarks", "recovery_points", "log_start_offsets",
+                 "cleaner_offsets")  # fmt: skip
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        if not self.path.is_dir():
+            raise FileNotFoundError(f"log dir {self.path} is not a directory")
+        self.high_watermarks = self._checkpoint(REPLICATION_OFFSET_CHECKPOINT)
+        self.recovery_points = self._checkpoint(RECOVERY_POINT_OFFSET_CHECKPOINT)
+        self.log_start_offsets = self._checkpoint(LOG_START_OFFSET_CHECKPOINT)
+        self.cleaner_offsets = self._checkpoint(CLEANER_OFFSET_CHECKPOINT)
+
+    def _checkpoint(self, name: str) -> dict[TopicPartition, int]:
+        return OffsetCheckpointFile(self.path / name).read_or_empty()
+
+    def partitions(self) -> list[TopicPartition]:
+        """Every partition directory, sorted by topic then partition."""
+        found = []
+        for entry in os.scandir(self.path):
+            tp = TopicPartition.try_parse_dir_name(entry.name)
+            if tp is not None and entry.is_dir():
+                found.append(tp)
+        return sorted(found)
+
+    def partition_dir(self, tp: TopicPartition) -> Path:
+        return self.path / tp.dir_name
+
+    def open_partition(
+        self, tp: TopicPartition, *, index_interval_bytes: int = DEFAULT_INDEX_INTERVAL_BYTES
+    ) -> PartitionReader:
+        """A reader of ``tp`` with this log dir's high watermark and log start offset."""
+        directory = self.partition_dir(tp)
+        if not directory.is_dir():
+            raise FileNotFoundError(f"no partition directory {directory} for {tp} in {self.path}")
+        return PartitionReader(
+            directory,
+            high_watermark=self.high_watermarks.get(tp),
+            log_start_offset=self.log_start_offsets.get(tp),
+            index_interval_bytes=index_interval_bytes,
+        )
+
+    def meta_properties(self) -> dict[str, str]:
+        """``meta.properties`` as key/value pairs ({} when absent); comments skipped."""
+        path = self.path / META_PROPERTIES
+        if not path.is_file():
+            return {}
+        props = {}
+        for line in path.read_text("utf-8").splitlines():
+            line = line.strip()
+            if line and line[0] not in "#!":
+                key, _, value = line.partition("=")
+                props[key.strip()] = value.strip()
+        return props
+
+    def __repr__(self) -> str:
+        return f"LogDir({str(self.path)!r})"
