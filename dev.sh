@@ -24,6 +24,7 @@ case "${1:-}" in
     test)
         shift
         ruff check .
+        ruff format --check .
         exec python -m pytest -q "$@"
         ;;
     *)
