@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 from kafka.record.memory_records import MemoryRecords
 
-FIXTURES = Path(__file__).resolve().parents[3] / "shared" / "fixtures"
+from tests.fixture_paths import FIXTURES
+
 JAVA_LOG = FIXTURES / "kafka-java-ref" / "filerecords_00000000000000000000.log"
 BITNAMI = FIXTURES / "kafka-logdirs" / "kafka-bitnami-rolled"
 OFFSETS_6 = FIXTURES / "kafka-logdirs" / "kafka-3.7-ldi-poc" / "__consumer_offsets-6"

@@ -13,10 +13,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from broker_embedded.record.record_batch import Record
+from tests.fixture_paths import FIXTURES as SHARED_FIXTURES
 
-FIXTURES = Path(__file__).resolve().parents[3].parent / "shared" / "fixtures"
-if not FIXTURES.is_dir():  # a clone beside shared/ (CI) or the work tree of /work/main
-    FIXTURES = Path("/work/shared/fixtures")
+FIXTURES = SHARED_FIXTURES
 JAVA_REF = FIXTURES / "kafka-java-ref"
 KAFKA_GO = FIXTURES / "wire" / "kafka-go" / "fixtures"
 LOG_DIRS = FIXTURES / "kafka-logdirs"

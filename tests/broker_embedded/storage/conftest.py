@@ -12,12 +12,14 @@ from pathlib import Path
 
 import pytest
 
+from tests.fixture_paths import FIXTURES as SHARED_FIXTURES
+
 with warnings.catch_warnings():  # kafka-python's import-time DeprecationWarnings (its own code)
     warnings.simplefilter("ignore", DeprecationWarning)
     from kafka.record.default_records import DefaultRecordBatchBuilder
     from kafka.record.memory_records import MemoryRecords
 
-FIXTURES = Path("/work/shared/fixtures/kafka-logdirs")
+FIXTURES = SHARED_FIXTURES / "kafka-logdirs"
 KAFKA_37 = FIXTURES / "kafka-3.7-ldi-poc"
 BITNAMI = FIXTURES / "kafka-bitnami-rolled"
 LOG_DIRS = (KAFKA_37, BITNAMI)

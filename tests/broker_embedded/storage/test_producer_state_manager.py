@@ -40,12 +40,13 @@ from broker_embedded.storage.producer_state_manager import (
     write_snapshot,
 )
 from broker_embedded.storage.transaction_index import AbortedTxn
+from tests.fixture_paths import FIXTURES
 
-LOGDIRS = Path("/work/shared/fixtures/kafka-logdirs")
+LOGDIRS = FIXTURES / "kafka-logdirs"
 CONSUMER_OFFSETS_6 = LOGDIRS / "kafka-3.7-ldi-poc" / "__consumer_offsets-6"
 PATIENT_0 = LOGDIRS / "kafka-3.7-ldi-poc" / "TestTopicPatient-0"
 METADATA_0 = LOGDIRS / "kafka-bitnami-rolled" / "__cluster_metadata-0"
-JAVA_REF = Path("/work/shared/fixtures/kafka-java-ref")
+JAVA_REF = FIXTURES / "kafka-java-ref"
 TP = "orders-3"
 CLIENT, COORDINATOR, REPLICATION = (
     AppendOrigin.CLIENT,
