@@ -232,9 +232,15 @@ def _unsnappy_raw(view: memoryview, already: int, max_size: int) -> bytes:
     return bytes(cramjam.snappy.decompress_raw(view))
 
 
+LZ4_BLOCK_MAX = 64 * 1024
+
+
 def _unlz4(data: bytes | memoryview, max_size: int) -> bytes:
     d = lz4.frame.LZ4FrameDecompressor()
-    out = d.decompress(bytes(data), max_length=max_size + 1)
+    # LZ4 inflates at most 255x: bounding the output by that keeps the library from setting up
+    # a max_size buffer for every small batch.
+    bound = min(max_size + 1, 255 * len(data) + LZ4_BLOCK_MAX)
+    out = d.decompress(bytes(data), max_length=bound)
     if len(out) > max_size:
         raise _too_large(CompressionType.LZ4, max_size)
     if not d.eof:

@@ -202,3 +202,11 @@ def test_lz4_fix_header_checksum_repairs_kafka_3160() -> None:
         decompress(CompressionType.LZ4, bytes(broken))
     assert lz4_fix_header_checksum(broken) == frame
     assert lz4_fix_header_checksum(b"not lz4") == b"not lz4"
+
+
+def test_lz4_highly_compressible_input_inflates_fully() -> None:
+    # LZ4's best ratio is about 255:1; the decompression bound must admit it.
+    data = bytes(8 * 1024 * 1024)
+    packed = compress(CompressionType.LZ4, data)
+    assert len(packed) * 200 < len(data)
+    assert decompress(CompressionType.LZ4, packed) == data
