@@ -146,7 +146,7 @@ def _text(obj: dict, prefix: str = "") -> str:
 
 
 class Dumper:
-    """Writes the dump of segment files to ``out``; ``errors`` gets corruption reports."""
+    """Writes the dump of segment files to ``out``; corruption raises a KafkaLogError."""
 
     def __init__(
         self, out: TextIO, *, records: bool, as_json: bool, verify: bool, summary_only: bool
