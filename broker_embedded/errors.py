@@ -42,10 +42,6 @@ class TornTailError(CorruptRecordError):
     """A batch cut short at the very end of a log: recovery truncates it."""
 
 
-class InvalidTopicError(KafkaLogError):
-    """A topic name that breaks Kafka's rules (INVALID_TOPIC_EXCEPTION)."""
-
-
 class CheckpointError(KafkaLogError):
     """A checkpoint file (replication-offset-checkpoint, ...) that cannot be parsed."""
 
@@ -66,10 +62,6 @@ class IndexFullError(KafkaLogError):
     """An append to an offset or time index that already holds its maximum number of entries."""
 
 
-class OffsetOutOfRangeError(KafkaLogError):
-    """A fetch offset outside [log start offset, log end offset] (OFFSET_OUT_OF_RANGE, 1)."""
-
-
 class InconsistentTopicIdError(KafkaLogError):
     """A partition directory whose ``partition.metadata`` names another topic id."""
 
@@ -83,6 +75,140 @@ class KafkaApiError(KafkaLogError):
 
     code: int = -1
     name: str = "UNKNOWN_SERVER_ERROR"
+
+
+class OffsetOutOfRangeError(KafkaApiError):
+    """A fetch offset outside [log start offset, log end offset] (OFFSET_OUT_OF_RANGE, 1)."""
+
+    code = 1
+    name = "OFFSET_OUT_OF_RANGE"
+
+
+class CorruptMessageError(KafkaApiError):
+    """A produced batch whose CRC or framing is wrong (CORRUPT_MESSAGE, 2)."""
+
+    code = 2
+    name = "CORRUPT_MESSAGE"
+
+
+class UnknownTopicOrPartitionError(KafkaApiError):
+    """A topic this broker does not know, or a partition beyond its count (3)."""
+
+    code = 3
+    name = "UNKNOWN_TOPIC_OR_PARTITION"
+
+
+class NotLeaderOrFollowerError(KafkaApiError):
+    """A request for a partition this broker does not lead (or follow, for followers) (6)."""
+
+    code = 6
+    name = "NOT_LEADER_OR_FOLLOWER"
+
+
+class RequestTimedOutError(KafkaApiError):
+    """A produce with acks=all whose records were not replicated within its timeout (7)."""
+
+    code = 7
+    name = "REQUEST_TIMED_OUT"
+
+
+class RecordTooLargeError(KafkaApiError):
+    """A batch larger than the topic's ``max.message.bytes`` (RECORD_TOO_LARGE, 10)."""
+
+    code = 10
+    name = "MESSAGE_TOO_LARGE"
+
+
+class StaleControllerEpochError(KafkaApiError):
+    """A controller request carrying an epoch older than one already seen (11)."""
+
+    code = 11
+    name = "STALE_CONTROLLER_EPOCH"
+
+
+class InvalidTopicError(KafkaApiError):
+    """A topic name that breaks Kafka's rules (INVALID_TOPIC_EXCEPTION, 17)."""
+
+    code = 17
+    name = "INVALID_TOPIC_EXCEPTION"
+
+
+class NotEnoughReplicasError(KafkaApiError):
+    """acks=all while the ISR is smaller than ``min.insync.replicas`` (19)."""
+
+    code = 19
+    name = "NOT_ENOUGH_REPLICAS"
+
+
+class NotEnoughReplicasAfterAppendError(KafkaApiError):
+    """acks=all records appended, then the ISR shrank below ``min.insync.replicas`` (20)."""
+
+    code = 20
+    name = "NOT_ENOUGH_REPLICAS_AFTER_APPEND"
+
+
+class InvalidRequiredAcksError(KafkaApiError):
+    """acks other than 0, 1 or -1 (all) (21)."""
+
+    code = 21
+    name = "INVALID_REQUIRED_ACKS"
+
+
+class TopicAlreadyExistsError(KafkaApiError):
+    """Creating a topic that exists (36)."""
+
+    code = 36
+    name = "TOPIC_ALREADY_EXISTS"
+
+
+class InvalidRequestError(KafkaApiError):
+    """A request whose arguments contradict each other or Kafka's rules (42)."""
+
+    code = 42
+    name = "INVALID_REQUEST"
+
+
+class KafkaStorageError(KafkaApiError):
+    """The log of a partition cannot be used (closed broker, failed disk) (56)."""
+
+    code = 56
+    name = "KAFKA_STORAGE_ERROR"
+
+
+class FencedLeaderEpochError(KafkaApiError):
+    """A request whose current leader epoch is older than the partition's (74)."""
+
+    code = 74
+    name = "FENCED_LEADER_EPOCH"
+
+
+class UnknownLeaderEpochError(KafkaApiError):
+    """A request whose current leader epoch is newer than the partition's (75)."""
+
+    code = 75
+    name = "UNKNOWN_LEADER_EPOCH"
+
+
+class InvalidRecordError(KafkaApiError):
+    """A batch Kafka's validation rejects: record count vs last offset delta, a client control
+    batch, a keyless record on a compacted topic, a missing sequence (INVALID_RECORD, 87)."""
+
+    code = 87
+    name = "INVALID_RECORD"
+
+
+class InvalidUpdateVersionError(KafkaApiError):
+    """An ISR change proposed against a partition epoch the controller has moved past (95)."""
+
+    code = 95
+    name = "INVALID_UPDATE_VERSION"
+
+
+class IneligibleReplicaError(KafkaApiError):
+    """An ISR change adding a broker that is stopped (107)."""
+
+    code = 107
+    name = "INELIGIBLE_REPLICA"
 
 
 class InvalidPartitionsError(KafkaApiError):
@@ -133,6 +259,14 @@ class ProducerFencedError(KafkaApiError):
 
     code = 90
     name = "PRODUCER_FENCED"
+
+
+class BrokerClosedError(KafkaLogError):
+    """A request to a broker (or log) that has been closed or stopped."""
+
+
+class LogDirLockedError(KafkaLogError):
+    """A log dir whose ``.lock`` another process (or another broker in this one) holds."""
 
 
 class AdminOperationError(KafkaLogError):

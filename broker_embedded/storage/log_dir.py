@@ -15,7 +15,10 @@ Every directory whose name parses as ``<topic>-<partition>`` (topic_partition.py
 partition; anything else (files, ``...-delete``/``-future``/``-stray`` directories) is skipped.
 Checkpoint files (checkpoint_file.py) are read once when the view is made: a missing file is no
 entries; a malformed one is a :class:`CheckpointError`. How a partition's offsets follow from
-them is in partition_reader.py.
+them, including the last stable offset (from the producer snapshots and batches in the partition
+directory), and how a fetch is bounded by isolation is in partition_reader.py: callers open a
+partition and call its ``fetch``, keeping the reader for their reads (its LSO is computed once
+per reader).
 
 Never writes. Thread safety: immutable after construction apart from the partitions opened
 through it, which are themselves thread-safe.

@@ -139,6 +139,36 @@ class LogSegment:
         self._load_indexes()
 
     @classmethod
+    def for_writer(
+        cls,
+        log_path: str | Path,
+        size: int,
+        offset_index: OffsetIndex,
+        time_index: TimeIndex,
+        next_offset: int,
+        largest_timestamp: int,
+    ) -> LogSegment:
+        """A view of the first ``size`` bytes of a segment that a writer holds open, sharing the
+        writer's in-memory indexes (read without a lock, see abstract_index.py) instead of
+        loading the index files, which lag behind until the writer flushes them."""
+        seg = cls.__new__(cls)
+        seg.log_path = Path(log_path)
+        seg.base_offset = offset_index.base_offset
+        seg.index_interval_bytes = DEFAULT_INDEX_INTERVAL_BYTES
+        seg._mmap = None
+        seg._buf = memoryview(b"")
+        if size:
+            with open(seg.log_path, "rb") as f:
+                seg._mmap = mmap.mmap(f.fileno(), size, access=mmap.ACCESS_READ)
+            seg._buf = memoryview(seg._mmap)
+        seg.size_in_bytes = seg.end_of_batches = size
+        seg.offset_index, seg.time_index = offset_index, time_index
+        seg.next_offset = next_offset
+        seg.largest_timestamp = largest_timestamp
+        seg.index_status = "shared with the writer"
+        return seg
+
+    @classmethod
     def open(
         cls,
         directory: str | Path,
@@ -251,6 +281,16 @@ class LogSegment:
             if b.last_offset >= offset:
                 return LogOffsetPosition(b.last_offset, b.position, b.size_in_bytes)
         return None
+
+    def position_of(self, offset: int) -> int:
+        """Where a read bounded by ``offset`` must stop: the start of the batch holding it, the
+        end of the batches when ``offset`` lies past them, 0 when it lies before them."""
+        if offset >= self.next_offset:
+            return self.end_of_batches
+        if offset <= self.base_offset:
+            return 0
+        found = self.translate_offset(offset)
+        return self.end_of_batches if found is None else found.position
 
     def read(
         self,

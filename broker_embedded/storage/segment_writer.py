@@ -318,6 +318,13 @@ class LogSegmentWriter:
             f.close()
         self._closed = True
 
+    def abandon(self) -> None:
+        """Close the files as a crash leaves them: no final index entry, no flush, no fsync."""
+        if not self._closed:
+            for f in self._files:
+                f.close()
+            self._closed = True
+
     def delete_empty(self) -> None:
         """Close and remove this segment's files; only for a segment holding nothing."""
         if self.size:
@@ -496,11 +503,21 @@ class SegmentWriter:
         self._active = LogSegmentWriter.create(self.directory, base, self.config, now_ms=now_ms)
         self._bases.append(base)
 
+    def forget_segment(self, base_offset: int) -> None:
+        """Drop a closed segment whose files the caller deleted (retention)."""
+        if base_offset == self._active.base_offset:
+            raise InvalidOffsetError(f"cannot forget the active segment of {self.topic_partition}")
+        self._bases.remove(base_offset)
+
     def flush(self) -> None:
         self._active.flush()
 
     def close(self) -> None:
         self._active.close()
+
+    def abandon(self) -> None:
+        """Close the active segment's files without flushing them (a simulated crash)."""
+        self._active.abandon()
 
     def __enter__(self) -> SegmentWriter:
         return self

@@ -1,0 +1,256 @@
+"""The embedded broker: a library object that owns one log dir for writing (Kafka's
+``KafkaServer`` facade, without a network listener).
+
+``Broker(log_dir)`` opens (or creates) the log dir, takes its ``.lock``, recovers its logs and
+leads every partition in it: the single-broker default, a controller of its own and replication
+factor 1, through the same replica manager, partition and controller code as a cluster. In an
+:class:`~broker_embedded.cluster.EmbeddedCluster` the brokers share one controller.
+
+API (every error is a :class:`KafkaApiError` naming Kafka's error, topic, partition and offset):
+
+- topics: :meth:`create_topic`, :meth:`delete_topic`, :meth:`describe_topic`,
+  :meth:`list_topics`, :meth:`create_partitions`, :meth:`metadata`;
+- data: :meth:`produce` (records or built batches, acks 0 / 1 / -1 = all, timeout),
+  :meth:`fetch` (a :class:`FetchRequest`), :meth:`list_offsets`, :meth:`delete_records`;
+- producers: :meth:`init_producer_id` (idempotent producers), :meth:`transactional_producer`;
+- lifecycle: :meth:`close` (clean: flush, checkpoints, clean-shutdown marker), :meth:`crash`
+  (files left as a killed process leaves them), :meth:`pause` / :meth:`resume`.
+
+Configuration: :class:`BrokerConfig` (``conf/broker.toml``); topic configs are Kafka's names.
+Thread safety: every method may be called from any thread.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+
+from broker_embedded.broker_config import BrokerConfig
+from broker_embedded.errors import BrokerClosedError, InvalidRequiredAcksError
+from broker_embedded.fetch_request import FetchRequest, FetchResponse
+from broker_embedded.list_offsets import ListOffsetsResult
+from broker_embedded.produce_response import ProduceResult
+from broker_embedded.producer_record import ProducerRecord, build_batch
+from broker_embedded.replica_manager import ReplicaManager
+from broker_embedded.replication.controller import Controller, TopicMetadata
+from broker_embedded.replication.replica_assignment import BrokerMetadata
+from broker_embedded.storage.fetch_data_info import IsolationLevel
+from broker_embedded.storage.log_manager import LogManager
+from broker_embedded.storage.producer_state_manager import AppendOrigin
+from broker_embedded.storage.segment_writer import wall_clock_ms
+from broker_embedded.storage.topic_partition import TopicPartition
+
+Acks = int | str
+
+
+def parse_acks(acks: Acks) -> int:
+    """0, 1, -1 or "all" (Kafka's producer setting) to 0, 1 or -1."""
+    if acks == "all":
+        return -1
+    if isinstance(acks, str) and acks.lstrip("-").isdigit():
+        acks = int(acks)
+    if acks not in (0, 1, -1):
+        raise InvalidRequiredAcksError(f"acks must be 0, 1, -1 or 'all', not {acks!r}")
+    return int(acks)
+
+
+class Broker:
+    """See the module docstring."""
+
+    def __init__(
+        self,
+        log_dir: str | Path,
+        *,
+        broker_id: int = 0,
+        rack: str | None = None,
+        config: BrokerConfig | None = None,
+        controller: Controller | None = None,
+        clock_ms=wall_clock_ms,
+    ) -> None:
+        self.broker_id = broker_id
+        self.rack = rack
+        self.config = config or BrokerConfig()
+        self.log_dir = Path(log_dir)
+        self._clock = clock_ms
+        self._closed = False
+        self.log_manager = LogManager(
+            log_dir, self.config.topic_defaults, node_id=broker_id, clock_ms=clock_ms,
+            checkpoint_interval_ms=self.config.checkpoint_interval_ms,
+            retention_check_interval_ms=self.config.log_retention_check_interval_ms,
+            flush_check_interval_ms=self.config.log_flush_scheduler_interval_ms,
+        )  # fmt: skip
+        self.controller = controller if controller is not None else Controller()
+        self.replica_manager = ReplicaManager(
+            broker_id, self.log_manager, self.config, clock_ms=clock_ms,
+            alter_partition=lambda tp, b, p: self.controller.alter_partition(tp, b, p),
+            knows_partition=lambda tp: self.controller.knows(tp),
+            peer=lambda b: self.controller.replica_manager_of(b),
+        )  # fmt: skip
+        try:
+            self.controller.register_broker(self)
+        except BaseException:
+            self.replica_manager.shutdown()
+            self.log_manager.close()
+            raise
+
+    @property
+    def broker_metadata(self) -> BrokerMetadata:
+        return BrokerMetadata(self.broker_id, self.rack)
+
+    def max_producer_id(self) -> int:
+        """The largest producer id in any log's producer state (-1 if none)."""
+        ids = [
+            max(lg.producer_state.producers, default=-1) for lg in self.log_manager.logs.values()
+        ]
+        return max(ids, default=-1)
+
+    def __repr__(self) -> str:
+        return f"Broker({self.broker_id}, {str(self.log_dir)!r})"
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise BrokerClosedError(f"broker {self.broker_id} ({self.log_dir}) is closed")
+
+    # -- topics ------------------------------------------------------------------------------------
+
+    def create_topic(
+        self,
+        name: str,
+        partitions: int = 1,
+        replication_factor: int = 1,
+        config: Mapping[str, object] | None = None,
+    ) -> TopicMetadata:
+        self._check_open()
+        return self.controller.create_topic(name, partitions, replication_factor, config)
+
+    def create_partitions(self, name: str, total: int) -> TopicMetadata:
+        self._check_open()
+        return self.controller.create_partitions(name, total)
+
+    def delete_topic(self, name: str) -> None:
+        self._check_open()
+        self.controller.delete_topic(name)
+
+    def describe_topic(self, name: str) -> TopicMetadata:
+        self._check_open()
+        return self.controller.describe(name)
+
+    def list_topics(self) -> list[str]:
+        self._check_open()
+        return self.controller.topics()
+
+    def metadata(self, topics: list[str] | None = None) -> list[TopicMetadata]:
+        """Kafka's Metadata: topics, partitions, replicas, leader, ISR, leader epoch."""
+        self._check_open()
+        return self.controller.metadata(topics)
+
+    def topic_config(self, name: str) -> dict[str, str]:
+        """The effective config of a topic (defaults overlaid with its overrides)."""
+        entry = self.controller.describe(name)
+        return self.config.topic_defaults.with_overrides(entry.config, name).to_properties()
+
+    # -- data --------------------------------------------------------------------------------------
+
+    def produce(
+        self,
+        topic: str,
+        partition: int,
+        records: bytes | bytearray | Iterable[ProducerRecord | bytes | str],
+        *,
+        acks: Acks = "all",
+        timeout_ms: int = 30_000,
+        compression: int = 0,
+    ) -> ProduceResult:
+        """Append records (or already-built v2 batches) to a partition led by this broker and
+        return where they went; raises the partition's error."""
+        self._check_open()
+        if not isinstance(records, (bytes, bytearray)):
+            records = build_batch(records, now_ms=self._clock(), compression=compression)
+        return self.append(TopicPartition(topic, partition), bytes(records), acks=acks,
+                           timeout_ms=timeout_ms).raise_error()  # fmt: skip
+
+    def append(
+        self,
+        tp: TopicPartition,
+        records: bytes,
+        *,
+        acks: Acks = "all",
+        timeout_ms: int = 30_000,
+        origin: AppendOrigin = AppendOrigin.CLIENT,
+    ) -> ProduceResult:
+        """One partition of a produce request; the result carries the error, if any."""
+        self._check_open()
+        results = self.replica_manager.append_records(
+            {tp: records}, required_acks=parse_acks(acks), timeout_ms=timeout_ms, origin=origin
+        )
+        return results[tp]
+
+    def fetch(self, request: FetchRequest) -> FetchResponse:
+        self._check_open()
+        return self.replica_manager.fetch_messages(request)
+
+    def list_offsets(
+        self,
+        topic: str,
+        partition: int,
+        timestamp: int,
+        isolation_level: IsolationLevel | str = IsolationLevel.READ_UNCOMMITTED,
+    ) -> ListOffsetsResult:
+        self._check_open()
+        return self.replica_manager.list_offsets(
+            TopicPartition(topic, partition), timestamp, IsolationLevel.parse(isolation_level)
+        )
+
+    def delete_records(self, topic: str, partition: int, before_offset: int) -> int:
+        """DeleteRecords: the new log start offset (the low watermark)."""
+        self._check_open()
+        return self.replica_manager.delete_records(TopicPartition(topic, partition), before_offset)
+
+    # -- producers ---------------------------------------------------------------------------------
+
+    def init_producer_id(self, transactional_id: str | None = None) -> tuple[int, int]:
+        self._check_open()
+        return self.controller.init_producer_id(transactional_id)
+
+    def transactional_producer(self, transactional_id: str):
+        from broker_embedded.transactional_producer import TransactionalProducer
+
+        return TransactionalProducer(self, transactional_id)
+
+    def leader_for(self, tp: TopicPartition) -> Broker:
+        """The broker leading ``tp`` (this one, for a standalone broker)."""
+        return self
+
+    # -- lifecycle ---------------------------------------------------------------------------------
+
+    @property
+    def is_closed(self) -> bool:
+        return self._closed
+
+    def pause(self) -> None:
+        self.replica_manager.pause()
+
+    def resume(self) -> None:
+        self.replica_manager.resume()
+
+    def close(self) -> None:
+        """Clean shutdown: stop fetchers and purgatories, flush and checkpoint every log."""
+        self._shutdown(clean=True)
+
+    def crash(self) -> None:
+        """Stop as a killed process would: nothing flushed, no clean-shutdown marker."""
+        self._shutdown(clean=False)
+
+    def _shutdown(self, *, clean: bool) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self.controller.broker_stopped(self.broker_id)
+        self.replica_manager.shutdown()
+        self.log_manager.close(clean=clean)
+
+    def __enter__(self) -> Broker:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,209 @@
+"""An embedded cluster of N brokers in one process, for replication and fault drills.
+
+Layout on disk: ``<base dir>/broker-<id>/`` is broker ``id``'s log dir and
+``<base dir>/controller.json`` the controller's topics and assignments (controller.py), so a
+cluster reopened on the same base dir finds its topics and each broker recovers its logs.
+
+The cluster also acts as a simple client: :meth:`produce`, :meth:`append`, :meth:`fetch` and
+:meth:`list_offsets` go to the partition's current leader and, like a Kafka client refreshing its
+metadata, retry on NOT_LEADER_OR_FOLLOWER / FENCED_LEADER_EPOCH / a stopped leader until
+``timeout_ms``. Fault drills: :meth:`stop_broker` (clean or crash), :meth:`pause_broker`,
+:meth:`resume_broker`, :meth:`restart_broker`.
+
+Thread safety: any thread may call any method; broker replacement is guarded by a lock.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
+from typing import TypeVar
+
+from broker_embedded.broker import Acks, Broker
+from broker_embedded.broker_config import BrokerConfig
+from broker_embedded.errors import (
+    BrokerClosedError,
+    FencedLeaderEpochError,
+    KafkaApiError,
+    NotLeaderOrFollowerError,
+    RequestTimedOutError,
+)
+from broker_embedded.fetch_request import FetchRequest, FetchResponse
+from broker_embedded.list_offsets import ListOffsetsResult
+from broker_embedded.produce_response import ProduceResult
+from broker_embedded.producer_record import ProducerRecord, build_batch
+from broker_embedded.replication.controller import Controller, TopicMetadata
+from broker_embedded.storage.fetch_data_info import IsolationLevel
+from broker_embedded.storage.producer_state_manager import AppendOrigin
+from broker_embedded.storage.segment_writer import wall_clock_ms
+from broker_embedded.storage.topic_partition import TopicPartition
+
+T = TypeVar("T")
+_RETRIABLE = (NotLeaderOrFollowerError, FencedLeaderEpochError, BrokerClosedError)
+RETRY_BACKOFF_S = 0.02
+
+
+class EmbeddedCluster:
+    """See the module docstring."""
+
+    def __init__(
+        self,
+        base_dir: str | Path,
+        num_brokers: int = 3,
+        *,
+        racks: Mapping[int, str] | None = None,
+        config: BrokerConfig | None = None,
+    ) -> None:
+        self.base_dir = Path(base_dir)
+        self.base_dir.mkdir(parents=True, exist_ok=True)
+        self.config = config or BrokerConfig()
+        self.racks = dict(racks or {})
+        self.controller = Controller(store=self.base_dir / "controller.json")
+        self._lock = threading.Lock()
+        self.brokers: dict[int, Broker] = {}
+        for i in range(num_brokers):
+            self.brokers[i] = self._start(i)
+
+    def _start(self, broker_id: int) -> Broker:
+        return Broker(self.base_dir / f"broker-{broker_id}", broker_id=broker_id,
+                      rack=self.racks.get(broker_id), config=self.config,
+                      controller=self.controller)  # fmt: skip
+
+    # -- admin -------------------------------------------------------------------------------------
+
+    def create_topic(
+        self,
+        name: str,
+        partitions: int = 1,
+        replication_factor: int = 1,
+        config: Mapping[str, object] | None = None,
+    ) -> TopicMetadata:
+        return self.controller.create_topic(name, partitions, replication_factor, config)
+
+    def describe_topic(self, name: str) -> TopicMetadata:
+        return self.controller.describe(name)
+
+    def init_producer_id(self, transactional_id: str | None = None) -> tuple[int, int]:
+        return self.controller.init_producer_id(transactional_id)
+
+    def transactional_producer(self, transactional_id: str):
+        from broker_embedded.transactional_producer import TransactionalProducer
+
+        return TransactionalProducer(self, transactional_id)
+
+    def leader_for(self, tp: TopicPartition) -> Broker:
+        """The live broker leading ``tp`` now (NOT_LEADER_OR_FOLLOWER if it has none)."""
+        state = self.controller.partition_state(tp)
+        with self._lock:
+            b = self.brokers.get(state.leader)
+        if b is None or b.is_closed:
+            raise NotLeaderOrFollowerError(f"{tp} has no live leader (leader {state.leader})")
+        return b
+
+    # -- client calls, routed to the leader --------------------------------------------------------
+
+    def _retry(self, tp: TopicPartition, timeout_ms: int, call: Callable[[Broker], T]) -> T:
+        deadline = time.monotonic() + timeout_ms / 1000
+        while True:
+            try:
+                return call(self.leader_for(tp))
+            except _RETRIABLE:
+                if time.monotonic() >= deadline:
+                    raise
+                time.sleep(RETRY_BACKOFF_S)
+
+    def append(
+        self,
+        tp: TopicPartition,
+        records: bytes,
+        *,
+        acks: Acks = "all",
+        timeout_ms: int = 30_000,
+        origin: AppendOrigin = AppendOrigin.CLIENT,
+    ) -> ProduceResult:
+        """Append to the leader of ``tp``, retrying on leader changes."""
+
+        def call(b: Broker) -> ProduceResult:
+            r = b.append(tp, records, acks=acks, timeout_ms=timeout_ms, origin=origin)
+            if isinstance(r.error, _RETRIABLE):
+                raise r.error
+            return r
+
+        try:
+            return self._retry(tp, timeout_ms, call)
+        except _RETRIABLE as e:
+            if not isinstance(e, KafkaApiError):
+                e = RequestTimedOutError(f"{tp}: no leader accepted the records: {e}")
+            return ProduceResult(tp, e)
+
+    def produce(
+        self,
+        topic: str,
+        partition: int,
+        records: bytes | Iterable[ProducerRecord | bytes | str],
+        *,
+        acks: Acks = "all",
+        timeout_ms: int = 30_000,
+    ) -> ProduceResult:
+        if not isinstance(records, (bytes, bytearray)):
+            records = build_batch(records, now_ms=wall_clock_ms())
+        tp = TopicPartition(topic, partition)
+        return self.append(tp, bytes(records), acks=acks, timeout_ms=timeout_ms).raise_error()
+
+    def fetch(self, request: FetchRequest, *, timeout_ms: int = 30_000) -> FetchResponse:
+        """A consumer fetch of partitions that share a leader (the first one's)."""
+        tp = request.partitions[0].topic_partition
+        return self._retry(tp, timeout_ms, lambda b: b.fetch(request))
+
+    def list_offsets(
+        self,
+        topic: str,
+        partition: int,
+        timestamp: int,
+        isolation_level: IsolationLevel | str = IsolationLevel.READ_UNCOMMITTED,
+        *,
+        timeout_ms: int = 30_000,
+    ) -> ListOffsetsResult:
+        tp = TopicPartition(topic, partition)
+        return self._retry(
+            tp, timeout_ms, lambda b: b.list_offsets(topic, partition, timestamp, isolation_level)
+        )
+
+    # -- fault drills ------------------------------------------------------------------------------
+
+    def stop_broker(self, broker_id: int, *, clean: bool = True) -> None:
+        """Stop a broker (``clean=False``: as if its process was killed)."""
+        b = self.brokers[broker_id]
+        if clean:
+            b.close()
+        else:
+            b.crash()
+
+    def pause_broker(self, broker_id: int) -> None:
+        self.brokers[broker_id].pause()
+
+    def resume_broker(self, broker_id: int) -> None:
+        self.brokers[broker_id].resume()
+
+    def restart_broker(self, broker_id: int) -> Broker:
+        """Start a stopped broker again on its log dir (it recovers, truncates, rejoins)."""
+        if not self.brokers[broker_id].is_closed:
+            raise ValueError(f"broker {broker_id} is running; stop it first")
+        b = self._start(broker_id)
+        with self._lock:
+            self.brokers[broker_id] = b
+        return b
+
+    def close(self) -> None:
+        for b in self.brokers.values():
+            b.resume()
+        for b in self.brokers.values():
+            b.close()
+
+    def __enter__(self) -> EmbeddedCluster:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,401 @@
+"""The partitions one broker holds and the produce, fetch and list-offsets paths over them
+(Kafka's ``ReplicaManager``).
+
+- Leadership: the controller sends :class:`LeaderAndIsr` states with its epoch
+  (:meth:`ReplicaManager.become_leader_or_follower`); an older controller epoch than one already
+  seen is STALE_CONTROLLER_EPOCH. A broker that becomes follower hands the partition to the
+  fetcher thread of its leader (replica_fetcher_thread.py), which first truncates divergent
+  history through the leader's epochs.
+- Produce (:meth:`append_records`): acks must be 0, 1 or -1 (all); each partition is appended
+  on its leader (errors per partition); acks=all then waits in the produce purgatory until the
+  high watermarks pass the appended records, or ``timeout_ms``.
+- Fetch (:meth:`fetch_messages`): reference C's rules. Partitions are read in request order
+  within ``min(max_bytes, fetch.max.bytes)``, each at most its partition max bytes and what the
+  response has left; the first partition returning data returns at least one whole batch
+  (KIP-74). Consumers read to the HW (LSO for read_committed), followers to the log end, and a
+  follower's fetch offset is its log end offset for the ISR and HW rules. The response is
+  immediate when ``max_wait_ms <= 0``, there are no partitions, ``min_bytes`` are there or any
+  partition has an error; otherwise the fetch waits in the fetch purgatory (appends and HW moves
+  wake it).
+- ISR: a scheduled task shrinks ISRs every ``replica.lag.time.max.ms / 2``.
+- Pause (fault drills): requests to a paused broker block until it resumes or stops; its
+  fetcher threads stop fetching.
+
+Thread safety: the partition map is guarded by the manager's lock; per-partition work takes the
+partition's lock. Purgatories are woken only after partition locks are released.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Mapping
+
+from broker_embedded.broker_config import BrokerConfig
+from broker_embedded.delayed_fetch import DelayedFetch
+from broker_embedded.delayed_produce import DelayedProduce
+from broker_embedded.errors import (
+    BrokerClosedError,
+    InvalidRequiredAcksError,
+    KafkaApiError,
+    NotLeaderOrFollowerError,
+    StaleControllerEpochError,
+    UnknownTopicOrPartitionError,
+)
+from broker_embedded.fetch_request import FetchRequest, FetchResponse, PartitionFetchResult
+from broker_embedded.list_offsets import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, ListOffsetsResult
+from broker_embedded.produce_response import ProduceResult
+from broker_embedded.purgatory import DelayedOperationPurgatory
+from broker_embedded.replication.partition import AlterPartition, LeaderAndIsr, Partition
+from broker_embedded.scheduler import KafkaScheduler
+from broker_embedded.storage.fetch_data_info import FetchIsolation, IsolationLevel
+from broker_embedded.storage.log_manager import LogManager
+from broker_embedded.storage.producer_state_manager import AppendOrigin
+from broker_embedded.storage.topic_partition import TopicPartition
+
+PAUSE_WAIT_S = 0.05
+
+
+class ReplicaManager:
+    """See the module docstring."""
+
+    def __init__(
+        self,
+        broker_id: int,
+        log_manager: LogManager,
+        config: BrokerConfig,
+        *,
+        clock_ms: Callable[[], int],
+        alter_partition: AlterPartition,
+        knows_partition: Callable[[TopicPartition], bool],
+        peer: Callable[[int], ReplicaManager | None],
+    ) -> None:
+        self.broker_id = broker_id
+        self.log_manager = log_manager
+        self.config = config
+        self._clock = clock_ms
+        self._alter = alter_partition
+        self._knows = knows_partition
+        self._peer = peer
+        self._lock = threading.RLock()
+        self.partitions: dict[TopicPartition, Partition] = {}
+        self.controller_epoch = -1
+        self._running = threading.Event()
+        self._running.set()
+        self._stopped = False
+        pending = config.purgatory_max_pending
+        self.fetch_purgatory = DelayedOperationPurgatory(f"Fetch-{broker_id}", max_pending=pending)
+        self.produce_purgatory = DelayedOperationPurgatory(
+            f"Produce-{broker_id}", max_pending=pending
+        )
+        from broker_embedded.replication.replica_fetcher_thread import ReplicaFetcherManager
+
+        self.fetchers = ReplicaFetcherManager(self)
+        self._scheduler = KafkaScheduler(f"replica-manager-{broker_id}")
+        self._scheduler.startup()
+        period = max(config.replica_lag_time_max_ms // 2, 1)
+        self._scheduler.schedule("isr-expiration", self.maybe_shrink_isrs, period, period)
+
+    # -- lifecycle ---------------------------------------------------------------------------------
+
+    def gate(self) -> None:
+        """Block while paused; :class:`BrokerClosedError` once stopped."""
+        while not self._running.wait(PAUSE_WAIT_S):
+            if self._stopped:
+                break
+        if self._stopped:
+            raise BrokerClosedError(f"broker {self.broker_id} is stopped")
+
+    @property
+    def is_paused(self) -> bool:
+        return not self._running.is_set()
+
+    def pause(self) -> None:
+        self._running.clear()
+
+    def resume(self) -> None:
+        self._running.set()
+
+    def shutdown(self) -> None:
+        with self._lock:
+            if self._stopped:
+                return
+            self._stopped = True
+        self._running.set()
+        self.fetchers.shutdown()
+        self._scheduler.shutdown()
+        self.fetch_purgatory.shutdown()
+        self.produce_purgatory.shutdown()
+
+    # -- leadership --------------------------------------------------------------------------------
+
+    def become_leader_or_follower(
+        self, controller_epoch: int, states: Mapping[TopicPartition, LeaderAndIsr]
+    ) -> None:
+        """Apply the controller's decisions (Kafka's LeaderAndIsr request)."""
+        with self._lock:
+            if self._stopped:
+                raise BrokerClosedError(f"broker {self.broker_id} is stopped")
+            if controller_epoch < self.controller_epoch:
+                raise StaleControllerEpochError(
+                    f"broker {self.broker_id}: controller epoch {controller_epoch} is older than "
+                    f"{self.controller_epoch}"
+                )
+            self.controller_epoch = controller_epoch
+            changed = []
+            for tp, state in states.items():
+                if self.broker_id in state.replicas and self._apply(tp, state):
+                    changed.append(tp)
+        for tp in changed:
+            self._wake(tp)
+
+    def _apply(self, tp: TopicPartition, state: LeaderAndIsr) -> bool:
+        partition = self.partitions.get(tp)
+        if partition is None:
+            partition = Partition(
+                tp, self.broker_id, self.log_manager.get_or_create_log(tp), clock_ms=self._clock,
+                alter_partition=self._alter,
+                replica_lag_time_max_ms=self.config.replica_lag_time_max_ms,
+            )  # fmt: skip
+            self.partitions[tp] = partition
+        if state.leader == self.broker_id:
+            if not partition.make_leader(state):
+                return False
+            self.fetchers.remove_partitions([tp])
+            return True
+        if not partition.make_follower(state):
+            return False
+        self.fetchers.remove_partitions([tp])
+        if state.leader >= 0:
+            self.fetchers.add_partition(tp, state.leader, state.leader_epoch)
+        return True
+
+    def stop_replicas(self, controller_epoch: int, tps: list[TopicPartition]) -> None:
+        """Stop serving ``tps`` (their topic is being deleted)."""
+        with self._lock:
+            if controller_epoch < self.controller_epoch:
+                raise StaleControllerEpochError(
+                    f"broker {self.broker_id}: controller epoch {controller_epoch} is older than "
+                    f"{self.controller_epoch}"
+                )
+            self.fetchers.remove_partitions(tps)
+            for tp in tps:
+                p = self.partitions.pop(tp, None)
+                if p is not None:
+                    p.stop_leading()
+        for tp in tps:
+            self._wake(tp)
+
+    def _wake(self, tp: TopicPartition) -> None:
+        self.fetch_purgatory.check_and_complete(tp)
+        self.produce_purgatory.check_and_complete(tp)
+
+    def maybe_shrink_isrs(self) -> None:
+        if self.is_paused:
+            return
+        for tp, p in list(self.partitions.items()):
+            if p.maybe_shrink_isr():
+                self._wake(tp)
+
+    def remove_from_isrs(self, broker_id: int) -> None:
+        """A broker stopped: drop it from the ISR of every partition led here."""
+        for tp, p in list(self.partitions.items()):
+            if p.remove_from_isr(broker_id):
+                self._wake(tp)
+
+    # -- lookups -----------------------------------------------------------------------------------
+
+    def partition(self, tp: TopicPartition) -> Partition:
+        """The partition if this broker holds it, else the error Kafka answers."""
+        p = self.partitions.get(tp)
+        if p is not None:
+            return p
+        if self._knows(tp):
+            raise NotLeaderOrFollowerError(
+                f"topic {tp.topic!r} partition {tp.partition}: broker {self.broker_id} holds "
+                "no replica of it"
+            )
+        raise UnknownTopicOrPartitionError(
+            f"topic {tp.topic!r} partition {tp.partition} does not exist"
+        )
+
+    def leader_partition(self, tp: TopicPartition) -> Partition:
+        p = self.partition(tp)
+        if not p.is_leader:
+            raise NotLeaderOrFollowerError(
+                f"topic {tp.topic!r} partition {tp.partition}: broker {self.broker_id} is not "
+                f"its leader (leader: {p.state.leader if p.state else 'none'})"
+            )
+        return p
+
+    # -- produce -----------------------------------------------------------------------------------
+
+    def append_records(
+        self,
+        entries: Mapping[TopicPartition, bytes],
+        *,
+        required_acks: int = -1,
+        timeout_ms: int = 30_000,
+        origin: AppendOrigin = AppendOrigin.CLIENT,
+    ) -> dict[TopicPartition, ProduceResult]:
+        """Append to each partition's leader and answer per partition (see module docstring)."""
+        if required_acks not in (0, 1, -1):
+            raise InvalidRequiredAcksError(f"acks must be 0, 1 or -1 (all), not {required_acks}")
+        self.gate()
+        results: dict[TopicPartition, ProduceResult] = {}
+        for tp, records in entries.items():
+            results[tp] = self._append_one(tp, records, required_acks, origin)
+        waiting = {tp: r.last_offset + 1 for tp, r in results.items()
+                   if r.error is None and not r.duplicate}  # fmt: skip
+        if required_acks == -1 and waiting:
+            op = DelayedProduce(timeout_ms, waiting, self._replicated)
+            self.produce_purgatory.try_complete_else_watch(op, list(waiting))
+            for tp, error in op.wait().items():
+                if error is not None:
+                    r = results[tp]
+                    results[tp] = ProduceResult(tp, error, r.base_offset, r.last_offset,
+                                                r.log_append_time, r.log_start_offset)  # fmt: skip
+        return results
+
+    def _append_one(
+        self, tp: TopicPartition, records: bytes, acks: int, origin: AppendOrigin
+    ) -> ProduceResult:
+        try:
+            p = self.leader_partition(tp)
+            info, hw_moved = p.append_records_to_leader(records, origin, acks)
+        except KafkaApiError as e:
+            return ProduceResult(tp, e)
+        self.fetch_purgatory.check_and_complete(tp)
+        if hw_moved:
+            self.produce_purgatory.check_and_complete(tp)
+        return ProduceResult(tp, None, info.first_offset, info.last_offset, info.log_append_time,
+                             info.log_start_offset, info.duplicate)  # fmt: skip
+
+    def _replicated(self, tp: TopicPartition, required_offset: int) -> KafkaApiError | None | bool:
+        p = self.partitions.get(tp)
+        if p is None:
+            return NotLeaderOrFollowerError(f"{tp} moved away from broker {self.broker_id}")
+        return p.check_enough_replicas_reach_offset(required_offset)
+
+    # -- fetch -------------------------------------------------------------------------------------
+
+    def fetch_messages(self, request: FetchRequest) -> FetchResponse:
+        """Answer a fetch, waiting in the purgatory when Kafka would (module docstring)."""
+        self.gate()
+        if request.is_from_follower:
+            self._update_followers(request)
+        response = self._read(request)
+        if (
+            request.max_wait_ms <= 0
+            or not request.partitions
+            or response.size_in_bytes >= request.min_bytes
+            or any(p.error is not None for p in response.partitions)
+        ):
+            return response
+        op = DelayedFetch(request, self._read, lambda: self._high_watermarks(request))
+        keys = [p.topic_partition for p in request.partitions]
+        self.fetch_purgatory.try_complete_else_watch(op, keys)
+        return op.wait()
+
+    def _update_followers(self, request: FetchRequest) -> None:
+        for pf in request.partitions:
+            tp = pf.topic_partition
+            try:
+                if self.leader_partition(tp).update_follower_fetch_state(
+                    request.replica_id, pf.fetch_offset
+                ):
+                    self._wake(tp)
+            except KafkaApiError:
+                pass  # answered by the read
+
+    def _high_watermarks(self, request: FetchRequest) -> tuple[int, ...]:
+        hws = []
+        for pf in request.partitions:
+            p = self.partitions.get(pf.topic_partition)
+            hws.append(-1 if p is None else p.log.high_watermark)
+        return tuple(hws)
+
+    def _read(self, request: FetchRequest) -> FetchResponse:
+        isolation = FetchIsolation.of(request.replica_id, request.isolation_level)
+        budget = max(0, min(request.max_bytes, self.config.fetch_max_bytes))
+        min_one = True
+        results = []
+        for pf in request.partitions:
+            tp = pf.topic_partition
+            try:
+                info = self.leader_partition(tp).read(
+                    pf.fetch_offset, max(0, min(pf.partition_max_bytes, budget)), isolation,
+                    pf.current_leader_epoch, min_one,
+                )  # fmt: skip
+            except KafkaApiError as e:
+                results.append(self._error_result(tp, e))
+                continue
+            if info.records:
+                budget -= len(info.records)
+                min_one = False
+            results.append(PartitionFetchResult(
+                tp, None, info.high_watermark, info.last_stable_offset, info.log_start_offset,
+                info.aborted_transactions, info.records,
+            ))  # fmt: skip
+        return FetchResponse(tuple(results))
+
+    def _error_result(self, tp: TopicPartition, e: KafkaApiError) -> PartitionFetchResult:
+        p = self.partitions.get(tp)
+        if p is None:
+            return PartitionFetchResult(tp, e)
+        lg = p.log
+        return PartitionFetchResult(tp, e, lg.high_watermark, lg.last_stable_offset,
+                                    lg.log_start_offset)  # fmt: skip
+
+    # -- offsets -----------------------------------------------------------------------------------
+
+    def list_offsets(
+        self,
+        tp: TopicPartition,
+        timestamp: int,
+        isolation_level: IsolationLevel = IsolationLevel.READ_UNCOMMITTED,
+        *,
+        replica_id: int = -1,
+        current_leader_epoch: int = -1,
+    ) -> ListOffsetsResult:
+        """Kafka's ListOffsets on the leader (see list_offsets.py)."""
+        self.gate()
+        p = self.leader_partition(tp)
+        p.check_epoch(current_leader_epoch)
+        lg = p.log
+        if replica_id >= 0:
+            upper = lg.log_end_offset
+        elif isolation_level == IsolationLevel.READ_COMMITTED:
+            upper = lg.last_stable_offset
+        else:
+            upper = lg.high_watermark
+        if timestamp == EARLIEST_TIMESTAMP:
+            return ListOffsetsResult(lg.log_start_offset, -1, p.leader_epoch)
+        if timestamp == LATEST_TIMESTAMP:
+            return ListOffsetsResult(upper, -1, p.leader_epoch)
+        if timestamp < 0:
+            raise UnknownTopicOrPartitionError(f"unsupported ListOffsets timestamp {timestamp}")
+        found = lg.fetch_offset_by_timestamp(timestamp)
+        if found is None or found.offset >= upper:
+            return ListOffsetsResult(-1, -1, -1)
+        epoch = -1 if found.leader_epoch is None else found.leader_epoch
+        return ListOffsetsResult(found.offset, found.timestamp, epoch)
+
+    def log_offsets(self, tp: TopicPartition) -> tuple[int, int]:
+        """(log start offset, log end offset) of the leader's log (followers reset with it)."""
+        self.gate()
+        lg = self.leader_partition(tp).log
+        return lg.log_start_offset, lg.log_end_offset
+
+    def end_offset_for_epoch(self, tp: TopicPartition, epoch: int) -> tuple[int, int]:
+        """OffsetsForLeaderEpoch on the leader."""
+        self.gate()
+        return self.leader_partition(tp).log.end_offset_for_epoch(epoch)
+
+    def delete_records(self, tp: TopicPartition, offset: int) -> int:
+        """DeleteRecords on the leader: the new log start offset."""
+        self.gate()
+        p = self.leader_partition(tp)
+        with p.lock:
+            start = p.log.delete_records_before(offset)
+        self._wake(tp)
+        return start

@@ -1,0 +1,433 @@
+"""The controller of an embedded cluster: topics, replica placement, leaders and ISRs, with a
+controller epoch (Kafka's controller, reduced to one process).
+
+- Brokers register (:meth:`Controller.register_broker`); a stopped broker is reported with
+  :meth:`broker_stopped`, a restarted one with :meth:`register_broker` again.
+- Topics: replicas are placed by replica_assignment.py over the live brokers (rack-aware when
+  every broker has a rack); partition ``p``'s leader is its first replica, the ISR all its live
+  replicas, leader epoch 0 (or one above the highest epoch any replica's log has seen, when the
+  logs already exist).
+- Decisions go to the brokers as :class:`LeaderAndIsr` states stamped with the controller epoch;
+  a broker refuses states from an older controller epoch (STALE_CONTROLLER_EPOCH), so a
+  controller replaced by :meth:`successor` can no longer change anything.
+- Leader election when a broker stops: the first live replica (assignment order) that is in the
+  ISR becomes leader, with the leader epoch and partition epoch bumped; with none left the
+  partition goes offline (leader -1) keeping its last ISR, unless
+  ``unclean.leader.election.enable`` lets any live replica lead. A stopped follower leaves the
+  ISR at once. A restarted broker that was the last ISR member of an offline partition leads it
+  again.
+- ISR changes proposed by leaders (:meth:`alter_partition`) are checked against the leader epoch
+  (FENCED_LEADER_EPOCH), the partition epoch (INVALID_UPDATE_VERSION) and broker liveness
+  (INELIGIBLE_REPLICA), then committed with the partition epoch bumped.
+- Persistence: with ``store`` the topics and assignments are kept in a JSON file
+  (``{"version": 1, "next_producer_id": N, "topics": {name: {"assignment": {"0": [ids]}, ...}}}``)
+  so that a cluster reopened on the same directories finds its topics; a standalone broker
+  rebuilds them from its own log dir instead.
+
+Thread safety: one lock guards all state; calls into brokers are made under it (brokers never
+call back into the controller while applying a state).
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from pathlib import Path
+from types import MappingProxyType
+from typing import TYPE_CHECKING
+
+from broker_embedded.errors import (
+    FencedLeaderEpochError,
+    IneligibleReplicaError,
+    InvalidPartitionsError,
+    InvalidReplicationFactorError,
+    InvalidUpdateVersionError,
+    KafkaApiError,
+    StaleControllerEpochError,
+    TopicAlreadyExistsError,
+    UnknownTopicOrPartitionError,
+)
+from broker_embedded.replication.partition import NO_LEADER, LeaderAndIsr
+from broker_embedded.replication.replica_assignment import (
+    assign_replicas_to_brokers,
+    assign_replicas_to_new_partitions,
+)
+from broker_embedded.storage.checkpoint_file import write_atomically
+from broker_embedded.storage.log_config import parse_overrides
+from broker_embedded.storage.partition_metadata import new_topic_id
+from broker_embedded.storage.topic_config_file import TopicEntry
+from broker_embedded.storage.topic_partition import TopicPartition, validate_topic
+
+if TYPE_CHECKING:
+    from broker_embedded.broker import Broker
+    from broker_embedded.replica_manager import ReplicaManager
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionMetadata:
+    """What Metadata answers for one partition."""
+
+    partition: int
+    leader: int
+    leader_epoch: int
+    replicas: tuple[int, ...]
+    isr: tuple[int, ...]
+    offline_replicas: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class TopicMetadata:
+    """What Metadata answers for one topic, with its config overrides."""
+
+    name: str
+    topic_id: uuid.UUID
+    partitions: tuple[PartitionMetadata, ...]
+    config: Mapping[str, str]
+
+    @property
+    def replication_factor(self) -> int:
+        return len(self.partitions[0].replicas) if self.partitions else 0
+
+
+class Controller:
+    """See the module docstring."""
+
+    def __init__(self, *, epoch: int = 1, store: str | Path | None = None) -> None:
+        self.epoch = epoch
+        self._store = Path(store) if store is not None else None
+        self._lock = threading.RLock()
+        self._brokers: dict[int, Broker] = {}
+        self._alive: set[int] = set()
+        self._topics: dict[str, TopicEntry] = {}
+        self._assignment: dict[str, dict[int, tuple[int, ...]]] = {}
+        self._states: dict[TopicPartition, LeaderAndIsr] = {}
+        self._next_producer_id = 0
+        self._txn_producers: dict[str, tuple[int, int]] = {}
+        self._resigned = False
+        self._load()
+
+    # -- persistence -------------------------------------------------------------------------------
+
+    def _load(self) -> None:
+        if self._store is None or not self._store.exists():
+            return
+        data = json.loads(self._store.read_text("utf-8"))
+        self._next_producer_id = int(data.get("next_producer_id", 0))
+        from broker_embedded.storage.topic_config_file import TopicConfigFile
+
+        for name, t in data["topics"].items():
+            self._topics[name] = TopicConfigFile._entry(name, t)
+            self._assignment[name] = {int(p): tuple(r) for p, r in t["assignment"].items()}
+
+    def _save(self) -> None:
+        if self._store is None:
+            return
+        topics = {}
+        for name, entry in sorted(self._topics.items()):
+            t = entry.to_json()
+            t["assignment"] = {str(p): list(r) for p, r in sorted(self._assignment[name].items())}
+            topics[name] = t
+        body = {"version": 1, "next_producer_id": self._next_producer_id, "topics": topics}
+        write_atomically(self._store, (json.dumps(body, indent=1) + "\n").encode("utf-8"))
+
+    # -- brokers -----------------------------------------------------------------------------------
+
+    def successor(self) -> Controller:
+        """A new controller (epoch + 1) taking over this one's state; this one resigns."""
+        with self._lock:
+            new = Controller(epoch=self.epoch + 1, store=self._store)
+            new._brokers, new._alive = dict(self._brokers), set(self._alive)
+            new._topics, new._assignment = dict(self._topics), dict(self._assignment)
+            new._states = dict(self._states)
+            new._next_producer_id = self._next_producer_id
+            new._txn_producers = dict(self._txn_producers)
+            self._resigned = True
+            for b in new._brokers.values():
+                b.controller = new
+            return new
+
+    def register_broker(self, broker: Broker) -> None:
+        """A broker started (or restarted): adopt its topics, then send it its states."""
+        with self._lock:
+            self._brokers[broker.broker_id] = broker
+            self._alive.add(broker.broker_id)
+            self._adopt_topics(broker)
+            self._next_producer_id = max(self._next_producer_id, broker.max_producer_id() + 1)
+            changed = {}
+            for name, assignment in self._assignment.items():
+                broker.log_manager.put_topic(name, self._topics[name]) if any(
+                    broker.broker_id in r for r in assignment.values()
+                ) else None
+                for p, replicas in assignment.items():
+                    tp = TopicPartition(name, p)
+                    state = self._states.get(tp)
+                    if state is None:
+                        changed[tp] = self._initial_state(tp, replicas)
+                    elif state.leader == NO_LEADER and broker.broker_id in state.isr:
+                        changed[tp] = self._elect(state, broker.broker_id)
+                    elif broker.broker_id in replicas:
+                        changed[tp] = state
+            self._states.update(changed)
+            self._save()
+            self._send(changed)
+
+    def _adopt_topics(self, broker: Broker) -> None:
+        """Topics found in a broker's log dir that this controller does not know (a standalone
+        broker reopening its log dir) are assigned to that broker."""
+        for name, entry in broker.log_manager.topics.items():
+            if name not in self._topics:
+                self._topics[name] = entry
+                self._assignment[name] = {p: (broker.broker_id,) for p in range(entry.partitions)}
+
+    def _initial_state(self, tp: TopicPartition, replicas: tuple[int, ...]) -> LeaderAndIsr:
+        live = tuple(r for r in replicas if r in self._alive)
+        leader = live[0] if live else NO_LEADER
+        epoch = self._highest_epoch_on_disk(tp, replicas) + 1
+        return LeaderAndIsr(leader, epoch, live or replicas[:1], replicas, 0)
+
+    def _highest_epoch_on_disk(self, tp: TopicPartition, replicas: tuple[int, ...]) -> int:
+        best = -1
+        for r in replicas:
+            b = self._brokers.get(r)
+            lg = None if b is None else b.log_manager.get_log(tp)
+            if lg is not None and lg.leader_epoch_cache.latest_epoch is not None:
+                best = max(best, lg.leader_epoch_cache.latest_epoch)
+        return best
+
+    def _elect(self, state: LeaderAndIsr, leader: int) -> LeaderAndIsr:
+        isr = state.isr if leader in state.isr else (leader,)
+        return replace(state, leader=leader, leader_epoch=state.leader_epoch + 1, isr=isr,
+                       partition_epoch=state.partition_epoch + 1)  # fmt: skip
+
+    def broker_stopped(self, broker_id: int) -> None:
+        """Elect new leaders for what ``broker_id`` led; drop it from every ISR."""
+        with self._lock:
+            self._alive.discard(broker_id)
+            changed = {}
+            for tp, state in self._states.items():
+                if broker_id not in state.replicas:
+                    continue
+                if state.leader == broker_id:
+                    changed[tp] = self._reelect(tp, state, broker_id)
+                elif broker_id in state.isr:
+                    isr = tuple(b for b in state.isr if b != broker_id)
+                    changed[tp] = replace(state, isr=isr, partition_epoch=state.partition_epoch + 1)
+            self._states.update(changed)
+            self._send(changed)
+
+    def _reelect(self, tp: TopicPartition, state: LeaderAndIsr, gone: int) -> LeaderAndIsr:
+        candidates = [r for r in state.replicas if r in state.isr and r in self._alive]
+        if (
+            not candidates
+            and self._topics[tp.topic]
+            .log_config(self._defaults(), tp.topic)
+            .unclean_leader_election_enable
+        ):
+            candidates = [r for r in state.replicas if r in self._alive]
+        if not candidates:
+            return replace(state, leader=NO_LEADER, leader_epoch=state.leader_epoch + 1,
+                           partition_epoch=state.partition_epoch + 1)  # fmt: skip
+        new = self._elect(state, candidates[0])
+        return replace(new, isr=tuple(b for b in new.isr if b != gone) or (candidates[0],))
+
+    def _defaults(self):
+        for b in self._brokers.values():
+            return b.config.topic_defaults
+        from broker_embedded.storage.log_config import LogConfig
+
+        return LogConfig()
+
+    def _send(self, states: Mapping[TopicPartition, LeaderAndIsr]) -> None:
+        """Send each live replica the states of its partitions, with this controller's epoch."""
+        by_broker: dict[int, dict[TopicPartition, LeaderAndIsr]] = {}
+        for tp, state in states.items():
+            for r in state.replicas:
+                if r in self._alive:
+                    by_broker.setdefault(r, {})[tp] = state
+        for broker_id, mine in by_broker.items():
+            self._brokers[broker_id].replica_manager.become_leader_or_follower(self.epoch, mine)
+
+    def replica_manager_of(self, broker_id: int) -> ReplicaManager | None:
+        """The replica manager of a live broker (followers fetch through it)."""
+        b = self._brokers.get(broker_id)
+        return b.replica_manager if b is not None and broker_id in self._alive else None
+
+    # -- topics ------------------------------------------------------------------------------------
+
+    def _check_active(self) -> None:
+        if self._resigned:
+            raise StaleControllerEpochError(
+                f"controller epoch {self.epoch} was replaced by a newer controller"
+            )
+
+    def create_topic(
+        self,
+        name: str,
+        partitions: int = 1,
+        replication_factor: int = 1,
+        config: Mapping[str, object] | None = None,
+        *,
+        rng: object = None,
+    ) -> TopicMetadata:
+        with self._lock:
+            self._check_active()
+            validate_topic(name)
+            if name in self._topics:
+                raise TopicAlreadyExistsError(f"topic {name!r} already exists")
+            overrides = {k: str(v) for k, v in (config or {}).items()}
+            parse_overrides(overrides, name)
+            if partitions < 1:
+                raise InvalidPartitionsError(f"topic {name!r}: partitions must be >= 1")
+            brokers = [self._brokers[b].broker_metadata for b in sorted(self._alive)]
+            if replication_factor < 1 or replication_factor > len(brokers):
+                raise InvalidReplicationFactorError(
+                    f"topic {name!r}: replication factor {replication_factor} must be in "
+                    f"[1, {len(brokers)}] (the live brokers)"
+                )
+            assignment = assign_replicas_to_brokers(
+                brokers,
+                partitions,
+                replication_factor,
+                topic=name,
+                rng=rng,  # type: ignore[arg-type]
+            )
+            entry = TopicEntry(new_topic_id(), partitions, replication_factor,
+                               MappingProxyType(overrides))  # fmt: skip
+            self._add_partitions(name, entry, {p: tuple(r) for p, r in assignment.items()})
+            return self._describe(name)
+
+    def _add_partitions(
+        self, name: str, entry: TopicEntry, assignment: dict[int, tuple[int, ...]]
+    ) -> None:
+        self._topics[name] = entry
+        self._assignment.setdefault(name, {}).update(assignment)
+        for b in self._alive:
+            if any(b in r for r in self._assignment[name].values()):
+                self._brokers[b].log_manager.put_topic(name, entry)
+        states = {TopicPartition(name, p): self._initial_state(TopicPartition(name, p), r)
+                  for p, r in assignment.items()}  # fmt: skip
+        self._states.update(states)
+        self._save()
+        self._send(states)
+
+    def create_partitions(self, name: str, total: int) -> TopicMetadata:
+        """Grow ``name`` to ``total`` partitions (Kafka's CreatePartitions)."""
+        with self._lock:
+            self._check_active()
+            entry = self._topic(name)
+            brokers = [self._brokers[b].broker_metadata for b in sorted(self._alive)]
+            new = assign_replicas_to_new_partitions(
+                brokers, {p: list(r) for p, r in self._assignment[name].items()}, total, topic=name
+            )
+            grown = replace(entry, partitions=total)
+            self._add_partitions(name, grown, {p: tuple(r) for p, r in new.items()})
+            return self._describe(name)
+
+    def delete_topic(self, name: str) -> None:
+        with self._lock:
+            self._check_active()
+            self._topic(name)
+            tps = [TopicPartition(name, p) for p in self._assignment[name]]
+            for b in sorted(self._alive):
+                broker = self._brokers[b]
+                broker.replica_manager.stop_replicas(self.epoch, tps)
+                if name in broker.log_manager.topics:
+                    broker.log_manager.delete_topic(name)
+            for tp in tps:
+                self._states.pop(tp, None)
+            del self._topics[name], self._assignment[name]
+            self._save()
+
+    def _topic(self, name: str) -> TopicEntry:
+        entry = self._topics.get(name)
+        if entry is None:
+            raise UnknownTopicOrPartitionError(f"topic {name!r} does not exist")
+        return entry
+
+    # -- ISR changes from leaders ------------------------------------------------------------------
+
+    def alter_partition(
+        self, tp: TopicPartition, broker_id: int, proposal: LeaderAndIsr
+    ) -> LeaderAndIsr:
+        with self._lock:
+            self._check_active()
+            state = self._states.get(tp)
+            if state is None:
+                raise UnknownTopicOrPartitionError(f"{tp} does not exist")
+            if state.leader != broker_id or proposal.leader_epoch != state.leader_epoch:
+                raise FencedLeaderEpochError(
+                    f"{tp}: broker {broker_id} at leader epoch {proposal.leader_epoch} is not the "
+                    f"leader (leader {state.leader}, epoch {state.leader_epoch})"
+                )
+            if proposal.partition_epoch != state.partition_epoch:
+                raise InvalidUpdateVersionError(
+                    f"{tp}: partition epoch {proposal.partition_epoch} is stale (now "
+                    f"{state.partition_epoch})"
+                )
+            dead = [b for b in proposal.isr if b not in self._alive]
+            if dead:
+                raise IneligibleReplicaError(f"{tp}: brokers {dead} are stopped")
+            committed = replace(state, isr=proposal.isr, partition_epoch=state.partition_epoch + 1)
+            self._states[tp] = committed
+            return committed
+
+    # -- producer ids ------------------------------------------------------------------------------
+
+    def init_producer_id(self, transactional_id: str | None = None) -> tuple[int, int]:
+        """(producer id, epoch): a new id, or for a transactional id its id with the epoch
+        bumped (fencing the previous instance)."""
+        with self._lock:
+            if transactional_id is not None and transactional_id in self._txn_producers:
+                pid, epoch = self._txn_producers[transactional_id]
+                result = (pid, epoch + 1)
+            else:
+                result = (self._next_producer_id, 0)
+                self._next_producer_id += 1
+                self._save()
+            if transactional_id is not None:
+                self._txn_producers[transactional_id] = result
+            return result
+
+    # -- metadata ----------------------------------------------------------------------------------
+
+    def knows(self, tp: TopicPartition) -> bool:
+        with self._lock:
+            return tp in self._states
+
+    def partition_state(self, tp: TopicPartition) -> LeaderAndIsr:
+        with self._lock:
+            state = self._states.get(tp)
+            if state is None:
+                raise UnknownTopicOrPartitionError(
+                    f"topic {tp.topic!r} partition {tp.partition} does not exist"
+                )
+            return state
+
+    def topics(self) -> list[str]:
+        with self._lock:
+            return sorted(self._topics)
+
+    def describe(self, name: str) -> TopicMetadata:
+        with self._lock:
+            self._topic(name)
+            return self._describe(name)
+
+    def _describe(self, name: str) -> TopicMetadata:
+        entry = self._topics[name]
+        parts = []
+        for p in sorted(self._assignment[name]):
+            s = self._states[TopicPartition(name, p)]
+            offline = tuple(r for r in s.replicas if r not in self._alive)
+            parts.append(PartitionMetadata(p, s.leader, s.leader_epoch, s.replicas, s.isr, offline))
+        return TopicMetadata(name, entry.topic_id, tuple(parts), entry.config)
+
+    def metadata(self, topics: list[str] | None = None) -> list[TopicMetadata]:
+        with self._lock:
+            names = self.topics() if topics is None else topics
+            return [self.describe(n) for n in names]
+
+
+__all__ = ["Controller", "KafkaApiError", "PartitionMetadata", "TopicMetadata"]

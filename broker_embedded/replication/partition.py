@@ -1,0 +1,342 @@
+"""One partition as one broker sees it: leader or follower, ISR and high watermark (Kafka's
+``Partition`` with its ``Replica`` states).
+
+State from the controller (:class:`LeaderAndIsr`): the leader broker, the leader epoch (bumped at
+every leader change), the ISR, the partition epoch (bumped at every ISR or leader change) and
+the assigned replicas. A broker applies a state only if its leader epoch is not older than the
+one it has (and, for the same epoch, a partition epoch not older).
+
+On the leader (reference C):
+
+- each follower fetch at offset F records the follower's log end offset F; the follower is caught
+  up at the fetch time if F >= the leader's log end offset then, or at its previous fetch time if
+  F >= the leader's log end offset at that previous fetch;
+- the high watermark is the smallest log end offset over the ISR (leader included), only moved
+  up, and never moved while the ISR is smaller than ``min.insync.replicas``;
+- a follower outside the ISR joins once its log end offset reaches the high watermark and the
+  start of the current leader epoch; an ISR follower whose log end offset differs from the
+  leader's and who was last caught up more than ``replica.lag.time.max.ms`` ago is removed. ISR
+  changes go through the controller (``alter_partition``), which may refuse a stale proposal;
+- a produce with acks=all is refused (NOT_ENOUGH_REPLICAS) when the ISR is smaller than
+  ``min.insync.replicas``; it is answered once the high watermark passes its last offset.
+
+On a follower the high watermark is ``min(leader's high watermark, own log end offset)``.
+
+Thread safety: one lock per partition guards the state and is held around log calls (the log has
+its own lock, taken after this one). Nothing here calls back into a purgatory or the controller's
+brokers while holding the lock except ``alter_partition``, which only updates the controller.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+
+from broker_embedded.errors import (
+    FencedLeaderEpochError,
+    KafkaApiError,
+    NotEnoughReplicasAfterAppendError,
+    NotEnoughReplicasError,
+    NotLeaderOrFollowerError,
+    UnknownLeaderEpochError,
+)
+from broker_embedded.fetch_request import NO_LEADER_EPOCH
+from broker_embedded.storage.fetch_data_info import FetchDataInfo, FetchIsolation
+from broker_embedded.storage.producer_state_manager import AppendOrigin
+from broker_embedded.storage.topic_partition import TopicPartition
+from broker_embedded.storage.unified_log import LogAppendInfo, UnifiedLog
+
+NO_LEADER = -1
+
+
+@dataclass(frozen=True, slots=True)
+class LeaderAndIsr:
+    """The controller's decision for one partition."""
+
+    leader: int
+    leader_epoch: int
+    isr: tuple[int, ...]
+    replicas: tuple[int, ...]
+    partition_epoch: int = 0
+
+
+@dataclass(slots=True)
+class ReplicaState:
+    """What the leader knows of one follower (mutable; under the partition lock)."""
+
+    broker_id: int
+    log_end_offset: int = -1
+    last_caught_up_ms: int = 0
+    last_fetch_leader_leo: int = -1
+    last_fetch_ms: int = 0
+
+
+AlterPartition = Callable[[TopicPartition, int, LeaderAndIsr], LeaderAndIsr]
+
+
+class Partition:
+    """One replica of a partition on one broker; see the module docstring."""
+
+    def __init__(
+        self,
+        topic_partition: TopicPartition,
+        broker_id: int,
+        log: UnifiedLog,
+        *,
+        clock_ms: Callable[[], int],
+        alter_partition: AlterPartition,
+        replica_lag_time_max_ms: int,
+    ) -> None:
+        self.topic_partition = topic_partition
+        self.broker_id = broker_id
+        self.log = log
+        self.state: LeaderAndIsr | None = None
+        self._clock = clock_ms
+        self._alter = alter_partition
+        self._lag_max_ms = replica_lag_time_max_ms
+        self._replicas: dict[int, ReplicaState] = {}
+        self._leader_epoch_start = 0
+        self.lock = threading.RLock()
+
+    def __repr__(self) -> str:
+        return f"Partition({self.topic_partition}, broker {self.broker_id}, {self.state})"
+
+    def _where(self) -> str:
+        tp = self.topic_partition
+        return f"topic {tp.topic!r} partition {tp.partition} on broker {self.broker_id}"
+
+    # -- state -------------------------------------------------------------------------------------
+
+    @property
+    def is_leader(self) -> bool:
+        s = self.state
+        return s is not None and s.leader == self.broker_id
+
+    @property
+    def leader_epoch(self) -> int:
+        return -1 if self.state is None else self.state.leader_epoch
+
+    @property
+    def isr(self) -> tuple[int, ...]:
+        return () if self.state is None else self.state.isr
+
+    @property
+    def min_isr(self) -> int:
+        return self.log.config.min_insync_replicas
+
+    def replica_states(self) -> dict[int, ReplicaState]:
+        with self.lock:
+            return {b: replace(r) for b, r in self._replicas.items()}
+
+    def _is_newer(self, state: LeaderAndIsr) -> bool:
+        cur = self.state
+        if cur is None:
+            return True
+        return (state.leader_epoch, state.partition_epoch) > (
+            cur.leader_epoch, cur.partition_epoch,
+        )  # fmt: skip
+
+    def make_leader(self, state: LeaderAndIsr) -> bool:
+        """Become leader for ``state``; False if ``state`` is not newer than what we have."""
+        with self.lock:
+            if not self._is_newer(state):
+                return False
+            new_epoch = self.state is None or self.state.leader_epoch != state.leader_epoch
+            self.state = state
+            if new_epoch:
+                now = self._clock()
+                leo = self.log.log_end_offset
+                self._replicas = {b: ReplicaState(b, last_caught_up_ms=now if b in state.isr else 0)
+                                  for b in state.replicas if b != self.broker_id}  # fmt: skip
+                self.log.leader_epoch_cache.assign(state.leader_epoch, leo)
+                self._leader_epoch_start = leo
+            self._maybe_increment_hw()
+            return True
+
+    def make_follower(self, state: LeaderAndIsr) -> bool:
+        """Become a follower of ``state.leader``; False if ``state`` is not newer."""
+        with self.lock:
+            if not self._is_newer(state):
+                return False
+            self.state = state
+            self._replicas = {}
+            return True
+
+    def stop_leading(self) -> None:
+        with self.lock:
+            self.state = None
+            self._replicas = {}
+
+    # -- checks ------------------------------------------------------------------------------------
+
+    def check_epoch(self, current_leader_epoch: int) -> None:
+        """FENCED_LEADER_EPOCH / UNKNOWN_LEADER_EPOCH for a request's leader epoch."""
+        if current_leader_epoch == NO_LEADER_EPOCH:
+            return
+        epoch = self.leader_epoch
+        if current_leader_epoch < epoch:
+            raise FencedLeaderEpochError(
+                f"{self._where()}: request leader epoch {current_leader_epoch} is older than "
+                f"the current {epoch}"
+            )
+        if current_leader_epoch > epoch:
+            raise UnknownLeaderEpochError(
+                f"{self._where()}: request leader epoch {current_leader_epoch} is newer than "
+                f"the current {epoch}"
+            )
+
+    def _require_leader(self) -> LeaderAndIsr:
+        s = self.state
+        if s is None or s.leader != self.broker_id:
+            leader = "none" if s is None else s.leader
+            raise NotLeaderOrFollowerError(
+                f"{self._where()}: this broker is not the leader (leader: {leader})"
+            )
+        return s
+
+    # -- produce -----------------------------------------------------------------------------------
+
+    def append_records_to_leader(
+        self, records: bytes, origin: AppendOrigin, required_acks: int
+    ) -> tuple[LogAppendInfo, bool]:
+        """Append as leader; returns the append info and whether the HW moved."""
+        with self.lock:
+            s = self._require_leader()
+            if required_acks == -1 and len(s.isr) < self.min_isr:
+                raise NotEnoughReplicasError(
+                    f"{self._where()}: the ISR {list(s.isr)} has {len(s.isr)} replicas, fewer "
+                    f"than min.insync.replicas {self.min_isr}"
+                )
+            info = self.log.append_as_leader(records, s.leader_epoch, origin)
+            return info, self._maybe_increment_hw()
+
+    def check_enough_replicas_reach_offset(
+        self, required_offset: int
+    ) -> KafkaApiError | None | bool:
+        """For acks=all: ``None`` once the HW reached ``required_offset``, an error when it can
+        no longer be reached as asked, ``False`` while still waiting."""
+        with self.lock:
+            try:
+                s = self._require_leader()
+            except NotLeaderOrFollowerError as e:
+                return e
+            if len(s.isr) < self.min_isr:
+                return NotEnoughReplicasAfterAppendError(
+                    f"{self._where()}: the ISR {list(s.isr)} shrank below min.insync.replicas "
+                    f"{self.min_isr} before offset {required_offset - 1} was replicated"
+                )
+            if self.log.high_watermark >= required_offset:
+                return None
+            return False
+
+    # -- fetch -------------------------------------------------------------------------------------
+
+    def read(
+        self,
+        fetch_offset: int,
+        max_bytes: int,
+        isolation: FetchIsolation,
+        current_leader_epoch: int,
+        min_one_message: bool,
+    ) -> FetchDataInfo:
+        with self.lock:
+            self._require_leader()
+            self.check_epoch(current_leader_epoch)
+        return self.log.read(fetch_offset, max_bytes, isolation, min_one_message=min_one_message)
+
+    def update_follower_fetch_state(self, replica_id: int, fetch_offset: int) -> bool:
+        """Record a follower's fetch; maybe expand the ISR and move the HW. True if the HW or
+        the ISR changed (wake delayed operations)."""
+        with self.lock:
+            self._require_leader()
+            r = self._replicas.get(replica_id)
+            if r is None:
+                raise NotLeaderOrFollowerError(
+                    f"{self._where()}: broker {replica_id} is not a replica of this partition"
+                )
+            now = self._clock()
+            leo = self.log.log_end_offset
+            if fetch_offset >= leo:
+                r.last_caught_up_ms = now
+            elif fetch_offset >= r.last_fetch_leader_leo >= 0:
+                r.last_caught_up_ms = max(r.last_caught_up_ms, r.last_fetch_ms)
+            r.log_end_offset = fetch_offset
+            r.last_fetch_leader_leo, r.last_fetch_ms = leo, now
+            changed = self._maybe_expand_isr(r)
+            return self._maybe_increment_hw() or changed
+
+    def _maybe_expand_isr(self, r: ReplicaState) -> bool:
+        s = self.state
+        if s is None or r.broker_id in s.isr:
+            return False
+        hw = self.log.high_watermark
+        if r.log_end_offset < hw or r.log_end_offset < self._leader_epoch_start:
+            return False
+        return self._propose_isr(tuple(sorted(s.isr + (r.broker_id,))))
+
+    def maybe_shrink_isr(self) -> bool:
+        """Drop followers that fell too far behind; True if the ISR changed."""
+        with self.lock:
+            s = self.state
+            if s is None or s.leader != self.broker_id:
+                return False
+            now, leo = self._clock(), self.log.log_end_offset
+            out = {b for b in s.isr if b != self.broker_id and self._out_of_sync(b, now, leo)}
+            if not out:
+                return False
+            changed = self._propose_isr(tuple(b for b in s.isr if b not in out))
+            self._maybe_increment_hw()
+            return changed
+
+    def _out_of_sync(self, broker_id: int, now: int, leo: int) -> bool:
+        r = self._replicas.get(broker_id)
+        if r is None:
+            return True
+        return r.log_end_offset != leo and now - r.last_caught_up_ms > self._lag_max_ms
+
+    def remove_from_isr(self, broker_id: int) -> bool:
+        """Drop a stopped broker from the ISR at once (controller-driven)."""
+        with self.lock:
+            s = self.state
+            if s is None or broker_id not in s.isr:
+                return False
+            return self._propose_isr(tuple(b for b in s.isr if b != broker_id))
+
+    def _propose_isr(self, isr: tuple[int, ...]) -> bool:
+        s = self.state
+        assert s is not None
+        proposal = replace(s, isr=isr)
+        try:
+            committed = self._alter(self.topic_partition, self.broker_id, proposal)
+        except KafkaApiError:
+            return False
+        self.state = committed
+        return True
+
+    def _maybe_increment_hw(self) -> bool:
+        s = self.state
+        if s is None or s.leader != self.broker_id or len(s.isr) < self.min_isr:
+            return False
+        leos = [self.log.log_end_offset]
+        for b in s.isr:
+            if b != self.broker_id:
+                r = self._replicas.get(b)
+                leos.append(-1 if r is None else r.log_end_offset)
+        return self.log.maybe_increment_high_watermark(min(leos))
+
+    # -- follower side -----------------------------------------------------------------------------
+
+    def append_records_to_follower(
+        self, records: bytes, leader_high_watermark: int, leader_log_start_offset: int
+    ) -> LogAppendInfo | None:
+        with self.lock:
+            s = self.state
+            if s is None or s.leader == self.broker_id:
+                raise NotLeaderOrFollowerError(f"{self._where()}: not a follower")
+            info = self.log.append_as_follower(records) if records else None
+            self.log.update_high_watermark(min(leader_high_watermark, self.log.log_end_offset))
+            start = min(leader_log_start_offset, self.log.high_watermark)
+            if start > self.log.log_start_offset:
+                self.log.delete_records_before(start)
+            return info

@@ -1,0 +1,216 @@
+"""Followers replicating from their leaders (Kafka's ``ReplicaFetcherThread`` and
+``ReplicaFetcherManager``).
+
+One thread per (follower broker, leader broker) pair fetches every partition that the follower
+follows from that leader, through the leader's ordinary fetch path with the follower's broker id
+as replica id (so the leader reads up to its log end offset and records the follower's progress).
+Per partition:
+
+1. Truncation first (a new leader epoch, or a restarted follower): the follower asks the leader
+   for the end offset of its own latest epoch (OffsetsForLeaderEpoch) and truncates to
+   ``min(that end offset, own log end offset)``; when the leader answers an older epoch, also to
+   its own end offset for that epoch. Without epochs it keeps its log (nothing to compare).
+2. Fetching at the follower's log end offset with its current leader epoch; the records are
+   appended with the leader's offsets and epochs, the follower's high watermark becomes
+   ``min(leader HW, own log end offset)`` and its log start offset follows the leader's.
+3. OFFSET_OUT_OF_RANGE: a follower ahead of the leader truncates to the leader's log end offset;
+   one behind the leader's log start restarts its log empty there.
+4. NOT_LEADER_OR_FOLLOWER, FENCED/UNKNOWN_LEADER_EPOCH, a stopped or unreachable leader: back
+   off ``replica.fetch.backoff.ms`` and retry (a new LeaderAndIsr moves the partition).
+
+Threads stop on :meth:`ReplicaFetcherManager.shutdown`; they stall while their broker is paused.
+Thread safety: the partition map of a thread is guarded by its lock.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from broker_embedded.errors import KafkaLogError, OffsetOutOfRangeError
+from broker_embedded.fetch_request import FetchRequest, PartitionFetch, PartitionFetchResult
+from broker_embedded.storage.topic_partition import TopicPartition
+
+if TYPE_CHECKING:
+    from broker_embedded.replica_manager import ReplicaManager
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class _FetchState:
+    """A followed partition (mutable, under the thread's lock)."""
+
+    leader_epoch: int
+    truncating: bool = True
+    retry_at: float = 0.0
+
+
+class ReplicaFetcherThread:
+    """Fetches from one leader for one follower broker."""
+
+    def __init__(self, follower: ReplicaManager, leader_id: int) -> None:
+        self.follower = follower
+        self.leader_id = leader_id
+        self._lock = threading.Lock()
+        self._partitions: dict[TopicPartition, _FetchState] = {}
+        self._stop = threading.Event()
+        self._wakeup = threading.Event()
+        self._thread = threading.Thread(
+            target=self._run, name=f"ReplicaFetcher-{follower.broker_id}-from-{leader_id}",
+            daemon=True,
+        )  # fmt: skip
+        self._thread.start()
+
+    def add_partition(self, tp: TopicPartition, leader_epoch: int) -> None:
+        with self._lock:
+            self._partitions[tp] = _FetchState(leader_epoch)
+        self._wakeup.set()
+
+    def remove_partitions(self, tps: list[TopicPartition]) -> None:
+        with self._lock:
+            for tp in tps:
+                self._partitions.pop(tp, None)
+
+    @property
+    def partition_count(self) -> int:
+        with self._lock:
+            return len(self._partitions)
+
+    def shutdown(self) -> None:
+        self._stop.set()
+        self._wakeup.set()
+        self._thread.join(timeout=10)
+
+    # -- the loop ----------------------------------------------------------------------------------
+
+    def _backoff_s(self) -> float:
+        return self.follower.config.replica_fetch_backoff_ms / 1000
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.follower.gate()
+            except KafkaLogError:
+                return
+            leader = self.follower._peer(self.leader_id)
+            states = self._ready()
+            if leader is None or not states:
+                self._wakeup.wait(self._backoff_s() if leader is None else 0.5)
+                self._wakeup.clear()
+                continue
+            try:
+                self._do_work(leader, states)
+            except KafkaLogError as e:
+                log.debug("fetcher %s: %s; backing off", self._thread.name, e)
+                self._stop.wait(self._backoff_s())
+            except Exception:  # never let a follower die silently
+                log.exception("fetcher %s failed; backing off", self._thread.name)
+                self._stop.wait(self._backoff_s())
+
+    def _ready(self) -> dict[TopicPartition, _FetchState]:
+        import time
+
+        now = time.monotonic()
+        with self._lock:
+            return {tp: st for tp, st in self._partitions.items() if st.retry_at <= now}
+
+    def _do_work(self, leader: ReplicaManager, states: dict[TopicPartition, _FetchState]) -> None:
+        for tp, st in states.items():
+            if st.truncating:
+                self._truncate(leader, tp, st)
+        parts = []
+        for tp, st in states.items():
+            p = self.follower.partitions.get(tp)
+            if p is None:
+                continue
+            parts.append(PartitionFetch(tp, p.log.log_end_offset,
+                                        self.follower.config.replica_fetch_max_bytes,
+                                        st.leader_epoch))  # fmt: skip
+        if not parts:
+            return
+        request = FetchRequest(
+            tuple(parts), replica_id=self.follower.broker_id,
+            max_wait_ms=self.follower.config.replica_fetch_wait_max_ms, min_bytes=1,
+            max_bytes=self.follower.config.replica_fetch_response_max_bytes,
+        )  # fmt: skip
+        response = leader.fetch_messages(request)
+        if self._stop.is_set():
+            return
+        for result in response.partitions:
+            self._process(leader, result, states[result.topic_partition])
+
+    def _truncate(self, leader: ReplicaManager, tp: TopicPartition, st: _FetchState) -> None:
+        p = self.follower.partitions.get(tp)
+        if p is None:
+            return
+        lg = p.log
+        epoch = lg.leader_epoch_cache.latest_epoch
+        if epoch is not None:
+            leader_epoch, leader_end = leader.end_offset_for_epoch(tp, epoch)
+            if leader_epoch < 0:
+                target = lg.high_watermark
+            elif leader_epoch == epoch:
+                target = min(leader_end, lg.log_end_offset)
+            else:
+                own_epoch, own_end = lg.end_offset_for_epoch(leader_epoch)
+                target = min(leader_end, own_end if own_epoch >= 0 else lg.high_watermark)
+            with p.lock:
+                if lg.truncate_to(target):
+                    log.info("broker %s truncated %s to %s", self.follower.broker_id, tp, target)
+        st.truncating = False
+
+    def _process(self, leader: ReplicaManager, r: PartitionFetchResult, st: _FetchState) -> None:
+        tp = r.topic_partition
+        p = self.follower.partitions.get(tp)
+        if p is None:
+            return
+        if r.error is None:
+            p.append_records_to_follower(r.records, r.high_watermark, r.log_start_offset)
+            return
+        if isinstance(r.error, OffsetOutOfRangeError):
+            start, end = leader.log_offsets(tp)
+            with p.lock:
+                if p.log.log_end_offset > end:
+                    p.log.truncate_to(end)
+                else:
+                    p.log.truncate_fully_and_start_at(start)
+            return
+        import time
+
+        st.retry_at = time.monotonic() + self._backoff_s()
+
+
+class ReplicaFetcherManager:
+    """The fetcher threads of one follower broker, one per leader."""
+
+    def __init__(self, follower: ReplicaManager) -> None:
+        self.follower = follower
+        self._lock = threading.Lock()
+        self._threads: dict[int, ReplicaFetcherThread] = {}
+        self._closed = False
+
+    def add_partition(self, tp: TopicPartition, leader_id: int, leader_epoch: int) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            thread = self._threads.get(leader_id)
+            if thread is None:
+                thread = ReplicaFetcherThread(self.follower, leader_id)
+                self._threads[leader_id] = thread
+            thread.add_partition(tp, leader_epoch)
+
+    def remove_partitions(self, tps: list[TopicPartition]) -> None:
+        with self._lock:
+            for thread in self._threads.values():
+                thread.remove_partitions(tps)
+
+    def shutdown(self) -> None:
+        with self._lock:
+            self._closed = True
+            threads = list(self._threads.values())
+            self._threads.clear()
+        for thread in threads:
+            thread.shutdown()

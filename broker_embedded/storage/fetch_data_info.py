@@ -1,0 +1,83 @@
+"""What one partition read returns (Kafka's ``FetchDataInfo`` and ``FetchIsolation``).
+
+A read of a partition log, in the broker or in a read-only view of a log dir, returns the raw
+bytes of whole batches starting with the batch that holds ``fetch_offset`` (so the first batch may
+begin below it) and possibly ending in a partial batch, which consumers drop. How far it may read
+depends on who asks (:class:`FetchIsolation`):
+
+- ``LOG_END``: followers, up to the log end offset;
+- ``HIGH_WATERMARK``: consumers with ``read_uncommitted``, up to the high watermark;
+- ``TXN_COMMITTED``: consumers with ``read_committed``, up to the last stable offset, and the
+  aborted transactions overlapping the read are returned so that the consumer can skip them.
+
+Immutable values: thread-safe. ``records`` is a ``bytes`` copy (never a view into a file that a
+writer may later truncate).
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+from broker_embedded.storage.transaction_index import AbortedTxn
+
+
+class IsolationLevel(enum.IntEnum):
+    """A consumer's isolation level, with Kafka's wire numbers."""
+
+    READ_UNCOMMITTED = 0
+    READ_COMMITTED = 1
+
+    @classmethod
+    def parse(cls, value: IsolationLevel | int | str) -> IsolationLevel:
+        """``read_uncommitted`` / ``read_committed`` (any case), 0 / 1, or a member."""
+        if isinstance(value, str):
+            try:
+                return cls[value.strip().upper()]
+            except KeyError:
+                raise ValueError(
+                    f"unknown isolation level {value!r} (read_uncommitted or read_committed)"
+                ) from None
+        return cls(value)
+
+
+class FetchIsolation(enum.Enum):
+    """The upper bound of a read: log end offset, high watermark or last stable offset."""
+
+    LOG_END = "log_end"
+    HIGH_WATERMARK = "high_watermark"
+    TXN_COMMITTED = "txn_committed"
+
+    @classmethod
+    def of(cls, replica_id: int, isolation_level: IsolationLevel) -> FetchIsolation:
+        """Kafka's rule: a follower (replica id >= 0) reads to the log end, a consumer to the HW
+        or, with read_committed, to the LSO."""
+        if replica_id >= 0:
+            return cls.LOG_END
+        if isolation_level == IsolationLevel.READ_COMMITTED:
+            return cls.TXN_COMMITTED
+        return cls.HIGH_WATERMARK
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class FetchDataInfo:
+    """One partition read: the records and the offsets the reader needs next.
+
+    ``aborted_transactions`` is ``None`` unless the read was ``TXN_COMMITTED``; then it lists the
+    aborted transactions whose offsets overlap ``[fetch_offset, end of the read)``.
+    ``first_entry_incomplete`` says that even the first batch did not fit ``max_bytes`` (only
+    possible when the read did not have to return at least one batch).
+    """
+
+    fetch_offset: int
+    records: bytes
+    high_watermark: int
+    last_stable_offset: int
+    log_start_offset: int
+    log_end_offset: int
+    aborted_transactions: tuple[AbortedTxn, ...] | None = None
+    first_entry_incomplete: bool = False
+
+    @property
+    def size_in_bytes(self) -> int:
+        return len(self.records)

@@ -1,0 +1,179 @@
+"""The exclusive write lock of a log dir: its ``.lock`` file (Kafka's ``FileLock`` on
+``<log dir>/.lock``).
+
+One writer per log dir: the broker (or the commit of a Spark write job) that opened a log dir
+holds this lock for as long as it may write there. Readers take no lock.
+
+Byte layout: ``<log dir>/.lock`` is created if missing and never deleted (as Kafka leaves it).
+Kafka keeps it empty; here the holder writes one UTF-8 line naming itself::
+
+    pid 4242 on host worker-1 (kafkalog broker 0)\\n
+
+so that a refused process can say who holds the lock. The text is advice, the lock is
+``flock(LOCK_EX | LOCK_NB)`` on the open file. The text may be empty (between a holder taking the
+lock and writing it) or stale (the last holder was killed): it is rewritten by every holder and
+cleared on release.
+
+Semantics (Linux ``flock``):
+
+- The lock belongs to the open file description: a second :class:`LogDirLock` on the same log
+  dir conflicts even inside the same process, and the lock goes away when the holder releases
+  it, closes the file, or dies (including SIGKILL); no stale lock survives a crash.
+- The descriptor is not inherited across ``exec`` (close-on-exec), but a child made by a bare
+  ``fork()`` shares it and keeps the lock held until it exits too.
+- ``flock`` and the ``fcntl`` record locks a JVM's ``FileChannel.tryLock`` takes are separate on
+  Linux: this lock excludes kafkalog processes, not a Kafka broker running on the same dir.
+
+Thread safety: :meth:`LogDirLock.release` may be called from any thread, any number of times.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import re
+import socket
+import threading
+from pathlib import Path
+from types import TracebackType
+
+from broker_embedded.errors import KafkaLogError, LogDirLockedError
+
+LOCK_FILE_NAME = ".lock"
+_MAX_OWNER_TEXT = 200  # characters of the caller's owner text kept in the file
+_MAX_READ = 4096  # bytes of a .lock file read to describe its holder
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]+")
+
+
+def lock_file_path(log_dir: str | Path) -> Path:
+    return Path(log_dir) / LOCK_FILE_NAME
+
+
+def _owner_line(owner: str) -> bytes:
+    """The line a holder writes into the lock file."""
+    text = f"pid {os.getpid()} on host {socket.gethostname()}"
+    owner = _CONTROL.sub(" ", owner).strip()[:_MAX_OWNER_TEXT]
+    if owner:
+        text += f" ({owner})"
+    return (text + "\n").encode("utf-8")
+
+
+def _holder_description(fd: int) -> str:
+    """Who holds the lock, as its holder wrote it; a placeholder if it wrote nothing yet."""
+    try:
+        data = os.pread(fd, _MAX_READ, 0)
+    except OSError:
+        data = b""
+    text = _CONTROL.sub(" ", data.decode("utf-8", errors="replace")).strip()
+    return text or "an unknown holder (its .lock file names none yet)"
+
+
+def _locked_error(log_dir: Path, holder: str) -> LogDirLockedError:
+    this_process = f"pid {os.getpid()} on host {socket.gethostname()}"
+    if holder == this_process or holder.startswith(this_process + " "):
+        who = "another LogDirLock in this process"
+    else:
+        who = "another process"
+    return LogDirLockedError(f"log dir {log_dir} is locked by {holder}: {who} owns it for writing")
+
+
+def _open_lock_file(log_dir: Path) -> int:
+    path = lock_file_path(log_dir)
+    try:
+        return os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    except OSError as e:
+        raise KafkaLogError(f"cannot open lock file {path} of log dir {log_dir}: {e}") from e
+
+
+def _try_flock(fd: int, operation: int) -> bool:
+    """Take ``operation`` without blocking: ``True`` if taken, ``False`` if someone holds it."""
+    try:
+        fcntl.flock(fd, operation | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    return True
+
+
+class LogDirLock:
+    """A held ``.lock`` of one log dir; made by :meth:`acquire`, ended by :meth:`release` (or
+    the context manager's exit, or the process's end)."""
+
+    __slots__ = ("log_dir", "owner", "_fd", "_mutex")
+
+    def __init__(self, log_dir: Path, owner: str, fd: int) -> None:
+        """Use :meth:`acquire`."""
+        self.log_dir = log_dir
+        self.owner = owner
+        self._fd: int | None = fd
+        self._mutex = threading.Lock()
+
+    @property
+    def path(self) -> Path:
+        return lock_file_path(self.log_dir)
+
+    @classmethod
+    def acquire(cls, log_dir: str | Path, owner: str = "") -> LogDirLock:
+        """Lock ``log_dir`` for writing, or raise :class:`LogDirLockedError` naming its holder.
+
+        ``owner`` (e.g. ``"kafkalog broker 0"``) is written into the lock file beside the pid and
+        host name, for the error message of whoever is refused next.
+        """
+        log_dir = Path(log_dir)
+        fd = _open_lock_file(log_dir)
+        try:
+            if not _try_flock(fd, fcntl.LOCK_EX):
+                raise _locked_error(log_dir, _holder_description(fd))
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, _owner_line(owner), 0)
+        except BaseException:
+            os.close(fd)  # also drops the flock if it was taken
+            raise
+        return cls(log_dir, owner, fd)
+
+    @staticmethod
+    def is_locked(log_dir: str | Path) -> bool:
+        """Whether some process holds the lock of ``log_dir`` right now.
+
+        Probes with a shared lock released at once, never creates the lock file, and is only a
+        snapshot: the answer may be stale when it returns. A concurrent :meth:`acquire` may be
+        refused during the probe's instant.
+        """
+        try:
+            fd = os.open(lock_file_path(log_dir), os.O_RDONLY | os.O_CLOEXEC)
+        except FileNotFoundError:
+            return False
+        try:
+            return not _try_flock(fd, fcntl.LOCK_SH)
+        finally:
+            os.close(fd)  # drops the probe's lock if it got one
+
+    @property
+    def is_held(self) -> bool:
+        return self._fd is not None
+
+    def release(self) -> None:
+        """Clear the owner text, unlock and close; the file stays. Idempotent."""
+        with self._mutex:
+            fd, self._fd = self._fd, None
+        if fd is None:
+            return
+        try:
+            os.ftruncate(fd, 0)
+            fcntl.flock(fd, fcntl.LOCK_UN)
+        finally:
+            os.close(fd)
+
+    def __enter__(self) -> LogDirLock:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.release()
+
+    def __repr__(self) -> str:
+        state = "held" if self.is_held else "released"
+        return f"LogDirLock({str(self.log_dir)!r}, owner={self.owner!r}, {state})"

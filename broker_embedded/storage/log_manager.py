@@ -1,0 +1,300 @@
+"""The logs of one log dir, owned for writing by one broker (Kafka's ``LogManager``).
+
+Files at the top of the log dir (layouts in offset_checkpoint.py, topic_config_file.py):
+
+    .lock                              held (flock) while this manager is open: one writer
+    .kafka_cleanshutdown               written by a clean close, removed on open
+    meta.properties                    node.id, cluster.id, directory.id (written once)
+    kafkalog-topics.json               topics, ids, partition counts, config overrides
+    replication-offset-checkpoint      high watermarks
+    recovery-point-offset-checkpoint   recovery points
+    log-start-offset-checkpoint        log start offsets
+
+Opening takes the lock (:class:`LogDirLockedError` names the owner), then opens every partition
+directory: without the clean-shutdown marker each log recovers from its recovery point.
+Partition directories of topics missing from ``kafkalog-topics.json`` (a log dir copied from a
+real Kafka broker) are opened with the broker defaults and registered.
+
+Publishing: any change of a log's high watermark, log start offset or recovery point wakes the
+checkpoint thread, which rewrites the changed checkpoint files atomically, at most once per
+``checkpoint_interval_ms`` (default 100 ms): a reader in another process sees a new high
+watermark within that interval. The scheduler applies retention every
+``retention_check_interval_ms`` and the ``flush.ms`` policy every ``flush_check_interval_ms``.
+
+Thread safety: the manager's lock guards its maps; each log has its own lock. Lock order: log
+lock, then manager lock (a log's change callback takes the manager's condition).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import socket
+import threading
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+
+from broker_embedded.errors import BrokerClosedError, UnknownTopicOrPartitionError
+from broker_embedded.scheduler import KafkaScheduler
+from broker_embedded.storage.checkpoint_file import fsync_dir
+from broker_embedded.storage.log_config import LogConfig
+from broker_embedded.storage.log_dir_lock import LogDirLock
+from broker_embedded.storage.offset_checkpoint import (
+    LOG_START_OFFSET_CHECKPOINT,
+    RECOVERY_POINT_OFFSET_CHECKPOINT,
+    REPLICATION_OFFSET_CHECKPOINT,
+    OffsetCheckpointFile,
+)
+from broker_embedded.storage.partition_metadata import (
+    PARTITION_METADATA_FILE,
+    PartitionMetadataFile,
+    new_topic_id,
+    topic_id_to_string,
+)
+from broker_embedded.storage.segment_writer import wall_clock_ms
+from broker_embedded.storage.topic_config_file import TopicConfigFile, TopicEntry
+from broker_embedded.storage.topic_partition import TopicPartition
+from broker_embedded.storage.unified_log import UnifiedLog
+
+log = logging.getLogger(__name__)
+
+CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
+META_PROPERTIES = "meta.properties"
+DEFAULT_CHECKPOINT_INTERVAL_MS = 100
+DEFAULT_RETENTION_CHECK_INTERVAL_MS = 300_000
+DEFAULT_FLUSH_CHECK_INTERVAL_MS = 1_000
+
+_CHECKPOINTS = {
+    REPLICATION_OFFSET_CHECKPOINT: lambda lg: lg.high_watermark,
+    RECOVERY_POINT_OFFSET_CHECKPOINT: lambda lg: lg.recovery_point,
+    LOG_START_OFFSET_CHECKPOINT: lambda lg: lg.log_start_offset,
+}
+
+
+class LogManager:
+    """Opens, creates, deletes and checkpoints the logs of one log dir."""
+
+    def __init__(
+        self,
+        log_dir: str | Path,
+        defaults: LogConfig | None = None,
+        *,
+        node_id: int = 0,
+        owner: str = "kafkalog broker",
+        clock_ms: Callable[[], int] = wall_clock_ms,
+        checkpoint_interval_ms: int = DEFAULT_CHECKPOINT_INTERVAL_MS,
+        retention_check_interval_ms: int = DEFAULT_RETENTION_CHECK_INTERVAL_MS,
+        flush_check_interval_ms: int = DEFAULT_FLUSH_CHECK_INTERVAL_MS,
+    ) -> None:
+        self.log_dir = Path(log_dir)
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        self.defaults = defaults or LogConfig()
+        self.node_id = node_id
+        self._clock = clock_ms
+        self._interval_s = checkpoint_interval_ms / 1000
+        self._lock_file = LogDirLock.acquire(self.log_dir, f"{owner} {node_id}")
+        self._cond = threading.Condition()
+        self._dirty = False
+        self._closed = False
+        self._written: dict[str, dict[TopicPartition, int]] = {}
+        self.logs: dict[TopicPartition, UnifiedLog] = {}
+        try:
+            self._write_meta_properties()
+            marker = self.log_dir / CLEAN_SHUTDOWN_FILE
+            self.had_clean_shutdown = marker.exists()
+            marker.unlink(missing_ok=True)
+            self._topic_file = TopicConfigFile(self.log_dir)
+            self.topics = self._topic_file.read()
+            self._load_logs()
+        except BaseException:
+            self._close_logs(clean=False)
+            self._lock_file.release()
+            raise
+        self._checkpointer = threading.Thread(
+            target=self._checkpoint_loop, name=f"checkpoint-{self.log_dir.name}", daemon=True
+        )
+        self._checkpointer.start()
+        self.scheduler = KafkaScheduler(f"log-manager-{node_id}")
+        self.scheduler.startup()
+        self.scheduler.schedule("retention", self.cleanup_logs, retention_check_interval_ms,
+                                retention_check_interval_ms)  # fmt: skip
+        self.scheduler.schedule("flush", self.flush_dirty_logs, flush_check_interval_ms,
+                                flush_check_interval_ms)  # fmt: skip
+
+    # -- opening -----------------------------------------------------------------------------------
+
+    def _write_meta_properties(self) -> None:
+        path = self.log_dir / META_PROPERTIES
+        if path.exists():
+            return
+        text = (
+            f"#kafkalog embedded broker on {socket.gethostname()}\nversion=1\n"
+            f"node.id={self.node_id}\ncluster.id={topic_id_to_string(uuid.uuid4())}\n"
+            f"directory.id={topic_id_to_string(new_topic_id())}\n"
+        )
+        path.write_text(text, "utf-8")
+        fsync_dir(self.log_dir)
+
+    def _load_logs(self) -> None:
+        points = {name: OffsetCheckpointFile(self.log_dir / name).read_or_empty()
+                  for name in _CHECKPOINTS}  # fmt: skip
+        found = sorted(
+            tp for e in os.scandir(self.log_dir)
+            if e.is_dir() and (tp := TopicPartition.try_parse_dir_name(e.name)) is not None
+        )  # fmt: skip
+        unknown = {tp.topic: tp for tp in found if tp.topic not in self.topics}  # highest last
+        for topic, tp in unknown.items():
+            self.topics[topic] = TopicEntry(self._topic_id_on_disk(tp), tp.partition + 1)
+        if unknown:
+            self._topic_file.write(self.topics)
+        for tp in found:
+            if tp.partition >= self.topics[tp.topic].partitions:
+                continue  # not part of the topic as registered
+            self.logs[tp] = self._open_log(
+                tp,
+                recovery_point=points[RECOVERY_POINT_OFFSET_CHECKPOINT].get(tp, 0),
+                log_start_offset=points[LOG_START_OFFSET_CHECKPOINT].get(tp),
+                high_watermark=points[REPLICATION_OFFSET_CHECKPOINT].get(tp),
+            )
+        self._written = points
+
+    def _topic_id_on_disk(self, tp: TopicPartition) -> uuid.UUID:
+        f = PartitionMetadataFile(self.log_dir / tp.dir_name / PARTITION_METADATA_FILE)
+        return f.read().topic_id if f.exists() else new_topic_id()
+
+    def _open_log(self, tp: TopicPartition, **offsets: int | None) -> UnifiedLog:
+        entry = self.topics[tp.topic]
+        return UnifiedLog(
+            self.log_dir, tp, entry.log_config(self.defaults, tp.topic),
+            topic_id=entry.topic_id, had_clean_shutdown=self.had_clean_shutdown,
+            clock_ms=self._clock, on_offsets_changed=self._on_offsets_changed, **offsets,
+        )  # fmt: skip
+
+    # -- topics and logs ---------------------------------------------------------------------------
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise BrokerClosedError(f"the log manager of {self.log_dir} is closed")
+
+    def put_topic(self, topic: str, entry: TopicEntry) -> None:
+        """Register or update a topic (persisted at once)."""
+        with self._cond:
+            self._check_open()
+            self.topics[topic] = entry
+            self._topic_file.write(self.topics)
+
+    def get_or_create_log(self, tp: TopicPartition) -> UnifiedLog:
+        """The log of ``tp`` (its topic must be registered), created empty if needed."""
+        with self._cond:
+            self._check_open()
+            existing = self.logs.get(tp)
+            if existing is not None:
+                return existing
+            if tp.topic not in self.topics or tp.partition >= self.topics[tp.topic].partitions:
+                raise UnknownTopicOrPartitionError(
+                    f"topic {tp.topic!r} partition {tp.partition} is not registered in "
+                    f"{self.log_dir}"
+                )
+            created = self._open_log(tp)
+            self.logs[tp] = created
+            self._dirty = True
+            self._cond.notify_all()
+            return created
+
+    def get_log(self, tp: TopicPartition) -> UnifiedLog | None:
+        return self.logs.get(tp)
+
+    def delete_topic(self, topic: str) -> None:
+        """Close and delete every partition of ``topic`` and forget it."""
+        with self._cond:
+            self._check_open()
+            doomed = [tp for tp in self.logs if tp.topic == topic]
+            for tp in doomed:
+                self.logs.pop(tp).close()
+                shutil.rmtree(self.log_dir / tp.dir_name, ignore_errors=True)
+            self.topics.pop(topic, None)
+            self._topic_file.write(self.topics)
+            self._dirty = True
+            self._cond.notify_all()
+        fsync_dir(self.log_dir)
+
+    # -- background work ---------------------------------------------------------------------------
+
+    def _on_offsets_changed(self, _log: UnifiedLog) -> None:
+        with self._cond:
+            self._dirty = True
+            self._cond.notify_all()
+
+    def _checkpoint_loop(self) -> None:
+        while True:
+            with self._cond:
+                while not self._dirty and not self._closed:
+                    self._cond.wait()
+                if self._closed:
+                    return
+            try:
+                self.checkpoint()
+            except OSError:
+                log.exception("writing the checkpoint files of %s failed", self.log_dir)
+            with self._cond:  # coalesce: at most one write per interval
+                self._cond.wait_for(lambda: self._closed, timeout=self._interval_s)
+
+    def checkpoint(self) -> None:
+        """Write the checkpoint files whose contents changed."""
+        with self._cond:
+            self._dirty = False
+            logs = dict(self.logs)
+        for name, value in _CHECKPOINTS.items():
+            offsets = {tp: value(lg) for tp, lg in sorted(logs.items())}
+            if offsets != self._written.get(name):
+                OffsetCheckpointFile(self.log_dir / name).write(offsets)
+                self._written[name] = offsets
+
+    def cleanup_logs(self) -> int:
+        """Retention over every log; returns the segments deleted."""
+        deleted = 0
+        for lg in list(self.logs.values()):
+            if not lg.is_closed:
+                deleted += lg.delete_old_segments(self._clock())
+        return deleted
+
+    def flush_dirty_logs(self) -> None:
+        now = self._clock()
+        for lg in list(self.logs.values()):
+            lg.maybe_flush_by_time(now)
+
+    # -- closing -----------------------------------------------------------------------------------
+
+    def close(self, *, clean: bool = True) -> None:
+        """Stop background work, close every log and release the lock. ``clean=False`` leaves
+        the files as a killed process would (no flush, no clean-shutdown marker)."""
+        with self._cond:
+            if self._closed:
+                return
+            self._closed = True
+            self._cond.notify_all()
+        self.scheduler.shutdown()
+        self._checkpointer.join()
+        try:
+            self._close_logs(clean)
+            if clean:
+                self.checkpoint()
+                (self.log_dir / CLEAN_SHUTDOWN_FILE).write_bytes(b"")
+                fsync_dir(self.log_dir)
+        finally:
+            self._lock_file.release()
+
+    def _close_logs(self, clean: bool) -> None:
+        for lg in self.logs.values():
+            if clean:
+                lg.close()
+            else:
+                lg.close_without_flush()
+
+    def __enter__(self) -> LogManager:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,93 @@
+"""The topics of a log dir and their configuration: ``<log dir>/kafkalog-topics.json``.
+
+Kafka keeps topic metadata in its metadata log; an embedded broker keeps it beside the partitions
+so that a process opening the log dir read-only (a Spark planner or executor) learns each topic's
+id, partition count and config without a broker. Layout (UTF-8 JSON, keys sorted)::
+
+    {"version": 1,
+     "topics": {"<topic>": {"topic_id": "<base64url uuid, no padding>",
+                            "partitions": <int>, "replication_factor": <int>,
+                            "config": {"<kafka config name>": "<value>", ...}}}}
+
+``config`` holds only the topic's overrides (Kafka's names, validated by log_config.py); the
+effective config is the broker defaults overlaid with them. Written atomically (tmp, fsync,
+rename); a missing file is no topics; a malformed one is a :class:`CheckpointError` naming the
+file. Values are immutable; one writer per log dir (the log dir lock); readers anywhere.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import MappingProxyType
+
+from broker_embedded.errors import CheckpointError
+from broker_embedded.storage.checkpoint_file import write_atomically
+from broker_embedded.storage.log_config import LogConfig, parse_overrides
+from broker_embedded.storage.partition_metadata import topic_id_from_string, topic_id_to_string
+from broker_embedded.storage.topic_partition import validate_topic
+
+TOPIC_CONFIG_FILE = "kafkalog-topics.json"
+VERSION = 1
+
+
+@dataclass(frozen=True)
+class TopicEntry:
+    """One topic: its id, partition count, replication factor and config overrides."""
+
+    topic_id: uuid.UUID
+    partitions: int
+    replication_factor: int = 1
+    config: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+
+    def log_config(self, defaults: LogConfig, topic: str) -> LogConfig:
+        return defaults.with_overrides(self.config, topic)
+
+    def to_json(self) -> dict:
+        return {
+            "topic_id": topic_id_to_string(self.topic_id),
+            "partitions": self.partitions,
+            "replication_factor": self.replication_factor,
+            "config": dict(sorted(self.config.items())),
+        }
+
+
+class TopicConfigFile:
+    """``kafkalog-topics.json`` at the top of a log dir."""
+
+    __slots__ = ("path",)
+
+    def __init__(self, log_dir: str | Path) -> None:
+        self.path = Path(log_dir) / TOPIC_CONFIG_FILE
+
+    def read(self) -> dict[str, TopicEntry]:
+        """The topics, by name; {} when the file does not exist."""
+        try:
+            data = json.loads(self.path.read_bytes())
+        except FileNotFoundError:
+            return {}
+        except (ValueError, OSError) as e:
+            raise CheckpointError(f"{self.path}: not valid JSON: {e}") from None
+        try:
+            if data["version"] != VERSION:
+                raise ValueError(f"unsupported version {data['version']!r}")
+            return {validate_topic(t): self._entry(t, e) for t, e in data["topics"].items()}
+        except (KeyError, TypeError, ValueError) as e:
+            raise CheckpointError(f"{self.path}: malformed topic entry: {e}") from None
+
+    @staticmethod
+    def _entry(topic: str, e: dict) -> TopicEntry:
+        config = {str(k): str(v) for k, v in e.get("config", {}).items()}
+        parse_overrides(config, topic)
+        partitions, rf = int(e["partitions"]), int(e.get("replication_factor", 1))
+        if partitions < 1 or rf < 1:
+            raise ValueError(f"topic {topic!r}: partitions and replication factor must be >= 1")
+        return TopicEntry(topic_id_from_string(e["topic_id"]), partitions, rf,
+                          MappingProxyType(config))  # fmt: skip
+
+    def write(self, topics: Mapping[str, TopicEntry]) -> None:
+        body = {"version": VERSION, "topics": {t: topics[t].to_json() for t in sorted(topics)}}
+        write_atomically(self.path, (json.dumps(body, indent=1) + "\n").encode("utf-8"))

@@ -1,0 +1,796 @@
+"""One partition's log as a broker holds it (Kafka's ``UnifiedLog`` with its ``LocalLog``).
+
+Files in ``<log dir>/<topic>-<partition>/``: the segments (``<base>.log``, ``.index``,
+``.timeindex``, ``.txnindex``; segment_writer.py, log_segment.py, transaction_index.py), producer
+snapshots (``<offset>.snapshot``; producer_state_manager.py), ``leader-epoch-checkpoint``
+(leader_epoch_file_cache.py) and ``partition.metadata``. The log dir's checkpoint files (high
+watermark, recovery point, log start offset) are written by the log manager from this object's
+offsets.
+
+Offsets: ``log_start_offset <= high_watermark <= log_end_offset``; the last stable offset (LSO)
+is ``min(first offset of any transaction still open as of the HW, HW)``; the recovery point is the
+offset below which everything was fsynced. Offsets are assigned contiguously on the leader, but a
+log holds gaps (compaction, transaction markers), so nothing here assumes ``offset + 1`` exists.
+
+Appending:
+
+- as leader (:meth:`append_as_leader`): client batches are validated as Kafka's
+  ``LogValidator`` does for record batch v2 (CRC -> CORRUPT_MESSAGE; record count equal to last
+  offset delta + 1 and positive, no control batch from a client, a sequence for every idempotent
+  batch, every record keyed on a compacted topic -> INVALID_RECORD; a batch above
+  ``max.message.bytes`` -> MESSAGE_TOO_LARGE); then offsets are assigned from the log end offset,
+  the leader epoch is stamped, LogAppendTime topics get the append time as max timestamp (the CRC
+  is recomputed), the producer state deduplicates retried idempotent batches (the original
+  offsets are returned, nothing is written) and checks sequences and epochs;
+- as follower (:meth:`append_as_follower`): batches keep the leader's offsets and epochs; a
+  partial last batch of a fetch response is dropped.
+
+Rolling follows segment_writer.py; a producer snapshot is written at each roll. Retention
+(:meth:`delete_old_segments`) deletes whole segments, oldest first and never the active one, when
+their largest timestamp is older than ``retention.ms``, while the log exceeds
+``retention.bytes``, or when they lie wholly below the log start offset; only segments wholly
+below the high watermark go. :meth:`delete_records_before` moves the log start offset (Kafka's
+DeleteRecords; not above the HW). Flushing: every ``flush.messages`` appended records, or when the
+log manager sees ``flush.ms`` elapsed; the recovery point then becomes the log end offset.
+
+Opening recovers: transient files (``.cleaned``, ``.deleted``) are removed; after an unclean
+shutdown every segment from the one holding the recovery point on is scanned (CRCs, offsets), a
+torn or corrupt tail is truncated (and later segments deleted), indexes are rebuilt; the producer
+state is reloaded from the latest snapshot and the log replayed after it, rebuilding the
+``.txnindex`` entries of the replayed aborted transactions.
+
+Reads (:meth:`read`) copy the bytes (``bytes``), so a later truncation can never pull a mapping
+from under a reader in this process. Thread safety: every public method takes the log's lock.
+"""
+
+from __future__ import annotations
+
+import bisect
+import logging
+import os
+import threading
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from broker_embedded.errors import (
+    BrokerClosedError,
+    CorruptMessageError,
+    CorruptRecordError,
+    InvalidRecordError,
+    OffsetOutOfRangeError,
+    RecordTooLargeError,
+)
+from broker_embedded.record.record_batch import (
+    LOG_APPEND_TIME,
+    RecordBatch,
+    set_base_offset,
+    set_max_timestamp,
+    set_partition_leader_epoch,
+)
+from broker_embedded.record.records import AnyBatch, iter_batches
+from broker_embedded.storage.fetch_data_info import FetchDataInfo, FetchIsolation
+from broker_embedded.storage.leader_epoch_checkpoint import LEADER_EPOCH_CHECKPOINT
+from broker_embedded.storage.leader_epoch_file_cache import LeaderEpochFileCache
+from broker_embedded.storage.log_config import LogConfig
+from broker_embedded.storage.log_segment import (
+    LOG_SUFFIX,
+    LogSegment,
+    TimestampAndOffset,
+    segment_file_stem,
+)
+from broker_embedded.storage.offset_index import INDEX_SUFFIX
+from broker_embedded.storage.partition_reader import segment_base_offsets
+from broker_embedded.storage.producer_state_manager import (
+    AppendOrigin,
+    CompletedTxn,
+    ProducerStateManager,
+    list_snapshots,
+)
+from broker_embedded.storage.segment_writer import LogSegmentWriter, SegmentWriter, wall_clock_ms
+from broker_embedded.storage.time_index import TIME_INDEX_SUFFIX
+from broker_embedded.storage.topic_partition import TopicPartition
+from broker_embedded.storage.transaction_index import (
+    FILE_SUFFIX as TXN_INDEX_SUFFIX,
+)
+from broker_embedded.storage.transaction_index import (
+    AbortedTxn,
+    TransactionIndex,
+)
+
+log = logging.getLogger(__name__)
+
+TRANSIENT_SUFFIXES = (".cleaned", ".deleted", ".tmp")
+SEGMENT_SUFFIXES = (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX)
+
+
+@dataclass(frozen=True, slots=True)
+class LogAppendInfo:
+    """What an append did: the offsets it got (the original ones for a duplicate)."""
+
+    first_offset: int
+    last_offset: int
+    max_timestamp: int
+    log_append_time: int
+    log_start_offset: int
+    num_records: int
+    size: int
+    duplicate: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class _Checked:
+    """A validated client batch: where it is in the request and how many offsets it takes."""
+
+    position: int
+    offsets: int
+
+
+class UnifiedLog:
+    """One partition's log; see the module docstring."""
+
+    def __init__(
+        self,
+        log_dir: str | Path,
+        topic_partition: TopicPartition,
+        config: LogConfig,
+        *,
+        topic_id: uuid.UUID | None = None,
+        recovery_point: int = 0,
+        log_start_offset: int | None = None,
+        high_watermark: int | None = None,
+        had_clean_shutdown: bool = True,
+        clock_ms: Callable[[], int] = wall_clock_ms,
+        on_offsets_changed: Callable[[UnifiedLog], None] | None = None,
+    ) -> None:
+        self.topic_partition = topic_partition
+        self.log_dir = Path(log_dir)
+        self.directory = self.log_dir / topic_partition.dir_name
+        self.config = config
+        self.topic_id = topic_id
+        self._clock = clock_ms
+        self._listener = on_offsets_changed
+        self._lock = threading.RLock()
+        self._closed = False
+        self._views: dict[int, LogSegment] = {}
+        self._active_view: LogSegment | None = None
+        self._txn_indexes: dict[int, TransactionIndex] = {}
+        self._unflushed_records = 0
+        self.last_flush_ms = self._clock()
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self._remove_transient_files()
+        recover = not had_clean_shutdown
+        if recover:
+            self._recover_closed_segments(recovery_point)
+        self._writer = SegmentWriter(
+            self.log_dir, topic_partition, config, topic_id=topic_id, recover=recover,
+            start_offset=log_start_offset or 0, clock_ms=clock_ms,
+        )  # fmt: skip
+        leo = self.log_end_offset
+        first = self._writer.segment_base_offsets[0]
+        self.log_start_offset = min(max(log_start_offset or 0, first), leo)
+        self.leader_epoch_cache = LeaderEpochFileCache(
+            topic_partition, self.directory / LEADER_EPOCH_CHECKPOINT
+        )
+        self.leader_epoch_cache.truncate_from_end(leo)
+        self.leader_epoch_cache.truncate_from_start(self.log_start_offset)
+        self.producer_state = ProducerStateManager(topic_partition, self.directory)
+        self._rebuild_producer_state()
+        hw = self.log_start_offset if high_watermark is None else high_watermark
+        self.high_watermark = min(max(hw, self.log_start_offset), leo)
+        self.producer_state.on_high_watermark_updated(self.high_watermark)
+        self.recovery_point = min(recovery_point, leo)
+        if recover:
+            self.flush()
+
+    # -- opening ---------------------------------------------------------------------------------
+
+    def _remove_transient_files(self) -> None:
+        for name in os.listdir(self.directory):
+            if name.endswith(TRANSIENT_SUFFIXES):
+                (self.directory / name).unlink(missing_ok=True)
+
+    def _recover_closed_segments(self, recovery_point: int) -> None:
+        """Scan every closed segment that may hold offsets at or above the recovery point; after
+        a truncated one, later segments are deleted (Kafka's recovery)."""
+        bases = segment_base_offsets(self.directory)
+        start = max(bisect.bisect_right(bases, recovery_point) - 1, 0)
+        for i in range(start, len(bases) - 1):
+            path = self._path(bases[i], LOG_SUFFIX)
+            size = path.stat().st_size
+            writer = LogSegmentWriter.open(
+                self.directory, bases[i], self.config, now_ms=self._clock(), recover=True
+            )
+            truncated = writer.size < size
+            writer.close()
+            self._path(bases[i], TXN_INDEX_SUFFIX).unlink(missing_ok=True)
+            if truncated:
+                log.warning("%s: %s had a corrupt tail; deleting later segments", self, path)
+                for later in bases[i + 1 :]:
+                    self._delete_segment_files(later)
+                return
+        if bases:
+            self._path(bases[-1], TXN_INDEX_SUFFIX).unlink(missing_ok=True)
+
+    def _rebuild_producer_state(self) -> None:
+        """Reload the latest snapshot, then replay the log after it, re-indexing the aborted
+        transactions the replay completes."""
+        psm = self.producer_state
+        psm.truncate_and_reload(self.log_start_offset, self.log_end_offset, now_ms=self._clock())
+        start = psm.map_end_offset
+        if start >= self.log_end_offset:
+            return
+        for base in self.segment_base_offsets:
+            self._txn_index(base).truncate_to(start)
+        completed = psm.replay(
+            b for b in self._batches(start, self.log_end_offset) if isinstance(b, RecordBatch)
+        )
+        psm.update_map_end_offset(self.log_end_offset)
+        self._index_aborted(completed)
+        psm.take_snapshot()
+
+    # -- state -------------------------------------------------------------------------------------
+
+    @property
+    def log_end_offset(self) -> int:
+        return self._writer.log_end_offset
+
+    @property
+    def segment_base_offsets(self) -> list[int]:
+        return self._writer.segment_base_offsets
+
+    @property
+    def active_segment_base_offset(self) -> int:
+        return self._writer.active_segment.base_offset
+
+    @property
+    def last_stable_offset(self) -> int:
+        with self._lock:
+            return self.producer_state.last_stable_offset(self.high_watermark)
+
+    @property
+    def size_in_bytes(self) -> int:
+        with self._lock:
+            return sum(self._segment_size(b) for b in self.segment_base_offsets)
+
+    @property
+    def is_closed(self) -> bool:
+        return self._closed
+
+    def __repr__(self) -> str:
+        return f"UnifiedLog({self.topic_partition}, {self.directory})"
+
+    def _where(self) -> str:
+        tp = self.topic_partition
+        return f"topic {tp.topic!r} partition {tp.partition}"
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise BrokerClosedError(f"the log of {self._where()} in {self.directory} is closed")
+
+    def _changed(self) -> None:
+        if self._listener is not None:
+            self._listener(self)
+
+    # -- appends -----------------------------------------------------------------------------------
+
+    def append_as_leader(
+        self,
+        records: bytes | bytearray | memoryview,
+        leader_epoch: int,
+        origin: AppendOrigin = AppendOrigin.CLIENT,
+    ) -> LogAppendInfo:
+        """Validate client batches, assign offsets and append them; see the module docstring."""
+        with self._lock:
+            self._check_open()
+            buf = bytearray(records)
+            checked = self._validate(buf, origin)
+            now = self._clock()
+            next_offset = self.log_end_offset
+            append_time = now if self.config.log_append_time else -1
+            for c in checked:
+                set_base_offset(buf, next_offset, c.position)
+                set_partition_leader_epoch(buf, leader_epoch, c.position)
+                if append_time >= 0:
+                    set_max_timestamp(buf, LOG_APPEND_TIME, append_time, c.position)
+                next_offset += c.offsets
+            return self._append(buf, origin, leader_epoch, append_time, now)
+
+    def append_as_follower(self, records: bytes | bytearray | memoryview) -> LogAppendInfo | None:
+        """Append the complete batches of a fetch response at or above the log end offset, with
+        the leader's offsets and epochs; ``None`` when nothing was new."""
+        with self._lock:
+            self._check_open()
+            leo = self.log_end_offset
+            view = memoryview(records)
+            start = end = None
+            for b in iter_batches(view, f"fetch response for {self._where()}", tail="stop"):
+                if b.last_offset < leo:
+                    continue
+                if not b.is_valid():
+                    raise CorruptMessageError(
+                        f"{self._where()}: replicated batch at offset {b.base_offset} fails its CRC"
+                    )
+                start = b.position if start is None else start
+                end = b.position + b.size_in_bytes
+            if start is None:
+                return None
+            return self._append(bytes(view[start:end]), AppendOrigin.REPLICATION, None, -1,
+                                self._clock())  # fmt: skip
+
+    def _validate(self, buf: bytearray, origin: AppendOrigin) -> list[_Checked]:
+        where = self._where()
+        checked = []
+        try:
+            batches = list(iter_batches(buf, f"produce request for {where}", tail="error"))
+        except CorruptRecordError as e:
+            raise CorruptMessageError(f"{where}: {e}") from None
+        if not batches:
+            raise InvalidRecordError(f"{where}: the produce request holds no record batch")
+        for b in batches:
+            self._validate_batch(b, origin)
+            checked.append(_Checked(b.position, b.last_offset_delta + 1))
+        return checked
+
+    def _validate_batch(self, b: AnyBatch, origin: AppendOrigin) -> None:
+        where = f"{self._where()}, batch at byte {b.position} of the request"
+        if not isinstance(b, RecordBatch):
+            raise InvalidRecordError(f"{where}: magic {b.magic} is not supported, send magic 2")
+        if b.size_in_bytes > self.config.max_message_bytes:
+            raise RecordTooLargeError(
+                f"{where}: batch of {b.size_in_bytes} bytes exceeds max.message.bytes "
+                f"{self.config.max_message_bytes}"
+            )
+        if not b.is_valid():
+            raise CorruptMessageError(f"{where}: CRC mismatch")
+        if b.records_count <= 0 or b.records_count != b.last_offset_delta + 1:
+            raise InvalidRecordError(
+                f"{where}: record count {b.records_count} does not match last offset delta "
+                f"{b.last_offset_delta}"
+            )
+        if b.is_control and origin is AppendOrigin.CLIENT:
+            raise InvalidRecordError(f"{where}: clients may not send control batches")
+        if b.producer_id >= 0 and b.base_sequence < 0 and not b.is_control:
+            raise InvalidRecordError(
+                f"{where}: producer {b.producer_id} sent a batch without a sequence number"
+            )
+        if b.is_transactional and b.producer_id < 0:
+            raise InvalidRecordError(f"{where}: transactional batch without a producer id")
+        if self.config.compact and not b.is_control:
+            self._require_keys(b, where)
+
+    def _require_keys(self, b: RecordBatch, where: str) -> None:
+        from broker_embedded.record.columnar_decoder import decode  # numba: load on first use
+
+        tp = self.topic_partition
+        decoded = decode(b.buffer, topic=tp.topic, partition=tp.partition, verify_crc=False)
+        if any(rb.column("key").null_count for rb in decoded.batches):
+            raise InvalidRecordError(
+                f"{where}: compacted topic {tp.topic!r} does not accept records without a key"
+            )
+
+    def _append(
+        self,
+        buf: bytes | bytearray,
+        origin: AppendOrigin,
+        leader_epoch: int | None,
+        append_time: int,
+        now: int,
+    ) -> LogAppendInfo:
+        batches = [b for b in iter_batches(buf, str(self.directory)) if isinstance(b, RecordBatch)]
+        update = self.producer_state.analyze(batches, origin)
+        dup = update.duplicate
+        if dup is not None:
+            return LogAppendInfo(dup.first_offset, dup.last_offset, -1, -1,
+                                 self.log_start_offset, 0, 0, duplicate=True)  # fmt: skip
+        records = sum(b.records_count for b in batches)
+        first_base = self._writer.active_segment.base_offset
+        info = self._writer.append(buf, now_ms=now)
+        if info is None:
+            raise InvalidRecordError(f"{self._where()}: nothing to append")
+        completed = self.producer_state.apply(update)
+        self._index_aborted(completed)
+        for b in batches:
+            epoch = b.partition_leader_epoch if leader_epoch is None else leader_epoch
+            self.leader_epoch_cache.assign(epoch, b.base_offset)
+        if self._writer.active_segment.base_offset != first_base:
+            self._on_roll()
+        self._unflushed_records += records
+        if self._unflushed_records >= self.config.flush_messages:
+            self.flush()
+        return LogAppendInfo(info.first_offset, info.last_offset, info.max_timestamp,
+                             append_time, self.log_start_offset, records, info.size)  # fmt: skip
+
+    def _index_aborted(self, completed: list[CompletedTxn]) -> None:
+        for txn in completed:
+            if txn.is_aborted:
+                base = self._floor_base(txn.last_offset)
+                self._txn_index(base).append(txn.aborted_txn())
+
+    def _on_roll(self) -> None:
+        """A new active segment: the old one's files are closed; snapshot the producer state."""
+        self._drop_view(None)
+        self.producer_state.take_snapshot()
+        for txn_index in self._txn_indexes.values():
+            txn_index.flush()
+
+    # -- high watermark ----------------------------------------------------------------------------
+
+    def update_high_watermark(self, offset: int) -> int:
+        """Set the HW (clamped to [log start, log end]); returns the value set."""
+        with self._lock:
+            hw = min(max(offset, self.log_start_offset), self.log_end_offset)
+            if hw != self.high_watermark:
+                self.high_watermark = hw
+                self.producer_state.on_high_watermark_updated(hw)
+                self._changed()
+            return hw
+
+    def maybe_increment_high_watermark(self, offset: int) -> bool:
+        """Move the HW up to ``offset`` (never down); True when it moved."""
+        with self._lock:
+            old = self.high_watermark
+            return offset > old and self.update_high_watermark(offset) > old
+
+    # -- reads -------------------------------------------------------------------------------------
+
+    def read(
+        self,
+        fetch_offset: int,
+        max_bytes: int,
+        isolation: FetchIsolation = FetchIsolation.HIGH_WATERMARK,
+        *,
+        min_one_message: bool = True,
+    ) -> FetchDataInfo:
+        """Kafka's log read; OFFSET_OUT_OF_RANGE outside [log start, log end]."""
+        with self._lock:
+            self._check_open()
+            leo, hw = self.log_end_offset, self.high_watermark
+            lso = self.producer_state.last_stable_offset(hw)
+            if not self.log_start_offset <= fetch_offset <= leo:
+                raise OffsetOutOfRangeError(
+                    f"fetch offset {fetch_offset} of {self._where()} is outside "
+                    f"[{self.log_start_offset}, {leo}] (log start offset, log end offset)"
+                )
+            upper = {FetchIsolation.LOG_END: leo, FetchIsolation.HIGH_WATERMARK: hw,
+                     FetchIsolation.TXN_COMMITTED: lso}[isolation]  # fmt: skip
+            records, incomplete = self._read_bytes(fetch_offset, max_bytes, upper, min_one_message)
+            aborted = None
+            if isolation is FetchIsolation.TXN_COMMITTED:
+                end = _end_of_complete_batches(records, lso)
+                aborted = self.collect_aborted_transactions(fetch_offset, end)
+            return FetchDataInfo(fetch_offset, records, hw, lso, self.log_start_offset, leo,
+                                 aborted, incomplete)  # fmt: skip
+
+    def _read_bytes(
+        self, fetch_offset: int, max_bytes: int, upper: int, min_one_message: bool
+    ) -> tuple[bytes, bool]:
+        if fetch_offset >= upper:
+            return b"", False
+        bases = self.segment_base_offsets
+        for base in bases[max(bisect.bisect_right(bases, fetch_offset) - 1, 0) :]:
+            if base >= upper:
+                break
+            seg = self._view(base)
+            found = seg.read(fetch_offset, max_bytes, seg.position_of(upper), min_one_message)
+            if found is not None:
+                return bytes(found.records), found.first_entry_incomplete
+        return b"", False
+
+    def collect_aborted_transactions(
+        self, fetch_offset: int, upper_bound_offset: int
+    ) -> tuple[AbortedTxn, ...]:
+        """The aborted transactions overlapping [fetch_offset, upper_bound_offset)."""
+        with self._lock:
+            bases = self.segment_base_offsets
+            found: list[AbortedTxn] = []
+            for base in bases[max(bisect.bisect_right(bases, fetch_offset) - 1, 0) :]:
+                result = self._txn_index(base).collect_aborted(fetch_offset, upper_bound_offset)
+                found += result.aborted_txns
+                if result.is_complete:
+                    break
+            return tuple(found)
+
+    def batches(self, start_offset: int | None = None, end_offset: int | None = None) -> list:
+        """Copies of the batches holding offsets in [start, end) (tests and tools; not a hot
+        path)."""
+        with self._lock:
+            start = self.log_start_offset if start_offset is None else start_offset
+            end = self.log_end_offset if end_offset is None else end_offset
+            return [RecordBatch(bytes(b.buffer)) for b in self._batches(start, end)
+                    if isinstance(b, RecordBatch)]  # fmt: skip
+
+    def _batches(self, start: int, end: int) -> Iterator[AnyBatch]:
+        bases = self.segment_base_offsets
+        for base in bases[max(bisect.bisect_right(bases, start) - 1, 0) :]:
+            if base >= end:
+                return
+            seg = self._view(base)
+            found = seg.translate_offset(start)
+            if found is None:
+                continue
+            for b in seg.batches(found.position):
+                if b.base_offset >= end:
+                    return
+                yield b
+
+    def fetch_offset_by_timestamp(self, timestamp: int) -> TimestampAndOffset | None:
+        """The first record with a timestamp >= ``timestamp`` (ListOffsets by time), or None."""
+        with self._lock:
+            self._check_open()
+            for base in self.segment_base_offsets:
+                seg = self._view(base)
+                if seg.largest_timestamp >= timestamp:
+                    found = seg.find_offset_by_timestamp(
+                        timestamp, max(self.log_start_offset, base)
+                    )
+                    if found is not None:
+                        return found
+            return None
+
+    def end_offset_for_epoch(self, epoch: int) -> tuple[int, int]:
+        """OffsetsForLeaderEpoch: (largest epoch <= ``epoch``, its end offset) or (-1, -1)."""
+        with self._lock:
+            return self.leader_epoch_cache.end_offset_for(epoch, self.log_end_offset)
+
+    # -- segment views -----------------------------------------------------------------------------
+
+    def _view(self, base: int) -> LogSegment:
+        active = self._writer.active_segment
+        if base == active.base_offset:
+            view = self._active_view
+            if view is None or view.size_in_bytes != active.size or view.base_offset != base:
+                self._drop_view(None)
+                view = LogSegment.for_writer(
+                    active.paths()[0], active.size, active.offset_index, active.time_index,
+                    active.next_offset, active.indexer.max_timestamp_so_far.timestamp,
+                )  # fmt: skip
+                self._active_view = view
+            return view
+        view = self._views.get(base)
+        if view is None:
+            view = LogSegment.open(
+                self.directory, base, index_interval_bytes=self.config.index_interval_bytes
+            )
+            self._views[base] = view
+        return view
+
+    def _drop_view(self, base: int | None) -> None:
+        """Close the view of segment ``base`` (``None``: the active segment's)."""
+        view = self._active_view if base is None else self._views.pop(base, None)
+        if base is None:
+            self._active_view = None
+        if view is not None:
+            view.close()
+
+    def _drop_all_views(self) -> None:
+        for base in list(self._views):
+            self._drop_view(base)
+        self._drop_view(None)
+
+    def _txn_index(self, base: int) -> TransactionIndex:
+        index = self._txn_indexes.get(base)
+        if index is None:
+            index = TransactionIndex(self._path(base, TXN_INDEX_SUFFIX), base)
+            self._txn_indexes[base] = index
+        return index
+
+    def _close_txn_index(self, base: int) -> None:
+        index = self._txn_indexes.pop(base, None)
+        if index is not None:
+            index.close()
+
+    def _path(self, base: int, suffix: str) -> Path:
+        return self.directory / (segment_file_stem(base) + suffix)
+
+    def _floor_base(self, offset: int) -> int:
+        bases = self.segment_base_offsets
+        return bases[max(bisect.bisect_right(bases, offset) - 1, 0)]
+
+    def _segment_size(self, base: int) -> int:
+        if base == self._writer.active_segment.base_offset:
+            return self._writer.active_segment.size
+        return self._path(base, LOG_SUFFIX).stat().st_size
+
+    # -- retention and truncation ------------------------------------------------------------------
+
+    def delete_old_segments(self, now_ms: int | None = None) -> int:
+        """Apply retention (time, size, log start offset); return the segments deleted."""
+        with self._lock:
+            self._check_open()
+            now = self._clock() if now_ms is None else now_ms
+            deleted = 0
+            if self.config.delete and self.config.retention_ms >= 0:
+                deleted += self._delete_while(lambda b, _: now - self._largest_ts(b) >
+                                              self.config.retention_ms)  # fmt: skip
+            if self.config.delete and self.config.retention_bytes >= 0:
+                excess = [self.size_in_bytes - self.config.retention_bytes]
+
+                def over_size(base: int, size: int) -> bool:
+                    if excess[0] - size < 0:
+                        return False
+                    excess[0] -= size
+                    return True
+
+                deleted += self._delete_while(over_size)
+            deleted += self._delete_while(lambda b, _: self._next_base(b) <= self.log_start_offset)
+            return deleted
+
+    def _largest_ts(self, base: int) -> int:
+        ts = self._view(base).largest_timestamp
+        if ts < 0:  # no timestamps: Kafka uses the file's modification time
+            return int(self._path(base, LOG_SUFFIX).stat().st_mtime * 1000)
+        return ts
+
+    def _next_base(self, base: int) -> int:
+        bases = self.segment_base_offsets
+        return bases[bases.index(base) + 1]
+
+    def _delete_while(self, predicate: Callable[[int, int], bool]) -> int:
+        """Delete closed segments from the oldest while ``predicate(base, size)`` holds and the
+        segment lies wholly below the high watermark."""
+        bases = self.segment_base_offsets[:-1]
+        doomed = []
+        for base in bases:
+            if self._next_base(base) > self.high_watermark:
+                break
+            if not predicate(base, self._segment_size(base)):
+                break
+            doomed.append(base)
+        if not doomed:
+            return 0
+        new_start = self._next_base(doomed[-1])
+        for base in doomed:
+            self._delete_segment(base)
+        self._set_log_start_offset(max(self.log_start_offset, new_start))
+        return len(doomed)
+
+    def _delete_segment(self, base: int) -> None:
+        self._drop_view(base)
+        self._close_txn_index(base)
+        self._writer.forget_segment(base)
+        self._delete_segment_files(base)
+
+    def _delete_segment_files(self, base: int) -> None:
+        for suffix in SEGMENT_SUFFIXES:
+            self._path(base, suffix).unlink(missing_ok=True)
+
+    def _set_log_start_offset(self, offset: int) -> None:
+        if offset == self.log_start_offset:
+            return
+        self.log_start_offset = offset
+        if self.high_watermark < offset:
+            self.high_watermark = offset
+        self.leader_epoch_cache.truncate_from_start(offset)
+        for snap_offset, path in list_snapshots(self.directory):
+            if snap_offset < offset:
+                path.unlink(missing_ok=True)
+        self._changed()
+
+    def delete_records_before(self, offset: int) -> int:
+        """DeleteRecords: move the log start offset up to ``offset`` (at most the HW) and delete
+        the segments wholly below it; returns the new log start offset."""
+        with self._lock:
+            self._check_open()
+            if offset > self.high_watermark or offset < 0:
+                raise OffsetOutOfRangeError(
+                    f"cannot delete records of {self._where()} before offset {offset}: it is "
+                    f"outside [0, {self.high_watermark}] (the high watermark)"
+                )
+            if offset > self.log_start_offset:
+                self._set_log_start_offset(offset)
+                self._delete_while(lambda b, _: self._next_base(b) <= self.log_start_offset)
+            return self.log_start_offset
+
+    def truncate_to(self, offset: int) -> bool:
+        """Remove every batch at or above ``offset`` (a follower dropping divergent history);
+        True if anything was removed."""
+        with self._lock:
+            self._check_open()
+            if offset >= self.log_end_offset:
+                return False
+            if offset <= self.segment_base_offsets[0]:
+                self.truncate_fully_and_start_at(max(offset, 0))
+                return True
+            self._drop_all_views()
+            bases = self.segment_base_offsets
+            self._writer.close()
+            for base in [b for b in bases if b >= offset]:
+                self._close_txn_index(base)
+                self._delete_segment_files(base)
+            keep = max(b for b in bases if b < offset)
+            with LogSegment.open(self.directory, keep) as seg:
+                cut = seg.position_of(offset)
+            os.truncate(self._path(keep, LOG_SUFFIX), cut)
+            for suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX):
+                self._path(keep, suffix).unlink(missing_ok=True)
+            self._reopen_writer()
+            self._after_truncation()
+            return True
+
+    def truncate_fully_and_start_at(self, offset: int) -> None:
+        """Delete every segment and restart the log, empty, at ``offset``."""
+        with self._lock:
+            self._check_open()
+            self._drop_all_views()
+            self._writer.close()
+            for base in self.segment_base_offsets:
+                self._close_txn_index(base)
+                self._delete_segment_files(base)
+            self.producer_state.truncate_fully_and_start_at(offset)
+            self._reopen_writer(start_offset=offset)
+            self.log_start_offset = offset
+            self.leader_epoch_cache.clear_and_flush()
+            self._after_truncation()
+
+    def _reopen_writer(self, start_offset: int = 0) -> None:
+        self._writer = SegmentWriter(self.log_dir, self.topic_partition, self.config,
+                                     topic_id=self.topic_id, start_offset=start_offset,
+                                     clock_ms=self._clock)  # fmt: skip
+
+    def _after_truncation(self) -> None:
+        leo = self.log_end_offset
+        for index in self._txn_indexes.values():
+            index.truncate_to(leo)
+        self.leader_epoch_cache.truncate_from_end(leo)
+        self._rebuild_producer_state()
+        self.high_watermark = min(max(self.high_watermark, self.log_start_offset), leo)
+        self.recovery_point = min(self.recovery_point, leo)
+        self._changed()
+
+    # -- flushing and closing ----------------------------------------------------------------------
+
+    def flush(self) -> None:
+        """fsync everything appended; the recovery point becomes the log end offset."""
+        with self._lock:
+            self._check_open()
+            self._writer.flush()
+            for index in self._txn_indexes.values():
+                index.flush()
+            self._unflushed_records = 0
+            self.last_flush_ms = self._clock()
+            if self.recovery_point != self.log_end_offset:
+                self.recovery_point = self.log_end_offset
+                self._changed()
+
+    def maybe_flush_by_time(self, now_ms: int) -> bool:
+        """Flush when ``flush.ms`` passed since the last flush and records are waiting."""
+        with self._lock:
+            if self._closed or self._unflushed_records == 0:
+                return False
+            if now_ms - self.last_flush_ms < self.config.flush_ms:
+                return False
+            self.flush()
+            return True
+
+    def close(self) -> None:
+        """Flush, snapshot the producer state and close every file (idempotent)."""
+        with self._lock:
+            if self._closed:
+                return
+            self.flush()
+            self._writer.close()
+            self.producer_state.take_snapshot()
+            self._drop_all_views()
+            for index in self._txn_indexes.values():
+                index.close()
+            self._closed = True
+
+    def close_without_flush(self) -> None:
+        """Close the files as a crashing process would leave them: no flush, no snapshot, no
+        final index entries written (for fault drills)."""
+        with self._lock:
+            self._drop_all_views()
+            self._writer.abandon()
+            for index in self._txn_indexes.values():
+                index.close()
+            self._closed = True
+
+
+def _end_of_complete_batches(records: bytes, default: int) -> int:
+    """The offset after the last complete batch in a read, ``default`` when there is none."""
+    end = None
+    for b in iter_batches(records, "<read>", tail="stop"):
+        end = b.next_offset
+    return default if end is None else end
