@@ -6,10 +6,14 @@ leads every partition in it: the single-broker default, a controller of its own 
 factor 1, through the same replica manager, partition and controller code as a cluster. In an
 :class:`~broker_embedded.cluster.EmbeddedCluster` the brokers share one controller.
 
-API (every error is a :class:`KafkaApiError` naming Kafka's error, topic, partition and offset):
+API (a refused request raises a :class:`KafkaApiError` naming Kafka's error, topic, partition
+and offset; :meth:`append` and :meth:`fetch` answer per partition instead, in the result; a
+closed broker raises :class:`BrokerClosedError`, a bad topic config ``InvalidConfigError``):
 
 - topics: :meth:`create_topic`, :meth:`delete_topic`, :meth:`describe_topic`,
-  :meth:`list_topics`, :meth:`create_partitions`, :meth:`metadata`;
+  :meth:`list_topics`, :meth:`create_partitions`, :meth:`metadata`, :meth:`topic_config`;
+  a negative partition or an illegal topic name in a data request is
+  UNKNOWN_TOPIC_OR_PARTITION, as Kafka answers;
 - data: :meth:`produce` (records or built batches, acks 0 / 1 / -1 = all, timeout),
   :meth:`fetch` (a :class:`FetchRequest`), :meth:`list_offsets`, :meth:`delete_records`;
 - producers: :meth:`init_producer_id` (idempotent producers), :meth:`transactional_producer`;
@@ -26,11 +30,17 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from broker_embedded.broker_config import BrokerConfig
-from broker_embedded.errors import BrokerClosedError, InvalidRequiredAcksError
+from broker_embedded.errors import (
+    BrokerClosedError,
+    InvalidRequiredAcksError,
+    InvalidTopicError,
+    UnknownTopicOrPartitionError,
+)
 from broker_embedded.fetch_request import FetchRequest, FetchResponse
 from broker_embedded.list_offsets import ListOffsetsResult
 from broker_embedded.produce_response import ProduceResult
 from broker_embedded.producer_record import ProducerRecord, build_batch
+from broker_embedded.record.control_record import EndTransactionMarker
 from broker_embedded.replica_manager import ReplicaManager
 from broker_embedded.replication.controller import Controller, TopicMetadata
 from broker_embedded.replication.replica_assignment import BrokerMetadata
@@ -39,19 +49,29 @@ from broker_embedded.storage.log_manager import LogManager
 from broker_embedded.storage.producer_state_manager import AppendOrigin
 from broker_embedded.storage.segment_writer import wall_clock_ms
 from broker_embedded.storage.topic_partition import TopicPartition
+from broker_embedded.transaction_coordinator import COORDINATOR_EPOCH
 
 Acks = int | str
 
 
 def parse_acks(acks: Acks) -> int:
-    """0, 1, -1 or "all" (Kafka's producer setting) to 0, 1 or -1."""
-    if acks == "all":
-        return -1
-    if isinstance(acks, str) and acks.lstrip("-").isdigit():
-        acks = int(acks)
-    if acks not in (0, 1, -1):
+    """0, 1, -1 or "all" (Kafka's producer setting; also "0", "1", "-1") to 0, 1 or -1;
+    anything else is :class:`InvalidRequiredAcksError`."""
+    value = {"all": -1, "-1": -1, "0": 0, "1": 1}.get(acks) if isinstance(acks, str) else acks
+    if type(value) is not int or value not in (0, 1, -1):  # not bool, float, "2", ...
         raise InvalidRequiredAcksError(f"acks must be 0, 1, -1 or 'all', not {acks!r}")
-    return int(acks)
+    return value
+
+
+def topic_partition(topic: str, partition: int) -> TopicPartition:
+    """``TopicPartition(topic, partition)`` for a request: a negative partition or an illegal
+    topic name names nothing that exists (UNKNOWN_TOPIC_OR_PARTITION, as Kafka answers)."""
+    try:
+        return TopicPartition(topic, partition)
+    except InvalidTopicError as e:
+        raise UnknownTopicOrPartitionError(
+            f"topic {topic!r} partition {partition} does not exist: {e}"
+        ) from None
 
 
 class Broker:
@@ -80,14 +100,19 @@ class Broker:
             flush_check_interval_ms=self.config.log_flush_scheduler_interval_ms,
         )  # fmt: skip
         self.controller = controller if controller is not None else Controller()
-        self.replica_manager = ReplicaManager(
-            broker_id, self.log_manager, self.config, clock_ms=clock_ms,
-            alter_partition=lambda tp, b, p: self.controller.alter_partition(tp, b, p),
-            knows_partition=lambda tp: self.controller.knows(tp),
-            peer=lambda b: self.controller.replica_manager_of(b),
-        )  # fmt: skip
+        try:
+            self.replica_manager = ReplicaManager(
+                broker_id, self.log_manager, self.config, clock_ms=clock_ms,
+                alter_partition=lambda tp, b, p: self.controller.alter_partition(tp, b, p),
+                knows_partition=lambda tp: self.controller.knows(tp),
+                peer=lambda b: self.controller.replica_manager_of(b),
+            )  # fmt: skip
+        except BaseException:
+            self.log_manager.close()
+            raise
         try:
             self.controller.register_broker(self)
+            self.abort_orphaned_transactions()
         except BaseException:
             self.replica_manager.shutdown()
             self.log_manager.close()
@@ -96,6 +121,10 @@ class Broker:
     @property
     def broker_metadata(self) -> BrokerMetadata:
         return BrokerMetadata(self.broker_id, self.rack)
+
+    def clock_ms(self) -> int:
+        """The broker's clock (ms since the epoch): what producers of this broker stamp."""
+        return self._clock()
 
     def max_producer_id(self) -> int:
         """The largest producer id in any log's producer state (-1 if none)."""
@@ -146,6 +175,7 @@ class Broker:
 
     def topic_config(self, name: str) -> dict[str, str]:
         """The effective config of a topic (defaults overlaid with its overrides)."""
+        self._check_open()
         entry = self.controller.describe(name)
         return self.config.topic_defaults.with_overrides(entry.config, name).to_properties()
 
@@ -155,7 +185,7 @@ class Broker:
         self,
         topic: str,
         partition: int,
-        records: bytes | bytearray | Iterable[ProducerRecord | bytes | str],
+        records: bytes | bytearray | memoryview | Iterable[ProducerRecord | bytes | str],
         *,
         acks: Acks = "all",
         timeout_ms: int = 30_000,
@@ -164,10 +194,11 @@ class Broker:
         """Append records (or already-built v2 batches) to a partition led by this broker and
         return where they went; raises the partition's error."""
         self._check_open()
-        if not isinstance(records, (bytes, bytearray)):
+        parse_acks(acks)  # the whole request fails on bad acks, before any partition is looked at
+        tp = topic_partition(topic, partition)
+        if not isinstance(records, (bytes, bytearray, memoryview)):
             records = build_batch(records, now_ms=self._clock(), compression=compression)
-        return self.append(TopicPartition(topic, partition), bytes(records), acks=acks,
-                           timeout_ms=timeout_ms).raise_error()  # fmt: skip
+        return self.append(tp, bytes(records), acks=acks, timeout_ms=timeout_ms).raise_error()
 
     def append(
         self,
@@ -198,19 +229,40 @@ class Broker:
     ) -> ListOffsetsResult:
         self._check_open()
         return self.replica_manager.list_offsets(
-            TopicPartition(topic, partition), timestamp, IsolationLevel.parse(isolation_level)
+            topic_partition(topic, partition), timestamp, IsolationLevel.parse(isolation_level)
         )
 
     def delete_records(self, topic: str, partition: int, before_offset: int) -> int:
-        """DeleteRecords: the new log start offset (the low watermark)."""
+        """DeleteRecords: the new log start offset (the low watermark). ``before_offset`` -1
+        deletes up to the high watermark."""
         self._check_open()
-        return self.replica_manager.delete_records(TopicPartition(topic, partition), before_offset)
+        return self.replica_manager.delete_records(topic_partition(topic, partition), before_offset)
 
     # -- producers ---------------------------------------------------------------------------------
 
     def init_producer_id(self, transactional_id: str | None = None) -> tuple[int, int]:
         self._check_open()
         return self.controller.init_producer_id(transactional_id)
+
+    def abort_orphaned_transactions(self) -> list[ProduceResult]:
+        """Abort the open transactions of the partitions led here whose producer the
+        coordinator does not know (their process ended; see transaction_coordinator.py)."""
+        known = self.controller.transaction_coordinator.open_producer_ids()
+        results = []
+        for tp, p in list(self.replica_manager.partitions.items()):
+            if not p.is_leader:
+                continue
+            psm = p.log.producer_state
+            for pid in p.log.producer_state.ongoing_transactions():
+                if pid in known:
+                    continue
+                entry = psm.last_entry(pid)
+                epoch = 0 if entry is None else max(entry.producer_epoch, 0)
+                marker = EndTransactionMarker.abort(COORDINATOR_EPOCH).build_batch(
+                    base_offset=0, timestamp=self._clock(), producer_id=pid, producer_epoch=epoch
+                )
+                results.append(self.append(tp, marker, acks=1, origin=AppendOrigin.COORDINATOR))
+        return results
 
     def transactional_producer(self, transactional_id: str):
         from broker_embedded.transactional_producer import TransactionalProducer
@@ -245,9 +297,13 @@ class Broker:
         if self._closed:
             return
         self._closed = True
-        self.controller.broker_stopped(self.broker_id)
-        self.replica_manager.shutdown()
-        self.log_manager.close(clean=clean)
+        try:
+            self.controller.broker_stopped(self.broker_id)
+        finally:
+            try:
+                self.replica_manager.shutdown()
+            finally:
+                self.log_manager.close(clean=clean)
 
     def __enter__(self) -> Broker:
         return self

@@ -59,6 +59,9 @@ class BrokerConfig:
         unknown = set(data) - {"broker", "topic_defaults"}
         if unknown:
             raise InvalidConfigError(f"{source}: unknown section(s) {sorted(unknown)}")
+        for section in ("broker", "topic_defaults"):
+            if not isinstance(data.get(section, {}), Mapping):
+                raise InvalidConfigError(f"{source}: [{section}] must be a table")
         values: dict[str, Any] = {}
         names = {
             f.name.replace("_", "."): f.name for f in fields(cls) if f.name != "topic_defaults"
@@ -69,9 +72,15 @@ class BrokerConfig:
                     f"{source}: unknown broker config {key!r} (known: {', '.join(sorted(names))})"
                 )
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                raise InvalidConfigError(f"{source}: {key} must be a non-negative integer")
+                raise InvalidConfigError(
+                    f"{source}: invalid value {value!r} for broker config {key}: must be a "
+                    "non-negative integer"
+                )
             values[names[key]] = value
-        defaults = LogConfig().with_overrides(data.get("topic_defaults", {}), None)
+        try:
+            defaults = LogConfig().with_overrides(data.get("topic_defaults", {}), None)
+        except InvalidConfigError as e:
+            raise InvalidConfigError(f"{source}: [topic_defaults]: {e}") from None
         return cls(**values, topic_defaults=defaults)
 
     @classmethod

@@ -1,8 +1,14 @@
 """An embedded cluster of N brokers in one process, for replication and fault drills.
 
 Layout on disk: ``<base dir>/broker-<id>/`` is broker ``id``'s log dir and
-``<base dir>/controller.json`` the controller's topics and assignments (controller.py), so a
-cluster reopened on the same base dir finds its topics and each broker recovers its logs.
+``<base dir>/controller.json`` the controller's topics, assignments and partition states
+(controller.py), so a cluster reopened on the same base dir finds its topics, each broker
+recovers its logs, and each partition is led again by a member of its last ISR, at a higher
+leader epoch.
+
+:attr:`EmbeddedCluster.controller` is the active controller: after ``controller.successor()``
+the cluster (new brokers, restarts, admin calls) uses the successor, whether or not it is
+assigned back.
 
 The cluster also acts as a simple client: :meth:`produce`, :meth:`append`, :meth:`fetch` and
 :meth:`list_offsets` go to the partition's current leader and, like a Kafka client refreshing its
@@ -15,6 +21,7 @@ Thread safety: any thread may call any method; broker replacement is guarded by 
 
 from __future__ import annotations
 
+import random
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -60,11 +67,24 @@ class EmbeddedCluster:
         self.base_dir.mkdir(parents=True, exist_ok=True)
         self.config = config or BrokerConfig()
         self.racks = dict(racks or {})
-        self.controller = Controller(store=self.base_dir / "controller.json")
+        self._controller = Controller(store=self.base_dir / "controller.json")
         self._lock = threading.Lock()
         self.brokers: dict[int, Broker] = {}
-        for i in range(num_brokers):
-            self.brokers[i] = self._start(i)
+        try:
+            for i in range(num_brokers):
+                self.brokers[i] = self._start(i)
+        except BaseException:
+            self.close()
+            raise
+
+    @property
+    def controller(self) -> Controller:
+        """The active controller (the last successor of the one the cluster started with)."""
+        return self._controller.current
+
+    @controller.setter
+    def controller(self, controller: Controller) -> None:
+        self._controller = controller
 
     def _start(self, broker_id: int) -> Broker:
         return Broker(self.base_dir / f"broker-{broker_id}", broker_id=broker_id,
@@ -79,8 +99,11 @@ class EmbeddedCluster:
         partitions: int = 1,
         replication_factor: int = 1,
         config: Mapping[str, object] | None = None,
+        *,
+        rng: random.Random | None = None,
     ) -> TopicMetadata:
-        return self.controller.create_topic(name, partitions, replication_factor, config)
+        """Create a topic; ``rng`` fixes replica placement's random choices (replica_assignment)."""
+        return self.controller.create_topic(name, partitions, replication_factor, config, rng=rng)
 
     def describe_topic(self, name: str) -> TopicMetadata:
         return self.controller.describe(name)
@@ -153,9 +176,22 @@ class EmbeddedCluster:
         return self.append(tp, bytes(records), acks=acks, timeout_ms=timeout_ms).raise_error()
 
     def fetch(self, request: FetchRequest, *, timeout_ms: int = 30_000) -> FetchResponse:
-        """A consumer fetch of partitions that share a leader (the first one's)."""
+        """A consumer fetch of partitions that share a leader (the first one's). A partition
+        answering NOT_LEADER_OR_FOLLOWER / FENCED_LEADER_EPOCH (the leader moved between the
+        lookup and the fetch) makes it retry like a stopped leader does; at ``timeout_ms`` that
+        answer is returned as it is."""
         tp = request.partitions[0].topic_partition
-        return self._retry(tp, timeout_ms, lambda b: b.fetch(request))
+        deadline = time.monotonic() + timeout_ms / 1000
+
+        def call(b: Broker) -> FetchResponse:
+            r = b.fetch(request)
+            if time.monotonic() < deadline:
+                for p in r.partitions:
+                    if isinstance(p.error, _RETRIABLE):
+                        raise p.error
+            return r
+
+        return self._retry(tp, timeout_ms, call)
 
     def list_offsets(
         self,

@@ -1,9 +1,11 @@
 """A fetch waiting in the purgatory for data (Kafka's ``DelayedFetch``).
 
 Completes when, re-checked after an append or a high watermark move on one of its partitions:
-the partitions together have at least ``min_bytes`` readable within their bounds, any partition
-now answers with an error (leadership moved, partition gone, offset out of range), or the high
-watermark of any partition differs from when the fetch started (so a follower learns it); or when
+the partitions together have at least ``min_bytes`` readable within their bounds (a consumer's
+bound is the HW or LSO, so a HW move counts through the bytes it makes visible), any partition
+now answers with an error (leadership moved, partition gone, offset out of range), or, for a
+follower's fetch, the high watermark of any partition differs from ``start_hws`` (those seen
+before the fetch's first read), so that the follower learns the move at once; or when
 ``max_wait_ms`` runs out. Its answer is a fresh read of every partition, whatever completed it.
 
 Thread safety: the purgatory serializes ``try_complete``; ``read`` is the replica manager's
@@ -19,28 +21,32 @@ from broker_embedded.purgatory import DelayedOperation
 
 
 class DelayedFetch(DelayedOperation):
-    """See the module docstring. ``read(request, min_one_message_budget_only)`` returns the
-    response; ``high_watermarks()`` the current high watermark per partition (-1 unknown)."""
+    """See the module docstring. ``read(request)`` returns the response; ``high_watermarks()``
+    the current high watermark per partition (-1 unknown). ``min_bytes`` defaults to the
+    request's; ``start_hws`` to the high watermarks when the operation is created."""
 
     def __init__(
         self,
         request: FetchRequest,
         read: Callable[[FetchRequest], FetchResponse],
         high_watermarks: Callable[[], tuple[int, ...]],
+        min_bytes: int | None = None,
+        start_hws: tuple[int, ...] | None = None,
     ) -> None:
         super().__init__(request.max_wait_ms)
         self.request = request
+        self.min_bytes = request.min_bytes if min_bytes is None else min_bytes
         self._read = read
         self._high_watermarks = high_watermarks
-        self._start_hws = high_watermarks()
+        self._start_hws = high_watermarks() if start_hws is None else start_hws
 
     def try_complete(self) -> bool:
-        if self._high_watermarks() != self._start_hws:
+        if self.request.is_from_follower and self._high_watermarks() != self._start_hws:
             return self.force_complete()
         probe = self._read(self.request)
         if any(p.error is not None for p in probe.partitions):
             return self.force_complete()
-        if probe.size_in_bytes >= self.request.min_bytes:
+        if probe.size_in_bytes >= self.min_bytes:
             return self.force_complete()
         return False
 

@@ -10,7 +10,8 @@ leader epoch (-1: not checked).
 Response: per partition, in request order, an error (a :class:`KafkaApiError`, ``None`` when
 fine), the high watermark, last stable offset and log start offset, the aborted transactions
 (read_committed only) and the raw record bytes (possibly starting below the fetch offset and
-ending in a partial batch).
+ending in a partial batch; empty when not even the first batch fits what the partition may
+return, unless it is the first partition with data, which returns one whole batch: KIP-74).
 
 Immutable values: thread-safe.
 """

@@ -3,8 +3,9 @@
 
 ``EARLIEST_TIMESTAMP`` (-2) asks for the log start offset, ``LATEST_TIMESTAMP`` (-1) for the
 high watermark (the last stable offset under read_committed); any other timestamp >= 0 for the
-first offset whose record timestamp is >= it, or ``offset`` -1 when no visible record has one.
-Immutable: thread-safe.
+first offset whose record timestamp is >= it (with that timestamp and the leader epoch of its
+batch), or ``offset`` and ``timestamp`` -1 when no record below that bound has one. Other
+negative timestamps are INVALID_REQUEST. Immutable: thread-safe.
 """
 
 from __future__ import annotations

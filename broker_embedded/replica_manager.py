@@ -12,11 +12,13 @@
 - Fetch (:meth:`fetch_messages`): reference C's rules. Partitions are read in request order
   within ``min(max_bytes, fetch.max.bytes)``, each at most its partition max bytes and what the
   response has left; the first partition returning data returns at least one whole batch
-  (KIP-74). Consumers read to the HW (LSO for read_committed), followers to the log end, and a
-  follower's fetch offset is its log end offset for the ISR and HW rules. The response is
-  immediate when ``max_wait_ms <= 0``, there are no partitions, ``min_bytes`` are there or any
-  partition has an error; otherwise the fetch waits in the fetch purgatory (appends and HW moves
-  wake it).
+  (KIP-74). A read may end in a partial batch, but a partition whose first batch does not fit
+  returns no records (as Kafka does for Fetch v3+) and uses none of the budget. Consumers read
+  to the HW (LSO for read_committed), followers to the log end, and a follower's fetch offset
+  is its log end offset for the ISR and HW rules. The response is immediate when
+  ``max_wait_ms <= 0``, there are no partitions, ``min_bytes`` (capped by the byte budget) are
+  there or any partition has an error; otherwise the fetch waits in the fetch purgatory
+  (appends and HW moves wake it; delayed_fetch.py says when it completes).
 - ISR: a scheduled task shrinks ISRs every ``replica.lag.time.max.ms / 2``.
 - Pause (fault drills): requests to a paused broker block until it resumes or stops; its
   fetcher threads stop fetching.
@@ -35,6 +37,7 @@ from broker_embedded.delayed_fetch import DelayedFetch
 from broker_embedded.delayed_produce import DelayedProduce
 from broker_embedded.errors import (
     BrokerClosedError,
+    InvalidRequestError,
     InvalidRequiredAcksError,
     KafkaApiError,
     NotLeaderOrFollowerError,
@@ -53,6 +56,7 @@ from broker_embedded.storage.producer_state_manager import AppendOrigin
 from broker_embedded.storage.topic_partition import TopicPartition
 
 PAUSE_WAIT_S = 0.05
+DELETE_TO_HIGH_WATERMARK = -1
 
 
 class ReplicaManager:
@@ -78,6 +82,7 @@ class ReplicaManager:
         self._peer = peer
         self._lock = threading.RLock()
         self.partitions: dict[TopicPartition, Partition] = {}
+        self._deleted: set[TopicPartition] = set()  # stopped for deletion, until recreated
         self.controller_epoch = -1
         self._running = threading.Event()
         self._running.set()
@@ -151,6 +156,7 @@ class ReplicaManager:
     def _apply(self, tp: TopicPartition, state: LeaderAndIsr) -> bool:
         partition = self.partitions.get(tp)
         if partition is None:
+            self._deleted.discard(tp)
             partition = Partition(
                 tp, self.broker_id, self.log_manager.get_or_create_log(tp), clock_ms=self._clock,
                 alter_partition=self._alter,
@@ -162,15 +168,23 @@ class ReplicaManager:
                 return False
             self.fetchers.remove_partitions([tp])
             return True
+        previous = partition.state
         if not partition.make_follower(state):
             return False
+        same_leader = previous is not None and (previous.leader, previous.leader_epoch) == (
+            state.leader, state.leader_epoch,
+        )  # fmt: skip
+        if same_leader:
+            return True  # only the ISR changed: keep fetching, no new truncation
         self.fetchers.remove_partitions([tp])
         if state.leader >= 0:
             self.fetchers.add_partition(tp, state.leader, state.leader_epoch)
         return True
 
     def stop_replicas(self, controller_epoch: int, tps: list[TopicPartition]) -> None:
-        """Stop serving ``tps`` (their topic is being deleted)."""
+        """Stop serving ``tps`` (their topic is being deleted): from now on requests for them
+        get UNKNOWN_TOPIC_OR_PARTITION, also the fetches this wakes, although the controller
+        still knows the topic until every broker has stopped it."""
         with self._lock:
             if controller_epoch < self.controller_epoch:
                 raise StaleControllerEpochError(
@@ -179,6 +193,7 @@ class ReplicaManager:
                 )
             self.fetchers.remove_partitions(tps)
             for tp in tps:
+                self._deleted.add(tp)
                 p = self.partitions.pop(tp, None)
                 if p is not None:
                     p.stop_leading()
@@ -209,7 +224,7 @@ class ReplicaManager:
         p = self.partitions.get(tp)
         if p is not None:
             return p
-        if self._knows(tp):
+        if tp not in self._deleted and self._knows(tp):
             raise NotLeaderOrFollowerError(
                 f"topic {tp.topic!r} partition {tp.partition}: broker {self.broker_id} holds "
                 "no replica of it"
@@ -281,17 +296,21 @@ class ReplicaManager:
     def fetch_messages(self, request: FetchRequest) -> FetchResponse:
         """Answer a fetch, waiting in the purgatory when Kafka would (module docstring)."""
         self.gate()
+        # Before the follower's fetch state is recorded: a HW move that this fetch itself
+        # causes then completes it at once, so the follower learns it without waiting.
+        start_hws = self._high_watermarks(request)
         if request.is_from_follower:
             self._update_followers(request)
         response = self._read(request)
         if (
             request.max_wait_ms <= 0
             or not request.partitions
-            or response.size_in_bytes >= request.min_bytes
+            or response.size_in_bytes >= self.min_bytes(request)
             or any(p.error is not None for p in response.partitions)
         ):
             return response
-        op = DelayedFetch(request, self._read, lambda: self._high_watermarks(request))
+        op = DelayedFetch(request, self._read, lambda: self._high_watermarks(request),
+                          self.min_bytes(request), start_hws)  # fmt: skip
         keys = [p.topic_partition for p in request.partitions]
         self.fetch_purgatory.try_complete_else_watch(op, keys)
         return op.wait()
@@ -300,12 +319,20 @@ class ReplicaManager:
         for pf in request.partitions:
             tp = pf.topic_partition
             try:
-                if self.leader_partition(tp).update_follower_fetch_state(
-                    request.replica_id, pf.fetch_offset
-                ):
+                p = self.leader_partition(tp)
+                p.check_epoch(pf.current_leader_epoch)  # a fenced fetch proves nothing
+                if p.update_follower_fetch_state(request.replica_id, pf.fetch_offset):
                     self._wake(tp)
             except KafkaApiError:
                 pass  # answered by the read
+
+    def max_bytes(self, request: FetchRequest) -> int:
+        """The response's byte budget: ``min(max_bytes, fetch.max.bytes)``."""
+        return max(0, min(request.max_bytes, self.config.fetch_max_bytes))
+
+    def min_bytes(self, request: FetchRequest) -> int:
+        """``min_bytes``, capped by the byte budget (a response never has to exceed it)."""
+        return min(request.min_bytes, self.max_bytes(request))
 
     def _high_watermarks(self, request: FetchRequest) -> tuple[int, ...]:
         hws = []
@@ -316,7 +343,7 @@ class ReplicaManager:
 
     def _read(self, request: FetchRequest) -> FetchResponse:
         isolation = FetchIsolation.of(request.replica_id, request.isolation_level)
-        budget = max(0, min(request.max_bytes, self.config.fetch_max_bytes))
+        budget = self.max_bytes(request)
         min_one = True
         results = []
         for pf in request.partitions:
@@ -329,12 +356,17 @@ class ReplicaManager:
             except KafkaApiError as e:
                 results.append(self._error_result(tp, e))
                 continue
-            if info.records:
-                budget -= len(info.records)
+            records, aborted = info.records, info.aborted_transactions
+            if info.first_entry_incomplete:
+                # Kafka (Fetch v3+): when not even the first batch fits, no records rather than
+                # a fragment of one (the consumer would drop it anyway).
+                records, aborted = b"", None if aborted is None else ()
+            if records:
+                budget -= len(records)
                 min_one = False
             results.append(PartitionFetchResult(
                 tp, None, info.high_watermark, info.last_stable_offset, info.log_start_offset,
-                info.aborted_transactions, info.records,
+                aborted, records,
             ))  # fmt: skip
         return FetchResponse(tuple(results))
 
@@ -373,7 +405,10 @@ class ReplicaManager:
         if timestamp == LATEST_TIMESTAMP:
             return ListOffsetsResult(upper, -1, p.leader_epoch)
         if timestamp < 0:
-            raise UnknownTopicOrPartitionError(f"unsupported ListOffsets timestamp {timestamp}")
+            raise InvalidRequestError(
+                f"topic {tp.topic!r} partition {tp.partition}: unsupported ListOffsets timestamp "
+                f"{timestamp} (-1 latest, -2 earliest, or a timestamp >= 0)"
+            )
         found = lg.fetch_offset_by_timestamp(timestamp)
         if found is None or found.offset >= upper:
             return ListOffsetsResult(-1, -1, -1)
@@ -392,10 +427,14 @@ class ReplicaManager:
         return self.leader_partition(tp).log.end_offset_for_epoch(epoch)
 
     def delete_records(self, tp: TopicPartition, offset: int) -> int:
-        """DeleteRecords on the leader: the new log start offset."""
+        """DeleteRecords on the leader: the new log start offset. ``offset`` -1 means the high
+        watermark (Kafka's ``DeleteRecordsRequest.HIGH_WATERMARK``); above the high watermark
+        or below -1 is OFFSET_OUT_OF_RANGE."""
         self.gate()
         p = self.leader_partition(tp)
         with p.lock:
+            if offset == DELETE_TO_HIGH_WATERMARK:
+                offset = p.log.high_watermark
             start = p.log.delete_records_before(offset)
         self._wake(tp)
         return start

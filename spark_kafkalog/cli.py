@@ -1,12 +1,32 @@
 """The ``kafkalog`` command line.
 
 Subcommands:
+  topics create NAME [--partitions N] [--replication-factor R] [--config k=v ...]
+  topics list | topics describe [NAME] [--json] | topics delete NAME
+                                                 manage topics (like kafka-topics)
+  produce --topic T [--partition P] [--key-separator SEP] [--header k=v ...] [--acks 0|1|all]
+          [--compression none|gzip|snappy|lz4|zstd] [--batch-size N]
+                                                 stdin lines to records (like
+                                                 kafka-console-producer)
+  consume --topic T [--partition P] [--from-beginning | --offset N | --timestamp MS]
+          [--max-messages N] [--isolation-level read_committed|read_uncommitted]
+          [--format text|json] [--property print.key=true ...]
+                                                 print records up to the high watermark, without a
+                                                 broker (like kafka-console-consumer)
   dump PATH... [--records] [--json] [--summary] [--verify]
                                                  print and verify segments (like kafka-dump-log)
   demo [--dir DIR]                               the main job on an embedded default log dir
 
-Exit status: 0 success, 1 a reported error (corruption, bad path), 2 bad usage. Errors go to
-stderr as one line naming the file, byte position and offset.
+topics, produce and consume take --log-dir DIR (required) and --config FILE, the broker's TOML
+config (default: the built-in values, which conf/broker.toml holds); --config FILE may also come
+before the subcommand. In `topics create`, --config k=v sets a topic config (Kafka's meaning);
+a --config value without "=" there is the broker config file. topics and produce open an embedded
+broker, which takes the log dir's .lock: while another process owns the dir they fail, naming it.
+consume reads the log dir directly and works while a broker owns it.
+
+Exit status: 0 success, 1 a reported error (corruption, bad path, unknown topic, offset out of
+range, bad config, locked log dir), 2 bad usage. Errors go to stderr as one line naming what is
+wrong (the file, topic, partition, offset as they apply), without a traceback.
 """
 
 from __future__ import annotations
@@ -17,10 +37,173 @@ from pathlib import Path
 
 from broker_embedded.errors import KafkaLogError
 
+CODECS = ("none", "gzip", "snappy", "lz4", "zstd")
+
+
+def _broker_options() -> argparse.ArgumentParser:
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument(
+        "--log-dir", type=Path, required=True, metavar="DIR", help="the Kafka log dir"
+    )
+    return common
+
+
+def _config_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--config",
+        type=Path,
+        metavar="FILE",
+        help="broker config (TOML; default: the built-in values of conf/broker.toml)",
+    )
+
+
+def _nonnegative(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{value} is negative")
+    return value
+
+
+def _positive(text: str) -> int:
+    value = _nonnegative(text)
+    if value == 0:
+        raise argparse.ArgumentTypeError("must be at least 1")
+    return value
+
+
+def _add_topics(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
+    topics = sub.add_parser(
+        "topics", help="create, list, describe and delete topics (like kafka-topics)"
+    )
+    actions = topics.add_subparsers(dest="action", required=True)
+
+    create = actions.add_parser("create", parents=[common], help="create a topic")
+    create.add_argument("name", help="topic name")
+    create.add_argument("--partitions", type=_positive, default=1, help="default 1")
+    create.add_argument(
+        "--replication-factor", type=_positive, default=1, help="default 1 (one broker)"
+    )
+    create.add_argument(
+        "--config",
+        action="append",
+        default=[],
+        metavar="k=v | FILE",
+        help="a topic config override (Kafka's names, e.g. retention.ms=86400000), repeatable; "
+        'a value without "=" is the broker config file',
+    )
+
+    lst = actions.add_parser("list", parents=[common], help="list the topics")
+    _config_option(lst)
+
+    describe = actions.add_parser(
+        "describe",
+        parents=[common],
+        help="partitions, leader, replicas, ISR, leader epoch, offsets, config overrides",
+    )
+    describe.add_argument("name", nargs="?", help="topic name (default: every topic)")
+    describe.add_argument("--json", action="store_true", help="one JSON object a topic")
+    _config_option(describe)
+
+    delete = actions.add_parser("delete", parents=[common], help="delete a topic")
+    delete.add_argument("name", help="topic name")
+    _config_option(delete)
+
+
+def _add_produce(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
+    produce = sub.add_parser(
+        "produce",
+        parents=[common],
+        help="produce stdin's lines as records (like kafka-console-producer)",
+        description="One record a line of stdin (UTF-8, trailing newline stripped). Without "
+        "--partition, keyed records go to murmur2(key) % partitions as with Kafka's default "
+        "partitioner, keyless ones round-robin over the partitions. A summary goes to stderr.",
+    )
+    _config_option(produce)
+    produce.add_argument("--topic", required=True)
+    produce.add_argument("--partition", type=_nonnegative, help="every record to this partition")
+    produce.add_argument(
+        "--key-separator",
+        metavar="SEP",
+        help="key = the text before the first SEP, value = the rest (a line without SEP is an "
+        "error); without it records have no key",
+    )
+    produce.add_argument(
+        "--header", action="append", default=[], metavar="k=v", help="a header of every record"
+    )
+    produce.add_argument(
+        "--acks", choices=("0", "1", "-1", "all"), default="all", help="default all"
+    )
+    produce.add_argument("--compression", choices=CODECS, default="none")
+    produce.add_argument(
+        "--batch-size", type=_positive, default=200, help="records per record batch (default 200)"
+    )
+
+
+def _add_consume(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
+    consume = sub.add_parser(
+        "consume",
+        parents=[common],
+        help="print records up to the high watermark (like kafka-console-consumer)",
+        description="Reads the log dir directly (no broker, no lock): works while a broker owns "
+        "it and on a log dir copied from Kafka. Stops at the high watermark (read_uncommitted) "
+        "or the last stable offset (read_committed); never waits. Starts at the log start "
+        "offset unless told otherwise.",
+    )
+    _config_option(consume)
+    consume.add_argument("--topic", required=True)
+    consume.add_argument("--partition", type=_nonnegative, help="default: every partition")
+    start = consume.add_mutually_exclusive_group()
+    start.add_argument(
+        "--from-beginning", action="store_true", help="from the log start offset (the default)"
+    )
+    start.add_argument(
+        "--offset", metavar="N", help="an offset, earliest or latest (needs --partition)"
+    )
+    start.add_argument(
+        "--timestamp",
+        type=_nonnegative,
+        metavar="MS",
+        help="from the first record with timestamp >= MS (ms since the epoch)",
+    )
+    consume.add_argument("--max-messages", type=_nonnegative, metavar="N")
+    consume.add_argument(
+        "--isolation-level",
+        choices=("read_uncommitted", "read_committed"),
+        default="read_uncommitted",
+    )
+    consume.add_argument("--format", choices=("text", "json"), default="text")
+    consume.add_argument(
+        "--property",
+        action="append",
+        default=[],
+        metavar="k=v",
+        help="text format: print.key, print.value, print.timestamp, print.partition, "
+        "print.offset, print.headers (true/false), key.separator, line.separator, "
+        "headers.separator, null.literal",
+    )
+
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="kafkalog", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="kafkalog",
+        description=__doc__.split("\n", 1)[1],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "--config",
+        dest="top_config",
+        type=Path,
+        metavar="FILE",
+        help="broker config (TOML) for topics, produce and consume",
+    )
     sub = parser.add_subparsers(dest="command", required=True)
+    common = _broker_options()
+    _add_topics(sub, common)
+    _add_produce(sub, common)
+    _add_consume(sub, common)
 
     dump = sub.add_parser("dump", help="print and verify Kafka log segments")
     dump.add_argument("paths", nargs="+", type=Path, help="segment file, partition dir or log dir")
@@ -38,9 +221,100 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _config_file(args: argparse.Namespace) -> Path | None:
+    """The broker config file: --config FILE after the subcommand, else before it."""
+    from spark_kafkalog.topics_command import CommandError
+
+    files = []
+    if isinstance(args.config, Path):
+        files.append(args.config)
+    elif isinstance(args.config, list):  # topics create: k=v overrides and maybe a FILE
+        files += [Path(v) for v in args.config if "=" not in v]
+    if args.top_config is not None:
+        files.insert(0, args.top_config)
+    if len(files) > 1:
+        raise CommandError(f"--config FILE given more than once: {', '.join(map(str, files))}")
+    return files[0] if files else None
+
+
+def _run_topics(args: argparse.Namespace, config) -> int:
+    from spark_kafkalog import topics_command
+
+    overrides: list[str] = []
+    if args.action == "create":
+        overrides = [v for v in args.config if "=" in v]
+    return topics_command.run(
+        args.action,
+        args.log_dir,
+        config,
+        sys.stdout,
+        name=getattr(args, "name", None),
+        partitions=getattr(args, "partitions", 1),
+        replication_factor=getattr(args, "replication_factor", 1),
+        configs=overrides,
+        as_json=getattr(args, "json", False),
+    )
+
+
+def _run_produce(args: argparse.Namespace, config) -> int:
+    from spark_kafkalog import console_producer
+    from spark_kafkalog.topics_command import open_broker, parse_assignments
+
+    headers = list(parse_assignments(args.header, "--header").items())
+    broker = open_broker(args.log_dir, config)
+    try:
+        return console_producer.run(
+            broker,
+            args.topic,
+            sys.stdin.buffer,
+            sys.stderr,
+            partition=args.partition,
+            key_separator=args.key_separator,
+            headers=headers,
+            acks=args.acks,
+            compression=args.compression,
+            batch_size=args.batch_size,
+        )
+    finally:
+        broker.close()
+
+
+def _run_consume(args: argparse.Namespace, config) -> int:
+    from spark_kafkalog import console_consumer
+    from spark_kafkalog.console_consumer import StartAt
+
+    if args.offset is not None:
+        start = StartAt.parse_offset(args.offset)
+    elif args.timestamp is not None:
+        start = StartAt("timestamp", args.timestamp)
+    else:
+        start = StartAt("earliest")
+    sys.stdout.flush()
+    return console_consumer.consume(
+        args.log_dir,
+        config,
+        args.topic,
+        sys.stdout.buffer,
+        sys.stderr,
+        partition=args.partition,
+        start=start,
+        max_messages=args.max_messages,
+        isolation_level=args.isolation_level,
+        output_format=args.format,
+        properties=args.property,
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    name = args.command + (f" {args.action}" if args.command == "topics" else "")
     try:
+        if args.command in ("topics", "produce", "consume"):
+            from spark_kafkalog.topics_command import load_config
+
+            config = load_config(_config_file(args))
+            run = {"topics": _run_topics, "produce": _run_produce, "consume": _run_consume}
+            return run[args.command](args, config)
         if args.command == "dump":
             from spark_kafkalog.dump_log import dump
 
@@ -56,11 +330,14 @@ def main(argv: list[str] | None = None) -> int:
             from spark_kafkalog.demo import run
 
             return run(args.dir, sys.stdout)
-    except KafkaLogError as e:
-        sys.stdout.flush()
-        print(f"kafkalog {args.command}: {e}", file=sys.stderr)
-        return 1
-    except BrokenPipeError:
+    except (KafkaLogError, OSError) as e:
+        if isinstance(e, BrokenPipeError):
+            return 1
+        try:
+            sys.stdout.flush()
+        except BrokenPipeError:
+            return 1
+        print(f"kafkalog {name}: {e}", file=sys.stderr)
         return 1
     return 2
 

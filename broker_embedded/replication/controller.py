@@ -8,24 +8,41 @@ controller epoch (Kafka's controller, reduced to one process).
   replicas, leader epoch 0 (or one above the highest epoch any replica's log has seen, when the
   logs already exist).
 - Decisions go to the brokers as :class:`LeaderAndIsr` states stamped with the controller epoch;
-  a broker refuses states from an older controller epoch (STALE_CONTROLLER_EPOCH), so a
-  controller replaced by :meth:`successor` can no longer change anything.
+  a broker refuses states from an older controller epoch (STALE_CONTROLLER_EPOCH). A controller
+  replaced by :meth:`successor` (epoch + 1) can no longer change anything: every decision it is
+  asked for is STALE_CONTROLLER_EPOCH, the brokers are pointed at the successor, which sends
+  them every partition's state with its epoch at once (so they refuse the old epoch from then
+  on); :attr:`Controller.current` follows the chain of successors.
 - Leader election when a broker stops: the first live replica (assignment order) that is in the
   ISR becomes leader, with the leader epoch and partition epoch bumped; with none left the
   partition goes offline (leader -1) keeping its last ISR, unless
   ``unclean.leader.election.enable`` lets any live replica lead. A stopped follower leaves the
   ISR at once. A restarted broker that was the last ISR member of an offline partition leads it
-  again.
+  again (with unclean election enabled, any restarted replica does). A new leader epoch is
+  always above both the previous one and every epoch in the logs of the replicas registered
+  with this controller.
 - ISR changes proposed by leaders (:meth:`alter_partition`) are checked against the leader epoch
   (FENCED_LEADER_EPOCH), the partition epoch (INVALID_UPDATE_VERSION) and broker liveness
   (INELIGIBLE_REPLICA), then committed with the partition epoch bumped.
-- Persistence: with ``store`` the topics and assignments are kept in a JSON file
-  (``{"version": 1, "next_producer_id": N, "topics": {name: {"assignment": {"0": [ids]}, ...}}}``)
-  so that a cluster reopened on the same directories finds its topics; a standalone broker
-  rebuilds them from its own log dir instead.
+- Persistence: with ``store`` the topics, assignments and partition states are kept in a JSON
+  file, rewritten atomically at every change::
+
+    {"version": 1, "controller_epoch": E, "next_producer_id": N,
+     "topics": {name: {<topic entry>, "assignment": {"0": [ids]},
+                       "partition_states": {"0": {"leader": L, "leader_epoch": LE,
+                                                  "isr": [ids], "partition_epoch": PE}}}}}
+
+  so that a cluster reopened on the same directories finds its topics. A reopened controller
+  takes epoch E + 1 and starts with every partition offline (leader -1) keeping its stored ISR
+  and epochs: a partition comes back only when a member of its last ISR registers (as in
+  Kafka, where that state outlives the brokers), so a replica that had fallen behind can never
+  lead and truncate acknowledged records away. Files without ``partition_states`` (or partitions
+  missing from it) start as new partitions. A standalone broker (no store) rebuilds its topics
+  from its own log dir instead.
 
 Thread safety: one lock guards all state; calls into brokers are made under it (brokers never
-call back into the controller while applying a state).
+call back into the controller while applying a state, and never hold a partition lock while
+calling :meth:`alter_partition`, see partition.py).
 """
 
 from __future__ import annotations
@@ -60,6 +77,7 @@ from broker_embedded.storage.log_config import parse_overrides
 from broker_embedded.storage.partition_metadata import new_topic_id
 from broker_embedded.storage.topic_config_file import TopicEntry
 from broker_embedded.storage.topic_partition import TopicPartition, validate_topic
+from broker_embedded.transaction_coordinator import TransactionCoordinator
 
 if TYPE_CHECKING:
     from broker_embedded.broker import Broker
@@ -106,7 +124,9 @@ class Controller:
         self._states: dict[TopicPartition, LeaderAndIsr] = {}
         self._next_producer_id = 0
         self._txn_producers: dict[str, tuple[int, int]] = {}
+        self.transaction_coordinator = TransactionCoordinator()
         self._resigned = False
+        self._successor: Controller | None = None
         self._load()
 
     # -- persistence -------------------------------------------------------------------------------
@@ -116,11 +136,21 @@ class Controller:
             return
         data = json.loads(self._store.read_text("utf-8"))
         self._next_producer_id = int(data.get("next_producer_id", 0))
+        self.epoch = max(self.epoch, int(data.get("controller_epoch", 0)) + 1)
         from broker_embedded.storage.topic_config_file import TopicConfigFile
 
         for name, t in data["topics"].items():
             self._topics[name] = TopicConfigFile._entry(name, t)
             self._assignment[name] = {int(p): tuple(r) for p, r in t["assignment"].items()}
+            for p, st in t.get("partition_states", {}).items():
+                replicas = self._assignment[name].get(int(p))
+                if replicas is None:
+                    continue
+                # No broker is alive yet: offline, until a member of the last ISR registers.
+                self._states[TopicPartition(name, int(p))] = LeaderAndIsr(
+                    NO_LEADER, int(st["leader_epoch"]), tuple(int(b) for b in st["isr"]),
+                    replicas, int(st["partition_epoch"]),
+                )  # fmt: skip
 
     def _save(self) -> None:
         if self._store is None:
@@ -129,29 +159,64 @@ class Controller:
         for name, entry in sorted(self._topics.items()):
             t = entry.to_json()
             t["assignment"] = {str(p): list(r) for p, r in sorted(self._assignment[name].items())}
+            states = {}
+            for p in sorted(self._assignment[name]):
+                st = self._states.get(TopicPartition(name, p))
+                if st is not None:
+                    states[str(p)] = {
+                        "leader": st.leader,
+                        "leader_epoch": st.leader_epoch,
+                        "isr": list(st.isr),
+                        "partition_epoch": st.partition_epoch,
+                    }
+            t["partition_states"] = states
             topics[name] = t
-        body = {"version": 1, "next_producer_id": self._next_producer_id, "topics": topics}
+        body = {"version": 1, "controller_epoch": self.epoch,
+                "next_producer_id": self._next_producer_id, "topics": topics}  # fmt: skip
         write_atomically(self._store, (json.dumps(body, indent=1) + "\n").encode("utf-8"))
 
     # -- brokers -----------------------------------------------------------------------------------
 
     def successor(self) -> Controller:
-        """A new controller (epoch + 1) taking over this one's state; this one resigns."""
+        """A new controller (epoch + 1) taking over this one's state; this one resigns. The
+        brokers are pointed at the successor, which sends them every partition's state with
+        its epoch (so that they refuse this controller's epoch from then on)."""
         with self._lock:
-            new = Controller(epoch=self.epoch + 1, store=self._store)
+            self._check_active()
+            new = Controller(epoch=self.epoch + 1)
+            new._store = self._store
             new._brokers, new._alive = dict(self._brokers), set(self._alive)
-            new._topics, new._assignment = dict(self._topics), dict(self._assignment)
+            new._topics = dict(self._topics)
+            new._assignment = {t: dict(a) for t, a in self._assignment.items()}
             new._states = dict(self._states)
             new._next_producer_id = self._next_producer_id
             new._txn_producers = dict(self._txn_producers)
+            new.transaction_coordinator = self.transaction_coordinator
             self._resigned = True
+            self._successor = new
             for b in new._brokers.values():
                 b.controller = new
-            return new
+        with new._lock:
+            new._save()
+            new._send(new._states)
+        return new
+
+    @property
+    def current(self) -> Controller:
+        """The active controller: this one, or the last of its successors."""
+        c = self
+        while c._successor is not None:
+            c = c._successor
+        return c
+
+    @property
+    def is_active(self) -> bool:
+        return not self._resigned
 
     def register_broker(self, broker: Broker) -> None:
         """A broker started (or restarted): adopt its topics, then send it its states."""
         with self._lock:
+            self._check_active()
             self._brokers[broker.broker_id] = broker
             self._alive.add(broker.broker_id)
             self._adopt_topics(broker)
@@ -166,8 +231,11 @@ class Controller:
                     state = self._states.get(tp)
                     if state is None:
                         changed[tp] = self._initial_state(tp, replicas)
-                    elif state.leader == NO_LEADER and broker.broker_id in state.isr:
-                        changed[tp] = self._elect(state, broker.broker_id)
+                    elif state.leader == NO_LEADER and (
+                        broker.broker_id in state.isr
+                        or (broker.broker_id in replicas and self._unclean_allowed(tp))
+                    ):
+                        changed[tp] = self._elect(tp, state, broker.broker_id)
                     elif broker.broker_id in replicas:
                         changed[tp] = state
             self._states.update(changed)
@@ -197,14 +265,20 @@ class Controller:
                 best = max(best, lg.leader_epoch_cache.latest_epoch)
         return best
 
-    def _elect(self, state: LeaderAndIsr, leader: int) -> LeaderAndIsr:
+    def _elect(self, tp: TopicPartition, state: LeaderAndIsr, leader: int) -> LeaderAndIsr:
         isr = state.isr if leader in state.isr else (leader,)
-        return replace(state, leader=leader, leader_epoch=state.leader_epoch + 1, isr=isr,
+        epoch = max(state.leader_epoch, self._highest_epoch_on_disk(tp, state.replicas)) + 1
+        return replace(state, leader=leader, leader_epoch=epoch, isr=isr,
                        partition_epoch=state.partition_epoch + 1)  # fmt: skip
+
+    def _unclean_allowed(self, tp: TopicPartition) -> bool:
+        config = self._topics[tp.topic].log_config(self._defaults(), tp.topic)
+        return config.unclean_leader_election_enable
 
     def broker_stopped(self, broker_id: int) -> None:
         """Elect new leaders for what ``broker_id`` led; drop it from every ISR."""
         with self._lock:
+            self._check_active()
             self._alive.discard(broker_id)
             changed = {}
             for tp, state in self._states.items():
@@ -216,21 +290,17 @@ class Controller:
                     isr = tuple(b for b in state.isr if b != broker_id)
                     changed[tp] = replace(state, isr=isr, partition_epoch=state.partition_epoch + 1)
             self._states.update(changed)
+            self._save()
             self._send(changed)
 
     def _reelect(self, tp: TopicPartition, state: LeaderAndIsr, gone: int) -> LeaderAndIsr:
         candidates = [r for r in state.replicas if r in state.isr and r in self._alive]
-        if (
-            not candidates
-            and self._topics[tp.topic]
-            .log_config(self._defaults(), tp.topic)
-            .unclean_leader_election_enable
-        ):
+        if not candidates and self._unclean_allowed(tp):
             candidates = [r for r in state.replicas if r in self._alive]
         if not candidates:
             return replace(state, leader=NO_LEADER, leader_epoch=state.leader_epoch + 1,
                            partition_epoch=state.partition_epoch + 1)  # fmt: skip
-        new = self._elect(state, candidates[0])
+        new = self._elect(tp, state, candidates[0])
         return replace(new, isr=tuple(b for b in new.isr if b != gone) or (candidates[0],))
 
     def _defaults(self):
@@ -372,6 +442,7 @@ class Controller:
                 raise IneligibleReplicaError(f"{tp}: brokers {dead} are stopped")
             committed = replace(state, isr=proposal.isr, partition_epoch=state.partition_epoch + 1)
             self._states[tp] = committed
+            self._save()
             return committed
 
     # -- producer ids ------------------------------------------------------------------------------
@@ -380,6 +451,7 @@ class Controller:
         """(producer id, epoch): a new id, or for a transactional id its id with the epoch
         bumped (fencing the previous instance)."""
         with self._lock:
+            self._check_active()
             if transactional_id is not None and transactional_id in self._txn_producers:
                 pid, epoch = self._txn_producers[transactional_id]
                 result = (pid, epoch + 1)

@@ -16,15 +16,24 @@ On the leader (reference C):
 - a follower outside the ISR joins once its log end offset reaches the high watermark and the
   start of the current leader epoch; an ISR follower whose log end offset differs from the
   leader's and who was last caught up more than ``replica.lag.time.max.ms`` ago is removed. ISR
-  changes go through the controller (``alter_partition``), which may refuse a stale proposal;
+  changes go through the controller (``alter_partition``), which may refuse a stale proposal.
+  One proposal is in flight at a time; while it is, the high watermark is computed over the
+  committed ISR together with the proposed one (Kafka's "maximal ISR"), so a follower the
+  controller may already count as in sync never lags behind the high watermark;
+- a follower fetch at an offset above the leader's log end offset is not recorded (the read
+  answers OFFSET_OUT_OF_RANGE): it must not count as caught up;
 - a produce with acks=all is refused (NOT_ENOUGH_REPLICAS) when the ISR is smaller than
   ``min.insync.replicas``; it is answered once the high watermark passes its last offset.
 
-On a follower the high watermark is ``min(leader's high watermark, own log end offset)``.
+On a follower the high watermark is ``min(leader's high watermark, own log end offset)``; a fetch
+response is appended only if it answers the current leader and leader epoch at the current log
+end offset (a late response from a former leader, or one read before a truncation, is dropped).
 
 Thread safety: one lock per partition guards the state and is held around log calls (the log has
-its own lock, taken after this one). Nothing here calls back into a purgatory or the controller's
-brokers while holding the lock except ``alter_partition``, which only updates the controller.
+its own lock, taken after this one). The controller calls in with its own lock held (LeaderAndIsr),
+so nothing here calls the controller, a purgatory or another broker while holding the partition
+lock: an ISR change is decided under the lock, sent to the controller (``alter_partition``)
+without it, and its answer applied under the lock again if it is still newer than the state.
 """
 
 from __future__ import annotations
@@ -97,6 +106,7 @@ class Partition:
         self._lag_max_ms = replica_lag_time_max_ms
         self._replicas: dict[int, ReplicaState] = {}
         self._leader_epoch_start = 0
+        self._pending_isr: LeaderAndIsr | None = None  # an ISR change sent to the controller
         self.lock = threading.RLock()
 
     def __repr__(self) -> str:
@@ -144,6 +154,7 @@ class Partition:
                 return False
             new_epoch = self.state is None or self.state.leader_epoch != state.leader_epoch
             self.state = state
+            self._pending_isr = None
             if new_epoch:
                 now = self._clock()
                 leo = self.log.log_end_offset
@@ -161,12 +172,14 @@ class Partition:
                 return False
             self.state = state
             self._replicas = {}
+            self._pending_isr = None
             return True
 
     def stop_leading(self) -> None:
         with self.lock:
             self.state = None
             self._replicas = {}
+            self._pending_isr = None
 
     # -- checks ------------------------------------------------------------------------------------
 
@@ -257,23 +270,26 @@ class Partition:
                 )
             now = self._clock()
             leo = self.log.log_end_offset
+            if fetch_offset > leo:
+                return False  # OFFSET_OUT_OF_RANGE: a diverged follower is not caught up
             if fetch_offset >= leo:
                 r.last_caught_up_ms = now
             elif fetch_offset >= r.last_fetch_leader_leo >= 0:
                 r.last_caught_up_ms = max(r.last_caught_up_ms, r.last_fetch_ms)
             r.log_end_offset = fetch_offset
             r.last_fetch_leader_leo, r.last_fetch_ms = leo, now
-            changed = self._maybe_expand_isr(r)
-            return self._maybe_increment_hw() or changed
+            proposal = self._maybe_expand_isr(r)
+            hw_moved = self._maybe_increment_hw()
+        return self._send_isr_change(proposal) or hw_moved
 
-    def _maybe_expand_isr(self, r: ReplicaState) -> bool:
+    def _maybe_expand_isr(self, r: ReplicaState) -> LeaderAndIsr | None:
         s = self.state
         if s is None or r.broker_id in s.isr:
-            return False
+            return None
         hw = self.log.high_watermark
         if r.log_end_offset < hw or r.log_end_offset < self._leader_epoch_start:
-            return False
-        return self._propose_isr(tuple(sorted(s.isr + (r.broker_id,))))
+            return None
+        return self._prepare_isr_change(tuple(sorted(s.isr + (r.broker_id,))))
 
     def maybe_shrink_isr(self) -> bool:
         """Drop followers that fell too far behind; True if the ISR changed."""
@@ -285,9 +301,8 @@ class Partition:
             out = {b for b in s.isr if b != self.broker_id and self._out_of_sync(b, now, leo)}
             if not out:
                 return False
-            changed = self._propose_isr(tuple(b for b in s.isr if b not in out))
-            self._maybe_increment_hw()
-            return changed
+            proposal = self._prepare_isr_change(tuple(b for b in s.isr if b not in out))
+        return self._send_isr_change(proposal)
 
     def _out_of_sync(self, broker_id: int, now: int, leo: int) -> bool:
         r = self._replicas.get(broker_id)
@@ -299,27 +314,47 @@ class Partition:
         """Drop a stopped broker from the ISR at once (controller-driven)."""
         with self.lock:
             s = self.state
-            if s is None or broker_id not in s.isr:
+            if s is None or s.leader != self.broker_id or broker_id not in s.isr:
                 return False
-            return self._propose_isr(tuple(b for b in s.isr if b != broker_id))
+            proposal = self._prepare_isr_change(tuple(b for b in s.isr if b != broker_id))
+        return self._send_isr_change(proposal)
 
-    def _propose_isr(self, isr: tuple[int, ...]) -> bool:
+    def _prepare_isr_change(self, isr: tuple[int, ...]) -> LeaderAndIsr | None:
+        """Under the lock: the proposal to send, or None while another one is in flight."""
         s = self.state
-        assert s is not None
-        proposal = replace(s, isr=isr)
-        try:
-            committed = self._alter(self.topic_partition, self.broker_id, proposal)
-        except KafkaApiError:
+        if s is None or self._pending_isr is not None or isr == s.isr:
+            return None
+        self._pending_isr = replace(s, isr=isr)
+        return self._pending_isr
+
+    def _send_isr_change(self, proposal: LeaderAndIsr | None) -> bool:
+        """Without the lock: ask the controller; apply its answer if still newer. True if the
+        ISR or the HW changed."""
+        if proposal is None:
             return False
-        self.state = committed
-        return True
+        try:
+            committed: LeaderAndIsr | None = self._alter(
+                self.topic_partition, self.broker_id, proposal
+            )
+        except KafkaApiError:  # stale proposal: a newer state is on its way, or retry later
+            committed = None
+        with self.lock:
+            if self._pending_isr is proposal:
+                self._pending_isr = None
+            changed = committed is not None and self._is_newer(committed)
+            if changed:
+                self.state = committed
+            return self._maybe_increment_hw() or changed
 
     def _maybe_increment_hw(self) -> bool:
         s = self.state
         if s is None or s.leader != self.broker_id or len(s.isr) < self.min_isr:
             return False
+        isr = set(s.isr)
+        if self._pending_isr is not None:
+            isr.update(self._pending_isr.isr)  # the maximal ISR
         leos = [self.log.log_end_offset]
-        for b in s.isr:
+        for b in isr:
             if b != self.broker_id:
                 r = self._replicas.get(b)
                 leos.append(-1 if r is None else r.log_end_offset)
@@ -328,15 +363,48 @@ class Partition:
     # -- follower side -----------------------------------------------------------------------------
 
     def append_records_to_follower(
-        self, records: bytes, leader_high_watermark: int, leader_log_start_offset: int
+        self,
+        records: bytes,
+        leader_high_watermark: int,
+        leader_log_start_offset: int,
+        *,
+        leader_id: int | None = None,
+        leader_epoch: int | None = None,
+        fetch_offset: int | None = None,
     ) -> LogAppendInfo | None:
+        """Append a fetch response from the leader. With ``leader_id`` / ``leader_epoch`` (whom
+        the fetch went to, at which epoch) a response that no longer answers the current state
+        is NOT_LEADER_OR_FOLLOWER / FENCED_LEADER_EPOCH; with ``fetch_offset`` one fetched at
+        another log end offset than the current one (a truncation came between) is dropped."""
         with self.lock:
             s = self.state
             if s is None or s.leader == self.broker_id:
                 raise NotLeaderOrFollowerError(f"{self._where()}: not a follower")
+            if leader_id is not None and s.leader != leader_id:
+                raise NotLeaderOrFollowerError(
+                    f"{self._where()}: broker {leader_id} is no longer the leader ({s.leader} is)"
+                )
+            if leader_epoch is not None and s.leader_epoch != leader_epoch:
+                raise FencedLeaderEpochError(
+                    f"{self._where()}: a response for leader epoch {leader_epoch}, now "
+                    f"{s.leader_epoch}"
+                )
+            if fetch_offset is not None and fetch_offset != self.log.log_end_offset:
+                return None
             info = self.log.append_as_follower(records) if records else None
             self.log.update_high_watermark(min(leader_high_watermark, self.log.log_end_offset))
             start = min(leader_log_start_offset, self.log.high_watermark)
             if start > self.log.log_start_offset:
                 self.log.delete_records_before(start)
             return info
+
+    def is_follower_of(self, leader_id: int, leader_epoch: int) -> bool:
+        """True while this replica follows ``leader_id`` at ``leader_epoch`` (under the lock)."""
+        with self.lock:
+            s = self.state
+            return (
+                s is not None
+                and s.leader != self.broker_id
+                and s.leader == leader_id
+                and s.leader_epoch == leader_epoch
+            )

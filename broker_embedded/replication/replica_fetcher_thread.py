@@ -12,13 +12,19 @@ Per partition:
    its own end offset for that epoch. Without epochs it keeps its log (nothing to compare).
 2. Fetching at the follower's log end offset with its current leader epoch; the records are
    appended with the leader's offsets and epochs, the follower's high watermark becomes
-   ``min(leader HW, own log end offset)`` and its log start offset follows the leader's.
+   ``min(leader HW, own log end offset)`` and its log start offset follows the leader's. A
+   response is applied only while the replica still follows that leader at that leader epoch
+   and its log end offset is still the fetch offset (partition.py); otherwise it is dropped.
 3. OFFSET_OUT_OF_RANGE: a follower ahead of the leader truncates to the leader's log end offset;
    one behind the leader's log start restarts its log empty there.
-4. NOT_LEADER_OR_FOLLOWER, FENCED/UNKNOWN_LEADER_EPOCH, a stopped or unreachable leader: back
-   off ``replica.fetch.backoff.ms`` and retry (a new LeaderAndIsr moves the partition).
+4. NOT_LEADER_OR_FOLLOWER, FENCED/UNKNOWN_LEADER_EPOCH (per partition), a stopped or unreachable
+   leader (the whole thread): back off ``replica.fetch.backoff.ms`` and retry (a new
+   LeaderAndIsr moves the partition).
 
-Threads stop on :meth:`ReplicaFetcherManager.shutdown`; they stall while their broker is paused.
+Threads stop on :meth:`ReplicaFetcherManager.shutdown`. They stall while their broker is paused,
+also between receiving a response and applying it: a paused broker applies nothing. Calls to the
+leader are made without holding a partition lock (the controller takes partition locks with its
+own lock held, and a paused leader blocks its callers).
 Thread safety: the partition map of a thread is guarded by its lock.
 """
 
@@ -26,10 +32,16 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from broker_embedded.errors import KafkaLogError, OffsetOutOfRangeError
+from broker_embedded.errors import (
+    KafkaApiError,
+    KafkaLogError,
+    NotLeaderOrFollowerError,
+    OffsetOutOfRangeError,
+)
 from broker_embedded.fetch_request import FetchRequest, PartitionFetch, PartitionFetchResult
 from broker_embedded.storage.topic_partition import TopicPartition
 
@@ -37,6 +49,8 @@ if TYPE_CHECKING:
     from broker_embedded.replica_manager import ReplicaManager
 
 log = logging.getLogger(__name__)
+
+IDLE_WAIT_S = 0.5  # with nothing to fetch, until a partition is added
 
 
 @dataclass
@@ -96,9 +110,15 @@ class ReplicaFetcherThread:
             except KafkaLogError:
                 return
             leader = self.follower._peer(self.leader_id)
-            states = self._ready()
+            states, next_retry = self._ready()
             if leader is None or not states:
-                self._wakeup.wait(self._backoff_s() if leader is None else 0.5)
+                if leader is None:
+                    wait = self._backoff_s()
+                elif next_retry is not None:
+                    wait = max(next_retry - time.monotonic(), 0.001)
+                else:
+                    wait = IDLE_WAIT_S
+                self._wakeup.wait(wait)
                 self._wakeup.clear()
                 continue
             try:
@@ -110,21 +130,29 @@ class ReplicaFetcherThread:
                 log.exception("fetcher %s failed; backing off", self._thread.name)
                 self._stop.wait(self._backoff_s())
 
-    def _ready(self) -> dict[TopicPartition, _FetchState]:
-        import time
-
+    def _ready(self) -> tuple[dict[TopicPartition, _FetchState], float | None]:
+        """The partitions to work on now, and when the next backed-off one is due."""
         now = time.monotonic()
         with self._lock:
-            return {tp: st for tp, st in self._partitions.items() if st.retry_at <= now}
+            ready = {tp: st for tp, st in self._partitions.items() if st.retry_at <= now}
+            later = [st.retry_at for st in self._partitions.values() if st.retry_at > now]
+        return ready, min(later, default=None)
+
+    def _back_off(self, tp: TopicPartition, st: _FetchState, e: Exception) -> None:
+        log.debug("fetcher %s: %s: %s; backing off", self._thread.name, tp, e)
+        st.retry_at = time.monotonic() + self._backoff_s()
 
     def _do_work(self, leader: ReplicaManager, states: dict[TopicPartition, _FetchState]) -> None:
         for tp, st in states.items():
             if st.truncating:
-                self._truncate(leader, tp, st)
+                try:
+                    self._truncate(leader, tp, st)
+                except KafkaApiError as e:
+                    self._back_off(tp, st, e)
         parts = []
         for tp, st in states.items():
             p = self.follower.partitions.get(tp)
-            if p is None:
+            if st.truncating or p is None or not p.is_follower_of(self.leader_id, st.leader_epoch):
                 continue
             parts.append(PartitionFetch(tp, p.log.log_end_offset,
                                         self.follower.config.replica_fetch_max_bytes,
@@ -137,10 +165,18 @@ class ReplicaFetcherThread:
             max_bytes=self.follower.config.replica_fetch_response_max_bytes,
         )  # fmt: skip
         response = leader.fetch_messages(request)
+        # A paused broker is a stopped process: it must not apply what arrives meanwhile (and
+        # after it resumes the response may be stale: the checks below drop it then).
+        self.follower.gate()
         if self._stop.is_set():
             return
+        offsets = {pf.topic_partition: pf.fetch_offset for pf in parts}
         for result in response.partitions:
-            self._process(leader, result, states[result.topic_partition])
+            tp = result.topic_partition
+            try:
+                self._process(leader, result, states[tp], offsets[tp])
+            except KafkaApiError as e:
+                self._back_off(tp, states[tp], e)
 
     def _truncate(self, leader: ReplicaManager, tp: TopicPartition, st: _FetchState) -> None:
         p = self.follower.partitions.get(tp)
@@ -148,39 +184,56 @@ class ReplicaFetcherThread:
             return
         lg = p.log
         epoch = lg.leader_epoch_cache.latest_epoch
+        leo = lg.log_end_offset
         if epoch is not None:
+            # Asked without holding the partition lock: the leader may block (paused), and the
+            # controller takes this partition's lock with its own lock held.
             leader_epoch, leader_end = leader.end_offset_for_epoch(tp, epoch)
-            if leader_epoch < 0:
-                target = lg.high_watermark
-            elif leader_epoch == epoch:
-                target = min(leader_end, lg.log_end_offset)
-            else:
-                own_epoch, own_end = lg.end_offset_for_epoch(leader_epoch)
-                target = min(leader_end, own_end if own_epoch >= 0 else lg.high_watermark)
             with p.lock:
+                if not p.is_follower_of(self.leader_id, st.leader_epoch):
+                    raise NotLeaderOrFollowerError(
+                        f"{tp}: broker {self.follower.broker_id} no longer follows broker "
+                        f"{self.leader_id} at leader epoch {st.leader_epoch}"
+                    )
+                if lg.leader_epoch_cache.latest_epoch != epoch or lg.log_end_offset != leo:
+                    return  # changed meanwhile (cannot happen while we are its only writer)
+                if leader_epoch < 0:
+                    target = lg.high_watermark
+                elif leader_epoch == epoch:
+                    target = min(leader_end, leo)
+                else:
+                    own_epoch, own_end = lg.end_offset_for_epoch(leader_epoch)
+                    target = min(leader_end, own_end if own_epoch >= 0 else lg.high_watermark)
                 if lg.truncate_to(target):
                     log.info("broker %s truncated %s to %s", self.follower.broker_id, tp, target)
         st.truncating = False
 
-    def _process(self, leader: ReplicaManager, r: PartitionFetchResult, st: _FetchState) -> None:
+    def _process(
+        self, leader: ReplicaManager, r: PartitionFetchResult, st: _FetchState, fetch_offset: int
+    ) -> None:
         tp = r.topic_partition
         p = self.follower.partitions.get(tp)
         if p is None:
             return
         if r.error is None:
-            p.append_records_to_follower(r.records, r.high_watermark, r.log_start_offset)
+            p.append_records_to_follower(
+                r.records, r.high_watermark, r.log_start_offset, leader_id=self.leader_id,
+                leader_epoch=st.leader_epoch, fetch_offset=fetch_offset,
+            )  # fmt: skip
             return
         if isinstance(r.error, OffsetOutOfRangeError):
             start, end = leader.log_offsets(tp)
             with p.lock:
-                if p.log.log_end_offset > end:
+                if not p.is_follower_of(self.leader_id, st.leader_epoch):
+                    return
+                if p.log.log_end_offset != fetch_offset:
+                    return  # stale answer
+                if fetch_offset > end:
                     p.log.truncate_to(end)
-                else:
+                elif fetch_offset < start:
                     p.log.truncate_fully_and_start_at(start)
             return
-        import time
-
-        st.retry_at = time.monotonic() + self._backoff_s()
+        self._back_off(tp, st, r.error)
 
 
 class ReplicaFetcherManager:

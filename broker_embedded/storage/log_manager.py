@@ -13,16 +13,21 @@ Files at the top of the log dir (layouts in offset_checkpoint.py, topic_config_f
 Opening takes the lock (:class:`LogDirLockedError` names the owner), then opens every partition
 directory: without the clean-shutdown marker each log recovers from its recovery point.
 Partition directories of topics missing from ``kafkalog-topics.json`` (a log dir copied from a
-real Kafka broker) are opened with the broker defaults and registered.
+real Kafka broker) are opened with the broker defaults and registered. ``__cluster_metadata-0``
+(a KRaft broker's metadata log) is not a topic: as Kafka's log manager does, it is left alone.
 
 Publishing: any change of a log's high watermark, log start offset or recovery point wakes the
 checkpoint thread, which rewrites the changed checkpoint files atomically, at most once per
 ``checkpoint_interval_ms`` (default 100 ms): a reader in another process sees a new high
-watermark within that interval. The scheduler applies retention every
+watermark within that interval. A new log's entries are written before the log is handed out,
+so no reader meets a partition without a high watermark entry (read-only views read such a
+partition to its log end). The scheduler applies retention every
 ``retention_check_interval_ms`` and the ``flush.ms`` policy every ``flush_check_interval_ms``.
 
 Thread safety: the manager's lock guards its maps; each log has its own lock. Lock order: log
-lock, then manager lock (a log's change callback takes the manager's condition).
+lock, then manager lock (a log's change callback takes the manager's condition), so the manager
+never calls into a log others can reach while it holds its own lock. Checkpoint writes are
+serialised by a third lock (they share ``.tmp`` names), taken before the manager's.
 """
 
 from __future__ import annotations
@@ -61,6 +66,7 @@ from broker_embedded.storage.unified_log import UnifiedLog
 log = logging.getLogger(__name__)
 
 CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
+METADATA_TOPIC = "__cluster_metadata"
 META_PROPERTIES = "meta.properties"
 DEFAULT_CHECKPOINT_INTERVAL_MS = 100
 DEFAULT_RETENTION_CHECK_INTERVAL_MS = 300_000
@@ -96,6 +102,7 @@ class LogManager:
         self._interval_s = checkpoint_interval_ms / 1000
         self._lock_file = LogDirLock.acquire(self.log_dir, f"{owner} {node_id}")
         self._cond = threading.Condition()
+        self._checkpoint_lock = threading.Lock()
         self._dirty = False
         self._closed = False
         self._written: dict[str, dict[TopicPartition, int]] = {}
@@ -143,6 +150,7 @@ class LogManager:
         found = sorted(
             tp for e in os.scandir(self.log_dir)
             if e.is_dir() and (tp := TopicPartition.try_parse_dir_name(e.name)) is not None
+            and tp.topic != METADATA_TOPIC
         )  # fmt: skip
         unknown = {tp.topic: tp for tp in found if tp.topic not in self.topics}  # highest last
         for topic, tp in unknown.items():
@@ -186,21 +194,35 @@ class LogManager:
             self._topic_file.write(self.topics)
 
     def get_or_create_log(self, tp: TopicPartition) -> UnifiedLog:
-        """The log of ``tp`` (its topic must be registered), created empty if needed."""
-        with self._cond:
-            self._check_open()
-            existing = self.logs.get(tp)
-            if existing is not None:
-                return existing
-            if tp.topic not in self.topics or tp.partition >= self.topics[tp.topic].partitions:
-                raise UnknownTopicOrPartitionError(
-                    f"topic {tp.topic!r} partition {tp.partition} is not registered in "
-                    f"{self.log_dir}"
-                )
-            created = self._open_log(tp)
-            self.logs[tp] = created
-            self._dirty = True
-            self._cond.notify_all()
+        """The log of ``tp`` (its topic must be registered), created empty if needed.
+
+        A created log's checkpoint entries are written before it is published: a reader never
+        meets a partition without a high watermark entry, which it would read to its log end."""
+        existing = self.logs.get(tp)
+        if existing is not None and not self._closed:
+            return existing
+        with self._checkpoint_lock:  # one creation at a time; no checkpoint write in between
+            with self._cond:
+                self._check_open()
+                existing = self.logs.get(tp)
+                if existing is not None:
+                    return existing
+                entry = self.topics.get(tp.topic)
+                if entry is None or tp.partition >= entry.partitions:
+                    raise UnknownTopicOrPartitionError(
+                        f"topic {tp.topic!r} partition {tp.partition} is not registered in "
+                        f"{self.log_dir}"
+                    )
+                created = self._open_log(tp)
+                logs = {**self.logs, tp: created}
+            try:
+                self._write_checkpoints(logs)
+                with self._cond:
+                    self._check_open()
+                    self.logs[tp] = created
+            except BaseException:
+                created.close()
+                raise
             return created
 
     def get_log(self, tp: TopicPartition) -> UnifiedLog | None:
@@ -210,19 +232,18 @@ class LogManager:
         """Close and delete every partition of ``topic`` and forget it."""
         with self._cond:
             self._check_open()
-            doomed = [tp for tp in self.logs if tp.topic == topic]
-            for tp in doomed:
-                self.logs.pop(tp).close()
-                shutil.rmtree(self.log_dir / tp.dir_name, ignore_errors=True)
+            doomed = [(tp, self.logs.pop(tp)) for tp in list(self.logs) if tp.topic == topic]
             self.topics.pop(topic, None)
             self._topic_file.write(self.topics)
-            self._dirty = True
-            self._cond.notify_all()
+        for tp, lg in doomed:  # outside the manager's lock: closing takes each log's lock
+            lg.close()
+            shutil.rmtree(self.log_dir / tp.dir_name, ignore_errors=True)
         fsync_dir(self.log_dir)
+        self._on_offsets_changed(None)
 
     # -- background work ---------------------------------------------------------------------------
 
-    def _on_offsets_changed(self, _log: UnifiedLog) -> None:
+    def _on_offsets_changed(self, _log: UnifiedLog | None) -> None:
         with self._cond:
             self._dirty = True
             self._cond.notify_all()
@@ -236,16 +257,21 @@ class LogManager:
                     return
             try:
                 self.checkpoint()
-            except OSError:
+            except Exception:  # keep publishing: the next change retries
                 log.exception("writing the checkpoint files of %s failed", self.log_dir)
             with self._cond:  # coalesce: at most one write per interval
                 self._cond.wait_for(lambda: self._closed, timeout=self._interval_s)
 
     def checkpoint(self) -> None:
         """Write the checkpoint files whose contents changed."""
-        with self._cond:
-            self._dirty = False
-            logs = dict(self.logs)
+        with self._checkpoint_lock:
+            with self._cond:
+                self._dirty = False
+                logs = dict(self.logs)
+            self._write_checkpoints(logs)
+
+    def _write_checkpoints(self, logs: dict[TopicPartition, UnifiedLog]) -> None:
+        """Under the checkpoint lock."""
         for name, value in _CHECKPOINTS.items():
             offsets = {tp: value(lg) for tp, lg in sorted(logs.items())}
             if offsets != self._written.get(name):

@@ -21,8 +21,10 @@ Per append (one ``append`` call = one Kafka append, e.g. one partition of a prod
   (what Kafka's followers, the KRaft log and recovery store); a leader that wants Kafka 3.6+
   leader behaviour passes the offset of the first record carrying it.
 
-Index entries reach their files on :meth:`flush`, :meth:`roll` and :meth:`close` (appended,
-never preallocated), so an index file always holds exactly its entries. Closing or rolling a
+Index entries are written to their files as soon as an append creates them (appended, never
+preallocated, fsynced with the ``.log`` by :meth:`flush`), so an index file always holds exactly
+its entries and a reader in another process finds the active segment's entries on disk instead
+of scanning the whole ``.log``. Closing or rolling a
 segment adds the final time index entry and fsyncs the three files; creating files fsyncs the
 directory. Reopening continues the last segment after a clean close (the index byte counter
 restarts at 0, as in Kafka, so entries differ from a rebuild after a restart); with
@@ -297,14 +299,18 @@ class LogSegmentWriter:
         self.next_offset = summary.last_offset + 1
         self.indexer.on_append(position, summary.size, summary.last_offset,
                                summary.max_timestamp, summary.offset_of_max_timestamp)  # fmt: skip
+        self._write_index_entries()
         return position
 
-    def flush(self) -> None:
-        """Write pending index entries; fsync the three files."""
+    def _write_index_entries(self) -> None:
         for i, index in enumerate((self.offset_index, self.time_index)):
             if len(index) > self._flushed[i]:
                 _write_all(self._files[i + 1], index.to_bytes(self._flushed[i]))
                 self._flushed[i] = len(index)
+
+    def flush(self) -> None:
+        """Write pending index entries; fsync the three files."""
+        self._write_index_entries()
         for f in self._files:
             os.fsync(f.fileno())
 

@@ -2,7 +2,8 @@
 
 Kafka keeps topic metadata in its metadata log; an embedded broker keeps it beside the partitions
 so that a process opening the log dir read-only (a Spark planner or executor) learns each topic's
-id, partition count and config without a broker. Layout (UTF-8 JSON, keys sorted)::
+id, partition count and config without a broker. Layout (UTF-8 JSON, indented by one space,
+topics and config names sorted, a final newline)::
 
     {"version": 1,
      "topics": {"<topic>": {"topic_id": "<base64url uuid, no padding>",
@@ -11,8 +12,10 @@ id, partition count and config without a broker. Layout (UTF-8 JSON, keys sorted
 
 ``config`` holds only the topic's overrides (Kafka's names, validated by log_config.py); the
 effective config is the broker defaults overlaid with them. Written atomically (tmp, fsync,
-rename); a missing file is no topics; a malformed one is a :class:`CheckpointError` naming the
-file. Values are immutable; one writer per log dir (the log dir lock); readers anywhere.
+rename); a missing file is no topics; a malformed one (not JSON, another version, a missing or
+mistyped field, an illegal topic name or id, an unknown config or a bad value) is a
+:class:`CheckpointError` naming the file and the topic. Values are immutable; one writer per log
+dir (the log dir lock); readers anywhere.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
 
-from broker_embedded.errors import CheckpointError
+from broker_embedded.errors import CheckpointError, KafkaLogError
 from broker_embedded.storage.checkpoint_file import write_atomically
 from broker_embedded.storage.log_config import LogConfig, parse_overrides
 from broker_embedded.storage.partition_metadata import topic_id_from_string, topic_id_to_string
@@ -71,15 +74,28 @@ class TopicConfigFile:
             return {}
         except (ValueError, OSError) as e:
             raise CheckpointError(f"{self.path}: not valid JSON: {e}") from None
-        try:
-            if data["version"] != VERSION:
-                raise ValueError(f"unsupported version {data['version']!r}")
-            return {validate_topic(t): self._entry(t, e) for t, e in data["topics"].items()}
-        except (KeyError, TypeError, ValueError) as e:
-            raise CheckpointError(f"{self.path}: malformed topic entry: {e}") from None
+        if not isinstance(data, dict) or data.get("version") != VERSION:
+            version = data.get("version") if isinstance(data, dict) else None
+            raise CheckpointError(f"{self.path}: unsupported version {version!r} (expected 1)")
+        topics = data.get("topics")
+        if not isinstance(topics, dict):
+            raise CheckpointError(f"{self.path}: 'topics' is not an object")
+        found = {}
+        for topic, e in topics.items():
+            try:
+                found[validate_topic(topic)] = self._entry(topic, e)
+            except KeyError as err:
+                raise CheckpointError(
+                    f"{self.path}: topic {topic!r} has no {err.args[0]!r}"
+                ) from None
+            except (TypeError, ValueError, KafkaLogError) as err:
+                raise CheckpointError(f"{self.path}: topic {topic!r}: {err}") from None
+        return found
 
     @staticmethod
-    def _entry(topic: str, e: dict) -> TopicEntry:
+    def _entry(topic: str, e: object) -> TopicEntry:
+        if not isinstance(e, dict) or not isinstance(e.get("config", {}), dict):
+            raise TypeError("the entry and its 'config' must be JSON objects")
         config = {str(k): str(v) for k, v in e.get("config", {}).items()}
         parse_overrides(config, topic)
         partitions, rf = int(e["partitions"]), int(e.get("replication_factor", 1))

@@ -21,11 +21,14 @@ Appending:
   ``max.message.bytes`` -> MESSAGE_TOO_LARGE); then offsets are assigned from the log end offset,
   the leader epoch is stamped, LogAppendTime topics get the append time as max timestamp (the CRC
   is recomputed), the producer state deduplicates retried idempotent batches (the original
-  offsets are returned, nothing is written) and checks sequences and epochs;
+  offsets and timestamp are returned with ``duplicate=True``, nothing is written) and checks
+  sequences and epochs. A rejected append writes nothing;
 - as follower (:meth:`append_as_follower`): batches keep the leader's offsets and epochs; a
   partial last batch of a fetch response is dropped.
 
-Rolling follows segment_writer.py; a producer snapshot is written at each roll. Retention
+Rolling follows segment_writer.py. At each roll, as in Kafka, the producer state is snapshotted
+at the new segment's base offset (the state of the log below it) and the recovery point moves to
+that base offset (the closed segments were fsynced when they rolled). Retention
 (:meth:`delete_old_segments`) deletes whole segments, oldest first and never the active one, when
 their largest timestamp is older than ``retention.ms``, while the log exceeds
 ``retention.bytes``, or when they lie wholly below the log start offset; only segments wholly
@@ -33,11 +36,20 @@ below the high watermark go. :meth:`delete_records_before` moves the log start o
 DeleteRecords; not above the HW). Flushing: every ``flush.messages`` appended records, or when the
 log manager sees ``flush.ms`` elapsed; the recovery point then becomes the log end offset.
 
-Opening recovers: transient files (``.cleaned``, ``.deleted``) are removed; after an unclean
-shutdown every segment from the one holding the recovery point on is scanned (CRCs, offsets), a
-torn or corrupt tail is truncated (and later segments deleted), indexes are rebuilt; the producer
-state is reloaded from the latest snapshot and the log replayed after it, rebuilding the
-``.txnindex`` entries of the replayed aborted transactions.
+Opening recovers: transient files (``.cleaned``, ``.deleted``, ``.tmp``) are removed; closed
+segments get Kafka's index sanity check (a missing index file, or one that is not a whole number
+of entries, is rebuilt from the ``.log``); after an unclean shutdown every segment from the one
+holding the recovery point on is scanned (CRCs, offsets), a torn or corrupt tail is truncated
+(and later segments deleted), their indexes are rebuilt, and the producer snapshots above the
+first of them are deleted. The producer state is then reloaded from the latest snapshot and the
+log replayed after it, rebuilding the ``.txnindex`` entries of the replayed aborted transactions
+and, after an unclean shutdown, the leader epochs of replayed batches newer than the cache's.
+
+Truncation (:meth:`truncate_to`, a follower dropping divergent history) removes every batch at
+or above the offset (a batch holding it goes whole) and everything that followed from them: the
+leader epochs, producer state, snapshots and ``.txnindex`` entries above the new log end offset;
+the HW, recovery point and log start offset are capped by it.
+:meth:`truncate_fully_and_start_at` restarts the log empty at an offset.
 
 Reads (:meth:`read`) copy the bytes (``bytes``), so a later truncation can never pull a mapping
 from under a reader in this process. Thread safety: every public method takes the log's lock.
@@ -70,6 +82,7 @@ from broker_embedded.record.record_batch import (
     set_partition_leader_epoch,
 )
 from broker_embedded.record.records import AnyBatch, iter_batches
+from broker_embedded.storage.checkpoint_file import write_atomically
 from broker_embedded.storage.fetch_data_info import FetchDataInfo, FetchIsolation
 from broker_embedded.storage.leader_epoch_checkpoint import LEADER_EPOCH_CHECKPOINT
 from broker_embedded.storage.leader_epoch_file_cache import LeaderEpochFileCache
@@ -78,10 +91,10 @@ from broker_embedded.storage.log_segment import (
     LOG_SUFFIX,
     LogSegment,
     TimestampAndOffset,
+    parse_segment_log_name,
     segment_file_stem,
 )
-from broker_embedded.storage.offset_index import INDEX_SUFFIX
-from broker_embedded.storage.partition_reader import segment_base_offsets
+from broker_embedded.storage.offset_index import INDEX_SUFFIX, OffsetIndex
 from broker_embedded.storage.producer_state_manager import (
     AppendOrigin,
     CompletedTxn,
@@ -89,7 +102,7 @@ from broker_embedded.storage.producer_state_manager import (
     list_snapshots,
 )
 from broker_embedded.storage.segment_writer import LogSegmentWriter, SegmentWriter, wall_clock_ms
-from broker_embedded.storage.time_index import TIME_INDEX_SUFFIX
+from broker_embedded.storage.time_index import TIME_INDEX_SUFFIX, TimeIndex
 from broker_embedded.storage.topic_partition import TopicPartition
 from broker_embedded.storage.transaction_index import (
     FILE_SUFFIX as TXN_INDEX_SUFFIX,
@@ -161,8 +174,7 @@ class UnifiedLog:
         self.directory.mkdir(parents=True, exist_ok=True)
         self._remove_transient_files()
         recover = not had_clean_shutdown
-        if recover:
-            self._recover_closed_segments(recovery_point)
+        self._load_segments(recovery_point, recover)
         self._writer = SegmentWriter(
             self.log_dir, topic_partition, config, topic_id=topic_id, recover=recover,
             start_offset=log_start_offset or 0, clock_ms=clock_ms,
@@ -176,7 +188,7 @@ class UnifiedLog:
         self.leader_epoch_cache.truncate_from_end(leo)
         self.leader_epoch_cache.truncate_from_start(self.log_start_offset)
         self.producer_state = ProducerStateManager(topic_partition, self.directory)
-        self._rebuild_producer_state()
+        self._rebuild_producer_state(restore_epochs=recover)
         hw = self.log_start_offset if high_watermark is None else high_watermark
         self.high_watermark = min(max(hw, self.log_start_offset), leo)
         self.producer_state.on_high_watermark_updated(self.high_watermark)
@@ -191,12 +203,54 @@ class UnifiedLog:
             if name.endswith(TRANSIENT_SUFFIXES):
                 (self.directory / name).unlink(missing_ok=True)
 
-    def _recover_closed_segments(self, recovery_point: int) -> None:
-        """Scan every closed segment that may hold offsets at or above the recovery point; after
-        a truncated one, later segments are deleted (Kafka's recovery)."""
-        bases = segment_base_offsets(self.directory)
-        start = max(bisect.bisect_right(bases, recovery_point) - 1, 0)
-        for i in range(start, len(bases) - 1):
+    def _load_segments(self, recovery_point: int, recover: bool) -> None:
+        """Kafka's log loading, up to the last segment (which the segment writer opens).
+
+        Closed segments outside the recovery range get Kafka's sanity check of their index
+        files: when one is missing or not a whole number of entries, both are rebuilt from the
+        ``.log``. After an unclean shutdown, every segment from the one holding the recovery
+        point on is recovered, and the producer snapshots above that segment's base offset are
+        deleted, so that the producer state replay covers the recovered segments (re-indexing
+        their aborted transactions)."""
+        bases = _segment_base_offsets(self.directory)
+        if not bases:
+            return
+        start = (
+            max(bisect.bisect_right(bases, recovery_point) - 1, 0) if recover else len(bases) - 1
+        )
+        for base in bases[:start]:
+            if not self._indexes_look_sane(base):
+                self._rebuild_indexes(base)
+        if recover:
+            for offset, path in list_snapshots(self.directory):
+                if offset > bases[start]:
+                    path.unlink(missing_ok=True)
+            self._recover_closed_segments(bases[start:])
+
+    def _indexes_look_sane(self, base: int) -> bool:
+        for suffix, entry_size in ((INDEX_SUFFIX, OffsetIndex.ENTRY_SIZE),
+                                   (TIME_INDEX_SUFFIX, TimeIndex.ENTRY_SIZE)):  # fmt: skip
+            try:
+                if self._path(base, suffix).stat().st_size % entry_size:
+                    return False
+            except FileNotFoundError:
+                return False
+        return True
+
+    def _rebuild_indexes(self, base: int) -> None:
+        """Rewrite both index files of closed segment ``base`` from its ``.log``."""
+        with LogSegment.open(
+            self.directory, base, index_interval_bytes=self.config.index_interval_bytes
+        ) as seg:
+            log.warning("%s: segment %d: index %s", self, base, seg.index_status)
+            write_atomically(self._path(base, INDEX_SUFFIX), seg.offset_index.to_bytes())
+            write_atomically(self._path(base, TIME_INDEX_SUFFIX), seg.time_index.to_bytes())
+
+    def _recover_closed_segments(self, bases: list[int]) -> None:
+        """Scan the closed segments among ``bases`` (all but the last, which the segment writer
+        recovers); after a truncated one, later segments are deleted (Kafka's recovery). The
+        ``.txnindex`` files of the recovered segments are rebuilt by the producer state replay."""
+        for i in range(len(bases) - 1):
             path = self._path(bases[i], LOG_SUFFIX)
             size = path.stat().st_size
             writer = LogSegmentWriter.open(
@@ -213,19 +267,31 @@ class UnifiedLog:
         if bases:
             self._path(bases[-1], TXN_INDEX_SUFFIX).unlink(missing_ok=True)
 
-    def _rebuild_producer_state(self) -> None:
+    def _rebuild_producer_state(self, restore_epochs: bool = False) -> None:
         """Reload the latest snapshot, then replay the log after it, re-indexing the aborted
-        transactions the replay completes."""
+        transactions the replay completes. With ``restore_epochs`` (recovery), a replayed batch
+        whose leader epoch is newer than the cache's latest adds its entry, as Kafka's segment
+        recovery does (a crash may fall between a batch's write and its epoch's checkpoint)."""
         psm = self.producer_state
         psm.truncate_and_reload(self.log_start_offset, self.log_end_offset, now_ms=self._clock())
         start = psm.map_end_offset
         if start >= self.log_end_offset:
             return
-        for base in self.segment_base_offsets:
+        bases = self.segment_base_offsets
+        for base in bases[max(bisect.bisect_right(bases, start) - 1, 0) :]:
             self._txn_index(base).truncate_to(start)
-        completed = psm.replay(
-            b for b in self._batches(start, self.log_end_offset) if isinstance(b, RecordBatch)
-        )
+        cache = self.leader_epoch_cache
+
+        def replayed() -> Iterator[RecordBatch]:
+            for b in self._batches(start, self.log_end_offset):
+                if not isinstance(b, RecordBatch):
+                    continue
+                epoch = b.partition_leader_epoch
+                if restore_epochs and epoch >= 0 and epoch > (cache.latest_epoch or -1):
+                    cache.assign(epoch, b.base_offset)
+                yield b
+
+        completed = psm.replay(replayed())
         psm.update_map_end_offset(self.log_end_offset)
         self._index_aborted(completed)
         psm.take_snapshot()
@@ -382,20 +448,25 @@ class UnifiedLog:
         update = self.producer_state.analyze(batches, origin)
         dup = update.duplicate
         if dup is not None:
-            return LogAppendInfo(dup.first_offset, dup.last_offset, -1, -1,
+            append_time = dup.timestamp if self.config.log_append_time else -1
+            return LogAppendInfo(dup.first_offset, dup.last_offset, dup.timestamp, append_time,
                                  self.log_start_offset, 0, 0, duplicate=True)  # fmt: skip
         records = sum(b.records_count for b in batches)
         first_base = self._writer.active_segment.base_offset
         info = self._writer.append(buf, now_ms=now)
         if info is None:
             raise InvalidRecordError(f"{self._where()}: nothing to append")
+        base = self._writer.active_segment.base_offset
+        if base != first_base:  # before the update: the snapshot is the state below the new base
+            if self.producer_state.map_end_offset < base:  # offsets skipped (replicated gaps)
+                self.producer_state.update_map_end_offset(base)
+                update = self.producer_state.analyze(batches, origin)
+            self._on_roll()
         completed = self.producer_state.apply(update)
         self._index_aborted(completed)
         for b in batches:
             epoch = b.partition_leader_epoch if leader_epoch is None else leader_epoch
             self.leader_epoch_cache.assign(epoch, b.base_offset)
-        if self._writer.active_segment.base_offset != first_base:
-            self._on_roll()
         self._unflushed_records += records
         if self._unflushed_records >= self.config.flush_messages:
             self.flush()
@@ -409,11 +480,17 @@ class UnifiedLog:
                 self._txn_index(base).append(txn.aborted_txn())
 
     def _on_roll(self) -> None:
-        """A new active segment: the old one's files are closed; snapshot the producer state."""
+        """A new active segment: the old one's files are closed (and fsynced); snapshot the
+        producer state at the new base offset and move the recovery point there (Kafka flushes
+        up to the new segment at each roll)."""
         self._drop_view(None)
         self.producer_state.take_snapshot()
         for txn_index in self._txn_indexes.values():
             txn_index.flush()
+        base = self._writer.active_segment.base_offset
+        if base > self.recovery_point:
+            self.recovery_point = base
+            self._changed()
 
     # -- high watermark ----------------------------------------------------------------------------
 
@@ -720,7 +797,7 @@ class UnifiedLog:
                 self._delete_segment_files(base)
             self.producer_state.truncate_fully_and_start_at(offset)
             self._reopen_writer(start_offset=offset)
-            self.log_start_offset = offset
+            self.log_start_offset = self.recovery_point = offset
             self.leader_epoch_cache.clear_and_flush()
             self._after_truncation()
 
@@ -731,8 +808,9 @@ class UnifiedLog:
 
     def _after_truncation(self) -> None:
         leo = self.log_end_offset
-        for index in self._txn_indexes.values():
-            index.truncate_to(leo)
+        self.log_start_offset = min(self.log_start_offset, leo)  # Kafka: min(target, log start)
+        for base in {*self._txn_indexes, self.segment_base_offsets[-1]}:
+            self._txn_index(base).truncate_to(leo)
         self.leader_epoch_cache.truncate_from_end(leo)
         self._rebuild_producer_state()
         self.high_watermark = min(max(self.high_watermark, self.log_start_offset), leo)
@@ -786,6 +864,11 @@ class UnifiedLog:
             for index in self._txn_indexes.values():
                 index.close()
             self._closed = True
+
+
+def _segment_base_offsets(directory: Path) -> list[int]:
+    """The sorted base offsets of the ``<20 digits>.log`` files in a partition directory."""
+    return sorted(b for b in map(parse_segment_log_name, os.listdir(directory)) if b is not None)
 
 
 def _end_of_complete_batches(records: bytes, default: int) -> int:

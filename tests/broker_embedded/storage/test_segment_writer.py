@@ -335,3 +335,19 @@ def test_appends_are_visible_to_readers_before_flush(tmp_path: Path) -> None:
         with PartitionReader(tmp_path / TP.dir_name) as r:
             assert r.log_end_offset == 1
             assert r.read(0, 1000).size_in_bytes == len(make_batch(0, [(1, b"k", b"v")]))
+
+
+def test_index_entries_reach_their_files_before_flush(tmp_path: Path) -> None:
+    """A reader in another process loads the active segment's indexes from disk, so entries
+    must not wait for a flush (else every read scans the .log from its start)."""
+    with SegmentWriter(tmp_path, TP) as w:
+        for i in range(20):
+            w.append(make_batch(i, [(1000 + i, b"k", b"v" * 1000)]))
+        oi, ti = w.active_segment.offset_index, w.active_segment.time_index
+        index_path, time_path = w.active_segment.paths()[1:]
+        assert len(oi) == 4 and len(ti) == 4  # an entry every 4096+ bytes of 1078-byte batches
+        assert index_path.read_bytes() == oi.to_bytes()
+        assert time_path.read_bytes() == ti.to_bytes()
+        with LogSegment(w.active_segment.paths()[0]) as seg:
+            assert seg.index_status == "loaded"
+            assert seg.offset_index.offsets().tolist() == oi.offsets().tolist()

@@ -1,0 +1,416 @@
+"""The embedded broker's produce and fetch paths against the segment files themselves, in one run.
+
+    .venv/bin/python benchmarks/broker.py [--records N] [--partitions 1,16] [--value-bytes V]
+                                          [--batch-bytes B] [--inflight K] [--repeat R]
+
+Builds once, up front, N records (default 1 M) of V-byte values (default 100, no keys) in record
+batches v2 of about B bytes of records (default 16 KiB, Kafka's producer ``batch.size``), as a
+producer client sends them, each batch distinct. Then, for each partition count (default 1 and
+16), with the batches spread round-robin over the partitions:
+
+- produce, acks=1: ``Broker.append`` of every batch on a standalone broker (one client thread:
+  with acks=1 a request completes when the leader has written it);
+- produce, acks=all: ``EmbeddedCluster.append`` on a 3-broker in-process cluster, topic with
+  replication factor 3 (the followers' fetcher threads replicate; a request completes when the
+  whole ISR has the batch), from K client threads (default 5, Kafka's
+  ``max.in.flight.requests.per.connection``), and the latency of one request in flight;
+- the baseline for both: writing the same batch bytes to one plain file (page cache, no fsync);
+- fetch, raw: every partition read back to its high watermark through ``Broker.fetch`` as a
+  consumer fetches (one request for all partitions, 1 MiB partition max bytes, max_wait_ms=0,
+  the next fetch offset from the batch headers), in MB/s of record bytes returned;
+- fetch + decode: the same fetches, each response decoded by the columnar decoder (CRC checked),
+  in records/s;
+- the baselines: the same partitions' ``.log`` files read directly from the page cache (open +
+  read) in reads of 1 MiB into a reused buffer (the granularity of the fetches) and whole (one
+  read per file into a fresh buffer), and decoded: each 1 MiB read decoded (a partial last
+  batch carried over), and each whole file decoded in one ``decode_records`` call.
+
+Fetch and baselines are the best of R repetitions (default 5); produce runs once (each run
+writes a fresh log dir). Prints a markdown table with broker / direct ratios. Everything lives in
+a temporary directory deleted at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import os
+import random
+import shutil
+import struct
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from broker_embedded.broker import Broker  # noqa: E402
+from broker_embedded.cluster import EmbeddedCluster  # noqa: E402
+from broker_embedded.fetch_request import FetchRequest, PartitionFetch  # noqa: E402
+from broker_embedded.record import columnar_decoder  # noqa: E402
+from broker_embedded.record.memory_records_builder import MemoryRecordsBuilder  # noqa: E402
+from broker_embedded.storage.topic_partition import TopicPartition  # noqa: E402
+
+TOPIC = "bench"
+PARTITION_MAX_BYTES = 1 << 20
+_BATCH_HEAD = struct.Struct(">qi")  # baseOffset, batchLength
+_LAST_OFFSET_DELTA = struct.Struct(">i")  # at byte 23 of a v2 batch
+
+
+# -- input -----------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Workload:
+    batches: list[bytes]
+    records: int
+
+    @property
+    def bytes(self) -> int:
+        return sum(map(len, self.batches))
+
+
+def build_batches(records: int, value_bytes: int, batch_bytes: int) -> Workload:
+    """Distinct batches of ``value_bytes`` values, about ``batch_bytes`` of records each."""
+    rng = random.Random(42)
+    alphabet = b"abcdefghijklmnopqrstuvwxyz0123456789"
+    noise = rng.randbytes(1 << 20).translate(bytes(alphabet[i % 36] for i in range(256)))
+    now = int(time.time() * 1000)
+    batches = []
+    made = 0
+    while made < records:
+        builder = MemoryRecordsBuilder(0, 0)
+        while made < records and builder.uncompressed_records_size < batch_bytes:
+            head = b'{"id":%d,"p":"' % made
+            at = rng.randrange(len(noise) - value_bytes)
+            pad = noise[at : at + max(0, value_bytes - len(head) - 2)]
+            builder.append(None, now + made // 1000, None, (head + pad + b'"}')[:value_bytes])
+            made += 1
+        batches.append(builder.build())
+    return Workload(batches, records)
+
+
+# -- produce ---------------------------------------------------------------------------------------
+
+
+def _timed(fn: Callable[[], object]) -> float:
+    gc.collect()
+    began = time.perf_counter()
+    fn()
+    return time.perf_counter() - began
+
+
+def produce_standalone(broker: Broker, work: Workload, partitions: int) -> float:
+    tps = [TopicPartition(TOPIC, p) for p in range(partitions)]
+
+    def run() -> None:
+        for i, batch in enumerate(work.batches):
+            r = broker.append(tps[i % partitions], batch, acks=1)
+            if r.error is not None:
+                raise r.error
+
+    return _timed(run)
+
+
+def produce_cluster(
+    cluster: EmbeddedCluster, batches: list[bytes], partitions: int, inflight: int
+) -> float:
+    """``inflight`` client threads, each sending its share of the batches, acks=all."""
+    tps = [TopicPartition(TOPIC, p) for p in range(partitions)]
+    errors: list[BaseException] = []
+
+    def client(k: int) -> None:
+        try:
+            for i in range(k, len(batches), inflight):
+                r = cluster.append(tps[i % partitions], batches[i], acks="all")
+                if r.error is not None:
+                    raise r.error
+        except BaseException as e:  # reported by the main thread
+            errors.append(e)
+
+    def run() -> None:
+        threads = [threading.Thread(target=client, args=(k,)) for k in range(inflight)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+
+    seconds = _timed(run)
+    if errors:
+        raise errors[0]
+    return seconds
+
+
+def write_file(path: Path, batches: list[bytes]) -> None:
+    """The batches written to a new file, one write each (page cache, no fsync)."""
+    try:
+        with open(path, "wb", buffering=0) as f:
+            for b in batches:
+                f.write(b)
+    finally:
+        path.unlink()
+
+
+# -- fetch -----------------------------------------------------------------------------------------
+
+
+def next_offset(records: bytes, default: int) -> tuple[int, int]:
+    """The offset after the last complete v2 batch of a fetch response's records, and where
+    that batch ends (a partial batch after it is dropped, as consumers do)."""
+    pos, end, last = 0, len(records), None
+    while pos + 12 <= end:
+        base, length = _BATCH_HEAD.unpack_from(records, pos)
+        if pos + 12 + length > end:
+            break
+        last = base + _LAST_OFFSET_DELTA.unpack_from(records, pos + 23)[0]
+        pos += 12 + length
+    return (default if last is None else last + 1), pos
+
+
+def fetch_all(broker: Broker, partitions: int, hws: list[int], decode: bool) -> tuple[int, int]:
+    """Read every partition to its HW through ``Broker.fetch``: (bytes of the complete batches
+    returned, decoded rows)."""
+    offsets = [0] * partitions
+    total_bytes = rows = 0
+    while True:
+        todo = [p for p in range(partitions) if offsets[p] < hws[p]]
+        if not todo:
+            return total_bytes, rows
+        request = FetchRequest(
+            tuple(
+                PartitionFetch(TopicPartition(TOPIC, p), offsets[p], PARTITION_MAX_BYTES)
+                for p in todo
+            ),
+            max_wait_ms=0,
+        )
+        for p, result in zip(todo, broker.fetch(request).partitions, strict=True):
+            if result.error is not None:
+                raise result.error
+            records = result.records
+            if decode:
+                d = columnar_decoder.decode(
+                    records, topic=TOPIC, partition=p, start_offset=offsets[p]
+                )
+                rows += d.num_rows
+                new, used = d.next_offset, d.end_position
+            else:
+                new, used = next_offset(records, offsets[p])
+            total_bytes += used
+            if new <= offsets[p]:
+                raise RuntimeError(f"partition {p}: no progress at offset {offsets[p]}")
+            offsets[p] = new
+
+
+def read_files(files: list[Path]) -> int:
+    """Each file in one read (a fresh buffer the size of the file)."""
+    n = 0
+    for f in files:
+        with open(f, "rb", buffering=0) as fh:
+            n += len(fh.read())
+    return n
+
+
+def read_files_chunked(files: list[Path]) -> int:
+    """Each file in reads of ``PARTITION_MAX_BYTES`` into one reused buffer."""
+    buf = bytearray(PARTITION_MAX_BYTES)
+    n = 0
+    for f in files:
+        with open(f, "rb", buffering=0) as fh:
+            while got := fh.readinto(buf):
+                n += got
+    return n
+
+
+def decode_files(files: list[Path]) -> int:
+    """Each file read whole, then decoded in one call."""
+    rows = 0
+    for f in files:
+        with open(f, "rb", buffering=0) as fh:
+            data = fh.read()
+        batches = columnar_decoder.decode_records(data, topic=TOPIC, partition=0)
+        rows += sum(b.num_rows for b in batches)
+    return rows
+
+
+def decode_files_chunked(files: list[Path]) -> int:
+    """Each file read in reads of ``PARTITION_MAX_BYTES`` into one reused buffer, each decoded
+    up to its last complete batch; the partial batch after it moves to the buffer's front."""
+    buf = bytearray(2 * PARTITION_MAX_BYTES)
+    view = memoryview(buf)
+    rows = 0
+    for f in files:
+        kept = 0
+        with open(f, "rb", buffering=0) as fh:
+            while got := fh.readinto(view[kept : kept + PARTITION_MAX_BYTES]):
+                filled = kept + got
+                d = columnar_decoder.decode(view[:filled], topic=TOPIC, partition=0)
+                rows += d.num_rows
+                kept = filled - d.end_position
+                buf[:kept] = view[d.end_position : filled]
+    return rows
+
+
+def best_of(repeat: int, fn: Callable[[], object], expected: object) -> float:
+    best = float("inf")
+    for _ in range(repeat):
+        gc.collect()
+        began = time.perf_counter()
+        got = fn()
+        elapsed = time.perf_counter() - began
+        if expected is not None and got != expected:
+            raise AssertionError(f"got {got}, expected {expected}")
+        best = min(best, elapsed)
+    return best
+
+
+# -- one partition count ---------------------------------------------------------------------------
+
+
+@dataclass
+class Results:
+    partitions: int
+    produce_1: float = 0.0
+    produce_all: float = 0.0
+    latency_all: float = 0.0
+    latency_requests: int = 0
+    write: float = 0.0
+    fetch_raw: float = 0.0
+    read_raw: float = 0.0
+    fetch_decode: float = 0.0
+    read_decode: float = 0.0
+    read_chunked: float = 0.0
+    decode_chunked: float = 0.0
+    log_bytes: int = 0
+
+
+def run_partitions(
+    base: Path, work: Workload, partitions: int, inflight: int, repeat: int
+) -> Results:
+    res = Results(partitions)
+    res.write = best_of(repeat, lambda: write_file(base / "plain.bin", work.batches), None)
+
+    print(f"[{partitions} partition(s)] produce acks=1 ...", flush=True)
+    broker = Broker(base / "standalone")
+    try:
+        broker.create_topic(TOPIC, partitions)
+        res.produce_1 = produce_standalone(broker, work, partitions)
+        hws = [
+            broker.list_offsets(TOPIC, p, -1).offset for p in range(partitions)
+        ]  # LATEST: the HW
+        files = sorted((base / "standalone").glob(f"{TOPIC}-*/*.log"))
+        res.log_bytes = sum(f.stat().st_size for f in files)
+        if res.log_bytes != work.bytes:
+            raise AssertionError(f"the log holds {res.log_bytes} bytes, {work.bytes} produced")
+        print(f"[{partitions} partition(s)] fetch and direct reads ...", flush=True)
+        res.fetch_raw = best_of(
+            repeat, lambda: fetch_all(broker, partitions, hws, False), (work.bytes, 0)
+        )
+        res.read_raw = best_of(repeat, lambda: read_files(files), work.bytes)
+        res.read_chunked = best_of(repeat, lambda: read_files_chunked(files), work.bytes)
+        res.fetch_decode = best_of(
+            repeat, lambda: fetch_all(broker, partitions, hws, True), (work.bytes, work.records)
+        )
+        res.read_decode = best_of(repeat, lambda: decode_files(files), work.records)
+        res.decode_chunked = best_of(repeat, lambda: decode_files_chunked(files), work.records)
+    finally:
+        broker.close()
+        shutil.rmtree(base / "standalone")
+
+    print(f"[{partitions} partition(s)] produce acks=all, 3 replicas ...", flush=True)
+    cluster = EmbeddedCluster(base / "cluster", 3)
+    try:
+        cluster.create_topic(TOPIC, partitions, replication_factor=3)
+        res.produce_all = produce_cluster(cluster, work.batches, partitions, inflight)
+        res.latency_requests = min(len(work.batches), 300)
+        res.latency_all = produce_cluster(
+            cluster, work.batches[: res.latency_requests], partitions, 1
+        )
+    finally:
+        cluster.close()
+        shutil.rmtree(base / "cluster")
+    return res
+
+
+# -- report ----------------------------------------------------------------------------------------
+
+
+def _rate(records: int, size: int, seconds: float) -> str:
+    return f"{records / seconds / 1e6:.2f} M rec/s, {size / seconds / 1e6:,.0f} MB/s"
+
+
+def _mb(size: int, seconds: float) -> str:
+    return f"{size / seconds / 1e6:,.0f} MB/s"
+
+
+def _rec(records: int, seconds: float) -> str:
+    return f"{records / seconds / 1e6:.2f} M rec/s"
+
+
+def print_table(work: Workload, results: list[Results], inflight: int) -> None:
+    n, size = work.records, work.bytes
+    print()
+    print(
+        "| workload | partitions | broker | direct, 1 MiB reads (16 KiB writes) | broker / direct "
+        "| direct, whole files | broker / whole files |"
+    )
+    print("|---|---|---|---|---|---|---|")
+    for r in results:
+        p = r.partitions
+        rows = [
+            ("produce acks=1", _rate(n, size, r.produce_1), _mb(size, r.write),
+             r.write / r.produce_1, "", None),
+            (f"produce acks=all, 3 replicas, {inflight} in flight", _rate(n, size, r.produce_all),
+             _mb(size, r.write), r.write / r.produce_all, "", None),
+            (f"produce acks=all, 1 in flight ({r.latency_requests} requests)",
+             f"{r.latency_all / r.latency_requests * 1000:.2f} ms/request", "", None, "", None),
+            ("fetch, raw bytes", _mb(size, r.fetch_raw), "read " + _mb(size, r.read_chunked),
+             r.read_chunked / r.fetch_raw, "read " + _mb(size, r.read_raw),
+             r.read_raw / r.fetch_raw),
+            ("fetch + columnar decode", _rec(n, r.fetch_decode),
+             "decode " + _rec(n, r.decode_chunked), r.decode_chunked / r.fetch_decode,
+             "decode " + _rec(n, r.read_decode), r.read_decode / r.fetch_decode),
+        ]  # fmt: skip
+        for name, broker, direct, ratio, whole, whole_ratio in rows:
+            cells = [
+                name, str(p), broker, direct, "" if ratio is None else f"{ratio:.2f}x",
+                whole, "" if whole_ratio is None else f"{whole_ratio:.2f}x",
+            ]  # fmt: skip
+            print("| " + " | ".join(cells) + " |")
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--records", type=int, default=1_000_000)
+    parser.add_argument("--partitions", default="1,16", help="comma-separated partition counts")
+    parser.add_argument("--value-bytes", type=int, default=100)
+    parser.add_argument("--batch-bytes", type=int, default=16 * 1024)
+    parser.add_argument("--inflight", type=int, default=5, help="acks=all client threads")
+    parser.add_argument("--repeat", type=int, default=5)
+    args = parser.parse_args(argv)
+    counts = [int(p) for p in args.partitions.split(",")]
+
+    began = time.perf_counter()
+    work = build_batches(args.records, args.value_bytes, args.batch_bytes)
+    print(
+        f"built {len(work.batches):,} batches, {work.records:,} records, "
+        f"{work.bytes / 1e6:.1f} MB ({work.bytes / len(work.batches) / 1024:.1f} KiB a batch) "
+        f"in {time.perf_counter() - began:.1f} s; {os.cpu_count()} cores"
+    )
+    print(f"numba warm-up: {columnar_decoder.warm_up():.2f} s (not timed below)")
+    results = []
+    with tempfile.TemporaryDirectory(prefix="kafkalog-bench-") as tmp:
+        for partitions in counts:
+            base = Path(tmp) / f"p{partitions}"
+            base.mkdir()
+            results.append(run_partitions(base, work, partitions, args.inflight, args.repeat))
+    print_table(work, results, args.inflight)
+    print(f"\ntotal {time.perf_counter() - began:.0f} s")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,65 @@
+"""The leader's bookkeeping of its followers (partition.py) through real follower fetches: the
+high watermark rule, caught-up times and what a fetch beyond the log end must not count as."""
+
+from __future__ import annotations
+
+from broker_embedded.errors import OffsetOutOfRangeError
+from broker_embedded.fetch_request import FetchRequest, PartitionFetch
+from broker_embedded.storage.topic_partition import TopicPartition
+from tests.broker_embedded.replication._cluster_util import in_sync, log_of, wait_until
+
+TP = TopicPartition("t", 0)
+
+
+def test_a_fetch_beyond_the_log_end_does_not_count_as_caught_up(make_cluster) -> None:
+    """A follower fetching above the leader's log end offset (diverged, not yet truncated) is
+    answered OFFSET_OUT_OF_RANGE and must not move the high watermark."""
+    cluster = make_cluster(2)
+    cluster.create_topic("t", 1, 2)
+    cluster.produce("t", 0, [b"a"])
+    wait_until(lambda: in_sync(cluster, TP, [0, 1]), "in sync")
+    state = cluster.controller.partition_state(TP)
+    leader = cluster.brokers[state.leader]
+    follower = next(r for r in state.replicas if r != state.leader)
+    cluster.pause_broker(follower)  # its own fetcher stops reporting
+    cluster.produce("t", 0, [b"b"], acks=1)
+    lg = log_of(leader, TP)
+    assert (lg.log_end_offset, lg.high_watermark) == (2, 1)
+    request = FetchRequest(
+        (PartitionFetch(TP, 5, current_leader_epoch=state.leader_epoch),),
+        replica_id=follower,
+        max_wait_ms=0,
+    )
+    answer = leader.fetch(request).partitions[0]
+    assert isinstance(answer.error, OffsetOutOfRangeError)
+    assert lg.high_watermark == 1  # the follower does not have offset 1
+    partition = leader.replica_manager.partitions[TP]
+    assert partition.replica_states()[follower].log_end_offset == 1
+    cluster.resume_broker(follower)
+    wait_until(lambda: in_sync(cluster, TP, [0, 1]), "the follower catches up")
+    assert lg.high_watermark == 2
+
+
+def test_high_watermark_is_the_smallest_isr_log_end_and_followers_learn_it(make_cluster) -> None:
+    cluster = make_cluster(3)
+    cluster.create_topic("t", 1, 3)
+    cluster.produce("t", 0, [b"a", b"b", b"c"])
+    wait_until(lambda: in_sync(cluster, TP, [0, 1, 2]), "in sync")
+    state = cluster.controller.partition_state(TP)
+    leader = cluster.brokers[state.leader]
+    f1, f2 = (r for r in state.replicas if r != state.leader)
+    cluster.pause_broker(f1)
+    cluster.produce("t", 0, [b"d"], acks=1)
+    # f2 fetches offset 3 (not yet the HW: f1 lags); f1 still holds the HW at 3.
+    wait_until(lambda: log_of(cluster.brokers[f2], TP).log_end_offset == 4, "f2 replicates")
+    wait_until(
+        lambda: leader.replica_manager.partitions[TP].replica_states()[f2].log_end_offset == 4,
+        "the leader records f2's progress",
+    )
+    assert log_of(leader, TP).high_watermark == 3
+    assert log_of(cluster.brokers[f2], TP).high_watermark == 3  # min(leader HW, own LEO)
+    assert log_of(cluster.brokers[f1], TP).log_end_offset == 3
+    cluster.resume_broker(f1)
+    wait_until(lambda: in_sync(cluster, TP, [0, 1, 2]), "f1 catches up, all learn HW 4")
+    for b in range(3):
+        assert log_of(cluster.brokers[b], TP).high_watermark == 4

@@ -1,0 +1,116 @@
+"""BrokerConfig: conf/broker.toml holds exactly the built-in defaults; files override them; unknown
+keys and bad values are InvalidConfigErrors naming the key, the value and the file; a broker
+applies its topic defaults to the topics it creates."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+
+from broker_embedded.broker import Broker
+from broker_embedded.broker_config import DEFAULT_CONFIG_FILE, BrokerConfig, tomllib
+from broker_embedded.storage.log_config import CONFIG_NAMES, InvalidConfigError, LogConfig
+from broker_embedded.storage.topic_partition import TopicPartition
+
+BROKER_KEYS = {
+    "replica.lag.time.max.ms": 30000,
+    "replica.fetch.wait.max.ms": 500,
+    "replica.fetch.max.bytes": 1048576,
+    "replica.fetch.response.max.bytes": 10485760,
+    "replica.fetch.backoff.ms": 1000,
+    "fetch.max.bytes": 57671680,
+    "log.retention.check.interval.ms": 300000,
+    "log.flush.scheduler.interval.ms": 1000,
+    "checkpoint.interval.ms": 100,
+    "purgatory.max.pending": 10000,
+}
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    p = tmp_path / "broker.toml"
+    p.write_text(text, "utf-8")
+    return p
+
+
+def test_conf_file_equals_the_built_in_defaults():
+    assert DEFAULT_CONFIG_FILE.name == "broker.toml" and DEFAULT_CONFIG_FILE.parent.name == "conf"
+    loaded = BrokerConfig.load(DEFAULT_CONFIG_FILE)
+    assert loaded == BrokerConfig()
+    assert BrokerConfig.load() == BrokerConfig()
+    # Kafka's documented defaults, key by key, in the file and in the dataclass
+    raw = tomllib.loads(DEFAULT_CONFIG_FILE.read_text("utf-8"))
+    assert raw["broker"] == BROKER_KEYS
+    for key, value in BROKER_KEYS.items():
+        assert getattr(BrokerConfig(), key.replace(".", "_")) == value
+    assert loaded.fetch_max_bytes == 55 * 1024 * 1024
+    # every topic default in the file is LogConfig's default
+    assert set(raw["topic_defaults"]) <= set(CONFIG_NAMES)
+    defaults = LogConfig().to_properties()
+    for key, value in raw["topic_defaults"].items():
+        assert defaults[key] == str(value), key
+    assert loaded.topic_defaults == LogConfig()
+
+
+def test_file_overrides_broker_and_topic_defaults(tmp_path):
+    path = write(
+        tmp_path,
+        '[broker]\n"fetch.max.bytes" = 1000\n"checkpoint.interval.ms" = 5\n'
+        '[topic_defaults]\n"segment.bytes" = 2048\n"cleanup.policy" = "compact"\n',
+    )
+    cfg = BrokerConfig.load(path)
+    assert cfg.fetch_max_bytes == 1000
+    assert cfg.checkpoint_interval_ms == 5
+    assert cfg.replica_lag_time_max_ms == 30000
+    assert cfg.topic_defaults == dataclasses.replace(
+        LogConfig(), segment_bytes=2048, cleanup_policy="compact"
+    )
+    # an empty file is all defaults
+    assert BrokerConfig.load(write(tmp_path, "")) == BrokerConfig()
+
+
+def test_broker_applies_its_topic_defaults(tmp_path):
+    cfg = BrokerConfig.load(
+        write(tmp_path, '[topic_defaults]\n"segment.bytes" = 2048\n"retention.ms" = 1000\n')
+    )
+    with Broker(tmp_path / "logs", config=cfg) as broker:
+        broker.create_topic("t", config={"retention.ms": 5000})
+        effective = broker.topic_config("t")
+        assert effective["segment.bytes"] == "2048"  # broker default
+        assert effective["retention.ms"] == "5000"  # the topic's own override wins
+        assert effective["cleanup.policy"] == "delete"
+        assert dict(broker.describe_topic("t").config) == {"retention.ms": "5000"}
+        log = broker.log_manager.get_log(TopicPartition("t", 0))
+        assert log.config.segment_bytes == 2048 and log.config.retention_ms == 5000
+
+
+@pytest.mark.parametrize(
+    ("text", "needles"),
+    [
+        ('[broker]\n"no.such.key" = 1\n', ["unknown broker config 'no.such.key'"]),
+        ('[broker]\n"fetch.max.bytes" = -1\n', ["-1", "fetch.max.bytes"]),
+        ('[broker]\n"fetch.max.bytes" = "big"\n', ["'big'", "fetch.max.bytes"]),
+        ('[broker]\n"fetch.max.bytes" = true\n', ["True", "fetch.max.bytes"]),
+        ('[broker]\n"fetch.max.bytes" = 1.5\n', ["1.5", "fetch.max.bytes"]),
+        ("[brokers]\n", ["unknown section", "brokers"]),
+        ("broker = 5\n", ["[broker] must be a table"]),
+        ('[topic_defaults]\n"segment.bytes" = "x"\n', ["[topic_defaults]", "segment.bytes", "'x'"]),
+        ('[topic_defaults]\n"no.such.config" = 1\n', ["unknown config 'no.such.config'"]),
+        ('[topic_defaults]\n"min.cleanable.dirty.ratio" = 2.0\n', ["min.cleanable.dirty.ratio"]),
+        ("[broker\n", ["is not valid TOML"]),
+    ],
+)
+def test_bad_files_name_the_key_value_and_file(tmp_path, text, needles):
+    path = write(tmp_path, text)
+    with pytest.raises(InvalidConfigError) as e:
+        BrokerConfig.load(path)
+    message = str(e.value)
+    assert str(path) in message
+    for needle in needles:
+        assert needle in message
+
+
+def test_missing_file(tmp_path):
+    with pytest.raises(InvalidConfigError, match="does not exist"):
+        BrokerConfig.load(tmp_path / "nope.toml")
