@@ -17,10 +17,9 @@ Subcommands:
                                                  print and verify segments (like kafka-dump-log)
   demo [--dir DIR]                               the main job on an embedded default log dir
 
-topics, produce and consume take --log-dir DIR (required) and --config FILE, the broker's TOML
-config (default: the built-in values, which conf/broker.toml holds); --config FILE may also come
-before the subcommand. In `topics create`, --config k=v sets a topic config (Kafka's meaning);
-a --config value without "=" there is the broker config file. topics and produce open an embedded
+topics, produce and consume take --log-dir DIR (required) and --broker-config FILE, the broker's
+TOML config (default: the built-in values, which conf/broker.toml holds). In `topics create`,
+--config k=v sets a topic config (Kafka's meaning). topics and produce open an embedded
 broker, which takes the log dir's .lock: while another process owns the dir they fail, naming it.
 consume reads the log dir directly and works while a broker owns it.
 
@@ -45,16 +44,13 @@ def _broker_options() -> argparse.ArgumentParser:
     common.add_argument(
         "--log-dir", type=Path, required=True, metavar="DIR", help="the Kafka log dir"
     )
-    return common
-
-
-def _config_option(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--config",
+    common.add_argument(
+        "--broker-config",
         type=Path,
         metavar="FILE",
         help="broker config (TOML; default: the built-in values of conf/broker.toml)",
     )
+    return common
 
 
 def _nonnegative(text: str) -> int:
@@ -90,13 +86,11 @@ def _add_topics(sub: argparse._SubParsersAction, common: argparse.ArgumentParser
         "--config",
         action="append",
         default=[],
-        metavar="k=v | FILE",
-        help="a topic config override (Kafka's names, e.g. retention.ms=86400000), repeatable; "
-        'a value without "=" is the broker config file',
+        metavar="k=v",
+        help="a topic config override (Kafka's names, e.g. retention.ms=86400000), repeatable",
     )
 
-    lst = actions.add_parser("list", parents=[common], help="list the topics")
-    _config_option(lst)
+    actions.add_parser("list", parents=[common], help="list the topics")
 
     describe = actions.add_parser(
         "describe",
@@ -105,11 +99,9 @@ def _add_topics(sub: argparse._SubParsersAction, common: argparse.ArgumentParser
     )
     describe.add_argument("name", nargs="?", help="topic name (default: every topic)")
     describe.add_argument("--json", action="store_true", help="one JSON object a topic")
-    _config_option(describe)
 
     delete = actions.add_parser("delete", parents=[common], help="delete a topic")
     delete.add_argument("name", help="topic name")
-    _config_option(delete)
 
 
 def _add_produce(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
@@ -121,7 +113,6 @@ def _add_produce(sub: argparse._SubParsersAction, common: argparse.ArgumentParse
         "--partition, keyed records go to murmur2(key) % partitions as with Kafka's default "
         "partitioner, keyless ones round-robin over the partitions. A summary goes to stderr.",
     )
-    _config_option(produce)
     produce.add_argument("--topic", required=True)
     produce.add_argument("--partition", type=_nonnegative, help="every record to this partition")
     produce.add_argument(
@@ -152,7 +143,6 @@ def _add_consume(sub: argparse._SubParsersAction, common: argparse.ArgumentParse
         "or the last stable offset (read_committed); never waits. Starts at the log start "
         "offset unless told otherwise.",
     )
-    _config_option(consume)
     consume.add_argument("--topic", required=True)
     consume.add_argument("--partition", type=_nonnegative, help="default: every partition")
     start = consume.add_mutually_exclusive_group()
@@ -192,13 +182,6 @@ def _parser() -> argparse.ArgumentParser:
         description=__doc__.split("\n", 1)[1],
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument(
-        "--config",
-        dest="top_config",
-        type=Path,
-        metavar="FILE",
-        help="broker config (TOML) for topics, produce and consume",
-    )
     sub = parser.add_subparsers(dest="command", required=True)
     common = _broker_options()
     _add_topics(sub, common)
@@ -221,28 +204,12 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _config_file(args: argparse.Namespace) -> Path | None:
-    """The broker config file: --config FILE after the subcommand, else before it."""
-    from spark_kafkalog.topics_command import CommandError
-
-    files = []
-    if isinstance(args.config, Path):
-        files.append(args.config)
-    elif isinstance(args.config, list):  # topics create: k=v overrides and maybe a FILE
-        files += [Path(v) for v in args.config if "=" not in v]
-    if args.top_config is not None:
-        files.insert(0, args.top_config)
-    if len(files) > 1:
-        raise CommandError(f"--config FILE given more than once: {', '.join(map(str, files))}")
-    return files[0] if files else None
-
-
 def _run_topics(args: argparse.Namespace, config) -> int:
     from spark_kafkalog import topics_command
 
     overrides: list[str] = []
     if args.action == "create":
-        overrides = [v for v in args.config if "=" in v]
+        overrides = args.config
     return topics_command.run(
         args.action,
         args.log_dir,
@@ -312,7 +279,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.command in ("topics", "produce", "consume"):
             from spark_kafkalog.topics_command import load_config
 
-            config = load_config(_config_file(args))
+            config = load_config(args.broker_config)
             run = {"topics": _run_topics, "produce": _run_produce, "consume": _run_consume}
             return run[args.command](args, config)
         if args.command == "dump":

@@ -15,7 +15,7 @@ Output (stdout):
   kafka-topics prints them); with ``--json`` one JSON object a topic instead, which also holds
   the last stable offset and the effective config (defaults overlaid with the overrides).
 
-Also here, for every broker-opening command: :func:`load_config` (the ``--config FILE``),
+Also here, for every broker-opening command: :func:`load_config` (the ``--broker-config FILE``),
 :func:`open_broker`, :func:`parse_assignments` (``k=v`` arguments) and :class:`CommandError`.
 """
 
@@ -40,7 +40,7 @@ class CommandError(KafkaLogError):
 
 
 def load_config(path: Path | None) -> BrokerConfig:
-    """The broker config of ``--config FILE`` (the built-in defaults without one)."""
+    """The broker config of ``--broker-config FILE`` (the built-in defaults without one)."""
     return BrokerConfig.load(path)
 
 
