@@ -9,9 +9,9 @@ gets the ``--header k=v`` headers, in the order given, and the producer's clock 
 
 Placement (``--partition`` puts every record in that partition), otherwise as Kafka's producer:
 
-- a keyed record goes to ``toPositive(murmur2(key bytes)) % partitions``: Kafka's
-  ``BuiltInPartitioner.partitionForKey``, with :func:`murmur2` exactly Java's
-  ``Utils.murmur2`` (seed 0x9747b28c) and ``toPositive`` the sign bit cleared;
+- a keyed record goes where Kafka's default partitioner puts it
+  (broker_embedded/default_partitioner.py: murmur2 of the key bytes, sign bit cleared, modulo
+  the partition count);
 - keyless records go round-robin over the partitions, the first to partition 0, one record at a
   time (Kafka's ``RoundRobinPartitioner``; not the sticky partitioner of Kafka's default, which
   fills one batch per partition at a time: round-robin makes placement reproducible from the
@@ -29,12 +29,12 @@ batches sent and per partition the offset range written.
 
 from __future__ import annotations
 
-import struct
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import BinaryIO, TextIO
 
 from broker_embedded.broker import Broker, parse_acks
+from broker_embedded.default_partitioner import partition_for_key
 from broker_embedded.errors import KafkaApiError, UnknownTopicOrPartitionError
 from broker_embedded.producer_record import ProducerRecord
 from broker_embedded.record.compression import CompressionType
@@ -42,44 +42,10 @@ from broker_embedded.record.record_batch import RECORD_BATCH_OVERHEAD
 from broker_embedded.storage.topic_partition import validate_topic
 from spark_kafkalog.topics_command import CommandError
 
-MURMUR2_SEED = 0x9747B28C
-_M = 0x5BD1E995
-_MASK32 = 0xFFFFFFFF
 # A record's framing beyond its key, value and headers: length, attributes, timestamp and offset
 # deltas, key and value lengths, header count (varints, at most 5 or 10 bytes each).
 _RECORD_FRAMING_BYTES = 40
 _HEADER_FRAMING_BYTES = 10
-
-
-def murmur2(data: bytes) -> int:
-    """Java's ``org.apache.kafka.common.utils.Utils.murmur2``: a signed 32-bit int."""
-    n = len(data)
-    h = (MURMUR2_SEED ^ n) & _MASK32
-    blocks = n // 4
-    for k in struct.unpack_from(f"<{blocks}I", data):
-        k = (k * _M) & _MASK32
-        k ^= k >> 24
-        k = (k * _M) & _MASK32
-        h = ((h * _M) & _MASK32) ^ k
-    tail = data[blocks * 4 :]
-    if tail:
-        for i in reversed(range(len(tail))):  # Java's switch falls through 3, 2, 1
-            h ^= tail[i] << (8 * i)
-        h = (h * _M) & _MASK32
-    h ^= h >> 13
-    h = (h * _M) & _MASK32
-    h ^= h >> 15
-    return h - (1 << 32) if h & 0x80000000 else h
-
-
-def to_positive(n: int) -> int:
-    """Kafka's ``Utils.toPositive``: ``n & 0x7fffffff``."""
-    return n & 0x7FFFFFFF
-
-
-def partition_for_key(key: bytes, num_partitions: int) -> int:
-    """Where Kafka's default partitioner puts a record with this key."""
-    return to_positive(murmur2(key)) % num_partitions
 
 
 @dataclass
