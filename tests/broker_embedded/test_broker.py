@@ -31,18 +31,6 @@ from broker_embedded.storage.topic_partition import TopicPartition
 from tests.broker_embedded._broker_util import NOW, checkpoint, fetch_one, peer_values
 
 
-@pytest.fixture
-def log_dir(tmp_path):
-    return tmp_path / "logs"
-
-
-@pytest.fixture
-def broker(log_dir):
-    b = Broker(log_dir)
-    yield b
-    b.close()
-
-
 def partition_metadata_text(topic_id: uuid.UUID) -> str:
     """Kafka's partition.metadata, built here from its documented layout."""
     encoded = base64.urlsafe_b64encode(topic_id.bytes).rstrip(b"=").decode()

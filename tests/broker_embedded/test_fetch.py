@@ -8,8 +8,6 @@ from __future__ import annotations
 import threading
 import time
 
-import pytest
-
 from broker_embedded.broker import Broker
 from broker_embedded.broker_config import BrokerConfig
 from broker_embedded.fetch_request import FetchRequest, PartitionFetch
@@ -19,18 +17,6 @@ from tests.broker_embedded._broker_util import NOW, fetch_one, log_bytes, peer_b
 
 BATCH = build_batch([ProducerRecord(bytes(100), timestamp=NOW)] * 2, now_ms=NOW)
 S = len(BATCH)  # every batch produced here: 2 records, S bytes
-
-
-@pytest.fixture
-def log_dir(tmp_path):
-    return tmp_path / "logs"
-
-
-@pytest.fixture
-def broker(log_dir):
-    b = Broker(log_dir)
-    yield b
-    b.close()
 
 
 def fill(broker: Broker, topic: str, partitions: int = 2, batches: int = 3, **config) -> None:

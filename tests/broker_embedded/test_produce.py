@@ -31,18 +31,6 @@ from tests.broker_embedded._broker_util import (
 )
 
 
-@pytest.fixture
-def log_dir(tmp_path):
-    return tmp_path / "logs"
-
-
-@pytest.fixture
-def broker(log_dir):
-    b = Broker(log_dir)
-    yield b
-    b.close()
-
-
 def leo(broker: Broker, topic: str, partition: int = 0) -> int:
     return broker.log_manager.get_log(TopicPartition(topic, partition)).log_end_offset
 

@@ -32,18 +32,6 @@ ABORT_KEY, COMMIT_KEY = b"\x00\x00\x00\x00", b"\x00\x00\x00\x01"  # version 0, t
 MARKER_VALUE = b"\x00" * 6  # version 0, coordinator epoch 0
 
 
-@pytest.fixture
-def log_dir(tmp_path):
-    return tmp_path / "logs"
-
-
-@pytest.fixture
-def broker(log_dir):
-    b = Broker(log_dir)
-    yield b
-    b.close()
-
-
 def lso(broker: Broker, topic: str, partition: int = 0) -> int:
     return broker.log_manager.get_log(TopicPartition(topic, partition)).last_stable_offset
 
