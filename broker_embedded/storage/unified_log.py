@@ -18,7 +18,9 @@ Appending:
   ``LogValidator`` does for record batch v2 (CRC -> CORRUPT_MESSAGE; record count equal to last
   offset delta + 1 and positive, no control batch from a client, a sequence for every idempotent
   batch, every record keyed on a compacted topic -> INVALID_RECORD; a batch above
-  ``max.message.bytes`` -> MESSAGE_TOO_LARGE); then offsets are assigned from the log end offset,
+  ``max.message.bytes`` -> MESSAGE_TOO_LARGE); a topic whose ``compression.type`` is a codec
+  (not ``producer``) gets every data batch in another codec rebuilt in that codec, as Kafka's
+  broker recompresses; then offsets are assigned from the log end offset,
   the leader epoch is stamped, LogAppendTime topics get the append time as max timestamp (the CRC
   is recomputed), the producer state deduplicates retried idempotent batches (the original
   offsets and timestamp are returned with ``duplicate=True``, nothing is written) and checks
@@ -74,6 +76,8 @@ from broker_embedded.errors import (
     OffsetOutOfRangeError,
     RecordTooLargeError,
 )
+from broker_embedded.record.compression import CompressionType
+from broker_embedded.record.memory_records_builder import MemoryRecordsBuilder
 from broker_embedded.record.record_batch import (
     LOG_APPEND_TIME,
     RecordBatch,
@@ -352,6 +356,9 @@ class UnifiedLog:
             self._check_open()
             buf = bytearray(records)
             checked = self._validate(buf, origin)
+            if self._needs_recompression(buf):
+                buf = self._recompress(buf)
+                checked = self._validate(buf, origin)  # sizes changed: check them again
             now = self._clock()
             next_offset = self.log_end_offset
             append_time = now if self.config.log_append_time else -1
@@ -398,6 +405,38 @@ class UnifiedLog:
             self._validate_batch(b, origin)
             checked.append(_Checked(b.position, b.last_offset_delta + 1))
         return checked
+
+    def _target_codec(self) -> CompressionType | None:
+        """The topic's ``compression.type`` as a codec; None for ``producer`` (keep theirs)."""
+        name = self.config.compression_type
+        if name == "producer":
+            return None
+        return CompressionType.NONE if name == "uncompressed" else CompressionType[name.upper()]
+
+    def _needs_recompression(self, buf: bytearray) -> bool:
+        target = self._target_codec()
+        return target is not None and any(
+            b.compression != target and not b.is_control for b in iter_batches(buf)
+        )
+
+    def _recompress(self, buf: bytearray) -> bytearray:
+        """Rebuild every data batch whose codec is not the topic's ``compression.type`` (as
+        Kafka's broker does: a slow path, one Python object per record, only taken when the
+        producer's codec differs from the topic's)."""
+        target = self._target_codec()
+        out = bytearray()
+        for b in iter_batches(buf):
+            if b.compression == target or b.is_control:
+                out += b.buffer
+                continue
+            builder = MemoryRecordsBuilder(
+                0, target, producer_id=b.producer_id, producer_epoch=b.producer_epoch,
+                base_sequence=b.base_sequence, is_transactional=b.is_transactional,
+            )  # fmt: skip
+            for r in b.records():
+                builder.append(r.offset - b.base_offset, r.timestamp, r.key, r.value, r.headers)
+            out += builder.build()
+        return out
 
     def _validate_batch(self, b: AnyBatch, origin: AppendOrigin) -> None:
         where = f"{self._where()}, batch at byte {b.position} of the request"

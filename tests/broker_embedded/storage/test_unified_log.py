@@ -73,9 +73,10 @@ def client_batch(
     epoch: int = -1,
     seq: int = -1,
     txn: bool = False,
+    compression: int = 0,
 ) -> bytes:
     """A batch as a kafka-python producer sends it (base offset 0)."""
-    builder = DefaultRecordBatchBuilder(2, 0, txn, pid, epoch, seq, 1 << 24)
+    builder = DefaultRecordBatchBuilder(2, compression, txn, pid, epoch, seq, 1 << 24)
     for i, value in enumerate(values):
         key = b"k%d" % i if keys is None else keys[i]
         builder.append(i, ts, key, value, [])
@@ -270,6 +271,27 @@ def test_log_append_time_sets_max_timestamp_type_bit_and_crc(tmp_path: Path) -> 
     assert (first.first_offset, first.log_append_time) == (2, clock.ms - 5000)
     assert (again.first_offset, again.log_append_time, again.duplicate) == (2, clock.ms - 5000,
                                                                             True)  # fmt: skip
+    log.close()
+
+
+@pytest.mark.parametrize(
+    ("topic_codec", "sent_codec", "stored_codec"),
+    [("zstd", 0, 4), ("uncompressed", 3, 0), ("gzip", 1, 1), ("producer", 2, 2)],
+)
+def test_compression_type_recompresses_batches_in_another_codec(
+    tmp_path: Path, topic_codec: str, sent_codec: int, stored_codec: int
+) -> None:
+    log = open_log(tmp_path, {"compression.type": topic_codec})
+    sent = client_batch([b"a" * 300, None, b"c"], compression=sent_codec, pid=7, epoch=1, seq=4)
+    info = log.append_as_leader(sent, 1)
+    assert (info.first_offset, info.last_offset, info.num_records) == (0, 2, 3)
+    data = log_bytes(tmp_path)
+    (peer,) = kafka_python_read(data)
+    assert (peer.crc_valid, peer.compression, peer.producer_id) == (True, stored_codec, 7)
+    assert (peer.producer_epoch, peer.base_sequence) == (1, 4)
+    assert [(r.offset, r.value) for r in peer.records] == [(0, b"a" * 300), (1, None), (2, b"c")]
+    if topic_codec == "producer":
+        assert data[61:] == sent[61:]  # kept byte for byte
     log.close()
 
 
