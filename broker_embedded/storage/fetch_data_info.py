@@ -65,8 +65,10 @@ class FetchDataInfo:
 
     ``aborted_transactions`` is ``None`` unless the read was ``TXN_COMMITTED``; then it lists the
     aborted transactions whose offsets overlap ``[fetch_offset, end of the read)``.
-    ``first_entry_incomplete`` says that even the first batch did not fit ``max_bytes`` (only
-    possible when the read did not have to return at least one batch).
+    ``last_stable_offset`` is -1 when the reader did not compute it (a read-only view computes
+    it only for ``TXN_COMMITTED`` reads). ``first_entry_incomplete`` says that even the first
+    batch did not fit ``max_bytes`` (only possible when the read did not have to return at least
+    one batch).
     """
 
     fetch_offset: int

@@ -349,10 +349,13 @@ class PartitionReader:
         listed, ``end`` being the offset after the last complete batch returned, or the LSO when
         none was; other isolations list none (``None``). :class:`OffsetOutOfRangeError` (code 1)
         unless ``log_start_offset <= fetch_offset <= log_end_offset``; at or above the bound the
-        read is empty, without error.
+        read is empty, without error. The LSO costs a walk of batch headers (see
+        :attr:`last_stable_offset`), so only a ``TXN_COMMITTED`` read computes it; the others
+        report ``last_stable_offset`` -1 (not computed).
         """
         self._check_range(fetch_offset)
-        lso = self.last_stable_offset
+        committed = isolation is FetchIsolation.TXN_COMMITTED
+        lso = self.last_stable_offset if committed else -1
         upper = {FetchIsolation.LOG_END: self.log_end_offset,
                  FetchIsolation.HIGH_WATERMARK: self.high_watermark,
                  FetchIsolation.TXN_COMMITTED: lso}[isolation]  # fmt: skip
@@ -360,7 +363,7 @@ class PartitionReader:
                           min_one_message=min_one_message)  # fmt: skip
         records = bytes(found.records)
         aborted = None
-        if isolation is FetchIsolation.TXN_COMMITTED:
+        if committed:
             end = _end_of_complete_batches(records, lso)
             aborted = self.aborted_transactions(fetch_offset, end)
         return FetchDataInfo(fetch_offset, records, self.high_watermark, lso,
