@@ -9,12 +9,16 @@ Files at the top of the log dir (layouts in offset_checkpoint.py, topic_config_f
     replication-offset-checkpoint      high watermarks
     recovery-point-offset-checkpoint   recovery points
     log-start-offset-checkpoint        log start offsets
+    .kafkalog-staging/                 record batches staged by Spark write jobs (staged_write.py)
 
 Opening takes the lock (:class:`LogDirLockedError` names the owner), then opens every partition
 directory: without the clean-shutdown marker each log recovers from its recovery point.
 Partition directories of topics missing from ``kafkalog-topics.json`` (a log dir copied from a
 real Kafka broker) are opened with the broker defaults and registered. ``__cluster_metadata-0``
 (a KRaft broker's metadata log) is not a topic: as Kafka's log manager does, it is left alone.
+Then it resolves what a Spark write job's commit left when its process died (staged_write.py):
+logs appended to by a commit that never published its high watermarks are truncated back, a
+commit that published is kept, and staging directories untouched for a day are deleted.
 
 Publishing: any change of a log's high watermark, log start offset or recovery point wakes the
 checkpoint thread, which rewrites the changed checkpoint files atomically, at most once per
@@ -27,7 +31,9 @@ partition to its log end). The scheduler applies retention every
 Thread safety: the manager's lock guards its maps; each log has its own lock. Lock order: log
 lock, then manager lock (a log's change callback takes the manager's condition), so the manager
 never calls into a log others can reach while it holds its own lock. Checkpoint writes are
-serialised by a third lock (they share ``.tmp`` names), taken before the manager's.
+serialised by a third lock (they share ``.tmp`` names), taken before the others
+(:meth:`publish_high_watermarks` moves high watermarks under it, so that one checkpoint write
+publishes all of them).
 """
 
 from __future__ import annotations
@@ -38,7 +44,7 @@ import shutil
 import socket
 import threading
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from broker_embedded.errors import BrokerClosedError, UnknownTopicOrPartitionError
@@ -59,6 +65,7 @@ from broker_embedded.storage.partition_metadata import (
     topic_id_to_string,
 )
 from broker_embedded.storage.segment_writer import wall_clock_ms
+from broker_embedded.storage.staged_write import resolve_interrupted_commits
 from broker_embedded.storage.topic_config_file import TopicConfigFile, TopicEntry
 from broker_embedded.storage.topic_partition import TopicPartition
 from broker_embedded.storage.unified_log import UnifiedLog
@@ -115,6 +122,9 @@ class LogManager:
             self._topic_file = TopicConfigFile(self.log_dir)
             self.topics = self._topic_file.read()
             self._load_logs()
+            published = self._written[REPLICATION_OFFSET_CHECKPOINT]
+            if resolve_interrupted_commits(self, published):
+                self.checkpoint()
         except BaseException:
             self._close_logs(clean=False)
             self._lock_file.release()
@@ -265,10 +275,27 @@ class LogManager:
     def checkpoint(self) -> None:
         """Write the checkpoint files whose contents changed."""
         with self._checkpoint_lock:
-            with self._cond:
-                self._dirty = False
-                logs = dict(self.logs)
-            self._write_checkpoints(logs)
+            self._checkpoint_locked()
+
+    def _checkpoint_locked(self) -> None:
+        with self._cond:
+            self._dirty = False
+            logs = dict(self.logs)
+        self._write_checkpoints(logs)
+
+    def publish_high_watermarks(self, high_watermarks: Mapping[TopicPartition, int]) -> None:
+        """Set the high watermarks of several logs and publish them with one (atomic) write of
+        ``replication-offset-checkpoint``: a reader sees all of them moved or none (the commit
+        point of a Spark write job). Each is clamped to its log's [log start, log end]."""
+        with self._checkpoint_lock:  # no checkpoint write sees some of them moved
+            for tp in high_watermarks:
+                if self.logs.get(tp) is None:
+                    raise UnknownTopicOrPartitionError(
+                        f"topic {tp.topic!r} partition {tp.partition} has no log in {self.log_dir}"
+                    )
+            for tp, hw in high_watermarks.items():
+                self.logs[tp].update_high_watermark(hw)
+            self._checkpoint_locked()
 
     def _write_checkpoints(self, logs: dict[TopicPartition, UnifiedLog]) -> None:
         """Under the checkpoint lock."""

@@ -1,0 +1,516 @@
+"""The staging area of a write job: record batches staged beside a log dir by the tasks of a
+Spark write (``df.write.format("kafkalog")``), appended by the job's commit, or dropped.
+
+Layout::
+
+    <log dir>/.kafkalog-staging/                  the staging root (the leading dot: never a
+                                                  partition directory; LogDir, LogManager skip it)
+      <job id>/                                   one write job ([A-Za-z0-9_-], 1 to 100 chars)
+        <attempt>.<topic>-<partition>.batches     staged by one task attempt for one partition
+        <attempt>.<topic>-<partition>.batches.tmp the same while the task is still writing it
+        COMMITTING                                the commit's journal, while it appends
+
+A staged file holds complete record batches v2, back to back as in a segment file, with offsets
+counting from 0 in the file (the commit assigns the real ones) and partition leader epoch -1. A
+task writes its files as ``.tmp`` (open files per partition, appended to as its input arrives,
+so that a task's memory does not grow with its data), then fsyncs and renames them when it
+finishes (:meth:`StagedTask.finish`); it returns a :class:`StagedFile` per file, small picklable
+values (path, topic, partition, batch, record and byte counts) for the driver.
+
+The journal ``COMMITTING`` is UTF-8 JSON, written atomically (tmp, fsync, rename)::
+
+    {"version": 1, "job": "<job id>",
+     "partitions": [{"topic": "t", "partition": 0, "log_end_offset": 42}, ...]}
+
+holding each touched partition's log end offset (LEO) before the commit.
+
+The commit (:func:`commit`, on the driver side), with nothing visible until its step 6:
+
+1. opens the log dir with a :class:`LogManager`, which takes its ``.lock`` (one writer per log
+   dir; a running broker owns it -> :class:`LogDirLockedError` naming the owner: writes through a
+   running broker come with its network listener, later) and resolves interrupted commits (below);
+   a lock held by another write job's commit is waited for (up to ``lock_timeout_s``);
+2. checks everything it can before appending anything: every topic partition is registered
+   (UNKNOWN_TOPIC_OR_PARTITION), every staged file is there with the size its task staged, no
+   batch is above the topic's ``max.message.bytes`` (RECORD_TOO_LARGE), no keyless record goes
+   to a compacted topic (INVALID_RECORD);
+3. writes the checkpoint files (so that no published HW is above the LEO it journals: a log
+   recovered after a crash may end below the HW its last owner published), then the journal;
+4. appends the files in the order given, each in appends of whole batches of at most
+   ``APPEND_CHUNK_BYTES`` (a larger batch goes alone), as a leader with the log's latest leader
+   epoch (0 for a log without one): Kafka's append validation (CRC, counts) applies;
+5. flushes (fsyncs) every touched log;
+6. publishes: moves every touched log's high watermark (HW) to its LEO and writes
+   ``replication-offset-checkpoint`` once, atomically for all partitions at once
+   (:meth:`LogManager.publish_high_watermarks`). This is the commit point: readers read only
+   below the published HW, so they see all of the job or nothing of it;
+7. deletes the journal, closes the log manager (clean shutdown, lock released) and deletes the
+   job directory.
+
+A failure before step 6 in the committing process truncates every touched log back to its
+journaled LEO and deletes the journal (then the error propagates). When the process dies
+instead, the next :class:`LogManager` to open the log dir (a broker, the CLI, the next commit)
+finishes the job with :func:`resolve_interrupted_commits`: for each job directory holding a
+journal (which only a dead commit leaves: a live one holds the lock), if the published HW of
+every journaled partition is still at or below its journaled LEO, the commit never published
+and every such partition is truncated to its journaled LEO (the truncation fsynced before the
+journal goes); otherwise it published (step 6 writes all HWs in one file) and is kept. Either
+way the job directory is then deleted.
+
+:func:`abort` deletes a job's staging directory (a journal in it, left by a dead commit, is
+resolved first by opening the log dir, when no one holds it). Staging directories of jobs that
+never committed (a killed driver, a task still running when its job was aborted) are harmless
+leftovers: nothing reads them. Opening a log manager deletes those without a journal in which
+nothing changed for ``STALE_JOB_AGE_S`` (one day).
+
+Thread safety: a :class:`StagedTask` belongs to one task (one thread); separate tasks write
+separate files. :func:`commit` and :func:`resolve_interrupted_commits` run under the log dir's
+lock. :class:`StagedFile` is immutable.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import shutil
+import time
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, TYPE_CHECKING
+
+from broker_embedded.errors import (
+    CheckpointError,
+    CorruptRecordError,
+    InvalidRecordError,
+    KafkaLogError,
+    LogDirLockedError,
+    RecordTooLargeError,
+    UnknownTopicOrPartitionError,
+)
+from broker_embedded.record.record_batch import LOG_OVERHEAD
+from broker_embedded.storage.checkpoint_file import fsync_dir, write_atomically
+from broker_embedded.storage.log_dir_lock import lock_file_path
+from broker_embedded.storage.topic_partition import TopicPartition
+
+if TYPE_CHECKING:
+    from broker_embedded.storage.log_manager import LogManager
+
+log = logging.getLogger(__name__)
+
+STAGING_DIR = ".kafkalog-staging"
+JOURNAL = "COMMITTING"
+STAGED_SUFFIX = ".batches"
+TMP_SUFFIX = ".tmp"
+JOURNAL_VERSION = 1
+STALE_JOB_AGE_S = 24 * 3600
+APPEND_CHUNK_BYTES = 8 << 20
+MAX_OPEN_FILES = 32  # per task: least recently used staged files beyond this are closed
+DEFAULT_LOCK_TIMEOUT_S = 120.0
+COMMIT_OWNER = "kafkalog write job"  # how a commit names itself in the .lock file
+_NAME = re.compile(r"[A-Za-z0-9_-]{1,100}")
+
+
+def _checked_name(name: str, what: str) -> str:
+    if not isinstance(name, str) or not _NAME.fullmatch(name):
+        raise ValueError(f"{what} {name!r} must be 1 to 100 characters of [A-Za-z0-9_-]")
+    return name
+
+
+def staging_root(log_dir: str | Path) -> Path:
+    return Path(log_dir) / STAGING_DIR
+
+
+def job_dir(log_dir: str | Path, job_id: str) -> Path:
+    """``<log dir>/.kafkalog-staging/<job id>``."""
+    return staging_root(log_dir) / _checked_name(job_id, "write job id")
+
+
+@dataclass(frozen=True, slots=True)
+class StagedFile:
+    """One staged file: ``records`` records in ``batches`` complete batches (``size`` bytes, the
+    largest batch ``max_batch_size`` bytes, ``null_keys`` records without a key) for
+    ``topic``/``partition``."""
+
+    path: str
+    topic: str
+    partition: int
+    batches: int
+    records: int
+    size: int
+    max_batch_size: int
+    null_keys: int = 0
+
+    @property
+    def topic_partition(self) -> TopicPartition:
+        return TopicPartition(self.topic, self.partition)
+
+
+# -- executors: staging ---------------------------------------------------------------------------
+
+
+class _OpenStage:
+    """The counts of one staged file being written, and its file while it is open."""
+
+    __slots__ = ("tmp", "final", "tp", "file", "batches", "records", "size", "max_batch",
+                 "null_keys")  # fmt: skip
+
+    def __init__(self, tmp: Path, final: Path, tp: TopicPartition) -> None:
+        self.tmp, self.final, self.tp = tmp, final, tp
+        self.file: IO[bytes] | None = None
+        self.batches = self.records = self.size = self.max_batch = self.null_keys = 0
+
+
+class StagedTask:
+    """The staged files of one task attempt of write job ``job_id`` (see the module docstring):
+    :meth:`append` batches, then :meth:`finish` (or :meth:`discard` on failure)."""
+
+    def __init__(self, log_dir: str | Path, job_id: str, attempt: str) -> None:
+        self.directory = job_dir(log_dir, job_id)
+        self.attempt = _checked_name(attempt, "task attempt id")
+        self._files: dict[TopicPartition, _OpenStage] = {}
+        self._open: dict[TopicPartition, None] = {}  # insertion order: least recently used first
+        self._done = False
+
+    def append(
+        self,
+        topic: str,
+        partition: int,
+        data: bytes | bytearray | memoryview,
+        *,
+        batches: int,
+        records: int,
+        max_batch_size: int,
+        null_keys: int = 0,
+    ) -> None:
+        """Append ``batches`` complete record batches (``records`` records, the largest
+        ``max_batch_size`` bytes) to this task's staged file of ``topic``/``partition``."""
+        if self._done:
+            raise KafkaLogError(f"task {self.attempt} of {self.directory} already finished")
+        if not len(data):
+            return
+        tp = TopicPartition(topic, partition)
+        stage = self._files.get(tp)
+        if stage is None:
+            name = f"{self.attempt}.{tp.dir_name}{STAGED_SUFFIX}"
+            self.directory.mkdir(parents=True, exist_ok=True)
+            stage = _OpenStage(self.directory / (name + TMP_SUFFIX), self.directory / name, tp)
+            self._files[tp] = stage
+        if stage.file is None:
+            while len(self._open) >= MAX_OPEN_FILES:
+                self._close(next(iter(self._open)))
+            stage.file = open(stage.tmp, "ab")  # noqa: SIM115 (closed by _close / finish)
+        self._open.pop(tp, None)
+        self._open[tp] = None
+        stage.file.write(data)
+        stage.batches += batches
+        stage.records += records
+        stage.size += len(data)
+        stage.max_batch = max(stage.max_batch, max_batch_size)
+        stage.null_keys += null_keys
+
+    def _close(self, tp: TopicPartition) -> None:
+        self._open.pop(tp, None)
+        stage = self._files[tp]
+        if stage.file is not None:
+            stage.file.close()
+            stage.file = None
+
+    def finish(self) -> tuple[StagedFile, ...]:
+        """fsync and rename every staged file; their descriptions, by topic and partition."""
+        self._done = True
+        out = []
+        for tp in sorted(self._files):
+            stage = self._files[tp]
+            self._close(tp)
+            with open(stage.tmp, "rb+") as f:
+                os.fsync(f.fileno())
+            os.replace(stage.tmp, stage.final)
+            out.append(StagedFile(str(stage.final), tp.topic, tp.partition, stage.batches,
+                                  stage.records, stage.size, stage.max_batch,
+                                  stage.null_keys))  # fmt: skip
+        if out:
+            fsync_dir(self.directory)
+        return tuple(out)
+
+    def discard(self) -> None:
+        """Close and delete this task's files (a failed task; never raises)."""
+        self._done = True
+        for tp, stage in self._files.items():
+            try:
+                self._close(tp)
+            except OSError:
+                pass
+            for path in (stage.tmp, stage.final):
+                try:
+                    path.unlink(missing_ok=True)
+                except OSError:
+                    pass
+
+
+# -- the driver: commit and abort -----------------------------------------------------------------
+
+
+def lock_holder(log_dir: str | Path) -> str:
+    """Who holds (or last held) the ``.lock`` of ``log_dir``, as its holder wrote it."""
+    try:
+        text = lock_file_path(log_dir).read_text("utf-8", errors="replace").strip()
+    except OSError:
+        text = ""
+    return text or "an unknown process"
+
+
+def _open_log_manager(log_dir: Path, job_id: str, lock_timeout_s: float) -> LogManager:
+    """A log manager on ``log_dir`` for a commit: waits while another write job commits,
+    refuses (naming the owner) while anyone else owns the log dir."""
+    from broker_embedded.storage.log_manager import LogManager  # it imports this module
+
+    deadline = time.monotonic() + lock_timeout_s
+    delay = 0.05
+    while True:
+        try:
+            return LogManager(log_dir, owner=f"{COMMIT_OWNER} {job_id}, committing as node")
+        except LogDirLockedError:
+            holder = lock_holder(log_dir)
+            if f"({COMMIT_OWNER} " in holder and time.monotonic() < deadline:
+                time.sleep(delay)  # another job's commit: they are short
+                delay = min(delay * 2, 1.0)
+                continue
+            raise LogDirLockedError(
+                f"cannot commit write job {job_id} to log dir {log_dir}: a running broker or "
+                f"another writer owns it ({holder}). A write job appends only to a log dir no "
+                "broker owns; writing through a running broker comes with its network "
+                "listener (a later release): stop the broker first, or produce through it"
+            ) from None
+
+
+def _check_before_appending(lm: LogManager, files: Sequence[StagedFile]) -> None:
+    """Everything that can refuse the commit, checked before anything is appended."""
+    for f in files:
+        tp = f.topic_partition
+        entry = lm.topics.get(tp.topic)
+        if entry is None or tp.partition >= entry.partitions:
+            count = "" if entry is None else f" (it has {entry.partitions} partitions)"
+            raise UnknownTopicOrPartitionError(
+                f"topic {tp.topic!r} partition {tp.partition} does not exist in log dir "
+                f"{lm.log_dir}{count}: nothing of the write job was appended"
+            )
+        try:
+            size = os.stat(f.path).st_size
+        except FileNotFoundError:
+            raise KafkaLogError(
+                f"staged file {f.path} of topic {tp.topic!r} partition {tp.partition} is "
+                "missing: nothing of the write job was appended"
+            ) from None
+        if size != f.size:
+            raise KafkaLogError(
+                f"staged file {f.path} of topic {tp.topic!r} partition {tp.partition} holds "
+                f"{size} bytes, its task staged {f.size}: nothing of the write job was appended"
+            )
+        config = entry.log_config(lm.defaults, tp.topic)
+        if f.max_batch_size > config.max_message_bytes:
+            raise RecordTooLargeError(
+                f"topic {tp.topic!r} partition {tp.partition}: a staged batch of "
+                f"{f.max_batch_size} bytes exceeds max.message.bytes {config.max_message_bytes} "
+                f"({f.path}): nothing of the write job was appended"
+            )
+        if config.compact and f.null_keys:
+            raise InvalidRecordError(
+                f"compacted topic {tp.topic!r} partition {tp.partition} does not accept records "
+                f"without a key ({f.null_keys} staged in {f.path}): nothing of the write job "
+                "was appended"
+            )
+
+
+def _whole_batches(path: str, limit: int) -> Iterator[memoryview]:
+    """The file's bytes in chunks of whole batches of at most ``limit`` bytes (or one batch)."""
+    with open(path, "rb") as f:
+        pending = b""
+        while True:
+            data = f.read(limit)
+            if not data:
+                break
+            buf = pending + data if pending else data
+            pos = 0
+            while pos + LOG_OVERHEAD <= len(buf):
+                end = pos + LOG_OVERHEAD + int.from_bytes(buf[pos + 8 : pos + 12], "big")
+                if end > len(buf):
+                    break
+                pos = end
+            if pos:
+                yield memoryview(buf)[:pos]
+            pending = buf[pos:]
+        if pending:
+            raise CorruptRecordError(
+                f"{len(pending)} bytes after the last complete batch", source=path
+            )
+
+
+def _write_journal(path: Path, job_id: str, leos: Mapping[TopicPartition, int]) -> None:
+    body = {
+        "version": JOURNAL_VERSION,
+        "job": job_id,
+        "partitions": [{"topic": tp.topic, "partition": tp.partition, "log_end_offset": leo}
+                       for tp, leo in sorted(leos.items())],
+    }  # fmt: skip
+    write_atomically(path, (json.dumps(body, indent=1) + "\n").encode("utf-8"))
+
+
+def read_journal(path: str | Path) -> dict[TopicPartition, int]:
+    """The journaled pre-commit log end offsets; :class:`CheckpointError` naming the file if it
+    is malformed."""
+    try:
+        body = json.loads(Path(path).read_bytes())
+        if body.get("version") != JOURNAL_VERSION:
+            raise ValueError(f"unsupported version {body.get('version')!r}")
+        out = {}
+        for p in body["partitions"]:
+            tp = TopicPartition(p["topic"], p["partition"])
+            leo = p["log_end_offset"]
+            if type(leo) is not int or leo < 0:
+                raise ValueError(f"{tp}: log end offset {leo!r}")
+            out[tp] = leo
+        return out
+    except (OSError, ValueError, TypeError, KeyError, AttributeError, KafkaLogError) as e:
+        raise CheckpointError(f"write job journal {path} is malformed: {e!r}") from None
+
+
+def _truncate_back(lm: LogManager, leos: Mapping[TopicPartition, int]) -> None:
+    """Truncate each log to its journaled LEO and make it durable."""
+    for tp, leo in sorted(leos.items()):
+        lg = lm.get_log(tp)
+        if lg is None or lg.is_closed:
+            continue
+        if lg.log_end_offset > leo:
+            lg.truncate_to(leo)
+        lg.flush()
+        fsync_dir(lg.directory)
+
+
+def commit(
+    log_dir: str | Path,
+    job_id: str,
+    files: Iterable[StagedFile],
+    *,
+    lock_timeout_s: float = DEFAULT_LOCK_TIMEOUT_S,
+) -> dict[TopicPartition, tuple[int, int]]:
+    """Append the staged ``files`` in order and publish them (module docstring, steps 1-7).
+
+    Returns each touched partition's (first offset, log end offset) of what was appended.
+    """
+    log_dir = Path(log_dir)
+    directory = job_dir(log_dir, job_id)
+    files = [f for f in files if f.records > 0]
+    lm = _open_log_manager(log_dir, job_id, lock_timeout_s)
+    keep_journal = False  # True when what is on disk must be left for the next open to resolve
+    try:
+        _check_before_appending(lm, files)
+        logs = {tp: lm.get_or_create_log(tp) for tp in sorted({f.topic_partition for f in files})}
+        if not logs:
+            return {}
+        before = {tp: lg.log_end_offset for tp, lg in logs.items()}
+        lm.checkpoint()  # published HWs on disk <= these LEOs (recovery may have cut a log)
+        journal = directory / JOURNAL
+        _write_journal(journal, job_id, before)
+        try:
+            for f in files:
+                lg = logs[f.topic_partition]
+                epoch = lg.leader_epoch_cache.latest_epoch
+                for chunk in _whole_batches(f.path, APPEND_CHUNK_BYTES):
+                    lg.append_as_leader(chunk, 0 if epoch is None else epoch)
+            for lg in logs.values():
+                lg.flush()
+            after = {tp: lg.log_end_offset for tp, lg in logs.items()}
+        except BaseException:
+            try:
+                _truncate_back(lm, before)
+                lm.checkpoint()
+                journal.unlink()
+                fsync_dir(directory)
+            except BaseException:
+                keep_journal = True
+                log.exception("rolling back write job %s in %s failed: the next log manager "
+                              "to open the log dir rolls it back", job_id, log_dir)  # fmt: skip
+            raise
+        try:
+            lm.publish_high_watermarks(after)  # the commit point
+        except BaseException:
+            keep_journal = True  # published or not: the checkpoint file on disk says
+            raise
+        journal.unlink()
+        fsync_dir(directory)
+        return {tp: (before[tp], after[tp]) for tp in logs}
+    finally:
+        lm.close(clean=not keep_journal)
+        if not keep_journal:
+            shutil.rmtree(directory, ignore_errors=True)
+
+
+def abort(log_dir: str | Path, job_id: str) -> None:
+    """Drop write job ``job_id``'s staging directory (module docstring)."""
+    directory = job_dir(log_dir, job_id)
+    if (directory / JOURNAL).exists():  # a dead commit's: resolve it before anything goes
+        from broker_embedded.storage.log_manager import LogManager
+
+        try:
+            LogManager(log_dir, owner=f"{COMMIT_OWNER} {job_id}, aborting as node").close()
+        except LogDirLockedError:
+            log.warning("write job %s: %s holds a journal and %s is locked; left for the next "
+                        "log manager to open it", job_id, directory, log_dir)  # fmt: skip
+            return
+    shutil.rmtree(directory, ignore_errors=True)
+
+
+# -- opening a log dir: resolving what dead commits left ------------------------------------------
+
+
+def resolve_interrupted_commits(
+    lm: LogManager,
+    published_high_watermarks: Mapping[TopicPartition, int],
+    *,
+    now_s: float | None = None,
+) -> bool:
+    """Finish or roll back the commits a dead process left in ``lm``'s log dir, and delete the
+    staging directories of jobs untouched for ``STALE_JOB_AGE_S`` (module docstring). Runs while
+    ``lm`` opens, under the log dir's lock. True when a log was truncated."""
+    root = staging_root(lm.log_dir)
+    try:
+        jobs = sorted(e.path for e in os.scandir(root) if e.is_dir(follow_symlinks=False))
+    except FileNotFoundError:
+        return False
+    now = time.time() if now_s is None else now_s
+    truncated = False
+    for path in map(Path, jobs):
+        journal = path / JOURNAL
+        if journal.exists():
+            leos = read_journal(journal)
+            published = any(published_high_watermarks.get(tp, -1) > leo
+                            for tp, leo in leos.items())  # fmt: skip
+            if published:
+                log.warning("%s: write job %s published before its process died: kept",
+                            lm.log_dir, path.name)  # fmt: skip
+            else:
+                log.warning("%s: write job %s died before publishing: rolled back %s",
+                            lm.log_dir, path.name, sorted(map(str, leos)))  # fmt: skip
+                _truncate_back(lm, leos)
+                truncated = True
+            journal.unlink()
+            fsync_dir(path)
+            shutil.rmtree(path, ignore_errors=True)
+        elif now - _last_change_s(path) > STALE_JOB_AGE_S:
+            log.info("%s: deleting staging directory %s (no change for a day)", lm.log_dir, path)
+            shutil.rmtree(path, ignore_errors=True)
+    return truncated
+
+
+def _last_change_s(directory: Path) -> float:
+    """The latest modification time of ``directory`` and the files in it."""
+    latest = directory.stat().st_mtime
+    for e in os.scandir(directory):
+        try:
+            latest = max(latest, e.stat(follow_symlinks=False).st_mtime)
+        except FileNotFoundError:
+            pass
+    return latest
