@@ -10,9 +10,11 @@ STAMP=$VENV/.installed
 if [ ! -x "$VENV/bin/python" ]; then
     "$PY" -m venv "$VENV"
 fi
-if [ ! -f "$STAMP" ] || [ pyproject.toml -nt "$STAMP" ]; then
+if [ ! -f "$STAMP" ] || [ pyproject.toml -nt "$STAMP" ] || [ dev.sh -nt "$STAMP" ]; then
     "$VENV/bin/python" -m pip install -q --upgrade pip
-    "$VENV/bin/python" -m pip install -q -e '.[test]'
+    # compat: a plain path entry, so that PySpark's discovery of the top-level module
+    # pyspark_kafkalog (pkgutil.iter_modules) sees it from any working directory
+    "$VENV/bin/python" -m pip install -q -e '.[test]' --config-settings editable_mode=compat
     touch "$STAMP"
 fi
 export PATH="$PWD/$VENV/bin:$PATH"

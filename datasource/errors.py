@@ -1,0 +1,29 @@
+"""Domain exceptions of the ``kafkalog`` data source.
+
+Every message names what a user needs to act: the option and the value given, or the topic,
+partition and offsets concerned. Spark wraps an exception raised in a Python data source in its
+own (``AnalysisException``, ``PythonException``), keeping this message in its text.
+"""
+
+from __future__ import annotations
+
+from broker_embedded.errors import KafkaLogError
+
+DATA_LOSS_HINT = (
+    "Some data may have been lost (retention, DeleteRecords, or a log truncated below what was "
+    "planned). Set the option failOnDataLoss to false to read what is there instead."
+)
+
+
+class KafkaSourceError(KafkaLogError):
+    """Base class of the errors the ``kafkalog`` data source raises on purpose."""
+
+
+class InvalidOptionError(KafkaSourceError, ValueError):
+    """An unknown option, a malformed value, or options that contradict each other."""
+
+
+class DataLossError(KafkaSourceError):
+    """Offsets a query needs are no longer (or not) in the log: retention or DeleteRecords moved
+    the log start offset past them, or the high watermark moved back below them. Raised only with
+    ``failOnDataLoss=true``; otherwise the reader logs a warning and reads what is there."""

@@ -1,0 +1,49 @@
+"""What one Spark task of a ``kafkalog`` read gets: :class:`KafkaInputPartition`.
+
+A small frozen value, pickled by Spark from the planner to an executor: the log dir (absolute),
+the topic partition and its planned offsets ``[start, end)``, and how to read them (isolation,
+headers, bytes per fetch, data-loss policy). It carries no state of the log: the executor opens
+the partition read-only itself (offset_range_reader.py), and under read_committed learns the
+aborted transactions from each fetch, as a Kafka consumer does.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pyspark.sql.datasource import InputPartition
+
+from datasource.offset_range import OffsetRange
+
+
+@dataclass(frozen=True)
+class KafkaInputPartition(InputPartition):
+    """Read ``[start, end)`` of ``topic``-``partition`` in the log dir ``log_dir``."""
+
+    log_dir: str
+    topic: str
+    partition: int
+    start: int
+    end: int
+    read_committed: bool = False
+    include_headers: bool = False
+    fetch_bytes: int = 1 << 20
+    fail_on_data_loss: bool = True
+
+    @classmethod
+    def of(
+        cls,
+        log_dir: str,
+        r: OffsetRange,
+        *,
+        read_committed: bool,
+        include_headers: bool,
+        fetch_bytes: int,
+        fail_on_data_loss: bool,
+    ) -> KafkaInputPartition:
+        return cls(log_dir, r.topic, r.partition, r.start, r.end, read_committed,
+                   include_headers, fetch_bytes, fail_on_data_loss)  # fmt: skip
+
+    @property
+    def offset_range(self) -> OffsetRange:
+        return OffsetRange(self.topic, self.partition, self.start, self.end)

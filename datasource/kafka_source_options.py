@@ -1,0 +1,392 @@
+"""The options of the ``kafkalog`` source, parsed once into a frozen :class:`KafkaSourceOptions`.
+
+Spark hands a data source its options as strings under lower-cased keys; :meth:`parse` takes
+them (any case) and checks everything it can without the log dir: unknown options, malformed
+values and JSON, contradictions. Every error is an :class:`InvalidOptionError` whose message names
+the option and the value. The names are Spark's Kafka source names where Spark has the option
+(kafka.md section F); the table of options, defaults and meanings is the user manual in
+``KafkaLogDataSource``'s docstring.
+
+Query kinds: ``parse(options, streaming=False)`` for a batch query (``spark.read``),
+``streaming=True`` for a streaming one (``spark.readStream``), ``streaming=None`` when the kind is
+not known yet (``DataSource.schema()`` runs for both): then only the checks common to both run,
+and :meth:`parse` runs again with the kind once it is known. Batch queries reject the streaming
+options (``maxOffsetsPerTrigger``, ``minOffsetsPerTrigger``, ``maxTriggerDelay``,
+``maxBytesPerTrigger``) and a start at ``latest``; streaming queries reject the ending options
+and ``narrowByFilters``.
+
+Precedence, as in Spark (the lower ones are then ignored): ``startingTimestamp`` >
+``startingOffsetsByTimestamp`` > ``startingOffsets``, and the same for the ending options.
+
+Immutable and picklable: it travels inside the reader to Spark's planner and executors.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from broker_embedded.storage.fetch_data_info import IsolationLevel
+from datasource.errors import InvalidOptionError
+from datasource.offset_spec import (
+    EARLIEST,
+    LATEST,
+    EarliestOffsets,
+    GlobalTimestamp,
+    LatestOffsets,
+    OffsetSpec,
+    SpecificOffsets,
+    SpecificTimestamps,
+    parse_offsets,
+    parse_timestamp,
+    parse_timestamps,
+)
+from datasource.subscription import Assign, Subscribe, SubscribePattern, Subscription
+
+INT32_MAX = (1 << 31) - 1
+INT64_MAX = (1 << 63) - 1
+DEFAULT_MAX_PARTITION_FETCH_BYTES = 1 << 20  # Kafka consumer's max.partition.fetch.bytes
+DEFAULT_FETCH_MAX_BYTES = 50 * (1 << 20)  # Kafka consumer's fetch.max.bytes
+DEFAULT_MAX_TRIGGER_DELAY_MS = 15 * 60 * 1000
+
+# Spark's spelling of every option, by lower-cased key.
+BATCH_AND_STREAMING = (
+    "path", "assign", "subscribe", "subscribePattern", "startingOffsets", "startingTimestamp",
+    "startingOffsetsByTimestamp", "startingOffsetsByTimestampStrategy", "failOnDataLoss",
+    "includeHeaders", "minPartitions", "maxRecordsPerPartition", "maxBytesPerPartition",
+    "kafka.isolation.level", "kafka.max.partition.fetch.bytes", "kafka.fetch.max.bytes",
+)  # fmt: skip
+BATCH_ONLY = ("endingOffsets", "endingTimestamp", "endingOffsetsByTimestamp", "narrowByFilters")
+STREAMING_ONLY = (
+    "maxOffsetsPerTrigger", "minOffsetsPerTrigger", "maxTriggerDelay", "maxBytesPerTrigger",
+)  # fmt: skip
+OPTION_NAMES = {name.lower(): name for name in BATCH_AND_STREAMING + BATCH_ONLY + STREAMING_ONLY}
+SUBSCRIPTION_OPTIONS = ("assign", "subscribe", "subscribePattern")
+START_STRATEGIES = ("error", "latest")
+
+_BYTE_UNITS = {"": 1, "b": 1, "k": 1 << 10, "kb": 1 << 10, "kib": 1 << 10, "m": 1 << 20,
+               "mb": 1 << 20, "mib": 1 << 20, "g": 1 << 30, "gb": 1 << 30, "gib": 1 << 30,
+               "t": 1 << 40, "tb": 1 << 40, "tib": 1 << 40}  # fmt: skip
+_TIME_UNITS_MS = {"": 1, "ms": 1, "s": 1000, "sec": 1000, "m": 60_000, "min": 60_000,
+                  "h": 3_600_000, "d": 86_400_000}  # fmt: skip
+_SIZE = re.compile(r"\s*([0-9]+)\s*([a-zA-Z]*)\s*")
+
+
+@dataclass(frozen=True)
+class KafkaSourceOptions:
+    """Every option of one query, parsed and checked; see the module docstring.
+
+    ``starting`` / ``ending``: where to start and end, by the precedence rules (``ending`` is
+    ``None`` for a streaming query). ``narrow_by_filters``: let pushed filters narrow the plan
+    (kafka_batch_reader.py says why this is off by default). ``streaming``: the query kind the
+    options were checked for (``None``: not known yet).
+    """
+
+    path: str
+    subscription: Subscription
+    starting: OffsetSpec
+    ending: OffsetSpec | None
+    starting_strategy: str = "error"
+    fail_on_data_loss: bool = True
+    include_headers: bool = False
+    min_partitions: int | None = None
+    max_records_per_partition: int | None = None
+    max_bytes_per_partition: int | None = None
+    isolation_level: IsolationLevel = IsolationLevel.READ_UNCOMMITTED
+    max_partition_fetch_bytes: int = DEFAULT_MAX_PARTITION_FETCH_BYTES
+    fetch_max_bytes: int = DEFAULT_FETCH_MAX_BYTES
+    max_offsets_per_trigger: int | None = None
+    min_offsets_per_trigger: int | None = None
+    max_trigger_delay_ms: int = DEFAULT_MAX_TRIGGER_DELAY_MS
+    max_bytes_per_trigger: int | None = None
+    narrow_by_filters: bool = False
+    streaming: bool | None = False
+
+    @property
+    def read_committed(self) -> bool:
+        return self.isolation_level == IsolationLevel.READ_COMMITTED
+
+    @property
+    def fetch_bytes(self) -> int:
+        """Bytes one fetch of one partition may return (a batch larger than it still comes
+        whole, as in Kafka): ``min(kafka.max.partition.fetch.bytes, kafka.fetch.max.bytes)``."""
+        return min(self.max_partition_fetch_bytes, self.fetch_max_bytes)
+
+    @classmethod
+    def parse(
+        cls, options: Mapping[str, str], *, streaming: bool | None = False
+    ) -> KafkaSourceOptions:
+        """Parse Spark's options (keys in any case); see the module docstring."""
+        raw = _normalise(options)
+        _check_known(raw, streaming)
+        path = raw.get("path", "").strip()
+        if not path:
+            raise InvalidOptionError(
+                "option path is missing: give the Kafka log dir to read, as "
+                'spark.read.format("kafkalog").load("/path/to/log-dir") or .option("path", ...)'
+            )
+        return cls(
+            path=path,
+            subscription=_subscription(raw),
+            starting=_starting(raw, streaming),
+            ending=None if streaming else _ending(raw, streaming),
+            starting_strategy=_choice(raw, "startingOffsetsByTimestampStrategy",
+                                      START_STRATEGIES, "error"),  # fmt: skip
+            fail_on_data_loss=_bool(raw, "failOnDataLoss", True),
+            include_headers=_bool(raw, "includeHeaders", False),
+            min_partitions=_positive(raw, "minPartitions", INT32_MAX),
+            max_records_per_partition=_positive(raw, "maxRecordsPerPartition", INT64_MAX),
+            max_bytes_per_partition=_bytes(raw, "maxBytesPerPartition"),
+            isolation_level=_isolation(raw),
+            max_partition_fetch_bytes=_positive(raw, "kafka.max.partition.fetch.bytes",
+                                                INT32_MAX, DEFAULT_MAX_PARTITION_FETCH_BYTES),
+            fetch_max_bytes=_positive(raw, "kafka.fetch.max.bytes", INT32_MAX,
+                                      DEFAULT_FETCH_MAX_BYTES),
+            **_streaming_limits(raw),
+            narrow_by_filters=_bool(raw, "narrowByFilters", False),
+            streaming=streaming,
+        )._checked()  # fmt: skip
+
+    def _checked(self) -> KafkaSourceOptions:
+        """Contradictions between options that parse alone."""
+        if self.ending is not None:
+            _check_order(self.starting, self.ending)
+        lo, hi = self.min_offsets_per_trigger, self.max_offsets_per_trigger
+        if lo is not None and hi is not None and lo > hi:
+            raise InvalidOptionError(
+                f"option minOffsetsPerTrigger={lo} is larger than maxOffsetsPerTrigger={hi}"
+            )
+        return self
+
+
+# -- parsing helpers -----------------------------------------------------------------------------
+
+
+def _normalise(options: Mapping[str, str]) -> dict[str, str]:
+    raw: dict[str, str] = {}
+    for key, value in options.items():
+        lower = str(key).strip().lower()
+        if lower in raw:
+            raise InvalidOptionError(f"option {key} is given twice (option names ignore case)")
+        if value is None:
+            raise InvalidOptionError(f"option {key} has no value")
+        raw[lower] = str(value)
+    return raw
+
+
+def _check_known(raw: dict[str, str], streaming: bool | None) -> None:
+    for key, value in raw.items():
+        name = OPTION_NAMES.get(key)
+        if name is None:
+            raise InvalidOptionError(_unknown(key, value))
+        if streaming is False and name in STREAMING_ONLY:
+            raise InvalidOptionError(
+                f"option {name}={value!r} applies to streaming queries (spark.readStream) only; "
+                "remove it from this batch query"
+            )
+        if streaming is True and name in BATCH_ONLY:
+            raise InvalidOptionError(
+                f"option {name}={value!r} applies to batch queries (spark.read) only: a "
+                "streaming query has no end"
+            )
+
+
+def _unknown(key: str, value: str) -> str:
+    if key.startswith("kafka."):
+        return (
+            f"option {key}={value!r} is not supported: kafkalog reads a Kafka log dir (option "
+            "path), not a cluster, and of the kafka.* consumer settings takes only "
+            "kafka.isolation.level, kafka.max.partition.fetch.bytes and kafka.fetch.max.bytes"
+        )
+    known = ", ".join(sorted(OPTION_NAMES.values(), key=str.lower))
+    return f"unknown option {key}={value!r} for the kafkalog source; the options are: {known}"
+
+
+def _get(raw: dict[str, str], name: str) -> str | None:
+    return raw.get(name.lower())
+
+
+def _subscription(raw: dict[str, str]) -> Subscription:
+    given = [name for name in SUBSCRIPTION_OPTIONS if _get(raw, name) is not None]
+    if len(given) != 1:
+        values = ", ".join(f"{name}={_get(raw, name)!r}" for name in given)
+        if given:
+            reason = f"got {len(given)}: {values}"
+        else:
+            reason = "got none"
+        raise InvalidOptionError(
+            "exactly one of the options assign, subscribe and subscribePattern must be given; "
+            + reason
+        )
+    name = given[0]
+    parser = {"assign": Assign, "subscribe": Subscribe, "subscribePattern": SubscribePattern}
+    return parser[name].parse(_get(raw, name))  # type: ignore[attr-defined, arg-type]
+
+
+def _by_precedence(raw: dict[str, str], prefix: str) -> OffsetSpec | None:
+    """``<prefix>Timestamp`` > ``<prefix>OffsetsByTimestamp`` > ``<prefix>Offsets``: the first
+    one given wins (Spark's rule); every one given must parse all the same."""
+    given: list[OffsetSpec] = []
+    if (value := _get(raw, f"{prefix}Timestamp")) is not None:
+        given.append(parse_timestamp(f"{prefix}Timestamp", value))
+    if (value := _get(raw, f"{prefix}OffsetsByTimestamp")) is not None:
+        given.append(parse_timestamps(f"{prefix}OffsetsByTimestamp", value))
+    if (value := _get(raw, f"{prefix}Offsets")) is not None:
+        given.append(parse_offsets(f"{prefix}Offsets", value))
+    return given[0] if given else None
+
+
+def _starting(raw: dict[str, str], streaming: bool | None) -> OffsetSpec:
+    spec = _by_precedence(raw, "starting")
+    if spec is None:
+        return LatestOffsets() if streaming else EarliestOffsets()
+    if streaming is False:
+        if isinstance(spec, LatestOffsets):
+            raise InvalidOptionError(
+                "option startingOffsets='latest' is invalid for a batch query: it would read "
+                "nothing; use earliest or specific offsets"
+            )
+        if isinstance(spec, SpecificOffsets):
+            for tp, offset in sorted(spec.offsets.items()):
+                if offset == LATEST:
+                    raise InvalidOptionError(
+                        f"option startingOffsets={spec} is invalid for a batch query: {tp} "
+                        "starts at -1 (latest)"
+                    )
+    return spec
+
+
+def _ending(raw: dict[str, str], streaming: bool | None) -> OffsetSpec:
+    spec = _by_precedence(raw, "ending")
+    if spec is None:
+        return LatestOffsets()
+    if isinstance(spec, EarliestOffsets):
+        raise InvalidOptionError(
+            "option endingOffsets='earliest' is invalid: it would read nothing; use latest or "
+            "specific offsets"
+        )
+    if isinstance(spec, SpecificOffsets):
+        for tp, offset in sorted(spec.offsets.items()):
+            if offset == EARLIEST:
+                raise InvalidOptionError(
+                    f"option endingOffsets={spec} is invalid: {tp} ends at -2 (earliest)"
+                )
+    return spec
+
+
+def _check_order(starting: OffsetSpec, ending: OffsetSpec) -> None:
+    """Reject an ending before the start where both are known without the log dir."""
+    if isinstance(starting, GlobalTimestamp) and isinstance(ending, GlobalTimestamp):
+        if ending.timestamp_ms < starting.timestamp_ms:
+            raise InvalidOptionError(
+                f"option endingTimestamp={ending.timestamp_ms} is before "
+                f"startingTimestamp={starting.timestamp_ms}"
+            )
+    pairs = [(SpecificOffsets, "offsets", "startingOffsets", "endingOffsets"),
+             (SpecificTimestamps, "timestamps", "startingOffsetsByTimestamp",
+              "endingOffsetsByTimestamp")]  # fmt: skip
+    for kind, attr, start_name, end_name in pairs:
+        if isinstance(starting, kind) and isinstance(ending, kind):
+            starts, ends = getattr(starting, attr), getattr(ending, attr)
+            for tp in sorted(set(starts) & set(ends)):
+                lo, hi = starts[tp], ends[tp]
+                if lo >= 0 and hi >= 0 and hi < lo:
+                    raise InvalidOptionError(
+                        f"option {end_name}={ending} ends {tp} at {hi}, before where "
+                        f"{start_name}={starting} starts it ({lo})"
+                    )
+
+
+def _bool(raw: dict[str, str], name: str, default: bool) -> bool:
+    value = _get(raw, name)
+    if value is None:
+        return default
+    word = value.strip().lower()
+    if word not in ("true", "false"):
+        raise InvalidOptionError(f"option {name}={value!r} is invalid: expected true or false")
+    return word == "true"
+
+
+def _choice(raw: dict[str, str], name: str, allowed: tuple[str, ...], default: str) -> str:
+    value = _get(raw, name)
+    if value is None:
+        return default
+    word = value.strip().lower()
+    if word not in allowed:
+        raise InvalidOptionError(
+            f"option {name}={value!r} is invalid: expected one of {', '.join(allowed)}"
+        )
+    return word
+
+
+def _positive(
+    raw: dict[str, str], name: str, maximum: int, default: int | None = None
+) -> int | None:
+    value = _get(raw, name)
+    if value is None:
+        return default
+    try:
+        n = int(value.strip())
+    except ValueError:
+        raise InvalidOptionError(
+            f"option {name}={value!r} is invalid: expected a positive integer"
+        ) from None
+    if not 1 <= n <= maximum:
+        raise InvalidOptionError(f"option {name}={value!r} is invalid: must be in [1, {maximum}]")
+    return n
+
+
+def _bytes(raw: dict[str, str], name: str) -> int | None:
+    """A positive byte count: ``1048576``, or with a unit (``512k``, ``64m``, ``1g``, ``64MiB``)."""
+    value = _get(raw, name)
+    if value is None:
+        return None
+    m = _SIZE.fullmatch(value)
+    unit = _BYTE_UNITS.get(m.group(2).lower()) if m else None
+    if m is None or unit is None:
+        raise InvalidOptionError(
+            f"option {name}={value!r} is invalid: expected a byte size such as 1048576, 512k, "
+            "64m or 1g"
+        )
+    n = int(m.group(1)) * unit
+    if not 1 <= n <= INT64_MAX:
+        raise InvalidOptionError(f"option {name}={value!r} is invalid: must be positive")
+    return n
+
+
+def _duration_ms(raw: dict[str, str], name: str, default: int) -> int:
+    """A duration: ``900000`` (ms), or with a unit (``500ms``, ``30s``, ``15m``, ``1h``, ``1d``)."""
+    value = _get(raw, name)
+    if value is None:
+        return default
+    m = _SIZE.fullmatch(value)
+    unit = _TIME_UNITS_MS.get(m.group(2).lower()) if m else None
+    if m is None or unit is None:
+        raise InvalidOptionError(
+            f"option {name}={value!r} is invalid: expected a duration such as 500ms, 30s, 15m, "
+            "1h or 1d"
+        )
+    return int(m.group(1)) * unit
+
+
+def _isolation(raw: dict[str, str]) -> IsolationLevel:
+    value = _get(raw, "kafka.isolation.level")
+    if value is None:
+        return IsolationLevel.READ_UNCOMMITTED
+    try:
+        return IsolationLevel.parse(value)
+    except ValueError:
+        raise InvalidOptionError(
+            f"option kafka.isolation.level={value!r} is invalid: expected read_uncommitted or "
+            "read_committed"
+        ) from None
+
+
+def _streaming_limits(raw: dict[str, str]) -> dict[str, int | None]:
+    return {
+        "max_offsets_per_trigger": _positive(raw, "maxOffsetsPerTrigger", INT64_MAX),
+        "min_offsets_per_trigger": _positive(raw, "minOffsetsPerTrigger", INT64_MAX),
+        "max_trigger_delay_ms": _duration_ms(raw, "maxTriggerDelay", DEFAULT_MAX_TRIGGER_DELAY_MS),
+        "max_bytes_per_trigger": _bytes(raw, "maxBytesPerTrigger"),
+    }

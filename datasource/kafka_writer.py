@@ -1,0 +1,372 @@
+"""The batch writer of the ``kafkalog`` data source: ``df.write.format("kafkalog")`` appends the
+rows of a DataFrame to topics of a log dir, as Spark's Kafka sink produces them to a cluster.
+
+Columns (Spark's Kafka sink, kafka.md section F; names are exact, other columns are ignored as
+Spark's sink ignores them, so a DataFrame read with ``format("kafkalog")`` writes back as is):
+
+- ``value`` (required): string or binary; null is a tombstone;
+- ``key`` (optional): string or binary; null is no key;
+- ``topic`` (optional): string; the option ``topic`` overrides it; one of the two is required
+  and a row with a null topic (without the option) is an error;
+- ``partition`` (optional): int; null means "place the record" (below); a partition outside the
+  topic is an error naming the topic and the partition;
+- ``headers`` (optional): ``array<struct<key: string, value: binary>>``; null means none.
+
+A column of another type is an error naming the column and its type, raised when the write
+starts (before any task runs). Strings are written as their UTF-8 bytes. Every record gets the
+write's wall-clock time as its CreateTime timestamp (LogAppendTime topics overwrite it at
+append, as Kafka does).
+
+Placement of a row without a partition: a keyed record goes where Kafka's default partitioner
+puts it (``toPositive(murmur2(key)) % partitions``, default_partitioner.py), so Kafka clients and
+kafkalog agree on where a key lives. A keyless record: Kafka 3.x producers use sticky
+partitioning (fill a batch for one partition, then switch); here each task deals its keyless
+records round-robin over the topic's partitions, starting at a random partition, which spreads
+them evenly while every partition still gets large batches (records are grouped per partition
+before they are encoded). The partition counts come from the log dir's ``kafkalog-topics.json``.
+
+Atomicity (broker_embedded/storage/staged_write.py): each task stages complete record batches in
+``<log dir>/.kafkalog-staging/<job id>/`` (one file per task attempt and partition), one Arrow
+batch at a time (its memory is bounded by Spark's Arrow batch size, whatever the task's data);
+the job's commit, on the driver side, takes the log dir's lock, appends the staged batches in
+task order and only then publishes the new high watermarks, all at once. A failed or aborted job
+leaves nothing visible. Batches are encoded uncompressed, at most ``max.message.bytes - 61``
+bytes (and 1 MiB) each, so no batch is refused; a single record above the topic's
+``max.message.bytes`` is an error naming the topic and partition, as is a keyless record for a
+compacted topic.
+
+Modes: ``append`` (and Spark's default save mode) only: Kafka has no overwrite. A log dir owned
+by a running broker process is refused with an error naming the owner: writing through a running
+broker comes with its network listener (a later release). Writes are exactly-once per job (Spark's
+Kafka sink promises at-least-once).
+
+Picklable: the writer holds the parsed options and the job id only.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+import uuid
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+from pyspark.sql.datasource import DataSourceArrowWriter, WriterCommitMessage
+from pyspark.sql.types import (
+    ArrayType,
+    BinaryType,
+    DataType,
+    IntegerType,
+    StringType,
+    StructType,
+)
+
+from broker_embedded.errors import (
+    InvalidRecordError,
+    LogDirLockedError,
+    RecordTooLargeError,
+    UnknownTopicOrPartitionError,
+)
+from broker_embedded.record.record_batch import RECORD_BATCH_OVERHEAD
+from broker_embedded.storage import staged_write
+from broker_embedded.storage.log_config import LogConfig
+from broker_embedded.storage.log_dir_lock import LogDirLock
+from broker_embedded.storage.topic_config_file import TopicConfigFile
+from datasource.errors import KafkaSourceError
+from datasource.kafka_write_options import KafkaWriteOptions
+
+log = logging.getLogger(__name__)
+
+VALUE, KEY, TOPIC, PARTITION, HEADERS = "value", "key", "topic", "partition", "headers"
+MAX_BATCH_BYTES = 1 << 20  # records bytes per staged batch (the encoder's default)
+_HEADERS_TYPE = "array<struct<key:string,value:binary>>"
+
+
+class InvalidWriteError(KafkaSourceError, ValueError):
+    """A write the ``kafkalog`` sink refuses: a bad column, an unsupported mode, a row it cannot
+    place."""
+
+
+@dataclass(frozen=True)
+class KafkaLogCommitMessage(WriterCommitMessage):
+    """What one task staged: its files, by topic and partition."""
+
+    files: tuple[staged_write.StagedFile, ...]
+
+
+@dataclass(frozen=True)
+class TopicLimits:
+    """What the writer needs of one topic: partitions and batch limits."""
+
+    partitions: int
+    max_message_bytes: int
+    compact: bool
+
+    @property
+    def max_batch_bytes(self) -> int:
+        """Records bytes per batch such that an uncompressed batch stays within the limit."""
+        return max(1, min(MAX_BATCH_BYTES, self.max_message_bytes - RECORD_BATCH_OVERHEAD))
+
+
+def _same_type(t: DataType, ddl: str) -> bool:
+    return t.simpleString() == ddl
+
+
+def check_columns(schema: StructType, topic_option: str | None) -> tuple[str, ...]:
+    """The names of the columns written (value first), checked as Spark's Kafka sink checks
+    them; :class:`InvalidWriteError` naming the column and its type."""
+    fields = {f.name: f.dataType for f in schema.fields}
+    if VALUE not in fields:
+        raise InvalidWriteError(
+            f"the kafkalog sink needs a column 'value' (string or binary); the DataFrame has "
+            f"{', '.join(fields) or 'no columns'}"
+        )
+    for name in (VALUE, KEY):
+        t = fields.get(name)
+        if t is not None and not isinstance(t, (StringType, BinaryType)):
+            raise InvalidWriteError(
+                f"column '{name}' has type {t.simpleString()}: the kafkalog sink takes string or "
+                f"binary; cast it, e.g. CAST({name} AS STRING)"
+            )
+    if topic_option is None:
+        t = fields.get(TOPIC)
+        if t is None:
+            raise InvalidWriteError(
+                "no topic: the DataFrame has no column 'topic' and the option topic is not set; "
+                'set it with .option("topic", "<name>") or add a string column topic'
+            )
+        if not isinstance(t, StringType):
+            raise InvalidWriteError(
+                f"column 'topic' has type {t.simpleString()}: the kafkalog sink takes string"
+            )
+    t = fields.get(PARTITION)
+    if t is not None and not isinstance(t, IntegerType):
+        raise InvalidWriteError(
+            f"column 'partition' has type {t.simpleString()}: the kafkalog sink takes int; cast "
+            "it, e.g. CAST(partition AS INT)"
+        )
+    t = fields.get(HEADERS)
+    if t is not None and not (isinstance(t, ArrayType) and _same_type(t, _HEADERS_TYPE)):
+        raise InvalidWriteError(
+            f"column 'headers' has type {t.simpleString()}: the kafkalog sink takes {_HEADERS_TYPE}"
+        )
+    wanted = (VALUE, KEY, PARTITION, HEADERS) + ((TOPIC,) if topic_option is None else ())
+    return tuple(name for name in wanted if name in fields)
+
+
+def read_topic_limits(log_dir: str) -> dict[str, TopicLimits]:
+    """Every topic of the log dir (``kafkalog-topics.json``) with its partition count and
+    limits, under the broker's default topic config."""
+    defaults = LogConfig()
+    out = {}
+    for name, entry in TopicConfigFile(log_dir).read().items():
+        config = entry.log_config(defaults, name)
+        out[name] = TopicLimits(entry.partitions, config.max_message_bytes, config.compact)
+    return out
+
+
+def _owner_error(path: str) -> LogDirLockedError:
+    return LogDirLockedError(
+        f"cannot write to log dir {path}: a running broker or another writer owns it "
+        f"({staged_write.lock_holder(path)}). The kafkalog sink appends only to a log dir no "
+        "broker owns; writing through a running broker comes with its network listener (a "
+        "later release): stop the broker first, or produce through it"
+    )
+
+
+class KafkaLogWriter(DataSourceArrowWriter):
+    """See the module docstring. Made by :meth:`create` on the driver; :meth:`write` runs in
+    each task, :meth:`commit` / :meth:`abort` on the driver side."""
+
+    def __init__(self, options: KafkaWriteOptions, job_id: str) -> None:
+        self.options = options
+        self.job_id = job_id
+
+    @classmethod
+    def create(cls, options: dict, schema: StructType, overwrite: bool) -> KafkaLogWriter:
+        """Check the options, mode, columns and log dir before any task runs."""
+        if overwrite:
+            raise InvalidWriteError(
+                "save mode overwrite is not supported: Kafka topics are append-only logs, "
+                'nothing in them can be replaced; use .mode("append")'
+            )
+        parsed = KafkaWriteOptions.parse(options)
+        check_columns(schema, parsed.topic)
+        try:
+            topics = read_topic_limits(parsed.path)
+        except FileNotFoundError:
+            topics = {}
+        if not topics:
+            raise UnknownTopicOrPartitionError(
+                f"log dir {parsed.path} holds no topics (no kafkalog-topics.json): create the "
+                "topics first, e.g. kafkalog topics create <topic> --log-dir <dir>"
+            )
+        if parsed.topic is not None and parsed.topic not in topics:
+            raise _unknown_topic(parsed.topic, parsed.path, topics)
+        if LogDirLock.is_locked(parsed.path):  # fail early; the commit's lock is the real check
+            raise _owner_error(parsed.path)
+        job_id = f"{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}-{uuid.uuid4().hex[:16]}"
+        return cls(parsed, job_id)
+
+    # -- tasks ---------------------------------------------------------------------------------
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> KafkaLogCommitMessage:
+        from pyspark import TaskContext
+
+        ctx = TaskContext.get()
+        if ctx is None:
+            attempt = f"local-{uuid.uuid4().hex[:16]}"
+        else:
+            attempt = f"p{ctx.partitionId()}-a{ctx.attemptNumber()}-t{ctx.taskAttemptId()}"
+        task = staged_write.StagedTask(self.options.path, self.job_id, attempt)
+        try:
+            placer = _Placer(self.options, read_topic_limits(self.options.path))
+            for batch in iterator:
+                placer.stage(batch, task)
+            files = task.finish()
+        except BaseException:
+            task.discard()
+            raise
+        return KafkaLogCommitMessage(files)
+
+    # -- the driver ----------------------------------------------------------------------------
+
+    def commit(self, messages: Sequence[KafkaLogCommitMessage | None]) -> None:
+        files = [f for m in messages if m is not None for f in m.files]
+        done = staged_write.commit(self.options.path, self.job_id, files)
+        log.info("write job %s appended %s to %s", self.job_id, done, self.options.path)
+
+    def abort(self, messages: Sequence[KafkaLogCommitMessage | None]) -> None:
+        staged_write.abort(self.options.path, self.job_id)
+
+
+def _unknown_topic(topic: str, path: str, topics: dict) -> UnknownTopicOrPartitionError:
+    return UnknownTopicOrPartitionError(
+        f"topic {topic!r} does not exist in log dir {path} (its topics: "
+        f"{', '.join(sorted(topics))}); create it first, e.g. kafkalog topics create {topic} "
+        f"--log-dir {path} --partitions <n>"
+    )
+
+
+class _Placer:
+    """One task's placement of rows into (topic, partition) and their encoding and staging."""
+
+    def __init__(self, options: KafkaWriteOptions, topics: dict[str, TopicLimits]) -> None:
+        self.options = options
+        self.topics = topics
+        self._next_keyless: dict[str, int] = {}  # round-robin position per topic
+        self._rng = random.Random()
+
+    def _limits(self, topic: str) -> TopicLimits:
+        limits = self.topics.get(topic)
+        if limits is None:
+            raise _unknown_topic(topic, self.options.path, self.topics)
+        return limits
+
+    def _topic_codes(self, batch: pa.RecordBatch) -> tuple[list[str], np.ndarray]:
+        """The distinct topics of the batch and each row's index into them."""
+        n = batch.num_rows
+        if self.options.topic is not None:
+            return [self.options.topic], np.zeros(n, np.int64)
+        column = batch.column(TOPIC)
+        if column.null_count:
+            raise InvalidWriteError(
+                "a row has a null topic: fill the column topic, or set the option topic for "
+                "every row"
+            )
+        encoded = column.dictionary_encode()
+        names = [str(t) for t in encoded.dictionary.to_pylist()]
+        return names, encoded.indices.to_numpy(zero_copy_only=False).astype(np.int64)
+
+    def _partitions(self, batch, names, codes) -> np.ndarray:
+        """Each row's partition: explicit, by key (murmur2) or round-robin (module docstring)."""
+        from broker_embedded.default_partitioner import partitions_for_keys
+
+        n = batch.num_rows
+        counts = np.array([self._limits(t).partitions for t in names], np.int64)
+        names_of = batch.schema.names
+        part = np.full(n, -1, np.int64)
+        need = np.ones(n, bool)
+        if PARTITION in names_of:
+            column = batch.column(PARTITION)
+            explicit = np.asarray(column.is_valid().to_numpy(zero_copy_only=False), bool)
+            values = column.fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64)
+            bad = np.flatnonzero(explicit & ((values < 0) | (values >= counts[codes])))
+            if len(bad):
+                i = bad[0]
+                topic = names[codes[i]]
+                raise UnknownTopicOrPartitionError(
+                    f"row with partition {values[i]} for topic {topic!r}: the topic has "
+                    f"{counts[codes[i]]} partitions (0 to {counts[codes[i]] - 1})"
+                )
+            part[explicit] = values[explicit]
+            need = ~explicit
+        if KEY in names_of and need.any():
+            keys = batch.column(KEY)
+            keyed = need & np.asarray(keys.is_valid().to_numpy(zero_copy_only=False), bool)
+            for c in range(len(names)):
+                rows = keyed & (codes == c) if len(names) > 1 else keyed
+                if rows.all():
+                    part[:] = partitions_for_keys(keys, int(counts[c]))
+                elif rows.any():
+                    idx = np.flatnonzero(rows)
+                    part[idx] = partitions_for_keys(keys.take(pa.array(idx)), int(counts[c]))
+            need &= ~keyed
+        for c, topic in enumerate(names):
+            rows = np.flatnonzero(need & (codes == c)) if len(names) > 1 else np.flatnonzero(need)
+            if len(rows):
+                count = int(counts[c])
+                start = self._next_keyless.get(topic)
+                if start is None:
+                    start = self._rng.randrange(count)
+                part[rows] = (start + np.arange(len(rows))) % count
+                self._next_keyless[topic] = (start + len(rows)) % count
+        return part
+
+    def stage(self, batch: pa.RecordBatch, task: staged_write.StagedTask) -> None:
+        """Place, encode and stage the rows of one Arrow batch."""
+        from broker_embedded.record.columnar_encoder import encode_batches
+
+        n = batch.num_rows
+        if n == 0:
+            return
+        names, codes = self._topic_codes(batch)
+        part = self._partitions(batch, names, codes)
+        group = codes * (1 << 32) + part
+        order = np.argsort(group, kind="stable")  # input order within each partition
+        sorted_group = group[order]
+        bounds = [0, *(np.flatnonzero(np.diff(sorted_group)) + 1).tolist(), n]
+        taken = pa.array(order)
+        names_of = batch.schema.names
+        values = batch.column(VALUE).take(taken)
+        keys = batch.column(KEY).take(taken) if KEY in names_of else None
+        headers = batch.column(HEADERS).take(taken) if HEADERS in names_of else None
+        now = int(time.time() * 1000)
+        for lo, hi in zip(bounds[:-1], bounds[1:], strict=True):
+            topic = names[int(codes[order[lo]])]
+            partition = int(part[order[lo]])
+            limits = self._limits(topic)
+            m = hi - lo
+            k = None if keys is None else keys.slice(lo, m)
+            null_keys = m if k is None else k.null_count
+            if limits.compact and null_keys:
+                raise InvalidRecordError(
+                    f"compacted topic {topic!r} does not accept records without a key "
+                    f"({null_keys} rows for partition {partition} have a null key)"
+                )
+            enc = encode_batches(
+                k, values.slice(lo, m), np.full(m, now, np.int64),
+                None if headers is None else headers.slice(lo, m),
+                max_batch_bytes=limits.max_batch_bytes,
+            )  # fmt: skip
+            largest = int(np.diff(enc.positions).max())
+            if largest > limits.max_message_bytes:
+                raise RecordTooLargeError(
+                    f"topic {topic!r} partition {partition}: a record makes a batch of {largest} "
+                    f"bytes, above the topic's max.message.bytes {limits.max_message_bytes}"
+                )
+            task.append(topic, partition, enc.data, batches=len(enc), records=m,
+                        max_batch_size=largest, null_keys=null_keys)  # fmt: skip

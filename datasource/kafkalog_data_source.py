@@ -1,0 +1,201 @@
+"""The PySpark data source ``kafkalog``: :class:`KafkaLogDataSource`, whose docstring is the
+user manual.
+
+Found by Spark without any ``register`` call through the top-level module ``pyspark_kafkalog``
+(its ``DefaultSource``), or registered with ``spark_kafkalog.register(spark)``. This module is
+imported when Spark looks data sources up, so it imports nothing heavy at module level: the
+reader (and, on executors, the numba-compiled decoder) is imported when first needed.
+"""
+
+from __future__ import annotations
+
+from pyspark.sql.datasource import DataSource, DataSourceReader
+from pyspark.sql.types import StructType
+
+from datasource.errors import InvalidOptionError
+from datasource.kafka_source_options import KafkaSourceOptions
+
+# Spark's Kafka source schema (kafka.md section F), as DDL.
+SCHEMA_DDL = (
+    "key binary, value binary, topic string, partition int, offset bigint, "
+    "timestamp timestamp, timestampType int"
+)
+HEADERS_DDL = "headers array<struct<key: string, value: binary>>"
+_SIMPLE = {
+    False: "struct<key:binary,value:binary,topic:string,partition:int,offset:bigint,"
+    "timestamp:timestamp,timestampType:int>",
+}
+_SIMPLE[True] = _SIMPLE[False][:-1] + ",headers:array<struct<key:string,value:binary>>>"
+
+
+def schema_ddl(include_headers: bool = False) -> str:
+    """The schema of a read, as a DDL string (with ``headers`` when ``include_headers``)."""
+    return f"{SCHEMA_DDL}, {HEADERS_DDL}" if include_headers else SCHEMA_DDL
+
+
+class KafkaLogDataSource(DataSource):
+    """Read Kafka topics from a Kafka log dir with Spark: ``format("kafkalog")``.
+
+    A drop-in for Spark's built-in Kafka source (``format("kafka")``) that reads the files of a
+    log dir (one entry of a broker's ``log.dirs``: kafkalog's embedded broker, or a copy of a
+    real Kafka broker's) instead of fetching from a cluster. Same schema, same option names;
+    only where the data comes from changes: the option ``path`` instead of
+    ``kafka.bootstrap.servers``.
+
+    Usage::
+
+        # after `pip install spark-kafkalog` the source is found by name; or, explicitly:
+        #   import spark_kafkalog; spark_kafkalog.register(spark)
+        df = (spark.read.format("kafkalog")
+              .option("subscribe", "events")
+              .option("startingOffsets", "earliest")
+              .load("/data/kafka-logs"))
+        df.selectExpr("CAST(key AS STRING)", "CAST(value AS STRING)", "offset").show()
+
+    Schema (Spark's Kafka source schema)::
+
+        key binary, value binary, topic string, partition int, offset bigint,
+        timestamp timestamp, timestampType int
+        + headers array<struct<key: string, value: binary>>   with includeHeaders=true
+
+    ``timestamp`` is the record's timestamp (UTC); ``timestampType`` 0 for CreateTime, 1 for
+    LogAppendTime (-1 for a record of the oldest message format, which has no timestamp). Tombstones
+    have a null value. A user-specified schema is rejected: the schema is fixed.
+
+    What a query sees: only committed data, as a Kafka consumer does. Each partition is read up to
+    its high watermark, which the broker owning the log dir publishes in
+    ``replication-offset-checkpoint`` (the end of the log when the log dir has no entry for it);
+    with ``kafka.isolation.level=read_committed`` up to the last stable offset, without the records
+    of aborted transactions. Transaction markers are never rows. Offsets are not contiguous
+    (compaction, markers, aborted records): gaps are normal and never an error. Planning reads the
+    log dir's published state once, at a DataFrame's first action, and Spark keeps that plan for
+    the DataFrame's later actions: a DataFrame reads a consistent snapshot even while a broker
+    appends ("latest" is the high watermark at that moment; load it again to see newer data).
+
+    Options (names ignore case; values are strings; unknown options, malformed values and
+    contradictions are rejected with a message naming the option and the value):
+
+    ``path`` (required)
+        The log dir, e.g. ``load("/data/kafka-logs")`` or ``.option("path", ...)``. It must be
+        readable at the same path by the driver and every executor (a shared file system on a
+        cluster); an absolute path is safest.
+    ``assign`` | ``subscribe`` | ``subscribePattern`` (exactly one)
+        Which partitions to read. ``assign``: JSON ``{"topicA":[0,1],"topicB":[2]}``;
+        ``subscribe``: comma-separated topics ``"topicA,topicB"``; ``subscribePattern``: a regex
+        matching whole topic names ``"events-.*"`` (internal topics, names starting with ``__``,
+        are left out; name them in subscribe or assign). An assigned partition or a subscribed
+        topic that is not in the log dir is an error naming it; a pattern may match nothing
+        (an empty result).
+    ``startingOffsets`` (default ``earliest``)
+        ``earliest`` (the log start offset), or per-partition JSON
+        ``{"topicA":{"0":23,"1":-2}}`` with -2 for earliest; every partition read must be named.
+        ``latest`` and -1 are rejected: a batch query starting at the latest offset reads
+        nothing. An offset below the log start offset is data loss (see ``failOnDataLoss``).
+    ``startingTimestamp`` / ``startingOffsetsByTimestamp`` (default: not set)
+        Start at the first offset whose record timestamp is at or after a timestamp (ms since the
+        epoch), found through the time index as Kafka's ListOffsets does:
+        ``startingTimestamp`` ``"1700000000000"`` for every partition, or per partition
+        ``{"topicA":{"0":1700000000000}}``. Precedence: startingTimestamp >
+        startingOffsetsByTimestamp > startingOffsets (Spark's rule; the others are ignored).
+    ``startingOffsetsByTimestampStrategy`` (default ``error``)
+        When no record is at or after the starting timestamp: ``error`` fails the query,
+        ``latest`` starts at the latest offset (reads nothing from that partition).
+    ``endingOffsets`` (default ``latest``)
+        ``latest`` (the high watermark, or the last stable offset under read_committed), or
+        per-partition JSON ``{"topicA":{"0":50,"1":-1}}`` with -1 for latest; exclusive.
+        ``earliest`` and -2 are rejected. An ending offset past the latest one is data loss (see
+        ``failOnDataLoss``); one before the starting offset is an error.
+    ``endingTimestamp`` / ``endingOffsetsByTimestamp`` (default: not set)
+        End (exclusive) at the first offset whose record timestamp is at or after a timestamp,
+        as for the starting ones; the latest offset when there is none. Precedence as above.
+    ``failOnDataLoss`` (default ``true``)
+        Offsets a query asks for that are no longer in the log (below the log start offset after
+        retention or DeleteRecords, also when that happens between planning and reading) or not
+        available (an ending offset past the high watermark): ``true`` fails the query with an
+        error naming the partition and the offsets; ``false`` logs a warning and reads what is
+        there (from the log start offset; up to the latest offset).
+    ``includeHeaders`` (default ``false``)
+        Add the column ``headers``.
+    ``minPartitions`` (default: not set)
+        About at least this many Spark partitions: large offset ranges are cut into equal pieces,
+        in proportion to their size (Spark's rule, a hint: its rounding may give a few more or
+        fewer). Without it (and without the two options below) one Spark partition reads one
+        topic partition.
+    ``maxRecordsPerPartition`` (default: not set)
+        At most this many offsets per Spark partition: larger ranges are cut into equal pieces.
+    ``maxBytesPerPartition`` (default: not set; kafkalog's own)
+        About this many bytes of the log per Spark partition (``1048576``, ``512k``, ``64m``,
+        ``1g``): a range is cut at batch boundaries found through the offset index, so that a
+        skewed partition spreads over several tasks. Applied before the two options above.
+    ``kafka.isolation.level`` (default ``read_uncommitted``)
+        ``read_committed`` reads up to the last stable offset and skips aborted transactions.
+    ``kafka.max.partition.fetch.bytes`` (default ``1048576``)
+        Bytes one fetch of a partition returns (a larger batch still comes whole): an executor
+        decodes one fetch at a time, so its memory is bounded by this, whatever the partition's
+        size.
+    ``kafka.fetch.max.bytes`` (default ``52428800``)
+        Caps the bytes of one fetch too (the smaller of the two applies).
+
+    ``narrowByFilters`` (default ``false``; kafkalog's own)
+        With ``spark.sql.python.filterPushdown.enabled=true``, let the query's filters on
+        ``topic``, ``partition``, ``offset`` and lower bounds on ``timestamp`` (found through the
+        time index) narrow what is read: ``df.where("partition = 1 AND offset >= 1000")`` then
+        reads only those offsets. Spark still evaluates every filter. Caution (a Spark 4.3
+        limitation): Spark plans the read of a Python data source once per loaded DataFrame and
+        shares that plan between all its scans, so a plan narrowed for one filter is reused for
+        another scan of the same DataFrame (a self-join or union with other filters, a later
+        query on the same DataFrame or temporary view) and rows go missing. Turn it on only for
+        DataFrames that are loaded for one query and scanned once.
+
+    Streaming-only options (``maxOffsetsPerTrigger``, ``minOffsetsPerTrigger``,
+    ``maxTriggerDelay``, ``maxBytesPerTrigger``) are rejected in a batch query; other Kafka
+    consumer settings (``kafka.*``, including ``kafka.bootstrap.servers``) are rejected: the data
+    comes from ``path``.
+
+    Example with most options::
+
+        spark.conf.set("spark.sql.python.filterPushdown.enabled", "true")
+        df = (spark.read.format("kafkalog")
+              .option("assign", '{"orders":[0,1,2]}')
+              .option("startingOffsets", '{"orders":{"0":-2,"1":100,"2":-2}}')
+              .option("endingTimestamp", "1700000000000")
+              .option("kafka.isolation.level", "read_committed")
+              .option("includeHeaders", "true")
+              .option("failOnDataLoss", "false")
+              .option("maxBytesPerPartition", "64m")
+              .option("minPartitions", "8")
+              .option("narrowByFilters", "true")
+              .load("/data/kafka-logs")
+              .where("timestamp >= timestamp'2023-11-14 00:00:00'"))
+    """
+
+    @classmethod
+    def name(cls) -> str:
+        return "kafkalog"
+
+    def schema(self) -> str:
+        # runs for batch and streaming reads alike: the kind-specific checks come later
+        options = KafkaSourceOptions.parse(self.options, streaming=None)
+        return schema_ddl(options.include_headers)
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        options = KafkaSourceOptions.parse(self.options, streaming=False)
+        check_schema(schema, options.include_headers)
+        from datasource.kafka_batch_reader import KafkaBatchReader
+
+        return KafkaBatchReader(options)
+
+    def writer(self, schema, overwrite):
+        from datasource.kafka_writer import KafkaLogWriter
+
+        return KafkaLogWriter.create(self.options, schema, overwrite)
+
+
+def check_schema(schema: StructType, include_headers: bool) -> None:
+    """Reject a user-specified schema other than the fixed one."""
+    expected = _SIMPLE[include_headers]
+    if schema.simpleString() != expected:
+        raise InvalidOptionError(
+            f"the kafkalog source has a fixed schema ({schema_ddl(include_headers)}); a "
+            f"user-specified schema is not supported, got {schema.simpleString()}"
+        )

@@ -1,0 +1,163 @@
+"""Where a query starts or ends in each partition, as the options say it (before resolving it
+against a log dir): Spark's ``startingOffsets`` / ``endingOffsets`` (``earliest``, ``latest`` or
+per-partition JSON), ``startingTimestamp`` / ``endingTimestamp`` (one timestamp for every
+partition) and ``startingOffsetsByTimestamp`` / ``endingOffsetsByTimestamp`` (per-partition
+JSON).
+
+JSON layouts (Spark's)::
+
+    offsets:    {"topicA": {"0": 23, "1": -2}, "topicB": {"0": -1}}   -2 earliest, -1 latest
+    timestamps: {"topicA": {"0": 1700000000000, "1": 1700000000000}}   ms since the epoch
+
+The planner (kafka_offset_reader.py) resolves a spec to concrete offsets. Values are frozen and
+picklable; parsing raises :class:`InvalidOptionError` naming the option and the value.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+
+from broker_embedded.errors import InvalidTopicError
+from broker_embedded.storage.topic_partition import TopicPartition
+from datasource.errors import InvalidOptionError
+
+EARLIEST = -2
+LATEST = -1
+INT64_MAX = (1 << 63) - 1
+
+
+@dataclass(frozen=True)
+class EarliestOffsets:
+    """Every partition's log start offset."""
+
+    def __str__(self) -> str:
+        return "earliest"
+
+
+@dataclass(frozen=True)
+class LatestOffsets:
+    """Every partition's high watermark (last stable offset under read_committed)."""
+
+    def __str__(self) -> str:
+        return "latest"
+
+
+@dataclass(frozen=True)
+class SpecificOffsets:
+    """One offset per partition; ``EARLIEST`` (-2) and ``LATEST`` (-1) allowed as values."""
+
+    offsets: Mapping[TopicPartition, int]
+
+    def __reduce__(self):
+        return (SpecificOffsets, (dict(self.offsets),))
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "offsets", MappingProxyType(dict(self.offsets)))
+
+    def __str__(self) -> str:
+        return _to_json(self.offsets)
+
+
+@dataclass(frozen=True)
+class GlobalTimestamp:
+    """The first offset whose record timestamp is >= ``timestamp_ms``, in every partition."""
+
+    timestamp_ms: int
+
+    def __str__(self) -> str:
+        return f"timestamp {self.timestamp_ms}"
+
+
+@dataclass(frozen=True)
+class SpecificTimestamps:
+    """Per partition, the first offset whose record timestamp is >= its timestamp (ms)."""
+
+    timestamps: Mapping[TopicPartition, int]
+
+    def __reduce__(self):
+        return (SpecificTimestamps, (dict(self.timestamps),))
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "timestamps", MappingProxyType(dict(self.timestamps)))
+
+    def __str__(self) -> str:
+        return _to_json(self.timestamps)
+
+
+OffsetSpec = (
+    EarliestOffsets | LatestOffsets | SpecificOffsets | GlobalTimestamp | SpecificTimestamps
+)
+
+
+def parse_offsets(option: str, value: str) -> OffsetSpec:
+    """``earliest``, ``latest`` (any case) or per-partition offsets JSON (values >= -2)."""
+    word = value.strip().lower()
+    if word == "earliest":
+        return EarliestOffsets()
+    if word == "latest":
+        return LatestOffsets()
+    table = _partition_table(option, value, 'earliest, latest or JSON like {"topicA": {"0": 23}}')
+    for tp, offset in table.items():
+        if offset < EARLIEST:
+            raise _bad(
+                option, value, f"offset {offset} of {tp} is below -2 (-2 earliest, -1 latest)"
+            )
+    return SpecificOffsets(table)
+
+
+def parse_timestamps(option: str, value: str) -> SpecificTimestamps:
+    """Per-partition timestamps JSON (ms since the epoch, >= 0)."""
+    table = _partition_table(option, value, 'JSON like {"topicA": {"0": 1700000000000}}')
+    for tp, ts in table.items():
+        if ts < 0:
+            raise _bad(option, value, f"timestamp {ts} of {tp} is negative")
+    return SpecificTimestamps(table)
+
+
+def parse_timestamp(option: str, value: str) -> GlobalTimestamp:
+    """One timestamp (ms since the epoch, >= 0)."""
+    try:
+        ts = int(value.strip())
+    except ValueError:
+        raise _bad(option, value, "expected a timestamp in ms since the epoch") from None
+    if ts < 0:
+        raise _bad(option, value, "the timestamp is negative")
+    return GlobalTimestamp(ts)
+
+
+def _partition_table(option: str, value: str, expected: str) -> dict[TopicPartition, int]:
+    try:
+        data = json.loads(value)
+    except ValueError as e:
+        raise _bad(option, value, f"expected {expected}; not valid JSON ({e})") from None
+    if not isinstance(data, dict) or not data:
+        raise _bad(option, value, f"expected {expected}")
+    table: dict[TopicPartition, int] = {}
+    for topic, parts in data.items():
+        if not isinstance(parts, dict):
+            raise _bad(option, value, f"topic {topic!r}: expected an object of partition: number")
+        for key, number in parts.items():
+            try:
+                tp = TopicPartition(topic, int(key))
+            except (ValueError, InvalidTopicError) as e:
+                raise _bad(option, value, f"topic {topic!r} partition {key!r}: {e}") from None
+            if isinstance(number, bool) or not isinstance(number, int):
+                raise _bad(option, value, f"{tp}: {number!r} is not an integer")
+            if number > INT64_MAX:
+                raise _bad(option, value, f"{tp}: {number} does not fit a long")
+            table[tp] = number
+    return table
+
+
+def _to_json(table: Mapping[TopicPartition, int]) -> str:
+    out: dict[str, dict[str, int]] = {}
+    for tp in sorted(table):
+        out.setdefault(tp.topic, {})[str(tp.partition)] = table[tp]
+    return json.dumps(out, separators=(",", ":"))
+
+
+def _bad(option: str, value: str, reason: str) -> InvalidOptionError:
+    return InvalidOptionError(f"option {option}={value!r} is invalid: {reason}")

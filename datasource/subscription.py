@@ -1,0 +1,140 @@
+"""Which topic partitions a query reads: Spark's ``assign``, ``subscribe`` and
+``subscribePattern`` options (exactly one of them).
+
+- :class:`Assign`: explicit partitions, from JSON ``{"topicA": [0, 1], "topicB": [2]}``;
+- :class:`Subscribe`: every partition of the listed topics (``"topicA,topicB"``);
+- :class:`SubscribePattern`: every partition of the topics whose whole name matches a regular
+  expression (Kafka's ``Pattern.matcher(topic).matches()``; Python's ``re`` syntax, which agrees
+  with Java's for ordinary patterns). Internal topics (names starting with ``__``, such as
+  ``__consumer_offsets``) are left out, as Kafka's consumer leaves them out
+  (``exclude.internal.topics``); name them in ``subscribe`` or ``assign`` to read them.
+
+Values are frozen and picklable (a compiled pattern is rebuilt from its text on unpickling).
+Parsing raises :class:`InvalidOptionError` naming the option and the value.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+
+from broker_embedded.errors import InvalidTopicError
+from broker_embedded.storage.topic_partition import TopicPartition, validate_topic
+from datasource.errors import InvalidOptionError
+
+INTERNAL_TOPIC_PREFIX = "__"
+
+
+@dataclass(frozen=True)
+class Assign:
+    """``assign``: these partitions, sorted, without duplicates."""
+
+    partitions: tuple[TopicPartition, ...]
+
+    option = "assign"
+
+    @classmethod
+    def parse(cls, value: str) -> Assign:
+        try:
+            data = json.loads(value)
+        except ValueError as e:
+            raise _bad("assign", value, f"not valid JSON ({e})") from None
+        if not isinstance(data, dict):
+            raise _bad("assign", value, 'expected a JSON object like {"topicA": [0, 1]}')
+        found: set[TopicPartition] = set()
+        for topic, parts in data.items():
+            if not isinstance(parts, list):
+                raise _bad("assign", value, f"topic {topic!r}: expected a list of partitions")
+            for p in parts:
+                if isinstance(p, bool) or not isinstance(p, int):
+                    raise _bad("assign", value, f"topic {topic!r}: partition {p!r} is not an int")
+                found.add(_topic_partition("assign", value, topic, p))
+        if not found:
+            raise _bad("assign", value, "no topic partitions to assign")
+        return cls(tuple(sorted(found)))
+
+    def topics(self) -> tuple[str, ...]:
+        return tuple(sorted({tp.topic for tp in self.partitions}))
+
+    def __str__(self) -> str:
+        by_topic: dict[str, list[int]] = {}
+        for tp in self.partitions:
+            by_topic.setdefault(tp.topic, []).append(tp.partition)
+        return f"assign={json.dumps(by_topic, separators=(',', ':'))}"
+
+
+@dataclass(frozen=True)
+class Subscribe:
+    """``subscribe``: every partition of these topics (sorted, without duplicates)."""
+
+    topics: tuple[str, ...]
+
+    option = "subscribe"
+
+    @classmethod
+    def parse(cls, value: str) -> Subscribe:
+        names = [t.strip() for t in value.split(",") if t.strip()]
+        if not names:
+            raise _bad("subscribe", value, "no topics to subscribe to")
+        for name in names:
+            try:
+                validate_topic(name)
+            except InvalidTopicError as e:
+                raise _bad("subscribe", value, str(e)) from None
+        return cls(tuple(sorted(set(names))))
+
+    def matches(self, topic: str) -> bool:
+        return topic in self.topics
+
+    def __str__(self) -> str:
+        return f"subscribe={','.join(self.topics)}"
+
+
+@dataclass(frozen=True)
+class SubscribePattern:
+    """``subscribePattern``: the topics whose whole name matches ``pattern`` (not internal)."""
+
+    pattern: str
+    _regex: re.Pattern[str] = field(init=False, repr=False, compare=False)
+
+    option = "subscribePattern"
+
+    def __post_init__(self) -> None:
+        try:
+            object.__setattr__(self, "_regex", re.compile(self.pattern))
+        except re.error as e:
+            raise _bad("subscribePattern", self.pattern, f"not a valid regex ({e})") from None
+
+    @classmethod
+    def parse(cls, value: str) -> SubscribePattern:
+        if not value.strip():
+            raise _bad("subscribePattern", value, "the pattern to subscribe is empty")
+        return cls(value.strip())
+
+    def matches(self, topic: str) -> bool:
+        return not topic.startswith(INTERNAL_TOPIC_PREFIX) and bool(self._regex.fullmatch(topic))
+
+    def __getstate__(self) -> dict[str, str]:
+        return {"pattern": self.pattern}
+
+    def __setstate__(self, state: dict[str, str]) -> None:
+        object.__setattr__(self, "pattern", state["pattern"])
+        self.__post_init__()
+
+    def __str__(self) -> str:
+        return f"subscribePattern={self.pattern}"
+
+
+Subscription = Assign | Subscribe | SubscribePattern
+
+
+def _topic_partition(option: str, value: str, topic: object, partition: int) -> TopicPartition:
+    try:
+        return TopicPartition(topic, partition)  # type: ignore[arg-type]
+    except InvalidTopicError as e:
+        raise _bad(option, value, str(e)) from None
+
+
+def _bad(option: str, value: str, reason: str) -> InvalidOptionError:
+    return InvalidOptionError(f"option {option}={value!r} is invalid: {reason}")

@@ -1,0 +1,202 @@
+"""KafkaSourceOptions: defaults, every option, the three query kinds and every rejection (the
+message names the option and the value)."""
+
+from __future__ import annotations
+
+import pickle
+
+import pytest
+
+from broker_embedded.storage.fetch_data_info import IsolationLevel
+from broker_embedded.storage.topic_partition import TopicPartition
+from datasource.errors import InvalidOptionError
+from datasource.kafka_source_options import KafkaSourceOptions
+from datasource.offset_spec import (
+    EarliestOffsets,
+    GlobalTimestamp,
+    LatestOffsets,
+    SpecificOffsets,
+    SpecificTimestamps,
+)
+from datasource.subscription import Assign, Subscribe, SubscribePattern
+
+BASE = {"path": "/logs", "subscribe": "events"}
+
+
+def parse(streaming: bool | None = False, **options: str) -> KafkaSourceOptions:
+    return KafkaSourceOptions.parse({**BASE, **options}, streaming=streaming)
+
+
+def test_defaults() -> None:
+    o = KafkaSourceOptions.parse(BASE)
+    assert o.path == "/logs"
+    assert o.subscription == Subscribe(("events",))
+    assert o.starting == EarliestOffsets() and o.ending == LatestOffsets()
+    assert o.starting_strategy == "error"
+    assert o.fail_on_data_loss is True and o.include_headers is False
+    assert o.min_partitions is None and o.max_records_per_partition is None
+    assert o.max_bytes_per_partition is None
+    assert o.isolation_level == IsolationLevel.READ_UNCOMMITTED and not o.read_committed
+    assert o.max_partition_fetch_bytes == 1 << 20 and o.fetch_max_bytes == 50 << 20
+    assert o.fetch_bytes == 1 << 20
+    assert o.narrow_by_filters is False
+    assert o.streaming is False
+
+
+def test_every_batch_option_parsed() -> None:
+    o = KafkaSourceOptions.parse({
+        "PATH": " /logs ", "assign": '{"a":[1,0,1],"b":[2]}',
+        "startingOffsets": '{"a":{"0":-2,"1":5},"b":{"2":7}}',
+        "endingOffsets": '{"a":{"0":-1,"1":9},"b":{"2":7}}',
+        "startingOffsetsByTimestampStrategy": "LATEST", "failOnDataLoss": "False",
+        "includeHeaders": "TRUE", "minPartitions": "4", "maxRecordsPerPartition": "1000",
+        "maxBytesPerPartition": "64m", "kafka.isolation.level": "read_committed",
+        "kafka.max.partition.fetch.bytes": "4096", "kafka.fetch.max.bytes": "1024",
+        "narrowByFilters": "true",
+    })  # fmt: skip
+    assert o.path == "/logs"
+    assert o.subscription == Assign(
+        (TopicPartition("a", 0), TopicPartition("a", 1), TopicPartition("b", 2))
+    )
+    a0, a1, b2 = TopicPartition("a", 0), TopicPartition("a", 1), TopicPartition("b", 2)
+    assert o.starting == SpecificOffsets({a0: -2, a1: 5, b2: 7})
+    assert o.ending == SpecificOffsets({a0: -1, a1: 9, b2: 7})
+    assert o.starting_strategy == "latest"
+    assert (o.fail_on_data_loss, o.include_headers) == (False, True)
+    assert (o.min_partitions, o.max_records_per_partition) == (4, 1000)
+    assert o.max_bytes_per_partition == 64 << 20
+    assert o.read_committed
+    assert (o.max_partition_fetch_bytes, o.fetch_max_bytes, o.fetch_bytes) == (4096, 1024, 1024)
+    assert o.narrow_by_filters is True
+    assert pickle.loads(pickle.dumps(o)) == o
+
+
+def test_subscribe_pattern_and_list() -> None:
+    assert parse(subscribe=" b, a ,a,").subscription == Subscribe(("a", "b"))
+    o = KafkaSourceOptions.parse({"path": "/l", "subscribePattern": "ev.*"})
+    pattern = o.subscription
+    assert isinstance(pattern, SubscribePattern)
+    assert pattern.matches("events") and not pattern.matches("xevents")
+    assert not SubscribePattern(".*").matches("__consumer_offsets")  # internal topics left out
+    assert pickle.loads(pickle.dumps(pattern)).matches("events")
+
+
+def test_precedence_of_timestamps_over_offsets() -> None:
+    tp = TopicPartition("events", 0)
+    o = parse(startingOffsets="earliest", startingOffsetsByTimestamp='{"events":{"0":5}}',
+              startingTimestamp="7", endingOffsets="latest", endingTimestamp="9")  # fmt: skip
+    assert o.starting == GlobalTimestamp(7) and o.ending == GlobalTimestamp(9)
+    o = parse(startingOffsets="earliest", startingOffsetsByTimestamp='{"events":{"0":5}}')
+    assert o.starting == SpecificTimestamps({tp: 5})
+    o = parse(endingOffsetsByTimestamp='{"events":{"0":5}}', endingOffsets='{"events":{"0":1}}')
+    assert o.ending == SpecificTimestamps({tp: 5})
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [("1048576", 1 << 20), ("512k", 512 << 10), ("64m", 64 << 20), ("1g", 1 << 30),
+     ("64MiB", 64 << 20), (" 100 b ", 100)],
+)  # fmt: skip
+def test_byte_sizes(value: str, expected: int) -> None:
+    assert parse(maxBytesPerPartition=value).max_bytes_per_partition == expected
+
+
+def test_streaming_options_and_defaults() -> None:
+    o = parse(streaming=True, maxOffsetsPerTrigger="1000", minOffsetsPerTrigger="10",
+              maxTriggerDelay="30s", maxBytesPerTrigger="1m")  # fmt: skip
+    assert o.starting == LatestOffsets() and o.ending is None  # streaming starts at latest
+    assert (o.max_offsets_per_trigger, o.min_offsets_per_trigger) == (1000, 10)
+    assert (o.max_trigger_delay_ms, o.max_bytes_per_trigger) == (30_000, 1 << 20)
+    assert parse(streaming=True).max_trigger_delay_ms == 15 * 60_000
+    assert parse(streaming=True, startingOffsets="latest").starting == LatestOffsets()
+
+
+def test_unknown_kind_accepts_both_and_checks_values() -> None:
+    o = parse(streaming=None, maxOffsetsPerTrigger="5", endingOffsets="latest")
+    assert o.max_offsets_per_trigger == 5 and o.ending == LatestOffsets()
+    with pytest.raises(InvalidOptionError, match="maxOffsetsPerTrigger='x'"):
+        parse(streaming=None, maxOffsetsPerTrigger="x")
+
+
+REJECTED = [
+    # (options, query kind, words the message must hold)
+    ({"subscribe": None}, False, ["exactly one of", "got none"]),
+    ({"assign": '{"a":[0]}'}, False, ["exactly one of", "subscribe='events'", "assign="]),
+    ({"subscribePattern": "a.*"}, False, ["exactly one of", "subscribePattern='a.*'"]),
+    ({"path": None}, False, ["option path is missing"]),
+    ({"path": "  "}, False, ["option path is missing"]),
+    ({"bogus": "1"}, False, ["unknown option bogus='1'", "subscribePattern"]),
+    ({"kafka.bootstrap.servers": "h:9092"}, False, ["kafka.bootstrap.servers='h:9092'", "path"]),
+    ({"kafka.group.id": "g"}, False, ["kafka.group.id='g'"]),
+    ({"subscribe": " , "}, False, ["subscribe=' , '", "no topics"]),
+    ({"subscribe": "a,b c"}, False, ["subscribe='a,b c'", "illegal"]),
+    ({"subscribe": None, "assign": "[0]"}, False, ["assign='[0]'", "JSON object"]),
+    ({"subscribe": None, "assign": "{"}, False, ["assign='{'", "not valid JSON"]),
+    ({"subscribe": None, "assign": "{}"}, False, ["assign='{}'", "no topic partitions"]),
+    ({"subscribe": None, "assign": '{"a":[-1]}'}, False, ["assign=", "partition -1"]),
+    ({"subscribe": None, "assign": '{"a":["0"]}'}, False, ["assign=", "'0' is not an int"]),
+    ({"subscribe": None, "assign": '{"a":0}'}, False, ["assign=", "list of partitions"]),
+    ({"subscribe": None, "subscribePattern": " "}, False, ["subscribePattern=' '", "empty"]),
+    ({"subscribe": None, "subscribePattern": "("}, False, ["subscribePattern='('", "regex"]),
+    ({"startingOffsets": "latest"}, False, ["startingOffsets='latest'", "batch"]),
+    ({"startingOffsets": '{"events":{"0":-1}}'}, False, ["startingOffsets=", "-1 (latest)"]),
+    ({"startingOffsets": "first"}, False, ["startingOffsets='first'", "earliest, latest"]),
+    ({"startingOffsets": '{"events":{"0":-3}}'}, False, ["startingOffsets=", "below -2"]),
+    ({"startingOffsets": '{"events":{"x":1}}'}, False, ["startingOffsets=", "'x'"]),
+    ({"startingOffsets": '{"events":{"0":1.5}}'}, False, ["startingOffsets=", "1.5"]),
+    ({"startingOffsets": '{"events":[0]}'}, False, ["startingOffsets=", "partition: number"]),
+    ({"startingOffsets": '{"events":{"0":1}'}, False, ["startingOffsets=", "not valid JSON"]),
+    ({"endingOffsets": "earliest"}, False, ["endingOffsets='earliest'"]),
+    ({"endingOffsets": '{"events":{"0":-2}}'}, False, ["endingOffsets=", "-2 (earliest)"]),
+    ({"startingOffsets": '{"events":{"0":9}}', "endingOffsets": '{"events":{"0":5}}'}, False,
+     ["endingOffsets=", "events-0 at 5", "startingOffsets=", "(9)"]),
+    ({"startingTimestamp": "20", "endingTimestamp": "10"}, False,
+     ["endingTimestamp=10", "startingTimestamp=20"]),
+    ({"startingOffsetsByTimestamp": '{"events":{"0":9}}',
+      "endingOffsetsByTimestamp": '{"events":{"0":5}}'}, False, ["endingOffsetsByTimestamp="]),
+    ({"startingTimestamp": "-5"}, False, ["startingTimestamp='-5'", "negative"]),
+    ({"startingTimestamp": "yesterday"}, False, ["startingTimestamp='yesterday'"]),
+    ({"endingOffsetsByTimestamp": '{"events":{"0":-1}}'}, False,
+     ["endingOffsetsByTimestamp=", "negative"]),
+    ({"startingTimestamp": "1", "startingOffsets": "{"}, False, ["startingOffsets='{'"]),
+    ({"startingOffsetsByTimestampStrategy": "skip"}, False,
+     ["startingOffsetsByTimestampStrategy='skip'", "error, latest"]),
+    ({"failOnDataLoss": "yes"}, False, ["failOnDataLoss='yes'", "true or false"]),
+    ({"includeHeaders": "1"}, False, ["includeHeaders='1'"]),
+    ({"minPartitions": "0"}, False, ["minPartitions='0'", "[1, "]),
+    ({"minPartitions": "two"}, False, ["minPartitions='two'", "positive integer"]),
+    ({"maxRecordsPerPartition": "-5"}, False, ["maxRecordsPerPartition='-5'"]),
+    ({"maxBytesPerPartition": "0"}, False, ["maxBytesPerPartition='0'"]),
+    ({"maxBytesPerPartition": "10 parsecs"}, False, ["maxBytesPerPartition='10 parsecs'"]),
+    ({"kafka.isolation.level": "serializable"}, False, ["kafka.isolation.level='serializable'"]),
+    ({"kafka.max.partition.fetch.bytes": "0"}, False, ["kafka.max.partition.fetch.bytes='0'"]),
+    ({"kafka.fetch.max.bytes": "4294967296"}, False, ["kafka.fetch.max.bytes='4294967296'"]),
+    ({"maxOffsetsPerTrigger": "10"}, False, ["maxOffsetsPerTrigger='10'", "streaming"]),
+    ({"minOffsetsPerTrigger": "10"}, False, ["minOffsetsPerTrigger='10'", "streaming"]),
+    ({"maxTriggerDelay": "1m"}, False, ["maxTriggerDelay='1m'", "streaming"]),
+    ({"maxBytesPerTrigger": "1m"}, False, ["maxBytesPerTrigger='1m'", "streaming"]),
+    ({"endingOffsets": "latest"}, True, ["endingOffsets='latest'", "batch queries"]),
+    ({"endingTimestamp": "5"}, True, ["endingTimestamp='5'", "batch queries"]),
+    ({"narrowByFilters": "true"}, True, ["narrowByFilters='true'", "batch queries"]),
+    ({"narrowByFilters": "maybe"}, False, ["narrowByFilters='maybe'", "true or false"]),
+    ({"maxOffsetsPerTrigger": "0"}, True, ["maxOffsetsPerTrigger='0'"]),
+    ({"maxTriggerDelay": "soon"}, True, ["maxTriggerDelay='soon'", "duration"]),
+    ({"maxOffsetsPerTrigger": "5", "minOffsetsPerTrigger": "6"}, True,
+     ["minOffsetsPerTrigger=6", "maxOffsetsPerTrigger=5"]),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("options", "streaming", "words"), REJECTED)
+def test_rejected(options: dict, streaming: bool, words: list[str]) -> None:
+    given = {**BASE, **options}
+    given = {k: v for k, v in given.items() if v is not None}
+    with pytest.raises(InvalidOptionError) as e:
+        KafkaSourceOptions.parse(given, streaming=streaming)
+    for word in words:
+        assert word in str(e.value), (word, str(e.value))
+
+
+def test_option_names_ignore_case_but_not_twice() -> None:
+    assert parse(FAILONDATALOSS="false").fail_on_data_loss is False
+    with pytest.raises(InvalidOptionError, match="given twice"):
+        KafkaSourceOptions.parse({**BASE, "includeHeaders": "true", "INCLUDEHEADERS": "true"})
