@@ -35,7 +35,8 @@ bytes (and 1 MiB) each, so no batch is refused; a single record above the topic'
 ``max.message.bytes`` is an error naming the topic and partition, as is a keyless record for a
 compacted topic.
 
-Modes: ``append`` (and Spark's default save mode) only: Kafka has no overwrite. A log dir owned
+Modes: ``append`` only (``.mode("append")``: Spark refuses its default mode, ErrorIfExists, for
+Python data sources); overwrite is refused: Kafka has no overwrite. A log dir owned
 by a running broker process is refused with an error naming the owner: writing through a running
 broker comes with its network listener (a later release). Writes are exactly-once per job (Spark's
 Kafka sink promises at-least-once).

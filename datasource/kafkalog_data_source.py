@@ -34,7 +34,7 @@ def schema_ddl(include_headers: bool = False) -> str:
 
 
 class KafkaLogDataSource(DataSource):
-    """Read Kafka topics from a Kafka log dir with Spark: ``format("kafkalog")``.
+    """Read and write Kafka topics in a Kafka log dir with Spark: ``format("kafkalog")``.
 
     A drop-in for Spark's built-in Kafka source (``format("kafka")``) that reads the files of a
     log dir (one entry of a broker's ``log.dirs``: kafkalog's embedded broker, or a copy of a
@@ -152,7 +152,22 @@ class KafkaLogDataSource(DataSource):
     consumer settings (``kafka.*``, including ``kafka.bootstrap.servers``) are rejected: the data
     comes from ``path``.
 
-    Example with most options::
+    Writing (``df.write.format("kafkalog")``, kafka_writer.py has the details)::
+
+        (df.selectExpr("CAST(user AS STRING) AS key", "to_json(struct(*)) AS value")
+           .write.format("kafkalog").mode("append")
+           .option("topic", "enriched")          # or a `topic` column
+           .save("/data/kafka-logs"))
+
+    Columns as Spark's Kafka sink: ``value`` (required, string or binary), optional ``key``,
+    ``topic``, ``partition`` and ``headers``. A keyed record without a partition goes where
+    Kafka's default partitioner (murmur2 of the key) puts it. The topic must exist (create it
+    with ``kafkalog topics create`` or the embedded broker). A write job is atomic: nothing is
+    visible before its commit publishes the new high watermarks, nothing of a failed job ever.
+    Only ``mode("append")``; options ``path`` and ``topic``. A log dir owned by a running broker
+    process is refused, naming the owner.
+
+    Example with most read options::
 
         spark.conf.set("spark.sql.python.filterPushdown.enabled", "true")
         df = (spark.read.format("kafkalog")
