@@ -30,6 +30,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from broker_embedded.broker_config import BrokerConfig
+from broker_embedded.cleaner.log_cleaner_manager import LogCleanerConfig
 from broker_embedded.errors import (
     BrokerClosedError,
     InvalidRequiredAcksError,
@@ -98,6 +99,7 @@ class Broker:
             checkpoint_interval_ms=self.config.checkpoint_interval_ms,
             retention_check_interval_ms=self.config.log_retention_check_interval_ms,
             flush_check_interval_ms=self.config.log_flush_scheduler_interval_ms,
+            cleaner_config=LogCleanerConfig.from_broker_config(self.config),
         )  # fmt: skip
         self.controller = controller if controller is not None else Controller()
         try:

@@ -13,6 +13,11 @@ File layout (``conf/broker.toml`` holds the defaults; every key is optional)::
     "log.flush.scheduler.interval.ms" = 1000  how often flush.ms is checked
     "checkpoint.interval.ms" = 100            coalescing of the published checkpoint files
     "purgatory.max.pending" = 10000           delayed fetches/produces held at once per kind
+    [log_cleaner]                             (these keys are also accepted under [broker])
+    "log.cleaner.threads" = 1                 cleaner threads (0: no cleaner)
+    "log.cleaner.dedupe.buffer.size" = 134217728   offset map memory over all cleaner threads
+    "log.cleaner.io.buffer.load.factor" = 0.9      share of the map's slots a round fills
+    "log.cleaner.backoff.ms" = 15000          a cleaner thread's sleep when nothing is dirty
     [topic_defaults]
     "cleanup.policy" = "delete" ...           Kafka's topic config names (log_config.py)
 
@@ -52,31 +57,35 @@ class BrokerConfig:
     log_flush_scheduler_interval_ms: int = 1_000
     checkpoint_interval_ms: int = 100
     purgatory_max_pending: int = 10_000
+    log_cleaner_threads: int = 1
+    log_cleaner_dedupe_buffer_size: int = 128 << 20
+    log_cleaner_io_buffer_load_factor: float = 0.9
+    log_cleaner_backoff_ms: int = 15_000
     topic_defaults: LogConfig = field(default_factory=LogConfig)
 
     @classmethod
     def from_mapping(cls, data: Mapping[str, Any], source: str = "<config>") -> BrokerConfig:
-        unknown = set(data) - {"broker", "topic_defaults"}
+        unknown = set(data) - {"broker", "log_cleaner", "topic_defaults"}
         if unknown:
             raise InvalidConfigError(f"{source}: unknown section(s) {sorted(unknown)}")
-        for section in ("broker", "topic_defaults"):
+        for section in ("broker", "log_cleaner", "topic_defaults"):
             if not isinstance(data.get(section, {}), Mapping):
                 raise InvalidConfigError(f"{source}: [{section}] must be a table")
         values: dict[str, Any] = {}
         names = {
             f.name.replace("_", "."): f.name for f in fields(cls) if f.name != "topic_defaults"
         }
-        for key, value in data.get("broker", {}).items():
-            if key not in names:
-                raise InvalidConfigError(
-                    f"{source}: unknown broker config {key!r} (known: {', '.join(sorted(names))})"
-                )
-            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                raise InvalidConfigError(
-                    f"{source}: invalid value {value!r} for broker config {key}: must be a "
-                    "non-negative integer"
-                )
-            values[names[key]] = value
+        cleaner_names = {k: v for k, v in names.items() if k.startswith("log.cleaner.")}
+        for section, known in (("broker", names), ("log_cleaner", cleaner_names)):
+            for key, value in data.get(section, {}).items():
+                if key not in known:
+                    raise InvalidConfigError(
+                        f"{source}: unknown {section.replace('_', ' ')} config {key!r} (known: "
+                        f"{', '.join(sorted(known))})"
+                    )
+                if known[key] in values:
+                    raise InvalidConfigError(f"{source}: {key} is set twice")
+                values[known[key]] = _broker_value(key, value, source)
         try:
             defaults = LogConfig().with_overrides(data.get("topic_defaults", {}), None)
         except InvalidConfigError as e:
@@ -96,3 +105,21 @@ class BrokerConfig:
         except tomllib.TOMLDecodeError as e:
             raise InvalidConfigError(f"broker config file {p} is not valid TOML: {e}") from None
         return cls.from_mapping(data, str(p))
+
+
+def _broker_value(key: str, value: Any, source: str) -> int | float:
+    """A broker config value: a non-negative integer, or for the load factor a number in
+    (0, 1]."""
+    if key == "log.cleaner.io.buffer.load.factor":
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 1:
+            raise InvalidConfigError(
+                f"{source}: invalid value {value!r} for broker config {key}: must be a number in "
+                "(0, 1]"
+            )
+        return float(value)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise InvalidConfigError(
+            f"{source}: invalid value {value!r} for broker config {key}: must be a "
+            "non-negative integer"
+        )
+    return value

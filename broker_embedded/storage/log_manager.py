@@ -9,6 +9,7 @@ Files at the top of the log dir (layouts in offset_checkpoint.py, topic_config_f
     replication-offset-checkpoint      high watermarks
     recovery-point-offset-checkpoint   recovery points
     log-start-offset-checkpoint        log start offsets
+    cleaner-offset-checkpoint          first dirty offsets of compacted logs (the log cleaner)
     .kafkalog-staging/                 record batches staged by Spark write jobs (staged_write.py)
 
 Opening takes the lock (:class:`LogDirLockedError` names the owner), then opens every partition
@@ -27,6 +28,10 @@ watermark within that interval. A new log's entries are written before the log i
 so no reader meets a partition without a high watermark entry (read-only views read such a
 partition to its log end). The scheduler applies retention every
 ``retention_check_interval_ms`` and the ``flush.ms`` policy every ``flush_check_interval_ms``.
+With a ``cleaner_config`` (``LogCleanerConfig``, from the broker's ``log.cleaner.*`` settings)
+the log cleaner's threads (broker_embedded/cleaner/log_cleaner_manager.py) start once a log of
+a compacted topic exists (checked every ``log.cleaner.backoff.ms``) and stop before the logs
+close; without one (the default, e.g. a Spark job's commit) nothing is compacted here.
 
 Thread safety: the manager's lock guards its maps; each log has its own lock. Lock order: log
 lock, then manager lock (a log's change callback takes the manager's condition), so the manager
@@ -46,9 +51,10 @@ import threading
 import uuid
 from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from broker_embedded.errors import BrokerClosedError, UnknownTopicOrPartitionError
-from broker_embedded.scheduler import KafkaScheduler
+from broker_embedded.scheduler import KafkaScheduler, ScheduledTask
 from broker_embedded.storage.checkpoint_file import fsync_dir
 from broker_embedded.storage.log_config import LogConfig
 from broker_embedded.storage.log_dir_lock import LogDirLock
@@ -69,6 +75,9 @@ from broker_embedded.storage.staged_write import resolve_interrupted_commits
 from broker_embedded.storage.topic_config_file import TopicConfigFile, TopicEntry
 from broker_embedded.storage.topic_partition import TopicPartition
 from broker_embedded.storage.unified_log import UnifiedLog
+
+if TYPE_CHECKING:
+    from broker_embedded.cleaner.log_cleaner_manager import LogCleaner, LogCleanerConfig
 
 log = logging.getLogger(__name__)
 
@@ -100,6 +109,7 @@ class LogManager:
         checkpoint_interval_ms: int = DEFAULT_CHECKPOINT_INTERVAL_MS,
         retention_check_interval_ms: int = DEFAULT_RETENTION_CHECK_INTERVAL_MS,
         flush_check_interval_ms: int = DEFAULT_FLUSH_CHECK_INTERVAL_MS,
+        cleaner_config: LogCleanerConfig | None = None,
     ) -> None:
         self.log_dir = Path(log_dir)
         self.log_dir.mkdir(parents=True, exist_ok=True)
@@ -139,6 +149,16 @@ class LogManager:
                                 retention_check_interval_ms)  # fmt: skip
         self.scheduler.schedule("flush", self.flush_dirty_logs, flush_check_interval_ms,
                                 flush_check_interval_ms)  # fmt: skip
+        self.cleaner: LogCleaner | None = None
+        self._cleaner_startup: ScheduledTask | None = None
+        if cleaner_config is not None and cleaner_config.threads > 0:
+            from broker_embedded.cleaner.log_cleaner_manager import LogCleaner
+
+            self.cleaner = LogCleaner(cleaner_config, self.log_dir, self._current_logs,
+                                      clock_ms=clock_ms)  # fmt: skip
+            self._cleaner_startup = self.scheduler.schedule(
+                "log-cleaner-startup", self._maybe_start_cleaner, 0, cleaner_config.backoff_ms
+            )
 
     # -- opening -----------------------------------------------------------------------------------
 
@@ -238,6 +258,22 @@ class LogManager:
     def get_log(self, tp: TopicPartition) -> UnifiedLog | None:
         return self.logs.get(tp)
 
+    def _current_logs(self) -> dict[TopicPartition, UnifiedLog]:
+        with self._cond:
+            return dict(self.logs)
+
+    def _maybe_start_cleaner(self) -> None:
+        """The scheduler's check: start the cleaner threads once a compacted log exists."""
+        cleaner = self.cleaner
+        if cleaner is None:
+            return
+        if not cleaner.is_started and any(
+            lg.config.compact for lg in self._current_logs().values()
+        ):
+            cleaner.startup()
+        if cleaner.is_started and self._cleaner_startup is not None:
+            self._cleaner_startup.cancel()
+
     def delete_topic(self, topic: str) -> None:
         """Close and delete every partition of ``topic`` and forget it."""
         with self._cond:
@@ -248,6 +284,8 @@ class LogManager:
         for tp, lg in doomed:  # outside the manager's lock: closing takes each log's lock
             lg.close()
             shutil.rmtree(self.log_dir / tp.dir_name, ignore_errors=True)
+        if self.cleaner is not None:
+            self.cleaner.manager.forget(tp for tp, _ in doomed)
         fsync_dir(self.log_dir)
         self._on_offsets_changed(None)
 
@@ -329,6 +367,8 @@ class LogManager:
             self._closed = True
             self._cond.notify_all()
         self.scheduler.shutdown()
+        if self.cleaner is not None:
+            self.cleaner.shutdown()
         self._checkpointer.join()
         try:
             self._close_logs(clean)

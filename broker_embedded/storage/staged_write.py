@@ -9,6 +9,9 @@ Layout::
         <attempt>.<topic>-<partition>.batches     staged by one task attempt for one partition
         <attempt>.<topic>-<partition>.batches.tmp the same while the task is still writing it
         COMMITTING                                the commit's journal, while it appends
+    <log dir>/.kafkalog-commits/                  the last batch committed by each streaming writer
+      <writer id>.json                            ([A-Za-z0-9_-], 1 to 100 chars; a streaming
+                                                  query's id, kafka_stream_writer.py)
 
 A staged file holds complete record batches v2, back to back as in a segment file, with offsets
 counting from 0 in the file (the commit assigns the real ones) and partition leader epoch -1. A
@@ -22,14 +25,30 @@ The journal ``COMMITTING`` is UTF-8 JSON, written atomically (tmp, fsync, rename
     {"version": 1, "job": "<job id>",
      "partitions": [{"topic": "t", "partition": 0, "log_end_offset": 42}, ...]}
 
-holding each touched partition's log end offset (LEO) before the commit.
+holding each touched partition's log end offset (LEO) before the commit. The commit of a
+micro-batch of a streaming writer (``writer_id`` and ``batch_id`` given) writes version 2, the
+same plus ``"writer": {"id": "<writer id>", "batch": <batch id>, "previous": <batch id or
+null>}``: the batch it commits and the one the writer's commits file held before.
+
+A writer's commits file ``.kafkalog-commits/<writer id>.json`` is UTF-8 JSON, written atomically::
+
+    {"version": 1, "writer": "<writer id>", "batch": 41}
+
+the last batch of that writer whose records are in the log dir. A commit of batch ``B`` of writer
+``W`` when the file holds a batch at or above ``B`` is a replay (Spark runs a micro-batch again
+after a failure, with other task attempts: only the batch id counts): it appends nothing, drops
+the staged files and returns ``{}``. The file is written under the log dir's lock, in the same
+commit as the records, so that it says ``B`` exactly when batch ``B``'s records are published.
 
 The commit (:func:`commit`, on the driver side), with nothing visible until its step 6:
 
 1. opens the log dir with a :class:`LogManager`, which takes its ``.lock`` (one writer per log
    dir; a running broker owns it -> :class:`LogDirLockedError` naming the owner: writes through a
    running broker come with its network listener, later) and resolves interrupted commits (below);
-   a lock held by another write job's commit is waited for (up to ``lock_timeout_s``);
+   a lock held by another write job's commit is waited for (up to ``lock_timeout_s``), and so
+   is, for a few seconds, a lock whose holder names no one (another writer's
+   ``LogDirLock.is_locked`` probe); for a streaming writer's batch, it reads the writer's
+   commits file: a replay stops here (nothing appended, the staged files dropped);
 2. checks everything it can before appending anything: every topic partition is registered
    (UNKNOWN_TOPIC_OR_PARTITION), every staged file is there with the size its task staged, no
    batch is above the topic's ``max.message.bytes`` (RECORD_TOO_LARGE), no keyless record goes
@@ -39,7 +58,8 @@ The commit (:func:`commit`, on the driver side), with nothing visible until its 
 4. appends the files in the order given, each in appends of whole batches of at most
    ``APPEND_CHUNK_BYTES`` (a larger batch goes alone), as a leader with the log's latest leader
    epoch (0 for a log without one): Kafka's append validation (CRC, counts) applies;
-5. flushes (fsyncs) every touched log;
+5. flushes (fsyncs) every touched log; for a streaming writer's batch, writes its commits file
+   (the batch id; fsynced);
 6. publishes: moves every touched log's high watermark (HW) to its LEO and writes
    ``replication-offset-checkpoint`` once, atomically for all partitions at once
    (:meth:`LogManager.publish_high_watermarks`). This is the commit point: readers read only
@@ -54,8 +74,12 @@ finishes the job with :func:`resolve_interrupted_commits`: for each job director
 journal (which only a dead commit leaves: a live one holds the lock), if the published HW of
 every journaled partition is still at or below its journaled LEO, the commit never published
 and every such partition is truncated to its journaled LEO (the truncation fsynced before the
-journal goes); otherwise it published (step 6 writes all HWs in one file) and is kept. Either
-way the job directory is then deleted.
+journal goes) and a streaming writer's commits file is set back to the journaled previous batch
+(deleted if there was none); otherwise it published (step 6 writes all HWs in one file) and is
+kept, and the commits file is set to the journaled batch (already so: step 5 wrote it). A
+failure before step 6 in the committing process sets the commits file back the same way. Either
+way the job directory is then deleted: the records of a batch and its id in the commits file are
+published together or not at all.
 
 :func:`abort` deletes a job's staging directory (a journal in it, left by a dead commit, is
 resolved first by opening the log dir, when no one holds it). Staging directories of jobs that
@@ -65,7 +89,7 @@ nothing changed for ``STALE_JOB_AGE_S`` (one day).
 
 Thread safety: a :class:`StagedTask` belongs to one task (one thread); separate tasks write
 separate files. :func:`commit` and :func:`resolve_interrupted_commits` run under the log dir's
-lock. :class:`StagedFile` is immutable.
+lock, and so do all writes of a commits file. :class:`StagedFile` is immutable.
 """
 
 from __future__ import annotations
@@ -105,10 +129,14 @@ JOURNAL = "COMMITTING"
 STAGED_SUFFIX = ".batches"
 TMP_SUFFIX = ".tmp"
 JOURNAL_VERSION = 1
+JOURNAL_VERSION_WRITER = 2  # a streaming writer's batch: with the "writer" entry
+COMMITS_DIR = ".kafkalog-commits"
+COMMITS_VERSION = 1
 STALE_JOB_AGE_S = 24 * 3600
 APPEND_CHUNK_BYTES = 8 << 20
 MAX_OPEN_FILES = 32  # per task: least recently used staged files beyond this are closed
 DEFAULT_LOCK_TIMEOUT_S = 120.0
+UNKNOWN_HOLDER_WAIT_S = 5.0  # a lock whose holder names no one yet: a probe or a fresh holder
 COMMIT_OWNER = "kafkalog write job"  # how a commit names itself in the .lock file
 _NAME = re.compile(r"[A-Za-z0-9_-]{1,100}")
 
@@ -253,28 +281,43 @@ class StagedTask:
 # -- the driver: commit and abort -----------------------------------------------------------------
 
 
+UNKNOWN_HOLDER = "an unknown process"
+
+
 def lock_holder(log_dir: str | Path) -> str:
     """Who holds (or last held) the ``.lock`` of ``log_dir``, as its holder wrote it."""
     try:
         text = lock_file_path(log_dir).read_text("utf-8", errors="replace").strip()
     except OSError:
         text = ""
-    return text or "an unknown process"
+    return text or UNKNOWN_HOLDER
+
+
+def held_by_a_commit(holder: str) -> bool:
+    """Whether a :func:`lock_holder` text names a write job's commit (short: wait for it)."""
+    return f"({COMMIT_OWNER} " in holder
 
 
 def _open_log_manager(log_dir: Path, job_id: str, lock_timeout_s: float) -> LogManager:
     """A log manager on ``log_dir`` for a commit: waits while another write job commits,
-    refuses (naming the owner) while anyone else owns the log dir."""
+    refuses (naming the owner) while anyone else owns the log dir. A lock whose holder names no
+    one (``LogDirLock.is_locked``'s probe of another writer, or a holder that has not written
+    its name yet: both last an instant) is retried for up to ``UNKNOWN_HOLDER_WAIT_S``."""
     from broker_embedded.storage.log_manager import LogManager  # it imports this module
 
-    deadline = time.monotonic() + lock_timeout_s
+    began = time.monotonic()
+    deadline = began + lock_timeout_s
+    unknown_deadline = began + min(lock_timeout_s, UNKNOWN_HOLDER_WAIT_S)
     delay = 0.05
     while True:
         try:
             return LogManager(log_dir, owner=f"{COMMIT_OWNER} {job_id}, committing as node")
         except LogDirLockedError:
             holder = lock_holder(log_dir)
-            if f"({COMMIT_OWNER} " in holder and time.monotonic() < deadline:
+            now = time.monotonic()
+            if (held_by_a_commit(holder) and now < deadline) or (
+                holder == UNKNOWN_HOLDER and now < unknown_deadline
+            ):
                 time.sleep(delay)  # another job's commit: they are short
                 delay = min(delay * 2, 1.0)
                 continue
@@ -348,23 +391,44 @@ def _whole_batches(path: str, limit: int) -> Iterator[memoryview]:
             )
 
 
-def _write_journal(path: Path, job_id: str, leos: Mapping[TopicPartition, int]) -> None:
-    body = {
-        "version": JOURNAL_VERSION,
+@dataclass(frozen=True, slots=True)
+class WriterMark:
+    """What a streaming writer's commit journals: batch ``batch`` of writer ``writer_id``, whose
+    commits file held ``previous`` (``None``: no file) before the commit."""
+
+    writer_id: str
+    batch: int
+    previous: int | None
+
+
+def _write_journal(
+    path: Path, job_id: str, leos: Mapping[TopicPartition, int], mark: WriterMark | None = None
+) -> None:
+    body: dict = {
+        "version": JOURNAL_VERSION if mark is None else JOURNAL_VERSION_WRITER,
         "job": job_id,
         "partitions": [{"topic": tp.topic, "partition": tp.partition, "log_end_offset": leo}
                        for tp, leo in sorted(leos.items())],
     }  # fmt: skip
+    if mark is not None:
+        body["writer"] = {"id": mark.writer_id, "batch": mark.batch, "previous": mark.previous}
     write_atomically(path, (json.dumps(body, indent=1) + "\n").encode("utf-8"))
 
 
-def read_journal(path: str | Path) -> dict[TopicPartition, int]:
-    """The journaled pre-commit log end offsets; :class:`CheckpointError` naming the file if it
-    is malformed."""
+def _batch_id(value: object, what: str) -> int:
+    if type(value) is not int or value < 0:
+        raise ValueError(f"{what} {value!r} is not a batch id (an int >= 0)")
+    return value
+
+
+def read_journal_entries(path: str | Path) -> tuple[dict[TopicPartition, int], WriterMark | None]:
+    """The journaled pre-commit log end offsets and, for a streaming writer's batch, its
+    :class:`WriterMark`; :class:`CheckpointError` naming the file if it is malformed."""
     try:
         body = json.loads(Path(path).read_bytes())
-        if body.get("version") != JOURNAL_VERSION:
-            raise ValueError(f"unsupported version {body.get('version')!r}")
+        version = body.get("version")
+        if version not in (JOURNAL_VERSION, JOURNAL_VERSION_WRITER):
+            raise ValueError(f"unsupported version {version!r}")
         out = {}
         for p in body["partitions"]:
             tp = TopicPartition(p["topic"], p["partition"])
@@ -372,9 +436,68 @@ def read_journal(path: str | Path) -> dict[TopicPartition, int]:
             if type(leo) is not int or leo < 0:
                 raise ValueError(f"{tp}: log end offset {leo!r}")
             out[tp] = leo
-        return out
+        mark = None
+        if version == JOURNAL_VERSION_WRITER:
+            w = body["writer"]
+            previous = w["previous"]
+            mark = WriterMark(
+                _checked_name(w["id"], "writer id"),
+                _batch_id(w["batch"], "batch"),
+                None if previous is None else _batch_id(previous, "previous batch"),
+            )
+        return out, mark
     except (OSError, ValueError, TypeError, KeyError, AttributeError, KafkaLogError) as e:
         raise CheckpointError(f"write job journal {path} is malformed: {e!r}") from None
+
+
+def read_journal(path: str | Path) -> dict[TopicPartition, int]:
+    """The journaled pre-commit log end offsets; :class:`CheckpointError` naming the file if it
+    is malformed."""
+    return read_journal_entries(path)[0]
+
+
+# -- streaming writers: the last committed batch --------------------------------------------------
+
+
+def commits_file(log_dir: str | Path, writer_id: str) -> Path:
+    """``<log dir>/.kafkalog-commits/<writer id>.json``."""
+    return Path(log_dir) / COMMITS_DIR / f"{_checked_name(writer_id, 'writer id')}.json"
+
+
+def committed_batch(log_dir: str | Path, writer_id: str) -> int | None:
+    """The last batch of streaming writer ``writer_id`` committed to ``log_dir`` (``None``:
+    none); :class:`CheckpointError` naming the file if it is malformed. Exact under the log
+    dir's lock (a commit, a broker); otherwise a snapshot that a dead commit not yet resolved
+    may be ahead of."""
+    path = commits_file(log_dir, writer_id)
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return None
+    try:
+        body = json.loads(data)
+        if body.get("version") != COMMITS_VERSION:
+            raise ValueError(f"unsupported version {body.get('version')!r}")
+        if body.get("writer") != writer_id:
+            raise ValueError(f"it names writer {body.get('writer')!r}")
+        return _batch_id(body["batch"], "batch")
+    except (ValueError, TypeError, KeyError, AttributeError) as e:
+        raise CheckpointError(f"streaming writer commits file {path} is malformed: {e!r}") from None
+
+
+def _set_committed_batch(log_dir: Path, writer_id: str, batch: int | None) -> None:
+    """Write (or, for ``None``, delete) a writer's commits file durably. Under the lock."""
+    path = commits_file(log_dir, writer_id)
+    if batch is None:
+        if path.exists():
+            path.unlink()
+            fsync_dir(path.parent)
+        return
+    if not path.parent.is_dir():
+        path.parent.mkdir(exist_ok=True)
+        fsync_dir(log_dir)
+    body = {"version": COMMITS_VERSION, "writer": writer_id, "batch": batch}
+    write_atomically(path, (json.dumps(body) + "\n").encode("utf-8"))
 
 
 def _truncate_back(lm: LogManager, leos: Mapping[TopicPartition, int]) -> None:
@@ -395,17 +518,38 @@ def commit(
     files: Iterable[StagedFile],
     *,
     lock_timeout_s: float = DEFAULT_LOCK_TIMEOUT_S,
+    writer_id: str | None = None,
+    batch_id: int | None = None,
 ) -> dict[TopicPartition, tuple[int, int]]:
     """Append the staged ``files`` in order and publish them (module docstring, steps 1-7).
 
-    Returns each touched partition's (first offset, log end offset) of what was appended.
+    With ``writer_id`` and ``batch_id`` (a streaming writer's micro-batch, both or neither), the
+    batch id is recorded in the writer's commits file with the records, and a batch at or below
+    the one recorded is a replay: nothing is appended.
+
+    Returns each touched partition's (first offset, log end offset) of what was appended
+    (``{}`` for nothing, a replay included).
     """
+    if (writer_id is None) != (batch_id is None):
+        raise ValueError("commit takes writer_id and batch_id together, or neither")
+    if writer_id is not None:
+        _checked_name(writer_id, "writer id")
+        _batch_id(batch_id, "batch_id")
     log_dir = Path(log_dir)
     directory = job_dir(log_dir, job_id)
     files = [f for f in files if f.records > 0]
     lm = _open_log_manager(log_dir, job_id, lock_timeout_s)
     keep_journal = False  # True when what is on disk must be left for the next open to resolve
     try:
+        mark = None
+        if writer_id is not None:
+            previous = committed_batch(log_dir, writer_id)  # dead commits resolved: exact
+            if previous is not None and batch_id <= previous:
+                log.info("%s: batch %d of streaming writer %s is a replay (batch %d is "
+                         "committed): %d staged files dropped", log_dir, batch_id, writer_id,
+                         previous, len(files))  # fmt: skip
+                return {}
+            mark = WriterMark(writer_id, batch_id, previous)
         _check_before_appending(lm, files)
         logs = {tp: lm.get_or_create_log(tp) for tp in sorted({f.topic_partition for f in files})}
         if not logs:
@@ -413,7 +557,7 @@ def commit(
         before = {tp: lg.log_end_offset for tp, lg in logs.items()}
         lm.checkpoint()  # published HWs on disk <= these LEOs (recovery may have cut a log)
         journal = directory / JOURNAL
-        _write_journal(journal, job_id, before)
+        _write_journal(journal, job_id, before, mark)
         try:
             for f in files:
                 lg = logs[f.topic_partition]
@@ -423,10 +567,14 @@ def commit(
             for lg in logs.values():
                 lg.flush()
             after = {tp: lg.log_end_offset for tp, lg in logs.items()}
+            if mark is not None:
+                _set_committed_batch(log_dir, mark.writer_id, mark.batch)
         except BaseException:
             try:
                 _truncate_back(lm, before)
                 lm.checkpoint()
+                if mark is not None:
+                    _set_committed_batch(log_dir, mark.writer_id, mark.previous)
                 journal.unlink()
                 fsync_dir(directory)
             except BaseException:
@@ -485,16 +633,20 @@ def resolve_interrupted_commits(
     for path in map(Path, jobs):
         journal = path / JOURNAL
         if journal.exists():
-            leos = read_journal(journal)
+            leos, mark = read_journal_entries(journal)
             published = any(published_high_watermarks.get(tp, -1) > leo
                             for tp, leo in leos.items())  # fmt: skip
             if published:
                 log.warning("%s: write job %s published before its process died: kept",
                             lm.log_dir, path.name)  # fmt: skip
+                if mark is not None:
+                    _set_committed_batch(lm.log_dir, mark.writer_id, mark.batch)
             else:
                 log.warning("%s: write job %s died before publishing: rolled back %s",
                             lm.log_dir, path.name, sorted(map(str, leos)))  # fmt: skip
                 _truncate_back(lm, leos)
+                if mark is not None:
+                    _set_committed_batch(lm.log_dir, mark.writer_id, mark.previous)
                 truncated = True
             journal.unlink()
             fsync_dir(path)

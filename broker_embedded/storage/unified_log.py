@@ -38,20 +38,42 @@ below the high watermark go. :meth:`delete_records_before` moves the log start o
 DeleteRecords; not above the HW). Flushing: every ``flush.messages`` appended records, or when the
 log manager sees ``flush.ms`` elapsed; the recovery point then becomes the log end offset.
 
-Opening recovers: transient files (``.cleaned``, ``.deleted``, ``.tmp``) are removed; closed
-segments get Kafka's index sanity check (a missing index file, or one that is not a whole number
-of entries, is rebuilt from the ``.log``); after an unclean shutdown every segment from the one
-holding the recovery point on is scanned (CRCs, offsets), a torn or corrupt tail is truncated
-(and later segments deleted), their indexes are rebuilt, and the producer snapshots above the
-first of them are deleted. The producer state is then reloaded from the latest snapshot and the
-log replayed after it, rebuilding the ``.txnindex`` entries of the replayed aborted transactions
-and, after an unclean shutdown, the leader epochs of replayed batches newer than the cache's.
+Opening first settles an interrupted cleaner swap (see "Replacing segments" below), then recovers:
+closed segments get Kafka's index sanity check (a missing index file, or one that is not a whole
+number of entries, is rebuilt from the ``.log``); after an unclean shutdown every segment from the
+one holding the recovery point on is scanned (CRCs, offsets), a torn or corrupt tail is truncated
+(and later segments deleted), their indexes are rebuilt, and the producer snapshots above the first
+of them are deleted. The producer state is then reloaded from the latest snapshot and the log
+replayed after it, rebuilding the ``.txnindex`` entries of the replayed aborted transactions and,
+after an unclean shutdown, the leader epochs of replayed batches newer than the cache's.
 
 Truncation (:meth:`truncate_to`, a follower dropping divergent history) removes every batch at
 or above the offset (a batch holding it goes whole) and everything that followed from them: the
 leader epochs, producer state, snapshots and ``.txnindex`` entries above the new log end offset;
 the HW, recovery point and log start offset are capped by it.
 :meth:`truncate_fully_and_start_at` restarts the log empty at an offset.
+
+Replacing segments (the cleaner, :meth:`replace_segments`; Kafka's ``replaceSegments``): the
+cleaner writes a group's replacement as ``<base>.log.cleaned`` (with ``.index``, ``.timeindex``
+and ``.txnindex`` ``.cleaned`` files, fsynced), based at the group's first base offset. Under the
+log's lock its files are renamed ``.cleaned`` -> ``.swap`` (the ``.log`` first) and the directory
+fsynced: that is the commit point. Then every file of the replaced segments is renamed
+``.deleted``, the ``.swap`` files take their final names (the ``.log`` first), the directory is
+fsynced and the ``.deleted`` files are removed. Only renames: a reader in another process that
+holds a replaced segment open keeps reading the old inode. Opening settles a crash at any step
+as Kafka's ``LogLoader`` does: ``.deleted`` and ``.tmp`` files are removed; ``.swap`` files at or
+above the lowest ``.cleaned`` file's offset belong to an unfinished swap and are removed with the
+``.cleaned`` files (the old segments stay); the remaining ``.swap`` files complete their swap:
+segment files (``.log``, ``.index``, ``.timeindex``, ``.txnindex``; never producer snapshots)
+whose offset lies in ``[lowest .swap base, highest .swap next offset)`` are removed and the
+``.swap`` files renamed. The cleaner keeps the last batch of every group (as an empty batch if
+need be), so that a ``.swap`` segment's next offset covers every non-empty segment it replaces:
+the outcome is the old segments or the new one, never a mix.
+
+Cleaning sessions (:meth:`cleaning_session`): a cleaner works outside the log's lock, reading
+closed segments; :meth:`close` stops a session (the cleaner sees it between windows) and waits
+for it to end, and a truncation makes the session's :meth:`replace_segments` refuse
+(:class:`CleaningAbortedError`), as do replaced segments that retention deleted meanwhile.
 
 Reads (:meth:`read`) copy the bytes (``bytes``), so a later truncation can never pull a mapping
 from under a reader in this process. Thread safety: every public method takes the log's lock.
@@ -60,11 +82,12 @@ from under a reader in this process. Thread safety: every public method takes th
 from __future__ import annotations
 
 import bisect
+import contextlib
 import logging
 import os
 import threading
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -73,6 +96,7 @@ from broker_embedded.errors import (
     CorruptMessageError,
     CorruptRecordError,
     InvalidRecordError,
+    KafkaLogError,
     OffsetOutOfRangeError,
     RecordTooLargeError,
 )
@@ -86,7 +110,7 @@ from broker_embedded.record.record_batch import (
     set_partition_leader_epoch,
 )
 from broker_embedded.record.records import AnyBatch, iter_batches
-from broker_embedded.storage.checkpoint_file import write_atomically
+from broker_embedded.storage.checkpoint_file import fsync_dir, write_atomically
 from broker_embedded.storage.fetch_data_info import FetchDataInfo, FetchIsolation
 from broker_embedded.storage.leader_epoch_checkpoint import LEADER_EPOCH_CHECKPOINT
 from broker_embedded.storage.leader_epoch_file_cache import LeaderEpochFileCache
@@ -118,8 +142,55 @@ from broker_embedded.storage.transaction_index import (
 
 log = logging.getLogger(__name__)
 
-TRANSIENT_SUFFIXES = (".cleaned", ".deleted", ".tmp")
+CLEANED_SUFFIX = ".cleaned"
+SWAP_SUFFIX = ".swap"
+DELETED_SUFFIX = ".deleted"
+TRANSIENT_SUFFIXES = (CLEANED_SUFFIX, DELETED_SUFFIX, ".tmp")
 SEGMENT_SUFFIXES = (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX)
+_STEM_DIGITS = 20
+
+
+class CleaningAbortedError(KafkaLogError):
+    """A cleaning session was stopped (the log closed, truncated, or its segments changed)."""
+
+
+@dataclass(frozen=True, slots=True)
+class CleaningSnapshot:
+    """What a cleaner needs of a log, read under its lock: the closed segments' base offsets
+    and ``.log`` sizes (oldest first), the active segment's base offset and size, the log start,
+    end and last stable offsets, and the truncation count at the time."""
+
+    base_offsets: tuple[int, ...]
+    sizes: tuple[int, ...]
+    active_base_offset: int
+    active_size: int
+    log_start_offset: int
+    log_end_offset: int
+    last_stable_offset: int
+    truncations: int
+
+
+@dataclass(frozen=True, slots=True)
+class LastRecord:
+    """An active producer's last data offset (None: its last entry is a marker) and epoch."""
+
+    last_data_offset: int | None
+    producer_epoch: int
+
+
+class CleaningSession:
+    """One cleaner working on a log (see :meth:`UnifiedLog.cleaning_session`)."""
+
+    __slots__ = ("log", "truncations")
+
+    def __init__(self, log: UnifiedLog, truncations: int) -> None:
+        self.log = log
+        self.truncations = truncations
+
+    def check(self) -> None:
+        """Raise :class:`CleaningAbortedError` once the log stops cleaning."""
+        if self.log._cleaning_stopped:
+            raise CleaningAbortedError(f"cleaning of {self.log} stopped: the log is closing")
 
 
 @dataclass(frozen=True, slots=True)
@@ -175,8 +246,13 @@ class UnifiedLog:
         self._txn_indexes: dict[int, TransactionIndex] = {}
         self._unflushed_records = 0
         self.last_flush_ms = self._clock()
+        self._cleaning_cond = threading.Condition()
+        self._cleaning_active = False
+        self._cleaning_stopped = False
+        self._truncations = 0
+        self._truncation_floor: int | None = None
         self.directory.mkdir(parents=True, exist_ok=True)
-        self._remove_transient_files()
+        self._settle_interrupted_swaps()
         recover = not had_clean_shutdown
         self._load_segments(recovery_point, recover)
         self._writer = SegmentWriter(
@@ -202,10 +278,44 @@ class UnifiedLog:
 
     # -- opening ---------------------------------------------------------------------------------
 
-    def _remove_transient_files(self) -> None:
-        for name in os.listdir(self.directory):
-            if name.endswith(TRANSIENT_SUFFIXES):
-                (self.directory / name).unlink(missing_ok=True)
+    def _settle_interrupted_swaps(self) -> None:
+        """Kafka's ``LogLoader`` passes over transient files (module docstring, "Replacing
+        segments"), limited to segment files."""
+        d = self.directory
+        cleaned, swaps = [], []
+        changed = False
+        for name in os.listdir(d):
+            if name.endswith((DELETED_SUFFIX, ".tmp")):
+                (d / name).unlink(missing_ok=True)
+                changed = True
+            elif name.endswith(CLEANED_SUFFIX) and _name_offset(name) is not None:
+                cleaned.append(name)
+            elif name.endswith(SWAP_SUFFIX) and _name_offset(name) is not None:
+                swaps.append(name)
+        if cleaned:
+            lowest = min(_name_offset(n) for n in cleaned)
+            for name in [n for n in swaps if _name_offset(n) >= lowest]:
+                log.warning("%s: removing %s of an unfinished swap", self, name)
+                (d / name).unlink(missing_ok=True)
+                swaps.remove(name)
+            for name in cleaned:
+                (d / name).unlink(missing_ok=True)
+            changed = True
+        log_swaps = [n for n in swaps if n == _swap_name(_name_offset(n), LOG_SUFFIX)]
+        if log_swaps:
+            lo = min(_name_offset(n) for n in log_swaps)
+            hi = max(_swap_next_offset(d, _name_offset(n)) for n in log_swaps)
+            for name in os.listdir(d):
+                offset = _name_offset(name)
+                if offset is not None and lo <= offset < hi and name in _segment_names(offset):
+                    log.warning("%s: removing %s, replaced by a cleaned segment", self, name)
+                    (d / name).unlink(missing_ok=True)
+        for name in sorted(swaps, key=lambda n: (_name_offset(n), not n.endswith(".log.swap"))):
+            log.warning("%s: completing the swap of %s", self, name)
+            os.replace(d / name, d / name[: -len(SWAP_SUFFIX)])
+            changed = True
+        if changed:
+            fsync_dir(d)
 
     def _load_segments(self, recovery_point: int, recover: bool) -> None:
         """Kafka's log loading, up to the last segment (which the segment writer opens).
@@ -327,6 +437,18 @@ class UnifiedLog:
     @property
     def is_closed(self) -> bool:
         return self._closed
+
+    @property
+    def truncations(self) -> int:
+        """How many truncations this log went through since it was opened."""
+        return self._truncations
+
+    def pop_truncation_floor(self) -> int | None:
+        """The lowest log end offset a truncation left since the last call (None: no
+        truncation); the cleaner manager lowers its checkpoint to it."""
+        with self._lock:
+            floor, self._truncation_floor = self._truncation_floor, None
+            return floor
 
     def __repr__(self) -> str:
         return f"UnifiedLog({self.topic_partition}, {self.directory})"
@@ -530,6 +652,131 @@ class UnifiedLog:
         if base > self.recovery_point:
             self.recovery_point = base
             self._changed()
+
+    def roll(self) -> None:
+        """Close the active segment and start a new one at the log end offset (Kafka's
+        ``roll``); nothing happens when the active segment is empty."""
+        with self._lock:
+            self._check_open()
+            before = self._writer.active_segment.base_offset
+            self._writer.roll(now_ms=self._clock())
+            if self._writer.active_segment.base_offset != before:
+                self._on_roll()
+
+    # -- cleaning ----------------------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def cleaning_session(self) -> Iterator[CleaningSession]:
+        """The one cleaner of this log at a time: :class:`CleaningAbortedError` when the log is
+        closing or another session is open. :meth:`close` waits for the session to end."""
+        with self._cleaning_cond:
+            if self._cleaning_stopped or self._closed:
+                raise CleaningAbortedError(f"{self} is closed")
+            if self._cleaning_active:
+                raise CleaningAbortedError(f"{self} is already being cleaned")
+            self._cleaning_active = True
+        try:
+            with self._lock:
+                session = CleaningSession(self, self._truncations)
+            yield session
+        finally:
+            with self._cleaning_cond:
+                self._cleaning_active = False
+                self._cleaning_cond.notify_all()
+
+    def _stop_cleaning(self) -> None:
+        """Stop a cleaning session and wait for it to end (never under the log's lock: the
+        session may be waiting for it)."""
+        with self._cleaning_cond:
+            self._cleaning_stopped = True
+            while self._cleaning_active:
+                self._cleaning_cond.wait()
+
+    def cleaning_snapshot(self) -> CleaningSnapshot:
+        with self._lock:
+            self._check_open()
+            bases = self.segment_base_offsets[:-1]
+            return CleaningSnapshot(
+                tuple(bases), tuple(self._segment_size(b) for b in bases),
+                self.active_segment_base_offset, self._writer.active_segment.size,
+                self.log_start_offset, self.log_end_offset,
+                self.last_stable_offset, self._truncations,
+            )  # fmt: skip
+
+    def segment_timestamps(self, base_offsets: Iterable[int]) -> dict[int, tuple[int, int]]:
+        """(largest timestamp, first batch's max timestamp) of closed segments (-1 when a
+        segment holds none); segments no longer in the log are left out."""
+        with self._lock:
+            self._check_open()
+            present = set(self.segment_base_offsets[:-1])
+            out = {}
+            for base in base_offsets:
+                if base in present:
+                    view = self._view(base)
+                    first = next(iter(view.batches()), None)
+                    out[base] = (
+                        view.largest_timestamp,
+                        -1 if first is None else first.max_timestamp,
+                    )
+            return out
+
+    def last_records_of_active_producers(self) -> dict[int, LastRecord]:
+        """Kafka's ``lastRecordsOfActiveProducers``: per producer, the offset of its last data
+        batch and its epoch."""
+        with self._lock:
+            out = {}
+            for pid, entry in self.producer_state.producers.items():
+                last = entry.last_data_offset
+                out[pid] = LastRecord(last if last >= 0 else None, entry.producer_epoch)
+            return out
+
+    def replace_segments(
+        self, new_base: int, old_bases: Sequence[int], session: CleaningSession
+    ) -> None:
+        """Swap in ``<new_base>.*.cleaned`` for the closed segments ``old_bases`` (module
+        docstring); :class:`CleaningAbortedError` (nothing renamed) when the session stopped,
+        the log was truncated since the session began, or a segment to replace is gone or
+        active."""
+        with self._lock:
+            session.check()
+            self._check_open()
+            if session.truncations != self._truncations:
+                raise CleaningAbortedError(f"{self} was truncated while it was being cleaned")
+            bases = self.segment_base_offsets
+            closed = set(bases[:-1])
+            if not old_bases or new_base != old_bases[0] or not closed.issuperset(old_bases):
+                raise CleaningAbortedError(
+                    f"{self}: segments {list(old_bases)} are no longer all closed segments of the "
+                    "log (deleted by retention meanwhile?)"
+                )
+            d = self.directory
+            cleaned = [self._path(new_base, x + CLEANED_SUFFIX) for x in SEGMENT_SUFFIXES]
+            cleaned = [p for p in cleaned if p.exists()]
+            if not cleaned or cleaned[0].name != _cleaned_name(new_base, LOG_SUFFIX):
+                raise CleaningAbortedError(f"{self}: no cleaned segment {new_base} to swap in")
+            swaps = []
+            for p in cleaned:  # the .log first
+                swap = p.with_name(p.name[: -len(CLEANED_SUFFIX)] + SWAP_SUFFIX)
+                os.rename(p, swap)
+                swaps.append(swap)
+            fsync_dir(d)  # committed: a crash from here on completes the swap
+            doomed = []
+            for base in old_bases:
+                self._drop_view(base)
+                self._close_txn_index(base)
+                for x in SEGMENT_SUFFIXES:
+                    p = self._path(base, x)
+                    if p.exists():
+                        gone = p.with_name(p.name + DELETED_SUFFIX)
+                        os.rename(p, gone)
+                        doomed.append(gone)
+            for swap in swaps:
+                os.rename(swap, swap.with_name(swap.name[: -len(SWAP_SUFFIX)]))
+            fsync_dir(d)
+            for base in old_bases[1:]:
+                self._writer.forget_segment(base)
+            for p in doomed:
+                p.unlink(missing_ok=True)
 
     # -- high watermark ----------------------------------------------------------------------------
 
@@ -809,6 +1056,7 @@ class UnifiedLog:
             if offset <= self.segment_base_offsets[0]:
                 self.truncate_fully_and_start_at(max(offset, 0))
                 return True
+            self._truncations += 1
             self._drop_all_views()
             bases = self.segment_base_offsets
             self._writer.close()
@@ -829,6 +1077,7 @@ class UnifiedLog:
         """Delete every segment and restart the log, empty, at ``offset``."""
         with self._lock:
             self._check_open()
+            self._truncations += 1
             self._drop_all_views()
             self._writer.close()
             for base in self.segment_base_offsets:
@@ -847,6 +1096,8 @@ class UnifiedLog:
 
     def _after_truncation(self) -> None:
         leo = self.log_end_offset
+        floor = self._truncation_floor
+        self._truncation_floor = leo if floor is None else min(floor, leo)
         self.log_start_offset = min(self.log_start_offset, leo)  # Kafka: min(target, log start)
         for base in {*self._txn_indexes, self.segment_base_offsets[-1]}:
             self._txn_index(base).truncate_to(leo)
@@ -883,6 +1134,7 @@ class UnifiedLog:
 
     def close(self) -> None:
         """Flush, snapshot the producer state and close every file (idempotent)."""
+        self._stop_cleaning()
         with self._lock:
             if self._closed:
                 return
@@ -897,6 +1149,7 @@ class UnifiedLog:
     def close_without_flush(self) -> None:
         """Close the files as a crashing process would leave them: no flush, no snapshot, no
         final index entries written (for fault drills)."""
+        self._stop_cleaning()
         with self._lock:
             self._drop_all_views()
             self._writer.abandon()
@@ -916,3 +1169,49 @@ def _end_of_complete_batches(records: bytes, default: int) -> int:
     for b in iter_batches(records, "<read>", tail="stop"):
         end = b.next_offset
     return default if end is None else end
+
+
+def _name_offset(name: str) -> int | None:
+    """The offset a partition file's name starts with (20 digits and a dot), else None."""
+    stem = name[:_STEM_DIGITS]
+    if len(name) > _STEM_DIGITS and name[_STEM_DIGITS] == "." and stem.isdigit():
+        return int(stem)
+    return None
+
+
+def _segment_names(offset: int) -> tuple[str, ...]:
+    return tuple(segment_file_stem(offset) + x for x in SEGMENT_SUFFIXES)
+
+
+def _swap_name(offset: int | None, suffix: str) -> str:
+    return "" if offset is None else segment_file_stem(offset) + suffix + SWAP_SUFFIX
+
+
+def _cleaned_name(offset: int, suffix: str) -> str:
+    return segment_file_stem(offset) + suffix + CLEANED_SUFFIX
+
+
+def _swap_next_offset(directory: Path, base: int) -> int:
+    """The offset after the last complete batch of ``<base>.log.swap`` (its base offset when it
+    holds none), read from the last entry of its ``.index.swap`` on when that one is usable
+    (else from the start: a recovery-time read of the whole file)."""
+    path = directory / _swap_name(base, LOG_SUFFIX)
+    start = 0
+    try:
+        start = OffsetIndex.load(
+            directory / _swap_name(base, INDEX_SUFFIX), base
+        ).last_entry.position
+    except (OSError, KafkaLogError):
+        pass
+    with open(path, "rb") as f:
+        for first in dict.fromkeys((start, 0)):
+            f.seek(first)
+            next_offset = None
+            try:
+                for b in iter_batches(f.read(), str(path), tail="stop"):
+                    next_offset = b.next_offset
+            except CorruptRecordError:
+                pass
+            if next_offset is not None:
+                return next_offset
+    return base

@@ -452,3 +452,197 @@ def test_a_commit_waits_for_another_jobs_commit(log_dir: Path) -> None:
             sw.commit(log_dir, "job2", files, lock_timeout_s=0.2)
     finally:
         held.release()
+
+
+def test_a_lock_whose_holder_names_no_one_is_waited_for_a_moment(log_dir: Path) -> None:
+    # another writer's LogDirLock.is_locked probe: a shared flock, no text in the .lock file
+    import fcntl
+
+    files = stage(log_dir, "job", "a1", [("t", 1, values(2))])
+    assert sw.lock_holder(log_dir) == sw.UNKNOWN_HOLDER  # cleared by the last release
+    fd = os.open(log_dir / ".lock", os.O_RDONLY)
+    fcntl.flock(fd, fcntl.LOCK_SH)
+    timer = threading.Timer(0.3, os.close, (fd,))
+    timer.start()
+    try:
+        sw.commit(log_dir, "job", files, lock_timeout_s=30)
+    finally:
+        timer.join()
+    assert leo(log_dir, T1) == 2
+    fd = os.open(log_dir / ".lock", os.O_RDONLY)  # held for good: refused after a while
+    fcntl.flock(fd, fcntl.LOCK_SH)
+    try:
+        files = stage(log_dir, "job2", "a1", [("t", 1, values(2))])
+        began = time.monotonic()
+        with pytest.raises(LogDirLockedError, match="an unknown process"):
+            sw.commit(log_dir, "job2", files, lock_timeout_s=0.5)
+        assert 0.4 <= time.monotonic() - began < 5
+    finally:
+        os.close(fd)
+
+
+# -- streaming writers: batch ids recorded with the records ---------------------------------------
+
+W = "3f2c5a1e-0b7d-4c9e-8f61-2d4b6a8c0e13"  # a streaming query's id
+
+
+def commits(log_dir: Path) -> dict[str, dict]:
+    root = log_dir / sw.COMMITS_DIR
+    if not root.exists():
+        return {}
+    return {p.stem: json.loads(p.read_text()) for p in sorted(root.glob("*.json"))}
+
+
+def test_a_streaming_batch_is_recorded_and_its_replay_appends_nothing(log_dir: Path) -> None:
+    assert sw.committed_batch(log_dir, W) is None
+    files = stage(log_dir, "b0", "a1", [("t", 1, values(3, "b0")), ("t", 2, values(1, "b0"))])
+    assert sw.commit(log_dir, "b0", files, writer_id=W, batch_id=0) == {T1: (0, 3), T2: (0, 1)}
+    assert sw.committed_batch(log_dir, W) == 0
+    assert commits(log_dir) == {W: {"version": 1, "writer": W, "batch": 0}}
+    # Spark runs batch 0 again (other task attempts, maybe other rows): dropped, files too
+    again = stage(log_dir, "b0-again", "a7", [("t", 1, values(5, "again"))])
+    hws = published(log_dir)
+    assert sw.commit(log_dir, "b0-again", again, writer_id=W, batch_id=0) == {}
+    assert published(log_dir) == hws and leo(log_dir, T1) == 3
+    assert not (log_dir / sw.STAGING_DIR / "b0-again").exists()
+    files = stage(log_dir, "b1", "a1", [("t", 1, values(2, "b1"))])
+    assert sw.commit(log_dir, "b1", files, writer_id=W, batch_id=1) == {T1: (3, 5)}
+    older = stage(log_dir, "b0-late", "a1", [("t", 1, values(2, "late"))])
+    assert sw.commit(log_dir, "b0-late", older, writer_id=W, batch_id=0) == {}
+    assert [v for _, _, v in log_records(log_dir, T1)] == [*values(3, "b0"), *values(2, "b1")]
+    assert sw.committed_batch(log_dir, W) == 1
+    # batch ids may skip (Spark's empty batches are not committed here)
+    files = stage(log_dir, "b9", "a1", [("t", 1, values(1, "b9"))])
+    assert sw.commit(log_dir, "b9", files, writer_id=W, batch_id=9) == {T1: (5, 6)}
+    assert sw.committed_batch(log_dir, W) == 9
+
+
+def test_writers_are_independent_and_plain_jobs_record_nothing(log_dir: Path) -> None:
+    other = "query-2"
+    sw.commit(log_dir, "j1", stage(log_dir, "j1", "a1", [("t", 1, values(1))]),
+              writer_id=W, batch_id=4)  # fmt: skip
+    sw.commit(log_dir, "j2", stage(log_dir, "j2", "a1", [("t", 1, values(1))]),
+              writer_id=other, batch_id=0)  # fmt: skip
+    sw.commit(log_dir, "j3", stage(log_dir, "j3", "a1", [("t", 1, values(1))]))
+    assert {k: v["batch"] for k, v in commits(log_dir).items()} == {W: 4, other: 0}
+    assert leo(log_dir, T1) == 3
+    assert TopicPartition.try_parse_dir_name(sw.COMMITS_DIR) is None
+    LogManager(log_dir).close()  # opens fine beside it, leaves it alone
+    assert {k: v["batch"] for k, v in commits(log_dir).items()} == {W: 4, other: 0}
+
+
+def test_an_empty_streaming_batch_records_nothing(log_dir: Path) -> None:
+    assert sw.commit(log_dir, "b0", [], writer_id=W, batch_id=0) == {}
+    assert sw.committed_batch(log_dir, W) is None
+
+
+def test_writer_and_batch_ids_are_checked(log_dir: Path) -> None:
+    files = stage(log_dir, "job", "a1", [("t", 1, values(1))])
+    with pytest.raises(ValueError, match="writer_id and batch_id together"):
+        sw.commit(log_dir, "job", files, writer_id=W)
+    with pytest.raises(ValueError, match="writer id 'a/b'"):
+        sw.commit(log_dir, "job", files, writer_id="a/b", batch_id=0)
+    with pytest.raises(ValueError, match="batch_id -1 is not a batch id"):
+        sw.commit(log_dir, "job", files, writer_id=W, batch_id=-1)
+    assert leo(log_dir, T1) == 0
+
+
+def test_a_malformed_commits_file_stops_the_commit_naming_it(log_dir: Path) -> None:
+    path = sw.commits_file(log_dir, W)
+    path.parent.mkdir()
+    path.write_text(json.dumps({"version": 1, "writer": "someone-else", "batch": 3}))
+    files = stage(log_dir, "job", "a1", [("t", 1, values(1))])
+    with pytest.raises(CheckpointError, match=f"commits file {path} is malformed"):
+        sw.commit(log_dir, "job", files, writer_id=W, batch_id=4)
+    assert leo(log_dir, T1) == 0
+    assert not LogDirLock.is_locked(log_dir)
+
+
+def test_a_failed_streaming_append_rolls_the_batch_id_back(log_dir: Path) -> None:
+    sw.commit(log_dir, "b0", stage(log_dir, "b0", "a1", [("t", 1, values(1))]),
+              writer_id=W, batch_id=0)  # fmt: skip
+    files = stage(log_dir, "b1", "a1", [("t", 1, values(5)), ("t", 2, values(5))])
+    path = Path(files[1].path)
+    data = bytearray(path.read_bytes())
+    data[-1] ^= 0xFF
+    path.write_bytes(data)
+    with pytest.raises(CorruptMessageError):
+        sw.commit(log_dir, "b1", files, writer_id=W, batch_id=1)
+    assert sw.committed_batch(log_dir, W) == 0
+    assert [leo(log_dir, tp) for tp in (T1, T2)] == [1, 0]
+    files = stage(log_dir, "b1-again", "a1", [("t", 1, values(5, "again"))])
+    assert sw.commit(log_dir, "b1-again", files, writer_id=W, batch_id=1) == {T1: (1, 6)}
+
+
+def test_a_commits_file_write_that_fails_rolls_the_records_back(log_dir: Path, monkeypatch) -> None:
+    files = stage(log_dir, "b0", "a1", [("t", 1, values(3))])
+    real = sw.write_atomically
+
+    def failing(path, data):
+        if Path(path).parent.name == sw.COMMITS_DIR:
+            raise OSError(28, "No space left on device")
+        return real(path, data)
+
+    monkeypatch.setattr(sw, "write_atomically", failing)
+    with pytest.raises(OSError, match="No space left"):
+        sw.commit(log_dir, "b0", files, writer_id=W, batch_id=0)
+    assert leo(log_dir, T1) == 0 and published(log_dir)[T1] == 0
+    assert sw.committed_batch(log_dir, W) is None
+
+
+def _streaming_commit_until(log_dir, job, files, batch, monkeypatch, *, publish: bool) -> None:
+    real = LogManager.publish_high_watermarks
+
+    def dying(self, hws):
+        if publish:
+            real(self, hws)
+        raise Died
+
+    monkeypatch.setattr(LogManager, "publish_high_watermarks", dying)
+    with pytest.raises(Died):
+        sw.commit(log_dir, job, files, writer_id=W, batch_id=batch)
+    monkeypatch.setattr(LogManager, "publish_high_watermarks", real)
+    body = json.loads((log_dir / sw.STAGING_DIR / job / sw.JOURNAL).read_text())
+    assert body["version"] == 2 and body["writer"]["id"] == W
+    assert body["writer"]["batch"] == batch
+
+
+@pytest.mark.parametrize("previous", [None, 6])
+def test_a_streaming_commit_dead_before_publishing_rolls_its_batch_id_back(
+    log_dir: Path, monkeypatch, previous
+) -> None:
+    if previous is not None:
+        files = stage(log_dir, "old", "a1", [("t", 1, values(1, "old"))])
+        sw.commit(log_dir, "old", files, writer_id=W, batch_id=previous)
+    files = stage(log_dir, "b7", "a1", [("t", 1, values(4)), ("t", 2, values(2))])
+    _streaming_commit_until(log_dir, "b7", files, 7, monkeypatch, publish=False)
+    assert sw.committed_batch(log_dir, W) == 7  # written, not published: the next open decides
+    with LogManager(log_dir) as lm:
+        assert lm.get_log(T1).log_end_offset == (0 if previous is None else 1)
+    assert sw.committed_batch(log_dir, W) == previous
+    assert (W in commits(log_dir)) == (previous is not None)
+    files = stage(log_dir, "b7-again", "a1", [("t", 1, values(4, "again"))])
+    assert sw.commit(log_dir, "b7-again", files, writer_id=W, batch_id=7)  # not a replay
+    assert [v for _, _, v in log_records(log_dir, T1)][-4:] == values(4, "again")
+
+
+def test_a_streaming_commit_dead_after_publishing_keeps_its_batch_id(
+    log_dir: Path, monkeypatch
+) -> None:
+    files = stage(log_dir, "b3", "a1", [("t", 1, values(4))])
+    _streaming_commit_until(log_dir, "b3", files, 3, monkeypatch, publish=True)
+    sw.commits_file(log_dir, W).unlink()  # as if the process died before writing it
+    assert sw.abort(log_dir, "b3") is None  # Spark aborts after a failed commit: resolves first
+    assert sw.committed_batch(log_dir, W) == 3 and leo(log_dir, T1) == 4
+    again = stage(log_dir, "b3-again", "a1", [("t", 1, values(4, "again"))])
+    assert sw.commit(log_dir, "b3-again", again, writer_id=W, batch_id=3) == {}
+    assert [v for _, _, v in log_records(log_dir, T1)] == values(4)
+
+
+def test_a_malformed_writer_entry_in_a_journal_stops_the_open(log_dir: Path) -> None:
+    job = log_dir / sw.STAGING_DIR / "job"
+    job.mkdir(parents=True)
+    body = {"version": 2, "job": "job", "partitions": [], "writer": {"id": W, "batch": "7"}}
+    (job / sw.JOURNAL).write_text(json.dumps(body))
+    with pytest.raises(CheckpointError, match="malformed"):
+        LogManager(log_dir)

@@ -1,0 +1,949 @@
+"""The cleaner for one log (Kafka's ``LogCleaner.Cleaner``): one round of compaction.
+
+A round (:meth:`Cleaner.clean`, Kafka's ``doClean``; reference D of kafka.md):
+
+1. The offsets (``log_cleaner_manager.cleanable_offsets``): the first dirty offset is the
+   ``cleaner-offset-checkpoint`` value (the log start offset without one, or when it lies below
+   the log start or above the log end); the first uncleanable offset is the lowest of the last
+   stable offset, the active segment's base offset and the base offset of the first dirty
+   segment with a record newer than ``min.compaction.lag.ms``, rounded down to a segment
+   boundary. The dirty section is ``[first dirty, first uncleanable)``.
+2. The offset map (:class:`SkimpyOffsetMap`) is built over the dirty section, oldest first
+   (later offsets overwrite): every keyed record at or above the first dirty offset, except the
+   records of aborted transactions (from the ``.txnindex`` files) and control batches. When the
+   map reaches its bound (``slots * load factor``) the round stops there: its end offset is the
+   map's latest offset + 1 and the rest of the dirty section waits for the next round, as in
+   Kafka. Otherwise the end offset is the first uncleanable offset.
+3. The segments below the end offset, from the first, are grouped (Kafka's
+   ``groupSegmentsBySize``: consecutive segments while the group's ``.log`` stays within
+   ``segment.bytes``, its indexes within ``segment.index.bytes`` and its offsets within an int32
+   of the group's base). Each group is recopied into ``<first base>.log.cleaned`` (with its
+   indexes and ``.txnindex``), fsynced, and swapped in for the group's segments by
+   ``UnifiedLog.replace_segments`` (crash-safe renames; see unified_log.py).
+4. The caller records the end offset in ``cleaner-offset-checkpoint`` (log_cleaner_manager.py).
+
+What is kept, per batch (Kafka's cleaner ``RecordFilter`` and ``MemoryRecords.filterTo``):
+
+- a record above the map's latest offset: always; at or below it: only with a key, an offset at
+  least the key's offset in the map, and a value, or a tombstone whose batch has no delete
+  horizon yet or one still in the future (``now < horizon``); keyless records go;
+- transactions (``CleanedTransactionMetadata``): the batches of an aborted transaction go;
+  an ABORT marker stays while this pass saw batches of its transaction (and its entry goes to
+  the cleaned segment's ``.txnindex``), a COMMIT marker while this pass saw batches of its
+  transaction; a marker that may go is kept until its batch's delete horizon passed (the first
+  cleaning that may drop it sets the horizon), then removed;
+- a batch with records kept and no horizon to set is copied byte for byte; a batch that holds
+  kept tombstones (or a marker that may go) and no horizon gets one: ``now +
+  delete.retention.ms`` in baseTimestamp with attribute bit 6, the timestamp deltas recomputed;
+  any other change rewrites the batch with its base offset, last offset, codec, producer fields
+  and leader epoch (cleaner_kernel.py);
+- a batch left without records goes, except (as an empty batch, Kafka's ``writeEmptyHeader``)
+  the batch holding an active producer's last data offset (or, for a producer whose last entry
+  is a marker, that marker's batch of the same epoch), the batch ending just below the round's
+  first uncleanable offset (Kafka keeps the last batch of the round), and, in this project, the
+  last batch of every group: a ``.swap`` segment's next offset then covers every segment it
+  replaces, which makes recovery after a crash exact (unified_log.py);
+- legacy (magic 0/1) entries: an uncompressed entry is one record, kept or removed as above;
+  a compressed wrapper is kept whole when any record in it is kept; their tombstones are kept.
+
+Offsets never change, the order is kept, and the active segment and everything at or above the
+first uncleanable offset (so above the last stable offset and the high watermark) are never
+touched: a reader from the start sees at least the last value of every key, a reader in the
+head sees everything.
+
+I/O and memory: segments are read with ``pread`` into a window buffer (``window_bytes``, grown
+to hold the largest batch), never mapped, so a reader or a concurrent truncation cannot fault
+the cleaner and the resident memory is the map plus a few window-sized buffers whatever the log
+size. Per window, ``decode_kernel.scan_entries`` reads the batch headers into a table, numpy and
+a short Python pass over the transactional, control, compressed and legacy batches only build
+the plan, and one kernel call (cleaner_kernel.py) hashes, looks up and writes the records: no
+Python object per record.
+
+Thread safety: a :class:`Cleaner` (its map and buffers) belongs to one thread; the log is
+protected by its cleaning session (``UnifiedLog.cleaning_session``): one cleaner per log.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import struct
+import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from broker_embedded.cleaner import cleaner_kernel as ck
+from broker_embedded.cleaner.log_cleaner_manager import OffsetsToClean, cleanable_offsets
+from broker_embedded.cleaner.skimpy_offset_map import MD5_SCRATCH_BYTES, SkimpyOffsetMap
+from broker_embedded.errors import CorruptRecordError, KafkaLogError
+from broker_embedded.record import decode_kernel as dk
+from broker_embedded.record.compression import CompressionType, compress, decompress
+from broker_embedded.record.control_record import ControlRecordType
+from broker_embedded.record.legacy_record import LegacyRecordBatch
+from broker_embedded.record.record_batch import (
+    CODEC_MASK,
+    CONTROL_MASK,
+    CRC_OFFSET,
+    DELETE_HORIZON_MASK,
+    LOG_OVERHEAD,
+    RECORD_BATCH_OVERHEAD,
+    TRANSACTIONAL_MASK,
+    RecordBatch,
+    crc32c_of,
+)
+from broker_embedded.record.records import MIN_ENTRY_BODY
+from broker_embedded.storage.log_segment import LOG_SUFFIX, segment_file_stem
+from broker_embedded.storage.offset_index import INDEX_SUFFIX, OffsetIndex
+from broker_embedded.storage.segment_writer import wall_clock_ms
+from broker_embedded.storage.time_index import TIME_INDEX_SUFFIX, TimeIndex
+from broker_embedded.storage.transaction_index import FILE_SUFFIX as TXN_INDEX_SUFFIX
+from broker_embedded.storage.transaction_index import AbortedTxn
+from broker_embedded.storage.unified_log import (
+    CLEANED_SUFFIX,
+    CleaningAbortedError,
+    CleaningSession,
+    CleaningSnapshot,
+    LastRecord,
+    UnifiedLog,
+)
+
+_log = logging.getLogger(__name__)
+
+DEFAULT_WINDOW_BYTES = 4 << 20
+INT32_MAX = (1 << 31) - 1
+_MIN_BODY = np.full(max(MIN_ENTRY_BODY) + 1, -1, np.int64)
+for _magic, _size in MIN_ENTRY_BODY.items():
+    _MIN_BODY[_magic] = _size
+_NO_ROWS = np.empty((0, dk.SCAN_FIELDS), np.int64)
+_SCAN_ERRORS = {
+    dk.SCAN_BAD_MAGIC: "unknown magic {detail}",
+    dk.SCAN_SHORT_ENTRY: "entry size {detail} is below the minimum for its magic",
+    dk.SCAN_NEGATIVE_COUNT: "negative record count {detail}",
+    dk.SCAN_NEGATIVE_DELTA: "negative last offset delta {detail}",
+}
+_DECODE_ERRORS = {
+    dk.E_BAD_SECTION: "records section outside the batch",
+    dk.E_VARINT: "bad varint",
+    dk.E_RECORD_LENGTH: "record length {a} runs past the batch",
+    dk.E_TRUNCATED: "a field runs past the record end",
+    dk.E_STRAY_BYTES: "{a} stray bytes after the record's fields",
+    dk.E_OFFSET_DELTA: "record offset delta {a} outside [0, {b}]",
+    dk.E_TOO_FEW: "batch declares {a} records but holds {b}",
+    dk.E_LEFT_OVER: "{b} bytes left over after the batch's {a} records",
+    dk.E_HEADER_COUNT: "impossible header count {a}",
+    dk.E_NULL_HEADER_KEY: "null header key",
+    dk.E_NEGATIVE_LENGTH: "negative length {a}",
+}
+_PRODUCER_EPOCH = struct.Struct(">h")
+_HEADER_PATCH = struct.Struct(">i")
+
+
+# -- results ---------------------------------------------------------------------------------
+
+
+@dataclass
+class CleanerStats:
+    """What a round did (Kafka's ``CleanerStats``)."""
+
+    map_bytes_read: int = 0
+    map_records_read: int = 0
+    bytes_read: int = 0
+    bytes_written: int = 0
+    records_read: int = 0
+    records_retained: int = 0
+    batches_read: int = 0
+    batches_written: int = 0
+    segments_cleaned: int = 0
+    groups: int = 0
+    map_seconds: float = 0.0
+    clean_seconds: float = 0.0
+
+
+@dataclass(frozen=True)
+class CleanResult:
+    """One round: the offsets it covered and the new checkpoint (``end_offset``)."""
+
+    first_dirty_offset: int
+    first_uncleanable_offset: int
+    end_offset: int
+    map_entries: int
+    map_utilization: float
+    map_full: bool
+    stats: CleanerStats = field(default_factory=CleanerStats)
+
+    @property
+    def cleaned(self) -> bool:
+        return self.end_offset > self.first_dirty_offset
+
+
+# -- transactions ----------------------------------------------------------------------------
+
+
+class _CleanedTransactions:
+    """Kafka's ``CleanedTransactionMetadata`` for one pass over a log (map or recopy)."""
+
+    __slots__ = ("_aborted", "_next", "_ongoing_aborted", "_ongoing_committed", "cleaned_index")
+
+    def __init__(self, aborted: Iterable[AbortedTxn]) -> None:
+        self._aborted = sorted(aborted, key=lambda t: t.first_offset)
+        self._next = 0
+        self._ongoing_aborted: dict[int, list] = {}  # pid -> [AbortedTxn, last observed offset]
+        self._ongoing_committed: set[int] = set()
+        self.cleaned_index: list[AbortedTxn] = []
+
+    def _consume_up_to(self, offset: int) -> None:
+        while self._next < len(self._aborted) and self._aborted[self._next].first_offset <= offset:
+            txn = self._aborted[self._next]
+            self._ongoing_aborted.setdefault(txn.producer_id, [txn, None])
+            self._next += 1
+
+    def on_batch(self, producer_id: int, last_offset: int) -> bool:
+        """A transactional data batch; True when it belongs to an aborted transaction."""
+        self._consume_up_to(last_offset)
+        entry = self._ongoing_aborted.get(producer_id)
+        if entry is not None:
+            entry[1] = last_offset
+            return True
+        self._ongoing_committed.add(producer_id)
+        return False
+
+    def on_control_batch(
+        self, producer_id: int, last_offset: int, control_type: ControlRecordType | None
+    ) -> bool:
+        """A control batch (``None``: it holds no record); True when it may be discarded."""
+        self._consume_up_to(last_offset)
+        if control_type is None:
+            return True
+        if control_type is ControlRecordType.ABORT:
+            entry = self._ongoing_aborted.pop(producer_id, None)
+            if entry is not None and entry[1] is not None:
+                self.cleaned_index.append(entry[0])
+                return False
+            return True
+        if control_type is ControlRecordType.COMMIT:
+            if producer_id in self._ongoing_committed:
+                self._ongoing_committed.discard(producer_id)
+                return False
+            return True
+        return False
+
+
+def _control_type(view: memoryview, where: str, position: int) -> ControlRecordType | None:
+    batch = RecordBatch(view, where, position)
+    record = next(iter(batch.records()), None)
+    if record is None:
+        return None
+    return ControlRecordType.parse_key(
+        record.key, source=where, position=position, base_offset=batch.base_offset
+    )
+
+
+# -- segments and groups ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class _Segment:
+    base: int
+    next_base: int  # the next segment's base offset (the active one's for the last)
+    size: int
+
+
+def _segments(snap: CleaningSnapshot) -> list[_Segment]:
+    bases = (*snap.base_offsets, snap.active_base_offset)
+    return [
+        _Segment(b, bases[i + 1], s)
+        for i, (b, s) in enumerate(zip(snap.base_offsets, snap.sizes, strict=True))
+    ]
+
+
+def group_segments(
+    segments: Sequence[_Segment],
+    directory: Path,
+    max_size: int,
+    max_index_size: int,
+    first_uncleanable_offset: int,
+) -> list[list[_Segment]]:
+    """Kafka's ``groupSegmentsBySize``."""
+
+    def index_sizes(s: _Segment) -> tuple[int, int]:
+        stem = directory / segment_file_stem(s.base)
+        out = []
+        for suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX):
+            try:
+                out.append(os.stat(str(stem) + suffix).st_size)
+            except FileNotFoundError:
+                out.append(0)
+        return out[0], out[1]
+
+    groups: list[list[_Segment]] = []
+    rest = list(segments)
+    i = 0
+    while i < len(rest):
+        group = [rest[i]]
+        log_size = rest[i].size
+        oi, ti = index_sizes(rest[i])
+        i += 1
+        while i < len(rest):
+            s = rest[i]
+            s_oi, s_ti = index_sizes(s)
+            last = rest[i + 1].base - 1 if i + 1 < len(rest) else first_uncleanable_offset - 1
+            if not (
+                log_size + s.size <= max_size
+                and oi + s_oi <= max_index_size
+                and ti + s_ti <= max_index_size
+                and (s.size == 0 or last - group[0].base <= INT32_MAX)
+            ):
+                break
+            group.append(s)
+            log_size += s.size
+            oi += s_oi
+            ti += s_ti
+            i += 1
+        groups.append(group)
+    return groups
+
+
+# -- the cleaner -------------------------------------------------------------------------------
+
+
+class _Window:
+    """A run of whole batches of one segment, read into the cleaner's buffer."""
+
+    __slots__ = ("data", "table", "position", "is_last")
+
+    def __init__(self, data: np.ndarray, table: np.ndarray, position: int, is_last: bool) -> None:
+        self.data = data  # the window's bytes (a view of the read buffer)
+        self.table = table  # decode_kernel scan rows, positions relative to ``data``
+        self.position = position  # the file position of data[0]
+        self.is_last = is_last  # the window ends at the end of the file
+
+
+class Cleaner:
+    """Cleans one log at a time with a bounded offset map; see the module docstring.
+
+    ``offset_map``: the map (its memory is the cleaner's bound). ``window_bytes``: bytes read
+    per window. ``should_stop``: polled between windows (a shutting-down cleaner thread).
+    """
+
+    def __init__(
+        self,
+        offset_map: SkimpyOffsetMap,
+        *,
+        window_bytes: int = DEFAULT_WINDOW_BYTES,
+        clock_ms: Callable[[], int] = wall_clock_ms,
+        should_stop: Callable[[], bool] | None = None,
+    ) -> None:
+        self.offset_map = offset_map
+        self.window_bytes = window_bytes
+        self._clock = clock_ms
+        self._should_stop = should_stop
+        self._read = np.empty(window_bytes, np.uint8)
+        self._side = np.empty(0, np.uint8)
+        self._out = np.empty(0, np.uint8)
+        self._raw = np.empty(0, np.uint8)
+        self._recs = np.empty((0, 4), np.int64)
+        self._scratch = np.zeros(MD5_SCRATCH_BYTES, np.uint8)
+        self._result = np.zeros(ck.RESULT_FIELDS, np.int64)
+        self._puts = np.zeros((ck.LOOK_AHEAD, 3), np.int64)
+        self._ahead = np.zeros((ck.LOOK_AHEAD, ck.G_FIELDS), np.int64)
+
+    # -- a round -----------------------------------------------------------------------------
+
+    def clean(
+        self,
+        log: UnifiedLog,
+        last_clean_offset: int | None = None,
+        *,
+        now_ms: int | None = None,
+        offsets: OffsetsToClean | None = None,
+    ) -> CleanResult:
+        """One round over ``log`` from its checkpointed first dirty offset
+        (``last_clean_offset``); :class:`CleaningAbortedError` when the log closed, was
+        truncated or lost a segment meanwhile (what was swapped in so far stays: it is valid)."""
+        now = self._clock() if now_ms is None else now_ms
+        with log.cleaning_session() as session:
+            try:
+                return self._round(log, session, last_clean_offset, now, offsets)
+            except FileNotFoundError as e:  # retention or a truncation removed a segment
+                raise CleaningAbortedError(f"{log}: {e.filename} disappeared") from e
+
+    def _round(
+        self,
+        log: UnifiedLog,
+        session: CleaningSession,
+        last_clean_offset: int | None,
+        now: int,
+        offsets: OffsetsToClean | None,
+    ) -> CleanResult:
+        snap = log.cleaning_snapshot()
+        if offsets is None:
+            offsets = cleanable_offsets(log, snap, last_clean_offset, now)
+        first_dirty = offsets.first_dirty_offset
+        uncleanable = offsets.first_uncleanable_offset
+        stats = CleanerStats()
+        if uncleanable <= first_dirty or not snap.base_offsets:
+            return CleanResult(first_dirty, uncleanable, first_dirty, 0, 0.0, False, stats)
+        segments = _segments(snap)
+        started = time.monotonic()
+        full = self._build_offset_map(log, segments, first_dirty, uncleanable, session, stats)
+        end_offset = self.offset_map.latest_offset + 1
+        stats.map_seconds = time.monotonic() - started
+        started = time.monotonic()
+        to_clean = [s for s in segments if s.base < end_offset]
+        groups = group_segments(
+            to_clean,
+            log.directory,
+            log.config.segment_bytes,
+            log.config.segment_index_bytes,
+            uncleanable,
+        )
+        upper = groups[-1][-1].next_base if groups else end_offset
+        txns = _CleanedTransactions(log.collect_aborted_transactions(segments[0].base, upper))
+        horizon = now + log.config.delete_retention_ms
+        for group in groups:
+            self._clean_group(log, group, txns, now, horizon, uncleanable, session, stats)
+        stats.clean_seconds = time.monotonic() - started
+        m = self.offset_map
+        return CleanResult(first_dirty, uncleanable, end_offset, m.size, m.utilization, full, stats)
+
+    def _check(self, session: CleaningSession) -> None:
+        session.check()
+        if self._should_stop is not None and self._should_stop():
+            raise CleaningAbortedError(f"cleaning of {session.log} stopped: the cleaner stops")
+
+    # -- reading windows ---------------------------------------------------------------------
+
+    def _windows(self, path: Path, start: int, size: int) -> Iterator[_Window]:
+        """Whole batches of ``path[start:size]``, a window at a time (``size``: the file size
+        the round saw; a closed segment does not change)."""
+        source = str(path)
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            pos = start
+            while pos < size:
+                want = min(size - pos, max(self.window_bytes, 0))
+                if len(self._read) < want:
+                    self._read = np.empty(want, np.uint8)
+                got = 0
+                while got < want:
+                    n = os.preadv(fd, [memoryview(self._read)[got:want]], pos + got)
+                    if n <= 0:
+                        raise CleaningAbortedError(f"{source} shrank while it was being cleaned")
+                    got += n
+                data = self._read[:want].view()
+                data.flags.writeable = False  # decode_kernel is compiled for read-only input
+                n, status, at, offset, detail = dk.scan_entries(data, 0, want, _MIN_BODY, _NO_ROWS)
+                if n == 0:
+                    if status in _SCAN_ERRORS:
+                        raise CorruptRecordError(
+                            _SCAN_ERRORS[status].format(detail=int(detail)),
+                            source=source,
+                            position=pos + int(at),
+                            base_offset=int(offset),
+                        )
+                    if pos + want >= size:
+                        raise CorruptRecordError(
+                            "a partial batch at the end of a closed segment",
+                            source=source,
+                            position=pos,
+                            base_offset=int(offset),
+                        )
+                    self.window_bytes = max(self.window_bytes, int(detail))  # a large batch
+                    continue
+                table = np.empty((n, dk.SCAN_FIELDS), np.int64)
+                dk.scan_entries(data, 0, want, _MIN_BODY, table)
+                consumed = int(at)
+                yield _Window(data[:consumed], table, pos, pos + consumed >= size)
+                pos += consumed
+        finally:
+            os.close(fd)
+
+    def _side_sections(self, window: _Window, rows: np.ndarray, plan: np.ndarray) -> None:
+        """Decompress the records sections of ``rows`` into the side buffer (``P_SRC`` 1)."""
+        data = window.data
+        sections = []
+        total = 0
+        for r in rows.tolist():
+            pos, size = int(plan[r, ck.P_POS]), int(plan[r, ck.P_SIZE])
+            codec_id = int(plan[r, ck.P_ATTR]) & CODEC_MASK
+            where = str(window.position + pos)
+            try:
+                codec = CompressionType(codec_id)
+                raw = decompress(codec, memoryview(data)[pos + RECORD_BATCH_OVERHEAD : pos + size])
+            except (ValueError, CorruptRecordError) as e:
+                raise CorruptRecordError(
+                    f"records of a compressed batch do not decompress: {e}",
+                    position=window.position + pos,
+                    base_offset=int(plan[r, ck.P_BASE_OFFSET]),
+                    source=where,
+                ) from None
+            sections.append((r, raw))
+            total += len(raw)
+        if len(self._side) < total:
+            self._side = np.empty(max(total, 2 * len(self._side)), np.uint8)
+        at = 0
+        for r, raw in sections:
+            self._side[at : at + len(raw)] = np.frombuffer(raw, np.uint8)
+            plan[r, ck.P_SRC] = 1
+            plan[r, ck.P_REC_START] = at
+            plan[r, ck.P_REC_END] = at + len(raw)
+            at += len(raw)
+
+    def _base_plan(self, window: _Window) -> np.ndarray:
+        t = window.table
+        plan = np.zeros((len(t), ck.PLAN_FIELDS), np.int64)
+        plan[:, ck.P_POS] = t[:, dk.S_POS]
+        plan[:, ck.P_SIZE] = t[:, dk.S_SIZE]
+        plan[:, ck.P_REC_START] = t[:, dk.S_POS] + RECORD_BATCH_OVERHEAD
+        plan[:, ck.P_REC_END] = t[:, dk.S_POS] + t[:, dk.S_SIZE]
+        plan[:, ck.P_BASE_OFFSET] = t[:, dk.S_OFFSET]
+        plan[:, ck.P_LAST_DELTA] = t[:, dk.S_LAST_DELTA]
+        plan[:, ck.P_COUNT] = t[:, dk.S_COUNT]
+        plan[:, ck.P_ATTR] = t[:, dk.S_ATTR]
+        plan[:, ck.P_BASE_TS] = t[:, dk.S_BASE_TS]
+        plan[:, ck.P_MAX_TS] = t[:, dk.S_MAX_TS]
+        legacy = t[:, dk.S_MAGIC] != 2
+        plan[legacy, ck.P_MODE] = ck.MODE_VERBATIM
+        plan[legacy, ck.P_REC_START] = plan[legacy, ck.P_REC_END] = t[legacy, dk.S_POS]
+        compressed = ~legacy & ((t[:, dk.S_ATTR] & CODEC_MASK) != 0) & (t[:, dk.S_COUNT] > 0)
+        if compressed.any():
+            self._side_sections(window, np.nonzero(compressed)[0], plan)
+        return plan
+
+    def _decode_error(
+        self, path: Path, window: _Window, plan: np.ndarray, row: int, err: int, a: int, b: int
+    ) -> CorruptRecordError:
+        reason = _DECODE_ERRORS.get(err, "error code {a}").format(a=a, b=b)
+        return CorruptRecordError(
+            reason,
+            source=str(path),
+            position=window.position + int(plan[row, ck.P_POS]),
+            base_offset=int(plan[row, ck.P_BASE_OFFSET]),
+        )
+
+    # -- building the map --------------------------------------------------------------------
+
+    def _build_offset_map(
+        self,
+        log: UnifiedLog,
+        segments: list[_Segment],
+        start: int,
+        end: int,
+        session: CleaningSession,
+        stats: CleanerStats,
+    ) -> bool:
+        """Kafka's ``buildOffsetMap``; True when the map reached its bound."""
+        m = self.offset_map
+        m.clear()
+        txns = _CleanedTransactions(log.collect_aborted_transactions(start, end))
+        dirty = [s for s in segments if s.next_base > start and s.base < end]
+        for s in dirty:
+            if self._map_segment(log, s, start, txns, session, stats):
+                return True
+            m.update_latest_offset(min(s.next_base, end) - 1)
+        return False
+
+    def _map_segment(
+        self,
+        log: UnifiedLog,
+        segment: _Segment,
+        start: int,
+        txns: _CleanedTransactions,
+        session: CleaningSession,
+        stats: CleanerStats,
+    ) -> bool:
+        m = self.offset_map
+        path = log.directory / (segment_file_stem(segment.base) + LOG_SUFFIX)
+        position = 0
+        if start > segment.base:
+            try:
+                index = OffsetIndex.load(path.with_suffix(INDEX_SUFFIX), segment.base)
+                position = index.lookup(start).position
+            except (OSError, KafkaLogError):  # a missing or bad index: scan from the start
+                position = 0
+        for window in self._windows(path, position, segment.size):
+            self._check(session)
+            plan = self._base_plan(window)
+            self._plan_map_transactions(window, plan, txns)
+            stats.map_bytes_read += len(window.data)
+            r, n = 0, len(plan)
+            while r < n:
+                ck.map_rows(
+                    window.data,
+                    self._side,
+                    plan,
+                    r,
+                    n,
+                    start,
+                    m.words,
+                    m.state,
+                    self._scratch,
+                    self._puts,
+                    self._result,
+                )
+                res = self._result
+                stats.map_records_read += int(res[ck.R_RECORDS])
+                status, row = int(res[ck.R_STATUS]), int(res[ck.R_ROW])
+                if status == ck.MAP_ERROR:
+                    raise self._decode_error(
+                        path,
+                        window,
+                        plan,
+                        row,
+                        int(res[ck.R_ERR]),
+                        int(res[ck.R_ERR_A]),
+                        int(res[ck.R_ERR_B]),
+                    )
+                if status == ck.MAP_FULL:
+                    return True
+                if status == ck.MAP_STOPPED:
+                    if self._map_legacy(window, plan, row, start):
+                        return True
+                    r = row + 1
+                    continue
+                r = n
+        return False
+
+    def _map_legacy(self, window: _Window, plan: np.ndarray, row: int, start: int) -> bool:
+        """Put the keys of a legacy entry (the slow path); True when the map is full."""
+        m = self.offset_map
+        pos, size = int(plan[row, ck.P_POS]), int(plan[row, ck.P_SIZE])
+        entry = LegacyRecordBatch(memoryview(window.data)[pos : pos + size], "<legacy>", pos)
+        for record in entry.records():
+            if record.key is not None and record.offset >= start:
+                if m.is_full:
+                    return True
+                m.put(record.key, record.offset)
+        if entry.last_offset >= start:
+            m.update_latest_offset(entry.last_offset)
+        return False
+
+    def _plan_map_transactions(
+        self, window: _Window, plan: np.ndarray, txns: _CleanedTransactions
+    ) -> None:
+        """Control batches and aborted transactional batches put no key."""
+        t = window.table
+        special = (t[:, dk.S_MAGIC] == 2) & (
+            (t[:, dk.S_ATTR] & (TRANSACTIONAL_MASK | CONTROL_MASK)) != 0
+        )
+        for r in np.nonzero(special)[0].tolist():
+            pid = int(t[r, dk.S_PRODUCER_ID])
+            last = int(t[r, dk.S_OFFSET] + t[r, dk.S_LAST_DELTA])
+            if t[r, dk.S_ATTR] & CONTROL_MASK:
+                txns.on_control_batch(pid, last, self._control_type_of(window, t, r))
+                plan[r, ck.P_MODE] = ck.MODE_DROP_ALL
+            elif txns.on_batch(pid, last):
+                plan[r, ck.P_MODE] = ck.MODE_DROP_ALL
+
+    def _control_type_of(self, window: _Window, t: np.ndarray, r: int) -> ControlRecordType | None:
+        pos, size = int(t[r, dk.S_POS]), int(t[r, dk.S_SIZE])
+        return _control_type(
+            memoryview(window.data)[pos : pos + size], "<control batch>", window.position + pos
+        )
+
+    # -- recopying a group -------------------------------------------------------------------
+
+    def _clean_group(
+        self,
+        log: UnifiedLog,
+        group: list[_Segment],
+        txns: _CleanedTransactions,
+        now: int,
+        horizon: int,
+        upper_bound: int,
+        session: CleaningSession,
+        stats: CleanerStats,
+    ) -> None:
+        """Kafka's ``cleanSegments``: recopy ``group`` into ``<first base>.*.cleaned`` and swap
+        it in."""
+        self._check(session)
+        d = log.directory
+        base = group[0].base
+        stem = segment_file_stem(base)
+        cleaned = [
+            d / (stem + x + CLEANED_SUFFIX)
+            for x in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX)
+        ]
+        producers = log.last_records_of_active_producers()
+        txns.cleaned_index = []
+        last_nonempty = max((i for i, s in enumerate(group) if s.size > 0), default=-1)
+        indexes = _GroupIndexes(base, log.config.index_interval_bytes)
+        fd = os.open(cleaned[0], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        written = 0
+        try:
+            for i, s in enumerate(group):
+                path = d / (segment_file_stem(s.base) + LOG_SUFFIX)
+                for window in self._windows(path, 0, s.size):
+                    self._check(session)
+                    group_last = i == last_nonempty and window.is_last
+                    pieces, rows = self._clean_window(
+                        path, window, txns, producers, now, horizon, upper_bound, group_last, stats
+                    )
+                    if len(rows):
+                        rows[:, 0] += written
+                        indexes.add(rows)
+                    for piece in pieces:
+                        _write_all(fd, piece)
+                        written += len(piece)
+            os.fsync(fd)
+        except BaseException:
+            os.close(fd)
+            for p in cleaned:
+                p.unlink(missing_ok=True)
+            raise
+        os.close(fd)
+        try:
+            self._write_indexes(indexes, txns.cleaned_index, cleaned)
+            mtime = os.stat(d / (segment_file_stem(group[-1].base) + LOG_SUFFIX)).st_mtime_ns
+            os.utime(cleaned[0], ns=(mtime, mtime))
+            log.replace_segments(base, [s.base for s in group], session)
+        except BaseException:
+            for p in cleaned:
+                p.unlink(missing_ok=True)
+            raise
+        stats.bytes_written += written
+        stats.segments_cleaned += len(group)
+        stats.groups += 1
+
+    def _write_indexes(
+        self, indexes: _GroupIndexes, aborted: list[AbortedTxn], cleaned: list[Path]
+    ) -> None:
+        offset_index, time_index = indexes.close()
+        for path, data in (
+            (cleaned[1], offset_index.to_bytes()),
+            (cleaned[2], time_index.to_bytes()),
+            (cleaned[3], b"".join(t.to_bytes() for t in aborted)),
+        ):
+            if path is cleaned[3] and not data:
+                path.unlink(missing_ok=True)
+                continue
+            with open(path, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+
+    def _clean_window(
+        self,
+        path: Path,
+        window: _Window,
+        txns: _CleanedTransactions,
+        producers: dict[int, LastRecord],
+        now: int,
+        horizon: int,
+        upper_bound: int,
+        group_last: bool,
+        stats: CleanerStats,
+    ) -> tuple[list[memoryview | bytes], np.ndarray]:
+        """Filter one window: the pieces to write and the (position in the output, size, last
+        offset, max timestamp) rows of the batches written."""
+        t = window.table
+        plan = self._base_plan(window)
+        n = len(plan)
+        last_offsets = t[:, dk.S_OFFSET] + np.where(t[:, dk.S_MAGIC] == 2, t[:, dk.S_LAST_DELTA], 0)
+        v2 = t[:, dk.S_MAGIC] == 2
+        retain = np.where(last_offsets + 1 == upper_bound, ck.RETAIN_EMPTY, ck.RETAIN_DELETE_EMPTY)
+        if group_last:
+            retain[-1] = ck.RETAIN_EMPTY
+        pids = t[:, dk.S_PRODUCER_ID]
+        if producers:
+            ids = np.fromiter(producers, np.int64, len(producers))
+            order = np.argsort(ids)
+            ids = ids[order]
+            lasts = np.array(
+                [
+                    -1 if producers[p].last_data_offset is None else producers[p].last_data_offset
+                    for p in ids.tolist()
+                ],
+                np.int64,
+            )
+            slot = np.minimum(np.searchsorted(ids, pids), len(ids) - 1)
+            last_of_producer = (
+                v2 & (pids >= 0) & (ids[slot] == pids) & (lasts[slot] == last_offsets)
+            )
+            retain[last_of_producer] = ck.RETAIN_EMPTY
+        special = v2 & ((t[:, dk.S_ATTR] & (TRANSACTIONAL_MASK | CONTROL_MASK)) != 0)
+        for r in np.nonzero(special)[0].tolist():
+            self._plan_transactional(window, plan, retain, r, txns, producers, now)
+        plan[:, ck.P_RETAIN] = retain
+        legacy = np.nonzero(~v2)[0]
+        for r in legacy.tolist():  # no empty legacy entry exists: a kept one stays whole
+            if retain[r] != ck.RETAIN_EMPTY and not self._keep_legacy(window, plan, r):
+                plan[r, ck.P_RETAIN] = ck.RETAIN_DELETE
+        # capacities: every kept record may grow by MAX_RECORD_GROWTH bytes
+        counts = np.maximum(t[:, dk.S_COUNT], 0)
+        records = int(counts.sum())
+        out_need = len(window.data) + ck.MAX_RECORD_GROWTH * records + ck.HEADER_SIZE * n
+        if len(self._out) < out_need:
+            self._out = np.empty(max(out_need, 2 * len(self._out)), np.uint8)
+        side_used = int(plan[:, ck.P_REC_END][plan[:, ck.P_SRC] == 1].max(initial=0))
+        raw_need = side_used + ck.MAX_RECORD_GROWTH * records
+        if len(self._raw) < raw_need:
+            self._raw = np.empty(max(raw_need, 2 * len(self._raw)), np.uint8)
+        most = int(counts.max(initial=0))
+        if len(self._recs) < most:
+            self._recs = np.empty((max(most, 2 * len(self._recs)), 4), np.int64)
+        m = self.offset_map
+        outcome = np.empty((n, ck.OUTCOME_FIELDS), np.int64)
+        params = np.array([now, horizon], np.int64)
+        err, row, _pos, a, b, opos, _rpos = ck.filter_rows(
+            window.data,
+            self._side,
+            plan,
+            m.words,
+            m.state,
+            params,
+            self._out,
+            self._raw,
+            outcome,
+            self._recs,
+            self._scratch,
+            self._ahead,
+        )
+        if err != dk.E_OK:
+            raise self._decode_error(path, window, plan, int(row), int(err), int(a), int(b))
+        kinds = outcome[:, ck.O_KIND]
+        kept = kinds != ck.KIND_DROPPED
+        sizes = outcome[:, ck.O_END] - outcome[:, ck.O_START]
+        pieces: list[memoryview | bytes] = []
+        cursor = 0
+        out = memoryview(self._out)
+        for r in np.nonzero(kinds == ck.KIND_COMPRESS)[0].tolist():
+            built = self._compressed_batch(window, plan, outcome, r)
+            at = int(outcome[r, ck.O_OUT_AT])
+            if at > cursor:
+                pieces.append(out[cursor:at])
+            pieces.append(built)
+            sizes[r] = len(built)
+            cursor = at
+        if opos > cursor:
+            pieces.append(out[cursor:opos])
+        rows = np.empty((int(kept.sum()), 4), np.int64)
+        kept_sizes = sizes[kept]
+        rows[:, 0] = np.cumsum(kept_sizes) - kept_sizes
+        rows[:, 1] = kept_sizes
+        rows[:, 2] = last_offsets[kept]
+        rows[:, 3] = outcome[kept, ck.O_MAX_TS]
+        stats.bytes_read += len(window.data)
+        stats.batches_read += n
+        stats.batches_written += len(rows)
+        stats.records_read += records
+        stats.records_retained += int(outcome[kept, ck.O_RETAINED].sum())
+        return pieces, rows
+
+    def _plan_transactional(
+        self,
+        window: _Window,
+        plan: np.ndarray,
+        retain: np.ndarray,
+        r: int,
+        txns: _CleanedTransactions,
+        producers: dict[int, LastRecord],
+        now: int,
+    ) -> None:
+        """Kafka's ``checkBatchRetention`` for a transactional or control batch."""
+        t = window.table
+        pid = int(t[r, dk.S_PRODUCER_ID])
+        last = int(t[r, dk.S_OFFSET] + t[r, dk.S_LAST_DELTA])
+        attr = int(t[r, dk.S_ATTR])
+        if attr & CONTROL_MASK:
+            can_discard = txns.on_control_batch(pid, last, self._control_type_of(window, t, r))
+            has_horizon = bool(attr & DELETE_HORIZON_MASK)
+            discard = can_discard and has_horizon and int(t[r, dk.S_BASE_TS]) <= now
+            plan[r, ck.P_FORCE_HORIZON] = int(can_discard)
+            plan[r, ck.P_MODE] = ck.MODE_DROP_ALL if discard else ck.MODE_KEEP_ALL
+            entry = producers.get(pid)
+            pos = int(t[r, dk.S_POS])
+            epoch = _PRODUCER_EPOCH.unpack_from(window.data, pos + 51)[0]
+            last_of_producer = (
+                entry is not None
+                and entry.last_data_offset is None
+                and epoch == entry.producer_epoch
+            )
+        else:
+            discard = txns.on_batch(pid, last)
+            plan[r, ck.P_MODE] = ck.MODE_DROP_ALL if discard else ck.MODE_FILTER
+            entry = producers.get(pid)
+            last_of_producer = entry is not None and entry.last_data_offset == last
+        if pid >= 0 and last_of_producer:
+            retain[r] = ck.RETAIN_EMPTY
+        elif retain[r] == ck.RETAIN_EMPTY:
+            pass  # the last batch of the round or of the group
+        elif discard:
+            retain[r] = ck.RETAIN_DELETE
+        else:
+            retain[r] = ck.RETAIN_DELETE_EMPTY
+
+    def _keep_legacy(self, window: _Window, plan: np.ndarray, r: int) -> bool:
+        """Whether a legacy entry stays (any record in it kept; tombstones kept)."""
+        m = self.offset_map
+        pos, size = int(plan[r, ck.P_POS]), int(plan[r, ck.P_SIZE])
+        entry = LegacyRecordBatch(memoryview(window.data)[pos : pos + size], "<legacy>", pos)
+        latest = m.latest_offset
+        for record in entry.records():
+            if record.offset > latest:
+                return True
+            if record.key is not None and record.offset >= m.get(record.key):
+                return True
+        return False
+
+    def _compressed_batch(
+        self, window: _Window, plan: np.ndarray, outcome: np.ndarray, r: int
+    ) -> bytes:
+        """A rewritten compressed batch: the kept records (in the raw buffer) compressed in the
+        batch's codec, under its patched header."""
+        start, end = int(outcome[r, ck.O_START]), int(outcome[r, ck.O_END])
+        attr = int(outcome[r, ck.O_ATTR])
+        records = compress(CompressionType(attr & CODEC_MASK), memoryview(self._raw)[start:end])
+        pos = int(plan[r, ck.P_POS])
+        buf = bytearray(RECORD_BATCH_OVERHEAD + len(records))
+        buf[:RECORD_BATCH_OVERHEAD] = window.data[pos : pos + RECORD_BATCH_OVERHEAD].tobytes()
+        buf[RECORD_BATCH_OVERHEAD:] = records
+        _HEADER_PATCH.pack_into(buf, 8, len(buf) - LOG_OVERHEAD)
+        struct.pack_into(">h", buf, 21, attr)
+        struct.pack_into(">q", buf, 27, int(outcome[r, ck.O_BASE_TS]))
+        struct.pack_into(">q", buf, 35, int(outcome[r, ck.O_MAX_TS]))
+        struct.pack_into(">i", buf, 57, int(outcome[r, ck.O_RETAINED]))
+        struct.pack_into(">I", buf, CRC_OFFSET, crc32c_of(memoryview(buf)[21:]))
+        return bytes(buf)
+
+
+class _GroupIndexes:
+    """The ``.index`` and ``.timeindex`` entries of a cleaned segment, added window by window
+    (only the entries are kept: one per ``index.interval.bytes`` of output)."""
+
+    def __init__(self, base: int, interval: int) -> None:
+        self.base = base
+        self.interval = interval
+        self.state = ck.new_index_state(base)
+        self.offset_entries: list[np.ndarray] = []
+        self.time_entries: list[np.ndarray] = []
+
+    def _run(self, rows: np.ndarray, closing: bool) -> None:
+        n = len(rows)
+        oi = np.zeros((n + 1, 2), np.int64)
+        ti = np.zeros((n + 1, 2), np.int64)
+        cols = [np.ascontiguousarray(rows[:, c]) for c in range(4)]
+        noi, nti = ck.index_entries(*cols, self.base, self.interval, self.state, oi, ti, closing)
+        self.offset_entries.append(oi[:noi])
+        self.time_entries.append(ti[:nti])
+
+    def add(self, rows: np.ndarray) -> None:
+        """Rows of (position in the segment, size, last offset, max timestamp) per batch."""
+        self._run(rows, False)
+
+    def close(self) -> tuple[OffsetIndex, TimeIndex]:
+        self._run(np.empty((0, 4), np.int64), True)
+        oi = np.concatenate(self.offset_entries)
+        ti = np.concatenate(self.time_entries)
+        return (OffsetIndex(self.base, keys=oi[:, 0], values=oi[:, 1]),
+                TimeIndex(self.base, keys=ti[:, 0], values=ti[:, 1]))  # fmt: skip
+
+
+def _write_all(fd: int, data: memoryview | bytes) -> None:
+    view = memoryview(data)
+    while view:
+        n = os.write(fd, view)
+        view = view[n:]

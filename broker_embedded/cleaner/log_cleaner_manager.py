@@ -1,0 +1,468 @@
+"""Which compacted log to clean and when (Kafka's ``LogCleanerManager``), the
+``cleaner-offset-checkpoint`` file, and the cleaner threads of a log dir (Kafka's ``LogCleaner``).
+
+File: ``<log dir>/cleaner-offset-checkpoint`` (offset_checkpoint.py's layout: ``topic partition
+firstDirtyOffset``), written atomically after every round that cleaned something, for the logs
+that still exist. A missing or unreadable file means "clean from the log start offset".
+
+Choosing a log (:meth:`LogCleanerManager.grab_filthiest_compacted_log`): among the logs with
+``cleanup.policy`` containing ``compact``, not being cleaned and not marked uncleanable (a log
+whose cleaning failed on bad data stays out until the log dir is reopened), with bytes to
+weigh: the dirty section of each (:func:`cleanable_offsets`); a log qualifies when its dirty
+ratio (cleanable bytes / (clean + cleanable bytes)) exceeds ``min.cleanable.dirty.ratio`` or,
+with cleanable bytes, when a dirty segment's first batch is older than
+``max.compaction.lag.ms``; the one with the highest ratio wins. A checkpoint outside
+``[log start, log end]`` is reset to the log start offset (and rewritten), and one above a
+truncation the log went through is lowered to it (``UnifiedLog.pop_truncation_floor``).
+
+Threads (:class:`LogCleaner`): ``log.cleaner.threads`` daemon threads, each with its own
+:class:`~broker_embedded.cleaner.cleaner.Cleaner` and offset map of
+``log.cleaner.dedupe.buffer.size / threads`` bytes (load factor
+``log.cleaner.io.buffer.load.factor``). A thread cleans the filthiest log (one round), writes
+the checkpoint, applies retention to the ``compact,delete`` logs, and sleeps
+``log.cleaner.backoff.ms`` when no log needed cleaning. :meth:`LogCleaner.shutdown` stops the
+threads: a round in progress stops at its next window (what it swapped in so far stays: every
+swap is complete and valid). :meth:`LogCleaner.clean_log` cleans one log at once in the
+caller's thread (tools, the compaction job: the caller holds the log dir's lock).
+
+The compiled cleaner is imported on first use, so that importing this module (the log manager
+does) does not load numba.
+
+Thread safety: the manager's state is guarded by its lock; checkpoint writes are serialised by
+it; a log is cleaned by one thread at a time (the in-progress set, and the log's cleaning
+session).
+"""
+
+from __future__ import annotations
+
+import bisect
+import logging
+import threading
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from broker_embedded.errors import KafkaLogError
+from broker_embedded.storage.offset_checkpoint import (
+    CLEANER_OFFSET_CHECKPOINT,
+    OffsetCheckpointFile,
+)
+from broker_embedded.storage.segment_writer import wall_clock_ms
+from broker_embedded.storage.topic_partition import TopicPartition
+from broker_embedded.storage.unified_log import CleaningAbortedError, CleaningSnapshot, UnifiedLog
+
+if TYPE_CHECKING:
+    from broker_embedded.cleaner.cleaner import Cleaner, CleanResult
+
+_log = logging.getLogger(__name__)
+
+DEFAULT_DEDUPE_BUFFER_SIZE = 128 << 20
+DEFAULT_LOAD_FACTOR = 0.9
+DEFAULT_BACKOFF_MS = 15_000
+DEFAULT_WINDOW_BYTES = 4 << 20
+
+
+@dataclass(frozen=True)
+class LogCleanerConfig:
+    """The cleaner's broker settings (Kafka's ``log.cleaner.*`` names)."""
+
+    threads: int = 1
+    dedupe_buffer_size: int = DEFAULT_DEDUPE_BUFFER_SIZE
+    load_factor: float = DEFAULT_LOAD_FACTOR
+    backoff_ms: int = DEFAULT_BACKOFF_MS
+    window_bytes: int = DEFAULT_WINDOW_BYTES
+
+    def __post_init__(self) -> None:
+        if self.threads < 0:
+            raise ValueError(f"log.cleaner.threads must be >= 0, not {self.threads}")
+        if self.threads and self.dedupe_buffer_size // self.threads < 24:
+            raise ValueError(
+                f"log.cleaner.dedupe.buffer.size {self.dedupe_buffer_size} leaves less than one "
+                f"24-byte slot per cleaner thread ({self.threads} threads)"
+            )
+        if not 0.0 < self.load_factor <= 1.0:
+            raise ValueError(
+                f"log.cleaner.io.buffer.load.factor must be in (0, 1], not {self.load_factor}"
+            )
+        if self.backoff_ms <= 0:
+            raise ValueError(f"log.cleaner.backoff.ms must be > 0, not {self.backoff_ms}")
+
+    @property
+    def map_memory(self) -> int:
+        """Bytes of one thread's offset map."""
+        return self.dedupe_buffer_size // max(self.threads, 1)
+
+    @classmethod
+    def from_broker_config(cls, config: Any) -> LogCleanerConfig:
+        """From a ``BrokerConfig`` (its ``log_cleaner_*`` attributes)."""
+        return cls(
+            threads=config.log_cleaner_threads,
+            dedupe_buffer_size=config.log_cleaner_dedupe_buffer_size,
+            load_factor=config.log_cleaner_io_buffer_load_factor,
+            backoff_ms=config.log_cleaner_backoff_ms,
+        )
+
+
+# -- which offsets to clean ------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetsToClean:
+    """Kafka's ``OffsetsToClean``: the dirty section, and whether the checkpoint was invalid."""
+
+    first_dirty_offset: int
+    first_uncleanable_offset: int
+    force_update_checkpoint: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class LogToClean:
+    """A compacted log as the cleaner manager weighs it (Kafka's ``LogToClean``)."""
+
+    log: UnifiedLog
+    first_dirty_offset: int
+    first_uncleanable_offset: int
+    clean_bytes: int
+    cleanable_bytes: int
+    need_compaction_now: bool = False
+
+    @property
+    def total_bytes(self) -> int:
+        return self.clean_bytes + self.cleanable_bytes
+
+    @property
+    def cleanable_ratio(self) -> float:
+        return self.cleanable_bytes / self.total_bytes if self.total_bytes else 0.0
+
+
+def _floor_index(bases: Sequence[int], offset: int) -> int:
+    return max(bisect.bisect_right(bases, offset) - 1, 0)
+
+
+def cleanable_offsets(
+    log: UnifiedLog,
+    snap: CleaningSnapshot,
+    last_clean_offset: int | None,
+    now_ms: int,
+) -> OffsetsToClean:
+    """Kafka's ``cleanableOffsets``: the dirty section of ``log`` given its checkpoint (see
+    cleaner.py, step 1), the first uncleanable offset rounded down to a segment boundary."""
+    start = snap.log_start_offset
+    checkpoint = start if last_clean_offset is None else last_clean_offset
+    force = False
+    if checkpoint < start or checkpoint > snap.log_end_offset:
+        if last_clean_offset is not None and not (log.config.delete and checkpoint < start):
+            where = "below the log start offset" if checkpoint < start else "past the log end"
+            _log.warning(
+                "%s: cleaner checkpoint %d is %s; cleaning from %d", log, checkpoint, where, start
+            )
+        checkpoint, force = start, True
+    candidates = [snap.last_stable_offset, snap.active_base_offset]
+    lag = max(log.config.min_compaction_lag_ms, 0)
+    bases = (*snap.base_offsets, snap.active_base_offset)
+    if lag > 0:
+        dirty = snap.base_offsets[_floor_index(bases, checkpoint) :]
+        stamps = log.segment_timestamps(dirty)
+        for base in dirty:
+            if base in stamps and stamps[base][0] > now_ms - lag:
+                candidates.append(base)
+                break
+    uncleanable = min(candidates)
+    if uncleanable >= bases[0]:
+        uncleanable = bases[_floor_index(bases, uncleanable)]
+    return OffsetsToClean(checkpoint, max(checkpoint, uncleanable), force)
+
+
+def log_to_clean(
+    log: UnifiedLog, snap: CleaningSnapshot, offsets: OffsetsToClean, now_ms: int
+) -> LogToClean:
+    """Kafka's ``LogToClean`` with its max compaction delay (``max.compaction.lag.ms``)."""
+    first_dirty, uncleanable = offsets.first_dirty_offset, offsets.first_uncleanable_offset
+    bases = (*snap.base_offsets, snap.active_base_offset)
+    sizes = (*snap.sizes, snap.active_size)
+    clean = sum(s for b, s in zip(bases, sizes, strict=True) if b < first_dirty)
+    lo = _floor_index(bases, first_dirty)
+    cleanable = sum(s for b, s in zip(bases[lo:], sizes[lo:], strict=True) if b < uncleanable)
+    need_now = False
+    max_lag = max(log.config.max_compaction_lag_ms, 0)
+    cleanable_until = now_ms - max_lag
+    if cleanable_until > 0:
+        dirty = snap.base_offsets[_floor_index(bases, first_dirty) :]
+        firsts = [f for _, f in log.segment_timestamps(dirty).values() if f > 0]
+        need_now = bool(firsts) and min(firsts) < cleanable_until
+    return LogToClean(log, first_dirty, uncleanable, clean, cleanable, need_now)
+
+
+# -- the manager -------------------------------------------------------------------------------
+
+
+class LogCleanerManager:
+    """The cleaning state of one log dir's compacted logs; see the module docstring.
+
+    ``logs``: returns the log dir's current logs (a copy the caller may iterate)."""
+
+    def __init__(
+        self,
+        log_dir: str | Path,
+        logs: Callable[[], Mapping[TopicPartition, UnifiedLog]],
+        *,
+        clock_ms: Callable[[], int] = wall_clock_ms,
+    ) -> None:
+        self.log_dir = Path(log_dir)
+        self._logs = logs
+        self._clock = clock_ms
+        self._lock = threading.Lock()
+        self._file = OffsetCheckpointFile(self.log_dir / CLEANER_OFFSET_CHECKPOINT)
+        try:
+            self._checkpoints = self._file.read_or_empty()
+        except KafkaLogError as e:
+            _log.warning("ignoring %s: %s", self._file.path, e)
+            self._checkpoints = {}
+        self._in_progress: set[TopicPartition] = set()
+        self._uncleanable: set[TopicPartition] = set()
+        self.dirtiest_log_cleanable_ratio = 0.0
+
+    # -- checkpoints ---------------------------------------------------------------------------
+
+    def all_cleaner_checkpoints(self) -> dict[TopicPartition, int]:
+        with self._lock:
+            return dict(self._checkpoints)
+
+    def update_checkpoint(self, tp: TopicPartition, offset: int | None) -> None:
+        """Set (``None``: remove) the first dirty offset of ``tp`` and rewrite the file, keeping
+        the entries of the logs that still exist."""
+        with self._lock:
+            self._update_locked(tp, offset)
+
+    def _update_locked(self, tp: TopicPartition, offset: int | None) -> None:
+        if offset is None:
+            self._checkpoints.pop(tp, None)
+        else:
+            self._checkpoints[tp] = offset
+        existing = self._logs()
+        self._checkpoints = {p: o for p, o in sorted(self._checkpoints.items()) if p in existing}
+        self._file.write(self._checkpoints)
+
+    def forget(self, partitions: Iterable[TopicPartition]) -> None:
+        """Drop deleted partitions (their checkpoints and uncleanable marks)."""
+        with self._lock:
+            changed = False
+            for tp in partitions:
+                changed |= self._checkpoints.pop(tp, None) is not None
+                self._uncleanable.discard(tp)
+            if changed:
+                self._file.write(self._checkpoints)
+
+    # -- choosing ------------------------------------------------------------------------------
+
+    def _checkpoint_for(self, tp: TopicPartition, lg: UnifiedLog) -> int | None:
+        """Under the lock: the checkpoint, lowered to a truncation the log went through."""
+        checkpoint = self._checkpoints.get(tp)
+        floor = lg.pop_truncation_floor()
+        if floor is not None and checkpoint is not None and checkpoint > floor:
+            self._update_locked(tp, floor)
+            checkpoint = floor
+        return checkpoint
+
+    def log_to_clean(self, tp: TopicPartition, lg: UnifiedLog, now_ms: int) -> LogToClean:
+        """How dirty ``lg`` is now (fixing an invalid checkpoint on the way)."""
+        with self._lock:
+            snap = lg.cleaning_snapshot()
+            offsets = cleanable_offsets(lg, snap, self._checkpoint_for(tp, lg), now_ms)
+            if offsets.force_update_checkpoint:
+                self._update_locked(tp, offsets.first_dirty_offset)
+            return log_to_clean(lg, snap, offsets, now_ms)
+
+    def grab_filthiest_compacted_log(self, now_ms: int | None = None) -> LogToClean | None:
+        """The dirtiest log that should be cleaned now, marked in progress; None if none."""
+        now = self._clock() if now_ms is None else now_ms
+        candidates = []
+        for tp, lg in sorted(self._logs().items()):
+            if not lg.config.compact or lg.is_closed:
+                continue
+            with self._lock:
+                if tp in self._in_progress or tp in self._uncleanable:
+                    continue
+            try:
+                ltc = self.log_to_clean(tp, lg, now)
+            except KafkaLogError as e:  # closed meanwhile, ...
+                _log.debug("skipping %s: %s", tp, e)
+                continue
+            if ltc.total_bytes > 0:
+                candidates.append((tp, ltc))
+        self.dirtiest_log_cleanable_ratio = max(
+            (ltc.cleanable_ratio for _, ltc in candidates), default=0.0
+        )
+        ready = [
+            (tp, ltc)
+            for tp, ltc in candidates
+            if (ltc.need_compaction_now and ltc.cleanable_bytes > 0)
+            or ltc.cleanable_ratio > ltc.log.config.min_cleanable_dirty_ratio
+        ]
+        with self._lock:
+            ready = [(tp, ltc) for tp, ltc in ready if tp not in self._in_progress]
+            if not ready:
+                return None
+            tp, ltc = max(ready, key=lambda item: item[1].cleanable_ratio)
+            self._in_progress.add(tp)
+            return ltc
+
+    def begin_cleaning(self, tp: TopicPartition) -> bool:
+        """Mark ``tp`` in progress (False: another thread cleans it)."""
+        with self._lock:
+            if tp in self._in_progress:
+                return False
+            self._in_progress.add(tp)
+            return True
+
+    def done_cleaning(self, tp: TopicPartition, end_offset: int | None) -> None:
+        """The end of a round: record ``end_offset`` (None: nothing to record)."""
+        with self._lock:
+            self._in_progress.discard(tp)
+            if end_offset is not None and self._checkpoints.get(tp) != end_offset:
+                self._update_locked(tp, end_offset)
+
+    def mark_uncleanable(self, tp: TopicPartition) -> None:
+        with self._lock:
+            self._in_progress.discard(tp)
+            self._uncleanable.add(tp)
+
+    @property
+    def uncleanable_partitions(self) -> frozenset[TopicPartition]:
+        with self._lock:
+            return frozenset(self._uncleanable)
+
+    def deletable_logs(self) -> list[UnifiedLog]:
+        """The ``compact,delete`` logs not being cleaned (their retention runs after cleaning)."""
+        with self._lock:
+            busy = set(self._in_progress)
+        return [lg for tp, lg in sorted(self._logs().items())
+                if lg.config.compact and lg.config.delete and tp not in busy
+                and not lg.is_closed]  # fmt: skip
+
+
+# -- the threads -------------------------------------------------------------------------------
+
+
+class LogCleaner:
+    """The cleaner threads of one log dir; see the module docstring."""
+
+    def __init__(
+        self,
+        config: LogCleanerConfig,
+        log_dir: str | Path,
+        logs: Callable[[], Mapping[TopicPartition, UnifiedLog]],
+        *,
+        clock_ms: Callable[[], int] = wall_clock_ms,
+    ) -> None:
+        self.config = config
+        self._clock = clock_ms
+        self._logs = logs
+        self.manager = LogCleanerManager(log_dir, logs, clock_ms=clock_ms)
+        self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self._lock = threading.Lock()
+        self.last_results: dict[TopicPartition, CleanResult] = {}
+
+    @property
+    def is_started(self) -> bool:
+        return bool(self._threads)
+
+    def new_cleaner(self) -> Cleaner:
+        """A cleaner with its own offset map of :attr:`LogCleanerConfig.map_memory` bytes."""
+        from broker_embedded.cleaner.cleaner import Cleaner
+        from broker_embedded.cleaner.skimpy_offset_map import SkimpyOffsetMap
+
+        offset_map = SkimpyOffsetMap(self.config.map_memory, self.config.load_factor)
+        return Cleaner(offset_map, window_bytes=self.config.window_bytes, clock_ms=self._clock,
+                       should_stop=self._stop.is_set)  # fmt: skip
+
+    def startup(self) -> None:
+        """Start the cleaner threads (once)."""
+        with self._lock:
+            if self._threads or self._stop.is_set():
+                return
+            for i in range(self.config.threads):
+                t = threading.Thread(target=self._run, name=f"kafka-log-cleaner-thread-{i}",
+                                     daemon=True)  # fmt: skip
+                self._threads.append(t)
+                t.start()
+
+    def shutdown(self, timeout: float | None = None) -> None:
+        """Stop the threads; a round in progress stops at its next window."""
+        self._stop.set()
+        with self._lock:
+            threads = list(self._threads)
+        for t in threads:
+            if t is not threading.current_thread():
+                t.join(timeout)
+
+    def _run(self) -> None:
+        cleaner = None
+        while not self._stop.is_set():
+            try:
+                if cleaner is None:
+                    cleaner = self.new_cleaner()
+                cleaned = self.clean_once(cleaner)
+            except Exception:  # keep the thread alive: the next pass retries
+                _log.exception("log cleaner pass failed")
+                cleaned = False
+            if not cleaned:
+                self._stop.wait(self.config.backoff_ms / 1000)
+
+    def clean_once(self, cleaner: Cleaner) -> bool:
+        """Clean the filthiest log (one round), then apply retention to ``compact,delete``
+        logs; True if a log was cleaned."""
+        ltc = self.manager.grab_filthiest_compacted_log()
+        cleaned = False
+        if ltc is not None:
+            self._clean(cleaner, ltc.log.topic_partition, ltc)
+            cleaned = True
+        for lg in self.manager.deletable_logs():
+            if self._stop.is_set():
+                break
+            try:
+                lg.delete_old_segments()
+            except KafkaLogError as e:
+                _log.debug("retention of %s skipped: %s", lg, e)
+        return cleaned
+
+    def clean_log(
+        self, tp: TopicPartition, cleaner: Cleaner | None = None, *, now_ms: int | None = None
+    ) -> CleanResult | None:
+        """One round over the log of ``tp`` now, whatever its dirty ratio (None when another
+        thread is cleaning it or the log does not exist)."""
+        lg = self._logs().get(tp)
+        if lg is None or not self.manager.begin_cleaning(tp):
+            return None
+        try:
+            ltc = self.manager.log_to_clean(tp, lg, self._clock() if now_ms is None else now_ms)
+            cleaner = cleaner or self.new_cleaner()
+        except BaseException:
+            self.manager.done_cleaning(tp, None)
+            raise
+        return self._clean(cleaner, tp, ltc, now_ms=now_ms)
+
+    def _clean(
+        self, cleaner: Cleaner, tp: TopicPartition, ltc: LogToClean, *, now_ms: int | None = None
+    ) -> CleanResult | None:
+        """Under the in-progress mark of ``tp`` (released here)."""
+        end = None
+        try:
+            offsets = OffsetsToClean(ltc.first_dirty_offset, ltc.first_uncleanable_offset)
+            result = cleaner.clean(ltc.log, now_ms=now_ms, offsets=offsets)
+            self.last_results[tp] = result
+            if result.cleaned:
+                end = result.end_offset
+                _log.info("cleaned %s: %s", tp, result)
+            return result
+        except CleaningAbortedError as e:
+            _log.info("cleaning of %s aborted: %s", tp, e)
+            return None
+        except Exception:
+            _log.exception("cleaning %s failed: the partition is marked uncleanable", tp)
+            self.manager.mark_uncleanable(tp)
+            raise
+        finally:
+            self.manager.done_cleaning(tp, end)
