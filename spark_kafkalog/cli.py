@@ -15,7 +15,8 @@ Subcommands:
                                                  broker (like kafka-console-consumer)
   dump PATH... [--records] [--json] [--summary] [--verify]
                                                  print and verify segments (like kafka-dump-log)
-  demo [--dir DIR]                               the main job on an embedded default log dir
+  demo [--dir DIR] [--events N]                  the main job: an embedded broker produces, Spark
+                                                 reads, aggregates, writes a topic and reads it
 
 topics, produce and consume take --log-dir DIR (required) and --broker-config FILE, the broker's
 TOML config (default: the built-in values, which conf/broker.toml holds). In `topics create`,
@@ -199,8 +200,15 @@ def _parser() -> argparse.ArgumentParser:
         help="check every CRC and index entry; exit 1 on the first bad one",
     )
 
-    demo = sub.add_parser("demo", help="write a sample log dir, then verify and summarise it")
+    demo = sub.add_parser(
+        "demo",
+        help="the main job: an embedded broker produces events, Spark reads, aggregates, "
+        "writes a derived topic and reads it back",
+    )
     demo.add_argument("--dir", type=Path, default=Path("demo-logdir"), help="recreated each run")
+    demo.add_argument(
+        "--events", type=_positive, default=300_000, help="events to produce (default 300000)"
+    )
     return parser
 
 
@@ -296,7 +304,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "demo":
             from spark_kafkalog.demo import run
 
-            return run(args.dir, sys.stdout)
+            return run(args.dir, sys.stdout, events=args.events)
     except (KafkaLogError, OSError) as e:
         if isinstance(e, BrokenPipeError):
             return 1

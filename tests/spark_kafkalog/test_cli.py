@@ -1,4 +1,5 @@
-"""``kafkalog dump`` and ``kafkalog demo`` run as a user runs them: the installed console script."""
+"""``kafkalog dump`` run as a user runs it: the installed console script (``kafkalog demo``:
+test_demo.py)."""
 
 from __future__ import annotations
 
@@ -98,13 +99,3 @@ def test_verify_checks_index_entries(tmp_path: Path, index: str) -> None:
     result = kafkalog("dump", "--summary", "--verify", part)
     assert result.returncode == 1, result.stdout
     assert index in result.stderr
-
-
-def test_demo_writes_verifies_and_aggregates(tmp_path: Path) -> None:
-    result = kafkalog("demo", "--dir", tmp_path / "demo")
-    assert result.returncode == 0, result.stderr
-    out = result.stdout
-    assert out.count("Summary ") == 7 and "invalid CRCs 1" not in out
-    assert "Decoded 180000 events to Arrow" in out
-    counts = [int(line.split()[-1]) for line in out.splitlines() if line.startswith("  ")]
-    assert len(counts) == 5 and sum(counts) == 180000

@@ -1,0 +1,388 @@
+"""Spark batch reads: ``format("kafkalog")`` against Spark's Parquet reader, in one SparkSession.
+
+    .venv/bin/python benchmarks/spark_read.py [--rows N] [--partitions P] [--value-bytes V]
+                                              [--batch-bytes B] [--repeat R] [--master M]
+                                              [--kafkalog-option k=v ...]
+
+Builds, in a temporary directory deleted at the end:
+
+- a log dir: an embedded ``Broker``, a topic of P partitions (default 4), N records (default
+  5 M) spread evenly over them, 12-byte keys and V-byte values (default 100, random
+  alphanumeric), CreateTime timestamps 1 ms apart; produced as prebuilt record batches v2 of
+  about B bytes of records (default 1,000,000, under the topic's ``max.message.bytes``) made by
+  ``columnar_encoder.encode_batches``; then the broker is closed;
+- its Parquet copy: the log dir read once with ``format("kafkalog")`` and written with
+  ``df.write.parquet`` (same schema, same rows, P files, Spark's default snappy codec).
+
+Then, with one SparkSession (``local[2]``, ``spark.sql.shuffle.partitions`` = P), times
+``df.write.format("noop").mode("overwrite").save()`` of a freshly loaded DataFrame of:
+
+- kafkalog: ``spark.read.format("kafkalog").option("subscribe", ...).load(log_dir)``;
+- parquet: ``spark.read.parquet(copy)``;
+- ceiling: a minimal Python data source (``_arrow_ceiling.py`` beside this file) whose tasks
+  yield one prebuilt Arrow record batch of the same schema over and over: same row count, P
+  partitions, batches of as many rows as kafkalog's reader yields on average. What Spark's
+  Python data source path costs without any reading or decoding: kafkalog / ceiling is the
+  share of the time that is not fetching and decoding.
+
+Before that, kafkalog's executor side runs alone in this process (plan, then each task's
+``read`` one after the other, its fetches and decodes timed), and the rows are checked: the
+kafkalog read and the Parquet copy give the same count and the same sum of row hashes, the
+ceiling the same count. Then one warm-up each and R rounds (default 5) alternating kafkalog,
+parquet, ceiling; prints the medians as a markdown table with rows/s and the ratios kafkalog /
+parquet (the bar: at least 0.7x) and kafkalog / ceiling, the machine (cores, load average) and
+the Spark settings, and where kafkalog's executor time goes (fetch, decode, Arrow batch sizes;
+Spark's batches per second).
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import os
+import platform
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(HERE))
+
+from broker_embedded.broker import Broker  # noqa: E402
+from broker_embedded.record import columnar_encoder  # noqa: E402
+
+TOPIC = "bench"
+KEY_BYTES = 12  # b"key-" + 8 digits
+BASE_TIMESTAMP = 1_700_000_000_000
+CHUNK_ROWS = 200_000  # rows encoded per encode_batches call
+BAR = 0.7
+
+
+# -- the log dir and its Parquet copy ----------------------------------------------------------
+
+
+def _keys(ids: np.ndarray) -> pa.Array:
+    """b"key-%08d" of each id, as a binary array built from buffers."""
+    n = len(ids)
+    digits = (ids[:, None] // 10 ** np.arange(7, -1, -1)) % 10 + ord("0")
+    data = np.empty((n, KEY_BYTES), np.uint8)
+    data[:, :4] = np.frombuffer(b"key-", np.uint8)
+    data[:, 4:] = digits
+    offsets = np.arange(0, (n + 1) * KEY_BYTES, KEY_BYTES, dtype=np.int32)
+    return pa.Array.from_buffers(pa.binary(), n, [None, pa.py_buffer(offsets), pa.py_buffer(data)])
+
+
+def _values(rng: np.random.Generator, n: int, value_bytes: int) -> pa.Array:
+    alphabet = np.frombuffer(b"abcdefghijklmnopqrstuvwxyz0123456789", np.uint8)
+    data = alphabet[rng.integers(0, len(alphabet), n * value_bytes, dtype=np.uint8)]
+    offsets = np.arange(0, (n + 1) * value_bytes, value_bytes, dtype=np.int32)
+    return pa.Array.from_buffers(pa.binary(), n, [None, pa.py_buffer(offsets), pa.py_buffer(data)])
+
+
+def build_log_dir(
+    log_dir: Path, rows: int, partitions: int, value_bytes: int, batch_bytes: int
+) -> tuple[int, int]:
+    """Produce ``rows`` records over ``partitions`` partitions; (batches, bytes) produced."""
+    rng = np.random.default_rng(42)
+    batches = size = 0
+    with Broker(log_dir) as broker:
+        broker.create_topic(TOPIC, partitions, config={"retention.ms": -1, "retention.bytes": -1})
+        for p in range(partitions):
+            first, last = rows * p // partitions, rows * (p + 1) // partitions
+            for lo in range(first, last, CHUNK_ROWS):
+                hi = min(last, lo + CHUNK_ROWS)
+                ids = rng.integers(0, 10**8, hi - lo)
+                encoded = columnar_encoder.encode_batches(
+                    _keys(ids),
+                    _values(rng, hi - lo, value_bytes),
+                    np.arange(BASE_TIMESTAMP + lo, BASE_TIMESTAMP + hi, dtype=np.int64),
+                    max_batch_bytes=batch_bytes,
+                )
+                for batch in encoded:
+                    broker.produce(TOPIC, p, batch, acks=1)
+                batches += len(encoded)
+                size += len(encoded.data)
+    return batches, size
+
+
+def kafkalog_df(spark, log_dir: Path, options: dict[str, str] | None = None):
+    reader = spark.read.format("kafkalog").option("subscribe", TOPIC)
+    for name, value in (options or {}).items():
+        reader = reader.option(name, value)
+    return reader.load(str(log_dir))
+
+
+def parquet_df(spark, path: Path):
+    return spark.read.parquet(str(path))
+
+
+def ceiling_df(spark, rows: int, partitions: int, value_bytes: int, batch_rows: int):
+    return (
+        spark.read.format("arrow_ceiling")
+        .option("rows", rows)
+        .option("partitions", partitions)
+        .option("valueBytes", value_bytes)
+        .option("batchRows", batch_rows)
+        .option("topic", TOPIC)
+        .load()
+    )
+
+
+# -- timing ------------------------------------------------------------------------------------
+
+
+def noop(df) -> float:
+    gc.collect()
+    began = time.perf_counter()
+    df.write.format("noop").mode("overwrite").save()
+    return time.perf_counter() - began
+
+
+def start_spark(master: str, partitions: int, driver_memory: str):
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    # the Python workers import the ceiling source (_arrow_ceiling.py) from this directory
+    os.environ["PYTHONPATH"] = os.pathsep.join(
+        p for p in (str(HERE), os.environ.get("PYTHONPATH", "")) if p
+    )
+    from pyspark.sql import SparkSession
+
+    spark = (
+        SparkSession.builder.master(master)
+        .appName("kafkalog-bench-spark-read")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.shuffle.partitions", str(partitions))
+        .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.driver.memory", driver_memory)
+        .config("spark.executorEnv.PYTHONPATH", os.environ["PYTHONPATH"])
+        .getOrCreate()
+    )
+    spark.sparkContext.setLogLevel("WARN")
+    from _arrow_ceiling import ArrowCeilingDataSource
+
+    spark.dataSource.register(ArrowCeilingDataSource)
+    return spark
+
+
+def fingerprint(df) -> tuple[int, int]:
+    """(rows, a sum of hashes of every row's key, value, partition, offset and timestamp)."""
+    from pyspark.sql import functions as F
+
+    digest = F.xxhash64("key", "value", "partition", "offset", "timestamp").cast("decimal(38,0)")
+    row = df.agg(F.count("*").alias("n"), F.sum(digest).alias("h")).first()
+    return row["n"], int(row["h"])
+
+
+# -- where kafkalog's time goes ----------------------------------------------------------------
+
+
+def profile_reader(log_dir: Path, extra: dict[str, str]) -> dict[str, float]:
+    """The executor side alone, in this process: plan the read as Spark's planner does, then
+    run each task's ``read`` one after the other on one core, timing its fetches and decodes
+    (by wrapping the reader module's ``_fetch`` and ``decode``) and counting the Arrow batches
+    it yields."""
+    from datasource import offset_range_reader as orr
+    from datasource.kafka_batch_reader import KafkaBatchReader
+    from datasource.kafka_source_options import KafkaSourceOptions
+
+    options = KafkaSourceOptions.parse(
+        {"path": str(log_dir), "subscribe": TOPIC, **extra}, streaming=False
+    )
+    reader = KafkaBatchReader(options)
+    spent = {"fetch": 0.0, "decode": 0.0, "fetches": 0}
+
+    def timed(name: str, fn: Callable) -> Callable:
+        def wrapper(*args, **kwargs):
+            began = time.perf_counter()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                spent[name] += time.perf_counter() - began
+                if name == "fetch":
+                    spent["fetches"] += 1
+
+        return wrapper
+
+    original = orr._fetch, orr.decode
+    orr._fetch, orr.decode = timed("fetch", orr._fetch), timed("decode", orr.decode)
+    rows = batches = nbytes = 0
+    began = time.perf_counter()
+    try:
+        tasks = reader.partitions()
+        for task in tasks:
+            for batch in reader.read(task):
+                rows += batch.num_rows
+                batches += 1
+                nbytes += batch.nbytes
+    finally:
+        orr._fetch, orr.decode = original
+    total = time.perf_counter() - began
+    return {**spent, "total": total, "rows": rows, "batches": batches, "bytes": nbytes,
+            "tasks": len(tasks)}  # fmt: skip
+
+
+def print_profile(prof: dict[str, float], kafkalog_rate: float) -> None:
+    rows, total = prof["rows"], prof["total"]
+    other = total - prof["fetch"] - prof["decode"]
+    per_batch = rows / prof["batches"]
+    print(
+        f"\nkafkalog's executor side alone (its {prof['tasks']:.0f} tasks one after the other in "
+        f"one process, no Spark): {rows / total / 1e6:.2f} M rows/s on one core; "
+        f"{prof['fetches']:.0f} fetches {prof['fetch']:.2f} s, decode {prof['decode']:.2f} s, "
+        f"planning and the rest {other:.2f} s; {prof['batches']:.0f} Arrow "
+        f"batches of {per_batch:,.0f} rows ({prof['bytes'] / prof['batches'] / 2**20:.1f} MiB) "
+        f"on average. Through Spark: {kafkalog_rate / per_batch:.0f} batches/s."
+    )
+
+
+# -- report ------------------------------------------------------------------------------------
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown CPU"
+
+
+def print_report(
+    rows: int, times: dict[str, list[float]], spark, settings: list[tuple[str, str]]
+) -> dict[str, float]:
+    med = {name: statistics.median(ts) for name, ts in times.items()}
+    rate = {name: rows / s for name, s in med.items()}
+    print()
+    print(
+        f"machine: {os.cpu_count()} cores ({_cpu_model()}), Python {platform.python_version()}, "
+        f"PySpark {spark.version}, Java {spark._jvm.System.getProperty('java.version')}, "
+        "load average " + " ".join(f"{x:.1f}" for x in os.getloadavg())
+    )
+    print("spark: " + ", ".join(f"{k}={v}" for k, v in settings))
+    print()
+    print("| source | median s | min s | max s | rows/s | kafkalog / source |")
+    print("|---|---|---|---|---|---|")
+    for name in times:
+        ratio = med[name] / med["kafkalog"]
+        print(
+            f"| {name} | {med[name]:.2f} | {min(times[name]):.2f} | {max(times[name]):.2f} "
+            f"| {rate[name] / 1e6:.2f} M | {ratio:.2f}x |"
+        )
+    vs_parquet = rate["kafkalog"] / rate["parquet"]
+    vs_ceiling = rate["kafkalog"] / rate["ceiling"]
+    verdict = "meets" if vs_parquet >= BAR else "is BELOW"
+    print(
+        f"\nkafkalog / parquet = {vs_parquet:.2f}x ({verdict} the bar of {BAR}x); "
+        f"kafkalog / ceiling = {vs_ceiling:.2f}x (the ceiling pays only Spark's cost of moving "
+        "Arrow batches: the difference is kafkalog's fetching and decoding)"
+    )
+    return rate
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--rows", type=int, default=5_000_000)
+    parser.add_argument("--partitions", type=int, default=4)
+    parser.add_argument("--value-bytes", type=int, default=100)
+    parser.add_argument("--batch-bytes", type=int, default=1_000_000, help="records bytes")
+    parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--master", default="local[2]")
+    parser.add_argument("--driver-memory", default="2g")
+    parser.add_argument(
+        "--kafkalog-option",
+        action="append",
+        default=[],
+        metavar="k=v",
+        help="an option of the timed kafkalog reads, e.g. kafka.max.partition.fetch.bytes=8388608",
+    )
+    args = parser.parse_args(argv)
+    extra = dict(item.split("=", 1) for item in args.kafkalog_option)
+
+    began = time.perf_counter()
+    print(f"numba warm-up (encoder): {columnar_encoder.warm_up():.2f} s")
+    with tempfile.TemporaryDirectory(prefix="kafkalog-spark-read-") as tmp:
+        log_dir, parquet = Path(tmp) / "logdir", Path(tmp) / "parquet"
+        t = time.perf_counter()
+        batches, size = build_log_dir(
+            log_dir, args.rows, args.partitions, args.value_bytes, args.batch_bytes
+        )
+        print(
+            f"log dir: {args.rows:,} records, {args.partitions} partitions, {batches:,} batches "
+            f"of {size / batches / 1024:.0f} KiB, {size / 1e6:,.0f} MB, "
+            f"built in {time.perf_counter() - t:.1f} s"
+        )
+
+        prof = profile_reader(log_dir, extra)  # also puts the log in the page cache
+        t = time.perf_counter()
+        spark = start_spark(args.master, args.partitions, args.driver_memory)
+        print(f"SparkSession started in {time.perf_counter() - t:.1f} s")
+        try:
+            t = time.perf_counter()
+            kafkalog_df(spark, log_dir).write.parquet(str(parquet))
+            pq_bytes = sum(f.stat().st_size for f in parquet.glob("*.parquet"))
+            print(
+                f"parquet copy: {pq_bytes / 1e6:,.0f} MB in "
+                f"{len(list(parquet.glob('*.parquet')))} files, written in "
+                f"{time.perf_counter() - t:.1f} s"
+            )
+            batch_rows = round(prof["rows"] / prof["batches"])
+            sources: dict[str, Callable[[], object]] = {
+                "kafkalog": lambda: kafkalog_df(spark, log_dir, extra),
+                "parquet": lambda: parquet_df(spark, parquet),
+                "ceiling": lambda: ceiling_df(
+                    spark, args.rows, args.partitions, args.value_bytes, batch_rows
+                ),
+            }
+            if kafkalog_df(spark, log_dir).schema != parquet_df(spark, parquet).schema:
+                raise AssertionError("the Parquet copy's schema differs from kafkalog's")
+            ours, theirs = fingerprint(sources["kafkalog"]()), fingerprint(sources["parquet"]())
+            if ours != theirs or ours[0] != args.rows:
+                raise AssertionError(
+                    f"kafkalog read {ours}, the Parquet copy {theirs} (rows, hash)"
+                )
+            if (n := sources["ceiling"]().count()) != args.rows:
+                raise AssertionError(f"the ceiling source gave {n:,} rows, not {args.rows:,}")
+            print("checked: kafkalog and Parquet give the same rows (count and hash), the ceiling "
+                  "the same count")  # fmt: skip
+            for name, make in sources.items():
+                print(f"warm-up {name}: {noop(make()):.2f} s")
+            times: dict[str, list[float]] = {name: [] for name in sources}
+            for r in range(args.repeat):
+                for name, make in sources.items():
+                    times[name].append(noop(make()))
+                print(
+                    f"round {r + 1}/{args.repeat}: "
+                    + ", ".join(f"{name} {ts[-1]:.2f} s" for name, ts in times.items()),
+                    flush=True,
+                )
+            conf = spark.sparkContext.getConf()
+            settings = [
+                ("master", conf.get("spark.master")),
+                ("spark.sql.shuffle.partitions", spark.conf.get("spark.sql.shuffle.partitions")),
+                ("spark.driver.memory", conf.get("spark.driver.memory")),
+                ("spark.sql.files.maxPartitionBytes",
+                 spark.conf.get("spark.sql.files.maxPartitionBytes")),
+                ("ceiling batch rows (kafkalog's average)", f"{batch_rows:,}"),
+                *((f"kafkalog {k}", v) for k, v in extra.items()),
+            ]  # fmt: skip
+            rate = print_report(args.rows, times, spark, settings)
+            print_profile(prof, rate["kafkalog"])
+        finally:
+            spark.stop()
+            shutil.rmtree(log_dir, ignore_errors=True)
+    print(f"\ntotal {time.perf_counter() - began:.0f} s")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,175 @@
+"""The main job (``spark_kafkalog.demo``) end to end on a small size, its printed figures checked
+against independent counts: the seeded generator's records counted here, kafka-python's
+murmur2 for the placement, and kafka-python's decoder over the ``.log`` files Spark wrote."""
+
+from __future__ import annotations
+
+import io
+import json
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from kafka.partitioner.default import murmur2
+from kafka.record.memory_records import MemoryRecords
+
+from spark_kafkalog import cli, demo
+
+EVENTS = 6_000
+SEED = 7
+
+
+def kafka_python_records(log_dir: Path, topic: str) -> dict[int, list]:
+    """Every record of every partition of ``topic``, decoded by kafka-python from the files."""
+    out: dict[int, list] = {}
+    for part_dir in sorted(log_dir.glob(f"{topic}-*")):
+        records = []
+        for seg in sorted(part_dir.glob("*.log")):
+            batches = MemoryRecords(seg.read_bytes())
+            while (batch := batches.next_batch()) is not None:
+                records += list(batch)
+        out[int(part_dir.name.rsplit("-", 1)[1])] = records
+    return out
+
+
+def partition_of(key: bytes) -> int:
+    return (murmur2(key) & 0x7FFFFFFF) % demo.PARTITIONS
+
+
+@pytest.fixture(scope="module")
+def ran(spark, tmp_path_factory) -> tuple[demo.DemoResult, str, Path]:
+    log_dir = tmp_path_factory.mktemp("demo") / "logdir"
+    log_dir.mkdir()
+    (log_dir / "meta.properties").write_text("version=1\n")  # an earlier run's log dir
+    (log_dir / "left-over").write_text("from an earlier run")
+    out = io.StringIO()
+    res = demo.run_demo(log_dir, out, events=EVENTS, seed=SEED, spark=spark)
+    return res, out.getvalue(), log_dir
+
+
+@pytest.fixture(scope="module")
+def generated() -> tuple[demo.Events, demo.Profiles]:
+    return demo.generate_events(EVENTS, SEED), demo.generate_profiles(demo.users_for(EVENTS), SEED)
+
+
+def test_the_log_dir_is_recreated(ran) -> None:
+    _, _, log_dir = ran
+    assert not (log_dir / "left-over").exists()
+    assert {p.name.rsplit("-", 1)[0] for p in log_dir.glob("*-[0-9]*")} == {
+        "events", "profiles", "purchases"
+    }  # fmt: skip
+
+
+def test_a_directory_that_is_not_a_log_dir_is_never_deleted(tmp_path: Path) -> None:
+    (tmp_path / "notes.txt").write_text("mine")
+    with pytest.raises(FileExistsError, match="not a Kafka log dir"):
+        demo.recreate(tmp_path)
+    assert (tmp_path / "notes.txt").read_text() == "mine"
+    assert demo.recreate(tmp_path / "new").is_dir()
+
+
+def test_events_by_type_and_partition(ran, generated) -> None:
+    res, text, _ = ran
+    events, _ = generated
+    by_type = Counter(demo.EVENT_TYPES[t] for t in events.types.tolist())
+    assert res.by_type == dict(by_type) and sum(by_type.values()) == EVENTS
+    assert res.revenue_cents == int(events.amounts.sum()) > 0
+    by_partition = Counter(partition_of(k) for k in events.keys.to_pylist())
+    assert res.by_partition == dict(by_partition)
+    for kind, n in by_type.items():
+        assert f"    {kind:<12} {n:>9,}" in text
+    assert f"    total        {EVENTS:>9,} {demo._money(res.revenue_cents):>14}\n" in text
+
+
+def test_timestamp_range(ran, generated) -> None:
+    res, text, _ = ran
+    events, _ = generated
+    lo, hi = (demo.START_MS + m * 60_000 for m in demo.RANGE_MINUTES)
+    ts = events.timestamps
+    assert res.range_events == int(((ts >= lo) & (ts < hi)).sum()) > 0
+    assert f"    {res.range_events:,} events, first at 00:15:" in text
+    # each partition's range is contiguous: its events in time order, as produced
+    parts = [partition_of(k) for k in events.keys.to_pylist()]
+    for p, (first, last) in res.range_offsets.items():
+        in_p = [t for t, q in zip(ts.tolist(), parts, strict=True) if q == p]
+        assert first == sum(t < lo for t in in_p) and last == sum(t < hi for t in in_p) - 1
+
+
+def test_latest_profiles(ran, generated) -> None:
+    res, text, _ = ran
+    _, profiles = generated
+    latest: dict[bytes, bytes | None] = {}
+    for k, v in zip(profiles.keys, profiles.values, strict=True):
+        latest[k] = v
+    live = [json.loads(v)["tier"] for v in latest.values() if v is not None]
+    assert res.profiles_live == len(live) and res.profiles_deleted == len(latest) - len(live)
+    assert res.profiles_deleted > 0
+    assert res.live_by_tier == dict(Counter(live))
+    assert f"{len(profiles.keys):,} updates -> {len(latest):,} users: {len(live):,} live" in text
+
+
+def test_written_topic_equals_the_purchases(ran, generated) -> None:
+    """kafka-python reads the purchases topic that Spark wrote: every purchase once, in the
+    partition of its key, with its amount and its headers."""
+    res, text, log_dir = ran
+    events, profiles = generated
+    purchase = demo.EVENT_TYPES.index("purchase")
+    expected = Counter(
+        (k, int(a))
+        for k, t, a in zip(events.keys.to_pylist(), events.types, events.amounts, strict=True)
+        if t == purchase
+    )
+    written = kafka_python_records(log_dir, "purchases")
+    got: Counter[tuple[bytes, int]] = Counter()
+    for p, records in written.items():
+        for r in records:
+            assert partition_of(r.key) == p
+            assert [h[0] for h in r.headers] == ["source", "trace-id"]
+            got[(r.key, json.loads(r.value)["amount_cents"])] += 1
+    assert got == expected
+    total = sum(a for (_, a), n in expected.items() for _ in range(n))
+    assert res.purchases_read == sum(expected.values()) == res.by_type["purchase"]
+    assert res.purchases_revenue_cents == total == res.revenue_cents
+    assert res.purchases_by_partition == {p: len(r) for p, r in written.items() if r}
+    assert f"read back: {res.purchases_read:,} records" in text
+    assert "(join with [4])" in text  # the profiles step, numbered without a session step
+    tiers: dict[bytes, str] = {}
+    for k, v in zip(profiles.keys, profiles.values, strict=True):
+        tiers[k] = demo.NO_TIER if v is None else json.loads(v)["tier"]
+    by_tier: Counter[str] = Counter()
+    for (k, a), n in expected.items():
+        by_tier[tiers.get(k, demo.NO_TIER)] += a * n
+    assert res.revenue_by_tier == {t: c for t, c in by_tier.items() if c}
+
+
+def test_summary_and_timings(ran) -> None:
+    res, text, _ = ran
+    assert set(res.timings) == {"produce", "aggregate", "range", "profiles", "write", "total"}
+    assert any(line.startswith("Summary: ") for line in text.splitlines()[-4:])
+    assert f"Total {res.timings['total']:.1f} s." in text
+
+
+def test_cli_demo_runs_the_main_job(spark, tmp_path: Path, capsys) -> None:
+    """``kafkalog demo --dir D --events N`` (in this process: it uses the active session)."""
+    assert cli.main(["demo", "--dir", str(tmp_path / "demo"), "--events", "3000"]) == 0
+    out = capsys.readouterr().out
+    rows = {
+        line.split()[0]: int(line.split()[1].replace(",", ""))
+        for line in out.splitlines()
+        if line.startswith("    ") and len(line.split()) >= 2 and line.split()[0] in
+        (*demo.EVENT_TYPES, "total")
+    }  # fmt: skip
+    assert rows["total"] == 3000 == sum(v for k, v in rows.items() if k != "total")
+    assert f"read back: {rows['purchase']:,} records" in out
+    assert any(line.startswith("Summary: ") for line in out.splitlines()[-4:])
+    assert sorted(p.name for p in (tmp_path / "demo").glob("purchases-*")) == [
+        "purchases-0", "purchases-1", "purchases-2"
+    ]  # fmt: skip
+    assert not spark.sparkContext._jsc.sc().isStopped()  # the shared session lives on
+
+
+def test_cli_demo_refuses_a_directory_that_is_not_a_log_dir(tmp_path: Path, capsys) -> None:
+    (tmp_path / "notes.txt").write_text("mine")
+    assert cli.main(["demo", "--dir", str(tmp_path)]) == 1
+    assert "not a Kafka log dir" in capsys.readouterr().err
+    assert (tmp_path / "notes.txt").exists()
