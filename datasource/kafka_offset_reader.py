@@ -25,12 +25,23 @@ a logged warning. A specific-offsets or by-timestamp JSON must name exactly the 
 partitions (Spark's rule for batch queries). Unknown topics or partitions are an
 :class:`UnknownTopicOrPartitionError` naming them.
 
+Bytes of the log (``byte_cut``, ``log_bytes``, ``byte_cuts``): where a range may be cut so that
+a piece holds about so many bytes, from offset index positions;
+``maxBytesPerPartition`` splits with them and a streaming query's ``maxBytesPerTrigger``
+(kafka_stream_reader.py) bounds its batches with them.
+
+``partitions(subscription, missing_ok=True)`` lists what exists now without complaining about
+what does not: a streaming query's later batches, where a partition that went away is data
+loss for the stream reader to report (:func:`report_data_loss`), not an unknown name.
+
 The partition views are opened on first use and kept until :meth:`close`; the view of the log
-dir is a snapshot taken at construction. Not thread-safe: one planner uses it.
+dir is a snapshot taken at construction (a streaming planner makes a new one per call to see
+newer data). Not thread-safe: one planner uses it.
 """
 
 from __future__ import annotations
 
+import bisect
 import logging
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -58,6 +69,7 @@ from datasource.offset_spec import (
 from datasource.subscription import Assign, Subscribe, Subscription
 
 log = logging.getLogger(__name__)
+INT64_MAX = (1 << 63) - 1
 
 
 class KafkaOffsetReader:
@@ -94,26 +106,38 @@ class KafkaOffsetReader:
         """Every topic with a partition directory, and its partitions (sorted)."""
         return dict(self._partitions)
 
-    def partitions(self, subscription: Subscription) -> list[TopicPartition]:
-        """The partitions ``subscription`` reads, sorted; unknown names are an error."""
+    def partitions(
+        self, subscription: Subscription, *, missing_ok: bool = False
+    ) -> list[TopicPartition]:
+        """The partitions ``subscription`` reads, sorted; unknown names are an error, unless
+        ``missing_ok`` (a streaming query's later batches: what exists now, without warnings;
+        a partition that went away is the caller's business)."""
         if isinstance(subscription, Assign):
+            if missing_ok:
+                return [
+                    tp
+                    for tp in subscription.partitions
+                    if tp.partition in self._partitions.get(tp.topic, ())
+                ]
             for tp in subscription.partitions:
                 if tp.partition not in self._partitions.get(tp.topic, ()):
                     raise self._unknown(tp.topic, tp.partition, subscription)
             return list(subscription.partitions)
         if isinstance(subscription, Subscribe):
             for topic in subscription.topics:
-                if topic not in self._partitions:
+                if topic not in self._partitions and not missing_ok:
                     raise self._unknown(topic, None, subscription)
-            topics = subscription.topics
+            topics = tuple(t for t in subscription.topics if t in self._partitions)
         else:
             topics = tuple(t for t in sorted(self._partitions) if subscription.matches(t))
-            if not topics:
+            if not topics and not missing_ok:
                 log.warning("%s matches no topic in log dir %s", subscription, self.path)
         found = []
         for topic in topics:
             found += [TopicPartition(topic, p) for p in self._partitions[topic]]
             entry = self._topic_config.get(topic)
+            if missing_ok:
+                continue
             if entry is not None and len(self._partitions[topic]) < entry.partitions:
                 log.warning(
                     "topic %s has %d partitions in %s but only %s have a directory in %s",
@@ -264,9 +288,7 @@ class KafkaOffsetReader:
 
     @staticmethod
     def _data_lost(tp: TopicPartition, requested: int, instead: int, fail: bool, what: str) -> int:
-        if fail:
-            raise DataLossError(f"{what}. {DATA_LOSS_HINT}")
-        log.warning("%s; failOnDataLoss=false: using offset %d of %s instead", what, instead, tp)
+        report_data_loss(what, fail, f"using offset {instead} of {tp} instead")
         return instead
 
     def offset_ranges(
@@ -344,6 +366,60 @@ class KafkaOffsetReader:
         rises = np.flatnonzero(np.diff(np.concatenate([[0], bucket])) > 0)
         return [int(c) for c in cand[rises]]
 
+    # -- bytes of the log --------------------------------------------------------------------------
+
+    def byte_cut(
+        self,
+        tp: TopicPartition,
+        start: int,
+        end: int,
+        max_bytes: int,
+        *,
+        min_one_batch: bool = False,
+    ) -> tuple[int, int]:
+        """``(cut, size)``: the furthest batch boundary ``cut`` in ``[start, end]`` such that the
+        batches from the one holding ``start`` up to ``cut`` take at most ``max_bytes`` bytes of
+        the log (as stored: compressed batches with their headers), and those bytes. ``end``
+        itself when everything fits; ``start`` when not even the batch holding ``start`` fits,
+        unless ``min_one_batch``, which takes that batch whatever its size.
+
+        Bytes count whole batches, from the one holding ``start`` to the one before the batch
+        holding ``end`` (so an ``end`` inside a batch does not count that batch). Positions
+        come from the offset index of each segment the range spans, the cut from a walk of at
+        most about ``index.interval.bytes`` of batches after an index entry: exact, and cheap
+        (no record is decoded)."""
+        if max_bytes < 0:
+            raise ValueError(f"max_bytes must not be negative, not {max_bytes}")
+        if end <= start:
+            return start, 0
+        reader = self.reader(tp)
+        bases = reader.base_offsets
+        cut, used = start, 0
+        for base in bases[max(bisect.bisect_right(bases, start) - 1, 0) :]:
+            if base >= end:
+                break
+            seg = reader.segment(base)
+            lo = seg.position_of(start) if start > base else 0
+            hi = seg.position_of(end)
+            if hi <= lo:
+                continue
+            if used + hi - lo <= max_bytes:
+                used += hi - lo
+                cut = min(end, seg.next_offset)
+                continue
+            found = _last_boundary(seg, lo, hi, lo + max_bytes - used)
+            if found is None and min_one_batch and cut == start:
+                first = next(seg.batches(lo, hi))
+                found = (first.last_offset + 1, lo + first.size_in_bytes)
+            if found is not None:
+                cut, used = min(end, found[0]), used + found[1] - lo
+            break
+        return cut, used
+
+    def log_bytes(self, tp: TopicPartition, start: int, end: int) -> int:
+        """Bytes of the log that ``[start, end)`` spans (see :meth:`byte_cut`)."""
+        return self.byte_cut(tp, start, end, INT64_MAX)[1]
+
     # -- lifetime ----------------------------------------------------------------------------------
 
     def close(self) -> None:
@@ -359,6 +435,33 @@ class KafkaOffsetReader:
 
     def __repr__(self) -> str:
         return f"KafkaOffsetReader({self.path!r}, {self.isolation_level.name.lower()})"
+
+
+def report_data_loss(what: str, fail: bool, instead: str) -> None:
+    """Data loss as ``failOnDataLoss`` says: ``fail`` raises a :class:`DataLossError` (``what``
+    names the partition and the offsets), otherwise a warning says what happens ``instead``."""
+    if fail:
+        raise DataLossError(f"{what}. {DATA_LOSS_HINT}")
+    log.warning("%s; failOnDataLoss=false: %s", what, instead)
+
+
+def _last_boundary(seg, lo: int, hi: int, target: int) -> tuple[int, int] | None:
+    """``(offset, position)`` of the last batch boundary of ``seg`` in ``(lo, min(hi, target)]``
+    (the offset after the batch ending there, its end position), ``None`` when the batch at
+    ``lo`` already ends past ``target``. The offset index gives the last entry at or before
+    ``target``; the walk from there reads at most about ``index.interval.bytes`` of batches."""
+    positions = seg.offset_index.positions()
+    slot = int(np.searchsorted(positions, target, side="right")) - 1
+    begin = max(lo, int(positions[slot])) if slot >= 0 else lo
+    found = None
+    for b in seg.batches(begin, hi):
+        ends = b.position + b.size_in_bytes
+        if ends > target:
+            if found is None and b.position > lo:
+                found = (b.base_offset, b.position)  # the batch before it ends where it starts
+            break
+        found = (b.last_offset + 1, ends)
+    return found
 
 
 def _check_covers(spec: OffsetSpec, partitions: list[TopicPartition], prefix: str) -> None:

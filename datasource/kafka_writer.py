@@ -41,7 +41,9 @@ by a running broker process is refused with an error naming the owner: writing t
 broker comes with its network listener (a later release). Writes are exactly-once per job (Spark's
 Kafka sink promises at-least-once).
 
-Picklable: the writer holds the parsed options and the job id only.
+Picklable: the writer holds the parsed options and the job id only. The streaming writer
+(kafka_stream_writer.py) shares the checks, placement and staging: :func:`check_write`,
+:func:`stage_task`.
 """
 
 from __future__ import annotations
@@ -178,6 +180,60 @@ def _owner_error(path: str) -> LogDirLockedError:
     )
 
 
+def check_write(options: KafkaWriteOptions, schema: StructType) -> None:
+    """What a write (batch or streaming) checks on the driver before any task runs: the
+    columns, the topics, and that no broker owns the log dir."""
+    check_columns(schema, options.topic)
+    try:
+        topics = read_topic_limits(options.path)
+    except FileNotFoundError:
+        topics = {}
+    if not topics:
+        raise UnknownTopicOrPartitionError(
+            f"log dir {options.path} holds no topics (no kafkalog-topics.json): create the "
+            "topics first, e.g. kafkalog topics create <topic> --log-dir <dir>"
+        )
+    if options.topic is not None and options.topic not in topics:
+        raise _unknown_topic(options.topic, options.path, topics)
+    # fail early; the commit's lock is the real check. Another write job's commit holds the
+    # lock for a moment: not an owner to refuse (the commit waits for it)
+    if LogDirLock.is_locked(options.path) and not staged_write.held_by_a_commit(
+        staged_write.lock_holder(options.path)
+    ):
+        raise _owner_error(options.path)
+
+
+def new_job_id() -> str:
+    """A fresh write job id: UTC time and 64 random bits (``staged_write`` job id rules)."""
+    return f"{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}-{uuid.uuid4().hex[:16]}"
+
+
+def task_attempt_name() -> str:
+    """This task attempt's name for its staged files (unique within a Spark application)."""
+    from pyspark import TaskContext
+
+    ctx = TaskContext.get()
+    if ctx is None:
+        return f"local-{uuid.uuid4().hex[:16]}"
+    return f"p{ctx.partitionId()}-a{ctx.attemptNumber()}-t{ctx.taskAttemptId()}"
+
+
+def stage_task(
+    options: KafkaWriteOptions, job_id: str, iterator: Iterator[pa.RecordBatch]
+) -> tuple[staged_write.StagedFile, ...]:
+    """One task's work: place, encode and stage every Arrow batch of ``iterator`` in write job
+    ``job_id``'s staging directory; the staged files (deleted again if anything fails)."""
+    task = staged_write.StagedTask(options.path, job_id, task_attempt_name())
+    try:
+        placer = _Placer(options, read_topic_limits(options.path))
+        for batch in iterator:
+            placer.stage(batch, task)
+        return task.finish()
+    except BaseException:
+        task.discard()
+        raise
+
+
 class KafkaLogWriter(DataSourceArrowWriter):
     """See the module docstring. Made by :meth:`create` on the driver; :meth:`write` runs in
     each task, :meth:`commit` / :meth:`abort` on the driver side."""
@@ -195,43 +251,13 @@ class KafkaLogWriter(DataSourceArrowWriter):
                 'nothing in them can be replaced; use .mode("append")'
             )
         parsed = KafkaWriteOptions.parse(options)
-        check_columns(schema, parsed.topic)
-        try:
-            topics = read_topic_limits(parsed.path)
-        except FileNotFoundError:
-            topics = {}
-        if not topics:
-            raise UnknownTopicOrPartitionError(
-                f"log dir {parsed.path} holds no topics (no kafkalog-topics.json): create the "
-                "topics first, e.g. kafkalog topics create <topic> --log-dir <dir>"
-            )
-        if parsed.topic is not None and parsed.topic not in topics:
-            raise _unknown_topic(parsed.topic, parsed.path, topics)
-        if LogDirLock.is_locked(parsed.path):  # fail early; the commit's lock is the real check
-            raise _owner_error(parsed.path)
-        job_id = f"{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}-{uuid.uuid4().hex[:16]}"
-        return cls(parsed, job_id)
+        check_write(parsed, schema)
+        return cls(parsed, new_job_id())
 
     # -- tasks ---------------------------------------------------------------------------------
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> KafkaLogCommitMessage:
-        from pyspark import TaskContext
-
-        ctx = TaskContext.get()
-        if ctx is None:
-            attempt = f"local-{uuid.uuid4().hex[:16]}"
-        else:
-            attempt = f"p{ctx.partitionId()}-a{ctx.attemptNumber()}-t{ctx.taskAttemptId()}"
-        task = staged_write.StagedTask(self.options.path, self.job_id, attempt)
-        try:
-            placer = _Placer(self.options, read_topic_limits(self.options.path))
-            for batch in iterator:
-                placer.stage(batch, task)
-            files = task.finish()
-        except BaseException:
-            task.discard()
-            raise
-        return KafkaLogCommitMessage(files)
+        return KafkaLogCommitMessage(stage_task(self.options, self.job_id, iterator))
 
     # -- the driver ----------------------------------------------------------------------------
 

@@ -9,7 +9,7 @@ reader (and, on executors, the numba-compiled decoder) is imported when first ne
 
 from __future__ import annotations
 
-from pyspark.sql.datasource import DataSource, DataSourceReader
+from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader
 from pyspark.sql.types import StructType
 
 from datasource.errors import InvalidOptionError
@@ -152,6 +152,46 @@ class KafkaLogDataSource(DataSource):
     consumer settings (``kafka.*``, including ``kafka.bootstrap.servers``) are rejected: the data
     comes from ``path``.
 
+    Streaming (``spark.readStream.format("kafkalog")``, kafka_stream_reader.py has the details)::
+
+        q = (spark.readStream.format("kafkalog")
+             .option("subscribePattern", "events-.*")
+             .option("maxOffsetsPerTrigger", "100000")
+             .load("/data/kafka-logs")
+             .writeStream.format("parquet").option("path", "/data/events")
+             .option("checkpointLocation", "/data/checkpoints/events")
+             .trigger(processingTime="10 seconds")   # or availableNow=True
+             .start())
+
+    Micro-batches of offset ranges, as Spark's Kafka source: the same options as a batch query
+    except the ending ones and ``narrowByFilters``; offsets in Spark's JSON
+    (``{"events-a":{"0":42}}``) in the query's progress and checkpoint. Each trigger reads up to
+    the high watermark the broker has published by then (the last stable offset under
+    read_committed), with the same executor reads and the same splitting of ranges into tasks.
+
+    - Start: ``startingOffsets`` (default ``latest`` here: only new records) or the timestamp
+      options, for a query without a checkpoint. A restarted query (same
+      ``checkpointLocation``) resumes where its checkpoint says, whatever the starting options
+      say; a batch Spark runs again after a failure reads the same offsets.
+    - New partitions, and new topics matching ``subscribePattern``, are read from their
+      earliest offset in a later batch.
+    - ``failOnDataLoss`` also covers what happens between batches: records deleted before the
+      query read them (retention, DeleteRecords), a deleted topic, a high watermark moving back.
+      Offset gaps (compaction, transaction markers, aborted records) never count as loss.
+    - ``maxOffsetsPerTrigger`` (default: not set): at most this many offsets per batch, shared
+      over the partitions in proportion to their backlog, each partition with a backlog getting
+      at least one offset, so that a busy partition does not starve the others.
+    - ``maxBytesPerTrigger`` (default: not set; kafkalog's own): at most about this many bytes
+      of the log per batch (``64m``), whole record batches shared out the same way; a record
+      batch larger than the limit is still read (alone, on its partition's turn).
+    - ``minOffsetsPerTrigger`` (default: not set) with ``maxTriggerDelay`` (default ``15m``):
+      skip a trigger while fewer new offsets are there, unless the delay has passed since the
+      last batch. The first trigger after a (re)start is never delayed.
+    - ``trigger(availableNow=True)`` reads what is there when the query starts, in batches
+      bounded by the limits above (``minOffsetsPerTrigger`` does not apply), then stops.
+    - The progress of each batch (``query.lastProgress``) shows the partitions' latest offsets
+      beside the batch's end offsets: how far behind the query is.
+
     Writing (``df.write.format("kafkalog")``, kafka_writer.py has the details)::
 
         (df.selectExpr("CAST(user AS STRING) AS key", "to_json(struct(*)) AS value")
@@ -166,6 +206,20 @@ class KafkaLogDataSource(DataSource):
     visible before its commit publishes the new high watermarks, nothing of a failed job ever.
     Only ``mode("append")``; options ``path`` and ``topic``. A log dir owned by a running broker
     process is refused, naming the owner.
+
+    Streaming writes (``df.writeStream.format("kafkalog")``, kafka_stream_writer.py)::
+
+        (stream.selectExpr("key", "value")
+           .writeStream.format("kafkalog").option("topic", "enriched")
+           .option("checkpointLocation", "/data/checkpoints/enrich")
+           .start("/data/kafka-logs"))
+
+    Same columns, options and checks as a write job; output mode append only (Spark refuses
+    update for Python sinks, kafkalog refuses complete). Spark requires a checkpoint location.
+    Each micro-batch is committed atomically and exactly once: the commit records
+    the query's id and the batch id in ``.kafkalog-commits/`` of the log dir with the records,
+    and a batch Spark runs again after a failure (same id) appends nothing. With a checkpoint
+    location and a replayable source (kafkalog itself), a query is exactly-once end to end.
 
     Example with most read options::
 
@@ -200,10 +254,22 @@ class KafkaLogDataSource(DataSource):
 
         return KafkaBatchReader(options)
 
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:  # noqa: N802
+        options = KafkaSourceOptions.parse(self.options, streaming=True)
+        check_schema(schema, options.include_headers)
+        from datasource.kafka_stream_reader import KafkaStreamReader
+
+        return KafkaStreamReader(options)
+
     def writer(self, schema, overwrite):
         from datasource.kafka_writer import KafkaLogWriter
 
         return KafkaLogWriter.create(self.options, schema, overwrite)
+
+    def streamWriter(self, schema, overwrite):  # noqa: N802
+        from datasource.kafka_stream_writer import KafkaLogStreamWriter
+
+        return KafkaLogStreamWriter.create(self.options, schema, overwrite)
 
 
 def check_schema(schema: StructType, include_headers: bool) -> None:

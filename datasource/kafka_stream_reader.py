@@ -1,0 +1,468 @@
+"""The streaming reader of the ``kafkalog`` source: :class:`KafkaStreamReader` (a PySpark
+``DataSourceStreamReader`` with admission control and ``SupportsTriggerAvailableNow``).
+
+Offsets: Spark's Kafka source JSON, ``{"topicA": {"0": 42, "1": 7}}``: per partition the next
+offset to read (the end of the last batch, exclusive). Always canonical (topics sorted by name,
+partitions by number, string keys), because Spark compares offsets by their JSON text: a batch
+without new data must return exactly the JSON it was given.
+
+Processes (DESIGN.md): ``initialOffset``, ``latestOffset``, ``partitions``, ``commit`` and
+``reportLatestOffset`` run in one long-lived Python process beside the driver, for the whole
+query; ``read`` runs in executor workers on a pickled copy. So each planning call reads the log
+dir's published state again (a new :class:`KafkaOffsetReader`, cheap), and nothing depends on
+``commit`` (it lags a batch) or ``stop`` (not always called): Spark's checkpoint is the truth.
+The reader keeps in memory only what may be lost with the process: when it last admitted a
+batch (``maxTriggerDelay``), whose turn it is under a limit, the target of an availableNow run
+and the latest offsets for the progress report.
+
+- ``initialOffset``: ``startingOffsets`` / ``startingTimestamp`` / ``startingOffsetsByTimestamp``
+  resolved as a batch query resolves them (kafka_offset_reader.py), default ``latest``. Only a
+  query without a checkpoint calls it: a restarted query resumes at its checkpoint's offsets,
+  whatever the options say (Spark's rule). A specific offset past the latest one is data loss
+  (as in Spark: the offsets asked for are not there).
+- ``latestOffset(start, limit)``: the latest offset of every subscribed partition (its published
+  high watermark, or last stable offset under read_committed), bounded by the admission control
+  below unless ``limit`` is ``ReadAllAvailable`` (``Trigger.Once``). A partition not in
+  ``start`` (a new partition, or a new topic matching ``subscribePattern``) starts at its
+  earliest offset. A partition of ``start`` that no longer exists is left out of the result (the
+  planning of that batch reports it). Never returns an offset past the latest one.
+- ``partitions(start, end)``: one ``[start, end)`` per partition, cut like a batch read
+  (``maxBytesPerPartition``, ``maxRecordsPerPartition``, ``minPartitions``; offset_range.py),
+  one :class:`KafkaInputPartition` per piece; ``read`` is the batch read's executor path
+  (offset_range_reader.py). Data loss, reported as ``failOnDataLoss`` says
+  (:class:`DataLossError` naming the partition and offsets, or a warning and what is there):
+  offsets of ``start`` below the log start offset (retention, DeleteRecords), a partition that
+  went away (a deleted topic), a new partition whose log no longer starts at 0, an end below the
+  start (the high watermark moved back). Offset gaps (compaction, transaction markers, aborted
+  records) are never data loss: ranges are offsets, and a range may hold fewer records.
+
+Admission control (``getDefaultReadLimit`` announces the first of ``maxOffsetsPerTrigger``,
+``maxBytesPerTrigger``, ``minOffsetsPerTrigger``; the limits given in the options all apply
+whenever Spark passes that limit, and none when it passes ``ReadAllAvailable``):
+
+- ``maxOffsetsPerTrigger``: a batch takes at most that many offsets over all partitions, and
+  exactly that many while more are available. Shared out fairly (:func:`fair_shares`): every
+  partition with a backlog gets one offset first, the rest in proportion to the backlogs
+  (largest remainders get the odd offsets), so a hot partition cannot starve the others (Spark's
+  ``rateLimit`` is the same proportional rule, with its rounding). When the limit is smaller
+  than the number of partitions with a backlog, the partitions take turns (round robin: the
+  turn moves on by one partition with each batch).
+- ``maxBytesPerTrigger`` (kafkalog's own; Spark's ``ReadMaxBytes``): the same rule over the bytes
+  of the log from each partition's start (whole record batches as stored, compressed; offset
+  index positions, :meth:`KafkaOffsetReader.byte_cut`): in turn order every partition with a
+  backlog gets its first batch while the budget allows it, the rest in proportion, each share
+  cut at the last batch boundary that fits. The partition whose turn it is gets its first batch
+  in any case, so a batch larger than the limit is still read (alone, on its turn). With
+  ``maxOffsetsPerTrigger`` too, both limits hold.
+- ``minOffsetsPerTrigger`` with ``maxTriggerDelay`` (default 15m): as Spark's Kafka source, a
+  trigger with fewer new offsets than the minimum runs no batch (returns ``start``) unless
+  ``maxTriggerDelay`` passed since the last trigger that ran one. The time lives in this process:
+  the first trigger of a query run is never delayed and starts the clock, so after a restart
+  the delay starts again (as in Spark).
+
+``Trigger.AvailableNow``: ``prepareForTriggerAvailableNow`` records the latest offset of every
+subscribed partition; later batches never go past it (partitions appearing later are left for
+the next run) and the query stops once it is reached, in batches bounded by the limits above
+(``minOffsetsPerTrigger`` is ignored: it would wait for data that the run will not read).
+
+``reportLatestOffset``: the latest offsets seen by the last ``latestOffset`` call, uncapped, so
+that a query's progress (``sources[].latestOffset``) shows how far behind it is.
+
+Thread safety: Spark calls one reader from one thread.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import TypeVar
+
+from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxBytes,
+    ReadMaxRows,
+    ReadMinRows,
+    SupportsTriggerAvailableNow,
+)
+
+from broker_embedded.errors import InvalidTopicError
+from broker_embedded.storage.topic_partition import TopicPartition
+from datasource.errors import KafkaSourceError
+from datasource.kafka_input_partition import KafkaInputPartition
+from datasource.kafka_offset_reader import KafkaOffsetReader, report_data_loss
+from datasource.kafka_source_options import KafkaSourceOptions
+from datasource.offset_range import OffsetRange, OffsetRangeCalculator
+from datasource.offset_spec import SpecificOffsets
+
+log = logging.getLogger(__name__)
+
+K = TypeVar("K")
+T = TypeVar("T")
+_ATTEMPTS = 3
+Offsets = dict[TopicPartition, int]
+
+
+# -- offsets JSON ----------------------------------------------------------------------------------
+
+
+def offsets_json(offsets: Mapping[TopicPartition, int]) -> dict[str, dict[str, int]]:
+    """Spark's Kafka offsets JSON (as a dict), canonical: topics sorted, partitions by number."""
+    out: dict[str, dict[str, int]] = {}
+    for tp in sorted(offsets):
+        out.setdefault(tp.topic, {})[str(tp.partition)] = int(offsets[tp])
+    return out
+
+
+def parse_offsets_json(offset: Mapping[str, object]) -> Offsets:
+    """The offsets of Spark's Kafka offsets JSON; anything else (a checkpoint of another source)
+    is a :class:`KafkaSourceError` showing it."""
+    out: Offsets = {}
+    try:
+        for topic, parts in offset.items():
+            if not isinstance(parts, Mapping):
+                raise ValueError(f"topic {topic!r} maps to {parts!r}")
+            for partition, value in parts.items():
+                if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                    raise ValueError(f"offset {value!r} of {topic}-{partition}")
+                out[TopicPartition(topic, int(partition))] = value
+    except (AttributeError, TypeError, ValueError, InvalidTopicError) as e:
+        raise KafkaSourceError(
+            f'offsets {offset!r} are not kafkalog offsets ({{"topic": {{"0": 42}}}}): {e}; '
+            "is the checkpoint location another query's?"
+        ) from None
+    return out
+
+
+# -- admission control -----------------------------------------------------------------------------
+
+
+def fair_shares(
+    lags: Mapping[K, int],
+    budget: int,
+    *,
+    first: Mapping[K, int] | None = None,
+    turn: int = 0,
+) -> dict[K, int]:
+    """Split ``budget`` over the keys with a positive lag: each gets at most its lag, the total
+    is at most ``budget`` (and exactly ``min(budget, sum of lags)`` when ``first`` is not
+    given). Everything when it all fits. Otherwise, in the order of ``lags`` rotated by
+    ``turn`` (modulo the number of keys with a lag), each key gets its first step (``first[k]``,
+    default 1: one offset, or one batch's bytes) while the budget allows it, the first key (whose
+    turn it is) in any case, even past the budget; then what is left is shared in proportion to
+    the remaining lags, rounded down, the odd units going to the largest remainders (ties in the
+    rotated order). Keys that get nothing are left out."""
+    keys = [k for k, lag in lags.items() if lag > 0]
+    total = sum(lags[k] for k in keys)
+    if total <= budget:
+        return {k: lags[k] for k in keys}
+    r = turn % len(keys)
+    keys = keys[r:] + keys[:r]
+    steps = {k: (1 if first is None else first[k]) for k in keys}
+    chosen, left = [], budget
+    for i, k in enumerate(keys):
+        if steps[k] <= left or i == 0:  # the key whose turn it is moves even past the budget
+            chosen.append(k)
+            left = max(left - steps[k], 0)
+    rest = {k: lags[k] - steps[k] for k in chosen}
+    rest_total = sum(rest.values())
+    shares = {k: steps[k] for k in chosen}
+    if rest_total and left:
+        left = min(left, rest_total)
+        extra = {k: left * rest[k] // rest_total for k in chosen}
+        odd = left - sum(extra.values())
+        by_remainder = sorted(chosen, key=lambda k: -(left * rest[k] % rest_total))
+        for k in by_remainder[:odd]:
+            extra[k] += 1
+        for k in chosen:
+            shares[k] += extra[k]
+    return shares
+
+
+# -- the reader ------------------------------------------------------------------------------------
+
+
+class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """Plans and reads a streaming query over a log dir; see the module docstring."""
+
+    def __init__(self, options: KafkaSourceOptions) -> None:
+        self.options = options
+        self._last_trigger_s: float | None = None  # when a trigger last ran a batch
+        self._target: Offsets | None = None  # availableNow: never read past these
+        self._reported: Offsets | None = None  # latest offsets seen by the last latestOffset
+        self._turn = 0  # batches admitted: whose turn it is under a limit
+        self._initial_offsets: dict | None = None  # resolved once per query (see initialOffset)
+
+    def _planning(self, plan: Callable[[KafkaOffsetReader], T]) -> T:
+        """``plan`` over a fresh view of the log dir (what the broker published by now). A file
+        that disappears under the view (retention deleting a segment between listing and
+        opening it) makes it look again, with a new view, a few times."""
+        for attempt in range(_ATTEMPTS):
+            with KafkaOffsetReader(self.options.path, self.options.isolation_level) as offsets:
+                try:
+                    return plan(offsets)
+                except FileNotFoundError:
+                    if attempt + 1 == _ATTEMPTS:
+                        raise
+            time.sleep(0.05 * (attempt + 1))
+        raise AssertionError("unreachable")
+
+    # -- offsets -----------------------------------------------------------------------------------
+
+    def initialOffset(self) -> dict:  # noqa: N802 (PySpark's name)
+        # Spark asks twice for a new query (before the first latestOffset, then as batch 0's
+        # start): both answers must be the same, or "latest" moves on between them.
+        if self._initial_offsets is None:
+            self._initial_offsets = offsets_json(self._planning(self._initial))
+        return self._initial_offsets
+
+    def _initial(self, offsets: KafkaOffsetReader) -> Offsets:
+        opts = self.options
+        tps = offsets.partitions(opts.subscription)
+        starts = offsets.starting_offsets(
+            opts.starting,
+            tps,
+            fail_on_data_loss=opts.fail_on_data_loss,
+            strategy=opts.starting_strategy,
+        )
+        if isinstance(opts.starting, SpecificOffsets):
+            for tp in tps:
+                latest = offsets.latest(tp)
+                if starts[tp] > latest:
+                    report_data_loss(
+                        f"startingOffsets asks for offset {starts[tp]} of {tp}, past its "
+                        f"{_bound_name(opts.read_committed)} {latest}: offsets "
+                        f"[{latest}, {starts[tp]}) are not in the log",
+                        opts.fail_on_data_loss,
+                        f"starting {tp} at offset {latest} instead",
+                    )
+                    starts[tp] = latest
+        return starts
+
+    def _latest(self, offsets: KafkaOffsetReader) -> Offsets:
+        """The latest offset of every subscribed partition that exists now (a partition removed
+        while being looked at counts as gone)."""
+        found: Offsets = {}
+        for tp in offsets.partitions(self.options.subscription, missing_ok=True):
+            try:
+                found[tp] = offsets.latest(tp)
+            except FileNotFoundError:
+                if _exists(offsets, tp):
+                    raise  # a segment went away: look again
+        return found
+
+    def prepareForTriggerAvailableNow(self) -> None:  # noqa: N802 (PySpark's name)
+        self._target = self._planning(self._latest)
+
+    def getDefaultReadLimit(self) -> ReadLimit:  # noqa: N802 (PySpark's name)
+        opts = self.options
+        if opts.max_offsets_per_trigger is not None:
+            return ReadMaxRows(opts.max_offsets_per_trigger)
+        if opts.max_bytes_per_trigger is not None:
+            return ReadMaxBytes(opts.max_bytes_per_trigger)
+        if opts.min_offsets_per_trigger is not None:
+            return ReadMinRows(opts.min_offsets_per_trigger)
+        return ReadAllAvailable()
+
+    def reportLatestOffset(self) -> dict | None:  # noqa: N802 (PySpark's name)
+        return None if self._reported is None else offsets_json(self._reported)
+
+    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:  # noqa: N802
+        starts = parse_offsets_json(start)
+        ends = self._planning(lambda offsets: self._next_ends(offsets, starts, limit))
+        if ends is None:
+            return start  # skipped by minOffsetsPerTrigger: exactly what Spark gave
+        if ends != starts:
+            self._last_trigger_s = time.monotonic()
+            self._turn += 1
+        return offsets_json(ends)
+
+    def _next_ends(
+        self, offsets: KafkaOffsetReader, starts: Offsets, limit: ReadLimit
+    ) -> Offsets | None:
+        """The end offsets of the next batch; ``None`` to skip this trigger."""
+        latest = self._latest(offsets)
+        self._reported = latest
+        until: Offsets = {}
+        for tp, offset in latest.items():
+            if self._target is None:
+                until[tp] = offset
+            elif tp in self._target:
+                until[tp] = min(offset, self._target[tp])
+            elif tp in starts:
+                until[tp] = starts[tp]  # in start but not in the availableNow target: wait
+        begins: Offsets = {}  # where the next batch begins, as the log stands now
+        for tp in until:
+            earliest = offsets.earliest(tp)
+            begins[tp] = max(starts.get(tp, earliest), earliest)
+        if isinstance(limit, ReadAllAvailable):
+            return until
+        if self._delayed(limit, begins, until):
+            return None
+        return self._limited(offsets, limit, begins, until)
+
+    def _delayed(self, limit: ReadLimit, begins: Offsets, until: Offsets) -> bool:
+        """``minOffsetsPerTrigger``: whether to skip this trigger (Spark's ``delayBatch``)."""
+        opts = self.options
+        lo = limit.min_rows if isinstance(limit, ReadMinRows) else opts.min_offsets_per_trigger
+        if lo is None or self._target is not None:
+            return False
+        now = time.monotonic()
+        last = self._last_trigger_s
+        if last is None or (now - last) * 1000 >= opts.max_trigger_delay_ms:
+            self._last_trigger_s = now
+            return False
+        available = sum(max(until[tp] - begins[tp], 0) for tp in until)
+        return available < lo
+
+    def _limited(
+        self, offsets: KafkaOffsetReader, limit: ReadLimit, begins: Offsets, until: Offsets
+    ) -> Offsets:
+        """The ends of the next batch under ``maxOffsetsPerTrigger`` and ``maxBytesPerTrigger``
+        (an end below its begin, the high watermark moved back, passes through as it is)."""
+        opts = self.options
+        max_rows = limit.max_rows if isinstance(limit, ReadMaxRows) else None
+        max_bytes = limit.max_bytes if isinstance(limit, ReadMaxBytes) else None
+        max_rows = max_rows or opts.max_offsets_per_trigger
+        max_bytes = max_bytes or opts.max_bytes_per_trigger
+        tps = sorted(until)
+        turn = self._turn
+        ends = dict(until)
+        if max_rows is not None:
+            lags = {tp: until[tp] - begins[tp] for tp in tps}
+            shares = fair_shares(lags, max_rows, turn=turn)
+            for tp in tps:
+                if lags[tp] > 0:
+                    ends[tp] = begins[tp] + shares.get(tp, 0)
+        if max_bytes is not None:
+            sizes, firsts = {}, {}
+            for tp in tps:
+                if ends[tp] > begins[tp]:
+                    sizes[tp] = offsets.log_bytes(tp, begins[tp], ends[tp])
+                    _, firsts[tp] = offsets.byte_cut(tp, begins[tp], ends[tp], 0,
+                                                     min_one_batch=True)  # fmt: skip
+            lagging = {tp: n for tp, n in sizes.items() if n > 0}
+            shares = fair_shares(lagging, max_bytes, first=firsts, turn=turn)
+            if sum(lagging.values()) > max_bytes:
+                for tp in lagging:
+                    share = shares.get(tp, 0)
+                    ends[tp] = (
+                        offsets.byte_cut(tp, begins[tp], ends[tp], share, min_one_batch=True)[0]
+                        if share
+                        else begins[tp]
+                    )
+        return ends
+
+    # -- planning and reading ----------------------------------------------------------------------
+
+    def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
+        starts, ends = parse_offsets_json(start), parse_offsets_json(end)
+        if starts == ends:
+            return []
+        opts = self.options
+        ranges, log_dir = self._planning(lambda offsets: self._ranges(offsets, starts, ends))
+        return [
+            KafkaInputPartition.of(
+                log_dir,
+                r,
+                read_committed=opts.read_committed,
+                include_headers=opts.include_headers,
+                fetch_bytes=opts.fetch_bytes,
+                fail_on_data_loss=opts.fail_on_data_loss,
+            )
+            for r in ranges
+        ]
+
+    def _ranges(
+        self, offsets: KafkaOffsetReader, starts: Offsets, ends: Offsets
+    ) -> tuple[list[OffsetRange], str]:
+        """The ranges of a batch from ``starts`` to ``ends``, cut for Spark, and the log dir."""
+        opts = self.options
+        fail = opts.fail_on_data_loss
+        calculator = OffsetRangeCalculator(
+            opts.min_partitions, opts.max_records_per_partition, opts.max_bytes_per_partition
+        )
+        for tp in sorted(set(starts) - set(ends)):
+            report_data_loss(
+                f"{tp} is gone (its topic was deleted, or it no longer matches "
+                f"{opts.subscription}): the query had read it up to offset {starts[tp]}; "
+                f"offsets from {starts[tp]} on that it had not read are lost",
+                fail,
+                f"no longer reading {tp}",
+            )
+        ranges = []
+        for tp in sorted(ends):
+            r = self._range(offsets, tp, starts.get(tp), ends[tp])
+            if r is not None:
+                ranges.append(r)
+        return calculator.ranges(ranges, offsets.byte_cuts), offsets.path
+
+    def _range(
+        self, offsets: KafkaOffsetReader, tp: TopicPartition, begin: int | None, end: int
+    ) -> OffsetRange | None:
+        """The range of ``tp`` in a batch from ``begin`` (``None``: a new partition) to ``end``,
+        after the data-loss checks; ``None`` when nothing is left to read."""
+        fail = self.options.fail_on_data_loss
+        try:
+            earliest = offsets.earliest(tp)
+        except FileNotFoundError:
+            if _exists(offsets, tp):
+                raise  # a segment went away: look again
+            report_data_loss(
+                f"{tp} is gone (its topic was deleted): offsets [{begin or 0}, {end}) planned "
+                "for this batch are no longer in the log",
+                fail,
+                f"no longer reading {tp}",
+            )
+            return None
+        if begin is None:  # a new partition: from its earliest offset, which should be 0
+            begin = earliest
+            if earliest > 0:
+                report_data_loss(
+                    f"{tp} is a new partition of the query whose log starts at offset "
+                    f"{earliest}, not 0: offsets [0, {earliest}) were deleted before the query "
+                    "could read them",
+                    fail,
+                    f"reading {tp} from offset {earliest}",
+                )
+        elif begin < earliest:
+            report_data_loss(
+                f"{tp}: the query had read it up to offset {begin}, but its log now starts at "
+                f"offset {earliest} (retention or DeleteRecords): offsets [{begin}, {earliest}) "
+                "were deleted before they were read",
+                fail,
+                f"reading {tp} from offset {earliest}",
+            )
+            begin = earliest
+        elif end < begin:
+            report_data_loss(
+                f"{tp}: its latest offset moved back from {begin} to {end} (the log was "
+                f"truncated): offsets the query read in [{end}, {begin}) are no longer there, "
+                "and new records may take those offsets",
+                fail,
+                f"reading {tp} on from offset {end}",
+            )
+            return None
+        if end <= begin:
+            return None
+        return OffsetRange(tp.topic, tp.partition, begin, end)
+
+    def read(self, partition: InputPartition) -> Iterator:
+        if not isinstance(partition, KafkaInputPartition):
+            return  # Spark's placeholder partition of an empty plan
+        from datasource.offset_range_reader import read_offset_range  # numba: executors only
+
+        yield from read_offset_range(partition)
+
+    def commit(self, end: dict) -> None:
+        """Nothing to do: Spark's checkpoint holds the offsets, the log dir is read-only."""
+
+
+def _exists(offsets: KafkaOffsetReader, tp: TopicPartition) -> bool:
+    return offsets.log_dir.partition_dir(tp).is_dir()
+
+
+def _bound_name(read_committed: bool) -> str:
+    return "last stable offset" if read_committed else "high watermark"
