@@ -11,6 +11,7 @@ Files at the top of the log dir (layouts in offset_checkpoint.py, topic_config_f
     log-start-offset-checkpoint        log start offsets
     cleaner-offset-checkpoint          first dirty offsets of compacted logs (the log cleaner)
     .kafkalog-staging/                 record batches staged by Spark write jobs (staged_write.py)
+    .kafkalog-commits/                 the last micro-batch each streaming query committed
 
 Opening takes the lock (:class:`LogDirLockedError` names the owner), then opens every partition
 directory: without the clean-shutdown marker each log recovers from its recovery point.
