@@ -56,7 +56,7 @@ def test_the_log_dir_is_recreated(ran) -> None:
     _, _, log_dir = ran
     assert not (log_dir / "left-over").exists()
     assert {p.name.rsplit("-", 1)[0] for p in log_dir.glob("*-[0-9]*")} == {
-        "events", "profiles", "purchases"
+        "events", "profiles", "purchases", "enriched"
     }  # fmt: skip
 
 
@@ -142,9 +142,19 @@ def test_written_topic_equals_the_purchases(ran, generated) -> None:
     assert res.revenue_by_tier == {t: c for t, c in by_tier.items() if c}
 
 
+def test_streaming_step_drains_in_micro_batches_exactly_once(ran) -> None:
+    res, text, _ = ran
+    limit = res.events // 3
+    assert len(res.stream_batches) >= 3 and max(res.stream_batches) <= limit
+    assert sum(res.stream_batches) == res.events == res.enriched_read
+    assert f"enriched read back: {res.events:,} records" in text
+
+
 def test_summary_and_timings(ran) -> None:
     res, text, _ = ran
-    assert set(res.timings) == {"produce", "aggregate", "range", "profiles", "write", "total"}
+    assert set(res.timings) == {
+        "produce", "aggregate", "range", "profiles", "write", "stream", "total",
+    }  # fmt: skip
     assert any(line.startswith("Summary: ") for line in text.splitlines()[-4:])
     assert f"Total {res.timings['total']:.1f} s." in text
 
