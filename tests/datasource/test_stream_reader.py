@@ -10,7 +10,6 @@ process) collecting rows by batch id, and the progress of each batch (start and 
 from __future__ import annotations
 
 import bisect
-import datetime as dt
 import json
 import logging
 import random
@@ -420,9 +419,8 @@ def test_min_offsets_per_trigger_waits_for_data_or_the_delay(
         q.stop()
     assert q.exception() is None
     assert [len(r) for r in sink.rows.values()] == [4, 10, 3]
-    started = [dt.datetime.fromisoformat(p.timestamp.replace("Z", "+00:00"))
-               for p in q.recentProgress if p.numInputRows]  # fmt: skip
-    assert (started[2] - started[1]).total_seconds() >= 3.9  # the small batch waited
+    # (the loop above proved the small batch waited; recentProgress keeps only the last 100
+    # progress updates, which idle 100 ms triggers push the first batches out of)
 
 
 def test_producer_thread_exactly_once_across_restarts(
