@@ -24,11 +24,8 @@ from __future__ import annotations
 import argparse
 import gc
 import json
-import os
 import random
-import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -36,6 +33,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from _numba_compile import print_warm_up  # noqa: E402
 from aiokafka.record.memory_records import MemoryRecords as AioMemoryRecords  # noqa: E402
 from kafka.record.memory_records import MemoryRecords as KafkaPythonMemoryRecords  # noqa: E402
 
@@ -159,21 +157,6 @@ def print_table(codec: str, path: Path, records: int, timings: list[tuple[str, f
         print(f"  ours / {peer:<13} {ratio:8.1f}x records/s")
 
 
-def compile_times() -> tuple[float, float]:
-    """Numba's cold compile (empty cache) and its load from that cache, each in a new process."""
-    code = "from broker_embedded.record import columnar_decoder as c; print(c.warm_up())"
-    with tempfile.TemporaryDirectory() as cache:
-        env = {**os.environ, "NUMBA_CACHE_DIR": cache, "PYTHONPATH": str(ROOT)}
-        runs = [
-            subprocess.run(
-                [sys.executable, "-c", code], env=env, check=True, capture_output=True, text=True
-            )
-            for _ in range(2)
-        ]
-    cold, cached = (float(run.stdout.split()[-1]) for run in runs)
-    return cold, cached
-
-
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--records", type=int, default=1_000_000)
@@ -184,10 +167,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     codecs = CODECS if args.codec == "all" else (args.codec,)
     paths = {codec: segment(args.records, codec, args.batch_bytes) for codec in codecs}
-    if not args.skip_compile_time:
-        cold, cached = compile_times()
-        print(f"numba kernels: cold compile {cold:.1f} s, load from cache {cached:.2f} s")
-    print(f"numba warm-up in this process: {columnar_decoder.warm_up():.2f} s (not timed below)")
+    print_warm_up(columnar_decoder, args.skip_compile_time)
     for codec in codecs:
         timings = run_codec(paths[codec], args.records, args.repeat)
         print_table(codec, paths[codec], args.records, timings)

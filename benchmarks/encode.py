@@ -24,10 +24,7 @@ from __future__ import annotations
 
 import argparse
 import gc
-import os
-import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -39,6 +36,7 @@ import pyarrow as pa
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from _numba_compile import print_warm_up  # noqa: E402
 from kafka.record.default_records import DefaultRecordBatchBuilder  # noqa: E402
 
 from broker_embedded.record import columnar_encoder  # noqa: E402
@@ -166,21 +164,6 @@ def print_table(results: dict[str, list[tuple[str, float, int]]], records: int) 
             )
 
 
-def compile_times() -> tuple[float, float]:
-    """Numba's cold compile (empty cache) and its load from that cache, each in a new process."""
-    code = "from broker_embedded.record import columnar_encoder as c; print(c.warm_up())"
-    with tempfile.TemporaryDirectory() as cache:
-        env = {**os.environ, "NUMBA_CACHE_DIR": cache, "PYTHONPATH": str(ROOT)}
-        runs = [
-            subprocess.run(
-                [sys.executable, "-c", code], env=env, check=True, capture_output=True, text=True
-            )
-            for _ in range(2)
-        ]
-    cold, cached = (float(run.stdout.split()[-1]) for run in runs)
-    return cold, cached
-
-
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--records", type=int, default=1_000_000)
@@ -193,10 +176,7 @@ def main(argv: list[str] | None = None) -> None:
         codecs = DEFAULT_CODECS
     else:
         codecs = CODECS if args.codec == "all" else (args.codec,)
-    if not args.skip_compile_time:
-        cold, cached = compile_times()
-        print(f"numba kernels: cold compile {cold:.1f} s, load from cache {cached:.2f} s")
-    print(f"numba warm-up in this process: {columnar_encoder.warm_up():.2f} s (not timed below)")
+    print_warm_up(columnar_encoder, args.skip_compile_time)
     began = time.perf_counter()
     data = make_data(args.records)
     print(

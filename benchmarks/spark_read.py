@@ -49,69 +49,20 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-import numpy as np
-import pyarrow as pa
-
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(HERE))
 
-from broker_embedded.broker import Broker  # noqa: E402
+from _spark_common import TOPIC, build_log_dir, cpu_model, start_spark  # noqa: E402
+
 from broker_embedded.record import columnar_encoder  # noqa: E402
 
-TOPIC = "bench"
-KEY_BYTES = 12  # b"key-" + 8 digits
-BASE_TIMESTAMP = 1_700_000_000_000
-CHUNK_ROWS = 200_000  # rows encoded per encode_batches call
 BAR = 0.7
+SEED = 42
 
 
-# -- the log dir and its Parquet copy ----------------------------------------------------------
-
-
-def _keys(ids: np.ndarray) -> pa.Array:
-    """b"key-%08d" of each id, as a binary array built from buffers."""
-    n = len(ids)
-    digits = (ids[:, None] // 10 ** np.arange(7, -1, -1)) % 10 + ord("0")
-    data = np.empty((n, KEY_BYTES), np.uint8)
-    data[:, :4] = np.frombuffer(b"key-", np.uint8)
-    data[:, 4:] = digits
-    offsets = np.arange(0, (n + 1) * KEY_BYTES, KEY_BYTES, dtype=np.int32)
-    return pa.Array.from_buffers(pa.binary(), n, [None, pa.py_buffer(offsets), pa.py_buffer(data)])
-
-
-def _values(rng: np.random.Generator, n: int, value_bytes: int) -> pa.Array:
-    alphabet = np.frombuffer(b"abcdefghijklmnopqrstuvwxyz0123456789", np.uint8)
-    data = alphabet[rng.integers(0, len(alphabet), n * value_bytes, dtype=np.uint8)]
-    offsets = np.arange(0, (n + 1) * value_bytes, value_bytes, dtype=np.int32)
-    return pa.Array.from_buffers(pa.binary(), n, [None, pa.py_buffer(offsets), pa.py_buffer(data)])
-
-
-def build_log_dir(
-    log_dir: Path, rows: int, partitions: int, value_bytes: int, batch_bytes: int
-) -> tuple[int, int]:
-    """Produce ``rows`` records over ``partitions`` partitions; (batches, bytes) produced."""
-    rng = np.random.default_rng(42)
-    batches = size = 0
-    with Broker(log_dir) as broker:
-        broker.create_topic(TOPIC, partitions, config={"retention.ms": -1, "retention.bytes": -1})
-        for p in range(partitions):
-            first, last = rows * p // partitions, rows * (p + 1) // partitions
-            for lo in range(first, last, CHUNK_ROWS):
-                hi = min(last, lo + CHUNK_ROWS)
-                ids = rng.integers(0, 10**8, hi - lo)
-                encoded = columnar_encoder.encode_batches(
-                    _keys(ids),
-                    _values(rng, hi - lo, value_bytes),
-                    np.arange(BASE_TIMESTAMP + lo, BASE_TIMESTAMP + hi, dtype=np.int64),
-                    max_batch_bytes=batch_bytes,
-                )
-                for batch in encoded:
-                    broker.produce(TOPIC, p, batch, acks=1)
-                batches += len(encoded)
-                size += len(encoded.data)
-    return batches, size
+# -- the sources -------------------------------------------------------------------------------
 
 
 def kafkalog_df(spark, log_dir: Path, options: dict[str, str] | None = None):
@@ -147,27 +98,15 @@ def noop(df) -> float:
     return time.perf_counter() - began
 
 
-def start_spark(master: str, partitions: int, driver_memory: str):
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+def start_spark_with_ceiling(master: str, partitions: int, driver_memory: str):
     # the Python workers import the ceiling source (_arrow_ceiling.py) from this directory
     os.environ["PYTHONPATH"] = os.pathsep.join(
         p for p in (str(HERE), os.environ.get("PYTHONPATH", "")) if p
     )
-    from pyspark.sql import SparkSession
-
-    spark = (
-        SparkSession.builder.master(master)
-        .appName("kafkalog-bench-spark-read")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.shuffle.partitions", str(partitions))
-        .config("spark.sql.session.timeZone", "UTC")
-        .config("spark.driver.memory", driver_memory)
-        .config("spark.executorEnv.PYTHONPATH", os.environ["PYTHONPATH"])
-        .getOrCreate()
+    executor_env = {"spark.executorEnv.PYTHONPATH": os.environ["PYTHONPATH"]}
+    spark = start_spark(
+        "kafkalog-bench-spark-read", master, partitions, driver_memory, "WARN", executor_env
     )
-    spark.sparkContext.setLogLevel("WARN")
     from _arrow_ceiling import ArrowCeilingDataSource
 
     spark.dataSource.register(ArrowCeilingDataSource)
@@ -248,16 +187,6 @@ def print_profile(prof: dict[str, float], kafkalog_rate: float) -> None:
 # -- report ------------------------------------------------------------------------------------
 
 
-def _cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown CPU"
-
-
 def print_report(
     rows: int, times: dict[str, list[float]], spark, settings: list[tuple[str, str]]
 ) -> dict[str, float]:
@@ -265,7 +194,7 @@ def print_report(
     rate = {name: rows / s for name, s in med.items()}
     print()
     print(
-        f"machine: {os.cpu_count()} cores ({_cpu_model()}), Python {platform.python_version()}, "
+        f"machine: {os.cpu_count()} cores ({cpu_model()}), Python {platform.python_version()}, "
         f"PySpark {spark.version}, Java {spark._jvm.System.getProperty('java.version')}, "
         "load average " + " ".join(f"{x:.1f}" for x in os.getloadavg())
     )
@@ -314,9 +243,8 @@ def main(argv: list[str] | None = None) -> None:
     with tempfile.TemporaryDirectory(prefix="kafkalog-spark-read-") as tmp:
         log_dir, parquet = Path(tmp) / "logdir", Path(tmp) / "parquet"
         t = time.perf_counter()
-        batches, size = build_log_dir(
-            log_dir, args.rows, args.partitions, args.value_bytes, args.batch_bytes
-        )
+        batches, size = build_log_dir(log_dir, args.rows, args.partitions, args.value_bytes,
+                                      args.batch_bytes, seed=SEED, random_keys=True)  # fmt: skip
         print(
             f"log dir: {args.rows:,} records, {args.partitions} partitions, {batches:,} batches "
             f"of {size / batches / 1024:.0f} KiB, {size / 1e6:,.0f} MB, "
@@ -325,7 +253,7 @@ def main(argv: list[str] | None = None) -> None:
 
         prof = profile_reader(log_dir, extra)  # also puts the log in the page cache
         t = time.perf_counter()
-        spark = start_spark(args.master, args.partitions, args.driver_memory)
+        spark = start_spark_with_ceiling(args.master, args.partitions, args.driver_memory)
         print(f"SparkSession started in {time.perf_counter() - t:.1f} s")
         try:
             t = time.perf_counter()

@@ -50,61 +50,25 @@ import time
 from pathlib import Path
 
 import numpy as np
-import pyarrow as pa
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(ROOT))
 
+from _spark_common import NO_RETENTION, TOPIC, build_log_dir, cpu_model, start_spark  # noqa: E402
+
 from broker_embedded.broker import Broker  # noqa: E402
 from broker_embedded.producer_record import ProducerRecord  # noqa: E402
 from broker_embedded.record import columnar_encoder  # noqa: E402
 
-TOPIC = "bench"
 LATENCY_TOPIC = "latency"
-KEY_BYTES = 12
-BASE_TIMESTAMP = 1_700_000_000_000
-CHUNK_ROWS = 200_000
 BATCH_BYTES = 1_000_000
-NO_RETENTION = {"retention.ms": -1, "retention.bytes": -1}
+SEED = 7
 TICK_S = 0.01
 WARM_UP_S = 10.0
 
 
-# -- the log dir -------------------------------------------------------------------------------
-
-
-def _fixed_width(n: int, width: int, data: np.ndarray) -> pa.Array:
-    offsets = np.arange(0, (n + 1) * width, width, dtype=np.int32)
-    return pa.Array.from_buffers(pa.binary(), n, [None, pa.py_buffer(offsets), pa.py_buffer(data)])
-
-
-def build_log_dir(log_dir: Path, rows: int, partitions: int, value_bytes: int) -> int:
-    """``rows`` records over ``partitions`` partitions of topic ``bench``; the bytes produced."""
-    rng = np.random.default_rng(7)
-    alphabet = np.frombuffer(b"abcdefghijklmnopqrstuvwxyz0123456789", np.uint8)
-    size = 0
-    with Broker(log_dir) as broker:
-        broker.create_topic(TOPIC, partitions, config=NO_RETENTION)
-        for p in range(partitions):
-            first, last = rows * p // partitions, rows * (p + 1) // partitions
-            for lo in range(first, last, CHUNK_ROWS):
-                n = min(last, lo + CHUNK_ROWS) - lo
-                ids = np.arange(lo, lo + n)
-                keys = np.empty((n, KEY_BYTES), np.uint8)
-                keys[:, :4] = np.frombuffer(b"key-", np.uint8)
-                keys[:, 4:] = (ids[:, None] // 10 ** np.arange(7, -1, -1)) % 10 + ord("0")
-                values = alphabet[rng.integers(0, len(alphabet), n * value_bytes, dtype=np.uint8)]
-                encoded = columnar_encoder.encode_batches(
-                    _fixed_width(n, KEY_BYTES, keys),
-                    _fixed_width(n, value_bytes, values),
-                    np.arange(BASE_TIMESTAMP + lo, BASE_TIMESTAMP + lo + n, dtype=np.int64),
-                    max_batch_bytes=BATCH_BYTES,
-                )
-                for batch in encoded:
-                    broker.produce(TOPIC, p, batch, acks=1)
-                size += len(encoded.data)
-    return size
+# -- the sink ----------------------------------------------------------------------------------
 
 
 def make_sink(path: Path, partitions: int) -> Path:
@@ -115,26 +79,6 @@ def make_sink(path: Path, partitions: int) -> Path:
 
 
 # -- throughput --------------------------------------------------------------------------------
-
-
-def start_spark(master: str, partitions: int, driver_memory: str):
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
-    from pyspark.sql import SparkSession
-
-    spark = (
-        SparkSession.builder.master(master)
-        .appName("kafkalog-bench-streaming")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.shuffle.partitions", str(partitions))
-        .config("spark.sql.session.timeZone", "UTC")
-        .config("spark.driver.memory", driver_memory)
-        .config("spark.sql.streaming.numRecentProgressUpdates", "100000")
-        .getOrCreate()
-    )
-    spark.sparkContext.setLogLevel("ERROR")
-    return spark
 
 
 class Runs:
@@ -373,16 +317,6 @@ def _progress_time(progress: dict) -> float:
 # -- main --------------------------------------------------------------------------------------
 
 
-def _cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown CPU"
-
-
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rows", type=int, default=5_000_000)
@@ -406,14 +340,17 @@ def main(argv: list[str] | None = None) -> None:
         log_dir = scratch / "logdir"
         if not args.skip_throughput:
             t = time.perf_counter()
-            size = build_log_dir(log_dir, args.rows, args.partitions, args.value_bytes)
+            _, size = build_log_dir(log_dir, args.rows, args.partitions, args.value_bytes,
+                                    BATCH_BYTES, seed=SEED, random_keys=False)  # fmt: skip
             print(f"log dir: {args.rows:,} records, {args.partitions} partitions, "
                   f"{size / 1e6:,.0f} MB, built in {time.perf_counter() - t:.1f} s")  # fmt: skip
         t = time.perf_counter()
-        spark = start_spark(args.master, args.partitions, args.driver_memory)
+        spark = start_spark("kafkalog-bench-streaming", args.master, args.partitions,
+                            args.driver_memory, "ERROR",
+                            {"spark.sql.streaming.numRecentProgressUpdates": "100000"})  # fmt: skip
         print(f"SparkSession started in {time.perf_counter() - t:.1f} s")
         print(
-            f"machine: {os.cpu_count()} cores ({_cpu_model()}), Python "
+            f"machine: {os.cpu_count()} cores ({cpu_model()}), Python "
             f"{platform.python_version()}, PySpark {spark.version}, Java "
             f"{spark._jvm.System.getProperty('java.version')}, master {args.master}; load "
             f"average {os.getloadavg()[0]:.1f}",

@@ -129,8 +129,9 @@ class KafkaSourceOptions:
         return cls(
             path=path,
             subscription=_subscription(raw),
-            starting=_starting(raw, streaming),
-            ending=None if streaming else _ending(raw, streaming),
+            starting=_bound(raw, _STARTING, LatestOffsets() if streaming else EarliestOffsets(),
+                            check=streaming is False),
+            ending=None if streaming else _bound(raw, _ENDING, LatestOffsets(), check=True),
             starting_strategy=_choice(raw, "startingOffsetsByTimestampStrategy",
                                       START_STRATEGIES, "error"),  # fmt: skip
             fail_on_data_loss=_bool(raw, "failOnDataLoss", True),
@@ -224,9 +225,32 @@ def _subscription(raw: dict[str, str]) -> Subscription:
     return parser[name].parse(_get(raw, name))  # type: ignore[attr-defined, arg-type]
 
 
-def _by_precedence(raw: dict[str, str], prefix: str) -> OffsetSpec | None:
+@dataclass(frozen=True)
+class _Bound:
+    """What tells the starting options from the ending ones: the option names' prefix, and the
+    bound at which a batch read would read nothing (``latest`` for a start, ``earliest`` for an
+    end), with its offset in ``<prefix>Offsets`` JSON and what to use instead."""
+
+    prefix: str
+    verb: str  # what a partition does at the bound: "starts", "ends"
+    empty: type[LatestOffsets | EarliestOffsets]
+    empty_offset: int
+    empty_word: str
+    instead: str
+    query: str  # which queries the check applies to, as the message says it
+
+
+_STARTING = _Bound("starting", "starts", LatestOffsets, LATEST, "latest", "earliest",
+                   " for a batch query")  # fmt: skip
+_ENDING = _Bound("ending", "ends", EarliestOffsets, EARLIEST, "earliest", "latest", "")
+
+
+def _bound(raw: dict[str, str], bound: _Bound, default: OffsetSpec, check: bool) -> OffsetSpec:
     """``<prefix>Timestamp`` > ``<prefix>OffsetsByTimestamp`` > ``<prefix>Offsets``: the first
-    one given wins (Spark's rule); every one given must parse all the same."""
+    one given wins (Spark's rule); every one given must parse all the same. ``default`` when none
+    is given. With ``check``, rejects a bound that would read nothing, as a whole or for one
+    partition of ``<prefix>Offsets``."""
+    prefix = bound.prefix
     given: list[OffsetSpec] = []
     if (value := _get(raw, f"{prefix}Timestamp")) is not None:
         given.append(parse_timestamp(f"{prefix}Timestamp", value))
@@ -234,43 +258,22 @@ def _by_precedence(raw: dict[str, str], prefix: str) -> OffsetSpec | None:
         given.append(parse_timestamps(f"{prefix}OffsetsByTimestamp", value))
     if (value := _get(raw, f"{prefix}Offsets")) is not None:
         given.append(parse_offsets(f"{prefix}Offsets", value))
-    return given[0] if given else None
-
-
-def _starting(raw: dict[str, str], streaming: bool | None) -> OffsetSpec:
-    spec = _by_precedence(raw, "starting")
-    if spec is None:
-        return LatestOffsets() if streaming else EarliestOffsets()
-    if streaming is False:
-        if isinstance(spec, LatestOffsets):
-            raise InvalidOptionError(
-                "option startingOffsets='latest' is invalid for a batch query: it would read "
-                "nothing; use earliest or specific offsets"
-            )
-        if isinstance(spec, SpecificOffsets):
-            for tp, offset in sorted(spec.offsets.items()):
-                if offset == LATEST:
-                    raise InvalidOptionError(
-                        f"option startingOffsets={spec} is invalid for a batch query: {tp} "
-                        "starts at -1 (latest)"
-                    )
-    return spec
-
-
-def _ending(raw: dict[str, str], streaming: bool | None) -> OffsetSpec:
-    spec = _by_precedence(raw, "ending")
-    if spec is None:
-        return LatestOffsets()
-    if isinstance(spec, EarliestOffsets):
+    if not given:
+        return default
+    spec = given[0]
+    if not check:
+        return spec
+    if isinstance(spec, bound.empty):
         raise InvalidOptionError(
-            "option endingOffsets='earliest' is invalid: it would read nothing; use latest or "
-            "specific offsets"
+            f"option {prefix}Offsets='{bound.empty_word}' is invalid{bound.query}: it would read "
+            f"nothing; use {bound.instead} or specific offsets"
         )
     if isinstance(spec, SpecificOffsets):
         for tp, offset in sorted(spec.offsets.items()):
-            if offset == EARLIEST:
+            if offset == bound.empty_offset:
                 raise InvalidOptionError(
-                    f"option endingOffsets={spec} is invalid: {tp} ends at -2 (earliest)"
+                    f"option {prefix}Offsets={spec} is invalid{bound.query}: {tp} {bound.verb} "
+                    f"at {offset} ({bound.empty_word})"
                 )
     return spec
 

@@ -1,10 +1,9 @@
 """The cleaning process that test_cleaner_crash.py kills: appends and cleans until SIGKILL.
 
-``python _crash_child.py`` starts a zygote: a fresh Python that imports the storage and cleaner
-modules and runs one small cleaning (so that the compiled kernels are loaded), prints
-``imported``, then for each line ``LOG_DIR RUN SEED`` on stdin forks a worker, prints ``pid
-<pid>``, waits for it to die and prints ``exit <pid> <wait status>`` (as the storage crash test's
-zygote does: a worker starts in milliseconds).
+``python -m tests.broker_embedded.cleaner._crash_child`` starts a zygote (``_zygote.py``: the
+line protocol): a fresh Python that imports the storage and cleaner modules and runs one small
+cleaning (so that the compiled kernels are loaded), then forks a worker per ``LOG_DIR RUN SEED``
+line on stdin (a worker starts in milliseconds).
 
 A worker opens the log dir with a LogManager (a recovery: the previous worker was killed),
 prints ``ready`` and loops until killed: a few appends to the compacted partition (keys
@@ -25,10 +24,8 @@ from __future__ import annotations
 
 import os
 import random
-import sys
 import tempfile
 import time
-import traceback
 import uuid
 
 from broker_embedded.cleaner.log_cleaner_manager import LogCleaner, LogCleanerConfig
@@ -36,6 +33,8 @@ from broker_embedded.record.memory_records_builder import MemoryRecordsBuilder
 from broker_embedded.storage.log_manager import LogManager
 from broker_embedded.storage.topic_config_file import TopicEntry
 from broker_embedded.storage.topic_partition import TopicPartition
+
+from .._zygote import serve
 
 TP = TopicPartition("compacted", 0)
 KEYS = 120
@@ -99,23 +98,6 @@ def warm_up() -> None:
         lm.close()
 
 
-def zygote() -> None:
-    warm_up()
-    os.write(1, b"imported\n")
-    for command in sys.stdin:
-        log_dir, run, seed = command.split()
-        pid = os.fork()
-        if pid == 0:
-            try:
-                work(log_dir, int(run), int(seed))
-            except BaseException:
-                traceback.print_exc()
-                sys.stderr.flush()
-            os._exit(1)
-        os.write(1, b"pid %d\n" % pid)
-        _, status = os.waitpid(pid, 0)
-        os.write(1, b"exit %d %d\n" % (pid, status))
-
-
 if __name__ == "__main__":
-    zygote()
+    warm_up()
+    serve(work)

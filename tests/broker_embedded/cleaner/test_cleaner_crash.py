@@ -21,12 +21,7 @@ recovery, which settles an interrupted swap) and checks:
 from __future__ import annotations
 
 import io
-import os
 import random
-import select
-import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -34,71 +29,12 @@ from broker_embedded.storage.log_manager import LogManager
 from broker_embedded.storage.offset_checkpoint import OffsetCheckpointFile
 from spark_kafkalog.dump_log import dump, verify_indexes
 
+from .._zygote import Zygote
 from ._crash_child import TP, create
 from ._workload import SEGMENT_GLOB, read_batches
 
-CHILD = Path(__file__).with_name("_crash_child.py")
-REPO = Path(__file__).resolve().parents[3]
+CHILD = "tests.broker_embedded.cleaner._crash_child"
 RUNS = 50
-
-
-class Zygote:
-    """The subprocess that forks the workers (see _crash_child.py)."""
-
-    def __init__(self, stderr_path: Path) -> None:
-        self.stderr_path = stderr_path
-        self.worker: int | None = None
-        self._buf = b""
-        with open(stderr_path, "wb") as err:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-m", "tests.broker_embedded.cleaner._crash_child"],
-                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err, cwd=REPO,
-            )  # fmt: skip
-        assert self.line(timeout=120) == b"imported\n", stderr_path.read_text()
-
-    def line(self, timeout: float = 30.0) -> bytes:
-        deadline = time.monotonic() + timeout
-        fd = self.proc.stdout.fileno()
-        while b"\n" not in self._buf:
-            remaining = deadline - time.monotonic()
-            assert remaining > 0, f"no line in {timeout} s: {self.stderr_path.read_text()}"
-            if select.select([fd], [], [], remaining)[0]:
-                chunk = os.read(fd, 1 << 16)
-                assert chunk, f"the zygote died: {self.stderr_path.read_text()}"
-                self._buf += chunk
-        line, _, self._buf = self._buf.partition(b"\n")
-        return line + b"\n"
-
-    def start(self, log_dir: Path, run: int, seed: int) -> None:
-        self.proc.stdin.write(b"%s %d %d\n" % (str(log_dir).encode(), run, seed))
-        self.proc.stdin.flush()
-        kind, pid = self.line().split()
-        assert kind == b"pid"
-        self.worker = int(pid)
-
-    def kill_worker(self) -> list[bytes]:
-        assert self.worker is not None
-        os.kill(self.worker, signal.SIGKILL)
-        lines = []
-        while not (line := self.line()).startswith(b"exit "):
-            lines.append(line)
-        pid, status = map(int, line.split()[1:])
-        assert pid == self.worker
-        self.worker = None
-        assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL, (
-            self.stderr_path.read_text()
-        )
-        return lines
-
-    def close(self) -> None:
-        if self.worker is not None:
-            os.kill(self.worker, signal.SIGKILL)
-        self.proc.stdin.close()
-        try:
-            self.proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
 
 
 def test_sigkill_a_cleaning_process_50_times(tmp_path: Path) -> None:
@@ -107,21 +43,12 @@ def test_sigkill_a_cleaning_process_50_times(tmp_path: Path) -> None:
     log_dir = tmp_path / "logs"
     create(str(log_dir))
     acked: dict[int, int] = {}  # offset -> key index, -1 - key for a tombstone
-    zygote = Zygote(tmp_path / "zygote.stderr")
+    zygote = Zygote(CHILD, tmp_path / "zygote.stderr", import_timeout=120)
     started = time.monotonic()
     in_round = rounds = interrupted_swaps = 0
     try:
         for run in range(1, RUNS + 1):
-            zygote.start(log_dir, run, seed)
-            lines = []
-            if run % 10 == 0:
-                time.sleep(rng.uniform(0, 0.03))
-            else:
-                while (line := zygote.line()) != b"ready\n":
-                    lines.append(line)
-                    assert not line.startswith(b"exit"), (tmp_path / "zygote.stderr").read_text()
-                time.sleep(rng.uniform(0.005, 0.150))
-            lines += zygote.kill_worker()
+            lines = zygote.run_and_kill(log_dir, run, seed, rng, latest=0.150)
             cleaning = False
             for line in lines:
                 kind, *fields = line.split()

@@ -1,11 +1,8 @@
 """The writer that test_crash_recovery.py kills: appends to one partition until SIGKILL.
 
-``python _crash_child.py`` starts a zygote: a fresh Python that imports only the storage and
-record modules (about 0.3 s), prints ``imported``, then for each line ``LOG_DIR RUN SEED`` on
-stdin forks a writer, prints ``pid <pid>``, waits for the writer to die and prints
-``exit <pid> <wait status>``. Forking from the single-threaded zygote starts a writer in a few
-milliseconds instead of a new interpreter's 0.3 s, so a hundred kills fit in seconds; each writer
-is still its own process, killed with SIGKILL by its pid.
+``python -m tests.broker_embedded.storage._crash_child`` starts a zygote (``_zygote.py``: the
+line protocol): a fresh Python that imports only the storage and record modules (about 0.3 s)
+and forks a writer per ``LOG_DIR RUN SEED`` line on stdin.
 
 A writer opens the log dir with a LogManager (the previous writer was killed, so this is a
 recovery), prints ``ready`` and appends as a leader with epoch RUN until it is killed:
@@ -25,9 +22,7 @@ from __future__ import annotations
 import hashlib
 import os
 import random
-import sys
 import time
-import traceback
 
 from broker_embedded.record.compression import CompressionType
 from broker_embedded.record.control_record import EndTransactionMarker
@@ -35,6 +30,8 @@ from broker_embedded.record.memory_records_builder import MemoryRecordsBuilder
 from broker_embedded.storage.log_manager import LogManager
 from broker_embedded.storage.producer_state_manager import AppendOrigin
 from broker_embedded.storage.topic_partition import TopicPartition
+
+from .._zygote import serve
 
 TP = TopicPartition("crash", 0)
 
@@ -85,22 +82,5 @@ def append_until_killed(log_dir: str, run: int, seed: int) -> None:
         os.write(1, line)
 
 
-def zygote() -> None:
-    os.write(1, b"imported\n")
-    for command in sys.stdin:
-        log_dir, run, seed = command.split()
-        pid = os.fork()
-        if pid == 0:
-            try:
-                append_until_killed(log_dir, int(run), int(seed))
-            except BaseException:
-                traceback.print_exc()
-                sys.stderr.flush()
-            os._exit(1)
-        os.write(1, b"pid %d\n" % pid)
-        _, status = os.waitpid(pid, 0)
-        os.write(1, b"exit %d %d\n" % (pid, status))
-
-
 if __name__ == "__main__":
-    zygote()
+    serve(append_until_killed)

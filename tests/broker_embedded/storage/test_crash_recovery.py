@@ -3,10 +3,10 @@
 A writer process (_crash_child.py) appends through a LogManager with acks=1 semantics and reports
 every acknowledged batch on stdout; the parent SIGKILLs it 5-80 ms after it opened the log dir
 (every tenth time 0-30 ms after it was started, so also during its own recovery). Writers are
-forked by a zygote: one fresh Python started with subprocess that imports the storage modules
-once, so that a writer starts in milliseconds. A killed process loses nothing from the page
-cache, so after each kill the parent reopens the log dir (a recovery: no clean-shutdown marker)
-and checks:
+forked by a zygote (``_zygote.py``): one fresh Python started with subprocess that imports the
+storage modules once, so that a writer starts in milliseconds. A killed process loses nothing
+from the page cache, so after each kill the parent reopens the log dir (a recovery: no
+clean-shutdown marker) and checks:
 
 - every segment as ``kafkalog dump --verify`` checks it (CRCs, offsets, index entries); a
   segment whose three files are byte for byte those of an already verified state is not checked
@@ -23,13 +23,8 @@ from __future__ import annotations
 
 import hashlib
 import io
-import os
 import random
-import select
-import signal
 import struct
-import subprocess
-import sys
 import time
 import uuid
 from pathlib import Path
@@ -40,10 +35,10 @@ from broker_embedded.storage.topic_config_file import TopicEntry
 from broker_embedded.storage.topic_partition import TopicPartition
 from spark_kafkalog.dump_log import dump, verify_indexes
 
+from .._zygote import Zygote
 from ..record._peers import kafka_python_read
 
-CHILD = Path(__file__).with_name("_crash_child.py")
-REPO = Path(__file__).resolve().parents[3]
+CHILD = "tests.broker_embedded.storage._crash_child"
 TP = TopicPartition("crash", 0)
 RUNS = 100
 HEADER = struct.Struct(">qiibIhiqqqhii")
@@ -66,66 +61,6 @@ def batches_on_disk(directory: Path) -> tuple[bytes, list[tuple]]:
     return data, out
 
 
-class Zygote:
-    """The subprocess that forks the writers (see _crash_child.py)."""
-
-    def __init__(self, stderr_path: Path) -> None:
-        self.stderr_path = stderr_path
-        self.writer: int | None = None  # the pid of the writer alive, if any
-        self._buf = b""
-        with open(stderr_path, "wb") as err:
-            self.proc = subprocess.Popen([sys.executable, str(CHILD)], stdin=subprocess.PIPE,
-                                         stdout=subprocess.PIPE, stderr=err, cwd=REPO)  # fmt: skip
-        assert self.line() == b"imported\n"
-
-    def line(self, timeout: float = 30.0) -> bytes:
-        """The next line from the zygote or its writer (a hung writer fails the test)."""
-        deadline = time.monotonic() + timeout
-        fd = self.proc.stdout.fileno()
-        while b"\n" not in self._buf:
-            remaining = deadline - time.monotonic()
-            assert remaining > 0, f"no line in {timeout} s: {self.stderr_path.read_text()}"
-            if select.select([fd], [], [], remaining)[0]:
-                chunk = os.read(fd, 1 << 16)
-                assert chunk, f"the zygote died: {self.stderr_path.read_text()}"
-                self._buf += chunk
-        line, _, self._buf = self._buf.partition(b"\n")
-        return line + b"\n"
-
-    def start(self, log_dir: Path, run: int, seed: int) -> int:
-        self.proc.stdin.write(b"%s %d %d\n" % (str(log_dir).encode(), run, seed))
-        self.proc.stdin.flush()
-        kind, pid = self.line().split()
-        assert kind == b"pid"
-        self.writer = int(pid)
-        return self.writer
-
-    def kill_writer(self) -> list[bytes]:
-        """SIGKILL the writer; return the lines it wrote, after checking how it ended."""
-        assert self.writer is not None
-        os.kill(self.writer, signal.SIGKILL)
-        lines = []
-        while not (line := self.line()).startswith(b"exit "):
-            lines.append(line)
-        pid, status = map(int, line.split()[1:])
-        assert pid == self.writer
-        self.writer = None
-        assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL, (
-            self.stderr_path.read_text()
-        )
-        return lines
-
-    def close(self) -> None:
-        if self.writer is not None:  # a failed check left it running
-            os.kill(self.writer, signal.SIGKILL)
-        self.proc.stdin.close()
-        try:
-            self.proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-
-
 def test_sigkill_100_times_loses_no_acknowledged_record(tmp_path: Path) -> None:
     seed = 20240611
     rng = random.Random(seed)
@@ -137,20 +72,11 @@ def test_sigkill_100_times_loses_no_acknowledged_record(tmp_path: Path) -> None:
     acked: dict[int, tuple[int, str, str]] = {}  # last offset -> (first, raw hash, values hash)
     markers: dict[int, tuple[bytes, int]] = {}  # offset -> (kind, producer id)
     verified: set[str] = set()  # content hashes of segments that passed verification
-    zygote = Zygote(tmp_path / "zygote.stderr")
+    zygote = Zygote(CHILD, tmp_path / "zygote.stderr")
     started = time.monotonic()
     try:
         for run in range(1, RUNS + 1):
-            zygote.start(log_dir, run, seed)
-            lines = []
-            if run % 10 == 0:
-                time.sleep(rng.uniform(0, 0.03))
-            else:
-                while (line := zygote.line()) != b"ready\n":
-                    lines.append(line)  # only an "exit" line, if the writer failed to open
-                    assert not line.startswith(b"exit"), (tmp_path / "zygote.stderr").read_text()
-                time.sleep(rng.uniform(0.005, 0.080))
-            lines += zygote.kill_writer()
+            lines = zygote.run_and_kill(log_dir, run, seed, rng, latest=0.080)
             new = {}
             for line in lines:
                 kind, *fields = line.split()
