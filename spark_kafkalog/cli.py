@@ -15,6 +15,9 @@ Subcommands:
                                                  broker (like kafka-console-consumer)
   dump PATH... [--records] [--json] [--summary] [--verify]
                                                  print and verify segments (like kafka-dump-log)
+  compact [--config FILE] [--dry-run]           compact the log dirs of a compaction config
+                                                 (conf/compaction.toml) in this process, like
+                                                 spark-submit jobs/compact.py without Spark
   demo [--dir DIR] [--events N]                  the main job: an embedded broker produces, Spark
                                                  reads, aggregates, writes a topic and reads it
 
@@ -200,6 +203,14 @@ def _parser() -> argparse.ArgumentParser:
         help="check every CRC and index entry; exit 1 on the first bad one",
     )
 
+    compact = sub.add_parser(
+        "compact", help="compact the partitions of a compaction config, without Spark"
+    )
+    compact.add_argument(
+        "--config", type=Path, help="compaction TOML (default: conf/compaction.toml)"
+    )
+    compact.add_argument("--dry-run", action="store_true", help="print the plan, clean nothing")
+
     demo = sub.add_parser(
         "demo",
         help="the main job: an embedded broker produces events, Spark reads, aggregates, "
@@ -301,6 +312,12 @@ def main(argv: list[str] | None = None) -> int:
                 verify=args.verify,
                 summary_only=args.summary,
             )
+        if args.command == "compact":
+            from spark_kafkalog.compaction_config import CompactionConfig
+            from spark_kafkalog.compaction_job import run_local
+
+            config = CompactionConfig.load(args.config)
+            return run_local(config, sys.stdout, dry_run=args.dry_run).exit_code
         if args.command == "demo":
             from spark_kafkalog.demo import run
 

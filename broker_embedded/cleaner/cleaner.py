@@ -54,7 +54,9 @@ head sees everything.
 I/O and memory: segments are read with ``pread`` into a window buffer (``window_bytes``, grown
 to hold the largest batch), never mapped, so a reader or a concurrent truncation cannot fault
 the cleaner and the resident memory is the map plus a few window-sized buffers whatever the log
-size. Per window, ``decode_kernel.scan_entries`` reads the batch headers into a table, numpy and
+size. Per window, ``decode_kernel.scan_entries`` reads the batch headers into a table, every
+v2 batch's CRC-32C is checked (a mismatch is a :class:`CorruptRecordError` naming the file,
+position and offset: a rewritten batch gets a new CRC, which would hide the damage), numpy and
 a short Python pass over the transactional, control, compressed and legacy batches only build
 the plan, and one kernel call (cleaner_kernel.py) hashes, looks up and writes the records: no
 Python object per record.
@@ -80,6 +82,7 @@ from broker_embedded.cleaner.log_cleaner_manager import OffsetsToClean, cleanabl
 from broker_embedded.cleaner.skimpy_offset_map import MD5_SCRATCH_BYTES, SkimpyOffsetMap
 from broker_embedded.errors import CorruptRecordError, KafkaLogError
 from broker_embedded.record import decode_kernel as dk
+from broker_embedded.record.columnar_decoder import crc_mismatch
 from broker_embedded.record.compression import CompressionType, compress, decompress
 from broker_embedded.record.control_record import ControlRecordType
 from broker_embedded.record.legacy_record import LegacyRecordBatch
@@ -455,11 +458,27 @@ class Cleaner:
                     continue
                 table = np.empty((n, dk.SCAN_FIELDS), np.int64)
                 dk.scan_entries(data, 0, want, _MIN_BODY, table)
+                self._verify_crcs(source, pos, data, table)
                 consumed = int(at)
                 yield _Window(data[:consumed], table, pos, pos + consumed >= size)
                 pos += consumed
         finally:
             os.close(fd)
+
+    @staticmethod
+    def _verify_crcs(source: str, pos: int, data: np.ndarray, table: np.ndarray) -> None:
+        """Refuse a window with a v2 batch whose CRC does not match: a batch the cleaner
+        rewrites gets a new CRC, which would hide the damage."""
+        v2 = table[table[:, dk.S_MAGIC] == 2]
+        bad = crc_mismatch(memoryview(data), v2)
+        if bad is not None:
+            row, stored, actual = bad
+            raise CorruptRecordError(
+                f"CRC mismatch: stored {stored:#010x}, computed {actual:#010x}",
+                source=source,
+                position=pos + int(v2[row, dk.S_POS]),
+                base_offset=int(v2[row, dk.S_OFFSET]),
+            )
 
     def _side_sections(self, window: _Window, rows: np.ndarray, plan: np.ndarray) -> None:
         """Decompress the records sections of ``rows`` into the side buffer (``P_SRC`` 1)."""

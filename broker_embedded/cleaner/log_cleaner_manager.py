@@ -44,6 +44,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from broker_embedded.errors import KafkaLogError
+from broker_embedded.storage.cleaning_lock import checkpoint_lock
 from broker_embedded.storage.offset_checkpoint import (
     CLEANER_OFFSET_CHECKPOINT,
     OffsetCheckpointFile,
@@ -102,6 +103,37 @@ class LogCleanerConfig:
             load_factor=config.log_cleaner_io_buffer_load_factor,
             backoff_ms=config.log_cleaner_backoff_ms,
         )
+
+
+# -- a compaction job's checkpoint entry -------------------------------------------------------
+
+
+def read_cleaner_checkpoint(log_dir: str | Path, tp: TopicPartition) -> int | None:
+    """The first dirty offset of ``tp`` in ``cleaner-offset-checkpoint`` (None: none, or an
+    unreadable file, which means "clean from the log start offset")."""
+    try:
+        return OffsetCheckpointFile(Path(log_dir) / CLEANER_OFFSET_CHECKPOINT).read().get(tp)
+    except FileNotFoundError:
+        return None
+    except KafkaLogError as e:
+        _log.warning("ignoring %s: %s", Path(log_dir) / CLEANER_OFFSET_CHECKPOINT, e)
+        return None
+
+
+def record_cleaner_checkpoint(log_dir: str | Path, tp: TopicPartition, offset: int) -> None:
+    """Set the entry of ``tp`` in ``cleaner-offset-checkpoint`` for a compaction job holding its
+    partition cleaning lock: read, set, atomic write, under ``checkpoint.lock``
+    (cleaning_lock.py), as other tasks update their partitions' entries meanwhile."""
+    path = Path(log_dir) / CLEANER_OFFSET_CHECKPOINT
+    with checkpoint_lock(log_dir):
+        f = OffsetCheckpointFile(path)
+        try:
+            entries = f.read_or_empty()
+        except KafkaLogError as e:
+            _log.warning("rewriting unreadable %s: %s", path, e)
+            entries = {}
+        entries[tp] = offset
+        f.write(dict(sorted(entries.items())))
 
 
 # -- which offsets to clean ------------------------------------------------------------------

@@ -424,17 +424,30 @@ class _CrcCheck:
             raise self._error
 
 
-def _verify_crcs(view: memoryview, entries: np.ndarray, where: _Where, release_gil: int) -> None:
-    """Compare each batch's CRC-32C with the stored one (``record_batch.crc32c_of``'s
-    computation; ``release_gil`` is the ``crc32c`` package's ``gil_release_mode``)."""
+def crc_mismatch(
+    view: memoryview, entries: np.ndarray, release_gil: int = -1
+) -> tuple[int, int, int] | None:
+    """The first v2 batch of ``entries`` (a ``decode_kernel.scan_entries`` table of ``view``)
+    whose CRC-32C (``record_batch.crc32c_of``'s computation) differs from the stored one, as
+    (row, stored, computed); None when all match. ``release_gil`` is the ``crc32c`` package's
+    ``gil_release_mode``."""
     positions = entries[:, k.S_POS].tolist()
     ends = (entries[:, k.S_POS] + entries[:, k.S_SIZE]).tolist()
     crcs = entries[:, k.S_CRC].tolist()
     for i, (pos, end, stored) in enumerate(zip(positions, ends, crcs, strict=True)):
         actual = crc32c.crc32c(view[pos + ATTRIBUTES_OFFSET : end], gil_release_mode=release_gil)
         if actual != stored:
-            reason = f"CRC mismatch: stored {stored:#010x}, computed {actual:#010x}"
-            raise where.corrupt(reason, pos, int(entries[i, k.S_OFFSET]))
+            return i, stored, actual
+    return None
+
+
+def _verify_crcs(view: memoryview, entries: np.ndarray, where: _Where, release_gil: int) -> None:
+    """Raise for the first batch whose CRC does not match (:func:`crc_mismatch`)."""
+    bad = crc_mismatch(view, entries, release_gil)
+    if bad is not None:
+        i, stored, actual = bad
+        reason = f"CRC mismatch: stored {stored:#010x}, computed {actual:#010x}"
+        raise where.corrupt(reason, int(entries[i, k.S_POS]), int(entries[i, k.S_OFFSET]))
 
 
 def _aborted(

@@ -24,6 +24,13 @@ Semantics (Linux ``flock``):
 - ``flock`` and the ``fcntl`` record locks a JVM's ``FileChannel.tryLock`` takes are separate on
   Linux: this lock excludes kafkalog processes, not a Kafka broker running on the same dir.
 
+Shared holders (:meth:`LogDirLock.acquire_shared`): a compaction job holds the lock shared
+(``flock(LOCK_SH)``) while it cleans a partition of a log dir nobody owns, so that several of
+its tasks clean partitions side by side and no broker or write commit takes the dir meanwhile.
+Shared holders write nothing into ``.lock`` (they are many); each names itself in its
+partition's cleaning lock instead (cleaning_lock.py, ``.kafkalog-cleaning/``), and a refused
+exclusive holder is told who cleans what (:func:`lock_holder`).
+
 Thread safety: :meth:`LogDirLock.release` may be called from any thread, any number of times.
 """
 
@@ -40,6 +47,8 @@ from types import TracebackType
 from broker_embedded.errors import KafkaLogError, LogDirLockedError
 
 LOCK_FILE_NAME = ".lock"
+CLEANING_DIR = ".kafkalog-cleaning"  # the partition cleaning locks (cleaning_lock.py)
+CLEANING_LOCK_SUFFIX = ".lock"
 _MAX_OWNER_TEXT = 200  # characters of the caller's owner text kept in the file
 _MAX_READ = 4096  # bytes of a .lock file read to describe its holder
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]+")
@@ -58,14 +67,69 @@ def _owner_line(owner: str) -> bytes:
     return (text + "\n").encode("utf-8")
 
 
-def _holder_description(fd: int) -> str:
-    """Who holds the lock, as its holder wrote it; a placeholder if it wrote nothing yet."""
+def _read_text(fd: int) -> str:
     try:
         data = os.pread(fd, _MAX_READ, 0)
     except OSError:
         data = b""
-    text = _CONTROL.sub(" ", data.decode("utf-8", errors="replace")).strip()
-    return text or "an unknown holder (its .lock file names none yet)"
+    return _CONTROL.sub(" ", data.decode("utf-8", errors="replace")).strip()
+
+
+def held_cleanings(log_dir: str | Path) -> list[str]:
+    """The holders of the partition cleaning locks of ``log_dir`` held right now, as each wrote
+    itself (a snapshot: probes with a shared lock released at once)."""
+    try:
+        entries = sorted(os.scandir(Path(log_dir) / CLEANING_DIR), key=lambda e: e.name)
+    except OSError:
+        return []
+    held = []
+    for e in entries:
+        if not e.name.endswith(CLEANING_LOCK_SUFFIX):
+            continue
+        try:
+            fd = os.open(e.path, os.O_RDONLY | os.O_CLOEXEC)
+        except OSError:
+            continue
+        try:
+            if not try_flock(fd, fcntl.LOCK_SH):
+                held.append(_read_text(fd) or f"an unknown holder of {e.name}")
+        finally:
+            os.close(fd)
+    return held
+
+
+def _holder_description(fd: int, log_dir: Path) -> str:
+    """Who holds the lock, as its holder wrote it (or the compaction jobs holding it shared);
+    a placeholder if it wrote nothing yet."""
+    text = _read_text(fd)
+    if text:
+        return text
+    cleanings = held_cleanings(log_dir)
+    if cleanings:
+        return "a compaction job cleaning partitions: " + "; ".join(cleanings)
+    return "an unknown holder (its .lock file names none yet)"
+
+
+def lock_holder(log_dir: str | Path) -> str:
+    """Who holds (or last held) the ``.lock`` of ``log_dir``: its text, else the compaction jobs
+    holding it shared, else ``""``."""
+    try:
+        fd = os.open(lock_file_path(log_dir), os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return ""
+    try:
+        text = _read_text(fd)
+    finally:
+        os.close(fd)
+    if text:
+        return text
+    cleanings = held_cleanings(log_dir)
+    return "a compaction job cleaning partitions: " + "; ".join(cleanings) if cleanings else ""
+
+
+def held_by_compaction(holder: str) -> bool:
+    """Whether a :func:`lock_holder` text names compaction jobs holding the lock shared."""
+    return holder.startswith("a compaction job cleaning partitions: ")
 
 
 def _locked_error(log_dir: Path, holder: str) -> LogDirLockedError:
@@ -77,15 +141,21 @@ def _locked_error(log_dir: Path, holder: str) -> LogDirLockedError:
     return LogDirLockedError(f"log dir {log_dir} is locked by {holder}: {who} owns it for writing")
 
 
-def _open_lock_file(log_dir: Path) -> int:
-    path = lock_file_path(log_dir)
+def open_lock_file(path: Path, log_dir: Path) -> int:
+    """Open (creating) a lock file of ``log_dir``, close-on-exec."""
     try:
         return os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
     except OSError as e:
         raise KafkaLogError(f"cannot open lock file {path} of log dir {log_dir}: {e}") from e
 
 
-def _try_flock(fd: int, operation: int) -> bool:
+def write_owner(fd: int, owner: str) -> None:
+    """Write the holder's line (pid, host, ``owner``) into a held lock file."""
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, _owner_line(owner), 0)
+
+
+def try_flock(fd: int, operation: int) -> bool:
     """Take ``operation`` without blocking: ``True`` if taken, ``False`` if someone holds it."""
     try:
         fcntl.flock(fd, operation | fcntl.LOCK_NB)
@@ -98,12 +168,13 @@ class LogDirLock:
     """A held ``.lock`` of one log dir; made by :meth:`acquire`, ended by :meth:`release` (or
     the context manager's exit, or the process's end)."""
 
-    __slots__ = ("log_dir", "owner", "_fd", "_mutex")
+    __slots__ = ("log_dir", "owner", "shared", "_fd", "_mutex")
 
-    def __init__(self, log_dir: Path, owner: str, fd: int) -> None:
-        """Use :meth:`acquire`."""
+    def __init__(self, log_dir: Path, owner: str, fd: int, shared: bool = False) -> None:
+        """Use :meth:`acquire` or :meth:`acquire_shared`."""
         self.log_dir = log_dir
         self.owner = owner
+        self.shared = shared
         self._fd: int | None = fd
         self._mutex = threading.Lock()
 
@@ -119,20 +190,34 @@ class LogDirLock:
         host name, for the error message of whoever is refused next.
         """
         log_dir = Path(log_dir)
-        fd = _open_lock_file(log_dir)
+        fd = open_lock_file(lock_file_path(log_dir), log_dir)
         try:
-            if not _try_flock(fd, fcntl.LOCK_EX):
-                raise _locked_error(log_dir, _holder_description(fd))
-            os.ftruncate(fd, 0)
-            os.pwrite(fd, _owner_line(owner), 0)
+            if not try_flock(fd, fcntl.LOCK_EX):
+                raise _locked_error(log_dir, _holder_description(fd, log_dir))
+            write_owner(fd, owner)
         except BaseException:
             os.close(fd)  # also drops the flock if it was taken
             raise
         return cls(log_dir, owner, fd)
 
+    @classmethod
+    def acquire_shared(cls, log_dir: str | Path, owner: str = "") -> LogDirLock:
+        """Hold the lock shared (a compaction job; see the module docstring), or raise
+        :class:`LogDirLockedError` naming the exclusive holder. Writes nothing into the file."""
+        log_dir = Path(log_dir)
+        fd = open_lock_file(lock_file_path(log_dir), log_dir)
+        try:
+            if not try_flock(fd, fcntl.LOCK_SH):
+                raise _locked_error(log_dir, _holder_description(fd, log_dir))
+        except BaseException:
+            os.close(fd)
+            raise
+        return cls(log_dir, owner, fd, shared=True)
+
     @staticmethod
     def is_locked(log_dir: str | Path) -> bool:
-        """Whether some process holds the lock of ``log_dir`` right now.
+        """Whether some process holds the lock of ``log_dir`` exclusively right now (compaction
+        jobs holding it shared are not seen: see :func:`held_cleanings`).
 
         Probes with a shared lock released at once, never creates the lock file, and is only a
         snapshot: the answer may be stale when it returns. A concurrent :meth:`acquire` may be
@@ -143,7 +228,7 @@ class LogDirLock:
         except FileNotFoundError:
             return False
         try:
-            return not _try_flock(fd, fcntl.LOCK_SH)
+            return not try_flock(fd, fcntl.LOCK_SH)
         finally:
             os.close(fd)  # drops the probe's lock if it got one
 
@@ -158,7 +243,8 @@ class LogDirLock:
         if fd is None:
             return
         try:
-            os.ftruncate(fd, 0)
+            if not self.shared:
+                os.ftruncate(fd, 0)
             fcntl.flock(fd, fcntl.LOCK_UN)
         finally:
             os.close(fd)
@@ -175,5 +261,5 @@ class LogDirLock:
         self.release()
 
     def __repr__(self) -> str:
-        state = "held" if self.is_held else "released"
+        state = ("held shared" if self.shared else "held") if self.is_held else "released"
         return f"LogDirLock({str(self.log_dir)!r}, owner={self.owner!r}, {state})"

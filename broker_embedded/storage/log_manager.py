@@ -176,8 +176,7 @@ class LogManager:
         fsync_dir(self.log_dir)
 
     def _load_logs(self) -> None:
-        points = {name: OffsetCheckpointFile(self.log_dir / name).read_or_empty()
-                  for name in _CHECKPOINTS}  # fmt: skip
+        points = read_offset_checkpoints(self.log_dir)
         found = sorted(
             tp for e in os.scandir(self.log_dir)
             if e.is_dir() and (tp := TopicPartition.try_parse_dir_name(e.name)) is not None
@@ -204,12 +203,9 @@ class LogManager:
         return f.read().topic_id if f.exists() else new_topic_id()
 
     def _open_log(self, tp: TopicPartition, **offsets: int | None) -> UnifiedLog:
-        entry = self.topics[tp.topic]
-        return UnifiedLog(
-            self.log_dir, tp, entry.log_config(self.defaults, tp.topic),
-            topic_id=entry.topic_id, had_clean_shutdown=self.had_clean_shutdown,
-            clock_ms=self._clock, on_offsets_changed=self._on_offsets_changed, **offsets,
-        )  # fmt: skip
+        return _open_log(self.log_dir, tp, self.topics[tp.topic], self.defaults,
+                         had_clean_shutdown=self.had_clean_shutdown, clock_ms=self._clock,
+                         on_offsets_changed=self._on_offsets_changed, **offsets)  # fmt: skip
 
     # -- topics and logs ---------------------------------------------------------------------------
 
@@ -392,3 +388,44 @@ class LogManager:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def read_offset_checkpoints(log_dir: Path) -> dict[str, dict[TopicPartition, int]]:
+    """The high watermark, recovery point and log start offset checkpoints of ``log_dir``."""
+    return {name: OffsetCheckpointFile(log_dir / name).read_or_empty() for name in _CHECKPOINTS}
+
+
+def _open_log(
+    log_dir: Path, tp: TopicPartition, entry: TopicEntry, defaults: LogConfig, **kwargs: object
+) -> UnifiedLog:
+    return UnifiedLog(log_dir, tp, entry.log_config(defaults, tp.topic), topic_id=entry.topic_id,
+                      **kwargs)  # fmt: skip
+
+
+def shut_down_cleanly(log_dir: str | Path) -> bool:
+    """Whether the last owner of ``log_dir`` closed it cleanly (its logs need no recovery)."""
+    return (Path(log_dir) / CLEAN_SHUTDOWN_FILE).exists()
+
+
+def open_log_for_cleaning(
+    log_dir: str | Path,
+    tp: TopicPartition,
+    defaults: LogConfig | None = None,
+    *,
+    clock_ms: Callable[[], int] = wall_clock_ms,
+) -> UnifiedLog:
+    """The log of ``tp`` alone, for a compaction job that holds its partition cleaning lock
+    (cleaning_lock.py) in a log dir no one owns and that was shut down cleanly: no recovery, no
+    log manager (an interrupted cleaner swap is settled by the log's opening). Nothing outside
+    the partition's directory is written; its checkpoint entries are read, not changed."""
+    log_dir = Path(log_dir)
+    entry = TopicConfigFile(log_dir).read().get(tp.topic)
+    if entry is None or tp.partition >= entry.partitions:
+        raise UnknownTopicOrPartitionError(
+            f"topic {tp.topic!r} partition {tp.partition} is not registered in {log_dir}"
+        )
+    points = read_offset_checkpoints(log_dir)
+    return _open_log(log_dir, tp, entry, defaults or LogConfig(), clock_ms=clock_ms,
+                     recovery_point=points[RECOVERY_POINT_OFFSET_CHECKPOINT].get(tp, 0),
+                     log_start_offset=points[LOG_START_OFFSET_CHECKPOINT].get(tp),
+                     high_watermark=points[REPLICATION_OFFSET_CHECKPOINT].get(tp))  # fmt: skip

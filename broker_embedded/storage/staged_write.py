@@ -115,8 +115,9 @@ from broker_embedded.errors import (
     UnknownTopicOrPartitionError,
 )
 from broker_embedded.record.record_batch import LOG_OVERHEAD
+from broker_embedded.storage import log_dir_lock
 from broker_embedded.storage.checkpoint_file import fsync_dir, write_atomically
-from broker_embedded.storage.log_dir_lock import lock_file_path
+from broker_embedded.storage.cleaning_lock import WriterGate
 from broker_embedded.storage.topic_partition import TopicPartition
 
 if TYPE_CHECKING:
@@ -285,48 +286,55 @@ UNKNOWN_HOLDER = "an unknown process"
 
 
 def lock_holder(log_dir: str | Path) -> str:
-    """Who holds (or last held) the ``.lock`` of ``log_dir``, as its holder wrote it."""
-    try:
-        text = lock_file_path(log_dir).read_text("utf-8", errors="replace").strip()
-    except OSError:
-        text = ""
-    return text or UNKNOWN_HOLDER
+    """Who holds (or last held) the ``.lock`` of ``log_dir``, as its holder wrote it (or the
+    compaction jobs holding it shared)."""
+    return log_dir_lock.lock_holder(log_dir) or UNKNOWN_HOLDER
 
 
 def held_by_a_commit(holder: str) -> bool:
-    """Whether a :func:`lock_holder` text names a write job's commit (short: wait for it)."""
-    return f"({COMMIT_OWNER} " in holder
+    """Whether a :func:`lock_holder` text names a write job's commit or compaction jobs (both
+    hold the lock briefly: wait for them)."""
+    return f"({COMMIT_OWNER} " in holder or log_dir_lock.held_by_compaction(holder)
 
 
 def _open_log_manager(log_dir: Path, job_id: str, lock_timeout_s: float) -> LogManager:
-    """A log manager on ``log_dir`` for a commit: waits while another write job commits,
-    refuses (naming the owner) while anyone else owns the log dir. A lock whose holder names no
-    one (``LogDirLock.is_locked``'s probe of another writer, or a holder that has not written
-    its name yet: both last an instant) is retried for up to ``UNKNOWN_HOLDER_WAIT_S``."""
+    """A log manager on ``log_dir`` for a commit: waits while another write job commits or a
+    compaction job cleans partitions (closing the writer gate meanwhile, so that no new
+    cleaning starts: cleaning_lock.py), refuses (naming the owner) while anyone else owns the
+    log dir. A lock whose holder names no one (``LogDirLock.is_locked``'s probe of another
+    writer, or a holder that has not written its name yet: both last an instant) is retried
+    for up to ``UNKNOWN_HOLDER_WAIT_S``."""
     from broker_embedded.storage.log_manager import LogManager  # it imports this module
 
     began = time.monotonic()
     deadline = began + lock_timeout_s
     unknown_deadline = began + min(lock_timeout_s, UNKNOWN_HOLDER_WAIT_S)
     delay = 0.05
-    while True:
-        try:
-            return LogManager(log_dir, owner=f"{COMMIT_OWNER} {job_id}, committing as node")
-        except LogDirLockedError:
-            holder = lock_holder(log_dir)
-            now = time.monotonic()
-            if (held_by_a_commit(holder) and now < deadline) or (
-                holder == UNKNOWN_HOLDER and now < unknown_deadline
-            ):
-                time.sleep(delay)  # another job's commit: they are short
-                delay = min(delay * 2, 1.0)
-                continue
-            raise LogDirLockedError(
-                f"cannot commit write job {job_id} to log dir {log_dir}: a running broker or "
-                f"another writer owns it ({holder}). A write job appends only to a log dir no "
-                "broker owns; writing through a running broker comes with its network "
-                "listener (a later release): stop the broker first, or produce through it"
-            ) from None
+    gate = WriterGate()
+    try:
+        while True:
+            try:
+                return LogManager(log_dir, owner=f"{COMMIT_OWNER} {job_id}, committing as node")
+            except LogDirLockedError:
+                holder = lock_holder(log_dir)
+                now = time.monotonic()
+                if (held_by_a_commit(holder) and now < deadline) or (
+                    holder == UNKNOWN_HOLDER and now < unknown_deadline
+                ):
+                    if log_dir_lock.held_by_compaction(holder):
+                        gate.close(log_dir)
+                    time.sleep(delay)  # another job's commit, a partition's cleaning: short
+                    delay = min(delay * 2, 1.0)
+                    continue
+                raise LogDirLockedError(
+                    f"cannot commit write job {job_id} to log dir {log_dir}: a running broker "
+                    f"or another writer owns it ({holder}). A write job appends only to a log "
+                    "dir no broker owns; writing through a running broker comes with its "
+                    "network listener (a later release): stop the broker first, or produce "
+                    "through it"
+                ) from None
+    finally:
+        gate.open()
 
 
 def _check_before_appending(lm: LogManager, files: Sequence[StagedFile]) -> None:

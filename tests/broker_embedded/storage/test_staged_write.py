@@ -646,3 +646,30 @@ def test_a_malformed_writer_entry_in_a_journal_stops_the_open(log_dir: Path) -> 
     (job / sw.JOURNAL).write_text(json.dumps(body))
     with pytest.raises(CheckpointError, match="malformed"):
         LogManager(log_dir)
+
+
+def test_a_commit_waits_for_a_compaction_job_and_closes_the_writer_gate(log_dir: Path) -> None:
+    from broker_embedded.storage.cleaning_lock import (
+        WRITER_WAITING,
+        CleaningRefusedError,
+        PartitionCleaningLock,
+    )
+
+    files = stage(log_dir, "job", "a1", [("t", 1, values(2))])
+    cleaning = PartitionCleaningLock.acquire(log_dir, TopicPartition("compacted", 0), "run R")
+    done = threading.Event()
+    commit = threading.Thread(target=lambda: (sw.commit(log_dir, "job", files), done.set()))
+    commit.start()
+    try:
+        time.sleep(0.5)
+        assert not done.is_set()  # waiting for the cleaning
+        # no new cleaning starts while a writer waits
+        with pytest.raises(CleaningRefusedError, match="a write job waits") as e:
+            PartitionCleaningLock.acquire(log_dir, T0, "run S")
+        assert e.value.reason == WRITER_WAITING
+    finally:
+        cleaning.release()
+    commit.join(timeout=30)
+    assert done.is_set()
+    assert leo(log_dir, T1) == 2
+    PartitionCleaningLock.acquire(log_dir, T0, "run S").release()  # the gate is open again
