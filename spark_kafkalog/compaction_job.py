@@ -231,52 +231,72 @@ def _recover(log_dir: Path, settings: JobSettings) -> None:
     LogManager(log_dir, owner=f"{settings.owner} (recovery)", node_id=0).close()
 
 
-def _plan_dir(log_dir: Path, settings: JobSettings, out: list, tasks: list) -> int:
-    config = settings.config
-    if not log_dir.is_dir():
-        raise KafkaLogError(f"log dir {log_dir} (compaction config log_dirs) does not exist")
-    topics = TopicConfigFile(log_dir).read()
-    partitions = _partitions(log_dir, config)
-    skip = partial(PartitionOutcome, str(log_dir), status=SKIPPED)
-    compacted = [tp for tp in partitions if tp.topic in topics
-                 and topics[tp.topic].log_config(config.topic_defaults, tp.topic).compact
-                 and tp.partition < topics[tp.topic].partitions]  # fmt: skip
-    ignored = sum(1 for tp in partitions if tp.topic in topics) - len(compacted)
-    unregistered = "topic not registered in kafkalog-topics.json (open the dir with kafkalog once)"
-    out.extend(skip(tp.topic, tp.partition, reason=unregistered)
-               for tp in partitions if tp.topic not in topics)  # fmt: skip
-    if not compacted:
-        return ignored
+def _owned_reason(log_dir: Path, settings: JobSettings) -> str | None:
+    """Why no partition of ``log_dir`` can be cleaned now, after recovering it if its last
+    owner died; None when it can."""
     owner = _owner_of(log_dir)
     if owner is None and not shut_down_cleanly(log_dir):
         try:
             _recover(log_dir, settings)
         except LogDirLockedError as e:
-            owner = str(e)
-    if owner is not None:
-        reason = f"log dir owned by {owner}: its broker's own cleaner compacts it"
-        out.extend(skip(tp.topic, tp.partition, reason=reason) for tp in compacted)
+            return str(e)
+    if owner is None:
+        return None
+    if f"({COMMIT_OWNER} " in owner:
+        return f"log dir held by {owner}: a write commit, rerun later"
+    return f"log dir owned by {owner}: its broker's own cleaner compacts it"
+
+
+def _plan_partition(
+    log_dir: Path, tp: TopicPartition, settings: JobSettings, now_ms: int
+) -> CleaningTask | PartitionOutcome:
+    skip = partial(PartitionOutcome, str(log_dir), tp.topic, tp.partition, SKIPPED)
+    lock = _acquire(log_dir, tp, settings)
+    if isinstance(lock, str):
+        return skip(reason=lock)
+    try:
+        with lock:
+            lg = open_log_for_cleaning(log_dir, tp, settings.config.topic_defaults)
+            try:
+                ltc = _weigh(lg, log_dir, now_ms)
+                why = _why_not(ltc, _threshold(settings.config, lg))
+            finally:
+                lg.close()
+    except (KafkaLogError, OSError) as e:
+        return replace(skip(), status=FAILED, reason=f"{type(e).__name__}: {e}")
+    if why is None:
+        return CleaningTask(str(log_dir), tp.topic, tp.partition, ltc.total_bytes,
+                            ltc.cleanable_ratio)  # fmt: skip
+    size = ltc.total_bytes
+    return skip(reason=why, bytes_before=size, bytes_after=size, dirty_ratio=ltc.cleanable_ratio)
+
+
+def _plan_dir(log_dir: Path, settings: JobSettings, out: list, tasks: list) -> int:
+    """Plan ``log_dir`` (tasks, and outcomes of what is not cleaned); the count of partitions
+    of matching topics that are not compacted."""
+    config = settings.config
+    if not log_dir.is_dir():
+        raise KafkaLogError(f"log dir {log_dir} (compaction config log_dirs) does not exist")
+    topics = TopicConfigFile(log_dir).read()
+    partitions = _partitions(log_dir, config)
+    compacted = [tp for tp in partitions if tp.topic in topics
+                 and topics[tp.topic].log_config(config.topic_defaults, tp.topic).compact
+                 and tp.partition < topics[tp.topic].partitions]  # fmt: skip
+    ignored = sum(1 for tp in partitions if tp.topic in topics) - len(compacted)
+    unregistered = "topic not registered in kafkalog-topics.json (open the dir with kafkalog once)"
+    out.extend(PartitionOutcome(str(log_dir), tp.topic, tp.partition, SKIPPED, unregistered)
+               for tp in partitions if tp.topic not in topics)  # fmt: skip
+    if not compacted:
+        return ignored
+    reason = _owned_reason(log_dir, settings)
+    if reason is not None:
+        out.extend(PartitionOutcome(str(log_dir), tp.topic, tp.partition, SKIPPED, reason)
+                   for tp in compacted)  # fmt: skip
         return ignored
     now_ms = int(time.time() * 1000)
     for tp in compacted:
-        lock = _acquire(log_dir, tp, settings)
-        if isinstance(lock, str):
-            out.append(skip(tp.topic, tp.partition, reason=lock))
-            continue
-        with lock:
-            lg = open_log_for_cleaning(log_dir, tp, config.topic_defaults)
-            try:
-                ltc = _weigh(lg, log_dir, now_ms)
-                why = _why_not(ltc, _threshold(config, lg))
-            finally:
-                lg.close()
-        if why is None:
-            tasks.append(CleaningTask(str(log_dir), tp.topic, tp.partition, ltc.total_bytes,
-                                      ltc.cleanable_ratio))  # fmt: skip
-        else:
-            size = ltc.total_bytes
-            out.append(skip(tp.topic, tp.partition, reason=why, bytes_before=size,
-                            bytes_after=size, dirty_ratio=ltc.cleanable_ratio))  # fmt: skip
+        planned = _plan_partition(log_dir, tp, settings, now_ms)
+        (tasks if isinstance(planned, CleaningTask) else out).append(planned)
     return ignored
 
 
