@@ -63,6 +63,10 @@ def segment_file_stem(base_offset: int) -> str:
     return f"{base_offset:020d}"
 
 
+def _file_id(st: os.stat_result) -> tuple[int, int]:
+    return st.st_dev, st.st_ino
+
+
 def parse_segment_log_name(name: str) -> int | None:
     """The base offset of a ``<20 digits>.log`` file name, else ``None`` (also for ``.swap``,
     ``.cleaned``, ``.deleted`` and other transient names)."""
@@ -114,12 +118,14 @@ class LogSegment:
     ``size_in_bytes`` is the ``.log`` size at open; ``end_of_batches`` where its last complete
     batch ends (smaller only when the file ends in a partial batch); ``next_offset`` the offset
     after its last batch (``base_offset`` when it holds none); ``largest_timestamp`` the largest
-    batch max timestamp (-1 if none).
+    batch max timestamp (-1 if none); ``file_id`` the ``(st_dev, st_ino)`` of the ``.log`` that
+    was opened (``None`` for an empty writer's view), so that a caller can tell whether the path
+    still names that file (a cleaner swap puts another file under the same name).
     """
 
     __slots__ = ("base_offset", "log_path", "index_interval_bytes", "offset_index", "time_index",
                  "index_status", "size_in_bytes", "end_of_batches", "next_offset",
-                 "largest_timestamp", "_mmap", "_buf")  # fmt: skip
+                 "largest_timestamp", "file_id", "_mmap", "_buf")  # fmt: skip
 
     def __init__(
         self,
@@ -157,8 +163,10 @@ class LogSegment:
         seg.index_interval_bytes = DEFAULT_INDEX_INTERVAL_BYTES
         seg._mmap = None
         seg._buf = memoryview(b"")
+        seg.file_id = None
         if size:
             with open(seg.log_path, "rb") as f:
+                seg.file_id = _file_id(os.fstat(f.fileno()))
                 seg._mmap = mmap.mmap(f.fileno(), size, access=mmap.ACCESS_READ)
             seg._buf = memoryview(seg._mmap)
         seg.size_in_bytes = seg.end_of_batches = size
@@ -181,7 +189,9 @@ class LogSegment:
 
     def _map(self) -> memoryview:
         with open(self.log_path, "rb") as f:
-            size = os.fstat(f.fileno()).st_size
+            st = os.fstat(f.fileno())
+            self.file_id = _file_id(st)
+            size = st.st_size
             if size == 0:
                 return memoryview(b"")
             self._mmap = mmap.mmap(f.fileno(), size, access=mmap.ACCESS_READ)
