@@ -300,3 +300,31 @@ def test_default_config_file(tmp_path: Path) -> None:
     assert f"log dir {tmp_path / 'nowhere'} (compaction config log_dirs) does not exist" in (
         result.stderr
     )
+
+
+def test_spark_reads_during_a_run_see_the_latest_value_of_every_key(spark, tmp_path: Path):
+    log_dir = tmp_path / "d"
+    model, _ = build_compacted(
+        log_dir, partitions=6, keys=3000, batches=400, segment_bytes=200_000, extra_topics=False
+    )
+    config = write_config(tmp_path / "c.toml", log_dir, map_memory_per_task=24 * 1024,
+                          progress_interval_seconds=0.001)  # fmt: skip
+    # a progress line a round: the output stays far below the pipe's buffer
+    produced, expected = model.by_offset(), model.latest()
+    proc = kafkalog_compact(config)
+    assert proc.stdout is not None
+    assert ": round " in next(line for line in proc.stdout if ": round " in line)
+    reads = 0
+    while proc.poll() is None:  # the job swaps segments under these reads
+        rows = spark_rows(spark, log_dir, "profiles")
+        assert all(produced[(p, o)] == (k, v) for p, o, k, v in rows)
+        latest = {}
+        for p, offset, key, value in rows:
+            latest[(p, key)] = (offset, value)
+        assert latest == expected
+        reads += 1
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    assert reads >= 1  # each began while the job was cleaning (rounds went on after it)
+    assert out.count(": round ") >= 6
+    assert_compacted(spark_rows(spark, log_dir, "profiles"), model)
