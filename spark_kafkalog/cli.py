@@ -19,7 +19,8 @@ Subcommands:
                                                  (conf/compaction.toml) in this process, like
                                                  spark-submit jobs/compact.py without Spark
   demo [--dir DIR] [--events N]                  the main job: an embedded broker produces, Spark
-                                                 reads, aggregates, writes a topic and reads it
+                                                 reads, aggregates, compacts a topic, writes a
+                                                 topic and reads it back, streams a copy
 
 topics, produce and consume take --log-dir DIR (required) and --broker-config FILE, the broker's
 TOML config (default: the built-in values, which conf/broker.toml holds). In `topics create`,
@@ -214,7 +215,7 @@ def _parser() -> argparse.ArgumentParser:
     demo = sub.add_parser(
         "demo",
         help="the main job: an embedded broker produces events, Spark reads, aggregates, "
-        "writes a derived topic and reads it back",
+        "compacts a topic, writes a derived topic and reads it back, streams an enriched copy",
     )
     demo.add_argument("--dir", type=Path, default=Path("demo-logdir"), help="recreated each run")
     demo.add_argument(

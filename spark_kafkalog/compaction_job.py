@@ -103,8 +103,9 @@ class CleaningTask:
     log_dir: str
     topic: str
     partition: int
-    total_bytes: int
+    total_bytes: int  # below the first uncleanable offset's segment: the work, for the order
     dirty_ratio: float
+    log_bytes: int  # the whole log, as the summary's "before"
 
     @property
     def topic_partition(self) -> TopicPartition:
@@ -260,14 +261,14 @@ def _plan_partition(
             try:
                 ltc = _weigh(lg, log_dir, now_ms)
                 why = _why_not(ltc, _threshold(settings.config, lg))
+                size = lg.size_in_bytes
             finally:
                 lg.close()
     except (KafkaLogError, OSError) as e:
         return replace(skip(), status=FAILED, reason=f"{type(e).__name__}: {e}")
     if why is None:
         return CleaningTask(str(log_dir), tp.topic, tp.partition, ltc.total_bytes,
-                            ltc.cleanable_ratio)  # fmt: skip
-    size = ltc.total_bytes
+                            ltc.cleanable_ratio, size)  # fmt: skip
     return skip(reason=why, bytes_before=size, bytes_after=size, dirty_ratio=ltc.cleanable_ratio)
 
 
@@ -334,7 +335,7 @@ def clean_partition(
         with lock:
             outcome = _clean_locked(log_dir, tp, settings, outcome, progress)
     except (KafkaLogError, OSError, ValueError) as e:
-        _log.exception("compaction of %s in %s failed", tp, log_dir)
+        _log.warning("compaction of %s in %s failed: %s", tp, log_dir, e)
         outcome = replace(outcome, status=FAILED, reason=f"{type(e).__name__}: {e}")
     return replace(outcome, seconds=time.monotonic() - started)
 
@@ -390,9 +391,35 @@ def _clean_locked(
         lg.close()
 
 
+class _Every:
+    """Passes a progress line on at most once per ``interval`` seconds."""
+
+    def __init__(self, interval: float, emit: Callable[[str], None]) -> None:
+        self.interval = interval
+        self.emit = emit
+        self.last = time.monotonic()
+
+    def __call__(self, line: str) -> None:
+        if time.monotonic() - self.last >= self.interval:
+            self.last = time.monotonic()
+            self.emit(line)
+
+
+def _task_log() -> logging.Logger:
+    """The tasks' progress log: to the executor's stderr, whatever the worker's logging."""
+    task_log = logging.getLogger(f"{__name__}.task")
+    if not task_log.handlers:
+        handler = logging.StreamHandler()
+        handler.setFormatter(logging.Formatter("kafkalog compaction: %(message)s"))
+        task_log.addHandler(handler)
+        task_log.setLevel(logging.INFO)
+        task_log.propagate = False
+    return task_log
+
+
 def _clean_in_task(settings: JobSettings, tasks: Iterable[CleaningTask]) -> list[PartitionOutcome]:
-    logging.basicConfig(level=logging.INFO)
-    return [clean_partition(t, settings, _log.info) for t in tasks]
+    progress = _Every(settings.config.progress_interval_seconds, _task_log().info)
+    return [clean_partition(t, settings, progress) for t in tasks]
 
 
 # -- the runs ----------------------------------------------------------------------------------
@@ -437,19 +464,14 @@ def run_local(config: CompactionConfig, out: TextIO, *, dry_run: bool = False) -
     outcomes = []
     if not dry_run:
         total = len(the_plan.tasks)
-        last = [time.monotonic()]
-
-        def progress(line: str) -> None:
-            if time.monotonic() - last[0] >= config.progress_interval_seconds:
-                last[0] = time.monotonic()
-                print(f"  ... {line}", file=out, flush=True)
-
+        progress = _Every(config.progress_interval_seconds,
+                          lambda line: print(f"  ... {line}", file=out, flush=True))  # fmt: skip
         for i, task in enumerate(the_plan.tasks, 1):
             o = clean_partition(task, settings, progress)
             outcomes.append(o)
             print(f"[{i}/{total}] {o.name} in {o.log_dir}: {o.status}"
-                  f"{' (' + o.reason + ')' if o.reason else ''}, {_mb(o.bytes_before)} -> "
-                  f"{_mb(o.bytes_after)} in {o.seconds:.1f} s", file=out, flush=True)  # fmt: skip
+                  f"{' (' + o.reason + ')' if o.reason else ''}, {_size(o.bytes_before)} -> "
+                  f"{_size(o.bytes_after)} in {o.seconds:.1f} s", file=out, flush=True)  # fmt: skip
     return _finish(settings, the_plan, outcomes, out, started, dry_run)
 
 
@@ -472,14 +494,18 @@ def _report_spark_progress(sc, group: str, total: int, config: CompactionConfig,
 # -- the report --------------------------------------------------------------------------------
 
 
-def _mb(n: int) -> str:
-    return f"{n / 1e6:,.1f} MB"
+def _size(n: int) -> str:
+    """Bytes in kB, MB or GB (decimal units): two decimals below 10 units, one above."""
+    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if n >= scale:
+            return f"{n / scale:,.{2 if n < 10 * scale else 1}f} {unit}"
+    return f"{n} B"
 
 
 def _print_plan(the_plan: Plan, settings: JobSettings, out: TextIO) -> None:
-    total = sum(t.total_bytes for t in the_plan.tasks)
+    total = sum(t.log_bytes for t in the_plan.tasks)
     print(f"kafkalog compaction run {settings.run_id} on {socket.gethostname()}: "
-          f"{len(the_plan.tasks)} partitions to clean ({_mb(total)}), {len(the_plan.skipped)} "
+          f"{len(the_plan.tasks)} partitions to clean ({_size(total)}), {len(the_plan.skipped)} "
           f"skipped, {the_plan.ignored} not compacted; time budget "
           f"{settings.config.time_budget_seconds:g} s", file=out, flush=True)  # fmt: skip
 
@@ -492,8 +518,8 @@ def summary_table(outcomes: Iterable[PartitionOutcome]) -> list[str]:
     for o in outcomes:
         dirty = "" if o.dirty_ratio is None else f"{o.dirty_ratio:.2f}"
         done = ("", "", "", "") if o.status == PLANNED else (
-            _mb(o.bytes_after), f"{o.keys:,}", str(o.rounds), f"{o.seconds:.1f}")  # fmt: skip
-        rows.append((o.log_dir, o.name, o.status, dirty, _mb(o.bytes_before), *done, o.reason))
+            _size(o.bytes_after), f"{o.keys:,}", str(o.rounds), f"{o.seconds:.1f}")  # fmt: skip
+        rows.append((o.log_dir, o.name, o.status, dirty, _size(o.bytes_before), *done, o.reason))
     widths = [max(len(r[i]) for r in rows) for i in range(len(header) - 1)]
     right = {3, 4, 5, 6, 7, 8}
     return [
@@ -517,7 +543,7 @@ def _finish(
 ) -> JobReport:
     if dry_run:
         outcomes = [PartitionOutcome(t.log_dir, t.topic, t.partition, PLANNED,
-                                     bytes_before=t.total_bytes, dirty_ratio=t.dirty_ratio)
+                                     bytes_before=t.log_bytes, dirty_ratio=t.dirty_ratio)
                     for t in the_plan.tasks]  # fmt: skip
     everything = sorted([*outcomes, *the_plan.skipped],
                         key=lambda o: (o.log_dir, o.topic, o.partition))  # fmt: skip
@@ -529,7 +555,7 @@ def _finish(
     before = sum(o.bytes_before for o in worked)
     after = sum(o.bytes_after for o in worked)
     print(f"cleaned {counts[CLEANED]}, partial {counts[PARTIAL]}, skipped {counts[SKIPPED]}, "
-          f"failed {counts[FAILED]}: {_mb(before)} -> {_mb(after)}, "
+          f"failed {counts[FAILED]}: {_size(before)} -> {_size(after)}, "
           f"{sum(o.keys for o in worked):,} keys, {sum(o.rounds for o in worked)} rounds, "
           f"{time.monotonic() - started:.1f} s", file=out, flush=True)  # fmt: skip
     return JobReport(settings.run_id, tuple(everything), 1 if counts[FAILED] else 0)

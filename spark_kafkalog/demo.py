@@ -1,28 +1,40 @@
 """``kafkalog demo``: the main job, end to end on an embedded log dir (recreated each run).
 
-1. An embedded :class:`Broker` creates the topics: ``events`` (3 partitions), ``profiles``
-   (3 partitions, ``cleanup.policy=compact``, keyed by user) and ``purchases`` (3 partitions,
-   the derived topic the Spark job fills), then produces a simulated hour of a web shop: page
-   views, clicks, searches, add-to-carts and purchases as JSON, keyed by user id (placed by
-   Kafka's default partitioner, murmur2), with ``source`` and ``trace-id`` headers, in lz4
-   batches of about 16 KiB as a producer sends them; and profile updates (a tier and a country
-   per user, some deletions as tombstones), zstd. Then the broker is closed: a running broker
-   owns the log dir, and ``df.write`` appends only to a log dir no broker owns.
+1. An embedded :class:`Broker` (its own cleaner off: step 5 compacts) creates the topics:
+   ``events`` (3 partitions), ``profiles`` (3 partitions, ``cleanup.policy=compact``, keyed by
+   user, a segment per 10 simulated minutes: ``segment.ms``), ``purchases`` and ``enriched``
+   (3 partitions each, the derived topics the Spark jobs fill), then produces a simulated hour
+   of a web shop: page views, clicks, searches, add-to-carts and purchases as JSON, keyed by
+   user id (placed by Kafka's default partitioner, murmur2), with ``source`` and ``trace-id``
+   headers, in lz4 batches of about 16 KiB as a producer sends them; and profile updates (a
+   tier and a country per user, some deletions as tombstones), zstd, a batch per partition and
+   simulated minute (they are rare: a producer's ``linger.ms`` sends them in small batches).
+   Then the broker is closed: a running broker owns the log dir, ``df.write`` appends only to
+   a log dir no broker owns, and the compaction job leaves a broker's log dir alone.
 2. A SparkSession (``local[2]``) reads ``events`` with ``spark.read.format("kafkalog")`` and counts
    the events and the purchase revenue by type and partition.
 3. It reads a quarter of an hour with ``startingTimestamp`` / ``endingTimestamp`` (found through
    the time index, no scan).
-4. It reads ``profiles`` and keeps the latest record per key, what compaction keeps.
-5. It writes the purchases, reshaped, to ``purchases`` with ``df.write.format("kafkalog")`` and
+4. It reads ``profiles`` and keeps the latest record per key (partition, key, offset, value),
+   what compaction keeps, materialised with ``localCheckpoint`` (step 5 changes the files).
+5. The compaction job (:func:`spark_kafkalog.compaction_job.run`, one Spark task per
+   partition) cleans ``profiles``: its size on disk and record count before and after, the
+   job's summary table, and the same read of the latest value per key after, compared with
+   4's both ways with ``exceptAll``: identical. The active segments are never cleaned.
+6. It writes the purchases, reshaped, to ``purchases`` with ``df.write.format("kafkalog")`` and
    reads them back: count, revenue, and revenue by the users' current tier (a join with 4).
+7. A streaming query (``readStream`` with ``maxOffsetsPerTrigger``, ``availableNow``) copies
+   the events, enriched, to ``enriched`` exactly once in micro-batches; the copy is counted.
 
 Everything is printed as it goes, then a summary with the timings. The generator is seeded:
 :func:`generate_events` and :func:`generate_profiles` give the exact records produced, which
-the tests use as the expected figures. Later issues add the streaming and compaction steps.
+the tests use as the expected figures. The step numbers shift by one when the demo starts its
+own SparkSession (a step of its own).
 """
 
 from __future__ import annotations
 
+import io
 import os
 import shutil
 import sys
@@ -37,6 +49,7 @@ import numpy as np
 import pyarrow as pa
 
 from broker_embedded.broker import Broker
+from broker_embedded.broker_config import BrokerConfig
 from broker_embedded.default_partitioner import partitions_for_keys
 from broker_embedded.record.columnar_encoder import encode_batches
 
@@ -53,6 +66,9 @@ COUNTRIES = ("DE", "FR", "US", "GB", "JP", "BR", "IN")
 TOMBSTONE_RATE = 0.03
 BATCH_BYTES = 16 * 1024  # Kafka's producer batch.size
 NO_TIER = "(none)"
+PROFILES_LINGER_MS = 60_000  # a batch of profile updates per partition and simulated minute
+PROFILES_SEGMENT_MS = 600_000  # profiles' segment.ms: a segment per 10 simulated minutes
+COMPACTION_MAP_BYTES = 4 << 20  # the compaction job's offset map per task: 174,762 slots
 
 EVENT_SCHEMA = "user STRING, type STRING, page STRING, amount_cents INT, ts BIGINT"
 
@@ -163,42 +179,55 @@ def _produce_partitioned(
     timestamps: np.ndarray,
     headers: pa.Array | None,
     compression: str,
+    linger_ms: int | None = None,
 ) -> int:
     """Produce rows to the partitions their keys hash to, in order, as batches of about
-    BATCH_BYTES (one produce request per batch, acks=all); the number of batches."""
+    BATCH_BYTES (one produce request per batch, acks=all); with ``linger_ms``, a partition's
+    rows of each ``linger_ms`` interval of their timestamps go in batches of their own. The
+    number of batches."""
     part = partitions_for_keys(keys, PARTITIONS)
     batches = 0
     for p in range(PARTITIONS):
-        rows = pa.array(np.flatnonzero(part == p))
-        if not len(rows):
-            continue
-        encoded = encode_batches(
-            keys.take(rows), values.take(rows), timestamps[rows.to_numpy()],
-            None if headers is None else headers.take(rows),
-            compression=compression, max_batch_bytes=BATCH_BYTES,
-        )  # fmt: skip
-        for batch in encoded:
-            broker.produce(topic, p, batch, acks="all")
-        batches += len(encoded)
+        in_p = np.flatnonzero(part == p)
+        if linger_ms is None:
+            groups = [in_p]
+        else:
+            interval = timestamps[in_p] // linger_ms
+            groups = np.split(in_p, np.flatnonzero(np.diff(interval)) + 1)
+        for group in groups:
+            if not len(group):
+                continue
+            rows = pa.array(group)
+            encoded = encode_batches(
+                keys.take(rows), values.take(rows), timestamps[group],
+                None if headers is None else headers.take(rows),
+                compression=compression, max_batch_bytes=BATCH_BYTES,
+            )  # fmt: skip
+            for batch in encoded:
+                broker.produce(topic, p, batch, acks="all")
+            batches += len(encoded)
     return batches
 
 
 def produce(log_dir: Path, events: Events, profiles: Profiles) -> int:
-    """Step 1: create the topics and produce; the broker is closed on return. Batches made."""
-    with Broker(log_dir) as broker:
+    """Step 1: create the topics and produce; the broker is closed on return. Batches made.
+    The broker's own cleaner is off: the compaction job (step 5) compacts ``profiles``."""
+    with Broker(log_dir, config=BrokerConfig(log_cleaner_threads=0)) as broker:
         broker.create_topic("events", PARTITIONS, config={"retention.ms": -1})
-        broker.create_topic("profiles", PARTITIONS, config={"cleanup.policy": "compact"})
+        broker.create_topic("profiles", PARTITIONS, config={
+            "cleanup.policy": "compact", "segment.ms": PROFILES_SEGMENT_MS})  # fmt: skip
         broker.create_topic("purchases", PARTITIONS, config={"retention.ms": -1})
         broker.create_topic("enriched", PARTITIONS, config={"retention.ms": -1})
         batches = _produce_partitioned(broker, "events", events.keys, events.values,
                                        events.timestamps, events.headers, "lz4")  # fmt: skip
         values = pa.array(profiles.values, pa.binary())
         batches += _produce_partitioned(broker, "profiles", pa.array(profiles.keys, pa.binary()),
-                                        values, profiles.timestamps, None, "zstd")  # fmt: skip
+                                        values, profiles.timestamps, None, "zstd",
+                                        PROFILES_LINGER_MS)  # fmt: skip
     return batches
 
 
-# -- steps 2 to 5: Spark -----------------------------------------------------------------------
+# -- steps 2 to 7: Spark -----------------------------------------------------------------------
 
 _LOG4J2 = """\
 rootLogger.level = warn
@@ -251,6 +280,17 @@ def _events(df):
     return df.withColumn("e", F.from_json(F.col("value").cast("string"), EVENT_SCHEMA))
 
 
+@dataclass(frozen=True)
+class TopicFigures:
+    """A topic's size on disk and what Spark reads of it (step 5, before and after)."""
+
+    segments: int  # .log files
+    bytes: int  # their sizes: the log's size, as Kafka counts it
+    records: int
+    keys: int  # (partition, key) pairs: the latest record per key
+    tombstones: int  # keys whose latest record is a tombstone
+
+
 @dataclass
 class DemoResult:
     """The figures the demo prints (and its tests check)."""
@@ -270,6 +310,12 @@ class DemoResult:
     purchases_revenue_cents: int = 0
     purchases_by_partition: dict[int, int] = field(default_factory=dict)
     revenue_by_tier: dict[str, int] = field(default_factory=dict)
+    compaction_before: TopicFigures | None = None
+    compaction_after: TopicFigures | None = None
+    compaction_outcomes: tuple = ()  # compaction_job.PartitionOutcome, one per partition
+    compaction_exit_code: int = 0
+    latest_missing: int = -1  # rows of the latest per key before that are not there after
+    latest_extra: int = -1  # and the other way round
     stream_batches: list[int] = field(default_factory=list)  # input rows per micro-batch
     enriched_read: int = 0
     timings: dict[str, float] = field(default_factory=dict)
@@ -346,25 +392,124 @@ def _latest_profiles(spark, log_dir: Path):
     )
 
 
-def profiles(spark, log_dir: Path, res: DemoResult, out: TextIO) -> None:
-    """Step 4: the latest profile per user (what compaction keeps)."""
+def _latest_per_key(spark, log_dir: Path, topic: str):
+    """The latest record per key (partition, key, offset, value) and the key's record count,
+    materialised (``localCheckpoint``): it stays as read while the files change (step 5)."""
     from pyspark.sql import functions as F
 
-    rows = _latest_profiles(spark, log_dir).groupBy("tier").agg(F.count("*").alias("n")).collect()
+    return (
+        _read(spark, log_dir, topic)
+        .groupBy("partition", "key")
+        .agg(F.count("*").alias("records"), F.max("offset").alias("offset"),
+             F.max_by("value", "offset").alias("value"))
+        .localCheckpoint()
+    )  # fmt: skip
+
+
+def profiles(spark, log_dir: Path, res: DemoResult, out: TextIO):
+    """Step 4: the latest profile per user (what compaction keeps); returned (materialised)
+    for step 5 to compare with what is left after compaction."""
+    from pyspark.sql import functions as F
+
+    latest = _latest_per_key(spark, log_dir, "profiles")
+    tier = F.get_json_object(F.col("value").cast("string"), "$.tier")
+    rows = latest.groupBy(tier.alias("tier")).agg(F.count("*").alias("n")).collect()
     res.live_by_tier = {r["tier"]: r["n"] for r in rows if r["tier"] is not None}
     res.profiles_deleted = sum(r["n"] for r in rows if r["tier"] is None)
     res.profiles_live = sum(res.live_by_tier.values())
     tiers = ", ".join(f"{t} {res.live_by_tier.get(t, 0):,}" for t in TIERS)
     out.write(
-        "    .groupBy(key).agg(max_by(value, offset))\n"
+        "    .groupBy(partition, key).agg(max(offset), max_by(value, offset)).localCheckpoint()\n"
         f"    {res.profile_updates:,} updates -> {res.profiles_live + res.profiles_deleted:,} "
         f"users: {res.profiles_live:,} live ({tiers}),\n"
         f"    {res.profiles_deleted:,} deleted (their latest record is a tombstone)\n"
     )
+    return latest
+
+
+def _figures(log_dir: Path, topic: str, latest) -> TopicFigures:
+    """``topic``'s figures: its segment files, and what Spark read (``latest``: a
+    :func:`_latest_per_key`)."""
+    from pyspark.sql import functions as F
+
+    row = latest.agg(F.sum("records").alias("records"), F.count("*").alias("keys"),
+                     F.count_if(F.col("value").isNull()).alias("tombstones")).first()  # fmt: skip
+    files = [f for p in range(PARTITIONS) for f in (log_dir / f"{topic}-{p}").glob("*.log")]
+    size = sum(f.stat().st_size for f in files)
+    return TopicFigures(len(files), size, row["records"] or 0, row["keys"], row["tombstones"])
+
+
+def _describe(when: str, f: TopicFigures, like: TopicFigures) -> str:
+    """A line of figures, its columns as wide as ``like``'s."""
+    w = [len(f"{n:,}") for n in (like.segments, like.bytes, like.records)]
+    return (
+        f"    {when:<6} {f.segments:>{w[0]}} segments, {f.bytes:>{w[1]},} bytes, "
+        f"{f.records:>{w[2]},} records; latest per key: {f.keys:,} keys, "
+        f"{f.tombstones:,} tombstones\n"
+    )
+
+
+def compact(spark, log_dir: Path, before, res: DemoResult, out: TextIO) -> None:
+    """Step 5: the compaction job cleans ``profiles``; its size and record count and Spark's
+    latest value per key, before (``before``: step 4's) and after (the latter identical)."""
+    from spark_kafkalog.compaction_config import CompactionConfig
+    from spark_kafkalog.compaction_job import run as run_compaction
+
+    topic = "profiles"
+    res.compaction_before = b = _figures(log_dir, topic, before)
+    out.write(_describe("before", b, b))
+    out.write(
+        f'    compaction_job.run(spark, config, out): topics ["{topic}"], an offset map of '
+        f"{COMPACTION_MAP_BYTES >> 20} MiB per task\n"
+    )
+    out.flush()
+    config = CompactionConfig(
+        log_dirs=(log_dir,), topics=(topic,), map_memory_per_task=COMPACTION_MAP_BYTES
+    )
+    report = run_compaction(spark, config, _Indented(out, " " * 6))
+    res.compaction_outcomes, res.compaction_exit_code = report.outcomes, report.exit_code
+    after = _latest_per_key(spark, log_dir, topic)
+    res.compaction_after = a = _figures(log_dir, topic, after)
+    out.write(_describe("after", a, b))
+    out.write(
+        f"    {1 - a.bytes / b.bytes:.0%} fewer bytes, {1 - a.records / b.records:.0%} fewer "
+        "records (the active segments are never cleaned)\n"
+    )
+    columns = ["partition", "key", "offset", "value"]
+    before, after = before.select(columns), after.select(columns)
+    res.latest_missing = before.exceptAll(after).count()
+    res.latest_extra = after.exceptAll(before).count()
+    verdict = (
+        "identical"
+        if res.latest_missing == res.latest_extra == 0 and a.keys == b.keys
+        else f"DIFFERENT: {res.latest_missing:,} rows lost, {res.latest_extra:,} rows new"
+    )
+    out.write(
+        f"    [{res.steps.get('profiles', '?')}]'s latest per key vs. the same read after: "
+        f"exceptAll both ways {res.latest_missing:,} and {res.latest_extra:,} rows: {verdict}\n"
+    )
+
+
+class _Indented(io.TextIOBase):
+    """Writes to ``out`` with every line indented (the compaction job's report in step 5)."""
+
+    def __init__(self, out: TextIO, indent: str) -> None:
+        self.out, self.indent, self.at_line_start = out, indent, True
+
+    def write(self, text: str) -> int:
+        for piece in text.splitlines(keepends=True):
+            if self.at_line_start:
+                self.out.write(self.indent)
+            self.out.write(piece)
+            self.at_line_start = piece.endswith("\n")
+        return len(text)
+
+    def flush(self) -> None:
+        self.out.flush()
 
 
 def write_purchases(spark, log_dir: Path, res: DemoResult, out: TextIO) -> None:
-    """Step 5: purchases to their own topic with df.write, read back, revenue by tier."""
+    """Step 6: purchases to their own topic with df.write, read back, revenue by tier."""
     from pyspark.sql import functions as F
 
     purchases = (
@@ -413,7 +558,7 @@ def write_purchases(spark, log_dir: Path, res: DemoResult, out: TextIO) -> None:
 
 
 def stream_enriched(spark, log_dir: Path, res: DemoResult, out: TextIO) -> None:
-    """Step 6: a streaming query drains the events with availableNow in micro-batches of at most
+    """Step 7: a streaming query drains the events with availableNow in micro-batches of at most
     a third of them, writing an enriched copy exactly once; then the copy is counted."""
     from pyspark.sql import functions as F
 
@@ -490,7 +635,7 @@ def run_demo(
         return _Step(res, out, name, title)
 
     out.write(f"kafkalog demo: log dir {log_dir} (recreated)\n\n")
-    with step("produce", "embedded broker: three topics, a simulated hour of a web shop") as s:
+    with step("produce", "embedded broker: four topics, a simulated hour of a web shop") as s:
         ev = generate_events(events, seed)
         prof = generate_profiles(users_for(events), seed)
         res.events, res.profile_updates = events, len(prof.keys)
@@ -502,8 +647,10 @@ def run_demo(
             f"           {_clock(START_MS)}-{_clock(START_MS + HOUR_MS)} UTC, JSON keyed by user, "
             "headers source and trace-id, lz4\n"
             f"profiles   {len(prof.keys):,} updates keyed by user (tier, country; "
-            f"{sum(v is None for v in prof.values):,} deletions), compacted, zstd\n"
-            "purchases  empty: the Spark job writes it\n"
+            f"{sum(v is None for v in prof.values):,} deletions), zstd, a batch\n"
+            f"           a minute, a segment per {PROFILES_SEGMENT_MS // 60_000} minutes; "
+            "compacted by the Spark job below, not the broker\n"
+            "purchases  empty: the Spark job writes it (enriched too: the streaming query)\n"
             f"{PARTITIONS} partitions each; {res.batches:,} batches of up to "
             f"{BATCH_BYTES // 1024} KiB produced with acks=all; broker closed"
         )
@@ -528,7 +675,9 @@ def run_demo(
         with step("range", f"00:{lo:02d} to 00:{hi:02d}: startingTimestamp, endingTimestamp"):
             time_range(spark, log_dir, res, out)
         with step("profiles", "profiles: the latest value per key (what compaction keeps)"):
-            profiles(spark, log_dir, res, out)
+            latest = profiles(spark, log_dir, res, out)
+        with step("compact", "compaction: the Spark job cleans profiles, a task per partition"):
+            compact(spark, log_dir, latest, res, out)
         with step("write", 'df.write.format("kafkalog"): the purchases to their own topic'):
             write_purchases(spark, log_dir, res, out)
         with step("stream", 'readStream/writeStream.format("kafkalog"): an enriched copy'):
@@ -543,9 +692,9 @@ def run_demo(
         f"\nSummary: {res.events + res.profile_updates:,} records produced in "
         f"{t['produce']:.1f} s. Spark: {session}events by type {t['aggregate']:.1f} s\n"
         f"(the first query of a session pays Spark's warm-up), time range {t['range']:.1f} s, "
-        f"profiles {t['profiles']:.1f} s,\nwrite and read back {t['write']:.1f} s, "
-        f"streaming {t['stream']:.1f} s. "
-        f"Total {t['total']:.1f} s.\n"
+        f"profiles {t['profiles']:.1f} s,\ncompaction with Spark reads before and after "
+        f"{t['compact']:.1f} s, write and read back {t['write']:.1f} s, "
+        f"streaming {t['stream']:.1f} s. Total {t['total']:.1f} s.\n"
     )
     return res
 
@@ -577,6 +726,8 @@ class _Step:
 
 
 def run(log_dir: Path, out: TextIO, *, events: int = DEFAULT_EVENTS, spark=None) -> int:
-    """``kafkalog demo``: exit status 0."""
-    run_demo(log_dir, out, events=events, spark=spark)
-    return 0
+    """``kafkalog demo``: exit status 0, or 1 when compaction failed on a partition or
+    changed the latest value of a key."""
+    res = run_demo(log_dir, out, events=events, spark=spark)
+    unchanged = res.latest_missing == res.latest_extra == 0
+    return 0 if res.compaction_exit_code == 0 and unchanged else 1

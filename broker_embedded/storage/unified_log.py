@@ -59,8 +59,10 @@ and ``.txnindex`` ``.cleaned`` files, fsynced), based at the group's first base 
 log's lock its files are renamed ``.cleaned`` -> ``.swap`` (the ``.log`` first) and the directory
 fsynced: that is the commit point. Then every file of the replaced segments is renamed
 ``.deleted``, the ``.swap`` files take their final names (the ``.log`` first), the directory is
-fsynced and the ``.deleted`` files are removed. Only renames: a reader in another process that
-holds a replaced segment open keeps reading the old inode. Opening settles a crash at any step
+fsynced and the ``.deleted`` files are removed, and so are the producer snapshots at the base
+offsets of the replaced segments but the first (Kafka's ``deleteProducerSnapshots``). Only
+renames: a reader in another process that holds a replaced segment open keeps reading the old
+inode. Opening settles a crash at any step
 as Kafka's ``LogLoader`` does: ``.deleted`` and ``.tmp`` files are removed; ``.swap`` files at or
 above the lowest ``.cleaned`` file's offset belong to an unfinished swap and are removed with the
 ``.cleaned`` files (the old segments stay); the remaining ``.swap`` files complete their swap:
@@ -128,6 +130,7 @@ from broker_embedded.storage.producer_state_manager import (
     CompletedTxn,
     ProducerStateManager,
     list_snapshots,
+    snapshot_file_name,
 )
 from broker_embedded.storage.segment_writer import LogSegmentWriter, SegmentWriter, wall_clock_ms
 from broker_embedded.storage.time_index import TIME_INDEX_SUFFIX, TimeIndex
@@ -777,6 +780,8 @@ class UnifiedLog:
                 self._writer.forget_segment(base)
             for p in doomed:
                 p.unlink(missing_ok=True)
+            for base in old_bases[1:]:  # as Kafka's deleteProducerSnapshots of the replaced
+                (d / snapshot_file_name(base)).unlink(missing_ok=True)
 
     # -- high watermark ----------------------------------------------------------------------------
 

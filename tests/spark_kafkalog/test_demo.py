@@ -1,11 +1,13 @@
 """The main job (``spark_kafkalog.demo``) end to end on a small size, its printed figures checked
 against independent counts: the seeded generator's records counted here, kafka-python's
-murmur2 for the placement, and kafka-python's decoder over the ``.log`` files Spark wrote."""
+murmur2 for the placement, and kafka-python's decoder over the ``.log`` files Spark wrote and
+the compaction job left."""
 
 from __future__ import annotations
 
 import io
 import json
+import re
 from collections import Counter
 from pathlib import Path
 
@@ -14,6 +16,7 @@ from kafka.partitioner.default import murmur2
 from kafka.record.memory_records import MemoryRecords
 
 from spark_kafkalog import cli, demo
+from spark_kafkalog.compaction_job import CLEANED
 
 EVENTS = 6_000
 SEED = 7
@@ -108,6 +111,106 @@ def test_latest_profiles(ran, generated) -> None:
     assert f"{len(profiles.keys):,} updates -> {len(latest):,} users: {len(live):,} live" in text
 
 
+def expected_profiles_segments(profiles: demo.Profiles) -> dict[int, list[int]]:
+    """Partition -> the base offsets of its profiles segments, as produced: a batch per
+    partition and minute, a roll when a batch's max timestamp is more than segment.ms past the
+    segment's first batch's (Kafka's time-based roll; the batches are far below 16 KiB here)."""
+    rows: dict[int, list[int]] = {}
+    for k, ts in zip(profiles.keys, profiles.timestamps.tolist(), strict=True):
+        rows.setdefault(partition_of(k), []).append(ts)
+    bases: dict[int, list[int]] = {}
+    for p, stamps in rows.items():
+        batches: dict[int, list[int]] = {}
+        offset = 0
+        for ts in stamps:
+            batches.setdefault(ts // demo.PROFILES_LINGER_MS, []).append(offset)
+            offset += 1
+        first_max = None
+        for minute in sorted(batches):
+            offsets = batches[minute]
+            batch_max = max(stamps[o] for o in offsets)
+            if first_max is None or batch_max - first_max > demo.PROFILES_SEGMENT_MS:
+                bases.setdefault(p, []).append(offsets[0])
+                first_max = batch_max
+    return bases
+
+
+def test_compaction_step(ran, generated) -> None:
+    """The profiles topic before and after the compaction job, against the generator: every
+    record before; after, the latest record of each key below the active segment and every
+    record of the active segment (kafka-python decodes the files the job left); Spark's latest
+    value per key identical before and after; sizes equal to the files' and the job's."""
+    res, text, log_dir = ran
+    _, profiles = generated
+    latest = demo.latest_profiles(profiles)
+    tombstones = sum(v is None for v in latest.values())
+    bases = expected_profiles_segments(profiles)
+    assert all(len(b) >= 3 for b in bases.values())  # compaction has segments to clean
+    produced: dict[int, list[tuple[int, bytes, bytes | None]]] = {}
+    for k, v in zip(profiles.keys, profiles.values, strict=True):
+        rows = produced.setdefault(partition_of(k), [])
+        rows.append((len(rows), k, v))
+    expected_after: dict[int, list[tuple[int, bytes, bytes | None]]] = {}
+    cleanable_keys = {}
+    for p, rows in produced.items():
+        active = bases[p][-1]
+        last = {k: o for o, k, _ in rows if o < active}
+        cleanable_keys[p] = len(last)
+        expected_after[p] = [(o, k, v) for o, k, v in rows if o >= active or last[k] == o]
+
+    on_disk = kafka_python_records(log_dir, "profiles")
+    assert {p: [(r.offset, r.key, r.value) for r in rs] for p, rs in on_disk.items()} == (
+        expected_after
+    )
+    files = list(log_dir.glob("profiles-*/*.log"))
+    assert {p: sorted(int(f.stem) for f in files if f.parent.name == f"profiles-{p}")
+            for p in produced} == {p: [0, b[-1]] for p, b in bases.items()}  # fmt: skip
+
+    before, after = res.compaction_before, res.compaction_after
+    records_after = sum(len(r) for r in expected_after.values())
+    assert before == demo.TopicFigures(
+        sum(len(b) for b in bases.values()), before.bytes, len(profiles.keys), len(latest),
+        tombstones,
+    )  # fmt: skip
+    assert after == demo.TopicFigures(
+        2 * demo.PARTITIONS,  # the cleaned segments of a partition fit one group, + the active
+        sum(f.stat().st_size for f in files), records_after, len(latest), tombstones,
+    )  # fmt: skip
+    assert after.bytes < before.bytes and records_after < len(profiles.keys)
+    assert res.latest_missing == res.latest_extra == 0
+
+    outcomes = {o.partition: o for o in res.compaction_outcomes}
+    assert sorted(outcomes) == list(range(demo.PARTITIONS)) and res.compaction_exit_code == 0
+    assert {p: (o.topic, o.status, o.rounds, o.keys) for p, o in outcomes.items()} == {
+        p: ("profiles", CLEANED, 1, n) for p, n in cleanable_keys.items()
+    }
+    assert sum(o.bytes_before for o in outcomes.values()) == before.bytes
+    assert sum(o.bytes_after for o in outcomes.values()) == after.bytes
+
+    segments, size = before.segments, before.bytes
+    assert (
+        f"    before {segments} segments, {size:,} bytes, {len(profiles.keys):,} records; "
+        f"latest per key: {len(latest):,} keys, {tombstones:,} tombstones\n"
+    ) in text
+    w = [len(f"{n:,}") for n in (segments, size, len(profiles.keys))]
+    assert (
+        f"    after  {2 * demo.PARTITIONS:>{w[0]}} segments, {after.bytes:>{w[1]},} bytes, "
+        f"{records_after:>{w[2]},} records; latest per key: {len(latest):,} keys, "
+        f"{tombstones:,} tombstones\n"
+    ) in text
+    assert (
+        f"    {1 - after.bytes / size:.0%} fewer bytes, "
+        f"{1 - records_after / len(profiles.keys):.0%} fewer records"
+    ) in text
+    for p in range(demo.PARTITIONS):
+        assert re.search(rf"\n      \S+  profiles-{p}  cleaned  ", text)
+    assert "      cleaned 3, partial 0, skipped 0, failed 0: " in text
+    assert (
+        "    [4]'s latest per key vs. the same read after: exceptAll both ways 0 and 0 rows: "
+        "identical\n"
+    ) in text
+
+
 def test_written_topic_equals_the_purchases(ran, generated) -> None:
     """kafka-python reads the purchases topic that Spark wrote: every purchase once, in the
     partition of its key, with its amount and its headers."""
@@ -153,7 +256,7 @@ def test_streaming_step_drains_in_micro_batches_exactly_once(ran) -> None:
 def test_summary_and_timings(ran) -> None:
     res, text, _ = ran
     assert set(res.timings) == {
-        "produce", "aggregate", "range", "profiles", "write", "stream", "total",
+        "produce", "aggregate", "range", "profiles", "compact", "write", "stream", "total",
     }  # fmt: skip
     assert any(line.startswith("Summary: ") for line in text.splitlines()[-4:])
     assert f"Total {res.timings['total']:.1f} s." in text
