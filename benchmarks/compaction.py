@@ -35,7 +35,9 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa
@@ -46,6 +48,9 @@ sys.path.insert(0, str(ROOT))
 from broker_embedded.storage.log_config import LogConfig  # noqa: E402
 from broker_embedded.storage.segment_writer import SegmentWriter  # noqa: E402
 from broker_embedded.storage.topic_partition import TopicPartition  # noqa: E402
+
+if TYPE_CHECKING:
+    from broker_embedded.record.columnar_encoder import EncodedBatches
 
 TP = TopicPartition("compacted", 0)
 KEY_FORMAT = b"key-%09d"
@@ -89,14 +94,15 @@ def log_bytes(directory: Path) -> int:
 # -- the data --------------------------------------------------------------------------------
 
 
-def generate(log_dir: Path, keys: int, updates: int, segment_mb: int, seed: int) -> None:
-    """K keys, U passes over a permutation of them; value = pass and key, padded."""
+def encoded_passes(
+    keys: int, updates: int, seed: int, *, max_batch_bytes: int = 1 << 20
+) -> Iterator[EncodedBatches]:
+    """The records of :func:`generate`, in offset order from 0: K keys, U passes over a
+    permutation of them; value = pass and key, padded; ``encode_batches`` of up to
+    ``CHUNK_ROWS`` rows at a time, uncompressed batches of ``max_batch_bytes`` of records."""
     from broker_embedded.record.columnar_encoder import encode_batches
 
-    config = LogConfig(cleanup_policy="compact", segment_bytes=segment_mb << 20)
     rng = np.random.default_rng(seed)
-    log_dir.mkdir(parents=True, exist_ok=True)
-    writer = SegmentWriter(log_dir, TP, config, clock_ms=lambda: BASE_TS)
     offset = 0
     pad = np.frombuffer(rng.bytes(VALUE_BYTES), np.uint8)
     for u in range(updates):
@@ -120,10 +126,18 @@ def generate(log_dir: Path, keys: int, updates: int, segment_mb: int, seed: int)
                 [None, pa.py_buffer(value_offsets), pa.py_buffer(values.reshape(-1))],
             )
             ts = np.full(n, BASE_TS + u, np.int64)
-            encoded = encode_batches(k, v, ts, base_offset=offset)
-            for i in range(len(encoded)):
-                writer.append(encoded[i])
+            yield encode_batches(k, v, ts, base_offset=offset, max_batch_bytes=max_batch_bytes)
             offset += n
+
+
+def generate(log_dir: Path, keys: int, updates: int, segment_mb: int, seed: int) -> None:
+    """K keys, U passes over a permutation of them; value = pass and key, padded."""
+    config = LogConfig(cleanup_policy="compact", segment_bytes=segment_mb << 20)
+    log_dir.mkdir(parents=True, exist_ok=True)
+    writer = SegmentWriter(log_dir, TP, config, clock_ms=lambda: BASE_TS)
+    for encoded in encoded_passes(keys, updates, seed):
+        for i in range(len(encoded)):
+            writer.append(encoded[i])
     writer.roll()
     writer.close()
 
