@@ -53,7 +53,11 @@ from broker_embedded.cleaner.log_cleaner_manager import (
     read_cleaner_checkpoint,
     record_cleaner_checkpoint,
 )
-from broker_embedded.errors import KafkaLogError, LogDirLockedError
+from broker_embedded.errors import (
+    KafkaLogError,
+    LogDirLockedError,
+    UnknownTopicOrPartitionError,
+)
 from broker_embedded.storage.cleaning_lock import (
     OWNED,
     WRITER_WAITING,
@@ -333,7 +337,11 @@ def clean_partition(
         if isinstance(lock, str):
             return replace(outcome, reason=lock)
         with lock:
+            if not (log_dir / tp.dir_name).is_dir():
+                return replace(outcome, reason="the partition was deleted after planning")
             outcome = _clean_locked(log_dir, tp, settings, outcome, progress)
+    except UnknownTopicOrPartitionError:
+        outcome = replace(outcome, reason="the topic was deleted after planning")
     except (KafkaLogError, OSError, ValueError) as e:
         _log.warning("compaction of %s in %s failed: %s", tp, log_dir, e)
         outcome = replace(outcome, status=FAILED, reason=f"{type(e).__name__}: {e}")

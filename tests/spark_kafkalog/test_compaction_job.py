@@ -328,3 +328,22 @@ def test_spark_reads_during_a_run_see_the_latest_value_of_every_key(spark, tmp_p
     assert reads >= 1  # each began while the job was cleaning (rounds went on after it)
     assert out.count(": round ") >= 6
     assert_compacted(spark_rows(spark, log_dir, "profiles"), model)
+
+
+def test_a_partition_deleted_after_planning_is_skipped(tmp_path: Path) -> None:
+    from spark_kafkalog.compaction_job import clean_partition, new_settings, plan
+
+    build_compacted(tmp_path, partitions=2, extra_topics=False)
+    settings = new_settings(config_for(tmp_path))
+    tasks = plan(settings).tasks
+    assert sorted(t.partition for t in tasks) == [0, 1]
+    from broker_embedded.broker import Broker
+
+    from ._compaction_logdirs import NO_CLEANER
+
+    with Broker(tmp_path, config=NO_CLEANER) as b:
+        b.delete_topic("profiles")
+    outcomes = [clean_partition(t, settings) for t in tasks]
+    assert {(o.status, o.reason) for o in outcomes} == {
+        (SKIPPED, "the partition was deleted after planning")
+    }
