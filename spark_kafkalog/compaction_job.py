@@ -376,6 +376,8 @@ def _clean_locked(
                 result = cleaner.clean(lg, checkpoint)
             except CleaningAbortedError as e:
                 status, reason = PARTIAL, f"round {rounds + 1} stopped: {e}"
+                if time.time() >= settings.deadline:
+                    reason = f"the time budget ran out in round {rounds + 1}"
                 break
             if not result.cleaned:
                 break
@@ -391,7 +393,7 @@ def _clean_locked(
             if not result.map_full or result.end_offset >= result.first_uncleanable_offset:
                 break
             if time.time() >= settings.deadline:
-                status, reason = PARTIAL, f"time budget spent after round {rounds}"
+                status, reason = PARTIAL, f"the time budget ran out after round {rounds}"
                 break
         return replace(outcome, status=status, reason=reason, bytes_before=before,
                        bytes_after=lg.size_in_bytes, keys=keys, rounds=rounds)  # fmt: skip

@@ -347,3 +347,27 @@ def test_a_partition_deleted_after_planning_is_skipped(tmp_path: Path) -> None:
     assert {(o.status, o.reason) for o in outcomes} == {
         (SKIPPED, "the partition was deleted after planning")
     }
+
+
+def test_the_time_budget_stops_a_partition_midway_and_a_rerun_finishes(tmp_path: Path) -> None:
+    from dataclasses import replace
+
+    from spark_kafkalog.compaction_job import PARTIAL, clean_partition, new_settings, plan
+
+    model, _ = build_compacted(
+        tmp_path, partitions=1, keys=20_000, batches=1000, segment_bytes=500_000, extra_topics=False
+    )
+    config = config_for(tmp_path, map_memory_per_task=24 * 1024)
+    settings = new_settings(config)
+    (task,) = plan(settings).tasks
+    o = clean_partition(task, replace(settings, deadline=time.time() + 0.1))
+    assert o.status == PARTIAL, o
+    assert re.fullmatch(r"the time budget ran out (in|after) round \d+", o.reason), o.reason
+    dump = subprocess.run([str(KAFKALOG), "dump", "--verify", "--summary", str(tmp_path)],
+                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert dump.returncode == 0, dump.stderr
+    report = run_local(config, io.StringIO())
+    assert [x.status for x in report.outcomes] == [CLEANED]
+    assert o.rounds + report.outcomes[0].rounds >= 22  # 20,000 keys, 921 a round
+    rows = [(0, off, k, v) for off, k, v in read_partition(tmp_path, "profiles", 0)]
+    assert_compacted(rows, model)
