@@ -85,6 +85,7 @@ from broker_embedded.record import decode_kernel as dk
 from broker_embedded.record.columnar_decoder import crc_mismatch
 from broker_embedded.record.compression import CompressionType, compress, decompress
 from broker_embedded.record.control_record import ControlRecordType
+from broker_embedded.record.entry_scan import scan_window
 from broker_embedded.record.legacy_record import LegacyRecordBatch
 from broker_embedded.record.record_batch import (
     CODEC_MASK,
@@ -97,7 +98,6 @@ from broker_embedded.record.record_batch import (
     RecordBatch,
     crc32c_of,
 )
-from broker_embedded.record.records import MIN_ENTRY_BODY
 from broker_embedded.storage.log_segment import LOG_SUFFIX, segment_file_stem
 from broker_embedded.storage.offset_index import INDEX_SUFFIX, OffsetIndex
 from broker_embedded.storage.segment_writer import wall_clock_ms
@@ -117,16 +117,6 @@ _log = logging.getLogger(__name__)
 
 DEFAULT_WINDOW_BYTES = 4 << 20
 INT32_MAX = (1 << 31) - 1
-_MIN_BODY = np.full(max(MIN_ENTRY_BODY) + 1, -1, np.int64)
-for _magic, _size in MIN_ENTRY_BODY.items():
-    _MIN_BODY[_magic] = _size
-_NO_ROWS = np.empty((0, dk.SCAN_FIELDS), np.int64)
-_SCAN_ERRORS = {
-    dk.SCAN_BAD_MAGIC: "unknown magic {detail}",
-    dk.SCAN_SHORT_ENTRY: "entry size {detail} is below the minimum for its magic",
-    dk.SCAN_NEGATIVE_COUNT: "negative record count {detail}",
-    dk.SCAN_NEGATIVE_DELTA: "negative last offset delta {detail}",
-}
 _DECODE_ERRORS = {
     dk.E_BAD_SECTION: "records section outside the batch",
     dk.E_VARINT: "bad varint",
@@ -438,28 +428,19 @@ class Cleaner:
                     got += n
                 data = self._read[:want].view()
                 data.flags.writeable = False  # decode_kernel is compiled for read-only input
-                n, status, at, offset, detail = dk.scan_entries(data, 0, want, _MIN_BODY, _NO_ROWS)
-                if n == 0:
-                    if status in _SCAN_ERRORS:
-                        raise CorruptRecordError(
-                            _SCAN_ERRORS[status].format(detail=int(detail)),
-                            source=source,
-                            position=pos + int(at),
-                            base_offset=int(offset),
-                        )
+                scanned = scan_window(data, 0, want, source, pos)
+                if not len(scanned.table):
                     if pos + want >= size:
                         raise CorruptRecordError(
                             "a partial batch at the end of a closed segment",
                             source=source,
                             position=pos,
-                            base_offset=int(offset),
+                            base_offset=scanned.base_offset,
                         )
-                    self.window_bytes = max(self.window_bytes, int(detail))  # a large batch
+                    self.window_bytes = max(self.window_bytes, scanned.needed)  # a large batch
                     continue
-                table = np.empty((n, dk.SCAN_FIELDS), np.int64)
-                dk.scan_entries(data, 0, want, _MIN_BODY, table)
+                table, consumed = scanned.table, scanned.end
                 self._verify_crcs(source, pos, data, table)
-                consumed = int(at)
                 yield _Window(data[:consumed], table, pos, pos + consumed >= size)
                 pos += consumed
         finally:

@@ -72,6 +72,7 @@ from broker_embedded.errors import CorruptRecordError, TornTailError
 from broker_embedded.record import decode_kernel as k
 from broker_embedded.record.compression import CompressionType, decompress
 from broker_embedded.record.control_record import ControlRecordType
+from broker_embedded.record.entry_scan import MIN_BODY, SCAN_ERRORS
 from broker_embedded.record.legacy_record import LegacyRecordBatch
 from broker_embedded.record.memory_records_builder import MemoryRecordsBuilder
 from broker_embedded.record.record_batch import (
@@ -83,7 +84,6 @@ from broker_embedded.record.record_batch import (
     TRANSACTIONAL_MASK,
     RecordBatch,
 )
-from broker_embedded.record.records import MIN_ENTRY_BODY
 from broker_embedded.record.varint import INT32_MAX, INT64_MAX
 
 DEFAULT_MAX_ROWS_PER_BATCH = 65536
@@ -93,9 +93,6 @@ MAX_CHUNK_BYTES = INT32_MAX
 # Runs with at least this many bytes of batches to check get their CRCs checked on a thread.
 PARALLEL_CRC_BYTES = 4 * 1024 * 1024
 _MIN_RECORD_BYTES = 7  # length varint + attributes + 5 one-byte varints
-_MIN_BODY = np.full(max(MIN_ENTRY_BODY) + 1, -1, np.int64)
-for _magic, _size in MIN_ENTRY_BODY.items():
-    _MIN_BODY[_magic] = _size
 
 HEADER_FIELDS = (pa.field("key", pa.string()), pa.field("value", pa.binary()))
 HEADERS_TYPE = pa.list_(pa.field("element", pa.struct(HEADER_FIELDS)))
@@ -246,7 +243,7 @@ def warm_up() -> float:
     began = time.perf_counter()
     empty = _readonly(np.empty(0, np.uint8))
     no_entries = np.empty((0, k.SCAN_FIELDS), np.int64)
-    k.scan_entries(empty, 0, 0, _MIN_BODY, no_entries)
+    k.scan_entries(empty, 0, 0, MIN_BODY, no_entries)
     plan = _Plan(np.empty((0, k.TABLE_FIELDS), np.int64), empty, np.empty(0, np.int64))
     where = _Where("<warm-up>", 0)
     _run_kernel(empty, plan, no_entries, where, 0, INT64_MAX, include_headers=True, max_rows=1)
@@ -290,9 +287,9 @@ def _as_uint8(buf: Any) -> np.ndarray:
 def _scan(arr: np.ndarray, where: _Where, tail: Tail) -> tuple[np.ndarray, int]:
     """The scan table of the complete entries, and where the walk stopped."""
     count = np.empty((0, k.SCAN_FIELDS), np.int64)
-    n, status, pos, offset, detail = k.scan_entries(arr, 0, len(arr), _MIN_BODY, count)
+    n, status, pos, offset, detail = k.scan_entries(arr, 0, len(arr), MIN_BODY, count)
     table = np.empty((n, k.SCAN_FIELDS), np.int64)
-    k.scan_entries(arr, 0, len(arr), _MIN_BODY, table)
+    k.scan_entries(arr, 0, len(arr), MIN_BODY, table)
     base_offset = None if offset < 0 else int(offset)
     if status in (k.SCAN_TAIL_SHORT, k.SCAN_TAIL_TRUNCATED):
         if tail == "error":
@@ -308,16 +305,8 @@ def _scan(arr: np.ndarray, where: _Where, tail: Tail) -> tuple[np.ndarray, int]:
             )
         return table, int(pos)
     if status != k.SCAN_OK:
-        raise where.corrupt(_SCAN_ERRORS[status].format(detail=detail), pos, base_offset)
+        raise where.corrupt(SCAN_ERRORS[status].format(detail=detail), pos, base_offset)
     return table, int(pos)
-
-
-_SCAN_ERRORS = {
-    k.SCAN_BAD_MAGIC: "unknown magic {detail}",
-    k.SCAN_SHORT_ENTRY: "entry size {detail} is below the minimum for its magic",
-    k.SCAN_NEGATIVE_COUNT: "negative record count {detail}",
-    k.SCAN_NEGATIVE_DELTA: "negative last offset delta {detail}",
-}
 
 
 # -- planning --------------------------------------------------------------------------------------

@@ -108,14 +108,14 @@ from typing import TypeVar
 import numpy as np
 
 from broker_embedded.errors import (
-    CorruptRecordError,
     CorruptSnapshotError,
     KafkaStorageError,
     OffsetOutOfRangeError,
 )
 from broker_embedded.record import decode_kernel as k
+from broker_embedded.record.entry_scan import scan_window
 from broker_embedded.record.record_batch import TRANSACTIONAL_MASK, RecordBatch
-from broker_embedded.record.records import MIN_ENTRY_BODY, AnyBatch
+from broker_embedded.record.records import AnyBatch
 from broker_embedded.storage.fetch_data_info import FetchDataInfo, FetchIsolation
 from broker_embedded.storage.leader_epoch_checkpoint import (
     LEADER_EPOCH_CHECKPOINT,
@@ -156,16 +156,6 @@ _SWAP_SUFFIX = ".swap"
 # Bytes of batches whose headers one scan call covers (a module variable so that tests can make
 # windows cut batches without writing megabytes); a batch larger than it gets a wider window.
 _SCAN_WINDOW_BYTES = 4 * 1024 * 1024
-_MIN_BODY = np.full(max(MIN_ENTRY_BODY) + 1, -1, np.int64)
-for _magic, _size in MIN_ENTRY_BODY.items():
-    _MIN_BODY[_magic] = _size
-_NO_ROWS = np.empty((0, k.SCAN_FIELDS), np.int64)
-_SCAN_ERRORS = {
-    k.SCAN_BAD_MAGIC: "unknown magic {detail}",
-    k.SCAN_SHORT_ENTRY: "entry size {detail} is below the minimum for its magic",
-    k.SCAN_NEGATIVE_COUNT: "negative record count {detail}",
-    k.SCAN_NEGATIVE_DELTA: "negative last offset delta {detail}",
-}
 
 
 def segment_base_offsets(directory: str | Path) -> list[int]:
@@ -215,23 +205,14 @@ def _header_tables(buf: bytes | memoryview, source: str, position: int) -> Itera
     pos, end = 0, len(arr)
     stop = min(end, _SCAN_WINDOW_BYTES)
     while pos < end:
-        n, status, at, offset, detail = k.scan_entries(arr, pos, stop, _MIN_BODY, _NO_ROWS)
-        if n == 0:
-            if status in _SCAN_ERRORS:
-                raise CorruptRecordError(
-                    _SCAN_ERRORS[status].format(detail=int(detail)),
-                    source=source,
-                    position=position + int(at),
-                    base_offset=int(offset),
-                )
+        scanned = scan_window(arr, pos, stop, source, position)
+        if not len(scanned.table):
             if stop == end:
                 return  # a partial entry at the end
-            stop = min(end, pos + max(int(detail), 2 * (stop - pos)))  # widen for a big batch
+            stop = min(end, pos + max(scanned.needed, 2 * (stop - pos)))  # widen for a big batch
             continue
-        table = np.empty((n, k.SCAN_FIELDS), np.int64)
-        k.scan_entries(arr, pos, stop, _MIN_BODY, table)
-        yield table
-        pos = int(at)
+        yield scanned.table
+        pos = scanned.end
         stop = min(end, pos + _SCAN_WINDOW_BYTES)
 
 

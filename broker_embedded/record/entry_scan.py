@@ -1,0 +1,64 @@
+"""The header scan of a run of log entries (``decode_kernel.scan_entries``) with its tables and
+errors, shared by the columnar decoder, the read-only partition view and the cleaner.
+
+``MIN_BODY``: the smallest entry body per magic (``records.MIN_ENTRY_BODY``) as the kernel's
+lookup array (-1: unknown magic). ``SCAN_ERRORS``: the message of each corrupt-entry status.
+:func:`scan_window` scans the complete entries of a window into a table (``SCAN_FIELDS`` int64
+columns, one row per entry, positions relative to the buffer): two kernel calls (count, fill),
+no Python object per entry.
+
+Immutable module state: thread-safe.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+
+from broker_embedded.errors import CorruptRecordError
+from broker_embedded.record import decode_kernel as k
+from broker_embedded.record.records import MIN_ENTRY_BODY
+
+MIN_BODY = np.full(max(MIN_ENTRY_BODY) + 1, -1, np.int64)
+for _magic, _size in MIN_ENTRY_BODY.items():
+    MIN_BODY[_magic] = _size
+NO_ROWS = np.empty((0, k.SCAN_FIELDS), np.int64)
+SCAN_ERRORS = {
+    k.SCAN_BAD_MAGIC: "unknown magic {detail}",
+    k.SCAN_SHORT_ENTRY: "entry size {detail} is below the minimum for its magic",
+    k.SCAN_NEGATIVE_COUNT: "negative record count {detail}",
+    k.SCAN_NEGATIVE_DELTA: "negative last offset delta {detail}",
+}
+
+
+class ScannedWindow(NamedTuple):
+    """The complete entries of ``buf[start:stop]``: their table, where the last one ends, and
+    for an empty table the size the first (partial) entry needs and its base offset (-1 when
+    even its header is cut)."""
+
+    table: np.ndarray
+    end: int
+    needed: int
+    base_offset: int
+
+
+def scan_window(
+    buf: np.ndarray, start: int, stop: int, source: str, position: int
+) -> ScannedWindow:
+    """Scan ``buf[start:stop]`` (read-only uint8); a corrupt entry is a
+    :class:`CorruptRecordError` naming ``source`` and the file position (``position`` is that
+    of ``buf[0]``)."""
+    n, status, at, offset, detail = k.scan_entries(buf, start, stop, MIN_BODY, NO_ROWS)
+    if n == 0:
+        if status in SCAN_ERRORS:
+            raise CorruptRecordError(
+                SCAN_ERRORS[status].format(detail=int(detail)),
+                source=source,
+                position=position + int(at),
+                base_offset=int(offset),
+            )
+        return ScannedWindow(NO_ROWS, start, int(detail), int(offset))
+    table = np.empty((n, k.SCAN_FIELDS), np.int64)
+    k.scan_entries(buf, start, stop, MIN_BODY, table)
+    return ScannedWindow(table, int(at), 0, -1)
