@@ -109,18 +109,7 @@ class KafkaBatchReader(DataSourceReader):
 
     def partitions(self) -> list[KafkaInputPartition]:  # type: ignore[override]
         log_dir, ranges = self._plan()
-        opts = self.options
-        return [
-            KafkaInputPartition.of(
-                log_dir,
-                r,
-                read_committed=opts.read_committed,
-                include_headers=opts.include_headers,
-                fetch_bytes=opts.fetch_bytes,
-                fail_on_data_loss=opts.fail_on_data_loss,
-            )
-            for r in ranges
-        ]
+        return KafkaInputPartition.for_ranges(log_dir, ranges, self.options)
 
     def read(self, partition: InputPartition) -> Iterator:
         if not isinstance(partition, KafkaInputPartition):

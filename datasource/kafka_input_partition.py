@@ -9,11 +9,16 @@ aborted transactions from each fetch, as a Kafka consumer does.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from pyspark.sql.datasource import InputPartition
 
 from datasource.offset_range import OffsetRange
+
+if TYPE_CHECKING:
+    from datasource.kafka_source_options import KafkaSourceOptions
 
 
 @dataclass(frozen=True)
@@ -31,18 +36,13 @@ class KafkaInputPartition(InputPartition):
     fail_on_data_loss: bool = True
 
     @classmethod
-    def of(
-        cls,
-        log_dir: str,
-        r: OffsetRange,
-        *,
-        read_committed: bool,
-        include_headers: bool,
-        fetch_bytes: int,
-        fail_on_data_loss: bool,
-    ) -> KafkaInputPartition:
-        return cls(log_dir, r.topic, r.partition, r.start, r.end, read_committed,
-                   include_headers, fetch_bytes, fail_on_data_loss)  # fmt: skip
+    def for_ranges(
+        cls, log_dir: str, ranges: Iterable[OffsetRange], options: KafkaSourceOptions
+    ) -> list[KafkaInputPartition]:
+        """One partition per planned range, read as ``options`` say."""
+        return [cls(log_dir, r.topic, r.partition, r.start, r.end, options.read_committed,
+                    options.include_headers, options.fetch_bytes, options.fail_on_data_loss)
+                for r in ranges]  # fmt: skip
 
     @property
     def offset_range(self) -> OffsetRange:

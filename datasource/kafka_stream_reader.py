@@ -361,19 +361,8 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         starts, ends = parse_offsets_json(start), parse_offsets_json(end)
         if starts == ends:
             return []
-        opts = self.options
         ranges, log_dir = self._planning(lambda offsets: self._ranges(offsets, starts, ends))
-        return [
-            KafkaInputPartition.of(
-                log_dir,
-                r,
-                read_committed=opts.read_committed,
-                include_headers=opts.include_headers,
-                fetch_bytes=opts.fetch_bytes,
-                fail_on_data_loss=opts.fail_on_data_loss,
-            )
-            for r in ranges
-        ]
+        return KafkaInputPartition.for_ranges(log_dir, ranges, self.options)
 
     def _ranges(
         self, offsets: KafkaOffsetReader, starts: Offsets, ends: Offsets
