@@ -287,10 +287,13 @@ class Died(BaseException):
     """The committing process 'dies' here."""
 
 
-def _commit_until(log_dir: Path, job: str, files, monkeypatch, *, publish: bool) -> None:
-    """Run the real commit until it has appended and flushed (and, with ``publish``, published
-    the HWs), then 'die': the commit keeps its journal and closes the log manager as a killed
-    process leaves the files (no clean shutdown)."""
+def _commit_until(
+    log_dir: Path, job: str, files, monkeypatch, *, publish: bool, **commit_args
+) -> None:
+    """Run the real commit (``commit_args``: a streaming writer's ``writer_id`` and
+    ``batch_id``) until it has appended and flushed (and, with ``publish``, published the HWs),
+    then 'die': the commit keeps its journal and closes the log manager as a killed process
+    leaves the files (no clean shutdown)."""
     real = LogManager.publish_high_watermarks
 
     def dying(self, hws):
@@ -300,7 +303,7 @@ def _commit_until(log_dir: Path, job: str, files, monkeypatch, *, publish: bool)
 
     monkeypatch.setattr(LogManager, "publish_high_watermarks", dying)
     with pytest.raises(Died):
-        sw.commit(log_dir, job, files)
+        sw.commit(log_dir, job, files, **commit_args)
     monkeypatch.setattr(LogManager, "publish_high_watermarks", real)
     assert (log_dir / sw.STAGING_DIR / job / sw.JOURNAL).exists()
     assert not (log_dir / ".kafka_cleanshutdown").exists()
@@ -590,23 +593,6 @@ def test_a_commits_file_write_that_fails_rolls_the_records_back(log_dir: Path, m
     assert sw.committed_batch(log_dir, W) is None
 
 
-def _streaming_commit_until(log_dir, job, files, batch, monkeypatch, *, publish: bool) -> None:
-    real = LogManager.publish_high_watermarks
-
-    def dying(self, hws):
-        if publish:
-            real(self, hws)
-        raise Died
-
-    monkeypatch.setattr(LogManager, "publish_high_watermarks", dying)
-    with pytest.raises(Died):
-        sw.commit(log_dir, job, files, writer_id=W, batch_id=batch)
-    monkeypatch.setattr(LogManager, "publish_high_watermarks", real)
-    body = json.loads((log_dir / sw.STAGING_DIR / job / sw.JOURNAL).read_text())
-    assert body["version"] == 2 and body["writer"]["id"] == W
-    assert body["writer"]["batch"] == batch
-
-
 @pytest.mark.parametrize("previous", [None, 6])
 def test_a_streaming_commit_dead_before_publishing_rolls_its_batch_id_back(
     log_dir: Path, monkeypatch, previous
@@ -615,7 +601,7 @@ def test_a_streaming_commit_dead_before_publishing_rolls_its_batch_id_back(
         files = stage(log_dir, "old", "a1", [("t", 1, values(1, "old"))])
         sw.commit(log_dir, "old", files, writer_id=W, batch_id=previous)
     files = stage(log_dir, "b7", "a1", [("t", 1, values(4)), ("t", 2, values(2))])
-    _streaming_commit_until(log_dir, "b7", files, 7, monkeypatch, publish=False)
+    _commit_until(log_dir, "b7", files, monkeypatch, publish=False, writer_id=W, batch_id=7)
     assert sw.committed_batch(log_dir, W) == 7  # written, not published: the next open decides
     with LogManager(log_dir) as lm:
         assert lm.get_log(T1).log_end_offset == (0 if previous is None else 1)
@@ -630,7 +616,7 @@ def test_a_streaming_commit_dead_after_publishing_keeps_its_batch_id(
     log_dir: Path, monkeypatch
 ) -> None:
     files = stage(log_dir, "b3", "a1", [("t", 1, values(4))])
-    _streaming_commit_until(log_dir, "b3", files, 3, monkeypatch, publish=True)
+    _commit_until(log_dir, "b3", files, monkeypatch, publish=True, writer_id=W, batch_id=3)
     sw.commits_file(log_dir, W).unlink()  # as if the process died before writing it
     assert sw.abort(log_dir, "b3") is None  # Spark aborts after a failed commit: resolves first
     assert sw.committed_batch(log_dir, W) == 3 and leo(log_dir, T1) == 4
