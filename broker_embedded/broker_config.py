@@ -98,13 +98,18 @@ class BrokerConfig:
         if path is None:
             return cls()
         p = Path(path)
-        try:
-            data = tomllib.loads(p.read_text("utf-8"))
-        except FileNotFoundError:
-            raise InvalidConfigError(f"broker config file {p} does not exist") from None
-        except tomllib.TOMLDecodeError as e:
-            raise InvalidConfigError(f"broker config file {p} is not valid TOML: {e}") from None
-        return cls.from_mapping(data, str(p))
+        return cls.from_mapping(read_toml(p, "broker config file"), str(p))
+
+
+def read_toml(path: Path, what: str) -> dict[str, Any]:
+    """A TOML file's tables; :class:`InvalidConfigError` naming ``what`` and the file when it
+    is missing or not valid TOML."""
+    try:
+        return tomllib.loads(path.read_text("utf-8"))
+    except FileNotFoundError:
+        raise InvalidConfigError(f"{what} {path} does not exist") from None
+    except tomllib.TOMLDecodeError as e:
+        raise InvalidConfigError(f"{what} {path} is not valid TOML: {e}") from None
 
 
 def _broker_value(key: str, value: Any, source: str) -> int | float:

@@ -25,19 +25,13 @@ Immutable: thread-safe, and picklable (the job ships it to its Spark tasks).
 from __future__ import annotations
 
 import re
-import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from broker_embedded.broker_config import BrokerConfig
+from broker_embedded.broker_config import BrokerConfig, read_toml
 from broker_embedded.storage.log_config import InvalidConfigError, LogConfig
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover
-    import tomli as tomllib
 
 DEFAULT_CONFIG_FILE = Path(__file__).resolve().parent.parent / "conf" / "compaction.toml"
 MIN_MAP_MEMORY = 24 * 1024  # 1,024 slots: less is a typo, not a plan
@@ -104,13 +98,7 @@ class CompactionConfig:
         """Read a TOML file (default: ``conf/compaction.toml``); relative paths in it are
         taken against the working directory."""
         p = Path(path) if path is not None else DEFAULT_CONFIG_FILE
-        try:
-            data = tomllib.loads(p.read_text("utf-8"))
-        except FileNotFoundError:
-            raise InvalidConfigError(f"compaction config file {p} does not exist") from None
-        except tomllib.TOMLDecodeError as e:
-            raise InvalidConfigError(f"compaction config file {p} is not valid TOML: {e}") from None
-        return cls.from_mapping(data, str(p))
+        return cls.from_mapping(read_toml(p, "compaction config file"), str(p))
 
 
 class _Values:
