@@ -48,6 +48,7 @@ from broker_embedded.storage.log_dir_lock import (
     CLEANING_LOCK_SUFFIX,
     LogDirLock,
     open_lock_file,
+    read_text,
     try_flock,
     write_owner,
 )
@@ -101,7 +102,7 @@ class PartitionCleaningLock:
         fd = _open_in_cleaning_dir(log_dir, tp.dir_name + CLEANING_LOCK_SUFFIX)
         try:
             if not try_flock(fd, fcntl.LOCK_EX):
-                holder = os.pread(fd, 4096, 0).decode("utf-8", "replace").strip()
+                holder = read_text(fd)
                 raise CleaningRefusedError(
                     f"{where} is being cleaned by {holder or 'another process'}", BEING_CLEANED
                 )

@@ -67,7 +67,8 @@ def _owner_line(owner: str) -> bytes:
     return (text + "\n").encode("utf-8")
 
 
-def _read_text(fd: int) -> str:
+def read_text(fd: int) -> str:
+    """The holder's line of a lock file (control characters blanked), ``""`` if none."""
     try:
         data = os.pread(fd, _MAX_READ, 0)
     except OSError:
@@ -92,22 +93,26 @@ def held_cleanings(log_dir: str | Path) -> list[str]:
             continue
         try:
             if not try_flock(fd, fcntl.LOCK_SH):
-                held.append(_read_text(fd) or f"an unknown holder of {e.name}")
+                held.append(read_text(fd) or f"an unknown holder of {e.name}")
         finally:
             os.close(fd)
     return held
 
 
-def _holder_description(fd: int, log_dir: Path) -> str:
-    """Who holds the lock, as its holder wrote it (or the compaction jobs holding it shared);
-    a placeholder if it wrote nothing yet."""
-    text = _read_text(fd)
+_COMPACTION_HOLDERS = "a compaction job cleaning partitions: "
+
+
+def _described(text: str, log_dir: str | Path) -> str:
+    """A lock file's text, else the compaction jobs holding the lock shared, else ``""``."""
     if text:
         return text
     cleanings = held_cleanings(log_dir)
-    if cleanings:
-        return "a compaction job cleaning partitions: " + "; ".join(cleanings)
-    return "an unknown holder (its .lock file names none yet)"
+    return _COMPACTION_HOLDERS + "; ".join(cleanings) if cleanings else ""
+
+
+def _holder_description(fd: int, log_dir: Path) -> str:
+    """Who holds the lock (:func:`_described`); a placeholder if it wrote nothing yet."""
+    return _described(read_text(fd), log_dir) or "an unknown holder (its .lock file names none yet)"
 
 
 def lock_holder(log_dir: str | Path) -> str:
@@ -118,18 +123,15 @@ def lock_holder(log_dir: str | Path) -> str:
     except OSError:
         return ""
     try:
-        text = _read_text(fd)
+        text = read_text(fd)
     finally:
         os.close(fd)
-    if text:
-        return text
-    cleanings = held_cleanings(log_dir)
-    return "a compaction job cleaning partitions: " + "; ".join(cleanings) if cleanings else ""
+    return _described(text, log_dir)
 
 
 def held_by_compaction(holder: str) -> bool:
     """Whether a :func:`lock_holder` text names compaction jobs holding the lock shared."""
-    return holder.startswith("a compaction job cleaning partitions: ")
+    return holder.startswith(_COMPACTION_HOLDERS)
 
 
 def _locked_error(log_dir: Path, holder: str) -> LogDirLockedError:
