@@ -11,7 +11,9 @@ moves on to the next partition and finally exits: it never waits for new records
 ``PartitionReader.fetch`` calls of at most 1 MiB (``FETCH_MAX_BYTES``; one batch larger than
 that is read whole, as Kafka's ``min_one_message`` does), each decoded by the columnar decoder
 (CRCs checked; with read_committed the fetch's aborted transactions are passed to it, so aborted
-records are skipped) and printed batch by batch: memory stays bounded by one fetch.
+records are skipped) and printed batch by batch: memory stays bounded by one fetch and what
+one decode call may inflate (``columnar_decoder.MAX_INFLATED_BYTES``: a call that stops early
+is followed by a fetch from where it stopped).
 
 Partitions: every partition of the topic in order (``kafkalog-topics.json`` when the log dir has
 one, else the partition directories found), or ``--partition P``. Start: the log start offset

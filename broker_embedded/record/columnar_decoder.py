@@ -43,11 +43,25 @@ output batch, only where there are nulls). Per-record work is therefore the kern
 
 Memory: the output holds keys, values and headers once, plus per row 8 (offset) + 8
 (timestamp) + 4 (timestampType) + 8 (key and value offsets) + 2 (validity) bytes; compressed
-batches also hold their decompressed records while decoding. Buffers come from Arrow's memory
-pool (its allocator keeps freed pages, so a stream of decodes does not fault fresh pages in each
-time); the value buffer is reserved at the size of the records sections and touched only as far
-as it is written. The first call in a process compiles the kernels or loads them from numba's
-cache (:func:`warm_up` does it on purpose).
+batches also hold their decompressed records while decoding.
+
+Inflation budget: a reader's fetch limits count compressed bytes, and a few KB of zstd can
+inflate to the 256 MiB per-batch cap (``compression.MAX_DECOMPRESSED_BYTES``), so one
+:func:`decode` call inflates at most ``max_inflated_bytes`` (default
+:data:`MAX_INFLATED_BYTES`, 64 MiB), shared by the compressed and legacy batches it decodes.
+The first such batch alone may reach the per-batch cap (so a call always advances); each later
+one is decompressed with what is left of the budget (a legacy entry, rare, is re-encoded whole
+while any is left); the call stops before the first batch that does not fit
+(``DecodedRecords.stopped_early``; ``next_offset`` and ``end_position`` say where) and the
+caller goes on from ``next_offset`` with a new fetch (a later batch's real corruption is
+reported there, when it comes first). So one call holds at most max(64 MiB, one batch of up to
+256 MiB) of decompressed records, and its output about as much again. :func:`decode_records`,
+which returns a whole run in a list, has no budget.
+
+Buffers come from Arrow's memory pool (its allocator keeps freed pages, so a stream of decodes
+does not fault fresh pages in each time); the value buffer is reserved at the size of the records
+sections and touched only as far as it is written. The first call in a process compiles the
+kernels or loads them from numba's cache (:func:`warm_up` does it on purpose).
 
 Thread safety: decoding holds no shared state; the kernels release the GIL, so threads decode in
 parallel. The input buffer must not change while it is decoded. Values here are frozen.
@@ -70,7 +84,11 @@ import pyarrow as pa
 
 from broker_embedded.errors import CorruptRecordError, TornTailError
 from broker_embedded.record import decode_kernel as k
-from broker_embedded.record.compression import CompressionType, decompress
+from broker_embedded.record.compression import (
+    MAX_DECOMPRESSED_BYTES,
+    CompressionType,
+    decompress,
+)
 from broker_embedded.record.control_record import ControlRecordType
 from broker_embedded.record.entry_scan import MIN_BODY, SCAN_ERRORS
 from broker_embedded.record.legacy_record import LegacyRecordBatch
@@ -90,6 +108,8 @@ DEFAULT_MAX_ROWS_PER_BATCH = 65536
 # Bytes of one binary column in one output record batch (Arrow int32 offsets); a module variable
 # so that tests can make chunks cut on bytes without decoding gigabytes.
 MAX_CHUNK_BYTES = INT32_MAX
+# Decompressed bytes one decode call may inflate (see the module docstring, "Inflation budget").
+MAX_INFLATED_BYTES = 64 * 1024 * 1024
 # Runs with at least this many bytes of batches to check get their CRCs checked on a thread.
 PARALLEL_CRC_BYTES = 4 * 1024 * 1024
 _MIN_RECORD_BYTES = 7  # length varint + attributes + 5 one-byte varints
@@ -127,13 +147,16 @@ class DecodedRecords:
     complete entry of the run (its last offset + 1, whether or not it gave rows), or
     ``start_offset`` when the run holds no complete entry: where the next fetch starts.
     ``end_position``: the index in the buffer where the walk stopped, the start of a partial
-    tail or the buffer's length.
+    tail, of the first batch left for the next call, or the buffer's length.
+    ``stopped_early``: the inflation budget ended the call before ``end_position`` (the
+    entries from there on were not decoded: go on from ``next_offset``).
     """
 
     batches: tuple[pa.RecordBatch, ...]
     num_rows: int
     next_offset: int
     end_position: int
+    stopped_early: bool = False
 
 
 @dataclass(frozen=True)
@@ -152,11 +175,14 @@ class _Where:
 @dataclass(frozen=True)
 class _Plan:
     """The sections to decode: ``table`` rows (``decode_kernel.T_*``), the side buffer holding
-    decompressed and re-encoded sections, and for each row its entry in the scan table."""
+    decompressed and re-encoded sections, and for each row its entry in the scan table.
+    ``stop``: the scan-table row before which the inflation budget ended the call (``None``:
+    the whole run)."""
 
     table: np.ndarray
     side: np.ndarray
     entry_of: np.ndarray
+    stop: int | None = None
 
 
 def decode_records(
@@ -182,7 +208,8 @@ def decode_records(
     in it, for error messages. ``aborted_transactions``: None for read_uncommitted, else the
     (producer id, first offset) pairs of read_committed. ``verify_crc``: check each batch's
     CRC-32C. ``max_rows_per_batch``: rows per output batch. ``tail``: "stop" drops a partial
-    last batch, "error" raises :class:`TornTailError`.
+    last batch, "error" raises :class:`TornTailError`. The whole run is decoded (no inflation
+    budget: the caller asked for all of it at once).
     """
     return list(
         decode(
@@ -198,6 +225,7 @@ def decode_records(
             verify_crc=verify_crc,
             max_rows_per_batch=max_rows_per_batch,
             tail=tail,
+            max_inflated_bytes=None,
         ).batches
     )
 
@@ -216,8 +244,11 @@ def decode(
     verify_crc: bool = True,
     max_rows_per_batch: int = DEFAULT_MAX_ROWS_PER_BATCH,
     tail: Tail = "stop",
+    max_inflated_bytes: int | None = MAX_INFLATED_BYTES,
 ) -> DecodedRecords:
-    """:func:`decode_records`, also telling where the run ended (:class:`DecodedRecords`)."""
+    """:func:`decode_records`, also telling where the run ended (:class:`DecodedRecords`), and
+    inflating at most ``max_inflated_bytes`` (``None``: no budget) of decompressed records
+    beyond the first compressed batch (see the module docstring, "Inflation budget")."""
     _check_arguments(topic, partition, start_offset, end_offset, max_rows_per_batch, tail)
     arr = _as_uint8(buf)
     where = _Where(source, base_position)
@@ -225,7 +256,12 @@ def decode(
     in_range = _in_range(entries, start_offset, end_offset)
     crc_check = _CrcCheck(memoryview(arr), entries[in_range & _v2(entries)], where, verify_crc)
     try:
-        plan = _plan(arr, entries, in_range, where, aborted_transactions, verify_crc)
+        plan = _plan(
+            arr, entries, in_range, where, aborted_transactions, verify_crc, max_inflated_bytes
+        )
+        if plan.stop is not None:
+            end_position = int(entries[plan.stop, k.S_POS])
+            entries = entries[: plan.stop]
         # the topic column's bytes must fit Arrow's int32 offsets too
         max_rows = min(max_rows_per_batch, INT32_MAX // max(1, len(topic.encode("utf-8"))))
         columns = _run_kernel(
@@ -235,7 +271,8 @@ def decode(
         crc_check.wait()  # a CRC error comes first, as in Kafka's consumer
     batches = _ArrowBuilder(topic, partition, include_headers).build(columns)
     rows = sum(b.num_rows for b in batches)
-    return DecodedRecords(tuple(batches), rows, _next_offset(entries, start_offset), end_position)
+    next_offset = _next_offset(entries, start_offset)
+    return DecodedRecords(tuple(batches), rows, next_offset, end_position, plan.stop is not None)
 
 
 def warm_up() -> float:
@@ -346,8 +383,11 @@ def _plan(
     where: _Where,
     aborted_transactions: AbortedTransactions | None,
     verify_crc: bool,
+    max_inflated: int | None,
 ) -> _Plan:
-    """Choose the entries that give rows, decompress and re-encode what needs it."""
+    """Choose the entries that give rows, decompress and re-encode what needs it, within the
+    inflation budget ``max_inflated``: a compressed or legacy batch after the first chosen one
+    that does not fit what is left of it ends the plan there (``_Plan.stop``)."""
     view = memoryview(arr)
     control = _v2(entries) & (entries[:, k.S_ATTR] & CONTROL_MASK != 0)
     wanted = in_range & ~control
@@ -362,15 +402,49 @@ def _plan(
     table[:, k.T_TS_TYPE] = table[:, k.T_LOG_APPEND]
     special = (chosen[:, k.S_MAGIC] != 2) | (chosen[:, k.S_ATTR] & CODEC_MASK != 0)
     side = _SideBuffer()
+    entry_of = np.flatnonzero(wanted)
     for row in np.flatnonzero(special).tolist():
         entry = chosen[row]
-        pos, size = int(entry[k.S_POS]), int(entry[k.S_SIZE])
-        if entry[k.S_MAGIC] == 2:
-            section = view[pos + RECORD_BATCH_OVERHEAD : pos + size]
-            side.add_section(table[row], _decompress(section, entry, where))
-        else:
-            _add_legacy(side, table[row], view[pos : pos + size], where, pos, verify_crc)
-    return _Plan(table, side.array(), np.flatnonzero(wanted))
+        room = _room(max_inflated, side.size) if row else MAX_DECOMPRESSED_BYTES
+        fits = room > 0 and _inflate(side, table[row], view, entry, where, room, verify_crc)
+        if not fits:  # over the budget: the next call starts with this batch
+            stop = int(entry_of[row])
+            return _Plan(table[:row], side.array(), entry_of[:row], stop)
+    return _Plan(table, side.array(), entry_of)
+
+
+def _room(max_inflated: int | None, used: int) -> int:
+    """Bytes a batch after the first may still inflate to."""
+    if max_inflated is None:
+        return MAX_DECOMPRESSED_BYTES
+    return min(max_inflated - used, MAX_DECOMPRESSED_BYTES)
+
+
+def _inflate(
+    side: _SideBuffer,
+    row: np.ndarray,
+    view: memoryview,
+    entry: np.ndarray,
+    where: _Where,
+    room: int,
+    verify_crc: bool,
+) -> bool:
+    """Decompress (v2) or re-encode (legacy) ``entry`` into ``side`` for its ``row`` of the
+    decode table; ``False`` when it needs more than ``room`` bytes (nothing is added). Below the
+    per-batch cap, a failure is taken for a batch too large for ``room``: the next call
+    decompresses it first, with the whole cap, and reports it if it is corrupt."""
+    pos, size = int(entry[k.S_POS]), int(entry[k.S_SIZE])
+    if entry[k.S_MAGIC] != 2:
+        _add_legacy(side, row, view[pos : pos + size], where, pos, verify_crc)
+        return True
+    section = view[pos + RECORD_BATCH_OVERHEAD : pos + size]
+    try:
+        side.add_section(row, _decompress(section, entry, where, room))
+    except CorruptRecordError:
+        if room >= MAX_DECOMPRESSED_BYTES:
+            raise
+        return False
+    return True
 
 
 # decode table columns copied from scan table columns (T_START and T_END then made positions)
@@ -482,8 +556,9 @@ def _is_abort_marker(view: memoryview, entry: np.ndarray, where: _Where, verify:
     return record_type == ControlRecordType.ABORT
 
 
-def _decompress(section: memoryview, entry: np.ndarray, where: _Where) -> bytes:
-    """A compressed batch's records section, decompressed (one ``decompress`` call)."""
+def _decompress(section: memoryview, entry: np.ndarray, where: _Where, max_size: int) -> bytes:
+    """A compressed batch's records section, decompressed (one ``decompress`` call of at most
+    ``max_size`` bytes)."""
     pos, base_offset = int(entry[k.S_POS]), int(entry[k.S_OFFSET])
     codec_id = int(entry[k.S_ATTR]) & CODEC_MASK
     try:
@@ -491,7 +566,7 @@ def _decompress(section: memoryview, entry: np.ndarray, where: _Where) -> bytes:
     except ValueError:
         raise where.corrupt(f"unknown compression codec id {codec_id}", pos, base_offset) from None
     try:
-        return decompress(codec, section)
+        return decompress(codec, section, max_size)
     except CorruptRecordError as e:
         raise where.corrupt(e.reason, pos, base_offset) from e
 
@@ -503,6 +578,11 @@ class _SideBuffer:
         self._parts: list[bytes | memoryview] = []
         self._size = 0
 
+    @property
+    def size(self) -> int:
+        """Bytes of the sections so far."""
+        return self._size
+
     def add_section(self, row: np.ndarray, data: bytes | memoryview) -> None:
         row[k.T_SIDE] = 1
         row[k.T_START] = self._size
@@ -511,7 +591,10 @@ class _SideBuffer:
         self._parts.append(data)
 
     def array(self) -> np.ndarray:
-        """The sections in one read-only array (from Arrow's pool: see :func:`_pooled`)."""
+        """The sections in one read-only array (from Arrow's pool: see :func:`_pooled`); a single
+        section as it is, without a copy (a large decompressed batch is not held twice)."""
+        if len(self._parts) == 1:
+            return _readonly(np.frombuffer(self._parts[0], np.uint8))
         out = _pooled(self._size, np.uint8)
         view = memoryview(out)
         pos = 0
