@@ -17,10 +17,9 @@ from collections.abc import Iterator
 
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
-SCHEMA = (
-    "key binary, value binary, topic string, partition int, offset bigint, "
-    "timestamp timestamp, timestampType int"
-)
+from broker_embedded.record.kafka_schema import COLUMN_NAMES, schema_ddl
+
+SCHEMA = schema_ddl()
 
 
 class CeilingPartition(InputPartition):
@@ -79,7 +78,7 @@ def _batch(np, pa, partition: int, n: int, value_bytes: int, topic: str):
             pa.array(ts, pa.timestamp("us", tz="UTC")),
             pa.array(np.zeros(n, np.int32)),
         ],
-        names=["key", "value", "topic", "partition", "offset", "timestamp", "timestampType"],
+        names=list(COLUMN_NAMES),
     )
 
 

@@ -73,6 +73,7 @@ from broker_embedded.errors import (
     RecordTooLargeError,
     UnknownTopicOrPartitionError,
 )
+from broker_embedded.record.kafka_schema import HEADERS_SQL_TYPE
 from broker_embedded.record.record_batch import RECORD_BATCH_OVERHEAD
 from broker_embedded.storage import staged_write
 from broker_embedded.storage.log_config import LogConfig
@@ -85,7 +86,6 @@ log = logging.getLogger(__name__)
 
 VALUE, KEY, TOPIC, PARTITION, HEADERS = "value", "key", "topic", "partition", "headers"
 MAX_BATCH_BYTES = 1 << 20  # records bytes per staged batch (the encoder's default)
-_HEADERS_TYPE = "array<struct<key:string,value:binary>>"
 
 
 class InvalidWriteError(KafkaSourceError, ValueError):
@@ -152,9 +152,10 @@ def check_columns(schema: StructType, topic_option: str | None) -> tuple[str, ..
             "it, e.g. CAST(partition AS INT)"
         )
     t = fields.get(HEADERS)
-    if t is not None and not (isinstance(t, ArrayType) and _same_type(t, _HEADERS_TYPE)):
+    if t is not None and not (isinstance(t, ArrayType) and _same_type(t, HEADERS_SQL_TYPE)):
         raise InvalidWriteError(
-            f"column 'headers' has type {t.simpleString()}: the kafkalog sink takes {_HEADERS_TYPE}"
+            f"column 'headers' has type {t.simpleString()}: the kafkalog sink takes "
+            f"{HEADERS_SQL_TYPE}"
         )
     wanted = (VALUE, KEY, PARTITION, HEADERS) + ((TOPIC,) if topic_option is None else ())
     return tuple(name for name in wanted if name in fields)

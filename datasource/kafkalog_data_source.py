@@ -12,25 +12,9 @@ from __future__ import annotations
 from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader
 from pyspark.sql.types import StructType
 
+from broker_embedded.record.kafka_schema import schema_ddl, simple_string
 from datasource.errors import InvalidOptionError
 from datasource.kafka_source_options import KafkaSourceOptions
-
-# Spark's Kafka source schema (kafka.md section F), as DDL.
-SCHEMA_DDL = (
-    "key binary, value binary, topic string, partition int, offset bigint, "
-    "timestamp timestamp, timestampType int"
-)
-HEADERS_DDL = "headers array<struct<key: string, value: binary>>"
-_SIMPLE = {
-    False: "struct<key:binary,value:binary,topic:string,partition:int,offset:bigint,"
-    "timestamp:timestamp,timestampType:int>",
-}
-_SIMPLE[True] = _SIMPLE[False][:-1] + ",headers:array<struct<key:string,value:binary>>>"
-
-
-def schema_ddl(include_headers: bool = False) -> str:
-    """The schema of a read, as a DDL string (with ``headers`` when ``include_headers``)."""
-    return f"{SCHEMA_DDL}, {HEADERS_DDL}" if include_headers else SCHEMA_DDL
 
 
 class KafkaLogDataSource(DataSource):
@@ -274,7 +258,7 @@ class KafkaLogDataSource(DataSource):
 
 def check_schema(schema: StructType, include_headers: bool) -> None:
     """Reject a user-specified schema other than the fixed one."""
-    expected = _SIMPLE[include_headers]
+    expected = simple_string(include_headers)
     if schema.simpleString() != expected:
         raise InvalidOptionError(
             f"the kafkalog source has a fixed schema ({schema_ddl(include_headers)}); a "

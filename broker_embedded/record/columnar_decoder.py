@@ -6,12 +6,12 @@ Input: a run of entries as a segment slice or a Fetch response's records hold th
 not none) and, in old logs, legacy magic 0/1 message-set entries (``legacy_record``).
 
 Output: ``pyarrow.RecordBatch``es whose schema is exactly Spark's Kafka source schema
-(:func:`kafka_schema`): key binary, value binary, topic string, partition int32, offset int64,
-timestamp timestamp[us, tz=UTC], timestampType int32 and, when asked, headers
-list<element: struct<key: string, value: binary>>. Every field is nullable, as Spark declares it
-(``StructField``'s default), and the list's child is named ``element`` as Spark's Arrow
-conversion names it. At most ``max_rows_per_batch`` rows per record batch, and never more than
-2^31 - 1 bytes in one binary column of one record batch (Arrow's int32 offsets).
+(:func:`kafka_schema`, defined in kafka_schema.py): key binary, value binary, topic string,
+partition int32, offset int64, timestamp timestamp[us, tz=UTC], timestampType int32 and, when
+asked, headers list<element: struct<key: string, value: binary>>. Every field is nullable, as
+Spark declares it (``StructField``'s default), and the list's child is named ``element`` as
+Spark's Arrow conversion names it. At most ``max_rows_per_batch`` rows per record batch, and
+never more than 2^31 - 1 bytes in one binary column of one record batch (Arrow's int32 offsets).
 
 What is decoded, following Kafka's consumer:
 
@@ -91,6 +91,7 @@ from broker_embedded.record.compression import (
 )
 from broker_embedded.record.control_record import ControlRecordType
 from broker_embedded.record.entry_scan import MIN_BODY, SCAN_ERRORS
+from broker_embedded.record.kafka_schema import arrow_headers_type, arrow_schema
 from broker_embedded.record.legacy_record import LegacyRecordBatch
 from broker_embedded.record.memory_records_builder import MemoryRecordsBuilder
 from broker_embedded.record.record_batch import (
@@ -114,29 +115,16 @@ MAX_INFLATED_BYTES = 64 * 1024 * 1024
 PARALLEL_CRC_BYTES = 4 * 1024 * 1024
 _MIN_RECORD_BYTES = 7  # length varint + attributes + 5 one-byte varints
 
-HEADER_FIELDS = (pa.field("key", pa.string()), pa.field("value", pa.binary()))
-HEADERS_TYPE = pa.list_(pa.field("element", pa.struct(HEADER_FIELDS)))
-_FIELDS = (
-    pa.field("key", pa.binary()),
-    pa.field("value", pa.binary()),
-    pa.field("topic", pa.string()),
-    pa.field("partition", pa.int32()),
-    pa.field("offset", pa.int64()),
-    pa.field("timestamp", pa.timestamp("us", tz="UTC")),
-    pa.field("timestampType", pa.int32()),
-)
-_SCHEMAS = {
-    False: pa.schema(_FIELDS),
-    True: pa.schema((*_FIELDS, pa.field("headers", HEADERS_TYPE))),
-}
+HEADERS_TYPE = arrow_headers_type()
+HEADER_FIELDS = tuple(HEADERS_TYPE.value_type)
 
 Tail = Literal["stop", "error"]
 AbortedTransactions = Iterable[tuple[int, int]]
 
 
 def kafka_schema(include_headers: bool = False) -> pa.Schema:
-    """Spark's Kafka source schema, as Arrow (what Spark's ``to_arrow_schema`` gives for it)."""
-    return _SCHEMAS[bool(include_headers)]
+    """Spark's Kafka source schema, as Arrow (``kafka_schema.arrow_schema``, defined there)."""
+    return arrow_schema(bool(include_headers))
 
 
 @dataclass(frozen=True)
