@@ -41,6 +41,7 @@ from collections.abc import Iterator, Sequence
 
 from pyspark.sql.datasource import DataSourceReader, Filter, InputPartition
 
+from broker_embedded.storage.fetch_source import FetchSourceDescriptor
 from datasource.kafka_input_partition import KafkaInputPartition
 from datasource.kafka_offset_reader import KafkaOffsetReader
 from datasource.kafka_source_options import KafkaSourceOptions
@@ -89,8 +90,8 @@ class KafkaBatchReader(DataSourceReader):
         """The planned ranges, one per Spark partition."""
         return self._plan()[1]
 
-    def _plan(self) -> tuple[str, list[OffsetRange]]:
-        """The log dir (absolute) and the planned ranges."""
+    def _plan(self) -> tuple[FetchSourceDescriptor, list[OffsetRange]]:
+        """The source (its descriptor) and the planned ranges."""
         opts = self.options
         assert opts.ending is not None, "a batch query has ending offsets"
         calculator = OffsetRangeCalculator(
@@ -105,11 +106,11 @@ class KafkaBatchReader(DataSourceReader):
                 strategy=opts.starting_strategy,
             )
             ranges = self.pushed.narrow(ranges, offsets.offset_for_timestamp)
-            return offsets.path, calculator.ranges(ranges, offsets.byte_cuts)
+            return offsets.descriptor, calculator.ranges(ranges, offsets.byte_cuts)
 
     def partitions(self) -> list[KafkaInputPartition]:  # type: ignore[override]
-        log_dir, ranges = self._plan()
-        return KafkaInputPartition.for_ranges(log_dir, ranges, self.options)
+        source, ranges = self._plan()
+        return KafkaInputPartition.for_ranges(source, ranges, self.options)
 
     def read(self, partition: InputPartition) -> Iterator:
         if not isinstance(partition, KafkaInputPartition):

@@ -1,10 +1,11 @@
 """What one Spark task of a ``kafkalog`` read gets: :class:`KafkaInputPartition`.
 
-A small frozen value, pickled by Spark from the planner to an executor: the log dir (absolute),
+A small frozen value, pickled by Spark from the planner to an executor: the descriptor of the
+fetch source (``FetchSourceDescriptor``: for a log dir its absolute path, ``LogDirSource``),
 the topic partition and its planned offsets ``[start, end)``, and how to read them (isolation,
 headers, bytes per fetch, data-loss policy). It carries no state of the log: the executor opens
-the partition read-only itself (offset_range_reader.py), and under read_committed learns the
-aborted transactions from each fetch, as a Kafka consumer does.
+the source from the descriptor itself (offset_range_reader.py), and under read_committed learns
+the aborted transactions from each fetch, as a Kafka consumer does.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import TYPE_CHECKING
 
 from pyspark.sql.datasource import InputPartition
 
+from broker_embedded.storage.fetch_source import FetchSourceDescriptor
 from datasource.offset_range import OffsetRange
 
 if TYPE_CHECKING:
@@ -23,9 +25,9 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class KafkaInputPartition(InputPartition):
-    """Read ``[start, end)`` of ``topic``-``partition`` in the log dir ``log_dir``."""
+    """Read ``[start, end)`` of ``topic``-``partition`` from the source ``source`` opens."""
 
-    log_dir: str
+    source: FetchSourceDescriptor
     topic: str
     partition: int
     start: int
@@ -37,10 +39,13 @@ class KafkaInputPartition(InputPartition):
 
     @classmethod
     def for_ranges(
-        cls, log_dir: str, ranges: Iterable[OffsetRange], options: KafkaSourceOptions
+        cls,
+        source: FetchSourceDescriptor,
+        ranges: Iterable[OffsetRange],
+        options: KafkaSourceOptions,
     ) -> list[KafkaInputPartition]:
         """One partition per planned range, read as ``options`` say."""
-        return [cls(log_dir, r.topic, r.partition, r.start, r.end, options.read_committed,
+        return [cls(source, r.topic, r.partition, r.start, r.end, options.read_committed,
                     options.include_headers, options.fetch_bytes, options.fail_on_data_loss)
                 for r in ranges]  # fmt: skip
 

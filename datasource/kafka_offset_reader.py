@@ -1,21 +1,22 @@
-"""Driver-side planning over one log dir: which partitions a subscription matches, their offset
+"""Driver-side planning over one log: which partitions a subscription matches, their offset
 bounds, offsets by timestamp, data-loss checks, and byte positions for splitting.
 
-Everything comes from what the broker publishes in the log dir (read through the read-only
-``LogDir`` view; nothing is written and no lock is taken):
+Everything comes through one :class:`FetchSource` (broker_embedded/storage/fetch_source.py),
+opened from its descriptor (a log dir path, :class:`LogDirSource`, for the ``path`` option):
+for a log dir, what the broker publishes in it, read through the read-only view (nothing is
+written and no lock is taken):
 
-- partitions: the ``<topic>-<partition>`` directories; ``kafkalog-topics.json`` (when present)
-  tells which partitions a topic should have, for error messages;
-- ``earliest(tp)``: the log start offset (``log-start-offset-checkpoint``, at least the first
-  segment's base offset);
-- ``latest(tp)``: the high watermark (``replication-offset-checkpoint``; the log end offset when
-  the partition has no entry, e.g. a log dir written without a broker) or, for read_committed,
-  the last stable offset. No bound is ever past it;
-- ``offset_for_timestamp(tp, ts)``: Kafka's ListOffsets by timestamp (the time index, then a
-  scan): the first offset whose record timestamp is >= ``ts``; ``None`` when there is none
-  below ``latest(tp)``, as Kafka answers a consumer. Unlike Kafka's ``fetchOffsetByTimestamp``
-  (and ``PartitionReader.find_offset_by_timestamp``, which follows it) the search goes on past
-  a segment whose matching records all lie below the log start offset.
+- partitions: the source's topics (a log dir's ``<topic>-<partition>`` directories); the
+  partition count a topic should have (a log dir's ``kafkalog-topics.json``), for messages;
+- ``earliest(tp)``: the log start offset (ListOffsets earliest);
+- ``latest(tp)``: the high watermark (a log dir's ``replication-offset-checkpoint``; the log end
+  offset when the partition has no entry, e.g. a log dir written without a broker) or, for
+  read_committed, the last stable offset. No bound is ever past it;
+- ``offset_for_timestamp(tp, ts)``: Kafka's ListOffsets by timestamp: the first offset whose
+  record timestamp is >= ``ts``; ``None`` when there is none below ``latest(tp)``, as Kafka
+  answers a consumer. For a log dir (the view's ``find_offset_by_timestamp``), unlike Kafka's
+  ``fetchOffsetByTimestamp``, the search goes on past a segment whose matching records all lie
+  below the log start offset.
 
 Resolving the options (Spark's rules): ``-2``/``earliest`` is the log start offset, ``-1``/
 ``latest`` the latest bound; a requested offset below the log start offset, or an ending offset
@@ -26,33 +27,37 @@ partitions (Spark's rule for batch queries). Unknown topics or partitions are an
 :class:`UnknownTopicOrPartitionError` naming them.
 
 Bytes of the log (``byte_cut``, ``log_bytes``, ``byte_cuts``): where a range may be cut so that
-a piece holds about so many bytes, from offset index positions;
+a piece holds about so many bytes (a log dir: exact, from offset index positions);
 ``maxBytesPerPartition`` splits with them and a streaming query's ``maxBytesPerTrigger``
-(kafka_stream_reader.py) bounds its batches with them.
+(kafka_stream_reader.py) bounds its batches with them. A source that cannot tell bytes (the
+wire protocol) answers "unknown"; the planner then falls back to offsets: a range is not split
+by bytes, and a partition is not limited by bytes in a trigger (its offsets still are).
 
 ``partitions(subscription, missing_ok=True)`` lists what exists now without complaining about
 what does not: a streaming query's later batches, where a partition that went away is data
 loss for the stream reader to report (:func:`report_data_loss`), not an unknown name.
 
-The partition views are opened on first use and kept until :meth:`close`; the view of the log
-dir is a snapshot taken at construction (a streaming planner makes a new one per call to see
-newer data). Not thread-safe: one planner uses it.
+The source's partitions are opened on first use and kept until :meth:`close`; what it shows is a
+snapshot taken at construction (a streaming planner makes a new one per call to see newer
+data). Not thread-safe: one planner uses it.
 """
 
 from __future__ import annotations
 
-import bisect
 import logging
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
-import numpy as np
-
 from broker_embedded.errors import UnknownTopicOrPartitionError
 from broker_embedded.storage.fetch_data_info import IsolationLevel
-from broker_embedded.storage.log_dir import LogDir
-from broker_embedded.storage.partition_reader import PartitionReader
-from broker_embedded.storage.topic_config_file import TOPIC_CONFIG_FILE, TopicConfigFile
+from broker_embedded.storage.fetch_source import (
+    EARLIEST_TIMESTAMP,
+    LATEST_TIMESTAMP,
+    FetchSource,
+    FetchSourceDescriptor,
+)
+from broker_embedded.storage.log_dir_fetch_source import LogDirSource
+from broker_embedded.storage.topic_config_file import TOPIC_CONFIG_FILE
 from broker_embedded.storage.topic_partition import TopicPartition
 from datasource.errors import DATA_LOSS_HINT, DataLossError, InvalidOptionError
 from datasource.offset_range import OffsetRange
@@ -73,28 +78,20 @@ INT64_MAX = (1 << 63) - 1
 
 
 class KafkaOffsetReader:
-    """Offsets of the partitions of one log dir; see the module docstring."""
+    """Offsets of the partitions of one log; see the module docstring."""
 
-    def __init__(self, path: str | Path, isolation_level: IsolationLevel) -> None:
-        directory = Path(path).expanduser()
-        if not directory.is_dir():
-            raise InvalidOptionError(
-                f"option path={str(path)!r} is invalid: {directory.absolute()} is not a "
-                "directory (give the Kafka log dir to read)"
-            )
-        self.log_dir = LogDir(directory.resolve())
+    def __init__(
+        self, source: FetchSourceDescriptor | str | Path, isolation_level: IsolationLevel
+    ) -> None:
+        self.descriptor = source if not isinstance(source, (str, Path)) else log_dir_source(source)
         self.isolation_level = IsolationLevel.parse(isolation_level)
-        by_topic: dict[str, list[int]] = {}
-        for tp in self.log_dir.partitions():
-            by_topic.setdefault(tp.topic, []).append(tp.partition)
-        self._partitions = {t: tuple(ps) for t, ps in by_topic.items()}
-        self._topic_config = TopicConfigFile(self.log_dir.path).read()
-        self._readers: dict[TopicPartition, PartitionReader] = {}
+        self.source: FetchSource = self.descriptor.open()
+        self._partitions = self.source.topics()
 
     @property
-    def path(self) -> str:
-        """The log dir, absolute."""
-        return str(self.log_dir.path)
+    def location(self) -> str:
+        """What is read, for messages (``log dir /...``)."""
+        return self.descriptor.location
 
     @property
     def read_committed(self) -> bool:
@@ -131,18 +128,17 @@ class KafkaOffsetReader:
         else:
             topics = tuple(t for t in sorted(self._partitions) if subscription.matches(t))
             if not topics and not missing_ok:
-                log.warning("%s matches no topic in log dir %s", subscription, self.path)
+                log.warning("%s matches no topic in %s", subscription, self.location)
         found = []
         for topic in topics:
             found += [TopicPartition(topic, p) for p in self._partitions[topic]]
-            entry = self._topic_config.get(topic)
             if missing_ok:
                 continue
-            if entry is not None and len(self._partitions[topic]) < entry.partitions:
+            declared = self.source.declared_partitions(topic)
+            if declared is not None and len(self._partitions[topic]) < declared:
                 log.warning(
                     "topic %s has %d partitions in %s but only %s have a directory in %s",
-                    topic, entry.partitions, TOPIC_CONFIG_FILE, self._partitions[topic],
-                    self.path,
+                    topic, declared, TOPIC_CONFIG_FILE, self._partitions[topic], self.location,
                 )  # fmt: skip
         return sorted(found)
 
@@ -150,8 +146,8 @@ class KafkaOffsetReader:
         self, topic: str, partition: int | None, subscription: Subscription
     ) -> UnknownTopicOrPartitionError:
         what = f"topic {topic}" if partition is None else f"partition {topic}-{partition}"
-        entry = self._topic_config.get(topic)
-        if entry is not None and (partition is None or partition < entry.partitions):
+        declared = self.source.declared_partitions(topic)
+        if declared is not None and (partition is None or partition < declared):
             reason = (
                 f"{TOPIC_CONFIG_FILE} lists it but it has no partition directory in the log dir "
                 "(is the log dir another broker's?)"
@@ -163,46 +159,28 @@ class KafkaOffsetReader:
             shown = ", ".join(names[:20]) + (", ..." if len(names) > 20 else "")
             reason = f"the topics here are: {shown or '(none)'}"
         return UnknownTopicOrPartitionError(
-            f"{subscription}: {what} does not exist in log dir {self.path}: {reason}"
+            f"{subscription}: {what} does not exist in {self.location}: {reason}"
         )
 
     # -- bounds ------------------------------------------------------------------------------------
 
-    def reader(self, tp: TopicPartition) -> PartitionReader:
-        """The read-only view of ``tp`` (opened on first use)."""
-        found = self._readers.get(tp)
-        if found is None:
-            found = self._readers[tp] = self.log_dir.open_partition(tp)
-        return found
-
     def earliest(self, tp: TopicPartition) -> int:
-        return self.reader(tp).log_start_offset
+        """The log start offset."""
+        return self._list_offset(tp, EARLIEST_TIMESTAMP)
 
     def latest(self, tp: TopicPartition) -> int:
         """The high watermark, or the last stable offset for read_committed."""
-        r = self.reader(tp)
-        return r.last_stable_offset if self.read_committed else r.high_watermark
+        return self._list_offset(tp, LATEST_TIMESTAMP)
+
+    def _list_offset(self, tp: TopicPartition, which: int) -> int:
+        found = self.source.list_offset(tp, which, self.isolation_level)
+        assert found is not None, f"ListOffsets {which} of {tp} gave no offset"
+        return found
 
     def offset_for_timestamp(self, tp: TopicPartition, timestamp_ms: int) -> int | None:
         """The first offset in ``[earliest(tp), latest(tp))`` whose record timestamp is >=
-        ``timestamp_ms``, found as Kafka's ListOffsets does (the first segment whose largest
-        timestamp reaches it, its time index, then a scan), except that a segment whose only
-        such records lie below the log start offset does not end the search there."""
-        reader = self.reader(tp)
-        start, latest = reader.log_start_offset, self.latest(tp)
-        bases = reader.base_offsets
-        for i, base in enumerate(bases):
-            if base >= latest:
-                break
-            if i + 1 < len(bases) and bases[i + 1] <= start:
-                continue  # wholly below the log start offset
-            seg = reader.segment(base)
-            if seg.largest_timestamp < timestamp_ms:
-                continue
-            found = seg.find_offset_by_timestamp(timestamp_ms, max(start, base))
-            if found is not None:
-                return found.offset if found.offset < latest else None
-        return None
+        ``timestamp_ms`` (ListOffsets by timestamp; see the module docstring)."""
+        return self.source.list_offset(tp, timestamp_ms, self.isolation_level)
 
     # -- resolving options -------------------------------------------------------------------------
 
@@ -324,49 +302,12 @@ class KafkaOffsetReader:
     # -- splitting by bytes ------------------------------------------------------------------------
 
     def byte_cuts(self, r: OffsetRange, max_bytes: int) -> list[int]:
-        """Offsets inside ``r`` where to cut it into pieces of about ``max_bytes`` bytes each.
-
-        Candidate cuts are segment starts and, from each offset index entry (the last offset
-        ``o`` of the batch starting at byte ``p``), the offset ``o + 1`` at about ``p``: the
-        batch after it. A cut is made at the first candidate past each multiple of
-        ``max_bytes`` from the range's start. The positions come from the sparse index, so the
-        pieces are about ``max_bytes`` (give or take ``index.interval.bytes`` and one batch).
-        """
+        """Offsets inside ``r`` where to cut it into pieces of about ``max_bytes`` bytes each
+        (``FetchSource.byte_cuts``); none when the source cannot tell bytes."""
         if max_bytes < 1:
             raise ValueError(f"max_bytes must be positive, not {max_bytes}")
-        reader = self.reader(r.topic_partition)
-        bases = reader.base_offsets
-        offsets: list[np.ndarray] = []
-        positions: list[np.ndarray] = []
-        start_position = None
-        consumed = 0  # bytes of the segments before the current one (from the range's first)
-        for i, base in enumerate(bases):
-            following = bases[i + 1] if i + 1 < len(bases) else None
-            if following is not None and following <= r.start:
-                continue
-            if base >= r.end:
-                break
-            seg = reader.segment(base)
-            index = seg.offset_index
-            if start_position is None:
-                start_position = index.lookup(r.start).position if r.start > base else 0
-            offsets += [np.array([base], np.int64), index.offsets().astype(np.int64) + 1]
-            positions += [np.array([consumed], np.int64),
-                          index.positions().astype(np.int64) + consumed]  # fmt: skip
-            consumed += seg.size_in_bytes
-        if not offsets:
-            return []
-        cand = np.concatenate(offsets)
-        pos = np.concatenate(positions)
-        keep = np.ones(len(cand), bool)
-        keep[1:] = cand[1:] > np.maximum.accumulate(cand)[:-1]  # strictly increasing only
-        keep &= (cand > r.start) & (cand < r.end)
-        cand, pos = cand[keep], pos[keep]
-        bucket = (pos - (start_position or 0)) // max_bytes
-        rises = np.flatnonzero(np.diff(np.concatenate([[0], bucket])) > 0)
-        return [int(c) for c in cand[rises]]
-
-    # -- bytes of the log --------------------------------------------------------------------------
+        cuts = self.source.byte_cuts(r.topic_partition, r.start, r.end, max_bytes)
+        return [] if cuts is None else cuts
 
     def byte_cut(
         self,
@@ -379,42 +320,13 @@ class KafkaOffsetReader:
     ) -> tuple[int, int]:
         """``(cut, size)``: the furthest batch boundary ``cut`` in ``[start, end]`` such that the
         batches from the one holding ``start`` up to ``cut`` take at most ``max_bytes`` bytes of
-        the log (as stored: compressed batches with their headers), and those bytes. ``end``
-        itself when everything fits; ``start`` when not even the batch holding ``start`` fits,
-        unless ``min_one_batch``, which takes that batch whatever its size.
-
-        Bytes count whole batches, from the one holding ``start`` to the one before the batch
-        holding ``end`` (so an ``end`` inside a batch does not count that batch). Positions
-        come from the offset index of each segment the range spans, the cut from a walk of at
-        most about ``index.interval.bytes`` of batches after an index entry: exact, and cheap
-        (no record is decoded)."""
+        the log (as stored: compressed batches with their headers), and those bytes
+        (``FetchSource.byte_cut``). When the source cannot tell bytes: ``(end, 0)``, the range
+        whole, counted as no bytes (so a byte limit does not apply to it)."""
         if max_bytes < 0:
             raise ValueError(f"max_bytes must not be negative, not {max_bytes}")
-        if end <= start:
-            return start, 0
-        reader = self.reader(tp)
-        bases = reader.base_offsets
-        cut, used = start, 0
-        for base in bases[max(bisect.bisect_right(bases, start) - 1, 0) :]:
-            if base >= end:
-                break
-            seg = reader.segment(base)
-            lo = seg.position_of(start) if start > base else 0
-            hi = seg.position_of(end)
-            if hi <= lo:
-                continue
-            if used + hi - lo <= max_bytes:
-                used += hi - lo
-                cut = min(end, seg.next_offset)
-                continue
-            found = _last_boundary(seg, lo, hi, lo + max_bytes - used)
-            if found is None and min_one_batch and cut == start:
-                first = next(seg.batches(lo, hi))
-                found = (first.last_offset + 1, lo + first.size_in_bytes)
-            if found is not None:
-                cut, used = min(end, found[0]), used + found[1] - lo
-            break
-        return cut, used
+        found = self.source.byte_cut(tp, start, end, max_bytes, min_one_batch=min_one_batch)
+        return (max(start, end), 0) if found is None else (found.offset, found.size)
 
     def log_bytes(self, tp: TopicPartition, start: int, end: int) -> int:
         """Bytes of the log that ``[start, end)`` spans (see :meth:`byte_cut`)."""
@@ -423,9 +335,7 @@ class KafkaOffsetReader:
     # -- lifetime ----------------------------------------------------------------------------------
 
     def close(self) -> None:
-        readers, self._readers = self._readers, {}
-        for r in readers.values():
-            r.close()
+        self.source.close()
 
     def __enter__(self) -> KafkaOffsetReader:
         return self
@@ -434,7 +344,18 @@ class KafkaOffsetReader:
         self.close()
 
     def __repr__(self) -> str:
-        return f"KafkaOffsetReader({self.path!r}, {self.isolation_level.name.lower()})"
+        return f"KafkaOffsetReader({self.location!r}, {self.isolation_level.name.lower()})"
+
+
+def log_dir_source(path: str | Path) -> LogDirSource:
+    """The source of the ``path`` option: a log dir, which must be a directory."""
+    directory = Path(path).expanduser()
+    if not directory.is_dir():
+        raise InvalidOptionError(
+            f"option path={str(path)!r} is invalid: {directory.absolute()} is not a "
+            "directory (give the Kafka log dir to read)"
+        )
+    return LogDirSource(str(directory.resolve()))
 
 
 def report_data_loss(what: str, fail: bool, instead: str) -> None:
@@ -443,25 +364,6 @@ def report_data_loss(what: str, fail: bool, instead: str) -> None:
     if fail:
         raise DataLossError(f"{what}. {DATA_LOSS_HINT}")
     log.warning("%s; failOnDataLoss=false: %s", what, instead)
-
-
-def _last_boundary(seg, lo: int, hi: int, target: int) -> tuple[int, int] | None:
-    """``(offset, position)`` of the last batch boundary of ``seg`` in ``(lo, min(hi, target)]``
-    (the offset after the batch ending there, its end position), ``None`` when the batch at
-    ``lo`` already ends past ``target``. The offset index gives the last entry at or before
-    ``target``; the walk from there reads at most about ``index.interval.bytes`` of batches."""
-    positions = seg.offset_index.positions()
-    slot = int(np.searchsorted(positions, target, side="right")) - 1
-    begin = max(lo, int(positions[slot])) if slot >= 0 else lo
-    found = None
-    for b in seg.batches(begin, hi):
-        ends = b.position + b.size_in_bytes
-        if ends > target:
-            if found is None and b.position > lo:
-                found = (b.base_offset, b.position)  # the batch before it ends where it starts
-            break
-        found = (b.last_offset + 1, ends)
-    return found
 
 
 def _check_covers(spec: OffsetSpec, partitions: list[TopicPartition], prefix: str) -> None:

@@ -89,6 +89,7 @@ from pyspark.sql.streaming.datasource import (
 )
 
 from broker_embedded.errors import InvalidTopicError
+from broker_embedded.storage.fetch_source import FetchSourceDescriptor
 from broker_embedded.storage.topic_partition import TopicPartition
 from datasource.errors import KafkaSourceError
 from datasource.kafka_input_partition import KafkaInputPartition
@@ -361,13 +362,13 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         starts, ends = parse_offsets_json(start), parse_offsets_json(end)
         if starts == ends:
             return []
-        ranges, log_dir = self._planning(lambda offsets: self._ranges(offsets, starts, ends))
-        return KafkaInputPartition.for_ranges(log_dir, ranges, self.options)
+        ranges, source = self._planning(lambda offsets: self._ranges(offsets, starts, ends))
+        return KafkaInputPartition.for_ranges(source, ranges, self.options)
 
     def _ranges(
         self, offsets: KafkaOffsetReader, starts: Offsets, ends: Offsets
-    ) -> tuple[list[OffsetRange], str]:
-        """The ranges of a batch from ``starts`` to ``ends``, cut for Spark, and the log dir."""
+    ) -> tuple[list[OffsetRange], FetchSourceDescriptor]:
+        """The ranges of a batch from ``starts`` to ``ends``, cut for Spark, and the source."""
         opts = self.options
         fail = opts.fail_on_data_loss
         calculator = OffsetRangeCalculator(
@@ -386,7 +387,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             r = self._range(offsets, tp, starts.get(tp), ends[tp])
             if r is not None:
                 ranges.append(r)
-        return calculator.ranges(ranges, offsets.byte_cuts), offsets.path
+        return calculator.ranges(ranges, offsets.byte_cuts), offsets.descriptor
 
     def _range(
         self, offsets: KafkaOffsetReader, tp: TopicPartition, begin: int | None, end: int
@@ -450,7 +451,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
 
 def _exists(offsets: KafkaOffsetReader, tp: TopicPartition) -> bool:
-    return offsets.log_dir.partition_dir(tp).is_dir()
+    return offsets.source.exists(tp)
 
 
 def _bound_name(read_committed: bool) -> str:

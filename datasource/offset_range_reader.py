@@ -1,33 +1,35 @@
 """Executor side: read one planned offset range of one partition as Arrow record batches.
 
-:func:`read_offset_range` opens the partition read-only (``LogDir(...).open_partition``: the
-broker's published high watermark and log start offset, no lock) and fetches ``[start, end)`` the
-way a Kafka consumer does: each fetch asks for at most ``fetch_bytes`` from the current offset
-and gets whole batches (at least one, KIP-74; a partial last batch is dropped) below the high
-watermark (``PartitionReader.read``, what ``fetch`` does for read_uncommitted, without the last
-stable offset it would compute) or, under read_committed, below the last stable offset with the
-aborted transactions overlapping the read (``PartitionReader.fetch``). The columnar decoder turns
-the complete batches into rows of ``[current, end)`` (no rows for control batches, nor for
-aborted transactions under read_committed), and the next fetch starts at the offset after the
-last complete batch, as the batches say. Small decoded batches are joined into record batches of
-up to ``COALESCE_ROWS`` rows or ``COALESCE_BYTES`` bytes before they are yielded (Spark pays per
-batch). Memory stays bounded by one fetch, its decoded rows and that buffer, whatever the
-partition's size.
+:func:`read_offset_range` opens the fetch source from the task's descriptor (a log dir: its
+read-only view, the broker's published high watermark and log start offset, no lock) and
+fetches ``[start, end)`` the way a Kafka consumer does (``FetchSource.fetch``): each fetch asks
+for at most ``fetch_bytes`` from the current offset and gets whole batches (at least one,
+KIP-74; a partial last batch is dropped) below the high watermark or, under read_committed,
+below the last stable offset with the aborted transactions overlapping the read. The columnar
+decoder turns the complete batches into rows of ``[current, end)`` (no rows for control batches,
+nor for aborted transactions under read_committed), and the next fetch starts at the offset
+after the last batch decoded, as the batches say: the end of the fetch, or where the decoder's
+inflation budget stopped it (``columnar_decoder.MAX_INFLATED_BYTES``: compressed batches
+inflate, fetch limits count compressed bytes). Small decoded batches are joined into record
+batches of up to ``COALESCE_ROWS`` rows or ``COALESCE_BYTES`` bytes before they are yielded
+(Spark pays per batch). Memory stays bounded by one fetch, one decode call's inflation budget,
+its decoded rows and that buffer, whatever the partition's size or compression.
 
 Offsets are not contiguous: compaction, transaction markers and aborted records leave gaps, and
 a gap is never an error. A fetch that finds no batch at all means that nothing is left between
 the current offset and the bound: the read ends. Data loss (the records are gone) is told apart
-by the partition's offsets, re-read from a fresh view of the log dir when a fetch fails:
+by the partition's offsets, re-read from a newly opened source when a fetch fails:
 
 - the current offset is below the log start offset (retention or DeleteRecords ran after
   planning): with ``fail_on_data_loss`` a :class:`DataLossError` naming the partition and both
   offsets, else a logged warning and the read goes on from the log start offset;
-- the planned end is past the bound, or the current offset past the log end (the high watermark
-  moved back, a truncation): a :class:`DataLossError`, else a warning and the read ends there.
+- the planned end is past the bound, or the current offset past the latest offset (the high
+  watermark moved back, a truncation): a :class:`DataLossError`, else a warning and the read
+  ends there.
 
-A fetch returning bytes without one complete batch is an error (the view is inconsistent), so
-the loop always advances. The generator holds the partition's open segments until it is
-exhausted or closed.
+A fetch returning bytes without one complete batch is an error (the source is inconsistent),
+so the loop always advances. The generator holds the source's open files until it is exhausted
+or closed.
 """
 
 from __future__ import annotations
@@ -39,9 +41,13 @@ import pyarrow as pa
 
 from broker_embedded.errors import OffsetOutOfRangeError
 from broker_embedded.record.columnar_decoder import decode
-from broker_embedded.storage.fetch_data_info import FetchIsolation
-from broker_embedded.storage.log_dir import LogDir
-from broker_embedded.storage.partition_reader import PartitionReader
+from broker_embedded.storage.fetch_data_info import IsolationLevel
+from broker_embedded.storage.fetch_source import (
+    EARLIEST_TIMESTAMP,
+    LATEST_TIMESTAMP,
+    FetchedPartition,
+    FetchSource,
+)
 from broker_embedded.storage.topic_partition import TopicPartition
 from datasource.errors import DATA_LOSS_HINT, DataLossError, KafkaSourceError
 from datasource.kafka_input_partition import KafkaInputPartition
@@ -56,34 +62,33 @@ def read_offset_range(p: KafkaInputPartition) -> Iterator[pa.RecordBatch]:
     """The rows of ``[p.start, p.end)`` of one partition, as Arrow record batches of Spark's
     Kafka schema; see the module docstring."""
     tp = TopicPartition(p.topic, p.partition)
-    reader = _open(p, tp)
+    isolation = (
+        IsolationLevel.READ_COMMITTED if p.read_committed else IsolationLevel.READ_UNCOMMITTED
+    )
+    source = p.source.open()
     rows = _Coalescer()
     try:
         offset = p.start
         while offset < p.end:
             try:
-                fetched = _fetch(reader, offset, p)
+                fetched = source.fetch(tp, offset, p.fetch_bytes, isolation)
             except (OffsetOutOfRangeError, FileNotFoundError):
-                # the view is a snapshot: look again at what the log holds now
-                reader.close()
-                reader = _open(p, tp)
-                if offset < reader.log_start_offset:
-                    offset = _lost_before(p, tp, offset, reader.log_start_offset)
-                    continue
-                if offset > reader.log_end_offset:
-                    _lost_after(p, tp, offset, reader.log_end_offset, "log end offset")
+                # the source is a snapshot: look again at what the log holds now
+                source.close()
+                source = p.source.open()
+                fetched = _refetch(source, p, tp, offset, isolation)
+                if fetched is None:
                     break
-                fetched = _fetch(reader, offset, p)
-            records, aborted, bound = fetched
+                offset = fetched.fetch_offset
             decoded = decode(
-                records,
+                fetched.records,
                 topic=p.topic,
                 partition=p.partition,
                 start_offset=offset,
                 end_offset=p.end,
                 include_headers=p.include_headers,
-                source=f"{reader.directory} (fetch at offset {offset})",
-                aborted_transactions=aborted,
+                source=f"{p.source.location} ({tp}, fetch at offset {offset})",
+                aborted_transactions=fetched.aborted_transactions,
             )
             for batch in decoded.batches:
                 if batch.num_rows:
@@ -91,34 +96,43 @@ def read_offset_range(p: KafkaInputPartition) -> Iterator[pa.RecordBatch]:
             if decoded.next_offset > offset:
                 offset = decoded.next_offset
                 continue
-            if records:
+            if fetched.records:
                 raise KafkaSourceError(
-                    f"{tp}: a fetch at offset {offset} of {reader.directory} returned "
-                    f"{len(records)} bytes without one complete batch"
+                    f"{tp}: a fetch at offset {offset} of {p.source.location} returned "
+                    f"{len(fetched.records)} bytes without one complete batch"
                 )
             # nothing at all from offset up to the bound: a gap (compaction) to the bound
+            bound = fetched.bound(isolation)
             if bound < p.end:
                 name = "last stable offset" if p.read_committed else "high watermark"
                 _lost_after(p, tp, max(offset, bound), bound, name)
             break
         yield from rows.flush()
     finally:
-        reader.close()
+        source.close()
 
 
-def _fetch(
-    reader: PartitionReader, offset: int, p: KafkaInputPartition
-) -> tuple[bytes, list[tuple[int, int]] | None, int]:
-    """One fetch: the records (a copy), the aborted transactions as the decoder takes them
-    (read_committed only) and the bound of the read (last stable offset or high watermark).
-    read_uncommitted uses ``PartitionReader.read`` bounded by the high watermark, which is what
-    ``fetch`` does for it, without computing the last stable offset it does not need."""
-    if p.read_committed:
-        info = reader.fetch(offset, p.fetch_bytes, FetchIsolation.TXN_COMMITTED)
-        aborted = [(a.producer_id, a.first_offset) for a in info.aborted_transactions or ()]
-        return info.records, aborted, info.last_stable_offset
-    found = reader.read(offset, p.fetch_bytes)
-    return bytes(found.records), None, reader.high_watermark
+def _refetch(
+    source: FetchSource,
+    p: KafkaInputPartition,
+    tp: TopicPartition,
+    offset: int,
+    isolation: IsolationLevel,
+) -> FetchedPartition | None:
+    """The fetch at ``offset`` again, on a newly opened source, after data loss is dealt with:
+    from the log start offset when ``offset`` is below it, ``None`` (the read ends) when it is
+    past the latest offset."""
+    log_start = source.list_offset(tp, EARLIEST_TIMESTAMP, isolation)
+    assert log_start is not None
+    if offset < log_start:
+        offset = _lost_before(p, tp, offset, log_start)
+    else:
+        latest = source.list_offset(tp, LATEST_TIMESTAMP, IsolationLevel.READ_UNCOMMITTED)
+        assert latest is not None
+        if offset > latest:
+            _lost_after(p, tp, offset, latest, "high watermark")
+            return None
+    return source.fetch(tp, offset, p.fetch_bytes, isolation)
 
 
 class _Coalescer:
@@ -147,10 +161,6 @@ class _Coalescer:
             pending, self._pending = self._pending, []
             self._rows = self._bytes = 0
             yield pending[0] if len(pending) == 1 else pa.concat_batches(pending)
-
-
-def _open(p: KafkaInputPartition, tp: TopicPartition) -> PartitionReader:
-    return LogDir(p.log_dir).open_partition(tp)
 
 
 def _lost_before(p: KafkaInputPartition, tp: TopicPartition, offset: int, log_start: int) -> int:

@@ -669,7 +669,9 @@ class PartitionReader:
                 self._check_not_deleted(start)
 
     def find_offset_by_timestamp(self, timestamp: int) -> TimestampAndOffset | None:
-        """Kafka's ListOffsets by timestamp: the first record at or after ``timestamp``."""
+        """Kafka's ListOffsets by timestamp: the first record at or after ``timestamp`` and at
+        or above the log start offset. Unlike Kafka's ``fetchOffsetByTimestamp`` the search
+        goes on past a segment whose matching records all lie below the log start offset."""
 
         def attempt(bases: list[int]) -> TimestampAndOffset | None:
             for base in bases:
@@ -678,8 +680,9 @@ class PartitionReader:
                     found = seg.find_offset_by_timestamp(
                         timestamp, max(self.log_start_offset, seg.base_offset)
                     )
-                    # a last segment opened again after a swap may reach past the view's end
-                    return found if found is None or found.offset < self.log_end_offset else None
+                    if found is not None:
+                        # a last segment opened again after a swap may reach past the view's end
+                        return found if found.offset < self.log_end_offset else None
             return None
 
         return self._retrying(attempt, None, f"looking up timestamp {timestamp}")

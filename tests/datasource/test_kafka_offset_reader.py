@@ -49,7 +49,7 @@ def committed(source_log_dir: Path):
 
 
 def test_topics_and_subscriptions(uncommitted: KafkaOffsetReader, source_log_dir: Path) -> None:
-    assert uncommitted.path == str(source_log_dir.resolve())
+    assert uncommitted.location == f"log dir {source_log_dir.resolve()}"
     assert uncommitted.topics() == {"appendtime": (0,), "empty": (0,), "events": (0, 1, 2),
                                     "trimmed": (0,), "txn": (0,)}  # fmt: skip
     assert uncommitted.partitions(Subscribe(("txn", "events"))) == [*EVENTS, TXN]
@@ -223,7 +223,7 @@ def test_offset_by_timestamp_looks_past_a_segment_cut_by_the_log_start(tmp_path:
         assert broker.delete_records("t", 0, 1) == 1
     tp = TopicPartition("t", 0)
     with KafkaOffsetReader(tmp_path, "read_uncommitted") as reader:
-        assert reader.reader(tp).base_offsets[:2] == [0, 3], "segments as planned"
+        assert reader.source.view(tp).base_offsets[:2] == [0, 3], "segments as planned"
         assert reader.offset_for_timestamp(tp, late) == 3
         assert reader.offset_for_timestamp(tp, early) == 1
         assert reader.offset_for_timestamp(tp, late + 1) is None

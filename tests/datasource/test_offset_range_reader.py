@@ -14,6 +14,7 @@ import pytest
 from broker_embedded.broker import Broker
 from broker_embedded.errors import CorruptRecordError
 from broker_embedded.record.columnar_decoder import kafka_schema
+from broker_embedded.storage.log_dir_fetch_source import LogDirSource
 from datasource.errors import DataLossError
 from datasource.kafka_batch_reader import KafkaBatchReader
 from datasource.kafka_input_partition import KafkaInputPartition
@@ -38,8 +39,8 @@ def rows_of(batches: list[pa.RecordBatch], include_headers: bool) -> list[Row]:
 
 
 def read(log_dir: Path, topic: str, partition: int, start: int, end: int, **kw) -> list:
-    return list(read_offset_range(KafkaInputPartition(str(log_dir), topic, partition, start,
-                                                      end, **kw)))  # fmt: skip
+    return list(read_offset_range(KafkaInputPartition(LogDirSource(str(log_dir)), topic, partition,
+                                                      start, end, **kw)))  # fmt: skip
 
 
 @pytest.mark.parametrize(("topic", "partition"), PARTITIONS)

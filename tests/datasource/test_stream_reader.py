@@ -232,7 +232,7 @@ def test_byte_cut_follows_the_batches(source_log_dir: Path) -> None:
     tp = TopicPartition("events", 0)
     rng = random.Random(7)
     with KafkaOffsetReader(source_log_dir, "read_uncommitted") as offsets:
-        log_end = offsets.reader(tp).log_end_offset
+        log_end = offsets.source.view(tp).log_end_offset
         assert len(set(bases)) == len(bases) > 30 and log_end > bases[-1]
         for _ in range(300):
             i = rng.randrange(len(bounds) - 1)

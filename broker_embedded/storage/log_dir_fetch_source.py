@@ -1,0 +1,255 @@
+"""The :class:`FetchSource` of a log dir read in place: :class:`LogDirFetchSource`.
+
+Opened from :class:`LogDirSource` (the log dir's absolute path: small, frozen, picklable).
+Partitions are read through the read-only view (``LogDir(...).open_partition``: the broker's
+published high watermark and log start offset, no lock, nothing written), one view per
+partition opened on first use and kept until :meth:`LogDirFetchSource.close`, so the offsets of
+a partition are a snapshot of its first use (open the descriptor again to see newer ones). The
+topics are the ``<topic>-<partition>`` directories listed at opening; ``kafkalog-topics.json``,
+when present, tells how many partitions a topic should have.
+
+- ``list_offset``: earliest is the view's log start offset; latest its high watermark or, for
+  read_committed, its last stable offset; a timestamp goes to the view's
+  ``find_offset_by_timestamp`` (the time index, then a scan, segment after segment until one
+  holds a matching record at or above the log start offset), the answer kept only below latest.
+- ``fetch``: the view's ``read`` bounded by the high watermark (read_uncommitted: what ``fetch``
+  does for it, without the last stable offset it would compute), or its ``fetch`` with
+  ``TXN_COMMITTED`` (read_committed: bounded by the LSO, with the aborted transactions).
+- Byte cuts: exact, from each segment's offset index and sizes (positions of index entries),
+  with a walk of at most about ``index.interval.bytes`` of batch headers after an entry; no
+  record is decoded. Bytes count the log as stored: compressed batches with their headers.
+
+Not thread-safe: one planner or one task uses a source.
+"""
+
+from __future__ import annotations
+
+import bisect
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from broker_embedded.storage.fetch_data_info import FetchIsolation, IsolationLevel
+from broker_embedded.storage.fetch_source import (
+    EARLIEST_TIMESTAMP,
+    LATEST_TIMESTAMP,
+    ByteCut,
+    FetchedPartition,
+)
+from broker_embedded.storage.log_dir import LogDir
+from broker_embedded.storage.topic_config_file import TopicConfigFile
+from broker_embedded.storage.topic_partition import TopicPartition
+
+if TYPE_CHECKING:  # only what LogDir.open_partition returns, through its public methods
+    from broker_embedded.storage.log_segment import LogSegment
+    from broker_embedded.storage.partition_reader import PartitionReader
+
+
+@dataclass(frozen=True)
+class LogDirSource:
+    """Opens a :class:`LogDirFetchSource` on ``path`` (absolute)."""
+
+    path: str
+
+    @property
+    def location(self) -> str:
+        return f"log dir {self.path}"
+
+    def open(self) -> LogDirFetchSource:
+        return LogDirFetchSource(self)
+
+
+class LogDirFetchSource:
+    """A log dir as a :class:`FetchSource`; see the module docstring."""
+
+    def __init__(self, descriptor: LogDirSource) -> None:
+        self._descriptor = descriptor
+        self.log_dir = LogDir(Path(descriptor.path))
+        by_topic: dict[str, list[int]] = {}
+        for tp in self.log_dir.partitions():
+            by_topic.setdefault(tp.topic, []).append(tp.partition)
+        self._topics = {t: tuple(sorted(ps)) for t, ps in by_topic.items()}
+        self._topic_config = TopicConfigFile(self.log_dir.path).read()
+        self._views: dict[TopicPartition, PartitionReader] = {}
+
+    @property
+    def descriptor(self) -> LogDirSource:
+        return self._descriptor
+
+    def view(self, tp: TopicPartition) -> PartitionReader:
+        """The read-only view of ``tp`` (opened on first use)."""
+        found = self._views.get(tp)
+        if found is None:
+            found = self._views[tp] = self.log_dir.open_partition(tp)
+        return found
+
+    # -- metadata and offsets ----------------------------------------------------------------------
+
+    def topics(self) -> dict[str, tuple[int, ...]]:
+        return dict(self._topics)
+
+    def declared_partitions(self, topic: str) -> int | None:
+        entry = self._topic_config.get(topic)
+        return None if entry is None else entry.partitions
+
+    def exists(self, tp: TopicPartition) -> bool:
+        return self.log_dir.partition_dir(tp).is_dir()
+
+    def list_offset(
+        self, tp: TopicPartition, timestamp: int, isolation: IsolationLevel
+    ) -> int | None:
+        view = self.view(tp)
+        committed = isolation == IsolationLevel.READ_COMMITTED
+        latest = view.last_stable_offset if committed else view.high_watermark
+        if timestamp == EARLIEST_TIMESTAMP:
+            return view.log_start_offset
+        if timestamp == LATEST_TIMESTAMP:
+            return latest
+        found = view.find_offset_by_timestamp(timestamp)
+        return found.offset if found is not None and found.offset < latest else None
+
+    # -- fetching ----------------------------------------------------------------------------------
+
+    def fetch(
+        self, tp: TopicPartition, offset: int, max_bytes: int, isolation: IsolationLevel
+    ) -> FetchedPartition:
+        view = self.view(tp)
+        if isolation == IsolationLevel.READ_COMMITTED:
+            info = view.fetch(offset, max_bytes, FetchIsolation.TXN_COMMITTED)
+            txns = info.aborted_transactions or ()
+            aborted = tuple((a.producer_id, a.first_offset) for a in txns)
+            return FetchedPartition(tp, offset, info.records, info.high_watermark,
+                                    info.last_stable_offset, info.log_start_offset,
+                                    aborted)  # fmt: skip
+        found = view.read(offset, max_bytes)
+        return FetchedPartition(tp, offset, bytes(found.records), view.high_watermark, -1,
+                                view.log_start_offset)  # fmt: skip
+
+    # -- bytes of the log --------------------------------------------------------------------------
+
+    def byte_cut(
+        self,
+        tp: TopicPartition,
+        start: int,
+        end: int,
+        max_bytes: int,
+        *,
+        min_one_batch: bool = False,
+    ) -> ByteCut:
+        """Exact (see :meth:`FetchSource.byte_cut`): positions from the offset index of each
+        segment the range spans, the cut from a walk of at most about ``index.interval.bytes``
+        of batches after an index entry. Bytes count whole batches, from the one holding
+        ``start`` to the one before the batch holding ``end``."""
+        if max_bytes < 0:
+            raise ValueError(f"max_bytes must not be negative, not {max_bytes}")
+        if end <= start:
+            return ByteCut(start, 0)
+        view = self.view(tp)
+        bases = view.base_offsets
+        cut, used = start, 0
+        for base in bases[max(bisect.bisect_right(bases, start) - 1, 0) :]:
+            if base >= end:
+                break
+            seg = view.segment(base)
+            lo = seg.position_of(start) if start > base else 0
+            hi = seg.position_of(end)
+            if hi <= lo:
+                continue
+            if used + hi - lo <= max_bytes:
+                used += hi - lo
+                cut = min(end, seg.next_offset)
+                continue
+            found = _last_boundary(seg, lo, hi, lo + max_bytes - used)
+            if found is None and min_one_batch and cut == start:
+                first = next(seg.batches(lo, hi))
+                found = (first.last_offset + 1, lo + first.size_in_bytes)
+            if found is not None:
+                cut, used = min(end, found[0]), used + found[1] - lo
+            break
+        return ByteCut(cut, used)
+
+    def byte_cuts(self, tp: TopicPartition, start: int, end: int, max_bytes: int) -> list[int]:
+        """Exact positions (see :meth:`FetchSource.byte_cuts`). Candidate cuts are segment
+        starts and, from each offset index entry (the last offset ``o`` of the batch starting
+        at byte ``p``), the offset ``o + 1`` at about ``p``: the batch after it. A cut is made
+        at the first candidate past each multiple of ``max_bytes`` from the range's start, so
+        pieces are about ``max_bytes`` (give or take ``index.interval.bytes`` and one batch)."""
+        if max_bytes < 1:
+            raise ValueError(f"max_bytes must be positive, not {max_bytes}")
+        candidates = self._cut_candidates(tp, start, end)
+        if candidates is None:
+            return []
+        cand, pos, start_position = candidates
+        keep = np.ones(len(cand), bool)
+        keep[1:] = cand[1:] > np.maximum.accumulate(cand)[:-1]  # strictly increasing only
+        keep &= (cand > start) & (cand < end)
+        cand, pos = cand[keep], pos[keep]
+        bucket = (pos - start_position) // max_bytes
+        rises = np.flatnonzero(np.diff(np.concatenate([[0], bucket])) > 0)
+        return [int(c) for c in cand[rises]]
+
+    def _cut_candidates(
+        self, tp: TopicPartition, start: int, end: int
+    ) -> tuple[np.ndarray, np.ndarray, int] | None:
+        """Candidate cut offsets, their byte positions counted from the first segment the
+        range spans, and the position of ``start``; ``None`` when no segment spans it."""
+        view = self.view(tp)
+        bases = view.base_offsets
+        offsets: list[np.ndarray] = []
+        positions: list[np.ndarray] = []
+        start_position = None
+        consumed = 0  # bytes of the segments before the current one (from the range's first)
+        for i, base in enumerate(bases):
+            following = bases[i + 1] if i + 1 < len(bases) else None
+            if following is not None and following <= start:
+                continue
+            if base >= end:
+                break
+            seg = view.segment(base)
+            index = seg.offset_index
+            if start_position is None:
+                start_position = index.lookup(start).position if start > base else 0
+            offsets += [np.array([base], np.int64), index.offsets().astype(np.int64) + 1]
+            positions += [np.array([consumed], np.int64),
+                          index.positions().astype(np.int64) + consumed]  # fmt: skip
+            consumed += seg.size_in_bytes
+        if not offsets:
+            return None
+        return np.concatenate(offsets), np.concatenate(positions), start_position or 0
+
+    # -- lifetime ----------------------------------------------------------------------------------
+
+    def close(self) -> None:
+        views, self._views = self._views, {}
+        for v in views.values():
+            v.close()
+
+    def __enter__(self) -> LogDirFetchSource:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"LogDirFetchSource({self._descriptor.path!r})"
+
+
+def _last_boundary(seg: LogSegment, lo: int, hi: int, target: int) -> tuple[int, int] | None:
+    """``(offset, position)`` of the last batch boundary of ``seg`` in ``(lo, min(hi, target)]``
+    (the offset after the batch ending there, its end position), ``None`` when the batch at
+    ``lo`` already ends past ``target``. The offset index gives the last entry at or before
+    ``target``; the walk from there reads at most about ``index.interval.bytes`` of batches."""
+    positions = seg.offset_index.positions()
+    slot = int(np.searchsorted(positions, target, side="right")) - 1
+    begin = max(lo, int(positions[slot])) if slot >= 0 else lo
+    found = None
+    for b in seg.batches(begin, hi):
+        ends = b.position + b.size_in_bytes
+        if ends > target:
+            if found is None and b.position > lo:
+                found = (b.base_offset, b.position)  # the batch before it ends where it starts
+            break
+        found = (b.last_offset + 1, ends)
+    return found
