@@ -6,10 +6,8 @@ as oracles, and a broker in a child process holding the log dir's lock."""
 from __future__ import annotations
 
 import base64
-import io
 import json
 import random
-import shlex
 import shutil
 import subprocess
 import sys
@@ -39,21 +37,6 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 # -- helpers ---------------------------------------------------------------------------------------
-
-
-@pytest.fixture
-def cli(capsys, monkeypatch):
-    """``cli("topics list --log-dir D", *more_args, stdin=b"...")``: ``kafkalog`` in-process,
-    returning (exit status, stdout, stderr). The command string is split as a shell does."""
-
-    def run(command: str, *more: str | Path, stdin: bytes | None = None):
-        if stdin is not None:
-            monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(stdin)))
-        code = main(shlex.split(command) + [str(a) for a in more])
-        out, err = capsys.readouterr()
-        return code, out, err
-
-    return run
 
 
 @pytest.fixture
