@@ -62,6 +62,20 @@ def test_create_topic_metadata_and_files(broker, log_dir):
     assert topics["orders"]["config"] == {"segment.bytes": "4096", "retention.ms": "1000"}
 
 
+def test_topics_colliding_in_metric_names_are_refused(broker, log_dir):
+    """Issue 11 defect 7: ``a.b`` and ``a_b`` were both accepted (Kafka refuses the second)."""
+    broker.create_topic("a.b", 2)
+    with pytest.raises(InvalidTopicError) as e:
+        broker.create_topic("a_b")
+    assert str(e.value) == "Topic 'a_b' collides with existing topic: a.b"
+    assert e.value.code == 17
+    assert broker.list_topics() == ["a.b"]
+    assert not (log_dir / "a_b-0").exists()
+    broker.delete_topic("a.b")
+    broker.create_topic("a_b")
+    assert broker.list_topics() == ["a_b"]
+
+
 def test_create_topic_errors(broker):
     broker.create_topic("a")
     with pytest.raises(TopicAlreadyExistsError, match="'a' already exists"):

@@ -536,7 +536,11 @@ def test_invalid_topic_names_and_topic_configs(cli, log_dir: Path) -> None:
     assert_error(cli(f"topics create u {d} --config no.such=1"), "unknown config 'no.such'")
     assert_error(cli(f"topics create u {d} --config retention.ms=soon"), "retention.ms", "soon")
     assert_error(cli(f"topics create u {d} --replication-factor 3"), "replication factor 3")
-    assert cli(f"topics list {d}") == (0, "t\n", "")
+    assert cli(f"topics create a.b {d}")[0] == 0
+    assert cli(f"topics create a_b {d}") == (
+        1, "", "kafkalog topics create: Topic 'a_b' collides with existing topic: a.b\n"
+    )  # fmt: skip
+    assert cli(f"topics list {d}") == (0, "a.b\nt\n", "")
 
 
 def test_produce_input_errors_name_the_line(cli, log_dir: Path) -> None:
