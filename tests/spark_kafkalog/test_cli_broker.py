@@ -237,7 +237,7 @@ def test_every_codec_round_trips(cli, log_dir: Path, codec: str) -> None:
 
 
 def test_consume_binary_values_offsets_timestamps_and_max_messages(cli, log_dir: Path) -> None:
-    with Broker(log_dir) as broker:
+    with Broker(log_dir, create=True) as broker:
         broker.create_topic("bin", 1)
         records = [
             ProducerRecord(
@@ -273,7 +273,7 @@ def test_consume_binary_values_offsets_timestamps_and_max_messages(cli, log_dir:
 
 
 def test_text_output_is_the_raw_bytes(capsysbinary, log_dir: Path) -> None:
-    with Broker(log_dir) as broker:
+    with Broker(log_dir, create=True) as broker:
         broker.create_topic("bin", 1)
         records = [
             ProducerRecord(b"\x00\xff\n", b"\xc3\x28", timestamp=5),
@@ -299,7 +299,7 @@ def test_consume_reads_in_steps_of_at_most_one_mib(cli, monkeypatch, log_dir: Pa
         return info
 
     monkeypatch.setattr(cc.PartitionReader, "fetch", spy)
-    with Broker(log_dir) as broker:
+    with Broker(log_dir, create=True) as broker:
         broker.create_topic("big", 1)
         for i in range(6):
             broker.produce("big", 0, [bytes([65 + i]) * 1000] * 500, acks=1)  # 0.5 MB each
@@ -310,7 +310,7 @@ def test_consume_reads_in_steps_of_at_most_one_mib(cli, monkeypatch, log_dir: Pa
 
 
 def test_read_committed_skips_aborted_and_stops_at_lso(cli, log_dir: Path) -> None:
-    with Broker(log_dir) as broker:
+    with Broker(log_dir, create=True) as broker:
         broker.create_topic("tx", 1)
         broker.produce("tx", 0, [b"plain-0"], acks=1)
         producer = broker.transactional_producer("tid")
@@ -405,7 +405,7 @@ CHILD = textwrap.dedent(
     """
     import sys
     from broker_embedded.broker import Broker
-    broker = Broker(sys.argv[1])
+    broker = Broker(sys.argv[1], create=True)
     broker.create_topic("live", 2)
     broker.produce("live", 1, [b"from-child-%d" % i for i in range(5)], acks=1)
     broker.log_manager.checkpoint()  # publish the HW now rather than within 100 ms
