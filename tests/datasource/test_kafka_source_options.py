@@ -247,3 +247,14 @@ def test_nesting_within_the_limit_reaches_the_shape_check() -> None:
     with pytest.raises(InvalidOptionError) as e:
         parse(startingOffsets=brackets_in_a_name)
     assert str(e.value).endswith("is illegal: 1000 characters, the maximum is 249")
+
+
+def test_deep_nesting_fails_a_spark_read_with_the_option_error(spark, source_log_dir) -> None:
+    reader = spark.read.format("kafkalog").option("subscribe", "events")
+    with pytest.raises(Exception) as e:
+        reader.option("startingOffsets", "[" * DEEP).load(str(source_log_dir)).collect()
+    message = str(e.value)
+    assert "option startingOffsets='[[[[" in message, message[:2000]
+    assert "... (100000 characters) is invalid: expected earliest, latest or JSON like" in message
+    assert "JSON nested deeper than 32 levels" in message
+    assert "RecursionError" not in message
