@@ -58,7 +58,7 @@ def build_log_dir(
     produced. Key ids are random in [0, 10**8) with ``random_keys``, else the record's number."""
     rng = np.random.default_rng(seed)
     batches = size = 0
-    with Broker(log_dir) as broker:
+    with Broker(log_dir, create=True) as broker:
         broker.create_topic(TOPIC, partitions, config=NO_RETENTION)
         for p in range(partitions):
             first, last = rows * p // partitions, rows * (p + 1) // partitions

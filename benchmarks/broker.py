@@ -295,7 +295,7 @@ def run_partitions(
     res.write = best_of(repeat, lambda: write_file(base / "plain.bin", work.batches), None)
 
     print(f"[{partitions} partition(s)] produce acks=1 ...", flush=True)
-    broker = Broker(base / "standalone")
+    broker = Broker(base / "standalone", create=True)
     try:
         broker.create_topic(TOPIC, partitions)
         res.produce_1 = produce_standalone(broker, work, partitions)

@@ -104,7 +104,7 @@ def build(
         "retention.ms": -1,
         "retention.bytes": -1,
     }
-    with Broker(log_dir, config=BrokerConfig(log_cleaner_threads=0)) as broker:
+    with Broker(log_dir, config=BrokerConfig(log_cleaner_threads=0), create=True) as broker:
         broker.create_topic(TOPIC, partitions, config=topic_config)
         for p in range(partitions):
             for encoded in gen.encoded_passes(keys, updates, seed + p, max_batch_bytes=BATCH_BYTES):

@@ -73,7 +73,7 @@ WARM_UP_S = 10.0
 
 def make_sink(path: Path, partitions: int) -> Path:
     shutil.rmtree(path, ignore_errors=True)
-    with Broker(path) as broker:
+    with Broker(path, create=True) as broker:
         broker.create_topic(TOPIC, partitions, config=NO_RETENTION)
     return path
 
@@ -245,7 +245,7 @@ def latency(spark, scratch: Path, args) -> None:
         with lock:
             return max((int(p.max()) for p, _ in arrived), default=0)
 
-    with Broker(log_dir) as broker:
+    with Broker(log_dir, create=True) as broker:
         broker.create_topic(LATENCY_TOPIC, 1, config=NO_RETENTION)
         producer = Producer(broker, args.rate)
         query = (

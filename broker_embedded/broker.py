@@ -1,7 +1,9 @@
 """The embedded broker: a library object that owns one log dir for writing (Kafka's
 ``KafkaServer`` facade, without a network listener).
 
-``Broker(log_dir)`` opens (or creates) the log dir, takes its ``.lock``, recovers its logs and
+``Broker(log_dir)`` opens the log dir (a path that is not a Kafka log dir is refused with
+:class:`NotALogDirError`; ``create=True`` makes one of a missing path or an empty directory),
+takes its ``.lock``, recovers its logs and
 leads every partition in it: the single-broker default, a controller of its own and replication
 factor 1, through the same replica manager, partition and controller code as a cluster. In an
 :class:`~broker_embedded.cluster.EmbeddedCluster` the brokers share one controller.
@@ -87,6 +89,7 @@ class Broker:
         config: BrokerConfig | None = None,
         controller: Controller | None = None,
         clock_ms=wall_clock_ms,
+        create: bool = False,
     ) -> None:
         self.broker_id = broker_id
         self.rack = rack
@@ -99,7 +102,7 @@ class Broker:
             checkpoint_interval_ms=self.config.checkpoint_interval_ms,
             retention_check_interval_ms=self.config.log_retention_check_interval_ms,
             flush_check_interval_ms=self.config.log_flush_scheduler_interval_ms,
-            cleaner_config=LogCleanerConfig.from_broker_config(self.config),
+            cleaner_config=LogCleanerConfig.from_broker_config(self.config), create=create,
         )  # fmt: skip
         self.controller = controller if controller is not None else Controller()
         try:

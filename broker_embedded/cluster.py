@@ -89,7 +89,7 @@ class EmbeddedCluster:
     def _start(self, broker_id: int) -> Broker:
         return Broker(self.base_dir / f"broker-{broker_id}", broker_id=broker_id,
                       rack=self.racks.get(broker_id), config=self.config,
-                      controller=self.controller)  # fmt: skip
+                      controller=self.controller, create=True)  # fmt: skip
 
     # -- admin -------------------------------------------------------------------------------------
 

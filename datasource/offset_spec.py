@@ -22,7 +22,8 @@ from types import MappingProxyType
 
 from broker_embedded.errors import InvalidTopicError
 from broker_embedded.storage.topic_partition import TopicPartition
-from datasource.errors import InvalidOptionError
+from datasource.option_json import bad_option as _bad
+from datasource.option_json import load_option_json
 
 EARLIEST = -2
 LATEST = -1
@@ -129,10 +130,7 @@ def parse_timestamp(option: str, value: str) -> GlobalTimestamp:
 
 
 def _partition_table(option: str, value: str, expected: str) -> dict[TopicPartition, int]:
-    try:
-        data = json.loads(value)
-    except ValueError as e:
-        raise _bad(option, value, f"expected {expected}; not valid JSON ({e})") from None
+    data = load_option_json(option, value, expected)
     if not isinstance(data, dict) or not data:
         raise _bad(option, value, f"expected {expected}")
     table: dict[TopicPartition, int] = {}
@@ -157,7 +155,3 @@ def _to_json(table: Mapping[TopicPartition, int]) -> str:
     for tp in sorted(table):
         out.setdefault(tp.topic, {})[str(tp.partition)] = table[tp]
     return json.dumps(out, separators=(",", ":"))
-
-
-def _bad(option: str, value: str, reason: str) -> InvalidOptionError:
-    return InvalidOptionError(f"option {option}={value!r} is invalid: {reason}")

@@ -21,7 +21,8 @@ from dataclasses import dataclass, field
 
 from broker_embedded.errors import InvalidTopicError
 from broker_embedded.storage.topic_partition import TopicPartition, validate_topic
-from datasource.errors import InvalidOptionError
+from datasource.option_json import bad_option as _bad
+from datasource.option_json import load_option_json
 
 INTERNAL_TOPIC_PREFIX = "__"
 
@@ -36,12 +37,10 @@ class Assign:
 
     @classmethod
     def parse(cls, value: str) -> Assign:
-        try:
-            data = json.loads(value)
-        except ValueError as e:
-            raise _bad("assign", value, f"not valid JSON ({e})") from None
+        expected = 'a JSON object like {"topicA": [0, 1]}'
+        data = load_option_json("assign", value, expected)
         if not isinstance(data, dict):
-            raise _bad("assign", value, 'expected a JSON object like {"topicA": [0, 1]}')
+            raise _bad("assign", value, f"expected {expected}")
         found: set[TopicPartition] = set()
         for topic, parts in data.items():
             if not isinstance(parts, list):
@@ -134,7 +133,3 @@ def _topic_partition(option: str, value: str, topic: object, partition: int) -> 
         return TopicPartition(topic, partition)  # type: ignore[arg-type]
     except InvalidTopicError as e:
         raise _bad(option, value, str(e)) from None
-
-
-def _bad(option: str, value: str, reason: str) -> InvalidOptionError:
-    return InvalidOptionError(f"option {option}={value!r} is invalid: {reason}")

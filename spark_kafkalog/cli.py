@@ -29,8 +29,10 @@ broker, which takes the log dir's .lock: while another process owns the dir they
 consume reads the log dir directly and works while a broker owns it.
 
 Exit status: 0 success, 1 a reported error (corruption, bad path, unknown topic, offset out of
-range, bad config, locked log dir), 2 bad usage. Errors go to stderr as one line naming what is
-wrong (the file, topic, partition, offset as they apply), without a traceback.
+range, bad config, locked log dir), 2 bad usage, 3 an unexpected error (a bug in kafkalog). Errors
+go to stderr as one line naming what is wrong (the file, topic, partition, offset as they apply),
+without a traceback; an unexpected error's line names the command and the exception, and
+``kafkalog --debug ...`` shows its traceback instead.
 """
 
 from __future__ import annotations
@@ -187,6 +189,9 @@ def _parser() -> argparse.ArgumentParser:
         description=__doc__.split("\n", 1)[1],
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    parser.add_argument(
+        "--debug", action="store_true", help="show the traceback of an unexpected error"
+    )
     sub = parser.add_subparsers(dest="command", required=True)
     common = _broker_options()
     _add_topics(sub, common)
@@ -296,42 +301,59 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     name = args.command + (f" {args.action}" if args.command == "topics" else "")
     try:
-        if args.command in ("topics", "produce", "consume"):
-            from spark_kafkalog.topics_command import load_config
-
-            config = load_config(args.broker_config)
-            run = {"topics": _run_topics, "produce": _run_produce, "consume": _run_consume}
-            return run[args.command](args, config)
-        if args.command == "dump":
-            from spark_kafkalog.dump_log import dump
-
-            return dump(
-                args.paths,
-                sys.stdout,
-                records=args.records,
-                as_json=args.json,
-                verify=args.verify,
-                summary_only=args.summary,
-            )
-        if args.command == "compact":
-            from spark_kafkalog.compaction_config import CompactionConfig
-            from spark_kafkalog.compaction_job import run_local
-
-            config = CompactionConfig.load(args.config)
-            return run_local(config, sys.stdout, dry_run=args.dry_run).exit_code
-        if args.command == "demo":
-            from spark_kafkalog.demo import run
-
-            return run(args.dir, sys.stdout, events=args.events)
+        return _run(args)
     except (KafkaLogError, OSError) as e:
         if isinstance(e, BrokenPipeError):
             return 1
-        try:
-            sys.stdout.flush()
-        except BrokenPipeError:
-            return 1
-        print(f"kafkalog {name}: {e}", file=sys.stderr)
+        return _report(f"kafkalog {name}: {e}", 1)
+    except Exception as e:
+        if args.debug:
+            raise
+        return _report(
+            f"kafkalog {name}: unexpected {type(e).__name__}: {e} (a bug in kafkalog; "
+            f"run kafkalog --debug {name} ... for the traceback)",
+            3,
+        )
+
+
+def _report(message: str, status: int) -> int:
+    """Print ``message`` to stderr as one line (after what stdout holds); ``status``."""
+    try:
+        sys.stdout.flush()
+    except BrokenPipeError:
         return 1
+    print(" ".join(message.splitlines()), file=sys.stderr)
+    return status
+
+
+def _run(args: argparse.Namespace) -> int:
+    if args.command in ("topics", "produce", "consume"):
+        from spark_kafkalog.topics_command import load_config
+
+        config = load_config(args.broker_config)
+        run = {"topics": _run_topics, "produce": _run_produce, "consume": _run_consume}
+        return run[args.command](args, config)
+    if args.command == "dump":
+        from spark_kafkalog.dump_log import dump
+
+        return dump(
+            args.paths,
+            sys.stdout,
+            records=args.records,
+            as_json=args.json,
+            verify=args.verify,
+            summary_only=args.summary,
+        )
+    if args.command == "compact":
+        from spark_kafkalog.compaction_config import CompactionConfig
+        from spark_kafkalog.compaction_job import run_local
+
+        config = CompactionConfig.load(args.config)
+        return run_local(config, sys.stdout, dry_run=args.dry_run).exit_code
+    if args.command == "demo":
+        from spark_kafkalog.demo import run
+
+        return run(args.dir, sys.stdout, events=args.events)
     return 2
 
 

@@ -64,6 +64,7 @@ from broker_embedded.storage.cleaning_lock import (
     CleaningRefusedError,
     PartitionCleaningLock,
 )
+from broker_embedded.storage.log_dir import check_log_dir
 from broker_embedded.storage.log_dir_lock import LogDirLock, held_by_compaction, lock_holder
 from broker_embedded.storage.log_manager import (
     METADATA_TOPIC,
@@ -280,8 +281,7 @@ def _plan_dir(log_dir: Path, settings: JobSettings, out: list, tasks: list) -> i
     """Plan ``log_dir`` (tasks, and outcomes of what is not cleaned); the count of partitions
     of matching topics that are not compacted."""
     config = settings.config
-    if not log_dir.is_dir():
-        raise KafkaLogError(f"log dir {log_dir} (compaction config log_dirs) does not exist")
+    check_log_dir(log_dir, " (compaction config log_dirs)")
     topics = TopicConfigFile(log_dir).read()
     partitions = _partitions(log_dir, config)
     compacted = [tp for tp in partitions if tp.topic in topics

@@ -212,7 +212,7 @@ def _produce_partitioned(
 def produce(log_dir: Path, events: Events, profiles: Profiles) -> int:
     """Step 1: create the topics and produce; the broker is closed on return. Batches made.
     The broker's own cleaner is off: the compaction job (step 5) compacts ``profiles``."""
-    with Broker(log_dir, config=BrokerConfig(log_cleaner_threads=0)) as broker:
+    with Broker(log_dir, config=BrokerConfig(log_cleaner_threads=0), create=True) as broker:
         broker.create_topic("events", PARTITIONS, config={"retention.ms": -1})
         broker.create_topic("profiles", PARTITIONS, config={
             "cleanup.policy": "compact", "segment.ms": PROFILES_SEGMENT_MS})  # fmt: skip

@@ -30,6 +30,7 @@ from broker_embedded.broker import Broker
 from broker_embedded.broker_config import BrokerConfig
 from broker_embedded.errors import KafkaLogError
 from broker_embedded.replication.controller import TopicMetadata
+from broker_embedded.storage.log_dir import NotALogDirError, check_log_dir
 from broker_embedded.storage.partition_metadata import topic_id_to_string
 from broker_embedded.storage.topic_partition import TopicPartition
 
@@ -45,18 +46,24 @@ def load_config(path: Path | None) -> BrokerConfig:
 
 
 def require_log_dir(log_dir: Path) -> None:
-    if not log_dir.is_dir():
-        raise CommandError(
-            f"log dir {log_dir} does not exist (create a topic there first: "
-            f"kafkalog topics create --log-dir {log_dir} NAME)"
-        )
+    """A :class:`NotALogDirError` naming ``log_dir`` unless it is a Kafka log dir (reading
+    commands never create one); a missing or empty one is told how to make one."""
+    try:
+        check_log_dir(log_dir)
+    except NotALogDirError as e:
+        if log_dir.exists() and not (log_dir.is_dir() and not any(log_dir.iterdir())):
+            raise
+        raise NotALogDirError(
+            f"{e} (create a topic there first: kafkalog topics create --log-dir {log_dir} NAME)"
+        ) from None
 
 
 def open_broker(log_dir: Path, config: BrokerConfig, *, create: bool = False) -> Broker:
-    """A broker owning ``log_dir``; the dir must exist unless ``create``."""
+    """A broker owning ``log_dir``, which must be a log dir unless ``create`` (then a missing
+    path or an empty directory becomes one; anything else is refused all the same)."""
     if not create:
         require_log_dir(log_dir)
-    return Broker(log_dir, config=config)
+    return Broker(log_dir, config=config, create=create)
 
 
 def parse_assignments(items: Iterable[str], what: str) -> dict[str, str]:

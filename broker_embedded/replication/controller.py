@@ -76,7 +76,11 @@ from broker_embedded.storage.checkpoint_file import write_atomically
 from broker_embedded.storage.log_config import parse_overrides
 from broker_embedded.storage.partition_metadata import new_topic_id
 from broker_embedded.storage.topic_config_file import TopicEntry
-from broker_embedded.storage.topic_partition import TopicPartition, validate_topic
+from broker_embedded.storage.topic_partition import (
+    TopicPartition,
+    check_no_collision,
+    validate_topic,
+)
 from broker_embedded.transaction_coordinator import TransactionCoordinator
 
 if TYPE_CHECKING:
@@ -347,6 +351,7 @@ class Controller:
             validate_topic(name)
             if name in self._topics:
                 raise TopicAlreadyExistsError(f"topic {name!r} already exists")
+            check_no_collision(name, self._topics)
             overrides = {k: str(v) for k, v in (config or {}).items()}
             parse_overrides(overrides, name)
             if partitions < 1:

@@ -15,6 +15,14 @@ so the way Kafka does: when a new entry would break monotonicity, the entries it
 loaded from disk is replayed through the same rule (in memory only, as Kafka does), so a file
 that breaks it loads as the history it implies. Epochs are int32 >= 0, offsets int64 >= 0.
 
+An epoch must be able to grow: the next leader election takes the highest epoch on disk plus one
+(replication/controller.py), so the largest epoch held is ``MAX_LEADER_EPOCH`` (int32 max - 1).
+Kafka takes a new leader's epoch from its controller, so there a batch header forged to
+``2147483647`` (the field is not covered by the CRC) is simply displaced by the next leader's
+``assign``; here the log is the epochs' only record, so such an epoch, from a recovered batch or
+a checkpoint line, is refused when the log opens with :class:`LeaderEpochOverflowError` naming
+the partition, the file (the segment holding the offset, else the checkpoint), offset and epoch.
+
 Answers follow Kafka exactly, including its ``OffsetsForLeaderEpoch`` lookup
 (:meth:`end_offset_for`): undefined results are ``(-1, -1)``
 (``UNDEFINED_EPOCH``, ``UNDEFINED_EPOCH_OFFSET``).
@@ -31,19 +39,31 @@ from __future__ import annotations
 
 import bisect
 import logging
+import os
 import threading
 from pathlib import Path
 
-from broker_embedded.errors import CheckpointError
+from broker_embedded.errors import CheckpointError, KafkaLogError
 from broker_embedded.storage.checkpoint_file import INT32_MAX, INT64_MAX
 from broker_embedded.storage.leader_epoch_checkpoint import EpochEntry, LeaderEpochCheckpointFile
+from broker_embedded.storage.log_segment import (
+    LOG_SUFFIX,
+    parse_segment_log_name,
+    segment_file_stem,
+)
 from broker_embedded.storage.topic_partition import TopicPartition
 
 UNDEFINED_EPOCH = -1
+MAX_LEADER_EPOCH = INT32_MAX - 1
 UNDEFINED_EPOCH_OFFSET = -1
 _UNDEFINED = (UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET)
 
 logger = logging.getLogger(__name__)
+
+
+class LeaderEpochOverflowError(KafkaLogError, ValueError):
+    """A leader epoch above :data:`MAX_LEADER_EPOCH`: the partition's epoch could not grow (a
+    ``ValueError`` too, as every invalid entry given to :meth:`LeaderEpochFileCache.assign`)."""
 
 
 def _assigned(
@@ -219,17 +239,41 @@ class LeaderEpochFileCache:
                 f"leader epoch checkpoint {self.path} of {self.topic_partition} holds an invalid "
                 f"entry: epoch {entry.epoch}, start offset {entry.start_offset}"
             )
+        if entry.epoch > MAX_LEADER_EPOCH:
+            raise self._overflow(entry.epoch, entry.start_offset, self.path, "the checkpoint")
         change = _assigned(self._entries, entry)
         if change is not None:
             self._entries = change[0]
 
     def _checked(self, epoch: int, start_offset: int) -> EpochEntry:
+        if epoch > MAX_LEADER_EPOCH and 0 <= start_offset <= INT64_MAX:
+            segment = self._segment_holding(start_offset)
+            source = "the epoch assigned" if segment is None else "the batch header"
+            raise self._overflow(epoch, start_offset, segment or self.path, source)
         if epoch > INT32_MAX or not 0 <= start_offset <= INT64_MAX:
             raise ValueError(
                 f"{self._prefix()}: invalid leader epoch entry: epoch {epoch}, "
                 f"start offset {start_offset}"
             )
         return EpochEntry(epoch, start_offset)
+
+    def _overflow(
+        self, epoch: int, offset: int, file: Path, source: str
+    ) -> LeaderEpochOverflowError:
+        return LeaderEpochOverflowError(
+            f"{self.topic_partition}: leader epoch {epoch} at offset {offset} in {file} cannot "
+            f"grow: the next leader epoch would exceed the int32 maximum {INT32_MAX} "
+            f"({source} is corrupt or forged)"
+        )
+
+    def _segment_holding(self, offset: int) -> Path | None:
+        """The ``.log`` segment of this partition with the greatest base offset at or below
+        ``offset``, if any (used only to name the file in an error: lists the directory)."""
+        directory = self.path.parent
+        names = os.listdir(directory) if directory.is_dir() else []
+        bases = sorted(b for b in map(parse_segment_log_name, names) if b is not None)
+        i = bisect.bisect_right(bases, offset)
+        return directory / (segment_file_stem(bases[i - 1]) + LOG_SUFFIX) if i else None
 
     def _prefix(self) -> str:
         return f"leader epoch cache of {self.topic_partition} ({self.path})"

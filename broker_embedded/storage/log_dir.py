@@ -20,6 +20,11 @@ directory), and how a fetch is bounded by isolation is in partition_reader.py: c
 partition and call its ``fetch``, keeping the reader for their reads (its LSO is computed once
 per reader).
 
+What is a log dir: a directory holding ``meta.properties`` or at least one partition directory
+(:func:`is_log_dir`). :func:`check_log_dir` refuses anything else (a missing path, a file, an
+empty or unrelated directory) with :class:`NotALogDirError` naming the path; reading commands
+call it so that they never take an ordinary directory for an empty log dir.
+
 Never writes. Thread safety: immutable after construction apart from the partitions opened
 through it, which are themselves thread-safe.
 """
@@ -29,6 +34,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from broker_embedded.errors import KafkaLogError
+from broker_embedded.storage.log_dir_lock import CLEANING_DIR, LOCK_FILE_NAME
 from broker_embedded.storage.offset_checkpoint import (
     CLEANER_OFFSET_CHECKPOINT,
     LOG_START_OFFSET_CHECKPOINT,
@@ -38,9 +45,66 @@ from broker_embedded.storage.offset_checkpoint import (
 )
 from broker_embedded.storage.partition_reader import PartitionReader
 from broker_embedded.storage.segment_indexer import DEFAULT_INDEX_INTERVAL_BYTES
+from broker_embedded.storage.staged_write import COMMITS_DIR, STAGING_DIR
+from broker_embedded.storage.topic_config_file import TOPIC_CONFIG_FILE
 from broker_embedded.storage.topic_partition import TopicPartition
 
 META_PROPERTIES = "meta.properties"
+
+
+class NotALogDirError(KafkaLogError):
+    """A path given as a log dir that is missing, not a directory, or not a Kafka log dir."""
+
+
+def is_log_dir(path: Path) -> bool:
+    """True when the directory ``path`` holds ``meta.properties`` or a partition directory."""
+    if (path / META_PROPERTIES).is_file():
+        return True
+    with os.scandir(path) as entries:
+        return any(
+            TopicPartition.try_parse_dir_name(e.name) is not None and e.is_dir() for e in entries
+        )
+
+
+def check_log_dir(path: Path, context: str = "") -> None:
+    """:class:`NotALogDirError` naming ``path`` (followed by ``context``, e.g. where the path was
+    given) unless it is a Kafka log dir."""
+    if not path.exists():
+        raise NotALogDirError(f"log dir {path}{context} does not exist")
+    if not path.is_dir():
+        raise NotALogDirError(f"log dir {path}{context} is not a directory")
+    if not is_log_dir(path):
+        raise NotALogDirError(
+            f"{path}{context} is not a Kafka log dir: it holds neither meta.properties nor a "
+            "partition directory (<topic>-<partition>)"
+        )
+
+
+def _holds_only_log_dir_files(path: Path) -> bool:
+    """True when every entry of the directory ``path`` is one a log dir's own machinery makes
+    (locks, checkpoints, the topic file, staging and commit directories): nothing of a user's."""
+    own = {LOCK_FILE_NAME, CLEANING_DIR, STAGING_DIR, COMMITS_DIR, TOPIC_CONFIG_FILE,
+           REPLICATION_OFFSET_CHECKPOINT, RECOVERY_POINT_OFFSET_CHECKPOINT,
+           LOG_START_OFFSET_CHECKPOINT, CLEANER_OFFSET_CHECKPOINT}  # fmt: skip
+    return all(name in own for name in os.listdir(path))
+
+
+def prepare_log_dir(path: Path, *, create: bool) -> None:
+    """Check ``path`` as a log dir before a broker opens it. With ``create``, a missing path or
+    an empty directory (or one holding only a log dir's own lock and checkpoint files) is made
+    one (the explicit create, as ``kafka-storage format``); a directory holding anything else
+    is refused all the same."""
+    if create and (not path.exists() or (path.is_dir() and _holds_only_log_dir_files(path))):
+        path.mkdir(parents=True, exist_ok=True)
+        return
+    try:
+        check_log_dir(path)
+    except NotALogDirError as e:
+        if not create or not path.is_dir():
+            raise
+        raise NotALogDirError(
+            f"{e}; not making a log dir of a directory holding other files"
+        ) from None
 
 
 class LogDir:

@@ -13,7 +13,10 @@ Files at the top of the log dir (layouts in offset_checkpoint.py, topic_config_f
     .kafkalog-staging/                 record batches staged by Spark write jobs (staged_write.py)
     .kafkalog-commits/                 the last micro-batch each streaming query committed
 
-Opening takes the lock (:class:`LogDirLockedError` names the owner), then opens every partition
+Opening refuses a path that is not a log dir (log_dir.py: meta.properties or partition
+directories) with ``NotALogDirError``: only ``create=True`` makes one, of a missing path or an
+empty directory, as Kafka's ``kafka-storage format`` does (Kafka refuses an unformatted dir).
+Then it takes the lock (:class:`LogDirLockedError` names the owner), then opens every partition
 directory: without the clean-shutdown marker each log recovers from its recovery point.
 Partition directories of topics missing from ``kafkalog-topics.json`` (a log dir copied from a
 real Kafka broker) are opened with the broker defaults and registered. ``__cluster_metadata-0``
@@ -58,6 +61,7 @@ from broker_embedded.errors import BrokerClosedError, UnknownTopicOrPartitionErr
 from broker_embedded.scheduler import KafkaScheduler, ScheduledTask
 from broker_embedded.storage.checkpoint_file import fsync_dir
 from broker_embedded.storage.log_config import LogConfig
+from broker_embedded.storage.log_dir import prepare_log_dir
 from broker_embedded.storage.log_dir_lock import LogDirLock
 from broker_embedded.storage.offset_checkpoint import (
     LOG_START_OFFSET_CHECKPOINT,
@@ -111,9 +115,10 @@ class LogManager:
         retention_check_interval_ms: int = DEFAULT_RETENTION_CHECK_INTERVAL_MS,
         flush_check_interval_ms: int = DEFAULT_FLUSH_CHECK_INTERVAL_MS,
         cleaner_config: LogCleanerConfig | None = None,
+        create: bool = False,
     ) -> None:
         self.log_dir = Path(log_dir)
-        self.log_dir.mkdir(parents=True, exist_ok=True)
+        prepare_log_dir(self.log_dir, create=create)
         self.defaults = defaults or LogConfig()
         self.node_id = node_id
         self._clock = clock_ms

@@ -9,6 +9,9 @@ Directories that Kafka names ``<topic>-<partition>.<uuid>-delete``, ``...-future
 ``...-stray`` (being deleted, future replicas, stray logs) do not parse as partition directories:
 their text after the last ``-`` is not a number.
 
+Two topics whose names differ only in ``.`` against ``_`` collide (their metric names are the
+same): as Kafka does, :func:`check_no_collision` refuses the second one's creation.
+
 Invariants: a :class:`TopicPartition` always holds a valid topic and a partition in
 ``[0, 2**31 - 1]``. Immutable values: thread-safe.
 """
@@ -16,6 +19,7 @@ Invariants: a :class:`TopicPartition` always holds a valid topic and a partition
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from broker_embedded.errors import InvalidTopicError
@@ -45,6 +49,21 @@ def validate_topic(topic: str) -> str:
             "'.', '_' and '-'"
         )
     return topic
+
+
+def unified_collision_chars(topic: str) -> str:
+    """``topic`` with every ``.`` as ``_`` (Kafka's ``Topic.unifyCollisionChars``): two names
+    collide when these are equal."""
+    return topic.replace(".", "_")
+
+
+def check_no_collision(topic: str, existing: Iterable[str]) -> None:
+    """:class:`InvalidTopicError` when ``topic`` collides with one of ``existing`` (other than
+    itself), with Kafka's message (``InvalidTopicException``)."""
+    unified = unified_collision_chars(topic)
+    for other in sorted(existing):
+        if other != topic and unified_collision_chars(other) == unified:
+            raise InvalidTopicError(f"Topic '{topic}' collides with existing topic: {other}")
 
 
 @dataclass(frozen=True, slots=True, order=True)

@@ -14,6 +14,6 @@ def log_dir(tmp_path):
 
 @pytest.fixture
 def broker(log_dir):
-    b = Broker(log_dir)
+    b = Broker(log_dir, create=True)
     yield b
     b.close()

@@ -62,6 +62,20 @@ def test_create_topic_metadata_and_files(broker, log_dir):
     assert topics["orders"]["config"] == {"segment.bytes": "4096", "retention.ms": "1000"}
 
 
+def test_topics_colliding_in_metric_names_are_refused(broker, log_dir):
+    """Issue 11 defect 7: ``a.b`` and ``a_b`` were both accepted (Kafka refuses the second)."""
+    broker.create_topic("a.b", 2)
+    with pytest.raises(InvalidTopicError) as e:
+        broker.create_topic("a_b")
+    assert str(e.value) == "Topic 'a_b' collides with existing topic: a.b"
+    assert e.value.code == 17
+    assert broker.list_topics() == ["a.b"]
+    assert not (log_dir / "a_b-0").exists()
+    broker.delete_topic("a.b")
+    broker.create_topic("a_b")
+    assert broker.list_topics() == ["a_b"]
+
+
 def test_create_topic_errors(broker):
     broker.create_topic("a")
     with pytest.raises(TopicAlreadyExistsError, match="'a' already exists"):
@@ -157,13 +171,13 @@ def test_create_partitions(broker, log_dir):
 
 
 def test_topics_survive_close_and_reopen(log_dir):
-    with Broker(log_dir) as b:
+    with Broker(log_dir, create=True) as b:
         a = b.create_topic("a", 2, config={"segment.bytes": 1000, "cleanup.policy": "compact"})
         c = b.create_topic("c", 1)
         b.produce("a", 0, [ProducerRecord(b"v", key=b"k")] * 3)
         b.produce("c", 0, [b"x"])
         b.create_partitions("c", 2)
-    with Broker(log_dir) as b:
+    with Broker(log_dir, create=True) as b:
         assert b.list_topics() == ["a", "c"]
         a2, c2 = b.describe_topic("a"), b.describe_topic("c")
         assert (a2.topic_id, c2.topic_id) == (a.topic_id, c.topic_id)
@@ -184,10 +198,10 @@ def test_topics_survive_close_and_reopen(log_dir):
 
 
 def test_lifecycle(log_dir):
-    b = Broker(log_dir)
+    b = Broker(log_dir, create=True)
     b.create_topic("t")
     with pytest.raises(LogDirLockedError):
-        Broker(log_dir)
+        Broker(log_dir, create=True)
     b.close()
     b.close()  # idempotent
     assert b.is_closed
@@ -209,7 +223,7 @@ def test_lifecycle(log_dir):
         with pytest.raises(BrokerClosedError):
             call()
     assert (log_dir / ".kafka_cleanshutdown").exists()
-    with Broker(log_dir) as again:  # the lock was released
+    with Broker(log_dir, create=True) as again:  # the lock was released
         assert again.list_topics() == ["t"]
         assert not (log_dir / ".kafka_cleanshutdown").exists()
 
@@ -347,7 +361,7 @@ def test_retention_by_size_through_the_broker(broker, log_dir):
 
 def test_retention_by_time_through_the_broker(log_dir):
     now = [NOW]
-    with Broker(log_dir, clock_ms=lambda: now[0]) as broker:
+    with Broker(log_dir, clock_ms=lambda: now[0], create=True) as broker:
         broker.create_topic("r", config={"segment.bytes": 100, "retention.ms": 1000})
         for i in range(4):
             broker.produce("r", 0, [ProducerRecord(bytes(50), timestamp=NOW + 400 * i)])
@@ -392,7 +406,7 @@ def test_pause_blocks_requests_until_resume(broker):
 
 
 def test_crash_and_recover(log_dir):
-    b = Broker(log_dir)
+    b = Broker(log_dir, create=True)
     b.create_topic("t", config={"segment.bytes": 200})
     for i in range(5):
         b.produce("t", 0, [ProducerRecord(bytes(60), timestamp=NOW + i)])
@@ -400,7 +414,7 @@ def test_crash_and_recover(log_dir):
     assert not (log_dir / ".kafka_cleanshutdown").exists()
     with pytest.raises(BrokerClosedError):
         b.produce("t", 0, [b"x"])
-    with Broker(log_dir) as again:  # the lock was released; the logs are recovered
+    with Broker(log_dir, create=True) as again:  # the lock was released; the logs are recovered
         assert again.list_offsets("t", 0, -1).offset == 5  # the HW catches up with the LEO
         assert [o for o, _ in peer_values(fetch_one(again, "t", 0, 0).records)] == [0]
         assert [o for o, _ in peer_values(fetch_one(again, "t", 0, 4).records)] == [4]

@@ -74,7 +74,7 @@ def test_broker_applies_its_topic_defaults(tmp_path):
     cfg = BrokerConfig.load(
         write(tmp_path, '[topic_defaults]\n"segment.bytes" = 2048\n"retention.ms" = 1000\n')
     )
-    with Broker(tmp_path / "logs", config=cfg) as broker:
+    with Broker(tmp_path / "logs", config=cfg, create=True) as broker:
         broker.create_topic("t", config={"retention.ms": 5000})
         effective = broker.topic_config("t")
         assert effective["segment.bytes"] == "2048"  # broker default

@@ -127,7 +127,7 @@ def test_kip74_first_partition_with_data_returns_one_whole_batch(broker):
 
 
 def test_broker_fetch_max_bytes_caps_the_request(log_dir):
-    with Broker(log_dir, config=BrokerConfig(fetch_max_bytes=S + 20)) as broker:
+    with Broker(log_dir, config=BrokerConfig(fetch_max_bytes=S + 20), create=True) as broker:
         fill(broker, "t", 2)
         p0 = log_bytes(broker, "t", 0)
         assert fetch(broker, ("t", 0, 0, BIG), ("t", 1, 0, BIG), max_bytes=BIG) == [
@@ -198,13 +198,13 @@ def test_unknown_topic_or_partition(broker):
 
 
 def test_current_leader_epoch(log_dir):
-    with Broker(log_dir) as broker:
+    with Broker(log_dir, create=True) as broker:
         fill(broker, "t", 1)
         assert fetch_one(broker, "t", 0, 0, current_leader_epoch=0).error is None
         assert fetch_one(broker, "t", 0, 0, current_leader_epoch=1).error_name == (
             "UNKNOWN_LEADER_EPOCH"
         )
-    with Broker(log_dir) as broker:  # led at epoch 1 after the restart
+    with Broker(log_dir, create=True) as broker:  # led at epoch 1 after the restart
         assert broker.describe_topic("t").partitions[0].leader_epoch == 1
         log = log_bytes(broker, "t", 0)
         for epoch, error in ((-1, None), (1, None), (0, "FENCED_LEADER_EPOCH"),
@@ -300,7 +300,7 @@ def test_delete_topic_wakes_a_waiting_fetch(broker):
 
 
 def test_waiting_fetch_ends_on_close(log_dir):
-    broker = Broker(log_dir)
+    broker = Broker(log_dir, create=True)
     fill(broker, "t", 1)
     closer = later(0.2, broker.close)
     elapsed, got = timed(broker, ("t", 0, 6, BIG), max_wait_ms=10_000)

@@ -214,7 +214,7 @@ def test_idempotent_producer(broker):
     ]  # fmt: skip
     # a retry after a restart is still recognised (the last batch, from the producer snapshot)
     broker.close()
-    with Broker(broker.log_dir) as again:
+    with Broker(broker.log_dir, create=True) as again:
         r = again.produce("t", 0, batch(4, b"e"))
         assert (r.base_offset, r.duplicate) == (5, True)
         assert again.init_producer_id() == (2, 0)  # ids are not reused after a restart
@@ -223,7 +223,7 @@ def test_idempotent_producer(broker):
 
 def test_log_append_time(log_dir):
     clock = NOW + 123_456
-    with Broker(log_dir, clock_ms=lambda: clock) as broker:
+    with Broker(log_dir, clock_ms=lambda: clock, create=True) as broker:
         broker.create_topic("t", config={"message.timestamp.type": "LogAppendTime"})
         records = [ProducerRecord(b"a", timestamp=NOW), ProducerRecord(b"b", timestamp=1)]
         batch = build_batch(records, now_ms=NOW)

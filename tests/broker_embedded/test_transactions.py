@@ -121,7 +121,7 @@ def test_lso_aborted_transactions_and_read_committed(broker, log_dir):
 
     # close and reopen: the same LSO, aborted transactions and index
     broker.close()
-    with Broker(log_dir) as again:
+    with Broker(log_dir, create=True) as again:
         assert lso(again, "tx") == 7
         r = read_committed(again, "tx", 0, 0)
         assert (r.last_stable_offset, r.aborted_transactions) == (7, (aborted_a,))
@@ -133,7 +133,7 @@ def test_transaction_left_open_is_aborted_when_the_log_dir_reopens(log_dir):
     """Its producer died with the process, so nothing could ever end it: the leader aborts it
     on start (Kafka's coordinator would after transaction.timeout.ms) and read_committed
     readers move on."""
-    with Broker(log_dir) as broker:
+    with Broker(log_dir, create=True) as broker:
         broker.create_topic("tx", 2)
         p = broker.transactional_producer("T")
         p.begin()
@@ -147,7 +147,7 @@ def test_transaction_left_open_is_aborted_when_the_log_dir_reopens(log_dir):
         assert p.send("tx", 0, [b"open"]).base_offset == 5
         broker.produce("tx", 0, [b"after"])  # 6
         assert (lso(broker, "tx"), lso(broker, "tx", 1)) == (5, 2)
-    with Broker(log_dir) as broker:
+    with Broker(log_dir, create=True) as broker:
         # the ABORT marker takes offset 7; the LSO is the HW again
         assert (lso(broker, "tx"), lso(broker, "tx", 1)) == (8, 2)
         after = read_committed(broker, "tx", 0, 0)
@@ -156,7 +156,7 @@ def test_transaction_left_open_is_aborted_when_the_log_dir_reopens(log_dir):
         assert committed_values(broker, "tx") == [b"committed", b"after"]
         assert txnindex_entries(broker, "tx") == [(0, 0, 2, 4, 5), (0, 0, 5, 7, 8)]
         assert broker.list_offsets("tx", 0, -1, "read_committed").offset == 8
-    with Broker(log_dir) as broker:  # nothing left to abort: no second marker
+    with Broker(log_dir, create=True) as broker:  # nothing left to abort: no second marker
         assert broker.log_manager.get_log(TopicPartition("tx", 0)).log_end_offset == 8
 
 

@@ -67,7 +67,7 @@ class Row:
 def build_source_log_dir(path: Path) -> Path:
     """Write the source log dir (see the module docstring) into ``path``; return it."""
     rng = random.Random(20240601)
-    with Broker(path) as broker:
+    with Broker(path, create=True) as broker:
         broker.create_topic("events", EVENTS_PARTITIONS, config={
             **NO_RETENTION, "segment.bytes": 12_000, "index.interval.bytes": 512})  # fmt: skip
         for p in range(EVENTS_PARTITIONS):

@@ -216,7 +216,7 @@ def test_offset_by_timestamp_looks_past_a_segment_cut_by_the_log_start(tmp_path:
     from broker_embedded.producer_record import ProducerRecord
 
     late, early = T0 + 1_000_000, T0
-    with Broker(tmp_path) as broker:
+    with Broker(tmp_path, create=True) as broker:
         broker.create_topic("t", 1, config={"retention.ms": -1, "segment.bytes": 200})
         for batch in ((late, early, early), (late, late)):
             broker.produce("t", 0, [ProducerRecord(b"x" * 60, timestamp=ts) for ts in batch])

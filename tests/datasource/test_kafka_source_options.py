@@ -200,3 +200,61 @@ def test_option_names_ignore_case_but_not_twice() -> None:
     assert parse(FAILONDATALOSS="false").fail_on_data_loss is False
     with pytest.raises(InvalidOptionError, match="given twice"):
         KafkaSourceOptions.parse({**BASE, "includeHeaders": "true", "INCLUDEHEADERS": "true"})
+
+
+JSON_OPTIONS = {
+    False: ("assign", "startingOffsets", "endingOffsets", "startingOffsetsByTimestamp",
+            "endingOffsetsByTimestamp"),
+    True: ("assign", "startingOffsets", "startingOffsetsByTimestamp"),
+}  # fmt: skip
+DEEP = 100_000
+
+
+@pytest.mark.parametrize("streaming", [False, True])
+@pytest.mark.parametrize("opener", ["[", "{", '{"a":', '{"events":['])
+def test_deeply_nested_json_is_an_option_error(streaming: bool, opener: str) -> None:
+    """Issue 11 defect 4: ``"[" * 100000`` raised RecursionError from json.loads."""
+    for name in JSON_OPTIONS[streaming]:
+        value = opener * DEEP
+        options = {"path": "/logs", name: value}
+        if name != "assign":
+            options["subscribe"] = "events"
+        with pytest.raises(InvalidOptionError) as e:
+            KafkaSourceOptions.parse(options, streaming=streaming)
+        expected = 'a JSON object like {"topicA": [0, 1]}' if name == "assign" else None
+        head = repr(value[:100])
+        message = str(e.value)
+        assert message.startswith(
+            f"option {name}={head}... ({len(value)} characters) is invalid: expected "
+        ), message
+        assert message.endswith("; JSON nested deeper than 32 levels"), message
+        if expected is not None:
+            assert message == (
+                f"option assign={head}... ({len(value)} characters) is invalid: expected "
+                f"{expected}; JSON nested deeper than 32 levels"
+            )
+
+
+def test_nesting_within_the_limit_reaches_the_shape_check() -> None:
+    value = "[" * 32 + "]" * 32
+    with pytest.raises(InvalidOptionError) as e:
+        parse(startingOffsets=value)
+    assert str(e.value) == (
+        f"option startingOffsets={value!r} is invalid: expected earliest, latest or JSON like "
+        '{"topicA": {"0": 23}}'
+    )
+    brackets_in_a_name = '{"' + "[" * 1000 + '": {"0": 5}}'
+    with pytest.raises(InvalidOptionError) as e:
+        parse(startingOffsets=brackets_in_a_name)
+    assert str(e.value).endswith("is illegal: 1000 characters, the maximum is 249")
+
+
+def test_deep_nesting_fails_a_spark_read_with_the_option_error(spark, source_log_dir) -> None:
+    reader = spark.read.format("kafkalog").option("subscribe", "events")
+    with pytest.raises(Exception) as e:
+        reader.option("startingOffsets", "[" * DEEP).load(str(source_log_dir)).collect()
+    message = str(e.value)
+    assert "option startingOffsets='[[[[" in message, message[:2000]
+    assert "... (100000 characters) is invalid: expected earliest, latest or JSON like" in message
+    assert "JSON nested deeper than 32 levels" in message
+    assert "RecursionError" not in message

@@ -101,7 +101,7 @@ def log_dir_copy(source_log_dir: Path, tmp_path: Path) -> Path:
 
 def test_records_deleted_after_planning(log_dir_copy: Path, caplog) -> None:
     # planned [0, 300) of "trimmed", then DeleteRecords moves the log start to 230
-    with Broker(log_dir_copy) as broker:
+    with Broker(log_dir_copy, create=True) as broker:
         assert broker.delete_records("trimmed", 0, 230) == 230
     facts = partition_facts(log_dir_copy, "trimmed", 0)
     with pytest.raises(DataLossError, match=r"trimmed-0: offsets \[100, 230\) of the planned "

@@ -69,7 +69,7 @@ STREAM_SCHEMA_JSON = json.dumps(
 
 @pytest.fixture
 def broker(tmp_path: Path):
-    b = Broker(tmp_path / "logdir")
+    b = Broker(tmp_path / "logdir", create=True)
     yield b
     b.close()
 

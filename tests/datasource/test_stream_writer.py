@@ -51,7 +51,7 @@ SCHEMA = StructType([StructField("key", StringType()), StructField("value", Bina
 def sink(tmp_path: Path) -> Path:
     """A log dir with topic ``sink`` (3 partitions) and ``other`` (1 partition)."""
     d = tmp_path / "sink"
-    with Broker(d) as b:
+    with Broker(d, create=True) as b:
         b.create_topic("sink", 3)
         b.create_topic("other", 1)
     return d
@@ -153,7 +153,7 @@ def test_the_topic_column_places_rows_in_several_topics(spark, sink: Path, tmp_p
 @pytest.mark.skipif(not HAS_STREAM_READER, reason="the kafkalog stream reader is not there yet")
 def test_a_query_reading_kafkalog_and_writing_kafkalog(spark, sink: Path, tmp_path: Path) -> None:
     src = tmp_path / "src"
-    with Broker(src) as b:
+    with Broker(src, create=True) as b:
         b.create_topic("src", 2)
         for p in range(2):
             b.produce("src", p, [ProducerRecord(b"v-%d-%d" % (p, i), key=b"k-%d" % i)
@@ -169,7 +169,7 @@ def test_a_query_reading_kafkalog_and_writing_kafkalog(spark, sink: Path, tmp_pa
     assert Counter((r.partition, r.key, r.value) for r in got) == Counter(
         (p, b"k-%d" % i, b"v-%d-%d" % (p, i)) for p in range(2) for i in range(300)
     )
-    with Broker(src) as b:  # more data: the restarted query takes only the new records
+    with Broker(src, create=True) as b:  # more data: the restarted query takes only the new records
         b.produce("src", 1, [ProducerRecord(b"late")])
     run_once(df, sink, tmp_path / "ckpt", topic="sink")
     assert len(sink_records(sink)) == 601 and commits(sink) == {q.id: 3}
@@ -360,7 +360,7 @@ def test_a_query_killed_mid_stream_and_restarted_loses_and_duplicates_nothing(
     ckpt = tmp_path / "ckpt"
     if HAS_STREAM_READER:
         src = tmp_path / "src"
-        with Broker(src) as b:
+        with Broker(src, create=True) as b:
             b.create_topic("src", 2)
             for p in range(2):
                 b.produce("src", p, [ProducerRecord(b"%d-%d" % (p, i), key=b"%d" % i)

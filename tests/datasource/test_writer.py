@@ -48,7 +48,7 @@ def log_dir(tmp_path: Path) -> Path:
     """``events`` (4 partitions, partition 1 holding 2 records), ``other`` (2 partitions),
     ``compacted`` (1 partition, cleanup.policy=compact), ``small`` (max.message.bytes 500)."""
     d = tmp_path / "logdir"
-    with Broker(d) as b:
+    with Broker(d, create=True) as b:
         b.create_topic("events", 4)
         b.create_topic("other", 2)
         b.create_topic("compacted", 1, config={"cleanup.policy": "compact"})
@@ -233,7 +233,7 @@ def test_overwrite_and_the_default_mode_are_refused(spark, log_dir: Path) -> Non
 BROKER_CHILD = """
 import sys
 from broker_embedded.broker import Broker
-broker = Broker(sys.argv[1])
+broker = Broker(sys.argv[1], create=True)
 print("open", flush=True)
 sys.stdin.readline()
 broker.close()

@@ -87,7 +87,7 @@ def build_compacted(
 ) -> tuple[TopicModel, Broker | None]:
     """A log dir with a compacted topic full of updates (and, with ``extra_topics``, a topic
     with the delete policy that the job must leave alone)."""
-    broker = Broker(log_dir, config=NO_CLEANER)
+    broker = Broker(log_dir, config=NO_CLEANER, create=True)
     config = {"cleanup.policy": "compact", "segment.bytes": segment_bytes}
     broker.create_topic(topic, partitions, config=config)
     model = produce_updates(broker, topic, partitions, keys=keys, batches=batches, seed=seed)

@@ -6,10 +6,8 @@ as oracles, and a broker in a child process holding the log dir's lock."""
 from __future__ import annotations
 
 import base64
-import io
 import json
 import random
-import shlex
 import shutil
 import subprocess
 import sys
@@ -39,21 +37,6 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 # -- helpers ---------------------------------------------------------------------------------------
-
-
-@pytest.fixture
-def cli(capsys, monkeypatch):
-    """``cli("topics list --log-dir D", *more_args, stdin=b"...")``: ``kafkalog`` in-process,
-    returning (exit status, stdout, stderr). The command string is split as a shell does."""
-
-    def run(command: str, *more: str | Path, stdin: bytes | None = None):
-        if stdin is not None:
-            monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(stdin)))
-        code = main(shlex.split(command) + [str(a) for a in more])
-        out, err = capsys.readouterr()
-        return code, out, err
-
-    return run
 
 
 @pytest.fixture
@@ -254,7 +237,7 @@ def test_every_codec_round_trips(cli, log_dir: Path, codec: str) -> None:
 
 
 def test_consume_binary_values_offsets_timestamps_and_max_messages(cli, log_dir: Path) -> None:
-    with Broker(log_dir) as broker:
+    with Broker(log_dir, create=True) as broker:
         broker.create_topic("bin", 1)
         records = [
             ProducerRecord(
@@ -290,7 +273,7 @@ def test_consume_binary_values_offsets_timestamps_and_max_messages(cli, log_dir:
 
 
 def test_text_output_is_the_raw_bytes(capsysbinary, log_dir: Path) -> None:
-    with Broker(log_dir) as broker:
+    with Broker(log_dir, create=True) as broker:
         broker.create_topic("bin", 1)
         records = [
             ProducerRecord(b"\x00\xff\n", b"\xc3\x28", timestamp=5),
@@ -316,7 +299,7 @@ def test_consume_reads_in_steps_of_at_most_one_mib(cli, monkeypatch, log_dir: Pa
         return info
 
     monkeypatch.setattr(cc.PartitionReader, "fetch", spy)
-    with Broker(log_dir) as broker:
+    with Broker(log_dir, create=True) as broker:
         broker.create_topic("big", 1)
         for i in range(6):
             broker.produce("big", 0, [bytes([65 + i]) * 1000] * 500, acks=1)  # 0.5 MB each
@@ -327,7 +310,7 @@ def test_consume_reads_in_steps_of_at_most_one_mib(cli, monkeypatch, log_dir: Pa
 
 
 def test_read_committed_skips_aborted_and_stops_at_lso(cli, log_dir: Path) -> None:
-    with Broker(log_dir) as broker:
+    with Broker(log_dir, create=True) as broker:
         broker.create_topic("tx", 1)
         broker.produce("tx", 0, [b"plain-0"], acks=1)
         producer = broker.transactional_producer("tid")
@@ -422,7 +405,7 @@ CHILD = textwrap.dedent(
     """
     import sys
     from broker_embedded.broker import Broker
-    broker = Broker(sys.argv[1])
+    broker = Broker(sys.argv[1], create=True)
     broker.create_topic("live", 2)
     broker.produce("live", 1, [b"from-child-%d" % i for i in range(5)], acks=1)
     broker.log_manager.checkpoint()  # publish the HW now rather than within 100 ms
@@ -553,7 +536,11 @@ def test_invalid_topic_names_and_topic_configs(cli, log_dir: Path) -> None:
     assert_error(cli(f"topics create u {d} --config no.such=1"), "unknown config 'no.such'")
     assert_error(cli(f"topics create u {d} --config retention.ms=soon"), "retention.ms", "soon")
     assert_error(cli(f"topics create u {d} --replication-factor 3"), "replication factor 3")
-    assert cli(f"topics list {d}") == (0, "t\n", "")
+    assert cli(f"topics create a.b {d}")[0] == 0
+    assert cli(f"topics create a_b {d}") == (
+        1, "", "kafkalog topics create: Topic 'a_b' collides with existing topic: a.b\n"
+    )  # fmt: skip
+    assert cli(f"topics list {d}") == (0, "a.b\nt\n", "")
 
 
 def test_produce_input_errors_name_the_line(cli, log_dir: Path) -> None:

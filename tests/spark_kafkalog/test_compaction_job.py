@@ -143,7 +143,7 @@ def test_dirty_ratio_threshold_and_dry_run(tmp_path: Path) -> None:
 
     from ._compaction_logdirs import NO_CLEANER
 
-    with Broker(tmp_path, config=NO_CLEANER) as b:
+    with Broker(tmp_path, config=NO_CLEANER, create=True) as b:
         produce_updates(b, "profiles", 1, keys=300, batches=40, seed=9)
     report = run_local(config_for(tmp_path, min_cleanable_dirty_ratio=0.99), io.StringIO())
     (o,) = report.outcomes
@@ -341,7 +341,7 @@ def test_a_partition_deleted_after_planning_is_skipped(tmp_path: Path) -> None:
 
     from ._compaction_logdirs import NO_CLEANER
 
-    with Broker(tmp_path, config=NO_CLEANER) as b:
+    with Broker(tmp_path, config=NO_CLEANER, create=True) as b:
         b.delete_topic("profiles")
     outcomes = [clean_partition(t, settings) for t in tasks]
     assert {(o.status, o.reason) for o in outcomes} == {

@@ -47,7 +47,7 @@ def value_of(key: int, offset: int, rng: random.Random) -> bytes:
 
 
 def create(log_dir: str) -> None:
-    lm = LogManager(log_dir, owner="cleaner crash setup")
+    lm = LogManager(log_dir, owner="cleaner crash setup", create=True)
     lm.put_topic(TP.topic, TopicEntry(uuid.UUID(int=0xC1EA), 1, 1, CONFIG))
     lm.get_or_create_log(TP)
     lm.close(clean=False)
@@ -55,7 +55,9 @@ def create(log_dir: str) -> None:
 
 def work(log_dir: str, run: int, seed: int) -> None:
     rng = random.Random(seed * 1000 + run)
-    lm = LogManager(log_dir, checkpoint_interval_ms=5, owner=f"cleaner crash worker {run}")
+    lm = LogManager(
+        log_dir, checkpoint_interval_ms=5, owner=f"cleaner crash worker {run}", create=True
+    )
     lg = lm.get_or_create_log(TP)
     cleaner = LogCleaner(CLEANER, log_dir, lambda: dict(lm.logs))
     c = cleaner.new_cleaner()
@@ -86,7 +88,7 @@ def warm_up() -> None:
     """Load the compiled kernels in the zygote: one small cleaning in a scratch log dir."""
     with tempfile.TemporaryDirectory() as d:
         create(d)
-        lm = LogManager(d, owner="cleaner crash warm-up")
+        lm = LogManager(d, owner="cleaner crash warm-up", create=True)
         lg = lm.get_or_create_log(TP)
         for i in range(20):
             b = MemoryRecordsBuilder(0)

@@ -746,7 +746,7 @@ def test_compact_delete_logs_also_get_retention(tmp_path: Path) -> None:
 
 def test_log_manager_cleaner_threads_compact_a_topic(tmp_path: Path) -> None:
     config = LogCleanerConfig(dedupe_buffer_size=1 << 20, backoff_ms=20)
-    with LogManager(tmp_path, cleaner_config=config) as lm:
+    with LogManager(tmp_path, cleaner_config=config, create=True) as lm:
         lm.put_topic(
             "t",
             TopicEntry(

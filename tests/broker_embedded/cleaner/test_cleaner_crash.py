@@ -78,7 +78,7 @@ def check_after_crash(log_dir: Path, run: int, acked: dict[int, int]) -> dict[in
     """The checks of the module docstring; returns the records of an append that reached the
     file but was not reported (they are part of the log from now on)."""
     unreported = {}
-    lm = LogManager(log_dir, owner="cleaner crash parent")
+    lm = LogManager(log_dir, owner="cleaner crash parent", create=True)
     try:
         lg = lm.get_log(TP)
         directory = log_dir / TP.dir_name

@@ -434,7 +434,7 @@ def test_reopen_never_lets_a_lagging_replica_lead(make_cluster, tmp_path: Path) 
 
 
 def test_single_broker_default_goes_through_the_same_code(tmp_path: Path) -> None:
-    broker = Broker(tmp_path / "solo")
+    broker = Broker(tmp_path / "solo", create=True)
     try:
         md = broker.create_topic("t", 2)
         assert [(p.leader, p.leader_epoch, p.replicas, p.isr) for p in md.partitions] == [
@@ -448,7 +448,7 @@ def test_single_broker_default_goes_through_the_same_code(tmp_path: Path) -> Non
         assert fetched_records(got) == [(0, b"x"), (1, b"y")]
     finally:
         broker.close()
-    broker = Broker(tmp_path / "solo")
+    broker = Broker(tmp_path / "solo", create=True)
     try:
         md = broker.describe_topic("t")
         # One above the epochs in the log: the empty partition 0 has none left (an epoch

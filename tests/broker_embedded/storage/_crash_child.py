@@ -38,7 +38,7 @@ TP = TopicPartition("crash", 0)
 
 def append_until_killed(log_dir: str, run: int, seed: int) -> None:
     rng = random.Random(seed * 1000 + run)
-    lm = LogManager(log_dir, checkpoint_interval_ms=10, owner=f"crash writer {run}")
+    lm = LogManager(log_dir, checkpoint_interval_ms=10, owner=f"crash writer {run}", create=True)
     lg = lm.get_or_create_log(TP)
     os.write(1, b"ready\n")
     idem_pid, txn_pid = 1_000_000 + run, 2_000_000 + run

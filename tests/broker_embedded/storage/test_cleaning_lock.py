@@ -63,13 +63,13 @@ def test_no_broker_while_cleaning_and_no_cleaning_while_a_broker_owns(tmp_path: 
     with PartitionCleaningLock.acquire(tmp_path, T0, "kafkalog compact run R"):
         assert not LogDirLock.is_locked(tmp_path)  # shared holders: readers and probes go on
         with pytest.raises(LogDirLockedError) as e:
-            LogManager(tmp_path)
+            LogManager(tmp_path, create=True)
         assert str(e.value) == (
             f"log dir {tmp_path} is locked by a compaction job cleaning partitions: {ME} "
             "(kafkalog compact run R, cleaning t-0): another process owns it for writing"
         )
         assert lock_holder(tmp_path).startswith("a compaction job cleaning partitions: ")
-    lm = LogManager(tmp_path, owner="kafkalog broker")
+    lm = LogManager(tmp_path, owner="kafkalog broker", create=True)
     try:
         with pytest.raises(CleaningRefusedError) as e:
             PartitionCleaningLock.acquire(tmp_path, T0, "run R")
@@ -100,7 +100,7 @@ def test_a_killed_holder_lets_go(tmp_path: Path) -> None:
         os.kill(child.pid, signal.SIGKILL)
         child.wait(timeout=30)
         PartitionCleaningLock.acquire(tmp_path, T0, "run R").release()
-        LogManager(tmp_path).close()
+        LogManager(tmp_path, create=True).close()
     finally:
         child.kill()
         child.wait()

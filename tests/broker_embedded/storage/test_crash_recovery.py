@@ -65,7 +65,7 @@ def test_sigkill_100_times_loses_no_acknowledged_record(tmp_path: Path) -> None:
     seed = 20240611
     rng = random.Random(seed)
     log_dir = tmp_path / "logs"
-    lm = LogManager(log_dir, owner="crash parent")
+    lm = LogManager(log_dir, owner="crash parent", create=True)
     lm.put_topic(TP.topic, TopicEntry(uuid.UUID(int=0xC0FFEE), 1, 1, CONFIG))
     lm.get_or_create_log(TP)
     lm.close(clean=False)
@@ -110,7 +110,7 @@ def check_after_crash(
     verified: set[str],
 ) -> None:
     hw_on_disk = OffsetCheckpointFile(log_dir / "replication-offset-checkpoint").read_or_empty()
-    lm = LogManager(log_dir, owner="crash parent")
+    lm = LogManager(log_dir, owner="crash parent", create=True)
     try:
         assert lm.had_clean_shutdown is False
         lg = lm.get_log(TP)

@@ -16,9 +16,11 @@ from broker_embedded.storage.leader_epoch_checkpoint import (
     EpochEntry,
 )
 from broker_embedded.storage.leader_epoch_file_cache import (
+    MAX_LEADER_EPOCH,
     UNDEFINED_EPOCH,
     UNDEFINED_EPOCH_OFFSET,
     LeaderEpochFileCache,
+    LeaderEpochOverflowError,
 )
 from broker_embedded.storage.topic_partition import TopicPartition
 
@@ -335,3 +337,43 @@ def test_concurrent_assigns_keep_file_and_cache_equal(tmp_path: Path) -> None:
     assert entries == new_cache(tmp_path).entries()
     assert all(a.epoch < b.epoch for a, b in pairwise(entries))
     assert all(a.start_offset < b.start_offset for a, b in pairwise(entries))
+
+
+def test_an_epoch_that_cannot_grow_names_the_segment(tmp_path: Path) -> None:
+    """Issue 11 defect 3: a batch header's leader epoch of 2147483647 (not covered by the CRC)
+    reached the cache on recovery; the next election's epoch + 1 then raised a raw ValueError."""
+    for base in (0, 4):
+        (tmp_path / f"{base:020d}.log").write_bytes(b"")
+    cache = new_cache(tmp_path, (3, 0), (MAX_LEADER_EPOCH, 2))
+    assert pairs(cache) == [(3, 0), (2147483646, 2)]
+    with pytest.raises(LeaderEpochOverflowError) as e:
+        cache.assign(2147483647, 5)
+    assert str(e.value) == (
+        f"TestTopic-5: leader epoch 2147483647 at offset 5 in {tmp_path}/00000000000000000004.log "
+        "cannot grow: the next leader epoch would exceed the int32 maximum 2147483647 (the batch "
+        "header is corrupt or forged)"
+    )
+    assert pairs(cache) == [(3, 0), (2147483646, 2)]
+    assert pairs(LeaderEpochFileCache(TP, cache.path)) == [(3, 0), (2147483646, 2)]
+
+
+def test_an_epoch_that_cannot_grow_without_a_segment_names_the_checkpoint(tmp_path: Path) -> None:
+    cache = new_cache(tmp_path)
+    with pytest.raises(LeaderEpochOverflowError) as e:
+        cache.assign(1 << 31, 7)
+    assert str(e.value) == (
+        f"TestTopic-5: leader epoch 2147483648 at offset 7 in {cache.path} cannot grow: the next "
+        "leader epoch would exceed the int32 maximum 2147483647 (the epoch assigned is corrupt "
+        "or forged)"
+    )
+
+
+def test_a_checkpoint_holding_an_epoch_that_cannot_grow_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / LEADER_EPOCH_CHECKPOINT
+    path.write_bytes(b"0\n2\n0 0\n2147483647 9\n")
+    with pytest.raises(LeaderEpochOverflowError) as e:
+        LeaderEpochFileCache(TP, path)
+    assert str(e.value) == (
+        f"TestTopic-5: leader epoch 2147483647 at offset 9 in {path} cannot grow: the next leader "
+        "epoch would exceed the int32 maximum 2147483647 (the checkpoint is corrupt or forged)"
+    )

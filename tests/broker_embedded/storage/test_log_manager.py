@@ -7,6 +7,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import shutil
 import subprocess
 import sys
 import threading
@@ -16,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from broker_embedded.broker import Broker
 from broker_embedded.errors import (
     BrokerClosedError,
     LogDirLockedError,
@@ -23,7 +25,7 @@ from broker_embedded.errors import (
 )
 from broker_embedded.record.memory_records_builder import MemoryRecordsBuilder
 from broker_embedded.storage.fetch_data_info import FetchIsolation
-from broker_embedded.storage.log_dir import LogDir
+from broker_embedded.storage.log_dir import LogDir, NotALogDirError
 from broker_embedded.storage.log_manager import CLEAN_SHUTDOWN_FILE, LogManager
 from broker_embedded.storage.offset_checkpoint import OffsetCheckpointFile
 from broker_embedded.storage.partition_metadata import (
@@ -60,7 +62,7 @@ def entry(partitions: int, **config: str) -> TopicEntry:
 
 def manager(log_dir: Path, **kw) -> LogManager:
     kw.setdefault("checkpoint_interval_ms", 20)
-    return LogManager(log_dir, **kw)
+    return LogManager(log_dir, **kw, create=True)
 
 
 def wait_for(predicate, timeout: float = 5.0) -> float:
@@ -83,7 +85,7 @@ def test_second_manager_is_refused_naming_the_owner_in_and_out_of_process(tmp_pa
     assert str(tmp_path) in str(e.value) and "another LogDirLock in this process" in str(e.value)
     child = subprocess.run(
         [sys.executable, "-c", "import sys\nfrom broker_embedded.storage.log_manager import "
-         "LogManager\ntry:\n    LogManager(sys.argv[1])\nexcept Exception as e:\n"
+         "LogManager\ntry:\n    LogManager(sys.argv[1], create=True)\nexcept Exception as e:\n"
          "    print(type(e).__name__, e)\n    sys.exit(3)", str(tmp_path)],
         capture_output=True, text=True, timeout=60, cwd=REPO,
     )  # fmt: skip
@@ -378,3 +380,56 @@ def test_opens_a_log_dir_copied_from_a_kafka_broker(bitnami_copy: Path) -> None:
     assert lm.had_clean_shutdown is True
     assert lm.get_log(TopicPartition(topic, 2)).high_watermark == 5
     lm.close()
+
+
+def tree(path: Path) -> list[str]:
+    return sorted(str(p.relative_to(path)) for p in path.rglob("*")) if path.exists() else []
+
+
+def test_a_path_that_is_not_a_log_dir_is_refused_unless_created(tmp_path: Path) -> None:
+    """Issue 11 defect 6: opening an ordinary directory wrote meta.properties, .lock and the
+    clean-shutdown marker into it. Only create=True makes a log dir, of a missing or empty path."""
+    missing, empty, other = tmp_path / "missing", tmp_path / "empty", tmp_path / "other"
+    empty.mkdir()
+    other.mkdir()
+    (other / "notes.txt").write_text("mine\n")
+    a_file = tmp_path / "a-file"
+    a_file.write_text("x")
+    reason = "is not a Kafka log dir: it holds neither meta.properties nor a partition directory "
+    reason += "(<topic>-<partition>)"
+    refused = {
+        missing: f"log dir {missing} does not exist",
+        empty: f"{empty} {reason}",
+        other: f"{other} {reason}",
+        a_file: f"log dir {a_file} is not a directory",
+    }
+    for path, message in refused.items():
+        before = tree(path)
+        with pytest.raises(NotALogDirError) as e:
+            LogManager(path)
+        assert str(e.value) == message
+        with pytest.raises(NotALogDirError) as e:
+            Broker(path)
+        assert str(e.value) == message
+        assert tree(path) == before and path.exists() == (path != missing)
+    with pytest.raises(NotALogDirError) as e:
+        LogManager(other, create=True)
+    assert str(e.value) == (
+        f"{other} {reason}; not making a log dir of a directory holding other files"
+    )
+    assert tree(other) == ["notes.txt"]
+    for path in (missing, empty):
+        LogManager(path, create=True).close()
+        assert (path / "meta.properties").is_file()
+        LogManager(path).close()  # a log dir now, opened without create
+
+
+def test_a_kafka_log_dir_opens_without_create(tmp_path: Path) -> None:
+    copy = tmp_path / "bitnami"
+    shutil.copytree(BITNAMI, copy)
+    (copy / "meta.properties").unlink()  # partition directories alone make a log dir
+    lm = LogManager(copy)
+    try:
+        assert TopicPartition("product-created-events-topic", 2) in lm.logs
+    finally:
+        lm.close()

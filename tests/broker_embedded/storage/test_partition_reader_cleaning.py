@@ -48,7 +48,7 @@ class Log:
     """A compacted topic in a log dir, its writer (with the model) and a cleaner."""
 
     def __init__(self, log_dir: Path, seed: int, *, segment_bytes: int = 6000) -> None:
-        self.manager = LogManager(log_dir)
+        self.manager = LogManager(log_dir, create=True)
         config = {"cleanup.policy": "compact", "segment.bytes": str(segment_bytes)}
         self.manager.put_topic(TP.topic, TopicEntry(uuid.UUID(int=7), 1, 1, config))
         self.log: UnifiedLog = self.manager.get_or_create_log(TP)

@@ -49,7 +49,7 @@ def log_dir(tmp_path: Path) -> Path:
     """Topic ``t`` (3 partitions, partition 0 holding 3 records), ``small`` (max.message.bytes
     200), ``compacted``."""
     d = tmp_path / "logdir"
-    with Broker(d) as b:
+    with Broker(d, create=True) as b:
         b.create_topic("t", 3)
         b.create_topic("small", 1, config={"max.message.bytes": 200})
         b.create_topic("compacted", 1, config={"cleanup.policy": "compact"})
@@ -151,7 +151,7 @@ def test_the_staging_dir_is_not_a_partition(log_dir: Path) -> None:
     assert TopicPartition.try_parse_dir_name(sw.STAGING_DIR) is None
     assert LogDir(log_dir).partitions() == [TopicPartition("compacted", 0), TopicPartition(
         "small", 0), T0, T1, T2]  # fmt: skip
-    LogManager(log_dir).close()  # opens fine beside it, leaves a fresh job alone
+    LogManager(log_dir, create=True).close()  # opens fine beside it, leaves a fresh job alone
     assert (log_dir / sw.STAGING_DIR / "job").is_dir()
 
 
@@ -178,7 +178,7 @@ def test_commit_appends_in_order_and_publishes_every_hw(log_dir: Path) -> None:
 
 def test_committed_batches_carry_the_logs_leader_epoch(log_dir: Path) -> None:
     files = stage(log_dir, "job", "a1", [("t", 0, values(2)), ("t", 1, values(2))])
-    with LogManager(log_dir) as lm:
+    with LogManager(log_dir, create=True) as lm:
         lm.get_or_create_log(T0).leader_epoch_cache.assign(7, 2)  # as a later leader would
     sw.commit(log_dir, "job", files)
     data = {
@@ -317,7 +317,7 @@ def test_a_commit_dead_before_publishing_is_rolled_back_on_the_next_open(
     _commit_until(log_dir, "job", files, monkeypatch, publish=False)
     assert leo(log_dir, T1) == 3000 and published(log_dir) == hws  # on disk, not visible
     assert LogDir(log_dir).open_partition(T1).high_watermark == 0
-    with LogManager(log_dir) as lm:
+    with LogManager(log_dir, create=True) as lm:
         assert lm.get_log(T0).log_end_offset == 3 and lm.get_log(T1).log_end_offset == 0
     assert [leo(log_dir, tp) for tp in (T0, T1)] == [3, 0]
     assert published(log_dir) == hws
@@ -333,7 +333,7 @@ def test_a_commit_dead_after_publishing_is_kept_on_the_next_open(
     files = stage(log_dir, "job", "a1", [("t", 0, values(4)), ("t", 1, values(3))])
     _commit_until(log_dir, "job", files, monkeypatch, publish=True)
     assert published(log_dir)[T0] == 7 and published(log_dir)[T1] == 3
-    with LogManager(log_dir) as lm:
+    with LogManager(log_dir, create=True) as lm:
         assert lm.get_log(T0).high_watermark == 7 and lm.get_log(T1).log_end_offset == 3
     assert [v for _, _, v in log_records(log_dir, T0)] == [*values(3, "old"), *values(4)]
     assert not (log_dir / sw.STAGING_DIR / "job").exists()
@@ -350,14 +350,14 @@ def test_a_stale_published_hw_above_the_log_end_does_not_count_as_published(
     files = stage(log_dir, "job", "a1", [("t", 1, values(5))])
     _commit_until(log_dir, "job", files, monkeypatch, publish=False)
     assert published(log_dir)[T1] == 0
-    LogManager(log_dir).close()
+    LogManager(log_dir, create=True).close()
     assert leo(log_dir, T1) == 0
 
 
 def test_a_broker_opening_the_log_dir_resolves_a_dead_commit(log_dir: Path, monkeypatch) -> None:
     files = stage(log_dir, "job", "a1", [("t", 2, values(4))])
     _commit_until(log_dir, "job", files, monkeypatch, publish=False)
-    with Broker(log_dir) as b:
+    with Broker(log_dir, create=True) as b:
         assert b.log_manager.get_log(T2).log_end_offset == 0
     assert not (log_dir / sw.STAGING_DIR / "job").exists()
 
@@ -375,7 +375,7 @@ def test_a_malformed_journal_stops_the_open_naming_it(log_dir: Path) -> None:
     job.mkdir(parents=True)
     (job / sw.JOURNAL).write_text(json.dumps({"version": 1, "partitions": [{"topic": "t"}]}))
     with pytest.raises(CheckpointError, match=f"journal {job / sw.JOURNAL} is malformed"):
-        LogManager(log_dir)
+        LogManager(log_dir, create=True)
     assert not LogDirLock.is_locked(log_dir)
 
 
@@ -400,7 +400,7 @@ def test_stale_staging_dirs_go_when_a_log_manager_opens(log_dir: Path) -> None:
     past = time.time() - sw.STALE_JOB_AGE_S - 60
     for p in [old, *old.iterdir()]:
         os.utime(p, (past, past))
-    LogManager(log_dir).close()
+    LogManager(log_dir, create=True).close()
     assert sorted(os.listdir(log_dir / sw.STAGING_DIR)) == ["fresh"]
 
 
@@ -409,7 +409,7 @@ def test_stale_staging_dirs_go_when_a_log_manager_opens(log_dir: Path) -> None:
 BROKER_CHILD = """
 import sys
 from broker_embedded.broker import Broker
-broker = Broker(sys.argv[1])
+broker = Broker(sys.argv[1], create=True)
 print("open", flush=True)
 sys.stdin.readline()
 broker.close()
@@ -530,7 +530,7 @@ def test_writers_are_independent_and_plain_jobs_record_nothing(log_dir: Path) ->
     assert {k: v["batch"] for k, v in commits(log_dir).items()} == {W: 4, other: 0}
     assert leo(log_dir, T1) == 3
     assert TopicPartition.try_parse_dir_name(sw.COMMITS_DIR) is None
-    LogManager(log_dir).close()  # opens fine beside it, leaves it alone
+    LogManager(log_dir, create=True).close()  # opens fine beside it, leaves it alone
     assert {k: v["batch"] for k, v in commits(log_dir).items()} == {W: 4, other: 0}
 
 
@@ -603,7 +603,7 @@ def test_a_streaming_commit_dead_before_publishing_rolls_its_batch_id_back(
     files = stage(log_dir, "b7", "a1", [("t", 1, values(4)), ("t", 2, values(2))])
     _commit_until(log_dir, "b7", files, monkeypatch, publish=False, writer_id=W, batch_id=7)
     assert sw.committed_batch(log_dir, W) == 7  # written, not published: the next open decides
-    with LogManager(log_dir) as lm:
+    with LogManager(log_dir, create=True) as lm:
         assert lm.get_log(T1).log_end_offset == (0 if previous is None else 1)
     assert sw.committed_batch(log_dir, W) == previous
     assert (W in commits(log_dir)) == (previous is not None)
@@ -631,7 +631,7 @@ def test_a_malformed_writer_entry_in_a_journal_stops_the_open(log_dir: Path) -> 
     body = {"version": 2, "job": "job", "partitions": [], "writer": {"id": W, "batch": "7"}}
     (job / sw.JOURNAL).write_text(json.dumps(body))
     with pytest.raises(CheckpointError, match="malformed"):
-        LogManager(log_dir)
+        LogManager(log_dir, create=True)
 
 
 def test_a_commit_waits_for_a_compaction_job_and_closes_the_writer_gate(log_dir: Path) -> None:

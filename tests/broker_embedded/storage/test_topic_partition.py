@@ -3,7 +3,11 @@ from __future__ import annotations
 import pytest
 
 from broker_embedded.errors import InvalidTopicError
-from broker_embedded.storage.topic_partition import TopicPartition, validate_topic
+from broker_embedded.storage.topic_partition import (
+    TopicPartition,
+    check_no_collision,
+    validate_topic,
+)
 
 
 @pytest.mark.parametrize(
@@ -82,3 +86,13 @@ def test_values_render_and_order() -> None:
     ]
     with pytest.raises(AttributeError):
         tp.partition = 3  # type: ignore[misc]
+
+
+def test_names_differing_in_dot_and_underscore_collide() -> None:
+    """Issue 11 defect 7: Kafka's Topic.hasCollision and its InvalidTopicException message."""
+    check_no_collision("a_b", ["a-b", "ab", "a_b"])  # itself and different names: no collision
+    for topic, existing, other in (("a_b", ["z", "a.b"], "a.b"), ("a.b", ["a_b"], "a_b"),
+                                   ("x.y_z", ["x_y.z"], "x_y.z")):  # fmt: skip
+        with pytest.raises(InvalidTopicError) as e:
+            check_no_collision(topic, existing)
+        assert str(e.value) == f"Topic '{topic}' collides with existing topic: {other}"
