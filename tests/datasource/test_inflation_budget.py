@@ -44,7 +44,7 @@ def zeros_batch(base_offset: int, records: int, value_bytes: int) -> bytes:
 def zeros_log_dir(path: Path, batches: int, records: int, value_bytes: int) -> Path:
     """A log dir whose topic ``zeros`` (1 partition) holds ``batches`` such batches."""
     raw = zeros_batch(0, records, value_bytes)
-    with Broker(path) as broker:
+    with Broker(path, create=True) as broker:
         broker.create_topic("zeros", 1)
         for _ in range(batches):
             broker.produce("zeros", 0, raw)
