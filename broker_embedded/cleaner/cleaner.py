@@ -775,7 +775,7 @@ class Cleaner:
         # capacities: every kept record may grow by MAX_RECORD_GROWTH bytes
         counts = np.maximum(t[:, dk.S_COUNT], 0)
         records = int(counts.sum())
-        out_need = len(window.data) + ck.MAX_RECORD_GROWTH * records + ck.HEADER_SIZE * n
+        out_need = len(window.data) + ck.MAX_RECORD_GROWTH * records + RECORD_BATCH_OVERHEAD * n
         if len(self._out) < out_need:
             self._out = np.empty(max(out_need, 2 * len(self._out)), np.uint8)
         side_used = int(plan[:, ck.P_REC_END][plan[:, ck.P_SRC] == 1].max(initial=0))
