@@ -25,13 +25,13 @@ from kafka.record.legacy_records import LegacyRecordBatchBuilder
 
 from broker_embedded.errors import CorruptRecordError, TornTailError
 from broker_embedded.record import columnar_decoder, decode_kernel, kernel_primitives
+from broker_embedded.record.batch_layout import RECORD_BATCH_OVERHEAD
 from broker_embedded.record.columnar_decoder import decode, decode_records, kafka_schema
 from broker_embedded.record.compression import CompressionType
 from broker_embedded.record.control_record import EndTransactionMarker
 from broker_embedded.record.memory_records_builder import MemoryRecordsBuilder
 from broker_embedded.record.record_batch import (
     LOG_APPEND_TIME,
-    RECORD_BATCH_OVERHEAD,
     Record,
     crc32c_of,
     set_base_offset,
