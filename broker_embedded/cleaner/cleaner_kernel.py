@@ -69,11 +69,16 @@ from broker_embedded.record.batch_layout import (
     ATTRIBUTES_OFFSET,
     BASE_TIMESTAMP_OFFSET,
     BATCH_LENGTH_OFFSET,
+    CODEC_MASK,
+    CONTROL_MASK,
     CRC_OFFSET,
+    DELETE_HORIZON_MASK,
     LOG_OVERHEAD,
     MAX_TIMESTAMP_OFFSET,
     RECORD_BATCH_OVERHEAD,
     RECORDS_COUNT_OFFSET,
+    TIMESTAMP_TYPE_MASK,
+    TRANSACTIONAL_MASK,
 )
 from broker_embedded.record.decode_kernel import (
     E_BAD_SECTION,
@@ -124,10 +129,7 @@ RESULT_FIELDS = 7
 MAP_DONE, MAP_FULL, MAP_STOPPED, MAP_ERROR = range(4)
 
 MAX_RECORD_GROWTH = 13
-_CODEC = 0x07
-_LOG_APPEND_TIME = 0x08
-_HORIZON = 0x40
-_EMPTY_KEEPS = 0x08 | 0x10 | 0x20  # timestamp type, transactional, control
+_EMPTY_KEEPS = TIMESTAMP_TYPE_MASK | TRANSACTIONAL_MASK | CONTROL_MASK
 
 
 # -- helpers -------------------------------------------------------------------------------------
@@ -309,8 +311,8 @@ def filter_rows(buf, side, plan, words, state, params, out, raw, outcome, recs, 
             outcome[r, O_MAX_TS] = plan[r, P_MAX_TS]
             opos += size
             continue
-        has_horizon = (attr & _HORIZON) != 0
-        log_append = (attr & _LOG_APPEND_TIME) != 0
+        has_horizon = (attr & DELETE_HORIZON_MASK) != 0
+        log_append = (attr & TIMESTAMP_TYPE_MASK) != 0
         base_ts, max_ts = plan[r, P_BASE_TS], plan[r, P_MAX_TS]
         count = plan[r, P_COUNT]
         kept = np.int64(0)
@@ -388,7 +390,7 @@ def filter_rows(buf, side, plan, words, state, params, out, raw, outcome, recs, 
                 opos += size
                 continue
             if set_horizon:
-                new_base, new_attr = new_horizon, attr | _HORIZON
+                new_base, new_attr = new_horizon, attr | DELETE_HORIZON_MASK
             elif has_horizon:
                 new_base, new_attr = base_ts, attr
             else:
@@ -402,7 +404,7 @@ def filter_rows(buf, side, plan, words, state, params, out, raw, outcome, recs, 
             outcome[r, O_BASE_TS] = new_base
             outcome[r, O_MAX_TS] = new_max
             outcome[r, O_ATTR] = new_attr
-            if attr & _CODEC:
+            if attr & CODEC_MASK:
                 end_raw = _write_records(raw, rpos, src, recs, kept, new_base)
                 outcome[r, O_KIND] = KIND_COMPRESS
                 outcome[r, O_START] = rpos

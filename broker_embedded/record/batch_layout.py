@@ -57,6 +57,14 @@ BASE_SEQUENCE_OFFSET = 53
 RECORDS_COUNT_OFFSET = 57
 RECORD_BATCH_OVERHEAD = 61  # the header: the records section starts here
 
+# attributes int16: bits 0-2 codec, 3 timestamp type (1 = LogAppendTime), 4 transactional,
+# 5 control, 6 delete horizon set (baseTimestamp is then deleteHorizonMs)
+CODEC_MASK = 0x07
+TIMESTAMP_TYPE_MASK = 0x08
+TRANSACTIONAL_MASK = 0x10
+CONTROL_MASK = 0x20
+DELETE_HORIZON_MASK = 0x40
+
 # -- legacy message set entry (magic 0 and 1) ------------------------------------------------------
 LEGACY_OFFSET_OFFSET = 0
 LEGACY_SIZE_OFFSET = 8

@@ -7,10 +7,12 @@ response's records) with the rules of ``records.iter_batches``: every entry star
 ``offset int64, size int32`` (12 bytes of log overhead) and has its magic at byte 16; fewer than
 17 bytes left, or an entry longer than what is left, is a partial tail; an unknown magic or a size
 below ``MIN_ENTRY_BODY[magic]`` is corrupt. It fills one row of ``SCAN_FIELDS`` int64 per entry
-(position, size, magic, offset field, attributes, and for magic 2 the header fields of
-``record_batch``: crc at 17, attributes int16 at 21, lastOffsetDelta int32 at 23, baseTimestamp
-int64 at 27, maxTimestamp int64 at 35, producerId int64 at 43, recordsCount int32 at 57; for magic
-0/1 the crc at 12 and the attributes byte at 17). Called with a zero-row table it only counts.
+(position, size, magic, offset field, attributes, and for magic 2 the header fields at their
+``batch_layout`` positions: crc at 17, attributes int16 at 21, lastOffsetDelta int32 at 23,
+baseTimestamp int64 at 27, maxTimestamp int64 at 35, producerId int64 at 43, recordsCount int32
+at 57; for magic 0/1 the crc at 12, the attributes byte at 17 and a lastOffsetDelta of 0, so that
+``batch_layout.entry_last_offset`` gives every row's last offset). Called with a zero-row table
+it only counts.
 
 :func:`decode_sections` walks the records sections listed in a table (``T_*`` columns: in the
 input buffer or in a side buffer of decompressed / re-encoded sections) and fills column
@@ -41,6 +43,8 @@ Speed notes (measured, 1 M records of 100-byte values): an unsigned index avoids
 negative-index wraparound (4x on the parse loop); the record parser is inlined at numba IR level
 and runs straight through without early returns (2x); copies use LLVM's memcpy (numba's slice
 assignment is a byte loop).
+
+The byte, varint and copy primitives are ``kernel_primitives``'s (with what each assumes).
 
 Thread safety: the kernels touch only the arrays they are given and release the GIL (nogil):
 concurrent calls on distinct output arrays are safe.

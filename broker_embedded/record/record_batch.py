@@ -40,12 +40,17 @@ from broker_embedded.errors import CorruptRecordError
 from broker_embedded.record.batch_layout import (
     ATTRIBUTES_OFFSET,
     BASE_OFFSET_OFFSET,
+    CODEC_MASK,
+    CONTROL_MASK,
     CRC_OFFSET,
+    DELETE_HORIZON_MASK,
     LOG_OVERHEAD,
     MAGIC_OFFSET,
     MAX_TIMESTAMP_OFFSET,
     PARTITION_LEADER_EPOCH_OFFSET,
     RECORD_BATCH_OVERHEAD,
+    TIMESTAMP_TYPE_MASK,
+    TRANSACTIONAL_MASK,
     entry_last_offset,
 )
 from broker_embedded.record.compression import CompressionType, decompress
@@ -54,12 +59,6 @@ from broker_embedded.record.varint import decode_varint, decode_varlong
 NO_TIMESTAMP = -1
 NO_PRODUCER_ID = -1
 NO_PARTITION_LEADER_EPOCH = -1
-
-CODEC_MASK = 0x07
-TIMESTAMP_TYPE_MASK = 0x08
-TRANSACTIONAL_MASK = 0x10
-CONTROL_MASK = 0x20
-DELETE_HORIZON_MASK = 0x40
 
 
 class TimestampType(enum.IntEnum):
