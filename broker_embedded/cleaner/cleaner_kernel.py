@@ -257,12 +257,6 @@ def _write_header(out, at, buf, pos, length, attr, base_ts, max_ts, count):  # t
     put_be(out, at + RECORDS_COUNT_OFFSET, count, 4)
 
 
-@inline
-def _put_crc(out, at, end):  # type: ignore[no-untyped-def]
-    """The CRC-32C of the batch at ``out[at:end]`` (from its attributes on) into its header."""
-    put_be(out, at + CRC_OFFSET, crc32c(out, at + ATTRIBUTES_OFFSET, end), 4)
-
-
 @jit
 def _write_records(target, tpos, src, recs, kept, base_ts):  # type: ignore[no-untyped-def]
     """Re-encode the kept records (``recs`` rows: record start, start of its offsetDelta,
@@ -414,14 +408,15 @@ def filter_rows(buf, side, plan, words, state, params, out, raw, outcome, recs, 
             end_out = _write_records(out, opos + RECORD_BATCH_OVERHEAD, src, recs, kept, new_base)
             _write_header(out, opos, buf, pos, end_out - opos - LOG_OVERHEAD, new_attr, new_base,
                           new_max, kept)  # fmt: skip
-            _put_crc(out, opos, end_out)
+            put_be(out, opos + CRC_OFFSET, crc32c(out, opos + ATTRIBUTES_OFFSET, end_out), 4)
             outcome[r, O_KIND] = KIND_REWRITTEN
             outcome[r, O_END] = end_out
             opos = end_out
         elif retain == RETAIN_EMPTY:
             _write_header(out, opos, buf, pos, RECORD_BATCH_OVERHEAD - LOG_OVERHEAD,
                           attr & _EMPTY_KEEPS, -1, max_ts, 0)  # fmt: skip
-            _put_crc(out, opos, opos + RECORD_BATCH_OVERHEAD)
+            crc = crc32c(out, opos + ATTRIBUTES_OFFSET, opos + RECORD_BATCH_OVERHEAD)
+            put_be(out, opos + CRC_OFFSET, crc, 4)
             outcome[r, O_KIND] = KIND_EMPTY
             outcome[r, O_END] = opos + RECORD_BATCH_OVERHEAD
             outcome[r, O_MAX_TS] = max_ts
