@@ -24,7 +24,7 @@ import time
 import numpy as np
 import pyarrow as pa
 
-from broker_embedded.record.decode_kernel import _inline, _jit
+from broker_embedded.record.kernel_primitives import inline, jit
 
 SEED = 0x9747B28C
 _M = 0x5BD1E995
@@ -113,12 +113,12 @@ def _check_partitions(num_partitions: int) -> None:
 # -- the kernel ----------------------------------------------------------------------------------
 
 
-@_inline
+@inline
 def _byte(data, pos):  # type: ignore[no-untyped-def]
     return np.int64(data[np.uint64(pos)])
 
 
-@_inline
+@inline
 def _murmur2(data, start, end):  # type: ignore[no-untyped-def]
     """murmur2 of ``data[start:end]`` as an unsigned 32-bit value in an int64 (products of a
     32-bit value and ``_M`` < 2^31 fit in int64 before masking)."""
@@ -146,7 +146,7 @@ def _murmur2(data, start, end):  # type: ignore[no-untyped-def]
     return h
 
 
-@_jit
+@jit
 def _partitions(offsets, data, valid, flags, num_partitions, out):  # type: ignore[no-untyped-def]
     """``out[i]``: the partition of key ``i`` (``data[offsets[i] : offsets[i + 1]]``), -1 when
     the validity bitmap (bit ``flags[0] + i``, when ``flags[1]``) says null."""

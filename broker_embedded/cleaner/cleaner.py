@@ -82,6 +82,18 @@ from broker_embedded.cleaner.log_cleaner_manager import OffsetsToClean, cleanabl
 from broker_embedded.cleaner.skimpy_offset_map import MD5_SCRATCH_BYTES, SkimpyOffsetMap
 from broker_embedded.errors import CorruptRecordError, KafkaLogError
 from broker_embedded.record import decode_kernel as dk
+from broker_embedded.record import entry_scan
+from broker_embedded.record.batch_layout import (
+    ATTRIBUTES_OFFSET,
+    BASE_TIMESTAMP_OFFSET,
+    BATCH_LENGTH_OFFSET,
+    CRC_OFFSET,
+    LOG_OVERHEAD,
+    MAX_TIMESTAMP_OFFSET,
+    PRODUCER_EPOCH_OFFSET,
+    RECORD_BATCH_OVERHEAD,
+    RECORDS_COUNT_OFFSET,
+)
 from broker_embedded.record.columnar_decoder import crc_mismatch
 from broker_embedded.record.compression import CompressionType, compress, decompress
 from broker_embedded.record.control_record import ControlRecordType
@@ -90,10 +102,7 @@ from broker_embedded.record.legacy_record import LegacyRecordBatch
 from broker_embedded.record.record_batch import (
     CODEC_MASK,
     CONTROL_MASK,
-    CRC_OFFSET,
     DELETE_HORIZON_MASK,
-    LOG_OVERHEAD,
-    RECORD_BATCH_OVERHEAD,
     TRANSACTIONAL_MASK,
     RecordBatch,
     crc32c_of,
@@ -631,7 +640,7 @@ class Cleaner:
         )
         for r in np.nonzero(special)[0].tolist():
             pid = int(t[r, dk.S_PRODUCER_ID])
-            last = int(t[r, dk.S_OFFSET] + t[r, dk.S_LAST_DELTA])
+            last = entry_scan.last_offset(t, r)
             if t[r, dk.S_ATTR] & CONTROL_MASK:
                 txns.on_control_batch(pid, last, self._control_type_of(window, t, r))
                 plan[r, ck.P_MODE] = ck.MODE_DROP_ALL
@@ -742,7 +751,7 @@ class Cleaner:
         t = window.table
         plan = self._base_plan(window)
         n = len(plan)
-        last_offsets = t[:, dk.S_OFFSET] + np.where(t[:, dk.S_MAGIC] == 2, t[:, dk.S_LAST_DELTA], 0)
+        last_offsets = entry_scan.last_offsets(t)
         v2 = t[:, dk.S_MAGIC] == 2
         retain = np.where(last_offsets + 1 == upper_bound, ck.RETAIN_EMPTY, ck.RETAIN_DELETE_EMPTY)
         if group_last:
@@ -775,7 +784,7 @@ class Cleaner:
         # capacities: every kept record may grow by MAX_RECORD_GROWTH bytes
         counts = np.maximum(t[:, dk.S_COUNT], 0)
         records = int(counts.sum())
-        out_need = len(window.data) + ck.MAX_RECORD_GROWTH * records + ck.HEADER_SIZE * n
+        out_need = len(window.data) + ck.MAX_RECORD_GROWTH * records + RECORD_BATCH_OVERHEAD * n
         if len(self._out) < out_need:
             self._out = np.empty(max(out_need, 2 * len(self._out)), np.uint8)
         side_used = int(plan[:, ck.P_REC_END][plan[:, ck.P_SRC] == 1].max(initial=0))
@@ -846,7 +855,7 @@ class Cleaner:
         """Kafka's ``checkBatchRetention`` for a transactional or control batch."""
         t = window.table
         pid = int(t[r, dk.S_PRODUCER_ID])
-        last = int(t[r, dk.S_OFFSET] + t[r, dk.S_LAST_DELTA])
+        last = entry_scan.last_offset(t, r)
         attr = int(t[r, dk.S_ATTR])
         if attr & CONTROL_MASK:
             can_discard = txns.on_control_batch(pid, last, self._control_type_of(window, t, r))
@@ -856,7 +865,7 @@ class Cleaner:
             plan[r, ck.P_MODE] = ck.MODE_DROP_ALL if discard else ck.MODE_KEEP_ALL
             entry = producers.get(pid)
             pos = int(t[r, dk.S_POS])
-            epoch = _PRODUCER_EPOCH.unpack_from(window.data, pos + 51)[0]
+            epoch = _PRODUCER_EPOCH.unpack_from(window.data, pos + PRODUCER_EPOCH_OFFSET)[0]
             last_of_producer = (
                 entry is not None
                 and entry.last_data_offset is None
@@ -901,12 +910,12 @@ class Cleaner:
         buf = bytearray(RECORD_BATCH_OVERHEAD + len(records))
         buf[:RECORD_BATCH_OVERHEAD] = window.data[pos : pos + RECORD_BATCH_OVERHEAD].tobytes()
         buf[RECORD_BATCH_OVERHEAD:] = records
-        _HEADER_PATCH.pack_into(buf, 8, len(buf) - LOG_OVERHEAD)
-        struct.pack_into(">h", buf, 21, attr)
-        struct.pack_into(">q", buf, 27, int(outcome[r, ck.O_BASE_TS]))
-        struct.pack_into(">q", buf, 35, int(outcome[r, ck.O_MAX_TS]))
-        struct.pack_into(">i", buf, 57, int(outcome[r, ck.O_RETAINED]))
-        struct.pack_into(">I", buf, CRC_OFFSET, crc32c_of(memoryview(buf)[21:]))
+        _HEADER_PATCH.pack_into(buf, BATCH_LENGTH_OFFSET, len(buf) - LOG_OVERHEAD)
+        struct.pack_into(">h", buf, ATTRIBUTES_OFFSET, attr)
+        struct.pack_into(">q", buf, BASE_TIMESTAMP_OFFSET, int(outcome[r, ck.O_BASE_TS]))
+        struct.pack_into(">q", buf, MAX_TIMESTAMP_OFFSET, int(outcome[r, ck.O_MAX_TS]))
+        struct.pack_into(">i", buf, RECORDS_COUNT_OFFSET, int(outcome[r, ck.O_RETAINED]))
+        struct.pack_into(">I", buf, CRC_OFFSET, crc32c_of(memoryview(buf)[ATTRIBUTES_OFFSET:]))
         return bytes(buf)
 
 

@@ -5,7 +5,7 @@ PLAN table, one row per batch (``P_*`` int64 columns): where the batch is in the
 its records section is (in the window, or in a side buffer of decompressed sections), its header
 fields, and what the Python side decided for the batch as a whole (``P_MODE``, ``P_RETAIN``,
 ``P_FORCE_HORIZON``; see cleaner.py for the rules: transactions, producer state, the last batch
-of a round). Records are parsed with ``decode_kernel._parse_record`` (the same checks as the
+of a round). Records are parsed with ``decode_kernel.parse_record`` (the same checks as the
 columnar decoder); keys are hashed with the MD5 of ``skimpy_offset_map`` and looked up or put
 there (the map's words and state arrays).
 
@@ -65,19 +65,39 @@ from broker_embedded.cleaner.skimpy_offset_map import (
     md5,
     prefetch_slot,
 )
+from broker_embedded.record.batch_layout import (
+    ATTRIBUTES_OFFSET,
+    BASE_TIMESTAMP_OFFSET,
+    BATCH_LENGTH_OFFSET,
+    CODEC_MASK,
+    CONTROL_MASK,
+    CRC_OFFSET,
+    DELETE_HORIZON_MASK,
+    LOG_OVERHEAD,
+    MAX_TIMESTAMP_OFFSET,
+    RECORD_BATCH_OVERHEAD,
+    RECORDS_COUNT_OFFSET,
+    TIMESTAMP_TYPE_MASK,
+    TRANSACTIONAL_MASK,
+)
 from broker_embedded.record.decode_kernel import (
     E_BAD_SECTION,
     E_LEFT_OVER,
     E_OFFSET_DELTA,
     E_OK,
     E_TOO_FEW,
-    _at,
-    _inline,
-    _jit,
-    _memcpy,
-    _parse_record,
+    parse_record,
 )
-from broker_embedded.record.encode_kernel import _varint_size, _write_varint
+from broker_embedded.record.kernel_primitives import (
+    crc32c,
+    inline,
+    jit,
+    last_offset,
+    memcpy,
+    put_be,
+    varint_size,
+    write_varint,
+)
 
 # -- plan table (one row per batch of a window) ------------------------------------------------
 P_POS, P_SIZE, P_SRC, P_REC_START, P_REC_END, P_BASE_OFFSET, P_LAST_DELTA, P_COUNT = range(8)
@@ -108,78 +128,14 @@ R_STATUS, R_ROW, R_RECORDS, R_ERR, R_ERR_POS, R_ERR_A, R_ERR_B = range(7)
 RESULT_FIELDS = 7
 MAP_DONE, MAP_FULL, MAP_STOPPED, MAP_ERROR = range(4)
 
-HEADER_SIZE = 61
 MAX_RECORD_GROWTH = 13
-_CODEC = 0x07
-_LOG_APPEND_TIME = 0x08
-_HORIZON = 0x40
-_EMPTY_KEEPS = 0x08 | 0x10 | 0x20  # timestamp type, transactional, control
-
-
-# -- CRC-32C (Castagnoli), slicing by 8 ---------------------------------------------------------
-
-
-def _crc_tables() -> np.ndarray:
-    t = np.zeros((8, 256), np.int64)
-    for n in range(256):
-        c = n
-        for _ in range(8):
-            c = (c >> 1) ^ 0x82F63B78 if c & 1 else c >> 1
-        t[0, n] = c
-    for n in range(256):
-        c = int(t[0, n])
-        for k in range(1, 8):
-            c = int(t[0, c & 0xFF]) ^ (c >> 8)
-            t[k, n] = c
-    return t
-
-
-_CRC_TABLES = _crc_tables()
-
-
-@_jit
-def crc32c(buf, start, end):  # type: ignore[no-untyped-def]
-    """CRC-32C of ``buf[start:end]`` (in bounds: the caller checked)."""
-    t = _CRC_TABLES
-    crc = np.int64(0xFFFFFFFF)
-    p = start
-    while end - p >= 8:
-        one = crc ^ (
-            _at(buf, p) | (_at(buf, p + 1) << 8) | (_at(buf, p + 2) << 16) | (_at(buf, p + 3) << 24)
-        )
-        two = (
-            _at(buf, p + 4)
-            | (_at(buf, p + 5) << 8)
-            | (_at(buf, p + 6) << 16)
-            | (_at(buf, p + 7) << 24)
-        )
-        crc = (
-            t[7, one & 0xFF]
-            ^ t[6, (one >> 8) & 0xFF]
-            ^ t[5, (one >> 16) & 0xFF]
-            ^ t[4, (one >> 24) & 0xFF]
-            ^ t[3, two & 0xFF]
-            ^ t[2, (two >> 8) & 0xFF]
-            ^ t[1, (two >> 16) & 0xFF]
-            ^ t[0, (two >> 24) & 0xFF]
-        )
-        p += 8
-    while p < end:
-        crc = t[0, (crc ^ _at(buf, p)) & 0xFF] ^ (crc >> 8)
-        p += 1
-    return crc ^ 0xFFFFFFFF
+_EMPTY_KEEPS = TIMESTAMP_TYPE_MASK | TRANSACTIONAL_MASK | CONTROL_MASK
 
 
 # -- helpers -------------------------------------------------------------------------------------
 
 
-@_inline
-def _put_be(out, pos, value, width):  # type: ignore[no-untyped-def]
-    for i in range(width):
-        out[pos + i] = (value >> (8 * (width - 1 - i))) & 0xFF
-
-
-@_inline
+@inline
 def _section_ok(plan, r, buf, side):  # type: ignore[no-untyped-def]
     n = side.shape[0] if plan[r, P_SRC] else buf.shape[0]
     s, e = plan[r, P_REC_START], plan[r, P_REC_END]
@@ -187,7 +143,7 @@ def _section_ok(plan, r, buf, side):  # type: ignore[no-untyped-def]
     return 0 <= s <= e <= n and 0 <= pos and pos + size <= buf.shape[0]
 
 
-@_jit
+@jit
 def _fail(result, status, row, err, pos, a, b):  # type: ignore[no-untyped-def]
     result[R_STATUS] = status
     result[R_ROW] = row
@@ -200,7 +156,7 @@ def _fail(result, status, row, err, pos, a, b):  # type: ignore[no-untyped-def]
 # -- building the map ------------------------------------------------------------------------
 
 
-@_jit
+@jit
 def _put_group(words, state, group, n):  # type: ignore[no-untyped-def]
     """Put the ``n`` (digest, offset) rows of ``group`` in order; False once the map is at its
     bound (the rest is not put)."""
@@ -211,7 +167,7 @@ def _put_group(words, state, group, n):  # type: ignore[no-untyped-def]
     return True
 
 
-@_jit
+@jit
 def map_rows(buf, side, plan, r0, r1, start_offset, words, state, scratch, group, result):  # type: ignore[no-untyped-def]
     """Put the keys of rows ``[r0, r1)`` into the map (module docstring), hashing up to
     ``len(group)`` keys ahead (``group``: int64 rows of digest and offset) and prefetching
@@ -244,7 +200,7 @@ def map_rows(buf, side, plan, r0, r1, start_offset, words, state, scratch, group
                     result[R_RECORDS] = records
                     return
                 (err, detail, rec_end, _ts, offset_delta, klen, key_end, _vlen, _vend,
-                 _hc, _ha, _hk, _hv) = _parse_record(src, p, end)  # fmt: skip
+                 _hc, _ha, _hk, _hv) = parse_record(src, p, end)  # fmt: skip
                 if err == E_OK and not 0 <= offset_delta <= last_delta:
                     err, detail = E_OFFSET_DELTA, offset_delta
                 if err != E_OK:
@@ -278,8 +234,9 @@ def map_rows(buf, side, plan, r0, r1, start_offset, words, state, scratch, group
                 result[R_ROW] = r
                 result[R_RECORDS] = records
                 return
-        if base_offset + last_delta >= start_offset:
-            state[M_LATEST] = base_offset + last_delta
+        last = last_offset(base_offset, last_delta)
+        if last >= start_offset:
+            state[M_LATEST] = last
     result[R_STATUS] = MAP_DONE
     result[R_ROW] = r1
     result[R_RECORDS] = records
@@ -288,19 +245,19 @@ def map_rows(buf, side, plan, r0, r1, start_offset, words, state, scratch, group
 # -- filtering and rewriting -----------------------------------------------------------------
 
 
-@_jit
+@jit
 def _write_header(out, at, buf, pos, length, attr, base_ts, max_ts, count):  # type: ignore[no-untyped-def]
     """The original header at ``buf[pos:]`` copied to ``out[at:]`` with new batchLength,
     attributes, baseTimestamp, maxTimestamp and recordsCount (and no CRC yet)."""
-    _memcpy(out, at, buf, pos, HEADER_SIZE)
-    _put_be(out, at + 8, length, 4)
-    _put_be(out, at + 21, attr, 2)
-    _put_be(out, at + 27, base_ts, 8)
-    _put_be(out, at + 35, max_ts, 8)
-    _put_be(out, at + 57, count, 4)
+    memcpy(out, at, buf, pos, RECORD_BATCH_OVERHEAD)
+    put_be(out, at + BATCH_LENGTH_OFFSET, length, 4)
+    put_be(out, at + ATTRIBUTES_OFFSET, attr, 2)
+    put_be(out, at + BASE_TIMESTAMP_OFFSET, base_ts, 8)
+    put_be(out, at + MAX_TIMESTAMP_OFFSET, max_ts, 8)
+    put_be(out, at + RECORDS_COUNT_OFFSET, count, 4)
 
 
-@_jit
+@jit
 def _write_records(target, tpos, src, recs, kept, base_ts):  # type: ignore[no-untyped-def]
     """Re-encode the kept records (``recs`` rows: record start, start of its offsetDelta,
     record end, timestamp) at ``target[tpos:]`` with timestampDeltas relative to ``base_ts``
@@ -309,15 +266,15 @@ def _write_records(target, tpos, src, recs, kept, base_ts):  # type: ignore[no-u
         tail, rec_end, ts = recs[i, 1], recs[i, 2], recs[i, 3]
         ts_delta = ts - base_ts
         n = rec_end - tail
-        tpos = _write_varint(target, tpos, 1 + _varint_size(ts_delta) + n)
+        tpos = write_varint(target, tpos, 1 + varint_size(ts_delta) + n)
         target[tpos] = 0  # attributes
-        tpos = _write_varint(target, tpos + 1, ts_delta)  # a varlong: the same int64 zigzag
-        _memcpy(target, tpos, src, tail, n)
+        tpos = write_varint(target, tpos + 1, ts_delta)  # a varlong: the same int64 zigzag
+        memcpy(target, tpos, src, tail, n)
         tpos += n
     return tpos
 
 
-@_jit
+@jit
 def filter_rows(buf, side, plan, words, state, params, out, raw, outcome, recs, scratch, group):  # type: ignore[no-untyped-def]
     """Filter and write every row of ``plan`` (module docstring). ``params`` = (now, new delete
     horizon); ``group``: int64 rows (``G_FIELDS`` columns) for the records parsed ahead.
@@ -342,14 +299,14 @@ def filter_rows(buf, side, plan, words, state, params, out, raw, outcome, recs, 
         pos, size = plan[r, P_POS], plan[r, P_SIZE]
         attr = plan[r, P_ATTR]
         if mode == MODE_VERBATIM:
-            _memcpy(out, opos, buf, pos, size)
+            memcpy(out, opos, buf, pos, size)
             outcome[r, O_KIND] = KIND_VERBATIM
             outcome[r, O_END] = opos + size
             outcome[r, O_MAX_TS] = plan[r, P_MAX_TS]
             opos += size
             continue
-        has_horizon = (attr & _HORIZON) != 0
-        log_append = (attr & _LOG_APPEND_TIME) != 0
+        has_horizon = (attr & DELETE_HORIZON_MASK) != 0
+        log_append = (attr & TIMESTAMP_TYPE_MASK) != 0
         base_ts, max_ts = plan[r, P_BASE_TS], plan[r, P_MAX_TS]
         count = plan[r, P_COUNT]
         kept = np.int64(0)
@@ -370,7 +327,7 @@ def filter_rows(buf, side, plan, words, state, params, out, raw, outcome, recs, 
                     if found == count:
                         return E_LEFT_OVER, r, p - first, count, end - p, opos, rpos
                     (err, detail, rec_end, ts_delta, offset_delta, klen, key_end, vlen, _vend,
-                     _hc, _ha, _hk, _hv) = _parse_record(src, p, end)  # fmt: skip
+                     _hc, _ha, _hk, _hv) = parse_record(src, p, end)  # fmt: skip
                     if err == E_OK and not 0 <= offset_delta <= last_delta:
                         err, detail = E_OFFSET_DELTA, offset_delta
                     if err != E_OK:
@@ -380,7 +337,7 @@ def filter_rows(buf, side, plan, words, state, params, out, raw, outcome, recs, 
                     lookup = mode == MODE_FILTER and offset <= latest and klen >= 0
                     group[n, G_START] = p
                     group[n, G_TAIL] = (
-                        key_end - max(klen, 0) - _varint_size(klen) - _varint_size(offset_delta)
+                        key_end - max(klen, 0) - varint_size(klen) - varint_size(offset_delta)
                     )
                     group[n, G_END] = rec_end
                     group[n, G_TS] = max_ts if log_append else base_ts + ts_delta
@@ -420,14 +377,14 @@ def filter_rows(buf, side, plan, words, state, params, out, raw, outcome, recs, 
         if kept > 0:
             set_horizon = (tombstones or plan[r, P_FORCE_HORIZON] != 0) and not has_horizon
             if all_kept and not set_horizon:
-                _memcpy(out, opos, buf, pos, size)
+                memcpy(out, opos, buf, pos, size)
                 outcome[r, O_KIND] = KIND_VERBATIM
                 outcome[r, O_END] = opos + size
                 outcome[r, O_MAX_TS] = max_ts
                 opos += size
                 continue
             if set_horizon:
-                new_base, new_attr = new_horizon, attr | _HORIZON
+                new_base, new_attr = new_horizon, attr | DELETE_HORIZON_MASK
             elif has_horizon:
                 new_base, new_attr = base_ts, attr
             else:
@@ -441,27 +398,29 @@ def filter_rows(buf, side, plan, words, state, params, out, raw, outcome, recs, 
             outcome[r, O_BASE_TS] = new_base
             outcome[r, O_MAX_TS] = new_max
             outcome[r, O_ATTR] = new_attr
-            if attr & _CODEC:
+            if attr & CODEC_MASK:
                 end_raw = _write_records(raw, rpos, src, recs, kept, new_base)
                 outcome[r, O_KIND] = KIND_COMPRESS
                 outcome[r, O_START] = rpos
                 outcome[r, O_END] = end_raw
                 rpos = end_raw
                 continue
-            end_out = _write_records(out, opos + HEADER_SIZE, src, recs, kept, new_base)
-            _write_header(out, opos, buf, pos, end_out - opos - 12, new_attr, new_base, new_max,
-                          kept)  # fmt: skip
-            _put_be(out, opos + 17, crc32c(out, opos + 21, end_out), 4)
+            end_out = _write_records(out, opos + RECORD_BATCH_OVERHEAD, src, recs, kept, new_base)
+            _write_header(out, opos, buf, pos, end_out - opos - LOG_OVERHEAD, new_attr, new_base,
+                          new_max, kept)  # fmt: skip
+            put_be(out, opos + CRC_OFFSET, crc32c(out, opos + ATTRIBUTES_OFFSET, end_out), 4)
             outcome[r, O_KIND] = KIND_REWRITTEN
             outcome[r, O_END] = end_out
             opos = end_out
         elif retain == RETAIN_EMPTY:
-            _write_header(out, opos, buf, pos, HEADER_SIZE - 12, attr & _EMPTY_KEEPS, -1, max_ts, 0)
-            _put_be(out, opos + 17, crc32c(out, opos + 21, opos + HEADER_SIZE), 4)
+            _write_header(out, opos, buf, pos, RECORD_BATCH_OVERHEAD - LOG_OVERHEAD,
+                          attr & _EMPTY_KEEPS, -1, max_ts, 0)  # fmt: skip
+            crc = crc32c(out, opos + ATTRIBUTES_OFFSET, opos + RECORD_BATCH_OVERHEAD)
+            put_be(out, opos + CRC_OFFSET, crc, 4)
             outcome[r, O_KIND] = KIND_EMPTY
-            outcome[r, O_END] = opos + HEADER_SIZE
+            outcome[r, O_END] = opos + RECORD_BATCH_OVERHEAD
             outcome[r, O_MAX_TS] = max_ts
-            opos += HEADER_SIZE
+            opos += RECORD_BATCH_OVERHEAD
     z = np.int64(0)
     return E_OK, np.int64(-1), z, z, z, opos, rpos
 
@@ -479,7 +438,7 @@ def new_index_state(base: int) -> np.ndarray:
     return np.array([0, -1, base, -1], np.int64)
 
 
-@_jit
+@jit
 def index_entries(positions, sizes, lasts, max_ts, base, interval, st, oi, ti, closing):  # type: ignore[no-untyped-def]
     """Offset and time index entries for more batches ``(positions, sizes, last offsets, max
     timestamps)`` of a segment based at ``base`` (segment_indexer.py's rules: one append per

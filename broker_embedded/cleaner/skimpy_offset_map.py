@@ -43,7 +43,7 @@ from llvmlite import ir
 from numba.core import cgutils, types
 from numba.extending import intrinsic
 
-from broker_embedded.record.decode_kernel import _at, _inline, _jit
+from broker_embedded.record.kernel_primitives import inline, jit, le32
 
 DIGEST_SIZE = 16
 BYTES_PER_ENTRY = DIGEST_SIZE + 8
@@ -62,51 +62,41 @@ MD5_SCRATCH_BYTES = 128  # the padded tail of a key: at most two blocks
 # Words are int64 holding a 32-bit value; every result is masked back to 32 bits.
 
 
-@_inline
+@inline
 def _rotl(x, s):  # type: ignore[no-untyped-def]
     return ((x << s) | (x >> (32 - s))) & _MASK32
 
 
-@_inline
+@inline
 def _ff(a, b, c, d, x, s, k):  # type: ignore[no-untyped-def]
     return (b + _rotl((a + ((b & c) | (~b & d & _MASK32)) + x + k) & _MASK32, s)) & _MASK32
 
 
-@_inline
+@inline
 def _gg(a, b, c, d, x, s, k):  # type: ignore[no-untyped-def]
     return (b + _rotl((a + ((b & d) | (c & ~d & _MASK32)) + x + k) & _MASK32, s)) & _MASK32
 
 
-@_inline
+@inline
 def _hh(a, b, c, d, x, s, k):  # type: ignore[no-untyped-def]
     return (b + _rotl((a + (b ^ c ^ d) + x + k) & _MASK32, s)) & _MASK32
 
 
-@_inline
+@inline
 def _ii(a, b, c, d, x, s, k):  # type: ignore[no-untyped-def]
     return (b + _rotl((a + (c ^ (b | (~d & _MASK32))) + x + k) & _MASK32, s)) & _MASK32
 
 
-@_inline
-def _le32(src, pos):  # type: ignore[no-untyped-def]
-    return (
-        _at(src, pos)
-        | (_at(src, pos + 1) << 8)
-        | (_at(src, pos + 2) << 16)
-        | (_at(src, pos + 3) << 24)
-    )
-
-
-@_jit
+@jit
 def _md5_block(a0, b0, c0, d0, src, pos):  # type: ignore[no-untyped-def]
     """One 64-byte block at ``src[pos:]`` (the caller checked the bounds): the new state."""
-    x0, x1, x2, x3 = _le32(src, pos), _le32(src, pos + 4), _le32(src, pos + 8), _le32(src, pos + 12)
-    x4, x5, x6, x7 = (_le32(src, pos + 16), _le32(src, pos + 20), _le32(src, pos + 24),
-                      _le32(src, pos + 28))  # fmt: skip
-    x8, x9, x10, x11 = (_le32(src, pos + 32), _le32(src, pos + 36), _le32(src, pos + 40),
-                        _le32(src, pos + 44))  # fmt: skip
-    x12, x13, x14, x15 = (_le32(src, pos + 48), _le32(src, pos + 52), _le32(src, pos + 56),
-                          _le32(src, pos + 60))  # fmt: skip
+    x0, x1, x2, x3 = le32(src, pos), le32(src, pos + 4), le32(src, pos + 8), le32(src, pos + 12)
+    x4, x5, x6, x7 = (le32(src, pos + 16), le32(src, pos + 20), le32(src, pos + 24),
+                      le32(src, pos + 28))  # fmt: skip
+    x8, x9, x10, x11 = (le32(src, pos + 32), le32(src, pos + 36), le32(src, pos + 40),
+                        le32(src, pos + 44))  # fmt: skip
+    x12, x13, x14, x15 = (le32(src, pos + 48), le32(src, pos + 52), le32(src, pos + 56),
+                          le32(src, pos + 60))  # fmt: skip
     a, b, c, d = a0, b0, c0, d0
     a = _ff(a, b, c, d, x0, 7, 0xD76AA478)
     d = _ff(d, a, b, c, x1, 12, 0xE8C7B756)
@@ -175,7 +165,7 @@ def _md5_block(a0, b0, c0, d0, src, pos):  # type: ignore[no-untyped-def]
     return (a0 + a) & _MASK32, (b0 + b) & _MASK32, (c0 + c) & _MASK32, (d0 + d) & _MASK32
 
 
-@_jit
+@jit
 def md5(src, start, length, scratch):  # type: ignore[no-untyped-def]
     """MD5 of ``src[start : start + length]`` (in bounds: the caller checked) as two int64
     words ``(h0, h1)``: digest bytes 0-7 and 8-15, each loaded little-endian. ``scratch`` is a
@@ -207,13 +197,13 @@ def md5(src, start, length, scratch):  # type: ignore[no-untyped-def]
 # -- the map -----------------------------------------------------------------------------------
 
 
-@_inline
+@inline
 def _digest_byte(h0, h1, i):  # type: ignore[no-untyped-def]
     w = h0 if i < 8 else h1
     return (w >> (8 * (i & 7))) & 0xFF
 
 
-@_inline
+@inline
 def _slot_of(h0, h1, attempt, slots):  # type: ignore[no-untyped-def]
     """Kafka's ``positionOf`` / 24: the slot of probe ``attempt``."""
     i = min(attempt, DIGEST_SIZE - 4)
@@ -230,7 +220,7 @@ def _slot_of(h0, h1, attempt, slots):  # type: ignore[no-untyped-def]
     return abs(probe) % slots
 
 
-@_inline
+@inline
 def _bswap64(v):  # type: ignore[no-untyped-def]
     r = np.int64(0)
     for i in range(8):
@@ -259,7 +249,7 @@ def _prefetch(typingctx, arr, index):  # type: ignore[no-untyped-def]
     return sig, codegen
 
 
-@_inline
+@inline
 def prefetch_slot(words, state, h0, h1):  # type: ignore[no-untyped-def]
     """Start loading the first slot a put or get of ``(h0, h1)`` probes: a kernel that hashes a
     few keys ahead and prefetches their slots hides most of the memory latency of the map (the
@@ -267,7 +257,7 @@ def prefetch_slot(words, state, h0, h1):  # type: ignore[no-untyped-def]
     _prefetch(words, 3 * _slot_of(h0, h1, 0, state[M_SLOTS]))
 
 
-@_jit
+@jit
 def map_put(words, state, h0, h1, offset):  # type: ignore[no-untyped-def]
     """Put the digest ``(h0, h1)`` with ``offset``; False if the map is full (no empty slot)."""
     slots = state[M_SLOTS]
@@ -294,7 +284,7 @@ def map_put(words, state, h0, h1, offset):  # type: ignore[no-untyped-def]
     return True
 
 
-@_jit
+@jit
 def map_get(words, state, h0, h1):  # type: ignore[no-untyped-def]
     """The offset stored for the digest ``(h0, h1)``, -1 when absent."""
     slots = state[M_SLOTS]
@@ -313,7 +303,7 @@ def map_get(words, state, h0, h1):  # type: ignore[no-untyped-def]
     return np.int64(-1)
 
 
-@_jit
+@jit
 def _md5_of(key, scratch):  # type: ignore[no-untyped-def]
     return md5(key, 0, key.shape[0], scratch)
 

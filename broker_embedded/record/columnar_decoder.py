@@ -84,21 +84,20 @@ import pyarrow as pa
 
 from broker_embedded.errors import CorruptRecordError, TornTailError
 from broker_embedded.record import decode_kernel as k
+from broker_embedded.record.batch_layout import ATTRIBUTES_OFFSET, RECORD_BATCH_OVERHEAD
 from broker_embedded.record.compression import (
     MAX_DECOMPRESSED_BYTES,
     CompressionType,
     decompress,
 )
 from broker_embedded.record.control_record import ControlRecordType
-from broker_embedded.record.entry_scan import MIN_BODY, SCAN_ERRORS
+from broker_embedded.record.entry_scan import MIN_BODY, SCAN_ERRORS, last_offset, last_offsets
 from broker_embedded.record.kafka_schema import arrow_headers_type, arrow_schema
 from broker_embedded.record.legacy_record import LegacyRecordBatch
 from broker_embedded.record.memory_records_builder import MemoryRecordsBuilder
 from broker_embedded.record.record_batch import (
-    ATTRIBUTES_OFFSET,
     CODEC_MASK,
     CONTROL_MASK,
-    RECORD_BATCH_OVERHEAD,
     TIMESTAMP_TYPE_MASK,
     TRANSACTIONAL_MASK,
     RecordBatch,
@@ -341,11 +340,6 @@ def _v2(entries: np.ndarray) -> np.ndarray:
     return entries[:, k.S_MAGIC] == 2
 
 
-def _last_offsets(entries: np.ndarray) -> np.ndarray:
-    # a legacy entry's offset field is its last offset: its first is known only inside it
-    return entries[:, k.S_OFFSET] + np.where(_v2(entries), entries[:, k.S_LAST_DELTA], 0)
-
-
 def _in_range(entries: np.ndarray, start_offset: int, end_offset: int) -> np.ndarray:
     """Entries that may hold records in [start_offset, end_offset).
 
@@ -355,13 +349,13 @@ def _in_range(entries: np.ndarray, start_offset: int, end_offset: int) -> np.nda
     v2 = _v2(entries)
     first_known = np.where(v2, entries[:, k.S_OFFSET], -1)
     unknown_last = ~v2 & (entries[:, k.S_OFFSET] == 0)
-    return ((_last_offsets(entries) >= start_offset) | unknown_last) & (first_known < end_offset)
+    return ((last_offsets(entries) >= start_offset) | unknown_last) & (first_known < end_offset)
 
 
 def _next_offset(entries: np.ndarray, start_offset: int) -> int:
     if not len(entries):
         return start_offset
-    return max(start_offset, int(_last_offsets(entries[-1:])[0]) + 1)
+    return max(start_offset, last_offset(entries, -1) + 1)
 
 
 def _plan(
@@ -518,8 +512,8 @@ def _aborted(
     producers = np.flatnonzero((entries[:, k.S_MAGIC] == 2) & (entries[:, k.S_PRODUCER_ID] >= 0))
     for i in producers.tolist():
         entry = entries[i]
-        last_offset = int(entry[k.S_OFFSET] + entry[k.S_LAST_DELTA])
-        while queue and queue[0][0] <= last_offset:
+        last = last_offset(entries, i)
+        while queue and queue[0][0] <= last:
             aborted_producers.add(heapq.heappop(queue)[1])
         producer_id = int(entry[k.S_PRODUCER_ID])
         if entry[k.S_ATTR] & CONTROL_MASK:

@@ -54,6 +54,12 @@ import numpy as np
 import pyarrow as pa
 
 from broker_embedded.record import encode_kernel as k
+from broker_embedded.record.batch_layout import (
+    ATTRIBUTES_OFFSET,
+    CRC_OFFSET,
+    LOG_OVERHEAD,
+    RECORD_BATCH_OVERHEAD,
+)
 from broker_embedded.record.compression import CompressionType, compress
 from broker_embedded.record.memory_records_builder import (
     MAGIC_V2,
@@ -62,14 +68,10 @@ from broker_embedded.record.memory_records_builder import (
     MemoryRecordsBuilder,
 )
 from broker_embedded.record.record_batch import (
-    ATTRIBUTES_OFFSET,
-    CRC_OFFSET,
     HEADER_STRUCT,
-    LOG_OVERHEAD,
     NO_PARTITION_LEADER_EPOCH,
     NO_PRODUCER_ID,
     NO_TIMESTAMP,
-    RECORD_BATCH_OVERHEAD,
     TRANSACTIONAL_MASK,
 )
 from broker_embedded.record.varint import INT32_MAX, INT64_MAX

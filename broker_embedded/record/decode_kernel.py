@@ -7,10 +7,12 @@ response's records) with the rules of ``records.iter_batches``: every entry star
 ``offset int64, size int32`` (12 bytes of log overhead) and has its magic at byte 16; fewer than
 17 bytes left, or an entry longer than what is left, is a partial tail; an unknown magic or a size
 below ``MIN_ENTRY_BODY[magic]`` is corrupt. It fills one row of ``SCAN_FIELDS`` int64 per entry
-(position, size, magic, offset field, attributes, and for magic 2 the header fields of
-``record_batch``: crc at 17, attributes int16 at 21, lastOffsetDelta int32 at 23, baseTimestamp
-int64 at 27, maxTimestamp int64 at 35, producerId int64 at 43, recordsCount int32 at 57; for magic
-0/1 the crc at 12 and the attributes byte at 17). Called with a zero-row table it only counts.
+(position, size, magic, offset field, attributes, and for magic 2 the header fields at their
+``batch_layout`` positions: crc at 17, attributes int16 at 21, lastOffsetDelta int32 at 23,
+baseTimestamp int64 at 27, maxTimestamp int64 at 35, producerId int64 at 43, recordsCount int32
+at 57; for magic 0/1 the crc at 12, the attributes byte at 17 and a lastOffsetDelta of 0, so that
+``batch_layout.entry_last_offset`` gives every row's last offset). Called with a zero-row table
+it only counts.
 
 :func:`decode_sections` walks the records sections listed in a table (``T_*`` columns: in the
 input buffer or in a side buffer of decompressed / re-encoded sections) and fills column
@@ -20,10 +22,10 @@ value, headerCount varint, per header keyLength varint (never -1) + key, valueLe
 (-1 null) + value. The checks equal ``RecordBatch.records``: record inside its section, no stray
 bytes, offsetDelta in [0, lastOffsetDelta], exactly recordsCount records, no bytes left over.
 
-Bounds: every byte is read through :func:`_at` at a position already compared with the end of
-its record or section (sections are checked against their buffer first), and every write is
-within capacity (rows checked per row, growable arrays reserved per section for the most a
-section of that size can add). Corrupt input gives an error code (``E_*``) and a position,
+Bounds: every byte is read through ``kernel_primitives.at`` at a position already compared with
+the end of its record or section (sections are checked against their buffer first), and every
+write is within capacity (rows checked per row, growable arrays reserved per section for the
+most a section of that size can add). Corrupt input gives an error code (``E_*``) and a position,
 never an out-of-bounds access. Numba's array bounds checking is off: these checks are the only
 ones, so keep them when changing the code.
 
@@ -42,18 +44,40 @@ negative-index wraparound (4x on the parse loop); the record parser is inlined a
 and runs straight through without early returns (2x); copies use LLVM's memcpy (numba's slice
 assignment is a byte loop).
 
+The byte, varint and copy primitives are ``kernel_primitives``'s (with what each assumes).
+
 Thread safety: the kernels touch only the arrays they are given and release the GIL (nogil):
 concurrent calls on distinct output arrays are safe.
 """
 
 from __future__ import annotations
 
-import warnings
-
-import numba
 import numpy as np
-from numba.core import cgutils, types
-from numba.extending import intrinsic
+
+from broker_embedded.record.batch_layout import (
+    ATTRIBUTES_OFFSET,
+    BASE_TIMESTAMP_OFFSET,
+    BATCH_LENGTH_OFFSET,
+    CRC_OFFSET,
+    LAST_OFFSET_DELTA_OFFSET,
+    LEGACY_ATTRIBUTES_OFFSET,
+    LEGACY_CRC_OFFSET,
+    LOG_OVERHEAD,
+    MAGIC_OFFSET,
+    MAX_TIMESTAMP_OFFSET,
+    PRODUCER_ID_OFFSET,
+    RECORDS_COUNT_OFFSET,
+)
+from broker_embedded.record.kernel_primitives import (
+    at,
+    be,
+    be_signed,
+    inline,
+    jit,
+    memcpy,
+    read_varint,
+    read_varlong,
+)
 
 # -- scan table --------------------------------------------------------------------------------
 S_POS, S_SIZE, S_MAGIC, S_OFFSET, S_ATTR, S_LAST_DELTA = 0, 1, 2, 3, 4, 5
@@ -98,143 +122,30 @@ E_NULL_HEADER_KEY = 10
 E_NEGATIVE_LENGTH = 11  # a length below -1 (A: length)
 E_CAPACITY = 12  # row or chunk capacity exceeded (a bug, not bad data)
 
-_VARINT_TRUNCATED = 1
-_VARINT_TOO_LONG = 2
-_UINT32_MAX = 0xFFFFFFFF
 _MIN_HEADER_BYTES = 2  # key length varint + value length varint
 _MIN_RECORD_BYTES = 7  # length varint, attributes, five one-byte varints
-
-
-def _jit(fn):  # type: ignore[no-untyped-def]
-    """``numba.njit(cache=True, nogil=True)``, without the on-disk cache when no cache directory
-    is writable (numba refuses ``cache=True`` then)."""
-    try:
-        return numba.njit(cache=True, nogil=True)(fn)
-    except RuntimeError as e:
-        warnings.warn(f"numba cache unavailable, compiling in memory: {e}", stacklevel=2)
-        return numba.njit(cache=False, nogil=True)(fn)
-
-
-def _inline(fn):  # type: ignore[no-untyped-def]
-    """A helper inlined into its callers at numba IR level (compiled, and cached, with them)."""
-    return numba.njit(inline="always", nogil=True)(fn)
-
-
-@intrinsic
-def _memcpy(typingctx, dst, dst_pos, src, src_pos, n):  # type: ignore[no-untyped-def]
-    """``dst[dst_pos : dst_pos + n] = src[src_pos : src_pos + n]`` as LLVM's memcpy (numba's
-    own slice copy is a loop several times slower); the caller checked the bounds."""
-    sig = types.void(dst, types.int64, src, types.int64, types.int64)
-
-    def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
-        dst_array = context.make_array(signature.args[0])(context, builder, args[0])
-        src_array = context.make_array(signature.args[2])(context, builder, args[2])
-        to = builder.gep(dst_array.data, [args[1]])
-        source = builder.gep(src_array.data, [args[3]])
-        cgutils.raw_memcpy(builder, to, source, args[4], 1)
-        return context.get_dummy_value()
-
-    return sig, codegen
-
-
-@_inline
-def _at(buf, pos):  # type: ignore[no-untyped-def]
-    """``buf[pos]`` for ``pos >= 0`` (checked by the caller) as int64: an unsigned index spares
-    numba's negative-index wraparound, which costs the parse loop a factor of four."""
-    return np.int64(buf[np.uint64(pos)])
-
-
-# -- primitive reads ---------------------------------------------------------------------------
-
-
-@_jit
-def _be(buf, pos, width):  # type: ignore[no-untyped-def]
-    """Unsigned big-endian integer of ``width`` bytes (the caller checked the bounds)."""
-    v = np.int64(0)
-    for i in range(width):
-        v = (v << 8) | _at(buf, pos + i)
-    return v
-
-
-@_jit
-def _be_signed(buf, pos, width):  # type: ignore[no-untyped-def]
-    v = _be(buf, pos, width)
-    if width < 8 and v >= (np.int64(1) << (8 * width - 1)):
-        v -= np.int64(1) << (8 * width)
-    return v
-
-
-@_inline
-def _read_varint(buf, pos, end):  # type: ignore[no-untyped-def]
-    """Zigzag int32 varint in ``buf[pos:end]``: (value, next position), or (error, -1) with
-    error ``_VARINT_TRUNCATED`` / ``_VARINT_TOO_LONG``; a negative ``pos`` fails at once."""
-    if np.uint64(pos) >= np.uint64(end):  # also a negative pos (an earlier error)
-        return np.int64(_VARINT_TRUNCATED), np.int64(-1)
-    b = _at(buf, pos)
-    if b < 0x80:  # one byte: the common case
-        return (b >> 1) ^ -(b & 1), pos + 1
-    z = b & 0x7F
-    shift = 7
-    p = pos + 1
-    while True:
-        if p >= end:
-            return np.int64(_VARINT_TRUNCATED), np.int64(-1)
-        b = _at(buf, p)
-        p += 1
-        z |= (b & 0x7F) << shift
-        if b < 0x80:
-            break
-        shift += 7
-        if shift > 28:
-            return np.int64(_VARINT_TOO_LONG), np.int64(-1)
-    if z > _UINT32_MAX:
-        return np.int64(_VARINT_TOO_LONG), np.int64(-1)
-    return (z >> 1) ^ -(z & 1), p
-
-
-@_inline
-def _read_varlong(buf, pos, end):  # type: ignore[no-untyped-def]
-    """Zigzag int64 varlong, like :func:`_read_varint` (at most 10 bytes, the 10th 0 or 1)."""
-    z = np.int64(0)
-    shift = 0
-    p = pos
-    while True:
-        if np.uint64(p) >= np.uint64(end):  # also a negative pos (an earlier error)
-            return np.int64(_VARINT_TRUNCATED), np.int64(-1)
-        b = _at(buf, p)
-        p += 1
-        if shift == 63 and b > 1:
-            return np.int64(_VARINT_TOO_LONG), np.int64(-1)
-        z |= (b & 0x7F) << shift
-        if b < 0x80:
-            break
-        shift += 7
-        if shift > 63:
-            return np.int64(_VARINT_TOO_LONG), np.int64(-1)
-    # logical shift right of the 64-bit pattern, then undo the zigzag
-    return ((z >> 1) & 0x7FFFFFFFFFFFFFFF) ^ -(z & 1), p
 
 
 # -- entry scan --------------------------------------------------------------------------------
 
 
-@_jit
+@jit
 def _fill_entry(buf, pos, size, magic, table, row):  # type: ignore[no-untyped-def]
     table[row, S_POS] = pos
     table[row, S_SIZE] = size
     table[row, S_MAGIC] = magic
-    table[row, S_OFFSET] = _be_signed(buf, pos, 8)
+    table[row, S_OFFSET] = be_signed(buf, pos, 8)
     if magic == 2:
-        table[row, S_CRC] = _be(buf, pos + 17, 4)
-        table[row, S_ATTR] = _be(buf, pos + 21, 2)
-        table[row, S_LAST_DELTA] = _be_signed(buf, pos + 23, 4)
-        table[row, S_BASE_TS] = _be_signed(buf, pos + 27, 8)
-        table[row, S_MAX_TS] = _be_signed(buf, pos + 35, 8)
-        table[row, S_PRODUCER_ID] = _be_signed(buf, pos + 43, 8)
-        table[row, S_COUNT] = _be_signed(buf, pos + 57, 4)
+        table[row, S_CRC] = be(buf, pos + CRC_OFFSET, 4)
+        table[row, S_ATTR] = be(buf, pos + ATTRIBUTES_OFFSET, 2)
+        table[row, S_LAST_DELTA] = be_signed(buf, pos + LAST_OFFSET_DELTA_OFFSET, 4)
+        table[row, S_BASE_TS] = be_signed(buf, pos + BASE_TIMESTAMP_OFFSET, 8)
+        table[row, S_MAX_TS] = be_signed(buf, pos + MAX_TIMESTAMP_OFFSET, 8)
+        table[row, S_PRODUCER_ID] = be_signed(buf, pos + PRODUCER_ID_OFFSET, 8)
+        table[row, S_COUNT] = be_signed(buf, pos + RECORDS_COUNT_OFFSET, 4)
     else:
-        table[row, S_CRC] = _be(buf, pos + 12, 4)
-        table[row, S_ATTR] = _at(buf, pos + 17)
+        table[row, S_CRC] = be(buf, pos + LEGACY_CRC_OFFSET, 4)
+        table[row, S_ATTR] = at(buf, pos + LEGACY_ATTRIBUTES_OFFSET)
         table[row, S_LAST_DELTA] = 0
         table[row, S_BASE_TS] = -1
         table[row, S_MAX_TS] = -1
@@ -242,7 +153,7 @@ def _fill_entry(buf, pos, size, magic, table, row):  # type: ignore[no-untyped-d
         table[row, S_COUNT] = -1
 
 
-@_jit
+@jit
 def scan_entries(buf, start, end, min_body, table):  # type: ignore[no-untyped-def]
     """Walk the entries of ``buf[start:end]``; fill ``table`` rows while they last.
 
@@ -257,23 +168,23 @@ def scan_entries(buf, start, end, min_body, table):  # type: ignore[no-untyped-d
     cap = table.shape[0]
     while pos < end:
         remaining = end - pos
-        if remaining < 17:
+        if remaining < MAGIC_OFFSET + 1:
             return n, SCAN_TAIL_SHORT, pos, np.int64(-1), remaining
-        offset = _be_signed(buf, pos, 8)
-        length = _be_signed(buf, pos + 8, 4)
-        magic = _at(buf, pos + 16)
+        offset = be_signed(buf, pos, 8)
+        length = be_signed(buf, pos + BATCH_LENGTH_OFFSET, 4)
+        magic = at(buf, pos + MAGIC_OFFSET)
         if magic >= min_body.shape[0] or min_body[magic] < 0:
             return n, SCAN_BAD_MAGIC, pos, offset, magic
         if length < min_body[magic]:
             return n, SCAN_SHORT_ENTRY, pos, offset, length
-        size = length + 12
+        size = length + LOG_OVERHEAD
         if size > remaining:
             return n, SCAN_TAIL_TRUNCATED, pos, offset, size
         if magic == 2:
-            count = _be_signed(buf, pos + 57, 4)
+            count = be_signed(buf, pos + RECORDS_COUNT_OFFSET, 4)
             if count < 0:
                 return n, SCAN_NEGATIVE_COUNT, pos, offset, count
-            delta = _be_signed(buf, pos + 23, 4)
+            delta = be_signed(buf, pos + LAST_OFFSET_DELTA_OFFSET, 4)
             if delta < 0:
                 return n, SCAN_NEGATIVE_DELTA, pos, offset, delta
         if n < cap:
@@ -286,14 +197,14 @@ def scan_entries(buf, start, end, min_body, table):  # type: ignore[no-untyped-d
 # -- records -----------------------------------------------------------------------------------
 
 
-@_inline
+@inline
 def _read_length(buf, pos, end):  # type: ignore[no-untyped-def]
     """A key/value length varint and the bytes it announces, within ``end``.
 
     Returns (length, position after the bytes, error code, detail); the position is -1 after an
     error (also when ``pos`` already was).
     """
-    n, p = _read_varint(buf, pos, end)
+    n, p = read_varint(buf, pos, end)
     if p < 0:
         return n, p, E_VARINT, n
     if n < -1:
@@ -303,7 +214,7 @@ def _read_length(buf, pos, end):  # type: ignore[no-untyped-def]
     return n, p + max(n, 0), E_OK, np.int64(0)
 
 
-@_jit
+@jit
 def _walk_headers(buf, pos, end, count):  # type: ignore[no-untyped-def]
     """Validate ``count`` headers: (position after them, key bytes, value bytes, error, detail)."""
     kbytes = np.int64(0)
@@ -323,9 +234,10 @@ def _walk_headers(buf, pos, end, count):  # type: ignore[no-untyped-def]
     return p, kbytes, vbytes, E_OK, np.int64(0)
 
 
-@_inline
-def _parse_record(buf, pos, end):  # type: ignore[no-untyped-def]
-    """Validate the record at ``buf[pos:end]`` (``end``: the section end).
+@inline
+def parse_record(buf, pos, end):  # type: ignore[no-untyped-def]
+    """Validate the record at ``buf[pos:end]`` (``end``: the section end, within ``buf``; ``pos``
+    at or after the section start). Inlined: also the cleaner kernel's record parser.
 
     Returns (error, detail, record end, timestampDelta, offsetDelta, key length, key end, value
     length, value end, header count, headers position, header key bytes, header value bytes).
@@ -333,7 +245,7 @@ def _parse_record(buf, pos, end):  # type: ignore[no-untyped-def]
     wins; after a failed read the position is -1 and every later read fails at once, so the code
     runs straight through: returning early instead compiles to a loop twice as slow.
     """
-    length, p = _read_varint(buf, pos, end)
+    length, p = read_varint(buf, pos, end)
     if p < 0 or length < 1 or length > end - p:
         err = E_VARINT if p < 0 else E_RECORD_LENGTH
         z = np.int64(0)
@@ -341,10 +253,10 @@ def _parse_record(buf, pos, end):  # type: ignore[no-untyped-def]
     rec_end = p + length
     err = E_OK
     detail = np.int64(0)
-    ts_delta, p = _read_varlong(buf, p + 1, rec_end)  # after the unused attributes byte
+    ts_delta, p = read_varlong(buf, p + 1, rec_end)  # after the unused attributes byte
     if p < 0:
         err, detail = E_VARINT, ts_delta
-    offset_delta, p = _read_varint(buf, p, rec_end)
+    offset_delta, p = read_varint(buf, p, rec_end)
     if p < 0 and err == E_OK:
         err, detail = E_VARINT, offset_delta
     klen, key_end, e, d = _read_length(buf, p, rec_end)
@@ -353,7 +265,7 @@ def _parse_record(buf, pos, end):  # type: ignore[no-untyped-def]
     vlen, value_end, e, d = _read_length(buf, key_end, rec_end)
     if e != E_OK and err == E_OK:
         err, detail = e, d
-    hcount, p = _read_varint(buf, value_end, rec_end)
+    hcount, p = read_varint(buf, value_end, rec_end)
     if p < 0:
         if err == E_OK:
             err, detail = E_VARINT, hcount
@@ -375,7 +287,7 @@ def _parse_record(buf, pos, end):  # type: ignore[no-untyped-def]
     )  # fmt: skip
 
 
-@_jit
+@jit
 def _grow(arr, need):  # type: ignore[no-untyped-def]
     """``arr`` itself if it holds ``need`` items, else a copy at least twice as large."""
     if need <= arr.shape[0]:
@@ -385,7 +297,7 @@ def _grow(arr, need):  # type: ignore[no-untyped-def]
     return bigger
 
 
-@_jit
+@jit
 def _copy_headers(src, pos, end, count, out, first_header, slot, base):  # type: ignore[no-untyped-def]
     """Copy ``count`` validated headers at ``src[pos:]`` into ``out`` = (key offsets, value
     offsets, value validity, key data, value data, key bytes used, value bytes used): header
@@ -396,7 +308,7 @@ def _copy_headers(src, pos, end, count, out, first_header, slot, base):  # type:
     p = pos
     for i in range(count):
         n, p, _, _ = _read_length(src, p, end)
-        _memcpy(hkey_data, kpos, src, p - n, n)
+        memcpy(hkey_data, kpos, src, p - n, n)
         kpos += n
         n, p, _, _ = _read_length(src, p, end)
         if n < 0:
@@ -404,14 +316,14 @@ def _copy_headers(src, pos, end, count, out, first_header, slot, base):  # type:
             nulls += 1
         else:
             hvalue_valid[first_header + i] = 1
-            _memcpy(hvalue_data, vpos, src, p - n, n)
+            memcpy(hvalue_data, vpos, src, p - n, n)
             vpos += n
         hkey_offs[slot + i] = kpos - base[0]
         hvalue_offs[slot + i] = vpos - base[1]
     return kpos, vpos, nulls
 
 
-@_jit
+@jit
 def _fail(counts, row, pos, a, b):  # type: ignore[no-untyped-def]
     counts[N_ERR_TABLE_ROW] = row
     counts[N_ERR_POS] = pos
@@ -419,7 +331,7 @@ def _fail(counts, row, pos, a, b):  # type: ignore[no-untyped-def]
     counts[N_ERR_B] = b
 
 
-@_jit
+@jit
 def _open_chunk(chunks, c, first_row, sizes, row_offs):  # type: ignore[no-untyped-def]
     """Start chunk ``c`` at row ``first_row`` and the current stream ends ``sizes`` (key, value,
     header count, header key, header value bytes)."""
@@ -432,7 +344,7 @@ def _open_chunk(chunks, c, first_row, sizes, row_offs):  # type: ignore[no-untyp
     row_offs[:, first_row + c] = 0  # (row_offs has no header-list row without headers)
 
 
-@_jit
+@jit
 def _reserve(data, used, section_bytes, chunks_after, want_headers):  # type: ignore[no-untyped-def]
     """``data`` grown to take whatever one section of ``section_bytes`` can add: its keys,
     values and header bytes are within the section, each header takes 2 bytes or more, each
@@ -452,7 +364,7 @@ def _reserve(data, used, section_bytes, chunks_after, want_headers):  # type: ig
     return key_data, value_data, hkey_offs, hvalue_offs, hvalue_valid, hkey_data, hvalue_data
 
 
-@_jit
+@jit
 def decode_sections(  # type: ignore[no-untyped-def]
     buf, side, table, params, row_i64, ts_types, row_offs, valid, chunks, counts, data
 ):
@@ -502,7 +414,7 @@ def decode_sections(  # type: ignore[no-untyped-def]
                 err = E_LEFT_OVER
                 break
             (err, detail, rec_end, ts_delta, offset_delta, klen, key_end, vlen, value_end,
-             hcount, headers_at, hkbytes, hvbytes) = _parse_record(src, p, end)  # fmt: skip
+             hcount, headers_at, hkbytes, hvbytes) = parse_record(src, p, end)  # fmt: skip
             if err == E_OK and not 0 <= offset_delta <= last_delta:
                 err, detail = E_OFFSET_DELTA, offset_delta
             if err != E_OK:
@@ -544,9 +456,9 @@ def decode_sections(  # type: ignore[no-untyped-def]
                 chunks[c, C_KEY_NULLS] += 1
             if vlen < 0:
                 chunks[c, C_VALUE_NULLS] += 1
-            _memcpy(key_data, kpos, src, key_end - kn, kn)
+            memcpy(key_data, kpos, src, key_end - kn, kn)
             kpos += kn
-            _memcpy(value_data, vpos, src, value_end - vn, vn)
+            memcpy(value_data, vpos, src, value_end - vn, vn)
             vpos += vn
             slot = np.uint64(nrows + c + 1)
             row_offs[0, slot] = kpos - k0

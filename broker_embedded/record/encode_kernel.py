@@ -1,6 +1,6 @@
 """The compiled (numba) kernels of the columnar encoder: no Python object per record.
 
-Two kernels, both ``@numba.njit(cache=True, nogil=True)`` (``decode_kernel._jit``), run one after
+Two kernels, both ``@numba.njit(cache=True, nogil=True)`` (``kernel_primitives.jit``), run one after
 the other by ``columnar_encoder``:
 
 :func:`plan_batches` walks the rows once: it computes each record's size without its
@@ -45,7 +45,7 @@ Speed notes (1 M records of 100-byte values: plan 12 ms, write 60 ms, of which a
 the key and value copies at this machine's memory bandwidth): helpers take arrays and scalars,
 never the column tuples (numba copies a tuple of arrays, with reference counting, at each use
 in a loop: 20 times slower); the batch table does not grow inside the loop (half as fast);
-copies use LLVM's memcpy (``decode_kernel._memcpy``).
+copies use LLVM's memcpy (``kernel_primitives.memcpy``).
 
 Thread safety: the kernels touch only the arrays they are given and release the GIL.
 """
@@ -54,7 +54,15 @@ from __future__ import annotations
 
 import numpy as np
 
-from broker_embedded.record.decode_kernel import _inline, _jit, _memcpy
+from broker_embedded.record.kernel_primitives import (
+    inline,
+    jit,
+    memcpy,
+    uvarint_size,
+    varint_size,
+    write_varint,
+    zigzag,
+)
 
 # -- batch table -------------------------------------------------------------------------------
 B_FIRST_ROW, B_RECORDS_BYTES, B_MAX_TS = 0, 1, 2
@@ -69,45 +77,9 @@ E_TABLE_FULL = 4
 
 _INT32_MAX = 0x7FFFFFFF
 _NO_TIMESTAMP = -1
-# a logical (unsigned) shift right by 7 of an int64 bit pattern
-_LOW_57_BITS = 0x01FFFFFFFFFFFFFF
 
 
-@_inline
-def _zigzag(n):  # type: ignore[no-untyped-def]
-    """Zigzag of an int64 as an int64 bit pattern (equal to the int32 zigzag for int32 values)."""
-    return (n << 1) ^ (n >> 63)
-
-
-@_inline
-def _uvarint_size(z):  # type: ignore[no-untyped-def]
-    """Bytes of an unsigned varint holding the (unsigned) bit pattern ``z``."""
-    size = np.int64(1)
-    while z & -128:  # bits above the low 7
-        z = (z >> 7) & _LOW_57_BITS
-        size += 1
-    return size
-
-
-@_inline
-def _varint_size(n):  # type: ignore[no-untyped-def]
-    return _uvarint_size(_zigzag(np.int64(n)))
-
-
-@_inline
-def _write_varint(out, pos, n):  # type: ignore[no-untyped-def]
-    """Write zigzag ``n`` at ``out[pos]``; return the position after it."""
-    z = _zigzag(np.int64(n))
-    p = np.uint64(pos)
-    while z & -128:
-        out[p] = np.uint8((z & 0x7F) | 0x80)
-        z = (z >> 7) & _LOW_57_BITS
-        p += np.uint64(1)
-    out[p] = np.uint8(z)
-    return np.int64(p) + 1
-
-
-@_inline
+@inline
 def _length(offsets, valid, bit0, has_valid, i):  # type: ignore[no-untyped-def]
     """Length of row ``i`` of a binary column, -1 when null (straight-line code: no early
     return, which would slow the loops around it)."""
@@ -119,21 +91,21 @@ def _length(offsets, valid, bit0, has_valid, i):  # type: ignore[no-untyped-def]
     return n
 
 
-@_inline
+@inline
 def _field_size(n):  # type: ignore[no-untyped-def]
     """A length varint and the bytes it announces (-1: null, no bytes)."""
-    return _varint_size(n) + max(n, 0)
+    return varint_size(n) + max(n, 0)
 
 
-@_inline
+@inline
 def _record_size(fixed, ts_delta, offset_delta):  # type: ignore[no-untyped-def]
     """A record's body size and its size with the length varint, from its size without the two
     deltas."""
-    body = fixed + _uvarint_size(_zigzag(ts_delta)) + _varint_size(offset_delta)
-    return body, _varint_size(body) + body
+    body = fixed + uvarint_size(zigzag(ts_delta)) + varint_size(offset_delta)
+    return body, varint_size(body) + body
 
 
-@_jit
+@jit
 def plan_batches(ts, keys, values, headers, limits, row_fixed, batches):  # type: ignore[no-untyped-def]
     """Size every row and cut the rows into batches (module docstring).
 
@@ -172,7 +144,7 @@ def plan_batches(ts, keys, values, headers, limits, row_fixed, batches):  # type
             1  # attributes
             + _field_size(_length(k_offs, k_valid, k_bit0, k_has, i))
             + _field_size(_length(v_offs, v_valid, v_bit0, v_has, i))
-            + _varint_size(last - first)
+            + varint_size(last - first)
             + hbytes
         )
         t = ts[np.uint64(i)]
@@ -202,16 +174,16 @@ def plan_batches(ts, keys, values, headers, limits, row_fixed, batches):  # type
     return E_OK, np.int64(-1), nb
 
 
-@_inline
+@inline
 def _write_field(out, pos, offsets, data, n, i):  # type: ignore[no-untyped-def]
     """Row ``i`` of a binary column (length ``n``, -1 null) as a length varint and its bytes."""
-    pos = _write_varint(out, pos, n)
+    pos = write_varint(out, pos, n)
     if n > 0:
-        _memcpy(out, pos, data, offsets[np.uint64(i)], n)
+        memcpy(out, pos, data, offsets[np.uint64(i)], n)
     return pos + max(n, 0)
 
 
-@_jit
+@jit
 def write_records(ts, keys, values, headers, row_fixed, batches, nb, starts, out):  # type: ignore[no-untyped-def]
     """Write the records of batches ``[0, nb)`` (planned by :func:`plan_batches`) into ``out``,
     batch ``b``'s at ``starts[b]``. Returns ``(error, batch)``: ``E_SIZE_MISMATCH`` if a batch
@@ -231,10 +203,10 @@ def write_records(ts, keys, values, headers, row_fixed, batches, nb, starts, out
             ts_delta = ts[np.uint64(i)] - base_ts
             offset_delta = i - first_row
             body, _ = _record_size(row_fixed[np.uint64(i)], ts_delta, offset_delta)
-            pos = _write_varint(out, pos, body)
+            pos = write_varint(out, pos, body)
             out[np.uint64(pos)] = 0  # attributes
-            pos = _write_varint(out, pos + 1, ts_delta)  # a varlong: the same int64 zigzag
-            pos = _write_varint(out, pos, offset_delta)
+            pos = write_varint(out, pos + 1, ts_delta)  # a varlong: the same int64 zigzag
+            pos = write_varint(out, pos, offset_delta)
             klen = _length(k_offs, k_valid, k_bit0, k_has, i)
             pos = _write_field(out, pos, k_offs, k_data, klen, i)
             vlen = _length(v_offs, v_valid, v_bit0, v_has, i)
@@ -247,7 +219,7 @@ def write_records(ts, keys, values, headers, row_fixed, batches, nb, starts, out
             last = h_offs[np.uint64(i + 1)]
             if _length(h_offs, h_valid, h_bit0, h_has, i) < 0:
                 last = first
-            pos = _write_varint(out, pos, last - first)
+            pos = write_varint(out, pos, last - first)
             for h in range(first, last):
                 hklen = _length(hk_offs, hk_valid, hk_bit0, hk_has, h)
                 pos = _write_field(out, pos, hk_offs, hk_data, hklen, h)

@@ -1,6 +1,9 @@
 """The header scan of a run of log entries (``decode_kernel.scan_entries``) with its tables and
 errors, shared by the columnar decoder, the read-only partition view and the cleaner.
 
+Scan table invariant: a legacy (magic 0/1) row has ``S_LAST_DELTA`` 0, so :func:`last_offsets`
+and :func:`last_offset` (``batch_layout.entry_last_offset``) give every row's last offset.
+
 ``MIN_BODY``: the smallest entry body per magic (``records.MIN_ENTRY_BODY``) as the kernel's
 lookup array (-1: unknown magic). ``SCAN_ERRORS``: the message of each corrupt-entry status.
 :func:`scan_window` scans the complete entries of a window into a table (``SCAN_FIELDS`` int64
@@ -18,6 +21,7 @@ import numpy as np
 
 from broker_embedded.errors import CorruptRecordError
 from broker_embedded.record import decode_kernel as k
+from broker_embedded.record.batch_layout import entry_last_offset
 from broker_embedded.record.records import MIN_ENTRY_BODY
 
 MIN_BODY = np.full(max(MIN_ENTRY_BODY) + 1, -1, np.int64)
@@ -30,6 +34,16 @@ SCAN_ERRORS = {
     k.SCAN_NEGATIVE_COUNT: "negative record count {detail}",
     k.SCAN_NEGATIVE_DELTA: "negative last offset delta {detail}",
 }
+
+
+def last_offsets(table: np.ndarray) -> np.ndarray:
+    """The last offset of every entry of a scan table."""
+    return entry_last_offset(table[:, k.S_OFFSET], table[:, k.S_LAST_DELTA])
+
+
+def last_offset(table: np.ndarray, row: int) -> int:
+    """The last offset of the entry in row ``row`` of a scan table."""
+    return entry_last_offset(int(table[row, k.S_OFFSET]), int(table[row, k.S_LAST_DELTA]))
 
 
 class ScannedWindow(NamedTuple):

@@ -37,6 +37,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from broker_embedded.errors import CorruptRecordError
+from broker_embedded.record.batch_layout import LOG_OVERHEAD, MAGIC_OFFSET
 from broker_embedded.record.compression import (
     CompressionType,
     decompress,
@@ -46,7 +47,6 @@ from broker_embedded.record.record_batch import (
     CODEC_MASK,
     CREATE_TIME,
     LOG_APPEND_TIME,
-    LOG_OVERHEAD,
     NO_PARTITION_LEADER_EPOCH,
     NO_PRODUCER_ID,
     NO_TIMESTAMP,
@@ -58,8 +58,6 @@ from broker_embedded.record.record_batch import (
 
 MAGIC_V0 = 0
 MAGIC_V1 = 1
-CRC_OFFSET = 12
-MAGIC_OFFSET = 16
 # Bytes after the 12 bytes of log overhead when key and value are both null.
 RECORD_OVERHEAD = {MAGIC_V0: 14, MAGIC_V1: 22}
 _HEAD = struct.Struct(">qiIbb")  # offset, size, crc, magic, attributes

@@ -31,20 +31,22 @@ from __future__ import annotations
 import struct
 from collections.abc import Iterable
 
+from broker_embedded.record.batch_layout import (
+    ATTRIBUTES_OFFSET,
+    CRC_OFFSET,
+    LOG_OVERHEAD,
+    RECORD_BATCH_OVERHEAD,
+)
 from broker_embedded.record.compression import CompressionType, compress
 from broker_embedded.record.record_batch import (
-    ATTRIBUTES_OFFSET,
     CONTROL_MASK,
-    CRC_OFFSET,
     CREATE_TIME,
     DELETE_HORIZON_MASK,
     HEADER_STRUCT,
     LOG_APPEND_TIME,
-    LOG_OVERHEAD,
     NO_PARTITION_LEADER_EPOCH,
     NO_PRODUCER_ID,
     NO_TIMESTAMP,
-    RECORD_BATCH_OVERHEAD,
     TIMESTAMP_TYPE_MASK,
     TRANSACTIONAL_MASK,
     Record,

@@ -1,15 +1,10 @@
 """A read view over one record batch v2 (magic 2), and its records (the slow path).
 
-Byte layout (big-endian; kafka.md section A):
-
-    0  baseOffset int64        27 baseTimestamp int64 (deleteHorizonMs when attribute bit 6)
-    8  batchLength int32       35 maxTimestamp int64
-    12 partitionLeaderEpoch    43 producerId int64
-    16 magic int8 = 2          51 producerEpoch int16
-    17 crc uint32 (CRC-32C of [21, end))
-    21 attributes int16        53 baseSequence int32
-    23 lastOffsetDelta int32   57 recordsCount int32
-                               61 records (compressed as one stream when the codec is not none)
+Byte layout (big-endian; kafka.md section A): the 61-byte header of ``batch_layout`` (baseOffset,
+batchLength, partitionLeaderEpoch, magic 2, crc = CRC-32C of [21, end), attributes,
+lastOffsetDelta, baseTimestamp (deleteHorizonMs when attribute bit 6), maxTimestamp, producerId,
+producerEpoch, baseSequence, recordsCount; ``HEADER_STRUCT`` reads them in that order), then the
+records (compressed as one stream when the codec is not none).
 
 Attributes: bits 0-2 codec, 3 timestamp type (1 = LogAppendTime: every record's timestamp is
 maxTimestamp), 4 transactional, 5 control, 6 delete horizon set.
@@ -42,24 +37,28 @@ from dataclasses import dataclass
 import crc32c
 
 from broker_embedded.errors import CorruptRecordError
+from broker_embedded.record.batch_layout import (
+    ATTRIBUTES_OFFSET,
+    BASE_OFFSET_OFFSET,
+    CODEC_MASK,
+    CONTROL_MASK,
+    CRC_OFFSET,
+    DELETE_HORIZON_MASK,
+    LOG_OVERHEAD,
+    MAGIC_OFFSET,
+    MAX_TIMESTAMP_OFFSET,
+    PARTITION_LEADER_EPOCH_OFFSET,
+    RECORD_BATCH_OVERHEAD,
+    TIMESTAMP_TYPE_MASK,
+    TRANSACTIONAL_MASK,
+    entry_last_offset,
+)
 from broker_embedded.record.compression import CompressionType, decompress
 from broker_embedded.record.varint import decode_varint, decode_varlong
 
-LOG_OVERHEAD = 12  # baseOffset + batchLength
-RECORD_BATCH_OVERHEAD = 61
-MAGIC_OFFSET = 16
-CRC_OFFSET = 17
-ATTRIBUTES_OFFSET = 21
-RECORDS_COUNT_OFFSET = 57
 NO_TIMESTAMP = -1
 NO_PRODUCER_ID = -1
 NO_PARTITION_LEADER_EPOCH = -1
-
-CODEC_MASK = 0x07
-TIMESTAMP_TYPE_MASK = 0x08
-TRANSACTIONAL_MASK = 0x10
-CONTROL_MASK = 0x20
-DELETE_HORIZON_MASK = 0x40
 
 
 class TimestampType(enum.IntEnum):
@@ -74,9 +73,6 @@ CREATE_TIME = TimestampType.CREATE_TIME
 LOG_APPEND_TIME = TimestampType.LOG_APPEND_TIME
 NO_TIMESTAMP_TYPE = TimestampType.NO_TIMESTAMP_TYPE
 
-BASE_OFFSET_OFFSET = 0
-PARTITION_LEADER_EPOCH_OFFSET = 12
-MAX_TIMESTAMP_OFFSET = 35
 # baseOffset, batchLength, partitionLeaderEpoch, magic, crc, attributes, lastOffsetDelta,
 # baseTimestamp, maxTimestamp, producerId, producerEpoch, baseSequence, recordsCount
 HEADER_STRUCT = _HEADER = struct.Struct(">qiibIhiqqqhii")
@@ -167,7 +163,7 @@ class RecordBatch:
 
     @property
     def last_offset(self) -> int:
-        return self.base_offset + self.last_offset_delta
+        return entry_last_offset(self.base_offset, self.last_offset_delta)
 
     @property
     def next_offset(self) -> int:

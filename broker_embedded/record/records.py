@@ -17,8 +17,9 @@ from collections.abc import Iterator
 from typing import Literal
 
 from broker_embedded.errors import CorruptRecordError, TornTailError
+from broker_embedded.record.batch_layout import LOG_OVERHEAD, MAGIC_OFFSET
 from broker_embedded.record.legacy_record import LegacyRecordBatch
-from broker_embedded.record.record_batch import LOG_OVERHEAD, MAGIC_OFFSET, RecordBatch
+from broker_embedded.record.record_batch import RecordBatch
 
 AnyBatch = RecordBatch | LegacyRecordBatch  # what iter_batches yields
 

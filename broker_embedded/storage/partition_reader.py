@@ -113,7 +113,7 @@ from broker_embedded.errors import (
     OffsetOutOfRangeError,
 )
 from broker_embedded.record import decode_kernel as k
-from broker_embedded.record.entry_scan import scan_window
+from broker_embedded.record.entry_scan import last_offset, scan_window
 from broker_embedded.record.record_batch import TRANSACTIONAL_MASK, RecordBatch
 from broker_embedded.record.records import AnyBatch
 from broker_embedded.storage.fetch_data_info import FetchDataInfo, FetchIsolation
@@ -220,8 +220,7 @@ def _end_of_complete_batches(records: bytes, default: int) -> int:
     """The offset after the last complete batch of a read, ``default`` when it holds none."""
     last = None
     for table in _header_tables(records, "<fetched records>", 0):
-        row = table[-1]
-        last = int(row[k.S_OFFSET]) + (int(row[k.S_LAST_DELTA]) if row[k.S_MAGIC] == 2 else 0)
+        last = last_offset(table, -1)
     return default if last is None else last + 1
 
 

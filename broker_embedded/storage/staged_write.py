@@ -114,7 +114,7 @@ from broker_embedded.errors import (
     RecordTooLargeError,
     UnknownTopicOrPartitionError,
 )
-from broker_embedded.record.record_batch import LOG_OVERHEAD
+from broker_embedded.record.batch_layout import BATCH_LENGTH_OFFSET, LOG_OVERHEAD
 from broker_embedded.storage import log_dir_lock
 from broker_embedded.storage.checkpoint_file import fsync_dir, write_atomically
 from broker_embedded.storage.cleaning_lock import WriterGate
@@ -386,7 +386,8 @@ def _whole_batches(path: str, limit: int) -> Iterator[memoryview]:
             buf = pending + data if pending else data
             pos = 0
             while pos + LOG_OVERHEAD <= len(buf):
-                end = pos + LOG_OVERHEAD + int.from_bytes(buf[pos + 8 : pos + 12], "big")
+                length = buf[pos + BATCH_LENGTH_OFFSET : pos + LOG_OVERHEAD]
+                end = pos + LOG_OVERHEAD + int.from_bytes(length, "big")
                 if end > len(buf):
                     break
                 pos = end

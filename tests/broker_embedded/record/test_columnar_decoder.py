@@ -24,14 +24,14 @@ from kafka.record.default_records import DefaultRecordBatchBuilder as KafkaPytho
 from kafka.record.legacy_records import LegacyRecordBatchBuilder
 
 from broker_embedded.errors import CorruptRecordError, TornTailError
-from broker_embedded.record import columnar_decoder, decode_kernel
+from broker_embedded.record import columnar_decoder, decode_kernel, kernel_primitives
+from broker_embedded.record.batch_layout import RECORD_BATCH_OVERHEAD
 from broker_embedded.record.columnar_decoder import decode, decode_records, kafka_schema
 from broker_embedded.record.compression import CompressionType
 from broker_embedded.record.control_record import EndTransactionMarker
 from broker_embedded.record.memory_records_builder import MemoryRecordsBuilder
 from broker_embedded.record.record_batch import (
     LOG_APPEND_TIME,
-    RECORD_BATCH_OVERHEAD,
     Record,
     crc32c_of,
     set_base_offset,
@@ -666,17 +666,17 @@ def test_chunks_cut_before_a_column_passes_the_byte_limit(monkeypatch: pytest.Mo
 
 
 def test_kernels_compile_without_a_writable_cache(monkeypatch: pytest.MonkeyPatch) -> None:
-    real_njit = decode_kernel.numba.njit
+    real_njit = kernel_primitives.numba.njit
 
     def njit(*args: Any, **options: Any) -> Any:
         if options.get("cache"):
             raise RuntimeError("cannot cache function: no locator available")
         return real_njit(*args, **options)
 
-    monkeypatch.setattr(decode_kernel.numba, "njit", njit)
+    monkeypatch.setattr(kernel_primitives.numba, "njit", njit)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        add_one = decode_kernel._jit(lambda x: x + 1)
+        add_one = kernel_primitives.jit(lambda x: x + 1)
     assert add_one(1) == 2
     assert any("numba cache unavailable" in str(w.message) for w in caught)
 

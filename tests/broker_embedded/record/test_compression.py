@@ -15,6 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from broker_embedded.errors import CorruptRecordError
+from broker_embedded.record.batch_layout import RECORD_BATCH_OVERHEAD
 from broker_embedded.record.compression import (
     GZIP_HEADER,
     XERIAL_MAGIC,
@@ -25,7 +26,6 @@ from broker_embedded.record.compression import (
     lz4_header_checksum,
     xxh32,
 )
-from broker_embedded.record.record_batch import RECORD_BATCH_OVERHEAD
 
 from ._java_ref import BATCHES_BY_NAME
 

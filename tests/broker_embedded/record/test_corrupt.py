@@ -12,13 +12,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from broker_embedded.errors import CorruptRecordError, TornTailError
+from broker_embedded.record.batch_layout import RECORD_BATCH_OVERHEAD
 from broker_embedded.record.compression import CompressionType, compress
 from broker_embedded.record.memory_records_builder import MemoryRecordsBuilder
-from broker_embedded.record.record_batch import (
-    RECORD_BATCH_OVERHEAD,
-    RecordBatch,
-    crc32c_of,
-)
+from broker_embedded.record.record_batch import RecordBatch, crc32c_of
 from broker_embedded.record.records import iter_batches
 from broker_embedded.record.varint import encode_varint, encode_varlong
 
