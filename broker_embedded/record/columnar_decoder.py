@@ -725,6 +725,7 @@ _DECODE_ERRORS = {
     k.E_NULL_HEADER_KEY: "null header key",
     k.E_NEGATIVE_LENGTH: "negative length {a}",
     k.E_CAPACITY: "decoder capacity exceeded ({a} of {b}): a bug",
+    k.E_TIMESTAMP: "timestamp {a} ms is out of Spark's range (microseconds overflow 64 bits)",
 }
 
 

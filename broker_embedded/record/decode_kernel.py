@@ -121,6 +121,11 @@ E_HEADER_COUNT = 9  # negative or impossible header count (A: count)
 E_NULL_HEADER_KEY = 10
 E_NEGATIVE_LENGTH = 11  # a length below -1 (A: length)
 E_CAPACITY = 12  # row or chunk capacity exceeded (a bug, not bad data)
+E_TIMESTAMP = 13  # a timestamp whose microseconds overflow int64 (A: the timestamp in ms)
+
+# Spark's timestamps are microseconds in an int64: milliseconds beyond this overflow (Spark's own
+# Kafka source fails such a record too, in DateTimeUtils.millisToMicros).
+MAX_TIMESTAMP_MS = (1 << 63) // 1000 - 1
 
 _MIN_HEADER_BYTES = 2  # key length varint + value length varint
 _MIN_RECORD_BYTES = 7  # length varint, attributes, five one-byte varints
@@ -446,9 +451,14 @@ def decode_sections(  # type: ignore[no-untyped-def]
                 _fail(counts, t, p - first, nrows, row_i64.shape[1])
                 err = E_CAPACITY
                 break
+            ts = table[t, T_MAX_TS] if log_append else base_ts + ts_delta
+            if not -MAX_TIMESTAMP_MS <= ts <= MAX_TIMESTAMP_MS:
+                _fail(counts, t, rec_start - first, ts, 0)
+                err = E_TIMESTAMP
+                break
             row = np.uint64(nrows)
             row_i64[0, row] = offset
-            row_i64[1, row] = (table[t, T_MAX_TS] if log_append else base_ts + ts_delta) * 1000
+            row_i64[1, row] = ts * 1000
             ts_types[row] = ts_type
             valid[0, row] = klen >= 0
             valid[1, row] = vlen >= 0

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import cramjam
+import crc32c
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -25,10 +26,16 @@ from kafka.record.legacy_records import LegacyRecordBatchBuilder
 
 from broker_embedded.errors import CorruptRecordError, TornTailError
 from broker_embedded.record import columnar_decoder, decode_kernel, kernel_primitives
-from broker_embedded.record.batch_layout import RECORD_BATCH_OVERHEAD
+from broker_embedded.record.batch_layout import (
+    ATTRIBUTES_OFFSET,
+    BASE_TIMESTAMP_OFFSET,
+    CRC_OFFSET,
+    RECORD_BATCH_OVERHEAD,
+)
 from broker_embedded.record.columnar_decoder import decode, decode_records, kafka_schema
 from broker_embedded.record.compression import CompressionType
 from broker_embedded.record.control_record import EndTransactionMarker
+from broker_embedded.record.decode_kernel import MAX_TIMESTAMP_MS
 from broker_embedded.record.memory_records_builder import MemoryRecordsBuilder
 from broker_embedded.record.record_batch import (
     LOG_APPEND_TIME,
@@ -630,6 +637,30 @@ def test_fuzzed_input_raises_only_corrupt_record_errors(
         assert e.source == "<buffer>" and e.position is not None
     else:
         _records(batches)
+
+
+def _forge_base_timestamp(batch: bytes, ts: int) -> bytes:
+    """The batch with its base timestamp replaced and its CRC recomputed (a valid batch)."""
+    out = bytearray(batch)
+    struct.pack_into(">q", out, BASE_TIMESTAMP_OFFSET, ts)
+    struct.pack_into(">I", out, CRC_OFFSET, crc32c.crc32c(bytes(out[ATTRIBUTES_OFFSET:])))
+    return bytes(out)
+
+
+@pytest.mark.parametrize("ts", [MAX_TIMESTAMP_MS + 1, -MAX_TIMESTAMP_MS - 1, INT64_MAX])
+def test_timestamp_beyond_spark_microseconds_is_an_error_not_a_wrapped_value(ts: int) -> None:
+    # a valid batch (CRC and all) may carry any int64 timestamp; ms * 1000 would wrap around
+    first = _batch(0, _simple_rows(3))
+    data = first + _forge_base_timestamp(_batch(3, [(0, b"k", b"v", [])]), ts)
+    with pytest.raises(CorruptRecordError) as e:
+        _decode(data)
+    assert e.value.base_offset == 3 and e.value.position == len(first)
+    assert f"timestamp {ts} ms is out of Spark's range" in str(e.value)
+
+
+def test_timestamp_at_spark_limit_decodes() -> None:
+    (batch,) = _decode(_batch(0, [(MAX_TIMESTAMP_MS, b"k", b"v", [])]))
+    assert batch.column("timestamp").cast(pa.int64()).to_pylist() == [MAX_TIMESTAMP_MS * 1000]
 
 
 # -- output chunking -------------------------------------------------------------------------------
