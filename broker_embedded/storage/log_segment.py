@@ -25,6 +25,13 @@ the bytes from that batch's start, at most ``max_bytes`` (at least that whole ba
 ``min_one_message``, KIP-74) and never past ``max_position``; the slice may end in a partial
 batch, which a consumer drops.
 
+A partial batch may end only the last segment of a log, above its recovery point: that is a torn
+write (a crash during an append, or a writer appending while this view opened) and a read stops
+before it. Anywhere else, bytes after the last complete batch (typically an impossible length
+field, e.g. 0x7fffffff, which makes a batch reach past the end of the file) are corruption:
+``check_tail`` raises :class:`CorruptRecordError` naming the file, the position and the offset,
+and every read that reaches that point calls it, so no read skips the rest of the segment.
+
 Thread safety: immutable after opening; any number of threads may read. Returned memoryviews
 point into the mapping and stay valid while referenced (closing defers the unmap until they are
 released). Never let a writer truncate a ``.log`` that a reader has mapped: touching mapped
@@ -37,6 +44,7 @@ from __future__ import annotations
 import mmap
 import os
 import re
+import struct
 from array import array
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -53,6 +61,7 @@ from broker_embedded.storage.segment_indexer import DEFAULT_INDEX_INTERVAL_BYTES
 from broker_embedded.storage.time_index import NO_TIMESTAMP, TIME_INDEX_SUFFIX, TimeIndex
 
 LOG_SUFFIX = ".log"
+_OFFSET_AND_LENGTH = struct.Struct(">qi")  # the base offset and length fields of every entry
 _SEGMENT_LOG_NAME = re.compile(r"([0-9]{20})\.log")
 
 
@@ -340,6 +349,32 @@ class LogSegment:
         return None
 
     # -- checks ------------------------------------------------------------------------------------
+
+    def check_tail(self, *, last: bool, recovery_point: int = 0) -> None:
+        """Raise :class:`CorruptRecordError` when bytes follow the last complete batch and this
+        is not a torn write: a segment that is not the ``last`` of its log, or whose first
+        missing offset lies below the ``recovery_point`` (everything below it was fsynced)."""
+        if self.end_of_batches >= self.size_in_bytes:
+            return
+        if last and self.next_offset >= recovery_point:
+            return
+        left = self.size_in_bytes - self.end_of_batches
+        stated = ""
+        if left >= _OFFSET_AND_LENGTH.size:
+            base, length = _OFFSET_AND_LENGTH.unpack_from(self._buf, self.end_of_batches)
+            stated = f" (its header says base offset {base}, length {length})"
+        where = (
+            "a segment that is not the last one"
+            if not last
+            else (f"the last segment, below its recovery point {recovery_point}")
+        )
+        raise CorruptRecordError(
+            f"the batch at offset {self.next_offset}{stated} does not fit the {left} bytes left "
+            f"in {where}: corrupt, not a torn tail",
+            source=self.source,
+            position=self.end_of_batches,
+            base_offset=self.next_offset,
+        )
 
     def verify(self) -> int:
         """Check every batch (CRC, offsets) and every index entry; return the batch count.

@@ -13,6 +13,13 @@ Offsets (Kafka's ``UnifiedLog`` rules, given the log dir's checkpoint values):
 
 - ``log_end_offset``: the offset after the last batch of the last segment (its base offset when
   it holds none);
+- a partial batch may end only the last segment, from the recovery point
+  (``recovery-point-offset-checkpoint``, 0 without an entry) on: a torn or in-flight write.
+  Anywhere else it is corruption (``LogSegment.check_tail``): every read, batch walk or
+  timestamp lookup reaching it raises :class:`CorruptRecordError` naming the file, position and
+  offset, never skipping the rest of its segment. One in the last segment below the recovery
+  point is waited out (``_SETTLE_DELAYS``, a writer finishing an append after a truncation) and
+  then fails the open, the log end offset being unknown;
 - ``log_start_offset``: ``max(log-start-offset-checkpoint value, first segment's base offset)``,
   the first segment's base offset without a checkpoint entry;
 - ``high_watermark``: the replication-offset-checkpoint value clamped to
@@ -229,7 +236,8 @@ class PartitionReader:
     """Reads one partition directory; see the module docstring."""
 
     __slots__ = ("directory", "topic_partition", "index_interval_bytes", "base_offsets",
-                 "log_start_offset", "log_end_offset", "high_watermark", "_segments",
+                 "log_start_offset", "log_end_offset", "high_watermark", "recovery_point",
+                 "_segments",
                  "_lock", "_relist_lock", "_lso", "_lso_lock")  # fmt: skip
 
     def __init__(
@@ -238,9 +246,11 @@ class PartitionReader:
         *,
         high_watermark: int | None = None,
         log_start_offset: int | None = None,
+        recovery_point: int = 0,
         index_interval_bytes: int = DEFAULT_INDEX_INTERVAL_BYTES,
     ) -> None:
         self.directory = Path(directory)
+        self.recovery_point = recovery_point
         self.topic_partition = TopicPartition.parse_dir_name(self.directory.name)
         self.index_interval_bytes = index_interval_bytes
         self._segments: dict[int, LogSegment] = {}
@@ -299,12 +309,27 @@ class PartitionReader:
             if not self.base_offsets:
                 return None
             try:
-                return self.segment(self.base_offsets[-1]).next_offset
+                return self._settled_last_segment(self.segment(self.base_offsets[-1])).next_offset
             except _StaleView as e:
                 cause = e
             self.base_offsets = self._list_bases()
         assert cause is not None
         raise self._gone_error(cause, None, "opening the view") from cause
+
+    def _settled_last_segment(self, seg: LogSegment) -> LogSegment:
+        """``seg``, the last segment, checked for a partial batch below the recovery point. A
+        writer in the middle of an append after a truncation (which lowers the checkpointed
+        recovery point only later) can show one: the segment is opened again after each of the
+        ``_SETTLE_DELAYS`` until the batch is whole; one that stays is corruption."""
+        for delay in _SETTLE_DELAYS:
+            if seg.end_of_batches == seg.size_in_bytes or seg.next_offset >= self.recovery_point:
+                return seg
+            time.sleep(delay)
+            with self._lock:
+                self._segments.pop(seg.base_offset, None)  # kept mappings stay valid
+            seg = self.segment(seg.base_offset)
+        seg.check_tail(last=True, recovery_point=self.recovery_point)
+        return seg
 
     # -- listing -----------------------------------------------------------------------------------
 
@@ -478,6 +503,7 @@ class PartitionReader:
                                                   found.position + pos)  # fmt: skip
                             if not below.all():
                                 return
+                    self._check_tail(seg, bases)
                     if seg.next_offset > start_offset:  # progress
                         start_offset, relists = seg.next_offset, 0
                 return
@@ -545,6 +571,11 @@ class PartitionReader:
                 f"{self.log_end_offset}] (log start, log end) in {self.directory}"
             )
 
+    def _check_tail(self, seg: LogSegment, bases: list[int]) -> None:
+        """A read that reached the end of ``seg``'s batches: bytes after them are corruption
+        unless ``seg`` is the last segment and they hold offsets from the recovery point on."""
+        seg.check_tail(last=seg.base_offset == bases[-1], recovery_point=self.recovery_point)
+
     def _max_position(self, seg: LogSegment, upper: int) -> int:
         if upper >= seg.next_offset:
             return seg.end_of_batches
@@ -587,6 +618,7 @@ class PartitionReader:
             found = seg.read(fetch_offset, max_bytes, self._max_position(seg, upper), min_one)
             if found is not None:
                 return found, seg
+            self._check_tail(seg, bases)
         return FetchSlice(fetch_offset, -1, 0, memoryview(b"")), None
 
     def fetch(
@@ -658,6 +690,7 @@ class PartitionReader:
                             if b.base_offset >= end:
                                 return
                             yield b
+                    self._check_tail(seg, bases)
                     if seg.next_offset > start:  # progress
                         start, relists = seg.next_offset, 0
                 return
@@ -674,6 +707,7 @@ class PartitionReader:
         def attempt(bases: list[int]) -> TimestampAndOffset | None:
             for base in bases:
                 seg = self.segment(base)
+                self._check_tail(seg, bases)
                 if seg.largest_timestamp >= timestamp:
                     found = seg.find_offset_by_timestamp(
                         timestamp, max(self.log_start_offset, seg.base_offset)

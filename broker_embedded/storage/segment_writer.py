@@ -30,7 +30,10 @@ directory. Reopening continues the last segment after a clean close (the index b
 restarts at 0, as in Kafka, so entries differ from a rebuild after a restart); with
 ``recover=True`` (after an unclean shutdown), or when its ``.log`` ends in a partial batch, the
 last segment is recovered as Kafka does: batches checked from the start, the ``.log`` truncated
-after the last valid one, both indexes rebuilt. Earlier segments are not recovered.
+after the last valid one, both indexes rebuilt. Earlier segments are not recovered. A partial
+batch whose offset lies below the ``recovery_point`` without ``recover`` (a clean shutdown wrote
+everything below it) is not a torn write but corruption: :class:`CorruptRecordError`, nothing
+truncated (Kafka truncates only what recovery scans).
 
 Not thread-safe: one writer per partition directory (the caller holds the log dir lock).
 Readers in other processes see each append as soon as ``append`` returns (unbuffered writes);
@@ -211,12 +214,15 @@ class LogSegmentWriter:
         *,
         now_ms: int,
         recover: bool = False,
+        recovery_point: int = 0,
     ) -> LogSegmentWriter:
-        """Continue an existing segment (see the module docstring for ``recover``)."""
+        """Continue an existing segment (see the module docstring for ``recover`` and
+        ``recovery_point``)."""
         paths = cls.segment_paths(directory, base_offset)
         if recover:
             return cls._recover(directory, base_offset, config, now_ms)
         with LogSegment(paths[0], index_interval_bytes=config.index_interval_bytes) as seg:
+            seg.check_tail(last=True, recovery_point=recovery_point)
             torn = seg.end_of_batches != seg.size_in_bytes
             rolling = next((b.max_timestamp for b in seg.batches()), None)
             oi, ti, status = seg.offset_index, seg.time_index, seg.index_status
@@ -388,6 +394,7 @@ class SegmentWriter:
         *,
         topic_id: uuid.UUID | None = None,
         recover: bool = False,
+        recovery_point: int = 0,
         start_offset: int = 0,
         clock_ms: Callable[[], int] = wall_clock_ms,
     ) -> None:
@@ -406,8 +413,9 @@ class SegmentWriter:
         now = self._clock()
         if self._bases:
             self._active = LogSegmentWriter.open(
-                self.directory, self._bases[-1], self.config, now_ms=now, recover=recover
-            )
+                self.directory, self._bases[-1], self.config, now_ms=now, recover=recover,
+                recovery_point=recovery_point,
+            )  # fmt: skip
         else:
             self._active = LogSegmentWriter.create(
                 self.directory, start_offset, self.config, now_ms=now

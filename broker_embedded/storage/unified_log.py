@@ -260,7 +260,7 @@ class UnifiedLog:
         self._load_segments(recovery_point, recover)
         self._writer = SegmentWriter(
             self.log_dir, topic_partition, config, topic_id=topic_id, recover=recover,
-            start_offset=log_start_offset or 0, clock_ms=clock_ms,
+            recovery_point=recovery_point, start_offset=log_start_offset or 0, clock_ms=clock_ms,
         )  # fmt: skip
         leo = self.log_end_offset
         first = self._writer.segment_base_offsets[0]
@@ -844,6 +844,7 @@ class UnifiedLog:
             found = seg.read(fetch_offset, max_bytes, seg.position_of(upper), min_one_message)
             if found is not None:
                 return bytes(found.records), found.first_entry_incomplete
+            seg.check_tail(last=base == bases[-1])
         return b"", False
 
     def collect_aborted_transactions(
@@ -876,19 +877,21 @@ class UnifiedLog:
                 return
             seg = self._view(base)
             found = seg.translate_offset(start)
-            if found is None:
-                continue
-            for b in seg.batches(found.position):
-                if b.base_offset >= end:
-                    return
-                yield b
+            if found is not None:
+                for b in seg.batches(found.position):
+                    if b.base_offset >= end:
+                        return
+                    yield b
+            seg.check_tail(last=base == bases[-1])
 
     def fetch_offset_by_timestamp(self, timestamp: int) -> TimestampAndOffset | None:
         """The first record with a timestamp >= ``timestamp`` (ListOffsets by time), or None."""
         with self._lock:
             self._check_open()
-            for base in self.segment_base_offsets:
+            bases = self.segment_base_offsets
+            for base in bases:
                 seg = self._view(base)
+                seg.check_tail(last=base == bases[-1])
                 if seg.largest_timestamp >= timestamp:
                     found = seg.find_offset_by_timestamp(
                         timestamp, max(self.log_start_offset, base)
