@@ -35,6 +35,13 @@ batch whose offset lies below the ``recovery_point`` without ``recover`` (a clea
 everything below it) is not a torn write but corruption: :class:`CorruptRecordError`, nothing
 truncated (Kafka truncates only what recovery scans).
 
+File descriptors: the ``.log`` is opened by the first append and kept until the segment closes;
+the index files are opened only to append entries (one every ``index.interval.bytes`` at most)
+and to fsync them, as Kafka opens indexes lazily, so that a log dir of thousands of partitions
+opens under a small ``ulimit -n``; a limit still reached is a :class:`TooManyOpenFilesError`
+naming the file and the limit (open_files.py). Flushing fsyncs only the files written since the
+last flush.
+
 Not thread-safe: one writer per partition directory (the caller holds the log dir lock).
 Readers in other processes see each append as soon as ``append`` returns (unbuffered writes);
 durability needs :meth:`flush`.
@@ -42,7 +49,6 @@ durability needs :meth:`flush`.
 
 from __future__ import annotations
 
-import mmap
 import os
 import time
 import uuid
@@ -63,10 +69,11 @@ from broker_embedded.storage.log_config import LogConfig
 from broker_embedded.storage.log_segment import (
     LOG_SUFFIX,
     LogSegment,
-    parse_segment_log_name,
     segment_file_stem,
 )
+from broker_embedded.storage.log_segments import LogSegments
 from broker_embedded.storage.offset_index import INDEX_SUFFIX, OffsetIndex
+from broker_embedded.storage.open_files import map_read_only, open_file
 from broker_embedded.storage.partition_metadata import (
     PARTITION_METADATA_FILE,
     PartitionMetadataFile,
@@ -142,8 +149,8 @@ class LogSegmentWriter:
     """Appends to one segment's ``.log``, ``.index`` and ``.timeindex``."""
 
     __slots__ = ("directory", "base_offset", "config", "indexer", "size", "next_offset",
-                 "rolling_based_timestamp", "created_ms", "status", "_files", "_flushed",
-                 "_closed")  # fmt: skip
+                 "rolling_based_timestamp", "created_ms", "status", "_log", "_unsynced",
+                 "_flushed", "_closed")  # fmt: skip
 
     def __init__(
         self,
@@ -167,7 +174,10 @@ class LogSegmentWriter:
         self.rolling_based_timestamp = rolling_based_timestamp
         self.created_ms = created_ms
         self.status = status
-        self._files: list[BinaryIO] = [open(p, "ab", buffering=0) for p in self.paths()]
+        self._log: BinaryIO | None = None  # opened by the first append
+        # the files (slots of paths()) written since they were last fsynced: none at first
+        # (created empty, or rewritten with write_atomically, or truncated and fsynced)
+        self._unsynced: set[int] = set()
         self._flushed = [len(indexer.offset_index), len(indexer.time_index)]
         self._closed = False
 
@@ -247,6 +257,7 @@ class LogSegmentWriter:
         indexer.on_close()
         if valid < size:
             os.truncate(paths[0], valid)
+            _fsync(paths[0])
         write_atomically(paths[1], indexer.offset_index.to_bytes())
         write_atomically(paths[2], indexer.time_index.to_bytes())
         status = f"recovered, {size - valid} bytes truncated"
@@ -300,7 +311,8 @@ class LogSegmentWriter:
         position = self.size
         if position == 0:
             self.rolling_based_timestamp = summary.max_timestamp
-        _write_all(self._files[0], records)
+        _write_all(self._log_file(), records)
+        self._unsynced.add(0)
         self.size += summary.size
         self.next_offset = summary.last_offset + 1
         self.indexer.on_append(position, summary.size, summary.last_offset,
@@ -308,34 +320,53 @@ class LogSegmentWriter:
         self._write_index_entries()
         return position
 
+    def _log_file(self) -> BinaryIO:
+        if self._log is None:
+            self._log = open_file(self.paths()[0], "ab", buffering=0)
+        return self._log
+
     def _write_index_entries(self) -> None:
+        """Append new index entries to the index files (an index file is open only meanwhile:
+        an entry comes every ``index.interval.bytes`` appended at most)."""
         for i, index in enumerate((self.offset_index, self.time_index)):
             if len(index) > self._flushed[i]:
-                _write_all(self._files[i + 1], index.to_bytes(self._flushed[i]))
+                with open_file(self.paths()[i + 1], "ab", buffering=0) as f:
+                    _write_all(f, index.to_bytes(self._flushed[i]))
                 self._flushed[i] = len(index)
+                self._unsynced.add(i + 1)
 
     def flush(self) -> None:
-        """Write pending index entries; fsync the three files."""
+        """Write pending index entries; fsync the files changed since the last flush."""
         self._write_index_entries()
-        for f in self._files:
-            os.fsync(f.fileno())
+        paths = self.paths()
+        for i in sorted(self._unsynced):
+            if i == 0 and self._log is not None:
+                os.fsync(self._log.fileno())
+            else:
+                _fsync(paths[i])
+        self._unsynced.clear()
 
     def close(self) -> None:
         """Final time index entry, flush, close (Kafka's close / onBecomeInactiveSegment)."""
         if self._closed:
             return
         self.indexer.on_close()
+        if self._log is not None and 0 in self._unsynced:
+            os.fsync(self._log.fileno())
+            self._unsynced.discard(0)
+        self._close_log()  # first: the index files then need a descriptor of their own
         self.flush()
-        for f in self._files:
-            f.close()
+
+    def _close_log(self) -> None:
+        if self._log is not None:
+            self._log.close()
+            self._log = None
         self._closed = True
 
     def abandon(self) -> None:
         """Close the files as a crash leaves them: no final index entry, no flush, no fsync."""
         if not self._closed:
-            for f in self._files:
-                f.close()
-            self._closed = True
+            self._close_log()
 
     def delete_empty(self) -> None:
         """Close and remove this segment's files; only for a segment holding nothing."""
@@ -345,6 +376,11 @@ class LogSegmentWriter:
         for p in self.paths():
             p.unlink(missing_ok=True)
         fsync_dir(self.directory)
+
+
+def _fsync(path: Path) -> None:
+    with open_file(path, "rb") as f:
+        os.fsync(f.fileno())
 
 
 def _limit(oi: OffsetIndex, ti: TimeIndex, config: LogConfig) -> SegmentIndexer:
@@ -362,22 +398,18 @@ def _scan_valid_prefix(
     valid, next_offset, rolling = 0, base_offset, None
     if size == 0:
         return valid, next_offset, rolling
-    with open(path, "rb") as f, mmap.mmap(f.fileno(), size, access=mmap.ACCESS_READ) as m:
-        batches = iter_batches(memoryview(m), str(path), tail="error")
-        try:
-            for b in batches:
-                if not b.is_valid() or b.base_offset < next_offset:
-                    break
-                if not indexer.offset_index.can_append_offset(b.last_offset):
-                    break
-                rolling = b.max_timestamp if rolling is None else rolling
-                indexer.append_batches((b,))
-                valid, next_offset = b.position + b.size_in_bytes, b.last_offset + 1
-        except CorruptRecordError:
-            pass
-        finally:
-            batches.close()
-            b = None  # noqa: F841  release the last view before the mapping closes
+    batches = iter_batches(map_read_only(path, size)[0], str(path), tail="error")
+    try:  # the mapping goes with the last view of it, when this function returns
+        for b in batches:
+            if not b.is_valid() or b.base_offset < next_offset:
+                break
+            if not indexer.offset_index.can_append_offset(b.last_offset):
+                break
+            rolling = b.max_timestamp if rolling is None else rolling
+            indexer.append_batches((b,))
+            valid, next_offset = b.position + b.size_in_bytes, b.last_offset + 1
+    except CorruptRecordError:
+        pass
     return valid, next_offset, rolling
 
 
@@ -407,9 +439,7 @@ class SegmentWriter:
             fsync_dir(self.directory.parent)
         if topic_id is not None:
             self._ensure_topic_id(topic_id)
-        self._bases = sorted(
-            b for b in map(parse_segment_log_name, os.listdir(self.directory)) if b is not None
-        )
+        self._bases = LogSegments.list_dir(self.directory).base_offsets
         now = self._clock()
         if self._bases:
             self._active = LogSegmentWriter.open(
