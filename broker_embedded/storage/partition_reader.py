@@ -36,21 +36,23 @@ Offsets (Kafka's ``UnifiedLog`` rules, given the log dir's checkpoint values):
   log start offset), then the batches from the snapshot's offset whose base offset is below the
   HW are replayed into it (with the HW on a batch boundary, as a broker keeps it, those are the
   batches ending below it). Only transactional batches are replayed: the walk reads batch headers
-  with the compiled header scan of ``decode_kernel.scan_entries`` (no Python object per batch;
-  windows of ``_SCAN_WINDOW_BYTES`` of batches, so its memory is bounded) and builds a batch view,
-  decoding the one record of a control batch, for transactional batches only. Cost: one header
+  with the compiled header scan (``local_log.header_tables``: no Python object per batch,
+  windows of batches, so its memory is bounded) and builds a batch view, decoding the one record
+  of a control batch, for transactional batches only. Cost: one header
   read per batch between the snapshot and the HW (Kafka, and unified_log.py, snapshot at every
   roll, so normally the active segment only; the whole log when the directory holds no usable
   snapshot), tens of nanoseconds a batch when the pages are cached; a log without transactions
   pays that scan and nothing else. A transaction open across a log start offset moved by
   retention is known only from a snapshot, as in Kafka.
 
-``read`` is Kafka's ``LocalLog.read``: the slice of the first segment, from the one holding
-``fetch_offset`` on, that has a batch ending at or after it, bounded above by the position of the
-batch holding ``max_offset`` (default the high watermark). ``fetch`` is the read a Fetch request
-makes (fetch_data_info.py): bounded by the log end offset, the HW or the LSO depending on the
-:class:`FetchIsolation`, the bytes copied out of the mapping, and for ``TXN_COMMITTED`` the aborted
-transactions overlapping the read, from the ``.txnindex`` files (``aborted_transactions``).
+``read`` is Kafka's ``LocalLog.read`` (``local_log.read_segments``, the one the broker's log uses,
+with this view's segment opening and re-listing as its policy): the slice of the first segment,
+from the one holding ``fetch_offset`` on, that has a batch ending at or after it, bounded above
+by the position of the batch holding ``max_offset`` (default the high watermark). ``fetch`` is the
+read a Fetch request makes (fetch_data_info.py): bounded by the log end offset, the HW or the LSO
+depending on the :class:`FetchIsolation`, the bytes copied out of the mapping, and for
+``TXN_COMMITTED`` the aborted transactions overlapping the read, from the ``.txnindex`` files
+(``aborted_transactions``).
 
 Concurrent cleaning. The segments are listed at open and opened on first use, while a cleaner in
 another process (or a broker's cleaner thread) may swap segments: ``<B>.log.cleaned`` and its
@@ -100,7 +102,6 @@ never invalidates what another holds.
 
 from __future__ import annotations
 
-import bisect
 import errno
 import logging
 import os
@@ -112,15 +113,12 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TypeVar
 
-import numpy as np
-
 from broker_embedded.errors import (
     CorruptSnapshotError,
     KafkaStorageError,
     OffsetOutOfRangeError,
 )
 from broker_embedded.record import decode_kernel as k
-from broker_embedded.record.entry_scan import scan_window
 from broker_embedded.record.record_batch import TRANSACTIONAL_MASK, RecordBatch
 from broker_embedded.record.records import AnyBatch
 from broker_embedded.storage.fetch_data_info import FetchDataInfo, FetchIsolation
@@ -129,6 +127,7 @@ from broker_embedded.storage.leader_epoch_checkpoint import (
     EpochEntry,
     LeaderEpochCheckpointFile,
 )
+from broker_embedded.storage.local_log import end_of_complete_batches, header_tables, read_segments
 from broker_embedded.storage.log_segment import (
     LOG_SUFFIX,
     FetchSlice,
@@ -137,6 +136,7 @@ from broker_embedded.storage.log_segment import (
     parse_segment_log_name,
     segment_file_stem,
 )
+from broker_embedded.storage.log_segments import LogSegments
 from broker_embedded.storage.partition_metadata import (
     PARTITION_METADATA_FILE,
     PartitionMetadataFile,
@@ -160,15 +160,6 @@ _SETTLE_DELAYS = (0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.4)
 _SWAP_LOG_NAME = re.compile(r"([0-9]{20})\.log\.swap")
 _SWAP_SUFFIX = ".swap"
 
-# Bytes of batches whose headers one scan call covers (a module variable so that tests can make
-# windows cut batches without writing megabytes); a batch larger than it gets a wider window.
-_SCAN_WINDOW_BYTES = 4 * 1024 * 1024
-
-
-def segment_base_offsets(directory: str | Path) -> list[int]:
-    """The sorted base offsets of the ``<20 digits>.log`` files in a partition directory."""
-    return sorted(b for b in map(parse_segment_log_name, os.listdir(directory)) if b is not None)
-
 
 class _StaleView(FileNotFoundError):
     """A segment file of the listing that is gone, or that another file replaced since it was
@@ -187,49 +178,6 @@ def _names_same_file(seg: LogSegment) -> bool:
     except FileNotFoundError:
         return False
     return (st.st_dev, st.st_ino) == seg.file_id
-
-
-def _floor_slot(bases: list[int], offset: int) -> int:
-    """Index in ``bases`` of the segment that would hold ``offset`` (at least 0)."""
-    return max(bisect.bisect_right(bases, offset) - 1, 0)
-
-
-def _readonly_bytes(buf: bytes | memoryview) -> np.ndarray:
-    """``buf`` as read-only uint8 (the kernel is compiled for read-only input only)."""
-    arr = np.frombuffer(buf, np.uint8)
-    if arr.flags.writeable:
-        arr = arr.view()
-        arr.flags.writeable = False
-    return arr
-
-
-def _header_tables(buf: bytes | memoryview, source: str, position: int) -> Iterator[np.ndarray]:
-    """Scan tables (``decode_kernel.SCAN_FIELDS`` int64 columns, one row per complete entry,
-    positions relative to ``buf``) of the entries of ``buf``, one window at a time. A partial
-    last entry ends the walk; a corrupt entry is a :class:`CorruptRecordError` (``position`` is
-    the file position of ``buf[0]``, for the message)."""
-    arr = _readonly_bytes(buf)
-    pos, end = 0, len(arr)
-    stop = min(end, _SCAN_WINDOW_BYTES)
-    while pos < end:
-        scanned = scan_window(arr, pos, stop, source, position)
-        if not len(scanned.table):
-            if stop == end:
-                return  # a partial entry at the end
-            stop = min(end, pos + max(scanned.needed, 2 * (stop - pos)))  # widen for a big batch
-            continue
-        yield scanned.table
-        pos = scanned.end
-        stop = min(end, pos + _SCAN_WINDOW_BYTES)
-
-
-def _end_of_complete_batches(records: bytes, default: int) -> int:
-    """The offset after the last complete batch of a read, ``default`` when it holds none."""
-    last = None
-    for table in _header_tables(records, "<fetched records>", 0):
-        row = table[-1]
-        last = int(row[k.S_OFFSET]) + (int(row[k.S_LAST_DELTA]) if row[k.S_MAGIC] == 2 else 0)
-    return default if last is None else last + 1
 
 
 class PartitionReader:
@@ -485,14 +433,14 @@ class PartitionReader:
         while True:
             bases = self.base_offsets
             try:
-                for base in bases[_floor_slot(bases, start_offset) :]:
+                for base in LogSegments(bases).from_floor(start_offset):
                     if base >= end_offset:
                         return
                     seg = self.segment(base)
                     found = seg.read(start_offset, seg.size_in_bytes, seg.end_of_batches, True)
                     if found is not None:
                         view = found.records
-                        for table in _header_tables(view, seg.source, found.position):
+                        for table in header_tables(view, seg.source, found.position):
                             # a legacy entry's offset field is its last offset; never
                             # transactional
                             below = table[:, k.S_OFFSET] < end_offset
@@ -530,7 +478,7 @@ class PartitionReader:
         self, bases: list[int], fetch_offset: int, upper_bound_offset: int
     ) -> tuple[AbortedTxn, ...]:
         found: list[AbortedTxn] = []
-        for base in bases[_floor_slot(bases, fetch_offset) :]:
+        for base in LogSegments(bases).from_floor(fetch_offset):
             before = self._log_file_id(base)
             path = self.txn_index_path(base)
             with TransactionIndex(path, base) as index:
@@ -576,14 +524,6 @@ class PartitionReader:
         unless ``seg`` is the last segment and they hold offsets from the recovery point on."""
         seg.check_tail(last=seg.base_offset == bases[-1], recovery_point=self.recovery_point)
 
-    def _max_position(self, seg: LogSegment, upper: int) -> int:
-        if upper >= seg.next_offset:
-            return seg.end_of_batches
-        if upper <= seg.base_offset:
-            return 0
-        found = seg.translate_offset(upper)
-        return seg.end_of_batches if found is None else found.position
-
     def read(
         self,
         fetch_offset: int,
@@ -611,15 +551,8 @@ class PartitionReader:
         self, bases: list[int], fetch_offset: int, max_bytes: int, upper: int, min_one: bool
     ) -> tuple[FetchSlice, LogSegment | None]:
         """:meth:`read` on one listing, and the segment read (``None``: nothing found)."""
-        for base in bases[_floor_slot(bases, fetch_offset) :]:
-            if base >= upper:
-                break
-            seg = self.segment(base)
-            found = seg.read(fetch_offset, max_bytes, self._max_position(seg, upper), min_one)
-            if found is not None:
-                return found, seg
-            self._check_tail(seg, bases)
-        return FetchSlice(fetch_offset, -1, 0, memoryview(b"")), None
+        return read_segments(LogSegments(bases), self.segment, fetch_offset, max_bytes, upper,
+                             min_one, self.recovery_point)  # fmt: skip
 
     def fetch(
         self,
@@ -657,7 +590,7 @@ class PartitionReader:
             records = bytes(found.records)
             aborted = None
             if committed:
-                end = _end_of_complete_batches(records, lso)
+                end = end_of_complete_batches(records, lso)
                 aborted = self._aborted_in(bases, fetch_offset, end)
                 if seg is not None and not _names_same_file(seg):
                     raise _stale(seg.log_path, "was replaced while it was read")
@@ -680,7 +613,7 @@ class PartitionReader:
         while True:
             bases = self.base_offsets
             try:
-                for base in bases[_floor_slot(bases, start) :]:
+                for base in LogSegments(bases).from_floor(start):
                     if base >= end:
                         return
                     seg = self.segment(base)

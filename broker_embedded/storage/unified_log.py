@@ -83,7 +83,6 @@ from under a reader in this process. Thread safety: every public method takes th
 
 from __future__ import annotations
 
-import bisect
 import contextlib
 import logging
 import os
@@ -116,14 +115,15 @@ from broker_embedded.storage.checkpoint_file import fsync_dir, write_atomically
 from broker_embedded.storage.fetch_data_info import FetchDataInfo, FetchIsolation
 from broker_embedded.storage.leader_epoch_checkpoint import LEADER_EPOCH_CHECKPOINT
 from broker_embedded.storage.leader_epoch_file_cache import LeaderEpochFileCache
+from broker_embedded.storage.local_log import end_of_complete_batches, read_segments
 from broker_embedded.storage.log_config import LogConfig
 from broker_embedded.storage.log_segment import (
     LOG_SUFFIX,
     LogSegment,
     TimestampAndOffset,
-    parse_segment_log_name,
     segment_file_stem,
 )
+from broker_embedded.storage.log_segments import LogSegments
 from broker_embedded.storage.offset_index import INDEX_SUFFIX, OffsetIndex
 from broker_embedded.storage.producer_state_manager import (
     AppendOrigin,
@@ -329,12 +329,11 @@ class UnifiedLog:
         point on is recovered, and the producer snapshots above that segment's base offset are
         deleted, so that the producer state replay covers the recovered segments (re-indexing
         their aborted transactions)."""
-        bases = _segment_base_offsets(self.directory)
+        listing = LogSegments.list_dir(self.directory)
+        bases = listing.base_offsets
         if not bases:
             return
-        start = (
-            max(bisect.bisect_right(bases, recovery_point) - 1, 0) if recover else len(bases) - 1
-        )
+        start = listing.floor_index(recovery_point) if recover else len(bases) - 1
         for base in bases[:start]:
             if not self._indexes_look_sane(base):
                 self._rebuild_indexes(base)
@@ -394,8 +393,7 @@ class UnifiedLog:
         start = psm.map_end_offset
         if start >= self.log_end_offset:
             return
-        bases = self.segment_base_offsets
-        for base in bases[max(bisect.bisect_right(bases, start) - 1, 0) :]:
+        for base in LogSegments(self.segment_base_offsets).from_floor(start):
             self._txn_index(base).truncate_to(start)
         cache = self.leader_epoch_cache
 
@@ -826,7 +824,7 @@ class UnifiedLog:
             records, incomplete = self._read_bytes(fetch_offset, max_bytes, upper, min_one_message)
             aborted = None
             if isolation is FetchIsolation.TXN_COMMITTED:
-                end = _end_of_complete_batches(records, lso)
+                end = end_of_complete_batches(records, lso)
                 aborted = self.collect_aborted_transactions(fetch_offset, end)
             return FetchDataInfo(fetch_offset, records, hw, lso, self.log_start_offset, leo,
                                  aborted, incomplete)  # fmt: skip
@@ -836,25 +834,17 @@ class UnifiedLog:
     ) -> tuple[bytes, bool]:
         if fetch_offset >= upper:
             return b"", False
-        bases = self.segment_base_offsets
-        for base in bases[max(bisect.bisect_right(bases, fetch_offset) - 1, 0) :]:
-            if base >= upper:
-                break
-            seg = self._view(base)
-            found = seg.read(fetch_offset, max_bytes, seg.position_of(upper), min_one_message)
-            if found is not None:
-                return bytes(found.records), found.first_entry_incomplete
-            seg.check_tail(last=base == bases[-1])
-        return b"", False
+        found = read_segments(LogSegments(self.segment_base_offsets), self._view, fetch_offset,
+                              max_bytes, upper, min_one_message)[0]  # fmt: skip
+        return bytes(found.records), found.first_entry_incomplete
 
     def collect_aborted_transactions(
         self, fetch_offset: int, upper_bound_offset: int
     ) -> tuple[AbortedTxn, ...]:
         """The aborted transactions overlapping [fetch_offset, upper_bound_offset)."""
         with self._lock:
-            bases = self.segment_base_offsets
             found: list[AbortedTxn] = []
-            for base in bases[max(bisect.bisect_right(bases, fetch_offset) - 1, 0) :]:
+            for base in LogSegments(self.segment_base_offsets).from_floor(fetch_offset):
                 result = self._txn_index(base).collect_aborted(fetch_offset, upper_bound_offset)
                 found += result.aborted_txns
                 if result.is_complete:
@@ -872,7 +862,7 @@ class UnifiedLog:
 
     def _batches(self, start: int, end: int) -> Iterator[AnyBatch]:
         bases = self.segment_base_offsets
-        for base in bases[max(bisect.bisect_right(bases, start) - 1, 0) :]:
+        for base in LogSegments(bases).from_floor(start):
             if base >= end:
                 return
             seg = self._view(base)
@@ -957,7 +947,7 @@ class UnifiedLog:
 
     def _floor_base(self, offset: int) -> int:
         bases = self.segment_base_offsets
-        return bases[max(bisect.bisect_right(bases, offset) - 1, 0)]
+        return bases[LogSegments(bases).floor_index(offset)]
 
     def _segment_size(self, base: int) -> int:
         if base == self._writer.active_segment.base_offset:
@@ -1164,19 +1154,6 @@ class UnifiedLog:
             for index in self._txn_indexes.values():
                 index.close()
             self._closed = True
-
-
-def _segment_base_offsets(directory: Path) -> list[int]:
-    """The sorted base offsets of the ``<20 digits>.log`` files in a partition directory."""
-    return sorted(b for b in map(parse_segment_log_name, os.listdir(directory)) if b is not None)
-
-
-def _end_of_complete_batches(records: bytes, default: int) -> int:
-    """The offset after the last complete batch in a read, ``default`` when there is none."""
-    end = None
-    for b in iter_batches(records, "<read>", tail="stop"):
-        end = b.next_offset
-    return default if end is None else end
 
 
 def _name_offset(name: str) -> int | None:
