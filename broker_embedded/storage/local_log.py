@@ -9,6 +9,10 @@ of a log dir (partition_reader.py) share (the reading half of Kafka's ``LocalLog
   corrupt segment. How segments are listed and opened is the caller's policy (the broker's
   open segments and its writer's view of the active one; the read-only view's re-listing for
   concurrent cleaner swaps), passed in as ``segment_of``.
+- :func:`walk_batches` and :func:`offset_by_timestamp`: the batches of an offset range across
+  segments, and Kafka's ListOffsets by timestamp (the first segment with a record at or after
+  the timestamp answers; later ones are tried when the records reaching it lie below the log
+  start offset), with the same tail checks.
 - :func:`header_tables`: batch headers of raw bytes, scanned by the compiled kernel
   (``decode_kernel.scan_entries`` via entry_scan.py), ``_SCAN_WINDOW_BYTES`` at a time, so
   memory stays bounded and no Python object is made per batch.
@@ -26,7 +30,8 @@ import numpy as np
 
 from broker_embedded.record import decode_kernel as k
 from broker_embedded.record.entry_scan import scan_window
-from broker_embedded.storage.log_segment import FetchSlice, LogSegment
+from broker_embedded.record.records import AnyBatch
+from broker_embedded.storage.log_segment import FetchSlice, LogSegment, TimestampAndOffset
 from broker_embedded.storage.log_segments import LogSegments
 
 # Bytes of batches whose headers one scan call covers (a module variable so that tests can make
@@ -55,6 +60,51 @@ def read_segments(
             return found, seg
         seg.check_tail(last=segments.is_last(base), recovery_point=recovery_point)
     return FetchSlice(fetch_offset, -1, 0, memoryview(b"")), None
+
+
+def walk_batches(
+    segments: LogSegments,
+    segment_of: Callable[[int], LogSegment],
+    start: int,
+    end: int,
+    recovery_point: int = 0,
+    walked: Callable[[LogSegment], None] | None = None,
+) -> Iterator[AnyBatch]:
+    """Every batch holding an offset in ``[start, end)``, whole, across segments;
+    ``walked(segment)`` is called after each segment read to its end (after its tail check)."""
+    for base in segments.from_floor(start):
+        if base >= end:
+            return
+        seg = segment_of(base)
+        found = seg.translate_offset(start)
+        if found is not None:
+            for b in seg.batches(found.position, seg.end_of_batches):
+                if b.base_offset >= end:
+                    return
+                yield b
+        seg.check_tail(last=segments.is_last(base), recovery_point=recovery_point)
+        if walked is not None:
+            walked(seg)
+
+
+def offset_by_timestamp(
+    segments: LogSegments,
+    segment_of: Callable[[int], LogSegment],
+    timestamp: int,
+    log_start_offset: int,
+    recovery_point: int = 0,
+) -> TimestampAndOffset | None:
+    """Kafka's ListOffsets by timestamp: the first record at or after ``timestamp`` whose offset
+    is at least ``log_start_offset``, from the first segment holding one (``None``: none does).
+    Segments passed over get their tail check, as they would be read past."""
+    for base in segments:
+        seg = segment_of(base)
+        seg.check_tail(last=segments.is_last(base), recovery_point=recovery_point)
+        if seg.largest_timestamp >= timestamp:
+            found = seg.find_offset_by_timestamp(timestamp, max(log_start_offset, base))
+            if found is not None:
+                return found
+    return None
 
 
 def readonly_bytes(buf: bytes | memoryview) -> np.ndarray:

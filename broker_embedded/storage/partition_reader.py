@@ -127,7 +127,13 @@ from broker_embedded.storage.leader_epoch_checkpoint import (
     EpochEntry,
     LeaderEpochCheckpointFile,
 )
-from broker_embedded.storage.local_log import end_of_complete_batches, header_tables, read_segments
+from broker_embedded.storage.local_log import (
+    end_of_complete_batches,
+    header_tables,
+    offset_by_timestamp,
+    read_segments,
+    walk_batches,
+)
 from broker_embedded.storage.log_segment import (
     LOG_SUFFIX,
     FetchSlice,
@@ -610,22 +616,17 @@ class PartitionReader:
         start = self.log_start_offset if start_offset is None else start_offset
         end = self.log_end_offset if end_offset is None else end_offset
         relists = 0
+
+        def walked(seg: LogSegment) -> None:
+            nonlocal start, relists
+            if seg.next_offset > start:  # progress
+                start, relists = seg.next_offset, 0
+
         while True:
-            bases = self.base_offsets
+            segments = LogSegments(self.base_offsets)
             try:
-                for base in LogSegments(bases).from_floor(start):
-                    if base >= end:
-                        return
-                    seg = self.segment(base)
-                    found = seg.translate_offset(start)
-                    if found is not None:
-                        for b in seg.batches(found.position, seg.end_of_batches):
-                            if b.base_offset >= end:
-                                return
-                            yield b
-                    self._check_tail(seg, bases)
-                    if seg.next_offset > start:  # progress
-                        start, relists = seg.next_offset, 0
+                yield from walk_batches(segments, self.segment, start, end, self.recovery_point,
+                                        walked)  # fmt: skip
                 return
             except _StaleView as e:
                 if relists == _RELIST_ATTEMPTS:
@@ -638,16 +639,10 @@ class PartitionReader:
         """Kafka's ListOffsets by timestamp: the first record at or after ``timestamp``."""
 
         def attempt(bases: list[int]) -> TimestampAndOffset | None:
-            for base in bases:
-                seg = self.segment(base)
-                self._check_tail(seg, bases)
-                if seg.largest_timestamp >= timestamp:
-                    found = seg.find_offset_by_timestamp(
-                        timestamp, max(self.log_start_offset, seg.base_offset)
-                    )
-                    # a last segment opened again after a swap may reach past the view's end
-                    return found if found is None or found.offset < self.log_end_offset else None
-            return None
+            found = offset_by_timestamp(LogSegments(bases), self.segment, timestamp,
+                                        self.log_start_offset, self.recovery_point)  # fmt: skip
+            # a last segment opened again after a swap may reach past the view's end
+            return found if found is None or found.offset < self.log_end_offset else None
 
         return self._retrying(attempt, None, f"looking up timestamp {timestamp}")
 

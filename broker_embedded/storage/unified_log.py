@@ -115,7 +115,12 @@ from broker_embedded.storage.checkpoint_file import fsync_dir, write_atomically
 from broker_embedded.storage.fetch_data_info import FetchDataInfo, FetchIsolation
 from broker_embedded.storage.leader_epoch_checkpoint import LEADER_EPOCH_CHECKPOINT
 from broker_embedded.storage.leader_epoch_file_cache import LeaderEpochFileCache
-from broker_embedded.storage.local_log import end_of_complete_batches, read_segments
+from broker_embedded.storage.local_log import (
+    end_of_complete_batches,
+    offset_by_timestamp,
+    read_segments,
+    walk_batches,
+)
 from broker_embedded.storage.log_config import LogConfig
 from broker_embedded.storage.log_segment import (
     LOG_SUFFIX,
@@ -861,34 +866,14 @@ class UnifiedLog:
                     if isinstance(b, RecordBatch)]  # fmt: skip
 
     def _batches(self, start: int, end: int) -> Iterator[AnyBatch]:
-        bases = self.segment_base_offsets
-        for base in LogSegments(bases).from_floor(start):
-            if base >= end:
-                return
-            seg = self._view(base)
-            found = seg.translate_offset(start)
-            if found is not None:
-                for b in seg.batches(found.position):
-                    if b.base_offset >= end:
-                        return
-                    yield b
-            seg.check_tail(last=base == bases[-1])
+        return walk_batches(LogSegments(self.segment_base_offsets), self._view, start, end)
 
     def fetch_offset_by_timestamp(self, timestamp: int) -> TimestampAndOffset | None:
         """The first record with a timestamp >= ``timestamp`` (ListOffsets by time), or None."""
         with self._lock:
             self._check_open()
-            bases = self.segment_base_offsets
-            for base in bases:
-                seg = self._view(base)
-                seg.check_tail(last=base == bases[-1])
-                if seg.largest_timestamp >= timestamp:
-                    found = seg.find_offset_by_timestamp(
-                        timestamp, max(self.log_start_offset, base)
-                    )
-                    if found is not None:
-                        return found
-            return None
+            return offset_by_timestamp(LogSegments(self.segment_base_offsets), self._view,
+                                       timestamp, self.log_start_offset)  # fmt: skip
 
     def end_offset_for_epoch(self, epoch: int) -> tuple[int, int]:
         """OffsetsForLeaderEpoch: (largest epoch <= ``epoch``, its end offset) or (-1, -1)."""
