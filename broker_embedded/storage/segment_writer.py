@@ -35,12 +35,12 @@ batch whose offset lies below the ``recovery_point`` without ``recover`` (a clea
 everything below it) is not a torn write but corruption: :class:`CorruptRecordError`, nothing
 truncated (Kafka truncates only what recovery scans).
 
-File descriptors: the ``.log`` is opened by the first append and kept until the segment closes;
-the index files are opened only to append entries (one every ``index.interval.bytes`` at most)
-and to fsync them, as Kafka opens indexes lazily, so that a log dir of thousands of partitions
-opens under a small ``ulimit -n``; a limit still reached is a :class:`TooManyOpenFilesError`
-naming the file and the limit (open_files.py). Flushing fsyncs only the files written since the
-last flush.
+File descriptors: each of the three files is opened by the first write to it (the ``.log`` by
+the first append, an index file by its first new entry) and kept until the segment closes, as
+Kafka opens indexes lazily: opening a log dir keeps no descriptor per partition, so that
+thousands of partitions open under a small ``ulimit -n`` (one written to holds up to three); a
+limit still reached is a :class:`TooManyOpenFilesError` naming the file and the limit
+(open_files.py). Flushing fsyncs only the files written since the last flush.
 
 Not thread-safe: one writer per partition directory (the caller holds the log dir lock).
 Readers in other processes see each append as soon as ``append`` returns (unbuffered writes);
@@ -149,7 +149,7 @@ class LogSegmentWriter:
     """Appends to one segment's ``.log``, ``.index`` and ``.timeindex``."""
 
     __slots__ = ("directory", "base_offset", "config", "indexer", "size", "next_offset",
-                 "rolling_based_timestamp", "created_ms", "status", "_log", "_unsynced",
+                 "rolling_based_timestamp", "created_ms", "status", "_files", "_unsynced",
                  "_flushed", "_closed")  # fmt: skip
 
     def __init__(
@@ -174,7 +174,8 @@ class LogSegmentWriter:
         self.rolling_based_timestamp = rolling_based_timestamp
         self.created_ms = created_ms
         self.status = status
-        self._log: BinaryIO | None = None  # opened by the first append
+        # .log, .index, .timeindex: each opened by its first write (lazily, as Kafka's indexes)
+        self._files: list[BinaryIO | None] = [None, None, None]
         # the files (slots of paths()) written since they were last fsynced: none at first
         # (created empty, or rewritten with write_atomically, or truncated and fsynced)
         self._unsynced: set[int] = set()
@@ -311,7 +312,7 @@ class LogSegmentWriter:
         position = self.size
         if position == 0:
             self.rolling_based_timestamp = summary.max_timestamp
-        _write_all(self._log_file(), records)
+        _write_all(self._file(0), records)
         self._unsynced.add(0)
         self.size += summary.size
         self.next_offset = summary.last_offset + 1
@@ -320,30 +321,25 @@ class LogSegmentWriter:
         self._write_index_entries()
         return position
 
-    def _log_file(self) -> BinaryIO:
-        if self._log is None:
-            self._log = open_file(self.paths()[0], "ab", buffering=0)
-        return self._log
+    def _file(self, slot: int) -> BinaryIO:
+        """The file of ``paths()[slot]``, opened for appending on first use and kept."""
+        f = self._files[slot]
+        if f is None:
+            f = self._files[slot] = open_file(self.paths()[slot], "ab", buffering=0)
+        return f
 
     def _write_index_entries(self) -> None:
-        """Append new index entries to the index files (an index file is open only meanwhile:
-        an entry comes every ``index.interval.bytes`` appended at most)."""
         for i, index in enumerate((self.offset_index, self.time_index)):
             if len(index) > self._flushed[i]:
-                with open_file(self.paths()[i + 1], "ab", buffering=0) as f:
-                    _write_all(f, index.to_bytes(self._flushed[i]))
+                _write_all(self._file(i + 1), index.to_bytes(self._flushed[i]))
                 self._flushed[i] = len(index)
                 self._unsynced.add(i + 1)
 
     def flush(self) -> None:
-        """Write pending index entries; fsync the files changed since the last flush."""
+        """Write pending index entries; fsync the files written since the last flush."""
         self._write_index_entries()
-        paths = self.paths()
         for i in sorted(self._unsynced):
-            if i == 0 and self._log is not None:
-                os.fsync(self._log.fileno())
-            else:
-                _fsync(paths[i])
+            os.fsync(self._file(i).fileno())
         self._unsynced.clear()
 
     def close(self) -> None:
@@ -351,22 +347,23 @@ class LogSegmentWriter:
         if self._closed:
             return
         self.indexer.on_close()
-        if self._log is not None and 0 in self._unsynced:
-            os.fsync(self._log.fileno())
-            self._unsynced.discard(0)
-        self._close_log()  # first: the index files then need a descriptor of their own
+        self._close_file(0, sync=True)  # first: the index files may need a descriptor of theirs
         self.flush()
+        self.abandon()
 
-    def _close_log(self) -> None:
-        if self._log is not None:
-            self._log.close()
-            self._log = None
-        self._closed = True
+    def _close_file(self, slot: int, *, sync: bool) -> None:
+        f, self._files[slot] = self._files[slot], None
+        if f is not None:
+            if sync and slot in self._unsynced:
+                os.fsync(f.fileno())
+            self._unsynced.discard(slot)
+            f.close()
 
     def abandon(self) -> None:
         """Close the files as a crash leaves them: no final index entry, no flush, no fsync."""
-        if not self._closed:
-            self._close_log()
+        for slot in range(len(self._files)):
+            self._close_file(slot, sync=False)
+        self._closed = True
 
     def delete_empty(self) -> None:
         """Close and remove this segment's files; only for a segment holding nothing."""
