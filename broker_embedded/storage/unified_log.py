@@ -38,12 +38,10 @@ below the high watermark go. :meth:`delete_records_before` moves the log start o
 DeleteRecords; not above the HW). Flushing: every ``flush.messages`` appended records, or when the
 log manager sees ``flush.ms`` elapsed; the recovery point then becomes the log end offset.
 
-Opening first settles an interrupted cleaner swap (see "Replacing segments" below), then recovers:
-closed segments get Kafka's index sanity check (a missing index file, or one that is not a whole
-number of entries, is rebuilt from the ``.log``); after an unclean shutdown every segment from the
-one holding the recovery point on is scanned (CRCs, offsets), a torn or corrupt tail is truncated
-(and later segments deleted), their indexes are rebuilt, and the producer snapshots above the first
-of them are deleted. The producer state is then reloaded from the latest snapshot and the log
+Opening (log_loader.py, Kafka's ``LogLoader``) first settles an interrupted cleaner swap, then
+recovers the closed segments (index sanity checks; after an unclean shutdown a scan from the
+segment holding the recovery point, truncating a corrupt tail); the segment writer recovers the
+last segment. The producer state is then reloaded from the latest snapshot and the log
 replayed after it, rebuilding the ``.txnindex`` entries of the replayed aborted transactions and,
 after an unclean shutdown, the leader epochs of replayed batches newer than the cache's.
 
@@ -62,23 +60,19 @@ fsynced: that is the commit point. Then every file of the replaced segments is r
 fsynced and the ``.deleted`` files are removed, and so are the producer snapshots at the base
 offsets of the replaced segments but the first (Kafka's ``deleteProducerSnapshots``). Only
 renames: a reader in another process that holds a replaced segment open keeps reading the old
-inode. Opening settles a crash at any step
-as Kafka's ``LogLoader`` does: ``.deleted`` and ``.tmp`` files are removed; ``.swap`` files at or
-above the lowest ``.cleaned`` file's offset belong to an unfinished swap and are removed with the
-``.cleaned`` files (the old segments stay); the remaining ``.swap`` files complete their swap:
-segment files (``.log``, ``.index``, ``.timeindex``, ``.txnindex``; never producer snapshots)
-whose offset lies in ``[lowest .swap base, highest .swap next offset)`` are removed and the
-``.swap`` files renamed. The cleaner keeps the last batch of every group (as an empty batch if
-need be), so that a ``.swap`` segment's next offset covers every non-empty segment it replaces:
-the outcome is the old segments or the new one, never a mix.
+inode. Opening settles a crash at any step (log_loader.py): the outcome is the old segments or
+the new one, never a mix.
 
 Cleaning sessions (:meth:`cleaning_session`): a cleaner works outside the log's lock, reading
 closed segments; :meth:`close` stops a session (the cleaner sees it between windows) and waits
 for it to end, and a truncation makes the session's :meth:`replace_segments` refuse
 (:class:`CleaningAbortedError`), as do replaced segments that retention deleted meanwhile.
 
-Reads (:meth:`read`) copy the bytes (``bytes``), so a later truncation can never pull a mapping
-from under a reader in this process. Thread safety: every public method takes the log's lock.
+Reads go through local_log.py, the reader the read-only view shares (:meth:`read` is
+``read_segments`` over this log's segment views, the active one shared with the writer's
+in-memory indexes). They copy the bytes (``bytes``), so a later truncation can never pull a
+mapping from under a reader in this process. Thread safety: every public method takes the log's
+lock.
 """
 
 from __future__ import annotations
@@ -111,7 +105,7 @@ from broker_embedded.record.record_batch import (
     set_partition_leader_epoch,
 )
 from broker_embedded.record.records import AnyBatch, iter_batches
-from broker_embedded.storage.checkpoint_file import fsync_dir, write_atomically
+from broker_embedded.storage.checkpoint_file import fsync_dir
 from broker_embedded.storage.fetch_data_info import FetchDataInfo, FetchIsolation
 from broker_embedded.storage.leader_epoch_checkpoint import LEADER_EPOCH_CHECKPOINT
 from broker_embedded.storage.leader_epoch_file_cache import LeaderEpochFileCache
@@ -122,6 +116,14 @@ from broker_embedded.storage.local_log import (
     walk_batches,
 )
 from broker_embedded.storage.log_config import LogConfig
+from broker_embedded.storage.log_loader import (
+    CLEANED_SUFFIX,
+    DELETED_SUFFIX,
+    SEGMENT_SUFFIXES,
+    SWAP_SUFFIX,
+    LogLoader,
+    delete_segment_files,
+)
 from broker_embedded.storage.log_segment import (
     LOG_SUFFIX,
     LogSegment,
@@ -129,7 +131,7 @@ from broker_embedded.storage.log_segment import (
     segment_file_stem,
 )
 from broker_embedded.storage.log_segments import LogSegments
-from broker_embedded.storage.offset_index import INDEX_SUFFIX, OffsetIndex
+from broker_embedded.storage.offset_index import INDEX_SUFFIX
 from broker_embedded.storage.producer_state_manager import (
     AppendOrigin,
     CompletedTxn,
@@ -137,8 +139,8 @@ from broker_embedded.storage.producer_state_manager import (
     list_snapshots,
     snapshot_file_name,
 )
-from broker_embedded.storage.segment_writer import LogSegmentWriter, SegmentWriter, wall_clock_ms
-from broker_embedded.storage.time_index import TIME_INDEX_SUFFIX, TimeIndex
+from broker_embedded.storage.segment_writer import SegmentWriter, wall_clock_ms
+from broker_embedded.storage.time_index import TIME_INDEX_SUFFIX
 from broker_embedded.storage.topic_partition import TopicPartition
 from broker_embedded.storage.transaction_index import (
     FILE_SUFFIX as TXN_INDEX_SUFFIX,
@@ -149,13 +151,6 @@ from broker_embedded.storage.transaction_index import (
 )
 
 log = logging.getLogger(__name__)
-
-CLEANED_SUFFIX = ".cleaned"
-SWAP_SUFFIX = ".swap"
-DELETED_SUFFIX = ".deleted"
-TRANSIENT_SUFFIXES = (CLEANED_SUFFIX, DELETED_SUFFIX, ".tmp")
-SEGMENT_SUFFIXES = (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX)
-_STEM_DIGITS = 20
 
 
 class CleaningAbortedError(KafkaLogError):
@@ -260,9 +255,10 @@ class UnifiedLog:
         self._truncations = 0
         self._truncation_floor: int | None = None
         self.directory.mkdir(parents=True, exist_ok=True)
-        self._settle_interrupted_swaps()
+        loader = LogLoader(self.directory, config, clock_ms, repr(self))
+        loader.settle_interrupted_swaps()
         recover = not had_clean_shutdown
-        self._load_segments(recovery_point, recover)
+        loader.load_segments(recovery_point, recover)
         self._writer = SegmentWriter(
             self.log_dir, topic_partition, config, topic_id=topic_id, recover=recover,
             recovery_point=recovery_point, start_offset=log_start_offset or 0, clock_ms=clock_ms,
@@ -285,108 +281,6 @@ class UnifiedLog:
             self.flush()
 
     # -- opening ---------------------------------------------------------------------------------
-
-    def _settle_interrupted_swaps(self) -> None:
-        """Kafka's ``LogLoader`` passes over transient files (module docstring, "Replacing
-        segments"), limited to segment files."""
-        d = self.directory
-        cleaned, swaps = [], []
-        changed = False
-        for name in os.listdir(d):
-            if name.endswith((DELETED_SUFFIX, ".tmp")):
-                (d / name).unlink(missing_ok=True)
-                changed = True
-            elif name.endswith(CLEANED_SUFFIX) and _name_offset(name) is not None:
-                cleaned.append(name)
-            elif name.endswith(SWAP_SUFFIX) and _name_offset(name) is not None:
-                swaps.append(name)
-        if cleaned:
-            lowest = min(_name_offset(n) for n in cleaned)
-            for name in [n for n in swaps if _name_offset(n) >= lowest]:
-                log.warning("%s: removing %s of an unfinished swap", self, name)
-                (d / name).unlink(missing_ok=True)
-                swaps.remove(name)
-            for name in cleaned:
-                (d / name).unlink(missing_ok=True)
-            changed = True
-        log_swaps = [n for n in swaps if n == _swap_name(_name_offset(n), LOG_SUFFIX)]
-        if log_swaps:
-            lo = min(_name_offset(n) for n in log_swaps)
-            hi = max(_swap_next_offset(d, _name_offset(n)) for n in log_swaps)
-            for name in os.listdir(d):
-                offset = _name_offset(name)
-                if offset is not None and lo <= offset < hi and name in _segment_names(offset):
-                    log.warning("%s: removing %s, replaced by a cleaned segment", self, name)
-                    (d / name).unlink(missing_ok=True)
-        for name in sorted(swaps, key=lambda n: (_name_offset(n), not n.endswith(".log.swap"))):
-            log.warning("%s: completing the swap of %s", self, name)
-            os.replace(d / name, d / name[: -len(SWAP_SUFFIX)])
-            changed = True
-        if changed:
-            fsync_dir(d)
-
-    def _load_segments(self, recovery_point: int, recover: bool) -> None:
-        """Kafka's log loading, up to the last segment (which the segment writer opens).
-
-        Closed segments outside the recovery range get Kafka's sanity check of their index
-        files: when one is missing or not a whole number of entries, both are rebuilt from the
-        ``.log``. After an unclean shutdown, every segment from the one holding the recovery
-        point on is recovered, and the producer snapshots above that segment's base offset are
-        deleted, so that the producer state replay covers the recovered segments (re-indexing
-        their aborted transactions)."""
-        listing = LogSegments.list_dir(self.directory)
-        bases = listing.base_offsets
-        if not bases:
-            return
-        start = listing.floor_index(recovery_point) if recover else len(bases) - 1
-        for base in bases[:start]:
-            if not self._indexes_look_sane(base):
-                self._rebuild_indexes(base)
-        if recover:
-            for offset, path in list_snapshots(self.directory):
-                if offset > bases[start]:
-                    path.unlink(missing_ok=True)
-            self._recover_closed_segments(bases[start:])
-
-    def _indexes_look_sane(self, base: int) -> bool:
-        for suffix, entry_size in ((INDEX_SUFFIX, OffsetIndex.ENTRY_SIZE),
-                                   (TIME_INDEX_SUFFIX, TimeIndex.ENTRY_SIZE)):  # fmt: skip
-            try:
-                if self._path(base, suffix).stat().st_size % entry_size:
-                    return False
-            except FileNotFoundError:
-                return False
-        return True
-
-    def _rebuild_indexes(self, base: int) -> None:
-        """Rewrite both index files of closed segment ``base`` from its ``.log``."""
-        with LogSegment.open(
-            self.directory, base, index_interval_bytes=self.config.index_interval_bytes
-        ) as seg:
-            log.warning("%s: segment %d: index %s", self, base, seg.index_status)
-            write_atomically(self._path(base, INDEX_SUFFIX), seg.offset_index.to_bytes())
-            write_atomically(self._path(base, TIME_INDEX_SUFFIX), seg.time_index.to_bytes())
-
-    def _recover_closed_segments(self, bases: list[int]) -> None:
-        """Scan the closed segments among ``bases`` (all but the last, which the segment writer
-        recovers); after a truncated one, later segments are deleted (Kafka's recovery). The
-        ``.txnindex`` files of the recovered segments are rebuilt by the producer state replay."""
-        for i in range(len(bases) - 1):
-            path = self._path(bases[i], LOG_SUFFIX)
-            size = path.stat().st_size
-            writer = LogSegmentWriter.open(
-                self.directory, bases[i], self.config, now_ms=self._clock(), recover=True
-            )
-            truncated = writer.size < size
-            writer.close()
-            self._path(bases[i], TXN_INDEX_SUFFIX).unlink(missing_ok=True)
-            if truncated:
-                log.warning("%s: %s had a corrupt tail; deleting later segments", self, path)
-                for later in bases[i + 1 :]:
-                    self._delete_segment_files(later)
-                return
-        if bases:
-            self._path(bases[-1], TXN_INDEX_SUFFIX).unlink(missing_ok=True)
 
     def _rebuild_producer_state(self, restore_epochs: bool = False) -> None:
         """Reload the latest snapshot, then replay the log after it, re-indexing the aborted
@@ -999,8 +893,7 @@ class UnifiedLog:
         self._delete_segment_files(base)
 
     def _delete_segment_files(self, base: int) -> None:
-        for suffix in SEGMENT_SUFFIXES:
-            self._path(base, suffix).unlink(missing_ok=True)
+        delete_segment_files(self.directory, base)
 
     def _set_log_start_offset(self, offset: int) -> None:
         if offset == self.log_start_offset:
@@ -1141,47 +1034,5 @@ class UnifiedLog:
             self._closed = True
 
 
-def _name_offset(name: str) -> int | None:
-    """The offset a partition file's name starts with (20 digits and a dot), else None."""
-    stem = name[:_STEM_DIGITS]
-    if len(name) > _STEM_DIGITS and name[_STEM_DIGITS] == "." and stem.isdigit():
-        return int(stem)
-    return None
-
-
-def _segment_names(offset: int) -> tuple[str, ...]:
-    return tuple(segment_file_stem(offset) + x for x in SEGMENT_SUFFIXES)
-
-
-def _swap_name(offset: int | None, suffix: str) -> str:
-    return "" if offset is None else segment_file_stem(offset) + suffix + SWAP_SUFFIX
-
-
 def _cleaned_name(offset: int, suffix: str) -> str:
     return segment_file_stem(offset) + suffix + CLEANED_SUFFIX
-
-
-def _swap_next_offset(directory: Path, base: int) -> int:
-    """The offset after the last complete batch of ``<base>.log.swap`` (its base offset when it
-    holds none), read from the last entry of its ``.index.swap`` on when that one is usable
-    (else from the start: a recovery-time read of the whole file)."""
-    path = directory / _swap_name(base, LOG_SUFFIX)
-    start = 0
-    try:
-        start = OffsetIndex.load(
-            directory / _swap_name(base, INDEX_SUFFIX), base
-        ).last_entry.position
-    except (OSError, KafkaLogError):
-        pass
-    with open(path, "rb") as f:
-        for first in dict.fromkeys((start, 0)):
-            f.seek(first)
-            next_offset = None
-            try:
-                for b in iter_batches(f.read(), str(path), tail="stop"):
-                    next_offset = b.next_offset
-            except CorruptRecordError:
-                pass
-            if next_offset is not None:
-                return next_offset
-    return base
