@@ -280,3 +280,9 @@ class CorruptSnapshotError(KafkaLogError):
 
 class ProducerStateError(KafkaLogError):
     """A producer state update used against a state that changed since it was prepared."""
+
+
+class TooManyOpenFilesError(KafkaStorageError):
+    """A file that cannot be opened because an open-files limit is reached (``EMFILE``: the
+    process's ``ulimit -n``; ``ENFILE``: the system's); the message names the file and the
+    limit with its value."""

@@ -35,16 +35,16 @@ session).
 
 from __future__ import annotations
 
-import bisect
 import logging
 import threading
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from broker_embedded.errors import KafkaLogError
 from broker_embedded.storage.cleaning_lock import checkpoint_lock
+from broker_embedded.storage.log_segments import LogSegments
 from broker_embedded.storage.offset_checkpoint import (
     CLEANER_OFFSET_CHECKPOINT,
     OffsetCheckpointFile,
@@ -168,10 +168,6 @@ class LogToClean:
         return self.cleanable_bytes / self.total_bytes if self.total_bytes else 0.0
 
 
-def _floor_index(bases: Sequence[int], offset: int) -> int:
-    return max(bisect.bisect_right(bases, offset) - 1, 0)
-
-
 def cleanable_offsets(
     log: UnifiedLog,
     snap: CleaningSnapshot,
@@ -194,7 +190,7 @@ def cleanable_offsets(
     lag = max(log.config.min_compaction_lag_ms, 0)
     bases = (*snap.base_offsets, snap.active_base_offset)
     if lag > 0:
-        dirty = snap.base_offsets[_floor_index(bases, checkpoint) :]
+        dirty = snap.base_offsets[LogSegments(bases).floor_index(checkpoint) :]
         stamps = log.segment_timestamps(dirty)
         for base in dirty:
             if base in stamps and stamps[base][0] > now_ms - lag:
@@ -202,7 +198,7 @@ def cleanable_offsets(
                 break
     uncleanable = min(candidates)
     if uncleanable >= bases[0]:
-        uncleanable = bases[_floor_index(bases, uncleanable)]
+        uncleanable = bases[LogSegments(bases).floor_index(uncleanable)]
     return OffsetsToClean(checkpoint, max(checkpoint, uncleanable), force)
 
 
@@ -214,13 +210,13 @@ def log_to_clean(
     bases = (*snap.base_offsets, snap.active_base_offset)
     sizes = (*snap.sizes, snap.active_size)
     clean = sum(s for b, s in zip(bases, sizes, strict=True) if b < first_dirty)
-    lo = _floor_index(bases, first_dirty)
+    lo = LogSegments(bases).floor_index(first_dirty)
     cleanable = sum(s for b, s in zip(bases[lo:], sizes[lo:], strict=True) if b < uncleanable)
     need_now = False
     max_lag = max(log.config.max_compaction_lag_ms, 0)
     cleanable_until = now_ms - max_lag
     if cleanable_until > 0:
-        dirty = snap.base_offsets[_floor_index(bases, first_dirty) :]
+        dirty = snap.base_offsets[LogSegments(bases).floor_index(first_dirty) :]
         firsts = [f for _, f in log.segment_timestamps(dirty).values() if f > 0]
         need_now = bool(firsts) and min(firsts) < cleanable_until
     return LogToClean(log, first_dirty, uncleanable, clean, cleanable, need_now)

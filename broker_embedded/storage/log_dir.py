@@ -148,6 +148,7 @@ class LogDir:
             directory,
             high_watermark=self.high_watermarks.get(tp),
             log_start_offset=self.log_start_offsets.get(tp),
+            recovery_point=self.recovery_points.get(tp, 0),
             index_interval_bytes=index_interval_bytes,
         )
 

@@ -69,6 +69,7 @@ from broker_embedded.storage.offset_checkpoint import (
     REPLICATION_OFFSET_CHECKPOINT,
     OffsetCheckpointFile,
 )
+from broker_embedded.storage.open_files import is_too_many_open_files, too_many_open_files
 from broker_embedded.storage.partition_metadata import (
     PARTITION_METADATA_FILE,
     PartitionMetadataFile,
@@ -403,8 +404,13 @@ def read_offset_checkpoints(log_dir: Path) -> dict[str, dict[TopicPartition, int
 def _open_log(
     log_dir: Path, tp: TopicPartition, entry: TopicEntry, defaults: LogConfig, **kwargs: object
 ) -> UnifiedLog:
-    return UnifiedLog(log_dir, tp, entry.log_config(defaults, tp.topic), topic_id=entry.topic_id,
-                      **kwargs)  # fmt: skip
+    try:
+        return UnifiedLog(log_dir, tp, entry.log_config(defaults, tp.topic),
+                          topic_id=entry.topic_id, **kwargs)  # fmt: skip
+    except OSError as e:  # one not opened through open_files.open_file
+        if is_too_many_open_files(e):
+            raise too_many_open_files(e.filename or log_dir / tp.dir_name, e) from e
+        raise
 
 
 def shut_down_cleanly(log_dir: str | Path) -> bool:

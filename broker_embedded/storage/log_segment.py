@@ -11,7 +11,8 @@ Invariants relied on: every batch's offsets are >= B and increase down the file 
 necessarily contiguously); the indexes point at batch starts and obey the rules of
 ``segment_indexer.py``.
 
-Opening maps the ``.log`` read-only (its size is fixed at open: a view of a growing active
+Opening maps the ``.log`` read-only, keeping no file descriptor (open_files.py; its size is
+fixed at open: a view of a growing active
 segment ends where the file ended then; a partial batch at the end is ignored, as in a fetch)
 and loads the indexes. A missing index file, one that Kafka's sanity check rejects or that
 contradicts the ``.log`` (its last entry is not a batch start, points past the file, names an
@@ -25,6 +26,13 @@ the bytes from that batch's start, at most ``max_bytes`` (at least that whole ba
 ``min_one_message``, KIP-74) and never past ``max_position``; the slice may end in a partial
 batch, which a consumer drops.
 
+A partial batch may end only the last segment of a log, above its recovery point: that is a torn
+write (a crash during an append, or a writer appending while this view opened) and a read stops
+before it. Anywhere else, bytes after the last complete batch (typically an impossible length
+field, e.g. 0x7fffffff, which makes a batch reach past the end of the file) are corruption:
+``check_tail`` raises :class:`CorruptRecordError` naming the file, the position and the offset,
+and every read that reaches that point calls it, so no read skips the rest of the segment.
+
 Thread safety: immutable after opening; any number of threads may read. Returned memoryviews
 point into the mapping and stay valid while referenced (closing defers the unmap until they are
 released). Never let a writer truncate a ``.log`` that a reader has mapped: touching mapped
@@ -34,9 +42,9 @@ and the cleaner replaces whole files by rename, which keeps the mapped inode int
 
 from __future__ import annotations
 
-import mmap
 import os
 import re
+import struct
 from array import array
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -49,10 +57,12 @@ from broker_embedded.errors import CorruptRecordError, IndexCorruptError
 from broker_embedded.record.record_batch import RecordBatch
 from broker_embedded.record.records import AnyBatch, iter_batches
 from broker_embedded.storage.offset_index import INDEX_SUFFIX, OffsetIndex
+from broker_embedded.storage.open_files import map_read_only
 from broker_embedded.storage.segment_indexer import DEFAULT_INDEX_INTERVAL_BYTES, SegmentIndexer
 from broker_embedded.storage.time_index import NO_TIMESTAMP, TIME_INDEX_SUFFIX, TimeIndex
 
 LOG_SUFFIX = ".log"
+_OFFSET_AND_LENGTH = struct.Struct(">qi")  # the base offset and length fields of every entry
 _SEGMENT_LOG_NAME = re.compile(r"([0-9]{20})\.log")
 
 
@@ -125,7 +135,7 @@ class LogSegment:
 
     __slots__ = ("base_offset", "log_path", "index_interval_bytes", "offset_index", "time_index",
                  "index_status", "size_in_bytes", "end_of_batches", "next_offset",
-                 "largest_timestamp", "file_id", "_mmap", "_buf")  # fmt: skip
+                 "largest_timestamp", "file_id", "_buf")  # fmt: skip
 
     def __init__(
         self,
@@ -139,8 +149,8 @@ class LogSegment:
             raise ValueError(f"{self.log_path} is not a segment file name (<20 digits>.log)")
         self.base_offset = base
         self.index_interval_bytes = index_interval_bytes
-        self._mmap: mmap.mmap | None = None
-        self._buf = self._map()
+        self._buf, st = map_read_only(self.log_path)
+        self.file_id = _file_id(st)
         self.size_in_bytes = len(self._buf)
         self._load_indexes()
 
@@ -161,14 +171,11 @@ class LogSegment:
         seg.log_path = Path(log_path)
         seg.base_offset = offset_index.base_offset
         seg.index_interval_bytes = DEFAULT_INDEX_INTERVAL_BYTES
-        seg._mmap = None
         seg._buf = memoryview(b"")
         seg.file_id = None
         if size:
-            with open(seg.log_path, "rb") as f:
-                seg.file_id = _file_id(os.fstat(f.fileno()))
-                seg._mmap = mmap.mmap(f.fileno(), size, access=mmap.ACCESS_READ)
-            seg._buf = memoryview(seg._mmap)
+            seg._buf, st = map_read_only(seg.log_path, size)
+            seg.file_id = _file_id(st)
         seg.size_in_bytes = seg.end_of_batches = size
         seg.offset_index, seg.time_index = offset_index, time_index
         seg.next_offset = next_offset
@@ -186,16 +193,6 @@ class LogSegment:
     ) -> LogSegment:
         path = Path(directory) / (segment_file_stem(base_offset) + LOG_SUFFIX)
         return cls(path, index_interval_bytes=index_interval_bytes)
-
-    def _map(self) -> memoryview:
-        with open(self.log_path, "rb") as f:
-            st = os.fstat(f.fileno())
-            self.file_id = _file_id(st)
-            size = st.st_size
-            if size == 0:
-                return memoryview(b"")
-            self._mmap = mmap.mmap(f.fileno(), size, access=mmap.ACCESS_READ)
-        return memoryview(self._mmap)
 
     # -- files -------------------------------------------------------------------------------------
 
@@ -341,6 +338,32 @@ class LogSegment:
 
     # -- checks ------------------------------------------------------------------------------------
 
+    def check_tail(self, *, last: bool, recovery_point: int = 0) -> None:
+        """Raise :class:`CorruptRecordError` when bytes follow the last complete batch and this
+        is not a torn write: a segment that is not the ``last`` of its log, or whose first
+        missing offset lies below the ``recovery_point`` (everything below it was fsynced)."""
+        if self.end_of_batches >= self.size_in_bytes:
+            return
+        if last and self.next_offset >= recovery_point:
+            return
+        left = self.size_in_bytes - self.end_of_batches
+        stated = ""
+        if left >= _OFFSET_AND_LENGTH.size:
+            base, length = _OFFSET_AND_LENGTH.unpack_from(self._buf, self.end_of_batches)
+            stated = f" (its header says base offset {base}, length {length})"
+        where = (
+            "a segment that is not the last one"
+            if not last
+            else (f"the last segment, below its recovery point {recovery_point}")
+        )
+        raise CorruptRecordError(
+            f"the batch at offset {self.next_offset}{stated} does not fit the {left} bytes left "
+            f"in {where}: corrupt, not a torn tail",
+            source=self.source,
+            position=self.end_of_batches,
+            base_offset=self.next_offset,
+        )
+
     def verify(self) -> int:
         """Check every batch (CRC, offsets) and every index entry; return the batch count.
 
@@ -415,14 +438,8 @@ class LogSegment:
     # -- lifetime ----------------------------------------------------------------------------------
 
     def close(self) -> None:
-        """Drop the mapping (deferred while returned views are still referenced)."""
+        """Drop the mapping (unmapped once the views handed out are released too)."""
         self._buf = memoryview(b"")
-        m, self._mmap = self._mmap, None
-        if m is not None:
-            try:
-                m.close()
-            except BufferError:
-                pass  # views handed out still use it; it is unmapped when they are released
 
     def __enter__(self) -> LogSegment:
         return self

@@ -13,6 +13,13 @@ Offsets (Kafka's ``UnifiedLog`` rules, given the log dir's checkpoint values):
 
 - ``log_end_offset``: the offset after the last batch of the last segment (its base offset when
   it holds none);
+- a partial batch may end only the last segment, from the recovery point
+  (``recovery-point-offset-checkpoint``, 0 without an entry) on: a torn or in-flight write.
+  Anywhere else it is corruption (``LogSegment.check_tail``): every read, batch walk or
+  timestamp lookup reaching it raises :class:`CorruptRecordError` naming the file, position and
+  offset, never skipping the rest of its segment. One in the last segment below the recovery
+  point is waited out (``_SETTLE_DELAYS``, a writer finishing an append after a truncation) and
+  then fails the open, the log end offset being unknown;
 - ``log_start_offset``: ``max(log-start-offset-checkpoint value, first segment's base offset)``,
   the first segment's base offset without a checkpoint entry;
 - ``high_watermark``: the replication-offset-checkpoint value clamped to
@@ -29,21 +36,23 @@ Offsets (Kafka's ``UnifiedLog`` rules, given the log dir's checkpoint values):
   log start offset), then the batches from the snapshot's offset whose base offset is below the
   HW are replayed into it (with the HW on a batch boundary, as a broker keeps it, those are the
   batches ending below it). Only transactional batches are replayed: the walk reads batch headers
-  with the compiled header scan of ``decode_kernel.scan_entries`` (no Python object per batch;
-  windows of ``_SCAN_WINDOW_BYTES`` of batches, so its memory is bounded) and builds a batch view,
-  decoding the one record of a control batch, for transactional batches only. Cost: one header
+  with the compiled header scan (``local_log.header_tables``: no Python object per batch,
+  windows of batches, so its memory is bounded) and builds a batch view, decoding the one record
+  of a control batch, for transactional batches only. Cost: one header
   read per batch between the snapshot and the HW (Kafka, and unified_log.py, snapshot at every
   roll, so normally the active segment only; the whole log when the directory holds no usable
   snapshot), tens of nanoseconds a batch when the pages are cached; a log without transactions
   pays that scan and nothing else. A transaction open across a log start offset moved by
   retention is known only from a snapshot, as in Kafka.
 
-``read`` is Kafka's ``LocalLog.read``: the slice of the first segment, from the one holding
-``fetch_offset`` on, that has a batch ending at or after it, bounded above by the position of the
-batch holding ``max_offset`` (default the high watermark). ``fetch`` is the read a Fetch request
-makes (fetch_data_info.py): bounded by the log end offset, the HW or the LSO depending on the
-:class:`FetchIsolation`, the bytes copied out of the mapping, and for ``TXN_COMMITTED`` the aborted
-transactions overlapping the read, from the ``.txnindex`` files (``aborted_transactions``).
+``read`` is Kafka's ``LocalLog.read`` (``local_log.read_segments``, the one the broker's log uses,
+with this view's segment opening and re-listing as its policy): the slice of the first segment,
+from the one holding ``fetch_offset`` on, that has a batch ending at or after it, bounded above
+by the position of the batch holding ``max_offset`` (default the high watermark). ``fetch`` is the
+read a Fetch request makes (fetch_data_info.py): bounded by the log end offset, the HW or the LSO
+depending on the :class:`FetchIsolation`, the bytes copied out of the mapping, and for
+``TXN_COMMITTED`` the aborted transactions overlapping the read, from the ``.txnindex`` files
+(``aborted_transactions``).
 
 Concurrent cleaning. The segments are listed at open and opened on first use, while a cleaner in
 another process (or a broker's cleaner thread) may swap segments: ``<B>.log.cleaned`` and its
@@ -93,7 +102,6 @@ never invalidates what another holds.
 
 from __future__ import annotations
 
-import bisect
 import errno
 import logging
 import os
@@ -105,15 +113,12 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TypeVar
 
-import numpy as np
-
 from broker_embedded.errors import (
     CorruptSnapshotError,
     KafkaStorageError,
     OffsetOutOfRangeError,
 )
 from broker_embedded.record import decode_kernel as k
-from broker_embedded.record.entry_scan import last_offset, scan_window
 from broker_embedded.record.record_batch import TRANSACTIONAL_MASK, RecordBatch
 from broker_embedded.record.records import AnyBatch
 from broker_embedded.storage.fetch_data_info import FetchDataInfo, FetchIsolation
@@ -121,6 +126,13 @@ from broker_embedded.storage.leader_epoch_checkpoint import (
     LEADER_EPOCH_CHECKPOINT,
     EpochEntry,
     LeaderEpochCheckpointFile,
+)
+from broker_embedded.storage.local_log import (
+    end_of_complete_batches,
+    header_tables,
+    offset_by_timestamp,
+    read_segments,
+    walk_batches,
 )
 from broker_embedded.storage.log_segment import (
     LOG_SUFFIX,
@@ -130,6 +142,7 @@ from broker_embedded.storage.log_segment import (
     parse_segment_log_name,
     segment_file_stem,
 )
+from broker_embedded.storage.log_segments import LogSegments
 from broker_embedded.storage.partition_metadata import (
     PARTITION_METADATA_FILE,
     PartitionMetadataFile,
@@ -153,15 +166,6 @@ _SETTLE_DELAYS = (0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.4)
 _SWAP_LOG_NAME = re.compile(r"([0-9]{20})\.log\.swap")
 _SWAP_SUFFIX = ".swap"
 
-# Bytes of batches whose headers one scan call covers (a module variable so that tests can make
-# windows cut batches without writing megabytes); a batch larger than it gets a wider window.
-_SCAN_WINDOW_BYTES = 4 * 1024 * 1024
-
-
-def segment_base_offsets(directory: str | Path) -> list[int]:
-    """The sorted base offsets of the ``<20 digits>.log`` files in a partition directory."""
-    return sorted(b for b in map(parse_segment_log_name, os.listdir(directory)) if b is not None)
-
 
 class _StaleView(FileNotFoundError):
     """A segment file of the listing that is gone, or that another file replaced since it was
@@ -182,53 +186,12 @@ def _names_same_file(seg: LogSegment) -> bool:
     return (st.st_dev, st.st_ino) == seg.file_id
 
 
-def _floor_slot(bases: list[int], offset: int) -> int:
-    """Index in ``bases`` of the segment that would hold ``offset`` (at least 0)."""
-    return max(bisect.bisect_right(bases, offset) - 1, 0)
-
-
-def _readonly_bytes(buf: bytes | memoryview) -> np.ndarray:
-    """``buf`` as read-only uint8 (the kernel is compiled for read-only input only)."""
-    arr = np.frombuffer(buf, np.uint8)
-    if arr.flags.writeable:
-        arr = arr.view()
-        arr.flags.writeable = False
-    return arr
-
-
-def _header_tables(buf: bytes | memoryview, source: str, position: int) -> Iterator[np.ndarray]:
-    """Scan tables (``decode_kernel.SCAN_FIELDS`` int64 columns, one row per complete entry,
-    positions relative to ``buf``) of the entries of ``buf``, one window at a time. A partial
-    last entry ends the walk; a corrupt entry is a :class:`CorruptRecordError` (``position`` is
-    the file position of ``buf[0]``, for the message)."""
-    arr = _readonly_bytes(buf)
-    pos, end = 0, len(arr)
-    stop = min(end, _SCAN_WINDOW_BYTES)
-    while pos < end:
-        scanned = scan_window(arr, pos, stop, source, position)
-        if not len(scanned.table):
-            if stop == end:
-                return  # a partial entry at the end
-            stop = min(end, pos + max(scanned.needed, 2 * (stop - pos)))  # widen for a big batch
-            continue
-        yield scanned.table
-        pos = scanned.end
-        stop = min(end, pos + _SCAN_WINDOW_BYTES)
-
-
-def _end_of_complete_batches(records: bytes, default: int) -> int:
-    """The offset after the last complete batch of a read, ``default`` when it holds none."""
-    last = None
-    for table in _header_tables(records, "<fetched records>", 0):
-        last = last_offset(table, -1)
-    return default if last is None else last + 1
-
-
 class PartitionReader:
     """Reads one partition directory; see the module docstring."""
 
     __slots__ = ("directory", "topic_partition", "index_interval_bytes", "base_offsets",
-                 "log_start_offset", "log_end_offset", "high_watermark", "_segments",
+                 "log_start_offset", "log_end_offset", "high_watermark", "recovery_point",
+                 "_segments",
                  "_lock", "_relist_lock", "_lso", "_lso_lock")  # fmt: skip
 
     def __init__(
@@ -237,9 +200,11 @@ class PartitionReader:
         *,
         high_watermark: int | None = None,
         log_start_offset: int | None = None,
+        recovery_point: int = 0,
         index_interval_bytes: int = DEFAULT_INDEX_INTERVAL_BYTES,
     ) -> None:
         self.directory = Path(directory)
+        self.recovery_point = recovery_point
         self.topic_partition = TopicPartition.parse_dir_name(self.directory.name)
         self.index_interval_bytes = index_interval_bytes
         self._segments: dict[int, LogSegment] = {}
@@ -298,12 +263,27 @@ class PartitionReader:
             if not self.base_offsets:
                 return None
             try:
-                return self.segment(self.base_offsets[-1]).next_offset
+                return self._settled_last_segment(self.segment(self.base_offsets[-1])).next_offset
             except _StaleView as e:
                 cause = e
             self.base_offsets = self._list_bases()
         assert cause is not None
         raise self._gone_error(cause, None, "opening the view") from cause
+
+    def _settled_last_segment(self, seg: LogSegment) -> LogSegment:
+        """``seg``, the last segment, checked for a partial batch below the recovery point. A
+        writer in the middle of an append after a truncation (which lowers the checkpointed
+        recovery point only later) can show one: the segment is opened again after each of the
+        ``_SETTLE_DELAYS`` until the batch is whole; one that stays is corruption."""
+        for delay in _SETTLE_DELAYS:
+            if seg.end_of_batches == seg.size_in_bytes or seg.next_offset >= self.recovery_point:
+                return seg
+            time.sleep(delay)
+            with self._lock:
+                self._segments.pop(seg.base_offset, None)  # kept mappings stay valid
+            seg = self.segment(seg.base_offset)
+        seg.check_tail(last=True, recovery_point=self.recovery_point)
+        return seg
 
     # -- listing -----------------------------------------------------------------------------------
 
@@ -459,14 +439,14 @@ class PartitionReader:
         while True:
             bases = self.base_offsets
             try:
-                for base in bases[_floor_slot(bases, start_offset) :]:
+                for base in LogSegments(bases).from_floor(start_offset):
                     if base >= end_offset:
                         return
                     seg = self.segment(base)
                     found = seg.read(start_offset, seg.size_in_bytes, seg.end_of_batches, True)
                     if found is not None:
                         view = found.records
-                        for table in _header_tables(view, seg.source, found.position):
+                        for table in header_tables(view, seg.source, found.position):
                             # a legacy entry's offset field is its last offset; never
                             # transactional
                             below = table[:, k.S_OFFSET] < end_offset
@@ -477,6 +457,7 @@ class PartitionReader:
                                                   found.position + pos)  # fmt: skip
                             if not below.all():
                                 return
+                    self._check_tail(seg, bases)
                     if seg.next_offset > start_offset:  # progress
                         start_offset, relists = seg.next_offset, 0
                 return
@@ -503,7 +484,7 @@ class PartitionReader:
         self, bases: list[int], fetch_offset: int, upper_bound_offset: int
     ) -> tuple[AbortedTxn, ...]:
         found: list[AbortedTxn] = []
-        for base in bases[_floor_slot(bases, fetch_offset) :]:
+        for base in LogSegments(bases).from_floor(fetch_offset):
             before = self._log_file_id(base)
             path = self.txn_index_path(base)
             with TransactionIndex(path, base) as index:
@@ -544,13 +525,10 @@ class PartitionReader:
                 f"{self.log_end_offset}] (log start, log end) in {self.directory}"
             )
 
-    def _max_position(self, seg: LogSegment, upper: int) -> int:
-        if upper >= seg.next_offset:
-            return seg.end_of_batches
-        if upper <= seg.base_offset:
-            return 0
-        found = seg.translate_offset(upper)
-        return seg.end_of_batches if found is None else found.position
+    def _check_tail(self, seg: LogSegment, bases: list[int]) -> None:
+        """A read that reached the end of ``seg``'s batches: bytes after them are corruption
+        unless ``seg`` is the last segment and they hold offsets from the recovery point on."""
+        seg.check_tail(last=seg.base_offset == bases[-1], recovery_point=self.recovery_point)
 
     def read(
         self,
@@ -579,14 +557,8 @@ class PartitionReader:
         self, bases: list[int], fetch_offset: int, max_bytes: int, upper: int, min_one: bool
     ) -> tuple[FetchSlice, LogSegment | None]:
         """:meth:`read` on one listing, and the segment read (``None``: nothing found)."""
-        for base in bases[_floor_slot(bases, fetch_offset) :]:
-            if base >= upper:
-                break
-            seg = self.segment(base)
-            found = seg.read(fetch_offset, max_bytes, self._max_position(seg, upper), min_one)
-            if found is not None:
-                return found, seg
-        return FetchSlice(fetch_offset, -1, 0, memoryview(b"")), None
+        return read_segments(LogSegments(bases), self.segment, fetch_offset, max_bytes, upper,
+                             min_one, self.recovery_point)  # fmt: skip
 
     def fetch(
         self,
@@ -624,7 +596,7 @@ class PartitionReader:
             records = bytes(found.records)
             aborted = None
             if committed:
-                end = _end_of_complete_batches(records, lso)
+                end = end_of_complete_batches(records, lso)
                 aborted = self._aborted_in(bases, fetch_offset, end)
                 if seg is not None and not _names_same_file(seg):
                     raise _stale(seg.log_path, "was replaced while it was read")
@@ -644,21 +616,17 @@ class PartitionReader:
         start = self.log_start_offset if start_offset is None else start_offset
         end = self.log_end_offset if end_offset is None else end_offset
         relists = 0
+
+        def walked(seg: LogSegment) -> None:
+            nonlocal start, relists
+            if seg.next_offset > start:  # progress
+                start, relists = seg.next_offset, 0
+
         while True:
-            bases = self.base_offsets
+            segments = LogSegments(self.base_offsets)
             try:
-                for base in bases[_floor_slot(bases, start) :]:
-                    if base >= end:
-                        return
-                    seg = self.segment(base)
-                    found = seg.translate_offset(start)
-                    if found is not None:
-                        for b in seg.batches(found.position, seg.end_of_batches):
-                            if b.base_offset >= end:
-                                return
-                            yield b
-                    if seg.next_offset > start:  # progress
-                        start, relists = seg.next_offset, 0
+                yield from walk_batches(segments, self.segment, start, end, self.recovery_point,
+                                        walked)  # fmt: skip
                 return
             except _StaleView as e:
                 if relists == _RELIST_ATTEMPTS:
@@ -673,16 +641,10 @@ class PartitionReader:
         goes on past a segment whose matching records all lie below the log start offset."""
 
         def attempt(bases: list[int]) -> TimestampAndOffset | None:
-            for base in bases:
-                seg = self.segment(base)
-                if seg.largest_timestamp >= timestamp:
-                    found = seg.find_offset_by_timestamp(
-                        timestamp, max(self.log_start_offset, seg.base_offset)
-                    )
-                    if found is not None:
-                        # a last segment opened again after a swap may reach past the view's end
-                        return found if found.offset < self.log_end_offset else None
-            return None
+            found = offset_by_timestamp(LogSegments(bases), self.segment, timestamp,
+                                        self.log_start_offset, self.recovery_point)  # fmt: skip
+            # a last segment opened again after a swap may reach past the view's end
+            return found if found is None or found.offset < self.log_end_offset else None
 
         return self._retrying(attempt, None, f"looking up timestamp {timestamp}")
 

@@ -30,7 +30,17 @@ directory. Reopening continues the last segment after a clean close (the index b
 restarts at 0, as in Kafka, so entries differ from a rebuild after a restart); with
 ``recover=True`` (after an unclean shutdown), or when its ``.log`` ends in a partial batch, the
 last segment is recovered as Kafka does: batches checked from the start, the ``.log`` truncated
-after the last valid one, both indexes rebuilt. Earlier segments are not recovered.
+after the last valid one, both indexes rebuilt. Earlier segments are not recovered. A partial
+batch whose offset lies below the ``recovery_point`` without ``recover`` (a clean shutdown wrote
+everything below it) is not a torn write but corruption: :class:`CorruptRecordError`, nothing
+truncated (Kafka truncates only what recovery scans).
+
+File descriptors: each of the three files is opened by the first write to it (the ``.log`` by
+the first append, an index file by its first new entry) and kept until the segment closes, as
+Kafka opens indexes lazily: opening a log dir keeps no descriptor per partition, so that
+thousands of partitions open under a small ``ulimit -n`` (one written to holds up to three); a
+limit still reached is a :class:`TooManyOpenFilesError` naming the file and the limit
+(open_files.py). Flushing fsyncs only the files written since the last flush.
 
 Not thread-safe: one writer per partition directory (the caller holds the log dir lock).
 Readers in other processes see each append as soon as ``append`` returns (unbuffered writes);
@@ -39,7 +49,6 @@ durability needs :meth:`flush`.
 
 from __future__ import annotations
 
-import mmap
 import os
 import time
 import uuid
@@ -60,10 +69,11 @@ from broker_embedded.storage.log_config import LogConfig
 from broker_embedded.storage.log_segment import (
     LOG_SUFFIX,
     LogSegment,
-    parse_segment_log_name,
     segment_file_stem,
 )
+from broker_embedded.storage.log_segments import LogSegments
 from broker_embedded.storage.offset_index import INDEX_SUFFIX, OffsetIndex
+from broker_embedded.storage.open_files import map_read_only, open_file
 from broker_embedded.storage.partition_metadata import (
     PARTITION_METADATA_FILE,
     PartitionMetadataFile,
@@ -139,8 +149,8 @@ class LogSegmentWriter:
     """Appends to one segment's ``.log``, ``.index`` and ``.timeindex``."""
 
     __slots__ = ("directory", "base_offset", "config", "indexer", "size", "next_offset",
-                 "rolling_based_timestamp", "created_ms", "status", "_files", "_flushed",
-                 "_closed")  # fmt: skip
+                 "rolling_based_timestamp", "created_ms", "status", "_files", "_unsynced",
+                 "_flushed", "_closed")  # fmt: skip
 
     def __init__(
         self,
@@ -164,7 +174,11 @@ class LogSegmentWriter:
         self.rolling_based_timestamp = rolling_based_timestamp
         self.created_ms = created_ms
         self.status = status
-        self._files: list[BinaryIO] = [open(p, "ab", buffering=0) for p in self.paths()]
+        # .log, .index, .timeindex: each opened by its first write (lazily, as Kafka's indexes)
+        self._files: list[BinaryIO | None] = [None, None, None]
+        # the files (slots of paths()) written since they were last fsynced: none at first
+        # (created empty, or rewritten with write_atomically, or truncated and fsynced)
+        self._unsynced: set[int] = set()
         self._flushed = [len(indexer.offset_index), len(indexer.time_index)]
         self._closed = False
 
@@ -211,12 +225,15 @@ class LogSegmentWriter:
         *,
         now_ms: int,
         recover: bool = False,
+        recovery_point: int = 0,
     ) -> LogSegmentWriter:
-        """Continue an existing segment (see the module docstring for ``recover``)."""
+        """Continue an existing segment (see the module docstring for ``recover`` and
+        ``recovery_point``)."""
         paths = cls.segment_paths(directory, base_offset)
         if recover:
             return cls._recover(directory, base_offset, config, now_ms)
         with LogSegment(paths[0], index_interval_bytes=config.index_interval_bytes) as seg:
+            seg.check_tail(last=True, recovery_point=recovery_point)
             torn = seg.end_of_batches != seg.size_in_bytes
             rolling = next((b.max_timestamp for b in seg.batches()), None)
             oi, ti, status = seg.offset_index, seg.time_index, seg.index_status
@@ -241,6 +258,7 @@ class LogSegmentWriter:
         indexer.on_close()
         if valid < size:
             os.truncate(paths[0], valid)
+            _fsync(paths[0])
         write_atomically(paths[1], indexer.offset_index.to_bytes())
         write_atomically(paths[2], indexer.time_index.to_bytes())
         status = f"recovered, {size - valid} bytes truncated"
@@ -294,7 +312,8 @@ class LogSegmentWriter:
         position = self.size
         if position == 0:
             self.rolling_based_timestamp = summary.max_timestamp
-        _write_all(self._files[0], records)
+        _write_all(self._file(0), records)
+        self._unsynced.add(0)
         self.size += summary.size
         self.next_offset = summary.last_offset + 1
         self.indexer.on_append(position, summary.size, summary.last_offset,
@@ -302,34 +321,49 @@ class LogSegmentWriter:
         self._write_index_entries()
         return position
 
+    def _file(self, slot: int) -> BinaryIO:
+        """The file of ``paths()[slot]``, opened for appending on first use and kept."""
+        f = self._files[slot]
+        if f is None:
+            f = self._files[slot] = open_file(self.paths()[slot], "ab", buffering=0)
+        return f
+
     def _write_index_entries(self) -> None:
         for i, index in enumerate((self.offset_index, self.time_index)):
             if len(index) > self._flushed[i]:
-                _write_all(self._files[i + 1], index.to_bytes(self._flushed[i]))
+                _write_all(self._file(i + 1), index.to_bytes(self._flushed[i]))
                 self._flushed[i] = len(index)
+                self._unsynced.add(i + 1)
 
     def flush(self) -> None:
-        """Write pending index entries; fsync the three files."""
+        """Write pending index entries; fsync the files written since the last flush."""
         self._write_index_entries()
-        for f in self._files:
-            os.fsync(f.fileno())
+        for i in sorted(self._unsynced):
+            os.fsync(self._file(i).fileno())
+        self._unsynced.clear()
 
     def close(self) -> None:
         """Final time index entry, flush, close (Kafka's close / onBecomeInactiveSegment)."""
         if self._closed:
             return
         self.indexer.on_close()
+        self._close_file(0, sync=True)  # first: the index files may need a descriptor of theirs
         self.flush()
-        for f in self._files:
+        self.abandon()
+
+    def _close_file(self, slot: int, *, sync: bool) -> None:
+        f, self._files[slot] = self._files[slot], None
+        if f is not None:
+            if sync and slot in self._unsynced:
+                os.fsync(f.fileno())
+            self._unsynced.discard(slot)
             f.close()
-        self._closed = True
 
     def abandon(self) -> None:
         """Close the files as a crash leaves them: no final index entry, no flush, no fsync."""
-        if not self._closed:
-            for f in self._files:
-                f.close()
-            self._closed = True
+        for slot in range(len(self._files)):
+            self._close_file(slot, sync=False)
+        self._closed = True
 
     def delete_empty(self) -> None:
         """Close and remove this segment's files; only for a segment holding nothing."""
@@ -339,6 +373,11 @@ class LogSegmentWriter:
         for p in self.paths():
             p.unlink(missing_ok=True)
         fsync_dir(self.directory)
+
+
+def _fsync(path: Path) -> None:
+    with open_file(path, "rb") as f:
+        os.fsync(f.fileno())
 
 
 def _limit(oi: OffsetIndex, ti: TimeIndex, config: LogConfig) -> SegmentIndexer:
@@ -356,22 +395,18 @@ def _scan_valid_prefix(
     valid, next_offset, rolling = 0, base_offset, None
     if size == 0:
         return valid, next_offset, rolling
-    with open(path, "rb") as f, mmap.mmap(f.fileno(), size, access=mmap.ACCESS_READ) as m:
-        batches = iter_batches(memoryview(m), str(path), tail="error")
-        try:
-            for b in batches:
-                if not b.is_valid() or b.base_offset < next_offset:
-                    break
-                if not indexer.offset_index.can_append_offset(b.last_offset):
-                    break
-                rolling = b.max_timestamp if rolling is None else rolling
-                indexer.append_batches((b,))
-                valid, next_offset = b.position + b.size_in_bytes, b.last_offset + 1
-        except CorruptRecordError:
-            pass
-        finally:
-            batches.close()
-            b = None  # noqa: F841  release the last view before the mapping closes
+    batches = iter_batches(map_read_only(path, size)[0], str(path), tail="error")
+    try:  # the mapping goes with the last view of it, when this function returns
+        for b in batches:
+            if not b.is_valid() or b.base_offset < next_offset:
+                break
+            if not indexer.offset_index.can_append_offset(b.last_offset):
+                break
+            rolling = b.max_timestamp if rolling is None else rolling
+            indexer.append_batches((b,))
+            valid, next_offset = b.position + b.size_in_bytes, b.last_offset + 1
+    except CorruptRecordError:
+        pass
     return valid, next_offset, rolling
 
 
@@ -388,6 +423,7 @@ class SegmentWriter:
         *,
         topic_id: uuid.UUID | None = None,
         recover: bool = False,
+        recovery_point: int = 0,
         start_offset: int = 0,
         clock_ms: Callable[[], int] = wall_clock_ms,
     ) -> None:
@@ -400,14 +436,13 @@ class SegmentWriter:
             fsync_dir(self.directory.parent)
         if topic_id is not None:
             self._ensure_topic_id(topic_id)
-        self._bases = sorted(
-            b for b in map(parse_segment_log_name, os.listdir(self.directory)) if b is not None
-        )
+        self._bases = LogSegments.list_dir(self.directory).base_offsets
         now = self._clock()
         if self._bases:
             self._active = LogSegmentWriter.open(
-                self.directory, self._bases[-1], self.config, now_ms=now, recover=recover
-            )
+                self.directory, self._bases[-1], self.config, now_ms=now, recover=recover,
+                recovery_point=recovery_point,
+            )  # fmt: skip
         else:
             self._active = LogSegmentWriter.create(
                 self.directory, start_offset, self.config, now_ms=now

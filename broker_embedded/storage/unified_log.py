@@ -38,12 +38,10 @@ below the high watermark go. :meth:`delete_records_before` moves the log start o
 DeleteRecords; not above the HW). Flushing: every ``flush.messages`` appended records, or when the
 log manager sees ``flush.ms`` elapsed; the recovery point then becomes the log end offset.
 
-Opening first settles an interrupted cleaner swap (see "Replacing segments" below), then recovers:
-closed segments get Kafka's index sanity check (a missing index file, or one that is not a whole
-number of entries, is rebuilt from the ``.log``); after an unclean shutdown every segment from the
-one holding the recovery point on is scanned (CRCs, offsets), a torn or corrupt tail is truncated
-(and later segments deleted), their indexes are rebuilt, and the producer snapshots above the first
-of them are deleted. The producer state is then reloaded from the latest snapshot and the log
+Opening (log_loader.py, Kafka's ``LogLoader``) first settles an interrupted cleaner swap, then
+recovers the closed segments (index sanity checks; after an unclean shutdown a scan from the
+segment holding the recovery point, truncating a corrupt tail); the segment writer recovers the
+last segment. The producer state is then reloaded from the latest snapshot and the log
 replayed after it, rebuilding the ``.txnindex`` entries of the replayed aborted transactions and,
 after an unclean shutdown, the leader epochs of replayed batches newer than the cache's.
 
@@ -62,28 +60,23 @@ fsynced: that is the commit point. Then every file of the replaced segments is r
 fsynced and the ``.deleted`` files are removed, and so are the producer snapshots at the base
 offsets of the replaced segments but the first (Kafka's ``deleteProducerSnapshots``). Only
 renames: a reader in another process that holds a replaced segment open keeps reading the old
-inode. Opening settles a crash at any step
-as Kafka's ``LogLoader`` does: ``.deleted`` and ``.tmp`` files are removed; ``.swap`` files at or
-above the lowest ``.cleaned`` file's offset belong to an unfinished swap and are removed with the
-``.cleaned`` files (the old segments stay); the remaining ``.swap`` files complete their swap:
-segment files (``.log``, ``.index``, ``.timeindex``, ``.txnindex``; never producer snapshots)
-whose offset lies in ``[lowest .swap base, highest .swap next offset)`` are removed and the
-``.swap`` files renamed. The cleaner keeps the last batch of every group (as an empty batch if
-need be), so that a ``.swap`` segment's next offset covers every non-empty segment it replaces:
-the outcome is the old segments or the new one, never a mix.
+inode. Opening settles a crash at any step (log_loader.py): the outcome is the old segments or
+the new one, never a mix.
 
 Cleaning sessions (:meth:`cleaning_session`): a cleaner works outside the log's lock, reading
 closed segments; :meth:`close` stops a session (the cleaner sees it between windows) and waits
 for it to end, and a truncation makes the session's :meth:`replace_segments` refuse
 (:class:`CleaningAbortedError`), as do replaced segments that retention deleted meanwhile.
 
-Reads (:meth:`read`) copy the bytes (``bytes``), so a later truncation can never pull a mapping
-from under a reader in this process. Thread safety: every public method takes the log's lock.
+Reads go through local_log.py, the reader the read-only view shares (:meth:`read` is
+``read_segments`` over this log's segment views, the active one shared with the writer's
+in-memory indexes). They copy the bytes (``bytes``), so a later truncation can never pull a
+mapping from under a reader in this process. Thread safety: every public method takes the log's
+lock.
 """
 
 from __future__ import annotations
 
-import bisect
 import contextlib
 import logging
 import os
@@ -112,19 +105,33 @@ from broker_embedded.record.record_batch import (
     set_partition_leader_epoch,
 )
 from broker_embedded.record.records import AnyBatch, iter_batches
-from broker_embedded.storage.checkpoint_file import fsync_dir, write_atomically
+from broker_embedded.storage.checkpoint_file import fsync_dir
 from broker_embedded.storage.fetch_data_info import FetchDataInfo, FetchIsolation
 from broker_embedded.storage.leader_epoch_checkpoint import LEADER_EPOCH_CHECKPOINT
 from broker_embedded.storage.leader_epoch_file_cache import LeaderEpochFileCache
+from broker_embedded.storage.local_log import (
+    end_of_complete_batches,
+    offset_by_timestamp,
+    read_segments,
+    walk_batches,
+)
 from broker_embedded.storage.log_config import LogConfig
+from broker_embedded.storage.log_loader import (
+    CLEANED_SUFFIX,
+    DELETED_SUFFIX,
+    SEGMENT_SUFFIXES,
+    SWAP_SUFFIX,
+    LogLoader,
+    delete_segment_files,
+)
 from broker_embedded.storage.log_segment import (
     LOG_SUFFIX,
     LogSegment,
     TimestampAndOffset,
-    parse_segment_log_name,
     segment_file_stem,
 )
-from broker_embedded.storage.offset_index import INDEX_SUFFIX, OffsetIndex
+from broker_embedded.storage.log_segments import LogSegments
+from broker_embedded.storage.offset_index import INDEX_SUFFIX
 from broker_embedded.storage.producer_state_manager import (
     AppendOrigin,
     CompletedTxn,
@@ -132,8 +139,8 @@ from broker_embedded.storage.producer_state_manager import (
     list_snapshots,
     snapshot_file_name,
 )
-from broker_embedded.storage.segment_writer import LogSegmentWriter, SegmentWriter, wall_clock_ms
-from broker_embedded.storage.time_index import TIME_INDEX_SUFFIX, TimeIndex
+from broker_embedded.storage.segment_writer import SegmentWriter, wall_clock_ms
+from broker_embedded.storage.time_index import TIME_INDEX_SUFFIX
 from broker_embedded.storage.topic_partition import TopicPartition
 from broker_embedded.storage.transaction_index import (
     FILE_SUFFIX as TXN_INDEX_SUFFIX,
@@ -144,13 +151,6 @@ from broker_embedded.storage.transaction_index import (
 )
 
 log = logging.getLogger(__name__)
-
-CLEANED_SUFFIX = ".cleaned"
-SWAP_SUFFIX = ".swap"
-DELETED_SUFFIX = ".deleted"
-TRANSIENT_SUFFIXES = (CLEANED_SUFFIX, DELETED_SUFFIX, ".tmp")
-SEGMENT_SUFFIXES = (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX)
-_STEM_DIGITS = 20
 
 
 class CleaningAbortedError(KafkaLogError):
@@ -255,12 +255,13 @@ class UnifiedLog:
         self._truncations = 0
         self._truncation_floor: int | None = None
         self.directory.mkdir(parents=True, exist_ok=True)
-        self._settle_interrupted_swaps()
+        loader = LogLoader(self.directory, config, clock_ms, repr(self))
+        loader.settle_interrupted_swaps()
         recover = not had_clean_shutdown
-        self._load_segments(recovery_point, recover)
+        loader.load_segments(recovery_point, recover)
         self._writer = SegmentWriter(
             self.log_dir, topic_partition, config, topic_id=topic_id, recover=recover,
-            start_offset=log_start_offset or 0, clock_ms=clock_ms,
+            recovery_point=recovery_point, start_offset=log_start_offset or 0, clock_ms=clock_ms,
         )  # fmt: skip
         leo = self.log_end_offset
         first = self._writer.segment_base_offsets[0]
@@ -281,109 +282,6 @@ class UnifiedLog:
 
     # -- opening ---------------------------------------------------------------------------------
 
-    def _settle_interrupted_swaps(self) -> None:
-        """Kafka's ``LogLoader`` passes over transient files (module docstring, "Replacing
-        segments"), limited to segment files."""
-        d = self.directory
-        cleaned, swaps = [], []
-        changed = False
-        for name in os.listdir(d):
-            if name.endswith((DELETED_SUFFIX, ".tmp")):
-                (d / name).unlink(missing_ok=True)
-                changed = True
-            elif name.endswith(CLEANED_SUFFIX) and _name_offset(name) is not None:
-                cleaned.append(name)
-            elif name.endswith(SWAP_SUFFIX) and _name_offset(name) is not None:
-                swaps.append(name)
-        if cleaned:
-            lowest = min(_name_offset(n) for n in cleaned)
-            for name in [n for n in swaps if _name_offset(n) >= lowest]:
-                log.warning("%s: removing %s of an unfinished swap", self, name)
-                (d / name).unlink(missing_ok=True)
-                swaps.remove(name)
-            for name in cleaned:
-                (d / name).unlink(missing_ok=True)
-            changed = True
-        log_swaps = [n for n in swaps if n == _swap_name(_name_offset(n), LOG_SUFFIX)]
-        if log_swaps:
-            lo = min(_name_offset(n) for n in log_swaps)
-            hi = max(_swap_next_offset(d, _name_offset(n)) for n in log_swaps)
-            for name in os.listdir(d):
-                offset = _name_offset(name)
-                if offset is not None and lo <= offset < hi and name in _segment_names(offset):
-                    log.warning("%s: removing %s, replaced by a cleaned segment", self, name)
-                    (d / name).unlink(missing_ok=True)
-        for name in sorted(swaps, key=lambda n: (_name_offset(n), not n.endswith(".log.swap"))):
-            log.warning("%s: completing the swap of %s", self, name)
-            os.replace(d / name, d / name[: -len(SWAP_SUFFIX)])
-            changed = True
-        if changed:
-            fsync_dir(d)
-
-    def _load_segments(self, recovery_point: int, recover: bool) -> None:
-        """Kafka's log loading, up to the last segment (which the segment writer opens).
-
-        Closed segments outside the recovery range get Kafka's sanity check of their index
-        files: when one is missing or not a whole number of entries, both are rebuilt from the
-        ``.log``. After an unclean shutdown, every segment from the one holding the recovery
-        point on is recovered, and the producer snapshots above that segment's base offset are
-        deleted, so that the producer state replay covers the recovered segments (re-indexing
-        their aborted transactions)."""
-        bases = _segment_base_offsets(self.directory)
-        if not bases:
-            return
-        start = (
-            max(bisect.bisect_right(bases, recovery_point) - 1, 0) if recover else len(bases) - 1
-        )
-        for base in bases[:start]:
-            if not self._indexes_look_sane(base):
-                self._rebuild_indexes(base)
-        if recover:
-            for offset, path in list_snapshots(self.directory):
-                if offset > bases[start]:
-                    path.unlink(missing_ok=True)
-            self._recover_closed_segments(bases[start:])
-
-    def _indexes_look_sane(self, base: int) -> bool:
-        for suffix, entry_size in ((INDEX_SUFFIX, OffsetIndex.ENTRY_SIZE),
-                                   (TIME_INDEX_SUFFIX, TimeIndex.ENTRY_SIZE)):  # fmt: skip
-            try:
-                if self._path(base, suffix).stat().st_size % entry_size:
-                    return False
-            except FileNotFoundError:
-                return False
-        return True
-
-    def _rebuild_indexes(self, base: int) -> None:
-        """Rewrite both index files of closed segment ``base`` from its ``.log``."""
-        with LogSegment.open(
-            self.directory, base, index_interval_bytes=self.config.index_interval_bytes
-        ) as seg:
-            log.warning("%s: segment %d: index %s", self, base, seg.index_status)
-            write_atomically(self._path(base, INDEX_SUFFIX), seg.offset_index.to_bytes())
-            write_atomically(self._path(base, TIME_INDEX_SUFFIX), seg.time_index.to_bytes())
-
-    def _recover_closed_segments(self, bases: list[int]) -> None:
-        """Scan the closed segments among ``bases`` (all but the last, which the segment writer
-        recovers); after a truncated one, later segments are deleted (Kafka's recovery). The
-        ``.txnindex`` files of the recovered segments are rebuilt by the producer state replay."""
-        for i in range(len(bases) - 1):
-            path = self._path(bases[i], LOG_SUFFIX)
-            size = path.stat().st_size
-            writer = LogSegmentWriter.open(
-                self.directory, bases[i], self.config, now_ms=self._clock(), recover=True
-            )
-            truncated = writer.size < size
-            writer.close()
-            self._path(bases[i], TXN_INDEX_SUFFIX).unlink(missing_ok=True)
-            if truncated:
-                log.warning("%s: %s had a corrupt tail; deleting later segments", self, path)
-                for later in bases[i + 1 :]:
-                    self._delete_segment_files(later)
-                return
-        if bases:
-            self._path(bases[-1], TXN_INDEX_SUFFIX).unlink(missing_ok=True)
-
     def _rebuild_producer_state(self, restore_epochs: bool = False) -> None:
         """Reload the latest snapshot, then replay the log after it, re-indexing the aborted
         transactions the replay completes. With ``restore_epochs`` (recovery), a replayed batch
@@ -394,8 +292,7 @@ class UnifiedLog:
         start = psm.map_end_offset
         if start >= self.log_end_offset:
             return
-        bases = self.segment_base_offsets
-        for base in bases[max(bisect.bisect_right(bases, start) - 1, 0) :]:
+        for base in LogSegments(self.segment_base_offsets).from_floor(start):
             self._txn_index(base).truncate_to(start)
         cache = self.leader_epoch_cache
 
@@ -826,7 +723,7 @@ class UnifiedLog:
             records, incomplete = self._read_bytes(fetch_offset, max_bytes, upper, min_one_message)
             aborted = None
             if isolation is FetchIsolation.TXN_COMMITTED:
-                end = _end_of_complete_batches(records, lso)
+                end = end_of_complete_batches(records, lso)
                 aborted = self.collect_aborted_transactions(fetch_offset, end)
             return FetchDataInfo(fetch_offset, records, hw, lso, self.log_start_offset, leo,
                                  aborted, incomplete)  # fmt: skip
@@ -836,24 +733,17 @@ class UnifiedLog:
     ) -> tuple[bytes, bool]:
         if fetch_offset >= upper:
             return b"", False
-        bases = self.segment_base_offsets
-        for base in bases[max(bisect.bisect_right(bases, fetch_offset) - 1, 0) :]:
-            if base >= upper:
-                break
-            seg = self._view(base)
-            found = seg.read(fetch_offset, max_bytes, seg.position_of(upper), min_one_message)
-            if found is not None:
-                return bytes(found.records), found.first_entry_incomplete
-        return b"", False
+        found = read_segments(LogSegments(self.segment_base_offsets), self._view, fetch_offset,
+                              max_bytes, upper, min_one_message)[0]  # fmt: skip
+        return bytes(found.records), found.first_entry_incomplete
 
     def collect_aborted_transactions(
         self, fetch_offset: int, upper_bound_offset: int
     ) -> tuple[AbortedTxn, ...]:
         """The aborted transactions overlapping [fetch_offset, upper_bound_offset)."""
         with self._lock:
-            bases = self.segment_base_offsets
             found: list[AbortedTxn] = []
-            for base in bases[max(bisect.bisect_right(bases, fetch_offset) - 1, 0) :]:
+            for base in LogSegments(self.segment_base_offsets).from_floor(fetch_offset):
                 result = self._txn_index(base).collect_aborted(fetch_offset, upper_bound_offset)
                 found += result.aborted_txns
                 if result.is_complete:
@@ -870,32 +760,14 @@ class UnifiedLog:
                     if isinstance(b, RecordBatch)]  # fmt: skip
 
     def _batches(self, start: int, end: int) -> Iterator[AnyBatch]:
-        bases = self.segment_base_offsets
-        for base in bases[max(bisect.bisect_right(bases, start) - 1, 0) :]:
-            if base >= end:
-                return
-            seg = self._view(base)
-            found = seg.translate_offset(start)
-            if found is None:
-                continue
-            for b in seg.batches(found.position):
-                if b.base_offset >= end:
-                    return
-                yield b
+        return walk_batches(LogSegments(self.segment_base_offsets), self._view, start, end)
 
     def fetch_offset_by_timestamp(self, timestamp: int) -> TimestampAndOffset | None:
         """The first record with a timestamp >= ``timestamp`` (ListOffsets by time), or None."""
         with self._lock:
             self._check_open()
-            for base in self.segment_base_offsets:
-                seg = self._view(base)
-                if seg.largest_timestamp >= timestamp:
-                    found = seg.find_offset_by_timestamp(
-                        timestamp, max(self.log_start_offset, base)
-                    )
-                    if found is not None:
-                        return found
-            return None
+            return offset_by_timestamp(LogSegments(self.segment_base_offsets), self._view,
+                                       timestamp, self.log_start_offset)  # fmt: skip
 
     def end_offset_for_epoch(self, epoch: int) -> tuple[int, int]:
         """OffsetsForLeaderEpoch: (largest epoch <= ``epoch``, its end offset) or (-1, -1)."""
@@ -954,7 +826,7 @@ class UnifiedLog:
 
     def _floor_base(self, offset: int) -> int:
         bases = self.segment_base_offsets
-        return bases[max(bisect.bisect_right(bases, offset) - 1, 0)]
+        return bases[LogSegments(bases).floor_index(offset)]
 
     def _segment_size(self, base: int) -> int:
         if base == self._writer.active_segment.base_offset:
@@ -1021,8 +893,7 @@ class UnifiedLog:
         self._delete_segment_files(base)
 
     def _delete_segment_files(self, base: int) -> None:
-        for suffix in SEGMENT_SUFFIXES:
-            self._path(base, suffix).unlink(missing_ok=True)
+        delete_segment_files(self.directory, base)
 
     def _set_log_start_offset(self, offset: int) -> None:
         if offset == self.log_start_offset:
@@ -1163,60 +1034,5 @@ class UnifiedLog:
             self._closed = True
 
 
-def _segment_base_offsets(directory: Path) -> list[int]:
-    """The sorted base offsets of the ``<20 digits>.log`` files in a partition directory."""
-    return sorted(b for b in map(parse_segment_log_name, os.listdir(directory)) if b is not None)
-
-
-def _end_of_complete_batches(records: bytes, default: int) -> int:
-    """The offset after the last complete batch in a read, ``default`` when there is none."""
-    end = None
-    for b in iter_batches(records, "<read>", tail="stop"):
-        end = b.next_offset
-    return default if end is None else end
-
-
-def _name_offset(name: str) -> int | None:
-    """The offset a partition file's name starts with (20 digits and a dot), else None."""
-    stem = name[:_STEM_DIGITS]
-    if len(name) > _STEM_DIGITS and name[_STEM_DIGITS] == "." and stem.isdigit():
-        return int(stem)
-    return None
-
-
-def _segment_names(offset: int) -> tuple[str, ...]:
-    return tuple(segment_file_stem(offset) + x for x in SEGMENT_SUFFIXES)
-
-
-def _swap_name(offset: int | None, suffix: str) -> str:
-    return "" if offset is None else segment_file_stem(offset) + suffix + SWAP_SUFFIX
-
-
 def _cleaned_name(offset: int, suffix: str) -> str:
     return segment_file_stem(offset) + suffix + CLEANED_SUFFIX
-
-
-def _swap_next_offset(directory: Path, base: int) -> int:
-    """The offset after the last complete batch of ``<base>.log.swap`` (its base offset when it
-    holds none), read from the last entry of its ``.index.swap`` on when that one is usable
-    (else from the start: a recovery-time read of the whole file)."""
-    path = directory / _swap_name(base, LOG_SUFFIX)
-    start = 0
-    try:
-        start = OffsetIndex.load(
-            directory / _swap_name(base, INDEX_SUFFIX), base
-        ).last_entry.position
-    except (OSError, KafkaLogError):
-        pass
-    with open(path, "rb") as f:
-        for first in dict.fromkeys((start, 0)):
-            f.seek(first)
-            next_offset = None
-            try:
-                for b in iter_batches(f.read(), str(path), tail="stop"):
-                    next_offset = b.next_offset
-            except CorruptRecordError:
-                pass
-            if next_offset is not None:
-                return next_offset
-    return base

@@ -18,7 +18,7 @@ from broker_embedded.record.control_record import EndTransactionMarker
 from broker_embedded.record.memory_records_builder import build_record_batch
 from broker_embedded.record.record_batch import Record, RecordBatch
 from broker_embedded.record.records import iter_batches
-from broker_embedded.storage import partition_reader
+from broker_embedded.storage import local_log
 from broker_embedded.storage.fetch_data_info import FetchIsolation
 from broker_embedded.storage.log_dir import LogDir
 from broker_embedded.storage.offset_checkpoint import (
@@ -292,7 +292,7 @@ BOUNDS = [plain(0), txn_data(1, 1), plain(2), commit(1, 3), plain(4), txn_data(2
 def test_each_isolation_bounds_the_fetch(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, window: int
 ) -> None:
-    monkeypatch.setattr(partition_reader, "_SCAN_WINDOW_BYTES", window)  # windows cut batches
+    monkeypatch.setattr(local_log, "_SCAN_WINDOW_BYTES", window)  # windows cut batches
     write_log(tmp_path, BOUNDS)
     with open_reader(tmp_path, hw=6) as reader:
         assert (reader.high_watermark, reader.last_stable_offset, reader.log_end_offset) == (
