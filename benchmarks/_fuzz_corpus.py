@@ -141,7 +141,8 @@ def legacy_run(magic: int, codec: str, base: int = 0, messages: int = 6) -> byte
         builder = LegacyRecordBatchBuilder(magic, codec_id, 1 << 20)
         for j in range(per_wrapper):
             key, value, _ = _record_fields(offset + j)
-            builder.append(j, TS0 + offset + j, key, value)
+            # magic 1 wrappers hold relative inner offsets, magic 0 absolute ones
+            builder.append(j if magic == 1 else offset + j, TS0 + offset + j, key, value)
         entry = bytearray(builder.build())
         if codec == "none":
             struct.pack_into(">q", entry, 0, offset)

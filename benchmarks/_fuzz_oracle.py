@@ -75,14 +75,15 @@ def crash(e: BaseException, what: str) -> Finding:
     return Finding("crash", f"{what}: {type(e).__name__}: {e}\n{tb}")
 
 
-def domain_or_crash(e: BaseException, what: str, source: str | None = None) -> None:
-    """Accept ``e`` if it is a domain error (naming ``source`` when given), else raise."""
+def domain_or_crash(e: BaseException, what: str, source: str | tuple[str, ...] = ()) -> None:
+    """Accept ``e`` if it is a domain error naming ``source`` (one of them), else raise."""
     if isinstance(e, Finding):
         raise e
     if not isinstance(e, KafkaLogError):
         raise crash(e, what) from e
-    if source is not None and source not in str(e):
-        raise Finding("unnamed", f"{what}: {type(e).__name__} does not name {source}: {e}")
+    names = (source,) if isinstance(source, str) else source
+    if names and not any(n in str(e) for n in names):
+        raise Finding("unnamed", f"{what}: {type(e).__name__} names none of {names}: {e}")
 
 
 def rows_python(data: bytes, source: str) -> list[Row]:
