@@ -71,8 +71,13 @@ def bounded(seconds: float) -> Iterator[None]:
 
 
 def crash(e: BaseException, what: str) -> Finding:
-    tb = "".join(traceback.format_exception(type(e), e, e.__traceback__))
-    return Finding("crash", f"{what}: {type(e).__name__}: {e}\n{tb}")
+    """A crash finding: the exception and a short traceback (the last frames of this project
+    and the innermost frame; a RecursionError's thousand frames are not kept)."""
+    frames = traceback.extract_tb(e.__traceback__)
+    own = [f for f in frames if "/lib/python" not in f.filename][-6:]
+    kept = own + [f for f in frames[-1:] if f not in own]
+    tb = "\n".join(f'  File "{f.filename}", line {f.lineno}, in {f.name}' for f in kept)
+    return Finding("crash", f"{what}: {type(e).__name__}: {str(e)[:500]}\n{tb}")
 
 
 def domain_or_crash(e: BaseException, what: str, source: str | tuple[str, ...] = ()) -> None:
