@@ -64,8 +64,10 @@ def run(target: str, minutes: float, out: str) -> int:
                 pass
 
     def checkpoint_one(data: bytes) -> None:
-        for cls in (offset_checkpoint.OffsetCheckpointFile,
-                    leader_epoch_checkpoint.LeaderEpochCheckpointFile):  # fmt: skip
+        for cls in (
+            offset_checkpoint.OffsetCheckpointFile,
+            leader_epoch_checkpoint.LeaderEpochCheckpointFile,
+        ):
             try:
                 cls(Path(out) / "fuzz-checkpoint").parse(data)
             except KafkaLogError:
@@ -83,8 +85,13 @@ def run(target: str, minutes: float, out: str) -> int:
         except KafkaLogError:
             pass
 
-    harness = {"records": records_one, "legacy": legacy_one, "index": index_one,
-               "checkpoint": checkpoint_one, "options": options_one}[target]  # fmt: skip
+    harness = {
+        "records": records_one,
+        "legacy": legacy_one,
+        "index": index_one,
+        "checkpoint": checkpoint_one,
+        "options": options_one,
+    }[target]
     corpus = Path(out) / f"corpus-{target}"
     corpus.mkdir(parents=True, exist_ok=True)
     if target == "records":  # start from the campaign's seeds: every codec and format
@@ -92,9 +99,15 @@ def run(target: str, minutes: float, out: str) -> int:
 
         for i, seed in enumerate(all_seeds()):
             (corpus / f"seed-{i}").write_bytes(seed.data)
-    args = [sys.argv[0], str(corpus), f"-max_total_time={int(minutes * 60)}",
-            f"-artifact_prefix={out}/", "-timeout=20", "-rss_limit_mb=2048",
-            "-max_len=65536"]  # fmt: skip
+    args = [
+        sys.argv[0],
+        str(corpus),
+        f"-max_total_time={int(minutes * 60)}",
+        f"-artifact_prefix={out}/",
+        "-timeout=20",
+        "-rss_limit_mb=2048",
+        "-max_len=65536",
+    ]
     atheris.Setup(args, harness)
     atheris.Fuzz()
     return 0

@@ -109,9 +109,13 @@ def v2_batch(
 
 def commit_marker(offset: int, producer_id: int) -> bytes:
     builder = MemoryRecordsBuilder(
-        offset, producer_id=producer_id, producer_epoch=0, is_transactional=True,
-        is_control=True, partition_leader_epoch=3,
-    )  # fmt: skip
+        offset,
+        producer_id=producer_id,
+        producer_epoch=0,
+        is_transactional=True,
+        is_control=True,
+        partition_leader_epoch=3,
+    )
     value = struct.pack(">hi", 0, 3)  # version 0, coordinator epoch 3
     builder.append(offset, TS0 + offset, struct.pack(">hh", 0, ControlRecordType.COMMIT), value)
     return builder.build()

@@ -82,8 +82,11 @@ def build_template(path: Path) -> Template:
     tp = TopicPartition(TOPIC, 0)
     broker = Broker(path)
     try:
-        broker.create_topic(TOPIC, 1, config={"segment.bytes": 1200, "retention.ms": -1,
-                                              "index.interval.bytes": 100})  # fmt: skip
+        broker.create_topic(
+            TOPIC,
+            1,
+            config={"segment.bytes": 1200, "retention.ms": -1, "index.interval.bytes": 100},
+        )
         for i in range(21):
             broker.append(tp, v2_batch(0, CODECS[i % 5], 5), acks=1).raise_error()
     finally:
@@ -116,9 +119,27 @@ def _kind(template: Template, path: Path) -> str:
     return "meta"
 
 
-HOSTILE_TOKENS = ("-1", "0", "", " ", "99999999999999999999999", "9223372036854775808", "1e3",
-                  "nan", "\u0663", "0x10", "+5", "-", "\x00", "fz 0", "\ufeff0", "2147483647",
-                  "-2147483648", "a" * 300, "1 2 3")  # fmt: skip
+HOSTILE_TOKENS = (
+    "-1",
+    "0",
+    "",
+    " ",
+    "99999999999999999999999",
+    "9223372036854775808",
+    "1e3",
+    "nan",
+    "\u0663",
+    "0x10",
+    "+5",
+    "-",
+    "\x00",
+    "fz 0",
+    "\ufeff0",
+    "2147483647",
+    "-2147483648",
+    "a" * 300,
+    "1 2 3",
+)
 
 
 def mutate_text(data: bytes, rng: random.Random) -> Mutant:
@@ -154,8 +175,9 @@ def mutate_index(data: bytes, rng: random.Random) -> Mutant:
         cut = rng.randrange(len(buf) + 1)
         return Mutant(bytes(buf[:cut]), "index_cut", (cut, len(buf)))
     else:
-        return Mutant(bytes(buf) + bytes(rng.choice((1, 4, 8, 12, 4096))), "index_zeros",
-                      (len(buf), len(buf)))  # fmt: skip
+        return Mutant(
+            bytes(buf) + bytes(rng.choice((1, 4, 8, 12, 4096))), "index_zeros", (len(buf), len(buf))
+        )
     return Mutant(bytes(buf), f"index_forge_{how}", (0, len(buf)))
 
 
@@ -163,8 +185,11 @@ def mutate_file(template: Template, path: Path, rng: random.Random) -> tuple[See
     """Mutate the bytes of ``path``: the seed (its original content) and the mutant."""
     data = path.read_bytes()
     kind = _kind(template, path)
-    seed = make_seed(str(path.relative_to(template.path)), data) if kind.startswith("log") else (
-        Seed(str(path.relative_to(template.path)), data, (), ()))
+    seed = (
+        make_seed(str(path.relative_to(template.path)), data)
+        if kind.startswith("log")
+        else (Seed(str(path.relative_to(template.path)), data, (), ()))
+    )
     if kind.startswith("log"):
         return seed, mutate(seed, rng)
     if kind == "index" or not data:
@@ -184,9 +209,14 @@ def read_view(log_dir: Path, tp: TopicPartition) -> list[Row]:
         offset, hw = reader.log_start_offset, reader.high_watermark
         while offset < hw:
             info = reader.fetch(offset, FETCH_BYTES)
-            found = decode(info.records, topic=tp.topic, partition=tp.partition,
-                           start_offset=offset, include_headers=True,
-                           source=str(reader.directory))  # fmt: skip
+            found = decode(
+                info.records,
+                topic=tp.topic,
+                partition=tp.partition,
+                start_offset=offset,
+                include_headers=True,
+                source=str(reader.directory),
+            )
             rows += rows_arrow(found.batches)
             if found.next_offset <= offset:  # stuck below the HW: the oracle judges the rows
                 break
@@ -246,9 +276,20 @@ def run_cli(args: list[str]) -> tuple[int, bytes, str]:
 def read_consume(log_dir: Path, tp: TopicPartition) -> list[Row] | None:
     """``kafkalog consume --format json`` in this process: the rows, ``None`` on exit 1 (a
     one-line error)."""
-    code, out, err = run_cli(["consume", "--log-dir", str(log_dir), "--topic", tp.topic,
-                              "--partition", str(tp.partition), "--from-beginning",
-                              "--format", "json"])  # fmt: skip
+    code, out, err = run_cli(
+        [
+            "consume",
+            "--log-dir",
+            str(log_dir),
+            "--topic",
+            tp.topic,
+            "--partition",
+            str(tp.partition),
+            "--from-beginning",
+            "--format",
+            "json",
+        ]
+    )
     if code == 1:
         _one_line(err, "consume")
         return None
@@ -319,8 +360,10 @@ class LogDirTarget:
 
     def pick(self, rng: random.Random) -> Path:
         files = [p for p in self.template.files() if p.name not in (".kafka_cleanshutdown",)]
-        weights = [{"log-mid": 8, "log-last": 3, "index": 3, "bounds": 2}.get(
-            _kind(self.template, p), 1) for p in files]  # fmt: skip
+        weights = [
+            {"log-mid": 8, "log-last": 3, "index": 3, "bounds": 2}.get(_kind(self.template, p), 1)
+            for p in files
+        ]
         return rng.choices(files, weights)[0]
 
     def tp_of(self, path: Path) -> TopicPartition:
@@ -343,29 +386,45 @@ class LogDirTarget:
             if after != before:
                 shutil.rmtree(self.work)
                 shutil.copytree(self.template.path, self.work)
-                raise Finding("wrote", f"a reader changed the log dir: new {sorted(after - before)}"
-                              f", gone {sorted(before - after)}")  # fmt: skip
+                raise Finding(
+                    "wrote",
+                    f"a reader changed the log dir: new {sorted(after - before)}"
+                    f", gone {sorted(before - after)}",
+                )
 
-    def check_rows(self, tp: TopicPartition, kind: str, seed: Seed, mutant: Mutant,
-                   rows: list[Row], what: str) -> None:  # fmt: skip
+    def check_rows(
+        self, tp: TopicPartition, kind: str, seed: Seed, mutant: Mutant, rows: list[Row], what: str
+    ) -> None:
         """The oracle for rows read without error (see the module docstring)."""
         expected = self.template.rows[tp]
         free = mutant.recrc or (kind.startswith("log") and unprotected(seed, mutant.touched))
         if not free:
-            check_values_stable(self.template.expected[tp], rows, f"{what} after {mutant.kind} "
-                                f"of {seed.name} at {mutant.touched}")  # fmt: skip
+            check_values_stable(
+                self.template.expected[tp],
+                rows,
+                f"{what} after {mutant.kind} of {seed.name} at {mutant.touched}",
+            )
         exact = list(expected)
         if kind == "log-mid" and not free and not _at_boundary(seed, mutant):
             if rows != exact:
-                raise Finding("loss", f"{what}: {mutant.kind} of {seed.name} at bytes "
-                              f"{mutant.touched} (a segment that is not the last) read {len(rows)} "
-                              f"records without an error, the log holds {len(exact)}")  # fmt: skip
+                raise Finding(
+                    "loss",
+                    f"{what}: {mutant.kind} of {seed.name} at bytes "
+                    f"{mutant.touched} (a segment that is not the last) read {len(rows)} "
+                    f"records without an error, the log holds {len(exact)}",
+                )
         elif kind in ("index", "meta") and rows != exact:
-            raise Finding("loss", f"{what}: {mutant.kind} of {seed.name} changed what is read: "
-                          f"{len(rows)} records, the log holds {len(exact)}")  # fmt: skip
+            raise Finding(
+                "loss",
+                f"{what}: {mutant.kind} of {seed.name} changed what is read: "
+                f"{len(rows)} records, the log holds {len(exact)}",
+            )
         elif kind == "log-last" and not free and not mutant.lossy and rows != exact[: len(rows)]:
-            raise Finding("loss", f"{what}: {mutant.kind} of the last segment {seed.name} read "
-                          f"{len(rows)} records that are not a prefix of the log's")  # fmt: skip
+            raise Finding(
+                "loss",
+                f"{what}: {mutant.kind} of the last segment {seed.name} read "
+                f"{len(rows)} records that are not a prefix of the log's",
+            )
 
     def run_one(
         self, rng: random.Random, *, with_broker: bool
@@ -374,8 +433,11 @@ class LogDirTarget:
         (each reader is judged on its own, so one input may show a defect in several)."""
         path = self.pick(rng)
         seed, mutant = mutate_file(self.template, path, rng)
-        return (_kind(self.template, path), mutant,
-                self.run_mutant(path, seed, mutant, rng if with_broker else None))  # fmt: skip
+        return (
+            _kind(self.template, path),
+            mutant,
+            self.run_mutant(path, seed, mutant, rng if with_broker else None),
+        )
 
     def run_mutant(
         self, path: Path, seed: Seed, mutant: Mutant, broker_rng: random.Random | None
@@ -418,8 +480,11 @@ class LogDirTarget:
         error = corrupt_in_memory(mutant.data, source)
         torn_ok = kind == "log-last" and error is not None and "torn tail" in str(error)
         if code == 0 and error is not None and not torn_ok:
-            raise Finding("missed", f"dump --verify exits 0 on {target.name} after "
-                          f"{mutant.kind} at {mutant.touched}; the decoder says: {error}")  # fmt: skip
+            raise Finding(
+                "missed",
+                f"dump --verify exits 0 on {target.name} after "
+                f"{mutant.kind} at {mutant.touched}; the decoder says: {error}",
+            )
 
     def open_broker(self, path: Path, data: bytes, rng: random.Random) -> None:
         """``topics list`` on a fresh copy holding the mutant (recovery when the clean

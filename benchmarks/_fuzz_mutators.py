@@ -38,17 +38,42 @@ import crc32c
 from benchmarks._fuzz_corpus import Seed, entry_table
 from broker_embedded.record.compression import CompressionType, compress, decompress
 
-INTERESTING_32 = (0, 1, -1, 2, 12, 49, 61, 0x7F, 0x80, 0xFF, 0x7FFF, 0x8000, 0xFFFF, 0x10000,
-                  0x7FFFFFFF, -0x80000000, 0x7FFFFFFE, 0x40000000)  # fmt: skip
+INTERESTING_32 = (
+    0,
+    1,
+    -1,
+    2,
+    12,
+    49,
+    61,
+    0x7F,
+    0x80,
+    0xFF,
+    0x7FFF,
+    0x8000,
+    0xFFFF,
+    0x10000,
+    0x7FFFFFFF,
+    -0x80000000,
+    0x7FFFFFFE,
+    0x40000000,
+)
 INTERESTING_64 = (0, 1, -1, 2**31 - 1, 2**31, 2**32, 2**62, 2**63 - 1, -(2**63))
 INTERESTING_16 = (0, 1, -1, 0x7FFF, -0x8000, 0x0F, 0x10, 0x20, 0x27, 0x07, 0x05, 0x08)
 # v2 batch header fields: (position, struct format, what) -- record_batch.py's layout
 V2_FIELDS = (
-    (8, ">i", "length"), (12, ">i", "leader_epoch"), (16, ">b", "magic"),
-    (21, ">h", "attributes"), (23, ">i", "last_offset_delta"), (27, ">q", "base_timestamp"),
-    (35, ">q", "max_timestamp"), (43, ">q", "producer_id"), (51, ">h", "producer_epoch"),
-    (53, ">i", "base_sequence"), (57, ">i", "records_count"),
-)  # fmt: skip
+    (8, ">i", "length"),
+    (12, ">i", "leader_epoch"),
+    (16, ">b", "magic"),
+    (21, ">h", "attributes"),
+    (23, ">i", "last_offset_delta"),
+    (27, ">q", "base_timestamp"),
+    (35, ">q", "max_timestamp"),
+    (43, ">q", "producer_id"),
+    (51, ">h", "producer_epoch"),
+    (53, ">i", "base_sequence"),
+    (57, ">i", "records_count"),
+)
 LEGACY_FIELDS = ((8, ">i", "length"), (16, ">b", "magic"), (17, ">b", "attributes"))
 V2_HEADER = 61
 
@@ -108,8 +133,12 @@ def _forge(seed: Seed, rng: random.Random, recrc: bool) -> Mutant:
     old = struct.unpack_from(fmt, buf, pos + at)[0]
     pool = {1: (0, 1, 2, 3, -1, 0x7F), 2: INTERESTING_16, 4: INTERESTING_32, 8: INTERESTING_64}
     value = rng.choice(pool[width] + (old + 1, old - 1, old + rng.randrange(-64, 64)))
-    lo_hi = {1: (-128, 127), 2: (-(2**15), 2**15 - 1), 4: (-(2**31), 2**31 - 1),
-             8: (-(2**63), 2**63 - 1)}[width]  # fmt: skip
+    lo_hi = {
+        1: (-128, 127),
+        2: (-(2**15), 2**15 - 1),
+        4: (-(2**31), 2**31 - 1),
+        8: (-(2**63), 2**63 - 1),
+    }[width]
     value = min(max(value, lo_hi[0]), lo_hi[1])
     struct.pack_into(fmt, buf, pos + at, value)
     if recrc:
@@ -208,8 +237,9 @@ def forge_records(seed: Seed, rng: random.Random) -> Mutant:
 
 def recompress_legacy(seed: Seed, rng: random.Random) -> Mutant:
     """Corrupt the inner message set of a legacy wrapper and compress it again, CRC fixed."""
-    wrappers = [i for i, (p, m) in enumerate(seed.entries)
-                if m in (0, 1) and seed.data[p + 17] & 0x07]  # fmt: skip
+    wrappers = [
+        i for i, (p, m) in enumerate(seed.entries) if m in (0, 1) and seed.data[p + 17] & 0x07
+    ]
     if not wrappers:
         return forge_field_recrc(seed, rng)
     i = rng.choice(wrappers)
@@ -225,7 +255,7 @@ def recompress_legacy(seed: Seed, rng: random.Random) -> Mutant:
     except Exception:
         return bit_flip(seed, rng)
     value = compress(CompressionType(codec), _corrupt_bytes(inner, rng))
-    entry = bytearray(buf[pos : value_at]) + struct.pack(">i", len(value)) + value
+    entry = bytearray(buf[pos:value_at]) + struct.pack(">i", len(value)) + value
     struct.pack_into(">i", entry, 8, len(entry) - 12)
     fix_checksum(entry, 0, len(entry), magic)
     out = buf[:pos] + entry + buf[end:]
@@ -234,8 +264,10 @@ def recompress_legacy(seed: Seed, rng: random.Random) -> Mutant:
 
 def splice(seed: Seed, rng: random.Random) -> Mutant:
     """Drop, duplicate or swap whole entries (the bytes of each stay valid)."""
-    spans = [(p, (seed.entries[k + 1][0] if k + 1 < len(seed.entries) else len(seed.data)))
-             for k, (p, _) in enumerate(seed.entries)]  # fmt: skip
+    spans = [
+        (p, (seed.entries[k + 1][0] if k + 1 < len(seed.entries) else len(seed.data)))
+        for k, (p, _) in enumerate(seed.entries)
+    ]
     parts = [seed.data[a:b] for a, b in spans]
     i = rng.randrange(len(parts))
     how = rng.choice(("drop", "dup", "swap"))
@@ -257,9 +289,19 @@ def insert_bytes(seed: Seed, rng: random.Random) -> Mutant:
 
 Mutator = Callable[[Seed, random.Random], Mutant]
 MUTATORS: tuple[Mutator, ...] = (
-    bit_flip, bit_flip, interesting_byte, forge_field, forge_field_recrc, truncate, lying_count,
-    forge_records, forge_records, recompress_legacy, splice, insert_bytes,
-)  # fmt: skip
+    bit_flip,
+    bit_flip,
+    interesting_byte,
+    forge_field,
+    forge_field_recrc,
+    truncate,
+    lying_count,
+    forge_records,
+    forge_records,
+    recompress_legacy,
+    splice,
+    insert_bytes,
+)
 
 
 def mutate(seed: Seed, rng: random.Random) -> Mutant:
@@ -269,9 +311,13 @@ def mutate(seed: Seed, rng: random.Random) -> Mutant:
     if entries:
         second = rng.choice(MUTATORS)(Seed(seed.name, mutant.data, (), entries), rng)
         lo = min(mutant.touched[0], second.touched[0])
-        return Mutant(second.data, f"{mutant.kind}+{second.kind}", (lo, len(seed.data)),
-                      recrc=mutant.recrc or second.recrc,
-                      lossy=mutant.lossy or second.lossy)  # fmt: skip
+        return Mutant(
+            second.data,
+            f"{mutant.kind}+{second.kind}",
+            (lo, len(seed.data)),
+            recrc=mutant.recrc or second.recrc,
+            lossy=mutant.lossy or second.lossy,
+        )
     return mutant
 
 

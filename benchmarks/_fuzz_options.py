@@ -23,10 +23,35 @@ from datasource.kafka_source_options import OPTION_NAMES, KafkaSourceOptions
 
 NAMES = tuple(OPTION_NAMES.values())
 EXTRA_NAMES = ("kafka.bootstrap.servers", "kafka.group.id", "pathx", "", " path ", "assign\x00")
-NUMBERS = ("0", "1", "-1", "2147483647", "2147483648", "9223372036854775807",
-           "9223372036854775808", "-9223372036854775809", "1e3", "1.5", "0x10", "\u0663",
-           "10 kb", "1tib", "99999999999999999999999999999 gb", "nan", "inf", "", " ", "+3",
-           "15 min", "-5s", "1h", "true", "false", "TRUE", "yes")  # fmt: skip
+NUMBERS = (
+    "0",
+    "1",
+    "-1",
+    "2147483647",
+    "2147483648",
+    "9223372036854775807",
+    "9223372036854775808",
+    "-9223372036854775809",
+    "1e3",
+    "1.5",
+    "0x10",
+    "\u0663",
+    "10 kb",
+    "1tib",
+    "99999999999999999999999999999 gb",
+    "nan",
+    "inf",
+    "",
+    " ",
+    "+3",
+    "15 min",
+    "-5s",
+    "1h",
+    "true",
+    "false",
+    "TRUE",
+    "yes",
+)
 DEEP = (1, 10, 1000, 100_000)
 
 
@@ -39,22 +64,58 @@ def _deep(rng: random.Random) -> str:
 def _json_value(rng: random.Random) -> str:
     topic = rng.choice(("t", "fz", "", "a" * 300, "\u00e9", "t t", "t-0", "__x"))
     part = rng.choice(("0", "1", "-1", "2147483648", "1.0", '"0"', "null", "[]"))
-    offset = rng.choice(("-2", "-1", "0", "5", "9223372036854775807", "9223372036854775808",
-                         "-3", "1e2", "NaN", "Infinity", '"latest"', "null", "{}"))  # fmt: skip
+    offset = rng.choice(
+        (
+            "-2",
+            "-1",
+            "0",
+            "5",
+            "9223372036854775807",
+            "9223372036854775808",
+            "-3",
+            "1e2",
+            "NaN",
+            "Infinity",
+            '"latest"',
+            "null",
+            "{}",
+        )
+    )
     shapes = (
         f'{{"{topic}":{{"{part.strip(chr(34))}":{offset}}}}}',
         f'{{"{topic}":[{part}]}}',
         f'[{{"{topic}":{offset}}}]',
         f'{{"{topic}":{{"0":{offset}, "0":{offset}}}}}',
         f'{{"{topic}":{offset}}}',
-        '"earliest"', "earliest", "latest", "LATEST", "{", "}", "[1,2", "null", "[]", "{}",
+        '"earliest"',
+        "earliest",
+        "latest",
+        "LATEST",
+        "{",
+        "}",
+        "[1,2",
+        "null",
+        "[]",
+        "{}",
     )
     return rng.choice(shapes)
 
 
 def _regex(rng: random.Random) -> str:
-    return rng.choice(("fz.*", "(", "[", "a{99999999999}", "(" * 500 + ")" * 500, "*", "\\",
-                       "(?P<x>", "(a|a)*" * 10, "t"))  # fmt: skip
+    return rng.choice(
+        (
+            "fz.*",
+            "(",
+            "[",
+            "a{99999999999}",
+            "(" * 500 + ")" * 500,
+            "*",
+            "\\",
+            "(?P<x>",
+            "(a|a)*" * 10,
+            "t",
+        )
+    )
 
 
 def value_for(name: str, rng: random.Random) -> str:
@@ -103,8 +164,9 @@ def check_options(options: dict[str, str], streaming: bool | None) -> str:
 
 
 def _show(options: dict[str, str]) -> str:
-    return json.dumps({k: (v if len(v) < 80 else v[:40] + f"...({len(v)} chars)")
-                       for k, v in options.items()})  # fmt: skip
+    return json.dumps(
+        {k: (v if len(v) < 80 else v[:40] + f"...({len(v)} chars)") for k, v in options.items()}
+    )
 
 
 def fuzz_one(rng: random.Random) -> tuple[dict[str, str], bool | None, str]:

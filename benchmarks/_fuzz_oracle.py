@@ -103,8 +103,11 @@ def rows_python(data: bytes, source: str) -> list[Row]:
             continue
         batch.ensure_valid()
         if not getattr(batch, "is_control", False):  # a consumer reads no control record
-            rows += [(r.offset, r.key, r.value, tuple(r.headers)) for r in batch.records()
-                     if r.offset >= 0]  # fmt: skip
+            rows += [
+                (r.offset, r.key, r.value, tuple(r.headers))
+                for r in batch.records()
+                if r.offset >= 0
+            ]
     return rows
 
 
@@ -119,8 +122,7 @@ def rows_arrow(batches: tuple[pa.RecordBatch, ...] | list[pa.RecordBatch]) -> li
 
 
 def rows_columnar(data: bytes, source: str) -> list[Row]:
-    found = decode(data, topic="fz", partition=0, include_headers=True, source=source,
-                   tail="error")  # fmt: skip
+    found = decode(data, topic="fz", partition=0, include_headers=True, source=source, tail="error")
     return rows_arrow(found.batches)
 
 
@@ -150,13 +152,16 @@ def check_decoders(data: bytes, source: str) -> list[Row] | None:
         raise Finding("disagreement", f"only the {ok} decoder reads it; the other: {bad!r}")
     if py_rows != col_rows:
         assert py_rows is not None and col_rows is not None
-        raise Finding("disagreement", f"rows differ: python {len(py_rows)} rows, columnar "
-                      f"{len(col_rows)}; first difference {_first_diff(py_rows, col_rows)}")  # fmt: skip
+        raise Finding(
+            "disagreement",
+            f"rows differ: python {len(py_rows)} rows, columnar "
+            f"{len(col_rows)}; first difference {_first_diff(py_rows, col_rows)}",
+        )
     return py_rows
 
 
 def _first_diff(a: list[Row], b: list[Row]) -> str:
-    for i, (x, y) in enumerate(zip(a, b)):
+    for i, (x, y) in enumerate(zip(a, b, strict=False)):
         if x != y:
             return f"at row {i}: {x!r} vs {y!r}"
     return f"at row {min(len(a), len(b))} (one is longer)"
@@ -171,9 +176,12 @@ def check_no_loss(seed: Seed, mutant: Mutant, rows: list[Row], *, prefix_ok: boo
     got, want = rows, expected
     if got == want or (prefix_ok and want[: len(got)] == got):
         return
-    raise Finding("loss", f"{mutant.kind} at bytes {mutant.touched} of {seed.name}: read "
-                  f"{len(got)} rows without error, expected {len(want)}; first difference "
-                  f"{_first_diff(got, want)}")  # fmt: skip
+    raise Finding(
+        "loss",
+        f"{mutant.kind} at bytes {mutant.touched} of {seed.name}: read "
+        f"{len(got)} rows without error, expected {len(want)}; first difference "
+        f"{_first_diff(got, want)}",
+    )
 
 
 def check_values_stable(expected: dict[int, tuple], rows: list[Row], what: str) -> None:
@@ -181,8 +189,9 @@ def check_values_stable(expected: dict[int, tuple], rows: list[Row], what: str) 
     for row in rows:
         want = expected.get(row[0])
         if want is None or want != row[1:]:
-            raise Finding("loss", f"{what}: offset {row[0]} reads {row[1:]!r}, the log holds "
-                          f"{want!r}")  # fmt: skip
+            raise Finding(
+                "loss", f"{what}: offset {row[0]} reads {row[1:]!r}, the log holds {want!r}"
+            )
 
 
 @dataclass(frozen=True)

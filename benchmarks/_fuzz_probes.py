@@ -45,8 +45,13 @@ ROOT = Path(__file__).resolve().parents[1]
 MiB = 1 << 20
 
 
-def cli_subprocess(args: list[str], *, nofile: int | None = None,
-                   address_space: int | None = None, timeout: float = 300) -> tuple[int, str, int]:  # fmt: skip
+def cli_subprocess(
+    args: list[str],
+    *,
+    nofile: int | None = None,
+    address_space: int | None = None,
+    timeout: float = 300,
+) -> tuple[int, str, int]:
     """``kafkalog ARGS`` as a subprocess: exit code, stderr, peak RSS in bytes."""
 
     def limits() -> None:
@@ -56,9 +61,14 @@ def cli_subprocess(args: list[str], *, nofile: int | None = None,
             resource.setrlimit(resource.RLIMIT_AS, (address_space, address_space))
 
     env = dict(os.environ, PYTHONPATH=str(ROOT))
-    proc = subprocess.Popen([sys.executable, "-m", "spark_kafkalog.cli", *args], cwd=ROOT,
-                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                            preexec_fn=limits)  # fmt: skip
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "spark_kafkalog.cli", *args],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        preexec_fn=limits,
+    )
     try:
         _, err = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -88,15 +98,28 @@ def bomb(base: Path, *, batches: int = 6, bound_mb: int = 1024) -> int:
             broker.append(TopicPartition("bomb", 0), b.build(), acks=1).raise_error()
     finally:
         broker.close()
-    code, err, rss = cli_subprocess(["consume", "--log-dir", str(log_dir), "--topic", "bomb",
-                                     "--from-beginning", "--max-messages", "1000000"],
-                                    address_space=8 << 30)  # fmt: skip
+    code, err, rss = cli_subprocess(
+        [
+            "consume",
+            "--log-dir",
+            str(log_dir),
+            "--topic",
+            "bomb",
+            "--from-beginning",
+            "--max-messages",
+            "1000000",
+        ],
+        address_space=8 << 30,
+    )
     _judge_exit(code, err, "consume of zstd bombs")
     size = sum(p.stat().st_size for p in log_dir.rglob("*.log"))
     if rss > bound_mb * MiB:
-        raise Finding("memory", f"consume of {batches} zstd batches ({size} bytes on disk, "
-                      f"{batches * 200} MiB inflated) peaked at {rss // MiB} MiB RSS, over the "
-                      f"{bound_mb} MiB bound")  # fmt: skip
+        raise Finding(
+            "memory",
+            f"consume of {batches} zstd batches ({size} bytes on disk, "
+            f"{batches * 200} MiB inflated) peaked at {rss // MiB} MiB RSS, over the "
+            f"{bound_mb} MiB bound",
+        )
     return 1
 
 
@@ -130,8 +153,11 @@ def open_files(base: Path, partitions: int = 2000, nofile: int = 1024) -> int:
     code, err, _ = cli_subprocess(["topics", "list", "--log-dir", str(log_dir)], nofile=nofile)
     _judge_exit(code, err, f"topics list of {partitions} partitions under ulimit -n {nofile}")
     if code != 0 and not any(w in err.lower() for w in ("ulimit", "nofile", "limit")):
-        raise Finding("crash", f"topics list of {partitions} partitions under ulimit -n {nofile}"
-                      f" fails without naming the limit to raise: {err.strip()[-500:]}")  # fmt: skip
+        raise Finding(
+            "crash",
+            f"topics list of {partitions} partitions under ulimit -n {nofile}"
+            f" fails without naming the limit to raise: {err.strip()[-500:]}",
+        )
     return 1
 
 
@@ -141,22 +167,30 @@ def plain_dir(base: Path) -> int:
     plain.mkdir()
     (plain / "notes.txt").write_text("not a log dir\n")
     tried = 0
-    for args in (["topics", "list", "--log-dir", str(plain)],
-                 ["topics", "describe", "--log-dir", str(plain)],
-                 ["consume", "--log-dir", str(plain), "--topic", "x"],
-                 ["dump", str(plain), "--verify"]):  # fmt: skip
+    for args in (
+        ["topics", "list", "--log-dir", str(plain)],
+        ["topics", "describe", "--log-dir", str(plain)],
+        ["consume", "--log-dir", str(plain), "--topic", "x"],
+        ["dump", str(plain), "--verify"],
+    ):
         before = listing(plain)
         code, _, err = run_cli(args)
         tried += 1
         _judge_exit(code, err, " ".join(args[:2]))
         after = listing(plain)
         if after != before:
-            raise Finding("wrote", f"kafkalog {' '.join(args[:2])} on an ordinary directory "
-                          f"exits {code} and creates {sorted(after - before)} in it")  # fmt: skip
+            raise Finding(
+                "wrote",
+                f"kafkalog {' '.join(args[:2])} on an ordinary directory "
+                f"exits {code} and creates {sorted(after - before)} in it",
+            )
     code, _, err = run_cli(["topics", "list", "--log-dir", str(plain / "notes.txt")])
     if code == 0 or "not a directory" not in err:
-        raise Finding("crash", f"topics list --log-dir FILE exits {code}, says {err.strip()!r}"
-                      " (expected: not a directory)")  # fmt: skip
+        raise Finding(
+            "crash",
+            f"topics list --log-dir FILE exits {code}, says {err.strip()!r}"
+            " (expected: not a directory)",
+        )
     return tried + 1
 
 
@@ -176,8 +210,11 @@ def topic_names(base: Path, rng: random.Random, pairs: int = 5) -> int:
                 broker.create_topic(second, 1)
             except KafkaLogError:
                 continue
-            raise Finding("names", f"topics {first!r} and {second!r} collide in metrics names "
-                          "and were both created (Kafka: InvalidTopicException)")  # fmt: skip
+            raise Finding(
+                "names",
+                f"topics {first!r} and {second!r} collide in metrics names "
+                "and were both created (Kafka: InvalidTopicException)",
+            )
     finally:
         broker.close()
     return tried
@@ -195,8 +232,10 @@ def consume_subprocess(target: LogDirTarget, rng: random.Random) -> int:
     (fresh / path.relative_to(target.template.path)).write_bytes(mutant.data)
     tp = target.tp_of(path)
     try:
-        code, err, _ = cli_subprocess(["consume", "--log-dir", str(fresh), "--topic", tp.topic,
-                                       "--from-beginning"], timeout=120)  # fmt: skip
+        code, err, _ = cli_subprocess(
+            ["consume", "--log-dir", str(fresh), "--topic", tp.topic, "--from-beginning"],
+            timeout=120,
+        )
     finally:
         shutil.rmtree(fresh, ignore_errors=True)
     _judge_exit(code, err, f"consume subprocess after {mutant.kind} of {path.name}")
@@ -217,9 +256,13 @@ def spark_reads(target: LogDirTarget, rng: random.Random, inputs: int = 4) -> in
     os.environ["PYTHONPATH"] = str(ROOT)
     from pyspark.sql import SparkSession
 
-    spark = (SparkSession.builder.master("local[1]").appName("kafkalog-fuzz")
-             .config("spark.ui.enabled", "false").config("spark.sql.session.timeZone", "UTC")
-             .getOrCreate())  # fmt: skip
+    spark = (
+        SparkSession.builder.master("local[1]")
+        .appName("kafkalog-fuzz")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.session.timeZone", "UTC")
+        .getOrCreate()
+    )
     spark.sparkContext.setLogLevel("OFF")
     tp = TopicPartition(TOPIC, 0)
     middle = target.template.segments[tp][:-1]
@@ -230,9 +273,12 @@ def spark_reads(target: LogDirTarget, rng: random.Random, inputs: int = 4) -> in
             path = rng.choice(middle)
             seed, mutant = mutate_file(target.template, path, rng)
             boundaries = {p for p, _ in seed.entries}
-            if (mutant.recrc or unprotected(seed, mutant.touched)
-                    or (mutant.lossy and mutant.kind != "truncate")
-                    or len(mutant.data) in boundaries):
+            if (
+                mutant.recrc
+                or unprotected(seed, mutant.touched)
+                or (mutant.lossy and mutant.kind != "truncate")
+                or len(mutant.data) in boundaries
+            ):
                 continue  # the records may legitimately differ
             tried += 1
             fresh = target.work.parent / "spark"
@@ -240,20 +286,32 @@ def spark_reads(target: LogDirTarget, rng: random.Random, inputs: int = 4) -> in
             shutil.copytree(target.template.path, fresh)
             (fresh / path.relative_to(target.template.path)).write_bytes(mutant.data)
             try:
-                got = [(r.offset, r.key, r.value) for r in spark.read.format("kafkalog")
-                       .option("subscribe", TOPIC).load(str(fresh))
-                       .select("offset", "key", "value").orderBy("offset").collect()]  # fmt: skip
+                got = [
+                    (r.offset, r.key, r.value)
+                    for r in spark.read.format("kafkalog")
+                    .option("subscribe", TOPIC)
+                    .load(str(fresh))
+                    .select("offset", "key", "value")
+                    .orderBy("offset")
+                    .collect()
+                ]
             except Exception as e:  # the query failed: it must say why
                 if path.name not in str(e) and "Corrupt" not in str(e):
-                    raise Finding("unnamed", f"Spark read after {mutant.kind} of {path.name} "
-                                  f"fails without naming it: {str(e)[:800]}") from None  # fmt: skip
+                    raise Finding(
+                        "unnamed",
+                        f"Spark read after {mutant.kind} of {path.name} "
+                        f"fails without naming it: {str(e)[:800]}",
+                    ) from None
                 continue
             finally:
                 shutil.rmtree(fresh, ignore_errors=True)
             if got != want:
-                raise Finding("loss", f"Spark read after {mutant.kind} of {path.name} (a "
-                              f"segment that is not the last) at {mutant.touched} returned "
-                              f"{len(got)} records without an error, the log holds {len(want)}")  # fmt: skip
+                raise Finding(
+                    "loss",
+                    f"Spark read after {mutant.kind} of {path.name} (a "
+                    f"segment that is not the last) at {mutant.touched} returned "
+                    f"{len(got)} records without an error, the log holds {len(want)}",
+                )
     finally:
         spark.stop()
     return tried

@@ -81,10 +81,15 @@ class Report:
         if self.saved[signature] < 3:
             self.saved[signature] += 1
             (self.out / "findings").mkdir(parents=True, exist_ok=True)
-            path = self.out / "findings" / f"{target.replace('/', '_')}-{f.kind}-{len(self.findings)}-" \
+            path = (
+                self.out / "findings" / f"{target.replace('/', '_')}-{f.kind}-{len(self.findings)}-"
                 f"{self.saved[signature]}.json"
-            path.write_text(json.dumps({"target": target, "kind": f.kind, "detail": f.detail,
-                                        **reproducer}, indent=1))  # fmt: skip
+            )
+            path.write_text(
+                json.dumps(
+                    {"target": target, "kind": f.kind, "detail": f.detail, **reproducer}, indent=1
+                )
+            )
             entry[2] = entry[2] or str(path)
         if entry[0] == 1:
             print(f"FINDING [{target}] {f.kind}: {f.detail.splitlines()[0][:400]}", flush=True)
@@ -93,7 +98,9 @@ class Report:
         lines = ["", "target        inputs     seconds   inputs/s"]
         for t in sorted(self.inputs):
             s = self.seconds[t]
-            lines.append(f"{t:<12} {self.inputs[t]:>8} {s:>10.1f} {self.inputs[t] / max(s, 1e-9):>10.1f}")
+            lines.append(
+                f"{t:<12} {self.inputs[t]:>8} {s:>10.1f} {self.inputs[t] / max(s, 1e-9):>10.1f}"
+            )
         lines.append(f"{'total':<12} {sum(self.inputs.values()):>8}")
         lines.append(f"\n{len(self.findings)} distinct findings")
         for sig, (count, first, saved) in sorted(self.findings.items()):
@@ -109,8 +116,11 @@ def _signature(f: Finding) -> str:
     first = f.detail.splitlines()[0]
     if f.kind == "crash":
         exc = re.findall(r"\b([A-Z]\w*(?:Error|Exception|Exit))\b", first)
-        frames = [m for m in re.findall(r'File "([^"]+)", line \d+, in (\w+)', f.detail)
-                  if "/lib/python" not in m[0] and "_fuzz_" not in m[0]]  # fmt: skip
+        frames = [
+            m
+            for m in re.findall(r'File "([^"]+)", line \d+, in (\w+)', f.detail)
+            if "/lib/python" not in m[0] and "_fuzz_" not in m[0]
+        ]
         where = f"{Path(frames[-1][0]).name}:{frames[-1][1]}" if frames else first[:60]
         return f"{exc[-1] if exc else '?'} in {where}"
     text = re.sub(r"'[^']*'|\"[^\"]*\"|\([^)]*\)", "", first)
@@ -118,14 +128,24 @@ def _signature(f: Finding) -> str:
 
 
 def _mutant_json(seed: Seed, m: Mutant) -> dict:
-    return {"seed_name": seed.name, "mutation": m.kind, "touched": list(m.touched),
-            "recrc": m.recrc, "lossy": m.lossy,
-            "input_base64": base64.b64encode(m.data).decode("ascii")}  # fmt: skip
+    return {
+        "seed_name": seed.name,
+        "mutation": m.kind,
+        "touched": list(m.touched),
+        "recrc": m.recrc,
+        "lossy": m.lossy,
+        "input_base64": base64.b64encode(m.data).decode("ascii"),
+    }
 
 
 def _mutant_from(rep: dict) -> Mutant:
-    return Mutant(base64.b64decode(rep["input_base64"]), rep["mutation"],
-                  tuple(rep["touched"]), rep["recrc"], rep["lossy"])  # fmt: skip
+    return Mutant(
+        base64.b64decode(rep["input_base64"]),
+        rep["mutation"],
+        tuple(rep["touched"]),
+        rep["recrc"],
+        rep["lossy"],
+    )
 
 
 # -- the targets: one input each -------------------------------------------------------------------
@@ -197,8 +217,9 @@ class Watchdog(threading.Thread):
                 (self.out / "findings").mkdir(parents=True, exist_ok=True)
                 path = self.out / "findings" / "hard-hang.json"
                 path.write_text(json.dumps({"kind": "hang", **self.targets.current}, indent=1))
-                print(f"FINDING hang: one input ran over {self.limit:g} s; saved {path}",
-                      flush=True)  # fmt: skip
+                print(
+                    f"FINDING hang: one input ran over {self.limit:g} s; saved {path}", flush=True
+                )
                 os._exit(3)
 
 
@@ -207,8 +228,9 @@ def rss_mb() -> float:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / (1 << 20)
 
 
-def run_probes(targets: Targets, base: Path, report: Report, rng: random.Random,
-               spark: bool) -> None:  # fmt: skip
+def run_probes(
+    targets: Targets, base: Path, report: Report, rng: random.Random, spark: bool
+) -> None:
     """Each probe once (consume subprocesses a few times), bounded, counted as inputs."""
     jobs = [
         ("probe/plain_dir", lambda: probes.plain_dir(base / "p1")),
@@ -253,13 +275,21 @@ def campaign(args: argparse.Namespace) -> int:
         run_inputs(targets, report, deadline, [t for t in args.only.split(",") if t])
         fds1, rss1 = open_fds(), rss_mb()
         if fds1 > fds0 + 20:
-            report.finding("campaign", Finding("fds", f"open descriptors grew from {fds0} to "
-                                               f"{fds1} over the campaign"), {})  # fmt: skip
-        print(f"\nRSS {rss0:.0f} MiB after the setup, {rss1:.0f} MiB at the end; open "
-              f"descriptors {fds0} -> {fds1}")  # fmt: skip
+            report.finding(
+                "campaign",
+                Finding("fds", f"open descriptors grew from {fds0} to {fds1} over the campaign"),
+                {},
+            )
+        print(
+            f"\nRSS {rss0:.0f} MiB after the setup, {rss1:.0f} MiB at the end; open "
+            f"descriptors {fds0} -> {fds1}"
+        )
         if rss1 > args.rss_bound_mb:
-            report.finding("campaign", Finding("memory", f"RSS {rss1:.0f} MiB over the bound "
-                                               f"{args.rss_bound_mb} MiB"), {})  # fmt: skip
+            report.finding(
+                "campaign",
+                Finding("memory", f"RSS {rss1:.0f} MiB over the bound {args.rss_bound_mb} MiB"),
+                {},
+            )
     finally:
         shutil.rmtree(base, ignore_errors=True)
     print(report.summary(), flush=True)
@@ -294,8 +324,11 @@ def run_inputs(targets: Targets, report: Report, deadline: float, only: list[str
             report.seconds[target] += time.perf_counter() - began
             if time.monotonic() > next_report:
                 next_report += 60
-                print(f"  {dict(report.inputs)} inputs, {len(report.findings)} distinct "
-                      f"findings, RSS {rss_mb():.0f} MiB", flush=True)  # fmt: skip
+                print(
+                    f"  {dict(report.inputs)} inputs, {len(report.findings)} distinct "
+                    f"findings, RSS {rss_mb():.0f} MiB",
+                    flush=True,
+                )
     finally:
         watchdog.stopped.set()
 
@@ -334,8 +367,11 @@ def _replay_logdir(rep: dict) -> int:
     try:
         target = LogDirTarget.create(base)
         path = target.template.path / rep["file"]
-        seed = make_seed(rep["file"], path.read_bytes()) if path.suffix == ".log" else \
-            Seed(rep["file"], path.read_bytes(), (), ())
+        seed = (
+            make_seed(rep["file"], path.read_bytes())
+            if path.suffix == ".log"
+            else Seed(rep["file"], path.read_bytes(), (), ())
+        )
         rng = random.Random(0) if rep["target"].startswith("broker") else None
         found = target.run_mutant(path, seed, _mutant_from(rep), rng)
     finally:
@@ -357,8 +393,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--spark", action="store_true", help="also the Spark read probe")
     parser.add_argument("--only", default="", help="comma-separated targets")
     parser.add_argument("--replay", type=Path, help="run one saved finding again")
-    parser.add_argument("--atheris", choices=("records", "legacy", "index", "checkpoint",
-                                              "options"))  # fmt: skip
+    parser.add_argument(
+        "--atheris", choices=("records", "legacy", "index", "checkpoint", "options")
+    )
     args = parser.parse_args(argv)
     if args.replay:
         return replay(args.replay)

@@ -45,14 +45,13 @@ import time
 from pathlib import Path
 
 from benchmarks._fuzz_logdir import _unjson, open_fds
-from benchmarks._fuzz_oracle import rows_arrow
 from benchmarks._fuzz_probes import ROOT, temp_base
 from benchmarks.fuzz import rss_mb
 from broker_embedded.broker_config import BrokerConfig
 from broker_embedded.cluster import EmbeddedCluster
 from broker_embedded.errors import OffsetOutOfRangeError
-from broker_embedded.record.compression import CompressionType
 from broker_embedded.record.columnar_decoder import decode
+from broker_embedded.record.compression import CompressionType
 from broker_embedded.record.memory_records_builder import MemoryRecordsBuilder
 from broker_embedded.storage.log_dir import LogDir
 from broker_embedded.storage.topic_partition import TopicPartition
@@ -61,9 +60,14 @@ DEL, CMP = "soak-del", "soak-cmp"
 PARTITIONS = [TopicPartition(DEL, 0), TopicPartition(DEL, 1), TopicPartition(CMP, 0)]
 TOPIC_CONFIGS = {
     DEL: {"segment.bytes": 16384, "retention.bytes": 262144, "retention.ms": -1},
-    CMP: {"segment.bytes": 8192, "cleanup.policy": "compact", "retention.ms": -1,
-          "min.cleanable.dirty.ratio": 0.01, "delete.retention.ms": 0},
-}  # fmt: skip
+    CMP: {
+        "segment.bytes": 8192,
+        "cleanup.policy": "compact",
+        "retention.ms": -1,
+        "min.cleanable.dirty.ratio": 0.01,
+        "delete.retention.ms": 0,
+    },
+}
 
 
 class Invariants:
@@ -84,8 +88,10 @@ class Invariants:
             for offset, key, value in rows:
                 h = hash((key, value))
                 if offset >= hw:
-                    self.violate(f"{reader}: {tp} offset {offset} at or above the published "
-                                 f"high watermark {hw}")  # fmt: skip
+                    self.violate(
+                        f"{reader}: {tp} offset {offset} at or above the published "
+                        f"high watermark {hw}"
+                    )
                 old = seen.setdefault(offset, h)
                 if old != h:
                     self.violate(f"{reader}: {tp} offset {offset} changed value")
@@ -117,8 +123,13 @@ class Producer(threading.Thread):
             for _ in range(20):
                 self.seq += 1
                 key = b"k%d" % self.rng.randrange(50) if tp.topic == CMP else None
-                b.append(None, int(time.time() * 1000), key, b"v%d-" % self.seq + bytes(
-                    self.rng.randrange(256) for _ in range(self.rng.randrange(40))))  # fmt: skip
+                b.append(
+                    None,
+                    int(time.time() * 1000),
+                    key,
+                    b"v%d-" % self.seq
+                    + bytes(self.rng.randrange(256) for _ in range(self.rng.randrange(40))),
+                )
             result = self.cluster.append(tp, b.build(), acks="all", timeout_ms=10_000)
             time.sleep(0.005)  # about 3,000 records/s: readers can keep up with retention
             if result.error is not None:
@@ -139,8 +150,13 @@ def read_view(log_dir: Path, tp: TopicPartition) -> list[tuple]:
         offset, hw = reader.log_start_offset, reader.high_watermark
         while offset < hw:
             info = reader.fetch(offset, 1 << 16)
-            found = decode(info.records, topic=tp.topic, partition=tp.partition,
-                           start_offset=offset, source=str(reader.directory))  # fmt: skip
+            found = decode(
+                info.records,
+                topic=tp.topic,
+                partition=tp.partition,
+                start_offset=offset,
+                source=str(reader.directory),
+            )
             rows += [(r[0], r[1], r[2]) for r in rows_arrow_plain(found.batches)]
             if found.next_offset <= offset:
                 break
@@ -159,10 +175,27 @@ def rows_arrow_plain(batches) -> list[tuple]:
 
 def consume(log_dir: Path, tp: TopicPartition) -> list[tuple]:
     env = dict(os.environ, PYTHONPATH=str(ROOT))
-    proc = subprocess.run([sys.executable, "-m", "spark_kafkalog.cli", "consume", "--log-dir",
-                           str(log_dir), "--topic", tp.topic, "--partition", str(tp.partition),
-                           "--from-beginning", "--format", "json"], cwd=ROOT, env=env,
-                          capture_output=True, timeout=120)  # fmt: skip
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "spark_kafkalog.cli",
+            "consume",
+            "--log-dir",
+            str(log_dir),
+            "--topic",
+            tp.topic,
+            "--partition",
+            str(tp.partition),
+            "--from-beginning",
+            "--format",
+            "json",
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        timeout=120,
+    )
     if proc.returncode != 0:
         raise RuntimeError(f"consume exited {proc.returncode}: {proc.stderr.decode()[-500:]}")
     rows = []
@@ -180,18 +213,29 @@ class SparkReader:
         os.environ["PYTHONPATH"] = str(ROOT)
         from pyspark.sql import SparkSession
 
-        self.spark = (SparkSession.builder.master("local[1]").appName("kafkalog-soak")
-                      .config("spark.ui.enabled", "false")
-                      .config("spark.ui.showConsoleProgress", "false")
-                      .config("spark.sql.shuffle.partitions", "1").getOrCreate())  # fmt: skip
+        self.spark = (
+            SparkSession.builder.master("local[1]")
+            .appName("kafkalog-soak")
+            .config("spark.ui.enabled", "false")
+            .config("spark.ui.showConsoleProgress", "false")
+            .config("spark.sql.shuffle.partitions", "1")
+            .getOrCreate()
+        )
         self.spark.sparkContext.setLogLevel("ERROR")
         self.inv, self.cluster = inv, cluster
-        df = (self.spark.readStream.format("kafkalog").option("subscribe", f"{DEL},{CMP}")
-              .option("startingOffsets", "earliest").option("failOnDataLoss", "false")
-              .load(str(log_dir)))  # fmt: skip
-        self.query = (df.writeStream.foreachBatch(self._batch)
-                      .option("checkpointLocation", str(work / "spark-checkpoint"))
-                      .trigger(processingTime="1 second").start())  # fmt: skip
+        df = (
+            self.spark.readStream.format("kafkalog")
+            .option("subscribe", f"{DEL},{CMP}")
+            .option("startingOffsets", "earliest")
+            .option("failOnDataLoss", "false")
+            .load(str(log_dir))
+        )
+        self.query = (
+            df.writeStream.foreachBatch(self._batch)
+            .option("checkpointLocation", str(work / "spark-checkpoint"))
+            .trigger(processingTime="1 second")
+            .start()
+        )
 
     def _batch(self, df, batch_id: int) -> None:
         rows = df.select("topic", "partition", "offset", "key", "value").collect()
@@ -200,7 +244,8 @@ class SparkReader:
             key = None if r.key is None else bytes(r.key)
             value = None if r.value is None else bytes(r.value)
             by_tp.setdefault(TopicPartition(r.topic, r.partition), []).append(
-                (r.offset, key, value))  # fmt: skip
+                (r.offset, key, value)
+            )
         for tp, tp_rows in by_tp.items():
             self.inv.check("spark stream", tp, tp_rows, high_watermark(self.cluster, tp))
 
@@ -250,8 +295,14 @@ def soak(args: argparse.Namespace) -> int:
     return 1 if inv.violations else 0
 
 
-def reader_loop(inv: Invariants, cluster: EmbeddedCluster, log_dir: Path, tp: TopicPartition,
-                *, consume_now: bool) -> None:  # fmt: skip
+def reader_loop(
+    inv: Invariants,
+    cluster: EmbeddedCluster,
+    log_dir: Path,
+    tp: TopicPartition,
+    *,
+    consume_now: bool,
+) -> None:
     readers = [("view", read_view)] + ([("consume", consume)] if consume_now else [])
     for name, read in readers:
         for attempt in range(RETENTION_RETRIES):
@@ -259,8 +310,11 @@ def reader_loop(inv: Invariants, cluster: EmbeddedCluster, log_dir: Path, tp: To
                 rows = read(log_dir, tp)
             except Exception as e:  # a reader must not fail on a live log
                 if _retention_race(e):
-                    inv.note(f"{name} retention race" if attempt + 1 < RETENTION_RETRIES
-                             else f"{name} starved by retention")  # fmt: skip
+                    inv.note(
+                        f"{name} retention race"
+                        if attempt + 1 < RETENTION_RETRIES
+                        else f"{name} starved by retention"
+                    )
                     continue
                 inv.violate(f"{name}: reading {tp} failed: {type(e).__name__}: {str(e)[:300]}")
                 break
@@ -274,8 +328,11 @@ RETENTION_RETRIES = 4
 def _retention_race(e: Exception) -> bool:
     """Retention deleted the segments a read was at (Kafka's consumer: OffsetOutOfRange, then a
     reset to the new log start): read again from the new start."""
-    return isinstance(e, OffsetOutOfRangeError) or "below the first segment" in str(e) or (
-        "out of range" in str(e))
+    return (
+        isinstance(e, OffsetOutOfRangeError)
+        or "below the first segment" in str(e)
+        or ("out of range" in str(e))
+    )
 
 
 def _minute(samples: list[tuple[float, float, int]], first: bool) -> tuple[float, float]:
@@ -297,13 +354,16 @@ def check_flat(samples: list[tuple[float, float, int]], inv: Invariants) -> None
 def print_summary(args, inv: Invariants, producer: Producer, samples) -> None:
     print(f"\nsoak: {args.minutes} min, {producer.acked} records acknowledged (acks=all)")
     for name in sorted(inv.reads):
-        print(f"  {name:<13} {inv.reads[name]:>6} reads, {inv.records.get(name, 0):>9} records checked")
+        checked = inv.records.get(name, 0)
+        print(f"  {name:<13} {inv.reads[name]:>6} reads, {checked:>9} records checked")
     for tp, seen in inv.seen.items():
         print(f"  {tp}: {len(seen)} distinct offsets seen")
     if len(samples) >= 2:
         (rss0, fd0), (rss1, fd1) = _minute(samples, True), _minute(samples, False)
-        print(f"  RSS {rss0:.0f} MiB first minute, {rss1:.0f} MiB last minute; open descriptors "
-              f"{fd0:.0f} -> {fd1:.0f}")  # fmt: skip
+        print(
+            f"  RSS {rss0:.0f} MiB first minute, {rss1:.0f} MiB last minute; open descriptors "
+            f"{fd0:.0f} -> {fd1:.0f}"
+        )
     print(f"{len(inv.violations)} violations")
     for v in inv.violations:
         print(f"- {v}")
