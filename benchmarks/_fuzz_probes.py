@@ -164,7 +164,7 @@ def open_files(base: Path, partitions: int = 2000, nofile: int = 1024) -> int:
 def plain_dir(base: Path) -> int:
     """See the module docstring."""
     plain = base / "plain"
-    plain.mkdir()
+    plain.mkdir(parents=True)
     (plain / "notes.txt").write_text("not a log dir\n")
     tried = 0
     for args in (
