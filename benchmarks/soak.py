@@ -253,6 +253,8 @@ class SparkReader:
         exc = self.query.exception()
         if exc is not None:
             self.inv.violate(f"spark stream failed: {str(exc)[:500]}")
+        elif not self.query.isActive:
+            self.inv.violate("spark stream: the query stopped before the end of the soak")
         self.query.stop()
         self.spark.stop()
 
