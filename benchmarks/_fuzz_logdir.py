@@ -80,7 +80,7 @@ class Template:
 def build_template(path: Path) -> Template:
     """Write the template log dir at ``path`` (see the module docstring)."""
     tp = TopicPartition(TOPIC, 0)
-    broker = Broker(path)
+    broker = Broker(path, create=True)
     try:
         broker.create_topic(
             TOPIC,

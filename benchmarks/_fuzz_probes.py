@@ -87,7 +87,7 @@ def _judge_exit(code: int, err: str, what: str) -> None:
 def bomb(base: Path, *, batches: int = 6, bound_mb: int = 1024) -> int:
     """See the module docstring."""
     log_dir = base / "bomb"
-    broker = Broker(log_dir)
+    broker = Broker(log_dir, create=True)
     try:
         broker.create_topic("bomb", 1, config={"retention.ms": -1})
         for _ in range(batches):
@@ -143,7 +143,7 @@ def epoch(target: LogDirTarget) -> int:
 def open_files(base: Path, partitions: int = 2000, nofile: int = 1024) -> int:
     """See the module docstring."""
     log_dir = base / "many"
-    broker = Broker(log_dir)
+    broker = Broker(log_dir, create=True)
     try:
         broker.create_topic("many", partitions, config={"retention.ms": -1})
         for p in range(0, partitions, 7):
@@ -196,7 +196,7 @@ def plain_dir(base: Path) -> int:
 
 def topic_names(base: Path, rng: random.Random, pairs: int = 5) -> int:
     """See the module docstring."""
-    broker = Broker(base / "names")
+    broker = Broker(base / "names", create=True)
     tried = 0
     try:
         for i in range(pairs):
