@@ -183,3 +183,51 @@ def _known_middle_segment_loss(f: Finding) -> bool:
     """Issue 11 part 2 item 1 (fixed on another branch): a segment that is not the last read
     short without an error, or a corrupt active-segment index changing what is read."""
     return f.kind == "loss" and ("not the last" in f.detail or "changed what is read" in f.detail)
+
+
+# -- the oracle's allowed difference and the inflation budget's early stops ------------------------
+
+
+def _v2_batch(timestamp: int, compression: int = 0) -> bytes:
+    from broker_embedded.record.memory_records_builder import MemoryRecordsBuilder
+
+    builder = MemoryRecordsBuilder(0, compression)
+    builder.append(None, timestamp, b"k", b"v")
+    return builder.build()
+
+
+def test_a_timestamp_beyond_spark_is_the_one_allowed_difference() -> None:
+    """The columnar decoder refuses a timestamp whose microseconds overflow int64; the Python
+    decoder returns it: both outcomes are allowed, and nothing else is."""
+    from benchmarks._fuzz_oracle import rows_columnar, rows_python
+    from broker_embedded.errors import CorruptRecordError
+    from broker_embedded.record.decode_kernel import MAX_TIMESTAMP_MS
+
+    for ts in (MAX_TIMESTAMP_MS + 1, 2**62):
+        data = _v2_batch(ts)
+        assert rows_python(data, SOURCE) == [(0, b"k", b"v", ())]
+        with pytest.raises(CorruptRecordError, match=f"timestamp {ts} ms is out of Spark's"):
+            rows_columnar(data, SOURCE)
+        assert check_decoders(data, SOURCE) is None
+    assert check_decoders(_v2_batch(MAX_TIMESTAMP_MS), SOURCE) == [(0, b"k", b"v", ())]
+
+
+def test_a_corrupt_batch_after_an_early_stop_is_read_by_the_next_call() -> None:
+    """The inflation budget takes a compressed batch that does not inflate for one too large
+    for what is left, stops the call there, and the next call reports it: the oracle goes on
+    as the decoder's callers do (a forged codec id 7 with its CRC recomputed)."""
+    from benchmarks._fuzz_oracle import rows_columnar
+    from broker_embedded.errors import CorruptRecordError
+    from broker_embedded.record.batch_layout import ATTRIBUTES_OFFSET, CRC_OFFSET
+    from broker_embedded.record.record_batch import crc32c_of, set_base_offset
+
+    first = _v2_batch(5, compression=1)
+    second = bytearray(_v2_batch(6, compression=1))
+    set_base_offset(second, 1)
+    second[ATTRIBUTES_OFFSET + 1] |= 0x07
+    second[CRC_OFFSET:ATTRIBUTES_OFFSET] = crc32c_of(second[ATTRIBUTES_OFFSET:]).to_bytes(4, "big")
+    data = first + bytes(second)
+    message = f"in {SOURCE} at byte {len(first)} .*unknown compression codec id 7"
+    with pytest.raises(CorruptRecordError, match=message):
+        rows_columnar(data, SOURCE)
+    assert check_decoders(data, SOURCE) is None
