@@ -52,17 +52,7 @@ def test_the_seeds_read_as_built() -> None:
 @given(st.sampled_from(SEEDS), st.integers(0, 2**32 - 1))
 def test_mutated_segments_agree_or_fail_cleanly(seed, n: int) -> None:
     rng = random.Random(n)
-    mutant = mutate(seed, rng)
-    try:
-        decoders(seed, mutant)
-    except Finding as f:
-        if _known_legacy_disagreement(f):
-            pytest.xfail("legacy wrapper inner offsets: the Python decoder is laxer (reported)")
-        raise
-
-
-def _known_legacy_disagreement(f: Finding) -> bool:
-    return f.kind == "disagreement" and "legacy entry cannot be read" in f.detail
+    decoders(seed, mutate(seed, rng))
 
 
 @pytest.mark.parametrize("mutator", MUTATORS, ids=lambda m: m.__name__)
@@ -70,12 +60,7 @@ def test_every_mutator_on_every_builtin_seed(mutator) -> None:
     rng = random.Random(7)
     for seed in builtin_seeds():
         for _ in range(15):
-            mutant = mutator(seed, rng)
-            try:
-                decoders(seed, mutant)
-            except Finding as f:
-                if not _known_legacy_disagreement(f):
-                    raise
+            decoders(seed, mutator(seed, rng))
 
 
 def test_a_bit_flip_in_a_record_is_a_crc_error_naming_the_file() -> None:

@@ -23,6 +23,10 @@ a batch in a writable buffer the way the leader does on append: the first two le
 (it does not cover bytes 0-20), the third recomputes it. They mutate the caller's buffer: the
 caller owns it and must not share it while rewriting.
 
+:func:`record_offset_problem` is the rule for the offsets of a batch's records (in [0, 2^63),
+strictly increasing, within int32 above the first): the builder enforces it, and legacy wrappers'
+inner offsets must follow it (the columnar decoder re-encodes them as a v2 batch).
+
 The columnar decoder does not use this module's per-record objects: this is for tools, tests,
 builders and the broker's validation.
 """
@@ -54,7 +58,7 @@ from broker_embedded.record.batch_layout import (
     entry_last_offset,
 )
 from broker_embedded.record.compression import CompressionType, decompress
-from broker_embedded.record.varint import decode_varint, decode_varlong
+from broker_embedded.record.varint import INT32_MAX, INT64_MAX, decode_varint, decode_varlong
 
 NO_TIMESTAMP = -1
 NO_PRODUCER_ID = -1
@@ -72,6 +76,21 @@ class TimestampType(enum.IntEnum):
 CREATE_TIME = TimestampType.CREATE_TIME
 LOG_APPEND_TIME = TimestampType.LOG_APPEND_TIME
 NO_TIMESTAMP_TYPE = TimestampType.NO_TIMESTAMP_TYPE
+
+
+def record_offset_problem(base_offset: int, previous: int | None, offset: int) -> str | None:
+    """Why a batch whose first record is at ``base_offset`` cannot hold a record at ``offset``
+    right after one at ``previous`` (``None`` for the first record), or ``None`` when it can:
+    offsets lie in [0, 2^63), increase strictly and stay within int32 above the base (a record
+    holds its offset as an int32 delta)."""
+    if not 0 <= base_offset <= INT64_MAX:
+        return f"base offset {base_offset} outside [0, 2^63)"
+    if previous is not None and offset <= previous:
+        return f"offset {offset} follows {previous}: offsets must increase strictly"
+    if not 0 <= offset - base_offset <= INT32_MAX:
+        return f"offset {offset} is not within int32 range above base offset {base_offset}"
+    return None
+
 
 # baseOffset, batchLength, partitionLeaderEpoch, magic, crc, attributes, lastOffsetDelta,
 # baseTimestamp, maxTimestamp, producerId, producerEpoch, baseSequence, recordsCount
