@@ -216,3 +216,21 @@ def test_a_corrupt_batch_after_an_early_stop_is_read_by_the_next_call() -> None:
     with pytest.raises(CorruptRecordError, match=message):
         rows_columnar(data, SOURCE)
     assert check_decoders(data, SOURCE) is None
+
+
+def test_a_stacked_lying_count_skips_entries_too_short_for_a_count() -> None:
+    """A first mutation can leave a v2 entry shorter than its header: the campaign's second
+    mutation raised struct.error reading a count there."""
+    from benchmarks._fuzz_corpus import Seed, entry_table
+    from benchmarks._fuzz_mutators import lying_count
+
+    short = bytearray(40)
+    short[8:12] = (28).to_bytes(4, "big")
+    short[16] = 2
+    whole = _v2_batch(5)
+    data = bytes(short) + whole
+    seed = Seed("stacked", data, (), entry_table(data))
+    assert seed.entries == ((0, 2), (40, 2))
+    for n in range(20):
+        mutant = lying_count(seed, random.Random(n))
+        assert mutant.touched == (40 + 23, 40 + 61) and mutant.data[:40] == bytes(short)
