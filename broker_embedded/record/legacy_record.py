@@ -19,10 +19,11 @@ absolute. A magic 1 wrapper with LogAppendTime gives every inner record the wrap
 with CreateTime inner records keep their own (magic 0 records have none: -1). Inner messages may
 differ in magic from their wrapper (Kafka's consumer accepts that); inner messages that are
 themselves compressed, a truncated or empty inner set, a null wrapper value and zstd (which needs
-magic 2) are corrupt, and so are absolute inner offsets that a v2 batch could not hold (negative,
-not strictly increasing, or more than int32 above the first: ``record_batch.record_offset_problem``,
-the rule the columnar decoder meets when it re-encodes a wrapper as v2). Kafka's own reader does not
-check that rule; Kafka's broker never writes such a wrapper. Magic 0 lz4 wrappers from Kafka
+magic 2) are corrupt, and so are records that a v2 batch could not hold: absolute inner offsets
+negative, not strictly increasing or more than int32 above the first, timestamps below -1 or more
+than int64 apart (``record_batch.record_offset_problem`` and ``record_timestamp_problem``, the rules
+the columnar decoder meets when it re-encodes an entry as v2). Kafka's own reader does not check
+them; Kafka's broker never writes such an entry. Magic 0 lz4 wrappers from Kafka
 before 0.10 carry a wrong frame header checksum (KAFKA-3160): Kafka reads them ignoring it, and so
 does this module.
 
@@ -59,6 +60,7 @@ from broker_embedded.record.record_batch import (
     Record,
     TimestampType,
     record_offset_problem,
+    record_timestamp_problem,
 )
 
 MAGIC_V0 = 0
@@ -246,15 +248,26 @@ class LegacyRecordBatch:
     def records(self) -> Iterator[Record]:
         """Every record: the message itself, or a wrapper's inner messages."""
         if not self.is_compressed:
-            yield self._record(self._message, self._message.offset)
-            return
-        for m in self._inner_messages():
-            yield self._record(m, self._absolute_offset(m))
+            messages, shift = [self._message], 0
+        else:
+            messages = self._inner_messages()
+            shift = self._offset_shift(messages[-1])
+        timestamps = self._checked_timestamps(messages)
+        for m, timestamp in zip(messages, timestamps, strict=True):
+            key = None if m.key is None else bytes(m.key)
+            value = None if m.value is None else bytes(m.value)
+            yield Record(shift + m.offset, timestamp, key, value, ())
 
-    def _record(self, m: _Message, offset: int) -> Record:
-        key = None if m.key is None else bytes(m.key)
-        value = None if m.value is None else bytes(m.value)
-        return Record(offset, self._timestamp_of(m), key, value, ())
+    def _checked_timestamps(self, messages: list[_Message]) -> list[int]:
+        """The records' timestamps, which a batch must be able to hold
+        (``record_timestamp_problem``)."""
+        timestamps = [self._timestamp_of(m) for m in messages]
+        for i, timestamp in enumerate(timestamps):
+            problem = record_timestamp_problem(timestamps[0], timestamp)
+            if problem is not None:
+                where = f"inner message {i}: " if self.is_compressed else ""
+                raise self._corrupt(where + problem)
+        return timestamps
 
     def _timestamp_of(self, m: _Message) -> int:
         if m.magic == MAGIC_V0:

@@ -52,6 +52,7 @@ from broker_embedded.record.record_batch import (
     Record,
     crc32c_of,
     record_offset_problem,
+    record_timestamp_problem,
 )
 from broker_embedded.record.varint import (
     INT32_MAX,
@@ -163,7 +164,10 @@ def _headers_field(headers: Iterable[Header]) -> bytes:
 
 
 def _check_offset(base_offset: int, previous: int | None, offset: int) -> None:
-    problem = record_offset_problem(base_offset, previous, offset)
+    _check(record_offset_problem(base_offset, previous, offset))
+
+
+def _check(problem: str | None) -> None:
     if problem is not None:
         raise ValueError(problem)
 
@@ -267,10 +271,10 @@ class MemoryRecordsBuilder:
             raise ValueError("the builder has already built its batch")
         offset = self.next_offset if offset is None else offset
         self._check_offset(offset)
-        if timestamp < 0 and timestamp != NO_TIMESTAMP:
-            raise ValueError(f"invalid negative timestamp {timestamp}")
         if self._base_timestamp is None:
+            _check(record_timestamp_problem(timestamp, timestamp))
             self._base_timestamp = timestamp
+        _check(record_timestamp_problem(self._base_timestamp, timestamp))
         body = b"".join(
             (
                 b"\x00",  # record attributes

@@ -395,3 +395,47 @@ def test_inner_offsets_a_batch_can_hold_still_read() -> None:
         2**31 + 3,
     ]
     assert [r.offset for r in read(wrapper(9, 1, 1, inner_set(1, [0, 2, 5])))] == [4, 6, 9]
+
+
+BAD_TIMESTAMPS = [
+    # (the entry, the reason)
+    (message(7, 1, b"k", b"v", timestamp=-5), "invalid negative timestamp -5"),
+    (
+        wrapper(7, 1, 1, message(0, 1, b"a", b"1", timestamp=10) + message(1, 1, b"b", b"2",
+                timestamp=-7)),
+        "inner message 1: invalid negative timestamp -7",
+    ),
+    (wrapper(7, 1, 2, inner_set(1, [0, 1]), timestamp=-3, lat=True),
+     "inner message 0: invalid negative timestamp -3"),
+    (
+        wrapper(7, 1, 1, message(0, 0, b"a", b"1") + message(1, 1, b"b", b"2",
+                timestamp=2**63 - 1)),
+        "inner message 1: timestamp 9223372036854775807 is not within int64 of base timestamp -1",
+    ),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("entry", "reason"),
+    BAD_TIMESTAMPS,
+    ids=["plain-negative", "inner-negative", "log-append-time-negative", "delta-beyond-int64"],
+)
+def test_timestamps_a_batch_cannot_hold_fail_both_decoders(entry: bytes, reason: str) -> None:
+    """Issue 11's fuzz campaign: a magic 1 timestamp below -1 (valid CRC) was read by the Python
+    decoder and refused by the columnar one, which re-encodes legacy records as v2."""
+    from broker_embedded.record.columnar_decoder import decode
+
+    data = message(0, 1, b"k", b"v") + entry
+    expected = f"corrupt record data in w.log at byte 36 (batch base offset 7): {reason}"
+    with pytest.raises(CorruptRecordError) as python:
+        read(data, "w.log")
+    assert str(python.value) == expected
+    with pytest.raises(CorruptRecordError) as columnar:
+        decode(data, topic="t", partition=0, source="w.log", tail="error")
+    assert str(columnar.value) == expected
+
+
+def test_timestamps_a_batch_can_hold_still_read() -> None:
+    inner = message(0, 0, b"a", b"1") + message(1, 1, b"b", b"2", timestamp=2**62)
+    assert [r.timestamp for r in read(wrapper(7, 1, 1, inner))] == [-1, 2**62]
+    assert [r.timestamp for r in read(message(3, 1, b"k", b"v", timestamp=-1))] == [-1]
