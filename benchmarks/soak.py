@@ -225,11 +225,8 @@ class DriverLog:
         self.lines = 0
         self._lock = threading.Lock()
 
-    def launching(self) -> contextlib.AbstractContextManager[None]:
-        return self._launching()
-
     @contextlib.contextmanager
-    def _launching(self) -> Iterator[None]:
+    def launching(self) -> Iterator[None]:
         read_end, write_end = os.pipe()
         saved = os.dup(2)
         sys.stderr.flush()
