@@ -15,8 +15,12 @@ Readers, every loop until the deadline, on broker 0's log dir (a follower or the
 - the read-only view (``LogDir(dir).open_partition(tp)``: fetch to the high watermark, then the
   columnar decoder);
 - a ``kafkalog consume --format json`` subprocess every ~10 s;
-- a Spark streaming query (``spark.readStream.format("kafkalog")``, foreachBatch sink, 1 s
-  trigger), unless ``--no-spark``.
+- a Spark streaming query (``spark.readStream.format("kafkalog")``, failOnDataLoss=false,
+  foreachBatch sink, 1 s trigger), unless ``--no-spark``. Its driver's stderr is captured
+  (and echoed): a JVM thread dying (``Exception in thread``), a ``java.lang.*Error``, a log4j
+  ERROR line or a Python traceback there is a violation, as is the query not active, failed,
+  or without a progress report for 2 minutes (checked every loop). It is stopped between
+  batches: see ``SparkReader`` for the Spark bug a stop mid-batch runs into.
 
 A read that retention overtakes (OffsetOutOfRange: the segments it was at were deleted) is read
 again from the new log start, as Kafka's consumer resets; these races are counted, and a reader
@@ -34,15 +38,21 @@ averages of the first and the last minute are printed, and growth beyond 50% + 6
 from __future__ import annotations
 
 import argparse
+import contextlib
+import datetime
 import json
 import os
 import random
+import re
 import shutil
 import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
+
+import numpy as np
 
 from benchmarks._fuzz_logdir import _unjson, open_fds
 from benchmarks._fuzz_probes import ROOT, temp_base
@@ -70,11 +80,36 @@ TOPIC_CONFIGS = {
 }
 
 
+class OffsetHashes:
+    """offset -> hash of (key, value) of one partition, in a growable int64 array indexed by
+    offset (8 bytes an offset: a dict of Python ints took 130, and 2.4 million offsets in 30
+    minutes made the soak's own bookkeeping 300 MiB of "RSS growth")."""
+
+    UNSEEN = np.iinfo(np.int64).min  # hash() never gives it in practice (1 in 2**64)
+
+    def __init__(self) -> None:
+        self._hashes = np.full(1 << 16, self.UNSEEN, dtype=np.int64)
+        self.count = 0
+
+    def setdefault(self, offset: int, h: int) -> int:
+        """The hash recorded for ``offset``, recording ``h`` if there was none."""
+        if offset >= len(self._hashes):
+            grown = np.full(max(2 * len(self._hashes), offset + 1), self.UNSEEN, dtype=np.int64)
+            grown[: len(self._hashes)] = self._hashes
+            self._hashes = grown
+        old = int(self._hashes[offset])
+        if old != self.UNSEEN:
+            return old
+        self._hashes[offset] = h
+        self.count += 1
+        return h
+
+
 class Invariants:
     """offset -> hash of (key, value) per partition, and the violations found (thread-safe)."""
 
     def __init__(self) -> None:
-        self.seen: dict[TopicPartition, dict[int, int]] = {tp: {} for tp in PARTITIONS}
+        self.seen = {tp: OffsetHashes() for tp in PARTITIONS}
         self.violations: list[str] = []
         self.reads: dict[str, int] = {}
         self.records: dict[str, int] = {}
@@ -205,26 +240,121 @@ def consume(log_dir: Path, tp: TopicPartition) -> list[tuple]:
     return rows
 
 
-class SparkReader:
-    """A streaming query over broker 0's log dir, its foreachBatch rows checked as they come."""
+class DriverLog:
+    """The Spark driver JVM's stderr (and so its Python planner's and workers'), captured for the
+    soak: :meth:`launching` points fd 2 at a pipe while PySpark starts the JVM (which inherits
+    it), a daemon thread echoes every line to this process's stderr and keeps the lines that
+    show a Java or Python error (:func:`driver_log_finding`). One per process, as is the JVM
+    (thread-safe)."""
 
-    def __init__(self, log_dir: Path, work: Path, inv: Invariants, cluster: EmbeddedCluster):
-        os.environ["PYSPARK_PYTHON"] = os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
-        os.environ["PYTHONPATH"] = str(ROOT)
-        from pyspark.sql import SparkSession
+    def __init__(self) -> None:
+        self.findings: list[str] = []
+        self.lines = 0
+        self._lock = threading.Lock()
 
-        self.spark = (
+    @contextlib.contextmanager
+    def launching(self) -> Iterator[None]:
+        read_end, write_end = os.pipe()
+        saved = os.dup(2)
+        sys.stderr.flush()
+        os.dup2(write_end, 2)
+        os.close(write_end)
+        try:
+            yield
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+            threading.Thread(target=self._pump, args=(read_end,), daemon=True).start()
+
+    def _pump(self, read_end: int) -> None:
+        with os.fdopen(read_end, "rb") as pipe:
+            for raw in pipe:
+                os.write(2, raw)
+                line = raw.decode("utf-8", "replace").rstrip()
+                with self._lock:
+                    self.lines += 1
+                    if driver_log_finding(line) and len(self.findings) < MAX_DRIVER_FINDINGS:
+                        self.findings.append(line[:300])
+
+    def findings_since(self, start: int) -> list[str]:
+        """The findings after the first ``start`` (``len(findings)`` taken earlier)."""
+        with self._lock:
+            return self.findings[start:]
+
+
+MAX_DRIVER_FINDINGS = 20
+_DRIVER_ERROR = re.compile(
+    r"Exception in thread "  # a JVM thread died of an uncaught throwable
+    r"|\bjava\.lang\.\w*Error\b"  # StackOverflowError, OutOfMemoryError, ...
+    r"|^\d\d/\d\d/\d\d \d\d:\d\d:\d\d ERROR "  # a log4j ERROR line
+    r"|^Traceback \(most recent call last\)"  # a Python traceback printed by a worker
+)
+
+
+def driver_log_finding(line: str) -> bool:
+    """Whether a line of the driver's stderr shows an error (see :class:`DriverLog`)."""
+    return _DRIVER_ERROR.search(line) is not None
+
+
+_DRIVER_LOG = DriverLog()
+
+
+def spark_session(app_name: str = "kafkalog-soak"):
+    """A local[1] SparkSession whose driver's stderr :data:`_DRIVER_LOG` captures (when this
+    call starts the JVM)."""
+    os.environ["PYSPARK_PYTHON"] = os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    os.environ["PYTHONPATH"] = str(ROOT)
+    from pyspark.sql import SparkSession
+
+    with _DRIVER_LOG.launching():
+        spark = (
             SparkSession.builder.master("local[1]")
-            .appName("kafkalog-soak")
+            .appName(app_name)
             .config("spark.ui.enabled", "false")
             .config("spark.ui.showConsoleProgress", "false")
             .config("spark.sql.shuffle.partitions", "1")
             .getOrCreate()
         )
-        self.spark.sparkContext.setLogLevel("ERROR")
-        self.inv, self.cluster = inv, cluster
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark
+
+
+class SparkReader:
+    """A streaming query over broker 0's log dir, its foreachBatch rows checked as they come.
+
+    Health (:meth:`check`, every soak loop, and at :meth:`stop`): the query must be active,
+    without exception, with a progress report (one per batch; one every 10 s when idle) less
+    than ``STALL_S`` old; and the driver's stderr must show no error (:class:`DriverLog`).
+
+    Stopping: Spark 4.3's ``StreamExecution.isInterruptionException`` matches the message of a
+    ``Py4JException`` that reaches a stopping query (a foreachBatch function whose Spark call
+    ``query.stop()`` interrupted) with the regex ``An error occurred while calling((.|\\r\\n|
+    \\r|\\n)*)(InterruptedException|...)``; Java's regex recurses once per character for that
+    group, so on a Py4J message of a few thousand characters (the Java stack trace of the
+    interrupted call, about 8,000) the stream execution thread dies of a StackOverflowError
+    (printed as ``Exception in thread "stream execution thread ..."``, the query's exception
+    left unset). Any PySpark foreachBatch query stopped mid-batch does this, whatever its
+    source (Spark's ``rate`` source too). So :meth:`stop` first lets the batch in flight
+    finish (up to ``STOP_WAIT_S``; later batches return at once), and a batch that
+    ``query.stop()`` interrupts anyway returns instead of raising, since nothing reads its
+    result.
+    """
+
+    STALL_S = 120.0
+    STOP_WAIT_S = 60.0
+
+    def __init__(self, spark, log_dir: Path, work: Path, inv: Invariants, high_watermark_of):
+        self.spark, self.inv, self.high_watermark_of = spark, inv, high_watermark_of
+        self.driver_log = _DRIVER_LOG
+        self._findings_seen = len(self.driver_log.findings_since(0))
+        self._cond = threading.Condition()
+        self._busy = self._stopping = self._failed = False
+        self.batches = 0
+        self.longest_stall_s = 0.0
+        self._started = time.time()
         df = (
-            self.spark.readStream.format("kafkalog")
+            spark.readStream.format("kafkalog")
             .option("subscribe", f"{DEL},{CMP}")
             .option("startingOffsets", "earliest")
             .option("failOnDataLoss", "false")
@@ -238,6 +368,23 @@ class SparkReader:
         )
 
     def _batch(self, df, batch_id: int) -> None:
+        with self._cond:
+            if self._stopping:
+                return  # stop() is under way: no Spark call that it could interrupt
+            self._busy = True
+        try:
+            self.check_batch(df, batch_id)
+        except Exception:
+            if not self._stopping:
+                raise
+            # query.stop() interrupted this batch: returning keeps the Py4J error from Spark
+            # (see the class docstring); the batch's rows were not all checked, which is fine
+        finally:
+            with self._cond:
+                self._busy = False
+                self._cond.notify_all()
+
+    def check_batch(self, df, batch_id: int) -> None:
         rows = df.select("topic", "partition", "offset", "key", "value").collect()
         by_tp: dict[TopicPartition, list[tuple]] = {}
         for r in rows:
@@ -247,16 +394,61 @@ class SparkReader:
                 (r.offset, key, value)
             )
         for tp, tp_rows in by_tp.items():
-            self.inv.check("spark stream", tp, tp_rows, high_watermark(self.cluster, tp))
+            self.inv.check("spark stream", tp, tp_rows, self.high_watermark_of(tp))
+        self.batches += 1
 
-    def stop(self) -> None:
+    def check(self) -> None:
+        """A violation per new error line of the driver's stderr, and one (once) when the query
+        died, failed or stalled."""
+        self._report_driver_findings()
+        if self._failed:
+            return
+        problem = self._problem()
+        if problem is not None:
+            self._failed = True
+            self.inv.violate(problem)
+
+    def _report_driver_findings(self) -> None:
+        found = self.driver_log.findings_since(self._findings_seen)
+        self._findings_seen += len(found)
+        for line in found:
+            self.inv.violate(f"spark driver stderr: {line}")
+
+    def _problem(self) -> str | None:
         exc = self.query.exception()
         if exc is not None:
-            self.inv.violate(f"spark stream failed: {str(exc)[:500]}")
-        elif not self.query.isActive:
-            self.inv.violate("spark stream: the query stopped before the end of the soak")
+            return f"spark stream failed: {str(exc)[:500]}"
+        if not self.query.isActive:
+            return "spark stream: the query stopped before the end of the soak"
+        stall = time.time() - self._last_progress_s()
+        self.longest_stall_s = max(self.longest_stall_s, stall)
+        if stall > self.STALL_S:
+            return f"spark stream: no progress report for {stall:.0f} s"
+        return None
+
+    def _last_progress_s(self) -> float:
+        progress = self.query.lastProgress
+        if progress is None:
+            return self._started
+        stamp = datetime.datetime.fromisoformat(progress.timestamp.replace("Z", "+00:00"))
+        return stamp.timestamp()
+
+    def stop(self) -> None:
+        """Checks the query, stops it between batches (see the class docstring), then reports
+        what the driver printed meanwhile."""
+        self.check()
+        with self._cond:
+            self._stopping = True
+            self._cond.wait_for(lambda: not self._busy, timeout=self.STOP_WAIT_S)
         self.query.stop()
-        self.spark.stop()
+        time.sleep(1.0)  # let the pump read what the JVM printed while stopping
+        self._report_driver_findings()
+
+    def summary(self) -> str:
+        return (
+            f"  spark stream {self.batches:>6} batches, longest wait for a progress report "
+            f"{self.longest_stall_s:.0f} s, {self.driver_log.lines} driver stderr lines"
+        )
 
 
 def soak(args: argparse.Namespace) -> int:
@@ -265,7 +457,7 @@ def soak(args: argparse.Namespace) -> int:
     samples: list[tuple[float, float, int]] = []  # (seconds since start, RSS MiB, fds)
     config = BrokerConfig(log_retention_check_interval_ms=1000, log_cleaner_backoff_ms=1000)
     cluster = EmbeddedCluster(base / "cluster", 3, config=config)
-    spark = None
+    stream: SparkReader | None = None
     began = time.monotonic()
     deadline = began + args.minutes * 60
     producer = Producer(cluster, args.seed, inv)
@@ -276,24 +468,29 @@ def soak(args: argparse.Namespace) -> int:
         log_dir = cluster.brokers[0].log_dir
         producer.start()
         if not args.no_spark:
-            spark = SparkReader(log_dir, base, inv, cluster)
+            stream = SparkReader(
+                spark_session(), log_dir, base, inv, lambda tp: high_watermark(cluster, tp)
+            )
         next_consume = 0.0
         while time.monotonic() < deadline:
             for tp in PARTITIONS:
                 reader_loop(inv, cluster, log_dir, tp, consume_now=time.monotonic() > next_consume)
             if time.monotonic() > next_consume:
                 next_consume = time.monotonic() + 10
+            if stream is not None:
+                stream.check()
             samples.append((time.monotonic() - began, rss_mb(), open_fds()))
             time.sleep(0.5)
     finally:
         producer.stop.set()
         producer.join(30)
-        if spark is not None:
-            spark.stop()
+        if stream is not None:
+            stream.stop()
+            stream.spark.stop()
         cluster.close()
         shutil.rmtree(base, ignore_errors=True)
     check_flat(samples, inv)
-    print_summary(args, inv, producer, samples)
+    print_summary(args, inv, producer, samples, [] if stream is None else [stream.summary()])
     return 1 if inv.violations else 0
 
 
@@ -353,19 +550,21 @@ def check_flat(samples: list[tuple[float, float, int]], inv: Invariants) -> None
         inv.violate(f"open descriptors grew from {fd0:.0f} (first minute) to {fd1:.0f} (last)")
 
 
-def print_summary(args, inv: Invariants, producer: Producer, samples) -> None:
+def print_summary(args, inv: Invariants, producer: Producer, samples, extra: list[str]) -> None:
     print(f"\nsoak: {args.minutes} min, {producer.acked} records acknowledged (acks=all)")
     for name in sorted(inv.reads):
         checked = inv.records.get(name, 0)
         print(f"  {name:<13} {inv.reads[name]:>6} reads, {checked:>9} records checked")
     for tp, seen in inv.seen.items():
-        print(f"  {tp}: {len(seen)} distinct offsets seen")
+        print(f"  {tp}: {seen.count} distinct offsets seen")
     if len(samples) >= 2:
         (rss0, fd0), (rss1, fd1) = _minute(samples, True), _minute(samples, False)
         print(
             f"  RSS {rss0:.0f} MiB first minute, {rss1:.0f} MiB last minute; open descriptors "
             f"{fd0:.0f} -> {fd1:.0f}"
         )
+    for line in extra:
+        print(line)
     print(f"{len(inv.violations)} violations")
     for v in inv.violations:
         print(f"- {v}")
