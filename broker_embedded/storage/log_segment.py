@@ -354,11 +354,21 @@ class LogSegment:
             return None
         limit = max(max_bytes, found.size) if min_one_message else max_bytes
         end = self.size_in_bytes if max_position is None else min(max_position, self.size_in_bytes)
+        if end <= found.position:
+            self._check_straddling(found.position)
         size = max(0, min(end - found.position, limit))
         records = self._buf[found.position : found.position + size]
         return FetchSlice(
             start_offset, self.base_offset, found.position, records, limit < found.size
         )
+
+    def _check_straddling(self, position: int) -> None:
+        """A read whose first batch also holds its upper bound returns nothing: make sure that
+        batch is whole (a flipped lastOffsetDelta makes a batch claim offsets up to the bound
+        and would end every read there without an error)."""
+        for b in self.batches(position):
+            b.ensure_valid()
+            return
 
     def find_offset_by_timestamp(
         self, timestamp: int, starting_offset: int | None = None
