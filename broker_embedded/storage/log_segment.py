@@ -16,7 +16,8 @@ fixed at open: a view of a growing active
 segment ends where the file ended then; a partial batch at the end is ignored, as in a fetch)
 and loads the indexes. A missing index file, one that Kafka's sanity check rejects or that
 contradicts the ``.log`` (its last entry is not a batch start, points past the file, names an
-offset the file does not hold) is rebuilt in memory from the ``.log`` with Kafka's recovery
+offset the file does not hold; an entry points at a batch based above its offset, which would
+make reads skip the batches before it) is rebuilt in memory from the ``.log`` with Kafka's recovery
 rules; a zero-filled preallocated tail is simply not part of the entries. The segment never
 writes, truncates or renames any file: ``index_status`` tells what happened.
 
@@ -238,6 +239,7 @@ class LogSegment:
                 f"offset index {oi.source}: last entry points at byte {last.position}, "
                 f"past the end of {self.source} ({self.size_in_bytes} bytes)"
             )
+        self._check_entries_point_at_batches(oi)
         tail = _Walk(self.batches(last.position))
         next_offset = tail.next_offset if tail.count else self.base_offset
         if len(oi) and not (
@@ -258,6 +260,24 @@ class LogSegment:
         self.next_offset = next_offset
         self.end_of_batches = tail.end if tail.count else last.position
         self.largest_timestamp = max(tail.max_timestamp, last_t.timestamp)
+
+    def _check_entries_point_at_batches(self, oi: OffsetIndex) -> None:
+        """Every entry (offset O, position P) must point at a batch whose base offset lies in
+        ``[base offset, O]`` (Kafka indexes a batch's last offset at its start): an entry that
+        points further on would make reads skip the batches before it."""
+        positions = oi.positions()
+        if not len(positions) or positions[-1] + 8 > self.size_in_bytes:
+            return  # none, or the last entry points past the file: _adopt says so
+        log = np.frombuffer(self._buf, np.uint8)
+        bases = log[positions[:, None] + np.arange(8)].copy().view(">i8").ravel()
+        offsets = oi.offsets()
+        bad = np.flatnonzero((bases < self.base_offset) | (bases > offsets))
+        if len(bad):
+            i = int(bad[0])
+            raise IndexCorruptError(
+                f"offset index {oi.source}: entry {i} (offset {offsets[i]}, position "
+                f"{positions[i]}) points at a batch based at offset {bases[i]} in {self.source}"
+            )
 
     def _rebuild(self, status: str) -> None:
         walk = _Walk(())

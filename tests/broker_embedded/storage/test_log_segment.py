@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from kafka.record.legacy_records import LegacyRecordBatchBuilder
 from kafka.record.memory_records import MemoryRecords
 
-from broker_embedded.errors import CorruptRecordError, IndexCorruptError
+from broker_embedded.errors import CorruptRecordError
 from broker_embedded.record.records import iter_batches
 from broker_embedded.storage.log_config import LogConfig
 from broker_embedded.storage.log_segment import (
@@ -193,6 +193,8 @@ def corrupt(path: Path, how: str) -> None:
         data[-4:] = (10**8).to_bytes(4, "big")
     elif how == "wrong-offset":
         data[-8:-4] = (int.from_bytes(data[-8:-4], "big") + 1).to_bytes(4, "big")
+    elif how == "first-offset-zero":  # entry 0 names the segment's first offset: reads skip on
+        data[0:4] = bytes(4)
     elif how == "stale-extra-entry":
         data += (10**6).to_bytes(4, "big") + (10**8).to_bytes(4, "big")
     path.write_bytes(bytes(data))
@@ -206,6 +208,7 @@ def corrupt(path: Path, how: str) -> None:
         ("past-the-end", "past the end of"),
         ("wrong-offset", "does not match the batch at that position"),
         ("stale-extra-entry", "past the end of"),
+        ("first-offset-zero", "entry 0 (offset 5000, position"),
         ("missing", "00005000.index is missing"),
     ],
 )
@@ -221,9 +224,8 @@ def test_bad_offset_index_is_rebuilt(written: Path, tmp_path: Path, how: str, st
         assert status in seg.index_status
         assert seg.offset_index.to_bytes() == ref.offset_index.to_bytes()
         assert seg.time_index.to_bytes() == ref.time_index.to_bytes()
-        assert seg.translate_offset(ref.next_offset - 1) == ref.translate_offset(
-            ref.next_offset - 1
-        )
+        for offset in (ref.base_offset, ref.base_offset + 1, ref.next_offset - 1):
+            assert seg.translate_offset(offset) == ref.translate_offset(offset)
     after = {p.name: (p.read_bytes(), p.stat().st_mtime_ns) for p in tmp_path.iterdir()}
     assert after == before  # read-only: nothing written, created or removed
 
@@ -245,15 +247,15 @@ def test_bad_time_index_is_rebuilt(written: Path, tmp_path: Path, how: str) -> N
         assert seg.time_index.to_bytes() == ref.time_index.to_bytes()
 
 
-def test_verify_finds_index_entries_that_point_wrong(written: Path, tmp_path: Path) -> None:
+def test_index_entry_pointing_mid_batch_is_rebuilt(written: Path, tmp_path: Path) -> None:
     log = copy_segment(written, tmp_path)
     data = bytearray(log.with_suffix(".index").read_bytes())
     data[4:8] = (int.from_bytes(data[4:8], "big") + 1).to_bytes(4, "big")  # entry 0, mid-batch
     log.with_suffix(".index").write_bytes(bytes(data))
-    with LogSegment(log) as seg:
-        assert seg.index_status == "loaded"  # only the last entry is checked on open
-        with pytest.raises(IndexCorruptError, match="entry 0 .* does not point at the batch"):
-            seg.verify()
+    with LogSegment(log) as seg, LogSegment(written) as ref:
+        assert seg.index_status.startswith("rebuilt: offset index")
+        assert "entry 0 (offset" in seg.index_status
+        assert seg.offset_index.to_bytes() == ref.offset_index.to_bytes()
 
 
 def test_verify_finds_a_bad_crc(written: Path, tmp_path: Path, batch_table: list) -> None:

@@ -55,7 +55,7 @@ with LogManager(sys.argv[1]) as lm:
 
 
 def build_log_dir(log_dir: Path, partitions: int) -> None:
-    with LogManager(log_dir) as lm:
+    with LogManager(log_dir, create=True) as lm:
         lm.put_topic("t", TopicEntry(uuid.uuid4(), partitions))
         lg = lm.get_or_create_log(TopicPartition("t", 0))
         for i in range(SEGMENTS - 1):

@@ -1,0 +1,383 @@
+"""A bounded soak: a 3-broker embedded cluster producing with acks=all under retention and
+compaction, read all the while by every reader, checking invariants.
+
+    python -m benchmarks.soak --minutes N [--seed S] [--no-spark]
+
+Setup (in a temporary directory, ``/dev/shm`` when present): ``EmbeddedCluster`` of 3 brokers
+(retention checked every second, the cleaner backing off 1 s); topic ``soak-del`` (2 partitions,
+replication factor 3, 16 KiB segments, retention.bytes 256 KiB: segments roll and are deleted) and
+topic ``soak-cmp`` (1 partition, replication factor 3, cleanup.policy=compact, 8 KiB segments,
+min.cleanable.dirty.ratio 0.01: the cleaner runs); one producer thread appends batches of 20
+records with acks=all, keys from 50 per partition on the compacted topic.
+
+Readers, every loop until the deadline, on broker 0's log dir (a follower or the leader):
+
+- the read-only view (``LogDir(dir).open_partition(tp)``: fetch to the high watermark, then the
+  columnar decoder);
+- a ``kafkalog consume --format json`` subprocess every ~10 s;
+- a Spark streaming query (``spark.readStream.format("kafkalog")``, foreachBatch sink, 1 s
+  trigger), unless ``--no-spark``.
+
+A read that retention overtakes (OffsetOutOfRange: the segments it was at were deleted) is read
+again from the new log start, as Kafka's consumer resets; these races are counted, and a reader
+overtaken four times in a row is counted as starved (printed, not a violation: a consumer slower
+than retention loses data in Kafka too).
+
+Invariants: an offset, once seen by any reader, always reads the same (key, value) (retention and
+compaction may remove offsets, never change one); no reader sees an offset at or above the
+high watermark the leader published (read after the read); no reader fails. Memory and handles:
+RSS and open descriptors of this process (which runs the brokers) sampled every loop; the
+averages of the first and the last minute are printed, and growth beyond 50% + 64 MiB of RSS or
+50 descriptors is a violation. Prints a summary; exits 1 on any violation.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+from benchmarks._fuzz_logdir import _unjson, open_fds
+from benchmarks._fuzz_probes import ROOT, temp_base
+from benchmarks.fuzz import rss_mb
+from broker_embedded.broker_config import BrokerConfig
+from broker_embedded.cluster import EmbeddedCluster
+from broker_embedded.errors import OffsetOutOfRangeError
+from broker_embedded.record.columnar_decoder import decode
+from broker_embedded.record.compression import CompressionType
+from broker_embedded.record.memory_records_builder import MemoryRecordsBuilder
+from broker_embedded.storage.log_dir import LogDir
+from broker_embedded.storage.topic_partition import TopicPartition
+
+DEL, CMP = "soak-del", "soak-cmp"
+PARTITIONS = [TopicPartition(DEL, 0), TopicPartition(DEL, 1), TopicPartition(CMP, 0)]
+TOPIC_CONFIGS = {
+    DEL: {"segment.bytes": 16384, "retention.bytes": 262144, "retention.ms": -1},
+    CMP: {
+        "segment.bytes": 8192,
+        "cleanup.policy": "compact",
+        "retention.ms": -1,
+        "min.cleanable.dirty.ratio": 0.01,
+        "delete.retention.ms": 0,
+    },
+}
+
+
+class Invariants:
+    """offset -> hash of (key, value) per partition, and the violations found (thread-safe)."""
+
+    def __init__(self) -> None:
+        self.seen: dict[TopicPartition, dict[int, int]] = {tp: {} for tp in PARTITIONS}
+        self.violations: list[str] = []
+        self.reads: dict[str, int] = {}
+        self.records: dict[str, int] = {}
+        self._lock = threading.Lock()
+
+    def check(self, reader: str, tp: TopicPartition, rows: list[tuple], hw: int) -> None:
+        with self._lock:
+            self.reads[reader] = self.reads.get(reader, 0) + 1
+            self.records[reader] = self.records.get(reader, 0) + len(rows)
+            seen = self.seen[tp]
+            for offset, key, value in rows:
+                h = hash((key, value))
+                if offset >= hw:
+                    self.violate(
+                        f"{reader}: {tp} offset {offset} at or above the published "
+                        f"high watermark {hw}"
+                    )
+                old = seen.setdefault(offset, h)
+                if old != h:
+                    self.violate(f"{reader}: {tp} offset {offset} changed value")
+
+    def note(self, what: str) -> None:
+        with self._lock:
+            self.reads[what] = self.reads.get(what, 0) + 1
+
+    def violate(self, text: str) -> None:
+        if len(self.violations) < 100:
+            self.violations.append(text)
+        print(f"VIOLATION {text}", flush=True)
+
+
+class Producer(threading.Thread):
+    """Appends batches with acks=all until stopped; counts what was acknowledged."""
+
+    def __init__(self, cluster: EmbeddedCluster, seed: int, inv: Invariants) -> None:
+        super().__init__(daemon=True)
+        self.cluster, self.rng, self.inv = cluster, random.Random(seed), inv
+        self.stop = threading.Event()
+        self.acked = 0
+        self.seq = 0
+
+    def run(self) -> None:
+        while not self.stop.is_set():
+            tp = self.rng.choice(PARTITIONS)
+            b = MemoryRecordsBuilder(0, CompressionType(self.rng.randrange(5)))
+            for _ in range(20):
+                self.seq += 1
+                key = b"k%d" % self.rng.randrange(50) if tp.topic == CMP else None
+                b.append(
+                    None,
+                    int(time.time() * 1000),
+                    key,
+                    b"v%d-" % self.seq
+                    + bytes(self.rng.randrange(256) for _ in range(self.rng.randrange(40))),
+                )
+            result = self.cluster.append(tp, b.build(), acks="all", timeout_ms=10_000)
+            time.sleep(0.005)  # about 3,000 records/s: readers can keep up with retention
+            if result.error is not None:
+                self.inv.violate(f"producer: acks=all append to {tp} failed: {result.error!r}")
+                time.sleep(0.5)
+            else:
+                self.acked += 20
+
+
+def high_watermark(cluster: EmbeddedCluster, tp: TopicPartition) -> int:
+    return cluster.list_offsets(tp.topic, tp.partition, -1).offset
+
+
+def read_view(log_dir: Path, tp: TopicPartition) -> list[tuple]:
+    reader = LogDir(log_dir).open_partition(tp)
+    rows: list[tuple] = []
+    try:
+        offset, hw = reader.log_start_offset, reader.high_watermark
+        while offset < hw:
+            info = reader.fetch(offset, 1 << 16)
+            found = decode(
+                info.records,
+                topic=tp.topic,
+                partition=tp.partition,
+                start_offset=offset,
+                source=str(reader.directory),
+            )
+            rows += [(r[0], r[1], r[2]) for r in rows_arrow_plain(found.batches)]
+            if found.next_offset <= offset:
+                break
+            offset = found.next_offset
+    finally:
+        reader.close()
+    return rows
+
+
+def rows_arrow_plain(batches) -> list[tuple]:
+    out = []
+    for b in batches:
+        out += zip(*(b.column(n).to_pylist() for n in ("offset", "key", "value")), strict=True)
+    return out
+
+
+def consume(log_dir: Path, tp: TopicPartition) -> list[tuple]:
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "spark_kafkalog.cli",
+            "consume",
+            "--log-dir",
+            str(log_dir),
+            "--topic",
+            tp.topic,
+            "--partition",
+            str(tp.partition),
+            "--from-beginning",
+            "--format",
+            "json",
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        timeout=120,
+    )
+    if proc.returncode != 0:
+        raise RuntimeError(f"consume exited {proc.returncode}: {proc.stderr.decode()[-500:]}")
+    rows = []
+    for line in proc.stdout.splitlines():
+        o = json.loads(line)
+        rows.append((o["offset"], _unjson(o["key"]), _unjson(o["value"])))
+    return rows
+
+
+class SparkReader:
+    """A streaming query over broker 0's log dir, its foreachBatch rows checked as they come."""
+
+    def __init__(self, log_dir: Path, work: Path, inv: Invariants, cluster: EmbeddedCluster):
+        os.environ["PYSPARK_PYTHON"] = os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+        os.environ["PYTHONPATH"] = str(ROOT)
+        from pyspark.sql import SparkSession
+
+        self.spark = (
+            SparkSession.builder.master("local[1]")
+            .appName("kafkalog-soak")
+            .config("spark.ui.enabled", "false")
+            .config("spark.ui.showConsoleProgress", "false")
+            .config("spark.sql.shuffle.partitions", "1")
+            .getOrCreate()
+        )
+        self.spark.sparkContext.setLogLevel("ERROR")
+        self.inv, self.cluster = inv, cluster
+        df = (
+            self.spark.readStream.format("kafkalog")
+            .option("subscribe", f"{DEL},{CMP}")
+            .option("startingOffsets", "earliest")
+            .option("failOnDataLoss", "false")
+            .load(str(log_dir))
+        )
+        self.query = (
+            df.writeStream.foreachBatch(self._batch)
+            .option("checkpointLocation", str(work / "spark-checkpoint"))
+            .trigger(processingTime="1 second")
+            .start()
+        )
+
+    def _batch(self, df, batch_id: int) -> None:
+        rows = df.select("topic", "partition", "offset", "key", "value").collect()
+        by_tp: dict[TopicPartition, list[tuple]] = {}
+        for r in rows:
+            key = None if r.key is None else bytes(r.key)
+            value = None if r.value is None else bytes(r.value)
+            by_tp.setdefault(TopicPartition(r.topic, r.partition), []).append(
+                (r.offset, key, value)
+            )
+        for tp, tp_rows in by_tp.items():
+            self.inv.check("spark stream", tp, tp_rows, high_watermark(self.cluster, tp))
+
+    def stop(self) -> None:
+        exc = self.query.exception()
+        if exc is not None:
+            self.inv.violate(f"spark stream failed: {str(exc)[:500]}")
+        elif not self.query.isActive:
+            self.inv.violate("spark stream: the query stopped before the end of the soak")
+        self.query.stop()
+        self.spark.stop()
+
+
+def soak(args: argparse.Namespace) -> int:
+    base = temp_base()
+    inv = Invariants()
+    samples: list[tuple[float, float, int]] = []  # (seconds since start, RSS MiB, fds)
+    config = BrokerConfig(log_retention_check_interval_ms=1000, log_cleaner_backoff_ms=1000)
+    cluster = EmbeddedCluster(base / "cluster", 3, config=config)
+    spark = None
+    began = time.monotonic()
+    deadline = began + args.minutes * 60
+    producer = Producer(cluster, args.seed, inv)
+    try:
+        for topic, cfg in TOPIC_CONFIGS.items():
+            partitions = sum(tp.topic == topic for tp in PARTITIONS)
+            cluster.create_topic(topic, partitions, replication_factor=3, config=cfg)
+        log_dir = cluster.brokers[0].log_dir
+        producer.start()
+        if not args.no_spark:
+            spark = SparkReader(log_dir, base, inv, cluster)
+        next_consume = 0.0
+        while time.monotonic() < deadline:
+            for tp in PARTITIONS:
+                reader_loop(inv, cluster, log_dir, tp, consume_now=time.monotonic() > next_consume)
+            if time.monotonic() > next_consume:
+                next_consume = time.monotonic() + 10
+            samples.append((time.monotonic() - began, rss_mb(), open_fds()))
+            time.sleep(0.5)
+    finally:
+        producer.stop.set()
+        producer.join(30)
+        if spark is not None:
+            spark.stop()
+        cluster.close()
+        shutil.rmtree(base, ignore_errors=True)
+    check_flat(samples, inv)
+    print_summary(args, inv, producer, samples)
+    return 1 if inv.violations else 0
+
+
+def reader_loop(
+    inv: Invariants,
+    cluster: EmbeddedCluster,
+    log_dir: Path,
+    tp: TopicPartition,
+    *,
+    consume_now: bool,
+) -> None:
+    readers = [("view", read_view)] + ([("consume", consume)] if consume_now else [])
+    for name, read in readers:
+        for attempt in range(RETENTION_RETRIES):
+            try:
+                rows = read(log_dir, tp)
+            except Exception as e:  # a reader must not fail on a live log
+                if _retention_race(e):
+                    inv.note(
+                        f"{name} retention race"
+                        if attempt + 1 < RETENTION_RETRIES
+                        else f"{name} starved by retention"
+                    )
+                    continue
+                inv.violate(f"{name}: reading {tp} failed: {type(e).__name__}: {str(e)[:300]}")
+                break
+            inv.check(name, tp, rows, high_watermark(cluster, tp))
+            break
+
+
+RETENTION_RETRIES = 4
+
+
+def _retention_race(e: Exception) -> bool:
+    """Retention deleted the segments a read was at (Kafka's consumer: OffsetOutOfRange, then a
+    reset to the new log start): read again from the new start."""
+    return (
+        isinstance(e, OffsetOutOfRangeError)
+        or "below the first segment" in str(e)
+        or ("out of range" in str(e))
+    )
+
+
+def _minute(samples: list[tuple[float, float, int]], first: bool) -> tuple[float, float]:
+    end = samples[-1][0]
+    part = [s for s in samples if (s[0] <= 60 if first else s[0] >= end - 60)] or samples
+    return sum(s[1] for s in part) / len(part), sum(s[2] for s in part) / len(part)
+
+
+def check_flat(samples: list[tuple[float, float, int]], inv: Invariants) -> None:
+    if len(samples) < 2:
+        return
+    (rss0, fd0), (rss1, fd1) = _minute(samples, True), _minute(samples, False)
+    if rss1 > rss0 * 1.5 + 64:
+        inv.violate(f"RSS grew from {rss0:.0f} MiB (first minute) to {rss1:.0f} MiB (last)")
+    if fd1 > fd0 + 50:
+        inv.violate(f"open descriptors grew from {fd0:.0f} (first minute) to {fd1:.0f} (last)")
+
+
+def print_summary(args, inv: Invariants, producer: Producer, samples) -> None:
+    print(f"\nsoak: {args.minutes} min, {producer.acked} records acknowledged (acks=all)")
+    for name in sorted(inv.reads):
+        checked = inv.records.get(name, 0)
+        print(f"  {name:<13} {inv.reads[name]:>6} reads, {checked:>9} records checked")
+    for tp, seen in inv.seen.items():
+        print(f"  {tp}: {len(seen)} distinct offsets seen")
+    if len(samples) >= 2:
+        (rss0, fd0), (rss1, fd1) = _minute(samples, True), _minute(samples, False)
+        print(
+            f"  RSS {rss0:.0f} MiB first minute, {rss1:.0f} MiB last minute; open descriptors "
+            f"{fd0:.0f} -> {fd1:.0f}"
+        )
+    print(f"{len(inv.violations)} violations")
+    for v in inv.violations:
+        print(f"- {v}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--minutes", type=float, default=3.0)
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--no-spark", action="store_true", help="skip the streaming query")
+    return soak(parser.parse_args(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
