@@ -43,7 +43,7 @@ Thread safety: a :class:`LocalLog` keeps no state of its own; it is as thread-sa
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol, TypeVar
@@ -243,58 +243,64 @@ class LocalLog:
     def batches(self, start: int, end: int, what: str = "reading batches") -> Iterator[AnyBatch]:
         """Every batch holding an offset in ``[start, end)``, whole, across segments (never a
         batch twice, also when the policy resumes the walk on a new listing)."""
-        return self.access.resume(
-            start, what, lambda segs, first, walked: self._walk(segs, first, end, walked)
-        )
 
-    def _walk(
-        self, segments: LogSegments, start: int, end: int, walked: Walked
-    ) -> Iterator[AnyBatch]:
-        access = self.access
-        for base in segments.from_floor(start):
-            if base >= end:
-                return
-            seg = access.segment(base)
-            found = seg.translate_offset(start)
+        def in_segment(seg: LogSegment, first: int) -> Generator[AnyBatch, None, bool]:
+            found = seg.translate_offset(first)
             if found is not None:
                 for b in seg.batches(found.position, seg.end_of_batches):
                     if b.base_offset >= end:
-                        return
+                        return True
                     yield b
-            seg.check_tail(last=segments.is_last(base), recovery_point=access.recovery_point)
-            walked(seg)
+            return False
+
+        return self._resumed_walk(start, end, what, in_segment)
 
     def transactional_batches(self, start: int, end: int) -> Iterator[RecordBatch]:
         """The transactional batches (data and markers) from the one holding ``start`` whose
         base offset is below ``end``, found by a header scan (a Python object only for them)."""
-        return self.access.resume(
-            start,
-            "scanning transactions",
-            lambda segs, first, walked: self._walk_transactional(segs, first, end, walked),
-        )
 
-    def _walk_transactional(
-        self, segments: LogSegments, start: int, end: int, walked: Walked
-    ) -> Iterator[RecordBatch]:
+        def in_segment(seg: LogSegment, first: int) -> Generator[RecordBatch, None, bool]:
+            found = seg.read(first, seg.size_in_bytes, seg.end_of_batches, True)
+            if found is None:
+                return False
+            view = found.records
+            for table in header_tables(view, seg.source, found.position):
+                # a legacy entry's offset field is its last offset; never transactional
+                below = table[:, k.S_OFFSET] < end
+                txn = below & (table[:, k.S_MAGIC] == 2)
+                txn &= (table[:, k.S_ATTR] & TRANSACTIONAL_MASK) != 0
+                for pos, size in table[txn][:, [k.S_POS, k.S_SIZE]].tolist():
+                    yield RecordBatch(view[pos : pos + size], seg.source, found.position + pos)
+                if not below.all():
+                    return True
+            return False
+
+        return self._resumed_walk(start, end, "scanning transactions", in_segment)
+
+    def _resumed_walk(
+        self,
+        start: int,
+        end: int,
+        what: str,
+        in_segment: Callable[[LogSegment, int], Generator[B, None, bool]],
+    ) -> Iterator[B]:
+        """The segments from the one holding ``start`` below ``end``, each given to
+        ``in_segment(segment, start)``, which yields what it finds and returns whether it
+        reached ``end``; a segment read to its end gets its tail check. The policy resumes the
+        walk after the last segment finished when a file went away."""
         access = self.access
-        for base in segments.from_floor(start):
-            if base >= end:
-                return
-            seg = access.segment(base)
-            found = seg.read(start, seg.size_in_bytes, seg.end_of_batches, True)
-            if found is not None:
-                view = found.records
-                for table in header_tables(view, seg.source, found.position):
-                    # a legacy entry's offset field is its last offset; never transactional
-                    below = table[:, k.S_OFFSET] < end
-                    txn = below & (table[:, k.S_MAGIC] == 2)
-                    txn &= (table[:, k.S_ATTR] & TRANSACTIONAL_MASK) != 0
-                    for pos, size in table[txn][:, [k.S_POS, k.S_SIZE]].tolist():
-                        yield RecordBatch(view[pos : pos + size], seg.source, found.position + pos)
-                    if not below.all():
-                        return
-            seg.check_tail(last=segments.is_last(base), recovery_point=access.recovery_point)
-            walked(seg)
+
+        def walk(segments: LogSegments, first: int, walked: Walked) -> Iterator[B]:
+            for base in segments.from_floor(first):
+                if base >= end:
+                    return
+                seg = access.segment(base)
+                if (yield from in_segment(seg, first)):
+                    return
+                seg.check_tail(last=segments.is_last(base), recovery_point=access.recovery_point)
+                walked(seg)
+
+        return access.resume(start, what, walk)
 
     def offset_by_timestamp(
         self, timestamp: int, log_start_offset: int, below: int | None = None
