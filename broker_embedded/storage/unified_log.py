@@ -542,7 +542,6 @@ class UnifiedLog:
         """A new active segment: the old one's files are closed (and fsynced); snapshot the
         producer state at the new base offset and move the recovery point there (Kafka flushes
         up to the new segment at each roll)."""
-        self._open.drop(None)
         self.producer_state.take_snapshot()
         for txn_index in self._open.txn_indexes.values():
             txn_index.flush()
@@ -596,7 +595,7 @@ class UnifiedLog:
             bases = self.segment_base_offsets[:-1]
             return CleaningSnapshot(
                 tuple(bases), tuple(self._segment_size(b) for b in bases),
-                self.active_segment_base_offset, self._writer.active_segment.size,
+                self.active_segment_base_offset, self._writer.active_segment.size_in_bytes,
                 self.log_start_offset, self.log_end_offset,
                 self.last_stable_offset, self._truncations,
             )  # fmt: skip
@@ -757,7 +756,7 @@ class UnifiedLog:
 
     def _segment_size(self, base: int) -> int:
         if base == self._writer.active_segment.base_offset:
-            return self._writer.active_segment.size
+            return self._writer.active_segment.size_in_bytes
         return self._path(base, LOG_SUFFIX).stat().st_size
 
     # -- retention and truncation ------------------------------------------------------------------
@@ -968,12 +967,12 @@ def _cleaned_name(offset: int, suffix: str) -> str:
 class OpenSegments:
     """The broker's :class:`~broker_embedded.storage.local_log.SegmentAccess`: the segments of
     the writer's listing, opened on first use and kept until the log drops them (retention,
-    truncation, a swap, a roll), the active one a view of the writer's first ``size`` bytes
-    sharing its in-memory indexes (``LogSegment.for_writer``), and the ``.txnindex`` objects,
+    truncation, a swap), the active one the writer's own segment open for appending (its reads
+    see every append through the indexes being appended to), and the ``.txnindex`` objects,
     which appends write too. Nothing is ever stale under the log's lock, so every operation
     runs once. Used under the log's lock only."""
 
-    __slots__ = ("directory", "config", "_writer", "_views", "_active_view", "txn_indexes")
+    __slots__ = ("directory", "config", "_writer", "_views", "txn_indexes")
 
     recovery_point = 0  # the broker truncated any torn tail when it opened the log
 
@@ -984,7 +983,6 @@ class OpenSegments:
         self.config = config
         self._writer = writer
         self._views: dict[int, LogSegment] = {}
-        self._active_view: LogSegment | None = None
         self.txn_indexes: dict[int, TransactionIndex] = {}
 
     def listing(self) -> LogSegments:
@@ -1004,15 +1002,7 @@ class OpenSegments:
     def segment(self, base: int) -> LogSegment:
         active = self._writer().active_segment
         if base == active.base_offset:
-            view = self._active_view
-            if view is None or view.size_in_bytes != active.size or view.base_offset != base:
-                self.drop(None)
-                view = LogSegment.for_writer(
-                    active.paths()[0], active.size, active.offset_index, active.time_index,
-                    active.next_offset, active.indexer.max_timestamp_so_far.timestamp,
-                )  # fmt: skip
-                self._active_view = view
-            return view
+            return active  # open for appending: its reads see every append
         view = self._views.get(base)
         if view is None:
             view = LogSegment.open(
@@ -1021,18 +1011,15 @@ class OpenSegments:
             self._views[base] = view
         return view
 
-    def drop(self, base: int | None) -> None:
-        """Close the view of segment ``base`` (``None``: the active segment's)."""
-        view = self._active_view if base is None else self._views.pop(base, None)
-        if base is None:
-            self._active_view = None
+    def drop(self, base: int) -> None:
+        """Close the view of closed segment ``base``."""
+        view = self._views.pop(base, None)
         if view is not None:
             view.close()
 
     def drop_all(self) -> None:
         for base in list(self._views):
             self.drop(base)
-        self.drop(None)
 
     def txn_index(self, base: int) -> TransactionIndex:
         index = self.txn_indexes.get(base)
