@@ -165,12 +165,14 @@ def truncate(seed: Seed, rng: random.Random) -> Mutant:
 
 
 def lying_count(seed: Seed, rng: random.Random) -> Mutant:
-    v2 = [(p, m) for p, m in seed.entries if m == 2]
+    ends = [p for p, _ in seed.entries[1:]] + [len(seed.data)]
+    # a stacked mutation's entries may be shorter than a v2 header: no count to lie in
+    v2 = [
+        (p, end) for (p, m), end in zip(seed.entries, ends, strict=True) if m == 2 and end - p >= 61
+    ]
     if not v2:
         return forge_field_recrc(seed, rng)
-    pos = rng.choice(v2)[0]
-    i = seed.entries.index((pos, 2))
-    end = seed.entries[i + 1][0] if i + 1 < len(seed.entries) else len(seed.data)
+    pos, end = rng.choice(v2)
     buf = bytearray(seed.data)
     count = struct.unpack_from(">i", buf, pos + 57)[0]
     new = rng.choice((count + 1, count - 1, 0, count * 2, 2**31 - 1, -1, count + 1000))

@@ -10,7 +10,11 @@
   (``exclude.internal.topics``); name them in ``subscribe`` or ``assign`` to read them.
 
 Values are frozen and picklable (a compiled pattern is rebuilt from its text on unpickling).
-Parsing raises :class:`InvalidOptionError` naming the option and the value.
+Parsing raises :class:`InvalidOptionError` naming the option and the value (at most
+``option_json.MAX_QUOTED`` characters of it). A pattern longer than :data:`MAX_PATTERN_LENGTH`
+characters is refused before it is compiled, and whatever ``re.compile`` raises on hostile text
+(``re.error``, ``OverflowError`` for ``a{99999999999}``, ``RecursionError`` for 500 nested groups,
+``ValueError``) is that option error too.
 """
 
 from __future__ import annotations
@@ -25,6 +29,10 @@ from datasource.option_json import bad_option as _bad
 from datasource.option_json import load_option_json
 
 INTERNAL_TOPIC_PREFIX = "__"
+# Longer than any sensible pattern over topic names (249 characters at most each).
+MAX_PATTERN_LENGTH = 10_000
+# What re.compile raises on text it cannot compile.
+_REGEX_ERRORS = (re.error, OverflowError, RecursionError, ValueError)
 
 
 @dataclass(frozen=True)
@@ -100,10 +108,7 @@ class SubscribePattern:
     option = "subscribePattern"
 
     def __post_init__(self) -> None:
-        try:
-            object.__setattr__(self, "_regex", re.compile(self.pattern))
-        except re.error as e:
-            raise _bad("subscribePattern", self.pattern, f"not a valid regex ({e})") from None
+        object.__setattr__(self, "_regex", _compile(self.pattern))
 
     @classmethod
     def parse(cls, value: str) -> SubscribePattern:
@@ -126,6 +131,18 @@ class SubscribePattern:
 
 
 Subscription = Assign | Subscribe | SubscribePattern
+
+
+def _compile(pattern: str) -> re.Pattern[str]:
+    """``pattern`` compiled, or the ``subscribePattern`` option error saying why not."""
+    if len(pattern) > MAX_PATTERN_LENGTH:
+        reason = f"longer than {MAX_PATTERN_LENGTH} characters"
+        raise _bad("subscribePattern", pattern, reason)
+    try:
+        return re.compile(pattern)
+    except _REGEX_ERRORS as e:
+        detail = str(e) if isinstance(e, re.error) else f"{type(e).__name__}: {e}"
+        raise _bad("subscribePattern", pattern, f"not a valid regex ({detail[:200]})") from None
 
 
 def _topic_partition(option: str, value: str, topic: object, partition: int) -> TopicPartition:

@@ -19,8 +19,13 @@ absolute. A magic 1 wrapper with LogAppendTime gives every inner record the wrap
 with CreateTime inner records keep their own (magic 0 records have none: -1). Inner messages may
 differ in magic from their wrapper (Kafka's consumer accepts that); inner messages that are
 themselves compressed, a truncated or empty inner set, a null wrapper value and zstd (which needs
-magic 2) are corrupt. Magic 0 lz4 wrappers from Kafka before 0.10 carry a wrong frame header
-checksum (KAFKA-3160): Kafka reads them ignoring it, and so does this module.
+magic 2) are corrupt, and so are records that a v2 batch could not hold: absolute inner offsets
+negative, not strictly increasing or more than int32 above the first, timestamps below -1 or more
+than int64 apart (``record_batch.record_offset_problem`` and ``record_timestamp_problem``, the rules
+the columnar decoder meets when it re-encodes an entry as v2). Kafka's own reader does not check
+them; Kafka's broker never writes such an entry. Magic 0 lz4 wrappers from Kafka
+before 0.10 carry a wrong frame header checksum (KAFKA-3160): Kafka reads them ignoring it, and so
+does this module.
 
 :class:`LegacyRecordBatch` offers the read interface of ``RecordBatch`` (no producer state, no
 partition leader epoch, no record headers). ``last_offset`` is the entry's offset field,
@@ -54,6 +59,8 @@ from broker_embedded.record.record_batch import (
     TIMESTAMP_TYPE_MASK,
     Record,
     TimestampType,
+    record_offset_problem,
+    record_timestamp_problem,
 )
 
 MAGIC_V0 = 0
@@ -241,15 +248,26 @@ class LegacyRecordBatch:
     def records(self) -> Iterator[Record]:
         """Every record: the message itself, or a wrapper's inner messages."""
         if not self.is_compressed:
-            yield self._record(self._message, self._message.offset)
-            return
-        for m in self._inner_messages():
-            yield self._record(m, self._absolute_offset(m))
+            messages, shift = [self._message], 0
+        else:
+            messages = self._inner_messages()
+            shift = self._offset_shift(messages[-1])
+        timestamps = self._checked_timestamps(messages)
+        for m, timestamp in zip(messages, timestamps, strict=True):
+            key = None if m.key is None else bytes(m.key)
+            value = None if m.value is None else bytes(m.value)
+            yield Record(shift + m.offset, timestamp, key, value, ())
 
-    def _record(self, m: _Message, offset: int) -> Record:
-        key = None if m.key is None else bytes(m.key)
-        value = None if m.value is None else bytes(m.value)
-        return Record(offset, self._timestamp_of(m), key, value, ())
+    def _checked_timestamps(self, messages: list[_Message]) -> list[int]:
+        """The records' timestamps, which a batch must be able to hold
+        (``record_timestamp_problem``)."""
+        timestamps = [self._timestamp_of(m) for m in messages]
+        for i, timestamp in enumerate(timestamps):
+            problem = record_timestamp_problem(timestamps[0], timestamp)
+            if problem is not None:
+                where = f"inner message {i}: " if self.is_compressed else ""
+                raise self._corrupt(where + problem)
+        return timestamps
 
     def _timestamp_of(self, m: _Message) -> int:
         if m.magic == MAGIC_V0:
@@ -259,10 +277,14 @@ class LegacyRecordBatch:
         return m.timestamp
 
     def _absolute_offset(self, m: _Message) -> int:
+        return self._offset_shift(self._inner_messages()[-1]) + m.offset
+
+    def _offset_shift(self, last_inner: _Message) -> int:
+        """What turns an inner offset into an absolute one (see the module docstring)."""
         wrapper = self._message
         if wrapper.magic == MAGIC_V0 or wrapper.offset == 0:
-            return m.offset
-        return wrapper.offset - self._inner_messages()[-1].offset + m.offset
+            return 0
+        return wrapper.offset - last_inner.offset
 
     def _inner_messages(self) -> list[_Message]:
         if self._inner is None:
@@ -289,7 +311,20 @@ class LegacyRecordBatch:
             raise self._corrupt(
                 f"wrapper offset {self.last_offset} is below the last inner offset {last}"
             )
+        self._check_inner_offsets(messages)
         return messages
+
+    def _check_inner_offsets(self, messages: list[_Message]) -> None:
+        """The absolute inner offsets follow a batch's rule (``record_offset_problem``)."""
+        shift = self._offset_shift(messages[-1])
+        base = previous = None
+        for i, m in enumerate(messages):
+            offset = shift + m.offset
+            base = offset if base is None else base
+            problem = record_offset_problem(base, previous, offset)
+            if problem is not None:
+                raise self._corrupt(f"inner message {i}: {problem}")
+            previous = offset
 
     def _decompressed_value(self) -> memoryview:
         codec = self.compression

@@ -51,10 +51,11 @@ from broker_embedded.record.record_batch import (
     TRANSACTIONAL_MASK,
     Record,
     crc32c_of,
+    record_offset_problem,
+    record_timestamp_problem,
 )
 from broker_embedded.record.varint import (
     INT32_MAX,
-    INT64_MAX,
     encode_varint,
     encode_varlong,
 )
@@ -162,6 +163,15 @@ def _headers_field(headers: Iterable[Header]) -> bytes:
     return encode_varint(count) + b"".join(parts)
 
 
+def _check_offset(base_offset: int, previous: int | None, offset: int) -> None:
+    _check(record_offset_problem(base_offset, previous, offset))
+
+
+def _check(problem: str | None) -> None:
+    if problem is not None:
+        raise ValueError(problem)
+
+
 class MemoryRecordsBuilder:
     """Accumulates records and builds one v2 batch (see the module docstring for the rules)."""
 
@@ -181,8 +191,7 @@ class MemoryRecordsBuilder:
         delete_horizon_ms: int | None = None,
         compression_level: int | None = None,
     ) -> None:
-        if not 0 <= base_offset <= INT64_MAX:
-            raise ValueError(f"base offset {base_offset} outside [0, 2^63)")
+        _check_offset(base_offset, None, base_offset)
         if timestamp_type not in (CREATE_TIME, LOG_APPEND_TIME):
             raise ValueError(
                 f"timestamp type {timestamp_type} is neither CreateTime nor LogAppendTime"
@@ -262,10 +271,10 @@ class MemoryRecordsBuilder:
             raise ValueError("the builder has already built its batch")
         offset = self.next_offset if offset is None else offset
         self._check_offset(offset)
-        if timestamp < 0 and timestamp != NO_TIMESTAMP:
-            raise ValueError(f"invalid negative timestamp {timestamp}")
         if self._base_timestamp is None:
+            _check(record_timestamp_problem(timestamp, timestamp))
             self._base_timestamp = timestamp
+        _check(record_timestamp_problem(self._base_timestamp, timestamp))
         body = b"".join(
             (
                 b"\x00",  # record attributes
@@ -292,14 +301,7 @@ class MemoryRecordsBuilder:
         )
 
     def _check_offset(self, offset: int) -> None:
-        if self._last_offset is not None and offset <= self._last_offset:
-            raise ValueError(
-                f"offset {offset} follows {self._last_offset}: offsets must increase strictly"
-            )
-        if not 0 <= offset - self.base_offset <= INT32_MAX:
-            raise ValueError(
-                f"offset {offset} is not within int32 range above base offset {self.base_offset}"
-            )
+        _check_offset(self.base_offset, self._last_offset, offset)
 
     # -- building ------------------------------------------------------------------------------
 

@@ -23,6 +23,12 @@ a batch in a writable buffer the way the leader does on append: the first two le
 (it does not cover bytes 0-20), the third recomputes it. They mutate the caller's buffer: the
 caller owns it and must not share it while rewriting.
 
+:func:`record_offset_problem` and :func:`record_timestamp_problem` are the rules a record must meet
+to be written into a batch (offsets in [0, 2^63), strictly increasing, within int32 above the
+first; timestamps -1 or not negative, within int64 of the base timestamp): the builder enforces
+them, and the records of legacy entries must meet them (the columnar decoder re-encodes them as a
+v2 batch).
+
 The columnar decoder does not use this module's per-record objects: this is for tools, tests,
 builders and the broker's validation.
 """
@@ -54,7 +60,13 @@ from broker_embedded.record.batch_layout import (
     entry_last_offset,
 )
 from broker_embedded.record.compression import CompressionType, decompress
-from broker_embedded.record.varint import decode_varint, decode_varlong
+from broker_embedded.record.varint import (
+    INT32_MAX,
+    INT64_MAX,
+    INT64_MIN,
+    decode_varint,
+    decode_varlong,
+)
 
 NO_TIMESTAMP = -1
 NO_PRODUCER_ID = -1
@@ -72,6 +84,32 @@ class TimestampType(enum.IntEnum):
 CREATE_TIME = TimestampType.CREATE_TIME
 LOG_APPEND_TIME = TimestampType.LOG_APPEND_TIME
 NO_TIMESTAMP_TYPE = TimestampType.NO_TIMESTAMP_TYPE
+
+
+def record_offset_problem(base_offset: int, previous: int | None, offset: int) -> str | None:
+    """Why a batch whose first record is at ``base_offset`` cannot hold a record at ``offset``
+    right after one at ``previous`` (``None`` for the first record), or ``None`` when it can:
+    offsets lie in [0, 2^63), increase strictly and stay within int32 above the base (a record
+    holds its offset as an int32 delta)."""
+    if not 0 <= base_offset <= INT64_MAX:
+        return f"base offset {base_offset} outside [0, 2^63)"
+    if previous is not None and offset <= previous:
+        return f"offset {offset} follows {previous}: offsets must increase strictly"
+    if not 0 <= offset - base_offset <= INT32_MAX:
+        return f"offset {offset} is not within int32 range above base offset {base_offset}"
+    return None
+
+
+def record_timestamp_problem(base_timestamp: int, timestamp: int) -> str | None:
+    """Why a batch whose base timestamp is ``base_timestamp`` cannot hold a record stamped
+    ``timestamp`` (a record holds it as a varlong delta), or ``None`` when it can: -1 (none) or
+    not negative, as Kafka's builder requires."""
+    if timestamp < 0 and timestamp != NO_TIMESTAMP:
+        return f"invalid negative timestamp {timestamp}"
+    if not INT64_MIN <= timestamp - base_timestamp <= INT64_MAX:
+        return f"timestamp {timestamp} is not within int64 of base timestamp {base_timestamp}"
+    return None
+
 
 # baseOffset, batchLength, partitionLeaderEpoch, magic, crc, attributes, lastOffsetDelta,
 # baseTimestamp, maxTimestamp, producerId, producerEpoch, baseSequence, recordsCount

@@ -251,7 +251,7 @@ class LogSegment:
                 f"past the end of {self.source} ({self.size_in_bytes} bytes)"
             )
         self._check_entries_point_at_batches(oi)
-        tail = _Walk(self.batches(last.position))
+        tail = _Walk(self._scan(last.position))
         next_offset = tail.next_offset if tail.count else self.base_offset
         if len(oi) and not (
             tail.count and self.base_offset <= tail.first_base_offset
@@ -293,7 +293,7 @@ class LogSegment:
     def _rebuild(self, status: str) -> None:
         walk = _Walk(())
         self.offset_index, self.time_index = SegmentIndexer.rebuild(
-            walk.track(self.batches()),
+            walk.track(self._scan(0)),
             self.base_offset,
             index_interval_bytes=self.index_interval_bytes,
             source=self.source,
@@ -315,9 +315,28 @@ class LogSegment:
     def batches(
         self, start_position: int = 0, end_position: int | None = None
     ) -> Iterator[AnyBatch]:
-        """The batches (``RecordBatch`` or ``LegacyRecordBatch`` views) in a byte range."""
+        """The batches (``RecordBatch`` or ``LegacyRecordBatch`` views) in a byte range (whose
+        bounds are batch starts). A walk that stops before the end of the complete batches
+        (an impossible length in the middle of the segment, behind an index entry that points
+        past it) is a :class:`CorruptRecordError`, not an early end."""
         end = self.size_in_bytes if end_position is None else min(end_position, self.size_in_bytes)
-        return iter_batches(self._bytes(), self.source, start=start_position, end=end, tail="stop")
+        must_reach = min(end, self.end_of_batches)
+        position = start_position
+        for b in self._scan(start_position, end):
+            position = b.position + b.size_in_bytes
+            yield b
+        if position < must_reach:
+            raise CorruptRecordError(
+                f"the batch at byte {position} does not fit before the end of the complete "
+                f"batches at byte {must_reach}: corrupt, not a torn tail",
+                source=self.source,
+                position=position,
+            )
+
+    def _scan(self, start: int, end: int | None = None) -> Iterator[AnyBatch]:
+        """The batches from ``start``, stopping quietly at a partial one (while loading)."""
+        stop = self.size_in_bytes if end is None else end
+        return iter_batches(self._bytes(), self.source, start=start, end=stop, tail="stop")
 
     def translate_offset(self, offset: int, starting_position: int = 0) -> LogOffsetPosition | None:
         """The first batch whose last offset is >= ``offset``, or ``None`` past the end."""

@@ -258,3 +258,41 @@ def test_deep_nesting_fails_a_spark_read_with_the_option_error(spark, source_log
     assert "... (100000 characters) is invalid: expected earliest, latest or JSON like" in message
     assert "JSON nested deeper than 32 levels" in message
     assert "RecursionError" not in message
+
+
+HOSTILE_PATTERNS = [
+    # (pattern, what re.compile raised before the fix, the reason in the option error)
+    ("a{99999999999}", "OverflowError", "not a valid regex (OverflowError: the repetition number "
+     "is too large)"),
+    ("(" * 500 + ")" * 500, "RecursionError", "not a valid regex (RecursionError: maximum "
+     "recursion depth exceeded"),
+    ("a" * 10_001, None, "longer than 10000 characters"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("streaming", [False, True])
+@pytest.mark.parametrize(("pattern", "raised", "reason"), HOSTILE_PATTERNS)
+def test_hostile_subscribe_pattern_is_an_option_error(
+    streaming: bool, pattern: str, raised: str | None, reason: str
+) -> None:
+    """``re.compile`` raised OverflowError / RecursionError out of option parsing (issue 11's
+    fuzz campaign); the message quotes at most 100 characters of the pattern."""
+    with pytest.raises(InvalidOptionError) as e:
+        KafkaSourceOptions.parse(
+            {"path": "/logs", "subscribePattern": pattern}, streaming=streaming
+        )
+    quoted = (
+        repr(pattern)
+        if len(pattern) <= 100
+        else f"{pattern[:100]!r}... ({len(pattern)} characters)"
+    )
+    message = str(e.value)
+    assert message.startswith(f"option subscribePattern={quoted}"), message
+    assert reason in message, message
+    assert len(message) < 400, message
+
+
+def test_a_long_pattern_within_the_bound_is_accepted() -> None:
+    pattern = "|".join(f"topic-{i}" for i in range(1000))[:10_000].rsplit("|", 1)[0]
+    o = KafkaSourceOptions.parse({"path": "/logs", "subscribePattern": pattern})
+    assert o.subscription.matches("topic-7") and not o.subscription.matches("topic-x")

@@ -353,3 +353,85 @@ def test_kafka_go_mixed_capture_layout() -> None:
         (1, 0, 17, 17),
         (1, 1, 18, 19),
     ]
+
+
+# -- inner offsets a v2 batch cannot hold: both decoders reject them alike -------------------------
+
+BAD_INNER_OFFSETS = [
+    # (wrapper magic, wrapper offset, inner offsets, the reason)
+    (1, 10, [5, 3, 7], "inner message 1: offset 6 follows 8: offsets must increase strictly"),
+    (1, 0, [3, 1], "inner message 1: offset 1 follows 3: offsets must increase strictly"),
+    (0, 5, [2, 2], "inner message 1: offset 2 follows 2: offsets must increase strictly"),
+    (0, 2**31, [0, 2**31], "inner message 1: offset 2147483648 is not within int32 range above "
+     "base offset 0"),
+    (1, 5, [-100, 0], "inner message 0: base offset -95 outside [0, 2^63)"),
+    (0, 3, [-2, 3], "inner message 0: base offset -2 outside [0, 2^63)"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("codec", [GZIP, SNAPPY])
+@pytest.mark.parametrize(("magic", "offset", "inner", "reason"), BAD_INNER_OFFSETS)
+def test_inner_offsets_a_batch_cannot_hold_fail_both_decoders(
+    codec: CompressionType, magic: int, offset: int, inner: list[int], reason: str
+) -> None:
+    """Issue 11's fuzz campaign: a recompressed wrapper (valid CRC) whose inner offsets do not
+    increase or leave int32 was read by the Python decoder and refused by the columnar one."""
+    _both_decoders_refuse(wrapper(offset, magic, codec, inner_set(magic, inner)), offset, reason)
+
+
+def _both_decoders_refuse(entry: bytes, offset: int, reason: str) -> None:
+    """``entry`` after a 36-byte message: both decoders raise the same error about it."""
+    from broker_embedded.record.columnar_decoder import decode
+
+    data = message(0, 1, b"k", b"v") + entry
+    expected = f"corrupt record data in w.log at byte 36 (batch base offset {offset}): {reason}"
+    with pytest.raises(CorruptRecordError) as python:
+        read(data, "w.log")
+    assert str(python.value) == expected
+    with pytest.raises(CorruptRecordError) as columnar:
+        decode(data, topic="t", partition=0, source="w.log", tail="error")
+    assert str(columnar.value) == expected
+
+
+def test_inner_offsets_a_batch_can_hold_still_read() -> None:
+    assert [r.offset for r in read(wrapper(9, 0, 1, inner_set(0, [4, 6, 2**31 + 3])))] == [
+        4,
+        6,
+        2**31 + 3,
+    ]
+    assert [r.offset for r in read(wrapper(9, 1, 1, inner_set(1, [0, 2, 5])))] == [4, 6, 9]
+
+
+BAD_TIMESTAMPS = [
+    # (the entry, the reason)
+    (message(7, 1, b"k", b"v", timestamp=-5), "invalid negative timestamp -5"),
+    (
+        wrapper(7, 1, 1, message(0, 1, b"a", b"1", timestamp=10) + message(1, 1, b"b", b"2",
+                timestamp=-7)),
+        "inner message 1: invalid negative timestamp -7",
+    ),
+    (wrapper(7, 1, 2, inner_set(1, [0, 1]), timestamp=-3, lat=True),
+     "inner message 0: invalid negative timestamp -3"),
+    (
+        wrapper(7, 1, 1, message(0, 0, b"a", b"1") + message(1, 1, b"b", b"2",
+                timestamp=2**63 - 1)),
+        "inner message 1: timestamp 9223372036854775807 is not within int64 of base timestamp -1",
+    ),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("entry", "reason"),
+    BAD_TIMESTAMPS,
+    ids=["plain-negative", "inner-negative", "log-append-time-negative", "delta-beyond-int64"],
+)
+def test_timestamps_a_batch_cannot_hold_fail_both_decoders(entry: bytes, reason: str) -> None:
+    """Issue 11's fuzz campaign: a magic 1 timestamp below -1 (valid CRC) was read by the Python
+    decoder and refused by the columnar one, which re-encodes legacy records as v2."""
+    _both_decoders_refuse(entry, 7, reason)
+
+
+def test_timestamps_a_batch_can_hold_still_read() -> None:
+    inner = message(0, 0, b"a", b"1") + message(1, 1, b"b", b"2", timestamp=2**62)
+    assert [r.timestamp for r in read(wrapper(7, 1, 1, inner))] == [-1, 2**62]
+    assert [r.timestamp for r in read(message(3, 1, b"k", b"v", timestamp=-1))] == [-1]

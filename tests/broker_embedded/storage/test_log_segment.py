@@ -397,3 +397,19 @@ def test_segment_with_legacy_messages_then_v2(tmp_path: Path) -> None:
             ]
     assert records == [(r[0], r[1], r[3]) for r in reference_records(data)]
     assert [r[0] for r in records] == list(range(7))
+
+
+def test_impossible_length_behind_a_valid_index_fails_reads(written: Path, tmp_path: Path) -> None:
+    # the index's last entry points past the forged batch, so the segment loads as whole: reads
+    # from its start must fail, not end early (the fuzz campaign's silent skip of 30 records)
+    log = copy_segment(written, tmp_path)
+    data = bytearray(log.read_bytes())
+    data[8:12] = (0x7FFFFFFF).to_bytes(4, "big")
+    log.write_bytes(bytes(data))
+    with LogSegment(log) as seg, LogSegment(written) as ref:
+        assert seg.index_status == "loaded"
+        assert seg.end_of_batches == ref.end_of_batches
+        with pytest.raises(CorruptRecordError, match="at byte 0: the batch at byte 0 does not fit"):
+            seg.translate_offset(seg.base_offset)
+        with pytest.raises(CorruptRecordError, match="does not fit before the end"):
+            list(seg.batches())
