@@ -16,9 +16,9 @@ partition; anything else (files, ``...-delete``/``-future``/``-stray`` directori
 Checkpoint files (checkpoint_file.py) are read once when the view is made: a missing file is no
 entries; a malformed one is a :class:`CheckpointError`. How a partition's offsets follow from
 them, including the last stable offset (from the producer snapshots and batches in the partition
-directory), and how a fetch is bounded by isolation is in partition_reader.py: callers open a
-partition and call its ``fetch``, keeping the reader for their reads (its LSO is computed once
-per reader).
+directory), is in partition_reader.py, and how a fetch is bounded by isolation in local_log.py
+(the reader the broker's log uses too): callers open a partition and call its ``fetch``, keeping
+the view for their reads (its LSO is computed once per view).
 
 What is a log dir: a directory holding ``meta.properties`` or at least one partition directory
 (:func:`is_log_dir`). :func:`check_log_dir` refuses anything else (a missing path, a file, an
@@ -140,7 +140,8 @@ class LogDir:
     def open_partition(
         self, tp: TopicPartition, *, index_interval_bytes: int = DEFAULT_INDEX_INTERVAL_BYTES
     ) -> PartitionReader:
-        """A reader of ``tp`` with this log dir's high watermark and log start offset."""
+        """The read-only view of ``tp`` (a ``LocalLog`` with the re-listing policy) with this log
+        dir's high watermark, log start offset and recovery point."""
         directory = self.partition_dir(tp)
         if not directory.is_dir():
             raise FileNotFoundError(f"no partition directory {directory} for {tp} in {self.path}")

@@ -22,9 +22,10 @@ entries, is rebuilt from the ``.log``); after an unclean shutdown every segment 
 holding the recovery point on is scanned (CRCs, offsets), a torn or corrupt tail is truncated
 (and later segments deleted), their indexes are rebuilt and the producer snapshots above the
 first of them are deleted, so that the producer state replay re-indexes their aborted
-transactions. The last segment is left to the segment writer (segment_writer.py), which recovers
-it the same way. Corruption below the recovery point after a clean shutdown is not scanned for
-and never truncated: a read that reaches it fails (log_segment.py, ``check_tail``).
+transactions (``LogSegment.recover``). The last segment is left to the segment writer
+(segment_writer.py), which recovers it the same way. Corruption below the recovery point after a
+clean shutdown is not scanned for and never truncated: a read that reaches it fails
+(log_segment.py, ``check_tail``).
 
 Thread safety: used once, by the opening thread, before the log is published.
 """
@@ -44,7 +45,6 @@ from broker_embedded.storage.log_segment import LOG_SUFFIX, LogSegment, segment_
 from broker_embedded.storage.log_segments import LogSegments
 from broker_embedded.storage.offset_index import INDEX_SUFFIX, OffsetIndex
 from broker_embedded.storage.producer_state_manager import list_snapshots
-from broker_embedded.storage.segment_writer import LogSegmentWriter
 from broker_embedded.storage.time_index import TIME_INDEX_SUFFIX, TimeIndex
 from broker_embedded.storage.transaction_index import FILE_SUFFIX as TXN_INDEX_SUFFIX
 
@@ -171,11 +171,9 @@ class LogLoader:
         for i in range(len(bases) - 1):
             path = self._path(bases[i], LOG_SUFFIX)
             size = path.stat().st_size
-            writer = LogSegmentWriter.open(
-                self.directory, bases[i], self.config, now_ms=self._clock(), recover=True
-            )
-            truncated = writer.size < size
-            writer.close()
+            seg = LogSegment.recover(self.directory, bases[i], self.config, now_ms=self._clock())
+            truncated = seg.size_in_bytes < size
+            seg.close()
             self._path(bases[i], TXN_INDEX_SUFFIX).unlink(missing_ok=True)
             if truncated:
                 log.warning("%s: %s had a corrupt tail; deleting later segments", self, path)

@@ -1,4 +1,6 @@
-"""A read view over one log segment: its ``.log`` file and its two indexes (Kafka's ``LogSegment``).
+"""One log segment: its ``.log`` file and its two indexes, for reading and, open for appending
+(the active segment of a broker's log), for appending (Kafka's ``LogSegment``). Its
+``.txnindex`` (transaction_index.py) is kept beside it by the log that appends to it.
 
 Files of the segment whose base offset is B, in its partition directory (B as 20 decimal digits,
 zero-padded)::
@@ -11,15 +13,15 @@ Invariants relied on: every batch's offsets are >= B and increase down the file 
 necessarily contiguously); the indexes point at batch starts and obey the rules of
 ``segment_indexer.py``.
 
-Opening maps the ``.log`` read-only, keeping no file descriptor (open_files.py; its size is
-fixed at open: a view of a growing active
-segment ends where the file ended then; a partial batch at the end is ignored, as in a fetch)
-and loads the indexes. A missing index file, one that Kafka's sanity check rejects or that
-contradicts the ``.log`` (its last entry is not a batch start, points past the file, names an
-offset the file does not hold; an entry points at a batch based above its offset, which would
-make reads skip the batches before it) is rebuilt in memory from the ``.log`` with Kafka's recovery
-rules; a zero-filled preallocated tail is simply not part of the entries. The segment never
-writes, truncates or renames any file: ``index_status`` tells what happened.
+Opening for reading maps the ``.log`` read-only, keeping no file descriptor (open_files.py; its size
+is fixed at open: a view of a segment another process appends to ends where the file ended then; a
+partial batch at the end is ignored, as in a fetch) and loads the indexes. A missing index file, one
+that Kafka's sanity check rejects or that contradicts the ``.log`` (its last entry is not a batch
+start, points past the file, names an offset the file does not hold; an entry points at a batch
+based above its offset, which would make reads skip the batches before it) is rebuilt in memory from
+the ``.log`` with Kafka's recovery rules; a zero-filled preallocated tail is simply not part of the
+entries. A segment opened for reading never writes, truncates or renames any file: ``index_status``
+tells what happened.
 
 Reads follow Kafka: ``translate_offset`` looks the offset up in the offset index, then scans
 batch headers forward to the first batch whose last offset is >= the target; ``read`` returns
@@ -34,7 +36,35 @@ field, e.g. 0x7fffffff, which makes a batch reach past the end of the file) are 
 ``check_tail`` raises :class:`CorruptRecordError` naming the file, the position and the offset,
 and every read that reaches that point calls it, so no read skips the rest of the segment.
 
-Thread safety: immutable after opening; any number of threads may read. Returned memoryviews
+Appending (the active segment; :meth:`LogSegment.create`, :meth:`LogSegment.open_for_append`,
+:meth:`LogSegment.recover`): only whole, already-built, checked batches (segment_writer.py) with
+their final offsets are appended, byte for byte, in one write to the ``.log``; the indexes get
+the entries of segment_indexer.py, written to their files as soon as an append creates them
+(appended, never preallocated, fsynced with the ``.log`` by :meth:`flush`), so an index file
+always holds exactly its entries and a reader in another process finds the active segment's
+entries on disk instead of scanning the whole ``.log``. Closing (or rolling away from) a segment
+adds the final time index entry and fsyncs the three files; creating files fsyncs the directory.
+Reopening continues a segment after a clean close (the index byte counter restarts at 0, as in
+Kafka, so entries differ from a rebuild after a restart); :meth:`recover` (after an unclean
+shutdown, or when the ``.log`` ends in a partial batch above the recovery point) checks the
+batches from the start, truncates the ``.log`` after the last valid one and rebuilds both
+indexes, as Kafka does. A partial batch below the ``recovery_point`` without ``recover`` (a
+clean shutdown wrote everything below it) is not a torn write but corruption:
+:class:`CorruptRecordError`, nothing truncated (Kafka truncates only what recovery scans). Reads
+of a segment open for appending see every append (the ``.log`` is mapped again when it grew
+past the mapping) through the indexes being appended to.
+
+File descriptors: each of the three files is opened by the first write to it (the ``.log`` by
+the first append, an index file by its first new entry) and kept until the segment closes, as
+Kafka opens indexes lazily: opening a log dir keeps no descriptor per partition, so that
+thousands of partitions open under a small ``ulimit -n`` (one written to holds up to three); a
+limit still reached is a :class:`TooManyOpenFilesError` naming the file and the limit
+(open_files.py). Flushing fsyncs only the files written since the last flush.
+
+Thread safety: a segment opened for reading is immutable after opening; any number of threads
+may read. A segment open for appending is used under its log's lock (one writer per partition
+directory, which holds the log dir lock); readers in other processes see each append as soon as
+:meth:`append` returns (unbuffered writes); durability needs :meth:`flush`. Returned memoryviews
 point into the mapping and stay valid while referenced (closing defers the unmap until they are
 released). Never let a writer truncate a ``.log`` that a reader has mapped: touching mapped
 bytes past the new end of a file raises SIGBUS. Kafka truncates only above the high watermark,
@@ -47,18 +77,25 @@ import os
 import re
 import struct
 from array import array
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import NamedTuple
+from typing import BinaryIO, NamedTuple
 
 import numpy as np
 
-from broker_embedded.errors import CorruptRecordError, IndexCorruptError
+from broker_embedded.errors import (
+    CorruptRecordError,
+    IndexCorruptError,
+    InvalidOffsetError,
+    SegmentOffsetOverflowError,
+)
 from broker_embedded.record.record_batch import RecordBatch
 from broker_embedded.record.records import AnyBatch, iter_batches
+from broker_embedded.storage.checkpoint_file import fsync_dir, write_atomically
+from broker_embedded.storage.log_config import LogConfig
 from broker_embedded.storage.offset_index import INDEX_SUFFIX, OffsetIndex
-from broker_embedded.storage.open_files import map_read_only
+from broker_embedded.storage.open_files import map_read_only, open_file
 from broker_embedded.storage.segment_indexer import DEFAULT_INDEX_INTERVAL_BYTES, SegmentIndexer
 from broker_embedded.storage.time_index import NO_TIMESTAMP, TIME_INDEX_SUFFIX, TimeIndex
 
@@ -124,19 +161,21 @@ class FetchSlice:
 
 
 class LogSegment:
-    """One segment opened read-only; see the module docstring.
+    """One segment, opened for reading or open for appending; see the module docstring.
 
     ``size_in_bytes`` is the ``.log`` size at open; ``end_of_batches`` where its last complete
     batch ends (smaller only when the file ends in a partial batch); ``next_offset`` the offset
     after its last batch (``base_offset`` when it holds none); ``largest_timestamp`` the largest
     batch max timestamp (-1 if none); ``file_id`` the ``(st_dev, st_ino)`` of the ``.log`` that
-    was opened (``None`` for an empty writer's view), so that a caller can tell whether the path
-    still names that file (a cleaner swap puts another file under the same name).
+    was opened, so that a caller can tell whether the path still names that file (a cleaner
+    swap puts another file under the same name). ``index_status`` says how the indexes were
+    loaded, rebuilt, or (open for appending) how the segment was opened. ``indexer`` (open for
+    appending only) adds the index entries of appends.
     """
 
     __slots__ = ("base_offset", "log_path", "index_interval_bytes", "offset_index", "time_index",
                  "index_status", "size_in_bytes", "end_of_batches", "next_offset",
-                 "largest_timestamp", "file_id", "_buf")  # fmt: skip
+                 "largest_timestamp", "file_id", "indexer", "_buf", "_append")  # fmt: skip
 
     def __init__(
         self,
@@ -150,39 +189,11 @@ class LogSegment:
             raise ValueError(f"{self.log_path} is not a segment file name (<20 digits>.log)")
         self.base_offset = base
         self.index_interval_bytes = index_interval_bytes
+        self._append: _Appender | None = None
         self._buf, st = map_read_only(self.log_path)
         self.file_id = _file_id(st)
         self.size_in_bytes = len(self._buf)
         self._load_indexes()
-
-    @classmethod
-    def for_writer(
-        cls,
-        log_path: str | Path,
-        size: int,
-        offset_index: OffsetIndex,
-        time_index: TimeIndex,
-        next_offset: int,
-        largest_timestamp: int,
-    ) -> LogSegment:
-        """A view of the first ``size`` bytes of a segment that a writer holds open, sharing the
-        writer's in-memory indexes (read without a lock, see abstract_index.py) instead of
-        loading the index files, which lag behind until the writer flushes them."""
-        seg = cls.__new__(cls)
-        seg.log_path = Path(log_path)
-        seg.base_offset = offset_index.base_offset
-        seg.index_interval_bytes = DEFAULT_INDEX_INTERVAL_BYTES
-        seg._buf = memoryview(b"")
-        seg.file_id = None
-        if size:
-            seg._buf, st = map_read_only(seg.log_path, size)
-            seg.file_id = _file_id(st)
-        seg.size_in_bytes = seg.end_of_batches = size
-        seg.offset_index, seg.time_index = offset_index, time_index
-        seg.next_offset = next_offset
-        seg.largest_timestamp = largest_timestamp
-        seg.index_status = "shared with the writer"
-        return seg
 
     @classmethod
     def open(
@@ -294,6 +305,13 @@ class LogSegment:
 
     # -- reads -------------------------------------------------------------------------------------
 
+    def _bytes(self) -> memoryview:
+        """The mapping of the ``.log``; open for appending, mapped again once appends grew the
+        file past it (views handed out keep the old mapping alive)."""
+        if self._append is not None and len(self._buf) < self.size_in_bytes:
+            self._buf = map_read_only(self.log_path, self.size_in_bytes)[0]
+        return self._buf
+
     def batches(
         self, start_position: int = 0, end_position: int | None = None
     ) -> Iterator[AnyBatch]:
@@ -318,7 +336,7 @@ class LogSegment:
     def _scan(self, start: int, end: int | None = None) -> Iterator[AnyBatch]:
         """The batches from ``start``, stopping quietly at a partial one (while loading)."""
         stop = self.size_in_bytes if end is None else end
-        return iter_batches(self._buf, self.source, start=start, end=stop, tail="stop")
+        return iter_batches(self._bytes(), self.source, start=start, end=stop, tail="stop")
 
     def translate_offset(self, offset: int, starting_position: int = 0) -> LogOffsetPosition | None:
         """The first batch whose last offset is >= ``offset``, or ``None`` past the end."""
@@ -357,7 +375,7 @@ class LogSegment:
         if end <= found.position:
             self._check_straddling(found.position)
         size = max(0, min(end - found.position, limit))
-        records = self._buf[found.position : found.position + size]
+        records = self._bytes()[found.position : found.position + size]
         return FetchSlice(
             start_offset, self.base_offset, found.position, records, limit < found.size
         )
@@ -398,7 +416,7 @@ class LogSegment:
         left = self.size_in_bytes - self.end_of_batches
         stated = ""
         if left >= _OFFSET_AND_LENGTH.size:
-            base, length = _OFFSET_AND_LENGTH.unpack_from(self._buf, self.end_of_batches)
+            base, length = _OFFSET_AND_LENGTH.unpack_from(self._bytes(), self.end_of_batches)
             stated = f" (its header says base offset {base}, length {length})"
         where = (
             "a segment that is not the last one"
@@ -421,7 +439,7 @@ class LogSegment:
         """
         positions, bases, lasts, max_ts = (array("q") for _ in range(4))
         prev_last = self.base_offset - 1
-        for b in iter_batches(self._buf, self.source, tail="error"):
+        for b in iter_batches(self._bytes(), self.source, tail="error"):
             if not b.is_valid():
                 raise CorruptRecordError(
                     "CRC mismatch",
@@ -484,10 +502,213 @@ class LogSegment:
                 f"{self.source}"
             )
 
+    # -- appending (the active segment) ------------------------------------------------------------
+
+    @classmethod
+    def create(
+        cls, directory: Path, base_offset: int, config: LogConfig, *, now_ms: int
+    ) -> LogSegment:
+        """A new, empty segment open for appending (its ``.log`` must not exist or be empty)."""
+        paths = segment_paths(directory, base_offset)
+        if paths[0].exists() and paths[0].stat().st_size:
+            raise InvalidOffsetError(f"segment {paths[0]} already exists and is not empty")
+        for p in paths:
+            p.open("wb").close()
+        fsync_dir(directory)
+        oi = OffsetIndex(base_offset, source=str(paths[1]))
+        ti = TimeIndex(base_offset, source=str(paths[2]))
+        return cls._appendable(paths[0], _limit(oi, ti, config), 0, base_offset,
+                               _Appender(config, None, now_ms), "created")  # fmt: skip
+
+    @classmethod
+    def open_for_append(
+        cls,
+        directory: Path,
+        base_offset: int,
+        config: LogConfig,
+        *,
+        now_ms: int,
+        recover: bool = False,
+        recovery_point: int = 0,
+    ) -> LogSegment:
+        """Continue an existing segment (module docstring, "Appending": ``recover`` and
+        ``recovery_point``)."""
+        paths = segment_paths(directory, base_offset)
+        if recover:
+            return cls.recover(directory, base_offset, config, now_ms=now_ms)
+        seg = cls(paths[0], index_interval_bytes=config.index_interval_bytes)
+        seg.check_tail(last=True, recovery_point=recovery_point)
+        if seg.end_of_batches != seg.size_in_bytes:  # torn: recovery truncates the .log
+            seg.close()  # the mapping first
+            return cls.recover(directory, base_offset, config, now_ms=now_ms)
+        for index, path in ((seg.offset_index, paths[1]), (seg.time_index, paths[2])):
+            if seg.index_status != "loaded" or path.stat().st_size != len(index) * index.ENTRY_SIZE:
+                write_atomically(path, index.to_bytes())  # rebuilt, or a preallocated tail
+        rolling = next((b.max_timestamp for b in seg.batches()), None)
+        seg._attach(_limit(seg.offset_index, seg.time_index, config),
+                    _Appender(config, rolling, now_ms))  # fmt: skip
+        seg.index_status = f"reopened, indexes {seg.index_status}"
+        return seg
+
+    @classmethod
+    def recover(
+        cls, directory: Path, base_offset: int, config: LogConfig, *, now_ms: int
+    ) -> LogSegment:
+        """Kafka's ``LogSegment.recover``: every batch checked from the start (CRC, offsets),
+        the ``.log`` truncated after the last valid one, both index files rewritten; the
+        segment is then open for appending."""
+        paths = segment_paths(directory, base_offset)
+        oi = OffsetIndex(base_offset, source=str(paths[1]))
+        indexer = _limit(oi, TimeIndex(base_offset, source=str(paths[2])), config)
+        size = paths[0].stat().st_size
+        valid, next_offset, rolling = _scan_valid_prefix(paths[0], base_offset, size, indexer)
+        indexer.on_close()
+        if valid < size:
+            os.truncate(paths[0], valid)
+            _fsync(paths[0])
+        write_atomically(paths[1], indexer.offset_index.to_bytes())
+        write_atomically(paths[2], indexer.time_index.to_bytes())
+        return cls._appendable(paths[0], indexer, valid, next_offset,
+                               _Appender(config, rolling, now_ms),
+                               f"recovered, {size - valid} bytes truncated")  # fmt: skip
+
+    @classmethod
+    def _appendable(
+        cls,
+        log_path: Path,
+        indexer: SegmentIndexer,
+        size: int,
+        next_offset: int,
+        appender: _Appender,
+        status: str,
+    ) -> LogSegment:
+        """A segment open for appending whose ``.log`` holds ``size`` bytes of whole batches
+        (mapped on first read)."""
+        seg = cls.__new__(cls)
+        seg.log_path = log_path
+        seg.base_offset = indexer.offset_index.base_offset
+        seg.index_interval_bytes = appender.config.index_interval_bytes
+        seg._buf = memoryview(b"")
+        seg.file_id = _file_id(os.stat(log_path))
+        seg.size_in_bytes = seg.end_of_batches = size
+        seg.next_offset = next_offset
+        seg.offset_index, seg.time_index = indexer.offset_index, indexer.time_index
+        seg.largest_timestamp = indexer.max_timestamp_so_far.timestamp
+        seg.index_status = status
+        seg._attach(indexer, appender)
+        return seg
+
+    def _attach(self, indexer: SegmentIndexer, appender: _Appender) -> None:
+        self.indexer = indexer
+        self.offset_index, self.time_index = indexer.offset_index, indexer.time_index
+        appender.flushed = [len(indexer.offset_index), len(indexer.time_index)]
+        self._append = appender
+
+    def paths(self) -> tuple[Path, Path, Path]:
+        """The ``.log``, ``.index`` and ``.timeindex`` paths."""
+        return segment_paths(self.log_path.parent, self.base_offset)
+
+    @property
+    def rolling_based_timestamp(self) -> int | None:
+        """The first batch's max timestamp (``None``: no batch yet, or not appendable)."""
+        return None if self._append is None else self._append.rolling_based_timestamp
+
+    def can_hold_offset(self, offset: int) -> bool:
+        return self.offset_index.can_append_offset(offset)
+
+    def should_roll(self, summary: RecordsSummary, now_ms: int) -> bool:
+        """Kafka's ``LogSegment.shouldRoll`` for an incoming append."""
+        a = self._appender()
+        c = a.config
+        max_segment_ms = c.segment_ms
+        if c.compact and c.max_compaction_lag_ms > 0:
+            max_segment_ms = min(max_segment_ms, c.max_compaction_lag_ms)
+        if a.rolling_based_timestamp is not None and a.rolling_based_timestamp >= 0:
+            waited = summary.max_timestamp - a.rolling_based_timestamp
+        else:
+            waited = now_ms - a.created_ms
+        size = self.size_in_bytes
+        return (
+            size > c.segment_bytes - summary.size
+            or (size > 0 and waited > max_segment_ms)
+            or self.offset_index.is_full()
+            or self.time_index.is_full()
+            or not self.can_hold_offset(summary.last_offset)
+        )
+
+    def append(self, records: bytes | memoryview, summary: RecordsSummary) -> int:
+        """Append checked batches; returns the position they start at."""
+        a = self._appender()
+        if not self.can_hold_offset(summary.last_offset):
+            raise SegmentOffsetOverflowError(
+                f"offset {summary.last_offset} does not fit segment {self.log_path}"
+            )
+        if summary.first_offset < self.next_offset:
+            raise InvalidOffsetError(
+                f"append at offset {summary.first_offset} below the end offset "
+                f"{self.next_offset} of segment {self.log_path}"
+            )
+        position = self.size_in_bytes
+        if position == 0:
+            a.rolling_based_timestamp = summary.max_timestamp
+        _write_all(a.file(0, self.paths), records)
+        a.unsynced.add(0)
+        self.size_in_bytes = self.end_of_batches = position + summary.size
+        self.next_offset = summary.last_offset + 1
+        self.largest_timestamp = max(self.largest_timestamp, summary.max_timestamp)
+        self.indexer.on_append(position, summary.size, summary.last_offset,
+                               summary.max_timestamp, summary.offset_of_max_timestamp)  # fmt: skip
+        self._write_index_entries(a)
+        return position
+
+    def _appender(self) -> _Appender:
+        if self._append is None:
+            raise InvalidOffsetError(f"segment {self.log_path} is not open for appending")
+        return self._append
+
+    def _write_index_entries(self, a: _Appender) -> None:
+        for i, index in enumerate((self.offset_index, self.time_index)):
+            if len(index) > a.flushed[i]:
+                _write_all(a.file(i + 1, self.paths), index.to_bytes(a.flushed[i]))
+                a.flushed[i] = len(index)
+                a.unsynced.add(i + 1)
+
+    def flush(self) -> None:
+        """Write pending index entries; fsync the files written since the last flush."""
+        a = self._appender()
+        self._write_index_entries(a)
+        for i in sorted(a.unsynced):
+            os.fsync(a.file(i, self.paths).fileno())
+        a.unsynced.clear()
+
+    def abandon(self) -> None:
+        """Close the files as a crash leaves them: no final index entry, no flush, no fsync."""
+        a, self._append = self._append, None
+        if a is not None:
+            a.close_files(sync=False)
+        self._buf = memoryview(b"")
+
+    def delete_empty(self) -> None:
+        """Close and remove this segment's files; only for a segment holding nothing."""
+        if self.size_in_bytes:
+            raise InvalidOffsetError(f"segment {self.log_path} is not empty")
+        self.close()
+        for p in self.paths():
+            p.unlink(missing_ok=True)
+        fsync_dir(self.log_path.parent)
+
     # -- lifetime ----------------------------------------------------------------------------------
 
     def close(self) -> None:
-        """Drop the mapping (unmapped once the views handed out are released too)."""
+        """Drop the mapping (unmapped once the views handed out are released too). Open for
+        appending: first the final time index entry, flush, close the files (Kafka's close /
+        ``onBecomeInactiveSegment``)."""
+        a = self._append
+        if a is not None:
+            self.indexer.on_close()
+            a.close_file(0, sync=True)  # first: the index files may need a descriptor of theirs
+            self.flush()
+            self.abandon()
         self._buf = memoryview(b"")
 
     def __enter__(self) -> LogSegment:
@@ -541,3 +762,102 @@ def _leader_epoch(batch: AnyBatch) -> int | None:
     if isinstance(batch, RecordBatch) and batch.partition_leader_epoch >= 0:
         return batch.partition_leader_epoch
     return None
+
+
+@dataclass(frozen=True, slots=True)
+class RecordsSummary:
+    """What one append holds, from its batch headers."""
+
+    first_offset: int
+    last_offset: int
+    max_timestamp: int
+    offset_of_max_timestamp: int
+    size: int
+
+
+def segment_paths(directory: Path, base_offset: int) -> tuple[Path, Path, Path]:
+    """The ``.log``, ``.index`` and ``.timeindex`` paths of the segment based at
+    ``base_offset``."""
+    stem = segment_file_stem(base_offset)
+    return tuple(directory / (stem + s) for s in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX))
+
+
+class _Appender:
+    """The append state of a segment open for appending: its config, the first batch's max
+    timestamp (``None`` before one), when it was opened, and its three files, each opened by
+    its first write and kept, with the slots written since their last fsync."""
+
+    __slots__ = ("config", "rolling_based_timestamp", "created_ms", "files", "unsynced",
+                 "flushed")  # fmt: skip
+
+    def __init__(self, config: LogConfig, rolling_based_timestamp: int | None, created_ms: int):
+        self.config = config
+        self.rolling_based_timestamp = rolling_based_timestamp
+        self.created_ms = created_ms
+        # .log, .index, .timeindex: each opened by its first write (lazily, as Kafka's indexes)
+        self.files: list[BinaryIO | None] = [None, None, None]
+        # the files (slots of paths()) written since they were last fsynced: none at first
+        # (created empty, or rewritten with write_atomically, or truncated and fsynced)
+        self.unsynced: set[int] = set()
+        self.flushed = [0, 0]  # index entries already in the .index and .timeindex files
+
+    def file(self, slot: int, paths: Callable[[], tuple[Path, Path, Path]]) -> BinaryIO:
+        """The file of ``paths()[slot]``, opened for appending on first use and kept."""
+        f = self.files[slot]
+        if f is None:
+            f = self.files[slot] = open_file(paths()[slot], "ab", buffering=0)
+        return f
+
+    def close_file(self, slot: int, *, sync: bool) -> None:
+        f, self.files[slot] = self.files[slot], None
+        if f is not None:
+            if sync and slot in self.unsynced:
+                os.fsync(f.fileno())
+            self.unsynced.discard(slot)
+            f.close()
+
+    def close_files(self, *, sync: bool) -> None:
+        for slot in range(len(self.files)):
+            self.close_file(slot, sync=sync)
+
+
+def _write_all(f: BinaryIO, data: bytes | memoryview) -> None:
+    view = memoryview(data)
+    while view:
+        n = f.write(view)
+        view = view[n:]
+
+
+def _fsync(path: Path) -> None:
+    with open_file(path, "rb") as f:
+        os.fsync(f.fileno())
+
+
+def _limit(oi: OffsetIndex, ti: TimeIndex, config: LogConfig) -> SegmentIndexer:
+    oi.max_entries = config.segment_index_bytes // oi.ENTRY_SIZE
+    ti.max_entries = config.segment_index_bytes // ti.ENTRY_SIZE
+    return SegmentIndexer(oi, ti, config.index_interval_bytes)
+
+
+def _scan_valid_prefix(
+    path: Path, base_offset: int, size: int, indexer: SegmentIndexer
+) -> tuple[int, int, int | None]:
+    """Kafka's recovery scan: index every valid batch; stop at the first bad one.
+
+    Returns (valid bytes, next offset, first batch's max timestamp)."""
+    valid, next_offset, rolling = 0, base_offset, None
+    if size == 0:
+        return valid, next_offset, rolling
+    batches = iter_batches(map_read_only(path, size)[0], str(path), tail="error")
+    try:  # the mapping goes with the last view of it, when this function returns
+        for b in batches:
+            if not b.is_valid() or b.base_offset < next_offset:
+                break
+            if not indexer.offset_index.can_append_offset(b.last_offset):
+                break
+            rolling = b.max_timestamp if rolling is None else rolling
+            indexer.append_batches((b,))
+            valid, next_offset = b.position + b.size_in_bytes, b.last_offset + 1
+    except CorruptRecordError:
+        pass
+    return valid, next_offset, rolling

@@ -1,4 +1,6 @@
-"""A read-only view of one partition directory: its segments, offsets and fetch reads.
+"""A read-only view of one partition directory: its published offsets over a ``LocalLog``
+(local_log.py, the reader the broker's log uses too) with this module's re-listing policy
+(:class:`RelistingSegments`) plugged in.
 
 Files read in ``<log dir>/<topic>-<partition>/``: ``<20 digits>.log`` segments with their
 indexes (log_segment.py), ``<20 digits>.txnindex`` aborted-transaction indexes
@@ -36,7 +38,7 @@ Offsets (Kafka's ``UnifiedLog`` rules, given the log dir's checkpoint values):
   log start offset), then the batches from the snapshot's offset whose base offset is below the
   HW are replayed into it (with the HW on a batch boundary, as a broker keeps it, those are the
   batches ending below it). Only transactional batches are replayed: the walk reads batch headers
-  with the compiled header scan (``local_log.header_tables``: no Python object per batch,
+  with the compiled header scan (``LocalLog.transactional_batches``: no Python object per batch,
   windows of batches, so its memory is bounded) and builds a batch view, decoding the one record
   of a control batch, for transactional batches only. Cost: one header
   read per batch between the snapshot and the HW (Kafka, and unified_log.py, snapshot at every
@@ -45,8 +47,8 @@ Offsets (Kafka's ``UnifiedLog`` rules, given the log dir's checkpoint values):
   pays that scan and nothing else. A transaction open across a log start offset moved by
   retention is known only from a snapshot, as in Kafka.
 
-``read`` is Kafka's ``LocalLog.read`` (``local_log.read_segments``, the one the broker's log uses,
-with this view's segment opening and re-listing as its policy): the slice of the first segment,
+``read`` is Kafka's ``LocalLog.read`` (``LocalLog.read``, the one the broker's log uses, with
+this view's segment opening and re-listing as its policy): the slice of the first segment,
 from the one holding ``fetch_offset`` on, that has a batch ending at or after it, bounded above
 by the position of the batch holding ``max_offset`` (default the high watermark). ``fetch`` is the
 read a Fetch request makes (fetch_data_info.py): bounded by the log end offset, the HW or the LSO
@@ -118,8 +120,6 @@ from broker_embedded.errors import (
     KafkaStorageError,
     OffsetOutOfRangeError,
 )
-from broker_embedded.record import decode_kernel as k
-from broker_embedded.record.record_batch import TRANSACTIONAL_MASK, RecordBatch
 from broker_embedded.record.records import AnyBatch
 from broker_embedded.storage.fetch_data_info import FetchDataInfo, FetchIsolation
 from broker_embedded.storage.leader_epoch_checkpoint import (
@@ -127,13 +127,7 @@ from broker_embedded.storage.leader_epoch_checkpoint import (
     EpochEntry,
     LeaderEpochCheckpointFile,
 )
-from broker_embedded.storage.local_log import (
-    end_of_complete_batches,
-    header_tables,
-    offset_by_timestamp,
-    read_segments,
-    walk_batches,
-)
+from broker_embedded.storage.local_log import LocalLog, LogOffsets, Walked
 from broker_embedded.storage.log_segment import (
     LOG_SUFFIX,
     FetchSlice,
@@ -151,10 +145,15 @@ from broker_embedded.storage.producer_state_manager import ProducerStateManager,
 from broker_embedded.storage.segment_indexer import DEFAULT_INDEX_INTERVAL_BYTES
 from broker_embedded.storage.topic_partition import TopicPartition
 from broker_embedded.storage.transaction_index import FILE_SUFFIX as TXN_INDEX_SUFFIX
-from broker_embedded.storage.transaction_index import AbortedTxn, TransactionIndex
+from broker_embedded.storage.transaction_index import (
+    AbortedTxn,
+    TransactionIndex,
+    TxnIndexSearchResult,
+)
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
+B = TypeVar("B")
 
 # Re-listings of the partition directory that one operation makes when a segment file it needs
 # is gone or was replaced (a cleaner swap, retention) before it gives up (KafkaStorageError).
@@ -186,39 +185,34 @@ def _names_same_file(seg: LogSegment) -> bool:
     return (st.st_dev, st.st_ino) == seg.file_id
 
 
-class PartitionReader:
-    """Reads one partition directory; see the module docstring."""
+class RelistingSegments:
+    """The read-only view's :class:`~broker_embedded.storage.local_log.SegmentAccess`: the
+    listing, the segments opened on first use, re-listing when a file went away (module
+    docstring, "Concurrent cleaning")."""
 
-    __slots__ = ("directory", "topic_partition", "index_interval_bytes", "base_offsets",
-                 "log_start_offset", "log_end_offset", "high_watermark", "recovery_point",
-                 "_segments",
-                 "_lock", "_relist_lock", "_lso", "_lso_lock")  # fmt: skip
+    __slots__ = ("directory", "topic_partition", "index_interval_bytes", "recovery_point",
+                 "base_offsets", "end_offset", "_segments", "_lock", "_relist_lock")  # fmt: skip
 
     def __init__(
         self,
-        directory: str | Path,
-        *,
-        high_watermark: int | None = None,
-        log_start_offset: int | None = None,
-        recovery_point: int = 0,
-        index_interval_bytes: int = DEFAULT_INDEX_INTERVAL_BYTES,
+        directory: Path,
+        topic_partition: TopicPartition,
+        recovery_point: int,
+        index_interval_bytes: int,
     ) -> None:
-        self.directory = Path(directory)
+        self.directory = directory
+        self.topic_partition = topic_partition
         self.recovery_point = recovery_point
-        self.topic_partition = TopicPartition.parse_dir_name(self.directory.name)
         self.index_interval_bytes = index_interval_bytes
         self._segments: dict[int, LogSegment] = {}
         self._lock = threading.Lock()
         self._relist_lock = threading.Lock()
-        self._lso: int | None = None
-        self._lso_lock = threading.Lock()
+        # the view's log end offset: a re-listing leaves out segments created past it
+        self.end_offset: int | None = None
         self.base_offsets = self._list_bases()
-        end = self._open_last_segment()
-        first = self.base_offsets[0] if self.base_offsets else (log_start_offset or 0)
-        self.log_start_offset = first if log_start_offset is None else max(log_start_offset, first)
-        self.log_end_offset = self.log_start_offset if end is None else end
-        hw = self.log_end_offset if high_watermark is None else high_watermark
-        self.high_watermark = min(max(hw, self.log_start_offset), self.log_end_offset)
+
+    def listing(self) -> LogSegments:
+        return LogSegments(self.base_offsets)
 
     # -- segments ----------------------------------------------------------------------------------
 
@@ -226,13 +220,18 @@ class PartitionReader:
         """The segment based at ``base_offset``, opened on first use and kept (its mapping stays
         readable after a cleaner swap or a deletion). A :class:`FileNotFoundError` when its
         ``.log`` is gone; this method does not re-list the directory (the offset-based reads
-        below do)."""
+        do)."""
         with self._lock:
             seg = self._segments.get(base_offset)
             if seg is None:
                 seg = self._open_segment(base_offset)
                 self._segments[base_offset] = seg
             return seg
+
+    def forget(self, base_offset: int) -> None:
+        """Open the segment again on its next use (a kept mapping stays valid)."""
+        with self._lock:
+            self._segments.pop(base_offset, None)
 
     def _open_segment(self, base_offset: int) -> LogSegment:
         """Open the segment, making sure that its indexes were loaded while its ``.log`` path
@@ -250,40 +249,50 @@ class PartitionReader:
             seg.close()  # nobody else holds it yet
         raise _stale(path, "was replaced every time it was opened")
 
-    def segments(self) -> list[LogSegment]:
-        """Every segment of one listing (re-listed when a file of it went away)."""
-        return self._retrying(lambda bases: [self.segment(b) for b in bases], None,
-                              "opening every segment")  # fmt: skip
+    def check_in_place(self, seg: LogSegment) -> None:
+        if not _names_same_file(seg):
+            raise _stale(seg.log_path, "was replaced while it was read")
 
-    def _open_last_segment(self) -> int | None:
-        """The log end offset from the last listed segment (``None`` without segments),
-        re-listing when it went away between the listing and the open."""
-        cause = None
-        for _ in range(_RELIST_ATTEMPTS + 1):
-            if not self.base_offsets:
-                return None
-            try:
-                return self._settled_last_segment(self.segment(self.base_offsets[-1])).next_offset
-            except _StaleView as e:
-                cause = e
-            self.base_offsets = self._list_bases()
-        assert cause is not None
-        raise self._gone_error(cause, None, "opening the view") from cause
+    def close(self) -> None:
+        with self._lock:
+            for seg in self._segments.values():
+                seg.close()
+            self._segments.clear()
 
-    def _settled_last_segment(self, seg: LogSegment) -> LogSegment:
-        """``seg``, the last segment, checked for a partial batch below the recovery point. A
-        writer in the middle of an append after a truncation (which lowers the checkpointed
-        recovery point only later) can show one: the segment is opened again after each of the
-        ``_SETTLE_DELAYS`` until the batch is whole; one that stays is corruption."""
-        for delay in _SETTLE_DELAYS:
-            if seg.end_of_batches == seg.size_in_bytes or seg.next_offset >= self.recovery_point:
-                return seg
-            time.sleep(delay)
-            with self._lock:
-                self._segments.pop(seg.base_offset, None)  # kept mappings stay valid
-            seg = self.segment(seg.base_offset)
-        seg.check_tail(last=True, recovery_point=self.recovery_point)
-        return seg
+    # -- transactions ------------------------------------------------------------------------------
+
+    def txn_index_path(self, base_offset: int) -> Path:
+        return self.directory / (segment_file_stem(base_offset) + TXN_INDEX_SUFFIX)
+
+    def collect_aborted(self, base: int, fetch_offset: int, upper: int) -> TxnIndexSearchResult:
+        """The ``.txnindex`` of segment ``base`` read between two ``stat`` calls of its
+        ``.log``; a :class:`_StaleView` when they disagree or a swap is under way."""
+        before = self._log_file_id(base)
+        path = self.txn_index_path(base)
+        with TransactionIndex(path, base) as index:
+            result = index.collect_aborted(fetch_offset, upper)
+        # The same .log before and after: the .txnindex read was that segment's (a swap
+        # renames the .log away first and puts the new .txnindex in place last) or was
+        # missing because the swap that put this .log in place has not renamed it yet.
+        if self._log_file_id(base) != before or (
+            not result.aborted_txns and path.with_name(path.name + _SWAP_SUFFIX).exists()
+        ):
+            raise _stale(path, "was being replaced while it was read")
+        return result
+
+    def _log_file_id(self, base: int) -> tuple[int, int]:
+        """``(st_dev, st_ino)`` of the ``.log`` based at ``base``: a :class:`_StaleView` when it
+        is gone, or when it is not the file of the opened segment ``base`` (that segment is from
+        before a swap: its ``.txnindex`` is gone with it)."""
+        path = self.directory / (segment_file_stem(base) + LOG_SUFFIX)
+        try:
+            st = os.stat(path)
+        except FileNotFoundError:
+            raise _stale(path, "is gone") from None
+        seg = self._segments.get(base)
+        if seg is not None and seg.file_id != (st.st_dev, st.st_ino):
+            raise _stale(path, "was replaced after it was opened")
+        return st.st_dev, st.st_ino
 
     # -- listing -----------------------------------------------------------------------------------
 
@@ -335,7 +344,8 @@ class PartitionReader:
         created after this view was opened (at or past its log end offset) are left out."""
         with self._relist_lock:
             listed = self._list_bases(self._failure(cause, offset, what))
-            end = self.log_end_offset
+            end = self.end_offset
+            assert end is not None, "re-listing before the view's log end offset is known"
             old_tail = {b for b in self.base_offsets if b >= end}  # an empty last segment
             bases = [b for b in listed if b < end or b in old_tail]
             keep = set(bases)
@@ -344,21 +354,6 @@ class PartitionReader:
                     if base not in keep or not _names_same_file(seg):
                         del self._segments[base]
                 self.base_offsets = bases
-
-    def _retrying(self, attempt: Callable[[list[int]], T], offset: int | None, what: str) -> T:
-        """``attempt(listing)``, again on a new listing (at most ``_RELIST_ATTEMPTS`` times)
-        when a segment file it needs went away; ``offset`` is where the operation reads."""
-        cause = None
-        for _ in range(_RELIST_ATTEMPTS + 1):
-            if cause is not None:
-                self._relist(cause, offset, what)
-                self._check_not_deleted(offset)
-            try:
-                return attempt(self.base_offsets)
-            except _StaleView as e:
-                cause = e
-        assert cause is not None
-        raise self._gone_error(cause, offset, what) from cause
 
     def _check_not_deleted(self, offset: int | None) -> None:
         """After a re-listing: an offset below the first segment was deleted meanwhile (the
@@ -386,6 +381,137 @@ class PartitionReader:
             f"of {self.directory}"
         )
 
+    # -- running operations ------------------------------------------------------------------------
+
+    def attempt(self, op: Callable[[LogSegments], T], offset: int | None, what: str) -> T:
+        """``op(listing)``, again on a new listing (at most ``_RELIST_ATTEMPTS`` times) when a
+        segment file it needs went away; ``offset`` is where the operation reads."""
+        cause = None
+        for _ in range(_RELIST_ATTEMPTS + 1):
+            if cause is not None:
+                self._relist(cause, offset, what)
+                self._check_not_deleted(offset)
+            try:
+                return op(self.listing())
+            except _StaleView as e:
+                cause = e
+        assert cause is not None
+        raise self._gone_error(cause, offset, what) from cause
+
+    def resume(
+        self, start: int, what: str, walk: Callable[[LogSegments, int, Walked], Iterator[B]]
+    ) -> Iterator[B]:
+        """``walk`` from ``start``; when a file it needs went away, again on a new listing from
+        after the last segment it finished (never a batch twice)."""
+        relists = 0
+
+        def walked(seg: LogSegment) -> None:
+            nonlocal start, relists
+            if seg.next_offset > start:  # progress
+                start, relists = seg.next_offset, 0
+
+        while True:
+            try:
+                yield from walk(self.listing(), start, walked)
+                return
+            except _StaleView as e:
+                if relists == _RELIST_ATTEMPTS:
+                    raise self._gone_error(e, start, what) from e
+                relists += 1
+                self._relist(e, start, what)
+                self._check_not_deleted(start)
+
+
+class PartitionReader:
+    """The read-only view of one partition directory: a :class:`LocalLog` over
+    :class:`RelistingSegments` and the offsets published for it; see the module docstring."""
+
+    __slots__ = ("directory", "topic_partition", "log_start_offset", "log_end_offset",
+                 "high_watermark", "local_log", "_access", "_lso", "_lso_lock")  # fmt: skip
+
+    def __init__(
+        self,
+        directory: str | Path,
+        *,
+        high_watermark: int | None = None,
+        log_start_offset: int | None = None,
+        recovery_point: int = 0,
+        index_interval_bytes: int = DEFAULT_INDEX_INTERVAL_BYTES,
+    ) -> None:
+        self.directory = Path(directory)
+        self.topic_partition = TopicPartition.parse_dir_name(self.directory.name)
+        self._access = RelistingSegments(self.directory, self.topic_partition, recovery_point,
+                                         index_interval_bytes)  # fmt: skip
+        self.local_log = LocalLog(self.topic_partition, self.directory, self._access)
+        self._lso: int | None = None
+        self._lso_lock = threading.Lock()
+        end = self._open_last_segment()
+        bases = self._access.base_offsets
+        first = bases[0] if bases else (log_start_offset or 0)
+        self.log_start_offset = first if log_start_offset is None else max(log_start_offset, first)
+        self.log_end_offset = self.log_start_offset if end is None else end
+        self._access.end_offset = self.log_end_offset
+        hw = self.log_end_offset if high_watermark is None else high_watermark
+        self.high_watermark = min(max(hw, self.log_start_offset), self.log_end_offset)
+
+    # -- segments ----------------------------------------------------------------------------------
+
+    @property
+    def base_offsets(self) -> list[int]:
+        """The base offsets of the current listing (a list replaced whole on a re-listing)."""
+        return self._access.base_offsets
+
+    @property
+    def recovery_point(self) -> int:
+        return self._access.recovery_point
+
+    @property
+    def index_interval_bytes(self) -> int:
+        return self._access.index_interval_bytes
+
+    def segment(self, base_offset: int) -> LogSegment:
+        """The segment based at ``base_offset``, opened on first use and kept (its mapping stays
+        readable after a cleaner swap or a deletion). A :class:`FileNotFoundError` when its
+        ``.log`` is gone; this method does not re-list the directory (the offset-based reads
+        below do)."""
+        return self._access.segment(base_offset)
+
+    def segments(self) -> list[LogSegment]:
+        """Every segment of one listing (re-listed when a file of it went away)."""
+        return self._access.attempt(lambda segs: [self.segment(b) for b in segs], None,
+                                    "opening every segment")  # fmt: skip
+
+    def _open_last_segment(self) -> int | None:
+        """The log end offset from the last listed segment (``None`` without segments),
+        re-listing when it went away between the listing and the open."""
+        access = self._access
+        cause = None
+        for _ in range(_RELIST_ATTEMPTS + 1):
+            if not access.base_offsets:
+                return None
+            try:
+                return self._settled_last_segment(self.segment(access.base_offsets[-1])).next_offset
+            except _StaleView as e:
+                cause = e
+            access.base_offsets = access._list_bases()
+        assert cause is not None
+        raise access._gone_error(cause, None, "opening the view") from cause
+
+    def _settled_last_segment(self, seg: LogSegment) -> LogSegment:
+        """``seg``, the last segment, checked for a partial batch below the recovery point. A
+        writer in the middle of an append after a truncation (which lowers the checkpointed
+        recovery point only later) can show one: the segment is opened again after each of the
+        ``_SETTLE_DELAYS`` until the batch is whole; one that stays is corruption."""
+        recovery_point = self.recovery_point
+        for delay in _SETTLE_DELAYS:
+            if seg.end_of_batches == seg.size_in_bytes or seg.next_offset >= recovery_point:
+                return seg
+            time.sleep(delay)
+            self._access.forget(seg.base_offset)  # kept mappings stay valid
+            seg = self.segment(seg.base_offset)
+        seg.check_tail(last=True, recovery_point=recovery_point)
+        return seg
+
     # -- files beside the segments -----------------------------------------------------------------
 
     def leader_epochs(self) -> list[EpochEntry]:
@@ -397,7 +523,7 @@ class PartitionReader:
 
     def txn_index_path(self, base_offset: int) -> Path:
         """The ``.txnindex`` of the segment based at ``base_offset`` (it may not exist)."""
-        return self.directory / (segment_file_stem(base_offset) + TXN_INDEX_SUFFIX)
+        return self._access.txn_index_path(base_offset)
 
     # -- transactions ------------------------------------------------------------------------------
 
@@ -414,7 +540,7 @@ class PartitionReader:
         state = ProducerStateManager(self.topic_partition, self.directory)
         self._load_latest_snapshot(state)
         if state.map_end_offset < hw:
-            state.replay(self._transactional_batches(state.map_end_offset, hw))
+            state.replay(self.local_log.transactional_batches(state.map_end_offset, hw))
         state.on_high_watermark_updated(hw)
         return max(state.last_stable_offset(hw), self.log_start_offset)
 
@@ -431,42 +557,6 @@ class PartitionReader:
                 log.warning("partition %s: skipping unreadable %s", self.topic_partition, e)
         state.update_map_end_offset(self.log_start_offset)
 
-    def _transactional_batches(self, start_offset: int, end_offset: int) -> Iterator[RecordBatch]:
-        """The transactional batches (data and markers) from the one holding ``start_offset``
-        whose base offset is below ``end_offset``, found by a header scan. A segment file gone
-        meanwhile: the walk goes on from the end of the last segment walked, on a new listing."""
-        relists = 0
-        while True:
-            bases = self.base_offsets
-            try:
-                for base in LogSegments(bases).from_floor(start_offset):
-                    if base >= end_offset:
-                        return
-                    seg = self.segment(base)
-                    found = seg.read(start_offset, seg.size_in_bytes, seg.end_of_batches, True)
-                    if found is not None:
-                        view = found.records
-                        for table in header_tables(view, seg.source, found.position):
-                            # a legacy entry's offset field is its last offset; never
-                            # transactional
-                            below = table[:, k.S_OFFSET] < end_offset
-                            txn = below & (table[:, k.S_MAGIC] == 2)
-                            txn &= (table[:, k.S_ATTR] & TRANSACTIONAL_MASK) != 0
-                            for pos, size in table[txn][:, [k.S_POS, k.S_SIZE]].tolist():
-                                yield RecordBatch(view[pos : pos + size], seg.source,
-                                                  found.position + pos)  # fmt: skip
-                            if not below.all():
-                                return
-                    self._check_tail(seg, bases)
-                    if seg.next_offset > start_offset:  # progress
-                        start_offset, relists = seg.next_offset, 0
-                return
-            except _StaleView as e:
-                if relists == _RELIST_ATTEMPTS:
-                    raise self._gone_error(e, start_offset, "scanning transactions") from e
-                relists += 1
-                self._relist(e, start_offset, "scanning transactions")
-
     def aborted_transactions(
         self, fetch_offset: int, upper_bound_offset: int
     ) -> tuple[AbortedTxn, ...]:
@@ -474,61 +564,12 @@ class PartitionReader:
         ``.txnindex`` of the segment holding ``fetch_offset`` and of later segments until one
         entry's LSO reaches ``upper_bound_offset`` (Kafka's rule). A missing file holds none.
         Files read during a swap of their segment are read again on a new listing."""
-        return self._retrying(
-            lambda bases: self._aborted_in(bases, fetch_offset, upper_bound_offset),
-            fetch_offset,
-            "collecting aborted transactions",
-        )
-
-    def _aborted_in(
-        self, bases: list[int], fetch_offset: int, upper_bound_offset: int
-    ) -> tuple[AbortedTxn, ...]:
-        found: list[AbortedTxn] = []
-        for base in LogSegments(bases).from_floor(fetch_offset):
-            before = self._log_file_id(base)
-            path = self.txn_index_path(base)
-            with TransactionIndex(path, base) as index:
-                result = index.collect_aborted(fetch_offset, upper_bound_offset)
-            # The same .log before and after: the .txnindex read was that segment's (a swap
-            # renames the .log away first and puts the new .txnindex in place last) or was
-            # missing because the swap that put this .log in place has not renamed it yet.
-            if self._log_file_id(base) != before or (
-                not result.aborted_txns and path.with_name(path.name + _SWAP_SUFFIX).exists()
-            ):
-                raise _stale(path, "was being replaced while it was read")
-            found += result.aborted_txns
-            if result.is_complete:
-                break
-        return tuple(found)
-
-    def _log_file_id(self, base: int) -> tuple[int, int]:
-        """``(st_dev, st_ino)`` of the ``.log`` based at ``base``: a :class:`_StaleView` when it
-        is gone, or when it is not the file of the opened segment ``base`` (that segment is from
-        before a swap: its ``.txnindex`` is gone with it)."""
-        path = self.directory / (segment_file_stem(base) + LOG_SUFFIX)
-        try:
-            st = os.stat(path)
-        except FileNotFoundError:
-            raise _stale(path, "is gone") from None
-        seg = self._segments.get(base)
-        if seg is not None and seg.file_id != (st.st_dev, st.st_ino):
-            raise _stale(path, "was replaced after it was opened")
-        return st.st_dev, st.st_ino
+        return self.local_log.aborted_transactions(fetch_offset, upper_bound_offset)
 
     # -- reads -------------------------------------------------------------------------------------
 
-    def _check_range(self, offset: int) -> None:
-        if not self.log_start_offset <= offset <= self.log_end_offset:
-            raise OffsetOutOfRangeError(
-                f"offset {offset} of topic {self.topic_partition.topic!r} partition "
-                f"{self.topic_partition.partition} is outside [{self.log_start_offset}, "
-                f"{self.log_end_offset}] (log start, log end) in {self.directory}"
-            )
-
-    def _check_tail(self, seg: LogSegment, bases: list[int]) -> None:
-        """A read that reached the end of ``seg``'s batches: bytes after them are corruption
-        unless ``seg`` is the last segment and they hold offsets from the recovery point on."""
-        seg.check_tail(last=seg.base_offset == bases[-1], recovery_point=self.recovery_point)
+    def _offsets(self, lso: int = -1) -> LogOffsets:
+        return LogOffsets(self.log_start_offset, self.high_watermark, self.log_end_offset, lso)
 
     def read(
         self,
@@ -543,22 +584,9 @@ class PartitionReader:
         :class:`OffsetOutOfRangeError` unless ``log_start_offset <= fetch_offset <=
         log_end_offset``; an empty slice at or above ``max_offset`` (default: the HW).
         """
-        self._check_range(fetch_offset)
+        self.local_log.check_range(fetch_offset, self._offsets())
         upper = self.high_watermark if max_offset is None else min(max_offset, self.log_end_offset)
-        if fetch_offset >= upper:
-            return FetchSlice(fetch_offset, -1, 0, memoryview(b""))
-        return self._retrying(
-            lambda bases: self._read_in(bases, fetch_offset, max_bytes, upper, min_one_message)[0],
-            fetch_offset,
-            "reading",
-        )
-
-    def _read_in(
-        self, bases: list[int], fetch_offset: int, max_bytes: int, upper: int, min_one: bool
-    ) -> tuple[FetchSlice, LogSegment | None]:
-        """:meth:`read` on one listing, and the segment read (``None``: nothing found)."""
-        return read_segments(LogSegments(bases), self.segment, fetch_offset, max_bytes, upper,
-                             min_one, self.recovery_point)  # fmt: skip
+        return self.local_log.read(fetch_offset, max_bytes, upper, min_one_message)
 
     def fetch(
         self,
@@ -568,8 +596,8 @@ class PartitionReader:
         *,
         min_one_message: bool = True,
     ) -> FetchDataInfo:
-        """A Fetch request's read of this partition: :meth:`read` bounded by the log end offset,
-        the HW or the LSO (``isolation``), the bytes copied.
+        """A Fetch request's read of this partition (``LocalLog.fetch``): bounded by the log
+        end offset, the HW or the LSO (``isolation``), the bytes copied.
 
         For ``TXN_COMMITTED`` the aborted transactions overlapping ``[fetch_offset, end)`` are
         listed, ``end`` being the offset after the last complete batch returned, or the LSO when
@@ -581,31 +609,11 @@ class PartitionReader:
         transactions of a ``TXN_COMMITTED`` read come from the same files: when the segment
         read was replaced by a swap before its ``.txnindex`` was read, both are read again.
         """
-        self._check_range(fetch_offset)
+        self.local_log.check_range(fetch_offset, self._offsets())
         committed = isolation is FetchIsolation.TXN_COMMITTED
-        lso = self.last_stable_offset if committed else -1
-        upper = {FetchIsolation.LOG_END: self.log_end_offset,
-                 FetchIsolation.HIGH_WATERMARK: self.high_watermark,
-                 FetchIsolation.TXN_COMMITTED: lso}[isolation]  # fmt: skip
-
-        def attempt(bases: list[int]) -> tuple[bytes, tuple[AbortedTxn, ...] | None, bool]:
-            found, seg = FetchSlice(fetch_offset, -1, 0, memoryview(b"")), None
-            if fetch_offset < upper:
-                found, seg = self._read_in(bases, fetch_offset, max_bytes, upper,
-                                           min_one_message)  # fmt: skip
-            records = bytes(found.records)
-            aborted = None
-            if committed:
-                end = end_of_complete_batches(records, lso)
-                aborted = self._aborted_in(bases, fetch_offset, end)
-                if seg is not None and not _names_same_file(seg):
-                    raise _stale(seg.log_path, "was replaced while it was read")
-            return records, aborted, found.first_entry_incomplete
-
-        records, aborted, incomplete = self._retrying(attempt, fetch_offset, "fetching")
-        return FetchDataInfo(fetch_offset, records, self.high_watermark, lso,
-                             self.log_start_offset, self.log_end_offset, aborted,
-                             incomplete)  # fmt: skip
+        offsets = self._offsets(self.last_stable_offset if committed else -1)
+        return self.local_log.fetch(fetch_offset, max_bytes, isolation, offsets,
+                                    min_one_message=min_one_message)  # fmt: skip
 
     def batches(
         self, start_offset: int | None = None, end_offset: int | None = None
@@ -615,46 +623,20 @@ class PartitionReader:
         on after the last segment walked, on a new listing (never a batch twice)."""
         start = self.log_start_offset if start_offset is None else start_offset
         end = self.log_end_offset if end_offset is None else end_offset
-        relists = 0
-
-        def walked(seg: LogSegment) -> None:
-            nonlocal start, relists
-            if seg.next_offset > start:  # progress
-                start, relists = seg.next_offset, 0
-
-        while True:
-            segments = LogSegments(self.base_offsets)
-            try:
-                yield from walk_batches(segments, self.segment, start, end, self.recovery_point,
-                                        walked)  # fmt: skip
-                return
-            except _StaleView as e:
-                if relists == _RELIST_ATTEMPTS:
-                    raise self._gone_error(e, start, "reading batches") from e
-                relists += 1
-                self._relist(e, start, "reading batches")
-                self._check_not_deleted(start)
+        return self.local_log.batches(start, end)
 
     def find_offset_by_timestamp(self, timestamp: int) -> TimestampAndOffset | None:
         """Kafka's ListOffsets by timestamp: the first record at or after ``timestamp`` and at
         or above the log start offset. Unlike Kafka's ``fetchOffsetByTimestamp`` the search
         goes on past a segment whose matching records all lie below the log start offset."""
-
-        def attempt(bases: list[int]) -> TimestampAndOffset | None:
-            found = offset_by_timestamp(LogSegments(bases), self.segment, timestamp,
-                                        self.log_start_offset, self.recovery_point)  # fmt: skip
-            # a last segment opened again after a swap may reach past the view's end
-            return found if found is None or found.offset < self.log_end_offset else None
-
-        return self._retrying(attempt, None, f"looking up timestamp {timestamp}")
+        # a last segment opened again after a swap may reach past the view's end
+        return self.local_log.offset_by_timestamp(timestamp, self.log_start_offset,
+                                                  self.log_end_offset)  # fmt: skip
 
     # -- lifetime ----------------------------------------------------------------------------------
 
     def close(self) -> None:
-        with self._lock:
-            for seg in self._segments.values():
-                seg.close()
-            self._segments.clear()
+        self._access.close()
 
     def __enter__(self) -> PartitionReader:
         return self

@@ -68,11 +68,11 @@ closed segments; :meth:`close` stops a session (the cleaner sees it between wind
 for it to end, and a truncation makes the session's :meth:`replace_segments` refuse
 (:class:`CleaningAbortedError`), as do replaced segments that retention deleted meanwhile.
 
-Reads go through local_log.py, the reader the read-only view shares (:meth:`read` is
-``read_segments`` over this log's segment views, the active one shared with the writer's
-in-memory indexes). They copy the bytes (``bytes``), so a later truncation can never pull a
-mapping from under a reader in this process. Thread safety: every public method takes the log's
-lock.
+Reads go through a ``LocalLog`` (local_log.py, the reader the read-only view shares) with this
+log's policy, :class:`OpenSegments` (its segment views, the active one shared with the writer's
+in-memory indexes, and its ``.txnindex`` objects). They copy the bytes (``bytes``), so a later
+truncation can never pull a mapping from under a reader in this process. Thread safety: every
+public method takes the log's lock.
 """
 
 from __future__ import annotations
@@ -85,6 +85,7 @@ import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 from broker_embedded.errors import (
     BrokerClosedError,
@@ -109,12 +110,7 @@ from broker_embedded.storage.checkpoint_file import fsync_dir
 from broker_embedded.storage.fetch_data_info import FetchDataInfo, FetchIsolation
 from broker_embedded.storage.leader_epoch_checkpoint import LEADER_EPOCH_CHECKPOINT
 from broker_embedded.storage.leader_epoch_file_cache import LeaderEpochFileCache
-from broker_embedded.storage.local_log import (
-    end_of_complete_batches,
-    offset_by_timestamp,
-    read_segments,
-    walk_batches,
-)
+from broker_embedded.storage.local_log import LocalLog, LogOffsets, Walked
 from broker_embedded.storage.log_config import LogConfig
 from broker_embedded.storage.log_loader import (
     CLEANED_SUFFIX,
@@ -148,9 +144,12 @@ from broker_embedded.storage.transaction_index import (
 from broker_embedded.storage.transaction_index import (
     AbortedTxn,
     TransactionIndex,
+    TxnIndexSearchResult,
 )
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
+B = TypeVar("B")
 
 
 class CleaningAbortedError(KafkaLogError):
@@ -244,9 +243,6 @@ class UnifiedLog:
         self._listener = on_offsets_changed
         self._lock = threading.RLock()
         self._closed = False
-        self._views: dict[int, LogSegment] = {}
-        self._active_view: LogSegment | None = None
-        self._txn_indexes: dict[int, TransactionIndex] = {}
         self._unflushed_records = 0
         self.last_flush_ms = self._clock()
         self._cleaning_cond = threading.Condition()
@@ -259,6 +255,8 @@ class UnifiedLog:
         loader.settle_interrupted_swaps()
         recover = not had_clean_shutdown
         loader.load_segments(recovery_point, recover)
+        self._open = OpenSegments(self.directory, config, lambda: self._writer)
+        self.local_log = LocalLog(topic_partition, self.directory, self._open)
         self._writer = SegmentWriter(
             self.log_dir, topic_partition, config, topic_id=topic_id, recover=recover,
             recovery_point=recovery_point, start_offset=log_start_offset or 0, clock_ms=clock_ms,
@@ -293,7 +291,7 @@ class UnifiedLog:
         if start >= self.log_end_offset:
             return
         for base in LogSegments(self.segment_base_offsets).from_floor(start):
-            self._txn_index(base).truncate_to(start)
+            self._open.txn_index(base).truncate_to(start)
         cache = self.leader_epoch_cache
 
         def replayed() -> Iterator[RecordBatch]:
@@ -538,15 +536,14 @@ class UnifiedLog:
         for txn in completed:
             if txn.is_aborted:
                 base = self._floor_base(txn.last_offset)
-                self._txn_index(base).append(txn.aborted_txn())
+                self._open.txn_index(base).append(txn.aborted_txn())
 
     def _on_roll(self) -> None:
         """A new active segment: the old one's files are closed (and fsynced); snapshot the
         producer state at the new base offset and move the recovery point there (Kafka flushes
         up to the new segment at each roll)."""
-        self._drop_view(None)
         self.producer_state.take_snapshot()
-        for txn_index in self._txn_indexes.values():
+        for txn_index in self._open.txn_indexes.values():
             txn_index.flush()
         base = self._writer.active_segment.base_offset
         if base > self.recovery_point:
@@ -598,7 +595,7 @@ class UnifiedLog:
             bases = self.segment_base_offsets[:-1]
             return CleaningSnapshot(
                 tuple(bases), tuple(self._segment_size(b) for b in bases),
-                self.active_segment_base_offset, self._writer.active_segment.size,
+                self.active_segment_base_offset, self._writer.active_segment.size_in_bytes,
                 self.log_start_offset, self.log_end_offset,
                 self.last_stable_offset, self._truncations,
             )  # fmt: skip
@@ -612,7 +609,7 @@ class UnifiedLog:
             out = {}
             for base in base_offsets:
                 if base in present:
-                    view = self._view(base)
+                    view = self._open.segment(base)
                     first = next(iter(view.batches()), None)
                     out[base] = (
                         view.largest_timestamp,
@@ -662,8 +659,8 @@ class UnifiedLog:
             fsync_dir(d)  # committed: a crash from here on completes the swap
             doomed = []
             for base in old_bases:
-                self._drop_view(base)
-                self._close_txn_index(base)
+                self._open.drop(base)
+                self._open.close_txn_index(base)
                 for x in SEGMENT_SUFFIXES:
                     p = self._path(base, x)
                     if p.exists():
@@ -708,47 +705,22 @@ class UnifiedLog:
         *,
         min_one_message: bool = True,
     ) -> FetchDataInfo:
-        """Kafka's log read; OFFSET_OUT_OF_RANGE outside [log start, log end]."""
+        """Kafka's log read (``LocalLog.fetch``); OFFSET_OUT_OF_RANGE outside [log start, log
+        end]."""
         with self._lock:
             self._check_open()
-            leo, hw = self.log_end_offset, self.high_watermark
-            lso = self.producer_state.last_stable_offset(hw)
-            if not self.log_start_offset <= fetch_offset <= leo:
-                raise OffsetOutOfRangeError(
-                    f"fetch offset {fetch_offset} of {self._where()} is outside "
-                    f"[{self.log_start_offset}, {leo}] (log start offset, log end offset)"
-                )
-            upper = {FetchIsolation.LOG_END: leo, FetchIsolation.HIGH_WATERMARK: hw,
-                     FetchIsolation.TXN_COMMITTED: lso}[isolation]  # fmt: skip
-            records, incomplete = self._read_bytes(fetch_offset, max_bytes, upper, min_one_message)
-            aborted = None
-            if isolation is FetchIsolation.TXN_COMMITTED:
-                end = end_of_complete_batches(records, lso)
-                aborted = self.collect_aborted_transactions(fetch_offset, end)
-            return FetchDataInfo(fetch_offset, records, hw, lso, self.log_start_offset, leo,
-                                 aborted, incomplete)  # fmt: skip
-
-    def _read_bytes(
-        self, fetch_offset: int, max_bytes: int, upper: int, min_one_message: bool
-    ) -> tuple[bytes, bool]:
-        if fetch_offset >= upper:
-            return b"", False
-        found = read_segments(LogSegments(self.segment_base_offsets), self._view, fetch_offset,
-                              max_bytes, upper, min_one_message)[0]  # fmt: skip
-        return bytes(found.records), found.first_entry_incomplete
+            hw = self.high_watermark
+            offsets = LogOffsets(self.log_start_offset, hw, self.log_end_offset,
+                                 self.producer_state.last_stable_offset(hw))  # fmt: skip
+            return self.local_log.fetch(fetch_offset, max_bytes, isolation, offsets,
+                                        min_one_message=min_one_message)  # fmt: skip
 
     def collect_aborted_transactions(
         self, fetch_offset: int, upper_bound_offset: int
     ) -> tuple[AbortedTxn, ...]:
         """The aborted transactions overlapping [fetch_offset, upper_bound_offset)."""
         with self._lock:
-            found: list[AbortedTxn] = []
-            for base in LogSegments(self.segment_base_offsets).from_floor(fetch_offset):
-                result = self._txn_index(base).collect_aborted(fetch_offset, upper_bound_offset)
-                found += result.aborted_txns
-                if result.is_complete:
-                    break
-            return tuple(found)
+            return self.local_log.aborted_transactions(fetch_offset, upper_bound_offset)
 
     def batches(self, start_offset: int | None = None, end_offset: int | None = None) -> list:
         """Copies of the batches holding offsets in [start, end) (tests and tools; not a hot
@@ -760,66 +732,20 @@ class UnifiedLog:
                     if isinstance(b, RecordBatch)]  # fmt: skip
 
     def _batches(self, start: int, end: int) -> Iterator[AnyBatch]:
-        return walk_batches(LogSegments(self.segment_base_offsets), self._view, start, end)
+        return self.local_log.batches(start, end)
 
     def fetch_offset_by_timestamp(self, timestamp: int) -> TimestampAndOffset | None:
         """The first record with a timestamp >= ``timestamp`` (ListOffsets by time), or None."""
         with self._lock:
             self._check_open()
-            return offset_by_timestamp(LogSegments(self.segment_base_offsets), self._view,
-                                       timestamp, self.log_start_offset)  # fmt: skip
+            return self.local_log.offset_by_timestamp(timestamp, self.log_start_offset)
 
     def end_offset_for_epoch(self, epoch: int) -> tuple[int, int]:
         """OffsetsForLeaderEpoch: (largest epoch <= ``epoch``, its end offset) or (-1, -1)."""
         with self._lock:
             return self.leader_epoch_cache.end_offset_for(epoch, self.log_end_offset)
 
-    # -- segment views -----------------------------------------------------------------------------
-
-    def _view(self, base: int) -> LogSegment:
-        active = self._writer.active_segment
-        if base == active.base_offset:
-            view = self._active_view
-            if view is None or view.size_in_bytes != active.size or view.base_offset != base:
-                self._drop_view(None)
-                view = LogSegment.for_writer(
-                    active.paths()[0], active.size, active.offset_index, active.time_index,
-                    active.next_offset, active.indexer.max_timestamp_so_far.timestamp,
-                )  # fmt: skip
-                self._active_view = view
-            return view
-        view = self._views.get(base)
-        if view is None:
-            view = LogSegment.open(
-                self.directory, base, index_interval_bytes=self.config.index_interval_bytes
-            )
-            self._views[base] = view
-        return view
-
-    def _drop_view(self, base: int | None) -> None:
-        """Close the view of segment ``base`` (``None``: the active segment's)."""
-        view = self._active_view if base is None else self._views.pop(base, None)
-        if base is None:
-            self._active_view = None
-        if view is not None:
-            view.close()
-
-    def _drop_all_views(self) -> None:
-        for base in list(self._views):
-            self._drop_view(base)
-        self._drop_view(None)
-
-    def _txn_index(self, base: int) -> TransactionIndex:
-        index = self._txn_indexes.get(base)
-        if index is None:
-            index = TransactionIndex(self._path(base, TXN_INDEX_SUFFIX), base)
-            self._txn_indexes[base] = index
-        return index
-
-    def _close_txn_index(self, base: int) -> None:
-        index = self._txn_indexes.pop(base, None)
-        if index is not None:
-            index.close()
+    # -- files -----------------------------------------------------------------------------------
 
     def _path(self, base: int, suffix: str) -> Path:
         return self.directory / (segment_file_stem(base) + suffix)
@@ -830,7 +756,7 @@ class UnifiedLog:
 
     def _segment_size(self, base: int) -> int:
         if base == self._writer.active_segment.base_offset:
-            return self._writer.active_segment.size
+            return self._writer.active_segment.size_in_bytes
         return self._path(base, LOG_SUFFIX).stat().st_size
 
     # -- retention and truncation ------------------------------------------------------------------
@@ -858,7 +784,7 @@ class UnifiedLog:
             return deleted
 
     def _largest_ts(self, base: int) -> int:
-        ts = self._view(base).largest_timestamp
+        ts = self._open.segment(base).largest_timestamp
         if ts < 0:  # no timestamps: Kafka uses the file's modification time
             return int(self._path(base, LOG_SUFFIX).stat().st_mtime * 1000)
         return ts
@@ -887,8 +813,8 @@ class UnifiedLog:
         return len(doomed)
 
     def _delete_segment(self, base: int) -> None:
-        self._drop_view(base)
-        self._close_txn_index(base)
+        self._open.drop(base)
+        self._open.close_txn_index(base)
         self._writer.forget_segment(base)
         self._delete_segment_files(base)
 
@@ -933,11 +859,11 @@ class UnifiedLog:
                 self.truncate_fully_and_start_at(max(offset, 0))
                 return True
             self._truncations += 1
-            self._drop_all_views()
+            self._open.drop_all()
             bases = self.segment_base_offsets
             self._writer.close()
             for base in [b for b in bases if b >= offset]:
-                self._close_txn_index(base)
+                self._open.close_txn_index(base)
                 self._delete_segment_files(base)
             keep = max(b for b in bases if b < offset)
             with LogSegment.open(self.directory, keep) as seg:
@@ -954,10 +880,10 @@ class UnifiedLog:
         with self._lock:
             self._check_open()
             self._truncations += 1
-            self._drop_all_views()
+            self._open.drop_all()
             self._writer.close()
             for base in self.segment_base_offsets:
-                self._close_txn_index(base)
+                self._open.close_txn_index(base)
                 self._delete_segment_files(base)
             self.producer_state.truncate_fully_and_start_at(offset)
             self._reopen_writer(start_offset=offset)
@@ -975,8 +901,8 @@ class UnifiedLog:
         floor = self._truncation_floor
         self._truncation_floor = leo if floor is None else min(floor, leo)
         self.log_start_offset = min(self.log_start_offset, leo)  # Kafka: min(target, log start)
-        for base in {*self._txn_indexes, self.segment_base_offsets[-1]}:
-            self._txn_index(base).truncate_to(leo)
+        for base in {*self._open.txn_indexes, self.segment_base_offsets[-1]}:
+            self._open.txn_index(base).truncate_to(leo)
         self.leader_epoch_cache.truncate_from_end(leo)
         self._rebuild_producer_state()
         self.high_watermark = min(max(self.high_watermark, self.log_start_offset), leo)
@@ -990,7 +916,7 @@ class UnifiedLog:
         with self._lock:
             self._check_open()
             self._writer.flush()
-            for index in self._txn_indexes.values():
+            for index in self._open.txn_indexes.values():
                 index.flush()
             self._unflushed_records = 0
             self.last_flush_ms = self._clock()
@@ -1017,8 +943,8 @@ class UnifiedLog:
             self.flush()
             self._writer.close()
             self.producer_state.take_snapshot()
-            self._drop_all_views()
-            for index in self._txn_indexes.values():
+            self._open.drop_all()
+            for index in self._open.txn_indexes.values():
                 index.close()
             self._closed = True
 
@@ -1027,12 +953,89 @@ class UnifiedLog:
         final index entries written (for fault drills)."""
         self._stop_cleaning()
         with self._lock:
-            self._drop_all_views()
+            self._open.drop_all()
             self._writer.abandon()
-            for index in self._txn_indexes.values():
+            for index in self._open.txn_indexes.values():
                 index.close()
             self._closed = True
 
 
 def _cleaned_name(offset: int, suffix: str) -> str:
     return segment_file_stem(offset) + suffix + CLEANED_SUFFIX
+
+
+class OpenSegments:
+    """The broker's :class:`~broker_embedded.storage.local_log.SegmentAccess`: the segments of
+    the writer's listing, opened on first use and kept until the log drops them (retention,
+    truncation, a swap), the active one the writer's own segment open for appending (its reads
+    see every append through the indexes being appended to), and the ``.txnindex`` objects,
+    which appends write too. Nothing is ever stale under the log's lock, so every operation
+    runs once. Used under the log's lock only."""
+
+    __slots__ = ("directory", "config", "_writer", "_views", "txn_indexes")
+
+    recovery_point = 0  # the broker truncated any torn tail when it opened the log
+
+    def __init__(
+        self, directory: Path, config: LogConfig, writer: Callable[[], SegmentWriter]
+    ) -> None:
+        self.directory = directory
+        self.config = config
+        self._writer = writer
+        self._views: dict[int, LogSegment] = {}
+        self.txn_indexes: dict[int, TransactionIndex] = {}
+
+    def listing(self) -> LogSegments:
+        return LogSegments(self._writer().segment_base_offsets)
+
+    def attempt(self, op: Callable[[LogSegments], T], offset: int | None, what: str) -> T:
+        return op(self.listing())
+
+    def resume(
+        self, start: int, what: str, walk: Callable[[LogSegments, int, Walked], Iterator[B]]
+    ) -> Iterator[B]:
+        return walk(self.listing(), start, _nothing)
+
+    def check_in_place(self, seg: LogSegment) -> None:
+        pass  # segments change only under the log's lock
+
+    def segment(self, base: int) -> LogSegment:
+        active = self._writer().active_segment
+        if base == active.base_offset:
+            return active  # open for appending: its reads see every append
+        view = self._views.get(base)
+        if view is None:
+            view = LogSegment.open(
+                self.directory, base, index_interval_bytes=self.config.index_interval_bytes
+            )
+            self._views[base] = view
+        return view
+
+    def drop(self, base: int) -> None:
+        """Close the view of closed segment ``base``."""
+        view = self._views.pop(base, None)
+        if view is not None:
+            view.close()
+
+    def drop_all(self) -> None:
+        for base in list(self._views):
+            self.drop(base)
+
+    def txn_index(self, base: int) -> TransactionIndex:
+        index = self.txn_indexes.get(base)
+        if index is None:
+            path = self.directory / (segment_file_stem(base) + TXN_INDEX_SUFFIX)
+            index = self.txn_indexes[base] = TransactionIndex(path, base)
+        return index
+
+    def collect_aborted(self, base: int, fetch_offset: int, upper: int) -> TxnIndexSearchResult:
+        return self.txn_index(base).collect_aborted(fetch_offset, upper)
+
+    def close_txn_index(self, base: int) -> None:
+        index = self.txn_indexes.pop(base, None)
+        if index is not None:
+            index.close()
+
+
+def _nothing(seg: LogSegment) -> None:
+    """A walk's progress, of no use where nothing goes stale."""

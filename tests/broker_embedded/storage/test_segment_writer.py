@@ -137,7 +137,7 @@ def test_reopen_continues_the_last_segment(tmp_path: Path) -> None:
         end = w.log_end_offset
     with SegmentWriter(tmp_path, TP) as w:
         assert w.log_end_offset == end
-        assert w.active_segment.status == "reopened, indexes loaded"
+        assert w.active_segment.index_status == "reopened, indexes loaded"
         with pytest.raises(InvalidOffsetError, match="below the log end offset"):
             w.append(batches[9])
         for b in batches[10:]:
@@ -285,7 +285,7 @@ def test_recover_truncates_a_torn_tail_and_rebuilds_indexes(tmp_path: Path) -> N
         f.write(batches[30][:100])  # a crash in the middle of a write
     (log.with_suffix(".index")).write_bytes(b"\x00" * 5)
     with SegmentWriter(tmp_path, TP) as w:  # a partial batch at the end forces recovery
-        assert w.active_segment.status == "recovered, 100 bytes truncated"
+        assert w.active_segment.index_status == "recovered, 100 bytes truncated"
         assert log.read_bytes() == good
         for b in batches[30:]:
             w.append(b)
@@ -304,7 +304,7 @@ def test_recover_stops_at_a_corrupt_batch(tmp_path: Path) -> None:
     data[cut + 80] ^= 0xFF
     log.write_bytes(bytes(data))
     with SegmentWriter(tmp_path, TP, recover=True) as w:
-        assert w.active_segment.status == f"recovered, {len(data) - cut} bytes truncated"
+        assert w.active_segment.index_status == f"recovered, {len(data) - cut} bytes truncated"
         assert w.log_end_offset == int.from_bytes(batches[15][:8], "big")
     assert_closed_segments_are_kafka_exact(tmp_path / TP.dir_name)
 
@@ -319,7 +319,7 @@ def test_appending_to_a_kafka_partition(tmp_path: Path) -> None:
         log_dir, tp, topic_id=uuid.UUID("8129dfa4-46ed-41f4-83a7-1336961127f4")
     ) as w:
         assert w.log_end_offset == 13
-        assert w.active_segment.status == "reopened, indexes loaded"
+        assert w.active_segment.index_status == "reopened, indexes loaded"
         assert index.stat().st_size == 16  # trimmed before appending
         for i in range(3):
             w.append(make_batch(13 + i, [(1769793578176 + i, b"k", b"v" * 3000)]))
