@@ -288,6 +288,7 @@ def read_partition(
                 f"returned no complete batch ({len(info.records)} bytes) in {reader.directory}"
             )
         offset = decoded.next_offset
+        del decoded, info  # released before the next decode: memory is one fetch's, not two
 
 
 def consume(
@@ -350,9 +351,11 @@ def consume(
                     batch = batch.slice(0, left)
                 for line in formatter.format(batch, p):
                     out.write(line)
-                counts[p] += batch.num_rows
+                rows = batch.num_rows
+                del batch  # released before the next fetch is decoded
+                counts[p] += rows
                 if left is not None:
-                    left -= batch.num_rows
+                    left -= rows
                     if left == 0:
                         break
     out.flush()
