@@ -57,6 +57,7 @@ sys.path.insert(0, str(HERE))
 from _spark_common import TOPIC, build_log_dir, cpu_model, start_spark  # noqa: E402
 
 from broker_embedded.record import columnar_encoder  # noqa: E402
+from broker_embedded.storage.log_dir_fetch_source import LogDirFetchSource  # noqa: E402
 
 BAR = 0.7
 SEED = 42
@@ -152,8 +153,9 @@ def profile_reader(log_dir: Path, extra: dict[str, str]) -> dict[str, float]:
 
         return wrapper
 
-    original = orr._fetch, orr.decode
-    orr._fetch, orr.decode = timed("fetch", orr._fetch), timed("decode", orr.decode)
+    original = LogDirFetchSource.fetch, orr.decode
+    LogDirFetchSource.fetch = timed("fetch", LogDirFetchSource.fetch)
+    orr.decode = timed("decode", orr.decode)
     rows = batches = nbytes = 0
     began = time.perf_counter()
     try:
@@ -164,7 +166,7 @@ def profile_reader(log_dir: Path, extra: dict[str, str]) -> dict[str, float]:
                 batches += 1
                 nbytes += batch.nbytes
     finally:
-        orr._fetch, orr.decode = original
+        LogDirFetchSource.fetch, orr.decode = original
     total = time.perf_counter() - began
     return {**spent, "total": total, "rows": rows, "batches": batches, "bytes": nbytes,
             "tasks": len(tasks)}  # fmt: skip
