@@ -273,23 +273,26 @@ def run_cli(args: list[str]) -> tuple[int, bytes, str]:
     return code, out.getvalue(), err.getvalue()
 
 
+def consume_argv(log_dir: Path, tp: TopicPartition) -> list[str]:
+    """The ``kafkalog`` arguments that print every record of ``tp`` as JSON lines."""
+    return [
+        "consume",
+        "--log-dir",
+        str(log_dir),
+        "--topic",
+        tp.topic,
+        "--partition",
+        str(tp.partition),
+        "--from-beginning",
+        "--format",
+        "json",
+    ]
+
+
 def read_consume(log_dir: Path, tp: TopicPartition) -> list[Row] | None:
     """``kafkalog consume --format json`` in this process: the rows, ``None`` on exit 1 (a
     one-line error)."""
-    code, out, err = run_cli(
-        [
-            "consume",
-            "--log-dir",
-            str(log_dir),
-            "--topic",
-            tp.topic,
-            "--partition",
-            str(tp.partition),
-            "--from-beginning",
-            "--format",
-            "json",
-        ]
-    )
+    code, out, err = run_cli(consume_argv(log_dir, tp))
     if code == 1:
         _one_line(err, "consume")
         return None

@@ -54,7 +54,7 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks._fuzz_logdir import _unjson, open_fds
+from benchmarks._fuzz_logdir import _unjson, consume_argv, open_fds
 from benchmarks._fuzz_probes import ROOT, temp_base
 from benchmarks.fuzz import rss_mb
 from broker_embedded.broker_config import BrokerConfig
@@ -211,21 +211,7 @@ def rows_arrow_plain(batches) -> list[tuple]:
 def consume(log_dir: Path, tp: TopicPartition) -> list[tuple]:
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "spark_kafkalog.cli",
-            "consume",
-            "--log-dir",
-            str(log_dir),
-            "--topic",
-            tp.topic,
-            "--partition",
-            str(tp.partition),
-            "--from-beginning",
-            "--format",
-            "json",
-        ],
+        [sys.executable, "-m", "spark_kafkalog.cli", *consume_argv(log_dir, tp)],
         cwd=ROOT,
         env=env,
         capture_output=True,
