@@ -30,10 +30,10 @@ policy of how they are listed and opened, and implements every read once:
   upper bound of the aborted transactions a ``TXN_COMMITTED`` fetch returns).
 
 The policies (:class:`SegmentAccess`): the broker's (unified_log.py: its open segments, the
-active one seen through the writer's in-memory indexes, cached ``.txnindex`` objects; one
-listing, nothing ever stale under the log's lock) and the read-only view's (partition_reader.py:
-re-listing the directory when a concurrent cleaner swap or retention took a file away, and
-``.txnindex`` reads checked against the ``.log`` they belong to). A policy runs each operation
+active one seen through the writer's in-memory indexes; one listing, nothing ever stale under
+the log's lock) and the read-only view's (partition_reader.py: re-listing the directory when a
+concurrent cleaner swap or retention took a file away, and ``.txnindex`` reads checked against
+the ``.log`` they belong to). A policy runs each operation
 (:meth:`SegmentAccess.attempt` for one-shot reads, :meth:`SegmentAccess.resume` for walks that
 go on after the last segment they finished) and tells whether a segment read is still in place.
 
@@ -95,10 +95,10 @@ class SegmentAccess(Protocol):
         (``walked``) on a new listing when a file it needed went away."""
 
     def collect_aborted(
-        self, base_offset: int, fetch_offset: int, upper: int
+        self, seg: LogSegment, fetch_offset: int, upper: int
     ) -> TxnIndexSearchResult:
-        """The aborted transactions of the ``.txnindex`` of segment ``base_offset`` overlapping
-        ``[fetch_offset, upper)`` (a missing file holds none)."""
+        """The aborted transactions of the ``.txnindex`` of ``seg`` overlapping ``[fetch_offset,
+        upper)`` (``LogSegment.collect_aborted``; a missing file holds none)."""
 
     def check_in_place(self, seg: LogSegment) -> None:
         """Raise (for :meth:`attempt` to retry) when the ``.log`` of ``seg`` was replaced since
@@ -234,7 +234,8 @@ class LocalLog:
     ) -> tuple[AbortedTxn, ...]:
         found: list[AbortedTxn] = []
         for base in segments.from_floor(fetch_offset):
-            result = self.access.collect_aborted(base, fetch_offset, upper_bound_offset)
+            seg = self.access.segment(base)
+            result = self.access.collect_aborted(seg, fetch_offset, upper_bound_offset)
             found += result.aborted_txns
             if result.is_complete:
                 break

@@ -1,6 +1,5 @@
-"""One log segment: its ``.log`` file and its two indexes, for reading and, open for appending
-(the active segment of a broker's log), for appending (Kafka's ``LogSegment``). Its
-``.txnindex`` (transaction_index.py) is kept beside it by the log that appends to it.
+"""One log segment: its ``.log`` file, its two indexes and its ``.txnindex``, for reading and, open
+for appending (the active segment of a broker's log), for appending (Kafka's ``LogSegment``).
 
 Files of the segment whose base offset is B, in its partition directory (B as 20 decimal digits,
 zero-padded)::
@@ -8,6 +7,7 @@ zero-padded)::
     0000000000000000000B.log        the batches back to back (magic 0, 1 or 2), nothing else
     0000000000000000000B.index      offset index (see offset_index.py)
     0000000000000000000B.timeindex  time index (see time_index.py)
+    0000000000000000000B.txnindex   aborted transactions (see transaction_index.py; may not exist)
 
 Invariants relied on: every batch's offsets are >= B and increase down the file (not
 necessarily contiguously); the indexes point at batch starts and obey the rules of
@@ -61,6 +61,12 @@ thousands of partitions open under a small ``ulimit -n`` (one written to holds u
 limit still reached is a :class:`TooManyOpenFilesError` naming the file and the limit
 (open_files.py). Flushing fsyncs only the files written since the last flush.
 
+The ``.txnindex`` (``txn_index``, read again on every read, opened by its first append) is the one
+file the log may append to in any segment, open for appending or not, as Kafka's
+``updateTxnIndex`` does: an abort marker written to the active segment, or one replayed by
+recovery into an older one. :meth:`flush` fsyncs it when it was written, and closing a segment
+flushes and closes it (abandoning closes it without fsync).
+
 Thread safety: a segment opened for reading is immutable after opening; any number of threads
 may read. A segment open for appending is used under its log's lock (one writer per partition
 directory, which holds the log dir lock); readers in other processes see each append as soon as
@@ -98,6 +104,13 @@ from broker_embedded.storage.offset_index import INDEX_SUFFIX, OffsetIndex
 from broker_embedded.storage.open_files import map_read_only, open_file
 from broker_embedded.storage.segment_indexer import DEFAULT_INDEX_INTERVAL_BYTES, SegmentIndexer
 from broker_embedded.storage.time_index import NO_TIMESTAMP, TIME_INDEX_SUFFIX, TimeIndex
+from broker_embedded.storage.transaction_index import (
+    FILE_SUFFIX as TXN_INDEX_SUFFIX,
+)
+from broker_embedded.storage.transaction_index import (
+    TransactionIndex,
+    TxnIndexSearchResult,
+)
 
 LOG_SUFFIX = ".log"
 _OFFSET_AND_LENGTH = struct.Struct(">qi")  # the base offset and length fields of every entry
@@ -175,7 +188,8 @@ class LogSegment:
 
     __slots__ = ("base_offset", "log_path", "index_interval_bytes", "offset_index", "time_index",
                  "index_status", "size_in_bytes", "end_of_batches", "next_offset",
-                 "largest_timestamp", "file_id", "indexer", "_buf", "_append")  # fmt: skip
+                 "largest_timestamp", "file_id", "indexer", "txn_index", "_buf",
+                 "_append")  # fmt: skip
 
     def __init__(
         self,
@@ -189,6 +203,7 @@ class LogSegment:
             raise ValueError(f"{self.log_path} is not a segment file name (<20 digits>.log)")
         self.base_offset = base
         self.index_interval_bytes = index_interval_bytes
+        self.txn_index = _txn_index(self.log_path, base)
         self._append: _Appender | None = None
         self._buf, st = map_read_only(self.log_path)
         self.file_id = _file_id(st)
@@ -405,6 +420,11 @@ class LogSegment:
 
     # -- checks ------------------------------------------------------------------------------------
 
+    def collect_aborted(self, fetch_offset: int, upper_bound_offset: int) -> TxnIndexSearchResult:
+        """The aborted transactions of this segment's ``.txnindex`` overlapping ``[fetch_offset,
+        upper_bound_offset)`` (transaction_index.py; a missing file holds none)."""
+        return self.txn_index.collect_aborted(fetch_offset, upper_bound_offset)
+
     def check_tail(self, *, last: bool, recovery_point: int = 0) -> None:
         """Raise :class:`CorruptRecordError` when bytes follow the last complete batch and this
         is not a torn write: a segment that is not the ``last`` of its log, or whose first
@@ -587,6 +607,7 @@ class LogSegment:
         seg = cls.__new__(cls)
         seg.log_path = log_path
         seg.base_offset = indexer.offset_index.base_offset
+        seg.txn_index = _txn_index(log_path, seg.base_offset)
         seg.index_interval_bytes = appender.config.index_interval_bytes
         seg._buf = memoryview(b"")
         seg.file_id = _file_id(os.stat(log_path))
@@ -674,8 +695,12 @@ class LogSegment:
                 a.unsynced.add(i + 1)
 
     def flush(self) -> None:
-        """Write pending index entries; fsync the files written since the last flush."""
-        a = self._appender()
+        """Write pending index entries; fsync the files written since the last flush (of a
+        segment not open for appending, only a written ``.txnindex``)."""
+        self.txn_index.flush()
+        a = self._append
+        if a is None:
+            return
         self._write_index_entries(a)
         for i in sorted(a.unsynced):
             os.fsync(a.file(i, self.paths).fileno())
@@ -686,6 +711,7 @@ class LogSegment:
         a, self._append = self._append, None
         if a is not None:
             a.close_files(sync=False)
+        self.txn_index.close()
         self._buf = memoryview(b"")
 
     def delete_empty(self) -> None:
@@ -693,23 +719,21 @@ class LogSegment:
         if self.size_in_bytes:
             raise InvalidOffsetError(f"segment {self.log_path} is not empty")
         self.close()
-        for p in self.paths():
+        for p in (*self.paths(), self.txn_index.path):
             p.unlink(missing_ok=True)
         fsync_dir(self.log_path.parent)
 
     # -- lifetime ----------------------------------------------------------------------------------
 
     def close(self) -> None:
-        """Drop the mapping (unmapped once the views handed out are released too). Open for
-        appending: first the final time index entry, flush, close the files (Kafka's close /
-        ``onBecomeInactiveSegment``)."""
-        a = self._append
-        if a is not None:
+        """Drop the mapping (unmapped once the views handed out are released too) and flush and
+        close a written ``.txnindex``. Open for appending: first the final time index entry,
+        flush, close the files (Kafka's close / ``onBecomeInactiveSegment``)."""
+        if self._append is not None:
             self.indexer.on_close()
-            a.close_file(0, sync=True)  # first: the index files may need a descriptor of theirs
-            self.flush()
-            self.abandon()
-        self._buf = memoryview(b"")
+            self._append.close_file(0, sync=True)  # first: the index files may need a descriptor
+        self.flush()
+        self.abandon()
 
     def __enter__(self) -> LogSegment:
         return self
@@ -773,6 +797,10 @@ class RecordsSummary:
     max_timestamp: int
     offset_of_max_timestamp: int
     size: int
+
+
+def _txn_index(log_path: Path, base_offset: int) -> TransactionIndex:
+    return TransactionIndex(log_path.with_suffix(TXN_INDEX_SUFFIX), base_offset)
 
 
 def segment_paths(directory: Path, base_offset: int) -> tuple[Path, Path, Path]:

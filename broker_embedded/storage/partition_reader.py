@@ -144,10 +144,8 @@ from broker_embedded.storage.partition_metadata import (
 from broker_embedded.storage.producer_state_manager import ProducerStateManager, list_snapshots
 from broker_embedded.storage.segment_indexer import DEFAULT_INDEX_INTERVAL_BYTES
 from broker_embedded.storage.topic_partition import TopicPartition
-from broker_embedded.storage.transaction_index import FILE_SUFFIX as TXN_INDEX_SUFFIX
 from broker_embedded.storage.transaction_index import (
     AbortedTxn,
-    TransactionIndex,
     TxnIndexSearchResult,
 )
 
@@ -261,38 +259,22 @@ class RelistingSegments:
 
     # -- transactions ------------------------------------------------------------------------------
 
-    def txn_index_path(self, base_offset: int) -> Path:
-        return self.directory / (segment_file_stem(base_offset) + TXN_INDEX_SUFFIX)
-
-    def collect_aborted(self, base: int, fetch_offset: int, upper: int) -> TxnIndexSearchResult:
-        """The ``.txnindex`` of segment ``base`` read between two ``stat`` calls of its
-        ``.log``; a :class:`_StaleView` when they disagree or a swap is under way."""
-        before = self._log_file_id(base)
-        path = self.txn_index_path(base)
-        with TransactionIndex(path, base) as index:
-            result = index.collect_aborted(fetch_offset, upper)
+    def collect_aborted(
+        self, seg: LogSegment, fetch_offset: int, upper: int
+    ) -> TxnIndexSearchResult:
+        """The ``.txnindex`` of ``seg`` read between two checks that its ``.log`` path still
+        names the file opened; a :class:`_StaleView` when it does not (the segment is from
+        before a swap: its ``.txnindex`` is gone with it) or a swap is under way."""
+        self.check_in_place(seg)
+        result = seg.collect_aborted(fetch_offset, upper)
         # The same .log before and after: the .txnindex read was that segment's (a swap
         # renames the .log away first and puts the new .txnindex in place last) or was
         # missing because the swap that put this .log in place has not renamed it yet.
-        if self._log_file_id(base) != before or (
-            not result.aborted_txns and path.with_name(path.name + _SWAP_SUFFIX).exists()
-        ):
+        path = seg.txn_index.path
+        self.check_in_place(seg)
+        if not result.aborted_txns and path.with_name(path.name + _SWAP_SUFFIX).exists():
             raise _stale(path, "was being replaced while it was read")
         return result
-
-    def _log_file_id(self, base: int) -> tuple[int, int]:
-        """``(st_dev, st_ino)`` of the ``.log`` based at ``base``: a :class:`_StaleView` when it
-        is gone, or when it is not the file of the opened segment ``base`` (that segment is from
-        before a swap: its ``.txnindex`` is gone with it)."""
-        path = self.directory / (segment_file_stem(base) + LOG_SUFFIX)
-        try:
-            st = os.stat(path)
-        except FileNotFoundError:
-            raise _stale(path, "is gone") from None
-        seg = self._segments.get(base)
-        if seg is not None and seg.file_id != (st.st_dev, st.st_ino):
-            raise _stale(path, "was replaced after it was opened")
-        return st.st_dev, st.st_ino
 
     # -- listing -----------------------------------------------------------------------------------
 
@@ -337,6 +319,36 @@ class RelistingSegments:
             log.warning("partition %s: %s; reading the segments listed", self.topic_partition,
                         what)  # fmt: skip
         return sorted(logs)
+
+    def open_last(self) -> int | None:
+        """The log end offset from the last listed segment (``None`` without segments),
+        re-listing when it went away between the listing and the open."""
+        cause = None
+        for _ in range(_RELIST_ATTEMPTS + 1):
+            if not self.base_offsets:
+                return None
+            try:
+                return self._settled_last(self.segment(self.base_offsets[-1])).next_offset
+            except _StaleView as e:
+                cause = e
+            self.base_offsets = self._list_bases()
+        assert cause is not None
+        raise self._gone_error(cause, None, "opening the view") from cause
+
+    def _settled_last(self, seg: LogSegment) -> LogSegment:
+        """``seg``, the last segment, checked for a partial batch below the recovery point. A
+        writer in the middle of an append after a truncation (which lowers the checkpointed
+        recovery point only later) can show one: the segment is opened again after each of the
+        ``_SETTLE_DELAYS`` until the batch is whole; one that stays is corruption."""
+        recovery_point = self.recovery_point
+        for delay in _SETTLE_DELAYS:
+            if seg.end_of_batches == seg.size_in_bytes or seg.next_offset >= recovery_point:
+                return seg
+            time.sleep(delay)
+            self.forget(seg.base_offset)  # kept mappings stay valid
+            seg = self.segment(seg.base_offset)
+        seg.check_tail(last=True, recovery_point=recovery_point)
+        return seg
 
     def _relist(self, cause: _StaleView, offset: int | None, what: str) -> None:
         """Take a new listing; forget the opened segments it does not list or whose path names
@@ -445,7 +457,7 @@ class PartitionReader:
         self.local_log = LocalLog(self.topic_partition, self.directory, self._access)
         self._lso: int | None = None
         self._lso_lock = threading.Lock()
-        end = self._open_last_segment()
+        end = self._access.open_last()
         bases = self._access.base_offsets
         first = bases[0] if bases else (log_start_offset or 0)
         self.log_start_offset = first if log_start_offset is None else max(log_start_offset, first)
@@ -481,37 +493,6 @@ class PartitionReader:
         return self._access.attempt(lambda segs: [self.segment(b) for b in segs], None,
                                     "opening every segment")  # fmt: skip
 
-    def _open_last_segment(self) -> int | None:
-        """The log end offset from the last listed segment (``None`` without segments),
-        re-listing when it went away between the listing and the open."""
-        access = self._access
-        cause = None
-        for _ in range(_RELIST_ATTEMPTS + 1):
-            if not access.base_offsets:
-                return None
-            try:
-                return self._settled_last_segment(self.segment(access.base_offsets[-1])).next_offset
-            except _StaleView as e:
-                cause = e
-            access.base_offsets = access._list_bases()
-        assert cause is not None
-        raise access._gone_error(cause, None, "opening the view") from cause
-
-    def _settled_last_segment(self, seg: LogSegment) -> LogSegment:
-        """``seg``, the last segment, checked for a partial batch below the recovery point. A
-        writer in the middle of an append after a truncation (which lowers the checkpointed
-        recovery point only later) can show one: the segment is opened again after each of the
-        ``_SETTLE_DELAYS`` until the batch is whole; one that stays is corruption."""
-        recovery_point = self.recovery_point
-        for delay in _SETTLE_DELAYS:
-            if seg.end_of_batches == seg.size_in_bytes or seg.next_offset >= recovery_point:
-                return seg
-            time.sleep(delay)
-            self._access.forget(seg.base_offset)  # kept mappings stay valid
-            seg = self.segment(seg.base_offset)
-        seg.check_tail(last=True, recovery_point=recovery_point)
-        return seg
-
     # -- files beside the segments -----------------------------------------------------------------
 
     def leader_epochs(self) -> list[EpochEntry]:
@@ -520,10 +501,6 @@ class PartitionReader:
     def topic_id(self) -> uuid.UUID | None:
         f = PartitionMetadataFile(self.directory / PARTITION_METADATA_FILE)
         return f.read().topic_id if f.exists() else None
-
-    def txn_index_path(self, base_offset: int) -> Path:
-        """The ``.txnindex`` of the segment based at ``base_offset`` (it may not exist)."""
-        return self._access.txn_index_path(base_offset)
 
     # -- transactions ------------------------------------------------------------------------------
 

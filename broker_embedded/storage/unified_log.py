@@ -70,8 +70,8 @@ for it to end, and a truncation makes the session's :meth:`replace_segments` ref
 
 Reads go through a ``LocalLog`` (local_log.py, the reader the read-only view shares) with this
 log's policy, :class:`OpenSegments` (its segment views, the active one shared with the writer's
-in-memory indexes, and its ``.txnindex`` objects). They copy the bytes (``bytes``), so a later
-truncation can never pull a mapping from under a reader in this process. Thread safety: every
+in-memory indexes; each segment with its ``.txnindex``). They copy the bytes (``bytes``), so a
+later truncation can never pull a mapping from under a reader in this process. Thread safety: every
 public method takes the log's lock.
 """
 
@@ -139,11 +139,7 @@ from broker_embedded.storage.segment_writer import SegmentWriter, wall_clock_ms
 from broker_embedded.storage.time_index import TIME_INDEX_SUFFIX
 from broker_embedded.storage.topic_partition import TopicPartition
 from broker_embedded.storage.transaction_index import (
-    FILE_SUFFIX as TXN_INDEX_SUFFIX,
-)
-from broker_embedded.storage.transaction_index import (
     AbortedTxn,
-    TransactionIndex,
     TxnIndexSearchResult,
 )
 
@@ -291,7 +287,7 @@ class UnifiedLog:
         if start >= self.log_end_offset:
             return
         for base in LogSegments(self.segment_base_offsets).from_floor(start):
-            self._open.txn_index(base).truncate_to(start)
+            self._open.segment(base).txn_index.truncate_to(start)
         cache = self.leader_epoch_cache
 
         def replayed() -> Iterator[RecordBatch]:
@@ -536,15 +532,14 @@ class UnifiedLog:
         for txn in completed:
             if txn.is_aborted:
                 base = self._floor_base(txn.last_offset)
-                self._open.txn_index(base).append(txn.aborted_txn())
+                self._open.segment(base).txn_index.append(txn.aborted_txn())
 
     def _on_roll(self) -> None:
         """A new active segment: the old one's files are closed (and fsynced); snapshot the
         producer state at the new base offset and move the recovery point there (Kafka flushes
         up to the new segment at each roll)."""
         self.producer_state.take_snapshot()
-        for txn_index in self._open.txn_indexes.values():
-            txn_index.flush()
+        self._open.flush_views()
         base = self._writer.active_segment.base_offset
         if base > self.recovery_point:
             self.recovery_point = base
@@ -660,7 +655,6 @@ class UnifiedLog:
             doomed = []
             for base in old_bases:
                 self._open.drop(base)
-                self._open.close_txn_index(base)
                 for x in SEGMENT_SUFFIXES:
                     p = self._path(base, x)
                     if p.exists():
@@ -814,7 +808,6 @@ class UnifiedLog:
 
     def _delete_segment(self, base: int) -> None:
         self._open.drop(base)
-        self._open.close_txn_index(base)
         self._writer.forget_segment(base)
         self._delete_segment_files(base)
 
@@ -863,7 +856,6 @@ class UnifiedLog:
             bases = self.segment_base_offsets
             self._writer.close()
             for base in [b for b in bases if b >= offset]:
-                self._open.close_txn_index(base)
                 self._delete_segment_files(base)
             keep = max(b for b in bases if b < offset)
             with LogSegment.open(self.directory, keep) as seg:
@@ -883,7 +875,6 @@ class UnifiedLog:
             self._open.drop_all()
             self._writer.close()
             for base in self.segment_base_offsets:
-                self._open.close_txn_index(base)
                 self._delete_segment_files(base)
             self.producer_state.truncate_fully_and_start_at(offset)
             self._reopen_writer(start_offset=offset)
@@ -901,8 +892,8 @@ class UnifiedLog:
         floor = self._truncation_floor
         self._truncation_floor = leo if floor is None else min(floor, leo)
         self.log_start_offset = min(self.log_start_offset, leo)  # Kafka: min(target, log start)
-        for base in {*self._open.txn_indexes, self.segment_base_offsets[-1]}:
-            self._open.txn_index(base).truncate_to(leo)
+        # entries at or above leo can only be the last segment's: the later ones were deleted
+        self._writer.active_segment.txn_index.truncate_to(leo)
         self.leader_epoch_cache.truncate_from_end(leo)
         self._rebuild_producer_state()
         self.high_watermark = min(max(self.high_watermark, self.log_start_offset), leo)
@@ -916,8 +907,7 @@ class UnifiedLog:
         with self._lock:
             self._check_open()
             self._writer.flush()
-            for index in self._open.txn_indexes.values():
-                index.flush()
+            self._open.flush_views()
             self._unflushed_records = 0
             self.last_flush_ms = self._clock()
             if self.recovery_point != self.log_end_offset:
@@ -944,8 +934,6 @@ class UnifiedLog:
             self._writer.close()
             self.producer_state.take_snapshot()
             self._open.drop_all()
-            for index in self._open.txn_indexes.values():
-                index.close()
             self._closed = True
 
     def close_without_flush(self) -> None:
@@ -953,10 +941,8 @@ class UnifiedLog:
         final index entries written (for fault drills)."""
         self._stop_cleaning()
         with self._lock:
-            self._open.drop_all()
+            self._open.drop_all(abandon=True)
             self._writer.abandon()
-            for index in self._open.txn_indexes.values():
-                index.close()
             self._closed = True
 
 
@@ -968,11 +954,12 @@ class OpenSegments:
     """The broker's :class:`~broker_embedded.storage.local_log.SegmentAccess`: the segments of
     the writer's listing, opened on first use and kept until the log drops them (retention,
     truncation, a swap), the active one the writer's own segment open for appending (its reads
-    see every append through the indexes being appended to), and the ``.txnindex`` objects,
-    which appends write too. Nothing is ever stale under the log's lock, so every operation
-    runs once. Used under the log's lock only."""
+    see every append through the indexes being appended to). Each segment owns its
+    ``.txnindex``, which the log appends to in whichever segment holds an abort marker.
+    Nothing is ever stale under the log's lock, so every operation runs once. Used under the
+    log's lock only."""
 
-    __slots__ = ("directory", "config", "_writer", "_views", "txn_indexes")
+    __slots__ = ("directory", "config", "_writer", "_views")
 
     recovery_point = 0  # the broker truncated any torn tail when it opened the log
 
@@ -983,7 +970,6 @@ class OpenSegments:
         self.config = config
         self._writer = writer
         self._views: dict[int, LogSegment] = {}
-        self.txn_indexes: dict[int, TransactionIndex] = {}
 
     def listing(self) -> LogSegments:
         return LogSegments(self._writer().segment_base_offsets)
@@ -1011,30 +997,25 @@ class OpenSegments:
             self._views[base] = view
         return view
 
-    def drop(self, base: int) -> None:
-        """Close the view of closed segment ``base``."""
+    def drop(self, base: int, *, abandon: bool = False) -> None:
+        """Close the view of closed segment ``base`` (``abandon``: without fsync, as a crash)."""
         view = self._views.pop(base, None)
         if view is not None:
-            view.close()
+            view.abandon() if abandon else view.close()
 
-    def drop_all(self) -> None:
+    def drop_all(self, *, abandon: bool = False) -> None:
         for base in list(self._views):
-            self.drop(base)
+            self.drop(base, abandon=abandon)
 
-    def txn_index(self, base: int) -> TransactionIndex:
-        index = self.txn_indexes.get(base)
-        if index is None:
-            path = self.directory / (segment_file_stem(base) + TXN_INDEX_SUFFIX)
-            index = self.txn_indexes[base] = TransactionIndex(path, base)
-        return index
+    def flush_views(self) -> None:
+        """fsync the ``.txnindex`` files appended to in closed segments."""
+        for view in self._views.values():
+            view.flush()
 
-    def collect_aborted(self, base: int, fetch_offset: int, upper: int) -> TxnIndexSearchResult:
-        return self.txn_index(base).collect_aborted(fetch_offset, upper)
-
-    def close_txn_index(self, base: int) -> None:
-        index = self.txn_indexes.pop(base, None)
-        if index is not None:
-            index.close()
+    def collect_aborted(
+        self, seg: LogSegment, fetch_offset: int, upper: int
+    ) -> TxnIndexSearchResult:
+        return seg.collect_aborted(fetch_offset, upper)
 
 
 def _nothing(seg: LogSegment) -> None:

@@ -8,7 +8,9 @@ markers come from ``EndTransactionMarker.build_batch`` (what a coordinator sends
 
 from __future__ import annotations
 
+import contextlib
 import io
+import os
 import struct
 import subprocess
 import sys
@@ -32,6 +34,7 @@ from broker_embedded.record.records import iter_batches
 from broker_embedded.storage.fetch_data_info import FetchIsolation
 from broker_embedded.storage.leader_epoch_checkpoint import EpochEntry
 from broker_embedded.storage.log_config import LogConfig
+from broker_embedded.storage.log_segment import LogSegment
 from broker_embedded.storage.producer_state_manager import AppendOrigin
 from broker_embedded.storage.segment_indexer import SegmentIndexer
 from broker_embedded.storage.topic_partition import TopicPartition
@@ -661,6 +664,31 @@ def txn_index_bytes(log_dir: Path, base: int) -> bytes | None:
 
 def entry(pid: int, first: int, last: int, lso: int) -> bytes:
     return struct.pack(">hqqqq", 0, pid, first, last, lso)
+
+
+def open_txn_index_files() -> list[str]:
+    names = []
+    for fd in os.listdir("/proc/self/fd"):
+        with contextlib.suppress(FileNotFoundError):  # the listing's own descriptor
+            names.append(os.readlink(f"/proc/self/fd/{fd}"))
+    return sorted(Path(n).name for n in names if n.endswith(".txnindex"))
+
+
+def test_each_segment_owns_its_txnindex(tmp_path: Path) -> None:
+    log = txn_log(tmp_path)
+    d = part_dir(tmp_path)
+    # the active segment holds the descriptor of the .txnindex it appended to; segment 6 closed
+    # its own when the log rolled away from it
+    assert open_txn_index_files() == [f"{11:020d}.txnindex"]
+    for base, aborted in ((0, ()), (6, (AbortedTxn(77, 4, 6, 7),)),
+                          (11, (AbortedTxn(77, 9, 11, 12),))):  # fmt: skip
+        with LogSegment.open(d, base) as seg:
+            assert seg.txn_index.path == d / f"{base:020d}.txnindex"
+            assert seg.collect_aborted(0, 14).aborted_txns == aborted
+    assert log.collect_aborted_transactions(0, 14) == (AbortedTxn(77, 4, 6, 7),
+                                                      AbortedTxn(77, 9, 11, 12))  # fmt: skip
+    log.close()
+    assert open_txn_index_files() == []
 
 
 def test_truncate_to_mid_segment_then_across_segments(tmp_path: Path) -> None:
