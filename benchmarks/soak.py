@@ -33,7 +33,8 @@ high watermark the leader published (read after the read); no reader fails. Memo
 RSS and open descriptors of this process (which runs the brokers) sampled every loop; the
 averages of the first and the last minute are printed with the RSS every 5 minutes, and growth
 beyond 50% + 64 MiB of RSS or 50 descriptors is a violation. Readers hand their rows to the checks
-a fetch (or 4,096 lines of ``consume``) at a time, so the soak's own memory stays small. Prints a summary; exits 1 on any violation.
+a fetch (or 4,096 lines of ``consume``) at a time, so the soak's own memory stays small. Prints a
+summary; exits 1 on any violation.
 """
 
 from __future__ import annotations
