@@ -63,20 +63,22 @@ is one shard (one lock; the GIL leaves nothing to gain from more), i.e. Kafka's 
 shard, which is what Kafka's own ``FetchSessionTest`` exercises. Finding an eviction candidate scans
 the sessions: O(``max_entries``), only when the cache is full and a full fetch asks for a session.
 
-Limits: ``max_entries`` sessions (at most :data:`MAX_CACHE_SLOTS`); at most
-``max_partitions_per_session`` partitions per session (this project's limit, Kafka has none): a
-full fetch with more partitions is answered without creating a session (session id 0), an
-incremental fetch that would grow its session beyond it closes the session and gets
-FETCH_SESSION_ID_NOT_FOUND, so the client falls back to full fetches. One cached partition costs
-about 300 bytes, so the cache holds at most about ``max_entries * max_partitions_per_session *
-300`` bytes (3 GB with the defaults, which only a thousand clients of 10,000 partitions each
-reach). Session ids are drawn at random from ``[1, 2**31 - 2]``, retried while taken (at most
+Limits: ``max_entries`` sessions (at most :data:`MAX_CACHE_SLOTS`), and two of this project's
+own (Kafka has neither): at most ``max_partitions_per_session`` partitions in one session
+(default 10,000) and ``max_cached_partitions`` in all sessions together (default 1,000,000). A
+full fetch that would break the first, or the second even after evicting every stale session, is
+answered without creating a session (session id 0); an incremental fetch that would grow its
+session beyond either closes the session and gets FETCH_SESSION_ID_NOT_FOUND; either way the
+client falls back to full fetches. A cached partition costs about 350 bytes (measured, with the
+request values it keeps), so the cache holds at most about 350 MB with the defaults. Session ids
+are drawn at random from ``[1, 2**31 - 2]`` and drawn again while taken (at most
 :data:`MAX_ID_ATTEMPTS` draws, which a cache of at most a million sessions never exhausts).
 
 Invariants: the cache holds at most ``max_entries`` sessions, with distinct non-zero ids; a
 session's epoch is >= 1; a session in the cache holds at least one and at most
 ``max_partitions_per_session`` partitions (an incremental fetch that empties it removes it);
-``total_partitions`` is the sum of the sizes recorded at the sessions' last use.
+``total_partitions``, the sum of the sizes recorded at the sessions' last use, is at most
+``max_cached_partitions``.
 
 Thread safety: the cache is shared by the request handler threads and guarded by one re-entrant
 lock (:attr:`FetchSessionCache.lock`). It covers every read or change of the cache's maps and of
@@ -126,6 +128,7 @@ ZERO_UUID = uuid.UUID(int=0)
 DEFAULT_CACHE_SLOTS = 1000  # max.incremental.fetch.session.cache.slots
 DEFAULT_EVICTION_MS = 120_000  # Kafka's MIN_INCREMENTAL_FETCH_SESSION_EVICTION_MS
 DEFAULT_MAX_PARTITIONS_PER_SESSION = 10_000
+DEFAULT_MAX_CACHED_PARTITIONS = 1_000_000
 MAX_CACHE_SLOTS = 1 << 20
 MAX_ID_ATTEMPTS = 64
 _SESSION_ID_BOUND = MAX_EPOCH  # ids in [1, 2**31 - 2], as Kafka's nextInt(1, Int.MaxValue)
@@ -269,7 +272,8 @@ class FetchResponsePartition(Generic[R]):
 class FetchSessionRequest:
     """What the session layer needs of a parsed Fetch request.
 
-    ``partitions`` in request order (a partition listed twice: the last parameters win, at the
+    ``metadata`` is :data:`LEGACY` for Fetch < v7 (no session fields); ``partitions`` in request
+    order (a partition listed twice: the last parameters win, at the
     first position, as Kafka's map); ``forgotten`` are the request's forgotten topics' partitions
     (v7+); ``is_follower``: the replica id is a broker's (>= 0)."""
 
@@ -430,6 +434,7 @@ class FetchSessionCache:
         max_entries: int = DEFAULT_CACHE_SLOTS,
         eviction_ms: int = DEFAULT_EVICTION_MS,
         max_partitions_per_session: int = DEFAULT_MAX_PARTITIONS_PER_SESSION,
+        max_cached_partitions: int = DEFAULT_MAX_CACHED_PARTITIONS,
         rng: random.Random | None = None,
     ) -> None:
         if not 0 <= max_entries <= MAX_CACHE_SLOTS:
@@ -441,9 +446,12 @@ class FetchSessionCache:
             raise ValueError(f"fetch session eviction ms {eviction_ms} is negative")
         if max_partitions_per_session < 1:
             raise ValueError(f"max partitions per fetch session {max_partitions_per_session} < 1")
+        if max_cached_partitions < 1:
+            raise ValueError(f"max cached fetch session partitions {max_cached_partitions} < 1")
         self.max_entries = max_entries
         self.eviction_ms = eviction_ms
         self.max_partitions_per_session = max_partitions_per_session
+        self.max_cached_partitions = max_cached_partitions
         self.lock = threading.RLock()
         self.evictions = 0
         self._rng = rng if rng is not None else random.Random()
@@ -494,6 +502,10 @@ class FetchSessionCache:
         with self.lock:
             if size > self.max_partitions_per_session:
                 return INVALID_SESSION_ID
+            while not self.fits(size, 0) and self._evict_stale(now):
+                pass  # each turn removes a session: at most len(sessions) turns
+            if not self.fits(size, 0):
+                return INVALID_SESSION_ID
             if len(self._sessions) >= self.max_entries and not self._try_evict(
                 privileged, EvictableKey(privileged, size, 0), now
             ):
@@ -505,14 +517,19 @@ class FetchSessionCache:
             self.touch(session, now)
             return session.id
 
+    def fits(self, size: int, cached_size: int) -> bool:
+        """Whether a session may hold ``size`` partitions, ``cached_size`` of which the cache
+        counts already: both partition limits."""
+        with self.lock:
+            total = self._total_partitions - cached_size + size
+            return size <= self.max_partitions_per_session and total <= self.max_cached_partitions
+
     def _try_evict(self, privileged: bool, key: EvictableKey, now: int) -> bool:
         """Evict the stale least recently used session, or else the least valuable evictable
         one if ``key`` is worth at least as much (Kafka's ``tryEvict``)."""
         if not self._sessions:
             return False
-        lru = min(self._sessions.values(), key=lambda s: (s.last_used_ms, s.id))
-        if now - lru.last_used_ms > self.eviction_ms:
-            self._evict(lru)
+        if self._evict_stale(now):
             return True
         if privileged:
             candidates = [s for s in self._sessions.values() if s.evictable_by_privileged]
@@ -524,6 +541,16 @@ class FetchSessionCache:
         if key < victim.evictable_key:
             return False
         self._evict(victim)
+        return True
+
+    def _evict_stale(self, now: int) -> bool:
+        """Evict the least recently used session if it is stale; whether one was."""
+        if not self._sessions:
+            return False
+        lru = min(self._sessions.values(), key=lambda s: (s.last_used_ms, s.id))
+        if now - lru.last_used_ms <= self.eviction_ms:
+            return False
+        self._evict(lru)
         return True
 
     def _evict(self, session: FetchSession) -> None:
@@ -750,7 +777,7 @@ class FetchManager:
         if not session.partitions:
             self.cache.remove(session.id)
             return SessionlessFetchContext(fetch_data)
-        if session.size > self.cache.max_partitions_per_session:
+        if not self.cache.fits(session.size, session.cached_size):
             self.cache.remove(session.id)
             return SessionErrorContext(FetchSessionIdNotFoundError, metadata)
         if session.uses_topic_ids:

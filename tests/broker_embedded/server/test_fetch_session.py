@@ -693,6 +693,29 @@ def test_partitions_per_session_limit() -> None:
     assert manager.cache.total_partitions == 0
 
 
+def test_cached_partitions_limit_evicts_only_stale_sessions() -> None:
+    manager, clock = setup(slots=10, eviction_ms=1000, max_cached_partitions=5)
+    cache = manager.cache
+    first = open_session(manager, FOO_PARTS, FOO_RESULTS)  # 2 partitions, t=0
+    clock.sleep(600)
+    second = open_session(manager, FOO_PARTS, FOO_RESULTS)  # 4, t=600
+    three = [(FOO0, req(0)), (FOO1, req(0)), (BAR0, req(0))]
+    results = [(t, resp(1)) for t, _ in three]
+    # 4 + 3 > 5 and nobody is stale: no session, the fetch is answered all the same.
+    response = answer(new_context(manager, INITIAL, three), results)
+    assert (response.session_id, len(response.partitions)) == (INVALID_SESSION_ID, 3)
+    assert_cache_contains(cache, first, second)
+    # An incremental fetch growing a session past the total closes it.
+    context = new_context(manager, FetchMetadata(second, 1), [(BAR0, req(0)), (BAR1, req(0))])
+    assert answer(context, {}) == FetchContextResponse(FETCH_SESSION_ID_NOT_FOUND, 0, ())
+    assert (cache.session_ids(), cache.total_partitions) == ({first}, 2)
+    second = open_session(manager, FOO_PARTS, FOO_RESULTS)
+    clock.sleep(1001)  # the first is stale (last used at 0), the second is not (600)
+    third = open_session(manager, three, results)
+    assert_cache_contains(cache, second, third)
+    assert cache.total_partitions == 5
+
+
 def test_cache_limits_are_checked() -> None:
     with pytest.raises(ValueError, match="cache.slots=-1"):
         FetchSessionCache(-1)
@@ -700,6 +723,8 @@ def test_cache_limits_are_checked() -> None:
         FetchSessionCache(10, -5)
     with pytest.raises(ValueError, match="per fetch session 0"):
         FetchSessionCache(10, 5, 0)
+    with pytest.raises(ValueError, match="max cached fetch session partitions 0 < 1"):
+        FetchSessionCache(10, 5, 10, 0)
 
 
 def test_exhausted_session_ids_raise() -> None:
