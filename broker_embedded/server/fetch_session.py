@@ -273,9 +273,9 @@ class FetchSessionRequest:
     """What the session layer needs of a parsed Fetch request.
 
     ``metadata`` is :data:`LEGACY` for Fetch < v7 (no session fields); ``partitions`` in request
-    order (a partition listed twice: the last parameters win, at the
-    first position, as Kafka's map); ``forgotten`` are the request's forgotten topics' partitions
-    (v7+); ``is_follower``: the replica id is a broker's (>= 0)."""
+    order (a partition listed twice: the last parameters win, at the first position, as in
+    Kafka's map); ``forgotten``: the partitions of the request's forgotten topics (v7+);
+    ``is_follower``: the replica id is a broker's (>= 0)."""
 
     version: int
     metadata: FetchMetadata
