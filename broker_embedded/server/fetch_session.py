@@ -702,15 +702,16 @@ class IncrementalFetchContext(FetchContext[R]):
         with self._cache.lock:
             if not self._epoch_is_current():
                 return FetchContextResponse(InvalidFetchSessionEpochError.code, session.id, ())
-            selected = []
-            for tip, result in partition_results.items():
-                key = tip.session_key
-                cached = session.partitions.get(key)
-                if cached is None:
+            for tip in partition_results:  # checked first: a refused response changes nothing
+                if tip.session_key not in session.partitions:
                     raise FetchSessionMisuseError(
                         f"fetch response for partition {tip}, which is not in fetch session "
                         f"{session.id}"
                     )
+            selected = []
+            for tip, result in partition_results.items():
+                key = tip.session_key
+                cached = session.partitions[key]
                 if cached.must_respond(result, update=True):
                     selected.append((tip, result))
                     if result.records_size > 0:

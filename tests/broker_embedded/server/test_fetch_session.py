@@ -528,7 +528,8 @@ def test_responses_for_partitions_never_asked_for_are_refused() -> None:
     context = new_context(manager, FetchMetadata(session_id, 1))
     match = f"bar-0, which is not in fetch session {session_id}"
     with pytest.raises(FetchSessionMisuseError, match=match):
-        answer(context, [(BAR0, resp(1))])
+        answer(context, [(FOO0, resp(2)), (BAR0, resp(1))])
+    assert manager.cache.get(session_id).partitions[FOO0.session_key].high_watermark == 1
 
 
 # --- the cache: limits and eviction -----------------------------------------------------------
