@@ -87,20 +87,20 @@ def api_name(api_key: int) -> str:
     return "unknown" if name is None else name.title().replace("_", "")
 
 
-@cache
 def request_schema(api_key: int, api_version: int) -> type | None:
     """kio's request class for a key and version, or None when kio has none."""
-    try:
-        return load_request_schema(api_key, api_version)
-    except (UnknownAPIKey, UnknownEntity):
-        return None
+    return _schema(load_request_schema, api_key, api_version)
+
+
+def response_schema(api_key: int, api_version: int) -> type | None:
+    """kio's response class for a key and version, or None when kio has none."""
+    return _schema(load_response_schema, api_key, api_version)
 
 
 @cache
-def response_schema(api_key: int, api_version: int) -> type | None:
-    """kio's response class for a key and version, or None when kio has none."""
+def _schema(load: Callable[[int, int], type], api_key: int, api_version: int) -> type | None:
     try:
-        return load_response_schema(api_key, api_version)
+        return load(api_key, api_version)
     except (UnknownAPIKey, UnknownEntity):
         return None
 

@@ -259,3 +259,22 @@ def test_shutdown_is_bounded_with_unanswered_requests():
             socket.create_connection(address, timeout=2)
     # a late answer from a delayed operation after shutdown is dropped quietly
     server.apis.send_frame_parts(parked[0], [b"late"])
+
+
+def test_listeners_parse_and_report_their_bound_ports():
+    from broker_embedded.server.broker_server import BrokerServer
+    from broker_embedded.server.socket_server import Endpoint
+
+    assert Endpoint.parse("PLAINTEXT://127.0.0.1:9092") == Endpoint("127.0.0.1", 9092)
+    assert Endpoint.parse("PLAINTEXT://[::1]:0") == Endpoint("::1", 0)
+    for bad in ("127.0.0.1:9092", "SSL://h:1", "PLAINTEXT://h:x", "PLAINTEXT://h"):
+        with pytest.raises(ValueError, match="is not PLAINTEXT://host:port"):
+            Endpoint.parse(bad)
+    server = BrokerServer(config(), ["PLAINTEXT://127.0.0.1:0", Endpoint("127.0.0.1", 0)])
+    with server:
+        ports = [e.port for e in server.endpoints]
+        assert len(set(ports)) == 2 and all(p > 0 for p in ports)
+        for p in ports:
+            with socket.create_connection(("127.0.0.1", p), timeout=5) as s:
+                s.sendall(request_frame(API_VERSIONS_V3, 4))
+                assert s.recv(8)[4:8] == struct.pack(">i", 4)
