@@ -13,6 +13,14 @@ File layout (``conf/broker.toml`` holds the defaults; every key is optional)::
     "log.flush.scheduler.interval.ms" = 1000  how often flush.ms is checked
     "checkpoint.interval.ms" = 100            coalescing of the published checkpoint files
     "purgatory.max.pending" = 10000           delayed fetches/produces held at once per kind
+    "num.network.threads" = 3                 server processor threads (>= 1), each owns connections
+    "num.io.threads" = 8                      server request handler threads (>= 1)
+    "queued.max.requests" = 500               request queue bound (>= 1); full: processors stop
+                                              reading frames until a handler takes one
+    "socket.request.max.bytes" = 104857600    a larger request frame closes its connection (>= 1)
+    "max.connections" = 2147483647            at the limit the acceptor waits for a free slot
+    "max.connections.per.ip" = 2147483647     a connection beyond it is closed at accept
+    "connections.max.idle.ms" = 600000        a connection idle this long is closed
     [log_cleaner]                             (these keys are also accepted under [broker])
     "log.cleaner.threads" = 1                 cleaner threads (0: no cleaner)
     "log.cleaner.dedupe.buffer.size" = 134217728   offset map memory over all cleaner threads
@@ -57,6 +65,13 @@ class BrokerConfig:
     log_flush_scheduler_interval_ms: int = 1_000
     checkpoint_interval_ms: int = 100
     purgatory_max_pending: int = 10_000
+    num_network_threads: int = 3
+    num_io_threads: int = 8
+    queued_max_requests: int = 500
+    socket_request_max_bytes: int = 100 << 20
+    max_connections: int = 2**31 - 1
+    max_connections_per_ip: int = 2**31 - 1
+    connections_max_idle_ms: int = 600_000
     log_cleaner_threads: int = 1
     log_cleaner_dedupe_buffer_size: int = 128 << 20
     log_cleaner_io_buffer_load_factor: float = 0.9
@@ -113,8 +128,8 @@ def read_toml(path: Path, what: str) -> dict[str, Any]:
 
 
 def _broker_value(key: str, value: Any, source: str) -> int | float:
-    """A broker config value: a non-negative integer, or for the load factor a number in
-    (0, 1]."""
+    """A broker config value: a non-negative integer (positive for ``_AT_LEAST_ONE``), or for
+    the load factor a number in (0, 1]."""
     if key == "log.cleaner.io.buffer.load.factor":
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 1:
             raise InvalidConfigError(
@@ -122,9 +137,16 @@ def _broker_value(key: str, value: Any, source: str) -> int | float:
                 "(0, 1]"
             )
         return float(value)
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+    least = 1 if key in _AT_LEAST_ONE else 0
+    if isinstance(value, bool) or not isinstance(value, int) or value < least:
         raise InvalidConfigError(
-            f"{source}: invalid value {value!r} for broker config {key}: must be a "
-            "non-negative integer"
+            f"{source}: invalid value {value!r} for broker config {key}: must be an "
+            f"integer >= {least}"
         )
     return value
+
+
+# keys whose value must be positive (Kafka's atLeast(1) validators)
+_AT_LEAST_ONE = frozenset(
+    ("num.network.threads", "num.io.threads", "queued.max.requests", "socket.request.max.bytes")
+)

@@ -25,6 +25,13 @@ BROKER_KEYS = {
     "log.flush.scheduler.interval.ms": 1000,
     "checkpoint.interval.ms": 100,
     "purgatory.max.pending": 10000,
+    "num.network.threads": 3,
+    "num.io.threads": 8,
+    "queued.max.requests": 500,
+    "socket.request.max.bytes": 104857600,
+    "max.connections": 2147483647,
+    "max.connections.per.ip": 2147483647,
+    "connections.max.idle.ms": 600000,
 }
 
 
@@ -93,6 +100,8 @@ def test_broker_applies_its_topic_defaults(tmp_path):
         ('[broker]\n"fetch.max.bytes" = "big"\n', ["'big'", "fetch.max.bytes"]),
         ('[broker]\n"fetch.max.bytes" = true\n', ["True", "fetch.max.bytes"]),
         ('[broker]\n"fetch.max.bytes" = 1.5\n', ["1.5", "fetch.max.bytes"]),
+        ('[broker]\n"num.io.threads" = 0\n', ["0", "num.io.threads", ">= 1"]),
+        ('[broker]\n"queued.max.requests" = 0\n', ["0", "queued.max.requests", ">= 1"]),
         ("[brokers]\n", ["unknown section", "brokers"]),
         ("broker = 5\n", ["[broker] must be a table"]),
         ('[topic_defaults]\n"segment.bytes" = "x"\n', ["[topic_defaults]", "segment.bytes", "'x'"]),

@@ -1,0 +1,77 @@
+"""The request path assembled (Kafka's ``BrokerServer``, its network half): a
+:class:`SocketServer`, the :class:`KafkaApis` dispatcher and the request handler pool.
+
+    server = BrokerServer(config, ["PLAINTEXT://127.0.0.1:0"], register_apis)
+    server.start(); server.endpoints  # the bound ports
+    ...
+    server.shutdown(timeout=10)
+
+``register_apis(apis)`` is the seam for the API layer: it registers each API's handler and
+version range on the :class:`KafkaApis` (ApiVersions is built in).
+
+Shutdown, each step bounded by what is left of ``timeout``: stop accepting; stop reading
+requests and let the in-flight ones be answered (half the time at most); stop the handler
+threads (requests still queued get their connections closed); close every connection.
+``shutdown`` returns within about ``timeout`` seconds even if a handler is stuck (the threads
+are daemons; a stuck one is logged). Thread safety: start and shutdown from one owner thread.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+
+from broker_embedded.broker_config import BrokerConfig
+from broker_embedded.server.api_version_manager import ApiVersionManager
+from broker_embedded.server.kafka_apis import KafkaApis
+from broker_embedded.server.kafka_request_handler import KafkaRequestHandlerPool
+from broker_embedded.server.socket_server import Endpoint, SocketServer
+
+
+class BrokerServer:
+    """Socket server, API dispatcher and handler threads, started and stopped together."""
+
+    def __init__(
+        self,
+        config: BrokerConfig,
+        listeners: Sequence[Endpoint | str],
+        register_apis: Callable[[KafkaApis], None] | None = None,
+    ) -> None:
+        self.versions = ApiVersionManager()
+        self.socket_server = SocketServer(config, self.versions, listeners)
+        self.apis = KafkaApis(self.socket_server.request_channel, self.versions)
+        if register_apis is not None:
+            register_apis(self.apis)
+        self.handlers = KafkaRequestHandlerPool(
+            self.socket_server.request_channel, self.apis, config.num_io_threads
+        )
+        self._started = False
+
+    @property
+    def endpoints(self) -> list[Endpoint]:
+        return self.socket_server.endpoints
+
+    def start(self) -> BrokerServer:
+        self.handlers.start()
+        self.socket_server.start()
+        self._started = True
+        return self
+
+    def shutdown(self, timeout: float = 10.0) -> None:
+        deadline = time.monotonic() + timeout
+
+        def left() -> float:
+            return max(0.0, deadline - time.monotonic())
+
+        if self._started:
+            self.socket_server.stop_accepting(left())
+            self.socket_server.drain(left() / 2)
+            self.handlers.shutdown(left())
+        self.socket_server.shutdown(left())
+        self._started = False
+
+    def __enter__(self) -> BrokerServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.shutdown()
