@@ -32,6 +32,7 @@ BROKER_KEYS = {
     "max.connections": 2147483647,
     "max.connections.per.ip": 2147483647,
     "connections.max.idle.ms": 600000,
+    "max.incremental.fetch.session.cache.slots": 1000,
 }
 
 
