@@ -7,6 +7,12 @@ now answers with an error (leadership moved, partition gone, offset out of range
 follower's fetch, the high watermark of any partition differs from ``start_hws`` (those seen
 before the fetch's first read), so that the follower learns the move at once; or when
 ``max_wait_ms`` runs out. Its answer is a fresh read of every partition, whatever completed it.
+A read that fails while checking completes it too (its answer then reads again and fails).
+
+``respond`` (optional, the Fetch API's non-blocking path): called exactly once with the answer,
+or with the exception the answer's read raised, by whichever thread completes the operation (an
+appender, the purgatory's reaper, or the submitter when it completes at once), so that no
+request handler thread waits for the data.
 
 Thread safety: the purgatory serializes ``try_complete``; ``read`` is the replica manager's
 thread-safe read.
@@ -32,6 +38,7 @@ class DelayedFetch(DelayedOperation):
         high_watermarks: Callable[[], tuple[int, ...]],
         min_bytes: int | None = None,
         start_hws: tuple[int, ...] | None = None,
+        respond: Callable[[FetchResponse | Exception], None] | None = None,
     ) -> None:
         super().__init__(request.max_wait_ms)
         self.request = request
@@ -39,11 +46,15 @@ class DelayedFetch(DelayedOperation):
         self._read = read
         self._high_watermarks = high_watermarks
         self._start_hws = high_watermarks() if start_hws is None else start_hws
+        self._respond = respond
 
     def try_complete(self) -> bool:
         if self.request.is_from_follower and self._high_watermarks() != self._start_hws:
             return self.force_complete()
-        probe = self._read(self.request)
+        try:
+            probe = self._read(self.request)
+        except Exception:
+            return self.force_complete()  # the answer's read reports it
         if any(p.error is not None for p in probe.partitions):
             return self.force_complete()
         if probe.size_in_bytes >= self.min_bytes:
@@ -51,4 +62,12 @@ class DelayedFetch(DelayedOperation):
         return False
 
     def on_complete(self) -> FetchResponse:
-        return self._read(self.request)
+        try:
+            response = self._read(self.request)
+        except Exception as e:
+            if self._respond is not None:
+                self._respond(e)
+            raise
+        if self._respond is not None:
+            self._respond(response)
+        return response

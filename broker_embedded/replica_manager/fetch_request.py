@@ -12,6 +12,8 @@ fine), the high watermark, last stable offset and log start offset, the aborted 
 (read_committed only) and the raw record bytes (possibly starting below the fetch offset and
 ending in a partial batch; empty when not even the first batch fits what the partition may
 return, unless it is the first partition with data, which returns one whole batch: KIP-74).
+A zero-copy read (the Fetch API's) leaves ``records`` empty and names the bytes in the segment
+file instead (``region``, a :class:`SegmentRegion`); ``size_in_bytes`` counts either.
 
 Immutable values: thread-safe.
 """
@@ -21,7 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from broker_embedded.errors import KafkaApiError
-from broker_embedded.storage.fetch_data_info import IsolationLevel
+from broker_embedded.storage.fetch_data_info import IsolationLevel, SegmentRegion
 from broker_embedded.storage.topic_partition import TopicPartition
 from broker_embedded.storage.transaction_index import AbortedTxn
 
@@ -69,6 +71,11 @@ class PartitionFetchResult:
     log_start_offset: int = -1
     aborted_transactions: tuple[AbortedTxn, ...] | None = None
     records: bytes = b""
+    region: SegmentRegion | None = None
+
+    @property
+    def size_in_bytes(self) -> int:
+        return len(self.records) if self.region is None else self.region.length
 
     @property
     def error_code(self) -> int:
@@ -93,4 +100,4 @@ class FetchResponse:
 
     @property
     def size_in_bytes(self) -> int:
-        return sum(len(p.records) for p in self.partitions)
+        return sum(p.size_in_bytes for p in self.partitions)

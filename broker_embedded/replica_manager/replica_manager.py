@@ -303,13 +303,43 @@ class ReplicaManager:
 
     def fetch_messages(self, request: FetchRequest) -> FetchResponse:
         """Answer a fetch, waiting in the purgatory when Kafka would (module docstring)."""
+        result = self._fetch(request, zero_copy=False)
+        return result.wait() if isinstance(result, DelayedFetch) else result
+
+    def fetch_messages_async(
+        self,
+        request: FetchRequest,
+        respond: Callable[[FetchResponse | Exception], None],
+        *,
+        zero_copy: bool = False,
+    ) -> None:
+        """:meth:`fetch_messages` without waiting (the Fetch API's path): ``respond`` gets the
+        response, or the exception that failed it, exactly once, in this thread when the answer
+        is immediate, else in the thread that completes the delayed fetch (delayed_fetch.py).
+        ``zero_copy``: records as regions of segment files (``PartitionFetchResult.region``)."""
+        try:
+            result: FetchResponse | DelayedFetch | Exception = self._fetch(
+                request, zero_copy, respond
+            )
+        except Exception as e:
+            result = e
+        if not isinstance(result, DelayedFetch):
+            respond(result)
+
+    def _fetch(
+        self,
+        request: FetchRequest,
+        zero_copy: bool,
+        respond: Callable[[FetchResponse | Exception], None] | None = None,
+    ) -> FetchResponse | DelayedFetch:
+        """The immediate response, or the delayed fetch submitted to the purgatory."""
         self.gate()
         # Before the follower's fetch state is recorded: a HW move that this fetch itself
         # causes then completes it at once, so the follower learns it without waiting.
         start_hws = self._high_watermarks(request)
         if request.is_from_follower:
             self._update_followers(request)
-        response = self._read(request)
+        response = self._read(request, zero_copy)
         if (
             request.max_wait_ms <= 0
             or not request.partitions
@@ -317,11 +347,12 @@ class ReplicaManager:
             or any(p.error is not None for p in response.partitions)
         ):
             return response
-        op = DelayedFetch(request, self._read, lambda: self._high_watermarks(request),
-                          self.min_bytes(request), start_hws)  # fmt: skip
+        op = DelayedFetch(request, lambda r: self._read(r, zero_copy),
+                          lambda: self._high_watermarks(request), self.min_bytes(request),
+                          start_hws, respond)  # fmt: skip
         keys = [p.topic_partition for p in request.partitions]
         self.fetch_purgatory.try_complete_else_watch(op, keys)
-        return op.wait()
+        return op
 
     def _update_followers(self, request: FetchRequest) -> None:
         for pf in request.partitions:
@@ -349,7 +380,7 @@ class ReplicaManager:
             hws.append(-1 if p is None else p.log.high_watermark)
         return tuple(hws)
 
-    def _read(self, request: FetchRequest) -> FetchResponse:
+    def _read(self, request: FetchRequest, zero_copy: bool = False) -> FetchResponse:
         isolation = FetchIsolation.of(request.replica_id, request.isolation_level)
         budget = self.max_bytes(request)
         min_one = True
@@ -359,23 +390,24 @@ class ReplicaManager:
             try:
                 info = self.leader_partition(tp).read(
                     pf.fetch_offset, max(0, min(pf.partition_max_bytes, budget)), isolation,
-                    pf.current_leader_epoch, min_one,
+                    pf.current_leader_epoch, min_one, zero_copy,
                 )  # fmt: skip
             except KafkaApiError as e:
                 results.append(self._error_result(tp, e))
                 continue
-            records, aborted = info.records, info.aborted_transactions
+            records, aborted, region = info.records, info.aborted_transactions, info.region
             if info.first_entry_incomplete:
                 # Kafka (Fetch v3+): when not even the first batch fits, no records rather than
                 # a fragment of one (the consumer would drop it anyway).
-                records, aborted = b"", None if aborted is None else ()
-            if records:
-                budget -= len(records)
-                min_one = False
-            results.append(PartitionFetchResult(
+                records, aborted, region = b"", None if aborted is None else (), None
+            result = PartitionFetchResult(
                 tp, None, info.high_watermark, info.last_stable_offset, info.log_start_offset,
-                aborted, records,
-            ))  # fmt: skip
+                aborted, records, region,
+            )  # fmt: skip
+            if result.size_in_bytes:
+                budget -= result.size_in_bytes
+                min_one = False
+            results.append(result)
         return FetchResponse(tuple(results))
 
     def _error_result(self, tp: TopicPartition, e: KafkaApiError) -> PartitionFetchResult:

@@ -252,11 +252,14 @@ class Partition:
         isolation: FetchIsolation,
         current_leader_epoch: int,
         min_one_message: bool,
+        zero_copy: bool = False,
     ) -> FetchDataInfo:
         with self.lock:
             self._require_leader()
             self.check_epoch(current_leader_epoch)
-        return self.log.read(fetch_offset, max_bytes, isolation, min_one_message=min_one_message)
+        return self.log.read(
+            fetch_offset, max_bytes, isolation, min_one_message=min_one_message, zero_copy=zero_copy
+        )
 
     def update_follower_fetch_state(self, replica_id: int, fetch_offset: int) -> bool:
         """Record a follower's fetch; maybe expand the ISR and move the HW. True if the HW or

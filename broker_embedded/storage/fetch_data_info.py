@@ -11,7 +11,9 @@ depends on who asks (:class:`FetchIsolation`):
   aborted transactions overlapping the read are returned so that the consumer can skip them.
 
 Immutable values: thread-safe. ``records`` is a ``bytes`` copy (never a view into a file that a
-writer may later truncate).
+writer may later truncate), unless the read was asked for zero-copy: then ``records`` is empty and
+``region`` names the bytes in the segment file (:class:`SegmentRegion`) for the Fetch handler to
+send with ``sendfile``, never reading them into memory.
 """
 
 from __future__ import annotations
@@ -59,6 +61,23 @@ class FetchIsolation(enum.Enum):
         return cls.HIGH_WATERMARK
 
 
+@dataclass(frozen=True, slots=True)
+class SegmentRegion:
+    """``length`` bytes of a segment's ``.log`` at ``path`` from ``position``: a zero-copy read's
+    records. ``file_id`` is the ``(st_dev, st_ino)`` of the file that was read, so that whoever
+    opens ``path`` later can tell it still names that file (a cleaner swap renames another file
+    over it, retention unlinks it, a truncation may shorten it): the opener checks, and reads
+    again when it does not."""
+
+    path: str
+    file_id: tuple[int, int]
+    position: int
+    length: int
+
+    def __len__(self) -> int:
+        return self.length
+
+
 @dataclass(frozen=True, slots=True, eq=False)
 class FetchDataInfo:
     """One partition read: the records and the offsets the reader needs next.
@@ -68,7 +87,8 @@ class FetchDataInfo:
     ``last_stable_offset`` is -1 when the reader did not compute it (a read-only view computes
     it only for ``TXN_COMMITTED`` reads). ``first_entry_incomplete`` says that even the first
     batch did not fit ``max_bytes`` (only possible when the read did not have to return at least
-    one batch).
+    one batch). ``region``: where the records are in the segment file, for a zero-copy read
+    (``records`` is then empty).
     """
 
     fetch_offset: int
@@ -79,7 +99,8 @@ class FetchDataInfo:
     log_end_offset: int
     aborted_transactions: tuple[AbortedTxn, ...] | None = None
     first_entry_incomplete: bool = False
+    region: SegmentRegion | None = None
 
     @property
     def size_in_bytes(self) -> int:
-        return len(self.records)
+        return len(self.records) if self.region is None else self.region.length

@@ -55,7 +55,7 @@ from broker_embedded.record import decode_kernel as k
 from broker_embedded.record.entry_scan import last_offset, scan_window
 from broker_embedded.record.record_batch import TRANSACTIONAL_MASK, RecordBatch
 from broker_embedded.record.records import AnyBatch
-from broker_embedded.storage.fetch_data_info import FetchDataInfo, FetchIsolation
+from broker_embedded.storage.fetch_data_info import FetchDataInfo, FetchIsolation, SegmentRegion
 from broker_embedded.storage.log_segment import FetchSlice, LogSegment, TimestampAndOffset
 from broker_embedded.storage.log_segments import LogSegments
 from broker_embedded.storage.topic_partition import TopicPartition
@@ -194,29 +194,35 @@ class LocalLog:
         offsets: LogOffsets,
         *,
         min_one_message: bool = True,
+        zero_copy: bool = False,
     ) -> FetchDataInfo:
         """A Fetch request's read (module docstring): the records and, for ``TXN_COMMITTED``,
         the aborted transactions, both from the same files (the policy retries the whole
-        fetch when the segment read was replaced before its ``.txnindex`` was read)."""
+        fetch when the segment read was replaced before its ``.txnindex`` was read).
+        ``zero_copy``: the records are not copied; ``region`` names them in the segment file
+        (the aborted transactions' bound is still found by a header scan of the mapping)."""
         self.check_range(fetch_offset, offsets)
         upper = offsets.upper(isolation)
         committed = isolation is FetchIsolation.TXN_COMMITTED
 
-        def attempt(segments: LogSegments) -> tuple[bytes, tuple[AbortedTxn, ...] | None, bool]:
+        def attempt(segments: LogSegments) -> FetchDataInfo:
             found, seg = self._read_in(segments, fetch_offset, max_bytes, upper, min_one_message)
-            records = bytes(found.records)
             aborted = None
             if committed:
-                end = end_of_complete_batches(records, upper)
+                end = end_of_complete_batches(found.records, upper)
                 aborted = self._aborted_in(segments, fetch_offset, end)
                 if seg is not None:
                     self.access.check_in_place(seg)
-            return records, aborted, found.first_entry_incomplete
+            region = None
+            if zero_copy and seg is not None and len(found.records):
+                region = SegmentRegion(seg.source, seg.file_id, found.position, len(found.records))
+            records = b"" if region is not None else bytes(found.records)
+            return FetchDataInfo(fetch_offset, records, offsets.high_watermark,
+                                 offsets.last_stable_offset, offsets.log_start_offset,
+                                 offsets.log_end_offset, aborted, found.first_entry_incomplete,
+                                 region)  # fmt: skip
 
-        records, aborted, incomplete = self.access.attempt(attempt, fetch_offset, "fetching")
-        return FetchDataInfo(fetch_offset, records, offsets.high_watermark,
-                             offsets.last_stable_offset, offsets.log_start_offset,
-                             offsets.log_end_offset, aborted, incomplete)  # fmt: skip
+        return self.access.attempt(attempt, fetch_offset, "fetching")
 
     def aborted_transactions(
         self, fetch_offset: int, upper_bound_offset: int
@@ -354,7 +360,7 @@ def header_tables(buf: bytes | memoryview, source: str, position: int) -> Iterat
         stop = min(end, pos + _SCAN_WINDOW_BYTES)
 
 
-def end_of_complete_batches(records: bytes, default: int) -> int:
+def end_of_complete_batches(records: bytes | memoryview, default: int) -> int:
     """The offset after the last complete batch of a read, ``default`` when it holds none."""
     last = None
     for table in header_tables(records, "<fetched records>", 0):

@@ -698,16 +698,18 @@ class UnifiedLog:
         isolation: FetchIsolation = FetchIsolation.HIGH_WATERMARK,
         *,
         min_one_message: bool = True,
+        zero_copy: bool = False,
     ) -> FetchDataInfo:
         """Kafka's log read (``LocalLog.fetch``); OFFSET_OUT_OF_RANGE outside [log start, log
-        end]."""
+        end]. ``zero_copy``: the records as a region of the segment file (fetch_data_info.py)."""
         with self._lock:
             self._check_open()
             hw = self.high_watermark
             offsets = LogOffsets(self.log_start_offset, hw, self.log_end_offset,
                                  self.producer_state.last_stable_offset(hw))  # fmt: skip
             return self.local_log.fetch(fetch_offset, max_bytes, isolation, offsets,
-                                        min_one_message=min_one_message)  # fmt: skip
+                                        min_one_message=min_one_message,
+                                        zero_copy=zero_copy)  # fmt: skip
 
     def collect_aborted_transactions(
         self, fetch_offset: int, upper_bound_offset: int
