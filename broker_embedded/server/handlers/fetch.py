@@ -1,0 +1,328 @@
+"""The Fetch API (key 1, v4-v18), as Kafka's ``KafkaApis.handleFetchRequest`` (seed 004).
+
+Path of one request, never blocking a request handler thread on data:
+
+1. The request becomes a :class:`FetchSessionRequest` (fetch_session.py): partitions by topic
+   name (< v13) or topic id (v13+, named from the broker's topics; an unknown id has no name),
+   the session id and epoch (v7+), the forgotten topics. :class:`FetchManager` turns it into a
+   context: a session error (FETCH_SESSION_ID_NOT_FOUND 70, INVALID_FETCH_SESSION_EPOCH 71,
+   FETCH_SESSION_TOPIC_ID_ERROR 106) is answered at once with that top-level error and no
+   partitions, and the client falls back to a full fetch.
+2. The context's partitions are read by the replica manager
+   (``ReplicaManager.fetch_messages_async``, zero-copy): KIP-74 byte limits
+   (``min(max_bytes, fetch.max.bytes)``, each partition's max bytes, at least one whole batch
+   for the first partition with data), the isolation level (read_committed: up to the last
+   stable offset, with the aborted transactions), leader epoch checks. A partition whose topic
+   id is unknown gets UNKNOWN_TOPIC_ID (100) and an illegal name or negative partition
+   UNKNOWN_TOPIC_OR_PARTITION (3) without a read. When fewer than ``min_bytes`` are there, the
+   fetch waits in the fetch purgatory; whoever completes it (an append, a high watermark move,
+   the reaper at ``max_wait_ms``) calls back here.
+3. The callback gives the results to the context (``update_and_generate_response``: an
+   incremental fetch keeps only the partitions that changed), pins the record regions of the
+   partitions sent (region_pins.py) and sends the response in parts: kio-encoded headers around
+   each partition's records, which go from the segment file to the socket with ``sendfile``
+   (fetch_response.py). The pins are released when the response is written (``on_done``).
+
+Wire rules as Kafka's: a partition with an error carries high watermark, last stable offset and
+log start offset -1 and empty records; read_uncommitted responses carry null aborted
+transactions; the preferred read replica is -1 (no rack-aware reads); throttle time 0. A request
+with a replica id >= 0 (a follower) gets NOT_LEADER_OR_FOLLOWER for every partition: the brokers
+of this project replicate in-process, no follower fetches over the wire. An isolation level other
+than 0 or 1 is INVALID_REQUEST (the connection is closed).
+
+Limits: the session cache has ``max.incremental.fetch.session.cache.slots`` sessions
+(fetch_session.py has its own partition bounds); at most ``max_pinned`` descriptors are held by
+responses in flight (beyond, regions are copied: region_pins.py); a response is at most
+``fetch.max.bytes`` plus one batch (KIP-74). A failure inside the callback (a bug) is logged and
+closes the connection, so the client never waits forever.
+
+Thread safety: the handler keeps no per-request state outside the request's own objects; the
+session cache and the pins have their own locks.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from broker_embedded.broker import Broker, topic_partition
+from broker_embedded.errors import (
+    KafkaApiError,
+    NotLeaderOrFollowerError,
+    UnknownTopicOrPartitionError,
+)
+from broker_embedded.replica_manager.fetch_request import (
+    FetchRequest,
+    FetchResponse,
+    PartitionFetch,
+    PartitionFetchResult,
+)
+from broker_embedded.server.fetch_session import (
+    LEGACY,
+    TOPIC_ID_MIN_VERSION,
+    AbortedTransaction,
+    FetchContext,
+    FetchManager,
+    FetchMetadata,
+    FetchRequestPartition,
+    FetchResponsePartition,
+    FetchSessionCache,
+    FetchSessionRequest,
+    SessionErrorContext,
+    TopicIdPartition,
+)
+from broker_embedded.server.handlers.fetch_response import (
+    PartitionResponse,
+    fetch_response_parts,
+    group_by_topic,
+)
+from broker_embedded.server.handlers.region_pins import DEFAULT_MAX_PINNED, RegionPins
+from broker_embedded.server.kafka_apis import KafkaApis
+from broker_embedded.server.protocol import InvalidRequestError
+from broker_embedded.server.request_channel import Request
+from broker_embedded.storage.fetch_data_info import IsolationLevel, SegmentRegion
+
+log = logging.getLogger(__name__)
+
+FETCH_KEY = 1
+FETCH_VERSIONS = (4, 18)
+UNKNOWN_TOPIC_ID = 100
+UNKNOWN_SERVER_ERROR = -1
+SESSION_VERSION = 7  # Fetch v7+: session id, epoch and forgotten topics (KIP-227)
+REPLICA_STATE_VERSION = 15  # Fetch v15+: the replica id moved into replica_state (KIP-903)
+
+Records = bytes | SegmentRegion
+
+
+@dataclass(frozen=True, slots=True)
+class _Slot:
+    """One partition of the context: its replica-manager fetch, or the error it gets unread."""
+
+    tip: TopicIdPartition
+    fetch: PartitionFetch | None
+    error: int = 0
+
+
+class FetchApi:
+    """The Fetch handler of one broker; see the module docstring."""
+
+    def __init__(
+        self,
+        broker: Broker,
+        apis: KafkaApis,
+        *,
+        max_pinned: int = DEFAULT_MAX_PINNED,
+        manager: FetchManager | None = None,
+    ) -> None:
+        self.broker = broker
+        self.apis = apis
+        slots = broker.config.max_incremental_fetch_session_cache_slots
+        self.manager = manager or FetchManager(FetchSessionCache(max_entries=slots))
+        self.pins = RegionPins(max_pinned)
+
+    # -- request ----------------------------------------------------------------------------------
+
+    def handle(self, request: Request) -> None:
+        body, version = request.body, request.header.api_version
+        isolation = _isolation(body, request)
+        names = self._topic_names() if version >= TOPIC_ID_MIN_VERSION else {}
+        context: FetchContext[Records] = self.manager.new_context(
+            session_request(body, version, names), names
+        )
+        if isinstance(context, SessionErrorContext):
+            self._send(request, context, {})
+            return
+        replica_id = _replica_id(body, version)
+        slots = [self._slot(tip, rp, replica_id) for tip, rp in context.partitions]
+        fetches = tuple(s.fetch for s in slots if s.fetch is not None)
+        if not fetches:
+            self._complete(request, context, slots, FetchResponse(()))
+            return
+        fetch = FetchRequest(
+            fetches,
+            max_wait_ms=max(0, int(body.max_wait.total_seconds() * 1000)),
+            min_bytes=body.min_bytes,
+            max_bytes=body.max_bytes,
+            isolation_level=isolation,
+        )
+        self.broker.replica_manager.fetch_messages_async(
+            fetch, lambda r: self._complete(request, context, slots, r), zero_copy=True
+        )
+
+    def _topic_names(self) -> dict[uuid.UUID, str]:
+        return {t.topic_id: t.name for t in self.broker.metadata()}
+
+    @staticmethod
+    def _slot(tip: TopicIdPartition, rp: FetchRequestPartition, replica_id: int) -> _Slot:
+        if replica_id >= 0:
+            return _Slot(tip, None, NotLeaderOrFollowerError.code)
+        if tip.topic is None:
+            return _Slot(tip, None, UNKNOWN_TOPIC_ID)
+        try:
+            tp = topic_partition(tip.topic, tip.partition)
+        except UnknownTopicOrPartitionError as e:
+            return _Slot(tip, None, e.code)
+        return _Slot(tip, PartitionFetch(tp, rp.fetch_offset, rp.max_bytes,
+                                         rp.current_leader_epoch))  # fmt: skip
+
+    # -- response ---------------------------------------------------------------------------------
+
+    def _complete(
+        self,
+        request: Request,
+        context: FetchContext[Records],
+        slots: list[_Slot],
+        result: FetchResponse | Exception,
+    ) -> None:
+        """The replica manager's answer (any thread): build and send the response."""
+        try:
+            results = _partition_results(slots, result)
+            self._send(request, context, results)
+        except Exception as e:
+            log.exception("Fetch response for %s failed", request.client)
+            self.apis.channel.close_connection(request, f"internal error in Fetch: {e!r}")
+
+    def _send(
+        self,
+        request: Request,
+        context: FetchContext[Records],
+        results: Mapping[TopicIdPartition, FetchResponsePartition[Records]],
+    ) -> None:
+        answer = context.update_and_generate_response(results)
+        version = request.header.api_version
+        held: list[int] = []
+        try:
+            wire = [
+                (_wire_topic(tip, version), self._wire_partition(tip.partition, p, held))
+                for tip, p in answer.partitions
+            ]
+            parts = fetch_response_parts(
+                request.header,
+                group_by_topic(wire),
+                error_code=answer.error_code,
+                session_id=answer.session_id,
+                throttle_time_ms=answer.throttle_time_ms,
+            )
+        except BaseException:
+            self.pins.release(held)
+            raise
+        self.apis.send_frame_parts(request, parts, on_done=lambda: self.pins.release(held))
+
+    def _wire_partition(
+        self, partition: int, p: FetchResponsePartition[Records], held: list[int]
+    ) -> PartitionResponse:
+        records: Any = p.records if p.records is not None else b""
+        if isinstance(records, SegmentRegion):
+            records = self.pins.pin(records, held)
+            if records is None:
+                records = b""  # the file changed since the read: the client fetches again
+        aborted = p.aborted_transactions
+        return PartitionResponse(
+            partition, p.error_code, p.high_watermark, p.last_stable_offset, p.log_start_offset,
+            None if aborted is None else tuple((a.producer_id, a.first_offset) for a in aborted),
+            p.preferred_read_replica, records,
+        )  # fmt: skip
+
+
+def _partition_results(
+    slots: list[_Slot], result: FetchResponse | Exception
+) -> dict[TopicIdPartition, FetchResponsePartition[Records]]:
+    """The session layer's view of each slot's outcome, in the context's order."""
+    if isinstance(result, Exception):
+        if not isinstance(result, KafkaApiError):
+            log.error("Fetch read failed: %r", result)
+        code = result.code if isinstance(result, KafkaApiError) else UNKNOWN_SERVER_ERROR
+        return {s.tip: FetchResponsePartition(error_code=s.error or code) for s in slots}
+    read = iter(result.partitions)
+    out: dict[TopicIdPartition, FetchResponsePartition[Records]] = {}
+    for s in slots:
+        if s.fetch is None:
+            out[s.tip] = FetchResponsePartition(error_code=s.error)
+        else:
+            out[s.tip] = _session_partition(next(read))
+    return out
+
+
+def _session_partition(r: PartitionFetchResult) -> FetchResponsePartition[Records]:
+    if r.error is not None:
+        return FetchResponsePartition(error_code=r.error.code)  # offsets -1, as Kafka
+    aborted = None
+    if r.aborted_transactions is not None:
+        aborted = tuple(
+            AbortedTransaction(a.producer_id, a.first_offset) for a in r.aborted_transactions
+        )
+    records: Records = r.region if r.region is not None else r.records
+    return FetchResponsePartition(
+        high_watermark=r.high_watermark, last_stable_offset=r.last_stable_offset,
+        log_start_offset=r.log_start_offset, aborted_transactions=aborted, records=records,
+    )  # fmt: skip
+
+
+def _wire_topic(tip: TopicIdPartition, version: int) -> str | uuid.UUID:
+    if version >= TOPIC_ID_MIN_VERSION:
+        return tip.topic_id
+    return tip.topic or ""
+
+
+# -- request parsing -------------------------------------------------------------------------------
+
+
+def session_request(body: Any, version: int, names: Mapping[uuid.UUID, str]) -> FetchSessionRequest:
+    """The session layer's view of a kio FetchRequest of ``version``."""
+    partitions = tuple(
+        (_tip(t, p.partition, version, names), _request_partition(p))
+        for t in body.topics
+        for p in t.partitions
+    )
+    metadata, forgotten = LEGACY, ()
+    if version >= SESSION_VERSION:
+        metadata = FetchMetadata(body.session_id, body.session_epoch)
+        forgotten = tuple(
+            _tip(t, p, version, names) for t in body.forgotten_topics_data for p in t.partitions
+        )
+    return FetchSessionRequest(
+        version, metadata, partitions, forgotten, _replica_id(body, version) >= 0
+    )
+
+
+def _tip(topic: Any, partition: int, version: int, names: Mapping[uuid.UUID, str]):
+    if version >= TOPIC_ID_MIN_VERSION:
+        return TopicIdPartition(topic.topic_id, names.get(topic.topic_id), partition)
+    return TopicIdPartition.by_name(topic.topic, partition)
+
+
+def _request_partition(p: Any) -> FetchRequestPartition:
+    return FetchRequestPartition(
+        p.fetch_offset,
+        p.partition_max_bytes,
+        getattr(p, "log_start_offset", -1),
+        getattr(p, "current_leader_epoch", -1),
+        getattr(p, "last_fetched_epoch", -1),
+    )
+
+
+def _replica_id(body: Any, version: int) -> int:
+    if version >= REPLICA_STATE_VERSION:
+        return body.replica_state.replica_id
+    return body.replica_id
+
+
+def _isolation(body: Any, request: Request) -> IsolationLevel:
+    try:
+        return IsolationLevel(body.isolation_level)
+    except ValueError:
+        raise InvalidRequestError(
+            f"Fetch from {request.client}: isolation level {body.isolation_level} is not 0 "
+            "(read_uncommitted) or 1 (read_committed)",
+            request.header.client_id,
+        ) from None
+
+
+def register(apis: KafkaApis, broker: Broker, **options: Any) -> FetchApi:
+    """Serve Fetch v4-v18 for ``broker`` on ``apis``; ``options`` go to :class:`FetchApi`."""
+    api = FetchApi(broker, apis, **options)
+    apis.register(FETCH_KEY, *FETCH_VERSIONS, api.handle)
+    return api
