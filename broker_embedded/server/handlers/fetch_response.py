@@ -46,6 +46,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 from kio.static.primitive import i32, i64
 
+from broker_embedded.record.varint import encode_uvarint
 from broker_embedded.server.protocol import RequestHeader, encode_body, response_schema
 from broker_embedded.server.request_channel import FileRegion, Part
 
@@ -97,13 +98,7 @@ def length_prefix(n: int | None, flexible: bool) -> bytes:
     """The length of an array or bytes field (``None``: null) in the version's encoding."""
     if not flexible:
         return _INT32.pack(-1 if n is None else n)
-    value = 0 if n is None else n + 1
-    out = bytearray()
-    while value >= 0x80:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
+    return encode_uvarint(0 if n is None else n + 1)
 
 
 def _split(entity: Any, flexible: bool) -> tuple[bytes, bytes]:
