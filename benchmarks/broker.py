@@ -51,9 +51,9 @@ sys.path.insert(0, str(ROOT))
 
 from broker_embedded.broker import Broker  # noqa: E402
 from broker_embedded.cluster import EmbeddedCluster  # noqa: E402
-from broker_embedded.fetch_request import FetchRequest, PartitionFetch  # noqa: E402
 from broker_embedded.record import columnar_decoder  # noqa: E402
 from broker_embedded.record.memory_records_builder import MemoryRecordsBuilder  # noqa: E402
+from broker_embedded.replica_manager.fetch_request import FetchRequest, PartitionFetch  # noqa: E402
 from broker_embedded.storage.topic_partition import TopicPartition  # noqa: E402
 
 TOPIC = "bench"

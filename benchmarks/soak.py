@@ -31,8 +31,10 @@ Invariants: an offset, once seen by any reader, always reads the same (key, valu
 compaction may remove offsets, never change one); no reader sees an offset at or above the
 high watermark the leader published (read after the read); no reader fails. Memory and handles:
 RSS and open descriptors of this process (which runs the brokers) sampled every loop; the
-averages of the first and the last minute are printed, and growth beyond 50% + 64 MiB of RSS or
-50 descriptors is a violation. Prints a summary; exits 1 on any violation.
+averages of the first and the last minute are printed with the RSS every 5 minutes, and growth
+beyond 50% + 64 MiB of RSS or 50 descriptors is a violation. Readers hand their rows to the checks
+a fetch (or 4,096 lines of ``consume``) at a time, so the soak's own memory stays small. Prints a
+summary; exits 1 on any violation.
 """
 
 from __future__ import annotations
@@ -47,9 +49,10 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import numpy as np
@@ -116,8 +119,9 @@ class Invariants:
         self._lock = threading.Lock()
 
     def check(self, reader: str, tp: TopicPartition, rows: list[tuple], hw: int) -> None:
+        """Check rows (offset, key, value) that ``reader`` read below the high watermark
+        ``hw`` published after the read (one chunk of a read: see :meth:`note`)."""
         with self._lock:
-            self.reads[reader] = self.reads.get(reader, 0) + 1
             self.records[reader] = self.records.get(reader, 0) + len(rows)
             seen = self.seen[tp]
             for offset, key, value in rows:
@@ -132,6 +136,7 @@ class Invariants:
                     self.violate(f"{reader}: {tp} offset {offset} changed value")
 
     def note(self, what: str) -> None:
+        """Count one read (or race) of ``what``."""
         with self._lock:
             self.reads[what] = self.reads.get(what, 0) + 1
 
@@ -178,9 +183,17 @@ def high_watermark(cluster: EmbeddedCluster, tp: TopicPartition) -> int:
     return cluster.list_offsets(tp.topic, tp.partition, -1).offset
 
 
-def read_view(log_dir: Path, tp: TopicPartition) -> list[tuple]:
+# A reader hands its rows to the check a chunk at a time: holding a whole partition's rows as
+# Python tuples (a few hundred thousand on the compacted topic before the cleaner catches up)
+# made the soak's own memory swing by tens of MiB each loop.
+Check = Callable[[list[tuple]], None]
+CONSUME_CHUNK = 4096
+
+
+def read_view(log_dir: Path, tp: TopicPartition, check: Check) -> None:
+    """Read ``tp`` from the log start to the high watermark with the read-only view, checking
+    each fetch's rows."""
     reader = LogDir(log_dir).open_partition(tp)
-    rows: list[tuple] = []
     try:
         offset, hw = reader.log_start_offset, reader.high_watermark
         while offset < hw:
@@ -192,13 +205,12 @@ def read_view(log_dir: Path, tp: TopicPartition) -> list[tuple]:
                 start_offset=offset,
                 source=str(reader.directory),
             )
-            rows += [(r[0], r[1], r[2]) for r in rows_arrow_plain(found.batches)]
+            check(rows_arrow_plain(found.batches))
             if found.next_offset <= offset:
                 break
             offset = found.next_offset
     finally:
         reader.close()
-    return rows
 
 
 def rows_arrow_plain(batches) -> list[tuple]:
@@ -208,22 +220,41 @@ def rows_arrow_plain(batches) -> list[tuple]:
     return out
 
 
-def consume(log_dir: Path, tp: TopicPartition) -> list[tuple]:
+CONSUME_TIMEOUT_S = 120
+
+
+def consume(log_dir: Path, tp: TopicPartition, check: Check) -> None:
+    """``kafkalog consume --format json`` of ``tp`` in a subprocess (killed after
+    ``CONSUME_TIMEOUT_S``), its output checked ``CONSUME_CHUNK`` lines at a time."""
     env = dict(os.environ, PYTHONPATH=str(ROOT))
-    proc = subprocess.run(
-        [sys.executable, "-m", "spark_kafkalog.cli", *consume_argv(log_dir, tp)],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        timeout=120,
-    )
-    if proc.returncode != 0:
-        raise RuntimeError(f"consume exited {proc.returncode}: {proc.stderr.decode()[-500:]}")
-    rows = []
-    for line in proc.stdout.splitlines():
-        o = json.loads(line)
-        rows.append((o["offset"], _unjson(o["key"]), _unjson(o["value"])))
-    return rows
+    with (
+        tempfile.TemporaryFile() as err,
+        subprocess.Popen(
+            [sys.executable, "-m", "spark_kafkalog.cli", *consume_argv(log_dir, tp)],
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=err,
+        ) as proc,
+    ):
+        killer = threading.Timer(CONSUME_TIMEOUT_S, proc.kill)
+        killer.start()
+        try:
+            rows: list[tuple] = []
+            for line in proc.stdout:
+                o = json.loads(line)
+                rows.append((o["offset"], _unjson(o["key"]), _unjson(o["value"])))
+                if len(rows) == CONSUME_CHUNK:
+                    check(rows)
+                    rows = []
+            check(rows)
+            code = proc.wait()
+        finally:
+            killer.cancel()
+        if code != 0:
+            err.seek(0)
+            stderr = err.read().decode(errors="replace")
+            raise RuntimeError(f"consume exited {code}: {stderr[-500:]}")
 
 
 class DriverLog:
@@ -381,6 +412,7 @@ class SparkReader:
             )
         for tp, tp_rows in by_tp.items():
             self.inv.check("spark stream", tp, tp_rows, self.high_watermark_of(tp))
+        self.inv.note("spark stream")
         self.batches += 1
 
     def check(self) -> None:
@@ -491,8 +523,12 @@ def reader_loop(
     readers = [("view", read_view)] + ([("consume", consume)] if consume_now else [])
     for name, read in readers:
         for attempt in range(RETENTION_RETRIES):
+
+            def check(rows: list[tuple], name: str = name) -> None:
+                inv.check(name, tp, rows, high_watermark(cluster, tp))  # the HW after the read
+
             try:
-                rows = read(log_dir, tp)
+                read(log_dir, tp, check)
             except Exception as e:  # a reader must not fail on a live log
                 if _retention_race(e):
                     inv.note(
@@ -503,7 +539,7 @@ def reader_loop(
                     continue
                 inv.violate(f"{name}: reading {tp} failed: {type(e).__name__}: {str(e)[:300]}")
                 break
-            inv.check(name, tp, rows, high_watermark(cluster, tp))
+            inv.note(name)
             break
 
 
@@ -536,6 +572,21 @@ def check_flat(samples: list[tuple[float, float, int]], inv: Invariants) -> None
         inv.violate(f"open descriptors grew from {fd0:.0f} (first minute) to {fd1:.0f} (last)")
 
 
+TIMELINE_S = 300
+
+
+def rss_timeline(samples: list[tuple[float, float, int]]) -> str:
+    """The RSS of the first sample at or after each ``TIMELINE_S`` mark, and the last one: the
+    shape of any growth (steady, a step, a plateau)."""
+    picked, mark = [], 0.0
+    for t, rss, _ in samples:
+        if t >= mark:
+            picked.append(rss)
+            mark += TIMELINE_S
+    picked.append(samples[-1][1])
+    return " ".join(f"{r:.0f}" for r in picked)
+
+
 def print_summary(args, inv: Invariants, producer: Producer, samples, extra: list[str]) -> None:
     print(f"\nsoak: {args.minutes} min, {producer.acked} records acknowledged (acks=all)")
     for name in sorted(inv.reads):
@@ -549,6 +600,7 @@ def print_summary(args, inv: Invariants, producer: Producer, samples, extra: lis
             f"  RSS {rss0:.0f} MiB first minute, {rss1:.0f} MiB last minute; open descriptors "
             f"{fd0:.0f} -> {fd1:.0f}"
         )
+        print(f"  RSS every {TIMELINE_S // 60} minutes (MiB): {rss_timeline(samples)}")
     for line in extra:
         print(line)
     print(f"{len(inv.violations)} violations")

@@ -33,18 +33,19 @@ from pathlib import Path
 
 from broker_embedded.broker_config import BrokerConfig
 from broker_embedded.cleaner.log_cleaner_manager import LogCleanerConfig
+from broker_embedded.client.producer_record import ProducerRecord, build_batch
+from broker_embedded.coordinator.transaction_coordinator import COORDINATOR_EPOCH
 from broker_embedded.errors import (
     BrokerClosedError,
     InvalidRequiredAcksError,
     InvalidTopicError,
     UnknownTopicOrPartitionError,
 )
-from broker_embedded.fetch_request import FetchRequest, FetchResponse
-from broker_embedded.list_offsets import ListOffsetsResult
-from broker_embedded.produce_response import ProduceResult
-from broker_embedded.producer_record import ProducerRecord, build_batch
 from broker_embedded.record.control_record import EndTransactionMarker
-from broker_embedded.replica_manager import ReplicaManager
+from broker_embedded.replica_manager.fetch_request import FetchRequest, FetchResponse
+from broker_embedded.replica_manager.list_offsets import ListOffsetsResult
+from broker_embedded.replica_manager.produce_response import ProduceResult
+from broker_embedded.replica_manager.replica_manager import ReplicaManager
 from broker_embedded.replication.controller import Controller, TopicMetadata
 from broker_embedded.replication.replica_assignment import BrokerMetadata
 from broker_embedded.storage.fetch_data_info import IsolationLevel
@@ -52,7 +53,6 @@ from broker_embedded.storage.log_manager import LogManager
 from broker_embedded.storage.producer_state_manager import AppendOrigin
 from broker_embedded.storage.segment_writer import wall_clock_ms
 from broker_embedded.storage.topic_partition import TopicPartition
-from broker_embedded.transaction_coordinator import COORDINATOR_EPOCH
 
 Acks = int | str
 
@@ -251,7 +251,8 @@ class Broker:
 
     def abort_orphaned_transactions(self) -> list[ProduceResult]:
         """Abort the open transactions of the partitions led here whose producer the
-        coordinator does not know (their process ended; see transaction_coordinator.py)."""
+        coordinator does not know (their process ended; see
+        coordinator/transaction_coordinator.py)."""
         known = self.controller.transaction_coordinator.open_producer_ids()
         results = []
         for tp, p in list(self.replica_manager.partitions.items()):
@@ -270,7 +271,7 @@ class Broker:
         return results
 
     def transactional_producer(self, transactional_id: str):
-        from broker_embedded.transactional_producer import TransactionalProducer
+        from broker_embedded.client.transactional_producer import TransactionalProducer
 
         return TransactionalProducer(self, transactional_id)
 

@@ -30,6 +30,7 @@ from typing import TypeVar
 
 from broker_embedded.broker import Acks, Broker
 from broker_embedded.broker_config import BrokerConfig
+from broker_embedded.client.producer_record import ProducerRecord, build_batch
 from broker_embedded.errors import (
     BrokerClosedError,
     FencedLeaderEpochError,
@@ -37,10 +38,9 @@ from broker_embedded.errors import (
     NotLeaderOrFollowerError,
     RequestTimedOutError,
 )
-from broker_embedded.fetch_request import FetchRequest, FetchResponse
-from broker_embedded.list_offsets import ListOffsetsResult
-from broker_embedded.produce_response import ProduceResult
-from broker_embedded.producer_record import ProducerRecord, build_batch
+from broker_embedded.replica_manager.fetch_request import FetchRequest, FetchResponse
+from broker_embedded.replica_manager.list_offsets import ListOffsetsResult
+from broker_embedded.replica_manager.produce_response import ProduceResult
 from broker_embedded.replication.controller import Controller, TopicMetadata
 from broker_embedded.storage.fetch_data_info import IsolationLevel
 from broker_embedded.storage.producer_state_manager import AppendOrigin
@@ -112,7 +112,7 @@ class EmbeddedCluster:
         return self.controller.init_producer_id(transactional_id)
 
     def transactional_producer(self, transactional_id: str):
-        from broker_embedded.transactional_producer import TransactionalProducer
+        from broker_embedded.client.transactional_producer import TransactionalProducer
 
         return TransactionalProducer(self, transactional_id)
 

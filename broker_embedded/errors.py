@@ -175,6 +175,21 @@ class KafkaStorageError(KafkaApiError):
     name = "KAFKA_STORAGE_ERROR"
 
 
+class FetchSessionIdNotFoundError(KafkaApiError):
+    """An incremental fetch naming a session this broker does not hold (never created, closed or
+    evicted): the client falls back to a full fetch (FETCH_SESSION_ID_NOT_FOUND, 70)."""
+
+    code = 70
+    name = "FETCH_SESSION_ID_NOT_FOUND"
+
+
+class InvalidFetchSessionEpochError(KafkaApiError):
+    """An incremental fetch whose session epoch is not the one the session expects (71)."""
+
+    code = 71
+    name = "INVALID_FETCH_SESSION_EPOCH"
+
+
 class FencedLeaderEpochError(KafkaApiError):
     """A request whose current leader epoch is older than the partition's (74)."""
 
@@ -202,6 +217,15 @@ class InvalidUpdateVersionError(KafkaApiError):
 
     code = 95
     name = "INVALID_UPDATE_VERSION"
+
+
+class FetchSessionTopicIdError(KafkaApiError):
+    """An incremental fetch whose request version disagrees with its session on topic ids
+    (a session created with topic ids, v13+, continued by an older request, or the reverse)
+    (FETCH_SESSION_TOPIC_ID_ERROR, 106)."""
+
+    code = 106
+    name = "FETCH_SESSION_TOPIC_ID_ERROR"
 
 
 class IneligibleReplicaError(KafkaApiError):

@@ -17,13 +17,13 @@ starts (before any task runs). Strings are written as their UTF-8 bytes. Every r
 write's wall-clock time as its CreateTime timestamp (LogAppendTime topics overwrite it at
 append, as Kafka does).
 
-Placement of a row without a partition: a keyed record goes where Kafka's default partitioner
-puts it (``toPositive(murmur2(key)) % partitions``, default_partitioner.py), so Kafka clients and
-kafkalog agree on where a key lives. A keyless record: Kafka 3.x producers use sticky
-partitioning (fill a batch for one partition, then switch); here each task deals its keyless
-records round-robin over the topic's partitions, starting at a random partition, which spreads
-them evenly while every partition still gets large batches (records are grouped per partition
-before they are encoded). The partition counts come from the log dir's ``kafkalog-topics.json``.
+Placement of a row without a partition: a keyed record goes where Kafka's default partitioner puts
+it (``toPositive(murmur2(key)) % partitions``, broker_embedded/client/default_partitioner.py), so
+Kafka clients and kafkalog agree on where a key lives. A keyless record: Kafka 3.x producers use
+sticky partitioning (fill a batch for one partition, then switch); here each task deals its keyless
+records round-robin over the topic's partitions, starting at a random partition, which spreads them
+evenly while every partition still gets large batches (records are grouped per partition before they
+are encoded). The partition counts come from the log dir's ``kafkalog-topics.json``.
 
 Atomicity (broker_embedded/storage/staged_write.py): each task stages complete record batches in
 ``<log dir>/.kafkalog-staging/<job id>/`` (one file per task attempt and partition), one Arrow
@@ -311,7 +311,7 @@ class _Placer:
 
     def _partitions(self, batch, names, codes) -> np.ndarray:
         """Each row's partition: explicit, by key (murmur2) or round-robin (module docstring)."""
-        from broker_embedded.default_partitioner import partitions_for_keys
+        from broker_embedded.client.default_partitioner import partitions_for_keys
 
         n = batch.num_rows
         counts = np.array([self._limits(t).partitions for t in names], np.int64)

@@ -4,24 +4,28 @@
 - :class:`Assign`: explicit partitions, from JSON ``{"topicA": [0, 1], "topicB": [2]}``;
 - :class:`Subscribe`: every partition of the listed topics (``"topicA,topicB"``);
 - :class:`SubscribePattern`: every partition of the topics whose whole name matches a regular
-  expression (Kafka's ``Pattern.matcher(topic).matches()``; Python's ``re`` syntax, which agrees
-  with Java's for ordinary patterns). Internal topics (names starting with ``__``, such as
+  expression (Kafka's ``Pattern.matcher(topic).matches()``; the ``regex`` module's syntax, which
+  agrees with Java's for ordinary patterns). Internal topics (names starting with ``__``, such as
   ``__consumer_offsets``) are left out, as Kafka's consumer leaves them out
   (``exclude.internal.topics``); name them in ``subscribe`` or ``assign`` to read them.
 
 Values are frozen and picklable (a compiled pattern is rebuilt from its text on unpickling).
 Parsing raises :class:`InvalidOptionError` naming the option and the value (at most
 ``option_json.MAX_QUOTED`` characters of it). A pattern longer than :data:`MAX_PATTERN_LENGTH`
-characters is refused before it is compiled, and whatever ``re.compile`` raises on hostile text
-(``re.error``, ``OverflowError`` for ``a{99999999999}``, ``RecursionError`` for 500 nested groups,
-``ValueError``) is that option error too.
+characters is refused before it is compiled, and whatever ``regex.compile`` raises on hostile
+text (``regex.error`` for ``a{99999999999}``, ``RecursionError`` for 500 nested groups,
+``OverflowError``, ``ValueError``) is that option error too. Matching one topic name may take at
+most :data:`MATCH_TIMEOUT_S`: a pattern that backtracks catastrophically (nested quantifiers such
+as ``(a|aa)+c``; Java's matcher, which Spark's Kafka source uses, hangs on those) fails the query
+with that option error naming the topic, instead of hanging it.
 """
 
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import dataclass, field
+
+import regex
 
 from broker_embedded.errors import InvalidTopicError
 from broker_embedded.storage.topic_partition import TopicPartition, validate_topic
@@ -31,8 +35,11 @@ from datasource.option_json import load_option_json
 INTERNAL_TOPIC_PREFIX = "__"
 # Longer than any sensible pattern over topic names (249 characters at most each).
 MAX_PATTERN_LENGTH = 10_000
-# What re.compile raises on text it cannot compile.
-_REGEX_ERRORS = (re.error, OverflowError, RecursionError, ValueError)
+# What regex.compile raises on text it cannot compile.
+_REGEX_ERRORS = (regex.error, OverflowError, RecursionError, ValueError)
+# The longest one topic name may take to match (a topic name has at most 249 characters: an
+# ordinary pattern takes microseconds).
+MATCH_TIMEOUT_S = 1.0
 
 
 @dataclass(frozen=True)
@@ -103,7 +110,7 @@ class SubscribePattern:
     """``subscribePattern``: the topics whose whole name matches ``pattern`` (not internal)."""
 
     pattern: str
-    _regex: re.Pattern[str] = field(init=False, repr=False, compare=False)
+    _regex: regex.Pattern[str] = field(init=False, repr=False, compare=False)
 
     option = "subscribePattern"
 
@@ -117,7 +124,16 @@ class SubscribePattern:
         return cls(value.strip())
 
     def matches(self, topic: str) -> bool:
-        return not topic.startswith(INTERNAL_TOPIC_PREFIX) and bool(self._regex.fullmatch(topic))
+        if topic.startswith(INTERNAL_TOPIC_PREFIX):
+            return False
+        try:
+            return self._regex.fullmatch(topic, timeout=MATCH_TIMEOUT_S) is not None
+        except TimeoutError:
+            reason = (
+                f"matching topic {topic!r} took over {MATCH_TIMEOUT_S:g} s: the pattern "
+                "backtracks catastrophically (nested quantifiers such as (a|aa)+)"
+            )
+            raise _bad("subscribePattern", self.pattern, reason) from None
 
     def __getstate__(self) -> dict[str, str]:
         return {"pattern": self.pattern}
@@ -133,15 +149,15 @@ class SubscribePattern:
 Subscription = Assign | Subscribe | SubscribePattern
 
 
-def _compile(pattern: str) -> re.Pattern[str]:
+def _compile(pattern: str) -> regex.Pattern[str]:
     """``pattern`` compiled, or the ``subscribePattern`` option error saying why not."""
     if len(pattern) > MAX_PATTERN_LENGTH:
         reason = f"longer than {MAX_PATTERN_LENGTH} characters"
         raise _bad("subscribePattern", pattern, reason)
     try:
-        return re.compile(pattern)
+        return regex.compile(pattern)
     except _REGEX_ERRORS as e:
-        detail = str(e) if isinstance(e, re.error) else f"{type(e).__name__}: {e}"
+        detail = str(e) if isinstance(e, regex.error) else f"{type(e).__name__}: {e}"
         raise _bad("subscribePattern", pattern, f"not a valid regex ({detail[:200]})") from None
 
 

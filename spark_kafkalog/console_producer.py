@@ -10,8 +10,8 @@ gets the ``--header k=v`` headers, in the order given, and the producer's clock 
 Placement (``--partition`` puts every record in that partition), otherwise as Kafka's producer:
 
 - a keyed record goes where Kafka's default partitioner puts it
-  (broker_embedded/default_partitioner.py: murmur2 of the key bytes, sign bit cleared, modulo
-  the partition count);
+  (broker_embedded/client/default_partitioner.py: murmur2 of the key bytes, sign bit cleared,
+  modulo the partition count);
 - keyless records go round-robin over the partitions, the first to partition 0, one record at a
   time (Kafka's ``RoundRobinPartitioner``; not the sticky partitioner of Kafka's default, which
   fills one batch per partition at a time: round-robin makes placement reproducible from the
@@ -34,9 +34,9 @@ from dataclasses import dataclass, field
 from typing import BinaryIO, TextIO
 
 from broker_embedded.broker import Broker, parse_acks
-from broker_embedded.default_partitioner import partition_for_key
+from broker_embedded.client.default_partitioner import partition_for_key
+from broker_embedded.client.producer_record import ProducerRecord
 from broker_embedded.errors import KafkaApiError, UnknownTopicOrPartitionError
-from broker_embedded.producer_record import ProducerRecord
 from broker_embedded.record.compression import CompressionType
 from broker_embedded.record.record_batch import RECORD_BATCH_OVERHEAD
 from broker_embedded.storage.topic_partition import validate_topic

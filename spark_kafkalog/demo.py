@@ -50,7 +50,7 @@ import pyarrow as pa
 
 from broker_embedded.broker import Broker
 from broker_embedded.broker_config import BrokerConfig
-from broker_embedded.default_partitioner import partitions_for_keys
+from broker_embedded.client.default_partitioner import partitions_for_keys
 from broker_embedded.record.columnar_encoder import encode_batches
 
 DEFAULT_EVENTS = 300_000

@@ -56,6 +56,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import TYPE_CHECKING
 
+from broker_embedded.coordinator.transaction_coordinator import TransactionCoordinator
 from broker_embedded.errors import (
     FencedLeaderEpochError,
     IneligibleReplicaError,
@@ -81,11 +82,10 @@ from broker_embedded.storage.topic_partition import (
     check_no_collision,
     validate_topic,
 )
-from broker_embedded.transaction_coordinator import TransactionCoordinator
 
 if TYPE_CHECKING:
     from broker_embedded.broker import Broker
-    from broker_embedded.replica_manager import ReplicaManager
+    from broker_embedded.replica_manager.replica_manager import ReplicaManager
 
 
 @dataclass(frozen=True, slots=True)

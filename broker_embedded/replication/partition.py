@@ -50,7 +50,7 @@ from broker_embedded.errors import (
     NotLeaderOrFollowerError,
     UnknownLeaderEpochError,
 )
-from broker_embedded.fetch_request import NO_LEADER_EPOCH
+from broker_embedded.replica_manager.fetch_request import NO_LEADER_EPOCH
 from broker_embedded.storage.fetch_data_info import FetchDataInfo, FetchIsolation
 from broker_embedded.storage.producer_state_manager import AppendOrigin
 from broker_embedded.storage.topic_partition import TopicPartition

@@ -42,11 +42,15 @@ from broker_embedded.errors import (
     NotLeaderOrFollowerError,
     OffsetOutOfRangeError,
 )
-from broker_embedded.fetch_request import FetchRequest, PartitionFetch, PartitionFetchResult
+from broker_embedded.replica_manager.fetch_request import (
+    FetchRequest,
+    PartitionFetch,
+    PartitionFetchResult,
+)
 from broker_embedded.storage.topic_partition import TopicPartition
 
 if TYPE_CHECKING:
-    from broker_embedded.replica_manager import ReplicaManager
+    from broker_embedded.replica_manager.replica_manager import ReplicaManager
 
 log = logging.getLogger(__name__)
 

@@ -8,7 +8,11 @@ import warnings
 from pathlib import Path
 
 from broker_embedded.broker import Broker
-from broker_embedded.fetch_request import FetchRequest, PartitionFetch, PartitionFetchResult
+from broker_embedded.replica_manager.fetch_request import (
+    FetchRequest,
+    PartitionFetch,
+    PartitionFetchResult,
+)
 from broker_embedded.storage.fetch_data_info import IsolationLevel
 from broker_embedded.storage.topic_partition import TopicPartition
 

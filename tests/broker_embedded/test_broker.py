@@ -12,6 +12,7 @@ import uuid
 import pytest
 
 from broker_embedded.broker import Broker
+from broker_embedded.client.producer_record import ProducerRecord, build_batch
 from broker_embedded.errors import (
     BrokerClosedError,
     InvalidPartitionsError,
@@ -23,8 +24,7 @@ from broker_embedded.errors import (
     TopicAlreadyExistsError,
     UnknownTopicOrPartitionError,
 )
-from broker_embedded.fetch_request import FetchRequest, PartitionFetch
-from broker_embedded.producer_record import ProducerRecord, build_batch
+from broker_embedded.replica_manager.fetch_request import FetchRequest, PartitionFetch
 from broker_embedded.replication.controller import PartitionMetadata
 from broker_embedded.storage.log_config import InvalidConfigError
 from broker_embedded.storage.topic_partition import TopicPartition

@@ -30,7 +30,7 @@ from pyspark.sql.streaming.datasource import (
 from pyspark.sql.types import StructType
 
 from broker_embedded.broker import Broker
-from broker_embedded.producer_record import ProducerRecord
+from broker_embedded.client.producer_record import ProducerRecord
 from broker_embedded.storage.topic_partition import TopicPartition
 from datasource.errors import DataLossError, KafkaSourceError
 from datasource.kafka_offset_reader import KafkaOffsetReader

@@ -25,13 +25,13 @@ from pyspark.errors import PySparkException
 from pyspark.sql.types import BinaryType, StringType, StructField, StructType
 
 from broker_embedded.broker import Broker
+from broker_embedded.client.producer_record import ProducerRecord
 from broker_embedded.errors import (
     InvalidRecordError,
     LogDirLockedError,
     RecordTooLargeError,
     UnknownTopicOrPartitionError,
 )
-from broker_embedded.producer_record import ProducerRecord
 from broker_embedded.storage import staged_write
 from datasource.errors import InvalidOptionError
 from datasource.kafka_writer import InvalidWriteError, KafkaLogCommitMessage, KafkaLogWriter

@@ -18,7 +18,7 @@ from broker_embedded.errors import (
     KafkaApiError,
     NotEnoughReplicasError,
 )
-from broker_embedded.list_offsets import LATEST_TIMESTAMP
+from broker_embedded.replica_manager.list_offsets import LATEST_TIMESTAMP
 from broker_embedded.replication.replica_assignment import (
     BrokerMetadata,
     assign_replicas_to_brokers,

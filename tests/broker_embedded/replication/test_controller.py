@@ -19,8 +19,8 @@ from broker_embedded.errors import (
     NotLeaderOrFollowerError,
     StaleControllerEpochError,
 )
-from broker_embedded.fetch_request import FetchRequest, PartitionFetch
-from broker_embedded.list_offsets import LATEST_TIMESTAMP
+from broker_embedded.replica_manager.fetch_request import FetchRequest, PartitionFetch
+from broker_embedded.replica_manager.list_offsets import LATEST_TIMESTAMP
 from broker_embedded.replication.partition import LeaderAndIsr
 from broker_embedded.storage.topic_partition import TopicPartition
 from tests.broker_embedded.replication._cluster_util import (

@@ -4,7 +4,7 @@ high watermark rule, caught-up times and what a fetch beyond the log end must no
 from __future__ import annotations
 
 from broker_embedded.errors import OffsetOutOfRangeError
-from broker_embedded.fetch_request import FetchRequest, PartitionFetch
+from broker_embedded.replica_manager.fetch_request import FetchRequest, PartitionFetch
 from broker_embedded.storage.topic_partition import TopicPartition
 from tests.broker_embedded.replication._cluster_util import in_sync, log_of, wait_until
 

@@ -19,6 +19,7 @@ import pyarrow as pa
 import pytest
 
 from broker_embedded.broker import Broker
+from broker_embedded.client.producer_record import ProducerRecord
 from broker_embedded.errors import (
     CheckpointError,
     CorruptMessageError,
@@ -28,7 +29,6 @@ from broker_embedded.errors import (
     RecordTooLargeError,
     UnknownTopicOrPartitionError,
 )
-from broker_embedded.producer_record import ProducerRecord
 from broker_embedded.record.columnar_encoder import encode_batches
 from broker_embedded.storage import staged_write as sw
 from broker_embedded.storage.log_dir import LogDir

@@ -4,8 +4,8 @@
 - Leadership: the controller sends :class:`LeaderAndIsr` states with its epoch
   (:meth:`ReplicaManager.become_leader_or_follower`); an older controller epoch than one already
   seen is STALE_CONTROLLER_EPOCH. A broker that becomes follower hands the partition to the
-  fetcher thread of its leader (replica_fetcher_thread.py), which first truncates divergent
-  history through the leader's epochs.
+  fetcher thread of its leader (replication/replica_fetcher_thread.py), which first truncates
+  divergent history through the leader's epochs.
 - Produce (:meth:`append_records`): acks must be 0, 1 or -1 (all); each partition is appended
   on its leader (errors per partition); acks=all then waits in the produce purgatory until the
   high watermarks pass the appended records, or ``timeout_ms``.
@@ -33,8 +33,6 @@ import threading
 from collections.abc import Callable, Mapping
 
 from broker_embedded.broker_config import BrokerConfig
-from broker_embedded.delayed_fetch import DelayedFetch
-from broker_embedded.delayed_produce import DelayedProduce
 from broker_embedded.errors import (
     BrokerClosedError,
     InvalidRequestError,
@@ -44,10 +42,20 @@ from broker_embedded.errors import (
     StaleControllerEpochError,
     UnknownTopicOrPartitionError,
 )
-from broker_embedded.fetch_request import FetchRequest, FetchResponse, PartitionFetchResult
-from broker_embedded.list_offsets import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, ListOffsetsResult
-from broker_embedded.produce_response import ProduceResult
-from broker_embedded.purgatory import DelayedOperationPurgatory
+from broker_embedded.replica_manager.delayed_fetch import DelayedFetch
+from broker_embedded.replica_manager.delayed_produce import DelayedProduce
+from broker_embedded.replica_manager.fetch_request import (
+    FetchRequest,
+    FetchResponse,
+    PartitionFetchResult,
+)
+from broker_embedded.replica_manager.list_offsets import (
+    EARLIEST_TIMESTAMP,
+    LATEST_TIMESTAMP,
+    ListOffsetsResult,
+)
+from broker_embedded.replica_manager.produce_response import ProduceResult
+from broker_embedded.replica_manager.purgatory import DelayedOperationPurgatory
 from broker_embedded.replication.partition import AlterPartition, LeaderAndIsr, Partition
 from broker_embedded.scheduler import KafkaScheduler
 from broker_embedded.storage.fetch_data_info import FetchIsolation, IsolationLevel

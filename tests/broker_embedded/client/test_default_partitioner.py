@@ -12,8 +12,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from kafka.partitioner.default import murmur2 as kafka_python_murmur2
 
-from broker_embedded import default_partitioner
-from broker_embedded.default_partitioner import (
+from broker_embedded.client import default_partitioner
+from broker_embedded.client.default_partitioner import (
     murmur2,
     partition_for_key,
     partitions_for_keys,

@@ -10,12 +10,12 @@ import struct
 import pytest
 
 from broker_embedded.broker import Broker
+from broker_embedded.client.producer_record import build_batch
 from broker_embedded.errors import (
     InvalidProducerEpochError,
     InvalidTxnStateError,
     UnknownTopicOrPartitionError,
 )
-from broker_embedded.producer_record import build_batch
 from broker_embedded.record.columnar_decoder import decode
 from broker_embedded.storage.topic_partition import TopicPartition
 from broker_embedded.storage.transaction_index import AbortedTxn

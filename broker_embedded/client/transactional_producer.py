@@ -1,5 +1,6 @@
-"""An embedded transactional producer (the broker side of Kafka's transactions, with the
-coordinator folded in): ``begin`` / ``send`` / ``commit`` or ``abort``.
+"""An embedded transactional producer (the client side of Kafka's transactions, as
+``KafkaProducer`` offers it, with the coordinator's requests folded in): ``begin`` / ``send`` /
+``commit`` or ``abort``.
 
 ``TransactionalProducer(client, transactional_id)`` gets a producer id and epoch from the
 controller. Each ``send`` appends one transactional batch (sequence numbers per partition,
@@ -8,10 +9,10 @@ every partition the transaction touched, which completes the transaction in each
 producer state, moves its last stable offset and, for an abort, adds the transaction to the
 segment's ``.txnindex``.
 
-The coordinator's part (Kafka's ``TransactionCoordinator``) lives in the controller
-(transaction_coordinator.py): the current epoch of each transactional id and the partitions of
-its open transaction. A second instance
-with the same transactional id bumps the epoch, and so fences the first:
+The coordinator's state (Kafka's ``TransactionCoordinator``) lives in the controller
+(coordinator/transaction_coordinator.py): the current epoch of each transactional id and the
+partitions of its open transaction. A second instance with the same transactional id bumps the
+epoch, and so fences the first:
 
 - if the first has a transaction open, it is aborted at once (ABORT markers stamped with the new
   epoch), as Kafka's InitProducerId does, so the last stable offset moves on;
@@ -20,7 +21,8 @@ with the same transactional id bumps the epoch, and so fences the first:
   AddPartitionsToTxn / EndTxn) and, for a send racing the abort, by the partition.
 
 The coordinator state is not persisted: a transaction left open when its process ends is
-aborted by the leader when the log dir is opened again (transaction_coordinator.py).
+aborted by the leader when the log dir is opened again
+(coordinator/transaction_coordinator.py).
 
 ``client`` is a :class:`~broker_embedded.broker.Broker` or an
 :class:`~broker_embedded.cluster.EmbeddedCluster` (anything with ``append`` and
@@ -33,14 +35,14 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+from broker_embedded.client.producer_record import ProducerRecord, build_batch
+from broker_embedded.coordinator.transaction_coordinator import COORDINATOR_EPOCH, TxnState
 from broker_embedded.errors import InvalidProducerEpochError, InvalidTxnStateError
-from broker_embedded.produce_response import ProduceResult
-from broker_embedded.producer_record import ProducerRecord, build_batch
 from broker_embedded.record.control_record import EndTransactionMarker
+from broker_embedded.replica_manager.produce_response import ProduceResult
 from broker_embedded.storage.producer_state_manager import AppendOrigin
 from broker_embedded.storage.segment_writer import wall_clock_ms
 from broker_embedded.storage.topic_partition import TopicPartition
-from broker_embedded.transaction_coordinator import COORDINATOR_EPOCH, TxnState
 
 
 class TransactionalProducer:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 
 from broker_embedded.broker import Broker, parse_acks
+from broker_embedded.client.producer_record import ProducerRecord, build_batch
 from broker_embedded.errors import (
     BrokerClosedError,
     CorruptMessageError,
@@ -17,7 +18,6 @@ from broker_embedded.errors import (
     RecordTooLargeError,
     UnknownTopicOrPartitionError,
 )
-from broker_embedded.producer_record import ProducerRecord, build_batch
 from broker_embedded.record.compression import CompressionType
 from broker_embedded.record.control_record import EndTransactionMarker
 from broker_embedded.storage.topic_partition import TopicPartition
