@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The project's two commands. Each creates or refreshes .venv (Python 3.11+, pip) first.
+# The project's two commands. Each creates or refreshes .venv (Python 3.10+, pip; 3.11+ for the wire-protocol server) first.
 #   bash dev.sh demo   run the main job on an embedded default log dir
 #   bash dev.sh test   lint and run the whole test suite
 set -euo pipefail

@@ -155,7 +155,23 @@ class Broker:
         config: Mapping[str, object] | None = None,
     ) -> TopicMetadata:
         self._check_open()
-        return self.controller.create_topic(name, partitions, replication_factor, config)
+        created = self.controller.create_topic(name, partitions, replication_factor, config)
+        assert created is not None
+        return created
+
+    def validate_new_topic(
+        self,
+        name: str,
+        partitions: int = 1,
+        replication_factor: int = 1,
+        config: Mapping[str, object] | None = None,
+    ) -> None:
+        """Raise what :meth:`create_topic` would raise, creating nothing (CreateTopics'
+        ``validate_only``)."""
+        self._check_open()
+        self.controller.create_topic(
+            name, partitions, replication_factor, config, validate_only=True
+        )
 
     def create_partitions(self, name: str, total: int) -> TopicMetadata:
         self._check_open()

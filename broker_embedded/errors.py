@@ -310,3 +310,54 @@ class TooManyOpenFilesError(KafkaStorageError):
     """A file that cannot be opened because an open-files limit is reached (``EMFILE``: the
     process's ``ulimit -n``; ``ENFILE``: the system's); the message names the file and the
     limit with its value."""
+
+
+class CoordinatorNotAvailableError(KafkaApiError):
+    """A coordinator this broker does not run (COORDINATOR_NOT_AVAILABLE, 15)."""
+
+    code = 15
+    name = "COORDINATOR_NOT_AVAILABLE"
+
+
+class NotCoordinatorError(KafkaApiError):
+    """A coordinator request sent to a broker that is not that key's coordinator (16)."""
+
+    code = 16
+    name = "NOT_COORDINATOR"
+
+
+class UnsupportedCompressionTypeError(KafkaApiError):
+    """A produced batch whose codec the request's version may not use: zstd before Produce v7
+    (UNSUPPORTED_COMPRESSION_TYPE, 76)."""
+
+    code = 76
+    name = "UNSUPPORTED_COMPRESSION_TYPE"
+
+
+class UnknownTopicIdError(KafkaApiError):
+    """A request naming a topic by an id no topic has (UNKNOWN_TOPIC_ID, 100)."""
+
+    code = 100
+    name = "UNKNOWN_TOPIC_ID"
+
+
+class InvalidReplicaAssignmentError(KafkaApiError):
+    """A replica assignment the controller will not use, e.g. a manual one in CreateTopics
+    (INVALID_REPLICA_ASSIGNMENT, 39)."""
+
+    code = 39
+    name = "INVALID_REPLICA_ASSIGNMENT"
+
+
+class OffsetMetadataTooLargeError(KafkaApiError):
+    """An offset commit whose metadata exceeds ``offset.metadata.max.bytes`` (12)."""
+
+    code = 12
+    name = "OFFSET_METADATA_TOO_LARGE"
+
+
+class IllegalGenerationError(KafkaApiError):
+    """An offset commit from a group generation the coordinator does not know (22)."""
+
+    code = 22
+    name = "ILLEGAL_GENERATION"

@@ -6,6 +6,10 @@ appended record. A partition completes early with an error when its leader moved
 (NOT_ENOUGH_REPLICAS_AFTER_APPEND); when ``timeout_ms`` runs out, the partitions still waiting
 get REQUEST_TIMED_OUT. The records stay in the leader's log whatever the answer, as in Kafka.
 
+``respond`` (optional) receives the per-partition errors once the operation completes, in the
+thread that completes it (the appending handler, a thread whose append or ISR change woke it, or
+the purgatory's reaper): the network layer answers from there, so no thread sleeps waiting.
+
 Thread safety: the purgatory serializes ``try_complete``; the per-partition check takes the
 partition's lock.
 """
@@ -19,17 +23,25 @@ from broker_embedded.replica_manager.purgatory import DelayedOperation
 from broker_embedded.storage.topic_partition import TopicPartition
 
 Check = Callable[[TopicPartition, int], "KafkaApiError | None | bool"]
+Errors = dict[TopicPartition, "KafkaApiError | None"]
 
 
 class DelayedProduce(DelayedOperation):
     """``required`` maps each partition to the offset its HW must reach; ``check(tp, offset)``
     answers ``None`` (done), an error (done, failed) or ``False`` (still waiting)."""
 
-    def __init__(self, timeout_ms: int, required: Mapping[TopicPartition, int], check: Check):
+    def __init__(
+        self,
+        timeout_ms: int,
+        required: Mapping[TopicPartition, int],
+        check: Check,
+        respond: Callable[[Errors], None] | None = None,
+    ):
         super().__init__(timeout_ms)
         self.required = dict(required)
         self._check = check
-        self.errors: dict[TopicPartition, KafkaApiError | None] = {}
+        self._respond = respond
+        self.errors: Errors = {}
 
     def try_complete(self) -> bool:
         for tp, offset in self.required.items():
@@ -41,11 +53,14 @@ class DelayedProduce(DelayedOperation):
             return self.force_complete()
         return False
 
-    def on_complete(self) -> dict[TopicPartition, KafkaApiError | None]:
+    def on_complete(self) -> Errors:
         for tp, offset in self.required.items():
             if tp not in self.errors:
                 self.errors[tp] = RequestTimedOutError(
                     f"topic {tp.topic!r} partition {tp.partition}: offset {offset - 1} was not "
                     f"replicated to the ISR within {self.delay_ms} ms (acks=all)"
                 )
-        return dict(self.errors)
+        errors = dict(self.errors)
+        if self._respond is not None:
+            self._respond(errors)
+        return errors

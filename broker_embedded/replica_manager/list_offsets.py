@@ -2,7 +2,11 @@
 ``ListOffsetsRequest`` constants and ``ListOffsetsPartitionResponse``).
 
 ``EARLIEST_TIMESTAMP`` (-2) asks for the log start offset, ``LATEST_TIMESTAMP`` (-1) for the
-high watermark (the last stable offset under read_committed); any other timestamp >= 0 for the
+high watermark (the last stable offset under read_committed), ``MAX_TIMESTAMP`` (-3) for the
+record with the largest timestamp below that bound (the first of equals), ``EARLIEST_LOCAL``
+(-4) for the log start offset (all of the log is local), ``LATEST_TIERED`` (-5) and
+``EARLIEST_PENDING_UPLOAD`` (-6) for offset -1 (no tiered storage, as Kafka answers without
+it); any other timestamp >= 0 for the
 first offset whose record timestamp is >= it (with that timestamp and the leader epoch of its
 batch), or ``offset`` and ``timestamp`` -1 when no record below that bound has one. Other
 negative timestamps are INVALID_REQUEST. Immutable: thread-safe.
@@ -14,6 +18,10 @@ from dataclasses import dataclass
 
 LATEST_TIMESTAMP = -1
 EARLIEST_TIMESTAMP = -2
+MAX_TIMESTAMP = -3
+EARLIEST_LOCAL_TIMESTAMP = -4
+LATEST_TIERED_TIMESTAMP = -5
+EARLIEST_PENDING_UPLOAD_TIMESTAMP = -6
 
 
 @dataclass(frozen=True, slots=True)

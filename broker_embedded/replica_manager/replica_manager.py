@@ -50,8 +50,12 @@ from broker_embedded.replica_manager.fetch_request import (
     PartitionFetchResult,
 )
 from broker_embedded.replica_manager.list_offsets import (
+    EARLIEST_LOCAL_TIMESTAMP,
+    EARLIEST_PENDING_UPLOAD_TIMESTAMP,
     EARLIEST_TIMESTAMP,
+    LATEST_TIERED_TIMESTAMP,
     LATEST_TIMESTAMP,
+    MAX_TIMESTAMP,
     ListOffsetsResult,
 )
 from broker_embedded.replica_manager.produce_response import ProduceResult
@@ -60,6 +64,7 @@ from broker_embedded.replication.partition import AlterPartition, LeaderAndIsr, 
 from broker_embedded.scheduler import KafkaScheduler
 from broker_embedded.storage.fetch_data_info import FetchIsolation, IsolationLevel
 from broker_embedded.storage.log_manager import LogManager
+from broker_embedded.storage.log_segment import TimestampAndOffset
 from broker_embedded.storage.producer_state_manager import AppendOrigin
 from broker_embedded.storage.topic_partition import TopicPartition
 
@@ -260,7 +265,44 @@ class ReplicaManager:
         timeout_ms: int = 30_000,
         origin: AppendOrigin = AppendOrigin.CLIENT,
     ) -> dict[TopicPartition, ProduceResult]:
-        """Append to each partition's leader and answer per partition (see module docstring)."""
+        """Append to each partition's leader and answer per partition (see module docstring);
+        acks=all blocks the calling thread until the purgatory completes the wait."""
+        results, waiting = self._append_all(entries, required_acks, origin)
+        if required_acks != -1 or not waiting:
+            return results
+        op = DelayedProduce(timeout_ms, waiting, self._replicated)
+        self.produce_purgatory.try_complete_else_watch(op, list(waiting))
+        return _with_errors(results, op.wait())
+
+    def append_records_async(
+        self,
+        entries: Mapping[TopicPartition, bytes | memoryview],
+        respond: Callable[[dict[TopicPartition, ProduceResult]], None],
+        *,
+        required_acks: int = -1,
+        timeout_ms: int = 30_000,
+        origin: AppendOrigin = AppendOrigin.CLIENT,
+    ) -> None:
+        """:meth:`append_records` without waiting: ``respond(results)`` is called exactly once,
+        in this thread when no wait is needed, else in the thread that completes the acks=all
+        wait (an append, an ISR change, the purgatory's reaper at ``timeout_ms``). The server's
+        Produce handler answers from it, so its handler thread never sleeps."""
+        results, waiting = self._append_all(entries, required_acks, origin)
+        if required_acks != -1 or not waiting:
+            respond(results)
+            return
+        op = DelayedProduce(timeout_ms, waiting, self._replicated,
+                            lambda errors: respond(_with_errors(results, errors)))  # fmt: skip
+        self.produce_purgatory.try_complete_else_watch(op, list(waiting))
+
+    def _append_all(
+        self,
+        entries: Mapping[TopicPartition, bytes | memoryview],
+        required_acks: int,
+        origin: AppendOrigin,
+    ) -> tuple[dict[TopicPartition, ProduceResult], dict[TopicPartition, int]]:
+        """Each partition appended on its leader, and the offset each acks=all partition's high
+        watermark must reach."""
         if required_acks not in (0, 1, -1):
             raise InvalidRequiredAcksError(f"acks must be 0, 1 or -1 (all), not {required_acks}")
         self.gate()
@@ -269,18 +311,10 @@ class ReplicaManager:
             results[tp] = self._append_one(tp, records, required_acks, origin)
         waiting = {tp: r.last_offset + 1 for tp, r in results.items()
                    if r.error is None and not r.duplicate}  # fmt: skip
-        if required_acks == -1 and waiting:
-            op = DelayedProduce(timeout_ms, waiting, self._replicated)
-            self.produce_purgatory.try_complete_else_watch(op, list(waiting))
-            for tp, error in op.wait().items():
-                if error is not None:
-                    r = results[tp]
-                    results[tp] = ProduceResult(tp, error, r.base_offset, r.last_offset,
-                                                r.log_append_time, r.log_start_offset)  # fmt: skip
-        return results
+        return results, waiting
 
     def _append_one(
-        self, tp: TopicPartition, records: bytes, acks: int, origin: AppendOrigin
+        self, tp: TopicPartition, records: bytes | memoryview, acks: int, origin: AppendOrigin
     ) -> ProduceResult:
         try:
             p = self.leader_partition(tp)
@@ -440,20 +474,21 @@ class ReplicaManager:
             upper = lg.last_stable_offset
         else:
             upper = lg.high_watermark
-        if timestamp == EARLIEST_TIMESTAMP:
+        if timestamp in (EARLIEST_TIMESTAMP, EARLIEST_LOCAL_TIMESTAMP):
             return ListOffsetsResult(lg.log_start_offset, -1, p.leader_epoch)
         if timestamp == LATEST_TIMESTAMP:
             return ListOffsetsResult(upper, -1, p.leader_epoch)
+        if timestamp in (LATEST_TIERED_TIMESTAMP, EARLIEST_PENDING_UPLOAD_TIMESTAMP):
+            return ListOffsetsResult(-1, -1, -1)
+        if timestamp == MAX_TIMESTAMP:
+            return _found(lg.offset_of_max_timestamp(upper))
         if timestamp < 0:
             raise InvalidRequestError(
                 f"topic {tp.topic!r} partition {tp.partition}: unsupported ListOffsets timestamp "
                 f"{timestamp} (-1 latest, -2 earliest, or a timestamp >= 0)"
             )
         found = lg.fetch_offset_by_timestamp(timestamp)
-        if found is None or found.offset >= upper:
-            return ListOffsetsResult(-1, -1, -1)
-        epoch = -1 if found.leader_epoch is None else found.leader_epoch
-        return ListOffsetsResult(found.offset, found.timestamp, epoch)
+        return _found(None if found is None or found.offset >= upper else found)
 
     def log_offsets(self, tp: TopicPartition) -> tuple[int, int]:
         """(log start offset, log end offset) of the leader's log (followers reset with it)."""
@@ -478,3 +513,24 @@ class ReplicaManager:
             start = p.log.delete_records_before(offset)
         self._wake(tp)
         return start
+
+
+def _found(found: TimestampAndOffset | None) -> ListOffsetsResult:
+    if found is None:
+        return ListOffsetsResult(-1, -1, -1)
+    epoch = -1 if found.leader_epoch is None else found.leader_epoch
+    return ListOffsetsResult(found.offset, found.timestamp, epoch)
+
+
+def _with_errors(
+    results: dict[TopicPartition, ProduceResult], errors: Mapping[TopicPartition, object]
+) -> dict[TopicPartition, ProduceResult]:
+    """``results`` with the errors of the acks=all wait (the offsets stay: the records are in
+    the leader's log whatever the answer)."""
+    out = dict(results)
+    for tp, error in errors.items():
+        if error is not None:
+            r = out[tp]
+            out[tp] = ProduceResult(tp, error, r.base_offset, r.last_offset,  # type: ignore[arg-type]
+                                    r.log_append_time, r.log_start_offset)  # fmt: skip
+    return out

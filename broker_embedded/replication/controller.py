@@ -345,7 +345,10 @@ class Controller:
         config: Mapping[str, object] | None = None,
         *,
         rng: object = None,
-    ) -> TopicMetadata:
+        validate_only: bool = False,
+    ) -> TopicMetadata | None:
+        """Create a topic; with ``validate_only`` only check that it could be (Kafka's
+        CreateTopics ``validate_only``: the same errors, nothing created, ``None``)."""
         with self._lock:
             self._check_active()
             validate_topic(name)
@@ -369,6 +372,8 @@ class Controller:
                 topic=name,
                 rng=rng,  # type: ignore[arg-type]
             )
+            if validate_only:
+                return None
             entry = TopicEntry(new_topic_id(), partitions, replication_factor,
                                MappingProxyType(overrides))  # fmt: skip
             self._add_partitions(name, entry, {p: tuple(r) for p, r in assignment.items()})

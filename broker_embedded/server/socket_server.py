@@ -232,6 +232,8 @@ class Processor(threading.Thread):
         self.wakeup()
 
     def in_flight(self) -> int:
+        """Requests of this processor's connections not yet answered (read from another thread:
+        a snapshot, good enough to wait on)."""
         return sum(1 for c in list(self._connections.values()) if c.in_flight)
 
     def connection_count(self) -> int:
@@ -326,6 +328,8 @@ class Processor(threading.Thread):
     # --- reading ---------------------------------------------------------------------------
 
     def _read(self, conn: _Connection) -> None:
+        if self._draining:
+            return  # read interest is being dropped; a partial frame is abandoned
         try:
             while not conn.in_flight and self._read_some(conn):
                 pass

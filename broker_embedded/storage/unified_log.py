@@ -736,6 +736,23 @@ class UnifiedLog:
             self._check_open()
             return self.local_log.offset_by_timestamp(timestamp, self.log_start_offset)
 
+    def offset_of_max_timestamp(self, below: int) -> TimestampAndOffset | None:
+        """ListOffsets MAX_TIMESTAMP (-3): the record with the largest timestamp below offset
+        ``below`` (the first such record on ties), or None for an empty range. Reads every
+        batch header of the range and decodes one batch (not a hot path: an admin query)."""
+        with self._lock:
+            self._check_open()
+            best = None
+            for b in self._batches(self.log_start_offset, below):
+                if isinstance(b, RecordBatch) and not b.is_control and b.base_offset < below:
+                    if best is None or b.max_timestamp > best.max_timestamp:
+                        best = RecordBatch(bytes(b.buffer))  # the walk may reuse its buffer
+            if best is None:
+                return None
+            epoch = best.partition_leader_epoch
+            record = next(r for r in best.records() if r.timestamp == best.max_timestamp)
+            return TimestampAndOffset(record.timestamp, record.offset, None if epoch < 0 else epoch)
+
     def end_offset_for_epoch(self, epoch: int) -> tuple[int, int]:
         """OffsetsForLeaderEpoch: (largest epoch <= ``epoch``, its end offset) or (-1, -1)."""
         with self._lock:

@@ -1,3 +1,86 @@
-"""The API handlers of the request path (Kafka's ``KafkaApis`` handle* methods), one module per
-API or group of APIs; each registers itself on a
-:class:`~broker_embedded.server.kafka_apis.KafkaApis`."""
+"""The API handlers, one module per Kafka API (or a few small related ones), each with
+``register(apis, ctx)`` that registers its handler and version range on :class:`KafkaApis`.
+
+:func:`register_all` registers every module of :data:`HANDLERS` (the seam ``BrokerServer``'s
+``register_apis`` takes); :func:`broker_server` builds a :class:`BrokerServer` for one
+standalone :class:`Broker`, whose Metadata names it on the server's bound listener::
+
+    with Broker(log_dir, create=True) as broker:
+        server = broker_server(broker, ["PLAINTEXT://127.0.0.1:0"]).start()
+        ...
+        server.shutdown()
+
+Thread safety: registration happens once, before the server starts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from broker_embedded.broker import Broker
+from broker_embedded.broker_config import BrokerConfig
+from broker_embedded.server.broker_server import BrokerServer
+from broker_embedded.server.handlers import (
+    create_partitions,
+    create_topics,
+    delete_records,
+    delete_topics,
+    describe_cluster,
+    describe_configs,
+    fetch,
+    find_coordinator,
+    init_producer_id,
+    list_offsets,
+    metadata,
+    offsets,
+    produce,
+)
+from broker_embedded.server.handlers.api_context import ApiContext, Node
+from broker_embedded.server.kafka_apis import KafkaApis
+from broker_embedded.server.socket_server import Endpoint
+
+Register = Callable[[KafkaApis, ApiContext], None]
+
+HANDLERS: tuple[Register, ...] = (
+    metadata.register,
+    produce.register,
+    fetch.register,
+    list_offsets.register,
+    init_producer_id.register,
+    create_topics.register,
+    delete_topics.register,
+    create_partitions.register,
+    describe_configs.register,
+    delete_records.register,
+    describe_cluster.register,
+    find_coordinator.register,
+    offsets.register,
+)
+
+
+def register_all(apis: KafkaApis, ctx: ApiContext) -> None:
+    """Register every API handler of this package."""
+    for register in HANDLERS:
+        register(apis, ctx)
+
+
+def broker_server(
+    broker: Broker,
+    listeners: Sequence[Endpoint | str],
+    config: BrokerConfig | None = None,
+) -> BrokerServer:
+    """A server for one standalone broker (not started): its nodes are this broker on the
+    server's first listener, read at request time (so port 0 shows the bound port)."""
+    server: BrokerServer | None = None
+
+    def nodes() -> tuple[Node, ...]:
+        assert server is not None
+        endpoint = server.endpoints[0]
+        return (Node(broker.broker_id, endpoint.host, endpoint.port, broker.rack),)
+
+    ctx = ApiContext.of(broker, nodes)
+    server = BrokerServer(config or broker.config, listeners, lambda apis: register_all(apis, ctx))
+    return server
+
+
+__all__ = ["HANDLERS", "ApiContext", "Node", "broker_server", "register_all"]

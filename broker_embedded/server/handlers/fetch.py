@@ -74,6 +74,7 @@ from broker_embedded.server.fetch_session import (
     SessionErrorContext,
     TopicIdPartition,
 )
+from broker_embedded.server.handlers.api_context import ApiContext
 from broker_embedded.server.handlers.fetch_response import (
     PartitionResponse,
     fetch_response_parts,
@@ -321,8 +322,10 @@ def _isolation(body: Any, request: Request) -> IsolationLevel:
         ) from None
 
 
-def register(apis: KafkaApis, broker: Broker, **options: Any) -> FetchApi:
-    """Serve Fetch v4-v18 for ``broker`` on ``apis``; ``options`` go to :class:`FetchApi`."""
+def register(apis: KafkaApis, ctx: ApiContext | Broker, **options: Any) -> FetchApi:
+    """Serve Fetch v4-v18 for the context's broker on ``apis``; ``options`` go to
+    :class:`FetchApi`."""
+    broker = ctx.broker if isinstance(ctx, ApiContext) else ctx
     api = FetchApi(broker, apis, **options)
     apis.register(FETCH_KEY, *FETCH_VERSIONS, api.handle)
     return api

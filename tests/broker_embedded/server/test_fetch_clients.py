@@ -1,50 +1,41 @@
 """End-to-end consumption with real clients (kafka-python, confluent-kafka, aiokafka) through the
 Fetch API: assign and seek, then read every record with the values produced.
 
-These clients need Metadata (and ListOffsets for their position) before they fetch; those
-handlers live in the same ``handlers`` package. The tests use the package's registration
-function when it exists and skip, naming what is missing, when it does not register Metadata.
+The server is the package's ``broker_server`` (every handler: these clients need Metadata, and
+librdkafka Produce advertised, before they fetch); a test skips, naming the API, if one is
+missing.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import inspect
 import warnings
 from collections.abc import Iterator
 
 import pytest
 
 from broker_embedded.broker import Broker
-from broker_embedded.server import handlers
-from broker_embedded.server.handlers import fetch
-from broker_embedded.server.kafka_apis import KafkaApis
-from tests.broker_embedded.server._net import config, port, serve
+from broker_embedded.server.handlers import broker_server
+from tests.broker_embedded.server._net import config, port
 
 METADATA_KEY = 3
 PRODUCE_KEY = 0
 VALUES = [f"v{i}".encode() for i in range(50)]
 
 
-def _register_all(apis: KafkaApis, broker: Broker) -> None:
-    for name, fn in inspect.getmembers(handlers, inspect.isfunction):
-        if name.startswith("register"):
-            fn(apis, broker)
-            break
-    if apis.versions.range(fetch.FETCH_KEY) is None:
-        fetch.register(apis, broker)
-
-
 @contextlib.contextmanager
 def full_server(broker: Broker, *needed: int) -> Iterator[int]:
     """The port of a server with every handler of the package; skips without Metadata or an
     API in ``needed``."""
-    with serve(config(), lambda apis: _register_all(apis, broker)) as server:
+    server = broker_server(broker, ["PLAINTEXT://127.0.0.1:0"], config()).start()
+    try:
         for key in (METADATA_KEY, *needed):
             if server.versions.range(key) is None:
                 pytest.skip(f"API key {key} is not registered by broker_embedded.server.handlers")
         yield port(server)
+    finally:
+        server.shutdown(5.0)
 
 
 @pytest.fixture

@@ -278,3 +278,17 @@ def test_listeners_parse_and_report_their_bound_ports():
             with socket.create_connection(("127.0.0.1", p), timeout=5) as s:
                 s.sendall(request_frame(API_VERSIONS_V3, 4))
                 assert s.recv(8)[4:8] == struct.pack(">i", 4)
+
+
+def test_shutdown_finishes_in_flight_requests():
+    """A request answered 0.3 s later by a delayed completion still gets its answer when
+    shutdown starts meanwhile; then the connection closes."""
+    with serve(register=register_echo(lambda request: 0.3)) as server:
+        with RawClient(server) as client:
+            client.send(request_frame(METADATA_V1, 8))
+            time.sleep(0.05)
+            started = time.monotonic()
+            server.shutdown(5.0)
+            assert time.monotonic() - started < 2.0
+            assert client.recv_frame() == echo_frame(8, b"echo-8")
+            assert client.closed_by_server()

@@ -1,0 +1,107 @@
+"""What every API handler shares: the broker it serves, the cluster's nodes as clients reach
+them, and small helpers to build kio responses of any version.
+
+- :class:`Node`: a broker's id, its advertised host and (bound) port, its rack.
+- :class:`ApiContext`: the :class:`Broker` the handlers call and ``nodes()``, the live brokers
+  of the cluster as clients should reach them (read at request time, so a listener on port 0
+  shows the port the OS bound). ``cluster_id`` is the log dir's ``meta.properties`` value.
+- :func:`response_types` is the module of kio's response classes for a request's version (its
+  nested classes differ per version); :func:`make` builds one of them from keyword values,
+  dropping those the version does not have (e.g. ``topic_id`` before Metadata v10), so a
+  handler writes one construction for every version it serves.
+- :func:`error_code` maps a domain exception to Kafka's code (kio's ``ErrorCode``): a
+  :class:`KafkaApiError` carries it, a bad topic config is INVALID_CONFIG (40), anything else
+  UNKNOWN_SERVER_ERROR (-1), as Kafka answers an unexpected exception.
+
+Immutable values and pure functions: thread-safe.
+"""
+
+from __future__ import annotations
+
+import sys
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, fields
+from functools import cache
+from types import ModuleType
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from broker_embedded.broker import Broker
+from broker_embedded.errors import KafkaApiError
+from broker_embedded.server.protocol import response_schema
+from broker_embedded.server.request_channel import Request
+from broker_embedded.storage.log_config import InvalidConfigError
+from broker_embedded.storage.log_dir import LogDir
+
+
+@dataclass(frozen=True, slots=True)
+class Node:
+    """A broker as clients reach it."""
+
+    node_id: int
+    host: str
+    port: int
+    rack: str | None = None
+
+
+@dataclass(frozen=True)
+class ApiContext:
+    """The broker behind the handlers and the cluster's nodes (module docstring)."""
+
+    broker: Broker
+    nodes: Callable[[], Sequence[Node]]
+    cluster_id: str
+
+    @classmethod
+    def of(cls, broker: Broker, nodes: Callable[[], Sequence[Node]]) -> ApiContext:
+        cluster_id = LogDir(broker.log_dir).meta_properties().get("cluster.id", "")
+        return cls(broker, nodes, cluster_id)
+
+    @property
+    def broker_id(self) -> int:
+        return self.broker.broker_id
+
+    def node(self, node_id: int) -> Node | None:
+        return next((n for n in self.nodes() if n.node_id == node_id), None)
+
+    def topic_names_by_id(self) -> dict[uuid.UUID, str]:
+        """Every topic's name by its id (for the versions that name topics by id)."""
+        return {t.topic_id: t.name for t in self.broker.metadata()}
+
+
+def response_types(request: Request) -> ModuleType:
+    """The kio module of the response classes of ``request``'s API and version."""
+    schema = response_schema(request.header.api_key, request.header.api_version)
+    assert schema is not None  # registration checked every served version
+    return sys.modules[schema.__module__]
+
+
+@cache
+def _field_names(cls: type) -> frozenset[str]:
+    return frozenset(f.name for f in fields(cls))
+
+
+def make(cls: type, **values: Any) -> Any:
+    """``cls(**values)`` without the values ``cls`` has no field for."""
+    names = _field_names(cls)
+    return cls(**{k: v for k, v in values.items() if k in names})
+
+
+NONE = ErrorCode.none
+
+
+def error_code(error: BaseException | None) -> ErrorCode:
+    """Kafka's error code of an exception (0 for None, -1 for an unexpected one)."""
+    if error is None:
+        return NONE
+    if isinstance(error, KafkaApiError):
+        return ErrorCode(error.code)
+    if isinstance(error, InvalidConfigError):
+        return ErrorCode.invalid_config
+    return ErrorCode.unknown_server_error
+
+
+def error_message(error: BaseException | None) -> str | None:
+    return None if error is None else str(error)

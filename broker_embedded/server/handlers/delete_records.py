@@ -1,0 +1,57 @@
+"""DeleteRecords (API key 21), versions 0-2: move partitions' log start offsets forward.
+
+Per partition, as Kafka's ``ReplicaManager.deleteRecords``: ``offset`` -1 means the high
+watermark; the answer is the new low watermark (log start offset). OFFSET_OUT_OF_RANGE (1) for
+an offset above the high watermark or below -1, UNKNOWN_TOPIC_OR_PARTITION (3),
+NOT_LEADER_OR_FOLLOWER (6); low watermark -1 on error. The log start offset moves at once on
+the leader (followers follow with their next fetch), so ``timeout`` never runs out.
+
+Thread safety: each partition is changed under its lock.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from types import ModuleType
+from typing import Any
+
+from broker_embedded.errors import KafkaApiError
+from broker_embedded.server.handlers.api_context import (
+    NONE,
+    ApiContext,
+    error_code,
+    make,
+    response_types,
+)
+from broker_embedded.server.kafka_apis import KafkaApis
+from broker_embedded.server.request_channel import Request
+
+API_KEY = 21
+VERSIONS = (0, 2)
+
+
+def register(apis: KafkaApis, ctx: ApiContext) -> None:
+    def handle(request: Request) -> None:
+        apis.send_response(request, delete_records_response(ctx, request))
+
+    apis.register(API_KEY, *VERSIONS, handle)
+
+
+def delete_records_response(ctx: ApiContext, request: Request) -> Any:
+    types = response_types(request)
+    topics = tuple(
+        make(types.DeleteRecordsTopicResult, name=t.name,
+             partitions=tuple(_partition(ctx, types, t.name, p) for p in t.partitions))
+        for t in request.body.topics
+    )  # fmt: skip
+    return make(types.DeleteRecordsResponse, throttle_time=timedelta(0), topics=topics)
+
+
+def _partition(ctx: ApiContext, types: ModuleType, topic: str, p: Any) -> Any:
+    entry = types.DeleteRecordsPartitionResult
+    try:
+        low = ctx.broker.delete_records(topic, p.partition_index, p.offset)
+    except KafkaApiError as e:
+        return make(entry, partition_index=p.partition_index, low_watermark=-1,
+                    error_code=error_code(e))  # fmt: skip
+    return make(entry, partition_index=p.partition_index, low_watermark=low, error_code=NONE)

@@ -1,0 +1,51 @@
+"""DescribeCluster (API key 60), versions 0-2: the cluster's brokers, id and controller.
+
+Brokers as Metadata lists them (live nodes with their bound ports; none is fenced), cluster id
+from ``meta.properties``, controller id: this broker (the controller runs in-process), cluster
+authorized operations: -2147483648 (not requested / not computed, Kafka's "omitted" value).
+An ``endpoint_type`` other than 1 (brokers; v1+) is MISMATCHED_ENDPOINT_TYPE (114), as a Kafka
+broker answers a request meant for a controller.
+
+Thread safety: reads only; nothing is kept.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from broker_embedded.server.handlers.api_context import ApiContext, make, response_types
+from broker_embedded.server.handlers.metadata import broker_entries
+from broker_embedded.server.kafka_apis import KafkaApis
+from broker_embedded.server.request_channel import Request
+
+API_KEY = 60
+VERSIONS = (0, 2)
+BROKERS_ENDPOINT = 1
+OMITTED_OPERATIONS = -(2**31)
+
+
+def register(apis: KafkaApis, ctx: ApiContext) -> None:
+    def handle(request: Request) -> None:
+        apis.send_response(request, describe_cluster_response(ctx, request))
+
+    apis.register(API_KEY, *VERSIONS, handle)
+
+
+def describe_cluster_response(ctx: ApiContext, request: Request) -> Any:
+    types = response_types(request)
+    endpoint_type = getattr(request.body, "endpoint_type", BROKERS_ENDPOINT)
+    ok = endpoint_type == BROKERS_ENDPOINT
+    return make(
+        types.DescribeClusterResponse,
+        throttle_time=timedelta(0),
+        error_code=ErrorCode.none if ok else ErrorCode.mismatched_endpoint_type,
+        error_message=None if ok else f"endpoint type {endpoint_type}: this is a broker (1)",
+        endpoint_type=BROKERS_ENDPOINT,
+        cluster_id=ctx.cluster_id,
+        controller_id=ctx.broker_id if ok else -1,
+        brokers=broker_entries(ctx, types.DescribeClusterBroker) if ok else (),
+        cluster_authorized_operations=OMITTED_OPERATIONS,
+    )

@@ -1,0 +1,74 @@
+"""FindCoordinator (API key 10), versions 0-6: which broker coordinates a group.
+
+Only as far as a client needs to start (full consumer groups are the next issue): every group
+key is coordinated by this broker (its node, as Metadata names it). A transaction key (key type
+1) is COORDINATOR_NOT_AVAILABLE (15): the transaction APIs are not served yet. Any other key
+type (share groups, 2, or unknown) is INVALID_REQUEST (42). v0-3 carry one key (v0: a group);
+v4+ a batch of keys, each answered on its own.
+
+Thread safety: reads only.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from broker_embedded.errors import CoordinatorNotAvailableError, InvalidRequestError, KafkaApiError
+from broker_embedded.server.handlers.api_context import (
+    ApiContext,
+    Node,
+    error_code,
+    error_message,
+    make,
+    response_types,
+)
+from broker_embedded.server.kafka_apis import KafkaApis
+from broker_embedded.server.request_channel import Request
+
+API_KEY = 10
+VERSIONS = (0, 6)
+GROUP, TRANSACTION = 0, 1
+NO_NODE = Node(-1, "", -1)
+
+
+def register(apis: KafkaApis, ctx: ApiContext) -> None:
+    def handle(request: Request) -> None:
+        apis.send_response(request, find_coordinator_response(ctx, request))
+
+    apis.register(API_KEY, *VERSIONS, handle)
+
+
+def find_coordinator_response(ctx: ApiContext, request: Request) -> Any:
+    body, types = request.body, response_types(request)
+    key_type = getattr(body, "key_type", GROUP)
+    if request.header.api_version < 4:
+        node, error = coordinator(ctx, key_type, body.key)
+        return make(types.FindCoordinatorResponse, throttle_time=timedelta(0),
+                    error_code=error_code(error), error_message=error_message(error),
+                    node_id=node.node_id, host=node.host, port=node.port)  # fmt: skip
+    entries = []
+    for key in body.coordinator_keys:
+        node, error = coordinator(ctx, key_type, key)
+        entries.append(make(types.Coordinator, key=key, node_id=node.node_id, host=node.host,
+                            port=node.port, error_code=error_code(error),
+                            error_message=error_message(error)))  # fmt: skip
+    return make(types.FindCoordinatorResponse, throttle_time=timedelta(0),
+                coordinators=tuple(entries))  # fmt: skip
+
+
+def coordinator(ctx: ApiContext, key_type: int, key: str) -> tuple[Node, KafkaApiError | None]:
+    """The node coordinating ``key``, or the error (with node -1)."""
+    try:
+        if key_type == TRANSACTION:
+            raise CoordinatorNotAvailableError(
+                f"transactional id {key!r}: this server does not serve transactions yet"
+            )
+        if key_type != GROUP:
+            raise InvalidRequestError(f"unknown coordinator key type {key_type} (key {key!r})")
+        node = ctx.node(ctx.broker_id)
+        if node is None:
+            raise CoordinatorNotAvailableError(f"group {key!r}: broker {ctx.broker_id} has no node")
+    except KafkaApiError as e:
+        return NO_NODE, e
+    return node, None

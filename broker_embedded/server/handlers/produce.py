@@ -1,0 +1,221 @@
+"""Produce (API key 0), versions 3-13: record batches appended as they arrived.
+
+The ``records`` field of each partition (kio hands it over as one ``bytes`` slice of the frame)
+goes to the partition log's append validation untouched: no record is decoded here. Before
+that, the request-level checks of Kafka's ``ProduceRequest.validateRecords`` read three header
+fields of the batch (v2 layout: base offset int64 @0, batch length int32 @8, magic int8 @16,
+attributes int16 @21, codec = attributes & 7):
+- exactly one whole batch (its length + 12 is the field's size) of magic 2, else INVALID_RECORD
+  (87) for that partition (null records too);
+- zstd (codec 4) before v7: UNSUPPORTED_COMPRESSION_TYPE (76).
+The log then checks CRC (CORRUPT_MESSAGE, 2), ``max.message.bytes`` (MESSAGE_TOO_LARGE, 10),
+record counts and control batches (INVALID_RECORD), producer epochs and sequences
+(OUT_OF_ORDER_SEQUENCE_NUMBER 45, INVALID_PRODUCER_EPOCH 47; a retried duplicate is answered
+with its original offsets and no error, as Kafka does). Unknown topic or partition: 3;
+a partition this broker does not lead: NOT_LEADER_OR_FOLLOWER (6); acks=all with the ISR
+below ``min.insync.replicas``: NOT_ENOUGH_REPLICAS (19). v13 names topics by id: an unknown id
+is UNKNOWN_TOPIC_ID (100).
+
+acks: 0, 1 or -1 (all); anything else answers INVALID_REQUIRED_ACKS (21) for every partition.
+acks=all waits in the replica manager's produce purgatory (``timeout`` ms, then
+REQUEST_TIMED_OUT, 7): the handler thread returns at once and the purgatory's completion sends
+the response. acks=0 sends no response; if any partition failed the connection is closed
+instead, as Kafka does, so the client learns it by the disconnect.
+
+Transactional produce (v3+ ``transactional_id``): the batches' producer id and epoch are
+checked by the partition's producer state; the transaction coordinator's checks (was the
+partition added to the transaction) come with the coordinator APIs (next issue).
+
+Response per partition: error code, base offset (-1 on error), log append time (v2+: the
+broker time on LogAppendTime topics, else -1), log start offset (v5+), record errors (v8+:
+none by index; the error message says which batch and why), error message (v8+).
+
+Thread safety: a response is built by whichever thread completes the append (the handler, or
+for acks=all the thread that completes the delayed produce) from values no one else changes.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Mapping
+from datetime import UTC, datetime, timedelta
+from types import ModuleType
+from typing import Any
+
+from broker_embedded.broker import topic_partition
+from broker_embedded.errors import (
+    InvalidRecordError,
+    InvalidRequiredAcksError,
+    KafkaApiError,
+    UnknownTopicIdError,
+    UnsupportedCompressionTypeError,
+)
+from broker_embedded.replica_manager.produce_response import ProduceResult
+from broker_embedded.server.handlers.api_context import (
+    ApiContext,
+    error_code,
+    error_message,
+    make,
+    response_types,
+)
+from broker_embedded.server.kafka_apis import KafkaApis
+from broker_embedded.server.request_channel import Request, Response
+from broker_embedded.storage.topic_partition import TopicPartition
+
+API_KEY = 0
+VERSIONS = (3, 13)
+FIRST_ZSTD_VERSION = 7
+_LENGTH = struct.Struct(">i")
+_MAGIC_AT = 16
+_ATTRIBUTES = struct.Struct(">h")
+_ATTRIBUTES_AT = 21
+_V2_HEADER_SIZE = 61
+_ZSTD = 4
+
+# A partition of the request: its topic partition (appended) or the error it is answered with.
+Slot = TopicPartition | KafkaApiError
+# The request's topics in order: (name, topic id, [(partition index, slot)]).
+Layout = list[tuple[str | None, Any, list[tuple[int, Slot]]]]
+
+
+def register(apis: KafkaApis, ctx: ApiContext) -> None:
+    def handle(request: Request) -> None:
+        handle_produce(apis, ctx, request)
+
+    apis.register(API_KEY, *VERSIONS, handle)
+
+
+def handle_produce(apis: KafkaApis, ctx: ApiContext, request: Request) -> None:
+    body, version = request.body, request.header.api_version
+    acks = body.acks
+    layout, entries = _layout(ctx, body, version, acks)
+
+    def respond(results: Mapping[TopicPartition, ProduceResult]) -> None:
+        _answer(apis, request, acks, layout, results)
+
+    if acks not in (0, 1, -1) or not entries:
+        respond({})
+        return
+    timeout_ms = max(0, int(body.timeout / timedelta(milliseconds=1)))
+    ctx.broker.replica_manager.append_records_async(
+        entries, respond, required_acks=acks, timeout_ms=timeout_ms
+    )
+
+
+def _layout(
+    ctx: ApiContext, body: Any, version: int, acks: int
+) -> tuple[Layout, dict[TopicPartition, bytes]]:
+    """Each partition's slot, and the records of those that go to the log."""
+    names = ctx.topic_names_by_id() if version >= 13 else {}
+    bad_acks = None if acks in (0, 1, -1) else InvalidRequiredAcksError(
+        f"acks must be 0, 1 or -1 (all), not {acks}"
+    )  # fmt: skip
+    layout: Layout = []
+    entries: dict[TopicPartition, bytes] = {}
+    for topic in body.topic_data:
+        topic_id = getattr(topic, "topic_id", None)
+        name = names.get(topic_id) if version >= 13 else topic.name
+        slots: list[tuple[int, Slot]] = []
+        for data in topic.partition_data:
+            slot = bad_acks or _slot(name, topic_id, data.index, data.records, version)
+            if isinstance(slot, TopicPartition):
+                entries[slot] = data.records
+            slots.append((data.index, slot))
+        layout.append((name, topic_id, slots))
+    return layout, entries
+
+
+def _slot(name: str | None, topic_id: Any, index: int, records: bytes | None, version: int) -> Slot:
+    if name is None:
+        return UnknownTopicIdError(f"no topic has id {topic_id} (partition {index})")
+    try:
+        tp = topic_partition(name, index)
+    except KafkaApiError as e:
+        return e
+    error = check_records(tp, records, version)
+    return tp if error is None else error
+
+
+def check_records(tp: TopicPartition, records: bytes | None, version: int) -> KafkaApiError | None:
+    """Kafka's request-level checks of a partition's records (module docstring)."""
+    where = f"topic {tp.topic!r} partition {tp.partition}"
+    if records is None or len(records) < _V2_HEADER_SIZE:
+        size = "null" if records is None else f"{len(records)} bytes"
+        return InvalidRecordError(f"{where}: records ({size}) hold no whole record batch")
+    size = _LENGTH.unpack_from(records, 8)[0] + 12
+    if size != len(records):
+        return InvalidRecordError(
+            f"{where}: Produce v3+ must carry exactly one record batch per partition; the first "
+            f"batch is {size} bytes of the {len(records)} sent"
+        )
+    if records[_MAGIC_AT] != 2:
+        return InvalidRecordError(
+            f"{where}: Produce v3+ batches must have magic 2, not {records[_MAGIC_AT]}"
+        )
+    codec = _ATTRIBUTES.unpack_from(records, _ATTRIBUTES_AT)[0] & 7
+    if codec == _ZSTD and version < FIRST_ZSTD_VERSION:
+        return UnsupportedCompressionTypeError(
+            f"{where}: zstd batches need Produce v{FIRST_ZSTD_VERSION}+, this request is v{version}"
+        )
+    return None
+
+
+def _answer(
+    apis: KafkaApis,
+    request: Request,
+    acks: int,
+    layout: Layout,
+    results: Mapping[TopicPartition, ProduceResult],
+) -> None:
+    if acks == 0:
+        failed = _first_error(layout, results)
+        if failed is None:
+            apis.send_no_response(request)
+        else:  # Kafka closes an acks=0 producer's connection so that it notices
+            reason = f"acks=0 produce failed: {failed.name}: {failed}"
+            apis.channel.send_response(Response(request, close_connection=True,
+                                                close_reason=reason))  # fmt: skip
+        return
+    types = response_types(request)
+    topics = tuple(
+        make(types.TopicProduceResponse, name=name, topic_id=topic_id,
+             partition_responses=tuple(_partition(types, i, s, results) for i, s in slots))
+        for name, topic_id, slots in layout
+    )  # fmt: skip
+    apis.send_response(request, make(types.ProduceResponse, responses=topics,
+                                     throttle_time=timedelta(0)))  # fmt: skip
+
+
+def _first_error(
+    layout: Layout, results: Mapping[TopicPartition, ProduceResult]
+) -> KafkaApiError | None:
+    for _, _, slots in layout:
+        for _, slot in slots:
+            error = slot if isinstance(slot, KafkaApiError) else results[slot].error
+            if error is not None:
+                return error
+    return None
+
+
+def _partition(
+    types: ModuleType, index: int, slot: Slot, results: Mapping[TopicPartition, ProduceResult]
+) -> Any:
+    r = results[slot] if isinstance(slot, TopicPartition) else None
+    error = slot if r is None else r.error
+    return make(
+        types.PartitionProduceResponse,
+        index=index,
+        error_code=error_code(error),
+        base_offset=-1 if r is None else r.base_offset,
+        log_append_time=None if r is None else _timestamp(r.log_append_time),
+        log_start_offset=-1 if r is None else r.log_start_offset,
+        record_errors=(),
+        error_message=error_message(error),
+    )
+
+
+def _timestamp(ms: int) -> datetime | None:
+    """A log append time as kio's datetime (None for -1), exact to the millisecond."""
+    if ms < 0:
+        return None
+    return datetime.fromtimestamp(ms // 1000, UTC) + timedelta(milliseconds=ms % 1000)
