@@ -9,14 +9,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from broker_embedded.broker import Broker
-from broker_embedded.errors import InvalidRequestError
 from broker_embedded.server.broker_server import BrokerServer
 from broker_embedded.server.handlers import broker_server
-from broker_embedded.server.kafka_apis import KafkaApis
 from tests.broker_embedded.server._net import config
-
-FETCH_KEY = 1
-FETCH_PLACEHOLDER_VERSIONS = (4, 12)
 
 
 @dataclass
@@ -31,27 +26,12 @@ class Served:
         return f"{endpoint.host}:{endpoint.port}"
 
 
-def advertise_fetch_placeholder(apis: KafkaApis) -> None:
-    """Until the Fetch handler (another branch) is merged: advertise Fetch v4-12 so that
-    librdkafka enables its MsgVersion 2 feature (it needs Produce v3 and Fetch v4) and produces
-    v2 batches. A Fetch request itself closes the connection. Once ``handlers.fetch`` registers
-    key 1 this does nothing."""
-    if apis.versions.range(FETCH_KEY) is not None:
-        return
-
-    def refuse(request) -> None:
-        raise InvalidRequestError("Fetch is not served by this test server")
-
-    apis.register(FETCH_KEY, *FETCH_PLACEHOLDER_VERSIONS, refuse)
-
-
 @contextlib.contextmanager
 def served(log_dir: Path, **broker_config: int) -> Iterator[Served]:
     """A started server over a new broker; both shut down (bounded) on exit."""
     broker = Broker(log_dir, create=True, config=config(**broker_config))
     try:
         server = broker_server(broker, ["PLAINTEXT://127.0.0.1:0"])
-        advertise_fetch_placeholder(server.apis)
         server.start()
         try:
             yield Served(broker, server, Path(log_dir))
