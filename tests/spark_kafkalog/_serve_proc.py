@@ -95,7 +95,8 @@ class ServeProcess:
         try:
             return self.proc.wait(timeout)
         except subprocess.TimeoutExpired:
-            raise AssertionError(f"kafkalog serve still running {timeout} s after SIGTERM") from None
+            message = f"kafkalog serve still running {timeout} s after SIGTERM"
+            raise AssertionError(message) from None
 
     def kill(self) -> None:
         self.proc.kill()
