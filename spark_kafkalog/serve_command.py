@@ -27,10 +27,11 @@ client's mistake.
 
 Control (``--brokers`` > 1 only), one command a line on stdin, each answered with one line on
 stdout: ``stop <id>`` (clean shutdown of one broker: its server drains, its logs are flushed;
-the controller moves its leaderships to in-sync followers), ``kill <id>`` (as if that broker's
-process died: nothing flushed, no drain), ``start <id>`` (the stopped broker recovers its log
-dir, rejoins, and listens on the port it had). A bad command is answered ``error: ...``; end
-of stdin ends the control, not the server.
+the controller moves its leaderships to in-sync followers), ``kill <id>`` (as if that
+broker's process died: its connections close after at most :data:`KILL_DRAIN_S`, then the
+broker stops with nothing flushed and no clean-shutdown marker), ``start <id>`` (the stopped
+broker recovers its log dir, rejoins, and listens on the port it had). A bad command is
+answered ``error: ...``; the end of stdin ends the control, not the server.
 
 Shutdown on SIGTERM or SIGINT, bounded by :data:`SHUTDOWN_TIMEOUT_S` per broker: stop
 accepting, let in-flight requests be answered (an acks=all produce waiting for followers
@@ -133,6 +134,10 @@ class ServedBrokers:
             if m.server is not None and not brokers[i].is_closed
         )
 
+    def server(self, broker_id: int) -> BrokerServer | None:
+        """Broker ``broker_id``'s running server (None while it is stopped)."""
+        return self._members[broker_id].server
+
     def start_all(self) -> list[str]:
         with self._lock:
             return [line for i in sorted(self._members) for line in self._serve(i)]
@@ -176,13 +181,10 @@ class ServedBrokers:
         if member.server is None:
             return f"error: broker {broker_id} is stopped"
         server, member.server = member.server, None
-        if command == "stop":
-            server.shutdown(SHUTDOWN_TIMEOUT_S)
-            self.cluster.stop_broker(broker_id, clean=True)
-            return f"broker {broker_id} stopped"
-        self.cluster.stop_broker(broker_id, clean=False)
-        server.shutdown(KILL_DRAIN_S)
-        return f"broker {broker_id} killed"
+        # the network goes first either way, so no request reaches a stopped broker
+        server.shutdown(SHUTDOWN_TIMEOUT_S if command == "stop" else KILL_DRAIN_S)
+        self.cluster.stop_broker(broker_id, clean=command == "stop")
+        return f"broker {broker_id} {'stopped' if command == 'stop' else 'killed'}"
 
     def shutdown(self) -> None:
         """Every running server drained and stopped, then every broker closed (flushed)."""
