@@ -163,3 +163,26 @@ def test_without_kio_serve_is_refused_in_one_line_and_the_rest_works(tmp_path: P
     topics = run_kafkalog("topics", "create", "--log-dir", tmp_path / "logs", TOPIC,
                           KAFKALOG_HIDE_KIO="1")  # fmt: skip
     assert topics.returncode == 0 and topics.stdout == f"Created topic {TOPIC}.\n", topics.stderr
+
+
+def test_readme_snippet_spark_reads_the_log_dir_a_running_server_owns(tmp_path, spark) -> None:
+    """The README's "Serving Kafka's protocol" steps: serve, create the topic and produce with
+    confluent-kafka, read the same log dir with Spark while the server still runs (readers
+    take no lock; the server publishes its high watermark within checkpoint.interval.ms)."""
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    log_dir = tmp_path / "kl"
+    with ServeProcess(log_dir, stderr=tmp_path / "serve.err") as server:
+        client = AdminClient({"bootstrap.servers": server.bootstrap})
+        client.create_topics([NewTopic(TOPIC, 3)])[TOPIC].result(30)
+        acks = Acks()
+        p = producer(server.bootstrap)
+        for i in range(1000):
+            p.produce(TOPIC, key=f"user-{i % 10}", value=f"event {i}", on_delivery=acks)
+        assert p.flush(30) == 0 and len(acks.records) == 1000
+        time.sleep(0.5)  # the published high watermark follows within checkpoint.interval.ms
+        df = spark.read.format("kafkalog").option("subscribe", TOPIC).load(str(log_dir))
+        rows = df.select("partition", "offset", "key", "value").collect()
+        read = {(r.partition, r.offset): (bytes(r.key), bytes(r.value)) for r in rows}
+        assert read == acks.records
+        shut_down(server)
