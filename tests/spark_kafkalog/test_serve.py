@@ -186,3 +186,34 @@ def test_readme_snippet_spark_reads_the_log_dir_a_running_server_owns(tmp_path, 
         read = {(r.partition, r.offset): (bytes(r.key), bytes(r.value)) for r in rows}
         assert read == acks.records
         shut_down(server)
+
+
+def fetch_served() -> bool:
+    """Whether the server's handlers register Fetch (key 1; handlers/fetch.py, another branch)."""
+    import importlib.util
+
+    return importlib.util.find_spec("broker_embedded.server.handlers.fetch") is not None
+
+
+@pytest.mark.skipif(not fetch_served(), reason="the server's Fetch handler is not merged yet")
+def test_confluent_consumer_reads_back_what_it_produced_over_the_wire(tmp_path: Path) -> None:
+    log_dir = tmp_path / "logs"
+    create_topic(log_dir)
+    with ServeProcess(log_dir, stderr=tmp_path / "serve.err") as server:
+        acks = Acks()
+        p = producer(server.bootstrap)
+        for i in range(2_000):
+            p.produce(TOPIC, key=f"k{i % 31}", value=f"v{i}", on_delivery=acks)
+        assert p.flush(30) == 0 and len(acks.records) == 2_000
+        settings = {"bootstrap.servers": server.bootstrap, "group.id": "serve-test"}
+        c = confluent_kafka.Consumer({**settings, "enable.auto.commit": False})
+        c.assign([confluent_kafka.TopicPartition(TOPIC, q, 0) for q in range(PARTITIONS)])
+        read: dict[tuple[int, int], tuple[bytes, bytes]] = {}
+        deadline = time.monotonic() + 30
+        while len(read) < len(acks.records) and time.monotonic() < deadline:
+            for m in c.consume(500, 0.5):
+                assert m.error() is None, m.error()
+                read[(m.partition(), m.offset())] = (m.key(), m.value())
+        c.close()
+        assert read == acks.records
+        shut_down(server)
