@@ -13,6 +13,10 @@ Subcommands:
           [--format text|json] [--property print.key=true ...]
                                                  print records up to the high watermark, without a
                                                  broker (like kafka-console-consumer)
+  serve --log-dir DIR [--listeners PLAINTEXT://127.0.0.1:9092] [--brokers N]
+                                                 the broker on Kafka's wire protocol until
+                                                 SIGTERM/SIGINT (like kafka-server-start); needs
+                                                 Python 3.11+ (kio)
   dump PATH... [--records] [--json] [--summary] [--verify]
                                                  print and verify segments (like kafka-dump-log)
   compact [--config FILE] [--dry-run]           compact the log dirs of a compaction config
@@ -22,11 +26,13 @@ Subcommands:
                                                  reads, aggregates, compacts a topic, writes a
                                                  topic and reads it back, streams a copy
 
-topics, produce and consume take --log-dir DIR (required) and --broker-config FILE, the broker's
-TOML config (default: the built-in values, which conf/broker.toml holds). In `topics create`,
---config k=v sets a topic config (Kafka's meaning). topics and produce open an embedded
-broker, which takes the log dir's .lock: while another process owns the dir they fail, naming it.
-consume reads the log dir directly and works while a broker owns it.
+topics, produce, consume and serve take --log-dir DIR (required) and --broker-config FILE,
+the broker's TOML config (default: the built-in values, which conf/broker.toml holds). In
+`topics create`, --config k=v sets a topic config (Kafka's meaning). topics and produce open an
+embedded broker, which takes the log dir's .lock: while another process owns the dir (a running
+`kafkalog serve` among them) they fail, naming it. consume reads the log dir directly and works
+while a broker owns it. serve creates the log dir and owns it until it stops
+(spark_kafkalog/serve_command.py).
 
 Exit status: 0 success, 1 a reported error (corruption, bad path, unknown topic, offset out of
 range, bad config, locked log dir), 2 bad usage, 3 an unexpected error (a bug in kafkalog). Errors
@@ -183,6 +189,28 @@ def _add_consume(sub: argparse._SubParsersAction, common: argparse.ArgumentParse
     )
 
 
+def _add_serve(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
+    serve = sub.add_parser(
+        "serve",
+        parents=[common],
+        help="the broker on Kafka's wire protocol (like kafka-server-start)",
+        description="Opens (creating) the log dir and serves Kafka's protocol until SIGTERM or "
+        "SIGINT, then shuts down gracefully and exits 0. Prints one line per listener: "
+        "'broker ID listening on PLAINTEXT://HOST:PORT'. With --brokers N > 1, an in-process "
+        "cluster: DIR/broker-<i> is broker i's log dir, broker i listens on port + i (port 0: "
+        "the OS picks each), and stdin takes 'stop ID', 'kill ID' and 'start ID'.",
+    )
+    serve.add_argument(
+        "--listeners",
+        default="PLAINTEXT://127.0.0.1:9092",
+        metavar="PLAINTEXT://HOST:PORT[,...]",
+        help="where broker 0 listens (default PLAINTEXT://127.0.0.1:9092; port 0: any free port)",
+    )
+    serve.add_argument(
+        "--brokers", type=_positive, default=1, help="brokers in this process (default 1)"
+    )
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="kafkalog",
@@ -197,6 +225,8 @@ def _parser() -> argparse.ArgumentParser:
     _add_topics(sub, common)
     _add_produce(sub, common)
     _add_consume(sub, common)
+
+    _add_serve(sub, common)
 
     dump = sub.add_parser("dump", help="print and verify Kafka log segments")
     dump.add_argument("paths", nargs="+", type=Path, help="segment file, partition dir or log dir")
@@ -297,6 +327,26 @@ def _run_consume(args: argparse.Namespace, config) -> int:
     )
 
 
+class ServerUnavailableError(KafkaLogError):
+    """``kafkalog serve`` on an interpreter without kio (Python 3.10)."""
+
+
+def _run_serve(args: argparse.Namespace, config) -> int:
+    try:  # lazy: the server needs kio (Python 3.11+); every other command works without it
+        from spark_kafkalog import serve_command
+    except ImportError as e:
+        if e.name is None or e.name.split(".")[0] != "kio":
+            raise
+        version = ".".join(map(str, sys.version_info[:3]))
+        raise ServerUnavailableError(
+            f"the server needs Python 3.11+ with kio (the protocol schemas; pip install kio), "
+            f"this is Python {version} without it"
+        ) from None
+    return serve_command.run(
+        args.log_dir, config, args.listeners, args.brokers, sys.stdout, sys.stdin
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     name = args.command + (f" {args.action}" if args.command == "topics" else "")
@@ -327,11 +377,12 @@ def _report(message: str, status: int) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    if args.command in ("topics", "produce", "consume"):
+    if args.command in ("topics", "produce", "consume", "serve"):
         from spark_kafkalog.topics_command import load_config
 
         config = load_config(args.broker_config)
-        run = {"topics": _run_topics, "produce": _run_produce, "consume": _run_consume}
+        run = {"topics": _run_topics, "produce": _run_produce, "consume": _run_consume,
+               "serve": _run_serve}  # fmt: skip
         return run[args.command](args, config)
     if args.command == "dump":
         from spark_kafkalog.dump_log import dump

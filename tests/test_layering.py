@@ -100,7 +100,8 @@ KNOWN_FACADE_IMPORTS = {
 }
 SERVER = "broker_embedded.server"
 # who may import the network layer: itself, and the `kafkalog` command line (`kafkalog serve`)
-SERVER_IMPORTERS = ("broker_embedded/server/", "spark_kafkalog/cli.py")
+SERVER_IMPORTERS = ("broker_embedded/server/", "spark_kafkalog/cli.py",
+                    "spark_kafkalog/serve_command.py")  # fmt: skip
 SOURCE_PACKAGES = ("broker_embedded", "datasource", "spark_kafkalog", "pyspark_kafkalog", "jobs")
 
 

@@ -1,0 +1,280 @@
+"""``kafkalog serve``: the embedded broker on Kafka's wire protocol (Kafka's
+``kafka-server-start``).
+
+``kafkalog serve --log-dir DIR [--listeners L,...] [--brokers N] [--broker-config FILE]``
+
+- ``--brokers 1`` (the default): one :class:`Broker` owning ``DIR`` (created when missing or
+  empty), behind one :class:`BrokerServer` on the listeners (``PLAINTEXT://host:port``,
+  comma-separated; port 0 lets the OS pick).
+- ``--brokers N`` (2..:data:`MAX_BROKERS`): an in-process
+  :class:`~broker_embedded.cluster.EmbeddedCluster` laid out as it lays itself out:
+  ``DIR/broker-<i>/`` is broker ``i``'s log dir, ``DIR/controller.json`` the controller's
+  state. Broker ``i`` listens on each listener's host at port ``port + i`` (port 0 stays 0: the
+  OS picks one per broker). Metadata from any broker names every live broker and each
+  partition's leader; a request for a partition a broker does not lead is answered
+  NOT_LEADER_OR_FOLLOWER, and clients refresh their metadata.
+
+Each broker's log dir is locked (``.lock``) while the server runs: a second writer naming it
+(another ``kafkalog serve``, ``kafkalog topics``/``produce`` with ``--log-dir``) is refused with
+the holder named. Readers take no lock (``kafkalog consume --log-dir``,
+``spark.read.format("kafkalog")``) and read the log dir while the server appends to it.
+
+Output: one line per listener of each broker on stdout, ``broker <id> listening on
+PLAINTEXT://<host>:<bound port>``, flushed at once (a script starting the server on port 0
+reads the port there); at the end ``stopped``. The log (stderr, ``logging`` at INFO) has one
+line per connection problem naming the client (socket_server.py), never a traceback for a
+client's mistake.
+
+Control (``--brokers`` > 1 only), one command a line on stdin, each answered with one line on
+stdout: ``stop <id>`` (clean shutdown of one broker: its server drains, its logs are flushed;
+the controller moves its leaderships to in-sync followers), ``kill <id>`` (as if that
+broker's process died: its connections close after at most :data:`KILL_DRAIN_S`, then the
+broker stops with nothing flushed and no clean-shutdown marker), ``start <id>`` (the stopped
+broker recovers its log dir, rejoins, and listens on the port it had). A bad command is
+answered ``error: ...``; the end of stdin ends the control, not the server.
+
+Shutdown on SIGTERM or SIGINT, bounded by :data:`SHUTDOWN_TIMEOUT_S` per broker: stop
+accepting, let in-flight requests be answered (an acks=all produce waiting for followers
+included) or close their connections, stop the handler threads, close the connections; then
+close the brokers (flush, checkpoints, clean-shutdown marker) and release the log dirs. Exit
+status 0. A SIGKILL loses no acknowledged acks=all record: the log's recovery covers it.
+
+Thread safety: :class:`ServedBrokers` serialises start, stop and shutdown under one lock; the
+servers read :meth:`ServedBrokers.nodes` from their handler threads.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import sys
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TextIO
+
+from broker_embedded.broker import Broker
+from broker_embedded.broker_config import BrokerConfig
+from broker_embedded.cluster import EmbeddedCluster
+from broker_embedded.server.broker_server import BrokerServer
+from broker_embedded.server.handlers import register_all
+from broker_embedded.server.handlers.api_context import ApiContext, Node
+from broker_embedded.server.socket_server import Endpoint
+from broker_embedded.storage.log_dir import LogDir
+from spark_kafkalog.topics_command import CommandError
+
+DEFAULT_LISTENERS = "PLAINTEXT://127.0.0.1:9092"
+MAX_BROKERS = 16
+MAX_PORT = 65535
+SHUTDOWN_TIMEOUT_S = 10.0
+KILL_DRAIN_S = 0.5
+CLUSTER_MARKER = "controller.json"
+LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+
+log = logging.getLogger(__name__)
+
+
+def parse_listeners(text: str) -> tuple[Endpoint, ...]:
+    """``PLAINTEXT://host:port[,...]`` to endpoints; :class:`CommandError` naming the bad one."""
+    endpoints = []
+    for item in text.split(","):
+        try:
+            endpoints.append(Endpoint.parse(item.strip()))
+        except ValueError as e:
+            raise CommandError(f"--listeners: {e}") from None
+        if endpoints[-1].port > MAX_PORT:
+            raise CommandError(f"--listeners: port {endpoints[-1].port} is above {MAX_PORT}")
+    return tuple(endpoints)
+
+
+def broker_endpoints(endpoints: Sequence[Endpoint], index: int) -> tuple[Endpoint, ...]:
+    """Broker ``index``'s listeners: each at ``port + index`` (port 0 stays 0)."""
+    shifted = tuple(Endpoint(e.host, e.port + index if e.port else 0) for e in endpoints)
+    for e in shifted:
+        if e.port > MAX_PORT:
+            raise CommandError(f"broker {index} would listen on port {e.port} (above {MAX_PORT})")
+    return shifted
+
+
+@dataclass
+class _Member:
+    """A broker of the served cluster and its server while it runs (None when stopped)."""
+
+    endpoints: tuple[Endpoint, ...]
+    server: BrokerServer | None = None
+
+
+class ServedBrokers:
+    """The brokers behind their servers: one standalone :class:`Broker`, or the members of an
+    :class:`EmbeddedCluster` (module docstring)."""
+
+    def __init__(
+        self,
+        brokers: Callable[[], dict[int, Broker]],
+        endpoints: Sequence[Endpoint],
+        config: BrokerConfig,
+        cluster: EmbeddedCluster | None = None,
+    ) -> None:
+        self._brokers = brokers
+        self._config = config
+        self.cluster = cluster
+        self._lock = threading.Lock()
+        self._closed = False
+        self._members = {i: _Member(broker_endpoints(endpoints, i)) for i in brokers()}
+        first = brokers()[min(brokers())]
+        self.cluster_id = LogDir(first.log_dir).meta_properties().get("cluster.id", "")
+
+    def nodes(self) -> tuple[Node, ...]:
+        """The brokers whose server runs, on their first listener's bound port."""
+        brokers = self._brokers()
+        return tuple(
+            Node(i, m.server.endpoints[0].host, m.server.endpoints[0].port, brokers[i].rack)
+            for i, m in sorted(self._members.items())
+            if m.server is not None and not brokers[i].is_closed
+        )
+
+    def server(self, broker_id: int) -> BrokerServer | None:
+        """Broker ``broker_id``'s running server (None while it is stopped)."""
+        return self._members[broker_id].server
+
+    def start_all(self) -> list[str]:
+        with self._lock:
+            return [line for i in sorted(self._members) for line in self._serve(i)]
+
+    def _serve(self, broker_id: int) -> list[str]:
+        """Start broker ``broker_id``'s server; its listener lines. A port the OS picked is
+        kept for a restart, so clients' bootstrap lists stay valid."""
+        member = self._members[broker_id]
+        ctx = ApiContext(self._brokers()[broker_id], self.nodes, self.cluster_id)
+        server = BrokerServer(self._config, member.endpoints, lambda a: register_all(a, ctx))
+        member.server = server.start()
+        member.endpoints = tuple(server.endpoints)
+        return [f"broker {broker_id} listening on PLAINTEXT://{e.host}:{e.port}"
+                for e in server.endpoints]  # fmt: skip
+
+    def control(self, line: str) -> str:
+        """One control command (module docstring): its answer line."""
+        words = line.split()
+        if not words:
+            return ""
+        if self.cluster is None:
+            return "error: control commands need --brokers 2 or more"
+        if len(words) != 2 or words[0] not in ("stop", "kill", "start") or not words[1].isdigit():
+            return f"error: {line.strip()!r} is not 'stop ID', 'kill ID' or 'start ID'"
+        command, broker_id = words[0], int(words[1])
+        if broker_id not in self._members:
+            return f"error: no broker {broker_id} (brokers 0..{len(self._members) - 1})"
+        with self._lock:
+            if self._closed:
+                return "error: the server is shutting down"
+            return self._control(command, broker_id)
+
+    def _control(self, command: str, broker_id: int) -> str:
+        assert self.cluster is not None
+        member = self._members[broker_id]
+        if command == "start":
+            if member.server is not None:
+                return f"error: broker {broker_id} is running"
+            self.cluster.restart_broker(broker_id)
+            return "; ".join(self._serve(broker_id))
+        if member.server is None:
+            return f"error: broker {broker_id} is stopped"
+        server, member.server = member.server, None
+        # the network goes first either way, so no request reaches a stopped broker
+        server.shutdown(SHUTDOWN_TIMEOUT_S if command == "stop" else KILL_DRAIN_S)
+        self.cluster.stop_broker(broker_id, clean=command == "stop")
+        return f"broker {broker_id} {'stopped' if command == 'stop' else 'killed'}"
+
+    def shutdown(self) -> None:
+        """Every running server drained and stopped, then every broker closed (flushed)."""
+        with self._lock:
+            self._closed = True
+            for member in self._members.values():
+                if member.server is not None:
+                    member.server.shutdown(SHUTDOWN_TIMEOUT_S)
+                    member.server = None
+            self._close_brokers()
+
+    def _close_brokers(self) -> None:
+        if self.cluster is not None:
+            self.cluster.close()
+        else:
+            for broker in self._brokers().values():
+                broker.close()
+
+
+def open_brokers(log_dir: Path, config: BrokerConfig, brokers: int, endpoints) -> ServedBrokers:
+    """Open the log dir(s) (creating them) and wrap them, servers not started yet."""
+    if not 1 <= brokers <= MAX_BROKERS:
+        raise CommandError(f"--brokers must be 1..{MAX_BROKERS}, not {brokers}")
+    cluster_layout = (log_dir / CLUSTER_MARKER).exists()
+    if brokers == 1:
+        if cluster_layout:
+            raise CommandError(
+                f"{log_dir} holds a cluster of brokers ({CLUSTER_MARKER}): serve it with "
+                "--brokers N as before"
+            )
+        broker = Broker(log_dir, config=config, create=True)
+        return ServedBrokers(lambda: {broker.broker_id: broker}, endpoints, config)
+    if (log_dir / "meta.properties").exists():
+        raise CommandError(
+            f"{log_dir} is the log dir of one broker: serve it without --brokers, or give "
+            "--brokers N a directory of its own"
+        )
+    cluster = EmbeddedCluster(log_dir, brokers, config=config)
+    return ServedBrokers(lambda: cluster.brokers, endpoints, config, cluster)
+
+
+def run(
+    log_dir: Path,
+    config: BrokerConfig,
+    listeners: str,
+    brokers: int,
+    out: TextIO,
+    control_in: TextIO | None = None,
+) -> int:
+    """Serve until SIGTERM/SIGINT (call from the main thread); 0 after a clean shutdown."""
+    if not logging.getLogger().handlers:
+        logging.basicConfig(stream=sys.stderr, level=logging.INFO, format=LOG_FORMAT)
+    endpoints = parse_listeners(listeners)
+    stop = threading.Event()
+    previous = {s: signal.signal(s, lambda *_: stop.set()) for s in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        served = open_brokers(log_dir, config, brokers, endpoints)
+        try:
+            _say(out, served.start_all())
+            if served.cluster is not None and control_in is not None:
+                _start_control(served, control_in, out, stop)
+            while not stop.wait(1.0):
+                pass
+            log.info("shutting down")
+        finally:
+            served.shutdown()
+        _say(out, ["stopped"])
+        return 0
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def _say(out: TextIO, lines: list[str]) -> None:
+    out.write("".join(line + "\n" for line in lines))
+    out.flush()
+
+
+def _start_control(served: ServedBrokers, control_in: TextIO, out: TextIO, stop) -> None:
+    """A daemon thread answering control commands from ``control_in`` until its end."""
+
+    def loop() -> None:
+        for line in control_in:
+            if stop.is_set():
+                return
+            try:
+                answer = served.control(line)
+            except Exception as e:  # a broker that fails to stop or start: say so, go on
+                answer = f"error: {line.strip()}: {type(e).__name__}: {e}"
+            if answer:
+                _say(out, [answer])
+
+    threading.Thread(target=loop, name="kafkalog-serve-control", daemon=True).start()
