@@ -28,7 +28,7 @@ import threading
 import time
 from typing import Protocol
 
-from broker_embedded.errors import KafkaApiError
+from broker_embedded.errors import BrokerClosedError, KafkaApiError
 from broker_embedded.server.request_channel import Request, RequestChannel
 
 log = logging.getLogger(__name__)
@@ -64,6 +64,10 @@ class KafkaRequestHandler(threading.Thread):
         except KafkaApiError as e:
             self._channel.close_connection(
                 request, f"{header.api_name} v{header.api_version} request failed: {e}"
+            )
+        except BrokerClosedError as e:  # a broker stopped while its server drains
+            self._channel.close_connection(
+                request, f"{header.api_name} v{header.api_version}: the broker is stopped ({e})"
             )
         except Exception as e:
             log.exception(

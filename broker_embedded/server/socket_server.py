@@ -346,6 +346,10 @@ class Processor(threading.Thread):
             n = conn.sock.recv_into(memoryview(buf)[start:])
         except (BlockingIOError, InterruptedError):
             return False
+        except ConnectionResetError as e:
+            if conn.size_got or conn.frame is not None:
+                raise _ConnectionError(f"read failed: {e}") from None
+            n = 0  # a reset between requests is a client going away, as a clean close is
         except OSError as e:
             raise _ConnectionError(f"read failed: {e}") from None
         if n == 0:

@@ -125,6 +125,32 @@ def test_disconnect_mid_request(caplog):
     assert f"disconnected mid-request after {len(frame) - 9} of {len(frame) - 4} bytes" in line
 
 
+def reset(sock) -> None:
+    """Close with a TCP reset (SO_LINGER 0), as a client that is killed or aborts does."""
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    sock.close()
+
+
+def test_a_reset_between_requests_is_not_a_problem_but_one_mid_request_is(caplog):
+    """librdkafka's admin clients reset their connections when they close: between requests
+    that is a client going away (no line, as for a clean close); mid-request it is a line."""
+    with guarded() as server:
+        idle, busy = RawClient(server), RawClient(server)
+        assert idle.call(API_VERSIONS_V3)  # answered: the next reset falls between requests
+        busy.send(request_frame(API_VERSIONS_V3, 1)[:-5])
+        ports = idle.sock.getsockname()[1], busy.sock.getsockname()[1]
+        reset(idle.sock)
+        reset(busy.sock)
+        deadline = time.monotonic() + 5
+        while not closing_lines(caplog, ports[1]):
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        time.sleep(0.2)  # the idle connection's reset has been read by now
+        assert closing_lines(caplog, ports[0]) == []
+        (line,) = closing_lines(caplog, ports[1])
+    assert "read failed: [Errno 104] Connection reset by peer" in line
+
+
 def test_oversized_frame_with_a_small_limit(caplog):
     with guarded(config(socket_request_max_bytes=1000)) as server:
         with RawClient(server) as bad:

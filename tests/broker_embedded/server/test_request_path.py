@@ -14,7 +14,7 @@ import time
 import pytest
 from kio.schema.metadata.v1.request import MetadataRequest
 
-from broker_embedded.errors import UnknownTopicOrPartitionError
+from broker_embedded.errors import BrokerClosedError, UnknownTopicOrPartitionError
 from broker_embedded.server.request_channel import FileRegion
 
 from ._net import API_VERSIONS_V3, RawClient, config, port, request_frame, serve
@@ -229,6 +229,25 @@ def test_handler_error_closes_that_connection_only(caplog):
     lines = [r.getMessage() for r in caplog.records if "closing connection" in r.getMessage()]
     assert len(lines) == 1
     assert client in lines[0] and "Metadata v1 request failed" in lines[0] and "nope" in lines[0]
+
+
+def test_a_stopped_broker_closes_the_connection_in_one_line_without_a_traceback(caplog):
+    """A broker stopped (``kafkalog serve --brokers N``: ``stop ID``) while its server drains."""
+
+    def register(apis):
+        def handle(request):
+            raise BrokerClosedError("broker 1 is closed")
+
+        apis.register(3, 0, 12, handle)
+
+    with serve(register=register) as server, caplog.at_level(logging.WARNING):
+        with RawClient(server) as bad:
+            bad.send(request_frame(METADATA_V1, 1))
+            assert bad.closed_by_server()
+            client = f"127.0.0.1:{bad.sock.getsockname()[1]}"
+    (record,) = [r for r in caplog.records if client in r.getMessage()]
+    assert record.exc_info is None
+    assert record.getMessage().endswith("Metadata v1: the broker is stopped (broker 1 is closed)")
 
 
 def test_shutdown_is_bounded_with_unanswered_requests():
