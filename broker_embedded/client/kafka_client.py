@@ -224,8 +224,7 @@ class BrokerConnection:
         if correlation_id != self._correlation_id:
             self.close()
             raise BrokerConnectionError(
-                f"{what}: response correlation id {correlation_id}, expected "
-                f"{self._correlation_id}"
+                f"{what}: response correlation id {correlation_id}, expected {self._correlation_id}"
             )
         offset = 4
         if reply.__flexible__ and reply.__api_key__ != API_VERSIONS_KEY:
@@ -358,8 +357,10 @@ class KafkaClient:
         names = None if topics is None else list(topics)
 
         def build(types: Any) -> dict[str, Any]:
-            wanted = None if names is None else tuple(
-                make(types.MetadataRequestTopic, name=n, topic_id=None) for n in names
+            wanted = (
+                None
+                if names is None
+                else tuple(make(types.MetadataRequestTopic, name=n, topic_id=None) for n in names)
             )
             return {"topics": wanted, "allow_auto_topic_creation": False,
                     "include_topic_authorized_operations": False,
@@ -398,9 +399,7 @@ class KafkaClient:
             )
         return address
 
-    def to_leader(
-        self, topic: str, partition: int, call: Callable[[BrokerConnection], Any]
-    ) -> Any:
+    def to_leader(self, topic: str, partition: int, call: Callable[[BrokerConnection], Any]) -> Any:
         """``call`` on the partition leader's connection, retried on a moved or unreachable
         leader after a metadata refresh (at most ``retries`` times)."""
         for attempt in range(self.config.retries + 1):
@@ -552,8 +551,7 @@ def _check(
         detail = f": {message}" if message else ""
         raise api_error(
             int(code),
-            f"{what} of topic {topic!r} partition {partition} on broker {c.address} failed"
-            f"{detail}",
+            f"{what} of topic {topic!r} partition {partition} on broker {c.address} failed{detail}",
         )
 
 

@@ -70,7 +70,7 @@ from broker_embedded.storage.topic_partition import TopicPartition
 
 PAUSE_WAIT_S = 0.05
 DELETE_TO_HIGH_WATERMARK = -1
-CONSUMER_REPLICA_ID = -1  # ListOffsets from a client (Kafka's ListOffsetsRequest.CONSUMER_REPLICA_ID)
+CONSUMER_REPLICA_ID = -1  # a client's ListOffsets (Kafka's ListOffsetsRequest.CONSUMER_REPLICA_ID)
 
 
 class ReplicaManager:
