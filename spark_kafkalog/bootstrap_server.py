@@ -105,7 +105,7 @@ def describe_one(client: KafkaClient, info: TopicInfo) -> dict:
         "topicId": topic_id_to_string(info.topic_id) if info.topic_id is not None else "",
         "partitionCount": len(info.partitions),
         "replicationFactor": len(info.partitions[0].replicas) if info.partitions else 0,
-        "configs": {c.name: c.value for c in configs if c.is_override},
+        "configs": dict(sorted((c.name, c.value) for c in configs if c.is_override)),
         "effectiveConfigs": {c.name: c.value for c in configs},
         "partitions": partitions,
     }
