@@ -37,7 +37,6 @@ from broker_embedded.client.kafka_client import (
     TopicInfo,
 )
 from broker_embedded.client.producer_record import ProducerRecord, build_batch
-from broker_embedded.errors import UnknownTopicOrPartitionError
 from broker_embedded.record.compression import CompressionType
 from broker_embedded.storage.fetch_data_info import FetchIsolation
 from broker_embedded.storage.partition_metadata import topic_id_to_string
@@ -157,11 +156,9 @@ class WireSource:
     def partitions(self, topic: str) -> list[int]:
         return [p.partition for p in self.client.topic(topic).partitions]
 
-    def unknown_partition(self, topic: str, partition: int, partitions: list[int]) -> Exception:
-        return UnknownTopicOrPartitionError(
-            f"topic {topic!r} has no partition {partition} on the brokers at {self.bootstrap} "
-            f"(partitions: {', '.join(map(str, partitions))})"
-        )
+    @property
+    def where(self) -> str:
+        return f"on the brokers at {self.bootstrap}"
 
     def batches(
         self, tp: TopicPartition, start: StartAt, isolation: FetchIsolation

@@ -347,8 +347,9 @@ class RecordSource(Protocol):
         """The topic's partitions; UnknownTopicOrPartitionError naming the source if none."""
         ...
 
-    def unknown_partition(self, topic: str, partition: int, partitions: list[int]) -> Exception:
-        """The error for a ``--partition`` the topic does not have."""
+    @property
+    def where(self) -> str:
+        """Where the records are, for error messages ("in log dir D")."""
         ...
 
     def batches(
@@ -370,11 +371,9 @@ class LogDirSource:
     def partitions(self, topic: str) -> list[int]:
         return topic_partitions(self.log_dir, topic)
 
-    def unknown_partition(self, topic: str, partition: int, partitions: list[int]) -> Exception:
-        return UnknownTopicOrPartitionError(
-            f"topic {topic!r} has no partition {partition} in log dir {self.log_dir.path} "
-            f"(partitions: {', '.join(map(str, partitions))})"
-        )
+    @property
+    def where(self) -> str:
+        return f"in log dir {self.log_dir.path}"
 
     def batches(
         self, tp: TopicPartition, start: StartAt, isolation: FetchIsolation
@@ -454,7 +453,10 @@ def print_records(
     partitions = source.partitions(topic)
     if partition is not None:
         if partition not in partitions:
-            raise source.unknown_partition(topic, partition, partitions)
+            raise UnknownTopicOrPartitionError(
+                f"topic {topic!r} has no partition {partition} {source.where} "
+                f"(partitions: {', '.join(map(str, partitions))})"
+            )
         partitions = [partition]
     left = max_messages
     counts: dict[int, int] = {}

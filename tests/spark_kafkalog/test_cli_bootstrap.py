@@ -140,6 +140,9 @@ def test_consume_by_timestamp_over_the_wire_equals_the_log_dir(tmp_path: Path, c
         s.broker.produce("t", 0, [ProducerRecord(f"v{i}".encode(), timestamp=1000 * i)
                                   for i in range(10)])  # fmt: skip
         wire = {ms: cli(f"consume {b} --topic t --timestamp {ms}") for ms in (0, 4500, 99999)}
+        assert cli(f"consume {b} --topic t --partition 3") == (1, "", (
+            f"kafkalog consume: topic 't' has no partition 3 on the brokers at {s.bootstrap} "
+            "(partitions: 0)\n"))  # fmt: skip
     for ms, result in wire.items():
         assert result == cli(f"consume --log-dir {log_dir} --topic t --timestamp {ms}")
     assert wire[4500][1] == "".join(f"v{i}\n" for i in range(5, 10))
