@@ -8,6 +8,7 @@ from __future__ import annotations
 import io
 import json
 import socket
+import subprocess
 import time
 import warnings
 from pathlib import Path
@@ -17,7 +18,7 @@ import pytest
 from broker_embedded.client.default_partitioner import partition_for_key
 from spark_kafkalog import topics_command
 from tests.broker_embedded.server._serve import served
-from tests.spark_kafkalog._serve_proc import ServeProcess
+from tests.spark_kafkalog._serve_proc import ROOT, ServeProcess, child_env, kafkalog_command
 
 LINES = [f"k{i % 7}:value-{i}" for i in range(60)] + ["k1:", "k2:é ü 字"]
 PARTITIONS = 3
@@ -184,3 +185,14 @@ def test_exactly_one_of_log_dir_and_bootstrap_server(tmp_path: Path, cli, comman
     assert cli(command) == (2, "", expected)
     both = f"{command} --log-dir {tmp_path} --bootstrap-server 127.0.0.1:9092"
     assert cli(both) == (2, "", expected)
+
+
+def test_without_kio_bootstrap_server_is_refused_in_one_line(tmp_path: Path) -> None:
+    command = kafkalog_command("consume", "--topic", "t", "--bootstrap-server", "127.0.0.1:9")
+    done = subprocess.run(command, capture_output=True, text=True, timeout=120, cwd=ROOT,
+                          env=child_env(KAFKALOG_HIDE_KIO="1"))  # fmt: skip
+    assert (done.returncode, done.stdout) == (1, "")
+    assert done.stderr.startswith(
+        "kafkalog consume: --bootstrap-server needs Python 3.11+ with kio (the protocol schemas"
+    )
+    assert done.stderr.count("\n") == 1
