@@ -196,3 +196,28 @@ def test_without_kio_bootstrap_server_is_refused_in_one_line(tmp_path: Path) -> 
         "kafkalog consume: --bootstrap-server needs Python 3.11+ with kio (the protocol schemas"
     )
     assert done.stderr.count("\n") == 1
+
+
+def test_read_committed_over_the_wire_skips_aborted_as_the_log_dir_does(
+    tmp_path: Path, cli
+) -> None:
+    from broker_embedded.client.transactional_producer import TransactionalProducer
+
+    log_dir = tmp_path / "logs"
+    options = ["--isolation-level read_committed", "--isolation-level read_uncommitted",
+               "--isolation-level read_committed --format json"]  # fmt: skip
+    with served(log_dir) as s:
+        s.broker.create_topic("t", 1)
+        producer = TransactionalProducer(s.broker, "tx")
+        for i, end in enumerate(["commit", "abort", "commit", "abort"]):
+            producer.begin()
+            producer.send("t", 0, [f"{end}-{i}-{j}".encode() for j in range(3)])
+            getattr(producer, end)()
+        s.broker.produce("t", 0, [b"plain"])
+        b = f"--bootstrap-server {s.bootstrap}"
+        wire = {o: cli(f"consume {b} --topic t {o}") for o in options}
+    for o in options:
+        assert wire[o] == cli(f"consume --log-dir {log_dir} --topic t {o}"), o
+    committed = [f"commit-{i}-{j}" for i in (0, 2) for j in range(3)] + ["plain"]
+    assert wire[options[0]][1] == "".join(v + "\n" for v in committed)
+    assert wire[options[1]][1].count("\n") == 13
