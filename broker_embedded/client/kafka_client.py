@@ -17,7 +17,9 @@ the broker, the connection closed); a response frame larger than ``max_response_
 refused unread (same error). Requests to a partition's leader that fail with
 NOT_LEADER_OR_FOLLOWER (6) or LEADER_NOT_AVAILABLE (5), or whose leader is unreachable, refresh
 the metadata and are retried at most ``retries`` times, ``retry_backoff_s`` apart; after that
-the last error is raised. An error code in a response raises the domain exception of that code
+the last error is raised. A Produce retried after its connection broke may have been appended
+before it broke: then the batch is in the log twice (at least once, as Kafka's producer without
+idempotence). An error code in a response raises the domain exception of that code
 (``broker_embedded.errors``; :class:`KafkaApiError` with the code for the others) naming the
 broker, topic and partition.
 
