@@ -11,8 +11,8 @@ Subcommands:
   consume --topic T [--partition P] [--from-beginning | --offset N | --timestamp MS]
           [--max-messages N] [--isolation-level read_committed|read_uncommitted]
           [--format text|json] [--property print.key=true ...]
-                                                 print records up to the high watermark, without a
-                                                 broker (like kafka-console-consumer)
+                                                 print records up to the high watermark, from the
+                                                 log dir or a broker (like kafka-console-consumer)
   serve --log-dir DIR [--listeners PLAINTEXT://127.0.0.1:9092] [--brokers N]
                                                  the broker on Kafka's wire protocol until
                                                  SIGTERM/SIGINT (like kafka-server-start); needs
@@ -26,8 +26,11 @@ Subcommands:
                                                  reads, aggregates, compacts a topic, writes a
                                                  topic and reads it back, streams a copy
 
-topics, produce, consume and serve take --log-dir DIR (required) and --broker-config FILE,
-the broker's TOML config (default: the built-in values, which conf/broker.toml holds). In
+topics, produce, consume and serve take --log-dir DIR and --broker-config FILE, the broker's
+TOML config (default: the built-in values, which conf/broker.toml holds). Instead of --log-dir,
+topics, produce and consume take --bootstrap-server HOST:PORT[,...] (as Kafka's tools do): then
+they talk to a running broker (`kafkalog serve`, or Kafka) over the wire protocol and print the
+same (spark_kafkalog/bootstrap_server.py; needs Python 3.11+ with kio); exactly one of the two. In
 `topics create`, --config k=v sets a topic config (Kafka's meaning). topics and produce open an
 embedded broker, which takes the log dir's .lock: while another process owns the dir (a running
 `kafkalog serve` among them) they fail, naming it. consume reads the log dir directly and works
@@ -44,19 +47,30 @@ without a traceback; an unexpected error's line names the command and the except
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from types import ModuleType
 
 from broker_embedded.errors import KafkaLogError
 
 CODECS = ("none", "gzip", "snappy", "lz4", "zstd")
 
 
-def _broker_options() -> argparse.ArgumentParser:
+def _broker_options(*, bootstrap: bool) -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument(
-        "--log-dir", type=Path, required=True, metavar="DIR", help="the Kafka log dir"
-    )
+    if bootstrap:
+        common.add_argument("--log-dir", type=Path, metavar="DIR", help="the Kafka log dir")
+        common.add_argument(
+            "--bootstrap-server",
+            metavar="HOST:PORT[,...]",
+            help="a running broker (kafkalog serve, or Kafka) instead of --log-dir",
+        )
+    else:
+        common.add_argument(
+            "--log-dir", type=Path, required=True, metavar="DIR", help="the Kafka log dir"
+        )
     common.add_argument(
         "--broker-config",
         type=Path,
@@ -221,12 +235,12 @@ def _parser() -> argparse.ArgumentParser:
         "--debug", action="store_true", help="show the traceback of an unexpected error"
     )
     sub = parser.add_subparsers(dest="command", required=True)
-    common = _broker_options()
+    common = _broker_options(bootstrap=True)
     _add_topics(sub, common)
     _add_produce(sub, common)
     _add_consume(sub, common)
 
-    _add_serve(sub, common)
+    _add_serve(sub, _broker_options(bootstrap=False))
 
     dump = sub.add_parser("dump", help="print and verify Kafka log segments")
     dump.add_argument("paths", nargs="+", type=Path, help="segment file, partition dir or log dir")
@@ -265,17 +279,18 @@ def _run_topics(args: argparse.Namespace, config) -> int:
     overrides: list[str] = []
     if args.action == "create":
         overrides = args.config
-    return topics_command.run(
-        args.action,
-        args.log_dir,
-        config,
-        sys.stdout,
-        name=getattr(args, "name", None),
-        partitions=getattr(args, "partitions", 1),
-        replication_factor=getattr(args, "replication_factor", 1),
-        configs=overrides,
-        as_json=getattr(args, "json", False),
-    )
+    options = {
+        "name": getattr(args, "name", None),
+        "partitions": getattr(args, "partitions", 1),
+        "replication_factor": getattr(args, "replication_factor", 1),
+        "configs": overrides,
+        "as_json": getattr(args, "json", False),
+    }
+    if args.bootstrap_server is not None:
+        wire = _wire()
+        with wire.open_client(args.bootstrap_server) as client:
+            return wire.run_topics(args.action, client, sys.stdout, **options)
+    return topics_command.run(args.action, args.log_dir, config, sys.stdout, **options)
 
 
 def _run_produce(args: argparse.Namespace, config) -> int:
@@ -283,20 +298,26 @@ def _run_produce(args: argparse.Namespace, config) -> int:
     from spark_kafkalog.topics_command import open_broker, parse_assignments
 
     headers = list(parse_assignments(args.header, "--header").items())
+    options = {
+        "partition": args.partition,
+        "key_separator": args.key_separator,
+        "headers": headers,
+        "acks": args.acks,
+        "compression": args.compression,
+        "batch_size": args.batch_size,
+    }
+    if args.bootstrap_server is not None:
+        wire = _wire()
+        with wire.open_client(args.bootstrap_server) as client:
+            target = wire.WireTarget(client)
+            return console_producer.run(target, args.topic, sys.stdin.buffer, sys.stderr,
+                                        **options)  # fmt: skip
     broker = open_broker(args.log_dir, config)
     try:
         return console_producer.run(
-            broker,
-            args.topic,
-            sys.stdin.buffer,
-            sys.stderr,
-            partition=args.partition,
-            key_separator=args.key_separator,
-            headers=headers,
-            acks=args.acks,
-            compression=args.compression,
-            batch_size=args.batch_size,
-        )
+            console_producer.BrokerTarget(broker), args.topic, sys.stdin.buffer, sys.stderr,
+            **options,
+        )  # fmt: skip
     finally:
         broker.close()
 
@@ -312,36 +333,60 @@ def _run_consume(args: argparse.Namespace, config) -> int:
     else:
         start = StartAt("earliest")
     sys.stdout.flush()
+    options = {
+        "partition": args.partition,
+        "start": start,
+        "max_messages": args.max_messages,
+        "isolation_level": args.isolation_level,
+        "output_format": args.format,
+        "properties": args.property,
+    }
+    if args.bootstrap_server is not None:
+        wire = _wire()
+        console_consumer.check_options(**options)
+        with wire.open_client(args.bootstrap_server) as client:
+            source = wire.WireSource(client, args.bootstrap_server)
+            return console_consumer.print_records(
+                source, args.topic, sys.stdout.buffer, sys.stderr, **options
+            )
     return console_consumer.consume(
-        args.log_dir,
-        config,
-        args.topic,
-        sys.stdout.buffer,
-        sys.stderr,
-        partition=args.partition,
-        start=start,
-        max_messages=args.max_messages,
-        isolation_level=args.isolation_level,
-        output_format=args.format,
-        properties=args.property,
+        args.log_dir, config, args.topic, sys.stdout.buffer, sys.stderr, **options
     )
 
 
 class ServerUnavailableError(KafkaLogError):
-    """``kafkalog serve`` on an interpreter without kio (Python 3.10)."""
+    """``kafkalog serve`` or ``--bootstrap-server`` on an interpreter without kio (3.10)."""
 
 
-def _run_serve(args: argparse.Namespace, config) -> int:
-    try:  # lazy: the server needs kio (Python 3.11+); every other command works without it
-        from spark_kafkalog import serve_command
+def _needs_kio(what: str, load: Callable[[], ModuleType]) -> ModuleType:
+    """``load()`` (an import of a module that needs kio), or a one-line error naming ``what``."""
+    try:  # lazy: kio needs Python 3.11+; the log-dir commands work without it
+        return load()
     except ImportError as e:
         if e.name is None or e.name.split(".")[0] != "kio":
             raise
         version = ".".join(map(str, sys.version_info[:3]))
         raise ServerUnavailableError(
-            f"the server needs Python 3.11+ with kio (the protocol schemas; pip install kio), "
+            f"{what} needs Python 3.11+ with kio (the protocol schemas; pip install kio), "
             f"this is Python {version} without it"
         ) from None
+
+
+def _wire() -> ModuleType:
+    """spark_kafkalog.bootstrap_server (the commands over the wire; needs kio)."""
+    return _needs_kio(
+        "--bootstrap-server", lambda: importlib.import_module("spark_kafkalog.bootstrap_server")
+    )
+
+
+class UsageError(Exception):
+    """A command line argparse accepts but that is not valid (exit status 2)."""
+
+
+def _run_serve(args: argparse.Namespace, config) -> int:
+    serve_command = _needs_kio(
+        "the server", lambda: importlib.import_module("spark_kafkalog.serve_command")
+    )
     return serve_command.run(
         args.log_dir, config, args.listeners, args.brokers, sys.stdout, sys.stdin
     )
@@ -352,6 +397,8 @@ def main(argv: list[str] | None = None) -> int:
     name = args.command + (f" {args.action}" if args.command == "topics" else "")
     try:
         return _run(args)
+    except UsageError as e:
+        return _report(f"kafkalog {name}: {e}", 2)
     except (KafkaLogError, OSError) as e:
         if isinstance(e, BrokenPipeError):
             return 1
@@ -380,6 +427,8 @@ def _run(args: argparse.Namespace) -> int:
     if args.command in ("topics", "produce", "consume", "serve"):
         from spark_kafkalog.topics_command import load_config
 
+        if args.command != "serve" and (args.log_dir is None) == (args.bootstrap_server is None):
+            raise UsageError("exactly one of --log-dir and --bootstrap-server is required")
         config = load_config(args.broker_config)
         run = {"topics": _run_topics, "produce": _run_produce, "consume": _run_consume,
                "serve": _run_serve}  # fmt: skip

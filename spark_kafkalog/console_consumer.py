@@ -43,11 +43,12 @@ A summary (records printed per partition) goes to stderr.
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO, TextIO
+from typing import Any, BinaryIO, Protocol, TextIO
 
 import pyarrow as pa
 
@@ -232,68 +233,206 @@ class Bounds:
     end: int
 
 
+@dataclass(frozen=True)
+class PartitionOffsets:
+    """A partition's log start offset and high watermark, and where a read ends: the high
+    watermark, or the last stable offset with read_committed."""
+
+    log_start_offset: int
+    high_watermark: int
+    end: int
+
+
+def resolve(
+    tp: TopicPartition,
+    offsets: PartitionOffsets,
+    start: StartAt,
+    find_offset: Callable[[int], int | None],
+) -> Bounds:
+    """Resolve ``start`` for one partition; ``find_offset(ms)`` is the first offset whose
+    record timestamp is >= ms (None when none)."""
+    end = offsets.end
+    if start.kind == "earliest":
+        return Bounds(offsets.log_start_offset, end)
+    if start.kind == "latest":
+        return Bounds(end, end)
+    if start.kind == "offset":
+        if not offsets.log_start_offset <= start.value <= offsets.high_watermark:
+            raise OffsetOutOfRangeError(
+                f"offset {start.value} of topic {tp.topic!r} partition {tp.partition} is out of "
+                f"range: valid offsets are [{offsets.log_start_offset}, "
+                f"{offsets.high_watermark}] (log start offset, high watermark)"
+            )
+        return Bounds(start.value, end)
+    found = find_offset(start.value)
+    first = end if found is None else max(found, offsets.log_start_offset)
+    return Bounds(min(first, end), end)
+
+
 def bounds(reader: PartitionReader, start: StartAt, isolation: FetchIsolation) -> Bounds:
-    """Resolve ``start`` for one partition; the end is the HW or, read_committed, the LSO."""
-    tp = reader.topic_partition
+    """Resolve ``start`` for one partition of a log dir."""
     end = (
         reader.last_stable_offset
         if isolation is FetchIsolation.TXN_COMMITTED
         else reader.high_watermark
     )
-    if start.kind == "earliest":
-        return Bounds(reader.log_start_offset, end)
-    if start.kind == "latest":
-        return Bounds(end, end)
-    if start.kind == "offset":
-        if not reader.log_start_offset <= start.value <= reader.high_watermark:
-            raise OffsetOutOfRangeError(
-                f"offset {start.value} of topic {tp.topic!r} partition {tp.partition} is out of "
-                f"range: valid offsets are [{reader.log_start_offset}, {reader.high_watermark}] "
-                "(log start offset, high watermark)"
-            )
-        return Bounds(start.value, end)
-    found = reader.find_offset_by_timestamp(start.value)
-    first = end if found is None else max(found.offset, reader.log_start_offset)
-    return Bounds(min(first, end), end)
+    offsets = PartitionOffsets(reader.log_start_offset, reader.high_watermark, end)
+
+    def find_offset(ms: int) -> int | None:
+        found = reader.find_offset_by_timestamp(ms)
+        return None if found is None else found.offset
+
+    return resolve(reader.topic_partition, offsets, start, find_offset)
 
 
-def read_partition(
-    reader: PartitionReader, b: Bounds, isolation: FetchIsolation
+@dataclass(frozen=True)
+class Fetched:
+    """One fetch's records bytes and, read_committed, its aborted transactions
+    ((producer id, first offset) pairs)."""
+
+    records: bytes | memoryview
+    aborted: list[tuple[int, int]] | None
+
+
+def decode_fetches(
+    fetch: Callable[[int], Fetched], tp: TopicPartition, b: Bounds, source: str
 ) -> Iterator[pa.RecordBatch]:
-    """The records of ``[b.start, b.end)`` as Arrow batches, one fetch of at most
-    ``FETCH_MAX_BYTES`` at a time."""
-    tp = reader.topic_partition
+    """The records of ``[b.start, b.end)`` as Arrow batches, one ``fetch(offset)`` at a time
+    (``source`` names where they come from in errors)."""
     offset = b.start
     while offset < b.end:
-        info = reader.fetch(offset, FETCH_MAX_BYTES, isolation)
-        if not info.records:
+        fetched = fetch(offset)
+        if not fetched.records:
             return
-        aborted = None
-        if info.aborted_transactions is not None:
-            aborted = [(a.producer_id, a.first_offset) for a in info.aborted_transactions]
         decoded = decode(
-            info.records,
+            fetched.records,
             topic=tp.topic,
             partition=tp.partition,
             start_offset=offset,
             end_offset=b.end,
             include_headers=True,
-            source=str(reader.directory),
-            aborted_transactions=aborted,
+            source=source,
+            aborted_transactions=fetched.aborted,
         )
         yield from decoded.batches
         if decoded.next_offset <= offset:
             raise CommandError(
                 f"topic {tp.topic!r} partition {tp.partition}: the fetch at offset {offset} "
-                f"returned no complete batch ({len(info.records)} bytes) in {reader.directory}"
+                f"returned no complete batch ({len(fetched.records)} bytes) from {source}"
             )
         offset = decoded.next_offset
-        del decoded, info  # released before the next decode: memory is one fetch's, not two
+        del decoded, fetched  # released before the next decode: memory is one fetch's, not two
+
+
+def read_partition(
+    reader: PartitionReader, b: Bounds, isolation: FetchIsolation
+) -> Iterator[pa.RecordBatch]:
+    """The records of ``[b.start, b.end)`` of a log dir's partition, one fetch of at most
+    ``FETCH_MAX_BYTES`` at a time."""
+
+    def fetch(offset: int) -> Fetched:
+        info = reader.fetch(offset, FETCH_MAX_BYTES, isolation)
+        aborted = None
+        if info.aborted_transactions is not None:
+            aborted = [(a.producer_id, a.first_offset) for a in info.aborted_transactions]
+        return Fetched(info.records, aborted)
+
+    return decode_fetches(fetch, reader.topic_partition, b, str(reader.directory))
+
+
+class RecordSource(Protocol):
+    """Where ``consume`` reads a topic: a log dir, or brokers over the wire."""
+
+    def partitions(self, topic: str) -> list[int]:
+        """The topic's partitions; UnknownTopicOrPartitionError naming the source if none."""
+        ...
+
+    @property
+    def where(self) -> str:
+        """Where the records are, for error messages ("in log dir D")."""
+        ...
+
+    def batches(
+        self, tp: TopicPartition, start: StartAt, isolation: FetchIsolation
+    ) -> Iterator[pa.RecordBatch]:
+        """The partition's records from ``start`` to its end (a generator: closed early when
+        ``--max-messages`` is reached)."""
+        ...
+
+
+class LogDirSource:
+    """A log dir read directly (module docstring)."""
+
+    def __init__(self, log_dir_path: Path, config: BrokerConfig) -> None:
+        require_log_dir(log_dir_path)
+        self.log_dir = LogDir(log_dir_path)
+        self.config = config
+
+    def partitions(self, topic: str) -> list[int]:
+        return topic_partitions(self.log_dir, topic)
+
+    @property
+    def where(self) -> str:
+        return f"in log dir {self.log_dir.path}"
+
+    def batches(
+        self, tp: TopicPartition, start: StartAt, isolation: FetchIsolation
+    ) -> Iterator[pa.RecordBatch]:
+        if not self.log_dir.partition_dir(tp).is_dir():
+            return  # created in the topic file, directory not made yet: empty
+        entry = TopicConfigFile(self.log_dir.path).read().get(tp.topic)
+        topic_config = self.config.topic_defaults
+        if entry is not None:
+            topic_config = entry.log_config(self.config.topic_defaults, tp.topic)
+        with self.log_dir.open_partition(
+            tp, index_interval_bytes=topic_config.index_interval_bytes
+        ) as reader:
+            yield from read_partition(reader, bounds(reader, start, isolation), isolation)
 
 
 def consume(
     log_dir_path: Path,
     config: BrokerConfig,
+    topic: str,
+    out: BinaryIO,
+    err: TextIO,
+    **options: Any,
+) -> int:
+    """Print the records of ``topic`` read from a log dir (see the module docstring); return 0.
+    ``options``: those of :func:`print_records`."""
+    validate_topic(topic)
+    check_options(**options)
+    return print_records(LogDirSource(log_dir_path, config), topic, out, err, **options)
+
+
+def check_options(
+    *,
+    partition: int | None = None,
+    start: StartAt = StartAt(),
+    max_messages: int | None = None,
+    output_format: str = "text",
+    properties: Iterable[str] = (),
+    **_: Any,
+) -> None:
+    """Usage errors (CommandError) before any source is opened."""
+    _formatter(output_format, properties)
+    if start.kind == "offset" and partition is None:
+        raise CommandError("--offset needs --partition (an offset belongs to one partition)")
+    if max_messages is not None and max_messages < 0:
+        raise CommandError(f"--max-messages must be >= 0, not {max_messages}")
+
+
+def _formatter(output_format: str, properties: Iterable[str]) -> TextFormatter | JsonFormatter:
+    props = parse_assignments(properties, "--property")
+    if output_format == "json":
+        if props:
+            raise CommandError("--property applies to --format text only")
+        return JsonFormatter()
+    return TextFormatter(props)
+
+
+def print_records(
+    source: RecordSource,
     topic: str,
     out: BinaryIO,
     err: TextIO,
@@ -305,48 +444,28 @@ def consume(
     output_format: str = "text",
     properties: Iterable[str] = (),
 ) -> int:
-    """Print the records of ``topic`` (see the module docstring); return 0."""
+    """Print the records of ``topic`` from ``source``; the summary goes to ``err``; return 0."""
     validate_topic(topic)
-    props = parse_assignments(properties, "--property")
-    if output_format == "json":
-        if props:
-            raise CommandError("--property applies to --format text only")
-        formatter: TextFormatter | JsonFormatter = JsonFormatter()
-    else:
-        formatter = TextFormatter(props)
-    if start.kind == "offset" and partition is None:
-        raise CommandError("--offset needs --partition (an offset belongs to one partition)")
-    if max_messages is not None and max_messages < 0:
-        raise CommandError(f"--max-messages must be >= 0, not {max_messages}")
+    check_options(partition=partition, start=start, max_messages=max_messages,
+                  output_format=output_format, properties=properties)  # fmt: skip
+    formatter = _formatter(output_format, properties)
     isolation = FetchIsolation.of(-1, IsolationLevel.parse(isolation_level))
-    require_log_dir(log_dir_path)
-    log_dir = LogDir(log_dir_path)
-    partitions = topic_partitions(log_dir, topic)
+    partitions = source.partitions(topic)
     if partition is not None:
         if partition not in partitions:
             raise UnknownTopicOrPartitionError(
-                f"topic {topic!r} has no partition {partition} in log dir {log_dir.path} "
+                f"topic {topic!r} has no partition {partition} {source.where} "
                 f"(partitions: {', '.join(map(str, partitions))})"
             )
         partitions = [partition]
-    entry = TopicConfigFile(log_dir.path).read().get(topic)
-    topic_config = config.topic_defaults
-    if entry is not None:
-        topic_config = entry.log_config(config.topic_defaults, topic)
-
     left = max_messages
     counts: dict[int, int] = {}
     for p in partitions:
         if left == 0:
             break
-        tp = TopicPartition(topic, p)
-        if not log_dir.partition_dir(tp).is_dir():
-            continue  # created in the topic file, directory not made yet: empty
-        with log_dir.open_partition(
-            tp, index_interval_bytes=topic_config.index_interval_bytes
-        ) as reader:
-            counts[p] = 0
-            for batch in read_partition(reader, bounds(reader, start, isolation), isolation):
+        counts[p] = 0
+        with contextlib.closing(source.batches(TopicPartition(topic, p), start, isolation)) as it:
+            for batch in it:
                 if left is not None and batch.num_rows > left:
                     batch = batch.slice(0, left)
                 for line in formatter.format(batch, p):

@@ -20,8 +20,11 @@ Placement (``--partition`` puts every record in that partition), otherwise as Ka
 Batching: records are buffered per partition and sent as one record batch v2 (``--compression``
 codec) when a partition holds ``--batch-size`` records, or earlier when one more record would
 make the batch's uncompressed size exceed the topic's ``max.message.bytes``; what is left is sent
-at the end of the input. Each batch is one ``Broker.produce`` with ``--acks``. A batch the broker
-refuses stops the command with the broker's error and the line numbers of the batch.
+at the end of the input. Each batch is one produce with ``--acks`` to a :class:`ProduceTarget`:
+an embedded broker on ``--log-dir`` (:class:`BrokerTarget`) or a Produce request to the
+partition's leader with ``--bootstrap-server`` (spark_kafkalog/bootstrap_server.py; with
+``--acks 0`` no response comes, so the summary's offsets are -1). A batch the broker refuses
+stops the command with the broker's error and the line numbers of the batch.
 
 Prints to stderr at the end (also after an error, for what went in before it): records and
 batches sent and per partition the offset range written.
@@ -31,7 +34,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import BinaryIO, TextIO
+from typing import BinaryIO, Protocol, TextIO
 
 from broker_embedded.broker import Broker, parse_acks
 from broker_embedded.client.default_partitioner import partition_for_key
@@ -46,6 +49,41 @@ from spark_kafkalog.topics_command import CommandError
 # deltas, key and value lengths, header count (varints, at most 5 or 10 bytes each).
 _RECORD_FRAMING_BYTES = 40
 _HEADER_FRAMING_BYTES = 10
+
+
+class ProduceTarget(Protocol):
+    """Where the console producer sends its batches."""
+
+    def partition_count(self, topic: str) -> int: ...
+
+    def max_message_bytes(self, topic: str) -> int: ...
+
+    def produce(
+        self, topic: str, partition: int, records: list[ProducerRecord], acks: int,
+        compression: CompressionType,
+    ) -> tuple[int, int]:  # fmt: skip
+        """One record batch of ``records``; (first offset, last offset) written, -1 unknown."""
+        ...
+
+
+@dataclass(frozen=True)
+class BrokerTarget:
+    """An embedded broker (``--log-dir``)."""
+
+    broker: Broker
+
+    def partition_count(self, topic: str) -> int:
+        return len(self.broker.describe_topic(topic).partitions)
+
+    def max_message_bytes(self, topic: str) -> int:
+        return int(self.broker.topic_config(topic)["max.message.bytes"])
+
+    def produce(
+        self, topic: str, partition: int, records: list[ProducerRecord], acks: int,
+        compression: CompressionType,
+    ) -> tuple[int, int]:  # fmt: skip
+        result = self.broker.produce(topic, partition, records, acks=acks, compression=compression)
+        return result.base_offset, result.last_offset
 
 
 @dataclass
@@ -119,7 +157,7 @@ class ConsoleProducer:
 
     def __init__(
         self,
-        broker: Broker,
+        target: ProduceTarget,
         topic: str,
         *,
         partition: int | None = None,
@@ -134,10 +172,9 @@ class ConsoleProducer:
             raise CommandError(f"--batch-size must be at least 1, not {batch_size}")
         if key_separator == "":
             raise CommandError("--key-separator must not be empty")
-        self.broker = broker
+        self.target = target
         self.topic = topic
-        meta = broker.describe_topic(topic)
-        self.num_partitions = len(meta.partitions)
+        self.num_partitions = target.partition_count(topic)
         if partition is not None and not 0 <= partition < self.num_partitions:
             raise UnknownTopicOrPartitionError(
                 f"topic {topic!r} has no partition {partition} (partitions 0.."
@@ -152,7 +189,7 @@ class ConsoleProducer:
         self.acks = parse_acks(acks)
         self.compression = CompressionType.parse(compression)
         self.batch_size = batch_size
-        self.max_batch_bytes = int(broker.topic_config(topic)["max.message.bytes"])
+        self.max_batch_bytes = target.max_message_bytes(topic)
         self.summary = ProduceSummary(topic)
         self._pending: dict[int, _Pending] = {}
         self._next_keyless = 0
@@ -195,8 +232,8 @@ class ConsoleProducer:
     def _send(self, p: int) -> None:
         pending = self._pending.pop(p)
         try:
-            result = self.broker.produce(
-                self.topic, p, pending.records, acks=self.acks, compression=self.compression
+            first, last = self.target.produce(
+                self.topic, p, pending.records, self.acks, self.compression
             )
         except KafkaApiError as e:
             raise type(e)(
@@ -207,8 +244,8 @@ class ConsoleProducer:
         s.records += len(pending.records)
         s.batches += 1
         if s.first_offset < 0:
-            s.first_offset = result.base_offset
-        s.last_offset = result.last_offset
+            s.first_offset = first
+        s.last_offset = last
 
     def flush(self) -> None:
         for p in sorted(self._pending):
@@ -227,7 +264,7 @@ class ConsoleProducer:
 
 
 def run(
-    broker: Broker,
+    target: ProduceTarget,
     topic: str,
     stdin: BinaryIO,
     err: TextIO,
@@ -241,7 +278,7 @@ def run(
 ) -> int:
     """Produce stdin's lines; the summary goes to ``err`` (also when an error stops it)."""
     producer = ConsoleProducer(
-        broker,
+        target,
         topic,
         partition=partition,
         key_separator=key_separator,

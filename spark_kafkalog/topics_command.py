@@ -1,9 +1,11 @@
 """``kafkalog topics``: create, list, describe and delete topics (Kafka's ``kafka-topics``).
 
-Each command opens an embedded :class:`~broker_embedded.broker.Broker` on the log dir, which takes
-the log dir's ``.lock``: while another process owns the dir the command fails with the
-:class:`LogDirLockedError` naming the holder, and changes nothing. The broker is closed cleanly
-(checkpoints written) before the command returns.
+With ``--log-dir`` each command opens an embedded :class:`~broker_embedded.broker.Broker` on
+the log dir, which takes the log dir's ``.lock``: while another process owns the dir the
+command fails with the :class:`LogDirLockedError` naming the holder, and changes nothing. The
+broker is closed cleanly (checkpoints written) before the command returns. With
+``--bootstrap-server`` the same commands go to a running server over the wire
+(spark_kafkalog/bootstrap_server.py) and print the same.
 
 Output (stdout):
 
@@ -143,23 +145,27 @@ def _ids(ids: list[int]) -> str:
 def describe(broker: Broker, names: list[str] | None, out: TextIO, *, as_json: bool) -> None:
     """Describe ``names`` (every topic when ``None``)."""
     for meta in broker.metadata(names):
-        d = describe_one(broker, meta)
-        if as_json:
-            out.write(json.dumps(d) + "\n")
-            continue
-        configs = ",".join(f"{k}={v}" for k, v in d["configs"].items())
+        write_description(describe_one(broker, meta), out, as_json=as_json)
+
+
+def write_description(d: dict, out: TextIO, *, as_json: bool) -> None:
+    """One topic's ``describe`` output from its :func:`describe_one` dict."""
+    if as_json:
+        out.write(json.dumps(d) + "\n")
+        return
+    configs = ",".join(f"{k}={v}" for k, v in d["configs"].items())
+    out.write(
+        f"Topic: {d['topic']}\tTopicId: {d['topicId']}\tPartitionCount: "
+        f"{d['partitionCount']}\tReplicationFactor: {d['replicationFactor']}\t"
+        f"Configs: {configs}\n"
+    )
+    for p in d["partitions"]:
         out.write(
-            f"Topic: {d['topic']}\tTopicId: {d['topicId']}\tPartitionCount: "
-            f"{d['partitionCount']}\tReplicationFactor: {d['replicationFactor']}\t"
-            f"Configs: {configs}\n"
+            f"\tTopic: {d['topic']}\tPartition: {p['partition']}\tLeader: {p['leader']}\t"
+            f"Replicas: {_ids(p['replicas'])}\tIsr: {_ids(p['isr'])}\t"
+            f"LeaderEpoch: {p['leaderEpoch']}\tLogStartOffset: {p['logStartOffset']}\t"
+            f"HighWatermark: {p['highWatermark']}\tLogEndOffset: {p['logEndOffset']}\n"
         )
-        for p in d["partitions"]:
-            out.write(
-                f"\tTopic: {d['topic']}\tPartition: {p['partition']}\tLeader: {p['leader']}\t"
-                f"Replicas: {_ids(p['replicas'])}\tIsr: {_ids(p['isr'])}\t"
-                f"LeaderEpoch: {p['leaderEpoch']}\tLogStartOffset: {p['logStartOffset']}\t"
-                f"HighWatermark: {p['highWatermark']}\tLogEndOffset: {p['logEndOffset']}\n"
-            )
 
 
 def run(

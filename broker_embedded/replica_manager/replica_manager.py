@@ -70,6 +70,7 @@ from broker_embedded.storage.topic_partition import TopicPartition
 
 PAUSE_WAIT_S = 0.05
 DELETE_TO_HIGH_WATERMARK = -1
+CONSUMER_REPLICA_ID = -1  # a client's ListOffsets (Kafka's ListOffsetsRequest.CONSUMER_REPLICA_ID)
 
 
 class ReplicaManager:
@@ -468,7 +469,7 @@ class ReplicaManager:
         p = self.leader_partition(tp)
         p.check_epoch(current_leader_epoch)
         lg = p.log
-        if replica_id >= 0:
+        if replica_id != CONSUMER_REPLICA_ID:  # a follower, or Kafka's debugging id -2
             upper = lg.log_end_offset
         elif isolation_level == IsolationLevel.READ_COMMITTED:
             upper = lg.last_stable_offset

@@ -29,19 +29,24 @@ import io
 import struct
 from collections.abc import Callable
 from dataclasses import dataclass
-from functools import cache
 from typing import Any
 
-from kio.index import UnknownAPIKey, UnknownEntity, load_request_schema, load_response_schema
-from kio.schema.index import api_key_map
 from kio.schema.request_header.v1.header import RequestHeader as RequestHeaderV1
 from kio.schema.request_header.v2.header import RequestHeader as RequestHeaderV2
-from kio.serial import entity_reader, entity_writer
+from kio.serial import entity_reader
 from kio.serial.errors import SerialError
 
 from broker_embedded.errors import KafkaApiError
+from broker_embedded.protocol.schemas import (  # noqa: F401 (re-exported to the handlers)
+    API_VERSIONS_KEY,
+    api_name,
+    encode_body,
+    reader_of,
+    request_schema,
+    response_schema,
+    writer_of,
+)
 
-API_VERSIONS_KEY = 18
 _SIZE = struct.Struct(">i")
 _CORRELATION_ID = struct.Struct(">i")
 _HEADER_V1 = entity_reader(RequestHeaderV1)
@@ -79,40 +84,6 @@ class RequestHeader:
     def response_header_version(self) -> int:
         """0 or 1: v1 for flexible versions, except ApiVersions (always v0)."""
         return 1 if self.header_version == 2 and self.api_key != API_VERSIONS_KEY else 0
-
-
-def api_name(api_key: int) -> str:
-    """Kafka's name of an API key ("Metadata"), or "unknown" for a key Kafka does not define."""
-    name = api_key_map.get(api_key)
-    return "unknown" if name is None else name.title().replace("_", "")
-
-
-def request_schema(api_key: int, api_version: int) -> type | None:
-    """kio's request class for a key and version, or None when kio has none."""
-    return _schema(load_request_schema, api_key, api_version)
-
-
-def response_schema(api_key: int, api_version: int) -> type | None:
-    """kio's response class for a key and version, or None when kio has none."""
-    return _schema(load_response_schema, api_key, api_version)
-
-
-@cache
-def _schema(load: Callable[[int, int], type], api_key: int, api_version: int) -> type | None:
-    try:
-        return load(api_key, api_version)
-    except (UnknownAPIKey, UnknownEntity):
-        return None
-
-
-@cache
-def _reader(schema: type) -> Any:
-    return entity_reader(schema)
-
-
-@cache
-def _writer(schema: type) -> Any:
-    return entity_writer(schema)
 
 
 def request_header_version(api_key: int, api_version: int) -> int:
@@ -165,19 +136,12 @@ def parse_body(header: RequestHeader, frame: memoryview, offset: int) -> Any:
     if schema is None:
         raise InvalidRequestError(f"no schema for {header.api_name} version {header.api_version}")
     try:
-        body, size = _reader(schema)(frame, offset)
+        body, size = reader_of(schema)(frame, offset)
     except (SerialError, ValueError) as e:
         raise InvalidRequestError(
             f"malformed {header.api_name} v{header.api_version} request: {e}"
         ) from None
     return body
-
-
-def encode_body(message: Any) -> bytes:
-    """A kio message's bytes (its schema class carries its version)."""
-    out = io.BytesIO()
-    _writer(type(message))(out, message)
-    return out.getvalue()
 
 
 def response_frame(header: RequestHeader, message: Any, body_version: int | None = None) -> bytes:
@@ -197,7 +161,7 @@ def response_frame(header: RequestHeader, message: Any, body_version: int | None
     out.write(_CORRELATION_ID.pack(header.correlation_id))
     if header.response_header_version == 1:
         out.write(b"\0")  # no tagged fields
-    _writer(type(message))(out, message)
+    writer_of(type(message))(out, message)
     frame = out.getbuffer()
     _SIZE.pack_into(frame, 0, len(frame) - 4)
     del frame

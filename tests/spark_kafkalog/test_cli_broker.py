@@ -575,7 +575,10 @@ def test_missing_log_dir_bad_property_and_usage(cli, tmp_path: Path, topic_t: st
     assert_error(cli(f"consume {d} --property print.colour=true"), "unknown --property print.colo")
     assert_error(cli(f"consume {d} --property print.key=yes"), "print.key must be true or false")
     assert_error(cli(f"consume {d} --format json --property print.key=true"), "--format text only")
-    for usage in ("consume --topic t", f"consume {d} --from-beginning --timestamp 5",
+    assert cli("consume --topic t") == (
+        2, "", "kafkalog consume: exactly one of --log-dir and --bootstrap-server is required\n"
+    )  # fmt: skip
+    for usage in (f"consume {d} --from-beginning --timestamp 5",
                   f"consume {d} --max-messages -1", f"produce {d} --acks 2"):  # fmt: skip
         with pytest.raises(SystemExit) as exc:
             cli(usage)

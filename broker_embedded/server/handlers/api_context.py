@@ -21,15 +21,14 @@ from __future__ import annotations
 import sys
 import uuid
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, fields
-from functools import cache
+from dataclasses import dataclass
 from types import ModuleType
-from typing import Any
 
 from kio.schema.errors import ErrorCode
 
 from broker_embedded.broker import Broker
 from broker_embedded.errors import KafkaApiError
+from broker_embedded.protocol.schemas import make  # noqa: F401 (the handlers import it here)
 from broker_embedded.server.protocol import response_schema
 from broker_embedded.server.request_channel import Request
 from broker_embedded.storage.log_config import InvalidConfigError
@@ -76,17 +75,6 @@ def response_types(request: Request) -> ModuleType:
     schema = response_schema(request.header.api_key, request.header.api_version)
     assert schema is not None  # registration checked every served version
     return sys.modules[schema.__module__]
-
-
-@cache
-def _field_names(cls: type) -> frozenset[str]:
-    return frozenset(f.name for f in fields(cls))
-
-
-def make(cls: type, **values: Any) -> Any:
-    """``cls(**values)`` without the values ``cls`` has no field for."""
-    names = _field_names(cls)
-    return cls(**{k: v for k, v in values.items() if k in names})
 
 
 NONE = ErrorCode.none

@@ -4,9 +4,10 @@ Timestamps (Kafka's ``ListOffsetsRequest``): -2 earliest (log start offset), -1 
 watermark; the last stable offset with isolation level 1 = read_committed, v2+), -3 the record
 with the largest timestamp (v7+), -4 earliest local (= earliest: every segment is local), -5 /
 -6 tiered-storage offsets (-1: no tiered storage), >= 0 the first record with a timestamp at or
-after it (offset and timestamp -1 when none). A follower's ``replica_id`` >= 0 reads up to the
-log end offset. ``current_leader_epoch`` (v4+) is checked: FENCED_LEADER_EPOCH (74) when older
-than the leader's, UNKNOWN_LEADER_EPOCH (75) when newer. Per-partition errors:
+after it (offset and timestamp -1 when none). A ``replica_id`` other than -1 (a follower's id,
+or -2, Kafka's debugging id) reads up to the log end offset, as in Kafka.
+``current_leader_epoch`` (v4+) is checked: FENCED_LEADER_EPOCH (74) when older than the leader's,
+UNKNOWN_LEADER_EPOCH (75) when newer. Per-partition errors:
 UNKNOWN_TOPIC_OR_PARTITION (3), NOT_LEADER_OR_FOLLOWER (6), INVALID_REQUEST (42) for another
 negative timestamp. The answered ``leader_epoch`` (v4+) is the leader's epoch for -1/-2 and the
 found batch's epoch for a timestamp.

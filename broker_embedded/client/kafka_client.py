@@ -1,0 +1,561 @@
+"""A blocking wire-protocol client (Kafka's ``NetworkClient`` / ``KafkaAdminClient`` reduced to
+what the ``kafkalog`` commands need): one socket per broker, requests one at a time.
+
+Frames (kio's schemas, broker_embedded/protocol/schemas.py, the server's too): a request is
+``size int32`` + request header v1 (api key int16, version int16, correlation id int32, client id
+nullable string) or v2 (v1 + tagged fields) for flexible versions, then the body; a response is
+``size int32`` + correlation id int32 (+ tagged fields for flexible versions except
+ApiVersions) + body. The correlation id of each response must be the request's.
+
+Versions: on connecting, ApiVersions v3 (v0 when the broker answers UNSUPPORTED_VERSION); each
+API is then sent at the highest version both this client (:data:`CLIENT_VERSIONS`) and the broker
+support; none in common is an :class:`UnsupportedVersionError` naming the broker.
+
+Limits (and what happens at them): connecting takes at most ``connect_timeout_s`` and each
+request at most ``request_timeout_s`` (socket timeouts: :class:`BrokerConnectionError` naming
+the broker, the connection closed); a response frame larger than ``max_response_bytes`` is
+refused unread (same error). Requests to a partition's leader that fail with
+NOT_LEADER_OR_FOLLOWER (6) or LEADER_NOT_AVAILABLE (5), or whose leader is unreachable, refresh
+the metadata and are retried at most ``retries`` times, ``retry_backoff_s`` apart; after that
+the last error is raised. A Produce retried after its connection broke may have been appended
+before it broke: then the batch is in the log twice (at least once, as Kafka's producer without
+idempotence). An error code in a response raises the domain exception of that code
+(``broker_embedded.errors``; :class:`KafkaApiError` with the code for the others) naming the
+broker, topic and partition.
+
+Record bytes are passed through untouched: Produce sends the batch the caller built
+(``producer_record.build_batch``), Fetch returns the partition's records bytes (one copy) for the
+columnar decoder. Not thread-safe: one client per thread.
+"""
+
+from __future__ import annotations
+
+import socket
+import struct
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+from kio.schema.response_header.v1.header import ResponseHeader as ResponseHeaderV1
+
+from broker_embedded import errors
+from broker_embedded.errors import KafkaApiError, KafkaLogError
+from broker_embedded.protocol.schemas import (
+    API_VERSIONS_KEY,
+    api_name,
+    make,
+    reader_of,
+    request_schema,
+    response_schema,
+    types_of,
+    writer_of,
+)
+
+PRODUCE, FETCH, LIST_OFFSETS, METADATA = 0, 1, 2, 3
+CREATE_TOPICS, DELETE_TOPICS, DESCRIBE_CONFIGS, CREATE_PARTITIONS = 19, 20, 32, 37
+# What this client can build and read (topic names, not ids: Fetch v13+ and DeleteTopics v6+
+# name topics by id).
+CLIENT_VERSIONS = {
+    PRODUCE: (3, 9), FETCH: (4, 12), LIST_OFFSETS: (2, 7), METADATA: (1, 12),
+    API_VERSIONS_KEY: (0, 3), CREATE_TOPICS: (2, 7), DELETE_TOPICS: (1, 5),
+    DESCRIBE_CONFIGS: (1, 4), CREATE_PARTITIONS: (0, 3),
+}  # fmt: skip
+EARLIEST, LATEST = -2, -1  # ListOffsets timestamps
+DEBUGGING_REPLICA_ID = -2  # ListOffsets up to the log end offset (Kafka's debugging id)
+RETRIABLE = frozenset({5, 6})  # LEADER_NOT_AVAILABLE, NOT_LEADER_OR_FOLLOWER
+UNSUPPORTED_VERSION = 35
+_SIZE = struct.Struct(">i")
+
+
+class BrokerConnectionError(KafkaLogError):
+    """A broker that cannot be reached, times out, closes the connection or sends a frame that
+    is not a response to the request; the message names the broker's address."""
+
+
+class UnsupportedVersionError(KafkaLogError):
+    """A broker serving no version of an API that this client can speak."""
+
+
+class LeaderNotAvailableError(KafkaApiError):
+    code = 5
+    name = "LEADER_NOT_AVAILABLE"
+
+
+def api_error(code: int, message: str) -> KafkaApiError:
+    """The domain exception of Kafka error ``code`` (a plain KafkaApiError for unknown ones)."""
+    for cls in _api_error_classes():
+        if cls.code == code:
+            return cls(f"{message}: {cls.name}")
+    error = KafkaApiError(f"{message} (error code {code})")
+    error.code = code
+    return error
+
+
+def _api_error_classes() -> list[type[KafkaApiError]]:
+    found: list[type[KafkaApiError]] = [LeaderNotAvailableError]
+    pending = [KafkaApiError]
+    while pending:
+        for sub in pending.pop().__subclasses__():
+            pending.append(sub)
+            if sub.__module__ == errors.__name__:
+                found.append(sub)
+    return found
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerAddress:
+    host: str
+    port: int
+
+    @classmethod
+    def parse_list(cls, text: str) -> tuple[BrokerAddress, ...]:
+        """``HOST:PORT[,HOST:PORT...]`` (``--bootstrap-server``); ValueError when malformed."""
+        out = []
+        for item in text.split(","):
+            host, sep, port = item.strip().rpartition(":")
+            if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+                raise ValueError(f"{item.strip()!r} is not HOST:PORT")
+            out.append(cls(host.strip("[]"), int(port)))
+        return tuple(out)
+
+    def __str__(self) -> str:
+        return f"{self.host}:{self.port}"
+
+
+@dataclass(frozen=True, slots=True)
+class ClientConfig:
+    client_id: str = "kafkalog"
+    connect_timeout_s: float = 10.0
+    request_timeout_s: float = 30.0
+    max_response_bytes: int = 64 << 20
+    retries: int = 5
+    retry_backoff_s: float = 0.2
+
+
+class BrokerConnection:
+    """One socket to one broker, with the API versions it negotiated."""
+
+    def __init__(self, address: BrokerAddress, config: ClientConfig) -> None:
+        self.address = address
+        self.config = config
+        self._correlation_id = 0
+        try:
+            self._sock = socket.create_connection(
+                (address.host, address.port), timeout=config.connect_timeout_s
+            )
+        except OSError as e:
+            raise BrokerConnectionError(f"cannot connect to broker {address}: {e}") from None
+        self._sock.settimeout(config.request_timeout_s)
+        self.versions: dict[int, int] = {}
+        try:
+            self.versions = self._negotiate()
+        except BaseException:
+            self.close()
+            raise
+
+    def close(self) -> None:
+        self._sock.close()
+
+    def _negotiate(self) -> dict[int, int]:
+        response = self.send(API_VERSIONS_KEY, 3, client_software_name="kafkalog",
+                             client_software_version="1")  # fmt: skip
+        if response.error_code == UNSUPPORTED_VERSION:
+            response = self.send(API_VERSIONS_KEY, 0)
+        if response.error_code != 0:
+            raise api_error(int(response.error_code), f"ApiVersions from broker {self.address}")
+        served = {k.api_key: (k.min_version, k.max_version) for k in response.api_keys}
+        versions = {}
+        for key, (low, high) in CLIENT_VERSIONS.items():
+            if key in served and max(low, served[key][0]) <= min(high, served[key][1]):
+                versions[key] = min(high, served[key][1])
+        return versions
+
+    def version(self, api_key: int) -> int:
+        version = self.versions.get(api_key)
+        if version is None:
+            raise UnsupportedVersionError(
+                f"broker {self.address} serves no version of {api_name(api_key)} that this "
+                f"client speaks ({CLIENT_VERSIONS[api_key][0]}..{CLIENT_VERSIONS[api_key][1]})"
+            )
+        return version
+
+    def request(
+        self, api_key: int, build: Callable[[Any], dict[str, Any]], *, expect_response=True
+    ) -> Any:
+        """Send ``api_key`` at the negotiated version; ``build(types)`` gives the body's values
+        (``types``: the kio module of that version's nested request classes)."""
+        version = self.version(api_key)
+        schema = request_schema(api_key, version)
+        assert schema is not None
+        return self.send(api_key, version, expect_response=expect_response,
+                         **build(types_of(schema)))  # fmt: skip
+
+    def send(self, api_key: int, version: int, *, expect_response=True, **values: Any) -> Any:
+        schema, reply = request_schema(api_key, version), response_schema(api_key, version)
+        assert schema is not None and reply is not None
+        self._correlation_id += 1
+        header_schema = schema.__header_schema__
+        header = make(
+            header_schema, request_api_key=api_key, request_api_version=version,
+            correlation_id=self._correlation_id, client_id=self.config.client_id,
+        )  # fmt: skip
+        buf = bytearray(4)
+        _Appender(buf).write_with(writer_of(header_schema), header)
+        _Appender(buf).write_with(writer_of(schema), make(schema, **values))
+        _SIZE.pack_into(buf, 0, len(buf) - 4)
+        what = f"{api_name(api_key)} v{version} to broker {self.address}"
+        try:
+            self._sock.sendall(buf)
+            if not expect_response:
+                return None
+            frame = self._read_frame(what)
+        except TimeoutError:
+            self.close()
+            raise BrokerConnectionError(
+                f"{what}: no response within {self.config.request_timeout_s} s"
+            ) from None
+        except OSError as e:
+            self.close()
+            raise BrokerConnectionError(f"{what}: {e}") from None
+        return self._parse(frame, reply, what)
+
+    def _parse(self, frame: memoryview, reply: type, what: str) -> Any:
+        (correlation_id,) = _SIZE.unpack_from(frame, 0)
+        if correlation_id != self._correlation_id:
+            self.close()
+            raise BrokerConnectionError(
+                f"{what}: response correlation id {correlation_id}, expected {self._correlation_id}"
+            )
+        offset = 4
+        if reply.__flexible__ and reply.__api_key__ != API_VERSIONS_KEY:
+            _, offset = reader_of(ResponseHeaderV1)(frame, 0)
+        try:
+            body, _ = reader_of(reply)(frame, offset)
+        except Exception as e:  # kio's SerialError, ValueError, struct.error
+            self.close()
+            raise BrokerConnectionError(f"{what}: malformed response: {e}") from None
+        return body
+
+    def _read_frame(self, what: str) -> memoryview:
+        (size,) = _SIZE.unpack(self._read_exactly(4, what))
+        if not 4 <= size <= self.config.max_response_bytes:
+            raise OSError(
+                f"response of {size} bytes (at most {self.config.max_response_bytes} accepted)"
+            )
+        return memoryview(self._read_exactly(size, what)).toreadonly()
+
+    def _read_exactly(self, n: int, what: str) -> bytearray:
+        buf = bytearray(n)
+        view, got = memoryview(buf), 0
+        while got < n:
+            k = self._sock.recv_into(view[got:])
+            if k == 0:
+                raise OSError("the broker closed the connection")
+            got += k
+        return buf
+
+
+class _Appender:
+    """A writable stream appending to a bytearray (kio's writers take a stream)."""
+
+    def __init__(self, buf: bytearray) -> None:
+        self.buf = buf
+
+    def write(self, data: bytes) -> int:
+        self.buf += data
+        return len(data)
+
+    def write_with(self, writer: Any, message: Any) -> None:
+        writer(self, message)
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionInfo:
+    partition: int
+    leader: int
+    leader_epoch: int
+    replicas: tuple[int, ...]
+    isr: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class TopicInfo:
+    name: str
+    topic_id: Any  # uuid.UUID or None
+    partitions: tuple[PartitionInfo, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class FetchedPartition:
+    """One partition of a Fetch response: its records bytes and offsets."""
+
+    records: bytes
+    high_watermark: int
+    last_stable_offset: int
+    log_start_offset: int
+    aborted_transactions: tuple[tuple[int, int], ...] | None  # (producer id, first offset)
+
+
+@dataclass(frozen=True, slots=True)
+class ConfigValue:
+    name: str
+    value: str | None
+    is_override: bool  # config_source DYNAMIC_TOPIC_CONFIG (1)
+
+
+class KafkaClient:
+    """Connections to the brokers of one cluster, found from the bootstrap addresses."""
+
+    def __init__(self, bootstrap: str, config: ClientConfig = ClientConfig()) -> None:
+        try:
+            self.bootstrap = BrokerAddress.parse_list(bootstrap)
+        except ValueError as e:
+            raise BrokerConnectionError(f"--bootstrap-server {bootstrap!r}: {e}") from None
+        self.config = config
+        self._connections: dict[BrokerAddress, BrokerConnection] = {}
+        self._brokers: dict[int, BrokerAddress] = {}
+        self._topics: dict[str, TopicInfo] = {}
+
+    def __enter__(self) -> KafkaClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        for connection in self._connections.values():
+            connection.close()
+        self._connections.clear()
+
+    def connection(self, address: BrokerAddress) -> BrokerConnection:
+        connection = self._connections.get(address)
+        if connection is None:
+            connection = self._connections[address] = BrokerConnection(address, self.config)
+        return connection
+
+    def _drop(self, address: BrokerAddress) -> None:
+        connection = self._connections.pop(address, None)
+        if connection is not None:
+            connection.close()
+
+    def any_broker(self, api_key: int, build: Callable[[Any], dict[str, Any]]) -> Any:
+        """A request to the first reachable broker (known ones, then the bootstrap list)."""
+        last: BrokerConnectionError | None = None
+        for address in (*self._connections, *self.bootstrap, *self._brokers.values()):
+            try:
+                return self.connection(address).request(api_key, build)
+            except BrokerConnectionError as e:
+                self._drop(address)
+                last = e
+        assert last is not None
+        raise last
+
+    # -- metadata ----------------------------------------------------------------------------------
+
+    def metadata(self, topics: Iterable[str] | None = None) -> list[TopicInfo]:
+        """Metadata of ``topics`` (every topic when None); an unknown topic raises."""
+        names = None if topics is None else list(topics)
+
+        def build(types: Any) -> dict[str, Any]:
+            wanted = (
+                None
+                if names is None
+                else tuple(make(types.MetadataRequestTopic, name=n, topic_id=None) for n in names)
+            )
+            return {"topics": wanted, "allow_auto_topic_creation": False,
+                    "include_topic_authorized_operations": False,
+                    "include_cluster_authorized_operations": False}  # fmt: skip
+
+        response = self.any_broker(METADATA, build)
+        self._brokers = {b.node_id: BrokerAddress(b.host, b.port) for b in response.brokers}
+        out = []
+        for t in response.topics:
+            if t.error_code != 0:
+                raise api_error(int(t.error_code), f"Metadata of topic {t.name!r} failed")
+            info = TopicInfo(t.name, getattr(t, "topic_id", None), tuple(sorted(
+                (PartitionInfo(p.partition_index, p.leader_id, p.leader_epoch,
+                               tuple(p.replica_nodes), tuple(p.isr_nodes))
+                 for p in t.partitions), key=lambda p: p.partition)))  # fmt: skip
+            self._topics[t.name] = info
+            out.append(info)
+        return out
+
+    def topic(self, name: str) -> TopicInfo:
+        info = self._topics.get(name)
+        return info if info is not None else self.metadata([name])[0]
+
+    def _leader(self, topic: str, partition: int) -> BrokerAddress:
+        info = self.topic(topic)
+        found = [p for p in info.partitions if p.partition == partition]
+        if not found:
+            raise errors.UnknownTopicOrPartitionError(
+                f"topic {topic!r} has no partition {partition} (partitions 0.."
+                f"{len(info.partitions) - 1})"
+            )
+        address = self._brokers.get(found[0].leader)
+        if address is None:
+            raise LeaderNotAvailableError(
+                f"topic {topic!r} partition {partition}: leader {found[0].leader} is unknown"
+            )
+        return address
+
+    def to_leader(self, topic: str, partition: int, call: Callable[[BrokerConnection], Any]) -> Any:
+        """``call`` on the partition leader's connection, retried on a moved or unreachable
+        leader after a metadata refresh (at most ``retries`` times)."""
+        for attempt in range(self.config.retries + 1):
+            address = None
+            try:
+                address = self._leader(topic, partition)
+                return call(self.connection(address))
+            except (BrokerConnectionError, KafkaApiError) as e:
+                retriable = isinstance(e, BrokerConnectionError) or e.code in RETRIABLE
+                if not retriable or attempt == self.config.retries:
+                    raise
+                if address is not None and isinstance(e, BrokerConnectionError):
+                    self._drop(address)
+                time.sleep(self.config.retry_backoff_s)
+                self._topics.pop(topic, None)
+        raise AssertionError("unreachable")
+
+    # -- partition requests ------------------------------------------------------------------------
+
+    def produce(
+        self, topic: str, partition: int, batch: bytes, *, acks: int, timeout_ms: int = 30_000
+    ) -> int:
+        """Produce one record batch; the base offset the leader assigned (-1 with acks=0,
+        which has no response)."""
+
+        def build(types: Any) -> dict[str, Any]:
+            data = make(types.PartitionProduceData, index=partition, records=batch)
+            return {"transactional_id": None, "acks": acks,
+                    "timeout": timedelta(milliseconds=timeout_ms),
+                    "topic_data": (make(types.TopicProduceData, name=topic,
+                                        partition_data=(data,)),)}  # fmt: skip
+
+        def call(c: BrokerConnection) -> int:
+            response = c.request(PRODUCE, build, expect_response=acks != 0)
+            if response is None:
+                return -1
+            p = response.responses[0].partition_responses[0]
+            _check(p.error_code, c, topic, partition, "Produce", getattr(p, "error_message", None))
+            return p.base_offset
+
+        return self.to_leader(topic, partition, call)
+
+    def fetch(
+        self, topic: str, partition: int, offset: int, max_bytes: int, isolation_level: int
+    ) -> FetchedPartition:
+        """Records from ``offset`` (at most ``max_bytes``, or one whole larger batch), without
+        waiting (max wait 0, min bytes 1), outside any fetch session."""
+
+        def build(types: Any) -> dict[str, Any]:
+            p = make(types.FetchPartition, partition=partition, current_leader_epoch=-1,
+                     fetch_offset=offset, last_fetched_epoch=-1, log_start_offset=-1,
+                     partition_max_bytes=max_bytes)  # fmt: skip
+            return {"cluster_id": None, "replica_id": -1, "max_wait": timedelta(0),
+                    "min_bytes": 1, "max_bytes": max_bytes, "isolation_level": isolation_level,
+                    "session_id": 0, "session_epoch": -1,
+                    "topics": (make(types.FetchTopic, topic=topic, partitions=(p,)),),
+                    "forgotten_topics_data": (), "rack_id": ""}  # fmt: skip
+
+        def call(c: BrokerConnection) -> FetchedPartition:
+            response = c.request(FETCH, build)
+            _check(response.error_code, c, topic, partition, "Fetch")
+            p = response.responses[0].partitions[0]
+            _check(p.error_code, c, topic, partition, f"Fetch at offset {offset}")
+            aborted = None
+            if p.aborted_transactions is not None:
+                aborted = tuple((a.producer_id, a.first_offset) for a in p.aborted_transactions)
+            return FetchedPartition(p.records or b"", p.high_watermark, p.last_stable_offset,
+                                    p.log_start_offset, aborted)  # fmt: skip
+
+        return self.to_leader(topic, partition, call)
+
+    def list_offset(
+        self, topic: str, partition: int, timestamp: int, *, isolation_level: int = 0,
+        replica_id: int = -1,
+    ) -> int:  # fmt: skip
+        """The offset ListOffsets answers for ``timestamp`` (EARLIEST, LATEST or ms; -1 when no
+        record has a timestamp at or after it)."""
+
+        def build(types: Any) -> dict[str, Any]:
+            p = make(types.ListOffsetsPartition, partition_index=partition,
+                     current_leader_epoch=-1, timestamp=timestamp)  # fmt: skip
+            topics = (make(types.ListOffsetsTopic, name=topic, partitions=(p,)),)
+            return {"replica_id": replica_id, "isolation_level": isolation_level, "topics": topics}
+
+        def call(c: BrokerConnection) -> int:
+            p = c.request(LIST_OFFSETS, build).topics[0].partitions[0]
+            _check(p.error_code, c, topic, partition, f"ListOffsets at timestamp {timestamp}")
+            return p.offset
+
+        return self.to_leader(topic, partition, call)
+
+    # -- admin -------------------------------------------------------------------------------------
+
+    def create_topic(
+        self, name: str, partitions: int, replication_factor: int, configs: dict[str, str]
+    ) -> None:
+        def build(types: Any) -> dict[str, Any]:
+            entries = tuple(make(types.CreatableTopicConfig, name=k, value=v)
+                            for k, v in configs.items())  # fmt: skip
+            topic = make(types.CreatableTopic, name=name, num_partitions=partitions,
+                         replication_factor=replication_factor, assignments=(),
+                         configs=entries)  # fmt: skip
+            return {"topics": (topic,), "validate_only": False,
+                    "timeout": timedelta(seconds=self.config.request_timeout_s)}  # fmt: skip
+
+        result = self.any_broker(CREATE_TOPICS, build).topics[0]
+        _check_admin(result, f"CreateTopics {name!r}")
+
+    def delete_topic(self, name: str) -> None:
+        def build(types: Any) -> dict[str, Any]:
+            return {"topic_names": (name,),
+                    "timeout": timedelta(seconds=self.config.request_timeout_s)}  # fmt: skip
+
+        _check_admin(self.any_broker(DELETE_TOPICS, build).responses[0], f"DeleteTopics {name!r}")
+        self._topics.pop(name, None)
+
+    def create_partitions(self, name: str, count: int) -> None:
+        def build(types: Any) -> dict[str, Any]:
+            topic = make(types.CreatePartitionsTopic, name=name, count=count, assignments=None)
+            return {"topics": (topic,), "validate_only": False,
+                    "timeout": timedelta(seconds=self.config.request_timeout_s)}  # fmt: skip
+
+        _check_admin(self.any_broker(CREATE_PARTITIONS, build).results[0],
+                     f"CreatePartitions {name!r}")  # fmt: skip
+        self._topics.pop(name, None)
+
+    def topic_configs(self, name: str) -> list[ConfigValue]:
+        """Every config of topic ``name`` with its effective value, in the broker's order."""
+
+        def build(types: Any) -> dict[str, Any]:
+            resource = make(types.DescribeConfigsResource, resource_type=2, resource_name=name,
+                            configuration_keys=None)  # fmt: skip
+            return {"resources": (resource,), "include_synonyms": False,
+                    "include_documentation": False}  # fmt: skip
+
+        result = self.any_broker(DESCRIBE_CONFIGS, build).results[0]
+        _check_admin(result, f"DescribeConfigs of topic {name!r}")
+        return [ConfigValue(c.name, c.value, c.config_source == 1) for c in result.configs]
+
+
+def _check(
+    code: Any, c: BrokerConnection, topic: str, partition: int, what: str,
+    message: str | None = None,
+) -> None:  # fmt: skip
+    if code != 0:
+        detail = f": {message}" if message else ""
+        raise api_error(
+            int(code),
+            f"{what} of topic {topic!r} partition {partition} on broker {c.address} failed{detail}",
+        )
+
+
+def _check_admin(result: Any, what: str) -> None:
+    if result.error_code != 0:
+        message = getattr(result, "error_message", None)
+        detail = f": {message}" if message else ""
+        raise api_error(int(result.error_code), f"{what} failed{detail}")
