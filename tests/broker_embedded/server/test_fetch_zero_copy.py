@@ -11,7 +11,10 @@ import socket
 import time
 from pathlib import Path
 
+import pytest
+
 from broker_embedded.broker import Broker
+from broker_embedded.broker_config import BrokerConfig
 from broker_embedded.cleaner.cleaner import Cleaner
 from broker_embedded.cleaner.skimpy_offset_map import SkimpyOffsetMap
 from broker_embedded.client.producer_record import ProducerRecord
@@ -32,6 +35,15 @@ TP = TopicPartition("t", 0)
 BIG = 900_000  # one record per batch, below max.message.bytes
 MB = 1 << 20
 SEGMENT = 10 * MB  # a segment larger than the socket buffers, so sending it takes a while
+
+
+@pytest.fixture
+def broker(log_dir):
+    """A broker without cleaner threads: the tests run the cleaner themselves, at the moment a
+    response is being sent (a background round could clean before the fetch reads)."""
+    b = Broker(log_dir, create=True, config=BrokerConfig(log_cleaner_threads=0))
+    yield b
+    b.close()
 
 
 def produce_big(broker: Broker, count: int, keys: int | None = None) -> None:
