@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 from broker_embedded.broker import Broker
+from broker_embedded.broker_config import BrokerConfig
 from broker_embedded.cleaner.cleaner import Cleaner
 from broker_embedded.cleaner.skimpy_offset_map import SkimpyOffsetMap
 from broker_embedded.client.producer_record import ProducerRecord
@@ -154,3 +155,24 @@ def test_beyond_the_pin_limit_regions_are_copied(broker):
         send_fetch(c, 0)
         assert records_of(c.recv_frame()) == log_bytes(broker, "t", 0)
         assert api.pins.copies == 1 and api.pins.open == 0
+
+
+def test_fetch_max_pinned_regions_0_makes_every_response_read_and_send(tmp_path):
+    """The broker config key (benchmarks/serve.py flips it): no descriptor is pinned, the bytes
+    are the same."""
+    broker = Broker(tmp_path / "logs", create=True, config=BrokerConfig(fetch_max_pinned_regions=0))
+    try:
+        broker.create_topic("t", 1)
+        produce_big(broker, 2)
+        with fetch_server(broker) as (server, api), RawClient(server) as c:
+            for _ in range(2):
+                send_fetch(c, 0)
+                assert records_of(c.recv_frame()) == log_bytes(broker, "t", 0)
+            assert api.pins.max_open == 0 and api.pins.copies == 2 and api.pins.open == 0
+    finally:
+        broker.close()
+
+
+def test_the_handler_takes_its_pin_limit_from_the_broker_config(broker):
+    with fetch_server(broker) as (server, api):
+        assert api.pins.max_open == 1024 == broker.config.fetch_max_pinned_regions
