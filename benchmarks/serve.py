@@ -19,14 +19,14 @@ consume, and a minimal Fetch v4 client in this file for the raw fetch:
 - consume from earliest: a ``Consumer`` (``group.id`` set, ``enable.auto.commit`` false) assigned
   offset 0 of the first acks=1 topic, ``consume(10000)`` until N records, checked (count and last
   offset); timed from ``assign``; MB/s of values;
-- fetch, raw: Fetch v4 requests (read_uncommitted, max wait 500 ms: the data is there, so
-  the answer is immediate; Tansu answers max wait 0 with no records; partition max bytes F MiB from ``--fetch-mib``,
-  default 1 (the consumer's ``max.partition.fetch.bytes``) and 16) read into a reused buffer and
-  not decoded, the next offset taken from the last complete batch's header, until N records; MB/s
-  of the complete batches received (a batch cut by the byte limit is fetched again and counted
-  once). kafkalog is measured twice on the same log dir: as served (segment bytes sent
-  with ``sendfile``) and restarted with ``fetch.max.pinned.regions = 0`` (each region read with
-  ``pread`` and sent from memory: read + send).
+- fetch, raw: Fetch v4 requests (read_uncommitted; max wait 500 ms: the data is there, so the
+  answer is immediate, while Tansu answers max wait 0 with no records; partition max bytes F MiB
+  from ``--fetch-mib``, default 1 (the consumer's ``max.partition.fetch.bytes``) and 16) read
+  into a reused buffer and not decoded, the next offset taken from the last complete batch's
+  header, until N records; MB/s of the complete batches received (a batch cut by the byte limit
+  is fetched again and counted once). kafkalog is measured twice on the same log dir: as served
+  (segment bytes sent with ``sendfile``) and restarted with ``fetch.max.pinned.regions = 0``
+  (each region read with ``pread`` and sent from memory: read + send).
 
 Each figure is the best of R runs (default 3). Prints a markdown table with kafkalog / Tansu
 ratios; exits 1 on an error (a server that fails, a record missing), never on a ratio. Without
