@@ -124,7 +124,7 @@ def produce(server: Server, topic: str, acks: str, s: Settings) -> Figure:
         "bootstrap.servers": server.bootstrap, "acks": acks, "linger.ms": s.linger_ms,
         "batch.size": s.batch_bytes, "compression.type": "none", "enable.idempotence": False,
         "queue.buffering.max.messages": s.records, "queue.buffering.max.kbytes": 2 << 20,
-        "delivery.report.only.error": True,
+        "delivery.report.only.error": True, "message.timeout.ms": int(CLIENT_TIMEOUT_S * 1000),
         "on_delivery": lambda err, _msg: failures.append(str(err)),
     })  # fmt: skip
     producer.list_topics(topic, timeout=CLIENT_TIMEOUT_S)  # connected before the clock starts
@@ -148,7 +148,7 @@ def _produce_one(producer: Producer, topic: str, value: bytes) -> None:
             producer.produce(topic, value)
             return
         except BufferError:  # the local queue is full: let deliveries drain it
-            producer.poll(0.01)
+            producer.poll(0.01)  # bounded: queued records fail after message.timeout.ms
 
 
 def consume(server: Server, topic: str, s: Settings, run: int) -> Figure:
