@@ -68,9 +68,11 @@ def broker_server(
     broker: Broker,
     listeners: Sequence[Endpoint | str],
     config: BrokerConfig | None = None,
+    register: Callable[[KafkaApis, ApiContext], None] = register_all,
 ) -> BrokerServer:
     """A server for one standalone broker (not started): its nodes are this broker on the
-    server's first listener, read at request time (so port 0 shows the bound port)."""
+    server's first listener, read at request time (so port 0 shows the bound port).
+    ``register``: what registers the handlers (default every one of :data:`HANDLERS`)."""
     server: BrokerServer | None = None
 
     def nodes() -> tuple[Node, ...]:
@@ -79,7 +81,7 @@ def broker_server(
         return (Node(broker.broker_id, endpoint.host, endpoint.port, broker.rack),)
 
     ctx = ApiContext.of(broker, nodes)
-    server = BrokerServer(config or broker.config, listeners, lambda apis: register_all(apis, ctx))
+    server = BrokerServer(config or broker.config, listeners, lambda apis: register(apis, ctx))
     return server
 
 

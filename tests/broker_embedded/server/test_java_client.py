@@ -22,7 +22,7 @@ import pytest
 from broker_embedded.broker import Broker
 from broker_embedded.server.broker_server import BrokerServer
 from broker_embedded.server.fetch_session import FetchManager, FetchSessionCache
-from broker_embedded.server.handlers import HANDLERS, ApiContext, Node, fetch
+from broker_embedded.server.handlers import HANDLERS, broker_server, fetch
 from tests.broker_embedded.server._net import config
 from tests.broker_embedded.server._serve import log_records
 
@@ -73,24 +73,16 @@ class CountingFetchManager(FetchManager):
 
 
 def start_server(broker: Broker, manager: FetchManager) -> BrokerServer:
-    server: BrokerServer | None = None
+    """Every handler, Fetch with ``manager``."""
 
-    def nodes() -> tuple[Node, ...]:
-        assert server is not None
-        endpoint = server.endpoints[0]
-        return (Node(broker.broker_id, endpoint.host, endpoint.port, broker.rack),)
-
-    ctx = ApiContext.of(broker, nodes)
-
-    def register(apis) -> None:
+    def register(apis, ctx) -> None:
         for register_api in HANDLERS:
             if register_api is fetch.register:
                 fetch.register(apis, ctx, manager=manager)
             else:
                 register_api(apis, ctx)
 
-    server = BrokerServer(broker.config, ["PLAINTEXT://127.0.0.1:0"], register)
-    return server.start()
+    return broker_server(broker, ["PLAINTEXT://127.0.0.1:0"], register=register).start()
 
 
 @pytest.mark.parametrize("codec", ["none", "zstd"])
