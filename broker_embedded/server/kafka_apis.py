@@ -74,6 +74,15 @@ class KafkaApis:
         self._handlers = MappingProxyType({**self._handlers, api_key: handler})
         return entry
 
+    def register_responder(
+        self, api_key: int, min_version: int, max_version: int, respond: Callable[[Request], Any]
+    ) -> ApiRange:
+        """Serve ``api_key`` with a handler that answers at once with ``respond(request)``, a kio
+        response message (the APIs that never wait)."""
+        return self.register(
+            api_key, min_version, max_version, lambda r: self.send_response(r, respond(r))
+        )
+
     def handle(self, request: Request) -> None:
         handler = self._handlers.get(request.header.api_key)
         if handler is None:  # the network layer lets only registered keys through

@@ -13,6 +13,7 @@ Thread safety: the controller serializes changes under its lock.
 
 from __future__ import annotations
 
+import functools
 from collections import Counter
 from datetime import timedelta
 from typing import Any
@@ -38,10 +39,7 @@ VERSIONS = (0, 3)
 
 
 def register(apis: KafkaApis, ctx: ApiContext) -> None:
-    def handle(request: Request) -> None:
-        apis.send_response(request, create_partitions_response(ctx, request))
-
-    apis.register(API_KEY, *VERSIONS, handle)
+    apis.register_responder(API_KEY, *VERSIONS, functools.partial(create_partitions_response, ctx))
 
 
 def create_partitions_response(ctx: ApiContext, request: Request) -> Any:

@@ -19,6 +19,7 @@ Thread safety: the controller serializes creation under its lock.
 
 from __future__ import annotations
 
+import functools
 import uuid
 from collections import Counter
 from datetime import timedelta
@@ -51,10 +52,7 @@ ZERO_UUID = uuid.UUID(int=0)
 
 
 def register(apis: KafkaApis, ctx: ApiContext) -> None:
-    def handle(request: Request) -> None:
-        apis.send_response(request, create_topics_response(ctx, request))
-
-    apis.register(API_KEY, *VERSIONS, handle)
+    apis.register_responder(API_KEY, *VERSIONS, functools.partial(create_topics_response, ctx))
 
 
 def create_topics_response(ctx: ApiContext, request: Request) -> Any:

@@ -11,6 +11,7 @@ Thread safety: each partition is changed under its lock.
 
 from __future__ import annotations
 
+import functools
 from datetime import timedelta
 from types import ModuleType
 from typing import Any
@@ -31,10 +32,7 @@ VERSIONS = (0, 2)
 
 
 def register(apis: KafkaApis, ctx: ApiContext) -> None:
-    def handle(request: Request) -> None:
-        apis.send_response(request, delete_records_response(ctx, request))
-
-    apis.register(API_KEY, *VERSIONS, handle)
+    apis.register_responder(API_KEY, *VERSIONS, functools.partial(delete_records_response, ctx))
 
 
 def delete_records_response(ctx: ApiContext, request: Request) -> Any:

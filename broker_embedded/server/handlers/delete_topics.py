@@ -11,6 +11,7 @@ Thread safety: the controller serializes deletion under its lock.
 
 from __future__ import annotations
 
+import functools
 import uuid
 from datetime import timedelta
 from typing import Any
@@ -37,10 +38,7 @@ ZERO_UUID = uuid.UUID(int=0)
 
 
 def register(apis: KafkaApis, ctx: ApiContext) -> None:
-    def handle(request: Request) -> None:
-        apis.send_response(request, delete_topics_response(ctx, request))
-
-    apis.register(API_KEY, *VERSIONS, handle)
+    apis.register_responder(API_KEY, *VERSIONS, functools.partial(delete_topics_response, ctx))
 
 
 def delete_topics_response(ctx: ApiContext, request: Request) -> Any:

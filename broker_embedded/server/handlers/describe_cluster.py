@@ -11,6 +11,7 @@ Thread safety: reads only; nothing is kept.
 
 from __future__ import annotations
 
+import functools
 from datetime import timedelta
 from typing import Any
 
@@ -28,10 +29,7 @@ OMITTED_OPERATIONS = -(2**31)
 
 
 def register(apis: KafkaApis, ctx: ApiContext) -> None:
-    def handle(request: Request) -> None:
-        apis.send_response(request, describe_cluster_response(ctx, request))
-
-    apis.register(API_KEY, *VERSIONS, handle)
+    apis.register_responder(API_KEY, *VERSIONS, functools.partial(describe_cluster_response, ctx))
 
 
 def describe_cluster_response(ctx: ApiContext, request: Request) -> Any:

@@ -21,6 +21,7 @@ Thread safety: reads the controller's topic entry under its lock; nothing is kep
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, fields
 from datetime import timedelta
 from types import ModuleType
@@ -64,10 +65,7 @@ class ConfigEntry:
 
 
 def register(apis: KafkaApis, ctx: ApiContext) -> None:
-    def handle(request: Request) -> None:
-        apis.send_response(request, describe_configs_response(ctx, request))
-
-    apis.register(API_KEY, *VERSIONS, handle)
+    apis.register_responder(API_KEY, *VERSIONS, functools.partial(describe_configs_response, ctx))
 
 
 def describe_configs_response(ctx: ApiContext, request: Request) -> Any:

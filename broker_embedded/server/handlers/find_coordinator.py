@@ -11,6 +11,7 @@ Thread safety: reads only.
 
 from __future__ import annotations
 
+import functools
 from datetime import timedelta
 from typing import Any
 
@@ -33,10 +34,7 @@ NO_NODE = Node(-1, "", -1)
 
 
 def register(apis: KafkaApis, ctx: ApiContext) -> None:
-    def handle(request: Request) -> None:
-        apis.send_response(request, find_coordinator_response(ctx, request))
-
-    apis.register(API_KEY, *VERSIONS, handle)
+    apis.register_responder(API_KEY, *VERSIONS, functools.partial(find_coordinator_response, ctx))
 
 
 def find_coordinator_response(ctx: ApiContext, request: Request) -> Any:

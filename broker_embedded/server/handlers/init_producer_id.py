@@ -12,6 +12,7 @@ Thread safety: the controller hands out ids under its lock.
 
 from __future__ import annotations
 
+import functools
 from datetime import timedelta
 from typing import Any
 
@@ -31,10 +32,7 @@ TRANSACTIONS_LATER = "this server does not serve transactions yet (transactional
 
 
 def register(apis: KafkaApis, ctx: ApiContext) -> None:
-    def handle(request: Request) -> None:
-        apis.send_response(request, init_producer_id_response(ctx, request))
-
-    apis.register(API_KEY, *VERSIONS, handle)
+    apis.register_responder(API_KEY, *VERSIONS, functools.partial(init_producer_id_response, ctx))
 
 
 def init_producer_id_response(ctx: ApiContext, request: Request) -> Any:

@@ -17,6 +17,7 @@ Thread safety: each partition is looked up under its log's lock; nothing is kept
 
 from __future__ import annotations
 
+import functools
 from datetime import timedelta
 from types import ModuleType
 from typing import Any
@@ -40,10 +41,7 @@ READ_COMMITTED = 1
 
 
 def register(apis: KafkaApis, ctx: ApiContext) -> None:
-    def handle(request: Request) -> None:
-        apis.send_response(request, list_offsets_response(ctx, request))
-
-    apis.register(API_KEY, *VERSIONS, handle)
+    apis.register_responder(API_KEY, *VERSIONS, functools.partial(list_offsets_response, ctx))
 
 
 def list_offsets_response(ctx: ApiContext, request: Request) -> Any:

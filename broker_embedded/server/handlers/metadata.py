@@ -22,6 +22,7 @@ Thread safety: reads the controller's state under its lock; nothing is kept betw
 
 from __future__ import annotations
 
+import functools
 import uuid
 from datetime import timedelta
 from types import ModuleType
@@ -50,10 +51,7 @@ NO_LEADER = -1
 
 
 def register(apis: KafkaApis, ctx: ApiContext) -> None:
-    def handle(request: Request) -> None:
-        apis.send_response(request, metadata_response(ctx, request))
-
-    apis.register(API_KEY, *VERSIONS, handle)
+    apis.register_responder(API_KEY, *VERSIONS, functools.partial(metadata_response, ctx))
 
 
 def metadata_response(ctx: ApiContext, request: Request) -> Any:

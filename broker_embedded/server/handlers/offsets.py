@@ -22,6 +22,7 @@ Thread safety: the store's lock guards its map; handlers on any thread share one
 
 from __future__ import annotations
 
+import functools
 import threading
 import uuid
 from collections.abc import Iterable
@@ -95,15 +96,10 @@ class OffsetStore:
 
 def register(apis: KafkaApis, ctx: ApiContext, store: OffsetStore | None = None) -> None:
     offsets = store or OffsetStore()
-
-    def commit(request: Request) -> None:
-        apis.send_response(request, offset_commit_response(ctx, offsets, request))
-
-    def fetch(request: Request) -> None:
-        apis.send_response(request, offset_fetch_response(ctx, offsets, request))
-
-    apis.register(OFFSET_COMMIT_KEY, *OFFSET_COMMIT_VERSIONS, commit)
-    apis.register(OFFSET_FETCH_KEY, *OFFSET_FETCH_VERSIONS, fetch)
+    commit = functools.partial(offset_commit_response, ctx, offsets)
+    apis.register_responder(OFFSET_COMMIT_KEY, *OFFSET_COMMIT_VERSIONS, commit)
+    fetch = functools.partial(offset_fetch_response, ctx, offsets)
+    apis.register_responder(OFFSET_FETCH_KEY, *OFFSET_FETCH_VERSIONS, fetch)
 
 
 def _names(ctx: ApiContext, version: int) -> dict[uuid.UUID, str]:
