@@ -267,9 +267,11 @@ class Broker:
 
     # -- producers ---------------------------------------------------------------------------------
 
-    def init_producer_id(self, transactional_id: str | None = None) -> tuple[int, int]:
+    def init_producer_id(self) -> tuple[int, int]:
+        """(producer id, epoch 0) for an idempotent producer (transactional ids go to the
+        controller's ``transaction_coordinator``)."""
         self._check_open()
-        return self.controller.init_producer_id(transactional_id)
+        return self.controller.new_producer_id(), 0
 
     def abort_orphaned_transactions(self) -> list[ProduceResult]:
         """Abort the open transactions of the partitions led here whose producer the

@@ -271,6 +271,36 @@ class InvalidTxnStateError(KafkaApiError):
     name = "INVALID_TXN_STATE"
 
 
+class InvalidProducerIdMappingError(KafkaApiError):
+    """A transactional request whose producer id is not the one its transactional id holds
+    (49)."""
+
+    code = 49
+    name = "INVALID_PRODUCER_ID_MAPPING"
+
+
+class InvalidTransactionTimeoutError(KafkaApiError):
+    """A transaction timeout outside (0, transaction.max.timeout.ms] (50)."""
+
+    code = 50
+    name = "INVALID_TRANSACTION_TIMEOUT"
+
+
+class ConcurrentTransactionsError(KafkaApiError):
+    """The transactional id is completing a transaction (its markers are being written):
+    retriable (51)."""
+
+    code = 51
+    name = "CONCURRENT_TRANSACTIONS"
+
+
+class OperationNotAttemptedError(KafkaApiError):
+    """A partition of a request not attempted because another of it failed (55)."""
+
+    code = 55
+    name = "OPERATION_NOT_ATTEMPTED"
+
+
 class TransactionCoordinatorFencedError(KafkaApiError):
     """A transaction marker from a coordinator epoch older than the last one seen (52)."""
 

@@ -128,8 +128,7 @@ class Controller:
         self._assignment: dict[str, dict[int, tuple[int, ...]]] = {}
         self._states: dict[TopicPartition, LeaderAndIsr] = {}
         self._next_producer_id = 0
-        self._txn_producers: dict[str, tuple[int, int]] = {}
-        self.transaction_coordinator = TransactionCoordinator()
+        self.transaction_coordinator = TransactionCoordinator(self.new_producer_id)
         self._resigned = False
         self._successor: Controller | None = None
         self._load()
@@ -195,8 +194,8 @@ class Controller:
             new._assignment = {t: dict(a) for t, a in self._assignment.items()}
             new._states = dict(self._states)
             new._next_producer_id = self._next_producer_id
-            new._txn_producers = dict(self._txn_producers)
             new.transaction_coordinator = self.transaction_coordinator
+            self.transaction_coordinator.new_producer_id = new.new_producer_id
             self._resigned = True
             self._successor = new
             for b in new._brokers.values():
@@ -508,21 +507,15 @@ class Controller:
 
     # -- producer ids ------------------------------------------------------------------------------
 
-    def init_producer_id(self, transactional_id: str | None = None) -> tuple[int, int]:
-        """(producer id, epoch): a new id, or for a transactional id its id with the epoch
-        bumped (fencing the previous instance)."""
+    def new_producer_id(self) -> int:
+        """A producer id never handed out before (Kafka's ``ProducerIdManager``), kept across
+        restarts with the controller's state."""
         with self._lock:
             self._check_active()
-            if transactional_id is not None and transactional_id in self._txn_producers:
-                pid, epoch = self._txn_producers[transactional_id]
-                result = (pid, epoch + 1)
-            else:
-                result = (self._next_producer_id, 0)
-                self._next_producer_id += 1
-                self._save()
-            if transactional_id is not None:
-                self._txn_producers[transactional_id] = result
-            return result
+            pid = self._next_producer_id
+            self._next_producer_id += 1
+            self._save()
+            return pid
 
     # -- metadata ----------------------------------------------------------------------------------
 

@@ -43,7 +43,7 @@ def init_producer_id_response(ctx: ApiContext, request: Request) -> Any:
     try:
         if transactional_id is not None:
             raise CoordinatorNotAvailableError(TRANSACTIONS_LATER.format(transactional_id))
-        pid, epoch = ctx.broker.init_producer_id(None)
+        pid, epoch = ctx.broker.init_producer_id()
     except KafkaApiError as e:
         error = e
     return make(types.InitProducerIdResponse, throttle_time=timedelta(0),
