@@ -162,6 +162,16 @@ class MessageReader:
         return fields
 
 
+def pack_int(s: struct.Struct, value: int, what: str) -> bytes:
+    """``value`` as the fixed-width integer ``s``, or :class:`MessageEncodeError`."""
+    try:
+        return s.pack(value)
+    except struct.error:
+        raise MessageEncodeError(
+            f"{what} = {value!r} does not fit in {s.size * 8}-bit signed"
+        ) from None
+
+
 def tagged_int(raw: bytes, s: struct.Struct, what: str) -> int:
     """A tagged field holding one fixed-width integer."""
     if len(raw) != s.size:
@@ -178,12 +188,7 @@ class MessageWriter:
         self.out = bytearray()
 
     def _fixed(self, s: struct.Struct, value: int, what: str) -> None:
-        try:
-            self.out += s.pack(value)
-        except struct.error:
-            raise MessageEncodeError(
-                f"{what} = {value!r} does not fit in {s.size * 8}-bit signed"
-            ) from None
+        self.out += pack_int(s, value, what)
 
     def int8(self, value: int, what: str) -> None:
         self._fixed(_INT8, value, what)
