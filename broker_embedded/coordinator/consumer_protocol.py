@@ -1,12 +1,20 @@
-"""The ``consumer`` protocol's assignment bytes (Kafka's ``ConsumerProtocolAssignment`` schema,
-``ConsumerProtocol.deserializeAssignment``): what a group's leader hands each member in
-SyncGroup and the coordinator stores as a member's ``assignment`` in ``GroupMetadataValue``.
+"""The ``consumer`` protocol's subscription and assignment bytes (Kafka's
+``ConsumerProtocolSubscription`` and ``ConsumerProtocolAssignment`` schemas, read as
+``ConsumerProtocol.deserializeSubscription``/``deserializeAssignment`` do): what a member sends in
+JoinGroup and what the group's leader hands it in SyncGroup; the coordinator stores both per
+member in ``GroupMetadataValue``.
 
-Byte layout (big-endian, non-flexible in every version): int16 version, assignedPartitions array
-(int32 count) of (topic string (int16 length), partitions array of int32), userData nullable
-bytes (int32 length, -1 = null). Versions 0-3 share this layout; a newer version is read with it,
-as Kafka's consumer does. An empty byte string (what a member that got nothing may hold) is no
-assignment. A negative version or bytes that do not read raise
+Byte layout (big-endian, non-flexible in every version), after an int16 version:
+
+- subscription: topics array (int32 count) of string (int16 length), userData nullable bytes
+  (int32 length, -1 = null), then v1+ ownedPartitions array of (topic string, partitions array
+  of int32), v2+ generationId int32 (default -1), v3+ rackId nullable string;
+- assignment: assignedPartitions array of (topic string, partitions array of int32), userData
+  nullable bytes (all versions).
+
+Versions 0-3 are defined; a newer version is read as version 3, as Kafka's consumer does. An
+empty assignment byte string (what a member that got nothing may hold) is no assignment. A
+negative version or bytes that do not read raise
 :class:`~broker_embedded.coordinator.message_codec.MessageFormatError` (the caller names the
 group and member).
 
@@ -34,22 +42,51 @@ class ConsumerAssignment:
     version: int = 0
 
 
-def decode_assignment(data: bytes | memoryview) -> ConsumerAssignment:
-    if len(data) == 0:
-        return ConsumerAssignment()
-    r = MessageReader(data)
-    version = r.int16("assignment version")
-    if version < 0:
-        raise MessageFormatError(f"negative assignment version {version}")
+@dataclass(frozen=True, slots=True)
+class ConsumerSubscription:
+    """A member's subscription; ``owned_partitions`` as ``(topic, partition)`` pairs."""
 
+    topics: tuple[str, ...]
+    user_data: bytes | None = None
+    owned_partitions: tuple[tuple[str, int], ...] = ()
+    generation_id: int = -1
+    rack_id: str | None = None
+    version: int = 0
+
+
+def _version(r: MessageReader, what: str) -> int:
+    version = r.int16(f"{what} version")
+    if version < 0:
+        raise MessageFormatError(f"negative {what} version {version}")
+    return version
+
+
+def _topic_partitions(r: MessageReader, what: str) -> tuple[tuple[str, int], ...]:
     def topic() -> tuple[str, tuple[int, ...]]:
         name = r.string(False, "topic")
         return name, r.array(False, "partitions", lambda: r.int32("partition"))
 
-    topics = r.array(False, "assignedPartitions", topic)
+    return tuple((name, p) for name, parts in r.array(False, what, topic) for p in parts)
+
+
+def decode_subscription(data: bytes | memoryview) -> ConsumerSubscription:
+    r = MessageReader(data)
+    version = _version(r, "subscription")
+    topics = r.array(False, "topics", lambda: r.string(False, "topic"))
     user_data = r.nullable_bytes(False, "userData")
-    pairs = tuple((name, p) for name, parts in topics for p in parts)
-    return ConsumerAssignment(pairs, user_data, version)
+    owned = _topic_partitions(r, "ownedPartitions") if version >= 1 else ()
+    generation = r.int32("generationId") if version >= 2 else -1
+    rack = r.nullable_string(False, "rackId") if version >= 3 else None
+    return ConsumerSubscription(topics, user_data, owned, generation, rack, version)
+
+
+def decode_assignment(data: bytes | memoryview) -> ConsumerAssignment:
+    if len(data) == 0:
+        return ConsumerAssignment()
+    r = MessageReader(data)
+    version = _version(r, "assignment")
+    pairs = _topic_partitions(r, "assignedPartitions")
+    return ConsumerAssignment(pairs, r.nullable_bytes(False, "userData"), version)
 
 
 def encode_assignment(a: ConsumerAssignment) -> bytes:
