@@ -294,6 +294,14 @@ class ConcurrentTransactionsError(KafkaApiError):
     name = "CONCURRENT_TRANSACTIONS"
 
 
+class TransactionalIdAuthorizationFailedError(KafkaApiError):
+    """A transactional request this broker refuses for its transactional id (53), e.g. a
+    two-phase commit (KIP-939) that is not enabled."""
+
+    code = 53
+    name = "TRANSACTIONAL_ID_AUTHORIZATION_FAILED"
+
+
 class OperationNotAttemptedError(KafkaApiError):
     """A partition of a request not attempted because another of it failed (55)."""
 

@@ -54,6 +54,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from broker_embedded.errors import (
+    BrokerClosedError,
     ConcurrentTransactionsError,
     InvalidProducerIdMappingError,
     InvalidTransactionTimeoutError,
@@ -96,6 +97,7 @@ class TxnState:
     status: TxnStatus = TxnStatus.EMPTY
     partitions: list[TopicPartition] = field(default_factory=list)
     start_ms: int = -1
+    groups: list[str] = field(default_factory=list)  # AddOffsetsToTxn
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,6 +110,7 @@ class TxnCompletion:
     producer_epoch: int
     commit: bool
     partitions: tuple[TopicPartition, ...]
+    groups: tuple[str, ...] = ()
 
 
 def _wall_ms() -> int:
@@ -128,6 +131,9 @@ class TransactionCoordinator:
         self.changed = threading.Condition(self.lock)
         self.txns: dict[str, TxnState] = {}
         self.new_producer_id = new_producer_id  # rebound when a new controller takes over
+        # called (outside the lock) with each completion once its markers are written: the
+        # group coordinator makes the transaction's offset commits visible or drops them
+        self.listeners: list[Callable[[TxnCompletion], None]] = []
         self._clock = clock_ms
         self._max_timeout_ms = max_timeout_ms
 
@@ -171,7 +177,9 @@ class TransactionCoordinator:
                 return self._abort(transactional_id, state, bump=True)
             self._bump(state)
             state.timeout_ms = timeout_ms
-            state.status, state.partitions, state.start_ms = TxnStatus.EMPTY, [], -1
+            state.status, state.partitions, state.start_ms, state.groups = (
+                TxnStatus.EMPTY, [], -1, []
+            )  # fmt: skip
             return state.producer_id, state.producer_epoch
 
     def add_partitions(
@@ -186,12 +194,29 @@ class TransactionCoordinator:
             state = self._current(transactional_id, producer_id, producer_epoch)
             self._check_not_preparing(transactional_id, state)
             if state.status is not TxnStatus.ONGOING:
-                state.status, state.partitions, state.start_ms = (
-                    TxnStatus.ONGOING, [], self._clock()
+                state.status, state.partitions, state.start_ms, state.groups = (
+                    TxnStatus.ONGOING, [], self._clock(), []
                 )  # fmt: skip
             for tp in partitions:
                 if tp not in state.partitions:
                     state.partitions.append(tp)
+
+    def add_offsets(
+        self,
+        transactional_id: str,
+        producer_id: int,
+        producer_epoch: int,
+        group_id: str,
+        offsets_partition: TopicPartition | None,
+    ) -> None:
+        """AddOffsetsToTxn: the group's offset commits join the transaction (and its
+        ``__consumer_offsets`` partition, when that topic exists, gets a marker)."""
+        self.add_partitions(transactional_id, producer_id, producer_epoch,
+                            [] if offsets_partition is None else [offsets_partition])  # fmt: skip
+        with self.lock:
+            state = self.txns[transactional_id]
+            if group_id not in state.groups:
+                state.groups.append(group_id)
 
     def end_txn(
         self, transactional_id: str, producer_id: int, producer_epoch: int, commit: bool
@@ -224,8 +249,10 @@ class TransactionCoordinator:
             state.status = (
                 TxnStatus.COMPLETE_COMMIT if completion.commit else TxnStatus.COMPLETE_ABORT
             )
-            state.partitions, state.start_ms = [], -1
+            state.partitions, state.start_ms, state.groups = [], -1, []
             self.changed.notify_all()
+        for listener in self.listeners:
+            listener(completion)
 
     def expire(self) -> list[TxnCompletion]:
         """Abort (epoch bumped: the producer is fenced) every ONGOING transaction older than
@@ -297,7 +324,7 @@ class TransactionCoordinator:
     @staticmethod
     def _completion(transactional_id: str, state: TxnState, commit: bool) -> TxnCompletion:
         return TxnCompletion(transactional_id, state.producer_id, state.producer_epoch, commit,
-                             tuple(state.partitions))  # fmt: skip
+                             tuple(state.partitions), tuple(state.groups))  # fmt: skip
 
 
 MarkerWrite = Callable[[TopicPartition, TxnCompletion], None]
@@ -349,19 +376,28 @@ class TransactionMarkerWriter(threading.Thread):
                     return
 
     def _write_all(self, completion: TxnCompletion) -> bool:
-        """Write every marker of ``completion`` (retrying each), then complete it; False when
+        """Write every marker of ``completion`` (retrying each; an unexpected error is logged
+        with its traceback once per marker and retried too), then complete it; False when
         stopped first."""
         for tp in completion.partitions:
+            logged = False
             while True:
                 try:
                     self._write(tp, completion)
                     break
                 except UnknownTopicOrPartitionError:
                     break
-                except KafkaApiError as e:
-                    log.warning("writing the %s marker of transactional id %r to %s: %s; retrying",
-                                "COMMIT" if completion.commit else "ABORT",
-                                completion.transactional_id, tp, e)  # fmt: skip
+                except BrokerClosedError:
+                    log.warning("dropping the markers of transactional id %r: the broker of %s "
+                                "is closed", completion.transactional_id, tp)  # fmt: skip
+                    return True
+                except Exception as e:
+                    if not logged:
+                        log.warning("writing the %s marker of transactional id %r to %s: %s; "
+                                    "retrying", "COMMIT" if completion.commit else "ABORT",
+                                    completion.transactional_id, tp, e,
+                                    exc_info=not isinstance(e, KafkaApiError))  # fmt: skip
+                        logged = True
                     with self._wake:
                         if self._stopping or self._wake.wait_for(
                             lambda: self._stopping, RETRY_BACKOFF_S

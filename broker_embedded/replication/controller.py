@@ -56,7 +56,12 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import TYPE_CHECKING
 
-from broker_embedded.coordinator.transaction_coordinator import TransactionCoordinator
+from broker_embedded.coordinator.transaction_coordinator import (
+    COORDINATOR_EPOCH,
+    TransactionCoordinator,
+    TransactionMarkerWriter,
+    TxnCompletion,
+)
 from broker_embedded.errors import (
     FencedLeaderEpochError,
     IneligibleReplicaError,
@@ -65,10 +70,12 @@ from broker_embedded.errors import (
     InvalidReplicationFactorError,
     InvalidUpdateVersionError,
     KafkaApiError,
+    NotLeaderOrFollowerError,
     StaleControllerEpochError,
     TopicAlreadyExistsError,
     UnknownTopicOrPartitionError,
 )
+from broker_embedded.record.control_record import EndTransactionMarker
 from broker_embedded.replication.partition import NO_LEADER, LeaderAndIsr
 from broker_embedded.replication.replica_assignment import (
     assign_replicas_to_brokers,
@@ -77,6 +84,8 @@ from broker_embedded.replication.replica_assignment import (
 from broker_embedded.storage.checkpoint_file import write_atomically
 from broker_embedded.storage.log_config import parse_overrides
 from broker_embedded.storage.partition_metadata import new_topic_id
+from broker_embedded.storage.producer_state_manager import AppendOrigin
+from broker_embedded.storage.segment_writer import wall_clock_ms
 from broker_embedded.storage.topic_config_file import TopicEntry
 from broker_embedded.storage.topic_partition import (
     TopicPartition,
@@ -129,6 +138,7 @@ class Controller:
         self._states: dict[TopicPartition, LeaderAndIsr] = {}
         self._next_producer_id = 0
         self.transaction_coordinator = TransactionCoordinator(self.new_producer_id)
+        self._markers: TransactionMarkerWriter | None = None
         self._resigned = False
         self._successor: Controller | None = None
         self._load()
@@ -195,6 +205,7 @@ class Controller:
             new._states = dict(self._states)
             new._next_producer_id = self._next_producer_id
             new.transaction_coordinator = self.transaction_coordinator
+            new._markers = self._markers
             self.transaction_coordinator.new_producer_id = new.new_producer_id
             self._resigned = True
             self._successor = new
@@ -280,10 +291,14 @@ class Controller:
         return config.unclean_leader_election_enable
 
     def broker_stopped(self, broker_id: int) -> None:
-        """Elect new leaders for what ``broker_id`` led; drop it from every ISR."""
+        """Elect new leaders for what ``broker_id`` led; drop it from every ISR. When no broker
+        is left alive, the transaction marker writer stops (the next use starts another)."""
+        markers = None
         with self._lock:
             self._check_active()
             self._alive.discard(broker_id)
+            if not self._alive:
+                markers, self._markers = self._markers, None
             changed = {}
             for tp, state in self._states.items():
                 if broker_id not in state.replicas:
@@ -296,6 +311,8 @@ class Controller:
             self._states.update(changed)
             self._save()
             self._send(changed)
+        if markers is not None:
+            markers.stop()
 
     def _reelect(self, tp: TopicPartition, state: LeaderAndIsr, gone: int) -> LeaderAndIsr:
         candidates = [r for r in state.replicas if r in state.isr and r in self._alive]
@@ -506,6 +523,34 @@ class Controller:
             return committed
 
     # -- producer ids ------------------------------------------------------------------------------
+
+    def transaction_markers(self) -> TransactionMarkerWriter:
+        """The background writer of the transaction coordinator's markers (started on first
+        use; shared with successors, writing through whichever controller is current)."""
+        with self._lock:
+            if self._markers is None:
+                self._markers = TransactionMarkerWriter(
+                    self.transaction_coordinator,
+                    lambda tp, completion: self.current.write_marker(tp, completion),
+                )
+                self._markers.start()
+            return self._markers
+
+    def write_marker(self, tp: TopicPartition, completion: TxnCompletion) -> None:
+        """Append ``completion``'s marker to ``tp`` on its leader (acks=all); raises what
+        the append fails with (NOT_LEADER_OR_FOLLOWER without a live leader)."""
+        state = self.partition_state(tp)
+        with self._lock:
+            broker = self._brokers.get(state.leader) if state.leader in self._alive else None
+        if broker is None:
+            raise NotLeaderOrFollowerError(f"{tp} has no live leader for a transaction marker")
+        marker = (EndTransactionMarker.commit if completion.commit else EndTransactionMarker.abort)(
+            COORDINATOR_EPOCH
+        )
+        batch = marker.build_batch(base_offset=0, timestamp=wall_clock_ms(),
+                                   producer_id=completion.producer_id,
+                                   producer_epoch=completion.producer_epoch)  # fmt: skip
+        broker.append(tp, batch, acks="all", origin=AppendOrigin.COORDINATOR).raise_error()
 
     def new_producer_id(self) -> int:
         """A producer id never handed out before (Kafka's ``ProducerIdManager``), kept across

@@ -34,6 +34,7 @@ from broker_embedded.server.handlers import (
     metadata,
     offsets,
     produce,
+    txn_requests,
 )
 from broker_embedded.server.handlers.api_context import ApiContext, Node
 from broker_embedded.server.kafka_apis import KafkaApis
@@ -55,6 +56,7 @@ HANDLERS: tuple[Register, ...] = (
     describe_cluster.register,
     find_coordinator.register,
     offsets.register,
+    txn_requests.register,
 )
 
 

@@ -1,10 +1,9 @@
 """FindCoordinator (API key 10), versions 0-6: which broker coordinates a group.
 
-Only as far as a client needs to start (full consumer groups are the next issue): every group
-key is coordinated by this broker (its node, as Metadata names it). A transaction key (key type
-1) is COORDINATOR_NOT_AVAILABLE (15): the transaction APIs are not served yet. Any other key
-type (share groups, 2, or unknown) is INVALID_REQUEST (42). v0-3 carry one key (v0: a group);
-v4+ a batch of keys, each answered on its own.
+Every group key (key type 0) and transactional id (key type 1) is coordinated by this broker
+(its node, as Metadata names it): the coordinators are the controller's, shared by every broker
+of a cluster. Any other key type (share groups, 2, or unknown) is INVALID_REQUEST (42). v0-3
+carry one key (v0: a group); v4+ a batch of keys, each answered on its own.
 
 Thread safety: reads only.
 """
@@ -58,15 +57,14 @@ def find_coordinator_response(ctx: ApiContext, request: Request) -> Any:
 def coordinator(ctx: ApiContext, key_type: int, key: str) -> tuple[Node, KafkaApiError | None]:
     """The node coordinating ``key``, or the error (with node -1)."""
     try:
-        if key_type == TRANSACTION:
-            raise CoordinatorNotAvailableError(
-                f"transactional id {key!r}: this server does not serve transactions yet"
-            )
-        if key_type != GROUP:
+        if key_type not in (GROUP, TRANSACTION):
             raise InvalidRequestError(f"unknown coordinator key type {key_type} (key {key!r})")
         node = ctx.node(ctx.broker_id)
         if node is None:
-            raise CoordinatorNotAvailableError(f"group {key!r}: broker {ctx.broker_id} has no node")
+            what = "group" if key_type == GROUP else "transactional id"
+            raise CoordinatorNotAvailableError(
+                f"{what} {key!r}: broker {ctx.broker_id} has no node"
+            )
     except KafkaApiError as e:
         return NO_NODE, e
     return node, None
