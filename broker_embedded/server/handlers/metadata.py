@@ -7,11 +7,22 @@ Answer, as Kafka's ``KafkaApis.handleTopicMetadataRequest``:
 - topics: a null list (v1+) or an empty one at v0 means every topic; an empty list at v1+ means
   none. A topic named by id (v12+, name null) is looked up by id: UNKNOWN_TOPIC_ID (100) when no
   topic has it. An illegal name is INVALID_TOPIC_EXCEPTION (17); an unknown topic is
-  UNKNOWN_TOPIC_OR_PARTITION (3): auto-creation happens only with ``allow_auto_topic_creation``
-  (v4+; always at v0-3) and ``auto.create.topics.enable`` in the broker config (a key
-  :class:`BrokerConfig` does not have yet, so it is off here, unlike Kafka's default): the
-  topic is then created with one partition, replication factor 1, and answered
-  LEADER_NOT_AVAILABLE (5), as Kafka does until its leader is known.
+  UNKNOWN_TOPIC_OR_PARTITION (3) unless it is auto-created.
+- auto-creation (Kafka's ``AutoTopicCreationManager``): when the request allows it
+  (``allow_auto_topic_creation``, v4+; always at v0-3; never for "all topics") and the broker
+  config's ``auto.create.topics.enable`` is true (Kafka's default), an unknown topic is created
+  with ``num.partitions`` partitions and ``default.replication.factor`` replicas. Kafka answers
+  a topic it has just asked its controller to create with LEADER_NOT_AVAILABLE (5; ZooKeeper
+  mode) or UNKNOWN_TOPIC_OR_PARTITION (3; KRaft), because its metadata cache learns the topic
+  later; here the controller is in-process and the topic is led when the creation returns, so
+  the answer is the created topic itself (what Kafka answers on the client's retry), and
+  LEADER_NOT_AVAILABLE for a partition without a leader yet. A creation error is answered with
+  its code (a name colliding with another topic's by '.'/'_' INVALID_TOPIC_EXCEPTION, a
+  replication factor above the live brokers INVALID_REPLICATION_FACTOR 38), as Kafka's
+  ZooKeeper-mode broker does. Kafka's internal topics (below) are created by their
+  coordinators with their own partition counts and configs, never here: they stay
+  UNKNOWN_TOPIC_OR_PARTITION, ``is_internal`` true. Produce never creates a topic (Kafka's
+  does not either: UNKNOWN_TOPIC_OR_PARTITION, and the client asks Metadata).
 - partitions: leader, leader epoch (v7+), replicas, ISR, offline replicas (v5+); a partition
   without a leader is LEADER_NOT_AVAILABLE. Topic ids (v10+; the zero UUID for an error);
   ``is_internal`` for Kafka's internal topics (``__consumer_offsets``, ``__transaction_state``,
@@ -104,23 +115,28 @@ def _requested(ctx: ApiContext, types: ModuleType, topic: Any, auto_create: bool
 
 
 def _auto_create_enabled(ctx: ApiContext) -> bool:
-    return bool(getattr(ctx.broker.config, "auto_create_topics_enable", False))
+    return ctx.broker.config.auto_create_topics_enable
 
 
 def _auto_create(ctx: ApiContext, types: ModuleType, name: str) -> Any:
+    """Create ``name`` as Kafka's auto-creation does (module docstring) and answer it."""
+    if name in INTERNAL_TOPICS:
+        return _error(types, name, ErrorCode.unknown_topic_or_partition)
+    config = ctx.broker.config
     try:
-        ctx.broker.create_topic(name, 1, 1)
-    except TopicAlreadyExistsError:
-        return _topic(types, ctx.broker.describe_topic(name))
+        created = ctx.broker.create_topic(name, config.num_partitions,
+                                          config.default_replication_factor)  # fmt: skip
+    except TopicAlreadyExistsError:  # another request created it meanwhile
+        created = ctx.broker.describe_topic(name)
     except KafkaApiError as e:
         return _error(types, name, error_code(e))
-    return _error(types, name, ErrorCode.leader_not_available)
+    return _topic(types, created)
 
 
 def _error(types: ModuleType, name: str | None, code: ErrorCode, topic_id=None) -> Any:
     return make(
         types.MetadataResponseTopic, error_code=code, name=name,
-        topic_id=topic_id or ZERO_UUID, is_internal=False, partitions=(),
+        topic_id=topic_id or ZERO_UUID, is_internal=name in INTERNAL_TOPICS, partitions=(),
     )  # fmt: skip
 
 
