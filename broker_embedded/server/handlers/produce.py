@@ -27,8 +27,17 @@ checked by the partition's producer state; the transaction coordinator's checks 
 partition added to the transaction) come with the coordinator APIs (next issue).
 
 Response per partition: error code, base offset (-1 on error), log append time (v2+: the
-broker time on LogAppendTime topics, else -1), log start offset (v5+), record errors (v8+:
-none by index; the error message says which batch and why), error message (v8+).
+broker time on LogAppendTime topics, else -1), log start offset (v5+), record errors and error
+message (v8+). As Kafka's ``ReplicaManager`` answers a ``RecordValidationException``: when the
+log's validation rejects records one by one (a keyless record on a compacted topic:
+INVALID_RECORD, 87), ``record_errors`` lists them (``batch_index``: the record's index in its
+batch, ``batch_index_error_message``: Kafka's text, e.g. "Compacted topic cannot accept message
+without key in topic partition t-0"; at most ``MAX_RECORD_ERRORS``, errors.py) and
+``error_message`` is Kafka's summary ("One or more records have been rejected due to N record
+errors in total, and only showing the first three errors at most: [RecordError(batchIndex=0,
+message='...')]"). Any other error (a CRC mismatch: CORRUPT_MESSAGE, 2; a batch-level
+INVALID_RECORD, ...) has no record errors; where Kafka sends a null error message, this broker
+sends its own, which names the topic, partition and why.
 
 Thread safety: a response is built by whichever thread completes the append (the handler, or
 for acks=all the thread that completes the delayed produce) from values no one else changes.
@@ -47,6 +56,7 @@ from broker_embedded.errors import (
     InvalidRecordError,
     InvalidRequiredAcksError,
     KafkaApiError,
+    RecordValidationError,
     UnknownTopicIdError,
     UnsupportedCompressionTypeError,
 )
@@ -209,8 +219,20 @@ def _partition(
         base_offset=-1 if r is None else r.base_offset,
         log_append_time=None if r is None else _timestamp(r.log_append_time),
         log_start_offset=-1 if r is None else r.log_start_offset,
-        record_errors=(),
-        error_message=error_message(error),
+        record_errors=_record_errors(types, error),
+        error_message=error.summary if isinstance(error, RecordValidationError)
+        else error_message(error),
+    )  # fmt: skip
+
+
+def _record_errors(types: ModuleType, error: KafkaApiError | None) -> tuple[Any, ...]:
+    """Kafka's ``record_errors`` (v8+): the rejected records of the batch by index, each with
+    its message; none for an error about the whole batch or request."""
+    entry = getattr(types, "BatchIndexAndErrorMessage", None)  # v8+
+    if entry is None or not isinstance(error, RecordValidationError):
+        return ()
+    return tuple(
+        make(entry, batch_index=i, batch_index_error_message=m) for i, m in error.record_errors
     )
 
 
