@@ -28,6 +28,11 @@ Answer, as Kafka's ``KafkaApis.handleTopicMetadataRequest``:
   ``is_internal`` for Kafka's internal topics (``__consumer_offsets``, ``__transaction_state``,
   ``__share_group_state``).
 
+:func:`current_leader` is Kafka's ``KafkaApis.getCurrentLeader`` (KIP-951): a partition's leader
+id and epoch (-1, -1 when unknown) and the leader's node when it is live, for the
+``current_leader`` and ``node_endpoints`` of Produce (v10+) and Fetch (v16+) answers
+NOT_LEADER_OR_FOLLOWER.
+
 Thread safety: reads the controller's state under its lock; nothing is kept between requests.
 """
 
@@ -35,6 +40,7 @@ from __future__ import annotations
 
 import functools
 import uuid
+from dataclasses import dataclass
 from datetime import timedelta
 from types import ModuleType
 from typing import Any
@@ -46,6 +52,7 @@ from broker_embedded.replication.controller import TopicMetadata
 from broker_embedded.server.handlers.api_context import (
     NONE,
     ApiContext,
+    Node,
     error_code,
     make,
     response_types,
@@ -59,6 +66,37 @@ VERSIONS = (0, 13)
 INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state", "__share_group_state"})
 ZERO_UUID = uuid.UUID(int=0)
 NO_LEADER = -1
+
+
+@dataclass(frozen=True, slots=True)
+class LeaderNode:
+    """A partition's current leader as KIP-951 answers it: -1 for an unknown id or epoch; the
+    node when the leader is live."""
+
+    leader_id: int = NO_LEADER
+    leader_epoch: int = -1
+    node: Node | None = None
+
+
+def current_leader(ctx: ApiContext, topic: str, partition: int) -> LeaderNode:
+    """The controller's leader and leader epoch of ``topic``-``partition`` and its live node."""
+    try:
+        partitions = ctx.broker.describe_topic(topic).partitions
+    except KafkaApiError:
+        return LeaderNode()
+    p = next((p for p in partitions if p.partition == partition), None)
+    if p is None:
+        return LeaderNode()
+    return LeaderNode(p.leader, p.leader_epoch, ctx.node(p.leader))
+
+
+def node_endpoints(types: ModuleType, leaders: list[LeaderNode]) -> tuple[Any, ...]:
+    """The ``NodeEndpoint`` entries of the leaders' live nodes, each once, by node id."""
+    nodes = {n.node.node_id: n.node for n in leaders if n.node is not None}
+    return tuple(
+        make(types.NodeEndpoint, node_id=n.node_id, host=n.host, port=n.port, rack=n.rack)
+        for _, n in sorted(nodes.items())
+    )
 
 
 def register(apis: KafkaApis, ctx: ApiContext) -> None:

@@ -39,6 +39,11 @@ message='...')]"). Any other error (a CRC mismatch: CORRUPT_MESSAGE, 2; a batch-
 INVALID_RECORD, ...) has no record errors; where Kafka sends a null error message, this broker
 sends its own, which names the topic, partition and why.
 
+NOT_LEADER_OR_FOLLOWER (v10+, KIP-951, as Kafka's ``handleProduceRequest``): the partition's
+``current_leader`` (leader id and epoch from the controller, -1 when unknown) and, in the
+response's ``node_endpoints``, the node (id, host, port, rack) of each such leader that is live,
+so the client redirects without a Metadata round trip.
+
 Thread safety: a response is built by whichever thread completes the append (the handler, or
 for acks=all the thread that completes the delayed produce) from values no one else changes.
 """
@@ -56,6 +61,7 @@ from broker_embedded.errors import (
     InvalidRecordError,
     InvalidRequiredAcksError,
     KafkaApiError,
+    NotLeaderOrFollowerError,
     RecordValidationError,
     UnknownTopicIdError,
     UnsupportedCompressionTypeError,
@@ -68,6 +74,7 @@ from broker_embedded.server.handlers.api_context import (
     make,
     response_types,
 )
+from broker_embedded.server.handlers.metadata import LeaderNode, current_leader, node_endpoints
 from broker_embedded.server.kafka_apis import KafkaApis
 from broker_embedded.server.request_channel import Request, Response
 from broker_embedded.storage.topic_partition import TopicPartition
@@ -75,6 +82,7 @@ from broker_embedded.storage.topic_partition import TopicPartition
 API_KEY = 0
 VERSIONS = (3, 13)
 FIRST_ZSTD_VERSION = 7
+FIRST_CURRENT_LEADER_VERSION = 10  # KIP-951
 _LENGTH = struct.Struct(">i")
 _MAGIC_AT = 16
 _ATTRIBUTES = struct.Struct(">h")
@@ -101,7 +109,7 @@ def handle_produce(apis: KafkaApis, ctx: ApiContext, request: Request) -> None:
     layout, entries = _layout(ctx, body, version, acks)
 
     def respond(results: Mapping[TopicPartition, ProduceResult]) -> None:
-        _answer(apis, request, acks, layout, results)
+        _answer(apis, ctx, request, acks, layout, results)
 
     if acks not in (0, 1, -1) or not entries:
         respond({})
@@ -172,6 +180,7 @@ def check_records(tp: TopicPartition, records: bytes | None, version: int) -> Ka
 
 def _answer(
     apis: KafkaApis,
+    ctx: ApiContext,
     request: Request,
     acks: int,
     layout: Layout,
@@ -187,13 +196,36 @@ def _answer(
                                                 close_reason=reason))  # fmt: skip
         return
     types = response_types(request)
+    leaders: list[LeaderNode] = []
+    kip951 = request.header.api_version >= FIRST_CURRENT_LEADER_VERSION
     topics = tuple(
-        make(types.TopicProduceResponse, name=name, topic_id=topic_id,
-             partition_responses=tuple(_partition(types, i, s, results) for i, s in slots))
+        make(types.TopicProduceResponse, name=name, topic_id=topic_id, partition_responses=tuple(
+            _partition(types, i, s, results, _leader(ctx, name, i, s, results, leaders, kip951))
+            for i, s in slots))
         for name, topic_id, slots in layout
     )  # fmt: skip
     apis.send_response(request, make(types.ProduceResponse, responses=topics,
-                                     throttle_time=timedelta(0)))  # fmt: skip
+                                     throttle_time=timedelta(0),
+                                     node_endpoints=node_endpoints(types, leaders)))  # fmt: skip
+
+
+def _leader(
+    ctx: ApiContext,
+    name: str | None,
+    index: int,
+    slot: Slot,
+    results: Mapping[TopicPartition, ProduceResult],
+    leaders: list[LeaderNode],
+    kip951: bool,
+) -> LeaderNode | None:
+    """KIP-951 (v10+): the current leader of a partition answered NOT_LEADER_OR_FOLLOWER,
+    also kept in ``leaders`` for the response's ``node_endpoints``; None otherwise."""
+    error = results[slot].error if isinstance(slot, TopicPartition) else slot
+    if not kip951 or name is None or not isinstance(error, NotLeaderOrFollowerError):
+        return None
+    leader = current_leader(ctx, name, index)
+    leaders.append(leader)
+    return leader
 
 
 def _first_error(
@@ -208,10 +240,19 @@ def _first_error(
 
 
 def _partition(
-    types: ModuleType, index: int, slot: Slot, results: Mapping[TopicPartition, ProduceResult]
+    types: ModuleType,
+    index: int,
+    slot: Slot,
+    results: Mapping[TopicPartition, ProduceResult],
+    leader: LeaderNode | None,
 ) -> Any:
     r = results[slot] if isinstance(slot, TopicPartition) else None
     error = slot if r is None else r.error
+    extra = {}
+    if leader is not None:
+        extra["current_leader"] = make(
+            types.LeaderIdAndEpoch, leader_id=leader.leader_id, leader_epoch=leader.leader_epoch
+        )
     return make(
         types.PartitionProduceResponse,
         index=index,
@@ -222,6 +263,7 @@ def _partition(
         record_errors=_record_errors(types, error),
         error_message=error.summary if isinstance(error, RecordValidationError)
         else error_message(error),
+        **extra,
     )  # fmt: skip
 
 

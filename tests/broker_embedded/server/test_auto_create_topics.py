@@ -74,8 +74,8 @@ def test_metadata_answers(tmp_path):
         assert topics["bad name!"].error_code == ErrorCode.invalid_topic_exception
         assert topics["a" * 250].error_code == ErrorCode.invalid_topic_exception
         internal = topics["__consumer_offsets"]
-        assert (internal.error_code, internal.is_internal, internal.partitions) == (
-            ErrorCode.unknown_topic_or_partition, True, ())
+        expected = (ErrorCode.unknown_topic_or_partition, True, ())
+        assert (internal.error_code, internal.is_internal, internal.partitions) == expected
         assert s.broker.list_topics() == ["made"]
 
 
