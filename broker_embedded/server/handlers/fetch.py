@@ -79,7 +79,7 @@ from broker_embedded.server.fetch_session import (
     SessionErrorContext,
     TopicIdPartition,
 )
-from broker_embedded.server.handlers.api_context import ApiContext
+from broker_embedded.server.handlers.api_context import ApiContext, TopicNames
 from broker_embedded.server.handlers.fetch_response import (
     NodeEndpoint,
     PartitionResponse,
@@ -166,8 +166,8 @@ class FetchApi:
             fetch, lambda r: self._complete(request, context, slots, r), zero_copy=True
         )
 
-    def _topic_names(self) -> dict[uuid.UUID, str]:
-        return {t.topic_id: t.name for t in self.broker.metadata()}
+    def _topic_names(self) -> TopicNames:
+        return TopicNames(self.broker)
 
     @staticmethod
     def _slot(tip: TopicIdPartition, rp: FetchRequestPartition, replica_id: int) -> _Slot:

@@ -135,11 +135,7 @@ def _requested(ctx: ApiContext, types: ModuleType, topic: Any, auto_create: bool
     name = topic.name
     topic_id = getattr(topic, "topic_id", None)
     if name is None:
-        by_id = {t.topic_id: t for t in ctx.broker.metadata()}
-        found = by_id.get(topic_id) if topic_id is not None else None
-        if found is None:
-            return _error(types, None, ErrorCode.unknown_topic_id, topic_id)
-        return _topic(types, found)
+        return _by_id(ctx, types, topic_id)
     try:
         validate_topic(name)
     except KafkaApiError as e:
@@ -150,6 +146,17 @@ def _requested(ctx: ApiContext, types: ModuleType, topic: Any, auto_create: bool
         if auto_create and _auto_create_enabled(ctx):
             return _auto_create(ctx, types, name)
         return _error(types, name, error_code(e))
+
+
+def _by_id(ctx: ApiContext, types: ModuleType, topic_id: uuid.UUID | None) -> Any:
+    """A topic named by id (v12+): one lookup in the controller's topic-id map."""
+    found = ctx.broker.topic_name(topic_id) if topic_id is not None else None
+    try:
+        if found is not None:
+            return _topic(types, ctx.broker.describe_topic(found))
+    except KafkaApiError:  # deleted since the lookup
+        pass
+    return _error(types, None, ErrorCode.unknown_topic_id, topic_id)
 
 
 def _auto_create_enabled(ctx: ApiContext) -> bool:
