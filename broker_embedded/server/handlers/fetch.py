@@ -48,7 +48,7 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -81,12 +81,11 @@ from broker_embedded.server.fetch_session import (
 )
 from broker_embedded.server.handlers.api_context import ApiContext, TopicNames
 from broker_embedded.server.handlers.fetch_response import (
-    NodeEndpoint,
     PartitionResponse,
     fetch_response_parts,
     group_by_topic,
 )
-from broker_embedded.server.handlers.metadata import LeaderNode, current_leader
+from broker_embedded.server.handlers.metadata import LeaderNode, current_leader, leader_nodes
 from broker_embedded.server.handlers.region_pins import RegionPins
 from broker_embedded.server.kafka_apis import KafkaApis
 from broker_embedded.server.protocol import InvalidRequestError
@@ -224,7 +223,7 @@ class FetchApi:
                 error_code=answer.error_code,
                 session_id=answer.session_id,
                 throttle_time_ms=answer.throttle_time_ms,
-                node_endpoints=_endpoints(leaders.values()),
+                node_endpoints=leader_nodes(leaders.values()),
             )
         except BaseException:
             self.pins.release(held)
@@ -255,12 +254,6 @@ class FetchApi:
             p.preferred_read_replica, records,
             None if leader is None else (leader.leader_id, leader.leader_epoch),
         )  # fmt: skip
-
-
-def _endpoints(leaders: Iterable[LeaderNode]) -> tuple[NodeEndpoint, ...]:
-    """The live leaders' nodes, each once, by node id (the response's ``node_endpoints``)."""
-    nodes = {n.node.node_id: n.node for n in leaders if n.node is not None}
-    return tuple(NodeEndpoint(n.node_id, n.host, n.port, n.rack) for _, n in sorted(nodes.items()))
 
 
 def _partition_results(

@@ -54,6 +54,7 @@ from kio.schema.errors import ErrorCode
 from kio.static.primitive import i32, i64
 
 from broker_embedded.record.varint import encode_uvarint
+from broker_embedded.server.handlers.api_context import Node
 from broker_embedded.server.protocol import RequestHeader, encode_body, response_schema
 from broker_embedded.server.request_channel import FileRegion, Part
 
@@ -79,16 +80,6 @@ class PartitionResponse:
     def records_size(self) -> int:
         r = self.records
         return r.length if isinstance(r, FileRegion) else len(r)
-
-
-@dataclass(frozen=True, slots=True)
-class NodeEndpoint:
-    """A node of the response's ``node_endpoints`` (v16+)."""
-
-    node_id: int
-    host: str
-    port: int
-    rack: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -182,7 +173,7 @@ def fetch_response_parts(
     error_code: int = 0,
     session_id: int = 0,
     throttle_time_ms: int = 0,
-    node_endpoints: Sequence[NodeEndpoint] = (),
+    node_endpoints: Sequence[Node] = (),
 ) -> list[Part]:
     """The frame (after its size prefix) of the Fetch response to ``header``'s request;
     ``node_endpoints`` go out from v16 on."""
@@ -226,7 +217,7 @@ def fetch_response_parts(
     return parts
 
 
-def _node_endpoints(version: int, nodes: Sequence[NodeEndpoint]) -> tuple[Any, ...]:
+def _node_endpoints(version: int, nodes: Sequence[Node]) -> tuple[Any, ...]:
     entry = _module(version).NodeEndpoint
     return tuple(
         entry(node_id=i32(n.node_id), host=n.host, port=i32(n.port), rack=n.rack) for n in nodes
@@ -253,7 +244,6 @@ def group_by_topic(
 
 
 __all__ = [
-    "NodeEndpoint",
     "PartitionResponse",
     "TopicResponse",
     "fetch_response_parts",

@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import functools
 import uuid
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import timedelta
 from types import ModuleType
@@ -90,12 +91,17 @@ def current_leader(ctx: ApiContext, topic: str, partition: int) -> LeaderNode:
     return LeaderNode(p.leader, p.leader_epoch, ctx.node(p.leader))
 
 
-def node_endpoints(types: ModuleType, leaders: list[LeaderNode]) -> tuple[Any, ...]:
-    """The ``NodeEndpoint`` entries of the leaders' live nodes, each once, by node id."""
+def leader_nodes(leaders: Iterable[LeaderNode]) -> tuple[Node, ...]:
+    """The live leaders' nodes, each once, by node id (a response's ``node_endpoints``)."""
     nodes = {n.node.node_id: n.node for n in leaders if n.node is not None}
+    return tuple(n for _, n in sorted(nodes.items()))
+
+
+def node_endpoints(types: ModuleType, leaders: Iterable[LeaderNode]) -> tuple[Any, ...]:
+    """:func:`leader_nodes` as ``types.NodeEndpoint`` entries."""
     return tuple(
         make(types.NodeEndpoint, node_id=n.node_id, host=n.host, port=n.port, rack=n.rack)
-        for _, n in sorted(nodes.items())
+        for n in leader_nodes(leaders)
     )
 
 

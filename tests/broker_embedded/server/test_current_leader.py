@@ -25,7 +25,6 @@ from broker_embedded.server.broker_server import BrokerServer
 from broker_embedded.server.handlers import register_all
 from broker_embedded.server.handlers.api_context import ApiContext, Node
 from broker_embedded.server.handlers.fetch_response import (
-    NodeEndpoint,
     PartitionResponse,
     fetch_response_parts,
     group_by_topic,
@@ -140,7 +139,7 @@ def test_tagged_fields_equal_kios_encoding(version):
         (topic, PartitionResponse(0, 6, current_leader=(2, 7))),
         (topic, PartitionResponse(1, 0, 5, 5, 0, None, -1, b"xyz")),
     ]
-    nodes = (NodeEndpoint(2, "127.0.0.1", 9094, "r2"),)
+    nodes = (Node(2, "127.0.0.1", 9094, "r2"),)
     parts = fetch_response_parts(header, group_by_topic(wire), node_endpoints=nodes)
     m = sys.modules[response_schema(1, version).__module__]
     leader = m.LeaderIdAndEpoch(leader_id=i32(2), leader_epoch=i32(7))
