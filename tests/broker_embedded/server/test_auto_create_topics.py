@@ -94,3 +94,13 @@ def test_replication_factor_above_the_live_brokers(tmp_path):
             t = metadata12(c, ["two"])["two"]
         assert t.error_code == ErrorCode.invalid_replication_factor
         assert s.broker.list_topics() == []
+
+
+def test_create_topics_minus_one_takes_the_broker_defaults(tmp_path):
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    with served(tmp_path, num_partitions=3) as s:
+        client = AdminClient({"bootstrap.servers": s.bootstrap})
+        client.create_topics([NewTopic("d")])["d"].result(TIMEOUT_S)  # -1, -1
+        meta = s.broker.describe_topic("d")
+    assert (len(meta.partitions), meta.replication_factor) == (3, 1)
