@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import sys
 import uuid
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, ItemsView, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from types import ModuleType
 
@@ -90,6 +90,10 @@ class TopicNames(Mapping[uuid.UUID, str]):
 
     def __len__(self) -> int:
         return len(self._broker.list_topics())
+
+    def items(self) -> ItemsView[uuid.UUID, str]:
+        """A snapshot of every (id, name): one scan, safe against a topic deleted meanwhile."""
+        return {t.topic_id: t.name for t in self._broker.metadata()}.items()
 
 
 def response_types(request: Request) -> ModuleType:
