@@ -30,7 +30,7 @@ Thread safety: every method may be called from any thread.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
 from broker_embedded.broker_config import BrokerConfig
@@ -155,9 +155,14 @@ class Broker:
         partitions: int = 1,
         replication_factor: int = 1,
         config: Mapping[str, object] | None = None,
+        assignment: Sequence[Sequence[int]] | None = None,
     ) -> TopicMetadata:
+        """Create a topic; ``assignment``: each partition's replicas (the controller's
+        ``create_topic``), instead of ``partitions`` and ``replication_factor``."""
         self._check_open()
-        created = self.controller.create_topic(name, partitions, replication_factor, config)
+        created = self.controller.create_topic(
+            name, partitions, replication_factor, config, assignment=assignment
+        )
         assert created is not None
         return created
 
@@ -167,12 +172,13 @@ class Broker:
         partitions: int = 1,
         replication_factor: int = 1,
         config: Mapping[str, object] | None = None,
+        assignment: Sequence[Sequence[int]] | None = None,
     ) -> None:
         """Raise what :meth:`create_topic` would raise, creating nothing (CreateTopics'
         ``validate_only``)."""
         self._check_open()
         self.controller.create_topic(
-            name, partitions, replication_factor, config, validate_only=True
+            name, partitions, replication_factor, config, validate_only=True, assignment=assignment
         )
 
     def create_partitions(self, name: str, total: int) -> TopicMetadata:

@@ -18,6 +18,7 @@ File layout (``conf/broker.toml`` holds the defaults; every key is optional)::
     "queued.max.requests" = 500               request queue bound (>= 1); full: processors stop
                                               reading frames until a handler takes one
     "socket.request.max.bytes" = 104857600    a larger request frame closes its connection (>= 1)
+    "socket.listen.backlog.size" = 50         connections the OS queues before accept (>= 1)
     "max.connections" = 2147483647            at the limit the acceptor waits for a free slot
     "max.connections.per.ip" = 2147483647     a connection beyond it is closed at accept
     "connections.max.idle.ms" = 600000        a connection idle this long is closed
@@ -79,6 +80,7 @@ class BrokerConfig:
     num_io_threads: int = 8
     queued_max_requests: int = 500
     socket_request_max_bytes: int = 100 << 20
+    socket_listen_backlog_size: int = 50
     max_connections: int = 2**31 - 1
     max_connections_per_ip: int = 2**31 - 1
     connections_max_idle_ms: int = 600_000
@@ -169,8 +171,15 @@ def _broker_value(key: str, value: Any, source: str) -> int | float | bool:
 
 # keys whose value must be positive (Kafka's atLeast(1) validators)
 _AT_LEAST_ONE = frozenset(
-    ("num.network.threads", "num.io.threads", "queued.max.requests", "socket.request.max.bytes",
-     "num.partitions", "default.replication.factor")
-)  # fmt: skip
+    (
+        "num.network.threads",
+        "num.io.threads",
+        "queued.max.requests",
+        "socket.request.max.bytes",
+        "socket.listen.backlog.size",
+        "num.partitions",
+        "default.replication.factor",
+    )  # fmt: skip
+)
 # keys whose value is a TOML boolean
 _BOOLEANS = frozenset(("auto.create.topics.enable",))

@@ -50,7 +50,7 @@ from __future__ import annotations
 import json
 import threading
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from types import MappingProxyType
@@ -61,6 +61,7 @@ from broker_embedded.errors import (
     FencedLeaderEpochError,
     IneligibleReplicaError,
     InvalidPartitionsError,
+    InvalidReplicaAssignmentError,
     InvalidReplicationFactorError,
     InvalidUpdateVersionError,
     KafkaApiError,
@@ -350,9 +351,13 @@ class Controller:
         *,
         rng: object = None,
         validate_only: bool = False,
+        assignment: Sequence[Sequence[int]] | None = None,
     ) -> TopicMetadata | None:
         """Create a topic; with ``validate_only`` only check that it could be (Kafka's
-        CreateTopics ``validate_only``: the same errors, nothing created, ``None``)."""
+        CreateTopics ``validate_only``: the same errors, nothing created, ``None``).
+        ``assignment``: the replicas of each partition in order (the first is the preferred
+        leader), instead of ``partitions`` and ``replication_factor`` (see
+        :meth:`_manual_assignment`)."""
         with self._lock:
             self._check_active()
             validate_topic(name)
@@ -361,27 +366,73 @@ class Controller:
             check_no_collision(name, self._topics)
             overrides = {k: str(v) for k, v in (config or {}).items()}
             parse_overrides(overrides, name)
-            if partitions < 1:
-                raise InvalidPartitionsError(f"topic {name!r}: partitions must be >= 1")
-            brokers = [self._brokers[b].broker_metadata for b in sorted(self._alive)]
-            if replication_factor < 1 or replication_factor > len(brokers):
-                raise InvalidReplicationFactorError(
-                    f"topic {name!r}: replication factor {replication_factor} must be in "
-                    f"[1, {len(brokers)}] (the live brokers)"
-                )
-            assignment = assign_replicas_to_brokers(
-                brokers,
-                partitions,
-                replication_factor,
-                topic=name,
-                rng=rng,  # type: ignore[arg-type]
-            )
+            if assignment is not None:
+                placed = self._manual_assignment(name, assignment)
+            else:
+                placed = self._placement(name, partitions, replication_factor, rng)
             if validate_only:
                 return None
-            entry = TopicEntry(new_topic_id(), partitions, replication_factor,
+            entry = TopicEntry(new_topic_id(), len(placed), len(placed[0]),
                                MappingProxyType(overrides))  # fmt: skip
-            self._add_partitions(name, entry, {p: tuple(r) for p, r in assignment.items()})
+            self._add_partitions(name, entry, placed)
             return self._describe(name)
+
+    def _placement(
+        self, name: str, partitions: int, replication_factor: int, rng: object
+    ) -> dict[int, tuple[int, ...]]:
+        if partitions < 1:
+            raise InvalidPartitionsError(f"topic {name!r}: partitions must be >= 1")
+        brokers = [self._brokers[b].broker_metadata for b in sorted(self._alive)]
+        if replication_factor < 1 or replication_factor > len(brokers):
+            raise InvalidReplicationFactorError(
+                f"topic {name!r}: replication factor {replication_factor} must be in "
+                f"[1, {len(brokers)}] (the live brokers)"
+            )
+        placed = assign_replicas_to_brokers(
+            brokers,
+            partitions,
+            replication_factor,
+            topic=name,
+            rng=rng,  # type: ignore[arg-type]
+        )
+        return {p: tuple(r) for p, r in placed.items()}
+
+    def _manual_assignment(
+        self, name: str, assignment: Sequence[Sequence[int]]
+    ) -> dict[int, tuple[int, ...]]:
+        """Kafka's checks of a manual assignment (``ReplicationControlManager``), each an
+        INVALID_REPLICA_ASSIGNMENT: at least one partition, every replica list non-empty,
+        naming registered brokers once each, all of one length, and at least one replica of
+        each partition alive."""
+        where = f"topic {name!r}: the manual partition assignment"
+        if not assignment:
+            raise InvalidReplicaAssignmentError(f"{where} holds no partition")
+        placed: dict[int, tuple[int, ...]] = {}
+        for partition, replicas in enumerate(assignment):
+            if not replicas:
+                raise InvalidReplicaAssignmentError(f"{where} includes an empty replica list")
+            for broker_id in sorted(replicas):
+                if broker_id not in self._brokers:
+                    raise InvalidReplicaAssignmentError(
+                        f"{where} includes broker {broker_id}, but no such broker is registered"
+                    )
+            if len(set(replicas)) != len(replicas):
+                twice = next(b for b in replicas if list(replicas).count(b) > 1)
+                raise InvalidReplicaAssignmentError(
+                    f"{where} includes the broker {twice} more than once"
+                )
+            if placed and len(replicas) != len(placed[0]):
+                raise InvalidReplicaAssignmentError(
+                    f"{where} includes a partition with {len(replicas)} replica(s), but this is "
+                    f"not consistent with previous partitions, which have {len(placed[0])} "
+                    "replica(s)"
+                )
+            if not any(b in self._alive for b in replicas):
+                raise InvalidReplicaAssignmentError(
+                    f"{where}: all brokers of partition {partition} are stopped"
+                )
+            placed[partition] = tuple(replicas)
+        return placed
 
     def _add_partitions(
         self, name: str, entry: TopicEntry, assignment: dict[int, tuple[int, ...]]

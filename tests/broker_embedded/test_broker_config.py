@@ -29,6 +29,7 @@ BROKER_KEYS = {
     "num.io.threads": 8,
     "queued.max.requests": 500,
     "socket.request.max.bytes": 104857600,
+    "socket.listen.backlog.size": 50,
     "max.connections": 2147483647,
     "max.connections.per.ip": 2147483647,
     "connections.max.idle.ms": 600000,

@@ -173,6 +173,7 @@ BROKER_CONFIGS: Mapping[str, tuple[int, str]] = MappingProxyType({
     "num.io.threads": (INT, "request handler threads"),
     "queued.max.requests": (INT, "requests queued for the handlers before reading stops"),
     "socket.request.max.bytes": (INT, "a larger request closes its connection"),
+    "socket.listen.backlog.size": (INT, "connections the listen socket queues before accept"),
     "max.connections": (INT, "connections at once; the acceptor waits at the limit"),
     "max.connections.per.ip": (INT, "connections at once from one address"),
     "connections.max.idle.ms": (LONG, "an idle connection is closed after this (ms)"),

@@ -96,3 +96,14 @@ def test_synonyms_types_and_documentation_only_when_asked(tmp_path):
     assert [types[n] for n in names] == [5, 6, 1, 2]  # LONG, DOUBLE, BOOLEAN, STRING
     assert all(e.documentation for e in full.values())
     assert full["retention.ms"].documentation.startswith("segments whose newest record")
+
+
+def test_every_broker_and_topic_config_has_a_type_and_documentation():
+    from dataclasses import fields
+
+    from broker_embedded.broker_config import BrokerConfig
+    from broker_embedded.server.handlers.describe_configs import BROKER_CONFIGS, TOPIC_CONFIGS
+
+    keys = {f.name.replace("_", ".") for f in fields(BrokerConfig) if f.name != "topic_defaults"}
+    assert set(BROKER_CONFIGS) == keys
+    assert set(TOPIC_CONFIGS) == set(LogConfig().to_properties())
