@@ -13,7 +13,8 @@ and offset; :meth:`append` and :meth:`fetch` answer per partition instead, in th
 closed broker raises :class:`BrokerClosedError`, a bad topic config ``InvalidConfigError``):
 
 - topics: :meth:`create_topic`, :meth:`delete_topic`, :meth:`describe_topic`,
-  :meth:`list_topics`, :meth:`create_partitions`, :meth:`metadata`, :meth:`topic_config`;
+  :meth:`list_topics`, :meth:`create_partitions`, :meth:`metadata`, :meth:`topic_config`,
+  :meth:`topic_name` (by topic id);
   a negative partition or an illegal topic name in a data request is
   UNKNOWN_TOPIC_OR_PARTITION, as Kafka answers;
 - data: :meth:`produce` (records or built batches, acks 0 / 1 / -1 = all, timeout),
@@ -28,6 +29,7 @@ Thread safety: every method may be called from any thread.
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
@@ -194,6 +196,11 @@ class Broker:
     def list_topics(self) -> list[str]:
         self._check_open()
         return self.controller.topics()
+
+    def topic_name(self, topic_id: uuid.UUID) -> str | None:
+        """The name of the topic with ``topic_id`` (None: no topic has it), in O(1)."""
+        self._check_open()
+        return self.controller.topic_name(topic_id)
 
     def metadata(self, topics: list[str] | None = None) -> list[TopicMetadata]:
         """Kafka's Metadata: topics, partitions, replicas, leader, ISR, leader epoch."""

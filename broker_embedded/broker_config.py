@@ -28,6 +28,10 @@ File layout (``conf/broker.toml`` holds the defaults; every key is optional)::
                                               flight for ``sendfile``; beyond, a region's bytes
                                               are read (pread) and sent from memory (0: every
                                               Fetch response is read + send, no zero-copy)
+    "auto.create.topics.enable" = true        a Metadata request naming an unknown topic (with
+                                              allow_auto_topic_creation) creates it
+    "num.partitions" = 1                      an auto-created topic's partitions (>= 1)
+    "default.replication.factor" = 1          an auto-created topic's replication factor (>= 1)
     [log_cleaner]                             (these keys are also accepted under [broker])
     "log.cleaner.threads" = 1                 cleaner threads (0: no cleaner)
     "log.cleaner.dedupe.buffer.size" = 134217728   offset map memory over all cleaner threads
@@ -82,6 +86,9 @@ class BrokerConfig:
     connections_max_idle_ms: int = 600_000
     max_incremental_fetch_session_cache_slots: int = 1_000
     fetch_max_pinned_regions: int = 1_024
+    auto_create_topics_enable: bool = True
+    num_partitions: int = 1
+    default_replication_factor: int = 1
     log_cleaner_threads: int = 1
     log_cleaner_dedupe_buffer_size: int = 128 << 20
     log_cleaner_io_buffer_load_factor: float = 0.9
@@ -137,9 +144,15 @@ def read_toml(path: Path, what: str) -> dict[str, Any]:
         raise InvalidConfigError(f"{what} {path} is not valid TOML: {e}") from None
 
 
-def _broker_value(key: str, value: Any, source: str) -> int | float:
-    """A broker config value: a non-negative integer (positive for ``_AT_LEAST_ONE``), or for
-    the load factor a number in (0, 1]."""
+def _broker_value(key: str, value: Any, source: str) -> int | float | bool:
+    """A broker config value: a non-negative integer (positive for ``_AT_LEAST_ONE``), for
+    the load factor a number in (0, 1], for ``_BOOLEANS`` true or false."""
+    if key in _BOOLEANS:
+        if not isinstance(value, bool):
+            raise InvalidConfigError(
+                f"{source}: invalid value {value!r} for broker config {key}: must be true or false"
+            )
+        return value
     if key == "log.cleaner.io.buffer.load.factor":
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 1:
             raise InvalidConfigError(
@@ -164,5 +177,9 @@ _AT_LEAST_ONE = frozenset(
         "queued.max.requests",
         "socket.request.max.bytes",
         "socket.listen.backlog.size",
+        "num.partitions",
+        "default.replication.factor",
     )  # fmt: skip
 )
+# keys whose value is a TOML boolean
+_BOOLEANS = frozenset(("auto.create.topics.enable",))

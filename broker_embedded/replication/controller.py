@@ -134,6 +134,7 @@ class Controller:
         self._brokers: dict[int, Broker] = {}
         self._alive: set[int] = set()
         self._topics: dict[str, TopicEntry] = {}
+        self._names_by_id: dict[uuid.UUID, str] = {}  # the inverse of _topics' ids, kept with it
         self._assignment: dict[str, dict[int, tuple[int, ...]]] = {}
         self._states: dict[TopicPartition, LeaderAndIsr] = {}
         self._next_producer_id = 0
@@ -155,6 +156,7 @@ class Controller:
 
         for name, t in data["topics"].items():
             self._topics[name] = TopicConfigFile._entry(name, t)
+            self._names_by_id[self._topics[name].topic_id] = name
             self._assignment[name] = {int(p): tuple(r) for p, r in t["assignment"].items()}
             for p, st in t.get("partition_states", {}).items():
                 replicas = self._assignment[name].get(int(p))
@@ -201,6 +203,7 @@ class Controller:
             new._store = self._store
             new._brokers, new._alive = dict(self._brokers), set(self._alive)
             new._topics = dict(self._topics)
+            new._names_by_id = dict(self._names_by_id)
             new._assignment = {t: dict(a) for t, a in self._assignment.items()}
             new._states = dict(self._states)
             new._next_producer_id = self._next_producer_id
@@ -263,6 +266,7 @@ class Controller:
         for name, entry in broker.log_manager.topics.items():
             if name not in self._topics:
                 self._topics[name] = entry
+                self._names_by_id[entry.topic_id] = name
                 self._assignment[name] = {p: (broker.broker_id,) for p in range(entry.partitions)}
 
     def _initial_state(self, tp: TopicPartition, replicas: tuple[int, ...]) -> LeaderAndIsr:
@@ -450,6 +454,7 @@ class Controller:
         self, name: str, entry: TopicEntry, assignment: dict[int, tuple[int, ...]]
     ) -> None:
         self._topics[name] = entry
+        self._names_by_id[entry.topic_id] = name
         self._assignment.setdefault(name, {}).update(assignment)
         for b in self._alive:
             if any(b in r for r in self._assignment[name].values()):
@@ -485,6 +490,7 @@ class Controller:
                     broker.log_manager.delete_topic(name)
             for tp in tps:
                 self._states.pop(tp, None)
+            del self._names_by_id[self._topics[name].topic_id]
             del self._topics[name], self._assignment[name]
             self._save()
 
@@ -580,6 +586,12 @@ class Controller:
     def topics(self) -> list[str]:
         with self._lock:
             return sorted(self._topics)
+
+    def topic_name(self, topic_id: uuid.UUID) -> str | None:
+        """The name of the topic with ``topic_id`` (None: no topic has it); a dict lookup, the
+        map kept with the topics on creation and deletion."""
+        with self._lock:
+            return self._names_by_id.get(topic_id)
 
     def describe(self, name: str) -> TopicMetadata:
         with self._lock:

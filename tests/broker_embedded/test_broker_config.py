@@ -35,6 +35,9 @@ BROKER_KEYS = {
     "connections.max.idle.ms": 600000,
     "max.incremental.fetch.session.cache.slots": 1000,
     "fetch.max.pinned.regions": 1024,  # not a Kafka key: this broker's sendfile descriptor bound
+    "auto.create.topics.enable": True,
+    "num.partitions": 1,
+    "default.replication.factor": 1,
 }
 
 
@@ -105,6 +108,8 @@ def test_broker_applies_its_topic_defaults(tmp_path):
         ('[broker]\n"fetch.max.bytes" = 1.5\n', ["1.5", "fetch.max.bytes"]),
         ('[broker]\n"num.io.threads" = 0\n', ["0", "num.io.threads", ">= 1"]),
         ('[broker]\n"queued.max.requests" = 0\n', ["0", "queued.max.requests", ">= 1"]),
+        ('[broker]\n"num.partitions" = 0\n', ["0", "num.partitions", ">= 1"]),
+        ('[broker]\n"auto.create.topics.enable" = 1\n', ["1", "true or false"]),
         ("[brokers]\n", ["unknown section", "brokers"]),
         ("broker = 5\n", ["[broker] must be a table"]),
         ('[topic_defaults]\n"segment.bytes" = "x"\n', ["[topic_defaults]", "segment.bytes", "'x'"]),

@@ -3,7 +3,7 @@
 Each topic is created by the controller (or only checked, with ``validate_only``) and answered
 on its own, as Kafka does:
 - ``num_partitions`` / ``replication_factor`` -1 (v4+) take the broker defaults
-  (``num.partitions`` and ``default.replication.factor``: 1 each, Kafka's defaults);
+  (the broker config's ``num.partitions`` and ``default.replication.factor``);
 - errors: INVALID_TOPIC_EXCEPTION (17: an illegal name or one colliding with an existing topic
   over '.'/'_'), TOPIC_ALREADY_EXISTS (36), INVALID_PARTITIONS (37: < 1), INVALID_REPLICATION_FACTOR
   (38: < 1 or more than the live brokers), INVALID_CONFIG (40: an unknown config or a bad
@@ -47,8 +47,6 @@ from broker_embedded.server.request_channel import Request
 
 API_KEY = 19
 VERSIONS = (2, 7)
-DEFAULT_NUM_PARTITIONS = 1
-DEFAULT_REPLICATION_FACTOR = 1
 ZERO_UUID = uuid.UUID(int=0)
 
 
@@ -70,8 +68,11 @@ def create_topics_response(ctx: ApiContext, request: Request) -> Any:
 
 
 def _create(ctx: ApiContext, types: ModuleType, t: Any, validate_only: bool) -> Any:
-    partitions = DEFAULT_NUM_PARTITIONS if t.num_partitions == -1 else t.num_partitions
-    factor = DEFAULT_REPLICATION_FACTOR if t.replication_factor == -1 else t.replication_factor
+    defaults = ctx.broker.config
+    partitions = defaults.num_partitions if t.num_partitions == -1 else t.num_partitions
+    factor = (
+        defaults.default_replication_factor if t.replication_factor == -1 else t.replication_factor
+    )
     config = {c.name: c.value for c in t.configs}
     try:
         assignment = _manual_assignment(t) if t.assignments else None

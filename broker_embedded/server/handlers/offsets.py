@@ -25,7 +25,7 @@ from __future__ import annotations
 import functools
 import threading
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import timedelta
 from types import ModuleType
@@ -102,11 +102,11 @@ def register(apis: KafkaApis, ctx: ApiContext, store: OffsetStore | None = None)
     apis.register_responder(OFFSET_FETCH_KEY, *OFFSET_FETCH_VERSIONS, fetch)
 
 
-def _names(ctx: ApiContext, version: int) -> dict[uuid.UUID, str]:
+def _names(ctx: ApiContext, version: int) -> Mapping[uuid.UUID, str]:
     return ctx.topic_names_by_id() if version >= FIRST_TOPIC_ID_VERSION else {}
 
 
-def _name(topic: Any, names: dict[uuid.UUID, str]) -> str | None:
+def _name(topic: Any, names: Mapping[uuid.UUID, str]) -> str | None:
     return names.get(topic.topic_id) if hasattr(topic, "topic_id") else topic.name
 
 
@@ -180,7 +180,7 @@ def _fetched_topics(
     store: OffsetStore,
     group: str,
     topics: Iterable[Any] | None,
-    names: dict[uuid.UUID, str],
+    names: Mapping[uuid.UUID, str],
 ) -> tuple[Any, ...]:
     topic_type = getattr(types, "OffsetFetchResponseTopics", None) or types.OffsetFetchResponseTopic
     part_type = (

@@ -27,8 +27,22 @@ checked by the partition's producer state; the transaction coordinator's checks 
 partition added to the transaction) come with the coordinator APIs (next issue).
 
 Response per partition: error code, base offset (-1 on error), log append time (v2+: the
-broker time on LogAppendTime topics, else -1), log start offset (v5+), record errors (v8+:
-none by index; the error message says which batch and why), error message (v8+).
+broker time on LogAppendTime topics, else -1), log start offset (v5+), record errors and error
+message (v8+). As Kafka's ``ReplicaManager`` answers a ``RecordValidationException``: when the
+log's validation rejects records one by one (a keyless record on a compacted topic:
+INVALID_RECORD, 87), ``record_errors`` lists them (``batch_index``: the record's index in its
+batch, ``batch_index_error_message``: Kafka's text, e.g. "Compacted topic cannot accept message
+without key in topic partition t-0"; at most ``MAX_RECORD_ERRORS``, errors.py) and
+``error_message`` is Kafka's summary ("One or more records have been rejected due to N record
+errors in total, and only showing the first three errors at most: [RecordError(batchIndex=0,
+message='...')]"). Any other error (a CRC mismatch: CORRUPT_MESSAGE, 2; a batch-level
+INVALID_RECORD, ...) has no record errors; where Kafka sends a null error message, this broker
+sends its own, which names the topic, partition and why.
+
+NOT_LEADER_OR_FOLLOWER (v10+, KIP-951, as Kafka's ``handleProduceRequest``): the partition's
+``current_leader`` (leader id and epoch from the controller, -1 when unknown) and, in the
+response's ``node_endpoints``, the node (id, host, port, rack) of each such leader that is live,
+so the client redirects without a Metadata round trip.
 
 Thread safety: a response is built by whichever thread completes the append (the handler, or
 for acks=all the thread that completes the delayed produce) from values no one else changes.
@@ -47,6 +61,8 @@ from broker_embedded.errors import (
     InvalidRecordError,
     InvalidRequiredAcksError,
     KafkaApiError,
+    NotLeaderOrFollowerError,
+    RecordValidationError,
     UnknownTopicIdError,
     UnsupportedCompressionTypeError,
 )
@@ -58,6 +74,7 @@ from broker_embedded.server.handlers.api_context import (
     make,
     response_types,
 )
+from broker_embedded.server.handlers.metadata import LeaderNode, current_leader, node_endpoints
 from broker_embedded.server.kafka_apis import KafkaApis
 from broker_embedded.server.request_channel import Request, Response
 from broker_embedded.storage.topic_partition import TopicPartition
@@ -65,6 +82,7 @@ from broker_embedded.storage.topic_partition import TopicPartition
 API_KEY = 0
 VERSIONS = (3, 13)
 FIRST_ZSTD_VERSION = 7
+FIRST_CURRENT_LEADER_VERSION = 10  # KIP-951
 _LENGTH = struct.Struct(">i")
 _MAGIC_AT = 16
 _ATTRIBUTES = struct.Struct(">h")
@@ -91,7 +109,7 @@ def handle_produce(apis: KafkaApis, ctx: ApiContext, request: Request) -> None:
     layout, entries = _layout(ctx, body, version, acks)
 
     def respond(results: Mapping[TopicPartition, ProduceResult]) -> None:
-        _answer(apis, request, acks, layout, results)
+        _answer(apis, ctx, request, acks, layout, results)
 
     if acks not in (0, 1, -1) or not entries:
         respond({})
@@ -162,6 +180,7 @@ def check_records(tp: TopicPartition, records: bytes | None, version: int) -> Ka
 
 def _answer(
     apis: KafkaApis,
+    ctx: ApiContext,
     request: Request,
     acks: int,
     layout: Layout,
@@ -177,13 +196,36 @@ def _answer(
                                                 close_reason=reason))  # fmt: skip
         return
     types = response_types(request)
+    leaders: list[LeaderNode] = []
+    kip951 = request.header.api_version >= FIRST_CURRENT_LEADER_VERSION
     topics = tuple(
-        make(types.TopicProduceResponse, name=name, topic_id=topic_id,
-             partition_responses=tuple(_partition(types, i, s, results) for i, s in slots))
+        make(types.TopicProduceResponse, name=name, topic_id=topic_id, partition_responses=tuple(
+            _partition(types, i, s, results, _leader(ctx, name, i, s, results, leaders, kip951))
+            for i, s in slots))
         for name, topic_id, slots in layout
     )  # fmt: skip
     apis.send_response(request, make(types.ProduceResponse, responses=topics,
-                                     throttle_time=timedelta(0)))  # fmt: skip
+                                     throttle_time=timedelta(0),
+                                     node_endpoints=node_endpoints(types, leaders)))  # fmt: skip
+
+
+def _leader(
+    ctx: ApiContext,
+    name: str | None,
+    index: int,
+    slot: Slot,
+    results: Mapping[TopicPartition, ProduceResult],
+    leaders: list[LeaderNode],
+    kip951: bool,
+) -> LeaderNode | None:
+    """KIP-951 (v10+): the current leader of a partition answered NOT_LEADER_OR_FOLLOWER,
+    also kept in ``leaders`` for the response's ``node_endpoints``; None otherwise."""
+    error = results[slot].error if isinstance(slot, TopicPartition) else slot
+    if not kip951 or name is None or not isinstance(error, NotLeaderOrFollowerError):
+        return None
+    leader = current_leader(ctx, name, index)
+    leaders.append(leader)
+    return leader
 
 
 def _first_error(
@@ -198,10 +240,19 @@ def _first_error(
 
 
 def _partition(
-    types: ModuleType, index: int, slot: Slot, results: Mapping[TopicPartition, ProduceResult]
+    types: ModuleType,
+    index: int,
+    slot: Slot,
+    results: Mapping[TopicPartition, ProduceResult],
+    leader: LeaderNode | None,
 ) -> Any:
     r = results[slot] if isinstance(slot, TopicPartition) else None
     error = slot if r is None else r.error
+    extra = {}
+    if leader is not None:
+        extra["current_leader"] = make(
+            types.LeaderIdAndEpoch, leader_id=leader.leader_id, leader_epoch=leader.leader_epoch
+        )
     return make(
         types.PartitionProduceResponse,
         index=index,
@@ -209,8 +260,21 @@ def _partition(
         base_offset=-1 if r is None else r.base_offset,
         log_append_time=None if r is None else _timestamp(r.log_append_time),
         log_start_offset=-1 if r is None else r.log_start_offset,
-        record_errors=(),
-        error_message=error_message(error),
+        record_errors=_record_errors(types, error),
+        error_message=error.summary if isinstance(error, RecordValidationError)
+        else error_message(error),
+        **extra,
+    )  # fmt: skip
+
+
+def _record_errors(types: ModuleType, error: KafkaApiError | None) -> tuple[Any, ...]:
+    """Kafka's ``record_errors`` (v8+): the rejected records of the batch by index, each with
+    its message; none for an error about the whole batch or request."""
+    entry = getattr(types, "BatchIndexAndErrorMessage", None)  # v8+
+    if entry is None or not isinstance(error, RecordValidationError):
+        return ()
+    return tuple(
+        make(entry, batch_index=i, batch_index_error_message=m) for i, m in error.record_errors
     )
 
 
