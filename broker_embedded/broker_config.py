@@ -27,6 +27,13 @@ File layout (``conf/broker.toml`` holds the defaults; every key is optional)::
                                               flight for ``sendfile``; beyond, a region's bytes
                                               are read (pread) and sent from memory (0: every
                                               Fetch response is read + send, no zero-copy)
+    "group.initial.rebalance.delay.ms" = 3000 the first rebalance of an empty group waits this
+                                              long (and again while members keep joining, up
+                                              to the rebalance timeout)
+    "group.min.session.timeout.ms" = 6000     JoinGroup session timeouts outside min..max are
+    "group.max.session.timeout.ms" = 1800000  INVALID_SESSION_TIMEOUT
+    "group.max.size" = 2147483647             members per group; one more is
+                                              GROUP_MAX_SIZE_REACHED
     [log_cleaner]                             (these keys are also accepted under [broker])
     "log.cleaner.threads" = 1                 cleaner threads (0: no cleaner)
     "log.cleaner.dedupe.buffer.size" = 134217728   offset map memory over all cleaner threads
@@ -80,6 +87,11 @@ class BrokerConfig:
     connections_max_idle_ms: int = 600_000
     max_incremental_fetch_session_cache_slots: int = 1_000
     fetch_max_pinned_regions: int = 1_024
+    # consumer groups (the group coordinator): Kafka's names and defaults
+    group_initial_rebalance_delay_ms: int = 3_000
+    group_min_session_timeout_ms: int = 6_000
+    group_max_session_timeout_ms: int = 1_800_000
+    group_max_size: int = 2**31 - 1
     log_cleaner_threads: int = 1
     log_cleaner_dedupe_buffer_size: int = 128 << 20
     log_cleaner_io_buffer_load_factor: float = 0.9
@@ -156,5 +168,11 @@ def _broker_value(key: str, value: Any, source: str) -> int | float:
 
 # keys whose value must be positive (Kafka's atLeast(1) validators)
 _AT_LEAST_ONE = frozenset(
-    ("num.network.threads", "num.io.threads", "queued.max.requests", "socket.request.max.bytes")
+    (
+        "num.network.threads",
+        "num.io.threads",
+        "queued.max.requests",
+        "socket.request.max.bytes",
+        "group.max.size",
+    )
 )

@@ -29,10 +29,10 @@ from broker_embedded.server.handlers import (
     describe_configs,
     fetch,
     find_coordinator,
+    groups,
     init_producer_id,
     list_offsets,
     metadata,
-    offsets,
     produce,
 )
 from broker_embedded.server.handlers.api_context import ApiContext, Node
@@ -54,7 +54,7 @@ HANDLERS: tuple[Register, ...] = (
     delete_records.register,
     describe_cluster.register,
     find_coordinator.register,
-    offsets.register,
+    groups.register,  # the group APIs, OffsetCommit and OffsetFetch
 )
 
 
