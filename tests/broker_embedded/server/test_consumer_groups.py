@@ -64,3 +64,102 @@ def test_three_members_share_six_partitions_and_take_over_from_one_that_leaves(t
         finally:
             for c in consumers:
                 c.close()
+
+
+_DYING_MEMBER = """
+import sys, time
+from confluent_kafka import Consumer
+c = Consumer({"bootstrap.servers": sys.argv[1], "group.id": "g2", "session.timeout.ms": 2000,
+              "heartbeat.interval.ms": 300, "auto.offset.reset": "earliest",
+              "enable.auto.commit": False, "partition.assignment.strategy": "range"})
+c.subscribe(["events"])
+deadline = time.monotonic() + 60
+while time.monotonic() < deadline:
+    c.poll(0.1)
+    if c.assignment():
+        print("assigned", flush=True)
+"""
+
+
+def test_a_killed_member_is_removed_after_its_session_and_its_partitions_move(tmp_path):
+    import subprocess
+    import sys
+    import threading
+
+    with served(tmp_path, **GROUP_BROKER_CONFIG) as s:
+        _create(s.bootstrap)
+        sent = produce(s.bootstrap, TOPIC, 6, 5, "a")
+        ledger = Ledger()
+        survivor = ck.Consumer(consumer_config(s.bootstrap, "g2", **{"session.timeout.ms": 2000}))
+        survivor.subscribe([TOPIC])
+        dying = subprocess.Popen([sys.executable, "-c", _DYING_MEMBER, s.bootstrap],
+                                 stdout=subprocess.PIPE, text=True)  # fmt: skip
+        lines: list[str] = []
+        reader = threading.Thread(target=lambda: lines.append(dying.stdout.readline()))
+        try:
+            reader.start()  # the survivor must poll while the other member joins
+            poll_until([survivor], lambda: lines == ["assigned\n"]
+                       and len(assignments([survivor])[0]) == 3)  # fmt: skip
+            dying.kill()  # no LeaveGroup: the session (2 s) must run out
+            dying.wait(TIMEOUT_S)
+            poll_until([survivor], lambda: len(assignments([survivor])[0]) == 6
+                       and sum(ledger.seen.values()) == len(sent), ledger)  # fmt: skip
+            assert set(ledger.seen) == sent and set(ledger.seen.values()) == {1}
+        finally:
+            dying.kill()
+            dying.wait(TIMEOUT_S)
+            reader.join(TIMEOUT_S)
+            survivor.close()
+
+
+def test_a_restarted_consumer_resumes_from_its_committed_offset(tmp_path):
+    with served(tmp_path, **GROUP_BROKER_CONFIG) as s:
+        _create(s.bootstrap, partitions=1)
+        produce(s.bootstrap, TOPIC, 1, 10, "a")
+        first = ck.Consumer(consumer_config(s.bootstrap, "g3"))
+        first.subscribe([TOPIC])
+        got: list[bytes] = []
+
+        def take(c, m) -> None:
+            if len(got) < 4:
+                got.append(m.value())
+                c.commit(message=m, asynchronous=False)
+
+        poll_until([first], lambda: len(got) == 4, take)
+        first.close()
+        second = ck.Consumer(consumer_config(s.bootstrap, "g3"))
+        second.subscribe([TOPIC])
+        rest: list[bytes] = []
+        poll_until([second], lambda: len(rest) == 6, lambda c, m: rest.append(m.value()))
+        second.close()
+        assert got + rest == [f"a-0-{i}".encode() for i in range(10)]
+
+
+def test_a_static_member_rejoins_without_a_rebalance(tmp_path):
+    with served(tmp_path, **GROUP_BROKER_CONFIG) as s:
+        _create(s.bootstrap)
+        cfg = {"session.timeout.ms": 6000}
+        a = ck.Consumer(consumer_config(s.bootstrap, "g4", **cfg, **{"group.instance.id": "a"}))
+        b = ck.Consumer(consumer_config(s.bootstrap, "g4", **cfg, **{"group.instance.id": "b"}))
+        a.subscribe([TOPIC])
+        b.subscribe([TOPIC])
+        poll_until([a, b], lambda: sorted(map(len, assignments([a, b]))) == [3, 3])
+        before = assignments([a, b])
+        generation = _describe(s.bootstrap, "g4")
+        b.close()  # a static member sends no LeaveGroup
+        b = ck.Consumer(consumer_config(s.bootstrap, "g4", **cfg, **{"group.instance.id": "b"}))
+        b.subscribe([TOPIC])
+        poll_until([a, b], lambda: len(assignments([b])[0]) == 3)
+        assert assignments([a, b]) == before
+        after = _describe(s.bootstrap, "g4")
+        assert after[0] == generation[0] and after[1] != generation[1]  # same state, new ids
+        a.close()
+        b.close()
+
+
+def _describe(bootstrap: str, group: str) -> tuple:
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    d = admin.describe_consumer_groups([group])[group].result(TIMEOUT_S)
+    return (str(d.state), sorted(m.member_id for m in d.members))
