@@ -163,3 +163,64 @@ def _describe(bootstrap: str, group: str) -> tuple:
     admin = AdminClient({"bootstrap.servers": bootstrap})
     d = admin.describe_consumer_groups([group])[group].result(TIMEOUT_S)
     return (str(d.state), sorted(m.member_id for m in d.members))
+
+
+def test_kafka_python_consumer_with_subscribe(tmp_path):
+    kafka = pytest.importorskip("kafka")
+    with served(tmp_path, **GROUP_BROKER_CONFIG) as s:
+        _create(s.bootstrap, partitions=2)
+        sent = produce(s.bootstrap, TOPIC, 2, 5, "k")
+        consumer = kafka.KafkaConsumer(bootstrap_servers=s.bootstrap, group_id="g5",
+                                       auto_offset_reset="earliest", enable_auto_commit=False,
+                                       session_timeout_ms=6000, heartbeat_interval_ms=500,
+                                       consumer_timeout_ms=int(TIMEOUT_S * 1000))  # fmt: skip
+        try:
+            consumer.subscribe([TOPIC])
+            got = set()
+            for m in consumer:
+                got.add((m.partition, m.value))
+                if len(got) == len(sent):
+                    break
+            consumer.commit()
+            assert got == sent
+            tps = {kafka.TopicPartition(TOPIC, p) for p in range(2)}
+            assert {tp.partition: consumer.committed(tp) for tp in tps} == {0: 5, 1: 5}
+        finally:
+            consumer.close()
+
+
+def test_admin_client_lists_describes_and_deletes_groups(tmp_path):
+    from confluent_kafka import ConsumerGroupState, TopicPartition
+    from confluent_kafka.admin import AdminClient
+
+    with served(tmp_path, **GROUP_BROKER_CONFIG) as s:
+        _create(s.bootstrap, partitions=2)
+        admin = AdminClient({"bootstrap.servers": s.bootstrap})
+        member = ck.Consumer(consumer_config(s.bootstrap, "live", **{"client.id": "c1"}))
+        member.subscribe([TOPIC])
+        poll_until([member], lambda: len(assignments([member])[0]) == 2)
+        simple = ck.Consumer(consumer_config(s.bootstrap, "simple"))
+        simple.commit(offsets=[TopicPartition(TOPIC, 0, 7)], asynchronous=False)
+        simple.close()
+
+        listed = admin.list_consumer_groups().result(TIMEOUT_S)
+        states = {g.group_id: g.state for g in listed.valid}
+        assert states == {"live": ConsumerGroupState.STABLE, "simple": ConsumerGroupState.EMPTY}
+        only_empty = admin.list_consumer_groups(states={ConsumerGroupState.EMPTY})
+        assert [g.group_id for g in only_empty.result(TIMEOUT_S).valid] == ["simple"]
+
+        d = admin.describe_consumer_groups(["live"])["live"].result(TIMEOUT_S)
+        assert (d.state, d.partition_assignor, len(d.members)) == (
+            ConsumerGroupState.STABLE, "range", 1)  # fmt: skip
+        (m,) = d.members
+        assert m.client_id == "c1" and m.member_id.startswith("c1-") and m.host == "/127.0.0.1"
+        assert sorted(tp.partition for tp in m.assignment.topic_partitions) == [0, 1]
+
+        futures = admin.delete_consumer_groups(["live", "simple"])
+        with pytest.raises(ck.KafkaException) as e:
+            futures["live"].result(TIMEOUT_S)
+        assert e.value.args[0].code() == ck.KafkaError.NON_EMPTY_GROUP
+        assert futures["simple"].result(TIMEOUT_S) is None
+        listed = admin.list_consumer_groups().result(TIMEOUT_S)
+        assert [g.group_id for g in listed.valid] == ["live"]
+        member.close()
