@@ -193,9 +193,13 @@ class GroupCoordinator:
 
     def _restore(self, snap: GroupSnapshot) -> GroupMetadata:
         """A loaded group: Stable with its members (sessions restart now), or Empty."""
-        group = GroupMetadata(snap.group_id, generation_id=snap.generation_id,
-                              protocol_type=snap.protocol_type or None,
-                              protocol_name=snap.protocol_name, leader_id=snap.leader_id)  # fmt: skip
+        group = GroupMetadata(
+            snap.group_id,
+            generation_id=snap.generation_id,
+            protocol_type=snap.protocol_type or None,
+            protocol_name=snap.protocol_name,
+            leader_id=snap.leader_id,
+        )
         for m in snap.members:
             assert snap.protocol_name is not None
             member = MemberMetadata(
@@ -346,8 +350,15 @@ class GroupCoordinator:
         elif state in (_S.COMPLETING_REBALANCE, _S.STABLE):
             self._update_member_and_rebalance(group, member, req, cb)
         else:  # Empty or Dead: the member resets and rejoins
-            cb(JoinResult(member_id, UnknownMemberIdError(
-                f"group {group.group_id!r} is {state.value}: member {member_id!r} must rejoin")))  # fmt: skip
+            cb(
+                JoinResult(
+                    member_id,
+                    UnknownMemberIdError(
+                        f"group {group.group_id!r} is {state.value}: "
+                        f"member {member_id!r} must rejoin"
+                    ),
+                )
+            )
 
     def _join_result(
         self, group: GroupMetadata, member_id: str, members: tuple, skip: bool = False
@@ -559,8 +570,13 @@ class GroupCoordinator:
         callback: SyncCallback,
     ) -> None:
         if group.is_(_S.EMPTY):
-            callback(SyncResult(UnknownMemberIdError(
-                f"group {group.group_id!r} is Empty: member {member_id!r} must rejoin")))  # fmt: skip
+            callback(
+                SyncResult(
+                    UnknownMemberIdError(
+                        f"group {group.group_id!r} is Empty: member {member_id!r} must rejoin"
+                    )
+                )
+            )
         elif group.is_(_S.PREPARING_REBALANCE):
             callback(SyncResult(RebalanceInProgressError(
                 f"group {group.group_id!r} is rebalancing")))  # fmt: skip
@@ -704,8 +720,15 @@ class GroupCoordinator:
     def _remove_member_and_update(
         self, group: GroupMetadata, member: MemberMetadata, reason: str
     ) -> None:
-        group.invoke_join(member, JoinResult(UNKNOWN_MEMBER_ID, UnknownMemberIdError(
-            f"group {group.group_id!r}: member {member.member_id!r} removed ({reason})")))  # fmt: skip
+        group.invoke_join(
+            member,
+            JoinResult(
+                UNKNOWN_MEMBER_ID,
+                UnknownMemberIdError(
+                    f"group {group.group_id!r}: member {member.member_id!r} removed ({reason})"
+                ),
+            ),
+        )
         group.remove(member.member_id)
         if group.state in (_S.STABLE, _S.COMPLETING_REBALANCE):
             self._maybe_prepare_rebalance(group, f"member {member.member_id!r}: {reason}")

@@ -2,7 +2,7 @@
 
 | API | key | versions | answered |
 |---|---|---|---|
-| JoinGroup | 11 | 0-9 | when the rebalance completes (delayed, from the coordinator's timer or another request) |
+| JoinGroup | 11 | 0-9 | delayed: when the rebalance completes |
 | SyncGroup | 14 | 0-5 | followers when the leader's assignment arrives (delayed) |
 | Heartbeat | 12 | 0-4 | at once |
 | LeaveGroup | 13 | 0-5 | at once (v3+ a batch of members) |
@@ -101,8 +101,11 @@ def register(apis: KafkaApis, ctx: ApiContext, store: GroupStore | None = None) 
     }
     for key, respond in responders.items():
         apis.register_responder(key, *VERSIONS[key], functools.partial(respond, coordinator))
-    apis.register_responder(OFFSET_DELETE, *VERSIONS[OFFSET_DELETE],
-                            functools.partial(offset_delete_response, ctx, coordinator))  # fmt: skip
+    apis.register_responder(
+        OFFSET_DELETE,
+        *VERSIONS[OFFSET_DELETE],
+        functools.partial(offset_delete_response, ctx, coordinator),
+    )
     offsets.register(apis, ctx, coordinator)
     return coordinator
 
@@ -131,8 +134,9 @@ def handle_join_group(apis: KafkaApis, coordinator: GroupCoordinator, request: R
         require_known_member_id=version >= 4,
         support_skipping_assignment=version >= 9,
     )
-    coordinator.join_group(req, lambda result: apis.send_response(request,
-                                                                  join_response(request, result)))  # fmt: skip
+    coordinator.join_group(
+        req, lambda result: apis.send_response(request, join_response(request, result))
+    )
 
 
 def join_response(request: Request, result: JoinResult) -> Any:
@@ -174,8 +178,9 @@ def handle_sync_group(apis: KafkaApis, coordinator: GroupCoordinator, request: R
 
 def heartbeat_response(coordinator: GroupCoordinator, request: Request) -> Any:
     body, types = request.body, response_types(request)
-    error = coordinator.heartbeat(body.group_id, body.member_id,
-                                  getattr(body, "group_instance_id", None), body.generation_id)  # fmt: skip
+    error = coordinator.heartbeat(
+        body.group_id, body.member_id, getattr(body, "group_instance_id", None), body.generation_id
+    )
     return make(types.HeartbeatResponse, throttle_time=_ZERO, error_code=error_code(error))
 
 
@@ -192,7 +197,7 @@ def leave_group_response(coordinator: GroupCoordinator, request: Request) -> Any
     members = tuple(
         make(types.MemberResponse, member_id=m.member_id, group_instance_id=m.group_instance_id,
              error_code=error_code(e))
-        for m, e in zip(leaving, errors)
+        for m, e in zip(leaving, errors, strict=True)
     )  # fmt: skip
     return make(types.LeaveGroupResponse, throttle_time=_ZERO, error_code=error_code(top),
                 members=members)  # fmt: skip

@@ -100,8 +100,12 @@ def test_a_second_member_triggers_a_rebalance_the_first_learns_by_heartbeat(coor
     assert coordinator.heartbeat("g", a.member_id, None, 1).code == 27
     a2 = join(coordinator, member_id=a.member_id).get()
     b = b_wait.get()
-    assert (a2.generation_id, b.generation_id, a2.leader_id, b.leader_id) == (2, 2, a.member_id,
-                                                                              a.member_id)  # fmt: skip
+    assert (a2.generation_id, b.generation_id, a2.leader_id, b.leader_id) == (
+        2,
+        2,
+        a.member_id,
+        a.member_id,
+    )
     assert len(a2.members) == 2 and b.members == ()
     b_sync = sync(coordinator, b)
     assert not b_sync.done.is_set()  # a follower waits for the leader's assignment
@@ -120,11 +124,16 @@ def test_join_errors(coordinator):
     assert join(coordinator, protocols=(("other", ("t",)),)).get().error.code == 23
 
 
-def test_protocol_chosen_by_vote_among_those_all_support(coordinator):
-    a = join(coordinator, version=3, protocols=(("range", ("t",)), ("roundrobin", ("t",))))
-    b = join(coordinator, version=3, protocols=(("roundrobin", ("t",)), ("range", ("t",))))
-    c = join(coordinator, version=3, protocols=(("roundrobin", ("t",)), ("sticky", ("t",))))
-    assert {w.get().protocol_name for w in (a, b, c)} == {"roundrobin"}
+def test_protocol_chosen_by_vote_among_those_all_support():
+    # group.initial.rebalance.delay.ms holds the first generation until all three joined
+    c = GroupCoordinator(GroupConfig(min_session_timeout_ms=100, initial_rebalance_delay_ms=500))
+    try:
+        rr, rng, sticky = ("roundrobin", ("t",)), ("range", ("t",)), ("sticky", ("t",))
+        waits = [join(c, version=3, protocols=p) for p in ((rng, rr), (rr, rng), (rr, sticky))]
+        results = [w.get() for w in waits]
+        assert {(r.generation_id, r.protocol_name) for r in results} == {(1, "roundrobin")}
+    finally:
+        c.shutdown()
 
 
 def test_group_max_size(coordinator):
@@ -160,7 +169,7 @@ def test_leave_and_delete(coordinator):
     assert top is None and [e and e.code for e in errors] == [None, 25]
     g = coordinator.describe_group("g")
     assert (g.state, g.generation_id) == (GroupState.EMPTY, 2)
-    assert coordinator.delete_groups(["g", "none"]) ["g"] is None
+    assert coordinator.delete_groups(["g", "none"])["g"] is None
     assert coordinator.delete_groups(["none"])["none"].code == 69
     assert coordinator.list_groups() == []
 
