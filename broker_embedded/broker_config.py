@@ -32,6 +32,13 @@ File layout (``conf/broker.toml`` holds the defaults; every key is optional)::
                                               allow_auto_topic_creation) creates it
     "num.partitions" = 1                      an auto-created topic's partitions (>= 1)
     "default.replication.factor" = 1          an auto-created topic's replication factor (>= 1)
+    "group.initial.rebalance.delay.ms" = 3000 the first rebalance of an empty group waits this
+                                              long (and again while members keep joining, up
+                                              to the rebalance timeout)
+    "group.min.session.timeout.ms" = 6000     JoinGroup session timeouts outside min..max are
+    "group.max.session.timeout.ms" = 1800000  INVALID_SESSION_TIMEOUT
+    "group.max.size" = 2147483647             members per group; one more is
+                                              GROUP_MAX_SIZE_REACHED
     [log_cleaner]                             (these keys are also accepted under [broker])
     "log.cleaner.threads" = 1                 cleaner threads (0: no cleaner)
     "log.cleaner.dedupe.buffer.size" = 134217728   offset map memory over all cleaner threads
@@ -89,6 +96,11 @@ class BrokerConfig:
     auto_create_topics_enable: bool = True
     num_partitions: int = 1
     default_replication_factor: int = 1
+    # consumer groups (the group coordinator): Kafka's names and defaults
+    group_initial_rebalance_delay_ms: int = 3_000
+    group_min_session_timeout_ms: int = 6_000
+    group_max_session_timeout_ms: int = 1_800_000
+    group_max_size: int = 2**31 - 1
     log_cleaner_threads: int = 1
     log_cleaner_dedupe_buffer_size: int = 128 << 20
     log_cleaner_io_buffer_load_factor: float = 0.9
@@ -179,6 +191,7 @@ _AT_LEAST_ONE = frozenset(
         "socket.listen.backlog.size",
         "num.partitions",
         "default.replication.factor",
+        "group.max.size",
     )  # fmt: skip
 )
 # keys whose value is a TOML boolean

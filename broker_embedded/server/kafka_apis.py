@@ -24,6 +24,7 @@ reads an immutable mapping and may run on every handler thread at once.
 
 from __future__ import annotations
 
+import logging
 import re
 import sys
 from collections.abc import Callable, Sequence
@@ -51,6 +52,8 @@ from broker_embedded.server.request_channel import (
     parts_size,
 )
 
+log = logging.getLogger(__name__)
+
 Handler = Callable[[Request], None]
 
 API_VERSIONS_RANGE = (0, 4)  # Kafka 4.x
@@ -64,6 +67,7 @@ class KafkaApis:
         self.channel = channel
         self.versions = versions
         self._handlers: MappingProxyType[int, Handler] = MappingProxyType({})
+        self._on_shutdown: list[Callable[[], None]] = []
         self.register(API_VERSIONS_KEY, *API_VERSIONS_RANGE, self._handle_api_versions)
 
     def register(
@@ -82,6 +86,20 @@ class KafkaApis:
         return self.register(
             api_key, min_version, max_version, lambda r: self.send_response(r, respond(r))
         )
+
+    def on_shutdown(self, stop: Callable[[], None]) -> None:
+        """Call ``stop`` when the server shuts down, after the handler threads (e.g. a
+        coordinator's timers); registered before serving."""
+        self._on_shutdown.append(stop)
+
+    def shutdown(self) -> None:
+        """Run the ``on_shutdown`` callbacks (each once, in order; a failure is logged)."""
+        stops, self._on_shutdown = self._on_shutdown, []
+        for stop in stops:
+            try:
+                stop()
+            except Exception:
+                log.exception("stopping %r failed", stop)
 
     def handle(self, request: Request) -> None:
         handler = self._handlers.get(request.header.api_key)

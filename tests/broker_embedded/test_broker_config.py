@@ -38,6 +38,11 @@ BROKER_KEYS = {
     "auto.create.topics.enable": True,
     "num.partitions": 1,
     "default.replication.factor": 1,
+    # consumer groups (the group coordinator)
+    "group.initial.rebalance.delay.ms": 3000,
+    "group.min.session.timeout.ms": 6000,
+    "group.max.session.timeout.ms": 1800000,
+    "group.max.size": 2147483647,
 }
 
 
@@ -131,3 +136,11 @@ def test_bad_files_name_the_key_value_and_file(tmp_path, text, needles):
 def test_missing_file(tmp_path):
     with pytest.raises(InvalidConfigError, match="does not exist"):
         BrokerConfig.load(tmp_path / "nope.toml")
+
+
+def test_group_coordinator_keys_load_and_group_max_size_must_be_positive(tmp_path):
+    text = '[broker]\n"group.initial.rebalance.delay.ms" = 0\n"group.max.size" = 3\n'
+    cfg = BrokerConfig.load(write(tmp_path, text))
+    assert (cfg.group_initial_rebalance_delay_ms, cfg.group_max_size) == (0, 3)
+    with pytest.raises(InvalidConfigError, match="group.max.size"):
+        BrokerConfig.load(write(tmp_path, '[broker]\n"group.max.size" = 0\n'))

@@ -29,10 +29,10 @@ from broker_embedded.server.handlers import (
     describe_configs,
     fetch,
     find_coordinator,
+    groups,
     init_producer_id,
     list_offsets,
     metadata,
-    offsets,
     produce,
     txn_requests,
 )
@@ -55,7 +55,7 @@ HANDLERS: tuple[Register, ...] = (
     delete_records.register,
     describe_cluster.register,
     find_coordinator.register,
-    offsets.register,
+    groups.register,  # the group APIs, OffsetCommit and OffsetFetch
     txn_requests.register,
 )
 
