@@ -159,6 +159,8 @@ class GroupCoordinator:
         )
         self._lock = threading.Lock()
         self._groups: dict[str, GroupMetadata] = {}
+        # TxnOffsetCommit's offsets per (group, producer id), until the transaction ends
+        self._txn_offsets: dict[tuple[str, int], dict[TopicPartitionKey, OffsetAndMetadata]] = {}
         self._active = True
         self._load()
 
@@ -822,6 +824,52 @@ class GroupCoordinator:
                 return e
             group.offsets.update(offsets)
             return None
+
+    def commit_txn_offsets(
+        self,
+        group_id: str,
+        producer_id: int,
+        member_id: str,
+        group_instance_id: str | None,
+        generation_id: int,
+        offsets: Mapping[TopicPartitionKey, OffsetAndMetadata],
+    ) -> KafkaApiError | None:
+        """TxnOffsetCommit: ``offsets`` wait as the producer's pending commit of the group
+        until its transaction ends (:meth:`complete_txn`); a member id or generation (v3+,
+        KIP-447) is checked as OffsetCommit checks it."""
+        try:
+            self._check_active(group_id, required=False)
+        except KafkaApiError as e:
+            return e
+        group = self._get_or_create(group_id)
+        with group.lock:
+            if generation_id >= 0 or member_id != UNKNOWN_MEMBER_ID:
+                error = self._validate_commit(group, generation_id, member_id, group_instance_id)
+                if error is not None:
+                    return error
+            with self._lock:
+                pending = self._txn_offsets.setdefault((group_id, producer_id), {})
+                pending.update(offsets)
+        return None
+
+    def complete_txn(self, producer_id: int, commit: bool, group_ids: Iterable[str]) -> None:
+        """The transaction of ``producer_id`` ended: its pending offset commits of each group
+        become the committed offsets (``commit``) or are dropped, as Kafka's group coordinator
+        does when it sees the transaction's marker."""
+        for group_id in group_ids:
+            with self._lock:
+                pending = self._txn_offsets.pop((group_id, producer_id), None)
+            group = self._group(group_id)
+            if not commit or not pending or group is None:
+                continue
+            with group.lock:
+                try:
+                    self.store.store_offsets(group_id, pending)
+                except KafkaApiError as e:
+                    log.error("group %r: transactional offsets of producer %d lost: %s",
+                              group_id, producer_id, e)  # fmt: skip
+                    continue
+                group.offsets.update(pending)
 
     def _validate_commit(
         self, group: GroupMetadata, generation_id: int, member_id: str, instance_id: str | None

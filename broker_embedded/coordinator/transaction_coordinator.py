@@ -240,6 +240,12 @@ class TransactionCoordinator:
                 return self._completion(transactional_id, state, True)
             return self._abort(transactional_id, state, bump=False)
 
+    def check_producer(self, transactional_id: str, producer_id: int, producer_epoch: int) -> None:
+        """TxnOffsetCommit's check: the id's current producer and epoch, else
+        INVALID_PRODUCER_ID_MAPPING or PRODUCER_FENCED."""
+        with self.lock:
+            self._current(transactional_id, producer_id, producer_epoch)
+
     def complete(self, completion: TxnCompletion) -> None:
         """The markers of ``completion`` are written: the transaction is complete."""
         with self.lock:

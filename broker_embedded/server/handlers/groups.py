@@ -43,6 +43,7 @@ from broker_embedded.coordinator.group_metadata import (
     SyncResult,
 )
 from broker_embedded.coordinator.group_store import GroupStore
+from broker_embedded.coordinator.transaction_coordinator import TxnCompletion
 from broker_embedded.errors import KafkaApiError
 from broker_embedded.server.handlers import offsets
 from broker_embedded.server.handlers.api_context import (
@@ -88,6 +89,13 @@ def register(apis: KafkaApis, ctx: ApiContext, store: GroupStore | None = None) 
     ``store`` (default in memory), stopped when the server shuts down."""
     coordinator = GroupCoordinator(group_config(ctx.broker.config), store, name=str(ctx.broker_id))
     apis.on_shutdown(coordinator.shutdown)
+    transactions = ctx.broker.controller.transaction_coordinator
+
+    def on_txn_end(completion: TxnCompletion) -> None:  # TxnOffsetCommit's offsets
+        coordinator.complete_txn(completion.producer_id, completion.commit, completion.groups)
+
+    transactions.listeners.append(on_txn_end)
+    apis.on_shutdown(lambda: transactions.listeners.remove(on_txn_end))
     apis.register(JOIN_GROUP, *VERSIONS[JOIN_GROUP],
                   functools.partial(handle_join_group, apis, coordinator))  # fmt: skip
     apis.register(SYNC_GROUP, *VERSIONS[SYNC_GROUP],

@@ -52,6 +52,7 @@ if TYPE_CHECKING:
 
 OFFSET_COMMIT_KEY, OFFSET_COMMIT_VERSIONS = 8, (2, 10)
 OFFSET_FETCH_KEY, OFFSET_FETCH_VERSIONS = 9, (1, 10)
+TXN_OFFSET_COMMIT_KEY, TXN_OFFSET_COMMIT_VERSIONS = 28, (0, 4)
 MAX_METADATA_BYTES = 4096
 FIRST_BATCHED_FETCH = 8
 FIRST_TOPIC_ID_VERSION = 10
@@ -65,6 +66,8 @@ def register(apis: KafkaApis, ctx: ApiContext, coordinator: GroupCoordinator) ->
     apis.register_responder(OFFSET_COMMIT_KEY, *OFFSET_COMMIT_VERSIONS, commit)
     fetch = functools.partial(offset_fetch_response, ctx, coordinator)
     apis.register_responder(OFFSET_FETCH_KEY, *OFFSET_FETCH_VERSIONS, fetch)
+    txn_commit = functools.partial(txn_offset_commit_response, ctx, coordinator)
+    apis.register_responder(TXN_OFFSET_COMMIT_KEY, *TXN_OFFSET_COMMIT_VERSIONS, txn_commit)
 
 
 def _names(ctx: ApiContext, version: int) -> Mapping[uuid.UUID, str]:
@@ -114,6 +117,48 @@ def offset_commit_response(ctx: ApiContext, coordinator: GroupCoordinator, reque
         topics.append(make(types.OffsetCommitResponseTopic, name=_name(t, names),
                            topic_id=getattr(t, "topic_id", None), partitions=parts))  # fmt: skip
     return make(types.OffsetCommitResponse, throttle_time=timedelta(0), topics=tuple(topics))
+
+
+def txn_offset_commit_response(
+    ctx: ApiContext, coordinator: GroupCoordinator, request: Request
+) -> Any:
+    """TxnOffsetCommit: the offsets wait in the group coordinator until the producer's
+    transaction ends (committed with it, dropped with an abort); the transaction coordinator
+    must know the producer's id and epoch (INVALID_PRODUCER_ID_MAPPING, PRODUCER_FENCED)."""
+    body, types = request.body, response_types(request)
+    error: KafkaApiError | None = None
+    try:
+        ctx.broker.controller.transaction_coordinator.check_producer(
+            body.transactional_id, body.producer_id, body.producer_epoch
+        )
+    except KafkaApiError as e:
+        error = e
+    offsets: dict[Key, OffsetAndMetadata] = {}
+    errors: dict[Key, KafkaApiError | None] = {}
+    timestamp = now_ms()
+    for t in body.topics:
+        for p in t.partitions:
+            key = (t.name, p.partition_index)
+            errors[key] = error or _check(ctx, body.group_id, t.name, t, p)
+            if errors[key] is None:
+                offsets[key] = OffsetAndMetadata(
+                    p.committed_offset, getattr(p, "committed_leader_epoch", -1),
+                    p.committed_metadata or "", timestamp)  # fmt: skip
+    if offsets:
+        group_error = coordinator.commit_txn_offsets(
+            body.group_id, body.producer_id, getattr(body, "member_id", ""),
+            getattr(body, "group_instance_id", None), getattr(body, "generation_id", -1), offsets,
+        )  # fmt: skip
+        for key in offsets:
+            errors[key] = group_error
+    topics = tuple(
+        make(types.TxnOffsetCommitResponseTopic, name=t.name, partitions=tuple(
+            make(types.TxnOffsetCommitResponsePartition, partition_index=p.partition_index,
+                 error_code=error_code(errors[(t.name, p.partition_index)]))
+            for p in t.partitions))
+        for t in body.topics
+    )  # fmt: skip
+    return make(types.TxnOffsetCommitResponse, throttle_time=timedelta(0), topics=topics)
 
 
 def _check(

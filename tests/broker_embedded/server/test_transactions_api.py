@@ -136,3 +136,38 @@ def test_a_transaction_past_its_timeout_is_aborted(tmp_path):
         got = committed_values(s.bootstrap, "tx", 1)
     assert got == []
     assert control_batches(tmp_path, "tx", 0) == [(0, 1, False)]  # the epoch bumped: fenced
+
+
+def test_offsets_sent_to_a_transaction_commit_with_it_and_not_with_an_abort(tmp_path):
+    """Consume-transform-produce: ``send_offsets_to_transaction`` (AddOffsetsToTxn,
+    TxnOffsetCommit) makes the group's offsets committed only when the transaction commits."""
+    with served(tmp_path, group_initial_rebalance_delay_ms=0) as s:
+        s.broker.create_topic("in", 1)
+        s.broker.create_topic("out", 1)
+        for i in range(6):
+            s.broker.produce("in", 0, [b"r%d" % i])
+        c = Consumer({"bootstrap.servers": s.bootstrap, "group.id": "ctp",
+                      "enable.auto.commit": False, "auto.offset.reset": "earliest",
+                      "isolation.level": "read_committed"})  # fmt: skip
+        p = producer(s.bootstrap, "ctp-app")
+        p.init_transactions(TIMEOUT_S)
+        try:
+            c.assign([CTP("in", 0, 0)])
+            for commit, count in ((True, 4), (False, 2)):
+                records = c.consume(count, TIMEOUT_S)
+                assert len(records) == count
+                p.begin_transaction()
+                for m in records:
+                    p.produce("out", value=m.value().upper(), partition=0)
+                position = [CTP("in", 0, records[-1].offset() + 1)]
+                p.send_offsets_to_transaction(position, c.consumer_group_metadata(), TIMEOUT_S)
+                (p.commit_transaction if commit else p.abort_transaction)(TIMEOUT_S)
+                assert s.broker.controller.transaction_coordinator.wait_completed(
+                    "ctp-app", TIMEOUT_S
+                )
+            (committed,) = c.committed([CTP("in", 0)], TIMEOUT_S)
+        finally:
+            c.close()
+        got = committed_values(s.bootstrap, "out", 1)
+    assert committed.offset == 4  # the aborted transaction's offset (6) was dropped
+    assert got == [(0, b"R0"), (0, b"R1"), (0, b"R2"), (0, b"R3")]
