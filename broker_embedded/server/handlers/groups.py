@@ -1,4 +1,6 @@
-"""The group APIs over the wire, answered by one :class:`GroupCoordinator` per server:
+"""The group APIs over the wire, answered by one :class:`GroupCoordinator` per cluster (every
+server of ``kafkalog serve --brokers N`` shares it, as they share the transaction coordinator,
+so FindCoordinator names the broker asked):
 
 | API | key | versions | answered |
 |---|---|---|---|
@@ -19,13 +21,14 @@ id (MEMBER_ID_REQUIRED), v9+ supports skipping the assignment; protocol names be
 v7 are non-null ("" when none); the client host is ``/<address>`` as Kafka's
 ``InetAddress.toString``; throttle time 0.
 
-The coordinator is stopped when the server shuts down (``KafkaApis.on_shutdown``).
+The coordinator is stopped when the last server using it shuts down (``KafkaApis.on_shutdown``).
 Thread safety: the handlers keep no state; the coordinator has its locks.
 """
 
 from __future__ import annotations
 
 import functools
+import threading
 from datetime import timedelta
 from typing import Any
 
@@ -84,18 +87,19 @@ def group_config(config: BrokerConfig) -> GroupConfig:
     )
 
 
+# One group coordinator per cluster (the brokers of ``kafkalog serve --brokers N`` share their
+# controller's transaction coordinator, the key here), so that FindCoordinator may name any
+# broker: [coordinator, servers using it]. Guarded by _SHARED_LOCK.
+_SHARED: dict[int, list[Any]] = {}
+_SHARED_LOCK = threading.Lock()
+
+
 def register(apis: KafkaApis, ctx: ApiContext, store: GroupStore | None = None) -> GroupCoordinator:
-    """Serve the group APIs (and OffsetCommit/OffsetFetch) with a new coordinator over
-    ``store`` (default in memory), stopped when the server shuts down."""
-    coordinator = GroupCoordinator(group_config(ctx.broker.config), store, name=str(ctx.broker_id))
-    apis.on_shutdown(coordinator.shutdown)
-    transactions = ctx.broker.controller.transaction_coordinator
-
-    def on_txn_end(completion: TxnCompletion) -> None:  # TxnOffsetCommit's offsets
-        coordinator.complete_txn(completion.producer_id, completion.commit, completion.groups)
-
-    transactions.listeners.append(on_txn_end)
-    apis.on_shutdown(lambda: transactions.listeners.remove(on_txn_end))
+    """Serve the group APIs (and OffsetCommit/OffsetFetch) with the cluster's coordinator over
+    ``store`` (default in memory; created by the first server of the cluster, stopped when its
+    last server shuts down)."""
+    coordinator = _acquire(ctx, store)
+    apis.on_shutdown(lambda: _release(ctx))
     apis.register(JOIN_GROUP, *VERSIONS[JOIN_GROUP],
                   functools.partial(handle_join_group, apis, coordinator))  # fmt: skip
     apis.register(SYNC_GROUP, *VERSIONS[SYNC_GROUP],
@@ -116,6 +120,36 @@ def register(apis: KafkaApis, ctx: ApiContext, store: GroupStore | None = None) 
     )
     offsets.register(apis, ctx, coordinator)
     return coordinator
+
+
+def _acquire(ctx: ApiContext, store: GroupStore | None) -> GroupCoordinator:
+    transactions = ctx.broker.controller.transaction_coordinator
+    with _SHARED_LOCK:
+        entry = _SHARED.get(id(transactions))
+        if entry is None:
+            coordinator = GroupCoordinator(group_config(ctx.broker.config), store,
+                                           name=str(ctx.broker_id))  # fmt: skip
+
+            def on_txn_end(completion: TxnCompletion) -> None:  # TxnOffsetCommit's offsets
+                coordinator.complete_txn(completion.producer_id, completion.commit,
+                                         completion.groups)  # fmt: skip
+
+            transactions.listeners.append(on_txn_end)
+            entry = _SHARED[id(transactions)] = [coordinator, 0, on_txn_end]
+        entry[1] += 1
+        return entry[0]
+
+
+def _release(ctx: ApiContext) -> None:
+    transactions = ctx.broker.controller.transaction_coordinator
+    with _SHARED_LOCK:
+        entry = _SHARED[id(transactions)]
+        entry[1] -= 1
+        if entry[1]:
+            return
+        del _SHARED[id(transactions)]
+    transactions.listeners.remove(entry[2])
+    entry[0].shutdown()
 
 
 def _ms(value: Any) -> int:
