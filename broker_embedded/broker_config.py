@@ -39,6 +39,13 @@ File layout (``conf/broker.toml`` holds the defaults; every key is optional)::
     "group.max.session.timeout.ms" = 1800000  INVALID_SESSION_TIMEOUT
     "group.max.size" = 2147483647             members per group; one more is
                                               GROUP_MAX_SIZE_REACHED
+    "offsets.topic.num.partitions" = 50       __consumer_offsets, created on first use
+    "offsets.topic.replication.factor" = 3    (replicas: at most the live brokers)
+    "offsets.topic.segment.bytes" = 104857600
+    "transaction.state.log.num.partitions" = 50      __transaction_state, created on first use
+    "transaction.state.log.replication.factor" = 3   (replicas: at most the live brokers;
+    "transaction.state.log.min.isr" = 2               min.insync.replicas at most the replicas)
+    "transaction.state.log.segment.bytes" = 104857600
     [log_cleaner]                             (these keys are also accepted under [broker])
     "log.cleaner.threads" = 1                 cleaner threads (0: no cleaner)
     "log.cleaner.dedupe.buffer.size" = 134217728   offset map memory over all cleaner threads
@@ -101,6 +108,14 @@ class BrokerConfig:
     group_min_session_timeout_ms: int = 6_000
     group_max_session_timeout_ms: int = 1_800_000
     group_max_size: int = 2**31 - 1
+    # Kafka's internal topics (coordinator/internal_topics.py)
+    offsets_topic_num_partitions: int = 50
+    offsets_topic_replication_factor: int = 3
+    offsets_topic_segment_bytes: int = 100 << 20
+    transaction_state_log_num_partitions: int = 50
+    transaction_state_log_replication_factor: int = 3
+    transaction_state_log_min_isr: int = 2
+    transaction_state_log_segment_bytes: int = 100 << 20
     log_cleaner_threads: int = 1
     log_cleaner_dedupe_buffer_size: int = 128 << 20
     log_cleaner_io_buffer_load_factor: float = 0.9
@@ -192,6 +207,13 @@ _AT_LEAST_ONE = frozenset(
         "num.partitions",
         "default.replication.factor",
         "group.max.size",
+        "offsets.topic.num.partitions",
+        "offsets.topic.replication.factor",
+        "offsets.topic.segment.bytes",
+        "transaction.state.log.num.partitions",
+        "transaction.state.log.replication.factor",
+        "transaction.state.log.min.isr",
+        "transaction.state.log.segment.bytes",
     )  # fmt: skip
 )
 # keys whose value is a TOML boolean

@@ -558,6 +558,11 @@ class Controller:
                                    producer_epoch=completion.producer_epoch)  # fmt: skip
         broker.append(tp, batch, acks="all", origin=AppendOrigin.COORDINATOR).raise_error()
 
+    def live_brokers(self) -> int:
+        """How many brokers are alive now."""
+        with self._lock:
+            return len(self._alive)
+
     def new_producer_id(self) -> int:
         """A producer id never handed out before (Kafka's ``ProducerIdManager``), kept across
         restarts with the controller's state."""

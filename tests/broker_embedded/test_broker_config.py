@@ -43,6 +43,13 @@ BROKER_KEYS = {
     "group.min.session.timeout.ms": 6000,
     "group.max.session.timeout.ms": 1800000,
     "group.max.size": 2147483647,
+    "offsets.topic.num.partitions": 50,
+    "offsets.topic.replication.factor": 3,
+    "offsets.topic.segment.bytes": 104857600,
+    "transaction.state.log.num.partitions": 50,
+    "transaction.state.log.replication.factor": 3,
+    "transaction.state.log.min.isr": 2,
+    "transaction.state.log.segment.bytes": 104857600,
 }
 
 

@@ -29,8 +29,8 @@ no synonyms and source DEFAULT_CONFIG. For a broker config: the file's value
 (STATIC_BROKER_CONFIG) when set, then its default (DEFAULT_CONFIG).
 
 ``config_type`` (v3+): Kafka's ``ConfigDef.Type`` of the config (BOOLEAN 1, STRING 2, INT 3,
-LONG 5, DOUBLE 6, LIST 7); ``documentation`` (v3+, when ``include_documentation``): one line
-on what the config does here.
+SHORT 4, LONG 5, DOUBLE 6, LIST 7); ``documentation`` (v3+, when ``include_documentation``): one
+line on what the config does here.
 
 Immutable tables and pure functions; reads the controller's topic entry under its lock.
 """
@@ -62,7 +62,7 @@ API_KEY = 32
 VERSIONS = (1, 4)
 TOPIC, BROKER = 2, 4
 TOPIC_CONFIG, STATIC_BROKER_CONFIG, DEFAULT_CONFIG = 1, 4, 5
-BOOLEAN, STRING, INT, LONG, DOUBLE, LIST = 1, 2, 3, 5, 6, 7
+BOOLEAN, STRING, INT, SHORT, LONG, DOUBLE, LIST = 1, 2, 3, 4, 5, 6, 7
 LONG_MAX = str(2**63 - 1)
 
 
@@ -186,6 +186,15 @@ BROKER_CONFIGS: Mapping[str, tuple[int, str]] = MappingProxyType({
     "group.min.session.timeout.ms": (INT, "the smallest session timeout a member may ask (ms)"),
     "group.max.session.timeout.ms": (INT, "the largest session timeout a member may ask (ms)"),
     "group.max.size": (INT, "members of one consumer group at most"),
+    "offsets.topic.num.partitions": (INT, "partitions of __consumer_offsets"),
+    "offsets.topic.replication.factor": (SHORT, "replicas of __consumer_offsets (at most the live "
+                                                "brokers)"),
+    "offsets.topic.segment.bytes": (INT, "segment size of __consumer_offsets"),
+    "transaction.state.log.num.partitions": (INT, "partitions of __transaction_state"),
+    "transaction.state.log.replication.factor": (SHORT, "replicas of __transaction_state (at "
+                                                        "most the live brokers)"),
+    "transaction.state.log.min.isr": (INT, "min.insync.replicas of __transaction_state"),
+    "transaction.state.log.segment.bytes": (INT, "segment size of __transaction_state"),
     "log.cleaner.threads": (INT, "log cleaner threads (0: no compaction)"),
     "log.cleaner.dedupe.buffer.size": (LONG, "offset map memory over all cleaner threads"),
     "log.cleaner.io.buffer.load.factor": (DOUBLE, "share of the offset map a cleaning fills"),
