@@ -40,6 +40,7 @@ from broker_embedded.server.api_version_manager import ApiRange, ApiVersionManag
 from broker_embedded.server.protocol import (
     API_VERSIONS_KEY,
     InvalidRequestError,
+    body_frame,
     response_frame,
     response_schema,
     size_prefix,
@@ -113,6 +114,10 @@ class KafkaApis:
         """Answer with a kio response message of the request's API and version."""
         frame = response_frame(request.header, message, body_version)
         self.channel.send_response(Response(request, (frame,)))
+
+    def send_body(self, request: Request, body: bytes) -> None:
+        """Answer with a response body already encoded for the request's API and version."""
+        self.channel.send_response(Response(request, (body_frame(request.header, body),)))
 
     def send_frame_parts(
         self,

@@ -50,8 +50,10 @@ for acks=all the thread that completes the delayed produce) from values no one e
 
 from __future__ import annotations
 
+import functools
 import struct
 from collections.abc import Mapping
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from types import ModuleType
 from typing import Any
@@ -66,6 +68,7 @@ from broker_embedded.errors import (
     UnknownTopicIdError,
     UnsupportedCompressionTypeError,
 )
+from broker_embedded.protocol.schemas import encode_body, types_of
 from broker_embedded.replica_manager.produce_response import ProduceResult
 from broker_embedded.server.handlers.api_context import (
     ApiContext,
@@ -76,6 +79,7 @@ from broker_embedded.server.handlers.api_context import (
 )
 from broker_embedded.server.handlers.metadata import LeaderNode, current_leader, node_endpoints
 from broker_embedded.server.kafka_apis import KafkaApis
+from broker_embedded.server.protocol import response_schema
 from broker_embedded.server.request_channel import Request, Response
 from broker_embedded.storage.topic_partition import TopicPartition
 
@@ -195,6 +199,10 @@ def _answer(
             apis.channel.send_response(Response(request, close_connection=True,
                                                 close_reason=reason))  # fmt: skip
         return
+    fast = _success_body(request.header.api_version, layout, results)
+    if fast is not None:
+        apis.send_body(request, fast)
+        return
     types = response_types(request)
     leaders: list[LeaderNode] = []
     kip951 = request.header.api_version >= FIRST_CURRENT_LEADER_VERSION
@@ -207,6 +215,81 @@ def _answer(
     apis.send_response(request, make(types.ProduceResponse, responses=topics,
                                      throttle_time=timedelta(0),
                                      node_endpoints=node_endpoints(types, leaders)))  # fmt: skip
+
+
+# -- the all-success response from a template ---------------------------------------------------
+
+# Sentinels of the template's base offset and log start offset of partition i (+ i). Their bytes
+# hold '[' and '<' (0x5B, 0x3C), which no topic name may contain, so each occurs in the encoding
+# exactly where its field is (checked when the template is made).
+_BASE_SENTINEL, _START_SENTINEL = 0x7A5B3C1D00000000, 0x7A5C3C1E00000000
+_INT64 = struct.Struct(">q")
+TEMPLATES = 1024  # response shapes (version, topics, partitions) kept
+FIRST_LOG_START_OFFSET_VERSION = 5
+
+
+@dataclass(frozen=True, slots=True)
+class _Template:
+    body: bytes
+    positions: tuple[tuple[int, int], ...]  # per partition: base offset @, log start offset @
+
+
+def _success_body(
+    version: int, layout: Layout, results: Mapping[TopicPartition, ProduceResult]
+) -> bytes | None:
+    """The response body when every partition succeeded without a log append time (the
+    common case): kio's encoding of that response shape, made once (:func:`_template`), with
+    the offsets written in; None otherwise (the response is then built whole by kio)."""
+    shape, offsets = [], []
+    for name, topic_id, slots in layout:
+        indexes = []
+        for index, slot in slots:
+            r = results.get(slot) if isinstance(slot, TopicPartition) else None
+            if r is None or r.error is not None or r.log_append_time >= 0:
+                return None
+            indexes.append(index)
+            offsets.append((r.base_offset, r.log_start_offset))
+        shape.append((name, topic_id, tuple(indexes)))
+    template = _template(version, tuple(shape))
+    if template is None:
+        return None
+    body = bytearray(template.body)
+    for (base_at, start_at), (base, start) in zip(template.positions, offsets, strict=True):
+        _INT64.pack_into(body, base_at, base)
+        if start_at >= 0:
+            _INT64.pack_into(body, start_at, start)
+    return bytes(body)
+
+
+@functools.lru_cache(maxsize=TEMPLATES)
+def _template(
+    version: int, shape: tuple[tuple[Any, Any, tuple[int, ...]], ...]
+) -> _Template | None:
+    """The encoded all-success response of a shape, with sentinel offsets, and where they are
+    (None when a sentinel is not found exactly once: no template for that shape)."""
+    types = types_of(response_schema(API_KEY, version))
+    count = 0
+    topics = []
+    for name, topic_id, indexes in shape:
+        parts = []
+        for index in indexes:
+            parts.append(make(types.PartitionProduceResponse, index=index,
+                              error_code=error_code(None), base_offset=_BASE_SENTINEL + count,
+                              log_append_time=None, log_start_offset=_START_SENTINEL + count,
+                              record_errors=(), error_message=None))  # fmt: skip
+            count += 1
+        topics.append(make(types.TopicProduceResponse, name=name, topic_id=topic_id,
+                           partition_responses=tuple(parts)))  # fmt: skip
+    body = encode_body(make(types.ProduceResponse, responses=tuple(topics),
+                            throttle_time=timedelta(0), node_endpoints=()))  # fmt: skip
+    positions = []
+    has_start = version >= FIRST_LOG_START_OFFSET_VERSION
+    for i in range(count):
+        base, start = (_INT64.pack(s + i) for s in (_BASE_SENTINEL, _START_SENTINEL))
+        if body.count(base) != 1 or body.count(start) != has_start:
+            return None
+        positions.append((body.find(base), body.find(start)))  # -1: no log start offset
+    return _Template(body, tuple(positions))
 
 
 def _leader(
