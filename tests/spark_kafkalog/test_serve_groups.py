@@ -1,0 +1,143 @@
+"""Consumer group state kept in ``__consumer_offsets`` by ``kafkalog serve`` (a child process):
+
+- a confluent-kafka group commits offsets; the server is stopped (SIGTERM, or SIGKILL) and
+  started again on the same log dir; a new consumer of the group resumes exactly at the
+  committed offsets, and OffsetFetch answers them;
+- what the server wrote decodes with the Java decoder (Kafka's FileRecords and
+  ConsumerProtocol, java/ConsumerOffsetsDump.java) line for line as kafkalog decodes it, with the
+  record versions Kafka writes (offset commit key v1 + value v3, group metadata key v2 + value v3);
+- a log dir copied from Kafka 3.7 serves the committed offsets Kafka wrote over OffsetFetch.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from broker_embedded.coordinator.coordinator_partition import partition_for
+from broker_embedded.coordinator.group_metadata_record import RecordPlace, decode_key, decode_value
+from broker_embedded.coordinator.group_metadata_record import GroupRecord
+from broker_embedded.record.records import iter_batches
+from tests.broker_embedded.coordinator._offsets_fixture import copy_log_dir, java_dump
+from tests.broker_embedded.server._groups import consumer_config, poll_until
+from tests.spark_kafkalog._serve_proc import ServeProcess
+from tests.spark_kafkalog.test_serve import run_kafkalog
+
+pytest.importorskip("kio", reason="kafkalog serve needs kio (Python 3.11+)")
+confluent_kafka = pytest.importorskip("confluent_kafka")
+from confluent_kafka import Consumer, Producer  # noqa: E402
+from confluent_kafka import TopicPartition as CTP  # noqa: E402
+
+TOPIC = "events"
+PARTITIONS = 3
+PER_PARTITION = 10
+GROUP = "resumers"
+CONSUMED = 12  # records the first consumer processes before committing
+TIMEOUT_S = 60.0
+
+
+def serve(log_dir: Path, tmp_path: Path, brokers: int = 1) -> ServeProcess:
+    return ServeProcess(log_dir, brokers=brokers, stderr=tmp_path / "serve.log")
+
+
+def produce(bootstrap: str) -> None:
+    p = Producer({"bootstrap.servers": bootstrap, "acks": "all"})
+    for partition in range(PARTITIONS):
+        for i in range(PER_PARTITION):
+            p.produce(TOPIC, value=f"{partition}-{i}".encode(), partition=partition)
+    assert p.flush(30) == 0
+
+
+def consume_and_commit(bootstrap: str) -> dict[int, int]:
+    """A group member consumes :data:`CONSUMED` records, commits its positions (sync) and
+    leaves; the committed offset per partition (partitions it read nothing from: none)."""
+    c = Consumer(consumer_config(bootstrap, GROUP))
+    c.subscribe([TOPIC])
+    got: list[tuple[int, int]] = []
+    try:
+        poll_until([c], lambda: len(got) >= CONSUMED,
+                   lambda _, m: got.append((m.partition(), m.offset())), TIMEOUT_S)  # fmt: skip
+        positions = {}
+        for partition, offset in got:
+            positions[partition] = max(positions.get(partition, -1), offset + 1)
+        c.commit(offsets=[CTP(TOPIC, p, o) for p, o in positions.items()], asynchronous=False)
+        return positions
+    finally:
+        c.close()
+
+
+def resumed(bootstrap: str, wanted: set[int]) -> tuple[dict[int, int], dict[int, int]]:
+    """A new member of the group: (the group's committed offsets as OffsetFetch answers them,
+    the first offset it is given per partition of ``wanted``, those with records left)."""
+    c = Consumer(consumer_config(bootstrap, GROUP))
+    try:
+        committed = {tp.partition: tp.offset for tp in
+                     c.committed([CTP(TOPIC, p) for p in range(PARTITIONS)], timeout=30)}  # fmt: skip
+        c.subscribe([TOPIC])
+        first: dict[int, int] = {}
+        poll_until([c], lambda: set(first) == wanted,
+                   lambda _, m: first.setdefault(m.partition(), m.offset()), TIMEOUT_S)  # fmt: skip
+        return committed, first
+    finally:
+        c.close()
+
+
+def written_lines(segment: Path) -> list[str]:
+    """kafkalog's decoding of a ``__consumer_offsets`` segment, in the Java decoder's format."""
+    from tests.broker_embedded.coordinator.test_group_metadata_record import _java_line
+
+    lines = []
+    for batch in iter_batches(segment.read_bytes(), str(segment)):
+        if batch.is_control:
+            continue
+        for r in batch.records():
+            key = decode_key(r.key, RecordPlace(offset=r.offset))
+            lines += _java_line(r.offset, GroupRecord(key, decode_value(key, r.value)))
+    return lines
+
+
+@pytest.mark.parametrize("stop", ["sigterm", "sigkill"])
+def test_group_resumes_at_committed_offsets_after_restart(tmp_path: Path, stop: str) -> None:
+    log_dir = tmp_path / "logs"
+    done = run_kafkalog("topics", "create", "--log-dir", log_dir, TOPIC,
+                        "--partitions", str(PARTITIONS))  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    with serve(log_dir, tmp_path) as server:
+        produce(server.bootstrap)
+        committed = consume_and_commit(server.bootstrap)
+        if stop == "sigterm":
+            assert server.terminate() == 0
+        else:
+            server.kill()
+    assert sum(o for o in committed.values()) == CONSUMED
+    with serve(log_dir, tmp_path) as server:
+        left = {p for p in range(PARTITIONS) if committed.get(p, 0) < PER_PARTITION}
+        fetched, first = resumed(server.bootstrap, left)
+        assert server.terminate() == 0
+    expected = {p: committed.get(p, 0) for p in left}
+    assert first == expected
+    assert fetched == {p: committed.get(p, -1001) for p in range(PARTITIONS)}  # -1001: none
+
+    segment = log_dir / f"__consumer_offsets-{partition_for(GROUP)}" / "00000000000000000000.log"
+    java = java_dump(segment)
+    assert java == written_lines(segment)
+    commits = [line for line in java if "OffsetCommit" in line]
+    groups = [line for line in java if "GroupMetadata" in line]
+    assert len(commits) == len(committed)
+    assert all("key_version=1" in c and "value_version=3" in c for c in commits)
+    assert groups and all("value_version=3" in g for g in groups)
+
+
+def test_kafka_log_dir_serves_its_committed_offsets(tmp_path: Path) -> None:
+    """Kafka 3.7's last commits of group DEVSmileCDR (group_metadata_record tests) over
+    OffsetFetch from a copy of its log dir."""
+    log_dir = copy_log_dir(tmp_path)
+    with serve(log_dir, tmp_path) as server:
+        c = Consumer({"bootstrap.servers": server.bootstrap, "group.id": "DEVSmileCDR"})
+        try:
+            got = c.committed([CTP("TestTopicPatient", 0)], timeout=30)
+        finally:
+            c.close()
+        assert server.terminate() == 0
+    assert [(tp.topic, tp.partition, tp.offset) for tp in got] == [("TestTopicPatient", 0, 3)]
