@@ -141,3 +141,35 @@ def test_kafka_log_dir_serves_its_committed_offsets(tmp_path: Path) -> None:
             c.close()
         assert server.terminate() == 0
     assert [(tp.topic, tp.partition, tp.offset) for tp in got] == [("TestTopicPatient", 0, 3)]
+
+
+def test_group_survives_stopping_its_coordinator(tmp_path: Path) -> None:
+    """``kafkalog serve --brokers 3``: FindCoordinator names the leader of the group's
+    ``__consumer_offsets`` partition; stopping that broker moves the leadership, the member
+    finds the new coordinator and keeps committing, and the commits made before are intact
+    (replicated)."""
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    with serve(tmp_path / "cluster", tmp_path, brokers=3) as server:
+        admin = AdminClient({"bootstrap.servers": server.bootstrap})
+        futures = admin.create_topics([NewTopic(TOPIC, PARTITIONS, replication_factor=3)])
+        futures[TOPIC].result(30)
+        produce(server.bootstrap)
+        first = consume_and_commit(server.bootstrap)
+        offsets_tp = partition_for(GROUP)
+        meta = admin.list_topics("__consumer_offsets", timeout=30)
+        coordinator = meta.topics["__consumer_offsets"].partitions[offsets_tp].leader
+        assert server.control(f"stop {coordinator}") == f"broker {coordinator} stopped"
+        meta = admin.list_topics("__consumer_offsets", timeout=30)
+        moved = meta.topics["__consumer_offsets"].partitions[offsets_tp].leader
+        assert moved not in (coordinator, -1)
+        left = {p for p in range(PARTITIONS) if first.get(p, 0) < PER_PARTITION}
+        fetched, resumed_at = resumed(server.bootstrap, left)
+        assert resumed_at == {p: first.get(p, 0) for p in left}
+        assert fetched == {p: first.get(p, -1001) for p in range(PARTITIONS)}
+        merged = first | consume_and_commit(server.bootstrap)  # through the new coordinator
+        left = {p for p in range(PARTITIONS) if merged.get(p, 0) < PER_PARTITION}
+        fetched, resumed_at = resumed(server.bootstrap, left)
+        assert resumed_at == {p: merged.get(p, 0) for p in left}
+        assert fetched == {p: merged.get(p, -1001) for p in range(PARTITIONS)}
+        assert server.terminate() == 0
