@@ -16,8 +16,12 @@ from pathlib import Path
 import pytest
 
 from broker_embedded.coordinator.coordinator_partition import partition_for
-from broker_embedded.coordinator.group_metadata_record import RecordPlace, decode_key, decode_value
-from broker_embedded.coordinator.group_metadata_record import GroupRecord
+from broker_embedded.coordinator.group_metadata_record import (
+    GroupRecord,
+    RecordPlace,
+    decode_key,
+    decode_value,
+)
 from broker_embedded.record.records import iter_batches
 from tests.broker_embedded.coordinator._offsets_fixture import copy_log_dir, java_dump
 from tests.broker_embedded.server._groups import consumer_config, poll_until
@@ -72,8 +76,8 @@ def resumed(bootstrap: str, wanted: set[int]) -> tuple[dict[int, int], dict[int,
     the first offset it is given per partition of ``wanted``, those with records left)."""
     c = Consumer(consumer_config(bootstrap, GROUP))
     try:
-        committed = {tp.partition: tp.offset for tp in
-                     c.committed([CTP(TOPIC, p) for p in range(PARTITIONS)], timeout=30)}  # fmt: skip
+        asked = [CTP(TOPIC, p) for p in range(PARTITIONS)]
+        committed = {tp.partition: tp.offset for tp in c.committed(asked, timeout=30)}
         c.subscribe([TOPIC])
         first: dict[int, int] = {}
         poll_until([c], lambda: set(first) == wanted,
@@ -173,3 +177,37 @@ def test_group_survives_stopping_its_coordinator(tmp_path: Path) -> None:
         assert resumed_at == {p: merged.get(p, 0) for p in left}
         assert fetched == {p: merged.get(p, -1001) for p in range(PARTITIONS)}
         assert server.terminate() == 0
+
+
+def test_groups_command_over_the_wire_prints_what_the_log_dir_shows(tmp_path: Path) -> None:
+    """``kafkalog groups list|describe --bootstrap-server`` on a running server, then
+    ``--log-dir`` on its log dir after shutdown: the same output, byte for byte (a group with
+    an active member holding every partition, and an Empty one)."""
+    log_dir = tmp_path / "logs"
+    done = run_kafkalog("topics", "create", "--log-dir", log_dir, TOPIC,
+                        "--partitions", str(PARTITIONS))  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    commands = [("list",), ("describe",), ("describe", "--group", GROUP)]
+    with serve(log_dir, tmp_path) as server:
+        produce(server.bootstrap)
+        consume_and_commit(server.bootstrap)  # GROUP: Empty, with commits
+        active = Consumer(consumer_config(server.bootstrap, "active", **{"client.id": "busy"}))
+        try:
+            active.subscribe([TOPIC])
+            seen: list[int] = []
+            poll_until([active], lambda: len(seen) >= 5, lambda _, m: seen.append(m.offset()))
+            active.commit(asynchronous=False)
+            wire = [run_kafkalog("groups", *c, "--bootstrap-server", server.bootstrap)
+                    for c in commands]  # fmt: skip
+            assert server.terminate() == 0
+        finally:
+            active.close()
+    local = [run_kafkalog("groups", *c, "--log-dir", log_dir) for c in commands]
+    for w, d in zip(wire, local, strict=True):
+        assert (w.returncode, w.stdout, w.stderr) == (d.returncode, d.stdout, d.stderr)
+    assert wire[0].stdout == f"active\n{GROUP}\n"
+    rows = [line.split() for line in wire[1].stdout.splitlines() if line.startswith("active ")]
+    assert [(r[1], r[2], r[4], r[7], r[8]) for r in rows] == [
+        (TOPIC, str(p), str(PER_PARTITION), "/127.0.0.1", "busy") for p in range(PARTITIONS)
+    ]
+    assert f"Consumer group '{GROUP}' has no active members." in wire[2].stderr
