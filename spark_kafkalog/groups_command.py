@@ -1,5 +1,14 @@
 """``kafkalog groups``: list and describe consumer groups (Kafka's ``kafka-consumer-groups.sh
---list`` and ``--describe``), read straight from a log dir's ``__consumer_offsets`` partitions.
+--list`` and ``--describe``), read straight from a log dir's ``__consumer_offsets`` partitions
+(``--log-dir``) or asked of a running server (``--bootstrap-server``).
+
+Over the wire (:func:`run_on_server`, the project's wire client), as Kafka's tool asks: the
+groups are ListGroups' answers of every broker (each lists those it coordinates); per group,
+DescribeGroups (its state and live members) and OffsetFetch (every committed partition) on its
+coordinator (FindCoordinator, asked again on NOT_COORDINATOR), and ListOffsets (latest: the
+high watermark) on each partition's leader (``-`` for a partition that does not exist). The
+output is the one described below for the same state (members, commits, high watermarks), so
+both sources print the same bytes for a server and its log dir after a clean shutdown.
 
 Reading: every ``__consumer_offsets-N`` partition directory of the log dir is replayed from its
 log start to its log end offset (broker_embedded/coordinator/group_metadata_loader.py: Kafka's
