@@ -17,7 +17,7 @@ Subcommands:
                                                  the broker on Kafka's wire protocol until
                                                  SIGTERM/SIGINT (like kafka-server-start); needs
                                                  Python 3.11+ (kio)
-  groups list | groups describe [--group G ...] --log-dir DIR
+  groups list | groups describe [--group G ...] --log-dir DIR | --bootstrap-server H:P
                                                  consumer groups, committed offsets, log end
                                                  offsets and lag from __consumer_offsets (like
                                                  kafka-consumer-groups --list/--describe)
@@ -237,8 +237,11 @@ def _add_groups(sub: argparse._SubParsersAction) -> None:
     )
     actions = groups.add_subparsers(dest="action", required=True)
     log_dir = argparse.ArgumentParser(add_help=False)
+    log_dir.add_argument("--log-dir", type=Path, metavar="DIR", help="the Kafka log dir")
     log_dir.add_argument(
-        "--log-dir", type=Path, required=True, metavar="DIR", help="the Kafka log dir"
+        "--bootstrap-server",
+        metavar="HOST:PORT[,...]",
+        help="a running broker (kafkalog serve, or Kafka) instead of --log-dir",
     )
     actions.add_parser("list", parents=[log_dir], help="the consumer group ids")
     describe = actions.add_parser(
@@ -463,9 +466,14 @@ def _run(args: argparse.Namespace) -> int:
     if args.command == "groups":
         from spark_kafkalog import groups_command
 
+        if (args.log_dir is None) == (args.bootstrap_server is None):
+            raise UsageError("exactly one of --log-dir and --bootstrap-server is required")
+        if args.bootstrap_server is not None:
+            _wire()  # the wire client needs kio
         return groups_command.run(
-            args.action, args.log_dir, sys.stdout, sys.stderr, getattr(args, "group", [])
-        )
+            args.action, args.log_dir, sys.stdout, sys.stderr, getattr(args, "group", []),
+            args.bootstrap_server,
+        )  # fmt: skip
     if args.command == "dump":
         from spark_kafkalog.dump_log import dump
 

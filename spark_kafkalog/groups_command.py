@@ -1,5 +1,14 @@
 """``kafkalog groups``: list and describe consumer groups (Kafka's ``kafka-consumer-groups.sh
---list`` and ``--describe``), read straight from a log dir's ``__consumer_offsets`` partitions.
+--list`` and ``--describe``), read straight from a log dir's ``__consumer_offsets`` partitions
+(``--log-dir``) or asked of a running server (``--bootstrap-server``).
+
+Over the wire (:func:`run_on_server`, the project's wire client), as Kafka's tool asks: the
+groups are ListGroups' answers of every broker (each lists those it coordinates); per group,
+DescribeGroups (its state and live members) and OffsetFetch (every committed partition) on its
+coordinator (FindCoordinator, asked again on NOT_COORDINATOR), and ListOffsets (latest: the
+high watermark) on each partition's leader (``-`` for a partition that does not exist). The
+output is the one described below for the same state (members, commits, high watermarks), so
+both sources print the same bytes for a server and its log dir after a clean shutdown.
 
 Reading: every ``__consumer_offsets-N`` partition directory of the log dir is replayed from its
 log start to its log end offset (broker_embedded/coordinator/group_metadata_loader.py: Kafka's
@@ -33,21 +42,22 @@ is read); one partition view is open at a time while log end offsets are read.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
 
 from broker_embedded.coordinator.consumer_protocol import decode_assignment
 from broker_embedded.coordinator.group_metadata_loader import LoadedGroup, load_log_dir
-from broker_embedded.coordinator.group_metadata_record import MemberMetadata
 from broker_embedded.coordinator.message_codec import MessageFormatError
+from broker_embedded.errors import KafkaApiError
 from broker_embedded.storage.log_dir import LogDir
 from broker_embedded.storage.topic_partition import TopicPartition
 from spark_kafkalog.topics_command import CommandError, require_log_dir
 
 MISSING = "-"
 CONSUMER_PROTOCOL_TYPES = ("consumer", "")
+LogEndOffset = Callable[[str, int], "int | None"]
 HEADER = ("GROUP", "TOPIC", "PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET", "LAG",
           "CONSUMER-ID", "HOST", "CLIENT-ID")  # fmt: skip
 
@@ -80,6 +90,36 @@ class OffsetRow:
                 self.client_id)  # fmt: skip
 
 
+@dataclass(frozen=True, slots=True)
+class MemberView:
+    """A member as ``describe`` shows it."""
+
+    member_id: str
+    client_host: str
+    client_id: str
+    assignment: bytes  # ConsumerProtocolAssignment
+
+
+@dataclass(frozen=True)
+class GroupView:
+    """A group as ``describe`` shows it, read from a log dir or from a server."""
+
+    group_id: str
+    state: str
+    members: tuple[MemberView, ...]
+    offsets: Mapping[tuple[str, int], int]  # committed offset by (topic, partition)
+
+
+def view_of(group: LoadedGroup) -> GroupView:
+    """A group loaded from a log dir (its members: those of its last metadata record)."""
+    members = () if group.metadata is None else tuple(
+        MemberView(m.member_id, m.client_host, m.client_id, m.assignment)
+        for m in group.metadata.members
+    )  # fmt: skip
+    offsets = {(c.topic, c.partition): c.offset for c in group.offsets}
+    return GroupView(group.group_id, group.state, members, offsets)
+
+
 def consumer_groups(groups: dict[str, LoadedGroup]) -> list[str]:
     """The ids of the consumer groups (Kafka's ``Admin.listConsumerGroups``), sorted."""
     return sorted(
@@ -104,7 +144,7 @@ class LogEndOffsets:
         return self.cache[tp]
 
 
-def _assigned(group: LoadedGroup, member: MemberMetadata) -> list[tuple[str, int]]:
+def _assigned(group: GroupView, member: MemberView) -> list[tuple[str, int]]:
     try:
         return sorted(decode_assignment(member.assignment).partitions)
     except MessageFormatError as e:
@@ -114,11 +154,10 @@ def _assigned(group: LoadedGroup, member: MemberMetadata) -> list[tuple[str, int
         ) from None
 
 
-def offset_rows(group: LoadedGroup, log_end_offset: LogEndOffsets) -> list[OffsetRow]:
+def offset_rows(group: GroupView, log_end_offset: LogEndOffset) -> list[OffsetRow]:
     """The rows of one group (see the module docstring for their order)."""
-    committed = {(c.topic, c.partition): c.offset for c in group.offsets}
-    members = [] if group.metadata is None else list(group.metadata.members)
-    assignments = [(m, _assigned(group, m)) for m in members]
+    committed = group.offsets
+    assignments = [(m, _assigned(group, m)) for m in group.members]
     assignments = [(m, tps) for m, tps in assignments if tps]
     assignments.sort(key=lambda item: -len(item[1]))  # stable: record order on ties
     rows = []
@@ -152,21 +191,34 @@ def format_rows(rows: Sequence[OffsetRow]) -> str:
     return text + "\n"
 
 
-def describe(groups: dict[str, LoadedGroup], ids: Iterable[str], log_dir: LogDir, out: TextIO,
+def describe(groups: Iterable[GroupView], log_end_offset: LogEndOffset, out: TextIO,
              err: TextIO) -> None:  # fmt: skip
-    log_end_offset = LogEndOffsets(log_dir)
-    for group_id in ids:
-        group = groups[group_id]
+    for group in groups:
         if group.state == "Empty":
-            err.write(f"\nConsumer group '{group_id}' has no active members.\n")
+            err.write(f"\nConsumer group '{group.group_id}' has no active members.\n")
         rows = offset_rows(group, log_end_offset)
         if rows:
             out.write(format_rows(rows))
 
 
-def run(action: str, log_dir_path: Path, out: TextIO, err: TextIO,
-        groups: Sequence[str] = ()) -> int:  # fmt: skip
-    """``groups list`` or ``groups describe [--group G ...]`` on a log dir; return 0."""
+def _check_known(groups: Sequence[str], known: Sequence[str], where: str) -> list[str]:
+    """The groups to describe: ``groups`` (deduplicated) or every known one."""
+    missing = [g for g in groups if g not in known]
+    if missing:
+        raise CommandError(
+            f"consumer group {missing[0]!r} does not exist in {where} "
+            f"(groups: {', '.join(known) or 'none'})"
+        )
+    return list(dict.fromkeys(groups)) or list(known)
+
+
+def run(action: str, log_dir_path: Path | None, out: TextIO, err: TextIO,
+        groups: Sequence[str] = (), bootstrap: str | None = None) -> int:  # fmt: skip
+    """``groups list`` or ``groups describe [--group G ...]`` on a log dir or, with
+    ``bootstrap``, on a running server; return 0."""
+    if bootstrap is not None:
+        return run_on_server(action, bootstrap, out, err, groups)
+    assert log_dir_path is not None
     require_log_dir(log_dir_path)
     log_dir = LogDir(log_dir_path)
     loaded = load_log_dir(log_dir).groups
@@ -174,12 +226,40 @@ def run(action: str, log_dir_path: Path, out: TextIO, err: TextIO,
     if action == "list":
         out.write("".join(f"{g}\n" for g in known))
         return 0
-    missing = [g for g in groups if g not in known]
-    if missing:
-        raise CommandError(
-            f"consumer group {missing[0]!r} does not exist in log dir {log_dir_path} "
-            f"(groups: {', '.join(known) or 'none'})"
-        )
-    describe(loaded, list(dict.fromkeys(groups)) or known, log_dir, out, err)
+    wanted = _check_known(groups, known, f"log dir {log_dir_path}")
+    describe([view_of(loaded[g]) for g in wanted], LogEndOffsets(log_dir), out, err)
+    out.flush()
+    return 0
+
+
+def run_on_server(action: str, bootstrap: str, out: TextIO, err: TextIO,
+                  groups: Sequence[str] = ()) -> int:  # fmt: skip
+    """The same over the wire: ListGroups of every broker, then DescribeGroups and OffsetFetch
+    on each group's coordinator and ListOffsets (latest) on each partition's leader."""
+    from broker_embedded.client.kafka_client import LATEST, KafkaClient
+
+    with KafkaClient(bootstrap) as client:
+        known = [g.group_id for g in client.list_groups()
+                 if g.protocol_type in CONSUMER_PROTOCOL_TYPES]  # fmt: skip
+        if action == "list":
+            out.write("".join(f"{g}\n" for g in known))
+            return 0
+        views = []
+        for group_id in _check_known(groups, known, f"the cluster at {bootstrap}"):
+            d = client.describe_group(group_id)
+            members = tuple(MemberView(m.member_id, m.client_host, m.client_id, m.assignment)
+                            for m in d.members)  # fmt: skip
+            views.append(GroupView(group_id, d.state, members, client.committed_offsets(group_id)))
+        ends: dict[tuple[str, int], int | None] = {}
+
+        def log_end_offset(topic: str, partition: int) -> int | None:
+            if (topic, partition) not in ends:
+                try:
+                    ends[(topic, partition)] = client.list_offset(topic, partition, LATEST)
+                except KafkaApiError:
+                    ends[(topic, partition)] = None
+            return ends[(topic, partition)]
+
+        describe(views, log_end_offset, out, err)
     out.flush()
     return 0

@@ -57,12 +57,12 @@ def test_not_a_log_dir(cli, tmp_path: Path) -> None:
     assert err.startswith(f"kafkalog groups list: log dir {tmp_path / 'missing'} does not exist")
 
 
-def test_log_dir_is_required(cli, capsys) -> None:
-    try:
-        cli("groups list")
-    except SystemExit as e:
-        assert e.code == 2
-    assert "the following arguments are required: --log-dir" in capsys.readouterr().err
+def test_log_dir_or_bootstrap_server_is_required(cli) -> None:
+    code, out, err = cli("groups list")
+    assert (code, out) == (2, "")
+    assert err == (
+        "kafkalog groups list: exactly one of --log-dir and --bootstrap-server is required\n"
+    )
 
 
 # -- a log dir written here ------------------------------------------------------------------------

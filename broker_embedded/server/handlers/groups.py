@@ -45,6 +45,10 @@ from broker_embedded.coordinator.group_metadata import (
     Protocol,
     SyncResult,
 )
+from broker_embedded.coordinator.group_metadata_manager import (
+    GroupMetadataManager,
+    coordinator_error,
+)
 from broker_embedded.coordinator.group_store import GroupStore
 from broker_embedded.coordinator.transaction_coordinator import TxnCompletion
 from broker_embedded.errors import KafkaApiError
@@ -101,9 +105,9 @@ def register(apis: KafkaApis, ctx: ApiContext, store: GroupStore | None = None) 
     coordinator = _acquire(ctx, store)
     apis.on_shutdown(lambda: _release(ctx))
     apis.register(JOIN_GROUP, *VERSIONS[JOIN_GROUP],
-                  functools.partial(handle_join_group, apis, coordinator))  # fmt: skip
+                  functools.partial(handle_join_group, apis, ctx, coordinator))  # fmt: skip
     apis.register(SYNC_GROUP, *VERSIONS[SYNC_GROUP],
-                  functools.partial(handle_sync_group, apis, coordinator))  # fmt: skip
+                  functools.partial(handle_sync_group, apis, ctx, coordinator))  # fmt: skip
     responders = {
         HEARTBEAT: heartbeat_response,
         LEAVE_GROUP: leave_group_response,
@@ -112,7 +116,7 @@ def register(apis: KafkaApis, ctx: ApiContext, store: GroupStore | None = None) 
         DELETE_GROUPS: delete_groups_response,
     }
     for key, respond in responders.items():
-        apis.register_responder(key, *VERSIONS[key], functools.partial(respond, coordinator))
+        apis.register_responder(key, *VERSIONS[key], functools.partial(respond, ctx, coordinator))
     apis.register_responder(
         OFFSET_DELETE,
         *VERSIONS[OFFSET_DELETE],
@@ -127,6 +131,8 @@ def _acquire(ctx: ApiContext, store: GroupStore | None) -> GroupCoordinator:
     with _SHARED_LOCK:
         entry = _SHARED.get(id(transactions))
         if entry is None:
+            if store is None:
+                store = GroupMetadataManager(ctx.broker.controller, ctx.broker.config)
             coordinator = GroupCoordinator(group_config(ctx.broker.config), store,
                                            name=str(ctx.broker_id))  # fmt: skip
 
@@ -138,6 +144,13 @@ def _acquire(ctx: ApiContext, store: GroupStore | None) -> GroupCoordinator:
             entry = _SHARED[id(transactions)] = [coordinator, 0, on_txn_end]
         entry[1] += 1
         return entry[0]
+
+
+def shared_store(ctx: ApiContext) -> GroupStore | None:
+    """The store of the cluster's group coordinator (None before a server registered it)."""
+    with _SHARED_LOCK:
+        entry = _SHARED.get(id(ctx.broker.controller.transaction_coordinator))
+        return None if entry is None else entry[0].store
 
 
 def _release(ctx: ApiContext) -> None:
@@ -159,7 +172,15 @@ def _ms(value: Any) -> int:
 # -- JoinGroup and SyncGroup (delayed) ------------------------------------------------------
 
 
-def handle_join_group(apis: KafkaApis, coordinator: GroupCoordinator, request: Request) -> None:
+def not_here(ctx: ApiContext, coordinator: GroupCoordinator, group_id: str) -> KafkaApiError | None:
+    """NOT_COORDINATOR (or COORDINATOR_NOT_AVAILABLE) when this broker does not coordinate
+    ``group_id`` (group_metadata_manager.py), else None."""
+    return coordinator_error(coordinator.store, group_id, ctx.broker_id)
+
+
+def handle_join_group(
+    apis: KafkaApis, ctx: ApiContext, coordinator: GroupCoordinator, request: Request
+) -> None:
     body, version = request.body, request.header.api_version
     session_ms = _ms(body.session_timeout)
     rebalance = getattr(body, "rebalance_timeout", None)
@@ -176,6 +197,10 @@ def handle_join_group(apis: KafkaApis, coordinator: GroupCoordinator, request: R
         require_known_member_id=version >= 4,
         support_skipping_assignment=version >= 9,
     )
+    error = not_here(ctx, coordinator, req.group_id)
+    if error is not None:
+        apis.send_response(request, join_response(request, JoinResult(req.member_id, error)))
+        return
     coordinator.join_group(
         req, lambda result: apis.send_response(request, join_response(request, result))
     )
@@ -198,7 +223,9 @@ def join_response(request: Request, result: JoinResult) -> Any:
                 members=members)  # fmt: skip
 
 
-def handle_sync_group(apis: KafkaApis, coordinator: GroupCoordinator, request: Request) -> None:
+def handle_sync_group(
+    apis: KafkaApis, ctx: ApiContext, coordinator: GroupCoordinator, request: Request
+) -> None:
     body = request.body
     assignments = {a.member_id: a.assignment for a in body.assignments}
 
@@ -209,6 +236,10 @@ def handle_sync_group(apis: KafkaApis, coordinator: GroupCoordinator, request: R
             protocol_type=result.protocol_type, protocol_name=result.protocol_name,
             assignment=result.assignment))  # fmt: skip
 
+    error = not_here(ctx, coordinator, body.group_id)
+    if error is not None:
+        respond(SyncResult(error))
+        return
     coordinator.sync_group(body.group_id, body.generation_id, body.member_id,
                            getattr(body, "group_instance_id", None),
                            getattr(body, "protocol_type", None),
@@ -218,21 +249,24 @@ def handle_sync_group(apis: KafkaApis, coordinator: GroupCoordinator, request: R
 # -- the APIs answered at once ----------------------------------------------------------------
 
 
-def heartbeat_response(coordinator: GroupCoordinator, request: Request) -> Any:
+def heartbeat_response(ctx: ApiContext, coordinator: GroupCoordinator, request: Request) -> Any:
     body, types = request.body, response_types(request)
-    error = coordinator.heartbeat(
+    error = not_here(ctx, coordinator, body.group_id) or coordinator.heartbeat(
         body.group_id, body.member_id, getattr(body, "group_instance_id", None), body.generation_id
     )
     return make(types.HeartbeatResponse, throttle_time=_ZERO, error_code=error_code(error))
 
 
-def leave_group_response(coordinator: GroupCoordinator, request: Request) -> Any:
+def leave_group_response(ctx: ApiContext, coordinator: GroupCoordinator, request: Request) -> Any:
     body, types = request.body, response_types(request)
     if hasattr(body, "members"):
         leaving = [MemberIdentity(m.member_id, m.group_instance_id) for m in body.members]
     else:
         leaving = [MemberIdentity(body.member_id)]
-    top, errors = coordinator.leave_group(body.group_id, leaving)
+    top = not_here(ctx, coordinator, body.group_id)
+    errors: list[KafkaApiError | None] = [top] * len(leaving)
+    if top is None:
+        top, errors = coordinator.leave_group(body.group_id, leaving)
     if not hasattr(body, "members"):  # v0-2: one error, the top-level one or the member's
         code = error_code(top if top is not None or not errors else errors[0])
         return make(types.LeaveGroupResponse, throttle_time=_ZERO, error_code=code)
@@ -245,11 +279,14 @@ def leave_group_response(coordinator: GroupCoordinator, request: Request) -> Any
                 members=members)  # fmt: skip
 
 
-def list_groups_response(coordinator: GroupCoordinator, request: Request) -> Any:
+def list_groups_response(ctx: ApiContext, coordinator: GroupCoordinator, request: Request) -> Any:
+    """The groups this broker coordinates (Kafka's ListGroups: an admin client asks every
+    broker and joins the answers)."""
     body, types = request.body, response_types(request)
     try:
         groups = coordinator.list_groups(getattr(body, "states_filter", ()),
                                          getattr(body, "types_filter", ()))  # fmt: skip
+        groups = [g for g in groups if not_here(ctx, coordinator, g.group_id) is None]
     except KafkaApiError as e:
         return make(types.ListGroupsResponse, throttle_time=_ZERO, error_code=error_code(e),
                     groups=())  # fmt: skip
@@ -261,13 +298,18 @@ def list_groups_response(coordinator: GroupCoordinator, request: Request) -> Any
     return make(types.ListGroupsResponse, throttle_time=_ZERO, error_code=NONE, groups=listed)
 
 
-def describe_groups_response(coordinator: GroupCoordinator, request: Request) -> Any:
+def describe_groups_response(
+    ctx: ApiContext, coordinator: GroupCoordinator, request: Request
+) -> Any:
     body, types = request.body, response_types(request)
     operations = (ALL_GROUP_OPERATIONS if getattr(body, "include_authorized_operations", False)
                   else -(2**31))  # fmt: skip
     described = []
     for group_id in body.groups:
         try:
+            error = not_here(ctx, coordinator, group_id)
+            if error is not None:
+                raise error
             g = coordinator.describe_group(group_id)
         except KafkaApiError as e:
             described.append(make(types.DescribedGroup, error_code=error_code(e),
@@ -289,9 +331,11 @@ def describe_groups_response(coordinator: GroupCoordinator, request: Request) ->
     return make(types.DescribeGroupsResponse, throttle_time=_ZERO, groups=tuple(described))
 
 
-def delete_groups_response(coordinator: GroupCoordinator, request: Request) -> Any:
+def delete_groups_response(ctx: ApiContext, coordinator: GroupCoordinator, request: Request) -> Any:
     body, types = request.body, response_types(request)
-    results = coordinator.delete_groups(body.groups_names)
+    elsewhere = {g: not_here(ctx, coordinator, g) for g in body.groups_names}
+    results = coordinator.delete_groups([g for g, e in elsewhere.items() if e is None])
+    results = {g: e if e is not None else results[g] for g, e in elsewhere.items()}
     entries = tuple(
         make(types.DeletableGroupResult, group_id=group_id, error_code=error_code(error))
         for group_id, error in results.items()
@@ -301,6 +345,10 @@ def delete_groups_response(coordinator: GroupCoordinator, request: Request) -> A
 
 def offset_delete_response(ctx: ApiContext, coordinator: GroupCoordinator, request: Request) -> Any:
     body, types = request.body, response_types(request)
+    group_error = not_here(ctx, coordinator, body.group_id)
+    if group_error is not None:
+        return make(types.OffsetDeleteResponse, error_code=error_code(group_error),
+                    throttle_time=_ZERO, topics=())  # fmt: skip
     unknown: dict[tuple[str, int], KafkaApiError] = {}
     wanted = []
     for t in body.topics:

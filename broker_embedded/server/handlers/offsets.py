@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 from broker_embedded.broker import topic_partition
 from broker_embedded.coordinator.group_metadata import OffsetAndMetadata, now_ms
+from broker_embedded.coordinator.group_metadata_manager import coordinator_error
 from broker_embedded.errors import (
     KafkaApiError,
     OffsetMetadataTooLargeError,
@@ -100,9 +101,13 @@ def offset_commit_response(ctx: ApiContext, coordinator: GroupCoordinator, reque
                     p.committed_offset, getattr(p, "committed_leader_epoch", -1),
                     p.committed_metadata or "", timestamp)  # fmt: skip
                 slots.setdefault(key, []).append((i, j))
-    group_error = coordinator.commit_offsets(
-        body.group_id, body.member_id, getattr(body, "group_instance_id", None),
-        body.generation_id_or_member_epoch, offsets)  # fmt: skip
+    group_error = coordinator_error(coordinator.store, body.group_id, ctx.broker_id)
+    if group_error is not None:
+        errors = dict.fromkeys(errors, group_error)
+    else:
+        group_error = coordinator.commit_offsets(
+            body.group_id, body.member_id, getattr(body, "group_instance_id", None),
+            body.generation_id_or_member_epoch, offsets)  # fmt: skip
     if group_error is not None:
         for positions in slots.values():
             for pos in positions:
@@ -133,6 +138,7 @@ def txn_offset_commit_response(
         )
     except KafkaApiError as e:
         error = e
+    error = error or coordinator_error(coordinator.store, body.group_id, ctx.broker_id)
     offsets: dict[Key, OffsetAndMetadata] = {}
     errors: dict[Key, KafkaApiError | None] = {}
     timestamp = now_ms()
@@ -188,18 +194,20 @@ def offset_fetch_response(ctx: ApiContext, coordinator: GroupCoordinator, reques
     body, types, version = request.body, response_types(request), request.header.api_version
     names = _names(ctx, version)
     if version < FIRST_BATCHED_FETCH:
-        topics, error = _fetched_topics(types, coordinator, body.group_id, body.topics, names)
+        topics, error = _fetched_topics(ctx, types, coordinator, body.group_id, body.topics,
+                                        names)  # fmt: skip
         return make(types.OffsetFetchResponse, throttle_time=timedelta(0), topics=topics,
                     error_code=error_code(error))  # fmt: skip
     groups = []
     for g in body.groups:
-        topics, error = _fetched_topics(types, coordinator, g.group_id, g.topics, names)
+        topics, error = _fetched_topics(ctx, types, coordinator, g.group_id, g.topics, names)
         groups.append(make(types.OffsetFetchResponseGroup, group_id=g.group_id,
                            error_code=error_code(error), topics=topics))  # fmt: skip
     return make(types.OffsetFetchResponse, throttle_time=timedelta(0), groups=tuple(groups))
 
 
 def _fetched_topics(
+    ctx: ApiContext,
     types: ModuleType,
     coordinator: GroupCoordinator,
     group: str,
@@ -218,6 +226,9 @@ def _fetched_topics(
                   for t in topics}  # fmt: skip
         partitions = [(n, p) for (n, _), ps in wanted.items() if n is not None for p in ps]
     try:
+        error = coordinator_error(coordinator.store, group, ctx.broker_id)
+        if error is not None:
+            raise error
         committed = coordinator.fetch_offsets(group, partitions)
     except KafkaApiError as e:
         return (), e
