@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import functools
 import threading
+import weakref
 from datetime import timedelta
 from typing import Any
 
@@ -94,7 +95,7 @@ def group_config(config: BrokerConfig) -> GroupConfig:
 # One group coordinator per cluster (the brokers of ``kafkalog serve --brokers N`` share their
 # controller's transaction coordinator, the key here), so that FindCoordinator may name any
 # broker: [coordinator, servers using it]. Guarded by _SHARED_LOCK.
-_SHARED: dict[int, list[Any]] = {}
+_SHARED: weakref.WeakKeyDictionary[Any, list[Any]] = weakref.WeakKeyDictionary()
 _SHARED_LOCK = threading.Lock()
 
 
@@ -129,7 +130,7 @@ def register(apis: KafkaApis, ctx: ApiContext, store: GroupStore | None = None) 
 def _acquire(ctx: ApiContext, store: GroupStore | None) -> GroupCoordinator:
     transactions = ctx.broker.controller.transaction_coordinator
     with _SHARED_LOCK:
-        entry = _SHARED.get(id(transactions))
+        entry = _SHARED.get(transactions)
         if entry is None:
             if store is None:
                 store = GroupMetadataManager(ctx.broker.controller, ctx.broker.config)
@@ -141,7 +142,7 @@ def _acquire(ctx: ApiContext, store: GroupStore | None) -> GroupCoordinator:
                                          completion.groups)  # fmt: skip
 
             transactions.listeners.append(on_txn_end)
-            entry = _SHARED[id(transactions)] = [coordinator, 0, on_txn_end]
+            entry = _SHARED[transactions] = [coordinator, 0, on_txn_end]
         entry[1] += 1
         return entry[0]
 
@@ -149,18 +150,18 @@ def _acquire(ctx: ApiContext, store: GroupStore | None) -> GroupCoordinator:
 def shared_store(ctx: ApiContext) -> GroupStore | None:
     """The store of the cluster's group coordinator (None before a server registered it)."""
     with _SHARED_LOCK:
-        entry = _SHARED.get(id(ctx.broker.controller.transaction_coordinator))
+        entry = _SHARED.get(ctx.broker.controller.transaction_coordinator)
         return None if entry is None else entry[0].store
 
 
 def _release(ctx: ApiContext) -> None:
     transactions = ctx.broker.controller.transaction_coordinator
     with _SHARED_LOCK:
-        entry = _SHARED[id(transactions)]
+        entry = _SHARED[transactions]
         entry[1] -= 1
         if entry[1]:
             return
-        del _SHARED[id(transactions)]
+        del _SHARED[transactions]
     transactions.listeners.remove(entry[2])
     entry[0].shutdown()
 
