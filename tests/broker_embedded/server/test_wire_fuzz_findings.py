@@ -1,0 +1,107 @@
+"""Frames the wire fuzz campaign (``benchmarks/fuzz.py --only wire``) found, as regression tests.
+
+Each costs its own connection (closed with one log line naming the reason, no traceback), and
+the server keeps serving, on the same network thread (one processor here):
+
+- a compact array count of 2^32 - 2 in a 20-byte Metadata v9 frame: kio's native reader asked
+  for 32 GiB and its allocation failure aborted the whole process;
+- an unknown tagged field in the request header or body: kio raised KeyError, which the network
+  thread did not expect, so it ended and its connections were never served again;
+- null for a non-nullable array (Produce's topic_data): kio returned None and the handler
+  failed with a TypeError traceback.
+"""
+
+from __future__ import annotations
+
+import datetime
+import logging
+import struct
+import subprocess
+import sys
+from pathlib import Path
+
+from kio.schema.produce.v9.request import ProduceRequest
+
+from ._net import API_VERSIONS_V3, RawClient, request_frame
+from ._serve import served
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+def resized(payload: bytes) -> bytes:
+    return struct.pack(">i", len(payload)) + payload
+
+
+# Metadata v9, correlation id 253, client id "fuzz"; topics: compact count ff ff ff ff 0f
+HUGE_COUNT = resized(bytes.fromhex("00030009000000fd000466757a7a00ffffffff0f00010100"))
+
+
+def answered_after(frame: bytes, caplog, log_dir: Path) -> list[str]:
+    """Send ``frame``; the server must close that connection and still answer ApiVersions on a
+    new one (one network thread: the same one). The WARNING+ lines logged, each checked to be
+    one line without a traceback."""
+    with served(log_dir, num_network_threads=1, num_io_threads=1) as s:
+        with RawClient(s.server, timeout=5) as bad:
+            bad.send(frame)
+            assert bad.closed_by_server()
+        with RawClient(s.server, timeout=5) as good:
+            assert good.call(API_VERSIONS_V3, 7)[:4] == struct.pack(">i", 7)
+    records = [r for r in caplog.records if r.levelno >= logging.WARNING]
+    assert all(r.exc_info is None and r.levelno == logging.WARNING for r in records), [
+        r.getMessage() for r in records
+    ]
+    return [r.getMessage() for r in records]
+
+
+CHILD = """
+import struct, sys
+from tests.broker_embedded.server._net import API_VERSIONS_V3, RawClient
+from tests.broker_embedded.server._serve import served
+with served(sys.argv[2], num_network_threads=1, num_io_threads=1) as s:
+    with RawClient(s.server, timeout=5) as bad:
+        bad.send(bytes.fromhex(sys.argv[1]))
+        assert bad.closed_by_server()
+    with RawClient(s.server, timeout=5) as good:
+        assert good.call(API_VERSIONS_V3, 7)[:4] == struct.pack(">i", 7)
+print("served")
+"""
+
+
+def test_a_huge_compact_array_count_closes_the_connection_not_the_process(tmp_path) -> None:
+    # in a child process: before the fix, this frame aborted the process that parsed it
+    done = subprocess.run(
+        [sys.executable, "-c", CHILD, HUGE_COUNT.hex(), str(tmp_path)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert (done.returncode, done.stdout.strip()) == (0, "served"), done.stderr[-2000:]
+    reason = "malformed Metadata v9 request: topics: length 4294967294 with 4 bytes left"
+    assert reason in done.stderr
+
+
+def test_an_unknown_tagged_field_in_the_header(caplog, tmp_path) -> None:
+    frame = request_frame(API_VERSIONS_V3, 1)  # header v2: ... client id "raw", tags 0x00
+    at = 4 + 10 + 3
+    assert frame[at] == 0
+    tagged = frame[4:at] + b"\x01\x01\x01x" + frame[at + 1 :]  # 1 field: tag 1, 1 byte
+    lines = answered_after(resized(tagged), caplog, tmp_path)
+    assert len(lines) == 1 and "malformed request header: unknown tagged field 1" in lines[0], lines
+
+
+def test_an_unknown_tagged_field_in_the_body(caplog, tmp_path) -> None:
+    frame = request_frame(API_VERSIONS_V3, 1)
+    assert frame[-1] == 0  # the body's tagged fields
+    lines = answered_after(resized(frame[4:-1] + b"\x01\x05\x01x"), caplog, tmp_path)
+    reason = "malformed ApiVersions v3 request: unknown tagged field 5"
+    assert len(lines) == 1 and reason in lines[0], lines
+
+
+def test_null_for_a_non_nullable_array(caplog, tmp_path) -> None:
+    one_s = datetime.timedelta(seconds=1)
+    produce = ProduceRequest(transactional_id=None, acks=1, timeout=one_s, topic_data=())
+    frame = request_frame(produce, 1)
+    assert frame[-2:] == b"\x01\x00"  # topic_data: compact count 0 + 1, then no tags
+    lines = answered_after(frame[:-2] + b"\x00\x00", caplog, tmp_path)
+    assert len(lines) == 1 and "null for the non-nullable field topic_data" in lines[0], lines
