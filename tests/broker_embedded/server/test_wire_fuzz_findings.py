@@ -8,7 +8,9 @@ the server keeps serving, on the same network thread (one processor here):
 - an unknown tagged field in the request header or body: kio raised KeyError, which the network
   thread did not expect, so it ended and its connections were never served again;
 - null for a non-nullable array (Produce's topic_data): kio returned None and the handler
-  failed with a TypeError traceback.
+  failed with a TypeError traceback;
+- a Metadata v10 topic asked for with a null name: the response (whose name is not nullable
+  before v12) failed to encode, a traceback.
 """
 
 from __future__ import annotations
@@ -18,8 +20,10 @@ import logging
 import struct
 import subprocess
 import sys
+import uuid
 from pathlib import Path
 
+from kio.schema.metadata.v10 import request as meta10
 from kio.schema.produce.v9.request import ProduceRequest
 
 from ._net import API_VERSIONS_V3, RawClient, request_frame
@@ -105,3 +109,15 @@ def test_null_for_a_non_nullable_array(caplog, tmp_path) -> None:
     assert frame[-2:] == b"\x01\x00"  # topic_data: compact count 0 + 1, then no tags
     lines = answered_after(frame[:-2] + b"\x00\x00", caplog, tmp_path)
     assert len(lines) == 1 and "null for the non-nullable field topic_data" in lines[0], lines
+
+
+def test_a_null_topic_name_below_metadata_v12(caplog, tmp_path) -> None:
+    topic = meta10.MetadataRequestTopic(topic_id=uuid.UUID(int=5), name=None)
+    request = meta10.MetadataRequest(
+        topics=(topic,),
+        allow_auto_topic_creation=False,
+        include_cluster_authorized_operations=False,
+        include_topic_authorized_operations=False,
+    )
+    lines = answered_after(request_frame(request, 1), caplog, tmp_path)
+    assert len(lines) == 1 and "topic name can not be null for Metadata v10" in lines[0], lines
