@@ -194,16 +194,13 @@ class Conn:
     def __init__(self, port: int, timeout: float) -> None:
         self.sock = socket.create_connection(("127.0.0.1", port), timeout=timeout)
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.reader = self.sock.makefile("rb")
 
     def recv_exact(self, n: int) -> bytes:
-        chunks = []
-        while n:
-            chunk = self.sock.recv(min(n, 1 << 20))
-            if not chunk:
-                raise ConnectionError(f"closed with {n} bytes still expected")
-            chunks.append(chunk)
-            n -= len(chunk)
-        return b"".join(chunks)
+        data = self.reader.read(n)  # the buffered reader loops until n bytes or the end
+        if len(data) != n:
+            raise ConnectionError(f"closed with {n - len(data)} bytes still expected")
+        return data
 
     def recv_frame(self) -> bytes:
         (size,) = _SIZE.unpack(self.recv_exact(4))
@@ -218,6 +215,7 @@ class Conn:
 
     def close(self) -> None:
         with contextlib.suppress(OSError):
+            self.reader.close()
             self.sock.close()
 
 

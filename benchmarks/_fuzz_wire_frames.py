@@ -40,6 +40,7 @@ from kio.schema.request_header.v2.header import RequestHeader as RequestHeaderV2
 
 from benchmarks._fuzz_corpus import CODECS, legacy_run, v2_batch
 from broker_embedded.protocol.schemas import encode_body, request_schema
+from broker_embedded.record.varint import encode_uvarint
 
 TOPIC_DATA = "wire-data"  # known batches; read by the probe; written by no frame
 TOPIC_IN = "wire-in"  # the Produce / DeleteRecords target
@@ -406,7 +407,7 @@ def tagged_garbage(data: bytes, rng: random.Random, other: bytes) -> tuple[bytes
         + rng.choice((b"\x00", b"\x01x", b"\x7f", b"\xff\xff\xff\xff\x0f", b"\x05abc"))
         for _ in range(min(count, 3))
     )
-    garbage = _varint(count) + tags
+    garbage = encode_uvarint(count) + tags
     client_id_len = struct.unpack_from(">h", body, 8)[0] if len(body) >= 10 else 0
     header_end = 10 + max(client_id_len, 0)
     if rng.random() < 0.5 and header_end < len(body):
@@ -420,15 +421,6 @@ def pipeline(data: bytes, rng: random.Random, other: bytes) -> tuple[bytes, str]
     """Several frames in one write: this one (mutated or not) between valid ones."""
     inner, kind = rng.choice(MUTATORS[:-1])(data, rng, other) if rng.random() < 0.6 else (data, "")
     return other + inner + other, f"pipeline{'+' + kind if kind else ''}"
-
-
-def _varint(n: int) -> bytes:
-    out = bytearray()
-    while n >= 0x80:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
 
 
 Mutator = Callable[[bytes, random.Random, bytes], tuple[bytes, str]]
