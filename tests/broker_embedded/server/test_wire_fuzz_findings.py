@@ -10,7 +10,11 @@ the server keeps serving, on the same network thread (one processor here):
 - null for a non-nullable array (Produce's topic_data): kio returned None and the handler
   failed with a TypeError traceback;
 - a Metadata v10 topic asked for with a null name: the response (whose name is not nullable
-  before v12) failed to encode, a traceback.
+  before v12) failed to encode, a traceback;
+- CreatePartitions to 2^31 - 1 partitions (one int32 of the request set to its maximum): the
+  handler thread went on creating partition directories until disk or descriptors ran out; now
+  more than 10,000 partitions in one CreateTopics or CreatePartitions request is
+  POLICY_VIOLATION (44) for each of its topics, Kafka's controller's cap.
 """
 
 from __future__ import annotations
@@ -23,13 +27,18 @@ import sys
 import uuid
 from pathlib import Path
 
+from kio.schema.create_partitions.v3 import request as cp3
+from kio.schema.create_partitions.v3 import response as cp3_response
+from kio.schema.create_topics.v7 import request as ct7
+from kio.schema.create_topics.v7 import response as ct7_response
 from kio.schema.metadata.v10 import request as meta10
 from kio.schema.produce.v9.request import ProduceRequest
 
 from ._net import API_VERSIONS_V3, RawClient, request_frame
-from ._serve import served
+from ._serve import decode_response, served
 
 ROOT = Path(__file__).resolve().parents[3]
+ONE_S = datetime.timedelta(seconds=1)
 
 
 def resized(payload: bytes) -> bytes:
@@ -121,3 +130,39 @@ def test_a_null_topic_name_below_metadata_v12(caplog, tmp_path) -> None:
     )
     lines = answered_after(request_frame(request, 1), caplog, tmp_path)
     assert len(lines) == 1 and "topic name can not be null for Metadata v10" in lines[0], lines
+
+
+def test_create_partitions_of_2_31_minus_1_is_a_policy_violation(tmp_path) -> None:
+    topic = cp3.CreatePartitionsTopic(name="s", count=2**31 - 1, assignments=None)
+    request = cp3.CreatePartitionsRequest(topics=(topic,), timeout=ONE_S, validate_only=False)
+    with served(tmp_path) as s:
+        s.broker.create_topic("s", 1)
+        with RawClient(s.server, timeout=10) as client:
+            frame = client.call(request, 9)
+        partitions = len(s.broker.describe_topic("s").partitions)
+    answer = decode_response(cp3_response.CreatePartitionsResponse, frame, True)
+    assert [(r.name, r.error_code, r.error_message) for r in answer.results] == [
+        ("s", 44, "Excessively large number of partitions per request: 2147483647 requested, "
+         "at most 10000"),
+    ]  # fmt: skip
+    assert partitions == 1
+
+
+def test_create_topics_over_10000_partitions_in_all_is_a_policy_violation(tmp_path) -> None:
+    topics = tuple(
+        ct7.CreatableTopic(name=name, num_partitions=5001, replication_factor=1, assignments=(),
+                           configs=())
+        for name in ("a", "b")
+    )  # fmt: skip
+    request = ct7.CreateTopicsRequest(topics=topics, timeout=ONE_S, validate_only=False)
+    with served(tmp_path) as s:
+        with RawClient(s.server, timeout=10) as client:
+            frame = client.call(request, 9)
+        names = s.broker.list_topics()
+    answer = decode_response(ct7_response.CreateTopicsResponse, frame, True)
+    reason = "Excessively large number of partitions per request: 10002 requested, at most 10000"
+    assert [(t.name, t.error_code, t.error_message) for t in answer.topics] == [
+        ("a", 44, reason),
+        ("b", 44, reason),
+    ]
+    assert names == []
