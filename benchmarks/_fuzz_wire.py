@@ -1,7 +1,8 @@
 """The ``wire`` fuzz target: mutated request frames against a live ``kafkalog serve`` request path.
 
 Setup (:meth:`WireTarget.create`): one in-process :class:`BrokerServer` over a :class:`Broker`
-on a temporary log dir (loopback, port 0, two network and two handler threads), with topic
+on a temporary log dir (loopback, port 0, two network threads and one handler thread, so that a
+request holding the handler stalls the probe), with topic
 ``wire-data`` (two partitions holding v2 batches of every codec: the probe's known bytes, read
 from the segment files) and ``wire-in`` (the target of the Produce frames). The corpus
 (``_fuzz_wire_frames``) holds the valid frames of every served API and version.
@@ -36,6 +37,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import dataclasses
 import datetime
 import logging
 import os
@@ -69,6 +71,7 @@ from benchmarks._fuzz_wire_frames import (
     split_frames,
 )
 from broker_embedded.broker import Broker
+from broker_embedded.broker_config import BrokerConfig
 from broker_embedded.errors import KafkaLogError
 from broker_embedded.protocol.schemas import reader_of, request_schema, response_schema
 from broker_embedded.record.records import iter_batches
@@ -79,6 +82,7 @@ from broker_embedded.storage.topic_partition import TopicPartition
 READ_S = 0.5  # how long one input's responses are waited for
 PROBE_S = 5.0  # the bound of each probe call
 LOG_CHECK_EVERY = 500
+CLOSE_S = 30.0  # the bound of stopping the server and closing its broker at the end
 FD_SLACK = 20
 ALLOWED_LOG = ("closing connection from ", "refused connection from ", "cannot pin ")
 _EXCEPTION = re.compile(r"\b(\w+(?:Error|Exception)|struct\.error|Traceback)\b")
@@ -167,7 +171,9 @@ def start_server(base: Path) -> Server:
     """See the module docstring: topics with known data, a started server, logs captured."""
     log_dir = base / "log"
     before = set(threading.enumerate())
-    broker = Broker(log_dir, create=True)
+    # one handler thread: a request that holds it stalls the probe, which makes it a finding
+    config = dataclasses.replace(BrokerConfig(), num_io_threads=1, num_network_threads=2)
+    broker = Broker(log_dir, create=True, config=config)
     broker.create_topic(TOPIC_DATA, 2)
     broker.create_topic(TOPIC_IN, 2)
     for partition in (0, 1):
@@ -467,9 +473,12 @@ class WireTarget:
             found.append(f)
         if self.reused is not None:
             self.reused.close()
-        self.server.server.shutdown(10.0)
-        self.server.broker.close()
+        stopping = threading.Thread(target=self._stop, name="wire-fuzz-stop", daemon=True)
+        stopping.start()
+        stopping.join(CLOSE_S)
         logging.getLogger("broker_embedded").removeHandler(self.server.capture)
+        if stopping.is_alive():  # a handler still holds the broker: its files may still change
+            return [*found, Finding("hang", f"shutdown and broker close took over {CLOSE_S} s")]
         try:
             self._check_logs()
         except Finding as f:
@@ -478,6 +487,10 @@ class WireTarget:
         found += consume_all(self.server.log_dir)
         shutil.rmtree(self.server.base, ignore_errors=True)
         return found
+
+    def _stop(self) -> None:
+        self.server.server.shutdown(10.0)
+        self.server.broker.close()
 
 
 def _pieces(data: bytes, plan: Plan) -> Iterator[bytes]:

@@ -14,12 +14,14 @@ incremental in a live one, read_committed; Metadata of all topics and of named o
 CreateTopics validating only and creating). Destructive APIs name scratch topics only, and no
 frame names the probe topic ``wire-data`` except reads.
 
-Mutators (:data:`MUTATORS`) take a frame (bytes) and a ``random.Random`` and return the bytes to
-send and what was done: bit flips, interesting bytes, byte insert/delete (size kept or fixed),
-the size set to boundary values (0, -1, 2^31-1, ...), an int16/int32 inside the frame set to a
-boundary value (the length fields of strings, arrays and records), truncation, two frames
-spliced, random API key or version, a compact varint made huge, garbage tagged fields, frames
-pipelined. Pure functions of their arguments; thread-safe given a ``random.Random`` per thread.
+Mutators (:data:`MUTATORS`, and :func:`field_value`, which builds the request again with one
+integer field at a boundary value) take a frame (bytes) and a ``random.Random`` and return the
+bytes to send and what was done: bit flips, interesting bytes, byte insert/delete (size kept or
+fixed), the size set to boundary values (0, -1, 2^31-1, ...), an int16/int32 inside the frame
+set to a boundary value (the length fields of strings, arrays and records), truncation, two
+frames spliced, random API key or version, a compact varint made huge, garbage tagged fields,
+frames pipelined. Pure functions of their arguments; thread-safe given a ``random.Random`` per
+thread.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ import struct
 import typing
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cache
 from typing import Any
 
@@ -70,6 +72,7 @@ class Frame:
     api_key: int
     version: int
     data: bytes
+    values: dict[str, Any] = field(default_factory=dict, compare=False)  # what built it
 
 
 @dataclass(frozen=True)
@@ -303,6 +306,7 @@ def build_corpus(ctx: Context) -> list[Frame]:
                         api_key,
                         version,
                         data,
+                        values,
                     )
                 )
     return frames
@@ -441,11 +445,55 @@ MUTATORS: tuple[Mutator, ...] = (
 )
 
 
+_INT_POOLS = {
+    "int8": (-128, 127, -1, 0, 2), "int16": INT16, "int32": INT32,
+    "int64": (-1, 0, 2**31, 2**63 - 1, -(2**63), 2**62), "uint16": (0, 0xFFFF, 0x8000),
+}  # fmt: skip
+_DURATION_POOL = (-1, 0, 2**31 - 1, 86_400_000, -(2**31))
+
+
+@cache
+def int_fields(schema: type) -> tuple[tuple[str, str], ...]:
+    """(name, Kafka type) of every integer or duration field of ``schema``, nested included."""
+    found: dict[str, str] = {}
+    for f in dataclasses.fields(schema):
+        entity = _entity_of(_hints(schema)[f.name])
+        kafka_type = f.metadata.get("kafka_type", "")
+        if entity is not None:
+            found |= dict(int_fields(entity))
+        elif kafka_type in _INT_POOLS or kafka_type.startswith("timedelta"):
+            found[f.name] = kafka_type
+    return tuple(sorted(found.items()))
+
+
+def field_value(frame: Frame, rng: random.Random) -> tuple[bytes, str]:
+    """The frame built again with one integer field (counts, partitions, offsets, waits, acks,
+    epochs, sizes) at a boundary value: a valid encoding of a hostile request."""
+    schema = request_schema(frame.api_key, frame.version)
+    choices = int_fields(schema) if schema is not None and frame.values else ()
+    if not choices:
+        return boundary_field(frame.data, rng, frame.data)
+    name, kafka_type = rng.choice(choices)
+    if kafka_type.startswith("timedelta"):
+        value: Any = datetime.timedelta(milliseconds=rng.choice(_DURATION_POOL))
+    else:
+        value = rng.choice(_INT_POOLS[kafka_type])
+    (correlation_id,) = struct.unpack_from(">i", frame.data, 8)
+    try:
+        data = frame_of(build_message(schema, frame.values | {name: value}), correlation_id)
+    except Exception:  # a value the field's type cannot hold: kio's writer refuses it
+        return boundary_field(frame.data, rng, frame.data)
+    return data, f"field_{name}={value}"
+
+
 def mutate_frame(frame: Frame, other: Frame, rng: random.Random) -> tuple[bytes, str]:
     """One mutation of ``frame`` (``other``: a second corpus frame, for splices and pipelines);
-    sometimes two stacked, sometimes none (the valid frame, sent in pieces)."""
+    sometimes two stacked, sometimes none (the valid frame, sent in pieces), sometimes one of
+    its fields at a boundary value (:func:`field_value`)."""
     if rng.random() < 0.05:
         return frame.data, "valid"
+    if rng.random() < 0.15:
+        return field_value(frame, rng)
     data, kind = rng.choice(MUTATORS)(frame.data, rng, other.data)
     if rng.random() < 0.1 and len(data) > 16:
         data, second = rng.choice(MUTATORS[:-1])(data, rng, other.data)
