@@ -390,7 +390,7 @@ def api_key_version(data: bytes, rng: random.Random, other: bytes) -> tuple[byte
         key = rng.choice((rng.randrange(0, 80), -1, 0x7FFF, -0x8000, 18, 0, 1, 3))
     else:
         version = rng.choice((rng.randrange(0, 20), -1, 0x7FFF, -0x8000, version + 1, version - 1))
-    _HEAD.pack_into(buf, 4, key, version, corr)
+    _HEAD.pack_into(buf, 4, key, max(-0x8000, min(version, 0x7FFF)), corr)
     return bytes(buf), "api_key_version"
 
 
