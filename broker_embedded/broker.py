@@ -13,7 +13,8 @@ and offset; :meth:`append` and :meth:`fetch` answer per partition instead, in th
 closed broker raises :class:`BrokerClosedError`, a bad topic config ``InvalidConfigError``):
 
 - topics: :meth:`create_topic`, :meth:`delete_topic`, :meth:`describe_topic`,
-  :meth:`list_topics`, :meth:`create_partitions`, :meth:`metadata`, :meth:`topic_config`;
+  :meth:`list_topics`, :meth:`create_partitions`, :meth:`metadata`, :meth:`topic_config`,
+  :meth:`topic_name` (by topic id);
   a negative partition or an illegal topic name in a data request is
   UNKNOWN_TOPIC_OR_PARTITION, as Kafka answers;
 - data: :meth:`produce` (records or built batches, acks 0 / 1 / -1 = all, timeout),
@@ -28,7 +29,8 @@ Thread safety: every method may be called from any thread.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+import uuid
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
 from broker_embedded.broker_config import BrokerConfig
@@ -153,9 +155,14 @@ class Broker:
         partitions: int = 1,
         replication_factor: int = 1,
         config: Mapping[str, object] | None = None,
+        assignment: Sequence[Sequence[int]] | None = None,
     ) -> TopicMetadata:
+        """Create a topic; ``assignment``: each partition's replicas (the controller's
+        ``create_topic``), instead of ``partitions`` and ``replication_factor``."""
         self._check_open()
-        created = self.controller.create_topic(name, partitions, replication_factor, config)
+        created = self.controller.create_topic(
+            name, partitions, replication_factor, config, assignment=assignment
+        )
         assert created is not None
         return created
 
@@ -165,12 +172,13 @@ class Broker:
         partitions: int = 1,
         replication_factor: int = 1,
         config: Mapping[str, object] | None = None,
+        assignment: Sequence[Sequence[int]] | None = None,
     ) -> None:
         """Raise what :meth:`create_topic` would raise, creating nothing (CreateTopics'
         ``validate_only``)."""
         self._check_open()
         self.controller.create_topic(
-            name, partitions, replication_factor, config, validate_only=True
+            name, partitions, replication_factor, config, validate_only=True, assignment=assignment
         )
 
     def create_partitions(self, name: str, total: int) -> TopicMetadata:
@@ -188,6 +196,11 @@ class Broker:
     def list_topics(self) -> list[str]:
         self._check_open()
         return self.controller.topics()
+
+    def topic_name(self, topic_id: uuid.UUID) -> str | None:
+        """The name of the topic with ``topic_id`` (None: no topic has it), in O(1)."""
+        self._check_open()
+        return self.controller.topic_name(topic_id)
 
     def metadata(self, topics: list[str] | None = None) -> list[TopicMetadata]:
         """Kafka's Metadata: topics, partitions, replicas, leader, ISR, leader epoch."""
@@ -261,9 +274,11 @@ class Broker:
 
     # -- producers ---------------------------------------------------------------------------------
 
-    def init_producer_id(self, transactional_id: str | None = None) -> tuple[int, int]:
+    def init_producer_id(self) -> tuple[int, int]:
+        """(producer id, epoch 0) for an idempotent producer (transactional ids go to the
+        controller's ``transaction_coordinator``)."""
         self._check_open()
-        return self.controller.init_producer_id(transactional_id)
+        return self.controller.new_producer_id(), 0
 
     def abort_orphaned_transactions(self) -> list[ProduceResult]:
         """Abort the open transactions of the partitions led here whose producer the

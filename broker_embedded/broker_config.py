@@ -18,6 +18,7 @@ File layout (``conf/broker.toml`` holds the defaults; every key is optional)::
     "queued.max.requests" = 500               request queue bound (>= 1); full: processors stop
                                               reading frames until a handler takes one
     "socket.request.max.bytes" = 104857600    a larger request frame closes its connection (>= 1)
+    "socket.listen.backlog.size" = 50         connections the OS queues before accept (>= 1)
     "max.connections" = 2147483647            at the limit the acceptor waits for a free slot
     "max.connections.per.ip" = 2147483647     a connection beyond it is closed at accept
     "connections.max.idle.ms" = 600000        a connection idle this long is closed
@@ -27,6 +28,24 @@ File layout (``conf/broker.toml`` holds the defaults; every key is optional)::
                                               flight for ``sendfile``; beyond, a region's bytes
                                               are read (pread) and sent from memory (0: every
                                               Fetch response is read + send, no zero-copy)
+    "auto.create.topics.enable" = true        a Metadata request naming an unknown topic (with
+                                              allow_auto_topic_creation) creates it
+    "num.partitions" = 1                      an auto-created topic's partitions (>= 1)
+    "default.replication.factor" = 1          an auto-created topic's replication factor (>= 1)
+    "group.initial.rebalance.delay.ms" = 3000 the first rebalance of an empty group waits this
+                                              long (and again while members keep joining, up
+                                              to the rebalance timeout)
+    "group.min.session.timeout.ms" = 6000     JoinGroup session timeouts outside min..max are
+    "group.max.session.timeout.ms" = 1800000  INVALID_SESSION_TIMEOUT
+    "group.max.size" = 2147483647             members per group; one more is
+                                              GROUP_MAX_SIZE_REACHED
+    "offsets.topic.num.partitions" = 50       __consumer_offsets, created on first use
+    "offsets.topic.replication.factor" = 3    (replicas: at most the live brokers)
+    "offsets.topic.segment.bytes" = 104857600
+    "transaction.state.log.num.partitions" = 50      __transaction_state, created on first use
+    "transaction.state.log.replication.factor" = 3   (replicas: at most the live brokers;
+    "transaction.state.log.min.isr" = 2               min.insync.replicas at most the replicas)
+    "transaction.state.log.segment.bytes" = 104857600
     [log_cleaner]                             (these keys are also accepted under [broker])
     "log.cleaner.threads" = 1                 cleaner threads (0: no cleaner)
     "log.cleaner.dedupe.buffer.size" = 134217728   offset map memory over all cleaner threads
@@ -75,11 +94,28 @@ class BrokerConfig:
     num_io_threads: int = 8
     queued_max_requests: int = 500
     socket_request_max_bytes: int = 100 << 20
+    socket_listen_backlog_size: int = 50
     max_connections: int = 2**31 - 1
     max_connections_per_ip: int = 2**31 - 1
     connections_max_idle_ms: int = 600_000
     max_incremental_fetch_session_cache_slots: int = 1_000
     fetch_max_pinned_regions: int = 1_024
+    auto_create_topics_enable: bool = True
+    num_partitions: int = 1
+    default_replication_factor: int = 1
+    # consumer groups (the group coordinator): Kafka's names and defaults
+    group_initial_rebalance_delay_ms: int = 3_000
+    group_min_session_timeout_ms: int = 6_000
+    group_max_session_timeout_ms: int = 1_800_000
+    group_max_size: int = 2**31 - 1
+    # Kafka's internal topics (coordinator/internal_topics.py)
+    offsets_topic_num_partitions: int = 50
+    offsets_topic_replication_factor: int = 3
+    offsets_topic_segment_bytes: int = 100 << 20
+    transaction_state_log_num_partitions: int = 50
+    transaction_state_log_replication_factor: int = 3
+    transaction_state_log_min_isr: int = 2
+    transaction_state_log_segment_bytes: int = 100 << 20
     log_cleaner_threads: int = 1
     log_cleaner_dedupe_buffer_size: int = 128 << 20
     log_cleaner_io_buffer_load_factor: float = 0.9
@@ -135,9 +171,15 @@ def read_toml(path: Path, what: str) -> dict[str, Any]:
         raise InvalidConfigError(f"{what} {path} is not valid TOML: {e}") from None
 
 
-def _broker_value(key: str, value: Any, source: str) -> int | float:
-    """A broker config value: a non-negative integer (positive for ``_AT_LEAST_ONE``), or for
-    the load factor a number in (0, 1]."""
+def _broker_value(key: str, value: Any, source: str) -> int | float | bool:
+    """A broker config value: a non-negative integer (positive for ``_AT_LEAST_ONE``), for
+    the load factor a number in (0, 1], for ``_BOOLEANS`` true or false."""
+    if key in _BOOLEANS:
+        if not isinstance(value, bool):
+            raise InvalidConfigError(
+                f"{source}: invalid value {value!r} for broker config {key}: must be true or false"
+            )
+        return value
     if key == "log.cleaner.io.buffer.load.factor":
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 1:
             raise InvalidConfigError(
@@ -156,5 +198,23 @@ def _broker_value(key: str, value: Any, source: str) -> int | float:
 
 # keys whose value must be positive (Kafka's atLeast(1) validators)
 _AT_LEAST_ONE = frozenset(
-    ("num.network.threads", "num.io.threads", "queued.max.requests", "socket.request.max.bytes")
+    (
+        "num.network.threads",
+        "num.io.threads",
+        "queued.max.requests",
+        "socket.request.max.bytes",
+        "socket.listen.backlog.size",
+        "num.partitions",
+        "default.replication.factor",
+        "group.max.size",
+        "offsets.topic.num.partitions",
+        "offsets.topic.replication.factor",
+        "offsets.topic.segment.bytes",
+        "transaction.state.log.num.partitions",
+        "transaction.state.log.replication.factor",
+        "transaction.state.log.min.isr",
+        "transaction.state.log.segment.bytes",
+    )  # fmt: skip
 )
+# keys whose value is a TOML boolean
+_BOOLEANS = frozenset(("auto.create.topics.enable",))

@@ -108,8 +108,9 @@ class EmbeddedCluster:
     def describe_topic(self, name: str) -> TopicMetadata:
         return self.controller.describe(name)
 
-    def init_producer_id(self, transactional_id: str | None = None) -> tuple[int, int]:
-        return self.controller.init_producer_id(transactional_id)
+    def init_producer_id(self) -> tuple[int, int]:
+        """(producer id, epoch 0) for an idempotent producer."""
+        return self.controller.new_producer_id(), 0
 
     def transactional_producer(self, transactional_id: str):
         from broker_embedded.client.transactional_producer import TransactionalProducer

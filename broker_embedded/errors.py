@@ -212,6 +212,37 @@ class InvalidRecordError(KafkaApiError):
     name = "INVALID_RECORD"
 
 
+class RecordValidationError(InvalidRecordError):
+    """Records of a batch that Kafka's ``LogValidator`` rejects one by one (its
+    ``RecordValidationException``; today: keyless records on a compacted topic).
+
+    ``record_errors``: (index of the record in its batch, Kafka's message for it), at most
+    :data:`MAX_RECORD_ERRORS` of them, the first ones; ``total`` counts them all. The
+    exception's message is ``reason`` (naming topic, partition and batch); :attr:`summary` is
+    Kafka's text for the Produce response, naming the total and the first three.
+    """
+
+    def __init__(self, reason: str, record_errors: list[tuple[int, str]], total: int) -> None:
+        self.record_errors = tuple(record_errors[:MAX_RECORD_ERRORS])
+        self.total = total
+        super().__init__(f"{reason} ({total} records, the first at index {record_errors[0][0]})")
+
+    @property
+    def summary(self) -> str:
+        shown = ", ".join(
+            f"RecordError(batchIndex={i}, message='{m}')" for i, m in self.record_errors[:3]
+        )
+        return (
+            f"One or more records have been rejected due to {self.total} record errors in "
+            f"total, and only showing the first three errors at most: [{shown}]"
+        )
+
+
+# the record errors a RecordValidationError keeps (and a Produce response lists); Kafka lists
+# every one, which for a batch of tiny records is ten times the batch's size
+MAX_RECORD_ERRORS = 1000
+
+
 class InvalidUpdateVersionError(KafkaApiError):
     """An ISR change proposed against a partition epoch the controller has moved past (95)."""
 
@@ -277,6 +308,44 @@ class InvalidTxnStateError(KafkaApiError):
 
     code = 48
     name = "INVALID_TXN_STATE"
+
+
+class InvalidProducerIdMappingError(KafkaApiError):
+    """A transactional request whose producer id is not the one its transactional id holds
+    (49)."""
+
+    code = 49
+    name = "INVALID_PRODUCER_ID_MAPPING"
+
+
+class InvalidTransactionTimeoutError(KafkaApiError):
+    """A transaction timeout outside (0, transaction.max.timeout.ms] (50)."""
+
+    code = 50
+    name = "INVALID_TRANSACTION_TIMEOUT"
+
+
+class ConcurrentTransactionsError(KafkaApiError):
+    """The transactional id is completing a transaction (its markers are being written):
+    retriable (51)."""
+
+    code = 51
+    name = "CONCURRENT_TRANSACTIONS"
+
+
+class TransactionalIdAuthorizationFailedError(KafkaApiError):
+    """A transactional request this broker refuses for its transactional id (53), e.g. a
+    two-phase commit (KIP-939) that is not enabled."""
+
+    code = 53
+    name = "TRANSACTIONAL_ID_AUTHORIZATION_FAILED"
+
+
+class OperationNotAttemptedError(KafkaApiError):
+    """A partition of a request not attempted because another of it failed (55)."""
+
+    code = 55
+    name = "OPERATION_NOT_ATTEMPTED"
 
 
 class TransactionCoordinatorFencedError(KafkaApiError):

@@ -17,6 +17,10 @@ Subcommands:
                                                  the broker on Kafka's wire protocol until
                                                  SIGTERM/SIGINT (like kafka-server-start); needs
                                                  Python 3.11+ (kio)
+  groups list | groups describe [--group G ...] --log-dir DIR | --bootstrap-server H:P
+                                                 consumer groups, committed offsets, log end
+                                                 offsets and lag from __consumer_offsets (like
+                                                 kafka-consumer-groups --list/--describe)
   dump PATH... [--records] [--json] [--summary] [--verify]
                                                  print and verify segments (like kafka-dump-log)
   compact [--config FILE] [--dry-run]           compact the log dirs of a compaction config
@@ -225,6 +229,31 @@ def _add_serve(sub: argparse._SubParsersAction, common: argparse.ArgumentParser)
     )
 
 
+def _add_groups(sub: argparse._SubParsersAction) -> None:
+    groups = sub.add_parser(
+        "groups",
+        help="list and describe consumer groups from __consumer_offsets (like "
+        "kafka-consumer-groups)",
+    )
+    actions = groups.add_subparsers(dest="action", required=True)
+    log_dir = argparse.ArgumentParser(add_help=False)
+    log_dir.add_argument("--log-dir", type=Path, metavar="DIR", help="the Kafka log dir")
+    log_dir.add_argument(
+        "--bootstrap-server",
+        metavar="HOST:PORT[,...]",
+        help="a running broker (kafkalog serve, or Kafka) instead of --log-dir",
+    )
+    actions.add_parser("list", parents=[log_dir], help="the consumer group ids")
+    describe = actions.add_parser(
+        "describe",
+        parents=[log_dir],
+        help="per partition: committed offset, log end offset, lag and the member holding it",
+    )
+    describe.add_argument(
+        "--group", action="append", default=[], metavar="G", help="repeatable; default: all"
+    )
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="kafkalog",
@@ -241,6 +270,7 @@ def _parser() -> argparse.ArgumentParser:
     _add_consume(sub, common)
 
     _add_serve(sub, _broker_options(bootstrap=False))
+    _add_groups(sub)
 
     dump = sub.add_parser("dump", help="print and verify Kafka log segments")
     dump.add_argument("paths", nargs="+", type=Path, help="segment file, partition dir or log dir")
@@ -394,7 +424,7 @@ def _run_serve(args: argparse.Namespace, config) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    name = args.command + (f" {args.action}" if args.command == "topics" else "")
+    name = args.command + (f" {args.action}" if args.command in ("topics", "groups") else "")
     try:
         return _run(args)
     except UsageError as e:
@@ -433,6 +463,17 @@ def _run(args: argparse.Namespace) -> int:
         run = {"topics": _run_topics, "produce": _run_produce, "consume": _run_consume,
                "serve": _run_serve}  # fmt: skip
         return run[args.command](args, config)
+    if args.command == "groups":
+        from spark_kafkalog import groups_command
+
+        if (args.log_dir is None) == (args.bootstrap_server is None):
+            raise UsageError("exactly one of --log-dir and --bootstrap-server is required")
+        if args.bootstrap_server is not None:
+            _wire()  # the wire client needs kio
+        return groups_command.run(
+            args.action, args.log_dir, sys.stdout, sys.stderr, getattr(args, "group", []),
+            args.bootstrap_server,
+        )  # fmt: skip
     if args.command == "dump":
         from spark_kafkalog.dump_log import dump
 

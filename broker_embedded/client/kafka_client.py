@@ -55,16 +55,20 @@ from broker_embedded.protocol.schemas import (
 
 PRODUCE, FETCH, LIST_OFFSETS, METADATA = 0, 1, 2, 3
 CREATE_TOPICS, DELETE_TOPICS, DESCRIBE_CONFIGS, CREATE_PARTITIONS = 19, 20, 32, 37
+OFFSET_FETCH, FIND_COORDINATOR, DESCRIBE_GROUPS, LIST_GROUPS = 9, 10, 15, 16
 # What this client can build and read (topic names, not ids: Fetch v13+ and DeleteTopics v6+
 # name topics by id).
 CLIENT_VERSIONS = {
     PRODUCE: (3, 9), FETCH: (4, 12), LIST_OFFSETS: (2, 7), METADATA: (1, 12),
     API_VERSIONS_KEY: (0, 3), CREATE_TOPICS: (2, 7), DELETE_TOPICS: (1, 5),
     DESCRIBE_CONFIGS: (1, 4), CREATE_PARTITIONS: (0, 3),
+    OFFSET_FETCH: (2, 7), FIND_COORDINATOR: (1, 3), DESCRIBE_GROUPS: (0, 5), LIST_GROUPS: (0, 4),
 }  # fmt: skip
 EARLIEST, LATEST = -2, -1  # ListOffsets timestamps
 DEBUGGING_REPLICA_ID = -2  # ListOffsets up to the log end offset (Kafka's debugging id)
 RETRIABLE = frozenset({5, 6})  # LEADER_NOT_AVAILABLE, NOT_LEADER_OR_FOLLOWER
+COORDINATOR_RETRIABLE = frozenset({14, 15, 16})  # COORDINATOR_LOAD_IN_PROGRESS, ..._NOT_AVAILABLE,
+# NOT_COORDINATOR: the group APIs find the coordinator again
 UNSUPPORTED_VERSION = 35
 _SIZE = struct.Struct(">i")
 
@@ -296,6 +300,33 @@ class FetchedPartition:
     last_stable_offset: int
     log_start_offset: int
     aborted_transactions: tuple[tuple[int, int], ...] | None  # (producer id, first offset)
+
+
+@dataclass(frozen=True, slots=True)
+class ListedGroup:
+    """A group as ListGroups lists it."""
+
+    group_id: str
+    protocol_type: str
+    state: str  # "" before ListGroups v4
+
+
+@dataclass(frozen=True, slots=True)
+class DescribedMember:
+    member_id: str
+    client_id: str
+    client_host: str
+    assignment: bytes  # the protocol's bytes (consumer: ConsumerProtocolAssignment)
+
+
+@dataclass(frozen=True, slots=True)
+class DescribedGroup:
+    """A group as DescribeGroups shows it (state "Dead" for an unknown group)."""
+
+    group_id: str
+    state: str
+    protocol_type: str
+    members: tuple[DescribedMember, ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -540,6 +571,75 @@ class KafkaClient:
         result = self.any_broker(DESCRIBE_CONFIGS, build).results[0]
         _check_admin(result, f"DescribeConfigs of topic {name!r}")
         return [ConfigValue(c.name, c.value, c.config_source == 1) for c in result.configs]
+
+    # -- groups ------------------------------------------------------------------------------------
+
+    def list_groups(self) -> list[ListedGroup]:
+        """Every group of the cluster, sorted by id: ListGroups asked of every broker (each
+        lists the groups it coordinates), as Kafka's admin client does."""
+        self.metadata([])
+        found: dict[str, ListedGroup] = {}
+        for broker_id, address in sorted(self._brokers.items()):
+            response = self.connection(address).request(
+                LIST_GROUPS, lambda _: {"states_filter": ()}
+            )
+            if response.error_code != 0:
+                raise api_error(int(response.error_code), f"ListGroups on broker {broker_id}")
+            for g in response.groups:
+                found[g.group_id] = ListedGroup(g.group_id, g.protocol_type,
+                                                getattr(g, "group_state", ""))  # fmt: skip
+        return [found[g] for g in sorted(found)]
+
+    def to_coordinator(self, group_id: str, call: Callable[[BrokerConnection], Any]) -> Any:
+        """``call`` on the connection to ``group_id``'s coordinator (FindCoordinator), retried
+        when the coordinator moved or is loading (at most ``retries`` times)."""
+
+        def build(_: Any) -> dict[str, Any]:
+            return {"key": group_id, "key_type": 0}
+
+        for attempt in range(self.config.retries + 1):
+            try:
+                found = self.any_broker(FIND_COORDINATOR, build)
+                if found.error_code != 0:
+                    raise api_error(int(found.error_code), f"FindCoordinator of group {group_id!r}")
+                return call(self.connection(BrokerAddress(found.host, found.port)))
+            except KafkaApiError as e:
+                if e.code not in COORDINATOR_RETRIABLE or attempt == self.config.retries:
+                    raise
+                time.sleep(self.config.retry_backoff_s)
+        raise AssertionError("unreachable")
+
+    def describe_group(self, group_id: str) -> DescribedGroup:
+        def call(c: BrokerConnection) -> DescribedGroup:
+            response = c.request(DESCRIBE_GROUPS, lambda _: {
+                "groups": (group_id,), "include_authorized_operations": False})  # fmt: skip
+            g = response.groups[0]
+            if g.error_code != 0:
+                raise api_error(int(g.error_code), f"DescribeGroups of {group_id!r} on {c.address}")
+            members = tuple(
+                DescribedMember(m.member_id, m.client_id, m.client_host, bytes(m.member_assignment))
+                for m in g.members
+            )
+            return DescribedGroup(group_id, g.group_state, g.protocol_type, members)
+
+        return self.to_coordinator(group_id, call)
+
+    def committed_offsets(self, group_id: str) -> dict[tuple[str, int], int]:
+        """Every committed offset of ``group_id`` (OffsetFetch of all partitions)."""
+
+        def call(c: BrokerConnection) -> dict[tuple[str, int], int]:
+            response = c.request(OFFSET_FETCH, lambda _: {
+                "group_id": group_id, "topics": None, "require_stable": False})  # fmt: skip
+            if response.error_code != 0:
+                raise api_error(int(response.error_code), f"OffsetFetch of {group_id!r}")
+            out = {}
+            for t in response.topics:
+                for p in t.partitions:
+                    _check(p.error_code, c, t.name, p.partition_index, "OffsetFetch")
+                    out[(t.name, p.partition_index)] = p.committed_offset
+            return out
+
+        return self.to_coordinator(group_id, call)
 
 
 def _check(

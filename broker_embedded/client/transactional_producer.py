@@ -1,33 +1,31 @@
 """An embedded transactional producer (the client side of Kafka's transactions, as
-``KafkaProducer`` offers it, with the coordinator's requests folded in): ``begin`` / ``send`` /
-``commit`` or ``abort``.
+``KafkaProducer`` offers it): ``begin`` / ``send`` / ``commit`` or ``abort``, driving the
+controller's transaction coordinator (coordinator/transaction_coordinator.py) directly, the
+same coordinator the wire API's InitProducerId, AddPartitionsToTxn and EndTxn use.
 
 ``TransactionalProducer(client, transactional_id)`` gets a producer id and epoch from the
-controller. Each ``send`` appends one transactional batch (sequence numbers per partition,
-acks=all); ``commit`` / ``abort`` append a COMMIT / ABORT control batch (coordinator epoch 0) to
-every partition the transaction touched, which completes the transaction in each partition's
-producer state, moves its last stable offset and, for an abort, adds the transaction to the
-segment's ``.txnindex``.
+coordinator. Each ``send`` adds its partition to the transaction (AddPartitionsToTxn; a partition
+that does not exist is UNKNOWN_TOPIC_OR_PARTITION and is not added) and appends one
+transactional batch (sequence numbers per partition, acks=all); ``commit`` / ``abort`` (EndTxn)
+append a COMMIT / ABORT control batch (coordinator epoch 0) to every partition of the
+transaction, here, synchronously, which completes the transaction in each partition's producer
+state, moves its last stable offset and, for an abort, adds the transaction to the segment's
+``.txnindex``. A transaction with no partition commits or aborts without writing anything.
 
-The coordinator's state (Kafka's ``TransactionCoordinator``) lives in the controller
-(coordinator/transaction_coordinator.py): the current epoch of each transactional id and the
-partitions of its open transaction. A second instance with the same transactional id bumps the
-epoch, and so fences the first:
-
-- if the first has a transaction open, it is aborted at once (ABORT markers stamped with the new
-  epoch), as Kafka's InitProducerId does, so the last stable offset moves on;
-- the first's later ``send`` / ``commit`` / ``abort`` fail with INVALID_PRODUCER_EPOCH
-  (:class:`InvalidProducerEpochError`), checked by the coordinator (Kafka's
-  AddPartitionsToTxn / EndTxn) and, for a send racing the abort, by the partition.
+A second instance with the same transactional id fences the first, as in Kafka: if the first has
+a transaction open, the coordinator aborts it with the epoch bumped once (the markers are written
+before the second instance's constructor returns), and the second instance gets the epoch bumped
+again; the first's later ``send`` / ``commit`` / ``abort`` fail with PRODUCER_FENCED
+(:class:`ProducerFencedError`) at the coordinator, and a send racing the abort with
+INVALID_PRODUCER_EPOCH at the partition.
 
 The coordinator state is not persisted: a transaction left open when its process ends is
-aborted by the leader when the log dir is opened again
-(coordinator/transaction_coordinator.py).
+aborted by the leader when the log dir is opened again (coordinator/transaction_coordinator.py).
 
 ``client`` is a :class:`~broker_embedded.broker.Broker` or an
-:class:`~broker_embedded.cluster.EmbeddedCluster` (anything with ``append`` and
-``init_producer_id``; its ``clock_ms()``, if it has one, stamps the records). Not thread-safe:
-one thread drives a producer, as with Kafka's; different producers may run in different threads.
+:class:`~broker_embedded.cluster.EmbeddedCluster` (anything with ``append`` and ``controller``;
+its ``clock_ms()``, if it has one, stamps the records). Not thread-safe: one thread drives a
+producer, as with Kafka's; different producers may run in different threads.
 """
 
 from __future__ import annotations
@@ -36,8 +34,12 @@ from collections.abc import Iterable
 from typing import Any
 
 from broker_embedded.client.producer_record import ProducerRecord, build_batch
-from broker_embedded.coordinator.transaction_coordinator import COORDINATOR_EPOCH, TxnState
-from broker_embedded.errors import InvalidProducerEpochError, InvalidTxnStateError
+from broker_embedded.coordinator.transaction_coordinator import (
+    COORDINATOR_EPOCH,
+    DEFAULT_TIMEOUT_MS,
+    TxnCompletion,
+)
+from broker_embedded.errors import InvalidTxnStateError, UnknownTopicOrPartitionError
 from broker_embedded.record.control_record import EndTransactionMarker
 from broker_embedded.replica_manager.produce_response import ProduceResult
 from broker_embedded.storage.producer_state_manager import AppendOrigin
@@ -48,7 +50,14 @@ from broker_embedded.storage.topic_partition import TopicPartition
 class TransactionalProducer:
     """See the module docstring."""
 
-    def __init__(self, client: Any, transactional_id: str, *, timeout_ms: int = 30_000) -> None:
+    def __init__(
+        self,
+        client: Any,
+        transactional_id: str,
+        *,
+        timeout_ms: int = 30_000,
+        transaction_timeout_ms: int = DEFAULT_TIMEOUT_MS,
+    ) -> None:
         self.client = client
         self.transactional_id = transactional_id
         self.timeout_ms = timeout_ms
@@ -56,44 +65,23 @@ class TransactionalProducer:
         self._coordinator = client.controller.transaction_coordinator
         self._sequences: dict[TopicPartition, int] = {}
         self._in_transaction = False
-        with self._coordinator.lock:
-            self.producer_id, self.producer_epoch = client.init_producer_id(transactional_id)
-            old = self._coordinator.txns.get(transactional_id)
-            self._coordinator.txns[transactional_id] = TxnState(
-                self.producer_id, self.producer_epoch
-            )
-        if old is not None and old.partitions:
-            # Fence the previous instance: abort its open transaction with the new epoch.
-            epoch = (
-                self.producer_epoch
-                if old.producer_id == self.producer_id
-                else old.producer_epoch + 1
-            )
-            self._write_markers(
-                EndTransactionMarker.abort(COORDINATOR_EPOCH), old.producer_id, epoch,
-                old.partitions,
-            )  # fmt: skip
+        self._added: set[TopicPartition] = set()
+        while True:
+            got = self._coordinator.init_producer_id(transactional_id, transaction_timeout_ms)
+            if not isinstance(got, TxnCompletion):
+                break
+            self._write_markers(got)  # the previous instance's transaction, aborted
+        self.producer_id, self.producer_epoch = got
 
     @property
     def in_transaction(self) -> bool:
         return self._in_transaction
 
-    def _state(self) -> TxnState:
-        """The coordinator's state for this producer; INVALID_PRODUCER_EPOCH once fenced.
-        Call under the coordinator lock."""
-        state = self._coordinator.txns[self.transactional_id]
-        if (state.producer_id, state.producer_epoch) != (self.producer_id, self.producer_epoch):
-            raise InvalidProducerEpochError(
-                f"transactional id {self.transactional_id!r}: producer {self.producer_id} "
-                f"epoch {self.producer_epoch} was fenced by producer {state.producer_id} "
-                f"epoch {state.producer_epoch}"
-            )
-        return state
-
     def begin(self) -> None:
         if self._in_transaction:
             raise InvalidTxnStateError(f"{self.transactional_id}: a transaction is already open")
         self._in_transaction = True
+        self._added = set()
 
     def send(
         self,
@@ -107,6 +95,13 @@ class TransactionalProducer:
         if not self._in_transaction:
             raise InvalidTxnStateError(f"{self.transactional_id}: send outside a transaction")
         tp = TopicPartition(topic, partition)
+        if tp not in self._added:
+            if not self.client.controller.knows(tp):
+                raise UnknownTopicOrPartitionError(f"{tp} does not exist")
+            self._coordinator.add_partitions(
+                self.transactional_id, self.producer_id, self.producer_epoch, [tp]
+            )
+            self._added.add(tp)
         items = list(records)
         seq = self._sequences.get(tp, 0)
         batch = build_batch(
@@ -114,48 +109,41 @@ class TransactionalProducer:
             producer_id=self.producer_id, producer_epoch=self.producer_epoch,
             base_sequence=seq, is_transactional=True,
         )  # fmt: skip
-        with self._coordinator.lock:  # AddPartitionsToTxn
-            state = self._state()
-            added = tp not in state.partitions
-            if added:
-                state.partitions.append(tp)
         result = self.client.append(tp, batch, acks="all", timeout_ms=self.timeout_ms)
-        if result.error is not None and result.base_offset < 0 and added:
-            with self._coordinator.lock:  # nothing was appended: no marker for it either
-                if tp in state.partitions:
-                    state.partitions.remove(tp)
         result.raise_error()
         self._sequences[tp] = (seq + len(items)) & 0x7FFFFFFF
         return result
 
     def commit(self) -> list[ProduceResult]:
-        return self._end(EndTransactionMarker.commit(COORDINATOR_EPOCH))
+        return self._end(commit=True)
 
     def abort(self) -> list[ProduceResult]:
-        return self._end(EndTransactionMarker.abort(COORDINATOR_EPOCH))
+        return self._end(commit=False)
 
-    def _end(self, marker: EndTransactionMarker) -> list[ProduceResult]:
+    def _end(self, *, commit: bool) -> list[ProduceResult]:
         if not self._in_transaction:
             raise InvalidTxnStateError(f"{self.transactional_id}: no open transaction")
-        with self._coordinator.lock:  # EndTxn
-            state = self._state()
-            partitions, state.partitions = state.partitions, []
+        if not self._added:  # nothing was added: the coordinator never saw it
+            self._in_transaction = False
+            return []
+        completion = self._coordinator.end_txn(
+            self.transactional_id, self.producer_id, self.producer_epoch, commit
+        )
         self._in_transaction = False
-        return self._write_markers(marker, self.producer_id, self.producer_epoch, partitions)
+        return [] if completion is None else self._write_markers(completion)
 
-    def _write_markers(
-        self,
-        marker: EndTransactionMarker,
-        producer_id: int,
-        producer_epoch: int,
-        partitions: list[TopicPartition],
-    ) -> list[ProduceResult]:
+    def _write_markers(self, completion: TxnCompletion) -> list[ProduceResult]:
+        """Append the completion's marker to each of its partitions, then complete it."""
+        marker = (EndTransactionMarker.commit if completion.commit else EndTransactionMarker.abort)(
+            COORDINATOR_EPOCH
+        )
         results = []
-        for tp in partitions:
+        for tp in completion.partitions:
             batch = marker.build_batch(base_offset=0, timestamp=self._clock(),
-                                       producer_id=producer_id,
-                                       producer_epoch=producer_epoch)  # fmt: skip
+                                       producer_id=completion.producer_id,
+                                       producer_epoch=completion.producer_epoch)  # fmt: skip
             r = self.client.append(tp, batch, acks="all", timeout_ms=self.timeout_ms,
                                    origin=AppendOrigin.COORDINATOR)  # fmt: skip
             results.append(r.raise_error())
+        self._coordinator.complete(completion)
         return results

@@ -1,6 +1,12 @@
-"""Kafka's coordinators (kafka.coordinator): the transaction coordinator's state
-(transaction_coordinator.py: the producer id and epoch of each transactional id and the
-partitions of its open transaction, in memory). The group coordinator (consumer groups and
-committed offsets in ``__consumer_offsets``) comes in a later issue. Nothing here imports the
-broker facade or the network layer (``server/``).
+"""Kafka's coordinators (kafka.coordinator): the transaction coordinator
+(transaction_coordinator.py:
+each transactional id's producer id, epoch, state and partitions, in memory, with its marker
+writer); the group coordinator of classic consumer groups (group_coordinator.py, its state in
+group_metadata.py, its timers in delayed_join.py, its persistence seam in group_store.py); the
+byte formats of the internal topics (group_metadata_record.py for ``__consumer_offsets``,
+transaction_log_record.py for ``__transaction_state``, on message_codec.py; consumer_protocol.py
+for the members' bytes), which partition holds a group or transactional id
+(coordinator_partition.py) and the loading of groups and committed offsets from a log dir
+(group_metadata_loader.py). Nothing here imports the broker facade or the network layer
+(``server/``).
 """

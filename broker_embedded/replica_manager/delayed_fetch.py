@@ -57,7 +57,7 @@ class DelayedFetch(DelayedOperation):
             return self.force_complete()  # the answer's read reports it
         if any(p.error is not None for p in probe.partitions):
             return self.force_complete()
-        if probe.size_in_bytes >= self.min_bytes:
+        if probe.readable_bytes >= self.min_bytes:
             return self.force_complete()
         return False
 

@@ -9,9 +9,11 @@ leader epoch (-1: not checked).
 
 Response: per partition, in request order, an error (a :class:`KafkaApiError`, ``None`` when
 fine), the high watermark, last stable offset and log start offset, the aborted transactions
-(read_committed only) and the raw record bytes (possibly starting below the fetch offset and
-ending in a partial batch; empty when not even the first batch fits what the partition may
-return, unless it is the first partition with data, which returns one whole batch: KIP-74).
+(read_committed only) and the raw record bytes (possibly starting below the fetch offset, ending
+after the last whole batch within the limits; empty when not even the first batch fits what the
+partition may return, unless it is the first partition with data, which returns one whole batch:
+KIP-74). ``readable_bytes`` counts the bytes found within the limits, the partial batch a limit
+cut included, as Kafka's ``DelayedFetch`` counts them against ``min_bytes``.
 A zero-copy read (the Fetch API's) leaves ``records`` empty and names the bytes in the segment
 file instead (``region``, a :class:`SegmentRegion`); ``size_in_bytes`` counts either.
 
@@ -72,6 +74,7 @@ class PartitionFetchResult:
     aborted_transactions: tuple[AbortedTxn, ...] | None = None
     records: bytes = b""
     region: SegmentRegion | None = None
+    readable_bytes: int = 0
 
     @property
     def size_in_bytes(self) -> int:
@@ -101,3 +104,8 @@ class FetchResponse:
     @property
     def size_in_bytes(self) -> int:
         return sum(p.size_in_bytes for p in self.partitions)
+
+    @property
+    def readable_bytes(self) -> int:
+        """What counts against ``min_bytes`` (see the module docstring)."""
+        return sum(max(p.readable_bytes, p.size_in_bytes) for p in self.partitions)

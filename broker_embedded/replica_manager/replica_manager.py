@@ -378,7 +378,7 @@ class ReplicaManager:
         if (
             request.max_wait_ms <= 0
             or not request.partitions
-            or response.size_in_bytes >= self.min_bytes(request)
+            or response.readable_bytes >= self.min_bytes(request)
             or any(p.error is not None for p in response.partitions)
         ):
             return response
@@ -437,7 +437,7 @@ class ReplicaManager:
                 records, aborted, region = b"", None if aborted is None else (), None
             result = PartitionFetchResult(
                 tp, None, info.high_watermark, info.last_stable_offset, info.log_start_offset,
-                aborted, records, region,
+                aborted, records, region, info.readable,
             )  # fmt: skip
             if result.size_in_bytes:
                 budget -= result.size_in_bytes

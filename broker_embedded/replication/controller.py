@@ -50,24 +50,32 @@ from __future__ import annotations
 import json
 import threading
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from types import MappingProxyType
 from typing import TYPE_CHECKING
 
-from broker_embedded.coordinator.transaction_coordinator import TransactionCoordinator
+from broker_embedded.coordinator.transaction_coordinator import (
+    COORDINATOR_EPOCH,
+    TransactionCoordinator,
+    TransactionMarkerWriter,
+    TxnCompletion,
+)
 from broker_embedded.errors import (
     FencedLeaderEpochError,
     IneligibleReplicaError,
     InvalidPartitionsError,
+    InvalidReplicaAssignmentError,
     InvalidReplicationFactorError,
     InvalidUpdateVersionError,
     KafkaApiError,
+    NotLeaderOrFollowerError,
     StaleControllerEpochError,
     TopicAlreadyExistsError,
     UnknownTopicOrPartitionError,
 )
+from broker_embedded.record.control_record import EndTransactionMarker
 from broker_embedded.replication.partition import NO_LEADER, LeaderAndIsr
 from broker_embedded.replication.replica_assignment import (
     assign_replicas_to_brokers,
@@ -76,6 +84,8 @@ from broker_embedded.replication.replica_assignment import (
 from broker_embedded.storage.checkpoint_file import write_atomically
 from broker_embedded.storage.log_config import parse_overrides
 from broker_embedded.storage.partition_metadata import new_topic_id
+from broker_embedded.storage.producer_state_manager import AppendOrigin
+from broker_embedded.storage.segment_writer import wall_clock_ms
 from broker_embedded.storage.topic_config_file import TopicEntry
 from broker_embedded.storage.topic_partition import (
     TopicPartition,
@@ -124,11 +134,12 @@ class Controller:
         self._brokers: dict[int, Broker] = {}
         self._alive: set[int] = set()
         self._topics: dict[str, TopicEntry] = {}
+        self._names_by_id: dict[uuid.UUID, str] = {}  # the inverse of _topics' ids, kept with it
         self._assignment: dict[str, dict[int, tuple[int, ...]]] = {}
         self._states: dict[TopicPartition, LeaderAndIsr] = {}
         self._next_producer_id = 0
-        self._txn_producers: dict[str, tuple[int, int]] = {}
-        self.transaction_coordinator = TransactionCoordinator()
+        self.transaction_coordinator = TransactionCoordinator(self.new_producer_id)
+        self._markers: TransactionMarkerWriter | None = None
         self._resigned = False
         self._successor: Controller | None = None
         self._load()
@@ -145,6 +156,7 @@ class Controller:
 
         for name, t in data["topics"].items():
             self._topics[name] = TopicConfigFile._entry(name, t)
+            self._names_by_id[self._topics[name].topic_id] = name
             self._assignment[name] = {int(p): tuple(r) for p, r in t["assignment"].items()}
             for p, st in t.get("partition_states", {}).items():
                 replicas = self._assignment[name].get(int(p))
@@ -191,11 +203,13 @@ class Controller:
             new._store = self._store
             new._brokers, new._alive = dict(self._brokers), set(self._alive)
             new._topics = dict(self._topics)
+            new._names_by_id = dict(self._names_by_id)
             new._assignment = {t: dict(a) for t, a in self._assignment.items()}
             new._states = dict(self._states)
             new._next_producer_id = self._next_producer_id
-            new._txn_producers = dict(self._txn_producers)
             new.transaction_coordinator = self.transaction_coordinator
+            new._markers = self._markers
+            self.transaction_coordinator.new_producer_id = new.new_producer_id
             self._resigned = True
             self._successor = new
             for b in new._brokers.values():
@@ -252,6 +266,7 @@ class Controller:
         for name, entry in broker.log_manager.topics.items():
             if name not in self._topics:
                 self._topics[name] = entry
+                self._names_by_id[entry.topic_id] = name
                 self._assignment[name] = {p: (broker.broker_id,) for p in range(entry.partitions)}
 
     def _initial_state(self, tp: TopicPartition, replicas: tuple[int, ...]) -> LeaderAndIsr:
@@ -280,10 +295,14 @@ class Controller:
         return config.unclean_leader_election_enable
 
     def broker_stopped(self, broker_id: int) -> None:
-        """Elect new leaders for what ``broker_id`` led; drop it from every ISR."""
+        """Elect new leaders for what ``broker_id`` led; drop it from every ISR. When no broker
+        is left alive, the transaction marker writer stops (the next use starts another)."""
+        markers = None
         with self._lock:
             self._check_active()
             self._alive.discard(broker_id)
+            if not self._alive:
+                markers, self._markers = self._markers, None
             changed = {}
             for tp, state in self._states.items():
                 if broker_id not in state.replicas:
@@ -296,6 +315,8 @@ class Controller:
             self._states.update(changed)
             self._save()
             self._send(changed)
+        if markers is not None:
+            markers.stop()
 
     def _reelect(self, tp: TopicPartition, state: LeaderAndIsr, gone: int) -> LeaderAndIsr:
         candidates = [r for r in state.replicas if r in state.isr and r in self._alive]
@@ -346,9 +367,13 @@ class Controller:
         *,
         rng: object = None,
         validate_only: bool = False,
+        assignment: Sequence[Sequence[int]] | None = None,
     ) -> TopicMetadata | None:
         """Create a topic; with ``validate_only`` only check that it could be (Kafka's
-        CreateTopics ``validate_only``: the same errors, nothing created, ``None``)."""
+        CreateTopics ``validate_only``: the same errors, nothing created, ``None``).
+        ``assignment``: the replicas of each partition in order (the first is the preferred
+        leader), instead of ``partitions`` and ``replication_factor`` (see
+        :meth:`_manual_assignment`)."""
         with self._lock:
             self._check_active()
             validate_topic(name)
@@ -357,32 +382,79 @@ class Controller:
             check_no_collision(name, self._topics)
             overrides = {k: str(v) for k, v in (config or {}).items()}
             parse_overrides(overrides, name)
-            if partitions < 1:
-                raise InvalidPartitionsError(f"topic {name!r}: partitions must be >= 1")
-            brokers = [self._brokers[b].broker_metadata for b in sorted(self._alive)]
-            if replication_factor < 1 or replication_factor > len(brokers):
-                raise InvalidReplicationFactorError(
-                    f"topic {name!r}: replication factor {replication_factor} must be in "
-                    f"[1, {len(brokers)}] (the live brokers)"
-                )
-            assignment = assign_replicas_to_brokers(
-                brokers,
-                partitions,
-                replication_factor,
-                topic=name,
-                rng=rng,  # type: ignore[arg-type]
-            )
+            if assignment is not None:
+                placed = self._manual_assignment(name, assignment)
+            else:
+                placed = self._placement(name, partitions, replication_factor, rng)
             if validate_only:
                 return None
-            entry = TopicEntry(new_topic_id(), partitions, replication_factor,
+            entry = TopicEntry(new_topic_id(), len(placed), len(placed[0]),
                                MappingProxyType(overrides))  # fmt: skip
-            self._add_partitions(name, entry, {p: tuple(r) for p, r in assignment.items()})
+            self._add_partitions(name, entry, placed)
             return self._describe(name)
+
+    def _placement(
+        self, name: str, partitions: int, replication_factor: int, rng: object
+    ) -> dict[int, tuple[int, ...]]:
+        if partitions < 1:
+            raise InvalidPartitionsError(f"topic {name!r}: partitions must be >= 1")
+        brokers = [self._brokers[b].broker_metadata for b in sorted(self._alive)]
+        if replication_factor < 1 or replication_factor > len(brokers):
+            raise InvalidReplicationFactorError(
+                f"topic {name!r}: replication factor {replication_factor} must be in "
+                f"[1, {len(brokers)}] (the live brokers)"
+            )
+        placed = assign_replicas_to_brokers(
+            brokers,
+            partitions,
+            replication_factor,
+            topic=name,
+            rng=rng,  # type: ignore[arg-type]
+        )
+        return {p: tuple(r) for p, r in placed.items()}
+
+    def _manual_assignment(
+        self, name: str, assignment: Sequence[Sequence[int]]
+    ) -> dict[int, tuple[int, ...]]:
+        """Kafka's checks of a manual assignment (``ReplicationControlManager``), each an
+        INVALID_REPLICA_ASSIGNMENT: at least one partition, every replica list non-empty,
+        naming registered brokers once each, all of one length, and at least one replica of
+        each partition alive."""
+        where = f"topic {name!r}: the manual partition assignment"
+        if not assignment:
+            raise InvalidReplicaAssignmentError(f"{where} holds no partition")
+        placed: dict[int, tuple[int, ...]] = {}
+        for partition, replicas in enumerate(assignment):
+            if not replicas:
+                raise InvalidReplicaAssignmentError(f"{where} includes an empty replica list")
+            for broker_id in sorted(replicas):
+                if broker_id not in self._brokers:
+                    raise InvalidReplicaAssignmentError(
+                        f"{where} includes broker {broker_id}, but no such broker is registered"
+                    )
+            if len(set(replicas)) != len(replicas):
+                twice = next(b for b in replicas if list(replicas).count(b) > 1)
+                raise InvalidReplicaAssignmentError(
+                    f"{where} includes the broker {twice} more than once"
+                )
+            if placed and len(replicas) != len(placed[0]):
+                raise InvalidReplicaAssignmentError(
+                    f"{where} includes a partition with {len(replicas)} replica(s), but this is "
+                    f"not consistent with previous partitions, which have {len(placed[0])} "
+                    "replica(s)"
+                )
+            if not any(b in self._alive for b in replicas):
+                raise InvalidReplicaAssignmentError(
+                    f"{where}: all brokers of partition {partition} are stopped"
+                )
+            placed[partition] = tuple(replicas)
+        return placed
 
     def _add_partitions(
         self, name: str, entry: TopicEntry, assignment: dict[int, tuple[int, ...]]
     ) -> None:
         self._topics[name] = entry
+        self._names_by_id[entry.topic_id] = name
         self._assignment.setdefault(name, {}).update(assignment)
         for b in self._alive:
             if any(b in r for r in self._assignment[name].values()):
@@ -418,6 +490,7 @@ class Controller:
                     broker.log_manager.delete_topic(name)
             for tp in tps:
                 self._states.pop(tp, None)
+            del self._names_by_id[self._topics[name].topic_id]
             del self._topics[name], self._assignment[name]
             self._save()
 
@@ -457,21 +530,48 @@ class Controller:
 
     # -- producer ids ------------------------------------------------------------------------------
 
-    def init_producer_id(self, transactional_id: str | None = None) -> tuple[int, int]:
-        """(producer id, epoch): a new id, or for a transactional id its id with the epoch
-        bumped (fencing the previous instance)."""
+    def transaction_markers(self) -> TransactionMarkerWriter:
+        """The background writer of the transaction coordinator's markers (started on first
+        use; shared with successors, writing through whichever controller is current)."""
+        with self._lock:
+            if self._markers is None:
+                self._markers = TransactionMarkerWriter(
+                    self.transaction_coordinator,
+                    lambda tp, completion: self.current.write_marker(tp, completion),
+                )
+                self._markers.start()
+            return self._markers
+
+    def write_marker(self, tp: TopicPartition, completion: TxnCompletion) -> None:
+        """Append ``completion``'s marker to ``tp`` on its leader (acks=all); raises what
+        the append fails with (NOT_LEADER_OR_FOLLOWER without a live leader)."""
+        state = self.partition_state(tp)
+        with self._lock:
+            broker = self._brokers.get(state.leader) if state.leader in self._alive else None
+        if broker is None:
+            raise NotLeaderOrFollowerError(f"{tp} has no live leader for a transaction marker")
+        marker = (EndTransactionMarker.commit if completion.commit else EndTransactionMarker.abort)(
+            COORDINATOR_EPOCH
+        )
+        batch = marker.build_batch(base_offset=0, timestamp=wall_clock_ms(),
+                                   producer_id=completion.producer_id,
+                                   producer_epoch=completion.producer_epoch)  # fmt: skip
+        broker.append(tp, batch, acks="all", origin=AppendOrigin.COORDINATOR).raise_error()
+
+    def live_brokers(self) -> int:
+        """How many brokers are alive now."""
+        with self._lock:
+            return len(self._alive)
+
+    def new_producer_id(self) -> int:
+        """A producer id never handed out before (Kafka's ``ProducerIdManager``), kept across
+        restarts with the controller's state."""
         with self._lock:
             self._check_active()
-            if transactional_id is not None and transactional_id in self._txn_producers:
-                pid, epoch = self._txn_producers[transactional_id]
-                result = (pid, epoch + 1)
-            else:
-                result = (self._next_producer_id, 0)
-                self._next_producer_id += 1
-                self._save()
-            if transactional_id is not None:
-                self._txn_producers[transactional_id] = result
-            return result
+            pid = self._next_producer_id
+            self._next_producer_id += 1
+            self._save()
+            return pid
 
     # -- metadata ----------------------------------------------------------------------------------
 
@@ -491,6 +591,12 @@ class Controller:
     def topics(self) -> list[str]:
         with self._lock:
             return sorted(self._topics)
+
+    def topic_name(self, topic_id: uuid.UUID) -> str | None:
+        """The name of the topic with ``topic_id`` (None: no topic has it); a dict lookup, the
+        map kept with the topics on creation and deletion."""
+        with self._lock:
+            return self._names_by_id.get(topic_id)
 
     def describe(self, name: str) -> TopicMetadata:
         with self._lock:

@@ -11,7 +11,9 @@ version range on the :class:`KafkaApis` (ApiVersions is built in).
 
 Shutdown, each step bounded by what is left of ``timeout``: stop accepting; stop reading
 requests and let the in-flight ones be answered (half the time at most); stop the handler
-threads (requests still queued get their connections closed); close every connection.
+threads (requests still queued get their connections closed); stop what the handlers
+registered with ``KafkaApis.on_shutdown`` (the group coordinator's timers); close every
+connection.
 ``shutdown`` returns within about ``timeout`` seconds even if a handler is stuck (the threads
 are daemons; a stuck one is logged). Thread safety: start and shutdown from one owner thread.
 """
@@ -67,6 +69,7 @@ class BrokerServer:
             self.socket_server.stop_accepting(left())
             self.socket_server.drain(left() / 2)
             self.handlers.shutdown(left())
+        self.apis.shutdown()
         self.socket_server.shutdown(left())
         self._started = False
 

@@ -24,6 +24,7 @@ reads an immutable mapping and may run on every handler thread at once.
 
 from __future__ import annotations
 
+import logging
 import re
 import sys
 from collections.abc import Callable, Sequence
@@ -39,6 +40,7 @@ from broker_embedded.server.api_version_manager import ApiRange, ApiVersionManag
 from broker_embedded.server.protocol import (
     API_VERSIONS_KEY,
     InvalidRequestError,
+    body_frame,
     response_frame,
     response_schema,
     size_prefix,
@@ -50,6 +52,8 @@ from broker_embedded.server.request_channel import (
     Response,
     parts_size,
 )
+
+log = logging.getLogger(__name__)
 
 Handler = Callable[[Request], None]
 
@@ -64,6 +68,7 @@ class KafkaApis:
         self.channel = channel
         self.versions = versions
         self._handlers: MappingProxyType[int, Handler] = MappingProxyType({})
+        self._on_shutdown: list[Callable[[], None]] = []
         self.register(API_VERSIONS_KEY, *API_VERSIONS_RANGE, self._handle_api_versions)
 
     def register(
@@ -83,6 +88,20 @@ class KafkaApis:
             api_key, min_version, max_version, lambda r: self.send_response(r, respond(r))
         )
 
+    def on_shutdown(self, stop: Callable[[], None]) -> None:
+        """Call ``stop`` when the server shuts down, after the handler threads (e.g. a
+        coordinator's timers); registered before serving."""
+        self._on_shutdown.append(stop)
+
+    def shutdown(self) -> None:
+        """Run the ``on_shutdown`` callbacks (each once, in order; a failure is logged)."""
+        stops, self._on_shutdown = self._on_shutdown, []
+        for stop in stops:
+            try:
+                stop()
+            except Exception:
+                log.exception("stopping %r failed", stop)
+
     def handle(self, request: Request) -> None:
         handler = self._handlers.get(request.header.api_key)
         if handler is None:  # the network layer lets only registered keys through
@@ -95,6 +114,10 @@ class KafkaApis:
         """Answer with a kio response message of the request's API and version."""
         frame = response_frame(request.header, message, body_version)
         self.channel.send_response(Response(request, (frame,)))
+
+    def send_body(self, request: Request, body: bytes) -> None:
+        """Answer with a response body already encoded for the request's API and version."""
+        self.channel.send_response(Response(request, (body_frame(request.header, body),)))
 
     def send_frame_parts(
         self,

@@ -25,7 +25,6 @@ connection alone (as Kafka's processor does for ``InvalidRequestException``).
 
 from __future__ import annotations
 
-import io
 import struct
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -159,16 +158,15 @@ def response_frame(header: RequestHeader, message: Any, body_version: int | None
             f"{type(message).__module__} answers api key {message.__api_key__} "
             f"v{message.__version__}, not {header.api_name} v{expected}"
         )
-    out = io.BytesIO()
-    out.write(b"\0\0\0\0")
-    out.write(_CORRELATION_ID.pack(header.correlation_id))
+    return body_frame(header, encode_body(message))
+
+
+def body_frame(header: RequestHeader, body: bytes) -> bytes:
+    """One whole response frame around an encoded response body."""
+    head = _CORRELATION_ID.pack(header.correlation_id)
     if header.response_header_version == 1:
-        out.write(b"\0")  # no tagged fields
-    writer_of(type(message))(out, message)
-    frame = out.getbuffer()
-    _SIZE.pack_into(frame, 0, len(frame) - 4)
-    del frame
-    return out.getvalue()
+        head += b"\0"  # no tagged fields
+    return _SIZE.pack(len(head) + len(body)) + head + body
 
 
 def size_prefix(size: int) -> bytes:

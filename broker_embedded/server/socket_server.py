@@ -17,6 +17,8 @@ requests wait in the kernel's socket buffer. A frame's buffer grows with the byt
 Limits (Kafka's names, from ``BrokerConfig``) and what happens at each:
 - ``socket.request.max.bytes``: a frame size above it, or a negative size, closes the
   connection before any of the frame is read.
+- ``socket.listen.backlog.size``: connections the OS completes and queues for the acceptor;
+  beyond it the OS ignores or refuses new ones (clients retry).
 - ``max.connections.per.ip``: a connection beyond it is closed at accept (one log line).
 - ``max.connections``: at the limit the acceptor waits for a connection to close before it
   accepts the next one (as Kafka does); clients wait in the listen backlog.
@@ -67,7 +69,6 @@ log = logging.getLogger(__name__)
 
 POLL_TIMEOUT_S = 0.3
 IDLE_CHECK_INTERVAL_S = 1.0
-LISTEN_BACKLOG = 128
 FIRST_CHUNK = 64 << 10  # a frame buffer starts this large and doubles up to the frame's size
 MAX_SENDMSG_BUFFERS = 64
 _SIZE = struct.Struct(">i")
@@ -575,12 +576,16 @@ class Acceptor(threading.Thread):
     """Accepts connections on one listener and hands them to the processors, round-robin."""
 
     def __init__(
-        self, endpoint: Endpoint, processors: Sequence[Processor], quotas: ConnectionQuotas
+        self,
+        endpoint: Endpoint,
+        processors: Sequence[Processor],
+        quotas: ConnectionQuotas,
+        backlog: int,
     ) -> None:
         super().__init__(name=f"kafka-acceptor-{endpoint.host}:{endpoint.port}", daemon=True)
         family = socket.AF_INET6 if ":" in endpoint.host else socket.AF_INET
         self._listen = socket.create_server(
-            (endpoint.host, endpoint.port), family=family, backlog=LISTEN_BACKLOG
+            (endpoint.host, endpoint.port), family=family, backlog=backlog
         )
         self._listen.setblocking(False)
         self.endpoint = Endpoint(endpoint.host, self._listen.getsockname()[1])
@@ -649,7 +654,8 @@ class SocketServer:
         try:
             for listener in listeners:
                 endpoint = Endpoint.parse(listener) if isinstance(listener, str) else listener
-                self.acceptors.append(Acceptor(endpoint, self.processors, self.quotas))
+                self.acceptors.append(Acceptor(endpoint, self.processors, self.quotas,
+                                               config.socket_listen_backlog_size))  # fmt: skip
         except BaseException:
             self.shutdown(0)
             raise

@@ -88,7 +88,9 @@ class FetchDataInfo:
     it only for ``TXN_COMMITTED`` reads). ``first_entry_incomplete`` says that even the first
     batch did not fit ``max_bytes`` (only possible when the read did not have to return at least
     one batch). ``region``: where the records are in the segment file, for a zero-copy read
-    (``records`` is then empty).
+    (``records`` is then empty). ``readable_bytes``: the bytes the read found within its limits
+    before the partial batch a limit cut was left out (what Kafka counts against a fetch's
+    ``min_bytes``), -1 when that is ``size_in_bytes``.
     """
 
     fetch_offset: int
@@ -100,7 +102,12 @@ class FetchDataInfo:
     aborted_transactions: tuple[AbortedTxn, ...] | None = None
     first_entry_incomplete: bool = False
     region: SegmentRegion | None = None
+    readable_bytes: int = -1
 
     @property
     def size_in_bytes(self) -> int:
         return len(self.records) if self.region is None else self.region.length
+
+    @property
+    def readable(self) -> int:
+        return self.size_in_bytes if self.readable_bytes < 0 else self.readable_bytes

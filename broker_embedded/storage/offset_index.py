@@ -55,6 +55,12 @@ class OffsetIndex(AbstractIndex):
         _, values = self._columns()
         return values.copy()
 
+    def floor_position(self, position: int) -> int:
+        """The largest entry position at or below ``position`` (a batch start), 0 when none."""
+        _, values = self._columns()
+        slot = int(np.searchsorted(values, position, side="right")) - 1
+        return int(values[slot]) if slot >= 0 else 0
+
     def entry(self, slot: int) -> OffsetPosition:
         keys, values = self._columns()
         return OffsetPosition(self.base_offset + int(keys[slot]), int(values[slot]))

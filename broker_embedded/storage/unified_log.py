@@ -88,6 +88,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from broker_embedded.errors import (
+    MAX_RECORD_ERRORS,
     BrokerClosedError,
     CorruptMessageError,
     CorruptRecordError,
@@ -95,6 +96,7 @@ from broker_embedded.errors import (
     KafkaLogError,
     OffsetOutOfRangeError,
     RecordTooLargeError,
+    RecordValidationError,
 )
 from broker_embedded.record.compression import CompressionType
 from broker_embedded.record.memory_records_builder import MemoryRecordsBuilder
@@ -482,14 +484,25 @@ class UnifiedLog:
             self._require_keys(b, where)
 
     def _require_keys(self, b: RecordBatch, where: str) -> None:
+        """Kafka's ``validateKey``: every record of a compacted topic has a key, else a
+        :class:`RecordValidationError` naming the keyless records by index in the batch."""
+        import numpy as np
+
         from broker_embedded.record.columnar_decoder import decode  # numba: load on first use
 
         tp = self.topic_partition
         decoded = decode(b.buffer, topic=tp.topic, partition=tp.partition, verify_crc=False)
-        if any(rb.column("key").null_count for rb in decoded.batches):
-            raise InvalidRecordError(
-                f"{where}: compacted topic {tp.topic!r} does not accept records without a key"
-            )
+        keyless, base = [], 0
+        for rb in decoded.batches:
+            nulls = rb.column("key").is_null().to_numpy(zero_copy_only=False)
+            keyless.append(np.flatnonzero(nulls) + base)
+            base += rb.num_rows
+        indexes = np.concatenate(keyless) if keyless else np.empty(0, np.int64)
+        if len(indexes):
+            why = f"Compacted topic cannot accept message without key in topic partition {tp}"
+            kept = indexes[:MAX_RECORD_ERRORS].tolist()
+            reason = f"{where}: compacted topic {tp.topic!r} does not accept records without a key"
+            raise RecordValidationError(reason, [(i, why) for i in kept], len(indexes))
 
     def _append(
         self,

@@ -29,11 +29,27 @@ BROKER_KEYS = {
     "num.io.threads": 8,
     "queued.max.requests": 500,
     "socket.request.max.bytes": 104857600,
+    "socket.listen.backlog.size": 50,
     "max.connections": 2147483647,
     "max.connections.per.ip": 2147483647,
     "connections.max.idle.ms": 600000,
     "max.incremental.fetch.session.cache.slots": 1000,
     "fetch.max.pinned.regions": 1024,  # not a Kafka key: this broker's sendfile descriptor bound
+    "auto.create.topics.enable": True,
+    "num.partitions": 1,
+    "default.replication.factor": 1,
+    # consumer groups (the group coordinator)
+    "group.initial.rebalance.delay.ms": 3000,
+    "group.min.session.timeout.ms": 6000,
+    "group.max.session.timeout.ms": 1800000,
+    "group.max.size": 2147483647,
+    "offsets.topic.num.partitions": 50,
+    "offsets.topic.replication.factor": 3,
+    "offsets.topic.segment.bytes": 104857600,
+    "transaction.state.log.num.partitions": 50,
+    "transaction.state.log.replication.factor": 3,
+    "transaction.state.log.min.isr": 2,
+    "transaction.state.log.segment.bytes": 104857600,
 }
 
 
@@ -104,6 +120,8 @@ def test_broker_applies_its_topic_defaults(tmp_path):
         ('[broker]\n"fetch.max.bytes" = 1.5\n', ["1.5", "fetch.max.bytes"]),
         ('[broker]\n"num.io.threads" = 0\n', ["0", "num.io.threads", ">= 1"]),
         ('[broker]\n"queued.max.requests" = 0\n', ["0", "queued.max.requests", ">= 1"]),
+        ('[broker]\n"num.partitions" = 0\n', ["0", "num.partitions", ">= 1"]),
+        ('[broker]\n"auto.create.topics.enable" = 1\n', ["1", "true or false"]),
         ("[brokers]\n", ["unknown section", "brokers"]),
         ("broker = 5\n", ["[broker] must be a table"]),
         ('[topic_defaults]\n"segment.bytes" = "x"\n', ["[topic_defaults]", "segment.bytes", "'x'"]),
@@ -125,3 +143,11 @@ def test_bad_files_name_the_key_value_and_file(tmp_path, text, needles):
 def test_missing_file(tmp_path):
     with pytest.raises(InvalidConfigError, match="does not exist"):
         BrokerConfig.load(tmp_path / "nope.toml")
+
+
+def test_group_coordinator_keys_load_and_group_max_size_must_be_positive(tmp_path):
+    text = '[broker]\n"group.initial.rebalance.delay.ms" = 0\n"group.max.size" = 3\n'
+    cfg = BrokerConfig.load(write(tmp_path, text))
+    assert (cfg.group_initial_rebalance_delay_ms, cfg.group_max_size) == (0, 3)
+    with pytest.raises(InvalidConfigError, match="group.max.size"):
+        BrokerConfig.load(write(tmp_path, '[broker]\n"group.max.size" = 0\n'))

@@ -150,6 +150,42 @@ def test_metadata_names_every_broker_and_a_follower_refuses_produce(tmp_path: Pa
         assert "Traceback" not in server.stderr_text()
 
 
+def test_create_topics_places_manual_replica_assignments(tmp_path: Path) -> None:
+    """CreateTopics with ``assignments`` (confluent-kafka's ``replica_assignment``): each
+    partition's replicas as given, its first replica leading; Kafka's refusals otherwise."""
+    E = confluent_kafka.KafkaError
+    topics = {
+        "manual": NewTopic("manual", 3, replica_assignment=[[2, 0], [1, 2], [0, 1]]),
+        "unknown-broker": NewTopic("unknown-broker", 1, replica_assignment=[[0, 7]]),
+        "twice": NewTopic("twice", 1, replica_assignment=[[1, 1]]),
+        "uneven": NewTopic("uneven", 2, replica_assignment=[[0, 1], [2]]),
+    }
+    with ServeProcess(tmp_path / "c", brokers=BROKERS, stderr=tmp_path / "err") as server:
+        client = admin(server.bootstrap)
+        errors = {}
+        for name, future in client.create_topics(list(topics.values())).items():
+            try:
+                future.result(IO_TIMEOUT_S)
+                errors[name] = None
+            except confluent_kafka.KafkaException as e:
+                errors[name] = (e.args[0].code(), e.args[0].str())
+        parts = client.list_topics("manual", timeout=IO_TIMEOUT_S).topics["manual"].partitions
+        assert server.terminate() == 0
+    assert errors["manual"] is None
+    assert {p.id: (p.replicas, p.leader) for p in parts.values()} == {
+        0: ([2, 0], 2), 1: ([1, 2], 1), 2: ([0, 1], 0),
+    }  # fmt: skip
+    assert errors["unknown-broker"] == (
+        E.INVALID_REPLICA_ASSIGNMENT,
+        "topic 'unknown-broker': the manual partition assignment includes broker 7, but no such "
+        "broker is registered",
+    )
+    assert errors["twice"][0] == E.INVALID_REPLICA_ASSIGNMENT
+    assert "includes the broker 1 more than once" in errors["twice"][1]
+    assert errors["uneven"][0] == E.INVALID_REPLICA_ASSIGNMENT
+    assert "a partition with 1 replica(s), but this is not consistent" in errors["uneven"][1]
+
+
 class BackgroundProducer:
     """An acks=all idempotent producer sending until stopped: at most ``limit`` records, about
     :data:`RATE_PER_S` a second (so the test's memory stays small however long it runs)."""

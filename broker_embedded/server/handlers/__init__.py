@@ -29,11 +29,12 @@ from broker_embedded.server.handlers import (
     describe_configs,
     fetch,
     find_coordinator,
+    groups,
     init_producer_id,
     list_offsets,
     metadata,
-    offsets,
     produce,
+    txn_requests,
 )
 from broker_embedded.server.handlers.api_context import ApiContext, Node
 from broker_embedded.server.kafka_apis import KafkaApis
@@ -54,7 +55,8 @@ HANDLERS: tuple[Register, ...] = (
     delete_records.register,
     describe_cluster.register,
     find_coordinator.register,
-    offsets.register,
+    groups.register,  # the group APIs, OffsetCommit and OffsetFetch
+    txn_requests.register,
 )
 
 

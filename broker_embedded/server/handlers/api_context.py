@@ -9,6 +9,7 @@ them, and small helpers to build kio responses of any version.
   nested classes differ per version); :func:`make` builds one of them from keyword values,
   dropping those the version does not have (e.g. ``topic_id`` before Metadata v10), so a
   handler writes one construction for every version it serves.
+- :class:`TopicNames`: topic names by id, one O(1) lookup per id asked for.
 - :func:`partitions_per_request` refuses a CreateTopics or CreatePartitions request that adds
   more than :data:`MAX_PARTITIONS_PER_REQUEST` partitions in all (Kafka's controller has the
   same cap, ``MAX_PARTITIONS_PER_BATCH``): without it one request asking for 2^31 - 1
@@ -24,7 +25,7 @@ from __future__ import annotations
 
 import sys
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, ItemsView, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from types import ModuleType
 
@@ -69,9 +70,34 @@ class ApiContext:
     def node(self, node_id: int) -> Node | None:
         return next((n for n in self.nodes() if n.node_id == node_id), None)
 
-    def topic_names_by_id(self) -> dict[uuid.UUID, str]:
+    def topic_names_by_id(self) -> TopicNames:
         """Every topic's name by its id (for the versions that name topics by id)."""
-        return {t.topic_id: t.name for t in self.broker.metadata()}
+        return TopicNames(self.broker)
+
+
+class TopicNames(Mapping[uuid.UUID, str]):
+    """The broker's topic names by topic id, each looked up when asked (O(1): the controller's
+    map, kept on topic creation and deletion), so a request naming a few topics by id costs a
+    few lookups, not a scan of every topic. Iterating lists every topic (a scan)."""
+
+    def __init__(self, broker: Broker) -> None:
+        self._broker = broker
+
+    def __getitem__(self, topic_id: uuid.UUID) -> str:
+        name = self._broker.topic_name(topic_id)
+        if name is None:
+            raise KeyError(topic_id)
+        return name
+
+    def __iter__(self) -> Iterator[uuid.UUID]:
+        return iter([t.topic_id for t in self._broker.metadata()])
+
+    def __len__(self) -> int:
+        return len(self._broker.list_topics())
+
+    def items(self) -> ItemsView[uuid.UUID, str]:
+        """A snapshot of every (id, name): one scan, safe against a topic deleted meanwhile."""
+        return {t.topic_id: t.name for t in self._broker.metadata()}.items()
 
 
 def response_types(request: Request) -> ModuleType:

@@ -3,14 +3,16 @@
 Each topic is created by the controller (or only checked, with ``validate_only``) and answered
 on its own, as Kafka does:
 - ``num_partitions`` / ``replication_factor`` -1 (v4+) take the broker defaults
-  (``num.partitions`` and ``default.replication.factor``: 1 each, Kafka's defaults);
+  (the broker config's ``num.partitions`` and ``default.replication.factor``);
 - errors: INVALID_TOPIC_EXCEPTION (17: an illegal name or one colliding with an existing topic
   over '.'/'_'), TOPIC_ALREADY_EXISTS (36), INVALID_PARTITIONS (37: < 1), INVALID_REPLICATION_FACTOR
   (38: < 1 or more than the live brokers), INVALID_CONFIG (40: an unknown config or a bad
-  value), INVALID_REQUEST (42: a topic named twice in the request: every entry of it),
-  INVALID_REPLICA_ASSIGNMENT (39: manual ``assignments``, which this controller does not
-  place; the controller places replicas itself), POLICY_VIOLATION (44: more than 10,000
-  partitions in the whole request, every entry of it, as Kafka's controller answers);
+  value), INVALID_REQUEST (42: a topic named twice in the request: every entry of it; manual
+  ``assignments`` with ``num_partitions`` or ``replication_factor`` other than -1),
+  INVALID_REPLICA_ASSIGNMENT (39: manual ``assignments`` whose partition indexes are not 0, 1,
+  2, ..., or that the controller refuses: see ``Controller._manual_assignment``),
+  POLICY_VIOLATION (44: more than 10,000 partitions in the whole request, every entry of it, as
+  Kafka's controller answers);
 - v5+: a created topic's partitions, replication factor and configs (as DescribeConfigs lists
   them; a validated one: no configs); v7: its topic id (the zero UUID when only validated or
   failed).
@@ -48,8 +50,6 @@ from broker_embedded.server.request_channel import Request
 
 API_KEY = 19
 VERSIONS = (2, 7)
-DEFAULT_NUM_PARTITIONS = 1
-DEFAULT_REPLICATION_FACTOR = 1
 ZERO_UUID = uuid.UUID(int=0)
 
 
@@ -60,7 +60,7 @@ def register(apis: KafkaApis, ctx: ApiContext) -> None:
 def create_topics_response(ctx: ApiContext, request: Request) -> Any:
     body, types = request.body, response_types(request)
     counts = Counter(t.name for t in body.topics)
-    too_many = partitions_per_request(sum(_partitions(t) for t in body.topics))
+    too_many = partitions_per_request(sum(_partitions(ctx, t) for t in body.topics))
     results = []
     for t in body.topics:
         if too_many is not None:
@@ -73,28 +73,32 @@ def create_topics_response(ctx: ApiContext, request: Request) -> Any:
     return make(types.CreateTopicsResponse, throttle_time=timedelta(0), topics=tuple(results))
 
 
-def _partitions(t: Any) -> int:
+def _partitions(ctx: ApiContext, t: Any) -> int:
     """The partitions a topic entry asks for (by count, the default, or its assignments)."""
     if t.assignments:
         return len(t.assignments)
-    return DEFAULT_NUM_PARTITIONS if t.num_partitions == -1 else max(t.num_partitions, 0)
+    if t.num_partitions == -1:
+        return ctx.broker.config.num_partitions
+    return max(t.num_partitions, 0)
 
 
 def _create(ctx: ApiContext, types: ModuleType, t: Any, validate_only: bool) -> Any:
-    partitions = DEFAULT_NUM_PARTITIONS if t.num_partitions == -1 else t.num_partitions
-    factor = DEFAULT_REPLICATION_FACTOR if t.replication_factor == -1 else t.replication_factor
+    defaults = ctx.broker.config
+    partitions = defaults.num_partitions if t.num_partitions == -1 else t.num_partitions
+    factor = (
+        defaults.default_replication_factor if t.replication_factor == -1 else t.replication_factor
+    )
     config = {c.name: c.value for c in t.configs}
     try:
-        if t.assignments:
-            raise InvalidReplicaAssignmentError(
-                f"topic {t.name!r}: manual replica assignments are not supported; give "
-                "num_partitions and replication_factor"
-            )
+        assignment = _manual_assignment(t) if t.assignments else None
+        if assignment is not None:
+            partitions, factor = len(assignment), len(assignment[0])
         if validate_only:
-            ctx.broker.validate_new_topic(t.name, partitions, factor, config)
+            ctx.broker.validate_new_topic(t.name, partitions, factor, config, assignment)
             topic_id = ZERO_UUID
         else:
-            topic_id = ctx.broker.create_topic(t.name, partitions, factor, config).topic_id
+            topic_id = ctx.broker.create_topic(t.name, partitions, factor, config,
+                                               assignment).topic_id  # fmt: skip
     except KafkaLogError as e:
         return _failed(types, t.name, e)
     entry = getattr(types, "CreatableTopicConfigs", None)  # v5+
@@ -109,6 +113,25 @@ def _create(ctx: ApiContext, types: ModuleType, t: Any, validate_only: bool) -> 
         error_message=None, topic_config_error_code=0, num_partitions=partitions,
         replication_factor=factor, configs=configs,
     )  # fmt: skip
+
+
+def _manual_assignment(t: Any) -> list[tuple[int, ...]]:
+    """The replicas of each partition of a manual assignment, in partition order (Kafka's
+    request checks; the controller checks the brokers)."""
+    for field, value in (("replication factor", t.replication_factor),
+                         ("numPartitions", t.num_partitions)):  # fmt: skip
+        if value != -1:
+            raise InvalidRequestError(
+                f"topic {t.name!r}: a manual partition assignment was specified, but {field} "
+                "was not set to -1"
+            )
+    for expected, a in enumerate(t.assignments):
+        if a.partition_index != expected:
+            raise InvalidReplicaAssignmentError(
+                f"topic {t.name!r}: partitions should be a consecutive 0-based integer sequence "
+                f"(partition {a.partition_index} where {expected} was expected)"
+            )
+    return [tuple(int(b) for b in a.broker_ids) for a in t.assignments]
 
 
 def _failed(types: ModuleType, name: str, error: BaseException) -> Any:

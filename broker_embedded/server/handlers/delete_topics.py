@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import functools
 import uuid
+from collections.abc import Mapping
 from datetime import timedelta
 from typing import Any
 
@@ -57,7 +58,7 @@ def delete_topics_response(ctx: ApiContext, request: Request) -> Any:
 
 
 def _target(
-    names: dict[uuid.UUID, str], name: str | None, topic_id: uuid.UUID | None
+    names: Mapping[uuid.UUID, str], name: str | None, topic_id: uuid.UUID | None
 ) -> tuple[str | None, uuid.UUID, KafkaApiError | None]:
     has_id = topic_id is not None and topic_id != ZERO_UUID
     if (name is None) == (not has_id):

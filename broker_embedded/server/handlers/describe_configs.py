@@ -1,30 +1,47 @@
-"""DescribeConfigs (API key 32), versions 1-4: the configs of topics and of this broker.
+"""DescribeConfigs (API key 32), versions 1-4: the configs of topics and of this broker, with
+their sources, synonyms (``include_synonyms``, v1+), types and documentation
+(``include_documentation``, v3+), as Kafka's ``ConfigHelper`` fills them.
 
 Resources (Kafka's ``ConfigResource.Type``):
 - TOPIC (2): every topic config by Kafka's name (or only ``configuration_keys``; unknown keys
-  are left out, as Kafka does), with its effective value. ``config_source``: 1
-  DYNAMIC_TOPIC_CONFIG for the topic's overrides, 4 STATIC_BROKER_CONFIG for a value the broker
-  config's ``[topic_defaults]`` sets away from Kafka's default, 5 DEFAULT_CONFIG otherwise.
-  Not read-only, not sensitive. An unknown topic is UNKNOWN_TOPIC_OR_PARTITION (3), an illegal
-  name INVALID_TOPIC_EXCEPTION (17).
+  are left out, as Kafka does), with its effective value; not read-only, not sensitive. An
+  unknown topic is UNKNOWN_TOPIC_OR_PARTITION (3), an illegal name INVALID_TOPIC_EXCEPTION (17).
 - BROKER (4), named by this broker's id: the :class:`BrokerConfig` settings by Kafka's names,
-  read-only (this broker has no dynamic configs), source 4 when set away from the default else
-  5. Another id or a name that is no id is INVALID_REQUEST (42), as Kafka answers; the empty
-  name (cluster-wide dynamic defaults) has no configs here.
+  read-only (this broker has no dynamic configs). Another id or a name that is no id is
+  INVALID_REQUEST (42), as Kafka answers; the empty name (cluster-wide dynamic defaults) has
+  no configs here.
 - anything else (e.g. BROKER_LOGGER, 8): INVALID_REQUEST.
-Synonyms are not listed (``include_synonyms`` answers none); ``documentation`` is null;
-``config_type`` (v3+) is Kafka's type of the config (BOOLEAN 1, STRING 2, INT 3, LONG 5,
-DOUBLE 6, LIST 7).
 
-Thread safety: reads the controller's topic entry under its lock; nothing is kept.
+Synonyms: the values a config could come from, highest priority first, each with its source
+(Kafka's ``ConfigSource``: TOPIC_CONFIG 1, STATIC_BROKER_CONFIG 4, DEFAULT_CONFIG 5); the
+config's ``config_source`` is the first synonym's (DEFAULT_CONFIG when there is none), and the
+synonyms are listed only when the request asks (``include_synonyms``). For a topic config: the
+topic's override (TOPIC_CONFIG), then Kafka's broker configs for it
+(``ServerTopicConfigSynonyms``: retention.ms -> log.retention.ms, log.retention.minutes,
+log.retention.hours; segment.bytes -> log.segment.bytes; ...): for each name in order the
+value the broker config file sets (its ``[topic_defaults]`` entry under the topic config's name
+for the primary name, a :class:`BrokerConfig` key otherwise; "set" means away from the
+default, since a TOML file equal to the defaults cannot be told apart), then for each name its
+default (Kafka's broker default; this broker's where the key is its own). As Kafka, the broker
+part starts at the first entry for the primary name: a primary name without a value
+(log.retention.ms has no default) drops the whole broker part, so a default retention.ms has
+no synonyms and source DEFAULT_CONFIG. For a broker config: the file's value
+(STATIC_BROKER_CONFIG) when set, then its default (DEFAULT_CONFIG).
+
+``config_type`` (v3+): Kafka's ``ConfigDef.Type`` of the config (BOOLEAN 1, STRING 2, INT 3,
+SHORT 4, LONG 5, DOUBLE 6, LIST 7); ``documentation`` (v3+, when ``include_documentation``): one
+line on what the config does here.
+
+Immutable tables and pure functions; reads the controller's topic entry under its lock.
 """
 
 from __future__ import annotations
 
 import functools
+from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from datetime import timedelta
-from types import ModuleType
+from types import MappingProxyType, ModuleType
 from typing import Any
 
 from broker_embedded.broker_config import BrokerConfig
@@ -44,24 +61,145 @@ from broker_embedded.storage.topic_partition import validate_topic
 API_KEY = 32
 VERSIONS = (1, 4)
 TOPIC, BROKER = 2, 4
-DYNAMIC_TOPIC_CONFIG, STATIC_BROKER_CONFIG, DEFAULT_CONFIG = 1, 4, 5
-BOOLEAN, STRING, INT, LONG, DOUBLE, LIST = 1, 2, 3, 5, 6, 7
-_INT_CONFIGS = frozenset(
-    {"segment.bytes", "segment.index.bytes", "index.interval.bytes", "max.message.bytes",
-     "min.insync.replicas"}
-)  # fmt: skip
-_LIST_CONFIGS = frozenset({"cleanup.policy"})
+TOPIC_CONFIG, STATIC_BROKER_CONFIG, DEFAULT_CONFIG = 1, 4, 5
+BOOLEAN, STRING, INT, SHORT, LONG, DOUBLE, LIST = 1, 2, 3, 4, 5, 6, 7
+LONG_MAX = str(2**63 - 1)
+
+
+@dataclass(frozen=True, slots=True)
+class Synonym:
+    """A value a config could take and where it comes from (``ConfigSource`` id)."""
+
+    name: str
+    value: str | None
+    source: int
 
 
 @dataclass(frozen=True, slots=True)
 class ConfigEntry:
-    """One described config."""
+    """One described config; ``source`` is its first synonym's (DEFAULT_CONFIG without one)."""
 
     name: str
     value: str
-    source: int
     read_only: bool
     config_type: int
+    synonyms: tuple[Synonym, ...]
+    documentation: str
+
+    @property
+    def source(self) -> int:
+        return self.synonyms[0].source if self.synonyms else DEFAULT_CONFIG
+
+
+@dataclass(frozen=True, slots=True)
+class TopicConfigKey:
+    """A topic config: its type, Kafka's broker configs for it (highest priority first), and
+    what it does."""
+
+    config_type: int
+    broker_synonyms: tuple[str, ...]
+    documentation: str
+
+
+TOPIC_CONFIGS: Mapping[str, TopicConfigKey] = MappingProxyType({
+    "cleanup.policy": TopicConfigKey(LIST, ("log.cleanup.policy",),
+        "delete (drop old segments by retention), compact (keep the last record per key) or both"),
+    "segment.bytes": TopicConfigKey(INT, ("log.segment.bytes",),
+        "a segment file rolls when it would grow past this many bytes"),
+    "segment.ms": TopicConfigKey(LONG, ("log.roll.ms", "log.roll.hours"),
+        "a segment rolls when its first record is this old (ms)"),
+    "segment.index.bytes": TopicConfigKey(INT, ("log.index.size.max.bytes",),
+        "the size of a segment's offset and time index files"),
+    "index.interval.bytes": TopicConfigKey(INT, ("log.index.interval.bytes",),
+        "bytes of records between two offset index entries"),
+    "retention.ms": TopicConfigKey(LONG,
+        ("log.retention.ms", "log.retention.minutes", "log.retention.hours"),
+        "segments whose newest record is older than this are deleted (ms; -1: no limit)"),
+    "retention.bytes": TopicConfigKey(LONG, ("log.retention.bytes",),
+        "oldest segments are deleted while a partition is larger than this (-1: no limit)"),
+    "max.message.bytes": TopicConfigKey(INT, ("message.max.bytes",),
+        "the largest record batch a partition accepts"),
+    "message.timestamp.type": TopicConfigKey(STRING, ("log.message.timestamp.type",),
+        "CreateTime (the producer's) or LogAppendTime (the broker's) record timestamps"),
+    "min.insync.replicas": TopicConfigKey(INT, ("min.insync.replicas",),
+        "replicas that must be in sync for an acks=all produce to succeed"),
+    "flush.messages": TopicConfigKey(LONG, ("log.flush.interval.messages",),
+        "records appended between two fsyncs of the log"),
+    "flush.ms": TopicConfigKey(LONG, ("log.flush.interval.ms", "log.flush.scheduler.interval.ms"),
+        "the longest time (ms) appended records wait for an fsync"),
+    "delete.retention.ms": TopicConfigKey(LONG, ("log.cleaner.delete.retention.ms",),
+        "how long (ms) a compacted topic keeps tombstones and transaction markers"),
+    "min.compaction.lag.ms": TopicConfigKey(LONG, ("log.cleaner.min.compaction.lag.ms",),
+        "records younger than this (ms) are not compacted"),
+    "max.compaction.lag.ms": TopicConfigKey(LONG, ("log.cleaner.max.compaction.lag.ms",),
+        "records older than this (ms) make a log eligible for compaction"),
+    "min.cleanable.dirty.ratio": TopicConfigKey(DOUBLE, ("log.cleaner.min.cleanable.ratio",),
+        "share of uncleaned bytes above which a log is compacted"),
+    "compression.type": TopicConfigKey(STRING, ("compression.type",),
+        "codec of stored batches: producer (keep theirs), uncompressed, gzip, snappy, lz4, zstd"),
+    "file.delete.delay.ms": TopicConfigKey(LONG, ("log.segment.delete.delay.ms",),
+        "how long (ms) a deleted segment's files stay before removal"),
+    "unclean.leader.election.enable": TopicConfigKey(BOOLEAN,
+        ("unclean.leader.election.enable",),
+        "whether a replica outside the ISR may become leader (losing records)"),
+})  # fmt: skip
+
+# Kafka's defaults of the broker configs above (KafkaConfig); those without one are absent
+KAFKA_BROKER_DEFAULTS: Mapping[str, str] = MappingProxyType({
+    "log.cleanup.policy": "delete", "log.segment.bytes": "1073741824", "log.roll.hours": "168",
+    "log.index.size.max.bytes": "10485760", "log.index.interval.bytes": "4096",
+    "log.retention.hours": "168", "log.retention.bytes": "-1", "message.max.bytes": "1048588",
+    "log.message.timestamp.type": "CreateTime", "min.insync.replicas": "1",
+    "log.flush.interval.messages": LONG_MAX, "log.flush.scheduler.interval.ms": LONG_MAX,
+    "log.cleaner.delete.retention.ms": "86400000", "log.cleaner.min.compaction.lag.ms": "0",
+    "log.cleaner.max.compaction.lag.ms": LONG_MAX, "log.cleaner.min.cleanable.ratio": "0.5",
+    "compression.type": "producer", "log.segment.delete.delay.ms": "60000",
+    "unclean.leader.election.enable": "false",
+})  # fmt: skip
+
+# this broker's settings: Kafka's type (this broker's keys: INT/LONG as their range) and use
+BROKER_CONFIGS: Mapping[str, tuple[int, str]] = MappingProxyType({
+    "replica.lag.time.max.ms": (LONG, "a follower this long behind leaves the ISR (ms)"),
+    "replica.fetch.wait.max.ms": (INT, "a follower fetch's longest wait for data (ms)"),
+    "replica.fetch.max.bytes": (INT, "a follower fetch's bytes per partition"),
+    "replica.fetch.response.max.bytes": (INT, "a follower fetch's bytes in all"),
+    "replica.fetch.backoff.ms": (INT, "a follower's pause after a failed fetch (ms)"),
+    "fetch.max.bytes": (INT, "the most bytes a Fetch response carries"),
+    "log.retention.check.interval.ms": (LONG, "how often retention deletes segments (ms)"),
+    "log.flush.scheduler.interval.ms": (LONG, "how often flush.ms is checked (ms)"),
+    "checkpoint.interval.ms": (LONG, "coalescing of the published checkpoint files (ms)"),
+    "purgatory.max.pending": (INT, "delayed fetches or produces held at once, per kind"),
+    "num.network.threads": (INT, "network threads, each owning connections"),
+    "num.io.threads": (INT, "request handler threads"),
+    "queued.max.requests": (INT, "requests queued for the handlers before reading stops"),
+    "socket.request.max.bytes": (INT, "a larger request closes its connection"),
+    "socket.listen.backlog.size": (INT, "connections the listen socket queues before accept"),
+    "max.connections": (INT, "connections at once; the acceptor waits at the limit"),
+    "max.connections.per.ip": (INT, "connections at once from one address"),
+    "connections.max.idle.ms": (LONG, "an idle connection is closed after this (ms)"),
+    "max.incremental.fetch.session.cache.slots": (INT, "fetch sessions cached at once"),
+    "fetch.max.pinned.regions": (INT, "segment descriptors held for sendfile at once"),
+    "auto.create.topics.enable": (BOOLEAN, "Metadata naming an unknown topic creates it"),
+    "num.partitions": (INT, "partitions of an auto-created topic"),
+    "default.replication.factor": (INT, "replication factor of an auto-created topic"),
+    "group.initial.rebalance.delay.ms": (INT, "the first rebalance of an empty group waits (ms)"),
+    "group.min.session.timeout.ms": (INT, "the smallest session timeout a member may ask (ms)"),
+    "group.max.session.timeout.ms": (INT, "the largest session timeout a member may ask (ms)"),
+    "group.max.size": (INT, "members of one consumer group at most"),
+    "offsets.topic.num.partitions": (INT, "partitions of __consumer_offsets"),
+    "offsets.topic.replication.factor": (SHORT, "replicas of __consumer_offsets (at most the live "
+                                                "brokers)"),
+    "offsets.topic.segment.bytes": (INT, "segment size of __consumer_offsets"),
+    "transaction.state.log.num.partitions": (INT, "partitions of __transaction_state"),
+    "transaction.state.log.replication.factor": (SHORT, "replicas of __transaction_state (at "
+                                                        "most the live brokers)"),
+    "transaction.state.log.min.isr": (INT, "min.insync.replicas of __transaction_state"),
+    "transaction.state.log.segment.bytes": (INT, "segment size of __transaction_state"),
+    "log.cleaner.threads": (INT, "log cleaner threads (0: no compaction)"),
+    "log.cleaner.dedupe.buffer.size": (LONG, "offset map memory over all cleaner threads"),
+    "log.cleaner.io.buffer.load.factor": (DOUBLE, "share of the offset map a cleaning fills"),
+    "log.cleaner.backoff.ms": (LONG, "a cleaner thread's sleep when nothing is dirty (ms)"),
+})  # fmt: skip
 
 
 def register(apis: KafkaApis, ctx: ApiContext) -> None:
@@ -69,19 +207,22 @@ def register(apis: KafkaApis, ctx: ApiContext) -> None:
 
 
 def describe_configs_response(ctx: ApiContext, request: Request) -> Any:
-    types = response_types(request)
-    results = tuple(_result(ctx, types, r) for r in request.body.resources)
+    types, body = response_types(request), request.body
+    options = (body.include_synonyms, getattr(body, "include_documentation", False))
+    results = tuple(_result(ctx, types, r, *options) for r in body.resources)
     return make(types.DescribeConfigsResponse, throttle_time=timedelta(0), results=results)
 
 
-def _result(ctx: ApiContext, types: ModuleType, resource: Any) -> Any:
+def _result(
+    ctx: ApiContext, types: ModuleType, resource: Any, synonyms: bool, documentation: bool
+) -> Any:
     try:
         entries = resource_configs(ctx, resource.resource_type, resource.resource_name)
         error = None
     except KafkaApiError as e:
         entries, error = [], e
     keys = resource.configuration_keys
-    if keys is not None:
+    if keys:  # null or empty: every config, as Kafka
         entries = [e for e in entries if e.name in keys]
     return make(
         types.DescribeConfigsResult,
@@ -89,15 +230,20 @@ def _result(ctx: ApiContext, types: ModuleType, resource: Any) -> Any:
         error_message=error_message(error),
         resource_type=resource.resource_type,
         resource_name=resource.resource_name,
-        configs=tuple(_config(types, e) for e in entries),
+        configs=tuple(_config(types, e, synonyms, documentation) for e in entries),
     )
 
 
-def _config(types: ModuleType, e: ConfigEntry) -> Any:
+def _config(types: ModuleType, e: ConfigEntry, synonyms: bool, documentation: bool) -> Any:
+    listed = tuple(
+        make(types.DescribeConfigsSynonym, name=s.name, value=s.value, source=s.source)
+        for s in (e.synonyms if synonyms else ())
+    )
     return make(
         types.DescribeConfigsResourceResult, name=e.name, value=e.value, read_only=e.read_only,
         config_source=e.source, is_default=e.source == DEFAULT_CONFIG, is_sensitive=False,
-        synonyms=(), config_type=e.config_type, documentation=None,
+        synonyms=listed, config_type=e.config_type,
+        documentation=e.documentation if documentation else None,
     )  # fmt: skip
 
 
@@ -110,40 +256,63 @@ def resource_configs(ctx: ApiContext, resource_type: int, name: str) -> list[Con
 
 
 def topic_configs(ctx: ApiContext, topic: str) -> list[ConfigEntry]:
-    """Every config of ``topic`` with its source (module docstring)."""
+    """Every config of ``topic`` with its synonym chain (module docstring)."""
     validate_topic(topic)
     overrides = ctx.broker.describe_topic(topic).config
     effective = ctx.broker.topic_config(topic)
-    kafka_defaults = LogConfig().to_properties()
+    file_values = _set_in_file(ctx.broker.config.topic_defaults.to_properties(),
+                               LogConfig().to_properties())  # fmt: skip
     entries = []
     for name, value in effective.items():
-        if name in overrides:
-            source = DYNAMIC_TOPIC_CONFIG
-        elif value != kafka_defaults[name]:
-            source = STATIC_BROKER_CONFIG
-        else:
-            source = DEFAULT_CONFIG
-        entries.append(ConfigEntry(name, value, source, False, _topic_config_type(name, value)))
+        key = TOPIC_CONFIGS[name]
+        chain = [Synonym(name, value, TOPIC_CONFIG)] if name in overrides else []
+        chain += _broker_chain(ctx.broker.config, key.broker_synonyms, file_values.get(name))
+        entries.append(ConfigEntry(name, value, False, key.config_type, tuple(chain),
+                                   key.documentation))  # fmt: skip
     return entries
 
 
-def _topic_config_type(name: str, value: str) -> int:
-    if name in _INT_CONFIGS:
-        return INT
-    if name in _LIST_CONFIGS:
-        return LIST
-    if value in ("true", "false"):
-        return BOOLEAN
-    try:
-        int(value)
-        return LONG
-    except ValueError:
-        pass
-    try:
-        float(value)
-        return DOUBLE
-    except ValueError:
-        return STRING
+def _broker_chain(
+    config: BrokerConfig, names: tuple[str, ...], primary_in_file: str | None
+) -> list[Synonym]:
+    """Kafka's broker synonyms of a topic config: the values the file sets, then the defaults,
+    from the first entry for the primary name ``names[0]`` on (module docstring)."""
+    set_here = _broker_values(config)
+    defaults = _broker_values(BrokerConfig())
+    chain = []
+    for n in names:
+        value = primary_in_file if n == names[0] else _changed(set_here, defaults, n)
+        if value is not None:
+            chain.append(Synonym(n, value, STATIC_BROKER_CONFIG))
+    for n in names:
+        default = defaults.get(n, KAFKA_BROKER_DEFAULTS.get(n))
+        if default is not None:
+            chain.append(Synonym(n, default, DEFAULT_CONFIG))
+    first = next((i for i, s in enumerate(chain) if s.name == names[0]), len(chain))
+    return chain[first:]
+
+
+def _changed(values: Mapping[str, str], defaults: Mapping[str, str], name: str) -> str | None:
+    value = values.get(name)
+    return value if value is not None and value != defaults.get(name) else None
+
+
+def _set_in_file(values: Mapping[str, str], defaults: Mapping[str, str]) -> dict[str, str]:
+    """The values that differ from their defaults (what a config file visibly sets)."""
+    return {k: v for k, v in values.items() if v != defaults.get(k)}
+
+
+def _broker_values(config: BrokerConfig) -> dict[str, str]:
+    """A broker config's settings by Kafka's names, as Kafka prints them."""
+    return {
+        f.name.replace("_", "."): _text(getattr(config, f.name))
+        for f in fields(BrokerConfig)
+        if f.name != "topic_defaults"
+    }
+
+
+def _text(value: object) -> str:
+    return ("true" if value else "false") if isinstance(value, bool) else str(value)
 
 
 def broker_configs(ctx: ApiContext, name: str) -> list[ConfigEntry]:
@@ -154,13 +323,12 @@ def broker_configs(ctx: ApiContext, name: str) -> list[ConfigEntry]:
         raise InvalidRequestError(
             f"DescribeConfigs: unexpected broker id {name!r}, this is broker {ctx.broker_id}"
         )
-    config, default = ctx.broker.config, BrokerConfig()
+    values, defaults = _broker_values(ctx.broker.config), _broker_values(BrokerConfig())
     entries = []
-    for f in fields(BrokerConfig):
-        if f.name == "topic_defaults":
-            continue
-        value = getattr(config, f.name)
-        source = DEFAULT_CONFIG if value == getattr(default, f.name) else STATIC_BROKER_CONFIG
-        kind = DOUBLE if isinstance(value, float) else LONG
-        entries.append(ConfigEntry(f.name.replace("_", "."), str(value), source, True, kind))
+    for key, value in values.items():
+        chain = [Synonym(key, defaults[key], DEFAULT_CONFIG)]
+        if value != defaults[key]:
+            chain.insert(0, Synonym(key, value, STATIC_BROKER_CONFIG))
+        config_type, documentation = BROKER_CONFIGS[key]
+        entries.append(ConfigEntry(key, value, True, config_type, tuple(chain), documentation))
     return entries

@@ -24,7 +24,10 @@ Path of one request, never blocking a request handler thread on data:
    (fetch_response.py). The pins are released when the response is written (``on_done``).
 
 Wire rules as Kafka's: a partition with an error carries high watermark, last stable offset and
-log start offset -1 and empty records; read_uncommitted responses carry null aborted
+log start offset -1 and empty records; from v16 (KIP-951, as Kafka) a partition answered
+NOT_LEADER_OR_FOLLOWER or FENCED_LEADER_EPOCH carries its ``current_leader`` (leader id and epoch
+from the controller) and the response the live leaders' ``node_endpoints`` (the tag exists
+from v12, Kafka fills it from v16); read_uncommitted responses carry null aborted
 transactions; the preferred read replica is -1 (no rack-aware reads); throttle time 0. A request
 with a replica id >= 0 (a follower) gets NOT_LEADER_OR_FOLLOWER for every partition: the brokers
 of this project replicate in-process, no follower fetches over the wire. An isolation level other
@@ -51,6 +54,7 @@ from typing import Any
 
 from broker_embedded.broker import Broker, topic_partition
 from broker_embedded.errors import (
+    FencedLeaderEpochError,
     KafkaApiError,
     NotLeaderOrFollowerError,
     UnknownTopicOrPartitionError,
@@ -75,12 +79,13 @@ from broker_embedded.server.fetch_session import (
     SessionErrorContext,
     TopicIdPartition,
 )
-from broker_embedded.server.handlers.api_context import ApiContext
+from broker_embedded.server.handlers.api_context import ApiContext, TopicNames
 from broker_embedded.server.handlers.fetch_response import (
     PartitionResponse,
     fetch_response_parts,
     group_by_topic,
 )
+from broker_embedded.server.handlers.metadata import LeaderNode, current_leader, leader_nodes
 from broker_embedded.server.handlers.region_pins import RegionPins
 from broker_embedded.server.kafka_apis import KafkaApis
 from broker_embedded.server.protocol import InvalidRequestError
@@ -95,6 +100,8 @@ UNKNOWN_TOPIC_ID = 100
 UNKNOWN_SERVER_ERROR = -1
 SESSION_VERSION = 7  # Fetch v7+: session id, epoch and forgotten topics (KIP-227)
 REPLICA_STATE_VERSION = 15  # Fetch v15+: the replica id moved into replica_state (KIP-903)
+CURRENT_LEADER_VERSION = 16  # Fetch v16+: current_leader and node_endpoints filled (KIP-951)
+_LEADER_ERRORS = frozenset((NotLeaderOrFollowerError.code, FencedLeaderEpochError.code))
 
 Records = bytes | SegmentRegion
 
@@ -118,9 +125,11 @@ class FetchApi:
         *,
         max_pinned: int | None = None,
         manager: FetchManager | None = None,
+        context: ApiContext | None = None,
     ) -> None:
         self.broker = broker
         self.apis = apis
+        self.context = context
         slots = broker.config.max_incremental_fetch_session_cache_slots
         self.manager = manager or FetchManager(FetchSessionCache(max_entries=slots))
         if max_pinned is None:
@@ -156,8 +165,8 @@ class FetchApi:
             fetch, lambda r: self._complete(request, context, slots, r), zero_copy=True
         )
 
-    def _topic_names(self) -> dict[uuid.UUID, str]:
-        return {t.topic_id: t.name for t in self.broker.metadata()}
+    def _topic_names(self) -> TopicNames:
+        return TopicNames(self.broker)
 
     @staticmethod
     def _slot(tip: TopicIdPartition, rp: FetchRequestPartition, replica_id: int) -> _Slot:
@@ -197,26 +206,41 @@ class FetchApi:
     ) -> None:
         answer = context.update_and_generate_response(results)
         version = request.header.api_version
+        leaders: dict[TopicIdPartition, LeaderNode] = {}
+        if version >= CURRENT_LEADER_VERSION:
+            leaders = {tip: self._leader(tip) for tip, p in answer.partitions
+                       if p.error_code in _LEADER_ERRORS}  # fmt: skip
         held: list[int] = []
         try:
             wire = [
-                (_wire_topic(tip, version), self._wire_partition(tip.partition, p, held))
+                (_wire_topic(tip, version),
+                 self._wire_partition(tip.partition, p, held, leaders.get(tip)))
                 for tip, p in answer.partitions
-            ]
+            ]  # fmt: skip
             parts = fetch_response_parts(
                 request.header,
                 group_by_topic(wire),
                 error_code=answer.error_code,
                 session_id=answer.session_id,
                 throttle_time_ms=answer.throttle_time_ms,
+                node_endpoints=leader_nodes(leaders.values()),
             )
         except BaseException:
             self.pins.release(held)
             raise
         self.apis.send_frame_parts(request, parts, on_done=lambda: self.pins.release(held))
 
+    def _leader(self, tip: TopicIdPartition) -> LeaderNode:
+        if self.context is None or tip.topic is None:
+            return LeaderNode()
+        return current_leader(self.context, tip.topic, tip.partition)
+
     def _wire_partition(
-        self, partition: int, p: FetchResponsePartition[Records], held: list[int]
+        self,
+        partition: int,
+        p: FetchResponsePartition[Records],
+        held: list[int],
+        leader: LeaderNode | None,
     ) -> PartitionResponse:
         records: Any = p.records if p.records is not None else b""
         if isinstance(records, SegmentRegion):
@@ -228,6 +252,7 @@ class FetchApi:
             partition, p.error_code, p.high_watermark, p.last_stable_offset, p.log_start_offset,
             None if aborted is None else tuple((a.producer_id, a.first_offset) for a in aborted),
             p.preferred_read_replica, records,
+            None if leader is None else (leader.leader_id, leader.leader_epoch),
         )  # fmt: skip
 
 
@@ -329,6 +354,7 @@ def register(apis: KafkaApis, ctx: ApiContext | Broker, **options: Any) -> Fetch
     """Serve Fetch v4-v18 for the context's broker on ``apis``; ``options`` go to
     :class:`FetchApi`."""
     broker = ctx.broker if isinstance(ctx, ApiContext) else ctx
-    api = FetchApi(broker, apis, **options)
+    context = ctx if isinstance(ctx, ApiContext) else None
+    api = FetchApi(broker, apis, context=context, **options)
     apis.register(FETCH_KEY, *FETCH_VERSIONS, api.handle)
     return api

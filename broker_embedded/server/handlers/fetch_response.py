@@ -26,6 +26,12 @@ fields); the real length prefix and contents go in between. Everything but the l
 record bytes is therefore kio's encoding; the test suite checks the whole frame byte for byte
 against kio's encoding of the same response with the records as bytes, for every version.
 
+Tagged fields (KIP-951, Fetch v16+, as Kafka's ``handleFetchRequest`` fills them): a partition
+answered NOT_LEADER_OR_FOLLOWER or FENCED_LEADER_EPOCH carries ``current_leader`` (leader id and
+epoch) and the response ``node_endpoints`` (the live leaders' id, host, port, rack). Their
+encoding follows the last field, so with one set the tail is cut from kio's encoding of the
+entity with the tag set, after the same head and empty length prefix.
+
 Output: a list of parts (``bytes`` and :class:`FileRegion`) forming the frame after its size
 prefix, for :meth:`KafkaApis.send_frame_parts`. A partition's records are a :class:`FileRegion`
 (sent with ``sendfile``) or bytes. Pure functions: thread-safe.
@@ -33,6 +39,7 @@ prefix, for :meth:`KafkaApis.send_frame_parts`. A partition's records are a :cla
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import struct
 import sys
@@ -47,6 +54,7 @@ from kio.schema.errors import ErrorCode
 from kio.static.primitive import i32, i64
 
 from broker_embedded.record.varint import encode_uvarint
+from broker_embedded.server.handlers.api_context import Node
 from broker_embedded.server.protocol import RequestHeader, encode_body, response_schema
 from broker_embedded.server.request_channel import FileRegion, Part
 
@@ -66,6 +74,7 @@ class PartitionResponse:
     aborted_transactions: tuple[tuple[int, int], ...] | None = None  # (producer id, first offset)
     preferred_read_replica: int = -1
     records: bytes | FileRegion = b""
+    current_leader: tuple[int, int] | None = None  # (leader id, leader epoch), v12+ tag 1
 
     @property
     def records_size(self) -> int:
@@ -82,16 +91,23 @@ class TopicResponse:
 
 
 @cache
-def _classes(version: int) -> tuple[type, type, type, type, frozenset[str]]:
-    """kio's FetchResponse, FetchableTopicResponse, PartitionData and AbortedTransaction of
-    ``version``, and PartitionData's field names."""
+def _module(version: int) -> Any:
+    """kio's module of the Fetch response classes of ``version``."""
     schema = response_schema(FETCH_KEY, version)
     if schema is None:
         raise ValueError(f"kio has no Fetch response v{version}")
-    module = sys.modules[schema.__module__]
+    return sys.modules[schema.__module__]
+
+
+@cache
+def _classes(version: int) -> tuple[type, type, type, type, frozenset[str]]:
+    """kio's FetchResponse, FetchableTopicResponse, PartitionData and AbortedTransaction of
+    ``version``, and PartitionData's field names."""
+    module = _module(version)
     part = module.PartitionData
     names = frozenset(f.name for f in fields(part))
-    return schema, module.FetchableTopicResponse, part, module.AbortedTransaction, names
+    topic, aborted = module.FetchableTopicResponse, module.AbortedTransaction
+    return module.FetchResponse, topic, part, aborted, names
 
 
 def length_prefix(n: int | None, flexible: bool) -> bytes:
@@ -101,9 +117,10 @@ def length_prefix(n: int | None, flexible: bool) -> bytes:
     return encode_uvarint(0 if n is None else n + 1)
 
 
-def _split(entity: Any, flexible: bool) -> tuple[bytes, bytes]:
-    """kio's encoding of ``entity`` (its last field empty, no tagged field set) cut around that
-    field's length prefix: (head, tail)."""
+def _split(entity: Any, flexible: bool, **tags: Any) -> tuple[bytes, bytes]:
+    """kio's encoding of ``entity`` (its last field empty) cut around that field's length
+    prefix: (head, tail); with ``tags``, the tail is that of ``entity`` with those tagged
+    fields set (module docstring)."""
     encoded = encode_body(entity)
     empty = length_prefix(0, flexible)
     tail = b"\x00" if flexible else b""
@@ -113,6 +130,10 @@ def _split(entity: Any, flexible: bool) -> tuple[bytes, bytes]:
             f"{type(entity).__qualname__} v{entity.__version__}: the encoding does not end with "
             "its empty last field (a tagged field set?)"
         )
+    if tags:
+        tagged = encode_body(dataclasses.replace(entity, **tags))
+        assert tagged.startswith(encoded[: cut + len(empty)])
+        tail = tagged[cut + len(empty) :]
     return encoded[:cut], tail
 
 
@@ -134,7 +155,14 @@ def _partition_parts(p: PartitionResponse, version: int, flexible: bool) -> list
         "preferred_read_replica": i32(p.preferred_read_replica),
         "records": b"",
     }
-    head, tail = _split(part_cls(**{k: v for k, v in values.items() if k in names}), flexible)
+    tags = {}
+    if p.current_leader is not None and "current_leader" in names:
+        leader_id, epoch = p.current_leader
+        tags["current_leader"] = _module(version).LeaderIdAndEpoch(
+            leader_id=i32(leader_id), leader_epoch=i32(epoch)
+        )
+    entity = part_cls(**{k: v for k, v in values.items() if k in names})
+    head, tail = _split(entity, flexible, **tags)
     return [head, length_prefix(p.records_size, flexible), p.records, tail]
 
 
@@ -145,8 +173,10 @@ def fetch_response_parts(
     error_code: int = 0,
     session_id: int = 0,
     throttle_time_ms: int = 0,
+    node_endpoints: Sequence[Node] = (),
 ) -> list[Part]:
-    """The frame (after its size prefix) of the Fetch response to ``header``'s request."""
+    """The frame (after its size prefix) of the Fetch response to ``header``'s request;
+    ``node_endpoints`` go out from v16 on."""
     version = header.api_version
     response_cls, topic_cls, _, _, _ = _classes(version)
     flexible = bool(response_cls.__flexible__)
@@ -157,7 +187,11 @@ def fetch_response_parts(
         "responses": (),
     }
     names = {f.name for f in fields(response_cls)}
-    head, tail = _split(response_cls(**{k: v for k, v in top.items() if k in names}), flexible)
+    tags = {}
+    if node_endpoints and "node_endpoints" in names:
+        tags["node_endpoints"] = _node_endpoints(version, node_endpoints)
+    entity = response_cls(**{k: v for k, v in top.items() if k in names})
+    head, tail = _split(entity, flexible, **tags)
     out = io.BytesIO()
     out.write(_INT32.pack(header.correlation_id))
     if header.response_header_version == 1:
@@ -181,6 +215,13 @@ def fetch_response_parts(
     out.write(tail)
     parts.append(out.getvalue())
     return parts
+
+
+def _node_endpoints(version: int, nodes: Sequence[Node]) -> tuple[Any, ...]:
+    entry = _module(version).NodeEndpoint
+    return tuple(
+        entry(node_id=i32(n.node_id), host=n.host, port=i32(n.port), rack=n.rack) for n in nodes
+    )
 
 
 def group_by_topic(

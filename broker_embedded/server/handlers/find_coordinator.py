@@ -1,10 +1,13 @@
 """FindCoordinator (API key 10), versions 0-6: which broker coordinates a group.
 
-Only as far as a client needs to start (full consumer groups are the next issue): every group
-key is coordinated by this broker (its node, as Metadata names it). A transaction key (key type
-1) is COORDINATOR_NOT_AVAILABLE (15): the transaction APIs are not served yet. Any other key
-type (share groups, 2, or unknown) is INVALID_REQUEST (42). v0-3 carry one key (v0: a group);
-v4+ a batch of keys, each answered on its own.
+A group (key type 0) is coordinated by the leader of its ``__consumer_offsets`` partition
+(group_metadata_manager.py; the topic is created on first use), as in Kafka: the group APIs on
+any other broker answer NOT_COORDINATOR and clients ask again; a partition without a live
+leader is COORDINATOR_NOT_AVAILABLE (15). (With an in-memory group store every group is
+coordinated by the broker asked.) A transactional id (key type 1) is coordinated by this broker
+(its node, as Metadata names it): the coordinators are the controller's, shared by every broker
+of a cluster. Any other key type (share groups, 2, or unknown) is INVALID_REQUEST (42). v0-3
+carry one key (v0: a group); v4+ a batch of keys, each answered on its own.
 
 Thread safety: reads only.
 """
@@ -15,7 +18,9 @@ import functools
 from datetime import timedelta
 from typing import Any
 
+from broker_embedded.coordinator.group_metadata_manager import GroupMetadataManager
 from broker_embedded.errors import CoordinatorNotAvailableError, InvalidRequestError, KafkaApiError
+from broker_embedded.server.handlers import groups
 from broker_embedded.server.handlers.api_context import (
     ApiContext,
     Node,
@@ -55,18 +60,25 @@ def find_coordinator_response(ctx: ApiContext, request: Request) -> Any:
                 coordinators=tuple(entries))  # fmt: skip
 
 
+def group_coordinator(ctx: ApiContext, group_id: str) -> int:
+    """The broker coordinating ``group_id`` (-1: none is live)."""
+    store = groups.shared_store(ctx)
+    if not isinstance(store, GroupMetadataManager):
+        return ctx.broker_id
+    leader = store.coordinator_id(group_id)
+    return -1 if leader is None else leader
+
+
 def coordinator(ctx: ApiContext, key_type: int, key: str) -> tuple[Node, KafkaApiError | None]:
     """The node coordinating ``key``, or the error (with node -1)."""
     try:
-        if key_type == TRANSACTION:
-            raise CoordinatorNotAvailableError(
-                f"transactional id {key!r}: this server does not serve transactions yet"
-            )
-        if key_type != GROUP:
+        if key_type not in (GROUP, TRANSACTION):
             raise InvalidRequestError(f"unknown coordinator key type {key_type} (key {key!r})")
-        node = ctx.node(ctx.broker_id)
+        node_id = ctx.broker_id if key_type != GROUP else group_coordinator(ctx, key)
+        node = ctx.node(node_id)
         if node is None:
-            raise CoordinatorNotAvailableError(f"group {key!r}: broker {ctx.broker_id} has no node")
+            what = "group" if key_type == GROUP else "transactional id"
+            raise CoordinatorNotAvailableError(f"{what} {key!r}: broker {node_id} has no node")
     except KafkaApiError as e:
         return NO_NODE, e
     return node, None

@@ -1,13 +1,17 @@
-"""InitProducerId (API key 22), versions 0-6: producer ids for idempotent producers.
+"""InitProducerId (API key 22), versions 0-6: producer ids for idempotent and transactional
+producers.
 
-Without a transactional id, every request gets a new producer id with epoch 0 from the
-controller's counter (as Kafka's ``ProducerIdManager``; an idempotent producer that asks again
-after a sequence error, v3+ with its old id and epoch, also gets a new id, as in Kafka).
-With a transactional id: COORDINATOR_NOT_AVAILABLE (15), since this server does not yet serve
-the transaction APIs (AddPartitionsToTxn, EndTxn, ...: the next issue), and FindCoordinator
-answers transaction keys the same way. Errors answer producer id -1, epoch -1.
+Without a transactional id, every request gets a new producer id with epoch 0 from the controller's
+counter (as Kafka's ``ProducerIdManager``; an idempotent producer that asks again after a sequence
+error, v3+ with its old id and epoch, also gets a new id, as in Kafka). With a transactional id, the
+transaction coordinator answers (coordinator/transaction_coordinator.py): its producer id with the
+epoch bumped (fencing the previous instance), CONCURRENT_TRANSACTIONS (51) while the previous
+instance's transaction is being aborted or completed (the client retries), PRODUCER_FENCED (90) for
+v3+ naming an id and epoch that are not current, INVALID_TRANSACTION_TIMEOUT (50). v6's two-phase
+commit (KIP-939, ``enable2_pc``) is not enabled here: TRANSACTIONAL_ID_AUTHORIZATION_FAILED (53), as
+Kafka answers with it disabled. Errors answer producer id -1, epoch -1.
 
-Thread safety: the controller hands out ids under its lock.
+Thread safety: the controller and the coordinator hand out ids under their locks.
 """
 
 from __future__ import annotations
@@ -16,7 +20,12 @@ import functools
 from datetime import timedelta
 from typing import Any
 
-from broker_embedded.errors import CoordinatorNotAvailableError, KafkaApiError
+from broker_embedded.coordinator.transaction_coordinator import TxnCompletion
+from broker_embedded.errors import (
+    ConcurrentTransactionsError,
+    KafkaApiError,
+    TransactionalIdAuthorizationFailedError,
+)
 from broker_embedded.server.handlers.api_context import (
     ApiContext,
     error_code,
@@ -28,7 +37,6 @@ from broker_embedded.server.request_channel import Request
 
 API_KEY = 22
 VERSIONS = (0, 6)
-TRANSACTIONS_LATER = "this server does not serve transactions yet (transactional id {!r})"
 
 
 def register(apis: KafkaApis, ctx: ApiContext) -> None:
@@ -37,14 +45,36 @@ def register(apis: KafkaApis, ctx: ApiContext) -> None:
 
 def init_producer_id_response(ctx: ApiContext, request: Request) -> Any:
     types = response_types(request)
-    transactional_id = request.body.transactional_id
     error: KafkaApiError | None = None
     pid, epoch = -1, -1
     try:
-        if transactional_id is not None:
-            raise CoordinatorNotAvailableError(TRANSACTIONS_LATER.format(transactional_id))
-        pid, epoch = ctx.broker.init_producer_id(None)
+        pid, epoch = _init(ctx, request.body)
     except KafkaApiError as e:
         error = e
     return make(types.InitProducerIdResponse, throttle_time=timedelta(0),
-                error_code=error_code(error), producer_id=pid, producer_epoch=epoch)  # fmt: skip
+                error_code=error_code(error), producer_id=pid, producer_epoch=epoch,
+                ongoing_txn_producer_id=-1, ongoing_txn_producer_epoch=-1)  # fmt: skip
+
+
+def _init(ctx: ApiContext, body: Any) -> tuple[int, int]:
+    transactional_id = body.transactional_id
+    if transactional_id is None:
+        return ctx.broker.init_producer_id()
+    if getattr(body, "enable2_pc", False):
+        raise TransactionalIdAuthorizationFailedError(
+            f"transactional id {transactional_id!r}: two-phase commit (KIP-939) is not enabled"
+        )
+    timeout_ms = int(body.transaction_timeout / timedelta(milliseconds=1))
+    expected = (body.producer_id, body.producer_epoch) if hasattr(body, "producer_id") else None
+    controller = ctx.broker.controller
+    markers = controller.transaction_markers()  # started here: it also expires transactions
+    got = controller.transaction_coordinator.init_producer_id(
+        transactional_id, timeout_ms, expected
+    )
+    if isinstance(got, TxnCompletion):  # the previous instance's transaction: abort it first
+        markers.submit(got)
+        raise ConcurrentTransactionsError(
+            f"transactional id {transactional_id!r}: aborting the previous instance's "
+            "transaction; retry"
+        )
+    return got

@@ -7,15 +7,31 @@ Answer, as Kafka's ``KafkaApis.handleTopicMetadataRequest``:
 - topics: a null list (v1+) or an empty one at v0 means every topic; an empty list at v1+ means
   none. A topic named by id (v12+, name null) is looked up by id: UNKNOWN_TOPIC_ID (100) when no
   topic has it. An illegal name is INVALID_TOPIC_EXCEPTION (17); an unknown topic is
-  UNKNOWN_TOPIC_OR_PARTITION (3): auto-creation happens only with ``allow_auto_topic_creation``
-  (v4+; always at v0-3) and ``auto.create.topics.enable`` in the broker config (a key
-  :class:`BrokerConfig` does not have yet, so it is off here, unlike Kafka's default): the
-  topic is then created with one partition, replication factor 1, and answered
-  LEADER_NOT_AVAILABLE (5), as Kafka does until its leader is known.
+  UNKNOWN_TOPIC_OR_PARTITION (3) unless it is auto-created.
+- auto-creation (Kafka's ``AutoTopicCreationManager``): when the request allows it
+  (``allow_auto_topic_creation``, v4+; always at v0-3; never for "all topics") and the broker
+  config's ``auto.create.topics.enable`` is true (Kafka's default), an unknown topic is created
+  with ``num.partitions`` partitions and ``default.replication.factor`` replicas. Kafka answers
+  a topic it has just asked its controller to create with LEADER_NOT_AVAILABLE (5; ZooKeeper
+  mode) or UNKNOWN_TOPIC_OR_PARTITION (3; KRaft), because its metadata cache learns the topic
+  later; here the controller is in-process and the topic is led when the creation returns, so
+  the answer is the created topic itself (what Kafka answers on the client's retry), and
+  LEADER_NOT_AVAILABLE for a partition without a leader yet. A creation error is answered with
+  its code (a name colliding with another topic's by '.'/'_' INVALID_TOPIC_EXCEPTION, a
+  replication factor above the live brokers INVALID_REPLICATION_FACTOR 38), as Kafka's
+  ZooKeeper-mode broker does. Kafka's internal topics (below) are created by their
+  coordinators with their own partition counts and configs, never here: they stay
+  UNKNOWN_TOPIC_OR_PARTITION, ``is_internal`` true. Produce never creates a topic (Kafka's
+  does not either: UNKNOWN_TOPIC_OR_PARTITION, and the client asks Metadata).
 - partitions: leader, leader epoch (v7+), replicas, ISR, offline replicas (v5+); a partition
   without a leader is LEADER_NOT_AVAILABLE. Topic ids (v10+; the zero UUID for an error);
   ``is_internal`` for Kafka's internal topics (``__consumer_offsets``, ``__transaction_state``,
   ``__share_group_state``).
+
+:func:`current_leader` is Kafka's ``KafkaApis.getCurrentLeader`` (KIP-951): a partition's leader
+id and epoch (-1, -1 when unknown) and the leader's node when it is live, for the
+``current_leader`` and ``node_endpoints`` of Produce (v10+) and Fetch (v16+) answers
+NOT_LEADER_OR_FOLLOWER.
 
 Thread safety: reads the controller's state under its lock; nothing is kept between requests.
 """
@@ -24,6 +40,8 @@ from __future__ import annotations
 
 import functools
 import uuid
+from collections.abc import Iterable
+from dataclasses import dataclass
 from datetime import timedelta
 from types import ModuleType
 from typing import Any
@@ -35,6 +53,7 @@ from broker_embedded.replication.controller import TopicMetadata
 from broker_embedded.server.handlers.api_context import (
     NONE,
     ApiContext,
+    Node,
     error_code,
     make,
     response_types,
@@ -50,6 +69,42 @@ INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state", "__sha
 ZERO_UUID = uuid.UUID(int=0)
 NO_LEADER = -1
 TOPIC_ID_VERSION = 12  # Metadata asks for topics by id from this version (KIP-516)
+
+
+@dataclass(frozen=True, slots=True)
+class LeaderNode:
+    """A partition's current leader as KIP-951 answers it: -1 for an unknown id or epoch; the
+    node when the leader is live."""
+
+    leader_id: int = NO_LEADER
+    leader_epoch: int = -1
+    node: Node | None = None
+
+
+def current_leader(ctx: ApiContext, topic: str, partition: int) -> LeaderNode:
+    """The controller's leader and leader epoch of ``topic``-``partition`` and its live node."""
+    try:
+        partitions = ctx.broker.describe_topic(topic).partitions
+    except KafkaApiError:
+        return LeaderNode()
+    p = next((p for p in partitions if p.partition == partition), None)
+    if p is None:
+        return LeaderNode()
+    return LeaderNode(p.leader, p.leader_epoch, ctx.node(p.leader))
+
+
+def leader_nodes(leaders: Iterable[LeaderNode]) -> tuple[Node, ...]:
+    """The live leaders' nodes, each once, by node id (a response's ``node_endpoints``)."""
+    nodes = {n.node.node_id: n.node for n in leaders if n.node is not None}
+    return tuple(n for _, n in sorted(nodes.items()))
+
+
+def node_endpoints(types: ModuleType, leaders: Iterable[LeaderNode]) -> tuple[Any, ...]:
+    """:func:`leader_nodes` as ``types.NodeEndpoint`` entries."""
+    return tuple(
+        make(types.NodeEndpoint, node_id=n.node_id, host=n.host, port=n.port, rack=n.rack)
+        for n in leader_nodes(leaders)
+    )
 
 
 def register(apis: KafkaApis, ctx: ApiContext) -> None:
@@ -96,11 +151,7 @@ def _requested(ctx: ApiContext, types: ModuleType, topic: Any, auto_create: bool
     name = topic.name
     topic_id = getattr(topic, "topic_id", None)
     if name is None:
-        by_id = {t.topic_id: t for t in ctx.broker.metadata()}
-        found = by_id.get(topic_id) if topic_id is not None else None
-        if found is None:
-            return _error(types, None, ErrorCode.unknown_topic_id, topic_id)
-        return _topic(types, found)
+        return _by_id(ctx, types, topic_id)
     try:
         validate_topic(name)
     except KafkaApiError as e:
@@ -113,24 +164,40 @@ def _requested(ctx: ApiContext, types: ModuleType, topic: Any, auto_create: bool
         return _error(types, name, error_code(e))
 
 
+def _by_id(ctx: ApiContext, types: ModuleType, topic_id: uuid.UUID | None) -> Any:
+    """A topic named by id (v12+): one lookup in the controller's topic-id map."""
+    found = ctx.broker.topic_name(topic_id) if topic_id is not None else None
+    try:
+        if found is not None:
+            return _topic(types, ctx.broker.describe_topic(found))
+    except KafkaApiError:  # deleted since the lookup
+        pass
+    return _error(types, None, ErrorCode.unknown_topic_id, topic_id)
+
+
 def _auto_create_enabled(ctx: ApiContext) -> bool:
-    return bool(getattr(ctx.broker.config, "auto_create_topics_enable", False))
+    return ctx.broker.config.auto_create_topics_enable
 
 
 def _auto_create(ctx: ApiContext, types: ModuleType, name: str) -> Any:
+    """Create ``name`` as Kafka's auto-creation does (module docstring) and answer it."""
+    if name in INTERNAL_TOPICS:
+        return _error(types, name, ErrorCode.unknown_topic_or_partition)
+    config = ctx.broker.config
     try:
-        ctx.broker.create_topic(name, 1, 1)
-    except TopicAlreadyExistsError:
-        return _topic(types, ctx.broker.describe_topic(name))
+        created = ctx.broker.create_topic(name, config.num_partitions,
+                                          config.default_replication_factor)  # fmt: skip
+    except TopicAlreadyExistsError:  # another request created it meanwhile
+        created = ctx.broker.describe_topic(name)
     except KafkaApiError as e:
         return _error(types, name, error_code(e))
-    return _error(types, name, ErrorCode.leader_not_available)
+    return _topic(types, created)
 
 
 def _error(types: ModuleType, name: str | None, code: ErrorCode, topic_id=None) -> Any:
     return make(
         types.MetadataResponseTopic, error_code=code, name=name,
-        topic_id=topic_id or ZERO_UUID, is_internal=False, partitions=(),
+        topic_id=topic_id or ZERO_UUID, is_internal=name in INTERNAL_TOPICS, partitions=(),
     )  # fmt: skip
 
 

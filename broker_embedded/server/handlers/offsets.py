@@ -1,39 +1,39 @@
-"""OffsetCommit (API key 8, versions 2-10) and OffsetFetch (API key 9, versions 1-10), as far
-as a client needs them to start: consumer groups (JoinGroup, SyncGroup, ...) are the next
-issue, and so is storing offsets in ``__consumer_offsets``.
+"""OffsetCommit (API key 8, versions 2-10) and OffsetFetch (API key 9, versions 1-10), answered
+by the server's :class:`GroupCoordinator` (groups.py registers both with it).
 
-Committed offsets live in memory only (:class:`OffsetStore`), for the life of the server: a
-restart forgets them. A commit outside any group generation (generation -1, the "simple"
-consumer with ``assign()``) is kept; one with a generation >= 0 names a group membership no one
-can have here and is ILLEGAL_GENERATION (22), as Kafka answers for a group it does not know.
-Per partition: UNKNOWN_TOPIC_OR_PARTITION (3) for a partition that does not exist,
-OFFSET_METADATA_TOO_LARGE (12) for metadata over ``offset.metadata.max.bytes`` (4096, Kafka's
-default). OffsetFetch answers the committed offset, leader epoch (v5+) and metadata of each
-partition, or offset -1 with metadata "" and no error for a partition with none (every
-partition of an unknown topic too), as Kafka does; a null topic list (v2+) means every
-partition with a committed offset. v8+ batch groups; v10 names topics by id.
+OffsetCommit: a partition that does not exist is UNKNOWN_TOPIC_OR_PARTITION (3) (an unknown
+topic id, v10, UNKNOWN_TOPIC_ID 100), metadata over ``offset.metadata.max.bytes`` (4096, Kafka's
+default) OFFSET_METADATA_TOO_LARGE (12); the other partitions go to the coordinator, which
+checks the member and generation as Kafka does (a commit with generation -1 and no member id is
+accepted while the group is Empty, creating it if needed, as the "simple" consumer with
+``assign()``; otherwise UNKNOWN_MEMBER_ID 25, ILLEGAL_GENERATION 22, FENCED_INSTANCE_ID 82,
+REBALANCE_IN_PROGRESS 27 while the group completes a rebalance) and stores them through its
+group store; its error, if any, is every such partition's. Each stored offset carries the
+commit time (ms since the epoch).
 
-Limit: at most ``MAX_OFFSETS`` (1,000,000) committed partitions over all groups; a commit of a
-new partition beyond it is UNKNOWN_SERVER_ERROR (-1) with a message saying so (updates of kept
-partitions still succeed).
+OffsetFetch answers the committed offset, leader epoch (v5+) and metadata of each partition, or
+offset -1 with metadata "" and no error for a partition with none (every partition of an
+unknown topic too), as Kafka does; a null topic list (v2+) means every partition with a
+committed offset. v8+ batch groups; v10 names topics by id. A coordinator that is shut down
+answers COORDINATOR_NOT_AVAILABLE (15) for the group.
 
-Thread safety: the store's lock guards its map; handlers on any thread share one store.
+Limits: as the coordinator's store bounds committed partitions (group_store.py).
+Thread safety: no state here; the coordinator has its locks.
 """
 
 from __future__ import annotations
 
 import functools
-import threading
 import uuid
-from collections.abc import Iterable
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping
 from datetime import timedelta
 from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from broker_embedded.broker import topic_partition
+from broker_embedded.coordinator.group_metadata import OffsetAndMetadata, now_ms
+from broker_embedded.coordinator.group_metadata_manager import coordinator_error
 from broker_embedded.errors import (
-    IllegalGenerationError,
     KafkaApiError,
     OffsetMetadataTooLargeError,
     UnknownTopicIdError,
@@ -48,97 +48,129 @@ from broker_embedded.server.handlers.api_context import (
 from broker_embedded.server.kafka_apis import KafkaApis
 from broker_embedded.server.request_channel import Request
 
+if TYPE_CHECKING:
+    from broker_embedded.coordinator.group_coordinator import GroupCoordinator
+
 OFFSET_COMMIT_KEY, OFFSET_COMMIT_VERSIONS = 8, (2, 10)
 OFFSET_FETCH_KEY, OFFSET_FETCH_VERSIONS = 9, (1, 10)
-MAX_OFFSETS = 1_000_000
+TXN_OFFSET_COMMIT_KEY, TXN_OFFSET_COMMIT_VERSIONS = 28, (0, 4)
 MAX_METADATA_BYTES = 4096
 FIRST_BATCHED_FETCH = 8
 FIRST_TOPIC_ID_VERSION = 10
+NO_OFFSET = OffsetAndMetadata(-1, -1, "")
+Key = tuple[str, int]  # topic, partition
 
 
-@dataclass(frozen=True, slots=True)
-class CommittedOffset:
-    offset: int
-    leader_epoch: int
-    metadata: str
-
-
-NO_OFFSET = CommittedOffset(-1, -1, "")
-Key = tuple[str, str, int]  # group, topic, partition
-
-
-class OffsetStore:
-    """Committed offsets by (group, topic, partition), bounded by ``max_offsets``."""
-
-    def __init__(self, max_offsets: int = MAX_OFFSETS) -> None:
-        self.max_offsets = max_offsets
-        self._lock = threading.Lock()
-        self._offsets: dict[Key, CommittedOffset] = {}
-
-    def commit(self, key: Key, value: CommittedOffset) -> KafkaApiError | None:
-        with self._lock:
-            if key not in self._offsets and len(self._offsets) >= self.max_offsets:
-                return KafkaApiError(
-                    f"group {key[0]!r} topic {key[1]!r} partition {key[2]}: the in-memory "
-                    f"offset store holds its limit of {self.max_offsets} partitions"
-                )
-            self._offsets[key] = value
-            return None
-
-    def get(self, key: Key) -> CommittedOffset:
-        with self._lock:
-            return self._offsets.get(key, NO_OFFSET)
-
-    def group_partitions(self, group: str) -> list[tuple[str, int]]:
-        with self._lock:
-            return sorted((t, p) for g, t, p in self._offsets if g == group)
-
-
-def register(apis: KafkaApis, ctx: ApiContext, store: OffsetStore | None = None) -> None:
-    offsets = store or OffsetStore()
-    commit = functools.partial(offset_commit_response, ctx, offsets)
+def register(apis: KafkaApis, ctx: ApiContext, coordinator: GroupCoordinator) -> None:
+    """Serve OffsetCommit and OffsetFetch with ``coordinator`` (groups.register calls this)."""
+    commit = functools.partial(offset_commit_response, ctx, coordinator)
     apis.register_responder(OFFSET_COMMIT_KEY, *OFFSET_COMMIT_VERSIONS, commit)
-    fetch = functools.partial(offset_fetch_response, ctx, offsets)
+    fetch = functools.partial(offset_fetch_response, ctx, coordinator)
     apis.register_responder(OFFSET_FETCH_KEY, *OFFSET_FETCH_VERSIONS, fetch)
+    txn_commit = functools.partial(txn_offset_commit_response, ctx, coordinator)
+    apis.register_responder(TXN_OFFSET_COMMIT_KEY, *TXN_OFFSET_COMMIT_VERSIONS, txn_commit)
 
 
-def _names(ctx: ApiContext, version: int) -> dict[uuid.UUID, str]:
+def _names(ctx: ApiContext, version: int) -> Mapping[uuid.UUID, str]:
     return ctx.topic_names_by_id() if version >= FIRST_TOPIC_ID_VERSION else {}
 
 
-def _name(topic: Any, names: dict[uuid.UUID, str]) -> str | None:
+def _name(topic: Any, names: Mapping[uuid.UUID, str]) -> str | None:
     return names.get(topic.topic_id) if hasattr(topic, "topic_id") else topic.name
 
 
 # -- OffsetCommit ----------------------------------------------------------------------------
 
 
-def offset_commit_response(ctx: ApiContext, store: OffsetStore, request: Request) -> Any:
+def offset_commit_response(ctx: ApiContext, coordinator: GroupCoordinator, request: Request) -> Any:
     body, types = request.body, response_types(request)
     names = _names(ctx, request.header.api_version)
-    generation_error = None
-    if body.generation_id_or_member_epoch >= 0:
-        generation_error = IllegalGenerationError(
-            f"group {body.group_id!r}: generation {body.generation_id_or_member_epoch} of member "
-            f"{body.member_id!r} is unknown (this server has no consumer groups yet)"
-        )
-    topics = []
-    for t in body.topics:
+    errors: dict[tuple[int, int], KafkaApiError | None] = {}
+    offsets: dict[Key, OffsetAndMetadata] = {}
+    slots: dict[Key, list[tuple[int, int]]] = {}
+    timestamp = now_ms()
+    for i, t in enumerate(body.topics):
         name = _name(t, names)
+        for j, p in enumerate(t.partitions):
+            error = _check(ctx, body.group_id, name, t, p)
+            errors[(i, j)] = error
+            if error is None:
+                assert name is not None
+                key = (name, p.partition_index)
+                offsets[key] = OffsetAndMetadata(
+                    p.committed_offset, getattr(p, "committed_leader_epoch", -1),
+                    p.committed_metadata or "", timestamp)  # fmt: skip
+                slots.setdefault(key, []).append((i, j))
+    group_error = coordinator_error(coordinator.store, body.group_id, ctx.broker_id)
+    if group_error is not None:
+        errors = dict.fromkeys(errors, group_error)
+    else:
+        group_error = coordinator.commit_offsets(
+            body.group_id, body.member_id, getattr(body, "group_instance_id", None),
+            body.generation_id_or_member_epoch, offsets)  # fmt: skip
+    if group_error is not None:
+        for positions in slots.values():
+            for pos in positions:
+                errors[pos] = group_error
+    topics = []
+    for i, t in enumerate(body.topics):
         parts = tuple(
             make(types.OffsetCommitResponsePartition, partition_index=p.partition_index,
-                 error_code=error_code(generation_error
-                                       or _commit(ctx, store, body.group_id, name, t, p)))
-            for p in t.partitions
+                 error_code=error_code(errors[(i, j)]))
+            for j, p in enumerate(t.partitions)
         )  # fmt: skip
-        topics.append(make(types.OffsetCommitResponseTopic, name=name,
+        topics.append(make(types.OffsetCommitResponseTopic, name=_name(t, names),
                            topic_id=getattr(t, "topic_id", None), partitions=parts))  # fmt: skip
     return make(types.OffsetCommitResponse, throttle_time=timedelta(0), topics=tuple(topics))
 
 
-def _commit(
-    ctx: ApiContext, store: OffsetStore, group: str, name: str | None, topic: Any, p: Any
+def txn_offset_commit_response(
+    ctx: ApiContext, coordinator: GroupCoordinator, request: Request
+) -> Any:
+    """TxnOffsetCommit: the offsets wait in the group coordinator until the producer's
+    transaction ends (committed with it, dropped with an abort); the transaction coordinator
+    must know the producer's id and epoch (INVALID_PRODUCER_ID_MAPPING, PRODUCER_FENCED)."""
+    body, types = request.body, response_types(request)
+    error: KafkaApiError | None = None
+    try:
+        ctx.broker.controller.transaction_coordinator.check_producer(
+            body.transactional_id, body.producer_id, body.producer_epoch
+        )
+    except KafkaApiError as e:
+        error = e
+    error = error or coordinator_error(coordinator.store, body.group_id, ctx.broker_id)
+    offsets: dict[Key, OffsetAndMetadata] = {}
+    errors: dict[Key, KafkaApiError | None] = {}
+    timestamp = now_ms()
+    for t in body.topics:
+        for p in t.partitions:
+            key = (t.name, p.partition_index)
+            errors[key] = error or _check(ctx, body.group_id, t.name, t, p)
+            if errors[key] is None:
+                offsets[key] = OffsetAndMetadata(
+                    p.committed_offset, getattr(p, "committed_leader_epoch", -1),
+                    p.committed_metadata or "", timestamp)  # fmt: skip
+    if offsets:
+        group_error = coordinator.commit_txn_offsets(
+            body.group_id, body.producer_id, getattr(body, "member_id", ""),
+            getattr(body, "group_instance_id", None), getattr(body, "generation_id", -1), offsets,
+        )  # fmt: skip
+        for key in offsets:
+            errors[key] = group_error
+    topics = tuple(
+        make(types.TxnOffsetCommitResponseTopic, name=t.name, partitions=tuple(
+            make(types.TxnOffsetCommitResponsePartition, partition_index=p.partition_index,
+                 error_code=error_code(errors[(t.name, p.partition_index)]))
+            for p in t.partitions))
+        for t in body.topics
+    )  # fmt: skip
+    return make(types.TxnOffsetCommitResponse, throttle_time=timedelta(0), topics=topics)
+
+
+def _check(
+    ctx: ApiContext, group: str, name: str | None, topic: Any, p: Any
 ) -> KafkaApiError | None:
+    """The error of one partition of a commit before the group sees it, or None."""
     if name is None:
         return UnknownTopicIdError(f"group {group!r}: no topic has id {topic.topic_id}")
     try:
@@ -146,62 +178,72 @@ def _commit(
         ctx.broker.replica_manager.partition(tp)  # exists (led here or not)
     except KafkaApiError as e:
         return e
-    metadata = p.committed_metadata or ""
-    if len(metadata.encode()) > MAX_METADATA_BYTES:
+    size = len((p.committed_metadata or "").encode())
+    if size > MAX_METADATA_BYTES:
         return OffsetMetadataTooLargeError(
-            f"group {group!r} {tp}: metadata of {len(metadata.encode())} bytes exceeds "
+            f"group {group!r} {tp}: metadata of {size} bytes exceeds "
             f"offset.metadata.max.bytes {MAX_METADATA_BYTES}"
         )
-    epoch = getattr(p, "committed_leader_epoch", -1)
-    return store.commit((group, tp.topic, tp.partition),
-                        CommittedOffset(p.committed_offset, epoch, metadata))  # fmt: skip
+    return None
 
 
 # -- OffsetFetch -----------------------------------------------------------------------------
 
 
-def offset_fetch_response(ctx: ApiContext, store: OffsetStore, request: Request) -> Any:
+def offset_fetch_response(ctx: ApiContext, coordinator: GroupCoordinator, request: Request) -> Any:
     body, types, version = request.body, response_types(request), request.header.api_version
     names = _names(ctx, version)
     if version < FIRST_BATCHED_FETCH:
-        topics = _fetched_topics(types, store, body.group_id, body.topics, names)
+        topics, error = _fetched_topics(ctx, types, coordinator, body.group_id, body.topics,
+                                        names)  # fmt: skip
         return make(types.OffsetFetchResponse, throttle_time=timedelta(0), topics=topics,
-                    error_code=NONE)  # fmt: skip
-    groups = tuple(
-        make(types.OffsetFetchResponseGroup, group_id=g.group_id, error_code=NONE,
-             topics=_fetched_topics(types, store, g.group_id, g.topics, names))
-        for g in body.groups
-    )  # fmt: skip
-    return make(types.OffsetFetchResponse, throttle_time=timedelta(0), groups=groups)
+                    error_code=error_code(error))  # fmt: skip
+    groups = []
+    for g in body.groups:
+        topics, error = _fetched_topics(ctx, types, coordinator, g.group_id, g.topics, names)
+        groups.append(make(types.OffsetFetchResponseGroup, group_id=g.group_id,
+                           error_code=error_code(error), topics=topics))  # fmt: skip
+    return make(types.OffsetFetchResponse, throttle_time=timedelta(0), groups=tuple(groups))
 
 
 def _fetched_topics(
+    ctx: ApiContext,
     types: ModuleType,
-    store: OffsetStore,
+    coordinator: GroupCoordinator,
     group: str,
     topics: Iterable[Any] | None,
-    names: dict[uuid.UUID, str],
-) -> tuple[Any, ...]:
+    names: Mapping[uuid.UUID, str],
+) -> tuple[tuple[Any, ...], KafkaApiError | None]:
     topic_type = getattr(types, "OffsetFetchResponseTopics", None) or types.OffsetFetchResponseTopic
     part_type = (
         getattr(types, "OffsetFetchResponsePartitions", None) or types.OffsetFetchResponsePartition
     )
     if topics is None:
         wanted: dict[tuple[str | None, Any], list[int]] = {}
-        for t, p in store.group_partitions(group):
-            wanted.setdefault((t, None), []).append(p)
+        partitions = None
     else:
         wanted = {(_name(t, names), getattr(t, "topic_id", None)): list(t.partition_indexes)
                   for t in topics}  # fmt: skip
+        partitions = [(n, p) for (n, _), ps in wanted.items() if n is not None for p in ps]
+    try:
+        error = coordinator_error(coordinator.store, group, ctx.broker_id)
+        if error is not None:
+            raise error
+        committed = coordinator.fetch_offsets(group, partitions)
+    except KafkaApiError as e:
+        return (), e
+    if topics is None:
+        for t, p in sorted(committed):
+            wanted.setdefault((t, None), []).append(p)
     by_name = {v: k for k, v in names.items()}
     out = []
-    for (name, topic_id), partitions in wanted.items():
-        parts = []
-        for p in partitions:
-            c = store.get((group, name, p)) if name is not None else NO_OFFSET
-            parts.append(make(part_type, partition_index=p, committed_offset=c.offset,
-                              committed_leader_epoch=c.leader_epoch, metadata=c.metadata,
-                              error_code=NONE))  # fmt: skip
+    for (name, topic_id), parts in wanted.items():
+        entries = []
+        for p in parts:
+            c = committed.get((name, p), NO_OFFSET) if name is not None else NO_OFFSET
+            entries.append(make(part_type, partition_index=p, committed_offset=c.offset,
+                                committed_leader_epoch=c.leader_epoch, metadata=c.metadata,
+                                error_code=NONE))  # fmt: skip
         out.append(make(topic_type, name=name, topic_id=topic_id or by_name.get(name),
-                        partitions=tuple(parts)))  # fmt: skip
-    return tuple(out)
+                        partitions=tuple(entries)))  # fmt: skip
+    return tuple(out), None

@@ -27,8 +27,22 @@ checked by the partition's producer state; the transaction coordinator's checks 
 partition added to the transaction) come with the coordinator APIs (next issue).
 
 Response per partition: error code, base offset (-1 on error), log append time (v2+: the
-broker time on LogAppendTime topics, else -1), log start offset (v5+), record errors (v8+:
-none by index; the error message says which batch and why), error message (v8+).
+broker time on LogAppendTime topics, else -1), log start offset (v5+), record errors and error
+message (v8+). As Kafka's ``ReplicaManager`` answers a ``RecordValidationException``: when the
+log's validation rejects records one by one (a keyless record on a compacted topic:
+INVALID_RECORD, 87), ``record_errors`` lists them (``batch_index``: the record's index in its
+batch, ``batch_index_error_message``: Kafka's text, e.g. "Compacted topic cannot accept message
+without key in topic partition t-0"; at most ``MAX_RECORD_ERRORS``, errors.py) and
+``error_message`` is Kafka's summary ("One or more records have been rejected due to N record
+errors in total, and only showing the first three errors at most: [RecordError(batchIndex=0,
+message='...')]"). Any other error (a CRC mismatch: CORRUPT_MESSAGE, 2; a batch-level
+INVALID_RECORD, ...) has no record errors; where Kafka sends a null error message, this broker
+sends its own, which names the topic, partition and why.
+
+NOT_LEADER_OR_FOLLOWER (v10+, KIP-951, as Kafka's ``handleProduceRequest``): the partition's
+``current_leader`` (leader id and epoch from the controller, -1 when unknown) and, in the
+response's ``node_endpoints``, the node (id, host, port, rack) of each such leader that is live,
+so the client redirects without a Metadata round trip.
 
 Thread safety: a response is built by whichever thread completes the append (the handler, or
 for acks=all the thread that completes the delayed produce) from values no one else changes.
@@ -36,8 +50,10 @@ for acks=all the thread that completes the delayed produce) from values no one e
 
 from __future__ import annotations
 
+import functools
 import struct
 from collections.abc import Mapping
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from types import ModuleType
 from typing import Any
@@ -47,9 +63,12 @@ from broker_embedded.errors import (
     InvalidRecordError,
     InvalidRequiredAcksError,
     KafkaApiError,
+    NotLeaderOrFollowerError,
+    RecordValidationError,
     UnknownTopicIdError,
     UnsupportedCompressionTypeError,
 )
+from broker_embedded.protocol.schemas import encode_body, types_of
 from broker_embedded.replica_manager.produce_response import ProduceResult
 from broker_embedded.server.handlers.api_context import (
     ApiContext,
@@ -58,13 +77,16 @@ from broker_embedded.server.handlers.api_context import (
     make,
     response_types,
 )
+from broker_embedded.server.handlers.metadata import LeaderNode, current_leader, node_endpoints
 from broker_embedded.server.kafka_apis import KafkaApis
+from broker_embedded.server.protocol import response_schema
 from broker_embedded.server.request_channel import Request, Response
 from broker_embedded.storage.topic_partition import TopicPartition
 
 API_KEY = 0
 VERSIONS = (3, 13)
 FIRST_ZSTD_VERSION = 7
+FIRST_CURRENT_LEADER_VERSION = 10  # KIP-951
 _LENGTH = struct.Struct(">i")
 _MAGIC_AT = 16
 _ATTRIBUTES = struct.Struct(">h")
@@ -91,7 +113,7 @@ def handle_produce(apis: KafkaApis, ctx: ApiContext, request: Request) -> None:
     layout, entries = _layout(ctx, body, version, acks)
 
     def respond(results: Mapping[TopicPartition, ProduceResult]) -> None:
-        _answer(apis, request, acks, layout, results)
+        _answer(apis, ctx, request, acks, layout, results)
 
     if acks not in (0, 1, -1) or not entries:
         respond({})
@@ -162,6 +184,7 @@ def check_records(tp: TopicPartition, records: bytes | None, version: int) -> Ka
 
 def _answer(
     apis: KafkaApis,
+    ctx: ApiContext,
     request: Request,
     acks: int,
     layout: Layout,
@@ -176,14 +199,116 @@ def _answer(
             apis.channel.send_response(Response(request, close_connection=True,
                                                 close_reason=reason))  # fmt: skip
         return
+    fast = _success_body(request.header.api_version, layout, results)
+    if fast is not None:
+        apis.send_body(request, fast)
+        return
     types = response_types(request)
+    leaders: list[LeaderNode] = []
+    kip951 = request.header.api_version >= FIRST_CURRENT_LEADER_VERSION
     topics = tuple(
-        make(types.TopicProduceResponse, name=name, topic_id=topic_id,
-             partition_responses=tuple(_partition(types, i, s, results) for i, s in slots))
+        make(types.TopicProduceResponse, name=name, topic_id=topic_id, partition_responses=tuple(
+            _partition(types, i, s, results, _leader(ctx, name, i, s, results, leaders, kip951))
+            for i, s in slots))
         for name, topic_id, slots in layout
     )  # fmt: skip
     apis.send_response(request, make(types.ProduceResponse, responses=topics,
-                                     throttle_time=timedelta(0)))  # fmt: skip
+                                     throttle_time=timedelta(0),
+                                     node_endpoints=node_endpoints(types, leaders)))  # fmt: skip
+
+
+# -- the all-success response from a template ---------------------------------------------------
+
+# Sentinels of the template's base offset and log start offset of partition i (+ i). Their bytes
+# hold '[' and '<' (0x5B, 0x3C), which no topic name may contain, so each occurs in the encoding
+# exactly where its field is (checked when the template is made).
+_BASE_SENTINEL, _START_SENTINEL = 0x7A5B3C1D00000000, 0x7A5C3C1E00000000
+_INT64 = struct.Struct(">q")
+TEMPLATES = 1024  # response shapes (version, topics, partitions) kept
+FIRST_LOG_START_OFFSET_VERSION = 5
+
+
+@dataclass(frozen=True, slots=True)
+class _Template:
+    body: bytes
+    positions: tuple[tuple[int, int], ...]  # per partition: base offset @, log start offset @
+
+
+def _success_body(
+    version: int, layout: Layout, results: Mapping[TopicPartition, ProduceResult]
+) -> bytes | None:
+    """The response body when every partition succeeded without a log append time (the
+    common case): kio's encoding of that response shape, made once (:func:`_template`), with
+    the offsets written in; None otherwise (the response is then built whole by kio)."""
+    shape, offsets = [], []
+    for name, topic_id, slots in layout:
+        indexes = []
+        for index, slot in slots:
+            r = results.get(slot) if isinstance(slot, TopicPartition) else None
+            if r is None or r.error is not None or r.log_append_time >= 0:
+                return None
+            indexes.append(index)
+            offsets.append((r.base_offset, r.log_start_offset))
+        shape.append((name, topic_id, tuple(indexes)))
+    template = _template(version, tuple(shape))
+    if template is None:
+        return None
+    body = bytearray(template.body)
+    for (base_at, start_at), (base, start) in zip(template.positions, offsets, strict=True):
+        _INT64.pack_into(body, base_at, base)
+        if start_at >= 0:
+            _INT64.pack_into(body, start_at, start)
+    return bytes(body)
+
+
+@functools.lru_cache(maxsize=TEMPLATES)
+def _template(
+    version: int, shape: tuple[tuple[Any, Any, tuple[int, ...]], ...]
+) -> _Template | None:
+    """The encoded all-success response of a shape, with sentinel offsets, and where they are
+    (None when a sentinel is not found exactly once: no template for that shape)."""
+    types = types_of(response_schema(API_KEY, version))
+    count = 0
+    topics = []
+    for name, topic_id, indexes in shape:
+        parts = []
+        for index in indexes:
+            parts.append(make(types.PartitionProduceResponse, index=index,
+                              error_code=error_code(None), base_offset=_BASE_SENTINEL + count,
+                              log_append_time=None, log_start_offset=_START_SENTINEL + count,
+                              record_errors=(), error_message=None))  # fmt: skip
+            count += 1
+        topics.append(make(types.TopicProduceResponse, name=name, topic_id=topic_id,
+                           partition_responses=tuple(parts)))  # fmt: skip
+    body = encode_body(make(types.ProduceResponse, responses=tuple(topics),
+                            throttle_time=timedelta(0), node_endpoints=()))  # fmt: skip
+    positions = []
+    has_start = version >= FIRST_LOG_START_OFFSET_VERSION
+    for i in range(count):
+        base, start = (_INT64.pack(s + i) for s in (_BASE_SENTINEL, _START_SENTINEL))
+        if body.count(base) != 1 or body.count(start) != has_start:
+            return None
+        positions.append((body.find(base), body.find(start)))  # -1: no log start offset
+    return _Template(body, tuple(positions))
+
+
+def _leader(
+    ctx: ApiContext,
+    name: str | None,
+    index: int,
+    slot: Slot,
+    results: Mapping[TopicPartition, ProduceResult],
+    leaders: list[LeaderNode],
+    kip951: bool,
+) -> LeaderNode | None:
+    """KIP-951 (v10+): the current leader of a partition answered NOT_LEADER_OR_FOLLOWER,
+    also kept in ``leaders`` for the response's ``node_endpoints``; None otherwise."""
+    error = results[slot].error if isinstance(slot, TopicPartition) else slot
+    if not kip951 or name is None or not isinstance(error, NotLeaderOrFollowerError):
+        return None
+    leader = current_leader(ctx, name, index)
+    leaders.append(leader)
+    return leader
 
 
 def _first_error(
@@ -198,10 +323,19 @@ def _first_error(
 
 
 def _partition(
-    types: ModuleType, index: int, slot: Slot, results: Mapping[TopicPartition, ProduceResult]
+    types: ModuleType,
+    index: int,
+    slot: Slot,
+    results: Mapping[TopicPartition, ProduceResult],
+    leader: LeaderNode | None,
 ) -> Any:
     r = results[slot] if isinstance(slot, TopicPartition) else None
     error = slot if r is None else r.error
+    extra = {}
+    if leader is not None:
+        extra["current_leader"] = make(
+            types.LeaderIdAndEpoch, leader_id=leader.leader_id, leader_epoch=leader.leader_epoch
+        )
     return make(
         types.PartitionProduceResponse,
         index=index,
@@ -209,8 +343,21 @@ def _partition(
         base_offset=-1 if r is None else r.base_offset,
         log_append_time=None if r is None else _timestamp(r.log_append_time),
         log_start_offset=-1 if r is None else r.log_start_offset,
-        record_errors=(),
-        error_message=error_message(error),
+        record_errors=_record_errors(types, error),
+        error_message=error.summary if isinstance(error, RecordValidationError)
+        else error_message(error),
+        **extra,
+    )  # fmt: skip
+
+
+def _record_errors(types: ModuleType, error: KafkaApiError | None) -> tuple[Any, ...]:
+    """Kafka's ``record_errors`` (v8+): the rejected records of the batch by index, each with
+    its message; none for an error about the whole batch or request."""
+    entry = getattr(types, "BatchIndexAndErrorMessage", None)  # v8+
+    if entry is None or not isinstance(error, RecordValidationError):
+        return ()
+    return tuple(
+        make(entry, batch_index=i, batch_index_error_message=m) for i, m in error.record_errors
     )
 
 

@@ -14,6 +14,7 @@ from broker_embedded.client.producer_record import build_batch
 from broker_embedded.errors import (
     InvalidProducerEpochError,
     InvalidTxnStateError,
+    ProducerFencedError,
     UnknownTopicOrPartitionError,
 )
 from broker_embedded.record.columnar_decoder import decode
@@ -161,7 +162,7 @@ def test_transaction_left_open_is_aborted_when_the_log_dir_reopens(log_dir):
 
 
 def test_second_producer_fences_the_first(broker):
-    broker.create_topic("tx", 2)
+    broker.create_topic("tx", 3)
     old = broker.transactional_producer("same")
     old.begin()
     old.send("tx", 0, [b"zombie0"])  # tx-0: 0
@@ -169,17 +170,22 @@ def test_second_producer_fences_the_first(broker):
     assert (lso(broker, "tx", 0), lso(broker, "tx", 1)) == (0, 0)
 
     new = broker.transactional_producer("same")
-    assert (new.producer_id, new.producer_epoch) == (old.producer_id, old.producer_epoch + 1)
-    # the fenced producer's open transaction was aborted, with the new epoch
+    # Kafka's fencing: the open transaction is aborted with the epoch bumped once (the markers
+    # carry epoch 1), and the new instance gets it bumped again
+    assert (new.producer_id, new.producer_epoch) == (old.producer_id, old.producer_epoch + 2)
+    # the fenced producer's open transaction was aborted, with the fencing epoch
     for p in (0, 1):
         assert lso(broker, "tx", p) == 2
         assert markers(broker, "tx", p) == [(1, 0, 1, ABORT_KEY, MARKER_VALUE)]
         assert txnindex_entries(broker, "tx", p) == [(0, 0, 0, 1, 2)]
         assert read_committed(broker, "tx", p, 0).aborted_transactions == (AbortedTxn(0, 0, 1, 2),)
     # the old instance is fenced at the coordinator...
-    for call in (lambda: old.send("tx", 0, [b"late"]), old.commit, old.abort):
-        with pytest.raises(InvalidProducerEpochError, match="fenced by producer 0 epoch 1"):
+    for call in (lambda: old.send("tx", 2, [b"late"]), old.commit, old.abort):
+        with pytest.raises(ProducerFencedError, match="epoch 0 was fenced by producer 0 epoch 2"):
             call()
+    # ... and at a partition of its transaction, which saw the fencing epoch in the marker
+    with pytest.raises(InvalidProducerEpochError, match="smaller than the last seen epoch 1"):
+        old.send("tx", 0, [b"late"])
     # ... and at the partition, for a batch that races the abort
     stale = build_batch([b"late"], now_ms=NOW, producer_id=0, producer_epoch=0, base_sequence=1,
                         is_transactional=True)  # fmt: skip
@@ -192,13 +198,13 @@ def test_second_producer_fences_the_first(broker):
     new.commit()
     assert committed_values(broker, "tx", 0) == [b"fresh"]
     assert committed_values(broker, "tx", 1) == []
-    assert markers(broker, "tx", 0)[-1] == (3, 0, 1, COMMIT_KEY, MARKER_VALUE)
+    assert markers(broker, "tx", 0)[-1] == (3, 0, 2, COMMIT_KEY, MARKER_VALUE)
     # a third instance fences the second, which had no transaction open: nothing is written
     third = broker.transactional_producer("same")
-    assert third.producer_epoch == 2
+    assert third.producer_epoch == 3
     assert broker.list_offsets("tx", 0, -1).offset == 4
     new.begin()
-    with pytest.raises(InvalidProducerEpochError):
+    with pytest.raises(ProducerFencedError):
         new.send("tx", 0, [b"x"])
     assert broker.list_offsets("tx", 0, -1).offset == 4
 

@@ -74,12 +74,12 @@ def test_several_partitions_in_request_order(broker):
     assert got == [(None, b0[S:]), (None, a1), (None, a0[2 * S :])]
 
 
-def test_partition_max_bytes_cuts_into_a_partial_batch(broker):
+def test_partition_max_bytes_ends_after_the_last_whole_batch(broker):
     fill(broker, "t", 2)
     p0, p1 = log_bytes(broker, "t", 0), log_bytes(broker, "t", 1)
     got = fetch(broker, ("t", 0, 0, S + 10), ("t", 1, 2, 2 * S + 1))
-    assert got == [(None, p0[: S + 10]), (None, p1[S : 3 * S + 1])]
-    # the partial tail is dropped by the decoders
+    # Kafka would add the first bytes of the batch the limit cut, which clients drop
+    assert got == [(None, p0[:S]), (None, p1[S : 3 * S])]
     assert offsets(got[0][1]) == [(0, 1)]
     assert offsets(got[1][1]) == [(2, 3), (4, 5)]
 
@@ -87,13 +87,14 @@ def test_partition_max_bytes_cuts_into_a_partial_batch(broker):
 def test_total_max_bytes(broker):
     fill(broker, "t", 2)
     p0, p1 = log_bytes(broker, "t", 0), log_bytes(broker, "t", 1)
-    # the response budget ends inside partition 0: a partial batch there, nothing after
+    # the response budget ends inside partition 0's second batch: its first batch, and the 50
+    # bytes left are too few for partition 1's first batch
     assert fetch(broker, ("t", 0, 0, BIG), ("t", 1, 0, BIG), max_bytes=S + 50) == [
-        (None, p0[: S + 50]), (None, b""),
+        (None, p0[:S]), (None, b""),
     ]  # fmt: skip
-    # partition 0 takes its own limit, partition 1 exactly what remains (one whole batch)
+    # partition 0 takes one whole batch of its limit, partition 1 one whole batch of the rest
     assert fetch(broker, ("t", 0, 0, S + 10), ("t", 1, 0, BIG), max_bytes=2 * S + 10) == [
-        (None, p0[: S + 10]), (None, p1[:S]),
+        (None, p0[:S]), (None, p1[:S]),
     ]  # fmt: skip
     # what remains is one byte short of partition 1's first batch: no records, not a fragment
     assert fetch(broker, ("t", 0, 0, S), ("t", 1, 0, BIG), max_bytes=2 * S - 1) == [
@@ -131,13 +132,13 @@ def test_broker_fetch_max_bytes_caps_the_request(log_dir):
         fill(broker, "t", 2)
         p0 = log_bytes(broker, "t", 0)
         assert fetch(broker, ("t", 0, 0, BIG), ("t", 1, 0, BIG), max_bytes=BIG) == [
-            (None, p0[: S + 20]), (None, b""),
+            (None, p0[:S]), (None, b""),
         ]  # fmt: skip
         # min_bytes is capped by it too: more than the cap is never waited for
         start = time.monotonic()
         got = fetch(broker, ("t", 0, 0, BIG), max_wait_ms=5000, min_bytes=10 * S)
         assert time.monotonic() - start < 1
-        assert got == [(None, p0[: S + 20])]
+        assert got == [(None, p0[:S])]
 
 
 def test_min_bytes_is_capped_by_the_request_max_bytes(broker):

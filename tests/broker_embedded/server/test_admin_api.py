@@ -54,7 +54,8 @@ def test_metadata(tmp_path):
 
 
 def test_metadata_unknown_topic(tmp_path):
-    with served(tmp_path) as s:
+    # librdkafka's admin handle asks Metadata to auto-create: off here (test_auto_create_topics)
+    with served(tmp_path, auto_create_topics_enable=False) as s:
         md = admin(s.bootstrap).list_topics("absent", timeout=TIMEOUT_S)
     assert md.topics["absent"].error.code() == confluent_kafka.KafkaError.UNKNOWN_TOPIC_OR_PART
 

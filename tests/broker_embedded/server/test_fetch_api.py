@@ -124,11 +124,37 @@ def test_kip74_byte_limits(broker, version):
         got = decode(version, c.call(fetch_request(version, [(t, parts)])))
         want[2] = partition_data(version, 2, hw=6, lso=6, log_start=0, records=logs[2])
         assert got == expected(version, [(t, want)])
-        # a budget that ends inside a batch: the records end in a partial batch
-        cut = sizes0[0] + 50
+        # a budget that ends inside a batch: the records end after the last whole batch (Kafka
+        # would send the cut batch's first bytes too, which the client drops)
+        for cut in (sizes0[0] + 50, sizes0[0] + sizes0[1] - 1):
+            got = decode(version, c.call(fetch_request(version, [(t, [(0, 0, cut, -1)])])))
+            whole = logs[0][: sizes0[0]]
+            want0 = partition_data(version, 0, hw=9, lso=9, log_start=0, records=whole)
+            assert got == expected(version, [(t, [want0])])
+        cut = sizes0[0] + sizes0[1]
         got = decode(version, c.call(fetch_request(version, [(t, [(0, 0, cut, -1)])])))
         want0 = partition_data(version, 0, hw=9, lso=9, log_start=0, records=logs[0][:cut])
         assert got == expected(version, [(t, [want0])])
+
+
+def test_a_byte_limit_ends_the_records_after_the_last_whole_batch(broker):
+    """Many small batches of varied sizes (sparse offset index entries): for every limit, the
+    records are the segment bytes up to the last batch end at or below it, found here by
+    walking the batch length fields of the file."""
+    broker.create_topic("t", 1)
+    for i in range(300):
+        broker.produce("t", 0, [bytes([i % 256]) * (7 * i % 90)] * (1 + i % 4))
+    log = log_bytes(broker, "t", 0)
+    ends, at = [], 0
+    while at < len(log):
+        at += 12 + int.from_bytes(log[at + 8 : at + 12], "big")
+        ends.append(at)
+    assert at == len(log)
+    with fetch_server(broker) as (server, _), RawClient(server) as c:
+        for limit in [*range(ends[0], len(log) + 1, 997), ends[5], ends[5] + 1, len(log)]:
+            got = decode(12, c.call(fetch_request(12, [("t", [(0, 0, limit, -1)])])))
+            want = log[: max(e for e in ends if e <= limit)]
+            assert got.responses[0].partitions[0].records == want, limit
 
 
 @pytest.mark.parametrize("version", [4, 11, 12, 13, 16])

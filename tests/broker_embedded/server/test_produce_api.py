@@ -250,3 +250,44 @@ def test_log_append_time_is_answered(tmp_path):
     assert p.error_code == ErrorCode.none
     ms = int(p.log_append_time.timestamp() * 1000)
     assert before <= ms <= after
+
+
+@pytest.mark.parametrize("version", range(3, 14))
+def test_the_all_success_template_equals_kios_encoding(version):
+    """The fast path of the common response (every partition appended, no log append time):
+    a cached kio encoding with the offsets written in, byte for byte kio's encoding of the
+    same response built whole, for several topics and partitions."""
+    import uuid
+    from datetime import timedelta
+
+    from kio.schema.errors import ErrorCode
+
+    from broker_embedded.protocol.schemas import encode_body, make, types_of
+    from broker_embedded.replica_manager.produce_response import ProduceResult
+    from broker_embedded.server.handlers import produce
+    from broker_embedded.server.protocol import response_schema
+    from broker_embedded.storage.topic_partition import TopicPartition
+
+    ids = {"a.b": uuid.UUID(int=7), "z_9-x": uuid.UUID(int=2**128 - 1)}
+    layout, results = [], {}
+    for name, parts in (("a.b", [0, 3]), ("z_9-x", [5])):
+        slots = []
+        for p in parts:
+            tp = TopicPartition(name, p)
+            results[tp] = ProduceResult(tp, None, 10**12 + p, 10**12 + p, -1, 2**62 + p)
+            slots.append((p, tp))
+        layout.append((name if version < 13 else None, ids[name], slots))
+    types = types_of(response_schema(0, version))
+    whole = make(types.ProduceResponse, throttle_time=timedelta(0), node_endpoints=(),
+                 responses=tuple(
+                     make(types.TopicProduceResponse, name=n, topic_id=i, partition_responses=tuple(
+                         make(types.PartitionProduceResponse, index=p, error_code=ErrorCode.none,
+                              base_offset=10**12 + p, log_append_time=None,
+                              log_start_offset=2**62 + p, record_errors=(), error_message=None)
+                         for p, _ in slots))
+                     for n, i, slots in layout))  # fmt: skip
+    assert produce._success_body(version, layout, results) == encode_body(whole)
+    failed = dict(results)
+    tp = TopicPartition("a.b", 3)
+    failed[tp] = ProduceResult(tp, produce.InvalidRecordError("x"))
+    assert produce._success_body(version, layout, failed) is None  # built whole by kio instead

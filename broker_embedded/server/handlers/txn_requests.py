@@ -1,0 +1,134 @@
+"""The transactional producer's requests to its coordinator: AddPartitionsToTxn (API key 24,
+versions 0-3), AddOffsetsToTxn (25, versions 0-4) and EndTxn (26, versions 0-4), answered by the
+controller's transaction coordinator (coordinator/transaction_coordinator.py).
+
+- AddPartitionsToTxn: partitions that do not exist are UNKNOWN_TOPIC_OR_PARTITION (3) and the
+  others OPERATION_NOT_ATTEMPTED (55), nothing added (Kafka's rule); otherwise every partition
+  gets the coordinator's answer: none, INVALID_PRODUCER_ID_MAPPING (49), PRODUCER_FENCED (90;
+  INVALID_PRODUCER_EPOCH, 47, before v2 of the response as Kafka maps it for old clients),
+  CONCURRENT_TRANSACTIONS (51). v4+ (batched, broker to broker, KIP-890) is not served: clients
+  send v3 and below.
+- AddOffsetsToTxn: the group joins the transaction (its ``__consumer_offsets`` partition when
+  that topic exists), so that TxnOffsetCommit's offsets become visible with the commit.
+- EndTxn: the transaction moves to PrepareCommit / PrepareAbort and the answer goes out at once;
+  the markers are written by the coordinator's background writer (Kafka's
+  ``TransactionMarkerChannelManager``), and until they are, the id's requests answer
+  CONCURRENT_TRANSACTIONS. INVALID_TXN_STATE (48) for a commit with no open transaction.
+
+Thread safety: the coordinator serializes under its lock.
+"""
+
+from __future__ import annotations
+
+import functools
+from datetime import timedelta
+from typing import Any
+
+from broker_embedded.coordinator.coordinator_partition import (
+    GROUP_METADATA_TOPIC,
+    partition_for,
+)
+from broker_embedded.errors import (
+    InvalidProducerEpochError,
+    KafkaApiError,
+    OperationNotAttemptedError,
+    ProducerFencedError,
+    UnknownTopicOrPartitionError,
+)
+from broker_embedded.server.handlers.api_context import (
+    ApiContext,
+    error_code,
+    make,
+    response_types,
+)
+from broker_embedded.server.kafka_apis import KafkaApis
+from broker_embedded.server.request_channel import Request
+from broker_embedded.storage.topic_partition import TopicPartition
+
+ADD_PARTITIONS_KEY, ADD_OFFSETS_KEY, END_TXN_KEY = 24, 25, 26
+ADD_PARTITIONS_VERSIONS, ADD_OFFSETS_VERSIONS, END_TXN_VERSIONS = (0, 3), (0, 4), (0, 4)
+FIRST_PRODUCER_FENCED_VERSION = 2  # older clients get INVALID_PRODUCER_EPOCH instead
+
+
+def register(apis: KafkaApis, ctx: ApiContext) -> None:
+    apis.register_responder(ADD_PARTITIONS_KEY, *ADD_PARTITIONS_VERSIONS,
+                            functools.partial(add_partitions_response, ctx))  # fmt: skip
+    apis.register_responder(ADD_OFFSETS_KEY, *ADD_OFFSETS_VERSIONS,
+                            functools.partial(add_offsets_response, ctx))  # fmt: skip
+    apis.register_responder(END_TXN_KEY, *END_TXN_VERSIONS,
+                            functools.partial(end_txn_response, ctx))  # fmt: skip
+
+
+def _for_version(error: KafkaApiError | None, version: int) -> KafkaApiError | None:
+    if isinstance(error, ProducerFencedError) and version < FIRST_PRODUCER_FENCED_VERSION:
+        return InvalidProducerEpochError(str(error))
+    return error
+
+
+def add_partitions_response(ctx: ApiContext, request: Request) -> Any:
+    body, types, version = request.body, response_types(request), request.header.api_version
+    asked = [(t.name, tuple(t.partitions)) for t in body.v3_and_below_topics]
+    tps = [TopicPartition(name, p) for name, parts in asked for p in parts]
+    controller = ctx.broker.controller
+    missing = {tp for tp in tps if not controller.knows(tp)}
+    errors: dict[TopicPartition, KafkaApiError | None] = {}
+    if missing:
+        for tp in tps:
+            errors[tp] = (
+                UnknownTopicOrPartitionError(f"{tp} does not exist")
+                if tp in missing
+                else OperationNotAttemptedError(f"{tp}: another partition failed")
+            )
+    else:
+        try:
+            controller.transaction_coordinator.add_partitions(
+                body.v3_and_below_transactional_id, body.v3_and_below_producer_id,
+                body.v3_and_below_producer_epoch, tps,
+            )  # fmt: skip
+            error = None
+        except KafkaApiError as e:
+            error = _for_version(e, version)
+        errors = dict.fromkeys(tps, error)
+    results = tuple(
+        make(types.AddPartitionsToTxnTopicResult, name=name, results_by_partition=tuple(
+            make(types.AddPartitionsToTxnPartitionResult, partition_index=p,
+                 partition_error_code=error_code(errors[TopicPartition(name, p)]))
+            for p in parts))
+        for name, parts in asked
+    )  # fmt: skip
+    return make(types.AddPartitionsToTxnResponse, throttle_time=timedelta(0),
+                results_by_topic_v3_and_below=results)  # fmt: skip
+
+
+def add_offsets_response(ctx: ApiContext, request: Request) -> Any:
+    body, types = request.body, response_types(request)
+    controller = ctx.broker.controller
+    offsets_tp = TopicPartition(GROUP_METADATA_TOPIC, 0)
+    if controller.knows(offsets_tp):
+        count = len(controller.describe(GROUP_METADATA_TOPIC).partitions)
+        offsets_tp = TopicPartition(GROUP_METADATA_TOPIC, partition_for(body.group_id, count))
+    try:
+        controller.transaction_coordinator.add_offsets(
+            body.transactional_id, body.producer_id, body.producer_epoch, body.group_id,
+            offsets_tp if controller.knows(offsets_tp) else None,
+        )  # fmt: skip
+        error = None
+    except KafkaApiError as e:
+        error = _for_version(e, request.header.api_version)
+    return make(types.AddOffsetsToTxnResponse, throttle_time=timedelta(0),
+                error_code=error_code(error))  # fmt: skip
+
+
+def end_txn_response(ctx: ApiContext, request: Request) -> Any:
+    body, types = request.body, response_types(request)
+    controller = ctx.broker.controller
+    try:
+        completion = controller.transaction_coordinator.end_txn(
+            body.transactional_id, body.producer_id, body.producer_epoch, body.committed
+        )
+        if completion is not None:
+            controller.transaction_markers().submit(completion)
+        error = None
+    except KafkaApiError as e:
+        error = _for_version(e, request.header.api_version)
+    return make(types.EndTxnResponse, throttle_time=timedelta(0), error_code=error_code(error))
