@@ -48,10 +48,9 @@ def test_every_corpus_frame_is_answered(wire: WireTarget) -> None:
                 codes[int(getattr(body, "error_code", 0))] += 1
         finally:
             conn.close()
-    # top-level error codes: 0; FETCH_SESSION_ID_NOT_FOUND (70) for the incremental fetches
-    # after their session was closed; COORDINATOR_NOT_AVAILABLE (15) for the transactional
-    # InitProducerId v0-6 (no transactions served yet)
-    assert codes == {0: 328, 70: 11, 15: 7}, codes
+    # top-level error codes: 0, and FETCH_SESSION_ID_NOT_FOUND (70) for the incremental
+    # fetches after their session was closed
+    assert codes == {0: 335, 70: 11}, codes
     assert [r.getMessage() for r in wire.server.capture.drain()] == []
 
 
