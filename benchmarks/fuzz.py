@@ -1,8 +1,8 @@
 """The long fuzz campaign of issue 11 part 3: mutated segments, index and checkpoint files and
 option maps through every reader, counting inputs and reporting every defect.
 
-    python -m benchmarks.fuzz --minutes N [--seed S] [--out DIR] [--rss-bound-mb M]
-                              [--no-probes] [--only decoders,options,logdir,broker]
+    python -m benchmarks.fuzz --minutes N | --seconds N [--seed S] [--out DIR] [--rss-bound-mb M]
+                              [--no-probes] [--only decoders,options,logdir,broker,wire]
     python -m benchmarks.fuzz --replay DIR/findings/<file>.json
     python -m benchmarks.fuzz --atheris {records,legacy,index,checkpoint,options} --minutes N
 
@@ -19,6 +19,12 @@ reproduced from the seed, the target and its index, and every finding's input is
   ``kafkalog consume`` and ``kafkalog dump --verify`` in process (``_fuzz_logdir``);
 - ``broker``: the same plus a broker opening a copy (``kafkalog topics list``; recovery when the
   clean shutdown marker is removed);
+- ``wire``: a corpus request frame of every API and version the server serves, mutated (bit
+  flips, sizes and lengths at boundary values, truncation, splices, random API key or version,
+  huge compact varints, garbage tagged fields, pipelining) and sent in pieces or cut off to one
+  in-process ``BrokerServer``, which must keep answering a probe with the exact known bytes,
+  answer in order with decodable responses, log no traceback, keep its threads, descriptors and
+  log dir intact (``_fuzz_wire``);
 - probes (``_fuzz_probes``), a few times per campaign: decompression bombs under an RSS bound,
   leader epoch 2^31-1, 2,000 partitions under ``ulimit -n 1024``, reading commands on an ordinary
   directory, colliding topic names, ``consume`` subprocesses, Spark batch reads.
@@ -49,7 +55,9 @@ import time
 import warnings
 from collections import Counter
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
+from typing import Any
 
 from benchmarks import _fuzz_probes as probes
 from benchmarks._fuzz_corpus import Seed, all_seeds
@@ -58,7 +66,7 @@ from benchmarks._fuzz_mutators import Mutant, mutate
 from benchmarks._fuzz_options import fuzz_one
 from benchmarks._fuzz_oracle import Finding, bounded, check_decoders, check_no_loss
 
-SHARES = {"decoders": 0.50, "options": 0.15, "logdir": 0.27, "broker": 0.08}
+SHARES = {"decoders": 0.50, "options": 0.15, "logdir": 0.27, "broker": 0.08, "wire": 0.10}
 INPUT_SECONDS = 20.0  # the SIGALRM bound of one input
 WATCHDOG_FACTOR = 10
 SOURCE = "00000000000000000000.log"
@@ -152,13 +160,42 @@ def _mutant_from(rep: dict) -> Mutant:
 
 
 class Targets:
-    """The per-input targets over shared state (seeds, the log-dir working copy)."""
+    """The per-input targets over shared state (seeds, the log-dir working copy, the wire
+    target's server), each built when first used."""
 
     def __init__(self, base: Path, run_seed: int) -> None:
-        self.seeds = all_seeds()
-        self.logdir = LogDirTarget.create(base)
+        self.base = base
         self.run_seed = run_seed
         self.current: dict = {}
+        self.wire_started = False
+
+    @cached_property
+    def seeds(self) -> list[Seed]:
+        return all_seeds()
+
+    @cached_property
+    def logdir(self) -> LogDirTarget:
+        return LogDirTarget.create(self.base)
+
+    @cached_property
+    def wire(self) -> Any:
+        from benchmarks._fuzz_wire import WireTarget  # kio: Python 3.11+
+
+        self.wire_started = True
+        return WireTarget.create(self.base / "wire")
+
+    def wire_input(self, i: int, report: Report) -> None:
+        rng = self.rng("wire", i)
+        reproducer, found = self.wire.run(i, rng)
+        self.current |= reproducer
+        for f in found:
+            report.finding("wire", f, self.current)
+
+    def close_wire(self, report: Report) -> None:
+        """Stop the wire target's server and report what its final checks find."""
+        if self.wire_started:
+            for f in self.wire.close():
+                report.finding("wire/final", f, {"run_seed": self.run_seed})
 
     def rng(self, target: str, i: int) -> random.Random:
         self.current = {"run_seed": self.run_seed, "target": target, "index": i}
@@ -265,14 +302,18 @@ def campaign(args: argparse.Namespace) -> int:
     out.mkdir(parents=True, exist_ok=True)
     report = Report(out)
     run_seed = args.seed if args.seed is not None else random.SystemRandom().randrange(1 << 32)
-    print(f"fuzz campaign: seed {run_seed}, {args.minutes} min, findings in {out}", flush=True)
+    seconds = args.seconds if args.seconds is not None else args.minutes * 60
+    print(f"fuzz campaign: seed {run_seed}, {seconds:g} s, findings in {out}", flush=True)
     try:
         targets = Targets(base, run_seed)
         if not args.no_probes:
             run_probes(targets, base, report, random.Random(run_seed), args.spark)
-        deadline = time.monotonic() + args.minutes * 60  # the probes are not counted
+        deadline = time.monotonic() + seconds  # the probes are not counted
         fds0, rss0 = open_fds(), rss_mb()
-        run_inputs(targets, report, deadline, [t for t in args.only.split(",") if t])
+        try:
+            run_inputs(targets, report, deadline, [t for t in args.only.split(",") if t])
+        finally:
+            targets.close_wire(report)
         fds1, rss1 = open_fds(), rss_mb()
         if fds1 > fds0 + 20:
             report.finding(
@@ -303,10 +344,11 @@ def run_inputs(targets: Targets, report: Report, deadline: float, only: list[str
         "options": targets.options,
         "logdir": lambda i, r: targets.logdir_input(i, r, broker=False),
         "broker": lambda i, r: targets.logdir_input(i, r, broker=True),
+        "wire": targets.wire_input,
     }
     watchdog = Watchdog(targets, report.out, INPUT_SECONDS * WATCHDOG_FACTOR)
     watchdog.start()
-    batch = {"decoders": 200, "options": 200, "logdir": 5, "broker": 1}
+    batch = {"decoders": 200, "options": 200, "logdir": 5, "broker": 1, "wire": 20}
     next_report = time.monotonic() + 60
     try:
         while time.monotonic() < deadline:
@@ -350,6 +392,10 @@ def replay(path: Path) -> int:
             fuzz_one(random.Random(f"{rep['run_seed']}/options/{rep['index']}"))
         elif target.startswith(("logdir", "broker")):
             return _replay_logdir(rep)
+        elif target.startswith("wire"):
+            from benchmarks._fuzz_wire import replay_wire
+
+            return replay_wire(rep, probes.temp_base())
         else:
             print("the probes are deterministic: python -m benchmarks.fuzz --minutes 0 runs them")
             return 2
@@ -386,6 +432,7 @@ def _replay_logdir(rep: dict) -> int:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--minutes", type=float, default=2.0)
+    parser.add_argument("--seconds", type=float, help="the length (instead of --minutes)")
     parser.add_argument("--seed", type=int)
     parser.add_argument("--out", default="fuzz-out", help="where findings are saved")
     parser.add_argument("--rss-bound-mb", type=int, default=2048)

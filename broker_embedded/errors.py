@@ -273,6 +273,14 @@ class InvalidPartitionsError(KafkaApiError):
     name = "INVALID_PARTITIONS"
 
 
+class PolicyViolationError(KafkaApiError):
+    """A request the broker's policy refuses, such as more than 10,000 new partitions in one
+    request (44)."""
+
+    code = 44
+    name = "POLICY_VIOLATION"
+
+
 class InvalidReplicationFactorError(KafkaApiError):
     """A replication factor that is not positive or exceeds the available brokers (38)."""
 

@@ -36,6 +36,7 @@ from kio.serial import entity_reader
 from kio.serial.errors import SerialError
 
 from broker_embedded.errors import KafkaApiError
+from broker_embedded.protocol.bounds import BoundsError, check_bounds, check_header_tags
 from broker_embedded.protocol.schemas import (  # noqa: F401 (re-exported to the handlers)
     API_VERSIONS_KEY,
     api_name,
@@ -119,8 +120,9 @@ def parse_header(
     version = request_header_version(api_key, api_version)
     if version == 2:
         try:
+            check_header_tags(frame, size)
             raw, size = _HEADER_V2(frame, 0)
-        except (SerialError, ValueError) as e:
+        except (SerialError, ValueError, BoundsError) as e:
             raise InvalidRequestError(f"malformed request header: {e}", raw.client_id) from None
     header = RequestHeader(api_key, api_version, raw.correlation_id, raw.client_id, version)
     return header, size
@@ -135,8 +137,9 @@ def parse_body(header: RequestHeader, frame: memoryview, offset: int) -> Any:
     if schema is None:
         raise InvalidRequestError(f"no schema for {header.api_name} version {header.api_version}")
     try:
+        check_bounds(schema, frame, offset)
         body, size = reader_of(schema)(frame, offset)
-    except (SerialError, ValueError) as e:
+    except (SerialError, ValueError, BoundsError) as e:
         raise InvalidRequestError(
             f"malformed {header.api_name} v{header.api_version} request: {e}"
         ) from None

@@ -10,6 +10,10 @@ them, and small helpers to build kio responses of any version.
   dropping those the version does not have (e.g. ``topic_id`` before Metadata v10), so a
   handler writes one construction for every version it serves.
 - :class:`TopicNames`: topic names by id, one O(1) lookup per id asked for.
+- :func:`partitions_per_request` refuses a CreateTopics or CreatePartitions request that adds
+  more than :data:`MAX_PARTITIONS_PER_REQUEST` partitions in all (Kafka's controller has the
+  same cap, ``MAX_PARTITIONS_PER_BATCH``): without it one request asking for 2^31 - 1
+  partitions kept a handler thread creating directories until the disk or descriptors ran out.
 - :func:`error_code` maps a domain exception to Kafka's code (kio's ``ErrorCode``): a
   :class:`KafkaApiError` carries it, a bad topic config is INVALID_CONFIG (40), anything else
   UNKNOWN_SERVER_ERROR (-1), as Kafka answers an unexpected exception.
@@ -28,7 +32,7 @@ from types import ModuleType
 from kio.schema.errors import ErrorCode
 
 from broker_embedded.broker import Broker
-from broker_embedded.errors import KafkaApiError
+from broker_embedded.errors import KafkaApiError, PolicyViolationError
 from broker_embedded.protocol.schemas import make  # noqa: F401 (the handlers import it here)
 from broker_embedded.server.protocol import response_schema
 from broker_embedded.server.request_channel import Request
@@ -104,6 +108,17 @@ def response_types(request: Request) -> ModuleType:
 
 
 NONE = ErrorCode.none
+MAX_PARTITIONS_PER_REQUEST = 10_000
+
+
+def partitions_per_request(total: int) -> PolicyViolationError | None:
+    """The error of a request adding ``total`` partitions in all, if it adds too many."""
+    if total <= MAX_PARTITIONS_PER_REQUEST:
+        return None
+    return PolicyViolationError(
+        f"Excessively large number of partitions per request: {total} requested, at most "
+        f"{MAX_PARTITIONS_PER_REQUEST}"
+    )
 
 
 def error_code(error: BaseException | None) -> ErrorCode:

@@ -4,7 +4,9 @@ Each topic is answered on its own, as Kafka does: UNKNOWN_TOPIC_OR_PARTITION (3)
 topic, INVALID_PARTITIONS (37) when ``count`` does not exceed the current count ("Topic
 already has N partitions" / "Topic currently has N partitions, which is higher than the
 requested M"), INVALID_REPLICA_ASSIGNMENT (39) for manual ``assignments`` (the controller
-places new replicas itself), INVALID_REQUEST (42) for a topic named twice. ``validate_only``
+places new replicas itself), INVALID_REQUEST (42) for a topic named twice, POLICY_VIOLATION (44)
+for every topic when the counts asked for add up to more than 10,000 (the cap Kafka's
+controller puts on the partitions of one request). ``validate_only``
 checks without creating. New partitions are led at once (the controller's states are applied
 before the answer).
 
@@ -29,6 +31,7 @@ from broker_embedded.server.handlers.api_context import (
     error_code,
     error_message,
     make,
+    partitions_per_request,
     response_types,
 )
 from broker_embedded.server.kafka_apis import KafkaApis
@@ -45,9 +48,10 @@ def register(apis: KafkaApis, ctx: ApiContext) -> None:
 def create_partitions_response(ctx: ApiContext, request: Request) -> Any:
     body, types = request.body, response_types(request)
     counts = Counter(t.name for t in body.topics)
+    too_many = partitions_per_request(sum(max(t.count, 0) for t in body.topics))
     results = []
     for t in body.topics:
-        error = _grow(ctx, t, body.validate_only, counts[t.name])
+        error = too_many or _grow(ctx, t, body.validate_only, counts[t.name])
         entry = types.CreatePartitionsTopicResult
         results.append(make(entry, name=t.name, error_code=error_code(error),
                             error_message=error_message(error)))  # fmt: skip

@@ -10,7 +10,9 @@ on its own, as Kafka does:
   value), INVALID_REQUEST (42: a topic named twice in the request: every entry of it; manual
   ``assignments`` with ``num_partitions`` or ``replication_factor`` other than -1),
   INVALID_REPLICA_ASSIGNMENT (39: manual ``assignments`` whose partition indexes are not 0, 1,
-  2, ..., or that the controller refuses: see ``Controller._manual_assignment``);
+  2, ..., or that the controller refuses: see ``Controller._manual_assignment``),
+  POLICY_VIOLATION (44: more than 10,000 partitions in the whole request, every entry of it, as
+  Kafka's controller answers);
 - v5+: a created topic's partitions, replication factor and configs (as DescribeConfigs lists
   them; a validated one: no configs); v7: its topic id (the zero UUID when only validated or
   failed).
@@ -39,6 +41,7 @@ from broker_embedded.server.handlers.api_context import (
     error_code,
     error_message,
     make,
+    partitions_per_request,
     response_types,
 )
 from broker_embedded.server.handlers.describe_configs import topic_configs
@@ -57,14 +60,26 @@ def register(apis: KafkaApis, ctx: ApiContext) -> None:
 def create_topics_response(ctx: ApiContext, request: Request) -> Any:
     body, types = request.body, response_types(request)
     counts = Counter(t.name for t in body.topics)
+    too_many = partitions_per_request(sum(_partitions(ctx, t) for t in body.topics))
     results = []
     for t in body.topics:
-        if counts[t.name] > 1:
+        if too_many is not None:
+            results.append(_failed(types, t.name, too_many))
+        elif counts[t.name] > 1:
             dup = InvalidRequestError(f"topic {t.name!r} appears {counts[t.name]} times")
             results.append(_failed(types, t.name, dup))
         else:
             results.append(_create(ctx, types, t, body.validate_only))
     return make(types.CreateTopicsResponse, throttle_time=timedelta(0), topics=tuple(results))
+
+
+def _partitions(ctx: ApiContext, t: Any) -> int:
+    """The partitions a topic entry asks for (by count, the default, or its assignments)."""
+    if t.assignments:
+        return len(t.assignments)
+    if t.num_partitions == -1:
+        return ctx.broker.config.num_partitions
+    return max(t.num_partitions, 0)
 
 
 def _create(ctx: ApiContext, types: ModuleType, t: Any, validate_only: bool) -> Any:

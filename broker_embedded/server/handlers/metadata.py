@@ -59,6 +59,7 @@ from broker_embedded.server.handlers.api_context import (
     response_types,
 )
 from broker_embedded.server.kafka_apis import KafkaApis
+from broker_embedded.server.protocol import InvalidRequestError
 from broker_embedded.server.request_channel import Request
 from broker_embedded.storage.topic_partition import validate_topic
 
@@ -67,6 +68,7 @@ VERSIONS = (0, 13)
 INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state", "__share_group_state"})
 ZERO_UUID = uuid.UUID(int=0)
 NO_LEADER = -1
+TOPIC_ID_VERSION = 12  # Metadata asks for topics by id from this version (KIP-516)
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,6 +118,7 @@ def metadata_response(ctx: ApiContext, request: Request) -> Any:
     if body.topics is None or (version == 0 and not body.topics):
         topics = [_topic(types, t) for t in ctx.broker.metadata()]
     else:
+        _check_names(body.topics, version)
         topics = [_requested(ctx, types, t, auto_create) for t in body.topics]
     return make(
         types.MetadataResponse,
@@ -135,6 +138,13 @@ def broker_entries(ctx: ApiContext, entry: type) -> tuple[Any, ...]:
              rack=n.rack, is_fenced=False)
         for n in ctx.nodes()
     )  # fmt: skip
+
+
+def _check_names(topics: Any, version: int) -> None:
+    """Topics are asked for by id from v12 only: below it a null name cannot be answered (the
+    response's name is not nullable), so the request is invalid, as Kafka's KafkaApis says."""
+    if version < TOPIC_ID_VERSION and any(t.name is None for t in topics):
+        raise InvalidRequestError(f"topic name can not be null for Metadata v{version}")
 
 
 def _requested(ctx: ApiContext, types: ModuleType, topic: Any, auto_create: bool) -> Any:
