@@ -419,6 +419,9 @@ class Processor(threading.Thread):
         except InvalidRequestError as e:
             conn.client_id = e.client_id
             raise _ConnectionError(str(e)) from None
+        except Exception as e:  # a bug in parsing: this connection alone pays for it
+            log.exception("parsing a request from %s failed", conn.describe())
+            raise _ConnectionError(f"unparsable request: {e!r}") from None
         return Request(
             self.processor_id,
             conn.id,

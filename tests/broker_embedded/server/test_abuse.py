@@ -263,3 +263,28 @@ def test_idle_connections_are_closed(caplog):
             assert busy.call(API_VERSIONS_V3)
             (line,) = closing_lines(caplog, idle.sock.getsockname()[1])
     assert "idle for more than connections.max.idle.ms=300" in line
+
+
+def test_a_parser_bug_costs_only_that_connection(caplog, monkeypatch):
+    """An unexpected exception while parsing (a bug, injected here into the body parser for
+    client id "buggy") closes that connection with the traceback logged once; the network
+    thread lives on and serves the well-behaved client and the next connection."""
+    from broker_embedded.server import socket_server
+
+    real = socket_server.parse_body
+
+    def buggy(header, frame, offset):
+        if header.client_id == "buggy":
+            raise RuntimeError("injected parser bug")
+        return real(header, frame, offset)
+
+    monkeypatch.setattr(socket_server, "parse_body", buggy)
+    with guarded(config(num_network_threads=1)) as server:
+        with RawClient(server) as bad:
+            bad.send(request_frame(API_VERSIONS_V3, 1, client_id="buggy"))
+            assert bad.closed_by_server()
+            lines = closing_lines(caplog, bad.sock.getsockname()[1])
+        with RawClient(server) as after:  # the same (only) network thread
+            assert after.call(API_VERSIONS_V3, 2)[:4] == struct.pack(">i", 2)
+    assert any("unparsable request: RuntimeError('injected parser bug')" in x for x in lines)
+    assert [r.exc_info[0] for r in caplog.records if r.exc_info] == [RuntimeError]
