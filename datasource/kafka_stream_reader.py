@@ -93,7 +93,7 @@ from broker_embedded.storage.fetch_source import FetchSourceDescriptor
 from broker_embedded.storage.topic_partition import TopicPartition
 from datasource.errors import KafkaSourceError
 from datasource.kafka_input_partition import KafkaInputPartition
-from datasource.kafka_offset_reader import KafkaOffsetReader, report_data_loss
+from datasource.kafka_offset_reader import KafkaOffsetReader, report_data_loss, source_of
 from datasource.kafka_source_options import KafkaSourceOptions
 from datasource.offset_range import OffsetRange, OffsetRangeCalculator
 from datasource.offset_spec import SpecificOffsets
@@ -201,7 +201,8 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         that disappears under the view (retention deleting a segment between listing and
         opening it) makes it look again, with a new view, a few times."""
         for attempt in range(_ATTEMPTS):
-            with KafkaOffsetReader(self.options.path, self.options.isolation_level) as offsets:
+            source = source_of(self.options)
+            with KafkaOffsetReader(source, self.options.isolation_level) as offsets:
                 try:
                     return plan(offsets)
                 except FileNotFoundError:
