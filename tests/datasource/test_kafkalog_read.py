@@ -174,7 +174,7 @@ def test_splitting_options_keep_the_rows(spark, read_source: ReadSource) -> None
         assert low <= df.rdd.getNumPartitions() <= high, (options, df.rdd.getNumPartitions())
         assert spark_rows(df) == expected, options
     split = load(spark, read_source, subscribe="events", includeHeaders="true",
-                 maxBytesPerPartition="24k", minPartitions="4")  # fmt: skip
+                 maxBytesPerPartition="24k", minPartitions="6")  # fmt: skip
     assert split.rdd.getNumPartitions() > EVENTS_PARTITIONS
     assert_df_equality(split.orderBy(ORDER), plain.orderBy(ORDER))
 
