@@ -312,7 +312,8 @@ def _kafka_params(raw: dict[str, str], bootstrap: str | None) -> tuple[tuple[str
             settings.append((CLIENT_SETTINGS[key], given))  # type: ignore[arg-type]
         elif (key.startswith("kafka.") and key not in OPTION_NAMES) or key in _SPARK_CONSUMER:
             where = "kafkalog's Kafka client does not use it" if bootstrap else "reading a log dir"
-            _warn_once(key, f"option {key}={value!r} has no effect ({where})")
+            name = OPTION_NAMES.get(key, key)
+            _warn_once(key, f"option {name}={value!r} has no effect ({where})")
     return tuple(settings)
 
 
