@@ -298,3 +298,22 @@ def test_register_works_too(spark, source_log_dir: Path) -> None:
     other = spark.newSession()
     spark_kafkalog.register(other)
     assert load(other, source_log_dir, subscribe="appendtime").schema == SCHEMA
+
+
+@pytest.mark.parametrize("transport", ["logdir", "wire"])
+def test_a_record_larger_than_the_fetch_size(spark, tmp_path: Path, transport: str) -> None:
+    """KIP-74: a 5 MB record read with fetches of 1 MB comes whole, between small ones."""
+    from broker_embedded.client.producer_record import ProducerRecord
+    from tests.broker_embedded.server._serve import served
+
+    big = bytes(range(256)) * (5 * 4096)
+    with served(tmp_path / "big") as running:
+        running.broker.create_topic("big", 1, config={"max.message.bytes": 8 << 20})
+        for value in (b"before", big, b"after"):
+            running.broker.produce("big", 0, [ProducerRecord(value)])
+        running.broker.log_manager.checkpoint()  # publish the high watermark now
+        wire = transport == "wire"
+        source = ReadSource(transport, running.log_dir, running.bootstrap if wire else None)
+        df = source.load(spark, subscribe="big", **{"kafka.max.partition.fetch.bytes": "1048576"})
+        got = [(r.offset, bytes(r.value)) for r in df.orderBy("offset").collect()]
+    assert got == [(0, b"before"), (1, big), (2, b"after")]
