@@ -88,7 +88,7 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
-from broker_embedded.errors import InvalidTopicError
+from broker_embedded.errors import InvalidTopicError, UnknownTopicOrPartitionError
 from broker_embedded.storage.fetch_source import FetchSourceDescriptor
 from broker_embedded.storage.topic_partition import TopicPartition
 from datasource.errors import KafkaSourceError
@@ -100,6 +100,8 @@ from datasource.offset_spec import SpecificOffsets
 
 log = logging.getLogger(__name__)
 
+# A partition deleted while being looked at: its files (a log dir) or its topic (over the wire).
+_GONE = (FileNotFoundError, UnknownTopicOrPartitionError)
 K = TypeVar("K")
 T = TypeVar("T")
 _ATTEMPTS = 3
@@ -250,7 +252,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         for tp in offsets.partitions(self.options.subscription, missing_ok=True):
             try:
                 found[tp] = offsets.latest(tp)
-            except FileNotFoundError:
+            except _GONE:
                 if _exists(offsets, tp):
                     raise  # a segment went away: look again
         return found
@@ -398,7 +400,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         fail = self.options.fail_on_data_loss
         try:
             earliest = offsets.earliest(tp)
-        except FileNotFoundError:
+        except _GONE:
             if _exists(offsets, tp):
                 raise  # a segment went away: look again
             report_data_loss(

@@ -18,7 +18,7 @@ import random
 import shutil
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -79,25 +79,26 @@ def broker(tmp_path: Path):
 
 
 @pytest.fixture(params=["logdir", "wire"])
-def open_stream(request, spark, broker: Broker):
-    """``open_stream(**options)``: a streaming DataFrame over ``broker``'s log dir, or over the
-    Kafka protocol from a server in front of the same broker (127.0.0.1, port 0)."""
+def location(request, broker: Broker) -> Iterator[dict[str, str]]:
+    """The options that say where to read: ``broker``'s log dir, or the Kafka protocol from a
+    server in front of the same broker (127.0.0.1, port 0)."""
     if request.param == "logdir":
-        yield lambda **options: stream(spark, broker, **options)
+        yield {"path": str(broker.log_dir)}
         return
     server = broker_server(broker, ["PLAINTEXT://127.0.0.1:0"], server_config())
     server.start()
-    bootstrap = f"127.0.0.1:{server.endpoints[0].port}"
     try:
-        yield (
-            lambda **options: (
-                spark.readStream.format("kafkalog")
-                .options(**{"kafka.bootstrap.servers": bootstrap, **options})
-                .load()
-            )
-        )
+        yield {"kafka.bootstrap.servers": f"127.0.0.1:{server.endpoints[0].port}"}
     finally:
         server.shutdown(5.0)
+
+
+@pytest.fixture
+def open_stream(spark, location: dict[str, str]):
+    """``open_stream(**options)``: a streaming DataFrame over :func:`location`."""
+    return lambda **options: (
+        spark.readStream.format("kafkalog").options(**location, **options).load()
+    )
 
 
 def publish(broker: Broker) -> None:
@@ -189,7 +190,8 @@ def ends_of(query, topic: str) -> list[tuple[int, ...]]:
 
 def reader_for(broker: Broker, **options: str) -> KafkaStreamReader:
     """The stream reader Spark would make for these options, called directly."""
-    options = {"path": str(broker.log_dir), **options}
+    if "kafka.bootstrap.servers" not in options:
+        options = {"path": str(broker.log_dir), **options}
     return KafkaStreamReader(KafkaSourceOptions.parse(options, streaming=True))
 
 
@@ -313,14 +315,14 @@ def test_initial_offsets_and_options(broker: Broker) -> None:
         bad.streamReader(schema)
 
 
-def test_deleted_topic_is_data_loss(broker: Broker, caplog) -> None:
+def test_deleted_topic_is_data_loss(broker: Broker, caplog, location: dict[str, str]) -> None:
     for topic in ("keep", "gone"):
         broker.create_topic(topic, 1, config=NO_RETENTION)
         produce(broker, topic, 0, [b"v"] * 4)
     publish(broker)
-    strict = reader_for(broker, subscribe="keep,gone", startingOffsets="earliest")
+    strict = reader_for(broker, subscribe="keep,gone", startingOffsets="earliest", **location)
     lenient = reader_for(broker, subscribe="keep,gone", startingOffsets="earliest",
-                         failOnDataLoss="false")  # fmt: skip
+                         failOnDataLoss="false", **location)  # fmt: skip
     start = strict.initialOffset()
     assert start == {"gone": {"0": 0}, "keep": {"0": 0}}
     broker.delete_topic("gone")
