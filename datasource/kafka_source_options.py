@@ -300,12 +300,13 @@ def _kafka_params(raw: dict[str, str], bootstrap: str | None) -> tuple[tuple[str
     for key, value in sorted(raw.items()):
         if key in REJECTED_KAFKA:
             raise InvalidOptionError(REJECTED_KAFKA[key])
-        if key == "kafka.security.protocol" and value.strip().upper() != "PLAINTEXT":
-            raise InvalidOptionError(
-                f"option kafka.security.protocol={value!r} is not supported: kafkalog's Kafka "
-                "client speaks PLAINTEXT only"
-            )
-        if key == "kafka.group.id":
+        if key == "kafka.security.protocol":
+            if value.strip().upper() != "PLAINTEXT":
+                raise InvalidOptionError(
+                    f"option kafka.security.protocol={value!r} is not supported: kafkalog's "
+                    "Kafka client speaks PLAINTEXT only"
+                )
+        elif key == "kafka.group.id":
             _warn_once(key, GROUP_ID_WARNING)
         elif key in CLIENT_SETTINGS and bootstrap:
             given = value if key == "kafka.client.id" else _positive(raw, key, INT32_MAX)
