@@ -275,6 +275,8 @@ REJECTED = [  # one of each kind; test_kafka_source_options.py has them all
     ({"assign": '{"events":[9]}'}, "partition events-9 does not exist"),
     ({"subscribe": "events", "startingOffsets": '{"events":{"0":800,"1":0,"2":0}}'},
      "events-0: the ending offset 708"),
+    ({"subscribe": "events", "kafka.auto.offset.reset": "earliest"},
+     "Kafka option 'auto.offset.reset' is not supported"),
 ]  # fmt: skip
 
 
@@ -290,6 +292,10 @@ def test_user_schema_and_missing_path_rejected(spark, source_log_dir: Path) -> N
             .load(str(source_log_dir)).collect()  # fmt: skip
     with pytest.raises(PySparkException, match="option path is missing"):
         spark.read.format("kafkalog").option("subscribe", "events").load().collect()
+    with pytest.raises(PySparkException, match="are both given: pick one"):
+        spark.read.format("kafkalog").option("subscribe", "events") \
+            .option("kafka.bootstrap.servers", "127.0.0.1:9092").load(str(source_log_dir)) \
+            .collect()  # fmt: skip
 
 
 def test_register_works_too(spark, source_log_dir: Path) -> None:
