@@ -166,11 +166,11 @@ class WireFetchSource:
         self, tp: TopicPartition, offset: int, max_bytes: int, isolation: IsolationLevel
     ) -> FetchedPartition:
         key = (tp, offset, max_bytes, isolation)
-        ahead, self._ahead = self._ahead, None
+        ahead = self._ahead
         if ahead is not None and ahead[0] == key:
+            self._ahead = None
             return ahead[1].result()
-        if ahead is not None:
-            _wait(ahead[1])
+        self._settle()
         return self._fetch(key)
 
     def prefetch(
@@ -198,7 +198,7 @@ class WireFetchSource:
         """Wait for a pending prefetch and drop it: the client is this thread's again."""
         ahead, self._ahead = self._ahead, None
         if ahead is not None:
-            _wait(ahead[1])
+            ahead[1].exception()  # waits; its answer or error no longer matters
 
     def _call(
         self, method: Any, what: str, tp: TopicPartition | None, offset: int | None, *args: Any,
@@ -257,8 +257,3 @@ class WireFetchSource:
 
     def __repr__(self) -> str:
         return f"WireFetchSource({self._descriptor.bootstrap!r})"
-
-
-def _wait(future: Future[FetchedPartition]) -> None:
-    """Wait for a dropped prefetch to end; its answer or error no longer matters."""
-    future.exception()
