@@ -43,7 +43,7 @@ from pyspark.sql.datasource import DataSourceReader, Filter, InputPartition
 
 from broker_embedded.storage.fetch_source import FetchSourceDescriptor
 from datasource.kafka_input_partition import KafkaInputPartition
-from datasource.kafka_offset_reader import KafkaOffsetReader
+from datasource.kafka_offset_reader import KafkaOffsetReader, source_of
 from datasource.kafka_source_options import KafkaSourceOptions
 from datasource.offset_range import OffsetRange, OffsetRangeCalculator
 from datasource.pushed_filters import PushedFilters
@@ -97,7 +97,7 @@ class KafkaBatchReader(DataSourceReader):
         calculator = OffsetRangeCalculator(
             opts.min_partitions, opts.max_records_per_partition, opts.max_bytes_per_partition
         )
-        with KafkaOffsetReader(opts.path, opts.isolation_level) as offsets:
+        with KafkaOffsetReader(source_of(opts), opts.isolation_level) as offsets:
             ranges = offsets.offset_ranges(
                 opts.starting,
                 opts.ending,

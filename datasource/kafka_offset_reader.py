@@ -2,7 +2,8 @@
 bounds, offsets by timestamp, data-loss checks, and byte positions for splitting.
 
 Everything comes through one :class:`FetchSource` (broker_embedded/storage/fetch_source.py),
-opened from its descriptor (a log dir path, :class:`LogDirSource`, for the ``path`` option):
+opened from its descriptor (:func:`source_of`: a log dir path, :class:`LogDirSource`, for the
+``path`` option; a cluster, ``WireSource``, for ``kafka.bootstrap.servers``):
 for a log dir, what the broker publishes in it, read through the read-only view (nothing is
 written and no lock is taken):
 
@@ -47,6 +48,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable, Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from broker_embedded.errors import UnknownTopicOrPartitionError
 from broker_embedded.storage.fetch_data_info import IsolationLevel
@@ -72,6 +74,9 @@ from datasource.offset_spec import (
     SpecificTimestamps,
 )
 from datasource.subscription import Assign, Subscribe, Subscription
+
+if TYPE_CHECKING:
+    from datasource.kafka_source_options import KafkaSourceOptions
 
 log = logging.getLogger(__name__)
 INT64_MAX = (1 << 63) - 1
@@ -345,6 +350,16 @@ class KafkaOffsetReader:
 
     def __repr__(self) -> str:
         return f"KafkaOffsetReader({self.location!r}, {self.isolation_level.name.lower()})"
+
+
+def source_of(options: KafkaSourceOptions) -> FetchSourceDescriptor:
+    """What ``options`` read: the log dir of ``path``, or the cluster of
+    ``kafka.bootstrap.servers`` over the wire protocol with the client's ``kafka.*`` settings."""
+    if options.bootstrap_servers is None:
+        return log_dir_source(options.path)
+    from broker_embedded.client.wire_fetch_source import WireSource  # kio: cluster reads only
+
+    return WireSource(options.bootstrap_servers, **dict(options.client_settings))  # type: ignore[arg-type]
 
 
 def log_dir_source(path: str | Path) -> LogDirSource:

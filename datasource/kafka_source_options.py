@@ -18,11 +18,22 @@ and ``narrowByFilters``.
 Precedence, as in Spark (the lower ones are then ignored): ``startingTimestamp`` >
 ``startingOffsetsByTimestamp`` > ``startingOffsets``, and the same for the ending options.
 
+Where the data comes from: ``path`` (a log dir) or ``kafka.bootstrap.servers`` (a cluster, over
+the wire protocol), exactly one. ``kafka.*`` options, as Spark's Kafka source takes them
+(``KafkaSourceProvider.validateGeneralOptions``): ``kafka.auto.offset.reset``, the key and value
+deserializers, ``kafka.enable.auto.commit`` and ``kafka.interceptor.classes`` are rejected with
+Spark's messages; ``kafka.group.id`` is accepted with Spark's warning; the client settings of
+:data:`CLIENT_SETTINGS` go to the wire client (``client_settings``); ``kafka.security.protocol``
+other than ``PLAINTEXT`` is rejected (the client speaks plaintext only); every other ``kafka.*``
+option, and Spark's own consumer options (:data:`SPARK_CONSUMER_OPTIONS`), are accepted with a
+warning, logged once per process and option, that they have no effect here.
+
 Immutable and picklable: it travels inside the reader to Spark's planner and executors.
 """
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -44,6 +55,8 @@ from datasource.offset_spec import (
 )
 from datasource.subscription import Assign, Subscribe, SubscribePattern, Subscription
 
+log = logging.getLogger(__name__)
+
 INT32_MAX = (1 << 31) - 1
 INT64_MAX = (1 << 63) - 1
 DEFAULT_MAX_PARTITION_FETCH_BYTES = 1 << 20  # Kafka consumer's max.partition.fetch.bytes
@@ -61,7 +74,57 @@ BATCH_ONLY = ("endingOffsets", "endingTimestamp", "endingOffsetsByTimestamp", "n
 STREAMING_ONLY = (
     "maxOffsetsPerTrigger", "minOffsetsPerTrigger", "maxTriggerDelay", "maxBytesPerTrigger",
 )  # fmt: skip
-OPTION_NAMES = {name.lower(): name for name in BATCH_AND_STREAMING + BATCH_ONLY + STREAMING_ONLY}
+# Options of Spark's Kafka consumer that mean nothing here: accepted, with a warning.
+SPARK_CONSUMER_OPTIONS = (
+    "kafkaConsumer.pollTimeoutMs", "fetchOffset.numRetries", "fetchOffset.retryIntervalMs",
+    "groupIdPrefix",
+)  # fmt: skip
+OPTION_NAMES = {
+    name.lower(): name
+    for name in BATCH_AND_STREAMING + BATCH_ONLY + STREAMING_ONLY + SPARK_CONSUMER_OPTIONS
+    + ("kafka.bootstrap.servers",)
+}  # fmt: skip
+# kafka.* settings the wire client takes, by the WireSource field they set (all in ms but one).
+CLIENT_SETTINGS = {
+    "kafka.client.id": "client_id", "kafka.request.timeout.ms": "request_timeout_ms",
+    "kafka.socket.connection.setup.timeout.ms": "connect_timeout_ms",
+    "kafka.retry.backoff.ms": "retry_backoff_ms",
+    "kafka.default.api.timeout.ms": "retry_timeout_ms",
+}  # fmt: skip
+# Spark's own messages (KafkaSourceProvider.validateGeneralOptions) for the kafka.* it rejects.
+_STARTING_HINT = (
+    "Instead set the source option 'startingOffsets' to 'earliest' or 'latest' to specify where "
+    "to start. Structured Streaming manages which offsets are consumed internally, rather than "
+    "relying on the kafkaConsumer to do it. This will ensure that no data is missed when new "
+    "topics/partitions are dynamically subscribed. Note that 'startingOffsets' only applies when "
+    "a new Streaming query is started, and that resuming will always pick up from where the "
+    "query left off. See the docs for more details."
+)
+_DESERIALIZED = (
+    "are deserialized as byte arrays with ByteArrayDeserializer. Use DataFrame operations to "
+    "explicitly deserialize the"
+)
+REJECTED_KAFKA = {
+    "kafka.auto.offset.reset": "Kafka option 'auto.offset.reset' is not supported. "
+                               + _STARTING_HINT,
+    "kafka.key.deserializer": f"Kafka option 'key.deserializer' is not supported as keys "
+                              f"{_DESERIALIZED} keys.",
+    "kafka.value.deserializer": f"Kafka option 'value.deserializer' is not supported as values "
+                                f"{_DESERIALIZED} values.",
+    "kafka.enable.auto.commit": "Kafka option 'enable.auto.commit' is not supported",
+    "kafka.interceptor.classes": "Kafka option 'interceptor.classes' is not supported",
+}  # fmt: skip
+GROUP_ID_WARNING = (
+    "Kafka option 'kafka.group.id' has been set on this query, it is not recommended to set this "
+    "option. This option is unsafe to use since multiple concurrent queries or sources using the "
+    "same group id will interfere with each other as they are part of the same consumer group. "
+    "Restarted queries may also suffer interference from the previous run having the same group "
+    "id. The user should have only one query per group id, and/or set the option "
+    "'kafka.session.timeout.ms' to be very small so that the Kafka consumers from the previous "
+    "query are marked dead by the Kafka group coordinator before the restarted query starts "
+    "running."
+)
+_WARNED: set[str] = set()  # options warned about in this process
 SUBSCRIPTION_OPTIONS = ("assign", "subscribe", "subscribePattern")
 START_STRATEGIES = ("error", "latest")
 
@@ -83,7 +146,7 @@ class KafkaSourceOptions:
     options were checked for (``None``: not known yet).
     """
 
-    path: str
+    path: str  # "" when reading a cluster
     subscription: Subscription
     starting: OffsetSpec
     ending: OffsetSpec | None
@@ -102,6 +165,8 @@ class KafkaSourceOptions:
     max_bytes_per_trigger: int | None = None
     narrow_by_filters: bool = False
     streaming: bool | None = False
+    bootstrap_servers: str | None = None
+    client_settings: tuple[tuple[str, int | str], ...] = ()  # (WireSource field, value)
 
     @property
     def read_committed(self) -> bool:
@@ -120,14 +185,11 @@ class KafkaSourceOptions:
         """Parse Spark's options (keys in any case); see the module docstring."""
         raw = _normalise(options)
         _check_known(raw, streaming)
-        path = raw.get("path", "").strip()
-        if not path:
-            raise InvalidOptionError(
-                "option path is missing: give the Kafka log dir to read, as "
-                'spark.read.format("kafkalog").load("/path/to/log-dir") or .option("path", ...)'
-            )
+        path, bootstrap = _location(raw)
         return cls(
             path=path,
+            bootstrap_servers=bootstrap,
+            client_settings=_kafka_params(raw, bootstrap),
             subscription=_subscription(raw),
             starting=_bound(raw, _STARTING, LatestOffsets() if streaming else EarliestOffsets(),
                             check=streaming is False),
@@ -179,6 +241,8 @@ def _normalise(options: Mapping[str, str]) -> dict[str, str]:
 def _check_known(raw: dict[str, str], streaming: bool | None) -> None:
     for key, value in raw.items():
         name = OPTION_NAMES.get(key)
+        if name is None and key.startswith("kafka."):
+            continue  # _kafka_params
         if name is None:
             raise InvalidOptionError(_unknown(key, value))
         if streaming is False and name in STREAMING_ONLY:
@@ -194,14 +258,73 @@ def _check_known(raw: dict[str, str], streaming: bool | None) -> None:
 
 
 def _unknown(key: str, value: str) -> str:
-    if key.startswith("kafka."):
-        return (
-            f"option {key}={value!r} is not supported: kafkalog reads a Kafka log dir (option "
-            "path), not a cluster, and of the kafka.* consumer settings takes only "
-            "kafka.isolation.level, kafka.max.partition.fetch.bytes and kafka.fetch.max.bytes"
-        )
     known = ", ".join(sorted(OPTION_NAMES.values(), key=str.lower))
     return f"unknown option {key}={value!r} for the kafkalog source; the options are: {known}"
+
+
+def _location(raw: dict[str, str]) -> tuple[str, str | None]:
+    """``(path, None)`` for a log dir, ``("", bootstrap)`` for a cluster: exactly one."""
+    path = raw.get("path", "").strip()
+    bootstrap = raw.get("kafka.bootstrap.servers")
+    if bootstrap is None:
+        if not path:
+            raise InvalidOptionError(
+                "option path is missing: give the Kafka log dir to read, as "
+                'spark.read.format("kafkalog").load("/path/to/log-dir") or .option("path", ...), '
+                'or a cluster to read over the Kafka protocol, as .option("kafka.bootstrap.servers"'
+                ', "host1:9092,host2:9092")'
+            )
+        return path, None
+    if path:
+        raise InvalidOptionError(
+            f"options path={path!r} and kafka.bootstrap.servers={bootstrap!r} are both given: "
+            "pick one, the log dir to read in place (path) or the cluster to read over the Kafka "
+            "protocol (kafka.bootstrap.servers)"
+        )
+    from broker_embedded.client.kafka_client import BrokerAddress  # kio: cluster reads only
+
+    try:
+        BrokerAddress.parse_list(bootstrap)
+    except ValueError as e:
+        raise InvalidOptionError(
+            f"option kafka.bootstrap.servers={bootstrap!r} is invalid: {e} (expected "
+            "host1:port1,host2:port2)"
+        ) from None
+    return "", bootstrap.strip()
+
+
+def _kafka_params(raw: dict[str, str], bootstrap: str | None) -> tuple[tuple[str, int | str], ...]:
+    """The wire client's settings among the ``kafka.*`` options; the others rejected or
+    warned about as the module docstring says."""
+    settings: list[tuple[str, int | str]] = []
+    for key, value in sorted(raw.items()):
+        if key in REJECTED_KAFKA:
+            raise InvalidOptionError(REJECTED_KAFKA[key])
+        if key == "kafka.security.protocol":
+            if value.strip().upper() != "PLAINTEXT":
+                raise InvalidOptionError(
+                    f"option kafka.security.protocol={value!r} is not supported: kafkalog's "
+                    "Kafka client speaks PLAINTEXT only"
+                )
+        elif key == "kafka.group.id":
+            _warn_once(key, GROUP_ID_WARNING)
+        elif key in CLIENT_SETTINGS and bootstrap:
+            given = value if key == "kafka.client.id" else _positive(raw, key, INT32_MAX)
+            settings.append((CLIENT_SETTINGS[key], given))  # type: ignore[arg-type]
+        elif (key.startswith("kafka.") and key not in OPTION_NAMES) or key in _SPARK_CONSUMER:
+            where = "kafkalog's Kafka client does not use it" if bootstrap else "reading a log dir"
+            name = OPTION_NAMES.get(key, key)
+            _warn_once(key, f"option {name}={value!r} has no effect ({where})")
+    return tuple(settings)
+
+
+_SPARK_CONSUMER = frozenset(name.lower() for name in SPARK_CONSUMER_OPTIONS)
+
+
+def _warn_once(key: str, message: str) -> None:
+    if key not in _WARNED:
+        _WARNED.add(key)
+        log.warning("%s", message)
 
 
 def _get(raw: dict[str, str], name: str) -> str | None:

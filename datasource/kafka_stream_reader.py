@@ -88,18 +88,20 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
-from broker_embedded.errors import InvalidTopicError
+from broker_embedded.errors import InvalidTopicError, UnknownTopicOrPartitionError
 from broker_embedded.storage.fetch_source import FetchSourceDescriptor
 from broker_embedded.storage.topic_partition import TopicPartition
 from datasource.errors import KafkaSourceError
 from datasource.kafka_input_partition import KafkaInputPartition
-from datasource.kafka_offset_reader import KafkaOffsetReader, report_data_loss
+from datasource.kafka_offset_reader import KafkaOffsetReader, report_data_loss, source_of
 from datasource.kafka_source_options import KafkaSourceOptions
 from datasource.offset_range import OffsetRange, OffsetRangeCalculator
 from datasource.offset_spec import SpecificOffsets
 
 log = logging.getLogger(__name__)
 
+# A partition deleted while being looked at: its files (a log dir) or its topic (over the wire).
+_GONE = (FileNotFoundError, UnknownTopicOrPartitionError)
 K = TypeVar("K")
 T = TypeVar("T")
 _ATTEMPTS = 3
@@ -201,7 +203,8 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         that disappears under the view (retention deleting a segment between listing and
         opening it) makes it look again, with a new view, a few times."""
         for attempt in range(_ATTEMPTS):
-            with KafkaOffsetReader(self.options.path, self.options.isolation_level) as offsets:
+            source = source_of(self.options)
+            with KafkaOffsetReader(source, self.options.isolation_level) as offsets:
                 try:
                     return plan(offsets)
                 except FileNotFoundError:
@@ -249,7 +252,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         for tp in offsets.partitions(self.options.subscription, missing_ok=True):
             try:
                 found[tp] = offsets.latest(tp)
-            except FileNotFoundError:
+            except _GONE:
                 if _exists(offsets, tp):
                     raise  # a segment went away: look again
         return found
@@ -397,7 +400,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         fail = self.options.fail_on_data_loss
         try:
             earliest = offsets.earliest(tp)
-        except FileNotFoundError:
+        except _GONE:
             if _exists(offsets, tp):
                 raise  # a segment went away: look again
             report_data_loss(

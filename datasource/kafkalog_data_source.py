@@ -22,9 +22,9 @@ class KafkaLogDataSource(DataSource):
 
     A drop-in for Spark's built-in Kafka source (``format("kafka")``) that reads the files of a
     log dir (one entry of a broker's ``log.dirs``: kafkalog's embedded broker, or a copy of a
-    real Kafka broker's) instead of fetching from a cluster. Same schema, same option names;
-    only where the data comes from changes: the option ``path`` instead of
-    ``kafka.bootstrap.servers``.
+    real Kafka broker's) in place, with the option ``path``, or fetches from a cluster over the
+    Kafka protocol, with ``kafka.bootstrap.servers`` as in Spark (``kafkalog serve``, Apache
+    Kafka, any Kafka-compatible broker). Same schema, same option names.
 
     Usage::
 
@@ -59,10 +59,18 @@ class KafkaLogDataSource(DataSource):
     Options (names ignore case; values are strings; unknown options, malformed values and
     contradictions are rejected with a message naming the option and the value):
 
-    ``path`` (required)
-        The log dir, e.g. ``load("/data/kafka-logs")`` or ``.option("path", ...)``. It must be
-        readable at the same path by the driver and every executor (a shared file system on a
-        cluster); an absolute path is safest.
+    ``path`` | ``kafka.bootstrap.servers`` (exactly one)
+        ``path``: the log dir, e.g. ``load("/data/kafka-logs")`` or ``.option("path", ...)``. It
+        must be readable at the same path by the driver and every executor (a shared file
+        system on a cluster); an absolute path is safest. ``kafka.bootstrap.servers``:
+        ``"host1:9092,host2:9092"``, a cluster read over the Kafka protocol (no path): the
+        driver plans with Metadata and ListOffsets, each executor fetches its range from the
+        partition's leader (broker_embedded/client/wire_fetch_source.py) with the next fetch in
+        flight while Spark takes the previous rows; a leader that moves or dies is followed from
+        the same offset, within ``kafka.default.api.timeout.ms`` (default 60000), then the read
+        fails naming the cluster, broker, partition and offset. Over the wire the bytes of the
+        log are unknown: ``maxBytesPerPartition`` and ``maxBytesPerTrigger`` then cut nothing
+        (the offset limits still apply). Plaintext only.
     ``assign`` | ``subscribe`` | ``subscribePattern`` (exactly one)
         Which partitions to read. ``assign``: JSON ``{"topicA":[0,1],"topicB":[2]}``;
         ``subscribe``: comma-separated topics ``"topicA,topicB"``; ``subscribePattern``: a regex
@@ -131,10 +139,19 @@ class KafkaLogDataSource(DataSource):
         query on the same DataFrame or temporary view) and rows go missing. Turn it on only for
         DataFrames that are loaded for one query and scanned once.
 
+    ``kafka.client.id``, ``kafka.request.timeout.ms``, ``kafka.socket.connection.setup.timeout.ms``,
+    ``kafka.retry.backoff.ms``, ``kafka.default.api.timeout.ms``
+        The wire client's settings (Kafka consumer's meanings), for ``kafka.bootstrap.servers``.
+
     Streaming-only options (``maxOffsetsPerTrigger``, ``minOffsetsPerTrigger``,
-    ``maxTriggerDelay``, ``maxBytesPerTrigger``) are rejected in a batch query; other Kafka
-    consumer settings (``kafka.*``, including ``kafka.bootstrap.servers``) are rejected: the data
-    comes from ``path``.
+    ``maxTriggerDelay``, ``maxBytesPerTrigger``) are rejected in a batch query. Other ``kafka.*``
+    consumer settings follow Spark's Kafka source: ``kafka.auto.offset.reset``,
+    ``kafka.key.deserializer``, ``kafka.value.deserializer``, ``kafka.enable.auto.commit`` and
+    ``kafka.interceptor.classes`` are rejected with Spark's messages, ``kafka.group.id`` logs
+    Spark's warning, ``kafka.security.protocol`` other than PLAINTEXT is rejected, and the rest
+    (and Spark's ``kafkaConsumer.pollTimeoutMs``, ``fetchOffset.numRetries``,
+    ``fetchOffset.retryIntervalMs``, ``groupIdPrefix``) are accepted with one warning each that
+    they have no effect.
 
     Streaming (``spark.readStream.format("kafkalog")``, kafka_stream_reader.py has the details)::
 

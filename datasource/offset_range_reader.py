@@ -15,6 +15,11 @@ batches of up to ``COALESCE_ROWS`` rows or ``COALESCE_BYTES`` bytes before they 
 (Spark pays per batch). Memory stays bounded by one fetch, one decode call's inflation budget,
 its decoded rows and that buffer, whatever the partition's size or compression.
 
+Pipelining: a source that can fetch ahead (``prefetch``: the wire source over
+``kafka.bootstrap.servers``) is asked, once a fetch is decoded, for the next fetch of the range
+while Spark consumes the rows of this one; at most one fetch is ahead, and none past the
+range's end or the bound the last fetch reported, so memory stays bounded by one more fetch.
+
 Offsets are not contiguous: compaction, transaction markers and aborted records leave gaps, and
 a gap is never an error. A fetch that finds no batch at all means that nothing is left between
 the current offset and the bound: the read ends. Data loss (the records are gone) is told apart
@@ -90,6 +95,11 @@ def read_offset_range(p: KafkaInputPartition) -> Iterator[pa.RecordBatch]:
                 source=f"{p.source.location} ({tp}, fetch at offset {offset})",
                 aborted_transactions=fetched.aborted_transactions,
             )
+            ahead = getattr(source, "prefetch", None)
+            if ahead is not None and offset < decoded.next_offset < min(
+                p.end, fetched.bound(isolation)
+            ):
+                ahead(tp, decoded.next_offset, p.fetch_bytes, isolation)
             for batch in decoded.batches:
                 if batch.num_rows:
                     yield from rows.add(batch)

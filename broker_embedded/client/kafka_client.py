@@ -16,10 +16,11 @@ request at most ``request_timeout_s`` (socket timeouts: :class:`BrokerConnection
 the broker, the connection closed); a response frame larger than ``max_response_bytes`` is
 refused unread (same error). Requests to a partition's leader that fail with
 NOT_LEADER_OR_FOLLOWER (6) or LEADER_NOT_AVAILABLE (5), or whose leader is unreachable, refresh
-the metadata and are retried at most ``retries`` times, ``retry_backoff_s`` apart; after that
-the last error is raised. A Produce retried after its connection broke may have been appended
-before it broke: then the batch is in the log twice (at least once, as Kafka's producer without
-idempotence). An error code in a response raises the domain exception of that code
+the metadata and are retried at most ``retries`` times, ``retry_backoff_s`` apart, and not once
+``retry_timeout_s`` have passed since the first attempt; after that the last error is raised.
+A Produce retried after its connection broke may have been appended before it broke: then the
+batch is in the log twice (at least once, as Kafka's producer without idempotence). An error
+code in a response raises the domain exception of that code
 (``broker_embedded.errors``; :class:`KafkaApiError` with the code for the others) naming the
 broker, topic and partition.
 
@@ -136,6 +137,7 @@ class ClientConfig:
     max_response_bytes: int = 64 << 20
     retries: int = 5
     retry_backoff_s: float = 0.2
+    retry_timeout_s: float = 60.0  # no retry starts later than this after the first attempt
 
 
 class BrokerConnection:
@@ -434,7 +436,8 @@ class KafkaClient:
 
     def to_leader(self, topic: str, partition: int, call: Callable[[BrokerConnection], Any]) -> Any:
         """``call`` on the partition leader's connection, retried on a moved or unreachable
-        leader after a metadata refresh (at most ``retries`` times)."""
+        leader after a metadata refresh (at most ``retries`` times, within ``retry_timeout_s``)."""
+        deadline = time.monotonic() + self.config.retry_timeout_s
         for attempt in range(self.config.retries + 1):
             address = None
             try:
@@ -442,7 +445,8 @@ class KafkaClient:
                 return call(self.connection(address))
             except (BrokerConnectionError, KafkaApiError) as e:
                 retriable = isinstance(e, BrokerConnectionError) or e.code in RETRIABLE
-                if not retriable or attempt == self.config.retries:
+                late = time.monotonic() + self.config.retry_backoff_s > deadline
+                if not retriable or attempt == self.config.retries or late:
                     raise
                 if address is not None and isinstance(e, BrokerConnectionError):
                     self._drop(address)

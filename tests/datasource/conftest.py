@@ -1,5 +1,6 @@
 """Shared fixtures of the data source tests: one SparkSession for the whole test session, and
-log dirs built once.
+log dirs built once; the source log dir also served over the Kafka protocol (``read_source``,
+parametrised over the transport: the same options and expected rows for both).
 
 ``spark``: ``local[2]``, few shuffle partitions, no UI, UTC session time zone, the Python workers
 running this interpreter (the venv's, where the packages are installed). It is never told about
@@ -14,6 +15,7 @@ import shutil
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -71,3 +73,46 @@ def kafka_log_dirs(tmp_path_factory) -> dict[str, Path]:
         if src.is_dir():
             out[src.name] = Path(shutil.copytree(src, base / src.name))
     return out
+
+
+@dataclass(frozen=True)
+class ReadSource:
+    """Where a test reads from: ``log_dir`` in place, or ``bootstrap`` (a server over a copy of
+    it). ``log_dir`` is what the expected rows are worked out from, for both transports."""
+
+    transport: str
+    log_dir: Path
+    bootstrap: str | None = None
+
+    def options(self, **options: str) -> dict[str, str]:
+        if self.bootstrap is None:
+            return {"path": str(self.log_dir), **options}
+        return {"kafka.bootstrap.servers": self.bootstrap, **options}
+
+    def load(self, spark, **options: str):
+        return spark.read.format("kafkalog").options(**self.options(**options)).load()
+
+    def read_stream(self, spark, **options: str):
+        return spark.readStream.format("kafkalog").options(**self.options(**options)).load()
+
+
+@pytest.fixture(scope="session")
+def served_source(source_log_dir: Path, tmp_path_factory) -> Iterator[ReadSource]:
+    """A copy of the source log dir behind an in-process server on 127.0.0.1 (port 0). Served
+    once and stopped first: opening the log dir aborts the transaction the build left open
+    (the broker's recovery), so that the files tell what the server then serves."""
+    from tests.broker_embedded.server._serve import served
+
+    copy = Path(shutil.copytree(source_log_dir, tmp_path_factory.mktemp("served") / "logdir"))
+    with served(copy):
+        pass
+    with served(copy) as running:
+        yield ReadSource("wire", copy, running.bootstrap)
+
+
+@pytest.fixture(params=["logdir", "wire"])
+def read_source(request, source_log_dir: Path) -> ReadSource:
+    """The source log dir read in place, then over the Kafka protocol."""
+    if request.param == "wire":
+        return request.getfixturevalue("served_source")
+    return ReadSource("logdir", source_log_dir)

@@ -127,8 +127,25 @@ REJECTED = [
     ({"path": None}, False, ["option path is missing"]),
     ({"path": "  "}, False, ["option path is missing"]),
     ({"bogus": "1"}, False, ["unknown option bogus='1'", "subscribePattern"]),
-    ({"kafka.bootstrap.servers": "h:9092"}, False, ["kafka.bootstrap.servers='h:9092'", "path"]),
-    ({"kafka.group.id": "g"}, False, ["kafka.group.id='g'"]),
+    ({"kafka.bootstrap.servers": "h:9092"}, False,
+     ["path='/logs' and kafka.bootstrap.servers='h:9092' are both given: pick one"]),
+    ({"path": None, "kafka.bootstrap.servers": "h:x"}, False,
+     ["kafka.bootstrap.servers='h:x' is invalid", "host1:port1"]),
+    ({"path": None, "kafka.bootstrap.servers": "h:1", "kafka.security.protocol": "SSL"}, False,
+     ["kafka.security.protocol='SSL'", "PLAINTEXT only"]),
+    ({"path": None, "kafka.bootstrap.servers": "h:1", "kafka.request.timeout.ms": "0"}, False,
+     ["kafka.request.timeout.ms='0'"]),
+    # Spark's messages (KafkaSourceProvider.validateGeneralOptions), for a log dir too
+    ({"kafka.auto.offset.reset": "earliest"}, False,
+     ["Kafka option 'auto.offset.reset' is not supported.", "'startingOffsets'"]),
+    ({"kafka.key.deserializer": "x"}, None, ["Kafka option 'key.deserializer' is not supported "
+                                            "as keys are deserialized as byte arrays"]),
+    ({"kafka.value.deserializer": "x"}, True, ["Kafka option 'value.deserializer' is not "
+                                               "supported as values are deserialized"]),
+    ({"kafka.enable.auto.commit": "true"}, False,
+     ["Kafka option 'enable.auto.commit' is not supported"]),
+    ({"kafka.interceptor.classes": "x"}, False,
+     ["Kafka option 'interceptor.classes' is not supported"]),
     ({"subscribe": " , "}, False, ["subscribe=' , '", "no topics"]),
     ({"subscribe": "a,b c"}, False, ["subscribe='a,b c'", "illegal"]),
     ({"subscribe": None, "assign": "[0]"}, False, ["assign='[0]'", "JSON object"]),
@@ -312,3 +329,41 @@ def test_a_long_pattern_within_the_bound_is_accepted() -> None:
     pattern = "|".join(f"topic-{i}" for i in range(1000))[:10_000].rsplit("|", 1)[0]
     o = KafkaSourceOptions.parse({"path": "/logs", "subscribePattern": pattern})
     assert o.subscription.matches("topic-7") and not o.subscription.matches("topic-x")
+
+
+def test_bootstrap_servers_instead_of_path_and_the_client_settings() -> None:
+    o = KafkaSourceOptions.parse({
+        "subscribe": "events", "kafka.bootstrap.servers": " h1:9092,[::1]:9093 ",
+        "kafka.client.id": "job-7", "kafka.request.timeout.ms": "5000",
+        "kafka.default.api.timeout.ms": "20000", "kafka.retry.backoff.ms": "50",
+        "kafka.socket.connection.setup.timeout.ms": "3000",
+        "kafka.security.protocol": "plaintext", "kafka.max.partition.fetch.bytes": "4096",
+    })  # fmt: skip
+    assert (o.path, o.bootstrap_servers) == ("", "h1:9092,[::1]:9093")
+    assert dict(o.client_settings) == {
+        "client_id": "job-7", "request_timeout_ms": 5000, "retry_timeout_ms": 20000,
+        "retry_backoff_ms": 50, "connect_timeout_ms": 3000,
+    }  # fmt: skip
+    assert o.fetch_bytes == 4096 and pickle.loads(pickle.dumps(o)) == o
+    from datasource.kafka_offset_reader import source_of
+
+    source = source_of(o)
+    assert source.location == "Kafka cluster h1:9092,[::1]:9093"
+    assert (source.client_id, source.request_timeout_ms, source.retries) == ("job-7", 5000, 10)
+
+
+def test_accepted_kafka_options_warn_once(caplog: pytest.LogCaptureFixture) -> None:
+    from datasource import kafka_source_options
+
+    kafka_source_options._WARNED.clear()
+    given = {"kafka.group.id": "g", "kafka.session.timeout.ms": "10", "groupIdPrefix": "p",
+             "fetchOffset.numRetries": "3", "kafka.client.id": "c"}  # fmt: skip
+    with caplog.at_level("WARNING"):
+        for _ in range(2):
+            o = parse(**given)
+    assert o.client_settings == ()  # a log dir: no client
+    messages = sorted(r.getMessage() for r in caplog.records)
+    assert len(messages) == 5, messages
+    assert messages[0].startswith("Kafka option 'kafka.group.id' has been set on this query")
+    assert "option kafka.client.id='c' has no effect (reading a log dir)" in messages
+    assert "option groupIdPrefix='p' has no effect (reading a log dir)" in messages

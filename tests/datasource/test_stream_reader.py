@@ -5,7 +5,9 @@ directly where a query would hide them (fair shares, byte cuts, initial offsets,
 
 Queries are short: triggers of 100-200 ms, ``availableNow`` where the data is known up front,
 every wait polled with a deadline. Sinks the test can inspect: foreachBatch (it runs in this
-process) collecting rows by batch id, and the progress of each batch (start and end offsets)."""
+process) collecting rows by batch id, and the progress of each batch (start and end offsets).
+Tests taking ``open_stream`` run twice: over the log dir, and over the Kafka protocol from a
+server in front of the same broker."""
 
 from __future__ import annotations
 
@@ -16,7 +18,7 @@ import random
 import shutil
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -31,6 +33,7 @@ from pyspark.sql.types import StructType
 
 from broker_embedded.broker import Broker
 from broker_embedded.client.producer_record import ProducerRecord
+from broker_embedded.server.handlers import broker_server
 from broker_embedded.storage.topic_partition import TopicPartition
 from datasource.errors import DataLossError, KafkaSourceError
 from datasource.kafka_offset_reader import KafkaOffsetReader
@@ -42,6 +45,7 @@ from datasource.kafka_stream_reader import (
     parse_offsets_json,
 )
 from datasource.kafkalog_data_source import KafkaLogDataSource
+from tests.broker_embedded.server._net import config as server_config
 from tests.datasource._logdirs import T0, batch_bounds
 
 NO_RETENTION = {"retention.ms": -1, "retention.bytes": -1}
@@ -72,6 +76,29 @@ def broker(tmp_path: Path):
     b = Broker(tmp_path / "logdir", create=True)
     yield b
     b.close()
+
+
+@pytest.fixture(params=["logdir", "wire"])
+def location(request, broker: Broker) -> Iterator[dict[str, str]]:
+    """The options that say where to read: ``broker``'s log dir, or the Kafka protocol from a
+    server in front of the same broker (127.0.0.1, port 0)."""
+    if request.param == "logdir":
+        yield {"path": str(broker.log_dir)}
+        return
+    server = broker_server(broker, ["PLAINTEXT://127.0.0.1:0"], server_config())
+    server.start()
+    try:
+        yield {"kafka.bootstrap.servers": f"127.0.0.1:{server.endpoints[0].port}"}
+    finally:
+        server.shutdown(5.0)
+
+
+@pytest.fixture
+def open_stream(spark, location: dict[str, str]):
+    """``open_stream(**options)``: a streaming DataFrame over :func:`location`."""
+    return lambda **options: (
+        spark.readStream.format("kafkalog").options(**location, **options).load()
+    )
 
 
 def publish(broker: Broker) -> None:
@@ -163,7 +190,8 @@ def ends_of(query, topic: str) -> list[tuple[int, ...]]:
 
 def reader_for(broker: Broker, **options: str) -> KafkaStreamReader:
     """The stream reader Spark would make for these options, called directly."""
-    options = {"path": str(broker.log_dir), **options}
+    if "kafka.bootstrap.servers" not in options:
+        options = {"path": str(broker.log_dir), **options}
     return KafkaStreamReader(KafkaSourceOptions.parse(options, streaming=True))
 
 
@@ -287,14 +315,14 @@ def test_initial_offsets_and_options(broker: Broker) -> None:
         bad.streamReader(schema)
 
 
-def test_deleted_topic_is_data_loss(broker: Broker, caplog) -> None:
+def test_deleted_topic_is_data_loss(broker: Broker, caplog, location: dict[str, str]) -> None:
     for topic in ("keep", "gone"):
         broker.create_topic(topic, 1, config=NO_RETENTION)
         produce(broker, topic, 0, [b"v"] * 4)
     publish(broker)
-    strict = reader_for(broker, subscribe="keep,gone", startingOffsets="earliest")
+    strict = reader_for(broker, subscribe="keep,gone", startingOffsets="earliest", **location)
     lenient = reader_for(broker, subscribe="keep,gone", startingOffsets="earliest",
-                         failOnDataLoss="false")  # fmt: skip
+                         failOnDataLoss="false", **location)  # fmt: skip
     start = strict.initialOffset()
     assert start == {"gone": {"0": 0}, "keep": {"0": 0}}
     broker.delete_topic("gone")
@@ -331,7 +359,9 @@ def test_delete_records_below_the_start_is_data_loss(broker: Broker, caplog) -> 
 # -- real queries ----------------------------------------------------------------------------------
 
 
-def test_max_offsets_per_trigger_available_now(spark, broker: Broker, tmp_path: Path) -> None:
+def test_max_offsets_per_trigger_available_now(
+    spark, broker: Broker, tmp_path: Path, open_stream
+) -> None:
     broker.create_topic("m", 3, config=NO_RETENTION)
     for p, n in enumerate((12, 4, 1)):
         produce(broker, "m", p, [b"m%d-%d" % (p, i) for i in range(n)])
@@ -343,7 +373,7 @@ def test_max_offsets_per_trigger_available_now(spark, broker: Broker, tmp_path: 
         publish(broker)
 
     sink.hooks[0] = late
-    df = stream(spark, broker, subscribe="m", startingOffsets="earliest",
+    df = open_stream(subscribe="m", startingOffsets="earliest",
                 maxOffsetsPerTrigger="5")  # fmt: skip
     q = start(df, sink, tmp_path / "ck", availableNow=True)
     assert finished(q, 60), "availableNow did not stop"
@@ -424,7 +454,7 @@ def test_min_offsets_per_trigger_waits_for_data_or_the_delay(
 
 
 def test_producer_thread_exactly_once_across_restarts(
-    spark, broker: Broker, tmp_path: Path
+    spark, broker: Broker, tmp_path: Path, open_stream
 ) -> None:
     """Records arrive while the query runs; the query is stopped and restarted with another
     startingOffsets (the checkpoint wins), then fails inside a batch and is restarted (the
@@ -445,7 +475,7 @@ def test_producer_thread_exactly_once_across_restarts(
     sink, ck = Batches(), tmp_path / "ck"
 
     def run(starting: str):
-        df = stream(spark, broker, subscribe="live", startingOffsets=starting,
+        df = open_stream(subscribe="live", startingOffsets=starting,
                     maxOffsetsPerTrigger="60")  # fmt: skip
         return start(df, sink, ck, processingTime="200 milliseconds")
 

@@ -1,0 +1,259 @@
+"""The :class:`FetchSource` of a Kafka cluster, read over the wire: :class:`WireFetchSource`.
+
+Opened from :class:`WireSource` (the bootstrap addresses and the client's settings: small,
+frozen, picklable, what Spark sends to executors). Every answer comes from one
+:class:`~broker_embedded.client.kafka_client.KafkaClient` (one blocking socket per broker, kio's
+schemas, the server's too):
+
+- ``topics``: one Metadata request for every topic, at the first call (a snapshot: an executor
+  that only fetches never sends it); ``exists`` asks Metadata again for the one topic;
+- ``list_offset``: ListOffsets to the partition's leader: earliest (-2) the log start offset,
+  latest (-1) the high watermark or, with ``isolation_level`` 1 (read_committed), the last
+  stable offset; a timestamp the first offset whose record timestamp is >= it, kept only below
+  latest (as Kafka's ListOffsets does for a consumer; ``None`` otherwise);
+- ``fetch``: one Fetch v4+ of the one partition (max wait 0, min bytes 1, ``max_bytes`` as both
+  the request's and the partition's limit, no fetch session): the response's records bytes go to
+  the caller as they came (one copy, out of kio's reader), never a Python object per record;
+  KIP-74: the broker sends a first batch larger than ``max_bytes`` whole. The aborted
+  transactions of a read_committed fetch come as (producer id, first offset) pairs;
+- byte cuts: ``None`` (the log's bytes are unknown over the wire; the planner falls back to
+  offsets).
+
+Faults: NOT_LEADER_OR_FOLLOWER, LEADER_NOT_AVAILABLE or a broken connection refresh the metadata
+and retry the same request, from the same offset, against the leader the metadata names now, at
+most ``retries`` times, ``retry_backoff_ms`` apart, none starting later than
+``retry_timeout_ms`` after the first attempt (the client's ``to_leader``). Then a
+:class:`PartitionUnavailableError` names the cluster, the partition, the offset and the last
+broker's error. OFFSET_OUT_OF_RANGE is the :class:`OffsetOutOfRangeError` the data source's
+reader deals with (failOnDataLoss); UNKNOWN_TOPIC_OR_PARTITION an
+:class:`UnknownTopicOrPartitionError`. A response frame larger than ``max_response_bytes`` is
+refused (a record batch that large cannot be read).
+
+Pipelining (the consumer fetcher's, seed 002): :meth:`WireFetchSource.prefetch` sends the next
+fetch of a range on a background thread while the caller works on the previous one; the next
+:meth:`fetch` with the same arguments takes its answer, any other call first waits for it and
+drops it. At most one fetch is in flight or buffered: memory is bounded by two fetch responses
+(the one being used and the one arriving), whatever the partition's size.
+
+Thread safety: a source is used by one thread; the client is used by that thread or, while a
+prefetch is pending, by the one background thread only (the caller waits for the prefetch to end
+before it uses the client itself).
+"""
+
+from __future__ import annotations
+
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+from broker_embedded.client.kafka_client import (
+    EARLIEST,
+    LATEST,
+    RETRIABLE,
+    BrokerConnectionError,
+    ClientConfig,
+    KafkaClient,
+)
+from broker_embedded.errors import KafkaApiError, KafkaLogError, UnknownTopicOrPartitionError
+from broker_embedded.storage.fetch_data_info import IsolationLevel
+from broker_embedded.storage.fetch_source import (
+    EARLIEST_TIMESTAMP,
+    LATEST_TIMESTAMP,
+    ByteCut,
+    FetchedPartition,
+)
+from broker_embedded.storage.topic_partition import TopicPartition
+
+DEFAULT_MAX_RESPONSE_BYTES = 64 << 20
+
+
+class PartitionUnavailableError(KafkaLogError):
+    """A partition whose leader could not be reached (or kept moving) through every retry; the
+    message names the cluster, the partition, the offset and the last broker's error."""
+
+
+@dataclass(frozen=True)
+class WireSource:
+    """Opens a :class:`WireFetchSource` on the cluster at ``bootstrap`` (``host:port,...``);
+    the other fields are the client's settings (Kafka's consumer names in ms)."""
+
+    bootstrap: str
+    client_id: str = "kafkalog"
+    request_timeout_ms: int = 30_000
+    connect_timeout_ms: int = 10_000
+    retries: int = 10
+    retry_backoff_ms: int = 100
+    retry_timeout_ms: int = 60_000
+    max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES
+
+    @property
+    def location(self) -> str:
+        return f"Kafka cluster {self.bootstrap}"
+
+    def client_config(self) -> ClientConfig:
+        return ClientConfig(
+            client_id=self.client_id,
+            connect_timeout_s=self.connect_timeout_ms / 1000,
+            request_timeout_s=self.request_timeout_ms / 1000,
+            max_response_bytes=self.max_response_bytes,
+            retries=self.retries,
+            retry_backoff_s=self.retry_backoff_ms / 1000,
+            retry_timeout_s=self.retry_timeout_ms / 1000,
+        )
+
+    def open(self) -> WireFetchSource:
+        return WireFetchSource(self)
+
+
+_FetchKey = tuple[TopicPartition, int, int, IsolationLevel]
+
+
+class WireFetchSource:
+    """A Kafka cluster as a :class:`FetchSource`; see the module docstring."""
+
+    def __init__(self, descriptor: WireSource) -> None:
+        self._descriptor = descriptor
+        self._client = KafkaClient(descriptor.bootstrap, descriptor.client_config())
+        self._topics: dict[str, tuple[int, ...]] | None = None
+        self._pool: ThreadPoolExecutor | None = None
+        self._ahead: tuple[_FetchKey, Future[FetchedPartition]] | None = None
+
+    @property
+    def descriptor(self) -> WireSource:
+        return self._descriptor
+
+    # -- metadata and offsets ----------------------------------------------------------------------
+
+    def topics(self) -> dict[str, tuple[int, ...]]:
+        if self._topics is None:
+            self._settle()
+            infos = self._call(self._client.metadata, "Metadata", None, None)
+            self._topics = {t.name: tuple(p.partition for p in t.partitions) for t in infos}
+        return dict(self._topics)
+
+    def declared_partitions(self, topic: str) -> int | None:
+        found = self.topics().get(topic)
+        return None if found is None else len(found)
+
+    def exists(self, tp: TopicPartition) -> bool:
+        self._settle()
+        try:
+            infos = self._call(self._client.metadata, "Metadata", tp, None, [tp.topic])
+        except UnknownTopicOrPartitionError:
+            return False
+        return any(p.partition == tp.partition for t in infos for p in t.partitions)
+
+    def list_offset(
+        self, tp: TopicPartition, timestamp: int, isolation: IsolationLevel
+    ) -> int | None:
+        self._settle()
+        if timestamp == EARLIEST_TIMESTAMP:
+            return self._list(tp, EARLIEST, IsolationLevel.READ_UNCOMMITTED)
+        latest = self._list(tp, LATEST, isolation)
+        if timestamp == LATEST_TIMESTAMP:
+            return latest
+        found = self._list(tp, timestamp, isolation)
+        return found if 0 <= found < latest else None
+
+    def _list(self, tp: TopicPartition, timestamp: int, isolation: IsolationLevel) -> int:
+        return self._call(self._client.list_offset, f"ListOffsets at timestamp {timestamp}", tp,
+                          None, tp.topic, tp.partition, timestamp,
+                          isolation_level=int(isolation))  # fmt: skip
+
+    # -- fetching ----------------------------------------------------------------------------------
+
+    def fetch(
+        self, tp: TopicPartition, offset: int, max_bytes: int, isolation: IsolationLevel
+    ) -> FetchedPartition:
+        key = (tp, offset, max_bytes, isolation)
+        ahead = self._ahead
+        if ahead is not None and ahead[0] == key:
+            self._ahead = None
+            return ahead[1].result()
+        self._settle()
+        return self._fetch(key)
+
+    def prefetch(
+        self, tp: TopicPartition, offset: int, max_bytes: int, isolation: IsolationLevel
+    ) -> None:
+        """Send the fetch :meth:`fetch` will be called with next, on the background thread
+        (replacing a pending one, after it ends); see the module docstring."""
+        self._settle()
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kafkalog-fetch")
+        key = (tp, offset, max_bytes, isolation)
+        self._ahead = (key, self._pool.submit(self._fetch, key))
+
+    def _fetch(self, key: _FetchKey) -> FetchedPartition:
+        tp, offset, max_bytes, isolation = key
+        f = self._call(self._client.fetch, "Fetch", tp, offset, tp.topic, tp.partition, offset,
+                       max_bytes, int(isolation))  # fmt: skip
+        aborted = None
+        if isolation == IsolationLevel.READ_COMMITTED:
+            aborted = f.aborted_transactions or ()
+        return FetchedPartition(tp, offset, f.records, f.high_watermark, f.last_stable_offset,
+                                f.log_start_offset, aborted)  # fmt: skip
+
+    def _settle(self) -> None:
+        """Wait for a pending prefetch and drop it: the client is this thread's again."""
+        ahead, self._ahead = self._ahead, None
+        if ahead is not None:
+            ahead[1].exception()  # waits; its answer or error no longer matters
+
+    def _call(
+        self, method: Any, what: str, tp: TopicPartition | None, offset: int | None, *args: Any,
+        **kwargs: Any,
+    ) -> Any:  # fmt: skip
+        """``method(*args, **kwargs)`` on the client (which retries a moved or unreachable
+        leader); a retriable error left after its retries becomes a
+        :class:`PartitionUnavailableError` naming what was asked. Called with no prefetch
+        pending, or by the prefetch itself."""
+        try:
+            return method(*args, **kwargs)
+        except (BrokerConnectionError, KafkaApiError) as e:
+            if isinstance(e, KafkaApiError) and e.code not in RETRIABLE:
+                raise
+            config = self._descriptor
+            where = "" if tp is None else f" of {tp}"
+            at = "" if offset is None else f" at offset {offset}"
+            raise PartitionUnavailableError(
+                f"{what}{where}{at} from {config.location} failed after at most "
+                f"{config.retries} retries within {config.retry_timeout_ms} ms "
+                f"(kafka.retry.backoff.ms={config.retry_backoff_ms}): {e}"
+            ) from e
+
+    # -- bytes of the log: unknown over the wire ---------------------------------------------------
+
+    def byte_cut(
+        self,
+        tp: TopicPartition,
+        start: int,
+        end: int,
+        max_bytes: int,
+        *,
+        min_one_batch: bool = False,
+    ) -> ByteCut | None:
+        return None
+
+    def byte_cuts(
+        self, tp: TopicPartition, start: int, end: int, max_bytes: int
+    ) -> list[int] | None:
+        return None
+
+    # -- lifetime ----------------------------------------------------------------------------------
+
+    def close(self) -> None:
+        self._settle()
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+            self._pool = None
+        self._client.close()
+
+    def __enter__(self) -> WireFetchSource:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"WireFetchSource({self._descriptor.bootstrap!r})"
