@@ -27,6 +27,8 @@ from broker_embedded.coordinator.group_metadata_record import (
     OffsetCommitValue,
     decode_key,
     decode_value,
+    encode_key,
+    encode_value,
 )
 from broker_embedded.storage.log_dir import LogDir
 from broker_embedded.storage.log_dir_fetch_source import LogDirSource
@@ -449,3 +451,40 @@ def test_commit_to_a_log_dir_a_broker_owns_fails(spark, tmp_path: Path) -> None:
         f"another process owns it ({owner}), and a log dir takes one writer. Commit through that "
         "server with a Kafka client instead, or remove the option commitOffsetsToGroup"
     ) in str(e.value)
+
+
+def commit_record(group: str, tp: TopicPartition, offset: int) -> ProducerRecord:
+    """An offset commit record built here from the schemas (key v1, value v3)."""
+    key = encode_key(OffsetCommitKey(group, tp.topic, tp.partition))
+    return ProducerRecord(encode_value(OffsetCommitValue(offset, "", NOW)), key=key)
+
+
+def test_transactional_commits_count_once_committed(log_dir: Path, tmp_path: Path) -> None:
+    path = Path(shutil.copytree(log_dir, tmp_path / "copy"))
+    p = partition_for("txg", 50)
+    with Broker(path) as broker:
+        broker.produce("__consumer_offsets", p, [commit_record("txg", orders(2), 3)])
+        tx = broker.transactional_producer("tx")
+        tx.begin()
+        tx.send("__consumer_offsets", p, [commit_record("txg", orders(0), 5)])
+        tx.commit()
+        tx.begin()
+        tx.send("__consumer_offsets", p, [commit_record("txg", orders(0), 8),
+                                          commit_record("txg", orders(1), 2)])  # fmt: skip
+        tx.abort()
+    assert read_committed_offsets(path, "txg") == {orders(0): 5, orders(2): 3}
+    starts = plan(path, subscribe="orders", startingOffsets="group:txg",
+                  startingOffsetsByGroupFallback="earliest")  # fmt: skip
+    assert starts == {orders(0): 5, orders(1): 0, orders(2): 3}
+
+
+def test_a_large_commit_is_split_into_batches(log_dir: Path, tmp_path: Path) -> None:
+    path = Path(shutil.copytree(log_dir, tmp_path / "copy"))
+    offsets = {TopicPartition("big", i): i for i in range(12_000)}
+    tp = commit_group_offsets(path, "big-group", offsets, now_ms=NOW)
+    assert read_committed_offsets(path, "big-group") == offsets
+    with LogDir(path).open_partition(tp) as reader:
+        sizes = [len(list(b.records())) for b in reader.batches(0, reader.log_end_offset)]
+    # a record: key 2 + (2 + 9) + (2 + 3) + 4 bytes, value 2 + 8 + 4 + 2 + 8: 46 bytes, and
+    # 11397 * 46 = 524262 <= 512 KiB < 11398 * 46
+    assert sizes == [11_397, 603]
