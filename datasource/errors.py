@@ -27,3 +27,9 @@ class DataLossError(KafkaSourceError):
     """Offsets a query needs are no longer (or not) in the log: retention or DeleteRecords moved
     the log start offset past them, or the high watermark moved back below them. Raised only with
     ``failOnDataLoss=true``; otherwise the reader logs a warning and reads what is there."""
+
+
+class GroupOffsetsError(KafkaSourceError):
+    """A consumer group's committed offsets cannot give where a query starts
+    (``startingOffsets=group:<group id>``), or a query cannot commit its progress to a group
+    (``commitOffsetsToGroup``): the message names the group, the log dir and what is missing."""

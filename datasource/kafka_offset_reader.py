@@ -25,7 +25,10 @@ past the latest bound, is data loss: a :class:`DataLossError` naming the partiti
 offsets with ``failOnDataLoss=true``, else the offset is moved to the nearest available one with
 a logged warning. A specific-offsets or by-timestamp JSON must name exactly the subscribed
 partitions (Spark's rule for batch queries). Unknown topics or partitions are an
-:class:`UnknownTopicOrPartitionError` naming them.
+:class:`UnknownTopicOrPartitionError` naming them. ``group:<group id>``: the group's committed
+offsets (:meth:`committed_offsets`: for a log dir, its ``__consumer_offsets``), resolved by
+group_offsets.py's :func:`group_starting_offsets` (fallback for partitions without a commit; a
+committed offset below the log start or past the latest offset is data loss, as above).
 
 Bytes of the log (``byte_cut``, ``log_bytes``, ``byte_cuts``): where a range may be cut so that
 a piece holds about so many bytes (a log dir: exact, from offset index positions);
@@ -62,12 +65,14 @@ from broker_embedded.storage.log_dir_fetch_source import LogDirSource
 from broker_embedded.storage.topic_config_file import TOPIC_CONFIG_FILE
 from broker_embedded.storage.topic_partition import TopicPartition
 from datasource.errors import DATA_LOSS_HINT, DataLossError, InvalidOptionError
+from datasource.group_offsets import group_starting_offsets, read_committed_offsets
 from datasource.offset_range import OffsetRange
 from datasource.offset_spec import (
     EARLIEST,
     LATEST,
     EarliestOffsets,
     GlobalTimestamp,
+    GroupOffsets,
     LatestOffsets,
     OffsetSpec,
     SpecificOffsets,
@@ -201,6 +206,13 @@ class KafkaOffsetReader:
         """Where each partition starts. ``strategy`` (``startingOffsetsByTimestampStrategy``):
         ``error`` when a timestamp matches no offset, or ``latest`` to start at the latest."""
         tps = list(partitions)
+        if isinstance(spec, GroupOffsets):
+            fail = fail_on_data_loss
+            return group_starting_offsets(
+                spec, self.committed_offsets(spec.group_id), tps, self.earliest, self.latest,
+                lambda tp, requested, instead, what: self._data_lost(
+                    tp, requested, instead, fail, f"startingOffsets={spec}: {what}"),
+            )  # fmt: skip
         _check_covers(spec, tps, "starting")
         out = {}
         for tp in tps:
@@ -220,6 +232,11 @@ class KafkaOffsetReader:
             else:
                 out[tp] = self._resolve(spec, tp, option, fail_on_data_loss, EARLIEST)
         return out
+
+    def committed_offsets(self, group_id: str) -> dict[TopicPartition, int]:
+        """The committed offsets of consumer group ``group_id``, read from the source's
+        ``__consumer_offsets`` (group_offsets.py; a wire source may answer with OffsetFetch)."""
+        return read_committed_offsets(self.source, group_id)
 
     def ending_offsets(
         self,

@@ -17,6 +17,13 @@ and ``narrowByFilters``.
 
 Precedence, as in Spark (the lower ones are then ignored): ``startingTimestamp`` >
 ``startingOffsetsByTimestamp`` > ``startingOffsets``, and the same for the ending options.
+Except for kafkalog's ``startingOffsets=group:<group id>`` (a consumer group's committed
+offsets, :class:`~datasource.offset_spec.GroupOffsets`): given with ``startingTimestamp`` or
+``startingOffsetsByTimestamp`` it is an error, not silently ignored, and so is
+``endingOffsets=group:...``. ``startingOffsetsByGroupFallback`` (``earliest``, ``latest``,
+``none``; default ``latest``, as a Kafka consumer's ``auto.offset.reset``) goes with it only.
+``commitOffsetsToGroup=<group id>`` (streaming only): the group the stream reader commits its
+progress to (kafka_stream_reader.py).
 
 Where the data comes from: ``path`` (a log dir) or ``kafka.bootstrap.servers`` (a cluster, over
 the wire protocol), exactly one. ``kafka.*`` options, as Spark's Kafka source takes them
@@ -42,13 +49,16 @@ from broker_embedded.storage.fetch_data_info import IsolationLevel
 from datasource.errors import InvalidOptionError
 from datasource.offset_spec import (
     EARLIEST,
+    GROUP_FALLBACKS,
     LATEST,
     EarliestOffsets,
     GlobalTimestamp,
+    GroupOffsets,
     LatestOffsets,
     OffsetSpec,
     SpecificOffsets,
     SpecificTimestamps,
+    parse_group_id,
     parse_offsets,
     parse_timestamp,
     parse_timestamps,
@@ -69,10 +79,12 @@ BATCH_AND_STREAMING = (
     "startingOffsetsByTimestamp", "startingOffsetsByTimestampStrategy", "failOnDataLoss",
     "includeHeaders", "minPartitions", "maxRecordsPerPartition", "maxBytesPerPartition",
     "kafka.isolation.level", "kafka.max.partition.fetch.bytes", "kafka.fetch.max.bytes",
+    "startingOffsetsByGroupFallback",
 )  # fmt: skip
 BATCH_ONLY = ("endingOffsets", "endingTimestamp", "endingOffsetsByTimestamp", "narrowByFilters")
 STREAMING_ONLY = (
     "maxOffsetsPerTrigger", "minOffsetsPerTrigger", "maxTriggerDelay", "maxBytesPerTrigger",
+    "commitOffsetsToGroup",
 )  # fmt: skip
 # Options of Spark's Kafka consumer that mean nothing here: accepted, with a warning.
 SPARK_CONSUMER_OPTIONS = (
@@ -143,7 +155,8 @@ class KafkaSourceOptions:
     ``starting`` / ``ending``: where to start and end, by the precedence rules (``ending`` is
     ``None`` for a streaming query). ``narrow_by_filters``: let pushed filters narrow the plan
     (kafka_batch_reader.py says why this is off by default). ``streaming``: the query kind the
-    options were checked for (``None``: not known yet).
+    options were checked for (``None``: not known yet). ``commit_to_group``: the consumer
+    group a streaming query commits its progress to (``None``: none).
     """
 
     path: str  # "" when reading a cluster
@@ -167,6 +180,7 @@ class KafkaSourceOptions:
     streaming: bool | None = False
     bootstrap_servers: str | None = None
     client_settings: tuple[tuple[str, int | str], ...] = ()  # (WireSource field, value)
+    commit_to_group: str | None = None
 
     @property
     def read_committed(self) -> bool:
@@ -209,6 +223,7 @@ class KafkaSourceOptions:
             **_streaming_limits(raw),
             narrow_by_filters=_bool(raw, "narrowByFilters", False),
             streaming=streaming,
+            commit_to_group=_group_id(raw, "commitOffsetsToGroup"),
         )._checked()  # fmt: skip
 
     def _checked(self) -> KafkaSourceOptions:
@@ -219,6 +234,11 @@ class KafkaSourceOptions:
         if lo is not None and hi is not None and lo > hi:
             raise InvalidOptionError(
                 f"option minOffsetsPerTrigger={lo} is larger than maxOffsetsPerTrigger={hi}"
+            )
+        if self.commit_to_group is not None and self.bootstrap_servers is not None:
+            raise InvalidOptionError(
+                "option commitOffsetsToGroup writes the log dir's __consumer_offsets; it is not "
+                "available with kafka.bootstrap.servers yet"
             )
         return self
 
@@ -381,6 +401,9 @@ def _bound(raw: dict[str, str], bound: _Bound, default: OffsetSpec, check: bool)
         given.append(parse_timestamps(f"{prefix}OffsetsByTimestamp", value))
     if (value := _get(raw, f"{prefix}Offsets")) is not None:
         given.append(parse_offsets(f"{prefix}Offsets", value))
+    groups = [g for g in given if isinstance(g, GroupOffsets)]
+    if groups or _get(raw, GROUP_FALLBACK) is not None and bound is _STARTING:
+        return _group_bound(raw, bound, groups[0] if groups else None, len(given))
     if not given:
         return default
     spec = given[0]
@@ -399,6 +422,44 @@ def _bound(raw: dict[str, str], bound: _Bound, default: OffsetSpec, check: bool)
                     f"at {offset} ({bound.empty_word})"
                 )
     return spec
+
+
+GROUP_FALLBACK = "startingOffsetsByGroupFallback"
+
+
+def _group_bound(
+    raw: dict[str, str], bound: _Bound, group: GroupOffsets | None, given: int
+) -> GroupOffsets:
+    """``<prefix>Offsets=group:<id>`` with its fallback; the contradictions are errors (module
+    docstring): an ending bound, a starting timestamp option beside it, a fallback without it."""
+    prefix = bound.prefix
+    if group is None:
+        value = _get(raw, "startingOffsets")
+        shown = "not set" if value is None else repr(value)
+        raise InvalidOptionError(
+            f"option {GROUP_FALLBACK}={_get(raw, GROUP_FALLBACK)!r} applies only with "
+            f"startingOffsets=group:<group id>; startingOffsets is {shown}"
+        )
+    if bound is _ENDING:
+        raise InvalidOptionError(
+            f"option endingOffsets='{group}' is invalid: a consumer group's committed offsets "
+            "can only be where a query starts (startingOffsets=group:<group id>)"
+        )
+    if given > 1:
+        others = [n for n in (f"{prefix}Timestamp", f"{prefix}OffsetsByTimestamp")
+                  if _get(raw, n) is not None]  # fmt: skip
+        raise InvalidOptionError(
+            f"option startingOffsets='{group}' cannot be combined with {' and '.join(others)}: "
+            "a query starts at a consumer group's committed offsets or at a timestamp, not both; "
+            "remove one of them"
+        )
+    fallback = _choice(raw, GROUP_FALLBACK, GROUP_FALLBACKS, "latest")
+    return GroupOffsets(group.group_id, fallback)
+
+
+def _group_id(raw: dict[str, str], name: str) -> str | None:
+    value = _get(raw, name)
+    return None if value is None else parse_group_id(name, value, value)
 
 
 def _check_order(starting: OffsetSpec, ending: OffsetSpec) -> None:

@@ -68,6 +68,22 @@ the next run) and the query stops once it is reached, in batches bounded by the 
 ``reportLatestOffset``: the latest offsets seen by the last ``latestOffset`` call, uncapped, so
 that a query's progress (``sources[].latestOffset``) shows how far behind it is.
 
+``commitOffsetsToGroup=<group id>``: the query's progress as that consumer group's committed
+offsets in the log dir's ``__consumer_offsets`` (group_commit.py), so that ``kafkalog groups
+describe`` and Kafka's lag tools show its lag. When Spark tells a source what is done (checked
+in PySpark 4.3): ``commit(end)`` of batch N comes only when batch N+1 is planned (after its
+offsets are in the offset log, before it runs), so a query that caught up would never commit its
+last batch through ``commit`` alone. But ``latestOffset(start)`` is called at every trigger
+with ``start`` the end of the last batch, which Spark has completed (its commit log written)
+before it plans the next one; so the reader commits ``start`` there, and ``end`` in ``commit``:
+committed offsets are always offsets whose records the query has processed (the first trigger
+commits the query's starting offsets: nothing before them is to be read). Only partitions whose
+offset changed since the reader's last commit are written (all of them at the first commit of
+the process), so idle triggers write nothing. A commit that fails fails the query, naming the
+option (e.g. a ``kafkalog serve`` owning the log dir: one writer per log dir; the reader checks
+that when it is created). The group's commits are as durable as the checkpoint is behind them:
+after a restart Spark replays from its checkpoint, and the group's offsets follow again.
+
 Thread safety: Spark calls one reader from one thread.
 """
 
@@ -92,6 +108,7 @@ from broker_embedded.errors import InvalidTopicError, UnknownTopicOrPartitionErr
 from broker_embedded.storage.fetch_source import FetchSourceDescriptor
 from broker_embedded.storage.topic_partition import TopicPartition
 from datasource.errors import KafkaSourceError
+from datasource.group_commit import check_can_commit, commit_group_offsets
 from datasource.kafka_input_partition import KafkaInputPartition
 from datasource.kafka_offset_reader import KafkaOffsetReader, report_data_loss, source_of
 from datasource.kafka_source_options import KafkaSourceOptions
@@ -197,6 +214,10 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._reported: Offsets | None = None  # latest offsets seen by the last latestOffset
         self._turn = 0  # batches admitted: whose turn it is under a limit
         self._initial_offsets: dict | None = None  # resolved once per query (see initialOffset)
+        self._group_committed: Offsets = {}  # commitOffsetsToGroup: what this process committed
+        self._group_partition: TopicPartition | None = None  # where the group's commits go
+        if options.commit_to_group is not None:
+            check_can_commit(options.path, options.commit_to_group)
 
     def _planning(self, plan: Callable[[KafkaOffsetReader], T]) -> T:
         """``plan`` over a fresh view of the log dir (what the broker published by now). A file
@@ -275,6 +296,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:  # noqa: N802
         starts = parse_offsets_json(start)
+        self._commit_to_group(starts)
         ends = self._planning(lambda offsets: self._next_ends(offsets, starts, limit))
         if ends is None:
             return start  # skipped by minOffsetsPerTrigger: exactly what Spark gave
@@ -450,7 +472,22 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         yield from read_offset_range(partition)
 
     def commit(self, end: dict) -> None:
-        """Nothing to do: Spark's checkpoint holds the offsets, the log dir is read-only."""
+        """With ``commitOffsetsToGroup``, commit ``end`` to the group (module docstring);
+        otherwise nothing: Spark's checkpoint holds the offsets."""
+        self._commit_to_group(parse_offsets_json(end))
+
+    def _commit_to_group(self, offsets: Offsets) -> None:
+        """Commit the offsets that changed since the last commit to ``commitOffsetsToGroup``."""
+        group = self.options.commit_to_group
+        if group is None:
+            return
+        changed = {tp: o for tp, o in offsets.items() if self._group_committed.get(tp) != o}
+        if not changed:
+            return
+        self._group_partition = commit_group_offsets(
+            self.options.path, group, changed, partition=self._group_partition
+        )
+        self._group_committed.update(changed)
 
 
 def _exists(offsets: KafkaOffsetReader, tp: TopicPartition) -> bool:

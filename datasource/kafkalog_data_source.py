@@ -89,6 +89,18 @@ class KafkaLogDataSource(DataSource):
         ``startingTimestamp`` ``"1700000000000"`` for every partition, or per partition
         ``{"topicA":{"0":1700000000000}}``. Precedence: startingTimestamp >
         startingOffsetsByTimestamp > startingOffsets (Spark's rule; the others are ignored).
+    ``startingOffsets=group:<group id>`` (kafkalog's own)
+        Start at a consumer group's committed offsets, read from the log dir's
+        ``__consumer_offsets`` (only the group's partition, found as Kafka finds it; a log dir
+        copied from Kafka works), in a batch or a streaming query. A committed offset below the
+        log start offset or past the latest offset is data loss (see ``failOnDataLoss``). An
+        error when the group has no committed offset, when the log dir has no
+        ``__consumer_offsets``, and with ``startingTimestamp`` or
+        ``startingOffsetsByTimestamp`` (which start elsewhere). Spark's ``kafka.group.id`` and
+        ``groupIdPrefix`` do not set offsets; this does.
+    ``startingOffsetsByGroupFallback`` (default ``latest``; only with ``group:``)
+        Where a partition the group has no commit for starts: ``earliest``, ``latest`` (as a
+        Kafka consumer's ``auto.offset.reset``) or ``none`` (fail, naming those partitions).
     ``startingOffsetsByTimestampStrategy`` (default ``error``)
         When no record is at or after the starting timestamp: ``error`` fails the query,
         ``latest`` starts at the latest offset (reads nothing from that partition).
@@ -192,6 +204,13 @@ class KafkaLogDataSource(DataSource):
       bounded by the limits above (``minOffsetsPerTrigger`` does not apply), then stops.
     - The progress of each batch (``query.lastProgress``) shows the partitions' latest offsets
       beside the batch's end offsets: how far behind the query is.
+    - ``commitOffsetsToGroup=<group id>`` (default: not set; kafkalog's own): commit the
+      query's progress, the end offsets of its completed batches, as that consumer group's
+      committed offsets in the log dir's ``__consumer_offsets`` (Kafka's record format; the
+      topic is created with Kafka's settings when missing), so ``kafkalog groups describe``
+      and Kafka's lag tools show the query's lag. The log dir must not be owned by a running
+      broker (``kafkalog serve``): the query then fails at its start naming the option. The
+      checkpoint, not the group, is where a restarted query resumes.
 
     Writing (``df.write.format("kafkalog")``, kafka_writer.py has the details)::
 

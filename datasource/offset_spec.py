@@ -2,7 +2,8 @@
 against a log dir): Spark's ``startingOffsets`` / ``endingOffsets`` (``earliest``, ``latest`` or
 per-partition JSON), ``startingTimestamp`` / ``endingTimestamp`` (one timestamp for every
 partition) and ``startingOffsetsByTimestamp`` / ``endingOffsetsByTimestamp`` (per-partition
-JSON).
+JSON); kafkalog's own ``startingOffsets=group:<group id>`` (:class:`GroupOffsets`: a consumer
+group's committed offsets, with a fallback for partitions without a commit).
 
 JSON layouts (Spark's)::
 
@@ -88,13 +89,39 @@ class SpecificTimestamps:
         return _to_json(self.timestamps)
 
 
+GROUP_PREFIX = "group:"
+GROUP_FALLBACKS = ("earliest", "latest", "none")
+MAX_GROUP_ID_BYTES = (1 << 15) - 1  # a Kafka string: int16 length
+
+
+@dataclass(frozen=True)
+class GroupOffsets:
+    """The committed offsets of consumer group ``group_id`` (``startingOffsets=group:<id>``);
+    a partition without a commit starts as ``fallback`` says: ``earliest``, ``latest`` or
+    ``none`` (an error naming the partitions), as a Kafka consumer's ``auto.offset.reset``."""
+
+    group_id: str
+    fallback: str = "latest"
+
+    def __str__(self) -> str:
+        return f"{GROUP_PREFIX}{self.group_id}"
+
+
 OffsetSpec = (
-    EarliestOffsets | LatestOffsets | SpecificOffsets | GlobalTimestamp | SpecificTimestamps
+    EarliestOffsets
+    | LatestOffsets
+    | SpecificOffsets
+    | GlobalTimestamp
+    | SpecificTimestamps
+    | GroupOffsets
 )
 
 
 def parse_offsets(option: str, value: str) -> OffsetSpec:
-    """``earliest``, ``latest`` (any case) or per-partition offsets JSON (values >= -2)."""
+    """``earliest``, ``latest`` (any case), ``group:<group id>`` (fallback ``latest``; the
+    caller sets another) or per-partition offsets JSON (values >= -2)."""
+    if value.strip()[: len(GROUP_PREFIX)].lower() == GROUP_PREFIX:
+        return GroupOffsets(parse_group_id(option, value, value.strip()[len(GROUP_PREFIX) :]))
     word = value.strip().lower()
     if word == "earliest":
         return EarliestOffsets()
@@ -107,6 +134,21 @@ def parse_offsets(option: str, value: str) -> OffsetSpec:
                 option, value, f"offset {offset} of {tp} is below -2 (-2 earliest, -1 latest)"
             )
     return SpecificOffsets(table)
+
+
+def parse_group_id(option: str, value: str, group_id: str) -> str:
+    """A consumer group id as Kafka takes it: not empty, at most 32767 UTF-8 bytes (kept
+    exactly as given: group ids are case-sensitive and may hold spaces)."""
+    if not group_id:
+        raise _bad(option, value, "the group id is empty (expected group:<group id>)")
+    try:
+        size = len(group_id.encode("utf-8"))
+    except UnicodeEncodeError:
+        raise _bad(option, value, "the group id is not valid Unicode") from None
+    if size > MAX_GROUP_ID_BYTES:
+        raise _bad(option, value, f"the group id has {size} UTF-8 bytes, above Kafka's "
+                                  f"{MAX_GROUP_ID_BYTES}")  # fmt: skip
+    return group_id
 
 
 def parse_timestamps(option: str, value: str) -> SpecificTimestamps:
