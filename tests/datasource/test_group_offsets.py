@@ -488,3 +488,13 @@ def test_a_large_commit_is_split_into_batches(log_dir: Path, tmp_path: Path) -> 
     # a record: key 2 + (2 + 9) + (2 + 3) + 4 bytes, value 2 + 8 + 4 + 2 + 8: 46 bytes, and
     # 11397 * 46 = 524262 <= 512 KiB < 11398 * 46
     assert sizes == [11_397, 603]
+
+
+def test_commit_to_group_is_refused_over_the_wire() -> None:
+    with pytest.raises(InvalidOptionError) as e:
+        KafkaSourceOptions.parse({"kafka.bootstrap.servers": "h:9092", "subscribe": "orders",
+                                  "commitOffsetsToGroup": "g"}, streaming=True)  # fmt: skip
+    assert str(e.value) == (
+        "option commitOffsetsToGroup writes the log dir's __consumer_offsets; it is not "
+        "available with kafka.bootstrap.servers yet"
+    )
