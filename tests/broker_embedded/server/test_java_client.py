@@ -115,3 +115,45 @@ def test_java_client_produces_and_consumes_with_fetch_sessions(tmp_path, codec):
     ]
     # the consumer opened a session with a full fetch and went on incrementally
     assert manager.full >= 1 and manager.incremental >= 1, (manager.full, manager.incremental)
+
+
+def test_java_consumers_share_a_group(tmp_path):
+    """Two members of one group with Kafka's Java client (classic protocol, its default
+    assignor) share six partitions; each record is processed exactly once across them, and the
+    group's committed offsets (read back by confluent-kafka) end at every partition's end."""
+    confluent_kafka = pytest.importorskip("confluent_kafka")
+    jars = java_jars()
+    program = Path(__file__).parent / "java" / "JavaGroupMember.java"
+    sent = {(p, f"v{p}-{i}") for p in range(6) for i in range(50)}
+    with Broker(tmp_path, create=True, config=config(group_initial_rebalance_delay_ms=0)) as broker:
+        broker.create_topic("jg", 6)
+        for p in range(6):
+            broker.produce("jg", p, [f"v{p}-{i}".encode() for i in range(50)])
+        server = broker_server(broker, ["PLAINTEXT://127.0.0.1:0"]).start()
+        try:
+            bootstrap = f"{server.endpoints[0].host}:{server.endpoints[0].port}"
+            cmd = ["java", "-cp", os.pathsep.join(map(str, jars)), str(program), bootstrap,
+                   "jg", "jgroup", "4000"]  # fmt: skip
+            members = [subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+                       for _ in range(2)]  # fmt: skip
+            outputs = [m.communicate(timeout=TIMEOUT_S) for m in members]
+            check = confluent_kafka.Consumer({"bootstrap.servers": bootstrap, "group.id": "jgroup"})
+            try:
+                parts = [confluent_kafka.TopicPartition("jg", p) for p in range(6)]
+                committed = {tp.partition: tp.offset for tp in check.committed(parts, 20)}
+            finally:
+                check.close()
+        finally:
+            server.shutdown(5.0)
+    for m, (_, err) in zip(members, outputs, strict=True):
+        assert m.returncode == 0, err.decode(errors="replace")[-3000:]
+    seen: list[tuple[int, str]] = []
+    assigned = []
+    for out, _ in outputs:
+        lines = out.decode().splitlines()
+        assert lines[-1] == "done"
+        seen += [(int(x.split()[1]), x.split()[3]) for x in lines if x.startswith("record ")]
+        assigned.append([x for x in lines if x.startswith("assigned")])
+    assert sorted(seen) == sorted(sent)  # every record exactly once across the group
+    assert all(assigned), assigned  # both members were given partitions
+    assert committed == dict.fromkeys(range(6), 50)
