@@ -330,7 +330,8 @@ def test_kafka_37_group_start(spark, kafka37: Path) -> None:
         read_committed_offsets(kafka37, "DEVSmileCDR")[TopicPartition("TestTopicPatient", 0)] == 1
     )
     loaded = groups_command.load_log_dir(LogDir(kafka37)).groups["DEVSmileCDR"]
-    rows_ = groups_command.offset_rows(loaded, groups_command.LogEndOffsets(LogDir(kafka37)))
+    rows_ = groups_command.offset_rows(groups_command.view_of(loaded),
+                                       groups_command.LogEndOffsets(LogDir(kafka37)))  # fmt: skip
     mine = [(r.topic, r.partition, r.offset, r.log_end_offset, r.lag) for r in rows_
             if r.topic == "TestTopicPatient"]  # fmt: skip
     assert mine == [("TestTopicPatient", 0, 1, 3, 2)]
