@@ -198,6 +198,10 @@ class TransactionCoordinator:
         self._clock = clock_ms
         self._max_timeout_ms = max_timeout_ms
 
+    def clock_ms(self) -> int:
+        """The coordinator's clock (ms since the epoch): what transaction start times use."""
+        return self._clock()
+
     def open_producer_ids(self) -> set[int]:
         """Producer ids with a transaction open in this coordinator."""
         with self.lock:
