@@ -31,9 +31,10 @@ import pytest
 from tests.spark_kafkalog._serve_proc import ROOT, ServeProcess, child_env
 
 confluent_kafka = pytest.importorskip("confluent_kafka")
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer  # noqa: E402
-from confluent_kafka import TopicPartition as CTP  # noqa: E402
+from confluent_kafka import Producer  # noqa: E402
 from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
+
+from tests.broker_embedded.server.test_transactions_api import committed_values  # noqa: E402
 
 KILLS = int(os.environ.get("KAFKALOG_TXN_KILLS", "20"))
 SEED = int(os.environ.get("KAFKALOG_TXN_SEED", str(time.time_ns() % 1_000_000)))
@@ -41,8 +42,11 @@ SERVER_KILL_EVERY = 6  # kills 6, 12 and 18 of 20 take the server down too
 GROUPS_PERSISTED = (
     importlib.util.find_spec("broker_embedded.coordinator.group_metadata_manager") is not None
 )
-RECORDS, PARTITIONS = 900, 3
-MAX_KILL_DELAY_S = 1.0  # a kill lands this long at most after the loop says "ready"
+RECORDS, PARTITIONS = 2400, 3
+# A kill lands after the loop's "ready" and 0-MAX_COMMITS_BEFORE_KILL of its commits, then up to
+# MAX_KILL_DELAY_S more: before any transaction, inside one (most often), or between two.
+MAX_COMMITS_BEFORE_KILL = 3
+MAX_KILL_DELAY_S = 0.2
 READY_TIMEOUT_S, DONE_TIMEOUT_S, TIMEOUT_S = 30.0, 60.0, 20.0
 MAX_RUNS = 3 * KILLS + 5  # runs that end in an error are started again, this many in all
 BROKER_TOML = """[broker]
@@ -71,19 +75,19 @@ class LoopProcess:
             self.lines.put(line.strip())
         self.lines.put(None)
 
-    def wait_for(self, word: str, timeout: float) -> bool:
-        """True once the child prints ``word``; False if it ends first (AssertionError after
-        ``timeout``)."""
+    def wait_for(self, word: str, timeout: float, times: int = 1) -> bool:
+        """True once the child has printed a line starting with ``word`` ``times`` times;
+        False if it ends first (AssertionError after ``timeout``)."""
         deadline = time.monotonic() + timeout
-        while True:
+        while times > 0:
             try:
                 line = self.lines.get(timeout=max(0.0, deadline - time.monotonic()))
             except queue.Empty:
                 raise AssertionError(f"the loop printed no {word!r} within {timeout} s") from None
             if line is None:
                 return False
-            if line == word:
-                return True
+            times -= line.startswith(word)
+        return True
 
     def kill(self) -> None:
         self.proc.kill()
@@ -100,7 +104,7 @@ class LoopProcess:
 
 def create_input(bootstrap: str) -> list[tuple[bytes, bytes]]:
     """Topics ``in`` and ``out`` and the input records (non-transactional); the expected
-    output as sorted (key, value)."""
+    output as sorted (partition, value)."""
     admin = AdminClient({"bootstrap.servers": bootstrap})
     for future in admin.create_topics([NewTopic(t, PARTITIONS, 1) for t in ("in", "out")]).values():
         future.result(TIMEOUT_S)
@@ -108,38 +112,15 @@ def create_input(bootstrap: str) -> list[tuple[bytes, bytes]]:
     for i in range(RECORDS):
         p.produce("in", key=b"k%d" % i, value=b"v%d" % i, partition=i % PARTITIONS)
     assert p.flush(TIMEOUT_S) == 0
-    return sorted((b"k%d" % i, b"T:v%d" % i) for i in range(RECORDS))
+    return sorted((i % PARTITIONS, b"T:v%d" % i) for i in range(RECORDS))
 
 
-def read_committed(bootstrap: str) -> list[tuple[bytes, bytes]]:
-    """Every (key, value) of ``out`` a read_committed consumer gets up to the end, sorted."""
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "check",
-                  "isolation.level": "read_committed", "enable.auto.commit": False,
-                  "enable.partition.eof": True})  # fmt: skip
-    try:
-        c.assign([CTP("out", p, 0) for p in range(PARTITIONS)])
-        got, eof = [], set()
-        deadline = time.monotonic() + TIMEOUT_S
-        while len(eof) < PARTITIONS and time.monotonic() < deadline:
-            m = c.poll(0.5)
-            if m is None:
-                continue
-            if m.error():
-                if m.error().code() == KafkaError._PARTITION_EOF:
-                    eof.add(m.partition())
-                    continue
-                raise KafkaException(m.error())
-            got.append((m.key(), m.value()))
-        assert len(eof) == PARTITIONS, f"no EOF on every partition within {TIMEOUT_S} s"
-        return sorted(got)
-    finally:
-        c.close()
-
-
-def spark_rows(spark, log_dir: Path, isolation: str) -> list[tuple[bytes, bytes]]:
+def spark_rows(spark, log_dir: Path, isolation: str) -> list[tuple[int, bytes]]:
+    """(partition, value) of every row of ``out`` Spark reads, sorted."""
     df = (spark.read.format("kafkalog").option("subscribe", "out")
           .option("kafka.isolation.level", isolation).load(str(log_dir)))  # fmt: skip
-    return sorted((bytes(r.key), bytes(r.value)) for r in df.select("key", "value").collect())
+    rows = df.select("partition", "value").collect()
+    return sorted((r.partition, bytes(r.value)) for r in rows)
 
 
 class Server:
@@ -169,7 +150,9 @@ def kill_loops(server: Server, rng: random.Random, tmp_path: Path) -> tuple[int,
         runs += 1
         assert runs <= MAX_RUNS, f"{runs} runs for {kills} kills (seed {SEED})"
         loop = LoopProcess(server.proc.bootstrap, rng.randrange(1 << 30), tmp_path / "loop.log")
-        if not loop.wait_for("ready", READY_TIMEOUT_S):
+        commits = rng.randint(0, MAX_COMMITS_BEFORE_KILL)
+        if not (loop.wait_for("ready", READY_TIMEOUT_S)
+                and loop.wait_for("committed", READY_TIMEOUT_S, commits)):  # fmt: skip
             loop.close()  # it failed (exit 3, see loop.log): run it again
             continue
         time.sleep(rng.uniform(0, MAX_KILL_DELAY_S))
@@ -201,7 +184,7 @@ def test_killed_transactional_loop_transforms_every_record_exactly_once(tmp_path
         expected = create_input(server.proc.bootstrap)
         kills, server_kills = kill_loops(server, rng, tmp_path)
         finish(server, tmp_path)
-        got = read_committed(server.proc.bootstrap)
+        got = committed_values(server.proc.bootstrap, "out", PARTITIONS)
         assert server.proc.terminate() == 0
     finally:
         server.proc.close()
@@ -211,5 +194,5 @@ def test_killed_transactional_loop_transforms_every_record_exactly_once(tmp_path
     assert spark_rows(spark, server.log_dir, "read_committed") == expected
     uncommitted = spark_rows(spark, server.log_dir, "read_uncommitted")
     assert set(expected) <= set(uncommitted)  # plus what the killed transactions left aborted
-    if KILLS >= 10:  # then some kill lands after a produce (each one does about half the time)
+    if KILLS >= 10:  # then some kill lands after a produce (most of them do)
         assert len(uncommitted) > len(expected)
