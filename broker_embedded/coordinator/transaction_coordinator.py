@@ -243,6 +243,7 @@ class TransactionCoordinator:
                 f"transactional id {transactional_id!r}: transaction timeout {timeout_ms} ms is "
                 f"outside (0, {self._max_timeout_ms}] (transaction.max.timeout.ms)"
             )
+        self.store.check_ready(transactional_id)  # e.g. __transaction_state being created
         with self.lock:
             state = self.txns.get(transactional_id)
             if state is None:

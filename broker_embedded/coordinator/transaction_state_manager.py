@@ -24,7 +24,9 @@ partitions).
   ``partitions()`` (the topic's partition count, creating the topic on first use) and
   ``write(tp, batch)`` (the append; raises the partition's :class:`KafkaApiError`), and
   ``loaded(partition)``: a partition not loaded yet is not written to (COORDINATOR_NOT_AVAILABLE,
-  as Kafka answers COORDINATOR_LOAD_IN_PROGRESS: the client retries). Append
+  as Kafka answers COORDINATOR_LOAD_IN_PROGRESS: the client retries); nor is a topic still
+  being created (:meth:`~TransactionStore.check_ready` says so before InitProducerId allocates a
+  producer id, so a client never waits behind the creation). Append
   errors are mapped as Kafka maps them for the client: UNKNOWN_TOPIC_OR_PARTITION,
   NOT_ENOUGH_REPLICAS(_AFTER_APPEND) and REQUEST_TIMED_OUT are COORDINATOR_NOT_AVAILABLE (15);
   NOT_LEADER_OR_FOLLOWER and KAFKA_STORAGE_ERROR are NOT_COORDINATOR (16); anything else
@@ -89,6 +91,11 @@ _NOT_COORDINATOR = (NotLeaderOrFollowerError, KafkaStorageError)
 class TransactionStore(Protocol):
     """The persistence seam of the transaction coordinator (module docstring)."""
 
+    def check_ready(self, transactional_id: str) -> None:
+        """Raise what an append for ``transactional_id`` would raise because the store cannot
+        take it yet (InitProducerId asks first, before it allocates a producer id)."""
+        ...
+
     def append(self, transactional_id: str, value: TransactionLogValue) -> None: ...
 
 
@@ -98,6 +105,9 @@ class InMemoryTransactionStore:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._values: dict[str, TransactionLogValue] = {}
+
+    def check_ready(self, transactional_id: str) -> None:
+        """Always ready."""
 
     def append(self, transactional_id: str, value: TransactionLogValue) -> None:
         with self._lock:
@@ -139,12 +149,14 @@ class LogTransactionStore:
             TRANSACTION_STATE_TOPIC, partition_for(transactional_id, self._partitions())
         )
 
-    def append(self, transactional_id: str, value: TransactionLogValue) -> None:
-        key = encode_key(TransactionLogKey(transactional_id))
-        record = ProducerRecord(encode_value(value), key)
+    def check_ready(self, transactional_id: str) -> None:
+        self._target(transactional_id)
+
+    def _target(self, transactional_id: str) -> TopicPartition:
+        """The id's partition, when it exists and is loaded (else COORDINATOR_NOT_AVAILABLE)."""
         try:
             tp = self.partition_of(transactional_id)
-        except KafkaApiError as e:  # the topic could not be created
+        except KafkaApiError as e:  # being created, or it could not be
             raise CoordinatorNotAvailableError(
                 f"transactional id {transactional_id!r}: {TRANSACTION_STATE_TOPIC} is not "
                 f"available: {e}"
@@ -154,6 +166,12 @@ class LogTransactionStore:
                 f"transactional id {transactional_id!r}: {tp} is not loaded yet (its leader "
                 "has not started); retry"
             )
+        return tp
+
+    def append(self, transactional_id: str, value: TransactionLogValue) -> None:
+        key = encode_key(TransactionLogKey(transactional_id))
+        record = ProducerRecord(encode_value(value), key)
+        tp = self._target(transactional_id)
         try:
             self._write(tp, build_batch([record], now_ms=self._clock()))
         except KafkaApiError as e:

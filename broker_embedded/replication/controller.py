@@ -153,6 +153,7 @@ class Controller:
         self.transaction_coordinator = TransactionCoordinator(self.new_producer_id)
         self._markers: TransactionMarkerWriter | None = None
         self._txn_topic_creator: threading.Thread | None = None
+        self._txn_topic_lock = threading.Lock()  # starts one creator at a time
         self._resigned = False
         self._successor: Controller | None = None
         self._load()
@@ -600,23 +601,25 @@ class Controller:
     def transaction_log_partitions(self, wait_s: float = CREATE_WAIT_S) -> int:
         """The partition count of ``__transaction_state``. When it does not exist, it is
         created in the background (its empty partitions count as loaded), waiting at most
-        ``wait_s``: still being created then is COORDINATOR_NOT_AVAILABLE, which
-        clients retry (creating 50 partitions takes seconds, longer than a client's request
-        timeout; Kafka's FindCoordinator answers the same while it creates the topic)."""
-        with self._lock:
-            if TRANSACTION_STATE_TOPIC in self._topics:
-                return len(self._assignment[TRANSACTION_STATE_TOPIC])
+        ``wait_s``: still being created then is COORDINATOR_NOT_AVAILABLE, which clients retry
+        (creating 50 partitions takes seconds, longer than a client's request timeout; Kafka's
+        FindCoordinator answers the same while it creates the topic). The creation holds the
+        controller's lock, so this waits on the creating thread, not on that lock."""
+        with self._txn_topic_lock:
             creator = self._txn_topic_creator
-            if creator is None or not creator.is_alive():
+            if creator is None or (
+                not creator.is_alive() and TRANSACTION_STATE_TOPIC not in self._topics
+            ):  # a membership read of the topics (atomic), not to wait behind the creation
                 creator = self._txn_topic_creator = threading.Thread(
                     target=self._create_transaction_log, name="transaction-state-topic",
                     daemon=True,
                 )  # fmt: skip
                 creator.start()
         creator.join(wait_s)
-        with self._lock:
-            if TRANSACTION_STATE_TOPIC in self._topics:
-                return len(self._assignment[TRANSACTION_STATE_TOPIC])
+        if not creator.is_alive():
+            with self._lock:
+                if TRANSACTION_STATE_TOPIC in self._topics:
+                    return len(self._assignment[TRANSACTION_STATE_TOPIC])
         raise CoordinatorNotAvailableError(f"{TRANSACTION_STATE_TOPIC} is being created; retry")
 
     def _create_transaction_log(self) -> None:

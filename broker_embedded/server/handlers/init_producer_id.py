@@ -73,10 +73,10 @@ def _init(ctx: ApiContext, body: Any) -> tuple[int, int]:
     timeout_ms = int(body.transaction_timeout / timedelta(milliseconds=1))
     expected = (body.producer_id, body.producer_epoch) if hasattr(body, "producer_id") else None
     controller = ctx.broker.controller
-    markers = controller.transaction_markers()  # started here: it also expires transactions
     got = controller.transaction_coordinator.init_producer_id(
         transactional_id, timeout_ms, expected
     )
+    markers = controller.transaction_markers()  # started here: it also expires transactions
     if isinstance(got, TxnCompletion):  # the previous instance's transaction: abort it first
         markers.submit(got)
         raise ConcurrentTransactionsError(
