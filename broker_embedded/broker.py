@@ -283,7 +283,10 @@ class Broker:
     def abort_orphaned_transactions(self) -> list[ProduceResult]:
         """Abort the open transactions of the partitions led here whose producer the
         coordinator does not know (their process ended; see
-        coordinator/transaction_coordinator.py)."""
+        coordinator/transaction_coordinator.py). Nothing while a partition of
+        ``__transaction_state`` is not loaded: a transaction it holds is not an orphan."""
+        if not self.controller.transaction_state_loaded():
+            return []
         known = self.controller.transaction_coordinator.open_producer_ids()
         results = []
         for tp, p in list(self.replica_manager.partitions.items()):

@@ -403,6 +403,22 @@ class NotCoordinatorError(KafkaApiError):
     name = "NOT_COORDINATOR"
 
 
+class CoordinatorLoadInProgressError(KafkaApiError):
+    """A coordinator still loading the partition of its internal topic that holds the key
+    (COORDINATOR_LOAD_IN_PROGRESS, 14)."""
+
+    code = 14
+    name = "COORDINATOR_LOAD_IN_PROGRESS"
+
+
+class TransactionalIdNotFoundError(KafkaApiError):
+    """DescribeTransactions of a transactional id the coordinator does not know
+    (TRANSACTIONAL_ID_NOT_FOUND, 105)."""
+
+    code = 105
+    name = "TRANSACTIONAL_ID_NOT_FOUND"
+
+
 class UnsupportedCompressionTypeError(KafkaApiError):
     """A produced batch whose codec the request's version may not use: zstd before Produce v7
     (UNSUPPORTED_COMPRESSION_TYPE, 76)."""

@@ -19,8 +19,10 @@ again; the first's later ``send`` / ``commit`` / ``abort`` fail with PRODUCER_FE
 (:class:`ProducerFencedError`) at the coordinator, and a send racing the abort with
 INVALID_PRODUCER_EPOCH at the partition.
 
-The coordinator state is not persisted: a transaction left open when its process ends is
-aborted by the leader when the log dir is opened again (coordinator/transaction_coordinator.py).
+The coordinator state is persisted only when the controller uses ``__transaction_state``
+(``Controller.use_transaction_log``: a served log dir, or one that holds that topic); otherwise a
+transaction left open when its process ends is aborted by the leader when the log dir is opened
+again (coordinator/transaction_coordinator.py).
 
 ``client`` is a :class:`~broker_embedded.broker.Broker` or an
 :class:`~broker_embedded.cluster.EmbeddedCluster` (anything with ``append`` and ``controller``;

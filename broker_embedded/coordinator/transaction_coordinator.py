@@ -33,13 +33,29 @@ by :class:`TransactionMarkerWriter` (the wire API's, a background thread as Kafk
 ``TransactionMarkerChannelManager``, which also runs :meth:`expire`); :meth:`complete` then
 moves the id to ``COMPLETE_*``. A completion's producer epoch is the one its markers carry.
 
-Not persisted yet: a transaction still open when the process ends is aborted by the leader when
-the log dir opens again (:meth:`Broker.abort_orphaned_transactions`, through
+Persistence (transaction_state_manager.py): every transition Kafka writes goes to
+:attr:`TransactionCoordinator.store` as the id's whole new state (Kafka's ``TransactionLogValue``)
+BEFORE it takes effect in memory. While the append is under way the id is *pending*: the lock
+is released (other ids go on), and every request of that id answers CONCURRENT_TRANSACTIONS
+(Kafka's ``pendingTransitionInProgress``); an append that fails leaves the state as it was and
+raises its error (COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR, ...) to the caller. A transition
+that changes nothing Kafka writes (AddPartitionsToTxn of partitions already in the transaction)
+writes nothing. The default store is in memory; :meth:`load` takes the states replayed from
+``__transaction_state`` (a ``PrepareCommit`` / ``PrepareAbort`` comes back as the completion to
+write; an ``Ongoing`` one is aborted by :meth:`expire` once its timeout, counted from its
+persisted start time, has passed; the epochs continue from the persisted ones, so the next
+InitProducerId fences the instance from before the restart). :attr:`loaded` names the
+partitions of that topic loaded so far.
+
+A transaction still open in a log dir without ``__transaction_state`` (written before it
+existed, or by the embedded producer with the in-memory store) is aborted by the leader when the
+log dir opens again (:meth:`Broker.abort_orphaned_transactions`, through
 :meth:`open_producer_ids`), so a read_committed reader is never stuck behind one.
 
 Limits: ``transaction.max.timeout.ms`` (Kafka's default 900,000) bounds a timeout;
-INVALID_TRANSACTION_TIMEOUT outside (0, it]. Thread safety: every method takes :attr:`lock`;
-:attr:`changed` is notified on every completion.
+INVALID_TRANSACTION_TIMEOUT outside (0, it]. Thread safety: every method takes :attr:`lock`
+(released only around a store append, with the id pending); :attr:`changed` is notified on
+every completion and every end of an append.
 """
 
 from __future__ import annotations
@@ -50,9 +66,18 @@ import logging
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
+from broker_embedded.coordinator.transaction_log_record import (
+    TransactionLogValue,
+    TransactionStatus,
+    TxnPartitions,
+)
+from broker_embedded.coordinator.transaction_state_manager import (
+    InMemoryTransactionStore,
+    TransactionStore,
+)
 from broker_embedded.errors import (
     BrokerClosedError,
     ConcurrentTransactionsError,
@@ -76,6 +101,8 @@ RETRY_BACKOFF_S = 0.1
 
 
 class TxnStatus(enum.Enum):
+    """Kafka's ``TransactionState`` by its name (what DescribeTransactions answers)."""
+
     EMPTY = "Empty"
     ONGOING = "Ongoing"
     PREPARE_COMMIT = "PrepareCommit"
@@ -89,7 +116,8 @@ _PREPARING = (TxnStatus.PREPARE_COMMIT, TxnStatus.PREPARE_ABORT)
 
 @dataclass
 class TxnState:
-    """One transactional id (mutable, under the coordinator's lock)."""
+    """One transactional id (mutable, under the coordinator's lock). ``start_ms``: when the
+    transaction started (-1 before the first); ``pending``: a store append is under way."""
 
     producer_id: int
     producer_epoch: int
@@ -97,7 +125,12 @@ class TxnState:
     status: TxnStatus = TxnStatus.EMPTY
     partitions: list[TopicPartition] = field(default_factory=list)
     start_ms: int = -1
-    groups: list[str] = field(default_factory=list)  # AddOffsetsToTxn
+    groups: list[str] = field(default_factory=list)  # AddOffsetsToTxn (not persisted)
+    pending: bool = False
+
+    def copy(self, **changes: object) -> TxnState:
+        fresh = {"partitions": list(self.partitions), "groups": list(self.groups)}
+        return dataclasses.replace(self, **{**fresh, **changes})  # type: ignore[arg-type]
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,30 +150,82 @@ def _wall_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
+def log_value(state: TxnState, now_ms: int) -> TransactionLogValue:
+    """The ``TransactionLogValue`` (v0) of ``state`` as Kafka's ``TransactionLog.valueToBytes``
+    writes it: null partitions when ``Empty``, else grouped by topic in the order added."""
+    partitions = None
+    if state.status is not TxnStatus.EMPTY:
+        by_topic: dict[str, list[int]] = {}
+        for tp in state.partitions:
+            by_topic.setdefault(tp.topic, []).append(tp.partition)
+        partitions = tuple(TxnPartitions(t, tuple(ps)) for t, ps in by_topic.items())
+    return TransactionLogValue(state.producer_id, state.producer_epoch, state.timeout_ms,
+                               TransactionStatus[state.status.name], partitions, now_ms,
+                               state.start_ms)  # fmt: skip
+
+
+def state_of(value: TransactionLogValue) -> TxnState:
+    """The in-memory state of a loaded value (a ``PrepareEpochFence``, which Kafka never
+    writes, counts as ``Ongoing``: aborted at its timeout or by the next InitProducerId)."""
+    name = value.status.name
+    status = TxnStatus.ONGOING if name == "PREPARE_EPOCH_FENCE" else TxnStatus[name]
+    parts = value.partitions or ()
+    partitions = [TopicPartition(p.topic, i) for p in parts for i in p.partition_ids]
+    return TxnState(value.producer_id, value.producer_epoch, value.transaction_timeout_ms,
+                    status, partitions, value.start_timestamp_ms)  # fmt: skip
+
+
 class TransactionCoordinator:
     """See the module docstring. ``new_producer_id()`` hands out producer ids (the
-    controller's counter)."""
+    controller's counter); ``store`` persists the transitions (in memory by default)."""
 
     def __init__(
         self,
         new_producer_id: Callable[[], int],
         clock_ms: Callable[[], int] = _wall_ms,
         max_timeout_ms: int = MAX_TIMEOUT_MS,
+        store: TransactionStore | None = None,
     ) -> None:
         self.lock = threading.Lock()
         self.changed = threading.Condition(self.lock)
         self.txns: dict[str, TxnState] = {}
         self.new_producer_id = new_producer_id  # rebound when a new controller takes over
+        self.store: TransactionStore = store or InMemoryTransactionStore()
+        self.loaded: set[int] = set()  # partitions of __transaction_state loaded
         # called (outside the lock) with each completion once its markers are written: the
         # group coordinator makes the transaction's offset commits visible or drops them
         self.listeners: list[Callable[[TxnCompletion], None]] = []
         self._clock = clock_ms
         self._max_timeout_ms = max_timeout_ms
 
+    def clock_ms(self) -> int:
+        """The coordinator's clock (ms since the epoch): what transaction start times use."""
+        return self._clock()
+
     def open_producer_ids(self) -> set[int]:
         """Producer ids with a transaction open in this coordinator."""
         with self.lock:
             return {s.producer_id for s in self.txns.values() if s.partitions}
+
+    def load(
+        self, partition: int, values: Mapping[str, TransactionLogValue]
+    ) -> list[TxnCompletion]:
+        """Take the states of ``__transaction_state`` partition ``partition`` (once: a partition
+        already loaded is skipped; an id this coordinator already holds keeps its newer state);
+        the completions of the prepared transactions, for the caller to write."""
+        with self.lock:
+            if partition in self.loaded:
+                return []
+            self.loaded.add(partition)
+            completions = []
+            for tid, value in values.items():
+                if tid in self.txns:
+                    continue
+                state = self.txns[tid] = state_of(value)
+                if state.status in _PREPARING:
+                    commit = state.status is TxnStatus.PREPARE_COMMIT
+                    completions.append(self._completion(tid, state, commit))
+            return completions
 
     # -- requests ----------------------------------------------------------------------------------
 
@@ -158,29 +243,39 @@ class TransactionCoordinator:
                 f"transactional id {transactional_id!r}: transaction timeout {timeout_ms} ms is "
                 f"outside (0, {self._max_timeout_ms}] (transaction.max.timeout.ms)"
             )
+        self.store.check_ready(transactional_id)  # e.g. __transaction_state being created
         with self.lock:
             state = self.txns.get(transactional_id)
             if state is None:
-                if expected is not None and expected != (-1, -1):
-                    raise InvalidProducerIdMappingError(
-                        f"transactional id {transactional_id!r} has no producer "
-                        f"(the request names producer {expected[0]} epoch {expected[1]})"
-                    )
-                state = TxnState(self.new_producer_id(), 0, timeout_ms)
-                self.txns[transactional_id] = state
-                return state.producer_id, state.producer_epoch
+                return self._init_new(transactional_id, timeout_ms, expected)
+            self._check_not_pending(transactional_id, state)
             if expected is not None and expected != (-1, -1):
                 if expected != (state.producer_id, state.producer_epoch):
                     raise self._fenced(transactional_id, state, *expected)
             self._check_not_preparing(transactional_id, state)
             if state.status is TxnStatus.ONGOING:
                 return self._abort(transactional_id, state, bump=True)
-            self._bump(state)
-            state.timeout_ms = timeout_ms
-            state.status, state.partitions, state.start_ms, state.groups = (
-                TxnStatus.EMPTY, [], -1, []
-            )  # fmt: skip
+            new = self._bumped(state.copy(timeout_ms=timeout_ms, status=TxnStatus.EMPTY,
+                                          partitions=[], start_ms=-1, groups=[]))  # fmt: skip
+            self._transit(transactional_id, state, new)
             return state.producer_id, state.producer_epoch
+
+    def _init_new(
+        self, transactional_id: str, timeout_ms: int, expected: tuple[int, int] | None
+    ) -> tuple[int, int]:
+        if expected is not None and expected != (-1, -1):
+            raise InvalidProducerIdMappingError(
+                f"transactional id {transactional_id!r} has no producer "
+                f"(the request names producer {expected[0]} epoch {expected[1]})"
+            )
+        state = self.txns[transactional_id] = TxnState(self.new_producer_id(), -1, timeout_ms)
+        try:
+            self._transit(transactional_id, state, state.copy(producer_epoch=0))
+        except BaseException:
+            if self.txns.get(transactional_id) is state:  # not persisted: forget it
+                del self.txns[transactional_id]
+            raise
+        return state.producer_id, state.producer_epoch
 
     def add_partitions(
         self,
@@ -193,13 +288,13 @@ class TransactionCoordinator:
         with self.lock:
             state = self._current(transactional_id, producer_id, producer_epoch)
             self._check_not_preparing(transactional_id, state)
+            new = state.copy()
             if state.status is not TxnStatus.ONGOING:
-                state.status, state.partitions, state.start_ms, state.groups = (
-                    TxnStatus.ONGOING, [], self._clock(), []
-                )  # fmt: skip
-            for tp in partitions:
-                if tp not in state.partitions:
-                    state.partitions.append(tp)
+                new = state.copy(status=TxnStatus.ONGOING, partitions=[], start_ms=self._clock(),
+                                 groups=[])  # fmt: skip
+            new.partitions += [tp for tp in dict.fromkeys(partitions) if tp not in new.partitions]
+            if new != state:  # Kafka writes nothing when every partition is already in
+                self._transit(transactional_id, state, new)
 
     def add_offsets(
         self,
@@ -236,7 +331,8 @@ class TransactionCoordinator:
                     f"{state.status.value}"
                 )
             if commit:
-                state.status = TxnStatus.PREPARE_COMMIT
+                self._transit(transactional_id, state,
+                              state.copy(status=TxnStatus.PREPARE_COMMIT))  # fmt: skip
                 return self._completion(transactional_id, state, True)
             return self._abort(transactional_id, state, bump=False)
 
@@ -247,29 +343,38 @@ class TransactionCoordinator:
             self._current(transactional_id, producer_id, producer_epoch)
 
     def complete(self, completion: TxnCompletion) -> None:
-        """The markers of ``completion`` are written: the transaction is complete."""
+        """The markers of ``completion`` are written: the transaction is complete (raises the
+        store's error, the state still prepared, when that cannot be persisted)."""
         with self.lock:
             state = self.txns.get(completion.transactional_id)
             if state is None or state.status not in _PREPARING:
                 return
-            state.status = (
-                TxnStatus.COMPLETE_COMMIT if completion.commit else TxnStatus.COMPLETE_ABORT
-            )
-            state.partitions, state.start_ms, state.groups = [], -1, []
-            self.changed.notify_all()
+            self._check_not_pending(completion.transactional_id, state)
+            done = TxnStatus.COMPLETE_COMMIT if completion.commit else TxnStatus.COMPLETE_ABORT
+            # Kafka keeps the start timestamp of a completed transaction
+            self._transit(completion.transactional_id, state,
+                          state.copy(status=done, partitions=[], groups=[]))  # fmt: skip
         for listener in self.listeners:
             listener(completion)
 
     def expire(self) -> list[TxnCompletion]:
         """Abort (epoch bumped: the producer is fenced) every ONGOING transaction older than
-        its timeout; the completions to write."""
+        its timeout; the completions to write (one whose abort cannot be persisted now is
+        logged and tried again at the next call)."""
         now = self._clock()
+        completions = []
         with self.lock:
-            return [
-                self._abort(tid, s, bump=True)
-                for tid, s in self.txns.items()
-                if s.status is TxnStatus.ONGOING and now - s.start_ms > s.timeout_ms
-            ]
+            due = [(tid, s) for tid, s in self.txns.items()
+                   if s.status is TxnStatus.ONGOING and not s.pending
+                   and now - s.start_ms > s.timeout_ms]  # fmt: skip
+            for tid, state in due:
+                if state.pending or state.status is not TxnStatus.ONGOING:
+                    continue  # changed while another id's abort was being persisted
+                try:
+                    completions.append(self._abort(tid, state, bump=True))
+                except KafkaApiError as e:
+                    log.warning("aborting the timed-out transaction of %r: %s", tid, e)
+        return completions
 
     def wait_completed(self, transactional_id: str, timeout_s: float) -> bool:
         """Wait (bounded) until ``transactional_id`` is not writing markers; True if so."""
@@ -282,9 +387,30 @@ class TransactionCoordinator:
         """A copy of the id's state (operators' DescribeTransactions, tests)."""
         with self.lock:
             s = self.txns.get(transactional_id)
-            return None if s is None else dataclasses.replace(s, partitions=list(s.partitions))
+            return None if s is None else s.copy()
+
+    def states(self) -> dict[str, TxnState]:
+        """A copy of every id's state (ListTransactions), by transactional id."""
+        with self.lock:
+            return {tid: s.copy() for tid, s in sorted(self.txns.items())}
 
     # -- helpers (under the lock) ------------------------------------------------------------------
+
+    def _transit(self, transactional_id: str, state: TxnState, new: TxnState) -> None:
+        """Persist ``new`` (the lock released meanwhile, the id pending), then make it the
+        id's state; a failed append leaves ``state`` as it was and raises."""
+        value = log_value(new, self._clock())
+        state.pending = True
+        self.lock.release()
+        try:
+            self.store.append(transactional_id, value)
+        finally:
+            self.lock.acquire()
+            state.pending = False
+            self.changed.notify_all()
+        for f in dataclasses.fields(new):
+            if f.name != "pending":
+                setattr(state, f.name, getattr(new, f.name))
 
     def _current(self, transactional_id: str, producer_id: int, producer_epoch: int) -> TxnState:
         state = self.txns.get(transactional_id)
@@ -293,6 +419,7 @@ class TransactionCoordinator:
             raise InvalidProducerIdMappingError(
                 f"transactional id {transactional_id!r} has {holder}, not producer {producer_id}"
             )
+        self._check_not_pending(transactional_id, state)
         if producer_epoch != state.producer_epoch:
             raise self._fenced(transactional_id, state, producer_id, producer_epoch)
         return state
@@ -308,6 +435,13 @@ class TransactionCoordinator:
         )
 
     @staticmethod
+    def _check_not_pending(transactional_id: str, state: TxnState) -> None:
+        if state.pending:
+            raise ConcurrentTransactionsError(
+                f"transactional id {transactional_id!r}: its state is being written; retry"
+            )
+
+    @staticmethod
     def _check_not_preparing(transactional_id: str, state: TxnState) -> None:
         if state.status in _PREPARING:
             raise ConcurrentTransactionsError(
@@ -315,16 +449,18 @@ class TransactionCoordinator:
                 f"({state.status.value}); retry"
             )
 
-    def _bump(self, state: TxnState) -> None:
-        if state.producer_epoch >= MAX_EPOCH:
-            state.producer_id, state.producer_epoch = self.new_producer_id(), 0
+    def _bumped(self, new: TxnState) -> TxnState:
+        if new.producer_epoch >= MAX_EPOCH:
+            new.producer_id, new.producer_epoch = self.new_producer_id(), 0
         else:
-            state.producer_epoch += 1
+            new.producer_epoch += 1
+        return new
 
     def _abort(self, transactional_id: str, state: TxnState, *, bump: bool) -> TxnCompletion:
+        new = state.copy(status=TxnStatus.PREPARE_ABORT)
         if bump:  # fence the instance that opened it: its markers carry the new epoch
-            state.producer_epoch += 1
-        state.status = TxnStatus.PREPARE_ABORT
+            new.producer_epoch += 1
+        self._transit(transactional_id, state, new)
         return self._completion(transactional_id, state, False)
 
     @staticmethod
@@ -382,32 +518,45 @@ class TransactionMarkerWriter(threading.Thread):
                     return
 
     def _write_all(self, completion: TxnCompletion) -> bool:
-        """Write every marker of ``completion`` (retrying each; an unexpected error is logged
-        with its traceback once per marker and retried too), then complete it; False when
-        stopped first."""
+        """Write every marker of ``completion``, then complete it (persisting the completed
+        state), retrying each step; False when stopped first."""
+        kind = "COMMIT" if completion.commit else "ABORT"
+        tid = completion.transactional_id
         for tp in completion.partitions:
-            logged = False
-            while True:
+
+            def write(tp: TopicPartition = tp) -> None:
                 try:
                     self._write(tp, completion)
-                    break
-                except UnknownTopicOrPartitionError:
-                    break
-                except BrokerClosedError:
-                    log.warning("dropping the markers of transactional id %r: the broker of %s "
-                                "is closed", completion.transactional_id, tp)  # fmt: skip
-                    return True
-                except Exception as e:
-                    if not logged:
-                        log.warning("writing the %s marker of transactional id %r to %s: %s; "
-                                    "retrying", "COMMIT" if completion.commit else "ABORT",
-                                    completion.transactional_id, tp, e,
-                                    exc_info=not isinstance(e, KafkaApiError))  # fmt: skip
-                        logged = True
-                    with self._wake:
-                        if self._stopping or self._wake.wait_for(
-                            lambda: self._stopping, RETRY_BACKOFF_S
-                        ):
-                            return False
-        self._coordinator.complete(completion)
-        return True
+                except UnknownTopicOrPartitionError:  # deleted: Kafka skips it
+                    pass
+
+            done = self._retry(write, f"writing the {kind} marker of transactional id {tid!r} "
+                                      f"to {tp}")  # fmt: skip
+            if done is not True:
+                return done is None
+        done = self._retry(lambda: self._coordinator.complete(completion),
+                           f"completing the transaction of {tid!r} ({kind})")  # fmt: skip
+        return done is not False
+
+    def _retry(self, action: Callable[[], None], what: str) -> bool | None:
+        """Run ``action`` until it succeeds (True), retrying after ``RETRY_BACKOFF_S`` (an
+        error logged once, with its traceback when unexpected); False when stopped first,
+        None when a broker is closed (the step is dropped, as the process is ending)."""
+        logged = False
+        while True:
+            try:
+                action()
+                return True
+            except BrokerClosedError:
+                log.warning("%s: the broker is closed; dropped", what)
+                return None
+            except Exception as e:
+                if not logged:
+                    log.warning("%s: %s; retrying", what, e,
+                                exc_info=not isinstance(e, KafkaApiError))  # fmt: skip
+                    logged = True
+                with self._wake:
+                    if self._stopping or self._wake.wait_for(
+                        lambda: self._stopping, RETRY_BACKOFF_S
+                    ):
+                        return False

@@ -48,6 +48,7 @@ calling :meth:`alter_partition`, see partition.py).
 from __future__ import annotations
 
 import json
+import logging
 import threading
 import uuid
 from collections.abc import Mapping, Sequence
@@ -56,13 +57,21 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import TYPE_CHECKING
 
+from broker_embedded.coordinator.coordinator_partition import TRANSACTION_STATE_TOPIC
+from broker_embedded.coordinator.internal_topics import ensure_topic, transaction_state_topic
 from broker_embedded.coordinator.transaction_coordinator import (
     COORDINATOR_EPOCH,
     TransactionCoordinator,
     TransactionMarkerWriter,
     TxnCompletion,
 )
+from broker_embedded.coordinator.transaction_state_manager import (
+    LogTransactionStore,
+    load_partition,
+    read_log,
+)
 from broker_embedded.errors import (
+    CoordinatorNotAvailableError,
     FencedLeaderEpochError,
     IneligibleReplicaError,
     InvalidPartitionsError,
@@ -96,6 +105,9 @@ from broker_embedded.storage.topic_partition import (
 if TYPE_CHECKING:
     from broker_embedded.broker import Broker
     from broker_embedded.replica_manager.replica_manager import ReplicaManager
+
+log = logging.getLogger(__name__)
+CREATE_WAIT_S = 0.5  # a coordinator write waits this long for __transaction_state's creation
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,6 +152,8 @@ class Controller:
         self._next_producer_id = 0
         self.transaction_coordinator = TransactionCoordinator(self.new_producer_id)
         self._markers: TransactionMarkerWriter | None = None
+        self._txn_topic_creator: threading.Thread | None = None
+        self._txn_topic_lock = threading.Lock()  # starts one creator at a time
         self._resigned = False
         self._successor: Controller | None = None
         self._load()
@@ -259,6 +273,7 @@ class Controller:
             self._states.update(changed)
             self._save()
             self._send(changed)
+        self.load_transaction_state()
 
     def _adopt_topics(self, broker: Broker) -> None:
         """Topics found in a broker's log dir that this controller does not know (a standalone
@@ -545,18 +560,121 @@ class Controller:
     def write_marker(self, tp: TopicPartition, completion: TxnCompletion) -> None:
         """Append ``completion``'s marker to ``tp`` on its leader (acks=all); raises what
         the append fails with (NOT_LEADER_OR_FOLLOWER without a live leader)."""
-        state = self.partition_state(tp)
-        with self._lock:
-            broker = self._brokers.get(state.leader) if state.leader in self._alive else None
-        if broker is None:
-            raise NotLeaderOrFollowerError(f"{tp} has no live leader for a transaction marker")
         marker = (EndTransactionMarker.commit if completion.commit else EndTransactionMarker.abort)(
             COORDINATOR_EPOCH
         )
         batch = marker.build_batch(base_offset=0, timestamp=wall_clock_ms(),
                                    producer_id=completion.producer_id,
                                    producer_epoch=completion.producer_epoch)  # fmt: skip
+        self.append_to_leader(tp, batch)
+
+    def append_to_leader(self, tp: TopicPartition, batch: bytes) -> None:
+        """Append a coordinator's batch to ``tp`` on its leader (acks=all); raises what the
+        append fails with (NOT_LEADER_OR_FOLLOWER without a live leader)."""
+        state = self.partition_state(tp)
+        with self._lock:
+            broker = self._brokers.get(state.leader) if state.leader in self._alive else None
+        if broker is None:
+            raise NotLeaderOrFollowerError(f"{tp} has no live leader for a coordinator write")
         broker.append(tp, batch, acks="all", origin=AppendOrigin.COORDINATOR).raise_error()
+
+    # -- transaction state (__transaction_state) ---------------------------------------------------
+
+    def use_transaction_log(self) -> None:
+        """From now on the transaction coordinator persists its state in
+        ``__transaction_state`` (created on its first write); what the topic holds is loaded
+        first (idempotent: the wire API's servers call it when they start)."""
+        with self._lock:
+            self._transaction_log_store()
+        self.load_transaction_state()
+
+    def _transaction_log_store(self) -> None:
+        coordinator = self.transaction_coordinator
+        if isinstance(coordinator.store, LogTransactionStore):
+            return
+        coordinator.store = LogTransactionStore(
+            lambda: self.current.transaction_log_partitions(),
+            lambda tp, batch: self.current.append_to_leader(tp, batch),
+            loaded=lambda p: p in coordinator.loaded,
+        )
+
+    def transaction_log_partitions(self, wait_s: float = CREATE_WAIT_S) -> int:
+        """The partition count of ``__transaction_state``. When it does not exist, it is
+        created in the background (its empty partitions count as loaded), waiting at most
+        ``wait_s``: still being created then is COORDINATOR_NOT_AVAILABLE, which clients retry
+        (creating 50 partitions takes seconds, longer than a client's request timeout; Kafka's
+        FindCoordinator answers the same while it creates the topic). The creation holds the
+        controller's lock, so this waits on the creating thread, not on that lock."""
+        with self._txn_topic_lock:
+            creator = self._txn_topic_creator
+            if creator is None or (
+                not creator.is_alive() and TRANSACTION_STATE_TOPIC not in self._topics
+            ):  # a membership read of the topics (atomic), not to wait behind the creation
+                creator = self._txn_topic_creator = threading.Thread(
+                    target=self._create_transaction_log, name="transaction-state-topic",
+                    daemon=True,
+                )  # fmt: skip
+                creator.start()
+        creator.join(wait_s)
+        if not creator.is_alive():
+            with self._lock:
+                if TRANSACTION_STATE_TOPIC in self._topics:
+                    return len(self._assignment[TRANSACTION_STATE_TOPIC])
+        raise CoordinatorNotAvailableError(f"{TRANSACTION_STATE_TOPIC} is being created; retry")
+
+    def _create_transaction_log(self) -> None:
+        try:
+            with self._lock:
+                config = next(iter(self._brokers.values())).config
+                existed = TRANSACTION_STATE_TOPIC in self._topics
+                topic = ensure_topic(self, transaction_state_topic(config), len(self._alive))
+            if not existed:
+                with self.transaction_coordinator.lock:
+                    self.transaction_coordinator.loaded.update(range(len(topic.partitions)))
+        except Exception:  # the next write tries again
+            log.exception("creating %s", TRANSACTION_STATE_TOPIC)
+
+    def load_transaction_state(self) -> None:
+        """Load every partition of ``__transaction_state`` that a live broker leads and that
+        is not loaded yet (Kafka loads a partition when its broker becomes its leader): the
+        coordinator persists its state there from then on, prepared transactions are
+        completed by the marker writer, and producer ids continue above the loaded ones.
+        Nothing when the topic does not exist. Called when a broker opens."""
+        coordinator = self.transaction_coordinator
+        with self._lock:
+            if TRANSACTION_STATE_TOPIC not in self._topics:
+                return
+            self._transaction_log_store()
+            todo = []
+            for p in sorted(self._assignment[TRANSACTION_STATE_TOPIC]):
+                state = self._states.get(TopicPartition(TRANSACTION_STATE_TOPIC, p))
+                if state is not None and state.leader in self._alive:
+                    todo.append((p, self._brokers[state.leader]))
+        with coordinator.lock:
+            todo = [(p, broker) for p, broker in todo if p not in coordinator.loaded]
+        for p, broker in todo:
+            lg = broker.log_manager.get_log(TopicPartition(TRANSACTION_STATE_TOPIC, p))
+            values = {} if lg is None else load_partition(p, read_log(lg))
+            if values:
+                with self._lock:
+                    highest = max(v.producer_id for v in values.values())
+                    if highest >= self._next_producer_id:
+                        self._next_producer_id = highest + 1
+                        self._save()
+            completions = coordinator.load(p, values)
+            if values:  # started: it completes the prepared ones and expires the open ones
+                markers = self.transaction_markers()
+                for completion in completions:
+                    markers.submit(completion)
+
+    def transaction_state_loaded(self) -> bool:
+        """Whether every partition of ``__transaction_state`` is loaded (True without it)."""
+        with self._lock:
+            if TRANSACTION_STATE_TOPIC not in self._topics:
+                return True
+            partitions = set(self._assignment[TRANSACTION_STATE_TOPIC])
+        with self.transaction_coordinator.lock:
+            return partitions <= self.transaction_coordinator.loaded
 
     def live_brokers(self) -> int:
         """How many brokers are alive now."""

@@ -34,6 +34,7 @@ from broker_embedded.server.handlers import (
     list_offsets,
     metadata,
     produce,
+    transactions_admin,
     txn_requests,
 )
 from broker_embedded.server.handlers.api_context import ApiContext, Node
@@ -57,6 +58,7 @@ HANDLERS: tuple[Register, ...] = (
     find_coordinator.register,
     groups.register,  # the group APIs, OffsetCommit and OffsetFetch
     txn_requests.register,
+    transactions_admin.register,  # DescribeProducers, DescribeTransactions, ListTransactions
 )
 
 

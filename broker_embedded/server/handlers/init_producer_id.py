@@ -11,6 +11,11 @@ v3+ naming an id and epoch that are not current, INVALID_TRANSACTION_TIMEOUT (50
 commit (KIP-939, ``enable2_pc``) is not enabled here: TRANSACTIONAL_ID_AUTHORIZATION_FAILED (53), as
 Kafka answers with it disabled. Errors answer producer id -1, epoch -1.
 
+Serving this API switches the transaction coordinator to ``__transaction_state``
+(``Controller.use_transaction_log``): from then on its state is persisted there (the topic is
+created on the first write) and loaded back when the log dir opens again. A failed write of the
+state answers COORDINATOR_NOT_AVAILABLE (15) or NOT_COORDINATOR (16), and the client retries.
+
 Thread safety: the controller and the coordinator hand out ids under their locks.
 """
 
@@ -40,6 +45,7 @@ VERSIONS = (0, 6)
 
 
 def register(apis: KafkaApis, ctx: ApiContext) -> None:
+    ctx.broker.controller.use_transaction_log()  # the wire API's transactions are persisted
     apis.register_responder(API_KEY, *VERSIONS, functools.partial(init_producer_id_response, ctx))
 
 
@@ -67,10 +73,10 @@ def _init(ctx: ApiContext, body: Any) -> tuple[int, int]:
     timeout_ms = int(body.transaction_timeout / timedelta(milliseconds=1))
     expected = (body.producer_id, body.producer_epoch) if hasattr(body, "producer_id") else None
     controller = ctx.broker.controller
-    markers = controller.transaction_markers()  # started here: it also expires transactions
     got = controller.transaction_coordinator.init_producer_id(
         transactional_id, timeout_ms, expected
     )
+    markers = controller.transaction_markers()  # started here: it also expires transactions
     if isinstance(got, TxnCompletion):  # the previous instance's transaction: abort it first
         markers.submit(got)
         raise ConcurrentTransactionsError(

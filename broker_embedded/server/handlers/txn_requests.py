@@ -15,6 +15,11 @@ controller's transaction coordinator (coordinator/transaction_coordinator.py).
   ``TransactionMarkerChannelManager``), and until they are, the id's requests answer
   CONCURRENT_TRANSACTIONS. INVALID_TXN_STATE (48) for a commit with no open transaction.
 
+Each request that changes the transaction's state has it written to ``__transaction_state``
+first (coordinator/transaction_state_manager.py); when that write fails, the answer is its
+error (COORDINATOR_NOT_AVAILABLE, 15, or NOT_COORDINATOR, 16; the client finds its coordinator
+again and retries) and the state is unchanged.
+
 Thread safety: the coordinator serializes under its lock.
 """
 
