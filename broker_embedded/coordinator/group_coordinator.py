@@ -852,11 +852,14 @@ class GroupCoordinator:
                 pending.update(offsets)
         return None
 
-    def complete_txn(self, producer_id: int, commit: bool, group_ids: Iterable[str]) -> None:
-        """The transaction of ``producer_id`` ended: its pending offset commits of each group
-        become the committed offsets (``commit``) or are dropped, as Kafka's group coordinator
-        does when it sees the transaction's marker."""
-        for group_id in group_ids:
+    def complete_txn(self, producer_id: int, commit: bool) -> None:
+        """The transaction of ``producer_id`` ended: its pending offset commits, in whatever
+        group, become the committed offsets (``commit``) or are dropped, as Kafka's group
+        coordinator does when it sees the transaction's marker. By producer id, since a
+        completion rebuilt from ``__transaction_state`` after a restart names no groups."""
+        with self._lock:
+            groups = [g for g, pid in self._txn_offsets if pid == producer_id]
+        for group_id in groups:
             with self._lock:
                 pending = self._txn_offsets.pop((group_id, producer_id), None)
             group = self._group(group_id)

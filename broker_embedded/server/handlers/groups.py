@@ -138,8 +138,7 @@ def _acquire(ctx: ApiContext, store: GroupStore | None) -> GroupCoordinator:
                                            name=str(ctx.broker_id))  # fmt: skip
 
             def on_txn_end(completion: TxnCompletion) -> None:  # TxnOffsetCommit's offsets
-                coordinator.complete_txn(completion.producer_id, completion.commit,
-                                         completion.groups)  # fmt: skip
+                coordinator.complete_txn(completion.producer_id, completion.commit)
 
             transactions.listeners.append(on_txn_end)
             entry = _SHARED[transactions] = [coordinator, 0, on_txn_end]
