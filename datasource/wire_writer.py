@@ -44,6 +44,7 @@ import time
 from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
+from typing import Self
 
 import pyarrow as pa
 from pyspark.sql.datasource import (
@@ -241,19 +242,24 @@ def _total(messages: Sequence[WireCommitMessage | None]) -> int:
     return sum(n for m in messages if m is not None for _, _, n in m.produced)
 
 
-class WireWriter(DataSourceArrowWriter):
-    """``df.write`` over the protocol (module docstring): tasks produce, the driver logs."""
+class _ProducingWriter:
+    """What the batch and the streaming writer share: the options, the driver's checks in
+    :meth:`create`, and tasks that produce."""
 
     def __init__(self, options: WireWriteOptions) -> None:
         self.options = options
 
     @classmethod
-    def create(cls, options: WireWriteOptions, schema: StructType) -> WireWriter:
+    def create(cls, options: WireWriteOptions, schema: StructType) -> Self:
         check_wire_write(options, schema)
         return cls(options)
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> WireCommitMessage:
         return produce_task(self.options, iterator)
+
+
+class WireWriter(_ProducingWriter, DataSourceArrowWriter):
+    """``df.write`` over the protocol (module docstring): tasks produce, the driver logs."""
 
     def commit(self, messages: Sequence[WireCommitMessage | None]) -> None:
         log.info("write produced %d records to %s", _total(messages), self.options.cluster.location)
@@ -263,19 +269,8 @@ class WireWriter(DataSourceArrowWriter):
                     _total(messages), self.options.cluster.location)  # fmt: skip
 
 
-class WireStreamWriter(DataSourceStreamArrowWriter):
+class WireStreamWriter(_ProducingWriter, DataSourceStreamArrowWriter):
     """``df.writeStream`` over the protocol, at least once (module docstring)."""
-
-    def __init__(self, options: WireWriteOptions) -> None:
-        self.options = options
-
-    @classmethod
-    def create(cls, options: WireWriteOptions, schema: StructType) -> WireStreamWriter:
-        check_wire_write(options, schema)
-        return cls(options)
-
-    def write(self, iterator: Iterator[pa.RecordBatch]) -> WireCommitMessage:
-        return produce_task(self.options, iterator)
 
     def commit(self, messages: Sequence[WireCommitMessage | None], batchId: int) -> None:  # noqa: N803
         log.info("micro-batch %d produced %d records to %s", batchId, _total(messages),
