@@ -38,8 +38,8 @@ compacted topic.
 Modes: ``append`` only (``.mode("append")``: Spark refuses its default mode, ErrorIfExists, for
 Python data sources); overwrite is refused: Kafka has no overwrite. A log dir owned
 by a running broker process is refused with an error naming the owner: writing through a running
-broker comes with its network listener (a later release). Writes are exactly-once per job (Spark's
-Kafka sink promises at-least-once).
+broker goes through its network listener (``kafka.bootstrap.servers``, wire_writer.py). Writes
+are exactly-once per job (Spark's Kafka sink promises at-least-once).
 
 Picklable: the writer holds the parsed options and the job id only. The streaming writer
 (kafka_stream_writer.py) shares the checks, placement and staging: :func:`check_write`,
@@ -55,6 +55,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa
@@ -82,6 +83,9 @@ from broker_embedded.storage.log_dir_lock import LogDirLock
 from broker_embedded.storage.topic_config_file import TopicConfigFile
 from datasource.errors import KafkaSourceError
 from datasource.kafka_write_options import KafkaWriteOptions
+
+if TYPE_CHECKING:
+    from broker_embedded.record.columnar_encoder import EncodedBatches
 
 log = logging.getLogger(__name__)
 
@@ -177,8 +181,9 @@ def _owner_error(path: str) -> LogDirLockedError:
     return LogDirLockedError(
         f"cannot write to log dir {path}: a running broker or another writer owns it "
         f"({staged_write.lock_holder(path)}). The kafkalog sink appends only to a log dir no "
-        "broker owns; writing through a running broker comes with its network listener (a "
-        "later release): stop the broker first, or produce through it"
+        "broker owns; to write through a running broker, produce to its network listener "
+        'instead: .option("kafka.bootstrap.servers", "<host:port>") and no path (at least '
+        "once, wire_writer.py), or stop the broker first"
     )
 
 
@@ -427,7 +432,7 @@ class RowGroup:
     def null_keys(self) -> int:
         return self.rows if self.keys is None else self.keys.null_count
 
-    def encode(self, now_ms: int, **producer: int):
+    def encode(self, now_ms: int, **producer: int) -> EncodedBatches:
         """The rows as uncompressed record batches within the topic's limits, each record
         stamped ``now_ms`` (``producer``: the producer fields of ``encode_batches``);
         :class:`InvalidRecordError` for keyless rows of a compacted topic,
