@@ -1,6 +1,10 @@
 """The streaming writer of the ``kafkalog`` data source: ``df.writeStream.format("kafkalog")``
 appends each micro-batch of a streaming query to topics of a log dir, exactly once.
 
+With ``kafka.bootstrap.servers`` instead of a path, the micro-batches are produced to a cluster
+over the Kafka protocol, AT LEAST ONCE (wire_writer.py :class:`WireStreamWriter`); what follows
+is the log-dir sink.
+
 Columns, options (``path``, ``topic``), placement, the topic checks and the refusal of a log
 dir owned by a running broker are the batch writer's (kafka_writer.py): each micro-batch is a
 write job of its own, staged by its tasks beside the log and appended and published atomically
@@ -83,11 +87,13 @@ class KafkaLogStreamCommitMessage(WriterCommitMessage):
     batch_id: int | None
 
 
+def _without_spark_options(options: Mapping[str, str]) -> dict[str, str]:
+    return {k: v for k, v in options.items() if str(k).strip().lower() not in SPARK_STREAM_OPTIONS}
+
+
 def _stream_options(options: Mapping[str, str]) -> KafkaWriteOptions:
     """The write options, without Spark's own streaming options."""
-    return KafkaWriteOptions.parse(
-        {k: v for k, v in options.items() if str(k).strip().lower() not in SPARK_STREAM_OPTIONS}
-    )
+    return KafkaWriteOptions.parse(_without_spark_options(options))
 
 
 class KafkaLogStreamWriter(DataSourceStreamArrowWriter):
@@ -113,7 +119,7 @@ class KafkaLogStreamWriter(DataSourceStreamArrowWriter):
         overwrite: bool,
         *,
         writer_id: str | None = None,
-    ) -> KafkaLogStreamWriter:
+    ) -> DataSourceStreamArrowWriter:
         """Check the options, output mode, columns and log dir (every micro-batch)."""
         if overwrite:
             raise InvalidWriteError(
@@ -121,6 +127,11 @@ class KafkaLogStreamWriter(DataSourceStreamArrowWriter):
                 "the topic's contents at every micro-batch, and Kafka topics are append-only; "
                 'use .outputMode("append") or .outputMode("update")'
             )
+        from datasource.wire_writer import WireStreamWriter, wire_write_options
+
+        wire = wire_write_options(_without_spark_options(options))  # over the Kafka protocol
+        if wire is not None:
+            return WireStreamWriter.create(wire, schema)
         parsed = _stream_options(options)
         check_write(parsed, schema)
         return cls(parsed, new_job_id(), writer_id)

@@ -38,12 +38,13 @@ compacted topic.
 Modes: ``append`` only (``.mode("append")``: Spark refuses its default mode, ErrorIfExists, for
 Python data sources); overwrite is refused: Kafka has no overwrite. A log dir owned
 by a running broker process is refused with an error naming the owner: writing through a running
-broker comes with its network listener (a later release). Writes are exactly-once per job (Spark's
-Kafka sink promises at-least-once).
+broker goes through its network listener (``kafka.bootstrap.servers``, wire_writer.py). Writes
+are exactly-once per job (Spark's Kafka sink promises at-least-once).
 
 Picklable: the writer holds the parsed options and the job id only. The streaming writer
 (kafka_stream_writer.py) shares the checks, placement and staging: :func:`check_write`,
-:func:`stage_task`.
+:func:`stage_task`; the writers over the Kafka protocol (wire_writer.py, with the option
+``kafka.bootstrap.servers`` instead of a path) share the columns check and :class:`RowPlacer`.
 """
 
 from __future__ import annotations
@@ -52,8 +53,9 @@ import logging
 import random
 import time
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa
@@ -81,6 +83,9 @@ from broker_embedded.storage.log_dir_lock import LogDirLock
 from broker_embedded.storage.topic_config_file import TopicConfigFile
 from datasource.errors import KafkaSourceError
 from datasource.kafka_write_options import KafkaWriteOptions
+
+if TYPE_CHECKING:
+    from broker_embedded.record.columnar_encoder import EncodedBatches
 
 log = logging.getLogger(__name__)
 
@@ -176,8 +181,9 @@ def _owner_error(path: str) -> LogDirLockedError:
     return LogDirLockedError(
         f"cannot write to log dir {path}: a running broker or another writer owns it "
         f"({staged_write.lock_holder(path)}). The kafkalog sink appends only to a log dir no "
-        "broker owns; writing through a running broker comes with its network listener (a "
-        "later release): stop the broker first, or produce through it"
+        "broker owns; to write through a running broker, produce to its network listener "
+        'instead: .option("kafka.bootstrap.servers", "<host:port>") and no path (at least '
+        "once, wire_writer.py), or stop the broker first"
     )
 
 
@@ -226,7 +232,10 @@ def stage_task(
     ``job_id``'s staging directory; the staged files (deleted again if anything fails)."""
     task = staged_write.StagedTask(options.path, job_id, task_attempt_name())
     try:
-        placer = _Placer(options, read_topic_limits(options.path))
+        topics = read_topic_limits(options.path)
+        placer = RowPlacer(
+            options.topic, topics, lambda name: _unknown_topic(name, options.path, topics)
+        )
         for batch in iterator:
             placer.stage(batch, task)
         return task.finish()
@@ -244,13 +253,18 @@ class KafkaLogWriter(DataSourceArrowWriter):
         self.job_id = job_id
 
     @classmethod
-    def create(cls, options: dict, schema: StructType, overwrite: bool) -> KafkaLogWriter:
+    def create(cls, options: dict, schema: StructType, overwrite: bool) -> DataSourceArrowWriter:
         """Check the options, mode, columns and log dir before any task runs."""
         if overwrite:
             raise InvalidWriteError(
                 "save mode overwrite is not supported: Kafka topics are append-only logs, "
                 'nothing in them can be replaced; use .mode("append")'
             )
+        from datasource.wire_writer import WireWriter, wire_write_options
+
+        wire = wire_write_options(options)  # kafka.bootstrap.servers: produce over the protocol
+        if wire is not None:
+            return WireWriter.create(wire, schema)
         parsed = KafkaWriteOptions.parse(options)
         check_write(parsed, schema)
         return cls(parsed, new_job_id())
@@ -279,26 +293,35 @@ def _unknown_topic(topic: str, path: str, topics: dict) -> UnknownTopicOrPartiti
     )
 
 
-class _Placer:
-    """One task's placement of rows into (topic, partition) and their encoding and staging."""
+class RowPlacer:
+    """One task's placement of rows into (topic, partition) and their encoding and staging.
 
-    def __init__(self, options: KafkaWriteOptions, topics: dict[str, TopicLimits]) -> None:
-        self.options = options
+    ``topic``: the option topic (None: the column); ``topics``: the limits of the topics that
+    exist (looked up by name); ``unknown_topic(name)``: the error for a topic not in them."""
+
+    def __init__(
+        self,
+        topic: str | None,
+        topics: Mapping[str, TopicLimits],
+        unknown_topic: Callable[[str], Exception],
+    ) -> None:
+        self.topic = topic
         self.topics = topics
+        self.unknown_topic = unknown_topic
         self._next_keyless: dict[str, int] = {}  # round-robin position per topic
         self._rng = random.Random()
 
     def _limits(self, topic: str) -> TopicLimits:
         limits = self.topics.get(topic)
         if limits is None:
-            raise _unknown_topic(topic, self.options.path, self.topics)
+            raise self.unknown_topic(topic)
         return limits
 
     def _topic_codes(self, batch: pa.RecordBatch) -> tuple[list[str], np.ndarray]:
         """The distinct topics of the batch and each row's index into them."""
         n = batch.num_rows
-        if self.options.topic is not None:
-            return [self.options.topic], np.zeros(n, np.int64)
+        if self.topic is not None:
+            return [self.topic], np.zeros(n, np.int64)
         column = batch.column(TOPIC)
         if column.null_count:
             raise InvalidWriteError(
@@ -354,10 +377,9 @@ class _Placer:
                 self._next_keyless[topic] = (start + len(rows)) % count
         return part
 
-    def stage(self, batch: pa.RecordBatch, task: staged_write.StagedTask) -> None:
-        """Place, encode and stage the rows of one Arrow batch."""
-        from broker_embedded.record.columnar_encoder import encode_batches
-
+    def groups(self, batch: pa.RecordBatch) -> Iterator[RowGroup]:
+        """The rows of one Arrow batch placed and grouped by (topic, partition), input order
+        kept within each group (Arrow slices of the columns: no Python object per row)."""
         n = batch.num_rows
         if n == 0:
             return
@@ -372,29 +394,65 @@ class _Placer:
         values = batch.column(VALUE).take(taken)
         keys = batch.column(KEY).take(taken) if KEY in names_of else None
         headers = batch.column(HEADERS).take(taken) if HEADERS in names_of else None
-        now = int(time.time() * 1000)
         for lo, hi in zip(bounds[:-1], bounds[1:], strict=True):
             topic = names[int(codes[order[lo]])]
-            partition = int(part[order[lo]])
-            limits = self._limits(topic)
             m = hi - lo
-            k = None if keys is None else keys.slice(lo, m)
-            null_keys = m if k is None else k.null_count
-            if limits.compact and null_keys:
-                raise InvalidRecordError(
-                    f"compacted topic {topic!r} does not accept records without a key "
-                    f"({null_keys} rows for partition {partition} have a null key)"
-                )
-            enc = encode_batches(
-                k, values.slice(lo, m), np.full(m, now, np.int64),
+            yield RowGroup(
+                topic, int(part[order[lo]]), self._limits(topic),
+                None if keys is None else keys.slice(lo, m), values.slice(lo, m),
                 None if headers is None else headers.slice(lo, m),
-                max_batch_bytes=limits.max_batch_bytes,
             )  # fmt: skip
-            largest = int(np.diff(enc.positions).max())
-            if largest > limits.max_message_bytes:
-                raise RecordTooLargeError(
-                    f"topic {topic!r} partition {partition}: a record makes a batch of {largest} "
-                    f"bytes, above the topic's max.message.bytes {limits.max_message_bytes}"
-                )
-            task.append(topic, partition, enc.data, batches=len(enc), records=m,
-                        max_batch_size=largest, null_keys=null_keys)  # fmt: skip
+
+    def stage(self, batch: pa.RecordBatch, task: staged_write.StagedTask) -> None:
+        """Place, encode and stage the rows of one Arrow batch."""
+        now = int(time.time() * 1000)
+        for g in self.groups(batch):
+            enc = g.encode(now)
+            task.append(g.topic, g.partition, enc.data, batches=len(enc), records=g.rows,
+                        max_batch_size=int(np.diff(enc.positions).max()),
+                        null_keys=g.null_keys)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class RowGroup:
+    """The rows of one Arrow batch that go to one topic partition, as Arrow arrays."""
+
+    topic: str
+    partition: int
+    limits: TopicLimits
+    keys: pa.Array | None
+    values: pa.Array
+    headers: pa.Array | None
+
+    @property
+    def rows(self) -> int:
+        return len(self.values)
+
+    @property
+    def null_keys(self) -> int:
+        return self.rows if self.keys is None else self.keys.null_count
+
+    def encode(self, now_ms: int, **producer: int) -> EncodedBatches:
+        """The rows as uncompressed record batches within the topic's limits, each record
+        stamped ``now_ms`` (``producer``: the producer fields of ``encode_batches``);
+        :class:`InvalidRecordError` for keyless rows of a compacted topic,
+        :class:`RecordTooLargeError` for a record above ``max.message.bytes``."""
+        from broker_embedded.record.columnar_encoder import encode_batches
+
+        if self.limits.compact and self.null_keys:
+            raise InvalidRecordError(
+                f"compacted topic {self.topic!r} does not accept records without a key "
+                f"({self.null_keys} rows for partition {self.partition} have a null key)"
+            )
+        enc = encode_batches(
+            self.keys, self.values, np.full(self.rows, now_ms, np.int64), self.headers,
+            max_batch_bytes=self.limits.max_batch_bytes, **producer,
+        )  # fmt: skip
+        largest = int(np.diff(enc.positions).max())
+        if largest > self.limits.max_message_bytes:
+            raise RecordTooLargeError(
+                f"topic {self.topic!r} partition {self.partition}: a record makes a batch of "
+                f"{largest} bytes, above the topic's max.message.bytes "
+                f"{self.limits.max_message_bytes}"
+            )
+        return enc

@@ -227,6 +227,11 @@ class KafkaLogDataSource(DataSource):
     Only ``mode("append")``; options ``path`` and ``topic``. A log dir owned by a running broker
     process is refused, naming the owner.
 
+    With ``kafka.bootstrap.servers`` (and no path) the rows are produced to a cluster over the
+    Kafka protocol instead (wire_writer.py), batch and streaming, with the same columns and an
+    idempotent producer (acks=all); the guarantee is then AT LEAST ONCE, as Spark's Kafka sink:
+    a retried task or a replayed micro-batch is written again.
+
     Streaming writes (``df.writeStream.format("kafkalog")``, kafka_stream_writer.py)::
 
         (stream.selectExpr("key", "value")

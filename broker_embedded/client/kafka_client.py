@@ -19,7 +19,9 @@ NOT_LEADER_OR_FOLLOWER (6) or LEADER_NOT_AVAILABLE (5), or whose leader is unrea
 the metadata and are retried at most ``retries`` times, ``retry_backoff_s`` apart, and not once
 ``retry_timeout_s`` have passed since the first attempt; after that the last error is raised.
 A Produce retried after its connection broke may have been appended before it broke: then the
-batch is in the log twice (at least once, as Kafka's producer without idempotence). An error
+batch is in the log twice (at least once, as Kafka's producer without idempotence), unless the
+batch carries a producer id and sequence (idempotent_producer.py): the broker then recognises
+the retry as the batch it has and answers with its offset, appending nothing. An error
 code in a response raises the domain exception of that code
 (``broker_embedded.errors``; :class:`KafkaApiError` with the code for the others) naming the
 broker, topic and partition.
@@ -57,6 +59,7 @@ from broker_embedded.protocol.schemas import (
 PRODUCE, FETCH, LIST_OFFSETS, METADATA = 0, 1, 2, 3
 CREATE_TOPICS, DELETE_TOPICS, DESCRIBE_CONFIGS, CREATE_PARTITIONS = 19, 20, 32, 37
 OFFSET_FETCH, FIND_COORDINATOR, DESCRIBE_GROUPS, LIST_GROUPS = 9, 10, 15, 16
+INIT_PRODUCER_ID = 22
 # What this client can build and read (topic names, not ids: Fetch v13+ and DeleteTopics v6+
 # name topics by id).
 CLIENT_VERSIONS = {
@@ -64,6 +67,7 @@ CLIENT_VERSIONS = {
     API_VERSIONS_KEY: (0, 3), CREATE_TOPICS: (2, 7), DELETE_TOPICS: (1, 5),
     DESCRIBE_CONFIGS: (1, 4), CREATE_PARTITIONS: (0, 3),
     OFFSET_FETCH: (2, 7), FIND_COORDINATOR: (1, 3), DESCRIBE_GROUPS: (0, 5), LIST_GROUPS: (0, 4),
+    INIT_PRODUCER_ID: (0, 5),
 }  # fmt: skip
 EARLIEST, LATEST = -2, -1  # ListOffsets timestamps
 DEBUGGING_REPLICA_ID = -2  # ListOffsets up to the log end offset (Kafka's debugging id)
@@ -453,6 +457,21 @@ class KafkaClient:
                 time.sleep(self.config.retry_backoff_s)
                 self._topics.pop(topic, None)
         raise AssertionError("unreachable")
+
+    # -- producers ---------------------------------------------------------------------------------
+
+    def init_producer_id(self) -> tuple[int, int]:
+        """A new idempotent producer's (producer id, epoch): InitProducerId without a
+        transactional id, asked of any broker."""
+
+        def build(_: Any) -> dict[str, Any]:
+            return {"transactional_id": None, "transaction_timeout": timedelta(minutes=1),
+                    "producer_id": -1, "producer_epoch": -1}  # fmt: skip
+
+        response = self.any_broker(INIT_PRODUCER_ID, build)
+        if response.error_code != 0:
+            raise api_error(int(response.error_code), "InitProducerId (idempotent producer)")
+        return int(response.producer_id), int(response.producer_epoch)
 
     # -- partition requests ------------------------------------------------------------------------
 
