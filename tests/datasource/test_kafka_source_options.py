@@ -189,10 +189,6 @@ REJECTED = [
     ({"kafka.isolation.level": "serializable"}, False, ["kafka.isolation.level='serializable'"]),
     ({"kafka.max.partition.fetch.bytes": "0"}, False, ["kafka.max.partition.fetch.bytes='0'"]),
     ({"kafka.fetch.max.bytes": "4294967296"}, False, ["kafka.fetch.max.bytes='4294967296'"]),
-    ({"maxOffsetsPerTrigger": "10"}, False, ["maxOffsetsPerTrigger='10'", "streaming"]),
-    ({"minOffsetsPerTrigger": "10"}, False, ["minOffsetsPerTrigger='10'", "streaming"]),
-    ({"maxTriggerDelay": "1m"}, False, ["maxTriggerDelay='1m'", "streaming"]),
-    ({"maxBytesPerTrigger": "1m"}, False, ["maxBytesPerTrigger='1m'", "streaming"]),
     ({"endingOffsets": "latest"}, True, ["endingOffsets='latest'", "batch queries"]),
     ({"endingTimestamp": "5"}, True, ["endingTimestamp='5'", "batch queries"]),
     ({"narrowByFilters": "true"}, True, ["narrowByFilters='true'", "batch queries"]),
@@ -201,6 +197,10 @@ REJECTED = [
     ({"maxTriggerDelay": "soon"}, True, ["maxTriggerDelay='soon'", "duration"]),
     ({"maxOffsetsPerTrigger": "5", "minOffsetsPerTrigger": "6"}, True,
      ["minOffsetsPerTrigger=6", "maxOffsetsPerTrigger=5"]),
+    ({"maxOffsetsPerTrigger": "5", "minOffsetsPerTrigger": "6"}, False,
+     ["minOffsetsPerTrigger=6", "maxOffsetsPerTrigger=5"]),
+    ({"maxOffsetsPerTrigger": "5", "minOffsetsPerTrigger": "x"}, False,
+     ["minOffsetsPerTrigger='x'"]),
 ]  # fmt: skip
 
 
