@@ -10,12 +10,14 @@ Spark's sink ignores them, so a DataFrame read with ``format("kafkalog")`` write
   and a row with a null topic (without the option) is an error;
 - ``partition`` (optional): int; null means "place the record" (below); a partition outside the
   topic is an error naming the topic and the partition;
-- ``headers`` (optional): ``array<struct<key: string, value: binary>>``; null means none.
+- ``headers`` (optional): ``array<struct<key: string, value: binary>>``; null means none;
+- ``timestamp`` (optional; Spark 4.x's Kafka sink): timestamp, or double seconds; the record's
+  CreateTime (datasource/write_timestamps.py); null means the write's wall-clock time.
 
 A column of another type is an error naming the column and its type, raised when the write
-starts (before any task runs). Strings are written as their UTF-8 bytes. Every record gets the
-write's wall-clock time as its CreateTime timestamp (LogAppendTime topics overwrite it at
-append, as Kafka does).
+starts (before any task runs). Strings are written as their UTF-8 bytes. A record without a
+``timestamp`` value gets the write's wall-clock time as its CreateTime timestamp (LogAppendTime
+topics overwrite it at append, as Kafka does).
 
 Placement of a row without a partition: a keyed record goes where Kafka's default partitioner puts
 it (``toPositive(murmur2(key)) % partitions``, broker_embedded/client/default_partitioner.py), so
@@ -62,9 +64,11 @@ from pyspark.sql.types import (
     ArrayType,
     BinaryType,
     DataType,
+    DoubleType,
     IntegerType,
     StringType,
     StructType,
+    TimestampType,
 )
 
 from broker_embedded.errors import (
@@ -81,6 +85,7 @@ from broker_embedded.storage.log_dir_lock import LogDirLock
 from broker_embedded.storage.topic_config_file import TopicConfigFile
 from datasource.errors import KafkaSourceError
 from datasource.kafka_write_options import KafkaWriteOptions
+from datasource.write_timestamps import TIMESTAMP, record_timestamps
 
 log = logging.getLogger(__name__)
 
@@ -157,7 +162,15 @@ def check_columns(schema: StructType, topic_option: str | None) -> tuple[str, ..
             f"column 'headers' has type {t.simpleString()}: the kafkalog sink takes "
             f"{HEADERS_SQL_TYPE}"
         )
-    wanted = (VALUE, KEY, PARTITION, HEADERS) + ((TOPIC,) if topic_option is None else ())
+    t = fields.get(TIMESTAMP)
+    if t is not None and not isinstance(t, (TimestampType, DoubleType)):
+        raise InvalidWriteError(
+            f"column 'timestamp' has type {t.simpleString()}: the kafkalog sink takes timestamp "
+            "or double (seconds since the epoch), as Spark's Kafka sink does"
+        )
+    wanted = (VALUE, KEY, PARTITION, HEADERS, TIMESTAMP) + (
+        (TOPIC,) if topic_option is None else ()
+    )
     return tuple(name for name in wanted if name in fields)
 
 
@@ -372,7 +385,8 @@ class _Placer:
         values = batch.column(VALUE).take(taken)
         keys = batch.column(KEY).take(taken) if KEY in names_of else None
         headers = batch.column(HEADERS).take(taken) if HEADERS in names_of else None
-        now = int(time.time() * 1000)
+        stamps = batch.column(TIMESTAMP).take(taken) if TIMESTAMP in names_of else None
+        timestamps = record_timestamps(stamps, n, int(time.time() * 1000))
         for lo, hi in zip(bounds[:-1], bounds[1:], strict=True):
             topic = names[int(codes[order[lo]])]
             partition = int(part[order[lo]])
@@ -386,7 +400,7 @@ class _Placer:
                     f"({null_keys} rows for partition {partition} have a null key)"
                 )
             enc = encode_batches(
-                k, values.slice(lo, m), np.full(m, now, np.int64),
+                k, values.slice(lo, m), timestamps[lo:hi],
                 None if headers is None else headers.slice(lo, m),
                 max_batch_bytes=limits.max_batch_bytes,
             )  # fmt: skip
