@@ -36,7 +36,7 @@ def record_timestamps(column: pa.Array | None, n: int, now_ms: int) -> np.ndarra
     if column is None:
         return np.full(n, now_ms, np.int64)
     if pa.types.is_timestamp(column.type):
-        micros = column.cast(pa.timestamp("us", column.type.tz)).cast(pa.int64())
+        micros = column.cast(pa.timestamp("us", column.type.tz), safe=False).cast(pa.int64())
         values = micros.fill_null(0).to_numpy(zero_copy_only=False)
     else:
         values = _double_micros(column.fill_null(0.0).to_numpy(zero_copy_only=False))
