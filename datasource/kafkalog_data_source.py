@@ -74,8 +74,9 @@ class KafkaLogDataSource(DataSource):
     ``assign`` | ``subscribe`` | ``subscribePattern`` (exactly one)
         Which partitions to read. ``assign``: JSON ``{"topicA":[0,1],"topicB":[2]}``;
         ``subscribe``: comma-separated topics ``"topicA,topicB"``; ``subscribePattern``: a regex
-        matching whole topic names ``"events-.*"`` (internal topics, names starting with ``__``,
-        are left out; name them in subscribe or assign). A subscribed or assigned topic that
+        found anywhere in the topic name, as Spark 4.x finds it (anchor it to match whole
+        names: ``"^events-.*$"``; internal topics, names starting with ``__``, are left out;
+        name them in subscribe or assign). A subscribed or assigned topic that
         does not exist is an error naming it; an assigned partition its topic does not have is
         left out with a warning (as Spark's Kafka source leaves it out); a pattern may match
         nothing (an empty result).

@@ -54,8 +54,11 @@ def test_topics_and_subscriptions(uncommitted: KafkaOffsetReader, source_log_dir
                                     "trimmed": (0,), "txn": (0,)}  # fmt: skip
     assert uncommitted.partitions(Subscribe(("txn", "events"))) == [*EVENTS, TXN]
     assert uncommitted.partitions(Assign.parse('{"events":[2,0]}')) == [EVENTS[0], EVENTS[2]]
-    assert uncommitted.partitions(SubscribePattern("e.*")) == [TopicPartition("empty", 0),
-                                                               *EVENTS]  # fmt: skip
+    assert uncommitted.partitions(SubscribePattern("^e.*")) == [TopicPartition("empty", 0),
+                                                                *EVENTS]  # fmt: skip
+    assert uncommitted.partitions(SubscribePattern("m")) == [  # found anywhere, as Spark finds
+        TopicPartition("appendtime", 0), TopicPartition("empty", 0), TopicPartition("trimmed", 0)
+    ]  # fmt: skip
     assert uncommitted.partitions(SubscribePattern("nothing.*")) == []
 
 

@@ -77,7 +77,10 @@ def test_subscribe_pattern_and_list() -> None:
     o = KafkaSourceOptions.parse({"path": "/l", "subscribePattern": "ev.*"})
     pattern = o.subscription
     assert isinstance(pattern, SubscribePattern)
-    assert pattern.matches("events") and not pattern.matches("xevents")
+    # found anywhere in the name, as Spark's Admin path (findFirstIn); anchored: whole names
+    assert pattern.matches("events") and pattern.matches("xevents") and not pattern.matches("e")
+    assert SubscribePattern("^ev.*$").matches("events")
+    assert not SubscribePattern("^ev.*$").matches("xevents")
     assert not SubscribePattern(".*").matches("__consumer_offsets")  # internal topics left out
     assert pickle.loads(pickle.dumps(pattern)).matches("events")
 
