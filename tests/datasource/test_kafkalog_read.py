@@ -270,7 +270,8 @@ def test_real_kafka_log_dirs(spark, kafka_log_dirs: dict[str, Path], name: str) 
 
 REJECTED = [  # one of each kind; test_kafka_source_options.py has them all
     ({"subscribe": "events", "bogus": "1"}, "unknown option bogus='1'"),
-    ({"subscribe": "events", "commitOffsetsToGroup": "g"}, "streaming queries"),
+    ({"subscribe": "events", "maxOffsetsPerTrigger": "5", "minOffsetsPerTrigger": "6"},
+     "option minOffsetsPerTrigger=6 is larger than maxOffsetsPerTrigger=5"),
     ({"assign": '{"nope":[0]}'}, "topic nope does not exist"),
     ({"subscribe": "events", "endingOffsets": '{"events":{"0":'}, "not valid JSON"),
     ({"subscribe": "events", "startingOffsets": '{"events":{"0":800,"1":0,"2":0}}'},
