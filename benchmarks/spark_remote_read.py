@@ -62,6 +62,7 @@ sys.path.insert(0, str(HERE))
 
 from _spark_common import TOPIC, build_log_dir, cpu_model, start_spark  # noqa: E402
 from confluent_kafka import Consumer, TopicPartition  # noqa: E402
+from spark_read import fingerprint, noop  # noqa: E402
 
 from benchmarks._serve_peers import PeerError, Server, kafkalog_server  # noqa: E402
 from broker_embedded.record import columnar_encoder  # noqa: E402
@@ -104,13 +105,6 @@ def log_dir_df(spark, log_dir: Path):
     return spark.read.format("kafkalog").option("subscribe", TOPIC).load(str(log_dir))
 
 
-def noop(df) -> float:
-    gc.collect()
-    began = time.perf_counter()
-    df.write.format("noop").mode("overwrite").save()
-    return time.perf_counter() - began
-
-
 def confluent(server: Server, records: int, partitions: int, run: int) -> float:
     """Seconds for a tuned confluent-kafka consumer to take every record of the topic."""
     consumer = Consumer(
@@ -144,15 +138,6 @@ def confluent(server: Server, records: int, partitions: int, run: int) -> float:
             f"{CONSUME_S:.0f} s at most, expected {records:,} (last offsets {expected_last})"
         )
     return seconds
-
-
-def fingerprint(df) -> tuple[int, int]:
-    """(rows, a sum of hashes of every row's key, value, partition, offset and timestamp)."""
-    from pyspark.sql import functions as F
-
-    digest = F.xxhash64("key", "value", "partition", "offset", "timestamp").cast("decimal(38,0)")
-    row = df.agg(F.count("*").alias("n"), F.sum(digest).alias("h")).first()
-    return row["n"], int(row["h"])
 
 
 # -- report ------------------------------------------------------------------------------------
