@@ -24,8 +24,10 @@ Resolving the options (Spark's rules): ``-2``/``earliest`` is the log start offs
 past the latest bound, is data loss: a :class:`DataLossError` naming the partition and both
 offsets with ``failOnDataLoss=true``, else the offset is moved to the nearest available one with
 a logged warning. A specific-offsets or by-timestamp JSON must name exactly the subscribed
-partitions (Spark's rule for batch queries). Unknown topics or partitions are an
-:class:`UnknownTopicOrPartitionError` naming them. ``group:<group id>``: the group's committed
+partitions (Spark's rule for batch queries). Unknown topics are an
+:class:`UnknownTopicOrPartitionError` naming them; an assigned partition its topic does not have
+is left out with a warning, as Spark's Kafka source (its default, Admin-based, offset reader)
+leaves it out. ``group:<group id>``: the group's committed
 offsets (:meth:`committed_offsets`: for a log dir, its ``__consumer_offsets``), resolved by
 group_offsets.py's :func:`group_starting_offsets` (fallback for partitions without a commit; a
 committed offset below the log start or past the latest offset is data loss, as above).
@@ -120,16 +122,7 @@ class KafkaOffsetReader:
         ``missing_ok`` (a streaming query's later batches: what exists now, without warnings;
         a partition that went away is the caller's business)."""
         if isinstance(subscription, Assign):
-            if missing_ok:
-                return [
-                    tp
-                    for tp in subscription.partitions
-                    if tp.partition in self._partitions.get(tp.topic, ())
-                ]
-            for tp in subscription.partitions:
-                if tp.partition not in self._partitions.get(tp.topic, ()):
-                    raise self._unknown(tp.topic, tp.partition, subscription)
-            return list(subscription.partitions)
+            return self._assigned(subscription, missing_ok)
         if isinstance(subscription, Subscribe):
             for topic in subscription.topics:
                 if topic not in self._partitions and not missing_ok:
@@ -151,6 +144,33 @@ class KafkaOffsetReader:
                     topic, declared, TOPIC_CONFIG_FILE, self._partitions[topic], self.location,
                 )  # fmt: skip
         return sorted(found)
+
+    def _assigned(self, subscription: Assign, missing_ok: bool) -> list[TopicPartition]:
+        """The assigned partitions the topics have. As Spark's Kafka source (its Admin path:
+        the topics' partitions filtered by the assignment), a partition a topic does not have is
+        left out (here with a warning, once per query plan), and a topic that does not exist is
+        an error, as is a partition a log dir's topic should have but has no directory for."""
+        found = [
+            tp
+            for tp in subscription.partitions
+            if tp.partition in self._partitions.get(tp.topic, ())
+        ]
+        if missing_ok or len(found) == len(subscription.partitions):
+            return found
+        for tp in subscription.partitions:
+            declared = self.source.declared_partitions(tp.topic)
+            if tp.topic not in self._partitions:
+                raise self._unknown(tp.topic, None, subscription)
+            if tp not in found and declared is not None and tp.partition < declared:
+                raise self._unknown(tp.topic, tp.partition, subscription)  # a directory missing
+        left_out = sorted(set(subscription.partitions) - set(found))
+        log.warning(
+            "%s: %s not in %s, left out (as Spark's Kafka source leaves them out); %s",
+            subscription, ", ".join(map(str, left_out)), self.location,
+            "; ".join(f"topic {t} has the partitions {list(self._partitions[t])}"
+                      for t in sorted({tp.topic for tp in left_out})),
+        )  # fmt: skip
+        return found
 
     def _unknown(
         self, topic: str, partition: int | None, subscription: Subscription

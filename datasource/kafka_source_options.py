@@ -10,10 +10,12 @@ the option and the value. The names are Spark's Kafka source names where Spark h
 Query kinds: ``parse(options, streaming=False)`` for a batch query (``spark.read``),
 ``streaming=True`` for a streaming one (``spark.readStream``), ``streaming=None`` when the kind is
 not known yet (``DataSource.schema()`` runs for both): then only the checks common to both run,
-and :meth:`parse` runs again with the kind once it is known. Batch queries reject the streaming
-options (``maxOffsetsPerTrigger``, ``minOffsetsPerTrigger``, ``maxTriggerDelay``,
-``maxBytesPerTrigger``) and a start at ``latest``; streaming queries reject the ending options
-and ``narrowByFilters``.
+and :meth:`parse` runs again with the kind once it is known. Batch queries ignore the streaming
+limits (``maxOffsetsPerTrigger``, ``minOffsetsPerTrigger``, ``maxTriggerDelay``,
+``maxBytesPerTrigger``) with a warning, logged once per process and option, as Spark's Kafka source
+does (``minOffsetsPerTrigger`` above ``maxOffsetsPerTrigger`` is still an error, as in Spark), and
+reject ``commitOffsetsToGroup`` and a start at ``latest``; streaming queries reject the ending
+options and ``narrowByFilters``.
 
 Precedence, as in Spark (the lower ones are then ignored): ``startingTimestamp`` >
 ``startingOffsetsByTimestamp`` > ``startingOffsets``, and the same for the ending options.
@@ -82,10 +84,12 @@ BATCH_AND_STREAMING = (
     "startingOffsetsByGroupFallback",
 )  # fmt: skip
 BATCH_ONLY = ("endingOffsets", "endingTimestamp", "endingOffsetsByTimestamp", "narrowByFilters")
-STREAMING_ONLY = (
+# The streaming limits: in a batch query Spark's Kafka source logs "<name> option ignored in
+# batch queries" and goes on (KafkaSourceProvider.validateBatchOptions); so does this source.
+STREAMING_LIMITS = (
     "maxOffsetsPerTrigger", "minOffsetsPerTrigger", "maxTriggerDelay", "maxBytesPerTrigger",
-    "commitOffsetsToGroup",
 )  # fmt: skip
+STREAMING_ONLY = (*STREAMING_LIMITS, "commitOffsetsToGroup")
 # Options of Spark's Kafka consumer that mean nothing here: accepted, with a warning.
 SPARK_CONSUMER_OPTIONS = (
     "kafkaConsumer.pollTimeoutMs", "fetchOffset.numRetries", "fetchOffset.retryIntervalMs",
@@ -220,7 +224,7 @@ class KafkaSourceOptions:
                                                 INT32_MAX, DEFAULT_MAX_PARTITION_FETCH_BYTES),
             fetch_max_bytes=_positive(raw, "kafka.fetch.max.bytes", INT32_MAX,
                                       DEFAULT_FETCH_MAX_BYTES),
-            **_streaming_limits(raw),
+            **_streaming_limits(raw, streaming),
             narrow_by_filters=_bool(raw, "narrowByFilters", False),
             streaming=streaming,
             commit_to_group=_group_id(raw, "commitOffsetsToGroup"),
@@ -230,17 +234,20 @@ class KafkaSourceOptions:
         """Contradictions between options that parse alone."""
         if self.ending is not None:
             _check_order(self.starting, self.ending)
-        lo, hi = self.min_offsets_per_trigger, self.max_offsets_per_trigger
-        if lo is not None and hi is not None and lo > hi:
-            raise InvalidOptionError(
-                f"option minOffsetsPerTrigger={lo} is larger than maxOffsetsPerTrigger={hi}"
-            )
+        _check_trigger_order(self.min_offsets_per_trigger, self.max_offsets_per_trigger)
         if self.commit_to_group is not None and self.bootstrap_servers is not None:
             raise InvalidOptionError(
                 "option commitOffsetsToGroup writes the log dir's __consumer_offsets; it is not "
                 "available with kafka.bootstrap.servers yet"
             )
         return self
+
+
+def _check_trigger_order(lo: int | None, hi: int | None) -> None:
+    if lo is not None and hi is not None and lo > hi:
+        raise InvalidOptionError(
+            f"option minOffsetsPerTrigger={lo} is larger than maxOffsetsPerTrigger={hi}"
+        )
 
 
 # -- parsing helpers -----------------------------------------------------------------------------
@@ -265,7 +272,9 @@ def _check_known(raw: dict[str, str], streaming: bool | None) -> None:
             continue  # _kafka_params
         if name is None:
             raise InvalidOptionError(_unknown(key, value))
-        if streaming is False and name in STREAMING_ONLY:
+        if streaming is False and name in STREAMING_LIMITS:
+            _warn_once(f"batch:{key}", f"{name} option ignored in batch queries")
+        elif streaming is False and name in STREAMING_ONLY:
             raise InvalidOptionError(
                 f"option {name}={value!r} applies to streaming queries (spark.readStream) only; "
                 "remove it from this batch query"
@@ -570,7 +579,18 @@ def _isolation(raw: dict[str, str]) -> IsolationLevel:
         ) from None
 
 
-def _streaming_limits(raw: dict[str, str]) -> dict[str, int | None]:
+def _streaming_limits(raw: dict[str, str], streaming: bool | None) -> dict[str, int | None]:
+    """The streaming limits; none in a batch query (ignored there, with a warning), where, as
+    in Spark, only ``minOffsetsPerTrigger`` and ``maxOffsetsPerTrigger`` given together are
+    checked (each a number, the minimum not above the maximum)."""
+    if streaming is False:
+        lo, hi = _get(raw, "minOffsetsPerTrigger"), _get(raw, "maxOffsetsPerTrigger")
+        if lo is not None and hi is not None:
+            _check_trigger_order(
+                _positive(raw, "minOffsetsPerTrigger", INT64_MAX),
+                _positive(raw, "maxOffsetsPerTrigger", INT64_MAX),
+            )
+        return {}
     return {
         "max_offsets_per_trigger": _positive(raw, "maxOffsetsPerTrigger", INT64_MAX),
         "min_offsets_per_trigger": _positive(raw, "minOffsetsPerTrigger", INT64_MAX),

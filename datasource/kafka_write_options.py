@@ -8,7 +8,9 @@ Options (Spark lower-cases the keys; names here ignore case; values are strings)
     executor must see it at the same path: tasks stage their batches inside it.
 ``topic`` (optional)
     The topic of every row; it overrides the column ``topic`` (Spark's Kafka sink rule). Without
-    it the DataFrame needs a ``topic`` column.
+    it the DataFrame needs a ``topic`` column. Trimmed as Spark trims it (Java's ``String.trim``:
+    the characters up to U+0020, spaces and control characters, at both ends); the column's
+    values are not trimmed, as in Spark.
 
 Anything else is rejected with an :class:`InvalidOptionError` naming it, including Kafka
 producer settings (``kafka.*``): the records go straight into the log dir, not through a
@@ -25,6 +27,7 @@ from broker_embedded.storage.topic_partition import validate_topic
 from datasource.errors import InvalidOptionError
 
 OPTION_NAMES = {"path": "path", "topic": "topic"}
+JAVA_TRIMMED = "".join(map(chr, range(0x21)))  # what Java's String.trim removes: <= U+0020
 
 
 @dataclass(frozen=True)
@@ -54,6 +57,7 @@ class KafkaWriteOptions:
             )
         topic = raw.get("topic")
         if topic is not None:
+            topic = topic.strip(JAVA_TRIMMED)  # as Spark's Kafka sink: the option's value .trim
             try:
                 validate_topic(topic)
             except InvalidTopicError as e:

@@ -10,12 +10,14 @@ Spark's sink ignores them, so a DataFrame read with ``format("kafkalog")`` write
   and a row with a null topic (without the option) is an error;
 - ``partition`` (optional): int; null means "place the record" (below); a partition outside the
   topic is an error naming the topic and the partition;
-- ``headers`` (optional): ``array<struct<key: string, value: binary>>``; null means none.
+- ``headers`` (optional): ``array<struct<key: string, value: binary>>``; null means none;
+- ``timestamp`` (optional; Spark 4.x's Kafka sink): timestamp, or double seconds; the record's
+  CreateTime (datasource/write_timestamps.py); null means the write's wall-clock time.
 
 A column of another type is an error naming the column and its type, raised when the write
-starts (before any task runs). Strings are written as their UTF-8 bytes. Every record gets the
-write's wall-clock time as its CreateTime timestamp (LogAppendTime topics overwrite it at
-append, as Kafka does).
+starts (before any task runs). Strings are written as their UTF-8 bytes. A record without a
+``timestamp`` value gets the write's wall-clock time as its CreateTime timestamp (LogAppendTime
+topics overwrite it at append, as Kafka does).
 
 Placement of a row without a partition: a keyed record goes where Kafka's default partitioner puts
 it (``toPositive(murmur2(key)) % partitions``, broker_embedded/client/default_partitioner.py), so
@@ -64,9 +66,11 @@ from pyspark.sql.types import (
     ArrayType,
     BinaryType,
     DataType,
+    DoubleType,
     IntegerType,
     StringType,
     StructType,
+    TimestampType,
 )
 
 from broker_embedded.errors import (
@@ -83,6 +87,7 @@ from broker_embedded.storage.log_dir_lock import LogDirLock
 from broker_embedded.storage.topic_config_file import TopicConfigFile
 from datasource.errors import KafkaSourceError
 from datasource.kafka_write_options import KafkaWriteOptions
+from datasource.write_timestamps import TIMESTAMP, record_timestamps
 
 if TYPE_CHECKING:
     from broker_embedded.record.columnar_encoder import EncodedBatches
@@ -162,7 +167,15 @@ def check_columns(schema: StructType, topic_option: str | None) -> tuple[str, ..
             f"column 'headers' has type {t.simpleString()}: the kafkalog sink takes "
             f"{HEADERS_SQL_TYPE}"
         )
-    wanted = (VALUE, KEY, PARTITION, HEADERS) + ((TOPIC,) if topic_option is None else ())
+    t = fields.get(TIMESTAMP)
+    if t is not None and not isinstance(t, (TimestampType, DoubleType)):
+        raise InvalidWriteError(
+            f"column 'timestamp' has type {t.simpleString()}: the kafkalog sink takes timestamp "
+            "or double (seconds since the epoch), as Spark's Kafka sink does"
+        )
+    wanted = (VALUE, KEY, PARTITION, HEADERS, TIMESTAMP) + (
+        (TOPIC,) if topic_option is None else ()
+    )
     return tuple(name for name in wanted if name in fields)
 
 
@@ -394,6 +407,7 @@ class RowPlacer:
         values = batch.column(VALUE).take(taken)
         keys = batch.column(KEY).take(taken) if KEY in names_of else None
         headers = batch.column(HEADERS).take(taken) if HEADERS in names_of else None
+        stamps = batch.column(TIMESTAMP).take(taken) if TIMESTAMP in names_of else None
         for lo, hi in zip(bounds[:-1], bounds[1:], strict=True):
             topic = names[int(codes[order[lo]])]
             m = hi - lo
@@ -401,6 +415,7 @@ class RowPlacer:
                 topic, int(part[order[lo]]), self._limits(topic),
                 None if keys is None else keys.slice(lo, m), values.slice(lo, m),
                 None if headers is None else headers.slice(lo, m),
+                None if stamps is None else stamps.slice(lo, m),
             )  # fmt: skip
 
     def stage(self, batch: pa.RecordBatch, task: staged_write.StagedTask) -> None:
@@ -423,6 +438,7 @@ class RowGroup:
     keys: pa.Array | None
     values: pa.Array
     headers: pa.Array | None
+    timestamps: pa.Array | None = None  # the ``timestamp`` column (null: the write's time)
 
     @property
     def rows(self) -> int:
@@ -434,7 +450,8 @@ class RowGroup:
 
     def encode(self, now_ms: int, **producer: int) -> EncodedBatches:
         """The rows as uncompressed record batches within the topic's limits, each record
-        stamped ``now_ms`` (``producer``: the producer fields of ``encode_batches``);
+        stamped with its ``timestamp`` column value or ``now_ms`` (``producer``: the producer
+        fields of ``encode_batches``);
         :class:`InvalidRecordError` for keyless rows of a compacted topic,
         :class:`RecordTooLargeError` for a record above ``max.message.bytes``."""
         from broker_embedded.record.columnar_encoder import encode_batches
@@ -445,7 +462,8 @@ class RowGroup:
                 f"({self.null_keys} rows for partition {self.partition} have a null key)"
             )
         enc = encode_batches(
-            self.keys, self.values, np.full(self.rows, now_ms, np.int64), self.headers,
+            self.keys, self.values, record_timestamps(self.timestamps, self.rows, now_ms),
+            self.headers,
             max_batch_bytes=self.limits.max_batch_bytes, **producer,
         )  # fmt: skip
         largest = int(np.diff(enc.positions).max())

@@ -74,10 +74,12 @@ class KafkaLogDataSource(DataSource):
     ``assign`` | ``subscribe`` | ``subscribePattern`` (exactly one)
         Which partitions to read. ``assign``: JSON ``{"topicA":[0,1],"topicB":[2]}``;
         ``subscribe``: comma-separated topics ``"topicA,topicB"``; ``subscribePattern``: a regex
-        matching whole topic names ``"events-.*"`` (internal topics, names starting with ``__``,
-        are left out; name them in subscribe or assign). An assigned partition or a subscribed
-        topic that is not in the log dir is an error naming it; a pattern may match nothing
-        (an empty result).
+        found anywhere in the topic name, as Spark 4.x finds it (anchor it to match whole
+        names: ``"^events-.*$"``; internal topics, names starting with ``__``, are left out;
+        name them in subscribe or assign). A subscribed or assigned topic that
+        does not exist is an error naming it; an assigned partition its topic does not have is
+        left out with a warning (as Spark's Kafka source leaves it out); a pattern may match
+        nothing (an empty result).
     ``startingOffsets`` (default ``earliest``)
         ``earliest`` (the log start offset), or per-partition JSON
         ``{"topicA":{"0":23,"1":-2}}`` with -2 for earliest; every partition read must be named.
@@ -119,7 +121,7 @@ class KafkaLogDataSource(DataSource):
         error naming the partition and the offsets; ``false`` logs a warning and reads what is
         there (from the log start offset; up to the latest offset).
     ``includeHeaders`` (default ``false``)
-        Add the column ``headers``.
+        Add the column ``headers``: null for a record without headers (as Spark reads it).
     ``minPartitions`` (default: not set)
         About at least this many Spark partitions: large offset ranges are cut into equal pieces,
         in proportion to their size (Spark's rule, a hint: its rounding may give a few more or
@@ -155,8 +157,9 @@ class KafkaLogDataSource(DataSource):
     ``kafka.retry.backoff.ms``, ``kafka.default.api.timeout.ms``
         The wire client's settings (Kafka consumer's meanings), for ``kafka.bootstrap.servers``.
 
-    Streaming-only options (``maxOffsetsPerTrigger``, ``minOffsetsPerTrigger``,
-    ``maxTriggerDelay``, ``maxBytesPerTrigger``) are rejected in a batch query. Other ``kafka.*``
+    The streaming limits (``maxOffsetsPerTrigger``, ``minOffsetsPerTrigger``,
+    ``maxTriggerDelay``, ``maxBytesPerTrigger``) are ignored in a batch query with Spark's
+    warning ("... option ignored in batch queries"). Other ``kafka.*``
     consumer settings follow Spark's Kafka source: ``kafka.auto.offset.reset``,
     ``kafka.key.deserializer``, ``kafka.value.deserializer``, ``kafka.enable.auto.commit`` and
     ``kafka.interceptor.classes`` are rejected with Spark's messages, ``kafka.group.id`` logs
@@ -220,7 +223,9 @@ class KafkaLogDataSource(DataSource):
            .save("/data/kafka-logs"))
 
     Columns as Spark's Kafka sink: ``value`` (required, string or binary), optional ``key``,
-    ``topic``, ``partition`` and ``headers``. A keyed record without a partition goes where
+    ``topic``, ``partition``, ``headers`` and ``timestamp`` (timestamp or double seconds: the
+    record's CreateTime; otherwise the write's time). The ``topic`` option is trimmed, as Spark
+    trims it. A keyed record without a partition goes where
     Kafka's default partitioner (murmur2 of the key) puts it. The topic must exist (create it
     with ``kafkalog topics create`` or the embedded broker). A write job is atomic: nothing is
     visible before its commit publishes the new high watermarks, nothing of a failed job ever.

@@ -3,9 +3,11 @@
 
 - :class:`Assign`: explicit partitions, from JSON ``{"topicA": [0, 1], "topicB": [2]}``;
 - :class:`Subscribe`: every partition of the listed topics (``"topicA,topicB"``);
-- :class:`SubscribePattern`: every partition of the topics whose whole name matches a regular
-  expression (Kafka's ``Pattern.matcher(topic).matches()``; the ``regex`` module's syntax, which
-  agrees with Java's for ordinary patterns). Internal topics (names starting with ``__``, such as
+- :class:`SubscribePattern`: every partition of the topics in whose name a regular expression
+  finds a match, anywhere in the name, as Spark 4.x's Kafka source finds topics (its default,
+  Admin-based, offset reader: ``topicRegex.findFirstIn(name)``; anchor the pattern, ``^...$``,
+  to match whole names); the ``regex`` module's syntax, which agrees with Java's for ordinary
+  patterns. Internal topics (names starting with ``__``, such as
   ``__consumer_offsets``) are left out, as Kafka's consumer leaves them out
   (``exclude.internal.topics``); name them in ``subscribe`` or ``assign`` to read them.
 
@@ -107,7 +109,7 @@ class Subscribe:
 
 @dataclass(frozen=True)
 class SubscribePattern:
-    """``subscribePattern``: the topics whose whole name matches ``pattern`` (not internal)."""
+    """``subscribePattern``: the topics in whose name ``pattern`` finds a match (not internal)."""
 
     pattern: str
     _regex: regex.Pattern[str] = field(init=False, repr=False, compare=False)
@@ -127,7 +129,7 @@ class SubscribePattern:
         if topic.startswith(INTERNAL_TOPIC_PREFIX):
             return False
         try:
-            return self._regex.fullmatch(topic, timeout=MATCH_TIMEOUT_S) is not None
+            return self._regex.search(topic, timeout=MATCH_TIMEOUT_S) is not None
         except TimeoutError:
             reason = (
                 f"matching topic {topic!r} took over {MATCH_TIMEOUT_S:g} s: the pattern "

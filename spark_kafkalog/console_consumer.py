@@ -188,7 +188,8 @@ class JsonFormatter:
                 "key": _encode(cols["key"][i]),
                 "value": _encode(cols["value"][i]),
                 "headers": [
-                    {"key": h["key"], "value": _encode(h["value"])} for h in cols["headers"][i]
+                    {"key": h["key"], "value": _encode(h["value"])}
+                    for h in cols["headers"][i] or ()
                 ],
             }
             yield json.dumps(obj, ensure_ascii=False).encode("utf-8") + b"\n"

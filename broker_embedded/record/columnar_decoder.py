@@ -8,7 +8,8 @@ not none) and, in old logs, legacy magic 0/1 message-set entries (``legacy_recor
 Output: ``pyarrow.RecordBatch``es whose schema is exactly Spark's Kafka source schema
 (:func:`kafka_schema`, defined in kafka_schema.py): key binary, value binary, topic string,
 partition int32, offset int64, timestamp timestamp[us, tz=UTC], timestampType int32 and, when
-asked, headers list<element: struct<key: string, value: binary>>. Every field is nullable, as
+asked, headers list<element: struct<key: string, value: binary>>, null for a record without
+headers (as Spark's Kafka source reads it, not an empty list). Every field is nullable, as
 Spark declares it (``StructField``'s default), and the list's child is named ``element`` as
 Spark's Arrow conversion names it. At most ``max_rows_per_batch`` rows per record batch, and
 never more than 2^31 - 1 bytes in one binary column of one record batch (Arrow's int32 offsets).
@@ -856,8 +857,14 @@ def _headers(cols: _Columns, c: int, start: list[int], end: list[int]) -> pa.Arr
         start[k.C_HVALUE_NULLS],
     )
     struct = pa.StructArray.from_arrays([_valid_utf8(keys), values], fields=list(HEADER_FIELDS))
-    offsets = pa.py_buffer(_chunk_offsets(cols.row_offs[2], c, r0, r1))
-    return pa.Array.from_buffers(HEADERS_TYPE, r1 - r0, [None, offsets], children=[struct])
+    offsets = _chunk_offsets(cols.row_offs[2], c, r0, r1)
+    # a record without headers is null, not [] (Spark's Kafka source): valid where any header
+    has_headers = offsets[1:] != offsets[:-1]
+    nulls = (r1 - r0) - int(np.count_nonzero(has_headers))
+    buffers = [_bitmap(has_headers, nulls), pa.py_buffer(offsets)]
+    return pa.Array.from_buffers(
+        HEADERS_TYPE, r1 - r0, buffers, null_count=nulls, children=[struct]
+    )
 
 
 def _valid_utf8(keys: pa.Array) -> pa.Array:

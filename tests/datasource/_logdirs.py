@@ -255,7 +255,7 @@ def spark_rows(df) -> list[Row]:
     headers = cols.get("headers")
     out = []
     for i in range(table.num_rows):
-        h = () if headers is None else tuple((e["key"], e["value"]) for e in headers[i])
+        h = () if headers is None else tuple((e["key"], e["value"]) for e in headers[i] or ())
         out.append(Row(cols["key"][i], cols["value"][i], cols["topic"][i], cols["partition"][i],
                        cols["offset"][i], ts[i], cols["timestampType"][i], h))  # fmt: skip
     return sorted(out, key=lambda r: (r.topic, r.partition, r.offset))

@@ -54,14 +54,26 @@ def test_topics_and_subscriptions(uncommitted: KafkaOffsetReader, source_log_dir
                                     "trimmed": (0,), "txn": (0,)}  # fmt: skip
     assert uncommitted.partitions(Subscribe(("txn", "events"))) == [*EVENTS, TXN]
     assert uncommitted.partitions(Assign.parse('{"events":[2,0]}')) == [EVENTS[0], EVENTS[2]]
-    assert uncommitted.partitions(SubscribePattern("e.*")) == [TopicPartition("empty", 0),
-                                                               *EVENTS]  # fmt: skip
+    assert uncommitted.partitions(SubscribePattern("^e.*")) == [TopicPartition("empty", 0),
+                                                                *EVENTS]  # fmt: skip
+    assert uncommitted.partitions(SubscribePattern("m")) == [  # found anywhere, as Spark finds
+        TopicPartition("appendtime", 0), TopicPartition("empty", 0), TopicPartition("trimmed", 0)
+    ]  # fmt: skip
     assert uncommitted.partitions(SubscribePattern("nothing.*")) == []
 
 
-def test_unknown_topics_and_partitions_are_named(uncommitted: KafkaOffsetReader) -> None:
-    with pytest.raises(UnknownTopicOrPartitionError, match=r"events-7 .*partitions \[0, 1, 2\]"):
-        uncommitted.partitions(Assign.parse('{"events":[0,7]}'))
+def test_unknown_topics_are_named_and_missing_partitions_left_out(
+    uncommitted: KafkaOffsetReader, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Spark's Admin path: the topic's partitions filtered by the assignment."""
+    with caplog.at_level("WARNING"):
+        assert uncommitted.partitions(Assign.parse('{"events":[0,7]}')) == [EVENTS[0]]
+    assert [r.getMessage() for r in caplog.records] == [
+        'assign={"events":[0,7]}: events-7 not in ' + uncommitted.location + ", left out (as "
+        "Spark's Kafka source leaves them out); topic events has the partitions [0, 1, 2]"
+    ]
+    with pytest.raises(UnknownTopicOrPartitionError, match="topic nope .*the topics here are"):
+        uncommitted.partitions(Assign.parse('{"events":[0],"nope":[0]}'))
     with pytest.raises(UnknownTopicOrPartitionError, match="topic nope .*the topics here are"):
         uncommitted.partitions(Subscribe(("events", "nope")))
 

@@ -77,7 +77,10 @@ def test_subscribe_pattern_and_list() -> None:
     o = KafkaSourceOptions.parse({"path": "/l", "subscribePattern": "ev.*"})
     pattern = o.subscription
     assert isinstance(pattern, SubscribePattern)
-    assert pattern.matches("events") and not pattern.matches("xevents")
+    # found anywhere in the name, as Spark's Admin path (findFirstIn); anchored: whole names
+    assert pattern.matches("events") and pattern.matches("xevents") and not pattern.matches("e")
+    assert SubscribePattern("^ev.*$").matches("events")
+    assert not SubscribePattern("^ev.*$").matches("xevents")
     assert not SubscribePattern(".*").matches("__consumer_offsets")  # internal topics left out
     assert pickle.loads(pickle.dumps(pattern)).matches("events")
 
@@ -189,10 +192,6 @@ REJECTED = [
     ({"kafka.isolation.level": "serializable"}, False, ["kafka.isolation.level='serializable'"]),
     ({"kafka.max.partition.fetch.bytes": "0"}, False, ["kafka.max.partition.fetch.bytes='0'"]),
     ({"kafka.fetch.max.bytes": "4294967296"}, False, ["kafka.fetch.max.bytes='4294967296'"]),
-    ({"maxOffsetsPerTrigger": "10"}, False, ["maxOffsetsPerTrigger='10'", "streaming"]),
-    ({"minOffsetsPerTrigger": "10"}, False, ["minOffsetsPerTrigger='10'", "streaming"]),
-    ({"maxTriggerDelay": "1m"}, False, ["maxTriggerDelay='1m'", "streaming"]),
-    ({"maxBytesPerTrigger": "1m"}, False, ["maxBytesPerTrigger='1m'", "streaming"]),
     ({"endingOffsets": "latest"}, True, ["endingOffsets='latest'", "batch queries"]),
     ({"endingTimestamp": "5"}, True, ["endingTimestamp='5'", "batch queries"]),
     ({"narrowByFilters": "true"}, True, ["narrowByFilters='true'", "batch queries"]),
@@ -201,6 +200,10 @@ REJECTED = [
     ({"maxTriggerDelay": "soon"}, True, ["maxTriggerDelay='soon'", "duration"]),
     ({"maxOffsetsPerTrigger": "5", "minOffsetsPerTrigger": "6"}, True,
      ["minOffsetsPerTrigger=6", "maxOffsetsPerTrigger=5"]),
+    ({"maxOffsetsPerTrigger": "5", "minOffsetsPerTrigger": "6"}, False,
+     ["minOffsetsPerTrigger=6", "maxOffsetsPerTrigger=5"]),
+    ({"maxOffsetsPerTrigger": "5", "minOffsetsPerTrigger": "x"}, False,
+     ["minOffsetsPerTrigger='x'"]),
 ]  # fmt: skip
 
 

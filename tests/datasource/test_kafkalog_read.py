@@ -270,9 +270,10 @@ def test_real_kafka_log_dirs(spark, kafka_log_dirs: dict[str, Path], name: str) 
 
 REJECTED = [  # one of each kind; test_kafka_source_options.py has them all
     ({"subscribe": "events", "bogus": "1"}, "unknown option bogus='1'"),
+    ({"subscribe": "events", "maxOffsetsPerTrigger": "5", "minOffsetsPerTrigger": "6"},
+     "option minOffsetsPerTrigger=6 is larger than maxOffsetsPerTrigger=5"),
+    ({"assign": '{"nope":[0]}'}, "topic nope does not exist"),
     ({"subscribe": "events", "endingOffsets": '{"events":{"0":'}, "not valid JSON"),
-    ({"subscribe": "events", "maxOffsetsPerTrigger": "5"}, "streaming queries"),
-    ({"assign": '{"events":[9]}'}, "partition events-9 does not exist"),
     ({"subscribe": "events", "startingOffsets": '{"events":{"0":800,"1":0,"2":0}}'},
      "events-0: the ending offset 708"),
     ({"subscribe": "events", "kafka.auto.offset.reset": "earliest"},

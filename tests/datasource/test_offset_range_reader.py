@@ -32,7 +32,11 @@ def rows_of(batches: list[pa.RecordBatch], include_headers: bool) -> list[Row]:
     ts = table.column("timestamp").cast("int64").to_pylist()
     out = []
     for i in range(table.num_rows):
-        h = tuple((e["key"], e["value"]) for e in cols["headers"][i]) if include_headers else ()
+        h = (
+            tuple((e["key"], e["value"]) for e in cols["headers"][i] or ())
+            if include_headers
+            else ()
+        )
         out.append(Row(cols["key"][i], cols["value"][i], cols["topic"][i], cols["partition"][i],
                        cols["offset"][i], ts[i], cols["timestampType"][i], h))  # fmt: skip
     return out

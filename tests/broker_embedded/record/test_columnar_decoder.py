@@ -87,7 +87,7 @@ def _records(batches: Iterable[pa.RecordBatch], include_headers: bool = True) ->
             headers,
             strict=True,
         ):
-            pairs = tuple((h["key"], h["value"]) for h in hs)
+            pairs = tuple((h["key"], h["value"]) for h in hs or ())
             out.append(Record(offset, us // 1000, key, value, pairs))
     return out
 

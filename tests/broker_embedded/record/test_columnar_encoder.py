@@ -159,7 +159,7 @@ def _decoded_records(result: EncodedBatches) -> list[Record]:
             batch.column("headers").to_pylist(),
             strict=True,
         ):
-            pairs = tuple((h["key"], h["value"]) for h in headers)
+            pairs = tuple((h["key"], h["value"]) for h in headers or ())
             out.append(Record(offset, us // 1000, key, value, pairs))
     return out
 
