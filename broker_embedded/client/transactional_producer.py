@@ -37,12 +37,10 @@ from typing import Any
 
 from broker_embedded.client.producer_record import ProducerRecord, build_batch
 from broker_embedded.coordinator.transaction_coordinator import (
-    COORDINATOR_EPOCH,
     DEFAULT_TIMEOUT_MS,
     TxnCompletion,
 )
 from broker_embedded.errors import InvalidTxnStateError, UnknownTopicOrPartitionError
-from broker_embedded.record.control_record import EndTransactionMarker
 from broker_embedded.replica_manager.produce_response import ProduceResult
 from broker_embedded.storage.producer_state_manager import AppendOrigin
 from broker_embedded.storage.segment_writer import wall_clock_ms
@@ -136,14 +134,9 @@ class TransactionalProducer:
 
     def _write_markers(self, completion: TxnCompletion) -> list[ProduceResult]:
         """Append the completion's marker to each of its partitions, then complete it."""
-        marker = (EndTransactionMarker.commit if completion.commit else EndTransactionMarker.abort)(
-            COORDINATOR_EPOCH
-        )
         results = []
         for tp in completion.partitions:
-            batch = marker.build_batch(base_offset=0, timestamp=self._clock(),
-                                       producer_id=completion.producer_id,
-                                       producer_epoch=completion.producer_epoch)  # fmt: skip
+            batch = completion.marker_batch(self._clock())
             r = self.client.append(tp, batch, acks="all", timeout_ms=self.timeout_ms,
                                    origin=AppendOrigin.COORDINATOR)  # fmt: skip
             results.append(r.raise_error())

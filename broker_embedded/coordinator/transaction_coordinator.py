@@ -88,6 +88,7 @@ from broker_embedded.errors import (
     ProducerFencedError,
     UnknownTopicOrPartitionError,
 )
+from broker_embedded.record.control_record import EndTransactionMarker
 from broker_embedded.storage.topic_partition import TopicPartition
 
 log = logging.getLogger(__name__)
@@ -144,6 +145,15 @@ class TxnCompletion:
     commit: bool
     partitions: tuple[TopicPartition, ...]
     groups: tuple[str, ...] = ()
+
+    def marker_batch(self, timestamp_ms: int) -> bytes:
+        """The control batch (COMMIT or ABORT, coordinator epoch ``COORDINATOR_EPOCH``) that
+        ends the transaction in one partition."""
+        marker = EndTransactionMarker.commit if self.commit else EndTransactionMarker.abort
+        return marker(COORDINATOR_EPOCH).build_batch(
+            base_offset=0, timestamp=timestamp_ms, producer_id=self.producer_id,
+            producer_epoch=self.producer_epoch,
+        )  # fmt: skip
 
 
 def _wall_ms() -> int:

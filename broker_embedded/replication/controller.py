@@ -60,7 +60,6 @@ from typing import TYPE_CHECKING
 from broker_embedded.coordinator.coordinator_partition import TRANSACTION_STATE_TOPIC
 from broker_embedded.coordinator.internal_topics import ensure_topic, transaction_state_topic
 from broker_embedded.coordinator.transaction_coordinator import (
-    COORDINATOR_EPOCH,
     TransactionCoordinator,
     TransactionMarkerWriter,
     TxnCompletion,
@@ -84,7 +83,6 @@ from broker_embedded.errors import (
     TopicAlreadyExistsError,
     UnknownTopicOrPartitionError,
 )
-from broker_embedded.record.control_record import EndTransactionMarker
 from broker_embedded.replication.partition import NO_LEADER, LeaderAndIsr
 from broker_embedded.replication.replica_assignment import (
     assign_replicas_to_brokers,
@@ -560,13 +558,7 @@ class Controller:
     def write_marker(self, tp: TopicPartition, completion: TxnCompletion) -> None:
         """Append ``completion``'s marker to ``tp`` on its leader (acks=all); raises what
         the append fails with (NOT_LEADER_OR_FOLLOWER without a live leader)."""
-        marker = (EndTransactionMarker.commit if completion.commit else EndTransactionMarker.abort)(
-            COORDINATOR_EPOCH
-        )
-        batch = marker.build_batch(base_offset=0, timestamp=wall_clock_ms(),
-                                   producer_id=completion.producer_id,
-                                   producer_epoch=completion.producer_epoch)  # fmt: skip
-        self.append_to_leader(tp, batch)
+        self.append_to_leader(tp, completion.marker_batch(wall_clock_ms()))
 
     def append_to_leader(self, tp: TopicPartition, batch: bytes) -> None:
         """Append a coordinator's batch to ``tp`` on its leader (acks=all); raises what the
