@@ -15,6 +15,7 @@ against an independent reading of the files (kafka-python, tests/datasource/_log
 from __future__ import annotations
 
 import datetime as dt
+import json
 import logging
 import re
 from pathlib import Path
@@ -222,3 +223,28 @@ def test_record_timestamps_truncate_toward_zero_as_spark() -> None:
     assert record_timestamps(nanos, 1, 0).tolist() == [1234]
     with pytest.raises(InvalidTimestampError, match="out of range"):
         record_timestamps(pa.array([1e300]), 1, 0)
+
+
+# -- offsets behind latest ------------------------------------------------------------------------
+
+
+def test_progress_shows_the_latest_offsets_beside_the_end(
+    spark, read_source: ReadSource, tmp_path: Path
+) -> None:
+    """Spark's Kafka source reports ``*OffsetsBehindLatest`` as source metrics; PySpark 4.3 gives
+    a Python stream reader no way to report metrics, so the lag is read from each progress's
+    ``latestOffset`` (``reportLatestOffset``, the uncapped latest offsets) minus ``endOffset``."""
+    hw = {p: partition_facts(read_source.log_dir, "events", p).high_watermark for p in range(3)}
+    df = read_source.read_stream(spark, subscribe="events", startingOffsets="earliest",
+                                 maxOffsetsPerTrigger="800")  # fmt: skip
+    q = (df.writeStream.format("noop").option("checkpointLocation", str(tmp_path / "ck"))
+         .trigger(availableNow=True).start())  # fmt: skip
+    assert q.awaitTermination(120)
+    assert q.exception() is None
+    sources = [p["sources"][0] for p in q.recentProgress if p["numInputRows"]]
+    latest = {str(p): hw[p] for p in range(3)}
+    assert [json.loads(s["latestOffset"]) for s in sources] == [{"events": latest}] * len(sources)
+    behind = [sum(hw[int(p)] - o for p, o in json.loads(s["endOffset"])["events"].items())
+              for s in sources]  # fmt: skip
+    assert behind[0] == sum(hw.values()) - 800 and behind[-1] == 0 and len(behind) == 3
+    assert behind == sorted(behind, reverse=True)

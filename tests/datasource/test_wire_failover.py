@@ -7,7 +7,9 @@ a read:
 - a batch query's executor read (``KafkaBatchReader.read``, what Spark runs on executors),
   planned before the kill and read after it;
 - a streaming query over the wire whose leader is killed between micro-batches while records
-  keep arriving.
+  keep arriving;
+- a whole ``spark.read`` job whose task is held after its first Arrow batch while the leader of
+  its partition is killed.
 
 Each time every record is read exactly once, in offset order, with the values produced. Every
 wait is bounded (the helpers' timeouts; the client's retries are bounded in count and time)."""
@@ -16,6 +18,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -59,18 +62,20 @@ def wait_for_full_isr(bootstrap: str) -> dict[int, int]:
         time.sleep(0.2)
 
 
-def value(partition: int, i: int) -> bytes:
-    return b"p%d-%06d" % (partition, i) * 4
+def value(partition: int, i: int, repeat: int = 4) -> bytes:
+    return b"p%d-%06d" % (partition, i) * repeat
 
 
-def produce(bootstrap: str, first: int, count: int) -> None:
+def produce(
+    bootstrap: str, first: int, count: int, per_batch: int = PER_BATCH, repeat: int = 4
+) -> None:
     """Records ``first .. first+count-1`` of every partition, acks=all, in batches."""
     with KafkaClient(bootstrap) as client:
         for p in range(PARTITIONS):
-            for lo in range(first, first + count, PER_BATCH):
+            for lo in range(first, first + count, per_batch):
                 records = [
-                    ProducerRecord(value(p, i))
-                    for i in range(lo, min(lo + PER_BATCH, first + count))
+                    ProducerRecord(value(p, i, repeat))
+                    for i in range(lo, min(lo + per_batch, first + count))
                 ]
                 client.produce(TOPIC, p, build_batch(records, now_ms=int(time.time() * 1000)),
                                acks=-1)  # fmt: skip
@@ -179,3 +184,45 @@ def wait_for(check, timeout: float, what: str) -> None:
     while not check():
         assert time.monotonic() < deadline, f"timed out after {timeout} s waiting for {what}"
         time.sleep(0.1)
+
+
+def test_a_spark_batch_job_survives_the_leader_killed(spark, cluster, tmp_path: Path) -> None:
+    """A whole ``spark.read`` job: partition 0's task stops at the first row of its second
+    Arrow batch (of four; ``COALESCE_BYTES`` each) until the test has killed that
+    partition's leader, so the rest of its range is fetched from the new leader through the
+    executor's retry."""
+    from pyspark.sql import functions as F
+
+    per_partition, repeat = 65536, 12  # 432-byte values: Arrow batches of 16384 rows (8 MiB)
+    produce(cluster.bootstrap, 0, per_partition, per_batch=4096, repeat=repeat)
+    started, resumed = tmp_path / "started", tmp_path / "resumed"
+
+    def gate(partition, offset):
+        if (partition, offset) == (0, per_partition // 4):
+            started.touch()
+            deadline = time.monotonic() + 120
+            while not resumed.exists() and time.monotonic() < deadline:
+                time.sleep(0.05)
+        return 0
+
+    df = (spark.read.format("kafkalog")
+          .option("kafka.bootstrap.servers", cluster.bootstrap).option("subscribe", TOPIC)
+          .option("kafka.default.api.timeout.ms", "20000").load())  # fmt: skip
+    expected = F.repeat(F.format_string("p%d-%06d", "partition", "offset"), repeat)
+    job = (df.withColumn("gate", F.udf(gate, "int", useArrow=False)("partition", "offset"))
+           .groupBy("partition")
+           .agg(F.count("*").alias("n"), F.count_distinct("offset").alias("distinct"),
+                F.min("offset").alias("lo"), F.max("offset").alias("hi"),
+                F.sum((F.col("value").cast("string") != expected).cast("int")
+                      + F.col("gate")).alias("wrong")))  # fmt: skip
+    result: list = []
+    with ThreadPoolExecutor(1) as pool:
+        running = pool.submit(lambda: result.extend(job.orderBy("partition").collect()))
+        wait_for(lambda: started.exists() or running.done(), 120, "the first Arrow batch")
+        assert not running.done(), running.exception()
+        kill_leader(cluster, 0)
+        resumed.touch()
+        running.result(timeout=180)
+    assert [tuple(r) for r in result] == [
+        (p, per_partition, per_partition, 0, per_partition - 1, 0) for p in range(PARTITIONS)
+    ]
