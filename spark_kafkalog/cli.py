@@ -17,6 +17,11 @@ Subcommands:
                                                  the broker on Kafka's wire protocol until
                                                  SIGTERM/SIGINT (like kafka-server-start); needs
                                                  Python 3.11+ (kio)
+  users add --user U (--password PW | --password-stdin) [--mechanism M] [--iterations N]
+  users delete --user U [--mechanism M] | users list      (all with --log-dir DIR)
+                                                 SASL/SCRAM users of kafkalog serve, stored
+                                                 salted in DIR (like kafka-configs --entity-type
+                                                 users)
   groups list | groups describe [--group G ...] --log-dir DIR | --bootstrap-server H:P
                                                  consumer groups, committed offsets, log end
                                                  offsets and lag from __consumer_offsets (like
@@ -221,12 +226,52 @@ def _add_serve(sub: argparse._SubParsersAction, common: argparse.ArgumentParser)
     serve.add_argument(
         "--listeners",
         default="PLAINTEXT://127.0.0.1:9092",
-        metavar="PLAINTEXT://HOST:PORT[,...]",
-        help="where broker 0 listens (default PLAINTEXT://127.0.0.1:9092; port 0: any free port)",
+        metavar="NAME://HOST:PORT[,...]",
+        help="where broker 0 listens (default PLAINTEXT://127.0.0.1:9092; port 0: any free "
+        "port); NAME is PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL or a name of the [security] "
+        "listener.security.protocol.map of --broker-config",
     )
     serve.add_argument(
         "--brokers", type=_positive, default=1, help="brokers in this process (default 1)"
     )
+
+
+def _add_users(sub: argparse._SubParsersAction) -> None:
+    users = sub.add_parser(
+        "users", help="SASL/SCRAM users of kafkalog serve (like kafka-configs --entity-type users)"
+    )
+    actions = users.add_subparsers(dest="action", required=True)
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--log-dir", type=Path, metavar="DIR", required=True, help="the log dir")
+    who = argparse.ArgumentParser(add_help=False)
+    who.add_argument("--user", required=True, metavar="U")
+    who.add_argument(
+        "--mechanism",
+        action="append",
+        choices=("SCRAM-SHA-256", "SCRAM-SHA-512"),
+        help="repeatable; default both",
+    )
+    add = actions.add_parser("add", parents=[common, who], help="add or replace a user")
+    secret = add.add_mutually_exclusive_group(required=True)
+    secret.add_argument("--password", metavar="PW")
+    secret.add_argument(
+        "--password-stdin", action="store_true", help="read the password from stdin's first line"
+    )
+    add.add_argument("--iterations", type=_positive, default=4096, help="4096..16384")
+    actions.add_parser("delete", parents=[common, who], help="remove a user's credentials")
+    actions.add_parser("list", parents=[common], help="users and mechanisms (no secrets)")
+
+
+def _run_users(args: argparse.Namespace) -> int:
+    from spark_kafkalog import users_command
+
+    password = getattr(args, "password", None)
+    if getattr(args, "password_stdin", False):
+        password = sys.stdin.readline().rstrip("\n")
+    return users_command.run(
+        args.action, args.log_dir, sys.stdout, getattr(args, "user", None), password,
+        getattr(args, "mechanism", None), getattr(args, "iterations", 4096),
+    )  # fmt: skip
 
 
 def _add_groups(sub: argparse._SubParsersAction) -> None:
@@ -271,6 +316,7 @@ def _parser() -> argparse.ArgumentParser:
 
     _add_serve(sub, _broker_options(bootstrap=False))
     _add_groups(sub)
+    _add_users(sub)
 
     dump = sub.add_parser("dump", help="print and verify Kafka log segments")
     dump.add_argument("paths", nargs="+", type=Path, help="segment file, partition dir or log dir")
@@ -418,8 +464,9 @@ def _run_serve(args: argparse.Namespace, config) -> int:
         "the server", lambda: importlib.import_module("spark_kafkalog.serve_command")
     )
     return serve_command.run(
-        args.log_dir, config, args.listeners, args.brokers, sys.stdout, sys.stdin
-    )
+        args.log_dir, config, args.listeners, args.brokers, sys.stdout, sys.stdin,
+        serve_command.load_security(args.broker_config),
+    )  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -474,6 +521,8 @@ def _run(args: argparse.Namespace) -> int:
             args.action, args.log_dir, sys.stdout, sys.stderr, getattr(args, "group", []),
             args.bootstrap_server,
         )  # fmt: skip
+    if args.command == "users":
+        return _run_users(args)
     if args.command == "dump":
         from spark_kafkalog.dump_log import dump
 

@@ -1,0 +1,83 @@
+"""Test certificates made in the test session with ``cryptography``: a CA, a server
+certificate for 127.0.0.1/localhost and a client certificate, as PEM files in a tmp dir."""
+
+from __future__ import annotations
+
+import datetime
+import ipaddress
+from dataclasses import dataclass
+from pathlib import Path
+
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
+
+CLIENT_SUBJECT = "CN=alice,OU=eng,O=example,C=US"  # as Kafka's principal builder writes it
+
+
+@dataclass(frozen=True)
+class Pki:
+    ca: Path  # the CA certificate (PEM)
+    server: Path  # the server's key and certificate chain (PEM), Kafka's PEM keystore file
+    server_cert: Path
+    server_key: Path
+    client_cert: Path
+    client_key: Path
+
+
+def _name(**attrs: str) -> x509.Name:
+    oids = {"C": NameOID.COUNTRY_NAME, "O": NameOID.ORGANIZATION_NAME,
+            "OU": NameOID.ORGANIZATIONAL_UNIT_NAME, "CN": NameOID.COMMON_NAME}  # fmt: skip
+    return x509.Name([x509.NameAttribute(oids[k], v) for k, v in attrs.items()])
+
+
+def _cert(subject, issuer, key, signer, ca: bool, san: list | None = None) -> x509.Certificate:
+    now = datetime.datetime.now(datetime.timezone.utc)
+    builder = (
+        x509.CertificateBuilder()
+        .subject_name(subject)
+        .issuer_name(issuer)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True)
+    )
+    if san:
+        builder = builder.add_extension(x509.SubjectAlternativeName(san), critical=False)
+    return builder.sign(signer, hashes.SHA256())
+
+
+def _pem_key(key) -> bytes:
+    return key.private_bytes(
+        serialization.Encoding.PEM,
+        serialization.PrivateFormat.PKCS8,
+        serialization.NoEncryption(),
+    )
+
+
+def make_pki(directory: Path) -> Pki:
+    ca_key = ec.generate_private_key(ec.SECP256R1())
+    ca_name = _name(O="kafkalog-test", CN="kafkalog test CA")
+    ca = _cert(ca_name, ca_name, ca_key, ca_key, ca=True)
+    server_key = ec.generate_private_key(ec.SECP256R1())
+    san = [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]
+    server = _cert(_name(CN="localhost"), ca_name, server_key, ca_key, ca=False, san=san)
+    client_key = ec.generate_private_key(ec.SECP256R1())
+    client = _cert(_name(C="US", O="example", OU="eng", CN="alice"), ca_name, client_key, ca_key,
+                   ca=False)  # fmt: skip
+    pem = serialization.Encoding.PEM
+    files = {
+        "ca.pem": ca.public_bytes(pem),
+        "server.pem": _pem_key(server_key) + server.public_bytes(pem),
+        "server-cert.pem": server.public_bytes(pem),
+        "server-key.pem": _pem_key(server_key),
+        "client-cert.pem": client.public_bytes(pem),
+        "client-key.pem": _pem_key(client_key),
+    }
+    for name, data in files.items():
+        (directory / name).write_bytes(data)
+    d = directory
+    return Pki(d / "ca.pem", d / "server.pem", d / "server-cert.pem", d / "server-key.pem",
+               d / "client-cert.pem", d / "client-key.pem")  # fmt: skip
