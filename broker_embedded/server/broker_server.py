@@ -10,8 +10,9 @@
 version range on the :class:`KafkaApis` (ApiVersions is built in, and SaslHandshake and
 SaslAuthenticate when a listener uses SASL: a PLAINTEXT/SSL-only server does not advertise them,
 so its ApiVersions table is what it was). ``security`` (the ``[security]`` config) and
-``credentials`` (the users' SCRAM store) secure the listeners (``security/``); :meth:`BrokerServer.advertised` is the endpoint
-of a listener by name, the one Metadata names for a request that came in on it.
+``credentials`` (the users' SCRAM store) secure the listeners (``security/``);
+:meth:`BrokerServer.advertised` is the endpoint of a listener by name, the one Metadata names
+for a request that came in on it.
 
 Shutdown, each step bounded by what is left of ``timeout``: stop accepting; stop reading
 requests and let the in-flight ones be answered (half the time at most); stop the handler
