@@ -925,6 +925,7 @@ class SocketServer:
         ``security.listener.security.protocol.map``; an :class:`Endpoint` is PLAINTEXT.
         ``credentials``: the users' store, needed by SASL listeners."""
         self.config = config
+        securities = listener_securities(listeners, security or SecurityConfig(), credentials)
         self.request_channel = RequestChannel(config.queued_max_requests)
         self.quotas = ConnectionQuotas(config.max_connections, config.max_connections_per_ip)
         self.processors = [
@@ -932,15 +933,14 @@ class SocketServer:
             for i in range(config.num_network_threads)
         ]
         self.acceptors: list[Acceptor] = []
+        self._started = False
         try:
-            for security_of in listener_securities(listeners, security or SecurityConfig(),
-                                                   credentials):  # fmt: skip
+            for security_of in securities:
                 self.acceptors.append(Acceptor(security_of, self.processors, self.quotas,
                                                config.socket_listen_backlog_size))  # fmt: skip
         except BaseException:
             self.shutdown(0)
             raise
-        self._started = False
 
     @property
     def endpoints(self) -> list[Endpoint]:
