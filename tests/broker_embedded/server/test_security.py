@@ -314,7 +314,7 @@ def test_kafka_python_produces_and_consumes(server, pki, case):
         producer.flush(TIMEOUT_S)
     finally:
         producer.close(TIMEOUT_S)
-    consumer = KafkaConsumer(bootstrap_servers=bootstrap, consumer_timeout_ms=3000,
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap, consumer_timeout_ms=2000,
                              enable_auto_commit=False, **options)  # fmt: skip
     try:
         consumer.assign([TopicPartition(topic, 0)])
@@ -410,15 +410,23 @@ def test_wrong_plain_password_fails(server):
     assert wire.closed()
 
 
-def test_kafka_python_wrong_password_is_refused(server, pki):
-    from kafka import KafkaAdminClient
-    from kafka.errors import KafkaError
+def test_confluent_kafka_wrong_password_is_refused(server, pki):
+    from confluent_kafka import KafkaError, KafkaException, Producer
 
-    options = kafka_python_options(pki, "SASL_SSL", "SCRAM-SHA-256")
-    options["sasl_plain_password"] = "wrong"
-    with pytest.raises(KafkaError):
-        KafkaAdminClient(bootstrap_servers=f"127.0.0.1:{port(server, 'SASL_SSL')}",
-                         request_timeout_ms=3000, **options)  # fmt: skip
+    errors: list = []
+    options = confluent_options(pki, CONFLUENT_CASES["SASL_SSL-SCRAM-SHA-256"])
+    options |= {"sasl.password": "wrong", "error_cb": errors.append,
+                "bootstrap.servers": f"127.0.0.1:{port(server, 'SASL_SSL')}"}  # fmt: skip
+    producer = Producer(options)
+    with pytest.raises(KafkaException):
+        producer.list_topics(timeout=3)
+    deadline = time.monotonic() + TIMEOUT_S
+    while not errors and time.monotonic() < deadline:
+        producer.poll(0.2)  # error_cb runs from poll
+    assert errors and errors[0].code() == KafkaError._AUTHENTICATION
+    assert "Authentication failed during authentication due to invalid credentials" in str(
+        errors[0]
+    )
 
 
 def test_unsupported_mechanism_is_answered_then_closed(server):
