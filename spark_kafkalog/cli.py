@@ -67,6 +67,16 @@ from broker_embedded.errors import KafkaLogError
 CODECS = ("none", "gzip", "snappy", "lz4", "zstd")
 
 
+def _add_command_config(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--command-config",
+        type=Path,
+        metavar="FILE",
+        help="with --bootstrap-server: Kafka's client properties (security.protocol, ssl.*, "
+        "sasl.mechanism, sasl.jaas.config), as Kafka's tools take them",
+    )
+
+
 def _broker_options(*, bootstrap: bool) -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
     if bootstrap:
@@ -76,6 +86,7 @@ def _broker_options(*, bootstrap: bool) -> argparse.ArgumentParser:
             metavar="HOST:PORT[,...]",
             help="a running broker (kafkalog serve, or Kafka) instead of --log-dir",
         )
+        _add_command_config(common)
     else:
         common.add_argument(
             "--log-dir", type=Path, required=True, metavar="DIR", help="the Kafka log dir"
@@ -288,6 +299,7 @@ def _add_groups(sub: argparse._SubParsersAction) -> None:
         metavar="HOST:PORT[,...]",
         help="a running broker (kafkalog serve, or Kafka) instead of --log-dir",
     )
+    _add_command_config(log_dir)
     actions.add_parser("list", parents=[log_dir], help="the consumer group ids")
     describe = actions.add_parser(
         "describe",
@@ -364,7 +376,7 @@ def _run_topics(args: argparse.Namespace, config) -> int:
     }
     if args.bootstrap_server is not None:
         wire = _wire()
-        with wire.open_client(args.bootstrap_server) as client:
+        with wire.open_client(args.bootstrap_server, args.command_config) as client:
             return wire.run_topics(args.action, client, sys.stdout, **options)
     return topics_command.run(args.action, args.log_dir, config, sys.stdout, **options)
 
@@ -384,7 +396,7 @@ def _run_produce(args: argparse.Namespace, config) -> int:
     }
     if args.bootstrap_server is not None:
         wire = _wire()
-        with wire.open_client(args.bootstrap_server) as client:
+        with wire.open_client(args.bootstrap_server, args.command_config) as client:
             target = wire.WireTarget(client)
             return console_producer.run(target, args.topic, sys.stdin.buffer, sys.stderr,
                                         **options)  # fmt: skip
@@ -420,7 +432,7 @@ def _run_consume(args: argparse.Namespace, config) -> int:
     if args.bootstrap_server is not None:
         wire = _wire()
         console_consumer.check_options(**options)
-        with wire.open_client(args.bootstrap_server) as client:
+        with wire.open_client(args.bootstrap_server, args.command_config) as client:
             source = wire.WireSource(client, args.bootstrap_server)
             return console_consumer.print_records(
                 source, args.topic, sys.stdout.buffer, sys.stderr, **options
@@ -515,11 +527,12 @@ def _run(args: argparse.Namespace) -> int:
 
         if (args.log_dir is None) == (args.bootstrap_server is None):
             raise UsageError("exactly one of --log-dir and --bootstrap-server is required")
+        config = None
         if args.bootstrap_server is not None:
-            _wire()  # the wire client needs kio
+            config = _wire().client_config(args.command_config)  # the wire client needs kio
         return groups_command.run(
             args.action, args.log_dir, sys.stdout, sys.stderr, getattr(args, "group", []),
-            args.bootstrap_server,
+            args.bootstrap_server, config,
         )  # fmt: skip
     if args.command == "users":
         return _run_users(args)

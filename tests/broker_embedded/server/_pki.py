@@ -1,10 +1,13 @@
 """Test certificates made in the test session with ``cryptography``: a CA, a server
-certificate for 127.0.0.1/localhost and a client certificate, as PEM files in a tmp dir."""
+certificate for 127.0.0.1/localhost and a client certificate, as PEM files in a tmp dir; and a
+broker served on the four kinds of listeners with a SCRAM user (``secured``)."""
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import ipaddress
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -13,6 +16,21 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
+from broker_embedded.broker import Broker
+from broker_embedded.server.broker_server import BrokerServer
+from broker_embedded.server.handlers import broker_server
+from broker_embedded.server.security.scram_credentials import CredentialStore, ScramCredential
+from broker_embedded.server.security.security_config import SecurityConfig
+from tests.broker_embedded.server._net import config
+
+USER, PASSWORD = "alice", "alice-secret"
+LISTENERS = [
+    "PLAINTEXT://127.0.0.1:0",
+    "SSL://127.0.0.1:0",
+    "SASL_PLAINTEXT://127.0.0.1:0",
+    "SASL_SSL://127.0.0.1:0",
+]
+DELAY_MS = 300
 CLIENT_SUBJECT = "CN=alice,OU=eng,O=example,C=US"  # as Kafka's principal builder writes it
 
 
@@ -81,3 +99,40 @@ def make_pki(directory: Path) -> Pki:
     d = directory
     return Pki(d / "ca.pem", d / "server.pem", d / "server-cert.pem", d / "server-key.pem",
                d / "client-cert.pem", d / "client-key.pem")  # fmt: skip
+
+
+def security(pki: Pki, **overrides: object) -> SecurityConfig:
+    """The server's [security]: the PEM keystore, client certificates requested."""
+    values: dict = {
+        "ssl_keystore_location": str(pki.server),
+        "ssl_truststore_location": str(pki.ca),
+        "ssl_client_auth": "requested",
+        "connection_failed_authentication_delay_ms": DELAY_MS,
+        **overrides,
+    }
+    return SecurityConfig(**values)
+
+
+def add_user(log_dir: Path, user: str = USER, password: str = PASSWORD) -> None:
+    """A SCRAM-SHA-256 and -512 user in the log dir's credentials."""
+    store = CredentialStore(log_dir)
+    for mechanism in ("SCRAM-SHA-256", "SCRAM-SHA-512"):
+        store.upsert(user, mechanism, ScramCredential.from_password(mechanism, password))
+
+
+@contextlib.contextmanager
+def secured(log_dir: Path, sec: SecurityConfig, listeners=LISTENERS) -> Iterator[BrokerServer]:
+    """A started server over a new broker with :data:`USER`; both closed on exit."""
+    broker = Broker(log_dir, create=True, config=config())
+    add_user(log_dir)
+    server = broker_server(broker, listeners, security=sec).start()
+    try:
+        yield server
+    finally:
+        server.shutdown(5.0)
+        broker.close()
+
+
+def port(server: BrokerServer, name: str) -> int:
+    """The bound port of the server's listener ``name``."""
+    return next(li.port for li in server.listeners if li.name == name)

@@ -7,14 +7,12 @@ requested, SASL_PLAINTEXT, SASL_SSL); tests that need other settings start their
 
 from __future__ import annotations
 
-import contextlib
 import socket
 import ssl
 import struct
 import threading
 import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 import scramp
@@ -33,7 +31,6 @@ from broker_embedded.server.kafka_apis import KafkaApis
 from broker_embedded.server.security.kafka_principal import subject_name
 from broker_embedded.server.security.scram_credentials import (
     CredentialStore,
-    ScramCredential,
 )
 from broker_embedded.server.security.security_config import (
     SecurityConfig,
@@ -43,18 +40,22 @@ from broker_embedded.server.security.security_config import (
 )
 from broker_embedded.storage.log_config import InvalidConfigError
 from tests.broker_embedded.server._net import API_VERSIONS_V3, config, request_frame
-from tests.broker_embedded.server._pki import CLIENT_SUBJECT, Pki, make_pki
+from tests.broker_embedded.server._pki import (
+    CLIENT_SUBJECT,
+    DELAY_MS,
+    LISTENERS,
+    PASSWORD,
+    USER,
+    Pki,
+    add_user,
+    make_pki,
+    port,
+    secured,
+    security,
+)
 from tests.broker_embedded.server._serve import decode_response
 
 TIMEOUT_S = 10.0
-USER, PASSWORD = "alice", "alice-secret"
-LISTENERS = [
-    "PLAINTEXT://127.0.0.1:0",
-    "SSL://127.0.0.1:0",
-    "SASL_PLAINTEXT://127.0.0.1:0",
-    "SASL_SSL://127.0.0.1:0",
-]
-DELAY_MS = 300
 METADATA = MetadataRequest(
     topics=(), allow_auto_topic_creation=False, include_topic_authorized_operations=False
 )
@@ -65,43 +66,10 @@ def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
     return make_pki(tmp_path_factory.mktemp("pki"))
 
 
-def security(pki: Pki, **overrides: object) -> SecurityConfig:
-    values: dict = {
-        "ssl_keystore_location": str(pki.server),
-        "ssl_truststore_location": str(pki.ca),
-        "ssl_client_auth": "requested",
-        "connection_failed_authentication_delay_ms": DELAY_MS,
-        **overrides,
-    }
-    return SecurityConfig(**values)
-
-
-def add_user(log_dir: Path, user: str = USER, password: str = PASSWORD) -> None:
-    store = CredentialStore(log_dir)
-    for mechanism in ("SCRAM-SHA-256", "SCRAM-SHA-512"):
-        store.upsert(user, mechanism, ScramCredential.from_password(mechanism, password))
-
-
-@contextlib.contextmanager
-def secured(log_dir: Path, sec: SecurityConfig, listeners=LISTENERS) -> Iterator[BrokerServer]:
-    broker = Broker(log_dir, create=True, config=config())
-    add_user(log_dir)
-    server = broker_server(broker, listeners, security=sec).start()
-    try:
-        yield server
-    finally:
-        server.shutdown(5.0)
-        broker.close()
-
-
 @pytest.fixture(scope="module")
 def server(pki: Pki, tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerServer]:
     with secured(tmp_path_factory.mktemp("log"), security(pki)) as s:
         yield s
-
-
-def port(server: BrokerServer, name: str) -> int:
-    return next(li.port for li in server.listeners if li.name == name)
 
 
 def client_context(pki: Pki, cert: bool = True) -> ssl.SSLContext:
