@@ -9,8 +9,10 @@
 ``register_apis(apis)`` is the seam for the API layer: it registers each API's handler and
 version range on the :class:`KafkaApis` (ApiVersions is built in, and SaslHandshake and
 SaslAuthenticate when a listener uses SASL: a PLAINTEXT/SSL-only server does not advertise them,
-so its ApiVersions table is what it was). ``security`` (the ``[security]`` config) and
-``credentials`` (the users' SCRAM store) secure the listeners (``security/``);
+so its ApiVersions table is what it was; AlterUserScramCredentials and
+DescribeUserScramCredentials when the server has a credential store). ``security`` (the
+``[security]`` config) and ``credentials`` (the users' SCRAM store) secure the listeners
+(``security/``);
 :meth:`BrokerServer.advertised` is the endpoint of a listener by name, the one Metadata names
 for a request that came in on it.
 
@@ -33,6 +35,7 @@ from broker_embedded.server.api_version_manager import ApiVersionManager
 from broker_embedded.server.kafka_apis import KafkaApis
 from broker_embedded.server.kafka_request_handler import KafkaRequestHandlerPool, current_listener
 from broker_embedded.server.security.listener_security import register_sasl_apis
+from broker_embedded.server.security.scram_admin import register_scram_apis
 from broker_embedded.server.security.scram_credentials import CredentialStore
 from broker_embedded.server.security.security_config import Listener, SecurityConfig
 from broker_embedded.server.socket_server import Endpoint, SocketServer
@@ -54,6 +57,8 @@ class BrokerServer:
         self.apis = KafkaApis(self.socket_server.request_channel, self.versions)
         if any(listener.protocol.uses_sasl for listener in self.listeners):
             register_sasl_apis(self.apis)
+        if credentials is not None:
+            register_scram_apis(self.apis, credentials)
         if register_apis is not None:
             register_apis(self.apis)
         self.handlers = KafkaRequestHandlerPool(

@@ -505,3 +505,87 @@ def test_wrong_passwords_do_not_stop_the_server_serving_others(server):
     for t in threads:
         t.join(TIMEOUT_S)
     assert failures == [ErrorCode.sasl_authentication_failed] * 40
+
+
+# --- AlterUserScramCredentials / DescribeUserScramCredentials ------------------------------
+
+
+def test_confluent_admin_alters_and_describes_scram_users(server):
+    """confluent-kafka's admin client adds bob (it sends salt and SaltedPassword), who then
+    authenticates; describe lists his mechanisms and iterations; a deletion locks him out."""
+    from confluent_kafka.admin import (
+        AdminClient,
+        ScramCredentialInfo,
+        ScramMechanism,
+        UserScramCredentialDeletion,
+        UserScramCredentialUpsertion,
+    )
+
+    admin = AdminClient({"bootstrap.servers": f"127.0.0.1:{port(server, 'PLAINTEXT')}"})
+    info = ScramCredentialInfo(ScramMechanism.SCRAM_SHA_256, 8192)
+    upsert = UserScramCredentialUpsertion("bob", info, b"bob-pw")
+    for future in admin.alter_user_scram_credentials([upsert]).values():
+        assert future.result(TIMEOUT_S) is None
+    wire = Wire(port(server, "SASL_PLAINTEXT"))
+    assert scram(wire, "SCRAM-SHA-256", "bob", "bob-pw").error_code == ErrorCode.none
+    described = admin.describe_user_scram_credentials(["bob"])["bob"].result(TIMEOUT_S)
+    assert [(i.mechanism, i.iterations) for i in described.scram_credential_infos] == [
+        (ScramMechanism.SCRAM_SHA_256, 8192)
+    ]
+    deletion = UserScramCredentialDeletion("bob", ScramMechanism.SCRAM_SHA_256)
+    for future in admin.alter_user_scram_credentials([deletion]).values():
+        assert future.result(TIMEOUT_S) is None
+    refused = scram(Wire(port(server, "SASL_PLAINTEXT")), "SCRAM-SHA-256", "bob", "bob-pw")
+    assert refused.error_code == ErrorCode.sasl_authentication_failed
+
+
+def test_scram_credential_requests_answer_kafkas_errors(server):
+    from kio.schema.alter_user_scram_credentials.v0 import request as alter
+    from kio.schema.alter_user_scram_credentials.v0.response import (
+        AlterUserScramCredentialsResponse,
+    )
+    from kio.schema.describe_user_scram_credentials.v0 import request as describe
+    from kio.schema.describe_user_scram_credentials.v0.response import (
+        DescribeUserScramCredentialsResponse,
+    )
+    from kio.static.primitive import i8, i32
+
+    def upsert(name: str, mechanism: int, iterations: int):
+        return alter.ScramCredentialUpsertion(
+            name=name, mechanism=i8(mechanism), iterations=i32(iterations),
+            salt=b"s" * 16, salted_password=b"p" * 32,
+        )  # fmt: skip
+
+    request = alter.AlterUserScramCredentialsRequest(
+        deletions=(alter.ScramCredentialDeletion(name="ghost", mechanism=i8(1)),
+                   alter.ScramCredentialDeletion(name="twice", mechanism=i8(2))),
+        upsertions=(upsert("", 1, 4096), upsert("few", 1, 100), upsert("many", 2, 20000),
+                    upsert("odd", 3, 4096), upsert("twice", 2, 4096), upsert("carol", 2, 4096)),
+    )  # fmt: skip
+    wire = Wire(port(server, "PLAINTEXT"))
+    response = wire.call(request, AlterUserScramCredentialsResponse)
+    assert [(r.user, r.error_code, r.error_message) for r in response.results] == [
+        ("ghost", ErrorCode.resource_not_found,
+         "Attempt to delete a user credential that does not exist"),
+        ("twice", ErrorCode.duplicate_resource,
+         "A user credential cannot be altered twice in the same request"),
+        ("", ErrorCode.unacceptable_credential, "Username must not be empty"),
+        ("few", ErrorCode.unacceptable_credential, "Too few iterations"),
+        ("many", ErrorCode.unacceptable_credential, "Too many iterations"),
+        ("odd", ErrorCode.unsupported_sasl_mechanism, "Unknown SCRAM mechanism"),
+        ("carol", ErrorCode.none, None),
+    ]  # fmt: skip
+    names = tuple(describe.UserName(name=n) for n in ("carol", "nobody", "alice", "alice"))
+    described = wire.call(
+        describe.DescribeUserScramCredentialsRequest(users=names),
+        DescribeUserScramCredentialsResponse,
+        2,
+    )
+    assert [
+        (r.user, r.error_code, [(int(i.mechanism), int(i.iterations)) for i in r.credential_infos])
+        for r in described.results
+    ] == [
+        ("carol", ErrorCode.none, [(2, 4096)]),
+        ("nobody", ErrorCode.resource_not_found, []),
+        ("alice", ErrorCode.duplicate_resource, []),
+    ]
