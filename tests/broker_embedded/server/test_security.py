@@ -589,3 +589,49 @@ def test_scram_credential_requests_answer_kafkas_errors(server):
         ("nobody", ErrorCode.resource_not_found, []),
         ("alice", ErrorCode.duplicate_resource, []),
     ]
+
+
+def test_a_thousand_wrong_passwords_and_garbage_tokens_leave_the_server_serving(
+    pki, tmp_path, caplog
+):
+    """1,000 wrong passwords from 8 threads, then 300 mutated SASL tokens (PLAIN and SCRAM);
+    every one refused, a good client authenticated meanwhile, no traceback logged."""
+    import random
+
+    sec = security(pki, connection_failed_authentication_delay_ms=20)
+    with secured(tmp_path, sec, ["SASL_PLAINTEXT://127.0.0.1:0"]) as s:
+        p = port(s, "SASL_PLAINTEXT")
+        codes: list[int] = []
+
+        def guesses(offset: int) -> None:
+            for n in range(offset, 1000, 8):
+                wire = Wire(p)
+                codes.append(scram(wire, "SCRAM-SHA-512", USER, f"guess-{n}").error_code)
+                wire.close()
+
+        threads = [threading.Thread(target=guesses, args=(i,)) for i in range(8)]
+        for t in threads:
+            t.start()
+        good = scram(Wire(p), "SCRAM-SHA-512", USER, PASSWORD)
+        for t in threads:
+            t.join(120)
+        assert good.error_code == ErrorCode.none
+        assert codes == [ErrorCode.sasl_authentication_failed] * 1000
+        rng = random.Random(15)
+        valid = [b"\0alice\0" + PASSWORD.encode(), b"n,,n=alice,r=" + b"x" * 24]
+        for i in range(300):
+            token = bytearray(valid[i % 2])
+            for _ in range(rng.randint(1, 4)):
+                token[rng.randrange(len(token))] = rng.randrange(256)
+            wire = Wire(p)
+            mechanism = "PLAIN" if i % 2 == 0 else "SCRAM-SHA-256"
+            wire.call(SaslHandshakeRequest(mechanism=mechanism), SaslHandshakeResponse)
+            answer = wire.authenticate(bytes(token))
+            if answer.error_code == ErrorCode.none:  # a SCRAM first message still well formed
+                assert mechanism == "SCRAM-SHA-256" and answer.auth_bytes.startswith(b"r=")
+            else:
+                assert answer.error_code == ErrorCode.sasl_authentication_failed
+                assert wire.closed()
+            wire.close()
+        assert scram(Wire(p), "SCRAM-SHA-256", USER, PASSWORD).error_code == ErrorCode.none
+    assert "Traceback" not in caplog.text
