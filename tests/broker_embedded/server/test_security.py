@@ -635,3 +635,11 @@ def test_a_thousand_wrong_passwords_and_garbage_tokens_leave_the_server_serving(
             wire.close()
         assert scram(Wire(p), "SCRAM-SHA-256", USER, PASSWORD).error_code == ErrorCode.none
     assert "Traceback" not in caplog.text
+
+
+def test_conf_file_security_table_is_the_built_in_default():
+    from broker_embedded.broker_config import DEFAULT_CONFIG_FILE, BrokerConfig
+    from spark_kafkalog.serve_command import load_security
+
+    assert load_security(DEFAULT_CONFIG_FILE) == SecurityConfig()
+    assert BrokerConfig.load(DEFAULT_CONFIG_FILE) == BrokerConfig()  # [security] is not its own
