@@ -9,7 +9,8 @@ broker config otherwise. On each listener confluent-kafka (librdkafka) produces 
 1,000,000, into a topic of its own, then a consumer assigned offset 0 reads them back (checked:
 count and last offset); each figure is the best of R runs (default 2). Prints records/s and
 MB/s of values per listener and the ratio to PLAINTEXT: TLS costs the encryption on both
-sides and, for Fetch, the copy that replaces ``sendfile`` (segment bytes are read with ``pread`` and encrypted through ``ssl``).
+sides and, for Fetch, the copy that replaces ``sendfile`` (segment bytes are read with
+``pread`` and encrypted through ``ssl``).
 Everything lives in a temporary directory; the server is stopped with SIGTERM (then killed).
 """
 
