@@ -1,7 +1,8 @@
 """SCRAM credentials of the users (RFC 5802 / 7677), salted, in the log dir.
 
 File ``<log dir>/scram-credentials.json`` (mode 0600, replaced by atomic rename; a sidecar
-``.lock`` file serialises writers across processes, ``kafkalog users`` and the server)::
+``scram-credentials.lock`` serialises writers across processes, ``kafkalog users`` and the
+server; both may exist before the log dir's first start, ``storage/log_dir.py`` allows them)::
 
     {"version": 1,
      "users": {"alice": {"SCRAM-SHA-256": {"salt": "<base64>", "iterations": 4096,
@@ -37,8 +38,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from broker_embedded.errors import KafkaApiError
+from broker_embedded.storage.log_dir import SCRAM_CREDENTIALS_FILE, SCRAM_CREDENTIALS_LOCK
 
-FILE_NAME = "scram-credentials.json"
+FILE_NAME = SCRAM_CREDENTIALS_FILE
 MIN_ITERATIONS = 4096
 MAX_ITERATIONS = 16384
 DEFAULT_ITERATIONS = 4096
@@ -172,7 +174,7 @@ class CredentialStore:
     def _writing(self) -> Iterator[Users]:
         """The users under the cross-process lock, written back (atomically) after."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        with open(self.path.with_suffix(".lock"), "a") as lock:
+        with open(self.path.parent / SCRAM_CREDENTIALS_LOCK, "a") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
             users = self._read() if self.path.exists() else {}
             yield users
