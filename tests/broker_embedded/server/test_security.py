@@ -643,3 +643,10 @@ def test_conf_file_security_table_is_the_built_in_default():
 
     assert load_security(DEFAULT_CONFIG_FILE) == SecurityConfig()
     assert BrokerConfig.load(DEFAULT_CONFIG_FILE) == BrokerConfig()  # [security] is not its own
+
+
+def test_users_may_be_added_before_the_log_dirs_first_start(tmp_path):
+    log_dir = tmp_path / "new"
+    add_user(log_dir)
+    Broker(log_dir, create=True, config=config()).close()  # not refused as "other files"
+    assert CredentialStore(log_dir).credential(USER, "SCRAM-SHA-512") is not None
