@@ -5,7 +5,6 @@ listener, and refusals that name the broker."""
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 
 import pytest
 
@@ -23,14 +22,16 @@ from broker_embedded.client.kafka_client import (  # noqa: E402
 )
 from broker_embedded.client.producer_record import ProducerRecord, build_batch  # noqa: E402
 from broker_embedded.server.broker_server import BrokerServer  # noqa: E402
-from tests.broker_embedded.server._pki import (  # noqa: E402
+from tests.broker_embedded.server._pki import (  # noqa: E402, F401 (pki, server: fixtures)
     PASSWORD,
     USER,
     Pki,
     make_pki,
+    pki_fixture,
     port,
     secured,
     security,
+    server_fixture,
 )
 
 PLAIN_JAAS = (
@@ -38,17 +39,6 @@ PLAIN_JAAS = (
     f'password="{PASSWORD}";'
 )
 SCRAM_JAAS = PLAIN_JAAS.replace("plain.PlainLoginModule", "scram.ScramLoginModule")
-
-
-@pytest.fixture(scope="module")
-def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
-    return make_pki(tmp_path_factory.mktemp("pki"))
-
-
-@pytest.fixture(scope="module")
-def server(pki: Pki, tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerServer]:
-    with secured(tmp_path_factory.mktemp("log"), security(pki)) as s:
-        yield s
 
 
 def properties(pki: Pki, protocol: str, mechanism: str | None = None) -> dict[str, str]:

@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import pytest
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
@@ -136,3 +137,16 @@ def secured(log_dir: Path, sec: SecurityConfig, listeners=LISTENERS) -> Iterator
 def port(server: BrokerServer, name: str) -> int:
     """The bound port of the server's listener ``name``."""
     return next(li.port for li in server.listeners if li.name == name)
+
+
+@pytest.fixture(scope="module", name="pki")
+def pki_fixture(tmp_path_factory: pytest.TempPathFactory) -> Pki:
+    """The module's certificates (import it into a test module to use ``pki``)."""
+    return make_pki(tmp_path_factory.mktemp("pki"))
+
+
+@pytest.fixture(scope="module", name="server")
+def server_fixture(pki: Pki, tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerServer]:
+    """One secured server for the module: the four listeners, client certificates requested."""
+    with secured(tmp_path_factory.mktemp("log"), security(pki)) as s:
+        yield s

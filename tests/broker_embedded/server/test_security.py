@@ -12,7 +12,6 @@ import ssl
 import struct
 import threading
 import time
-from collections.abc import Iterator
 
 import pytest
 import scramp
@@ -40,7 +39,7 @@ from broker_embedded.server.security.security_config import (
 )
 from broker_embedded.storage.log_config import InvalidConfigError
 from tests.broker_embedded.server._net import API_VERSIONS_V3, config, request_frame
-from tests.broker_embedded.server._pki import (
+from tests.broker_embedded.server._pki import (  # noqa: F401 (pki, server: fixtures)
     CLIENT_SUBJECT,
     DELAY_MS,
     LISTENERS,
@@ -49,9 +48,11 @@ from tests.broker_embedded.server._pki import (
     Pki,
     add_user,
     make_pki,
+    pki_fixture,
     port,
     secured,
     security,
+    server_fixture,
 )
 from tests.broker_embedded.server._serve import decode_response
 
@@ -59,17 +60,6 @@ TIMEOUT_S = 10.0
 METADATA = MetadataRequest(
     topics=(), allow_auto_topic_creation=False, include_topic_authorized_operations=False
 )
-
-
-@pytest.fixture(scope="module")
-def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
-    return make_pki(tmp_path_factory.mktemp("pki"))
-
-
-@pytest.fixture(scope="module")
-def server(pki: Pki, tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerServer]:
-    with secured(tmp_path_factory.mktemp("log"), security(pki)) as s:
-        yield s
 
 
 def client_context(pki: Pki, cert: bool = True) -> ssl.SSLContext:
