@@ -72,9 +72,7 @@ from broker_embedded.server.security.security_config import (
     SecurityConfig,
     SecurityProtocol,
 )
-from broker_embedded.server.security.security_config import (
-    parse_listeners as parse_listener_list,
-)
+from broker_embedded.server.security.security_config import parse_listeners as listener_list
 from broker_embedded.storage.log_dir import LogDir
 from spark_kafkalog.topics_command import CommandError
 
@@ -94,7 +92,7 @@ def parse_listeners(
 ) -> tuple[Listener, ...]:
     """``NAME://host:port[,...]`` to listeners; :class:`CommandError` naming the bad one."""
     try:
-        listeners = parse_listener_list(text, protocol_map or SecurityConfig().protocol_map)
+        listeners = listener_list(text, protocol_map or SecurityConfig().protocol_map)
     except ValueError as e:
         raise CommandError(f"--listeners: {e}") from None
     for listener in listeners:

@@ -563,7 +563,8 @@ class Processor(threading.Thread):
         if self._draining:
             return  # read interest is being dropped; a partial frame is abandoned
         try:
-            while not conn.in_flight and self._read_some(conn):
+            # a frame answered on this thread (the SASL exchange) may have closed it
+            while not conn.in_flight and conn.id in self._connections and self._read_some(conn):
                 pass
         except _ConnectionError as e:
             self._close(conn, str(e))

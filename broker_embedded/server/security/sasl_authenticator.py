@@ -69,9 +69,9 @@ class SaslAuthenticator:
         """The server's answer to one client token; :class:`SaslAuthenticationError` on failure
         (the state is then FAILED)."""
         if self.state is not SaslState.AUTHENTICATE:
-            self.state = SaslState.FAILED
+            state, self.state = self.state, SaslState.FAILED
             raise SaslAuthenticationError(
-                f"unexpected SASL token in state {self.state.value} (handshake first)"
+                f"unexpected SASL token in state {state.value} (SaslHandshake first)"
             )
         try:
             if len(token) > self._max_token:
