@@ -513,6 +513,8 @@ def _report(message: str, status: int) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
+    if getattr(args, "command_config", None) and args.bootstrap_server is None:
+        raise UsageError("--command-config needs --bootstrap-server (it configures the client)")
     if args.command in ("topics", "produce", "consume", "serve"):
         from spark_kafkalog.topics_command import load_config
 

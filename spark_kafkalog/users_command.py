@@ -53,11 +53,13 @@ def run(
                                                                         iterations))  # fmt: skip
         out.write(f"Added user {user} ({', '.join(chosen)}).\n")
         return 0
-    if not store.delete(user) if mechanisms is None else not _delete_each(store, user, chosen):
+    deleted = store.delete(user) if mechanisms is None else _delete_each(store, user, chosen)
+    if not deleted:
         raise CommandError(f"no user {user!r} with {', '.join(chosen)} in {store.path}")
     out.write(f"Deleted user {user} ({', '.join(chosen)}).\n")
     return 0
 
 
 def _delete_each(store: CredentialStore, user: str, mechanisms: tuple[str, ...]) -> bool:
+    """Delete each mechanism's credential (all of them, not up to the first found)."""
     return any([store.delete(user, m) for m in mechanisms])

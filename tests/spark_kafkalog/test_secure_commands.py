@@ -83,6 +83,13 @@ def test_serve_sasl_ssl_with_users_and_command_config(tmp_path: Path) -> None:
     assert "Traceback" not in (tmp_path / "serve.log").read_text()
 
 
+def test_command_config_without_bootstrap_server_is_a_usage_error(tmp_path: Path) -> None:
+    code, _, err = run_cli(["topics", "list", "--log-dir", str(tmp_path),
+                            "--command-config", str(tmp_path / "c.properties")])  # fmt: skip
+    assert (code, err) == (2, "kafkalog topics list: --command-config needs --bootstrap-server "
+                              "(it configures the client)\n")  # fmt: skip
+
+
 def test_command_config_errors_name_the_file(tmp_path: Path) -> None:
     bad = tmp_path / "bad.properties"
     bad.write_text("security.protocol=SASL_SSL\nsasl.mechanism=GSSAPI\n")

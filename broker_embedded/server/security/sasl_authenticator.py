@@ -55,6 +55,7 @@ class SaslAuthenticator:
         self.mechanism: str | None = None
         self.principal: KafkaPrincipal | None = None
         self._scram: scramp.core.ScramServer | None = None
+        self._user = ""  # the SCRAM client-first's user, once looked up
 
     def handshake(self, mechanism: str) -> bool:
         """SaslHandshake: False (and FAILED) when ``mechanism`` is not enabled."""
@@ -103,9 +104,8 @@ class SaslAuthenticator:
                 "from username"
             )
         creds = self._store.users().get(user, {})
-        credential = next((creds[m] for m in HASHES if m in creds), None)
-        mechanism = next((m for m in HASHES if m in creds), "")
-        if credential is None or not credential.matches(mechanism, password):
+        mechanism = next((m for m in HASHES if m in creds), None)  # SHA-256 first
+        if mechanism is None or not creds[mechanism].matches(mechanism, password):
             raise SaslAuthenticationError(self._invalid())
         self._complete(user)
         return b""
