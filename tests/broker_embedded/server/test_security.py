@@ -403,6 +403,16 @@ def test_metadata_before_authentication_closes_the_connection(server):
     assert wire.closed()
 
 
+def test_sasl_authenticate_without_handshake_fails_and_closes(server, pki):
+    wire = Wire(port(server, "SASL_SSL"), client_context(pki, cert=False))
+    response = wire.authenticate(b"\0alice\0" + PASSWORD.encode())
+    assert response.error_code == ErrorCode.sasl_authentication_failed
+    assert response.error_message == (
+        "unexpected SASL token in state handshake (SaslHandshake first)"
+    )
+    assert wire.closed()
+
+
 def test_oversized_frame_before_authentication_closes(server):
     wire = Wire(port(server, "SASL_PLAINTEXT"))
     wire.sock.sendall(struct.pack(">i", 524_289))
