@@ -124,7 +124,8 @@ class BrokerConfig:
 
     @classmethod
     def from_mapping(cls, data: Mapping[str, Any], source: str = "<config>") -> BrokerConfig:
-        unknown = set(data) - {"broker", "log_cleaner", "topic_defaults"}
+        # [security] is the server's (server/security/security_config.py), read beside this
+        unknown = set(data) - {"broker", "log_cleaner", "topic_defaults", "security"}
         if unknown:
             raise InvalidConfigError(f"{source}: unknown section(s) {sorted(unknown)}")
         for section in ("broker", "log_cleaner", "topic_defaults"):

@@ -32,8 +32,11 @@ the wire protocol), exactly one. ``kafka.*`` options, as Spark's Kafka source ta
 (``KafkaSourceProvider.validateGeneralOptions``): ``kafka.auto.offset.reset``, the key and value
 deserializers, ``kafka.enable.auto.commit`` and ``kafka.interceptor.classes`` are rejected with
 Spark's messages; ``kafka.group.id`` is accepted with Spark's warning; the client settings of
-:data:`CLIENT_SETTINGS` go to the wire client (``client_settings``); ``kafka.security.protocol``
-other than ``PLAINTEXT`` is rejected (the client speaks plaintext only); every other ``kafka.*``
+:data:`CLIENT_SETTINGS` go to the wire client (``client_settings``), and so do the security
+options as Spark's connector passes them to its consumer: ``kafka.security.protocol``,
+``kafka.ssl.*`` and ``kafka.sasl.*`` (``sasl.jaas.config`` with Kafka's Plain/Scram login
+modules; broker_embedded/client/client_security.py), checked here so that a bad one fails the
+query naming the option; every other ``kafka.*``
 option, and Spark's own consumer options (:data:`SPARK_CONSUMER_OPTIONS`), are accepted with a
 warning, logged once per process and option, that they have no effect here.
 
@@ -47,6 +50,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from broker_embedded.client.client_security import ClientSecurity
 from broker_embedded.storage.fetch_data_info import IsolationLevel
 from datasource.errors import InvalidOptionError
 from datasource.offset_spec import (
@@ -329,13 +333,9 @@ def _kafka_params(raw: dict[str, str], bootstrap: str | None) -> tuple[tuple[str
     for key, value in sorted(raw.items()):
         if key in REJECTED_KAFKA:
             raise InvalidOptionError(REJECTED_KAFKA[key])
-        if key == "kafka.security.protocol":
-            if value.strip().upper() != "PLAINTEXT":
-                raise InvalidOptionError(
-                    f"option kafka.security.protocol={value!r} is not supported: kafkalog's "
-                    "Kafka client speaks PLAINTEXT only"
-                )
-        elif key == "kafka.group.id":
+        if is_security_option(key) and bootstrap:
+            continue  # security_properties
+        if key == "kafka.group.id":
             _warn_once(key, GROUP_ID_WARNING)
         elif key in CLIENT_SETTINGS and bootstrap:
             given = value if key == "kafka.client.id" else _positive(raw, key, INT32_MAX)
@@ -344,7 +344,26 @@ def _kafka_params(raw: dict[str, str], bootstrap: str | None) -> tuple[tuple[str
             where = "kafkalog's Kafka client does not use it" if bootstrap else "reading a log dir"
             name = OPTION_NAMES.get(key, key)
             _warn_once(key, f"option {name}={value!r} has no effect ({where})")
+    security = security_properties(raw) if bootstrap else ()
+    if security:
+        settings.append(("security", security))  # type: ignore[arg-type]
     return tuple(settings)
+
+
+def is_security_option(key: str) -> bool:
+    return key == "kafka.security.protocol" or key.startswith(("kafka.ssl.", "kafka.sasl."))
+
+
+def security_properties(raw: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
+    """The client's security properties among the ``kafka.*`` options (without the prefix),
+    checked by the client's parser; InvalidOptionError naming the option otherwise."""
+    found = tuple((k[len("kafka.") :], str(v)) for k, v in sorted(raw.items())
+                  if is_security_option(k))  # fmt: skip
+    try:
+        ClientSecurity.from_properties(dict(found))
+    except ValueError as e:
+        raise InvalidOptionError(f"option kafka.*: {e}") from None
+    return found
 
 
 _SPARK_CONSUMER = frozenset(name.lower() for name in SPARK_CONSUMER_OPTIONS)

@@ -163,7 +163,8 @@ class KafkaLogDataSource(DataSource):
     consumer settings follow Spark's Kafka source: ``kafka.auto.offset.reset``,
     ``kafka.key.deserializer``, ``kafka.value.deserializer``, ``kafka.enable.auto.commit`` and
     ``kafka.interceptor.classes`` are rejected with Spark's messages, ``kafka.group.id`` logs
-    Spark's warning, ``kafka.security.protocol`` other than PLAINTEXT is rejected, and the rest
+    Spark's warning, ``kafka.security.protocol``, ``kafka.ssl.*`` and ``kafka.sasl.*`` go to the
+    wire client (TLS, SASL PLAIN and SCRAM; README "Security"), and the rest
     (and Spark's ``kafkaConsumer.pollTimeoutMs``, ``fetchOffset.numRetries``,
     ``fetchOffset.retryIntervalMs``, ``groupIdPrefix``) are accepted with one warning each that
     they have no effect.

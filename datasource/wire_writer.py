@@ -17,9 +17,9 @@ an error that says to pick one), ``topic`` (as for a log dir), the client's sett
 ``kafka.client.id``, ``kafka.request.timeout.ms``, ``kafka.socket.connection.setup.timeout.ms``,
 ``kafka.retry.backoff.ms``, ``kafka.default.api.timeout.ms``. ``kafka.acks`` must be ``all`` or
 ``-1`` (an idempotent producer, as Kafka's producer requires); ``kafka.key.serializer`` and
-``kafka.value.serializer`` are rejected with Spark's messages; ``kafka.security.protocol`` other
-than PLAINTEXT is rejected; other ``kafka.*`` producer settings are accepted with a warning that
-they have no effect.
+``kafka.value.serializer`` are rejected with Spark's messages; ``kafka.security.protocol``,
+``kafka.ssl.*`` and ``kafka.sasl.*`` go to the client as for the source; other ``kafka.*``
+producer settings are accepted with a warning that they have no effect.
 
 Guarantee: AT LEAST ONCE, as Spark's Kafka sink. Each task is one producer session (a producer
 id of its own, a sequence per partition): within it a batch retried after a broken connection or
@@ -60,7 +60,11 @@ from broker_embedded.client.wire_fetch_source import WireSource
 from broker_embedded.errors import KafkaApiError, UnknownTopicOrPartitionError
 from broker_embedded.storage.log_config import LogConfig
 from datasource.errors import InvalidOptionError
-from datasource.kafka_source_options import CLIENT_SETTINGS
+from datasource.kafka_source_options import (
+    CLIENT_SETTINGS,
+    is_security_option,
+    security_properties,
+)
 from datasource.kafka_write_options import KafkaWriteOptions
 from datasource.kafka_writer import RowPlacer, TopicLimits, check_columns
 
@@ -118,9 +122,10 @@ def _is_kafka_or_path(key: str) -> bool:
     return lower.startswith("kafka.") or lower == "path"
 
 
-def _client_settings(raw: dict[str, str]) -> dict[str, int | str]:
-    """The wire client's settings among the ``kafka.*`` options (module docstring)."""
-    out: dict[str, int | str] = {}
+def _client_settings(raw: dict[str, str]) -> dict[str, object]:
+    """The wire client's settings among the ``kafka.*`` options (module docstring); the
+    security ones as the source takes them (kafka_source_options.security_properties)."""
+    out: dict[str, object] = {"security": security_properties(raw)}
     for key, value in sorted(raw.items()):
         if key in REJECTED:
             raise InvalidOptionError(REJECTED[key])
@@ -129,15 +134,11 @@ def _client_settings(raw: dict[str, str]) -> dict[str, int | str]:
                 f"option kafka.acks={value!r} is not supported: kafkalog produces with an "
                 "idempotent producer, which needs acks=all (as Kafka's producer)"
             )
-        if key == "kafka.security.protocol" and str(value).strip().upper() != "PLAINTEXT":
-            raise InvalidOptionError(
-                f"option kafka.security.protocol={value!r} is not supported: kafkalog's Kafka "
-                "client speaks PLAINTEXT only"
-            )
+        if is_security_option(key):
+            continue  # security_properties, below
         if key in CLIENT_SETTINGS:
             out[CLIENT_SETTINGS[key]] = value if key == "kafka.client.id" else _ms(key, value)
-        elif key.startswith("kafka.") and key not in (BOOTSTRAP, "kafka.acks",
-                                                      "kafka.security.protocol"):  # fmt: skip
+        elif key.startswith("kafka.") and key not in (BOOTSTRAP, "kafka.acks"):
             if key not in _WARNED:
                 _WARNED.add(key)
                 log.warning("option %s=%r has no effect (kafkalog's producer does not use it)",

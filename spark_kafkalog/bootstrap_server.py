@@ -16,23 +16,31 @@ Kafka's protocol, through :class:`~broker_embedded.client.kafka_client.KafkaClie
   starts each partition), then Fetch requests of at most ``FETCH_MAX_BYTES`` (1 MiB) decoded by
   the columnar decoder, so the output is byte for byte what ``consume --log-dir`` prints.
 
+``--command-config FILE`` (all of them, and ``groups``): Kafka's client properties file, whose
+``security.protocol``, ``ssl.*`` and ``sasl.*`` (``sasl.jaas.config`` included) secure the
+connection as for Kafka's tools (:func:`client_config`).
+
 Needs kio (Python 3.11+), imported with the client: the command line imports this module only
 for ``--bootstrap-server``. Not thread-safe (one client, one command).
 """
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TextIO
 
 import pyarrow as pa
 
+from broker_embedded.client.client_security import ClientSecurity
 from broker_embedded.client.kafka_client import (
     DEBUGGING_REPLICA_ID,
     EARLIEST,
     LATEST,
+    ClientConfig,
     KafkaClient,
     TopicInfo,
 )
@@ -49,9 +57,10 @@ from spark_kafkalog.console_consumer import (
     decode_fetches,
     resolve,
 )
-from spark_kafkalog.topics_command import parse_assignments, write_description
+from spark_kafkalog.topics_command import CommandError, parse_assignments, write_description
 
 READ_UNCOMMITTED, READ_COMMITTED = 0, 1
+_PROPERTY = re.compile(r"([^=:\s]+)\s*[=:\s]\s*(.*)")
 
 
 def run_topics(
@@ -188,6 +197,39 @@ class WireSource:
         return decode_fetches(fetch, tp, bounds, source)
 
 
-def open_client(bootstrap: str) -> KafkaClient:
-    """A client of the brokers at ``bootstrap`` (``HOST:PORT[,...]``; connects on first use)."""
-    return KafkaClient(bootstrap)
+def open_client(bootstrap: str, command_config: Path | None = None) -> KafkaClient:
+    """A client of the brokers at ``bootstrap`` (``HOST:PORT[,...]``; connects on first use),
+    with the security properties of ``--command-config``."""
+    return KafkaClient(bootstrap, client_config(command_config))
+
+
+def client_config(command_config: Path | None) -> ClientConfig:
+    """``--command-config FILE``: Kafka's client properties file (``key=value`` lines, ``#`` and
+    ``!`` comments, a trailing backslash continues the line), as Kafka's tools take it; its
+    security properties (client_security.py) secure the connections. Any other property, or a
+    file that cannot be read, is a :class:`CommandError` naming the file."""
+    if command_config is None:
+        return ClientConfig()
+    try:
+        text = Path(command_config).read_text("utf-8")
+        return ClientConfig(security=ClientSecurity.from_properties(read_properties(text)))
+    except (OSError, ValueError) as e:
+        raise CommandError(f"--command-config {command_config}: {e}") from None
+
+
+def read_properties(text: str) -> dict[str, str]:
+    """A Java ``.properties`` text's keys and values (``=``, ``:`` or a space separates)."""
+    out: dict[str, str] = {}
+    pending = ""
+    for raw in text.splitlines():
+        line = pending + raw.strip()
+        pending = ""
+        if line.endswith("\\") and not line.endswith("\\\\"):
+            pending = line[:-1]
+            continue
+        if not line or line[0] in "#!":
+            continue
+        match = _PROPERTY.match(line)
+        key, value = (match[1], match[2]) if match else (line, "")
+        out[key] = value
+    return out

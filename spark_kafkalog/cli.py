@@ -17,6 +17,11 @@ Subcommands:
                                                  the broker on Kafka's wire protocol until
                                                  SIGTERM/SIGINT (like kafka-server-start); needs
                                                  Python 3.11+ (kio)
+  users add --user U (--password PW | --password-stdin) [--mechanism M] [--iterations N]
+  users delete --user U [--mechanism M] | users list      (all with --log-dir DIR)
+                                                 SASL/SCRAM users of kafkalog serve, stored
+                                                 salted in DIR (like kafka-configs --entity-type
+                                                 users)
   groups list | groups describe [--group G ...] --log-dir DIR | --bootstrap-server H:P
                                                  consumer groups, committed offsets, log end
                                                  offsets and lag from __consumer_offsets (like
@@ -62,6 +67,16 @@ from broker_embedded.errors import KafkaLogError
 CODECS = ("none", "gzip", "snappy", "lz4", "zstd")
 
 
+def _add_command_config(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--command-config",
+        type=Path,
+        metavar="FILE",
+        help="with --bootstrap-server: Kafka's client properties (security.protocol, ssl.*, "
+        "sasl.mechanism, sasl.jaas.config), as Kafka's tools take them",
+    )
+
+
 def _broker_options(*, bootstrap: bool) -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
     if bootstrap:
@@ -71,6 +86,7 @@ def _broker_options(*, bootstrap: bool) -> argparse.ArgumentParser:
             metavar="HOST:PORT[,...]",
             help="a running broker (kafkalog serve, or Kafka) instead of --log-dir",
         )
+        _add_command_config(common)
     else:
         common.add_argument(
             "--log-dir", type=Path, required=True, metavar="DIR", help="the Kafka log dir"
@@ -221,12 +237,52 @@ def _add_serve(sub: argparse._SubParsersAction, common: argparse.ArgumentParser)
     serve.add_argument(
         "--listeners",
         default="PLAINTEXT://127.0.0.1:9092",
-        metavar="PLAINTEXT://HOST:PORT[,...]",
-        help="where broker 0 listens (default PLAINTEXT://127.0.0.1:9092; port 0: any free port)",
+        metavar="NAME://HOST:PORT[,...]",
+        help="where broker 0 listens (default PLAINTEXT://127.0.0.1:9092; port 0: any free "
+        "port); NAME is PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL or a name of the [security] "
+        "listener.security.protocol.map of --broker-config",
     )
     serve.add_argument(
         "--brokers", type=_positive, default=1, help="brokers in this process (default 1)"
     )
+
+
+def _add_users(sub: argparse._SubParsersAction) -> None:
+    users = sub.add_parser(
+        "users", help="SASL/SCRAM users of kafkalog serve (like kafka-configs --entity-type users)"
+    )
+    actions = users.add_subparsers(dest="action", required=True)
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--log-dir", type=Path, metavar="DIR", required=True, help="the log dir")
+    who = argparse.ArgumentParser(add_help=False)
+    who.add_argument("--user", required=True, metavar="U")
+    who.add_argument(
+        "--mechanism",
+        action="append",
+        choices=("SCRAM-SHA-256", "SCRAM-SHA-512"),
+        help="repeatable; default both",
+    )
+    add = actions.add_parser("add", parents=[common, who], help="add or replace a user")
+    secret = add.add_mutually_exclusive_group(required=True)
+    secret.add_argument("--password", metavar="PW")
+    secret.add_argument(
+        "--password-stdin", action="store_true", help="read the password from stdin's first line"
+    )
+    add.add_argument("--iterations", type=_positive, default=4096, help="4096..16384")
+    actions.add_parser("delete", parents=[common, who], help="remove a user's credentials")
+    actions.add_parser("list", parents=[common], help="users and mechanisms (no secrets)")
+
+
+def _run_users(args: argparse.Namespace) -> int:
+    from spark_kafkalog import users_command
+
+    password = getattr(args, "password", None)
+    if getattr(args, "password_stdin", False):
+        password = sys.stdin.readline().rstrip("\n")
+    return users_command.run(
+        args.action, args.log_dir, sys.stdout, getattr(args, "user", None), password,
+        getattr(args, "mechanism", None), getattr(args, "iterations", 4096),
+    )  # fmt: skip
 
 
 def _add_groups(sub: argparse._SubParsersAction) -> None:
@@ -243,6 +299,7 @@ def _add_groups(sub: argparse._SubParsersAction) -> None:
         metavar="HOST:PORT[,...]",
         help="a running broker (kafkalog serve, or Kafka) instead of --log-dir",
     )
+    _add_command_config(log_dir)
     actions.add_parser("list", parents=[log_dir], help="the consumer group ids")
     describe = actions.add_parser(
         "describe",
@@ -271,6 +328,7 @@ def _parser() -> argparse.ArgumentParser:
 
     _add_serve(sub, _broker_options(bootstrap=False))
     _add_groups(sub)
+    _add_users(sub)
 
     dump = sub.add_parser("dump", help="print and verify Kafka log segments")
     dump.add_argument("paths", nargs="+", type=Path, help="segment file, partition dir or log dir")
@@ -318,7 +376,7 @@ def _run_topics(args: argparse.Namespace, config) -> int:
     }
     if args.bootstrap_server is not None:
         wire = _wire()
-        with wire.open_client(args.bootstrap_server) as client:
+        with wire.open_client(args.bootstrap_server, args.command_config) as client:
             return wire.run_topics(args.action, client, sys.stdout, **options)
     return topics_command.run(args.action, args.log_dir, config, sys.stdout, **options)
 
@@ -338,7 +396,7 @@ def _run_produce(args: argparse.Namespace, config) -> int:
     }
     if args.bootstrap_server is not None:
         wire = _wire()
-        with wire.open_client(args.bootstrap_server) as client:
+        with wire.open_client(args.bootstrap_server, args.command_config) as client:
             target = wire.WireTarget(client)
             return console_producer.run(target, args.topic, sys.stdin.buffer, sys.stderr,
                                         **options)  # fmt: skip
@@ -374,7 +432,7 @@ def _run_consume(args: argparse.Namespace, config) -> int:
     if args.bootstrap_server is not None:
         wire = _wire()
         console_consumer.check_options(**options)
-        with wire.open_client(args.bootstrap_server) as client:
+        with wire.open_client(args.bootstrap_server, args.command_config) as client:
             source = wire.WireSource(client, args.bootstrap_server)
             return console_consumer.print_records(
                 source, args.topic, sys.stdout.buffer, sys.stderr, **options
@@ -418,8 +476,9 @@ def _run_serve(args: argparse.Namespace, config) -> int:
         "the server", lambda: importlib.import_module("spark_kafkalog.serve_command")
     )
     return serve_command.run(
-        args.log_dir, config, args.listeners, args.brokers, sys.stdout, sys.stdin
-    )
+        args.log_dir, config, args.listeners, args.brokers, sys.stdout, sys.stdin,
+        serve_command.load_security(args.broker_config),
+    )  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -454,6 +513,8 @@ def _report(message: str, status: int) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
+    if getattr(args, "command_config", None) and args.bootstrap_server is None:
+        raise UsageError("--command-config needs --bootstrap-server (it configures the client)")
     if args.command in ("topics", "produce", "consume", "serve"):
         from spark_kafkalog.topics_command import load_config
 
@@ -468,12 +529,15 @@ def _run(args: argparse.Namespace) -> int:
 
         if (args.log_dir is None) == (args.bootstrap_server is None):
             raise UsageError("exactly one of --log-dir and --bootstrap-server is required")
+        config = None
         if args.bootstrap_server is not None:
-            _wire()  # the wire client needs kio
+            config = _wire().client_config(args.command_config)  # the wire client needs kio
         return groups_command.run(
             args.action, args.log_dir, sys.stdout, sys.stderr, getattr(args, "group", []),
-            args.bootstrap_server,
+            args.bootstrap_server, config,
         )  # fmt: skip
+    if args.command == "users":
+        return _run_users(args)
     if args.command == "dump":
         from spark_kafkalog.dump_log import dump
 

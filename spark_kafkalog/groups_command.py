@@ -45,7 +45,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TextIO
+from typing import Any, TextIO
 
 from broker_embedded.coordinator.consumer_protocol import decode_assignment
 from broker_embedded.coordinator.group_metadata_loader import LoadedGroup, load_log_dir
@@ -213,11 +213,12 @@ def _check_known(groups: Sequence[str], known: Sequence[str], where: str) -> lis
 
 
 def run(action: str, log_dir_path: Path | None, out: TextIO, err: TextIO,
-        groups: Sequence[str] = (), bootstrap: str | None = None) -> int:  # fmt: skip
+        groups: Sequence[str] = (), bootstrap: str | None = None,
+        client_config: Any = None) -> int:  # fmt: skip
     """``groups list`` or ``groups describe [--group G ...]`` on a log dir or, with
     ``bootstrap``, on a running server; return 0."""
     if bootstrap is not None:
-        return run_on_server(action, bootstrap, out, err, groups)
+        return run_on_server(action, bootstrap, out, err, groups, client_config)
     assert log_dir_path is not None
     require_log_dir(log_dir_path)
     log_dir = LogDir(log_dir_path)
@@ -233,12 +234,12 @@ def run(action: str, log_dir_path: Path | None, out: TextIO, err: TextIO,
 
 
 def run_on_server(action: str, bootstrap: str, out: TextIO, err: TextIO,
-                  groups: Sequence[str] = ()) -> int:  # fmt: skip
+                  groups: Sequence[str] = (), client_config: Any = None) -> int:  # fmt: skip
     """The same over the wire: ListGroups of every broker, then DescribeGroups and OffsetFetch
     on each group's coordinator and ListOffsets (latest) on each partition's leader."""
-    from broker_embedded.client.kafka_client import LATEST, KafkaClient
+    from broker_embedded.client.kafka_client import LATEST, ClientConfig, KafkaClient
 
-    with KafkaClient(bootstrap) as client:
+    with KafkaClient(bootstrap, client_config or ClientConfig()) as client:
         known = [g.group_id for g in client.list_groups()
                  if g.protocol_type in CONSUMER_PROTOCOL_TYPES]  # fmt: skip
         if action == "list":

@@ -4,8 +4,13 @@
 ``kafkalog serve --log-dir DIR [--listeners L,...] [--brokers N] [--broker-config FILE]``
 
 - ``--brokers 1`` (the default): one :class:`Broker` owning ``DIR`` (created when missing or
-  empty), behind one :class:`BrokerServer` on the listeners (``PLAINTEXT://host:port``,
-  comma-separated; port 0 lets the OS pick).
+  empty), behind one :class:`BrokerServer` on the listeners (``NAME://host:port``,
+  comma-separated, as Kafka's ``listeners``; port 0 lets the OS pick). A listener's name maps
+  to its security protocol (PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL) through the
+  ``[security]`` table's ``listener.security.protocol.map`` of ``--broker-config`` (each
+  protocol's name maps to itself by default); TLS and SASL settings are in that table too
+  (``broker_embedded/server/security/security_config.py``). SASL users are those of
+  ``DIR/scram-credentials.json`` (``kafkalog users``), read again when the file changes.
 - ``--brokers N`` (2..:data:`MAX_BROKERS`): an in-process
   :class:`~broker_embedded.cluster.EmbeddedCluster` laid out as it lays itself out:
   ``DIR/broker-<i>/`` is broker ``i``'s log dir, ``DIR/controller.json`` the controller's
@@ -20,7 +25,7 @@ the holder named. Readers take no lock (``kafkalog consume --log-dir``,
 ``spark.read.format("kafkalog")``) and read the log dir while the server appends to it.
 
 Output: one line per listener of each broker on stdout, ``broker <id> listening on
-PLAINTEXT://<host>:<bound port>``, flushed at once (a script starting the server on port 0
+<NAME>://<host>:<bound port>``, flushed at once (a script starting the server on port 0
 reads the port there); at the end ``stopped``. The log (stderr, ``logging`` at INFO) has one
 line per connection problem naming the client (socket_server.py), never a traceback for a
 client's mistake.
@@ -55,13 +60,19 @@ from pathlib import Path
 from typing import TextIO
 
 from broker_embedded.broker import Broker
-from broker_embedded.broker_config import BrokerConfig
+from broker_embedded.broker_config import BrokerConfig, read_toml
 from broker_embedded.cluster import EmbeddedCluster
 from broker_embedded.record import columnar_decoder
 from broker_embedded.server.broker_server import BrokerServer
 from broker_embedded.server.handlers import register_all
 from broker_embedded.server.handlers.api_context import ApiContext, Node
-from broker_embedded.server.socket_server import Endpoint
+from broker_embedded.server.security.scram_credentials import CredentialStore
+from broker_embedded.server.security.security_config import (
+    Listener,
+    SecurityConfig,
+    SecurityProtocol,
+)
+from broker_embedded.server.security.security_config import parse_listeners as listener_list
 from broker_embedded.storage.log_dir import LogDir
 from spark_kafkalog.topics_command import CommandError
 
@@ -76,22 +87,23 @@ LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 log = logging.getLogger(__name__)
 
 
-def parse_listeners(text: str) -> tuple[Endpoint, ...]:
-    """``PLAINTEXT://host:port[,...]`` to endpoints; :class:`CommandError` naming the bad one."""
-    endpoints = []
-    for item in text.split(","):
-        try:
-            endpoints.append(Endpoint.parse(item.strip()))
-        except ValueError as e:
-            raise CommandError(f"--listeners: {e}") from None
-        if endpoints[-1].port > MAX_PORT:
-            raise CommandError(f"--listeners: port {endpoints[-1].port} is above {MAX_PORT}")
-    return tuple(endpoints)
+def parse_listeners(
+    text: str, protocol_map: dict[str, SecurityProtocol] | None = None
+) -> tuple[Listener, ...]:
+    """``NAME://host:port[,...]`` to listeners; :class:`CommandError` naming the bad one."""
+    try:
+        listeners = listener_list(text, protocol_map or SecurityConfig().protocol_map)
+    except ValueError as e:
+        raise CommandError(f"--listeners: {e}") from None
+    for listener in listeners:
+        if listener.port > MAX_PORT:
+            raise CommandError(f"--listeners: port {listener.port} is above {MAX_PORT}")
+    return listeners
 
 
-def broker_endpoints(endpoints: Sequence[Endpoint], index: int) -> tuple[Endpoint, ...]:
+def broker_endpoints(endpoints: Sequence[Listener], index: int) -> tuple[Listener, ...]:
     """Broker ``index``'s listeners: each at ``port + index`` (port 0 stays 0)."""
-    shifted = tuple(Endpoint(e.host, e.port + index if e.port else 0) for e in endpoints)
+    shifted = tuple(e.at_port(e.port + index if e.port else 0) for e in endpoints)
     for e in shifted:
         if e.port > MAX_PORT:
             raise CommandError(f"broker {index} would listen on port {e.port} (above {MAX_PORT})")
@@ -102,7 +114,7 @@ def broker_endpoints(endpoints: Sequence[Endpoint], index: int) -> tuple[Endpoin
 class _Member:
     """A broker of the served cluster and its server while it runs (None when stopped)."""
 
-    endpoints: tuple[Endpoint, ...]
+    endpoints: tuple[Listener, ...]
     server: BrokerServer | None = None
 
 
@@ -113,12 +125,16 @@ class ServedBrokers:
     def __init__(
         self,
         brokers: Callable[[], dict[int, Broker]],
-        endpoints: Sequence[Endpoint],
+        endpoints: Sequence[Listener],
         config: BrokerConfig,
         cluster: EmbeddedCluster | None = None,
+        security: SecurityConfig | None = None,
+        credentials: CredentialStore | None = None,
     ) -> None:
         self._brokers = brokers
         self._config = config
+        self._security = security
+        self._credentials = credentials
         self.cluster = cluster
         self._lock = threading.Lock()
         self._closed = False
@@ -127,13 +143,15 @@ class ServedBrokers:
         self.cluster_id = LogDir(first.log_dir).meta_properties().get("cluster.id", "")
 
     def nodes(self) -> tuple[Node, ...]:
-        """The brokers whose server runs, on their first listener's bound port."""
+        """The brokers whose server runs, on the bound port of the listener the request came in
+        on (else their first listener)."""
         brokers = self._brokers()
-        return tuple(
-            Node(i, m.server.endpoints[0].host, m.server.endpoints[0].port, brokers[i].rack)
-            for i, m in sorted(self._members.items())
-            if m.server is not None and not brokers[i].is_closed
-        )
+        nodes = []
+        for i, m in sorted(self._members.items()):
+            if m.server is not None and not brokers[i].is_closed:
+                endpoint = m.server.advertised()
+                nodes.append(Node(i, endpoint.host, endpoint.port, brokers[i].rack))
+        return tuple(nodes)
 
     def server(self, broker_id: int) -> BrokerServer | None:
         """Broker ``broker_id``'s running server (None while it is stopped)."""
@@ -148,11 +166,11 @@ class ServedBrokers:
         kept for a restart, so clients' bootstrap lists stay valid."""
         member = self._members[broker_id]
         ctx = ApiContext(self._brokers()[broker_id], self.nodes, self.cluster_id)
-        server = BrokerServer(self._config, member.endpoints, lambda a: register_all(a, ctx))
+        server = BrokerServer(self._config, member.endpoints, lambda a: register_all(a, ctx),
+                              self._security, self._credentials)  # fmt: skip
         member.server = server.start()
-        member.endpoints = tuple(server.endpoints)
-        return [f"broker {broker_id} listening on PLAINTEXT://{e.host}:{e.port}"
-                for e in server.endpoints]  # fmt: skip
+        member.endpoints = tuple(server.listeners)
+        return [f"broker {broker_id} listening on {listener}" for listener in server.listeners]
 
     def control(self, line: str) -> str:
         """One control command (module docstring): its answer line."""
@@ -205,8 +223,24 @@ class ServedBrokers:
                 broker.close()
 
 
-def open_brokers(log_dir: Path, config: BrokerConfig, brokers: int, endpoints) -> ServedBrokers:
-    """Open the log dir(s) (creating them) and wrap them, servers not started yet."""
+def load_security(path: Path | None) -> SecurityConfig:
+    """The ``[security]`` table of the broker config file (defaults without a file)."""
+    if path is None:
+        return SecurityConfig()
+    table = read_toml(Path(path), "broker config file").get("security", {})
+    return SecurityConfig.from_mapping(table, str(path))
+
+
+def open_brokers(
+    log_dir: Path,
+    config: BrokerConfig,
+    brokers: int,
+    endpoints,
+    security: SecurityConfig | None = None,
+) -> ServedBrokers:
+    """Open the log dir(s) (creating them) and wrap them, servers not started yet; SASL
+    listeners authenticate against ``log_dir``'s credentials."""
+    credentials = CredentialStore(log_dir)
     if not 1 <= brokers <= MAX_BROKERS:
         raise CommandError(f"--brokers must be 1..{MAX_BROKERS}, not {brokers}")
     cluster_layout = (log_dir / CLUSTER_MARKER).exists()
@@ -217,14 +251,16 @@ def open_brokers(log_dir: Path, config: BrokerConfig, brokers: int, endpoints) -
                 "--brokers N as before"
             )
         broker = Broker(log_dir, config=config, create=True)
-        return ServedBrokers(lambda: {broker.broker_id: broker}, endpoints, config)
+        return ServedBrokers(lambda: {broker.broker_id: broker}, endpoints, config, None,
+                             security, credentials)  # fmt: skip
     if (log_dir / "meta.properties").exists():
         raise CommandError(
             f"{log_dir} is the log dir of one broker: serve it without --brokers, or give "
             "--brokers N a directory of its own"
         )
     cluster = EmbeddedCluster(log_dir, brokers, config=config)
-    return ServedBrokers(lambda: cluster.brokers, endpoints, config, cluster)
+    return ServedBrokers(lambda: cluster.brokers, endpoints, config, cluster, security,
+                         credentials)  # fmt: skip
 
 
 def run(
@@ -234,15 +270,17 @@ def run(
     brokers: int,
     out: TextIO,
     control_in: TextIO | None = None,
+    security: SecurityConfig | None = None,
 ) -> int:
     """Serve until SIGTERM/SIGINT (call from the main thread); 0 after a clean shutdown."""
     if not logging.getLogger().handlers:
         logging.basicConfig(stream=sys.stderr, level=logging.INFO, format=LOG_FORMAT)
-    endpoints = parse_listeners(listeners)
+    security = security or SecurityConfig()
+    endpoints = parse_listeners(listeners, security.protocol_map)
     stop = threading.Event()
     previous = {s: signal.signal(s, lambda *_: stop.set()) for s in (signal.SIGTERM, signal.SIGINT)}
     try:
-        served = open_brokers(log_dir, config, brokers, endpoints)
+        served = open_brokers(log_dir, config, brokers, endpoints, security)
         try:
             # before listening: else the first read_committed fetch pays 0.3-0.4 s loading the
             # header-scan kernel from numba's cache

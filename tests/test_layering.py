@@ -100,8 +100,12 @@ KNOWN_FACADE_IMPORTS = {
 }
 SERVER = "broker_embedded.server"
 # who may import the network layer: itself, and the `kafkalog` command line (`kafkalog serve`)
-SERVER_IMPORTERS = ("broker_embedded/server/", "spark_kafkalog/cli.py",
-                    "spark_kafkalog/serve_command.py")  # fmt: skip
+SERVER_IMPORTERS = (
+    "broker_embedded/server/",
+    "spark_kafkalog/cli.py",
+    "spark_kafkalog/serve_command.py",
+    "spark_kafkalog/users_command.py",
+)  # `kafkalog users`: the server's users
 SOURCE_PACKAGES = ("broker_embedded", "datasource", "spark_kafkalog", "pyspark_kafkalog", "jobs")
 
 

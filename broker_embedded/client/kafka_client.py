@@ -7,6 +7,10 @@ nullable string) or v2 (v1 + tagged fields) for flexible versions, then the body
 ``size int32`` + correlation id int32 (+ tagged fields for flexible versions except
 ApiVersions) + body. The correlation id of each response must be the request's.
 
+Security (``client_security.py``, ``ClientConfig.security``): TLS wraps the socket at connect
+(SSL, SASL_SSL); on SASL listeners the SASL exchange follows ApiVersions, before any other
+request. A refused authentication raises ``SaslAuthenticationError`` naming the broker.
+
 Versions: on connecting, ApiVersions v3 (v0 when the broker answers UNSUPPORTED_VERSION); each
 API is then sent at the highest version both this client (:data:`CLIENT_VERSIONS`) and the broker
 support; none in common is an :class:`UnsupportedVersionError` naming the broker.
@@ -44,6 +48,7 @@ from typing import Any
 from kio.schema.response_header.v1.header import ResponseHeader as ResponseHeaderV1
 
 from broker_embedded import errors
+from broker_embedded.client.client_security import ClientSecurity, authenticate
 from broker_embedded.errors import KafkaApiError, KafkaLogError
 from broker_embedded.protocol.schemas import (
     API_VERSIONS_KEY,
@@ -142,6 +147,7 @@ class ClientConfig:
     retries: int = 5
     retry_backoff_s: float = 0.2
     retry_timeout_s: float = 60.0  # no retry starts later than this after the first attempt
+    security: ClientSecurity = ClientSecurity()  # TLS and SASL (client_security.py)
 
 
 class BrokerConnection:
@@ -151,22 +157,36 @@ class BrokerConnection:
         self.address = address
         self.config = config
         self._correlation_id = 0
-        try:
-            self._sock = socket.create_connection(
-                (address.host, address.port), timeout=config.connect_timeout_s
-            )
-        except OSError as e:
-            raise BrokerConnectionError(f"cannot connect to broker {address}: {e}") from None
+        self._sock = self._connect(address, config)
         self._sock.settimeout(config.request_timeout_s)
         self.versions: dict[int, int] = {}
         try:
             self.versions = self._negotiate()
+            if config.security.uses_sasl:
+                authenticate(self.send, config.security, str(address))
         except BaseException:
             self.close()
             raise
 
     def close(self) -> None:
         self._sock.close()
+
+    @staticmethod
+    def _connect(address: BrokerAddress, config: ClientConfig) -> socket.socket:
+        """TCP, and the TLS handshake for SSL/SASL_SSL, within ``connect_timeout_s``."""
+        try:
+            sock = socket.create_connection(
+                (address.host, address.port), timeout=config.connect_timeout_s
+            )
+        except OSError as e:
+            raise BrokerConnectionError(f"cannot connect to broker {address}: {e}") from None
+        if not config.security.uses_tls:
+            return sock
+        try:
+            return config.security.ssl_context().wrap_socket(sock, server_hostname=address.host)
+        except (OSError, ValueError) as e:  # ssl.SSLError is an OSError
+            sock.close()
+            raise BrokerConnectionError(f"TLS with broker {address} failed: {e}") from None
 
     def _negotiate(self) -> dict[int, int]:
         response = self.send(API_VERSIONS_KEY, 3, client_software_name="kafkalog",

@@ -46,6 +46,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
+from broker_embedded.client.client_security import ClientSecurity
 from broker_embedded.client.kafka_client import (
     EARLIEST,
     LATEST,
@@ -85,6 +86,8 @@ class WireSource:
     retry_backoff_ms: int = 100
     retry_timeout_ms: int = 60_000
     max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES
+    # Kafka's client security properties (security.protocol, ssl.*, sasl.*): client_security.py
+    security: tuple[tuple[str, str], ...] = ()
 
     @property
     def location(self) -> str:
@@ -99,6 +102,7 @@ class WireSource:
             retries=self.retries,
             retry_backoff_s=self.retry_backoff_ms / 1000,
             retry_timeout_s=self.retry_timeout_ms / 1000,
+            security=ClientSecurity.from_properties(dict(self.security)),
         )
 
     def open(self) -> WireFetchSource:

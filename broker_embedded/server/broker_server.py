@@ -7,7 +7,14 @@
     server.shutdown(timeout=10)
 
 ``register_apis(apis)`` is the seam for the API layer: it registers each API's handler and
-version range on the :class:`KafkaApis` (ApiVersions is built in).
+version range on the :class:`KafkaApis` (ApiVersions is built in, and SaslHandshake and
+SaslAuthenticate when a listener uses SASL: a PLAINTEXT/SSL-only server does not advertise them,
+so its ApiVersions table is what it was; AlterUserScramCredentials and
+DescribeUserScramCredentials when the server has a credential store). ``security`` (the
+``[security]`` config) and ``credentials`` (the users' SCRAM store) secure the listeners
+(``security/``);
+:meth:`BrokerServer.advertised` is the endpoint of a listener by name, the one Metadata names
+for a request that came in on it.
 
 Shutdown, each step bounded by what is left of ``timeout``: stop accepting; stop reading
 requests and let the in-flight ones be answered (half the time at most); stop the handler
@@ -26,7 +33,11 @@ from collections.abc import Callable, Sequence
 from broker_embedded.broker_config import BrokerConfig
 from broker_embedded.server.api_version_manager import ApiVersionManager
 from broker_embedded.server.kafka_apis import KafkaApis
-from broker_embedded.server.kafka_request_handler import KafkaRequestHandlerPool
+from broker_embedded.server.kafka_request_handler import KafkaRequestHandlerPool, current_listener
+from broker_embedded.server.security.listener_security import register_sasl_apis
+from broker_embedded.server.security.scram_admin import register_scram_apis
+from broker_embedded.server.security.scram_credentials import CredentialStore
+from broker_embedded.server.security.security_config import Listener, SecurityConfig
 from broker_embedded.server.socket_server import Endpoint, SocketServer
 
 
@@ -36,12 +47,18 @@ class BrokerServer:
     def __init__(
         self,
         config: BrokerConfig,
-        listeners: Sequence[Endpoint | str],
+        listeners: Sequence[Endpoint | Listener | str],
         register_apis: Callable[[KafkaApis], None] | None = None,
+        security: SecurityConfig | None = None,
+        credentials: CredentialStore | None = None,
     ) -> None:
         self.versions = ApiVersionManager()
-        self.socket_server = SocketServer(config, self.versions, listeners)
+        self.socket_server = SocketServer(config, self.versions, listeners, security, credentials)
         self.apis = KafkaApis(self.socket_server.request_channel, self.versions)
+        if any(listener.protocol.uses_sasl for listener in self.listeners):
+            register_sasl_apis(self.apis)
+        if credentials is not None:
+            register_scram_apis(self.apis, credentials)
         if register_apis is not None:
             register_apis(self.apis)
         self.handlers = KafkaRequestHandlerPool(
@@ -52,6 +69,19 @@ class BrokerServer:
     @property
     def endpoints(self) -> list[Endpoint]:
         return self.socket_server.endpoints
+
+    @property
+    def listeners(self) -> list[Listener]:
+        return self.socket_server.listeners
+
+    def advertised(self, listener: str | None = None) -> Endpoint:
+        """The bound endpoint of the listener named ``listener`` (default: the listener of the
+        request this thread handles), the first listener when there is none of that name."""
+        name = current_listener() if listener is None else listener
+        for bound, endpoint in zip(self.listeners, self.endpoints, strict=True):
+            if bound.name == name:
+                return endpoint
+        return self.endpoints[0]
 
     def start(self) -> BrokerServer:
         self.handlers.start()

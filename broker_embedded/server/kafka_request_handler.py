@@ -34,6 +34,13 @@ from broker_embedded.server.request_channel import Request, RequestChannel
 log = logging.getLogger(__name__)
 
 TAKE_TIMEOUT_S = 0.3
+_handling = threading.local()
+
+
+def current_listener() -> str | None:
+    """The name of the listener whose request this thread is handling (None outside one): the
+    handlers advertise the brokers' endpoints of that listener, as Kafka does."""
+    return getattr(_handling, "listener", None)
 
 
 class ApiDispatcher(Protocol):
@@ -59,6 +66,7 @@ class KafkaRequestHandler(threading.Thread):
 
     def _handle(self, request: Request) -> None:
         header = request.header
+        _handling.listener = request.listener
         try:
             self._dispatcher.handle(request)
         except KafkaApiError as e:
@@ -78,6 +86,8 @@ class KafkaRequestHandler(threading.Thread):
                 request.client,
             )
             self._channel.close_connection(request, f"internal error: {e!r}")
+        finally:
+            _handling.listener = None
 
 
 class KafkaRequestHandlerPool:

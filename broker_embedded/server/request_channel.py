@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from broker_embedded.server.protocol import RequestHeader
+from broker_embedded.server.security.kafka_principal import ANONYMOUS, KafkaPrincipal
 
 log = logging.getLogger(__name__)
 
@@ -50,8 +51,9 @@ class Request:
     """One request read by a processor: where it came from, its header and decoded body.
 
     ``body`` is kio's request message, or None for an ApiVersions request of a version this
-    broker does not know (answered with the v0 fallback). ``connection_id`` is Kafka's
-    "localHost:localPort-remoteHost:remotePort-index", unique while the server runs.
+    broker does not know (answered with the v0 fallback). ``principal`` (``User:alice``) and
+    ``listener`` are what an authorizer and the advertised endpoints need. ``connection_id`` is
+    Kafka's "localHost:localPort-remoteHost:remotePort-index", unique while the server runs.
     """
 
     processor: int
@@ -61,6 +63,8 @@ class Request:
     body: Any
     size: int  # the frame's bytes (after its size prefix)
     received_ns: int  # time.monotonic_ns() when the frame was complete
+    listener: str = "PLAINTEXT"  # the name of the listener it came in on
+    principal: KafkaPrincipal = ANONYMOUS  # who the connection authenticated as
 
     @property
     def client(self) -> str:

@@ -37,6 +37,28 @@ new requests and keep writing responses to in-flight ones until none is left or 
 passes; then every connection is closed and the unsent responses' ``on_done`` run. Every wait
 is bounded.
 
+Security (``security/``): each listener has a security protocol (PLAINTEXT, SSL,
+SASL_PLAINTEXT, SASL_SSL; see ``security_config``).
+- TLS (SSL, SASL_SSL): the processor wraps the accepted socket (``do_handshake_on_connect`` off)
+  and drives the handshake from its selector, one ``do_handshake`` per readiness event
+  (``SSLWantRead`` / ``SSLWantWrite`` choose the interest), so a handshake never blocks the loop.
+  Bytes go through ``SSLSocket.send`` (no ``sendmsg``), and a :class:`FileRegion` is read with
+  ``os.pread`` in :data:`TLS_CHUNK` pieces and sent encrypted: ``sendfile`` cannot go through
+  TLS, so TLS connections alone take this copy path; PLAINTEXT keeps zero-copy. Decrypted bytes
+  that ``ssl`` buffered while the connection was muted are read when it is unmuted (the
+  selector cannot see them).
+- SASL (SASL_PLAINTEXT, SASL_SSL): until the exchange completes only ApiVersions (handed to the
+  handlers as usual), SaslHandshake and SaslAuthenticate (answered here, by the connection's
+  :class:`SaslAuthenticator`) are read; any other request closes the connection, and a frame
+  larger than ``sasl.server.max.receive.size`` does too. After SaslHandshake v0 the client's
+  frames are raw SASL tokens, answered as raw tokens. A failed authentication is answered
+  SASL_AUTHENTICATION_FAILED (58) after ``connection.failed.authentication.delay.ms`` (held in a
+  per-processor timer heap; the loop never sleeps on it) and the connection is closed.
+- A connection not authenticated (TLS handshake and SASL) within ``authentication.timeout.ms``
+  is closed (checked with the idle connections).
+- Each request carries its listener's name and the connection's principal (``User:ANONYMOUS``,
+  the client certificate's subject on SSL, the SASL user on SASL listeners) for the handlers.
+
 Thread safety: a processor's connections are touched only by its own thread; other threads
 reach it through its new-connection deque, its response deque and its wakeup socket.
 :class:`ConnectionQuotas` is shared under a lock.
@@ -44,16 +66,22 @@ reach it through its new-connection deque, its response deque and its wakeup soc
 
 from __future__ import annotations
 
+import heapq
+import itertools
 import logging
 import os
 import selectors
 import socket
+import ssl
 import struct
 import threading
 import time
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
+
+from kio.schema.errors import ErrorCode
 
 from broker_embedded.broker_config import BrokerConfig
 from broker_embedded.server.api_version_manager import ApiVersionManager
@@ -62,8 +90,34 @@ from broker_embedded.server.protocol import (
     InvalidRequestError,
     parse_body,
     parse_header,
+    response_frame,
 )
 from broker_embedded.server.request_channel import FileRegion, Request, RequestChannel, Response
+from broker_embedded.server.security.kafka_principal import (
+    ANONYMOUS,
+    KafkaPrincipal,
+    certificate_principal,
+)
+from broker_embedded.server.security.listener_security import (
+    SASL_AUTHENTICATE_KEY,
+    SASL_HANDSHAKE_KEY,
+    ListenerSecurity,
+    sasl_authenticate_response,
+    sasl_handshake_response,
+)
+from broker_embedded.server.security.sasl_authenticator import (
+    SaslAuthenticationError,
+    SaslAuthenticator,
+    SaslState,
+)
+from broker_embedded.server.security.scram_credentials import CredentialStore
+from broker_embedded.server.security.security_config import (
+    Listener,
+    SecurityConfig,
+    SecurityProtocol,
+    parse_listener,
+)
+from broker_embedded.server.security.ssl_context import server_context
 
 log = logging.getLogger(__name__)
 
@@ -71,6 +125,7 @@ POLL_TIMEOUT_S = 0.3
 IDLE_CHECK_INTERVAL_S = 1.0
 FIRST_CHUNK = 64 << 10  # a frame buffer starts this large and doubles up to the frame's size
 MAX_SENDMSG_BUFFERS = 64
+TLS_CHUNK = 256 << 10  # bytes copied into one SSLSocket.send (a FileRegion: one pread)
 _SIZE = struct.Struct(">i")
 
 
@@ -88,6 +143,9 @@ class Endpoint:
         if not sep or scheme.upper() != "PLAINTEXT" or not colon or not port.isdigit():
             raise ValueError(f"listener {listener!r} is not PLAINTEXT://host:port")
         return cls(host.strip("[]"), int(port))
+
+    def listener(self) -> Listener:
+        return Listener("PLAINTEXT", SecurityProtocol.PLAINTEXT, self.host, self.port)
 
 
 class ConnectionQuotas:
@@ -154,12 +212,34 @@ class _Connection:
         "offset",
         "file_fd",
         "events",
+        "security",
+        "created",
+        "tls",
+        "handshaking",
+        "sasl",
+        "sasl_raw",
+        "sasl_request",
+        "principal",
     )
 
-    def __init__(self, conn_id: str, sock: socket.socket, address: tuple[str, int]) -> None:
+    def __init__(
+        self,
+        conn_id: str,
+        sock: socket.socket,
+        address: tuple[str, int],
+        security: ListenerSecurity,
+    ) -> None:
         self.id = conn_id
         self.sock = sock
         self.address = address
+        self.security = security
+        self.created = time.monotonic()
+        self.tls = isinstance(sock, ssl.SSLSocket)
+        self.handshaking = self.tls  # the TLS handshake is not done (wants read first)
+        self.sasl: SaslAuthenticator | None = security.authenticator()
+        self.sasl_raw = False  # after a SaslHandshake v0: frames are raw SASL tokens
+        self.sasl_request: Request | None = None  # that handshake (raw tokens have no header)
+        self.principal: KafkaPrincipal = ANONYMOUS
         self.client_id: str | None = None
         self.last_active = time.monotonic()
         self.size_buf = bytearray(4)
@@ -173,6 +253,10 @@ class _Connection:
         self.offset = 0  # bytes of that part written
         self.file_fd: int | None = None  # the open file of a path FileRegion being sent
         self.events = 0  # selector interest now registered
+
+    @property
+    def authenticated(self) -> bool:
+        return not self.handshaking and (self.sasl is None or self.sasl.state is SaslState.COMPLETE)
 
     def describe(self) -> str:
         host, port = self.address
@@ -203,7 +287,11 @@ class Processor(threading.Thread):
         self._wake_r.setblocking(False)
         self._wake_w.setblocking(False)
         self._selector.register(self._wake_r, selectors.EVENT_READ, None)
-        self._new: deque[tuple[socket.socket, tuple[str, int]]] = deque()
+        self._new: deque[tuple[socket.socket, tuple[str, int], ListenerSecurity]] = deque()
+        # failed authentications' answers, held until their delay: (due, seq, conn id, response)
+        self._delayed: list[tuple[float, int, str, Response]] = []
+        self._seq = itertools.count()
+        self._tls_pending: set[str] = set()  # unmuted TLS connections with decrypted bytes
         self._responses = channel.add_processor(processor_id, self.wakeup)
         self._connections: dict[str, _Connection] = {}
         self._next_index = 0
@@ -219,8 +307,10 @@ class Processor(threading.Thread):
         except (BlockingIOError, OSError):
             pass  # already woken (buffer full), or closed at shutdown
 
-    def accept(self, sock: socket.socket, address: tuple[str, int]) -> None:
-        self._new.append((sock, address))
+    def accept(
+        self, sock: socket.socket, address: tuple[str, int], security: ListenerSecurity
+    ) -> None:
+        self._new.append((sock, address, security))
         self.wakeup()
 
     def begin_drain(self) -> None:
@@ -247,6 +337,8 @@ class Processor(threading.Thread):
             while self._running:
                 self._configure_new_connections()
                 self._process_new_responses()
+                self._process_delayed()
+                self._read_tls_pending()
                 self._poll()
                 self._close_idle()
         except Exception:
@@ -256,7 +348,7 @@ class Processor(threading.Thread):
 
     def _configure_new_connections(self) -> None:
         while self._new:
-            sock, address = self._new.popleft()
+            sock, address, security = self._new.popleft()
             if self._draining or not self._running:
                 sock.close()
                 self._quotas.release(address[0])
@@ -264,7 +356,17 @@ class Processor(threading.Thread):
             local_host, local_port = sock.getsockname()[:2]
             conn_id = f"{local_host}:{local_port}-{address[0]}:{address[1]}-{self._next_index}"
             self._next_index += 1
-            conn = _Connection(conn_id, sock, address)
+            if security.ssl_context is not None:
+                try:
+                    sock = security.ssl_context.wrap_socket(
+                        sock, server_side=True, do_handshake_on_connect=False
+                    )
+                except (OSError, ValueError) as e:  # e.g. the client already went away
+                    log.warning("closing connection from %s:%d: %s", *address, e)
+                    sock.close()
+                    self._quotas.release(address[0])
+                    continue
+            conn = _Connection(conn_id, sock, address, security)
             self._connections[conn_id] = conn
             self._update_events(conn)
 
@@ -293,10 +395,18 @@ class Processor(threading.Thread):
             self._write(conn)
 
     def _poll(self) -> None:
-        for key, events in self._selector.select(POLL_TIMEOUT_S):
+        timeout = POLL_TIMEOUT_S
+        if self._tls_pending:
+            timeout = 0.0
+        elif self._delayed:
+            timeout = max(0.0, min(timeout, self._delayed[0][0] - time.monotonic()))
+        for key, events in self._selector.select(timeout):
             conn = key.data
             if conn is None:
                 self._drain_wakeups()
+                continue
+            if conn.handshaking:
+                self._handshake(conn)
                 continue
             if events & selectors.EVENT_WRITE and conn.response is not None:
                 self._write(conn)
@@ -310,9 +420,11 @@ class Processor(threading.Thread):
         except (BlockingIOError, OSError):
             pass
 
-    def _update_events(self, conn: _Connection) -> None:
+    def _update_events(self, conn: _Connection, handshake: int = selectors.EVENT_READ) -> None:
         events = 0
-        if not conn.in_flight and not self._draining:
+        if conn.handshaking:
+            events = handshake
+        elif not conn.in_flight and not self._draining:
             events |= selectors.EVENT_READ
         if conn.response is not None:
             events |= selectors.EVENT_WRITE
@@ -326,13 +438,133 @@ class Processor(threading.Thread):
             self._selector.modify(conn.sock, events, conn)
         conn.events = events
 
+    # --- TLS and SASL ----------------------------------------------------------------------
+
+    def _handshake(self, conn: _Connection) -> None:
+        """One step of the TLS handshake; on completion the connection reads requests."""
+        sock = conn.sock
+        assert isinstance(sock, ssl.SSLSocket)
+        try:
+            sock.do_handshake()
+        except ssl.SSLWantReadError:
+            self._update_events(conn, selectors.EVENT_READ)
+            return
+        except ssl.SSLWantWriteError:
+            self._update_events(conn, selectors.EVENT_WRITE)
+            return
+        except (OSError, ValueError) as e:  # ssl.SSLError is an OSError
+            self._close(conn, f"TLS handshake failed: {e}")
+            return
+        conn.handshaking = False
+        conn.last_active = time.monotonic()
+        if conn.sasl is None:  # SSL: the certificate is who the client is
+            conn.principal = certificate_principal(sock.getpeercert())
+        self._update_events(conn)
+        if sock.pending():
+            self._tls_pending.add(conn.id)
+
+    def _read_tls_pending(self) -> None:
+        """Read the TLS connections whose decrypted bytes wait inside ``ssl`` (not visible to
+        the selector) now that they are unmuted."""
+        pending, self._tls_pending = self._tls_pending, set()
+        for conn_id in pending:
+            conn = self._connections.get(conn_id)
+            if conn is not None and not conn.in_flight:
+                self._read(conn)
+
+    def _authenticate_frame(self, conn: _Connection, frame: memoryview) -> None:
+        """A frame of a connection in its SASL exchange (module docstring)."""
+        sasl = conn.sasl
+        assert sasl is not None
+        if conn.sasl_raw:
+            assert conn.sasl_request is not None
+            self._sasl_token(conn, conn.sasl_request, bytes(frame), raw=True)
+            return
+        request = self._parse(conn, frame)
+        key, version = request.header.api_key, request.header.api_version
+        if key == API_VERSIONS_KEY:
+            self._queue(conn, request)
+        elif key == SASL_HANDSHAKE_KEY:
+            ok = sasl.handshake(request.body.mechanism)
+            error = ErrorCode.none if ok else ErrorCode.unsupported_sasl_mechanism
+            answer = sasl_handshake_response(version, error, sasl.mechanisms)
+            conn.sasl_raw = ok and version == 0
+            conn.sasl_request = request
+            reason = "" if ok else f"SASL mechanism {request.body.mechanism!r} is not enabled"
+            self._answer(conn, Response(request, (response_frame(request.header, answer),),
+                                        close_connection=not ok, close_reason=reason))  # fmt: skip
+        elif key == SASL_AUTHENTICATE_KEY:
+            self._sasl_token(conn, request, request.body.auth_bytes, raw=False)
+        else:
+            raise _ConnectionError(
+                f"{request.header.api_name} request before SASL authentication on listener "
+                f"{conn.security.listener.name}"
+            )
+
+    def _sasl_token(self, conn: _Connection, request: Request, token: bytes, raw: bool) -> None:
+        sasl = conn.sasl
+        assert sasl is not None
+        version = request.header.api_version
+        try:
+            answer = sasl.evaluate(token)
+        except SaslAuthenticationError as e:
+            if raw:  # no error frame exists after a v0 handshake: close after the delay
+                response = Response(request, close_connection=True, close_reason=str(e))
+            else:
+                message = sasl_authenticate_response(
+                    version, ErrorCode.sasl_authentication_failed, str(e), b""
+                )
+                response = Response(request, (response_frame(request.header, message),),
+                                    close_connection=True, close_reason=str(e))  # fmt: skip
+            self._delay(conn, response)
+            return
+        if sasl.state is SaslState.COMPLETE:
+            conn.sasl_raw = False
+            assert sasl.principal is not None
+            conn.principal = sasl.principal
+        if raw:
+            parts: tuple[bytes, ...] = (_SIZE.pack(len(answer)) + answer,)
+        else:
+            message = sasl_authenticate_response(version, ErrorCode.none, None, answer)
+            parts = (response_frame(request.header, message),)
+        self._answer(conn, Response(request, parts))
+
+    def _answer(self, conn: _Connection, response: Response) -> None:
+        """Write a response built on this thread (the SASL exchange) to a muted connection."""
+        conn.in_flight = True
+        conn.response, conn.part, conn.offset = response, 0, 0
+        self._write(conn)
+
+    def _delay(self, conn: _Connection, response: Response) -> None:
+        """Hold a failed authentication's answer for ``connection.failed.authentication.
+        delay.ms`` (the connection stays muted), then write it and close."""
+        conn.in_flight = True
+        self._update_events(conn)
+        due = time.monotonic() + conn.security.failed_delay_s
+        heapq.heappush(self._delayed, (due, next(self._seq), conn.id, response))
+
+    def _process_delayed(self) -> None:
+        now = time.monotonic()
+        while self._delayed and self._delayed[0][0] <= now:
+            _, _, conn_id, response = heapq.heappop(self._delayed)
+            conn = self._connections.get(conn_id)
+            if conn is None:
+                response.done()
+            elif response.parts:
+                conn.response, conn.part, conn.offset = response, 0, 0
+                self._write(conn)  # closes after the parts (close_connection)
+            else:
+                self._close(conn, response.close_reason)
+                response.done()
+
     # --- reading ---------------------------------------------------------------------------
 
     def _read(self, conn: _Connection) -> None:
         if self._draining:
             return  # read interest is being dropped; a partial frame is abandoned
         try:
-            while not conn.in_flight and self._read_some(conn):
+            # a frame answered on this thread (the SASL exchange) may have closed it
+            while not conn.in_flight and conn.id in self._connections and self._read_some(conn):
                 pass
         except _ConnectionError as e:
             self._close(conn, str(e))
@@ -345,8 +577,10 @@ class Processor(threading.Thread):
         try:
             # no view outlives the call: the frame's bytearray must stay resizable
             n = conn.sock.recv_into(memoryview(buf)[start:])
-        except (BlockingIOError, InterruptedError):
+        except (BlockingIOError, InterruptedError, ssl.SSLWantReadError, ssl.SSLWantWriteError):
             return False
+        except ssl.SSLZeroReturnError:
+            n = 0  # the client closed its TLS session
         except ConnectionResetError as e:
             if conn.size_got or conn.frame is not None:
                 raise _ConnectionError(f"read failed: {e}") from None
@@ -388,6 +622,11 @@ class Processor(threading.Thread):
             raise _ConnectionError(
                 f"frame of {size} bytes exceeds socket.request.max.bytes={self._max_request}"
             )
+        if size > conn.security.max_token and not conn.authenticated:
+            raise _ConnectionError(
+                f"frame of {size} bytes before authentication exceeds "
+                f"sasl.server.max.receive.size={conn.security.max_token}"
+            )
         conn.frame_size = size
         conn.frame_got = 0
         conn.frame = bytearray(min(size, FIRST_CHUNK))
@@ -402,8 +641,15 @@ class Processor(threading.Thread):
         assert frame is not None
         conn.frame = None
         conn.size_got = 0
-        request = self._parse(conn, memoryview(frame).toreadonly())  # kio reads read-only
-        conn.in_flight = True  # muted until its response is written
+        view = memoryview(frame).toreadonly()  # kio reads read-only
+        if not conn.authenticated:
+            self._authenticate_frame(conn, view)
+            return
+        self._queue(conn, self._parse(conn, view))
+
+    def _queue(self, conn: _Connection, request: Request) -> None:
+        """Hand a request to the handlers; the connection is muted until its response."""
+        conn.in_flight = True
         self._update_events(conn)
         if not self._channel.send_request(request, lambda: self._running):
             raise _ConnectionError("the server stopped before the request was queued")
@@ -430,6 +676,8 @@ class Processor(threading.Thread):
             body,
             len(frame),
             time.monotonic_ns(),
+            conn.security.listener.name,
+            conn.principal,
         )
 
     # --- writing ---------------------------------------------------------------------------
@@ -463,7 +711,7 @@ class Processor(threading.Thread):
                 break
             views.append(memoryview(part))  # type: ignore[arg-type]
         try:
-            n = conn.sock.sendmsg(views)
+            n = self._send_tls(conn, _tls_chunk(views)) if conn.tls else conn.sock.sendmsg(views)
         except (BlockingIOError, InterruptedError):
             return False
         except OSError as e:
@@ -484,9 +732,14 @@ class Processor(threading.Thread):
         if remaining:
             fd = self._region_fd(conn, region)
             try:
-                n = os.sendfile(
-                    conn.sock.fileno(), fd, region.position + conn.offset, min(remaining, 1 << 30)
-                )
+                if conn.tls:  # sendfile cannot encrypt: a copy through ssl
+                    chunk = os.pread(fd, min(remaining, TLS_CHUNK), region.position + conn.offset)
+                    n = self._send_tls(conn, chunk) if chunk else 0
+                else:
+                    n = os.sendfile(
+                        conn.sock.fileno(), fd, region.position + conn.offset,
+                        min(remaining, 1 << 30),
+                    )  # fmt: skip
             except (BlockingIOError, InterruptedError):
                 return False
             except OSError as e:
@@ -504,6 +757,15 @@ class Processor(threading.Thread):
         conn.part += 1
         conn.offset = 0
         return True
+
+    @staticmethod
+    def _send_tls(conn: _Connection, data: Any) -> int:
+        """One ``SSLSocket.send``; BlockingIOError while TLS wants to wait (a retry sends the
+        same bytes again, as OpenSSL requires)."""
+        try:
+            return conn.sock.send(data)
+        except (ssl.SSLWantWriteError, ssl.SSLWantReadError):
+            raise BlockingIOError from None
 
     def _region_fd(self, conn: _Connection, region: FileRegion) -> int:
         if region.fd is not None:
@@ -528,6 +790,8 @@ class Processor(threading.Thread):
             return
         conn.in_flight = False  # unmute: the next pipelined request may be read
         self._update_events(conn)
+        if conn.tls and conn.sock.pending():  # type: ignore[attr-defined]
+            self._tls_pending.add(conn.id)
 
     # --- closing ---------------------------------------------------------------------------
 
@@ -555,7 +819,12 @@ class Processor(threading.Thread):
             return
         self._next_idle_check = now + IDLE_CHECK_INTERVAL_S
         for conn in list(self._connections.values()):
-            if not conn.in_flight and now - conn.last_active > self._idle_s:
+            if not conn.authenticated and now - conn.created > conn.security.auth_timeout_s:
+                timeout = conn.security.auth_timeout_s * 1000
+                self._close(
+                    conn, f"not authenticated within authentication.timeout.ms={timeout:.0f}"
+                )
+            elif not conn.in_flight and now - conn.last_active > self._idle_s:
                 self._close(
                     conn, f"idle for more than connections.max.idle.ms={self._idle_s * 1000:.0f}"
                 )
@@ -566,9 +835,11 @@ class Processor(threading.Thread):
         for conn in list(self._connections.values()):
             self._close(conn, "the server is shutting down", quiet=True)
         while self._new:
-            sock, address = self._new.popleft()
+            sock, address, _ = self._new.popleft()
             sock.close()
             self._quotas.release(address[0])
+        while self._delayed:
+            heapq.heappop(self._delayed)[3].done()
         self._channel.remove_processor(self.processor_id)  # runs on_done of unsent responses
         self._selector.close()
         self._wake_r.close()
@@ -580,18 +851,21 @@ class Acceptor(threading.Thread):
 
     def __init__(
         self,
-        endpoint: Endpoint,
+        security: ListenerSecurity,
         processors: Sequence[Processor],
         quotas: ConnectionQuotas,
         backlog: int,
     ) -> None:
-        super().__init__(name=f"kafka-acceptor-{endpoint.host}:{endpoint.port}", daemon=True)
-        family = socket.AF_INET6 if ":" in endpoint.host else socket.AF_INET
+        listener = security.listener
+        super().__init__(name=f"kafka-acceptor-{listener}", daemon=True)
+        family = socket.AF_INET6 if ":" in listener.host else socket.AF_INET
         self._listen = socket.create_server(
-            (endpoint.host, endpoint.port), family=family, backlog=backlog
+            (listener.host, listener.port), family=family, backlog=backlog
         )
         self._listen.setblocking(False)
-        self.endpoint = Endpoint(endpoint.host, self._listen.getsockname()[1])
+        self.endpoint = Endpoint(listener.host, self._listen.getsockname()[1])
+        self.listener = listener.at_port(self.endpoint.port)
+        self.security = security
         self._processors = processors
         self._quotas = quotas
         self._next = 0
@@ -633,7 +907,7 @@ class Acceptor(threading.Thread):
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
         processor = self._processors[self._next % len(self._processors)]
         self._next += 1
-        processor.accept(sock, address[:2])
+        processor.accept(sock, address[:2], self.security)
 
 
 class SocketServer:
@@ -644,9 +918,15 @@ class SocketServer:
         self,
         config: BrokerConfig,
         versions: ApiVersionManager,
-        listeners: Sequence[Endpoint | str],
+        listeners: Sequence[Endpoint | Listener | str],
+        security: SecurityConfig | None = None,
+        credentials: CredentialStore | None = None,
     ) -> None:
+        """``listeners``: a string ``NAME://host:port`` is resolved through
+        ``security.listener.security.protocol.map``; an :class:`Endpoint` is PLAINTEXT.
+        ``credentials``: the users' store, needed by SASL listeners."""
         self.config = config
+        securities = listener_securities(listeners, security or SecurityConfig(), credentials)
         self.request_channel = RequestChannel(config.queued_max_requests)
         self.quotas = ConnectionQuotas(config.max_connections, config.max_connections_per_ip)
         self.processors = [
@@ -654,20 +934,24 @@ class SocketServer:
             for i in range(config.num_network_threads)
         ]
         self.acceptors: list[Acceptor] = []
+        self._started = False
         try:
-            for listener in listeners:
-                endpoint = Endpoint.parse(listener) if isinstance(listener, str) else listener
-                self.acceptors.append(Acceptor(endpoint, self.processors, self.quotas,
+            for security_of in securities:
+                self.acceptors.append(Acceptor(security_of, self.processors, self.quotas,
                                                config.socket_listen_backlog_size))  # fmt: skip
         except BaseException:
             self.shutdown(0)
             raise
-        self._started = False
 
     @property
     def endpoints(self) -> list[Endpoint]:
         """The bound listeners (a port 0 listener shows the port the OS chose)."""
         return [a.endpoint for a in self.acceptors]
+
+    @property
+    def listeners(self) -> list[Listener]:
+        """The bound listeners with their names and security protocols."""
+        return [a.listener for a in self.acceptors]
 
     def start(self) -> None:
         for thread in (*self.processors, *self.acceptors):
@@ -712,3 +996,35 @@ class SocketServer:
 
     def connection_count(self) -> int:
         return self.quotas.count()
+
+
+def _tls_chunk(views: list[memoryview]) -> memoryview | bytes:
+    """Up to :data:`TLS_CHUNK` bytes of ``views`` for one ``SSLSocket.send`` (a copy when
+    several small buffers are joined)."""
+    if len(views) == 1 or len(views[0]) >= TLS_CHUNK:
+        return views[0][:TLS_CHUNK]
+    taken, size = [], 0
+    for view in views:
+        taken.append(view[: TLS_CHUNK - size])
+        size += len(taken[-1])
+        if size >= TLS_CHUNK:
+            break
+    return b"".join(taken)
+
+
+def listener_securities(
+    listeners: Sequence[Endpoint | Listener | str],
+    config: SecurityConfig,
+    credentials: CredentialStore | None,
+) -> list[ListenerSecurity]:
+    """Each listener with its security; one TLS context for all TLS listeners (built only if
+    one is TLS). ValueError or InvalidConfigError naming what is wrong."""
+    resolved = []
+    for listener in listeners:
+        if isinstance(listener, str):
+            listener = parse_listener(listener, config.protocol_map)
+        elif isinstance(listener, Endpoint):
+            listener = listener.listener()
+        resolved.append(listener)
+    tls = server_context(config) if any(li.protocol.uses_tls for li in resolved) else None
+    return [ListenerSecurity.of(li, config, credentials, tls) for li in resolved]

@@ -49,6 +49,11 @@ from broker_embedded.storage.staged_write import COMMITS_DIR, STAGING_DIR
 from broker_embedded.storage.topic_config_file import TOPIC_CONFIG_FILE
 from broker_embedded.storage.topic_partition import TopicPartition
 
+# the SASL users of `kafkalog serve` (server/security/scram_credentials.py), which `kafkalog
+# users add` may write before the log dir's first start
+SCRAM_CREDENTIALS_FILE = "scram-credentials.json"
+SCRAM_CREDENTIALS_LOCK = "scram-credentials.lock"
+
 META_PROPERTIES = "meta.properties"
 
 
@@ -82,10 +87,12 @@ def check_log_dir(path: Path, context: str = "") -> None:
 
 def _holds_only_log_dir_files(path: Path) -> bool:
     """True when every entry of the directory ``path`` is one a log dir's own machinery makes
-    (locks, checkpoints, the topic file, staging and commit directories): nothing of a user's."""
+    (locks, checkpoints, the topic file, staging and commit directories, the SASL users):
+    nothing of a user's."""
     own = {LOCK_FILE_NAME, CLEANING_DIR, STAGING_DIR, COMMITS_DIR, TOPIC_CONFIG_FILE,
            REPLICATION_OFFSET_CHECKPOINT, RECOVERY_POINT_OFFSET_CHECKPOINT,
-           LOG_START_OFFSET_CHECKPOINT, CLEANER_OFFSET_CHECKPOINT}  # fmt: skip
+           LOG_START_OFFSET_CHECKPOINT, CLEANER_OFFSET_CHECKPOINT, SCRAM_CREDENTIALS_FILE,
+           SCRAM_CREDENTIALS_LOCK}  # fmt: skip
     return all(name in own for name in os.listdir(path))
 
 

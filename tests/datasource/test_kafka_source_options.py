@@ -134,8 +134,12 @@ REJECTED = [
      ["path='/logs' and kafka.bootstrap.servers='h:9092' are both given: pick one"]),
     ({"path": None, "kafka.bootstrap.servers": "h:x"}, False,
      ["kafka.bootstrap.servers='h:x' is invalid", "host1:port1"]),
-    ({"path": None, "kafka.bootstrap.servers": "h:1", "kafka.security.protocol": "SSL"}, False,
-     ["kafka.security.protocol='SSL'", "PLAINTEXT only"]),
+    ({"path": None, "kafka.bootstrap.servers": "h:1", "kafka.security.protocol": "TLS"}, False,
+     ["security.protocol='TLS' is not one of"]),
+    ({"path": None, "kafka.bootstrap.servers": "h:1", "kafka.security.protocol": "SASL_SSL",
+      "kafka.sasl.mechanism": "GSSAPI"}, False, ["sasl.mechanism='GSSAPI' is not supported"]),
+    ({"path": None, "kafka.bootstrap.servers": "h:1", "kafka.ssl.truststore.locaton": "x"},
+     False, ["client property ssl.truststore.locaton is not supported"]),
     ({"path": None, "kafka.bootstrap.servers": "h:1", "kafka.request.timeout.ms": "0"}, False,
      ["kafka.request.timeout.ms='0'"]),
     # Spark's messages (KafkaSourceProvider.validateGeneralOptions), for a log dir too
@@ -346,6 +350,7 @@ def test_bootstrap_servers_instead_of_path_and_the_client_settings() -> None:
     assert dict(o.client_settings) == {
         "client_id": "job-7", "request_timeout_ms": 5000, "retry_timeout_ms": 20000,
         "retry_backoff_ms": 50, "connect_timeout_ms": 3000,
+        "security": (("security.protocol", "plaintext"),),
     }  # fmt: skip
     assert o.fetch_bytes == 4096 and pickle.loads(pickle.dumps(o)) == o
     from datasource.kafka_offset_reader import source_of

@@ -144,10 +144,11 @@ def test_a_served_log_dir_refuses_a_second_writer_naming_the_holder(tmp_path: Pa
 
 
 def test_bad_listeners_and_brokers_are_one_line_errors(tmp_path: Path) -> None:
-    bad = run_kafkalog("serve", "--log-dir", tmp_path / "a", "--listeners", "SSL://h:1")
+    bad = run_kafkalog("serve", "--log-dir", tmp_path / "a", "--listeners", "BOGUS://h:1")
     assert bad.returncode == 1
     assert bad.stderr == (
-        "kafkalog serve: --listeners: listener 'SSL://h:1' is not PLAINTEXT://host:port\n"
+        "kafkalog serve: --listeners: listener 'BOGUS://h:1': BOGUS is not in "
+        "listener.security.protocol.map (PLAINTEXT, SASL_PLAINTEXT, SASL_SSL, SSL)\n"
     )
     create_topic(tmp_path / "b", partitions=1)
     mixed = run_kafkalog("serve", "--log-dir", tmp_path / "b", "--brokers", "3")

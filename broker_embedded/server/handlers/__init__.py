@@ -39,6 +39,8 @@ from broker_embedded.server.handlers import (
 )
 from broker_embedded.server.handlers.api_context import ApiContext, Node
 from broker_embedded.server.kafka_apis import KafkaApis
+from broker_embedded.server.security.scram_credentials import CredentialStore
+from broker_embedded.server.security.security_config import SecurityConfig
 from broker_embedded.server.socket_server import Endpoint
 
 Register = Callable[[KafkaApis, ApiContext], None]
@@ -73,19 +75,22 @@ def broker_server(
     listeners: Sequence[Endpoint | str],
     config: BrokerConfig | None = None,
     register: Callable[[KafkaApis, ApiContext], None] = register_all,
+    security: SecurityConfig | None = None,
 ) -> BrokerServer:
     """A server for one standalone broker (not started): its nodes are this broker on the
-    server's first listener, read at request time (so port 0 shows the bound port).
+    listener of the request (else the first), read at request time (so port 0 shows the bound
+    port). SASL listeners authenticate against the broker log dir's credentials.
     ``register``: what registers the handlers (default every one of :data:`HANDLERS`)."""
     server: BrokerServer | None = None
 
     def nodes() -> tuple[Node, ...]:
         assert server is not None
-        endpoint = server.endpoints[0]
+        endpoint = server.advertised()
         return (Node(broker.broker_id, endpoint.host, endpoint.port, broker.rack),)
 
     ctx = ApiContext.of(broker, nodes)
-    server = BrokerServer(config or broker.config, listeners, lambda apis: register(apis, ctx))
+    server = BrokerServer(config or broker.config, listeners, lambda apis: register(apis, ctx),
+                          security, CredentialStore(broker.log_dir))  # fmt: skip
     return server
 
 

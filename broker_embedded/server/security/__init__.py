@@ -1,0 +1,1 @@
+"""Listeners' security: TLS (``ssl``), SASL (PLAIN, SCRAM-SHA-256/512) and principals."""

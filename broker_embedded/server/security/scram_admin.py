@@ -1,0 +1,137 @@
+"""AlterUserScramCredentials (51, v0) and DescribeUserScramCredentials (50, v0), as Kafka's
+controller answers them, over a :class:`CredentialStore`.
+
+Mechanism numbers are Kafka's ``ScramMechanism`` types: 1 SCRAM-SHA-256, 2 SCRAM-SHA-512.
+
+Alter: one result per user named, the first error found for that user wins, and a user with
+an error changes nothing (the others are applied):
+- an empty user name: UNACCEPTABLE_CREDENTIAL (93) "Username must not be empty";
+- a mechanism that is not 1 or 2: UNSUPPORTED_SASL_MECHANISM (33) "Unknown SCRAM mechanism";
+- the same (user, mechanism) twice in one request: DUPLICATE_RESOURCE (92);
+- iterations outside 4096..16384: UNACCEPTABLE_CREDENTIAL "Too few/many iterations";
+- deleting a credential that does not exist: RESOURCE_NOT_FOUND (91).
+An upsertion carries the client's salt and SaltedPassword (the password never travels); the
+store keeps StoredKey and ServerKey derived from it (``scram_credentials``).
+
+Describe: every user when ``users`` is null or empty; a named user without credentials is
+RESOURCE_NOT_FOUND in its result; a name asked twice is DUPLICATE_RESOURCE for it.
+
+No authorization yet (Kafka checks Alter / Describe on the Cluster): with no authorizer
+configured Kafka allows them too. Thread-safe: the store locks.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from datetime import timedelta
+from typing import Any
+
+from kio.schema.alter_user_scram_credentials.v0 import response as alter_response
+from kio.schema.describe_user_scram_credentials.v0 import response as describe_response
+from kio.schema.errors import ErrorCode
+from kio.static.primitive import i8, i32
+
+from broker_embedded.server.security.scram_credentials import (
+    MAX_ITERATIONS,
+    MIN_ITERATIONS,
+    CredentialStore,
+    ScramCredential,
+)
+
+DESCRIBE_KEY, ALTER_KEY = 50, 51
+MECHANISMS = {1: "SCRAM-SHA-256", 2: "SCRAM-SHA-512"}
+MECHANISM_TYPES = {name: number for number, name in MECHANISMS.items()}
+
+Failure = tuple[ErrorCode, str]
+
+
+def register_scram_apis(apis: Any, store: CredentialStore) -> None:
+    """Serve both APIs (v0) on a :class:`KafkaApis` over ``store``."""
+    apis.register_responder(DESCRIBE_KEY, 0, 0, lambda r: describe(r.body, store))
+    apis.register_responder(ALTER_KEY, 0, 0, lambda r: alter(r.body, store))
+
+
+def alter(body: Any, store: CredentialStore) -> Any:
+    failures: dict[str, Failure] = {}
+    seen = Counter((c.name, int(c.mechanism)) for c in (*body.deletions, *body.upsertions))
+    for change in (*body.deletions, *body.upsertions):
+        failure = _check(change, seen, store)
+        if failure is not None:
+            failures.setdefault(change.name, failure)
+    for deletion in body.deletions:
+        if deletion.name not in failures:
+            store.delete(deletion.name, MECHANISMS[int(deletion.mechanism)])
+    for upsertion in body.upsertions:
+        if upsertion.name not in failures:
+            mechanism = MECHANISMS[int(upsertion.mechanism)]
+            credential = ScramCredential.from_salted_password(
+                mechanism, upsertion.salted_password, upsertion.salt, int(upsertion.iterations)
+            )
+            store.upsert(upsertion.name, mechanism, credential)
+    users = dict.fromkeys(c.name for c in (*body.deletions, *body.upsertions))
+    results = tuple(
+        alter_response.AlterUserScramCredentialsResult(
+            user=user,
+            error_code=failures.get(user, (ErrorCode.none, None))[0],
+            error_message=failures.get(user, (ErrorCode.none, None))[1],
+        )
+        for user in users
+    )
+    return alter_response.AlterUserScramCredentialsResponse(
+        throttle_time=timedelta(0), results=results
+    )
+
+
+def _check(change: Any, seen: Counter, store: CredentialStore) -> Failure | None:
+    mechanism = int(change.mechanism)
+    if not change.name:
+        return ErrorCode.unacceptable_credential, "Username must not be empty"
+    if mechanism not in MECHANISMS:
+        return ErrorCode.unsupported_sasl_mechanism, "Unknown SCRAM mechanism"
+    if seen[(change.name, mechanism)] > 1:
+        return (
+            ErrorCode.duplicate_resource,
+            "A user credential cannot be altered twice in the same request",
+        )
+    iterations = getattr(change, "iterations", None)
+    if iterations is not None and iterations < MIN_ITERATIONS:
+        return ErrorCode.unacceptable_credential, "Too few iterations"
+    if iterations is not None and iterations > MAX_ITERATIONS:
+        return ErrorCode.unacceptable_credential, "Too many iterations"
+    if iterations is None and store.credential(change.name, MECHANISMS[mechanism]) is None:
+        return (
+            ErrorCode.resource_not_found,
+            "Attempt to delete a user credential that does not exist",
+        )
+    return None
+
+
+def describe(body: Any, store: CredentialStore) -> Any:
+    users = store.users()
+    asked = [u.name for u in body.users or ()]
+    counts = Counter(asked)
+    names = list(dict.fromkeys(asked)) if asked else sorted(users)
+    results = tuple(_described(name, users.get(name), counts[name]) for name in names)
+    return describe_response.DescribeUserScramCredentialsResponse(
+        throttle_time=timedelta(0), error_code=ErrorCode.none, error_message=None, results=results
+    )
+
+
+def _described(name: str, credentials: dict | None, asked: int) -> Any:
+    error, message, infos = ErrorCode.none, None, ()
+    if asked > 1:
+        error = ErrorCode.duplicate_resource
+        message = "Cannot describe SCRAM credentials for the same user twice in a single request"
+    elif not credentials:
+        error = ErrorCode.resource_not_found
+        message = "Attempt to describe a user credential that does not exist"
+    else:
+        infos = tuple(
+            describe_response.CredentialInfo(
+                mechanism=i8(MECHANISM_TYPES[m]), iterations=i32(c.iterations)
+            )
+            for m, c in sorted(credentials.items())
+        )
+    return describe_response.DescribeUserScramCredentialsResult(
+        user=name, error_code=error, error_message=message, credential_infos=infos
+    )
