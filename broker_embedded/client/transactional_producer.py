@@ -4,11 +4,13 @@ controller's transaction coordinator (coordinator/transaction_coordinator.py) di
 same coordinator the wire API's InitProducerId, AddPartitionsToTxn and EndTxn use.
 
 ``TransactionalProducer(client, transactional_id)`` gets a producer id and epoch from the
-coordinator. Each ``send`` adds its partition to the transaction (AddPartitionsToTxn; a partition
-that does not exist is UNKNOWN_TOPIC_OR_PARTITION and is not added) and appends one
-transactional batch (sequence numbers per partition, acks=all); ``commit`` / ``abort`` (EndTxn)
-append a COMMIT / ABORT control batch (coordinator epoch 0) to every partition of the
-transaction, here, synchronously, which completes the transaction in each partition's producer
+coordinator (COORDINATOR_NOT_AVAILABLE, e.g. while a served broker creates ``__transaction_state``,
+is retried every ``INIT_RETRY_BACKOFF_S`` until ``timeout_ms``, as Kafka's producer retries it
+within ``max.block.ms``, then raised). Each ``send`` adds its partition to the transaction
+(AddPartitionsToTxn; a partition that does not exist is UNKNOWN_TOPIC_OR_PARTITION and is not added)
+and appends one transactional batch (sequence numbers per partition, acks=all); ``commit`` /
+``abort`` (EndTxn) append a COMMIT / ABORT control batch (coordinator epoch 0) to every partition of
+the transaction, here, synchronously, which completes the transaction in each partition's producer
 state, moves its last stable offset and, for an abort, adds the transaction to the segment's
 ``.txnindex``. A transaction with no partition commits or aborts without writing anything.
 
@@ -32,6 +34,7 @@ producer, as with Kafka's; different producers may run in different threads.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable
 from typing import Any
 
@@ -40,11 +43,17 @@ from broker_embedded.coordinator.transaction_coordinator import (
     DEFAULT_TIMEOUT_MS,
     TxnCompletion,
 )
-from broker_embedded.errors import InvalidTxnStateError, UnknownTopicOrPartitionError
+from broker_embedded.errors import (
+    CoordinatorNotAvailableError,
+    InvalidTxnStateError,
+    UnknownTopicOrPartitionError,
+)
 from broker_embedded.replica_manager.produce_response import ProduceResult
 from broker_embedded.storage.producer_state_manager import AppendOrigin
 from broker_embedded.storage.segment_writer import wall_clock_ms
 from broker_embedded.storage.topic_partition import TopicPartition
+
+INIT_RETRY_BACKOFF_S = 0.1
 
 
 class TransactionalProducer:
@@ -66,8 +75,15 @@ class TransactionalProducer:
         self._sequences: dict[TopicPartition, int] = {}
         self._in_transaction = False
         self._added: set[TopicPartition] = set()
+        deadline = time.monotonic() + timeout_ms / 1000
         while True:
-            got = self._coordinator.init_producer_id(transactional_id, transaction_timeout_ms)
+            try:
+                got = self._coordinator.init_producer_id(transactional_id, transaction_timeout_ms)
+            except CoordinatorNotAvailableError:  # e.g. __transaction_state being created
+                if time.monotonic() >= deadline:
+                    raise
+                time.sleep(INIT_RETRY_BACKOFF_S)
+                continue
             if not isinstance(got, TxnCompletion):
                 break
             self._write_markers(got)  # the previous instance's transaction, aborted
