@@ -82,13 +82,17 @@ class Protocol:
 
 @dataclass(frozen=True, slots=True)
 class OffsetAndMetadata:
-    """A committed offset, as Kafka's offset commit value holds it."""
+    """A committed offset, as Kafka's offset commit value holds it. ``record_offset``: where its
+    record sits in ``__consumer_offsets`` (-1: not stored yet); of two commits of a partition
+    the later record wins (Kafka's ``olderThan``); not part of the value (equality ignores it).
+    """
 
     offset: int
     leader_epoch: int = -1
     metadata: str = ""
     commit_timestamp_ms: int = -1
     expire_timestamp_ms: int | None = None
+    record_offset: int = field(default=-1, compare=False, repr=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -267,7 +271,29 @@ class GroupMetadata:
     new_member_added: bool = False
     subscribed_topics: frozenset[str] | None = None
     offsets: dict[tuple[str, int], OffsetAndMetadata] = field(default_factory=dict)
+    # TxnOffsetCommit's offsets by producer id, written but undecided until the marker
+    pending_txn_offsets: dict[int, dict[tuple[str, int], OffsetAndMetadata]] = field(
+        default_factory=dict
+    )
     lock: threading.RLock = field(default_factory=threading.RLock, repr=False)
+
+    # -- transactional offsets -------------------------------------------------------------
+
+    def has_pending_txn_offset(self, tp: tuple[str, int]) -> bool:
+        """Whether a transaction's offset of ``tp`` awaits its marker (Kafka's
+        ``hasPendingOffsetCommitsForTopicPartition``)."""
+        return any(tp in pending for pending in self.pending_txn_offsets.values())
+
+    def complete_txn_offsets(self, producer_id: int, commit: bool) -> int:
+        """The producer's marker: its pending offsets become the committed ones (``commit``;
+        each unless a later record committed that partition) or are dropped; how many."""
+        pending = self.pending_txn_offsets.pop(producer_id, {})
+        if commit:
+            for tp, o in pending.items():
+                current = self.offsets.get(tp)
+                if current is None or current.record_offset < o.record_offset:
+                    self.offsets[tp] = o
+        return len(pending)
 
     # -- state -----------------------------------------------------------------------------
 
