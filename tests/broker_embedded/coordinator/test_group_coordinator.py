@@ -22,6 +22,7 @@ from broker_embedded.coordinator.group_metadata import (
     SyncResult,
 )
 from broker_embedded.coordinator.group_store import InMemoryGroupStore
+from broker_embedded.storage.topic_partition import TopicPartition
 
 TIMEOUT_S = 10.0
 
@@ -215,5 +216,47 @@ def test_a_restarted_coordinator_loads_groups_and_offsets_from_its_store():
             GroupState.STABLE, 1, [b"A"])  # fmt: skip
         assert second.fetch_offsets("g", [("t", 1)]) == {("t", 1): OffsetAndMetadata(9)}
         assert second.heartbeat("g", r.member_id, None, 1) is None
+    finally:
+        second.shutdown()
+
+
+def test_transactional_offsets_wait_for_their_marker(coordinator):
+    """TxnOffsetCommit's offsets are stored at once but pending (OffsetFetch leaves them out,
+    require_stable answers UNSTABLE_OFFSET_COMMIT) until their producer's marker; at a COMMIT
+    the later record of a partition wins (Kafka's rule), an ABORT drops only that producer's."""
+    marker = TopicPartition("__consumer_offsets", 0)
+
+    def txn(pid: int, offsets: dict) -> None:
+        o = {tp: OffsetAndMetadata(v) for tp, v in offsets.items()}
+        assert coordinator.commit_txn_offsets("g", (pid, 0), "", None, -1, o) is None
+
+    coordinator.commit_offsets("g", "", None, -1, {("t", 0): OffsetAndMetadata(1)})
+    txn(7, {("t", 0): 10, ("t", 1): 20})
+    coordinator.commit_offsets("g", "", None, -1, {("t", 1): OffsetAndMetadata(15)})  # later
+    txn(8, {("t", 2): 30})
+    assert coordinator.fetch_offsets("g", None) == {
+        ("t", 0): OffsetAndMetadata(1), ("t", 1): OffsetAndMetadata(15)}  # fmt: skip
+    stable = coordinator.fetch_offsets("g", [("t", 0), ("t", 2), ("t", 3)], require_stable=True)
+    assert {tp: getattr(v, "code", v) for tp, v in stable.items()} == {("t", 0): 88, ("t", 2): 88}
+    coordinator.on_txn_marker(TopicPartition("out", 0), 7, commit=True)  # not a group partition
+    coordinator.on_txn_marker(marker, 7, commit=True)
+    coordinator.on_txn_marker(marker, 8, commit=False)
+    coordinator.on_txn_marker(marker, 7, commit=True)  # written again after a restart: nothing
+    expected = {("t", 0): OffsetAndMetadata(10), ("t", 1): OffsetAndMetadata(15)}
+    assert coordinator.fetch_offsets("g", None, require_stable=True) == expected
+    assert coordinator.store.offsets("g") == expected
+
+
+def test_a_restarted_coordinator_keeps_undecided_transactional_offsets():
+    store = InMemoryGroupStore()
+    first = GroupCoordinator(store=store)
+    offsets = {("t", 0): OffsetAndMetadata(4, -1, "m", 1)}
+    assert first.commit_txn_offsets("g", (5, 1), "", None, -1, offsets) is None
+    first.shutdown()
+    second = GroupCoordinator(store=store)
+    try:
+        assert second.fetch_offsets("g", None) == {}
+        second.on_txn_marker(TopicPartition("__consumer_offsets", 3), 5, commit=True)
+        assert second.fetch_offsets("g", None) == offsets
     finally:
         second.shutdown()
