@@ -38,6 +38,7 @@ import logging
 import struct
 import threading
 import time
+import typing
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -93,6 +94,28 @@ class OffsetAndMetadata:
     commit_timestamp_ms: int = -1
     expire_timestamp_ms: int | None = None
     record_offset: int = field(default=-1, compare=False, repr=False)
+
+
+class _Recorded(typing.Protocol):
+    @property
+    def record_offset(self) -> int: ...
+
+
+_K = typing.TypeVar("_K")
+_R = typing.TypeVar("_R", bound=_Recorded)
+
+
+def commit_later(committed: dict[_K, _R], pending: typing.Mapping[_K, _R]) -> int:
+    """Kafka's COMMIT of a producer's pending transactional offsets (``olderThan``): each
+    replaces the committed one of its partition unless that one's record is later; how many
+    partitions had no commit before."""
+    added = 0
+    for key, value in pending.items():
+        current = committed.get(key)
+        if current is None or current.record_offset < value.record_offset:
+            added += current is None
+            committed[key] = value
+    return added
 
 
 @dataclass(frozen=True, slots=True)
@@ -289,10 +312,7 @@ class GroupMetadata:
         each unless a later record committed that partition) or are dropped; how many."""
         pending = self.pending_txn_offsets.pop(producer_id, {})
         if commit:
-            for tp, o in pending.items():
-                current = self.offsets.get(tp)
-                if current is None or current.record_offset < o.record_offset:
-                    self.offsets[tp] = o
+            commit_later(self.offsets, pending)
         return len(pending)
 
     # -- state -----------------------------------------------------------------------------

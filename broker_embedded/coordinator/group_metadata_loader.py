@@ -43,6 +43,7 @@ from dataclasses import dataclass, field
 from typing import cast
 
 from broker_embedded.coordinator.coordinator_partition import GROUP_METADATA_TOPIC
+from broker_embedded.coordinator.group_metadata import commit_later
 from broker_embedded.coordinator.group_metadata_record import (
     GroupMetadataKey,
     GroupMetadataValue,
@@ -197,10 +198,7 @@ class GroupReplay:
     def end_transaction(self, pending: dict[GroupTopicPartition, CommittedOffset]) -> None:
         """Kafka's commit of a producer's pending offsets: each replaces the loaded one unless
         that one was written later."""
-        for gtp, committed in pending.items():
-            loaded = self.offsets.get(gtp)
-            if loaded is None or loaded.record_offset < committed.record_offset:
-                self.offsets[gtp] = committed
+        commit_later(self.offsets, pending)
 
     def result(self) -> LoadedGroups:
         by_group: dict[str, list[CommittedOffset]] = {}

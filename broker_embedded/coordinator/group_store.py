@@ -36,7 +36,8 @@ groups.
 
 :class:`InMemoryGroupStore` keeps the last snapshot of each group and its committed offsets in
 dicts (record offsets from a counter), so a coordinator restarted over the same store (in one
-process) finds them again. Limit:
+process) finds them again; pending transactional offsets are bounded by the open transactions'
+partitions. Limit:
 ``max_offsets`` committed partitions over all groups (1,000,000); committing a new partition
 beyond it raises :class:`KafkaApiError` (UNKNOWN_SERVER_ERROR) naming the group and partition,
 updates of kept partitions succeed.
@@ -53,7 +54,11 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Protocol
 
-from broker_embedded.coordinator.group_metadata import GroupSnapshot, OffsetAndMetadata
+from broker_embedded.coordinator.group_metadata import (
+    GroupSnapshot,
+    OffsetAndMetadata,
+    commit_later,
+)
 from broker_embedded.errors import KafkaApiError
 from broker_embedded.storage.topic_partition import TopicPartition
 
@@ -145,12 +150,7 @@ class InMemoryGroupStore:
             pending = self._pending.get(group_id, {}).pop(producer_id, {})
             if not commit:
                 return
-            kept = self._offsets.setdefault(group_id, {})
-            for tp, o in pending.items():
-                current = kept.get(tp)
-                if current is None or current.record_offset < o.record_offset:
-                    self._count += current is None
-                    kept[tp] = o
+            self._count += commit_later(self._offsets.setdefault(group_id, {}), pending)
 
     def partition_of(self, group_id: str, create: bool = True) -> None:
         """None: the in-memory store has no partitions (every marker decides every group)."""
