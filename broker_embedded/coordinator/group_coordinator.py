@@ -45,8 +45,15 @@ Limits: ``max_groups`` groups (100,000): a JoinGroup or commit that would create
 COORDINATOR_NOT_AVAILABLE (15) naming the limit; the heartbeat and rebalance purgatories hold at
 most ``purgatory.max.pending`` operations each, and an operation beyond that expires at once (a
 member whose session cannot be watched is removed, so memory stays bounded);
-committed offsets as the store bounds them. Groups are kept while they exist (no offset
-retention expiry here).
+committed offsets as the store bounds them.
+
+Offset retention (Kafka's ``cleanupGroupMetadata``, KIP-211): every
+``offsets.retention.check.interval.ms`` (600000) the expiry thread (:meth:`start_expiry`, the
+server starts it) removes the committed offsets whose ``offsets.retention.minutes`` (10080) have
+passed (:meth:`GroupMetadata.expired_offsets`: an Empty group's counted from when it became
+Empty), writing their tombstones; a group left Empty without offsets (committed or pending) is
+removed (Dead) and, if it ever had a generation, its metadata gets a tombstone too, in the same
+batch. A failed write is logged and retried at the next check.
 
 Thread safety: the coordinator's lock guards the group map; each group's lock guards the
 group (module ``group_metadata``); lock order: group lock, then the purgatory's. Callbacks
@@ -98,6 +105,7 @@ from broker_embedded.coordinator.group_metadata import (
     SyncCallback,
     SyncResult,
     new_member_id,
+    now_ms,
 )
 from broker_embedded.coordinator.group_store import (
     GroupStore,
@@ -129,6 +137,8 @@ class GroupConfig:
     initial_rebalance_delay_ms: int = 3_000  # group.initial.rebalance.delay.ms
     max_pending: int = 10_000  # purgatory.max.pending
     max_groups: int = MAX_GROUPS
+    offsets_retention_ms: int = 10_080 * 60_000  # offsets.retention.minutes
+    offsets_retention_check_interval_ms: int = 600_000  # offsets.retention.check.interval.ms
 
 
 @dataclass(frozen=True)
@@ -179,6 +189,8 @@ class GroupCoordinator:
         self._groups: dict[str, GroupMetadata] = {}
         self._load_lock = threading.Lock()
         self._active = True
+        self._stopped = threading.Event()
+        self._expiry: threading.Thread | None = None
         if load:
             self.load()
 
@@ -190,6 +202,9 @@ class GroupCoordinator:
         with self._lock:
             self._active = False
             groups = list(self._groups.values())
+        self._stopped.set()
+        if self._expiry is not None:
+            self._expiry.join(timeout)
         for group in groups:
             with group.lock:
                 self._fail_waiting(group, CoordinatorNotAvailableError(
@@ -226,6 +241,8 @@ class GroupCoordinator:
             protocol_name=snap.protocol_name,
             leader_id=snap.leader_id,
         )
+        if snap.state_timestamp_ms >= 0:  # when it became Empty, for offset retention
+            group.state_timestamp_ms = snap.state_timestamp_ms
         for m in snap.members:
             assert snap.protocol_name is not None
             member = MemberMetadata(
@@ -939,6 +956,58 @@ class GroupCoordinator:
                     out[tp] = group.offsets[tp]
             return out
 
+    # -- offset retention --------------------------------------------------------------------
+
+    def start_expiry(self) -> None:
+        """Start the expiry thread (once; :meth:`shutdown` stops it)."""
+        with self._lock:
+            if self._expiry is not None or not self._active:
+                return
+            self._expiry = threading.Thread(target=self._expire_loop, daemon=True,
+                                            name="group-offsets-expiry")  # fmt: skip
+        self._expiry.start()
+
+    def _expire_loop(self) -> None:
+        while not self._stopped.wait(self.config.offsets_retention_check_interval_ms / 1000):
+            try:
+                removed = self.expire_offsets(now_ms())
+            except Exception:  # a bug: logged, the next check runs
+                log.exception("expiring committed offsets failed")
+                continue
+            if removed:
+                log.info("removed %d expired offsets", removed)
+
+    def expire_offsets(self, now: int) -> int:
+        """Remove the committed offsets whose retention has passed at ``now`` (ms since the
+        epoch) and the groups left without any (module docstring); how many offsets."""
+        with self._lock:
+            groups = list(self._groups.values())
+        return sum(self._expire_group(group, now) for group in groups)
+
+    def _expire_group(self, group: GroupMetadata, now: int) -> int:
+        with group.lock:
+            if group.is_(_S.DEAD):
+                return 0
+            expired = group.expired_offsets(now, self.config.offsets_retention_ms)
+            dead = group.is_(_S.EMPTY) and len(expired) == len(group.offsets) \
+                and not group.pending_txn_offsets  # fmt: skip
+            try:
+                if dead and group.generation_id > 0:
+                    self.store.delete_group(group.group_id, expired)
+                elif expired:
+                    self.store.delete_offsets(group.group_id, expired)
+            except KafkaApiError as e:
+                log.warning("group %r: expiring %d offsets failed, retried at the next check: %s",
+                            group.group_id, len(expired), e)  # fmt: skip
+                return 0
+            for tp in expired:
+                del group.offsets[tp]
+            if dead:
+                log.info("group %r: Empty without offsets, removed (generation %d)",
+                         group.group_id, group.generation_id)  # fmt: skip
+                self._forget(group)
+            return len(expired)
+
     # -- ListGroups, DescribeGroups, DeleteGroups, OffsetDelete ------------------------------
 
     def list_groups(
@@ -993,11 +1062,15 @@ class GroupCoordinator:
                     f"group {group_id!r} is {group.state.value} with {group.size} members"
                 )
             self.store.delete_group(group_id, sorted(group.offsets))
-            group.transition_to(_S.DEAD)
-            group.offsets.clear()
+            self._forget(group)
+
+    def _forget(self, group: GroupMetadata) -> None:
+        """The group is Dead and no longer known (under its lock)."""
+        group.transition_to(_S.DEAD)
+        group.offsets.clear()
         with self._lock:
-            if self._groups.get(group_id) is group:
-                del self._groups[group_id]
+            if self._groups.get(group.group_id) is group:
+                del self._groups[group.group_id]
 
     def delete_offsets(
         self, group_id: str, partitions: Sequence[TopicPartitionKey]

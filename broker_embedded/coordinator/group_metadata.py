@@ -96,6 +96,10 @@ class OffsetAndMetadata:
     record_offset: int = field(default=-1, compare=False, repr=False)
 
 
+def _committed_at(o: OffsetAndMetadata) -> int:
+    return o.commit_timestamp_ms
+
+
 class _Recorded(typing.Protocol):
     @property
     def record_offset(self) -> int: ...
@@ -314,6 +318,38 @@ class GroupMetadata:
         if commit:
             commit_later(self.offsets, pending)
         return len(pending)
+
+    def expired_offsets(self, now: int, retention_ms: int) -> list[tuple[str, int]]:
+        """The committed partitions whose retention has passed at ``now`` (Kafka's
+        ``removeExpiredOffsets``, KIP-211), sorted: an Empty group's (with a protocol type)
+        counted from when it became Empty; a Stable consumer group's of topics no member
+        subscribes to, from their commit; a group without a protocol type (commits only), from
+        their commit; none otherwise. An offset with an expire timestamp (commit v1) expires
+        then instead."""
+        base: Callable[[OffsetAndMetadata], int]
+        subscribed: frozenset[str] = frozenset()
+        if self.protocol_type is None:
+            base = _committed_at
+        elif self.state is GroupState.EMPTY:
+            base = lambda _: self.state_timestamp_ms  # noqa: E731
+        elif (
+            self.protocol_type == CONSUMER_PROTOCOL_TYPE
+            and self.subscribed_topics is not None
+            and self.state is GroupState.STABLE
+        ):
+            base, subscribed = _committed_at, self.subscribed_topics
+        else:
+            return []
+        return sorted(
+            tp
+            for tp, o in self.offsets.items()
+            if tp[0] not in subscribed
+            and (
+                now - base(o) >= retention_ms
+                if o.expire_timestamp_ms is None
+                else now >= o.expire_timestamp_ms
+            )
+        )
 
     # -- state -----------------------------------------------------------------------------
 

@@ -90,6 +90,8 @@ def group_config(config: BrokerConfig) -> GroupConfig:
         max_size=config.group_max_size,
         initial_rebalance_delay_ms=config.group_initial_rebalance_delay_ms,
         max_pending=config.purgatory_max_pending,
+        offsets_retention_ms=config.offsets_retention_minutes * 60_000,
+        offsets_retention_check_interval_ms=config.offsets_retention_check_interval_ms,
     )
 
 
@@ -144,6 +146,7 @@ def _acquire(ctx: ApiContext, store: GroupStore | None) -> GroupCoordinator:
             # before the load: a marker is decided by the load or by the hook (group_coordinator)
             transactions.marker_listeners.append(on_marker)
             coordinator.load()
+            coordinator.start_expiry()
             entry = _SHARED[transactions] = [coordinator, 0, on_marker]
         entry[1] += 1
         return entry[0]
@@ -151,9 +154,15 @@ def _acquire(ctx: ApiContext, store: GroupStore | None) -> GroupCoordinator:
 
 def shared_store(ctx: ApiContext) -> GroupStore | None:
     """The store of the cluster's group coordinator (None before a server registered it)."""
+    coordinator = coordinator_of(ctx.broker.controller)
+    return None if coordinator is None else coordinator.store
+
+
+def coordinator_of(controller: Any) -> GroupCoordinator | None:
+    """The group coordinator of ``controller``'s cluster (None before a server registered it)."""
     with _SHARED_LOCK:
-        entry = _SHARED.get(ctx.broker.controller.transaction_coordinator)
-        return None if entry is None else entry[0].store
+        entry = _SHARED.get(controller.transaction_coordinator)
+        return None if entry is None else entry[0]
 
 
 def _release(ctx: ApiContext) -> None:
