@@ -56,9 +56,11 @@ removed (Dead) and, if it ever had a generation, its metadata gets a tombstone t
 batch. A failed write is logged and retried at the next check.
 
 Thread safety: the coordinator's lock guards the group map; each group's lock guards the
-group (module ``group_metadata``); lock order: group lock, then the purgatory's. Callbacks
-(responses) run under the group lock in the thread that completed the step: a request handler
-thread or a purgatory reaper; they only queue a response.
+group (module ``group_metadata``); lock order: the load lock, then a group lock, then the
+coordinator's lock or the purgatory's (the coordinator's lock is never held while taking a group
+lock). Callbacks (responses) run under the group lock in the thread that completed the step: a
+request handler thread or a purgatory reaper; they only queue a response. :meth:`on_txn_marker`
+runs in the thread that wrote the marker, the expiry in its own thread.
 """
 
 from __future__ import annotations
