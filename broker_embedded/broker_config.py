@@ -112,6 +112,8 @@ class BrokerConfig:
     offsets_topic_num_partitions: int = 50
     offsets_topic_replication_factor: int = 3
     offsets_topic_segment_bytes: int = 100 << 20
+    offsets_retention_minutes: int = 10_080
+    offsets_retention_check_interval_ms: int = 600_000
     transaction_state_log_num_partitions: int = 50
     transaction_state_log_replication_factor: int = 3
     transaction_state_log_min_isr: int = 2
@@ -211,6 +213,8 @@ _AT_LEAST_ONE = frozenset(
         "offsets.topic.num.partitions",
         "offsets.topic.replication.factor",
         "offsets.topic.segment.bytes",
+        "offsets.retention.minutes",
+        "offsets.retention.check.interval.ms",
         "transaction.state.log.num.partitions",
         "transaction.state.log.replication.factor",
         "transaction.state.log.min.isr",

@@ -156,5 +156,6 @@ class TransactionalProducer:
             r = self.client.append(tp, batch, acks="all", timeout_ms=self.timeout_ms,
                                    origin=AppendOrigin.COORDINATOR)  # fmt: skip
             results.append(r.raise_error())
+            self._coordinator.marker_written(tp, completion)
         self._coordinator.complete(completion)
         return results

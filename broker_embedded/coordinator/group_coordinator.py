@@ -30,17 +30,37 @@ Persistence: every change Kafka writes to ``__consumer_offsets`` goes through th
 :class:`GroupStore` (group_store.py), default in memory; the coordinator loads what the store
 holds when it starts (groups come back Stable or Empty and their members' sessions restart).
 
+Transactional offsets (Kafka's ``GroupMetadata.pendingTransactionalOffsetCommits``):
+TxnOffsetCommit stores them at once as the producer's transactional records and keeps them
+pending in the group by producer id; OffsetFetch does not return them, and with
+``require_stable`` answers UNSTABLE_OFFSET_COMMIT for their partitions. The transaction's marker
+in the group's ``__consumer_offsets`` partition decides them (:meth:`on_txn_marker`, called by
+the transaction coordinator once the marker is appended; Kafka's ``handleTxnCompletion``): a
+COMMIT makes each the committed offset unless a later record committed that partition, an ABORT
+drops them. Pending offsets come back from the store at load, so a marker written after a
+restart decides them; the load holds :attr:`_load_lock` and :meth:`on_txn_marker` waits for it,
+so a marker is decided either by the loader (it was in the log read) or by the hook (after it).
+
 Limits: ``max_groups`` groups (100,000): a JoinGroup or commit that would create one more is
 COORDINATOR_NOT_AVAILABLE (15) naming the limit; the heartbeat and rebalance purgatories hold at
 most ``purgatory.max.pending`` operations each, and an operation beyond that expires at once (a
 member whose session cannot be watched is removed, so memory stays bounded);
-committed offsets as the store bounds them. Groups are kept while they exist (no offset
-retention expiry here).
+committed offsets as the store bounds them.
+
+Offset retention (Kafka's ``cleanupGroupMetadata``, KIP-211): every
+``offsets.retention.check.interval.ms`` (600000) the expiry thread (:meth:`start_expiry`, the
+server starts it) removes the committed offsets whose ``offsets.retention.minutes`` (10080) have
+passed (:meth:`GroupMetadata.expired_offsets`: an Empty group's counted from when it became
+Empty), writing their tombstones; a group left Empty without offsets (committed or pending) is
+removed (Dead) and, if it ever had a generation, its metadata gets a tombstone too, in the same
+batch. A failed write is logged and retried at the next check.
 
 Thread safety: the coordinator's lock guards the group map; each group's lock guards the
-group (module ``group_metadata``); lock order: group lock, then the purgatory's. Callbacks
-(responses) run under the group lock in the thread that completed the step: a request handler
-thread or a purgatory reaper; they only queue a response.
+group (module ``group_metadata``); lock order: the load lock, then a group lock, then the
+coordinator's lock or the purgatory's (the coordinator's lock is never held while taking a group
+lock). Callbacks (responses) run under the group lock in the thread that completed the step: a
+request handler thread or a purgatory reaper; they only queue a response. :meth:`on_txn_marker`
+runs in the thread that wrote the marker, the expiry in its own thread.
 """
 
 from __future__ import annotations
@@ -50,6 +70,7 @@ import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
+from broker_embedded.coordinator.coordinator_partition import GROUP_METADATA_TOPIC
 from broker_embedded.coordinator.delayed_join import (
     DelayedHeartbeat,
     DelayedJoin,
@@ -70,6 +91,7 @@ from broker_embedded.coordinator.group_errors import (
     NonEmptyGroupError,
     RebalanceInProgressError,
     UnknownMemberIdError,
+    UnstableOffsetCommitError,
 )
 from broker_embedded.coordinator.group_metadata import (
     UNKNOWN_MEMBER_ID,
@@ -85,6 +107,7 @@ from broker_embedded.coordinator.group_metadata import (
     SyncCallback,
     SyncResult,
     new_member_id,
+    now_ms,
 )
 from broker_embedded.coordinator.group_store import (
     GroupStore,
@@ -97,6 +120,7 @@ from broker_embedded.errors import (
     KafkaApiError,
 )
 from broker_embedded.replica_manager.purgatory import DelayedOperationPurgatory
+from broker_embedded.storage.topic_partition import TopicPartition
 
 log = logging.getLogger(__name__)
 
@@ -115,6 +139,8 @@ class GroupConfig:
     initial_rebalance_delay_ms: int = 3_000  # group.initial.rebalance.delay.ms
     max_pending: int = 10_000  # purgatory.max.pending
     max_groups: int = MAX_GROUPS
+    offsets_retention_ms: int = 10_080 * 60_000  # offsets.retention.minutes
+    offsets_retention_check_interval_ms: int = 600_000  # offsets.retention.check.interval.ms
 
 
 @dataclass(frozen=True)
@@ -146,7 +172,11 @@ class GroupCoordinator:
     """Classic consumer groups of one broker; see the module docstring."""
 
     def __init__(
-        self, config: GroupConfig | None = None, store: GroupStore | None = None, name: str = "0"
+        self,
+        config: GroupConfig | None = None,
+        store: GroupStore | None = None,
+        name: str = "0",
+        load: bool = True,
     ) -> None:
         self.config = config or GroupConfig()
         self.store: GroupStore = store if store is not None else InMemoryGroupStore()
@@ -159,10 +189,12 @@ class GroupCoordinator:
         )
         self._lock = threading.Lock()
         self._groups: dict[str, GroupMetadata] = {}
-        # TxnOffsetCommit's offsets per (group, producer id), until the transaction ends
-        self._txn_offsets: dict[tuple[str, int], dict[TopicPartitionKey, OffsetAndMetadata]] = {}
+        self._load_lock = threading.Lock()
         self._active = True
-        self._load()
+        self._stopped = threading.Event()
+        self._expiry: threading.Thread | None = None
+        if load:
+            self.load()
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -172,6 +204,9 @@ class GroupCoordinator:
         with self._lock:
             self._active = False
             groups = list(self._groups.values())
+        self._stopped.set()
+        if self._expiry is not None:
+            self._expiry.join(timeout)
         for group in groups:
             with group.lock:
                 self._fail_waiting(group, CoordinatorNotAvailableError(
@@ -184,14 +219,20 @@ class GroupCoordinator:
             group.invoke_join(member, JoinResult(member.member_id, error))
             group.invoke_sync(member, SyncResult(error))
 
-    def _load(self) -> None:
-        loaded = self.store.load()
-        for snap in loaded.groups:
-            group = self._restore(snap)
-            self._groups[group.group_id] = group
-        for group_id, offsets in loaded.offsets.items():
-            group = self._groups.setdefault(group_id, GroupMetadata(group_id))
-            group.offsets.update(offsets)
+    def load(self) -> None:
+        """Take what the store holds (the constructor calls it unless told not to: a caller that
+        registers :meth:`on_txn_marker` first loads after)."""
+        with self._load_lock:
+            loaded = self.store.load()
+            groups = {snap.group_id: self._restore(snap) for snap in loaded.groups}
+            for group_id, offsets in loaded.offsets.items():
+                groups.setdefault(group_id, GroupMetadata(group_id)).offsets.update(offsets)
+            for group_id, by_producer in loaded.pending.items():
+                group = groups.setdefault(group_id, GroupMetadata(group_id))
+                for pid, offsets in by_producer.items():
+                    group.pending_txn_offsets.setdefault(pid, {}).update(offsets)
+            with self._lock:
+                self._groups.update(groups)
 
     def _restore(self, snap: GroupSnapshot) -> GroupMetadata:
         """A loaded group: Stable with its members (sessions restart now), or Empty."""
@@ -202,6 +243,8 @@ class GroupCoordinator:
             protocol_name=snap.protocol_name,
             leader_id=snap.leader_id,
         )
+        if snap.state_timestamp_ms >= 0:  # when it became Empty, for offset retention
+            group.state_timestamp_ms = snap.state_timestamp_ms
         for m in snap.members:
             assert snap.protocol_name is not None
             member = MemberMetadata(
@@ -819,60 +862,59 @@ class GroupCoordinator:
             if not offsets:
                 return None
             try:
-                self.store.store_offsets(group_id, offsets)
+                group.offsets.update(self.store.store_offsets(group_id, offsets))
             except KafkaApiError as e:
                 return e
-            group.offsets.update(offsets)
             return None
 
     def commit_txn_offsets(
         self,
         group_id: str,
-        producer_id: int,
+        producer: tuple[int, int],
         member_id: str,
         group_instance_id: str | None,
         generation_id: int,
         offsets: Mapping[TopicPartitionKey, OffsetAndMetadata],
     ) -> KafkaApiError | None:
-        """TxnOffsetCommit: ``offsets`` wait as the producer's pending commit of the group
-        until its transaction ends (:meth:`complete_txn`); a member id or generation (v3+,
-        KIP-447) is checked as OffsetCommit checks it."""
+        """TxnOffsetCommit: ``offsets`` are stored as transactional records of ``producer`` (id,
+        epoch) and wait as its pending offsets of the group until its transaction's marker
+        (:meth:`on_txn_marker`); a member id or generation (v3+, KIP-447) is checked as
+        OffsetCommit checks it."""
         try:
             self._check_active(group_id, required=False)
+            group = self._get_or_create(group_id)
         except KafkaApiError as e:
             return e
-        group = self._get_or_create(group_id)
         with group.lock:
             if generation_id >= 0 or member_id != UNKNOWN_MEMBER_ID:
                 error = self._validate_commit(group, generation_id, member_id, group_instance_id)
                 if error is not None:
                     return error
-            with self._lock:
-                pending = self._txn_offsets.setdefault((group_id, producer_id), {})
-                pending.update(offsets)
+            try:
+                stored = self.store.store_offsets(group_id, offsets, *producer)
+            except KafkaApiError as e:
+                return e
+            group.pending_txn_offsets.setdefault(producer[0], {}).update(stored)
         return None
 
-    def complete_txn(self, producer_id: int, commit: bool) -> None:
-        """The transaction of ``producer_id`` ended: its pending offset commits, in whatever
-        group, become the committed offsets (``commit``) or are dropped, as Kafka's group
-        coordinator does when it sees the transaction's marker. By producer id, since a
-        completion rebuilt from ``__transaction_state`` after a restart names no groups."""
-        with self._lock:
-            groups = [g for g, pid in self._txn_offsets if pid == producer_id]
-        for group_id in groups:
-            with self._lock:
-                pending = self._txn_offsets.pop((group_id, producer_id), None)
-            group = self._group(group_id)
-            if not commit or not pending or group is None:
+    def on_txn_marker(self, tp: TopicPartition, producer_id: int, commit: bool) -> None:
+        """A transaction's COMMIT (``commit``) or ABORT marker of ``producer_id`` is appended to
+        ``__consumer_offsets`` partition ``tp``: it decides the producer's pending offsets of
+        the groups there (module docstring). Idempotent: a marker written again after a
+        restart finds nothing pending."""
+        if tp.topic != GROUP_METADATA_TOPIC:
+            return
+        with self._load_lock, self._lock:
+            groups = [g for g in self._groups.values() if producer_id in g.pending_txn_offsets]
+        for group in groups:
+            placed = self.store.partition_of(group.group_id, create=False)
+            if placed is not None and placed != tp:
                 continue
             with group.lock:
-                try:
-                    self.store.store_offsets(group_id, pending)
-                except KafkaApiError as e:
-                    log.error("group %r: transactional offsets of producer %d lost: %s",
-                              group_id, producer_id, e)  # fmt: skip
-                    continue
-                group.offsets.update(pending)
+                self.store.complete_txn_offsets(group.group_id, producer_id, commit)
+                decided = group.complete_txn_offsets(producer_id, commit)
+            log.debug("group %r: %d transactional offsets of producer %d %s", group.group_id,
+                      decided, producer_id, "committed" if commit else "aborted")  # fmt: skip
 
     def _validate_commit(
         self, group: GroupMetadata, generation_id: int, member_id: str, instance_id: str | None
@@ -891,18 +933,82 @@ class GroupCoordinator:
         return None
 
     def fetch_offsets(
-        self, group_id: str, partitions: Iterable[TopicPartitionKey] | None
-    ) -> dict[TopicPartitionKey, OffsetAndMetadata]:
+        self,
+        group_id: str,
+        partitions: Iterable[TopicPartitionKey] | None,
+        require_stable: bool = False,
+    ) -> dict[TopicPartitionKey, OffsetAndMetadata | KafkaApiError]:
         """The committed offsets of ``partitions`` (None: every committed partition); a
-        partition without a commit is left out."""
+        partition without a commit is left out; with ``require_stable`` (OffsetFetch v7+) a
+        partition whose transactional offset awaits its marker is UNSTABLE_OFFSET_COMMIT."""
         self._check_active(group_id, required=False)
         group = self._group(group_id)
         if group is None:
             return {}
         with group.lock:
-            if partitions is None:
-                return dict(group.offsets)
-            return {tp: group.offsets[tp] for tp in partitions if tp in group.offsets}
+            wanted = list(group.offsets) if partitions is None else partitions
+            out: dict[TopicPartitionKey, OffsetAndMetadata | KafkaApiError] = {}
+            for tp in wanted:
+                if require_stable and group.has_pending_txn_offset(tp):
+                    out[tp] = UnstableOffsetCommitError(
+                        f"group {group_id!r} {tp[0]}-{tp[1]}: a transactional offset commit "
+                        "awaits its transaction's marker"
+                    )
+                elif tp in group.offsets:
+                    out[tp] = group.offsets[tp]
+            return out
+
+    # -- offset retention --------------------------------------------------------------------
+
+    def start_expiry(self) -> None:
+        """Start the expiry thread (once; :meth:`shutdown` stops it)."""
+        with self._lock:
+            if self._expiry is not None or not self._active:
+                return
+            self._expiry = threading.Thread(target=self._expire_loop, daemon=True,
+                                            name="group-offsets-expiry")  # fmt: skip
+        self._expiry.start()
+
+    def _expire_loop(self) -> None:
+        while not self._stopped.wait(self.config.offsets_retention_check_interval_ms / 1000):
+            try:
+                removed = self.expire_offsets(now_ms())
+            except Exception:  # a bug: logged, the next check runs
+                log.exception("expiring committed offsets failed")
+                continue
+            if removed:
+                log.info("removed %d expired offsets", removed)
+
+    def expire_offsets(self, now: int) -> int:
+        """Remove the committed offsets whose retention has passed at ``now`` (ms since the
+        epoch) and the groups left without any (module docstring); how many offsets."""
+        with self._lock:
+            groups = list(self._groups.values())
+        return sum(self._expire_group(group, now) for group in groups)
+
+    def _expire_group(self, group: GroupMetadata, now: int) -> int:
+        with group.lock:
+            if group.is_(_S.DEAD):
+                return 0
+            expired = group.expired_offsets(now, self.config.offsets_retention_ms)
+            dead = group.is_(_S.EMPTY) and len(expired) == len(group.offsets) \
+                and not group.pending_txn_offsets  # fmt: skip
+            try:
+                if dead and group.generation_id > 0:
+                    self.store.delete_group(group.group_id, expired)
+                elif expired:
+                    self.store.delete_offsets(group.group_id, expired)
+            except KafkaApiError as e:
+                log.warning("group %r: expiring %d offsets failed, retried at the next check: %s",
+                            group.group_id, len(expired), e)  # fmt: skip
+                return 0
+            for tp in expired:
+                del group.offsets[tp]
+            if dead:
+                log.info("group %r: Empty without offsets, removed (generation %d)",
+                         group.group_id, group.generation_id)  # fmt: skip
+                self._forget(group)
+            return len(expired)
 
     # -- ListGroups, DescribeGroups, DeleteGroups, OffsetDelete ------------------------------
 
@@ -958,11 +1064,15 @@ class GroupCoordinator:
                     f"group {group_id!r} is {group.state.value} with {group.size} members"
                 )
             self.store.delete_group(group_id, sorted(group.offsets))
-            group.transition_to(_S.DEAD)
-            group.offsets.clear()
+            self._forget(group)
+
+    def _forget(self, group: GroupMetadata) -> None:
+        """The group is Dead and no longer known (under its lock)."""
+        group.transition_to(_S.DEAD)
+        group.offsets.clear()
         with self._lock:
-            if self._groups.get(group_id) is group:
-                del self._groups[group_id]
+            if self._groups.get(group.group_id) is group:
+                del self._groups[group.group_id]
 
     def delete_offsets(
         self, group_id: str, partitions: Sequence[TopicPartitionKey]

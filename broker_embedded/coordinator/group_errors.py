@@ -80,3 +80,10 @@ class GroupSubscribedToTopicError(KafkaApiError):
     """OffsetDelete of a topic the group's members are subscribed to."""
 
     code, name = 86, "GROUP_SUBSCRIBED_TO_TOPIC"
+
+
+class UnstableOffsetCommitError(KafkaApiError):
+    """OffsetFetch with ``require_stable`` of a partition whose transactional offset commit
+    awaits its transaction's marker."""
+
+    code, name = 88, "UNSTABLE_OFFSET_COMMIT"

@@ -38,6 +38,7 @@ import logging
 import struct
 import threading
 import time
+import typing
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -82,13 +83,43 @@ class Protocol:
 
 @dataclass(frozen=True, slots=True)
 class OffsetAndMetadata:
-    """A committed offset, as Kafka's offset commit value holds it."""
+    """A committed offset, as Kafka's offset commit value holds it. ``record_offset``: where its
+    record sits in ``__consumer_offsets`` (-1: not stored yet); of two commits of a partition
+    the later record wins (Kafka's ``olderThan``); not part of the value (equality ignores it).
+    """
 
     offset: int
     leader_epoch: int = -1
     metadata: str = ""
     commit_timestamp_ms: int = -1
     expire_timestamp_ms: int | None = None
+    record_offset: int = field(default=-1, compare=False, repr=False)
+
+
+def _committed_at(o: OffsetAndMetadata) -> int:
+    return o.commit_timestamp_ms
+
+
+class _Recorded(typing.Protocol):
+    @property
+    def record_offset(self) -> int: ...
+
+
+_K = typing.TypeVar("_K")
+_R = typing.TypeVar("_R", bound=_Recorded)
+
+
+def commit_later(committed: dict[_K, _R], pending: typing.Mapping[_K, _R]) -> int:
+    """Kafka's COMMIT of a producer's pending transactional offsets (``olderThan``): each
+    replaces the committed one of its partition unless that one's record is later; how many
+    partitions had no commit before."""
+    added = 0
+    for key, value in pending.items():
+        current = committed.get(key)
+        if current is None or current.record_offset < value.record_offset:
+            added += current is None
+            committed[key] = value
+    return added
 
 
 @dataclass(frozen=True, slots=True)
@@ -267,7 +298,58 @@ class GroupMetadata:
     new_member_added: bool = False
     subscribed_topics: frozenset[str] | None = None
     offsets: dict[tuple[str, int], OffsetAndMetadata] = field(default_factory=dict)
+    # TxnOffsetCommit's offsets by producer id, written but undecided until the marker
+    pending_txn_offsets: dict[int, dict[tuple[str, int], OffsetAndMetadata]] = field(
+        default_factory=dict
+    )
     lock: threading.RLock = field(default_factory=threading.RLock, repr=False)
+
+    # -- transactional offsets -------------------------------------------------------------
+
+    def has_pending_txn_offset(self, tp: tuple[str, int]) -> bool:
+        """Whether a transaction's offset of ``tp`` awaits its marker (Kafka's
+        ``hasPendingOffsetCommitsForTopicPartition``)."""
+        return any(tp in pending for pending in self.pending_txn_offsets.values())
+
+    def complete_txn_offsets(self, producer_id: int, commit: bool) -> int:
+        """The producer's marker: its pending offsets become the committed ones (``commit``;
+        each unless a later record committed that partition) or are dropped; how many."""
+        pending = self.pending_txn_offsets.pop(producer_id, {})
+        if commit:
+            commit_later(self.offsets, pending)
+        return len(pending)
+
+    def expired_offsets(self, now: int, retention_ms: int) -> list[tuple[str, int]]:
+        """The committed partitions whose retention has passed at ``now`` (Kafka's
+        ``removeExpiredOffsets``, KIP-211), sorted: an Empty group's (with a protocol type)
+        counted from when it became Empty; a Stable consumer group's of topics no member
+        subscribes to, from their commit; a group without a protocol type (commits only), from
+        their commit; none otherwise. An offset with an expire timestamp (commit v1) expires
+        then instead."""
+        base: Callable[[OffsetAndMetadata], int]
+        subscribed: frozenset[str] = frozenset()
+        if self.protocol_type is None:
+            base = _committed_at
+        elif self.state is GroupState.EMPTY:
+            base = lambda _: self.state_timestamp_ms  # noqa: E731
+        elif (
+            self.protocol_type == CONSUMER_PROTOCOL_TYPE
+            and self.subscribed_topics is not None
+            and self.state is GroupState.STABLE
+        ):
+            base, subscribed = _committed_at, self.subscribed_topics
+        else:
+            return []
+        return sorted(
+            tp
+            for tp, o in self.offsets.items()
+            if tp[0] not in subscribed
+            and (
+                now - base(o) >= retention_ms
+                if o.expire_timestamp_ms is None
+                else now >= o.expire_timestamp_ms
+            )
+        )
 
     # -- state -----------------------------------------------------------------------------
 

@@ -15,10 +15,14 @@ Replay (:class:`GroupReplay`, one per partition), Kafka's rules:
 - a group metadata record replaces the group's metadata; its tombstone deletes the group's
   metadata (its offsets stay until their own tombstones);
 - records of a transactional batch (TxnOffsetCommit) are pending for the batch's producer id;
-  the producer's COMMIT marker (a control batch) moves them in (a pending offset replaces a
-  loaded one unless that one was written later), its ABORT marker drops them; a tombstone in a
-  transactional batch removes the producer's pending offset only; offsets still
-  pending at the end are not committed (:attr:`LoadedGroups.pending_offsets` counts them);
+  the producer's COMMIT marker (a control batch) moves them in, its ABORT marker drops them; a
+  tombstone in a transactional batch removes the producer's pending offset only. Ordering, as
+  Kafka's loader (``CommitRecordMetadataAndOffset.olderThan``): at the COMMIT a pending offset
+  replaces the loaded one unless that one's record is later, so a plain commit written between
+  the transactional record and its marker wins, and one written before it loses. Offsets still
+  pending at the end are not committed: :attr:`LoadedGroup.pending` keeps them by producer id
+  (a marker written after the load decides them) and :attr:`LoadedGroups.pending_offsets`
+  counts them; a group with only pending offsets is loaded too;
 - other control batches are skipped; records of the new consumer and share group protocols
   (record types 3-15) and unknown record types are skipped and counted by name
   (:attr:`LoadedGroups.skipped`), as Kafka's loader skips a type it does not know;
@@ -34,11 +38,12 @@ Thread safety: a :class:`GroupReplay` belongs to one thread; the loaded values a
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import cast
 
 from broker_embedded.coordinator.coordinator_partition import GROUP_METADATA_TOPIC
+from broker_embedded.coordinator.group_metadata import commit_later
 from broker_embedded.coordinator.group_metadata_record import (
     GroupMetadataKey,
     GroupMetadataValue,
@@ -82,13 +87,15 @@ class CommittedOffset:
 
 @dataclass(frozen=True, slots=True)
 class LoadedGroup:
-    """A group as loaded: its metadata (None: only offsets were found) and its committed
-    offsets sorted by topic and partition."""
+    """A group as loaded: its metadata (None: only offsets were found), its committed
+    offsets sorted by topic and partition, and its undecided transactional offsets by producer
+    id (same order)."""
 
     group_id: str
     metadata: GroupMetadataValue | None
     offsets: tuple[CommittedOffset, ...]
     coordinator_partition: int
+    pending: Mapping[int, tuple[CommittedOffset, ...]] = field(default_factory=dict)
 
     @property
     def state(self) -> str:
@@ -191,23 +198,28 @@ class GroupReplay:
     def end_transaction(self, pending: dict[GroupTopicPartition, CommittedOffset]) -> None:
         """Kafka's commit of a producer's pending offsets: each replaces the loaded one unless
         that one was written later."""
-        for gtp, committed in pending.items():
-            loaded = self.offsets.get(gtp)
-            if loaded is None or loaded.record_offset < committed.record_offset:
-                self.offsets[gtp] = committed
+        commit_later(self.offsets, pending)
 
     def result(self) -> LoadedGroups:
         by_group: dict[str, list[CommittedOffset]] = {}
         for (group, _, _), committed in self.offsets.items():
             by_group.setdefault(group, []).append(committed)
+        pending: dict[str, dict[int, list[CommittedOffset]]] = {}
+        for pid, offsets in self.pending.items():
+            for (group, _, _), committed in offsets.items():
+                pending.setdefault(group, {}).setdefault(pid, []).append(committed)
         groups = {}
-        for group_id in sorted(set(by_group) | set(self.metadata)):
-            offsets = sorted(by_group.get(group_id, ()), key=lambda c: (c.topic, c.partition))
+        for group_id in sorted(set(by_group) | set(self.metadata) | set(pending)):
             groups[group_id] = LoadedGroup(
-                group_id, self.metadata.get(group_id), tuple(offsets), self.partition
-            )
-        pending = sum(len(p) for p in self.pending.values())
-        return LoadedGroups(groups, self.records, dict(self.skipped), pending)
+                group_id, self.metadata.get(group_id), _sorted(by_group.get(group_id, ())),
+                self.partition, {pid: _sorted(o) for pid, o in pending.get(group_id, {}).items()},
+            )  # fmt: skip
+        count = sum(len(p) for p in self.pending.values())
+        return LoadedGroups(groups, self.records, dict(self.skipped), count)
+
+
+def _sorted(offsets: Iterable[CommittedOffset]) -> tuple[CommittedOffset, ...]:
+    return tuple(sorted(offsets, key=lambda c: (c.topic, c.partition)))
 
 
 def load_partition(reader: PartitionReader) -> LoadedGroups:

@@ -21,13 +21,17 @@ appended on the partition's leader with acks=all within ``commit_timeout_ms`` (K
 - :meth:`delete_offsets`: a tombstone (null value) per offset key;
 - :meth:`delete_group`: tombstones of every offset key of the group, then of its metadata key.
 
-Transactional offset commits (TxnOffsetCommit) wait in the group coordinator and are written by
-:meth:`store_offsets` when the transaction commits, as plain offset commit records (Kafka
-appends them at TxnOffsetCommit time as transactional records of the producer, made visible by
-the transaction's COMMIT marker in the same partition). The committed state after the commit is
-the same; a crash between the transaction's commit and this write loses those offsets (the
-consumer re-reads from the previous commit: at least once for the offsets, the output records
-stay exactly once).
+Transactional offset commits (TxnOffsetCommit, :meth:`store_offsets` with a producer id) are
+written at once, as Kafka writes them: the same records in one transactional batch (attributes
+bit 4) stamped with the producer's id and epoch (base sequence 0, origin COORDINATOR: no
+sequence check, as Kafka's coordinator appends skip it), so the partition's producer state
+opens a transaction there. The COMMIT or ABORT marker the transaction coordinator then writes
+to the same partition (AddOffsetsToTxn added it to the transaction) decides them, in memory
+through the coordinator's marker hook and at load through the loader's replay; until then they
+are pending (OffsetFetch does not return them). A server killed between the transaction's
+PrepareCommit and its markers finds them pending at load, and the marker written after the
+restart commits them. :meth:`store_offsets` returns the offsets stamped with their records'
+offsets in the partition (of two commits of a partition the later record wins).
 
 Append errors become the coordinator errors clients act on, as Kafka maps them: for offsets
 (``maybeConvertOffsetCommitError``) UNKNOWN_TOPIC_OR_PARTITION, NOT_ENOUGH_REPLICAS(_AFTER_
@@ -51,9 +55,10 @@ replica manager's (thread-safe). The coordinator serializes calls for one group.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from typing import Any
 
 from broker_embedded.broker_config import BrokerConfig
@@ -66,7 +71,11 @@ from broker_embedded.coordinator.group_metadata import (
     OffsetAndMetadata,
     now_ms,
 )
-from broker_embedded.coordinator.group_metadata_loader import GroupReplay, LoadedGroup
+from broker_embedded.coordinator.group_metadata_loader import (
+    CommittedOffset,
+    GroupReplay,
+    LoadedGroup,
+)
 from broker_embedded.coordinator.group_metadata_record import (
     GroupMetadataKey,
     GroupMetadataValue,
@@ -75,7 +84,12 @@ from broker_embedded.coordinator.group_metadata_record import (
     OffsetCommitKey,
     OffsetCommitValue,
 )
-from broker_embedded.coordinator.group_store import LoadedGroups, TopicPartitionKey
+from broker_embedded.coordinator.group_store import (
+    NO_PRODUCER_ID,
+    LoadedGroups,
+    Offsets,
+    TopicPartitionKey,
+)
 from broker_embedded.coordinator.internal_topics import ensure_topic, offsets_topic
 from broker_embedded.errors import (
     CoordinatorNotAvailableError,
@@ -156,12 +170,13 @@ def snapshot_of(group: LoadedGroup) -> GroupSnapshot | None:
                          v.current_state_timestamp, members, state)  # fmt: skip
 
 
-def offsets_of(group: LoadedGroup) -> dict[TopicPartitionKey, OffsetAndMetadata]:
+def offsets_of(offsets: Iterable[CommittedOffset]) -> dict[TopicPartitionKey, OffsetAndMetadata]:
+    """Loaded commits as the coordinator keeps them (with their record offsets)."""
     return {
         (c.topic, c.partition): OffsetAndMetadata(
             c.offset, c.leader_epoch, c.metadata, c.commit_timestamp,
-            None if c.expire_timestamp < 0 else c.expire_timestamp)
-        for c in group.offsets
+            None if c.expire_timestamp < 0 else c.expire_timestamp, c.record_offset)
+        for c in offsets
     }  # fmt: skip
 
 
@@ -244,11 +259,21 @@ class GroupMetadataManager:
         self._append(group.group_id, [GroupRecord(key, group_value(group))], offsets=False)
 
     def store_offsets(
-        self, group_id: str, offsets: Mapping[TopicPartitionKey, OffsetAndMetadata]
-    ) -> None:
+        self,
+        group_id: str,
+        offsets: Offsets,
+        producer_id: int = NO_PRODUCER_ID,
+        producer_epoch: int = -1,
+    ) -> dict[TopicPartitionKey, OffsetAndMetadata]:
         records = [GroupRecord(OffsetCommitKey(group_id, t, p), offset_value(o))
                    for (t, p), o in offsets.items()]  # fmt: skip
-        self._append(group_id, records, offsets=True)
+        base = self._append(group_id, records, offsets=True,
+                            producer=(producer_id, producer_epoch))  # fmt: skip
+        return {tp: dataclasses.replace(o, record_offset=base + i)
+                for i, (tp, o) in enumerate(offsets.items())}  # fmt: skip
+
+    def complete_txn_offsets(self, group_id: str, producer_id: int, commit: bool) -> None:
+        """Nothing to write: the transaction's marker in the partition decides them."""
 
     def delete_offsets(self, group_id: str, partitions: Iterable[TopicPartitionKey]) -> None:
         records = [GroupRecord(OffsetCommitKey(group_id, t, p)) for t, p in partitions]
@@ -259,18 +284,29 @@ class GroupMetadataManager:
         records.append(GroupRecord(GroupMetadataKey(group_id)))
         self._append(group_id, records, offsets=False)
 
-    def _append(self, group_id: str, records: list[GroupRecord], offsets: bool) -> None:
-        """One batch of ``records`` on the group's partition leader, acks=all; raises the
-        converted error."""
+    def _append(
+        self,
+        group_id: str,
+        records: list[GroupRecord],
+        offsets: bool,
+        producer: tuple[int, int] = (NO_PRODUCER_ID, -1),
+    ) -> int:
+        """One batch of ``records`` on the group's partition leader, acks=all (transactional
+        when ``producer`` names a producer id and epoch); its base offset; raises the converted
+        error."""
         if not records:
-            return
+            return -1
+        producer_id, epoch = producer
+        txn = {} if producer_id == NO_PRODUCER_ID else {
+            "producer_id": producer_id, "producer_epoch": epoch, "base_sequence": 0,
+            "is_transactional": True}  # fmt: skip
         what = f"group {group_id!r}: writing {len(records)} records to {GROUP_METADATA_TOPIC}"
         try:
             tp = self.partition_of(group_id)
             assert tp is not None
             what = f"{what} partition {tp.partition}"
             batch = build_batch([ProducerRecord(v, k) for k, v in (r.encode() for r in records)],
-                                now_ms=now_ms())  # fmt: skip
+                                now_ms=now_ms(), **txn)  # fmt: skip
             leader = self.controller.partition_state(tp).leader
             rm = self.controller.replica_manager_of(leader)
             if rm is None:
@@ -284,6 +320,7 @@ class GroupMetadataManager:
             raise CoordinatorNotAvailableError(f"{what}: {e}") from None
         if result.error is not None:
             raise convert_append_error(result.error, offsets, what)
+        return result.base_offset
 
     # -- loading -------------------------------------------------------------------------------
 
@@ -304,10 +341,14 @@ class GroupMetadataManager:
                                     GROUP_METADATA_TOPIC, p)  # fmt: skip
                     found[group.group_id] = group
         snapshots = tuple(s for s in map(snapshot_of, found.values()) if s is not None)
-        offsets = {g: offsets_of(group) for g, group in found.items() if group.offsets}
-        log.info("loaded %d groups and %d committed offsets from %s", len(found),
-                 sum(map(len, offsets.values())), GROUP_METADATA_TOPIC)  # fmt: skip
-        return LoadedGroups(snapshots, offsets)
+        offsets = {g: offsets_of(group.offsets) for g, group in found.items() if group.offsets}
+        pending = {g: {pid: offsets_of(o) for pid, o in group.pending.items()}
+                   for g, group in found.items() if group.pending}  # fmt: skip
+        log.info("loaded %d groups, %d committed offsets and %d pending transactional offsets "
+                 "from %s", len(found), sum(map(len, offsets.values())),
+                 sum(len(o) for p in pending.values() for o in p.values()),
+                 GROUP_METADATA_TOPIC)  # fmt: skip
+        return LoadedGroups(snapshots, offsets, pending)
 
     def _load_partition(self, tp: TopicPartition) -> Iterable[LoadedGroup]:
         replay = GroupReplay(tp.partition)

@@ -63,6 +63,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 import logging
+import os
 import threading
 import time
 from collections import deque
@@ -99,6 +100,7 @@ DEFAULT_TIMEOUT_MS = 60_000  # the producer's transaction.timeout.ms
 MAX_TIMEOUT_MS = 900_000  # transaction.max.timeout.ms
 EXPIRE_INTERVAL_S = 1.0
 RETRY_BACKOFF_S = 0.1
+HOLD_MARKERS_ENV = "KAFKALOG_TEST_HOLD_TXN_MARKERS"
 
 
 class TxnStatus(enum.Enum):
@@ -202,9 +204,9 @@ class TransactionCoordinator:
         self.new_producer_id = new_producer_id  # rebound when a new controller takes over
         self.store: TransactionStore = store or InMemoryTransactionStore()
         self.loaded: set[int] = set()  # partitions of __transaction_state loaded
-        # called (outside the lock) with each completion once its markers are written: the
-        # group coordinator makes the transaction's offset commits visible or drops them
-        self.listeners: list[Callable[[TxnCompletion], None]] = []
+        # called (outside the lock) with each marker once it is appended, by whoever wrote it:
+        # the group coordinator decides the transaction's offsets in __consumer_offsets
+        self.marker_listeners: list[Callable[[TopicPartition, TxnCompletion], None]] = []
         self._clock = clock_ms
         self._max_timeout_ms = max_timeout_ms
 
@@ -364,8 +366,12 @@ class TransactionCoordinator:
             # Kafka keeps the start timestamp of a completed transaction
             self._transit(completion.transactional_id, state,
                           state.copy(status=done, partitions=[], groups=[]))  # fmt: skip
-        for listener in self.listeners:
-            listener(completion)
+
+    def marker_written(self, tp: TopicPartition, completion: TxnCompletion) -> None:
+        """``completion``'s marker is appended to ``tp`` (acks=all): tell the listeners (the
+        group coordinator, for a ``__consumer_offsets`` partition), before :meth:`complete`."""
+        for listener in self.marker_listeners:
+            listener(tp, completion)
 
     def expire(self) -> list[TxnCompletion]:
         """Abort (epoch bumped: the producer is fenced) every ONGOING transaction older than
@@ -487,8 +493,13 @@ class TransactionMarkerWriter(threading.Thread):
     ``TransactionMarkerChannelManager``) and aborts expired transactions every
     ``EXPIRE_INTERVAL_S``. ``write(tp, completion)`` appends one marker to the partition's
     leader (raising a :class:`KafkaApiError` to retry it after ``RETRY_BACKOFF_S``; a partition
-    that no longer exists, UNKNOWN_TOPIC_OR_PARTITION, is skipped as Kafka skips it). Pending
-    completions are bounded by the transactional ids (one each at a time)."""
+    that no longer exists, UNKNOWN_TOPIC_OR_PARTITION, is skipped as Kafka skips it); after each
+    marker it calls :meth:`TransactionCoordinator.marker_written`. Pending completions are
+    bounded by the transactional ids (one each at a time).
+
+    Test hook: with the environment variable ``KAFKALOG_TEST_HOLD_TXN_MARKERS=1`` the writer
+    writes nothing and expires nothing (completions stay queued): the state of a server killed
+    after EndTxn is answered and before its markers, for tests that then SIGKILL it."""
 
     def __init__(self, coordinator: TransactionCoordinator, write: MarkerWrite) -> None:
         super().__init__(name="transaction-marker-writer", daemon=True)
@@ -497,6 +508,9 @@ class TransactionMarkerWriter(threading.Thread):
         self._pending: deque[TxnCompletion] = deque()
         self._wake = threading.Condition()
         self._stopping = False
+        self._hold = os.environ.get(HOLD_MARKERS_ENV) == "1"
+        if self._hold:
+            log.warning("%s=1: transaction markers are held (a test hook)", HOLD_MARKERS_ENV)
 
     def submit(self, completion: TxnCompletion) -> None:
         with self._wake:
@@ -514,10 +528,14 @@ class TransactionMarkerWriter(threading.Thread):
         next_expiry = time.monotonic() + EXPIRE_INTERVAL_S
         while True:
             with self._wake:
-                if not self._pending and not self._stopping:
+                if self._hold and not self._stopping:
+                    self._wake.wait(EXPIRE_INTERVAL_S)
+                elif not self._pending and not self._stopping:
                     self._wake.wait(max(0.0, next_expiry - time.monotonic()))
                 if self._stopping:
                     return
+                if self._hold:
+                    continue
                 work = list(self._pending)
                 self._pending.clear()
             if time.monotonic() >= next_expiry:
@@ -538,7 +556,8 @@ class TransactionMarkerWriter(threading.Thread):
                 try:
                     self._write(tp, completion)
                 except UnknownTopicOrPartitionError:  # deleted: Kafka skips it
-                    pass
+                    return
+                self._coordinator.marker_written(tp, completion)
 
             done = self._retry(write, f"writing the {kind} marker of transactional id {tid!r} "
                                       f"to {tp}")  # fmt: skip

@@ -46,6 +46,8 @@ BROKER_KEYS = {
     "offsets.topic.num.partitions": 50,
     "offsets.topic.replication.factor": 3,
     "offsets.topic.segment.bytes": 104857600,
+    "offsets.retention.minutes": 10080,
+    "offsets.retention.check.interval.ms": 600000,
     "transaction.state.log.num.partitions": 50,
     "transaction.state.log.replication.factor": 3,
     "transaction.state.log.min.isr": 2,

@@ -9,10 +9,14 @@ read_committed consumer of the output sees every input record transformed exactl
 ``spark.read.format("kafkalog")`` with ``kafka.isolation.level=read_committed`` on the log dir
 (after a clean shutdown) reads the same rows, while read_uncommitted also sees the aborted ones.
 
-The server kills are off (``SERVER_KILLS``) until TxnOffsetCommit's offsets are written to
-``__consumer_offsets`` as transactional records when they arrive, as Kafka writes them: today
-they wait in memory until the COMMIT, so a server killed between a transaction's PrepareCommit
-and its markers commits the output but loses the offsets, and the input is processed again.
+Server kills are what TxnOffsetCommit's transactional records in ``__consumer_offsets`` make
+safe: a server killed between a transaction's PrepareCommit and its markers finds the offsets
+pending at restart, and the COMMIT marker it writes then commits them with the output.
+A second test kills the server at the worst moment on purpose: ``KAFKALOG_TEST_HOLD_TXN_MARKERS``
+(a test hook of the marker writer) keeps a first server from writing any marker, so its SIGKILL
+lands after EndTxn(COMMIT) is answered and before the markers (the log shows none); the server
+started again commits the transaction's offsets, which OffsetFetch then returns exactly.
+
 Bounded: every wait has a timeout; the whole test takes about a
 minute and a half. ``KAFKALOG_TXN_SEED`` fixes the random kill points (printed on failure).
 """
@@ -33,15 +37,28 @@ import pytest
 from tests.spark_kafkalog._serve_proc import ROOT, ServeProcess, child_env
 
 confluent_kafka = pytest.importorskip("confluent_kafka")
-from confluent_kafka import Producer  # noqa: E402
+from confluent_kafka import Consumer, Producer  # noqa: E402
+from confluent_kafka import TopicPartition as CTP  # noqa: E402
 from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
+from kio.schema.offset_fetch.v8.request import (  # noqa: E402
+    OffsetFetchRequest,
+    OffsetFetchRequestGroup,
+    OffsetFetchRequestTopics,
+)
+from kio.schema.offset_fetch.v8.response import OffsetFetchResponse  # noqa: E402
+from kio.static.primitive import i32  # noqa: E402
 
+from broker_embedded.coordinator.group_metadata_loader import load_log_dir  # noqa: E402
+from broker_embedded.coordinator.transaction_coordinator import HOLD_MARKERS_ENV  # noqa: E402
+from broker_embedded.storage.log_dir import LogDir  # noqa: E402
+from tests.broker_embedded.server._net import RawClient  # noqa: E402
+from tests.broker_embedded.server._serve import decode_response, log_batches  # noqa: E402
 from tests.broker_embedded.server.test_transactions_api import committed_values  # noqa: E402
 
 KILLS = int(os.environ.get("KAFKALOG_TXN_KILLS", "20"))
 SEED = int(os.environ.get("KAFKALOG_TXN_SEED", str(time.time_ns() % 1_000_000)))
 SERVER_KILL_EVERY = 6  # kills 6, 12 and 18 of 20 take the server down too
-SERVER_KILLS = False  # see the module docstring
+SERVER_KILLS = True  # switch off to kill only the loop
 RECORDS, PARTITIONS = 2400, 3
 # A kill lands after the loop's "ready" and 0-MAX_COMMITS_BEFORE_KILL of its commits, then up to
 # MAX_KILL_DELAY_S more: before any transaction, inside one (most often), or between two.
@@ -196,3 +213,94 @@ def test_killed_transactional_loop_transforms_every_record_exactly_once(tmp_path
     assert set(expected) <= set(uncommitted)  # plus what the killed transactions left aborted
     if KILLS >= 10:  # then some kill lands after a produce (most of them do)
         assert len(uncommitted) > len(expected)
+
+
+def offset_fetch(port: int, group: str, topic: str, partitions: int) -> dict[int, tuple[int, int]]:
+    """partition -> (committed offset, error code) by a raw OffsetFetch v8 with
+    ``require_stable``."""
+    indexes = tuple(i32(p) for p in range(partitions))
+    topics = (OffsetFetchRequestTopics(name=topic, partition_indexes=indexes),)
+    request = OffsetFetchRequest(groups=(OffsetFetchRequestGroup(group_id=group, topics=topics),),
+                                 require_stable=True)  # fmt: skip
+    with RawClient(port, TIMEOUT_S) as client:
+        response = decode_response(OffsetFetchResponse, client.call(request), True)
+    (g,) = response.groups
+    assert g.error_code == 0
+    return {p.partition_index: (p.committed_offset, p.error_code) for t in g.topics
+            for p in t.partitions}  # fmt: skip
+
+
+def transform_once(bootstrap: str, group: str, count: int) -> tuple[dict[int, int], list]:
+    """One consume-transform-produce transaction of ``count`` input records with
+    ``send_offsets_to_transaction``, committed (EndTxn answered): the positions it sent by
+    partition and the (partition, value) records it produced."""
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False,
+                  "auto.offset.reset": "earliest"})  # fmt: skip
+    p = Producer({"bootstrap.servers": bootstrap, "transactional.id": f"{group}-app",
+                  "message.timeout.ms": 15_000})  # fmt: skip
+    try:
+        c.assign([CTP("in", i, 0) for i in range(PARTITIONS)])
+        records: list = []
+        deadline = time.monotonic() + TIMEOUT_S
+        while len(records) < count and time.monotonic() < deadline:
+            records += [m for m in c.consume(count - len(records), 1.0) if not m.error()]
+        assert len(records) == count
+        p.init_transactions(TIMEOUT_S)
+        p.begin_transaction()
+        for m in records:
+            p.produce("out", value=b"T:" + m.value(), partition=m.partition())
+        positions: dict[int, int] = {}
+        for m in records:
+            positions[m.partition()] = max(positions.get(m.partition(), 0), m.offset() + 1)
+        sent = [CTP("in", part, offset) for part, offset in sorted(positions.items())]
+        p.send_offsets_to_transaction(sent, c.consumer_group_metadata(), TIMEOUT_S)
+        p.commit_transaction(TIMEOUT_S)
+    finally:
+        c.close()
+    return positions, sorted((m.partition(), b"T:" + m.value()) for m in records)
+
+
+def committed_by_confluent(bootstrap: str, group: str) -> dict[int, int]:
+    """The group's committed offsets of ``in`` as a read_committed confluent-kafka consumer
+    reads them (it asks with require_stable and waits out UNSTABLE_OFFSET_COMMIT)."""
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": group,
+                  "isolation.level": "read_committed"})  # fmt: skip
+    try:
+        got = c.committed([CTP("in", i) for i in range(PARTITIONS)], TIMEOUT_S)
+    finally:
+        c.close()
+    return {tp.partition: tp.offset for tp in got}
+
+
+def test_a_server_killed_between_end_txn_and_its_markers_keeps_the_offsets(tmp_path, monkeypatch):
+    config, log_dir = tmp_path / "broker.toml", tmp_path / "logs"
+    config.write_text(BROKER_TOML)
+    monkeypatch.setenv(HOLD_MARKERS_ENV, "1")  # this first server writes no marker
+    server = ServeProcess(log_dir, "--broker-config", config, stderr=tmp_path / "serve.log")
+    monkeypatch.delenv(HOLD_MARKERS_ENV)
+    try:
+        create_input(server.bootstrap)
+        positions, produced = transform_once(server.bootstrap, "held", 100)
+        port = server.ports[0]
+        unstable = {p: (-1, 88 if p in positions else 0) for p in range(PARTITIONS)}
+        assert offset_fetch(port, "held", "in", PARTITIONS) == unstable  # UNSTABLE_OFFSET_COMMIT
+        server.kill()
+    finally:
+        server.close()
+    offsets_dirs = list(log_dir.glob("__consumer_offsets-*"))
+    assert not any(b.is_control for d in offsets_dirs
+                   for b in log_batches(log_dir, *d.name.rsplit("-", 1)))  # fmt: skip
+    group = load_log_dir(LogDir(log_dir)).groups["held"]
+    assert group.offsets == ()
+    ((_, undecided),) = group.pending.items()
+    assert {c.partition: c.offset for c in undecided} == positions
+
+    with ServeProcess(log_dir, "--broker-config", config, stderr=tmp_path / "serve.log") as again:
+        committed = {p: positions.get(p, -1001) for p in range(PARTITIONS)}  # -1001: none
+        assert committed_by_confluent(again.bootstrap, "held") == committed
+        assert offset_fetch(again.ports[0], "held", "in", PARTITIONS) == {
+            p: (positions.get(p, -1), 0) for p in range(PARTITIONS)
+        }
+        assert committed_values(again.bootstrap, "out", PARTITIONS) == produced
+        assert again.terminate() == 0
+    assert sum(positions.values()) == 100

@@ -190,6 +190,9 @@ BROKER_CONFIGS: Mapping[str, tuple[int, str]] = MappingProxyType({
     "offsets.topic.replication.factor": (SHORT, "replicas of __consumer_offsets (at most the live "
                                                 "brokers)"),
     "offsets.topic.segment.bytes": (INT, "segment size of __consumer_offsets"),
+    "offsets.retention.minutes": (INT, "committed offsets of an Empty group are removed this "
+                                       "long after it became Empty"),
+    "offsets.retention.check.interval.ms": (LONG, "how often expired offsets are removed"),
     "transaction.state.log.num.partitions": (INT, "partitions of __transaction_state"),
     "transaction.state.log.replication.factor": (SHORT, "replicas of __transaction_state (at "
                                                         "most the live brokers)"),

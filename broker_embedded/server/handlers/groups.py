@@ -63,6 +63,7 @@ from broker_embedded.server.handlers.api_context import (
 )
 from broker_embedded.server.kafka_apis import KafkaApis
 from broker_embedded.server.request_channel import Request
+from broker_embedded.storage.topic_partition import TopicPartition
 
 JOIN_GROUP, HEARTBEAT, LEAVE_GROUP, SYNC_GROUP = 11, 12, 13, 14
 DESCRIBE_GROUPS, LIST_GROUPS, DELETE_GROUPS, OFFSET_DELETE = 15, 16, 42, 47
@@ -89,6 +90,8 @@ def group_config(config: BrokerConfig) -> GroupConfig:
         max_size=config.group_max_size,
         initial_rebalance_delay_ms=config.group_initial_rebalance_delay_ms,
         max_pending=config.purgatory_max_pending,
+        offsets_retention_ms=config.offsets_retention_minutes * 60_000,
+        offsets_retention_check_interval_ms=config.offsets_retention_check_interval_ms,
     )
 
 
@@ -135,22 +138,31 @@ def _acquire(ctx: ApiContext, store: GroupStore | None) -> GroupCoordinator:
             if store is None:
                 store = GroupMetadataManager(ctx.broker.controller, ctx.broker.config)
             coordinator = GroupCoordinator(group_config(ctx.broker.config), store,
-                                           name=str(ctx.broker_id))  # fmt: skip
+                                           name=str(ctx.broker_id), load=False)  # fmt: skip
 
-            def on_txn_end(completion: TxnCompletion) -> None:  # TxnOffsetCommit's offsets
-                coordinator.complete_txn(completion.producer_id, completion.commit)
+            def on_marker(tp: TopicPartition, completion: TxnCompletion) -> None:
+                coordinator.on_txn_marker(tp, completion.producer_id, completion.commit)
 
-            transactions.listeners.append(on_txn_end)
-            entry = _SHARED[transactions] = [coordinator, 0, on_txn_end]
+            # before the load: a marker is decided by the load or by the hook (group_coordinator)
+            transactions.marker_listeners.append(on_marker)
+            coordinator.load()
+            coordinator.start_expiry()
+            entry = _SHARED[transactions] = [coordinator, 0, on_marker]
         entry[1] += 1
         return entry[0]
 
 
 def shared_store(ctx: ApiContext) -> GroupStore | None:
     """The store of the cluster's group coordinator (None before a server registered it)."""
+    coordinator = coordinator_of(ctx.broker.controller)
+    return None if coordinator is None else coordinator.store
+
+
+def coordinator_of(controller: Any) -> GroupCoordinator | None:
+    """The group coordinator of ``controller``'s cluster (None before a server registered it)."""
     with _SHARED_LOCK:
-        entry = _SHARED.get(ctx.broker.controller.transaction_coordinator)
-        return None if entry is None else entry[0].store
+        entry = _SHARED.get(controller.transaction_coordinator)
+        return None if entry is None else entry[0]
 
 
 def _release(ctx: ApiContext) -> None:
@@ -161,7 +173,7 @@ def _release(ctx: ApiContext) -> None:
         if entry[1]:
             return
         del _SHARED[transactions]
-    transactions.listeners.remove(entry[2])
+    transactions.marker_listeners.remove(entry[2])
     entry[0].shutdown()
 
 

@@ -11,11 +11,19 @@ REBALANCE_IN_PROGRESS 27 while the group completes a rebalance) and stores them 
 group store; its error, if any, is every such partition's. Each stored offset carries the
 commit time (ms since the epoch).
 
+TxnOffsetCommit (API key 28, versions 0-4): the transaction coordinator must know the
+producer's id and epoch (INVALID_PRODUCER_ID_MAPPING, PRODUCER_FENCED); the offsets are then
+written at once to the group's ``__consumer_offsets`` partition as a transactional batch of that
+producer (acks=all) and stay pending until the transaction's marker there decides them (the
+group coordinator's ``on_txn_marker``).
+
 OffsetFetch answers the committed offset, leader epoch (v5+) and metadata of each partition, or
 offset -1 with metadata "" and no error for a partition with none (every partition of an
 unknown topic too), as Kafka does; a null topic list (v2+) means every partition with a
-committed offset. v8+ batch groups; v10 names topics by id. A coordinator that is shut down
-answers COORDINATOR_NOT_AVAILABLE (15) for the group.
+committed offset. Pending transactional offsets are not returned; with ``require_stable``
+(v7+) a partition that has one answers offset -1 with UNSTABLE_OFFSET_COMMIT (88), as Kafka.
+v8+ batch groups; v10 names topics by id. A coordinator that is shut down answers
+COORDINATOR_NOT_AVAILABLE (15) for the group.
 
 Limits: as the coordinator's store bounds committed partitions (group_store.py).
 Thread safety: no state here; the coordinator has its locks.
@@ -39,7 +47,6 @@ from broker_embedded.errors import (
     UnknownTopicIdError,
 )
 from broker_embedded.server.handlers.api_context import (
-    NONE,
     ApiContext,
     error_code,
     make,
@@ -127,9 +134,7 @@ def offset_commit_response(ctx: ApiContext, coordinator: GroupCoordinator, reque
 def txn_offset_commit_response(
     ctx: ApiContext, coordinator: GroupCoordinator, request: Request
 ) -> Any:
-    """TxnOffsetCommit: the offsets wait in the group coordinator until the producer's
-    transaction ends (committed with it, dropped with an abort); the transaction coordinator
-    must know the producer's id and epoch (INVALID_PRODUCER_ID_MAPPING, PRODUCER_FENCED)."""
+    """TxnOffsetCommit (module docstring)."""
     body, types = request.body, response_types(request)
     error: KafkaApiError | None = None
     try:
@@ -152,7 +157,7 @@ def txn_offset_commit_response(
                     p.committed_metadata or "", timestamp)  # fmt: skip
     if offsets:
         group_error = coordinator.commit_txn_offsets(
-            body.group_id, body.producer_id, getattr(body, "member_id", ""),
+            body.group_id, (body.producer_id, body.producer_epoch), getattr(body, "member_id", ""),
             getattr(body, "group_instance_id", None), getattr(body, "generation_id", -1), offsets,
         )  # fmt: skip
         for key in offsets:
@@ -195,12 +200,13 @@ def offset_fetch_response(ctx: ApiContext, coordinator: GroupCoordinator, reques
     names = _names(ctx, version)
     if version < FIRST_BATCHED_FETCH:
         topics, error = _fetched_topics(ctx, types, coordinator, body.group_id, body.topics,
-                                        names)  # fmt: skip
+                                        names, getattr(body, "require_stable", False))  # fmt: skip
         return make(types.OffsetFetchResponse, throttle_time=timedelta(0), topics=topics,
                     error_code=error_code(error))  # fmt: skip
     groups = []
     for g in body.groups:
-        topics, error = _fetched_topics(ctx, types, coordinator, g.group_id, g.topics, names)
+        topics, error = _fetched_topics(ctx, types, coordinator, g.group_id, g.topics, names,
+                                        body.require_stable)  # fmt: skip
         groups.append(make(types.OffsetFetchResponseGroup, group_id=g.group_id,
                            error_code=error_code(error), topics=topics))  # fmt: skip
     return make(types.OffsetFetchResponse, throttle_time=timedelta(0), groups=tuple(groups))
@@ -213,6 +219,7 @@ def _fetched_topics(
     group: str,
     topics: Iterable[Any] | None,
     names: Mapping[uuid.UUID, str],
+    require_stable: bool,
 ) -> tuple[tuple[Any, ...], KafkaApiError | None]:
     topic_type = getattr(types, "OffsetFetchResponseTopics", None) or types.OffsetFetchResponseTopic
     part_type = (
@@ -229,7 +236,7 @@ def _fetched_topics(
         error = coordinator_error(coordinator.store, group, ctx.broker_id)
         if error is not None:
             raise error
-        committed = coordinator.fetch_offsets(group, partitions)
+        committed = coordinator.fetch_offsets(group, partitions, require_stable)
     except KafkaApiError as e:
         return (), e
     if topics is None:
@@ -241,9 +248,10 @@ def _fetched_topics(
         entries = []
         for p in parts:
             c = committed.get((name, p), NO_OFFSET) if name is not None else NO_OFFSET
+            error, c = (c, NO_OFFSET) if isinstance(c, KafkaApiError) else (None, c)
             entries.append(make(part_type, partition_index=p, committed_offset=c.offset,
                                 committed_leader_epoch=c.leader_epoch, metadata=c.metadata,
-                                error_code=NONE))  # fmt: skip
+                                error_code=error_code(error)))  # fmt: skip
         out.append(make(topic_type, name=name, topic_id=topic_id or by_name.get(name),
                         partitions=tuple(entries)))  # fmt: skip
     return tuple(out), None

@@ -8,8 +8,9 @@ controller's transaction coordinator (coordinator/transaction_coordinator.py).
   INVALID_PRODUCER_EPOCH, 47, before v2 of the response as Kafka maps it for old clients),
   CONCURRENT_TRANSACTIONS (51). v4+ (batched, broker to broker, KIP-890) is not served: clients
   send v3 and below.
-- AddOffsetsToTxn: the group joins the transaction (its ``__consumer_offsets`` partition when
-  that topic exists), so that TxnOffsetCommit's offsets become visible with the commit.
+- AddOffsetsToTxn: the group joins the transaction with its ``__consumer_offsets`` partition
+  (the topic is created first if needed, as the group coordinator creates it), so the
+  transaction's marker lands where TxnOffsetCommit writes the offsets and decides them.
 - EndTxn: the transaction moves to PrepareCommit / PrepareAbort and the answer goes out at once;
   the markers are written by the coordinator's background writer (Kafka's
   ``TransactionMarkerChannelManager``), and until they are, the id's requests answer
@@ -40,6 +41,7 @@ from broker_embedded.errors import (
     ProducerFencedError,
     UnknownTopicOrPartitionError,
 )
+from broker_embedded.server.handlers import groups
 from broker_embedded.server.handlers.api_context import (
     ApiContext,
     error_code,
@@ -107,21 +109,30 @@ def add_partitions_response(ctx: ApiContext, request: Request) -> Any:
 
 def add_offsets_response(ctx: ApiContext, request: Request) -> Any:
     body, types = request.body, response_types(request)
-    controller = ctx.broker.controller
-    offsets_tp = TopicPartition(GROUP_METADATA_TOPIC, 0)
-    if controller.knows(offsets_tp):
-        count = len(controller.describe(GROUP_METADATA_TOPIC).partitions)
-        offsets_tp = TopicPartition(GROUP_METADATA_TOPIC, partition_for(body.group_id, count))
     try:
-        controller.transaction_coordinator.add_offsets(
+        ctx.broker.controller.transaction_coordinator.add_offsets(
             body.transactional_id, body.producer_id, body.producer_epoch, body.group_id,
-            offsets_tp if controller.knows(offsets_tp) else None,
+            _offsets_partition(ctx, body.group_id),
         )  # fmt: skip
         error = None
     except KafkaApiError as e:
         error = _for_version(e, request.header.api_version)
     return make(types.AddOffsetsToTxnResponse, throttle_time=timedelta(0),
                 error_code=error_code(error))  # fmt: skip
+
+
+def _offsets_partition(ctx: ApiContext, group_id: str) -> TopicPartition | None:
+    """The group's ``__consumer_offsets`` partition, from the cluster's group store (which
+    creates the topic on first use); without one, from the topic if it exists."""
+    store = groups.shared_store(ctx)
+    tp = None if store is None else store.partition_of(group_id)
+    if tp is not None:
+        return tp
+    controller = ctx.broker.controller
+    if not controller.knows(TopicPartition(GROUP_METADATA_TOPIC, 0)):
+        return None
+    count = len(controller.describe(GROUP_METADATA_TOPIC).partitions)
+    return TopicPartition(GROUP_METADATA_TOPIC, partition_for(group_id, count))
 
 
 def end_txn_response(ctx: ApiContext, request: Request) -> Any:

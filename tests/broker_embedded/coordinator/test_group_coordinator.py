@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import struct
 import threading
+import time
 
 import pytest
 
@@ -20,8 +21,10 @@ from broker_embedded.coordinator.group_metadata import (
     OffsetAndMetadata,
     Protocol,
     SyncResult,
+    now_ms,
 )
 from broker_embedded.coordinator.group_store import InMemoryGroupStore
+from broker_embedded.storage.topic_partition import TopicPartition
 
 TIMEOUT_S = 10.0
 
@@ -217,3 +220,102 @@ def test_a_restarted_coordinator_loads_groups_and_offsets_from_its_store():
         assert second.heartbeat("g", r.member_id, None, 1) is None
     finally:
         second.shutdown()
+
+
+def test_transactional_offsets_wait_for_their_marker(coordinator):
+    """TxnOffsetCommit's offsets are stored at once but pending (OffsetFetch leaves them out,
+    require_stable answers UNSTABLE_OFFSET_COMMIT) until their producer's marker; at a COMMIT
+    the later record of a partition wins (Kafka's rule), an ABORT drops only that producer's."""
+    marker = TopicPartition("__consumer_offsets", 0)
+
+    def txn(pid: int, offsets: dict) -> None:
+        o = {tp: OffsetAndMetadata(v) for tp, v in offsets.items()}
+        assert coordinator.commit_txn_offsets("g", (pid, 0), "", None, -1, o) is None
+
+    coordinator.commit_offsets("g", "", None, -1, {("t", 0): OffsetAndMetadata(1)})
+    txn(7, {("t", 0): 10, ("t", 1): 20})
+    coordinator.commit_offsets("g", "", None, -1, {("t", 1): OffsetAndMetadata(15)})  # later
+    txn(8, {("t", 2): 30})
+    assert coordinator.fetch_offsets("g", None) == {
+        ("t", 0): OffsetAndMetadata(1), ("t", 1): OffsetAndMetadata(15)}  # fmt: skip
+    stable = coordinator.fetch_offsets("g", [("t", 0), ("t", 2), ("t", 3)], require_stable=True)
+    assert {tp: getattr(v, "code", v) for tp, v in stable.items()} == {("t", 0): 88, ("t", 2): 88}
+    coordinator.on_txn_marker(TopicPartition("out", 0), 7, commit=True)  # not a group partition
+    coordinator.on_txn_marker(marker, 7, commit=True)
+    coordinator.on_txn_marker(marker, 8, commit=False)
+    coordinator.on_txn_marker(marker, 7, commit=True)  # written again after a restart: nothing
+    expected = {("t", 0): OffsetAndMetadata(10), ("t", 1): OffsetAndMetadata(15)}
+    assert coordinator.fetch_offsets("g", None, require_stable=True) == expected
+    assert coordinator.store.offsets("g") == expected
+
+
+def test_a_restarted_coordinator_keeps_undecided_transactional_offsets():
+    store = InMemoryGroupStore()
+    first = GroupCoordinator(store=store)
+    offsets = {("t", 0): OffsetAndMetadata(4, -1, "m", 1)}
+    assert first.commit_txn_offsets("g", (5, 1), "", None, -1, offsets) is None
+    first.shutdown()
+    second = GroupCoordinator(store=store)
+    try:
+        assert second.fetch_offsets("g", None) == {}
+        second.on_txn_marker(TopicPartition("__consumer_offsets", 3), 5, commit=True)
+        assert second.fetch_offsets("g", None) == offsets
+    finally:
+        second.shutdown()
+
+
+def test_offsets_expire_after_retention_counted_from_when_the_group_became_empty():
+    """KIP-211: a Stable consumer group keeps the offsets of the topics it subscribes to (and
+    loses others past retention from their commit); once Empty, every offset expires
+    ``offsets_retention_ms`` after the group became Empty, with tombstones, and the group goes."""
+    cfg = GroupConfig(min_session_timeout_ms=100, initial_rebalance_delay_ms=0,
+                      offsets_retention_ms=1_000)  # fmt: skip
+    c = GroupCoordinator(cfg)
+    try:
+        r = join_new(c)  # subscribes to "t"
+        sync(c, r, {r.member_id: b"A"}).get()
+        old = {("t", 0): OffsetAndMetadata(5, -1, "", 1), ("u", 0): OffsetAndMetadata(7, -1, "", 1)}
+        assert c.commit_offsets("g", r.member_id, None, 1, old) is None
+        assert c.expire_offsets(2_000) == 1  # "u" is not subscribed: expired from its commit
+        assert c.store.offsets("g") == {("t", 0): OffsetAndMetadata(5, -1, "", 1)}
+        assert c.leave_group("g", [MemberIdentity(r.member_id)])[0] is None
+        empty_at = c.describe_group("g").state_timestamp_ms
+        assert c.expire_offsets(empty_at + 999) == 0
+        assert c.fetch_offsets("g", None) == {("t", 0): OffsetAndMetadata(5, -1, "", 1)}
+        assert c.expire_offsets(empty_at + 1_000) == 1
+        assert (c.list_groups(), c.store.offsets("g"), c.store.group("g")) == ([], {}, None)
+    finally:
+        c.shutdown()
+
+
+def test_a_simple_groups_offsets_expire_from_their_commit_and_pending_ones_keep_it():
+    c = GroupCoordinator(GroupConfig(offsets_retention_ms=1_000))
+    try:
+        committed = {("t", 0): OffsetAndMetadata(1, -1, "", 100),
+                     ("t", 1): OffsetAndMetadata(2, -1, "", 600)}  # fmt: skip
+        assert c.commit_offsets("s", "", None, -1, committed) is None
+        pending = {("t", 2): OffsetAndMetadata(9)}
+        assert c.commit_txn_offsets("s", (3, 0), "", None, -1, pending) is None
+        assert c.expire_offsets(1_100) == 1  # t-0 only
+        assert c.expire_offsets(1_600) == 1  # t-1: no committed offset left...
+        assert [g.group_id for g in c.list_groups()] == ["s"]  # ...but a pending one keeps it
+        c.on_txn_marker(TopicPartition("__consumer_offsets", 0), 3, commit=False)
+        assert c.expire_offsets(1_600) == 0
+        assert c.list_groups() == []
+    finally:
+        c.shutdown()
+
+
+def test_the_expiry_thread_removes_expired_offsets_by_itself():
+    cfg = GroupConfig(offsets_retention_ms=50, offsets_retention_check_interval_ms=20)
+    c = GroupCoordinator(cfg)
+    try:
+        c.start_expiry()
+        offsets = {("t", 0): OffsetAndMetadata(1, -1, "", now_ms())}
+        assert c.commit_offsets("s", "", None, -1, offsets) is None
+        deadline = time.monotonic() + TIMEOUT_S
+        while c.list_groups() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert (c.list_groups(), c.store.offsets("s")) == ([], {})
+    finally:
+        c.shutdown()

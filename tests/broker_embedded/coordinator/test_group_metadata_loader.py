@@ -151,7 +151,7 @@ def test_replay_rules(tmp_path: Path) -> None:
           compression=CompressionType.GZIP)  # fmt: skip
 
     loaded = load_log_dir(LogDir(tmp_path))
-    assert list(loaded.groups) == ["g1", "g2", "g5", "g7"]
+    assert list(loaded.groups) == ["g1", "g2", "g4", "g5", "g7"]  # g4: pending only (Kafka too)
     assert offsets_of(loaded, "g1") == {("t", 0): 10}
     assert offsets_of(loaded, "g2") == {("t", 0): 5}
     assert offsets_of(loaded, "g5") == {("t", 0): 60}
@@ -165,7 +165,36 @@ def test_replay_rules(tmp_path: Path) -> None:
         "record type 99": 1,
     }
     assert loaded.pending_offsets == 1  # g4's
+    g4 = loaded.groups["g4"]
+    assert (g4.state, g4.offsets) == ("Empty", ())
+    assert g4.pending == {300: (CommittedOffset("t", 0, 1, -1, "m1", 5001, -1, 12),)}
     assert loaded.records == 17
+
+
+def test_transactional_offsets_interleaved_with_plain_commits(tmp_path: Path) -> None:
+    """Kafka's ordering at a COMMIT marker: the later record of a partition wins, whichever
+    kind it is; an ABORT drops only its producer's offsets; undecided ones stay pending."""
+    w = PartitionWriter(tmp_path, 1)
+    w.put(commit("g", "t", 0, 100))  # 0: plain
+    w.put(commit("g", "t", 0, 110), commit("g", "t", 1, 210), producer_id=7)  # 1-2: txn of 7
+    w.put(commit("g", "t", 1, 205))  # 3: plain, after 7's record of t-1, before 7's marker
+    w.put(commit("g", "t", 2, 300), producer_id=8)  # 4: txn of 8
+    w.put(commit("g", "t", 2, 301))  # 5: plain commit of t-2 while 8's is pending
+    w.marker(7, commit=True)  # 6: t-0 110 (later than 100); t-1 stays 205 (later than 210's)
+    w.put(commit("g", "t", 2, 320), commit("g", "t", 3, 400), producer_id=9)  # 7-8: txn of 9
+    w.marker(8, commit=False)  # 9: 8's t-2 dropped, the plain 301 stays
+    w.put(commit("g", "t", 0, 120), producer_id=7)  # 10: 7's next transaction, undecided
+    w.marker(9, commit=True)  # 11: t-2 320, t-3 400 (later than 301)
+
+    def load() -> dict[tuple[str, int], int]:
+        return offsets_of(load_log_dir(LogDir(tmp_path)), "g")
+
+    assert load() == {("t", 0): 110, ("t", 1): 205, ("t", 2): 320, ("t", 3): 400}
+    group = load_log_dir(LogDir(tmp_path)).groups["g"]
+    assert group.pending == {7: (CommittedOffset("t", 0, 120, -1, "m120", 5120, -1, 10),)}
+    w.marker(7, commit=True)  # 12: written after a restart: decides the pending one
+    assert load() == {("t", 0): 120, ("t", 1): 205, ("t", 2): 320, ("t", 3): 400}
+    assert load_log_dir(LogDir(tmp_path)).pending_offsets == 0
 
 
 def test_stable_group_with_members(tmp_path: Path) -> None:

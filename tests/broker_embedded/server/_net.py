@@ -69,8 +69,9 @@ def raw_frame(api_key: int, version: int, correlation_id: int, body: bytes, v2: 
 class RawClient:
     """One blocking connection with a timeout."""
 
-    def __init__(self, server: BrokerServer, timeout: float = TIMEOUT_S) -> None:
-        self.sock = socket.create_connection(("127.0.0.1", port(server)), timeout=timeout)
+    def __init__(self, server: BrokerServer | int, timeout: float = TIMEOUT_S) -> None:
+        number = server if isinstance(server, int) else port(server)  # or a port number
+        self.sock = socket.create_connection(("127.0.0.1", number), timeout=timeout)
 
     def send(self, data: bytes) -> None:
         self.sock.sendall(data)

@@ -224,3 +224,44 @@ def test_admin_client_lists_describes_and_deletes_groups(tmp_path):
         listed = admin.list_consumer_groups().result(TIMEOUT_S)
         assert [g.group_id for g in listed.valid] == ["live"]
         member.close()
+
+
+def test_offsets_of_an_empty_group_expire_after_retention_with_tombstones(tmp_path):
+    """``offsets.retention.minutes`` (KIP-211), driven with the clock of the cluster's
+    coordinator: a group's commits stay while it is Empty for less than the retention and are
+    removed at it, with tombstones of the offsets and of the group in ``__consumer_offsets``."""
+    from confluent_kafka.admin import AdminClient
+
+    from broker_embedded.coordinator.group_metadata_loader import load_log_dir
+    from broker_embedded.server.handlers.groups import coordinator_of
+    from broker_embedded.storage.log_dir import LogDir
+
+    with served(tmp_path, **GROUP_BROKER_CONFIG, offsets_topic_num_partitions=1,
+                offsets_retention_minutes=2) as s:  # fmt: skip
+        _create(s.bootstrap, 2)
+        sent = produce(s.bootstrap, TOPIC, 2, 5, "r")
+        c = ck.Consumer(consumer_config(s.bootstrap, "r"))
+        ledger = Ledger()
+        c.subscribe([TOPIC])
+        poll_until([c], lambda: sum(ledger.seen.values()) == len(sent), ledger)
+        c.close()  # LeaveGroup: the group is Empty from now on
+        coordinator = coordinator_of(s.broker.controller)
+        empty_at = coordinator.describe_group("r").state_timestamp_ms
+        assert coordinator.expire_offsets(empty_at + 120_000 - 1) == 0
+        assert committed(s.bootstrap, "r") == [5, 5]
+        assert coordinator.expire_offsets(empty_at + 120_000) == 2
+        assert committed(s.bootstrap, "r") == [-1001, -1001]  # none
+        admin = AdminClient({"bootstrap.servers": s.bootstrap})
+        listed = admin.list_consumer_groups(request_timeout=TIMEOUT_S).result(TIMEOUT_S)
+        assert [g.group_id for g in listed.valid] == []
+    loaded = load_log_dir(LogDir(tmp_path))
+    assert "r" not in loaded.groups
+
+
+def committed(bootstrap: str, group: str) -> list[int]:
+    c = ck.Consumer(consumer_config(bootstrap, group))
+    try:
+        return [tp.offset for tp in c.committed([ck.TopicPartition(TOPIC, p) for p in (0, 1)],
+                                                TIMEOUT_S)]  # fmt: skip
+    finally:
+        c.close()

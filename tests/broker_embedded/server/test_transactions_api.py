@@ -140,8 +140,11 @@ def test_a_transaction_past_its_timeout_is_aborted(tmp_path):
 
 def test_offsets_sent_to_a_transaction_commit_with_it_and_not_with_an_abort(tmp_path):
     """Consume-transform-produce: ``send_offsets_to_transaction`` (AddOffsetsToTxn,
-    TxnOffsetCommit) makes the group's offsets committed only when the transaction commits."""
-    with served(tmp_path, group_initial_rebalance_delay_ms=0) as s:
+    TxnOffsetCommit) makes the group's offsets committed only when the transaction commits.
+    On disk (kafka-python): each TxnOffsetCommit is a transactional batch of the producer in the
+    group's ``__consumer_offsets`` partition, followed there by its COMMIT, then ABORT marker."""
+    with served(tmp_path, group_initial_rebalance_delay_ms=0,
+                offsets_topic_num_partitions=1) as s:  # fmt: skip
         s.broker.create_topic("in", 1)
         s.broker.create_topic("out", 1)
         for i in range(6):
@@ -171,3 +174,8 @@ def test_offsets_sent_to_a_transaction_commit_with_it_and_not_with_an_abort(tmp_
         got = committed_values(s.bootstrap, "out", 1)
     assert committed.offset == 4  # the aborted transaction's offset (6) was dropped
     assert got == [(0, b"R0"), (0, b"R1"), (0, b"R2"), (0, b"R3")]
+    batches = [b for b in log_batches(tmp_path, "__consumer_offsets", 0) if b.producer_id >= 0]
+    pid = batches[0].producer_id
+    assert [(b.producer_id, b.is_transactional, b.is_control) for b in batches] == [
+        (pid, True, False), (pid, True, True), (pid, True, False), (pid, True, True)]  # fmt: skip
+    assert control_batches(tmp_path, "__consumer_offsets", 0) == [(pid, 0, True), (pid, 0, False)]
