@@ -304,6 +304,30 @@ def map_get(words, state, h0, h1):  # type: ignore[no-untyped-def]
 
 
 @jit
+def map_slot(words, state, h0, h1):  # type: ignore[no-untyped-def]
+    """The slot holding the digest ``(h0, h1)`` (its offset is word ``3 * slot + 2``, read with
+    :func:`slot_offset`), -1 when absent: :func:`map_get`'s probe, for callers that keep
+    per-slot data beside the map."""
+    slots = state[M_SLOTS]
+    state[M_LOOKUPS] += 1
+    for attempt in range(slots + DIGEST_SIZE - 4):
+        s = _slot_of(h0, h1, attempt, slots)
+        state[M_PROBES] += 1
+        w0, w1 = words[3 * s], words[3 * s + 1]
+        if w0 == 0 and w1 == 0 and words[3 * s + 2] == 0:
+            return np.int64(-1)
+        if w0 == h0 and w1 == h1:
+            return np.int64(s)
+    return np.int64(-1)
+
+
+@inline
+def slot_offset(words, s):  # type: ignore[no-untyped-def]
+    """The offset stored in slot ``s``."""
+    return _bswap64(words[3 * s + 2])
+
+
+@jit
 def _md5_of(key, scratch):  # type: ignore[no-untyped-def]
     return md5(key, 0, key.shape[0], scratch)
 

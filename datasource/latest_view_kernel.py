@@ -1,0 +1,157 @@
+"""The compiled (numba) kernels of the latest view (latest_view.py): no Python object per record.
+
+Input: the columns of one decoded Arrow record batch, as numpy views of its buffers: the key
+column's int32 value offsets (``n + 1`` of them, the array's own slice) and data bytes, a bool
+array of which keys are non-null, and the int64 offset column. Keys are hashed with the
+cleaner's MD5 (``skimpy_offset_map.md5``) and looked up or put in a :class:`SkimpyOffsetMap`
+(its int64 words and state arrays: 24-byte slots, digest then big-endian offset).
+
+Digests: ``mask`` (two int64 words ANDed into the digest) is all ones in production; tests
+narrow it to force collisions. A digest that masks to all zeros becomes ``(0, 1)`` (an all-zero
+slot means empty). Rounds: a key belongs to round ``(level, bucket)`` when the low ``level``
+bits of its digest's word 1, shifted right by ``BUCKET_SHIFT``, equal ``bucket``.
+
+- :func:`build_rows` (pass 1): put ``(digest, offset)`` for every keyed row of the round, in
+  order (offsets increase, so a key's slot ends with its latest offset). Before a put that
+  would add a key to a map at its bound (``max_desired`` entries) it returns that row's index:
+  the caller splits the round (:func:`split_map`) and calls again from that row.
+- :func:`split_map`: keep only the entries whose bucket bit ``level`` is 0 (the others wait for
+  round ``(level + 1, bucket | 1 << level)``), re-put into the cleared map from ``tmp``.
+- :func:`emit_rows` (pass 2): ``keep[i]`` for a keyed row of the round whose offset equals its
+  key's slot. Collision check: ``fps`` (one int64 per slot) takes a seeded 64-bit FNV-1a hash
+  of the first key seen in each slot; a later key of the slot with another hash flags the slot
+  (``flags``). It returns the number of newly flagged slots.
+- :func:`collided_rows` (pass 3, only after a flag): ``sel[i]`` is 0 for rows outside the
+  flagged slots, 1 for a flagged row below its slot's offset, 2 for the slot's own row.
+
+Bounds: the caller checks that the offsets and data cover the rows; the kernels index only
+``[0, n)`` rows and the map's slots. Thread safety: they touch only their arguments and release
+the GIL.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from broker_embedded.cleaner.skimpy_offset_map import (
+    M_ENTRIES,
+    M_MAX_DESIRED,
+    M_SLOTS,
+    map_put,
+    map_slot,
+    md5,
+    slot_offset,
+)
+from broker_embedded.record.kernel_primitives import inline, jit
+
+BUCKET_SHIFT = 40  # round buckets take digest word 1's bits from here (slots use bytes 0-3 first)
+_FNV_BASIS = -3750763034362895579  # 0xCBF29CE484222325 as an int64
+_FNV_PRIME = 0x100000001B3
+
+
+@inline
+def _digest(koff, kdata, i, scratch, mask0, mask1):  # type: ignore[no-untyped-def]
+    start = np.int64(koff[i])
+    h0, h1 = md5(kdata, start, np.int64(koff[i + 1]) - start, scratch)
+    h0 &= mask0
+    h1 &= mask1
+    if h0 == 0 and h1 == 0:
+        h1 = np.int64(1)
+    return h0, h1
+
+
+@inline
+def _bucket(h1, level):  # type: ignore[no-untyped-def]
+    return (h1 >> BUCKET_SHIFT) & ((np.int64(1) << level) - 1)
+
+
+@inline
+def _fingerprint(kdata, start, end, seed):  # type: ignore[no-untyped-def]
+    """Seeded FNV-1a 64 of ``kdata[start:end]``, never 0 (0 marks an unseen slot)."""
+    h = _FNV_BASIS ^ seed
+    for j in range(start, end):
+        h = (h ^ np.int64(kdata[j])) * _FNV_PRIME
+    return h | 1
+
+
+@jit
+def build_rows(koff, kdata, kvalid, offsets, i0, words, state, scratch, level, bucket, mask0,
+               mask1):  # type: ignore[no-untyped-def]  # fmt: skip
+    """Pass 1 from row ``i0`` (module docstring): ``len(offsets)`` when every row is put, else
+    the row at which the map reached its bound."""
+    for i in range(i0, offsets.shape[0]):
+        if not kvalid[i]:
+            continue
+        h0, h1 = _digest(koff, kdata, i, scratch, mask0, mask1)
+        if _bucket(h1, level) != bucket:
+            continue
+        if state[M_ENTRIES] >= state[M_MAX_DESIRED] and map_slot(words, state, h0, h1) < 0:
+            return np.int64(i)
+        map_put(words, state, h0, h1, offsets[i])
+    return np.int64(offsets.shape[0])
+
+
+@jit
+def take_entries(words, state, level, tmp):  # type: ignore[no-untyped-def]
+    """Copy the entries whose bucket bit ``level`` is 0 into ``tmp`` rows; their count."""
+    kept = np.int64(0)
+    for s in range(state[M_SLOTS]):
+        h0, h1, be = words[3 * s], words[3 * s + 1], words[3 * s + 2]
+        if (h0 == 0 and h1 == 0 and be == 0) or (h1 >> (BUCKET_SHIFT + level)) & 1:
+            continue
+        tmp[kept, 0] = h0
+        tmp[kept, 1] = h1
+        tmp[kept, 2] = slot_offset(words, s)
+        kept += 1
+    return kept
+
+
+@jit
+def put_entries(words, state, tmp, kept):  # type: ignore[no-untyped-def]
+    for j in range(kept):
+        map_put(words, state, tmp[j, 0], tmp[j, 1], tmp[j, 2])
+
+
+@jit
+def emit_rows(koff, kdata, kvalid, offsets, words, state, scratch, level, bucket, mask0, mask1,
+              seed, fps, flags, keep):  # type: ignore[no-untyped-def]  # fmt: skip
+    """Pass 2 (module docstring): fills ``keep``; the number of newly flagged slots."""
+    flagged = np.int64(0)
+    for i in range(offsets.shape[0]):
+        keep[i] = False
+        if not kvalid[i]:
+            continue
+        h0, h1 = _digest(koff, kdata, i, scratch, mask0, mask1)
+        if _bucket(h1, level) != bucket:
+            continue
+        s = map_slot(words, state, h0, h1)
+        if s < 0:
+            continue  # not put in pass 1: the log changed under the read (see latest_view.py)
+        fp = _fingerprint(kdata, np.int64(koff[i]), np.int64(koff[i + 1]), seed)
+        if fps[s] == 0:
+            fps[s] = fp
+        elif fps[s] != fp and not flags[s]:
+            flags[s] = True
+            flagged += 1
+        keep[i] = offsets[i] == slot_offset(words, s)
+    return flagged
+
+
+@jit
+def collided_rows(koff, kdata, kvalid, offsets, words, state, scratch, level, bucket, mask0,
+                  mask1, flags, sel):  # type: ignore[no-untyped-def]  # fmt: skip
+    """Pass 3 (module docstring): fills ``sel``; the number of rows in flagged slots."""
+    found = np.int64(0)
+    for i in range(offsets.shape[0]):
+        sel[i] = 0
+        if not kvalid[i]:
+            continue
+        h0, h1 = _digest(koff, kdata, i, scratch, mask0, mask1)
+        if _bucket(h1, level) != bucket:
+            continue
+        s = map_slot(words, state, h0, h1)
+        if s < 0 or not flags[s]:
+            continue
+        sel[i] = 2 if offsets[i] == slot_offset(words, s) else 1
+        found += 1
+    return found
