@@ -71,8 +71,9 @@ def _updates(keys: np.ndarray, rng: np.random.Generator) -> tuple[pa.Array, pa.A
     rng.shuffle(order)
     n = len(order)
     key_col = pa.array([b"key-%05d" % k for k in order.tolist()], pa.binary())
-    values = [None if t else b"v%d-%d" % (k, i) for i, (k, t) in
-              enumerate(zip(order.tolist(), (rng.random(n) < 0.1).tolist(), strict=True))]  # fmt: skip
+    dead = (rng.random(n) < 0.1).tolist()
+    values = [None if t else b"v%d-%d" % (k, i)
+              for i, (k, t) in enumerate(zip(order.tolist(), dead, strict=True))]  # fmt: skip
     return key_col, pa.array(values, pa.binary()), T0 + np.arange(n, dtype=np.int64) * 10
 
 
@@ -145,8 +146,8 @@ def test_events_with_headers_tombstones_and_keyless_records(spark, read_source, 
 def test_transactions_read_committed(spark, read_source):
     """``txn`` under read_committed: aborted records never count (and under read_uncommitted
     they do, as the plain read shows them)."""
+    load = read_source.load
     for level in ("read_committed", "read_uncommitted"):
-        load = read_source.load
         assert_latest(spark, lambda level=level, **o: load(
             spark, subscribe="txn", **{"kafka.isolation.level": level}, **o))  # fmt: skip
 
