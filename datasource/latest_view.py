@@ -23,10 +23,11 @@ Arrow batches:
 Rounds (the cleaner's bound, never an unbounded dictionary): a round takes the keys whose digest
 falls in one bucket ``(level, bucket)`` (latest_view_kernel.py). When pass 1 is about to put a
 new key into a map at the cleaner's bound (``load_factor`` of the slots), the round is split:
-the entries of the upper half bucket leave the map (``split_map``) and wait for a later round,
-and pass 1 goes on. Each round costs two reads of the range; a split briefly holds the kept
-entries twice (at most 1.5 times the map's slots). Splits stop at ``MAX_LEVEL`` (2^16 rounds):
-a :class:`LatestViewError` naming the partition and ``view.mapSize``.
+the entries of the upper half bucket leave the map (``take_entries``, ``put_entries``) and wait
+for a later round, and pass 1 goes on. Each round costs two reads of the range; a split briefly
+holds a copy of the entries it keeps (24 bytes each, half of the map's entries on average)
+beside the map. Splits stop at ``MAX_LEVEL`` (2^16 rounds): a :class:`LatestViewError` naming
+the partition and ``view.mapSize``.
 
 Collisions: the map is keyed by a 128-bit MD5, as the cleaner's (Kafka's cleaner lets two keys
 with one MD5 share a slot; the older key would then be dropped). Here pass 2 also keeps, per
@@ -43,8 +44,9 @@ deletes it can lose, between the passes, a record that pass 1 saw (retention, or
 a record superseded after the planned end); such a key then gives no row, and data loss below
 the log start offset follows ``failOnDataLoss`` as in every read.
 
-Memory: the map and its fingerprints (``map_bytes``), the split's copy, one fetch and its
-decoded batch, and the output batches being joined. Thread safety: one task's state only.
+Memory: the map and its fingerprints (``map_bytes``; one round's at a time), a split's copy,
+one fetch and its decoded batch, and the output batches being joined. Thread safety: one task's
+state only.
 """
 
 from __future__ import annotations
@@ -112,15 +114,86 @@ class _Cols:
         return cls(koff, kdata, kvalid, offsets)
 
 
-@dataclass
 class _Round:
-    """The map of one round and its bucket."""
+    """One round: its bucket ``(level, bucket)``, its map and, from pass 2, the fingerprints
+    and collision flags of the map's slots; with the task's kernel scratch buffers, digest mask
+    and fingerprint seed."""
 
-    level: int
-    bucket: int
-    map: SkimpyOffsetMap
-    fps: np.ndarray
-    flags: np.ndarray
+    def __init__(self, p: LatestInputPartition, level: int, bucket: int, mask: tuple[int, int],
+                 seed: int) -> None:  # fmt: skip
+        self.p, self.level, self.bucket, self.mask, self.seed = p, level, bucket, mask, seed
+        slots = max(p.map_bytes, MIN_VIEW_MAP_BYTES) // SLOT_BYTES
+        self.map = SkimpyOffsetMap(slots * BYTES_PER_ENTRY)
+        self.scratch = np.zeros(MD5_SCRATCH_BYTES, np.uint8)
+        self.group = np.zeros((k.LOOK_AHEAD, k.GROUP_FIELDS), np.int64)
+        self.fps = self.flags = np.zeros(0, np.int64)
+
+    def args(self, cols: _Cols) -> tuple:
+        """The arguments every kernel starts with."""
+        m = self.map
+        return (cols.koff, cols.kdata, cols.kvalid, cols.offsets, m.words, m.state, self.scratch,
+                self.level, self.bucket, self.mask[0], self.mask[1], self.group)  # fmt: skip
+
+    def build(self, pending: list[tuple[int, int]]) -> int:
+        """Pass 1, splitting the round at the map's bound (new rounds go to ``pending``); the
+        number of keyless records read."""
+        nulls = 0
+        for _batch, cols in _batches(self.p, False):
+            nulls += int(len(cols.kvalid) - cols.kvalid.sum())
+            i = 0
+            while (i := int(k.build_rows(*self.args(cols), i))) < len(cols.offsets):
+                pending.append(self._split())
+        return nulls
+
+    def _split(self) -> tuple[int, int]:
+        """Halve the round's bucket: the upper half leaves the map; its round."""
+        p, m = self.p, self.map
+        if self.level >= MAX_LEVEL:
+            raise LatestViewError(
+                f"{p.topic}-{p.partition} [{p.start}, {p.end}): the latest view would need more "
+                f"than {1 << MAX_LEVEL} rounds of an offset map of {m.slots} keys; raise the "
+                "option view.mapSize"
+            )
+        tmp = np.empty((m.size, 3), np.int64)
+        kept = int(k.take_entries(m.words, m.state, self.level, tmp))
+        upper = (self.level + 1, self.bucket | (1 << self.level))
+        self.level += 1
+        m.clear()
+        k.put_entries(m.words, m.state, tmp, kept)
+        return upper
+
+    def emit(self, out: _Coalescer) -> Iterator[pa.RecordBatch]:
+        """Pass 2 and, when a slot was flagged, pass 3."""
+        p = self.p
+        self.fps = np.zeros(self.map.slots, np.int64)
+        self.flags = np.zeros(self.map.slots, np.bool_)
+        flagged = 0
+        for batch, cols in _batches(p, p.include_headers):
+            keep = np.empty(len(cols.offsets), np.bool_)
+            flagged += k.emit_rows(*self.args(cols), self.seed, self.fps, self.flags, keep)
+            yield from _emit(out, batch, keep, p.keep_tombstones)
+        if flagged:
+            for row in self._collided():
+                yield from _emit(out, row, None, p.keep_tombstones)
+
+    def _collided(self) -> Iterator[pa.RecordBatch]:
+        """Pass 3: the latest row of every key of the flagged slots not emitted by pass 2."""
+        p = self.p
+        latest: dict[bytes, tuple[bool, pa.RecordBatch]] = {}
+        for batch, cols in _batches(p, p.include_headers):
+            sel = np.empty(len(cols.offsets), np.int8)
+            if not k.collided_rows(*self.args(cols), self.flags, sel):
+                continue
+            rows = np.flatnonzero(sel)
+            taken = batch.take(pa.array(rows))
+            for j, key in enumerate(taken.column(KEY).to_pylist()):  # flagged rows only: rare
+                latest[key] = (bool(sel[rows[j]] == 2), taken.slice(j, 1))
+            if len(latest) > MAX_COLLIDED_KEYS:
+                raise LatestViewError(
+                    f"{p.topic}-{p.partition} [{p.start}, {p.end}): more than "
+                    f"{MAX_COLLIDED_KEYS} keys share hashes of the latest view's offset map"
+                )
+        return (row for emitted, row in latest.values() if not emitted)
 
 
 def read_latest(
@@ -128,30 +201,16 @@ def read_latest(
 ) -> Iterator[pa.RecordBatch]:
     """The latest view of ``p``'s range; see the module docstring. ``mask`` narrows the digests
     (tests force collisions with it)."""
-    slots = max(p.map_bytes, MIN_VIEW_MAP_BYTES) // SLOT_BYTES
-    scratch = np.zeros(MD5_SCRATCH_BYTES, np.uint8)
     seed = secrets.randbits(63)
     pending = [(0, 0)]
     keyless = -1
     out = _Coalescer()
     while pending:
-        level, bucket = pending.pop()
-        rnd = _Round(level, bucket, SkimpyOffsetMap(slots * BYTES_PER_ENTRY),
-                     np.zeros(0, np.int64), np.zeros(0, np.bool_))  # fmt: skip
-        nulls = _build(p, rnd, scratch, mask, pending)
+        rnd = _Round(p, *pending.pop(), mask, seed)
+        nulls = rnd.build(pending)
         keyless = nulls if keyless < 0 else keyless
-        rnd.fps = np.zeros(rnd.map.slots, np.int64)
-        rnd.flags = np.zeros(rnd.map.slots, np.bool_)
-        flagged = 0
-        for batch, cols in _batches(p, p.include_headers):
-            keep = np.empty(len(cols.offsets), np.bool_)
-            flagged += k.emit_rows(cols.koff, cols.kdata, cols.kvalid, cols.offsets,
-                                   rnd.map.words, rnd.map.state, scratch, rnd.level, rnd.bucket,
-                                   mask[0], mask[1], seed, rnd.fps, rnd.flags, keep)  # fmt: skip
-            yield from _emit(out, batch, keep, p.keep_tombstones)
-        if flagged:
-            for batch in _collided(p, rnd, scratch, mask):
-                yield from _emit(out, batch, None, p.keep_tombstones)
+        yield from rnd.emit(out)
+        del rnd  # its map goes before the next round's
     yield from out.flush()
     if keyless:
         log.warning("%s-%d: %d records without a key in [%d, %d) are left out of the latest view",
@@ -162,86 +221,6 @@ def _batches(p: KafkaInputPartition, headers: bool) -> Iterator[tuple[pa.RecordB
     """One read of the range (headers only when they are emitted)."""
     for batch in read_offset_range(replace(p, include_headers=headers)):
         yield batch, _Cols.of(batch)
-
-
-def _build(
-    p: LatestInputPartition,
-    rnd: _Round,
-    scratch: np.ndarray,
-    mask: tuple[int, int],
-    pending: list[tuple[int, int]],
-) -> int:
-    """Pass 1 of a round, splitting it at the map's bound (new rounds go to ``pending``); the
-    number of keyless records read."""
-    m = rnd.map
-    nulls = 0
-    for _batch, cols in _batches(p, False):
-        nulls += int(len(cols.kvalid) - cols.kvalid.sum())
-        i = 0
-        while True:
-            i = int(
-                k.build_rows(
-                    cols.koff,
-                    cols.kdata,
-                    cols.kvalid,
-                    cols.offsets,
-                    i,
-                    m.words,
-                    m.state,
-                    scratch,
-                    rnd.level,
-                    rnd.bucket,
-                    mask[0],
-                    mask[1],
-                )
-            )
-            if i == len(cols.offsets):
-                break
-            _split(p, rnd, pending)
-    return nulls
-
-
-def _split(p: KafkaInputPartition, rnd: _Round, pending: list[tuple[int, int]]) -> None:
-    """Halve the round's bucket: the upper half leaves the map for a later round."""
-    if rnd.level >= MAX_LEVEL:
-        raise LatestViewError(
-            f"{p.topic}-{p.partition} [{p.start}, {p.end}): the latest view would need more "
-            f"than {1 << MAX_LEVEL} rounds of an offset map of {rnd.map.slots} keys; raise the "
-            "option view.mapSize"
-        )
-    m = rnd.map
-    tmp = np.empty((m.size, 3), np.int64)
-    kept = int(k.take_entries(m.words, m.state, rnd.level, tmp))
-    pending.append((rnd.level + 1, rnd.bucket | (1 << rnd.level)))
-    rnd.level += 1
-    m.clear()
-    k.put_entries(m.words, m.state, tmp, kept)
-
-
-def _collided(
-    p: LatestInputPartition, rnd: _Round, scratch: np.ndarray, mask: tuple[int, int]
-) -> Iterator[pa.RecordBatch]:
-    """Pass 3: the latest row of every key of the flagged slots that pass 2 did not emit."""
-    latest: dict[bytes, tuple[int, bool, pa.RecordBatch]] = {}
-    m = rnd.map
-    for batch, cols in _batches(p, p.include_headers):
-        sel = np.zeros(len(cols.offsets), np.int8)
-        if not k.collided_rows(cols.koff, cols.kdata, cols.kvalid, cols.offsets, m.words,
-                               m.state, scratch, rnd.level, rnd.bucket, mask[0], mask[1],
-                               rnd.flags, sel):  # fmt: skip
-            continue
-        rows = np.flatnonzero(sel)
-        taken = batch.take(pa.array(rows))
-        for j, key in enumerate(taken.column(KEY).to_pylist()):  # flagged rows only: rare
-            latest[key] = (int(cols.offsets[rows[j]]), bool(sel[rows[j]] == 2), taken.slice(j, 1))
-        if len(latest) > MAX_COLLIDED_KEYS:
-            raise LatestViewError(
-                f"{p.topic}-{p.partition} [{p.start}, {p.end}): more than {MAX_COLLIDED_KEYS} "
-                "keys share hashes of the latest view's offset map"
-            )
-    for _offset, emitted, row in latest.values():
-        if not emitted:
-            yield row
 
 
 def _emit(

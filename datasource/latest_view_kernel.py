@@ -11,12 +11,17 @@ narrow it to force collisions. A digest that masks to all zeros becomes ``(0, 1)
 slot means empty). Rounds: a key belongs to round ``(level, bucket)`` when the low ``level``
 bits of its digest's word 1, shifted right by ``BUCKET_SHIFT``, equal ``bucket``.
 
+Both passes hash ``LOOK_AHEAD`` keys ahead into a ``group`` table (``GROUP_FIELDS`` int64
+columns) and prefetch their slots before probing, as the cleaner's kernels do (a slot of a map
+larger than the caches costs a memory access).
+
 - :func:`build_rows` (pass 1): put ``(digest, offset)`` for every keyed row of the round, in
   order (offsets increase, so a key's slot ends with its latest offset). Before a put that
   would add a key to a map at its bound (``max_desired`` entries) it returns that row's index:
-  the caller splits the round (:func:`split_map`) and calls again from that row.
-- :func:`split_map`: keep only the entries whose bucket bit ``level`` is 0 (the others wait for
-  round ``(level + 1, bucket | 1 << level)``), re-put into the cleared map from ``tmp``.
+  the caller splits the round and calls again from that row.
+- :func:`take_entries` and :func:`put_entries` split a round: the entries whose bucket bit
+  ``level`` is 0 are copied to ``tmp`` and put back into the cleared map (the others wait for
+  round ``(level + 1, bucket | 1 << level)``).
 - :func:`emit_rows` (pass 2): ``keep[i]`` for a keyed row of the round whose offset equals its
   key's slot. Collision check: ``fps`` (one int64 per slot) takes a seeded 64-bit FNV-1a hash
   of the first key seen in each slot; a later key of the slot with another hash flags the slot
@@ -24,8 +29,8 @@ bits of its digest's word 1, shifted right by ``BUCKET_SHIFT``, equal ``bucket``
 - :func:`collided_rows` (pass 3, only after a flag): ``sel[i]`` is 0 for rows outside the
   flagged slots, 1 for a flagged row below its slot's offset, 2 for the slot's own row.
 
-Bounds: the caller checks that the offsets and data cover the rows; the kernels index only
-``[0, n)`` rows and the map's slots. Thread safety: they touch only their arguments and release
+Bounds: the columns are the decoder's Arrow arrays (their offsets lie within their data); the
+kernels index only rows ``[0, n)``, the map's slots and ``group``'s rows. Thread safety: they touch only their arguments and release
 the GIL.
 """
 
@@ -40,6 +45,8 @@ from broker_embedded.cleaner.skimpy_offset_map import (
     map_put,
     map_slot,
     md5,
+    prefetch_beside,
+    prefetch_slot,
     slot_offset,
 )
 from broker_embedded.record.kernel_primitives import inline, jit
@@ -47,6 +54,8 @@ from broker_embedded.record.kernel_primitives import inline, jit
 BUCKET_SHIFT = 40  # round buckets take digest word 1's bits from here (slots use bytes 0-3 first)
 _FNV_BASIS = -3750763034362895579  # 0xCBF29CE484222325 as an int64
 _FNV_PRIME = 0x100000001B3
+LOOK_AHEAD = 16  # keys hashed (and their slots prefetched) before the first is probed
+GROUP_FIELDS = 4  # digest words, offset, row
 
 
 @inline
@@ -75,19 +84,44 @@ def _fingerprint(kdata, start, end, seed):  # type: ignore[no-untyped-def]
 
 
 @jit
-def build_rows(koff, kdata, kvalid, offsets, i0, words, state, scratch, level, bucket, mask0,
-               mask1):  # type: ignore[no-untyped-def]  # fmt: skip
-    """Pass 1 from row ``i0`` (module docstring): ``len(offsets)`` when every row is put, else
-    the row at which the map reached its bound."""
-    for i in range(i0, offsets.shape[0]):
-        if not kvalid[i]:
-            continue
-        h0, h1 = _digest(koff, kdata, i, scratch, mask0, mask1)
-        if _bucket(h1, level) != bucket:
-            continue
-        if state[M_ENTRIES] >= state[M_MAX_DESIRED] and map_slot(words, state, h0, h1) < 0:
-            return np.int64(i)
-        map_put(words, state, h0, h1, offsets[i])
+def _hash_ahead(koff, kdata, kvalid, offsets, i, words, state, scratch, level, bucket, mask0,
+                mask1, group, beside):  # type: ignore[no-untyped-def]  # fmt: skip
+    """Hash the keys of the round from row ``i`` into ``group`` rows (digest, offset, row) and
+    prefetch their first slots (and their elements of ``beside``, one per slot, when it has
+    any), up to ``len(group)`` of them; (rows hashed, next row)."""
+    n = offsets.shape[0]
+    pending = 0
+    while i < n and pending < group.shape[0]:
+        if kvalid[i]:
+            h0, h1 = _digest(koff, kdata, i, scratch, mask0, mask1)
+            if _bucket(h1, level) == bucket:
+                prefetch_slot(words, state, h0, h1)
+                if beside.shape[0]:
+                    prefetch_beside(beside, state, h0, h1)
+                group[pending, 0] = h0
+                group[pending, 1] = h1
+                group[pending, 2] = offsets[i]
+                group[pending, 3] = i
+                pending += 1
+        i += 1
+    return pending, i
+
+
+@jit
+def build_rows(koff, kdata, kvalid, offsets, words, state, scratch, level, bucket, mask0, mask1,
+               group, i0):  # type: ignore[no-untyped-def]  # fmt: skip
+    """Pass 1 from row ``i0`` (module docstring), ``LOOK_AHEAD`` keys hashed and prefetched at
+    a time: ``len(offsets)`` when every row is put, else the row at which the map reached its
+    bound."""
+    i = i0
+    while i < offsets.shape[0]:
+        pending, i = _hash_ahead(koff, kdata, kvalid, offsets, i, words, state, scratch, level,
+                                 bucket, mask0, mask1, group, group[:0, 0])  # fmt: skip
+        for g in range(pending):
+            h0, h1 = group[g, 0], group[g, 1]
+            if state[M_ENTRIES] >= state[M_MAX_DESIRED] and map_slot(words, state, h0, h1) < 0:
+                return group[g, 3]
+            map_put(words, state, h0, h1, group[g, 2])
     return np.int64(offsets.shape[0])
 
 
@@ -114,44 +148,43 @@ def put_entries(words, state, tmp, kept):  # type: ignore[no-untyped-def]
 
 @jit
 def emit_rows(koff, kdata, kvalid, offsets, words, state, scratch, level, bucket, mask0, mask1,
-              seed, fps, flags, keep):  # type: ignore[no-untyped-def]  # fmt: skip
-    """Pass 2 (module docstring): fills ``keep``; the number of newly flagged slots."""
+              group, seed, fps, flags, keep):  # type: ignore[no-untyped-def]  # fmt: skip
+    """Pass 2 (module docstring), keys hashed and prefetched ``LOOK_AHEAD`` at a time: fills
+    ``keep``; the number of newly flagged slots."""
     flagged = np.int64(0)
-    for i in range(offsets.shape[0]):
-        keep[i] = False
-        if not kvalid[i]:
-            continue
-        h0, h1 = _digest(koff, kdata, i, scratch, mask0, mask1)
-        if _bucket(h1, level) != bucket:
-            continue
-        s = map_slot(words, state, h0, h1)
-        if s < 0:
-            continue  # not put in pass 1: the log changed under the read (see latest_view.py)
-        fp = _fingerprint(kdata, np.int64(koff[i]), np.int64(koff[i + 1]), seed)
-        if fps[s] == 0:
-            fps[s] = fp
-        elif fps[s] != fp and not flags[s]:
-            flags[s] = True
-            flagged += 1
-        keep[i] = offsets[i] == slot_offset(words, s)
+    keep[:] = False
+    i = np.int64(0)
+    while i < offsets.shape[0]:
+        pending, i = _hash_ahead(koff, kdata, kvalid, offsets, i, words, state, scratch, level,
+                                 bucket, mask0, mask1, group, fps)  # fmt: skip
+        for g in range(pending):
+            s = map_slot(words, state, group[g, 0], group[g, 1])
+            if s < 0:
+                continue  # not put in pass 1: the log changed under the read (latest_view.py)
+            r = group[g, 3]
+            fp = _fingerprint(kdata, np.int64(koff[r]), np.int64(koff[r + 1]), seed)
+            if fps[s] == 0:
+                fps[s] = fp
+            elif fps[s] != fp and not flags[s]:
+                flags[s] = True
+                flagged += 1
+            keep[r] = group[g, 2] == slot_offset(words, s)
     return flagged
 
 
 @jit
 def collided_rows(koff, kdata, kvalid, offsets, words, state, scratch, level, bucket, mask0,
-                  mask1, flags, sel):  # type: ignore[no-untyped-def]  # fmt: skip
+                  mask1, group, flags, sel):  # type: ignore[no-untyped-def]  # fmt: skip
     """Pass 3 (module docstring): fills ``sel``; the number of rows in flagged slots."""
     found = np.int64(0)
-    for i in range(offsets.shape[0]):
-        sel[i] = 0
-        if not kvalid[i]:
-            continue
-        h0, h1 = _digest(koff, kdata, i, scratch, mask0, mask1)
-        if _bucket(h1, level) != bucket:
-            continue
-        s = map_slot(words, state, h0, h1)
-        if s < 0 or not flags[s]:
-            continue
-        sel[i] = 2 if offsets[i] == slot_offset(words, s) else 1
-        found += 1
+    sel[:] = 0
+    i = np.int64(0)
+    while i < offsets.shape[0]:
+        pending, i = _hash_ahead(koff, kdata, kvalid, offsets, i, words, state, scratch, level,
+                                 bucket, mask0, mask1, group, group[:0, 0])  # fmt: skip
+        for g in range(pending):
+            s = map_slot(words, state, group[g, 0], group[g, 1])
+            if s >= 0 and flags[s]:
+                sel[group[g, 3]] = 2 if group[g, 2] == slot_offset(words, s) else 1
+                found += 1
     return found

@@ -257,6 +257,13 @@ def prefetch_slot(words, state, h0, h1):  # type: ignore[no-untyped-def]
     _prefetch(words, 3 * _slot_of(h0, h1, 0, state[M_SLOTS]))
 
 
+@inline
+def prefetch_beside(arr, state, h0, h1):  # type: ignore[no-untyped-def]
+    """Start loading ``arr[slot]`` for the first slot a probe of ``(h0, h1)`` looks at: for
+    arrays a caller keeps beside the map, one element per slot."""
+    _prefetch(arr, _slot_of(h0, h1, 0, state[M_SLOTS]))
+
+
 @jit
 def map_put(words, state, h0, h1, offset):  # type: ignore[no-untyped-def]
     """Put the digest ``(h0, h1)`` with ``offset``; False if the map is full (no empty slot)."""
