@@ -18,6 +18,7 @@ bit_xor(xxhash64(value)))`` (whose three numbers must agree) over:
 
 - view: ``.option("view", "latest")`` (default ``view.mapSize``, 64 MiB: one round);
 - view, small map: the same with ``view.mapSize`` = ``--small-map`` (default 8 MiB: rounds);
+- plain read: every record, no view (the baseline of a worker's memory; its numbers differ);
 - groupBy: ``groupBy(partition, key).agg(max(offset), max_by(struct(*), offset))`` then
   ``value IS NOT NULL`` (what users write today; the demo's formulation).
 
@@ -195,6 +196,7 @@ def run_all(spark, log_dir: Path, partitions: int, small_map: str) -> list[Run]:
     timed("view", load(view="latest", endingOffsets=ends))
     timed("groupBy", group_by(endingOffsets=ends))
     print("timed:", flush=True)
+    plain = timed("plain read, every record (no view, no groupBy)", load())
     runs = [
         timed("view", load(view="latest")),
         timed(
@@ -205,7 +207,7 @@ def run_all(spark, log_dir: Path, partitions: int, small_map: str) -> list[Run]:
     results = {r.result for r in runs}
     if len(results) != 1:
         raise SystemExit(f"the queries disagree: {[(r.name, r.result) for r in runs]}")
-    return runs
+    return [plain, *runs]
 
 
 def report(args: argparse.Namespace, runs: list[Run]) -> None:
