@@ -25,7 +25,9 @@ offsets, :class:`~datasource.offset_spec.GroupOffsets`): given with ``startingTi
 ``endingOffsets=group:...``. ``startingOffsetsByGroupFallback`` (``earliest``, ``latest``,
 ``none``; default ``latest``, as a Kafka consumer's ``auto.offset.reset``) goes with it only.
 ``commitOffsetsToGroup=<group id>`` (streaming only): the group the stream reader commits its
-progress to (kafka_stream_reader.py).
+progress to (kafka_stream_reader.py). ``view`` (``records`` or ``latest``), ``view.keepTombstones``
+and ``view.mapSize`` (batch only; a streaming query refuses them naming the option): the latest
+view (latest_view.py), under which the splitting options are ignored with a warning.
 
 Where the data comes from: ``path`` (a log dir) or ``kafka.bootstrap.servers`` (a cluster, over
 the wire protocol), exactly one. ``kafka.*`` options, as Spark's Kafka source takes them
@@ -269,13 +271,10 @@ class KafkaSourceOptions:
                 f"least {MIN_VIEW_MAP_BYTES} bytes"
             )
         if self.latest_view:
-            for name in ("minPartitions", "maxRecordsPerPartition", "maxBytesPerPartition"):
-                if getattr(self, _SPLIT_FIELDS[name]) is not None:
-                    _warn_once(
-                        f"view:{name}",
-                        f"{name} option ignored with view=latest: a "
-                        "partition is read by one task (a key's versions stay together)",
-                    )
+            for name, field in _SPLIT_FIELDS.items():
+                if getattr(self, field) is not None:
+                    _warn_once(f"view:{name}", f"{name} option ignored with view=latest: a "
+                               "partition is one task: a key's versions stay together")  # fmt: skip
 
 
 def _check_trigger_order(lo: int | None, hi: int | None) -> None:

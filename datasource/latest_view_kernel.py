@@ -30,8 +30,8 @@ larger than the caches costs a memory access).
   flagged slots, 1 for a flagged row below its slot's offset, 2 for the slot's own row.
 
 Bounds: the columns are the decoder's Arrow arrays (their offsets lie within their data); the
-kernels index only rows ``[0, n)``, the map's slots and ``group``'s rows. Thread safety: they touch only their arguments and release
-the GIL.
+kernels index only rows ``[0, n)``, the map's slots and ``group``'s rows. Thread safety: they
+touch only their arguments and release the GIL.
 """
 
 from __future__ import annotations
