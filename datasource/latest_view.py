@@ -39,10 +39,12 @@ emitted in pass 2. A live key is lost only if two distinct keys of one partition
 MD5 AND the task's randomly seeded 64-bit hash: for n keys, at most n^2 / 2^129 by accident,
 and for constructed MD5 collisions at most 2^-64 per colliding pair.
 
-Consistency: the passes read the same planned range. A log dir read while a broker cleans or
-deletes it can lose, between the passes, a record that pass 1 saw (retention, or compaction of
-a record superseded after the planned end); such a key then gives no row, and data loss below
-the log start offset follows ``failOnDataLoss`` as in every read.
+Consistency: the passes read the same planned range. A log that its broker cleans or deletes
+meanwhile (a log dir a broker owns, or a cluster) can lose, between the passes, a record that
+pass 1 saw (retention, or compaction of a record superseded after the planned end): that key
+then gives no row (the time travel of ``endingOffsets`` over a compacted topic only sees what
+compaction left), and data loss below the log start offset follows ``failOnDataLoss`` as in
+every read.
 
 Memory: the map and its fingerprints (``map_bytes``; one round's at a time), a split's copy,
 one fetch and its decoded batch, and the output batches being joined. Thread safety: one task's
