@@ -10,6 +10,9 @@ beside the driver; the reader object is then pickled with each task to the execu
   timestamps, data-loss checks), narrowed by the pushed filters (pushed_filters.py), cut by
   ``maxBytesPerPartition``, ``maxRecordsPerPartition`` and ``minPartitions``
   (offset_range.py); one :class:`KafkaInputPartition` per piece. No data read, nothing empty.
+  With ``view=latest`` (latest_view.py) a topic partition is never cut, nor narrowed by pushed
+  filters (a filter on the view's rows is not a filter on the records it is computed from), and
+  ``read`` returns its latest record per key.
 - ``read(partition)`` is a generator of Arrow record batches whose schema is exactly the declared
   one (offset_range_reader.py); the batches of a fetch come straight from the columnar decoder
   (up to its ``max_rows_per_batch`` rows each).
@@ -97,6 +100,8 @@ class KafkaBatchReader(DataSourceReader):
         calculator = OffsetRangeCalculator(
             opts.min_partitions, opts.max_records_per_partition, opts.max_bytes_per_partition
         )
+        if opts.latest_view:  # one task per partition, the whole range (latest_view.py)
+            calculator = OffsetRangeCalculator()
         with KafkaOffsetReader(source_of(opts), opts.isolation_level) as offsets:
             ranges = offsets.offset_ranges(
                 opts.starting,
@@ -105,16 +110,27 @@ class KafkaBatchReader(DataSourceReader):
                 fail_on_data_loss=opts.fail_on_data_loss,
                 strategy=opts.starting_strategy,
             )
-            ranges = self.pushed.narrow(ranges, offsets.offset_for_timestamp)
+            if not opts.latest_view:
+                ranges = self.pushed.narrow(ranges, offsets.offset_for_timestamp)
             return offsets.descriptor, calculator.ranges(ranges, offsets.byte_cuts)
 
     def partitions(self) -> list[KafkaInputPartition]:  # type: ignore[override]
         source, ranges = self._plan()
-        return KafkaInputPartition.for_ranges(source, ranges, self.options)
+        parts = KafkaInputPartition.for_ranges(source, ranges, self.options)
+        if self.options.latest_view:
+            from datasource.latest_view import latest_partitions  # numba: executors only
+
+            return latest_partitions(parts, self.options)
+        return parts
 
     def read(self, partition: InputPartition) -> Iterator:
         if not isinstance(partition, KafkaInputPartition):
             return  # Spark's placeholder partition of an empty plan
+        if self.options.latest_view:
+            from datasource.latest_view import read_latest  # numba: executors only
+
+            yield from read_latest(partition)  # type: ignore[arg-type]
+            return
         from datasource.offset_range_reader import read_offset_range  # numba: executors only
 
         yield from read_offset_range(partition)

@@ -25,7 +25,9 @@ offsets, :class:`~datasource.offset_spec.GroupOffsets`): given with ``startingTi
 ``endingOffsets=group:...``. ``startingOffsetsByGroupFallback`` (``earliest``, ``latest``,
 ``none``; default ``latest``, as a Kafka consumer's ``auto.offset.reset``) goes with it only.
 ``commitOffsetsToGroup=<group id>`` (streaming only): the group the stream reader commits its
-progress to (kafka_stream_reader.py).
+progress to (kafka_stream_reader.py). ``view`` (``records`` or ``latest``), ``view.keepTombstones``
+and ``view.mapSize`` (batch only; a streaming query refuses them naming the option): the latest
+view (latest_view.py), under which the splitting options are ignored with a warning.
 
 Where the data comes from: ``path`` (a log dir) or ``kafka.bootstrap.servers`` (a cluster, over
 the wire protocol), exactly one. ``kafka.*`` options, as Spark's Kafka source takes them
@@ -88,6 +90,9 @@ BATCH_AND_STREAMING = (
     "startingOffsetsByGroupFallback",
 )  # fmt: skip
 BATCH_ONLY = ("endingOffsets", "endingTimestamp", "endingOffsetsByTimestamp", "narrowByFilters")
+# The latest view (datasource/latest_view.py): batch queries only, refused by streaming ones.
+VIEW_OPTIONS = ("view", "view.keepTombstones", "view.mapSize")
+VIEWS = ("records", "latest")
 # The streaming limits: in a batch query Spark's Kafka source logs "<name> option ignored in
 # batch queries" and goes on (KafkaSourceProvider.validateBatchOptions); so does this source.
 STREAMING_LIMITS = (
@@ -102,6 +107,7 @@ SPARK_CONSUMER_OPTIONS = (
 OPTION_NAMES = {
     name.lower(): name
     for name in BATCH_AND_STREAMING + BATCH_ONLY + STREAMING_ONLY + SPARK_CONSUMER_OPTIONS
+    + VIEW_OPTIONS
     + ("kafka.bootstrap.servers",)
 }  # fmt: skip
 # kafka.* settings the wire client takes, by the WireSource field they set (all in ms but one).
@@ -144,6 +150,10 @@ GROUP_ID_WARNING = (
     "query are marked dead by the Kafka group coordinator before the restarted query starts "
     "running."
 )
+MIN_VIEW_MAP_BYTES = 1024
+_SPLIT_FIELDS = {"minPartitions": "min_partitions",
+                 "maxRecordsPerPartition": "max_records_per_partition",
+                 "maxBytesPerPartition": "max_bytes_per_partition"}  # fmt: skip
 _WARNED: set[str] = set()  # options warned about in this process
 SUBSCRIPTION_OPTIONS = ("assign", "subscribe", "subscribePattern")
 START_STRATEGIES = ("error", "latest")
@@ -189,6 +199,14 @@ class KafkaSourceOptions:
     bootstrap_servers: str | None = None
     client_settings: tuple[tuple[str, int | str], ...] = ()  # (WireSource field, value)
     commit_to_group: str | None = None
+    view: str = "records"
+    view_keep_tombstones: bool = False
+    view_map_bytes: int | None = None
+
+    @property
+    def latest_view(self) -> bool:
+        """``view=latest``: each partition's latest record per key (latest_view.py)."""
+        return self.view == "latest"
 
     @property
     def read_committed(self) -> bool:
@@ -232,6 +250,9 @@ class KafkaSourceOptions:
             narrow_by_filters=_bool(raw, "narrowByFilters", False),
             streaming=streaming,
             commit_to_group=_group_id(raw, "commitOffsetsToGroup"),
+            view=_choice(raw, "view", VIEWS, "records"),
+            view_keep_tombstones=_bool(raw, "view.keepTombstones", False),
+            view_map_bytes=_bytes(raw, "view.mapSize"),
         )._checked()  # fmt: skip
 
     def _checked(self) -> KafkaSourceOptions:
@@ -239,12 +260,25 @@ class KafkaSourceOptions:
         if self.ending is not None:
             _check_order(self.starting, self.ending)
         _check_trigger_order(self.min_offsets_per_trigger, self.max_offsets_per_trigger)
+        self._check_view()
         if self.commit_to_group is not None and self.bootstrap_servers is not None:
             raise InvalidOptionError(
                 "option commitOffsetsToGroup writes the log dir's __consumer_offsets; it is not "
                 "available with kafka.bootstrap.servers yet"
             )
         return self
+
+    def _check_view(self) -> None:
+        if self.view_map_bytes is not None and self.view_map_bytes < MIN_VIEW_MAP_BYTES:
+            raise InvalidOptionError(
+                f"option view.mapSize={self.view_map_bytes} is invalid: the offset map needs at "
+                f"least {MIN_VIEW_MAP_BYTES} bytes"
+            )
+        if self.latest_view:
+            for name, field in _SPLIT_FIELDS.items():
+                if getattr(self, field) is not None:
+                    _warn_once(f"view:{name}", f"{name} option ignored with view=latest: a "
+                               "partition is one task: a key's versions stay together")  # fmt: skip
 
 
 def _check_trigger_order(lo: int | None, hi: int | None) -> None:
@@ -282,6 +316,12 @@ def _check_known(raw: dict[str, str], streaming: bool | None) -> None:
             raise InvalidOptionError(
                 f"option {name}={value!r} applies to streaming queries (spark.readStream) only; "
                 "remove it from this batch query"
+            )
+        if streaming is True and name in VIEW_OPTIONS:
+            raise InvalidOptionError(
+                f"option {name}={value!r} applies to batch queries (spark.read) only: the latest "
+                "view reads each partition's planned range twice, and a stream's micro-batches "
+                "would each see only their own records; read the topic with spark.read instead"
             )
         if streaming is True and name in BATCH_ONLY:
             raise InvalidOptionError(

@@ -153,6 +153,27 @@ class KafkaLogDataSource(DataSource):
         query on the same DataFrame or temporary view) and rows go missing. Turn it on only for
         DataFrames that are loaded for one query and scanned once.
 
+    ``view`` (default ``records``; kafkalog's own, batch only)
+        ``latest``: a table of the latest record of every key, per topic partition (a compacted
+        topic read as a table; latest_view.py): the record with the largest offset of each key
+        in the planned range, with its value, offset, timestamp and headers; no row for a key
+        whose latest record is a tombstone, nor for records without a key (counted in one
+        warning per task). The same rows as ``groupBy("partition", "key")`` keeping the row of
+        ``max("offset")`` without tombstones, computed by each task with the cleaner's offset map
+        (two reads of its range, memory bounded by ``view.mapSize``), without a shuffle. One
+        task per topic partition (``minPartitions``, ``maxRecordsPerPartition`` and
+        ``maxBytesPerPartition`` are ignored with a warning) and no narrowing by pushed filters.
+        ``endingOffsets``/``endingTimestamp`` give the table as of that point. A key found in
+        several partitions gives the latest of each (Kafka's default partitioner keeps a key in
+        one partition). Refused by streaming queries.
+    ``view.keepTombstones`` (default ``false``)
+        With ``view=latest``: a key whose latest record is a tombstone gives a row with a null
+        value (for CDC merges) instead of none.
+    ``view.mapSize`` (default ``64m``; at least ``1k``)
+        With ``view=latest``: the bytes of each task's offset map, 32 per key (the cleaner's
+        24-byte slot and an 8-byte fingerprint), filled to 90%: 64 MiB hold 1.88 M keys. More
+        keys in a partition: rounds of keys split by hash, two more reads of the range each.
+
     ``kafka.client.id``, ``kafka.request.timeout.ms``, ``kafka.socket.connection.setup.timeout.ms``,
     ``kafka.retry.backoff.ms``, ``kafka.default.api.timeout.ms``
         The wire client's settings (Kafka consumer's meanings), for ``kafka.bootstrap.servers``.

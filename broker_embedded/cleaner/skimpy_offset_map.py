@@ -257,6 +257,13 @@ def prefetch_slot(words, state, h0, h1):  # type: ignore[no-untyped-def]
     _prefetch(words, 3 * _slot_of(h0, h1, 0, state[M_SLOTS]))
 
 
+@inline
+def prefetch_beside(arr, state, h0, h1):  # type: ignore[no-untyped-def]
+    """Start loading ``arr[slot]`` for the first slot a probe of ``(h0, h1)`` looks at: for
+    arrays a caller keeps beside the map, one element per slot."""
+    _prefetch(arr, _slot_of(h0, h1, 0, state[M_SLOTS]))
+
+
 @jit
 def map_put(words, state, h0, h1, offset):  # type: ignore[no-untyped-def]
     """Put the digest ``(h0, h1)`` with ``offset``; False if the map is full (no empty slot)."""
@@ -301,6 +308,30 @@ def map_get(words, state, h0, h1):  # type: ignore[no-untyped-def]
             return _bswap64(w2)
         attempt += 1
     return np.int64(-1)
+
+
+@jit
+def map_slot(words, state, h0, h1):  # type: ignore[no-untyped-def]
+    """The slot holding the digest ``(h0, h1)`` (its offset is word ``3 * slot + 2``, read with
+    :func:`slot_offset`), -1 when absent: :func:`map_get`'s probe, for callers that keep
+    per-slot data beside the map."""
+    slots = state[M_SLOTS]
+    state[M_LOOKUPS] += 1
+    for attempt in range(slots + DIGEST_SIZE - 4):
+        s = _slot_of(h0, h1, attempt, slots)
+        state[M_PROBES] += 1
+        w0, w1 = words[3 * s], words[3 * s + 1]
+        if w0 == 0 and w1 == 0 and words[3 * s + 2] == 0:
+            return np.int64(-1)
+        if w0 == h0 and w1 == h1:
+            return np.int64(s)
+    return np.int64(-1)
+
+
+@inline
+def slot_offset(words, s):  # type: ignore[no-untyped-def]
+    """The offset stored in slot ``s``."""
+    return _bswap64(words[3 * s + 2])
 
 
 @jit
