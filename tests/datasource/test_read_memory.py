@@ -25,7 +25,6 @@ import time
 from pathlib import Path
 
 import numpy as np
-import psutil
 import pyarrow as pa
 
 from broker_embedded.record.columnar_encoder import encode_batches
@@ -71,25 +70,43 @@ def check_exact(report: dict, end: int) -> None:
     assert report["last_value_len"] == VALUE_BYTES
 
 
+def _proc(pid: int, name: str) -> str:
+    return Path(f"/proc/{pid}/{name}").read_text(errors="replace")
+
+
+def _descendants(root: int) -> list[int]:
+    """The processes below ``root``, from the parent pid of every ``/proc/<pid>/stat``."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:  # the fields after the command name, which may hold spaces: state, ppid, ...
+                ppid = int(_proc(int(entry.name), "stat").rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            children.setdefault(ppid, []).append(int(entry.name))
+    out, todo = [], [root]
+    while todo:
+        found = children.get(todo.pop(), [])
+        out += found
+        todo += found
+    return out
+
+
 def python_workers_peak_rss() -> int:
     """The largest ``VmHWM`` (bytes) of the Python workers forked by this session's
     ``pyspark.daemon`` (a descendant of this process, through Spark's JVM)."""
     peak = 0
-    for proc in psutil.Process().children(recursive=True):
+    for pid in _descendants(os.getpid()):
         try:
-            if "pyspark.daemon" not in " ".join(proc.cmdline()):
+            if "pyspark.daemon" not in _proc(pid, "cmdline"):
                 continue
-            workers = proc.children(recursive=True)
-        except psutil.Error:
+            for worker in _descendants(pid):
+                status = _proc(worker, "status")
+                kib = next(int(line.split()[1]) for line in status.splitlines()
+                           if line.startswith("VmHWM:"))  # fmt: skip
+                peak = max(peak, kib << 10)
+        except OSError:  # a process that ended meanwhile
             continue
-        for worker in workers:
-            try:
-                status = Path(f"/proc/{worker.pid}/status").read_text()
-            except OSError:
-                continue
-            kib = next(int(line.split()[1]) for line in status.splitlines()
-                       if line.startswith("VmHWM:"))  # fmt: skip
-            peak = max(peak, kib << 10)
     return peak
 
 
