@@ -62,6 +62,8 @@ from broker_embedded.protocol.schemas import (
 )
 
 PRODUCE, FETCH, LIST_OFFSETS, METADATA = 0, 1, 2, 3
+FETCH_MAX_WAIT_MS = 500  # Kafka consumer's fetch.max.wait.ms default
+FETCH_MAX_WAIT = timedelta(milliseconds=FETCH_MAX_WAIT_MS)
 CREATE_TOPICS, DELETE_TOPICS, DESCRIBE_CONFIGS, CREATE_PARTITIONS = 19, 20, 32, 37
 OFFSET_FETCH, FIND_COORDINATOR, DESCRIBE_GROUPS, LIST_GROUPS = 9, 10, 15, 16
 INIT_PRODUCER_ID = 22
@@ -521,14 +523,17 @@ class KafkaClient:
     def fetch(
         self, topic: str, partition: int, offset: int, max_bytes: int, isolation_level: int
     ) -> FetchedPartition:
-        """Records from ``offset`` (at most ``max_bytes``, or one whole larger batch), without
-        waiting (max wait 0, min bytes 1), outside any fetch session."""
+        """Records from ``offset`` (at most ``max_bytes``, or one whole larger batch), outside any
+        fetch session: min bytes 1 and max wait :data:`FETCH_MAX_WAIT_MS` (the consumer's
+        default), so the answer comes at once when the partition has records from ``offset``
+        and within the max wait when it has none (a max wait of 0 gets no partition at all from
+        Tansu). A response without the partition is a :class:`BrokerConnectionError`."""
 
         def build(types: Any) -> dict[str, Any]:
             p = make(types.FetchPartition, partition=partition, current_leader_epoch=-1,
                      fetch_offset=offset, last_fetched_epoch=-1, log_start_offset=-1,
                      partition_max_bytes=max_bytes)  # fmt: skip
-            return {"cluster_id": None, "replica_id": -1, "max_wait": timedelta(0),
+            return {"cluster_id": None, "replica_id": -1, "max_wait": FETCH_MAX_WAIT,
                     "min_bytes": 1, "max_bytes": max_bytes, "isolation_level": isolation_level,
                     "session_id": 0, "session_epoch": -1,
                     "topics": (make(types.FetchTopic, topic=topic, partitions=(p,)),),
@@ -537,6 +542,10 @@ class KafkaClient:
         def call(c: BrokerConnection) -> FetchedPartition:
             response = c.request(FETCH, build)
             _check(response.error_code, c, topic, partition, "Fetch")
+            if not response.responses or not response.responses[0].partitions:
+                raise BrokerConnectionError(f"Fetch at offset {offset} of topic {topic!r} "
+                                            f"partition {partition}: broker {c.address} answered "
+                                            f"without the partition")  # fmt: skip
             p = response.responses[0].partitions[0]
             _check(p.error_code, c, topic, partition, f"Fetch at offset {offset}")
             aborted = None

@@ -11,7 +11,8 @@ schemas, the server's too):
   latest (-1) the high watermark or, with ``isolation_level`` 1 (read_committed), the last
   stable offset; a timestamp the first offset whose record timestamp is >= it, kept only below
   latest (as Kafka's ListOffsets does for a consumer; ``None`` otherwise);
-- ``fetch``: one Fetch v4+ of the one partition (max wait 0, min bytes 1, ``max_bytes`` as both
+- ``fetch``: one Fetch v4+ of the one partition (min bytes 1, max wait 500 ms: at once when
+  there are records from the offset; ``max_bytes`` as both
   the request's and the partition's limit, no fetch session): the response's records bytes go to
   the caller as they came (one copy, out of kio's reader), never a Python object per record;
   KIP-74: the broker sends a first batch larger than ``max_bytes`` whole. The aborted

@@ -14,7 +14,10 @@ when present, tells how many partitions a topic should have.
   holds a matching record at or above the log start offset), the answer kept only below latest.
 - ``fetch``: the view's ``read`` bounded by the high watermark (read_uncommitted: what ``fetch``
   does for it, without the last stable offset it would compute), or its ``fetch`` with
-  ``TXN_COMMITTED`` (read_committed: bounded by the LSO, with the aborted transactions).
+  ``TXN_COMMITTED`` (read_committed: bounded by the LSO, with the aborted transactions). The
+  records are copied out of the segment's mapping, whose pages are then released
+  (``open_files.release_mapped_pages``): resident memory stays about one fetch, not the
+  segment's size, however far a task reads.
 - Byte cuts: exact, from each segment's offset index and sizes (positions of index entries),
   with a walk of at most about ``index.interval.bytes`` of batch headers after an entry; no
   record is decoded. Bytes count the log as stored: compressed batches with their headers.
@@ -39,6 +42,7 @@ from broker_embedded.storage.fetch_source import (
     FetchedPartition,
 )
 from broker_embedded.storage.log_dir import LogDir
+from broker_embedded.storage.open_files import release_mapped_pages
 from broker_embedded.storage.topic_config_file import TopicConfigFile
 from broker_embedded.storage.topic_partition import TopicPartition
 
@@ -120,11 +124,11 @@ class LogDirFetchSource:
             info = view.fetch(offset, max_bytes, FetchIsolation.TXN_COMMITTED)
             txns = info.aborted_transactions or ()
             aborted = tuple((a.producer_id, a.first_offset) for a in txns)
-            return FetchedPartition(tp, offset, info.records, info.high_watermark,
+            return FetchedPartition(tp, offset, _copied(info.records), info.high_watermark,
                                     info.last_stable_offset, info.log_start_offset,
                                     aborted)  # fmt: skip
         found = view.read(offset, max_bytes)
-        return FetchedPartition(tp, offset, bytes(found.records), view.high_watermark, -1,
+        return FetchedPartition(tp, offset, _copied(found.records), view.high_watermark, -1,
                                 view.log_start_offset)  # fmt: skip
 
     # -- bytes of the log --------------------------------------------------------------------------
@@ -253,3 +257,10 @@ def _last_boundary(seg: LogSegment, lo: int, hi: int, target: int) -> tuple[int,
             break
         found = (b.last_offset + 1, ends)
     return found
+
+
+def _copied(records: bytes | memoryview) -> bytes:
+    """The fetched records as bytes of their own; the mapping's pages they came from released."""
+    out = bytes(records)
+    release_mapped_pages(records)
+    return out

@@ -13,6 +13,11 @@ does not need, and so do we. Two helpers:
   ``trackfd``); this mapping keeps none: the file is open only during the call. The pages are
   unmapped when the last view of them (slices, numpy arrays made from them) is released: the
   memoryview exports a numpy array whose base owns the mapping and unmaps it when collected.
+- :func:`release_mapped_pages`: a reader done with the start of such a mapping drops its
+  resident pages (``madvise(MADV_DONTNEED)``: for a read-only shared file mapping this unmaps
+  the pages from this process only; the bytes stay in the page cache and a later touch faults
+  them in again), so that a sequential read of a large segment does not keep the file resident
+  in the process (its RSS would grow with the segment's size).
 
 Thread safety: both are plain functions; a mapping is read-only and any number of threads may
 read it. Touching mapped bytes past the end of a file truncated since raises SIGBUS, as with
@@ -39,6 +44,8 @@ _LIBC = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
 _LIBC.mmap.restype = ctypes.c_void_p
 _LIBC.mmap.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int,
                        ctypes.c_int, ctypes.c_long)  # fmt: skip
+_LIBC.madvise.restype = ctypes.c_int
+_LIBC.madvise.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
 _LIBC.munmap.restype = ctypes.c_int
 _LIBC.munmap.argtypes = (ctypes.c_void_p, ctypes.c_size_t)
 _MAP_FAILED = ctypes.c_void_p(-1).value
@@ -108,3 +115,19 @@ def map_read_only(
                 code, f"mmap of {length} bytes failed: {os.strerror(code)}", str(Path(path))
             )
     return memoryview(np.asarray(_Mapping(address, length))), st
+
+
+def release_mapped_pages(view: Any) -> bool:
+    """Drop this process's resident pages of the mapping ``view`` is (a slice of), from the
+    mapping's start through the end of ``view``: what a sequential reader left behind, including
+    the pages the kernel mapped around its faults (fault-around), which lie outside the slices
+    read. See the module docstring. Anything but a :func:`map_read_only` mapping (bytes, memory
+    of the heap, which ``MADV_DONTNEED`` would zero) is left alone. Whether pages were released."""
+    if not isinstance(view, memoryview) or view.nbytes == 0:
+        return False
+    mapped = view.obj
+    if not isinstance(getattr(mapped, "base", None), _Mapping):
+        return False
+    start = mapped.__array_interface__["data"][0]  # page-aligned: where mmap put it
+    end = np.frombuffer(view, dtype=np.uint8).ctypes.data + view.nbytes
+    return _LIBC.madvise(start, end - start, mmap.MADV_DONTNEED) == 0

@@ -1,6 +1,8 @@
 """Shared fixtures of the data source tests: one SparkSession for the whole test session, and
 log dirs built once; the source log dir also served over the Kafka protocol (``read_source``,
-parametrised over the transport: the same options and expected rows for both).
+parametrised over the transport: the same options and expected rows for both). A representative
+subset of the tests (marked :data:`ALSO_ON_TANSU`) runs a third time against Tansu, loaded with
+the same records of the topics :data:`TANSU_TOPICS` (tests/datasource/_tansu.py).
 
 ``spark``: ``local[2]``, few shuffle partitions, no UI, UTC session time zone, the Python workers
 running this interpreter (the venv's, where the packages are installed). It is never told about
@@ -20,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.datasource._logdirs import build_source_log_dir
+from tests.datasource._logdirs import EVENTS_PARTITIONS, build_source_log_dir
 from tests.fixture_paths import FIXTURES
 
 
@@ -110,9 +112,39 @@ def served_source(source_log_dir: Path, tmp_path_factory) -> Iterator[ReadSource
         yield ReadSource("wire", copy, running.bootstrap)
 
 
+TANSU_TOPICS = {"events": EVENTS_PARTITIONS, "empty": 1}
+# the tests of the Tansu subset take their ``read_source`` from all three transports
+ALSO_ON_TANSU = pytest.mark.parametrize("read_source", ["logdir", "wire", "tansu"], indirect=True)
+
+
+@pytest.fixture(scope="session")
+def tansu_source(source_log_dir: Path, tmp_path_factory) -> Iterator[ReadSource]:
+    """One Tansu for the session (127.0.0.1, memory storage) holding :data:`TANSU_TOPICS` of
+    the source log dir, record for record at the same offsets (tests/datasource/_tansu.py);
+    skipped when its binary cannot be had."""
+    from benchmarks._serve_peers import tansu_server
+    from broker_embedded.client.kafka_client import KafkaClient
+    from tests.datasource._tansu import load_log_dir_topics, tansu_binary_or_skip
+
+    binary = tansu_binary_or_skip()
+    with tansu_server(binary, tmp_path_factory.mktemp("tansu")) as server:
+        with KafkaClient(server.bootstrap) as client:
+            load_log_dir_topics(client, source_log_dir, TANSU_TOPICS)
+        yield ReadSource("tansu", source_log_dir, server.bootstrap)
+
+
 @pytest.fixture(params=["logdir", "wire"])
 def read_source(request, source_log_dir: Path) -> ReadSource:
-    """The source log dir read in place, then over the Kafka protocol."""
+    """The source log dir read in place, then over the Kafka protocol (``kafkalog serve``; and
+    Tansu for the tests marked :data:`ALSO_ON_TANSU`)."""
     if request.param == "wire":
         return request.getfixturevalue("served_source")
+    if request.param == "tansu":
+        return request.getfixturevalue("tansu_source")
     return ReadSource("logdir", source_log_dir)
+
+
+def skip_on_tansu(source: ReadSource, gap: str) -> None:
+    """Skip this case on Tansu, naming the gap (where Tansu answers otherwise than Kafka)."""
+    if source.transport == "tansu":
+        pytest.skip(f"Tansu gap: {gap}")

@@ -37,7 +37,7 @@ from tests.datasource._logdirs import (
     partition_facts,
     spark_rows,
 )
-from tests.datasource.conftest import ReadSource
+from tests.datasource.conftest import ALSO_ON_TANSU, ReadSource
 
 HEADERS_DDL = "array<struct<key:string,value:binary>>"
 UTC = dt.timezone.utc
@@ -79,6 +79,7 @@ def read_back(spark, log_dir: Path) -> list:
 # -- headers = null -------------------------------------------------------------------------------
 
 
+@ALSO_ON_TANSU
 def test_a_record_without_headers_reads_back_null(spark, read_source: ReadSource) -> None:
     table = read_source.load(spark, subscribe="events", includeHeaders="true").toArrow()
     got = {
@@ -146,6 +147,7 @@ def test_streaming_limits_in_a_batch_query_warn_once(caplog: pytest.LogCaptureFi
     assert o == default
 
 
+@ALSO_ON_TANSU
 def test_streaming_limits_in_a_batch_query_read_every_row(spark, read_source: ReadSource) -> None:
     got = spark_rows(read_source.load(spark, subscribe="events", **LIMITS))
     want = []
