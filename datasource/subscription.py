@@ -14,9 +14,11 @@
 Values are frozen and picklable (a compiled pattern is rebuilt from its text on unpickling).
 Parsing raises :class:`InvalidOptionError` naming the option and the value (at most
 ``option_json.MAX_QUOTED`` characters of it). A pattern longer than :data:`MAX_PATTERN_LENGTH`
-characters is refused before it is compiled, and whatever ``regex.compile`` raises on hostile
-text (``regex.error`` for ``a{99999999999}``, ``RecursionError`` for 500 nested groups,
-``OverflowError``, ``ValueError``) is that option error too. Matching one topic name may take at
+characters, or with groups nested deeper than :data:`MAX_GROUP_DEPTH`, is refused before it is
+compiled (the depth ``regex.compile`` can take depends on the process's recursion limit, so the
+answer would otherwise depend on what else the process loaded), and whatever ``regex.compile``
+raises on hostile text (``regex.error`` for ``a{99999999999}``, ``OverflowError``,
+``ValueError``, ``RecursionError``) is that option error too. Matching one topic name may take at
 most :data:`MATCH_TIMEOUT_S`: a pattern that backtracks catastrophically (nested quantifiers such
 as ``(a|aa)+c``; Java's matcher, which Spark's Kafka source uses, hangs on those) fails the query
 with that option error naming the topic, instead of hanging it.
@@ -37,6 +39,8 @@ from datasource.option_json import load_option_json
 INTERNAL_TOPIC_PREFIX = "__"
 # Longer than any sensible pattern over topic names (249 characters at most each).
 MAX_PATTERN_LENGTH = 10_000
+# Far deeper than any sensible pattern, far below what the regex compiler's recursion takes.
+MAX_GROUP_DEPTH = 100
 # What regex.compile raises on text it cannot compile.
 _REGEX_ERRORS = (regex.error, OverflowError, RecursionError, ValueError)
 # The longest one topic name may take to match (a topic name has at most 249 characters: an
@@ -156,11 +160,47 @@ def _compile(pattern: str) -> regex.Pattern[str]:
     if len(pattern) > MAX_PATTERN_LENGTH:
         reason = f"longer than {MAX_PATTERN_LENGTH} characters"
         raise _bad("subscribePattern", pattern, reason)
+    depth = _group_depth(pattern)
+    if depth > MAX_GROUP_DEPTH:
+        reason = f"groups nested {depth} deep (at most {MAX_GROUP_DEPTH})"
+        raise _bad("subscribePattern", pattern, reason)
     try:
         return regex.compile(pattern)
     except _REGEX_ERRORS as e:
         detail = str(e) if isinstance(e, regex.error) else f"{type(e).__name__}: {e}"
         raise _bad("subscribePattern", pattern, f"not a valid regex ({detail[:200]})") from None
+
+
+def _group_depth(pattern: str) -> int:
+    """How deep ``pattern``'s groups nest: its unescaped ``(`` outside character classes."""
+    depth = deepest = 0
+    i, n = 0, len(pattern)
+    while i < n:
+        c = pattern[i]
+        if c == "\\":
+            i += 1  # the escaped character
+        elif c == "[":
+            i = _class_end(pattern, i)
+        elif c == "(":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif c == ")":
+            depth = max(depth - 1, 0)
+        i += 1
+    return deepest
+
+
+def _class_end(pattern: str, start: int) -> int:
+    """The index of the ``]`` closing the character class opened at ``start`` (a ``]`` first
+    in the class is literal; the end of the pattern if it is not closed)."""
+    i = start + 1
+    if i < len(pattern) and pattern[i] == "^":
+        i += 1
+    if i < len(pattern) and pattern[i] == "]":
+        i += 1
+    while i < len(pattern) and pattern[i] != "]":
+        i += 2 if pattern[i] == "\\" else 1
+    return i
 
 
 def _topic_partition(option: str, value: str, topic: object, partition: int) -> TopicPartition:
