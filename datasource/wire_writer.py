@@ -57,7 +57,13 @@ from pyspark.sql.types import StructType
 from broker_embedded.client.idempotent_producer import IdempotentProducer
 from broker_embedded.client.kafka_client import BrokerAddress, KafkaClient, UnsupportedVersionError
 from broker_embedded.client.wire_fetch_source import WireSource
-from broker_embedded.errors import KafkaApiError, UnknownTopicOrPartitionError
+from broker_embedded.client.wire_transactions import (
+    TransactionalWireProducer,
+    TxnHandle,
+    committed_offset,
+    end_txn,
+)
+from broker_embedded.errors import KafkaApiError, KafkaLogError, UnknownTopicOrPartitionError
 from broker_embedded.storage.log_config import LogConfig
 from datasource.errors import InvalidOptionError
 from datasource.kafka_source_options import CLIENT_SETTINGS
@@ -67,6 +73,10 @@ from datasource.kafka_writer import RowPlacer, TopicLimits, check_columns
 log = logging.getLogger(__name__)
 
 BOOTSTRAP = "kafka.bootstrap.servers"
+TXN_TIMEOUT = "kafka.transaction.timeout.ms"
+DEFAULT_TXN_TIMEOUT_MS = 900_000  # Kafka's default transaction.max.timeout.ms, the most it takes
+# the local properties Spark's streaming execution gives the tasks of a micro-batch
+BATCH_ID, QUERY_ID = "streaming.sql.batchId", "sql.streaming.queryId"
 # Spark's messages (KafkaSourceProvider) for the producer settings its sink rejects
 REJECTED = {
     "kafka.key.serializer": "Kafka option 'key.serializer' is not supported as keys are "
@@ -80,10 +90,13 @@ _WARNED: set[str] = set()
 @dataclass(frozen=True)
 class WireWriteOptions:
     """``topic``: the topic of every row or None (the column); ``cluster``: where to produce,
-    with the client's settings."""
+    with the client's settings; ``transactional_id_prefix``: exactly once (module docstring),
+    or None (at least once); ``transaction_timeout_ms``: the tasks' transactions' timeout."""
 
     topic: str | None
     cluster: WireSource
+    transactional_id_prefix: str | None = None
+    transaction_timeout_ms: int = DEFAULT_TXN_TIMEOUT_MS
 
 
 def wire_write_options(options: Mapping[str, str]) -> WireWriteOptions | None:
@@ -108,9 +121,13 @@ def wire_write_options(options: Mapping[str, str]) -> WireWriteOptions | None:
         ) from None
     rest = {k: v for k, v in options.items() if not _is_kafka_or_path(str(k))}
     # topic and unknown options: checked as for a log dir (the path is only a placeholder)
-    topic = KafkaWriteOptions.parse({**rest, "path": str(bootstrap)}).topic
-    cluster = WireSource(str(bootstrap).strip())
-    return WireWriteOptions(topic, replace(cluster, **_client_settings(raw)))
+    parsed = KafkaWriteOptions.parse({**rest, "path": str(bootstrap)}, over_protocol=True)
+    timeout = raw.pop(TXN_TIMEOUT, None)
+    cluster = replace(WireSource(str(bootstrap).strip()), **_client_settings(raw))
+    return WireWriteOptions(
+        parsed.topic, cluster, parsed.transactional_id_prefix,
+        DEFAULT_TXN_TIMEOUT_MS if timeout is None else _ms(TXN_TIMEOUT, timeout),
+    )  # fmt: skip
 
 
 def _is_kafka_or_path(key: str) -> bool:
@@ -211,35 +228,148 @@ def check_wire_write(options: WireWriteOptions, schema: StructType) -> None:
 
 @dataclass(frozen=True)
 class WireCommitMessage(WriterCommitMessage):
-    """What one task produced: ``(topic, partition, records)`` sorted, and its producer id."""
+    """What one task produced: ``(topic, partition, records)`` sorted, its producer id, and
+    its open transaction (exactly once; None at least once, or when the task found its
+    micro-batch already committed and produced nothing)."""
 
     produced: tuple[tuple[str, int, int], ...]
     producer_id: int
+    txn: TxnHandle | None = None
 
 
 def produce_task(
     options: WireWriteOptions, iterator: Iterator[pa.RecordBatch]
 ) -> WireCommitMessage:
     """One task's work: place, encode and produce every Arrow batch of ``iterator`` with one
-    idempotent producer; raises the first error (what was produced before it stays)."""
+    idempotent producer, or in a transaction left open for the driver (module docstring);
+    raises the first error (at least once, what was produced before it stays)."""
     cluster = options.cluster
-    counts: Counter[tuple[str, int]] = Counter()
     with KafkaClient(cluster.bootstrap, cluster.client_config()) as client:
+        if options.transactional_id_prefix is not None:
+            return _produce_in_transaction(options, client, iterator)
         producer = IdempotentProducer(client, timeout_ms=cluster.request_timeout_ms)
-        placer = RowPlacer(options.topic, ClusterTopics(client),
-                           lambda name: unknown_topic(cluster, name))  # fmt: skip
-        for batch in iterator:
-            now = int(time.time() * 1000)
-            for g in placer.groups(batch):
-                enc = g.encode(now, **producer.fields(g.topic, g.partition))
-                producer.send(g.topic, g.partition, enc)
-                counts[(g.topic, g.partition)] += g.rows
-    produced = tuple(sorted((t, p, n) for (t, p), n in counts.items()))
-    return WireCommitMessage(produced, producer.producer_id)
+        produced = _produce(options, client, producer, iterator)
+        return WireCommitMessage(produced, producer.producer_id)
+
+
+def _produce(
+    options: WireWriteOptions, client: KafkaClient, producer: IdempotentProducer,
+    iterator: Iterator[pa.RecordBatch],
+) -> tuple[tuple[str, int, int], ...]:  # fmt: skip
+    counts: Counter[tuple[str, int]] = Counter()
+    placer = RowPlacer(options.topic, ClusterTopics(client),
+                       lambda name: unknown_topic(options.cluster, name))  # fmt: skip
+    for batch in iterator:
+        now = int(time.time() * 1000)
+        for g in placer.groups(batch):
+            enc = g.encode(now, **producer.fields(g.topic, g.partition))
+            producer.send(g.topic, g.partition, enc)
+            counts[(g.topic, g.partition)] += g.rows
+    return tuple(sorted((t, p, n) for (t, p), n in counts.items()))
+
+
+@dataclass(frozen=True)
+class TaskTransaction:
+    """A task's transactional id, and in a streaming query the group recording its committed
+    micro-batches (``group_id``, None in a batch write) and this batch's id."""
+
+    transactional_id: str
+    group_id: str | None
+    batch_id: int
+
+    @classmethod
+    def current(cls, prefix: str) -> TaskTransaction:
+        from pyspark import TaskContext
+
+        task = TaskContext.get()
+        if task is None:
+            raise InvalidOptionError(f"option transactionalIdPrefix={prefix!r}: the write runs "
+                                     "outside a Spark task (no partition id)")  # fmt: skip
+        tid = f"{prefix}-{task.partitionId()}"
+        batch, query = task.getLocalProperty(BATCH_ID), task.getLocalProperty(QUERY_ID)
+        if batch is None or query is None:
+            return cls(tid, None, -1)
+        return cls(tid, f"{tid}-{query}", int(batch))
+
+
+def _produce_in_transaction(
+    options: WireWriteOptions, client: KafkaClient, iterator: Iterator[pa.RecordBatch]
+) -> WireCommitMessage:
+    assert options.transactional_id_prefix is not None
+    task = TaskTransaction.current(options.transactional_id_prefix)
+    producer = TransactionalWireProducer(
+        client, task.transactional_id, timeout_ms=options.cluster.request_timeout_ms,
+        transaction_timeout_ms=options.transaction_timeout_ms,
+    )  # fmt: skip
+    topic = options.topic
+    if task.group_id is not None and topic is not None:
+        if committed_offset(client, task.group_id, topic, 0) >= task.batch_id:
+            for _ in iterator:  # consumed, as Spark expects; written before the crash
+                pass
+            log.info("%s: micro-batch %d is already committed, nothing to produce",
+                     task.transactional_id, task.batch_id)  # fmt: skip
+            return WireCommitMessage((), producer.producer_id)
+    try:
+        produced = _produce(options, client, producer, iterator)
+        if task.group_id is not None and topic is not None:
+            producer.commit_offset(task.group_id, topic, 0, task.batch_id)
+    except BaseException:
+        # the driver never hears of this attempt: abort here (a killed task's transaction is
+        # aborted by the next attempt's InitProducerId, or at its timeout)
+        abort_transactions(options, [producer.handle], client)
+        raise
+    return WireCommitMessage(produced, producer.producer_id, producer.handle)
 
 
 def _total(messages: Sequence[WireCommitMessage | None]) -> int:
     return sum(n for m in messages if m is not None for _, _, n in m.produced)
+
+
+def _handles(messages: Sequence[WireCommitMessage | None]) -> list[TxnHandle]:
+    return [m.txn for m in messages if m is not None and m.txn is not None]
+
+
+class TransactionCommitError(KafkaLogError):
+    """A task's transaction that the driver could not commit."""
+
+
+def commit_transactions(options: WireWriteOptions, handles: Sequence[TxnHandle]) -> None:
+    """EndTxn COMMIT of every task's transaction, in order; the first failure raises, naming
+    the transactional id and how many were committed before it."""
+    if not handles:
+        return
+    cluster = options.cluster
+    with KafkaClient(cluster.bootstrap, cluster.client_config()) as client:
+        for i, handle in enumerate(handles):
+            try:
+                end_txn(client, handle, commit=True)
+            except KafkaLogError as e:
+                raise TransactionCommitError(
+                    f"committing the transaction of {handle.transactional_id!r} (producer id "
+                    f"{handle.producer_id}, epoch {handle.producer_epoch}) in "
+                    f"{cluster.location} failed after {i} of {len(handles)} were committed: {e}"
+                ) from e
+
+
+def abort_transactions(
+    options: WireWriteOptions, handles: Sequence[TxnHandle], client: KafkaClient | None = None
+) -> None:
+    """EndTxn ABORT of every transaction of ``handles`` (through ``client``, or a client of
+    its own); a failure is logged (the next instance of the transactional id, or its timeout,
+    aborts it)."""
+    if not handles:
+        return
+    if client is None:
+        cluster = options.cluster
+        with KafkaClient(cluster.bootstrap, cluster.client_config()) as own:
+            abort_transactions(options, handles, own)
+        return
+    for handle in handles:
+        try:
+            end_txn(client, handle, commit=False)
+        except KafkaLogError as e:
+            log.warning("aborting the transaction of %r failed (the next instance or its "
+                        "timeout aborts it): %s", handle.transactional_id, e)  # fmt: skip
 
 
 class _ProducingWriter:
@@ -257,26 +387,44 @@ class _ProducingWriter:
     def write(self, iterator: Iterator[pa.RecordBatch]) -> WireCommitMessage:
         return produce_task(self.options, iterator)
 
+    def _fate(self) -> str:
+        return "stay there" if self.options.transactional_id_prefix is None else "are aborted"
+
 
 class WireWriter(_ProducingWriter, DataSourceArrowWriter):
-    """``df.write`` over the protocol (module docstring): tasks produce, the driver logs."""
+    """``df.write`` over the protocol (module docstring): tasks produce, the driver commits
+    their transactions (exactly once) or logs."""
 
     def commit(self, messages: Sequence[WireCommitMessage | None]) -> None:
+        commit_transactions(self.options, _handles(messages))
         log.info("write produced %d records to %s", _total(messages), self.options.cluster.location)
 
     def abort(self, messages: Sequence[WireCommitMessage | None]) -> None:
-        log.warning("write failed; the %d records its finished tasks produced to %s stay there",
-                    _total(messages), self.options.cluster.location)  # fmt: skip
+        abort_transactions(self.options, _handles(messages))
+        log.warning("write failed; the %d records its finished tasks produced to %s %s",
+                    _total(messages), self.options.cluster.location, self._fate())  # fmt: skip
 
 
 class WireStreamWriter(_ProducingWriter, DataSourceStreamArrowWriter):
-    """``df.writeStream`` over the protocol, at least once (module docstring)."""
+    """``df.writeStream`` over the protocol (module docstring)."""
+
+    @classmethod
+    def create(cls, options: WireWriteOptions, schema: StructType) -> Self:
+        if options.transactional_id_prefix is not None and options.topic is None:
+            raise InvalidOptionError(
+                f"option transactionalIdPrefix={options.transactional_id_prefix!r} needs the "
+                "option topic in a streaming write (each task records its committed "
+                "micro-batches against that topic's partition 0)"
+            )
+        return super().create(options, schema)
 
     def commit(self, messages: Sequence[WireCommitMessage | None], batchId: int) -> None:  # noqa: N803
+        commit_transactions(self.options, _handles(messages))
         log.info("micro-batch %d produced %d records to %s", batchId, _total(messages),
                  self.options.cluster.location)  # fmt: skip
 
     def abort(self, messages: Sequence[WireCommitMessage | None], batchId: int) -> None:  # noqa: N803
-        log.warning("micro-batch %d failed; the %d records its finished tasks produced to %s "
-                    "stay there (at least once)", batchId, _total(messages),
-                    self.options.cluster.location)  # fmt: skip
+        abort_transactions(self.options, _handles(messages))
+        log.warning("micro-batch %d failed; the %d records its finished tasks produced to %s %s",
+                    batchId, _total(messages), self.options.cluster.location,
+                    self._fate())  # fmt: skip

@@ -164,3 +164,17 @@ def test_a_query_killed_mid_batch_writes_every_row_at_least_once(tmp_path: Path)
     duplicates = values - expected
     # the rows produced before the kill are there twice, and only rows of the killed batch
     assert duplicates and duplicates <= killed_rows
+
+
+def test_a_query_killed_mid_batch_writes_every_row_exactly_once_with_transactions(
+    tmp_path: Path,
+) -> None:
+    expected = source_log_dir(tmp_path / "src")
+    server, killed_rows = run_killed_query(tmp_path, txn_prefix="kill-test")
+    with server:
+        committed = consume(server.bootstrap, "sink", SINK_PARTITIONS, "read_committed")
+        everything = consume(server.bootstrap, "sink", SINK_PARTITIONS, "read_uncommitted")
+    assert Counter(v for _, _, v, _, _ in committed) == expected  # exactly once
+    # the killed attempt's records are in the log, aborted: only read_uncommitted sees them
+    aborted = Counter(v for _, _, v, _, _ in everything) - expected
+    assert aborted and aborted <= killed_rows

@@ -139,10 +139,10 @@ def test_bad_columns_and_options_are_refused_naming_them(
     assert file_records(cluster.log_dir) == []
 
 
-def run_stream(df, bootstrap: str, ckpt: Path):
+def run_stream(df, bootstrap: str, ckpt: Path, **options: str):
     q = (
         df.writeStream.format("kafkalog").option("kafka.bootstrap.servers", bootstrap)
-        .option("topic", TOPIC).option("checkpointLocation", str(ckpt))
+        .option("topic", TOPIC).option("checkpointLocation", str(ckpt)).options(**options)
         .trigger(availableNow=True).start()
     )  # fmt: skip
     q.awaitTermination(120)
