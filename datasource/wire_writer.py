@@ -1,35 +1,89 @@
 """The ``kafkalog`` sink over the Kafka protocol: ``df.write.format("kafkalog")`` and
 ``df.writeStream.format("kafkalog")`` with the option ``kafka.bootstrap.servers`` (and no path)
 produce the rows to a cluster (``kafkalog serve``, Apache Kafka, any Kafka-compatible broker)
-with the project's wire client and an idempotent producer (acks=all).
+with the project's wire client and an idempotent producer (acks=all); with the option
+``transactionalIdPrefix``, in Kafka transactions, exactly once.
 
 Columns, their types and the errors naming a column of a wrong type are the log-dir writer's
 (kafka_writer.py :func:`check_columns`), as is the placement of a row without a partition
 (:class:`RowPlacer`: a keyed row where Kafka's default partitioner puts it, murmur2 of the key;
 keyless rows round-robin per task) and the batches (the columnar encoder, Arrow columns straight
 into record batches v2, no Python object per record; at most 1 MiB of records and the topic's
-``max.message.bytes`` each). Every record is stamped with the task's wall-clock time
-(CreateTime). Partition counts come from Metadata, the topic's ``max.message.bytes`` and
-``cleanup.policy`` from DescribeConfigs (Kafka's defaults when the cluster does not answer it).
+``max.message.bytes`` each). A record's CreateTime is its ``timestamp`` column value, or the
+task's wall-clock time (write_timestamps.py). Partition counts come from Metadata, the topic's
+``max.message.bytes`` and ``cleanup.policy`` from DescribeConfigs (Kafka's defaults when the
+cluster does not answer it).
 
 Options: ``kafka.bootstrap.servers`` (``host:port,...``, required here; with ``path`` too it is
-an error that says to pick one), ``topic`` (as for a log dir), the client's settings
-``kafka.client.id``, ``kafka.request.timeout.ms``, ``kafka.socket.connection.setup.timeout.ms``,
+an error that says to pick one), ``topic`` (as for a log dir), ``transactionalIdPrefix``
+(kafka_write_options.py), ``kafka.transaction.timeout.ms`` (the tasks' transactions' timeout,
+default :data:`DEFAULT_TXN_TIMEOUT_MS`), the client's settings ``kafka.client.id``,
+``kafka.request.timeout.ms``, ``kafka.socket.connection.setup.timeout.ms``,
 ``kafka.retry.backoff.ms``, ``kafka.default.api.timeout.ms``. ``kafka.acks`` must be ``all`` or
 ``-1`` (an idempotent producer, as Kafka's producer requires); ``kafka.key.serializer`` and
 ``kafka.value.serializer`` are rejected with Spark's messages; ``kafka.security.protocol`` other
 than PLAINTEXT is rejected; other ``kafka.*`` producer settings are accepted with a warning that
 they have no effect.
 
-Guarantee: AT LEAST ONCE, as Spark's Kafka sink. Each task is one producer session (a producer
-id of its own, a sequence per partition): within it a batch retried after a broken connection or
-a moved leader is not appended twice (broker_embedded/client/idempotent_producer.py). But a task
-Spark retries, and a micro-batch Spark runs again after a failure (the query restarted from its
-checkpoint when the batch's offsets were logged and its commit was not), produces its rows again
-under a new producer id: the topic then holds those rows twice. What a failed batch job produced
-before it failed stays in the topic (Kafka has no undo; ``abort`` logs it). The log-dir sink
-(kafka_writer.py, kafka_stream_writer.py) is exactly once; this one is not (Kafka transactions
-per task with a commit on the driver would be needed: not done).
+Without ``transactionalIdPrefix``: AT LEAST ONCE, as Spark's Kafka sink. Each task is one
+producer session (a producer id of its own, a sequence per partition): within it a batch retried
+after a broken connection or a moved leader is not appended twice
+(broker_embedded/client/idempotent_producer.py). But a task Spark retries, and a micro-batch
+Spark runs again after a failure (the query restarted from its checkpoint when the batch's
+offsets were logged and its commit was not), produces its rows again under a new producer id:
+the topic then holds those rows twice. What a failed batch job produced before it failed stays
+in the topic (Kafka has no undo; ``abort`` logs it).
+
+With ``transactionalIdPrefix`` P: EXACTLY ONCE for read_committed readers
+(broker_embedded/client/wire_transactions.py). Task of partition ``i`` (Spark's
+``TaskContext.partitionId()``):
+ 1. InitProducerId with transactional id ``P-i``: fences every earlier producer of ``P-i`` (an
+    earlier attempt of this task, or this task in the run of the batch before a crash) and
+    aborts the transaction it left open.
+ 2. In a streaming query (Spark's local properties ``streaming.sql.batchId`` B and
+    ``sql.streaming.queryId`` Q are set): OffsetFetch (require_stable) of group ``P-i-Q``,
+    topic option T partition 0. A committed offset >= B means this task's transaction of batch
+    B was committed before a crash: the task reads its input and produces nothing (its message
+    carries no transaction).
+ 3. Produces its rows in the transaction (AddPartitionsToTxn before a partition's first batch;
+    transactional batches), and in a streaming query also commits offset B for group
+    ``P-i-Q`` on T-0 in it (AddOffsetsToTxn, TxnOffsetCommit): the batch's id becomes visible
+    exactly when its rows do.
+ 4. Returns (``P-i``, producer id, epoch) without ending the transaction. A task that fails
+    aborts its own transaction before it raises.
+The driver's ``commit`` sends EndTxn COMMIT for every task's transaction (any connection may);
+``abort`` sends EndTxn ABORT (a failure there is logged: the next producer of the id, or the
+transaction timeout, aborts it).
+
+Crash points (streaming; Spark re-runs the last batch whose offsets are logged and whose commit
+is not, with the same offsets, so the same rows reach the same partition ids; the source and
+the plan must be deterministic, as for any exactly-once sink):
+- a task killed or failed before its message reached the driver: its transaction is open (or
+  aborted by itself); the retried attempt's step 1 aborts it. Nothing of it is ever visible.
+- the driver killed before ``commit``: every task's transaction is open; at the restart each
+  re-run task's step 1 aborts its id's transaction, step 2 finds B not committed, and the batch
+  is produced again: once.
+- the driver killed during the EndTxn loop: some transactions are committed (rows and the
+  offset B visible together), the others open. Re-run: the committed tasks find B in step 2 and
+  produce nothing; the others' transactions are aborted in step 1 and they produce again. Once.
+- the driver killed after the loop, before Spark's commit log entry: every task finds B: the
+  re-run produces nothing.
+- a transaction that outlives ``kafka.transaction.timeout.ms`` before the driver commits is
+  aborted by the coordinator; the COMMIT then fails (:class:`TransactionCommitError`, naming the
+  id and how many were committed) and the query fails; its restart re-runs the batch as above.
+For a batch job (no batch id), a job that fails aborts the transactions; a driver killed during
+the EndTxn loop leaves what it committed (there is no re-run to finish it), and transactions of
+a killed job stay open (readers under read_committed wait) until their timeout.
+
+Requirements and limits of the exactly-once mode: ``P`` must be stable across restarts of one
+query and not shared by writes running at the same time (they would fence each other); a
+streaming write needs the ``topic`` option (the task records its batch against T-0); speculative
+execution must be off (a speculative copy fences the other attempt, and the commit of the
+fenced one fails the batch). An attempt whose writer starts after the next attempt of the same
+task (Spark retried it before its Python worker began) fences that attempt, which then fails
+and is retried: correct, at the cost of an attempt. Transactions are open from each task's
+start until the driver's commit: read_committed readers of the topic see nothing past the
+oldest open one meanwhile.
 
 Limits: per task one connection per broker and one Produce request in flight; the client's
 retries (``kafka.default.api.timeout.ms`` at most) then the error naming broker, topic and

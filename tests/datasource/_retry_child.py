@@ -1,5 +1,5 @@
 """A batch write over the protocol in a Spark session of its own whose tasks Spark retries
-(master ``local[2,3]``: three attempts per task), for tests/datasource/test_wire_sink_exactly_once.py.
+(master ``local[2,3]``: three attempts per task), for test_wire_sink_exactly_once.py.
 
     python -m tests.datasource._retry_child BOOTSTRAP ROWS FAIL_AT [--txn-prefix P]
 
@@ -7,7 +7,8 @@ Writes ``spark.range(ROWS)`` in two partitions (value: the decimal id) to topic 
 BOOTSTRAP, 50 rows an Arrow batch; the first attempt of partition 0's task fails at id FAIL_AT
 (a Python UDF raises, 3 s after reaching it: by then the writer of that attempt has produced
 the Arrow batches before it). The retry succeeds. (A third attempt is allowed: an attempt
-whose writer starts after the next attempt's fences that one, which Spark then retries.) Prints ``done`` and exits 0 when the write job succeeded.
+whose writer starts after the next attempt's fences that one, which Spark then retries.)
+Prints ``done`` and exits 0 when the write job succeeded.
 """
 
 from __future__ import annotations

@@ -14,6 +14,8 @@ kafka-python's parser of the log files (the COMMIT / ABORT markers):
 - a micro-batch Spark runs again after the driver died past the commit (its commit-log entry
   gone): the tasks find the batch committed in their groups and produce nothing, so even
   read_uncommitted sees every row once;
+- a micro-batch whose driver commit stopped half way (one task's transaction committed, the
+  other aborted by its timeout): the re-run writes only the missing task's rows;
 - the options refused, naming them.
 (The SIGKILL test with the option is in test_wire_sink_kill.py.)
 """
@@ -115,7 +117,8 @@ def test_a_task_spark_retries_leaves_no_duplicate(cluster) -> None:
     aborted = values(cluster, "read_uncommitted") - want
     # the first attempt's rows (before the failure) are in the log, aborted
     assert aborted and set(aborted) <= {b"%d" % i for i in range(fail_at)}
-    assert sorted(commit for (_, commit), n in markers(cluster.log_dir).items()) == [False, True, True]
+    ended = sorted(commit for (_, commit) in markers(cluster.log_dir))
+    assert ended == [False, True, True]  # attempt 0 aborted; attempt 1 and task 1 committed
 
 
 def test_without_the_option_a_retried_task_duplicates(cluster) -> None:
@@ -145,6 +148,58 @@ def test_a_micro_batch_run_again_after_its_commit_is_not_written_again(
     assert values(cluster, "read_uncommitted") == want  # batch 1's tasks produced nothing again
 
 
+def slow_first_partition(spark, seconds: float):
+    """The rate stream with task 0 held ``seconds`` before its first row reaches the writer."""
+    import time
+
+    from pyspark.sql.functions import udf
+
+    held: list[int] = []  # per task: the UDF is deserialized for each task
+
+    @udf("string")
+    def hold(v: str) -> str:
+        from pyspark import TaskContext
+
+        if TaskContext.get().partitionId() == 0 and not held:
+            held.append(1)
+            time.sleep(seconds)
+        return v
+
+    return rate_stream(spark).select("key", hold("value").alias("value"))
+
+
+def test_a_micro_batch_whose_commit_failed_half_way_is_completed_by_its_rerun(
+    spark, cluster, tmp_path: Path
+) -> None:
+    ckpt = tmp_path / "ckpt"
+    options = {"transactionalIdPrefix": PREFIX}
+    run_stream(rate_stream(spark), cluster.bootstrap, ckpt, **options)  # batch 0: 0..99
+    # batch 1: task 1 ends at once, task 0 starts producing 5 s later; task 1's transaction
+    # passes its 2 s timeout meanwhile and the coordinator aborts it. The driver's EndTxn
+    # loop commits task 0's transaction, then fails on task 1's: as a driver killed in the
+    # middle of the loop, one transaction of the batch committed and one not.
+    q = (
+        slow_first_partition(spark, 5.0).writeStream.format("kafkalog")
+        .option("kafka.bootstrap.servers", cluster.bootstrap).option("topic", TOPIC)
+        .option("checkpointLocation", str(ckpt)).options(**options)
+        .option("kafka.transaction.timeout.ms", "2000").trigger(availableNow=True).start()
+    )  # fmt: skip
+    with pytest.raises(PySparkException, match="failed after 1 of 2 were committed"):
+        q.awaitTermination(120)
+    partial = values(cluster, "read_committed")
+    assert sum(partial.values()) > 100 and partial - Counter(b"%d" % i for i in range(200)) == {}
+    # the restart runs batch 1 again: task 0 finds it committed and writes nothing, task 1
+    # writes its rows again; then batch 2
+    again = run_stream(rate_stream(spark), cluster.bootstrap, ckpt, **options)
+    assert {p["batchId"]: p["numInputRows"] for p in again.recentProgress} == {1: 100, 2: 100}
+    want = Counter(b"%d" % i for i in range(300))
+    assert values(cluster, "read_committed") == want
+    aborted = values(cluster, "read_uncommitted") - want
+    assert aborted and aborted == Counter(set(aborted))  # task 1's first rows, aborted, once
+    # batch 1's 100 rows: task 0's committed by the failed run, task 1's aborted in it
+    assert sum(partial.values()) - 100 + sum(aborted.values()) == 100
+
+
 @pytest.mark.parametrize(
     "options, message",
     [
@@ -167,7 +222,11 @@ def test_the_option_is_refused_for_a_log_dir_and_needs_a_topic_in_a_stream(
         df.write.format("kafkalog").mode("append").option("topic", TOPIC) \
             .option("transactionalIdPrefix", PREFIX).save(str(cluster.log_dir))  # fmt: skip
     stream = rate_stream(spark).selectExpr("'sink' AS topic", "value")
-    with pytest.raises(Exception, match="needs the option topic in a streaming write"):
-        stream.writeStream.format("kafkalog").option("kafka.bootstrap.servers", cluster.bootstrap) \
-            .option("transactionalIdPrefix", PREFIX) \
-            .option("checkpointLocation", str(tmp_path / "ck")).start()  # fmt: skip
+    q = stream.writeStream.format("kafkalog").option("kafka.bootstrap.servers", cluster.bootstrap) \
+        .option("transactionalIdPrefix", PREFIX).trigger(availableNow=True) \
+        .option("checkpointLocation", str(tmp_path / "ck")).start()  # fmt: skip
+    try:
+        with pytest.raises(PySparkException, match="needs the option topic in a streaming write"):
+            q.awaitTermination(120)
+    finally:
+        q.stop()
