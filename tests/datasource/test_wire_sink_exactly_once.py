@@ -30,10 +30,10 @@ from pathlib import Path
 import pytest
 from pyspark.errors import PySparkException
 
+from tests.broker_embedded.server._consume import consume
 from tests.broker_embedded.server._serve import log_batches, served
 from tests.datasource.conftest import sql_conf
 from tests.datasource.test_stream_writer import rate_stream
-from tests.datasource.test_wire_sink_kill import consume
 from tests.datasource.test_wire_writer import run_stream, write
 
 REPO = Path(__file__).resolve().parents[2]

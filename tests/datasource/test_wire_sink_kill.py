@@ -31,9 +31,8 @@ from broker_embedded.client.producer_record import ProducerRecord
 from tests.datasource.test_stream_writer import StreamChild
 from tests.spark_kafkalog._serve_proc import ServeProcess
 
-confluent_kafka = pytest.importorskip("confluent_kafka")
-from confluent_kafka import Consumer, KafkaException  # noqa: E402
-from confluent_kafka import TopicPartition as CTP  # noqa: E402
+pytest.importorskip("confluent_kafka")
+from tests.broker_embedded.server._consume import consume  # noqa: E402
 
 SRC_PARTITIONS = 2
 SINK_PARTITIONS = 3
@@ -41,7 +40,6 @@ ROWS_PER_PARTITION = 6000
 BATCH_OFFSETS = 3000  # maxOffsetsPerTrigger: 4 micro-batches
 LAST_BATCH = ROWS_PER_PARTITION * SRC_PARTITIONS // BATCH_OFFSETS - 1
 TRIGGER_TIMEOUT_S = 120.0
-CONSUME_TIMEOUT_S = 60.0
 
 
 def source_log_dir(path: Path) -> Counter:
@@ -53,34 +51,6 @@ def source_log_dir(path: Path) -> Counter:
                                  for i in range(ROWS_PER_PARTITION)])  # fmt: skip
     return Counter(b"%d-%d" % (p, i) for p in range(SRC_PARTITIONS)
                    for i in range(ROWS_PER_PARTITION))  # fmt: skip
-
-
-def consume(
-    bootstrap: str, topic: str, partitions: int, isolation: str
-) -> list[tuple[int, bytes, bytes, int, int]]:
-    """(partition, key, value, timestamp type, timestamp) of every record of ``topic`` a
-    confluent-kafka consumer with ``isolation`` reads up to the end of each partition."""
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "check",
-                  "isolation.level": isolation, "enable.auto.commit": False,
-                  "enable.partition.eof": True})  # fmt: skip
-    try:
-        c.assign([CTP(topic, p, 0) for p in range(partitions)])
-        got, eof = [], set()
-        deadline = time.monotonic() + CONSUME_TIMEOUT_S
-        while len(eof) < partitions and time.monotonic() < deadline:
-            m = c.poll(0.5)
-            if m is None:
-                continue
-            if m.error():
-                if m.error().code() == confluent_kafka.KafkaError._PARTITION_EOF:
-                    eof.add(m.partition())
-                    continue
-                raise KafkaException(m.error())
-            got.append((m.partition(), m.key(), m.value(), *m.timestamp()))
-        assert len(eof) == partitions, f"no EOF within {CONSUME_TIMEOUT_S} s"
-        return got
-    finally:
-        c.close()
 
 
 def log_ids(ckpt: Path, kind: str) -> list[int]:

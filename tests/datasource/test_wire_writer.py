@@ -17,10 +17,10 @@ from pathlib import Path
 import pytest
 from pyspark.errors import PySparkException
 
+from tests.broker_embedded.server._consume import consume
 from tests.broker_embedded.server._serve import log_batches, log_records, served
 from tests.datasource._logdirs import spark_rows
 from tests.datasource.test_stream_writer import rate_stream
-from tests.datasource.test_wire_sink_kill import confluent_kafka, consume
 from tests.datasource.test_writer import kafka_python_partition
 
 TOPIC = "sink"
@@ -184,7 +184,8 @@ def test_a_timestamp_column_sets_create_time_over_the_protocol(spark, cluster) -
     seconds = spark.createDataFrame([(b"d", 1_700_000_000.9876)], "value binary, timestamp double")
     write(seconds, cluster.bootstrap, topic="other")
     got = consume(cluster.bootstrap, "other", 1, "read_uncommitted")
-    create_time = confluent_kafka.TIMESTAMP_CREATE_TIME
+    from confluent_kafka import TIMESTAMP_CREATE_TIME as create_time
+
     assert [(v, t) for _, _, v, t, _ in got] == [(v, create_time) for v in (b"a", b"b", b"c", b"d")]
     ms = {v: m for _, _, v, _, m in got}
     assert (ms[b"a"], ms[b"b"], ms[b"d"]) == (1_714_979_289_123, 0, 1_700_000_000_987)
