@@ -358,7 +358,7 @@ def _produce_in_transaction(
     topic = options.topic
     if task.group_id is not None and topic is not None:
         if committed_offset(client, task.group_id, topic, 0) >= task.batch_id:
-            for _ in iterator:  # consumed, as Spark expects; written before the crash
+            for _ in iterator:  # read, as Spark expects; the run before a crash committed them
                 pass
             log.info("%s: micro-batch %d is already committed, nothing to produce",
                      task.transactional_id, task.batch_id)  # fmt: skip
