@@ -2,8 +2,8 @@
 appends each micro-batch of a streaming query to topics of a log dir, exactly once.
 
 With ``kafka.bootstrap.servers`` instead of a path, the micro-batches are produced to a cluster
-over the Kafka protocol, AT LEAST ONCE (wire_writer.py :class:`WireStreamWriter`); what follows
-is the log-dir sink.
+over the Kafka protocol, AT LEAST ONCE, or exactly once with ``transactionalIdPrefix``
+(wire_writer.py :class:`WireStreamWriter`); what follows is the log-dir sink.
 
 Columns, options (``path``, ``topic``), placement, the topic checks and the refusal of a log
 dir owned by a running broker are the batch writer's (kafka_writer.py): each micro-batch is a

@@ -12,6 +12,13 @@ Options (Spark lower-cases the keys; names here ignore case; values are strings)
     the characters up to U+0020, spaces and control characters, at both ends); the column's
     values are not trimmed, as in Spark.
 
+``transactionalIdPrefix`` (writes over the Kafka protocol only)
+    Turns on exactly once over the protocol (wire_writer.py): each task produces in a Kafka
+    transaction with transactional id ``<prefix>-<partition id>``, committed by the driver. It
+    must be stable across restarts of a query and unique among the writes running at one time.
+    At most :data:`MAX_PREFIX_CHARS` characters, not blank; given for a log-dir write, it is an
+    error saying that the log-dir sink is exactly once without it.
+
 Anything else is rejected with an :class:`InvalidOptionError` naming it, including Kafka
 producer settings (``kafka.*``): the records go straight into the log dir, not through a
 producer. Immutable and picklable: it travels inside the writer to the executors.
@@ -19,7 +26,7 @@ producer. Immutable and picklable: it travels inside the writer to the executors
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from broker_embedded.errors import InvalidTopicError
@@ -27,25 +34,37 @@ from broker_embedded.storage.topic_partition import validate_topic
 from datasource.errors import InvalidOptionError
 
 OPTION_NAMES = {"path": "path", "topic": "topic"}
+PREFIX = "transactionalIdPrefix"
+MAX_PREFIX_CHARS = 200  # the transactional ids and group ids made from it stay short
 JAVA_TRIMMED = "".join(map(chr, range(0x21)))  # what Java's String.trim removes: <= U+0020
 
 
 @dataclass(frozen=True)
 class KafkaWriteOptions:
-    """``path``: the log dir; ``topic``: the topic of every row, or ``None`` (the column)."""
+    """``path``: the log dir; ``topic``: the topic of every row, or ``None`` (the column);
+    ``transactional_id_prefix``: ``transactionalIdPrefix`` (over the protocol), or ``None``."""
 
     path: str
     topic: str | None = None
+    transactional_id_prefix: str | None = None
 
     @classmethod
-    def parse(cls, options: Mapping[str, str]) -> KafkaWriteOptions:
+    def parse(cls, options: Mapping[str, str], *, over_protocol: bool = False) -> KafkaWriteOptions:
+        """``over_protocol``: a write to ``kafka.bootstrap.servers`` (``path`` a placeholder),
+        which takes ``transactionalIdPrefix``."""
         raw: dict[str, str] = {}
+        known = {**OPTION_NAMES, PREFIX.lower(): PREFIX} if over_protocol else OPTION_NAMES
         for key, value in options.items():
             lower = str(key).strip().lower()
             if lower in raw:
                 raise InvalidOptionError(f"option {key} is given twice (option names ignore case)")
-            if lower not in OPTION_NAMES:
-                raise InvalidOptionError(_unknown(str(key), value))
+            if lower == PREFIX.lower() and not over_protocol:
+                raise InvalidOptionError(
+                    f"option {key}={value!r} is for writes over the Kafka protocol (option "
+                    "kafka.bootstrap.servers); a write into a log dir is exactly once without it"
+                )
+            if lower not in known:
+                raise InvalidOptionError(_unknown(str(key), value, known.values()))
             if value is None:
                 raise InvalidOptionError(f"option {key} has no value")
             raw[lower] = str(value)
@@ -62,10 +81,21 @@ class KafkaWriteOptions:
                 validate_topic(topic)
             except InvalidTopicError as e:
                 raise InvalidOptionError(f"option topic={topic!r}: {e}") from None
-        return cls(path, topic)
+        return cls(path, topic, _prefix(raw.get(PREFIX.lower())))
 
 
-def _unknown(key: str, value: object) -> str:
+def _prefix(value: str | None) -> str | None:
+    if value is None:
+        return None
+    if not value.strip() or len(value) > MAX_PREFIX_CHARS:
+        raise InvalidOptionError(
+            f"option {PREFIX}={value!r} must be a non-blank string of at most {MAX_PREFIX_CHARS} "
+            "characters (stable per query: the transactional ids are <prefix>-<partition id>)"
+        )
+    return value
+
+
+def _unknown(key: str, value: object, names: Iterable[str]) -> str:
     if key.lower().startswith("kafka."):
         return (
             f"option {key}={value!r} is not supported: kafkalog writes straight into the log dir "
@@ -73,5 +103,5 @@ def _unknown(key: str, value: object) -> str:
         )
     return (
         f"unknown option {key}={value!r} for writing with the kafkalog source; the options are: "
-        "path, topic"
+        + ", ".join(names)
     )

@@ -257,7 +257,9 @@ class KafkaLogDataSource(DataSource):
     With ``kafka.bootstrap.servers`` (and no path) the rows are produced to a cluster over the
     Kafka protocol instead (wire_writer.py), batch and streaming, with the same columns and an
     idempotent producer (acks=all); the guarantee is then AT LEAST ONCE, as Spark's Kafka sink:
-    a retried task or a replayed micro-batch is written again.
+    a retried task or a replayed micro-batch is written again. With ``transactionalIdPrefix``
+    each task writes in a Kafka transaction the driver commits: exactly once for read_committed
+    readers.
 
     Streaming writes (``df.writeStream.format("kafkalog")``, kafka_stream_writer.py)::
 

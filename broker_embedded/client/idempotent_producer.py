@@ -58,12 +58,17 @@ class ProduceAck:
 class IdempotentProducer:
     """See the module docstring. ``client`` stays the caller's (not closed here)."""
 
+    transactional_id: str | None = None  # a transactional producer's (wire_transactions.py)
+
     def __init__(self, client: KafkaClient, *, timeout_ms: int = 30_000) -> None:
         self.client = client
         self.timeout_ms = timeout_ms
-        self.producer_id, self.producer_epoch = client.init_producer_id()
+        self.producer_id, self.producer_epoch = self._init_producer_id()
         self._sequences: dict[tuple[str, int], int] = {}
         self._broken: set[tuple[str, int]] = set()
+
+    def _init_producer_id(self) -> tuple[int, int]:
+        return self.client.init_producer_id()
 
     def fields(self, topic: str, partition: int) -> dict[str, int]:
         """The producer fields for the next batches of ``topic``/``partition``."""
@@ -95,7 +100,8 @@ class IdempotentProducer:
         try:
             for i in range(len(encoded)):
                 offset = self.client.produce(topic, partition, bytes(encoded[i]), acks=ACKS_ALL,
-                                             timeout_ms=self.timeout_ms)  # fmt: skip
+                                             timeout_ms=self.timeout_ms,
+                                             transactional_id=self.transactional_id)  # fmt: skip
                 rows = int(encoded.first_rows[i + 1] - encoded.first_rows[i])
                 base = offset if base < 0 else base
                 last = offset + rows - 1

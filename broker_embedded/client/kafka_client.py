@@ -67,6 +67,7 @@ FETCH_MAX_WAIT = timedelta(milliseconds=FETCH_MAX_WAIT_MS)
 CREATE_TOPICS, DELETE_TOPICS, DESCRIBE_CONFIGS, CREATE_PARTITIONS = 19, 20, 32, 37
 OFFSET_FETCH, FIND_COORDINATOR, DESCRIBE_GROUPS, LIST_GROUPS = 9, 10, 15, 16
 INIT_PRODUCER_ID = 22
+ADD_PARTITIONS_TO_TXN, ADD_OFFSETS_TO_TXN, END_TXN, TXN_OFFSET_COMMIT = 24, 25, 26, 28
 # What this client can build and read (topic names, not ids: Fetch v13+ and DeleteTopics v6+
 # name topics by id).
 CLIENT_VERSIONS = {
@@ -74,7 +75,8 @@ CLIENT_VERSIONS = {
     API_VERSIONS_KEY: (0, 3), CREATE_TOPICS: (2, 7), DELETE_TOPICS: (1, 5),
     DESCRIBE_CONFIGS: (1, 4), CREATE_PARTITIONS: (0, 3),
     OFFSET_FETCH: (2, 7), FIND_COORDINATOR: (1, 3), DESCRIBE_GROUPS: (0, 5), LIST_GROUPS: (0, 4),
-    INIT_PRODUCER_ID: (0, 5),
+    INIT_PRODUCER_ID: (0, 5), ADD_PARTITIONS_TO_TXN: (0, 3), ADD_OFFSETS_TO_TXN: (0, 3),
+    END_TXN: (0, 3), TXN_OFFSET_COMMIT: (0, 3),
 }  # fmt: skip
 EARLIEST, LATEST = -2, -1  # ListOffsets timestamps
 DEBUGGING_REPLICA_ID = -2  # ListOffsets up to the log end offset (Kafka's debugging id)
@@ -498,14 +500,15 @@ class KafkaClient:
     # -- partition requests ------------------------------------------------------------------------
 
     def produce(
-        self, topic: str, partition: int, batch: bytes, *, acks: int, timeout_ms: int = 30_000
-    ) -> int:
-        """Produce one record batch; the base offset the leader assigned (-1 with acks=0,
-        which has no response)."""
+        self, topic: str, partition: int, batch: bytes, *, acks: int, timeout_ms: int = 30_000,
+        transactional_id: str | None = None,
+    ) -> int:  # fmt: skip
+        """Produce one record batch (of ``transactional_id``'s transaction when given); the base
+        offset the leader assigned (-1 with acks=0, which has no response)."""
 
         def build(types: Any) -> dict[str, Any]:
             data = make(types.PartitionProduceData, index=partition, records=batch)
-            return {"transactional_id": None, "acks": acks,
+            return {"transactional_id": transactional_id, "acks": acks,
                     "timeout": timedelta(milliseconds=timeout_ms),
                     "topic_data": (make(types.TopicProduceData, name=topic,
                                         partition_data=(data,)),)}  # fmt: skip
@@ -642,18 +645,22 @@ class KafkaClient:
                                                 getattr(g, "group_state", ""))  # fmt: skip
         return [found[g] for g in sorted(found)]
 
-    def to_coordinator(self, group_id: str, call: Callable[[BrokerConnection], Any]) -> Any:
-        """``call`` on the connection to ``group_id``'s coordinator (FindCoordinator), retried
-        when the coordinator moved or is loading (at most ``retries`` times)."""
+    def to_coordinator(
+        self, group_id: str, call: Callable[[BrokerConnection], Any], *, key_type: int = 0
+    ) -> Any:
+        """``call`` on the connection to ``group_id``'s coordinator (FindCoordinator; key type 1:
+        the coordinator of transactional id ``group_id``), retried when the coordinator moved or
+        is loading (at most ``retries`` times)."""
 
         def build(_: Any) -> dict[str, Any]:
-            return {"key": group_id, "key_type": 0}
+            return {"key": group_id, "key_type": key_type}
 
         for attempt in range(self.config.retries + 1):
             try:
                 found = self.any_broker(FIND_COORDINATOR, build)
                 if found.error_code != 0:
-                    raise api_error(int(found.error_code), f"FindCoordinator of group {group_id!r}")
+                    of = "group" if key_type == 0 else "transactional id"
+                    raise api_error(int(found.error_code), f"FindCoordinator of {of} {group_id!r}")
                 return call(self.connection(BrokerAddress(found.host, found.port)))
             except KafkaApiError as e:
                 if e.code not in COORDINATOR_RETRIABLE or attempt == self.config.retries:

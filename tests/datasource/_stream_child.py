@@ -5,9 +5,13 @@ test SIGKILLs it mid-stream and starts it again on the same checkpoint.
         --source-dir SRC_DIR [--max-offsets N]
     python -m tests.datasource._stream_child SINK_DIR CHECKPOINT_DIR --source rate \
         [--rows-per-batch N] [--until-rows N]
+    python -m tests.datasource._stream_child - CHECKPOINT_DIR --source kafkalog \
+        --source-dir SRC_DIR --bootstrap HOST:PORT [--txn-prefix P] [--arrow-rows N]
 
 Writes ``key`` and ``value`` of its source to topic ``sink`` of ``SINK_DIR`` with
-``format("kafkalog")``:
+``format("kafkalog")``, or with ``--bootstrap`` to topic ``sink`` of that cluster over the
+protocol (``--txn-prefix``: the sink's ``transactionalIdPrefix``; ``--arrow-rows``: Spark's
+``spark.sql.execution.arrow.maxRecordsPerBatch``, rows per Arrow batch a task gets):
 
 - ``kafkalog``: topic ``src`` of ``SRC_DIR`` from the earliest offset, at most ``--max-offsets``
   offsets per micro-batch, ``Trigger.AvailableNow`` (the query ends when it has read all of
@@ -37,6 +41,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-offsets", type=int, default=1000)
     parser.add_argument("--rows-per-batch", type=int, default=500)
     parser.add_argument("--until-rows", type=int, default=10_000)
+    parser.add_argument("--bootstrap")
+    parser.add_argument("--txn-prefix")
+    parser.add_argument("--arrow-rows", type=int, default=10_000)
     args = parser.parse_args(argv)
 
     os.environ["PYSPARK_PYTHON"] = sys.executable
@@ -50,6 +57,7 @@ def main(argv: list[str] | None = None) -> int:
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.shuffle.partitions", "2")
         .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.sql.execution.arrow.maxRecordsPerBatch", str(args.arrow_rows))
         .getOrCreate()
     )
     spark.sparkContext.setLogLevel("ERROR")
@@ -72,13 +80,19 @@ def main(argv: list[str] | None = None) -> int:
             .selectExpr("CAST(value AS STRING) AS key", "CAST(value AS STRING) AS value")
         )
         trigger = {"processingTime": "100 milliseconds"}
-    query = (
+    writer = (
         df.writeStream.format("kafkalog")
         .option("topic", "sink")
         .option("checkpointLocation", args.checkpoint)
         .trigger(**trigger)
-        .start(args.sink)
     )
+    if args.bootstrap:
+        writer = writer.option("kafka.bootstrap.servers", args.bootstrap)
+        if args.txn_prefix:
+            writer = writer.option("transactionalIdPrefix", args.txn_prefix)
+        query = writer.start()
+    else:
+        query = writer.start(args.sink)
     print(f"query {query.id}", flush=True)
     if args.source == "kafkalog":
         query.awaitTermination()

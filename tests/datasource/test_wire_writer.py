@@ -4,10 +4,12 @@ over the wire by the kafkalog reader and from the broker's log files by kafka-py
 values, headers, partitions, timestamps), keyed rows in the partition kafka-python's
 DefaultPartitioner picks, the producer's batches idempotent (producer id, sequences from 0),
 refused columns and options, a streaming query with availableNow, and the at-least-once
-guarantee: a micro-batch Spark runs again after a failure is in the topic twice, exactly it."""
+guarantee: a micro-batch Spark runs again after a failure is in the topic twice, exactly it;
+a ``timestamp`` column's values as the records' CreateTime, read back by confluent-kafka."""
 
 from __future__ import annotations
 
+import datetime as dt
 import time
 from collections import Counter
 from pathlib import Path
@@ -15,6 +17,7 @@ from pathlib import Path
 import pytest
 from pyspark.errors import PySparkException
 
+from tests.broker_embedded.server._consume import consume
 from tests.broker_embedded.server._serve import log_batches, log_records, served
 from tests.datasource._logdirs import spark_rows
 from tests.datasource.test_stream_writer import rate_stream
@@ -136,10 +139,10 @@ def test_bad_columns_and_options_are_refused_naming_them(
     assert file_records(cluster.log_dir) == []
 
 
-def run_stream(df, bootstrap: str, ckpt: Path):
+def run_stream(df, bootstrap: str, ckpt: Path, **options: str):
     q = (
         df.writeStream.format("kafkalog").option("kafka.bootstrap.servers", bootstrap)
-        .option("topic", TOPIC).option("checkpointLocation", str(ckpt))
+        .option("topic", TOPIC).option("checkpointLocation", str(ckpt)).options(**options)
         .trigger(availableNow=True).start()
     )  # fmt: skip
     q.awaitTermination(120)
@@ -169,3 +172,21 @@ def test_a_stream_is_at_least_once_a_replayed_batch_is_there_twice(
     assert set(got) == {b"%d" % i for i in range(300)}
     for p, _, k, v, _ in file_records(cluster.log_dir):
         assert k == v and p == kafka_python_partition(k, TOPIC, PARTITIONS)
+
+
+def test_a_timestamp_column_sets_create_time_over_the_protocol(spark, cluster) -> None:
+    at = dt.datetime(2024, 5, 6, 7, 8, 9, 123456, tzinfo=dt.UTC)
+    rows = [(b"a", at), (b"b", dt.datetime(1970, 1, 1, 0, 0, 0, 999, tzinfo=dt.UTC)), (b"c", None)]
+    df = spark.createDataFrame(rows, "value binary, timestamp timestamp").coalesce(1)
+    before = int(time.time() * 1000)
+    write(df, cluster.bootstrap, topic="other")
+    after = int(time.time() * 1000)
+    seconds = spark.createDataFrame([(b"d", 1_700_000_000.9876)], "value binary, timestamp double")
+    write(seconds, cluster.bootstrap, topic="other")
+    got = consume(cluster.bootstrap, "other", 1, "read_uncommitted")
+    from confluent_kafka import TIMESTAMP_CREATE_TIME as create_time
+
+    assert [(v, t) for _, _, v, t, _ in got] == [(v, create_time) for v in (b"a", b"b", b"c", b"d")]
+    ms = {v: m for _, _, v, _, m in got}
+    assert (ms[b"a"], ms[b"b"], ms[b"d"]) == (1_714_979_289_123, 0, 1_700_000_000_987)
+    assert before <= ms[b"c"] <= after  # a null timestamp: the write's wall-clock time

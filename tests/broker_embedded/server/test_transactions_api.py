@@ -16,6 +16,8 @@ confluent_kafka = pytest.importorskip("confluent_kafka")
 from confluent_kafka import Consumer, KafkaException, Producer  # noqa: E402
 from confluent_kafka import TopicPartition as CTP  # noqa: E402
 
+from tests.broker_embedded.server._consume import consume  # noqa: E402
+
 TIMEOUT_S = 20.0
 
 
@@ -27,27 +29,8 @@ def producer(bootstrap: str, transactional_id: str, **extra) -> Producer:
 
 def committed_values(bootstrap: str, topic: str, partitions: int) -> list[tuple[int, bytes]]:
     """(partition, value) of every record a read_committed consumer gets up to the LSO."""
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "check",
-                  "isolation.level": "read_committed", "enable.auto.commit": False,
-                  "enable.partition.eof": True})  # fmt: skip
-    try:
-        c.assign([CTP(topic, p, 0) for p in range(partitions)])
-        got, eof = [], set()
-        deadline = time.monotonic() + TIMEOUT_S
-        while len(eof) < partitions and time.monotonic() < deadline:
-            m = c.poll(0.5)
-            if m is None:
-                continue
-            if m.error():
-                if m.error().code() == confluent_kafka.KafkaError._PARTITION_EOF:
-                    eof.add(m.partition())
-                    continue
-                raise KafkaException(m.error())
-            got.append((m.partition(), m.value()))
-        assert len(eof) == partitions, f"no EOF on every partition within {TIMEOUT_S} s"
-        return sorted(got)
-    finally:
-        c.close()
+    got = consume(bootstrap, topic, partitions, "read_committed", TIMEOUT_S)
+    return sorted((p, v) for p, _, v, _, _ in got)
 
 
 def control_batches(log_dir, topic: str, partition: int) -> list[tuple[int, int, bool]]:
