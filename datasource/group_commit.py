@@ -25,9 +25,9 @@ producer is gone, as every broker start does).
 
 A log dir owned by another process (a running ``kafkalog serve``, a broker of an application)
 cannot take a second writer: :class:`GroupOffsetsError` naming the option and the owner (commit
-through the server with a Kafka client instead). :func:`check_can_commit` tells it before a query
-starts. Thread safety: one commit at a time per caller; concurrent commits to one log dir are
-serialized by its lock.
+through that server with ``kafka.bootstrap.servers`` instead). :func:`check_can_commit` tells it
+before a query starts. Thread safety: one commit at a time per caller; concurrent commits to one
+log dir are serialized by its lock.
 """
 
 from __future__ import annotations
@@ -94,8 +94,9 @@ def _batches(records: list[ProducerRecord], now_ms: int) -> Iterator[tuple[bytes
 def _owned(log_dir: str | Path, group_id: str, holder: str) -> GroupOffsetsError:
     return GroupOffsetsError(
         f"option {OPTION}={group_id!r}: cannot commit the query's offsets to log dir {log_dir}: "
-        f"another process owns it ({holder}), and a log dir takes one writer. Commit through "
-        f"that server with a Kafka client instead, or remove the option {OPTION}"
+        f"another process owns it ({holder}), and a log dir takes one writer. Read through "
+        f"that server (kafka.bootstrap.servers), which commits over the protocol, or remove the "
+        f"option {OPTION}"
     )
 
 

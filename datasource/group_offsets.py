@@ -1,7 +1,8 @@
 """A consumer group's committed offsets for ``startingOffsets=group:<group id>``: read from a
-log dir's ``__consumer_offsets`` (:func:`read_committed_offsets`), then turned into starting
+log dir's ``__consumer_offsets`` (:func:`read_committed_offsets`), or asked of a cluster's group
+coordinator (OffsetFetch, with ``kafka.bootstrap.servers``), then turned into starting
 offsets (:func:`group_starting_offsets`, which takes the committed offsets however they were
-obtained, so that a wire source can serve them with OffsetFetch later).
+obtained).
 
 Reading, Kafka's rules: the group lives in partition ``partition_for(group id, N)`` of
 ``__consumer_offsets`` (coordinator_partition.py: Java's ``String.hashCode``), where ``N`` is the
@@ -101,8 +102,18 @@ def find_group(source: FetchSource, group_id: str) -> tuple[TopicPartition, Load
 
 def read_committed_offsets(source: FetchSource, group_id: str) -> dict[TopicPartition, int]:
     """Every committed offset of ``group_id`` in the source's ``__consumer_offsets`` (at least
-    one; see the module docstring for the errors)."""
+    one; see the module docstring for the errors). A cluster's source (kafka.bootstrap.servers)
+    asks the group's coordinator (OffsetFetch) instead of replaying the topic."""
     where = source.descriptor.location
+    at_coordinator = getattr(source, "committed_offsets", None)
+    if at_coordinator is not None:
+        found = at_coordinator(group_id)
+        if not found:
+            raise GroupOffsetsError(
+                f"startingOffsets=group:{group_id}: group {group_id!r} has no committed offsets "
+                f"at {where} (OffsetFetch from its coordinator)"
+            )
+        return found
     if not source.topics().get(GROUP_METADATA_TOPIC):
         raise GroupOffsetsError(
             f"startingOffsets=group:{group_id}: {where} has no {GROUP_METADATA_TOPIC} "

@@ -261,11 +261,6 @@ class KafkaSourceOptions:
             _check_order(self.starting, self.ending)
         _check_trigger_order(self.min_offsets_per_trigger, self.max_offsets_per_trigger)
         self._check_view()
-        if self.commit_to_group is not None and self.bootstrap_servers is not None:
-            raise InvalidOptionError(
-                "option commitOffsetsToGroup writes the log dir's __consumer_offsets; it is not "
-                "available with kafka.bootstrap.servers yet"
-            )
         return self
 
     def _check_view(self) -> None:

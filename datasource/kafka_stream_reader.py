@@ -69,7 +69,9 @@ the next run) and the query stops once it is reached, in batches bounded by the 
 that a query's progress (``sources[].latestOffset``) shows how far behind it is.
 
 ``commitOffsetsToGroup=<group id>``: the query's progress as that consumer group's committed
-offsets in the log dir's ``__consumer_offsets`` (group_commit.py), so that ``kafkalog groups
+offsets in the log dir's ``__consumer_offsets`` (group_commit.py) or, with
+``kafka.bootstrap.servers``, at the cluster's group coordinator (OffsetCommit, as a consumer
+that assigns its partitions itself commits: generation -1, no member id), so that ``kafkalog groups
 describe`` and Kafka's lag tools show its lag. When Spark tells a source what is done (checked
 in PySpark 4.3): ``commit(end)`` of batch N comes only when batch N+1 is planned (after its
 offsets are in the offset log, before it runs), so a query that caught up would never commit its
@@ -216,7 +218,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._initial_offsets: dict | None = None  # resolved once per query (see initialOffset)
         self._group_committed: Offsets = {}  # commitOffsetsToGroup: what this process committed
         self._group_partition: TopicPartition | None = None  # where the group's commits go
-        if options.commit_to_group is not None:
+        if options.commit_to_group is not None and options.bootstrap_servers is None:
             check_can_commit(options.path, options.commit_to_group)
 
     def _planning(self, plan: Callable[[KafkaOffsetReader], T]) -> T:
@@ -484,9 +486,13 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         changed = {tp: o for tp, o in offsets.items() if self._group_committed.get(tp) != o}
         if not changed:
             return
-        self._group_partition = commit_group_offsets(
-            self.options.path, group, changed, partition=self._group_partition
-        )
+        if self.options.bootstrap_servers is None:
+            self._group_partition = commit_group_offsets(
+                self.options.path, group, changed, partition=self._group_partition
+            )
+        else:
+            with source_of(self.options).open() as cluster:
+                cluster.commit_offsets(group, changed)  # type: ignore[attr-defined]
         self._group_committed.update(changed)
 
 

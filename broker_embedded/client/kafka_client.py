@@ -40,7 +40,7 @@ from __future__ import annotations
 import socket
 import struct
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -65,7 +65,7 @@ PRODUCE, FETCH, LIST_OFFSETS, METADATA = 0, 1, 2, 3
 FETCH_MAX_WAIT_MS = 500  # Kafka consumer's fetch.max.wait.ms default
 FETCH_MAX_WAIT = timedelta(milliseconds=FETCH_MAX_WAIT_MS)
 CREATE_TOPICS, DELETE_TOPICS, DESCRIBE_CONFIGS, CREATE_PARTITIONS = 19, 20, 32, 37
-OFFSET_FETCH, FIND_COORDINATOR, DESCRIBE_GROUPS, LIST_GROUPS = 9, 10, 15, 16
+OFFSET_COMMIT, OFFSET_FETCH, FIND_COORDINATOR, DESCRIBE_GROUPS, LIST_GROUPS = 8, 9, 10, 15, 16
 INIT_PRODUCER_ID = 22
 ADD_PARTITIONS_TO_TXN, ADD_OFFSETS_TO_TXN, END_TXN, TXN_OFFSET_COMMIT = 24, 25, 26, 28
 # What this client can build and read (topic names, not ids: Fetch v13+ and DeleteTopics v6+
@@ -74,7 +74,8 @@ CLIENT_VERSIONS = {
     PRODUCE: (3, 9), FETCH: (4, 12), LIST_OFFSETS: (2, 7), METADATA: (1, 12),
     API_VERSIONS_KEY: (0, 3), CREATE_TOPICS: (2, 7), DELETE_TOPICS: (1, 5),
     DESCRIBE_CONFIGS: (1, 4), CREATE_PARTITIONS: (0, 3),
-    OFFSET_FETCH: (2, 7), FIND_COORDINATOR: (1, 3), DESCRIBE_GROUPS: (0, 5), LIST_GROUPS: (0, 4),
+    OFFSET_COMMIT: (2, 8), OFFSET_FETCH: (2, 7), FIND_COORDINATOR: (1, 3),
+    DESCRIBE_GROUPS: (0, 5), LIST_GROUPS: (0, 4),
     INIT_PRODUCER_ID: (0, 5), ADD_PARTITIONS_TO_TXN: (0, 3), ADD_OFFSETS_TO_TXN: (0, 3),
     END_TXN: (0, 3), TXN_OFFSET_COMMIT: (0, 3),
 }  # fmt: skip
@@ -699,6 +700,36 @@ class KafkaClient:
             return out
 
         return self.to_coordinator(group_id, call)
+
+    def commit_offsets(self, group_id: str, offsets: Mapping[tuple[str, int], int]) -> None:
+        """Commit ``offsets`` (the next offset to read, by (topic, partition)) as ``group_id``'s,
+        as a consumer that assigns its partitions itself commits (OffsetCommit with generation
+        -1 and no member id: a group with offsets and no members). A partition's error is
+        raised naming it."""
+        by_topic: dict[str, list[tuple[int, int]]] = {}
+        for (topic, partition), offset in sorted(offsets.items()):
+            by_topic.setdefault(topic, []).append((partition, offset))
+
+        def build(types: Any) -> dict[str, Any]:
+            topics = tuple(
+                make(types.OffsetCommitRequestTopic, name=topic, partitions=tuple(
+                    make(types.OffsetCommitRequestPartition, partition_index=p,
+                         committed_offset=o, committed_leader_epoch=-1, committed_metadata="")
+                    for p, o in parts))
+                for topic, parts in by_topic.items()
+            )  # fmt: skip
+            return {"group_id": group_id, "generation_id_or_member_epoch": -1, "member_id": "",
+                    "group_instance_id": None, "topics": topics}  # fmt: skip
+
+        def call(c: BrokerConnection) -> None:
+            response = c.request(OFFSET_COMMIT, build)
+            for t in response.topics:
+                for p in t.partitions:
+                    _check(p.error_code, c, t.name, p.partition_index,
+                           f"OffsetCommit of group {group_id!r}")  # fmt: skip
+
+        if by_topic:
+            self.to_coordinator(group_id, call)
 
 
 def _check(

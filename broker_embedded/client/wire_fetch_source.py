@@ -11,6 +11,11 @@ schemas, the server's too):
   latest (-1) the high watermark or, with ``isolation_level`` 1 (read_committed), the last
   stable offset; a timestamp the first offset whose record timestamp is >= it, kept only below
   latest (as Kafka's ListOffsets does for a consumer; ``None`` otherwise);
+- ``committed_offsets`` / ``commit_offsets``: a consumer group's offsets at the group's
+  coordinator (FindCoordinator, then OffsetFetch / OffsetCommit with generation -1 and no
+  member id, as a consumer that assigns its own partitions commits), for the data source's
+  ``startingOffsets=group:<id>`` and ``commitOffsetsToGroup``; not part of :class:`FetchSource`
+  (a log dir keeps them in its ``__consumer_offsets``, read and written by datasource/);
 - ``fetch``: one Fetch v4+ of the one partition (min bytes 1, max wait 500 ms: at once when
   there are records from the offset; ``max_bytes`` as both
   the request's and the partition's limit, no fetch session): the response's records bytes go to
@@ -43,6 +48,7 @@ before it uses the client itself).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -164,6 +170,22 @@ class WireFetchSource:
         return self._call(self._client.list_offset, f"ListOffsets at timestamp {timestamp}", tp,
                           None, tp.topic, tp.partition, timestamp,
                           isolation_level=int(isolation))  # fmt: skip
+
+    # -- a consumer group's committed offsets (the cluster's group coordinator) --------------------
+
+    def committed_offsets(self, group_id: str) -> dict[TopicPartition, int]:
+        """Every committed offset of ``group_id`` (OffsetFetch; -1, no offset, left out)."""
+        self._settle()
+        found = self._call(self._client.committed_offsets, f"OffsetFetch of group {group_id!r}",
+                           None, None, group_id)  # fmt: skip
+        return {TopicPartition(t, p): o for (t, p), o in found.items() if o >= 0}
+
+    def commit_offsets(self, group_id: str, offsets: Mapping[TopicPartition, int]) -> None:
+        """Commit ``offsets`` as ``group_id``'s (OffsetCommit, generation -1, no member id)."""
+        self._settle()
+        values = {(tp.topic, tp.partition): o for tp, o in offsets.items()}
+        self._call(self._client.commit_offsets, f"OffsetCommit of group {group_id!r}", None,
+                   None, group_id, values)  # fmt: skip
 
     # -- fetching ----------------------------------------------------------------------------------
 

@@ -30,12 +30,14 @@ from broker_embedded.coordinator.group_metadata_record import (
     encode_key,
     encode_value,
 )
+from broker_embedded.storage.fetch_data_info import IsolationLevel
 from broker_embedded.storage.log_dir import LogDir
 from broker_embedded.storage.log_dir_fetch_source import LogDirSource
 from broker_embedded.storage.topic_partition import TopicPartition
 from datasource import group_offsets
 from datasource.errors import DataLossError, GroupOffsetsError, InvalidOptionError
 from datasource.group_commit import commit_group_offsets
+from datasource.kafka_offset_reader import KafkaOffsetReader, source_of
 from datasource.kafka_source_options import KafkaSourceOptions
 from datasource.offset_spec import GroupOffsets
 from spark_kafkalog import groups_command
@@ -127,6 +129,11 @@ def commit_records(path: Path, group: str) -> list[tuple[str, int, int, int]]:
 
 
 # -- options ---------------------------------------------------------------------------------------
+
+
+def parse_wire(bootstrap: str, starting: str) -> KafkaSourceOptions:
+    return KafkaSourceOptions.parse({"kafka.bootstrap.servers": bootstrap, "subscribe": "orders",
+                                     "startingOffsets": starting})  # fmt: skip
 
 
 def parse(streaming: bool | None = False, **options: str) -> KafkaSourceOptions:
@@ -449,8 +456,9 @@ def test_commit_to_a_log_dir_a_broker_owns_fails(spark, tmp_path: Path) -> None:
     owner = f"pid {os.getpid()} on host {socket.gethostname()} (kafkalog broker 0)"
     assert (
         f"option commitOffsetsToGroup='g': cannot commit the query's offsets to log dir {path}: "
-        f"another process owns it ({owner}), and a log dir takes one writer. Commit through that "
-        "server with a Kafka client instead, or remove the option commitOffsetsToGroup"
+        f"another process owns it ({owner}), and a log dir takes one writer. Read through that "
+        "server (kafka.bootstrap.servers), which commits over the protocol, or remove the option "
+        "commitOffsetsToGroup"
     ) in str(e.value)
 
 
@@ -491,11 +499,74 @@ def test_a_large_commit_is_split_into_batches(log_dir: Path, tmp_path: Path) -> 
     assert sizes == [11_397, 603]
 
 
-def test_commit_to_group_is_refused_over_the_wire() -> None:
-    with pytest.raises(InvalidOptionError) as e:
-        KafkaSourceOptions.parse({"kafka.bootstrap.servers": "h:9092", "subscribe": "orders",
-                                  "commitOffsetsToGroup": "g"}, streaming=True)  # fmt: skip
+# -- over the Kafka protocol: the cluster's group coordinator --------------------------------------
+
+
+@pytest.fixture
+def cluster(tmp_path: Path):
+    """``orders`` of :func:`build` behind a ``kafkalog serve`` on 127.0.0.1; group ``app``
+    committed by confluent-kafka (orders-0 at 4, orders-1 at 6, nothing for orders-2)."""
+    ck = pytest.importorskip("confluent_kafka")
+    from tests.broker_embedded.server._serve import served
+
+    with served(build(tmp_path / "served")) as running:
+        consumer = ck.Consumer({"bootstrap.servers": running.bootstrap, "group.id": "app"})
+        try:
+            offsets = [ck.TopicPartition("orders", 0, 4), ck.TopicPartition("orders", 1, 6)]
+            consumer.commit(offsets=offsets, asynchronous=False)
+        finally:
+            consumer.close()
+        yield running.bootstrap
+
+
+def committed_by_confluent(bootstrap: str, group: str) -> dict[int, int]:
+    """What confluent-kafka reads back as ``group``'s committed offsets of ``orders``."""
+    import confluent_kafka as ck
+
+    consumer = ck.Consumer({"bootstrap.servers": bootstrap, "group.id": group})
+    try:
+        got = consumer.committed([ck.TopicPartition("orders", p) for p in range(3)], timeout=30)
+    finally:
+        consumer.close()
+    return {tp.partition: tp.offset for tp in got if tp.offset >= 0}
+
+
+def test_a_read_over_the_wire_starts_at_the_coordinators_offsets(spark, cluster: str) -> None:
+    df = (spark.read.format("kafkalog").option("kafka.bootstrap.servers", cluster)
+          .option("subscribe", "orders").option("startingOffsets", "group:app")
+          .option("startingOffsetsByGroupFallback", "earliest").load())  # fmt: skip
+    rows = sorted((r.partition, r.offset, bytes(r.value)) for r in df.collect())
+    assert rows == expected({0: 4, 1: 6, 2: 0})
+    with pytest.raises(GroupOffsetsError) as e:
+        cluster_source = source_of(parse_wire(cluster, "group:nobody"))
+        with KafkaOffsetReader(cluster_source, IsolationLevel.READ_UNCOMMITTED) as offsets:
+            offsets.committed_offsets("nobody")
     assert str(e.value) == (
-        "option commitOffsetsToGroup writes the log dir's __consumer_offsets; it is not "
-        "available with kafka.bootstrap.servers yet"
+        f"startingOffsets=group:nobody: group 'nobody' has no committed offsets at "
+        f"Kafka cluster {cluster} (OffsetFetch from its coordinator)"
     )
+
+
+def test_a_stream_over_the_wire_commits_its_progress_to_a_group(
+    spark, cluster: str, tmp_path: Path
+) -> None:
+    def run(checkpoint: Path, **options: str) -> list[tuple]:
+        collected: list[tuple] = []
+
+        def sink(df, _batch_id: int) -> None:
+            collected.extend(sorted((r.partition, r.offset) for r in df.collect()))
+
+        q = (spark.readStream.format("kafkalog").option("kafka.bootstrap.servers", cluster)
+             .option("subscribe", "orders").option("commitOffsetsToGroup", "spark-orders")
+             .options(**options).load()
+             .writeStream.foreachBatch(sink).option("checkpointLocation", str(checkpoint))
+             .trigger(availableNow=True).start())  # fmt: skip
+        assert q.awaitTermination(120), "availableNow did not stop"
+        assert q.exception() is None
+        return collected
+
+    got = run(tmp_path / "ck", startingOffsets="group:app", maxOffsetsPerTrigger="5",
+              startingOffsetsByGroupFallback="earliest")  # fmt: skip
+    assert sorted(got) == [(p, o) for p, o, _ in expected({0: 4, 1: 6, 2: 0})]
+    assert committed_by_confluent(cluster, "spark-orders") == SIZES
+    assert committed_by_confluent(cluster, "app") == {0: 4, 1: 6}  # untouched

@@ -9,7 +9,7 @@ so FindCoordinator names the broker asked):
 | Heartbeat | 12 | 0-4 | at once |
 | LeaveGroup | 13 | 0-5 | at once (v3+ a batch of members) |
 | ListGroups | 16 | 0-5 | at once (v4+ states filter, v5+ types filter) |
-| DescribeGroups | 15 | 0-5 | at once (an unknown group: state Dead, no members, error 0) |
+| DescribeGroups | 15 | 0-6 | at once (unknown group: Dead, no members; v6+ GROUP_ID_NOT_FOUND) |
 | DeleteGroups | 42 | 0-2 | at once |
 | OffsetDelete | 47 | 0 | at once (UNKNOWN_TOPIC_OR_PARTITION for a topic that does not exist) |
 
@@ -41,7 +41,9 @@ from broker_embedded.coordinator.group_coordinator import (
     JoinRequest,
     MemberIdentity,
 )
+from broker_embedded.coordinator.group_errors import GroupIdNotFoundError
 from broker_embedded.coordinator.group_metadata import (
+    GroupState,
     JoinResult,
     Protocol,
     SyncResult,
@@ -73,7 +75,7 @@ VERSIONS = {
     HEARTBEAT: (0, 4),
     LEAVE_GROUP: (0, 5),
     LIST_GROUPS: (0, 5),
-    DESCRIBE_GROUPS: (0, 5),
+    DESCRIBE_GROUPS: (0, 6),
     DELETE_GROUPS: (0, 2),
     OFFSET_DELETE: (0, 0),
 }
@@ -323,11 +325,14 @@ def describe_groups_response(
             if error is not None:
                 raise error
             g = coordinator.describe_group(group_id)
+            if g.state is GroupState.DEAD and request.header.api_version >= 6:
+                raise GroupIdNotFoundError(f"Group {group_id} not found.")
         except KafkaApiError as e:
+            state = GroupState.DEAD.value if isinstance(e, GroupIdNotFoundError) else ""
             described.append(make(types.DescribedGroup, error_code=error_code(e),
-                                  group_id=group_id, group_state="", protocol_type="",
-                                  protocol_data="", members=(),
-                                  authorized_operations=operations))  # fmt: skip
+                                  error_message=str(e) if state else None, group_id=group_id,
+                                  group_state=state, protocol_type="", protocol_data="",
+                                  members=(), authorized_operations=operations))  # fmt: skip
             continue
         members = tuple(
             make(types.DescribedGroupMember, member_id=m.member_id,

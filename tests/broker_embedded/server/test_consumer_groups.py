@@ -265,3 +265,33 @@ def committed(bootstrap: str, group: str) -> list[int]:
                                                 TIMEOUT_S)]  # fmt: skip
     finally:
         c.close()
+
+
+def test_describe_groups_v6_answers_an_unknown_group_not_found(tmp_path):
+    """KIP-1043: DescribeGroups v6 answers a group that does not exist with GROUP_ID_NOT_FOUND
+    and a message; v5 and older with state Dead and no error, as before."""
+    from kio.schema.describe_groups.v5.request import DescribeGroupsRequest as V5
+    from kio.schema.describe_groups.v6.request import DescribeGroupsRequest as V6
+
+    from benchmarks._fuzz_wire import decode_response
+    from tests.broker_embedded.server._net import RawClient, request_frame
+
+    with served(tmp_path, **GROUP_BROKER_CONFIG) as s:
+        _create(s.bootstrap, partitions=1)
+        simple = ck.Consumer(consumer_config(s.bootstrap, "simple"))
+        simple.commit(offsets=[ck.TopicPartition(TOPIC, 0, 3)], asynchronous=False)
+        simple.close()
+        got = {}
+        with RawClient(s.server) as c:
+            for request in (V5, V6):
+                message = request(groups=("nobody", "simple"), include_authorized_operations=False)
+                frame = request_frame(message, 7)
+                body = decode_response(frame[4:], c.call(message, 7))
+                got[message.__version__] = [
+                    (g.group_id, g.error_code, getattr(g, "error_message", "-"), g.group_state)
+                    for g in body.groups
+                ]
+    assert got == {
+        5: [("nobody", 0, "-", "Dead"), ("simple", 0, "-", "Empty")],
+        6: [("nobody", 69, "Group nobody not found.", "Dead"), ("simple", 0, None, "Empty")],
+    }
