@@ -20,6 +20,8 @@ from broker_embedded.server.security.authorizer import (
     ResourceType,
     parse_super_users,
 )
+from broker_embedded.server.security.security_config import SecurityConfig
+from broker_embedded.storage.log_config import InvalidConfigError
 
 Op = AclOperation
 T = ResourceType
@@ -158,3 +160,18 @@ def test_invalid_bindings_are_refused(tmp_path, binding: AclBinding, problem: st
     with pytest.raises(AclError, match=problem):
         AclStore(tmp_path).add([binding])
     assert not (tmp_path / "acls.json").exists()
+
+
+def test_authorizer_settings() -> None:
+    table = {
+        "authorizer.class.name": "kafka.security.authorizer.AclAuthorizer",
+        "super.users": "User:admin",
+        "allow.everyone.if.no.acl.found": True,
+    }
+    config = SecurityConfig.from_mapping(table, "b.toml")
+    assert config.authorizes and config.allow_everyone_if_no_acl_found
+    assert not SecurityConfig().authorizes
+    with pytest.raises(InvalidConfigError, match="true or false"):
+        SecurityConfig.from_mapping({"allow.everyone.if.no.acl.found": "true"}, "b.toml")
+    with pytest.raises(InvalidConfigError, match="authorizer.class.name must be empty"):
+        SecurityConfig.from_mapping({"authorizer.class.name": "x.Y"}, "b.toml")
