@@ -454,3 +454,10 @@ class IllegalGenerationError(KafkaApiError):
 
     code = 22
     name = "ILLEGAL_GENERATION"
+
+
+class TopicAuthorizationFailedError(KafkaApiError):
+    """The principal may not do this to the topic (TOPIC_AUTHORIZATION_FAILED, 29)."""
+
+    code = 29
+    name = "TOPIC_AUTHORIZATION_FAILED"

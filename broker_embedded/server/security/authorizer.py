@@ -49,10 +49,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from broker_embedded.errors import KafkaApiError
+from broker_embedded.server.security.security_config import SecurityConfig
 from broker_embedded.storage.log_dir import ACLS_FILE, ACLS_LOCK
 
 MAX_ACLS = 100_000
 MAX_CACHED = 100_000
+REFRESH_MS = 100  # how stale a server's view of acls.json may be
 CLUSTER_NAME = "kafka-cluster"  # the Cluster resource's one name, as Kafka's
 WILDCARD = "*"
 WILDCARD_PRINCIPAL = "User:*"
@@ -241,7 +243,7 @@ class AclBindingFilter:
 class AclStore:
     """The ACL bindings of one log dir (module docstring)."""
 
-    def __init__(self, log_dir: str | Path, refresh_ms: int = 1000) -> None:
+    def __init__(self, log_dir: str | Path, refresh_ms: int = REFRESH_MS) -> None:
         self.path = Path(log_dir) / ACLS_FILE
         self._refresh_s = refresh_ms / 1000
         self._lock = threading.Lock()
@@ -323,6 +325,15 @@ class AclStore:
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, self.path)
+
+
+def authorizer_for(security: SecurityConfig, log_dir: str | Path) -> Authorizer | None:
+    """The authorizer ``security`` configures over ``log_dir``'s ACLs (None: authorization
+    off, every request allowed)."""
+    if not security.authorizes:
+        return None
+    return Authorizer(AclStore(log_dir), parse_super_users(security.super_users),
+                      security.allow_everyone_if_no_acl_found)  # fmt: skip
 
 
 def parse_super_users(text: str) -> frozenset[str]:
