@@ -67,6 +67,7 @@ FETCH_MAX_WAIT = timedelta(milliseconds=FETCH_MAX_WAIT_MS)
 CREATE_TOPICS, DELETE_TOPICS, DESCRIBE_CONFIGS, CREATE_PARTITIONS = 19, 20, 32, 37
 OFFSET_FETCH, FIND_COORDINATOR, DESCRIBE_GROUPS, LIST_GROUPS = 9, 10, 15, 16
 INIT_PRODUCER_ID = 22
+DESCRIBE_ACLS, CREATE_ACLS, DELETE_ACLS = 29, 30, 31
 # What this client can build and read (topic names, not ids: Fetch v13+ and DeleteTopics v6+
 # name topics by id).
 CLIENT_VERSIONS = {
@@ -75,6 +76,7 @@ CLIENT_VERSIONS = {
     DESCRIBE_CONFIGS: (1, 4), CREATE_PARTITIONS: (0, 3),
     OFFSET_FETCH: (2, 7), FIND_COORDINATOR: (1, 3), DESCRIBE_GROUPS: (0, 5), LIST_GROUPS: (0, 4),
     INIT_PRODUCER_ID: (0, 5),
+    DESCRIBE_ACLS: (1, 3), CREATE_ACLS: (1, 3), DELETE_ACLS: (1, 3),  # `kafkalog acls`
 }  # fmt: skip
 EARLIEST, LATEST = -2, -1  # ListOffsets timestamps
 DEBUGGING_REPLICA_ID = -2  # ListOffsets up to the log end offset (Kafka's debugging id)

@@ -333,3 +333,66 @@ def test_kafka_python_over_sasl_ssl_with_acls(server, acls, pki):
     values = [m.value for _, m in zip(range(10), consumer, strict=False)]
     consumer.close()
     assert values == [b"v%d" % i for i in range(10)]
+
+
+# --- kafkalog acls ---------------------------------------------------------------------------
+
+ADDED = (
+    "Adding ACLs for resource `ResourcePattern(resourceType=TOPIC, name=cli-, "
+    "patternType=PREFIXED)`: \n"
+    " \t(principal=User:alice, host=*, operation=READ, permissionType=ALLOW)\n"
+    " \t(principal=User:bob, host=*, operation=READ, permissionType=ALLOW)\n\n"
+)
+LISTED = (
+    "Current ACLs for resource `ResourcePattern(resourceType=TOPIC, name=cli-, "
+    "patternType=PREFIXED)`: \n"
+    " \t(principal=User:alice, host=*, operation=READ, permissionType=ALLOW)\n"
+    " \t(principal=User:bob, host=*, operation=READ, permissionType=ALLOW)\n\n"
+)
+REMOVED = (
+    "Removed ACLs for resource `ResourcePattern(resourceType=TOPIC, name=cli-, "
+    "patternType=PREFIXED)`: \n"
+    " \t(principal=User:bob, host=*, operation=READ, permissionType=ALLOW)\n\n"
+)
+
+
+def _acls_round(target: list[str], capsys) -> None:
+    from spark_kafkalog import cli
+
+    resource = ["--topic", "cli-", "--resource-pattern-type", "prefixed"]
+    add = ["acls", "add", *target, *resource, "--operation", "Read",
+           "--allow-principal", "User:alice", "--allow-principal", "User:bob"]  # fmt: skip
+    assert cli.main(add) == 0
+    assert capsys.readouterr().out == ADDED
+    assert cli.main(["acls", "list", *target, *resource]) == 0
+    assert capsys.readouterr().out == LISTED
+    remove = ["acls", "remove", *target, *resource, "--allow-principal", "User:bob"]
+    assert cli.main(remove) == 0
+    assert capsys.readouterr().out == REMOVED
+    assert cli.main(["acls", "remove", *target, *resource]) == 0
+    assert capsys.readouterr().out == REMOVED.replace("bob", "alice")
+
+
+def test_acls_command_on_a_log_dir(tmp_path, capsys):
+    _acls_round(["--log-dir", str(tmp_path)], capsys)
+    assert AclStore(tmp_path).acls() == ()
+
+
+def test_acls_command_over_the_wire(server, acls, tmp_path, capsys):
+    props = tmp_path / "admin.properties"
+    props.write_text(
+        "security.protocol=SASL_PLAINTEXT\nsasl.mechanism=SCRAM-SHA-512\n"
+        "sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required "
+        'username="admin" password="admin-pw";\n'
+    )
+    bootstrap = f"127.0.0.1:{port(server, 'SASL_PLAINTEXT')}"
+    _acls_round(["--bootstrap-server", bootstrap, "--command-config", str(props)], capsys)
+    props.write_text(props.read_text().replace("admin", "bob"))
+    from spark_kafkalog import cli
+
+    code = cli.main(["acls", "list", "--bootstrap-server", bootstrap, "--command-config",
+                     str(props)])  # fmt: skip
+    assert code == 1
+    assert capsys.readouterr().err == (
+        "kafkalog acls: DescribeAcls failed: CLUSTER_AUTHORIZATION_FAILED\n"
+    )
