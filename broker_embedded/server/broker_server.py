@@ -63,7 +63,7 @@ class BrokerServer:
         if any(listener.protocol.uses_sasl for listener in self.listeners):
             register_sasl_apis(self.apis)
         if credentials is not None:
-            register_scram_apis(self.apis, credentials)
+            register_scram_apis(self.apis, credentials, authorizer)
         if authorizer is not None:
             register_acl_apis(self.apis, authorizer)
         if register_apis is not None:

@@ -34,7 +34,13 @@ from types import ModuleType
 from kio.schema.errors import ErrorCode
 
 from broker_embedded.broker import Broker
-from broker_embedded.errors import KafkaApiError, PolicyViolationError
+from broker_embedded.errors import (
+    GroupAuthorizationFailedError,
+    KafkaApiError,
+    PolicyViolationError,
+    TopicAuthorizationFailedError,
+    TransactionalIdAuthorizationFailedError,
+)
 from broker_embedded.protocol.schemas import make  # noqa: F401 (the handlers import it here)
 from broker_embedded.server.protocol import response_schema
 from broker_embedded.server.request_channel import Request
@@ -84,6 +90,36 @@ class ApiContext:
         authorization off)?"""
         return self.authorizer is None or allowed(
             self.authorizer, request, operation, resource_type, name
+        )
+
+    def topic_refusal(
+        self, request: Request, operation: AclOperation, topic: str
+    ) -> TopicAuthorizationFailedError | None:
+        """TOPIC_AUTHORIZATION_FAILED when the principal may not do ``operation`` on ``topic``."""
+        if self.allowed(request, operation, ResourceType.TOPIC, topic):
+            return None
+        return TopicAuthorizationFailedError(
+            f"{request.principal} may not {operation.name} topic {topic!r}"
+        )
+
+    def txn_refusal(
+        self, request: Request, txn_id: str
+    ) -> TransactionalIdAuthorizationFailedError | None:
+        """TRANSACTIONAL_ID_AUTHORIZATION_FAILED without Write on the transactional id."""
+        if self.allowed(request, AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, txn_id):
+            return None
+        return TransactionalIdAuthorizationFailedError(
+            f"{request.principal} may not Write transactional id {txn_id!r}"
+        )
+
+    def group_refusal(
+        self, request: Request, operation: AclOperation, group: str
+    ) -> GroupAuthorizationFailedError | None:
+        """GROUP_AUTHORIZATION_FAILED when the principal may not do ``operation`` on ``group``."""
+        if self.allowed(request, operation, ResourceType.GROUP, group):
+            return None
+        return GroupAuthorizationFailedError(
+            f"{request.principal} may not {operation.name} group {group!r}"
         )
 
     @property

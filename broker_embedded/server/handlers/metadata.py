@@ -62,6 +62,7 @@ from broker_embedded.server.handlers.api_context import (
     make,
     response_types,
 )
+from broker_embedded.server.handlers.create_topics import creatable
 from broker_embedded.server.kafka_apis import KafkaApis
 from broker_embedded.server.protocol import InvalidRequestError
 from broker_embedded.server.request_channel import Request
@@ -157,12 +158,6 @@ def _describable(ctx: ApiContext, request: Request, name: str) -> bool:
     return ctx.allowed(request, AclOperation.DESCRIBE, ResourceType.TOPIC, name)
 
 
-def _creatable(ctx: ApiContext, request: Request, name: str) -> bool:
-    return ctx.allowed(request, AclOperation.CREATE, ResourceType.CLUSTER) or ctx.allowed(
-        request, AclOperation.CREATE, ResourceType.TOPIC, name
-    )
-
-
 def _requested(
     ctx: ApiContext, request: Request, types: ModuleType, topic: Any, auto_create: bool
 ) -> Any:
@@ -180,7 +175,7 @@ def _requested(
         return _topic(types, ctx.broker.describe_topic(name))
     except KafkaApiError as e:
         if auto_create and _auto_create_enabled(ctx):
-            if not _creatable(ctx, request, name):
+            if not creatable(ctx, request, name):
                 return _error(types, name, ErrorCode.topic_authorization_failed)
             return _auto_create(ctx, types, name)
         return _error(types, name, error_code(e))

@@ -70,8 +70,6 @@ from broker_embedded.errors import (
     KafkaApiError,
     NotLeaderOrFollowerError,
     RecordValidationError,
-    TopicAuthorizationFailedError,
-    TransactionalIdAuthorizationFailedError,
     UnknownTopicIdError,
     UnsupportedCompressionTypeError,
 )
@@ -88,7 +86,7 @@ from broker_embedded.server.handlers.metadata import LeaderNode, current_leader,
 from broker_embedded.server.kafka_apis import KafkaApis
 from broker_embedded.server.protocol import response_schema
 from broker_embedded.server.request_channel import Request, Response
-from broker_embedded.server.security.authorizer import AclOperation, ResourceType
+from broker_embedded.server.security.authorizer import AclOperation
 from broker_embedded.storage.topic_partition import TopicPartition
 
 API_KEY = 0
@@ -102,7 +100,6 @@ _ATTRIBUTES_AT = 21
 _V2_HEADER_SIZE = 61
 _ZSTD = 4
 WRITE = AclOperation.WRITE
-TOPIC, TRANSACTIONAL_ID = ResourceType.TOPIC, ResourceType.TRANSACTIONAL_ID
 
 # A partition of the request: its topic partition (appended) or the error it is answered with.
 Slot = TopicPartition | KafkaApiError
@@ -140,18 +137,11 @@ def _refusal(ctx: ApiContext, request: Request) -> Callable[[str], KafkaApiError
     TransactionalId for transactional records, then Write on the topic, as Kafka's
     ``handleProduceRequest`` checks."""
     txn_id = getattr(request.body, "transactional_id", None)
-    if txn_id is not None and not ctx.allowed(request, WRITE, TRANSACTIONAL_ID, txn_id):
-        error = TransactionalIdAuthorizationFailedError(
-            f"{request.principal} may not Write transactional id {txn_id!r}"
-        )
+    error = None if txn_id is None else ctx.txn_refusal(request, txn_id)
+    if error is not None:
         return lambda _name: error
 
-    def refused(name: str) -> KafkaApiError | None:
-        if ctx.allowed(request, WRITE, TOPIC, name):
-            return None
-        return TopicAuthorizationFailedError(f"{request.principal} may not Write topic {name!r}")
-
-    return refused
+    return lambda name: ctx.topic_refusal(request, WRITE, name)
 
 
 def _layout(

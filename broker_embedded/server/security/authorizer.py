@@ -370,6 +370,28 @@ class Authorizer:
             self._cache[key] = decision
         return decision
 
+    def authorize_any(
+        self, principal: str, host: str, operation: AclOperation, resource_type: ResourceType
+    ) -> bool:
+        """May the principal do ``operation`` on some resource of the type (Kafka's
+        ``authorizeByResourceType``, simplified: an ALLOW entry for it, or All, that a DENY of
+        the ``*`` literal does not cancel)? Not cached: InitProducerId asks it once."""
+        if principal in self.super_users:
+            return True
+        allowing, denying = False, False
+        ops = (operation, AclOperation.ALL)
+        for b in self.store.acls():
+            e = b.entry
+            if b.pattern.resource_type != resource_type or e.operation not in ops:
+                continue
+            if not e.applies(principal, host):
+                continue
+            if e.permission == AclPermissionType.ALLOW:
+                allowing = True
+            elif b.pattern.name == WILDCARD and b.pattern.pattern_type == PatternType.LITERAL:
+                denying = True
+        return allowing and not denying
+
     def _decide(
         self, principal: str, host: str, operation: AclOperation,
         resource_type: ResourceType, name: str,
