@@ -40,7 +40,6 @@ from __future__ import annotations
 import enum
 import fcntl
 import json
-import os
 import threading
 import time
 from collections.abc import Iterable, Iterator
@@ -49,6 +48,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from broker_embedded.errors import KafkaApiError
+from broker_embedded.server.security.json_file import file_stat, write_json
 from broker_embedded.server.security.security_config import SecurityConfig
 from broker_embedded.storage.log_dir import ACLS_FILE, ACLS_LOCK
 
@@ -284,7 +284,7 @@ class AclStore:
             return
         with self._lock:
             self._checked = now
-            stat = self._file_stat()
+            stat = file_stat(self.path)
             if stat != self._stat:
                 self._acls = tuple(self._read()) if stat is not None else ()
                 self._stat = stat
@@ -301,13 +301,6 @@ class AclStore:
             self._write(acls)
         self._refresh(force=True)
 
-    def _file_stat(self) -> tuple[int, int, int] | None:
-        try:
-            st = os.stat(self.path)
-        except FileNotFoundError:
-            return None
-        return st.st_ino, st.st_mtime_ns, st.st_size
-
     def _read(self) -> list[AclBinding]:
         try:
             data = json.loads(self.path.read_text("utf-8"))
@@ -318,13 +311,7 @@ class AclStore:
             raise AclError(f"{self.path} is not an ACL file: {e}") from None
 
     def _write(self, acls: list[AclBinding]) -> None:
-        tmp = self.path.with_suffix(".tmp")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w") as f:
-            json.dump({"version": 1, "acls": [b.to_json() for b in acls]}, f, indent=1)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, self.path)
+        write_json(self.path, {"version": 1, "acls": [b.to_json() for b in acls]})
 
 
 def authorizer_for(security: SecurityConfig, log_dir: str | Path) -> Authorizer | None:

@@ -12,6 +12,13 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
+from confluent_kafka import KafkaException
+from confluent_kafka.admin import AclBinding as CkBinding
+from confluent_kafka.admin import AclBindingFilter as CkFilter
+from confluent_kafka.admin import AclOperation as CkOp
+from confluent_kafka.admin import AclPermissionType as CkPerm
+from confluent_kafka.admin import AdminClient, ResourcePatternType
+from confluent_kafka.admin import ResourceType as CkType
 from kio.schema.describe_acls.v3.request import DescribeAclsRequest
 from kio.schema.describe_acls.v3.response import DescribeAclsResponse
 from kio.schema.errors import ErrorCode
@@ -31,6 +38,7 @@ from broker_embedded.server.security.authorizer import (
     REFRESH_MS,
     AccessControlEntry,
     AclBinding,
+    AclBindingFilter,
     AclOperation,
     AclPermissionType,
     AclStore,
@@ -114,7 +122,7 @@ def allow(
 
 
 def create_topic(server: BrokerServer, topic: str) -> None:
-    from confluent_kafka.admin import AdminClient, NewTopic
+    from confluent_kafka.admin import NewTopic
 
     admin = AdminClient(admin_options(server, "admin"))
     for future in admin.create_topics([NewTopic(topic, 1, 1)]).values():
@@ -139,24 +147,6 @@ def batch(value: bytes) -> bytes:
 
 
 def test_confluent_admin_creates_describes_and_deletes_acls(server):
-    from confluent_kafka.admin import (
-        AclBinding as CkBinding,
-    )
-    from confluent_kafka.admin import (
-        AclBindingFilter,
-        AdminClient,
-        ResourcePatternType,
-    )
-    from confluent_kafka.admin import (
-        AclOperation as CkOp,
-    )
-    from confluent_kafka.admin import (
-        AclPermissionType as CkPerm,
-    )
-    from confluent_kafka.admin import (
-        ResourceType as CkType,
-    )
-
     admin = AdminClient(admin_options(server, "admin"))
     bindings = [
         CkBinding(CkType.TOPIC, "ck-", ResourcePatternType.PREFIXED, "User:alice", "*",
@@ -166,11 +156,11 @@ def test_confluent_admin_creates_describes_and_deletes_acls(server):
     ]  # fmt: skip
     for future in admin.create_acls(bindings).values():
         assert future.result(TIMEOUT_S) is None
-    match = AclBindingFilter(CkType.TOPIC, "ck-orders", ResourcePatternType.MATCH, None, None,
+    match = CkFilter(CkType.TOPIC, "ck-orders", ResourcePatternType.MATCH, None, None,
                              CkOp.ANY, CkPerm.ANY)  # fmt: skip
     described = admin.describe_acls(match).result(TIMEOUT_S)
     assert described == [bindings[0]]
-    everything = AclBindingFilter(CkType.ANY, None, ResourcePatternType.ANY, "User:alice", None,
+    everything = CkFilter(CkType.ANY, None, ResourcePatternType.ANY, "User:alice", None,
                                   CkOp.ANY, CkPerm.ANY)  # fmt: skip
     assert sorted(admin.describe_acls(everything).result(TIMEOUT_S)) == sorted(bindings)
     deleted = admin.delete_acls([everything])[everything].result(TIMEOUT_S)
@@ -179,31 +169,12 @@ def test_confluent_admin_creates_describes_and_deletes_acls(server):
 
 
 def test_acl_apis_need_alter_or_describe_on_the_cluster(server, acls):
-    from confluent_kafka import KafkaException
-    from confluent_kafka.admin import (
-        AclBinding as CkBinding,
-    )
-    from confluent_kafka.admin import (
-        AclBindingFilter,
-        AdminClient,
-        ResourcePatternType,
-    )
-    from confluent_kafka.admin import (
-        AclOperation as CkOp,
-    )
-    from confluent_kafka.admin import (
-        AclPermissionType as CkPerm,
-    )
-    from confluent_kafka.admin import (
-        ResourceType as CkType,
-    )
-
     admin = AdminClient(admin_options(server, "bob"))
     binding = CkBinding(CkType.TOPIC, "x", ResourcePatternType.LITERAL, "User:bob", "*",
                         CkOp.READ, CkPerm.ALLOW)  # fmt: skip
     with pytest.raises(KafkaException, match="CLUSTER_AUTHORIZATION_FAILED"):
         admin.create_acls([binding])[binding].result(TIMEOUT_S)
-    every = AclBindingFilter(CkType.ANY, None, ResourcePatternType.ANY, None, None, CkOp.ANY,
+    every = CkFilter(CkType.ANY, None, ResourcePatternType.ANY, None, None, CkOp.ANY,
                              CkPerm.ANY)  # fmt: skip
     with pytest.raises(KafkaException, match="CLUSTER_AUTHORIZATION_FAILED"):
         admin.delete_acls([every])[every].result(TIMEOUT_S)
@@ -493,7 +464,9 @@ MATRIX = {  # API: (alice's code, allowed; bob's code, no ACL)
 @pytest.fixture(scope="module", name="matrix_acls")
 def matrix_acls_fixture(server, log_dir: Path) -> None:
     create_topic(server, "mx")
-    Acls(log_dir, refresh_ms=0).add([
+    store = Acls(log_dir, refresh_ms=0)
+    store.remove(AclBindingFilter())  # the earlier tests' ACLs (User:* may Write dn-*)
+    store.add([
         allow("User:alice", Op.ALL, "mx"),
         allow("User:alice", Op.ALL, "mx-", pattern=PatternType.PREFIXED),
         allow("User:alice", Op.ALL, "mxg", T.GROUP),
