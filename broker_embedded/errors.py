@@ -454,3 +454,24 @@ class IllegalGenerationError(KafkaApiError):
 
     code = 22
     name = "ILLEGAL_GENERATION"
+
+
+class TopicAuthorizationFailedError(KafkaApiError):
+    """The principal may not do this to the topic (TOPIC_AUTHORIZATION_FAILED, 29)."""
+
+    code = 29
+    name = "TOPIC_AUTHORIZATION_FAILED"
+
+
+class GroupAuthorizationFailedError(KafkaApiError):
+    """The principal may not do this to the group (GROUP_AUTHORIZATION_FAILED, 30)."""
+
+    code = 30
+    name = "GROUP_AUTHORIZATION_FAILED"
+
+
+class ClusterAuthorizationFailedError(KafkaApiError):
+    """The principal may not do this to the cluster (CLUSTER_AUTHORIZATION_FAILED, 31)."""
+
+    code = 31
+    name = "CLUSTER_AUTHORIZATION_FAILED"

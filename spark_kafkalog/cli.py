@@ -22,6 +22,10 @@ Subcommands:
                                                  SASL/SCRAM users of kafkalog serve, stored
                                                  salted in DIR (like kafka-configs --entity-type
                                                  users)
+  acls add|list|remove [--topic T | --group G | --transactional-id T | --cluster ...]
+       [--allow-principal P | --deny-principal P ...] [--operation OP ...]
+       [--allow-host H | --deny-host H ...] [--resource-pattern-type literal|prefixed|any|match]
+       --log-dir DIR | --bootstrap-server H:P       the authorizer's ACLs (like kafka-acls)
   groups list | groups describe [--group G ...] --log-dir DIR | --bootstrap-server H:P
                                                  consumer groups, committed offsets, log end
                                                  offsets and lag from __consumer_offsets (like
@@ -285,6 +289,56 @@ def _run_users(args: argparse.Namespace) -> int:
     )  # fmt: skip
 
 
+def _add_acls(sub: argparse._SubParsersAction) -> None:
+    acls = sub.add_parser("acls", help="the authorizer's ACLs (like kafka-acls)")
+    actions = acls.add_subparsers(dest="action", required=True)
+    common = argparse.ArgumentParser(add_help=False)
+    _add_log_dir_or_bootstrap(common)
+    for flag in ("--topic", "--group", "--transactional-id", "--allow-principal",
+                 "--deny-principal", "--allow-host", "--deny-host", "--operation"):  # fmt: skip
+        common.add_argument(flag, action="append", default=[], help="repeatable")
+    common.add_argument("--cluster", action="store_true", help="the Cluster resource")
+    common.add_argument(
+        "--resource-pattern-type",
+        default="literal",
+        help="literal | prefixed (add); also any | match (list, remove)",
+    )
+    actions.add_parser("add", parents=[common], help="add ACLs")
+    listing = actions.add_parser("list", parents=[common], help="list ACLs")
+    listing.add_argument("--principal", help="only this principal's ACLs")
+    remove = actions.add_parser("remove", parents=[common], help="remove ACLs")
+    remove.add_argument("--force", action="store_true", help="accepted; no prompt is asked")
+
+
+def _run_acls(args: argparse.Namespace) -> int:
+    from spark_kafkalog import acls_command
+
+    if (args.log_dir is None) == (args.bootstrap_server is None):
+        raise UsageError("exactly one of --log-dir and --bootstrap-server is required")
+    values = acls_command.AclArgs(
+        tuple(args.topic), tuple(args.group), tuple(args.transactional_id), args.cluster,
+        args.resource_pattern_type, tuple(args.allow_principal), tuple(args.deny_principal),
+        tuple(args.allow_host), tuple(args.deny_host), tuple(args.operation),
+        getattr(args, "principal", None),
+    )  # fmt: skip
+    if args.log_dir is not None:
+        return acls_command.run(args.action, acls_command.LogDirAcls(args.log_dir), values,
+                                sys.stdout)  # fmt: skip
+    wire = _wire()
+    with wire.open_client(args.bootstrap_server, args.command_config) as client:
+        return acls_command.run(args.action, acls_command.WireAcls(client), values, sys.stdout)
+
+
+def _add_log_dir_or_bootstrap(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--log-dir", type=Path, metavar="DIR", help="the Kafka log dir")
+    parser.add_argument(
+        "--bootstrap-server",
+        metavar="HOST:PORT[,...]",
+        help="a running broker (kafkalog serve, or Kafka) instead of --log-dir",
+    )
+    _add_command_config(parser)
+
+
 def _add_groups(sub: argparse._SubParsersAction) -> None:
     groups = sub.add_parser(
         "groups",
@@ -293,13 +347,7 @@ def _add_groups(sub: argparse._SubParsersAction) -> None:
     )
     actions = groups.add_subparsers(dest="action", required=True)
     log_dir = argparse.ArgumentParser(add_help=False)
-    log_dir.add_argument("--log-dir", type=Path, metavar="DIR", help="the Kafka log dir")
-    log_dir.add_argument(
-        "--bootstrap-server",
-        metavar="HOST:PORT[,...]",
-        help="a running broker (kafkalog serve, or Kafka) instead of --log-dir",
-    )
-    _add_command_config(log_dir)
+    _add_log_dir_or_bootstrap(log_dir)
     actions.add_parser("list", parents=[log_dir], help="the consumer group ids")
     describe = actions.add_parser(
         "describe",
@@ -329,6 +377,7 @@ def _parser() -> argparse.ArgumentParser:
     _add_serve(sub, _broker_options(bootstrap=False))
     _add_groups(sub)
     _add_users(sub)
+    _add_acls(sub)
 
     dump = sub.add_parser("dump", help="print and verify Kafka log segments")
     dump.add_argument("paths", nargs="+", type=Path, help="segment file, partition dir or log dir")
@@ -538,6 +587,8 @@ def _run(args: argparse.Namespace) -> int:
         )  # fmt: skip
     if args.command == "users":
         return _run_users(args)
+    if args.command == "acls":
+        return _run_acls(args)
     if args.command == "dump":
         from spark_kafkalog.dump_log import dump
 

@@ -66,6 +66,7 @@ from broker_embedded.record import columnar_decoder
 from broker_embedded.server.broker_server import BrokerServer
 from broker_embedded.server.handlers import register_all
 from broker_embedded.server.handlers.api_context import ApiContext, Node
+from broker_embedded.server.security.authorizer import Authorizer, authorizer_for
 from broker_embedded.server.security.scram_credentials import CredentialStore
 from broker_embedded.server.security.security_config import (
     Listener,
@@ -130,11 +131,13 @@ class ServedBrokers:
         cluster: EmbeddedCluster | None = None,
         security: SecurityConfig | None = None,
         credentials: CredentialStore | None = None,
+        authorizer: Authorizer | None = None,
     ) -> None:
         self._brokers = brokers
         self._config = config
         self._security = security
         self._credentials = credentials
+        self._authorizer = authorizer
         self.cluster = cluster
         self._lock = threading.Lock()
         self._closed = False
@@ -165,9 +168,9 @@ class ServedBrokers:
         """Start broker ``broker_id``'s server; its listener lines. A port the OS picked is
         kept for a restart, so clients' bootstrap lists stay valid."""
         member = self._members[broker_id]
-        ctx = ApiContext(self._brokers()[broker_id], self.nodes, self.cluster_id)
+        ctx = ApiContext(self._brokers()[broker_id], self.nodes, self.cluster_id, self._authorizer)
         server = BrokerServer(self._config, member.endpoints, lambda a: register_all(a, ctx),
-                              self._security, self._credentials)  # fmt: skip
+                              self._security, self._credentials, self._authorizer)  # fmt: skip
         member.server = server.start()
         member.endpoints = tuple(server.listeners)
         return [f"broker {broker_id} listening on {listener}" for listener in server.listeners]
@@ -241,6 +244,7 @@ def open_brokers(
     """Open the log dir(s) (creating them) and wrap them, servers not started yet; SASL
     listeners authenticate against ``log_dir``'s credentials."""
     credentials = CredentialStore(log_dir)
+    authorizer = authorizer_for(security or SecurityConfig(), log_dir)  # the ACLs: log_dir's
     if not 1 <= brokers <= MAX_BROKERS:
         raise CommandError(f"--brokers must be 1..{MAX_BROKERS}, not {brokers}")
     cluster_layout = (log_dir / CLUSTER_MARKER).exists()
@@ -252,7 +256,7 @@ def open_brokers(
             )
         broker = Broker(log_dir, config=config, create=True)
         return ServedBrokers(lambda: {broker.broker_id: broker}, endpoints, config, None,
-                             security, credentials)  # fmt: skip
+                             security, credentials, authorizer)  # fmt: skip
     if (log_dir / "meta.properties").exists():
         raise CommandError(
             f"{log_dir} is the log dir of one broker: serve it without --brokers, or give "
@@ -260,7 +264,7 @@ def open_brokers(
         )
     cluster = EmbeddedCluster(log_dir, brokers, config=config)
     return ServedBrokers(lambda: cluster.brokers, endpoints, config, cluster, security,
-                         credentials)  # fmt: skip
+                         credentials, authorizer)  # fmt: skip
 
 
 def run(

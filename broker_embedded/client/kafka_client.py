@@ -68,6 +68,7 @@ CREATE_TOPICS, DELETE_TOPICS, DESCRIBE_CONFIGS, CREATE_PARTITIONS = 19, 20, 32, 
 OFFSET_COMMIT, OFFSET_FETCH, FIND_COORDINATOR, DESCRIBE_GROUPS, LIST_GROUPS = 8, 9, 10, 15, 16
 INIT_PRODUCER_ID = 22
 ADD_PARTITIONS_TO_TXN, ADD_OFFSETS_TO_TXN, END_TXN, TXN_OFFSET_COMMIT = 24, 25, 26, 28
+DESCRIBE_ACLS, CREATE_ACLS, DELETE_ACLS = 29, 30, 31
 # What this client can build and read (topic names, not ids: Fetch v13+ and DeleteTopics v6+
 # name topics by id).
 CLIENT_VERSIONS = {
@@ -78,6 +79,7 @@ CLIENT_VERSIONS = {
     DESCRIBE_GROUPS: (0, 5), LIST_GROUPS: (0, 4),
     INIT_PRODUCER_ID: (0, 5), ADD_PARTITIONS_TO_TXN: (0, 3), ADD_OFFSETS_TO_TXN: (0, 3),
     END_TXN: (0, 3), TXN_OFFSET_COMMIT: (0, 3),
+    DESCRIBE_ACLS: (1, 3), CREATE_ACLS: (1, 3), DELETE_ACLS: (1, 3),  # `kafkalog acls`
 }  # fmt: skip
 EARLIEST, LATEST = -2, -1  # ListOffsets timestamps
 DEBUGGING_REPLICA_ID = -2  # ListOffsets up to the log end offset (Kafka's debugging id)

@@ -12,7 +12,9 @@ SaslAuthenticate when a listener uses SASL: a PLAINTEXT/SSL-only server does not
 so its ApiVersions table is what it was; AlterUserScramCredentials and
 DescribeUserScramCredentials when the server has a credential store). ``security`` (the
 ``[security]`` config) and ``credentials`` (the users' SCRAM store) secure the listeners
-(``security/``);
+(``security/``); ``authorizer`` (``security/authorizer.py``; None: authorization off, the APIs
+below not served) serves CreateAcls, DescribeAcls and DeleteAcls (``security/acl_apis.py``);
+the handlers ask the same authorizer through their ``ApiContext``.
 :meth:`BrokerServer.advertised` is the endpoint of a listener by name, the one Metadata names
 for a request that came in on it.
 
@@ -34,6 +36,8 @@ from broker_embedded.broker_config import BrokerConfig
 from broker_embedded.server.api_version_manager import ApiVersionManager
 from broker_embedded.server.kafka_apis import KafkaApis
 from broker_embedded.server.kafka_request_handler import KafkaRequestHandlerPool, current_listener
+from broker_embedded.server.security.acl_apis import register_acl_apis
+from broker_embedded.server.security.authorizer import Authorizer
 from broker_embedded.server.security.listener_security import register_sasl_apis
 from broker_embedded.server.security.scram_admin import register_scram_apis
 from broker_embedded.server.security.scram_credentials import CredentialStore
@@ -51,6 +55,7 @@ class BrokerServer:
         register_apis: Callable[[KafkaApis], None] | None = None,
         security: SecurityConfig | None = None,
         credentials: CredentialStore | None = None,
+        authorizer: Authorizer | None = None,
     ) -> None:
         self.versions = ApiVersionManager()
         self.socket_server = SocketServer(config, self.versions, listeners, security, credentials)
@@ -58,7 +63,9 @@ class BrokerServer:
         if any(listener.protocol.uses_sasl for listener in self.listeners):
             register_sasl_apis(self.apis)
         if credentials is not None:
-            register_scram_apis(self.apis, credentials)
+            register_scram_apis(self.apis, credentials, authorizer)
+        if authorizer is not None:
+            register_acl_apis(self.apis, authorizer)
         if register_apis is not None:
             register_apis(self.apis)
         self.handlers = KafkaRequestHandlerPool(

@@ -53,6 +53,8 @@ from broker_embedded.storage.topic_partition import TopicPartition
 # users add` may write before the log dir's first start
 SCRAM_CREDENTIALS_FILE = "scram-credentials.json"
 SCRAM_CREDENTIALS_LOCK = "scram-credentials.lock"
+ACLS_FILE = "acls.json"  # server/security/authorizer.py
+ACLS_LOCK = "acls.lock"
 
 META_PROPERTIES = "meta.properties"
 
@@ -87,12 +89,12 @@ def check_log_dir(path: Path, context: str = "") -> None:
 
 def _holds_only_log_dir_files(path: Path) -> bool:
     """True when every entry of the directory ``path`` is one a log dir's own machinery makes
-    (locks, checkpoints, the topic file, staging and commit directories, the SASL users):
+    (locks, checkpoints, the topic file, staging and commit directories, the SASL users, the ACLs):
     nothing of a user's."""
     own = {LOCK_FILE_NAME, CLEANING_DIR, STAGING_DIR, COMMITS_DIR, TOPIC_CONFIG_FILE,
            REPLICATION_OFFSET_CHECKPOINT, RECOVERY_POINT_OFFSET_CHECKPOINT,
            LOG_START_OFFSET_CHECKPOINT, CLEANER_OFFSET_CHECKPOINT, SCRAM_CREDENTIALS_FILE,
-           SCRAM_CREDENTIALS_LOCK}  # fmt: skip
+           SCRAM_CREDENTIALS_LOCK, ACLS_FILE, ACLS_LOCK}  # fmt: skip
     return all(name in own for name in os.listdir(path))
 
 

@@ -39,6 +39,7 @@ from broker_embedded.server.handlers import (
 )
 from broker_embedded.server.handlers.api_context import ApiContext, Node
 from broker_embedded.server.kafka_apis import KafkaApis
+from broker_embedded.server.security.authorizer import authorizer_for
 from broker_embedded.server.security.scram_credentials import CredentialStore
 from broker_embedded.server.security.security_config import SecurityConfig
 from broker_embedded.server.socket_server import Endpoint
@@ -79,7 +80,8 @@ def broker_server(
 ) -> BrokerServer:
     """A server for one standalone broker (not started): its nodes are this broker on the
     listener of the request (else the first), read at request time (so port 0 shows the bound
-    port). SASL listeners authenticate against the broker log dir's credentials.
+    port). SASL listeners authenticate against the broker log dir's credentials; with
+    ``authorizer.class.name`` set, requests are authorized against its ACLs.
     ``register``: what registers the handlers (default every one of :data:`HANDLERS`)."""
     server: BrokerServer | None = None
 
@@ -88,9 +90,10 @@ def broker_server(
         endpoint = server.advertised()
         return (Node(broker.broker_id, endpoint.host, endpoint.port, broker.rack),)
 
-    ctx = ApiContext.of(broker, nodes)
+    authorizer = authorizer_for(security or SecurityConfig(), broker.log_dir)
+    ctx = ApiContext.of(broker, nodes, authorizer)
     server = BrokerServer(config or broker.config, listeners, lambda apis: register(apis, ctx),
-                          security, CredentialStore(broker.log_dir))  # fmt: skip
+                          security, CredentialStore(broker.log_dir), authorizer)  # fmt: skip
     return server
 
 

@@ -5,6 +5,8 @@ them, and small helpers to build kio responses of any version.
 - :class:`ApiContext`: the :class:`Broker` the handlers call and ``nodes()``, the live brokers
   of the cluster as clients should reach them (read at request time, so a listener on port 0
   shows the port the OS bound). ``cluster_id`` is the log dir's ``meta.properties`` value.
+  ``authorizer`` (None: authorization off) answers :meth:`ApiContext.allowed`, the check every
+  handler makes (``security/authorizer.py``).
 - :func:`response_types` is the module of kio's response classes for a request's version (its
   nested classes differ per version); :func:`make` builds one of them from keyword values,
   dropping those the version does not have (e.g. ``topic_id`` before Metadata v10), so a
@@ -32,10 +34,23 @@ from types import ModuleType
 from kio.schema.errors import ErrorCode
 
 from broker_embedded.broker import Broker
-from broker_embedded.errors import KafkaApiError, PolicyViolationError
+from broker_embedded.errors import (
+    GroupAuthorizationFailedError,
+    KafkaApiError,
+    PolicyViolationError,
+    TopicAuthorizationFailedError,
+    TransactionalIdAuthorizationFailedError,
+)
 from broker_embedded.protocol.schemas import make  # noqa: F401 (the handlers import it here)
 from broker_embedded.server.protocol import response_schema
 from broker_embedded.server.request_channel import Request
+from broker_embedded.server.security.acl_apis import allowed
+from broker_embedded.server.security.authorizer import (
+    CLUSTER_NAME,
+    AclOperation,
+    Authorizer,
+    ResourceType,
+)
 from broker_embedded.storage.log_config import InvalidConfigError
 from broker_embedded.storage.log_dir import LogDir
 
@@ -57,11 +72,55 @@ class ApiContext:
     broker: Broker
     nodes: Callable[[], Sequence[Node]]
     cluster_id: str
+    authorizer: Authorizer | None = None  # None: authorization off
 
     @classmethod
-    def of(cls, broker: Broker, nodes: Callable[[], Sequence[Node]]) -> ApiContext:
+    def of(
+        cls, broker: Broker, nodes: Callable[[], Sequence[Node]],
+        authorizer: Authorizer | None = None,
+    ) -> ApiContext:  # fmt: skip
         cluster_id = LogDir(broker.log_dir).meta_properties().get("cluster.id", "")
-        return cls(broker, nodes, cluster_id)
+        return cls(broker, nodes, cluster_id, authorizer)
+
+    def allowed(
+        self, request: Request, operation: AclOperation, resource_type: ResourceType,
+        name: str = CLUSTER_NAME,
+    ) -> bool:  # fmt: skip
+        """May the request's principal do ``operation`` on the resource (always, with
+        authorization off)?"""
+        return self.authorizer is None or allowed(
+            self.authorizer, request, operation, resource_type, name
+        )
+
+    def topic_refusal(
+        self, request: Request, operation: AclOperation, topic: str
+    ) -> TopicAuthorizationFailedError | None:
+        """TOPIC_AUTHORIZATION_FAILED when the principal may not do ``operation`` on ``topic``."""
+        if self.allowed(request, operation, ResourceType.TOPIC, topic):
+            return None
+        return TopicAuthorizationFailedError(
+            f"{request.principal} may not {operation.name} topic {topic!r}"
+        )
+
+    def txn_refusal(
+        self, request: Request, txn_id: str
+    ) -> TransactionalIdAuthorizationFailedError | None:
+        """TRANSACTIONAL_ID_AUTHORIZATION_FAILED without Write on the transactional id."""
+        if self.allowed(request, AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, txn_id):
+            return None
+        return TransactionalIdAuthorizationFailedError(
+            f"{request.principal} may not Write transactional id {txn_id!r}"
+        )
+
+    def group_refusal(
+        self, request: Request, operation: AclOperation, group: str
+    ) -> GroupAuthorizationFailedError | None:
+        """GROUP_AUTHORIZATION_FAILED when the principal may not do ``operation`` on ``group``."""
+        if self.allowed(request, operation, ResourceType.GROUP, group):
+            return None
+        return GroupAuthorizationFailedError(
+            f"{request.principal} may not {operation.name} group {group!r}"
+        )
 
     @property
     def broker_id(self) -> int:

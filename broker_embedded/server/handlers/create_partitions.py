@@ -36,6 +36,7 @@ from broker_embedded.server.handlers.api_context import (
 )
 from broker_embedded.server.kafka_apis import KafkaApis
 from broker_embedded.server.request_channel import Request
+from broker_embedded.server.security.authorizer import AclOperation
 
 API_KEY = 37
 VERSIONS = (0, 3)
@@ -51,7 +52,8 @@ def create_partitions_response(ctx: ApiContext, request: Request) -> Any:
     too_many = partitions_per_request(sum(max(t.count, 0) for t in body.topics))
     results = []
     for t in body.topics:
-        error = too_many or _grow(ctx, t, body.validate_only, counts[t.name])
+        error = (too_many or ctx.topic_refusal(request, AclOperation.ALTER, t.name)
+                 or _grow(ctx, t, body.validate_only, counts[t.name]))  # fmt: skip
         entry = types.CreatePartitionsTopicResult
         results.append(make(entry, name=t.name, error_code=error_code(error),
                             error_message=error_message(error)))  # fmt: skip

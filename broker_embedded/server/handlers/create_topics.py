@@ -35,6 +35,7 @@ from broker_embedded.errors import (
     InvalidReplicaAssignmentError,
     InvalidRequestError,
     KafkaLogError,
+    TopicAuthorizationFailedError,
 )
 from broker_embedded.server.handlers.api_context import (
     ApiContext,
@@ -47,9 +48,11 @@ from broker_embedded.server.handlers.api_context import (
 from broker_embedded.server.handlers.describe_configs import topic_configs
 from broker_embedded.server.kafka_apis import KafkaApis
 from broker_embedded.server.request_channel import Request
+from broker_embedded.server.security.authorizer import AclOperation, ResourceType
 
 API_KEY = 19
 VERSIONS = (2, 7)
+CREATE = AclOperation.CREATE
 ZERO_UUID = uuid.UUID(int=0)
 
 
@@ -65,12 +68,22 @@ def create_topics_response(ctx: ApiContext, request: Request) -> Any:
     for t in body.topics:
         if too_many is not None:
             results.append(_failed(types, t.name, too_many))
+        elif not creatable(ctx, request, t.name):
+            results.append(_failed(types, t.name, TopicAuthorizationFailedError(
+                f"{request.principal} may not Create topic {t.name!r}")))  # fmt: skip
         elif counts[t.name] > 1:
             dup = InvalidRequestError(f"topic {t.name!r} appears {counts[t.name]} times")
             results.append(_failed(types, t.name, dup))
         else:
             results.append(_create(ctx, types, t, body.validate_only))
     return make(types.CreateTopicsResponse, throttle_time=timedelta(0), topics=tuple(results))
+
+
+def creatable(ctx: ApiContext, request: Request, name: str) -> bool:
+    """Create on the Cluster or on the topic (Kafka's rule)."""
+    return ctx.allowed(request, CREATE, ResourceType.CLUSTER) or ctx.allowed(
+        request, CREATE, ResourceType.TOPIC, name
+    )
 
 
 def _partitions(ctx: ApiContext, t: Any) -> int:

@@ -32,6 +32,7 @@ from broker_embedded.server.handlers.api_context import (
 )
 from broker_embedded.server.kafka_apis import KafkaApis
 from broker_embedded.server.request_channel import Request
+from broker_embedded.server.security.authorizer import AclOperation
 
 API_KEY = 20
 VERSIONS = (1, 6)
@@ -52,7 +53,8 @@ def delete_topics_response(ctx: ApiContext, request: Request) -> Any:
     results = tuple(
         make(types.DeletableTopicResult, name=name, topic_id=topic_id,
              error_code=error_code(error), error_message=error_message(error))
-        for name, topic_id, error in (_delete(ctx, *t) for t in targets)
+        for name, topic_id, error in (_delete(ctx, *_authorized(ctx, request, *t))
+                                      for t in targets)
     )  # fmt: skip
     return make(types.DeleteTopicsResponse, throttle_time=timedelta(0), responses=results)
 
@@ -73,6 +75,19 @@ def _target(
     if found is None:
         return None, topic_id, UnknownTopicIdError(f"no topic has id {topic_id}")  # type: ignore[return-value]
     return found, topic_id, None  # type: ignore[return-value]
+
+
+def _authorized(
+    ctx: ApiContext,
+    request: Request,
+    name: str | None,
+    topic_id: uuid.UUID,
+    error: KafkaApiError | None,
+) -> tuple[str | None, uuid.UUID, KafkaApiError | None]:
+    """The target, refused TOPIC_AUTHORIZATION_FAILED without Delete on the topic."""
+    if error is None and name is not None:
+        error = ctx.topic_refusal(request, AclOperation.DELETE, name)
+    return name, topic_id, error
 
 
 def _delete(

@@ -33,6 +33,10 @@ with a replica id >= 0 (a follower) gets NOT_LEADER_OR_FOLLOWER for every partit
 of this project replicate in-process, no follower fetches over the wire. An isolation level other
 than 0 or 1 is INVALID_REQUEST (the connection is closed).
 
+Authorization (with an authorizer configured): a consumer needs Read on each topic, a follower
+ClusterAction on the Cluster; a partition refused is answered TOPIC_AUTHORIZATION_FAILED (29)
+and not read, the others get their data, as Kafka's ``handleFetchRequest``.
+
 Limits: the session cache has ``max.incremental.fetch.session.cache.slots`` sessions
 (fetch_session.py has its own partition bounds); at most ``fetch.max.pinned.regions`` descriptors
 (or the handler's ``max_pinned``) are held by responses in flight (beyond, regions are read and
@@ -48,7 +52,7 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -57,6 +61,7 @@ from broker_embedded.errors import (
     FencedLeaderEpochError,
     KafkaApiError,
     NotLeaderOrFollowerError,
+    TopicAuthorizationFailedError,
     UnknownTopicOrPartitionError,
 )
 from broker_embedded.replica_manager.fetch_request import (
@@ -90,6 +95,7 @@ from broker_embedded.server.handlers.region_pins import RegionPins
 from broker_embedded.server.kafka_apis import KafkaApis
 from broker_embedded.server.protocol import InvalidRequestError
 from broker_embedded.server.request_channel import Request
+from broker_embedded.server.security.authorizer import AclOperation, ResourceType
 from broker_embedded.storage.fetch_data_info import IsolationLevel, SegmentRegion
 
 log = logging.getLogger(__name__)
@@ -149,7 +155,8 @@ class FetchApi:
             self._send(request, context, {})
             return
         replica_id = _replica_id(body, version)
-        slots = [self._slot(tip, rp, replica_id) for tip, rp in context.partitions]
+        refused = self._refusal(request, replica_id)
+        slots = [self._slot(tip, rp, replica_id, refused) for tip, rp in context.partitions]
         fetches = tuple(s.fetch for s in slots if s.fetch is not None)
         if not fetches:
             self._complete(request, context, slots, FetchResponse(()))
@@ -168,8 +175,24 @@ class FetchApi:
     def _topic_names(self) -> TopicNames:
         return TopicNames(self.broker)
 
+    def _refusal(self, request: Request, replica_id: int) -> Callable[[str], bool] | None:
+        """Is a topic refused to this request (None: authorization off)? A follower needs
+        ClusterAction on the Cluster, a consumer Read on each topic."""
+        ctx = self.context
+        if ctx is None or ctx.authorizer is None:
+            return None
+        if replica_id >= 0:
+            denied = not ctx.allowed(request, AclOperation.CLUSTER_ACTION, ResourceType.CLUSTER)
+            return lambda _topic: denied
+        return lambda topic: not ctx.allowed(request, AclOperation.READ, ResourceType.TOPIC, topic)
+
     @staticmethod
-    def _slot(tip: TopicIdPartition, rp: FetchRequestPartition, replica_id: int) -> _Slot:
+    def _slot(
+        tip: TopicIdPartition, rp: FetchRequestPartition, replica_id: int,
+        refused: Callable[[str], bool] | None = None,
+    ) -> _Slot:  # fmt: skip
+        if tip.topic is not None and refused is not None and refused(tip.topic):
+            return _Slot(tip, None, TopicAuthorizationFailedError.code)
         if replica_id >= 0:
             return _Slot(tip, None, NotLeaderOrFollowerError.code)
         if tip.topic is None:

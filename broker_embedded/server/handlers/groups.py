@@ -21,6 +21,10 @@ id (MEMBER_ID_REQUIRED), v9+ supports skipping the assignment; protocol names be
 v7 are non-null ("" when none); the client host is ``/<address>`` as Kafka's
 ``InetAddress.toString``; throttle time 0.
 
+Authorization (with an authorizer, as Kafka's): JoinGroup, SyncGroup, Heartbeat and LeaveGroup
+need Read on the group, DescribeGroups Describe, DeleteGroups and OffsetDelete Delete; refused:
+GROUP_AUTHORIZATION_FAILED (30); ListGroups lists only the groups the principal may Describe.
+
 The coordinator is stopped when the last server using it shuts down (``KafkaApis.on_shutdown``).
 Thread safety: the handlers keep no state; the coordinator has its locks.
 """
@@ -65,9 +69,11 @@ from broker_embedded.server.handlers.api_context import (
 )
 from broker_embedded.server.kafka_apis import KafkaApis
 from broker_embedded.server.request_channel import Request
+from broker_embedded.server.security.authorizer import AclOperation
 from broker_embedded.storage.topic_partition import TopicPartition
 
 JOIN_GROUP, HEARTBEAT, LEAVE_GROUP, SYNC_GROUP = 11, 12, 13, 14
+DESCRIBE, DELETE = AclOperation.DESCRIBE, AclOperation.DELETE
 DESCRIBE_GROUPS, LIST_GROUPS, DELETE_GROUPS, OFFSET_DELETE = 15, 16, 42, 47
 VERSIONS = {
     JOIN_GROUP: (0, 9),
@@ -186,10 +192,16 @@ def _ms(value: Any) -> int:
 # -- JoinGroup and SyncGroup (delayed) ------------------------------------------------------
 
 
-def not_here(ctx: ApiContext, coordinator: GroupCoordinator, group_id: str) -> KafkaApiError | None:
-    """NOT_COORDINATOR (or COORDINATOR_NOT_AVAILABLE) when this broker does not coordinate
-    ``group_id`` (group_metadata_manager.py), else None."""
-    return coordinator_error(coordinator.store, group_id, ctx.broker_id)
+def not_here(
+    ctx: ApiContext, coordinator: GroupCoordinator, group_id: str, request: Request,
+    operation: AclOperation = AclOperation.READ,
+) -> KafkaApiError | None:  # fmt: skip
+    """GROUP_AUTHORIZATION_FAILED when the request's principal may not do ``operation`` on the
+    group (with an authorizer), else NOT_COORDINATOR (or COORDINATOR_NOT_AVAILABLE) when this
+    broker does not coordinate ``group_id`` (group_metadata_manager.py), else None."""
+    return ctx.group_refusal(request, operation, group_id) or coordinator_error(
+        coordinator.store, group_id, ctx.broker_id
+    )
 
 
 def handle_join_group(
@@ -211,7 +223,7 @@ def handle_join_group(
         require_known_member_id=version >= 4,
         support_skipping_assignment=version >= 9,
     )
-    error = not_here(ctx, coordinator, req.group_id)
+    error = not_here(ctx, coordinator, req.group_id, request)
     if error is not None:
         apis.send_response(request, join_response(request, JoinResult(req.member_id, error)))
         return
@@ -250,7 +262,7 @@ def handle_sync_group(
             protocol_type=result.protocol_type, protocol_name=result.protocol_name,
             assignment=result.assignment))  # fmt: skip
 
-    error = not_here(ctx, coordinator, body.group_id)
+    error = not_here(ctx, coordinator, body.group_id, request)
     if error is not None:
         respond(SyncResult(error))
         return
@@ -265,7 +277,7 @@ def handle_sync_group(
 
 def heartbeat_response(ctx: ApiContext, coordinator: GroupCoordinator, request: Request) -> Any:
     body, types = request.body, response_types(request)
-    error = not_here(ctx, coordinator, body.group_id) or coordinator.heartbeat(
+    error = not_here(ctx, coordinator, body.group_id, request) or coordinator.heartbeat(
         body.group_id, body.member_id, getattr(body, "group_instance_id", None), body.generation_id
     )
     return make(types.HeartbeatResponse, throttle_time=_ZERO, error_code=error_code(error))
@@ -277,7 +289,7 @@ def leave_group_response(ctx: ApiContext, coordinator: GroupCoordinator, request
         leaving = [MemberIdentity(m.member_id, m.group_instance_id) for m in body.members]
     else:
         leaving = [MemberIdentity(body.member_id)]
-    top = not_here(ctx, coordinator, body.group_id)
+    top = not_here(ctx, coordinator, body.group_id, request)
     errors: list[KafkaApiError | None] = [top] * len(leaving)
     if top is None:
         top, errors = coordinator.leave_group(body.group_id, leaving)
@@ -300,7 +312,8 @@ def list_groups_response(ctx: ApiContext, coordinator: GroupCoordinator, request
     try:
         groups = coordinator.list_groups(getattr(body, "states_filter", ()),
                                          getattr(body, "types_filter", ()))  # fmt: skip
-        groups = [g for g in groups if not_here(ctx, coordinator, g.group_id) is None]
+        groups = [g for g in groups
+                  if not_here(ctx, coordinator, g.group_id, request, DESCRIBE) is None]  # fmt: skip
     except KafkaApiError as e:
         return make(types.ListGroupsResponse, throttle_time=_ZERO, error_code=error_code(e),
                     groups=())  # fmt: skip
@@ -321,7 +334,7 @@ def describe_groups_response(
     described = []
     for group_id in body.groups:
         try:
-            error = not_here(ctx, coordinator, group_id)
+            error = not_here(ctx, coordinator, group_id, request, DESCRIBE)
             if error is not None:
                 raise error
             g = coordinator.describe_group(group_id)
@@ -350,7 +363,7 @@ def describe_groups_response(
 
 def delete_groups_response(ctx: ApiContext, coordinator: GroupCoordinator, request: Request) -> Any:
     body, types = request.body, response_types(request)
-    elsewhere = {g: not_here(ctx, coordinator, g) for g in body.groups_names}
+    elsewhere = {g: not_here(ctx, coordinator, g, request, DELETE) for g in body.groups_names}
     results = coordinator.delete_groups([g for g, e in elsewhere.items() if e is None])
     results = {g: e if e is not None else results[g] for g, e in elsewhere.items()}
     entries = tuple(
@@ -362,7 +375,7 @@ def delete_groups_response(ctx: ApiContext, coordinator: GroupCoordinator, reque
 
 def offset_delete_response(ctx: ApiContext, coordinator: GroupCoordinator, request: Request) -> Any:
     body, types = request.body, response_types(request)
-    group_error = not_here(ctx, coordinator, body.group_id)
+    group_error = not_here(ctx, coordinator, body.group_id, request, DELETE)
     if group_error is not None:
         return make(types.OffsetDeleteResponse, error_code=error_code(group_error),
                     throttle_time=_ZERO, topics=())  # fmt: skip

@@ -16,6 +16,10 @@ Serving this API switches the transaction coordinator to ``__transaction_state``
 created on the first write) and loaded back when the log dir opens again. A failed write of the
 state answers COORDINATOR_NOT_AVAILABLE (15) or NOT_COORDINATOR (16), and the client retries.
 
+Authorization (with an authorizer, as Kafka's): a transactional id needs Write on it
+(TRANSACTIONAL_ID_AUTHORIZATION_FAILED, 53); an idempotent producer IdempotentWrite on the
+Cluster or Write on some topic (CLUSTER_AUTHORIZATION_FAILED, 31).
+
 Thread safety: the controller and the coordinator hand out ids under their locks.
 """
 
@@ -27,6 +31,7 @@ from typing import Any
 
 from broker_embedded.coordinator.transaction_coordinator import TxnCompletion
 from broker_embedded.errors import (
+    ClusterAuthorizationFailedError,
     ConcurrentTransactionsError,
     KafkaApiError,
     TransactionalIdAuthorizationFailedError,
@@ -39,6 +44,7 @@ from broker_embedded.server.handlers.api_context import (
 )
 from broker_embedded.server.kafka_apis import KafkaApis
 from broker_embedded.server.request_channel import Request
+from broker_embedded.server.security.authorizer import AclOperation, ResourceType
 
 API_KEY = 22
 VERSIONS = (0, 6)
@@ -54,12 +60,34 @@ def init_producer_id_response(ctx: ApiContext, request: Request) -> Any:
     error: KafkaApiError | None = None
     pid, epoch = -1, -1
     try:
+        _authorize(ctx, request)
         pid, epoch = _init(ctx, request.body)
     except KafkaApiError as e:
         error = e
     return make(types.InitProducerIdResponse, throttle_time=timedelta(0),
                 error_code=error_code(error), producer_id=pid, producer_epoch=epoch,
                 ongoing_txn_producer_id=-1, ongoing_txn_producer_epoch=-1)  # fmt: skip
+
+
+def _authorize(ctx: ApiContext, request: Request) -> None:
+    """Kafka's rule: a transactional id needs Write on it; an idempotent producer IdempotentWrite
+    on the Cluster or Write on some topic."""
+    txn_id = request.body.transactional_id
+    refusal = None if txn_id is None else ctx.txn_refusal(request, txn_id)
+    if refusal is not None:
+        raise refusal
+    if txn_id is None and ctx.authorizer is not None and not _idempotent_writer(ctx, request):
+        raise ClusterAuthorizationFailedError(
+            f"{request.principal} may neither IdempotentWrite the Cluster nor Write any topic"
+        )
+
+
+def _idempotent_writer(ctx: ApiContext, request: Request) -> bool:
+    if ctx.allowed(request, AclOperation.IDEMPOTENT_WRITE, ResourceType.CLUSTER):
+        return True
+    assert ctx.authorizer is not None
+    principal, host = str(request.principal), request.client_address[0]
+    return ctx.authorizer.authorize_any(principal, host, AclOperation.WRITE, ResourceType.TOPIC)
 
 
 def _init(ctx: ApiContext, body: Any) -> tuple[int, int]:

@@ -33,10 +33,12 @@ from broker_embedded.server.handlers.api_context import (
 )
 from broker_embedded.server.kafka_apis import KafkaApis
 from broker_embedded.server.request_channel import Request
+from broker_embedded.server.security.authorizer import AclOperation
 from broker_embedded.storage.fetch_data_info import IsolationLevel
 
 API_KEY = 2
 VERSIONS = (1, 11)
+DESCRIBE = AclOperation.DESCRIBE
 READ_COMMITTED = 1
 
 
@@ -53,7 +55,8 @@ def list_offsets_response(ctx: ApiContext, request: Request) -> Any:
     )
     topics = tuple(
         make(types.ListOffsetsTopicResponse, name=t.name,
-             partitions=tuple(_partition(ctx, types, t.name, p, isolation, body.replica_id)
+             partitions=tuple(_partition(ctx, types, t.name, p, isolation, body.replica_id,
+                                         ctx.topic_refusal(request, DESCRIBE, t.name))
                               for p in t.partitions))
         for t in body.topics
     )  # fmt: skip
@@ -67,9 +70,12 @@ def _partition(
     p: Any,
     isolation: IsolationLevel,
     replica_id: int,
+    refusal: KafkaApiError | None = None,
 ) -> Any:
     entry = types.ListOffsetsPartitionResponse
     try:
+        if refusal is not None:
+            raise refusal
         tp = topic_partition(topic, p.partition_index)
         found = ctx.broker.replica_manager.list_offsets(
             tp, p.timestamp, isolation, replica_id=replica_id,

@@ -27,6 +27,10 @@ Answer, as Kafka's ``KafkaApis.handleTopicMetadataRequest``:
   without a leader is LEADER_NOT_AVAILABLE. Topic ids (v10+; the zero UUID for an error);
   ``is_internal`` for Kafka's internal topics (``__consumer_offsets``, ``__transaction_state``,
   ``__share_group_state``).
+- authorization (with an authorizer configured), as Kafka's: "every topic" lists only those the
+  principal may Describe; a topic asked for without Describe is TOPIC_AUTHORIZATION_FAILED (29),
+  whether it exists or not; auto-creation needs Create on the Cluster or the topic, else
+  TOPIC_AUTHORIZATION_FAILED.
 
 :func:`current_leader` is Kafka's ``KafkaApis.getCurrentLeader`` (KIP-951): a partition's leader
 id and epoch (-1, -1 when unknown) and the leader's node when it is live, for the
@@ -58,9 +62,11 @@ from broker_embedded.server.handlers.api_context import (
     make,
     response_types,
 )
+from broker_embedded.server.handlers.create_topics import creatable
 from broker_embedded.server.kafka_apis import KafkaApis
 from broker_embedded.server.protocol import InvalidRequestError
 from broker_embedded.server.request_channel import Request
+from broker_embedded.server.security.authorizer import AclOperation, ResourceType
 from broker_embedded.storage.topic_partition import validate_topic
 
 API_KEY = 3
@@ -116,10 +122,11 @@ def metadata_response(ctx: ApiContext, request: Request) -> Any:
     version = request.header.api_version
     auto_create = version < 4 or body.allow_auto_topic_creation
     if body.topics is None or (version == 0 and not body.topics):
-        topics = [_topic(types, t) for t in ctx.broker.metadata()]
+        topics = [_topic(types, t) for t in ctx.broker.metadata()
+                  if _describable(ctx, request, t.name)]  # fmt: skip
     else:
         _check_names(body.topics, version)
-        topics = [_requested(ctx, types, t, auto_create) for t in body.topics]
+        topics = [_requested(ctx, request, types, t, auto_create) for t in body.topics]
     return make(
         types.MetadataResponse,
         throttle_time=timedelta(0),
@@ -147,27 +154,39 @@ def _check_names(topics: Any, version: int) -> None:
         raise InvalidRequestError(f"topic name can not be null for Metadata v{version}")
 
 
-def _requested(ctx: ApiContext, types: ModuleType, topic: Any, auto_create: bool) -> Any:
+def _describable(ctx: ApiContext, request: Request, name: str) -> bool:
+    return ctx.allowed(request, AclOperation.DESCRIBE, ResourceType.TOPIC, name)
+
+
+def _requested(
+    ctx: ApiContext, request: Request, types: ModuleType, topic: Any, auto_create: bool
+) -> Any:
     name = topic.name
     topic_id = getattr(topic, "topic_id", None)
     if name is None:
-        return _by_id(ctx, types, topic_id)
+        return _by_id(ctx, request, types, topic_id)
     try:
         validate_topic(name)
     except KafkaApiError as e:
         return _error(types, name, error_code(e))
+    if not _describable(ctx, request, name):
+        return _error(types, name, ErrorCode.topic_authorization_failed)
     try:
         return _topic(types, ctx.broker.describe_topic(name))
     except KafkaApiError as e:
         if auto_create and _auto_create_enabled(ctx):
+            if not creatable(ctx, request, name):
+                return _error(types, name, ErrorCode.topic_authorization_failed)
             return _auto_create(ctx, types, name)
         return _error(types, name, error_code(e))
 
 
-def _by_id(ctx: ApiContext, types: ModuleType, topic_id: uuid.UUID | None) -> Any:
+def _by_id(ctx: ApiContext, request: Request, types: ModuleType, topic_id: uuid.UUID | None) -> Any:
     """A topic named by id (v12+): one lookup in the controller's topic-id map."""
     found = ctx.broker.topic_name(topic_id) if topic_id is not None else None
     try:
+        if found is not None and not _describable(ctx, request, found):
+            return _error(types, None, ErrorCode.topic_authorization_failed, topic_id)
         if found is not None:
             return _topic(types, ctx.broker.describe_topic(found))
     except KafkaApiError:  # deleted since the lookup

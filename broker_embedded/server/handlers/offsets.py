@@ -26,6 +26,10 @@ v8+ batch groups; v10 names topics by id. A coordinator that is shut down answer
 COORDINATOR_NOT_AVAILABLE (15) for the group.
 
 Limits: as the coordinator's store bounds committed partitions (group_store.py).
+Authorization (with an authorizer, as Kafka's): OffsetCommit needs Read on the group
+(GROUP_AUTHORIZATION_FAILED, 30, for every partition) and Read on each topic
+(TOPIC_AUTHORIZATION_FAILED, 29, for its partitions); OffsetFetch Describe on the group.
+
 Thread safety: no state here; the coordinator has its locks.
 """
 
@@ -54,6 +58,7 @@ from broker_embedded.server.handlers.api_context import (
 )
 from broker_embedded.server.kafka_apis import KafkaApis
 from broker_embedded.server.request_channel import Request
+from broker_embedded.server.security.authorizer import AclOperation
 
 if TYPE_CHECKING:
     from broker_embedded.coordinator.group_coordinator import GroupCoordinator
@@ -99,7 +104,9 @@ def offset_commit_response(ctx: ApiContext, coordinator: GroupCoordinator, reque
     for i, t in enumerate(body.topics):
         name = _name(t, names)
         for j, p in enumerate(t.partitions):
-            error = _check(ctx, body.group_id, name, t, p)
+            error = _check(ctx, body.group_id, name, t, p) or (
+                None if name is None else ctx.topic_refusal(request, AclOperation.READ, name)
+            )
             errors[(i, j)] = error
             if error is None:
                 assert name is not None
@@ -108,7 +115,9 @@ def offset_commit_response(ctx: ApiContext, coordinator: GroupCoordinator, reque
                     p.committed_offset, getattr(p, "committed_leader_epoch", -1),
                     p.committed_metadata or "", timestamp)  # fmt: skip
                 slots.setdefault(key, []).append((i, j))
-    group_error = coordinator_error(coordinator.store, body.group_id, ctx.broker_id)
+    group_error = ctx.group_refusal(request, AclOperation.READ, body.group_id) or coordinator_error(
+        coordinator.store, body.group_id, ctx.broker_id
+    )
     if group_error is not None:
         errors = dict.fromkeys(errors, group_error)
     else:
@@ -200,13 +209,14 @@ def offset_fetch_response(ctx: ApiContext, coordinator: GroupCoordinator, reques
     names = _names(ctx, version)
     if version < FIRST_BATCHED_FETCH:
         topics, error = _fetched_topics(ctx, types, coordinator, body.group_id, body.topics,
-                                        names, getattr(body, "require_stable", False))  # fmt: skip
+                                        names, getattr(body, "require_stable", False),
+                                        request)  # fmt: skip
         return make(types.OffsetFetchResponse, throttle_time=timedelta(0), topics=topics,
                     error_code=error_code(error))  # fmt: skip
     groups = []
     for g in body.groups:
         topics, error = _fetched_topics(ctx, types, coordinator, g.group_id, g.topics, names,
-                                        body.require_stable)  # fmt: skip
+                                        body.require_stable, request)  # fmt: skip
         groups.append(make(types.OffsetFetchResponseGroup, group_id=g.group_id,
                            error_code=error_code(error), topics=topics))  # fmt: skip
     return make(types.OffsetFetchResponse, throttle_time=timedelta(0), groups=tuple(groups))
@@ -220,6 +230,7 @@ def _fetched_topics(
     topics: Iterable[Any] | None,
     names: Mapping[uuid.UUID, str],
     require_stable: bool,
+    request: Request,
 ) -> tuple[tuple[Any, ...], KafkaApiError | None]:
     topic_type = getattr(types, "OffsetFetchResponseTopics", None) or types.OffsetFetchResponseTopic
     part_type = (
@@ -233,7 +244,9 @@ def _fetched_topics(
                   for t in topics}  # fmt: skip
         partitions = [(n, p) for (n, _), ps in wanted.items() if n is not None for p in ps]
     try:
-        error = coordinator_error(coordinator.store, group, ctx.broker_id)
+        error = ctx.group_refusal(request, AclOperation.DESCRIBE, group) or coordinator_error(
+            coordinator.store, group, ctx.broker_id
+        )
         if error is not None:
             raise error
         committed = coordinator.fetch_offsets(group, partitions, require_stable)

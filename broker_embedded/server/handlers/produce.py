@@ -22,6 +22,11 @@ REQUEST_TIMED_OUT, 7): the handler thread returns at once and the purgatory's co
 the response. acks=0 sends no response; if any partition failed the connection is closed
 instead, as Kafka does, so the client learns it by the disconnect.
 
+Authorization (with an authorizer configured, ``security/authorizer.py``): transactional records
+need Write on the TransactionalId (else TRANSACTIONAL_ID_AUTHORIZATION_FAILED, 53, for every
+partition), each topic Write (else TOPIC_AUTHORIZATION_FAILED, 29, for its partitions); a
+refused partition writes nothing, the others are appended.
+
 Transactional produce (v3+ ``transactional_id``): the batches' producer id and epoch are
 checked by the partition's producer state; the transaction coordinator's checks (was the
 partition added to the transaction) come with the coordinator APIs (next issue).
@@ -52,7 +57,7 @@ from __future__ import annotations
 
 import functools
 import struct
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from types import ModuleType
@@ -81,6 +86,7 @@ from broker_embedded.server.handlers.metadata import LeaderNode, current_leader,
 from broker_embedded.server.kafka_apis import KafkaApis
 from broker_embedded.server.protocol import response_schema
 from broker_embedded.server.request_channel import Request, Response
+from broker_embedded.server.security.authorizer import AclOperation
 from broker_embedded.storage.topic_partition import TopicPartition
 
 API_KEY = 0
@@ -93,6 +99,7 @@ _ATTRIBUTES = struct.Struct(">h")
 _ATTRIBUTES_AT = 21
 _V2_HEADER_SIZE = 61
 _ZSTD = 4
+WRITE = AclOperation.WRITE
 
 # A partition of the request: its topic partition (appended) or the error it is answered with.
 Slot = TopicPartition | KafkaApiError
@@ -110,7 +117,8 @@ def register(apis: KafkaApis, ctx: ApiContext) -> None:
 def handle_produce(apis: KafkaApis, ctx: ApiContext, request: Request) -> None:
     body, version = request.body, request.header.api_version
     acks = body.acks
-    layout, entries = _layout(ctx, body, version, acks)
+    refusal = None if ctx.authorizer is None else _refusal(ctx, request)
+    layout, entries = _layout(ctx, body, version, acks, refusal)
 
     def respond(results: Mapping[TopicPartition, ProduceResult]) -> None:
         _answer(apis, ctx, request, acks, layout, results)
@@ -124,10 +132,27 @@ def handle_produce(apis: KafkaApis, ctx: ApiContext, request: Request) -> None:
     )
 
 
+def _refusal(ctx: ApiContext, request: Request) -> Callable[[str], KafkaApiError | None]:
+    """The authorization error of writing to a topic (None: allowed): Write on the
+    TransactionalId for transactional records, then Write on the topic, as Kafka's
+    ``handleProduceRequest`` checks."""
+    txn_id = getattr(request.body, "transactional_id", None)
+    error = None if txn_id is None else ctx.txn_refusal(request, txn_id)
+    if error is not None:
+        return lambda _name: error
+
+    return lambda name: ctx.topic_refusal(request, WRITE, name)
+
+
 def _layout(
-    ctx: ApiContext, body: Any, version: int, acks: int
+    ctx: ApiContext,
+    body: Any,
+    version: int,
+    acks: int,
+    refusal: Callable[[str], KafkaApiError | None] | None = None,
 ) -> tuple[Layout, dict[TopicPartition, bytes]]:
-    """Each partition's slot, and the records of those that go to the log."""
+    """Each partition's slot, and the records of those that go to the log (none of a topic
+    ``refusal`` refuses)."""
     names = ctx.topic_names_by_id() if version >= 13 else {}
     bad_acks = None if acks in (0, 1, -1) else InvalidRequiredAcksError(
         f"acks must be 0, 1 or -1 (all), not {acks}"
@@ -138,8 +163,9 @@ def _layout(
         topic_id = getattr(topic, "topic_id", None)
         name = names.get(topic_id) if version >= 13 else topic.name
         slots: list[tuple[int, Slot]] = []
+        denied = refusal(name) if refusal is not None and name is not None else None
         for data in topic.partition_data:
-            slot = bad_acks or _slot(name, topic_id, data.index, data.records, version)
+            slot = bad_acks or denied or _slot(name, topic_id, data.index, data.records, version)
             if isinstance(slot, TopicPartition):
                 entries[slot] = data.records
             slots.append((data.index, slot))

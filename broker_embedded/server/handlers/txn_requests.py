@@ -50,6 +50,7 @@ from broker_embedded.server.handlers.api_context import (
 )
 from broker_embedded.server.kafka_apis import KafkaApis
 from broker_embedded.server.request_channel import Request
+from broker_embedded.server.security.authorizer import AclOperation
 from broker_embedded.storage.topic_partition import TopicPartition
 
 ADD_PARTITIONS_KEY, ADD_OFFSETS_KEY, END_TXN_KEY = 24, 25, 26
@@ -77,15 +78,16 @@ def add_partitions_response(ctx: ApiContext, request: Request) -> Any:
     asked = [(t.name, tuple(t.partitions)) for t in body.v3_and_below_topics]
     tps = [TopicPartition(name, p) for name, parts in asked for p in parts]
     controller = ctx.broker.controller
-    missing = {tp for tp in tps if not controller.knows(tp)}
+    refusal = ctx.txn_refusal(request, body.v3_and_below_transactional_id)
+    failed = {tp: ctx.topic_refusal(request, AclOperation.WRITE, tp.topic) or (
+        None if controller.knows(tp) else UnknownTopicOrPartitionError(f"{tp} does not exist"))
+        for tp in tps}  # fmt: skip
     errors: dict[TopicPartition, KafkaApiError | None] = {}
-    if missing:
+    if refusal is not None:
+        errors = dict.fromkeys(tps, refusal)
+    elif any(failed.values()):
         for tp in tps:
-            errors[tp] = (
-                UnknownTopicOrPartitionError(f"{tp} does not exist")
-                if tp in missing
-                else OperationNotAttemptedError(f"{tp}: another partition failed")
-            )
+            errors[tp] = failed[tp] or OperationNotAttemptedError(f"{tp}: another partition failed")
     else:
         try:
             controller.transaction_coordinator.add_partitions(
@@ -110,6 +112,11 @@ def add_partitions_response(ctx: ApiContext, request: Request) -> Any:
 def add_offsets_response(ctx: ApiContext, request: Request) -> Any:
     body, types = request.body, response_types(request)
     try:
+        refusal = ctx.txn_refusal(request, body.transactional_id) or ctx.group_refusal(
+            request, AclOperation.READ, body.group_id
+        )
+        if refusal is not None:
+            raise refusal
         ctx.broker.controller.transaction_coordinator.add_offsets(
             body.transactional_id, body.producer_id, body.producer_epoch, body.group_id,
             _offsets_partition(ctx, body.group_id),
@@ -139,6 +146,9 @@ def end_txn_response(ctx: ApiContext, request: Request) -> Any:
     body, types = request.body, response_types(request)
     controller = ctx.broker.controller
     try:
+        refusal = ctx.txn_refusal(request, body.transactional_id)
+        if refusal is not None:
+            raise refusal
         completion = controller.transaction_coordinator.end_txn(
             body.transactional_id, body.producer_id, body.producer_epoch, body.committed
         )

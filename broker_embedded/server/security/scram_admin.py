@@ -16,8 +16,9 @@ store keeps StoredKey and ServerKey derived from it (``scram_credentials``).
 Describe: every user when ``users`` is null or empty; a named user without credentials is
 RESOURCE_NOT_FOUND in its result; a name asked twice is DUPLICATE_RESOURCE for it.
 
-No authorization yet (Kafka checks Alter / Describe on the Cluster): with no authorizer
-configured Kafka allows them too. Thread-safe: the store locks.
+Authorization (with an authorizer): Alter needs Alter on the Cluster, Describe needs Describe
+on the Cluster; refused: CLUSTER_AUTHORIZATION_FAILED (31) for every user (Describe: the
+top-level code), nothing changed. Thread-safe: the store locks.
 """
 
 from __future__ import annotations
@@ -31,6 +32,8 @@ from kio.schema.describe_user_scram_credentials.v0 import response as describe_r
 from kio.schema.errors import ErrorCode
 from kio.static.primitive import i8, i32
 
+from broker_embedded.server.security.acl_apis import allowed
+from broker_embedded.server.security.authorizer import AclOperation, Authorizer, ResourceType
 from broker_embedded.server.security.scram_credentials import (
     MAX_ITERATIONS,
     MIN_ITERATIONS,
@@ -43,19 +46,28 @@ MECHANISMS = {1: "SCRAM-SHA-256", 2: "SCRAM-SHA-512"}
 MECHANISM_TYPES = {name: number for number, name in MECHANISMS.items()}
 
 Failure = tuple[ErrorCode, str]
+DENIED: Failure = (ErrorCode.cluster_authorization_failed, "Cluster authorization failed")
 
 
-def register_scram_apis(apis: Any, store: CredentialStore) -> None:
+def register_scram_apis(
+    apis: Any, store: CredentialStore, authorizer: Authorizer | None = None
+) -> None:
     """Serve both APIs (v0) on a :class:`KafkaApis` over ``store``."""
-    apis.register_responder(DESCRIBE_KEY, 0, 0, lambda r: describe(r.body, store))
-    apis.register_responder(ALTER_KEY, 0, 0, lambda r: alter(r.body, store))
+
+    def gate(request: Any, operation: AclOperation) -> bool:
+        return allowed(authorizer, request, operation, ResourceType.CLUSTER)
+
+    apis.register_responder(DESCRIBE_KEY, 0, 0, lambda r: describe(
+        r.body, store, gate(r, AclOperation.DESCRIBE)))  # fmt: skip
+    apis.register_responder(ALTER_KEY, 0, 0, lambda r: alter(
+        r.body, store, gate(r, AclOperation.ALTER)))  # fmt: skip
 
 
-def alter(body: Any, store: CredentialStore) -> Any:
+def alter(body: Any, store: CredentialStore, authorized: bool = True) -> Any:
     failures: dict[str, Failure] = {}
     seen = Counter((c.name, int(c.mechanism)) for c in (*body.deletions, *body.upsertions))
     for change in (*body.deletions, *body.upsertions):
-        failure = _check(change, seen, store)
+        failure = _check(change, seen, store) if authorized else DENIED
         if failure is not None:
             failures.setdefault(change.name, failure)
     for deletion in body.deletions:
@@ -106,7 +118,11 @@ def _check(change: Any, seen: Counter, store: CredentialStore) -> Failure | None
     return None
 
 
-def describe(body: Any, store: CredentialStore) -> Any:
+def describe(body: Any, store: CredentialStore, authorized: bool = True) -> Any:
+    if not authorized:
+        return describe_response.DescribeUserScramCredentialsResponse(
+            throttle_time=timedelta(0), error_code=DENIED[0], error_message=None, results=()
+        )
     users = store.users()
     asked = [u.name for u in body.users or ()]
     counts = Counter(asked)

@@ -29,7 +29,6 @@ import fcntl
 import hashlib
 import hmac
 import json
-import os
 import secrets
 import threading
 from collections.abc import Iterator
@@ -38,6 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from broker_embedded.errors import KafkaApiError
+from broker_embedded.server.security.json_file import file_stat, write_json
 from broker_embedded.storage.log_dir import SCRAM_CREDENTIALS_FILE, SCRAM_CREDENTIALS_LOCK
 
 FILE_NAME = SCRAM_CREDENTIALS_FILE
@@ -146,7 +146,7 @@ class CredentialStore:
     def users(self) -> Users:
         """Every user's credentials, by user and mechanism (the file as it is now)."""
         with self._lock:
-            stat = self._file_stat()
+            stat = file_stat(self.path)
             if stat != self._stat:
                 self._users = self._read() if stat is not None else {}
                 self._stat = stat
@@ -180,13 +180,6 @@ class CredentialStore:
             yield users
             self._write(users)
 
-    def _file_stat(self) -> tuple[int, int, int] | None:
-        try:
-            st = os.stat(self.path)
-        except FileNotFoundError:
-            return None
-        return st.st_ino, st.st_mtime_ns, st.st_size
-
     def _read(self) -> Users:
         try:
             data = json.loads(self.path.read_text("utf-8"))
@@ -204,10 +197,4 @@ class CredentialStore:
             "version": 1,
             "users": {u: {m: c.to_json() for m, c in creds.items()} for u, creds in users.items()},
         }
-        tmp = self.path.with_suffix(".tmp")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w") as f:
-            json.dump(data, f, indent=1, sort_keys=True)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, self.path)
+        write_json(self.path, data)

@@ -25,6 +25,13 @@ The ``[security]`` table of the broker config file (``conf/broker.toml``), every
     "authentication.timeout.ms" = 10000         a connection not authenticated (TLS handshake
                                                 and SASL exchange) within this is closed; not a
                                                 Kafka key (Kafka leaves it to the idle timeout)
+    "authorizer.class.name" = ""                authorization: off when empty (every request
+                                                allowed, as Kafka without an authorizer); on with
+                                                Kafka's kafka.security.authorizer.AclAuthorizer or
+                                                org.apache.kafka.metadata.authorizer.
+                                                StandardAuthorizer (both: security/authorizer.py)
+    "super.users" = "User:admin;User:ops"       principals allowed everything (``;``-separated)
+    "allow.everyone.if.no.acl.found" = false    a resource without any ACL is open to everyone
 
 An unknown key or a bad value is an :class:`InvalidConfigError` naming the key and source.
 Immutable: thread-safe.
@@ -58,6 +65,10 @@ class SecurityProtocol(enum.Enum):
 _PROTOCOL_NAMES = frozenset(p.value for p in SecurityProtocol)
 SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
 CLIENT_AUTH = ("required", "requested", "none")
+AUTHORIZERS = (
+    "kafka.security.authorizer.AclAuthorizer",
+    "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,6 +145,9 @@ class SecurityConfig:
     connection_failed_authentication_delay_ms: int = 100
     sasl_server_max_receive_size: int = 524_288
     authentication_timeout_ms: int = 10_000
+    authorizer_class_name: str = ""
+    super_users: str = ""
+    allow_everyone_if_no_acl_found: bool = False
 
     def __post_init__(self) -> None:
         for key in ("ssl_keystore_type", "ssl_truststore_type"):
@@ -143,6 +157,11 @@ class SecurityConfig:
             raise InvalidConfigError(
                 f"ssl.client.auth must be one of {', '.join(CLIENT_AUTH)}, not "
                 f"{self.ssl_client_auth!r}"
+            )
+        if self.authorizer_class_name not in ("", *AUTHORIZERS):
+            raise InvalidConfigError(
+                f"authorizer.class.name must be empty (no authorization) or one of "
+                f"{', '.join(AUTHORIZERS)}, not {self.authorizer_class_name!r}"
             )
         unknown = set(self.mechanisms) - set(SASL_MECHANISMS)
         if unknown or not self.mechanisms:
@@ -163,6 +182,11 @@ class SecurityConfig:
         )
 
     @property
+    def authorizes(self) -> bool:
+        """Is authorization on (``authorizer.class.name`` set)?"""
+        return bool(self.authorizer_class_name)
+
+    @property
     def protocol_map(self) -> dict[str, SecurityProtocol]:
         return parse_protocol_map(self.listener_security_protocol_map)
 
@@ -177,13 +201,13 @@ class SecurityConfig:
                 raise InvalidConfigError(
                     f"{source}: unknown security config {key!r} (known: {', '.join(known)})"
                 )
-            want = int if f.type == "int" else str
+            want = {"int": int, "bool": bool}.get(str(f.type), str)
             if (
-                isinstance(value, bool)
+                isinstance(value, bool) != (want is bool)
                 or not isinstance(value, want)
                 or (want is int and value < 0)
             ):
-                kind = "an integer >= 0" if want is int else "a string"
+                kind = {int: "an integer >= 0", bool: "true or false"}.get(want, "a string")
                 raise InvalidConfigError(
                     f"{source}: invalid value {value!r} for security config {key}: must be {kind}"
                 )
