@@ -105,7 +105,8 @@ SERVER_IMPORTERS = (
     "spark_kafkalog/cli.py",
     "spark_kafkalog/serve_command.py",
     "spark_kafkalog/users_command.py",
-)  # `kafkalog users`: the server's users
+    "spark_kafkalog/acls_command.py",
+)  # `kafkalog users` and `kafkalog acls`: the server's users and ACLs
 SOURCE_PACKAGES = ("broker_embedded", "datasource", "spark_kafkalog", "pyspark_kafkalog", "jobs")
 
 
