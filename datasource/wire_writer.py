@@ -45,11 +45,9 @@ With ``transactionalIdPrefix`` P: EXACTLY ONCE for read_committed readers
     topic option T partition 0. A committed offset >= B means this task's transaction of batch
     B was committed before a crash: the task reads its input and produces nothing (its message
     carries no transaction). Step 1 returns only once the id's previous transaction is
-    complete, and Kafka answers OffsetFetch require_stable with UNSTABLE_OFFSET_COMMIT (retried)
-    while offsets of a transaction are pending. (``kafkalog serve`` does not answer that error
-    yet and makes a committed transaction's offsets visible just after marking it complete: a
-    re-run task whose OffsetFetch falls in that window, microseconds after the markers, would
-    produce its rows again.)
+    complete, and Kafka (and ``kafkalog serve``) answers OffsetFetch require_stable with
+    UNSTABLE_OFFSET_COMMIT (retried) while offsets of a transaction are pending, that is until
+    the transaction's marker is in the group's ``__consumer_offsets`` partition.
  3. Produces its rows in the transaction (AddPartitionsToTxn before a partition's first batch;
     transactional batches), and in a streaming query also commits offset B for group
     ``P-i-Q`` on T-0 in it (AddOffsetsToTxn, TxnOffsetCommit): the batch's id becomes visible
