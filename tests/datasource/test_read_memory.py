@@ -153,5 +153,7 @@ def _spark_job_in_bounded_memory(spark, bootstrap: str, tenth: int, end: int) ->
     after_whole = python_workers_peak_rss()
     print(f"\nPython workers' peak RSS: {after_tenth >> 20} MiB after the first tenth, "
           f"{after_whole >> 20} MiB after the whole partition")  # fmt: skip
-    assert 0 < after_whole < ABSOLUTE_BOUND
+    # the workers are the session's: their peak includes what earlier tests ran in them (kernel
+    # compiles, other reads), so only what the whole partition added is bounded here
+    assert 0 < after_tenth <= after_whole
     assert after_whole - after_tenth < GROWTH_BOUND
