@@ -93,11 +93,16 @@ class KafkaOffsetReader:
     """Offsets of the partitions of one log; see the module docstring."""
 
     def __init__(
-        self, source: FetchSourceDescriptor | str | Path, isolation_level: IsolationLevel
+        self,
+        source: FetchSourceDescriptor | str | Path,
+        isolation_level: IsolationLevel,
+        opened: FetchSource | None = None,
     ) -> None:
+        """The offsets of ``source``, read through ``opened`` (the caller's, of that descriptor)
+        or a source opened here; :meth:`close` closes it either way."""
         self.descriptor = source if not isinstance(source, (str, Path)) else log_dir_source(source)
         self.isolation_level = IsolationLevel.parse(isolation_level)
-        self.source: FetchSource = self.descriptor.open()
+        self.source: FetchSource = opened or self.descriptor.open()
         self._partitions = self.source.topics()
 
     @property

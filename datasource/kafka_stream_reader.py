@@ -94,7 +94,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import (
@@ -107,7 +107,7 @@ from pyspark.sql.streaming.datasource import (
 )
 
 from broker_embedded.errors import InvalidTopicError, UnknownTopicOrPartitionError
-from broker_embedded.storage.fetch_source import FetchSourceDescriptor
+from broker_embedded.storage.fetch_source import FetchSource, FetchSourceDescriptor
 from broker_embedded.storage.topic_partition import TopicPartition
 from datasource.errors import KafkaSourceError
 from datasource.group_commit import check_can_commit, commit_group_offsets
@@ -218,6 +218,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._initial_offsets: dict | None = None  # resolved once per query (see initialOffset)
         self._group_committed: Offsets = {}  # commitOffsetsToGroup: what this process committed
         self._group_partition: TopicPartition | None = None  # where the group's commits go
+        self._client: Any = None  # over the wire: the query's one KafkaClient (_opened)
         if options.commit_to_group is not None and options.bootstrap_servers is None:
             check_can_commit(options.path, options.commit_to_group)
 
@@ -227,7 +228,9 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         opening it) makes it look again, with a new view, a few times."""
         for attempt in range(_ATTEMPTS):
             source = source_of(self.options)
-            with KafkaOffsetReader(source, self.options.isolation_level) as offsets:
+            with KafkaOffsetReader(
+                source, self.options.isolation_level, self._opened(source)
+            ) as offsets:
                 try:
                     return plan(offsets)
                 except FileNotFoundError:
@@ -235,6 +238,30 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                         raise
             time.sleep(0.05 * (attempt + 1))
         raise AssertionError("unreachable")
+
+    def _opened(self, source: FetchSourceDescriptor) -> FetchSource | None:
+        """Over the wire, a fresh view of the cluster (its own Metadata) through the query's one
+        client, connected at the first call and kept across triggers, as Spark's Kafka source
+        keeps its admin client (the client reconnects a broken connection itself); a log dir is
+        opened by the caller."""
+        if self.options.bootstrap_servers is None:
+            return None
+        from broker_embedded.client.kafka_client import KafkaClient  # kio: cluster reads only
+        from broker_embedded.client.wire_fetch_source import WireFetchSource
+
+        if self._client is None:
+            self._client = KafkaClient(source.bootstrap, source.client_config())  # type: ignore[attr-defined]
+        return WireFetchSource(source, self._client)  # type: ignore[arg-type]
+
+    def stop(self) -> None:
+        """Closes the query's client (Spark does not always call it: the process's end does)."""
+        if self._client is not None:
+            self._client.close()
+            self._client = None
+
+    def __getstate__(self) -> dict:
+        """What Spark pickles to executors: everything but the driver side's client."""
+        return {**self.__dict__, "_client": None}
 
     # -- offsets -----------------------------------------------------------------------------------
 
@@ -491,7 +518,8 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 self.options.path, group, changed, partition=self._group_partition
             )
         else:
-            with source_of(self.options).open() as cluster:
+            source = source_of(self.options)
+            with self._opened(source) as cluster:  # type: ignore[union-attr]
                 cluster.commit_offsets(group, changed)  # type: ignore[attr-defined]
         self._group_committed.update(changed)
 

@@ -40,7 +40,7 @@ from __future__ import annotations
 import socket
 import struct
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -686,19 +686,38 @@ class KafkaClient:
 
         return self.to_coordinator(group_id, call)
 
-    def committed_offsets(self, group_id: str) -> dict[tuple[str, int], int]:
-        """Every committed offset of ``group_id`` (OffsetFetch of all partitions)."""
+    def committed_offsets(
+        self,
+        group_id: str,
+        partitions: Sequence[tuple[str, int]] | None = None,
+        *,
+        require_stable: bool = False,
+    ) -> dict[tuple[str, int], int]:
+        """``group_id``'s committed offsets (OffsetFetch) of ``partitions``, or of every partition
+        it has when None; -1 for a requested partition without one. ``require_stable`` (v7+)
+        makes the coordinator answer UNSTABLE_OFFSET_COMMIT, raised, while a transaction holding
+        offsets of the group is undecided."""
+        by_topic: dict[str, list[int]] = {}
+        for topic, partition in partitions or ():
+            by_topic.setdefault(topic, []).append(partition)
+
+        def build(types: Any) -> dict[str, Any]:
+            topics = None if partitions is None else tuple(
+                types.OffsetFetchRequestTopic(name=t, partition_indexes=tuple(ps))
+                for t, ps in by_topic.items())  # fmt: skip
+            return {"group_id": group_id, "topics": topics, "require_stable": require_stable}
 
         def call(c: BrokerConnection) -> dict[tuple[str, int], int]:
-            response = c.request(OFFSET_FETCH, lambda _: {
-                "group_id": group_id, "topics": None, "require_stable": False})  # fmt: skip
+            response = c.request(OFFSET_FETCH, build)
             if response.error_code != 0:
-                raise api_error(int(response.error_code), f"OffsetFetch of {group_id!r}")
+                raise api_error(int(response.error_code),
+                                f"OffsetFetch of group {group_id!r} on {c.address}")  # fmt: skip
             out = {}
             for t in response.topics:
                 for p in t.partitions:
-                    _check(p.error_code, c, t.name, p.partition_index, "OffsetFetch")
-                    out[(t.name, p.partition_index)] = p.committed_offset
+                    _check(p.error_code, c, t.name, p.partition_index,
+                           f"OffsetFetch of group {group_id!r}")  # fmt: skip
+                    out[(t.name, p.partition_index)] = int(p.committed_offset)
             return out
 
         return self.to_coordinator(group_id, call)

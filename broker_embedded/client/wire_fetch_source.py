@@ -122,9 +122,11 @@ _FetchKey = tuple[TopicPartition, int, int, IsolationLevel]
 class WireFetchSource:
     """A Kafka cluster as a :class:`FetchSource`; see the module docstring."""
 
-    def __init__(self, descriptor: WireSource) -> None:
+    def __init__(self, descriptor: WireSource, client: KafkaClient | None = None) -> None:
+        """A source over ``client`` (borrowed: left open by :meth:`close`) or a new one."""
         self._descriptor = descriptor
-        self._client = KafkaClient(descriptor.bootstrap, descriptor.client_config())
+        self._owns_client = client is None
+        self._client = client or KafkaClient(descriptor.bootstrap, descriptor.client_config())
         self._topics: dict[str, tuple[int, ...]] | None = None
         self._pool: ThreadPoolExecutor | None = None
         self._ahead: tuple[_FetchKey, Future[FetchedPartition]] | None = None
@@ -274,7 +276,8 @@ class WireFetchSource:
         if self._pool is not None:
             self._pool.shutdown(wait=True)
             self._pool = None
-        self._client.close()
+        if self._owns_client:
+            self._client.close()
 
     def __enter__(self) -> WireFetchSource:
         return self

@@ -44,7 +44,6 @@ from broker_embedded.client.kafka_client import (
     ADD_PARTITIONS_TO_TXN,
     END_TXN,
     INIT_PRODUCER_ID,
-    OFFSET_FETCH,
     TXN_OFFSET_COMMIT,
     BrokerConnection,
     KafkaClient,
@@ -203,21 +202,6 @@ def end_txn(client: KafkaClient, handle: TxnHandle, *, commit: bool) -> None:
 def committed_offset(client: KafkaClient, group_id: str, topic: str, partition: int) -> int:
     """``group_id``'s committed offset of ``topic``/``partition`` once no transaction holding
     one is pending (``require_stable``); :data:`NO_OFFSET` when it has none."""
-
-    def call(c: BrokerConnection) -> int:
-        response = c.request(OFFSET_FETCH, lambda types: {
-            "group_id": group_id, "require_stable": True,
-            "topics": (types.OffsetFetchRequestTopic(
-                name=topic, partition_indexes=(partition,)),)})  # fmt: skip
-        what = f"OffsetFetch of group {group_id!r} topic {topic!r} partition {partition}"
-        if response.error_code != 0:
-            raise api_error(int(response.error_code), f"{what} on {c.address}")
-        for t in response.topics:
-            for p in t.partitions:
-                if p.error_code != 0:
-                    raise api_error(int(p.error_code), f"{what} on {c.address}")
-                return int(p.committed_offset)
-        return NO_OFFSET
-
-    return _retrying(client, UNSTABLE_OFFSET_COMMIT,
-                     lambda: client.to_coordinator(group_id, call))  # fmt: skip
+    tp = (topic, partition)
+    return _retrying(client, UNSTABLE_OFFSET_COMMIT, lambda: client.committed_offsets(
+        group_id, [tp], require_stable=True).get(tp, NO_OFFSET))  # fmt: skip

@@ -609,3 +609,42 @@ def test_read_committed_never_shows_aborted_or_open_transactions(
         q.stop()
     assert q.exception() is None
     assert values() == [b"plain-1", b"open-1", b"plain-2", b"open-2", b"plain-3"]
+
+
+def test_over_the_wire_one_client_serves_every_trigger_and_commit(broker: Broker) -> None:
+    """A streaming query's planning and ``commitOffsetsToGroup`` go through one client, connected
+    once and kept across triggers (as Spark's Kafka source keeps its admin client); Spark's copy
+    for the executors carries no socket, and ``stop`` closes it."""
+    import pickle
+
+    from broker_embedded.client.kafka_client import KafkaClient
+
+    broker.create_topic("w", 2, config=NO_RETENTION)
+    server = broker_server(broker, ["PLAINTEXT://127.0.0.1:0"], server_config())
+    server.start()
+    bootstrap = f"127.0.0.1:{server.endpoints[0].port}"
+    try:
+        reader = reader_for(broker, subscribe="w", startingOffsets="earliest",
+                            commitOffsetsToGroup="wg",
+                            **{"kafka.bootstrap.servers": bootstrap})  # fmt: skip
+        start = reader.initialOffset()
+        assert parse_offsets_json(start) == {TopicPartition("w", 0): 0, TopicPartition("w", 1): 0}
+        client = reader._client
+        sockets = {a: c._sock for a, c in client._connections.items()}
+        assert sockets
+        for n in range(1, 4):
+            produce(broker, "w", n % 2, [b"x"] * n)
+            end = reader.latestOffset(start, ReadAllAvailable())
+            assert len(reader.partitions(start, end)) == 1
+            reader.commit(end)
+            start = end
+        assert parse_offsets_json(start) == {TopicPartition("w", 0): 2, TopicPartition("w", 1): 4}
+        assert reader._client is client
+        assert {a: c._sock for a, c in client._connections.items()} == sockets
+        with KafkaClient(bootstrap) as other:
+            assert other.committed_offsets("wg") == {("w", 0): 2, ("w", 1): 4}
+        assert pickle.loads(pickle.dumps(reader))._client is None
+        reader.stop()
+        assert reader._client is None and all(s.fileno() == -1 for s in sockets.values())
+    finally:
+        server.shutdown(5.0)
