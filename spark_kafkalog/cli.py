@@ -32,9 +32,11 @@ Subcommands:
                                                  kafka-consumer-groups --list/--describe)
   dump PATH... [--records] [--json] [--summary] [--verify]
                                                  print and verify segments (like kafka-dump-log)
-  compact [--config FILE] [--dry-run]           compact the log dirs of a compaction config
+  compact [--config FILE] [--dry-run] [--report FILE]
+                                                 compact the log dirs of a compaction config
                                                  (conf/compaction.toml) in this process, like
-                                                 spark-submit jobs/compact.py without Spark
+                                                 spark-submit jobs/compact.py without Spark;
+                                                 --report writes its summary as JSON
   demo [--dir DIR] [--events N]                  the main job: an embedded broker produces, Spark
                                                  reads, aggregates, compacts a topic, writes a
                                                  topic and reads it back, streams a copy
@@ -54,7 +56,8 @@ Exit status: 0 success, 1 a reported error (corruption, bad path, unknown topic,
 range, bad config, locked log dir), 2 bad usage, 3 an unexpected error (a bug in kafkalog). Errors
 go to stderr as one line naming what is wrong (the file, topic, partition, offset as they apply),
 without a traceback; an unexpected error's line names the command and the exception, and
-``kafkalog --debug ...`` shows its traceback instead.
+``kafkalog --debug ...`` shows its traceback instead. ``kafkalog compact`` has the compaction
+job's statuses (spark_kafkalog/compaction_job.py): 3 is work left, 4 an unexpected error.
 """
 
 from __future__ import annotations
@@ -67,6 +70,7 @@ from pathlib import Path
 from types import ModuleType
 
 from broker_embedded.errors import KafkaLogError
+from spark_kafkalog import compaction_report
 
 CODECS = ("none", "gzip", "snappy", "lz4", "zstd")
 
@@ -391,12 +395,11 @@ def _parser() -> argparse.ArgumentParser:
     )
 
     compact = sub.add_parser(
-        "compact", help="compact the partitions of a compaction config, without Spark"
+        "compact",
+        help="compact the partitions of a compaction config, without Spark (exit status: 0 "
+        "done, 1 a partition failed, 2 bad configuration, 3 work left, 4 a bug)",
     )
-    compact.add_argument(
-        "--config", type=Path, help="compaction TOML (default: conf/compaction.toml)"
-    )
-    compact.add_argument("--dry-run", action="store_true", help="print the plan, clean nothing")
+    compaction_report.add_arguments(compact)
 
     demo = sub.add_parser(
         "demo",
@@ -601,11 +604,14 @@ def _run(args: argparse.Namespace) -> int:
             summary_only=args.summary,
         )
     if args.command == "compact":
-        from spark_kafkalog.compaction_config import CompactionConfig
         from spark_kafkalog.compaction_job import run_local
 
-        config = CompactionConfig.load(args.config)
-        return run_local(config, sys.stdout, dry_run=args.dry_run).exit_code
+        return compaction_report.execute(
+            args.config,
+            args.report,
+            lambda config: run_local(config, sys.stdout, dry_run=args.dry_run),
+            "kafkalog compact",
+        )
     if args.command == "demo":
         from spark_kafkalog.demo import run
 

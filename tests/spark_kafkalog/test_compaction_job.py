@@ -291,7 +291,7 @@ def test_default_config_file(tmp_path: Path) -> None:
     assert config.min_cleanable_dirty_ratio is None
     missing = subprocess.run([str(KAFKALOG), "compact", "--config", str(tmp_path / "no.toml")],
                              capture_output=True, text=True, timeout=60)  # fmt: skip
-    assert missing.returncode == 1
+    assert missing.returncode == 2  # bad configuration
     assert f"compaction config file {tmp_path / 'no.toml'} does not exist" in missing.stderr
     no_dir = write_config(tmp_path / "c.toml", tmp_path / "nowhere")
     result = subprocess.run([str(KAFKALOG), "compact", "--config", str(no_dir)],
