@@ -70,7 +70,7 @@ from pathlib import Path
 from types import ModuleType
 
 from broker_embedded.errors import KafkaLogError
-from spark_kafkalog import compaction_report
+from spark_kafkalog import cli_logging, compaction_report
 
 CODECS = ("none", "gzip", "snappy", "lz4", "zstd")
 
@@ -372,6 +372,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--debug", action="store_true", help="show the traceback of an unexpected error"
     )
+    cli_logging.add_arguments(parser)
     sub = parser.add_subparsers(dest="command", required=True)
     common = _broker_options(bootstrap=True)
     _add_topics(sub, common)
@@ -410,6 +411,7 @@ def _parser() -> argparse.ArgumentParser:
     demo.add_argument(
         "--events", type=_positive, default=300_000, help="events to produce (default 300000)"
     )
+    cli_logging.add_to_every_subcommand(parser)
     return parser
 
 
@@ -536,8 +538,12 @@ def _run_serve(args: argparse.Namespace, config) -> int:
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     name = args.command + (f" {args.action}" if args.command in ("topics", "groups") else "")
+    undo_logging = None
     try:
+        undo_logging = _configure_logging(args)
         return _run(args)
+    except KeyboardInterrupt:  # Ctrl-C: the user's wish, not an error to explain
+        return _report(f"kafkalog {name}: interrupted", 130)
     except UsageError as e:
         return _report(f"kafkalog {name}: {e}", 2)
     except (KafkaLogError, OSError) as e:
@@ -552,6 +558,18 @@ def main(argv: list[str] | None = None) -> int:
             f"run kafkalog --debug {name} ... for the traceback)",
             3,
         )
+    finally:
+        if undo_logging is not None:  # in-process callers (tests) get their logging back
+            undo_logging()
+
+
+def _configure_logging(args: argparse.Namespace) -> Callable[[], None]:
+    """``--log-level``/``--log-format``; for serve, else the broker config's ``[log]``."""
+    level, fmt = args.log_level, args.log_format
+    if args.command == "serve":
+        file_level, file_fmt = cli_logging.load_log_settings(args.broker_config)
+        level, fmt = level or file_level or "info", fmt or file_fmt
+    return cli_logging.configure(level or "warning", fmt or "text")
 
 
 def _report(message: str, status: int) -> int:

@@ -600,12 +600,15 @@ def exit_status(outcomes: Iterable[PartitionOutcome]) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``spark-submit jobs/compact.py --config FILE [--dry-run] [--report FILE]``."""
-    from spark_kafkalog import compaction_report
+    """``spark-submit jobs/compact.py --config FILE [--dry-run] [--report FILE]
+    [--log-level L] [--log-format text|json]``."""
+    from spark_kafkalog import cli_logging, compaction_report
 
     parser = argparse.ArgumentParser(prog="jobs/compact.py", description="kafkalog compaction")
     compaction_report.add_arguments(parser)
+    cli_logging.add_arguments(parser)
     args = parser.parse_args(argv)
+    cli_logging.configure(args.log_level or "warning", args.log_format or "text")
 
     def on_spark(config: CompactionConfig) -> JobReport:
         from pyspark.sql import SparkSession
