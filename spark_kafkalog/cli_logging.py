@@ -126,8 +126,9 @@ def configure(
     return undo
 
 
-def _utc(created: float) -> str:
-    ms = int(created * 1000)
+def utc_time(epoch: float) -> str:
+    """``2026-11-25T06:15:00.123Z``: UTC, ISO 8601, milliseconds (the logs and reports)."""
+    ms = int(epoch * 1000)
     return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(ms // 1000)) + f".{ms % 1000:03d}Z"
 
 
@@ -135,7 +136,7 @@ class TextLineFormatter(logging.Formatter):
     """``TIME LEVEL logger: message``, on one line."""
 
     def format(self, record: logging.LogRecord) -> str:
-        line = f"{_utc(record.created)} {record.levelname} {record.name}: {record.getMessage()}"
+        line = f"{utc_time(record.created)} {record.levelname} {record.name}: {record.getMessage()}"
         extra = _exception(self, record)
         return " | ".join((line + (" | " + extra if extra else "")).splitlines())
 
@@ -144,7 +145,7 @@ class JsonLineFormatter(logging.Formatter):
     """One JSON object a line (module docstring)."""
 
     def format(self, record: logging.LogRecord) -> str:
-        obj = {"time": _utc(record.created), "level": record.levelname, "logger": record.name,
+        obj = {"time": utc_time(record.created), "level": record.levelname, "logger": record.name,
                "message": record.getMessage()}  # fmt: skip
         extra = _exception(self, record)
         if extra:

@@ -45,6 +45,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from broker_embedded.errors import KafkaLogError
+from spark_kafkalog.cli_logging import utc_time
 
 if TYPE_CHECKING:
     from spark_kafkalog.compaction_config import CompactionConfig
@@ -122,15 +123,10 @@ def _write(prog: str, path: Path, data: dict[str, Any]) -> bool:
         return False
 
 
-def _utc(epoch: float) -> str:
-    ms = int(round(epoch * 1000))
-    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(ms // 1000)) + f".{ms % 1000:03d}Z"
-
-
 def _header(run_id: str | None, started: float, finished: float, dry_run: bool, status: int,
             error: str | None) -> dict[str, Any]:  # fmt: skip
     return {"format": REPORT_FORMAT, "run_id": run_id, "host": socket.gethostname(),
-            "started": _utc(started), "finished": _utc(finished),
+            "started": utc_time(started), "finished": utc_time(finished),
             "seconds": round(finished - started, 3), "dry_run": dry_run, "exit_status": status,
             "error": error}  # fmt: skip
 
