@@ -126,8 +126,9 @@ class BrokerConfig:
 
     @classmethod
     def from_mapping(cls, data: Mapping[str, Any], source: str = "<config>") -> BrokerConfig:
-        # [security] is the server's (server/security/security_config.py), read beside this
-        unknown = set(data) - {"broker", "log_cleaner", "topic_defaults", "security"}
+        # [security] is the server's (server/security/security_config.py), [log] the command
+        # line's (spark_kafkalog/cli_logging.py), read beside this
+        unknown = set(data) - {"broker", "log_cleaner", "topic_defaults", "security", "log"}
         if unknown:
             raise InvalidConfigError(f"{source}: unknown section(s) {sorted(unknown)}")
         for section in ("broker", "log_cleaner", "topic_defaults"):

@@ -1,6 +1,6 @@
 """spark-submit entry point of the compaction job:
 
-    spark-submit jobs/compact.py --config conf/compaction.toml [--dry-run]
+    spark-submit jobs/compact.py --config conf/compaction.toml [--dry-run] [--report FILE]
 
 The logic is spark_kafkalog.compaction_job (run(spark, config, out)).
 """

@@ -32,9 +32,11 @@ Subcommands:
                                                  kafka-consumer-groups --list/--describe)
   dump PATH... [--records] [--json] [--summary] [--verify]
                                                  print and verify segments (like kafka-dump-log)
-  compact [--config FILE] [--dry-run]           compact the log dirs of a compaction config
+  compact [--config FILE] [--dry-run] [--report FILE]
+                                                 compact the log dirs of a compaction config
                                                  (conf/compaction.toml) in this process, like
-                                                 spark-submit jobs/compact.py without Spark
+                                                 spark-submit jobs/compact.py without Spark;
+                                                 --report writes its summary as JSON
   demo [--dir DIR] [--events N]                  the main job: an embedded broker produces, Spark
                                                  reads, aggregates, compacts a topic, writes a
                                                  topic and reads it back, streams a copy
@@ -54,7 +56,8 @@ Exit status: 0 success, 1 a reported error (corruption, bad path, unknown topic,
 range, bad config, locked log dir), 2 bad usage, 3 an unexpected error (a bug in kafkalog). Errors
 go to stderr as one line naming what is wrong (the file, topic, partition, offset as they apply),
 without a traceback; an unexpected error's line names the command and the exception, and
-``kafkalog --debug ...`` shows its traceback instead.
+``kafkalog --debug ...`` shows its traceback instead. ``kafkalog compact`` has the compaction
+job's statuses (spark_kafkalog/compaction_job.py): 3 is work left, 4 an unexpected error.
 """
 
 from __future__ import annotations
@@ -67,6 +70,7 @@ from pathlib import Path
 from types import ModuleType
 
 from broker_embedded.errors import KafkaLogError
+from spark_kafkalog import cli_logging, compaction_report
 
 CODECS = ("none", "gzip", "snappy", "lz4", "zstd")
 
@@ -368,6 +372,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--debug", action="store_true", help="show the traceback of an unexpected error"
     )
+    cli_logging.add_arguments(parser)
     sub = parser.add_subparsers(dest="command", required=True)
     common = _broker_options(bootstrap=True)
     _add_topics(sub, common)
@@ -391,12 +396,11 @@ def _parser() -> argparse.ArgumentParser:
     )
 
     compact = sub.add_parser(
-        "compact", help="compact the partitions of a compaction config, without Spark"
+        "compact",
+        help="compact the partitions of a compaction config, without Spark (exit status: 0 "
+        "done, 1 a partition failed, 2 bad configuration, 3 work left, 4 a bug)",
     )
-    compact.add_argument(
-        "--config", type=Path, help="compaction TOML (default: conf/compaction.toml)"
-    )
-    compact.add_argument("--dry-run", action="store_true", help="print the plan, clean nothing")
+    compaction_report.add_arguments(compact)
 
     demo = sub.add_parser(
         "demo",
@@ -407,6 +411,7 @@ def _parser() -> argparse.ArgumentParser:
     demo.add_argument(
         "--events", type=_positive, default=300_000, help="events to produce (default 300000)"
     )
+    cli_logging.add_to_every_subcommand(parser)
     return parser
 
 
@@ -533,8 +538,12 @@ def _run_serve(args: argparse.Namespace, config) -> int:
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     name = args.command + (f" {args.action}" if args.command in ("topics", "groups") else "")
+    undo_logging = None
     try:
+        undo_logging = _configure_logging(args)
         return _run(args)
+    except KeyboardInterrupt:  # Ctrl-C: the user's wish, not an error to explain
+        return _report(f"kafkalog {name}: interrupted", 130)
     except UsageError as e:
         return _report(f"kafkalog {name}: {e}", 2)
     except (KafkaLogError, OSError) as e:
@@ -549,6 +558,18 @@ def main(argv: list[str] | None = None) -> int:
             f"run kafkalog --debug {name} ... for the traceback)",
             3,
         )
+    finally:
+        if undo_logging is not None:  # in-process callers (tests) get their logging back
+            undo_logging()
+
+
+def _configure_logging(args: argparse.Namespace) -> Callable[[], None]:
+    """``--log-level``/``--log-format``; for serve, else the broker config's ``[log]``."""
+    level, fmt = args.log_level, args.log_format
+    if args.command == "serve":
+        file_level, file_fmt = cli_logging.load_log_settings(args.broker_config)
+        level, fmt = level or file_level or "info", fmt or file_fmt
+    return cli_logging.configure(level or "warning", fmt or "text")
 
 
 def _report(message: str, status: int) -> int:
@@ -601,11 +622,14 @@ def _run(args: argparse.Namespace) -> int:
             summary_only=args.summary,
         )
     if args.command == "compact":
-        from spark_kafkalog.compaction_config import CompactionConfig
         from spark_kafkalog.compaction_job import run_local
 
-        config = CompactionConfig.load(args.config)
-        return run_local(config, sys.stdout, dry_run=args.dry_run).exit_code
+        return compaction_report.execute(
+            args.config,
+            args.report,
+            lambda config: run_local(config, sys.stdout, dry_run=args.dry_run),
+            "kafkalog compact",
+        )
     if args.command == "demo":
         from spark_kafkalog.demo import run
 

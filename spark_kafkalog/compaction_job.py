@@ -18,13 +18,21 @@
    on from there) until the dirty section is done or the time budget is spent; after each
    round its end offset goes into ``cleaner-offset-checkpoint``.
 3. Report: a summary table (each partition: cleaned, partial, skipped or failed, and why;
-   bytes before and after, keys, rounds, seconds) and totals; progress lines while it runs.
+   bytes before and after, keys, rounds, seconds) and totals; progress lines while it runs;
+   with ``--report FILE`` the same as JSON (compaction_report.py).
 
 Safety: the job never writes to a log dir someone owns; two runs never clean one partition at
 once (the second skips it, naming the first); a run killed at any moment leaves every log valid
 (each segment swap is atomic, the checkpoint only moves after a swap) and a rerun goes on from
 the checkpoint; a partition that needs nothing is skipped, so reruns are idempotent. A failure
-on one partition (corrupt data) fails that partition only; the exit status is then 1.
+on one partition (corrupt data) fails that partition only.
+
+Exit status (:func:`exit_status`): 0 every partition done (cleaned, or skipped because it needs
+nothing or someone else cleans it); 1 a partition failed (or the job could not run: a log dir
+missing, an I/O error); 2 bad configuration or usage; 3 no failure, but work left: the time
+budget ran out (a partition ``partial``, or skipped before it started) or a round was stopped
+(``partial``), so a rerun goes on; 4 an unexpected error (a bug in kafkalog). A failure wins
+over work left.
 
 Thread safety: :func:`clean_partition` runs one partition per call; concurrent calls (tasks,
 other runs) are serialised per partition by the cleaning lock.
@@ -85,16 +93,19 @@ _log = logging.getLogger(__name__)
 
 CLEANED, PARTIAL, SKIPPED, FAILED, PLANNED = "cleaned", "partial", "skipped", "failed", "to clean"
 OWNER = "kafkalog compact run"
+BUDGET_USED = "the time budget was used up before it started"
 _LOCK_RETRY_S = 0.2
 
 
 @dataclass(frozen=True)
 class JobSettings:
-    """What every task needs: the config, the run's id and its deadline (epoch seconds)."""
+    """What every task needs: the config, the run's id, its start and deadline (epoch
+    seconds)."""
 
     config: CompactionConfig
     run_id: str
     deadline: float
+    started: float
 
     @property
     def owner(self) -> str:
@@ -144,7 +155,7 @@ def new_run_id() -> str:
 
 def new_settings(config: CompactionConfig, now: float | None = None) -> JobSettings:
     start = time.time() if now is None else now
-    return JobSettings(config, new_run_id(), start + config.time_budget_seconds)
+    return JobSettings(config, new_run_id(), start + config.time_budget_seconds, start)
 
 
 # -- weighing a partition ----------------------------------------------------------------------
@@ -195,11 +206,15 @@ def _acquire(
 
 @dataclass(frozen=True)
 class JobReport:
-    """A run's outcome per partition (in log dir, topic, partition order) and exit status."""
+    """A run's outcome per partition (in log dir, topic, partition order), exit status, and
+    when it ran (epoch seconds)."""
 
     run_id: str
     outcomes: tuple[PartitionOutcome, ...]
     exit_code: int
+    started: float = 0.0
+    finished: float = 0.0
+    dry_run: bool = False
 
     def by_partition(self) -> dict[tuple[str, str, int], PartitionOutcome]:
         return {(o.log_dir, o.topic, o.partition): o for o in self.outcomes}
@@ -330,7 +345,7 @@ def clean_partition(
     outcome = PartitionOutcome(task.log_dir, task.topic, task.partition, SKIPPED,
                                dirty_ratio=task.dirty_ratio)  # fmt: skip
     if time.time() >= settings.deadline:
-        return replace(outcome, reason="the time budget was used up before it started")
+        return replace(outcome, reason=BUDGET_USED)
     log_dir, tp = Path(task.log_dir), task.topic_partition
     try:
         lock = _acquire(log_dir, tp, settings)
@@ -439,7 +454,7 @@ def run(
     spark: SparkSession, config: CompactionConfig, out: TextIO, *, dry_run: bool = False
 ) -> JobReport:
     """The Spark job: plan on the driver, one task per partition (the largest first), the
-    summary on ``out``; exit status 0, or 1 when a partition failed."""
+    summary on ``out``; the exit status as :func:`exit_status` says."""
     started = time.monotonic()
     settings = new_settings(config)
     the_plan = plan(settings)
@@ -568,32 +583,40 @@ def _finish(
           f"failed {counts[FAILED]}: {_size(before)} -> {_size(after)}, "
           f"{sum(o.keys for o in worked):,} keys, {sum(o.rounds for o in worked)} rounds, "
           f"{time.monotonic() - started:.1f} s", file=out, flush=True)  # fmt: skip
-    return JobReport(settings.run_id, tuple(everything), 1 if counts[FAILED] else 0)
+    return JobReport(settings.run_id, tuple(everything), exit_status(everything),
+                     settings.started, time.time(), dry_run)  # fmt: skip
+
+
+def exit_status(outcomes: Iterable[PartitionOutcome]) -> int:
+    """The module docstring's exit status of a run that got to its summary: 0, 1 or 3."""
+    statuses = [(o.status, o.reason) for o in outcomes]
+    if any(status == FAILED for status, _ in statuses):
+        return 1
+    work_left = any(s == PARTIAL or (s, r) == (SKIPPED, BUDGET_USED) for s, r in statuses)
+    return 3 if work_left else 0
 
 
 # -- spark-submit ------------------------------------------------------------------------------
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``spark-submit jobs/compact.py --config FILE [--dry-run]``."""
-    parser = argparse.ArgumentParser(prog="jobs/compact.py", description="kafkalog compaction")
-    parser.add_argument(
-        "--config", type=Path, help="compaction TOML (default: conf/compaction.toml)"
-    )
-    parser.add_argument("--dry-run", action="store_true", help="print the plan, clean nothing")
-    args = parser.parse_args(argv)
-    try:
-        config = CompactionConfig.load(args.config)
-    except KafkaLogError as e:
-        print(f"compact: {e}", file=sys.stderr)
-        return 1
-    from pyspark.sql import SparkSession
+    """``spark-submit jobs/compact.py --config FILE [--dry-run] [--report FILE]
+    [--log-level L] [--log-format text|json]``."""
+    from spark_kafkalog import cli_logging, compaction_report
 
-    spark = SparkSession.builder.appName("kafkalog-compaction").getOrCreate()
-    try:
-        return run(spark, config, sys.stdout, dry_run=args.dry_run).exit_code
-    except (KafkaLogError, OSError) as e:
-        print(f"compact: {e}", file=sys.stderr)
-        return 1
-    finally:
-        spark.stop()
+    parser = argparse.ArgumentParser(prog="jobs/compact.py", description="kafkalog compaction")
+    compaction_report.add_arguments(parser)
+    cli_logging.add_arguments(parser)
+    args = parser.parse_args(argv)
+    cli_logging.configure(args.log_level or "warning", args.log_format or "text")
+
+    def on_spark(config: CompactionConfig) -> JobReport:
+        from pyspark.sql import SparkSession
+
+        spark = SparkSession.builder.appName("kafkalog-compaction").getOrCreate()
+        try:
+            return run(spark, config, sys.stdout, dry_run=args.dry_run)
+        finally:
+            spark.stop()
+
+    return compaction_report.execute(args.config, args.report, on_spark)

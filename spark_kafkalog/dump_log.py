@@ -6,6 +6,21 @@ per record), as text or as one JSON object a line (bytes base64-encoded), then a
 With ``verify`` every batch CRC and every offset and time index entry is checked, and the first
 corruption stops the dump with a non-zero exit status and a line naming the file, byte position and
 base offset. Reads only; never writes a file.
+
+``--json`` output is stable (the README's "Operating" section lists it): a batch line has
+``file`` and the fields of :func:`batch_line`, a record line those of :func:`record_line`, and
+the summary line of a file (all ``--summary`` prints) is::
+
+    {"summary": PATH, "topic": T, "partition": P, "segmentBaseOffset": B, "batches": N,
+     "records": N, "bytes": N, "firstOffset": O, "lastOffset": O, "codecs": {"none": N},
+     "invalidCrcs": N}
+
+``topic`` and ``partition`` are null when the file's directory name is not
+``<topic>-<partition>``, ``segmentBaseOffset`` (from the file name) when the name is not
+``<20 digits>.log``; ``firstOffset`` and ``lastOffset`` are null for an empty segment; ``codecs``
+counts batches by compression (none, gzip, snappy, lz4, zstd). Fields may be added; none is
+removed or renamed. A line is a summary when it has ``summary``, a batch when it has
+``baseOffset``, a record when it has ``offset``.
 """
 
 from __future__ import annotations
@@ -22,6 +37,7 @@ from broker_embedded.record.record_batch import LOG_APPEND_TIME, NO_TIMESTAMP_TY
 from broker_embedded.record.records import iter_batches
 from broker_embedded.storage.log_dir import LogDir
 from broker_embedded.storage.log_segment import LogSegment, parse_segment_log_name
+from broker_embedded.storage.topic_partition import TopicPartition
 
 TIMESTAMP_TYPE_NAMES = {
     NO_TIMESTAMP_TYPE: "NoTimestampType",
@@ -183,8 +199,12 @@ class Dumper:
         return summary
 
     def emit_summary(self, s: FileSummary) -> None:
+        tp = TopicPartition.try_parse_dir_name(s.path.parent.name)
         obj = {
             "summary": str(s.path),
+            "topic": None if tp is None else tp.topic,
+            "partition": None if tp is None else tp.partition,
+            "segmentBaseOffset": parse_segment_log_name(s.path.name),
             "batches": s.batches,
             "records": s.records,
             "bytes": s.bytes,

@@ -52,7 +52,6 @@ from __future__ import annotations
 
 import logging
 import signal
-import sys
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -75,6 +74,7 @@ from broker_embedded.server.security.security_config import (
 )
 from broker_embedded.server.security.security_config import parse_listeners as listener_list
 from broker_embedded.storage.log_dir import LogDir
+from spark_kafkalog import cli_logging
 from spark_kafkalog.topics_command import CommandError
 
 DEFAULT_LISTENERS = "PLAINTEXT://127.0.0.1:9092"
@@ -83,7 +83,6 @@ MAX_PORT = 65535
 SHUTDOWN_TIMEOUT_S = 10.0
 KILL_DRAIN_S = 0.5
 CLUSTER_MARKER = "controller.json"
-LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
 log = logging.getLogger(__name__)
 
@@ -277,8 +276,8 @@ def run(
     security: SecurityConfig | None = None,
 ) -> int:
     """Serve until SIGTERM/SIGINT (call from the main thread); 0 after a clean shutdown."""
-    if not logging.getLogger().handlers:
-        logging.basicConfig(stream=sys.stderr, level=logging.INFO, format=LOG_FORMAT)
+    if not logging.getLogger().handlers:  # called without the command line's setup
+        cli_logging.configure("info")
     security = security or SecurityConfig()
     endpoints = parse_listeners(listeners, security.protocol_map)
     stop = threading.Event()

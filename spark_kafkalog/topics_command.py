@@ -15,7 +15,17 @@ Output (stdout):
   overrides, then one line per partition with leader, replicas, ISR, leader epoch, log start
   offset, high watermark and log end offset (tab-separated ``Name: value`` pairs, as
   kafka-topics prints them); with ``--json`` one JSON object a topic instead, which also holds
-  the last stable offset and the effective config (defaults overlaid with the overrides).
+  the last stable offset and the effective config (defaults overlaid with the overrides)::
+
+      {"topic": T, "topicId": BASE64, "partitionCount": N, "replicationFactor": N,
+       "configs": {OVERRIDES}, "effectiveConfigs": {NAME: VALUE, ...},
+       "partitions": [{"partition": P, "leader": ID, "leaderEpoch": E, "replicas": [ID],
+                       "isr": [ID], "logStartOffset": O, "highWatermark": O,
+                       "lastStableOffset": O, "logEndOffset": O}, ...]}
+
+  Config values are strings (as Kafka's DescribeConfigs gives them); offsets are -1 for a
+  replica not hosted here. The fields are stable (README, "Operating"): fields may be added,
+  none is removed or renamed. ``--bootstrap-server`` prints the same.
 
 Also here, for every broker-opening command: :func:`load_config` (the ``--broker-config FILE``),
 :func:`open_broker`, :func:`parse_assignments` (``k=v`` arguments) and :class:`CommandError`.

@@ -2,11 +2,13 @@
 partitions with one log dir owned by a running broker, checked against a plain-Python model of
 "latest value per key" and a Spark read of the compacted topic; reruns, the map bound over
 several rounds, the time budget, a dir left by a dead owner, a corrupt partition, two runs at
-once and runs killed with SIGKILL (``kafkalog compact`` processes), and ``spark-submit``."""
+once and runs killed with SIGKILL (``kafkalog compact`` processes), and ``spark-submit`` with
+the shipped conf/spark-defaults.conf and conf/log4j2.properties."""
 
 from __future__ import annotations
 
 import io
+import json
 import os
 import re
 import signal
@@ -248,20 +250,31 @@ def test_killed_runs_leave_valid_logs_and_a_rerun_finishes(tmp_path: Path) -> No
         assert not list((log_dir / f"profiles-{p}").glob("*.swap"))
 
 
-def test_spark_submit_runs_the_job(tmp_path: Path) -> None:
+def test_spark_submit_with_the_shipped_config_prints_the_summary_and_no_info(tmp_path: Path):
+    """``spark-submit --properties-file conf/spark-defaults.conf jobs/compact.py`` from the
+    project root: the summary, its JSON report, and not one INFO line of Spark's."""
     log_dir = tmp_path / "d"
     build_compacted(log_dir, partitions=2, extra_topics=False)
     config = write_config(tmp_path / "c.toml", log_dir)
     env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
     spark_submit = Path(sys.executable).parent / "spark-submit"
+    report = tmp_path / "report.json"
     result = subprocess.run(
-        [str(spark_submit), "--master", "local[2]", "--conf", "spark.ui.enabled=false",
-         str(ROOT / "jobs" / "compact.py"), "--config", str(config)],
-        capture_output=True, text=True, timeout=300, env=env, cwd=tmp_path,
+        [str(spark_submit), "--properties-file", "conf/spark-defaults.conf", "--master",
+         "local[2]", "--conf", "spark.ui.enabled=false", "jobs/compact.py", "--config",
+         str(config), "--report", str(report)],
+        capture_output=True, text=True, timeout=300, env=env, cwd=ROOT,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
     assert statuses(result.stdout) == {"profiles-0": CLEANED, "profiles-1": CLEANED}
     assert "cleaned 2, partial 0, skipped 0, failed 0" in result.stdout
+    info = [line for line in (result.stdout + result.stderr).splitlines() if " INFO " in line]
+    assert info == [], info[:5]
+    assert "[Stage " not in result.stderr  # no console progress bar
+    parsed = json.loads(report.read_text())
+    assert [(p["partition"], p["status"]) for p in parsed["partitions"]] == [
+        (0, CLEANED), (1, CLEANED)]  # fmt: skip
+    assert f"kafkalog compaction run {parsed['run_id']} " in result.stdout
 
 
 @pytest.mark.parametrize(
@@ -291,7 +304,7 @@ def test_default_config_file(tmp_path: Path) -> None:
     assert config.min_cleanable_dirty_ratio is None
     missing = subprocess.run([str(KAFKALOG), "compact", "--config", str(tmp_path / "no.toml")],
                              capture_output=True, text=True, timeout=60)  # fmt: skip
-    assert missing.returncode == 1
+    assert missing.returncode == 2  # bad configuration
     assert f"compaction config file {tmp_path / 'no.toml'} does not exist" in missing.stderr
     no_dir = write_config(tmp_path / "c.toml", tmp_path / "nowhere")
     result = subprocess.run([str(KAFKALOG), "compact", "--config", str(no_dir)],
