@@ -18,6 +18,8 @@ if [ ! -f "$STAMP" ] || [ pyproject.toml -nt "$STAMP" ] || [ dev.sh -nt "$STAMP"
     touch "$STAMP"
 fi
 export PATH="$PWD/$VENV/bin:$PATH"
+# numba's kernels, compiled once into the cache every process loads from (a stat when they are)
+python -m spark_kafkalog.kernel_cache
 case "${1:-}" in
     demo)
         shift

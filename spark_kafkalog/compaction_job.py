@@ -85,6 +85,7 @@ from broker_embedded.storage.topic_config_file import TopicConfigFile
 from broker_embedded.storage.topic_partition import TopicPartition
 from broker_embedded.storage.unified_log import CleaningAbortedError, UnifiedLog
 from spark_kafkalog.compaction_config import CompactionConfig
+from spark_kafkalog.kernel_cache import ensure_compiled
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -613,6 +614,7 @@ def main(argv: list[str] | None = None) -> int:
     def on_spark(config: CompactionConfig) -> JobReport:
         from pyspark.sql import SparkSession
 
+        ensure_compiled()  # before Spark starts its workers: they load the kernels, none compiles
         spark = SparkSession.builder.appName("kafkalog-compaction").getOrCreate()
         try:
             return run(spark, config, sys.stdout, dry_run=args.dry_run)

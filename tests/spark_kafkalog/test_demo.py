@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import re
 from collections import Counter
 from pathlib import Path
@@ -15,10 +16,11 @@ import pytest
 from kafka.partitioner.default import murmur2
 from kafka.record.memory_records import MemoryRecords
 
-from spark_kafkalog import cli, demo
+from spark_kafkalog import cli, demo, kernel_cache
 from spark_kafkalog.compaction_job import CLEANED
 
 EVENTS = 6_000
+ROOT = Path(__file__).resolve().parents[2]
 SEED = 7
 
 
@@ -39,8 +41,22 @@ def partition_of(key: bytes) -> int:
     return (murmur2(key) & 0x7FFFFFFF) % demo.PARTITIONS
 
 
+def numba_cache_files() -> dict[Path, int]:
+    """Every file of numba's on-disk cache of the project's kernels, with its mtime (ns)."""
+    where = os.environ.get("NUMBA_CACHE_DIR")
+    roots = [Path(where)] if where else [ROOT / "broker_embedded", ROOT / "datasource"]
+    return {f: f.stat().st_mtime_ns for r in roots for f in r.rglob("*.nb[ic]")}
+
+
 @pytest.fixture(scope="module")
-def ran(spark, tmp_path_factory) -> tuple[demo.DemoResult, str, Path]:
+def cached_before() -> dict[Path, int]:
+    """numba's cache once the warm-up has run (as ``bash dev.sh`` and the demo run it)."""
+    kernel_cache.ensure_compiled(check=True)
+    return numba_cache_files()
+
+
+@pytest.fixture(scope="module")
+def ran(spark, tmp_path_factory, cached_before) -> tuple[demo.DemoResult, str, Path]:
     log_dir = tmp_path_factory.mktemp("demo") / "logdir"
     log_dir.mkdir()
     (log_dir / "meta.properties").write_text("version=1\n")  # an earlier run's log dir
@@ -48,6 +64,14 @@ def ran(spark, tmp_path_factory) -> tuple[demo.DemoResult, str, Path]:
     out = io.StringIO()
     res = demo.run_demo(log_dir, out, events=EVENTS, seed=SEED, spark=spark)
     return res, out.getvalue(), log_dir
+
+
+def test_no_kernel_is_compiled_after_the_warm_up(cached_before, ran) -> None:
+    """``kernel_cache.ensure_compiled`` compiled every signature the demo's processes use (the
+    driver's and Spark's Python workers'): none wrote numba's cache during the demo. (The first
+    test of the module: it runs right after the demo.)"""
+    written = sorted(str(f) for f, t in numba_cache_files().items() if cached_before.get(f) != t)
+    assert written == []
 
 
 @pytest.fixture(scope="module")
