@@ -294,7 +294,7 @@ def leave_group_response(ctx: ApiContext, coordinator: GroupCoordinator, request
     else:
         leaving = [MemberIdentity(body.member_id)]
     top = not_here(ctx, coordinator, body.group_id, request)
-    errors: list[KafkaApiError | None] = [top] * len(leaving)
+    errors: list[KafkaApiError | None] = []  # refused: no members, as Kafka's error response
     if top is None:
         top, errors = coordinator.leave_group(body.group_id, leaving)
     if not hasattr(body, "members"):  # v0-2: one error, the top-level one or the member's
@@ -303,7 +303,7 @@ def leave_group_response(ctx: ApiContext, coordinator: GroupCoordinator, request
     members = tuple(
         make(types.MemberResponse, member_id=m.member_id, group_instance_id=m.group_instance_id,
              error_code=error_code(e))
-        for m, e in zip(leaving, errors, strict=True)
+        for m, e in (zip(leaving, errors, strict=True) if errors else ())
     )  # fmt: skip
     return make(types.LeaveGroupResponse, throttle_time=_ZERO, error_code=error_code(top),
                 members=members)  # fmt: skip

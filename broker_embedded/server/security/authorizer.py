@@ -106,8 +106,9 @@ VALID_OPERATIONS: dict[ResourceType, frozenset[AclOperation]] = {
         AclOperation.READ, AclOperation.WRITE, AclOperation.CREATE, AclOperation.DELETE,
         AclOperation.ALTER, AclOperation.DESCRIBE, AclOperation.DESCRIBE_CONFIGS,
         AclOperation.ALTER_CONFIGS, AclOperation.ALL}),
-    ResourceType.GROUP: frozenset({
-        AclOperation.READ, AclOperation.DESCRIBE, AclOperation.DELETE, AclOperation.ALL}),
+    ResourceType.GROUP: frozenset({  # the configs ones since Kafka 3.8's group configs
+        AclOperation.READ, AclOperation.DESCRIBE, AclOperation.DELETE,
+        AclOperation.DESCRIBE_CONFIGS, AclOperation.ALTER_CONFIGS, AclOperation.ALL}),
     ResourceType.CLUSTER: frozenset({
         AclOperation.CREATE, AclOperation.CLUSTER_ACTION, AclOperation.DESCRIBE_CONFIGS,
         AclOperation.ALTER_CONFIGS, AclOperation.IDEMPOTENT_WRITE, AclOperation.ALTER,
