@@ -1,7 +1,7 @@
 """Authorization over loopback: a server with ``authorizer.class.name`` set, SCRAM users
 (admin is a super user, alice, bob and carol are not), ACLs made with confluent-kafka's
-AdminClient and checked with real clients and raw kio frames for the exact codes. The matrix over every API is
-test_authorization_matrix.py."""
+AdminClient and checked with real clients and raw kio frames for the exact codes. The matrix
+over every API is test_authorization_matrix.py."""
 
 from __future__ import annotations
 
