@@ -6,6 +6,7 @@ over every API is test_authorization_matrix.py."""
 from __future__ import annotations
 
 import contextlib
+import re
 import time
 import uuid
 from collections.abc import Iterator
@@ -367,3 +368,68 @@ def test_acls_command_over_the_wire(server, acls, tmp_path, capsys):
     assert capsys.readouterr().err == (
         "kafkalog acls: DescribeAcls failed: CLUSTER_AUTHORIZATION_FAILED\n"
     )
+
+
+# --- a broken ACL file -----------------------------------------------------------------------
+
+BROKEN = {
+    "not JSON": (b"{not json", "is not a valid ACL file (not JSON"),
+    "wrong shape": (b'{"acls": [{"resource_type": "TOPIC"}]}', "is not a valid ACL file: KeyError"),
+    "unreadable": (None, "cannot read the ACL file: Is a directory"),  # a directory
+}
+
+
+def _break(path: Path, content: bytes | None) -> None:
+    if content is None:
+        path.mkdir()
+    else:
+        path.write_bytes(content)
+
+
+@pytest.mark.parametrize("case", sorted(BROKEN))
+def test_a_broken_acl_file_stops_the_server_start_naming_it(pki, tmp_path, case):
+    from broker_embedded.server.security.json_file import SecurityFileError
+
+    content, message = BROKEN[case]
+    _break(tmp_path / "acls.json", content)
+    with Broker(tmp_path, create=True, config=config()) as broker:
+        with pytest.raises(SecurityFileError, match=re.escape(f"{tmp_path / 'acls.json'}")
+                           + ".*" + re.escape(message)):  # fmt: skip
+            broker_server(broker, LISTENERS, security=secured(pki))
+
+
+def test_kafkalog_serve_refuses_a_broken_acl_file_in_one_line(tmp_path, capsys):
+    from spark_kafkalog import cli
+
+    (tmp_path / "logs").mkdir()
+    (tmp_path / "logs" / "acls.json").write_text("[1, 2")
+    conf = tmp_path / "broker.toml"
+    conf.write_text(f'[security]\n"authorizer.class.name" = "{AUTHORIZER}"\n')
+    code = cli.main(["serve", "--log-dir", str(tmp_path / "logs"), "--listeners",
+                     "PLAINTEXT://127.0.0.1:0", "--broker-config", str(conf)])  # fmt: skip
+    err = capsys.readouterr().err
+    assert code == 1
+    assert err.startswith(f"kafkalog serve: {tmp_path / 'logs' / 'acls.json'} is not a valid "
+                          "ACL file (not JSON: ")  # fmt: skip
+    assert len(err.splitlines()) == 1
+    assert sorted(p.name for p in (tmp_path / "logs").iterdir()) == ["acls.json"]  # not opened
+
+
+def test_a_running_server_keeps_its_acls_when_the_file_breaks(pki, tmp_path, caplog):
+    with authorized(tmp_path, secured(pki)) as server:
+        create_topic(server, "kept")
+        store = AclStore(tmp_path)
+        store.add([allow("User:alice", Op.WRITE, "kept")])
+        settle()
+        alice, bob = login(server, "alice"), login(server, "bob")
+        assert produce(alice, "kept", b"a") == ErrorCode.none  # the server reads the ACLs
+        store.path.write_text("{broken")
+        settle()
+        assert produce(alice, "kept", b"a") == ErrorCode.none  # the ACLs read before hold
+        assert produce(bob, "kept", b"b") == ErrorCode.topic_authorization_failed
+        assert f"{store.path} is not a valid ACL file" in caplog.text
+        store.path.unlink()
+        store.add([allow("User:bob", Op.WRITE, "kept")])  # a good file again: it counts
+        settle()
+        assert produce(bob, "kept", b"b") == ErrorCode.none
+        assert produce(alice, "kept", b"a") == ErrorCode.topic_authorization_failed
