@@ -104,6 +104,14 @@ def test_a_saved_input_replays(wire: WireTarget, tmp_path: Path) -> None:
     assert replay(saved) == 0
 
 
+def test_a_saved_sasl_input_replays(wire: WireTarget, tmp_path: Path) -> None:
+    reproducer, found = wire.run_sasl(7, random.Random("replay"))
+    assert found == []
+    saved = tmp_path / "sasl-input.json"
+    saved.write_text(json.dumps({"target": "wire", "kind": "probe", "detail": "-"} | reproducer))
+    assert replay(saved) == 0
+
+
 def test_a_short_wire_campaign(tmp_path: Path, capsys) -> None:
     args = ["--only", "wire", "--no-probes", "--seconds", "4", "--seed", "5"]
     assert main([*args, "--out", str(tmp_path)]) == 0
