@@ -139,6 +139,13 @@ class ApiContext:
         ops = VALID_OPERATIONS[resource_type] - {AclOperation.ALL}
         return sum(1 << op for op in ops if self.allowed(request, op, resource_type, name))
 
+    def cluster_operations(self, request: Request) -> int:
+        """The Cluster's ``authorized_operations`` as Kafka answers them (DescribeCluster,
+        Metadata v8-10): 0 without Describe on the Cluster."""
+        if not self.allowed(request, AclOperation.DESCRIBE, ResourceType.CLUSTER):
+            return 0
+        return self.authorized_operations(request, ResourceType.CLUSTER)
+
     def group_refusal(
         self, request: Request, operation: AclOperation, group: str
     ) -> GroupAuthorizationFailedError | None:
@@ -194,6 +201,7 @@ def response_types(request: Request) -> ModuleType:
 
 
 NONE = ErrorCode.none
+OMITTED_OPERATIONS = -(2**31)  # authorized operations not asked for (Kafka's schema default)
 MAX_PARTITIONS_PER_REQUEST = 10_000
 
 

@@ -20,16 +20,19 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from broker_embedded.server.handlers.api_context import ApiContext, make, response_types
+from broker_embedded.server.handlers.api_context import (
+    OMITTED_OPERATIONS,
+    ApiContext,
+    make,
+    response_types,
+)
 from broker_embedded.server.handlers.metadata import broker_entries
 from broker_embedded.server.kafka_apis import KafkaApis
 from broker_embedded.server.request_channel import Request
-from broker_embedded.server.security.authorizer import AclOperation, ResourceType
 
 API_KEY = 60
 VERSIONS = (0, 2)
 BROKERS_ENDPOINT = 1
-OMITTED_OPERATIONS = -(2**31)
 
 
 def register(apis: KafkaApis, ctx: ApiContext) -> None:
@@ -56,6 +59,4 @@ def describe_cluster_response(ctx: ApiContext, request: Request) -> Any:
 def _operations(ctx: ApiContext, request: Request) -> int:
     if not request.body.include_cluster_authorized_operations:
         return OMITTED_OPERATIONS
-    if not ctx.allowed(request, AclOperation.DESCRIBE, ResourceType.CLUSTER):
-        return 0
-    return ctx.authorized_operations(request, ResourceType.CLUSTER)
+    return ctx.cluster_operations(request)

@@ -66,6 +66,7 @@ from broker_embedded.errors import KafkaApiError
 from broker_embedded.server.handlers import offsets
 from broker_embedded.server.handlers.api_context import (
     NONE,
+    OMITTED_OPERATIONS,
     ApiContext,
     error_code,
     make,
@@ -90,7 +91,6 @@ VERSIONS = {
     OFFSET_DELETE: (0, 0),
 }
 NULLABLE_PROTOCOL_VERSION = 7  # JoinGroup v7+: protocol type and a nullable protocol name
-OMITTED = -(2**31)  # authorized operations not asked for
 _ZERO = timedelta(0)
 
 
@@ -353,8 +353,8 @@ def describe_groups_response(
             state = GroupState.DEAD.value if isinstance(e, GroupIdNotFoundError) else ""
             described.append(make(types.DescribedGroup, error_code=error_code(e),
                                   error_message=str(e) if state else None, group_id=group_id,
-                                  group_state=state, protocol_type="", protocol_data="",
-                                  members=(), authorized_operations=OMITTED))  # fmt: skip
+                                  group_state=state, protocol_type="", protocol_data="", members=(),
+                                  authorized_operations=OMITTED_OPERATIONS))  # fmt: skip
             continue
         members = tuple(
             make(types.DescribedGroupMember, member_id=m.member_id,
@@ -364,7 +364,7 @@ def describe_groups_response(
             for m in g.members
         )  # fmt: skip
         operations = (ctx.authorized_operations(request, ResourceType.GROUP, group_id)
-                      if asked else OMITTED)  # fmt: skip
+                      if asked else OMITTED_OPERATIONS)  # fmt: skip
         described.append(make(types.DescribedGroup, error_code=NONE, group_id=group_id,
                               group_state=g.state.value, protocol_type=g.protocol_type,
                               protocol_data=g.protocol_name or "", members=members,

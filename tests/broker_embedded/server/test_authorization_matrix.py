@@ -47,6 +47,7 @@ from kio.schema.leave_group.v3 import request as lg
 from kio.schema.list_groups.v4.request import ListGroupsRequest
 from kio.schema.list_offsets.v7 import request as lo
 from kio.schema.list_transactions.v1.request import ListTransactionsRequest
+from kio.schema.metadata.v10 import request as md10
 from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopic
 from kio.schema.offset_commit.v8 import request as oc
 from kio.schema.offset_delete.v0 import request as od
@@ -83,6 +84,8 @@ from tests.broker_embedded.server.test_security import Wire
 E, Op, T = ErrorCode, AclOperation, ResourceType
 FIVE = timedelta(seconds=5)
 TOPIC, DELETED, GROUP, OTHER_GROUP, TXN = "mx", "mx-del", "mxg", "zz-group", "mx-txn"
+TOPIC_OPS = sum(1 << op for op in (Op.READ, Op.WRITE, Op.CREATE, Op.DELETE, Op.ALTER, Op.DESCRIBE,
+                                   Op.DESCRIBE_CONFIGS, Op.ALTER_CONFIGS))  # fmt: skip
 CLUSTER_OPS = sum(1 << op for op in (Op.CREATE, Op.CLUSTER_ACTION, Op.DESCRIBE_CONFIGS,
                                      Op.ALTER_CONFIGS, Op.IDEMPOTENT_WRITE, Op.ALTER,
                                      Op.DESCRIBE))  # fmt: skip
@@ -228,8 +231,9 @@ MATRIX: dict[int, Row] = {
         _partition0, E.none, E.topic_authorization_failed),
     3: (lambda: MetadataRequest(topics=(MetadataRequestTopic(topic_id=None, name=TOPIC),),
                                 allow_auto_topic_creation=False,
-                                include_topic_authorized_operations=False),
-        _first("topics"), E.none, E.topic_authorization_failed),
+                                include_topic_authorized_operations=True),
+        lambda r: (r.topics[0].error_code, r.topics[0].topic_authorized_operations),
+        (E.none, TOPIC_OPS), (E.topic_authorization_failed, -(2**31))),
     8: (lambda: _offset_commit(GROUP, (TOPIC,)), _code, E.none, E.group_authorization_failed),
     9: (lambda: _offset_fetch(GROUP, None), _top, E.none, E.group_authorization_failed),
     10: (lambda: FindCoordinatorRequest(key=GROUP, key_type=i8(0)), _top,
@@ -439,3 +443,21 @@ def test_refused_deletions_change_nothing(server):
     answer = call(carol, offsets)  # Delete on the group, no Read on the topic
     assert (answer.error_code, _partition0(answer)) == (E.none, E.topic_authorization_failed)
     assert (TOPIC, 1, E.none) in _offsets(call(admin, _offset_fetch(GROUP, (TOPIC,))))
+
+
+def test_metadata_v10_answers_the_cluster_and_topic_operations(server):
+    request = md10.MetadataRequest(
+        topics=(md10.MetadataRequestTopic(topic_id=None, name=TOPIC),),
+        allow_auto_topic_creation=False, include_cluster_authorized_operations=True,
+        include_topic_authorized_operations=True,
+    )  # fmt: skip
+
+    def operations(user: str) -> tuple[int, int]:
+        response = call(login(server, user), request)
+        return response.cluster_authorized_operations, response.topics[
+            0
+        ].topic_authorized_operations
+
+    assert operations("alice") == (CLUSTER_OPS, TOPIC_OPS)
+    assert operations("carol") == (0, (1 << Op.DESCRIBE) | (1 << Op.DESCRIBE_CONFIGS))
+    assert operations("bob") == (0, -(2**31))
