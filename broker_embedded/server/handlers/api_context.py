@@ -13,8 +13,8 @@ them, and small helpers to build kio responses of any version.
   handler writes one construction for every version it serves.
   The ``*_refusal`` helpers answer the refusal error a handler puts in its response (None:
   allowed); :meth:`ApiContext.authorized_operations` is the bit field of Kafka's
-  ``authorizedOperations`` (DescribeCluster, DescribeGroups: bit ``1 << op`` per operation of
-  the resource type the principal may do).
+  ``authorizedOperations`` (Metadata, DescribeCluster, DescribeGroups: bit ``1 << op`` per
+  operation of the resource type the principal may do).
 - :class:`TopicNames`: topic names by id, one O(1) lookup per id asked for.
 - :func:`partitions_per_request` refuses a CreateTopics or CreatePartitions request that adds
   more than :data:`MAX_PARTITIONS_PER_REQUEST` partitions in all (Kafka's controller has the

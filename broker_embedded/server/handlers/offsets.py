@@ -286,13 +286,22 @@ def _fetched_topics(
     out = []
     for answers, topic_error in ((wanted, None), (refused, denied)):
         for (name, topic_id), parts in answers.items():
-            entries = []
-            for p in parts:
-                c = committed.get((name, p), NO_OFFSET) if name is not None else NO_OFFSET
-                error, c = (c, NO_OFFSET) if isinstance(c, KafkaApiError) else (topic_error, c)
-                entries.append(make(part_type, partition_index=p, committed_offset=c.offset,
-                                    committed_leader_epoch=c.leader_epoch, metadata=c.metadata,
-                                    error_code=error_code(error)))  # fmt: skip
+            entries = _partition_answers(part_type, name, parts, committed, topic_error)
             out.append(make(topic_type, name=name, topic_id=topic_id or by_name.get(name),
-                            partitions=tuple(entries)))  # fmt: skip
+                            partitions=entries))  # fmt: skip
     return tuple(out), None
+
+
+def _partition_answers(
+    part_type: type, name: str | None, parts: list[int], committed: Mapping[Key, Any],
+    topic_error: KafkaApiError | None,
+) -> tuple[Any, ...]:  # fmt: skip
+    """One topic's OffsetFetch partitions: each committed offset (or none), or the error."""
+    entries = []
+    for p in parts:
+        c = committed.get((name, p), NO_OFFSET) if name is not None else NO_OFFSET
+        error, c = (c, NO_OFFSET) if isinstance(c, KafkaApiError) else (topic_error, c)
+        entries.append(make(part_type, partition_index=p, committed_offset=c.offset,
+                            committed_leader_epoch=c.leader_epoch, metadata=c.metadata,
+                            error_code=error_code(error)))  # fmt: skip
+    return tuple(entries)

@@ -70,12 +70,13 @@ from tests.broker_embedded.server._net import request_frame
 from tests.broker_embedded.server._pki import Pki
 from tests.broker_embedded.server._pki import pki_fixture as pki_fixture  # noqa: F401
 from tests.broker_embedded.server._serve import decode_response
-from tests.broker_embedded.server.test_authorization import (
+from tests.broker_embedded.server.test_authorization import (  # noqa: F401 (log_dir: a fixture)
     Acls,
     allow,
     authorized,
     batch,
     create_topic,
+    log_dir_fixture,
     login,
     secured,
 )
@@ -100,11 +101,6 @@ def call(wire: Wire, request: Any) -> Any:
 
 
 # --- the module's server and ACLs ------------------------------------------------------------
-
-
-@pytest.fixture(scope="module", name="log_dir")
-def log_dir_fixture(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("matrix")
 
 
 @pytest.fixture(scope="module", name="server")
