@@ -1,17 +1,20 @@
 """The ``wire`` fuzz target: mutated request frames against a live ``kafkalog serve`` request path.
 
 Setup (:meth:`WireTarget.create`): one in-process :class:`BrokerServer` over a :class:`Broker`
-on a temporary log dir (loopback, port 0, two network threads and one handler thread, so that a
-request holding the handler stalls the probe), with topic
-``wire-data`` (two partitions holding v2 batches of every codec: the probe's known bytes, read
-from the segment files) and ``wire-in`` (the target of the Produce frames). The corpus
-(``_fuzz_wire_frames``) holds the valid frames of every served API and version.
+on a temporary log dir (loopback, port 0, a PLAINTEXT and a SASL_PLAINTEXT listener, two
+network threads and one handler thread, so that a request holding the handler stalls the
+probe), with topic ``wire-data`` (two partitions holding v2 batches of every codec: the probe's
+known bytes, read from the segment files) and ``wire-in`` (the target of the Produce frames).
+The corpus (``_fuzz_wire_frames``) holds the valid frames of every served API and version.
 
-One input (:meth:`WireTarget.run`): a corpus frame mutated (``_fuzz_wire_frames.mutate_frame``)
-and delivered one of four ways (``Plan``): whole on a fresh connection, in random chunks with
-short pauses, on the connection reused from earlier inputs, or cut at a random byte and hung up.
-The responses are read within ``READ_S`` (a request the server may legitimately hold, such as a
-Fetch whose mutated wait is long, is not waited for). The oracle, each violation a ``Finding``:
+A share ``SASL_SHARE`` of the inputs are SASL exchanges with one mutated SaslHandshake or
+SaslAuthenticate frame, against the SASL listener (``_fuzz_wire_sasl``, with its own probe: a
+valid SCRAM login). The other inputs (:meth:`WireTarget.run`): a corpus frame mutated
+(``_fuzz_wire_frames.mutate_frame``) and delivered one of four ways (``Plan``): whole on a fresh
+connection, in random chunks with short pauses, on the connection reused from earlier inputs, or
+cut at a random byte and hung up. The responses are read within ``READ_S`` (a request the
+server may legitimately hold, such as a Fetch whose mutated wait is long, is not waited for).
+The oracle, each violation a ``Finding``:
 
 - ``probe``: afterwards a fresh connection gets, within ``PROBE_S``, an ApiVersions answer, a
   Metadata answer naming both partitions of ``wire-data`` and a Fetch of both partitions whose
@@ -84,6 +87,7 @@ PROBE_S = 5.0  # the bound of each probe call
 LOG_CHECK_EVERY = 500
 CLOSE_S = 30.0  # the bound of stopping the server and closing its broker at the end
 FD_SLACK = 20
+SASL_SHARE = 0.2  # of the inputs: a SASL exchange on the SASL listener
 ALLOWED_LOG = ("closing connection from ", "refused connection from ", "cannot pin ")
 _EXCEPTION = re.compile(r"\b(\w+(?:Error|Exception)|struct\.error|Traceback)\b")
 _DOMAIN = re.compile(
@@ -163,6 +167,10 @@ class Server:
         return self.server.endpoints[0].port
 
     @property
+    def sasl_port(self) -> int:
+        return self.server.endpoints[1].port
+
+    @property
     def log_dir(self) -> Path:
         return self.base / "log"
 
@@ -184,7 +192,11 @@ def start_server(base: Path) -> Server:
     }
     capture = LogCapture()
     logging.getLogger("broker_embedded").addHandler(capture)
-    server = broker_server(broker, ["PLAINTEXT://127.0.0.1:0"])
+    from benchmarks import _fuzz_wire_sasl as sasl  # it imports this module
+
+    sasl.add_user(log_dir)
+    listeners = ["PLAINTEXT://127.0.0.1:0", f"{sasl.LISTENER}://127.0.0.1:0"]
+    server = broker_server(broker, listeners, security=sasl.security())
     server.start()
     threads = tuple(t for t in threading.enumerate() if t not in before)
     capture.threads = frozenset(t.ident for t in threads)
@@ -375,7 +387,10 @@ class WireTarget:
         return cls(server, build_corpus(corpus_context(server)))
 
     def run(self, index: int, rng: random.Random) -> tuple[dict, list[Finding]]:
-        """One input; what reproduces it (the bytes and the plan) and its findings."""
+        """One input; what reproduces it (the bytes and the plan) and its findings. A share
+        :data:`SASL_SHARE` of the inputs are SASL exchanges (``_fuzz_wire_sasl``)."""
+        if rng.random() < SASL_SHARE:
+            return self.run_sasl(index, rng)
         frame, other = rng.choice(self.corpus), rng.choice(self.corpus)
         data, kind = mutate_frame(frame, other, rng)
         plan = Plan.draw(data, rng)
@@ -387,6 +402,24 @@ class WireTarget:
         }
         return reproducer, self.deliver(index, data, plan)
 
+    def run_sasl(
+        self, index: int, rng: random.Random, replay: tuple[Any, bytes] | None = None
+    ) -> tuple[dict, list[Finding]]:
+        """One SASL input (drawn, or ``replay``: its plan and bytes); reproducer, findings."""
+        from benchmarks import _fuzz_wire_sasl as sasl
+
+        plan = sasl.SaslInput.draw(rng) if replay is None else replay[0]
+        found: list[Finding] = []
+        self.inputs += 1
+        data, kind = b"", "none"
+        try:
+            data, kind = sasl.deliver(self.server.sasl_port, plan, rng, rng.choice(self.corpus),
+                                      None if replay is None else replay[1])  # fmt: skip
+        except Finding as f:
+            found.append(f)
+        checks = (lambda: sasl.sasl_probe(self.server.sasl_port),)
+        return sasl.reproducer(plan, data, kind), self._check(index, found, checks)
+
     def deliver(self, index: int, data: bytes, plan: Plan) -> list[Finding]:
         found: list[Finding] = []
         self.inputs += 1
@@ -394,7 +427,13 @@ class WireTarget:
             self._send(data, plan)
         except Finding as f:
             found.append(f)
-        for check in (lambda: probe(self.server, index), self._check_logs, self._check_threads):
+        return self._check(index, found)
+
+    def _check(self, index: int, found: list[Finding], extra: tuple = ()) -> list[Finding]:
+        """The oracle after one input (module docstring): ``found`` and what it finds."""
+        checks = (lambda: probe(self.server, index), *extra, self._check_logs,
+                  self._check_threads)  # fmt: skip
+        for check in checks:
             try:
                 check()
             except Finding as f:
@@ -415,7 +454,7 @@ class WireTarget:
                 conn.sock.sendall(piece)
                 if plan.how == "chunks":
                     time.sleep(0.001)
-            responses, open_ = _read_responses(conn, len(requests))
+            responses, open_ = read_responses(conn, len(requests))
             keep = plan.how == "reuse" and whole and open_ and len(responses) == len(requests)
             check_responses(requests, responses)
         except OSError:
@@ -505,7 +544,7 @@ def _pieces(data: bytes, plan: Plan) -> Iterator[bytes]:
         yield data[pos:]
 
 
-def _read_responses(conn: Conn, expected: int) -> tuple[list[bytes], bool]:
+def read_responses(conn: Conn, expected: int) -> tuple[list[bytes], bool]:
     """Up to ``expected`` response frames within ``READ_S``; and whether the connection is open."""
     responses: list[bytes] = []
     deadline = time.monotonic() + READ_S
@@ -588,12 +627,19 @@ def replay_wire(rep: dict, base: Path) -> int:
     if "input_base64" not in rep:
         print("a final check of a campaign: run the campaign again with its seed")
         return 2
-    plan = rep["plan"]
     data = base64.b64decode(rep["input_base64"])
     target = WireTarget.create(base / "wire")
     found: list[Finding] = []
     try:
-        found += target.deliver(0, data, Plan(plan["how"], tuple(plan["chunks"]), plan["cut"]))
+        if "sasl" in rep:
+            from benchmarks._fuzz_wire_sasl import SaslInput
+
+            replayed = (SaslInput(**rep["sasl"]), data)
+            found += target.run_sasl(0, random.Random(0), replayed)[1]
+        else:
+            plan = rep["plan"]
+            how = Plan(plan["how"], tuple(plan["chunks"]), plan["cut"])
+            found += target.deliver(0, data, how)
     finally:
         found += target.close()
         shutil.rmtree(base, ignore_errors=True)

@@ -24,7 +24,9 @@ reproduced from the seed, the target and its index, and every finding's input is
   huge compact varints, garbage tagged fields, pipelining) and sent in pieces or cut off to one
   in-process ``BrokerServer``, which must keep answering a probe with the exact known bytes,
   answer in order with decodable responses, log no traceback, keep its threads, descriptors and
-  log dir intact (``_fuzz_wire``);
+  log dir intact (``_fuzz_wire``); a fifth of the inputs are SASL exchanges (PLAIN, SCRAM) with
+  the handshake, first or final frame mutated, after which a SCRAM login must still succeed
+  (``_fuzz_wire_sasl``);
 - probes (``_fuzz_probes``), a few times per campaign: decompression bombs under an RSS bound,
   leader epoch 2^31-1, 2,000 partitions under ``ulimit -n 1024``, reading commands on an ordinary
   directory, colliding topic names, ``consume`` subprocesses, Spark batch reads.

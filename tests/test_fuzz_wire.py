@@ -80,6 +80,19 @@ def test_mutated_frames_leave_the_server_answering(wire: WireTarget) -> None:
         assert found == [], (reproducer, [f.detail for f in found])
 
 
+def test_mutated_sasl_frames_leave_the_server_serving(wire: WireTarget) -> None:
+    """PLAIN and SCRAM exchanges, each with its handshake, first or final frame mutated: no
+    finding (no traceback, the SASL login and the plaintext probe still answered)."""
+    steps = Counter()
+    for i in range(120):
+        reproducer, found = wire.run_sasl(i, random.Random(f"ci/sasl/{i}"))
+        assert found == [], (reproducer, [f.detail for f in found])
+        steps[reproducer["sasl"]["mechanism"], reproducer["sasl"]["step"]] += 1
+    assert set(steps) == {("PLAIN", 0), ("PLAIN", 1)} | {
+        (m, s) for m in ("SCRAM-SHA-256", "SCRAM-SHA-512") for s in (0, 1, 2)
+    }
+
+
 def test_a_saved_input_replays(wire: WireTarget, tmp_path: Path) -> None:
     frame = next(f for f in wire.corpus if f.name == "MetadataRequestv9/named")
     data, kind = mutate_frame(frame, frame, random.Random(3))
@@ -88,6 +101,14 @@ def test_a_saved_input_replays(wire: WireTarget, tmp_path: Path) -> None:
     encoded = base64.b64encode(data).decode("ascii")
     rep = {"target": "wire", "kind": "probe", "mutation": kind, "plan": plan}
     saved.write_text(json.dumps(rep | {"detail": "-", "input_base64": encoded}))
+    assert replay(saved) == 0
+
+
+def test_a_saved_sasl_input_replays(wire: WireTarget, tmp_path: Path) -> None:
+    reproducer, found = wire.run_sasl(7, random.Random("replay"))
+    assert found == []
+    saved = tmp_path / "sasl-input.json"
+    saved.write_text(json.dumps({"target": "wire", "kind": "probe", "detail": "-"} | reproducer))
     assert replay(saved) == 0
 
 

@@ -14,7 +14,8 @@ DescribeUserScramCredentials when the server has a credential store). ``security
 ``[security]`` config) and ``credentials`` (the users' SCRAM store) secure the listeners
 (``security/``); ``authorizer`` (``security/authorizer.py``; None: authorization off, the APIs
 below not served) serves CreateAcls, DescribeAcls and DeleteAcls (``security/acl_apis.py``);
-the handlers ask the same authorizer through their ``ApiContext``.
+the handlers ask the same authorizer through their ``ApiContext``. A credentials or ACL file
+that cannot be read or parsed fails the construction (``SecurityFileError`` naming the file).
 :meth:`BrokerServer.advertised` is the endpoint of a listener by name, the one Metadata names
 for a request that came in on it.
 
@@ -63,6 +64,7 @@ class BrokerServer:
         if any(listener.protocol.uses_sasl for listener in self.listeners):
             register_sasl_apis(self.apis)
         if credentials is not None:
+            credentials.users()  # read now: a broken file fails the start, naming it
             register_scram_apis(self.apis, credentials, authorizer)
         if authorizer is not None:
             register_acl_apis(self.apis, authorizer)

@@ -11,6 +11,10 @@ them, and small helpers to build kio responses of any version.
   nested classes differ per version); :func:`make` builds one of them from keyword values,
   dropping those the version does not have (e.g. ``topic_id`` before Metadata v10), so a
   handler writes one construction for every version it serves.
+  The ``*_refusal`` helpers answer the refusal error a handler puts in its response (None:
+  allowed); :meth:`ApiContext.authorized_operations` is the bit field of Kafka's
+  ``authorizedOperations`` (Metadata, DescribeCluster, DescribeGroups: bit ``1 << op`` per
+  operation of the resource type the principal may do).
 - :class:`TopicNames`: topic names by id, one O(1) lookup per id asked for.
 - :func:`partitions_per_request` refuses a CreateTopics or CreatePartitions request that adds
   more than :data:`MAX_PARTITIONS_PER_REQUEST` partitions in all (Kafka's controller has the
@@ -35,6 +39,7 @@ from kio.schema.errors import ErrorCode
 
 from broker_embedded.broker import Broker
 from broker_embedded.errors import (
+    ClusterAuthorizationFailedError,
     GroupAuthorizationFailedError,
     KafkaApiError,
     PolicyViolationError,
@@ -47,6 +52,7 @@ from broker_embedded.server.request_channel import Request
 from broker_embedded.server.security.acl_apis import allowed
 from broker_embedded.server.security.authorizer import (
     CLUSTER_NAME,
+    VALID_OPERATIONS,
     AclOperation,
     Authorizer,
     ResourceType,
@@ -103,14 +109,42 @@ class ApiContext:
         )
 
     def txn_refusal(
-        self, request: Request, txn_id: str
+        self, request: Request, txn_id: str, operation: AclOperation = AclOperation.WRITE
     ) -> TransactionalIdAuthorizationFailedError | None:
-        """TRANSACTIONAL_ID_AUTHORIZATION_FAILED without Write on the transactional id."""
-        if self.allowed(request, AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, txn_id):
+        """TRANSACTIONAL_ID_AUTHORIZATION_FAILED without ``operation`` (Write by default) on
+        the transactional id."""
+        if self.allowed(request, operation, ResourceType.TRANSACTIONAL_ID, txn_id):
             return None
         return TransactionalIdAuthorizationFailedError(
-            f"{request.principal} may not Write transactional id {txn_id!r}"
+            f"{request.principal} may not {operation.name} transactional id {txn_id!r}"
         )
+
+    def cluster_refusal(
+        self, request: Request, operation: AclOperation
+    ) -> ClusterAuthorizationFailedError | None:
+        """CLUSTER_AUTHORIZATION_FAILED when the principal may not do ``operation`` on the
+        Cluster."""
+        if self.allowed(request, operation, ResourceType.CLUSTER):
+            return None
+        return ClusterAuthorizationFailedError(
+            f"{request.principal} may not {operation.name} the cluster"
+        )
+
+    def authorized_operations(
+        self, request: Request, resource_type: ResourceType, name: str = CLUSTER_NAME
+    ) -> int:
+        """Kafka's ``authorizedOperations`` bit field: ``1 << op`` for each operation of the
+        resource type (not All) the principal may do on the resource (every one, with
+        authorization off)."""
+        ops = VALID_OPERATIONS[resource_type] - {AclOperation.ALL}
+        return sum(1 << op for op in ops if self.allowed(request, op, resource_type, name))
+
+    def cluster_operations(self, request: Request) -> int:
+        """The Cluster's ``authorized_operations`` as Kafka answers them (DescribeCluster,
+        Metadata v8-10): 0 without Describe on the Cluster."""
+        if not self.allowed(request, AclOperation.DESCRIBE, ResourceType.CLUSTER):
+            return 0
+        return self.authorized_operations(request, ResourceType.CLUSTER)
 
     def group_refusal(
         self, request: Request, operation: AclOperation, group: str
@@ -167,6 +201,7 @@ def response_types(request: Request) -> ModuleType:
 
 
 NONE = ErrorCode.none
+OMITTED_OPERATIONS = -(2**31)  # authorized operations not asked for (Kafka's schema default)
 MAX_PARTITIONS_PER_REQUEST = 10_000
 
 

@@ -1,8 +1,11 @@
 """DescribeCluster (API key 60), versions 0-2: the cluster's brokers, id and controller.
 
 Brokers as Metadata lists them (live nodes with their bound ports; none is fenced), cluster id
-from ``meta.properties``, controller id: this broker (the controller runs in-process), cluster
-authorized operations: -2147483648 (not requested / not computed, Kafka's "omitted" value).
+from ``meta.properties``, controller id: this broker (the controller runs in-process).
+Authorization as Kafka's ``AuthHelper.computeDescribeClusterResponse``: the brokers are
+answered to every principal; ``cluster_authorized_operations`` is -2147483648 (Kafka's
+"omitted") unless the request asks for it, then the bit field of the Cluster operations the
+principal may do when it may Describe the Cluster, else 0.
 An ``endpoint_type`` other than 1 (brokers; v1+) is MISMATCHED_ENDPOINT_TYPE (114), as a Kafka
 broker answers a request meant for a controller.
 
@@ -17,7 +20,12 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from broker_embedded.server.handlers.api_context import ApiContext, make, response_types
+from broker_embedded.server.handlers.api_context import (
+    OMITTED_OPERATIONS,
+    ApiContext,
+    make,
+    response_types,
+)
 from broker_embedded.server.handlers.metadata import broker_entries
 from broker_embedded.server.kafka_apis import KafkaApis
 from broker_embedded.server.request_channel import Request
@@ -25,7 +33,6 @@ from broker_embedded.server.request_channel import Request
 API_KEY = 60
 VERSIONS = (0, 2)
 BROKERS_ENDPOINT = 1
-OMITTED_OPERATIONS = -(2**31)
 
 
 def register(apis: KafkaApis, ctx: ApiContext) -> None:
@@ -45,5 +52,11 @@ def describe_cluster_response(ctx: ApiContext, request: Request) -> Any:
         cluster_id=ctx.cluster_id,
         controller_id=ctx.broker_id if ok else -1,
         brokers=broker_entries(ctx, types.DescribeClusterBroker) if ok else (),
-        cluster_authorized_operations=OMITTED_OPERATIONS,
+        cluster_authorized_operations=_operations(ctx, request) if ok else OMITTED_OPERATIONS,
     )
+
+
+def _operations(ctx: ApiContext, request: Request) -> int:
+    if not request.body.include_cluster_authorized_operations:
+        return OMITTED_OPERATIONS
+    return ctx.cluster_operations(request)

@@ -32,6 +32,13 @@ no synonyms and source DEFAULT_CONFIG. For a broker config: the file's value
 SHORT 4, LONG 5, DOUBLE 6, LIST 7); ``documentation`` (v3+, when ``include_documentation``): one
 line on what the config does here.
 
+Authorization (with an authorizer, as Kafka's ``ConfigHelper``): DescribeConfigs on the topic
+for a TOPIC resource (refused: TOPIC_AUTHORIZATION_FAILED, 29), on the Cluster for BROKER,
+BROKER_LOGGER and CLIENT_METRICS (CLUSTER_AUTHORIZATION_FAILED, 31), on the group for GROUP
+(GROUP_AUTHORIZATION_FAILED, 30); a refused resource has no configs and reads nothing, and, as
+Kafka orders them, the refused results follow the allowed ones. AlterConfigs and
+IncrementalAlterConfigs are not served (every config here is read-only or set at creation).
+
 Immutable tables and pure functions; reads the controller's topic entry under its lock.
 """
 
@@ -55,12 +62,13 @@ from broker_embedded.server.handlers.api_context import (
 )
 from broker_embedded.server.kafka_apis import KafkaApis
 from broker_embedded.server.request_channel import Request
+from broker_embedded.server.security.authorizer import AclOperation
 from broker_embedded.storage.log_config import LogConfig
 from broker_embedded.storage.topic_partition import validate_topic
 
 API_KEY = 32
 VERSIONS = (1, 4)
-TOPIC, BROKER = 2, 4
+TOPIC, BROKER, BROKER_LOGGER, CLIENT_METRICS, GROUP = 2, 4, 8, 16, 32
 TOPIC_CONFIG, STATIC_BROKER_CONFIG, DEFAULT_CONFIG = 1, 4, 5
 BOOLEAN, STRING, INT, SHORT, LONG, DOUBLE, LIST = 1, 2, 3, 4, 5, 6, 7
 LONG_MAX = str(2**63 - 1)
@@ -212,8 +220,34 @@ def register(apis: KafkaApis, ctx: ApiContext) -> None:
 def describe_configs_response(ctx: ApiContext, request: Request) -> Any:
     types, body = response_types(request), request.body
     options = (body.include_synonyms, getattr(body, "include_documentation", False))
-    results = tuple(_result(ctx, types, r, *options) for r in body.resources)
-    return make(types.DescribeConfigsResponse, throttle_time=timedelta(0), results=results)
+    refusals = [_refusal(ctx, request, r) for r in body.resources]
+    allowed = tuple(
+        _result(ctx, types, r, *options)
+        for r, refused in zip(body.resources, refusals, strict=True)
+        if not refused
+    )
+    refused = tuple(_refused(types, r, e)
+                    for r, e in zip(body.resources, refusals, strict=True) if e)  # fmt: skip
+    return make(types.DescribeConfigsResponse, throttle_time=timedelta(0),
+                results=allowed + refused)  # fmt: skip
+
+
+def _refusal(ctx: ApiContext, request: Request, resource: Any) -> KafkaApiError | None:
+    """The authorization error of describing ``resource`` (module docstring), or None."""
+    rtype, name, op = resource.resource_type, resource.resource_name, AclOperation.DESCRIBE_CONFIGS
+    if rtype == TOPIC:
+        return ctx.topic_refusal(request, op, name)
+    if rtype in (BROKER, BROKER_LOGGER, CLIENT_METRICS):
+        return ctx.cluster_refusal(request, op)
+    if rtype == GROUP:
+        return ctx.group_refusal(request, op, name)
+    return None
+
+
+def _refused(types: ModuleType, resource: Any, error: KafkaApiError) -> Any:
+    return make(types.DescribeConfigsResult, error_code=error_code(error),
+                error_message=error_message(error), resource_type=resource.resource_type,
+                resource_name=resource.resource_name, configs=())  # fmt: skip
 
 
 def _result(

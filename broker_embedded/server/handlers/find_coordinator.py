@@ -9,6 +9,10 @@ coordinated by the broker asked.) A transactional id (key type 1) is coordinated
 of a cluster. Any other key type (share groups, 2, or unknown) is INVALID_REQUEST (42). v0-3
 carry one key (v0: a group); v4+ a batch of keys, each answered on its own.
 
+Authorization (with an authorizer, as Kafka's ``KafkaApis.getCoordinator``): Describe on the
+group (refused: GROUP_AUTHORIZATION_FAILED, 30) or on the transactional id
+(TRANSACTIONAL_ID_AUTHORIZATION_FAILED, 53), each key on its own, node -1.
+
 Thread safety: reads only.
 """
 
@@ -31,6 +35,7 @@ from broker_embedded.server.handlers.api_context import (
 )
 from broker_embedded.server.kafka_apis import KafkaApis
 from broker_embedded.server.request_channel import Request
+from broker_embedded.server.security.authorizer import AclOperation
 
 API_KEY = 10
 VERSIONS = (0, 6)
@@ -46,13 +51,13 @@ def find_coordinator_response(ctx: ApiContext, request: Request) -> Any:
     body, types = request.body, response_types(request)
     key_type = getattr(body, "key_type", GROUP)
     if request.header.api_version < 4:
-        node, error = coordinator(ctx, key_type, body.key)
+        node, error = coordinator(ctx, key_type, body.key, request)
         return make(types.FindCoordinatorResponse, throttle_time=timedelta(0),
                     error_code=error_code(error), error_message=error_message(error),
                     node_id=node.node_id, host=node.host, port=node.port)  # fmt: skip
     entries = []
     for key in body.coordinator_keys:
-        node, error = coordinator(ctx, key_type, key)
+        node, error = coordinator(ctx, key_type, key, request)
         entries.append(make(types.Coordinator, key=key, node_id=node.node_id, host=node.host,
                             port=node.port, error_code=error_code(error),
                             error_message=error_message(error)))  # fmt: skip
@@ -69,11 +74,17 @@ def group_coordinator(ctx: ApiContext, group_id: str) -> int:
     return -1 if leader is None else leader
 
 
-def coordinator(ctx: ApiContext, key_type: int, key: str) -> tuple[Node, KafkaApiError | None]:
+def coordinator(
+    ctx: ApiContext, key_type: int, key: str, request: Request
+) -> tuple[Node, KafkaApiError | None]:
     """The node coordinating ``key``, or the error (with node -1)."""
     try:
         if key_type not in (GROUP, TRANSACTION):
             raise InvalidRequestError(f"unknown coordinator key type {key_type} (key {key!r})")
+        refusal = (ctx.group_refusal(request, AclOperation.DESCRIBE, key) if key_type == GROUP
+                   else ctx.txn_refusal(request, key, AclOperation.DESCRIBE))  # fmt: skip
+        if refusal is not None:
+            raise refusal
         node_id = ctx.broker_id if key_type != GROUP else group_coordinator(ctx, key)
         node = ctx.node(node_id)
         if node is None:

@@ -23,7 +23,11 @@ v7 are non-null ("" when none); the client host is ``/<address>`` as Kafka's
 
 Authorization (with an authorizer, as Kafka's): JoinGroup, SyncGroup, Heartbeat and LeaveGroup
 need Read on the group, DescribeGroups Describe, DeleteGroups and OffsetDelete Delete; refused:
-GROUP_AUTHORIZATION_FAILED (30); ListGroups lists only the groups the principal may Describe.
+GROUP_AUTHORIZATION_FAILED (30). OffsetDelete also needs Read on each topic (refused:
+TOPIC_AUTHORIZATION_FAILED, 29, for its partitions, whose offsets stay). ListGroups lists every
+group to a principal that may Describe the Cluster, else only the groups it may Describe.
+DescribeGroups' ``authorized_operations`` (v3+, when asked) is the bit field of the group
+operations the principal may do, for a group answered without error.
 
 The coordinator is stopped when the last server using it shuts down (``KafkaApis.on_shutdown``).
 Thread safety: the handlers keep no state; the coordinator has its locks.
@@ -62,6 +66,7 @@ from broker_embedded.errors import KafkaApiError
 from broker_embedded.server.handlers import offsets
 from broker_embedded.server.handlers.api_context import (
     NONE,
+    OMITTED_OPERATIONS,
     ApiContext,
     error_code,
     make,
@@ -69,7 +74,7 @@ from broker_embedded.server.handlers.api_context import (
 )
 from broker_embedded.server.kafka_apis import KafkaApis
 from broker_embedded.server.request_channel import Request
-from broker_embedded.server.security.authorizer import AclOperation
+from broker_embedded.server.security.authorizer import AclOperation, ResourceType
 from broker_embedded.storage.topic_partition import TopicPartition
 
 JOIN_GROUP, HEARTBEAT, LEAVE_GROUP, SYNC_GROUP = 11, 12, 13, 14
@@ -86,7 +91,6 @@ VERSIONS = {
     OFFSET_DELETE: (0, 0),
 }
 NULLABLE_PROTOCOL_VERSION = 7  # JoinGroup v7+: protocol type and a nullable protocol name
-ALL_GROUP_OPERATIONS = (1 << 3) | (1 << 6) | (1 << 8)  # READ, DELETE, DESCRIBE
 _ZERO = timedelta(0)
 
 
@@ -290,7 +294,7 @@ def leave_group_response(ctx: ApiContext, coordinator: GroupCoordinator, request
     else:
         leaving = [MemberIdentity(body.member_id)]
     top = not_here(ctx, coordinator, body.group_id, request)
-    errors: list[KafkaApiError | None] = [top] * len(leaving)
+    errors: list[KafkaApiError | None] = []  # refused: no members, as Kafka's error response
     if top is None:
         top, errors = coordinator.leave_group(body.group_id, leaving)
     if not hasattr(body, "members"):  # v0-2: one error, the top-level one or the member's
@@ -299,7 +303,7 @@ def leave_group_response(ctx: ApiContext, coordinator: GroupCoordinator, request
     members = tuple(
         make(types.MemberResponse, member_id=m.member_id, group_instance_id=m.group_instance_id,
              error_code=error_code(e))
-        for m, e in zip(leaving, errors, strict=True)
+        for m, e in (zip(leaving, errors, strict=True) if errors else ())
     )  # fmt: skip
     return make(types.LeaveGroupResponse, throttle_time=_ZERO, error_code=error_code(top),
                 members=members)  # fmt: skip
@@ -309,11 +313,17 @@ def list_groups_response(ctx: ApiContext, coordinator: GroupCoordinator, request
     """The groups this broker coordinates (Kafka's ListGroups: an admin client asks every
     broker and joins the answers)."""
     body, types = request.body, response_types(request)
+    every = ctx.allowed(request, DESCRIBE, ResourceType.CLUSTER)
+
+    def listed_here(group_id: str) -> bool:
+        if coordinator_error(coordinator.store, group_id, ctx.broker_id) is not None:
+            return False
+        return every or ctx.allowed(request, DESCRIBE, ResourceType.GROUP, group_id)
+
     try:
         groups = coordinator.list_groups(getattr(body, "states_filter", ()),
                                          getattr(body, "types_filter", ()))  # fmt: skip
-        groups = [g for g in groups
-                  if not_here(ctx, coordinator, g.group_id, request, DESCRIBE) is None]  # fmt: skip
+        groups = [g for g in groups if listed_here(g.group_id)]
     except KafkaApiError as e:
         return make(types.ListGroupsResponse, throttle_time=_ZERO, error_code=error_code(e),
                     groups=())  # fmt: skip
@@ -329,8 +339,7 @@ def describe_groups_response(
     ctx: ApiContext, coordinator: GroupCoordinator, request: Request
 ) -> Any:
     body, types = request.body, response_types(request)
-    operations = (ALL_GROUP_OPERATIONS if getattr(body, "include_authorized_operations", False)
-                  else -(2**31))  # fmt: skip
+    asked = getattr(body, "include_authorized_operations", False)
     described = []
     for group_id in body.groups:
         try:
@@ -344,8 +353,8 @@ def describe_groups_response(
             state = GroupState.DEAD.value if isinstance(e, GroupIdNotFoundError) else ""
             described.append(make(types.DescribedGroup, error_code=error_code(e),
                                   error_message=str(e) if state else None, group_id=group_id,
-                                  group_state=state, protocol_type="", protocol_data="",
-                                  members=(), authorized_operations=operations))  # fmt: skip
+                                  group_state=state, protocol_type="", protocol_data="", members=(),
+                                  authorized_operations=OMITTED_OPERATIONS))  # fmt: skip
             continue
         members = tuple(
             make(types.DescribedGroupMember, member_id=m.member_id,
@@ -354,6 +363,8 @@ def describe_groups_response(
                  member_assignment=m.assignment)
             for m in g.members
         )  # fmt: skip
+        operations = (ctx.authorized_operations(request, ResourceType.GROUP, group_id)
+                      if asked else OMITTED_OPERATIONS)  # fmt: skip
         described.append(make(types.DescribedGroup, error_code=NONE, group_id=group_id,
                               group_state=g.state.value, protocol_type=g.protocol_type,
                               protocol_data=g.protocol_name or "", members=members,
@@ -382,8 +393,11 @@ def offset_delete_response(ctx: ApiContext, coordinator: GroupCoordinator, reque
     unknown: dict[tuple[str, int], KafkaApiError] = {}
     wanted = []
     for t in body.topics:
+        refusal = ctx.topic_refusal(request, AclOperation.READ, t.name)
         for p in t.partitions:
             try:
+                if refusal is not None:
+                    raise refusal
                 ctx.broker.replica_manager.partition(topic_partition(t.name, p.partition_index))
                 wanted.append((t.name, p.partition_index))
             except KafkaApiError as e:

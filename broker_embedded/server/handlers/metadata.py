@@ -30,7 +30,9 @@ Answer, as Kafka's ``KafkaApis.handleTopicMetadataRequest``:
 - authorization (with an authorizer configured), as Kafka's: "every topic" lists only those the
   principal may Describe; a topic asked for without Describe is TOPIC_AUTHORIZATION_FAILED (29),
   whether it exists or not; auto-creation needs Create on the Cluster or the topic, else
-  TOPIC_AUTHORIZATION_FAILED.
+  TOPIC_AUTHORIZATION_FAILED. Authorized operations (v8+, when asked; -2147483648 otherwise):
+  each answered topic's bit field (not a refused one's), and v8-10's Cluster field (0 without
+  Describe on the Cluster).
 
 :func:`current_leader` is Kafka's ``KafkaApis.getCurrentLeader`` (KIP-951): a partition's leader
 id and epoch (-1, -1 when unknown) and the leader's node when it is live, for the
@@ -45,7 +47,7 @@ from __future__ import annotations
 import functools
 import uuid
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import timedelta
 from types import ModuleType
 from typing import Any
@@ -56,6 +58,7 @@ from broker_embedded.errors import KafkaApiError, TopicAlreadyExistsError
 from broker_embedded.replication.controller import TopicMetadata
 from broker_embedded.server.handlers.api_context import (
     NONE,
+    OMITTED_OPERATIONS,
     ApiContext,
     Node,
     error_code,
@@ -127,6 +130,11 @@ def metadata_response(ctx: ApiContext, request: Request) -> Any:
     else:
         _check_names(body.topics, version)
         topics = [_requested(ctx, request, types, t, auto_create) for t in body.topics]
+    if getattr(body, "include_topic_authorized_operations", False):
+        topics = [_with_operations(ctx, request, t) for t in topics]
+    cluster_operations = OMITTED_OPERATIONS
+    if getattr(body, "include_cluster_authorized_operations", False):
+        cluster_operations = ctx.cluster_operations(request)
     return make(
         types.MetadataResponse,
         throttle_time=timedelta(0),
@@ -135,7 +143,17 @@ def metadata_response(ctx: ApiContext, request: Request) -> Any:
         controller_id=ctx.broker_id,
         topics=tuple(topics),
         error_code=NONE,
+        cluster_authorized_operations=cluster_operations,
     )
+
+
+def _with_operations(ctx: ApiContext, request: Request, topic: Any) -> Any:
+    """``topic`` with its authorized operations, unless it was refused (Kafka leaves those
+    omitted) or is an unknown id."""
+    if topic.name is None or topic.error_code == ErrorCode.topic_authorization_failed:
+        return topic
+    operations = ctx.authorized_operations(request, ResourceType.TOPIC, topic.name)
+    return replace(topic, topic_authorized_operations=operations)
 
 
 def broker_entries(ctx: ApiContext, entry: type) -> tuple[Any, ...]:

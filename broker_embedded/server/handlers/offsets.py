@@ -26,9 +26,16 @@ v8+ batch groups; v10 names topics by id. A coordinator that is shut down answer
 COORDINATOR_NOT_AVAILABLE (15) for the group.
 
 Limits: as the coordinator's store bounds committed partitions (group_store.py).
-Authorization (with an authorizer, as Kafka's): OffsetCommit needs Read on the group
-(GROUP_AUTHORIZATION_FAILED, 30, for every partition) and Read on each topic
-(TOPIC_AUTHORIZATION_FAILED, 29, for its partitions); OffsetFetch Describe on the group.
+Authorization (with an authorizer, as Kafka's ``KafkaApis``):
+- OffsetCommit: Read on the group (GROUP_AUTHORIZATION_FAILED, 30, for every partition) and
+  Read on each topic (TOPIC_AUTHORIZATION_FAILED, 29, for its partitions).
+- TxnOffsetCommit: Write on the transactional id (TRANSACTIONAL_ID_AUTHORIZATION_FAILED, 53,
+  for every partition), then Read on the group (30 for every partition), then Read on each
+  topic (29 for its partitions), all before the producer or the partitions are looked at.
+- OffsetFetch: Describe on the group (30 for the group, no topics); a topic the principal may
+  not Describe is never read: named in the request, each of its partitions answers 29 with
+  offset -1, after the allowed topics; in the "every topic" form it is left out silently.
+A refused partition commits nothing and reads nothing.
 
 Thread safety: no state here; the coordinator has its locks.
 """
@@ -48,6 +55,7 @@ from broker_embedded.coordinator.group_metadata_manager import coordinator_error
 from broker_embedded.errors import (
     KafkaApiError,
     OffsetMetadataTooLargeError,
+    TopicAuthorizationFailedError,
     UnknownTopicIdError,
 )
 from broker_embedded.server.handlers.api_context import (
@@ -58,7 +66,7 @@ from broker_embedded.server.handlers.api_context import (
 )
 from broker_embedded.server.kafka_apis import KafkaApis
 from broker_embedded.server.request_channel import Request
-from broker_embedded.server.security.authorizer import AclOperation
+from broker_embedded.server.security.authorizer import AclOperation, ResourceType
 
 if TYPE_CHECKING:
     from broker_embedded.coordinator.group_coordinator import GroupCoordinator
@@ -145,21 +153,22 @@ def txn_offset_commit_response(
 ) -> Any:
     """TxnOffsetCommit (module docstring)."""
     body, types = request.body, response_types(request)
-    error: KafkaApiError | None = None
-    try:
-        ctx.broker.controller.transaction_coordinator.check_producer(
-            body.transactional_id, body.producer_id, body.producer_epoch
-        )
-    except KafkaApiError as e:
-        error = e
-    error = error or coordinator_error(coordinator.store, body.group_id, ctx.broker_id)
+    refusal = ctx.txn_refusal(request, body.transactional_id) or ctx.group_refusal(
+        request, AclOperation.READ, body.group_id
+    )
+    error = (
+        refusal
+        or _producer_error(ctx, body)
+        or coordinator_error(coordinator.store, body.group_id, ctx.broker_id)
+    )
     offsets: dict[Key, OffsetAndMetadata] = {}
     errors: dict[Key, KafkaApiError | None] = {}
     timestamp = now_ms()
     for t in body.topics:
+        topic_error = refusal or ctx.topic_refusal(request, AclOperation.READ, t.name) or error
         for p in t.partitions:
             key = (t.name, p.partition_index)
-            errors[key] = error or _check(ctx, body.group_id, t.name, t, p)
+            errors[key] = topic_error or _check(ctx, body.group_id, t.name, t, p)
             if errors[key] is None:
                 offsets[key] = OffsetAndMetadata(
                     p.committed_offset, getattr(p, "committed_leader_epoch", -1),
@@ -179,6 +188,17 @@ def txn_offset_commit_response(
         for t in body.topics
     )  # fmt: skip
     return make(types.TxnOffsetCommitResponse, throttle_time=timedelta(0), topics=topics)
+
+
+def _producer_error(ctx: ApiContext, body: Any) -> KafkaApiError | None:
+    """The transaction coordinator's error for the commit's producer id and epoch, or None."""
+    try:
+        ctx.broker.controller.transaction_coordinator.check_producer(
+            body.transactional_id, body.producer_id, body.producer_epoch
+        )
+    except KafkaApiError as e:
+        return e
+    return None
 
 
 def _check(
@@ -236,12 +256,17 @@ def _fetched_topics(
     part_type = (
         getattr(types, "OffsetFetchResponsePartitions", None) or types.OffsetFetchResponsePartition
     )
-    if topics is None:
-        wanted: dict[tuple[str | None, Any], list[int]] = {}
-        partitions = None
-    else:
-        wanted = {(_name(t, names), getattr(t, "topic_id", None)): list(t.partition_indexes)
-                  for t in topics}  # fmt: skip
+
+    def describable(name: str | None) -> bool:
+        return name is None or ctx.allowed(request, AclOperation.DESCRIBE, ResourceType.TOPIC, name)
+
+    wanted: dict[tuple[str | None, Any], list[int]] = {}
+    refused: dict[tuple[str | None, Any], list[int]] = {}
+    partitions = None
+    if topics is not None:
+        for t in topics:
+            key = (_name(t, names), getattr(t, "topic_id", None))
+            (wanted if describable(key[0]) else refused)[key] = list(t.partition_indexes)
         partitions = [(n, p) for (n, _), ps in wanted.items() if n is not None for p in ps]
     try:
         error = ctx.group_refusal(request, AclOperation.DESCRIBE, group) or coordinator_error(
@@ -254,17 +279,29 @@ def _fetched_topics(
         return (), e
     if topics is None:
         for t, p in sorted(committed):
-            wanted.setdefault((t, None), []).append(p)
+            if describable(t):
+                wanted.setdefault((t, None), []).append(p)
     by_name = {v: k for k, v in names.items()}
+    denied = TopicAuthorizationFailedError(f"{request.principal} may not Describe the topic")
     out = []
-    for (name, topic_id), parts in wanted.items():
-        entries = []
-        for p in parts:
-            c = committed.get((name, p), NO_OFFSET) if name is not None else NO_OFFSET
-            error, c = (c, NO_OFFSET) if isinstance(c, KafkaApiError) else (None, c)
-            entries.append(make(part_type, partition_index=p, committed_offset=c.offset,
-                                committed_leader_epoch=c.leader_epoch, metadata=c.metadata,
-                                error_code=error_code(error)))  # fmt: skip
-        out.append(make(topic_type, name=name, topic_id=topic_id or by_name.get(name),
-                        partitions=tuple(entries)))  # fmt: skip
+    for answers, topic_error in ((wanted, None), (refused, denied)):
+        for (name, topic_id), parts in answers.items():
+            entries = _partition_answers(part_type, name, parts, committed, topic_error)
+            out.append(make(topic_type, name=name, topic_id=topic_id or by_name.get(name),
+                            partitions=entries))  # fmt: skip
     return tuple(out), None
+
+
+def _partition_answers(
+    part_type: type, name: str | None, parts: list[int], committed: Mapping[Key, Any],
+    topic_error: KafkaApiError | None,
+) -> tuple[Any, ...]:  # fmt: skip
+    """One topic's OffsetFetch partitions: each committed offset (or none), or the error."""
+    entries = []
+    for p in parts:
+        c = committed.get((name, p), NO_OFFSET) if name is not None else NO_OFFSET
+        error, c = (c, NO_OFFSET) if isinstance(c, KafkaApiError) else (topic_error, c)
+        entries.append(make(part_type, partition_index=p, committed_offset=c.offset,
+                            committed_leader_epoch=c.leader_epoch, metadata=c.metadata,
+                            error_code=error_code(error)))  # fmt: skip
+    return tuple(entries)

@@ -23,6 +23,15 @@ key 61, v0), DescribeTransactions (65, v0) and ListTransactions (66, v0-v1), ans
   transactions started more than that many ms ago; -1 = no filter). COORDINATOR_LOAD_IN_PROGRESS
   while a partition this broker leads is not loaded. Sorted by transactional id.
 
+Authorization (with an authorizer, as Kafka's ``KafkaApis``):
+- DescribeProducers: an illegal topic name is INVALID_TOPIC_EXCEPTION (17); then Read on the
+  topic, refused: TOPIC_AUTHORIZATION_FAILED (29) for each of its partitions, whose producer
+  state is not read.
+- DescribeTransactions: Describe on each transactional id, refused: that id answers
+  TRANSACTIONAL_ID_AUTHORIZATION_FAILED (53) with nothing of its state; an allowed id lists only
+  the topics the principal may Describe.
+- ListTransactions: only the transactional ids the principal may Describe (no error).
+
 Thread safety: each answer reads copies taken under the coordinator's lock and the producer
 state's own copy; nothing is kept between requests.
 """
@@ -56,7 +65,8 @@ from broker_embedded.server.handlers.api_context import (
 )
 from broker_embedded.server.kafka_apis import KafkaApis
 from broker_embedded.server.request_channel import Request
-from broker_embedded.storage.topic_partition import TopicPartition
+from broker_embedded.server.security.authorizer import AclOperation, ResourceType
+from broker_embedded.storage.topic_partition import TopicPartition, validate_topic
 
 DESCRIBE_PRODUCERS, DESCRIBE_TRANSACTIONS, LIST_TRANSACTIONS = 61, 65, 66
 VERSIONS = {DESCRIBE_PRODUCERS: (0, 0), DESCRIBE_TRANSACTIONS: (0, 0), LIST_TRANSACTIONS: (0, 1)}
@@ -84,27 +94,45 @@ def _ms_time(ms: int) -> datetime.datetime:
 
 def describe_producers_response(ctx: ApiContext, request: Request) -> Any:
     types = response_types(request)
-    topics = tuple(
-        make(types.TopicResponse, name=t.name, partitions=tuple(
-            _producers(ctx, types, TopicPartition(t.name, p)) for p in t.partition_indexes))
-        for t in request.body.topics
-    )  # fmt: skip
-    return make(types.DescribeProducersResponse, throttle_time=ZERO, topics=topics)
+    topics = []
+    for t in request.body.topics:
+        error = _topic_error(ctx, request, t.name)
+        partitions = tuple(_producers(ctx, types, t.name, p, error) for p in t.partition_indexes)
+        topics.append(make(types.TopicResponse, name=t.name, partitions=partitions))
+    return make(types.DescribeProducersResponse, throttle_time=ZERO, topics=tuple(topics))
 
 
-def _producers(ctx: ApiContext, types: ModuleType, tp: TopicPartition) -> Any:
-    partition = ctx.broker.replica_manager.partitions.get(tp)
-    if partition is None:
-        error: KafkaApiError = (
+def _topic_error(ctx: ApiContext, request: Request, topic: str) -> KafkaApiError | None:
+    """An illegal name, else a refused Read (module docstring), else None."""
+    try:
+        validate_topic(topic)
+    except KafkaApiError as e:
+        return e
+    return ctx.topic_refusal(request, AclOperation.READ, topic)
+
+
+def _producers(
+    ctx: ApiContext, types: ModuleType, topic: str, index: int, error: KafkaApiError | None
+) -> Any:
+    if error is None:
+        tp = TopicPartition(topic, index)
+        partition = ctx.broker.replica_manager.partitions.get(tp)
+        if partition is not None:
+            return make(types.PartitionResponse, partition_index=index, error_code=NONE,
+                        error_message=None, active_producers=_active(types, partition))  # fmt: skip
+        error = (
             NotLeaderOrFollowerError(f"broker {ctx.broker_id} has no replica of {tp}")
             if ctx.broker.controller.knows(tp)
             else UnknownTopicOrPartitionError(f"{tp} does not exist")
         )
-        return make(types.PartitionResponse, partition_index=tp.partition,
-                    error_code=error_code(error), error_message=str(error),
-                    active_producers=())  # fmt: skip
+    return make(types.PartitionResponse, partition_index=index, error_code=error_code(error),
+                error_message=str(error), active_producers=())  # fmt: skip
+
+
+def _active(types: ModuleType, partition: Any) -> tuple:
+    """The partition's active producers, by producer id."""
     producers = partition.log.producer_state.producers
-    active = tuple(
+    return tuple(
         make(types.ProducerState, producer_id=pid, producer_epoch=e.producer_epoch,
              last_sequence=e.last_seq, last_timestamp=e.last_timestamp,
              coordinator_epoch=e.coordinator_epoch,
@@ -112,8 +140,6 @@ def _producers(ctx: ApiContext, types: ModuleType, tp: TopicPartition) -> Any:
              else e.current_txn_first_offset)
         for pid, e in sorted(producers.items())
     )  # fmt: skip
-    return make(types.PartitionResponse, partition_index=tp.partition, error_code=NONE,
-                error_message=None, active_producers=active)  # fmt: skip
 
 
 # -- the coordinator's partitions ------------------------------------------------------------------
@@ -143,13 +169,19 @@ def _check_loaded(ctx: ApiContext, partition: int) -> None:
 def describe_transactions_response(ctx: ApiContext, request: Request) -> Any:
     types = response_types(request)
     count = _state_partitions(ctx)
-    states = tuple(_describe(ctx, types, tid, count) for tid in request.body.transactional_ids)
+    states = tuple(_describe(ctx, types, tid, count, request)
+                   for tid in request.body.transactional_ids)  # fmt: skip
     return make(types.DescribeTransactionsResponse, throttle_time=ZERO,
                 transaction_states=states)  # fmt: skip
 
 
-def _describe(ctx: ApiContext, types: ModuleType, tid: str, count: int | None) -> Any:
+def _describe(
+    ctx: ApiContext, types: ModuleType, tid: str, count: int | None, request: Request
+) -> Any:
     try:
+        refusal = ctx.txn_refusal(request, tid, AclOperation.DESCRIBE)
+        if refusal is not None:
+            raise refusal
         state = _find(ctx, tid, count)
     except KafkaApiError as e:
         return make(types.TransactionState, error_code=error_code(e), transactional_id=tid,
@@ -158,7 +190,8 @@ def _describe(ctx: ApiContext, types: ModuleType, tid: str, count: int | None) -
                     topics=())  # fmt: skip
     by_topic: dict[str, list[int]] = {}
     for tp in state.partitions:
-        by_topic.setdefault(tp.topic, []).append(tp.partition)
+        if ctx.allowed(request, AclOperation.DESCRIBE, ResourceType.TOPIC, tp.topic):
+            by_topic.setdefault(tp.topic, []).append(tp.partition)
     topics = tuple(make(types.TopicData, topic=t, partitions=tuple(ps))
                    for t, ps in by_topic.items())  # fmt: skip
     return make(types.TransactionState, error_code=NONE, transactional_id=tid,
@@ -202,6 +235,8 @@ def list_transactions_response(ctx: ApiContext, request: Request) -> Any:
         if (pids and s.producer_id not in pids) or (wanted and s.status.value not in wanted):
             continue
         if duration >= 0 and now - s.start_ms <= duration:
+            continue
+        if not ctx.allowed(request, AclOperation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, tid):
             continue
         entry = make(types.TransactionState, transactional_id=tid, producer_id=s.producer_id,
                      transaction_state=s.status.value)  # fmt: skip

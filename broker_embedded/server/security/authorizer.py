@@ -28,6 +28,11 @@ Persistence: ``<log dir>/acls.json`` (replaced by atomic rename under the cross-
 Limits: at most :data:`MAX_ACLS` bindings (adding more is an :class:`AclError`); the decision
 cache holds at most :data:`MAX_CACHED` decisions and is emptied when full.
 
+A file that cannot be read or parsed is a :class:`SecurityFileError` naming it: on the first
+read (:func:`authorizer_for`, when a server starts, so it refuses to start), and to a writer;
+a running server that finds the file broken keeps the ACLs it read before and logs the error
+(once per change of the file), so a bad edit neither opens nor closes the broker.
+
 Thread safety: :class:`AclStore` guards its in-memory copy with a lock and reloads the file when
 its stat changes (checked at most every ``refresh_ms``, so a running server sees the CLI's
 changes within that); :class:`Authorizer` caches decisions per (principal, host, operation,
@@ -39,7 +44,7 @@ from __future__ import annotations
 
 import enum
 import fcntl
-import json
+import logging
 import threading
 import time
 from collections.abc import Iterable, Iterator
@@ -48,9 +53,16 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from broker_embedded.errors import KafkaApiError
-from broker_embedded.server.security.json_file import file_stat, write_json
+from broker_embedded.server.security.json_file import (
+    SecurityFileError,
+    file_stat,
+    read_json,
+    write_json,
+)
 from broker_embedded.server.security.security_config import SecurityConfig
 from broker_embedded.storage.log_dir import ACLS_FILE, ACLS_LOCK
+
+log = logging.getLogger(__name__)
 
 MAX_ACLS = 100_000
 MAX_CACHED = 100_000
@@ -106,8 +118,9 @@ VALID_OPERATIONS: dict[ResourceType, frozenset[AclOperation]] = {
         AclOperation.READ, AclOperation.WRITE, AclOperation.CREATE, AclOperation.DELETE,
         AclOperation.ALTER, AclOperation.DESCRIBE, AclOperation.DESCRIBE_CONFIGS,
         AclOperation.ALTER_CONFIGS, AclOperation.ALL}),
-    ResourceType.GROUP: frozenset({
-        AclOperation.READ, AclOperation.DESCRIBE, AclOperation.DELETE, AclOperation.ALL}),
+    ResourceType.GROUP: frozenset({  # the configs ones since Kafka 3.8's group configs
+        AclOperation.READ, AclOperation.DESCRIBE, AclOperation.DELETE,
+        AclOperation.DESCRIBE_CONFIGS, AclOperation.ALTER_CONFIGS, AclOperation.ALL}),
     ResourceType.CLUSTER: frozenset({
         AclOperation.CREATE, AclOperation.CLUSTER_ACTION, AclOperation.DESCRIBE_CONFIGS,
         AclOperation.ALTER_CONFIGS, AclOperation.IDEMPOTENT_WRITE, AclOperation.ALTER,
@@ -250,6 +263,7 @@ class AclStore:
         self._stat: tuple[int, int, int] | None = None
         self._checked = float("-inf")
         self._acls: tuple[AclBinding, ...] = ()
+        self._loaded = False
         self._generation = 0
 
     def acls(self) -> tuple[AclBinding, ...]:
@@ -285,10 +299,18 @@ class AclStore:
         with self._lock:
             self._checked = now
             stat = file_stat(self.path)
-            if stat != self._stat:
+            if stat == self._stat and self._loaded:
+                return
+            try:
                 self._acls = tuple(self._read()) if stat is not None else ()
+            except SecurityFileError as e:
+                if not self._loaded:  # never read: the caller (a starting server) fails
+                    raise
+                log.error("%s; the %d ACLs read before stay in force", e, len(self._acls))
                 self._stat = stat
-                self._generation += 1
+                return
+            self._stat, self._loaded = stat, True
+            self._generation += 1
 
     @contextmanager
     def _writing(self) -> Iterator[list[AclBinding]]:
@@ -302,13 +324,13 @@ class AclStore:
         self._refresh(force=True)
 
     def _read(self) -> list[AclBinding]:
-        try:
-            data = json.loads(self.path.read_text("utf-8"))
-            return [AclBinding.from_json(d) for d in data["acls"]]
-        except FileNotFoundError:
+        data = read_json(self.path, "ACL file")
+        if data is None:
             return []
-        except (ValueError, KeyError, TypeError) as e:
-            raise AclError(f"{self.path} is not an ACL file: {e}") from None
+        try:
+            return [AclBinding.from_json(d) for d in data["acls"]]  # type: ignore[index]
+        except (KeyError, TypeError, ValueError) as e:
+            raise SecurityFileError(f"{self.path} is not a valid ACL file: {e!r}") from None
 
     def _write(self, acls: list[AclBinding]) -> None:
         write_json(self.path, {"version": 1, "acls": [b.to_json() for b in acls]})
@@ -316,10 +338,12 @@ class AclStore:
 
 def authorizer_for(security: SecurityConfig, log_dir: str | Path) -> Authorizer | None:
     """The authorizer ``security`` configures over ``log_dir``'s ACLs (None: authorization
-    off, every request allowed)."""
+    off, every request allowed); its ACL file read once now."""
     if not security.authorizes:
         return None
-    return Authorizer(AclStore(log_dir), parse_super_users(security.super_users),
+    store = AclStore(log_dir)
+    store.acls()  # read now: a broken file fails the start (SecurityFileError naming it)
+    return Authorizer(store, parse_super_users(security.super_users),
                       security.allow_everyone_if_no_acl_found)  # fmt: skip
 
 

@@ -17,6 +17,10 @@ Iterations are Kafka's bounds, 4096..16384; user names 1..:data:`MAX_NAME` chara
 PLAIN checks a password against the user's SCRAM credential (SHA-256 if present, else SHA-512)
 by deriving its StoredKey again: one PBKDF2 per PLAIN authentication (a few ms).
 
+A file that cannot be read or parsed is a :class:`SecurityFileError` naming it: on the first
+read (a server reads it as it starts, so it refuses to start) and to a writer; a running server
+that finds it broken keeps the users it read before and logs the error once per change.
+
 Thread safety: :class:`CredentialStore` reloads the file when its stat changes (so users added
 or deleted by another process count from the next authentication) and guards its cache with a
 lock; every method may be called from any thread.
@@ -28,7 +32,7 @@ import base64
 import fcntl
 import hashlib
 import hmac
-import json
+import logging
 import secrets
 import threading
 from collections.abc import Iterator
@@ -37,8 +41,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from broker_embedded.errors import KafkaApiError
-from broker_embedded.server.security.json_file import file_stat, write_json
+from broker_embedded.server.security.json_file import (
+    SecurityFileError,
+    file_stat,
+    read_json,
+    write_json,
+)
 from broker_embedded.storage.log_dir import SCRAM_CREDENTIALS_FILE, SCRAM_CREDENTIALS_LOCK
+
+log = logging.getLogger(__name__)
 
 FILE_NAME = SCRAM_CREDENTIALS_FILE
 MIN_ITERATIONS = 4096
@@ -139,17 +150,25 @@ class CredentialStore:
         self._lock = threading.Lock()
         self._stat: tuple[int, int, int] | None = None
         self._users: Users = {}
+        self._loaded = False
 
     def credential(self, user: str, mechanism: str) -> ScramCredential | None:
         return self.users().get(user, {}).get(mechanism)
 
     def users(self) -> Users:
-        """Every user's credentials, by user and mechanism (the file as it is now)."""
+        """Every user's credentials, by user and mechanism (the file as it is now; a broken
+        file: module docstring)."""
         with self._lock:
             stat = file_stat(self.path)
-            if stat != self._stat:
-                self._users = self._read() if stat is not None else {}
+            if stat != self._stat or not self._loaded:
+                try:
+                    self._users = self._read() if stat is not None else {}
+                except SecurityFileError as e:
+                    if not self._loaded:  # never read: the caller (a starting server) fails
+                        raise
+                    log.error("%s; the %d users read before stay", e, len(self._users))
                 self._stat = stat
+                self._loaded = True
             return self._users
 
     def upsert(self, user: str, mechanism: str, credential: ScramCredential) -> None:
@@ -181,16 +200,16 @@ class CredentialStore:
             self._write(users)
 
     def _read(self) -> Users:
+        data = read_json(self.path, "credentials file")
+        if data is None:
+            return {}
         try:
-            data = json.loads(self.path.read_text("utf-8"))
             return {
                 user: {m: ScramCredential.from_json(c) for m, c in creds.items()}
-                for user, creds in data["users"].items()
+                for user, creds in data["users"].items()  # type: ignore[index]
             }
-        except FileNotFoundError:
-            return {}
-        except (ValueError, KeyError, TypeError) as e:
-            raise CredentialError(f"{self.path} is not a credentials file: {e}", code=-1) from None
+        except (KeyError, TypeError, ValueError, AttributeError) as e:
+            raise SecurityFileError(f"{self.path} is not a valid credentials file: {e!r}") from None
 
     def _write(self, users: Users) -> None:
         data = {

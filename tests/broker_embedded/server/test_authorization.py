@@ -1,10 +1,12 @@
 """Authorization over loopback: a server with ``authorizer.class.name`` set, SCRAM users
-(admin is a super user, alice and bob are not), ACLs made with confluent-kafka's AdminClient and
-checked with real clients and raw kio frames for the exact codes."""
+(admin is a super user, alice, bob and carol are not), ACLs made with confluent-kafka's
+AdminClient and checked with real clients and raw kio frames for the exact codes. The matrix
+over every API is test_authorization_matrix.py."""
 
 from __future__ import annotations
 
 import contextlib
+import re
 import time
 import uuid
 from collections.abc import Iterator
@@ -28,7 +30,7 @@ from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopi
 from kio.schema.metadata.v12.response import MetadataResponse
 from kio.schema.produce.v9.request import PartitionProduceData, ProduceRequest, TopicProduceData
 from kio.schema.produce.v9.response import ProduceResponse
-from kio.static.primitive import i8, i16, i32, i64
+from kio.static.primitive import i8, i32, i64
 
 from broker_embedded.broker import Broker
 from broker_embedded.client.producer_record import build_batch
@@ -38,7 +40,6 @@ from broker_embedded.server.security.authorizer import (
     REFRESH_MS,
     AccessControlEntry,
     AclBinding,
-    AclBindingFilter,
     AclOperation,
     AclPermissionType,
     AclStore,
@@ -54,7 +55,7 @@ from tests.broker_embedded.server._pki import security as pki_security
 from tests.broker_embedded.server.test_security import TIMEOUT_S, Wire, scram
 
 LISTENERS = ["SASL_PLAINTEXT://127.0.0.1:0", "SASL_SSL://127.0.0.1:0"]
-USERS = {"admin": "admin-pw", "alice": "alice-pw", "bob": "bob-pw"}
+USERS = {"admin": "admin-pw", "alice": "alice-pw", "bob": "bob-pw", "carol": "carol-pw"}
 AUTHORIZER = "kafka.security.authorizer.AclAuthorizer"
 Op, T = AclOperation, ResourceType
 
@@ -369,115 +370,66 @@ def test_acls_command_over_the_wire(server, acls, tmp_path, capsys):
     )
 
 
-# --- the matrix: API x allowed / denied principal, exact codes --------------------------------
+# --- a broken ACL file -----------------------------------------------------------------------
 
-
-def _matrix_requests() -> dict[str, tuple[object, type, object]]:
-    """Per API: (request, response type, how to read the code from the response)."""
-    from kio.schema.create_partitions.v3 import request as cp
-    from kio.schema.create_partitions.v3.response import CreatePartitionsResponse
-    from kio.schema.create_topics.v7 import request as ct
-    from kio.schema.create_topics.v7.response import CreateTopicsResponse
-    from kio.schema.delete_topics.v5.request import DeleteTopicsRequest
-    from kio.schema.delete_topics.v5.response import DeleteTopicsResponse
-    from kio.schema.describe_groups.v5.request import DescribeGroupsRequest
-    from kio.schema.describe_groups.v5.response import DescribeGroupsResponse
-    from kio.schema.describe_user_scram_credentials.v0 import request as dus
-    from kio.schema.describe_user_scram_credentials.v0.response import (
-        DescribeUserScramCredentialsResponse,
-    )
-    from kio.schema.end_txn.v3.request import EndTxnRequest
-    from kio.schema.end_txn.v3.response import EndTxnResponse
-    from kio.schema.heartbeat.v4.request import HeartbeatRequest
-    from kio.schema.heartbeat.v4.response import HeartbeatResponse
-    from kio.schema.init_producer_id.v4.request import InitProducerIdRequest
-    from kio.schema.init_producer_id.v4.response import InitProducerIdResponse
-    from kio.schema.list_offsets.v7 import request as lo
-    from kio.schema.list_offsets.v7.response import ListOffsetsResponse
-    from kio.schema.offset_fetch.v7.request import OffsetFetchRequest
-    from kio.schema.offset_fetch.v7.response import OffsetFetchResponse
-
-    five = timedelta(seconds=5)
-    return {
-        "CreatePartitions": (
-            cp.CreatePartitionsRequest(timeout=five, validate_only=True, topics=(
-                cp.CreatePartitionsTopic(name="mx", count=i32(1), assignments=None),)),
-            CreatePartitionsResponse, lambda r: r.results[0].error_code),
-        "InitProducerId": (
-            InitProducerIdRequest(transactional_id=None, transaction_timeout=five,
-                                  producer_id=i64(-1)),
-            InitProducerIdResponse, lambda r: r.error_code),
-        "EndTxn": (
-            EndTxnRequest(transactional_id="mx-txn", producer_id=i64(7),
-                          producer_epoch=i16(0), committed=True),
-            EndTxnResponse, lambda r: r.error_code),
-        "Metadata": (
-            MetadataRequest(topics=(MetadataRequestTopic(topic_id=None, name="mx"),),
-                            allow_auto_topic_creation=False,
-                            include_topic_authorized_operations=False),
-            MetadataResponse, lambda r: r.topics[0].error_code),
-        "ListOffsets": (
-            lo.ListOffsetsRequest(replica_id=i32(-1), isolation_level=i8(0), topics=(
-                lo.ListOffsetsTopic(name="mx", partitions=(lo.ListOffsetsPartition(
-                    partition_index=i32(0), timestamp=i64(-1)),)),)),
-            ListOffsetsResponse, lambda r: r.topics[0].partitions[0].error_code),
-        "CreateTopics": (
-            ct.CreateTopicsRequest(timeout=five, topics=(ct.CreatableTopic(
-                name="mx-" + uuid.uuid4().hex[:6], num_partitions=i32(1),
-                replication_factor=i16(1), assignments=(), configs=()),)),
-            CreateTopicsResponse, lambda r: r.topics[0].error_code),
-        "DeleteTopics": (
-            DeleteTopicsRequest(topic_names=("mx-absent",), timeout=five),
-            DeleteTopicsResponse, lambda r: r.responses[0].error_code),
-        "Heartbeat": (
-            HeartbeatRequest(group_id="mxg", generation_id=i32(1), member_id="m",
-                             group_instance_id=None),
-            HeartbeatResponse, lambda r: r.error_code),
-        "OffsetFetch": (
-            OffsetFetchRequest(group_id="mxg", topics=None),
-            OffsetFetchResponse, lambda r: r.error_code),
-        "DescribeGroups": (
-            DescribeGroupsRequest(groups=("mxg",), include_authorized_operations=False),
-            DescribeGroupsResponse, lambda r: r.groups[0].error_code),
-        "DescribeUserScramCredentials": (
-            dus.DescribeUserScramCredentialsRequest(users=None),
-            DescribeUserScramCredentialsResponse, lambda r: r.error_code),
-    }  # fmt: skip
-
-
-E = ErrorCode
-MATRIX = {  # API: (alice's code, allowed; bob's code, no ACL)
-    "CreatePartitions": (E.invalid_partitions, E.topic_authorization_failed),
-    "InitProducerId": (E.none, E.cluster_authorization_failed),
-    "EndTxn": (E.invalid_producer_id_mapping, E.transactional_id_authorization_failed),
-    "Metadata": (E.none, E.topic_authorization_failed),
-    "ListOffsets": (E.none, E.topic_authorization_failed),
-    "CreateTopics": (E.none, E.topic_authorization_failed),
-    "DeleteTopics": (E.unknown_topic_or_partition, E.topic_authorization_failed),
-    "Heartbeat": (E.unknown_member_id, E.group_authorization_failed),
-    "OffsetFetch": (E.none, E.group_authorization_failed),
-    "DescribeGroups": (E.none, E.group_authorization_failed),
-    "DescribeUserScramCredentials": (E.none, E.cluster_authorization_failed),
+BROKEN = {
+    "not JSON": (b"{not json", "is not a valid ACL file (not JSON"),
+    "wrong shape": (b'{"acls": [{"resource_type": "TOPIC"}]}', "is not a valid ACL file: KeyError"),
+    "unreadable": (None, "cannot read the ACL file: Is a directory"),  # a directory
 }
 
 
-@pytest.fixture(scope="module", name="matrix_acls")
-def matrix_acls_fixture(server, log_dir: Path) -> None:
-    create_topic(server, "mx")
-    store = Acls(log_dir, refresh_ms=0)
-    store.remove(AclBindingFilter())  # the earlier tests' ACLs (User:* may Write dn-*)
-    store.add([
-        allow("User:alice", Op.ALL, "mx"),
-        allow("User:alice", Op.ALL, "mx-", pattern=PatternType.PREFIXED),
-        allow("User:alice", Op.ALL, "mxg", T.GROUP),
-        allow("User:alice", Op.ALL, "kafka-cluster", T.CLUSTER),
-        allow("User:alice", Op.WRITE, "mx-txn", T.TRANSACTIONAL_ID),
-    ])  # fmt: skip
+def _break(path: Path, content: bytes | None) -> None:
+    if content is None:
+        path.mkdir()
+    else:
+        path.write_bytes(content)
 
 
-@pytest.mark.parametrize("user", ["alice", "bob"])
-@pytest.mark.parametrize("api", sorted(MATRIX))
-def test_matrix(server, matrix_acls, api, user):
-    request, response_type, code_of = _matrix_requests()[api]
-    response = login(server, user).call(request, response_type)
-    assert code_of(response) == MATRIX[api][user == "bob"]
+@pytest.mark.parametrize("case", sorted(BROKEN))
+def test_a_broken_acl_file_stops_the_server_start_naming_it(pki, tmp_path, case):
+    from broker_embedded.server.security.json_file import SecurityFileError
+
+    content, message = BROKEN[case]
+    _break(tmp_path / "acls.json", content)
+    with Broker(tmp_path, create=True, config=config()) as broker:
+        with pytest.raises(SecurityFileError, match=re.escape(f"{tmp_path / 'acls.json'}")
+                           + ".*" + re.escape(message)):  # fmt: skip
+            broker_server(broker, LISTENERS, security=secured(pki))
+
+
+def test_kafkalog_serve_refuses_a_broken_acl_file_in_one_line(tmp_path, capsys):
+    from spark_kafkalog import cli
+
+    (tmp_path / "logs").mkdir()
+    (tmp_path / "logs" / "acls.json").write_text("[1, 2")
+    conf = tmp_path / "broker.toml"
+    conf.write_text(f'[security]\n"authorizer.class.name" = "{AUTHORIZER}"\n')
+    code = cli.main(["serve", "--log-dir", str(tmp_path / "logs"), "--listeners",
+                     "PLAINTEXT://127.0.0.1:0", "--broker-config", str(conf)])  # fmt: skip
+    err = capsys.readouterr().err
+    assert code == 1
+    assert err.startswith(f"kafkalog serve: {tmp_path / 'logs' / 'acls.json'} is not a valid "
+                          "ACL file (not JSON: ")  # fmt: skip
+    assert len(err.splitlines()) == 1
+    assert sorted(p.name for p in (tmp_path / "logs").iterdir()) == ["acls.json"]  # not opened
+
+
+def test_a_running_server_keeps_its_acls_when_the_file_breaks(pki, tmp_path, caplog):
+    with authorized(tmp_path, secured(pki)) as server:
+        create_topic(server, "kept")
+        store = AclStore(tmp_path)
+        store.add([allow("User:alice", Op.WRITE, "kept")])
+        settle()
+        alice, bob = login(server, "alice"), login(server, "bob")
+        assert produce(alice, "kept", b"a") == ErrorCode.none  # the server reads the ACLs
+        store.path.write_text("{broken")
+        settle()
+        assert produce(alice, "kept", b"a") == ErrorCode.none  # the ACLs read before hold
+        assert produce(bob, "kept", b"b") == ErrorCode.topic_authorization_failed
+        assert f"{store.path} is not a valid ACL file" in caplog.text
+        store.path.unlink()
+        store.add([allow("User:bob", Op.WRITE, "kept")])  # a good file again: it counts
+        settle()
+        assert produce(bob, "kept", b"b") == ErrorCode.none
+        assert produce(alice, "kept", b"a") == ErrorCode.topic_authorization_failed

@@ -27,6 +27,7 @@ from broker_embedded.broker import Broker
 from broker_embedded.server.broker_server import BrokerServer
 from broker_embedded.server.handlers import broker_server
 from broker_embedded.server.kafka_apis import KafkaApis
+from broker_embedded.server.security.json_file import SecurityFileError
 from broker_embedded.server.security.kafka_principal import subject_name
 from broker_embedded.server.security.scram_credentials import (
     CredentialStore,
@@ -650,3 +651,33 @@ def test_users_may_be_added_before_the_log_dirs_first_start(tmp_path):
     add_user(log_dir)
     Broker(log_dir, create=True, config=config()).close()  # not refused as "other files"
     assert CredentialStore(log_dir).credential(USER, "SCRAM-SHA-512") is not None
+
+
+# --- a broken credentials file ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        (b"\xff\xfe", "is not a valid credentials file (not JSON"),
+        (b'{"users": {"alice": {"SCRAM-SHA-256": {}}}}', "is not a valid credentials file: "),
+        (None, "cannot read the credentials file: Is a directory"),
+    ],
+)
+def test_a_broken_credentials_file_stops_the_start_naming_it(tmp_path, content, message):
+    from spark_kafkalog import cli
+
+    path = tmp_path / "scram-credentials.json"
+    path.mkdir() if content is None else path.write_bytes(content)
+    with Broker(tmp_path, create=True, config=config()) as broker:
+        with pytest.raises(SecurityFileError) as refused:
+            broker_server(broker, ["SASL_PLAINTEXT://127.0.0.1:0"])
+    assert str(refused.value).startswith(f"{path} {message}" if content else f"{path}: {message}")
+    assert cli.main(["users", "list", "--log-dir", str(tmp_path)]) == 1  # one line, no traceback
+
+
+def test_a_running_server_keeps_its_users_when_the_file_breaks(pki, tmp_path):
+    with secured(tmp_path, security(pki)) as s:
+        (tmp_path / "scram-credentials.json").write_text("{broken")
+        wire = Wire(port(s, "SASL_PLAINTEXT"))
+        assert scram(wire, "SCRAM-SHA-256", USER, PASSWORD).error_code == ErrorCode.none

@@ -1,0 +1,459 @@
+"""The authorization matrix: every API the server serves (its ApiVersions table) x an allowed
+principal (alice: All on the matrix's topics, groups, transactional id and the Cluster) and a
+denied one (bob: no ACL), each answer's code asserted exactly; then the filtering APIs with a
+principal allowed part of what it asks (carol).
+
+One served broker for the module (SASL_PLAINTEXT, SCRAM users); raw kio frames over the test
+wire client, one connection per user.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kio.index import load_response_schema
+from kio.schema.add_offsets_to_txn.v3.request import AddOffsetsToTxnRequest
+from kio.schema.add_partitions_to_txn.v3 import request as apt
+from kio.schema.alter_user_scram_credentials.v0 import request as aus
+from kio.schema.api_versions.v3.request import ApiVersionsRequest
+from kio.schema.create_acls.v3 import request as ca
+from kio.schema.create_partitions.v3 import request as cp
+from kio.schema.create_topics.v7 import request as ct
+from kio.schema.delete_acls.v3 import request as da
+from kio.schema.delete_groups.v2.request import DeleteGroupsRequest
+from kio.schema.delete_records.v2 import request as dr
+from kio.schema.delete_topics.v5.request import DeleteTopicsRequest
+from kio.schema.describe_acls.v3.request import DescribeAclsRequest
+from kio.schema.describe_cluster.v1.request import DescribeClusterRequest
+from kio.schema.describe_configs.v4 import request as dc
+from kio.schema.describe_groups.v5.request import DescribeGroupsRequest
+from kio.schema.describe_producers.v0 import request as dp
+from kio.schema.describe_transactions.v0.request import DescribeTransactionsRequest
+from kio.schema.describe_user_scram_credentials.v0 import request as dus
+from kio.schema.end_txn.v3.request import EndTxnRequest
+from kio.schema.errors import ErrorCode
+from kio.schema.fetch.v12 import request as fe
+from kio.schema.find_coordinator.v3.request import FindCoordinatorRequest
+from kio.schema.heartbeat.v4.request import HeartbeatRequest
+from kio.schema.init_producer_id.v4.request import InitProducerIdRequest
+from kio.schema.join_group.v5 import request as jg
+from kio.schema.leave_group.v3 import request as lg
+from kio.schema.list_groups.v4.request import ListGroupsRequest
+from kio.schema.list_offsets.v7 import request as lo
+from kio.schema.list_transactions.v1.request import ListTransactionsRequest
+from kio.schema.metadata.v10 import request as md10
+from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopic
+from kio.schema.offset_commit.v8 import request as oc
+from kio.schema.offset_delete.v0 import request as od
+from kio.schema.offset_fetch.v7 import request as of
+from kio.schema.produce.v9 import request as pr
+from kio.schema.sasl_authenticate.v2.request import SaslAuthenticateRequest
+from kio.schema.sasl_handshake.v1.request import SaslHandshakeRequest
+from kio.schema.sync_group.v3.request import SyncGroupRequest
+from kio.schema.txn_offset_commit.v3 import request as to
+from kio.static.primitive import i8, i16, i32, i64
+
+from broker_embedded.server.broker_server import BrokerServer
+from broker_embedded.server.security.authorizer import (
+    AclOperation,
+    AclPermissionType,
+    PatternType,
+    ResourceType,
+)
+from tests.broker_embedded.server._net import request_frame
+from tests.broker_embedded.server._pki import Pki
+from tests.broker_embedded.server._pki import pki_fixture as pki_fixture  # noqa: F401
+from tests.broker_embedded.server._serve import decode_response
+from tests.broker_embedded.server.test_authorization import (  # noqa: F401 (log_dir: a fixture)
+    Acls,
+    allow,
+    authorized,
+    batch,
+    create_topic,
+    log_dir_fixture,
+    login,
+    secured,
+)
+from tests.broker_embedded.server.test_security import Wire
+
+E, Op, T = ErrorCode, AclOperation, ResourceType
+FIVE = timedelta(seconds=5)
+TOPIC, DELETED, GROUP, OTHER_GROUP, TXN = "mx", "mx-del", "mxg", "zz-group", "mx-txn"
+TOPIC_OPS = sum(1 << op for op in (Op.READ, Op.WRITE, Op.CREATE, Op.DELETE, Op.ALTER, Op.DESCRIBE,
+                                   Op.DESCRIBE_CONFIGS, Op.ALTER_CONFIGS))  # fmt: skip
+CLUSTER_OPS = sum(1 << op for op in (Op.CREATE, Op.CLUSTER_ACTION, Op.DESCRIBE_CONFIGS,
+                                     Op.ALTER_CONFIGS, Op.IDEMPOTENT_WRITE, Op.ALTER,
+                                     Op.DESCRIBE))  # fmt: skip
+
+
+def call(wire: Wire, request: Any) -> Any:
+    """Send a kio request; its decoded response (the schema of the same key and version; an
+    ApiVersions response header is always v0)."""
+    schema = load_response_schema(request.__api_key__, request.__version__)
+    wire.sock.sendall(request_frame(request, 1))
+    return decode_response(schema, wire.frame(), schema.__flexible__ and request.__api_key__ != 18)
+
+
+# --- the module's server and ACLs ------------------------------------------------------------
+
+
+@pytest.fixture(scope="module", name="server")
+def server_fixture(pki: Pki, log_dir: Path) -> Iterator[BrokerServer]:
+    with authorized(log_dir, secured(pki)) as s:
+        _populate(s)
+        Acls(log_dir, refresh_ms=0).add([
+            allow("User:alice", Op.ALL, TOPIC),
+            allow("User:alice", Op.ALL, "mx-", pattern=PatternType.PREFIXED),
+            allow("User:alice", Op.ALL, GROUP, T.GROUP, PatternType.PREFIXED),
+            allow("User:alice", Op.ALL, "kafka-cluster", T.CLUSTER),
+            allow("User:alice", Op.ALL, TXN, T.TRANSACTIONAL_ID),
+            allow("User:carol", Op.DESCRIBE, GROUP, T.GROUP),
+            allow("User:carol", Op.DELETE, GROUP, T.GROUP),
+            allow("User:carol", Op.DESCRIBE, TOPIC),
+            allow("User:carol", Op.DESCRIBE_CONFIGS, TOPIC),
+            allow("User:carol", Op.DESCRIBE, TXN, T.TRANSACTIONAL_ID),
+        ])  # fmt: skip
+        yield s
+
+
+def _populate(server: BrokerServer) -> None:
+    """As the super user: the topics, a record, the committed offsets of two groups and an
+    open transaction, so each API has something to show or refuse."""
+    for topic in (TOPIC, DELETED):
+        create_topic(server, topic)
+    admin = login(server, "admin")
+    assert _code(call(admin, _produce(TOPIC))) == E.none
+    for group in (GROUP, OTHER_GROUP):
+        assert _code(call(admin, _offset_commit(group, (TOPIC, DELETED)))) == E.none
+    txn = InitProducerIdRequest(transactional_id=TXN, transaction_timeout=timedelta(minutes=1),
+                                producer_id=i64(-1), producer_epoch=i16(-1))  # fmt: skip
+    for _ in range(100):  # COORDINATOR_NOT_AVAILABLE while __transaction_state is created
+        code = call(admin, txn).error_code
+        if code != E.coordinator_not_available:
+            break
+        time.sleep(0.1)
+    assert code == E.none
+    producer = call(admin, txn)
+    begin = apt.AddPartitionsToTxnRequest(
+        v3_and_below_transactional_id=TXN, v3_and_below_producer_id=producer.producer_id,
+        v3_and_below_producer_epoch=producer.producer_epoch, v3_and_below_topics=(
+            apt.AddPartitionsToTxnTopic(name=TOPIC, partitions=(i32(0),)),
+            apt.AddPartitionsToTxnTopic(name=DELETED, partitions=(i32(0),))))  # fmt: skip
+    added = call(admin, begin).results_by_topic_v3_and_below
+    assert [p.partition_error_code for t in added for p in t.results_by_partition] == [0, 0]
+
+
+def _code(response: Any) -> int:
+    """The first error code of a response with nested results (Produce, OffsetCommit)."""
+    topic = (getattr(response, "responses", None) or response.topics)[0]
+    partition = (getattr(topic, "partition_responses", None) or topic.partitions)[0]
+    return partition.error_code
+
+
+def _produce(topic: str) -> Any:
+    return pr.ProduceRequest(transactional_id=None, acks=i16(-1), timeout=FIVE, topic_data=(
+        pr.TopicProduceData(name=topic, partition_data=(
+            pr.PartitionProduceData(index=i32(0), records=batch(b"mx")),)),))  # fmt: skip
+
+
+def _offset_commit(group: str, topics: tuple[str, ...]) -> Any:
+    return oc.OffsetCommitRequest(
+        group_id=group, generation_id_or_member_epoch=i32(-1), member_id="",
+        group_instance_id=None, topics=tuple(oc.OffsetCommitRequestTopic(name=t, partitions=(
+            oc.OffsetCommitRequestPartition(partition_index=i32(0), committed_offset=i64(1),
+                                            committed_leader_epoch=i32(-1),
+                                            committed_metadata=""),)) for t in topics),
+    )  # fmt: skip
+
+
+def _offset_fetch(group: str, topics: tuple[str, ...] | None) -> Any:
+    asked = (
+        None
+        if topics is None
+        else tuple(of.OffsetFetchRequestTopic(name=t, partition_indexes=(i32(0),)) for t in topics)
+    )
+    return of.OffsetFetchRequest(group_id=group, topics=asked, require_stable=False)
+
+
+# --- the matrix: API key -> (request, what to read, alice's answer, bob's answer) -------------
+
+Row = tuple[Callable[[], Any], Callable[[Any], Any], Any, Any]
+
+
+def _first(field: str) -> Callable[[Any], Any]:
+    """Reads ``response.<field>[0].error_code``."""
+    return lambda r: getattr(r, field)[0].error_code
+
+
+def _top(r: Any) -> Any:
+    return r.error_code
+
+
+def _partition0(r: Any) -> Any:
+    return r.topics[0].partitions[0].error_code
+
+
+def _acl_filter(cls: type) -> Any:
+    return cls(resource_type_filter=i8(T.TOPIC), resource_name_filter="zz-unused",
+               pattern_type_filter=i8(PatternType.LITERAL), principal_filter="User:nobody",
+               host_filter=None, operation=i8(Op.ANY),
+               permission_type=i8(AclPermissionType.ANY))  # fmt: skip
+
+
+def _fetch() -> Any:
+    return fe.FetchRequest(
+        replica_id=i32(-1), max_wait=timedelta(0), min_bytes=i32(0), max_bytes=i32(1 << 20),
+        isolation_level=i8(0), session_id=i32(0), session_epoch=i32(-1), rack_id="",
+        forgotten_topics_data=(), topics=(fe.FetchTopic(topic=TOPIC, partitions=(
+            fe.FetchPartition(partition=i32(0), current_leader_epoch=i32(-1),
+                              fetch_offset=i64(0), last_fetched_epoch=i32(-1),
+                              log_start_offset=i64(-1), partition_max_bytes=i32(1 << 20)),)),),
+    )  # fmt: skip
+
+
+MATRIX: dict[int, Row] = {
+    0: (lambda: _produce(TOPIC), _code, E.none, E.topic_authorization_failed),
+    1: (_fetch, lambda r: r.responses[0].partitions[0].error_code,
+        E.none, E.topic_authorization_failed),
+    2: (lambda: lo.ListOffsetsRequest(replica_id=i32(-1), isolation_level=i8(0), topics=(
+            lo.ListOffsetsTopic(name=TOPIC, partitions=(lo.ListOffsetsPartition(
+                partition_index=i32(0), timestamp=i64(-1)),)),)),
+        _partition0, E.none, E.topic_authorization_failed),
+    3: (lambda: MetadataRequest(topics=(MetadataRequestTopic(topic_id=None, name=TOPIC),),
+                                allow_auto_topic_creation=False,
+                                include_topic_authorized_operations=True),
+        lambda r: (r.topics[0].error_code, r.topics[0].topic_authorized_operations),
+        (E.none, TOPIC_OPS), (E.topic_authorization_failed, -(2**31))),
+    8: (lambda: _offset_commit(GROUP, (TOPIC,)), _code, E.none, E.group_authorization_failed),
+    9: (lambda: _offset_fetch(GROUP, None), _top, E.none, E.group_authorization_failed),
+    10: (lambda: FindCoordinatorRequest(key=GROUP, key_type=i8(0)), _top,
+         E.none, E.group_authorization_failed),
+    11: (lambda: jg.JoinGroupRequest(
+            group_id=GROUP, session_timeout=timedelta(seconds=10),
+            rebalance_timeout=timedelta(seconds=10), member_id="", group_instance_id=None,
+            protocol_type="consumer", protocols=(jg.JoinGroupRequestProtocol(
+                name="range", metadata=b""),)),
+         _top, E.member_id_required, E.group_authorization_failed),
+    12: (lambda: HeartbeatRequest(group_id=GROUP, generation_id=i32(1), member_id="m",
+                                  group_instance_id=None),
+         _top, E.unknown_member_id, E.group_authorization_failed),
+    13: (lambda: lg.LeaveGroupRequest(group_id=GROUP, members=(
+            lg.MemberIdentity(member_id="m", group_instance_id=None),)),
+         lambda r: (r.error_code, tuple(m.error_code for m in r.members)),
+         (E.none, (E.unknown_member_id,)), (E.group_authorization_failed, ())),
+    14: (lambda: SyncGroupRequest(group_id=GROUP, generation_id=i32(1), member_id="m",
+                                  group_instance_id=None, assignments=()),
+         _top, E.unknown_member_id, E.group_authorization_failed),
+    15: (lambda: DescribeGroupsRequest(groups=(GROUP,), include_authorized_operations=True),
+         lambda r: (r.groups[0].error_code, r.groups[0].authorized_operations),
+         (E.none, sum(1 << op for op in (Op.READ, Op.DELETE, Op.DESCRIBE, Op.DESCRIBE_CONFIGS,
+                                          Op.ALTER_CONFIGS))),
+         (E.group_authorization_failed, -(2**31))),
+    16: (lambda: ListGroupsRequest(states_filter=()),
+         lambda r: (r.error_code, sorted(g.group_id for g in r.groups)),
+         (E.none, [GROUP, OTHER_GROUP]), (E.none, [])),
+    17: (lambda: SaslHandshakeRequest(mechanism="PLAIN"), _top,
+         E.illegal_sasl_state, E.illegal_sasl_state),
+    18: (lambda: ApiVersionsRequest(client_software_name="matrix",
+                                    client_software_version="1"), _top, E.none, E.none),
+    19: (lambda: ct.CreateTopicsRequest(timeout=FIVE, validate_only=True, topics=(
+            ct.CreatableTopic(name="mx-" + uuid.uuid4().hex[:6], num_partitions=i32(1),
+                              replication_factor=i16(1), assignments=(), configs=()),)),
+         _first("topics"), E.none, E.topic_authorization_failed),
+    20: (lambda: DeleteTopicsRequest(topic_names=("mx-absent",), timeout=FIVE),
+         _first("responses"), E.unknown_topic_or_partition, E.topic_authorization_failed),
+    21: (lambda: dr.DeleteRecordsRequest(timeout=FIVE, topics=(dr.DeleteRecordsTopic(
+            name=DELETED, partitions=(dr.DeleteRecordsPartition(partition_index=i32(0),
+                                                                offset=i64(0)),)),)),
+         _partition0, E.none, E.topic_authorization_failed),
+    22: (lambda: InitProducerIdRequest(transactional_id=None, transaction_timeout=FIVE,
+                                       producer_id=i64(-1), producer_epoch=i16(-1)),
+         _top, E.none, E.cluster_authorization_failed),
+    24: (lambda: apt.AddPartitionsToTxnRequest(
+            v3_and_below_transactional_id=TXN, v3_and_below_producer_id=i64(7),
+            v3_and_below_producer_epoch=i16(0), v3_and_below_topics=(
+                apt.AddPartitionsToTxnTopic(name=TOPIC, partitions=(i32(0),)),)),
+         lambda r: r.results_by_topic_v3_and_below[0].results_by_partition[0]
+         .partition_error_code,
+         E.invalid_producer_id_mapping, E.transactional_id_authorization_failed),
+    25: (lambda: AddOffsetsToTxnRequest(transactional_id=TXN, producer_id=i64(7),
+                                        producer_epoch=i16(0), group_id=GROUP),
+         _top, E.invalid_producer_id_mapping, E.transactional_id_authorization_failed),
+    26: (lambda: EndTxnRequest(transactional_id=TXN, producer_id=i64(7), producer_epoch=i16(0),
+                               committed=True),
+         _top, E.invalid_producer_id_mapping, E.transactional_id_authorization_failed),
+    28: (lambda: to.TxnOffsetCommitRequest(
+            transactional_id=TXN, group_id=GROUP, producer_id=i64(7), producer_epoch=i16(0),
+            generation_id=i32(-1), member_id="", group_instance_id=None, topics=(
+                to.TxnOffsetCommitRequestTopic(name=TOPIC, partitions=(
+                    to.TxnOffsetCommitRequestPartition(
+                        partition_index=i32(0), committed_offset=i64(1),
+                        committed_leader_epoch=i32(-1), committed_metadata=""),)),)),
+         _partition0, E.invalid_producer_id_mapping, E.transactional_id_authorization_failed),
+    29: (lambda: DescribeAclsRequest(
+            resource_type_filter=i8(T.TOPIC), resource_name_filter="zz-unused",
+            pattern_type_filter=i8(PatternType.ANY), principal_filter=None, host_filter=None,
+            operation=i8(Op.ANY), permission_type=i8(AclPermissionType.ANY)),
+         _top, E.none, E.cluster_authorization_failed),
+    30: (lambda: ca.CreateAclsRequest(creations=(ca.AclCreation(
+            resource_type=i8(T.TOPIC), resource_name="zz-unused",
+            resource_pattern_type=i8(PatternType.LITERAL), principal="User:nobody", host="*",
+            operation=i8(Op.READ), permission_type=i8(AclPermissionType.ALLOW)),)),
+         _first("results"), E.none, E.cluster_authorization_failed),
+    31: (lambda: da.DeleteAclsRequest(filters=(_acl_filter(da.DeleteAclsFilter),)),
+         _first("filter_results"), E.none, E.cluster_authorization_failed),
+    32: (lambda: dc.DescribeConfigsRequest(include_synonyms=False, include_documentation=False,
+                                           resources=(
+            dc.DescribeConfigsResource(resource_type=i8(2), resource_name=TOPIC,
+                                       configuration_keys=("retention.ms",)),
+            dc.DescribeConfigsResource(resource_type=i8(4), resource_name="0",
+                                       configuration_keys=("num.io.threads",)))),
+         lambda r: [(x.resource_name, x.error_code, len(x.configs)) for x in r.results],
+         [(TOPIC, E.none, 1), ("0", E.none, 1)],
+         [(TOPIC, E.topic_authorization_failed, 0), ("0", E.cluster_authorization_failed, 0)]),
+    36: (lambda: SaslAuthenticateRequest(auth_bytes=b"\x00bob\x00bob-pw"), _top,
+         E.illegal_sasl_state, E.illegal_sasl_state),
+    37: (lambda: cp.CreatePartitionsRequest(timeout=FIVE, validate_only=True, topics=(
+            cp.CreatePartitionsTopic(name=TOPIC, count=i32(1), assignments=None),)),
+         _first("results"), E.invalid_partitions, E.topic_authorization_failed),
+    42: (lambda: DeleteGroupsRequest(groups_names=("mxg-absent",)), _first("results"),
+         E.group_id_not_found, E.group_authorization_failed),
+    47: (lambda: od.OffsetDeleteRequest(group_id=GROUP, topics=(od.OffsetDeleteRequestTopic(
+            name="mx-absent", partitions=(od.OffsetDeleteRequestPartition(
+                partition_index=i32(0)),)),)),
+         _top, E.none, E.group_authorization_failed),
+    50: (lambda: dus.DescribeUserScramCredentialsRequest(users=None), _top,
+         E.none, E.cluster_authorization_failed),
+    51: (lambda: aus.AlterUserScramCredentialsRequest(upsertions=(), deletions=(
+            aus.ScramCredentialDeletion(name="nobody", mechanism=i8(1)),)),
+         _first("results"), E.resource_not_found, E.cluster_authorization_failed),
+    60: (lambda: DescribeClusterRequest(include_cluster_authorized_operations=True,
+                                        endpoint_type=i8(1)),
+         lambda r: (r.error_code, len(r.brokers), r.cluster_authorized_operations),
+         (E.none, 1, CLUSTER_OPS), (E.none, 1, 0)),
+    61: (lambda: dp.DescribeProducersRequest(topics=(
+            dp.TopicRequest(name=TOPIC, partition_indexes=(i32(0),)),)),
+         _partition0, E.none, E.topic_authorization_failed),
+    65: (lambda: DescribeTransactionsRequest(transactional_ids=(TXN,)),
+         _first("transaction_states"), E.none, E.transactional_id_authorization_failed),
+    66: (lambda: ListTransactionsRequest(state_filters=(), producer_id_filters=(),
+                                         duration_filter=i64(-1)),
+         lambda r: (r.error_code, [s.transactional_id for s in r.transaction_states]),
+         (E.none, [TXN]), (E.none, [])),
+}  # fmt: skip
+
+
+def test_the_matrix_covers_every_served_api(server):
+    served = {r.api_key for r in server.versions.ranges()}
+    assert set(MATRIX) == served
+
+
+@pytest.mark.parametrize("user", ["alice", "bob"])
+@pytest.mark.parametrize("api_key", sorted(MATRIX))
+def test_matrix(server, api_key, user):
+    build, read, allowed, denied = MATRIX[api_key]
+    assert read(call(login(server, user), build())) == (allowed if user == "alice" else denied)
+
+
+# --- part of what is asked: carol may Describe group mxg, topic mx and the transactional id --
+
+
+def _offsets(response: Any) -> list[tuple[str, int, int]]:
+    return [(t.name, p.committed_offset, p.error_code) for t in response.topics
+            for p in t.partitions]  # fmt: skip
+
+
+def test_offset_fetch_refuses_or_leaves_out_topics_without_describe(server):
+    carol = login(server, "carol")
+    every = call(carol, _offset_fetch(GROUP, None))
+    assert (every.error_code, _offsets(every)) == (E.none, [(TOPIC, 1, E.none)])
+    asked = call(carol, _offset_fetch(GROUP, (DELETED, TOPIC)))
+    assert _offsets(asked) == [(TOPIC, 1, E.none), (DELETED, -1, E.topic_authorization_failed)]
+    admin = call(login(server, "admin"), _offset_fetch(GROUP, None))
+    assert _offsets(admin) == [(TOPIC, 1, E.none), (DELETED, 1, E.none)]
+
+
+def test_list_groups_lists_describable_groups_or_every_one_with_cluster_describe(server):
+    def groups(user: str) -> list[str]:
+        response = call(login(server, user), ListGroupsRequest(states_filter=()))
+        return sorted(g.group_id for g in response.groups)
+
+    assert groups("carol") == [GROUP]
+    assert groups("alice") == [GROUP, OTHER_GROUP]  # Describe on the Cluster (All)
+    assert groups("bob") == []
+
+
+def test_describe_configs_answers_each_resource_allowed_first(server):
+    resources = tuple(dc.DescribeConfigsResource(resource_type=i8(t), resource_name=n,
+                                                 configuration_keys=("retention.ms",))
+                      for t, n in ((2, DELETED), (4, "0"), (2, TOPIC)))  # fmt: skip
+    request = dc.DescribeConfigsRequest(resources=resources, include_synonyms=False,
+                                        include_documentation=False)  # fmt: skip
+    results = call(login(server, "carol"), request).results
+    assert [(r.resource_name, r.error_code, len(r.configs)) for r in results] == [
+        (TOPIC, E.none, 1), (DELETED, E.topic_authorization_failed, 0),
+        ("0", E.cluster_authorization_failed, 0),
+    ]  # fmt: skip
+
+
+def test_describe_transactions_lists_only_describable_topics(server):
+    request = DescribeTransactionsRequest(transactional_ids=(TXN,))
+
+    def topics(user: str) -> list[str]:
+        (state,) = call(login(server, user), request).transaction_states
+        assert state.error_code == E.none
+        return [t.topic for t in state.topics]
+
+    assert topics("alice") == [TOPIC, DELETED]
+    assert topics("carol") == [TOPIC]
+
+
+def _earliest(wire: Wire, topic: str) -> int:
+    request = lo.ListOffsetsRequest(replica_id=i32(-1), isolation_level=i8(0), topics=(
+        lo.ListOffsetsTopic(name=topic, partitions=(lo.ListOffsetsPartition(
+            partition_index=i32(0), timestamp=i64(-2)),)),))  # fmt: skip
+    return call(wire, request).topics[0].partitions[0].offset
+
+
+def test_refused_deletions_change_nothing(server):
+    bob, carol, admin = login(server, "bob"), login(server, "carol"), login(server, "admin")
+    records = dr.DeleteRecordsRequest(timeout=FIVE, topics=(dr.DeleteRecordsTopic(
+        name=TOPIC, partitions=(dr.DeleteRecordsPartition(partition_index=i32(0),
+                                                          offset=i64(-1)),)),))  # fmt: skip
+    assert _partition0(call(bob, records)) == E.topic_authorization_failed
+    assert _earliest(admin, TOPIC) == 0
+    offsets = od.OffsetDeleteRequest(
+        group_id=GROUP,
+        topics=(
+            od.OffsetDeleteRequestTopic(
+                name=TOPIC, partitions=(od.OffsetDeleteRequestPartition(partition_index=i32(0)),)
+            ),
+        ),
+    )
+    answer = call(carol, offsets)  # Delete on the group, no Read on the topic
+    assert (answer.error_code, _partition0(answer)) == (E.none, E.topic_authorization_failed)
+    assert (TOPIC, 1, E.none) in _offsets(call(admin, _offset_fetch(GROUP, (TOPIC,))))
+
+
+def test_metadata_v10_answers_the_cluster_and_topic_operations(server):
+    request = md10.MetadataRequest(
+        topics=(md10.MetadataRequestTopic(topic_id=None, name=TOPIC),),
+        allow_auto_topic_creation=False, include_cluster_authorized_operations=True,
+        include_topic_authorized_operations=True,
+    )  # fmt: skip
+
+    def operations(user: str) -> tuple[int, int]:
+        response = call(login(server, user), request)
+        return response.cluster_authorized_operations, response.topics[
+            0
+        ].topic_authorized_operations
+
+    assert operations("alice") == (CLUSTER_OPS, TOPIC_OPS)
+    assert operations("carol") == (0, (1 << Op.DESCRIBE) | (1 << Op.DESCRIBE_CONFIGS))
+    assert operations("bob") == (0, -(2**31))
