@@ -96,8 +96,10 @@ class Partition:
         clock_ms: Callable[[], int],
         alter_partition: AlterPartition,
         replica_lag_time_max_ms: int,
+        isr_changed: Callable[[int, int], None] | None = None,
     ) -> None:
         self.topic_partition = topic_partition
+        self._isr_changed = isr_changed  # (ISR size before, after) of each committed change
         self.broker_id = broker_id
         self.log = log
         self.state: LeaderAndIsr | None = None
@@ -346,6 +348,9 @@ class Partition:
                 self._pending_isr = None
             changed = committed is not None and self._is_newer(committed)
             if changed:
+                assert committed is not None
+                if self._isr_changed is not None and self.state is not None:
+                    self._isr_changed(len(self.state.isr), len(committed.isr))
                 self.state = committed
             return self._maybe_increment_hw() or changed
 

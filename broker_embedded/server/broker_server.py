@@ -14,7 +14,8 @@ DescribeUserScramCredentials when the server has a credential store). ``security
 ``[security]`` config) and ``credentials`` (the users' SCRAM store) secure the listeners
 (``security/``); ``authorizer`` (``security/authorizer.py``; None: authorization off, the APIs
 below not served) serves CreateAcls, DescribeAcls and DeleteAcls (``security/acl_apis.py``);
-the handlers ask the same authorizer through their ``ApiContext``.
+the handlers ask the same authorizer through their ``ApiContext``. ``request_metrics``: the
+processors time every request (request_metrics.py; ``metrics_endpoint`` reads them).
 :meth:`BrokerServer.advertised` is the endpoint of a listener by name, the one Metadata names
 for a request that came in on it.
 
@@ -36,6 +37,7 @@ from broker_embedded.broker_config import BrokerConfig
 from broker_embedded.server.api_version_manager import ApiVersionManager
 from broker_embedded.server.kafka_apis import KafkaApis
 from broker_embedded.server.kafka_request_handler import KafkaRequestHandlerPool, current_listener
+from broker_embedded.server.request_metrics import RequestMetrics
 from broker_embedded.server.security.acl_apis import register_acl_apis
 from broker_embedded.server.security.authorizer import Authorizer
 from broker_embedded.server.security.listener_security import register_sasl_apis
@@ -56,9 +58,14 @@ class BrokerServer:
         security: SecurityConfig | None = None,
         credentials: CredentialStore | None = None,
         authorizer: Authorizer | None = None,
+        request_metrics: bool = False,
     ) -> None:
         self.versions = ApiVersionManager()
         self.socket_server = SocketServer(config, self.versions, listeners, security, credentials)
+        if request_metrics:  # each processor times its requests (request_metrics.py)
+            for processor in self.socket_server.processors:
+                processor.metrics = RequestMetrics()
+        self.started_ns = time.monotonic_ns()
         self.apis = KafkaApis(self.socket_server.request_channel, self.versions)
         if any(listener.protocol.uses_sasl for listener in self.listeners):
             register_sasl_apis(self.apis)

@@ -30,6 +30,7 @@ from typing import Protocol
 
 from broker_embedded.errors import BrokerClosedError, KafkaApiError
 from broker_embedded.server.request_channel import Request, RequestChannel
+from broker_embedded.server.request_metrics import IdleClock
 
 log = logging.getLogger(__name__)
 
@@ -57,12 +58,23 @@ class KafkaRequestHandler(threading.Thread):
         self._channel = channel
         self._dispatcher = dispatcher
         self.stopping = threading.Event()
+        self.idle = IdleClock()  # time waiting on the request queue
 
     def run(self) -> None:
+        idle = self.idle
         while not self.stopping.is_set():
+            waited = time.monotonic_ns()
             request = self._channel.receive_request(TAKE_TIMEOUT_S)
+            dequeued = time.monotonic_ns()
+            idle.idle_ns += dequeued - waited
             if request is not None:
-                self._handle(request)
+                times = request.times
+                if times is None:
+                    self._handle(request)
+                else:
+                    times.dequeued_ns = dequeued
+                    self._handle(request)
+                    times.handler_returned(dequeued)
 
     def _handle(self, request: Request) -> None:
         header = request.header
