@@ -30,6 +30,8 @@ counters and histograms of ``BrokerTopicStats`` (replica_manager/broker_topic_st
   cluster-wide, as the active controller reports it).
 - ``kafka_log_log_{size,numlogsegments,logstartoffset,logendoffset}{topic,partition}`` for each
   partition this broker holds.
+- ``kafka_log_logflushstats_logflushrateandtimems{quantile}`` with ``_count`` and ``_sum``:
+  every log flush (fsync) of the process (Kafka's is JVM-wide too).
 - ``kafka_log_logcleanermanager_max_dirty_percent`` (0..100),
   ``kafka_log_logcleaner_time_since_last_run_ms``; kafkalog's own
   ``kafkalog_logcleaner_{bytesread,byteswritten}_total`` (Kafka only logs them).
@@ -63,23 +65,17 @@ from prometheus_client.core import Metric
 from prometheus_client.registry import Collector
 
 from broker_embedded.broker import Broker
+from broker_embedded.latency_histogram import BUCKETS, MS, QUANTILES, quantile
 from broker_embedded.replica_manager.broker_topic_stats import FIELDS, BrokerTopicStats
 from broker_embedded.server.broker_server import BrokerServer
 from broker_embedded.server.handlers.groups import coordinator_of
 from broker_embedded.server.protocol import api_name
-from broker_embedded.server.request_metrics import BUCKETS, STAGES, merged, quantile
+from broker_embedded.server.request_metrics import STAGES, merged
 from broker_embedded.storage.topic_partition import TopicPartition
+from broker_embedded.storage.unified_log import FLUSH_TIMES
 
 log = logging.getLogger(__name__)
 
-QUANTILES = (
-    ("0.50", 0.50),
-    ("0.75", 0.75),
-    ("0.95", 0.95),
-    ("0.98", 0.98),
-    ("0.99", 0.99),
-    ("0.999", 0.999),
-)
 # BrokerTopicStats fields as Kafka's meter names
 TOPIC_METERS = {
     "messages_in": "messagesin",
@@ -90,7 +86,6 @@ TOPIC_METERS = {
     "total_fetch": "totalfetchrequests",
     "failed_fetch": "failedfetchrequests",
 }
-_MS = 1_000_000
 
 
 def _family(name: str, doc: str, kind: str = "gauge") -> Metric:
@@ -139,6 +134,7 @@ class KafkaCollector(Collector):
             self._idle_ratios,
             self._replicas,
             self._logs,
+            self._flushes,
             self._cleaner,
             self._fetch_sessions,
             self._groups,
@@ -190,7 +186,7 @@ class KafkaCollector(Collector):
                     value = quantile(api.buckets, offset, q)
                     m.add_sample(name, {**labels, "quantile": label}, value)
                 m.add_sample(name + "_count", labels, api.count)
-                m.add_sample(name + "_sum", labels, api.sums[stage_index] / _MS)
+                m.add_sample(name + "_sum", labels, api.sums[stage_index] / MS)
             yield m
 
     # -- gauges read now -----------------------------------------------------------------------
@@ -282,6 +278,16 @@ class KafkaCollector(Collector):
             for key, value in values.items():
                 families[key].add_sample(f"kafka_log_log_{key}", labels, value)
         yield from families.values()
+
+    def _flushes(self, server: BrokerServer, broker: Broker) -> Iterator[Metric]:
+        buckets, sum_ns = FLUSH_TIMES.snapshot()
+        name = "kafka_log_logflushstats_logflushrateandtimems"
+        m = _family(name, "log flush times (process-wide, as Kafka's LogFlushStats)", "summary")
+        for label, q in QUANTILES:
+            m.add_sample(name, {"quantile": label}, quantile(buckets, 0, q))
+        m.add_sample(name + "_count", {}, sum(buckets))
+        m.add_sample(name + "_sum", {}, sum_ns / MS)
+        yield m
 
     def _cleaner(self, server: BrokerServer, broker: Broker) -> Iterator[Metric]:
         cleaner = broker.log_manager.cleaner

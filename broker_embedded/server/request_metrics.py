@@ -23,8 +23,8 @@ connection's next request has started meanwhile: it checks that ``dequeued_ns`` 
 stamp it wrote.
 
 :class:`RequestMetrics` (one per processor, written by that processor's thread alone) adds the
-six times of each finished request to per-API histograms: counts in the buckets of
-:data:`BUCKET_BOUNDS_NS`, the sum, the count; and counts requests per API and version. A
+six times of each finished request to per-API histograms (latency_histogram.py's buckets), the
+sums, the count; and counts requests per API and version. A
 request whose response closed the connection, or that was answered by the processor itself (the
 SASL exchange), is not timed. Readers (the metrics endpoint) copy the lists; a copy taken while
 the processor writes may be one request behind in some stage, never torn inside an int.
@@ -39,8 +39,9 @@ the ApiVersions table; anything else is not counted).
 
 from __future__ import annotations
 
-import bisect
 import time
+
+from broker_embedded.latency_histogram import BUCKETS, bucket
 
 STAGES = (
     "RequestQueueTimeMs",
@@ -50,14 +51,6 @@ STAGES = (
     "ResponseSendTimeMs",
     "TotalTimeMs",
 )
-_MS = 1_000_000
-# bucket upper bounds (ns): 50 µs .. 30 s, roughly 1-2.5-5 per decade
-BUCKET_BOUNDS_NS = tuple(
-    int(ms * _MS)
-    for ms in (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000,
-               10000, 30000)
-)  # fmt: skip
-BUCKETS = len(BUCKET_BOUNDS_NS) + 1  # the last one: above the last bound
 MAX_API_KEY = 127
 MAX_VERSION = 31
 
@@ -127,10 +120,10 @@ class RequestMetrics:
         for stage in range(5):
             took = max(0, stamps[stage + 1] - stamps[stage])
             sums[stage] += took
-            buckets[stage * BUCKETS + bisect.bisect_left(BUCKET_BOUNDS_NS, took)] += 1
+            buckets[stage * BUCKETS + bucket(took)] += 1
         took = max(0, end - received_ns)
         sums[5] += took
-        buckets[5 * BUCKETS + bisect.bisect_left(BUCKET_BOUNDS_NS, took)] += 1
+        buckets[5 * BUCKETS + bucket(took)] += 1
 
 
 class IdleClock:
@@ -162,23 +155,3 @@ def merged(metrics: list[RequestMetrics]) -> dict[int, ApiHistograms]:
 def _add(into: list[int], values: list[int]) -> None:
     for i, v in enumerate(list(values)):
         into[i] += v
-
-
-def quantile(buckets: list[int], offset: int, q: float) -> float:
-    """The ``q`` quantile (ms) of the histogram at ``buckets[offset:offset + BUCKETS]``,
-    interpolated linearly inside its bucket (0 when empty; the last bound for the overflow
-    bucket)."""
-    counts = buckets[offset : offset + BUCKETS]
-    total = sum(counts)
-    if total == 0:
-        return 0.0
-    rank = q * total
-    seen = 0
-    for i, c in enumerate(counts):
-        if c and seen + c >= rank:
-            if i == len(BUCKET_BOUNDS_NS):
-                return BUCKET_BOUNDS_NS[-1] / _MS
-            lower = BUCKET_BOUNDS_NS[i - 1] if i else 0
-            return (lower + (BUCKET_BOUNDS_NS[i] - lower) * (rank - seen) / c) / _MS
-        seen += c
-    return BUCKET_BOUNDS_NS[-1] / _MS

@@ -315,3 +315,44 @@ def test_kafkalog_serve_metrics_port(tmp_path: Path) -> None:
         with urllib.request.urlopen(url, timeout=10) as answer:
             text = answer.read().decode()
     assert 'kafka_server_brokertopicmetrics_messagesin_total{topic="cli"} 7.0' in text
+
+
+def test_isr_shrink_and_expand_in_a_cluster_each_broker_on_its_own_endpoint(
+    tmp_path: Path,
+) -> None:
+    brokers, topic = 3, "replicated"
+    listeners = parse_listeners("PLAINTEXT://127.0.0.1:0")
+    served = open_brokers(tmp_path / "c", BrokerConfig(), brokers, listeners, None,
+                          MetricsOptions(port=0))  # fmt: skip
+    try:
+        lines = served.start_all()
+        urls = [line.split(" on ")[1] for line in lines if " metrics on " in line]
+        assert len(set(urls)) == brokers  # one registry and one port per broker
+        ports = {i: served.server(i).endpoints[0].port for i in range(brokers)}
+        node = Served(served, tmp_path, f"127.0.0.1:{ports[0]}", "")
+        node.create(topic, 1, **{"min.insync.replicas": "1"})
+        assert served.cluster is not None
+        leader = served.cluster.describe_topic(topic).partitions[0].leader
+        follower = next(b for b in range(brokers) if b != leader)
+        at = dataclasses.replace(node, url=urls[leader])
+        shrinks, expands = ("kafka_server_replicamanager_isrshrinks_total",
+                            "kafka_server_replicamanager_isrexpands_total")  # fmt: skip
+        under = "kafka_server_replicamanager_underreplicatedpartitions"
+        first = at.scrape()
+        assert (value(first, under), value(first, shrinks)) == (0, 0)
+        led = [value(dataclasses.replace(node, url=u).scrape(),
+                     "kafka_server_replicamanager_leadercount") for u in urls]  # fmt: skip
+        assert led == [1 if i == leader else 0 for i in range(brokers)]
+
+        assert served.control(f"stop {follower}") == f"broker {follower} stopped"
+        stopped = at.scrape()
+        assert value(stopped, shrinks) == 1
+        assert value(stopped, under) == 1
+        assert served.control(f"start {follower}").startswith(f"broker {follower} listening")
+        deadline = time.monotonic() + WAIT_S
+        while value(samples := at.scrape(), expands) < 1:
+            assert time.monotonic() < deadline, "the restarted follower never rejoined the ISR"
+            time.sleep(0.1)
+        assert value(samples, under) == 0
+    finally:
+        served.shutdown()

@@ -1,0 +1,232 @@
+"""The cost of ``kafkalog serve --metrics-port``: produce and fetch with the metrics on (and
+scraped) against off, in one run.
+
+    .venv/bin/python benchmarks/serve_metrics.py [--records N] [--value-bytes V] [--trials T]
+                                                 [--scrape-interval S]
+
+Two ``kafkalog serve`` run side by side on fresh log dirs, one with ``--metrics-port 0`` and
+one without; only one is driven at a time, alternating (off, on, on, off, ...) trial after trial,
+so a drift of the shared machine's load falls on both. Each trial runs benchmarks/serve.py's
+workloads on new topics: produce acks=1 and acks=all (confluent-kafka, N records of V bytes,
+default 200,000 of 100, ``linger.ms`` 5), consume from earliest (confluent-kafka), the raw Fetch
+v4 loop (1 MiB a request, over the topic 20 times), and produce with one record a request
+(``linger.ms`` 0, one in flight, N / 20 records): the per-request cost of the latency split
+shows most there. While the
+"on" server is driven a thread scrapes its ``/metrics`` every S seconds (default 1; Prometheus'
+default is 15). Prints, per workload, the best and the median of the T trials (default 5) per
+mode and their on / off ratios (1.00x: no cost), and the scrapes' count and mean time. Exits 1
+on an error (a server that fails, a record missing), never on a ratio.
+
+It also times, in this process, what the metrics add to one request (the latency stamps, the
+histograms, a partition's topic counters): :func:`per_request_cost`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import statistics
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from confluent_kafka import KafkaException, Producer  # noqa: E402
+
+from benchmarks._serve_peers import PeerError, Server, kafkalog_server  # noqa: E402
+from benchmarks.serve import (  # noqa: E402
+    BenchError,
+    Figure,
+    RawFetcher,
+    Settings,
+    _figure,
+    _produce_one,
+    consume,
+    create_topic,
+    produce,
+)
+
+MODES = ("off", "on")
+METRICS_LINE = re.compile(rb"metrics on (http://\S+)")
+WAIT_S = 30.0
+RAW_PASSES = 20
+
+
+class Scraper:
+    """GETs the metrics URL every ``interval`` seconds on a daemon thread until stopped."""
+
+    def __init__(self, url: str, interval: float) -> None:
+        self.url, self.interval = url, interval
+        self.count, self.seconds = 0, 0.0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="scraper", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            began = time.perf_counter()
+            with urllib.request.urlopen(self.url, timeout=WAIT_S) as answer:
+                answer.read()
+            self.seconds += time.perf_counter() - began
+            self.count += 1
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(WAIT_S)
+
+
+def metrics_url(out: Path) -> str:
+    deadline = time.monotonic() + WAIT_S
+    while time.monotonic() < deadline:
+        found = METRICS_LINE.search(out.read_bytes())
+        if found:
+            return found.group(1).decode()
+        time.sleep(0.05)
+    raise PeerError(f"no metrics line in {out}")
+
+
+@contextmanager
+def servers(work: Path) -> Iterator[dict[str, tuple[Server, str | None]]]:
+    """Both servers: mode -> (server, metrics URL or None)."""
+    with (
+        kafkalog_server(work / "logs-off", work / "off") as off,
+        kafkalog_server(work / "logs-on", work / "on", args=("--metrics-port", "0")) as on,
+    ):
+        yield {"off": (off, None), "on": (on, metrics_url(work / "on" / "kafkalog-default.out"))}
+
+
+def one_per_request(server: Server, topic: str, records: int, value_bytes: int) -> Figure:
+    """Produce acks=1 with one record a request (linger 0, one request in flight)."""
+    create_topic(server, topic)
+    producer = Producer({
+        "bootstrap.servers": server.bootstrap, "acks": "1", "linger.ms": 0,
+        "batch.num.messages": 1, "max.in.flight.requests.per.connection": 1,
+        "enable.idempotence": False, "compression.type": "none",
+    })  # fmt: skip
+    producer.list_topics(topic, timeout=WAIT_S)
+    value = os.urandom(value_bytes)
+    began = time.perf_counter()
+    for _ in range(records):
+        _produce_one(producer, topic, value)
+    if producer.flush(WAIT_S * 4):
+        raise BenchError(f"{server.name}: {topic}: records undelivered")
+    return Figure(time.perf_counter() - began, records, records * value_bytes)
+
+
+def raw_fetches(server: Server, topic: str, s: Settings) -> Figure:
+    """The raw Fetch loop over the topic :data:`RAW_PASSES` times on one connection (one pass
+    takes a few ms: too short for one figure)."""
+    fetcher = RawFetcher(server, topic, 1 << 20)
+    try:
+        passes = [fetcher.read_all(s.records) for _ in range(RAW_PASSES)]
+    finally:
+        fetcher.close()
+    return Figure(sum(f.seconds for f in passes), s.records * RAW_PASSES,
+                  sum(f.nbytes for f in passes))  # fmt: skip
+
+
+def workloads(server: Server, s: Settings, trial: int) -> dict[str, Figure]:
+    small = max(1, s.records // 20)
+    return {
+        "produce acks=1": produce(server, f"p1-{trial}", "1", s),
+        "produce acks=all": produce(server, f"pall-{trial}", "all", s),
+        "consume from earliest": consume(server, f"p1-{trial}", s, trial),
+        "raw fetch, 1 MiB a request": raw_fetches(server, f"p1-{trial}", s),
+        "produce acks=1, 1 record a request": one_per_request(
+            server, f"small-{trial}", small, s.value_bytes
+        ),
+    }
+
+
+def measure(s: Settings, trials: int, interval: float) -> tuple[dict, list[Scraper]]:
+    """mode -> workload -> the trials' figures; and the scrapers."""
+    figures: dict[str, dict[str, list[Figure]]] = {mode: {} for mode in MODES}
+    scrapes: list[Scraper] = []
+    with tempfile.TemporaryDirectory(prefix="kafkalog-metrics-bench-") as tmp:
+        for mode in MODES:
+            (Path(tmp) / mode).mkdir()
+        with servers(Path(tmp)) as both:
+            for t in range(trials):
+                for mode in MODES if t % 2 == 0 else MODES[::-1]:
+                    server, url = both[mode]
+                    scraper = None if url is None else Scraper(url, interval)
+                    try:
+                        measured = workloads(server, s, t)
+                    finally:
+                        if scraper is not None:
+                            scraper.stop()
+                            scrapes.append(scraper)
+                    for label, f in measured.items():
+                        figures[mode].setdefault(label, []).append(f)
+                        print(f"  trial {t + 1}, metrics {mode}: {label}: {_figure(f)}", flush=True)
+    return figures, scrapes
+
+
+def per_request_cost(calls: int = 200_000) -> float:
+    """Microseconds the metrics add to one produce request of one partition: the connection's
+    stamps (reset, dequeued, handler returned, response sent), the six histograms and the
+    topic counters."""
+    from broker_embedded.replica_manager.broker_topic_stats import BrokerTopicStats
+    from broker_embedded.server.request_metrics import RequestMetrics, RequestTimes
+
+    times, metrics, stats = RequestTimes(), RequestMetrics(), BrokerTopicStats()
+    began = time.perf_counter()
+    for _ in range(calls):
+        times.reset()
+        times.dequeued_ns = dequeued = time.monotonic_ns()
+        stats.appended("events", 100, 10_000)
+        times.handler_returned(dequeued)
+        times.response_sent()
+        metrics.finished(0, 9, dequeued - 1000, times, time.monotonic_ns())
+    return (time.perf_counter() - began) / calls * 1e6
+
+
+def print_table(figures: dict[str, dict[str, list[Figure]]], scrapes: list[Scraper]) -> None:
+    print("\n| workload | off: best / median | on: best / median | on / off: best, median |")
+    print("|---|---|---|---|")
+    for label, offs in figures["off"].items():
+        ons = figures["on"][label]
+        off_best, on_best = (max(f.records_per_s for f in fs) for fs in (offs, ons))
+        off_med, on_med = (statistics.median(f.records_per_s for f in fs) for fs in (offs, ons))
+        print(f"| {label} | {off_best / 1e3:,.0f} / {off_med / 1e3:,.0f} k rec/s "
+              f"| {on_best / 1e3:,.0f} / {on_med / 1e3:,.0f} k rec/s "
+              f"| {on_best / off_best:.3f}x, {on_med / off_med:.3f}x |")  # fmt: skip
+    count = sum(sc.count for sc in scrapes)
+    mean = sum(sc.seconds for sc in scrapes) / count * 1000 if count else 0.0
+    print(f"\n{count} scrapes while the 'on' server was driven, {mean:.1f} ms each on average")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--records", type=int, default=200_000)
+    parser.add_argument("--value-bytes", type=int, default=100)
+    parser.add_argument("--trials", type=int, default=5)
+    parser.add_argument("--scrape-interval", type=float, default=1.0)
+    a = parser.parse_args(argv)
+    if a.records < 1 or a.trials < 1 or a.scrape_interval <= 0:
+        parser.error("--records and --trials must be >= 1, --scrape-interval > 0")
+    s = Settings(a.records, a.value_bytes, 1, 5, 1_000_000, (1,))
+    print(f"{s.records:,} records of {s.value_bytes} bytes, {a.trials} trials per mode; "
+          f"{os.cpu_count()} cores, load {os.getloadavg()[0]:.1f}", flush=True)  # fmt: skip
+    began = time.perf_counter()
+    try:
+        figures, scrapes = measure(s, a.trials, a.scrape_interval)
+    except (BenchError, PeerError, KafkaException) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    print_table(figures, scrapes)
+    print(f"\nthe metrics' work per request, in this process: {per_request_cost():.2f} us")
+    print(f"\ntotal {time.perf_counter() - began:.0f} s, load {os.getloadavg()[0]:.1f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
