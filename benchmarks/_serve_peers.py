@@ -49,6 +49,7 @@ class PeerError(RuntimeError):
 class Server:
     name: str
     port: int
+    pid: int = 0  # the child process (0: not known)
 
     @property
     def bootstrap(self) -> str:
@@ -122,7 +123,7 @@ def kafkalog_server(
     ):
         port = _wait_listening(name, proc, out)
         _wait_accepting(name, proc, out, port)
-        yield Server(name, port)
+        yield Server(name, port, proc.pid)
 
 
 # -- processes -------------------------------------------------------------------------------------

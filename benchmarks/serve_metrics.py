@@ -11,11 +11,13 @@ workloads on new topics: produce acks=1 and acks=all (confluent-kafka, N records
 default 200,000 of 100, ``linger.ms`` 5), consume from earliest (confluent-kafka), the raw Fetch
 v4 loop (1 MiB a request, over the topic 20 times), and produce with one record a request
 (``linger.ms`` 0, one in flight, N / 20 records): the per-request cost of the latency split
-shows most there. While the
-"on" server is driven a thread scrapes its ``/metrics`` every S seconds (default 1; Prometheus'
-default is 15). Prints, per workload, the best and the median of the T trials (default 5) per
-mode and their on / off ratios (1.00x: no cost), and the scrapes' count and mean time. Exits 1
-on an error (a server that fails, a record missing), never on a ratio.
+shows most there. Each server first runs them once on 1,000 records (not counted: the first
+consumer group creates ``__consumer_offsets``). While the "on" server is driven a thread
+scrapes its ``/metrics`` every S seconds (default 1; Prometheus' default is 15). Prints, per
+workload, the best and the median of the T trials (default 5) per mode and their on / off
+ratios (1.00x: no cost), the server process's CPU time per record (``/proc/PID/stat``: less
+sensitive to the machine's load than throughput), and the scrapes' count and mean time. Exits
+1 on an error (a server that fails, a record missing), never on a ratio.
 
 It also times, in this process, what the metrics add to one request (the latency stamps, the
 histograms, a partition's topic counters): :func:`per_request_cost`.
@@ -32,8 +34,9 @@ import tempfile
 import threading
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -133,27 +136,52 @@ def raw_fetches(server: Server, topic: str, s: Settings) -> Figure:
                   sum(f.nbytes for f in passes))  # fmt: skip
 
 
-def workloads(server: Server, s: Settings, trial: int) -> dict[str, Figure]:
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process so far (Linux ``/proc/PID/stat``)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+@dataclass(frozen=True)
+class Measured:
+    figure: Figure
+    server_cpu_s: float  # the server's CPU time during the workload
+
+    @property
+    def cpu_us_per_record(self) -> float:
+        return self.server_cpu_s / self.figure.records * 1e6
+
+
+def workloads(server: Server, s: Settings, trial: int) -> dict[str, Measured]:
     small = max(1, s.records // 20)
-    return {
-        "produce acks=1": produce(server, f"p1-{trial}", "1", s),
-        "produce acks=all": produce(server, f"pall-{trial}", "all", s),
-        "consume from earliest": consume(server, f"p1-{trial}", s, trial),
-        "raw fetch, 1 MiB a request": raw_fetches(server, f"p1-{trial}", s),
-        "produce acks=1, 1 record a request": one_per_request(
+    runs: dict[str, Callable[[], Figure]] = {
+        "produce acks=1": lambda: produce(server, f"p1-{trial}", "1", s),
+        "produce acks=all": lambda: produce(server, f"pall-{trial}", "all", s),
+        "consume from earliest": lambda: consume(server, f"p1-{trial}", s, trial),
+        "raw fetch, 1 MiB a request": lambda: raw_fetches(server, f"p1-{trial}", s),
+        "produce acks=1, 1 record a request": lambda: one_per_request(
             server, f"small-{trial}", small, s.value_bytes
         ),
     }
+    out = {}
+    for label, run in runs.items():
+        cpu = cpu_seconds(server.pid)
+        figure = run()
+        out[label] = Measured(figure, cpu_seconds(server.pid) - cpu)
+    return out
 
 
 def measure(s: Settings, trials: int, interval: float) -> tuple[dict, list[Scraper]]:
     """mode -> workload -> the trials' figures; and the scrapers."""
-    figures: dict[str, dict[str, list[Figure]]] = {mode: {} for mode in MODES}
+    figures: dict[str, dict[str, list[Measured]]] = {mode: {} for mode in MODES}
     scrapes: list[Scraper] = []
     with tempfile.TemporaryDirectory(prefix="kafkalog-metrics-bench-") as tmp:
         for mode in MODES:
             (Path(tmp) / mode).mkdir()
         with servers(Path(tmp)) as both:
+            warm = Settings(1_000, s.value_bytes, 1, s.linger_ms, s.batch_bytes, (1,))
+            for server, _ in both.values():  # the first group creates __consumer_offsets
+                workloads(server, warm, -1)
             for t in range(trials):
                 for mode in MODES if t % 2 == 0 else MODES[::-1]:
                     server, url = both[mode]
@@ -164,9 +192,11 @@ def measure(s: Settings, trials: int, interval: float) -> tuple[dict, list[Scrap
                         if scraper is not None:
                             scraper.stop()
                             scrapes.append(scraper)
-                    for label, f in measured.items():
-                        figures[mode].setdefault(label, []).append(f)
-                        print(f"  trial {t + 1}, metrics {mode}: {label}: {_figure(f)}", flush=True)
+                    for label, m in measured.items():
+                        figures[mode].setdefault(label, []).append(m)
+                        cpu = f"server CPU {m.cpu_us_per_record:.2f} us/record"
+                        print(f"  trial {t + 1}, metrics {mode}: {label}: {_figure(m.figure)}, "
+                              f"{cpu}", flush=True)  # fmt: skip
     return figures, scrapes
 
 
@@ -189,16 +219,20 @@ def per_request_cost(calls: int = 200_000) -> float:
     return (time.perf_counter() - began) / calls * 1e6
 
 
-def print_table(figures: dict[str, dict[str, list[Figure]]], scrapes: list[Scraper]) -> None:
-    print("\n| workload | off: best / median | on: best / median | on / off: best, median |")
-    print("|---|---|---|---|")
+def print_table(figures: dict[str, dict[str, list[Measured]]], scrapes: list[Scraper]) -> None:
+    print("\n| workload | off: best / median | on: best / median | on / off: best, median "
+          "| server CPU per record, off / on (median) |\n|---|---|---|---|---|")  # fmt: skip
     for label, offs in figures["off"].items():
         ons = figures["on"][label]
-        off_best, on_best = (max(f.records_per_s for f in fs) for fs in (offs, ons))
-        off_med, on_med = (statistics.median(f.records_per_s for f in fs) for fs in (offs, ons))
+        off_best, on_best = (max(m.figure.records_per_s for m in ms) for ms in (offs, ons))
+        off_med, on_med = (statistics.median(m.figure.records_per_s for m in ms)
+                           for ms in (offs, ons))  # fmt: skip
+        off_cpu, on_cpu = (statistics.median(m.cpu_us_per_record for m in ms)
+                           for ms in (offs, ons))  # fmt: skip
         print(f"| {label} | {off_best / 1e3:,.0f} / {off_med / 1e3:,.0f} k rec/s "
               f"| {on_best / 1e3:,.0f} / {on_med / 1e3:,.0f} k rec/s "
-              f"| {on_best / off_best:.3f}x, {on_med / off_med:.3f}x |")  # fmt: skip
+              f"| {on_best / off_best:.3f}x, {on_med / off_med:.3f}x "
+              f"| {off_cpu:.2f} / {on_cpu:.2f} us ({on_cpu / off_cpu:.3f}x) |")  # fmt: skip
     count = sum(sc.count for sc in scrapes)
     mean = sum(sc.seconds for sc in scrapes) / count * 1000 if count else 0.0
     print(f"\n{count} scrapes while the 'on' server was driven, {mean:.1f} ms each on average")

@@ -23,6 +23,9 @@
 - Pause (fault drills): requests to a paused broker block until it resumes or stops; its
   fetcher threads stop fetching.
 
+- Metrics: with ``topic_stats`` set (broker_topic_stats.py), each partition appended counts its
+  records and batch bytes, or its failure, and each committed ISR change its direction.
+
 Thread safety: the partition map is guarded by the manager's lock; per-partition work takes the
 partition's lock. Purgatories are woken only after partition locks are released.
 """

@@ -33,7 +33,10 @@ Thread safety: one lock per partition guards the state and is held around log ca
 its own lock, taken after this one). The controller calls in with its own lock held (LeaderAndIsr),
 so nothing here calls the controller, a purgatory or another broker while holding the partition
 lock: an ISR change is decided under the lock, sent to the controller (``alter_partition``)
-without it, and its answer applied under the lock again if it is still newer than the state.
+without it, and its answer applied under the lock again if it is still newer than the state;
+then ``isr_changed(size before, size after)`` is called, under the lock (the metrics' ISR
+shrink and expand counters: it takes only its own leaf lock); so it is for an ISR the
+controller changed in the same leader epoch (a stopped follower dropped).
 """
 
 from __future__ import annotations
@@ -154,9 +157,12 @@ class Partition:
         with self.lock:
             if not self._is_newer(state):
                 return False
-            new_epoch = self.state is None or self.state.leader_epoch != state.leader_epoch
+            old = self.state
+            new_epoch = old is None or old.leader_epoch != state.leader_epoch
             self.state = state
             self._pending_isr = None
+            if not new_epoch and old is not None and self._isr_changed is not None:
+                self._isr_changed(len(old.isr), len(state.isr))  # the controller changed it
             if new_epoch:
                 now = self._clock()
                 leo = self.log.log_end_offset

@@ -15,6 +15,11 @@ A dispatcher that raises a :class:`KafkaApiError` (a client's mistake) costs tha
 it is closed with one log line. Any other exception is a bug in the dispatcher: it is logged
 with its traceback and the connection is closed; the handler thread goes on.
 
+Metrics: each thread adds the time it waits on the request queue to its ``idle`` clock (two
+clock reads per request; Kafka's ``RequestHandlerAvgIdlePercent``); a request carrying latency
+stamps (``Request.times``, request metrics on) gets its dequeue and handler-return stamps here
+(request_metrics.py).
+
 Shutdown: :meth:`KafkaRequestHandlerPool.shutdown` wakes every thread with a sentinel and joins
 them within its timeout; requests still queued then are failed by closing their connections.
 Thread safety: the pool is driven by one owner thread; the handler threads share only the

@@ -24,7 +24,12 @@ Produce with acks=0) only unmutes the connection. ``on_done`` runs exactly once,
 processor thread, when the response is written, dropped, or its connection closed: the hook
 to release what its file regions read (a segment's reference).
 
-Thread safety: :class:`Request`, :class:`FileRegion` and :class:`Response` are immutable;
+With request metrics on, a request carries its connection's :class:`RequestTimes`, and
+:meth:`RequestChannel.send_response` stamps the moment its response arrives (Kafka's end of the
+local or remote time).
+
+Thread safety: :class:`Request`, :class:`FileRegion` and :class:`Response` are immutable (a
+request's ``times`` is the connection's mutable stamps, see request_metrics.py);
 :class:`RequestChannel` may be used from any thread.
 """
 

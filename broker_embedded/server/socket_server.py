@@ -59,6 +59,12 @@ SASL_PLAINTEXT, SASL_SSL; see ``security_config``).
 - Each request carries its listener's name and the connection's principal (``User:ANONYMOUS``,
   the client certificate's subject on SSL, the SASL user on SASL listeners) for the handlers.
 
+Metrics (request_metrics.py): a processor adds its time in ``select`` to its ``idle`` clock.
+With ``Processor.metrics`` set (``BrokerServer(request_metrics=True)``), each connection has one
+:class:`RequestTimes` its requests carry; the processor resets it when it queues a request,
+stamps when it takes the response, and adds the request's six times to its own
+:class:`RequestMetrics` when the last byte is written.
+
 Thread safety: a processor's connections are touched only by its own thread; other threads
 reach it through its new-connection deque, its response deque and its wakeup socket.
 :class:`ConnectionQuotas` is shared under a lock.

@@ -55,9 +55,10 @@ class Served:
             for s in family.samples
         }
 
-    def create(self, topic: str, partitions: int, **config: str) -> None:
+    def create(self, topic: str, partitions: int, replicas: int = 1, **config: str) -> None:
         admin = AdminClient({"bootstrap.servers": self.bootstrap})
-        admin.create_topics([NewTopic(topic, partitions, 1, config=config)])[topic].result(WAIT_S)
+        new = NewTopic(topic, partitions, replicas, config=config)
+        admin.create_topics([new])[topic].result(WAIT_S)
 
     def log_bytes(self, topic: str, partitions: int) -> int:
         """The partitions' segment files on disk, summed."""
@@ -330,7 +331,7 @@ def test_isr_shrink_and_expand_in_a_cluster_each_broker_on_its_own_endpoint(
         assert len(set(urls)) == brokers  # one registry and one port per broker
         ports = {i: served.server(i).endpoints[0].port for i in range(brokers)}
         node = Served(served, tmp_path, f"127.0.0.1:{ports[0]}", "")
-        node.create(topic, 1, **{"min.insync.replicas": "1"})
+        node.create(topic, 1, brokers, **{"min.insync.replicas": "1"})
         assert served.cluster is not None
         leader = served.cluster.describe_topic(topic).partitions[0].leader
         follower = next(b for b in range(brokers) if b != leader)

@@ -44,6 +44,10 @@ sent from memory: region_pins.py; 0 makes every response read + send); a respons
 ``fetch.max.bytes`` plus one batch (KIP-74). A failure inside the callback (a bug) is logged and
 closes the connection, so the client never waits forever.
 
+Metrics: with the broker's ``topic_stats`` set, each partition of the context is counted once
+when the response is built (total and failed fetch requests, records bytes out), and
+``apis.fetch_sessions`` is the session cache the metrics endpoint reads.
+
 Thread safety: the handler keeps no per-request state outside the request's own objects; the
 session cache and the pins have their own locks.
 """
