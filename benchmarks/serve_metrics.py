@@ -1,5 +1,5 @@
-"""The cost of ``kafkalog serve --metrics-port``: produce and fetch with the metrics on (and
-scraped) against off, in one run.
+"""The cost of ``kafkalog serve --metrics-port``: produce and fetch with the metrics on against
+off, in one run, and the cost of a scrape.
 
     .venv/bin/python benchmarks/serve_metrics.py [--records N] [--value-bytes V] [--trials T]
                                                  [--scrape-interval S]
@@ -8,16 +8,20 @@ Two ``kafkalog serve`` run side by side on fresh log dirs, one with ``--metrics-
 one without; only one is driven at a time, alternating (off, on, on, off, ...) trial after trial,
 so a drift of the shared machine's load falls on both. Each trial runs benchmarks/serve.py's
 workloads on new topics: produce acks=1 and acks=all (confluent-kafka, N records of V bytes,
-default 200,000 of 100, ``linger.ms`` 5), consume from earliest (confluent-kafka), the raw Fetch
+default 300,000 of 100, ``linger.ms`` 5), consume from earliest (confluent-kafka), the raw Fetch
 v4 loop (1 MiB a request, over the topic 20 times), and produce with one record a request
-(``linger.ms`` 0, one in flight, N / 20 records): the per-request cost of the latency split
+(``linger.ms`` 0, one in flight, N / 30 records): the per-request cost of the latency split
 shows most there. Each server first runs them once on 1,000 records (not counted: the first
-consumer group creates ``__consumer_offsets``). While the "on" server is driven a thread
-scrapes its ``/metrics`` every S seconds (default 1; Prometheus' default is 15). Prints, per
-workload, the best and the median of the T trials (default 5) per mode and their on / off
-ratios (1.00x: no cost), the server process's CPU time per record (``/proc/PID/stat``: less
-sensitive to the machine's load than throughput), and the scrapes' count and mean time. Exits
-1 on an error (a server that fails, a record missing), never on a ratio.
+consumer group creates ``__consumer_offsets``).
+
+Measured per workload: throughput (records/s; the best and the median of the T trials, default
+5) and the server process's CPU time per record (the sum of its threads' on-CPU nanoseconds,
+``/proc/PID/task/*/schedstat``: far less sensitive to a loaded machine than throughput). Scrapes
+are measured apart, after the trials: 20 scrapes of the idle "on" server, its CPU per scrape,
+so the cost at an interval is that over the interval. ``--scrape-interval S`` also scrapes the
+"on" server every S seconds while it is driven (a stress; its scrapes then count in the
+workloads' CPU). Prints a markdown table with on / off ratios (1.00x: no cost). Exits 1 on an
+error (a server that fails, a record missing), never on a ratio.
 
 It also times, in this process, what the metrics add to one request (the latency stamps, the
 histograms, a partition's topic counters): :func:`per_request_cost`.
@@ -137,7 +141,35 @@ def raw_fetches(server: Server, topic: str, s: Settings) -> Figure:
 
 
 def cpu_seconds(pid: int) -> float:
-    """User + system CPU time of a process so far (Linux ``/proc/PID/stat``)."""
+    """On-CPU time of a process's live threads so far (Linux ``/proc/PID/task/*/schedstat``,
+    nanoseconds; a thread that ended meanwhile is missed, and the servers' threads live as
+    long as they do, but a scrape's HTTP thread)."""
+    total = 0
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            total += int((task / "schedstat").read_text().split()[0])
+        except (FileNotFoundError, ProcessLookupError):
+            continue  # ended meanwhile
+    return total / 1e9
+
+
+def scrape_cost(server: Server, url: str, scrapes: int = 20) -> tuple[float, float]:
+    """(server CPU ms, wall ms) of one scrape of the idle server, averaged over ``scrapes``
+    (the scrape's HTTP thread is counted while it runs: each is sampled before it ends)."""
+    cpu = wall = 0.0
+    for _ in range(scrapes):
+        before, began = process_cpu_seconds(server.pid), time.perf_counter()
+        with urllib.request.urlopen(url, timeout=WAIT_S) as answer:
+            answer.read()
+        wall += time.perf_counter() - began
+        time.sleep(0.05)  # the HTTP thread has ended: the process total has it
+        cpu += process_cpu_seconds(server.pid) - before
+    return cpu / scrapes * 1000, wall / scrapes * 1000
+
+
+def process_cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a whole process, ended threads included (``/proc/PID/stat``,
+    clock ticks)."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
@@ -153,7 +185,7 @@ class Measured:
 
 
 def workloads(server: Server, s: Settings, trial: int) -> dict[str, Measured]:
-    small = max(1, s.records // 20)
+    small = max(1, s.records // 30)
     runs: dict[str, Callable[[], Figure]] = {
         "produce acks=1": lambda: produce(server, f"p1-{trial}", "1", s),
         "produce acks=all": lambda: produce(server, f"pall-{trial}", "all", s),
@@ -171,8 +203,10 @@ def workloads(server: Server, s: Settings, trial: int) -> dict[str, Measured]:
     return out
 
 
-def measure(s: Settings, trials: int, interval: float) -> tuple[dict, list[Scraper]]:
-    """mode -> workload -> the trials' figures; and the scrapers."""
+def measure(
+    s: Settings, trials: int, interval: float
+) -> tuple[dict, list[Scraper], tuple[float, float]]:
+    """mode -> workload -> the trials' figures; the stress scrapers; a scrape's cost."""
     figures: dict[str, dict[str, list[Measured]]] = {mode: {} for mode in MODES}
     scrapes: list[Scraper] = []
     with tempfile.TemporaryDirectory(prefix="kafkalog-metrics-bench-") as tmp:
@@ -185,7 +219,7 @@ def measure(s: Settings, trials: int, interval: float) -> tuple[dict, list[Scrap
             for t in range(trials):
                 for mode in MODES if t % 2 == 0 else MODES[::-1]:
                     server, url = both[mode]
-                    scraper = None if url is None else Scraper(url, interval)
+                    scraper = None if url is None or not interval else Scraper(url, interval)
                     try:
                         measured = workloads(server, s, t)
                     finally:
@@ -197,7 +231,9 @@ def measure(s: Settings, trials: int, interval: float) -> tuple[dict, list[Scrap
                         cpu = f"server CPU {m.cpu_us_per_record:.2f} us/record"
                         print(f"  trial {t + 1}, metrics {mode}: {label}: {_figure(m.figure)}, "
                               f"{cpu}", flush=True)  # fmt: skip
-    return figures, scrapes
+            server, url = both["on"]
+            assert url is not None
+            return figures, scrapes, scrape_cost(server, url)
 
 
 def per_request_cost(calls: int = 200_000) -> float:
@@ -219,7 +255,11 @@ def per_request_cost(calls: int = 200_000) -> float:
     return (time.perf_counter() - began) / calls * 1e6
 
 
-def print_table(figures: dict[str, dict[str, list[Measured]]], scrapes: list[Scraper]) -> None:
+def print_table(
+    figures: dict[str, dict[str, list[Measured]]],
+    scrapes: list[Scraper],
+    scrape: tuple[float, float],
+) -> None:
     print("\n| workload | off: best / median | on: best / median | on / off: best, median "
           "| server CPU per record, off / on (median) |\n|---|---|---|---|---|")  # fmt: skip
     for label, offs in figures["off"].items():
@@ -233,30 +273,34 @@ def print_table(figures: dict[str, dict[str, list[Measured]]], scrapes: list[Scr
               f"| {on_best / 1e3:,.0f} / {on_med / 1e3:,.0f} k rec/s "
               f"| {on_best / off_best:.3f}x, {on_med / off_med:.3f}x "
               f"| {off_cpu:.2f} / {on_cpu:.2f} us ({on_cpu / off_cpu:.3f}x) |")  # fmt: skip
+    cpu_ms, wall_ms = scrape
+    print(f"\na scrape of the idle server: {cpu_ms:.1f} ms of its CPU, {wall_ms:.1f} ms; at "
+          f"Prometheus' 15 s interval {cpu_ms / 150:.3f}% of a core")  # fmt: skip
     count = sum(sc.count for sc in scrapes)
-    mean = sum(sc.seconds for sc in scrapes) / count * 1000 if count else 0.0
-    print(f"\n{count} scrapes while the 'on' server was driven, {mean:.1f} ms each on average")
+    if count:
+        mean = sum(sc.seconds for sc in scrapes) / count * 1000
+        print(f"{count} scrapes while the 'on' server was driven, {mean:.1f} ms each on average")
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--records", type=int, default=200_000)
+    parser.add_argument("--records", type=int, default=300_000)
     parser.add_argument("--value-bytes", type=int, default=100)
     parser.add_argument("--trials", type=int, default=5)
-    parser.add_argument("--scrape-interval", type=float, default=1.0)
+    parser.add_argument("--scrape-interval", type=float, default=0.0, help="0: none")
     a = parser.parse_args(argv)
-    if a.records < 1 or a.trials < 1 or a.scrape_interval <= 0:
-        parser.error("--records and --trials must be >= 1, --scrape-interval > 0")
+    if a.records < 1 or a.trials < 1 or a.scrape_interval < 0:
+        parser.error("--records and --trials must be >= 1, --scrape-interval >= 0")
     s = Settings(a.records, a.value_bytes, 1, 5, 1_000_000, (1,))
     print(f"{s.records:,} records of {s.value_bytes} bytes, {a.trials} trials per mode; "
           f"{os.cpu_count()} cores, load {os.getloadavg()[0]:.1f}", flush=True)  # fmt: skip
     began = time.perf_counter()
     try:
-        figures, scrapes = measure(s, a.trials, a.scrape_interval)
+        figures, scrapes, scrape = measure(s, a.trials, a.scrape_interval)
     except (BenchError, PeerError, KafkaException) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
-    print_table(figures, scrapes)
+    print_table(figures, scrapes, scrape)
     print(f"\nthe metrics' work per request, in this process: {per_request_cost():.2f} us")
     print(f"\ntotal {time.perf_counter() - began:.0f} s, load {os.getloadavg()[0]:.1f}")
     return 0

@@ -75,32 +75,27 @@ class BrokerTopicStats:
             row = self._topics[topic] = [0] * len(FIELDS)
         return row
 
+    def _add(self, topic: str, *amounts: tuple[int, int]) -> None:
+        """Add each (field, amount) to the topic's row and the all-topics row."""
+        with self._lock:
+            row = self._row(topic)
+            for field, amount in amounts:
+                self._all[field] += amount
+                if row is not None:
+                    row[field] += amount
+
     def appended(self, topic: str, messages: int, size: int) -> None:
         """A produce to a partition of ``topic`` appended ``messages`` records in ``size``
         batch bytes."""
-        with self._lock:
-            row = self._row(topic)
-            for counts in (self._all, row) if row is not None else (self._all,):
-                counts[TOTAL_PRODUCE] += 1
-                counts[MESSAGES_IN] += messages
-                counts[BYTES_IN] += size
+        self._add(topic, (TOTAL_PRODUCE, 1), (MESSAGES_IN, messages), (BYTES_IN, size))
 
     def produce_failed(self, topic: str) -> None:
-        with self._lock:
-            row = self._row(topic)
-            for counts in (self._all, row) if row is not None else (self._all,):
-                counts[TOTAL_PRODUCE] += 1
-                counts[FAILED_PRODUCE] += 1
+        self._add(topic, (TOTAL_PRODUCE, 1), (FAILED_PRODUCE, 1))
 
     def fetched(self, topic: str, failed: bool, size: int) -> None:
         """A consumer's fetch read a partition of ``topic`` (``failed``: with an error) and
         put ``size`` records bytes into the response."""
-        with self._lock:
-            row = self._row(topic)
-            for counts in (self._all, row) if row is not None else (self._all,):
-                counts[TOTAL_FETCH] += 1
-                counts[FAILED_FETCH] += failed
-                counts[BYTES_OUT] += size
+        self._add(topic, (TOTAL_FETCH, 1), (FAILED_FETCH, int(failed)), (BYTES_OUT, size))
 
     def isr_changed(self, before: int, after: int) -> None:
         """A committed ISR change from ``before`` to ``after`` replicas."""

@@ -35,8 +35,8 @@ so nothing here calls the controller, a purgatory or another broker while holdin
 lock: an ISR change is decided under the lock, sent to the controller (``alter_partition``)
 without it, and its answer applied under the lock again if it is still newer than the state;
 then ``isr_changed(size before, size after)`` is called, under the lock (the metrics' ISR
-shrink and expand counters: it takes only its own leaf lock); so it is for an ISR the
-controller changed in the same leader epoch (a stopped follower dropped).
+shrink and expand counters: it takes only its own leaf lock). ``make_leader`` calls it too for
+an ISR the controller changed within the same leader epoch (a stopped follower dropped).
 """
 
 from __future__ import annotations
