@@ -40,8 +40,9 @@ the ApiVersions table; anything else is not counted).
 from __future__ import annotations
 
 import time
+from bisect import bisect_left
 
-from broker_embedded.latency_histogram import BUCKETS, bucket
+from broker_embedded.latency_histogram import BUCKET_BOUNDS_NS, BUCKETS
 
 STAGES = (
     "RequestQueueTimeMs",
@@ -115,15 +116,20 @@ class RequestMetrics:
         if 0 <= version <= MAX_VERSION:
             api.versions[version] += 1
         buckets, sums = api.buckets, api.sums
-        stamps = (received_ns, times.dequeued_ns, times.local_done_ns, times.response_ns,
-                  response_dequeued_ns, end)  # fmt: skip
-        for stage in range(5):
-            took = max(0, stamps[stage + 1] - stamps[stage])
+        stage = 0
+        prev = received_ns
+        for stamp in (times.dequeued_ns, times.local_done_ns, times.response_ns,
+                      response_dequeued_ns, end):  # fmt: skip
+            if stamp < prev:  # a stamp raced by a late handler: that stage took 0
+                stamp = prev
+            took = stamp - prev
             sums[stage] += took
-            buckets[stage * BUCKETS + bucket(took)] += 1
-        took = max(0, end - received_ns)
+            buckets[stage * BUCKETS + bisect_left(BUCKET_BOUNDS_NS, took)] += 1
+            prev = stamp
+            stage += 1
+        took = prev - received_ns  # the total: the five stages add up to it
         sums[5] += took
-        buckets[5 * BUCKETS + bucket(took)] += 1
+        buckets[5 * BUCKETS + bisect_left(BUCKET_BOUNDS_NS, took)] += 1
 
 
 class IdleClock:
