@@ -27,7 +27,8 @@ counters and histograms of ``BrokerTopicStats`` (replica_manager/broker_topic_st
 - ``kafka_server_replicamanager_{partitioncount,leadercount,underreplicatedpartitions}``,
   ``kafka_server_replicamanager_{isrshrinks,isrexpands}_total``,
   ``kafka_controller_kafkacontroller_offlinepartitionscount`` (partitions without a leader,
-  cluster-wide, as the active controller reports it).
+  cluster-wide: with several brokers each reports the same count, where Kafka's active
+  controller alone does).
 - ``kafka_log_log_{size,numlogsegments,logstartoffset,logendoffset}{topic,partition}`` for each
   partition this broker holds.
 - ``kafka_log_logflushstats_logflushrateandtimems{quantile}`` with ``_count`` and ``_sum``:
