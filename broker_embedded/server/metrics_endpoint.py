@@ -89,13 +89,9 @@ TOPIC_METERS = {
 }
 
 
-def _family(name: str, doc: str, kind: str = "gauge") -> Metric:
-    return Metric(name, doc, kind)
-
-
-def _gauge(name: str, doc: str, value: float, labels: dict[str, str] | None = None) -> Metric:
+def _gauge(name: str, doc: str, value: float) -> Metric:
     m = Metric(name, doc, "gauge")
-    m.add_sample(name, labels or {}, value)
+    m.add_sample(name, {}, value)
     return m
 
 
@@ -155,7 +151,7 @@ class KafkaCollector(Collector):
         for i, field in enumerate(FIELDS):
             meter = TOPIC_METERS[field]
             name = f"kafka_server_brokertopicmetrics_{meter}"
-            m = _family(name, f"Kafka's BrokerTopicMetrics {meter} (Count)", "counter")
+            m = Metric(name, f"Kafka's BrokerTopicMetrics {meter} (Count)", "counter")
             m.add_sample(name + "_total", {}, all_topics[i])
             for topic, counts in sorted(by_topic.items()):
                 m.add_sample(name + "_total", {"topic": topic}, counts[i])
@@ -170,7 +166,7 @@ class KafkaCollector(Collector):
         apis = merged(metrics)
         names = {key: api_name(key) for key in apis}
         name = "kafka_network_requestmetrics_requests"
-        requests = _family(name, "requests by API and version (Kafka's RequestsPerSec)", "counter")
+        requests = Metric(name, "requests by API and version (Kafka's RequestsPerSec)", "counter")
         for key, api in sorted(apis.items()):
             for version, count in enumerate(api.versions):
                 if count:
@@ -179,7 +175,7 @@ class KafkaCollector(Collector):
         yield requests
         for stage_index, stage in enumerate(STAGES):
             name = f"kafka_network_requestmetrics_{stage.lower()}"
-            m = _family(name, f"Kafka's RequestMetrics {stage} by API", "summary")
+            m = Metric(name, f"Kafka's RequestMetrics {stage} by API", "summary")
             for key, api in sorted(apis.items()):
                 labels = {"request": names[key]}
                 offset = stage_index * BUCKETS
@@ -207,7 +203,7 @@ class KafkaCollector(Collector):
         rm = broker.replica_manager
         for name, attr in (("purgatorysize", "watched_total"), ("numdelayedoperations", "pending")):
             full = f"kafka_server_delayedoperationpurgatory_{name}"
-            m = _family(full, f"Kafka's DelayedOperationPurgatory {name}")
+            m = Metric(full, f"Kafka's DelayedOperationPurgatory {name}", "gauge")
             for op, purgatory in (("Produce", rm.produce_purgatory), ("Fetch", rm.fetch_purgatory)):
                 m.add_sample(full, {"delayedOperation": op}, getattr(purgatory, attr))
             yield m
@@ -262,7 +258,7 @@ class KafkaCollector(Collector):
 
     def _logs(self, server: BrokerServer, broker: Broker) -> Iterator[Metric]:
         families = {
-            key: _family(f"kafka_log_log_{key}", f"Kafka's Log {key} per partition")
+            key: Metric(f"kafka_log_log_{key}", f"Kafka's Log {key} per partition", "gauge")
             for key in ("size", "numlogsegments", "logstartoffset", "logendoffset")
         }
         for tp, p in sorted(broker.replica_manager.partitions.items()):
@@ -283,7 +279,7 @@ class KafkaCollector(Collector):
     def _flushes(self, server: BrokerServer, broker: Broker) -> Iterator[Metric]:
         buckets, sum_ns = FLUSH_TIMES.snapshot()
         name = "kafka_log_logflushstats_logflushrateandtimems"
-        m = _family(name, "log flush times (process-wide, as Kafka's LogFlushStats)", "summary")
+        m = Metric(name, "log flush times (process-wide, as Kafka's LogFlushStats)", "summary")
         for label, q in QUANTILES:
             m.add_sample(name, {"quantile": label}, quantile(buckets, 0, q))
         m.add_sample(name + "_count", {}, sum(buckets))
@@ -335,8 +331,8 @@ class KafkaCollector(Collector):
         coordinator = coordinator_of(broker.controller)
         if coordinator is None:
             return
-        offset = _family("kafka_consumergroup_current_offset", "committed offset")
-        lag = _family("kafka_consumergroup_lag", "high watermark - committed offset")
+        offset = Metric("kafka_consumergroup_current_offset", "committed offset", "gauge")
+        lag = Metric("kafka_consumergroup_lag", "high watermark - committed offset", "gauge")
         partitions = broker.replica_manager.partitions
         for overview in coordinator.list_groups():
             group = overview.group_id

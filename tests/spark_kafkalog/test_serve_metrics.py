@@ -227,10 +227,13 @@ def test_request_latency_is_split_as_kafka_splits_it(server: Served) -> None:
 
 def test_gauges_read_at_scrape_time(server: Served) -> None:
     topic = "gauged"
-    server.create(topic, 2, **{"segment.bytes": "4096"})
+    flushes = "kafka_log_logflushstats_logflushrateandtimems_count"
+    before = value(server.scrape(), flushes)
+    server.create(topic, 2, **{"segment.bytes": "4096", "flush.messages": "1"})
     for _ in range(5):  # a batch per partition each time: 4 KiB segments roll
         produce(server.bootstrap, topic, 40, 2)
     samples = server.scrape()
+    assert value(samples, flushes) - before >= 10  # each batch appended was flushed
     broker = server.served._brokers()[0]
     held = len(broker.replica_manager.partitions)
     assert value(samples, "kafka_server_replicamanager_partitioncount") == held
