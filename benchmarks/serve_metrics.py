@@ -2,7 +2,7 @@
 off, in one run, and the cost of a scrape.
 
     .venv/bin/python benchmarks/serve_metrics.py [--records N] [--value-bytes V] [--trials T]
-                                                 [--scrape-interval S]
+                                                 [--scrape-interval S] [--toggled]
 
 Two ``kafkalog serve`` run side by side on fresh log dirs, one with ``--metrics-port 0`` and
 one without; only one is driven at a time, alternating (off, on, on, off, ...) trial after trial,
@@ -22,6 +22,10 @@ so the cost at an interval is that over the interval. ``--scrape-interval S`` al
 "on" server every S seconds while it is driven (a stress; its scrapes then count in the
 workloads' CPU). Prints a markdown table with on / off ratios (1.00x: no cost). Exits 1 on an
 error (a server that fails, a record missing), never on a ratio.
+
+``--toggled``: instead, one server in this process whose metrics are switched off and on between
+trials (same server, same page cache: the two servers' log dirs differ in what the kernel keeps
+cached); the CPU is then this whole process's, clients included.
 
 It also times, in this process, what the metrics add to one request (the latency stamps, the
 histograms, a partition's topic counters): :func:`per_request_cost`.
@@ -255,10 +259,42 @@ def per_request_cost(calls: int = 200_000) -> float:
     return (time.perf_counter() - began) / calls * 1e6
 
 
+def toggled(s: Settings, trials: int) -> dict[str, dict[str, list[Measured]]]:
+    """``--toggled``: one served broker in this process (the serve command's own
+    ``open_brokers``, metrics on), its request metrics and topic counters switched off and on
+    between trials (off, on, on, off, ...): same server, same page cache. The CPU is this whole
+    process's (the clients' share is the same in both modes)."""
+    from broker_embedded.broker_config import BrokerConfig
+    from broker_embedded.replica_manager.broker_topic_stats import BrokerTopicStats
+    from broker_embedded.server.request_metrics import RequestMetrics
+    from spark_kafkalog.serve_command import MetricsOptions, open_brokers, parse_listeners
+
+    figures: dict[str, dict[str, list[Measured]]] = {mode: {} for mode in MODES}
+    with tempfile.TemporaryDirectory(prefix="kafkalog-metrics-bench-") as tmp:
+        listeners = parse_listeners("PLAINTEXT://127.0.0.1:0")
+        served = open_brokers(Path(tmp), BrokerConfig(), 1, listeners, None, MetricsOptions())
+        try:
+            served.start_all()
+            bound, broker = served.server(0), served._brokers()[0]
+            assert bound is not None
+            server = Server("kafkalog (in this process)", bound.endpoints[0].port, os.getpid())
+            workloads(server, Settings(1_000, s.value_bytes, 1, 5, 1_000_000, (1,)), -1)
+            for t in range(trials * 2):
+                mode = MODES[(t + t // 2) % 2]  # off, on, on, off, off, on, ...
+                for p in bound.socket_server.processors:  # new connections follow it
+                    p.metrics = RequestMetrics() if mode == "on" else None
+                broker.replica_manager.topic_stats = BrokerTopicStats() if mode == "on" else None
+                for label, m in workloads(server, s, t).items():
+                    figures[mode].setdefault(label, []).append(m)
+        finally:
+            served.shutdown()
+    return figures
+
+
 def print_table(
     figures: dict[str, dict[str, list[Measured]]],
     scrapes: list[Scraper],
-    scrape: tuple[float, float],
+    scrape: tuple[float, float] | None,
 ) -> None:
     print("\n| workload | off: best / median | on: best / median | on / off: best, median "
           "| server CPU per record, off / on (median) |\n|---|---|---|---|---|")  # fmt: skip
@@ -273,6 +309,8 @@ def print_table(
               f"| {on_best / 1e3:,.0f} / {on_med / 1e3:,.0f} k rec/s "
               f"| {on_best / off_best:.3f}x, {on_med / off_med:.3f}x "
               f"| {off_cpu:.2f} / {on_cpu:.2f} us ({on_cpu / off_cpu:.3f}x) |")  # fmt: skip
+    if scrape is None:
+        return
     cpu_ms, wall_ms = scrape
     print(f"\na scrape of the idle server: {cpu_ms:.1f} ms of its CPU, {wall_ms:.1f} ms; at "
           f"Prometheus' 15 s interval {cpu_ms / 150:.3f}% of a core")  # fmt: skip
@@ -288,6 +326,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--value-bytes", type=int, default=100)
     parser.add_argument("--trials", type=int, default=5)
     parser.add_argument("--scrape-interval", type=float, default=0.0, help="0: none")
+    parser.add_argument("--toggled", action="store_true",
+                        help="one server in this process, metrics switched off and on")  # fmt: skip
     a = parser.parse_args(argv)
     if a.records < 1 or a.trials < 1 or a.scrape_interval < 0:
         parser.error("--records and --trials must be >= 1, --scrape-interval >= 0")
@@ -296,7 +336,10 @@ def main(argv: list[str] | None = None) -> int:
           f"{os.cpu_count()} cores, load {os.getloadavg()[0]:.1f}", flush=True)  # fmt: skip
     began = time.perf_counter()
     try:
-        figures, scrapes, scrape = measure(s, a.trials, a.scrape_interval)
+        if a.toggled:
+            figures, scrapes, scrape = toggled(s, a.trials), [], None
+        else:
+            figures, scrapes, scrape = measure(s, a.trials, a.scrape_interval)
     except (BenchError, PeerError, KafkaException) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
