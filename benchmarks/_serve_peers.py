@@ -49,6 +49,7 @@ class PeerError(RuntimeError):
 class Server:
     name: str
     port: int
+    pid: int = 0  # the child process (0: not known)
 
     @property
     def bootstrap(self) -> str:
@@ -106,9 +107,13 @@ def tansu_server(binary: Path, work: Path) -> Iterator[Server]:
 
 
 @contextmanager
-def kafkalog_server(log_dir: Path, work: Path, config: Path | None = None) -> Iterator[Server]:
+def kafkalog_server(
+    log_dir: Path, work: Path, config: Path | None = None, args: tuple[str, ...] = ()
+) -> Iterator[Server]:
+    """``args``: more ``kafkalog serve`` options; its output goes to ``work/kafkalog-<config
+    file stem or "default">.out``."""
     cmd = [sys.executable, "-m", "spark_kafkalog.cli", "serve", "--log-dir", str(log_dir),
-           "--listeners", "PLAINTEXT://127.0.0.1:0"]  # fmt: skip
+           "--listeners", "PLAINTEXT://127.0.0.1:0", *args]  # fmt: skip
     if config is not None:
         cmd += ["--broker-config", str(config)]
     name = "kafkalog" if config is None else f"kafkalog ({config.name})"
@@ -118,7 +123,7 @@ def kafkalog_server(log_dir: Path, work: Path, config: Path | None = None) -> It
     ):
         port = _wait_listening(name, proc, out)
         _wait_accepting(name, proc, out, port)
-        yield Server(name, port)
+        yield Server(name, port, proc.pid)
 
 
 # -- processes -------------------------------------------------------------------------------------

@@ -253,6 +253,13 @@ def _add_serve(sub: argparse._SubParsersAction, common: argparse.ArgumentParser)
     serve.add_argument(
         "--brokers", type=_positive, default=1, help="brokers in this process (default 1)"
     )
+    serve.add_argument(
+        "--metrics-port", type=int, metavar="PORT",
+        help="serve Prometheus metrics (Kafka's names) on http://HOST:PORT/metrics, broker i on "
+        "PORT + i (0: any free port; default: no metrics)",
+    )  # fmt: skip
+    serve.add_argument("--metrics-host", default="127.0.0.1", metavar="HOST",
+                       help="the metrics endpoint's address (default 127.0.0.1)")  # fmt: skip
 
 
 def _add_users(sub: argparse._SubParsersAction) -> None:
@@ -529,9 +536,12 @@ def _run_serve(args: argparse.Namespace, config) -> int:
     serve_command = _needs_kio(
         "the server", lambda: importlib.import_module("spark_kafkalog.serve_command")
     )
+    metrics = None
+    if args.metrics_port is not None:
+        metrics = serve_command.MetricsOptions(args.metrics_host, args.metrics_port)
     return serve_command.run(
         args.log_dir, config, args.listeners, args.brokers, sys.stdout, sys.stdin,
-        serve_command.load_security(args.broker_config),
+        serve_command.load_security(args.broker_config), metrics,
     )  # fmt: skip
 
 

@@ -1,7 +1,8 @@
 """``kafkalog serve``: the embedded broker on Kafka's wire protocol (Kafka's
 ``kafka-server-start``).
 
-``kafkalog serve --log-dir DIR [--listeners L,...] [--brokers N] [--broker-config FILE]``
+``kafkalog serve --log-dir DIR [--listeners L,...] [--brokers N] [--broker-config FILE]
+[--metrics-port P [--metrics-host H]]``
 
 - ``--brokers 1`` (the default): one :class:`Broker` owning ``DIR`` (created when missing or
   empty), behind one :class:`BrokerServer` on the listeners (``NAME://host:port``,
@@ -30,6 +31,12 @@ reads the port there); at the end ``stopped``. The log (stderr, ``logging`` at I
 line per connection problem naming the client (socket_server.py), never a traceback for a
 client's mistake.
 
+Metrics (``--metrics-port``, off by default): broker ``i`` answers Prometheus on
+``http://H:P+i/metrics`` (``H`` default 127.0.0.1; port 0: the OS picks one per broker), with
+Kafka's metric names (broker_embedded/server/metrics_endpoint.py); after the listener lines one
+line per broker, ``broker <id> metrics on http://<host>:<bound port>/metrics``. The endpoint
+stays up across a broker's stop and start (it answers nothing while the broker is stopped).
+
 Control (``--brokers`` > 1 only), one command a line on stdin, each answered with one line on
 stdout: ``stop <id>`` (clean shutdown of one broker: its server drains, its logs are flushed;
 the controller moves its leaderships to in-sync followers), ``kill <id>`` (as if that
@@ -54,7 +61,7 @@ import logging
 import signal
 import threading
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
 
@@ -65,6 +72,11 @@ from broker_embedded.record import columnar_decoder
 from broker_embedded.server.broker_server import BrokerServer
 from broker_embedded.server.handlers import register_all
 from broker_embedded.server.handlers.api_context import ApiContext, Node
+from broker_embedded.server.metrics_endpoint import (
+    KafkaCollector,
+    MetricsEndpoint,
+    enable_topic_stats,
+)
 from broker_embedded.server.security.authorizer import Authorizer, authorizer_for
 from broker_embedded.server.security.scram_credentials import CredentialStore
 from broker_embedded.server.security.security_config import (
@@ -78,6 +90,7 @@ from spark_kafkalog import cli_logging
 from spark_kafkalog.topics_command import CommandError
 
 DEFAULT_LISTENERS = "PLAINTEXT://127.0.0.1:9092"
+DEFAULT_METRICS_HOST = "127.0.0.1"
 MAX_BROKERS = 16
 MAX_PORT = 65535
 SHUTDOWN_TIMEOUT_S = 10.0
@@ -116,6 +129,21 @@ class _Member:
 
     endpoints: tuple[Listener, ...]
     server: BrokerServer | None = None
+    metrics: MetricsEndpoint | None = field(default=None, compare=False)
+
+
+@dataclass(frozen=True)
+class MetricsOptions:
+    """``--metrics-host`` and ``--metrics-port`` (broker ``i`` on ``port + i``; 0: any)."""
+
+    host: str = DEFAULT_METRICS_HOST
+    port: int = 0
+
+    def port_of(self, index: int) -> int:
+        port = self.port + index if self.port else 0
+        if not 0 <= port <= MAX_PORT:
+            raise CommandError(f"--metrics-port: broker {index} would use port {port}")
+        return port
 
 
 class ServedBrokers:
@@ -131,8 +159,10 @@ class ServedBrokers:
         security: SecurityConfig | None = None,
         credentials: CredentialStore | None = None,
         authorizer: Authorizer | None = None,
+        metrics: MetricsOptions | None = None,
     ) -> None:
         self._brokers = brokers
+        self._metrics = metrics
         self._config = config
         self._security = security
         self._credentials = credentials
@@ -161,15 +191,32 @@ class ServedBrokers:
 
     def start_all(self) -> list[str]:
         with self._lock:
-            return [line for i in sorted(self._members) for line in self._serve(i)]
+            lines = [line for i in sorted(self._members) for line in self._serve(i)]
+            return lines + [self._expose(i) for i in sorted(self._members) if self._metrics]
+
+    def _expose(self, broker_id: int) -> str:
+        """Start broker ``broker_id``'s metrics endpoint (kept until :meth:`shutdown`)."""
+        assert self._metrics is not None
+        member = self._members[broker_id]
+        try:
+            endpoint = MetricsEndpoint(self._metrics.host, self._metrics.port_of(broker_id))
+        except OSError as e:
+            raise CommandError(f"--metrics-port: broker {broker_id} cannot listen: {e}") from None
+        endpoint.register(KafkaCollector(lambda: member.server, lambda: self._brokers()[broker_id]))
+        member.metrics = endpoint
+        return f"broker {broker_id} metrics on {endpoint.url}"
 
     def _serve(self, broker_id: int) -> list[str]:
         """Start broker ``broker_id``'s server; its listener lines. A port the OS picked is
         kept for a restart, so clients' bootstrap lists stay valid."""
         member = self._members[broker_id]
-        ctx = ApiContext(self._brokers()[broker_id], self.nodes, self.cluster_id, self._authorizer)
+        broker = self._brokers()[broker_id]
+        ctx = ApiContext(broker, self.nodes, self.cluster_id, self._authorizer)
+        if self._metrics is not None:
+            enable_topic_stats(broker)
         server = BrokerServer(self._config, member.endpoints, lambda a: register_all(a, ctx),
-                              self._security, self._credentials, self._authorizer)  # fmt: skip
+                              self._security, self._credentials, self._authorizer,
+                              request_metrics=self._metrics is not None)  # fmt: skip
         member.server = server.start()
         member.endpoints = tuple(server.listeners)
         return [f"broker {broker_id} listening on {listener}" for listener in server.listeners]
@@ -212,6 +259,9 @@ class ServedBrokers:
         with self._lock:
             self._closed = True
             for member in self._members.values():
+                if member.metrics is not None:
+                    member.metrics.close()
+                    member.metrics = None
                 if member.server is not None:
                     member.server.shutdown(SHUTDOWN_TIMEOUT_S)
                     member.server = None
@@ -239,6 +289,7 @@ def open_brokers(
     brokers: int,
     endpoints,
     security: SecurityConfig | None = None,
+    metrics: MetricsOptions | None = None,
 ) -> ServedBrokers:
     """Open the log dir(s) (creating them) and wrap them, servers not started yet; SASL
     listeners authenticate against ``log_dir``'s credentials."""
@@ -255,7 +306,7 @@ def open_brokers(
             )
         broker = Broker(log_dir, config=config, create=True)
         return ServedBrokers(lambda: {broker.broker_id: broker}, endpoints, config, None,
-                             security, credentials, authorizer)  # fmt: skip
+                             security, credentials, authorizer, metrics)  # fmt: skip
     if (log_dir / "meta.properties").exists():
         raise CommandError(
             f"{log_dir} is the log dir of one broker: serve it without --brokers, or give "
@@ -263,7 +314,7 @@ def open_brokers(
         )
     cluster = EmbeddedCluster(log_dir, brokers, config=config)
     return ServedBrokers(lambda: cluster.brokers, endpoints, config, cluster, security,
-                         credentials, authorizer)  # fmt: skip
+                         credentials, authorizer, metrics)  # fmt: skip
 
 
 def run(
@@ -274,8 +325,10 @@ def run(
     out: TextIO,
     control_in: TextIO | None = None,
     security: SecurityConfig | None = None,
+    metrics: MetricsOptions | None = None,
 ) -> int:
-    """Serve until SIGTERM/SIGINT (call from the main thread); 0 after a clean shutdown."""
+    """Serve until SIGTERM/SIGINT (call from the main thread); 0 after a clean shutdown.
+    ``metrics``: the Prometheus endpoints' address (None: off)."""
     if not logging.getLogger().handlers:  # called without the command line's setup
         cli_logging.configure("info")
     security = security or SecurityConfig()
@@ -283,7 +336,7 @@ def run(
     stop = threading.Event()
     previous = {s: signal.signal(s, lambda *_: stop.set()) for s in (signal.SIGTERM, signal.SIGINT)}
     try:
-        served = open_brokers(log_dir, config, brokers, endpoints, security)
+        served = open_brokers(log_dir, config, brokers, endpoints, security, metrics)
         try:
             # before listening: else the first read_committed fetch pays 0.3-0.4 s loading the
             # header-scan kernel from numba's cache

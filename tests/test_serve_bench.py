@@ -32,3 +32,20 @@ def test_raw_fetch_counts_complete_batches_only():
     cut = bytearray(serve._BATCH_HEAD.pack(15, 49)) + bytes(20)
     fetcher.buf = bytearray(b"\xff" * 5) + batch + cut
     assert fetcher._complete_batches(5, len(fetcher.buf), 10) == (15, 61)
+
+
+def test_metrics_cost_run_has_every_row(capsys):
+    """benchmarks/serve_metrics.py on a tiny workload: both servers serve every workload."""
+    from benchmarks import serve_metrics
+
+    assert serve_metrics.main(["--records", "2000", "--trials", "1"]) == 0
+    out = capsys.readouterr().out
+    rows = [line for line in out.splitlines() if line.startswith("| ") and "rec/s" in line]
+    assert [r.split(" | ")[0] for r in rows] == [
+        "| produce acks=1",
+        "| produce acks=all",
+        "| consume from earliest",
+        "| raw fetch, 1 MiB a request",
+        "| produce acks=1, 1 record a request",
+    ]
+    assert "the metrics' work per request" in out

@@ -392,6 +392,11 @@ class LogCleaner:
         self._threads: list[threading.Thread] = []
         self._lock = threading.Lock()
         self.last_results: dict[TopicPartition, CleanResult] = {}
+        # for the metrics endpoint: when the last pass ended (-1: none yet), bytes of the rounds
+        # that cleaned something (Kafka's CleanerStats bytesRead / bytesWritten, added up)
+        self.last_run_ms = -1
+        self.bytes_read = 0
+        self.bytes_written = 0
 
     @property
     def is_started(self) -> bool:
@@ -454,6 +459,7 @@ class LogCleaner:
                 lg.delete_old_segments()
             except KafkaLogError as e:
                 _log.debug("retention of %s skipped: %s", lg, e)
+        self.last_run_ms = self._clock()
         return cleaned
 
     def clean_log(
@@ -483,6 +489,9 @@ class LogCleaner:
             self.last_results[tp] = result
             if result.cleaned:
                 end = result.end_offset
+                with self._lock:
+                    self.bytes_read += result.stats.bytes_read
+                    self.bytes_written += result.stats.bytes_written
                 _log.info("cleaned %s: %s", tp, result)
             return result
         except CleaningAbortedError as e:

@@ -253,6 +253,13 @@ class DelayedOperationPurgatory:
         with self._lock:
             return len(self._pending)
 
+    @property
+    def watched_total(self) -> int:
+        """Watch entries over every key (an operation watched under n keys counts n: Kafka's
+        ``PurgatorySize``)."""
+        with self._lock:
+            return sum(len(ops) for ops in self._watchers.values())
+
     def watched(self, key: Hashable) -> int:
         """Operations pending under ``key``."""
         with self._lock:

@@ -23,6 +23,9 @@
 - Pause (fault drills): requests to a paused broker block until it resumes or stops; its
   fetcher threads stop fetching.
 
+- Metrics: with ``topic_stats`` set (broker_topic_stats.py), each partition appended counts its
+  records and batch bytes, or its failure, and each committed ISR change its direction.
+
 Thread safety: the partition map is guarded by the manager's lock; per-partition work takes the
 partition's lock. Purgatories are woken only after partition locks are released.
 """
@@ -42,6 +45,7 @@ from broker_embedded.errors import (
     StaleControllerEpochError,
     UnknownTopicOrPartitionError,
 )
+from broker_embedded.replica_manager.broker_topic_stats import BrokerTopicStats
 from broker_embedded.replica_manager.delayed_fetch import DelayedFetch
 from broker_embedded.replica_manager.delayed_produce import DelayedProduce
 from broker_embedded.replica_manager.fetch_request import (
@@ -98,6 +102,7 @@ class ReplicaManager:
         self.partitions: dict[TopicPartition, Partition] = {}
         self._deleted: set[TopicPartition] = set()  # stopped for deletion, until recreated
         self.controller_epoch = -1
+        self.topic_stats: BrokerTopicStats | None = None  # counted while set (metrics on)
         self._running = threading.Event()
         self._running.set()
         self._stopped = False
@@ -175,6 +180,7 @@ class ReplicaManager:
                 tp, self.broker_id, self.log_manager.get_or_create_log(tp), clock_ms=self._clock,
                 alter_partition=self._alter,
                 replica_lag_time_max_ms=self.config.replica_lag_time_max_ms,
+                isr_changed=self._isr_changed,
             )  # fmt: skip
             self.partitions[tp] = partition
         if state.leader == self.broker_id:
@@ -194,6 +200,11 @@ class ReplicaManager:
         if state.leader >= 0:
             self.fetchers.add_partition(tp, state.leader, state.leader_epoch)
         return True
+
+    def _isr_changed(self, before: int, after: int) -> None:
+        stats = self.topic_stats
+        if stats is not None:
+            stats.isr_changed(before, after)
 
     def stop_replicas(self, controller_epoch: int, tps: list[TopicPartition]) -> None:
         """Stop serving ``tps`` (their topic is being deleted): from now on requests for them
@@ -317,11 +328,16 @@ class ReplicaManager:
     def _append_one(
         self, tp: TopicPartition, records: bytes | memoryview, acks: int, origin: AppendOrigin
     ) -> ProduceResult:
+        stats = self.topic_stats
         try:
             p = self.leader_partition(tp)
             info, hw_moved = p.append_records_to_leader(records, origin, acks)
         except KafkaApiError as e:
+            if stats is not None:
+                stats.produce_failed(tp.topic)
             return ProduceResult(tp, e)
+        if stats is not None:
+            stats.appended(tp.topic, info.num_records, info.size)  # a duplicate: 0 and 0
         self.fetch_purgatory.check_and_complete(tp)
         if hw_moved:
             self.produce_purgatory.check_and_complete(tp)

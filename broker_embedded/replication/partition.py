@@ -33,7 +33,10 @@ Thread safety: one lock per partition guards the state and is held around log ca
 its own lock, taken after this one). The controller calls in with its own lock held (LeaderAndIsr),
 so nothing here calls the controller, a purgatory or another broker while holding the partition
 lock: an ISR change is decided under the lock, sent to the controller (``alter_partition``)
-without it, and its answer applied under the lock again if it is still newer than the state.
+without it, and its answer applied under the lock again if it is still newer than the state;
+then ``isr_changed(size before, size after)`` is called, under the lock (the metrics' ISR
+shrink and expand counters: it takes only its own leaf lock). ``make_leader`` calls it too for
+an ISR the controller changed within the same leader epoch (a stopped follower dropped).
 """
 
 from __future__ import annotations
@@ -96,8 +99,10 @@ class Partition:
         clock_ms: Callable[[], int],
         alter_partition: AlterPartition,
         replica_lag_time_max_ms: int,
+        isr_changed: Callable[[int, int], None] | None = None,
     ) -> None:
         self.topic_partition = topic_partition
+        self._isr_changed = isr_changed  # (ISR size before, after) of each committed change
         self.broker_id = broker_id
         self.log = log
         self.state: LeaderAndIsr | None = None
@@ -152,9 +157,12 @@ class Partition:
         with self.lock:
             if not self._is_newer(state):
                 return False
-            new_epoch = self.state is None or self.state.leader_epoch != state.leader_epoch
+            old = self.state
+            new_epoch = old is None or old.leader_epoch != state.leader_epoch
             self.state = state
             self._pending_isr = None
+            if not new_epoch and old is not None and self._isr_changed is not None:
+                self._isr_changed(len(old.isr), len(state.isr))  # the controller changed it
             if new_epoch:
                 now = self._clock()
                 leo = self.log.log_end_offset
@@ -346,6 +354,9 @@ class Partition:
                 self._pending_isr = None
             changed = committed is not None and self._is_newer(committed)
             if changed:
+                assert committed is not None
+                if self._isr_changed is not None and self.state is not None:
+                    self._isr_changed(len(self.state.isr), len(committed.isr))
                 self.state = committed
             return self._maybe_increment_hw() or changed
 

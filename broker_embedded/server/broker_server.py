@@ -16,6 +16,8 @@ DescribeUserScramCredentials when the server has a credential store). ``security
 below not served) serves CreateAcls, DescribeAcls and DeleteAcls (``security/acl_apis.py``);
 the handlers ask the same authorizer through their ``ApiContext``. A credentials or ACL file
 that cannot be read or parsed fails the construction (``SecurityFileError`` naming the file).
+``request_metrics``: the processors time every request (request_metrics.py;
+``metrics_endpoint`` reads them).
 :meth:`BrokerServer.advertised` is the endpoint of a listener by name, the one Metadata names
 for a request that came in on it.
 
@@ -37,6 +39,7 @@ from broker_embedded.broker_config import BrokerConfig
 from broker_embedded.server.api_version_manager import ApiVersionManager
 from broker_embedded.server.kafka_apis import KafkaApis
 from broker_embedded.server.kafka_request_handler import KafkaRequestHandlerPool, current_listener
+from broker_embedded.server.request_metrics import RequestMetrics
 from broker_embedded.server.security.acl_apis import register_acl_apis
 from broker_embedded.server.security.authorizer import Authorizer
 from broker_embedded.server.security.listener_security import register_sasl_apis
@@ -57,9 +60,14 @@ class BrokerServer:
         security: SecurityConfig | None = None,
         credentials: CredentialStore | None = None,
         authorizer: Authorizer | None = None,
+        request_metrics: bool = False,
     ) -> None:
         self.versions = ApiVersionManager()
         self.socket_server = SocketServer(config, self.versions, listeners, security, credentials)
+        if request_metrics:  # each processor times its requests (request_metrics.py)
+            for processor in self.socket_server.processors:
+                processor.metrics = RequestMetrics()
+        self.started_ns = time.monotonic_ns()
         self.apis = KafkaApis(self.socket_server.request_channel, self.versions)
         if any(listener.protocol.uses_sasl for listener in self.listeners):
             register_sasl_apis(self.apis)

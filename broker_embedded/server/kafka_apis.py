@@ -69,6 +69,7 @@ class KafkaApis:
         self.versions = versions
         self._handlers: MappingProxyType[int, Handler] = MappingProxyType({})
         self._on_shutdown: list[Callable[[], None]] = []
+        self.fetch_sessions: Any = None  # the Fetch API's session cache (for the metrics)
         self.register(API_VERSIONS_KEY, *API_VERSIONS_RANGE, self._handle_api_versions)
 
     def register(

@@ -15,6 +15,11 @@ A dispatcher that raises a :class:`KafkaApiError` (a client's mistake) costs tha
 it is closed with one log line. Any other exception is a bug in the dispatcher: it is logged
 with its traceback and the connection is closed; the handler thread goes on.
 
+Metrics: each thread adds the time it waits on the request queue to its ``idle`` clock (two
+clock reads per request; Kafka's ``RequestHandlerAvgIdlePercent``); a request carrying latency
+stamps (``Request.times``, request metrics on) gets its dequeue and handler-return stamps here
+(request_metrics.py).
+
 Shutdown: :meth:`KafkaRequestHandlerPool.shutdown` wakes every thread with a sentinel and joins
 them within its timeout; requests still queued then are failed by closing their connections.
 Thread safety: the pool is driven by one owner thread; the handler threads share only the
@@ -30,6 +35,7 @@ from typing import Protocol
 
 from broker_embedded.errors import BrokerClosedError, KafkaApiError
 from broker_embedded.server.request_channel import Request, RequestChannel
+from broker_embedded.server.request_metrics import IdleClock
 
 log = logging.getLogger(__name__)
 
@@ -57,12 +63,23 @@ class KafkaRequestHandler(threading.Thread):
         self._channel = channel
         self._dispatcher = dispatcher
         self.stopping = threading.Event()
+        self.idle = IdleClock()  # time waiting on the request queue
 
     def run(self) -> None:
+        idle = self.idle
         while not self.stopping.is_set():
+            waited = time.monotonic_ns()
             request = self._channel.receive_request(TAKE_TIMEOUT_S)
+            dequeued = time.monotonic_ns()
+            idle.idle_ns += dequeued - waited
             if request is not None:
-                self._handle(request)
+                times = request.times
+                if times is None:
+                    self._handle(request)
+                else:
+                    times.dequeued_ns = dequeued
+                    self._handle(request)
+                    times.handler_returned(dequeued)
 
     def _handle(self, request: Request) -> None:
         header = request.header

@@ -24,7 +24,12 @@ Produce with acks=0) only unmutes the connection. ``on_done`` runs exactly once,
 processor thread, when the response is written, dropped, or its connection closed: the hook
 to release what its file regions read (a segment's reference).
 
-Thread safety: :class:`Request`, :class:`FileRegion` and :class:`Response` are immutable;
+With request metrics on, a request carries its connection's :class:`RequestTimes`, and
+:meth:`RequestChannel.send_response` stamps the moment its response arrives (Kafka's end of the
+local or remote time).
+
+Thread safety: :class:`Request`, :class:`FileRegion` and :class:`Response` are immutable (a
+request's ``times`` is the connection's mutable stamps, see request_metrics.py);
 :class:`RequestChannel` may be used from any thread.
 """
 
@@ -39,6 +44,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from broker_embedded.server.protocol import RequestHeader
+from broker_embedded.server.request_metrics import RequestTimes
 from broker_embedded.server.security.kafka_principal import ANONYMOUS, KafkaPrincipal
 
 log = logging.getLogger(__name__)
@@ -65,6 +71,8 @@ class Request:
     received_ns: int  # time.monotonic_ns() when the frame was complete
     listener: str = "PLAINTEXT"  # the name of the listener it came in on
     principal: KafkaPrincipal = ANONYMOUS  # who the connection authenticated as
+    # the connection's latency stamps, with request metrics on (request_metrics.py)
+    times: RequestTimes | None = field(default=None, compare=False)
 
     @property
     def client(self) -> str:
@@ -197,6 +205,9 @@ class RequestChannel:
     def send_response(self, response: Response) -> None:
         """Hand a response to the processor that read its request (any thread, any time)."""
         processor = response.request.processor
+        times = response.request.times
+        if times is not None:
+            times.response_sent()
         with self._lock:
             responses = self._responses.get(processor)
             wakeup = self._wakeups.get(processor)
@@ -217,3 +228,9 @@ class RequestChannel:
 
     def queued_requests(self) -> int:
         return self._requests.qsize()
+
+    def queued_responses(self) -> int:
+        """Responses waiting in the processors' queues (a snapshot)."""
+        with self._lock:
+            queues = list(self._responses.values())
+        return sum(len(q) for q in queues)

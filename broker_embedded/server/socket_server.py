@@ -59,6 +59,12 @@ SASL_PLAINTEXT, SASL_SSL; see ``security_config``).
 - Each request carries its listener's name and the connection's principal (``User:ANONYMOUS``,
   the client certificate's subject on SSL, the SASL user on SASL listeners) for the handlers.
 
+Metrics (request_metrics.py): a processor adds its time in ``select`` to its ``idle`` clock.
+With ``Processor.metrics`` set (``BrokerServer(request_metrics=True)``), each connection has one
+:class:`RequestTimes` its requests carry; the processor resets it when it queues a request,
+stamps when it takes the response, and adds the request's six times to its own
+:class:`RequestMetrics` when the last byte is written.
+
 Thread safety: a processor's connections are touched only by its own thread; other threads
 reach it through its new-connection deque, its response deque and its wakeup socket.
 :class:`ConnectionQuotas` is shared under a lock.
@@ -93,6 +99,7 @@ from broker_embedded.server.protocol import (
     response_frame,
 )
 from broker_embedded.server.request_channel import FileRegion, Request, RequestChannel, Response
+from broker_embedded.server.request_metrics import IdleClock, RequestMetrics, RequestTimes
 from broker_embedded.server.security.kafka_principal import (
     ANONYMOUS,
     KafkaPrincipal,
@@ -220,6 +227,8 @@ class _Connection:
         "sasl_raw",
         "sasl_request",
         "principal",
+        "times",
+        "response_dequeued_ns",
     )
 
     def __init__(
@@ -228,8 +237,11 @@ class _Connection:
         sock: socket.socket,
         address: tuple[str, int],
         security: ListenerSecurity,
+        times: RequestTimes | None = None,
     ) -> None:
         self.id = conn_id
+        self.times = times  # the latency stamps of its request in flight (metrics on)
+        self.response_dequeued_ns = 0
         self.sock = sock
         self.address = address
         self.security = security
@@ -298,6 +310,8 @@ class Processor(threading.Thread):
         self._running = True
         self._draining = False
         self._next_idle_check = time.monotonic() + IDLE_CHECK_INTERVAL_S
+        self.idle = IdleClock()  # time in select
+        self.metrics: RequestMetrics | None = None  # set before start: request metrics on
 
     # --- called from other threads -------------------------------------------------------
 
@@ -366,7 +380,8 @@ class Processor(threading.Thread):
                     sock.close()
                     self._quotas.release(address[0])
                     continue
-            conn = _Connection(conn_id, sock, address, security)
+            times = None if self.metrics is None else RequestTimes()
+            conn = _Connection(conn_id, sock, address, security, times)
             self._connections[conn_id] = conn
             self._update_events(conn)
 
@@ -392,6 +407,8 @@ class Processor(threading.Thread):
                 response.done()
                 continue
             conn.response, conn.part, conn.offset = response, 0, 0
+            if conn.times is not None:
+                conn.response_dequeued_ns = time.monotonic_ns()
             self._write(conn)
 
     def _poll(self) -> None:
@@ -400,7 +417,10 @@ class Processor(threading.Thread):
             timeout = 0.0
         elif self._delayed:
             timeout = max(0.0, min(timeout, self._delayed[0][0] - time.monotonic()))
-        for key, events in self._selector.select(timeout):
+        waited = time.monotonic_ns()
+        ready = self._selector.select(timeout)
+        self.idle.idle_ns += time.monotonic_ns() - waited
+        for key, events in ready:
             conn = key.data
             if conn is None:
                 self._drain_wakeups()
@@ -651,6 +671,8 @@ class Processor(threading.Thread):
         """Hand a request to the handlers; the connection is muted until its response."""
         conn.in_flight = True
         self._update_events(conn)
+        if conn.times is not None:
+            conn.times.reset()
         if not self._channel.send_request(request, lambda: self._running):
             raise _ConnectionError("the server stopped before the request was queued")
 
@@ -678,6 +700,7 @@ class Processor(threading.Thread):
             time.monotonic_ns(),
             conn.security.listener.name,
             conn.principal,
+            conn.times,
         )
 
     # --- writing ---------------------------------------------------------------------------
@@ -784,6 +807,11 @@ class Processor(threading.Thread):
 
     def _finish_response(self, conn: _Connection, response: Response) -> None:
         conn.response = None
+        if conn.response_dequeued_ns and self.metrics is not None and conn.times is not None:
+            header, request = response.request.header, response.request
+            self.metrics.finished(header.api_key, header.api_version, request.received_ns,
+                                  conn.times, conn.response_dequeued_ns)  # fmt: skip
+        conn.response_dequeued_ns = 0
         response.done()
         if response.close_connection:
             self._close(conn, response.close_reason or "closed after its response")

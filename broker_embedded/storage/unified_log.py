@@ -36,7 +36,8 @@ their largest timestamp is older than ``retention.ms``, while the log exceeds
 ``retention.bytes``, or when they lie wholly below the log start offset; only segments wholly
 below the high watermark go. :meth:`delete_records_before` moves the log start offset (Kafka's
 DeleteRecords; not above the HW). Flushing: every ``flush.messages`` appended records, or when the
-log manager sees ``flush.ms`` elapsed; the recovery point then becomes the log end offset.
+log manager sees ``flush.ms`` elapsed; the recovery point then becomes the log end offset. Each
+flush's time goes to :data:`FLUSH_TIMES` (Kafka's ``LogFlushRateAndTimeMs``).
 
 Opening (log_loader.py, Kafka's ``LogLoader``) first settles an interrupted cleaner swap, then
 recovers the closed segments (index sanity checks; after an unclean shutdown a scan from the
@@ -81,6 +82,7 @@ import contextlib
 import logging
 import os
 import threading
+import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -98,6 +100,7 @@ from broker_embedded.errors import (
     RecordTooLargeError,
     RecordValidationError,
 )
+from broker_embedded.latency_histogram import LatencyHistogram
 from broker_embedded.record.compression import CompressionType
 from broker_embedded.record.memory_records_builder import MemoryRecordsBuilder
 from broker_embedded.record.record_batch import (
@@ -148,6 +151,8 @@ from broker_embedded.storage.transaction_index import (
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 B = TypeVar("B")
+# every flush's time, process-wide as Kafka's LogFlushStats (read by the metrics endpoint)
+FLUSH_TIMES = LatencyHistogram()
 
 
 class CleaningAbortedError(KafkaLogError):
@@ -938,8 +943,10 @@ class UnifiedLog:
         """fsync everything appended; the recovery point becomes the log end offset."""
         with self._lock:
             self._check_open()
+            began = time.monotonic_ns()
             self._writer.flush()
             self._open.flush_views()
+            FLUSH_TIMES.observe(time.monotonic_ns() - began)
             self._unflushed_records = 0
             self.last_flush_ms = self._clock()
             if self.recovery_point != self.log_end_offset:

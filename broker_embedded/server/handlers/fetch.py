@@ -44,6 +44,10 @@ sent from memory: region_pins.py; 0 makes every response read + send); a respons
 ``fetch.max.bytes`` plus one batch (KIP-74). A failure inside the callback (a bug) is logged and
 closes the connection, so the client never waits forever.
 
+Metrics: with the broker's ``topic_stats`` set, each partition of the context is counted once
+when the response is built (total and failed fetch requests, records bytes out), and
+``apis.fetch_sessions`` is the session cache the metrics endpoint reads.
+
 Thread safety: the handler keeps no per-request state outside the request's own objects; the
 session cache and the pins have their own locks.
 """
@@ -64,6 +68,7 @@ from broker_embedded.errors import (
     TopicAuthorizationFailedError,
     UnknownTopicOrPartitionError,
 )
+from broker_embedded.replica_manager.broker_topic_stats import BrokerTopicStats
 from broker_embedded.replica_manager.fetch_request import (
     FetchRequest,
     FetchResponse,
@@ -216,6 +221,9 @@ class FetchApi:
         """The replica manager's answer (any thread): build and send the response."""
         try:
             results = _partition_results(slots, result)
+            stats = self.broker.replica_manager.topic_stats
+            if stats is not None:
+                _count(stats, results)
             self._send(request, context, results)
         except Exception as e:
             log.exception("Fetch response for %s failed", request.client)
@@ -373,6 +381,16 @@ def _isolation(body: Any, request: Request) -> IsolationLevel:
         ) from None
 
 
+def _count(
+    stats: BrokerTopicStats, results: Mapping[TopicIdPartition, FetchResponsePartition[Records]]
+) -> None:
+    """Each partition read for a consumer, its error and its records bytes (the response
+    carries every partition with records, also in an incremental session)."""
+    for tip, p in results.items():
+        if tip.topic is not None:
+            stats.fetched(tip.topic, p.error_code != 0, p.records_size)
+
+
 def register(apis: KafkaApis, ctx: ApiContext | Broker, **options: Any) -> FetchApi:
     """Serve Fetch v4-v18 for the context's broker on ``apis``; ``options`` go to
     :class:`FetchApi`."""
@@ -380,4 +398,5 @@ def register(apis: KafkaApis, ctx: ApiContext | Broker, **options: Any) -> Fetch
     context = ctx if isinstance(ctx, ApiContext) else None
     api = FetchApi(broker, apis, context=context, **options)
     apis.register(FETCH_KEY, *FETCH_VERSIONS, api.handle)
+    apis.fetch_sessions = api.manager.cache  # for the metrics endpoint
     return api
