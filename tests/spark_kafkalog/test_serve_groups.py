@@ -41,8 +41,16 @@ CONSUMED = 12  # records the first consumer processes before committing
 TIMEOUT_S = 60.0
 
 
-def serve(log_dir: Path, tmp_path: Path, brokers: int = 1) -> ServeProcess:
-    return ServeProcess(log_dir, brokers=brokers, stderr=tmp_path / "serve.log")
+# a group's first join is not held for Kafka's default 3 s (as in Kafka's own integration
+# tests): every consumer here joins an empty group, alone
+BROKER_TOML = '[broker]\n"group.initial.rebalance.delay.ms" = 0\n'
+
+
+def serve(log_dir: Path, tmp_path: Path, brokers: int = 1, held: bool = False) -> ServeProcess:
+    config = tmp_path / "broker.toml"
+    config.write_text(BROKER_TOML)
+    return ServeProcess(log_dir, "--broker-config", config, brokers=brokers,
+                        stderr=tmp_path / "serve.log", held=held)  # fmt: skip
 
 
 def produce(bootstrap: str) -> None:
@@ -107,18 +115,19 @@ def test_group_resumes_at_committed_offsets_after_restart(tmp_path: Path, stop: 
     done = run_kafkalog("topics", "create", "--log-dir", log_dir, TOPIC,
                         "--partitions", str(PARTITIONS))  # fmt: skip
     assert done.returncode == 0, done.stderr
-    with serve(log_dir, tmp_path) as server:
+    # the server started again is started ahead, held until the first one is gone
+    with serve(log_dir, tmp_path) as server, serve(log_dir, tmp_path, held=True) as again:
         produce(server.bootstrap)
         committed = consume_and_commit(server.bootstrap)
         if stop == "sigterm":
             assert server.terminate() == 0
         else:
             server.kill()
-    assert sum(o for o in committed.values()) == CONSUMED
-    with serve(log_dir, tmp_path) as server:
+        assert sum(o for o in committed.values()) == CONSUMED
+        again.go()
         left = {p for p in range(PARTITIONS) if committed.get(p, 0) < PER_PARTITION}
-        fetched, first = resumed(server.bootstrap, left)
-        assert server.terminate() == 0
+        fetched, first = resumed(again.bootstrap, left)
+        assert again.terminate() == 0
     expected = {p: committed.get(p, 0) for p in left}
     assert first == expected
     assert fetched == {p: committed.get(p, -1001) for p in range(PARTITIONS)}  # -1001: none
