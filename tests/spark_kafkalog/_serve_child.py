@@ -25,9 +25,8 @@ HELD = "--held"
 
 def wait_for_go(argv: list[str]) -> list[str] | None:
     """``argv`` without :data:`HELD` once ``go`` came (None at the end of stdin without it)."""
-    import importlib
+    import spark_kafkalog.serve_command  # noqa: F401  (the server's modules, before the wait)
 
-    importlib.import_module(f"spark_kafkalog.{argv[1]}_command")
     return argv[1:] if sys.stdin.readline().strip() == "go" else None
 
 
