@@ -29,7 +29,7 @@ case "${1:-}" in
         shift
         ruff check .
         ruff format --check .
-        exec python -m pytest -q "$@"
+        exec python -m pytest -q --durations=25 "$@"
         ;;
     *)
         echo "usage: bash dev.sh demo|test" >&2

@@ -1,14 +1,16 @@
-"""A batch write over the protocol in a Spark session of its own whose tasks Spark retries
+"""Batch writes over the protocol in a Spark session of its own whose tasks Spark retries
 (master ``local[2,3]``: three attempts per task), for test_wire_sink_exactly_once.py.
 
-    python -m tests.datasource._retry_child BOOTSTRAP ROWS FAIL_AT [--txn-prefix P]
+    python -m tests.datasource._retry_child ROWS FAIL_AT BOOTSTRAP[=PREFIX] [BOOTSTRAP[=PREFIX] ...]
 
-Writes ``spark.range(ROWS)`` in two partitions (value: the decimal id) to topic ``sink`` of
-BOOTSTRAP, 50 rows an Arrow batch; the first attempt of partition 0's task fails at id FAIL_AT
-(a Python UDF raises, 3 s after reaching it: by then the writer of that attempt has produced
-the Arrow batches before it). The retry succeeds. (A third attempt is allowed: an attempt
-whose writer starts after the next attempt's fences that one, which Spark then retries.)
-Prints ``done`` and exits 0 when the write job succeeded.
+One write job per BOOTSTRAP, one after the other in the same session (one JVM start serves
+every case): ``spark.range(ROWS)`` in two partitions (value: the decimal id) to topic ``sink``
+of BOOTSTRAP, 50 rows an Arrow batch, with ``transactionalIdPrefix`` PREFIX when given; the
+first attempt of partition 0's task of each job fails at id FAIL_AT (a Python UDF raises, 3 s
+after reaching it: by then the writer of that attempt has produced the Arrow batches before
+it). The retry succeeds. (A third attempt is allowed: an attempt whose writer starts after the
+next attempt's fences that one, which Spark then retries.) Prints ``done BOOTSTRAP`` when a
+write job succeeded, and exits 0 when all did.
 """
 
 from __future__ import annotations
@@ -21,10 +23,9 @@ import time
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser()
-    parser.add_argument("bootstrap")
     parser.add_argument("rows", type=int)
     parser.add_argument("fail_at", type=int)
-    parser.add_argument("--txn-prefix")
+    parser.add_argument("targets", nargs="+", metavar="BOOTSTRAP[=PREFIX]")
     args = parser.parse_args(argv)
 
     os.environ["PYSPARK_PYTHON"] = sys.executable
@@ -56,12 +57,14 @@ def main(argv: list[str] | None = None) -> int:
         return str(i)
 
     df = spark.range(0, args.rows, numPartitions=2).select(value("id").alias("value"))
-    writer = df.write.format("kafkalog").mode("append").option("topic", "sink")
-    writer = writer.option("kafka.bootstrap.servers", args.bootstrap)
-    if args.txn_prefix:
-        writer = writer.option("transactionalIdPrefix", args.txn_prefix)
-    writer.save()
-    print("done", flush=True)
+    for target in args.targets:
+        bootstrap, _, prefix = target.partition("=")
+        writer = df.write.format("kafkalog").mode("append").option("topic", "sink")
+        writer = writer.option("kafka.bootstrap.servers", bootstrap)
+        if prefix:
+            writer = writer.option("transactionalIdPrefix", prefix)
+        writer.save()
+        print("done", bootstrap, flush=True)
     spark.stop()
     return 0
 

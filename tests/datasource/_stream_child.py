@@ -22,6 +22,9 @@ protocol (``--txn-prefix``: the sink's ``transactionalIdPrefix``; ``--arrow-rows
   ``--until-rows`` records.
 
 Prints ``query <id>`` once the query runs and ``done`` when it ended by itself (exit code 0).
+With ``--held`` it starts its Spark session and defines the query, then waits for a line ``go``
+on stdin before starting it (exit code 4 at the end of stdin without one): the test starts it
+while the query it restarts still runs, so that the JVM's start-up is not on the test's path.
 """
 
 from __future__ import annotations
@@ -44,6 +47,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--bootstrap")
     parser.add_argument("--txn-prefix")
     parser.add_argument("--arrow-rows", type=int, default=10_000)
+    parser.add_argument("--held", action="store_true")
     args = parser.parse_args(argv)
 
     os.environ["PYSPARK_PYTHON"] = sys.executable
@@ -86,6 +90,8 @@ def main(argv: list[str] | None = None) -> int:
         .option("checkpointLocation", args.checkpoint)
         .trigger(**trigger)
     )
+    if args.held and sys.stdin.readline().strip() != "go":
+        return 4
     if args.bootstrap:
         writer = writer.option("kafka.bootstrap.servers", args.bootstrap)
         if args.txn_prefix:

@@ -315,14 +315,23 @@ def test_the_writer_refuses_before_any_task_runs(sink: Path) -> None:
 
 class StreamChild:
     """``tests/datasource/_stream_child.py`` in a new process group (the Python driver, its
-    JVM and the JVM's Python workers), so that it can be killed as a whole."""
+    JVM and the JVM's Python workers), so that it can be killed as a whole. ``held``: the
+    child starts its Spark session and waits for :meth:`go` to start its query."""
 
-    def __init__(self, *args: str, log: Path) -> None:
+    def __init__(self, *args: str, log: Path, held: bool = False) -> None:
         self.log = open(log, "ab")  # noqa: SIM115 (closed by wait / kill)
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "tests.datasource._stream_child", *args], cwd=REPO,
+            [sys.executable, "-m", "tests.datasource._stream_child", *args,
+             *(["--held"] if held else [])], cwd=REPO, stdin=subprocess.PIPE,
             stdout=subprocess.PIPE, stderr=self.log, text=True, start_new_session=True,
         )  # fmt: skip
+        if not held:
+            self.go()
+
+    def go(self) -> None:
+        """Start the query (a held child's; at once for the others): its id in ``query_id``."""
+        self.proc.stdin.write("go\n")
+        self.proc.stdin.flush()
         guard = threading.Timer(120, os.killpg, (self.proc.pid, signal.SIGKILL))
         guard.start()  # a child that hangs before its query runs fails the test, not hangs it
         try:
@@ -340,8 +349,16 @@ class StreamChild:
     def kill(self) -> None:
         os.killpg(self.proc.pid, signal.SIGKILL)
         self.proc.wait(timeout=30)
+        self.proc.stdin.close()
         self.proc.stdout.close()
         self.log.close()
+
+    def __enter__(self) -> StreamChild:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.proc.poll() is None:  # a test that failed before the end: no child left behind
+            self.kill()
 
     def wait(self, timeout: float) -> str:
         try:
@@ -371,17 +388,20 @@ def test_a_query_killed_mid_stream_and_restarted_loses_and_duplicates_nothing(
     else:
         args = [str(sink), str(ckpt), "--source", "rate", "--rows-per-batch", "400",
                 "--until-rows", "2400"]  # fmt: skip
-    child = StreamChild(*args, log=tmp_path / "child.log")
-    deadline = time.monotonic() + 90
-    while commits(sink).get(child.query_id, -1) < 1:  # some batches committed
-        assert child.proc.poll() is None and time.monotonic() < deadline, "no progress"
-        time.sleep(0.01)
-    time.sleep(random.uniform(0, 0.4))  # anywhere in the next batch: staging, committing, ...
-    child.kill()
-    killed_at = commits(sink)[child.query_id]
-    again = StreamChild(*args, log=tmp_path / "child.log")
-    assert again.query_id == child.query_id  # the checkpoint keeps the query's id
-    assert "done" in again.wait(timeout=150)
+    with (
+        StreamChild(*args, log=tmp_path / "child.log") as child,
+        StreamChild(*args, log=tmp_path / "again.log", held=True) as again,
+    ):
+        deadline = time.monotonic() + 90
+        while commits(sink).get(child.query_id, -1) < 1:  # some batches committed
+            assert child.proc.poll() is None and time.monotonic() < deadline, "no progress"
+            time.sleep(0.01)
+        time.sleep(random.uniform(0, 0.4))  # anywhere in the next batch: staging, committing...
+        child.kill()
+        killed_at = commits(sink)[child.query_id]
+        again.go()  # the restart on the same checkpoint
+        assert again.query_id == child.query_id  # the checkpoint keeps the query's id
+        assert "done" in again.wait(timeout=150)
     got = Counter(r.value for r in sink_records(sink))
     if HAS_STREAM_READER:
         assert got == expected

@@ -25,13 +25,15 @@ from __future__ import annotations
 import subprocess
 import sys
 from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 from pyspark.errors import PySparkException
 
 from tests.broker_embedded.server._consume import consume
-from tests.broker_embedded.server._serve import log_batches, served
+from tests.broker_embedded.server._serve import Served, log_batches, served
 from tests.datasource.conftest import sql_conf
 from tests.datasource.test_stream_writer import rate_stream
 from tests.datasource.test_wire_writer import run_stream, write
@@ -42,10 +44,16 @@ PREFIX = "eos-test"
 COMMIT_KEY = b"\x00\x00\x00\x01"
 
 
-@pytest.fixture
-def cluster(tmp_path: Path):
-    with served(tmp_path / "broker") as running:
+@contextmanager
+def sink_cluster(log_dir: Path) -> Iterator[Served]:
+    with served(log_dir) as running:
         running.broker.create_topic(TOPIC, PARTITIONS)
+        yield running
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Iterator[Served]:
+    with sink_cluster(tmp_path / "broker") as running:
         yield running
 
 
@@ -99,19 +107,31 @@ def test_a_failed_batch_write_is_aborted(spark, cluster) -> None:
     assert [commit for (_, commit) in markers(cluster.log_dir)] == [False]
 
 
-def retry_child(bootstrap: str, *args: str) -> None:
-    done = subprocess.run(
-        [sys.executable, "-m", "tests.datasource._retry_child", bootstrap, *args],
-        cwd=REPO, capture_output=True, text=True, timeout=240,
-    )  # fmt: skip
-    assert done.returncode == 0 and "done" in done.stdout, done.stderr[-3000:]
+# task 0 holds ids 0..9999; its first attempt dies at 9000, well past the first 64 KiB the JVM
+# buffers before the writer sees any row
+RETRY_ROWS, RETRY_FAIL_AT = 20_000, 9000
 
 
-def test_a_task_spark_retries_leaves_no_duplicate(cluster) -> None:
-    # task 0 holds ids 0..9999; its first attempt dies at 9000, well past the first 64 KiB
-    # the JVM buffers before the writer sees any row
-    rows, fail_at = 20_000, 9000
-    retry_child(cluster.bootstrap, str(rows), str(fail_at), "--txn-prefix", PREFIX)
+@pytest.fixture(scope="module")
+def retried(tmp_path_factory) -> Iterator[dict[str, Served]]:
+    """Two clusters, each written once by the retry child (tests/datasource/_retry_child.py, one
+    Spark session for both jobs): ``"txn"`` with ``transactionalIdPrefix``, ``"plain"``
+    without."""
+    base = tmp_path_factory.mktemp("retried")
+    with sink_cluster(base / "txn") as txn, sink_cluster(base / "plain") as plain:
+        targets = [f"{txn.bootstrap}={PREFIX}", plain.bootstrap]
+        done = subprocess.run(
+            [sys.executable, "-m", "tests.datasource._retry_child", str(RETRY_ROWS),
+             str(RETRY_FAIL_AT), *targets],
+            cwd=REPO, capture_output=True, text=True, timeout=360,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr[-3000:]
+        assert done.stdout.split() == ["done", txn.bootstrap, "done", plain.bootstrap]
+        yield {"txn": txn, "plain": plain}
+
+
+def test_a_task_spark_retries_leaves_no_duplicate(retried) -> None:
+    cluster, rows, fail_at = retried["txn"], RETRY_ROWS, RETRY_FAIL_AT
     want = Counter(b"%d" % i for i in range(rows))
     assert values(cluster, "read_committed") == want
     aborted = values(cluster, "read_uncommitted") - want
@@ -123,9 +143,8 @@ def test_a_task_spark_retries_leaves_no_duplicate(cluster) -> None:
     assert bool(aborted) == (False in ended)
 
 
-def test_without_the_option_a_retried_task_duplicates(cluster) -> None:
-    rows, fail_at = 20_000, 9000
-    retry_child(cluster.bootstrap, str(rows), str(fail_at))
+def test_without_the_option_a_retried_task_duplicates(retried) -> None:
+    cluster, rows, fail_at = retried["plain"], RETRY_ROWS, RETRY_FAIL_AT
     got = values(cluster, "read_committed")
     duplicates = got - Counter(b"%d" % i for i in range(rows))
     assert set(got) == {b"%d" % i for i in range(rows)}

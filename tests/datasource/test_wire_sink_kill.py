@@ -3,8 +3,8 @@
 Trigger.AvailableNow, writing over the protocol into a ``kafkalog serve`` this test starts) is
 SIGKILLed as a whole process group while a micro-batch is being produced (its offsets logged in
 the checkpoint, its commit not, and the output topic grown since it started), restarted on the
-same checkpoint and left to finish. An independent consumer (confluent-kafka) then reads the
-output topic:
+same checkpoint (a second child, its Spark session started meanwhile) and left to finish. An
+independent consumer (confluent-kafka) then reads the output topic:
 
 - at least once (no ``transactionalIdPrefix``): every input row at least once, and the
   duplicates only rows of the micro-batch that was running when the query was killed (its
@@ -112,11 +112,14 @@ def run_killed_query(tmp_path: Path, *, txn_prefix: str | None) -> tuple[ServePr
                 "--arrow-rows", "100"]  # fmt: skip
         if txn_prefix is not None:
             args += ["--txn-prefix", txn_prefix]
-        child = StreamChild(*args, log=tmp_path / "child.log")
-        killed = kill_mid_batch(child, ckpt, server.bootstrap)
-        again = StreamChild(*args, log=tmp_path / "child.log")
-        assert again.query_id == child.query_id
-        assert "done" in again.wait(timeout=180)
+        with (
+            StreamChild(*args, log=tmp_path / "child.log") as child,
+            StreamChild(*args, log=tmp_path / "again.log", held=True) as again,
+        ):
+            killed = kill_mid_batch(child, ckpt, server.bootstrap)
+            again.go()  # the restart on the same checkpoint
+            assert again.query_id == child.query_id
+            assert "done" in again.wait(timeout=180)
         assert log_ids(ckpt, "commits")[-1] == LAST_BATCH
         return server, batch_rows(ckpt, killed)
     except BaseException:

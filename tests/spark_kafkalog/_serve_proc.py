@@ -23,9 +23,11 @@ STOP_TIMEOUT_S = 30.0
 LISTENING = re.compile(r"^broker (\d+) listening on PLAINTEXT://([^\s:]+):(\d+)$")
 
 
-def kafkalog_command(*args: str | Path) -> list[str]:
-    """The argv of ``kafkalog ARGS`` run by the test child module."""
-    return [sys.executable, "-m", "tests.spark_kafkalog._serve_child", *map(str, args)]
+def kafkalog_command(*args: str | Path, held: bool = False) -> list[str]:
+    """The argv of ``kafkalog ARGS`` run by the test child module (``held``: waiting for
+    ``go``, see tests/spark_kafkalog/_serve_child.py)."""
+    return [sys.executable, "-m", "tests.spark_kafkalog._serve_child",
+            *(["--held"] if held else []), *map(str, args)]  # fmt: skip
 
 
 def child_env(**extra: str) -> dict[str, str]:
@@ -33,14 +35,20 @@ def child_env(**extra: str) -> dict[str, str]:
 
 
 class ServeProcess:
-    """``kafkalog serve --log-dir LOG_DIR --listeners PLAINTEXT://127.0.0.1:0 ARGS``."""
+    """``kafkalog serve --log-dir LOG_DIR --listeners PLAINTEXT://127.0.0.1:0 ARGS``.
 
-    def __init__(self, log_dir: Path, *args: str | Path, brokers: int = 1, stderr: Path) -> None:
+    ``held=True``: the process starts and imports the server's modules, and the server starts
+    at :meth:`go` (a replacement started while the server it replaces still runs: the log
+    dir is not opened before ``go``)."""
+
+    def __init__(
+        self, log_dir: Path, *args: str | Path, brokers: int = 1, stderr: Path, held: bool = False
+    ) -> None:
         self.brokers = brokers
         self.stderr_path = stderr
         command = kafkalog_command(
             "serve", "--log-dir", log_dir, "--listeners", "PLAINTEXT://127.0.0.1:0",
-            "--brokers", str(brokers), *args,
+            "--brokers", str(brokers), *args, held=held,
         )  # fmt: skip
         self._stderr = open(stderr, "ab")  # noqa: SIM115 (closed in close())
         self.proc = subprocess.Popen(
@@ -50,6 +58,16 @@ class ServeProcess:
         self._lines: queue.Queue[str | None] = queue.Queue()
         threading.Thread(target=self._read_stdout, daemon=True).start()
         self.ports: dict[int, int] = {}
+        if not held:
+            self._until_listening()
+
+    def go(self) -> ServeProcess:
+        """Start a held server; itself, listening."""
+        self._send("go")
+        self._until_listening()
+        return self
+
+    def _until_listening(self) -> None:
         try:
             self._wait_listening()
         except BaseException:
@@ -84,10 +102,13 @@ class ServeProcess:
 
     def control(self, command: str, timeout: float = STOP_TIMEOUT_S) -> str:
         """Send one control command; its answer line."""
-        assert self.proc.stdin is not None
-        self.proc.stdin.write(command + "\n")
-        self.proc.stdin.flush()
+        self._send(command)
         return self.next_line(timeout)
+
+    def _send(self, line: str) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(line + "\n")
+        self.proc.stdin.flush()
 
     def terminate(self, timeout: float = STOP_TIMEOUT_S) -> int:
         """SIGTERM; the exit status (AssertionError if it does not exit within ``timeout``)."""

@@ -117,11 +117,12 @@ def test_sigkill_mid_produce_loses_no_acknowledged_record(tmp_path: Path) -> Non
             if i % 500 == 0:
                 p.flush(0.05)
         server.kill()
+    # recovery: serve again (recovers the unclean log), stop cleanly, read the log dir; the
+    # process starts (held) while the producer's last records time out
+    with ServeProcess(log_dir, stderr=tmp_path / "serve2.err", held=True) as server:
         p.flush(10)
-    assert len(acks.records) > 100, "too few records acknowledged before the kill to test"
-    # recovery: serve again (recovers the unclean log), stop cleanly, read the log dir
-    with ServeProcess(log_dir, stderr=tmp_path / "serve2.err") as server:
-        shut_down(server)
+        assert len(acks.records) > 100, "too few records acknowledged before the kill to test"
+        shut_down(server.go())
     on_disk = consumed(log_dir)
     missing = {k: v for k, v in acks.records.items() if on_disk.get(k) != v}
     assert missing == {}, f"{len(missing)} of {len(acks.records)} acknowledged records lost"

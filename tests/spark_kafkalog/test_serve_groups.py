@@ -26,7 +26,6 @@ from broker_embedded.record.records import iter_batches
 from tests.broker_embedded.coordinator._offsets_fixture import copy_log_dir, java_dump
 from tests.broker_embedded.server._groups import consumer_config, poll_until
 from tests.spark_kafkalog._serve_proc import ServeProcess
-from tests.spark_kafkalog.test_serve import run_kafkalog
 
 pytest.importorskip("kio", reason="kafkalog serve needs kio (Python 3.11+)")
 confluent_kafka = pytest.importorskip("confluent_kafka")
@@ -41,8 +40,22 @@ CONSUMED = 12  # records the first consumer processes before committing
 TIMEOUT_S = 60.0
 
 
-def serve(log_dir: Path, tmp_path: Path, brokers: int = 1) -> ServeProcess:
-    return ServeProcess(log_dir, brokers=brokers, stderr=tmp_path / "serve.log")
+# a group's first join is not held for Kafka's default 3 s (as in Kafka's own integration
+# tests): every consumer here joins an empty group, alone
+BROKER_TOML = '[broker]\n"group.initial.rebalance.delay.ms" = 0\n'
+
+
+def serve(log_dir: Path, tmp_path: Path, brokers: int = 1, held: bool = False) -> ServeProcess:
+    config = tmp_path / "broker.toml"
+    config.write_text(BROKER_TOML)
+    return ServeProcess(log_dir, "--broker-config", config, brokers=brokers,
+                        stderr=tmp_path / "serve.log", held=held)  # fmt: skip
+
+
+def create_topic(cli, log_dir: Path) -> None:
+    """``kafkalog topics create`` in this process (the ``cli`` fixture: no interpreter start)."""
+    code, _, err = cli("topics create --log-dir", log_dir, TOPIC, "--partitions", str(PARTITIONS))
+    assert code == 0, err
 
 
 def produce(bootstrap: str) -> None:
@@ -102,23 +115,22 @@ def written_lines(segment: Path) -> list[str]:
 
 
 @pytest.mark.parametrize("stop", ["sigterm", "sigkill"])
-def test_group_resumes_at_committed_offsets_after_restart(tmp_path: Path, stop: str) -> None:
+def test_group_resumes_at_committed_offsets_after_restart(tmp_path: Path, cli, stop: str) -> None:
     log_dir = tmp_path / "logs"
-    done = run_kafkalog("topics", "create", "--log-dir", log_dir, TOPIC,
-                        "--partitions", str(PARTITIONS))  # fmt: skip
-    assert done.returncode == 0, done.stderr
-    with serve(log_dir, tmp_path) as server:
+    create_topic(cli, log_dir)
+    # the server started again is started ahead, held until the first one is gone
+    with serve(log_dir, tmp_path) as server, serve(log_dir, tmp_path, held=True) as again:
         produce(server.bootstrap)
         committed = consume_and_commit(server.bootstrap)
         if stop == "sigterm":
             assert server.terminate() == 0
         else:
             server.kill()
-    assert sum(o for o in committed.values()) == CONSUMED
-    with serve(log_dir, tmp_path) as server:
+        assert sum(o for o in committed.values()) == CONSUMED
+        again.go()
         left = {p for p in range(PARTITIONS) if committed.get(p, 0) < PER_PARTITION}
-        fetched, first = resumed(server.bootstrap, left)
-        assert server.terminate() == 0
+        fetched, first = resumed(again.bootstrap, left)
+        assert again.terminate() == 0
     expected = {p: committed.get(p, 0) for p in left}
     assert first == expected
     assert fetched == {p: committed.get(p, -1001) for p in range(PARTITIONS)}  # -1001: none
@@ -179,14 +191,13 @@ def test_group_survives_stopping_its_coordinator(tmp_path: Path) -> None:
         assert server.terminate() == 0
 
 
-def test_groups_command_over_the_wire_prints_what_the_log_dir_shows(tmp_path: Path) -> None:
-    """``kafkalog groups list|describe --bootstrap-server`` on a running server, then
-    ``--log-dir`` on its log dir after shutdown: the same output, byte for byte (a group with
-    an active member holding every partition, and an Empty one)."""
+def test_groups_command_over_the_wire_prints_what_the_log_dir_shows(tmp_path: Path, cli) -> None:
+    """``kafkalog groups list|describe --bootstrap-server`` (in this process) on a running
+    server, then ``--log-dir`` on its log dir after shutdown: the same exit status, stdout and
+    stderr, byte for byte (a group with an active member holding every partition, and an Empty
+    one)."""
     log_dir = tmp_path / "logs"
-    done = run_kafkalog("topics", "create", "--log-dir", log_dir, TOPIC,
-                        "--partitions", str(PARTITIONS))  # fmt: skip
-    assert done.returncode == 0, done.stderr
+    create_topic(cli, log_dir)
     commands = [("list",), ("describe",), ("describe", "--group", GROUP)]
     with serve(log_dir, tmp_path) as server:
         produce(server.bootstrap)
@@ -197,17 +208,16 @@ def test_groups_command_over_the_wire_prints_what_the_log_dir_shows(tmp_path: Pa
             seen: list[int] = []
             poll_until([active], lambda: len(seen) >= 5, lambda _, m: seen.append(m.offset()))
             active.commit(asynchronous=False)
-            wire = [run_kafkalog("groups", *c, "--bootstrap-server", server.bootstrap)
-                    for c in commands]  # fmt: skip
+            wire = [cli("groups", *c, "--bootstrap-server", server.bootstrap) for c in commands]
             assert server.terminate() == 0
         finally:
             active.close()
-    local = [run_kafkalog("groups", *c, "--log-dir", log_dir) for c in commands]
-    for w, d in zip(wire, local, strict=True):
-        assert (w.returncode, w.stdout, w.stderr) == (d.returncode, d.stdout, d.stderr)
-    assert wire[0].stdout == f"active\n{GROUP}\n"
-    rows = [line.split() for line in wire[1].stdout.splitlines() if line.startswith("active ")]
+    local = [cli("groups", *c, "--log-dir", log_dir) for c in commands]
+    for w, d in zip(wire, local, strict=True):  # (exit status, stdout, stderr)
+        assert w == d
+    assert wire[0][1] == f"active\n{GROUP}\n"
+    rows = [line.split() for line in wire[1][1].splitlines() if line.startswith("active ")]
     assert [(r[1], r[2], r[4], r[7], r[8]) for r in rows] == [
         (TOPIC, str(p), str(PER_PARTITION), "/127.0.0.1", "busy") for p in range(PARTITIONS)
     ]
-    assert f"Consumer group '{GROUP}' has no active members." in wire[2].stderr
+    assert f"Consumer group '{GROUP}' has no active members." in wire[2][2]

@@ -141,22 +141,29 @@ def spark_rows(spark, log_dir: Path, isolation: str) -> list[tuple[int, bytes]]:
 
 
 class Server:
-    """``kafkalog serve`` on the test's log dir, killed and started again on demand."""
+    """``kafkalog serve`` on the test's log dir, killed and started again on demand (by a
+    process started ahead, held until then: see ServeProcess)."""
 
     def __init__(self, tmp_path: Path) -> None:
         self.log_dir = tmp_path / "logs"
         self.config = tmp_path / "broker.toml"
         self.config.write_text(BROKER_TOML)
         self.stderr = tmp_path / "serve.log"
-        self.proc = self._start()
+        self.proc = self._process(held=False)
+        self._next = self._process(held=True)
 
-    def _start(self) -> ServeProcess:
-        return ServeProcess(self.log_dir, "--broker-config", self.config, stderr=self.stderr)
+    def _process(self, held: bool) -> ServeProcess:
+        return ServeProcess(self.log_dir, "--broker-config", self.config, stderr=self.stderr,
+                            held=held)  # fmt: skip
 
     def kill_and_restart(self) -> None:
         self.proc.kill()
         self.proc.close()
-        self.proc = self._start()
+        self.proc, self._next = self._next.go(), self._process(held=True)
+
+    def close(self) -> None:
+        self.proc.close()
+        self._next.close()
 
 
 def kill_loops(server: Server, rng: random.Random, tmp_path: Path) -> tuple[int, int]:
@@ -204,7 +211,7 @@ def test_killed_transactional_loop_transforms_every_record_exactly_once(tmp_path
         got = committed_values(server.proc.bootstrap, "out", PARTITIONS)
         assert server.proc.terminate() == 0
     finally:
-        server.proc.close()
+        server.close()
     assert (kills, server_kills) == (KILLS, KILLS // SERVER_KILL_EVERY if SERVER_KILLS else 0)
     assert len(got) == len(expected), f"seed {SEED}: {len(got)} records, not {len(expected)}"
     assert got == expected, f"seed {SEED}"
@@ -278,24 +285,29 @@ def test_a_server_killed_between_end_txn_and_its_markers_keeps_the_offsets(tmp_p
     monkeypatch.setenv(HOLD_MARKERS_ENV, "1")  # this first server writes no marker
     server = ServeProcess(log_dir, "--broker-config", config, stderr=tmp_path / "serve.log")
     monkeypatch.delenv(HOLD_MARKERS_ENV)
-    try:
-        create_input(server.bootstrap)
-        positions, produced = transform_once(server.bootstrap, "held", 100)
-        port = server.ports[0]
-        unstable = {p: (-1, 88 if p in positions else 0) for p in range(PARTITIONS)}
-        assert offset_fetch(port, "held", "in", PARTITIONS) == unstable  # UNSTABLE_OFFSET_COMMIT
-        server.kill()
-    finally:
-        server.close()
-    offsets_dirs = list(log_dir.glob("__consumer_offsets-*"))
-    assert not any(b.is_control for d in offsets_dirs
-                   for b in log_batches(log_dir, *d.name.rsplit("-", 1)))  # fmt: skip
-    group = load_log_dir(LogDir(log_dir)).groups["held"]
-    assert group.offsets == ()
-    ((_, undecided),) = group.pending.items()
-    assert {c.partition: c.offset for c in undecided} == positions
+    # the server started again after the kill, held until then (and without the hook)
+    again = ServeProcess(log_dir, "--broker-config", config, stderr=tmp_path / "serve.log",
+                         held=True)  # fmt: skip
+    with again:
+        try:
+            create_input(server.bootstrap)
+            positions, produced = transform_once(server.bootstrap, "held", 100)
+            port = server.ports[0]
+            # 88: UNSTABLE_OFFSET_COMMIT
+            unstable = {p: (-1, 88 if p in positions else 0) for p in range(PARTITIONS)}
+            assert offset_fetch(port, "held", "in", PARTITIONS) == unstable
+            server.kill()
+        finally:
+            server.close()
+        offsets_dirs = list(log_dir.glob("__consumer_offsets-*"))
+        assert not any(b.is_control for d in offsets_dirs
+                       for b in log_batches(log_dir, *d.name.rsplit("-", 1)))  # fmt: skip
+        group = load_log_dir(LogDir(log_dir)).groups["held"]
+        assert group.offsets == ()
+        ((_, undecided),) = group.pending.items()
+        assert {c.partition: c.offset for c in undecided} == positions
 
-    with ServeProcess(log_dir, "--broker-config", config, stderr=tmp_path / "serve.log") as again:
+        again.go()
         committed = {p: positions.get(p, -1001) for p in range(PARTITIONS)}  # -1001: none
         assert committed_by_confluent(again.bootstrap, "held") == committed
         assert offset_fetch(again.ports[0], "held", "in", PARTITIONS) == {
