@@ -9,13 +9,16 @@ beside the driver; the reader object is then pickled with each task to the execu
   the options (kafka_offset_reader.py: log start offset, high watermark or last stable offset,
   timestamps, data-loss checks), narrowed by the pushed filters (pushed_filters.py), cut by
   ``maxBytesPerPartition``, ``maxRecordsPerPartition`` and ``minPartitions``
-  (offset_range.py); one :class:`KafkaInputPartition` per piece. No data read, nothing empty.
-  With ``view=latest`` (latest_view.py) a topic partition is never cut, nor narrowed by pushed
-  filters (a filter on the view's rows is not a filter on the records it is computed from), and
-  ``read`` returns its latest record per key.
+  (offset_range.py); the pieces packed into tasks by bytes (``packBytesPerPartition``,
+  ``packOpenCostInBytes``; range_packing.py): a :class:`KafkaInputPartition` per task of one
+  piece, a :class:`PackedInputPartition` of several, each task's descriptor carrying the
+  checkpoint entries of its partitions (kafka_input_partition.py). No data read, nothing
+  empty. With ``view=latest`` (latest_view.py) a topic partition is never cut, nor narrowed by
+  pushed filters (a filter on the view's rows is not a filter on the records it is computed
+  from), whole partitions are packed, and ``read`` returns its latest record per key.
 - ``read(partition)`` is a generator of Arrow record batches whose schema is exactly the declared
-  one (offset_range_reader.py); the batches of a fetch come straight from the columnar decoder
-  (up to its ``max_rows_per_batch`` rows each).
+  one (offset_range_reader.py), the task's ranges one after the other; the batches of a fetch
+  come straight from the columnar decoder (up to its ``max_rows_per_batch`` rows each).
 - ``pushFilters`` (only called with ``spark.sql.python.filterPushdown.enabled=true``) returns
   every filter, for Spark to evaluate, and, with the option ``narrowByFilters=true``, records
   the limits they set on topics, partitions, offsets and timestamps (pushed_filters.py), which

@@ -24,7 +24,8 @@ by the rule of Spark's ``FilePartition.getFilePartitions``:
   dropped: every range is then a task of its own, as without packing, so ``minPartitions``
   keeps Spark's meaning (at least that many tasks).
 
-``max_bytes=0`` turns packing off: one task per range. Ranges of one topic partition (cut by
+A task's ranges keep their plan order (topic, partition, offsets); tasks come in Spark's order
+(the one holding the largest range first). ``max_bytes=0`` turns packing off: one task per range. Ranges of one topic partition (cut by
 bytes or records) may share a task or not; a task reads its ranges in turn. Whole-partition
 ranges (the latest view's) pack without harm: a key's versions stay in one range. Values are
 frozen; :meth:`RangePacker.pack` is a pure function of its arguments.
@@ -69,8 +70,8 @@ class RangePacker:
         sizes = [_estimated(r, bytes_of(r)) for r in ranges]
         target = self._target(sum(sizes) + self.open_cost * len(ranges))
         order = sorted(range(len(ranges)), key=lambda i: -sizes[i])
-        tasks: list[list[OffsetRange]] = []
-        current: list[OffsetRange] = []
+        tasks: list[list[int]] = []
+        current: list[int] = []
         used = records = 0
         for i in order:
             r = ranges[i]
@@ -80,13 +81,13 @@ class RangePacker:
             if current and full:
                 tasks.append(current)
                 current, used, records = [], 0, 0
-            current.append(r)
+            current.append(i)
             used += sizes[i] + self.open_cost
             records += r.size
         tasks.append(current)
         if self.min_partitions is not None and len(tasks) < min(self.min_partitions, len(ranges)):
             return [[r] for r in ranges]
-        return tasks
+        return [[ranges[i] for i in sorted(task)] for task in tasks]
 
     def _target(self, total_cost: int) -> int:
         if self.min_partitions is None:
