@@ -18,7 +18,9 @@ entries; a malformed one is a :class:`CheckpointError`. How a partition's offset
 them, including the last stable offset (from the producer snapshots and batches in the partition
 directory), is in partition_reader.py, and how a fetch is bounded by isolation in local_log.py
 (the reader the broker's log uses too): callers open a partition and call its ``fetch``, keeping
-the view for their reads (its LSO is computed once per view).
+the view for their reads (its LSO is computed once per view). :func:`open_partition_with` opens
+one partition with checkpoint entries read earlier (``PartitionCheckpoints``, e.g. by a planner
+in another process), reading neither the checkpoint files nor the log dir's listing.
 
 What is a log dir: a directory holding ``meta.properties`` or at least one partition directory
 (:func:`is_log_dir`). :func:`check_log_dir` refuses anything else (a missing path, a file, an
@@ -122,7 +124,7 @@ class PartitionCheckpoints:
     """What the log dir's checkpoint files say of one partition (``None``: no entry): its
     high watermark, log start offset and recovery point, as :meth:`LogDir.open_partition` hands
     them to the read-only view. Small and picklable: a planner that read the files once gives
-    them to the tasks that open the partition (:meth:`LogDir.open_partition_with`)."""
+    them to the tasks that open the partition (:func:`open_partition_with`)."""
 
     high_watermark: int | None
     log_start_offset: int | None

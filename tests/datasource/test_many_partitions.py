@@ -22,6 +22,8 @@ from datasource.errors import DataLossError, InvalidOptionError
 from datasource.kafka_batch_reader import KafkaBatchReader
 from datasource.kafka_input_partition import KafkaInputPartition, PackedInputPartition, ranges_of
 from datasource.kafka_source_options import KafkaSourceOptions
+from datasource.offset_range import OffsetRange
+from datasource.range_packing import ESTIMATED_BYTES_PER_OFFSET, RangePacker
 from tests.datasource.conftest import ReadSource
 
 SMALL_TOPICS = 3
@@ -105,7 +107,7 @@ def test_tasks_carry_their_partitions_checkpoint_entries(many_log_dir: Path) -> 
     for task in tasks:
         parts = ranges_of(task)
         planned = dict(parts[0].source.planned)  # type: ignore[attr-defined]
-        assert sorted(planned) == sorted({(p.topic_partition) for p in parts})
+        assert sorted(planned) == sorted({p.offset_range.topic_partition for p in parts})
         assert all(c.high_watermark == SMALL_RECORDS for c in planned.values())
         assert all(p.source is parts[0].source for p in parts)  # one descriptor per task
 
@@ -151,7 +153,7 @@ def test_data_loss_inside_a_packed_task_names_the_partition(many_log_dir: Path, 
     task = reader.partitions()[3]
     assert isinstance(task, PackedInputPartition)
     victim: KafkaInputPartition = task.parts[2]
-    for log in (copy / victim.topic_partition.dir_name).glob("*.log"):
+    for log in (copy / victim.offset_range.topic_partition.dir_name).glob("*.log"):
         log.write_bytes(b"")  # truncated after planning
     with pytest.raises(
         DataLossError,
@@ -159,3 +161,33 @@ def test_data_loss_inside_a_packed_task_names_the_partition(many_log_dir: Path, 
         rf"\[0, {SMALL_RECORDS}\) of the planned range .* high watermark is now 0",
     ):
         list(reader.read(task))  # fmt: skip
+
+
+# -- the packing rule alone ----------------------------------------------------------------------
+
+
+def _r(partition: int, size: int) -> OffsetRange:
+    return OffsetRange("t", partition, 0, size)
+
+
+def test_packer_follows_sparks_next_fit_largest_first() -> None:
+    sizes = {0: 10, 1: 70, 2: 30, 3: 50, 4: 20}
+    packer = RangePacker(max_bytes=100, open_cost=5)
+    tasks = packer.pack([_r(p, 1) for p in sizes], lambda r: sizes[r.partition])
+    # 70; 50 + 30 (55 + 30 <= 100); 20 + 10 (25 + 10): plan order inside a task
+    assert [[r.partition for r in t] for t in tasks] == [[1], [2, 3], [0, 4]]
+    assert RangePacker(max_bytes=0).pack([_r(0, 1), _r(1, 1)], lambda r: 1) == [
+        [_r(0, 1)], [_r(1, 1)]]  # fmt: skip
+
+
+def test_packer_estimates_unknown_bytes_by_offsets() -> None:
+    packer = RangePacker(max_bytes=4 * ESTIMATED_BYTES_PER_OFFSET, open_cost=0)
+    tasks = packer.pack([_r(p, 2) for p in range(4)], lambda r: None)
+    assert [len(t) for t in tasks] == [2, 2]
+
+
+def test_packer_keeps_min_partitions_and_max_records() -> None:
+    ranges = [_r(p, 10) for p in range(8)]
+    assert len(RangePacker(100, 0, min_partitions=4).pack(ranges, lambda r: 10)) == 4
+    assert len(RangePacker(100, 50, min_partitions=8).pack(ranges, lambda r: 10)) == 8
+    assert len(RangePacker(1000, 0, max_records=30).pack(ranges, lambda r: 10)) == 3
