@@ -39,15 +39,8 @@ ROOT = HERE.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(HERE))
 
+import _spark_common as common  # noqa: E402
 import numpy as np  # noqa: E402
-from _spark_common import (  # noqa: E402
-    ALPHABET,
-    BASE_TIMESTAMP,
-    _fixed_width,
-    _keys,
-    cpu_model,
-    start_spark,
-)
 
 from broker_embedded.record import columnar_encoder  # noqa: E402
 from broker_embedded.storage.offset_checkpoint import (  # noqa: E402
@@ -76,10 +69,11 @@ def _no_fsync():
 def build(log_dir: Path, topics: int, partitions: int, records: int) -> int:
     """The log dir of the module docstring; its bytes of records."""
     rng = np.random.default_rng(42)
-    values = ALPHABET[rng.integers(0, len(ALPHABET), records * VALUE_BYTES, dtype=np.uint8)]
-    ts = np.arange(BASE_TIMESTAMP, BASE_TIMESTAMP + records, dtype=np.int64)
+    alphabet = common.ALPHABET
+    values = alphabet[rng.integers(0, len(alphabet), records * VALUE_BYTES, dtype=np.uint8)]
+    ts = np.arange(common.BASE_TIMESTAMP, common.BASE_TIMESTAMP + records, dtype=np.int64)
     encoded = columnar_encoder.encode_batches(
-        _keys(np.arange(records)), _fixed_width(records, VALUE_BYTES, values), ts,
+        common._keys(np.arange(records)), common._fixed_width(records, VALUE_BYTES, values), ts,
         max_batch_bytes=1 << 20,
     )  # fmt: skip
     batches = bytes(encoded.data)
@@ -122,7 +116,7 @@ def main() -> None:
         t0 = time.perf_counter()
         size = build(tmp / "logdir", args.topics, args.partitions, args.records)
         built = time.perf_counter() - t0
-        spark = start_spark("many-partitions", args.master, 2, "2g", "ERROR")
+        spark = common.start_spark("many-partitions", args.master, 2, "2g", "ERROR")
         load_before = os.getloadavg()
         results = {name: run(spark, tmp / "logdir", opts) for name, opts in CONFIGS.items()}
         load_after = os.getloadavg()
@@ -132,7 +126,7 @@ def main() -> None:
     n = args.topics * args.partitions
     print(f"\n{args.topics} topics x {args.partitions} partitions x {args.records} records "
           f"({n * args.records:,} rows, {size / 1e6:.1f} MB of batches; built in {built:.1f} s), "
-          f"{args.master}, {cpu_model()}, load average {load_before[0]:.1f} before, "
+          f"{args.master}, {common.cpu_model()}, load average {load_before[0]:.1f} before, "
           f"{load_after[0]:.1f} after\n")  # fmt: skip
     print("| read | tasks | plan (s) | count (s) | rows |")
     print("|---|---:|---:|---:|---:|")
