@@ -25,10 +25,11 @@ by the rule of Spark's ``FilePartition.getFilePartitions``:
   keeps Spark's meaning (at least that many tasks).
 
 A task's ranges keep their plan order (topic, partition, offsets); tasks come in Spark's order
-(the one holding the largest range first). ``max_bytes=0`` turns packing off: one task per range. Ranges of one topic partition (cut by
-bytes or records) may share a task or not; a task reads its ranges in turn. Whole-partition
-ranges (the latest view's) pack without harm: a key's versions stay in one range. Values are
-frozen; :meth:`RangePacker.pack` is a pure function of its arguments.
+(the one holding the largest range first). ``max_bytes=0`` turns packing off: one task per
+range. Ranges of one topic partition (cut by bytes or records) may share a task or not; a task
+reads its ranges in turn. Whole-partition ranges (the latest view's) pack without harm: a key's
+versions stay in one range. Values are frozen; :meth:`RangePacker.pack` is a pure function of
+its arguments.
 """
 
 from __future__ import annotations
