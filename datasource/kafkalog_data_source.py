@@ -135,17 +135,20 @@ class KafkaLogDataSource(DataSource):
         skewed partition spreads over several tasks. Applied before the two options above.
     ``packBytesPerPartition`` (default ``128m``; Spark's ``spark.sql.files.maxPartitionBytes``)
         Small ranges are packed into one Spark task, as Spark's file sources pack small files
-        (Spark's Python data source pays tens of milliseconds per task whatever it reads): the
-        ranges, largest first, fill a task while its bytes stay within this size, each range
-        counting its bytes of the log plus ``packOpenCostInBytes``; a range is never cut by
-        this (``maxBytesPerPartition`` cuts). Over ``kafka.bootstrap.servers`` a range's bytes
-        are unknown and counted as 1 KiB per offset. With ``minPartitions`` the task size is at
-        most the total / ``minPartitions`` and a packing into fewer tasks is not made; with
-        ``maxRecordsPerPartition`` a task holds at most that many offsets. ``0``: one task
-        per range. Whole partitions are packed under ``view=latest`` too.
+        (Spark's Python data source pays tens of milliseconds per task whatever it reads). Only
+        ranges smaller than ``packOpenCostInBytes`` are small: a larger one stays a task of its own
+        (one task per topic partition, as Spark's Kafka source plans), so packing never takes
+        parallelism from partitions of real size. The small ranges, largest first, fill a task while
+        its bytes stay within this size, each range counting its bytes of the log plus
+        ``packOpenCostInBytes``; a range is never cut by this (``maxBytesPerPartition`` cuts). Over
+        ``kafka.bootstrap.servers`` a range's bytes are unknown and counted as 1 KiB per offset.
+        With ``minPartitions`` the task size is at most the total / ``minPartitions`` and a packing
+        into fewer tasks is not made; with ``maxRecordsPerPartition`` a task holds at most that many
+        offsets. ``0``: one task per range. Whole partitions are packed under ``view=latest`` too.
     ``packOpenCostInBytes`` (default ``4m``; Spark's ``spark.sql.files.openCostInBytes``)
-        What opening one range costs, counted in bytes: 10,000 ranges of a few records make
-        about 313 tasks with the defaults.
+        What opening one range costs, counted in bytes, and the size below which a range is
+        packed: 10,000 ranges of a few records make about 313 tasks with the defaults. ``0``:
+        no range is small, one task per range.
     ``kafka.isolation.level`` (default ``read_uncommitted``)
         ``read_committed`` reads up to the last stable offset and skips aborted transactions.
     ``kafka.max.partition.fetch.bytes`` (default ``1048576``)

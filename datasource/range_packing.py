@@ -15,7 +15,11 @@ by the rule of Spark's ``FilePartition.getFilePartitions``:
   ``min_partitions``, ``min(max_bytes, max(open_cost, total cost / min_partitions))`` (Spark's
   ``bytesPerCore``, with ``minPartitions`` for the cores: the planner cannot see Spark's
   parallelism);
-- the ranges, largest first (ties in plan order), fill the current task while its bytes so far
+- only small ranges are packed: a range of at least ``open_cost`` bytes costs more to read
+  than to open and stays a task of its own, one task per topic partition as in Spark's Kafka
+  connector, so packing never takes parallelism from partitions of real size (the planner
+  cannot see Spark's cores to spread them as ``bytesPerCore`` does);
+- the small ranges, largest first (ties in plan order), fill the current task while its bytes so far
   plus the next range's bytes stay within the task size (Spark's next-fit; a range larger than
   the task size is a task alone: ranges are never cut here, ``maxBytesPerPartition`` cuts them);
   with ``max_records`` (``maxRecordsPerPartition``) a task also holds at most that many
@@ -76,6 +80,9 @@ class RangePacker:
         used = records = 0
         for i in order:
             r = ranges[i]
+            if sizes[i] >= self.open_cost:  # costs more to read than to open: alone
+                tasks.append([i])
+                continue
             full = used + sizes[i] > target or (
                 self.max_records is not None and records + r.size > self.max_records
             )
@@ -85,7 +92,8 @@ class RangePacker:
             current.append(i)
             used += sizes[i] + self.open_cost
             records += r.size
-        tasks.append(current)
+        if current:
+            tasks.append(current)
         if self.min_partitions is not None and len(tasks) < min(self.min_partitions, len(ranges)):
             return [[r] for r in ranges]
         return [[ranges[i] for i in sorted(task)] for task in tasks]

@@ -171,23 +171,27 @@ def _r(partition: int, size: int) -> OffsetRange:
 
 
 def test_packer_follows_sparks_next_fit_largest_first() -> None:
-    sizes = {0: 10, 1: 70, 2: 30, 3: 50, 4: 20}
-    packer = RangePacker(max_bytes=100, open_cost=5)
+    sizes = {0: 10, 1: 70, 2: 30, 3: 50, 4: 20, 5: 80}
+    packer = RangePacker(max_bytes=200, open_cost=80)
     tasks = packer.pack([_r(p, 1) for p in sizes], lambda r: sizes[r.partition])
-    # 70; 50 + 30 (55 + 30 <= 100); 20 + 10 (25 + 10): plan order inside a task
-    assert [[r.partition for r in t] for t in tasks] == [[1], [2, 3], [0, 4]]
+    # 80 is not small (>= the open cost): alone; then 70 + 50 (150 + 50 <= 200); 30 + 20
+    # (110 + 20); 10: plan order inside a task
+    assert [[r.partition for r in t] for t in tasks] == [[5], [1, 3], [2, 4], [0]]
     assert RangePacker(max_bytes=0).pack([_r(0, 1), _r(1, 1)], lambda r: 1) == [
+        [_r(0, 1)], [_r(1, 1)]]  # fmt: skip
+    assert RangePacker(open_cost=0).pack([_r(0, 1), _r(1, 1)], lambda r: 1) == [
         [_r(0, 1)], [_r(1, 1)]]  # fmt: skip
 
 
 def test_packer_estimates_unknown_bytes_by_offsets() -> None:
-    packer = RangePacker(max_bytes=4 * ESTIMATED_BYTES_PER_OFFSET, open_cost=0)
+    e = ESTIMATED_BYTES_PER_OFFSET
+    packer = RangePacker(max_bytes=12 * e, open_cost=4 * e)
     tasks = packer.pack([_r(p, 2) for p in range(4)], lambda r: None)
     assert [len(t) for t in tasks] == [2, 2]
 
 
 def test_packer_keeps_min_partitions_and_max_records() -> None:
     ranges = [_r(p, 10) for p in range(8)]
-    assert len(RangePacker(100, 0, min_partitions=4).pack(ranges, lambda r: 10)) == 4
+    assert len(RangePacker(100, 11, min_partitions=4).pack(ranges, lambda r: 10)) == 4
     assert len(RangePacker(100, 50, min_partitions=8).pack(ranges, lambda r: 10)) == 8
-    assert len(RangePacker(1000, 0, max_records=30).pack(ranges, lambda r: 10)) == 3
+    assert len(RangePacker(1000, 11, max_records=30).pack(ranges, lambda r: 10)) == 3
