@@ -9,13 +9,16 @@ beside the driver; the reader object is then pickled with each task to the execu
   the options (kafka_offset_reader.py: log start offset, high watermark or last stable offset,
   timestamps, data-loss checks), narrowed by the pushed filters (pushed_filters.py), cut by
   ``maxBytesPerPartition``, ``maxRecordsPerPartition`` and ``minPartitions``
-  (offset_range.py); one :class:`KafkaInputPartition` per piece. No data read, nothing empty.
-  With ``view=latest`` (latest_view.py) a topic partition is never cut, nor narrowed by pushed
-  filters (a filter on the view's rows is not a filter on the records it is computed from), and
-  ``read`` returns its latest record per key.
+  (offset_range.py); the pieces packed into tasks by bytes (``packBytesPerPartition``,
+  ``packOpenCostInBytes``; range_packing.py): a :class:`KafkaInputPartition` per task of one
+  piece, a :class:`PackedInputPartition` of several, each task's descriptor carrying the
+  checkpoint entries of its partitions (kafka_input_partition.py). No data read, nothing
+  empty. With ``view=latest`` (latest_view.py) a topic partition is never cut, nor narrowed by
+  pushed filters (a filter on the view's rows is not a filter on the records it is computed
+  from), whole partitions are packed, and ``read`` returns its latest record per key.
 - ``read(partition)`` is a generator of Arrow record batches whose schema is exactly the declared
-  one (offset_range_reader.py); the batches of a fetch come straight from the columnar decoder
-  (up to its ``max_rows_per_batch`` rows each).
+  one (offset_range_reader.py), the task's ranges one after the other; the batches of a fetch
+  come straight from the columnar decoder (up to its ``max_rows_per_batch`` rows each).
 - ``pushFilters`` (only called with ``spark.sql.python.filterPushdown.enabled=true``) returns
   every filter, for Spark to evaluate, and, with the option ``narrowByFilters=true``, records
   the limits they set on topics, partitions, offsets and timestamps (pushed_filters.py), which
@@ -44,8 +47,7 @@ from collections.abc import Iterator, Sequence
 
 from pyspark.sql.datasource import DataSourceReader, Filter, InputPartition
 
-from broker_embedded.storage.fetch_source import FetchSourceDescriptor
-from datasource.kafka_input_partition import KafkaInputPartition
+from datasource.kafka_input_partition import KafkaInputPartition, plan_tasks, ranges_of
 from datasource.kafka_offset_reader import KafkaOffsetReader, source_of
 from datasource.kafka_source_options import KafkaSourceOptions
 from datasource.offset_range import OffsetRange, OffsetRangeCalculator
@@ -90,47 +92,49 @@ class KafkaBatchReader(DataSourceReader):
         return list(filters)
 
     def offset_ranges(self) -> list[OffsetRange]:
-        """The planned ranges, one per Spark partition."""
-        return self._plan()[1]
+        """The planned ranges, before they are packed into tasks."""
+        with KafkaOffsetReader(source_of(self.options), self.options.isolation_level) as offsets:
+            return self._ranges(offsets)
 
-    def _plan(self) -> tuple[FetchSourceDescriptor, list[OffsetRange]]:
-        """The source (its descriptor) and the planned ranges."""
+    def _ranges(self, offsets: KafkaOffsetReader) -> list[OffsetRange]:
+        """The planned ranges, cut for Spark (not yet packed)."""
         opts = self.options
         assert opts.ending is not None, "a batch query has ending offsets"
         calculator = OffsetRangeCalculator(
             opts.min_partitions, opts.max_records_per_partition, opts.max_bytes_per_partition
         )
-        if opts.latest_view:  # one task per partition, the whole range (latest_view.py)
+        if opts.latest_view:  # one range per partition, the whole range (latest_view.py)
             calculator = OffsetRangeCalculator()
-        with KafkaOffsetReader(source_of(opts), opts.isolation_level) as offsets:
-            ranges = offsets.offset_ranges(
-                opts.starting,
-                opts.ending,
-                offsets.partitions(opts.subscription),
-                fail_on_data_loss=opts.fail_on_data_loss,
-                strategy=opts.starting_strategy,
-            )
-            if not opts.latest_view:
-                ranges = self.pushed.narrow(ranges, offsets.offset_for_timestamp)
-            return offsets.descriptor, calculator.ranges(ranges, offsets.byte_cuts)
+        ranges = offsets.offset_ranges(
+            opts.starting,
+            opts.ending,
+            offsets.partitions(opts.subscription),
+            fail_on_data_loss=opts.fail_on_data_loss,
+            strategy=opts.starting_strategy,
+        )
+        if not opts.latest_view:
+            ranges = self.pushed.narrow(ranges, offsets.offset_for_timestamp)
+        return calculator.ranges(ranges, offsets.byte_cuts)
 
-    def partitions(self) -> list[KafkaInputPartition]:  # type: ignore[override]
-        source, ranges = self._plan()
-        parts = KafkaInputPartition.for_ranges(source, ranges, self.options)
+    def partitions(self) -> list[InputPartition]:  # type: ignore[override]
+        as_read = list
         if self.options.latest_view:
             from datasource.latest_view import latest_partitions  # numba: executors only
 
-            return latest_partitions(parts, self.options)
-        return parts
+            def as_read(parts: list[KafkaInputPartition]) -> list[KafkaInputPartition]:
+                return latest_partitions(parts, self.options)
+
+        with KafkaOffsetReader(source_of(self.options), self.options.isolation_level) as offsets:
+            return plan_tasks(offsets, self._ranges(offsets), self.options, as_read)  # type: ignore[return-value]
 
     def read(self, partition: InputPartition) -> Iterator:
-        if not isinstance(partition, KafkaInputPartition):
-            return  # Spark's placeholder partition of an empty plan
         if self.options.latest_view:
             from datasource.latest_view import read_latest  # numba: executors only
 
-            yield from read_latest(partition)  # type: ignore[arg-type]
+            for part in ranges_of(partition):
+                yield from read_latest(part)  # type: ignore[arg-type]
             return
         from datasource.offset_range_reader import read_offset_range  # numba: executors only
 
-        yield from read_offset_range(partition)
+        for part in ranges_of(partition):
+            yield from read_offset_range(part)

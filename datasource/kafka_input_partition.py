@@ -1,16 +1,23 @@
-"""What one Spark task of a ``kafkalog`` read gets: :class:`KafkaInputPartition`.
+"""What one Spark task of a ``kafkalog`` read gets: a :class:`KafkaInputPartition`, or a
+:class:`PackedInputPartition` of several read in turn.
 
-A small frozen value, pickled by Spark from the planner to an executor: the descriptor of the
-fetch source (``FetchSourceDescriptor``: for a log dir its absolute path, ``LogDirSource``),
-the topic partition and its planned offsets ``[start, end)``, and how to read them (isolation,
-headers, bytes per fetch, data-loss policy). It carries no state of the log: the executor opens
-the source from the descriptor itself (offset_range_reader.py), and under read_committed learns
-the aborted transactions from each fetch, as a Kafka consumer does.
+A :class:`KafkaInputPartition` is a small frozen value, pickled by Spark from the planner to an
+executor: the descriptor of the fetch source (``FetchSourceDescriptor``: for a log dir its
+absolute path, ``LogDirSource``, with the checkpoint entries the planner read for the task's
+partitions), the topic partition and its planned offsets ``[start, end)``, and how to read them
+(isolation, headers, bytes per fetch, data-loss policy). The executor opens the source from the
+descriptor itself (offset_range_reader.py), and under read_committed learns the aborted
+transactions from each fetch, as a Kafka consumer does.
+
+:func:`plan_tasks` packs the planned ranges into tasks (range_packing.py): a task of one range
+is its :class:`KafkaInputPartition`, a task of several a :class:`PackedInputPartition` of them
+(frozen too, their descriptors shared, so pickled once); :func:`ranges_of` gives the ranges of
+either, which the readers read one after the other with the same per-range code.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -20,6 +27,7 @@ from broker_embedded.storage.fetch_source import FetchSourceDescriptor
 from datasource.offset_range import OffsetRange
 
 if TYPE_CHECKING:
+    from datasource.kafka_offset_reader import KafkaOffsetReader
     from datasource.kafka_source_options import KafkaSourceOptions
 
 
@@ -52,3 +60,34 @@ class KafkaInputPartition(InputPartition):
     @property
     def offset_range(self) -> OffsetRange:
         return OffsetRange(self.topic, self.partition, self.start, self.end)
+
+
+@dataclass(frozen=True)
+class PackedInputPartition(InputPartition):
+    """Several planned ranges that one Spark task reads in turn (range_packing.py)."""
+
+    parts: tuple[KafkaInputPartition, ...]
+
+
+def ranges_of(partition: InputPartition) -> tuple[KafkaInputPartition, ...]:
+    """The ranges a task reads: none for Spark's placeholder partition of an empty plan."""
+    if isinstance(partition, PackedInputPartition):
+        return partition.parts
+    return (partition,) if isinstance(partition, KafkaInputPartition) else ()
+
+
+def plan_tasks(
+    offsets: KafkaOffsetReader,
+    ranges: Sequence[OffsetRange],
+    options: KafkaSourceOptions,
+    as_read: Callable[[list[KafkaInputPartition]], Sequence[KafkaInputPartition]] = list,
+) -> list[KafkaInputPartition | PackedInputPartition]:
+    """The tasks of ``ranges``, packed as ``options`` say, each with a source descriptor for
+    its partitions (``offsets.task_source``); ``as_read`` turns a task's ranges into what is
+    read (the latest view's partitions)."""
+    tasks: list[KafkaInputPartition | PackedInputPartition] = []
+    for group in options.packer.pack(ranges, offsets.range_bytes):
+        source = offsets.task_source(sorted({r.topic_partition for r in group}))
+        parts = as_read(KafkaInputPartition.for_ranges(source, group, options))
+        tasks.append(parts[0] if len(parts) == 1 else PackedInputPartition(tuple(parts)))
+    return tasks

@@ -375,6 +375,20 @@ class KafkaOffsetReader:
         found = self.source.byte_cut(tp, start, end, max_bytes, min_one_batch=min_one_batch)
         return (max(start, end), 0) if found is None else (found.offset, found.size)
 
+    def range_bytes(self, r: OffsetRange) -> int | None:
+        """Bytes of the log that ``r`` spans (see :meth:`byte_cut`); ``None`` when the source
+        cannot tell bytes."""
+        found = self.source.byte_cut(r.topic_partition, r.start, r.end, INT64_MAX)
+        return None if found is None else found.size
+
+    def task_source(self, tps: Iterable[TopicPartition]) -> FetchSourceDescriptor:
+        """What a task reading ``tps`` opens: for a log dir, a descriptor carrying the
+        checkpoint entries of ``tps`` as planned (log_dir_fetch_source.py), so that the task
+        reads neither the log dir's listing nor its checkpoint files; otherwise the source's
+        descriptor."""
+        planned = getattr(self.source, "planned_source", None)
+        return self.descriptor if planned is None else planned(tps)
+
     def log_bytes(self, tp: TopicPartition, start: int, end: int) -> int:
         """Bytes of the log that ``[start, end)`` spans (see :meth:`byte_cut`)."""
         return self.byte_cut(tp, start, end, INT64_MAX)[1]

@@ -71,6 +71,7 @@ from datasource.offset_spec import (
     parse_timestamp,
     parse_timestamps,
 )
+from datasource.range_packing import DEFAULT_OPEN_COST, DEFAULT_PACK_BYTES, RangePacker
 from datasource.subscription import Assign, Subscribe, SubscribePattern, Subscription
 
 log = logging.getLogger(__name__)
@@ -86,7 +87,8 @@ BATCH_AND_STREAMING = (
     "path", "assign", "subscribe", "subscribePattern", "startingOffsets", "startingTimestamp",
     "startingOffsetsByTimestamp", "startingOffsetsByTimestampStrategy", "failOnDataLoss",
     "includeHeaders", "minPartitions", "maxRecordsPerPartition", "maxBytesPerPartition",
-    "kafka.isolation.level", "kafka.max.partition.fetch.bytes", "kafka.fetch.max.bytes",
+    "packBytesPerPartition", "packOpenCostInBytes", "kafka.isolation.level",
+    "kafka.max.partition.fetch.bytes", "kafka.fetch.max.bytes",
     "startingOffsetsByGroupFallback",
 )  # fmt: skip
 BATCH_ONLY = ("endingOffsets", "endingTimestamp", "endingOffsetsByTimestamp", "narrowByFilters")
@@ -187,6 +189,8 @@ class KafkaSourceOptions:
     min_partitions: int | None = None
     max_records_per_partition: int | None = None
     max_bytes_per_partition: int | None = None
+    pack_bytes: int = DEFAULT_PACK_BYTES
+    pack_open_cost: int = DEFAULT_OPEN_COST
     isolation_level: IsolationLevel = IsolationLevel.READ_UNCOMMITTED
     max_partition_fetch_bytes: int = DEFAULT_MAX_PARTITION_FETCH_BYTES
     fetch_max_bytes: int = DEFAULT_FETCH_MAX_BYTES
@@ -211,6 +215,15 @@ class KafkaSourceOptions:
     @property
     def read_committed(self) -> bool:
         return self.isolation_level == IsolationLevel.READ_COMMITTED
+
+    @property
+    def packer(self) -> RangePacker:
+        """How planned ranges are packed into tasks (range_packing.py); under the latest view,
+        whose splitting options are ignored, by bytes only."""
+        if self.latest_view:
+            return RangePacker(self.pack_bytes, self.pack_open_cost)
+        return RangePacker(self.pack_bytes, self.pack_open_cost, self.min_partitions,
+                           self.max_records_per_partition)  # fmt: skip
 
     @property
     def fetch_bytes(self) -> int:
@@ -241,6 +254,8 @@ class KafkaSourceOptions:
             min_partitions=_positive(raw, "minPartitions", INT32_MAX),
             max_records_per_partition=_positive(raw, "maxRecordsPerPartition", INT64_MAX),
             max_bytes_per_partition=_bytes(raw, "maxBytesPerPartition"),
+            pack_bytes=_bytes(raw, "packBytesPerPartition", DEFAULT_PACK_BYTES, minimum=0),
+            pack_open_cost=_bytes(raw, "packOpenCostInBytes", DEFAULT_OPEN_COST, minimum=0),
             isolation_level=_isolation(raw),
             max_partition_fetch_bytes=_positive(raw, "kafka.max.partition.fetch.bytes",
                                                 INT32_MAX, DEFAULT_MAX_PARTITION_FETCH_BYTES),
@@ -587,11 +602,14 @@ def _positive(
     return n
 
 
-def _bytes(raw: dict[str, str], name: str) -> int | None:
-    """A positive byte count: ``1048576``, or with a unit (``512k``, ``64m``, ``1g``, ``64MiB``)."""
+def _bytes(
+    raw: dict[str, str], name: str, default: int | None = None, *, minimum: int = 1
+) -> int | None:
+    """A byte count of at least ``minimum`` (1: positive): ``1048576``, or with a unit
+    (``512k``, ``64m``, ``1g``, ``64MiB``)."""
     value = _get(raw, name)
     if value is None:
-        return None
+        return default
     m = _SIZE.fullmatch(value)
     unit = _BYTE_UNITS.get(m.group(2).lower()) if m else None
     if m is None or unit is None:
@@ -600,8 +618,9 @@ def _bytes(raw: dict[str, str], name: str) -> int | None:
             "64m or 1g"
         )
     n = int(m.group(1)) * unit
-    if not 1 <= n <= INT64_MAX:
-        raise InvalidOptionError(f"option {name}={value!r} is invalid: must be positive")
+    if not minimum <= n <= INT64_MAX:
+        what = "positive" if minimum == 1 else f"at least {minimum}"
+        raise InvalidOptionError(f"option {name}={value!r} is invalid: must be {what}")
     return n
 
 

@@ -28,8 +28,9 @@ and the latest offsets for the progress report.
   planning of that batch reports it). Never returns an offset past the latest one.
 - ``partitions(start, end)``: one ``[start, end)`` per partition, cut like a batch read
   (``maxBytesPerPartition``, ``maxRecordsPerPartition``, ``minPartitions``; offset_range.py),
-  one :class:`KafkaInputPartition` per piece; ``read`` is the batch read's executor path
-  (offset_range_reader.py). Data loss, reported as ``failOnDataLoss`` says
+  the pieces packed into tasks as a batch read packs them (``packBytesPerPartition``,
+  ``packOpenCostInBytes``; range_packing.py); ``read`` is the batch read's executor path
+  (offset_range_reader.py), range after range. Data loss, reported as ``failOnDataLoss`` says
   (:class:`DataLossError` naming the partition and offsets, or a warning and what is there):
   offsets of ``start`` below the log start offset (retention, DeleteRecords), a partition that
   went away (a deleted topic), a new partition whose log no longer starts at 0, an end below the
@@ -111,7 +112,7 @@ from broker_embedded.storage.fetch_source import FetchSource, FetchSourceDescrip
 from broker_embedded.storage.topic_partition import TopicPartition
 from datasource.errors import KafkaSourceError
 from datasource.group_commit import check_can_commit, commit_group_offsets
-from datasource.kafka_input_partition import KafkaInputPartition
+from datasource.kafka_input_partition import plan_tasks, ranges_of
 from datasource.kafka_offset_reader import KafkaOffsetReader, report_data_loss, source_of
 from datasource.kafka_source_options import KafkaSourceOptions
 from datasource.offset_range import OffsetRange, OffsetRangeCalculator
@@ -416,13 +417,14 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         starts, ends = parse_offsets_json(start), parse_offsets_json(end)
         if starts == ends:
             return []
-        ranges, source = self._planning(lambda offsets: self._ranges(offsets, starts, ends))
-        return KafkaInputPartition.for_ranges(source, ranges, self.options)
+        return self._planning(
+            lambda offsets: plan_tasks(offsets, self._ranges(offsets, starts, ends), self.options)
+        )
 
     def _ranges(
         self, offsets: KafkaOffsetReader, starts: Offsets, ends: Offsets
-    ) -> tuple[list[OffsetRange], FetchSourceDescriptor]:
-        """The ranges of a batch from ``starts`` to ``ends``, cut for Spark, and the source."""
+    ) -> list[OffsetRange]:
+        """The ranges of a batch from ``starts`` to ``ends``, cut for Spark (not yet packed)."""
         opts = self.options
         fail = opts.fail_on_data_loss
         calculator = OffsetRangeCalculator(
@@ -441,7 +443,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             r = self._range(offsets, tp, starts.get(tp), ends[tp])
             if r is not None:
                 ranges.append(r)
-        return calculator.ranges(ranges, offsets.byte_cuts), offsets.descriptor
+        return calculator.ranges(ranges, offsets.byte_cuts)
 
     def _range(
         self, offsets: KafkaOffsetReader, tp: TopicPartition, begin: int | None, end: int
@@ -494,11 +496,10 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return OffsetRange(tp.topic, tp.partition, begin, end)
 
     def read(self, partition: InputPartition) -> Iterator:
-        if not isinstance(partition, KafkaInputPartition):
-            return  # Spark's placeholder partition of an empty plan
         from datasource.offset_range_reader import read_offset_range  # numba: executors only
 
-        yield from read_offset_range(partition)
+        for part in ranges_of(partition):
+            yield from read_offset_range(part)
 
     def commit(self, end: dict) -> None:
         """With ``commitOffsetsToGroup``, commit ``end`` to the group (module docstring);

@@ -125,14 +125,30 @@ class KafkaLogDataSource(DataSource):
     ``minPartitions`` (default: not set)
         About at least this many Spark partitions: large offset ranges are cut into equal pieces,
         in proportion to their size (Spark's rule, a hint: its rounding may give a few more or
-        fewer). Without it (and without the two options below) one Spark partition reads one
-        topic partition.
+        fewer). Without it (and without the two options below) one range reads one topic
+        partition (small ranges are then packed into tasks, ``packBytesPerPartition``).
     ``maxRecordsPerPartition`` (default: not set)
         At most this many offsets per Spark partition: larger ranges are cut into equal pieces.
     ``maxBytesPerPartition`` (default: not set; kafkalog's own)
         About this many bytes of the log per Spark partition (``1048576``, ``512k``, ``64m``,
         ``1g``): a range is cut at batch boundaries found through the offset index, so that a
         skewed partition spreads over several tasks. Applied before the two options above.
+    ``packBytesPerPartition`` (default ``128m``; Spark's ``spark.sql.files.maxPartitionBytes``)
+        Small ranges are packed into one Spark task, as Spark's file sources pack small files
+        (Spark's Python data source pays tens of milliseconds per task whatever it reads). Only
+        ranges smaller than ``packOpenCostInBytes`` are small: a larger one stays a task of its own
+        (one task per topic partition, as Spark's Kafka source plans), so packing never takes
+        parallelism from partitions of real size. The small ranges, largest first, fill a task while
+        its bytes stay within this size, each range counting its bytes of the log plus
+        ``packOpenCostInBytes``; a range is never cut by this (``maxBytesPerPartition`` cuts). Over
+        ``kafka.bootstrap.servers`` a range's bytes are unknown and counted as 1 KiB per offset.
+        With ``minPartitions`` the task size is at most the total / ``minPartitions`` and a packing
+        into fewer tasks is not made; with ``maxRecordsPerPartition`` a task holds at most that many
+        offsets. ``0``: one task per range. Whole partitions are packed under ``view=latest`` too.
+    ``packOpenCostInBytes`` (default ``4m``; Spark's ``spark.sql.files.openCostInBytes``)
+        What opening one range costs, counted in bytes, and the size below which a range is
+        packed: 10,000 ranges of a few records make about 313 tasks with the defaults. ``0``:
+        no range is small, one task per range.
     ``kafka.isolation.level`` (default ``read_uncommitted``)
         ``read_committed`` reads up to the last stable offset and skips aborted transactions.
     ``kafka.max.partition.fetch.bytes`` (default ``1048576``)
@@ -160,9 +176,10 @@ class KafkaLogDataSource(DataSource):
         whose latest record is a tombstone, nor for records without a key (counted in one
         warning per task). The same rows as ``groupBy("partition", "key")`` keeping the row of
         ``max("offset")`` without tombstones, computed by each task with the cleaner's offset map
-        (two reads of its range, memory bounded by ``view.mapSize``), without a shuffle. One
-        task per topic partition (``minPartitions``, ``maxRecordsPerPartition`` and
-        ``maxBytesPerPartition`` are ignored with a warning) and no narrowing by pushed filters.
+        (two reads of its range, memory bounded by ``view.mapSize``), without a shuffle. A topic
+        partition is never cut (``minPartitions``, ``maxRecordsPerPartition`` and
+        ``maxBytesPerPartition`` are ignored with a warning; whole partitions are packed into
+        tasks by ``packBytesPerPartition``) and no narrowing by pushed filters.
         ``endingOffsets``/``endingTimestamp`` give the table as of that point. A key found in
         several partitions gives the latest of each (Kafka's default partitioner keeps a key in
         one partition). Refused by streaming queries.

@@ -23,7 +23,12 @@ range's end or the bound the last fetch reported, so memory stays bounded by one
 Offsets are not contiguous: compaction, transaction markers and aborted records leave gaps, and
 a gap is never an error. A fetch that finds no batch at all means that nothing is left between
 the current offset and the bound: the read ends. Data loss (the records are gone) is told apart
-by the partition's offsets, re-read from a newly opened source when a fetch fails:
+by the partition's offsets, re-read from a newly opened source when a fetch fails. (A log
+dir's task opens its partition with the checkpoint entries its planner read, carried by the
+descriptor, log_dir_fetch_source.py; the partition directory itself is read as it is at the
+task, so retention or truncation since planning still makes a fetch fail or come back short.
+The source opened after a failed fetch is the log dir without them: its checkpoint files as
+they are now.)
 
 - the current offset is below the log start offset (retention or DeleteRecords ran after
   planning): with ``fail_on_data_loss`` a :class:`DataLossError` naming the partition and both
@@ -52,7 +57,9 @@ from broker_embedded.storage.fetch_source import (
     LATEST_TIMESTAMP,
     FetchedPartition,
     FetchSource,
+    FetchSourceDescriptor,
 )
+from broker_embedded.storage.log_dir_fetch_source import LogDirSource
 from broker_embedded.storage.topic_partition import TopicPartition
 from datasource.errors import DATA_LOSS_HINT, DataLossError, KafkaSourceError
 from datasource.kafka_input_partition import KafkaInputPartition
@@ -78,9 +85,10 @@ def read_offset_range(p: KafkaInputPartition) -> Iterator[pa.RecordBatch]:
             try:
                 fetched = source.fetch(tp, offset, p.fetch_bytes, isolation)
             except (OffsetOutOfRangeError, FileNotFoundError):
-                # the source is a snapshot: look again at what the log holds now
+                # the source is a snapshot (with the planned offsets): look again at what the
+                # log holds now
                 source.close()
-                source = p.source.open()
+                source = _as_now(p.source).open()
                 fetched = _refetch(source, p, tp, offset, isolation)
                 if fetched is None:
                     break
@@ -120,6 +128,11 @@ def read_offset_range(p: KafkaInputPartition) -> Iterator[pa.RecordBatch]:
         yield from rows.flush()
     finally:
         source.close()
+
+
+def _as_now(descriptor: FetchSourceDescriptor) -> FetchSourceDescriptor:
+    """What opens the log as it is now: a log dir without the planner's checkpoint entries."""
+    return descriptor.unplanned if isinstance(descriptor, LogDirSource) else descriptor
 
 
 def _refetch(

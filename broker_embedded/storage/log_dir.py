@@ -18,7 +18,9 @@ entries; a malformed one is a :class:`CheckpointError`. How a partition's offset
 them, including the last stable offset (from the producer snapshots and batches in the partition
 directory), is in partition_reader.py, and how a fetch is bounded by isolation in local_log.py
 (the reader the broker's log uses too): callers open a partition and call its ``fetch``, keeping
-the view for their reads (its LSO is computed once per view).
+the view for their reads (its LSO is computed once per view). :func:`open_partition_with` opens
+one partition with checkpoint entries read earlier (``PartitionCheckpoints``, e.g. by a planner
+in another process), reading neither the checkpoint files nor the log dir's listing.
 
 What is a log dir: a directory holding ``meta.properties`` or at least one partition directory
 (:func:`is_log_dir`). :func:`check_log_dir` refuses anything else (a missing path, a file, an
@@ -32,6 +34,7 @@ through it, which are themselves thread-safe.
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from pathlib import Path
 
 from broker_embedded.errors import KafkaLogError
@@ -116,6 +119,18 @@ def prepare_log_dir(path: Path, *, create: bool) -> None:
         ) from None
 
 
+@dataclass(frozen=True, slots=True)
+class PartitionCheckpoints:
+    """What the log dir's checkpoint files say of one partition (``None``: no entry): its
+    high watermark, log start offset and recovery point, as :meth:`LogDir.open_partition` hands
+    them to the read-only view. Small and picklable: a planner that read the files once gives
+    them to the tasks that open the partition (:func:`open_partition_with`)."""
+
+    high_watermark: int | None
+    log_start_offset: int | None
+    recovery_point: int | None
+
+
 class LogDir:
     """The partitions and checkpoint files of one log dir."""
 
@@ -146,21 +161,17 @@ class LogDir:
     def partition_dir(self, tp: TopicPartition) -> Path:
         return self.path / tp.dir_name
 
+    def checkpoints(self, tp: TopicPartition) -> PartitionCheckpoints:
+        """The checkpoint entries of ``tp``, as read when this view was made."""
+        return PartitionCheckpoints(self.high_watermarks.get(tp), self.log_start_offsets.get(tp),
+                                    self.recovery_points.get(tp))  # fmt: skip
+
     def open_partition(
         self, tp: TopicPartition, *, index_interval_bytes: int = DEFAULT_INDEX_INTERVAL_BYTES
     ) -> PartitionReader:
         """The read-only view of ``tp`` (a ``LocalLog`` with the re-listing policy) with this log
         dir's high watermark, log start offset and recovery point."""
-        directory = self.partition_dir(tp)
-        if not directory.is_dir():
-            raise FileNotFoundError(f"no partition directory {directory} for {tp} in {self.path}")
-        return PartitionReader(
-            directory,
-            high_watermark=self.high_watermarks.get(tp),
-            log_start_offset=self.log_start_offsets.get(tp),
-            recovery_point=self.recovery_points.get(tp, 0),
-            index_interval_bytes=index_interval_bytes,
-        )
+        return open_partition_with(self.path, tp, self.checkpoints(tp), index_interval_bytes)
 
     def meta_properties(self) -> dict[str, str]:
         """``meta.properties`` as key/value pairs ({} when absent); comments skipped."""
@@ -177,3 +188,24 @@ class LogDir:
 
     def __repr__(self) -> str:
         return f"LogDir({str(self.path)!r})"
+
+
+def open_partition_with(
+    log_dir: Path,
+    tp: TopicPartition,
+    checkpoints: PartitionCheckpoints,
+    index_interval_bytes: int = DEFAULT_INDEX_INTERVAL_BYTES,
+) -> PartitionReader:
+    """The read-only view of ``tp`` in ``log_dir`` with the given checkpoint entries, without
+    reading the log dir's checkpoint files nor listing it: one partition directory is read (a
+    task handed what its planner read, log_dir_fetch_source.py)."""
+    directory = log_dir / tp.dir_name
+    if not directory.is_dir():
+        raise FileNotFoundError(f"no partition directory {directory} for {tp} in {log_dir}")
+    return PartitionReader(
+        directory,
+        high_watermark=checkpoints.high_watermark,
+        log_start_offset=checkpoints.log_start_offset,
+        recovery_point=checkpoints.recovery_point or 0,
+        index_interval_bytes=index_interval_bytes,
+    )

@@ -5,8 +5,21 @@ Partitions are read through the read-only view (``LogDir(...).open_partition``: 
 published high watermark and log start offset, no lock, nothing written), one view per
 partition opened on first use and kept until :meth:`LogDirFetchSource.close`, so the offsets of
 a partition are a snapshot of its first use (open the descriptor again to see newer ones). The
-topics are the ``<topic>-<partition>`` directories listed at opening; ``kafkalog-topics.json``,
-when present, tells how many partitions a topic should have.
+topics are the ``<topic>-<partition>`` directories listed on the first call that needs them
+(``topics``); ``kafkalog-topics.json``, when present, tells how many partitions a topic should
+have. Nothing of the log dir is read at opening: the checkpoint files are read, whole, by the
+first view opened without planned entries.
+
+Planned entries (what a planner hands its tasks, :meth:`LogDirFetchSource.planned_source`): a
+descriptor may carry, for some partitions, the checkpoint entries the planner read
+(``PartitionCheckpoints``: high watermark, log start offset, recovery point). A view of such a
+partition opens its directory with them, reading neither the log dir's listing nor its
+checkpoint files (which hold a line per partition: read whole by every task, they made the
+cost of a read grow with the square of the partition count). The view still lists and reads
+its own partition directory, so retention or truncation since planning shows as a log start
+offset above the planned one or a log end offset below it; a reader that must see the log as
+it is now opens :attr:`LogDirSource.unplanned` (offset_range_reader.py does when a fetch
+fails).
 
 - ``list_offset``: earliest is the view's log start offset; latest its high watermark or, for
   read_committed, its last stable offset; a timestamp goes to the view's
@@ -28,6 +41,7 @@ Not thread-safe: one planner or one task uses a source.
 from __future__ import annotations
 
 import bisect
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -41,7 +55,7 @@ from broker_embedded.storage.fetch_source import (
     ByteCut,
     FetchedPartition,
 )
-from broker_embedded.storage.log_dir import LogDir
+from broker_embedded.storage.log_dir import LogDir, PartitionCheckpoints, open_partition_with
 from broker_embedded.storage.open_files import release_mapped_pages
 from broker_embedded.storage.topic_config_file import TopicConfigFile
 from broker_embedded.storage.topic_partition import TopicPartition
@@ -53,13 +67,20 @@ if TYPE_CHECKING:  # only what LogDir.open_partition returns, through its public
 
 @dataclass(frozen=True)
 class LogDirSource:
-    """Opens a :class:`LogDirFetchSource` on ``path`` (absolute)."""
+    """Opens a :class:`LogDirFetchSource` on ``path`` (absolute); ``planned``: checkpoint
+    entries of some partitions, as a planner read them (module docstring)."""
 
     path: str
+    planned: tuple[tuple[TopicPartition, PartitionCheckpoints], ...] = ()
 
     @property
     def location(self) -> str:
         return f"log dir {self.path}"
+
+    @property
+    def unplanned(self) -> LogDirSource:
+        """This log dir without planned entries: its views see the checkpoint files now."""
+        return LogDirSource(self.path) if self.planned else self
 
     def open(self) -> LogDirFetchSource:
         return LogDirFetchSource(self)
@@ -70,36 +91,65 @@ class LogDirFetchSource:
 
     def __init__(self, descriptor: LogDirSource) -> None:
         self._descriptor = descriptor
-        self.log_dir = LogDir(Path(descriptor.path))
-        by_topic: dict[str, list[int]] = {}
-        for tp in self.log_dir.partitions():
-            by_topic.setdefault(tp.topic, []).append(tp.partition)
-        self._topics = {t: tuple(sorted(ps)) for t, ps in by_topic.items()}
-        self._topic_config = TopicConfigFile(self.log_dir.path).read()
+        self._path = Path(descriptor.path)
+        if not self._path.is_dir():
+            raise FileNotFoundError(f"log dir {self._path} is not a directory")
+        self._planned = dict(descriptor.planned)
+        self._log_dir: LogDir | None = None
+        self._topics: dict[str, tuple[int, ...]] | None = None
+        self._topic_config: dict | None = None
         self._views: dict[TopicPartition, PartitionReader] = {}
 
     @property
     def descriptor(self) -> LogDirSource:
         return self._descriptor
 
+    @property
+    def log_dir(self) -> LogDir:
+        """The log dir's view (its checkpoint files read on first use)."""
+        if self._log_dir is None:
+            self._log_dir = LogDir(self._path)
+        return self._log_dir
+
     def view(self, tp: TopicPartition) -> PartitionReader:
-        """The read-only view of ``tp`` (opened on first use)."""
+        """The read-only view of ``tp`` (opened on first use, with its planned entries when the
+        descriptor has them)."""
         found = self._views.get(tp)
         if found is None:
-            found = self._views[tp] = self.log_dir.open_partition(tp)
+            planned = self._planned.get(tp)
+            found = self._views[tp] = (
+                self.log_dir.open_partition(tp)
+                if planned is None
+                else open_partition_with(self._path, tp, planned)
+            )
         return found
+
+    def planned_source(self, tps: Iterable[TopicPartition]) -> LogDirSource:
+        """A descriptor of this log dir carrying the checkpoint entries of ``tps`` as this source
+        read them, for a task that reads those partitions (module docstring)."""
+        log_dir = self.log_dir
+        return LogDirSource(
+            self._descriptor.path, tuple((tp, log_dir.checkpoints(tp)) for tp in tps)
+        )
 
     # -- metadata and offsets ----------------------------------------------------------------------
 
     def topics(self) -> dict[str, tuple[int, ...]]:
+        if self._topics is None:
+            by_topic: dict[str, list[int]] = {}
+            for tp in self.log_dir.partitions():
+                by_topic.setdefault(tp.topic, []).append(tp.partition)
+            self._topics = {t: tuple(sorted(ps)) for t, ps in by_topic.items()}
         return dict(self._topics)
 
     def declared_partitions(self, topic: str) -> int | None:
+        if self._topic_config is None:
+            self._topic_config = TopicConfigFile(self._path).read()
         entry = self._topic_config.get(topic)
         return None if entry is None else entry.partitions
 
     def exists(self, tp: TopicPartition) -> bool:
-        return self.log_dir.partition_dir(tp).is_dir()
+        return (self._path / tp.dir_name).is_dir()
 
     def list_offset(
         self, tp: TopicPartition, timestamp: int, isolation: IsolationLevel

@@ -32,6 +32,7 @@ from broker_embedded.storage.topic_partition import TopicPartition
 from broker_embedded.storage.unified_log import UnifiedLog
 from datasource.errors import InvalidOptionError
 from datasource.kafka_batch_reader import KafkaBatchReader
+from datasource.kafka_input_partition import ranges_of
 from datasource.kafka_source_options import KafkaSourceOptions
 from spark_kafkalog import demo
 
@@ -170,7 +171,7 @@ def test_forced_hash_collisions_are_resolved(spark, read_source, mask):
 
     options = read_source.options(subscribe="events", view="latest")
     reader = KafkaBatchReader(KafkaSourceOptions.parse(options))
-    got = [row for p in reader.partitions() for b in read_latest(p, mask)
+    got = [row for t in reader.partitions() for p in ranges_of(t) for b in read_latest(p, mask)
            for row in zip(*(b.column(c).to_pylist() for c in ("partition", "key", "offset")),
                           strict=True)]  # fmt: skip
     expected = groupby_latest(read_source.load(spark, subscribe="events"))
@@ -185,7 +186,7 @@ def test_keyless_records_are_counted_in_one_warning(read_source, caplog):
     options = read_source.options(subscribe="events", view="latest")
     reader = KafkaBatchReader(KafkaSourceOptions.parse(options))
     with caplog.at_level(logging.WARNING, logger="datasource.latest_view"):
-        for p in reader.partitions():
+        for p in (p for t in reader.partitions() for p in ranges_of(t)):
             for _ in read_latest(p):
                 pass
     warned = [r.getMessage() for r in caplog.records if "without a key" in r.getMessage()]
@@ -237,11 +238,13 @@ def test_time_travel(spark, tables):
     assert_latest(spark, load, startingOffsets='{"updates": {"0": 100, "1": 0, "2": 50}}')
 
 
-def test_one_task_per_partition(spark, tables):
+def test_partitions_are_never_cut(spark, tables):
+    """The splitting options are ignored; whole partitions may share a task (packed)."""
     options = {"path": str(tables), "subscribe": "updates", "view": "latest",
                "minPartitions": "12", "maxRecordsPerPartition": "50"}  # fmt: skip
     reader = KafkaBatchReader(KafkaSourceOptions.parse(options))
-    assert sorted((p.partition, p.start) for p in reader.partitions()) == [(0, 0), (1, 0), (2, 0)]
+    ranges = [p for t in reader.partitions() for p in ranges_of(t)]
+    assert sorted((p.partition, p.start) for p in ranges) == [(0, 0), (1, 0), (2, 0)]
     assert_latest(spark, _loader(spark, tables, "updates"), minPartitions="12")
 
 

@@ -36,6 +36,7 @@ from broker_embedded.client.producer_record import ProducerRecord
 from broker_embedded.server.handlers import broker_server
 from broker_embedded.storage.topic_partition import TopicPartition
 from datasource.errors import DataLossError, KafkaSourceError
+from datasource.kafka_input_partition import ranges_of
 from datasource.kafka_offset_reader import KafkaOffsetReader
 from datasource.kafka_source_options import KafkaSourceOptions
 from datasource.kafka_stream_reader import (
@@ -196,7 +197,8 @@ def reader_for(broker: Broker, **options: str) -> KafkaStreamReader:
 
 
 def ranges(partitions) -> list[tuple[str, int, int, int]]:
-    return [(p.topic, p.partition, p.start, p.end) for p in partitions]
+    """The planned ranges of the tasks (packed or not), in task order."""
+    return [(p.topic, p.partition, p.start, p.end) for t in partitions for p in ranges_of(t)]
 
 
 # -- the pieces, directly ------------------------------------------------------------------------

@@ -131,6 +131,7 @@ def test_a_planned_batch_read_survives_the_leader_killed(
     options = KafkaSourceOptions.parse({
         "kafka.bootstrap.servers": cluster.bootstrap, "subscribe": TOPIC,
         "kafka.max.partition.fetch.bytes": "1024", "kafka.default.api.timeout.ms": "20000",
+        "packBytesPerPartition": "0",  # a task per partition: a kill under each
     })  # fmt: skip
     reader = KafkaBatchReader(options)
     planned = reader.partitions()
