@@ -386,8 +386,7 @@ class KafkaOffsetReader:
         checkpoint entries of ``tps`` as planned (log_dir_fetch_source.py), so that the task
         reads neither the log dir's listing nor its checkpoint files; otherwise the source's
         descriptor."""
-        planned = getattr(self.source, "planned_source", None)
-        return self.descriptor if planned is None else planned(tps)
+        return self.source.task_source(tps)
 
     def log_bytes(self, tp: TopicPartition, start: int, end: int) -> int:
         """Bytes of the log that ``[start, end)`` spans (see :meth:`byte_cut`)."""

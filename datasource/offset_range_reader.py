@@ -57,9 +57,7 @@ from broker_embedded.storage.fetch_source import (
     LATEST_TIMESTAMP,
     FetchedPartition,
     FetchSource,
-    FetchSourceDescriptor,
 )
-from broker_embedded.storage.log_dir_fetch_source import LogDirSource
 from broker_embedded.storage.topic_partition import TopicPartition
 from datasource.errors import DATA_LOSS_HINT, DataLossError, KafkaSourceError
 from datasource.kafka_input_partition import KafkaInputPartition
@@ -88,7 +86,7 @@ def read_offset_range(p: KafkaInputPartition) -> Iterator[pa.RecordBatch]:
                 # the source is a snapshot (with the planned offsets): look again at what the
                 # log holds now
                 source.close()
-                source = _as_now(p.source).open()
+                source = p.source.unplanned.open()
                 fetched = _refetch(source, p, tp, offset, isolation)
                 if fetched is None:
                     break
@@ -128,11 +126,6 @@ def read_offset_range(p: KafkaInputPartition) -> Iterator[pa.RecordBatch]:
         yield from rows.flush()
     finally:
         source.close()
-
-
-def _as_now(descriptor: FetchSourceDescriptor) -> FetchSourceDescriptor:
-    """What opens the log as it is now: a log dir without the planner's checkpoint entries."""
-    return descriptor.unplanned if isinstance(descriptor, LogDirSource) else descriptor
 
 
 def _refetch(

@@ -48,7 +48,7 @@ before it uses the client itself).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -111,6 +111,10 @@ class WireSource:
             retry_timeout_s=self.retry_timeout_ms / 1000,
             security=ClientSecurity.from_properties(dict(self.security)),
         )
+
+    @property
+    def unplanned(self) -> WireSource:
+        return self  # a cluster's tasks are handed nothing but the descriptor
 
     def open(self) -> WireFetchSource:
         return WireFetchSource(self)
@@ -268,6 +272,9 @@ class WireFetchSource:
         self, tp: TopicPartition, start: int, end: int, max_bytes: int
     ) -> list[int] | None:
         return None
+
+    def task_source(self, tps: Iterable[TopicPartition]) -> WireSource:
+        return self._descriptor
 
     # -- lifetime ----------------------------------------------------------------------------------
 

@@ -33,6 +33,7 @@ used by one thread.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -130,6 +131,12 @@ class FetchSource(Protocol):
         bytes of the log each. ``None``: unknown."""
         ...
 
+    def task_source(self, tps: Iterable[TopicPartition]) -> FetchSourceDescriptor:
+        """What a task reading ``tps`` opens: :attr:`descriptor`, or one that also carries what
+        this source read of them (a log dir's checkpoint entries), so that the task need not
+        read it again."""
+        ...
+
     def close(self) -> None: ...
 
 
@@ -141,6 +148,13 @@ class FetchSourceDescriptor(Protocol):
         """What the source reads, for messages (e.g. ``log dir /data/kafka``)."""
         ...
 
+    @property
+    def unplanned(self) -> FetchSourceDescriptor:
+        """This descriptor without what a planner handed it (:meth:`FetchSource.task_source`):
+        its sources see the log as it is now in every respect."""
+        ...
+
     def open(self) -> FetchSource:
-        """A new source, seeing the log as it is now."""
+        """A new source, seeing the log as it is now, except what the descriptor carries from
+        its planner (see :attr:`unplanned`)."""
         ...

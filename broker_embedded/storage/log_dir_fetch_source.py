@@ -10,7 +10,7 @@ topics are the ``<topic>-<partition>`` directories listed on the first call that
 have. Nothing of the log dir is read at opening: the checkpoint files are read, whole, by the
 first view opened without planned entries.
 
-Planned entries (what a planner hands its tasks, :meth:`LogDirFetchSource.planned_source`): a
+Planned entries (what a planner hands its tasks, :meth:`LogDirFetchSource.task_source`): a
 descriptor may carry, for some partitions, the checkpoint entries the planner read
 (``PartitionCheckpoints``: high watermark, log start offset, recovery point). A view of such a
 partition opens its directory with them, reading neither the log dir's listing nor its
@@ -124,7 +124,7 @@ class LogDirFetchSource:
             )
         return found
 
-    def planned_source(self, tps: Iterable[TopicPartition]) -> LogDirSource:
+    def task_source(self, tps: Iterable[TopicPartition]) -> LogDirSource:
         """A descriptor of this log dir carrying the checkpoint entries of ``tps`` as this source
         read them, for a task that reads those partitions (module docstring)."""
         log_dir = self.log_dir
