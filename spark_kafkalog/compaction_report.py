@@ -45,6 +45,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from broker_embedded.errors import KafkaLogError
+from broker_embedded.storage.checkpoint_file import write_atomically
 from spark_kafkalog.cli_logging import utc_time
 
 if TYPE_CHECKING:
@@ -166,16 +167,6 @@ def write_report(path: Path, data: dict[str, Any]) -> None:
     """``data`` as JSON to ``path``, atomically (module docstring)."""
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     try:
-        with open(tmp, "w", encoding="utf-8") as f:
-            json.dump(data, f, indent=2)
-            f.write("\n")
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
+        write_atomically(path, (json.dumps(data, indent=2) + "\n").encode(), tmp=tmp)
     finally:
         tmp.unlink(missing_ok=True)
-    dir_fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)

@@ -54,6 +54,8 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+from broker_embedded.storage.checkpoint_file import write_atomically
+
 log = logging.getLogger(__name__)
 
 WARM_TIMEOUT_S = 600.0
@@ -98,7 +100,7 @@ def _ensure_compiled(timeout_s: float) -> bool:
         began = time.monotonic()
         log.info("compiling kafkalog's kernels into numba's cache (once per install)")
         _run_warm_up(timeout_s)
-        _write_atomically(stamp, f"{time.monotonic() - began:.1f} s\n")
+        write_atomically(stamp, f"{time.monotonic() - began:.1f} s\n".encode())
         log.info("kernels compiled in %.1f s", time.monotonic() - began)
         return True
 
@@ -178,12 +180,6 @@ def _run_warm_up(timeout_s: float) -> None:
     if done.returncode != 0:
         tail = "\n".join((done.stdout + done.stderr).strip().splitlines()[-8:])
         raise KernelCacheError(f"compiling the kernels failed (exit {done.returncode}):\n{tail}")
-
-
-def _write_atomically(path: Path, text: str) -> None:
-    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
 
 
 # -- the warm-up (the child process) ---------------------------------------------------------------

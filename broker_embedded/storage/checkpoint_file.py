@@ -68,10 +68,11 @@ def split_fields(line: str) -> list[str]:
     return fields
 
 
-def write_atomically(path: str | Path, data: bytes) -> None:
-    """Write ``<path>.tmp``, fsync it, rename it over ``path``, fsync the directory."""
+def write_atomically(path: str | Path, data: bytes, *, tmp: Path | None = None) -> None:
+    """Write ``tmp`` (default ``<path>.tmp``), fsync it, rename it over ``path``, fsync the
+    directory."""
     path = Path(path)
-    tmp = path.with_name(path.name + ".tmp")
+    tmp = tmp or path.with_name(path.name + ".tmp")
     with open(tmp, "wb") as f:
         f.write(data)
         f.flush()
