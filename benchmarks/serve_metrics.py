@@ -64,6 +64,14 @@ from benchmarks.serve import (  # noqa: E402
     create_topic,
     produce,
 )
+from broker_embedded.broker_config import BrokerConfig  # noqa: E402
+from broker_embedded.replica_manager.broker_topic_stats import (  # noqa: E402
+    MESSAGES_IN,
+    BrokerTopicStats,
+)
+from broker_embedded.server.broker_server import BrokerServer  # noqa: E402
+from broker_embedded.server.request_metrics import RequestMetrics, RequestTimes  # noqa: E402
+from spark_kafkalog.serve_command import MetricsOptions, open_brokers, parse_listeners  # noqa: E402
 
 MODES = ("off", "on")
 METRICS_LINE = re.compile(rb"metrics on (http://\S+)")
@@ -244,8 +252,6 @@ def per_request_cost(calls: int = 200_000) -> float:
     """Microseconds the metrics add to one produce request of one partition: the connection's
     stamps (reset, dequeued, handler returned, response sent), the six histograms and the
     topic counters."""
-    from broker_embedded.replica_manager.broker_topic_stats import BrokerTopicStats
-    from broker_embedded.server.request_metrics import RequestMetrics, RequestTimes
 
     times, metrics, stats = RequestTimes(), RequestMetrics(), BrokerTopicStats()
     began = time.perf_counter()
@@ -264,10 +270,6 @@ def toggled(s: Settings, trials: int) -> dict[str, dict[str, list[Measured]]]:
     ``open_brokers``, metrics on), its request metrics and topic counters switched off and on
     between trials (off, on, on, off, ...): same server, same page cache. The CPU is this whole
     process's (the clients' share is the same in both modes)."""
-    from broker_embedded.broker_config import BrokerConfig
-    from broker_embedded.replica_manager.broker_topic_stats import BrokerTopicStats
-    from broker_embedded.server.request_metrics import RequestMetrics
-    from spark_kafkalog.serve_command import MetricsOptions, open_brokers, parse_listeners
 
     figures: dict[str, dict[str, list[Measured]]] = {mode: {} for mode in MODES}
     with tempfile.TemporaryDirectory(prefix="kafkalog-metrics-bench-") as tmp:
@@ -289,6 +291,117 @@ def toggled(s: Settings, trials: int) -> dict[str, dict[str, list[Measured]]]:
         finally:
             served.shutdown()
     return figures
+
+
+def server_threads_cpu_seconds() -> float:
+    """On-CPU time so far of this process's Python threads but the main one (the server's
+    network, handler and purgatory threads; not the main thread driving the client, nor
+    librdkafka's own threads, which are not Python threads)."""
+    main = threading.main_thread().native_id
+    total = 0
+    for thread in threading.enumerate():
+        if thread.native_id in (None, main):
+            continue
+        try:
+            stat = Path(f"/proc/self/task/{thread.native_id}/schedstat").read_text()
+            total += int(stat.split()[0])
+        except (FileNotFoundError, ProcessLookupError):
+            continue  # ended meanwhile
+    return total / 1e9
+
+
+def switch_metrics(bound: BrokerServer, kept: list[RequestMetrics], on: bool) -> None:
+    """Between chunks, with no request in flight: the processors' request metrics (``kept``,
+    one per processor, so their histograms grow across chunks) and their open connections'
+    latency stamps, on or off: the same connection is then timed or not."""
+    for p, metrics in zip(bound.socket_server.processors, kept, strict=True):
+        p.metrics = metrics if on else None
+        for conn in list(p._connections.values()):
+            conn.times = RequestTimes() if on else None
+
+
+PAIRED_MODES = ("off", "on", "control")
+PRODUCE_KEY = 0
+SETTLE_S = 0.005
+
+
+def chunk_order(blocks: int) -> Iterator[str]:
+    """``--pairs``' chunk modes: blocks of the three, each block a rotation of the one before,
+    every other set of three rotations reversed, so each mode sits in each place equally."""
+    for b in range(blocks):
+        k = b % 3
+        block = PAIRED_MODES[k:] + PAIRED_MODES[:k]
+        yield from block if (b // 3) % 2 == 0 else block[::-1]
+
+
+def paired(blocks: int, chunk: int, value_bytes: int) -> dict[str, list[float]]:
+    """``--pairs``: the one-record produce request alone, in one served broker of this process
+    and from one producer (one connection), in ``blocks`` blocks of three chunks of ``chunk``
+    requests each: metrics off, on (:func:`switch_metrics` and the topic counters), and off
+    again as a control (what "off" against "off" gives is this run's noise), in the order of
+    :func:`chunk_order`. Returns mode -> each chunk's server CPU
+    (:func:`server_threads_cpu_seconds`) per request, in microseconds."""
+    per_mode: dict[str, list[float]] = {mode: [] for mode in PAIRED_MODES}
+    value = os.urandom(value_bytes)
+    with tempfile.TemporaryDirectory(prefix="kafkalog-metrics-bench-") as tmp:
+        listeners = parse_listeners("PLAINTEXT://127.0.0.1:0")
+        served = open_brokers(Path(tmp), BrokerConfig(), 1, listeners, None, MetricsOptions())
+        try:
+            served.start_all()
+            bound, broker = served.server(0), served._brokers()[0]
+            assert bound is not None
+            server = Server("kafkalog (in this process)", bound.endpoints[0].port, os.getpid())
+            create_topic(server, "one")
+            producer = Producer({
+                "bootstrap.servers": server.bootstrap, "acks": "1", "linger.ms": 0,
+                "batch.num.messages": 1, "max.in.flight.requests.per.connection": 1,
+                "enable.idempotence": False, "compression.type": "none",
+            })  # fmt: skip
+            kept = [RequestMetrics() for _ in bound.socket_server.processors]
+            stats = BrokerTopicStats()
+            for c, mode in enumerate(["warm-up", *chunk_order(blocks)]):
+                switch_metrics(bound, kept, mode == "on")
+                broker.replica_manager.topic_stats = stats if mode == "on" else None
+                cpu = server_threads_cpu_seconds()
+                for _ in range(chunk):
+                    _produce_one(producer, "one", value)
+                if producer.flush(WAIT_S):
+                    raise BenchError(f"chunk {c}: records undelivered")
+                time.sleep(SETTLE_S)  # the server finishes the last response after it is sent
+                if mode in per_mode:
+                    per_mode[mode].append((server_threads_cpu_seconds() - cpu) / chunk * 1e6)
+            del producer  # closes its connections before the server goes
+            check_switched(kept, stats, chunk, blocks)
+        finally:
+            served.shutdown()
+    return per_mode
+
+
+def check_switched(
+    kept: list[RequestMetrics], stats: BrokerTopicStats, chunk: int, chunks: int
+) -> None:
+    """The ``chunks`` "on" chunks alone were counted: their records counted in, their Produce
+    requests timed (:class:`BenchError` if not: the switch did not work). The last request of
+    a chunk may be timed or not: the server times it when the response's last byte is written,
+    which may come after the client has read it and the metrics were switched off."""
+    expected = chunk * chunks
+    timed = sum(api.count for m in kept if (api := m.apis[PRODUCE_KEY]) is not None)
+    counted = stats.snapshot()[0][MESSAGES_IN]
+    if not expected - chunks <= timed <= expected or counted != expected:
+        raise BenchError(f"metrics on for {expected} requests: {timed} timed, {counted} counted")
+
+
+def print_pairs(per_mode: dict[str, list[float]]) -> None:
+    off = per_mode["off"]
+    print(f"\none-record produce requests, server CPU a request, {len(off)} chunks per mode")
+    print("\n| chunks | median | mean | / off, chunk by chunk: median (middle half) "
+          "| / off, means |\n|---|---|---|---|---|")  # fmt: skip
+    for mode, cpu in per_mode.items():
+        ratios = sorted(b / a for a, b in zip(off, cpu, strict=True))
+        q1, q3 = ratios[len(ratios) // 4], ratios[(3 * len(ratios)) // 4]
+        print(f"| {mode} | {statistics.median(cpu):.1f} us | {statistics.mean(cpu):.1f} us "
+              f"| {statistics.median(ratios):.3f}x ({q1:.3f}x to {q3:.3f}x) "
+              f"| {statistics.mean(cpu) / statistics.mean(off):.3f}x |")  # fmt: skip
 
 
 def print_table(
@@ -328,6 +441,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--scrape-interval", type=float, default=0.0, help="0: none")
     parser.add_argument("--toggled", action="store_true",
                         help="one server in this process, metrics switched off and on")  # fmt: skip
+    parser.add_argument("--pairs", type=int, default=0, metavar="BLOCKS",
+                        help="one-record produce only: BLOCKS off/on/control blocks")  # fmt: skip
+    parser.add_argument("--chunk", type=int, default=1_000, help="requests a --pairs chunk")
     a = parser.parse_args(argv)
     if a.records < 1 or a.trials < 1 or a.scrape_interval < 0:
         parser.error("--records and --trials must be >= 1, --scrape-interval >= 0")
@@ -335,6 +451,14 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{s.records:,} records of {s.value_bytes} bytes, {a.trials} trials per mode; "
           f"{os.cpu_count()} cores, load {os.getloadavg()[0]:.1f}", flush=True)  # fmt: skip
     began = time.perf_counter()
+    if a.pairs:
+        try:
+            print_pairs(paired(a.pairs, a.chunk, a.value_bytes))
+        except (BenchError, PeerError, KafkaException) as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 1
+        print(f"\ntotal {time.perf_counter() - began:.0f} s, load {os.getloadavg()[0]:.1f}")
+        return 0
     try:
         if a.toggled:
             figures, scrapes, scrape = toggled(s, a.trials), [], None

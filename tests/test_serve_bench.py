@@ -49,3 +49,15 @@ def test_metrics_cost_run_has_every_row(capsys):
         "| produce acks=1, 1 record a request",
     ]
     assert "the metrics' work per request" in out
+
+
+def test_metrics_cost_pairs_switch_the_metrics(capsys):
+    """``--pairs``: the one-record produce chunks with the metrics off, on and off again; the
+    run checks itself that the "on" chunks alone were timed and counted."""
+    from benchmarks import serve_metrics
+
+    assert serve_metrics.main(["--pairs", "2", "--chunk", "25"]) == 0
+    out = capsys.readouterr().out
+    rows = [line.split(" | ")[0] for line in out.splitlines() if line.endswith("x |")]
+    assert rows == ["| off", "| on", "| control"]
+    assert "2 chunks per mode" in out
