@@ -2,7 +2,8 @@
 off, in one run, and the cost of a scrape.
 
     .venv/bin/python benchmarks/serve_metrics.py [--records N] [--value-bytes V] [--trials T]
-                                                 [--scrape-interval S] [--toggled]
+                                                 [--scrape-interval S]
+    .venv/bin/python benchmarks/serve_metrics.py --pairs BLOCKS [--chunk C] [--value-bytes V]
 
 Two ``kafkalog serve`` run side by side on fresh log dirs, one with ``--metrics-port 0`` and
 one without; only one is driven at a time, alternating (off, on, on, off, ...) trial after trial,
@@ -23,9 +24,20 @@ so the cost at an interval is that over the interval. ``--scrape-interval S`` al
 workloads' CPU). Prints a markdown table with on / off ratios (1.00x: no cost). Exits 1 on an
 error (a server that fails, a record missing), never on a ratio.
 
-``--toggled``: instead, one server in this process whose metrics are switched off and on between
-trials (same server, same page cache: the two servers' log dirs differ in what the kernel keeps
-cached); the CPU is then this whole process's, clients included.
+``--pairs BLOCKS``: instead, one served broker in this process (the serve command's own
+``open_brokers``) and three workloads, each on one client connection kept for the whole run:
+produce acks=1 with one record a request (C records, default 1,000), batched produce acks=1
+(linger 5 ms, 20 * C records) and the raw Fetch loop (5 passes over a topic of 20 * C records
+produced once). They run in chunks whose metrics are switched, between chunks, off, on, or off
+again as a control: the processors' request metrics, the open connections' latency stamps and
+the topic counters (the same connection is timed or not). BLOCKS blocks of three chunks, the
+order rotated from block to block (:func:`chunk_order`), after a warm-up chunk. Measured: the
+CPU of the server's threads alone (this process's Python threads but the main one, which
+drives the clients; librdkafka's threads are not Python threads) per record, each chunk against
+the "off" chunk of its block; the control's ratio is the run's own noise. Each chunk checks
+that its metrics were switched (the requests timed, the records counted in). Why this mode:
+two servers (or two connections) differ by more than the metrics cost (two producers connected
+in turn to one server differed by 6 to 8% in server CPU a request with the metrics off).
 
 It also times, in this process, what the metrics add to one request (the latency stamps, the
 histograms, a partition's topic counters): :func:`per_request_cost`.
@@ -265,34 +277,6 @@ def per_request_cost(calls: int = 200_000) -> float:
     return (time.perf_counter() - began) / calls * 1e6
 
 
-def toggled(s: Settings, trials: int) -> dict[str, dict[str, list[Measured]]]:
-    """``--toggled``: one served broker in this process (the serve command's own
-    ``open_brokers``, metrics on), its request metrics and topic counters switched off and on
-    between trials (off, on, on, off, ...): same server, same page cache. The CPU is this whole
-    process's (the clients' share is the same in both modes)."""
-
-    figures: dict[str, dict[str, list[Measured]]] = {mode: {} for mode in MODES}
-    with tempfile.TemporaryDirectory(prefix="kafkalog-metrics-bench-") as tmp:
-        listeners = parse_listeners("PLAINTEXT://127.0.0.1:0")
-        served = open_brokers(Path(tmp), BrokerConfig(), 1, listeners, None, MetricsOptions())
-        try:
-            served.start_all()
-            bound, broker = served.server(0), served._brokers()[0]
-            assert bound is not None
-            server = Server("kafkalog (in this process)", bound.endpoints[0].port, os.getpid())
-            workloads(server, Settings(1_000, s.value_bytes, 1, 5, 1_000_000, (1,)), -1)
-            for t in range(trials * 2):
-                mode = MODES[(t + t // 2) % 2]  # off, on, on, off, off, on, ...
-                for p in bound.socket_server.processors:  # new connections follow it
-                    p.metrics = RequestMetrics() if mode == "on" else None
-                broker.replica_manager.topic_stats = BrokerTopicStats() if mode == "on" else None
-                for label, m in workloads(server, s, t).items():
-                    figures[mode].setdefault(label, []).append(m)
-        finally:
-            served.shutdown()
-    return figures
-
-
 def server_threads_cpu_seconds() -> float:
     """On-CPU time so far of this process's Python threads but the main one (the server's
     network, handler and purgatory threads; not the main thread driving the client, nor
@@ -321,8 +305,9 @@ def switch_metrics(bound: BrokerServer, kept: list[RequestMetrics], on: bool) ->
 
 
 PAIRED_MODES = ("off", "on", "control")
-PRODUCE_KEY = 0
 SETTLE_S = 0.005
+BATCHED = 20  # records of the batched produce, per one-record request of a chunk
+FETCH_PASSES = 5  # raw fetch passes over the fetched topic, per chunk
 
 
 def chunk_order(blocks: int) -> Iterator[str]:
@@ -334,15 +319,67 @@ def chunk_order(blocks: int) -> Iterator[str]:
         yield from block if (b // 3) % 2 == 0 else block[::-1]
 
 
-def paired(blocks: int, chunk: int, value_bytes: int) -> dict[str, list[float]]:
-    """``--pairs``: the one-record produce request alone, in one served broker of this process
-    and from one producer (one connection), in ``blocks`` blocks of three chunks of ``chunk``
-    requests each: metrics off, on (:func:`switch_metrics` and the topic counters), and off
-    again as a control (what "off" against "off" gives is this run's noise), in the order of
-    :func:`chunk_order`. Returns mode -> each chunk's server CPU
-    (:func:`server_threads_cpu_seconds`) per request, in microseconds."""
-    per_mode: dict[str, list[float]] = {mode: [] for mode in PAIRED_MODES}
-    value = os.urandom(value_bytes)
+def paired_producer(bootstrap: str, one_per_request: bool) -> Producer:
+    settings = {"bootstrap.servers": bootstrap, "acks": "1", "enable.idempotence": False,
+                "compression.type": "none", "message.timeout.ms": int(WAIT_S * 1000)}  # fmt: skip
+    if one_per_request:
+        settings.update({"linger.ms": 0, "batch.num.messages": 1,
+                         "max.in.flight.requests.per.connection": 1})  # fmt: skip
+    else:
+        settings.update({"linger.ms": 5, "batch.size": 1_000_000})
+    return Producer(settings)
+
+
+def produced(producer: Producer, topic: str, records: int, value: bytes) -> int:
+    for _ in range(records):
+        _produce_one(producer, topic, value)
+    if producer.flush(WAIT_S):
+        raise BenchError(f"{topic}: records undelivered")
+    return records
+
+
+class PairedWorkloads:
+    """The three workloads of ``--pairs``, each on one client kept for the whole run (one
+    connection each, so that a chunk's metrics are switched on the same connection): produce
+    with one record a request, batched produce (linger 5 ms) and the raw Fetch loop (1 MiB a
+    request) over a third topic of as many records as a batched chunk, produced once.
+    ``runs``: label -> a function running the workload once, returning the records handled."""
+
+    def __init__(self, server: Server, chunk: int, value_bytes: int) -> None:
+        for topic in ("one", "batched", "fetched"):
+            create_topic(server, topic)
+        self.chunk, self.value = chunk, os.urandom(value_bytes)
+        self.one = paired_producer(server.bootstrap, True)
+        self.batched = paired_producer(server.bootstrap, False)
+        self.fetched = produced(self.batched, "fetched", chunk * BATCHED, self.value)
+        self.fetcher = RawFetcher(server, "fetched", 1 << 20)
+        self.runs: dict[str, Callable[[], int]] = {
+            "produce acks=1, 1 record a request": lambda: produced(
+                self.one, "one", self.chunk, self.value
+            ),
+            "produce acks=1, batched": lambda: produced(
+                self.batched, "batched", self.chunk * BATCHED, self.value
+            ),
+            "raw fetch, 1 MiB a request": self.fetch,
+        }
+
+    def fetch(self) -> int:
+        for _ in range(FETCH_PASSES):
+            self.fetcher.read_all(self.fetched)
+        return self.fetched * FETCH_PASSES
+
+    def close(self) -> None:
+        self.fetcher.close()
+        del self.one, self.batched  # librdkafka closes their connections
+
+
+def paired(blocks: int, chunk: int, value_bytes: int) -> dict[str, dict[str, list[float]]]:
+    """``--pairs``: one served broker in this process, :class:`PairedWorkloads` run in ``3 *
+    blocks`` chunks (plus a warm-up) whose metrics are off, on (:func:`switch_metrics` and the
+    topic counters) or off again as a control (what "off" against "off" gives is this run's
+    noise), in the order of :func:`chunk_order`. Returns workload -> mode -> each chunk's
+    server CPU (:func:`server_threads_cpu_seconds`) per record, in microseconds."""
+    cpu: dict[str, dict[str, list[float]]] = {}
     with tempfile.TemporaryDirectory(prefix="kafkalog-metrics-bench-") as tmp:
         listeners = parse_listeners("PLAINTEXT://127.0.0.1:0")
         served = open_brokers(Path(tmp), BrokerConfig(), 1, listeners, None, MetricsOptions())
@@ -351,57 +388,61 @@ def paired(blocks: int, chunk: int, value_bytes: int) -> dict[str, list[float]]:
             bound, broker = served.server(0), served._brokers()[0]
             assert bound is not None
             server = Server("kafkalog (in this process)", bound.endpoints[0].port, os.getpid())
-            create_topic(server, "one")
-            producer = Producer({
-                "bootstrap.servers": server.bootstrap, "acks": "1", "linger.ms": 0,
-                "batch.num.messages": 1, "max.in.flight.requests.per.connection": 1,
-                "enable.idempotence": False, "compression.type": "none",
-            })  # fmt: skip
+            loads = PairedWorkloads(server, chunk, value_bytes)
             kept = [RequestMetrics() for _ in bound.socket_server.processors]
             stats = BrokerTopicStats()
-            for c, mode in enumerate(["warm-up", *chunk_order(blocks)]):
-                switch_metrics(bound, kept, mode == "on")
-                broker.replica_manager.topic_stats = stats if mode == "on" else None
-                cpu = server_threads_cpu_seconds()
-                for _ in range(chunk):
-                    _produce_one(producer, "one", value)
-                if producer.flush(WAIT_S):
-                    raise BenchError(f"chunk {c}: records undelivered")
-                time.sleep(SETTLE_S)  # the server finishes the last response after it is sent
-                if mode in per_mode:
-                    per_mode[mode].append((server_threads_cpu_seconds() - cpu) / chunk * 1e6)
-            del producer  # closes its connections before the server goes
-            check_switched(kept, stats, chunk, blocks)
+            try:
+                for mode in ["warm-up", *chunk_order(blocks)]:
+                    switch_metrics(bound, kept, mode == "on")
+                    broker.replica_manager.topic_stats = stats if mode == "on" else None
+                    counted = switched_counts(kept, stats)
+                    for label, run in loads.runs.items():
+                        began = server_threads_cpu_seconds()
+                        records = run()
+                        time.sleep(SETTLE_S)  # the server finishes a response after sending it
+                        used = (server_threads_cpu_seconds() - began) / records * 1e6
+                        if mode != "warm-up":
+                            cpu.setdefault(label, {m: [] for m in PAIRED_MODES})[mode].append(used)
+                    check_switched(mode, counted, switched_counts(kept, stats), chunk)
+            finally:
+                loads.close()
         finally:
             served.shutdown()
-    return per_mode
+    return cpu
 
 
-def check_switched(
-    kept: list[RequestMetrics], stats: BrokerTopicStats, chunk: int, chunks: int
-) -> None:
-    """The ``chunks`` "on" chunks alone were counted: their records counted in, their Produce
-    requests timed (:class:`BenchError` if not: the switch did not work). The last request of
-    a chunk may be timed or not: the server times it when the response's last byte is written,
-    which may come after the client has read it and the metrics were switched off."""
-    expected = chunk * chunks
-    timed = sum(api.count for m in kept if (api := m.apis[PRODUCE_KEY]) is not None)
-    counted = stats.snapshot()[0][MESSAGES_IN]
-    if not expected - chunks <= timed <= expected or counted != expected:
-        raise BenchError(f"metrics on for {expected} requests: {timed} timed, {counted} counted")
+def switched_counts(kept: list[RequestMetrics], stats: BrokerTopicStats) -> tuple[int, int]:
+    """(requests timed, records counted in) so far."""
+    timed = sum(api.count for m in kept for api in m.apis if api is not None)
+    return timed, stats.snapshot()[0][MESSAGES_IN]
 
 
-def print_pairs(per_mode: dict[str, list[float]]) -> None:
-    off = per_mode["off"]
-    print(f"\none-record produce requests, server CPU a request, {len(off)} chunks per mode")
-    print("\n| chunks | median | mean | / off, chunk by chunk: median (middle half) "
-          "| / off, means |\n|---|---|---|---|---|")  # fmt: skip
-    for mode, cpu in per_mode.items():
-        ratios = sorted(b / a for a, b in zip(off, cpu, strict=True))
-        q1, q3 = ratios[len(ratios) // 4], ratios[(3 * len(ratios)) // 4]
-        print(f"| {mode} | {statistics.median(cpu):.1f} us | {statistics.mean(cpu):.1f} us "
-              f"| {statistics.median(ratios):.3f}x ({q1:.3f}x to {q3:.3f}x) "
-              f"| {statistics.mean(cpu) / statistics.mean(off):.3f}x |")  # fmt: skip
+def check_switched(mode: str, before: tuple[int, int], after: tuple[int, int], chunk: int) -> None:
+    """A chunk with the metrics on timed every request (but perhaps the last, which the server
+    times when its last byte is written, after the client may have read it) and counted every
+    record produced in; one with them off timed at most that straggler and counted nothing
+    (:class:`BenchError` if not: the switch did not work)."""
+    timed, counted = after[0] - before[0], after[1] - before[1]
+    produced_in = chunk * (1 + BATCHED)
+    ok = timed >= chunk and counted == produced_in if mode == "on" else timed <= 1 and not counted
+    if mode != "warm-up" and not ok:
+        raise BenchError(f"a chunk with the metrics {mode}: {timed} requests timed, "
+                         f"{counted} records counted ({produced_in} produced)")  # fmt: skip
+
+
+def print_pairs(cpu: dict[str, dict[str, list[float]]]) -> None:
+    print("\n| workload | chunks | server CPU a record: median | mean "
+          "| / off, chunk by chunk: median (middle half) | / off, means |\n"
+          "|---|---|---|---|---|---|")  # fmt: skip
+    for label, per_mode in cpu.items():
+        off = per_mode["off"]
+        for mode, used in per_mode.items():
+            ratios = sorted(b / a for a, b in zip(off, used, strict=True))
+            q1, q3 = ratios[len(ratios) // 4], ratios[(3 * len(ratios)) // 4]
+            print(f"| {label} | {mode} ({len(used)}) | {statistics.median(used):.2f} us "
+                  f"| {statistics.mean(used):.2f} us "
+                  f"| {statistics.median(ratios):.3f}x ({q1:.3f}x to {q3:.3f}x) "
+                  f"| {statistics.mean(used) / statistics.mean(off):.3f}x |")  # fmt: skip
 
 
 def print_table(
@@ -439,35 +480,28 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--value-bytes", type=int, default=100)
     parser.add_argument("--trials", type=int, default=5)
     parser.add_argument("--scrape-interval", type=float, default=0.0, help="0: none")
-    parser.add_argument("--toggled", action="store_true",
-                        help="one server in this process, metrics switched off and on")  # fmt: skip
     parser.add_argument("--pairs", type=int, default=0, metavar="BLOCKS",
-                        help="one-record produce only: BLOCKS off/on/control blocks")  # fmt: skip
-    parser.add_argument("--chunk", type=int, default=1_000, help="requests a --pairs chunk")
+                        help="instead: BLOCKS off/on/control blocks, one server")  # fmt: skip
+    parser.add_argument("--chunk", type=int, default=1_000,
+                        help="one-record requests a --pairs chunk")  # fmt: skip
     a = parser.parse_args(argv)
-    if a.records < 1 or a.trials < 1 or a.scrape_interval < 0:
-        parser.error("--records and --trials must be >= 1, --scrape-interval >= 0")
+    if a.records < 1 or a.trials < 1 or a.scrape_interval < 0 or a.pairs < 0 or a.chunk < 1:
+        parser.error("--records, --trials and --chunk must be >= 1, --scrape-interval and "
+                     "--pairs >= 0")  # fmt: skip
     s = Settings(a.records, a.value_bytes, 1, 5, 1_000_000, (1,))
-    print(f"{s.records:,} records of {s.value_bytes} bytes, {a.trials} trials per mode; "
-          f"{os.cpu_count()} cores, load {os.getloadavg()[0]:.1f}", flush=True)  # fmt: skip
+    what = (f"{a.pairs} blocks of 3 chunks of {a.chunk:,} one-record requests" if a.pairs
+            else f"{s.records:,} records, {a.trials} trials per mode")  # fmt: skip
+    print(f"{what}, values of {s.value_bytes} bytes; {os.cpu_count()} cores, load "
+          f"{os.getloadavg()[0]:.1f}", flush=True)  # fmt: skip
     began = time.perf_counter()
-    if a.pairs:
-        try:
-            print_pairs(paired(a.pairs, a.chunk, a.value_bytes))
-        except (BenchError, PeerError, KafkaException) as e:
-            print(f"error: {e}", file=sys.stderr)
-            return 1
-        print(f"\ntotal {time.perf_counter() - began:.0f} s, load {os.getloadavg()[0]:.1f}")
-        return 0
     try:
-        if a.toggled:
-            figures, scrapes, scrape = toggled(s, a.trials), [], None
+        if a.pairs:
+            print_pairs(paired(a.pairs, a.chunk, a.value_bytes))
         else:
-            figures, scrapes, scrape = measure(s, a.trials, a.scrape_interval)
+            print_table(*measure(s, a.trials, a.scrape_interval))
     except (BenchError, PeerError, KafkaException) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
-    print_table(figures, scrapes, scrape)
     print(f"\nthe metrics' work per request, in this process: {per_request_cost():.2f} us")
     print(f"\ntotal {time.perf_counter() - began:.0f} s, load {os.getloadavg()[0]:.1f}")
     return 0

@@ -52,12 +52,13 @@ def test_metrics_cost_run_has_every_row(capsys):
 
 
 def test_metrics_cost_pairs_switch_the_metrics(capsys):
-    """``--pairs``: the one-record produce chunks with the metrics off, on and off again; the
-    run checks itself that the "on" chunks alone were timed and counted."""
+    """``--pairs``: each workload's chunks with the metrics off, on and off again; the run
+    checks itself that the "on" chunks alone were timed and counted."""
     from benchmarks import serve_metrics
 
     assert serve_metrics.main(["--pairs", "2", "--chunk", "25"]) == 0
     out = capsys.readouterr().out
-    rows = [line.split(" | ")[0] for line in out.splitlines() if line.endswith("x |")]
-    assert rows == ["| off", "| on", "| control"]
-    assert "2 chunks per mode" in out
+    rows = [line.split(" | ")[:2] for line in out.splitlines() if line.endswith("x |")]
+    workloads = ["produce acks=1, 1 record a request", "produce acks=1, batched",
+                 "raw fetch, 1 MiB a request"]  # fmt: skip
+    assert rows == [[f"| {w}", f"{m} (2)"] for w in workloads for m in ("off", "on", "control")]
