@@ -378,8 +378,9 @@ def paired(blocks: int, chunk: int, value_bytes: int) -> dict[str, dict[str, lis
     blocks`` chunks (plus a warm-up) whose metrics are off, on (:func:`switch_metrics` and the
     topic counters) or off again as a control (what "off" against "off" gives is this run's
     noise), in the order of :func:`chunk_order`. Returns workload -> mode -> each chunk's
-    server CPU (:func:`server_threads_cpu_seconds`) per record, in microseconds."""
-    cpu: dict[str, dict[str, list[float]]] = {}
+    (server CPU (:func:`server_threads_cpu_seconds`), wall time) per record, in
+    microseconds."""
+    cpu: dict[str, dict[str, list[tuple[float, float]]]] = {}
     with tempfile.TemporaryDirectory(prefix="kafkalog-metrics-bench-") as tmp:
         listeners = parse_listeners("PLAINTEXT://127.0.0.1:0")
         served = open_brokers(Path(tmp), BrokerConfig(), 1, listeners, None, MetricsOptions())
@@ -397,12 +398,14 @@ def paired(blocks: int, chunk: int, value_bytes: int) -> dict[str, dict[str, lis
                     broker.replica_manager.topic_stats = stats if mode == "on" else None
                     counted = switched_counts(kept, stats)
                     for label, run in loads.runs.items():
-                        began = server_threads_cpu_seconds()
+                        began, wall = server_threads_cpu_seconds(), time.perf_counter()
                         records = run()
+                        wall = (time.perf_counter() - wall) / records * 1e6
                         time.sleep(SETTLE_S)  # the server finishes a response after sending it
                         used = (server_threads_cpu_seconds() - began) / records * 1e6
                         if mode != "warm-up":
-                            cpu.setdefault(label, {m: [] for m in PAIRED_MODES})[mode].append(used)
+                            per_mode = cpu.setdefault(label, {m: [] for m in PAIRED_MODES})
+                            per_mode[mode].append((used, wall))
                     check_switched(mode, counted, switched_counts(kept, stats), chunk)
             finally:
                 loads.close()
@@ -430,19 +433,25 @@ def check_switched(mode: str, before: tuple[int, int], after: tuple[int, int], c
                          f"{counted} records counted ({produced_in} produced)")  # fmt: skip
 
 
-def print_pairs(cpu: dict[str, dict[str, list[float]]]) -> None:
-    print("\n| workload | chunks | server CPU a record: median | mean "
-          "| / off, chunk by chunk: median (middle half) | / off, means |\n"
-          "|---|---|---|---|---|---|")  # fmt: skip
-    for label, per_mode in cpu.items():
+def print_pairs(measured: dict[str, dict[str, list[tuple[float, float]]]]) -> None:
+    """Per workload and mode: the medians of the server's CPU and of the wall time a record,
+    and their ratios to the "off" chunk of the same block (median and middle half)."""
+    print(
+        "\n| workload | chunks | server CPU a record (median) | CPU / off, chunk by chunk "
+        "| wall a record (median) | wall / off, chunk by chunk |"
+    )
+    print("|---|---|---|---|---|---|")
+    for label, per_mode in measured.items():
         off = per_mode["off"]
-        for mode, used in per_mode.items():
-            ratios = sorted(b / a for a, b in zip(off, used, strict=True))
-            q1, q3 = ratios[len(ratios) // 4], ratios[(3 * len(ratios)) // 4]
-            print(f"| {label} | {mode} ({len(used)}) | {statistics.median(used):.2f} us "
-                  f"| {statistics.mean(used):.2f} us "
-                  f"| {statistics.median(ratios):.3f}x ({q1:.3f}x to {q3:.3f}x) "
-                  f"| {statistics.mean(used) / statistics.mean(off):.3f}x |")  # fmt: skip
+        cells = []
+        for mode, chunks in per_mode.items():
+            for i in (0, 1):  # CPU, wall
+                mine = [c[i] for c in chunks]
+                ratios = sorted(b[i] / a[i] for a, b in zip(off, chunks, strict=True))
+                q1, q3 = ratios[len(ratios) // 4], ratios[(3 * len(ratios)) // 4]
+                cells.append(f"{statistics.median(mine):.2f} us | {statistics.median(ratios):.3f}x "
+                             f"({q1:.3f}x to {q3:.3f}x)")  # fmt: skip
+            print(f"| {label} | {mode} ({len(chunks)}) | {cells[-2]} | {cells[-1]} |")
 
 
 def print_table(

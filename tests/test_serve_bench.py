@@ -58,7 +58,7 @@ def test_metrics_cost_pairs_switch_the_metrics(capsys):
 
     assert serve_metrics.main(["--pairs", "2", "--chunk", "25"]) == 0
     out = capsys.readouterr().out
-    rows = [line.split(" | ")[:2] for line in out.splitlines() if line.endswith("x |")]
+    rows = [line.split(" | ")[:2] for line in out.splitlines() if line.endswith("x) |")]
     workloads = ["produce acks=1, 1 record a request", "produce acks=1, batched",
                  "raw fetch, 1 MiB a request"]  # fmt: skip
     assert rows == [[f"| {w}", f"{m} (2)"] for w in workloads for m in ("off", "on", "control")]
