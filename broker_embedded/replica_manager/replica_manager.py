@@ -49,6 +49,7 @@ from broker_embedded.replica_manager.broker_topic_stats import BrokerTopicStats
 from broker_embedded.replica_manager.delayed_fetch import DelayedFetch
 from broker_embedded.replica_manager.delayed_produce import DelayedProduce
 from broker_embedded.replica_manager.fetch_request import (
+    NO_LEADER_EPOCH,
     FetchRequest,
     FetchResponse,
     PartitionFetchResult,
@@ -355,7 +356,10 @@ class ReplicaManager:
     def fetch_messages(self, request: FetchRequest) -> FetchResponse:
         """Answer a fetch, waiting in the purgatory when Kafka would (module docstring)."""
         result = self._fetch(request, zero_copy=False)
-        return result.wait() if isinstance(result, DelayedFetch) else result
+        if isinstance(result, DelayedFetch):
+            result.wait()  # lazy: completing it only woke this thread, which reads now
+            return self._read(request)
+        return result
 
     def fetch_messages_async(
         self,
@@ -398,12 +402,32 @@ class ReplicaManager:
             or any(p.error is not None for p in response.partitions)
         ):
             return response
+        ready = None
+        if request.is_from_follower and self.min_bytes(request) <= 1:
+            ready = lambda: self._follower_fetch_ready(request)  # noqa: E731
         op = DelayedFetch(request, lambda r: self._read(r, zero_copy),
                           lambda: self._high_watermarks(request), self.min_bytes(request),
-                          start_hws, respond)  # fmt: skip
+                          start_hws, respond, ready, lazy=respond is None)  # fmt: skip
         keys = [p.topic_partition for p in request.partitions]
         self.fetch_purgatory.try_complete_else_watch(op, keys)
         return op
+
+    def _follower_fetch_ready(self, request: FetchRequest) -> bool:
+        """Whether a follower's fetch (``min_bytes`` 1) would now get a record or an error,
+        from the offsets alone (no read): a partition's log end offset moved past its fetch
+        offset, or it is no longer led here at the fetch's epoch, or the offset is out of
+        range."""
+        for pf in request.partitions:
+            p = self.partitions.get(pf.topic_partition)
+            if p is None or not p.is_leader:
+                return True
+            epoch = pf.current_leader_epoch
+            if epoch != NO_LEADER_EPOCH and epoch != p.leader_epoch:
+                return True
+            lg = p.log
+            if lg.log_end_offset != pf.fetch_offset or pf.fetch_offset < lg.log_start_offset:
+                return True
+        return False
 
     def _update_followers(self, request: FetchRequest) -> None:
         for pf in request.partitions:
