@@ -394,17 +394,24 @@ class ReplicaManager:
         start_hws = self._high_watermarks(request)
         if request.is_from_follower:
             self._update_followers(request)
-        response = self._read(request, zero_copy)
-        if (
-            request.max_wait_ms <= 0
-            or not request.partitions
-            or response.readable_bytes >= self.min_bytes(request)
-            or any(p.error is not None for p in response.partitions)
-        ):
-            return response
         ready = None
-        if request.is_from_follower and self.min_bytes(request) <= 1:
+        if (
+            request.is_from_follower
+            and request.max_wait_ms > 0
+            and request.partitions
+            and self.min_bytes(request) <= 1
+        ):
             ready = lambda: self._follower_fetch_ready(request)  # noqa: E731
+        if ready is None or ready():  # else the read would find nothing: wait at once
+            response = self._read(request, zero_copy)
+            if (
+                request.max_wait_ms <= 0
+                or not request.partitions
+                or response.readable_bytes >= self.min_bytes(request)
+                or any(p.error is not None for p in response.partitions)
+            ):
+                return response
+            ready = None  # offsets moved but nothing readable: wait on reads, never spin
         op = DelayedFetch(request, lambda r: self._read(r, zero_copy),
                           lambda: self._high_watermarks(request), self.min_bytes(request),
                           start_hws, respond, ready, lazy=respond is None)  # fmt: skip
