@@ -197,3 +197,17 @@ def assign(buf, table, leader_epoch):  # type: ignore[no-untyped-def]
         pos = table[i, C_POSITION]
         put_be(buf, pos + BASE_OFFSET_OFFSET, table[i, C_BASE], 8)
         put_be(buf, pos + PARTITION_LEADER_EPOCH_OFFSET, leader_epoch, 4)
+
+
+def warm_up() -> None:
+    """Compile every signature the broker uses: :func:`scan` over a writable buffer (a leader's
+    copy of a request) and a read-only one (a follower's fetch response), and :func:`assign`."""
+    from broker_embedded.record.memory_records_builder import MemoryRecordsBuilder
+
+    builder = MemoryRecordsBuilder(0, 0)
+    builder.append(None, 0, b"k", b"v")
+    batch = builder.build()
+    writable = np.frombuffer(bytearray(batch), np.uint8)
+    table, _ = scan(writable, len(writable), LEADER, 0, 1 << 20, True)
+    assign(writable, table, 0)
+    scan(np.frombuffer(bytes(batch), np.uint8), len(batch), FOLLOWER, 0, 0, False)
