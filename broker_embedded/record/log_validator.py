@@ -2,9 +2,10 @@
 and ``analyzeAndValidateRecords``): the broker's fast path for a produce request on the leader
 and a fetch response on a follower.
 
-:func:`scan` walks ``buf[0:end]`` (record batches v2 back to back, layout in batch_layout.py)
-once and returns a table of their header fields, one row per batch (the ``C_*`` columns, int64;
-``C_CRC`` is the stored CRC-32C as an unsigned value), and a summary (the ``S_*`` entries).
+:func:`scan` walks ``buf[0:end]`` (a read-only array, :func:`readonly`: record batches v2 back
+to back, layout in batch_layout.py) once and returns a table of their header fields, one row
+per batch (the ``C_*`` columns, int64; ``C_CRC`` is the stored CRC-32C as an unsigned value),
+and a summary (the ``S_*`` entries).
 It never raises and never decides an error message: it says ``S_OK`` = 1 only when every
 check the slow path (``records.iter_batches``, ``RecordBatch`` and the log's per-batch checks)
 makes on headers passes, and 0 otherwise. Callers then run the slow path, which raises the
@@ -199,15 +200,19 @@ def assign(buf, table, leader_epoch):  # type: ignore[no-untyped-def]
         put_be(buf, pos + PARTITION_LEADER_EPOCH_OFFSET, leader_epoch, 4)
 
 
+def readonly(buf: bytes | bytearray | memoryview) -> np.ndarray:
+    """``buf`` as the read-only uint8 array :func:`scan` is compiled for (one signature for a
+    leader's writable copy and a follower's fetched bytes alike)."""
+    return np.frombuffer(memoryview(buf).toreadonly(), np.uint8)
+
+
 def warm_up() -> None:
-    """Compile every signature the broker uses: :func:`scan` over a writable buffer (a leader's
-    copy of a request) and a read-only one (a follower's fetch response), and :func:`assign`."""
+    """Compile the two signatures the broker uses: :func:`scan` over a read-only array and
+    :func:`assign` over a writable one."""
     from broker_embedded.record.memory_records_builder import MemoryRecordsBuilder
 
     builder = MemoryRecordsBuilder(0, 0)
     builder.append(None, 0, b"k", b"v")
-    batch = builder.build()
-    writable = np.frombuffer(bytearray(batch), np.uint8)
-    table, _ = scan(writable, len(writable), LEADER, 0, 1 << 20, True)
-    assign(writable, table, 0)
-    scan(np.frombuffer(bytes(batch), np.uint8), len(batch), FOLLOWER, 0, 0, False)
+    buf = bytearray(builder.build())
+    table, _ = scan(readonly(buf), len(buf), LEADER, 0, 1 << 20, True)
+    assign(np.frombuffer(buf, np.uint8), table, 0)

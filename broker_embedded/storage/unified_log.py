@@ -430,7 +430,7 @@ class UnifiedLog:
         config = self.config
         if config.compact:
             return None
-        table, s = log_validator.scan(np.frombuffer(buf, np.uint8), len(buf), log_validator.LEADER,
+        table, s = log_validator.scan(log_validator.readonly(buf), len(buf), log_validator.LEADER,
                                       self.log_end_offset, config.max_message_bytes,
                                       origin is AppendOrigin.CLIENT)  # fmt: skip
         if not s[S_OK] or not _crcs_match(buf, table):
@@ -468,7 +468,7 @@ class UnifiedLog:
         with self._lock:
             self._check_open()
             view = memoryview(records).toreadonly()
-            table, s = log_validator.scan(np.frombuffer(view, np.uint8), len(view),
+            table, s = log_validator.scan(log_validator.readonly(view), len(view),
                                           log_validator.FOLLOWER, self.log_end_offset, 0,
                                           False)  # fmt: skip
             summary = s.tolist()
