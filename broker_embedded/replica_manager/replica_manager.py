@@ -18,7 +18,11 @@
   is its log end offset for the ISR and HW rules. The response is immediate when
   ``max_wait_ms <= 0``, there are no partitions, ``min_bytes`` (capped by the byte budget) are
   there or any partition has an error; otherwise the fetch waits in the fetch purgatory
-  (appends and HW moves wake it; delayed_fetch.py says when it completes).
+  (appends and HW moves wake it; delayed_fetch.py says when it completes). A follower's fetch
+  (``min_bytes`` 1) whose offsets show nothing new waits without reading, and is completed from
+  the offsets alone; on the blocking path (:meth:`fetch_messages`, the in-process followers) the
+  waiting thread reads once woken, so an append only wakes its followers and each follower's
+  read takes every batch appended until it runs.
 - ISR: a scheduled task shrinks ISRs every ``replica.lag.time.max.ms / 2``.
 - Pause (fault drills): requests to a paused broker block until it resumes or stops; its
   fetcher threads stop fetching.

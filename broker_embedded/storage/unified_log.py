@@ -28,6 +28,15 @@ Appending:
 - as follower (:meth:`append_as_follower`): batches keep the leader's offsets and epochs; a
   partial last batch of a fetch response is dropped.
 
+Both run one compiled pass over the batch headers first (record/log_validator.py: the checks
+above, the offsets assigned, the summary the segment writer needs), then one ``crc32c`` call per
+batch; the segment writer does not walk the batches again, and only batches with a producer id
+become objects (for the producer state). Whatever that pass does not accept (an error, a
+legacy batch, a codec to recompress, a compacted topic's key check) takes the Python path, one
+object per batch, which raises the error: so errors and their messages come from one place.
+The leader epoch cache gets one entry per leader append, and per epoch change in a follower's
+batches (what assigning each batch's epoch would leave).
+
 Rolling follows segment_writer.py. At each roll, as in Kafka, the producer state is snapshotted
 at the new segment's base offset (the state of the log below it) and the recovery point moves to
 that base offset (the closed segments were fsynced when they rolled). Retention
