@@ -28,8 +28,8 @@ producer client sends them, each batch distinct. Then, for each partition count 
 Fetch and baselines are the best of R repetitions (default 5); produce runs once (each run
 writes a fresh log dir). Prints a markdown table with broker / direct ratios, and acks=all over
 acks=1. Produce rows also give the process's CPU time per request (every thread: client,
-fetchers, brokers), which other jobs on shared cores disturb less than the wall time. Everything lives in
-a temporary directory deleted at the end.
+fetchers, brokers), which other jobs on shared cores disturb less than the wall time.
+Everything lives in a temporary directory deleted at the end.
 """
 
 from __future__ import annotations
