@@ -26,8 +26,10 @@ producer client sends them, each batch distinct. Then, for each partition count 
   batch carried over), and each whole file decoded in one ``decode_records`` call.
 
 Fetch and baselines are the best of R repetitions (default 5); produce runs once (each run
-writes a fresh log dir). Prints a markdown table with broker / direct ratios. Everything lives in
-a temporary directory deleted at the end.
+writes a fresh log dir). Prints a markdown table with broker / direct ratios, and acks=all over
+acks=1. Produce rows also give the process's CPU time per request (every thread: client,
+fetchers, brokers), which other jobs on shared cores disturb less than the wall time.
+Everything lives in a temporary directory deleted at the end.
 """
 
 from __future__ import annotations
@@ -98,14 +100,23 @@ def build_batches(records: int, value_bytes: int, batch_bytes: int) -> Workload:
 # -- produce ---------------------------------------------------------------------------------------
 
 
-def _timed(fn: Callable[[], object]) -> float:
+@dataclass(frozen=True)
+class Timed:
+    """Wall seconds, and CPU seconds of the whole process (every thread: the client's, the
+    followers' fetchers, the brokers' own), which shared cores disturb less than the wall."""
+
+    wall: float
+    cpu: float
+
+
+def _timed(fn: Callable[[], object]) -> Timed:
     gc.collect()
-    began = time.perf_counter()
+    began, cpu = time.perf_counter(), time.process_time()
     fn()
-    return time.perf_counter() - began
+    return Timed(time.perf_counter() - began, time.process_time() - cpu)
 
 
-def produce_standalone(broker: Broker, work: Workload, partitions: int) -> float:
+def produce_standalone(broker: Broker, work: Workload, partitions: int) -> Timed:
     tps = [TopicPartition(TOPIC, p) for p in range(partitions)]
 
     def run() -> None:
@@ -119,7 +130,7 @@ def produce_standalone(broker: Broker, work: Workload, partitions: int) -> float
 
 def produce_cluster(
     cluster: EmbeddedCluster, batches: list[bytes], partitions: int, inflight: int
-) -> float:
+) -> Timed:
     """``inflight`` client threads, each sending its share of the batches, acks=all."""
     tps = [TopicPartition(TOPIC, p) for p in range(partitions)]
     errors: list[BaseException] = []
@@ -140,10 +151,10 @@ def produce_cluster(
         for t in threads:
             t.join()
 
-    seconds = _timed(run)
+    timed = _timed(run)
     if errors:
         raise errors[0]
-    return seconds
+    return timed
 
 
 def write_file(path: Path, batches: list[bytes]) -> None:
@@ -274,9 +285,9 @@ def best_of(repeat: int, fn: Callable[[], object], expected: object) -> float:
 @dataclass
 class Results:
     partitions: int
-    produce_1: float = 0.0
-    produce_all: float = 0.0
-    latency_all: float = 0.0
+    produce_1: Timed = Timed(0.0, 0.0)
+    produce_all: Timed = Timed(0.0, 0.0)
+    latency_all: Timed = Timed(0.0, 0.0)
     latency_requests: int = 0
     write: float = 0.0
     fetch_raw: float = 0.0
@@ -343,6 +354,10 @@ def _rate(records: int, size: int, seconds: float) -> str:
     return f"{records / seconds / 1e6:.2f} M rec/s, {size / seconds / 1e6:,.0f} MB/s"
 
 
+def _produced(records: int, size: int, t: Timed, requests: int) -> str:
+    return f"{_rate(records, size, t.wall)}, CPU {t.cpu / requests * 1e6:,.0f} µs/request"
+
+
 def _mb(size: int, seconds: float) -> str:
     return f"{size / seconds / 1e6:,.0f} MB/s"
 
@@ -352,7 +367,7 @@ def _rec(records: int, seconds: float) -> str:
 
 
 def print_table(work: Workload, results: list[Results], inflight: int) -> None:
-    n, size = work.records, work.bytes
+    n, size, requests = work.records, work.bytes, len(work.batches)
     print()
     print(
         "| workload | partitions | broker | direct, 1 MiB reads (16 KiB writes) | broker / direct "
@@ -362,12 +377,16 @@ def print_table(work: Workload, results: list[Results], inflight: int) -> None:
     for r in results:
         p = r.partitions
         rows = [
-            ("produce acks=1", _rate(n, size, r.produce_1), _mb(size, r.write),
-             r.write / r.produce_1, "", None),
-            (f"produce acks=all, 3 replicas, {inflight} in flight", _rate(n, size, r.produce_all),
-             _mb(size, r.write), r.write / r.produce_all, "", None),
+            ("produce acks=1", _produced(n, size, r.produce_1, requests), _mb(size, r.write),
+             r.write / r.produce_1.wall, "", None),
+            (f"produce acks=all, 3 replicas, {inflight} in flight",
+             _produced(n, size, r.produce_all, requests), _mb(size, r.write),
+             r.write / r.produce_all.wall, "", None),
+            (f"produce acks=all / acks=1, {inflight} in flight", "", "",
+             r.produce_1.wall / r.produce_all.wall, "", None),
             (f"produce acks=all, 1 in flight ({r.latency_requests} requests)",
-             f"{r.latency_all / r.latency_requests * 1000:.2f} ms/request", "", None, "", None),
+             f"{r.latency_all.wall / r.latency_requests * 1000:.2f} ms/request, CPU "
+             f"{r.latency_all.cpu / r.latency_requests * 1e6:,.0f} µs", "", None, "", None),
             ("fetch, raw bytes", _mb(size, r.fetch_raw), "read " + _mb(size, r.read_chunked),
              r.read_chunked / r.fetch_raw, "read " + _mb(size, r.read_raw),
              r.read_raw / r.fetch_raw),

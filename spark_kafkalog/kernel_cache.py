@@ -1,13 +1,14 @@
 """Compile every numba kernel once, into the on-disk cache Spark's Python workers load from:
 :func:`ensure_compiled` and ``python -m spark_kafkalog.kernel_cache``.
 
-Why: the kernels (record decoder and encoder, default partitioner, cleaner, offset map, latest
-view) are compiled on first use and cached by numba (``cache=True``: ``__pycache__`` beside the
-sources, or ``NUMBA_CACHE_DIR``). On a fresh install every Spark Python worker that needs a kernel
-compiles it itself, at the same time as the others (the decoder alone takes about 20 s of a
-core), and two processes writing the cache of one function with different signatures at once
-can leave an index entry naming another signature's data file (numba writes each file
-atomically, but reads, adds to and rewrites the index without a lock).
+Why: the kernels (record decoder and encoder, the broker's append validator, default
+partitioner, cleaner, offset map, latest view) are compiled on first use and cached by numba
+(``cache=True``: ``__pycache__`` beside the sources, or ``NUMBA_CACHE_DIR``). On a fresh
+install every Spark Python worker that needs a kernel compiles it itself, at the same time as
+the others (the decoder alone takes about 20 s of a core), and two processes writing the cache
+of one function with different signatures at once can leave an index entry naming another
+signature's data file (numba writes each file atomically, but reads, adds to and rewrites the
+index without a lock).
 
 What :func:`ensure_compiled` does, before Spark starts its workers (``bash dev.sh`` after its
 install step, ``kafkalog demo``, the compaction job's ``main``):
@@ -188,11 +189,12 @@ def _run_warm_up(timeout_s: float) -> None:
 def warm_up() -> None:
     """Run every kernel with the argument types the product gives it (module docstring)."""
     from broker_embedded.client import default_partitioner
-    from broker_embedded.record import columnar_decoder, columnar_encoder
+    from broker_embedded.record import columnar_decoder, columnar_encoder, log_validator
 
     columnar_encoder.warm_up()
     columnar_decoder.warm_up()
     default_partitioner.warm_up()
+    log_validator.warm_up()
     with tempfile.TemporaryDirectory(prefix="kafkalog-warm-") as d:
         _fill(Path(d))
         _clean(Path(d))

@@ -8,6 +8,13 @@ follower's fetch, the high watermark of any partition differs from ``start_hws``
 before the fetch's first read), so that the follower learns the move at once; or when
 ``max_wait_ms`` runs out. Its answer is a fresh read of every partition, whatever completed it.
 A read that fails while checking completes it too (its answer then reads again and fails).
+With ``ready`` (a follower's fetch of ``min_bytes`` 1: replica_manager.py) no read is made to
+check: ``ready()`` answers from the offsets whether a read would return data or an error.
+
+``lazy`` (the blocking path, ``ReplicaManager.fetch_messages``): completing it only wakes the
+waiter, which reads in its own thread. The appender that completes a follower's fetch then
+does not pay for the follower's read, and the read, made when the follower runs, takes every
+batch appended until then.
 
 ``respond`` (optional, the Fetch API's non-blocking path): called exactly once with the answer,
 or with the exception the answer's read raised, by whichever thread completes the operation (an
@@ -39,8 +46,13 @@ class DelayedFetch(DelayedOperation):
         min_bytes: int | None = None,
         start_hws: tuple[int, ...] | None = None,
         respond: Callable[[FetchResponse | Exception], None] | None = None,
+        ready: Callable[[], bool] | None = None,
+        *,
+        lazy: bool = False,
     ) -> None:
         super().__init__(request.max_wait_ms)
+        self._ready = ready
+        self._lazy = lazy
         self.request = request
         self.min_bytes = request.min_bytes if min_bytes is None else min_bytes
         self._read = read
@@ -51,6 +63,8 @@ class DelayedFetch(DelayedOperation):
     def try_complete(self) -> bool:
         if self.request.is_from_follower and self._high_watermarks() != self._start_hws:
             return self.force_complete()
+        if self._ready is not None:
+            return self._ready() and self.force_complete()
         try:
             probe = self._read(self.request)
         except Exception:
@@ -61,7 +75,9 @@ class DelayedFetch(DelayedOperation):
             return self.force_complete()
         return False
 
-    def on_complete(self) -> FetchResponse:
+    def on_complete(self) -> FetchResponse | None:
+        if self._lazy:
+            return None  # the waiter reads
         try:
             response = self._read(self.request)
         except Exception as e:

@@ -233,6 +233,10 @@ class DelayedOperationPurgatory:
     def check_and_complete(self, key: Hashable) -> int:
         """Try to complete every operation watched under ``key`` (oldest first); return how many
         this call completed. Call it after anything that may satisfy them."""
+        if key not in self._watchers:
+            # Without the lock: an operation watched from now on checks its condition again
+            # after its watch is in place (try_complete_else_watch), so it sees this change.
+            return 0
         with self._lock:
             candidates = list(self._watchers.get(key, {}).values())
         completed = 0

@@ -18,7 +18,11 @@
   is its log end offset for the ISR and HW rules. The response is immediate when
   ``max_wait_ms <= 0``, there are no partitions, ``min_bytes`` (capped by the byte budget) are
   there or any partition has an error; otherwise the fetch waits in the fetch purgatory
-  (appends and HW moves wake it; delayed_fetch.py says when it completes).
+  (appends and HW moves wake it; delayed_fetch.py says when it completes). A follower's fetch
+  (``min_bytes`` 1) whose offsets show nothing new waits without reading, and is completed from
+  the offsets alone; on the blocking path (:meth:`fetch_messages`, the in-process followers) the
+  waiting thread reads once woken, so an append only wakes its followers and each follower's
+  read takes every batch appended until it runs.
 - ISR: a scheduled task shrinks ISRs every ``replica.lag.time.max.ms / 2``.
 - Pause (fault drills): requests to a paused broker block until it resumes or stops; its
   fetcher threads stop fetching.
@@ -49,6 +53,7 @@ from broker_embedded.replica_manager.broker_topic_stats import BrokerTopicStats
 from broker_embedded.replica_manager.delayed_fetch import DelayedFetch
 from broker_embedded.replica_manager.delayed_produce import DelayedProduce
 from broker_embedded.replica_manager.fetch_request import (
+    NO_LEADER_EPOCH,
     FetchRequest,
     FetchResponse,
     PartitionFetchResult,
@@ -355,7 +360,10 @@ class ReplicaManager:
     def fetch_messages(self, request: FetchRequest) -> FetchResponse:
         """Answer a fetch, waiting in the purgatory when Kafka would (module docstring)."""
         result = self._fetch(request, zero_copy=False)
-        return result.wait() if isinstance(result, DelayedFetch) else result
+        if isinstance(result, DelayedFetch):
+            result.wait()  # lazy: completing it only woke this thread, which reads now
+            return self._read(request)
+        return result
 
     def fetch_messages_async(
         self,
@@ -390,20 +398,47 @@ class ReplicaManager:
         start_hws = self._high_watermarks(request)
         if request.is_from_follower:
             self._update_followers(request)
-        response = self._read(request, zero_copy)
+        ready = None
         if (
-            request.max_wait_ms <= 0
-            or not request.partitions
-            or response.readable_bytes >= self.min_bytes(request)
-            or any(p.error is not None for p in response.partitions)
+            request.is_from_follower
+            and request.max_wait_ms > 0
+            and request.partitions
+            and self.min_bytes(request) <= 1
         ):
-            return response
+            ready = lambda: self._follower_fetch_ready(request)  # noqa: E731
+        if ready is None or ready():  # else the read would find nothing: wait at once
+            response = self._read(request, zero_copy)
+            if (
+                request.max_wait_ms <= 0
+                or not request.partitions
+                or response.readable_bytes >= self.min_bytes(request)
+                or any(p.error is not None for p in response.partitions)
+            ):
+                return response
+            ready = None  # offsets moved but nothing readable: wait on reads, never spin
         op = DelayedFetch(request, lambda r: self._read(r, zero_copy),
                           lambda: self._high_watermarks(request), self.min_bytes(request),
-                          start_hws, respond)  # fmt: skip
+                          start_hws, respond, ready, lazy=respond is None)  # fmt: skip
         keys = [p.topic_partition for p in request.partitions]
         self.fetch_purgatory.try_complete_else_watch(op, keys)
         return op
+
+    def _follower_fetch_ready(self, request: FetchRequest) -> bool:
+        """Whether a follower's fetch (``min_bytes`` 1) would now get a record or an error,
+        from the offsets alone (no read): a partition's log end offset moved past its fetch
+        offset, or it is no longer led here at the fetch's epoch, or the offset is out of
+        range."""
+        for pf in request.partitions:
+            p = self.partitions.get(pf.topic_partition)
+            if p is None or not p.is_leader:
+                return True
+            epoch = pf.current_leader_epoch
+            if epoch != NO_LEADER_EPOCH and epoch != p.leader_epoch:
+                return True
+            lg = p.log
+            if lg.log_end_offset != pf.fetch_offset or pf.fetch_offset < lg.log_start_offset:
+                return True
+        return False
 
     def _update_followers(self, request: FetchRequest) -> None:
         for pf in request.partitions:

@@ -37,6 +37,9 @@ without it, and its answer applied under the lock again if it is still newer tha
 then ``isr_changed(size before, size after)`` is called, under the lock (the metrics' ISR
 shrink and expand counters: it takes only its own leaf lock). ``make_leader`` calls it too for
 an ISR the controller changed within the same leader epoch (a stopped follower dropped).
+:meth:`Partition.read` and :meth:`Partition.check_enough_replicas_reach_offset` take no lock
+(Kafka takes its read lock there): they read the state, an immutable value, once, so they never
+wait behind an append or a follower's fetch.
 """
 
 from __future__ import annotations
@@ -236,20 +239,21 @@ class Partition:
         self, required_offset: int
     ) -> KafkaApiError | None | bool:
         """For acks=all: ``None`` once the HW reached ``required_offset``, an error when it can
-        no longer be reached as asked, ``False`` while still waiting."""
-        with self.lock:
-            try:
-                s = self._require_leader()
-            except NotLeaderOrFollowerError as e:
-                return e
-            if len(s.isr) < self.min_isr:
-                return NotEnoughReplicasAfterAppendError(
-                    f"{self._where()}: the ISR {list(s.isr)} shrank below min.insync.replicas "
-                    f"{self.min_isr} before offset {required_offset - 1} was replicated"
-                )
-            if self.log.high_watermark >= required_offset:
-                return None
-            return False
+        no longer be reached as asked, ``False`` while still waiting. Without the lock (as
+        Kafka's under its read lock): the state is an immutable value read once, and the HW
+        only grows while it stays the leader's state."""
+        try:
+            s = self._require_leader()
+        except NotLeaderOrFollowerError as e:
+            return e
+        if len(s.isr) < self.min_isr:
+            return NotEnoughReplicasAfterAppendError(
+                f"{self._where()}: the ISR {list(s.isr)} shrank below min.insync.replicas "
+                f"{self.min_isr} before offset {required_offset - 1} was replicated"
+            )
+        if self.log.high_watermark >= required_offset:
+            return None
+        return False
 
     # -- fetch -------------------------------------------------------------------------------------
 
@@ -262,8 +266,10 @@ class Partition:
         min_one_message: bool,
         zero_copy: bool = False,
     ) -> FetchDataInfo:
-        with self.lock:
-            self._require_leader()
+        # Without the lock: the state is an immutable value read once; a change right after
+        # the check is the same as one right after the read.
+        s = self._require_leader()
+        if current_leader_epoch != NO_LEADER_EPOCH and current_leader_epoch != s.leader_epoch:
             self.check_epoch(current_leader_epoch)
         return self.log.read(
             fetch_offset, max_bytes, isolation, min_one_message=min_one_message, zero_copy=zero_copy

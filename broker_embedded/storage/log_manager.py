@@ -295,6 +295,11 @@ class LogManager:
     # -- background work ---------------------------------------------------------------------------
 
     def _on_offsets_changed(self, _log: UnifiedLog | None) -> None:
+        if self._dirty:
+            # Already due: the checkpoint thread clears the flag before it reads the offsets,
+            # so it reads this change too. Waking it again would only cost a thread switch
+            # on every produce request.
+            return
         with self._cond:
             self._dirty = True
             self._cond.notify_all()

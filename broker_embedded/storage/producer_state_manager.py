@@ -496,15 +496,20 @@ class ProducerStateManager:
         self,
         batches: Iterable[RecordBatch | BatchInfo],
         origin: AppendOrigin = AppendOrigin.CLIENT,
+        *,
+        next_offset: int | None = None,
     ) -> ProducerStateUpdate:
-        """Validate ``batches`` (offsets assigned, in log order) without changing the state."""
+        """Validate ``batches`` (offsets assigned, in log order) without changing the state.
+        ``next_offset``: the offset after the append, when ``batches`` leaves out its batches
+        without a producer id (the log's fast path passes only those that have one); by
+        default the offset after the last of ``batches``."""
         staged: dict[int, _StagedProducer] = {}
         started: list[tuple[int, int]] = []
         ended: list[_EndedTxn] = []
-        next_offset = None
+        after = None
         for raw in batches:
             batch = BatchInfo.of(raw)
-            next_offset = batch.last_offset + 1
+            after = batch.last_offset + 1
             if not batch.has_producer_id:
                 continue
             if origin is AppendOrigin.CLIENT:
@@ -521,7 +526,7 @@ class ProducerStateManager:
             entries=MappingProxyType({pid: p.updated for pid, p in staged.items()}),
             started_txns=tuple(started),
             ended_txns=tuple(ended),
-            next_offset=next_offset,
+            next_offset=after if next_offset is None else next_offset,
             state_version=self._version,
         )
 

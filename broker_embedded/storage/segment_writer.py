@@ -172,22 +172,26 @@ class SegmentWriter:
         *,
         offset_of_max_timestamp: int | None = None,
         now_ms: int | None = None,
+        summary: RecordsSummary | None = None,
     ) -> AppendInfo | None:
-        """Append complete batches (final offsets already assigned); ``None`` if empty."""
-        source = f"append to {self.topic_partition} in {self.directory}"
-        summary = summarize_records(records, source)
+        """Append complete batches (final offsets already assigned); ``None`` if empty.
+        ``summary``: the batches were already checked (complete, valid CRCs, increasing
+        offsets) and summed up by the caller (the log's one-pass validation), so they are not
+        walked again."""
         if summary is None:
-            return None
+            summary = summarize_records(records, self._source())
+            if summary is None:
+                return None
         if summary.first_offset < self.log_end_offset:
             raise InvalidOffsetError(
-                f"{source}: first offset {summary.first_offset} is below the log end offset "
-                f"{self.log_end_offset}"
+                f"{self._source()}: first offset {summary.first_offset} is below the log end "
+                f"offset {self.log_end_offset}"
             )
         if offset_of_max_timestamp is not None:
             if not summary.first_offset <= offset_of_max_timestamp <= summary.last_offset:
                 raise InvalidOffsetError(
-                    f"{source}: offset of max timestamp {offset_of_max_timestamp} is outside "
-                    f"[{summary.first_offset}, {summary.last_offset}]"
+                    f"{self._source()}: offset of max timestamp {offset_of_max_timestamp} is "
+                    f"outside [{summary.first_offset}, {summary.last_offset}]"
                 )
             summary = RecordsSummary(summary.first_offset, summary.last_offset,
                                      summary.max_timestamp, offset_of_max_timestamp,
@@ -197,6 +201,9 @@ class SegmentWriter:
         return AppendInfo(summary.first_offset, summary.last_offset, summary.max_timestamp,
                           summary.offset_of_max_timestamp, self._active.base_offset, position,
                           summary.size, rolled)  # fmt: skip
+
+    def _source(self) -> str:
+        return f"append to {self.topic_partition} in {self.directory}"
 
     def _maybe_roll(self, summary: RecordsSummary, now_ms: int) -> bool:
         active = self._active

@@ -28,6 +28,15 @@ Appending:
 - as follower (:meth:`append_as_follower`): batches keep the leader's offsets and epochs; a
   partial last batch of a fetch response is dropped.
 
+Both run one compiled pass over the batch headers first (record/log_validator.py: the checks
+above, the offsets assigned, the summary the segment writer needs), then one ``crc32c`` call per
+batch; the segment writer does not walk the batches again, and only batches with a producer id
+become objects (for the producer state). Whatever that pass does not accept (an error, a
+legacy batch, a codec to recompress, a compacted topic's key check) takes the Python path, one
+object per batch, which raises the error: so errors and their messages come from one place.
+The leader epoch cache gets one entry per leader append, and per epoch change in a follower's
+batches (what assigning each batch's epoch would leave).
+
 Rolling follows segment_writer.py. At each roll, as in Kafka, the producer state is snapshotted
 at the new segment's base offset (the state of the log below it) and the recovery point moves to
 that base offset (the closed segments were fsynced when they rolled). Retention
@@ -79,6 +88,7 @@ public method takes the log's lock.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import os
 import threading
@@ -88,6 +98,8 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
+
+import numpy as np
 
 from broker_embedded.errors import (
     MAX_RECORD_ERRORS,
@@ -101,11 +113,41 @@ from broker_embedded.errors import (
     RecordValidationError,
 )
 from broker_embedded.latency_histogram import LatencyHistogram
+from broker_embedded.record import log_validator
+from broker_embedded.record.batch_layout import (
+    ATTRIBUTES_OFFSET,
+    CODEC_MASK,
+    CONTROL_MASK,
+    TRANSACTIONAL_MASK,
+)
 from broker_embedded.record.compression import CompressionType
+from broker_embedded.record.log_validator import (
+    C_ATTRIBUTES,
+    C_BASE,
+    C_BASE_SEQUENCE,
+    C_CRC,
+    C_EPOCH,
+    C_LAST_DELTA,
+    C_MAX_TS,
+    C_POSITION,
+    C_PRODUCER_EPOCH,
+    C_PRODUCER_ID,
+    C_SIZE,
+    S_END,
+    S_FIRST_OFFSET,
+    S_FIRST_ROW,
+    S_LAST_OFFSET,
+    S_MAX_TS,
+    S_OFFSET_OF_MAX_TS,
+    S_OK,
+    S_PRODUCERS,
+    S_RECORDS,
+)
 from broker_embedded.record.memory_records_builder import MemoryRecordsBuilder
 from broker_embedded.record.record_batch import (
     LOG_APPEND_TIME,
     RecordBatch,
+    crc32c_of,
     set_base_offset,
     set_max_timestamp,
     set_partition_leader_epoch,
@@ -128,6 +170,7 @@ from broker_embedded.storage.log_loader import (
 from broker_embedded.storage.log_segment import (
     LOG_SUFFIX,
     LogSegment,
+    RecordsSummary,
     TimestampAndOffset,
     segment_file_stem,
 )
@@ -135,6 +178,7 @@ from broker_embedded.storage.log_segments import LogSegments
 from broker_embedded.storage.offset_index import INDEX_SUFFIX
 from broker_embedded.storage.producer_state_manager import (
     AppendOrigin,
+    BatchInfo,
     CompletedTxn,
     ProducerStateManager,
     list_snapshots,
@@ -378,42 +422,91 @@ class UnifiedLog:
         with self._lock:
             self._check_open()
             buf = bytearray(records)
-            checked = self._validate(buf, origin)
-            if self._needs_recompression(buf):
-                buf = self._recompress(buf)
-                checked = self._validate(buf, origin)  # sizes changed: check them again
+            scanned = self._scan_as_leader(buf, origin)
+            if scanned is None:
+                return self._append_as_leader_checked_in_python(buf, leader_epoch, origin)
+            log_validator.assign(np.frombuffer(buf, np.uint8), scanned.rows, leader_epoch)
             now = self._clock()
-            next_offset = self.log_end_offset
             append_time = now if self.config.log_append_time else -1
-            for c in checked:
-                set_base_offset(buf, next_offset, c.position)
-                set_partition_leader_epoch(buf, leader_epoch, c.position)
-                if append_time >= 0:
-                    set_max_timestamp(buf, LOG_APPEND_TIME, append_time, c.position)
-                next_offset += c.offsets
-            return self._append(buf, origin, leader_epoch, append_time, now)
+            if append_time >= 0:
+                scanned = _stamp_append_time(buf, scanned, append_time)
+            return self._append_scanned(scanned, origin, leader_epoch, append_time, now)
+
+    def _scan_as_leader(self, buf: bytearray, origin: AppendOrigin) -> _Scanned | None:
+        """The fast path's checks (log_validator.py), the CRCs and the topic's codec; ``None``
+        when anything needs the Python path (which then raises the error, or recompresses, or
+        checks the keys of a compacted topic)."""
+        config = self.config
+        if config.compact:
+            return None
+        table, s = log_validator.scan(log_validator.readonly(buf), len(buf), log_validator.LEADER,
+                                      self.log_end_offset, config.max_message_bytes,
+                                      origin is AppendOrigin.CLIENT)  # fmt: skip
+        if not s[S_OK] or not _crcs_match(buf, table):
+            return None
+        target = self._target_codec()
+        if target is not None and any(
+            a & CODEC_MASK != target and not a & CONTROL_MASK for a in table[:, C_ATTRIBUTES]
+        ):
+            return None
+        return _Scanned.of(table, s.tolist(), buf)
+
+    def _append_as_leader_checked_in_python(
+        self, buf: bytearray, leader_epoch: int, origin: AppendOrigin
+    ) -> LogAppendInfo:
+        """The slow path: one Python object per batch (the fast path's refusals, legacy
+        batches, recompression and compacted topics)."""
+        checked = self._validate(buf, origin)
+        if self._needs_recompression(buf):
+            buf = self._recompress(buf)
+            checked = self._validate(buf, origin)  # sizes changed: check them again
+        now = self._clock()
+        next_offset = self.log_end_offset
+        append_time = now if self.config.log_append_time else -1
+        for c in checked:
+            set_base_offset(buf, next_offset, c.position)
+            set_partition_leader_epoch(buf, leader_epoch, c.position)
+            if append_time >= 0:
+                set_max_timestamp(buf, LOG_APPEND_TIME, append_time, c.position)
+            next_offset += c.offsets
+        return self._append(buf, origin, leader_epoch, append_time, now)
 
     def append_as_follower(self, records: bytes | bytearray | memoryview) -> LogAppendInfo | None:
         """Append the complete batches of a fetch response at or above the log end offset, with
         the leader's offsets and epochs; ``None`` when nothing was new."""
         with self._lock:
             self._check_open()
-            leo = self.log_end_offset
-            view = memoryview(records)
-            start = end = None
-            for b in iter_batches(view, f"fetch response for {self._where()}", tail="stop"):
-                if b.last_offset < leo:
-                    continue
-                if not b.is_valid():
-                    raise CorruptMessageError(
-                        f"{self._where()}: replicated batch at offset {b.base_offset} fails its CRC"
-                    )
-                start = b.position if start is None else start
-                end = b.position + b.size_in_bytes
-            if start is None:
+            view = memoryview(records).toreadonly()
+            table, s = log_validator.scan(log_validator.readonly(view), len(view),
+                                          log_validator.FOLLOWER, self.log_end_offset, 0,
+                                          False)  # fmt: skip
+            summary = s.tolist()
+            rows = table[summary[S_FIRST_ROW] :]
+            if not summary[S_OK] or not _crcs_match(view, rows):
+                return self._append_as_follower_checked_in_python(view)
+            if not len(rows):
                 return None
-            return self._append(bytes(view[start:end]), AppendOrigin.REPLICATION, None, -1,
-                                self._clock())  # fmt: skip
+            scanned = _Scanned.of(rows, summary, view)
+            return self._append_scanned(scanned, AppendOrigin.REPLICATION, None, -1,
+                                        self._clock())  # fmt: skip
+
+    def _append_as_follower_checked_in_python(self, view: memoryview) -> LogAppendInfo | None:
+        """The slow path of :meth:`append_as_follower` (legacy batches, and the errors)."""
+        leo = self.log_end_offset
+        start = end = None
+        for b in iter_batches(view, f"fetch response for {self._where()}", tail="stop"):
+            if b.last_offset < leo:
+                continue
+            if not b.is_valid():
+                raise CorruptMessageError(
+                    f"{self._where()}: replicated batch at offset {b.base_offset} fails its CRC"
+                )
+            start = b.position if start is None else start
+            end = b.position + b.size_in_bytes
+        if start is None:
+            return None
+        return self._append(bytes(view[start:end]), AppendOrigin.REPLICATION, None, -1,
+                            self._clock())  # fmt: skip
 
     def _validate(self, buf: bytearray, origin: AppendOrigin) -> list[_Checked]:
         where = self._where()
@@ -517,29 +610,92 @@ class UnifiedLog:
         append_time: int,
         now: int,
     ) -> LogAppendInfo:
+        """The slow path's append: the batches walked again, one object each."""
         batches = [b for b in iter_batches(buf, str(self.directory)) if isinstance(b, RecordBatch)]
-        update = self.producer_state.analyze(batches, origin)
+        epochs = [(b.partition_leader_epoch if leader_epoch is None else leader_epoch,
+                   b.base_offset) for b in batches]  # fmt: skip
+        records = sum(b.records_count for b in batches)
+        return self._append_batches(buf, batches, None, epochs, records, None, origin,
+                                    append_time, now)  # fmt: skip
+
+    def _append_scanned(
+        self,
+        scanned: _Scanned,
+        origin: AppendOrigin,
+        leader_epoch: int | None,
+        append_time: int,
+        now: int,
+    ) -> LogAppendInfo:
+        """The fast path's append of the batches of ``scanned``. Only batches with a producer
+        id become objects, for the producer state."""
+        summary = scanned.summary
+        data = scanned.data
+        infos = self._producer_batches(data, scanned.rows) if scanned.producers else []
+        if leader_epoch is not None:
+            epochs = [(leader_epoch, summary.first_offset)]
+        else:
+            epochs = _epoch_starts(scanned.rows)
+        return self._append_batches(data, infos, summary.last_offset + 1, epochs,
+                                    scanned.records, summary, origin, append_time,
+                                    now)  # fmt: skip
+
+    def _producer_batches(self, data: bytes | bytearray | memoryview, rows: np.ndarray) -> list:
+        """The batches of ``rows`` with a producer id, as the producer state reads them."""
+        base = int(rows[0, C_POSITION])
+        view = memoryview(data)
+        out: list[RecordBatch | BatchInfo] = []
+        for row in rows.tolist():
+            if row[C_PRODUCER_ID] < 0:
+                continue
+            pos = row[C_POSITION] - base
+            if row[C_ATTRIBUTES] & CONTROL_MASK:  # the marker's type is in its record
+                out.append(RecordBatch(view[pos : pos + row[C_SIZE]], position=pos))
+                continue
+            delta = row[C_LAST_DELTA]
+            seq = row[C_BASE_SEQUENCE]
+            out.append(BatchInfo(
+                row[C_BASE], row[C_BASE] + delta, row[C_PRODUCER_ID], row[C_PRODUCER_EPOCH], seq,
+                -1 if seq < 0 else (seq + delta) & 0x7FFFFFFF, row[C_MAX_TS],
+                bool(row[C_ATTRIBUTES] & TRANSACTIONAL_MASK),
+            ))  # fmt: skip
+        return out
+
+    def _append_batches(
+        self,
+        buf: bytes | bytearray | memoryview,
+        batches: Sequence[RecordBatch | BatchInfo],
+        next_offset: int | None,
+        epochs: list[tuple[int, int]],
+        records: int,
+        summary: RecordsSummary | None,
+        origin: AppendOrigin,
+        append_time: int,
+        now: int,
+    ) -> LogAppendInfo:
+        """Check the producer state, write, then apply it, the leader epochs (``epochs``: each
+        batch's, or where they change) and the flush policy."""
+        psm = self.producer_state
+        update = psm.analyze(batches, origin, next_offset=next_offset)
         dup = update.duplicate
         if dup is not None:
             append_time = dup.timestamp if self.config.log_append_time else -1
             return LogAppendInfo(dup.first_offset, dup.last_offset, dup.timestamp, append_time,
                                  self.log_start_offset, 0, 0, duplicate=True)  # fmt: skip
-        records = sum(b.records_count for b in batches)
         first_base = self._writer.active_segment.base_offset
-        info = self._writer.append(buf, now_ms=now)
+        info = self._writer.append(buf, now_ms=now, summary=summary)
         if info is None:
             raise InvalidRecordError(f"{self._where()}: nothing to append")
         base = self._writer.active_segment.base_offset
         if base != first_base:  # before the update: the snapshot is the state below the new base
-            if self.producer_state.map_end_offset < base:  # offsets skipped (replicated gaps)
-                self.producer_state.update_map_end_offset(base)
-                update = self.producer_state.analyze(batches, origin)
+            if psm.map_end_offset < base:  # offsets skipped (replicated gaps)
+                psm.update_map_end_offset(base)
+                update = psm.analyze(batches, origin, next_offset=next_offset)
             self._on_roll()
-        completed = self.producer_state.apply(update)
-        self._index_aborted(completed)
-        for b in batches:
-            epoch = b.partition_leader_epoch if leader_epoch is None else leader_epoch
-            self.leader_epoch_cache.assign(epoch, b.base_offset)
+        completed = psm.apply(update)
+        if completed:
+            self._index_aborted(completed)
+        for epoch, start in epochs:
+            self.leader_epoch_cache.assign(epoch, start)
         self._unflushed_records += records
         if self._unflushed_records >= self.config.flush_messages:
             self.flush()
@@ -983,6 +1139,62 @@ class UnifiedLog:
             self._open.drop_all(abandon=True)
             self._writer.abandon()
             self._closed = True
+
+
+@dataclass(frozen=True, slots=True)
+class _Scanned:
+    """Batches checked by log_validator.scan: its ``rows`` (positions in the request or fetch
+    response), ``data`` (the bytes they cover), their summary, records and how many carry a
+    producer id."""
+
+    rows: np.ndarray
+    data: memoryview
+    summary: RecordsSummary
+    records: int
+    producers: int
+
+    @classmethod
+    def of(cls, rows: np.ndarray, s: list[int], buf: bytes | bytearray | memoryview) -> _Scanned:
+        start, end = int(rows[0, C_POSITION]), s[S_END]
+        summary = RecordsSummary(s[S_FIRST_OFFSET], s[S_LAST_OFFSET], s[S_MAX_TS],
+                                 s[S_OFFSET_OF_MAX_TS], end - start)  # fmt: skip
+        return cls(rows, memoryview(buf)[start:end], summary, s[S_RECORDS], s[S_PRODUCERS])
+
+
+def _stamp_append_time(buf: bytearray, scanned: _Scanned, append_time: int) -> _Scanned:
+    """LogAppendTime: every batch's max timestamp becomes the append time (its CRC is
+    recomputed); the first batch then holds the max timestamp."""
+    rows = scanned.rows
+    for pos in rows[:, C_POSITION].tolist():
+        set_max_timestamp(buf, LOG_APPEND_TIME, append_time, pos)
+    rows[:, C_MAX_TS] = append_time  # what the producer state keeps
+    s = scanned.summary
+    first_last = int(rows[0, C_BASE] + rows[0, C_LAST_DELTA])
+    summary = RecordsSummary(s.first_offset, s.last_offset, append_time, first_last, s.size)
+    return dataclasses.replace(scanned, summary=summary)
+
+
+def _crcs_match(buf: bytes | bytearray | memoryview, rows: np.ndarray) -> bool:
+    """Whether every batch of ``rows`` has the CRC-32C it stores (one ``crc32c`` call per
+    batch: the package is hardware accelerated)."""
+    view = memoryview(buf)
+    for pos, size, crc in rows[:, [C_POSITION, C_SIZE, C_CRC]].tolist():
+        if crc32c_of(view[pos + ATTRIBUTES_OFFSET : pos + size]) != crc:
+            return False
+    return True
+
+
+def _epoch_starts(rows: np.ndarray) -> list[tuple[int, int]]:
+    """(leader epoch, base offset) of each replicated batch whose epoch differs from the
+    batch before it: what assigning every batch's epoch changes in the cache (an epoch that
+    continues changes nothing there)."""
+    out = []
+    previous = None
+    for epoch, base in rows[:, [C_EPOCH, C_BASE]].tolist():
+        if epoch != previous:
+            out.append((epoch, base))
+            previous = epoch
+    return out
 
 
 def _cleaned_name(offset: int, suffix: str) -> str:

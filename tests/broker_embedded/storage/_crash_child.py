@@ -2,7 +2,8 @@
 
 ``python -m tests.broker_embedded.storage._crash_child`` starts a zygote (``_zygote.py``: the
 line protocol): a fresh Python that imports only the storage and record modules (about 0.3 s)
-and forks a writer per ``LOG_DIR RUN SEED`` line on stdin.
+and loads the append's compiled kernel, then forks a writer per ``LOG_DIR RUN SEED`` line on
+stdin.
 
 A writer opens the log dir with a LogManager (the previous writer was killed, so this is a
 recovery), prints ``ready`` and appends as a leader with epoch RUN until it is killed:
@@ -24,6 +25,7 @@ import os
 import random
 import time
 
+from broker_embedded.record import log_validator
 from broker_embedded.record.compression import CompressionType
 from broker_embedded.record.control_record import EndTransactionMarker
 from broker_embedded.record.memory_records_builder import MemoryRecordsBuilder
@@ -83,4 +85,5 @@ def append_until_killed(log_dir: str, run: int, seed: int) -> None:
 
 
 if __name__ == "__main__":
+    log_validator.warm_up()  # the append's kernel, loaded once here rather than in every writer
     serve(append_until_killed)
