@@ -272,6 +272,8 @@ def warm_up() -> float:
     plan = _Plan(np.empty((0, k.TABLE_FIELDS), np.int64), empty, np.empty(0, np.int64))
     where = _Where("<warm-up>", 0)
     _run_kernel(empty, plan, no_entries, where, 0, INT64_MAX, include_headers=True, max_rows=1)
+    no_sections = np.empty((0, k.INFLATE_FIELDS), np.int64)
+    k.inflate_sections(empty, no_sections, _SideBuffer(0).buffer, 0, 0, -1, 0)
     return time.perf_counter() - began
 
 
