@@ -471,7 +471,8 @@ class _Inflater:
             done += int(reached)
             if status != k.INFLATE_NO_ROOM:
                 break
-            self.side.grow(self.side.size + 1)
+            # at least doubles: at most log2(MAX_DECOMPRESSED_BYTES) rounds per batch
+            self.side.grow(len(self.side.buffer) + 1)
         return done
 
     def _inflate_slowly(self, row: int) -> bool:
