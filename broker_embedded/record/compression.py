@@ -182,20 +182,22 @@ def _too_large(codec: CompressionType, max_size: int) -> CorruptRecordError:
 
 
 def _gunzip(data: bytes | memoryview, max_size: int) -> bytes:
-    rest = bytes(data)
+    rest: bytes | memoryview = data
     if not rest:
         raise CorruptRecordError("gzip stream is empty")
-    out = bytearray()
+    parts: list[bytes] = []
+    size = 0
     while True:
         d = zlib.decompressobj(16 + zlib.MAX_WBITS)
-        out += d.decompress(rest, max_size + 1 - len(out))
-        if len(out) > max_size or d.unconsumed_tail:
+        parts.append(d.decompress(rest, max_size + 1 - size))
+        size += len(parts[-1])
+        if size > max_size or d.unconsumed_tail:
             raise _too_large(CompressionType.GZIP, max_size)
         if not d.eof:
             raise CorruptRecordError("gzip stream truncated")
         rest = d.unused_data
-        if not rest.startswith(GZIP_HEADER[:3]):
-            return bytes(out)  # Java's GZIPInputStream ignores what is not another member
+        if not rest.startswith(GZIP_HEADER[:3]):  # Java's GZIPInputStream ignores the rest
+            return parts[0] if len(parts) == 1 else b"".join(parts)
 
 
 def _unsnappy(view: memoryview, max_size: int) -> bytes:
