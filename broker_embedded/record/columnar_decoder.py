@@ -36,15 +36,18 @@ entirely outside the range are walked over by their headers only. Corrupt input 
 
 The hot path creates no Python object per record: ``decode_kernel.scan_entries`` walks the entry
 headers into a table; numpy picks the batches in range; Python checks CRCs (one ``crc32c`` call
-per batch, on a helper thread for large runs so that it overlaps the kernel), decompresses (one
-``compression.decompress`` call per compressed batch) and re-encodes legacy entries as v2
-records (the slow path: legacy entries are rare); one call of ``decode_kernel.decode_sections``
+per batch, on a helper thread for large runs so that it overlaps the kernel), decompresses
+(lz4 and snappy batches in one ``decode_kernel.inflate_sections`` call per run of them, into one
+side buffer; gzip and zstd batches, and what that kernel leaves to the libraries, one
+``compression.decompress`` call each) and re-encodes legacy entries as v2 records (the slow
+path: legacy entries are rare); one call of ``decode_kernel.decode_sections``
 fills column buffers, which become Arrow arrays without a copy (validity bitmaps are packed per
 output batch, only where there are nulls). Per-record work is therefore the kernel's alone.
 
 Memory: the output holds keys, values and headers once, plus per row 8 (offset) + 8
 (timestamp) + 4 (timestampType) + 8 (key and value offsets) + 2 (validity) bytes; compressed
-batches also hold their decompressed records while decoding.
+batches also hold their decompressed records while decoding, in one side buffer first sized at
+three times their compressed bytes (within the budget) and doubled when that is not enough.
 
 Inflation budget: a reader's fetch limits count compressed bytes, and a few KB of zstd can
 inflate to the 256 MiB per-batch cap (``compression.MAX_DECOMPRESSED_BYTES``), so one
@@ -425,8 +428,9 @@ class _Inflater:
         i = 0
         while i < len(rows):
             if fast[i]:
-                run_end = i + int(np.argmin(fast[i:])) if not fast[i:].all() else len(rows)
-                i = self._kernel_run(rows[i:run_end]) + i
+                others = np.flatnonzero(~fast[i:])
+                run_end = i + int(others[0]) if len(others) else len(rows)
+                i += self._kernel_run(rows[i:run_end])
                 if i == run_end:
                     continue
             row = int(rows[i])
@@ -462,11 +466,10 @@ class _Inflater:
                 budget,
                 MAX_DECOMPRESSED_BYTES,
             )
-            self._table[rows[done : done + reached], k.T_SIDE] = 1
-            self._table[rows[done : done + reached], k.T_START] = spans[done:][
-                :reached, k.I_OUT_START
-            ]
-            self._table[rows[done : done + reached], k.T_END] = spans[done:][:reached, k.I_OUT_END]
+            inflated = rows[done : done + reached]
+            self._table[inflated, k.T_SIDE] = 1
+            self._table[inflated, k.T_START] = spans[done : done + reached, k.I_OUT_START]
+            self._table[inflated, k.T_END] = spans[done : done + reached, k.I_OUT_END]
             self.side.size = int(used)
             done += int(reached)
             if status != k.INFLATE_NO_ROOM:
