@@ -12,6 +12,7 @@ import cramjam
 import crc32c
 import lz4.frame
 import numpy as np
+import pyarrow as pa
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -21,6 +22,8 @@ from broker_embedded.record import columnar_decoder, lz4_frame, snappy_block
 from broker_embedded.record.batch_layout import ATTRIBUTES_OFFSET, CRC_OFFSET
 from broker_embedded.record.compression import CompressionType, compress, decompress
 from broker_embedded.record.memory_records_builder import MemoryRecordsBuilder
+
+from ._java_ref import BATCHES_BY_NAME, LOG_DIRS
 
 LZ4, SNAPPY = CompressionType.LZ4, CompressionType.SNAPPY
 KERNELS = {LZ4: lz4_frame.decode_frame, SNAPPY: snappy_block.decode}
@@ -261,3 +264,31 @@ def test_kernel_and_library_codecs_in_one_run_keep_their_order() -> None:
     codecs = [LZ4, CompressionType.ZSTD, SNAPPY, CompressionType.NONE, CompressionType.GZIP]
     run = b"".join(_batch(c, values[i * 40 : (i + 1) * 40], i * 40) for i, c in enumerate(codecs))
     assert _values(columnar_decoder.decode_records(run, topic="t", partition=0)) == values[:200]
+
+
+# -- Kafka's own output ---------------------------------------------------------------------------
+
+FIXTURE_RUNS = [batch.data() for batch in BATCHES_BY_NAME.values()] + [
+    p.read_bytes() for p in sorted(LOG_DIRS.glob("*/*/*.log")) if p.stat().st_size
+]
+
+
+def test_fixtures_decode_the_same_through_the_kernel_and_the_libraries(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Every batch and log Kafka's Java library wrote (lz4, snappy xerial, zstd, gzip) gives
+    the same table whether lz4 and snappy go through the kernel or through the libraries."""
+
+    def decode_all() -> list[pa.Table]:
+        return [
+            pa.Table.from_batches(
+                columnar_decoder.decode_records(run, topic="t", partition=0, include_headers=True),
+                schema=columnar_decoder.kafka_schema(True),
+            )
+            for run in FIXTURE_RUNS
+        ]
+
+    with_kernel = decode_all()
+    monkeypatch.setattr(columnar_decoder._Inflater, "_kernel_run", lambda self, rows: 0)
+    assert decode_all() == with_kernel
+    assert sum(t.num_rows for t in with_kernel) > 100
