@@ -48,6 +48,7 @@ BASE_TIMESTAMP = 1_700_000_000_000
 CODECS = ("none", "gzip", "snappy", "lz4", "zstd")
 BATCH_BYTES = (16 * 1024, 1024 * 1024)
 EVENTS = ("view", "click", "purchase", "signup", "logout")
+Timing = tuple[str, float]
 _PAD = np.frombuffer(b"abcdefghijklmnopqrstuvwxyz0123456789", np.uint8)
 
 
@@ -149,9 +150,6 @@ def run_file(path: Path, records: int, repeat: int, kafka_python_too: bool) -> l
     if kafka_python_too:
         timings.append(("kafka-python", best_of(slow, lambda: kafka_python(data), records)))
     return timings
-
-
-Timing = tuple[str, float]
 
 
 def load_average() -> str:
