@@ -1,12 +1,14 @@
 """Decoding a segment: our columnar decoder against aiokafka and kafka-python, in one run.
 
-    .venv/bin/python benchmarks/decode.py [--records N] [--codec none|lz4|zstd|all]
-                                          [--batch-bytes B] [--repeat R] [--skip-compile-time]
+    .venv/bin/python benchmarks/decode.py [--records N] [--codec none|gzip|snappy|lz4|zstd|all]
+                                          [--batch-bytes B [B ...]] [--repeat R]
+                                          [--skip-compile-time] [--no-kafka-python]
 
 Builds once (cached in ``benchmarks/.data/``, git-ignored) a segment file of N records (default
-1 M) with 100-byte JSON-like values and 10-20 byte keys, in batches of about B bytes of records
-(default 16 KiB, Kafka's producer ``batch.size``), one file per codec. Then, per codec, times the
-best of R repetitions of:
+1 M) with 100-byte JSON-like values and 10-20 byte keys, in batches of at most B bytes of records
+(``columnar_encoder.encode_batches``: Kafka's producer writes; default both 16 KiB, the
+producer's ``batch.size``, and 1 MiB, a large ``batch.size`` or ``linger.ms``), one file per codec
+and batch size. Then, per file, times the best of R repetitions of:
 
 - raw read: reading the file into memory (from the page cache), the floor of any reader;
 - ours: ``columnar_decoder.decode_records`` on the bytes (CRC-32C checked), and the same without
@@ -16,15 +18,14 @@ best of R repetitions of:
 
 Numba's compile time is measured first, in fresh processes (a cold compile with an empty
 cache, then a load from that cache); this process warms up before the timings. Prints
-records/s, MB/s (of the file) and our ratios to the peers as a table.
+records/s, MB/s (of the file) and our ratios to the peers per file, then a summary of the ratios
+to aiokafka with the load average (``/proc/loadavg``) at the end of each file's timings.
 """
 
 from __future__ import annotations
 
 import argparse
 import gc
-import json
-import random
 import sys
 import time
 from collections.abc import Callable
@@ -33,55 +34,60 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+import numpy as np  # noqa: E402
+import pyarrow as pa  # noqa: E402
 from _numba_compile import print_warm_up  # noqa: E402
 from aiokafka.record.memory_records import MemoryRecords as AioMemoryRecords  # noqa: E402
 from kafka.record.memory_records import MemoryRecords as KafkaPythonMemoryRecords  # noqa: E402
 
-from broker_embedded.record import columnar_decoder  # noqa: E402
-from broker_embedded.record.compression import CompressionType  # noqa: E402
-from broker_embedded.record.memory_records_builder import MemoryRecordsBuilder  # noqa: E402
+from broker_embedded.record import columnar_decoder, columnar_encoder  # noqa: E402
 
 DATA_DIR = ROOT / "benchmarks" / ".data"
 VALUE_BYTES = 100
 BASE_TIMESTAMP = 1_700_000_000_000
-CODECS = ("none", "lz4", "zstd")
-
-
-def _value(rng: random.Random, i: int) -> bytes:
-    doc = {"id": i, "user": f"user-{rng.randrange(10_000)}", "event": rng.choice(EVENTS)}
-    text = json.dumps(doc, separators=(",", ":"))
-    pad = "".join(rng.choice("abcdefghijklmnopqrstuvwxyz0123456789") for _ in range(VALUE_BYTES))
-    return (text + ',"p":"' + pad)[: VALUE_BYTES - 2].encode() + b'"}'
-
-
+CODECS = ("none", "gzip", "snappy", "lz4", "zstd")
+BATCH_BYTES = (16 * 1024, 1024 * 1024)
 EVENTS = ("view", "click", "purchase", "signup", "logout")
+Timing = tuple[str, float]
+_PAD = np.frombuffer(b"abcdefghijklmnopqrstuvwxyz0123456789", np.uint8)
 
 
-def build_segment(path: Path, records: int, codec: CompressionType, batch_bytes: int) -> None:
-    """A segment of ``records`` records in batches of about ``batch_bytes`` record bytes."""
-    rng = random.Random(42)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    (path.parent / ".gitignore").write_text("*\n")
+def records(n: int) -> tuple[pa.Array, pa.Array, np.ndarray]:
+    """Keys, values and timestamps of ``n`` records (the same for a given ``n``): values are a
+    JSON document (id, user, event) padded with random characters to 100 bytes."""
+    rng = np.random.default_rng(42)
+    users = rng.integers(0, 10_000, n).tolist()
+    events = rng.integers(0, len(EVENTS), n).tolist()
+    pads = _PAD[rng.integers(0, len(_PAD), (n, VALUE_BYTES))].tobytes()
+    widths = rng.integers(6, 16, n).tolist()
+    key_numbers = rng.integers(0, 10**15, n).tolist()
+    values, keys = [], []
+    for i in range(n):
+        doc = f'{{"id":{i},"user":"user-{users[i]}","event":"{EVENTS[events[i]]}","p":"'.encode()
+        pad = pads[i * VALUE_BYTES : (i + 1) * VALUE_BYTES]
+        values.append((doc + pad)[: VALUE_BYTES - 2] + b'"}')
+        keys.append(b"key-%d" % (key_numbers[i] % 10 ** widths[i]))
+    timestamps = BASE_TIMESTAMP + np.arange(n, dtype=np.int64)
+    return pa.array(keys, pa.binary()), pa.array(values, pa.binary()), timestamps
+
+
+def segment(n: int, codec: str, batch_bytes: int) -> Path:
+    """The segment file of ``n`` records in ``codec`` and batches of ``batch_bytes``, built once."""
+    path = DATA_DIR / f"records-{n}-{batch_bytes}-{codec}.log"
+    if path.exists():
+        return path
+    began = time.perf_counter()
+    print(f"building {path.name} ...", end=" ", flush=True)
+    keys, values, timestamps = records(n)
+    encoded = columnar_encoder.encode_batches(
+        keys, values, timestamps, compression=codec, max_batch_bytes=batch_bytes
+    )
+    DATA_DIR.mkdir(parents=True, exist_ok=True)
+    (DATA_DIR / ".gitignore").write_text("*\n")
     tmp = path.with_suffix(".tmp")
-    with tmp.open("wb") as out:
-        offset = 0
-        while offset < records:
-            builder = MemoryRecordsBuilder(offset, codec)
-            while offset < records and builder.uncompressed_records_size < batch_bytes:
-                key = f"key-{rng.randrange(10 ** rng.randrange(6, 16))}".encode()
-                builder.append(offset, BASE_TIMESTAMP + offset, key, _value(rng, offset))
-                offset += 1
-            out.write(builder.build())
+    tmp.write_bytes(encoded.data)
     tmp.replace(path)
-
-
-def segment(records: int, codec: str, batch_bytes: int) -> Path:
-    path = DATA_DIR / f"segment-{records}-{batch_bytes}-{codec}.log"
-    if not path.exists():
-        began = time.perf_counter()
-        print(f"building {path.name} ...", end=" ", flush=True)
-        build_segment(path, records, CompressionType.parse(codec), batch_bytes)
-        print(f"{time.perf_counter() - began:.1f} s")
+    print(f"{time.perf_counter() - began:.1f} s")
     return path
 
 
@@ -132,45 +138,71 @@ def best_of(repeat: int, fn: Callable[[], int], expected: int | None) -> float:
     return best
 
 
-def run_codec(path: Path, records: int, repeat: int) -> list[tuple[str, float]]:
+def run_file(path: Path, records: int, repeat: int, kafka_python_too: bool) -> list[Timing]:
     data = path.read_bytes()
     slow = max(1, repeat // 3)  # kafka-python takes seconds per run
-    return [
+    timings = [
         ("raw read", best_of(repeat, lambda: read_file(path), None)),
         ("ours", best_of(repeat, lambda: ours(data), records)),
         ("ours, no CRC check", best_of(repeat, lambda: ours(data, False), records)),
         ("aiokafka", best_of(repeat, lambda: aiokafka(data), records)),
-        ("kafka-python", best_of(slow, lambda: kafka_python(data), records)),
     ]
+    if kafka_python_too:
+        timings.append(("kafka-python", best_of(slow, lambda: kafka_python(data), records)))
+    return timings
 
 
-def print_table(codec: str, path: Path, records: int, timings: list[tuple[str, float]]) -> None:
+def load_average() -> str:
+    return " ".join(Path("/proc/loadavg").read_text().split()[:3])
+
+
+def print_table(path: Path, records: int, timings: list[Timing], load: str) -> None:
     size = path.stat().st_size
     by_name = dict(timings)
-    print(f"\ncodec {codec}: {records:,} records, {size / 1e6:.1f} MB ({path.name})")
+    print(f"\n{path.name}: {records:,} records, {size / 1e6:.1f} MB, load average {load}")
     print(f"  {'decoder':<20} {'seconds':>9} {'records/s':>12} {'MB/s':>9}")
     for name, seconds in timings:
         rate = "" if name == "raw read" else f"{records / seconds / 1e6:10.2f} M"
         print(f"  {name:<20} {seconds:9.4f} {rate:>12} {size / seconds / 1e6:9.0f}")
     for peer in ("aiokafka", "kafka-python"):
-        ratio = by_name[peer] / by_name["ours"]
-        print(f"  ours / {peer:<13} {ratio:8.1f}x records/s")
+        if peer in by_name:
+            ratio = by_name[peer] / by_name["ours"]
+            print(f"  ours / {peer:<13} {ratio:8.2f}x records/s")
+
+
+def print_summary(rows: list[tuple[str, int, float, float, float, str]]) -> None:
+    """One line per file: codec, batch size, records/s of ours and aiokafka, their ratio."""
+    print("\nsummary (ours with CRC check / aiokafka, records/s, same run)")
+    print(f"  {'codec':<7} {'batch':>8} {'ours':>10} {'aiokafka':>10} {'ratio':>7}  load average")
+    for codec, batch, ours_rate, peer_rate, ratio, load in rows:
+        batch_name = f"{batch // 1024} KiB" if batch < 1 << 20 else f"{batch >> 20} MiB"
+        print(
+            f"  {codec:<7} {batch_name:>8} {ours_rate / 1e6:8.2f} M {peer_rate / 1e6:8.2f} M"
+            f" {ratio:6.2f}x  {load}"
+        )
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--records", type=int, default=1_000_000)
     parser.add_argument("--codec", choices=(*CODECS, "all"), default="all")
-    parser.add_argument("--batch-bytes", type=int, default=16 * 1024)
+    parser.add_argument("--batch-bytes", type=int, nargs="+", default=list(BATCH_BYTES))
     parser.add_argument("--repeat", type=int, default=7)
     parser.add_argument("--skip-compile-time", action="store_true")
+    parser.add_argument("--no-kafka-python", action="store_true")
     args = parser.parse_args(argv)
     codecs = CODECS if args.codec == "all" else (args.codec,)
-    paths = {codec: segment(args.records, codec, args.batch_bytes) for codec in codecs}
+    files = [(c, b, segment(args.records, c, b)) for b in args.batch_bytes for c in codecs]
     print_warm_up(columnar_decoder, args.skip_compile_time)
-    for codec in codecs:
-        timings = run_codec(paths[codec], args.records, args.repeat)
-        print_table(codec, paths[codec], args.records, timings)
+    summary = []
+    for codec, batch, path in files:
+        timings = run_file(path, args.records, args.repeat, not args.no_kafka_python)
+        load = load_average()
+        print_table(path, args.records, timings, load)
+        ours_s, peer_s = dict(timings)["ours"], dict(timings)["aiokafka"]
+        n = args.records
+        summary.append((codec, batch, n / ours_s, n / peer_s, peer_s / ours_s, load))
+    print_summary(summary)
 
 
 if __name__ == "__main__":

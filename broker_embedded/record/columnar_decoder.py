@@ -36,15 +36,18 @@ entirely outside the range are walked over by their headers only. Corrupt input 
 
 The hot path creates no Python object per record: ``decode_kernel.scan_entries`` walks the entry
 headers into a table; numpy picks the batches in range; Python checks CRCs (one ``crc32c`` call
-per batch, on a helper thread for large runs so that it overlaps the kernel), decompresses (one
-``compression.decompress`` call per compressed batch) and re-encodes legacy entries as v2
-records (the slow path: legacy entries are rare); one call of ``decode_kernel.decode_sections``
+per batch, on a helper thread for large runs so that it overlaps the kernel), decompresses
+(lz4 and snappy batches in one ``decode_kernel.inflate_sections`` call per run of them, into one
+side buffer; gzip and zstd batches, and what that kernel leaves to the libraries, one
+``compression.decompress`` call each) and re-encodes legacy entries as v2 records (the slow
+path: legacy entries are rare); one call of ``decode_kernel.decode_sections``
 fills column buffers, which become Arrow arrays without a copy (validity bitmaps are packed per
 output batch, only where there are nulls). Per-record work is therefore the kernel's alone.
 
 Memory: the output holds keys, values and headers once, plus per row 8 (offset) + 8
 (timestamp) + 4 (timestampType) + 8 (key and value offsets) + 2 (validity) bytes; compressed
-batches also hold their decompressed records while decoding.
+batches also hold their decompressed records while decoding, in one side buffer first sized at
+three times their compressed bytes (within the budget) and doubled when that is not enough.
 
 Inflation budget: a reader's fetch limits count compressed bytes, and a few KB of zstd can
 inflate to the 256 MiB per-batch cap (``compression.MAX_DECOMPRESSED_BYTES``), so one
@@ -272,6 +275,8 @@ def warm_up() -> float:
     plan = _Plan(np.empty((0, k.TABLE_FIELDS), np.int64), empty, np.empty(0, np.int64))
     where = _Where("<warm-up>", 0)
     _run_kernel(empty, plan, no_entries, where, 0, INT64_MAX, include_headers=True, max_rows=1)
+    no_sections = np.empty((0, k.INFLATE_FIELDS), np.int64)
+    k.inflate_sections(empty, no_sections, _SideBuffer(0).buffer, 0, 0, -1, 0)
     return time.perf_counter() - began
 
 
@@ -383,51 +388,120 @@ def _plan(
     table[:, k.T_END] += chosen[:, k.S_POS]
     table[:, k.T_LOG_APPEND] = (chosen[:, k.S_ATTR] & TIMESTAMP_TYPE_MASK) != 0
     table[:, k.T_TS_TYPE] = table[:, k.T_LOG_APPEND]
-    special = (chosen[:, k.S_MAGIC] != 2) | (chosen[:, k.S_ATTR] & CODEC_MASK != 0)
-    side = _SideBuffer()
+    codecs = chosen[:, k.S_ATTR] & CODEC_MASK
+    special = (chosen[:, k.S_MAGIC] != 2) | (codecs != 0)
+    compiled = (chosen[:, k.S_MAGIC] == 2) & ((codecs == k.CODEC_LZ4) | (codecs == k.CODEC_SNAPPY))
     entry_of = np.flatnonzero(wanted)
-    for row in np.flatnonzero(special).tolist():
-        entry = chosen[row]
-        room = _room(max_inflated, side.size) if row else MAX_DECOMPRESSED_BYTES
-        fits = room > 0 and _inflate(side, table[row], view, entry, where, room, verify_crc)
-        if not fits:  # over the budget: the next call starts with this batch
-            stop = int(entry_of[row])
-            return _Plan(table[:row], side.array(), entry_of[:row], stop)
-    return _Plan(table, side.array(), entry_of)
+    inflater = _Inflater(arr, chosen, table, where, max_inflated, verify_crc)
+    row = inflater.run(np.flatnonzero(special), compiled)
+    if row is not None:  # over the budget: the next call starts with this batch
+        return _Plan(table[:row], inflater.side.array(), entry_of[:row], int(entry_of[row]))
+    return _Plan(table, inflater.side.array(), entry_of)
 
 
-def _room(max_inflated: int | None, used: int) -> int:
-    """Bytes a batch after the first may still inflate to."""
-    if max_inflated is None:
-        return MAX_DECOMPRESSED_BYTES
-    return min(max_inflated - used, MAX_DECOMPRESSED_BYTES)
+class _Inflater:
+    """Decompresses (v2) and re-encodes (legacy) the special rows of a plan's decode table into
+    one side buffer, within the inflation budget: runs of lz4 / snappy batches in one
+    ``decode_kernel.inflate_sections`` call, the other codecs (and any row the kernel gives
+    back) through ``compression.decompress``."""
 
+    def __init__(
+        self,
+        arr: np.ndarray,
+        chosen: np.ndarray,
+        table: np.ndarray,
+        where: _Where,
+        max_inflated: int | None,
+        verify_crc: bool,
+    ) -> None:
+        self._arr, self._chosen, self._table = arr, chosen, table
+        self._where, self._max_inflated, self._verify_crc = where, max_inflated, verify_crc
+        self.side = _SideBuffer(0)
 
-def _inflate(
-    side: _SideBuffer,
-    row: np.ndarray,
-    view: memoryview,
-    entry: np.ndarray,
-    where: _Where,
-    room: int,
-    verify_crc: bool,
-) -> bool:
-    """Decompress (v2) or re-encode (legacy) ``entry`` into ``side`` for its ``row`` of the
-    decode table; ``False`` when it needs more than ``room`` bytes (nothing is added). Below the
-    per-batch cap, a failure is taken for a batch too large for ``room``: the next call
-    decompresses it first, with the whole cap, and reports it if it is corrupt."""
-    pos, size = int(entry[k.S_POS]), int(entry[k.S_SIZE])
-    if entry[k.S_MAGIC] != 2:
-        _add_legacy(side, row, view[pos : pos + size], where, pos, verify_crc)
+    def run(self, rows: np.ndarray, compiled: np.ndarray) -> int | None:
+        """Inflate the table's ``rows`` in order; the row where the budget ends the plan, or
+        None. ``compiled``: per table row, whether the kernel takes it."""
+        # records inflate about 1.5 to 4 times: a first guess, the buffer grows when they do more
+        guess = 3 * int(self._chosen[rows, k.S_SIZE].sum())
+        self.side.grow(guess if self._max_inflated is None else min(guess, self._max_inflated))
+        fast = compiled[rows]
+        i = 0
+        while i < len(rows):
+            if fast[i]:
+                others = np.flatnonzero(~fast[i:])
+                run_end = i + int(others[0]) if len(others) else len(rows)
+                i += self._kernel_run(rows[i:run_end])
+                if i == run_end:
+                    continue
+            row = int(rows[i])
+            if not self._inflate_slowly(row):
+                return row
+            i += 1
+        return None
+
+    def _room(self, row: int) -> int:
+        """Bytes the batch of table row ``row`` may inflate to: the per-batch cap for the
+        first row, then what is left of the budget."""
+        if row == 0 or self._max_inflated is None:
+            return MAX_DECOMPRESSED_BYTES
+        return min(self._max_inflated - self.side.size, MAX_DECOMPRESSED_BYTES)
+
+    def _kernel_run(self, rows: np.ndarray) -> int:
+        """Inflate ``rows`` in the kernel; how many it finished (the next one, if any, needs the
+        slow path)."""
+        spans = np.empty((len(rows), k.INFLATE_FIELDS), np.int64)
+        entries = self._chosen[rows]
+        spans[:, k.I_START] = entries[:, k.S_POS] + RECORD_BATCH_OVERHEAD
+        spans[:, k.I_END] = entries[:, k.S_POS] + entries[:, k.S_SIZE]
+        spans[:, k.I_CODEC] = entries[:, k.S_ATTR] & CODEC_MASK
+        budget = -1 if self._max_inflated is None else self._max_inflated
+        done = 0
+        while done < len(rows):
+            status, reached, used = k.inflate_sections(
+                self._arr,
+                spans[done:],
+                self.side.buffer,
+                self.side.size,
+                self._room(int(rows[done])),
+                budget,
+                MAX_DECOMPRESSED_BYTES,
+            )
+            inflated = rows[done : done + reached]
+            self._table[inflated, k.T_SIDE] = 1
+            self._table[inflated, k.T_START] = spans[done : done + reached, k.I_OUT_START]
+            self._table[inflated, k.T_END] = spans[done : done + reached, k.I_OUT_END]
+            self.side.size = int(used)
+            done += int(reached)
+            if status != k.INFLATE_NO_ROOM:
+                break
+            # at least doubles: at most log2(MAX_DECOMPRESSED_BYTES) rounds per batch
+            self.side.grow(len(self.side.buffer) + 1)
+        return done
+
+    def _inflate_slowly(self, row: int) -> bool:
+        """Decompress (v2) or re-encode (legacy) table row ``row``'s entry into the side
+        buffer; ``False`` when it needs more than its room (nothing is added). Below the
+        per-batch cap, a failure is taken for a batch too large for the room: the next call
+        decompresses it first, with the whole cap, and reports it if it is corrupt."""
+        room = self._room(row)
+        if room <= 0:
+            return False
+        entry, where = self._chosen[row], self._where
+        pos, size = int(entry[k.S_POS]), int(entry[k.S_SIZE])
+        view = memoryview(self._arr)
+        if entry[k.S_MAGIC] != 2:
+            _add_legacy(
+                self.side, self._table[row], view[pos : pos + size], where, pos, self._verify_crc
+            )
+            return True
+        section = view[pos + RECORD_BATCH_OVERHEAD : pos + size]
+        try:
+            self.side.add_section(self._table[row], _decompress(section, entry, where, room))
+        except CorruptRecordError:
+            if room >= MAX_DECOMPRESSED_BYTES:
+                raise
+            return False
         return True
-    section = view[pos + RECORD_BATCH_OVERHEAD : pos + size]
-    try:
-        side.add_section(row, _decompress(section, entry, where, room))
-    except CorruptRecordError:
-        if room >= MAX_DECOMPRESSED_BYTES:
-            raise
-        return False
-    return True
 
 
 # decode table columns copied from scan table columns (T_START and T_END then made positions)
@@ -555,36 +629,32 @@ def _decompress(section: memoryview, entry: np.ndarray, where: _Where, max_size:
 
 
 class _SideBuffer:
-    """Decompressed and re-encoded records sections, back to back."""
+    """Decompressed and re-encoded records sections, back to back in one growable array from
+    Arrow's pool (see :func:`_pooled`): ``buffer[:size]`` is written."""
 
-    def __init__(self) -> None:
-        self._parts: list[bytes | memoryview] = []
-        self._size = 0
+    def __init__(self, capacity: int) -> None:
+        self.buffer = _pooled(max(capacity, 0), np.uint8)
+        self.size = 0
 
-    @property
-    def size(self) -> int:
-        """Bytes of the sections so far."""
-        return self._size
+    def grow(self, need: int) -> None:
+        """Room for at least ``need`` bytes (doubling; what is written is kept)."""
+        if need <= len(self.buffer):
+            return
+        bigger = _pooled(max(need, 2 * len(self.buffer)), np.uint8)
+        bigger[: self.size] = self.buffer[: self.size]
+        self.buffer = bigger
 
     def add_section(self, row: np.ndarray, data: bytes | memoryview) -> None:
+        self.grow(self.size + len(data))
         row[k.T_SIDE] = 1
-        row[k.T_START] = self._size
-        self._size += len(data)
-        row[k.T_END] = self._size
-        self._parts.append(data)
+        row[k.T_START] = self.size
+        self.buffer[self.size : self.size + len(data)] = np.frombuffer(data, np.uint8)
+        self.size += len(data)
+        row[k.T_END] = self.size
 
     def array(self) -> np.ndarray:
-        """The sections in one read-only array (from Arrow's pool: see :func:`_pooled`); a single
-        section as it is, without a copy (a large decompressed batch is not held twice)."""
-        if len(self._parts) == 1:
-            return _readonly(np.frombuffer(self._parts[0], np.uint8))
-        out = _pooled(self._size, np.uint8)
-        view = memoryview(out)
-        pos = 0
-        for part in self._parts:
-            view[pos : pos + len(part)] = part
-            pos += len(part)
-        return _readonly(out)
+        """The sections written, read-only."""
+        return _readonly(self.buffer[: self.size])
 
 
 def _add_legacy(

@@ -25,13 +25,14 @@ byte-identical to Kafka's Java producer (kafka-clients 4.x) with default levels:
 Every decompression is bounded by ``max_size`` (default :data:`MAX_DECOMPRESSED_BYTES`): input
 that would inflate past it is a :class:`CorruptRecordError` naming the limit, never a MemoryError.
 Truncated or garbage input and library errors are reported the same way. Functions are pure and
-thread-safe.
+thread-safe (zstd keeps one decompression context per thread, reused from frame to frame).
 """
 
 from __future__ import annotations
 
 import enum
 import struct
+import threading
 import zlib
 
 import cramjam
@@ -181,20 +182,22 @@ def _too_large(codec: CompressionType, max_size: int) -> CorruptRecordError:
 
 
 def _gunzip(data: bytes | memoryview, max_size: int) -> bytes:
-    rest = bytes(data)
+    rest: bytes | memoryview = data
     if not rest:
         raise CorruptRecordError("gzip stream is empty")
-    out = bytearray()
+    parts: list[bytes] = []
+    size = 0
     while True:
         d = zlib.decompressobj(16 + zlib.MAX_WBITS)
-        out += d.decompress(rest, max_size + 1 - len(out))
-        if len(out) > max_size or d.unconsumed_tail:
+        parts.append(d.decompress(rest, max_size + 1 - size))
+        size += len(parts[-1])
+        if size > max_size or d.unconsumed_tail:
             raise _too_large(CompressionType.GZIP, max_size)
         if not d.eof:
             raise CorruptRecordError("gzip stream truncated")
         rest = d.unused_data
-        if not rest.startswith(GZIP_HEADER[:3]):
-            return bytes(out)  # Java's GZIPInputStream ignores what is not another member
+        if not rest.startswith(GZIP_HEADER[:3]):  # Java's GZIPInputStream ignores the rest
+            return parts[0] if len(parts) == 1 else b"".join(parts)
 
 
 def _unsnappy(view: memoryview, max_size: int) -> bytes:
@@ -249,24 +252,40 @@ def _unlz4(data: bytes | memoryview, max_size: int) -> bytes:
 
 
 def _unzstd(data: bytes | memoryview, max_size: int) -> bytes:
-    rest = bytes(data)
+    rest = memoryview(data)
     if not rest:
         raise CorruptRecordError("zstd stream is empty")
-    out = bytearray()
+    parts: list[bytes] = []
+    size = 0
+    dctx = _zstd_decompressor()
     while rest:  # one zstd (or skippable) frame per round
-        d = zstandard.ZstdDecompressor().decompressobj()
+        d = dctx.decompressobj()
         pos = 0
         while not d.eof and pos < len(rest):
-            budget = max_size + 1 - len(out)
+            budget = max_size + 1 - size
             feed = max(_ZSTD_MIN_FEED, 4 * (budget // _ZSTD_MAX_BLOCK))
-            out += d.decompress(rest[pos : pos + feed])
+            parts.append(d.decompress(rest[pos : pos + feed]))
+            size += len(parts[-1])
             pos += feed
-            if len(out) > max_size:
+            if size > max_size:
                 raise _too_large(CompressionType.ZSTD, max_size)
         if not d.eof:
             raise CorruptRecordError("zstd frame truncated")
-        rest = d.unused_data + rest[pos:]  # what followed the frame in its chunk, then the rest
-    return bytes(out)
+        # what followed the frame in its chunk, then the rest
+        rest = memoryview(d.unused_data + rest[pos:]) if d.unused_data else rest[pos:]
+    return parts[0] if len(parts) == 1 else b"".join(parts)
+
+
+_ZSTD_CONTEXTS = threading.local()
+
+
+def _zstd_decompressor() -> zstandard.ZstdDecompressor:
+    """This thread's decompression context (making one costs more than a small batch's
+    decompression; a context serves one frame at a time)."""
+    dctx: zstandard.ZstdDecompressor | None = getattr(_ZSTD_CONTEXTS, "dctx", None)
+    if dctx is None:
+        dctx = _ZSTD_CONTEXTS.dctx = zstandard.ZstdDecompressor()
+    return dctx
 
 
 # -- lz4 frame header checksum (KAFKA-3160) -----------------------------------------------------

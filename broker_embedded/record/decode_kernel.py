@@ -1,6 +1,6 @@
 """The compiled (numba) kernels of the columnar decoder: no Python object per record.
 
-Two kernels, both ``@numba.njit(cache=True, nogil=True)``:
+Three kernels, all ``@numba.njit(cache=True, nogil=True)``:
 
 :func:`scan_entries` walks the entry headers of a run of batches (a segment slice or a fetch
 response's records) with the rules of ``records.iter_batches``: every entry starts with
@@ -44,6 +44,16 @@ negative-index wraparound (4x on the parse loop); the record parser is inlined a
 and runs straight through without early returns (2x); copies use LLVM's memcpy (numba's slice
 assignment is a byte loop).
 
+:func:`inflate_sections` decompresses the lz4 and snappy records sections listed in a table
+(``I_*`` columns: position, end and codec in the input buffer) one after the other into a side
+buffer (``lz4_frame.decode_frame``, ``snappy_block.decode``), each within its room of the
+inflation budget (the caller's ``first_room`` for the first row, then what is left of
+``max_inflated``, never more than ``cap`` per section), and writes where each landed. It stops at
+the first row it cannot finish, saying why (``INFLATE_*``): the side buffer is full (grow it and
+call again from that row), the section would pass its room, or the kernel cannot decode it
+(corrupt, or a frame feature left to the library); the caller takes that row through
+``compression.decompress``, which decides and names the error.
+
 The byte, varint and copy primitives are ``kernel_primitives``'s (with what each assumes).
 
 Thread safety: the kernels touch only the arrays they are given and release the GIL (nogil):
@@ -54,6 +64,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from broker_embedded.record import lz4_frame, snappy_block
 from broker_embedded.record.batch_layout import (
     ATTRIBUTES_OFFSET,
     BASE_TIMESTAMP_OFFSET,
@@ -96,6 +107,16 @@ SCAN_NEGATIVE_DELTA = 6  # detail: lastOffsetDelta
 T_SIDE, T_START, T_END, T_BASE_OFFSET, T_LAST_DELTA, T_COUNT = 0, 1, 2, 3, 4, 5
 T_BASE_TS, T_MAX_TS, T_LOG_APPEND, T_TS_TYPE = 6, 7, 8, 9
 TABLE_FIELDS = 10
+
+# -- inflation table (one row per lz4 / snappy records section) --------------------------------
+I_START, I_END, I_CODEC, I_OUT_START, I_OUT_END = 0, 1, 2, 3, 4
+INFLATE_FIELDS = 5
+CODEC_SNAPPY, CODEC_LZ4 = 2, 3
+
+INFLATE_DONE = 0  # every row inflated
+INFLATE_NO_ROOM = 1  # the side buffer is full at the returned row
+INFLATE_OVER = 2  # the returned row would pass its room of the budget
+INFLATE_FAILED = 3  # the kernel cannot decode the returned row (corrupt or unsupported)
 
 # -- chunk table -------------------------------------------------------------------------------
 C_ROW, C_KEY, C_VALUE, C_HEADER, C_HKEY, C_HVALUE = 0, 1, 2, 3, 4, 5
@@ -200,6 +221,34 @@ def scan_entries(buf, start, end, min_body, table):  # type: ignore[no-untyped-d
 
 
 # -- records -----------------------------------------------------------------------------------
+
+
+@jit
+def inflate_sections(buf, rows, side, used, first_room, max_inflated, cap):  # type: ignore[no-untyped-def]
+    """Decompress ``rows`` (``I_*``) from ``buf`` into ``side[used:]``; ``max_inflated`` < 0:
+    no budget. ``(status, row reached, side bytes used)`` (module docstring)."""
+    for i in range(rows.shape[0]):
+        room = (
+            first_room if i == 0 else (cap if max_inflated < 0 else min(max_inflated - used, cap))
+        )
+        if room <= 0:
+            return INFLATE_OVER, i, used
+        start, end = rows[i, I_START], rows[i, I_END]
+        if start < 0 or end > buf.shape[0] or start > end:
+            return INFLATE_FAILED, i, used
+        limit = min(side.shape[0], used + room)
+        if rows[i, I_CODEC] == CODEC_LZ4:
+            status, out = lz4_frame.decode_frame(buf, start, end, side, used, limit)
+        else:
+            status, out = snappy_block.decode(buf, start, end, side, used, limit)
+        if status == lz4_frame.NO_ROOM:
+            return (INFLATE_OVER if limit == used + room else INFLATE_NO_ROOM), i, used
+        if status != lz4_frame.OK:
+            return INFLATE_FAILED, i, used
+        rows[i, I_OUT_START] = used
+        rows[i, I_OUT_END] = out
+        used = out
+    return INFLATE_DONE, rows.shape[0], used
 
 
 @inline

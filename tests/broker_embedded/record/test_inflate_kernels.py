@@ -1,0 +1,294 @@
+"""The compiled lz4 frame and snappy decoders (``lz4_frame``, ``snappy_block``) against the
+libraries (``lz4.frame`` and cramjam, through ``compression.decompress``), on valid, truncated
+and mutated input, and the columnar decoder's use of them (errors, the inflation budget, the
+side buffer growing)."""
+
+from __future__ import annotations
+
+import random
+import struct
+
+import cramjam
+import crc32c
+import lz4.frame
+import numpy as np
+import pyarrow as pa
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from broker_embedded.errors import CorruptRecordError
+from broker_embedded.record import columnar_decoder, lz4_frame, snappy_block
+from broker_embedded.record.batch_layout import ATTRIBUTES_OFFSET, CRC_OFFSET
+from broker_embedded.record.compression import CompressionType, compress, decompress
+from broker_embedded.record.memory_records_builder import MemoryRecordsBuilder
+
+from ._java_ref import BATCHES_BY_NAME, LOG_DIRS
+
+LZ4, SNAPPY = CompressionType.LZ4, CompressionType.SNAPPY
+KERNELS = {LZ4: lz4_frame.decode_frame, SNAPPY: snappy_block.decode}
+CANARY = 0xA5
+HEADER = 61
+
+
+def _data(n: int, seed: int = 1) -> bytes:
+    """``n`` bytes that compress somewhat: words from a small alphabet and runs."""
+    rng = random.Random(seed)
+    words = [
+        bytes(rng.choice(b"abcdefgh{}:,") for _ in range(rng.randrange(1, 9))) for _ in range(50)
+    ]
+    out = bytearray()
+    while len(out) < n:
+        out += rng.choice(words) if rng.random() < 0.9 else bytes([rng.randrange(256)]) * 20
+    return bytes(out[:n])
+
+
+def _kernel(codec: CompressionType, comp: bytes, limit: int) -> tuple[int, bytes]:
+    """The kernel's status and output, the input in an array of exactly its size and the output
+    followed by canary bytes that must stay untouched."""
+    src = np.frombuffer(comp, np.uint8)
+    dst = np.full(limit + 64, CANARY, np.uint8)
+    status, end = KERNELS[codec](src, 0, len(src), dst, 0, limit)
+    assert 0 <= end <= limit
+    assert (dst[limit:] == CANARY).all(), "the kernel wrote past its limit"
+    return int(status), bytes(dst[:end])
+
+
+def _library(codec: CompressionType, comp: bytes, limit: int) -> bytes | None:
+    try:
+        return decompress(codec, comp, limit)
+    except CorruptRecordError:
+        return None
+
+
+def _agree(codec: CompressionType, comp: bytes, limit: int) -> None:
+    """A kernel result of OK equals the library's; when the library refuses, so does the
+    kernel (anything the kernel does not decode goes to the library in the decoder)."""
+    status, out = _kernel(codec, comp, limit)
+    expected = _library(codec, comp, limit)
+    if status == lz4_frame.OK:
+        assert out == expected
+    elif expected is not None:
+        assert status != lz4_frame.CORRUPT or codec == LZ4, "snappy refused what cramjam reads"
+
+
+LZ4_FRAMES = {
+    "kafka": lambda d: compress(LZ4, d),
+    "linked, content size": lambda d: lz4.frame.compress(d, block_linked=True, store_size=True),
+    "4 MiB blocks": lambda d: lz4.frame.compress(d, block_size=lz4.frame.BLOCKSIZE_MAX4MB),
+    "256 KiB blocks, hc": lambda d: lz4.frame.compress(
+        d, block_size=lz4.frame.BLOCKSIZE_MAX256KB, compression_level=12, block_linked=False
+    ),
+}
+SIZES = [0, 1, 15, 16, 17, 100, 65535, 65536, 65537, 300_000]
+
+
+@pytest.mark.parametrize("frame", list(LZ4_FRAMES))
+@pytest.mark.parametrize("size", SIZES)
+def test_lz4_kernel_equals_lz4_frame(frame: str, size: int) -> None:
+    data = _data(size)
+    comp = LZ4_FRAMES[frame](data)
+    assert _kernel(LZ4, comp, size) == (lz4_frame.OK, data)
+    if size:
+        assert _kernel(LZ4, comp, size - 1)[0] == lz4_frame.NO_ROOM
+
+
+def test_lz4_kernel_stores_incompressible_blocks() -> None:
+    data = random.Random(3).randbytes(200_000)
+    comp = compress(LZ4, data)
+    assert struct.unpack_from("<I", comp, 7)[0] & 0x80000000  # a stored block
+    assert _kernel(LZ4, comp, len(data)) == (lz4_frame.OK, data)
+
+
+@pytest.mark.parametrize(
+    "options", [{"block_checksum": True}, {"content_checksum": True}], ids=["block", "content"]
+)
+def test_checksummed_lz4_frames_are_left_to_the_library(options: dict[str, bool]) -> None:
+    data = _data(5000)
+    section = _records_section(data)
+    comp = lz4.frame.compress(section, **options)
+    assert _kernel(LZ4, comp, len(section))[0] == lz4_frame.UNSUPPORTED
+    batch = _batch_with_section(LZ4, comp, data)
+    assert _values(columnar_decoder.decode_records(batch, topic="t", partition=0)) == _values_of(
+        data
+    )
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_snappy_kernel_equals_cramjam(size: int) -> None:
+    data = _data(size)
+    xerial = compress(SNAPPY, data)
+    raw = bytes(cramjam.snappy.compress_raw(data))
+    half = len(data) // 2
+    concatenated = compress(SNAPPY, data[:half]) + compress(SNAPPY, data[half:])
+    for comp in (xerial, raw, concatenated):
+        assert _kernel(SNAPPY, comp, size) == (lz4_frame.OK, data)
+        if size:
+            assert _kernel(SNAPPY, comp, size - 1)[0] == lz4_frame.NO_ROOM
+
+
+def test_snappy_bomb_is_refused_before_writing() -> None:
+    bomb = bytes([0xFF, 0xFF, 0xFF, 0xFF, 0x0F]) + b"\x00a"  # claims 4 GiB - 1
+    src = np.frombuffer(bomb, np.uint8)
+    dst = np.full(16, CANARY, np.uint8)
+    assert snappy_block.decode(src, 0, len(src), dst, 0, 16) == (lz4_frame.NO_ROOM, 0)
+    assert (dst == CANARY).all()
+
+
+VALID = {
+    LZ4: [compress(LZ4, _data(n, seed)) for n, seed in ((3000, 1), (70_000, 2))],
+    SNAPPY: [
+        compress(SNAPPY, _data(70_000, 4)),
+        bytes(cramjam.snappy.compress_raw(_data(3000, 5))),
+    ],
+}
+
+
+@pytest.mark.parametrize("codec", [LZ4, SNAPPY], ids=["lz4", "snappy"])
+def test_every_truncation_agrees_with_the_library(codec: CompressionType) -> None:
+    comp = VALID[codec][0]
+    for cut in range(0, len(comp), max(1, len(comp) // 400)):
+        _agree(codec, comp[:cut], 1 << 20)
+    for cut in range(max(0, len(comp) - 40), len(comp)):  # every cut near the end
+        _agree(codec, comp[:cut], 1 << 20)
+
+
+@settings(max_examples=400, deadline=None, derandomize=True)
+@given(
+    codec=st.sampled_from([LZ4, SNAPPY]),
+    which=st.integers(0, 1),
+    mutations=st.lists(st.tuples(st.integers(0, 1 << 20), st.integers(0, 255)), max_size=4),
+    cut=st.integers(0, 1 << 20),
+    limit=st.sampled_from([0, 100, 3000, 1 << 20]),
+)
+def test_mutated_input_agrees_with_the_library_and_stays_in_bounds(
+    codec: CompressionType, which: int, mutations: list[tuple[int, int]], cut: int, limit: int
+) -> None:
+    comp = bytearray(VALID[codec][which])
+    for at, value in mutations:
+        comp[at % len(comp)] = value
+    _agree(codec, bytes(comp[: max(1, cut % (len(comp) + 1))]), limit)
+
+
+# -- in the columnar decoder --------------------------------------------------------------------
+
+
+def _values_of(data: bytes) -> list[bytes]:
+    return [data[i : i + 100] for i in range(0, len(data), 100)]
+
+
+def _batch(codec: CompressionType, values: list[bytes], base_offset: int = 0) -> bytes:
+    builder = MemoryRecordsBuilder(base_offset, codec)
+    for i, value in enumerate(values):
+        builder.append(base_offset + i, 1000 + i, None, value)
+    return builder.build()
+
+
+def _batch_with_section(
+    codec: CompressionType, section: bytes, data: bytes, base_offset: int = 0
+) -> bytes:
+    """A batch of the records of ``data`` whose records section is ``section`` (compressed with
+    other options, or broken), its size and CRC made right."""
+    plain = _batch(CompressionType.NONE, _values_of(data), base_offset)
+    out = bytearray(plain[:HEADER]) + section
+    struct.pack_into(">i", out, 8, len(out) - 12)
+    struct.pack_into(">h", out, ATTRIBUTES_OFFSET, int(codec))
+    struct.pack_into(">I", out, CRC_OFFSET, crc32c.crc32c(bytes(out[ATTRIBUTES_OFFSET:])))
+    return bytes(out)
+
+
+def _values(batches: list) -> list[bytes]:  # type: ignore[type-arg]
+    return [v for b in batches for v in b.column("value").to_pylist()]
+
+
+def _records_section(data: bytes) -> bytes:
+    return _batch(CompressionType.NONE, _values_of(data))[HEADER:]
+
+
+@pytest.mark.parametrize("codec", [LZ4, SNAPPY], ids=["lz4", "snappy"])
+def test_corrupt_section_names_the_batch_and_the_librarys_reason(codec: CompressionType) -> None:
+    data = _data(3000)
+    good = _batch(codec, _values_of(data))
+    section = bytearray(compress(codec, _records_section(data)))
+    section[len(section) // 2 :] = b"\xff" * (len(section) - len(section) // 2)
+    bad = _batch_with_section(codec, bytes(section), data, base_offset=30)
+    with pytest.raises(CorruptRecordError, match=f"{codec.name.lower()} data") as info:
+        columnar_decoder.decode_records(good + bad, topic="t", partition=0, source="seg.log")
+    error = info.value
+    assert (error.source, error.position, error.base_offset) == ("seg.log", len(good), 30)
+
+
+@pytest.mark.parametrize("codec", [LZ4, SNAPPY], ids=["lz4", "snappy"])
+def test_a_batch_past_the_per_batch_cap_is_an_error_naming_the_limit(
+    codec: CompressionType, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(columnar_decoder, "MAX_DECOMPRESSED_BYTES", 4096)
+    batch = _batch(codec, _values_of(_data(5000)))
+    with pytest.raises(CorruptRecordError, match="past the limit of 4096 bytes") as info:
+        columnar_decoder.decode(batch, topic="t", partition=0)
+    assert info.value.base_offset == 0
+
+
+@pytest.mark.parametrize("codec", [LZ4, SNAPPY], ids=["lz4", "snappy"])
+def test_the_budget_stops_before_a_batch_that_does_not_fit_and_the_next_call_goes_on(
+    codec: CompressionType,
+) -> None:
+    data = _data(50_000)
+    values = _values_of(data)
+    run = b"".join(_batch(codec, values[i : i + 50], i) for i in range(0, len(values), 50))
+    seen: list[bytes] = []
+    offset, position, calls = 0, 0, 0
+    for _ in range(len(values)):  # each call decodes at least one batch
+        if position == len(run):
+            break
+        got = columnar_decoder.decode(
+            run[position:], topic="t", partition=0, start_offset=offset, max_inflated_bytes=12_000
+        )
+        seen += _values(list(got.batches))
+        assert got.num_rows <= 150  # the first batch whole, then at most 12,000 bytes
+        offset, position, calls = got.next_offset, position + got.end_position, calls + 1
+    assert seen == values and calls >= 4
+
+
+def test_the_side_buffer_grows_for_batches_that_inflate_far() -> None:
+    values = [bytes([i % 7]) * 100 for i in range(20_000)]  # inflates about 100 times
+    run = b"".join(
+        _batch(codec, values[i : i + 1000], i)
+        for i, codec in zip(range(0, 20_000, 1000), [LZ4, SNAPPY] * 10, strict=True)
+    )
+    assert _values(columnar_decoder.decode_records(run, topic="t", partition=0)) == values
+
+
+def test_kernel_and_library_codecs_in_one_run_keep_their_order() -> None:
+    values = _values_of(_data(20_000))
+    codecs = [LZ4, CompressionType.ZSTD, SNAPPY, CompressionType.NONE, CompressionType.GZIP]
+    run = b"".join(_batch(c, values[i * 40 : (i + 1) * 40], i * 40) for i, c in enumerate(codecs))
+    assert _values(columnar_decoder.decode_records(run, topic="t", partition=0)) == values[:200]
+
+
+# -- Kafka's own output ---------------------------------------------------------------------------
+
+FIXTURE_RUNS = [batch.data() for batch in BATCHES_BY_NAME.values()] + [
+    p.read_bytes() for p in sorted(LOG_DIRS.glob("*/*/*.log")) if p.stat().st_size
+]
+
+
+def test_fixtures_decode_the_same_through_the_kernel_and_the_libraries(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Every batch and log Kafka's Java library wrote (lz4, snappy xerial, zstd, gzip) gives
+    the same table whether lz4 and snappy go through the kernel or through the libraries."""
+
+    def decode_all() -> list[pa.Table]:
+        return [
+            pa.Table.from_batches(
+                columnar_decoder.decode_records(run, topic="t", partition=0, include_headers=True),
+                schema=columnar_decoder.kafka_schema(True),
+            )
+            for run in FIXTURE_RUNS
+        ]
+
+    with_kernel = decode_all()
+    monkeypatch.setattr(columnar_decoder._Inflater, "_kernel_run", lambda self, rows: 0)
+    assert decode_all() == with_kernel
+    assert sum(t.num_rows for t in with_kernel) > 100
