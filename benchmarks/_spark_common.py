@@ -53,9 +53,12 @@ def build_log_dir(
     *,
     seed: int,
     random_keys: bool,
+    compression: str = "none",
 ) -> tuple[int, int]:
     """Produce ``rows`` records over ``partitions`` partitions of ``TOPIC``; (batches, bytes)
-    produced. Key ids are random in [0, 10**8) with ``random_keys``, else the record's number."""
+    produced. Key ids are random in [0, 10**8) with ``random_keys``, else the record's number.
+    ``compression``: the batches' codec (a Kafka ``compression.type`` name); ``batch_bytes``
+    counts their records before compression."""
     rng = np.random.default_rng(seed)
     batches = size = 0
     with Broker(log_dir, create=True) as broker:
@@ -70,6 +73,7 @@ def build_log_dir(
                     _keys(ids),
                     _fixed_width(n, value_bytes, values),
                     np.arange(BASE_TIMESTAMP + lo, BASE_TIMESTAMP + lo + n, dtype=np.int64),
+                    compression=compression,
                     max_batch_bytes=batch_bytes,
                 )
                 for batch in encoded:
