@@ -6,18 +6,20 @@
 
 Builds, in a temporary directory deleted at the end:
 
-- a log dir: an embedded ``Broker``, a topic of P partitions (default 4), N records (default
-  5 M) spread evenly over them, 12-byte keys and V-byte values (default 100, random
-  alphanumeric), CreateTime timestamps 1 ms apart; produced as prebuilt record batches v2 of
-  about B bytes of records (default 1,000,000, under the topic's ``max.message.bytes``) made by
-  ``columnar_encoder.encode_batches``; then the broker is closed;
-- its Parquet copy: the log dir read once with ``format("kafkalog")`` and written with
-  ``df.write.parquet`` (same schema, same rows, P files, Spark's default snappy codec).
+- two log dirs of the same rows (``CODECS``): an embedded ``Broker``, a topic of P partitions
+  (default 4), N records (default 5 M) spread evenly over them, 12-byte keys and V-byte values
+  (default 100, random alphanumeric), CreateTime timestamps 1 ms apart; produced as prebuilt
+  record batches v2 of about B bytes of records (default 1,000,000, under the topic's
+  ``max.message.bytes``) made by ``columnar_encoder.encode_batches``, uncompressed in one
+  (``kafkalog``) and lz4-compressed in the other (``kafkalog-lz4``); then the broker is closed;
+- their Parquet copy: the uncompressed log dir read once with ``format("kafkalog")`` and written
+  with ``df.write.parquet`` (same schema, same rows, P files, Spark's default snappy codec).
 
 Then, with one SparkSession (``local[2]``, ``spark.sql.shuffle.partitions`` = P), times
 ``df.write.format("noop").mode("overwrite").save()`` of a freshly loaded DataFrame of:
 
-- kafkalog: ``spark.read.format("kafkalog").option("subscribe", ...).load(log_dir)``;
+- kafkalog, kafkalog-lz4: ``spark.read.format("kafkalog").option("subscribe", ...).load(log_dir)``
+  of each log dir;
 - parquet: ``spark.read.parquet(copy)``;
 - ceiling: a minimal Python data source (``_arrow_ceiling.py`` beside this file) whose tasks
   yield one prebuilt Arrow record batch of the same schema over and over: same row count, P
@@ -25,14 +27,15 @@ Then, with one SparkSession (``local[2]``, ``spark.sql.shuffle.partitions`` = P)
   Python data source path costs without any reading or decoding: kafkalog / ceiling is the
   share of the time that is not fetching and decoding.
 
-Before that, kafkalog's executor side runs alone in this process (plan, then each task's
-``read`` one after the other, its fetches and decodes timed), and the rows are checked: the
-kafkalog read and the Parquet copy give the same count and the same sum of row hashes, the
-ceiling the same count. Then one warm-up each and R rounds (default 5) alternating kafkalog,
-parquet, ceiling; prints the medians as a markdown table with rows/s and the ratios kafkalog /
-parquet (the bar: at least 0.7x) and kafkalog / ceiling, the machine (cores, load average) and
-the Spark settings, and where kafkalog's executor time goes (fetch, decode, Arrow batch sizes;
-Spark's batches per second).
+Before that, kafkalog's executor side runs alone in this process for each log dir (plan, then
+each task's ``read`` one after the other, its fetches and decodes timed), and the rows are
+checked: each kafkalog read and the Parquet copy give the same count and the same sum of row
+hashes, the ceiling the same count. Then one warm-up each and R rounds (default 5) alternating
+the sources; prints the medians as a markdown table with rows/s, the ratio to Parquet (the bar:
+at least 1.0x), the CPU seconds of Spark's processes (the JVM and its Python workers) per read
+and Parquet's CPU over each source's (far steadier than wall time on a loaded machine), the
+machine (cores, load average) and the Spark settings, and where kafkalog's executor time goes
+(fetch, decode, Arrow batch sizes; Spark's batches per second).
 """
 
 from __future__ import annotations
@@ -54,7 +57,13 @@ ROOT = HERE.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(HERE))
 
-from _spark_common import TOPIC, build_log_dir, cpu_model, start_spark  # noqa: E402
+from _spark_common import (  # noqa: E402
+    TOPIC,
+    build_log_dir,
+    cpu_model,
+    descendants_cpu_seconds,
+    start_spark,
+)
 
 from broker_embedded.record import columnar_encoder  # noqa: E402
 from broker_embedded.storage.log_dir_fetch_source import LogDirFetchSource  # noqa: E402
@@ -94,11 +103,12 @@ def ceiling_df(spark, rows: int, partitions: int, value_bytes: int, batch_rows: 
 # -- timing ------------------------------------------------------------------------------------
 
 
-def noop(df) -> float:
+def noop(df) -> tuple[float, float]:
+    """(wall seconds, CPU seconds of Spark's processes) of a ``noop`` write of ``df``."""
     gc.collect()
-    began = time.perf_counter()
+    cpu, began = descendants_cpu_seconds(), time.perf_counter()
     df.write.format("noop").mode("overwrite").save()
-    return time.perf_counter() - began
+    return time.perf_counter() - began, descendants_cpu_seconds() - cpu
 
 
 def start_spark_with_ceiling(master: str, partitions: int, driver_memory: str):
@@ -193,8 +203,10 @@ def print_profile(name: str, prof: dict[str, float], kafkalog_rate: float) -> No
 
 
 def print_report(
-    rows: int, times: dict[str, list[float]], spark, settings: list[tuple[str, str]]
+    rows: int, runs: dict[str, list[tuple[float, float]]], spark, settings: list[tuple[str, str]]
 ) -> dict[str, float]:
+    times = {name: [wall for wall, _ in ts] for name, ts in runs.items()}
+    cpus = {name: statistics.median(cpu for _, cpu in ts) for name, ts in runs.items()}
     med = {name: statistics.median(ts) for name, ts in times.items()}
     rate = {name: rows / s for name, s in med.items()}
     print()
@@ -205,13 +217,13 @@ def print_report(
     )
     print("spark: " + ", ".join(f"{k}={v}" for k, v in settings))
     print()
-    print("| source | median s | min s | max s | rows/s | / parquet |")
-    print("|---|---|---|---|---|---|")
+    print("| source | median s | min s | max s | rows/s | / parquet | CPU s | CPU: parquet / |")
+    print("|---|---|---|---|---|---|---|---|")
     for name in times:
-        ratio = rate[name] / rate["parquet"]
+        ratio, cpu_ratio = rate[name] / rate["parquet"], cpus["parquet"] / cpus[name]
         print(
             f"| {name} | {med[name]:.2f} | {min(times[name]):.2f} | {max(times[name]):.2f} "
-            f"| {rate[name] / 1e6:.2f} M | {ratio:.2f}x |"
+            f"| {rate[name] / 1e6:.2f} M | {ratio:.2f}x | {cpus[name]:.2f} | {cpu_ratio:.2f}x |"
         )
     print()
     for name in CODECS:
@@ -288,14 +300,14 @@ def main(argv: list[str] | None = None) -> None:
             )
             check_rows(sources, args.rows)
             for name, make in sources.items():
-                print(f"warm-up {name}: {noop(make()):.2f} s")
-            times: dict[str, list[float]] = {name: [] for name in sources}
+                print(f"warm-up {name}: {noop(make())[0]:.2f} s")
+            runs: dict[str, list[tuple[float, float]]] = {name: [] for name in sources}
             for r in range(args.repeat):
                 for name, make in sources.items():
-                    times[name].append(noop(make()))
+                    runs[name].append(noop(make()))
                 print(
                     f"round {r + 1}/{args.repeat}: "
-                    + ", ".join(f"{name} {ts[-1]:.2f} s" for name, ts in times.items()),
+                    + ", ".join(f"{name} {ts[-1][0]:.2f} s" for name, ts in runs.items()),
                     flush=True,
                 )
             conf = spark.sparkContext.getConf()
@@ -308,7 +320,7 @@ def main(argv: list[str] | None = None) -> None:
                 ("ceiling batch rows (kafkalog's average)", f"{batch_rows:,}"),
                 *((f"kafkalog {k}", v) for k, v in extra.items()),
             ]  # fmt: skip
-            rate = print_report(args.rows, times, spark, settings)
+            rate = print_report(args.rows, runs, spark, settings)
             for name in CODECS:
                 print_profile(name, profs[name], rate[name])
         finally:
