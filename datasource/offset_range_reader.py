@@ -15,6 +15,13 @@ batches of up to ``COALESCE_ROWS`` rows or ``COALESCE_BYTES`` bytes before they 
 (Spark pays per batch). Memory stays bounded by one fetch, one decode call's inflation budget,
 its decoded rows and that buffer, whatever the partition's size or compression.
 
+A log dir is fetched in place (``LogDirFetchSource.fetch_in_place``: the records are a view of
+the segment's mapping, not a copy, and the next fetch releases its pages), and its tasks fetch
+at least ``LOG_DIR_FETCH_BYTES`` (8 MiB, kafka_source_options.py) at a time: one fetch then
+decodes to one Arrow batch of tens of thousands of rows without a join, where 1 MiB fetches of
+producer batches of 1 MB gave a few thousand rows each, joined by a copy (5 M rows of 153
+bytes: 1.8 s for the reader alone before, 0.3 s now).
+
 Pipelining: a source that can fetch ahead (``prefetch``: the wire source over
 ``kafka.bootstrap.servers``) is asked, once a fetch is decoded, for the next fetch of the range
 while Spark consumes the rows of this one; at most one fetch is ahead, and none past the
