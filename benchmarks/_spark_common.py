@@ -53,9 +53,12 @@ def build_log_dir(
     *,
     seed: int,
     random_keys: bool,
+    compression: str = "none",
 ) -> tuple[int, int]:
     """Produce ``rows`` records over ``partitions`` partitions of ``TOPIC``; (batches, bytes)
-    produced. Key ids are random in [0, 10**8) with ``random_keys``, else the record's number."""
+    produced. Key ids are random in [0, 10**8) with ``random_keys``, else the record's number.
+    ``compression``: the batches' codec (a Kafka ``compression.type`` name); ``batch_bytes``
+    counts their records before compression."""
     rng = np.random.default_rng(seed)
     batches = size = 0
     with Broker(log_dir, create=True) as broker:
@@ -70,6 +73,7 @@ def build_log_dir(
                     _keys(ids),
                     _fixed_width(n, value_bytes, values),
                     np.arange(BASE_TIMESTAMP + lo, BASE_TIMESTAMP + lo + n, dtype=np.int64),
+                    compression=compression,
                     max_batch_bytes=batch_bytes,
                 )
                 for batch in encoded:
@@ -118,3 +122,23 @@ def cpu_model() -> str:
     except OSError:
         pass
     return platform.processor() or "unknown CPU"
+
+
+def descendants_cpu_seconds() -> float:
+    """User + system CPU seconds so far of this process's descendants (the JVM Spark started
+    and its Python workers), with the children they reaped (``/proc/PID/stat`` fields 14 to 17):
+    what a read costs in CPU, which a loaded machine changes far less than its wall time."""
+    parents: dict[int, list[tuple[int, list[str]]]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                fields = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue  # ended meanwhile
+            parents.setdefault(int(fields[1]), []).append((int(entry), fields))
+    ticks, todo = 0, [os.getpid()]
+    while todo:
+        for pid, fields in parents.get(todo.pop(), ()):
+            ticks += sum(int(f) for f in fields[11:15])
+            todo.append(pid)
+    return ticks / os.sysconf("SC_CLK_TCK")

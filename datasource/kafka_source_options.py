@@ -79,6 +79,7 @@ log = logging.getLogger(__name__)
 INT32_MAX = (1 << 31) - 1
 INT64_MAX = (1 << 63) - 1
 DEFAULT_MAX_PARTITION_FETCH_BYTES = 1 << 20  # Kafka consumer's max.partition.fetch.bytes
+LOG_DIR_FETCH_BYTES = 8 << 20  # what a task fetches at least from a log dir (task_fetch_bytes)
 DEFAULT_FETCH_MAX_BYTES = 50 * (1 << 20)  # Kafka consumer's fetch.max.bytes
 DEFAULT_MAX_TRIGGER_DELAY_MS = 15 * 60 * 1000
 
@@ -230,6 +231,17 @@ class KafkaSourceOptions:
         """Bytes one fetch of one partition may return (a batch larger than it still comes
         whole, as in Kafka): ``min(kafka.max.partition.fetch.bytes, kafka.fetch.max.bytes)``."""
         return min(self.max_partition_fetch_bytes, self.fetch_max_bytes)
+
+    @property
+    def task_fetch_bytes(self) -> int:
+        """Bytes a task asks for per fetch: :attr:`fetch_bytes` over the wire; from a log dir,
+        read in place without a copy, at least ``LOG_DIR_FETCH_BYTES``: Spark pays per Arrow
+        batch and the decoder per call, so one fetch of a log dir is read ahead to fill one
+        Arrow batch (a 1 MiB fetch of producer batches of 1 MB holds one batch, a few thousand
+        rows)."""
+        if self.bootstrap_servers is not None:
+            return self.fetch_bytes
+        return max(self.fetch_bytes, LOG_DIR_FETCH_BYTES)
 
     @classmethod
     def parse(

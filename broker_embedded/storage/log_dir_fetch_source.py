@@ -31,6 +31,14 @@ fails).
   records are copied out of the segment's mapping, whose pages are then released
   (``open_files.release_mapped_pages``): resident memory stays about one fetch, not the
   segment's size, however far a task reads.
+- ``fetch_in_place`` (not part of the protocol: a reader that decodes each fetch before the
+  next asks for it, offset_range_reader.py): ``fetch`` without the copy under read_uncommitted.
+  The records are a read-only view of the segment's mapping; the pages of one in-place fetch
+  are released at the next in-place fetch and at :meth:`LogDirFetchSource.close`, so resident
+  memory stays one fetch too. A view held longer stays valid (the mapping lives while it is
+  referenced; released pages fault in again from the page cache) and its bytes do not change:
+  it lies below the high watermark, and a log is never truncated below it (log_segment.py).
+  Under read_committed the view's ``fetch`` already copies: ``fetch`` as is.
 - Byte cuts: exact, from each segment's offset index and sizes (positions of index entries),
   with a walk of at most about ``index.interval.bytes`` of batch headers after an entry; no
   record is decoded. Bytes count the log as stored: compressed batches with their headers.
@@ -41,10 +49,10 @@ Not thread-safe: one planner or one task uses a source.
 from __future__ import annotations
 
 import bisect
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -99,6 +107,7 @@ class LogDirFetchSource:
         self._topics: dict[str, tuple[int, ...]] | None = None
         self._topic_config: dict | None = None
         self._views: dict[TopicPartition, PartitionReader] = {}
+        self._in_place: memoryview | None = None  # the last fetch_in_place's records
 
     @property
     def descriptor(self) -> LogDirSource:
@@ -177,9 +186,34 @@ class LogDirFetchSource:
             return FetchedPartition(tp, offset, _copied(info.records), info.high_watermark,
                                     info.last_stable_offset, info.log_start_offset,
                                     aborted)  # fmt: skip
+        return self._uncommitted(tp, offset, max_bytes, _copied)
+
+    def fetch_in_place(
+        self, tp: TopicPartition, offset: int, max_bytes: int, isolation: IsolationLevel
+    ) -> FetchedPartition:
+        """``fetch``, its read_uncommitted records a view of the segment's mapping, valid until
+        the next in-place fetch or :meth:`close` releases its pages (module docstring)."""
+        self._release_in_place()
+        if isolation == IsolationLevel.READ_COMMITTED:
+            return self.fetch(tp, offset, max_bytes, isolation)
+        return self._uncommitted(tp, offset, max_bytes, self._kept)
+
+    def _uncommitted(
+        self, tp: TopicPartition, offset: int, max_bytes: int, keep: Callable[[memoryview], Any]
+    ) -> FetchedPartition:
+        view = self.view(tp)
         found = view.read(offset, max_bytes)
-        return FetchedPartition(tp, offset, _copied(found.records), view.high_watermark, -1,
+        return FetchedPartition(tp, offset, keep(found.records), view.high_watermark, -1,
                                 view.log_start_offset)  # fmt: skip
+
+    def _kept(self, records: memoryview) -> memoryview:
+        self._in_place = records
+        return records
+
+    def _release_in_place(self) -> None:
+        records, self._in_place = self._in_place, None
+        if records is not None:
+            release_mapped_pages(records)
 
     # -- bytes of the log --------------------------------------------------------------------------
 
@@ -276,6 +310,7 @@ class LogDirFetchSource:
     # -- lifetime ----------------------------------------------------------------------------------
 
     def close(self) -> None:
+        self._release_in_place()
         views, self._views = self._views, {}
         for v in views.values():
             v.close()

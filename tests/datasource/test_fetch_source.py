@@ -5,7 +5,7 @@ and its log-dir implementation, against the source log dir worked out independen
 from __future__ import annotations
 
 import pickle
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 
 import pytest
@@ -17,6 +17,7 @@ from broker_embedded.storage.fetch_source import (
     EARLIEST_TIMESTAMP,
     LATEST_TIMESTAMP,
     ByteCut,
+    FetchedPartition,
     FetchSource,
 )
 from broker_embedded.storage.log_dir_fetch_source import LogDirFetchSource, LogDirSource
@@ -88,6 +89,40 @@ def test_fetches_decode_to_the_partition(
         offset = decoded.next_offset
     assert fetched.records == b"" and offset == fetched.bound(isolation)
     assert rows == [r.offset for r in expected_rows(facts, read_committed=committed)]
+
+
+@pytest.mark.parametrize(("topic", "partition"), [("events", 1), ("txn", 0), ("trimmed", 0)])
+@pytest.mark.parametrize("max_bytes", [1, 300, 1 << 20])
+def test_in_place_fetches_equal_copied_ones_and_stay_valid(
+    source_log_dir: Path, topic: str, partition: int, max_bytes: int
+) -> None:
+    """``fetch_in_place`` answers what ``fetch`` answers, field by field, under both isolations,
+    from every batch boundary and from inside batches; its read_uncommitted records are a view
+    of the mapping, not a copy; a view kept across later fetches (whose pages those fetches
+    released) and past ``close`` still holds the same bytes."""
+    facts = partition_facts(source_log_dir, topic, partition)
+    tp = TopicPartition(topic, partition)
+    offsets = sorted({o for o, _ in facts.all_offsets if o >= facts.log_start})
+    kept: list[tuple[memoryview, bytes]] = []
+    with (
+        LogDirSource(str(source_log_dir)).open() as copying,
+        LogDirSource(str(source_log_dir)).open() as in_place,
+    ):
+        for offset in [*offsets[::5], facts.high_watermark]:
+            for isolation in (UNCOMMITTED, COMMITTED):
+                copied = copying.fetch(tp, offset, max_bytes, isolation)
+                viewed = in_place.fetch_in_place(tp, offset, max_bytes, isolation)
+                assert bytes(viewed.records) == copied.records, (offset, isolation)
+                assert _fields(viewed) == _fields(copied), (offset, isolation)
+                if isolation == UNCOMMITTED and copied.records:
+                    assert isinstance(viewed.records, memoryview)
+                    kept.append((viewed.records, copied.records))
+    assert kept and all(bytes(view) == copy for view, copy in kept)
+
+
+def _fields(fetched: FetchedPartition) -> tuple:
+    """Every field but the records (``FetchedPartition`` compares by identity)."""
+    return tuple(getattr(fetched, f.name) for f in fields(fetched) if f.name != "records")
 
 
 def test_fetch_below_the_log_start_is_out_of_range(source: LogDirFetchSource) -> None:

@@ -11,7 +11,7 @@ import pytest
 from broker_embedded.storage.fetch_data_info import IsolationLevel
 from broker_embedded.storage.topic_partition import TopicPartition
 from datasource.errors import InvalidOptionError
-from datasource.kafka_source_options import KafkaSourceOptions
+from datasource.kafka_source_options import LOG_DIR_FETCH_BYTES, KafkaSourceOptions
 from datasource.offset_spec import (
     EarliestOffsets,
     GlobalTimestamp,
@@ -40,6 +40,7 @@ def test_defaults() -> None:
     assert o.isolation_level == IsolationLevel.READ_UNCOMMITTED and not o.read_committed
     assert o.max_partition_fetch_bytes == 1 << 20 and o.fetch_max_bytes == 50 << 20
     assert o.fetch_bytes == 1 << 20
+    assert o.task_fetch_bytes == LOG_DIR_FETCH_BYTES == 8 << 20  # a log dir reads ahead
     assert o.narrow_by_filters is False
     assert o.streaming is False
 
@@ -68,6 +69,9 @@ def test_every_batch_option_parsed() -> None:
     assert o.max_bytes_per_partition == 64 << 20
     assert o.read_committed
     assert (o.max_partition_fetch_bytes, o.fetch_max_bytes, o.fetch_bytes) == (4096, 1024, 1024)
+    assert o.task_fetch_bytes == LOG_DIR_FETCH_BYTES
+    more = {**BASE, "kafka.max.partition.fetch.bytes": str(16 << 20)}
+    assert KafkaSourceOptions.parse(more).task_fetch_bytes == 16 << 20
     assert o.narrow_by_filters is True
     assert pickle.loads(pickle.dumps(o)) == o
 
@@ -361,7 +365,8 @@ def test_bootstrap_servers_instead_of_path_and_the_client_settings() -> None:
         "retry_backoff_ms": 50, "connect_timeout_ms": 3000,
         "security": (("security.protocol", "plaintext"),),
     }  # fmt: skip
-    assert o.fetch_bytes == 4096 and pickle.loads(pickle.dumps(o)) == o
+    assert o.fetch_bytes == o.task_fetch_bytes == 4096  # over the wire, as asked
+    assert pickle.loads(pickle.dumps(o)) == o
     from datasource.kafka_offset_reader import source_of
 
     source = source_of(o)
