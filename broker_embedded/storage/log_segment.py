@@ -101,7 +101,13 @@ from broker_embedded.record.records import AnyBatch, iter_batches
 from broker_embedded.storage.checkpoint_file import fsync_dir, write_atomically
 from broker_embedded.storage.log_config import LogConfig
 from broker_embedded.storage.offset_index import INDEX_SUFFIX, OffsetIndex
-from broker_embedded.storage.open_files import map_read_only, open_file, release_mapped_pages
+from broker_embedded.storage.open_files import (
+    map_descriptor,
+    map_read_only,
+    open_file,
+    open_read_only,
+    release_mapped_pages,
+)
 from broker_embedded.storage.segment_indexer import DEFAULT_INDEX_INTERVAL_BYTES, SegmentIndexer
 from broker_embedded.storage.time_index import NO_TIMESTAMP, TIME_INDEX_SUFFIX, TimeIndex
 from broker_embedded.storage.transaction_index import (
@@ -173,6 +179,9 @@ class FetchSlice:
         return len(self.records)
 
 
+# A tail this short (after the offset index's last entry: normally at most index.interval.bytes
+# and one append's batches) is read with one pread when a segment opens, not walked in the mapping
+_PREAD_TAIL_BYTES = 64 << 10
 _CHECK_CHUNK = 64  # index entries checked between two releases of the pages their headers touched
 
 
@@ -200,7 +209,7 @@ class LogSegment:
         *,
         index_interval_bytes: int = DEFAULT_INDEX_INTERVAL_BYTES,
     ) -> None:
-        self.log_path = Path(log_path)
+        self.log_path = log_path if isinstance(log_path, Path) else Path(log_path)
         base = parse_segment_log_name(self.log_path.name)
         if base is None:
             raise ValueError(f"{self.log_path} is not a segment file name (<20 digits>.log)")
@@ -208,10 +217,15 @@ class LogSegment:
         self.index_interval_bytes = index_interval_bytes
         self.txn_index = _txn_index(self.log_path, base)
         self._append: _Appender | None = None
-        self._buf, st = map_read_only(self.log_path)
-        self.file_id = _file_id(st)
-        self.size_in_bytes = len(self._buf)
-        self._load_indexes()
+        fd = open_read_only(self.log_path)
+        try:
+            st = os.fstat(fd)
+            self._buf = map_descriptor(fd, st.st_size, self.log_path)
+            self.file_id = _file_id(st)
+            self.size_in_bytes = st.st_size
+            self._load_indexes(fd)
+        finally:
+            os.close(fd)
 
     @classmethod
     def open(
@@ -249,11 +263,15 @@ class LogSegment:
 
     # -- indexes -----------------------------------------------------------------------------------
 
-    def _load_indexes(self) -> None:
+    def _load_indexes(self, fd: int) -> None:
+        """Load and check the indexes (module docstring), or rebuild them; ``fd``: the
+        ``.log`` mapped, from which a short tail is read without touching the mapping."""
+        stem = self.source[: -len(LOG_SUFFIX)]
+        touched = True
         try:
-            oi = OffsetIndex.load(self.offset_index_path, self.base_offset)
-            ti = TimeIndex.load(self.time_index_path, self.base_offset)
-            self._adopt(oi, ti)
+            oi = OffsetIndex.load(stem + INDEX_SUFFIX, self.base_offset)
+            ti = TimeIndex.load(stem + TIME_INDEX_SUFFIX, self.base_offset)
+            touched = self._adopt(oi, ti, fd)
             self.index_status = "loaded"
         except FileNotFoundError as e:
             self._rebuild(f"rebuilt: {Path(str(e.filename)).name} is missing")
@@ -262,10 +280,12 @@ class LogSegment:
         # the checks and a rebuild touched batch headers all over the file (each fault maps a
         # window of pages around it): without this, opening a segment of 1 MB batches made about
         # 64 KB per batch resident in this process, of small batches the whole file
-        release_mapped_pages(self._buf)
+        if touched:
+            release_mapped_pages(self._buf)
 
-    def _adopt(self, oi: OffsetIndex, ti: TimeIndex) -> None:
-        """Use loaded indexes after checking them against the ``.log``; find the log's end."""
+    def _adopt(self, oi: OffsetIndex, ti: TimeIndex, fd: int) -> bool:
+        """Use loaded indexes after checking them against the ``.log``; find the log's end.
+        Whether the mapping was touched (a short tail is read from ``fd`` instead)."""
         last = oi.last_entry
         if len(oi) and last.position >= self.size_in_bytes:
             raise IndexCorruptError(
@@ -273,7 +293,12 @@ class LogSegment:
                 f"past the end of {self.source} ({self.size_in_bytes} bytes)"
             )
         self._check_entries_point_at_batches(oi)
-        tail = _Walk(self._scan(last.position))
+        left = self.size_in_bytes - last.position
+        if left <= _PREAD_TAIL_BYTES:  # one read instead of faulting pages into the mapping
+            tail_bytes = os.pread(fd, left, last.position)
+            tail = _Walk(iter_batches(tail_bytes, self.source, base_position=last.position))
+        else:
+            tail = _Walk(self._scan(last.position))
         next_offset = tail.next_offset if tail.count else self.base_offset
         if len(oi) and not (
             tail.count and self.base_offset <= tail.first_base_offset
@@ -293,6 +318,7 @@ class LogSegment:
         self.next_offset = next_offset
         self.end_of_batches = tail.end if tail.count else last.position
         self.largest_timestamp = max(tail.max_timestamp, last_t.timestamp)
+        return bool(len(oi)) or left > _PREAD_TAIL_BYTES
 
     def _check_entries_point_at_batches(self, oi: OffsetIndex) -> None:
         """Every entry (offset O, position P) must point at a batch whose base offset lies in
