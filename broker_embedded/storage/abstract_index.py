@@ -229,6 +229,8 @@ def read_whole(path: str) -> bytes:
 
 def _used_length(data: memoryview, entry_size: int) -> int:
     """The length up to the end of the last entry holding a non-zero byte."""
+    if any(data[-entry_size:]):  # a trimmed file: its last entry is used
+        return len(data)
     words = np.frombuffer(data, "<u4")  # entry sizes (8, 12) are multiples of 4
     if not len(words):
         return 0

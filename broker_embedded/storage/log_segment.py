@@ -235,7 +235,8 @@ class LogSegment:
         *,
         index_interval_bytes: int = DEFAULT_INDEX_INTERVAL_BYTES,
     ) -> LogSegment:
-        path = Path(directory) / (segment_file_stem(base_offset) + LOG_SUFFIX)
+        directory = directory if isinstance(directory, Path) else Path(directory)
+        path = directory / (segment_file_stem(base_offset) + LOG_SUFFIX)
         return cls(path, index_interval_bytes=index_interval_bytes)
 
     # -- files -------------------------------------------------------------------------------------
