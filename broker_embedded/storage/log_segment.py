@@ -15,12 +15,14 @@ necessarily contiguously); the indexes point at batch starts and obey the rules 
 
 Opening for reading maps the ``.log`` read-only, keeping no file descriptor (open_files.py; its size
 is fixed at open: a view of a segment another process appends to ends where the file ended then; a
-partial batch at the end is ignored, as in a fetch) and loads the indexes. A missing index file, one
-that Kafka's sanity check rejects or that contradicts the ``.log`` (its last entry is not a batch
-start, points past the file, names an offset the file does not hold; an entry points at a batch
-based above its offset, which would make reads skip the batches before it) is rebuilt in memory from
-the ``.log`` with Kafka's recovery rules; a zero-filled preallocated tail is simply not part of the
-entries. A segment opened for reading never writes, truncates or renames any file: ``index_status``
+partial batch at the end is ignored, as in a fetch) and loads the indexes (the batches after the
+offset index's last entry, which give the segment's end, are read with one ``pread`` when they
+take at most 64 KiB, so that opening a small segment touches no mapped page). A missing index
+file, one that Kafka's sanity check rejects or that contradicts the ``.log`` (its last entry is not
+a batch start, points past the file, names an offset the file does not hold; an entry points at a
+batch based above its offset, which would make reads skip the batches before it) is rebuilt in
+memory from the ``.log`` with Kafka's recovery rules; a zero-filled preallocated tail is simply not
+part of the entries. A segment opened for reading never writes, truncates or renames any file: ``index_status``
 tells what happened.
 
 Reads follow Kafka: ``translate_offset`` looks the offset up in the offset index, then scans

@@ -94,7 +94,7 @@ may be gone: that is compaction). The rules that keep reads right:
   stay those of the open.
 
 The cost when nothing is swapped: one directory listing at open (two for a directory of more
-than about 40 files, see above), one ``stat`` per segment
+than about 35 files, see above), one ``stat`` per segment
 opened, and for ``TXN_COMMITTED`` fetches two or three ``stat`` calls per ``.txnindex`` read; the
 per-batch and per-record paths are unchanged.
 
@@ -251,18 +251,18 @@ class RelistingSegments:
     def _open_segment(self, base_offset: int) -> LogSegment:
         """Open the segment, making sure that its indexes were loaded while its ``.log`` path
         still named the file mapped (else a swap happened meanwhile: open the new file)."""
-        path = self.directory / (segment_file_stem(base_offset) + LOG_SUFFIX)
         for _ in range(3):
             try:
                 seg = LogSegment.open(
                     self.directory, base_offset, index_interval_bytes=self.index_interval_bytes
                 )
             except FileNotFoundError:
+                path = self.directory / (segment_file_stem(base_offset) + LOG_SUFFIX)
                 raise _stale(path, "is gone") from None
             if _names_same_file(seg):
                 return seg
             seg.close()  # nobody else holds it yet
-        raise _stale(path, "was replaced every time it was opened")
+        raise _stale(seg.log_path, "was replaced every time it was opened")
 
     def check_in_place(self, seg: LogSegment) -> None:
         if not _names_same_file(seg):
@@ -469,7 +469,7 @@ class PartitionReader:
         recovery_point: int = 0,
         index_interval_bytes: int = DEFAULT_INDEX_INTERVAL_BYTES,
     ) -> None:
-        self.directory = Path(directory)
+        self.directory = directory if isinstance(directory, Path) else Path(directory)
         self.topic_partition = TopicPartition.parse_dir_name(self.directory.name)
         self._access = RelistingSegments(self.directory, self.topic_partition, recovery_point,
                                          index_interval_bytes)  # fmt: skip
