@@ -22,8 +22,8 @@ file, one that Kafka's sanity check rejects or that contradicts the ``.log`` (it
 a batch start, points past the file, names an offset the file does not hold; an entry points at a
 batch based above its offset, which would make reads skip the batches before it) is rebuilt in
 memory from the ``.log`` with Kafka's recovery rules; a zero-filled preallocated tail is simply not
-part of the entries. A segment opened for reading never writes, truncates or renames any file: ``index_status``
-tells what happened.
+part of the entries. A segment opened for reading never writes, truncates or renames any file:
+``index_status`` tells what happened.
 
 Reads follow Kafka: ``translate_offset`` looks the offset up in the offset index, then scans
 batch headers forward to the first batch whose last offset is >= the target; ``read`` returns
