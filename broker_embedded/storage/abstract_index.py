@@ -128,8 +128,11 @@ class AbstractIndex:
         n = len(keys)
         if n == 0:
             return 0
+        first = bool(keys[0] >= 0 and values[0] >= 0 and not (keys[0] == 0 and values[0] == 0))
+        if n == 1 or not first:  # a segment of one indexed batch: no array work
+            return int(first)
         ok = np.empty(n, bool)
-        ok[0] = keys[0] >= 0 and values[0] >= 0 and not (keys[0] == 0 and values[0] == 0)
+        ok[0] = True
         if cls.VALUES_STRICTLY_INCREASE:
             ok[1:] = (keys[1:] > keys[:-1]) & (values[1:] > values[:-1])
         else:

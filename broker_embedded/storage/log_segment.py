@@ -327,8 +327,10 @@ class LogSegment:
         """Every entry (offset O, position P) must point at a batch whose base offset lies in
         ``[base offset, O]`` (Kafka indexes a batch's last offset at its start): an entry that
         points further on would make reads skip the batches before it."""
+        if not len(oi):
+            return
         positions = oi.positions()
-        if not len(positions) or positions[-1] + 8 > self.size_in_bytes:
+        if positions[-1] + 8 > self.size_in_bytes:
             return  # none, or the last entry points past the file: _adopt says so
         log = np.frombuffer(self._buf, np.uint8)
         bases = np.empty(len(positions), ">i8")
