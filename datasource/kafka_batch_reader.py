@@ -48,7 +48,7 @@ from collections.abc import Iterator, Sequence
 from pyspark.sql.datasource import DataSourceReader, Filter, InputPartition
 
 from datasource.kafka_input_partition import KafkaInputPartition, plan_tasks, ranges_of
-from datasource.kafka_offset_reader import KafkaOffsetReader, source_of
+from datasource.kafka_offset_reader import KafkaOffsetReader, cyclic_gc_paused, source_of
 from datasource.kafka_source_options import KafkaSourceOptions
 from datasource.offset_range import OffsetRange, OffsetRangeCalculator
 from datasource.pushed_filters import PushedFilters
@@ -124,8 +124,10 @@ class KafkaBatchReader(DataSourceReader):
             def as_read(parts: list[KafkaInputPartition]) -> list[KafkaInputPartition]:
                 return latest_partitions(parts, self.options)
 
-        with KafkaOffsetReader(source_of(self.options), self.options.isolation_level) as offsets:
-            return plan_tasks(offsets, self._ranges(offsets), self.options, as_read)  # type: ignore[return-value]
+        options = self.options
+        with cyclic_gc_paused(), KafkaOffsetReader(source_of(options),
+                                                   options.isolation_level) as offsets:  # fmt: skip
+            return plan_tasks(offsets, self._ranges(offsets), options, as_read)  # type: ignore[return-value]
 
     def read(self, partition: InputPartition) -> Iterator:
         if self.options.latest_view:

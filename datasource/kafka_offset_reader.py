@@ -50,8 +50,10 @@ data). Not thread-safe: one planner uses it.
 
 from __future__ import annotations
 
+import gc
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -426,6 +428,23 @@ def log_dir_source(path: str | Path) -> LogDirSource:
             "directory (give the Kafka log dir to read)"
         )
     return LogDirSource(str(directory.resolve()))
+
+
+@contextmanager
+def cyclic_gc_paused() -> Iterator[None]:
+    """Python's cyclic garbage collector off for a planning pass (on again after it, if it was
+    on). Planning a log dir of 10,000 partitions allocates a view per partition, all kept to its
+    end, and the collector scanned them, with every object of the planning process, over and
+    over: half the planning's time. Nothing it plans makes garbage cycles that matter: what
+    planning leaves is freed by reference counting, or by the collector once it runs again.
+    Process-wide: planning runs in Spark's short-lived planning worker."""
+    was_on = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_on:
+            gc.enable()
 
 
 def report_data_loss(what: str, fail: bool, instead: str) -> None:

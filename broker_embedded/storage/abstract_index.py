@@ -26,6 +26,7 @@ an append never changes the first ``count`` slots of the arrays in a published s
 
 from __future__ import annotations
 
+import os
 import threading
 from pathlib import Path
 from typing import ClassVar, TypeVar
@@ -33,6 +34,7 @@ from typing import ClassVar, TypeVar
 import numpy as np
 
 from broker_embedded.errors import IndexCorruptError, IndexFullError, SegmentOffsetOverflowError
+from broker_embedded.storage.open_files import open_read_only
 
 INT32_MAX = (1 << 31) - 1
 _MIN_CAPACITY = 64
@@ -85,7 +87,8 @@ class AbstractIndex:
         max_entries: int | None = None,
     ) -> _I:
         """Parse an index file's bytes, ignoring a zero-filled (preallocated) tail."""
-        keys, values = cls._parse(memoryview(data), source)
+        parsed = cls._parse(memoryview(data), source)
+        keys, values = (None, None) if parsed is None else parsed
         return cls(base_offset, source=source, max_entries=max_entries, keys=keys, values=values)
 
     @classmethod
@@ -93,11 +96,15 @@ class AbstractIndex:
         cls: type[_I], path: str | Path, base_offset: int, *, max_entries: int | None = None
     ) -> _I:
         """Read an index file; ``FileNotFoundError`` when it does not exist."""
-        data = Path(path).read_bytes()
-        return cls.from_bytes(data, base_offset, source=str(path), max_entries=max_entries)
+        source = str(path)
+        return cls.from_bytes(read_whole(source), base_offset, source=source,
+                              max_entries=max_entries)  # fmt: skip
 
     @classmethod
-    def _parse(cls, data: memoryview, source: str) -> tuple[np.ndarray, np.ndarray]:
+    def _parse(cls, data: memoryview, source: str) -> tuple[np.ndarray, np.ndarray] | None:
+        """The entries' keys and values; ``None`` for an empty file (no entries)."""
+        if not len(data):
+            return None
         size = cls.ENTRY_SIZE
         if len(data) % size:
             raise IndexCorruptError(
@@ -121,8 +128,11 @@ class AbstractIndex:
         n = len(keys)
         if n == 0:
             return 0
+        first = bool(keys[0] >= 0 and values[0] >= 0 and not (keys[0] == 0 and values[0] == 0))
+        if n == 1 or not first:  # a segment of one indexed batch: no array work
+            return int(first)
         ok = np.empty(n, bool)
-        ok[0] = keys[0] >= 0 and values[0] >= 0 and not (keys[0] == 0 and values[0] == 0)
+        ok[0] = True
         if cls.VALUES_STRICTLY_INCREASE:
             ok[1:] = (keys[1:] > keys[:-1]) & (values[1:] > values[:-1])
         else:
@@ -205,8 +215,25 @@ class AbstractIndex:
         )
 
 
+def read_whole(path: str) -> bytes:
+    """The bytes of the file ``path``: one ``open``, ``fstat`` and ``read`` (no buffered file
+    object, which costs more than the read for the small index files of a small segment)."""
+    fd = open_read_only(path)
+    try:
+        size = os.fstat(fd).st_size
+        chunks = []
+        while size > 0 and (chunk := os.read(fd, size)):  # a file that shrank ends early
+            chunks.append(chunk)
+            size -= len(chunk)
+        return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
 def _used_length(data: memoryview, entry_size: int) -> int:
     """The length up to the end of the last entry holding a non-zero byte."""
+    if any(data[-entry_size:]):  # a trimmed file: its last entry is used
+        return len(data)
     words = np.frombuffer(data, "<u4")  # entry sizes (8, 12) are multiples of 4
     if not len(words):
         return 0

@@ -200,12 +200,17 @@ def open_partition_with(
     reading the log dir's checkpoint files nor listing it: one partition directory is read (a
     task handed what its planner read, log_dir_fetch_source.py)."""
     directory = log_dir / tp.dir_name
-    if not directory.is_dir():
-        raise FileNotFoundError(f"no partition directory {directory} for {tp} in {log_dir}")
-    return PartitionReader(
-        directory,
-        high_watermark=checkpoints.high_watermark,
-        log_start_offset=checkpoints.log_start_offset,
-        recovery_point=checkpoints.recovery_point or 0,
-        index_interval_bytes=index_interval_bytes,
-    )
+    try:  # the view's listing finds a missing directory: no stat of it before
+        return PartitionReader(
+            directory,
+            high_watermark=checkpoints.high_watermark,
+            log_start_offset=checkpoints.log_start_offset,
+            recovery_point=checkpoints.recovery_point or 0,
+            index_interval_bytes=index_interval_bytes,
+        )
+    except (FileNotFoundError, NotADirectoryError):
+        if directory.is_dir():
+            raise
+        raise FileNotFoundError(
+            f"no partition directory {directory} for {tp} in {log_dir}"
+        ) from None

@@ -15,13 +15,15 @@ necessarily contiguously); the indexes point at batch starts and obey the rules 
 
 Opening for reading maps the ``.log`` read-only, keeping no file descriptor (open_files.py; its size
 is fixed at open: a view of a segment another process appends to ends where the file ended then; a
-partial batch at the end is ignored, as in a fetch) and loads the indexes. A missing index file, one
-that Kafka's sanity check rejects or that contradicts the ``.log`` (its last entry is not a batch
-start, points past the file, names an offset the file does not hold; an entry points at a batch
-based above its offset, which would make reads skip the batches before it) is rebuilt in memory from
-the ``.log`` with Kafka's recovery rules; a zero-filled preallocated tail is simply not part of the
-entries. A segment opened for reading never writes, truncates or renames any file: ``index_status``
-tells what happened.
+partial batch at the end is ignored, as in a fetch) and loads the indexes (the batches after the
+offset index's last entry, which give the segment's end, are read with one ``pread`` when they
+take at most 64 KiB, so that opening a small segment touches no mapped page). A missing index
+file, one that Kafka's sanity check rejects or that contradicts the ``.log`` (its last entry is not
+a batch start, points past the file, names an offset the file does not hold; an entry points at a
+batch based above its offset, which would make reads skip the batches before it) is rebuilt in
+memory from the ``.log`` with Kafka's recovery rules; a zero-filled preallocated tail is simply not
+part of the entries. A segment opened for reading never writes, truncates or renames any file:
+``index_status`` tells what happened.
 
 Reads follow Kafka: ``translate_offset`` looks the offset up in the offset index, then scans
 batch headers forward to the first batch whose last offset is >= the target; ``read`` returns
@@ -101,7 +103,13 @@ from broker_embedded.record.records import AnyBatch, iter_batches
 from broker_embedded.storage.checkpoint_file import fsync_dir, write_atomically
 from broker_embedded.storage.log_config import LogConfig
 from broker_embedded.storage.offset_index import INDEX_SUFFIX, OffsetIndex
-from broker_embedded.storage.open_files import map_read_only, open_file, release_mapped_pages
+from broker_embedded.storage.open_files import (
+    map_descriptor,
+    map_read_only,
+    open_file,
+    open_read_only,
+    release_mapped_pages,
+)
 from broker_embedded.storage.segment_indexer import DEFAULT_INDEX_INTERVAL_BYTES, SegmentIndexer
 from broker_embedded.storage.time_index import NO_TIMESTAMP, TIME_INDEX_SUFFIX, TimeIndex
 from broker_embedded.storage.transaction_index import (
@@ -173,6 +181,9 @@ class FetchSlice:
         return len(self.records)
 
 
+# A tail this short (after the offset index's last entry: normally at most index.interval.bytes
+# and one append's batches) is read with one pread when a segment opens, not walked in the mapping
+_PREAD_TAIL_BYTES = 64 << 10
 _CHECK_CHUNK = 64  # index entries checked between two releases of the pages their headers touched
 
 
@@ -200,7 +211,7 @@ class LogSegment:
         *,
         index_interval_bytes: int = DEFAULT_INDEX_INTERVAL_BYTES,
     ) -> None:
-        self.log_path = Path(log_path)
+        self.log_path = log_path if isinstance(log_path, Path) else Path(log_path)
         base = parse_segment_log_name(self.log_path.name)
         if base is None:
             raise ValueError(f"{self.log_path} is not a segment file name (<20 digits>.log)")
@@ -208,10 +219,15 @@ class LogSegment:
         self.index_interval_bytes = index_interval_bytes
         self.txn_index = _txn_index(self.log_path, base)
         self._append: _Appender | None = None
-        self._buf, st = map_read_only(self.log_path)
-        self.file_id = _file_id(st)
-        self.size_in_bytes = len(self._buf)
-        self._load_indexes()
+        fd = open_read_only(self.log_path)
+        try:
+            st = os.fstat(fd)
+            self._buf = map_descriptor(fd, st.st_size, self.log_path)
+            self.file_id = _file_id(st)
+            self.size_in_bytes = st.st_size
+            self._load_indexes(fd)
+        finally:
+            os.close(fd)
 
     @classmethod
     def open(
@@ -221,7 +237,8 @@ class LogSegment:
         *,
         index_interval_bytes: int = DEFAULT_INDEX_INTERVAL_BYTES,
     ) -> LogSegment:
-        path = Path(directory) / (segment_file_stem(base_offset) + LOG_SUFFIX)
+        directory = directory if isinstance(directory, Path) else Path(directory)
+        path = directory / (segment_file_stem(base_offset) + LOG_SUFFIX)
         return cls(path, index_interval_bytes=index_interval_bytes)
 
     # -- files -------------------------------------------------------------------------------------
@@ -249,11 +266,15 @@ class LogSegment:
 
     # -- indexes -----------------------------------------------------------------------------------
 
-    def _load_indexes(self) -> None:
+    def _load_indexes(self, fd: int) -> None:
+        """Load and check the indexes (module docstring), or rebuild them; ``fd``: the
+        ``.log`` mapped, from which a short tail is read without touching the mapping."""
+        stem = self.source[: -len(LOG_SUFFIX)]
+        touched = True
         try:
-            oi = OffsetIndex.load(self.offset_index_path, self.base_offset)
-            ti = TimeIndex.load(self.time_index_path, self.base_offset)
-            self._adopt(oi, ti)
+            oi = OffsetIndex.load(stem + INDEX_SUFFIX, self.base_offset)
+            ti = TimeIndex.load(stem + TIME_INDEX_SUFFIX, self.base_offset)
+            touched = self._adopt(oi, ti, fd)
             self.index_status = "loaded"
         except FileNotFoundError as e:
             self._rebuild(f"rebuilt: {Path(str(e.filename)).name} is missing")
@@ -262,10 +283,12 @@ class LogSegment:
         # the checks and a rebuild touched batch headers all over the file (each fault maps a
         # window of pages around it): without this, opening a segment of 1 MB batches made about
         # 64 KB per batch resident in this process, of small batches the whole file
-        release_mapped_pages(self._buf)
+        if touched:
+            release_mapped_pages(self._buf)
 
-    def _adopt(self, oi: OffsetIndex, ti: TimeIndex) -> None:
-        """Use loaded indexes after checking them against the ``.log``; find the log's end."""
+    def _adopt(self, oi: OffsetIndex, ti: TimeIndex, fd: int) -> bool:
+        """Use loaded indexes after checking them against the ``.log``; find the log's end.
+        Whether the mapping was touched (a short tail is read from ``fd`` instead)."""
         last = oi.last_entry
         if len(oi) and last.position >= self.size_in_bytes:
             raise IndexCorruptError(
@@ -273,7 +296,12 @@ class LogSegment:
                 f"past the end of {self.source} ({self.size_in_bytes} bytes)"
             )
         self._check_entries_point_at_batches(oi)
-        tail = _Walk(self._scan(last.position))
+        left = self.size_in_bytes - last.position
+        if left <= _PREAD_TAIL_BYTES:  # one read instead of faulting pages into the mapping
+            tail_bytes = os.pread(fd, left, last.position)
+            tail = _Walk(iter_batches(tail_bytes, self.source, base_position=last.position))
+        else:
+            tail = _Walk(self._scan(last.position))
         next_offset = tail.next_offset if tail.count else self.base_offset
         if len(oi) and not (
             tail.count and self.base_offset <= tail.first_base_offset
@@ -293,13 +321,16 @@ class LogSegment:
         self.next_offset = next_offset
         self.end_of_batches = tail.end if tail.count else last.position
         self.largest_timestamp = max(tail.max_timestamp, last_t.timestamp)
+        return bool(len(oi)) or left > _PREAD_TAIL_BYTES
 
     def _check_entries_point_at_batches(self, oi: OffsetIndex) -> None:
         """Every entry (offset O, position P) must point at a batch whose base offset lies in
         ``[base offset, O]`` (Kafka indexes a batch's last offset at its start): an entry that
         points further on would make reads skip the batches before it."""
+        if not len(oi):
+            return
         positions = oi.positions()
-        if not len(positions) or positions[-1] + 8 > self.size_in_bytes:
+        if positions[-1] + 8 > self.size_in_bytes:
             return  # none, or the last entry points past the file: _adopt says so
         log = np.frombuffer(self._buf, np.uint8)
         bases = np.empty(len(positions), ">i8")

@@ -98,23 +98,41 @@ class _Mapping:
         weakref.finalize(self, _LIBC.munmap, address, size)
 
 
+def open_read_only(path: str | os.PathLike[str]) -> int:
+    """A bare descriptor of ``path`` opened read-only (the caller closes it): a buffered file
+    object costs more than the calls it wraps when only a ``pread`` or a map follows. See the
+    module docstring for the error."""
+    try:
+        return os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError as e:
+        if is_too_many_open_files(e):
+            raise too_many_open_files(path, e) from e
+        raise
+
+
+def map_descriptor(fd: int, length: int, path: str | os.PathLike[str]) -> memoryview:
+    """The first ``length`` bytes of the file open as ``fd`` mapped read-only (the mapping
+    keeps no descriptor: ``fd`` may be closed at once); ``path`` names it in errors."""
+    if length == 0:
+        return memoryview(b"")
+    address = _LIBC.mmap(None, length, mmap.PROT_READ, mmap.MAP_SHARED, fd, 0)
+    if address in (None, _MAP_FAILED):
+        code = ctypes.get_errno()
+        raise OSError(code, f"mmap of {length} bytes failed: {os.strerror(code)}", str(Path(path)))
+    return memoryview(np.asarray(_Mapping(address, length)))
+
+
 def map_read_only(
     path: str | os.PathLike[str], size: int | None = None
 ) -> tuple[memoryview, os.stat_result]:
     """The first ``size`` bytes of ``path`` (default: all of it) mapped read-only, and the
     ``stat`` of the file mapped; see the module docstring. An empty file maps to ``b""``."""
-    with open_file(path, "rb") as f:
-        st = os.fstat(f.fileno())
-        length = st.st_size if size is None else size
-        if length == 0:
-            return memoryview(b""), st
-        address = _LIBC.mmap(None, length, mmap.PROT_READ, mmap.MAP_SHARED, f.fileno(), 0)
-        if address in (None, _MAP_FAILED):
-            code = ctypes.get_errno()
-            raise OSError(
-                code, f"mmap of {length} bytes failed: {os.strerror(code)}", str(Path(path))
-            )
-    return memoryview(np.asarray(_Mapping(address, length))), st
+    fd = open_read_only(path)
+    try:
+        st = os.fstat(fd)
+        return map_descriptor(fd, st.st_size if size is None else size, path), st
+    finally:
+        os.close(fd)
 
 
 def release_mapped_pages(view: Any) -> bool:
@@ -129,5 +147,5 @@ def release_mapped_pages(view: Any) -> bool:
     if not isinstance(getattr(mapped, "base", None), _Mapping):
         return False
     start = mapped.__array_interface__["data"][0]  # page-aligned: where mmap put it
-    end = np.frombuffer(view, dtype=np.uint8).ctypes.data + view.nbytes
+    end = np.frombuffer(view, dtype=np.uint8).__array_interface__["data"][0] + view.nbytes
     return _LIBC.madvise(start, end - start, mmap.MADV_DONTNEED) == 0

@@ -64,7 +64,8 @@ cleaned segment based at B replaces several. Offsets never change under cleaning
 base offset never moves, so a read goes on at the same offset against a newer listing (records
 may be gone: that is compaction). The rules that keep reads right:
 
-- A listing is taken from two equal ``os.listdir`` calls in a row and is only accepted without a
+- A listing is taken from two equal ``os.listdir`` calls in a row (one, when the directory's
+  entries fit one ``getdents64`` call: ``_one_read``) and is only accepted without a
   ``<B>.log.swap`` whose ``<B>.log`` is missing (a swap between renaming the old files away and
   putting the new ones in place: its offsets would be missing); such a listing is waited out,
   ``_SETTLE_DELAYS`` (under a second in all).
@@ -92,7 +93,8 @@ may be gone: that is compaction). The rules that keep reads right:
   for callers that walk ``base_offsets`` themselves. The HW, LSO and log start and end offsets
   stay those of the open.
 
-The cost when nothing is swapped: two directory listings at open, one ``stat`` per segment
+The cost when nothing is swapped: one directory listing at open (two for a directory of more
+than about 35 files, see above), one ``stat`` per segment
 opened, and for ``TXN_COMMITTED`` fetches two or three ``stat`` calls per ``.txnindex`` read; the
 per-batch and per-record paths are unchanged.
 
@@ -160,6 +162,9 @@ _RELIST_ATTEMPTS = 5
 # the cleaner only renames a few files and syncs the directory twice (module variables, so that
 # tests can shorten them).
 _SETTLE_DELAYS = (0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.4)
+# Bytes of directory entries that one readdir buffer surely holds (glibc reads with at least
+# 32 KiB, musl with 2 KiB): a partition directory of a few segments fits
+_ONE_READ_BYTES = 2048
 _SWAP_LOG_NAME = re.compile(r"([0-9]{20})\.log\.swap")
 _SWAP_SUFFIX = ".swap"
 
@@ -172,6 +177,18 @@ class _StaleView(FileNotFoundError):
 
 def _stale(path: str | Path, reason: str) -> _StaleView:
     return _StaleView(errno.ENOENT, reason, str(path))
+
+
+def _one_read(names: list[str]) -> bool:
+    """Whether a listing of ``names`` came from one ``getdents64`` call: their directory
+    entries (``.`` and ``..`` too; each 19 bytes, the name, a NUL, padded to 8 bytes) fit
+    :data:`_ONE_READ_BYTES`. One call reads the directory under its inode lock, which a rename in
+    it takes exclusively, so such a listing is the directory at one instant (later calls can
+    only add names created after it), and a second one to compare it with is not needed."""
+    size = 48
+    for name in names:
+        size += (len(name.encode("utf-8", "surrogateescape")) + 27) & ~7
+    return size <= _ONE_READ_BYTES
 
 
 def _names_same_file(seg: LogSegment) -> bool:
@@ -234,18 +251,18 @@ class RelistingSegments:
     def _open_segment(self, base_offset: int) -> LogSegment:
         """Open the segment, making sure that its indexes were loaded while its ``.log`` path
         still named the file mapped (else a swap happened meanwhile: open the new file)."""
-        path = self.directory / (segment_file_stem(base_offset) + LOG_SUFFIX)
         for _ in range(3):
             try:
                 seg = LogSegment.open(
                     self.directory, base_offset, index_interval_bytes=self.index_interval_bytes
                 )
             except FileNotFoundError:
+                path = self.directory / (segment_file_stem(base_offset) + LOG_SUFFIX)
                 raise _stale(path, "is gone") from None
             if _names_same_file(seg):
                 return seg
             seg.close()  # nobody else holds it yet
-        raise _stale(path, "was replaced every time it was opened")
+        raise _stale(seg.log_path, "was replaced every time it was opened")
 
     def check_in_place(self, seg: LogSegment) -> None:
         if not _names_same_file(seg):
@@ -281,7 +298,8 @@ class RelistingSegments:
     def _list_bases(self, failed: str | None = None) -> list[int]:
         """The sorted base offsets of the ``.log`` files, from two equal listings in a row
         (``os.listdir`` of a large directory takes several system calls, which a rename in
-        between can fall between) showing no swap in progress. A ``<B>.log.swap`` without its
+        between can fall between), or from one that one system call read (:func:`_one_read`),
+        showing no swap in progress. A ``<B>.log.swap`` without its
         ``<B>.log`` is one: the old segments of its group are already gone, so such a listing
         would miss their offsets; it is waited out (``_SETTLE_DELAYS``). If it stays (a cleaner
         that died in the middle of a swap): a :class:`KafkaStorageError` when re-listing for a
@@ -292,14 +310,15 @@ class RelistingSegments:
         pending: set[int] = set()
         for delay in (*_SETTLE_DELAYS, None):
             logs, swaps = set(), set()
-            for name in os.listdir(self.directory):
+            names = os.listdir(self.directory)
+            for name in names:
                 base = parse_segment_log_name(name)
                 if base is not None:
                     logs.add(base)
                 elif name.endswith(_SWAP_SUFFIX) and (m := _SWAP_LOG_NAME.fullmatch(name)):
                     swaps.add(int(m.group(1)))
             pending = swaps - logs
-            if not pending and (logs, swaps) == seen:
+            if not pending and ((logs, swaps) == seen or _one_read(names)):
                 return sorted(logs)
             seen = (logs, swaps)
             if delay is None:
@@ -450,7 +469,7 @@ class PartitionReader:
         recovery_point: int = 0,
         index_interval_bytes: int = DEFAULT_INDEX_INTERVAL_BYTES,
     ) -> None:
-        self.directory = Path(directory)
+        self.directory = directory if isinstance(directory, Path) else Path(directory)
         self.topic_partition = TopicPartition.parse_dir_name(self.directory.name)
         self._access = RelistingSegments(self.directory, self.topic_partition, recovery_point,
                                          index_interval_bytes)  # fmt: skip

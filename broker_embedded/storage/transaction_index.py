@@ -92,7 +92,7 @@ class TransactionIndex:
     """The ``.txnindex`` file of the segment starting at ``start_offset``."""
 
     def __init__(self, path: str | os.PathLike[str], start_offset: int) -> None:
-        self._path = Path(path)
+        self._path = path if isinstance(path, Path) else Path(path)
         self.start_offset = start_offset
         self._lock = threading.RLock()
         self._file: BinaryIO | None = None
