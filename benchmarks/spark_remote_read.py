@@ -216,8 +216,8 @@ def measure(log_dir: Path, work: Path, args: argparse.Namespace) -> None:
         try:
             check_rows(spark, server, log_dir, args)
             sources: dict[str, Callable[[int], float]] = {
-                "protocol": lambda _: noop(protocol_df(spark, server)),
-                "log dir": lambda _: noop(log_dir_df(spark, log_dir)),
+                "protocol": lambda _: noop(protocol_df(spark, server))[0],
+                "log dir": lambda _: noop(log_dir_df(spark, log_dir))[0],
                 "confluent": lambda r: confluent(server, args.records, args.partitions, r),
             }
             times = run_rounds(sources, args.repeat)
