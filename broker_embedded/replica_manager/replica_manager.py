@@ -128,9 +128,10 @@ class ReplicaManager:
 
     def gate(self) -> None:
         """Block while paused; :class:`BrokerClosedError` once stopped."""
-        while not self._running.wait(PAUSE_WAIT_S):
-            if self._stopped:
-                break
+        if not self._running.is_set():  # running: no wait, no lock taken
+            while not self._running.wait(PAUSE_WAIT_S):
+                if self._stopped:
+                    break
         if self._stopped:
             raise BrokerClosedError(f"broker {self.broker_id} is stopped")
 

@@ -31,7 +31,9 @@ Failure: a change is computed first, written, and only then made visible; if the
 (``OSError``), the cache and the file both keep the old entries.
 
 Thread safety: every method takes one internal lock, writes included, so concurrent callers see
-each change whole and writes of the file are serialised. One cache per file: two caches over
+each change whole and writes of the file are serialised. The entry list is never changed in
+place, only replaced whole, so :meth:`assign` reads it without the lock to return early when the
+latest entry already covers the batch (the routine append). One cache per file: two caches over
 the same path do not see each other's changes.
 """
 
@@ -181,6 +183,9 @@ class LeaderEpochFileCache:
         end, the new entry is appended and the file is rewritten.
         """
         if epoch < 0:
+            return
+        entries = self._entries  # the routine case: no entry made, no lock taken
+        if entries and entries[-1].epoch == epoch and entries[-1].start_offset <= start_offset:
             return
         new = self._checked(epoch, start_offset)
         with self._lock:

@@ -85,14 +85,14 @@ class OffsetIndex(AbstractIndex):
         with self._lock:
             self._check_not_full()
             rel = self.relative_offset(offset)
-            n = self.entries
+            keys, values, n = self._state
             if n:
-                last = self.entry(n - 1)
-                if offset <= last.offset or position <= last.position:
+                last_rel, last_position = int(keys[n - 1]), int(values[n - 1])
+                if rel <= last_rel or position <= last_position:
                     raise InvalidOffsetError(
                         f"offset index {self.source}: entry (offset {offset}, position "
-                        f"{position}) is not above the last entry (offset {last.offset}, "
-                        f"position {last.position})"
+                        f"{position}) is not above the last entry (offset "
+                        f"{self.base_offset + last_rel}, position {last_position})"
                     )
             elif position < 0:
                 raise InvalidOffsetError(

@@ -486,6 +486,8 @@ class ProducerStateManager:
 
     def on_high_watermark_updated(self, high_watermark: int) -> None:
         """Forget completed transactions whose marker is below the HW."""
+        if not self._unreplicated:
+            return
         self._unreplicated = {
             first: v for first, v in self._unreplicated.items() if v[1] >= high_watermark
         }

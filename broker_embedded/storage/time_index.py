@@ -86,14 +86,16 @@ class TimeIndex(AbstractIndex):
         with self._lock:
             if not skip_full_check:
                 self._check_not_full()
-            last = self.last_entry
-            if self.entries and (offset < last.offset or timestamp < last.timestamp):
+            keys, values, n = self._state  # the last entry read raw: no entry object per append
+            last_ts = int(keys[n - 1]) if n else NO_TIMESTAMP
+            if n and (offset < self.base_offset + int(values[n - 1]) or timestamp < last_ts):
+                last = self.entry(n - 1)
                 raise InvalidOffsetError(
                     f"time index {self.source}: entry (timestamp {timestamp}, offset {offset}) "
                     f"goes below the last entry (timestamp {last.timestamp}, offset "
                     f"{last.offset})"
                 )
-            if timestamp <= last.timestamp:
+            if timestamp <= last_ts:
                 return False
             self._append_raw(timestamp, self.relative_offset(offset))
             return True

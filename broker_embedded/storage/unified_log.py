@@ -675,8 +675,15 @@ class UnifiedLog:
         """Check the producer state, write, then apply it, the leader epochs (``epochs``: each
         batch's, or where they change) and the flush policy."""
         psm = self.producer_state
-        update = psm.analyze(batches, origin, next_offset=next_offset)
-        dup = update.duplicate
+        # No batch with a producer id (the fast path hands only those): nothing to check, and
+        # applying would only move the map end offset, which trivial_end does after the write.
+        trivial_end = next_offset if not batches else None
+        update = (
+            None
+            if trivial_end is not None
+            else psm.analyze(batches, origin, next_offset=next_offset)
+        )
+        dup = None if update is None else update.duplicate
         if dup is not None:
             append_time = dup.timestamp if self.config.log_append_time else -1
             return LogAppendInfo(dup.first_offset, dup.last_offset, dup.timestamp, append_time,
@@ -689,9 +696,14 @@ class UnifiedLog:
         if base != first_base:  # before the update: the snapshot is the state below the new base
             if psm.map_end_offset < base:  # offsets skipped (replicated gaps)
                 psm.update_map_end_offset(base)
-                update = psm.analyze(batches, origin, next_offset=next_offset)
+                if update is not None:
+                    update = psm.analyze(batches, origin, next_offset=next_offset)
             self._on_roll()
-        completed = psm.apply(update)
+        if update is None:
+            psm.update_map_end_offset(trivial_end)
+            completed = []
+        else:
+            completed = psm.apply(update)
         if completed:
             self._index_aborted(completed)
         for epoch, start in epochs:
@@ -1178,8 +1190,9 @@ def _crcs_match(buf: bytes | bytearray | memoryview, rows: np.ndarray) -> bool:
     """Whether every batch of ``rows`` has the CRC-32C it stores (one ``crc32c`` call per
     batch: the package is hardware accelerated)."""
     view = memoryview(buf)
-    for pos, size, crc in rows[:, [C_POSITION, C_SIZE, C_CRC]].tolist():
-        if crc32c_of(view[pos + ATTRIBUTES_OFFSET : pos + size]) != crc:
+    for row in rows.tolist():  # whole rows: cheaper than a fancy index of three columns
+        pos = row[C_POSITION]
+        if crc32c_of(view[pos + ATTRIBUTES_OFFSET : pos + row[C_SIZE]]) != row[C_CRC]:
             return False
     return True
 
@@ -1190,7 +1203,8 @@ def _epoch_starts(rows: np.ndarray) -> list[tuple[int, int]]:
     continues changes nothing there)."""
     out = []
     previous = None
-    for epoch, base in rows[:, [C_EPOCH, C_BASE]].tolist():
+    for row in rows.tolist():
+        epoch, base = row[C_EPOCH], row[C_BASE]
         if epoch != previous:
             out.append((epoch, base))
             previous = epoch

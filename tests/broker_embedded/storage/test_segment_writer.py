@@ -17,7 +17,12 @@ from broker_embedded.errors import (
 )
 from broker_embedded.record.records import iter_batches
 from broker_embedded.storage.log_config import LogConfig
-from broker_embedded.storage.log_segment import LogSegment, TimestampAndOffset
+from broker_embedded.storage.log_segment import (
+    INDEX_WRITE_ENTRIES,
+    LogSegment,
+    TimestampAndOffset,
+)
+from broker_embedded.storage.offset_index import OffsetIndex
 from broker_embedded.storage.partition_reader import PartitionReader
 from broker_embedded.storage.segment_indexer import SegmentIndexer
 from broker_embedded.storage.segment_writer import SegmentWriter
@@ -339,15 +344,26 @@ def test_appends_are_visible_to_readers_before_flush(tmp_path: Path) -> None:
 
 def test_index_entries_reach_their_files_before_flush(tmp_path: Path) -> None:
     """A reader in another process loads the active segment's indexes from disk, so entries
-    must not wait for a flush (else every read scans the .log from its start)."""
+    must not wait for a flush (else every read scans the .log from its start): they are written
+    in groups of INDEX_WRITE_ENTRIES, so the files hold a prefix at most that many short."""
     with SegmentWriter(tmp_path, TP) as w:
-        for i in range(20):
-            w.append(make_batch(i, [(1000 + i, b"k", b"v" * 1000)]))
-        oi, ti = w.active_segment.offset_index, w.active_segment.time_index
-        index_path, time_path = w.active_segment.paths()[1:]
-        assert len(oi) == 4 and len(ti) == 4  # an entry every 4096+ bytes of 1078-byte batches
+        active = w.active_segment
+        oi, ti = active.offset_index, active.time_index
+        index_path, time_path = active.paths()[1:]
+        n = 0
+        while len(oi) < INDEX_WRITE_ENTRIES + 3:  # an entry every 4096+ bytes of 1078-byte batches
+            w.append(make_batch(n, [(1000 + n, b"k", b"v" * 1000)]))
+            n += 1
+        assert len(ti) == len(oi) == INDEX_WRITE_ENTRIES + 3
+        on_disk = INDEX_WRITE_ENTRIES
+        assert index_path.read_bytes() == oi.to_bytes()[: on_disk * OffsetIndex.ENTRY_SIZE]
+        assert time_path.read_bytes() == ti.to_bytes()[: on_disk * TimeIndex.ENTRY_SIZE]
+        with LogSegment(active.paths()[0]) as seg:  # the prefix on disk gives the same answers
+            assert seg.index_status == "loaded"
+            assert seg.offset_index.offsets().tolist() == oi.offsets().tolist()[:on_disk]
+            assert seg.next_offset == n
+            for offset in (0, n // 2, n - 1):
+                assert seg.translate_offset(offset) == active.translate_offset(offset)
+        w.flush()
         assert index_path.read_bytes() == oi.to_bytes()
         assert time_path.read_bytes() == ti.to_bytes()
-        with LogSegment(w.active_segment.paths()[0]) as seg:
-            assert seg.index_status == "loaded"
-            assert seg.offset_index.offsets().tolist() == oi.offsets().tolist()
