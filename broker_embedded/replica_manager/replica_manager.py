@@ -327,6 +327,8 @@ class ReplicaManager:
         results: dict[TopicPartition, ProduceResult] = {}
         for tp, records in entries.items():
             results[tp] = self._append_one(tp, records, required_acks, origin)
+        if required_acks != -1:
+            return results, {}
         waiting = {tp: r.last_offset + 1 for tp, r in results.items()
                    if r.error is None and not r.duplicate}  # fmt: skip
         return results, waiting
