@@ -122,7 +122,8 @@ class LogConfig:
 
     @property
     def compact(self) -> bool:
-        return "compact" in self.cleanup_policy.split(",")
+        policy = self.cleanup_policy  # the two usual values without a split (read per append)
+        return policy == "compact" or (policy != "delete" and "compact" in policy.split(","))
 
     @property
     def delete(self) -> bool:

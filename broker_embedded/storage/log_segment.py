@@ -900,7 +900,10 @@ class _Appender:
 
 
 def _write_all(f: BinaryIO, data: bytes | memoryview) -> None:
-    view = memoryview(data)
+    n = f.write(data)
+    if n == len(data):  # the usual case: one call, no view
+        return
+    view = memoryview(data)[n:]
     while view:
         n = f.write(view)
         view = view[n:]
