@@ -57,8 +57,10 @@ batches from the start, truncates the ``.log`` after the last valid one and rebu
 indexes, as Kafka does. A partial batch below the ``recovery_point`` without ``recover`` (a
 clean shutdown wrote everything below it) is not a torn write but corruption:
 :class:`CorruptRecordError`, nothing truncated (Kafka truncates only what recovery scans). Reads
-of a segment open for appending see every append (the ``.log`` is mapped again when it grew
-past the mapping) through the indexes being appended to.
+of a segment open for appending see every append through the indexes being appended to; the
+``.log`` is mapped 8 MiB or its own size past its end, whichever is more, up to ``segment.bytes``
+(address space, not memory), so a read of new appends slices that mapping instead of mapping the
+file again (20 us a map); only the written bytes are ever read.
 
 File descriptors: each of the three files is opened by the first write to it (the ``.log`` by
 the first append, an index file by its first new entry) and kept until the segment closes, as
@@ -188,6 +190,9 @@ class FetchSlice:
 # A tail this short (after the offset index's last entry: normally at most index.interval.bytes
 # and one append's batches) is read with one pread when a segment opens, not walked in the mapping
 _PREAD_TAIL_BYTES = 64 << 10
+# The mapping of a segment open for appending reaches this far past its end, or twice its size
+# (at most segment.bytes), so that reads of what appends add slice it instead of mapping again.
+_MIN_RESERVATION = 8 << 20
 INDEX_WRITE_ENTRIES = 16  # index entries an append leaves pending before writing them out
 _CHECK_CHUNK = 64  # index entries checked between two releases of the pages their headers touched
 
@@ -370,10 +375,18 @@ class LogSegment:
     # -- reads -------------------------------------------------------------------------------------
 
     def _bytes(self) -> memoryview:
-        """The mapping of the ``.log``; open for appending, mapped again once appends grew the
-        file past it (views handed out keep the old mapping alive)."""
-        if self._append is not None and len(self._buf) < self.size_in_bytes:
-            self._buf = map_read_only(self.log_path, self.size_in_bytes)[0]
+        """The mapping of the ``.log``. Open for appending: the written bytes of a mapping
+        reserved past the end of the file (``_reservation``), sliced again as appends grow the
+        file and mapped again only when they outgrow it (views handed out keep the old mapping
+        alive). Nothing past the written bytes is ever touched: a page wholly past the end of
+        the file would raise SIGBUS."""
+        a = self._append
+        if a is not None and len(self._buf) < self.size_in_bytes:
+            written = self.size_in_bytes
+            if len(a.mapped) < written:
+                size = _reservation(written, a.config.segment_bytes)
+                a.mapped = map_read_only(self.log_path, size)[0]
+            self._buf = a.mapped[:written]
         return self._buf
 
     def batches(
@@ -866,7 +879,7 @@ class _Appender:
     its first write and kept, with the slots written since their last fsync."""
 
     __slots__ = ("config", "rolling_based_timestamp", "created_ms", "files", "unsynced",
-                 "flushed")  # fmt: skip
+                 "flushed", "mapped")  # fmt: skip
 
     def __init__(self, config: LogConfig, rolling_based_timestamp: int | None, created_ms: int):
         self.config = config
@@ -878,6 +891,7 @@ class _Appender:
         # (created empty, or rewritten with write_atomically, or truncated and fsynced)
         self.unsynced: set[int] = set()
         self.flushed = [0, 0]  # index entries already in the .index and .timeindex files
+        self.mapped = memoryview(b"")  # the .log mapped past its end for reads (_reservation)
 
     def file(self, slot: int, paths: Callable[[], tuple[Path, Path, Path]]) -> BinaryIO:
         """The file of ``paths()[slot]``, opened for appending on first use and kept."""
@@ -897,6 +911,12 @@ class _Appender:
     def close_files(self, *, sync: bool) -> None:
         for slot in range(len(self.files)):
             self.close_file(slot, sync=sync)
+
+
+def _reservation(written: int, segment_bytes: int) -> int:
+    """How much of an appended ``.log`` to map for reads (virtual memory only: pages are mapped
+    as read, and only the written bytes are): room for its growth up to ``segment.bytes``."""
+    return max(written, min(segment_bytes, max(2 * written, written + _MIN_RESERVATION)))
 
 
 def _write_all(f: BinaryIO, data: bytes | memoryview) -> None:

@@ -367,3 +367,28 @@ def test_index_entries_reach_their_files_before_flush(tmp_path: Path) -> None:
         w.flush()
         assert index_path.read_bytes() == oi.to_bytes()
         assert time_path.read_bytes() == ti.to_bytes()
+
+
+def test_reads_of_new_appends_slice_one_mapping_of_the_active_segment(tmp_path: Path) -> None:
+    """A read after each append (a follower or a consumer at the end of the log) slices the
+    mapping reserved past the file's end instead of mapping the file again; the bytes read are
+    the ones appended, and a segment that outgrows the reservation is mapped again, larger."""
+    config = LogConfig(segment_bytes=1 << 30)
+    with SegmentWriter(tmp_path, TP, config=config) as w:
+        active = w.active_segment
+        sent, mappings = [], set()
+        for i in range(200):
+            batch = make_batch(i, [(1000 + i, b"k", bytes([i]) * 300)])
+            w.append(batch)
+            sent.append(batch)
+            got = active.read(i, 1 << 20)
+            assert bytes(got.records) == batch
+            mappings.add(id(active._append.mapped))
+        assert len(mappings) == 1  # 200 reads of new appends, one mapping
+        assert bytes(active.read(0, 1 << 20).records) == b"".join(sent)
+        first = active._append.mapped
+        assert len(first) == len(sent[0]) + (8 << 20)  # 8 MiB past the end at the first read
+        big = make_batch(200, [(2000, b"k", b"x" * (9 << 20))])  # past the reservation
+        w.append(big)
+        assert bytes(active.read(200, 10 << 20).records) == big
+        assert active._append.mapped is not first and len(active._append.mapped) >= 18 << 20
