@@ -128,6 +128,8 @@ class ReplicaManager:
 
     def gate(self) -> None:
         """Block while paused; :class:`BrokerClosedError` once stopped."""
+        if self._running.is_set() and not self._stopped:
+            return  # running: no Condition to take (several times a request)
         while not self._running.wait(PAUSE_WAIT_S):
             if self._stopped:
                 break
