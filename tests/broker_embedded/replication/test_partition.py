@@ -3,6 +3,8 @@ high watermark rule, caught-up times and what a fetch beyond the log end must no
 
 from __future__ import annotations
 
+import time
+
 from broker_embedded.errors import OffsetOutOfRangeError
 from broker_embedded.replica_manager.fetch_request import FetchRequest, PartitionFetch
 from broker_embedded.storage.topic_partition import TopicPartition
@@ -63,3 +65,32 @@ def test_high_watermark_is_the_smallest_isr_log_end_and_followers_learn_it(make_
     wait_until(lambda: in_sync(cluster, TP, [0, 1, 2]), "f1 catches up, all learn HW 4")
     for b in range(3):
         assert log_of(cluster.brokers[b], TP).high_watermark == 4
+
+
+def test_a_follower_fetch_that_moves_the_high_watermark_is_answered_at_once(make_cluster) -> None:
+    """The fetch whose own offset moves the HW gets the new HW at once, without waiting its
+    max wait for records and without a delayed fetch left in the purgatory."""
+    cluster = make_cluster(2)
+    cluster.create_topic("t", 1, 2)
+    cluster.produce("t", 0, [b"a"])
+    wait_until(lambda: in_sync(cluster, TP, [0, 1]), "in sync")
+    state = cluster.controller.partition_state(TP)
+    leader = cluster.brokers[state.leader]
+    follower = next(r for r in state.replicas if r != state.leader)
+    cluster.pause_broker(follower)
+    cluster.produce("t", 0, [b"b"], acks=1)
+    lg = log_of(leader, TP)
+    assert (lg.log_end_offset, lg.high_watermark) == (2, 1)
+    request = FetchRequest(
+        (PartitionFetch(TP, 2, current_leader_epoch=state.leader_epoch),),
+        replica_id=follower,
+        max_wait_ms=30_000,
+    )
+    began = time.monotonic()
+    answer = leader.fetch(request).partitions[0]
+    assert time.monotonic() - began < 10  # not the 30 s max wait
+    assert (answer.error, answer.records, answer.high_watermark) == (None, b"", 2)
+    assert lg.high_watermark == 2
+    assert leader.replica_manager.fetch_purgatory.pending == 0
+    cluster.resume_broker(follower)
+    wait_until(lambda: in_sync(cluster, TP, [0, 1]), "the follower catches up")
