@@ -14,7 +14,8 @@ Either way it completes exactly once: :meth:`DelayedOperation.force_complete` fl
 a lock, and only the caller that flipped it runs :meth:`~DelayedOperation.on_complete` (whose
 return value is the operation's result) and, when expiring, then
 :meth:`~DelayedOperation.on_expiration`. A waiting thread blocks in
-:meth:`DelayedOperation.wait`, which returns that result once both have run.
+:meth:`DelayedOperation.wait` (on a one-shot latch, a lock released at completion), which
+returns that result once both have run.
 
 Bounds: at most ``max_pending`` operations are watched at a time. An operation submitted when the
 purgatory is full (or shut down) and not completable at once is expired immediately, in the
@@ -75,7 +76,11 @@ class DelayedOperation(ABC):
         self._completed = False
         self._expired = False
         self._submitted = False
-        self._done = threading.Event()
+        # A one-shot latch: held from creation, released once when the operation completes
+        # (a plain lock: cheaper to make, set and wait on than a threading.Event, whose
+        # Condition the completing thread notifies in Python).
+        self._done = threading.Lock()
+        self._done.acquire()
         self._result: Any = None
         self._error: BaseException | None = None
         self._on_done: Callable[[DelayedOperation], None] | None = None
@@ -123,8 +128,9 @@ class DelayedOperation(ABC):
         """Block until completed (``timeout`` in seconds, ``None`` = forever) and return the
         result of :meth:`on_complete`. Raises :class:`TimeoutError` if still pending after
         ``timeout``, or the exception a callback raised."""
-        if not self._done.wait(timeout):
+        if not self._done.acquire(timeout=-1 if timeout is None else max(timeout, 0)):
             raise TimeoutError(f"{self!r} did not complete within {timeout} s")
+        self._done.release()  # open for the next waiter
         if self._error is not None:
             raise self._error
         return self._result
@@ -172,7 +178,7 @@ class DelayedOperation(ABC):
         on_done = self._on_done
         if on_done is not None:
             on_done(self)
-        self._done.set()
+        self._done.release()
 
 
 class DelayedOperationPurgatory:

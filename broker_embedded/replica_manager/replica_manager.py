@@ -128,10 +128,11 @@ class ReplicaManager:
 
     def gate(self) -> None:
         """Block while paused; :class:`BrokerClosedError` once stopped."""
-        if not self._running.is_set():  # running: no wait, no lock taken
-            while not self._running.wait(PAUSE_WAIT_S):
-                if self._stopped:
-                    break
+        if self._running.is_set() and not self._stopped:
+            return  # running: no Condition to take (several times a request)
+        while not self._running.wait(PAUSE_WAIT_S):
+            if self._stopped:
+                break
         if self._stopped:
             raise BrokerClosedError(f"broker {self.broker_id} is stopped")
 
@@ -409,10 +410,14 @@ class ReplicaManager:
             and self.min_bytes(request) <= 1
         ):
             ready = lambda: self._follower_fetch_ready(request)  # noqa: E731
-        if ready is None or ready():  # else the read would find nothing: wait at once
+        # A follower's HW moved since the start (this fetch's own update moved it): a delayed
+        # fetch would complete at once on it, so the answer is the read, without one.
+        hw_moved = request.is_from_follower and self._high_watermarks(request) != start_hws
+        if ready is None or hw_moved or ready():  # else the read would find nothing: wait
             response = self._read(request, zero_copy)
             if (
-                request.max_wait_ms <= 0
+                hw_moved
+                or request.max_wait_ms <= 0
                 or not request.partitions
                 or response.readable_bytes >= self.min_bytes(request)
                 or any(p.error is not None for p in response.partitions)

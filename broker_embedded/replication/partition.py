@@ -370,15 +370,18 @@ class Partition:
         s = self.state
         if s is None or s.leader != self.broker_id or len(s.isr) < self.min_isr:
             return False
-        isr = set(s.isr)
-        if self._pending_isr is not None:
-            isr.update(self._pending_isr.isr)  # the maximal ISR
-        leos = [self.log.log_end_offset]
+        lg = self.log
+        isr = s.isr if self._pending_isr is None else set(s.isr).union(self._pending_isr.isr)
+        hw = lg.log_end_offset  # the maximal ISR's smallest log end offset, the leader's first
+        replicas = self._replicas
         for b in isr:
             if b != self.broker_id:
-                r = self._replicas.get(b)
-                leos.append(-1 if r is None else r.log_end_offset)
-        return self.log.maybe_increment_high_watermark(min(leos))
+                r = replicas.get(b)
+                hw = min(hw, -1 if r is None else r.log_end_offset)
+        # Read without the log's lock: while this broker leads, under this lock, the HW only
+        # grows, so a value at or below the one read cannot move it (the common case: a
+        # follower still behind), and the log's lock is not taken.
+        return hw > lg.high_watermark and lg.maybe_increment_high_watermark(hw)
 
     # -- follower side -----------------------------------------------------------------------------
 

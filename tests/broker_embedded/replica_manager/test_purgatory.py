@@ -321,3 +321,24 @@ def test_force_complete_is_exactly_once() -> None:
         t.join()
     assert results.count(True) == 1 and op.completions == 1
     assert op.wait(0) == ("done", "op")
+
+
+def test_every_waiter_gets_the_result_and_a_negative_timeout_does_not_block(purgatory) -> None:
+    """Completion releases every thread waiting on the operation, and later waits return at
+    once; before it, a timeout of 0 or below raises TimeoutError at once."""
+    flag = threading.Event()
+    op = Op(60_000, ready=flag.is_set)
+    purgatory.try_complete_else_watch(op, ["k"])
+    for timeout in (0, -1):
+        with pytest.raises(TimeoutError):
+            op.wait(timeout)
+    results: list = []
+    waiters = [threading.Thread(target=lambda: results.append(op.wait(10))) for _ in range(4)]
+    for t in waiters:
+        t.start()
+    flag.set()
+    assert purgatory.check_and_complete("k") == 1
+    for t in waiters:
+        t.join(10)
+    assert results == [("done", "op")] * 4
+    assert op.wait(0) == op.wait(None) == ("done", "op")

@@ -3,6 +3,8 @@ high watermark rule, caught-up times and what a fetch beyond the log end must no
 
 from __future__ import annotations
 
+import time
+
 from broker_embedded.errors import OffsetOutOfRangeError
 from broker_embedded.replica_manager.fetch_request import FetchRequest, PartitionFetch
 from broker_embedded.storage.topic_partition import TopicPartition
@@ -11,9 +13,10 @@ from tests.broker_embedded.replication._cluster_util import in_sync, log_of, wai
 TP = TopicPartition("t", 0)
 
 
-def test_a_fetch_beyond_the_log_end_does_not_count_as_caught_up(make_cluster) -> None:
-    """A follower fetching above the leader's log end offset (diverged, not yet truncated) is
-    answered OFFSET_OUT_OF_RANGE and must not move the high watermark."""
+def _a_record_the_paused_follower_lacks(make_cluster):
+    """A 2-broker cluster in sync at offset 1, then the follower paused (its fetcher stops
+    reporting) and one more record appended with acks=1: (cluster, leader broker, follower id,
+    leader's log) with log end offset 2 and HW 1."""
     cluster = make_cluster(2)
     cluster.create_topic("t", 1, 2)
     cluster.produce("t", 0, [b"a"])
@@ -21,15 +24,28 @@ def test_a_fetch_beyond_the_log_end_does_not_count_as_caught_up(make_cluster) ->
     state = cluster.controller.partition_state(TP)
     leader = cluster.brokers[state.leader]
     follower = next(r for r in state.replicas if r != state.leader)
-    cluster.pause_broker(follower)  # its own fetcher stops reporting
+    cluster.pause_broker(follower)
     cluster.produce("t", 0, [b"b"], acks=1)
     lg = log_of(leader, TP)
     assert (lg.log_end_offset, lg.high_watermark) == (2, 1)
-    request = FetchRequest(
-        (PartitionFetch(TP, 5, current_leader_epoch=state.leader_epoch),),
+    return cluster, leader, follower, lg
+
+
+def _follower_fetch(cluster, follower: int, offset: int, *, max_wait_ms: int) -> FetchRequest:
+    """A fetch as ``follower`` sends it, at ``offset`` and the current leader epoch."""
+    epoch = cluster.controller.partition_state(TP).leader_epoch
+    return FetchRequest(
+        (PartitionFetch(TP, offset, current_leader_epoch=epoch),),
         replica_id=follower,
-        max_wait_ms=0,
+        max_wait_ms=max_wait_ms,
     )
+
+
+def test_a_fetch_beyond_the_log_end_does_not_count_as_caught_up(make_cluster) -> None:
+    """A follower fetching above the leader's log end offset (diverged, not yet truncated) is
+    answered OFFSET_OUT_OF_RANGE and must not move the high watermark."""
+    cluster, leader, follower, lg = _a_record_the_paused_follower_lacks(make_cluster)
+    request = _follower_fetch(cluster, follower, 5, max_wait_ms=0)
     answer = leader.fetch(request).partitions[0]
     assert isinstance(answer.error, OffsetOutOfRangeError)
     assert lg.high_watermark == 1  # the follower does not have offset 1
@@ -63,3 +79,18 @@ def test_high_watermark_is_the_smallest_isr_log_end_and_followers_learn_it(make_
     wait_until(lambda: in_sync(cluster, TP, [0, 1, 2]), "f1 catches up, all learn HW 4")
     for b in range(3):
         assert log_of(cluster.brokers[b], TP).high_watermark == 4
+
+
+def test_a_follower_fetch_that_moves_the_high_watermark_is_answered_at_once(make_cluster) -> None:
+    """The fetch whose own offset moves the HW gets the new HW at once, without waiting its
+    max wait for records and without a delayed fetch left in the purgatory."""
+    cluster, leader, follower, lg = _a_record_the_paused_follower_lacks(make_cluster)
+    request = _follower_fetch(cluster, follower, 2, max_wait_ms=30_000)
+    began = time.monotonic()
+    answer = leader.fetch(request).partitions[0]
+    assert time.monotonic() - began < 10  # not the 30 s max wait
+    assert (answer.error, answer.records, answer.high_watermark) == (None, b"", 2)
+    assert lg.high_watermark == 2
+    assert leader.replica_manager.fetch_purgatory.pending == 0
+    cluster.resume_broker(follower)
+    wait_until(lambda: in_sync(cluster, TP, [0, 1]), "the follower catches up")
