@@ -158,6 +158,9 @@ class AbstractIndex:
     def _floor_slot(self, key: int) -> int:
         """The slot of the largest key <= ``key``, or -1."""
         keys, _ = self._columns()
+        last = len(keys) - 1
+        if last >= 0 and key >= keys[last]:  # the log's end (followers, tailing consumers)
+            return last
         return int(np.searchsorted(keys, key, side="right")) - 1
 
     def relative_offset(self, offset: int) -> int:
