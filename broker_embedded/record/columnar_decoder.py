@@ -37,9 +37,10 @@ entirely outside the range are walked over by their headers only. Corrupt input 
 The hot path creates no Python object per record: ``decode_kernel.scan_entries`` walks the entry
 headers into a table; numpy picks the batches in range; Python checks CRCs (one ``crc32c`` call
 per batch, on a helper thread for large runs so that it overlaps the kernel), decompresses
-(lz4 and snappy batches in one ``decode_kernel.inflate_sections`` call per run of them, into one
-side buffer; gzip and zstd batches, and what that kernel leaves to the libraries, one
-``compression.decompress`` call each) and re-encodes legacy entries as v2 records (the slow
+(lz4 and snappy batches in one ``decode_kernel.inflate_sections`` call per run of them, zstd
+batches in one ``zstd_sections.inflate_sections`` call (one libzstd call a batch), into one side
+buffer; gzip batches, and what those leave to the libraries, one ``compression.decompress`` call
+each) and re-encodes legacy entries as v2 records (the slow
 path: legacy entries are rare); one call of ``decode_kernel.decode_sections``
 fills column buffers, which become Arrow arrays without a copy (validity bitmaps are packed per
 output batch, only where there are nulls). Per-record work is therefore the kernel's alone.

@@ -94,7 +94,7 @@ def inflate_sections(
     outs = [used]
     status = INFLATE_DONE
     for i, (start, end) in enumerate(zip(starts, ends, strict=True)):
-        room = first_room if i == 0 else (cap if max_inflated < 0 else min(max_inflated - used, cap))
+        room = first_room if i == 0 else cap if max_inflated < 0 else min(max_inflated - used, cap)
         if room <= 0:
             status = INFLATE_OVER
             break
