@@ -158,6 +158,53 @@ def test_snappy_kernel_equals_cramjam(size: int) -> None:
             assert _kernel(SNAPPY, comp, size - 1)[0] == lz4_frame.NO_ROOM
 
 
+def _snappy_elements(rng: random.Random, n: int) -> tuple[bytes, bytes]:
+    """A raw snappy block of ``n`` random elements written by hand (literals of 1 to 70 bytes,
+    around the 60/61 switch to length bytes; copies of 1 to 64 bytes from 1 to 40 back, each
+    kind of offset) and what it inflates to, built by the format's rules byte by byte."""
+    out, body = bytearray(), bytearray()
+    for _ in range(n):
+        if not out or rng.random() < 0.4:
+            literal = rng.randbytes(rng.choice([1, 15, 16, 17, 59, 60, 61, 64, 65, 70]))
+            if len(literal) <= 60:
+                body.append((len(literal) - 1) << 2)
+            else:
+                body += bytes([60 << 2, len(literal) - 1])
+            body += literal
+            out += literal
+            continue
+        offset = rng.randint(1, min(40, len(out)))
+        kind = rng.choice([1, 2, 4]) if offset < 2048 else rng.choice([2, 4])
+        length = rng.randint(4, 11) if kind == 1 else rng.randint(1, 64)
+        if kind == 1:
+            body += bytes([1 | (length - 4) << 2 | (offset >> 8) << 5, offset & 0xFF])
+        else:
+            body.append((2 if kind == 2 else 3) | (length - 1) << 2)
+            body += offset.to_bytes(kind, "little")
+        for _ in range(length):  # the format's overlapping copy, byte by byte
+            out.append(out[-offset])
+    preamble = bytearray()
+    size = len(out)
+    while True:
+        preamble.append(size & 0x7F | (0x80 if size > 0x7F else 0))
+        size >>= 7
+        if not size:
+            return bytes(preamble + body), bytes(out)
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_snappy_kernel_wide_moves_equal_cramjam_at_every_room(seed: int) -> None:
+    """Short literals and copies move 16 or 64 bytes at once: whatever room is left past the
+    output, the result equals cramjam's and nothing is written past the limit."""
+    comp, data = _snappy_elements(random.Random(seed), 200)
+    assert bytes(cramjam.snappy.decompress_raw(comp)) == data
+    for spare in (0, 1, 15, 16, 63, 64, 65):
+        assert _kernel(SNAPPY, comp, len(data) + spare) == (lz4_frame.OK, data)
+    assert _kernel(SNAPPY, comp, len(data) - 1)[0] == lz4_frame.NO_ROOM
+    for cut in range(len(comp) - 70, len(comp)):  # input ending inside the last elements
+        _agree(SNAPPY, comp[:cut], len(data) + 64)
+
+
 def test_snappy_bomb_is_refused_before_writing() -> None:
     bomb = bytes([0xFF, 0xFF, 0xFF, 0xFF, 0x0F]) + b"\x00a"  # claims 4 GiB - 1
     src = np.frombuffer(bomb, np.uint8)
