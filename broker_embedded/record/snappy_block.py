@@ -20,7 +20,7 @@ appear again between blocks (concatenated streams). Input that does not start wi
 one raw block (librdkafka writes raw snappy).
 
 Checks: every read is compared with the end of its input before it happens and every write with
-``limit`` (short literals and copies move a constant 16 or 64 bytes, see ``_WIDE``: bytes of
+``limit`` (short literals and copies move a constant 64 or 16 bytes, see ``_WIDE``: bytes of
 ``dst[op:limit]`` past the output may be overwritten, none past ``limit``); a block whose
 declared length would pass ``limit`` is :data:`NO_ROOM` before anything is written (a snappy bomb
 is refused before inflating). Anything malformed is :data:`CORRUPT`
@@ -41,7 +41,7 @@ _MAGIC_LOW = 0x414E5382  # "\x82SNA" little-endian
 _MAGIC_HIGH = 0x00595050  # "PPY\x00"
 _HEADER = 16
 _MAX_PREAMBLE = 5
-# Literals of up to 60 bytes (their length in the tag) move 16 or 64 bytes, copies of up to 16
+# Literals of up to 60 bytes (their length in the tag) move 64 bytes, copies of up to 16
 # bytes from at least 8 back move 16, whatever their length, when input and output have that
 # much room left: constant sizes, which LLVM turns into a few wide moves instead of a memcpy call.
 # The bytes written past an element are overwritten by the next ones (never past ``limit``).
@@ -80,10 +80,7 @@ def decode_raw(src, ip, end, dst, op, limit):  # type: ignore[no-untyped-def]
             if length <= 60 and end - ip >= _WIDE_LITERAL and limit - op >= _WIDE_LITERAL:
                 if length > stop - op:
                     return CORRUPT, op
-                if length <= _WIDE:
-                    memcpy(dst, op, src, ip, _WIDE)  # a constant size: inlined moves
-                else:
-                    memcpy(dst, op, src, ip, _WIDE_LITERAL)
+                memcpy(dst, op, src, ip, _WIDE_LITERAL)  # a constant size: inlined moves
                 ip += length
                 op += length
                 continue
