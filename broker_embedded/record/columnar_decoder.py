@@ -40,10 +40,10 @@ per batch, on a helper thread for large runs so that it overlaps the kernel), de
 (lz4 and snappy batches in one ``decode_kernel.inflate_sections`` call per run of them, zstd
 batches in one ``zstd_sections.inflate_sections`` call (one libzstd call a batch), into one side
 buffer; gzip batches, and what those leave to the libraries, one ``compression.decompress`` call
-each) and re-encodes legacy entries as v2 records (the slow
-path: legacy entries are rare); one call of ``decode_kernel.decode_sections``
-fills column buffers, which become Arrow arrays without a copy (validity bitmaps are packed per
-output batch, only where there are nulls). Per-record work is therefore the kernel's alone.
+each) and re-encodes legacy entries as v2 records (the slow path: legacy entries are rare); one
+call of ``decode_kernel.decode_sections`` fills column buffers, which become Arrow arrays without
+a copy (validity bitmaps are packed per output batch, only where there are nulls). Per-record
+work is therefore the kernel's alone.
 
 Memory: the output holds keys, values and headers once, plus per row 8 (offset) + 8
 (timestamp) + 4 (timestampType) + 8 (key and value offsets) + 2 (validity) bytes; compressed
@@ -79,7 +79,7 @@ import heapq
 import math
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -465,7 +465,7 @@ class _Inflater:
             return MAX_DECOMPRESSED_BYTES
         return min(self._max_inflated - self.side.size, MAX_DECOMPRESSED_BYTES)
 
-    def _fast_run(self, rows: np.ndarray, inflate: Any) -> int:
+    def _fast_run(self, rows: np.ndarray, inflate: Callable[..., tuple[int, int, int]]) -> int:
         """Inflate ``rows`` with ``inflate`` (``decode_kernel.inflate_sections``'s contract);
         how many it finished (the next one, if any, needs the slow path)."""
         spans = np.empty((len(rows), k.INFLATE_FIELDS), np.int64)
