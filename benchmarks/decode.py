@@ -16,15 +16,27 @@ and batch size. Then, per file, times the best of R repetitions of:
 - aiokafka and kafka-python: ``MemoryRecords`` over the same bytes, iterating every batch and
   record and touching its key and value (their decoders do not check CRCs while iterating).
 
+glibc's malloc is set to fixed thresholds first (``mallopt``: blocks up to 32 MiB from the heap,
+which is trimmed only past 256 MiB free), else the peers' speed depends on what the process freed
+before: glibc raises its thresholds after the first free of a large block, and until then every
+1 MiB batch the peers inflate is mapped, faulted in and unmapped again (aiokafka on snappy 1 MiB
+batches: 0.39-0.45 s per 1 M records in that state, 0.22 s after; it made its ratio swing from
+2x to 3.8x between runs). The peers are thus timed in their fast state. Our decoder allocates
+from Arrow's pool (mimalloc), which glibc's settings do not touch.
+
 Numba's compile time is measured first, in fresh processes (a cold compile with an empty
 cache, then a load from that cache); this process warms up before the timings. Prints
-records/s, MB/s (of the file) and our ratios to the peers per file, then a summary of the ratios
-to aiokafka with the load average (``/proc/loadavg``) at the end of each file's timings.
+records/s, MB/s (of the file), CPU seconds and our ratios to the peers per file (by wall time, and
+by CPU time: steadier on a loaded machine, and it counts our CRC check's helper thread), then a
+summary of the ratios to aiokafka with the load average (``/proc/loadavg``) at the end of each
+file's timings.
 """
 
 from __future__ import annotations
 
 import argparse
+import ctypes
+import ctypes.util
 import gc
 import sys
 import time
@@ -48,7 +60,7 @@ BASE_TIMESTAMP = 1_700_000_000_000
 CODECS = ("none", "gzip", "snappy", "lz4", "zstd")
 BATCH_BYTES = (16 * 1024, 1024 * 1024)
 EVENTS = ("view", "click", "purchase", "signup", "logout")
-Timing = tuple[str, float]
+Timing = tuple[str, float, float]  # decoder, best wall seconds, best CPU seconds of the process
 _PAD = np.frombuffer(b"abcdefghijklmnopqrstuvwxyz0123456789", np.uint8)
 
 
@@ -125,31 +137,48 @@ def kafka_python(data: bytes) -> int:
     return n
 
 
-def best_of(repeat: int, fn: Callable[[], int], expected: int | None) -> float:
-    best = float("inf")
+def best_of(repeat: int, fn: Callable[[], int], expected: int | None) -> tuple[float, float]:
+    """The best wall time and the best CPU time (every thread of the process: our CRC check
+    runs on a helper thread) of ``repeat`` runs of ``fn``."""
+    best, best_cpu = float("inf"), float("inf")
     for _ in range(repeat):
         gc.collect()
-        began = time.perf_counter()
+        began, began_cpu = time.perf_counter(), time.process_time()
         n = fn()
-        elapsed = time.perf_counter() - began
+        elapsed, cpu = time.perf_counter() - began, time.process_time() - began_cpu
         if expected is not None and n != expected:
             raise AssertionError(f"decoded {n} records, expected {expected}")
-        best = min(best, elapsed)
-    return best
+        best, best_cpu = min(best, elapsed), min(best_cpu, cpu)
+    return best, best_cpu
 
 
 def run_file(path: Path, records: int, repeat: int, kafka_python_too: bool) -> list[Timing]:
     data = path.read_bytes()
     slow = max(1, repeat // 3)  # kafka-python takes seconds per run
     timings = [
-        ("raw read", best_of(repeat, lambda: read_file(path), None)),
-        ("ours", best_of(repeat, lambda: ours(data), records)),
-        ("ours, no CRC check", best_of(repeat, lambda: ours(data, False), records)),
-        ("aiokafka", best_of(repeat, lambda: aiokafka(data), records)),
+        ("raw read", *best_of(repeat, lambda: read_file(path), None)),
+        ("ours", *best_of(repeat, lambda: ours(data), records)),
+        ("ours, no CRC check", *best_of(repeat, lambda: ours(data, False), records)),
+        ("aiokafka", *best_of(repeat, lambda: aiokafka(data), records)),
     ]
     if kafka_python_too:
-        timings.append(("kafka-python", best_of(slow, lambda: kafka_python(data), records)))
+        timings.append(("kafka-python", *best_of(slow, lambda: kafka_python(data), records)))
     return timings
+
+
+_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3  # glibc's mallopt parameters
+
+
+def fix_malloc_thresholds() -> bool:
+    """glibc's mmap threshold at 32 MiB and trim threshold at 256 MiB (module docstring); False
+    where the C library is not glibc."""
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        mallopt = libc.mallopt
+    except (OSError, AttributeError):
+        return False
+    mapped = mallopt(_M_MMAP_THRESHOLD, 32 << 20)
+    return bool(mapped) and bool(mallopt(_M_TRIM_THRESHOLD, 256 << 20))
 
 
 def load_average() -> str:
@@ -158,27 +187,35 @@ def load_average() -> str:
 
 def print_table(path: Path, records: int, timings: list[Timing], load: str) -> None:
     size = path.stat().st_size
-    by_name = dict(timings)
+    by_name = {name: (wall, cpu) for name, wall, cpu in timings}
     print(f"\n{path.name}: {records:,} records, {size / 1e6:.1f} MB, load average {load}")
-    print(f"  {'decoder':<20} {'seconds':>9} {'records/s':>12} {'MB/s':>9}")
-    for name, seconds in timings:
+    print(f"  {'decoder':<20} {'seconds':>9} {'records/s':>12} {'MB/s':>9} {'CPU s':>9}")
+    for name, seconds, cpu in timings:
         rate = "" if name == "raw read" else f"{records / seconds / 1e6:10.2f} M"
-        print(f"  {name:<20} {seconds:9.4f} {rate:>12} {size / seconds / 1e6:9.0f}")
+        print(f"  {name:<20} {seconds:9.4f} {rate:>12} {size / seconds / 1e6:9.0f} {cpu:9.4f}")
     for peer in ("aiokafka", "kafka-python"):
         if peer in by_name:
-            ratio = by_name[peer] / by_name["ours"]
-            print(f"  ours / {peer:<13} {ratio:8.2f}x records/s")
+            ratio = by_name[peer][0] / by_name["ours"][0]
+            cpu_ratio = by_name[peer][1] / by_name["ours"][1]
+            print(f"  ours / {peer:<13} {ratio:8.2f}x records/s, {cpu_ratio:.2f}x by CPU time")
 
 
-def print_summary(rows: list[tuple[str, int, float, float, float, str]]) -> None:
-    """One line per file: codec, batch size, records/s of ours and aiokafka, their ratio."""
+SummaryRow = tuple[str, int, float, float, float, float, str]
+
+
+def print_summary(rows: list[SummaryRow]) -> None:
+    """One line per file: codec, batch size, records/s of ours and aiokafka, their ratio by wall
+    time and by CPU time."""
     print("\nsummary (ours with CRC check / aiokafka, records/s, same run)")
-    print(f"  {'codec':<7} {'batch':>8} {'ours':>10} {'aiokafka':>10} {'ratio':>7}  load average")
-    for codec, batch, ours_rate, peer_rate, ratio, load in rows:
+    print(
+        f"  {'codec':<7} {'batch':>8} {'ours':>10} {'aiokafka':>10} {'ratio':>7} {'by CPU':>7}"
+        "  load average"
+    )
+    for codec, batch, ours_rate, peer_rate, ratio, cpu_ratio, load in rows:
         batch_name = f"{batch // 1024} KiB" if batch < 1 << 20 else f"{batch >> 20} MiB"
         print(
             f"  {codec:<7} {batch_name:>8} {ours_rate / 1e6:8.2f} M {peer_rate / 1e6:8.2f} M"
-            f" {ratio:6.2f}x  {load}"
+            f" {ratio:6.2f}x {cpu_ratio:6.2f}x  {load}"
         )
 
 
@@ -194,14 +231,18 @@ def main(argv: list[str] | None = None) -> None:
     codecs = CODECS if args.codec == "all" else (args.codec,)
     files = [(c, b, segment(args.records, c, b)) for b in args.batch_bytes for c in codecs]
     print_warm_up(columnar_decoder, args.skip_compile_time)
+    fixed = fix_malloc_thresholds()
+    print(f"glibc malloc thresholds fixed: {'yes' if fixed else 'no (not glibc)'}")
     summary = []
     for codec, batch, path in files:
         timings = run_file(path, args.records, args.repeat, not args.no_kafka_python)
         load = load_average()
         print_table(path, args.records, timings, load)
-        ours_s, peer_s = dict(timings)["ours"], dict(timings)["aiokafka"]
+        by_name = {name: (wall, cpu) for name, wall, cpu in timings}
+        (ours_s, ours_cpu), (peer_s, peer_cpu) = by_name["ours"], by_name["aiokafka"]
         n = args.records
-        summary.append((codec, batch, n / ours_s, n / peer_s, peer_s / ours_s, load))
+        ratios = (peer_s / ours_s, peer_cpu / ours_cpu)
+        summary.append((codec, batch, n / ours_s, n / peer_s, *ratios, load))
     print_summary(summary)
 
 

@@ -37,12 +37,13 @@ entirely outside the range are walked over by their headers only. Corrupt input 
 The hot path creates no Python object per record: ``decode_kernel.scan_entries`` walks the entry
 headers into a table; numpy picks the batches in range; Python checks CRCs (one ``crc32c`` call
 per batch, on a helper thread for large runs so that it overlaps the kernel), decompresses
-(lz4 and snappy batches in one ``decode_kernel.inflate_sections`` call per run of them, into one
-side buffer; gzip and zstd batches, and what that kernel leaves to the libraries, one
-``compression.decompress`` call each) and re-encodes legacy entries as v2 records (the slow
-path: legacy entries are rare); one call of ``decode_kernel.decode_sections``
-fills column buffers, which become Arrow arrays without a copy (validity bitmaps are packed per
-output batch, only where there are nulls). Per-record work is therefore the kernel's alone.
+(lz4 and snappy batches in one ``decode_kernel.inflate_sections`` call per run of them, zstd
+batches in one ``zstd_sections.inflate_sections`` call (one libzstd call a batch), into one side
+buffer; gzip batches, and what those leave to the libraries, one ``compression.decompress`` call
+each) and re-encodes legacy entries as v2 records (the slow path: legacy entries are rare); one
+call of ``decode_kernel.decode_sections`` fills column buffers, which become Arrow arrays without
+a copy (validity bitmaps are packed per output batch, only where there are nulls). Per-record
+work is therefore the kernel's alone.
 
 Memory: the output holds keys, values and headers once, plus per row 8 (offset) + 8
 (timestamp) + 4 (timestampType) + 8 (key and value offsets) + 2 (validity) bytes; compressed
@@ -78,7 +79,7 @@ import heapq
 import math
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -88,6 +89,7 @@ import pyarrow as pa
 
 from broker_embedded.errors import CorruptRecordError, TornTailError
 from broker_embedded.record import decode_kernel as k
+from broker_embedded.record import zstd_sections
 from broker_embedded.record.batch_layout import ATTRIBUTES_OFFSET, RECORD_BATCH_OVERHEAD
 from broker_embedded.record.compression import (
     MAX_DECOMPRESSED_BYTES,
@@ -390,20 +392,37 @@ def _plan(
     table[:, k.T_TS_TYPE] = table[:, k.T_LOG_APPEND]
     codecs = chosen[:, k.S_ATTR] & CODEC_MASK
     special = (chosen[:, k.S_MAGIC] != 2) | (codecs != 0)
-    compiled = (chosen[:, k.S_MAGIC] == 2) & ((codecs == k.CODEC_LZ4) | (codecs == k.CODEC_SNAPPY))
     entry_of = np.flatnonzero(wanted)
     inflater = _Inflater(arr, chosen, table, where, max_inflated, verify_crc)
-    row = inflater.run(np.flatnonzero(special), compiled)
+    row = inflater.run(np.flatnonzero(special), _fast_paths(chosen[:, k.S_MAGIC], codecs))
     if row is not None:  # over the budget: the next call starts with this batch
         return _Plan(table[:row], inflater.side.array(), entry_of[:row], int(entry_of[row]))
     return _Plan(table, inflater.side.array(), entry_of)
 
 
+# How a run of compressed v2 batches is inflated, by the codec of its rows (``_fast_paths``):
+# 0, the slow path (``compression.decompress``, one call a batch), or an index in _FAST_PATHS.
+_SLOW, _KERNEL, _ZSTD = 0, 1, 2
+_FAST_PATHS = {_KERNEL: k.inflate_sections, _ZSTD: zstd_sections.inflate_sections}
+
+
+def _fast_paths(magics: np.ndarray, codecs: np.ndarray) -> np.ndarray:
+    """Per row, the path that inflates it: lz4 and snappy in the compiled kernel, zstd through
+    libzstd straight into the side buffer (when available), legacy and gzip slowly."""
+    paths = np.zeros(len(codecs), np.int8)
+    v2 = magics == 2
+    paths[v2 & ((codecs == k.CODEC_LZ4) | (codecs == k.CODEC_SNAPPY))] = _KERNEL
+    if zstd_sections.AVAILABLE:
+        paths[v2 & (codecs == CompressionType.ZSTD)] = _ZSTD
+    return paths
+
+
 class _Inflater:
     """Decompresses (v2) and re-encodes (legacy) the special rows of a plan's decode table into
     one side buffer, within the inflation budget: runs of lz4 / snappy batches in one
-    ``decode_kernel.inflate_sections`` call, the other codecs (and any row the kernel gives
-    back) through ``compression.decompress``."""
+    ``decode_kernel.inflate_sections`` call, runs of zstd batches in one
+    ``zstd_sections.inflate_sections`` call, the other codecs (and any row those give back)
+    through ``compression.decompress``."""
 
     def __init__(
         self,
@@ -418,19 +437,19 @@ class _Inflater:
         self._where, self._max_inflated, self._verify_crc = where, max_inflated, verify_crc
         self.side = _SideBuffer(0)
 
-    def run(self, rows: np.ndarray, compiled: np.ndarray) -> int | None:
+    def run(self, rows: np.ndarray, paths: np.ndarray) -> int | None:
         """Inflate the table's ``rows`` in order; the row where the budget ends the plan, or
-        None. ``compiled``: per table row, whether the kernel takes it."""
+        None. ``paths``: per table row, the path that inflates it (``_fast_paths``)."""
         # records inflate about 1.5 to 4 times: a first guess, the buffer grows when they do more
         guess = 3 * int(self._chosen[rows, k.S_SIZE].sum())
         self.side.grow(guess if self._max_inflated is None else min(guess, self._max_inflated))
-        fast = compiled[rows]
+        how = paths[rows]
         i = 0
         while i < len(rows):
-            if fast[i]:
-                others = np.flatnonzero(~fast[i:])
+            if how[i] != _SLOW:
+                others = np.flatnonzero(how[i:] != how[i])
                 run_end = i + int(others[0]) if len(others) else len(rows)
-                i += self._kernel_run(rows[i:run_end])
+                i += self._fast_run(rows[i:run_end], _FAST_PATHS[int(how[i])])
                 if i == run_end:
                     continue
             row = int(rows[i])
@@ -446,9 +465,9 @@ class _Inflater:
             return MAX_DECOMPRESSED_BYTES
         return min(self._max_inflated - self.side.size, MAX_DECOMPRESSED_BYTES)
 
-    def _kernel_run(self, rows: np.ndarray) -> int:
-        """Inflate ``rows`` in the kernel; how many it finished (the next one, if any, needs the
-        slow path)."""
+    def _fast_run(self, rows: np.ndarray, inflate: Callable[..., tuple[int, int, int]]) -> int:
+        """Inflate ``rows`` with ``inflate`` (``decode_kernel.inflate_sections``'s contract);
+        how many it finished (the next one, if any, needs the slow path)."""
         spans = np.empty((len(rows), k.INFLATE_FIELDS), np.int64)
         entries = self._chosen[rows]
         spans[:, k.I_START] = entries[:, k.S_POS] + RECORD_BATCH_OVERHEAD
@@ -457,7 +476,7 @@ class _Inflater:
         budget = -1 if self._max_inflated is None else self._max_inflated
         done = 0
         while done < len(rows):
-            status, reached, used = k.inflate_sections(
+            status, reached, used = inflate(
                 self._arr,
                 spans[done:],
                 self.side.buffer,

@@ -46,7 +46,9 @@ assignment is a byte loop).
 
 :func:`inflate_sections` decompresses the lz4 and snappy records sections listed in a table
 (``I_*`` columns: position, end and codec in the input buffer) one after the other into a side
-buffer (``lz4_frame.decode_frame``, ``snappy_block.decode``), each within its room of the
+buffer (``lz4_frame.decode_frame``, ``snappy_block.decode``; numba's cache of this kernel holds
+their code too, and is keyed on this file only: after changing them, change this file or clear
+the cache), each within its room of the
 inflation budget (the caller's ``first_room`` for the first row, then what is left of
 ``max_inflated``, never more than ``cap`` per section), and writes where each landed. It stops at
 the first row it cannot finish, saying why (``INFLATE_*``): the side buffer is full (grow it and

@@ -20,8 +20,10 @@ appear again between blocks (concatenated streams). Input that does not start wi
 one raw block (librdkafka writes raw snappy).
 
 Checks: every read is compared with the end of its input before it happens and every write with
-``limit``; a block whose declared length would pass ``limit`` is :data:`NO_ROOM` before anything is
-written (a snappy bomb is refused before inflating). Anything malformed is :data:`CORRUPT`
+``limit`` (short literals and copies move a constant 64 or 16 bytes, see ``_WIDE``: bytes of
+``dst[op:limit]`` past the output may be overwritten, none past ``limit``); a block whose
+declared length would pass ``limit`` is :data:`NO_ROOM` before anything is written (a snappy bomb
+is refused before inflating). Anything malformed is :data:`CORRUPT`
 (``compression.decompress`` then reports it with cramjam's message). Numba's bounds checking is
 off: these checks are the only ones.
 
@@ -39,6 +41,12 @@ _MAGIC_LOW = 0x414E5382  # "\x82SNA" little-endian
 _MAGIC_HIGH = 0x00595050  # "PPY\x00"
 _HEADER = 16
 _MAX_PREAMBLE = 5
+# Literals of up to 60 bytes (their length in the tag) move 64 bytes, copies of up to 16
+# bytes from at least 8 back move 16, whatever their length, when input and output have that
+# much room left: constant sizes, which LLVM turns into a few wide moves instead of a memcpy call.
+# The bytes written past an element are overwritten by the next ones (never past ``limit``).
+_WIDE = 16
+_WIDE_LITERAL = 64
 
 
 @jit
@@ -68,6 +76,14 @@ def decode_raw(src, ip, end, dst, op, limit):  # type: ignore[no-untyped-def]
         kind = tag & 3
         if kind == 0:
             length = (tag >> 2) + 1
+            # 61 to 64 are not lengths but say how many length bytes follow
+            if length <= 60 and end - ip >= _WIDE_LITERAL and limit - op >= _WIDE_LITERAL:
+                if length > stop - op:
+                    return CORRUPT, op
+                memcpy(dst, op, src, ip, _WIDE_LITERAL)  # a constant size: inlined moves
+                ip += length
+                op += length
+                continue
             if length > 60:
                 extra = length - 60
                 if end - ip < extra:
@@ -92,7 +108,12 @@ def decode_raw(src, ip, end, dst, op, limit):  # type: ignore[no-untyped-def]
         ip += width
         if offset == 0 or offset > op - base or length > stop - op:
             return CORRUPT, op
-        copy_match(dst, op, offset, length)
+        if offset >= _WIDE // 2 and length <= _WIDE and limit - op >= _WIDE:
+            # each 8-byte move reads only bytes written before it (offset >= 8)
+            memcpy(dst, op, dst, op - offset, _WIDE // 2)
+            memcpy(dst, op + _WIDE // 2, dst, op - offset + _WIDE // 2, _WIDE // 2)
+        else:
+            copy_match(dst, op, offset, length)
         op += length
     return (OK if op == stop else CORRUPT), op
 
