@@ -14,6 +14,10 @@ producer client sends them, each batch distinct. Then, for each partition count 
   replication factor 3 (the followers' fetcher threads replicate; a request completes when the
   whole ISR has the batch), from K client threads (default 5, Kafka's
   ``max.in.flight.requests.per.connection``), and the latency of one request in flight;
+- acks=all's work in turn (one partition only): the same cluster's work for the batches with no
+  thread and no wait, the followers' fetchers stopped: one thread appends K requests on the
+  leader, then makes each follower fetch them from the leader and append them, as its fetcher
+  does. What acks=all costs without its hand-offs: the best it could do under one interpreter;
 - the baseline for both: writing the same batch bytes to one plain file (page cache, no fsync);
 - the floor of an append: what no leader can skip, done the cheapest way this runtime has, into
   one plain file: each request copied (offsets are assigned in place), its headers checked by the
@@ -192,6 +196,49 @@ def append_floor(path: Path, batches: list[bytes]) -> None:
         path.unlink()
 
 
+def replicate_in_turn(cluster: EmbeddedCluster, batches: list[bytes], per_fetch: int) -> Timed:
+    """acks=all's work in turn on this thread (module docstring); checks every follower ends
+    with the leader's log end offset."""
+    tp = TopicPartition(TOPIC, 0)
+    leader = cluster.leader_for(tp)
+    followers = [b for b in cluster.brokers.values() if b is not leader]
+    for f in followers:
+        f.replica_manager.fetchers.remove_partitions([tp])
+    lrm = leader.replica_manager
+
+    def fetch_and_append(follower: Broker) -> None:
+        p, config = follower.replica_manager.partitions[tp], follower.replica_manager.config
+        offset = p.log.log_end_offset
+        request = FetchRequest(
+            (PartitionFetch(tp, offset, config.replica_fetch_max_bytes, p.leader_epoch),),
+            replica_id=follower.broker_id, max_wait_ms=0, min_bytes=1,
+            max_bytes=config.replica_fetch_response_max_bytes,
+        )  # fmt: skip
+        r = lrm.fetch_messages(request).partitions[0]
+        if r.error is not None:
+            raise r.error
+        p.append_records_to_follower(r.records, r.high_watermark, r.log_start_offset,
+                                     leader_id=leader.broker_id, leader_epoch=p.leader_epoch,
+                                     fetch_offset=offset)  # fmt: skip
+
+    def run() -> None:
+        for i in range(0, len(batches), per_fetch):
+            for batch in batches[i : i + per_fetch]:
+                r = lrm.append_records({tp: batch}, required_acks=1)[tp]
+                if r.error is not None:
+                    raise r.error
+            for f in followers:
+                fetch_and_append(f)
+
+    timed = _timed(run)
+    end = leader.replica_manager.partitions[tp].log.log_end_offset
+    behind = [f.broker_id for f in followers
+              if f.replica_manager.partitions[tp].log.log_end_offset != end]  # fmt: skip
+    if behind:
+        raise AssertionError(f"followers {behind} did not reach the leader's end {end}")
+    return timed
+
+
 def write_file(path: Path, batches: list[bytes]) -> None:
     """The batches written to a new file, one write each (page cache, no fsync)."""
     try:
@@ -324,6 +371,7 @@ class Results:
     produce_all: Timed = Timed(0.0, 0.0)
     latency_all: Timed = Timed(0.0, 0.0)
     latency_requests: int = 0
+    in_turn: Timed | None = None
     write: float = 0.0
     floor: float = 0.0
     fetch_raw: float = 0.0
@@ -381,6 +429,14 @@ def run_partitions(
     finally:
         cluster.close()
         shutil.rmtree(base / "cluster")
+    if partitions == 1:
+        cluster = EmbeddedCluster(base / "inturn", 3)
+        try:
+            cluster.create_topic(TOPIC, 1, replication_factor=3)
+            res.in_turn = replicate_in_turn(cluster, work.batches, inflight)
+        finally:
+            cluster.close()
+            shutil.rmtree(base / "inturn")
     return res
 
 
@@ -425,6 +481,12 @@ def print_table(work: Workload, results: list[Results], inflight: int) -> None:
              r.write / r.produce_all.wall, "", None),
             (f"produce acks=all / acks=1, {inflight} in flight", "", "",
              r.produce_1.wall / r.produce_all.wall, "", None),
+            *([] if r.in_turn is None else [
+                (f"acks=all's work in turn, one thread ({inflight} requests a fetch)",
+                 _produced(n, size, r.in_turn, requests), "", None, "", None),
+                ("acks=all in turn / acks=1 (its best without hand-offs)", "", "",
+                 r.produce_1.wall / r.in_turn.wall, "", None),
+            ]),
             (f"produce acks=all, 1 in flight ({r.latency_requests} requests)",
              f"{r.latency_all.wall / r.latency_requests * 1000:.2f} ms/request, CPU "
              f"{r.latency_all.cpu / r.latency_requests * 1e6:,.0f} µs", "", None, "", None),
