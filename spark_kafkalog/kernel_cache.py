@@ -25,6 +25,13 @@ install step, ``kafkalog demo``, the compaction job's ``main``):
    levels, the latest view), so that every signature the product uses is compiled, each by that
    one process. Then the stamp is written (temporary file and rename).
 
+Stale kernels: numba keys a kernel's cache entry on the file that defines it only, so a change in
+a module it calls and inlines (``lz4_frame.py`` and ``snappy_block.py`` in ``decode_kernel``'s
+``inflate_sections``) would leave the old compiled code in use after a ``git pull``. So each
+directory numba keeps our kernels in (asked of the kernels themselves) holds a marker, the hash
+of the kernels' sources it was filled from; the warm-up first deletes our kernels' cache files
+from a directory whose marker is missing or names other sources, and writes the marker after.
+
 Where the stamp lives: ``KAFKALOG_KERNEL_STAMP_DIR`` if set, else ``NUMBA_CACHE_DIR`` if set, else
 the ``__pycache__`` of this package if writable, else ``~/.cache/kafkalog``.
 
@@ -129,8 +136,13 @@ def _fingerprint() -> str:
 
     h = hashlib.sha256()
     for name in (numba.__version__, sys.version, platform.machine(), platform.processor(),
-                 os.environ.get("NUMBA_CACHE_DIR", "")):  # fmt: skip
+                 os.environ.get("NUMBA_CACHE_DIR", ""), _sources_hash()):  # fmt: skip
         h.update(name.encode() + b"\0")
+    return h.hexdigest()
+
+
+def _sources_hash() -> str:
+    h = hashlib.sha256()
     for source in _sources():
         h.update(str(source.relative_to(_ROOT)).encode() + b"\0" + source.read_bytes())
     return h.hexdigest()
@@ -184,6 +196,53 @@ def _run_warm_up(timeout_s: float) -> None:
 
 
 # -- the warm-up (the child process) ---------------------------------------------------------------
+
+_MARKER = "kafkalog-kernel-sources.sha256"
+
+
+def kernel_cache_dirs() -> set[Path]:
+    """Where numba keeps our kernels' cache files (``NUMBA_CACHE_DIR``, the sources'
+    ``__pycache__`` or a user-wide directory: numba decides, so each kernel is asked)."""
+    import importlib
+
+    from numba.core.dispatcher import Dispatcher
+
+    dirs = set()
+    for source in _sources():
+        if source.name == "__init__.py":
+            continue
+        module = importlib.import_module(".".join(source.relative_to(_ROOT).with_suffix("").parts))
+        for kernel in vars(module).values():
+            if isinstance(kernel, Dispatcher) and kernel.__module__ == module.__name__:
+                path = getattr(getattr(kernel, "_cache", None), "_cache_path", None)
+                if path is not None:
+                    dirs.add(Path(path))
+    return dirs
+
+
+def forget_stale_kernels(dirs: set[Path]) -> list[Path]:
+    """Delete our kernels' cache files from each of ``dirs`` whose marker does not name the
+    current sources (module docstring); the directories cleared."""
+    current = _sources_hash()
+    ours = {s.stem for s in _sources()}
+    cleared = []
+    for d in sorted(dirs):
+        try:
+            if (d / _MARKER).read_text().strip() == current:
+                continue
+        except OSError:
+            pass  # no marker: filled before markers, or by a worker without the warm-up
+        for f in list(d.glob("*.nbi")) + list(d.glob("*.nbc")):
+            if f.name.split(".", 1)[0] in ours:
+                f.unlink(missing_ok=True)
+        cleared.append(d)
+    return cleared
+
+
+def _mark_current(dirs: set[Path]) -> None:
+    for d in dirs:
+        with contextlib.suppress(OSError):  # unmarked: the next warm-up clears it again
+            write_atomically(d / _MARKER, (_sources_hash() + "\n").encode())
 
 
 def warm_up() -> None:
@@ -278,7 +337,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
     if args.warm:
+        dirs = kernel_cache_dirs()
+        forget_stale_kernels(dirs)
         warm_up()
+        _mark_current(dirs)
         return 0
     try:
         compiled = ensure_compiled(check=True)

@@ -52,3 +52,39 @@ def test_the_stamp_names_the_sources_and_the_cache(tmp_path: Path, monkeypatch) 
     assert second.parent == tmp_path / "numba"
     assert second.name != first.name
     assert not second.exists()
+
+
+def test_numba_is_asked_where_each_kernel_is_cached() -> None:
+    """The directories come from the kernels themselves (a numba that moved its private cache
+    attribute would make this fail rather than leave stale kernels in place)."""
+    from broker_embedded.record import decode_kernel, log_validator
+
+    dirs = kernel_cache.kernel_cache_dirs()
+    for kernel in (decode_kernel.inflate_sections, log_validator.scan):
+        assert Path(kernel._cache._cache_path) in dirs
+
+
+def test_a_cache_filled_from_other_sources_loses_our_kernels_first(tmp_path: Path) -> None:
+    """numba keys a kernel on its own file only: after snappy_block.py changed, decode_kernel's
+    cached inflate_sections would still hold the old snappy code. A directory whose marker is
+    missing or names other sources loses every cache file of our kernels' modules (and only
+    those); a current marker keeps them."""
+    ours = ["decode_kernel.inflate_sections-228.py311.nbi", "decode_kernel._fail-382.py311.2.nbc",
+            "snappy_block.decode-40.py311.nbi"]  # fmt: skip
+    theirs = ["somebody_else.f-1.py311.nbi", "somebody_else.f-1.py311.1.nbc", "notes.txt"]
+    for name in ours + theirs:
+        (tmp_path / name).write_bytes(b"x")
+    assert kernel_cache.forget_stale_kernels({tmp_path}) == [tmp_path]  # no marker
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(theirs)
+
+    for name in ours:
+        (tmp_path / name).write_bytes(b"x")
+    kernel_cache._mark_current({tmp_path})
+    assert kernel_cache.forget_stale_kernels({tmp_path}) == []  # the same sources: kept
+    assert len(list(tmp_path.iterdir())) == len(ours) + len(theirs) + 1
+
+    (tmp_path / "kafkalog-kernel-sources.sha256").write_text("0" * 64 + "\n")  # other sources
+    assert kernel_cache.forget_stale_kernels({tmp_path}) == [tmp_path]
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+        [*theirs, "kafkalog-kernel-sources.sha256"]
+    )
