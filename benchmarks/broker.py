@@ -177,7 +177,7 @@ def append_floor(path: Path, batches: list[bytes]) -> None:
         with open(path, "wb", buffering=0) as f:
             for b in batches:
                 buf = bytearray(b)
-                arr = log_validator.readonly(buf)
+                arr = np.frombuffer(buf, np.uint8)
                 table, summary = log_validator.scan(
                     arr, len(buf), log_validator.LEADER, offset, 1 << 20, True
                 )
@@ -189,7 +189,7 @@ def append_floor(path: Path, batches: list[bytes]) -> None:
                     crc = crc32c(view[pos + ATTRIBUTES_OFFSET : pos + row[log_validator.C_SIZE]])
                     if crc != row[log_validator.C_CRC]:
                         raise AssertionError(f"CRC mismatch at offset {offset}")
-                log_validator.assign(np.frombuffer(buf, np.uint8), table, 0)
+                log_validator.assign(arr, table, 0)
                 f.write(buf)
                 offset = int(summary[log_validator.S_LAST_OFFSET]) + 1
     finally:

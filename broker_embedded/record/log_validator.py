@@ -2,7 +2,8 @@
 and ``analyzeAndValidateRecords``): the broker's fast path for a produce request on the leader
 and a fetch response on a follower.
 
-:func:`scan` walks ``buf[0:end]`` (a read-only array, :func:`readonly`: record batches v2 back
+:func:`scan` walks ``buf[0:end]`` (a uint8 array: a follower's fetched bytes read-only,
+:func:`readonly`, a leader's copy of a request writable, for :func:`assign`; record batches v2 back
 to back, layout in batch_layout.py) once and returns a table of their header fields, one row
 per batch (the ``C_*`` columns, int64; ``C_CRC`` is the stored CRC-32C as an unsigned value),
 and a summary (the ``S_*`` entries).
@@ -201,18 +202,20 @@ def assign(buf, table, leader_epoch):  # type: ignore[no-untyped-def]
 
 
 def readonly(buf: bytes | bytearray | memoryview) -> np.ndarray:
-    """``buf`` as the read-only uint8 array :func:`scan` is compiled for (one signature for a
-    leader's writable copy and a follower's fetched bytes alike)."""
+    """``buf`` as a read-only uint8 array for :func:`scan` (fetched bytes, or a ``bytes``)."""
     return np.frombuffer(memoryview(buf).toreadonly(), np.uint8)
 
 
 def warm_up() -> None:
-    """Compile the two signatures the broker uses: :func:`scan` over a read-only array and
-    :func:`assign` over a writable one."""
+    """Compile the signatures the broker uses: :func:`scan` over a read-only array (a
+    follower's fetched bytes) and over a writable one (a leader's copy of a request, which
+    :func:`assign` then writes)."""
     from broker_embedded.record.memory_records_builder import MemoryRecordsBuilder
 
     builder = MemoryRecordsBuilder(0, 0)
     builder.append(None, 0, b"k", b"v")
     buf = bytearray(builder.build())
-    table, _ = scan(readonly(buf), len(buf), LEADER, 0, 1 << 20, True)
-    assign(np.frombuffer(buf, np.uint8), table, 0)
+    scan(readonly(buf), len(buf), FOLLOWER, 0, 0, False)
+    arr = np.frombuffer(buf, np.uint8)
+    table, _ = scan(arr, len(buf), LEADER, 0, 1 << 20, True)
+    assign(arr, table, 0)

@@ -51,7 +51,7 @@ class AbstractIndex:
     VALUES_STRICTLY_INCREASE: ClassVar[bool]
     KIND: ClassVar[str]
 
-    __slots__ = ("base_offset", "source", "max_entries", "_state", "_lock")
+    __slots__ = ("base_offset", "source", "max_entries", "_state", "_lock", "_last")
 
     def __init__(
         self,
@@ -74,6 +74,8 @@ class AbstractIndex:
             v[:n] = values
         self._state: _State = (k, v, n)
         self._lock = threading.Lock()
+        # the last entry as ints, for the appender's ordering checks (None when empty)
+        self._last: tuple[int, int] | None = (int(k[n - 1]), int(v[n - 1])) if n else None
 
     # -- reading files ---------------------------------------------------------------------------
 
@@ -184,6 +186,7 @@ class AbstractIndex:
         keys[n] = key
         values[n] = value
         self._state = (keys, values, n + 1)
+        self._last = (key, value)
 
     def _check_not_full(self) -> None:
         if self.is_full():

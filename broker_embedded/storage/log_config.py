@@ -12,9 +12,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields
+from functools import cached_property
 from typing import Any
 
 from broker_embedded.errors import KafkaLogError
+from broker_embedded.record.compression import CompressionType
 
 LONG_MAX = (1 << 63) - 1
 INT_MAX = (1 << 31) - 1
@@ -120,22 +122,33 @@ class LogConfig:
     file_delete_delay_ms: int = 60000
     unclean_leader_election_enable: bool = False
 
-    @property
+    # Derived once per config (read on every append): cached in the instance's __dict__,
+    # which the frozen dataclass's fields, equality and replace() do not see.
+    @cached_property
     def compact(self) -> bool:
-        policy = self.cleanup_policy  # the two usual values without a split (read per append)
-        return policy == "compact" or (policy != "delete" and "compact" in policy.split(","))
+        return "compact" in self.cleanup_policy.split(",")
 
-    @property
+    @cached_property
     def delete(self) -> bool:
         return "delete" in self.cleanup_policy.split(",")
 
-    @property
+    @cached_property
     def log_append_time(self) -> bool:
         return self.message_timestamp_type == "LogAppendTime"
 
+    @cached_property
+    def target_codec(self) -> CompressionType | None:
+        """``compression.type`` as the codec a leader rewrites batches into; ``None`` for
+        ``producer`` (keep the producer's)."""
+        name = self.compression_type
+        if name == "producer":
+            return None
+        return CompressionType.NONE if name == "uncompressed" else CompressionType[name.upper()]
+
     def with_overrides(self, overrides: Mapping[str, Any], topic: str | None = None) -> LogConfig:
         """A new config with Kafka-named ``overrides`` applied (validated)."""
-        return LogConfig(**{**self.__dict__, **parse_overrides(overrides, topic)})
+        current = {f.name: getattr(self, f.name) for f in fields(self)}
+        return LogConfig(**{**current, **parse_overrides(overrides, topic)})
 
     def to_properties(self) -> dict[str, str]:
         """Every config by its Kafka name, as strings (what ``describe`` shows)."""

@@ -702,18 +702,15 @@ class LogSegment:
     def should_roll(self, summary: RecordsSummary, now_ms: int) -> bool:
         """Kafka's ``LogSegment.shouldRoll`` for an incoming append."""
         a = self._appender()
-        c = a.config
-        max_segment_ms = c.segment_ms
-        if c.compact and c.max_compaction_lag_ms > 0:
-            max_segment_ms = min(max_segment_ms, c.max_compaction_lag_ms)
-        if a.rolling_based_timestamp is not None and a.rolling_based_timestamp >= 0:
-            waited = summary.max_timestamp - a.rolling_based_timestamp
+        rolling = a.rolling_based_timestamp
+        if rolling is not None and rolling >= 0:
+            waited = summary.max_timestamp - rolling
         else:
             waited = now_ms - a.created_ms
         size = self.size_in_bytes
         return (
-            size > c.segment_bytes - summary.size
-            or (size > 0 and waited > max_segment_ms)
+            size > a.config.segment_bytes - summary.size
+            or (size > 0 and waited > a.max_segment_ms)
             or self.offset_index.is_full()
             or self.time_index.is_full()
             or not self.can_hold_offset(summary.last_offset)
@@ -878,11 +875,16 @@ class _Appender:
     timestamp (``None`` before one), when it was opened, and its three files, each opened by
     its first write and kept, with the slots written since their last fsync."""
 
-    __slots__ = ("config", "rolling_based_timestamp", "created_ms", "files", "unsynced",
-                 "flushed", "mapped")  # fmt: skip
+    __slots__ = ("config", "max_segment_ms", "rolling_based_timestamp", "created_ms", "files",
+                 "unsynced", "flushed", "mapped")  # fmt: skip
 
     def __init__(self, config: LogConfig, rolling_based_timestamp: int | None, created_ms: int):
         self.config = config
+        # the age that rolls the segment (segment.ms; a compacted topic's max.compaction.lag.ms
+        # when lower), checked on every append
+        self.max_segment_ms = config.segment_ms
+        if config.compact and config.max_compaction_lag_ms > 0:
+            self.max_segment_ms = min(config.segment_ms, config.max_compaction_lag_ms)
         self.rolling_based_timestamp = rolling_based_timestamp
         self.created_ms = created_ms
         # .log, .index, .timeindex: each opened by its first write (lazily, as Kafka's indexes)

@@ -85,9 +85,9 @@ class OffsetIndex(AbstractIndex):
         with self._lock:
             self._check_not_full()
             rel = self.relative_offset(offset)
-            keys, values, n = self._state
-            if n:
-                last_rel, last_position = int(keys[n - 1]), int(values[n - 1])
+            last = self._last
+            if last is not None:
+                last_rel, last_position = last
                 if rel <= last_rel or position <= last_position:
                     raise InvalidOffsetError(
                         f"offset index {self.source}: entry (offset {offset}, position "

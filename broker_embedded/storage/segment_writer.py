@@ -179,7 +179,7 @@ class SegmentWriter:
         offsets) and summed up by the caller (the log's one-pass validation), so they are not
         walked again."""
         if summary is None:
-            summary = summarize_records(records, self._source())
+            summary = self.summarize(records)
             if summary is None:
                 return None
         if summary.first_offset < self.log_end_offset:
@@ -201,6 +201,22 @@ class SegmentWriter:
         return AppendInfo(summary.first_offset, summary.last_offset, summary.max_timestamp,
                           summary.offset_of_max_timestamp, self._active.base_offset, position,
                           summary.size, rolled)  # fmt: skip
+
+    def summarize(self, records: bytes | memoryview) -> RecordsSummary | None:
+        """:func:`summarize_records` with this partition's errors."""
+        return summarize_records(records, self._source())
+
+    def append_summarized(self, records: bytes | memoryview, summary: RecordsSummary,
+                          now_ms: int) -> None:  # fmt: skip
+        """:meth:`append` of batches the caller checked and summed up in ``summary`` (the log's
+        path, once per produce request: no :class:`AppendInfo` made)."""
+        if summary.first_offset < self._active.next_offset:
+            raise InvalidOffsetError(
+                f"{self._source()}: first offset {summary.first_offset} is below the log end "
+                f"offset {self.log_end_offset}"
+            )
+        self._maybe_roll(summary, now_ms)
+        self._active.append(records, summary)
 
     def _source(self) -> str:
         return f"append to {self.topic_partition} in {self.directory}"

@@ -86,14 +86,13 @@ class TimeIndex(AbstractIndex):
         with self._lock:
             if not skip_full_check:
                 self._check_not_full()
-            keys, values, n = self._state  # the last entry read raw: no entry object per append
-            last_ts = int(keys[n - 1]) if n else NO_TIMESTAMP
-            if n and (offset < self.base_offset + int(values[n - 1]) or timestamp < last_ts):
-                last = self.entry(n - 1)
+            last = self._last  # the last entry as ints: no entry object per append
+            last_ts = NO_TIMESTAMP if last is None else last[0]
+            if last is not None and (offset < self.base_offset + last[1] or timestamp < last_ts):
                 raise InvalidOffsetError(
                     f"time index {self.source}: entry (timestamp {timestamp}, offset {offset}) "
-                    f"goes below the last entry (timestamp {last.timestamp}, offset "
-                    f"{last.offset})"
+                    f"goes below the last entry (timestamp {last_ts}, offset "
+                    f"{self.base_offset + last[1]})"
                 )
             if timestamp <= last_ts:
                 return False

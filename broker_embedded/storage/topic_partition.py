@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from broker_embedded.errors import InvalidTopicError
 
@@ -68,10 +68,13 @@ def check_no_collision(topic: str, existing: Iterable[str]) -> None:
 
 @dataclass(frozen=True, slots=True, order=True)
 class TopicPartition:
-    """One partition of one topic; ordered by topic, then partition."""
+    """One partition of one topic; ordered by topic, then partition. Its hash is computed once
+    (a request looks a partition up in several dicts) and not pickled: a string's hash differs
+    between processes."""
 
     topic: str
     partition: int
+    _hash: int = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         validate_topic(self.topic)
@@ -80,6 +83,13 @@ class TopicPartition:
             raise InvalidTopicError(
                 f"partition {p!r} of topic {self.topic!r} is not in [0, {MAX_PARTITION}]"
             )
+        object.__setattr__(self, "_hash", hash((self.topic, p)))
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __reduce__(self) -> tuple[type[TopicPartition], tuple[str, int]]:
+        return TopicPartition, (self.topic, self.partition)
 
     @property
     def dir_name(self) -> str:

@@ -28,7 +28,7 @@ MAGIC = 16
 def _pair(tmp_path: Path, overrides: dict | None = None) -> tuple[UnifiedLog, UnifiedLog]:
     fast = open_log(tmp_path / "fast", overrides, Clock())
     slow = open_log(tmp_path / "slow", overrides, Clock())
-    slow._scan_as_leader = lambda buf, origin: None  # type: ignore[method-assign]
+    slow._scan_as_leader = lambda buf, origin, epoch: None  # type: ignore[method-assign]
 
     def follower_in_python(records: bytes) -> object:
         with slow._lock:
