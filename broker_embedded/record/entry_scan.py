@@ -10,6 +10,16 @@ lookup array (-1: unknown magic). ``SCAN_ERRORS``: the message of each corrupt-e
 columns, one row per entry, positions relative to the buffer): two kernel calls (count, fill),
 no Python object per entry.
 
+:func:`seek_entry` walks the headers of ``buf[start:stop]`` (read-only uint8) to the first entry
+whose last offset reaches a target, one kernel call with no table: the segment reads' fast path
+(a fetch's first batch, where a byte limit cut the last). It takes only what it can judge alone:
+magic 2 entries of at least the v2 header's size, with a non-negative last offset delta. Its
+status: ``SEEK_FOUND`` (position, size, last offset of that entry), ``SEEK_END`` (the walk
+reached ``stop``: position ``stop``), ``SEEK_PARTIAL`` (a header or an entry cut by ``stop`` at
+position) and ``SEEK_ODD`` (anything else at position: a legacy entry, or a size, magic or delta
+the slow path must judge and name). Callers run their Python walk on ``SEEK_ODD`` and wherever a
+status is not a plain answer for them, so errors keep one source.
+
 Immutable module state: thread-safe.
 """
 
@@ -21,7 +31,15 @@ import numpy as np
 
 from broker_embedded.errors import CorruptRecordError
 from broker_embedded.record import decode_kernel as k
-from broker_embedded.record.batch_layout import entry_last_offset
+from broker_embedded.record.batch_layout import (
+    BATCH_LENGTH_OFFSET,
+    LAST_OFFSET_DELTA_OFFSET,
+    LOG_OVERHEAD,
+    MAGIC_OFFSET,
+    RECORD_BATCH_OVERHEAD,
+    entry_last_offset,
+)
+from broker_embedded.record.kernel_primitives import be_signed, jit
 from broker_embedded.record.records import MIN_ENTRY_BODY
 
 MIN_BODY = np.full(max(MIN_ENTRY_BODY) + 1, -1, np.int64)
@@ -76,3 +94,39 @@ def scan_window(
     table = np.empty((n, k.SCAN_FIELDS), np.int64)
     k.scan_entries(buf, start, stop, MIN_BODY, table)
     return ScannedWindow(table, int(at), 0, -1)
+
+
+SEEK_FOUND, SEEK_END, SEEK_PARTIAL, SEEK_ODD = 0, 1, 2, 3
+NO_TARGET = np.iinfo(np.int64).max  # seek_entry's target to walk every whole entry
+
+
+@jit
+def seek_entry(buf, start, stop, target):  # type: ignore[no-untyped-def]
+    """(status, position, size, last offset) of the walk from ``start`` (module docstring)."""
+    pos = start
+    while pos < stop:
+        if stop - pos <= MAGIC_OFFSET:
+            return SEEK_PARTIAL, pos, 0, -1
+        length = be_signed(buf, pos + BATCH_LENGTH_OFFSET, 4)
+        if buf[pos + MAGIC_OFFSET] != 2 or length < RECORD_BATCH_OVERHEAD - LOG_OVERHEAD:
+            return SEEK_ODD, pos, 0, -1
+        size = length + LOG_OVERHEAD
+        if size > stop - pos:
+            return SEEK_PARTIAL, pos, 0, -1
+        delta = be_signed(buf, pos + LAST_OFFSET_DELTA_OFFSET, 4)
+        if delta < 0:
+            return SEEK_ODD, pos, 0, -1
+        last = be_signed(buf, pos, 8) + delta
+        if last >= target:
+            return SEEK_FOUND, pos, size, last
+        pos += size
+    return SEEK_END, pos, 0, -1
+
+
+def readonly_array(buf: bytes | memoryview) -> np.ndarray:
+    """``buf`` as the read-only uint8 array the kernels are compiled for."""
+    arr = np.frombuffer(buf, np.uint8)
+    if arr.flags.writeable:
+        arr = arr.view()
+        arr.flags.writeable = False
+    return arr

@@ -159,11 +159,8 @@ class AbstractIndex:
 
     def _floor_slot(self, key: int) -> int:
         """The slot of the largest key <= ``key``, or -1."""
-        keys, _ = self._columns()
-        last = len(keys) - 1
-        if last >= 0 and key >= keys[last]:  # the log's end (followers, tailing consumers)
-            return last
-        return int(np.searchsorted(keys, key, side="right")) - 1
+        keys, _, n = self._state
+        return floor_slot(keys, n, key)
 
     def relative_offset(self, offset: int) -> int:
         rel = offset - self.base_offset
@@ -247,3 +244,14 @@ def _used_length(data: memoryview, entry_size: int) -> int:
     if words[last_nonzero] == 0:
         return 0
     return (last_nonzero * 4 // entry_size + 1) * entry_size
+
+
+def floor_slot(column: np.ndarray, n: int, value: int) -> int:
+    """The slot of the largest of the sorted ``column[:n]`` at or below ``value``, or -1. The
+    last two slots are looked at first: reads near the log's end (a follower one batch behind,
+    a tailing consumer) need no search."""
+    if n and value >= column[n - 1]:
+        return n - 1
+    if n > 1 and value >= column[n - 2]:
+        return n - 2
+    return int(np.searchsorted(column[:n], value, side="right")) - 1

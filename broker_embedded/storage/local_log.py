@@ -57,7 +57,15 @@ import numpy as np
 
 from broker_embedded.errors import OffsetOutOfRangeError
 from broker_embedded.record import decode_kernel as k
-from broker_embedded.record.entry_scan import last_offset, scan_window
+from broker_embedded.record.entry_scan import (
+    NO_TARGET,
+    SEEK_END,
+    SEEK_PARTIAL,
+    last_offset,
+    readonly_array,
+    scan_window,
+    seek_entry,
+)
 from broker_embedded.record.record_batch import TRANSACTIONAL_MASK, RecordBatch
 from broker_embedded.record.records import AnyBatch
 from broker_embedded.storage.fetch_data_info import FetchDataInfo, FetchIsolation, SegmentRegion
@@ -339,21 +347,12 @@ class LocalLog:
         return self.access.attempt(attempt, None, f"looking up timestamp {timestamp}")
 
 
-def readonly_bytes(buf: bytes | memoryview) -> np.ndarray:
-    """``buf`` as read-only uint8 (the kernel is compiled for read-only input only)."""
-    arr = np.frombuffer(buf, np.uint8)
-    if arr.flags.writeable:
-        arr = arr.view()
-        arr.flags.writeable = False
-    return arr
-
-
 def header_tables(buf: bytes | memoryview, source: str, position: int) -> Iterator[np.ndarray]:
     """Scan tables (``decode_kernel.SCAN_FIELDS`` int64 columns, one row per complete entry,
     positions relative to ``buf``) of the entries of ``buf``, one window at a time. A partial
     last entry ends the walk; a corrupt entry is a :class:`CorruptRecordError` (``position`` is
     the file position of ``buf[0]``, for the message)."""
-    arr = readonly_bytes(buf)
+    arr = readonly_array(buf)
     pos, end = 0, len(arr)
     stop = min(end, _SCAN_WINDOW_BYTES)
     while pos < end:
@@ -377,7 +376,14 @@ def whole_batches(seg: LogSegment, found: FetchSlice) -> FetchSlice:
         return found
     start = max(found.position, seg.offset_index.floor_position(found.position + size))
     end = start - found.position
-    for table in header_tables(found.records[end:], seg.source, start):
+    status, cut, _, _ = seek_entry(readonly_array(found.records), end, size, NO_TARGET)
+    if status == SEEK_END:
+        return found
+    if status == SEEK_PARTIAL:  # the cut batch's start
+        end = cut
+        return found if end == 0 else FetchSlice(found.fetch_offset, found.segment_base_offset,
+                                                 found.position, found.records[:end])  # fmt: skip
+    for table in header_tables(found.records[end:], seg.source, start):  # the errors
         end = start - found.position + int(table[-1, k.S_POS] + table[-1, k.S_SIZE])
     if end == size or end == 0:
         return found

@@ -26,7 +26,10 @@ part of the entries. A segment opened for reading never writes, truncates or ren
 ``index_status`` tells what happened.
 
 Reads follow Kafka: ``translate_offset`` looks the offset up in the offset index, then scans
-batch headers forward to the first batch whose last offset is >= the target; ``read`` returns
+batch headers forward to the first batch whose last offset is >= the target (one compiled walk,
+``entry_scan.seek_entry``, over v2 headers up to the end of the complete batches; anything it
+does not answer plainly, legacy entries and corruption included, is walked again in Python,
+which names the error); ``read`` returns
 the bytes from that batch's start, at most ``max_bytes`` (at least that whole batch when
 ``min_one_message``, KIP-74) and never past ``max_position``; the slice may end in a partial
 batch, which a consumer drops.
@@ -104,6 +107,7 @@ from broker_embedded.errors import (
     InvalidOffsetError,
     SegmentOffsetOverflowError,
 )
+from broker_embedded.record.entry_scan import SEEK_END, SEEK_FOUND, readonly_array, seek_entry
 from broker_embedded.record.record_batch import RecordBatch
 from broker_embedded.record.records import AnyBatch, iter_batches
 from broker_embedded.storage.checkpoint_file import fsync_dir, write_atomically
@@ -418,7 +422,15 @@ class LogSegment:
     def translate_offset(self, offset: int, starting_position: int = 0) -> LogOffsetPosition | None:
         """The first batch whose last offset is >= ``offset``, or ``None`` past the end."""
         start = max(self.offset_index.lookup(offset).position, starting_position)
-        for b in self.batches(start):
+        buf = self._bytes()
+        end = min(self.end_of_batches, len(buf))
+        if start < end:
+            status, pos, size, last = seek_entry(readonly_array(buf), start, end, offset)
+            if status == SEEK_FOUND:
+                return LogOffsetPosition(last, pos, size)
+            if status == SEEK_END and end == self.size_in_bytes:
+                return None
+        for b in self.batches(start):  # the rest, and the errors
             if b.last_offset >= offset:
                 return LogOffsetPosition(b.last_offset, b.position, b.size_in_bytes)
         return None

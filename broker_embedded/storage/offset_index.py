@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from broker_embedded.errors import InvalidOffsetError
-from broker_embedded.storage.abstract_index import AbstractIndex
+from broker_embedded.storage.abstract_index import AbstractIndex, floor_slot
 
 INDEX_SUFFIX = ".index"
 
@@ -57,8 +57,8 @@ class OffsetIndex(AbstractIndex):
 
     def floor_position(self, position: int) -> int:
         """The largest entry position at or below ``position`` (a batch start), 0 when none."""
-        _, values = self._columns()
-        slot = int(np.searchsorted(values, position, side="right")) - 1
+        _, values, n = self._state
+        slot = floor_slot(values, n, position)
         return int(values[slot]) if slot >= 0 else 0
 
     def entry(self, slot: int) -> OffsetPosition:
