@@ -14,6 +14,10 @@ producer client sends them, each batch distinct. Then, for each partition count 
   replication factor 3 (the followers' fetcher threads replicate; a request completes when the
   whole ISR has the batch), from K client threads (default 5, Kafka's
   ``max.in.flight.requests.per.connection``), and the latency of one request in flight;
+- produce acks=all, the process on one core (one partition only): the same on a new cluster with
+  every thread of the process pinned to one core for the run (``sched_setaffinity``, Linux
+  only; restored after): the interpreter lock then changes hands on one core. What the hand-offs
+  across the two cores cost;
 - acks=all's work in turn (one partition only): the same cluster's work for the batches with no
   thread and no wait, the followers' fetchers stopped: one thread appends K requests on the
   leader, then makes each follower fetch them from the leader and append them, as its fetcher
@@ -44,6 +48,7 @@ Everything lives in a temporary directory deleted at the end.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gc
 import os
 import random
@@ -53,7 +58,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -239,6 +244,23 @@ def replicate_in_turn(cluster: EmbeddedCluster, batches: list[bytes], per_fetch:
     return timed
 
 
+@contextlib.contextmanager
+def one_core() -> Iterator[None]:
+    """Every thread of this process (and those it starts meanwhile) on its current first
+    core; the threads' own sets restored after."""
+    threads = [int(t) for t in os.listdir("/proc/self/task")]
+    saved = {t: os.sched_getaffinity(t) for t in threads}
+    core = {min(os.sched_getaffinity(0))}
+    for t in threads:
+        os.sched_setaffinity(t, core)
+    try:
+        yield
+    finally:
+        for t, cpus in saved.items():
+            with contextlib.suppress(ProcessLookupError):
+                os.sched_setaffinity(t, cpus)
+
+
 def write_file(path: Path, batches: list[bytes]) -> None:
     """The batches written to a new file, one write each (page cache, no fsync)."""
     try:
@@ -372,6 +394,7 @@ class Results:
     latency_all: Timed = Timed(0.0, 0.0)
     latency_requests: int = 0
     in_turn: Timed | None = None
+    one_core: Timed | None = None
     write: float = 0.0
     floor: float = 0.0
     fetch_raw: float = 0.0
@@ -429,6 +452,15 @@ def run_partitions(
     finally:
         cluster.close()
         shutil.rmtree(base / "cluster")
+    if partitions == 1 and hasattr(os, "sched_setaffinity"):
+        cluster = EmbeddedCluster(base / "onecore", 3)
+        try:
+            cluster.create_topic(TOPIC, 1, replication_factor=3)
+            with one_core():
+                res.one_core = produce_cluster(cluster, work.batches, 1, inflight)
+        finally:
+            cluster.close()
+            shutil.rmtree(base / "onecore")
     if partitions == 1:
         cluster = EmbeddedCluster(base / "inturn", 3)
         try:
@@ -481,6 +513,12 @@ def print_table(work: Workload, results: list[Results], inflight: int) -> None:
              r.write / r.produce_all.wall, "", None),
             (f"produce acks=all / acks=1, {inflight} in flight", "", "",
              r.produce_1.wall / r.produce_all.wall, "", None),
+            *([] if r.one_core is None else [
+                (f"produce acks=all, {inflight} in flight, the process on one core",
+                 _produced(n, size, r.one_core, requests), "", None, "", None),
+                ("acks=all on one core / acks=1", "", "", r.produce_1.wall / r.one_core.wall,
+                 "", None),
+            ]),
             *([] if r.in_turn is None else [
                 (f"acks=all's work in turn, one thread ({inflight} requests a fetch)",
                  _produced(n, size, r.in_turn, requests), "", None, "", None),
