@@ -379,10 +379,9 @@ def whole_batches(seg: LogSegment, found: FetchSlice) -> FetchSlice:
     status, cut, _, _ = seek_entry(readonly_array(found.records), end, size, NO_TARGET)
     if status == SEEK_END:
         return found
-    if status == SEEK_PARTIAL:  # the cut batch's start
-        end = cut
-        return found if end == 0 else FetchSlice(found.fetch_offset, found.segment_base_offset,
-                                                 found.position, found.records[:end])  # fmt: skip
+    if status == SEEK_PARTIAL:  # cut where the partial batch starts
+        return found if cut == 0 else FetchSlice(found.fetch_offset, found.segment_base_offset,
+                                                 found.position, found.records[:cut])  # fmt: skip
     for table in header_tables(found.records[end:], seg.source, start):  # the errors
         end = start - found.position + int(table[-1, k.S_POS] + table[-1, k.S_SIZE])
     if end == size or end == 0:
