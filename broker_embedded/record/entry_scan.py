@@ -13,7 +13,8 @@ no Python object per entry.
 :func:`seek_entry` walks the headers of ``buf[start:stop]`` (read-only uint8) to the first entry
 whose last offset reaches a target, one kernel call with no table: the segment reads' fast path
 (a fetch's first batch, where a byte limit cut the last). It takes only what it can judge alone:
-magic 2 entries of at least the v2 header's size, with a non-negative last offset delta. Its
+magic 2 entries of at least the v2 header's size, with a non-negative last offset delta and
+record count (what ``RecordBatch`` checks of a header). Its
 status: ``SEEK_FOUND`` (position, size, last offset of that entry), ``SEEK_END`` (the walk
 reached ``stop``: position ``stop``), ``SEEK_PARTIAL`` (a header or an entry cut by ``stop`` at
 position) and ``SEEK_ODD`` (anything else at position: a legacy entry, or a size, magic or delta
@@ -37,6 +38,7 @@ from broker_embedded.record.batch_layout import (
     LOG_OVERHEAD,
     MAGIC_OFFSET,
     RECORD_BATCH_OVERHEAD,
+    RECORDS_COUNT_OFFSET,
     entry_last_offset,
 )
 from broker_embedded.record.kernel_primitives import be_signed, jit
@@ -114,7 +116,7 @@ def seek_entry(buf, start, stop, target):  # type: ignore[no-untyped-def]
         if size > stop - pos:
             return SEEK_PARTIAL, pos, 0, -1
         delta = be_signed(buf, pos + LAST_OFFSET_DELTA_OFFSET, 4)
-        if delta < 0:
+        if delta < 0 or be_signed(buf, pos + RECORDS_COUNT_OFFSET, 4) < 0:
             return SEEK_ODD, pos, 0, -1
         last = be_signed(buf, pos, 8) + delta
         if last >= target:
