@@ -123,12 +123,3 @@ def seek_entry(buf, start, stop, target):  # type: ignore[no-untyped-def]
             return SEEK_FOUND, pos, size, last
         pos += size
     return SEEK_END, pos, 0, -1
-
-
-def readonly_array(buf: bytes | memoryview) -> np.ndarray:
-    """``buf`` as the read-only uint8 array the kernels are compiled for."""
-    arr = np.frombuffer(buf, np.uint8)
-    if arr.flags.writeable:
-        arr = arr.view()
-        arr.flags.writeable = False
-    return arr

@@ -27,6 +27,8 @@ What each primitive assumes:
   (caller checked), for batches rewritten inside a kernel; Python code uses the ``crc32c``
   package (``record_batch.crc32c_of``).
 - :func:`last_offset` ``(offset, last_delta)``: ``batch_layout.entry_last_offset`` compiled.
+- :func:`readonly_bytes` ``(buf)`` (Python): any buffer as the read-only uint8 array the kernels
+  that read bytes are compiled for (one signature whether the bytes are writable or not).
 
 Numba's array bounds checking is off: the callers' checks are the only ones.
 
@@ -264,3 +266,12 @@ def crc32c(buf, start, end):  # type: ignore[no-untyped-def]
 
 
 last_offset = inline(entry_last_offset)
+
+
+def readonly_bytes(buf: bytes | bytearray | memoryview) -> np.ndarray:
+    """``buf`` as a read-only uint8 array, without a copy (module docstring)."""
+    arr = np.frombuffer(buf, np.uint8)
+    if arr.flags.writeable:
+        arr = arr.view()
+        arr.flags.writeable = False
+    return arr

@@ -3,10 +3,10 @@ and ``analyzeAndValidateRecords``): the broker's fast path for a produce request
 and a fetch response on a follower.
 
 :func:`scan` walks ``buf[0:end]`` (a uint8 array: a follower's fetched bytes read-only,
-:func:`readonly`, a leader's copy of a request writable, for :func:`assign`; record batches v2 back
-to back, layout in batch_layout.py) once and returns a table of their header fields, one row
-per batch (the ``C_*`` columns, int64; ``C_CRC`` is the stored CRC-32C as an unsigned value),
-and a summary (the ``S_*`` entries).
+``kernel_primitives.readonly_bytes``, a leader's copy of a request writable, for
+:func:`assign`; record batches v2 back to back, layout in batch_layout.py) once and returns a
+table of their header fields, one row per batch (the ``C_*`` columns, int64; ``C_CRC`` is the
+stored CRC-32C as an unsigned value), and a summary (the ``S_*`` entries).
 It never raises and never decides an error message: it says ``S_OK`` = 1 only when every
 check the slow path (``records.iter_batches``, ``RecordBatch`` and the log's per-batch checks)
 makes on headers passes, and 0 otherwise. Callers then run the slow path, which raises the
@@ -63,7 +63,7 @@ from broker_embedded.record.batch_layout import (
     RECORDS_COUNT_OFFSET,
     TRANSACTIONAL_MASK,
 )
-from broker_embedded.record.kernel_primitives import at, be, be_signed, jit, put_be
+from broker_embedded.record.kernel_primitives import at, be, be_signed, jit, put_be, readonly_bytes
 
 LEADER = 0
 FOLLOWER = 1
@@ -201,11 +201,6 @@ def assign(buf, table, leader_epoch):  # type: ignore[no-untyped-def]
         put_be(buf, pos + PARTITION_LEADER_EPOCH_OFFSET, leader_epoch, 4)
 
 
-def readonly(buf: bytes | bytearray | memoryview) -> np.ndarray:
-    """``buf`` as a read-only uint8 array for :func:`scan` (fetched bytes, or a ``bytes``)."""
-    return np.frombuffer(memoryview(buf).toreadonly(), np.uint8)
-
-
 def warm_up() -> None:
     """Compile the signatures the broker uses: :func:`scan` over a read-only array (a
     follower's fetched bytes) and over a writable one (a leader's copy of a request, which
@@ -215,7 +210,7 @@ def warm_up() -> None:
     builder = MemoryRecordsBuilder(0, 0)
     builder.append(None, 0, b"k", b"v")
     buf = bytearray(builder.build())
-    scan(readonly(buf), len(buf), FOLLOWER, 0, 0, False)
+    scan(readonly_bytes(buf), len(buf), FOLLOWER, 0, 0, False)
     arr = np.frombuffer(buf, np.uint8)
     table, _ = scan(arr, len(buf), LEADER, 0, 1 << 20, True)
     assign(arr, table, 0)

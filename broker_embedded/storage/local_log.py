@@ -62,10 +62,10 @@ from broker_embedded.record.entry_scan import (
     SEEK_END,
     SEEK_PARTIAL,
     last_offset,
-    readonly_array,
     scan_window,
     seek_entry,
 )
+from broker_embedded.record.kernel_primitives import readonly_bytes
 from broker_embedded.record.record_batch import TRANSACTIONAL_MASK, RecordBatch
 from broker_embedded.record.records import AnyBatch
 from broker_embedded.storage.fetch_data_info import FetchDataInfo, FetchIsolation, SegmentRegion
@@ -352,7 +352,7 @@ def header_tables(buf: bytes | memoryview, source: str, position: int) -> Iterat
     positions relative to ``buf``) of the entries of ``buf``, one window at a time. A partial
     last entry ends the walk; a corrupt entry is a :class:`CorruptRecordError` (``position`` is
     the file position of ``buf[0]``, for the message)."""
-    arr = readonly_array(buf)
+    arr = readonly_bytes(buf)
     pos, end = 0, len(arr)
     stop = min(end, _SCAN_WINDOW_BYTES)
     while pos < end:
@@ -376,7 +376,7 @@ def whole_batches(seg: LogSegment, found: FetchSlice) -> FetchSlice:
         return found
     start = max(found.position, seg.offset_index.floor_position(found.position + size))
     end = start - found.position
-    status, cut, _, _ = seek_entry(readonly_array(found.records), end, size, NO_TARGET)
+    status, cut, _, _ = seek_entry(readonly_bytes(found.records), end, size, NO_TARGET)
     if status == SEEK_END:
         return found
     if status == SEEK_PARTIAL:  # cut where the partial batch starts

@@ -107,7 +107,8 @@ from broker_embedded.errors import (
     InvalidOffsetError,
     SegmentOffsetOverflowError,
 )
-from broker_embedded.record.entry_scan import SEEK_END, SEEK_FOUND, readonly_array, seek_entry
+from broker_embedded.record.entry_scan import SEEK_END, SEEK_FOUND, seek_entry
+from broker_embedded.record.kernel_primitives import readonly_bytes
 from broker_embedded.record.record_batch import RecordBatch
 from broker_embedded.record.records import AnyBatch, iter_batches
 from broker_embedded.storage.checkpoint_file import fsync_dir, write_atomically
@@ -425,7 +426,7 @@ class LogSegment:
         buf = self._bytes()
         end = min(self.end_of_batches, len(buf))
         if start < end:
-            status, pos, size, last = seek_entry(readonly_array(buf), start, end, offset)
+            status, pos, size, last = seek_entry(readonly_bytes(buf), start, end, offset)
             if status == SEEK_FOUND:
                 return LogOffsetPosition(last, pos, size)
             if status == SEEK_END and end == self.size_in_bytes:

@@ -119,6 +119,7 @@ from broker_embedded.record.batch_layout import (
     CONTROL_MASK,
     TRANSACTIONAL_MASK,
 )
+from broker_embedded.record.kernel_primitives import readonly_bytes
 from broker_embedded.record.log_validator import (
     C_ATTRIBUTES,
     C_BASE,
@@ -479,7 +480,7 @@ class UnifiedLog:
         with self._lock:
             self._check_open()
             view = memoryview(records).toreadonly()
-            table, s = log_validator.scan(log_validator.readonly(view), len(view),
+            table, s = log_validator.scan(readonly_bytes(view), len(view),
                                           log_validator.FOLLOWER, self.log_end_offset, 0,
                                           False)  # fmt: skip
             summary = s.tolist()

@@ -15,6 +15,7 @@ import pytest
 from kafka.record.legacy_records import LegacyRecordBatchBuilder
 
 from broker_embedded.record import entry_scan
+from broker_embedded.record.kernel_primitives import readonly_bytes
 from broker_embedded.record.memory_records_builder import build_record_batch
 from broker_embedded.record.record_batch import Record
 from broker_embedded.storage import local_log, log_segment
@@ -158,7 +159,7 @@ def test_a_torn_last_batch_and_a_legacy_entry_answer_as_the_python_walk(
 
 def test_seek_entry_walks_to_the_target_and_stops_at_stop() -> None:
     data = b"".join(_batches())
-    arr = entry_scan.readonly_array(data)
+    arr = readonly_bytes(data)
     size0 = len(_batches()[0])
     assert entry_scan.seek_entry(arr, 0, len(data), 0) == (entry_scan.SEEK_FOUND, 0, size0, 0)
     assert entry_scan.seek_entry(arr, 0, len(data), 1)[:2] == (entry_scan.SEEK_FOUND, size0)
