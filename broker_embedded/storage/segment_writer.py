@@ -182,11 +182,7 @@ class SegmentWriter:
             summary = self.summarize(records)
             if summary is None:
                 return None
-        if summary.first_offset < self.log_end_offset:
-            raise InvalidOffsetError(
-                f"{self._source()}: first offset {summary.first_offset} is below the log end "
-                f"offset {self.log_end_offset}"
-            )
+        self._check_above_end(summary)
         if offset_of_max_timestamp is not None:
             if not summary.first_offset <= offset_of_max_timestamp <= summary.last_offset:
                 raise InvalidOffsetError(
@@ -210,13 +206,16 @@ class SegmentWriter:
                           now_ms: int) -> None:  # fmt: skip
         """:meth:`append` of batches the caller checked and summed up in ``summary`` (the log's
         path, once per produce request: no :class:`AppendInfo` made)."""
-        if summary.first_offset < self._active.next_offset:
+        self._check_above_end(summary)
+        self._maybe_roll(summary, now_ms)
+        self._active.append(records, summary)
+
+    def _check_above_end(self, summary: RecordsSummary) -> None:
+        if summary.first_offset < self.log_end_offset:
             raise InvalidOffsetError(
                 f"{self._source()}: first offset {summary.first_offset} is below the log end "
                 f"offset {self.log_end_offset}"
             )
-        self._maybe_roll(summary, now_ms)
-        self._active.append(records, summary)
 
     def _source(self) -> str:
         return f"append to {self.topic_partition} in {self.directory}"
