@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import shutil
 import sys
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -44,6 +45,23 @@ def spark():
     session.sparkContext.setLogLevel("ERROR")
     yield session
     session.stop()
+
+
+def await_available_now(query, stall_s: float = 120.0, cap_s: float = 900.0) -> bool:
+    """Wait for an ``availableNow`` query to stop: True once it has. Waits as long as it makes
+    progress (a new micro-batch within ``stall_s``), up to ``cap_s`` in all, so that a loaded
+    machine makes the test slower, not red; a query that stalls still fails it."""
+    start = last_change = time.monotonic()
+    seen = None
+    while not query.awaitTermination(2):
+        progress = query.lastProgress
+        batch = None if progress is None else progress["batchId"]
+        now = time.monotonic()
+        if batch != seen:
+            seen, last_change = batch, now
+        if now - last_change > stall_s or now - start > cap_s:
+            return False
+    return True
 
 
 @contextmanager

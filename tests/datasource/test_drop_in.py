@@ -37,7 +37,7 @@ from tests.datasource._logdirs import (
     partition_facts,
     spark_rows,
 )
-from tests.datasource.conftest import ALSO_ON_TANSU, ReadSource
+from tests.datasource.conftest import ALSO_ON_TANSU, ReadSource, await_available_now
 
 HEADERS_DDL = "array<struct<key:string,value:binary>>"
 UTC = dt.timezone.utc
@@ -241,7 +241,7 @@ def test_progress_shows_the_latest_offsets_beside_the_end(
                                  maxOffsetsPerTrigger="800")  # fmt: skip
     q = (df.writeStream.format("noop").option("checkpointLocation", str(tmp_path / "ck"))
          .trigger(availableNow=True).start())  # fmt: skip
-    assert q.awaitTermination(120)
+    assert await_available_now(q)
     assert q.exception() is None
     sources = [p["sources"][0] for p in q.recentProgress if p["numInputRows"]]
     latest = {str(p): hw[p] for p in range(3)}

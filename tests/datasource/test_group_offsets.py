@@ -41,6 +41,7 @@ from datasource.kafka_offset_reader import KafkaOffsetReader, source_of
 from datasource.kafka_source_options import KafkaSourceOptions
 from datasource.offset_spec import GroupOffsets
 from spark_kafkalog import groups_command
+from tests.datasource.conftest import await_available_now
 from tests.fixture_paths import FIXTURES
 
 SIZES = {0: 10, 1: 6, 2: 4}  # records of orders-<partition>
@@ -365,7 +366,7 @@ def run_stream(spark, path: Path, checkpoint: Path, **options: str) -> list[tupl
     q = (spark.readStream.format("kafkalog").options(**options).load(str(path))
          .writeStream.foreachBatch(sink).option("checkpointLocation", str(checkpoint))
          .trigger(availableNow=True).start())  # fmt: skip
-    assert q.awaitTermination(120), "availableNow did not stop"
+    assert await_available_now(q), "availableNow did not stop"
     assert q.exception() is None
     run_stream.last_query = q  # type: ignore[attr-defined]
     return collected
@@ -561,7 +562,7 @@ def test_a_stream_over_the_wire_commits_its_progress_to_a_group(
              .options(**options).load()
              .writeStream.foreachBatch(sink).option("checkpointLocation", str(checkpoint))
              .trigger(availableNow=True).start())  # fmt: skip
-        assert q.awaitTermination(120), "availableNow did not stop"
+        assert await_available_now(q), "availableNow did not stop"
         assert q.exception() is None
         return collected
 

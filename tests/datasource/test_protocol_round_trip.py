@@ -13,7 +13,7 @@ from pathlib import Path
 from confluent_kafka import Consumer, TopicPartition
 
 from tests.datasource._logdirs import EVENTS_PARTITIONS, expected_rows, partition_facts, spark_rows
-from tests.datasource.conftest import ALSO_ON_TANSU, ReadSource
+from tests.datasource.conftest import ALSO_ON_TANSU, ReadSource, await_available_now
 
 PER_TRIGGER = 500
 CONSUME_S = 30.0
@@ -38,7 +38,7 @@ def test_an_available_now_stream_reads_every_row_in_bounded_batches(
         .trigger(availableNow=True)
         .start()
     )
-    assert query.awaitTermination(120), "availableNow did not stop"
+    assert await_available_now(query), "availableNow did not stop"
     assert query.exception() is None
     want = []
     for p in range(EVENTS_PARTITIONS):

@@ -90,6 +90,9 @@ def test_each_transition_is_written_in_kafkas_schema(log_dir):
         p.send("tx", 0, [b"d"])
         p.abort()
         pid = p.producer_id
+        # the abort is answered once PrepareAbort is written; CompleteAbort follows the markers
+        coordinator = broker.controller.transaction_coordinator
+        assert coordinator.wait_completed("app", TIMEOUT_S)
         got = state_records(broker, "app")
         assert broker.controller.describe(TRANSACTION_STATE_TOPIC).config == {
             "cleanup.policy": "compact", "compression.type": "uncompressed",
