@@ -78,6 +78,7 @@ from broker_embedded.storage.partition_metadata import (
 )
 from broker_embedded.storage.segment_writer import wall_clock_ms
 from broker_embedded.storage.staged_write import resolve_interrupted_commits
+from broker_embedded.storage.storage_health import StorageHealth
 from broker_embedded.storage.topic_config_file import TopicConfigFile, TopicEntry
 from broker_embedded.storage.topic_partition import TopicPartition
 from broker_embedded.storage.unified_log import UnifiedLog
@@ -131,6 +132,7 @@ class LogManager:
         self._closed = False
         self._written: dict[str, dict[TopicPartition, int]] = {}
         self.logs: dict[TopicPartition, UnifiedLog] = {}
+        self.health = StorageHealth(self.log_dir)
         try:
             self._write_meta_properties()
             marker = self.log_dir / CLEAN_SHUTDOWN_FILE
@@ -211,7 +213,8 @@ class LogManager:
     def _open_log(self, tp: TopicPartition, **offsets: int | None) -> UnifiedLog:
         return _open_log(self.log_dir, tp, self.topics[tp.topic], self.defaults,
                          had_clean_shutdown=self.had_clean_shutdown, clock_ms=self._clock,
-                         on_offsets_changed=self._on_offsets_changed, **offsets)  # fmt: skip
+                         on_offsets_changed=self._on_offsets_changed, health=self.health,
+                         **offsets)  # fmt: skip
 
     # -- topics and logs ---------------------------------------------------------------------------
 
@@ -313,6 +316,10 @@ class LogManager:
                     return
             try:
                 self.checkpoint()
+            except OSError as e:  # a full disk: the old files stay; retried after the interval
+                self.health.failed("writing a checkpoint file", e)
+                with self._cond:
+                    self._dirty = True
             except Exception:  # keep publishing: the next change retries
                 log.exception("writing the checkpoint files of %s failed", self.log_dir)
             with self._cond:  # coalesce: at most one write per interval
@@ -350,12 +357,13 @@ class LogManager:
             if offsets != self._written.get(name):
                 OffsetCheckpointFile(self.log_dir / name).write(offsets)
                 self._written[name] = offsets
+                self.health.succeeded()
 
     def cleanup_logs(self) -> int:
         """Retention over every log; returns the segments deleted."""
         deleted = 0
         for lg in list(self.logs.values()):
-            if not lg.is_closed:
+            if not lg.is_closed and lg.failure is None:
                 deleted += lg.delete_old_segments(self._clock())
         return deleted
 
@@ -380,19 +388,37 @@ class LogManager:
         self._checkpointer.join()
         try:
             self._close_logs(clean)
-            if clean:
-                self.checkpoint()
-                (self.log_dir / CLEAN_SHUTDOWN_FILE).write_bytes(b"")
-                fsync_dir(self.log_dir)
+            if clean and not self._failed_logs():
+                self._close_cleanly()
         finally:
             self._lock_file.release()
 
     def _close_logs(self, clean: bool) -> None:
         for lg in self.logs.values():
             if clean:
-                lg.close()
+                lg.close()  # a log that failed is closed as a crash leaves it (unified_log.py)
             else:
                 lg.close_without_flush()
+
+    def _failed_logs(self) -> list[TopicPartition]:
+        failed = [tp for tp, lg in self.logs.items() if lg.failure is not None]
+        if failed:
+            log.warning("log dir %s: %d logs went offline after failed writes (%s): no clean "
+                        "shutdown marker, the next start recovers them", self.log_dir,
+                        len(failed), ", ".join(map(str, failed[:5])))  # fmt: skip
+        return failed
+
+    def _close_cleanly(self) -> None:
+        """The last checkpoints, then the clean-shutdown marker; on a full disk neither (the
+        old checkpoints stay): the next start recovers from the recovery points on disk."""
+        try:
+            self.checkpoint()
+            (self.log_dir / CLEAN_SHUTDOWN_FILE).write_bytes(b"")
+            fsync_dir(self.log_dir)
+        except OSError as e:
+            (self.log_dir / CLEAN_SHUTDOWN_FILE).unlink(missing_ok=True)
+            log.warning("log dir %s: closing without a clean shutdown marker, the next start "
+                        "recovers its logs: %s", self.log_dir, e)  # fmt: skip
 
     def __enter__(self) -> LogManager:
         return self

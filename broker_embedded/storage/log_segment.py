@@ -90,6 +90,8 @@ and the cleaner replaces whole files by rename, which keeps the mapped inode int
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import os
 import re
 import struct
@@ -105,6 +107,8 @@ from broker_embedded.errors import (
     CorruptRecordError,
     IndexCorruptError,
     InvalidOffsetError,
+    KafkaStorageError,
+    LogDirFailureError,
     SegmentOffsetOverflowError,
 )
 from broker_embedded.record.entry_scan import SEEK_END, SEEK_FOUND, seek_entry
@@ -198,6 +202,8 @@ _PREAD_TAIL_BYTES = 64 << 10
 # The mapping of a segment open for appending reaches this far past its end, or twice its size
 # (at most segment.bytes), so that reads of what appends add slice it instead of mapping again.
 _MIN_RESERVATION = 8 << 20
+# what a full disk or quota raises: a write that may succeed once space is freed
+NO_SPACE = frozenset((errno.ENOSPC, errno.EDQUOT))
 INDEX_WRITE_ENTRIES = 16  # index entries an append leaves pending before writing them out
 _CHECK_CHUNK = 64  # index entries checked between two releases of the pages their headers touched
 
@@ -607,9 +613,15 @@ class LogSegment:
         paths = segment_paths(directory, base_offset)
         if paths[0].exists() and paths[0].stat().st_size:
             raise InvalidOffsetError(f"segment {paths[0]} already exists and is not empty")
-        for p in paths:
-            p.open("wb").close()
-        fsync_dir(directory)
+        try:
+            for p in paths:
+                p.open("wb").close()
+            fsync_dir(directory)
+        except OSError as e:  # e.g. no inode left: leave no part of the segment behind
+            for p in paths:
+                with contextlib.suppress(OSError):
+                    p.unlink(missing_ok=True)
+            raise KafkaStorageError(f"creating segment {paths[0]} failed: {e}") from e
         oi = OffsetIndex(base_offset, source=str(paths[1]))
         ti = TimeIndex(base_offset, source=str(paths[2]))
         return cls._appendable(paths[0], _limit(oi, ti, config), 0, base_offset,
@@ -742,9 +754,9 @@ class LogSegment:
                 f"{self.next_offset} of segment {self.log_path}"
             )
         position = self.size_in_bytes
+        self._write_or_roll_back(a, records, position)
         if position == 0:
             a.rolling_based_timestamp = summary.max_timestamp
-        _write_all(a.file(0, self.paths), records)
         a.unsynced.add(0)
         self.size_in_bytes = self.end_of_batches = position + summary.size
         self.next_offset = summary.last_offset + 1
@@ -752,8 +764,30 @@ class LogSegment:
         self.indexer.on_append(position, summary.size, summary.last_offset,
                                summary.max_timestamp, summary.offset_of_max_timestamp)  # fmt: skip
         if len(self.offset_index) - a.flushed[0] >= INDEX_WRITE_ENTRIES:
-            self._write_index_entries(a)
+            with contextlib.suppress(OSError):  # the append is done: entries wait in memory
+                self._write_index_entries(a)
         return position
+
+    def _write_or_roll_back(self, a: _Appender, records: bytes | memoryview, position: int) -> None:
+        """Write ``records`` at the end of the ``.log`` (``position`` bytes); if the write fails
+        (a full disk fails it part way), cut the file back to ``position`` so that no later
+        append follows torn bytes, and raise :class:`KafkaStorageError`. A cut that fails too
+        leaves the segment unusable: :class:`LogDirFailureError`, the log goes offline."""
+        try:
+            _write_all(a.file(0, self.paths), records)
+        except OSError as e:
+            try:
+                os.ftruncate(a.file(0, self.paths).fileno(), position)
+            except OSError as cut:
+                raise LogDirFailureError(
+                    f"appending {len(records)} bytes at byte {position} of {self.log_path} "
+                    f"failed ({e.strerror}) and cutting it back to {position} bytes failed too "
+                    f"({cut.strerror})"
+                ) from e
+            raise KafkaStorageError(
+                f"appending {len(records)} bytes at byte {position} of {self.log_path} failed "
+                f"({e.strerror}); nothing of it was kept"
+            ) from e
 
     def _appender(self) -> _Appender:
         if self._append is None:
@@ -761,9 +795,19 @@ class LogSegment:
         return self._append
 
     def _write_index_entries(self, a: _Appender) -> None:
+        """Write the pending index entries. On a full disk the file is cut back to its whole
+        entries and they stay pending (an index file is a prefix of its entries, which is
+        valid: a reader scans further, recovery rebuilds); other errors raise."""
         for i, index in enumerate((self.offset_index, self.time_index)):
             if len(index) > a.flushed[i]:
-                _write_all(a.file(i + 1, self.paths), index.to_bytes(a.flushed[i]))
+                f = a.file(i + 1, self.paths)
+                try:
+                    _write_all(f, index.to_bytes(a.flushed[i]))
+                except OSError as e:
+                    os.ftruncate(f.fileno(), a.flushed[i] * index.ENTRY_SIZE)
+                    if e.errno in NO_SPACE:
+                        continue
+                    raise
                 a.flushed[i] = len(index)
                 a.unsynced.add(i + 1)
 
