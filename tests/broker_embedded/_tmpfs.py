@@ -2,8 +2,8 @@
 unmounted after it. Mounting needs root (CI runs as root); elsewhere the test is skipped,
 naming why. Nothing is mocked: a write that does not fit fails with ``ENOSPC`` from the kernel.
 
-``fill(directory)`` takes every free byte with one filler file (returned, so that the test frees
-the space again by deleting it).
+``fill(directory)`` takes every free byte (but ``leave``) with one filler file (returned, so that
+the test frees the space again by deleting it).
 """
 
 from __future__ import annotations
@@ -40,8 +40,10 @@ def tmpfs(size: str = "20m", *, inodes: int | None = None) -> Iterator[Path]:
         directory.rmdir()
 
 
-def fill(directory: Path, name: str = "filler") -> Path:
-    """Write one file in ``directory`` until the filesystem is full; the file."""
+def fill(directory: Path, name: str = "filler", *, leave: int = 0) -> Path:
+    """Write one file in ``directory`` until the filesystem is full, then give ``leave`` bytes
+    of it back (so that a larger write fails part way, as it does when a disk fills during
+    it); the file."""
     path = directory / name
     chunk = b"\xa5" * (1 << 20)
     with open(path, "ab", buffering=0) as f:
@@ -54,6 +56,8 @@ def fill(directory: Path, name: str = "filler") -> Path:
                 with contextlib.suppress(OSError):
                     f.write(chunk[written:])
                 break
+    if leave:
+        os.truncate(path, max(0, path.stat().st_size - leave))
     return path
 
 

@@ -67,8 +67,8 @@ def test_an_append_on_a_full_disk_is_cut_back_and_the_retry_lands_once_space_is_
             log = broker.log_manager.get_log(TP)
             segment = log_dir / "t-0" / "00000000000000000000.log"
             size, leo = segment.stat().st_size, log.log_end_offset
-            filler = fill(mount)
-            big = _batch(4, 16, 8192, (pid, epoch))  # 128 KiB: needs new pages
+            filler = fill(mount, leave=64 << 10)
+            big = _batch(4, 16, 8192, (pid, epoch))  # 128 KiB: half of it fits
             for attempt in (1, 2):
                 result = broker.append(TP, big)
                 assert type(result.error) is KafkaStorageError  # not offline: it recovers
@@ -104,8 +104,8 @@ def test_a_roll_on_a_full_disk_leaves_an_empty_segment_the_next_append_fills(
         try:
             for i in range(0, 18, 6):  # 3 batches of about 49 KB
                 assert broker.append(TP, _batch(i, 6, 8192)).error is None
-            filler = fill(mount)
-            result = broker.append(TP, _batch(18, 12, 8192))  # does not fit: rolls at 18
+            filler = fill(mount, leave=32 << 10)
+            result = broker.append(TP, _batch(18, 12, 8192))  # 96 KiB, rolls at 18: torn
             assert result.error is not None and result.error.code == STORAGE_ERROR
             directory = log_dir / "t-0"
             rolled = directory / "00000000000000000018.log"
