@@ -37,6 +37,12 @@ the log cleaner's threads (broker_embedded/cleaner/log_cleaner_manager.py) start
 a compacted topic exists (checked every ``log.cleaner.backoff.ms``) and stop before the logs
 close; without one (the default, e.g. a Spark job's commit) nothing is compacted here.
 
+A full disk: a checkpoint write that fails keeps the old file (checkpoint_file.py) and is
+retried after ``checkpoint_interval_ms``; one log line per episode for the whole log dir
+(``health``, storage_health.py, shared with its logs). Closing writes the last checkpoints and
+the clean-shutdown marker only when every log closed cleanly and they fit; otherwise the next
+start recovers the logs from the recovery points on disk.
+
 Thread safety: the manager's lock guards its maps; each log has its own lock. Lock order: log
 lock, then manager lock (a log's change callback takes the manager's condition), so the manager
 never calls into a log others can reach while it holds its own lock. Checkpoint writes are

@@ -53,6 +53,16 @@ past the last one instead of the whole ``.log`` (one write per index entry was 1
 A crash loses only entries of batches above the recovery point, whose segment recovery
 rebuilds. Closing (or rolling away from) a segment adds the final time index entry and fsyncs
 the three files; creating files fsyncs the directory.
+
+A failed write (a full disk: ``ENOSPC`` after part of the bytes went in) never leaves bytes a
+later append follows: the ``.log`` is cut back (``ftruncate``) to its size before the append and
+:class:`KafkaStorageError` (56) is raised; nothing in memory moved (size, next offset, indexes),
+so the same batches can be appended again once space is back. A cut that fails too raises
+:class:`LogDirFailureError` (the log goes offline, unified_log.py). Index entries that do not fit
+are cut back to whole entries and stay pending (written by a later append, flush or close; a
+shorter index file is a valid prefix). Creating a segment that fails (no inode) removes the
+files it made. No file is written through a mapping, so a full disk cannot raise SIGBUS in a
+writer.
 Reopening continues a segment after a clean close (the index byte counter restarts at 0, as in
 Kafka, so entries differ from a rebuild after a restart); :meth:`recover` (after an unclean
 shutdown, or when the ``.log`` ends in a partial batch above the recovery point) checks the

@@ -37,6 +37,21 @@ object per batch, which raises the error: so errors and their messages come from
 The leader epoch cache gets one entry per leader append, and per epoch change in a follower's
 batches (what assigning each batch's epoch would leave).
 
+A full disk (any failed write of an append) is answered :class:`KafkaStorageError`
+(KAFKA_STORAGE_ERROR, 56) with nothing appended: the segment cuts the ``.log`` back, and the
+producer state, the high watermark and the log end offset move only after a whole write, so an
+idempotent producer's retry is accepted once space is back (not OUT_OF_ORDER_SEQUENCE_NUMBER) and
+a duplicate of it is recognised. The leader epoch is assigned before the write, as Kafka's
+``maybeAssignEpochStartOffset`` (an entry at the log end offset with nothing after it is
+harmless). Writes after a successful append (a producer snapshot at a roll, index entries) that
+fail are counted and skipped, never turning a written append into an error a retry would
+duplicate. The log keeps serving, so it recovers by itself when space returns; each episode is
+logged once per log dir (storage_health.py). What cannot be undone (the cut itself failing, an
+fsync failing, the ``.txnindex`` entry of a written abort marker) takes the log offline, as Kafka
+takes a failed log dir offline: every request for it answers KAFKA_STORAGE_ERROR
+(:class:`LogDirFailureError`), closing leaves it as a crash would, and the broker's next start
+recovers it (truncating at the first invalid batch) since no clean-shutdown marker is written.
+
 Rolling follows segment_writer.py. At each roll, as in Kafka, the producer state is snapshotted
 at the new segment's base offset (the state of the log below it) and the recovery point moves to
 that base offset (the closed segments were fsynced when they rolled). Retention
