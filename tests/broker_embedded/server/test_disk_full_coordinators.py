@@ -22,7 +22,7 @@ from tests.broker_embedded.server._net import RawClient
 from tests.broker_embedded.server._serve import decode_response, served
 
 NOT_COORDINATOR = 16
-METADATA_BYTES = 3000  # four partitions of it: a batch that needs new pages
+METADATA_BYTES = 4000  # four partitions of it: a batch that needs new pages
 GROUP = "g"
 DEADLINE_S = 30.0
 INTERNAL = {"offsets_topic_num_partitions": 1, "offsets_topic_replication_factor": 1,
@@ -62,7 +62,7 @@ def test_an_offset_commit_on_a_full_disk_answers_not_coordinator_and_lands_later
         client = RawClient(s.server)
         try:
             assert _commit(client, 5) == [0, 0, 0, 0]
-            filler = fill(mount, leave=8 << 10)  # the 12 KB batch fails part way
+            filler = fill(mount, leave=8 << 10)  # the 16 KB batch fails part way
             assert _commit(client, 9) == [NOT_COORDINATOR] * 4
             assert _committed(client) == [5, 5, 5, 5]
             assert s.broker.log_manager.health.failing

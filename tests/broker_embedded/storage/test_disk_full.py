@@ -201,3 +201,48 @@ def test_closing_on_a_full_disk_recovers_at_the_next_start(tmp_path: Path) -> No
         finally:
             reopened.close()
         assert _keys_on_disk(log_dir / "t-0") == [f"k{i}".encode() for i in range(5)]
+
+
+def test_an_abort_whose_txnindex_entry_does_not_fit_takes_the_log_offline_until_a_restart(
+    tmp_path: Path,
+) -> None:
+    """The marker is in the log but its ``.txnindex`` entry is not: read_committed readers
+    would see the aborted records, so the log goes offline (KAFKA_STORAGE_ERROR, as Kafka's
+    failed log dir) and the next start recovers it, rebuilding the entry."""
+    from broker_embedded.coordinator.transaction_coordinator import TxnCompletion
+    from broker_embedded.errors import LogDirFailureError
+    from broker_embedded.storage.producer_state_manager import AppendOrigin
+
+    with tmpfs("8m") as mount:
+        log_dir = mount / "logs"
+        broker = _open(log_dir)
+        pid, epoch = broker.init_producer_id()
+        try:
+            txn = build_batch([ProducerRecord(b"x" * 100, b"k0")], now_ms=1_700_000_000_000,
+                              producer_id=pid, producer_epoch=epoch, base_sequence=0,
+                              is_transactional=True)  # fmt: skip
+            assert broker.append(TP, txn).error is None  # 180 bytes: the page has room
+            log = broker.log_manager.get_log(TP)
+            hw_file = OffsetCheckpointFile(log_dir / REPLICATION_OFFSET_CHECKPOINT)
+            _wait_for(lambda: hw_file.read_or_empty().get(TP) == 1)  # no write under way
+            filler = fill(mount)  # not even a page for the new .txnindex
+            marker = TxnCompletion("app", pid, epoch, False, (TP,)).marker_batch(1)
+            assert broker.append(TP, marker, origin=AppendOrigin.COORDINATOR).error is None
+            assert log.failure is not None
+            result = broker.append(TP, _batch(2, 1, 100))
+            assert type(result.error) is LogDirFailureError and result.error.code == 56
+        finally:
+            broker.close()
+        assert not (log_dir / ".kafka_cleanshutdown").exists()
+        filler.unlink()
+        reopened = _open(log_dir)
+        try:
+            log = reopened.log_manager.get_log(TP)
+            assert log.log_end_offset == 2 and log.failure is None
+            aborted = log.collect_aborted_transactions(0, 2)
+            assert [(a.producer_id, a.first_offset, a.last_offset) for a in aborted] == [
+                (pid, 0, 1)
+            ]
+            assert reopened.append(TP, _batch(2, 1, 100)).error is None
+        finally:
+            reopened.close()
