@@ -51,9 +51,9 @@ class StorageHealth:
             self.failing = True
             self.failures = 1
             self.episodes += 1
-        log.warning("log dir %s: %s: %s; writes that fail answer KAFKA_STORAGE_ERROR and are "
-                    "retried until space is back (logged once until then)", self.log_dir, what,
-                    _reason(error))  # fmt: skip
+        log.warning("log dir %s: %s: %s; appends that fail answer KAFKA_STORAGE_ERROR (56) "
+                    "with nothing kept, checkpoints keep their old files; not logged again until "
+                    "writes succeed", self.log_dir, what, _reason(error))  # fmt: skip
 
     def succeeded(self) -> None:
         """A write succeeded (the common case costs one attribute read)."""
