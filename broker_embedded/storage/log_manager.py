@@ -63,7 +63,11 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from broker_embedded.errors import BrokerClosedError, UnknownTopicOrPartitionError
+from broker_embedded.errors import (
+    BrokerClosedError,
+    KafkaStorageError,
+    UnknownTopicOrPartitionError,
+)
 from broker_embedded.scheduler import KafkaScheduler, ScheduledTask
 from broker_embedded.storage.checkpoint_file import fsync_dir
 from broker_embedded.storage.log_config import LogConfig
@@ -229,11 +233,21 @@ class LogManager:
             raise BrokerClosedError(f"the log manager of {self.log_dir} is closed")
 
     def put_topic(self, topic: str, entry: TopicEntry) -> None:
-        """Register or update a topic (persisted at once)."""
+        """Register or update a topic (persisted at once; an unchanged entry writes nothing).
+        A write that fails (a full disk) changes nothing: :class:`KafkaStorageError`."""
         with self._cond:
             self._check_open()
+            if self.topics.get(topic) == entry:
+                return
+            try:
+                self._topic_file.write({**self.topics, topic: entry})
+            except OSError as e:
+                self.health.failed(f"registering topic {topic!r}", e)
+                raise KafkaStorageError(
+                    f"registering topic {topic!r} in {self._topic_file.path} failed: {e}"
+                ) from e
+            self.health.succeeded()
             self.topics[topic] = entry
-            self._topic_file.write(self.topics)
 
     def get_or_create_log(self, tp: TopicPartition) -> UnifiedLog:
         """The log of ``tp`` (its topic must be registered), created empty if needed.

@@ -101,7 +101,6 @@ and the cleaner replaces whole files by rename, which keeps the mapped inode int
 from __future__ import annotations
 
 import contextlib
-import errno
 import os
 import re
 import struct
@@ -136,6 +135,7 @@ from broker_embedded.storage.open_files import (
     release_mapped_pages,
 )
 from broker_embedded.storage.segment_indexer import DEFAULT_INDEX_INTERVAL_BYTES, SegmentIndexer
+from broker_embedded.storage.storage_health import NO_SPACE
 from broker_embedded.storage.time_index import NO_TIMESTAMP, TIME_INDEX_SUFFIX, TimeIndex
 from broker_embedded.storage.transaction_index import (
     FILE_SUFFIX as TXN_INDEX_SUFFIX,
@@ -212,8 +212,6 @@ _PREAD_TAIL_BYTES = 64 << 10
 # The mapping of a segment open for appending reaches this far past its end, or twice its size
 # (at most segment.bytes), so that reads of what appends add slice it instead of mapping again.
 _MIN_RESERVATION = 8 << 20
-# what a full disk or quota raises: a write that may succeed once space is freed
-NO_SPACE = frozenset((errno.ENOSPC, errno.EDQUOT))
 INDEX_WRITE_ENTRIES = 16  # index entries an append leaves pending before writing them out
 _CHECK_CHUNK = 64  # index entries checked between two releases of the pages their headers touched
 

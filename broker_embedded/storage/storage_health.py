@@ -18,6 +18,7 @@ Thread safety: a failure takes a lock; a success reads one attribute unless an e
 
 from __future__ import annotations
 
+import errno
 import logging
 import threading
 import time
@@ -26,6 +27,8 @@ from pathlib import Path
 log = logging.getLogger(__name__)
 
 QUIET_S = 5.0  # seconds without a failure before a success ends an episode
+# what a full disk or quota raises: a write that may succeed once space is freed
+NO_SPACE = frozenset((errno.ENOSPC, errno.EDQUOT))
 
 
 class StorageHealth:

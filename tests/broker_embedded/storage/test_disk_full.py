@@ -246,3 +246,29 @@ def test_an_abort_whose_txnindex_entry_does_not_fit_takes_the_log_offline_until_
             assert reopened.append(TP, _batch(2, 1, 100)).error is None
         finally:
             reopened.close()
+
+
+def test_a_broker_started_on_a_full_disk_answers_56_until_space_is_back(tmp_path: Path) -> None:
+    """Becoming leader again cannot record the new leader epoch; the first append of the
+    epoch does (before its bytes, as Kafka), so it answers 56 until the checkpoint fits."""
+    with tmpfs("8m") as mount:
+        log_dir = mount / "logs"
+        broker = _open(log_dir)
+        try:
+            assert broker.append(TP, _batch(0, 3, 100)).error is None
+        finally:
+            broker.close()
+        epochs = log_dir / "t-0" / "leader-epoch-checkpoint"
+        assert epochs.read_text() == "0\n1\n0 0\n"
+        filler = fill(mount)
+        broker = _open(log_dir)
+        try:
+            result = broker.append(TP, _batch(3, 3, 100))
+            assert result.error is not None and result.error.code == STORAGE_ERROR
+            assert epochs.read_text() == "0\n1\n0 0\n"
+            filler.unlink()
+            assert broker.append(TP, _batch(3, 3, 100)).base_offset == 3
+            assert epochs.read_text() == "0\n2\n0 0\n1 3\n"
+        finally:
+            broker.close()
+        assert _keys_on_disk(log_dir / "t-0") == [f"k{i}".encode() for i in range(6)]
