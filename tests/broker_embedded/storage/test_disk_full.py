@@ -272,3 +272,25 @@ def test_a_broker_started_on_a_full_disk_answers_56_until_space_is_back(tmp_path
         finally:
             broker.close()
         assert _keys_on_disk(log_dir / "t-0") == [f"k{i}".encode() for i in range(6)]
+
+
+def test_creating_a_topic_on_a_full_disk_fails_whole_and_works_once_space_is_back(
+    tmp_path: Path,
+) -> None:
+    with tmpfs("8m") as mount:
+        broker = _open(mount / "logs")
+        try:
+            filler = fill(mount)
+            try:
+                broker.create_topic("b", 2)
+            except KafkaStorageError as e:
+                assert "registering topic 'b'" in str(e) and e.code == STORAGE_ERROR
+            else:
+                raise AssertionError("created a topic on a full disk")
+            assert broker.list_topics() == [TOPIC]
+            filler.unlink()
+            broker.create_topic("b", 2)
+            assert sorted(broker.list_topics()) == ["b", TOPIC]
+            assert broker.produce("b", 1, [b"x"]).base_offset == 0
+        finally:
+            broker.close()
