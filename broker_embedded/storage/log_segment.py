@@ -794,7 +794,7 @@ class LogSegment:
                 ) from e
             raise KafkaStorageError(
                 f"appending {len(records)} bytes at byte {position} of {self.log_path} failed "
-                f"({e.strerror}); nothing of it was kept"
+                f"({e.strerror}); the file was cut back to {position} bytes"
             ) from e
 
     def _appender(self) -> _Appender:

@@ -56,40 +56,25 @@ def _stop(server: ServeProcess) -> str:
     return server.stderr_text()
 
 
-def test_a_full_disk_loses_no_acknowledged_record_and_the_server_starts_again(
-    tmp_path: Path,
-) -> None:
-    with tmpfs("20m") as mount:
-        log_dir = mount / "logs"
-        done = run_kafkalog("topics", "create", "--log-dir", log_dir, TOPIC,
-                            "--partitions", str(PARTITIONS),
-                            "--config", f"segment.bytes={SEGMENT_BYTES}")  # fmt: skip
-        assert done.returncode == 0, done.stderr
-        filler = mount / "filler"
-        filler.write_bytes(b"\0" * (4 << 20))
-        acks = Acks()
-        with ServeProcess(log_dir, stderr=tmp_path / "serve.err") as server:
-            p = _producer(server.bootstrap)
-            _produce(p, acks, 0, FIRST)
-            full_acked = len(acks.records)
-            assert 0 < full_acked < FIRST, "the disk never filled: the test tests nothing"
-            filler.unlink()
-            time.sleep(0.5)  # a retried batch that timed out must not be confused with these
-            _produce(p, acks, FIRST, SECOND)
-            second = {k for k, (key, _) in acks.records.items() if int(key[1:]) >= FIRST}
-            assert len(second) == SECOND, f"{len(second)} of {SECOND} acknowledged after freeing"
-            first_log = _stop(server)
-        with ServeProcess(log_dir, stderr=tmp_path / "serve2.err") as server:
-            second_log = _stop(server)
-        read = run_kafkalog("consume", "--log-dir", log_dir, "--topic", TOPIC, "--format",
-                            "json", timeout=120)  # fmt: skip
-        assert read.returncode == 0, read.stderr[-2000:]
-        verify = run_kafkalog("dump", "--verify", "--summary", log_dir / f"{TOPIC}-0",
-                              log_dir / f"{TOPIC}-1", timeout=120)  # fmt: skip
-        assert verify.returncode == 0, verify.stdout[-2000:] + verify.stderr[-2000:]
-    rows = [json.loads(line) for line in read.stdout.splitlines()]
+def _create_topic(log_dir: Path) -> None:
+    done = run_kafkalog("topics", "create", "--log-dir", log_dir, TOPIC,
+                        "--partitions", str(PARTITIONS),
+                        "--config", f"segment.bytes={SEGMENT_BYTES}")  # fmt: skip
+    assert done.returncode == 0, done.stderr
+
+
+def _read_back_and_verify(log_dir: Path, acks: Acks) -> None:
+    """``kafkalog dump --verify`` is clean and ``kafkalog consume`` reads every acknowledged
+    record exactly once, at its offset, in produce order per partition."""
+    verify = run_kafkalog("dump", "--verify", "--summary", log_dir / f"{TOPIC}-0",
+                          log_dir / f"{TOPIC}-1", timeout=120)  # fmt: skip
+    assert verify.returncode == 0, verify.stdout[-2000:] + verify.stderr[-2000:]
+    read = run_kafkalog("consume", "--log-dir", log_dir, "--topic", TOPIC, "--format", "json",
+                        timeout=120)  # fmt: skip
+    assert read.returncode == 0, read.stderr[-2000:]
     on_disk: dict[bytes, list[tuple[int, int]]] = {}
-    for r in rows:
+    for line in read.stdout.splitlines():
+        r = json.loads(line)
         on_disk.setdefault(r["key"].encode(), []).append((r["partition"], r["offset"]))
         assert r["value"].encode() == _value(int(r["key"][1:])), r["key"]
     for (partition, offset), (key, _) in acks.records.items():
@@ -97,6 +82,56 @@ def test_a_full_disk_loses_no_acknowledged_record_and_the_server_starts_again(
     for partition in range(PARTITIONS):  # produce order per partition (idempotence)
         keys = [int(k[1:]) for (p, _), (k, _) in sorted(acks.records.items()) if p == partition]
         assert keys == sorted(keys)
+
+
+def _acked_after(acks: Acks, first: int) -> int:
+    return sum(1 for key, _ in acks.records.values() if int(key[1:]) >= first)
+
+
+def test_a_full_disk_loses_no_acknowledged_record_and_the_server_starts_again(
+    tmp_path: Path,
+) -> None:
+    with tmpfs("20m") as mount:
+        log_dir = mount / "logs"
+        _create_topic(log_dir)
+        filler = mount / "filler"
+        filler.write_bytes(b"\0" * (4 << 20))
+        acks = Acks()
+        with ServeProcess(log_dir, stderr=tmp_path / "serve.err") as server:
+            p = _producer(server.bootstrap)
+            _produce(p, acks, 0, FIRST)
+            assert 0 < len(acks.records) < FIRST, "the disk never filled: the test tests nothing"
+            filler.unlink()
+            time.sleep(0.5)  # a retried batch that timed out must not be confused with these
+            _produce(p, acks, FIRST, SECOND)
+            assert _acked_after(acks, FIRST) == SECOND
+            first_log = _stop(server)
+        with ServeProcess(log_dir, stderr=tmp_path / "serve2.err") as server:
+            second_log = _stop(server)
+        _read_back_and_verify(log_dir, acks)
     assert "Traceback" not in first_log and "Traceback" not in second_log
     episode_lines = [line for line in first_log.splitlines() if "No space left" in line]
     assert 1 <= len(episode_lines) <= 2, episode_lines[:5]
+
+
+def test_a_server_stopped_while_the_disk_is_full_recovers_at_the_next_start(
+    tmp_path: Path,
+) -> None:
+    with tmpfs("20m") as mount:
+        log_dir = mount / "logs"
+        _create_topic(log_dir)
+        filler = mount / "filler"
+        filler.write_bytes(b"\0" * (4 << 20))
+        acks = Acks()
+        with ServeProcess(log_dir, stderr=tmp_path / "serve.err") as server:
+            _produce(_producer(server.bootstrap), acks, 0, FIRST)
+            assert 0 < len(acks.records) < FIRST, "the disk never filled: the test tests nothing"
+            first_log = _stop(server)  # still full (a clean close if its last files fit)
+        filler.unlink()
+        with ServeProcess(log_dir, stderr=tmp_path / "serve2.err") as server:
+            _produce(_producer(server.bootstrap), acks, FIRST, SECOND)
+            assert _acked_after(acks, FIRST) == SECOND
+            second_log = _stop(server)
+        assert (log_dir / ".kafka_cleanshutdown").exists()
+        _read_back_and_verify(log_dir, acks)
+    assert "Traceback" not in first_log and "Traceback" not in second_log
