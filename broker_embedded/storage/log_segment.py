@@ -63,6 +63,7 @@ are cut back to whole entries and stay pending (written by a later append, flush
 shorter index file is a valid prefix). Creating a segment that fails (no inode) removes the
 files it made. No file is written through a mapping, so a full disk cannot raise SIGBUS in a
 writer.
+
 Reopening continues a segment after a clean close (the index byte counter restarts at 0, as in
 Kafka, so entries differ from a rebuild after a restart); :meth:`recover` (after an unclean
 shutdown, or when the ``.log`` ends in a partial batch above the recovery point) checks the
@@ -772,7 +773,9 @@ class LogSegment:
         self.indexer.on_append(position, summary.size, summary.last_offset,
                                summary.max_timestamp, summary.offset_of_max_timestamp)  # fmt: skip
         if len(self.offset_index) - a.flushed[0] >= INDEX_WRITE_ENTRIES:
-            with contextlib.suppress(OSError):  # the append is done: entries wait in memory
+            # the append is done: entries that cannot be written (a full disk, no descriptor
+            # left) wait in memory for the next append, flush or close
+            with contextlib.suppress(OSError, KafkaStorageError):
                 self._write_index_entries(a)
         return position
 
