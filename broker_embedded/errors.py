@@ -175,6 +175,13 @@ class KafkaStorageError(KafkaApiError):
     name = "KAFKA_STORAGE_ERROR"
 
 
+class LogDirFailureError(KafkaStorageError):
+    """A write failed and could not be undone (a segment cut back after a failed append, an
+    fsync): the log holds bytes it cannot vouch for, so it stops taking writes until the broker
+    restarts and recovers it, as Kafka takes a failed log dir offline
+    (KAFKA_STORAGE_ERROR, 56)."""
+
+
 class FetchSessionIdNotFoundError(KafkaApiError):
     """An incremental fetch naming a session this broker does not hold (never created, closed or
     evicted): the client falls back to a full fetch (FETCH_SESSION_ID_NOT_FOUND, 70)."""

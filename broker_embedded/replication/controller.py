@@ -466,12 +466,13 @@ class Controller:
     def _add_partitions(
         self, name: str, entry: TopicEntry, assignment: dict[int, tuple[int, ...]]
     ) -> None:
+        placed = {**self._assignment.get(name, {}), **assignment}
+        for b in self._alive:  # first: a write that fails (a full disk) changes nothing here
+            if any(b in r for r in placed.values()):
+                self._brokers[b].log_manager.put_topic(name, entry)
         self._topics[name] = entry
         self._names_by_id[entry.topic_id] = name
-        self._assignment.setdefault(name, {}).update(assignment)
-        for b in self._alive:
-            if any(b in r for r in self._assignment[name].values()):
-                self._brokers[b].log_manager.put_topic(name, entry)
+        self._assignment[name] = placed
         states = {TopicPartition(name, p): self._initial_state(TopicPartition(name, p), r)
                   for p, r in assignment.items()}  # fmt: skip
         self._states.update(states)

@@ -171,7 +171,11 @@ class Partition:
                 leo = self.log.log_end_offset
                 self._replicas = {b: ReplicaState(b, last_caught_up_ms=now if b in state.isr else 0)
                                   for b in state.replicas if b != self.broker_id}  # fmt: skip
-                self.log.leader_epoch_cache.assign(state.leader_epoch, leo)
+                try:
+                    self.log.leader_epoch_cache.assign(state.leader_epoch, leo)
+                except OSError as e:  # a full disk: the epoch's first append assigns it
+                    self.log.health.failed(f"recording leader epoch {state.leader_epoch} of "
+                                           f"{self._where()}", e)  # fmt: skip
                 self._leader_epoch_start = leo
             self._maybe_increment_hw()
             return True

@@ -11,7 +11,8 @@ has no entries (Kafka creates an empty file when it opens a missing checkpoint);
 a line that does not parse, or an entry count that differs from the header is a
 :class:`CheckpointError` naming the file and the 1-based line number. Writing produces exactly
 what Kafka writes: ``<path>.tmp`` is written and fsynced, renamed over ``<path>`` (atomic on
-POSIX), then the directory is fsynced, so a reader sees the old or the new file, never a mix.
+POSIX), then the directory is fsynced, so a reader sees the old or the new file, never a mix;
+a write that fails (a full disk) removes its ``.tmp`` and leaves the old file as it was.
 
 What an entry is comes from an :class:`EntryFormat` (offset checkpoints, leader epochs).
 Stateless apart from the file: concurrent reads are safe; writers of one file must be serialised
@@ -20,6 +21,7 @@ by the caller (they share the ``.tmp`` name).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 from collections.abc import Sequence
@@ -73,11 +75,16 @@ def write_atomically(path: str | Path, data: bytes, *, tmp: Path | None = None) 
     directory."""
     path = Path(path)
     tmp = tmp or path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:  # a full disk: the old file stays, the partial .tmp goes
+        with contextlib.suppress(OSError):
+            tmp.unlink(missing_ok=True)
+        raise
     fsync_dir(path.parent)
 
 

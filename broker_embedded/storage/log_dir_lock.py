@@ -45,6 +45,7 @@ from pathlib import Path
 from types import TracebackType
 
 from broker_embedded.errors import KafkaLogError, LogDirLockedError
+from broker_embedded.storage.storage_health import NO_SPACE
 
 LOCK_FILE_NAME = ".lock"
 CLEANING_DIR = ".kafkalog-cleaning"  # the partition cleaning locks (cleaning_lock.py)
@@ -152,9 +153,15 @@ def open_lock_file(path: Path, log_dir: Path) -> int:
 
 
 def write_owner(fd: int, owner: str) -> None:
-    """Write the holder's line (pid, host, ``owner``) into a held lock file."""
+    """Write the holder's line (pid, host, ``owner``) into a held lock file. On a full disk
+    the line is left out: the lock (``flock``) is held all the same, and whoever is refused
+    next is told less about the holder."""
     os.ftruncate(fd, 0)
-    os.pwrite(fd, _owner_line(owner), 0)
+    try:
+        os.pwrite(fd, _owner_line(owner), 0)
+    except OSError as e:
+        if e.errno not in NO_SPACE:
+            raise
 
 
 def try_flock(fd: int, operation: int) -> bool:

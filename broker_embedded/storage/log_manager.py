@@ -37,6 +37,12 @@ the log cleaner's threads (broker_embedded/cleaner/log_cleaner_manager.py) start
 a compacted topic exists (checked every ``log.cleaner.backoff.ms``) and stop before the logs
 close; without one (the default, e.g. a Spark job's commit) nothing is compacted here.
 
+A full disk: a checkpoint write that fails keeps the old file (checkpoint_file.py) and is
+retried after ``checkpoint_interval_ms``; one log line per episode for the whole log dir
+(``health``, storage_health.py, shared with its logs). Closing writes the last checkpoints and
+the clean-shutdown marker only when every log closed cleanly and they fit; otherwise the next
+start recovers the logs from the recovery points on disk.
+
 Thread safety: the manager's lock guards its maps; each log has its own lock. Lock order: log
 lock, then manager lock (a log's change callback takes the manager's condition), so the manager
 never calls into a log others can reach while it holds its own lock. Checkpoint writes are
@@ -57,7 +63,11 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from broker_embedded.errors import BrokerClosedError, UnknownTopicOrPartitionError
+from broker_embedded.errors import (
+    BrokerClosedError,
+    KafkaStorageError,
+    UnknownTopicOrPartitionError,
+)
 from broker_embedded.scheduler import KafkaScheduler, ScheduledTask
 from broker_embedded.storage.checkpoint_file import fsync_dir
 from broker_embedded.storage.log_config import LogConfig
@@ -78,6 +88,7 @@ from broker_embedded.storage.partition_metadata import (
 )
 from broker_embedded.storage.segment_writer import wall_clock_ms
 from broker_embedded.storage.staged_write import resolve_interrupted_commits
+from broker_embedded.storage.storage_health import StorageHealth
 from broker_embedded.storage.topic_config_file import TopicConfigFile, TopicEntry
 from broker_embedded.storage.topic_partition import TopicPartition
 from broker_embedded.storage.unified_log import UnifiedLog
@@ -131,6 +142,7 @@ class LogManager:
         self._closed = False
         self._written: dict[str, dict[TopicPartition, int]] = {}
         self.logs: dict[TopicPartition, UnifiedLog] = {}
+        self.health = StorageHealth(self.log_dir)
         try:
             self._write_meta_properties()
             marker = self.log_dir / CLEAN_SHUTDOWN_FILE
@@ -211,7 +223,8 @@ class LogManager:
     def _open_log(self, tp: TopicPartition, **offsets: int | None) -> UnifiedLog:
         return _open_log(self.log_dir, tp, self.topics[tp.topic], self.defaults,
                          had_clean_shutdown=self.had_clean_shutdown, clock_ms=self._clock,
-                         on_offsets_changed=self._on_offsets_changed, **offsets)  # fmt: skip
+                         on_offsets_changed=self._on_offsets_changed, health=self.health,
+                         **offsets)  # fmt: skip
 
     # -- topics and logs ---------------------------------------------------------------------------
 
@@ -220,11 +233,21 @@ class LogManager:
             raise BrokerClosedError(f"the log manager of {self.log_dir} is closed")
 
     def put_topic(self, topic: str, entry: TopicEntry) -> None:
-        """Register or update a topic (persisted at once)."""
+        """Register or update a topic (persisted at once; an unchanged entry writes nothing).
+        A write that fails (a full disk) changes nothing: :class:`KafkaStorageError`."""
         with self._cond:
             self._check_open()
+            if self.topics.get(topic) == entry:
+                return
+            try:
+                self._topic_file.write({**self.topics, topic: entry})
+            except OSError as e:
+                self.health.failed(f"registering topic {topic!r}", e)
+                raise KafkaStorageError(
+                    f"registering topic {topic!r} in {self._topic_file.path} failed: {e}"
+                ) from e
+            self.health.succeeded()
             self.topics[topic] = entry
-            self._topic_file.write(self.topics)
 
     def get_or_create_log(self, tp: TopicPartition) -> UnifiedLog:
         """The log of ``tp`` (its topic must be registered), created empty if needed.
@@ -313,6 +336,10 @@ class LogManager:
                     return
             try:
                 self.checkpoint()
+            except OSError as e:  # a full disk: the old files stay; retried after the interval
+                self.health.failed("writing a checkpoint file", e)
+                with self._cond:
+                    self._dirty = True
             except Exception:  # keep publishing: the next change retries
                 log.exception("writing the checkpoint files of %s failed", self.log_dir)
             with self._cond:  # coalesce: at most one write per interval
@@ -350,12 +377,13 @@ class LogManager:
             if offsets != self._written.get(name):
                 OffsetCheckpointFile(self.log_dir / name).write(offsets)
                 self._written[name] = offsets
+                self.health.succeeded()
 
     def cleanup_logs(self) -> int:
         """Retention over every log; returns the segments deleted."""
         deleted = 0
         for lg in list(self.logs.values()):
-            if not lg.is_closed:
+            if not lg.is_closed and lg.failure is None:
                 deleted += lg.delete_old_segments(self._clock())
         return deleted
 
@@ -380,19 +408,37 @@ class LogManager:
         self._checkpointer.join()
         try:
             self._close_logs(clean)
-            if clean:
-                self.checkpoint()
-                (self.log_dir / CLEAN_SHUTDOWN_FILE).write_bytes(b"")
-                fsync_dir(self.log_dir)
+            if clean and not self._failed_logs():
+                self._close_cleanly()
         finally:
             self._lock_file.release()
 
     def _close_logs(self, clean: bool) -> None:
         for lg in self.logs.values():
             if clean:
-                lg.close()
+                lg.close()  # a log that failed is closed as a crash leaves it (unified_log.py)
             else:
                 lg.close_without_flush()
+
+    def _failed_logs(self) -> list[TopicPartition]:
+        failed = [tp for tp, lg in self.logs.items() if lg.failure is not None]
+        if failed:
+            log.warning("log dir %s: %d logs went offline after failed writes (%s): no clean "
+                        "shutdown marker, the next start recovers them", self.log_dir,
+                        len(failed), ", ".join(map(str, failed[:5])))  # fmt: skip
+        return failed
+
+    def _close_cleanly(self) -> None:
+        """The last checkpoints, then the clean-shutdown marker; on a full disk neither (the
+        old checkpoints stay): the next start recovers from the recovery points on disk."""
+        try:
+            self.checkpoint()
+            (self.log_dir / CLEAN_SHUTDOWN_FILE).write_bytes(b"")
+            fsync_dir(self.log_dir)
+        except OSError as e:
+            (self.log_dir / CLEAN_SHUTDOWN_FILE).unlink(missing_ok=True)
+            log.warning("log dir %s: closing without a clean shutdown marker, the next start "
+                        "recovers its logs: %s", self.log_dir, e)  # fmt: skip
 
     def __enter__(self) -> LogManager:
         return self

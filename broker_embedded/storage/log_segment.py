@@ -53,6 +53,17 @@ past the last one instead of the whole ``.log`` (one write per index entry was 1
 A crash loses only entries of batches above the recovery point, whose segment recovery
 rebuilds. Closing (or rolling away from) a segment adds the final time index entry and fsyncs
 the three files; creating files fsyncs the directory.
+
+A failed write (a full disk: ``ENOSPC`` after part of the bytes went in) never leaves bytes a
+later append follows: the ``.log`` is cut back (``ftruncate``) to its size before the append and
+:class:`KafkaStorageError` (56) is raised; nothing in memory moved (size, next offset, indexes),
+so the same batches can be appended again once space is back. A cut that fails too raises
+:class:`LogDirFailureError` (the log goes offline, unified_log.py). Index entries that do not fit
+are cut back to whole entries and stay pending (written by a later append, flush or close; a
+shorter index file is a valid prefix). Creating a segment that fails (no inode) removes the
+files it made. No file is written through a mapping, so a full disk cannot raise SIGBUS in a
+writer.
+
 Reopening continues a segment after a clean close (the index byte counter restarts at 0, as in
 Kafka, so entries differ from a rebuild after a restart); :meth:`recover` (after an unclean
 shutdown, or when the ``.log`` ends in a partial batch above the recovery point) checks the
@@ -90,6 +101,7 @@ and the cleaner replaces whole files by rename, which keeps the mapped inode int
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import struct
@@ -105,6 +117,8 @@ from broker_embedded.errors import (
     CorruptRecordError,
     IndexCorruptError,
     InvalidOffsetError,
+    KafkaStorageError,
+    LogDirFailureError,
     SegmentOffsetOverflowError,
 )
 from broker_embedded.record.entry_scan import SEEK_END, SEEK_FOUND, seek_entry
@@ -122,6 +136,7 @@ from broker_embedded.storage.open_files import (
     release_mapped_pages,
 )
 from broker_embedded.storage.segment_indexer import DEFAULT_INDEX_INTERVAL_BYTES, SegmentIndexer
+from broker_embedded.storage.storage_health import NO_SPACE
 from broker_embedded.storage.time_index import NO_TIMESTAMP, TIME_INDEX_SUFFIX, TimeIndex
 from broker_embedded.storage.transaction_index import (
     FILE_SUFFIX as TXN_INDEX_SUFFIX,
@@ -607,9 +622,15 @@ class LogSegment:
         paths = segment_paths(directory, base_offset)
         if paths[0].exists() and paths[0].stat().st_size:
             raise InvalidOffsetError(f"segment {paths[0]} already exists and is not empty")
-        for p in paths:
-            p.open("wb").close()
-        fsync_dir(directory)
+        try:
+            for p in paths:
+                p.open("wb").close()
+            fsync_dir(directory)
+        except OSError as e:  # e.g. no inode left: leave no part of the segment behind
+            for p in paths:
+                with contextlib.suppress(OSError):
+                    p.unlink(missing_ok=True)
+            raise KafkaStorageError(f"creating segment {paths[0]} failed: {e}") from e
         oi = OffsetIndex(base_offset, source=str(paths[1]))
         ti = TimeIndex(base_offset, source=str(paths[2]))
         return cls._appendable(paths[0], _limit(oi, ti, config), 0, base_offset,
@@ -742,9 +763,9 @@ class LogSegment:
                 f"{self.next_offset} of segment {self.log_path}"
             )
         position = self.size_in_bytes
+        self._write_or_roll_back(a, records, position)
         if position == 0:
             a.rolling_based_timestamp = summary.max_timestamp
-        _write_all(a.file(0, self.paths), records)
         a.unsynced.add(0)
         self.size_in_bytes = self.end_of_batches = position + summary.size
         self.next_offset = summary.last_offset + 1
@@ -752,8 +773,32 @@ class LogSegment:
         self.indexer.on_append(position, summary.size, summary.last_offset,
                                summary.max_timestamp, summary.offset_of_max_timestamp)  # fmt: skip
         if len(self.offset_index) - a.flushed[0] >= INDEX_WRITE_ENTRIES:
-            self._write_index_entries(a)
+            # the append is done: entries that cannot be written (a full disk, no descriptor
+            # left) wait in memory for the next append, flush or close
+            with contextlib.suppress(OSError, KafkaStorageError):
+                self._write_index_entries(a)
         return position
+
+    def _write_or_roll_back(self, a: _Appender, records: bytes | memoryview, position: int) -> None:
+        """Write ``records`` at the end of the ``.log`` (``position`` bytes); if the write fails
+        (a full disk fails it part way), cut the file back to ``position`` so that no later
+        append follows torn bytes, and raise :class:`KafkaStorageError`. A cut that fails too
+        leaves the segment unusable: :class:`LogDirFailureError`, the log goes offline."""
+        try:
+            _write_all(a.file(0, self.paths), records)
+        except OSError as e:
+            try:
+                os.ftruncate(a.file(0, self.paths).fileno(), position)
+            except OSError as cut:
+                raise LogDirFailureError(
+                    f"appending {len(records)} bytes at byte {position} of {self.log_path} "
+                    f"failed ({e.strerror}) and cutting it back to {position} bytes failed too "
+                    f"({cut.strerror})"
+                ) from e
+            raise KafkaStorageError(
+                f"appending {len(records)} bytes at byte {position} of {self.log_path} failed "
+                f"({e.strerror}); the file was cut back to {position} bytes"
+            ) from e
 
     def _appender(self) -> _Appender:
         if self._append is None:
@@ -761,9 +806,19 @@ class LogSegment:
         return self._append
 
     def _write_index_entries(self, a: _Appender) -> None:
+        """Write the pending index entries. On a full disk the file is cut back to its whole
+        entries and they stay pending (an index file is a prefix of its entries, which is
+        valid: a reader scans further, recovery rebuilds); other errors raise."""
         for i, index in enumerate((self.offset_index, self.time_index)):
             if len(index) > a.flushed[i]:
-                _write_all(a.file(i + 1, self.paths), index.to_bytes(a.flushed[i]))
+                f = a.file(i + 1, self.paths)
+                try:
+                    _write_all(f, index.to_bytes(a.flushed[i]))
+                except OSError as e:
+                    os.ftruncate(f.fileno(), a.flushed[i] * index.ENTRY_SIZE)
+                    if e.errno in NO_SPACE:
+                        continue
+                    raise
                 a.flushed[i] = len(index)
                 a.unsynced.add(i + 1)
 

@@ -54,6 +54,7 @@ it from ``analyze`` through ``apply`` (an update prepared against an older state
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import logging
 import os
@@ -415,12 +416,17 @@ def write_snapshot(
     """Write atomically: to ``<path>.tmp``, fsync (``sync``), rename over ``path``."""
     target = Path(path)
     tmp = target.with_name(target.name + ".tmp")
-    with open(tmp, "wb") as f:
-        f.write(encode_snapshot(entries))
-        f.flush()
-        if sync:
-            os.fsync(f.fileno())
-    os.replace(tmp, target)
+    try:
+        with open(tmp, "wb") as f:
+            f.write(encode_snapshot(entries))
+            f.flush()
+            if sync:
+                os.fsync(f.fileno())
+        os.replace(tmp, target)
+    except BaseException:  # a full disk: no partial snapshot left behind
+        with contextlib.suppress(OSError):
+            tmp.unlink(missing_ok=True)
+        raise
 
 
 # -- the manager -----------------------------------------------------------------------------------

@@ -20,7 +20,10 @@ Per append (one ``append`` call = one Kafka append, e.g. one partition of a prod
   relative to the base offset. The new segment's base offset is the first incoming offset. An
   empty active segment is never rolled; if the offsets do not fit it, it is replaced by one based
   at the first incoming offset;
-- the bytes go to the active segment (``LogSegment.append``). The offset of the max timestamp
+- the new segment of a roll is created before the old one is closed: a roll that fails
+  (no inode left) leaves the old segment active and no file of the new one;
+- the bytes go to the active segment (``LogSegment.append``; one that fails is cut back,
+  :class:`KafkaStorageError`). The offset of the max timestamp
   defaults to the last offset of the first batch reaching it (what Kafka's followers, the KRaft
   log and recovery store); a leader that wants Kafka 3.6+ leader behaviour passes the offset of
   the first record carrying it.
@@ -245,15 +248,20 @@ class SegmentWriter:
             if base != self._active.base_offset:
                 self._replace_empty_active(base, now)
             return
-        self._active.close()
-        self._active = LogSegment.create(self.directory, base, self.config, now_ms=now)
+        created = LogSegment.create(self.directory, base, self.config, now_ms=now)
+        try:
+            self._active.close()
+        except BaseException:
+            created.delete_empty()
+            raise
+        self._active = created
         self._bases.append(base)
 
     def _replace_empty_active(self, base: int, now_ms: int) -> None:
+        created = LogSegment.create(self.directory, base, self.config, now_ms=now_ms)
         self._active.delete_empty()
-        self._bases.pop()
-        self._active = LogSegment.create(self.directory, base, self.config, now_ms=now_ms)
-        self._bases.append(base)
+        self._bases[-1] = base
+        self._active = created
 
     def forget_segment(self, base_offset: int) -> None:
         """Drop a closed segment whose files the caller deleted (retention)."""

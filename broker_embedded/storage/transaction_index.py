@@ -128,8 +128,14 @@ class TransactionIndex:
         with self._lock:
             self._check_append(txn)
             f = self._writer()
-            f.write(txn.to_bytes())
-            f.flush()
+            before = os.fstat(f.fileno()).st_size
+            data = memoryview(txn.to_bytes())
+            try:
+                while data:  # a full disk writes part of it, then raises
+                    data = data[f.write(data) :]
+            except OSError:
+                os.ftruncate(f.fileno(), before)  # no partial entry for the next to follow
+                raise
             self._last_offset = txn.last_offset
 
     def flush(self) -> None:
@@ -263,7 +269,9 @@ class TransactionIndex:
                     f"transaction index {self._path} ends in a partial entry ({size} bytes): "
                     "it must be rebuilt before appending"
                 )
-            self._file = open(self._path, "ab")  # kept open across appends, closed by close()
+            # unbuffered (a failed write leaves nothing queued), kept open across appends,
+            # closed by close()
+            self._file = open(self._path, "ab", buffering=0)  # noqa: SIM115
         return self._file
 
     def _read_bytes(self) -> bytes:

@@ -37,6 +37,21 @@ object per batch, which raises the error: so errors and their messages come from
 The leader epoch cache gets one entry per leader append, and per epoch change in a follower's
 batches (what assigning each batch's epoch would leave).
 
+A full disk (any failed write of an append) is answered :class:`KafkaStorageError`
+(KAFKA_STORAGE_ERROR, 56) with nothing appended: the segment cuts the ``.log`` back, and the
+producer state, the high watermark and the log end offset move only after a whole write, so an
+idempotent producer's retry is accepted once space is back (not OUT_OF_ORDER_SEQUENCE_NUMBER) and
+a duplicate of it is recognised. The leader epoch is assigned before the write, as Kafka's
+``maybeAssignEpochStartOffset`` (an entry at the log end offset with nothing after it is
+harmless). Writes after a successful append (a producer snapshot at a roll, index entries) that
+fail are counted and skipped, never turning a written append into an error a retry would
+duplicate. The log keeps serving, so it recovers by itself when space returns; each episode is
+logged once per log dir (storage_health.py). What cannot be undone (the cut itself failing, an
+fsync failing, the ``.txnindex`` entry of a written abort marker) takes the log offline, as Kafka
+takes a failed log dir offline: every request for it answers KAFKA_STORAGE_ERROR
+(:class:`LogDirFailureError`), closing leaves it as a crash would, and the broker's next start
+recovers it (truncating at the first invalid batch) since no clean-shutdown marker is written.
+
 Rolling follows segment_writer.py. At each roll, as in Kafka, the producer state is snapshotted
 at the new segment's base offset (the state of the log below it) and the recovery point moves to
 that base offset (the closed segments were fsynced when they rolled). Retention
@@ -107,6 +122,8 @@ from broker_embedded.errors import (
     CorruptRecordError,
     InvalidRecordError,
     KafkaLogError,
+    KafkaStorageError,
+    LogDirFailureError,
     OffsetOutOfRangeError,
     RecordTooLargeError,
     RecordValidationError,
@@ -184,6 +201,7 @@ from broker_embedded.storage.producer_state_manager import (
     snapshot_file_name,
 )
 from broker_embedded.storage.segment_writer import SegmentWriter, wall_clock_ms
+from broker_embedded.storage.storage_health import StorageHealth
 from broker_embedded.storage.time_index import TIME_INDEX_SUFFIX
 from broker_embedded.storage.topic_partition import TopicPartition
 from broker_embedded.storage.transaction_index import (
@@ -279,9 +297,12 @@ class UnifiedLog:
         had_clean_shutdown: bool = True,
         clock_ms: Callable[[], int] = wall_clock_ms,
         on_offsets_changed: Callable[[UnifiedLog], None] | None = None,
+        health: StorageHealth | None = None,
     ) -> None:
         self.topic_partition = topic_partition
         self.log_dir = Path(log_dir)
+        self.health = StorageHealth(self.log_dir) if health is None else health
+        self.failure: str | None = None  # why the log went offline (LogDirFailureError)
         self.directory = self.log_dir / topic_partition.dir_name
         self.config = config
         self.topic_id = topic_id
@@ -404,6 +425,22 @@ class UnifiedLog:
     def _check_open(self) -> None:
         if self._closed:
             raise BrokerClosedError(f"the log of {self._where()} in {self.directory} is closed")
+        if self.failure is not None:
+            raise LogDirFailureError(
+                f"the log of {self._where()} in {self.directory} is offline until the broker "
+                f"restarts and recovers it: {self.failure}"
+            )
+
+    def _write_failed(self, what: str, error: OSError | KafkaStorageError) -> KafkaStorageError:
+        """Count a failed write (one log line per episode, storage_health.py) and the error
+        the request gets: KAFKA_STORAGE_ERROR; a write that could not be undone takes the log
+        offline (:class:`LogDirFailureError`)."""
+        self.health.failed(f"{what} {self._where()}", error)
+        if isinstance(error, LogDirFailureError) and self.failure is None:
+            self.failure = str(error)
+        if isinstance(error, KafkaStorageError):
+            return error
+        return KafkaStorageError(f"{what} {self._where()} in {self.directory} failed: {error}")
 
     def _changed(self) -> None:
         if self._listener is not None:
@@ -690,7 +727,13 @@ class UnifiedLog:
             if summary is None:
                 raise InvalidRecordError(f"{self._where()}: nothing to append")
         first_base = writer.active_segment.base_offset
-        writer.append_summarized(buf, summary, now)
+        try:
+            for epoch, start in epochs:  # before the write, as Kafka's maybeAssignEpochStartOffset
+                self.leader_epoch_cache.assign(epoch, start)
+            writer.append_summarized(buf, summary, now)
+        except (OSError, KafkaStorageError) as e:  # nothing written: the segment was cut back
+            raise self._write_failed("appending to", e) from e
+        self.health.succeeded()
         base = writer.active_segment.base_offset
         if base != first_base:  # before the update: the snapshot is the state below the new base
             if psm.map_end_offset < base:  # offsets skipped (replicated gaps)
@@ -704,9 +747,7 @@ class UnifiedLog:
         else:
             completed = psm.apply(update)
         if completed:
-            self._index_aborted(completed)
-        for epoch, start in epochs:
-            self.leader_epoch_cache.assign(epoch, start)
+            self._index_aborted_after_write(completed)
         self._unflushed_records += records
         if self._unflushed_records >= self.config.flush_messages:
             self.flush()
@@ -719,11 +760,23 @@ class UnifiedLog:
                 base = self._floor_base(txn.last_offset)
                 self._open.segment(base).txn_index.append(txn.aborted_txn())
 
+    def _index_aborted_after_write(self, completed: list[CompletedTxn]) -> None:
+        """The ``.txnindex`` entries of the aborts an append completed. The markers are in the
+        log: if an entry cannot be written, read_committed reads would show aborted records,
+        so the log goes offline until a restart recovers it (which rebuilds the entries)."""
+        try:
+            self._index_aborted(completed)
+        except OSError as e:
+            self._write_failed("indexing an aborted transaction of", LogDirFailureError(
+                f"the .txnindex entry of an abort marker in {self.directory} could not be "
+                f"written: {e}"))  # fmt: skip
+
     def _on_roll(self) -> None:
         """A new active segment: the old one's files are closed (and fsynced); snapshot the
         producer state at the new base offset and move the recovery point there (Kafka flushes
-        up to the new segment at each roll)."""
-        self.producer_state.take_snapshot()
+        up to the new segment at each roll). The append is done: a snapshot that cannot be
+        written is counted and skipped (recovery replays from an older one)."""
+        self._snapshot_producer_state()
         self._open.flush_views()
         base = self._writer.active_segment.base_offset
         if base > self.recovery_point:
@@ -1111,8 +1164,12 @@ class UnifiedLog:
         with self._lock:
             self._check_open()
             began = time.monotonic_ns()
-            self._writer.flush()
-            self._open.flush_views()
+            try:
+                self._writer.flush()
+                self._open.flush_views()
+            except OSError as e:  # an fsync that failed: what it covered may be lost
+                raise self._write_failed("flushing", LogDirFailureError(
+                    f"flushing {self.directory} failed: {e}")) from e  # fmt: skip
             FLUSH_TIMES.observe(time.monotonic_ns() - began)
             self._unflushed_records = 0
             self.last_flush_ms = self._clock()
@@ -1123,7 +1180,7 @@ class UnifiedLog:
     def maybe_flush_by_time(self, now_ms: int) -> bool:
         """Flush when ``flush.ms`` passed since the last flush and records are waiting."""
         with self._lock:
-            if self._closed or self._unflushed_records == 0:
+            if self._closed or self.failure is not None or self._unflushed_records == 0:
                 return False
             if now_ms - self.last_flush_ms < self.config.flush_ms:
                 return False
@@ -1136,11 +1193,29 @@ class UnifiedLog:
         with self._lock:
             if self._closed:
                 return
-            self.flush()
-            self._writer.close()
-            self.producer_state.take_snapshot()
-            self._open.drop_all()
+            if self.failure is None:
+                try:
+                    self.flush()
+                    self._writer.close()
+                except LogDirFailureError:
+                    pass  # counted where it failed; self.failure is set
+                except (OSError, KafkaStorageError) as e:
+                    failed = LogDirFailureError(f"closing {self.directory} failed: {e}")
+                    self._write_failed("closing", failed)
+                else:
+                    self._snapshot_producer_state()
+            if self.failure is not None:  # as a crash leaves it: the next start recovers it
+                self._writer.abandon()
+            self._open.drop_all(abandon=self.failure is not None)
             self._closed = True
+
+    def _snapshot_producer_state(self) -> None:
+        """Snapshot the producer state (at a roll or close); a failed write is counted,
+        not raised: recovery replays from an older snapshot."""
+        try:
+            self.producer_state.take_snapshot()
+        except OSError as e:  # recovery replays from an older snapshot
+            self.health.failed(f"writing the producer snapshot of {self._where()}", e)
 
     def close_without_flush(self) -> None:
         """Close the files as a crashing process would leave them: no flush, no snapshot, no

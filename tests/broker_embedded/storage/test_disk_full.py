@@ -1,0 +1,296 @@
+"""The broker's own writes on a real full filesystem (a size-limited tmpfs, _tmpfs.py): a failed
+append is cut back and answered KAFKA_STORAGE_ERROR, the producer state and the high watermark do
+not move, and once space is back the same idempotent batch lands once; a roll that fails leaves
+no segment a later append would follow torn bytes in; checkpoint files keep their old contents
+and catch up; the log dir reopens clean and verifies."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+from broker_embedded.broker import Broker
+from broker_embedded.client.producer_record import ProducerRecord, build_batch
+from broker_embedded.errors import KafkaStorageError
+from broker_embedded.storage.log_segment import LogSegment
+from broker_embedded.storage.log_segments import LogSegments
+from broker_embedded.storage.offset_checkpoint import (
+    REPLICATION_OFFSET_CHECKPOINT,
+    OffsetCheckpointFile,
+)
+from broker_embedded.storage.topic_partition import TopicPartition
+from tests.broker_embedded._tmpfs import fill, tmpfs
+
+TOPIC = "t"
+TP = TopicPartition(TOPIC, 0)
+STORAGE_ERROR = 56
+DEADLINE_S = 30.0
+
+
+def _batch(first: int, count: int, size: int, producer: tuple[int, int] | None = None) -> bytes:
+    values = [ProducerRecord(f"{i:08d}".encode() * (size // 8), f"k{i}".encode())
+              for i in range(first, first + count)]  # fmt: skip
+    if producer is None:
+        return build_batch(values, now_ms=1_700_000_000_000)
+    pid, epoch = producer
+    return build_batch(values, now_ms=1_700_000_000_000, producer_id=pid,
+                       producer_epoch=epoch, base_sequence=first)  # fmt: skip
+
+
+def _open(log_dir: Path, **config: object) -> Broker:
+    broker = Broker(log_dir, create=True)
+    if TOPIC not in broker.list_topics():
+        broker.create_topic(TOPIC, 1, config=config)
+    return broker
+
+
+def _keys_on_disk(directory: Path) -> list[bytes]:
+    """Every record key of the partition's segments, each segment verified (CRCs, indexes)."""
+    keys = []
+    for base in LogSegments.list_dir(directory).base_offsets:
+        with LogSegment.open(directory, base) as seg:
+            seg.verify()
+            keys += [r.key for b in seg.batches() for r in b.records()]
+    return keys
+
+
+def test_an_append_on_a_full_disk_is_cut_back_and_the_retry_lands_once_space_is_back(
+    tmp_path: Path,
+) -> None:
+    with tmpfs("8m") as mount:
+        log_dir = mount / "logs"
+        broker = _open(log_dir)
+        try:
+            pid, epoch = broker.init_producer_id()
+            assert broker.append(TP, _batch(0, 4, 1000, (pid, epoch))).error is None
+            log = broker.log_manager.get_log(TP)
+            segment = log_dir / "t-0" / "00000000000000000000.log"
+            size, leo = segment.stat().st_size, log.log_end_offset
+            filler = fill(mount, leave=64 << 10)
+            big = _batch(4, 16, 8192, (pid, epoch))  # 128 KiB: half of it fits
+            for attempt in (1, 2):
+                result = broker.append(TP, big)
+                assert type(result.error) is KafkaStorageError  # not offline: it recovers
+                assert result.error.code == STORAGE_ERROR
+                assert segment.stat().st_size == size and log.log_end_offset == leo
+                assert log.high_watermark == leo
+                assert broker.log_manager.health.failures >= attempt
+            assert broker.log_manager.health.episodes == 1
+            filler.unlink()
+            landed = broker.append(TP, big)  # the same sequence: accepted, not out of order
+            assert landed.error is None and not landed.duplicate
+            assert (landed.base_offset, landed.last_offset) == (leo, leo + 15)
+            again = broker.append(TP, big)
+            assert again.error is None and again.duplicate
+            assert (again.base_offset, again.last_offset) == (leo, leo + 15)
+        finally:
+            broker.close()
+        assert (log_dir / ".kafka_cleanshutdown").exists()
+        reopened = _open(log_dir)
+        try:
+            assert reopened.log_manager.get_log(TP).log_end_offset == leo + 16
+        finally:
+            reopened.close()
+        assert _keys_on_disk(log_dir / "t-0") == [f"k{i}".encode() for i in range(20)]
+
+
+def test_a_roll_on_a_full_disk_leaves_an_empty_segment_the_next_append_fills(
+    tmp_path: Path,
+) -> None:
+    with tmpfs("8m") as mount:
+        log_dir = mount / "logs"
+        broker = _open(log_dir, **{"segment.bytes": 200_000})
+        try:
+            for i in range(0, 18, 6):  # 3 batches of about 49 KB
+                assert broker.append(TP, _batch(i, 6, 8192)).error is None
+            filler = fill(mount, leave=32 << 10)
+            result = broker.append(TP, _batch(18, 12, 8192))  # 96 KiB, rolls at 18: torn
+            assert result.error is not None and result.error.code == STORAGE_ERROR
+            directory = log_dir / "t-0"
+            rolled = directory / "00000000000000000018.log"
+            assert not rolled.exists() or rolled.stat().st_size == 0
+            filler.unlink()
+            landed = broker.append(TP, _batch(18, 12, 8192))
+            assert landed.error is None and landed.base_offset == 18
+            assert LogSegments.list_dir(directory).base_offsets == [0, 18]
+            assert rolled.stat().st_size == len(_batch(18, 12, 8192))
+        finally:
+            broker.close()
+        assert _keys_on_disk(log_dir / "t-0") == [f"k{i}".encode() for i in range(30)]
+
+
+def test_a_roll_without_a_free_inode_creates_no_file_and_the_old_segment_stays_active(
+    tmp_path: Path,
+) -> None:
+    with tmpfs("16m", inodes=200) as mount:
+        log_dir = mount / "logs"
+        broker = _open(log_dir, **{"segment.bytes": 100_000})
+        try:
+            assert broker.append(TP, _batch(0, 6, 8192)).error is None
+            spare = mount / "spare"
+            spare.mkdir()
+            made = []
+            for i in range(1000):  # bounded: far more than the 200 inodes
+                try:
+                    (spare / str(i)).touch()
+                except OSError:
+                    break
+                made.append(spare / str(i))
+            result = broker.append(TP, _batch(6, 12, 8192))  # rolls at offset 6
+            assert result.error is not None and result.error.code == STORAGE_ERROR
+            directory = log_dir / "t-0"
+            assert sorted(p.name for p in directory.glob("00000000000000000006.*")) == []
+            for p in made[:10]:
+                p.unlink()
+            landed = broker.append(TP, _batch(6, 12, 8192))
+            assert landed.error is None and landed.base_offset == 6
+            assert LogSegments.list_dir(directory).base_offsets == [0, 6]
+        finally:
+            broker.close()
+        assert _keys_on_disk(log_dir / "t-0") == [f"k{i}".encode() for i in range(18)]
+
+
+def test_checkpoints_on_a_full_disk_keep_the_old_file_and_catch_up_once_space_is_back(
+    tmp_path: Path,
+) -> None:
+    with tmpfs("8m") as mount:
+        log_dir = mount / "logs"
+        broker = _open(log_dir)
+        hw_file = OffsetCheckpointFile(log_dir / REPLICATION_OFFSET_CHECKPOINT)
+        try:
+            assert broker.append(TP, _batch(0, 3, 100)).error is None
+            _wait_for(lambda: hw_file.read_or_empty().get(TP) == 3)
+            filler = fill(mount)
+            before = (log_dir / REPLICATION_OFFSET_CHECKPOINT).read_bytes()
+            assert broker.append(TP, _batch(3, 2, 100)).error is None  # fits the page
+            _wait_for(lambda: broker.log_manager.health.failing)
+            assert (log_dir / REPLICATION_OFFSET_CHECKPOINT).read_bytes() == before
+            assert sorted(p.name for p in log_dir.glob("*.tmp")) == []
+            filler.unlink()
+            _wait_for(lambda: hw_file.read_or_empty().get(TP) == 5)
+        finally:
+            broker.close()
+        assert (log_dir / ".kafka_cleanshutdown").exists()
+
+
+def _wait_for(condition) -> None:
+    deadline = time.monotonic() + DEADLINE_S
+    while not condition():
+        assert time.monotonic() < deadline, "not reached in time"
+        time.sleep(0.02)
+
+
+def test_closing_on_a_full_disk_recovers_at_the_next_start(tmp_path: Path) -> None:
+    with tmpfs("8m") as mount:
+        log_dir = mount / "logs"
+        broker = _open(log_dir)
+        try:
+            assert broker.append(TP, _batch(0, 3, 100)).error is None
+            fill(mount)
+            assert broker.append(TP, _batch(3, 2, 100)).error is None  # fits the page
+        finally:
+            broker.close()  # the last checkpoints cannot be written
+        assert not (log_dir / ".kafka_cleanshutdown").exists()
+        for p in mount.glob("filler"):
+            os.unlink(p)
+        reopened = _open(log_dir)
+        try:
+            log = reopened.log_manager.get_log(TP)
+            assert log.log_end_offset == 5
+        finally:
+            reopened.close()
+        assert _keys_on_disk(log_dir / "t-0") == [f"k{i}".encode() for i in range(5)]
+
+
+def test_an_abort_whose_txnindex_entry_does_not_fit_takes_the_log_offline_until_a_restart(
+    tmp_path: Path,
+) -> None:
+    """The marker is in the log but its ``.txnindex`` entry is not: read_committed readers
+    would see the aborted records, so the log goes offline (KAFKA_STORAGE_ERROR, as Kafka's
+    failed log dir) and the next start recovers it, rebuilding the entry."""
+    from broker_embedded.coordinator.transaction_coordinator import TxnCompletion
+    from broker_embedded.errors import LogDirFailureError
+    from broker_embedded.storage.producer_state_manager import AppendOrigin
+
+    with tmpfs("8m") as mount:
+        log_dir = mount / "logs"
+        broker = _open(log_dir)
+        pid, epoch = broker.init_producer_id()
+        try:
+            txn = build_batch([ProducerRecord(b"x" * 100, b"k0")], now_ms=1_700_000_000_000,
+                              producer_id=pid, producer_epoch=epoch, base_sequence=0,
+                              is_transactional=True)  # fmt: skip
+            assert broker.append(TP, txn).error is None  # 180 bytes: the page has room
+            log = broker.log_manager.get_log(TP)
+            hw_file = OffsetCheckpointFile(log_dir / REPLICATION_OFFSET_CHECKPOINT)
+            _wait_for(lambda: hw_file.read_or_empty().get(TP) == 1)  # no write under way
+            filler = fill(mount)  # not even a page for the new .txnindex
+            marker = TxnCompletion("app", pid, epoch, False, (TP,)).marker_batch(1)
+            assert broker.append(TP, marker, origin=AppendOrigin.COORDINATOR).error is None
+            assert log.failure is not None
+            result = broker.append(TP, _batch(2, 1, 100))
+            assert type(result.error) is LogDirFailureError and result.error.code == 56
+        finally:
+            broker.close()
+        assert not (log_dir / ".kafka_cleanshutdown").exists()
+        filler.unlink()
+        reopened = _open(log_dir)
+        try:
+            log = reopened.log_manager.get_log(TP)
+            assert log.log_end_offset == 2 and log.failure is None
+            aborted = log.collect_aborted_transactions(0, 2)
+            assert [(a.producer_id, a.first_offset, a.last_offset) for a in aborted] == [
+                (pid, 0, 1)
+            ]
+            assert reopened.append(TP, _batch(2, 1, 100)).error is None
+        finally:
+            reopened.close()
+
+
+def test_a_broker_started_on_a_full_disk_answers_56_until_space_is_back(tmp_path: Path) -> None:
+    """Becoming leader again cannot record the new leader epoch; the first append of the
+    epoch does (before its bytes, as Kafka), so it answers 56 until the checkpoint fits."""
+    with tmpfs("8m") as mount:
+        log_dir = mount / "logs"
+        broker = _open(log_dir)
+        try:
+            assert broker.append(TP, _batch(0, 3, 100)).error is None
+        finally:
+            broker.close()
+        epochs = log_dir / "t-0" / "leader-epoch-checkpoint"
+        assert epochs.read_text() == "0\n1\n0 0\n"
+        filler = fill(mount)
+        broker = _open(log_dir)
+        try:
+            result = broker.append(TP, _batch(3, 3, 100))
+            assert result.error is not None and result.error.code == STORAGE_ERROR
+            assert epochs.read_text() == "0\n1\n0 0\n"
+            filler.unlink()
+            assert broker.append(TP, _batch(3, 3, 100)).base_offset == 3
+            assert epochs.read_text() == "0\n2\n0 0\n1 3\n"
+        finally:
+            broker.close()
+        assert _keys_on_disk(log_dir / "t-0") == [f"k{i}".encode() for i in range(6)]
+
+
+def test_creating_a_topic_on_a_full_disk_fails_whole_and_works_once_space_is_back(
+    tmp_path: Path,
+) -> None:
+    with tmpfs("8m") as mount:
+        broker = _open(mount / "logs")
+        try:
+            filler = fill(mount)
+            try:
+                broker.create_topic("b", 2)
+            except KafkaStorageError as e:
+                assert "registering topic 'b'" in str(e) and e.code == STORAGE_ERROR
+            else:
+                raise AssertionError("created a topic on a full disk")
+            assert broker.list_topics() == [TOPIC]
+            filler.unlink()
+            broker.create_topic("b", 2)
+            assert sorted(broker.list_topics()) == ["b", TOPIC]
+            assert broker.produce("b", 1, [b"x"]).base_offset == 0
+        finally:
+            broker.close()
