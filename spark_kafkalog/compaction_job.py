@@ -273,10 +273,10 @@ def _plan_partition(
     log_dir: Path, tp: TopicPartition, settings: JobSettings, now_ms: int
 ) -> CleaningTask | PartitionOutcome:
     skip = partial(PartitionOutcome, str(log_dir), tp.topic, tp.partition, SKIPPED)
-    lock = _acquire(log_dir, tp, settings)
-    if isinstance(lock, str):
-        return skip(reason=lock)
     try:
+        lock = _acquire(log_dir, tp, settings)
+        if isinstance(lock, str):
+            return skip(reason=lock)
         with lock:
             lg = open_log_for_cleaning(log_dir, tp, settings.config.topic_defaults)
             try:
