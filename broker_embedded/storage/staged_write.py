@@ -635,6 +635,7 @@ def commit(
     files = [f for f in files if f.records > 0]
     lm = _open_log_manager(log_dir, job_id, lock_timeout_s)
     keep_journal = False  # True when what is on disk must be left for the next open to resolve
+    failed = False
     try:
         mark = None
         if writer_id is not None:
@@ -691,8 +692,17 @@ def commit(
         journal.unlink()
         fsync_dir(directory)
         return {tp: (before[tp], after[tp]) for tp in logs}
+    except BaseException:
+        failed = True
+        raise
     finally:
-        lm.close(clean=not keep_journal)
+        try:
+            lm.close(clean=not keep_journal)
+        except Exception as e:
+            if not failed:
+                raise
+            # the job's own error is the one to report (a full disk fails this close too)
+            log.warning("closing log dir %s after write job %s failed: %s", log_dir, job_id, e)
         if not keep_journal:
             shutil.rmtree(directory, ignore_errors=True)
 
