@@ -116,15 +116,16 @@ STAGED = ROWS * VALUE_BYTES  # about: 4 staged files (2 tasks x 2 partitions) of
 @pytest.mark.parametrize(
     "room",
     [STAGED + MiB // 2, STAGED + 2 * MiB + MiB // 4, STAGED + 3 * MiB + 3 * MiB // 4],
-    ids=["first-append-rolls-and-tears", "first-append-tears", "a-later-append-tears"],
+    ids=["room-for-the-staged-files", "and-one-more-file", "and-two-more-files"],
 )
 def test_a_full_disk_in_the_commit_fails_the_job_and_leaves_the_log_dir_as_it_was(
     spark, disk: Path, room: int
 ) -> None:
-    """The staged files fit, their copy in the log does not: the commit's appends (in file
-    order: task 0's partition 0 and 1, then task 1's) run out at the first (partition 0, into
-    a new segment), the second (partition 1, its existing segment) or the third (partition 0
-    again) staged file."""
+    """The staged files fit, their copy in the log does not: without the commit's free-space
+    check its appends (in file order: task 0's partition 0 and 1, then task 1's) would run out
+    in the first (partition 0, into a new segment: the torn bytes stayed there), the second
+    (partition 1, its existing segment) or the third (partition 0 again) staged file; with it
+    the commit refuses before appending anything."""
     log_dir = _log_dir(disk)
     filler = fill_leaving(disk, room)
     _fails_cleanly_then_succeeds(spark, log_dir, filler)
