@@ -28,14 +28,16 @@ evenly while every partition still gets large batches (records are grouped per p
 are encoded). The partition counts come from the log dir's ``kafkalog-topics.json``.
 
 Atomicity (broker_embedded/storage/staged_write.py): each task stages complete record batches in
-``<log dir>/.kafkalog-staging/<job id>/`` (one file per task attempt and partition), one Arrow
-batch at a time (its memory is bounded by Spark's Arrow batch size, whatever the task's data);
-the job's commit, on the driver side, takes the log dir's lock, appends the staged batches in
-task order and only then publishes the new high watermarks, all at once. A failed or aborted job
-leaves nothing visible. Batches are encoded uncompressed, at most ``max.message.bytes - 61``
-bytes (and 1 MiB) each, so no batch is refused; a single record above the topic's
-``max.message.bytes`` is an error naming the topic and partition, as is a keyless record for a
-compacted topic.
+``<log dir>/.kafkalog-staging/<job id>/`` (one file per task attempt and partition), one Arrow batch
+at a time (its memory is bounded by Spark's Arrow batch size, whatever the task's data); the job's
+commit, on the driver side, takes the log dir's lock, appends the staged batches in task order and
+only then publishes the new high watermarks, all at once. A failed or aborted job leaves nothing
+visible. On a full disk the job fails with a KAFKA_STORAGE_ERROR naming the log dir, the partition,
+the file and ``No space left on device`` (a task's staging, or the commit's free-space check before
+it appends anything), and the log dir is left as it was. Batches are encoded uncompressed, at most
+``max.message.bytes - 61`` bytes (and 1 MiB) each, so no batch is refused; a single record above the
+topic's ``max.message.bytes`` is an error naming the topic and partition, as is a keyless record for
+a compacted topic.
 
 Modes: ``append`` only (``.mode("append")``: Spark refuses its default mode, ErrorIfExists, for
 Python data sources); overwrite is refused: Kafka has no overwrite. A log dir owned

@@ -25,7 +25,9 @@ Safety: the job never writes to a log dir someone owns; two runs never clean one
 once (the second skips it, naming the first); a run killed at any moment leaves every log valid
 (each segment swap is atomic, the checkpoint only moves after a swap) and a rerun goes on from
 the checkpoint; a partition that needs nothing is skipped, so reruns are idempotent. A failure
-on one partition (corrupt data) fails that partition only.
+on one partition (corrupt data; a full disk, named as the file that did not fit and ``No space
+left on device``, its ``.cleaned`` files deleted and its segments as they were) fails that
+partition only.
 
 Exit status (:func:`exit_status`): 0 every partition done (cleaned, or skipped because it needs
 nothing or someone else cleans it); 1 a partition failed (or the job could not run: a log dir
@@ -273,10 +275,10 @@ def _plan_partition(
     log_dir: Path, tp: TopicPartition, settings: JobSettings, now_ms: int
 ) -> CleaningTask | PartitionOutcome:
     skip = partial(PartitionOutcome, str(log_dir), tp.topic, tp.partition, SKIPPED)
-    lock = _acquire(log_dir, tp, settings)
-    if isinstance(lock, str):
-        return skip(reason=lock)
     try:
+        lock = _acquire(log_dir, tp, settings)
+        if isinstance(lock, str):
+            return skip(reason=lock)
         with lock:
             lg = open_log_for_cleaning(log_dir, tp, settings.config.topic_defaults)
             try:

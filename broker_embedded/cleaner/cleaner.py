@@ -19,7 +19,10 @@ A round (:meth:`Cleaner.clean`, Kafka's ``doClean``; reference D of kafka.md):
    ``segment.bytes``, its indexes within ``segment.index.bytes`` and its offsets within an int32
    of the group's base). Each group is recopied into ``<first base>.log.cleaned`` (with its
    indexes and ``.txnindex``), fsynced, and swapped in for the group's segments by
-   ``UnifiedLog.replace_segments`` (crash-safe renames; see unified_log.py).
+   ``UnifiedLog.replace_segments`` (crash-safe renames; see unified_log.py). A write that fails
+   (a full disk: ``ENOSPC``) deletes the group's ``.cleaned`` files and raises
+   :class:`KafkaStorageError` naming the partition and the file: the group's segments stay as
+   they were, and the groups swapped in before it stay (each is complete and valid).
 4. The caller records the end offset in ``cleaner-offset-checkpoint`` (log_cleaner_manager.py).
 
 What is kept, per batch (Kafka's cleaner ``RecordFilter`` and ``MemoryRecords.filterTo``):
@@ -72,6 +75,7 @@ import os
 import struct
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -80,7 +84,7 @@ import numpy as np
 from broker_embedded.cleaner import cleaner_kernel as ck
 from broker_embedded.cleaner.log_cleaner_manager import OffsetsToClean, cleanable_offsets
 from broker_embedded.cleaner.skimpy_offset_map import MD5_SCRATCH_BYTES, SkimpyOffsetMap
-from broker_embedded.errors import CorruptRecordError, KafkaLogError
+from broker_embedded.errors import CorruptRecordError, KafkaLogError, KafkaStorageError
 from broker_embedded.record import decode_kernel as dk
 from broker_embedded.record import entry_scan
 from broker_embedded.record.batch_layout import (
@@ -680,7 +684,8 @@ class Cleaner:
         txns.cleaned_index = []
         last_nonempty = max((i for i, s in enumerate(group) if s.size > 0), default=-1)
         indexes = _GroupIndexes(base, log.config.index_interval_bytes)
-        fd = os.open(cleaned[0], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        with _storage_failure(log, cleaned[0]):
+            fd = os.open(cleaned[0], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         written = 0
         try:
             for i, s in enumerate(group):
@@ -694,10 +699,12 @@ class Cleaner:
                     if len(rows):
                         rows[:, 0] += written
                         indexes.add(rows)
-                    for piece in pieces:
-                        _write_all(fd, piece)
-                        written += len(piece)
-            os.fsync(fd)
+                    with _storage_failure(log, cleaned[0]):
+                        for piece in pieces:
+                            _write_all(fd, piece)
+                            written += len(piece)
+            with _storage_failure(log, cleaned[0]):
+                os.fsync(fd)
         except BaseException:
             os.close(fd)
             for p in cleaned:
@@ -705,7 +712,7 @@ class Cleaner:
             raise
         os.close(fd)
         try:
-            self._write_indexes(indexes, txns.cleaned_index, cleaned)
+            self._write_indexes(log, indexes, txns.cleaned_index, cleaned)
             mtime = os.stat(d / (segment_file_stem(group[-1].base) + LOG_SUFFIX)).st_mtime_ns
             os.utime(cleaned[0], ns=(mtime, mtime))
             log.replace_segments(base, [s.base for s in group], session)
@@ -718,7 +725,11 @@ class Cleaner:
         stats.groups += 1
 
     def _write_indexes(
-        self, indexes: _GroupIndexes, aborted: list[AbortedTxn], cleaned: list[Path]
+        self,
+        log: UnifiedLog,
+        indexes: _GroupIndexes,
+        aborted: list[AbortedTxn],
+        cleaned: list[Path],
     ) -> None:
         offset_index, time_index = indexes.close()
         for path, data in (
@@ -729,7 +740,7 @@ class Cleaner:
             if path is cleaned[3] and not data:
                 path.unlink(missing_ok=True)
                 continue
-            with open(path, "wb") as f:
+            with _storage_failure(log, path), open(path, "wb") as f:
                 f.write(data)
                 f.flush()
                 os.fsync(f.fileno())
@@ -949,6 +960,20 @@ class _GroupIndexes:
         ti = np.concatenate(self.time_entries)
         return (OffsetIndex(self.base, keys=oi[:, 0], values=oi[:, 1]),
                 TimeIndex(self.base, keys=ti[:, 0], values=ti[:, 1]))  # fmt: skip
+
+
+@contextmanager
+def _storage_failure(log: UnifiedLog, path: Path) -> Iterator[None]:
+    """An ``OSError`` writing ``path`` (a full disk: ``ENOSPC``) as a
+    :class:`KafkaStorageError` naming the partition and the file (the caller deletes what it
+    wrote: the log is as before the group)."""
+    try:
+        yield
+    except OSError as e:
+        raise KafkaStorageError(
+            f"cleaning {log.topic_partition} in {log.directory}: writing {path} failed: "
+            f"[Errno {e.errno}] {e.strerror}; the segments it replaces are kept"
+        ) from e
 
 
 def _write_all(fd: int, data: memoryview | bytes) -> None:

@@ -20,10 +20,15 @@ Threads (:class:`LogCleaner`): ``log.cleaner.threads`` daemon threads, each with
 ``log.cleaner.dedupe.buffer.size / threads`` bytes (load factor
 ``log.cleaner.io.buffer.load.factor``). A thread cleans the filthiest log (one round), writes
 the checkpoint, applies retention to the ``compact,delete`` logs, and sleeps
-``log.cleaner.backoff.ms`` when no log needed cleaning. :meth:`LogCleaner.shutdown` stops the
-threads: a round in progress stops at its next window (what it swapped in so far stays: every
-swap is complete and valid). :meth:`LogCleaner.clean_log` cleans one log at once in the
-caller's thread (tools, the compaction job: the caller holds the log dir's lock).
+``log.cleaner.backoff.ms`` when no log needed cleaning. A pass that fails to write (a full disk:
+:data:`STORAGE_ERRORS`) leaves the log as it was (cleaner.py) and cleanable: the thread logs one
+warning for the episode (then a debug line per retry), sleeps ``log.cleaner.backoff.ms`` and
+retries, and logs one info line when a pass succeeds again (Kafka takes the log dir offline
+instead; here the broker keeps serving reads). Other errors mark the partition uncleanable until
+the log dir is reopened, as in Kafka. :meth:`LogCleaner.shutdown` stops the threads: a round in
+progress stops at its next window (what it swapped in so far stays: every swap is complete and
+valid). :meth:`LogCleaner.clean_log` cleans one log at once in the caller's thread (tools, the
+compaction job: the caller holds the log dir's lock).
 
 The compiled cleaner is imported on first use, so that importing this module (the log manager
 does) does not load numba.
@@ -42,7 +47,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from broker_embedded.errors import KafkaLogError
+from broker_embedded.errors import KafkaLogError, KafkaStorageError
 from broker_embedded.storage.cleaning_lock import checkpoint_lock
 from broker_embedded.storage.log_segments import LogSegments
 from broker_embedded.storage.offset_checkpoint import (
@@ -62,6 +67,8 @@ DEFAULT_DEDUPE_BUFFER_SIZE = 128 << 20
 DEFAULT_LOAD_FACTOR = 0.9
 DEFAULT_BACKOFF_MS = 15_000
 DEFAULT_WINDOW_BYTES = 4 << 20
+# what a cleaner thread retries after log.cleaner.backoff.ms (a full disk), logging once
+STORAGE_ERRORS = (KafkaStorageError, OSError)
 
 
 @dataclass(frozen=True)
@@ -433,16 +440,33 @@ class LogCleaner:
 
     def _run(self) -> None:
         cleaner = None
+        failures = 0  # this thread's passes in a row that failed to write (a full disk)
         while not self._stop.is_set():
             try:
                 if cleaner is None:
                     cleaner = self.new_cleaner()
                 cleaned = self.clean_once(cleaner)
+                if failures:
+                    _log.info("log cleaner: a pass succeeded after %d that failed to write",
+                              failures)  # fmt: skip
+                    failures = 0
+            except STORAGE_ERRORS as e:  # a full disk: not the log's fault, retried
+                failures += 1
+                self._log_storage_failure(e, failures)
+                cleaned = False
             except Exception:  # keep the thread alive: the next pass retries
                 _log.exception("log cleaner pass failed")
                 cleaned = False
             if not cleaned:
                 self._stop.wait(self.config.backoff_ms / 1000)
+
+    def _log_storage_failure(self, error: BaseException, failures: int) -> None:
+        """One warning per episode of failed writes (its first pass), a debug line per retry."""
+        if failures == 1:
+            _log.warning("log cleaner: %s; retried every log.cleaner.backoff.ms (%d ms) until "
+                         "it succeeds", error, self.config.backoff_ms)  # fmt: skip
+        else:
+            _log.debug("log cleaner: attempt %d failed too: %s", failures, error)
 
     def clean_once(self, cleaner: Cleaner) -> bool:
         """Clean the filthiest log (one round), then apply retention to ``compact,delete``
@@ -497,6 +521,8 @@ class LogCleaner:
         except CleaningAbortedError as e:
             _log.info("cleaning of %s aborted: %s", tp, e)
             return None
+        except STORAGE_ERRORS:
+            raise  # the disk's fault, not the log's: it stays cleanable (the caller reports)
         except Exception:
             _log.exception("cleaning %s failed: the partition is marked uncleanable", tp)
             self.manager.mark_uncleanable(tp)

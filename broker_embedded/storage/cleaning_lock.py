@@ -42,7 +42,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from types import TracebackType
 
-from broker_embedded.errors import LogDirLockedError
+from broker_embedded.errors import KafkaStorageError, LogDirLockedError
 from broker_embedded.storage.log_dir_lock import (
     CLEANING_DIR,
     CLEANING_LOCK_SUFFIX,
@@ -109,6 +109,13 @@ class PartitionCleaningLock:
             dir_lock = _shared_dir_lock(log_dir, where)
             try:
                 write_owner(fd, f"{owner}, cleaning {tp.dir_name}")
+            except OSError as e:  # a full disk: no page for the holder's line
+                dir_lock.release()
+                path = cleaning_dir(log_dir) / (tp.dir_name + CLEANING_LOCK_SUFFIX)
+                raise KafkaStorageError(
+                    f"{where}: writing the holder of cleaning lock {path} failed: "
+                    f"[Errno {e.errno}] {e.strerror}"
+                ) from e
             except BaseException:
                 dir_lock.release()
                 raise

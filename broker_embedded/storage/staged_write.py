@@ -52,7 +52,10 @@ The commit (:func:`commit`, on the driver side), with nothing visible until its 
 2. checks everything it can before appending anything: every topic partition is registered
    (UNKNOWN_TOPIC_OR_PARTITION), every staged file is there with the size its task staged, no
    batch is above the topic's ``max.message.bytes`` (RECORD_TOO_LARGE), no keyless record goes
-   to a compacted topic (INVALID_RECORD);
+   to a compacted topic (INVALID_RECORD), and the log dir's filesystem has room for the
+   appends (:func:`space_needed`: the records, 1/64 more for indexes, ``SPACE_RESERVE_BYTES``
+   for checkpoint files; else KAFKA_STORAGE_ERROR with ``ENOSPC``'s words, naming the log dir
+   and the partitions, before anything is written);
 3. writes the checkpoint files (so that no published HW is above the LEO it journals: a log
    recovered after a crash may end below the HW its last owner published), then the journal;
 4. appends the files in the order given, each in appends of whole batches of at most
@@ -67,19 +70,23 @@ The commit (:func:`commit`, on the driver side), with nothing visible until its 
 7. deletes the journal, closes the log manager (clean shutdown, lock released) and deletes the
    job directory.
 
-A failure before step 6 in the committing process truncates every touched log back to its
-journaled LEO and deletes the journal (then the error propagates). When the process dies
-instead, the next :class:`LogManager` to open the log dir (a broker, the CLI, the next commit)
-finishes the job with :func:`resolve_interrupted_commits`: for each job directory holding a
-journal (which only a dead commit leaves: a live one holds the lock), if the published HW of
-every journaled partition is still at or below its journaled LEO, the commit never published
-and every such partition is truncated to its journaled LEO (the truncation fsynced before the
-journal goes) and a streaming writer's commits file is set back to the journaled previous batch
-(deleted if there was none); otherwise it published (step 6 writes all HWs in one file) and is
-kept, and the commits file is set to the journaled batch (already so: step 5 wrote it). A
-failure before step 6 in the committing process sets the commits file back the same way. Either
-way the job directory is then deleted: the records of a batch and its id in the commits file are
-published together or not at all.
+A failure before step 6 in the committing process deletes the staged files (their space is the
+rollback's: on a full disk the checkpoint files it rewrites need room), truncates every touched
+log back to its journaled LEO and deletes the journal; then the error propagates, an ``OSError``
+(a full disk: ``ENOSPC``) as a :class:`KafkaStorageError` naming the job, the log dir and the
+staged file or step. A task that cannot write its staged files (a full disk) deletes them and
+fails with a :class:`KafkaStorageError` naming the log dir, the topic partition and the file.
+When the process dies instead, the next :class:`LogManager` to open the log dir (a broker, the
+CLI, the next commit) finishes the job with :func:`resolve_interrupted_commits`: for each job
+directory holding a journal (which only a dead commit leaves: a live one holds the lock), if the
+published HW of every journaled partition is still at or below its journaled LEO, the commit
+never published and every such partition is truncated to its journaled LEO (the truncation
+fsynced before the journal goes) and a streaming writer's commits file is set back to the
+journaled previous batch (deleted if there was none); otherwise it published (step 6 writes all
+HWs in one file) and is kept, and the commits file is set to the journaled batch (already so:
+step 5 wrote it). A failure before step 6 in the committing process sets the commits file back
+the same way. Either way the job directory is then deleted: the records of a batch and its id in
+the commits file are published together or not at all.
 
 :func:`abort` deletes a job's staging directory (a journal in it, left by a dead commit, is
 resolved first by opening the log dir, when no one holds it). Staging directories of jobs that
@@ -94,6 +101,7 @@ lock, and so do all writes of a commits file. :class:`StagedFile` is immutable.
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import os
@@ -101,6 +109,7 @@ import re
 import shutil
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, TYPE_CHECKING
@@ -110,6 +119,7 @@ from broker_embedded.errors import (
     CorruptRecordError,
     InvalidRecordError,
     KafkaLogError,
+    KafkaStorageError,
     LogDirLockedError,
     RecordTooLargeError,
     UnknownTopicOrPartitionError,
@@ -139,6 +149,8 @@ MAX_OPEN_FILES = 32  # per task: least recently used staged files beyond this ar
 DEFAULT_LOCK_TIMEOUT_S = 120.0
 UNKNOWN_HOLDER_WAIT_S = 5.0  # a lock whose holder names no one yet: a probe or a fresh holder
 COMMIT_OWNER = "kafkalog write job"  # how a commit names itself in the .lock file
+SPACE_RESERVE_BYTES = 1 << 20  # free space a commit keeps beyond its records (space_needed)
+MAX_NAMED_PARTITIONS = 10  # partitions an error lists by name
 _NAME = re.compile(r"[A-Za-z0-9_-]{1,100}")
 
 
@@ -197,6 +209,7 @@ class StagedTask:
     :meth:`append` batches, then :meth:`finish` (or :meth:`discard` on failure)."""
 
     def __init__(self, log_dir: str | Path, job_id: str, attempt: str) -> None:
+        self.log_dir, self.job_id = Path(log_dir), job_id
         self.directory = job_dir(log_dir, job_id)
         self.attempt = _checked_name(attempt, "task attempt id")
         self._files: dict[TopicPartition, _OpenStage] = {}
@@ -224,28 +237,46 @@ class StagedTask:
         stage = self._files.get(tp)
         if stage is None:
             name = f"{self.attempt}.{tp.dir_name}{STAGED_SUFFIX}"
-            self.directory.mkdir(parents=True, exist_ok=True)
             stage = _OpenStage(self.directory / (name + TMP_SUFFIX), self.directory / name, tp)
+            with self._naming_failures(stage):
+                self.directory.mkdir(parents=True, exist_ok=True)
             self._files[tp] = stage
         if stage.file is None:
             while len(self._open) >= MAX_OPEN_FILES:
                 self._close(next(iter(self._open)))
-            stage.file = open(stage.tmp, "ab")  # noqa: SIM115 (closed by _close / finish)
+            with self._naming_failures(stage):
+                stage.file = open(stage.tmp, "ab")  # noqa: SIM115 (closed by _close / finish)
         self._open.pop(tp, None)
         self._open[tp] = None
-        stage.file.write(data)
+        with self._naming_failures(stage):
+            stage.file.write(data)
         stage.batches += batches
         stage.records += records
         stage.size += len(data)
         stage.max_batch = max(stage.max_batch, max_batch_size)
         stage.null_keys += null_keys
 
+    @contextmanager
+    def _naming_failures(self, stage: _OpenStage) -> Iterator[None]:
+        """An ``OSError`` (a full disk: ``ENOSPC``) as a :class:`KafkaStorageError` naming the
+        log dir, the topic partition and the staged file."""
+        try:
+            yield
+        except OSError as e:
+            raise KafkaStorageError(
+                f"write job {self.job_id}: staging records of topic {stage.tp.topic!r} partition "
+                f"{stage.tp.partition} ({stage.tp.dir_name}) in log dir {self.log_dir} failed: "
+                f"writing {stage.tmp}: [Errno {e.errno}] {e.strerror}; the task's staged files "
+                "are deleted and nothing of the job is committed"
+            ) from e
+
     def _close(self, tp: TopicPartition) -> None:
         self._open.pop(tp, None)
         stage = self._files[tp]
         if stage.file is not None:
-            stage.file.close()
-            stage.file = None
+            file, stage.file = stage.file, None
+            with self._naming_failures(stage):
+                file.close()  # buffered bytes are written here: it can fail as a write does
 
     def finish(self) -> tuple[StagedFile, ...]:
         """fsync and rename every staged file; their descriptions, by topic and partition."""
@@ -254,9 +285,10 @@ class StagedTask:
         for tp in sorted(self._files):
             stage = self._files[tp]
             self._close(tp)
-            with open(stage.tmp, "rb+") as f:
-                os.fsync(f.fileno())
-            os.replace(stage.tmp, stage.final)
+            with self._naming_failures(stage):
+                with open(stage.tmp, "rb+") as f:
+                    os.fsync(f.fileno())
+                os.replace(stage.tmp, stage.final)
             out.append(StagedFile(str(stage.final), tp.topic, tp.partition, stage.batches,
                                   stage.records, stage.size, stage.max_batch,
                                   stage.null_keys))  # fmt: skip
@@ -270,7 +302,7 @@ class StagedTask:
         for tp, stage in self._files.items():
             try:
                 self._close(tp)
-            except OSError:
+            except KafkaStorageError:
                 pass
             for path in (stage.tmp, stage.final):
                 try:
@@ -509,6 +541,60 @@ def _set_committed_batch(log_dir: Path, writer_id: str, batch: int | None) -> No
     write_atomically(path, (json.dumps(body) + "\n").encode("utf-8"))
 
 
+@contextmanager
+def _failure_named(job_id: str, log_dir: Path, what: str) -> Iterator[None]:
+    """An ``OSError`` or :class:`KafkaStorageError` of a commit's step (a full disk) as a
+    :class:`KafkaStorageError` naming the job, the log dir and ``what`` it was doing."""
+    try:
+        yield
+    except (OSError, KafkaStorageError) as e:
+        cause = f"[Errno {e.errno}] {e.strerror}" if isinstance(e, OSError) else str(e)
+        raise KafkaStorageError(
+            f"write job {job_id}: {what} in log dir {log_dir} failed: {cause}; the job is rolled "
+            "back: nothing of it is published"
+        ) from e
+
+
+def space_needed(files: Sequence[StagedFile]) -> int:
+    """Bytes a commit of ``files`` may take in the log dir: the records, their indexes (an
+    offset and a time index entry per ``index.interval.bytes``, at most 1/64 of the records
+    when every batch gets entries) and ``SPACE_RESERVE_BYTES`` for the files a commit rewrites
+    (checkpoints, journal, producer snapshots, new segments' pages)."""
+    size = sum(f.size for f in files)
+    return size + size // 64 + SPACE_RESERVE_BYTES
+
+
+def _check_space(log_dir: Path, job_id: str, files: Sequence[StagedFile]) -> None:
+    """Refuse (``ENOSPC``'s words, naming the log dir and the partitions) a commit that does not
+    fit in the log dir's free space, before anything is written."""
+    try:
+        st = os.statvfs(log_dir)
+    except OSError:
+        return  # unknown: the appends find out, and the job is rolled back
+    free = st.f_bavail * st.f_frsize
+    needed = space_needed(files)
+    if free >= needed:
+        return
+    sizes: dict[TopicPartition, int] = {}
+    for f in files:
+        sizes[f.topic_partition] = sizes.get(f.topic_partition, 0) + f.size
+    shown = sorted(sizes.items())
+    named = ", ".join(f"{tp.dir_name} {size} bytes" for tp, size in shown[:MAX_NAMED_PARTITIONS])
+    more = len(shown) - MAX_NAMED_PARTITIONS
+    raise KafkaStorageError(
+        f"write job {job_id}: [Errno {errno.ENOSPC}] {os.strerror(errno.ENOSPC)}: log dir "
+        f"{log_dir} has {free} bytes free, the job needs {needed} ({named}"
+        f"{f' and {more} more partitions' if more > 0 else ''}, their indexes and "
+        f"{SPACE_RESERVE_BYTES} bytes of checkpoint files), staged in {job_dir(log_dir, job_id)}"
+        ": nothing of the write job was appended; free space and run it again"
+    )
+
+
+def _drop_staged(files: Iterable[StagedFile]) -> None:
+    for f in files:
+        Path(f.path).unlink(missing_ok=True)
+
+
 def _truncate_back(lm: LogManager, leos: Mapping[TopicPartition, int]) -> None:
     """Truncate each log to its journaled LEO and make it durable."""
     for tp, leo in sorted(leos.items()):
@@ -549,6 +635,7 @@ def commit(
     files = [f for f in files if f.records > 0]
     lm = _open_log_manager(log_dir, job_id, lock_timeout_s)
     keep_journal = False  # True when what is on disk must be left for the next open to resolve
+    failed = False
     try:
         mark = None
         if writer_id is not None:
@@ -560,26 +647,32 @@ def commit(
                 return {}
             mark = WriterMark(writer_id, batch_id, previous)
         _check_before_appending(lm, files)
+        _check_space(log_dir, job_id, files)
         logs = {tp: lm.get_or_create_log(tp) for tp in sorted({f.topic_partition for f in files})}
         if not logs:
             return {}
         before = {tp: lg.log_end_offset for tp, lg in logs.items()}
-        lm.checkpoint()  # published HWs on disk <= these LEOs (recovery may have cut a log)
         journal = directory / JOURNAL
-        _write_journal(journal, job_id, before, mark)
+        with _failure_named(job_id, log_dir, f"writing the checkpoint files and {journal}"):
+            lm.checkpoint()  # published HWs on disk <= these LEOs (recovery may have cut a log)
+            _write_journal(journal, job_id, before, mark)
         try:
             for f in files:
                 lg = logs[f.topic_partition]
                 epoch = lg.leader_epoch_cache.latest_epoch
-                for chunk in _whole_batches(f.path, APPEND_CHUNK_BYTES):
-                    lg.append_as_leader(chunk, 0 if epoch is None else epoch)
-            for lg in logs.values():
-                lg.flush()
+                with _failure_named(job_id, log_dir, f"appending {f.path} to {lg.directory}"):
+                    for chunk in _whole_batches(f.path, APPEND_CHUNK_BYTES):
+                        lg.append_as_leader(chunk, 0 if epoch is None else epoch)
+            with _failure_named(job_id, log_dir, f"flushing {sorted(map(str, logs))}"):
+                for lg in logs.values():
+                    lg.flush()
             after = {tp: lg.log_end_offset for tp, lg in logs.items()}
             if mark is not None:
-                _set_committed_batch(log_dir, mark.writer_id, mark.batch)
+                with _failure_named(job_id, log_dir, f"writing {commits_file(log_dir, writer_id)}"):
+                    _set_committed_batch(log_dir, mark.writer_id, mark.batch)
         except BaseException:
             try:
+                _drop_staged(files)  # not needed any more: their space helps the rollback
                 _truncate_back(lm, before)
                 lm.checkpoint()
                 if mark is not None:
@@ -599,8 +692,17 @@ def commit(
         journal.unlink()
         fsync_dir(directory)
         return {tp: (before[tp], after[tp]) for tp in logs}
+    except BaseException:
+        failed = True
+        raise
     finally:
-        lm.close(clean=not keep_journal)
+        try:
+            lm.close(clean=not keep_journal)
+        except Exception as e:
+            if not failed:
+                raise
+            # the job's own error is the one to report (a full disk fails this close too)
+            log.warning("closing log dir %s after write job %s failed: %s", log_dir, job_id, e)
         if not keep_journal:
             shutil.rmtree(directory, ignore_errors=True)
 

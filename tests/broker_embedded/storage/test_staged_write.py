@@ -25,6 +25,7 @@ from broker_embedded.errors import (
     CorruptMessageError,
     InvalidRecordError,
     KafkaLogError,
+    KafkaStorageError,
     LogDirLockedError,
     RecordTooLargeError,
     UnknownTopicOrPartitionError,
@@ -587,7 +588,7 @@ def test_a_commits_file_write_that_fails_rolls_the_records_back(log_dir: Path, m
         return real(path, data)
 
     monkeypatch.setattr(sw, "write_atomically", failing)
-    with pytest.raises(OSError, match="No space left"):
+    with pytest.raises(KafkaStorageError, match=r"writing .*\.kafkalog-commits.*No space left"):
         sw.commit(log_dir, "b0", files, writer_id=W, batch_id=0)
     assert leo(log_dir, T1) == 0 and published(log_dir)[T1] == 0
     assert sw.committed_batch(log_dir, W) is None
