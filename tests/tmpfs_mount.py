@@ -20,6 +20,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -34,16 +35,18 @@ def _refused(why: str) -> None:
 
 
 @contextmanager
-def tmpfs(parent: Path, size_bytes: int, *, inodes: int | None = None) -> Iterator[Path]:
+def tmpfs(
+    size_bytes: int, *, inodes: int | None = None, parent: Path | None = None
+) -> Iterator[Path]:
     """A tmpfs of ``size_bytes`` (and ``inodes`` files and directories, when given) mounted on
-    ``parent/tmpfs``; unmounted on exit."""
+    ``parent/tmpfs`` (a new temporary directory by default); unmounted on exit."""
     if os.geteuid() != 0:
         _refused(f"mounting needs root (this test runs as uid {os.geteuid()})")
     mount = shutil.which("mount")
     if mount is None:
         _refused("no mount binary on PATH")
-    point = parent / "tmpfs"
-    point.mkdir()
+    point = Path(tempfile.mkdtemp(prefix="kafkalog-tmpfs-")) if parent is None else parent / "tmpfs"
+    point.mkdir(exist_ok=True)
     options = f"size={size_bytes},mode=0755" + (f",nr_inodes={inodes}" if inodes else "")
     done = subprocess.run(
         [mount, "-t", "tmpfs", "-o", options, "tmpfs", str(point)],
@@ -55,6 +58,7 @@ def tmpfs(parent: Path, size_bytes: int, *, inodes: int | None = None) -> Iterat
         yield point
     finally:
         subprocess.run(["umount", "-l", str(point)], check=True, timeout=MOUNT_TIMEOUT_S)
+        point.rmdir()
 
 
 def free_bytes(path: Path) -> int:

@@ -31,7 +31,7 @@ PARTITIONS = 2
 
 @pytest.fixture
 def disk(tmp_path: Path):
-    with tmpfs(tmp_path, 24 * MiB) as point:
+    with tmpfs(24 * MiB, parent=tmp_path) as point:
         yield point
 
 
@@ -136,21 +136,10 @@ INODES = 200
 
 @pytest.fixture
 def inode_disk(tmp_path: Path):
-    with tmpfs(tmp_path, 24 * MiB, inodes=INODES) as point:
+    with tmpfs(24 * MiB, parent=tmp_path, inodes=INODES) as point:
         yield point
 
 
-# The partition log's append path: a roll that fails half way (no inode for its .index) leaves
-# the new segment's files, which UnifiedLog.truncate_to's reopened writer then takes for the
-# log's end (LEO 377 after a truncation to 2): the log dir is not as before. Passes (5 of 5) with
-# the append path's fix of issue 27 (LogSegment.create deletes what it created on failure).
-NEEDS_APPEND_PATH_FIX = pytest.mark.xfail(
-    reason="a failed segment roll leaves its files behind (partition log append path, issue 27)",
-    strict=False,
-)
-
-
-@NEEDS_APPEND_PATH_FIX
 @pytest.mark.parametrize("inodes_left", [8, 10, 12, 14, 16])
 def test_a_filesystem_out_of_inodes_in_the_commit_fails_the_job_and_leaves_the_log_dir_as_it_was(
     spark, inode_disk: Path, inodes_left: int

@@ -48,7 +48,7 @@ def _leftovers(log_dir: Path) -> list[str]:
 def test_a_full_disk_fails_the_partition_cleanly_and_a_rerun_compacts_it(
     tmp_path: Path, full: str, left: int, named: tuple[str, ...]
 ) -> None:
-    with tmpfs(tmp_path, 4 * MiB, inodes=400) as disk:
+    with tmpfs(4 * MiB, parent=tmp_path, inodes=400) as disk:
         log_dir = disk / "d"
         model, _ = build_compacted(log_dir, partitions=1, extra_topics=False)
         before = partition_files(log_dir, "profiles", 0)

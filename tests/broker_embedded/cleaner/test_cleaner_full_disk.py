@@ -41,7 +41,7 @@ def test_the_cleaner_thread_on_a_full_disk_logs_once_backs_off_and_cleans_once_s
     tmp_path: Path, caplog
 ) -> None:
     caplog.set_level(logging.DEBUG, logger=CLEANER_LOGGER)
-    with tmpfs(tmp_path, 4 * MiB) as disk:
+    with tmpfs(4 * MiB, parent=tmp_path) as disk:
         log_dir = disk / "logdir"
         with LogManager(log_dir, create=True, cleaner_config=LogCleanerConfig(threads=0)) as lm:
             config = {"cleanup.policy": "compact", "segment.bytes": str(64 << 10)}

@@ -1,5 +1,5 @@
 """The coordinators' internal topics on a real full filesystem (a size-limited tmpfs,
-_tmpfs.py): an OffsetCommit whose ``__consumer_offsets`` append does not fit answers
+tests/tmpfs_mount.py): an OffsetCommit whose ``__consumer_offsets`` append does not fit answers
 NOT_COORDINATOR (Kafka's conversion of KAFKA_STORAGE_ERROR) and changes nothing, and lands once
 space is back; a transaction whose records meet a full disk is retried by confluent-kafka and
 commits exactly once when space is back."""
@@ -17,9 +17,9 @@ from kio.static.primitive import i32, i64
 
 from broker_embedded.record.records import iter_batches
 from broker_embedded.storage.log_segments import LogSegments
-from tests.broker_embedded._tmpfs import fill, tmpfs
 from tests.broker_embedded.server._net import RawClient
 from tests.broker_embedded.server._serve import decode_response, served
+from tests.tmpfs_mount import fill_leaving, tmpfs
 
 NOT_COORDINATOR = 16
 METADATA_BYTES = 4000  # four partitions of it: a batch that needs new pages
@@ -57,12 +57,12 @@ def _committed(client: RawClient) -> list[int]:
 
 
 def test_an_offset_commit_on_a_full_disk_answers_not_coordinator_and_lands_later() -> None:
-    with tmpfs("8m") as mount, served(mount / "logs", **INTERNAL) as s:
+    with tmpfs(8 << 20) as mount, served(mount / "logs", **INTERNAL) as s:
         s.broker.create_topic("t", 4)
         client = RawClient(s.server)
         try:
             assert _commit(client, 5) == [0, 0, 0, 0]
-            filler = fill(mount, leave=8 << 10)  # the 16 KB batch fails part way
+            filler = fill_leaving(mount, 8 << 10)  # the 16 KB batch fails part way
             assert _commit(client, 9) == [NOT_COORDINATOR] * 4
             assert _committed(client) == [5, 5, 5, 5]
             assert s.broker.log_manager.health.failing
@@ -84,12 +84,12 @@ confluent_kafka = pytest.importorskip("confluent_kafka")
 def test_a_transaction_meeting_a_full_disk_commits_exactly_once_when_space_is_back() -> None:
     from tests.broker_embedded.server.test_transactions_api import producer
 
-    with tmpfs("8m") as mount, served(mount / "logs", **INTERNAL) as s:
+    with tmpfs(8 << 20) as mount, served(mount / "logs", **INTERNAL) as s:
         s.broker.create_topic("tx", 1)
         p = producer(s.bootstrap, "app-1", **{"retry.backoff.ms": 100})
         p.init_transactions(DEADLINE_S)
         p.begin_transaction()
-        filler = fill(mount, leave=16 << 10)  # the 32 KB of records fail part way
+        filler = fill_leaving(mount, 16 << 10)  # the 32 KB of records fail part way
         health = s.broker.log_manager.health
         for i in range(4):
             p.produce("tx", key=b"k%d" % i, value=b"%08d" % i * 1024, partition=0)

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.broker_embedded._tmpfs import tmpfs
 from tests.spark_kafkalog._serve_proc import ServeProcess
 from tests.spark_kafkalog.test_serve import Acks, run_kafkalog
+from tests.tmpfs_mount import tmpfs
 
 pytest.importorskip("kio", reason="kafkalog serve needs kio (Python 3.11+)")
 confluent_kafka = pytest.importorskip("confluent_kafka")
@@ -91,7 +91,7 @@ def _acked_after(acks: Acks, first: int) -> int:
 def test_a_full_disk_loses_no_acknowledged_record_and_the_server_starts_again(
     tmp_path: Path,
 ) -> None:
-    with tmpfs("20m") as mount:
+    with tmpfs(20 << 20) as mount:
         log_dir = mount / "logs"
         _create_topic(log_dir)
         filler = mount / "filler"
@@ -117,7 +117,7 @@ def test_a_full_disk_loses_no_acknowledged_record_and_the_server_starts_again(
 def test_a_server_stopped_while_the_disk_is_full_recovers_at_the_next_start(
     tmp_path: Path,
 ) -> None:
-    with tmpfs("20m") as mount:
+    with tmpfs(20 << 20) as mount:
         log_dir = mount / "logs"
         _create_topic(log_dir)
         filler = mount / "filler"

@@ -1,4 +1,5 @@
-"""The broker's own writes on a real full filesystem (a size-limited tmpfs, _tmpfs.py): a failed
+"""The broker's own writes on a real full filesystem (a size-limited tmpfs, tmpfs_mount.py): a
+failed
 append is cut back and answered KAFKA_STORAGE_ERROR, the producer state and the high watermark do
 not move, and once space is back the same idempotent batch lands once; a roll that fails leaves
 no segment a later append would follow torn bytes in; checkpoint files keep their old contents
@@ -20,7 +21,7 @@ from broker_embedded.storage.offset_checkpoint import (
     OffsetCheckpointFile,
 )
 from broker_embedded.storage.topic_partition import TopicPartition
-from tests.broker_embedded._tmpfs import fill, tmpfs
+from tests.tmpfs_mount import fill_leaving, tmpfs
 
 TOPIC = "t"
 TP = TopicPartition(TOPIC, 0)
@@ -58,7 +59,7 @@ def _keys_on_disk(directory: Path) -> list[bytes]:
 def test_an_append_on_a_full_disk_is_cut_back_and_the_retry_lands_once_space_is_back(
     tmp_path: Path,
 ) -> None:
-    with tmpfs("8m") as mount:
+    with tmpfs(8 << 20) as mount:
         log_dir = mount / "logs"
         broker = _open(log_dir)
         try:
@@ -67,7 +68,7 @@ def test_an_append_on_a_full_disk_is_cut_back_and_the_retry_lands_once_space_is_
             log = broker.log_manager.get_log(TP)
             segment = log_dir / "t-0" / "00000000000000000000.log"
             size, leo = segment.stat().st_size, log.log_end_offset
-            filler = fill(mount, leave=64 << 10)
+            filler = fill_leaving(mount, 64 << 10)
             big = _batch(4, 16, 8192, (pid, epoch))  # 128 KiB: half of it fits
             for attempt in (1, 2):
                 result = broker.append(TP, big)
@@ -98,13 +99,13 @@ def test_an_append_on_a_full_disk_is_cut_back_and_the_retry_lands_once_space_is_
 def test_a_roll_on_a_full_disk_leaves_an_empty_segment_the_next_append_fills(
     tmp_path: Path,
 ) -> None:
-    with tmpfs("8m") as mount:
+    with tmpfs(8 << 20) as mount:
         log_dir = mount / "logs"
         broker = _open(log_dir, **{"segment.bytes": 200_000})
         try:
             for i in range(0, 18, 6):  # 3 batches of about 49 KB
                 assert broker.append(TP, _batch(i, 6, 8192)).error is None
-            filler = fill(mount, leave=32 << 10)
+            filler = fill_leaving(mount, 32 << 10)
             result = broker.append(TP, _batch(18, 12, 8192))  # 96 KiB, rolls at 18: torn
             assert result.error is not None and result.error.code == STORAGE_ERROR
             directory = log_dir / "t-0"
@@ -123,7 +124,7 @@ def test_a_roll_on_a_full_disk_leaves_an_empty_segment_the_next_append_fills(
 def test_a_roll_without_a_free_inode_creates_no_file_and_the_old_segment_stays_active(
     tmp_path: Path,
 ) -> None:
-    with tmpfs("16m", inodes=200) as mount:
+    with tmpfs(16 << 20, inodes=200) as mount:
         log_dir = mount / "logs"
         broker = _open(log_dir, **{"segment.bytes": 100_000})
         try:
@@ -154,14 +155,14 @@ def test_a_roll_without_a_free_inode_creates_no_file_and_the_old_segment_stays_a
 def test_checkpoints_on_a_full_disk_keep_the_old_file_and_catch_up_once_space_is_back(
     tmp_path: Path,
 ) -> None:
-    with tmpfs("8m") as mount:
+    with tmpfs(8 << 20) as mount:
         log_dir = mount / "logs"
         broker = _open(log_dir)
         hw_file = OffsetCheckpointFile(log_dir / REPLICATION_OFFSET_CHECKPOINT)
         try:
             assert broker.append(TP, _batch(0, 3, 100)).error is None
             _wait_for(lambda: hw_file.read_or_empty().get(TP) == 3)
-            filler = fill(mount)
+            filler = fill_leaving(mount, 0)
             before = (log_dir / REPLICATION_OFFSET_CHECKPOINT).read_bytes()
             assert broker.append(TP, _batch(3, 2, 100)).error is None  # fits the page
             _wait_for(lambda: broker.log_manager.health.failing)
@@ -182,12 +183,12 @@ def _wait_for(condition) -> None:
 
 
 def test_closing_on_a_full_disk_recovers_at_the_next_start(tmp_path: Path) -> None:
-    with tmpfs("8m") as mount:
+    with tmpfs(8 << 20) as mount:
         log_dir = mount / "logs"
         broker = _open(log_dir)
         try:
             assert broker.append(TP, _batch(0, 3, 100)).error is None
-            fill(mount)
+            fill_leaving(mount, 0)
             assert broker.append(TP, _batch(3, 2, 100)).error is None  # fits the page
         finally:
             broker.close()  # the last checkpoints cannot be written
@@ -213,7 +214,7 @@ def test_an_abort_whose_txnindex_entry_does_not_fit_takes_the_log_offline_until_
     from broker_embedded.errors import LogDirFailureError
     from broker_embedded.storage.producer_state_manager import AppendOrigin
 
-    with tmpfs("8m") as mount:
+    with tmpfs(8 << 20) as mount:
         log_dir = mount / "logs"
         broker = _open(log_dir)
         pid, epoch = broker.init_producer_id()
@@ -225,7 +226,7 @@ def test_an_abort_whose_txnindex_entry_does_not_fit_takes_the_log_offline_until_
             log = broker.log_manager.get_log(TP)
             hw_file = OffsetCheckpointFile(log_dir / REPLICATION_OFFSET_CHECKPOINT)
             _wait_for(lambda: hw_file.read_or_empty().get(TP) == 1)  # no write under way
-            filler = fill(mount)  # not even a page for the new .txnindex
+            filler = fill_leaving(mount, 0)  # not even a page for the new .txnindex
             marker = TxnCompletion("app", pid, epoch, False, (TP,)).marker_batch(1)
             assert broker.append(TP, marker, origin=AppendOrigin.COORDINATOR).error is None
             assert log.failure is not None
@@ -251,7 +252,7 @@ def test_an_abort_whose_txnindex_entry_does_not_fit_takes_the_log_offline_until_
 def test_a_broker_started_on_a_full_disk_answers_56_until_space_is_back(tmp_path: Path) -> None:
     """Becoming leader again cannot record the new leader epoch; the first append of the
     epoch does (before its bytes, as Kafka), so it answers 56 until the checkpoint fits."""
-    with tmpfs("8m") as mount:
+    with tmpfs(8 << 20) as mount:
         log_dir = mount / "logs"
         broker = _open(log_dir)
         try:
@@ -260,7 +261,7 @@ def test_a_broker_started_on_a_full_disk_answers_56_until_space_is_back(tmp_path
             broker.close()
         epochs = log_dir / "t-0" / "leader-epoch-checkpoint"
         assert epochs.read_text() == "0\n1\n0 0\n"
-        filler = fill(mount)
+        filler = fill_leaving(mount, 0)
         broker = _open(log_dir)
         try:
             result = broker.append(TP, _batch(3, 3, 100))
@@ -277,10 +278,10 @@ def test_a_broker_started_on_a_full_disk_answers_56_until_space_is_back(tmp_path
 def test_creating_a_topic_on_a_full_disk_fails_whole_and_works_once_space_is_back(
     tmp_path: Path,
 ) -> None:
-    with tmpfs("8m") as mount:
+    with tmpfs(8 << 20) as mount:
         broker = _open(mount / "logs")
         try:
-            filler = fill(mount)
+            filler = fill_leaving(mount, 0)
             try:
                 broker.create_topic("b", 2)
             except KafkaStorageError as e:
