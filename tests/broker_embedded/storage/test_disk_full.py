@@ -1,9 +1,8 @@
 """The broker's own writes on a real full filesystem (a size-limited tmpfs, tmpfs_mount.py): a
-failed
-append is cut back and answered KAFKA_STORAGE_ERROR, the producer state and the high watermark do
-not move, and once space is back the same idempotent batch lands once; a roll that fails leaves
-no segment a later append would follow torn bytes in; checkpoint files keep their old contents
-and catch up; the log dir reopens clean and verifies."""
+failed append is cut back and answered KAFKA_STORAGE_ERROR, the producer state and the high
+watermark do not move, and once space is back the same idempotent batch lands once; a roll that
+fails leaves no segment a later append would follow torn bytes in; checkpoint files keep their
+old contents and catch up; the log dir reopens clean and verifies."""
 
 from __future__ import annotations
 
