@@ -30,7 +30,14 @@ import pytest
 
 from broker_embedded.broker import Broker
 from tests.broker_embedded.server._fetch import decode, fetch_request
-from tests.broker_embedded.server._net import API_VERSIONS_V3, RawClient, config, request_frame
+from tests.broker_embedded.server._net import (
+    API_VERSIONS_V3,
+    RawClient,
+    config,
+    raw_frame,
+    request_frame,
+    serve,
+)
 from tests.broker_embedded.server._serve import served
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -116,6 +123,34 @@ def test_a_closed_connection_drops_its_waiting_fetch_without_closing_pipelined_w
         assert struct.unpack(">i", first[:4]) == (1,)
         assert struct.unpack(">i", second[:4]) == (2,)
         assert wait_until(lambda: s.server.socket_server.connection_count() == 0, 10)
+
+
+def padded_api_versions(size: int, correlation_id: int) -> bytes:
+    """An ApiVersions v0 frame of ``size`` bytes (Kafka ignores bytes after the body)."""
+    return raw_frame(18, 0, correlation_id, bytes(size - 13), v2=False)
+
+
+def test_a_large_frame_waits_for_the_request_budget_and_small_ones_do_not():
+    """queued.max.request.bytes 1 MiB: a 2 MiB frame half-sent holds the budget; a complete
+    512 KiB frame on another connection is not read until the first is answered; small
+    requests are answered meanwhile."""
+    with serve(config(queued_max_request_bytes=MB)) as server:
+        with RawClient(server) as big, RawClient(server) as waiting:
+            frame = padded_api_versions(2 * MB, 1)
+            big.send(frame[: MB + 4])
+            time.sleep(0.2)
+            waiting.send(padded_api_versions(MB // 2, 2))
+            waiting.sock.settimeout(0.5)
+            with pytest.raises(TimeoutError):
+                waiting.recv_exact(4)
+            with RawClient(server) as small:
+                assert small.call(API_VERSIONS_V3, 3)[:4] == struct.pack(">i", 3)
+            big.send(frame[MB + 4 :])
+            assert big.recv_frame()[:4] == struct.pack(">i", 1)
+            waiting.sock.settimeout(10)
+            assert waiting.recv_frame()[:4] == struct.pack(">i", 2)
+        pool = server.socket_server.request_pool
+        assert wait_until(lambda: pool.available == MB, 10), pool.available
 
 
 # -- subprocess servers: a lowered descriptor limit, resident memory ------------------------------
