@@ -124,6 +124,32 @@ def test_cleaner_swapping_the_segment_being_sent(broker):
         )
 
 
+def test_cleaner_swapping_a_segment_sent_from_its_path_closes_that_connection(broker, caplog):
+    """No pin and no copy budget: the region goes by path, opened by the network thread per
+    write. The cleaner swaps the file before the response is out: the connection is closed
+    (its frame size is already out), naming the file; a new fetch reads the cleaned segment."""
+    broker.create_topic("t", 1, config={"cleanup.policy": "compact", "segment.bytes": SEGMENT})
+    produce_big(broker, 22, keys=2)
+    first = segment_files(broker)[0]
+    size = first.stat().st_size
+    with fetch_server(broker, max_pinned=0, copy_budget=1) as (server, api):
+        with slow_client(server) as c:
+            send_fetch(c, 0, max_bytes=size)
+            deadline = time.monotonic() + 10
+            while api.pins.from_files == 0:
+                assert time.monotonic() < deadline, "the region was not sent from its path"
+                time.sleep(0.005)
+            Cleaner(SkimpyOffsetMap(1 << 16)).clean(broker.log_manager.get_log(TP), None)
+            with pytest.raises(ConnectionError):
+                c.recv_frame()
+        assert any(f"{first} was replaced while it was being sent" in r.getMessage()
+                   for r in caplog.records)  # fmt: skip
+        with RawClient(server) as again:
+            send_fetch(again, 0)
+            cleaned = records_of(again.recv_frame())
+            assert cleaned == first.read_bytes()[: len(cleaned)]
+
+
 def test_retention_deleting_the_segment_being_sent(broker):
     broker.create_topic("t", 1, config={"segment.bytes": SEGMENT})
     produce_big(broker, 22)
