@@ -776,9 +776,12 @@ class Processor(threading.Thread):
             conn.reserved = 0
 
     def _grow_frame(self, conn: _Connection) -> None:
+        """A buffer twice as large (at most the frame) with the bytes so far: a new zeroed
+        bytearray, whose pages cost memory only once bytes arrive in them."""
         assert conn.frame is not None
-        grown = min(conn.frame_size, 2 * len(conn.frame))
-        conn.frame.extend(bytes(grown - len(conn.frame)))
+        grown = bytearray(min(conn.frame_size, 2 * len(conn.frame)))
+        grown[: len(conn.frame)] = conn.frame
+        conn.frame = grown
 
     def _complete_frame(self, conn: _Connection) -> None:
         frame = conn.frame
