@@ -13,21 +13,33 @@ File layout (``conf/broker.toml`` holds the defaults; every key is optional)::
     "log.flush.scheduler.interval.ms" = 1000  how often flush.ms is checked
     "checkpoint.interval.ms" = 100            coalescing of the published checkpoint files
     "purgatory.max.pending" = 10000           delayed fetches/produces held at once per kind
+                                              (at least max.connections: one per connection)
     "num.network.threads" = 3                 server processor threads (>= 1), each owns connections
     "num.io.threads" = 8                      server request handler threads (>= 1)
     "queued.max.requests" = 500               request queue bound (>= 1); full: processors stop
                                               reading frames until a handler takes one
     "socket.request.max.bytes" = 104857600    a larger request frame closes its connection (>= 1)
     "socket.listen.backlog.size" = 50         connections the OS queues before accept (>= 1)
-    "max.connections" = 2147483647            at the limit the acceptor waits for a free slot
+    "max.connections" = (3/4 of RLIMIT_NOFILE) at the limit the acceptor waits for a free slot;
+                                              default: the process's descriptor limit (soft
+                                              RLIMIT_NOFILE, read at start) less a quarter of
+                                              it (at least 64) for segments, pinned regions
+                                              and the metrics endpoint: `ulimit -n` 1024 -> 768
     "max.connections.per.ip" = 2147483647     a connection beyond it is closed at accept
     "connections.max.idle.ms" = 600000        a connection idle this long is closed
+    "queued.max.request.bytes" = 104857600    request frames over 64 KiB being read or handled
+                                              (their declared sizes); when spent, no more large
+                                              frames are read until one is answered (>= 1)
+    "queued.max.response.bytes" = 67108864    kafkalog's own: Fetch record bytes copied into
+                                              memory and not yet sent (beyond the pinned
+                                              regions); when spent, records are sent from the
+                                              segment files (>= 1)
     "max.incremental.fetch.session.cache.slots" = 1000   fetch sessions (KIP-227) cached at
                                               once (0: none; a full fetch then gets session 0)
     "fetch.max.pinned.regions" = 1024         segment descriptors held by Fetch responses in
                                               flight for ``sendfile``; beyond, a region's bytes
-                                              are read (pread) and sent from memory (0: every
-                                              Fetch response is read + send, no zero-copy)
+                                              are copied within queued.max.response.bytes, else
+                                              sent from the file opened again per write
     "auto.create.topics.enable" = true        a Metadata request naming an unknown topic (with
                                               allow_auto_topic_creation) creates it
     "num.partitions" = 1                      an auto-created topic's partitions (>= 1)
@@ -60,6 +72,7 @@ Immutable: thread-safe.
 
 from __future__ import annotations
 
+import resource
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
@@ -74,6 +87,17 @@ else:  # pragma: no cover
     import tomli as tomllib
 
 DEFAULT_CONFIG_FILE = Path(__file__).resolve().parent.parent / "conf" / "broker.toml"
+
+
+def default_max_connections() -> int:
+    """``max.connections`` by default: the soft RLIMIT_NOFILE less a quarter of it (at least
+    64), left for segment files, pinned Fetch regions, the metrics endpoint and the server's
+    own sockets (Kafka's operations guide sizes the descriptor limit the same way: connections
+    plus log segments). Read when a config is made, i.e. at start."""
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY or soft >= 2**31:
+        return 2**31 - 1
+    return max(1, soft - max(64, soft // 4))
 
 
 @dataclass(frozen=True)
@@ -95,9 +119,11 @@ class BrokerConfig:
     queued_max_requests: int = 500
     socket_request_max_bytes: int = 100 << 20
     socket_listen_backlog_size: int = 50
-    max_connections: int = 2**31 - 1
+    max_connections: int = field(default_factory=default_max_connections)
     max_connections_per_ip: int = 2**31 - 1
     connections_max_idle_ms: int = 600_000
+    queued_max_request_bytes: int = 100 << 20
+    queued_max_response_bytes: int = 64 << 20
     max_incremental_fetch_session_cache_slots: int = 1_000
     fetch_max_pinned_regions: int = 1_024
     auto_create_topics_enable: bool = True
@@ -208,6 +234,8 @@ _AT_LEAST_ONE = frozenset(
         "queued.max.requests",
         "socket.request.max.bytes",
         "socket.listen.backlog.size",
+        "queued.max.request.bytes",
+        "queued.max.response.bytes",
         "num.partitions",
         "default.replication.factor",
         "group.max.size",

@@ -10,6 +10,9 @@ watches it under one or more keys (e.g. a topic partition) until either
   operation's :meth:`~DelayedOperation.try_complete`; or
 - its ``delay_ms`` passes: the purgatory's reaper thread expires it.
 
+- its requester is gone: :meth:`DelayedOperation.abandon` with ``drop`` completes it without
+  ``on_complete`` (nobody to answer; ``wait`` returns None), without it completes it now.
+
 Either way it completes exactly once: :meth:`DelayedOperation.force_complete` flips a flag under
 a lock, and only the caller that flipped it runs :meth:`~DelayedOperation.on_complete` (whose
 return value is the operation's result) and, when expiring, then
@@ -17,10 +20,13 @@ return value is the operation's result) and, when expiring, then
 :meth:`DelayedOperation.wait` (on a one-shot latch, a lock released at completion), which
 returns that result once both have run.
 
-Bounds: at most ``max_pending`` operations are watched at a time. An operation submitted when the
-purgatory is full (or shut down) and not completable at once is expired immediately, in the
-submitting thread: the request is answered as if its wait had run out (an early empty fetch, a
-REQUEST_TIMED_OUT produce), so memory stays bounded and no caller blocks for a slot.
+Bounds: at most ``max_pending`` operations are watched at a time (the replica manager makes it
+at least ``max.connections``: a connection has one request in flight, and a closed connection's
+operation is dropped, so the clients that are there never find the purgatory full). An
+operation submitted when the purgatory is full (or shut down) and not completable at once is
+expired immediately, in the submitting thread: the request is answered as if its wait had
+run out (an early empty fetch, a REQUEST_TIMED_OUT produce), so memory stays bounded and no
+caller blocks for a slot.
 Completed operations leave every watch list at once (no purge interval); their timer entries
 are dropped lazily, and the heap is compacted once stale entries outnumber live ones.
 
@@ -118,6 +124,15 @@ class DelayedOperation(ABC):
     def force_complete(self) -> bool:
         """Complete now unless already completed; ``True`` if this call completed it."""
         return self._finish(expired=False)
+
+    def abandon(self, drop: bool) -> None:
+        """The requester is gone: ``drop`` completes it without :meth:`on_complete` (it leaves
+        the purgatory; ``wait`` returns None), else it completes now (:meth:`force_complete`).
+        Nothing happens if it already completed."""
+        if not drop:
+            self.force_complete()
+        elif self._claim():
+            self._release()
 
     def safe_try_complete(self) -> bool:
         """:meth:`try_complete` under :attr:`lock`."""

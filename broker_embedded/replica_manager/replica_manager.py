@@ -111,7 +111,8 @@ class ReplicaManager:
         self._running = threading.Event()
         self._running.set()
         self._stopped = False
-        pending = config.purgatory_max_pending
+        # at least one slot per connection: a connection has one request in flight
+        pending = max(config.purgatory_max_pending, config.max_connections)
         self.fetch_purgatory = DelayedOperationPurgatory(f"Fetch-{broker_id}", max_pending=pending)
         self.produce_purgatory = DelayedOperationPurgatory(
             f"Produce-{broker_id}", max_pending=pending
@@ -375,19 +376,23 @@ class ReplicaManager:
         respond: Callable[[FetchResponse | Exception], None],
         *,
         zero_copy: bool = False,
-    ) -> None:
+    ) -> DelayedFetch | None:
         """:meth:`fetch_messages` without waiting (the Fetch API's path): ``respond`` gets the
         response, or the exception that failed it, exactly once, in this thread when the answer
         is immediate, else in the thread that completes the delayed fetch (delayed_fetch.py).
-        ``zero_copy``: records as regions of segment files (``PartitionFetchResult.region``)."""
+        ``zero_copy``: records as regions of segment files (``PartitionFetchResult.region``).
+        Returns the delayed fetch when the answer waits (to abandon it if the client goes:
+        ``DelayedOperation.abandon``; dropped, it never calls ``respond``), else None."""
         try:
             result: FetchResponse | DelayedFetch | Exception = self._fetch(
                 request, zero_copy, respond
             )
         except Exception as e:
             result = e
-        if not isinstance(result, DelayedFetch):
-            respond(result)
+        if isinstance(result, DelayedFetch):
+            return None if result.is_completed else result
+        respond(result)
+        return None
 
     def _fetch(
         self,

@@ -15,6 +15,18 @@ Shape:
   handler or later by a delayed operation's completion; it goes to the processor that read
   the request (``Request.processor``).
 - A response for a processor that has stopped is dropped and its ``on_done`` called.
+- Abandoned waits: a handler whose answer waits (a long-poll Fetch in the purgatory) registers
+  the waiting operation with :meth:`RequestChannel.watch_close`. When the processor sees the
+  client close that connection (:meth:`RequestChannel.connection_closed`) the operation is
+  abandoned with ``drop=True`` (nowhere to answer: it leaves the purgatory without a read); when
+  the client half-closes with more requests behind it (:meth:`RequestChannel.complete_waiting`)
+  it is completed at once (``drop=False``), so the requests behind it are read. A connection's
+  registrations are cleared by its next response; at most one request per connection is in
+  flight, so they stay few.
+
+Budgets (:class:`MemoryPool`, Kafka's ``SimpleMemoryPool``): ``queued.max.request.bytes`` for the
+bytes of request frames being read and handled, ``queued.max.response.bytes`` for response bytes
+copied into memory and not yet sent (see socket_server.py and handlers/region_pins.py).
 
 A :class:`Response` is a list of parts written to the socket in order: byte buffers and
 :class:`FileRegion` s that the processor writes with ``os.sendfile`` (zero-copy: the bytes go
@@ -41,7 +53,7 @@ import threading
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from broker_embedded.server.protocol import RequestHeader
 from broker_embedded.server.request_metrics import RequestTimes
@@ -85,16 +97,19 @@ class Request:
 class FileRegion:
     """``length`` bytes of a file from ``position``, sent with ``os.sendfile``.
 
-    Either ``path`` (the processor opens it when it reaches this region and closes it after) or
-    ``fd`` (an open descriptor the sender keeps open until the response's ``on_done``). The
-    file must hold the whole region when it is sent; a shorter file closes the connection,
-    since the frame's size has already gone out.
+    Either ``path`` (the processor opens it when it reaches this region, and again after each
+    wait for the socket: a slow reader holds no descriptor while it does not read) or ``fd``
+    (an open descriptor the sender keeps open until the response's ``on_done``). With
+    ``file_id`` (``(st_dev, st_ino)``) each open of ``path`` checks it is still that file. The
+    file must hold the whole region when it is sent; a shorter or replaced file closes the
+    connection, since the frame's size has already gone out.
     """
 
     position: int
     length: int
     path: str | None = None
     fd: int | None = None
+    file_id: tuple[int, int] | None = None
 
     def __post_init__(self) -> None:
         if (self.path is None) == (self.fd is None):
@@ -138,6 +153,55 @@ class Response:
                 log.exception("on_done of a %s response failed", self.request.header.api_name)
 
 
+class Abandonable(Protocol):
+    """An operation waiting to answer a request (a delayed fetch)."""
+
+    def abandon(self, drop: bool) -> None:
+        """Its client is gone (``drop``: complete it without answering) or half-closed with more
+        requests behind it (complete it now)."""
+
+
+class MemoryPool:
+    """A budget of bytes shared by threads (Kafka's ``SimpleMemoryPool``): :meth:`try_reserve`
+    takes bytes from it, :meth:`release` gives them back and calls the listeners (processors'
+    wakeups) when a reservation had been refused. Non-strict reservations (Kafka's default for
+    requests) succeed while any byte is left, so one reservation may exceed what is left and
+    at most ``capacity`` plus one reservation is taken; strict ones need the whole size.
+    Thread-safe (one lock)."""
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+        self._available = capacity
+        self._lock = threading.Lock()
+        self._starved = False
+        self._listeners: list[Callable[[], None]] = []
+
+    def add_listener(self, listener: Callable[[], None]) -> None:
+        self._listeners.append(listener)
+
+    @property
+    def available(self) -> int:
+        return self._available
+
+    def try_reserve(self, size: int, strict: bool = False) -> bool:
+        with self._lock:
+            if self._available >= size if strict else self._available > 0:
+                self._available -= size
+                return True
+            self._starved = True
+            return False
+
+    def release(self, size: int) -> None:
+        if not size:
+            return
+        with self._lock:
+            self._available += size
+            wake, self._starved = self._starved, False
+        if wake:
+            for listener in self._listeners:
+                listener()
+
+
 class RequestChannel:
     """One bounded request queue and one response queue per processor."""
 
@@ -147,7 +211,10 @@ class RequestChannel:
         self._requests: queue.Queue[Request | None] = queue.Queue(queued_max_requests)
         self._responses: dict[int, deque[Response]] = {}
         self._wakeups: dict[int, Callable[[], None]] = {}
-        self._lock = threading.Lock()  # guards the two maps against a concurrent removal
+        self._lock = threading.Lock()  # guards the maps against a concurrent removal
+        # open connections: the operations waiting to answer them (watch_close)
+        self._waiting: dict[str, list[Abandonable]] = {}
+        self._half_closed: set[str] = set()  # open connections whose client half-closed
 
     def add_processor(self, processor: int, wakeup: Callable[[], None]) -> deque[Response]:
         """Register a processor; returns the response queue it drains."""
@@ -164,6 +231,40 @@ class RequestChannel:
             left = self._responses.pop(processor, deque())
         while left:
             left.popleft().done()
+
+    def connection_opened(self, connection_id: str) -> None:
+        with self._lock:
+            self._waiting[connection_id] = []
+
+    def watch_close(self, request: Request, operation: Abandonable) -> None:
+        """Abandon ``operation`` when the request's connection closes before it answers (at
+        once if it has already closed or half-closed); see the module docstring."""
+        with self._lock:
+            waiting = self._waiting.get(request.connection_id)
+            half_closed = request.connection_id in self._half_closed
+            if waiting is not None and not half_closed:
+                waiting.append(operation)
+                return
+        operation.abandon(drop=waiting is None)
+
+    def connection_closed(self, connection_id: str) -> None:
+        """The processor closed a connection: drop the operations waiting to answer it."""
+        with self._lock:
+            waiting = self._waiting.pop(connection_id, ())
+            self._half_closed.discard(connection_id)
+        for operation in waiting:
+            operation.abandon(drop=True)
+
+    def complete_waiting(self, connection_id: str) -> None:
+        """The client half-closed with requests behind the waiting one: answer it now."""
+        with self._lock:
+            waiting = self._waiting.get(connection_id)
+            if waiting is None:
+                return
+            self._half_closed.add(connection_id)
+            self._waiting[connection_id] = []
+        for operation in waiting:
+            operation.abandon(drop=False)
 
     def send_request(self, request: Request, running: Callable[[], bool]) -> bool:
         """Queue a request, blocking while the queue is full and ``running()``; False if the
@@ -213,6 +314,9 @@ class RequestChannel:
             wakeup = self._wakeups.get(processor)
             if responses is not None:
                 responses.append(response)
+            waiting = self._waiting.get(response.request.connection_id)
+            if waiting:
+                waiting.clear()  # answered: nothing of it waits any more
         if responses is None or wakeup is None:
             response.done()  # that processor has stopped: the connection is gone
             return

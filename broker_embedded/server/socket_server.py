@@ -21,11 +21,28 @@ Limits (Kafka's names, from ``BrokerConfig``) and what happens at each:
   beyond it the OS ignores or refuses new ones (clients retry).
 - ``max.connections.per.ip``: a connection beyond it is closed at accept (one log line).
 - ``max.connections``: at the limit the acceptor waits for a connection to close before it
-  accepts the next one (as Kafka does); clients wait in the listen backlog.
+  accepts the next one (as Kafka does); clients wait in the listen backlog. Its default is
+  below the process's descriptor limit (broker_config.py), so accept does not run out of them.
+- Out of descriptors at accept (EMFILE/ENFILE, e.g. ``max.connections`` set above the limit):
+  one error line per episode, retries backing off from 50 ms to 1 s, and one line when accepting
+  works again; connections wait in the listen backlog meanwhile.
+- ``queued.max.request.bytes`` (a :class:`MemoryPool`): a frame above :data:`FIRST_CHUNK`
+  reserves its declared size before its bytes are read, and gives it back when its response is
+  written or its connection closes. Reservations succeed while any budget is left (as Kafka's
+  pool: at most the budget plus one frame); when none is left the connection is not read (its
+  bytes wait in the kernel) until a reservation is released. Smaller frames (every usual
+  request) are read without a reservation, so a large frame stuck half-sent never stops them.
 - ``connections.max.idle.ms``: a connection with no request in flight and no traffic for that
   long is closed (checked about once a second).
 - ``queued.max.requests``: a processor blocks on the full request queue, so it reads nothing
   more until a handler takes a request (back-pressure, not drops).
+
+A muted connection (its request in flight, or waiting for the request budget) is watched for its
+client's close (epoll RDHUP): a client that closes while its request waits (a long poll in the
+purgatory) has its connection closed at once and the operations waiting to answer it dropped
+(``RequestChannel.connection_closed``). A client that half-closes with more requests sent
+behind the waiting one has the waiting one completed now (``RequestChannel.complete_waiting``),
+and the requests behind it are read and answered as usual.
 
 Whatever a client does wrong (malformed frame, bad size, truncated request, unknown or disabled
 API key or version, disconnecting mid-request) closes that connection alone, with one log line
@@ -72,14 +89,17 @@ reach it through its new-connection deque, its response deque and its wakeup soc
 
 from __future__ import annotations
 
+import fcntl
 import heapq
 import itertools
 import logging
 import os
+import select
 import selectors
 import socket
 import ssl
 import struct
+import termios
 import threading
 import time
 from collections import deque
@@ -98,7 +118,13 @@ from broker_embedded.server.protocol import (
     parse_header,
     response_frame,
 )
-from broker_embedded.server.request_channel import FileRegion, Request, RequestChannel, Response
+from broker_embedded.server.request_channel import (
+    FileRegion,
+    MemoryPool,
+    Request,
+    RequestChannel,
+    Response,
+)
 from broker_embedded.server.request_metrics import IdleClock, RequestMetrics, RequestTimes
 from broker_embedded.server.security.kafka_principal import (
     ANONYMOUS,
@@ -131,9 +157,51 @@ log = logging.getLogger(__name__)
 POLL_TIMEOUT_S = 0.3
 IDLE_CHECK_INTERVAL_S = 1.0
 FIRST_CHUNK = 64 << 10  # a frame buffer starts this large and doubles up to the frame's size
+ACCEPT_BACKOFF_S = (0.05, 1.0)  # out of descriptors, accept retries after 50 ms, doubling to 1 s
 MAX_SENDMSG_BUFFERS = 64
 TLS_CHUNK = 256 << 10  # bytes copied into one SSLSocket.send (a FileRegion: one pread)
 _SIZE = struct.Struct(">i")
+_INT = struct.Struct("i")
+
+if hasattr(select, "epoll"):  # Linux: epoll reports a peer's close (RDHUP) without read interest
+    _READ, _WRITE, _HANGUP = select.EPOLLIN, select.EPOLLOUT, select.EPOLLRDHUP
+    _GONE = select.EPOLLHUP | select.EPOLLERR
+    _new_poll, _POLL_UNIT = select.epoll, 1.0
+else:  # poll(2): a full close (HUP) is seen, a half close only where POLLRDHUP exists
+    _READ, _WRITE, _HANGUP = select.POLLIN, select.POLLOUT, getattr(select, "POLLRDHUP", 0)
+    _GONE = select.POLLHUP | select.POLLERR
+    _new_poll, _POLL_UNIT = select.poll, 1000.0  # type: ignore[assignment]
+
+
+class _Poller:
+    """The processor's sockets in one epoll (``poll`` elsewhere), each with its data: interest
+    ``_READ``, ``_WRITE``, or ``_HANGUP`` alone for a muted connection (only its close is
+    watched). Processor thread only."""
+
+    def __init__(self) -> None:
+        self._poll = _new_poll()
+        self._data: dict[int, Any] = {}
+
+    def register(self, sock: socket.socket, events: int, data: Any) -> None:
+        self._poll.register(sock.fileno(), events)
+        self._data[sock.fileno()] = data
+
+    def modify(self, sock: socket.socket, events: int, data: Any) -> None:
+        self._poll.modify(sock.fileno(), events)
+        self._data[sock.fileno()] = data
+
+    def unregister(self, sock: socket.socket) -> None:
+        self._poll.unregister(sock.fileno())
+        del self._data[sock.fileno()]
+
+    def select(self, timeout: float) -> list[tuple[Any, int]]:
+        ready = self._poll.poll(timeout * _POLL_UNIT)
+        return [(self._data[fd], events) for fd, events in ready if fd in self._data]
+
+    def close(self) -> None:
+        close = getattr(self._poll, "close", None)
+        if close is not None:
+            close()
 
 
 @dataclass(frozen=True, slots=True)
@@ -229,6 +297,9 @@ class _Connection:
         "principal",
         "times",
         "response_dequeued_ns",
+        "reserved",
+        "parked",
+        "peer_closed",
     )
 
     def __init__(
@@ -265,6 +336,9 @@ class _Connection:
         self.offset = 0  # bytes of that part written
         self.file_fd: int | None = None  # the open file of a path FileRegion being sent
         self.events = 0  # selector interest now registered
+        self.reserved = 0  # bytes of queued.max.request.bytes held by its frame
+        self.parked = 0  # a frame size waiting for the request budget (not read meanwhile)
+        self.peer_closed = False  # half-closed with bytes left to read: no longer watched
 
     @property
     def authenticated(self) -> bool:
@@ -286,6 +360,7 @@ class Processor(threading.Thread):
         channel: RequestChannel,
         versions: ApiVersionManager,
         quotas: ConnectionQuotas,
+        request_pool: MemoryPool | None = None,
     ) -> None:
         super().__init__(name=f"kafka-network-thread-{processor_id}", daemon=True)
         self.processor_id = processor_id
@@ -294,11 +369,14 @@ class Processor(threading.Thread):
         self._channel = channel
         self._versions = versions
         self._quotas = quotas
-        self._selector = selectors.DefaultSelector()
+        self._selector = _Poller()
         self._wake_r, self._wake_w = socket.socketpair()
         self._wake_r.setblocking(False)
         self._wake_w.setblocking(False)
-        self._selector.register(self._wake_r, selectors.EVENT_READ, None)
+        self._selector.register(self._wake_r, _READ, None)
+        self._pool = request_pool or MemoryPool(config.queued_max_request_bytes)
+        self._pool.add_listener(self.wakeup)
+        self._parked: dict[str, _Connection] = {}  # waiting for the request budget, in order
         self._new: deque[tuple[socket.socket, tuple[str, int], ListenerSecurity]] = deque()
         # failed authentications' answers, held until their delay: (due, seq, conn id, response)
         self._delayed: list[tuple[float, int, str, Response]] = []
@@ -352,6 +430,7 @@ class Processor(threading.Thread):
                 self._configure_new_connections()
                 self._process_new_responses()
                 self._process_delayed()
+                self._resume_parked()
                 self._read_tls_pending()
                 self._poll()
                 self._close_idle()
@@ -383,6 +462,7 @@ class Processor(threading.Thread):
             times = None if self.metrics is None else RequestTimes()
             conn = _Connection(conn_id, sock, address, security, times)
             self._connections[conn_id] = conn
+            self._channel.connection_opened(conn_id)
             self._update_events(conn)
 
     def _process_new_responses(self) -> None:
@@ -420,18 +500,32 @@ class Processor(threading.Thread):
         waited = time.monotonic_ns()
         ready = self._selector.select(timeout)
         self.idle.idle_ns += time.monotonic_ns() - waited
-        for key, events in ready:
-            conn = key.data
+        for conn, events in ready:
             if conn is None:
                 self._drain_wakeups()
                 continue
             if conn.handshaking:
                 self._handshake(conn)
                 continue
-            if events & selectors.EVENT_WRITE and conn.response is not None:
+            if conn.events == _HANGUP:  # muted: only its close is watched
+                self._hung_up(conn, events)
+                continue
+            if events & (_WRITE | _GONE) and conn.response is not None:
                 self._write(conn)
-            if events & selectors.EVENT_READ and conn.id in self._connections:
+            if events & (_READ | _GONE) and conn.id in self._connections:
                 self._read(conn)
+
+    def _hung_up(self, conn: _Connection, events: int) -> None:
+        """The client of a muted connection closed or half-closed it (module docstring)."""
+        if not events & _GONE and _has_unread_bytes(conn):
+            conn.peer_closed = True  # requests follow: answer the waiting one, then read them
+            self._update_events(conn)
+            if conn.in_flight:
+                self._channel.complete_waiting(conn.id)
+            return
+        waited = "its request waited" if conn.in_flight else "its frame waited for memory"
+        log.debug("connection from %s closed by the client while %s", conn.describe(), waited)
+        self._close(conn, "", quiet=True)
 
     def _drain_wakeups(self) -> None:
         try:
@@ -440,14 +534,15 @@ class Processor(threading.Thread):
         except (BlockingIOError, OSError):
             pass
 
-    def _update_events(self, conn: _Connection, handshake: int = selectors.EVENT_READ) -> None:
-        events = 0
+    def _update_events(self, conn: _Connection, handshake: int = _READ) -> None:
         if conn.handshaking:
-            events = handshake
-        elif not conn.in_flight and not self._draining:
-            events |= selectors.EVENT_READ
-        if conn.response is not None:
-            events |= selectors.EVENT_WRITE
+            events = handshake | (_WRITE if conn.response is not None else 0)
+        elif conn.response is not None:
+            events = _WRITE
+        elif conn.in_flight or conn.parked or self._draining:
+            events = 0 if conn.peer_closed else _HANGUP  # muted: watch for the client's close
+        else:
+            events = _READ
         if events == conn.events:
             return
         if conn.events == 0:
@@ -467,10 +562,10 @@ class Processor(threading.Thread):
         try:
             sock.do_handshake()
         except ssl.SSLWantReadError:
-            self._update_events(conn, selectors.EVENT_READ)
+            self._update_events(conn, _READ)
             return
         except ssl.SSLWantWriteError:
-            self._update_events(conn, selectors.EVENT_WRITE)
+            self._update_events(conn, _WRITE)
             return
         except (OSError, ValueError) as e:  # ssl.SSLError is an OSError
             self._close(conn, f"TLS handshake failed: {e}")
@@ -584,7 +679,12 @@ class Processor(threading.Thread):
             return  # read interest is being dropped; a partial frame is abandoned
         try:
             # a frame answered on this thread (the SASL exchange) may have closed it
-            while not conn.in_flight and conn.id in self._connections and self._read_some(conn):
+            while (
+                not conn.in_flight
+                and not conn.parked
+                and conn.id in self._connections
+                and self._read_some(conn)
+            ):
                 pass
         except _ConnectionError as e:
             self._close(conn, str(e))
@@ -621,7 +721,7 @@ class Processor(threading.Thread):
                 self._grow_frame(conn)
         if conn.frame is not None and conn.frame_got == conn.frame_size:
             self._complete_frame(conn)
-        return True
+        return not conn.parked
 
     def _disconnected(self, conn: _Connection) -> None:
         if conn.size_got == 0:
@@ -649,12 +749,39 @@ class Processor(threading.Thread):
             )
         conn.frame_size = size
         conn.frame_got = 0
+        if size > FIRST_CHUNK and not self._pool.try_reserve(size):
+            conn.parked = size  # read when the request budget has room (_resume_parked)
+            self._parked[conn.id] = conn
+            self._update_events(conn)
+            return
+        conn.reserved = size if size > FIRST_CHUNK else 0
         conn.frame = bytearray(min(size, FIRST_CHUNK))
 
+    def _resume_parked(self) -> None:
+        """Read the connections that waited for the request budget, oldest first, while it
+        has room."""
+        while self._parked and self._pool.available > 0:
+            conn_id, conn = next(iter(self._parked.items()))
+            if not self._pool.try_reserve(conn.parked):
+                return
+            del self._parked[conn_id]
+            conn.reserved, conn.parked = conn.parked, 0
+            conn.frame = bytearray(FIRST_CHUNK)
+            self._update_events(conn)
+            self._read(conn)
+
+    def _release_reservation(self, conn: _Connection) -> None:
+        if conn.reserved:
+            self._pool.release(conn.reserved)
+            conn.reserved = 0
+
     def _grow_frame(self, conn: _Connection) -> None:
+        """A buffer twice as large (at most the frame) with the bytes so far: a new zeroed
+        bytearray, whose pages cost memory only once bytes arrive in them."""
         assert conn.frame is not None
-        grown = min(conn.frame_size, 2 * len(conn.frame))
-        conn.frame.extend(bytes(grown - len(conn.frame)))
+        grown = bytearray(min(conn.frame_size, 2 * len(conn.frame)))
+        grown[: len(conn.frame)] = conn.frame
+        conn.frame = grown
 
     def _complete_frame(self, conn: _Connection) -> None:
         frame = conn.frame
@@ -764,6 +891,7 @@ class Processor(threading.Thread):
                         min(remaining, 1 << 30),
                     )  # fmt: skip
             except (BlockingIOError, InterruptedError):
+                self._close_region_file(conn)  # a path region is opened again when writable
                 return False
             except OSError as e:
                 raise _ConnectionError(f"sendfile of {region.name} failed: {e}") from None
@@ -795,9 +923,14 @@ class Processor(threading.Thread):
             return region.fd
         if conn.file_fd is None:
             try:
-                conn.file_fd = os.open(region.path, os.O_RDONLY)  # type: ignore[arg-type]
+                fd = os.open(region.path, os.O_RDONLY | os.O_CLOEXEC)  # type: ignore[arg-type]
             except OSError as e:
                 raise _ConnectionError(f"cannot open {region.path}: {e}") from None
+            conn.file_fd = fd
+            if region.file_id is not None:
+                st = os.fstat(fd)
+                if (st.st_dev, st.st_ino) != region.file_id:
+                    raise _ConnectionError(f"{region.path} was replaced while it was being sent")
         return conn.file_fd
 
     def _close_region_file(self, conn: _Connection) -> None:
@@ -817,6 +950,7 @@ class Processor(threading.Thread):
             self._close(conn, response.close_reason or "closed after its response")
             return
         conn.in_flight = False  # unmute: the next pipelined request may be read
+        self._release_reservation(conn)
         self._update_events(conn)
         if conn.tls and conn.sock.pending():  # type: ignore[attr-defined]
             self._tls_pending.add(conn.id)
@@ -834,6 +968,9 @@ class Processor(threading.Thread):
         conn.sock.close()
         self._close_region_file(conn)
         self._quotas.release(conn.address[0])
+        self._release_reservation(conn)
+        self._parked.pop(conn.id, None)
+        self._channel.connection_closed(conn.id)
         if conn.response is not None:
             response, conn.response = conn.response, None
             response.done()
@@ -898,6 +1035,8 @@ class Acceptor(threading.Thread):
         self._quotas = quotas
         self._next = 0
         self._stopping = threading.Event()
+        self._failing_since: float | None = None  # accept failing (out of descriptors) since
+        self._backoff = ACCEPT_BACKOFF_S[0]
 
     def stop(self) -> None:
         self._stopping.set()
@@ -916,15 +1055,31 @@ class Acceptor(threading.Thread):
             finally:
                 self._listen.close()
 
+    def _accept_failed(self, error: OSError) -> None:
+        """One log line per episode, then retries backing off up to ACCEPT_BACKOFF_S[1]."""
+        if self._failing_since is None:
+            self._failing_since = time.monotonic()
+            host, port = self._listen.getsockname()[:2]
+            log.error("accepting on %s:%d failed: %s; retrying every %.2f-%.0f s until it works "
+                      "(clients wait in the listen backlog)", host, port, error,
+                      *ACCEPT_BACKOFF_S)  # fmt: skip
+        else:
+            self._backoff = min(2 * self._backoff, ACCEPT_BACKOFF_S[1])
+        self._stopping.wait(self._backoff)
+
     def _accept_one(self) -> None:
         try:
             sock, address = self._listen.accept()
         except (BlockingIOError, InterruptedError):
             return
         except OSError as e:  # e.g. out of file descriptors: back off, keep the listener
-            log.error("accepting on %s:%d failed: %s", *self._listen.getsockname()[:2], e)
-            self._stopping.wait(POLL_TIMEOUT_S)
+            self._accept_failed(e)
             return
+        if self._failing_since is not None:
+            host, port = self._listen.getsockname()[:2]
+            log.warning("accepting on %s:%d again after %.1f s", host, port,
+                        time.monotonic() - self._failing_since)  # fmt: skip
+            self._failing_since, self._backoff = None, ACCEPT_BACKOFF_S[0]
         refused = self._quotas.acquire(address[0], self._stopping)
         if refused is not None:
             log.warning("refused connection from %s:%d: %s", address[0], address[1], refused)
@@ -957,8 +1112,9 @@ class SocketServer:
         securities = listener_securities(listeners, security or SecurityConfig(), credentials)
         self.request_channel = RequestChannel(config.queued_max_requests)
         self.quotas = ConnectionQuotas(config.max_connections, config.max_connections_per_ip)
+        self.request_pool = MemoryPool(config.queued_max_request_bytes)
         self.processors = [
-            Processor(i, config, self.request_channel, versions, self.quotas)
+            Processor(i, config, self.request_channel, versions, self.quotas, self.request_pool)
             for i in range(config.num_network_threads)
         ]
         self.acceptors: list[Acceptor] = []
@@ -1024,6 +1180,17 @@ class SocketServer:
 
     def connection_count(self) -> int:
         return self.quotas.count()
+
+
+def _has_unread_bytes(conn: _Connection) -> bool:
+    """Whether the client sent bytes not read yet (in the kernel, or decrypted inside ssl)."""
+    if conn.tls and conn.sock.pending():  # type: ignore[attr-defined]
+        return True
+    try:
+        (count,) = _INT.unpack(fcntl.ioctl(conn.sock.fileno(), termios.FIONREAD, b"\0" * 4))
+    except OSError:
+        return False
+    return count > 0
 
 
 def _tls_chunk(views: list[memoryview]) -> memoryview | bytes:

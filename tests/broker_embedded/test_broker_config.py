@@ -30,9 +30,12 @@ BROKER_KEYS = {
     "queued.max.requests": 500,
     "socket.request.max.bytes": 104857600,
     "socket.listen.backlog.size": 50,
-    "max.connections": 2147483647,
+    # "max.connections": not in the file, its default follows RLIMIT_NOFILE (tested with the
+    # server: tests/broker_embedded/server/test_abandoned_and_slow_clients.py)
     "max.connections.per.ip": 2147483647,
     "connections.max.idle.ms": 600000,
+    "queued.max.request.bytes": 104857600,
+    "queued.max.response.bytes": 67108864,  # not a Kafka key: unsent copied Fetch bytes
     "max.incremental.fetch.session.cache.slots": 1000,
     "fetch.max.pinned.regions": 1024,  # not a Kafka key: this broker's sendfile descriptor bound
     "auto.create.topics.enable": True,

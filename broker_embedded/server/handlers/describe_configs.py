@@ -185,6 +185,10 @@ BROKER_CONFIGS: Mapping[str, tuple[int, str]] = MappingProxyType({
     "max.connections": (INT, "connections at once; the acceptor waits at the limit"),
     "max.connections.per.ip": (INT, "connections at once from one address"),
     "connections.max.idle.ms": (LONG, "an idle connection is closed after this (ms)"),
+    "queued.max.request.bytes": (LONG, "request bytes read and handled at once before reading "
+                                       "of large frames stops"),
+    "queued.max.response.bytes": (LONG, "Fetch bytes copied and not yet sent; beyond, records "
+                                        "are sent from the files"),
     "max.incremental.fetch.session.cache.slots": (INT, "fetch sessions cached at once"),
     "fetch.max.pinned.regions": (INT, "segment descriptors held for sendfile at once"),
     "auto.create.topics.enable": (BOOLEAN, "Metadata naming an unknown topic creates it"),

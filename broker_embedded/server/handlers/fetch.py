@@ -39,9 +39,11 @@ and not read, the others get their data, as Kafka's ``handleFetchRequest``.
 
 Limits: the session cache has ``max.incremental.fetch.session.cache.slots`` sessions
 (fetch_session.py has its own partition bounds); at most ``fetch.max.pinned.regions`` descriptors
-(or the handler's ``max_pinned``) are held by responses in flight (beyond, regions are read and
-sent from memory: region_pins.py; 0 makes every response read + send); a response is at most
-``fetch.max.bytes`` plus one batch (KIP-74). A failure inside the callback (a bug) is logged and
+(or the handler's ``max_pinned``) are held by responses in flight; beyond, regions are copied
+within ``queued.max.response.bytes`` (``copy_budget``) of unsent copies, else sent from their
+files opened again per write (region_pins.py); a response is at most ``fetch.max.bytes`` plus
+one batch (KIP-74). A fetch waiting in the purgatory is dropped when its client closes the
+connection (``RequestChannel.watch_close``). A failure inside the callback (a bug) is logged and
 closes the connection, so the client never waits forever.
 
 Metrics: with the broker's ``topic_stats`` set, each partition of the context is counted once
@@ -96,10 +98,10 @@ from broker_embedded.server.handlers.fetch_response import (
     group_by_topic,
 )
 from broker_embedded.server.handlers.metadata import LeaderNode, current_leader, leader_nodes
-from broker_embedded.server.handlers.region_pins import RegionPins
+from broker_embedded.server.handlers.region_pins import Held, RegionPins
 from broker_embedded.server.kafka_apis import KafkaApis
 from broker_embedded.server.protocol import InvalidRequestError
-from broker_embedded.server.request_channel import Request
+from broker_embedded.server.request_channel import MemoryPool, Request
 from broker_embedded.server.security.authorizer import AclOperation, ResourceType
 from broker_embedded.storage.fetch_data_info import IsolationLevel, SegmentRegion
 
@@ -135,6 +137,7 @@ class FetchApi:
         apis: KafkaApis,
         *,
         max_pinned: int | None = None,
+        copy_budget: int | None = None,
         manager: FetchManager | None = None,
         context: ApiContext | None = None,
     ) -> None:
@@ -145,7 +148,9 @@ class FetchApi:
         self.manager = manager or FetchManager(FetchSessionCache(max_entries=slots))
         if max_pinned is None:
             max_pinned = broker.config.fetch_max_pinned_regions
-        self.pins = RegionPins(max_pinned)
+        if copy_budget is None:
+            copy_budget = broker.config.queued_max_response_bytes
+        self.pins = RegionPins(max_pinned, MemoryPool(copy_budget))
 
     # -- request ----------------------------------------------------------------------------------
 
@@ -173,9 +178,11 @@ class FetchApi:
             max_bytes=body.max_bytes,
             isolation_level=isolation,
         )
-        self.broker.replica_manager.fetch_messages_async(
+        waiting = self.broker.replica_manager.fetch_messages_async(
             fetch, lambda r: self._complete(request, context, slots, r), zero_copy=True
         )
+        if waiting is not None:  # dropped if the client closes while it waits
+            self.apis.channel.watch_close(request, waiting)
 
     def _topic_names(self) -> TopicNames:
         return TopicNames(self.broker)
@@ -241,7 +248,7 @@ class FetchApi:
         if version >= CURRENT_LEADER_VERSION:
             leaders = {tip: self._leader(tip) for tip, p in answer.partitions
                        if p.error_code in _LEADER_ERRORS}  # fmt: skip
-        held: list[int] = []
+        held = Held()
         try:
             wire = [
                 (_wire_topic(tip, version),
@@ -270,7 +277,7 @@ class FetchApi:
         self,
         partition: int,
         p: FetchResponsePartition[Records],
-        held: list[int],
+        held: Held,
         leader: LeaderNode | None,
     ) -> PartitionResponse:
         records: Any = p.records if p.records is not None else b""

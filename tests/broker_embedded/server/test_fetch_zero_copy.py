@@ -19,7 +19,7 @@ from broker_embedded.cleaner.cleaner import Cleaner
 from broker_embedded.cleaner.skimpy_offset_map import SkimpyOffsetMap
 from broker_embedded.client.producer_record import ProducerRecord
 from broker_embedded.replica_manager.fetch_request import FetchRequest, PartitionFetch
-from broker_embedded.server.handlers.region_pins import RegionPins
+from broker_embedded.server.handlers.region_pins import Held, RegionPins
 from broker_embedded.storage.topic_partition import TopicPartition
 from tests.broker_embedded._broker_util import log_bytes
 from tests.broker_embedded.server._fetch import (
@@ -124,6 +124,32 @@ def test_cleaner_swapping_the_segment_being_sent(broker):
         )
 
 
+def test_cleaner_swapping_a_segment_sent_from_its_path_closes_that_connection(broker, caplog):
+    """No pin and no copy budget: the region goes by path, opened by the network thread per
+    write. The cleaner swaps the file before the response is out: the connection is closed
+    (its frame size is already out), naming the file; a new fetch reads the cleaned segment."""
+    broker.create_topic("t", 1, config={"cleanup.policy": "compact", "segment.bytes": SEGMENT})
+    produce_big(broker, 22, keys=2)
+    first = segment_files(broker)[0]
+    size = first.stat().st_size
+    with fetch_server(broker, max_pinned=0, copy_budget=1) as (server, api):
+        with slow_client(server) as c:
+            send_fetch(c, 0, max_bytes=size)
+            deadline = time.monotonic() + 10
+            while api.pins.from_files == 0:
+                assert time.monotonic() < deadline, "the region was not sent from its path"
+                time.sleep(0.005)
+            Cleaner(SkimpyOffsetMap(1 << 16)).clean(broker.log_manager.get_log(TP), None)
+            with pytest.raises(ConnectionError):
+                c.recv_frame()
+        assert any(f"{first} was replaced while it was being sent" in r.getMessage()
+                   for r in caplog.records)  # fmt: skip
+        with RawClient(server) as again:
+            send_fetch(again, 0)
+            cleaned = records_of(again.recv_frame())
+            assert cleaned == first.read_bytes()[: len(cleaned)]
+
+
 def test_retention_deleting_the_segment_being_sent(broker):
     broker.create_topic("t", 1, config={"segment.bytes": SEGMENT})
     produce_big(broker, 22)
@@ -154,9 +180,9 @@ def test_a_region_read_before_a_swap_is_not_sent_from_the_new_file(broker):
     region = answers[0].partitions[0].region
     assert region is not None and answers[0].partitions[0].records == b""
     pins = RegionPins(4)
-    held: list[int] = []
+    held = Held()
     Cleaner(SkimpyOffsetMap(1 << 16)).clean(broker.log_manager.get_log(TP), None)
-    assert pins.pin(region, held) is None and held == [] and pins.misses == 1
+    assert pins.pin(region, held) is None and held == Held() and pins.misses == 1
 
 
 def test_beyond_the_pin_limit_regions_are_copied(broker):
@@ -166,6 +192,21 @@ def test_beyond_the_pin_limit_regions_are_copied(broker):
         send_fetch(c, 0)
         assert records_of(c.recv_frame()) == log_bytes(broker, "t", 0)
         assert api.pins.copies == 1 and api.pins.open == 0
+
+
+def test_beyond_the_pins_and_the_copy_budget_regions_are_sent_from_their_files(broker):
+    """No pin and a copy budget smaller than the records: the region goes by path (opened by
+    the network thread), the same bytes; the budget is whole again after each response."""
+    broker.create_topic("t", 1)
+    produce_big(broker, 2)
+    size = len(log_bytes(broker, "t", 0))
+    with fetch_server(broker, max_pinned=0, copy_budget=size - 1) as (server, api):
+        with RawClient(server) as c:
+            for _ in range(2):
+                send_fetch(c, 0)
+                assert records_of(c.recv_frame()) == log_bytes(broker, "t", 0)
+        assert (api.pins.copies, api.pins.from_files, api.pins.open) == (0, 2, 0)
+        assert api.pins.budget.available == size - 1
 
 
 def test_fetch_max_pinned_regions_0_makes_every_response_read_and_send(tmp_path):

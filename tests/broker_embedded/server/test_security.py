@@ -7,6 +7,7 @@ requested, SASL_PLAINTEXT, SASL_SSL); tests that need other settings start their
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import ssl
 import struct
@@ -681,3 +682,31 @@ def test_a_running_server_keeps_its_users_when_the_file_breaks(pki, tmp_path):
         (tmp_path / "scram-credentials.json").write_text("{broken")
         wire = Wire(port(s, "SASL_PLAINTEXT"))
         assert scram(wire, "SCRAM-SHA-256", USER, PASSWORD).error_code == ErrorCode.none
+
+
+@pytest.mark.parametrize("close_notify", [True, False], ids=["close_notify", "no close_notify"])
+def test_abandoned_long_polls_over_tls_release_their_connections(pki, tmp_path, close_notify):
+    """TLS clients that send a forever long poll and close (with or without TLS close_notify,
+    whose bytes the server reads after answering early): every connection is closed and no
+    fetch is left waiting."""
+    from tests.broker_embedded.server._fetch import fetch_request
+
+    log_dir = tmp_path / "log"
+    broker = Broker(log_dir, create=True, config=config())
+    broker.create_topic("t", 1)
+    broker.close()
+    request = fetch_request(4, [("t", [(0, 0, 1 << 20, -1)])], max_wait_ms=2**31 - 1,
+                            min_bytes=2**31 - 1)  # fmt: skip
+    with secured(log_dir, security(pki)) as server:
+        for i in range(20):
+            wire = Wire(port(server, "SSL"), client_context(pki))
+            wire.sock.sendall(request_frame(request, i))
+            if close_notify:  # sent without waiting for the server's
+                wire.sock.setblocking(False)
+                with contextlib.suppress(ssl.SSLWantReadError):
+                    wire.sock.unwrap()
+            wire.close()
+        deadline = time.monotonic() + 20
+        while server.socket_server.connection_count() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert server.socket_server.connection_count() == 0
