@@ -100,10 +100,7 @@ def register_sasl_apis(apis: Any) -> None:
         return sasl_handshake_response(request.header.api_version, ErrorCode.illegal_sasl_state, ())
 
     def authenticate(request: Any) -> Any:
-        message = (
-            "SaslAuthenticate received outside a SASL exchange (after authentication, or on a "
-            "listener without SASL)"
-        )
+        message = "SaslAuthenticate request received after successful authentication"  # Kafka's
         return sasl_authenticate_response(
             request.header.api_version, ErrorCode.illegal_sasl_state, message, b""
         )
