@@ -91,6 +91,13 @@ class OffsetOutOfRangeError(KafkaApiError):
     name = "OFFSET_OUT_OF_RANGE"
 
 
+class SegmentTruncatedError(OffsetOutOfRangeError):
+    """A segment file shorter than when this process mapped it: another process truncated it
+    (recovery of a torn tail, a replica's truncation after an unclean election). Reading its
+    mapping past the new end would be a SIGBUS; the reader opens the log dir again (the offsets
+    it planned may be gone: an out-of-range fetch)."""
+
+
 class CorruptMessageError(KafkaApiError):
     """A produced batch whose CRC or framing is wrong (CORRUPT_MESSAGE, 2)."""
 
