@@ -52,8 +52,11 @@ SASL_PLAINTEXT, SASL_SSL; see ``security_config``).
   :class:`SaslAuthenticator`) are read; any other request closes the connection, and a frame
   larger than ``sasl.server.max.receive.size`` does too. After SaslHandshake v0 the client's
   frames are raw SASL tokens, answered as raw tokens. A failed authentication is answered
-  SASL_AUTHENTICATION_FAILED (58) after ``connection.failed.authentication.delay.ms`` (held in a
-  per-processor timer heap; the loop never sleeps on it) and the connection is closed.
+  SASL_AUTHENTICATION_FAILED (58) after the delay the server's authentication limiter gives it
+  (``connection.failed.authentication.delay.ms``, doubling with the principal's or address's
+  recent failures; security/authentication_limiter.py), held in a per-processor timer heap (the
+  loop never sleeps on it), and the connection is closed; a success while its principal is
+  being guessed is held as long.
 - A connection not authenticated (TLS handshake and SASL) within ``authentication.timeout.ms``
   is closed (checked with the idle connections).
 - Each request carries its listener's name and the connection's principal (``User:ANONYMOUS``,
