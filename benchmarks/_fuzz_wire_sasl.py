@@ -53,8 +53,13 @@ _SIZE = struct.Struct(">i")
 
 
 def security() -> SecurityConfig:
-    """The target server's [security]: every mechanism, a short failure delay."""
-    return SecurityConfig(connection_failed_authentication_delay_ms=DELAY_MS)
+    """The target server's [security]: every mechanism, a short failure delay, no lockout (the
+    failed-authentication limits would refuse the probe's valid login after a few failed
+    inputs; tests/broker_embedded/server/test_authentication_limiter.py tests them)."""
+    return SecurityConfig(connection_failed_authentication_delay_ms=DELAY_MS,
+                          authentication_failure_max_delay_ms=DELAY_MS,
+                          authentication_failure_limit_per_principal=0,
+                          authentication_failure_limit_per_host=0)  # fmt: skip
 
 
 def add_user(log_dir: Path) -> None:

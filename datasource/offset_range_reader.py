@@ -20,8 +20,10 @@ the segment's mapping, not a copy, and the next fetch releases its pages), and i
 at least ``LOG_DIR_FETCH_BYTES`` (8 MiB, kafka_source_options.py) at a time: one fetch then
 decodes to one Arrow batch of tens of thousands of rows without a join, where 1 MiB fetches of
 producer batches of 1 MB gave a few thousand rows each, joined by a copy (5 M rows of 153
-bytes, uncompressed: 0.93 CPU-seconds for the reader alone before, 0.35 now). The view never
-reaches past the high watermark, below which a log is never truncated (no SIGBUS).
+bytes, uncompressed: 0.93 CPU-seconds for the reader alone before, 0.35 now). Only segments
+wholly below the recovery point are viewed in place, the others copied, and a segment another
+process truncated since it was mapped is a ``SegmentTruncatedError`` (an out-of-range error:
+the log dir is opened again), not a SIGBUS (log_dir_fetch_source.py).
 
 Pipelining: a source that can fetch ahead (``prefetch``: the wire source over
 ``kafka.bootstrap.servers``) is asked, once a fetch is decoded, for the next fetch of the range

@@ -27,9 +27,10 @@ Subcommands:
        [--allow-host H | --deny-host H ...] [--resource-pattern-type literal|prefixed|any|match]
        --log-dir DIR | --bootstrap-server H:P       the authorizer's ACLs (like kafka-acls)
   groups list | groups describe [--group G ...] --log-dir DIR | --bootstrap-server H:P
-                                                 consumer groups, committed offsets, log end
-                                                 offsets and lag from __consumer_offsets (like
-                                                 kafka-consumer-groups --list/--describe)
+                                                 groups of every protocol type, committed
+                                                 offsets, log end offsets and lag from
+                                                 __consumer_offsets (like kafka-groups --list,
+                                                 kafka-consumer-groups --describe)
   dump PATH... [--records] [--json] [--summary] [--verify]
                                                  print and verify segments (like kafka-dump-log)
   compact [--config FILE] [--dry-run] [--report FILE]
@@ -353,13 +354,13 @@ def _add_log_dir_or_bootstrap(parser: argparse.ArgumentParser) -> None:
 def _add_groups(sub: argparse._SubParsersAction) -> None:
     groups = sub.add_parser(
         "groups",
-        help="list and describe consumer groups from __consumer_offsets (like "
-        "kafka-consumer-groups)",
+        help="list and describe groups from __consumer_offsets (like kafka-groups --list and "
+        "kafka-consumer-groups --describe; every protocol type)",
     )
     actions = groups.add_subparsers(dest="action", required=True)
     log_dir = argparse.ArgumentParser(add_help=False)
     _add_log_dir_or_bootstrap(log_dir)
-    actions.add_parser("list", parents=[log_dir], help="the consumer group ids")
+    actions.add_parser("list", parents=[log_dir], help="every group id")
     describe = actions.add_parser(
         "describe",
         parents=[log_dir],

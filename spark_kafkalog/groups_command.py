@@ -1,6 +1,10 @@
-"""``kafkalog groups``: list and describe consumer groups (Kafka's ``kafka-consumer-groups.sh
---list`` and ``--describe``), read straight from a log dir's ``__consumer_offsets`` partitions
-(``--log-dir``) or asked of a running server (``--bootstrap-server``).
+"""``kafkalog groups``: list and describe the groups of a cluster (Kafka's ``kafka-groups.sh
+--list`` and ``kafka-consumer-groups.sh --describe``), read straight from a log dir's
+``__consumer_offsets`` partitions (``--log-dir``) or asked of a running server
+(``--bootstrap-server``). Every group is shown, whatever its protocol type: consumer groups,
+and the groups of Kafka Connect (``connect``), Schema Registry (``sr``) or any other client of
+the group protocol (Kafka 3.9's ``kafka-consumer-groups.sh`` lists only consumer groups and
+refuses to describe the others; Kafka 4's ``kafka-groups.sh --list`` lists every group).
 
 Over the wire (:func:`run_on_server`, the project's wire client), as Kafka's tool asks: the
 groups are ListGroups' answers of every broker (each lists those it coordinates); per group,
@@ -19,11 +23,15 @@ leaving still shows them (a coordinator would expire them after their session ti
 
 Output (stdout), as kafka-consumer-groups.sh prints it:
 
-- ``list``: the consumer groups (protocol type ``consumer``, or none: groups that only commit
-  offsets), one id a line, sorted.
-- ``describe``: per group (``--group G``, repeatable; default every consumer group, sorted) a
-  blank line, the header ``GROUP TOPIC PARTITION CURRENT-OFFSET LOG-END-OFFSET LAG CONSUMER-ID
-  HOST CLIENT-ID`` and one row per partition: first the partitions assigned to members (members
+- ``list``: every group, one id a line, sorted.
+- ``describe``: per group (``--group G``, repeatable; default every group, sorted). A group of
+  another protocol type than ``consumer`` (or none: groups that only commit offsets) first
+  prints a blank line, the header ``GROUP PROTOCOL-TYPE PROTOCOL STATE #MEMBERS`` and its row
+  (GROUP padded to the longest id, at least 15, the others to 15; PROTOCOL ``-`` when none),
+  then its committed offsets as below, with no member (its members' assignments are not the
+  consumer protocol's). A consumer group prints, as kafka-consumer-groups.sh does, a blank
+  line, the header ``GROUP TOPIC PARTITION CURRENT-OFFSET LOG-END-OFFSET LAG CONSUMER-ID HOST
+  CLIENT-ID`` and one row per partition: first the partitions assigned to members (members
   with more partitions first, in the group record's member order on ties; a member's partitions
   by topic, then partition), then the partitions with a committed offset that no member holds
   (consumer columns ``-``). CURRENT-OFFSET is the committed offset (``-`` when none);
@@ -35,9 +43,9 @@ Output (stdout), as kafka-consumer-groups.sh prints it:
   as Kafka does, and nothing on stdout when it has no committed offsets either.
 
 Errors (:class:`~spark_kafkalog.topics_command.CommandError`, exit status 1): a group that does
-not exist in the log dir (named, with the groups there); a path that is not a log dir; corrupt
-records (named by partition and offset). Memory: the groups of the log dir (one batch at a time
-is read); one partition view is open at a time while log end offsets are read.
+not exist in the log dir or cluster (named, with the groups there); a path that is not a log
+dir; corrupt records (named by partition and offset). Memory: the groups of the log dir (one
+batch at a time is read); one partition view is open at a time while log end offsets are read.
 """
 
 from __future__ import annotations
@@ -60,6 +68,7 @@ CONSUMER_PROTOCOL_TYPES = ("consumer", "")
 LogEndOffset = Callable[[str, int], "int | None"]
 HEADER = ("GROUP", "TOPIC", "PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET", "LAG",
           "CONSUMER-ID", "HOST", "CLIENT-ID")  # fmt: skip
+GROUP_HEADER = ("GROUP", "PROTOCOL-TYPE", "PROTOCOL", "STATE", "#MEMBERS")
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,6 +117,12 @@ class GroupView:
     state: str
     members: tuple[MemberView, ...]
     offsets: Mapping[tuple[str, int], int]  # committed offset by (topic, partition)
+    protocol_type: str = "consumer"
+    protocol: str = ""  # the protocol chosen, "" when none
+
+    @property
+    def is_consumer_group(self) -> bool:
+        return self.protocol_type in CONSUMER_PROTOCOL_TYPES
 
 
 def view_of(group: LoadedGroup) -> GroupView:
@@ -117,14 +132,8 @@ def view_of(group: LoadedGroup) -> GroupView:
         for m in group.metadata.members
     )  # fmt: skip
     offsets = {(c.topic, c.partition): c.offset for c in group.offsets}
-    return GroupView(group.group_id, group.state, members, offsets)
-
-
-def consumer_groups(groups: dict[str, LoadedGroup]) -> list[str]:
-    """The ids of the consumer groups (Kafka's ``Admin.listConsumerGroups``), sorted."""
-    return sorted(
-        g for g, group in groups.items() if group.protocol_type in CONSUMER_PROTOCOL_TYPES
-    )
+    protocol = "" if group.metadata is None else group.metadata.protocol or ""
+    return GroupView(group.group_id, group.state, members, offsets, group.protocol_type, protocol)
 
 
 class LogEndOffsets:
@@ -157,7 +166,8 @@ def _assigned(group: GroupView, member: MemberView) -> list[tuple[str, int]]:
 def offset_rows(group: GroupView, log_end_offset: LogEndOffset) -> list[OffsetRow]:
     """The rows of one group (see the module docstring for their order)."""
     committed = group.offsets
-    assignments = [(m, _assigned(group, m)) for m in group.members]
+    members = group.members if group.is_consumer_group else ()
+    assignments = [(m, _assigned(group, m)) for m in members]
     assignments = [(m, tps) for m, tps in assignments if tps]
     assignments.sort(key=lambda item: -len(item[1]))  # stable: record order on ties
     rows = []
@@ -180,21 +190,32 @@ def format_rows(rows: Sequence[OffsetRow]) -> str:
     for row in rows:
         for i in (0, 1, 6, 7):
             width[i] = max(width[i], len(row.cells()[i]))
-    lines = [HEADER, *(r.cells() for r in rows)]
+    return _table([HEADER, *(r.cells() for r in rows)], width)
+
+
+def _table(lines: Sequence[Sequence[str]], width: Sequence[int]) -> str:
+    """Kafka's tables: a newline before each line, every cell but the last padded, one after."""
     text = "".join(
-        "\n"
-        + " ".join(c.ljust(w) for c, w in zip(cells[:-1], width, strict=True))
-        + " "
-        + cells[-1]
+        "\n" + " ".join(c.ljust(w) for c, w in zip(cells[:-1], width, strict=True))
+        + " " + cells[-1]
         for cells in lines
-    )
+    )  # fmt: skip
     return text + "\n"
+
+
+def format_group(group: GroupView) -> str:
+    """The block of a group of another protocol type (module docstring)."""
+    row = (group.group_id, group.protocol_type, group.protocol or MISSING, group.state,
+           str(len(group.members)))  # fmt: skip
+    return _table((GROUP_HEADER, row), (max(15, len(group.group_id)), 15, 15, 15))
 
 
 def describe(groups: Iterable[GroupView], log_end_offset: LogEndOffset, out: TextIO,
              err: TextIO) -> None:  # fmt: skip
     for group in groups:
-        if group.state == "Empty":
+        if not group.is_consumer_group:
+            out.write(format_group(group))
+        elif group.state == "Empty":
             err.write(f"\nConsumer group '{group.group_id}' has no active members.\n")
         rows = offset_rows(group, log_end_offset)
         if rows:
@@ -206,8 +227,7 @@ def _check_known(groups: Sequence[str], known: Sequence[str], where: str) -> lis
     missing = [g for g in groups if g not in known]
     if missing:
         raise CommandError(
-            f"consumer group {missing[0]!r} does not exist in {where} "
-            f"(groups: {', '.join(known) or 'none'})"
+            f"group {missing[0]!r} does not exist in {where} (groups: {', '.join(known) or 'none'})"
         )
     return list(dict.fromkeys(groups)) or list(known)
 
@@ -223,7 +243,7 @@ def run(action: str, log_dir_path: Path | None, out: TextIO, err: TextIO,
     require_log_dir(log_dir_path)
     log_dir = LogDir(log_dir_path)
     loaded = load_log_dir(log_dir).groups
-    known = consumer_groups(loaded)
+    known = sorted(loaded)
     if action == "list":
         out.write("".join(f"{g}\n" for g in known))
         return 0
@@ -240,8 +260,7 @@ def run_on_server(action: str, bootstrap: str, out: TextIO, err: TextIO,
     from broker_embedded.client.kafka_client import LATEST, ClientConfig, KafkaClient
 
     with KafkaClient(bootstrap, client_config or ClientConfig()) as client:
-        known = [g.group_id for g in client.list_groups()
-                 if g.protocol_type in CONSUMER_PROTOCOL_TYPES]  # fmt: skip
+        known = sorted(g.group_id for g in client.list_groups())
         if action == "list":
             out.write("".join(f"{g}\n" for g in known))
             return 0
@@ -250,7 +269,9 @@ def run_on_server(action: str, bootstrap: str, out: TextIO, err: TextIO,
             d = client.describe_group(group_id)
             members = tuple(MemberView(m.member_id, m.client_host, m.client_id, m.assignment)
                             for m in d.members)  # fmt: skip
-            views.append(GroupView(group_id, d.state, members, client.committed_offsets(group_id)))
+            offsets = client.committed_offsets(group_id)
+            views.append(GroupView(group_id, d.state, members, offsets, d.protocol_type,
+                                   d.protocol))  # fmt: skip
         ends: dict[tuple[str, int], int | None] = {}
 
         def log_end_offset(topic: str, partition: int) -> int | None:

@@ -360,6 +360,7 @@ class DescribedGroup:
     state: str
     protocol_type: str
     members: tuple[DescribedMember, ...]
+    protocol: str = ""  # the protocol chosen (consumer: the assignor), "" when none
 
 
 @dataclass(frozen=True, slots=True)
@@ -682,7 +683,9 @@ class KafkaClient:
                 DescribedMember(m.member_id, m.client_id, m.client_host, bytes(m.member_assignment))
                 for m in g.members
             )
-            return DescribedGroup(group_id, g.group_state, g.protocol_type, members)
+            return DescribedGroup(
+                group_id, g.group_state, g.protocol_type, members, g.protocol_data
+            )
 
         return self.to_coordinator(group_id, call)
 

@@ -38,6 +38,9 @@ counters and histograms of ``BrokerTopicStats`` (replica_manager/broker_topic_st
   ``kafkalog_logcleaner_{bytesread,byteswritten}_total`` (Kafka only logs them).
 - ``kafka_server_fetchsessioncache_{numincrementalfetchsessions,
   numincrementalfetchpartitionscached}``, ``..._incrementalfetchsessionevictions_total``.
+- kafkalog's own ``kafkalog_authentication_{failures,refusals,lockouts}_total`` and
+  ``kafkalog_authentication_locked`` (principals and addresses locked out now): the
+  failed-authentication limits (security/authentication_limiter.py; Kafka has none).
 - ``kafka_consumergroup_{current_offset,lag}{consumergroup,topic,partition}`` (kafka_exporter's
   names: Kafka has no broker metric for lag) for each committed partition this broker leads: lag
   = the partition's high watermark (what a consumer can read up to) - the committed offset.
@@ -134,6 +137,7 @@ class KafkaCollector(Collector):
             self._flushes,
             self._cleaner,
             self._fetch_sessions,
+            self._authentication,
             self._groups,
         ):
             try:
@@ -326,6 +330,17 @@ class KafkaCollector(Collector):
         yield _counter(
             prefix + "incrementalfetchsessionevictions", "fetch sessions evicted", cache.evictions
         )
+
+    def _authentication(self, server: BrokerServer, broker: Broker) -> Iterator[Metric]:
+        limiter = next((a.security.limiter for a in server.socket_server.acceptors), None)
+        if limiter is None:
+            return
+        counts = limiter.counts()
+        prefix = "kafkalog_authentication_"
+        yield _counter(prefix + "failures", "failed SASL authentications", counts.failures)
+        yield _counter(prefix + "refusals", "authentications refused by a lockout", counts.refusals)
+        yield _counter(prefix + "lockouts", "principals or addresses locked out", counts.lockouts)
+        yield _gauge(prefix + "locked", "principals and addresses locked out now", counts.locked)
 
     def _groups(self, server: BrokerServer, broker: Broker) -> Iterator[Metric]:
         coordinator = coordinator_of(broker.controller)

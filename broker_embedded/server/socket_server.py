@@ -69,8 +69,11 @@ SASL_PLAINTEXT, SASL_SSL; see ``security_config``).
   :class:`SaslAuthenticator`) are read; any other request closes the connection, and a frame
   larger than ``sasl.server.max.receive.size`` does too. After SaslHandshake v0 the client's
   frames are raw SASL tokens, answered as raw tokens. A failed authentication is answered
-  SASL_AUTHENTICATION_FAILED (58) after ``connection.failed.authentication.delay.ms`` (held in a
-  per-processor timer heap; the loop never sleeps on it) and the connection is closed.
+  SASL_AUTHENTICATION_FAILED (58) after the delay the server's authentication limiter gives it
+  (``connection.failed.authentication.delay.ms``, doubling with the principal's or address's
+  recent failures; security/authentication_limiter.py), held in a per-processor timer heap (the
+  loop never sleeps on it), and the connection is closed; a success while its principal is
+  being guessed is held as long.
 - A connection not authenticated (TLS handshake and SASL) within ``authentication.timeout.ms``
   is closed (checked with the idle connections).
 - Each request carries its listener's name and the connection's principal (``User:ANONYMOUS``,
@@ -126,6 +129,10 @@ from broker_embedded.server.request_channel import (
     Response,
 )
 from broker_embedded.server.request_metrics import IdleClock, RequestMetrics, RequestTimes
+from broker_embedded.server.security.authentication_limiter import (
+    AuthenticationLimiter,
+    LimiterConfig,
+)
 from broker_embedded.server.security.kafka_principal import (
     ANONYMOUS,
     KafkaPrincipal,
@@ -319,7 +326,7 @@ class _Connection:
         self.created = time.monotonic()
         self.tls = isinstance(sock, ssl.SSLSocket)
         self.handshaking = self.tls  # the TLS handshake is not done (wants read first)
-        self.sasl: SaslAuthenticator | None = security.authenticator()
+        self.sasl: SaslAuthenticator | None = security.authenticator(address[0])
         self.sasl_raw = False  # after a SaslHandshake v0: frames are raw SASL tokens
         self.sasl_request: Request | None = None  # that handshake (raw tokens have no header)
         self.principal: KafkaPrincipal = ANONYMOUS
@@ -631,18 +638,23 @@ class Processor(threading.Thread):
                 )
                 response = Response(request, (response_frame(request.header, message),),
                                     close_connection=True, close_reason=str(e))  # fmt: skip
-            self._delay(conn, response)
+            self._delay(conn, response, conn.security.failed(sasl, conn.address[0]))
             return
+        hold = 0.0
         if sasl.state is SaslState.COMPLETE:
             conn.sasl_raw = False
             assert sasl.principal is not None
             conn.principal = sasl.principal
+            hold = conn.security.succeeded(sasl)  # while its user is guessed: as a failure
         if raw:
             parts: tuple[bytes, ...] = (_SIZE.pack(len(answer)) + answer,)
         else:
             message = sasl_authenticate_response(version, ErrorCode.none, None, answer)
             parts = (response_frame(request.header, message),)
-        self._answer(conn, Response(request, parts))
+        if hold:
+            self._delay(conn, Response(request, parts), hold)
+        else:
+            self._answer(conn, Response(request, parts))
 
     def _answer(self, conn: _Connection, response: Response) -> None:
         """Write a response built on this thread (the SASL exchange) to a muted connection."""
@@ -650,12 +662,12 @@ class Processor(threading.Thread):
         conn.response, conn.part, conn.offset = response, 0, 0
         self._write(conn)
 
-    def _delay(self, conn: _Connection, response: Response) -> None:
-        """Hold a failed authentication's answer for ``connection.failed.authentication.
-        delay.ms`` (the connection stays muted), then write it and close."""
+    def _delay(self, conn: _Connection, response: Response, delay_s: float) -> None:
+        """Hold an authentication's answer ``delay_s`` (the connection stays muted), then write
+        it (and close, after a failure)."""
         conn.in_flight = True
         self._update_events(conn)
-        due = time.monotonic() + conn.security.failed_delay_s
+        due = time.monotonic() + delay_s
         heapq.heappush(self._delayed, (due, next(self._seq), conn.id, response))
 
     def _process_delayed(self) -> None:
@@ -1222,4 +1234,5 @@ def listener_securities(
             listener = listener.listener()
         resolved.append(listener)
     tls = server_context(config) if any(li.protocol.uses_tls for li in resolved) else None
-    return [ListenerSecurity.of(li, config, credentials, tls) for li in resolved]
+    limiter = AuthenticationLimiter(LimiterConfig.of(config))  # one for every listener
+    return [ListenerSecurity.of(li, config, credentials, tls, limiter) for li in resolved]

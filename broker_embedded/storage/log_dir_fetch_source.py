@@ -33,12 +33,20 @@ fails).
   segment's size, however far a task reads.
 - ``fetch_in_place`` (not part of the protocol: a reader that decodes each fetch before the
   next asks for it, offset_range_reader.py): ``fetch`` without the copy under read_uncommitted.
-  The records are a read-only view of the segment's mapping; the pages of one in-place fetch
-  are released at the next in-place fetch and at :meth:`LogDirFetchSource.close`, so resident
-  memory stays one fetch too. A view held longer stays valid (the mapping lives while it is
-  referenced; released pages fault in again from the page cache) and its bytes do not change:
-  it lies below the high watermark, and a log is never truncated below it (log_segment.py).
+  The records are a read-only view of the segment's mapping when the segment lies wholly below
+  the partition's recovery point (its last batch ends at or below it: recovery never truncates
+  there), else a copy (the active segment of a running or crashed broker, which recovery may
+  truncate while the view is decoded: a mapped page past the end of its file is a SIGBUS). The
+  pages of one in-place fetch are released at the next in-place fetch and at
+  :meth:`LogDirFetchSource.close`, so resident memory stays one fetch too. A view held longer
+  stays valid (the mapping lives while it is referenced; released pages fault in again from the
+  page cache). Only a replica's truncation after an unclean election reaches below the
+  recovery point: a view being decoded then faults; the fast path is kept for it.
   Under read_committed the view's ``fetch`` already copies: ``fetch`` as is.
+- Truncation by another process: before each fetch the ``.log`` of the segment holding the
+  offset is checked (one ``stat``): shorter than when it was mapped (same file), the fetch is a
+  :class:`SegmentTruncatedError` naming the file, the offset and the partition (an
+  out-of-range error: the reader opens the log dir again), not a read of pages past the end.
 - Byte cuts: exact, from each segment's offset index and sizes (positions of index entries),
   with a walk of at most about ``index.interval.bytes`` of batch headers after an entry; no
   record is decoded. Bytes count the log as stored: compressed batches with their headers.
@@ -49,13 +57,15 @@ Not thread-safe: one planner or one task uses a source.
 from __future__ import annotations
 
 import bisect
-from collections.abc import Callable, Iterable
+import os
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
+from broker_embedded.errors import SegmentTruncatedError
 from broker_embedded.storage.fetch_data_info import FetchIsolation, IsolationLevel
 from broker_embedded.storage.fetch_source import (
     EARLIEST_TIMESTAMP,
@@ -179,6 +189,7 @@ class LogDirFetchSource:
         self, tp: TopicPartition, offset: int, max_bytes: int, isolation: IsolationLevel
     ) -> FetchedPartition:
         view = self.view(tp)
+        _check_not_truncated(view, offset)
         if isolation == IsolationLevel.READ_COMMITTED:
             info = view.fetch(offset, max_bytes, FetchIsolation.TXN_COMMITTED)
             txns = info.aborted_transactions or ()
@@ -186,7 +197,7 @@ class LogDirFetchSource:
             return FetchedPartition(tp, offset, _copied(info.records), info.high_watermark,
                                     info.last_stable_offset, info.log_start_offset,
                                     aborted)  # fmt: skip
-        return self._uncommitted(tp, offset, max_bytes, _copied)
+        return self._uncommitted(tp, offset, max_bytes)
 
     def fetch_in_place(
         self, tp: TopicPartition, offset: int, max_bytes: int, isolation: IsolationLevel
@@ -196,19 +207,21 @@ class LogDirFetchSource:
         self._release_in_place()
         if isolation == IsolationLevel.READ_COMMITTED:
             return self.fetch(tp, offset, max_bytes, isolation)
-        return self._uncommitted(tp, offset, max_bytes, self._kept)
+        _check_not_truncated(self.view(tp), offset)
+        return self._uncommitted(tp, offset, max_bytes, in_place=True)
 
     def _uncommitted(
-        self, tp: TopicPartition, offset: int, max_bytes: int, keep: Callable[[memoryview], Any]
+        self, tp: TopicPartition, offset: int, max_bytes: int, in_place: bool = False
     ) -> FetchedPartition:
         view = self.view(tp)
         found = view.read(offset, max_bytes)
-        return FetchedPartition(tp, offset, keep(found.records), view.high_watermark, -1,
+        records: bytes | memoryview
+        if in_place and _below_recovery_point(view, found.segment_base_offset):
+            records = self._in_place = found.records
+        else:
+            records = _copied(found.records)
+        return FetchedPartition(tp, offset, records, view.high_watermark, -1,
                                 view.log_start_offset)  # fmt: skip
-
-    def _kept(self, records: memoryview) -> memoryview:
-        self._in_place = records
-        return records
 
     def _release_in_place(self) -> None:
         records, self._in_place = self._in_place, None
@@ -342,6 +355,36 @@ def _last_boundary(seg: LogSegment, lo: int, hi: int, target: int) -> tuple[int,
             break
         found = (b.last_offset + 1, ends)
     return found
+
+
+def _segment_at(view: PartitionReader, offset: int) -> LogSegment | None:
+    """The segment of the view's listing holding ``offset`` (None: below every one)."""
+    bases = view.base_offsets
+    i = bisect.bisect_right(bases, offset)
+    return view.segment(bases[i - 1]) if i else None
+
+
+def _check_not_truncated(view: PartitionReader, offset: int) -> None:
+    """:class:`SegmentTruncatedError` when the ``.log`` holding ``offset`` is shorter than it
+    was when mapped (the same file: a swapped or deleted one keeps its mapping readable)."""
+    try:
+        seg = _segment_at(view, offset)
+        st = os.stat(seg.log_path) if seg is not None else None
+    except FileNotFoundError:
+        return  # gone: the read re-lists the directory
+    if seg is not None and st is not None and st.st_size < seg.size_in_bytes and (
+        (st.st_dev, st.st_ino) == seg.file_id
+    ):  # fmt: skip
+        raise SegmentTruncatedError(
+            f"{seg.log_path} is shorter than when it was opened (truncated by another process: "
+            f"recovery, or a replica's truncation): fetch at offset {offset} of "
+            f"{view.topic_partition}; open the log dir again"
+        )
+
+
+def _below_recovery_point(view: PartitionReader, base_offset: int) -> bool:
+    """Does the segment based at ``base_offset`` end at or below the view's recovery point?"""
+    return base_offset >= 0 and view.segment(base_offset).next_offset <= view.recovery_point
 
 
 def _copied(records: bytes | memoryview) -> bytes:

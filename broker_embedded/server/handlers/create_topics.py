@@ -69,8 +69,9 @@ def create_topics_response(ctx: ApiContext, request: Request) -> Any:
         if too_many is not None:
             results.append(_failed(types, t.name, too_many))
         elif not creatable(ctx, request, t.name):
-            results.append(_failed(types, t.name, TopicAuthorizationFailedError(
-                f"{request.principal} may not Create topic {t.name!r}")))  # fmt: skip
+            # Kafka's controller's words for it (ControllerApis.createTopics)
+            denied = TopicAuthorizationFailedError("Authorization failed.")
+            results.append(_failed(types, t.name, denied))
         elif counts[t.name] > 1:
             dup = InvalidRequestError(f"topic {t.name!r} appears {counts[t.name]} times")
             results.append(_failed(types, t.name, dup))

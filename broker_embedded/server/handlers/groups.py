@@ -69,6 +69,7 @@ from broker_embedded.server.handlers.api_context import (
     OMITTED_OPERATIONS,
     ApiContext,
     error_code,
+    error_message,
     make,
     response_types,
 )
@@ -352,7 +353,7 @@ def describe_groups_response(
         except KafkaApiError as e:
             state = GroupState.DEAD.value if isinstance(e, GroupIdNotFoundError) else ""
             described.append(make(types.DescribedGroup, error_code=error_code(e),
-                                  error_message=str(e) if state else None, group_id=group_id,
+                                  error_message=error_message(e), group_id=group_id,
                                   group_state=state, protocol_type="", protocol_data="", members=(),
                                   authorized_operations=OMITTED_OPERATIONS))  # fmt: skip
             continue

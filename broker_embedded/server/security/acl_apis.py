@@ -5,7 +5,9 @@ every handler calls.
 - No authorizer configured (``authorizer.class.name`` empty): each answers SECURITY_DISABLED
   (54) "No Authorizer is configured", as Kafka does.
 - CreateAcls and DeleteAcls need Alter on the Cluster, DescribeAcls Describe on the Cluster;
-  denied: CLUSTER_AUTHORIZATION_FAILED (31) in every result (DescribeAcls: the top-level code).
+  denied: CLUSTER_AUTHORIZATION_FAILED (31) in every result (DescribeAcls: the top-level code),
+  with Kafka's default message "Cluster authorization failed." (Kafka's own names its internal
+  request object; a null one aborts some clients).
 - CreateAcls: one result per creation, in order; an invalid binding (an unknown or ANY/MATCH
   type, an operation the resource type does not take, a Cluster not named ``kafka-cluster``)
   answers INVALID_REQUEST (42) with the reason and adds nothing, the valid ones are added.
@@ -26,6 +28,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 from kio.static.primitive import i8
 
+from broker_embedded.errors import kafka_message
 from broker_embedded.server.protocol import response_schema
 from broker_embedded.server.request_channel import Request
 from broker_embedded.server.security.authorizer import (
@@ -45,7 +48,10 @@ from broker_embedded.server.security.authorizer import (
 DESCRIBE_ACLS_KEY, CREATE_ACLS_KEY, DELETE_ACLS_KEY = 29, 30, 31
 VERSIONS = (1, 3)
 NO_AUTHORIZER = (ErrorCode.security_disabled, "No Authorizer is configured.")
-CLUSTER_DENIED = (ErrorCode.cluster_authorization_failed, None)
+CLUSTER_DENIED = (
+    ErrorCode.cluster_authorization_failed,
+    kafka_message(ErrorCode.cluster_authorization_failed),
+)
 
 
 def allowed(

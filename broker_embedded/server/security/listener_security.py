@@ -1,6 +1,8 @@
 """What a processor needs to secure one listener's connections, built once per server:
 the listener, its TLS context (SSL, SASL_SSL), the SASL mechanisms and credential store (SASL
-listeners), and the limits of the ``[security]`` config.
+listeners), the limits of the ``[security]`` config, and the server's one
+:class:`AuthenticationLimiter` (shared by its listeners), which says how long each failed or
+successful authentication's answer waits and which principals and addresses are locked out.
 
 Also the answers of the SASL exchange (kio's SaslHandshake and SaslAuthenticate responses),
 which the network layer sends itself: those two APIs reach a handler only on a connection that
@@ -20,6 +22,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from broker_embedded.server.protocol import response_schema
+from broker_embedded.server.security.authentication_limiter import AuthenticationLimiter
 from broker_embedded.server.security.sasl_authenticator import SaslAuthenticator
 from broker_embedded.server.security.scram_credentials import CredentialStore
 from broker_embedded.server.security.security_config import Listener, SecurityConfig
@@ -42,6 +45,7 @@ class ListenerSecurity:
     max_token: int = 524_288
     failed_delay_s: float = 0.1
     auth_timeout_s: float = 10.0
+    limiter: AuthenticationLimiter | None = None  # None: Kafka's fixed delay
 
     @classmethod
     def of(
@@ -50,8 +54,10 @@ class ListenerSecurity:
         config: SecurityConfig,
         credentials: CredentialStore | None,
         tls: ssl.SSLContext | None = None,
+        limiter: AuthenticationLimiter | None = None,
     ) -> ListenerSecurity:
-        """``tls``: the server's context when one is built already (one per server)."""
+        """``tls``: the server's context when one is built already (one per server);
+        ``limiter``: the server's failed-authentication limits."""
         protocol = listener.protocol
         if protocol.uses_sasl and credentials is None:
             raise ValueError(f"listener {listener} uses SASL but the server has no credentials")
@@ -63,13 +69,27 @@ class ListenerSecurity:
             config.sasl_server_max_receive_size,
             config.connection_failed_authentication_delay_ms / 1000,
             config.authentication_timeout_ms / 1000,
+            limiter,
         )
 
-    def authenticator(self) -> SaslAuthenticator | None:
-        """A new connection's SASL state (None on a listener without SASL)."""
+    def authenticator(self, host: str = "") -> SaslAuthenticator | None:
+        """A new connection's SASL state (None on a listener without SASL); ``host``: the
+        client's address, which the limiter may have locked out."""
         if self.credentials is None:
             return None
-        return SaslAuthenticator(self.mechanisms, self.credentials, self.max_token)
+        limiter = self.limiter
+        admit = None if limiter is None else (lambda user: limiter.admit(user, host))
+        return SaslAuthenticator(self.mechanisms, self.credentials, self.max_token, admit)
+
+    def failed(self, sasl: SaslAuthenticator, host: str) -> float:
+        """Seconds the answer to a failed authentication waits (counted by the limiter)."""
+        if self.limiter is None:
+            return self.failed_delay_s
+        return self.limiter.failed(sasl.user, host, bool(sasl.refused))
+
+    def succeeded(self, sasl: SaslAuthenticator) -> float:
+        """Seconds the answer to a successful authentication waits (0 but under guessing)."""
+        return 0.0 if self.limiter is None else self.limiter.succeeded(sasl.user)
 
 
 def sasl_handshake_response(version: int, error: ErrorCode, mechanisms: tuple[str, ...]) -> Any:
@@ -100,10 +120,7 @@ def register_sasl_apis(apis: Any) -> None:
         return sasl_handshake_response(request.header.api_version, ErrorCode.illegal_sasl_state, ())
 
     def authenticate(request: Any) -> Any:
-        message = (
-            "SaslAuthenticate received outside a SASL exchange (after authentication, or on a "
-            "listener without SASL)"
-        )
+        message = "SaslAuthenticate request received after successful authentication"  # Kafka's
         return sasl_authenticate_response(
             request.header.api_version, ErrorCode.illegal_sasl_state, message, b""
         )

@@ -13,7 +13,11 @@ mechanism's tokens) -> ``COMPLETE`` (a principal) or ``FAILED``. Mechanisms:
   client-first with the same message as a wrong proof (no user enumeration).
 
 Any failure raises :class:`SaslAuthenticationError` with Kafka's message; the caller answers
-SASL_AUTHENTICATION_FAILED (58), waits ``connection.failed.authentication.delay.ms`` and closes.
+SASL_AUTHENTICATION_FAILED (58), waits ``connection.failed.authentication.delay.ms`` (or what the
+authentication limiter says) and closes. ``admit``, when given, is asked about each user named
+(PLAIN's authcid, SCRAM's client-first user, before its credential is looked up): an
+:class:`AuthenticationLimitedError` fails the exchange with its message (kept in ``refused``).
+``user`` is the user the client named ("" before one was parsed).
 A token longer than ``max_token`` fails too (``sasl.server.max.receive.size``).
 
 Not thread-safe: a connection's processor thread alone drives it.
@@ -22,10 +26,12 @@ Not thread-safe: a connection's processor thread alone drives it.
 from __future__ import annotations
 
 import enum
+from collections.abc import Callable
 
 import scramp
 
 from broker_embedded.errors import KafkaApiError
+from broker_embedded.server.security.authentication_limiter import AuthenticationLimitedError
 from broker_embedded.server.security.kafka_principal import KafkaPrincipal
 from broker_embedded.server.security.scram_credentials import HASHES, CredentialStore
 
@@ -47,10 +53,16 @@ class SaslState(enum.Enum):
 class SaslAuthenticator:
     """The SASL state of one connection (module docstring)."""
 
-    def __init__(self, mechanisms: tuple[str, ...], store: CredentialStore, max_token: int):
+    def __init__(
+        self, mechanisms: tuple[str, ...], store: CredentialStore, max_token: int,
+        admit: Callable[[str], None] | None = None,
+    ) -> None:  # fmt: skip
         self.mechanisms = mechanisms
         self._store = store
         self._max_token = max_token
+        self._admit = admit
+        self.user = ""  # the user the client named
+        self.refused = ""  # the limiter's refusal of the user or address, if it refused
         self.state = SaslState.HANDSHAKE
         self.mechanism: str | None = None
         self.principal: KafkaPrincipal | None = None
@@ -85,8 +97,8 @@ class SaslAuthenticator:
             self.state = SaslState.FAILED
             raise
         except Exception:  # a malformed token, a wrong proof, an unknown user: one answer
-            self.state = SaslState.FAILED
-            raise SaslAuthenticationError(self._invalid()) from None
+            self.state = SaslState.FAILED  # (scramp wraps what its user lookup raised)
+            raise SaslAuthenticationError(self.refused or self._invalid()) from None
 
     def _invalid(self) -> str:
         if self.mechanism == "PLAIN":
@@ -103,6 +115,7 @@ class SaslAuthenticator:
                 "Authentication failed: Client requested an authorization id that is different "
                 "from username"
             )
+        self._named(user)
         creds = self._store.users().get(user, {})
         mechanism = next((m for m in HASHES if m in creds), None)  # SHA-256 first
         if mechanism is None or not creds[mechanism].matches(mechanism, password):
@@ -123,12 +136,24 @@ class SaslAuthenticator:
 
     def _auth_info(self, user: str) -> tuple[bytes, bytes, bytes, int]:
         assert self.mechanism is not None
+        self._named(user)
         credential = self._store.credential(user, self.mechanism)
         if credential is None:
             raise SaslAuthenticationError(self._invalid())
         self._user = user
         c = credential
         return c.salt, c.stored_key, c.server_key, c.iterations
+
+    def _named(self, user: str) -> None:
+        """The client named ``user``: the limiter may refuse it (or the client's address)."""
+        self.user = user
+        if self._admit is None:
+            return
+        try:
+            self._admit(user)
+        except AuthenticationLimitedError as e:
+            self.refused = str(e)
+            raise SaslAuthenticationError(self.refused) from None
 
     def _complete(self, user: str) -> None:
         self.principal = KafkaPrincipal.user(user)

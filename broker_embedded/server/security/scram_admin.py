@@ -17,8 +17,13 @@ Describe: every user when ``users`` is null or empty; a named user without crede
 RESOURCE_NOT_FOUND in its result; a name asked twice is DUPLICATE_RESOURCE for it.
 
 Authorization (with an authorizer): Alter needs Alter on the Cluster, Describe needs Describe
-on the Cluster; refused: CLUSTER_AUTHORIZATION_FAILED (31) for every user (Describe: the
-top-level code), nothing changed. Thread-safe: the store locks.
+on the Cluster; refused: CLUSTER_AUTHORIZATION_FAILED (31) with Kafka's default message
+"Cluster authorization failed." for every user, nothing changed. A refused Describe answers it
+in a result per user asked (one for user "" when every user is asked) under a top-level code
+0, where Kafka also sets the top-level code (with a null message): librdkafka (confluent-kafka
+2.16) frees a string it did not allocate for any top-level error of this response and aborts
+the client's process, against Kafka 3.9 as well. Kafka's Java client fails ``all()`` with the
+first user's error, so it reports the refusal either way. Thread-safe: the store locks.
 """
 
 from __future__ import annotations
@@ -32,6 +37,7 @@ from kio.schema.describe_user_scram_credentials.v0 import response as describe_r
 from kio.schema.errors import ErrorCode
 from kio.static.primitive import i8, i32
 
+from broker_embedded.errors import kafka_message
 from broker_embedded.server.security.acl_apis import allowed
 from broker_embedded.server.security.authorizer import AclOperation, Authorizer, ResourceType
 from broker_embedded.server.security.scram_credentials import (
@@ -46,7 +52,10 @@ MECHANISMS = {1: "SCRAM-SHA-256", 2: "SCRAM-SHA-512"}
 MECHANISM_TYPES = {name: number for number, name in MECHANISMS.items()}
 
 Failure = tuple[ErrorCode, str]
-DENIED: Failure = (ErrorCode.cluster_authorization_failed, "Cluster authorization failed")
+DENIED: Failure = (
+    ErrorCode.cluster_authorization_failed,
+    kafka_message(ErrorCode.cluster_authorization_failed),
+)
 
 
 def register_scram_apis(
@@ -120,9 +129,7 @@ def _check(change: Any, seen: Counter, store: CredentialStore) -> Failure | None
 
 def describe(body: Any, store: CredentialStore, authorized: bool = True) -> Any:
     if not authorized:
-        return describe_response.DescribeUserScramCredentialsResponse(
-            throttle_time=timedelta(0), error_code=DENIED[0], error_message=None, results=()
-        )
+        return _refused(body)
     users = store.users()
     asked = [u.name for u in body.users or ()]
     counts = Counter(asked)
@@ -150,4 +157,20 @@ def _described(name: str, credentials: dict | None, asked: int) -> Any:
         )
     return describe_response.DescribeUserScramCredentialsResult(
         user=name, error_code=error, error_message=message, credential_infos=infos
+    )
+
+
+def _refused(body: Any) -> Any:
+    """The refusal in a result per user asked (one for user "" when every user is asked, as
+    Kafka's ``getErrorResponse`` leaves the name unset), top-level code 0 (module docstring)."""
+    code, message = DENIED
+    names = dict.fromkeys(u.name for u in body.users or ()) or ("",)
+    results = tuple(
+        describe_response.DescribeUserScramCredentialsResult(
+            user=name, error_code=code, error_message=message, credential_infos=()
+        )
+        for name in names
+    )
+    return describe_response.DescribeUserScramCredentialsResponse(
+        throttle_time=timedelta(0), error_code=ErrorCode.none, error_message=None, results=results
     )

@@ -25,6 +25,12 @@ The ``[security]`` table of the broker config file (``conf/broker.toml``), every
     "authentication.timeout.ms" = 10000         a connection not authenticated (TLS handshake
                                                 and SASL exchange) within this is closed; not a
                                                 Kafka key (Kafka leaves it to the idle timeout)
+    "authentication.failure.limit.per.principal" = 10   kafkalog's own, not Kafka keys (security/
+    "authentication.failure.limit.per.host" = 100       authentication_limiter.py): this many
+    "authentication.failure.window.ms" = 60000          failed authentications of a principal,
+    "authentication.lockout.ms" = 300000                or from an address, within the window
+    "authentication.failure.max.delay.ms" = 5000        lock it out (0: never); the delay after
+                                                a failure doubles with each, up to the max
     "authorizer.class.name" = ""                authorization: off when empty (every request
                                                 allowed, as Kafka without an authorizer); on with
                                                 Kafka's kafka.security.authorizer.AclAuthorizer or
@@ -145,6 +151,11 @@ class SecurityConfig:
     connection_failed_authentication_delay_ms: int = 100
     sasl_server_max_receive_size: int = 524_288
     authentication_timeout_ms: int = 10_000
+    authentication_failure_limit_per_principal: int = 10
+    authentication_failure_limit_per_host: int = 100
+    authentication_failure_window_ms: int = 60_000
+    authentication_lockout_ms: int = 300_000
+    authentication_failure_max_delay_ms: int = 5_000
     authorizer_class_name: str = ""
     super_users: str = ""
     allow_everyone_if_no_acl_found: bool = False

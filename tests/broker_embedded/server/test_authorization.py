@@ -366,7 +366,8 @@ def test_acls_command_over_the_wire(server, acls, tmp_path, capsys):
                      str(props)])  # fmt: skip
     assert code == 1
     assert capsys.readouterr().err == (
-        "kafkalog acls: DescribeAcls failed: CLUSTER_AUTHORIZATION_FAILED\n"
+        "kafkalog acls: DescribeAcls failed: CLUSTER_AUTHORIZATION_FAILED: Cluster authorization "
+        "failed.\n"
     )
 
 

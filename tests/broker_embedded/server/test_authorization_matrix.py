@@ -9,6 +9,11 @@ wire client, one connection per user.
 
 from __future__ import annotations
 
+import dataclasses
+import os
+import shutil
+import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -59,6 +64,7 @@ from kio.schema.sync_group.v3.request import SyncGroupRequest
 from kio.schema.txn_offset_commit.v3 import request as to
 from kio.static.primitive import i8, i16, i32, i64
 
+from broker_embedded.errors import KAFKA_MESSAGES
 from broker_embedded.server.broker_server import BrokerServer
 from broker_embedded.server.security.authorizer import (
     AclOperation,
@@ -72,6 +78,7 @@ from tests.broker_embedded.server._pki import pki_fixture as pki_fixture  # noqa
 from tests.broker_embedded.server._serve import decode_response
 from tests.broker_embedded.server.test_authorization import (  # noqa: F401 (log_dir: a fixture)
     Acls,
+    admin_options,
     allow,
     authorized,
     batch,
@@ -328,7 +335,7 @@ MATRIX: dict[int, Row] = {
             name="mx-absent", partitions=(od.OffsetDeleteRequestPartition(
                 partition_index=i32(0)),)),)),
          _top, E.none, E.group_authorization_failed),
-    50: (lambda: dus.DescribeUserScramCredentialsRequest(users=None), _top,
+    50: (lambda: dus.DescribeUserScramCredentialsRequest(users=None), _first("results"),
          E.none, E.cluster_authorization_failed),
     51: (lambda: aus.AlterUserScramCredentialsRequest(upsertions=(), deletions=(
             aus.ScramCredentialDeletion(name="nobody", mechanism=i8(1)),)),
@@ -457,3 +464,107 @@ def test_metadata_v10_answers_the_cluster_and_topic_operations(server):
     assert operations("alice") == (CLUSTER_OPS, TOPIC_OPS)
     assert operations("carol") == (0, (1 << Op.DESCRIBE) | (1 << Op.DESCRIBE_CONFIGS))
     assert operations("bob") == (0, -(2**31))
+
+
+# --- the messages of the errors answered ------------------------------------------------------
+
+
+def _errors(message: Any, path: str = "") -> Iterator[tuple[str, int, Any]]:
+    """(path, code, message) of every non-zero error code in a response with an error message
+    field beside it (``...error_code`` with ``...error_message``)."""
+    if dataclasses.is_dataclass(message):
+        names = [f.name for f in dataclasses.fields(message)]
+        code = next((n for n in names if n.endswith("error_code")), None)
+        text = next((n for n in names if n.endswith("error_message")), None)
+        if code is not None and text is not None and getattr(message, code) != 0:
+            yield path, int(getattr(message, code)), getattr(message, text)
+        for name in names:
+            yield from _errors(getattr(message, name), f"{path}.{name}")
+    elif isinstance(message, tuple):
+        for i, item in enumerate(message):
+            yield from _errors(item, f"{path}[{i}]")
+
+
+# What Kafka 3.9 answers bob (no ACL) for the same requests, where the response has a message
+# field, except where Kafka's answer is no use to a client: a null message (Produce,
+# CreatePartitions) or one naming its internal request object ("Request Request(processor=0,
+# ...) is not authorized.": the ACL APIs, AlterUserScramCredentials); there Kafka's default
+# message for the code. DescribeUserScramCredentials: in the results, not at the top
+# (security/scram_admin.py says why).
+CLUSTER, TOPIC_DENIED = "Cluster authorization failed.", "Topic authorization failed."
+KAFKAS_REFUSALS = {
+    0: [(".responses[0].partition_responses[0]", 29, TOPIC_DENIED)],
+    10: [("", 30, "Group authorization failed.")],
+    19: [(".topics[0]", 29, "Authorization failed.")],
+    20: [(".responses[0]", 29, TOPIC_DENIED)],
+    29: [("", 31, CLUSTER)],
+    30: [(".results[0]", 31, CLUSTER)],
+    31: [(".filter_results[0]", 31, CLUSTER)],
+    32: [(".results[0]", 29, TOPIC_DENIED), (".results[1]", 31, CLUSTER)],
+    36: [("", 34, "SaslAuthenticate request received after successful authentication")],
+    37: [(".results[0]", 29, TOPIC_DENIED)],
+    50: [(".results[0]", 31, CLUSTER)],
+    51: [(".results[0]", 31, CLUSTER)],
+    61: [(".topics[0].partitions[0]", 29, TOPIC_DENIED)],
+}
+
+
+def test_refusals_carry_kafkas_messages(server):
+    answered = {}
+    for api_key, (build, *_) in MATRIX.items():
+        errors = list(_errors(call(login(server, "bob"), build())))
+        if errors:
+            answered[api_key] = errors
+    assert answered == KAFKAS_REFUSALS
+
+
+@pytest.mark.parametrize("user", ["alice", "carol"])
+def test_every_error_answered_carries_a_message(server, user):
+    for api_key, (build, *_) in MATRIX.items():
+        for path, code, message in _errors(call(login(server, user), build())):
+            assert message, (api_key, path, code)
+
+
+def test_the_default_messages_are_kafka_39s():
+    """The table against Kafka's own ``Errors`` enum, printed by jshell from the peer's jars."""
+    peers = os.environ.get("KAFKALOG_PEERS")
+    if not peers or shutil.which("jshell") is None:
+        pytest.skip("needs KAFKALOG_PEERS (a folder holding kafka-3.9/) and jshell (Java 17+)")
+    script = ('for (var e : org.apache.kafka.common.protocol.Errors.values()) '
+              'System.out.println(e.code() + "\\t" + e.message());\n/exit\n')  # fmt: skip
+    printed = subprocess.run(
+        ["jshell", "-q", "--class-path", f"{peers}/kafka-3.9/libs/*", "-"], input=script,
+        capture_output=True, text=True, timeout=300, check=True,
+    ).stdout  # fmt: skip
+    kafkas = dict(line.split("\t", 1) for line in printed.splitlines() if "\t" in line)
+    assert {int(c): m for c, m in kafkas.items() if c != "0"} == dict(KAFKA_MESSAGES)
+
+
+DESCRIBE_SCRAM = """
+import sys
+from confluent_kafka.admin import AdminClient
+admin = AdminClient(dict(arg.split("=", 1) for arg in sys.argv[2:]))
+for users in (None, ["alice", "bob"]):
+    futures = admin.describe_user_scram_credentials(users)
+    for user, future in ([(None, futures)] if users is None else sorted(futures.items())):
+        try:
+            print(user, future.result(float(sys.argv[1])))
+        except Exception as e:
+            print(user, e.args[0].name(), e.args[0].str())
+"""
+
+
+def test_a_refused_describe_user_scram_credentials_does_not_abort_confluent_kafka(server):
+    """confluent-kafka 2.16 aborts its process on this refusal with a null message (in a child
+    process: an abort fails the test, not pytest)."""
+    options = [f"{k}={v}" for k, v in admin_options(server, "bob").items()]
+    child = subprocess.run([sys.executable, "-c", DESCRIBE_SCRAM, "30", *options],
+                           capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert (child.returncode, child.stderr[-300:]) == (0, "")
+    # librdkafka reads a user's message up to the next NUL byte, past its end: the "\x01" is
+    # the count of the empty credential list that follows it on the wire (then a 0 tag byte)
+    assert child.stdout.splitlines() == [
+        f"None CLUSTER_AUTHORIZATION_FAILED {CLUSTER}\x01",
+        f"alice CLUSTER_AUTHORIZATION_FAILED {CLUSTER}\x01",
+        f"bob CLUSTER_AUTHORIZATION_FAILED {CLUSTER}\x01",
+    ]
