@@ -40,7 +40,8 @@ close; without one (the default, e.g. a Spark job's commit) nothing is compacted
 Thread safety: the manager's lock guards its maps; each log has its own lock. Lock order: log
 lock, then manager lock (a log's change callback takes the manager's condition), so the manager
 never calls into a log others can reach while it holds its own lock. Checkpoint writes are
-serialised by a third lock (they share ``.tmp`` names), taken before the others
+serialised by a third lock (they share ``.tmp`` names), taken before the others (only the
+creation lock, which serialises creations of logs, comes before it)
 (:meth:`publish_high_watermarks` moves high watermarks under it, so that one checkpoint write
 publishes all of them).
 """
@@ -53,13 +54,14 @@ import shutil
 import socket
 import threading
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from broker_embedded.errors import BrokerClosedError, UnknownTopicOrPartitionError
 from broker_embedded.scheduler import KafkaScheduler, ScheduledTask
-from broker_embedded.storage.checkpoint_file import fsync_dir
+from broker_embedded.storage.checkpoint_file import fsync_dir, one_sync, within_this_sync
 from broker_embedded.storage.log_config import LogConfig
 from broker_embedded.storage.log_dir import prepare_log_dir
 from broker_embedded.storage.log_dir_lock import LogDirLock
@@ -93,6 +95,7 @@ META_PROPERTIES = "meta.properties"
 DEFAULT_CHECKPOINT_INTERVAL_MS = 100
 DEFAULT_RETENTION_CHECK_INTERVAL_MS = 300_000
 DEFAULT_FLUSH_CHECK_INTERVAL_MS = 1_000
+OPEN_THREADS = 8
 
 _CHECKPOINTS = {
     REPLICATION_OFFSET_CHECKPOINT: lambda lg: lg.high_watermark,
@@ -127,6 +130,7 @@ class LogManager:
         self._lock_file = LogDirLock.acquire(self.log_dir, f"{owner} {node_id}")
         self._cond = threading.Condition()
         self._checkpoint_lock = threading.Lock()
+        self._create_lock = threading.Lock()  # one creation of logs at a time
         self._dirty = False
         self._closed = False
         self._written: dict[str, dict[TopicPartition, int]] = {}
@@ -138,7 +142,8 @@ class LogManager:
             marker.unlink(missing_ok=True)
             self._topic_file = TopicConfigFile(self.log_dir)
             self.topics = self._topic_file.read()
-            self._load_logs()
+            with one_sync():  # the logs' rewritten files (leader epochs, ...): one sync
+                self._load_logs()
             published = self._written[REPLICATION_OFFSET_CHECKPOINT]
             if resolve_interrupted_commits(self, published):
                 self.checkpoint()
@@ -193,16 +198,41 @@ class LogManager:
             self.topics[topic] = TopicEntry(self._topic_id_on_disk(tp), tp.partition + 1)
         if unknown:
             self._topic_file.write(self.topics)
-        for tp in found:
-            if tp.partition >= self.topics[tp.topic].partitions:
-                continue  # not part of the topic as registered
-            self.logs[tp] = self._open_log(
+        registered = [tp for tp in found if tp.partition < self.topics[tp.topic].partitions]
+
+        def open_one(tp: TopicPartition) -> UnifiedLog:
+            return self._open_log(
                 tp,
                 recovery_point=points[RECOVERY_POINT_OFFSET_CHECKPOINT].get(tp, 0),
                 log_start_offset=points[LOG_START_OFFSET_CHECKPOINT].get(tp),
                 high_watermark=points[REPLICATION_OFFSET_CHECKPOINT].get(tp),
             )
+
+        self._open_in_parallel(registered, open_one)
         self._written = points
+
+    def _open_in_parallel(
+        self, tps: list[TopicPartition], open_one: Callable[[TopicPartition], UnifiedLog]
+    ) -> None:
+        """``open_one`` of each of ``tps`` into ``self.logs``, on up to :data:`OPEN_THREADS`
+        threads (Kafka's recovery threads: opening a log waits on the disk more than on the
+        CPU), inside the caller's sync. The first failure is raised once every opening ended;
+        the logs opened are in ``self.logs`` then (the caller closes them)."""
+        if len(tps) < 2 * OPEN_THREADS:
+            for tp in tps:
+                self.logs[tp] = open_one(tp)
+            return
+        run = within_this_sync(open_one)
+        with ThreadPoolExecutor(OPEN_THREADS, thread_name_prefix="log-open") as pool:
+            futures = {tp: pool.submit(run, tp) for tp in tps}
+        failure = None
+        for tp, future in futures.items():
+            if future.exception() is None:
+                self.logs[tp] = future.result()
+            elif failure is None:
+                failure = future.exception()
+        if failure is not None:
+            raise failure
 
     def _topic_id_on_disk(self, tp: TopicPartition) -> uuid.UUID:
         f = PartitionMetadataFile(self.log_dir / tp.dir_name / PARTITION_METADATA_FILE)
@@ -227,36 +257,57 @@ class LogManager:
             self._topic_file.write(self.topics)
 
     def get_or_create_log(self, tp: TopicPartition) -> UnifiedLog:
-        """The log of ``tp`` (its topic must be registered), created empty if needed.
-
-        A created log's checkpoint entries are written before it is published: a reader never
-        meets a partition without a high watermark entry, which it would read to its log end."""
+        """The log of ``tp`` (its topic must be registered), created empty if needed (see
+        :meth:`create_logs`)."""
         existing = self.logs.get(tp)
         if existing is not None and not self._closed:
             return existing
-        with self._checkpoint_lock:  # one creation at a time; no checkpoint write in between
+        return self.create_logs([tp])[tp]
+
+    def create_logs(self, tps: Iterable[TopicPartition]) -> dict[TopicPartition, UnifiedLog]:
+        """The logs of ``tps`` (their topics must be registered), the missing ones created
+        empty: their files made durable by one sync (checkpoint_file.one_sync) and their
+        checkpoint entries written (one write of each checkpoint file for all of them) before
+        any is published, so a reader never meets a partition without a high watermark entry
+        (which it would read to its log end). Creations are serialised; checkpoint writes go on
+        while the logs are opened."""
+        wanted = list(dict.fromkeys(tps))
+        with self._create_lock:
             with self._cond:
                 self._check_open()
-                existing = self.logs.get(tp)
-                if existing is not None:
-                    return existing
-                entry = self.topics.get(tp.topic)
-                if entry is None or tp.partition >= entry.partitions:
-                    raise UnknownTopicOrPartitionError(
-                        f"topic {tp.topic!r} partition {tp.partition} is not registered in "
-                        f"{self.log_dir}"
-                    )
-                created = self._open_log(tp)
-                logs = {**self.logs, tp: created}
+                found = {tp: lg for tp in wanted if (lg := self.logs.get(tp)) is not None}
+                missing = [tp for tp in wanted if tp not in found]
+                for tp in missing:
+                    entry = self.topics.get(tp.topic)
+                    if entry is None or tp.partition >= entry.partitions:
+                        raise UnknownTopicOrPartitionError(
+                            f"topic {tp.topic!r} partition {tp.partition} is not registered in "
+                            f"{self.log_dir}"
+                        )
+            if not missing:
+                return found
+            created: dict[TopicPartition, UnifiedLog] = {}
             try:
-                self._write_checkpoints(logs)
-                with self._cond:
-                    self._check_open()
-                    self.logs[tp] = created
+                with one_sync():
+                    for tp in missing:
+                        created[tp] = self._open_log(tp)
+                    self._publish_created(created)
             except BaseException:
-                created.close()
+                for lg in created.values():
+                    if self.logs.get(lg.topic_partition) is not lg:
+                        lg.close()
                 raise
-            return created
+            return {**found, **created}
+
+    def _publish_created(self, created: dict[TopicPartition, UnifiedLog]) -> None:
+        with self._checkpoint_lock:  # no checkpoint write in between
+            with self._cond:
+                self._check_open()
+                logs = {**self.logs, **created}
+            self._write_checkpoints(logs)
+            with self._cond:
+                self._check_open()
+                self.logs.update(created)
 
     def get_log(self, tp: TopicPartition) -> UnifiedLog | None:
         return self.logs.get(tp)
