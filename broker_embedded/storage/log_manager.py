@@ -330,17 +330,38 @@ class LogManager:
 
     def delete_topic(self, topic: str) -> None:
         """Close and delete every partition of ``topic`` and forget it."""
+        self._delete_partitions(topic, None)
+
+    def remove_partitions(self, topic: str, entry: TopicEntry) -> None:
+        """Close and delete the partitions of ``topic`` from ``entry.partitions`` on, and
+        register ``entry`` (a growth of the topic undone)."""
+        self._delete_partitions(topic, entry)
+
+    def _delete_partitions(self, topic: str, keep: TopicEntry | None) -> None:
+        """The directories go first, then the topic's entry: a crash in between leaves the
+        topic registered with directories missing, which its next opening creates (never
+        directories of an unregistered topic, which the opening would adopt as a topic)."""
+        first = 0 if keep is None else keep.partitions
         with self._cond:
             self._check_open()
-            doomed = [(tp, self.logs.pop(tp)) for tp in list(self.logs) if tp.topic == topic]
-            self.topics.pop(topic, None)
-            self._topic_file.write(self.topics)
-        for tp, lg in doomed:  # outside the manager's lock: closing takes each log's lock
+            doomed = [(tp, self.logs.pop(tp)) for tp in list(self.logs)
+                      if tp.topic == topic and tp.partition >= first]  # fmt: skip
+        for _, lg in doomed:  # outside the manager's lock: closing takes each log's lock
             lg.close()
-            shutil.rmtree(self.log_dir / tp.dir_name, ignore_errors=True)
+        for e in os.scandir(self.log_dir):  # also those a failed creation left unopened
+            tp = TopicPartition.try_parse_dir_name(e.name)
+            if tp is not None and tp.topic == topic and tp.partition >= first and e.is_dir():
+                shutil.rmtree(e.path, ignore_errors=True)
+        fsync_dir(self.log_dir)
+        with self._cond:
+            self._check_open()
+            if keep is None:
+                self.topics.pop(topic, None)
+            else:
+                self.topics[topic] = keep
+            self._topic_file.write(self.topics)
         if self.cleaner is not None:
             self.cleaner.manager.forget(tp for tp, _ in doomed)
-        fsync_dir(self.log_dir)
         self._on_offsets_changed(None)
 
     # -- background work ---------------------------------------------------------------------------

@@ -1,0 +1,84 @@
+"""The admin queue (admin_queue.py) with a real Broker behind a real BrokerServer and
+confluent-kafka's AdminClient: a creation runs off the request handler threads, a request whose
+``timeout_ms`` passes while it waits is answered REQUEST_TIMED_OUT and never run, a server
+shutdown during a creation stops it and undoes it (the topic absent, its directories gone),
+within the shutdown's bound."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import confluent_kafka
+from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
+
+from broker_embedded.broker import Broker
+from broker_embedded.server.handlers import broker_server
+from tests.broker_embedded.server._net import API_VERSIONS_V3, RawClient, config
+
+BIG = 3_000  # partitions: seconds of creation on a loaded machine
+WAIT_S = 60.0
+SHUTDOWN_S = 10.0
+
+
+def admin(bootstrap: str) -> AdminClient:
+    return AdminClient({"bootstrap.servers": bootstrap, "log_level": 0})
+
+
+def error_of(future) -> int | None:
+    try:
+        future.result(WAIT_S)
+    except confluent_kafka.KafkaException as e:
+        return e.args[0].code()
+    return None
+
+
+def wait_for_dirs(log_dir: Path, topic: str, at_least: int) -> None:
+    """Until the creation of ``topic`` made ``at_least`` partition directories (bounded)."""
+    deadline = time.monotonic() + WAIT_S
+    while len(list(log_dir.glob(f"{topic}-*"))) < at_least:
+        assert time.monotonic() < deadline, f"{topic}: no {at_least} partitions made"
+        time.sleep(0.05)
+
+
+def test_a_request_that_waits_past_its_timeout_is_request_timed_out(tmp_path: Path) -> None:
+    log_dir = tmp_path / "logs"
+    with Broker(log_dir, create=True, config=config()) as broker:
+        server = broker_server(broker, ["PLAINTEXT://127.0.0.1:0"], config()).start()
+        try:
+            endpoint = server.endpoints[0]
+            bootstrap = f"{endpoint.host}:{endpoint.port}"
+            first, second = admin(bootstrap), admin(bootstrap)
+            big = first.create_topics([NewTopic("big", BIG, 1)], request_timeout=WAIT_S)["big"]
+            wait_for_dirs(log_dir, "big", 1)
+            late = second.create_topics([NewTopic("late", 1, 1)], operation_timeout=0.2,
+                                        request_timeout=WAIT_S)["late"]  # fmt: skip
+            with RawClient(endpoint.port, timeout=5) as probe:  # the handlers are free
+                probe.call(API_VERSIONS_V3)
+            assert error_of(late) == confluent_kafka.KafkaError.REQUEST_TIMED_OUT
+            assert error_of(big) is None
+            assert broker.list_topics() == ["big"]
+            assert len(broker.describe_topic("big").partitions) == BIG
+            grown = first.create_partitions([NewPartitions("big", BIG + 5)])["big"]
+            assert error_of(grown) is None
+            assert len(broker.describe_topic("big").partitions) == BIG + 5
+        finally:
+            server.shutdown(SHUTDOWN_S)
+
+
+def test_a_shutdown_during_a_creation_stops_and_undoes_it(tmp_path: Path) -> None:
+    log_dir = tmp_path / "logs"
+    broker = Broker(log_dir, create=True, config=config())
+    server = broker_server(broker, ["PLAINTEXT://127.0.0.1:0"], config()).start()
+    endpoint = server.endpoints[0]
+    client = admin(f"{endpoint.host}:{endpoint.port}")
+    future = client.create_topics([NewTopic("big", BIG, 1)], request_timeout=WAIT_S)["big"]
+    wait_for_dirs(log_dir, "big", 1)
+    started = time.monotonic()
+    server.shutdown(SHUTDOWN_S)
+    broker.close()
+    assert time.monotonic() - started < SHUTDOWN_S
+    assert error_of(future) is not None  # not acknowledged: the connection was closed
+    assert list(log_dir.glob("big-*")) == []
+    with Broker(log_dir) as reopened:
+        assert reopened.list_topics() == []
