@@ -208,31 +208,8 @@ class LogManager:
                 high_watermark=points[REPLICATION_OFFSET_CHECKPOINT].get(tp),
             )
 
-        self._open_in_parallel(registered, open_one)
+        _open_in_parallel(registered, open_one, self.logs)
         self._written = points
-
-    def _open_in_parallel(
-        self, tps: list[TopicPartition], open_one: Callable[[TopicPartition], UnifiedLog]
-    ) -> None:
-        """``open_one`` of each of ``tps`` into ``self.logs``, on up to :data:`OPEN_THREADS`
-        threads (Kafka's recovery threads: opening a log waits on the disk more than on the
-        CPU), inside the caller's sync. The first failure is raised once every opening ended;
-        the logs opened are in ``self.logs`` then (the caller closes them)."""
-        if len(tps) < 2 * OPEN_THREADS:
-            for tp in tps:
-                self.logs[tp] = open_one(tp)
-            return
-        run = within_this_sync(open_one)
-        with ThreadPoolExecutor(OPEN_THREADS, thread_name_prefix="log-open") as pool:
-            futures = {tp: pool.submit(run, tp) for tp in tps}
-        failure = None
-        for tp, future in futures.items():
-            if future.exception() is None:
-                self.logs[tp] = future.result()
-            elif failure is None:
-                failure = future.exception()
-        if failure is not None:
-            raise failure
 
     def _topic_id_on_disk(self, tp: TopicPartition) -> uuid.UUID:
         f = PartitionMetadataFile(self.log_dir / tp.dir_name / PARTITION_METADATA_FILE)
@@ -289,8 +266,7 @@ class LogManager:
             created: dict[TopicPartition, UnifiedLog] = {}
             try:
                 with one_sync():
-                    for tp in missing:
-                        created[tp] = self._open_log(tp)
+                    _open_in_parallel(missing, self._open_log, created)
                     self._publish_created(created)
             except BaseException:
                 for lg in created.values():
@@ -471,6 +447,32 @@ class LogManager:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _open_in_parallel(
+    tps: list[TopicPartition],
+    open_one: Callable[[TopicPartition], UnifiedLog],
+    into: dict[TopicPartition, UnifiedLog],
+) -> None:
+    """``open_one`` of each of ``tps`` into ``into``, on up to :data:`OPEN_THREADS` threads
+    (Kafka's recovery threads: opening or creating a log waits on the disk more than on the
+    CPU), inside the caller's sync. The first failure is raised once every opening ended; the
+    logs opened are in ``into`` then (the caller closes them)."""
+    if len(tps) < 2 * OPEN_THREADS:
+        for tp in tps:
+            into[tp] = open_one(tp)
+        return
+    run = within_this_sync(open_one)
+    with ThreadPoolExecutor(OPEN_THREADS, thread_name_prefix="log-open") as pool:
+        futures = {tp: pool.submit(run, tp) for tp in tps}
+    failure = None
+    for tp, future in futures.items():
+        if future.exception() is None:
+            into[tp] = future.result()
+        elif failure is None:
+            failure = future.exception()
+    if failure is not None:
+        raise failure
 
 
 def read_offset_checkpoints(log_dir: Path) -> dict[str, dict[TopicPartition, int]]:
