@@ -519,6 +519,9 @@ class Controller:
             raise
         with self._lock:
             self._check_active()
+            if previous is not None and name not in self._topics:  # deleted meanwhile: it wins
+                self._undo_partitions(name, None, list(states), hosts)
+                raise UnknownTopicOrPartitionError(f"topic {name!r} was deleted while it grew")
             self._topics[name] = entry
             self._names_by_id[entry.topic_id] = name
             self._assignment.setdefault(name, {}).update(assignment)

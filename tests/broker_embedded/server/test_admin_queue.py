@@ -1,6 +1,7 @@
 """The admin queue (admin_queue.py) with a real Broker behind a real BrokerServer and
 confluent-kafka's AdminClient: a creation runs off the request handler threads, a request whose
-``timeout_ms`` passes while it waits is answered REQUEST_TIMED_OUT and never run, a server
+``timeout_ms`` passes while it waits is answered REQUEST_TIMED_OUT and never run, a Metadata
+request for a topic being created is answered LEADER_NOT_AVAILABLE, a server
 shutdown during a creation stops it and undoes it (the topic absent, its directories gone),
 within the shutdown's bound."""
 
@@ -55,6 +56,10 @@ def test_a_request_that_waits_past_its_timeout_is_request_timed_out(tmp_path: Pa
                                         request_timeout=WAIT_S)["late"]  # fmt: skip
             with RawClient(endpoint.port, timeout=5) as probe:  # the handlers are free
                 probe.call(API_VERSIONS_V3)
+            # a Metadata request auto-creating a topic being created: Kafka's answer, and
+            # the connection stays
+            being_created = second.list_topics("big", timeout=WAIT_S).topics["big"]
+            assert being_created.error.code() == confluent_kafka.KafkaError.LEADER_NOT_AVAILABLE
             assert error_of(late) == confluent_kafka.KafkaError.REQUEST_TIMED_OUT
             assert error_of(big) is None
             assert broker.list_topics() == ["big"]
