@@ -17,6 +17,10 @@ import time
 from pathlib import Path
 
 from broker_embedded.broker import Broker
+from broker_embedded.storage.partition_metadata import (
+    PARTITION_METADATA_FILE,
+    PartitionMetadataFile,
+)
 from broker_embedded.storage.topic_config_file import TopicConfigFile
 from broker_embedded.storage.topic_partition import TopicPartition
 from tests.broker_embedded._broker_util import fetch_one
@@ -77,3 +81,22 @@ def test_creating_1000_partitions_is_quick_and_they_survive_a_crash(tmp_path: Pa
         tp = TopicPartition("t", CREATE_PARTITIONS - 1)
         assert broker.log_manager.get_log(tp).log_end_offset == 2
     assert created_s < CREATE_BOUND_S
+
+
+def test_a_partition_left_with_empty_files_by_a_power_loss_opens_repaired(tmp_path: Path) -> None:
+    """A creation's files are synced once at its end (checkpoint_file.one_sync): a power loss
+    before that can leave them empty. The partition (nothing acknowledged in it) opens, its
+    ``partition.metadata`` written again with the topic's id."""
+    log_dir = tmp_path / "logs"
+    broker = Broker(log_dir, create=True)
+    broker.create_topic("t", 2)
+    topic_id = broker.describe_topic("t").topic_id
+    broker.crash()
+    for name in ("partition.metadata", "leader-epoch-checkpoint", "00000000000000000000.index"):
+        (log_dir / "t-1" / name).write_bytes(b"")
+    with Broker(log_dir) as broker:
+        assert [p.leader for p in broker.describe_topic("t").partitions] == [0, 0]
+        broker.produce("t", 1, [b"after"])
+        assert fetch_one(broker, "t", 1, 0).high_watermark == 1
+    metadata = PartitionMetadataFile(log_dir / "t-1" / PARTITION_METADATA_FILE).read()
+    assert metadata.topic_id == topic_id
