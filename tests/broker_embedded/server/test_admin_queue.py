@@ -1,21 +1,30 @@
 """The admin queue (admin_queue.py) with a real Broker behind a real BrokerServer and
 confluent-kafka's AdminClient: a creation runs off the request handler threads, a request whose
 ``timeout_ms`` passes while it waits is answered REQUEST_TIMED_OUT and never run, a Metadata
-request for a topic being created is answered LEADER_NOT_AVAILABLE, a server
+request for a topic being created is answered LEADER_NOT_AVAILABLE, a request beyond the
+queue's bound is answered REQUEST_TIMED_OUT at once, a server
 shutdown during a creation stops it and undoes it (the topic absent, its directories gone),
 within the shutdown's bound."""
 
 from __future__ import annotations
 
 import time
+from datetime import timedelta
 from pathlib import Path
 
 import confluent_kafka
 from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
+from kio.schema.create_topics.v4.request import CreatableTopic, CreateTopicsRequest
+from kio.schema.create_topics.v4.response import CreateTopicsResponse
+from kio.schema.errors import ErrorCode
+from kio.schema.types import TopicName
+from kio.static.primitive import i16, i32, i32Timedelta
 
 from broker_embedded.broker import Broker
+from broker_embedded.server.admin_queue import MAX_QUEUED_REQUESTS
 from broker_embedded.server.handlers import broker_server
-from tests.broker_embedded.server._net import API_VERSIONS_V3, RawClient, config
+from tests.broker_embedded.server._net import API_VERSIONS_V3, RawClient, config, request_frame
+from tests.broker_embedded.server._serve import decode_response
 
 BIG = 3_000  # partitions: seconds of creation on a loaded machine
 WAIT_S = 60.0
@@ -87,3 +96,50 @@ def test_a_shutdown_during_a_creation_stops_and_undoes_it(tmp_path: Path) -> Non
     assert list(log_dir.glob("big-*")) == []
     with Broker(log_dir) as reopened:
         assert reopened.list_topics() == []
+
+
+def create_topics_v4(name: str, partitions: int, timeout_ms: int = 60_000) -> object:
+    return CreateTopicsRequest(
+        topics=(CreatableTopic(name=TopicName(name), num_partitions=i32(partitions),
+                               replication_factor=i16(1), assignments=(), configs=()),),
+        timeout=i32Timedelta.parse(timedelta(milliseconds=timeout_ms)), validate_only=False,
+    )  # fmt: skip
+
+
+def test_a_full_admin_queue_answers_request_timed_out_at_once(tmp_path: Path) -> None:
+    """One creation runs, MAX_QUEUED_REQUESTS wait (one a connection), the next is answered
+    REQUEST_TIMED_OUT at once with the queue's message; the waiting ones then all run."""
+    log_dir = tmp_path / "logs"
+    with Broker(log_dir, create=True, config=config()) as broker:
+        server = broker_server(broker, ["PLAINTEXT://127.0.0.1:0"], config()).start()
+        port = server.endpoints[0].port
+        clients = []
+        try:
+            running = RawClient(port, timeout=WAIT_S)
+            clients.append(running)
+            running.send(request_frame(create_topics_v4("big", BIG), 0))
+            wait_for_dirs(log_dir, "big", 1)
+            for i in range(MAX_QUEUED_REQUESTS):
+                clients.append(RawClient(port, timeout=WAIT_S))
+                clients[-1].send(request_frame(create_topics_v4(f"q{i}", 1), i + 1))
+            deadline = time.monotonic() + WAIT_S
+            while server.apis.admin_queue.queued() < MAX_QUEUED_REQUESTS:
+                assert time.monotonic() < deadline, "the requests did not reach the queue"
+                time.sleep(0.05)
+            with RawClient(port, timeout=5) as refused:
+                started = time.monotonic()
+                frame = refused.call(create_topics_v4("one-too-many", 1), 999)
+                assert time.monotonic() - started < 1.0
+            (result,) = decode_response(CreateTopicsResponse, frame, False).topics
+            assert (result.name, result.error_code) == ("one-too-many", ErrorCode.request_timed_out)
+            assert result.error_message == (
+                f"the controller's queue is full ({MAX_QUEUED_REQUESTS} requests wait); retry"
+            )
+            for i, client in enumerate(clients):
+                (done,) = decode_response(CreateTopicsResponse, client.recv_frame(), False).topics
+                assert done.error_code == ErrorCode.none, (i, done)
+            assert len(broker.list_topics()) == 1 + MAX_QUEUED_REQUESTS
+        finally:
+            for client in clients:
+                client.close()
+            server.shutdown(SHUTDOWN_S)
