@@ -17,7 +17,11 @@ Opening refuses a path that is not a log dir (log_dir.py: meta.properties or par
 directories) with ``NotALogDirError``: only ``create=True`` makes one, of a missing path or an
 empty directory, as Kafka's ``kafka-storage format`` does (Kafka refuses an unformatted dir).
 Then it takes the lock (:class:`LogDirLockedError` names the owner), then opens every partition
-directory: without the clean-shutdown marker each log recovers from its recovery point.
+directory, on :data:`OPEN_THREADS` threads (Kafka's ``num.recovery.threads.per.data.dir``),
+the files they rewrite made durable by one sync at the end (checkpoint_file.one_sync):
+without the clean-shutdown marker each log recovers from its recovery point. New logs are
+created in batches the same way (:meth:`LogManager.create_logs`: one sync, one write of each
+checkpoint file per batch).
 Partition directories of topics missing from ``kafkalog-topics.json`` (a log dir copied from a
 real Kafka broker) are opened with the broker defaults and registered. ``__cluster_metadata-0``
 (a KRaft broker's metadata log) is not a topic: as Kafka's log manager does, it is left alone.
