@@ -13,10 +13,11 @@ Limits and what happens at them:
 - at most :data:`MAX_QUEUED_REQUESTS` requests wait (kafkalog's own bound; Kafka's queue has
   none but the deadline below): one more is answered at once, every topic of it
   REQUEST_TIMED_OUT (7) "the controller's queue is full", which admin clients retry;
-- a request whose ``timeout_ms`` (> 0) passes before its turn is answered REQUEST_TIMED_OUT for
+- a request whose ``timeout_ms`` passes before its turn is answered REQUEST_TIMED_OUT for
   every topic without being run (Kafka's controller fails an event not started by its
-  deadline); a request already running finishes (its partitions are made in steps of
-  ``Controller.CREATE_STEP``, so its time is about its partitions at the creation rate);
+  deadline: Kafka 3.9 answers ``timeout_ms`` 0 or negative so, creating nothing); a request
+  already running finishes (its partitions are made in steps of ``Controller.CREATE_STEP``,
+  so its time is about its partitions at the creation rate);
 - shutdown (:meth:`AdminQueue.stop`): requests still waiting have their connections closed
   without an answer; a creation under way stops at its next step and removes what it made
   (the topic is absent, or the partitions not added), then its connection is closed: nothing
@@ -58,7 +59,7 @@ class _Parked:
     request: Request
     respond: Respond
     refuse: Refuse
-    deadline: float | None  # time.monotonic(); None: no deadline
+    deadline: float  # time.monotonic()
 
 
 class AdminQueue:
@@ -79,8 +80,7 @@ class AdminQueue:
     def submit(self, request: Request, respond: Respond, refuse: Refuse, timeout_ms: int) -> None:
         """Park ``request``: ``respond(request)`` is sent when its turn comes (see the module
         docstring for a full queue, a deadline, a stop)."""
-        deadline = time.monotonic() + timeout_ms / 1000 if timeout_ms > 0 else None
-        parked = _Parked(request, respond, refuse, deadline)
+        parked = _Parked(request, respond, refuse, time.monotonic() + timeout_ms / 1000)
         with self._cond:
             if self.stopping.is_set():
                 raise BrokerClosedError("the server is stopping")
@@ -119,7 +119,7 @@ class AdminQueue:
         header = request.header
         what = f"{header.api_name} v{header.api_version}"
         try:
-            if parked.deadline is not None and time.monotonic() > parked.deadline:
+            if time.monotonic() > parked.deadline:
                 error = RequestTimedOutError(
                     f"{what} waited in the controller's queue past its timeout"
                 )

@@ -17,6 +17,8 @@ from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
 from kio.schema.create_topics.v4.request import CreatableTopic, CreateTopicsRequest
 from kio.schema.create_topics.v4.response import CreateTopicsResponse
 from kio.schema.errors import ErrorCode
+from kio.schema.metadata.v4.request import MetadataRequest, MetadataRequestTopic
+from kio.schema.metadata.v4.response import MetadataResponse
 from kio.schema.types import TopicName
 from kio.static.primitive import i16, i32, i32Timedelta
 
@@ -67,8 +69,13 @@ def test_a_request_that_waits_past_its_timeout_is_request_timed_out(tmp_path: Pa
                 probe.call(API_VERSIONS_V3)
             # a Metadata request auto-creating a topic being created: Kafka's answer, and
             # the connection stays
-            being_created = second.list_topics("big", timeout=WAIT_S).topics["big"]
-            assert being_created.error.code() == confluent_kafka.KafkaError.LEADER_NOT_AVAILABLE
+            with RawClient(endpoint.port, timeout=5) as client:
+                asked = MetadataRequest(topics=(MetadataRequestTopic(name=TopicName("big")),),
+                                        allow_auto_topic_creation=True)  # fmt: skip
+                for correlation_id in (1, 2):
+                    frame = client.call(asked, correlation_id)
+                    (topic,) = decode_response(MetadataResponse, frame, False).topics
+                    assert topic.error_code == ErrorCode.leader_not_available
             assert error_of(late) == confluent_kafka.KafkaError.REQUEST_TIMED_OUT
             assert error_of(big) is None
             assert broker.list_topics() == ["big"]
@@ -142,4 +149,28 @@ def test_a_full_admin_queue_answers_request_timed_out_at_once(tmp_path: Path) ->
         finally:
             for client in clients:
                 client.close()
+            server.shutdown(SHUTDOWN_S)
+
+
+def test_a_timeout_of_zero_or_less_is_request_timed_out_and_creates_nothing(tmp_path: Path):
+    """Kafka 3.9 answers CreateTopics with ``timeout_ms`` 0 or -1 REQUEST_TIMED_OUT and creates
+    nothing (its controller's deadline has passed when the event's turn comes); 1 ms on an
+    idle controller is enough for one partition there, and at least 1 s is here."""
+    log_dir = tmp_path / "logs"
+    with Broker(log_dir, create=True, config=config()) as broker:
+        server = broker_server(broker, ["PLAINTEXT://127.0.0.1:0"], config()).start()
+        try:
+            with RawClient(server.endpoints[0].port, timeout=WAIT_S) as client:
+                codes = {}
+                for name, timeout_ms in (("zero", 0), ("negative", -1), ("second", 1000)):
+                    frame = client.call(create_topics_v4(name, 1, timeout_ms))
+                    (result,) = decode_response(CreateTopicsResponse, frame, False).topics
+                    codes[name] = result.error_code
+            assert codes == {
+                "zero": ErrorCode.request_timed_out,
+                "negative": ErrorCode.request_timed_out,
+                "second": ErrorCode.none,
+            }
+            assert broker.list_topics() == ["second"]
+        finally:
             server.shutdown(SHUTDOWN_S)
