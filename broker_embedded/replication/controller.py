@@ -60,6 +60,7 @@ from __future__ import annotations
 import json
 import logging
 import threading
+import time
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -118,6 +119,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 CREATE_WAIT_S = 0.5  # a coordinator write waits this long for __transaction_state's creation
 CREATE_STEP = 100  # partitions made under one hold of the lock (module docstring)
+STEP_YIELD_S = 0.001  # between two steps, outside the lock
 
 
 @dataclass(frozen=True, slots=True)
@@ -514,6 +516,7 @@ class Controller:
                             for p, r in items[first : first + CREATE_STEP]}  # fmt: skip
                     states.update(step)
                     self._send(step)
+                time.sleep(STEP_YIELD_S)  # the lock is not fair: let its waiters take it now
         except BaseException:
             self._undo_partitions(name, previous, list(states), hosts)
             raise
