@@ -29,6 +29,7 @@ Thread safety: every method may be called from any thread.
 
 from __future__ import annotations
 
+import threading
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
@@ -156,12 +157,15 @@ class Broker:
         replication_factor: int = 1,
         config: Mapping[str, object] | None = None,
         assignment: Sequence[Sequence[int]] | None = None,
+        *,
+        stop: threading.Event | None = None,
     ) -> TopicMetadata:
         """Create a topic; ``assignment``: each partition's replicas (the controller's
-        ``create_topic``), instead of ``partitions`` and ``replication_factor``."""
+        ``create_topic``), instead of ``partitions`` and ``replication_factor``. ``stop``: when
+        set, a creation under way stops and is undone (``BrokerClosedError``)."""
         self._check_open()
         created = self.controller.create_topic(
-            name, partitions, replication_factor, config, assignment=assignment
+            name, partitions, replication_factor, config, assignment=assignment, stop=stop
         )
         assert created is not None
         return created
@@ -181,9 +185,12 @@ class Broker:
             name, partitions, replication_factor, config, validate_only=True, assignment=assignment
         )
 
-    def create_partitions(self, name: str, total: int) -> TopicMetadata:
+    def create_partitions(
+        self, name: str, total: int, *, stop: threading.Event | None = None
+    ) -> TopicMetadata:
+        """Grow ``name`` to ``total`` partitions (``stop`` as for :meth:`create_topic`)."""
         self._check_open()
-        return self.controller.create_partitions(name, total)
+        return self.controller.create_partitions(name, total, stop=stop)
 
     def delete_topic(self, name: str) -> None:
         self._check_open()

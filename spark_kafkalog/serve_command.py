@@ -46,8 +46,10 @@ broker recovers its log dir, rejoins, and listens on the port it had). A bad com
 answered ``error: ...``; the end of stdin ends the control, not the server.
 
 Shutdown on SIGTERM or SIGINT, bounded by :data:`SHUTDOWN_TIMEOUT_S` per broker: stop
-accepting, let in-flight requests be answered (an acks=all produce waiting for followers
-included) or close their connections, stop the handler threads, close the connections; then
+accepting, stop the admin queue (a topic creation under way stops and is undone, waiting
+admin requests get their connections closed: broker_embedded/server/admin_queue.py), let
+in-flight requests be answered (an acks=all produce waiting for followers included) or close
+their connections, stop the handler threads, close the connections; then
 close the brokers (flush, checkpoints, clean-shutdown marker) and release the log dirs. Exit
 status 0. A SIGKILL loses no acknowledged acks=all record: the log's recovery covers it.
 

@@ -71,6 +71,7 @@ from broker_embedded.replica_manager.produce_response import ProduceResult
 from broker_embedded.replica_manager.purgatory import DelayedOperationPurgatory
 from broker_embedded.replication.partition import AlterPartition, LeaderAndIsr, Partition
 from broker_embedded.scheduler import KafkaScheduler
+from broker_embedded.storage.checkpoint_file import one_sync
 from broker_embedded.storage.fetch_data_info import FetchIsolation, IsolationLevel
 from broker_embedded.storage.log_manager import LogManager
 from broker_embedded.storage.log_segment import TimestampAndOffset
@@ -163,8 +164,9 @@ class ReplicaManager:
     def become_leader_or_follower(
         self, controller_epoch: int, states: Mapping[TopicPartition, LeaderAndIsr]
     ) -> None:
-        """Apply the controller's decisions (Kafka's LeaderAndIsr request)."""
-        with self._lock:
+        """Apply the controller's decisions (Kafka's LeaderAndIsr request). The files written
+        for them (new logs, leader epochs) are made durable by one sync at the end."""
+        with self._lock, one_sync():
             if self._stopped:
                 raise BrokerClosedError(f"broker {self.broker_id} is stopped")
             if controller_epoch < self.controller_epoch:
@@ -173,6 +175,10 @@ class ReplicaManager:
                     f"{self.controller_epoch}"
                 )
             self.controller_epoch = controller_epoch
+            new = [tp for tp, state in states.items()
+                   if self.broker_id in state.replicas and tp not in self.partitions]  # fmt: skip
+            if new:  # created together: one sync and one checkpoint write for all of them
+                self.log_manager.create_logs(new)
             changed = []
             for tp, state in states.items():
                 if self.broker_id in state.replicas and self._apply(tp, state):

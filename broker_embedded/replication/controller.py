@@ -21,6 +21,16 @@ controller epoch (Kafka's controller, reduced to one process).
   again (with unclean election enabled, any restarted replica does). A new leader epoch is
   always above both the previous one and every epoch in the logs of the replicas registered
   with this controller.
+- Creating partitions (CreateTopics, CreatePartitions): the topic is checked and reserved
+  under the lock, then its partitions are made on their brokers :data:`CREATE_STEP` at a time
+  (each step: leader states decided and sent, the brokers creating the logs with one sync and
+  one checkpoint write for the step), the lock released between steps so that Metadata and
+  leader elections go on; the topic (or its new partitions) is published, and the state file
+  written, only when all are made: nobody sees part of a topic. A step that fails, or a
+  ``stop`` event set (the server stopping), undoes what was made: the topic's directories are
+  removed (or the new partitions'), then its entry in the log dir. A process killed meanwhile
+  leaves the topic registered in the log dir with some partitions: the next opening of a
+  standalone broker adopts it whole and creates the missing ones.
 - ISR changes proposed by leaders (:meth:`alter_partition`) are checked against the leader epoch
   (FENCED_LEADER_EPOCH), the partition epoch (INVALID_UPDATE_VERSION) and broker liveness
   (INELIGIBLE_REPLICA), then committed with the partition epoch bumped.
@@ -50,6 +60,7 @@ from __future__ import annotations
 import json
 import logging
 import threading
+import time
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -70,6 +81,7 @@ from broker_embedded.coordinator.transaction_state_manager import (
     read_log,
 )
 from broker_embedded.errors import (
+    BrokerClosedError,
     CoordinatorNotAvailableError,
     FencedLeaderEpochError,
     IneligibleReplicaError,
@@ -106,6 +118,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 CREATE_WAIT_S = 0.5  # a coordinator write waits this long for __transaction_state's creation
+CREATE_STEP = 100  # partitions made under one hold of the lock (module docstring)
+STEP_YIELD_S = 0.001  # between two steps, outside the lock
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,6 +168,7 @@ class Controller:
         self._txn_topic_lock = threading.Lock()  # starts one creator at a time
         self._resigned = False
         self._successor: Controller | None = None
+        self._creating: set[str] = set()  # topics whose partitions are being made
         self._load()
 
     # -- persistence -------------------------------------------------------------------------------
@@ -381,18 +396,20 @@ class Controller:
         rng: object = None,
         validate_only: bool = False,
         assignment: Sequence[Sequence[int]] | None = None,
+        stop: threading.Event | None = None,
     ) -> TopicMetadata | None:
         """Create a topic; with ``validate_only`` only check that it could be (Kafka's
         CreateTopics ``validate_only``: the same errors, nothing created, ``None``).
         ``assignment``: the replicas of each partition in order (the first is the preferred
         leader), instead of ``partitions`` and ``replication_factor`` (see
-        :meth:`_manual_assignment`)."""
+        :meth:`_manual_assignment`). The partitions are made in steps (module docstring,
+        "Creating partitions"); ``stop`` set stops and undoes it (``BrokerClosedError``)."""
         with self._lock:
             self._check_active()
             validate_topic(name)
-            if name in self._topics:
+            if name in self._topics or name in self._creating:
                 raise TopicAlreadyExistsError(f"topic {name!r} already exists")
-            check_no_collision(name, self._topics)
+            check_no_collision(name, [*self._topics, *self._creating])
             overrides = {k: str(v) for k, v in (config or {}).items()}
             parse_overrides(overrides, name)
             if assignment is not None:
@@ -403,8 +420,13 @@ class Controller:
                 return None
             entry = TopicEntry(new_topic_id(), len(placed), len(placed[0]),
                                MappingProxyType(overrides))  # fmt: skip
-            self._add_partitions(name, entry, placed)
-            return self._describe(name)
+            self._creating.add(name)
+        try:
+            self._add_partitions(name, entry, placed, None, stop)
+        finally:
+            with self._lock:
+                self._creating.discard(name)
+        return self.describe(name)
 
     def _placement(
         self, name: str, partitions: int, replication_factor: int, rng: object
@@ -464,33 +486,98 @@ class Controller:
         return placed
 
     def _add_partitions(
-        self, name: str, entry: TopicEntry, assignment: dict[int, tuple[int, ...]]
+        self,
+        name: str,
+        entry: TopicEntry,
+        assignment: dict[int, tuple[int, ...]],
+        previous: TopicEntry | None,
+        stop: threading.Event | None,
     ) -> None:
-        placed = {**self._assignment.get(name, {}), **assignment}
-        for b in self._alive:  # first: a write that fails (a full disk) changes nothing here
-            if any(b in r for r in placed.values()):
-                self._brokers[b].log_manager.put_topic(name, entry)
-        self._topics[name] = entry
-        self._names_by_id[entry.topic_id] = name
-        self._assignment[name] = placed
-        states = {TopicPartition(name, p): self._initial_state(TopicPartition(name, p), r)
-                  for p, r in assignment.items()}  # fmt: skip
-        self._states.update(states)
-        self._save()
-        self._send(states)
+        """Make the partitions of ``assignment`` on their brokers, :data:`CREATE_STEP` at a
+        time with this lock released in between, then publish them (module docstring,
+        "Creating partitions"); undone when a step fails or ``stop`` is set."""
+        with self._lock:
+            self._check_active()
+            hosts = sorted(b for b in self._alive if any(b in r for r in assignment.values()))
+        states: dict[TopicPartition, LeaderAndIsr] = {}
+        items = sorted(assignment.items())
+        try:
+            with self._lock:  # a write that fails (a full disk) is undone below
+                for b in hosts:
+                    self._brokers[b].log_manager.put_topic(name, entry)
+            for first in range(0, len(items), CREATE_STEP):
+                if stop is not None and stop.is_set():
+                    raise BrokerClosedError(
+                        f"creating partitions of topic {name!r} stopped (the server stops) "
+                        f"with {len(states)} of {len(items)} made; undone"
+                    )
+                with self._lock:
+                    self._check_active()
+                    step = {TopicPartition(name, p): self._initial_state(TopicPartition(name, p), r)
+                            for p, r in items[first : first + CREATE_STEP]}  # fmt: skip
+                    states.update(step)
+                    self._send(step)
+                time.sleep(STEP_YIELD_S)  # the lock is not fair: let its waiters take it now
+        except BaseException:
+            self._undo_partitions(name, previous, list(states), hosts)
+            raise
+        with self._lock:
+            self._check_active()
+            if previous is not None and name not in self._topics:  # deleted meanwhile: it wins
+                self._undo_partitions(name, None, list(states), hosts)
+                raise UnknownTopicOrPartitionError(f"topic {name!r} was deleted while it grew")
+            self._topics[name] = entry
+            self._names_by_id[entry.topic_id] = name
+            self._assignment.setdefault(name, {}).update(assignment)
+            self._states.update(states)
+            self._save()
 
-    def create_partitions(self, name: str, total: int) -> TopicMetadata:
-        """Grow ``name`` to ``total`` partitions (Kafka's CreatePartitions)."""
+    def _undo_partitions(
+        self,
+        name: str,
+        previous: TopicEntry | None,
+        tps: list[TopicPartition],
+        hosts: list[int],
+    ) -> None:
+        """Remove the partitions an interrupted creation made (the topic itself when
+        ``previous`` is None); a broker that fails to is logged (its next opening finds the
+        topic registered and completes it)."""
+        with self._lock:
+            for b in hosts:
+                broker = self._brokers.get(b)
+                if broker is None or b not in self._alive:
+                    continue
+                try:
+                    broker.replica_manager.stop_replicas(self.epoch, tps)
+                    if previous is None:
+                        broker.log_manager.delete_topic(name)
+                    else:
+                        broker.log_manager.remove_partitions(name, previous)
+                except Exception as e:  # the broker stopped meanwhile
+                    log.warning("undoing the new partitions of %r on broker %d: %s", name, b, e)
+
+    def create_partitions(
+        self, name: str, total: int, *, stop: threading.Event | None = None
+    ) -> TopicMetadata:
+        """Grow ``name`` to ``total`` partitions (Kafka's CreatePartitions), in steps as
+        :meth:`create_topic` (``stop`` likewise)."""
         with self._lock:
             self._check_active()
             entry = self._topic(name)
+            if name in self._creating:
+                raise InvalidPartitionsError(f"topic {name!r} is being grown already")
             brokers = [self._brokers[b].broker_metadata for b in sorted(self._alive)]
             new = assign_replicas_to_new_partitions(
                 brokers, {p: list(r) for p, r in self._assignment[name].items()}, total, topic=name
             )
             grown = replace(entry, partitions=total)
-            self._add_partitions(name, grown, {p: tuple(r) for p, r in new.items()})
-            return self._describe(name)
+            self._creating.add(name)
+        try:
+            self._add_partitions(name, grown, {p: tuple(r) for p, r in new.items()}, entry, stop)
+        finally:
+            with self._lock:
+                self._creating.discard(name)
+        return self.describe(name)
 
     def delete_topic(self, name: str) -> None:
         with self._lock:

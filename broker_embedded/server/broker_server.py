@@ -21,8 +21,10 @@ that cannot be read or parsed fails the construction (``SecurityFileError`` nami
 :meth:`BrokerServer.advertised` is the endpoint of a listener by name, the one Metadata names
 for a request that came in on it.
 
-Shutdown, each step bounded by what is left of ``timeout``: stop accepting; stop reading
-requests and let the in-flight ones be answered (half the time at most); stop the handler
+Shutdown, each step bounded by what is left of ``timeout``: stop accepting; stop the admin
+queue (half the time at most: its waiting requests' connections are closed, a topic creation
+under way stops and is undone, see admin_queue.py); stop reading requests and let the
+in-flight ones be answered (half the time at most); stop the handler
 threads (requests still queued get their connections closed); stop what the handlers
 registered with ``KafkaApis.on_shutdown`` (the group coordinator's timers); close every
 connection.
@@ -114,6 +116,7 @@ class BrokerServer:
 
         if self._started:
             self.socket_server.stop_accepting(left())
+            self.apis.stop_admin(left() / 2)
             self.socket_server.drain(left() / 2)
             self.handlers.shutdown(left())
         self.apis.shutdown()

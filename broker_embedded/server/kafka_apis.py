@@ -36,6 +36,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 from kio.static.primitive import i16
 
+from broker_embedded.server.admin_queue import AdminQueue
 from broker_embedded.server.api_version_manager import ApiRange, ApiVersionManager
 from broker_embedded.server.protocol import (
     API_VERSIONS_KEY,
@@ -70,6 +71,7 @@ class KafkaApis:
         self._handlers: MappingProxyType[int, Handler] = MappingProxyType({})
         self._on_shutdown: list[Callable[[], None]] = []
         self.fetch_sessions: Any = None  # the Fetch API's session cache (for the metrics)
+        self._admin_queue: AdminQueue | None = None
         self.register(API_VERSIONS_KEY, *API_VERSIONS_RANGE, self._handle_api_versions)
 
     def register(
@@ -93,6 +95,20 @@ class KafkaApis:
         """Call ``stop`` when the server shuts down, after the handler threads (e.g. a
         coordinator's timers); registered before serving."""
         self._on_shutdown.append(stop)
+
+    @property
+    def admin_queue(self) -> AdminQueue:
+        """The queue the admin APIs park their requests on (admin_queue.py), made by the first
+        registration that asks for it."""
+        if self._admin_queue is None:
+            self._admin_queue = AdminQueue(self.send_response, self.channel.close_connection)
+        return self._admin_queue
+
+    def stop_admin(self, timeout: float) -> None:
+        """Stop the admin queue (its waiting requests' connections closed, a creation under
+        way stopped and undone) within ``timeout``: first at shutdown."""
+        if self._admin_queue is not None:
+            self._admin_queue.stop(timeout)
 
     def shutdown(self) -> None:
         """Run the ``on_shutdown`` callbacks (each once, in order; a failure is logged)."""

@@ -17,16 +17,28 @@ a write that fails (a full disk) removes its ``.tmp`` and leaves the old file as
 What an entry is comes from an :class:`EntryFormat` (offset checkpoints, leader epochs).
 Stateless apart from the file: concurrent reads are safe; writers of one file must be serialised
 by the caller (they share the ``.tmp`` name).
+
+:func:`one_sync` batches durability: within it, this thread's :func:`write_atomically` and
+:func:`fsync_dir` skip their fsyncs (the renames stay atomic), and at its end one ``syncfs`` of
+each file system written to (``os.sync`` where there is no ``syncfs``) makes everything durable
+at once. Creating or reopening thousands of partitions then costs a few syncs, not several
+fsyncs per partition (at 2-5 ms each on a disk). The caller answers (or acknowledges) only
+after the block ended; a crash inside it leaves files written whole (the process died) or, on
+a power loss, files the open path must treat as never written (new partitions: nothing was
+acknowledged in them).
 """
 
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import functools
 import os
 import re
-from collections.abc import Sequence
+import threading
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Generic, Protocol, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 from broker_embedded.errors import CheckpointError
 
@@ -38,6 +50,7 @@ _WHITESPACE = re.compile(r"[ \t\n\x0b\f\r]+")  # Java's \s
 _INTEGER = re.compile(r"[+-]?[0-9]+")
 
 E = TypeVar("E")
+T = TypeVar("T")
 
 
 class EntryFormat(Protocol[E]):
@@ -72,14 +85,15 @@ def split_fields(line: str) -> list[str]:
 
 def write_atomically(path: str | Path, data: bytes, *, tmp: Path | None = None) -> None:
     """Write ``tmp`` (default ``<path>.tmp``), fsync it, rename it over ``path``, fsync the
-    directory."""
+    directory (both fsyncs left to the end of a :func:`one_sync` block)."""
     path = Path(path)
     tmp = tmp or path.with_name(path.name + ".tmp")
     try:
         with open(tmp, "wb") as f:
             f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
+            if not _deferred(path.parent):
+                f.flush()
+                os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException:  # a full disk: the old file stays, the partial .tmp goes
         with contextlib.suppress(OSError):
@@ -89,12 +103,92 @@ def write_atomically(path: str | Path, data: bytes, *, tmp: Path | None = None) 
 
 
 def fsync_dir(directory: str | Path) -> None:
-    """Make a directory's entries (created, renamed files) durable."""
+    """Make a directory's entries (created, renamed files) durable (at the end of a
+    :func:`one_sync` block, within one)."""
+    if _deferred(directory):
+        return
     fd = os.open(directory, os.O_RDONLY)
     try:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+_batch = threading.local()  # .dirs: the directories written to in this thread's one_sync block
+
+
+def _deferred(directory: str | Path) -> bool:
+    dirs = getattr(_batch, "dirs", None)
+    if dirs is None:
+        return False
+    dirs.add(str(directory))
+    return True
+
+
+@contextlib.contextmanager
+def one_sync() -> Iterator[None]:
+    """This thread's fsyncs deferred to one sync per file system at the end of the block
+    (module docstring); a nested block joins the outer one. When the block raises, the sync is
+    still made (its own failure then is not reported over the block's error)."""
+    if getattr(_batch, "dirs", None) is not None:
+        yield
+        return
+    dirs: set[str] = set()
+    _batch.dirs = dirs
+    try:
+        yield
+    except BaseException:
+        _batch.dirs = None
+        with contextlib.suppress(OSError):
+            _sync_file_systems(dirs)
+        raise
+    _batch.dirs = None
+    _sync_file_systems(dirs)
+
+
+def within_this_sync(fn: Callable[..., T]) -> Callable[..., T]:
+    """``fn`` to run on other threads (a pool's) inside this thread's :func:`one_sync` block:
+    their deferred fsyncs join it (unchanged outside a block)."""
+    dirs = getattr(_batch, "dirs", None)
+
+    def run(*args: Any) -> T:
+        saved = getattr(_batch, "dirs", None)
+        _batch.dirs = dirs
+        try:
+            return fn(*args)
+        finally:
+            _batch.dirs = saved
+
+    return run
+
+
+def _sync_file_systems(dirs: set[str]) -> None:
+    """One ``syncfs`` per file system holding one of ``dirs`` (``os.sync`` without it)."""
+    by_device: dict[int, str] = {}
+    for d in dirs:
+        with contextlib.suppress(FileNotFoundError):  # deleted since (a topic's rollback)
+            by_device.setdefault(os.stat(d).st_dev, d)
+    syncfs = _syncfs()
+    for d in by_device.values():
+        if syncfs is None:
+            os.sync()
+            return
+        fd = os.open(d, os.O_RDONLY)
+        try:
+            if syncfs(fd) != 0:
+                errno = ctypes.get_errno()
+                raise OSError(errno, f"syncfs of {d} failed: {os.strerror(errno)}", d)
+        finally:
+            os.close(fd)
+
+
+@functools.cache
+def _syncfs():
+    """libc's ``syncfs`` (Linux), or None."""
+    try:
+        return ctypes.CDLL(None, use_errno=True).syncfs
+    except (OSError, AttributeError):
+        return None
 
 
 class CheckpointFile(Generic[E]):

@@ -4,7 +4,10 @@
 Byte layout: the file is a :class:`LeaderEpochCheckpointFile`, ``0\\n<count>\\n`` then
 ``<epoch> <startOffset>\\n`` per entry, oldest first; every change rewrites it atomically
 (``.tmp``, fsync, rename), synchronously (Kafka flushes truncations in the background; here the
-file is never behind the cache).
+file is behind the cache only after a truncation at the log's opening, ``truncate_from_end(...,
+write=False)``: the next change or the next append, whatever its epoch, writes it first, so
+no batch is appended while the file holds entries above it; a reopening before that truncates
+the same entries again).
 
 An entry ``(epoch, start_offset)`` says that leader epoch ``epoch`` wrote its first batch at
 ``start_offset``; the epoch ends where the next entry starts, the latest one at the log end.
@@ -108,13 +111,14 @@ class LeaderEpochFileCache:
     The file is read if it exists; it is only created by the first change.
     """
 
-    __slots__ = ("topic_partition", "_checkpoint", "_lock", "_entries")
+    __slots__ = ("topic_partition", "_checkpoint", "_lock", "_entries", "_file_behind")
 
     def __init__(self, topic_partition: TopicPartition, checkpoint_path: str | Path) -> None:
         self.topic_partition = topic_partition
         self._checkpoint = LeaderEpochCheckpointFile(checkpoint_path)
         self._lock = threading.Lock()
         self._entries: list[EpochEntry] = []
+        self._file_behind = False  # a truncation at opening not written yet
         for entry in self._checkpoint.read_or_empty():
             self._load(entry)
 
@@ -186,11 +190,16 @@ class LeaderEpochFileCache:
             return
         entries = self._entries  # the routine case: no entry made, no lock taken
         if entries and entries[-1].epoch == epoch and entries[-1].start_offset <= start_offset:
+            if self._file_behind:
+                with self._lock:
+                    self._replace(self._entries)
             return
         new = self._checked(epoch, start_offset)
         with self._lock:
             change = _assigned(self._entries, new)
             if change is None:
+                if self._file_behind:
+                    self._replace(self._entries)
                 return
             entries, displaced = change
             self._replace(entries)
@@ -204,17 +213,23 @@ class LeaderEpochFileCache:
                 displaced,
             )
 
-    def truncate_from_end(self, end_offset: int) -> None:
+    def truncate_from_end(self, end_offset: int, *, write: bool = True) -> None:
         """Drop the entries starting at or after ``end_offset`` (the log was truncated to it).
 
-        A negative ``end_offset`` (undefined) changes nothing.
+        A negative ``end_offset`` (undefined) changes nothing. ``write=False`` (the log's
+        opening, where the leader's next epoch usually rewrites the file at once): the file is
+        written by the next change or append (module docstring).
         """
         if end_offset < 0:
             return
         with self._lock:
             entries = _truncated_from_end(self._entries, end_offset)
-            if len(entries) != len(self._entries):
+            if len(entries) == len(self._entries):
+                return
+            if write:
                 self._replace(entries)
+            else:
+                self._entries, self._file_behind = entries, True
 
     def truncate_from_start(self, start_offset: int) -> None:
         """The log now starts at ``start_offset``: entries wholly below it go, and the entry
@@ -237,6 +252,7 @@ class LeaderEpochFileCache:
         """Write ``entries``, then make them the cache's; caller holds the lock."""
         self._checkpoint.write(entries)
         self._entries = entries
+        self._file_behind = False
 
     def _load(self, entry: EpochEntry) -> None:
         if entry.epoch < 0 or entry.start_offset < 0:

@@ -17,7 +17,11 @@ Opening refuses a path that is not a log dir (log_dir.py: meta.properties or par
 directories) with ``NotALogDirError``: only ``create=True`` makes one, of a missing path or an
 empty directory, as Kafka's ``kafka-storage format`` does (Kafka refuses an unformatted dir).
 Then it takes the lock (:class:`LogDirLockedError` names the owner), then opens every partition
-directory: without the clean-shutdown marker each log recovers from its recovery point.
+directory, on :data:`OPEN_THREADS` threads (Kafka's ``num.recovery.threads.per.data.dir``),
+the files they rewrite made durable by one sync at the end (checkpoint_file.one_sync):
+without the clean-shutdown marker each log recovers from its recovery point. New logs are
+created in batches the same way (:meth:`LogManager.create_logs`: one sync, one write of each
+checkpoint file per batch).
 Partition directories of topics missing from ``kafkalog-topics.json`` (a log dir copied from a
 real Kafka broker) are opened with the broker defaults and registered. ``__cluster_metadata-0``
 (a KRaft broker's metadata log) is not a topic: as Kafka's log manager does, it is left alone.
@@ -46,7 +50,8 @@ start recovers the logs from the recovery points on disk.
 Thread safety: the manager's lock guards its maps; each log has its own lock. Lock order: log
 lock, then manager lock (a log's change callback takes the manager's condition), so the manager
 never calls into a log others can reach while it holds its own lock. Checkpoint writes are
-serialised by a third lock (they share ``.tmp`` names), taken before the others
+serialised by a third lock (they share ``.tmp`` names), taken before the others (only the
+creation lock, which serialises creations of logs, comes before it)
 (:meth:`publish_high_watermarks` moves high watermarks under it, so that one checkpoint write
 publishes all of them).
 """
@@ -59,7 +64,8 @@ import shutil
 import socket
 import threading
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -69,7 +75,7 @@ from broker_embedded.errors import (
     UnknownTopicOrPartitionError,
 )
 from broker_embedded.scheduler import KafkaScheduler, ScheduledTask
-from broker_embedded.storage.checkpoint_file import fsync_dir
+from broker_embedded.storage.checkpoint_file import fsync_dir, one_sync, within_this_sync
 from broker_embedded.storage.log_config import LogConfig
 from broker_embedded.storage.log_dir import prepare_log_dir
 from broker_embedded.storage.log_dir_lock import LogDirLock
@@ -104,6 +110,7 @@ META_PROPERTIES = "meta.properties"
 DEFAULT_CHECKPOINT_INTERVAL_MS = 100
 DEFAULT_RETENTION_CHECK_INTERVAL_MS = 300_000
 DEFAULT_FLUSH_CHECK_INTERVAL_MS = 1_000
+OPEN_THREADS = 8
 
 _CHECKPOINTS = {
     REPLICATION_OFFSET_CHECKPOINT: lambda lg: lg.high_watermark,
@@ -138,6 +145,7 @@ class LogManager:
         self._lock_file = LogDirLock.acquire(self.log_dir, f"{owner} {node_id}")
         self._cond = threading.Condition()
         self._checkpoint_lock = threading.Lock()
+        self._create_lock = threading.Lock()  # one creation of logs at a time
         self._dirty = False
         self._closed = False
         self._written: dict[str, dict[TopicPartition, int]] = {}
@@ -150,7 +158,8 @@ class LogManager:
             marker.unlink(missing_ok=True)
             self._topic_file = TopicConfigFile(self.log_dir)
             self.topics = self._topic_file.read()
-            self._load_logs()
+            with one_sync():  # the logs' rewritten files (leader epochs, ...): one sync
+                self._load_logs()
             published = self._written[REPLICATION_OFFSET_CHECKPOINT]
             if resolve_interrupted_commits(self, published):
                 self.checkpoint()
@@ -205,15 +214,17 @@ class LogManager:
             self.topics[topic] = TopicEntry(self._topic_id_on_disk(tp), tp.partition + 1)
         if unknown:
             self._topic_file.write(self.topics)
-        for tp in found:
-            if tp.partition >= self.topics[tp.topic].partitions:
-                continue  # not part of the topic as registered
-            self.logs[tp] = self._open_log(
+        registered = [tp for tp in found if tp.partition < self.topics[tp.topic].partitions]
+
+        def open_one(tp: TopicPartition) -> UnifiedLog:
+            return self._open_log(
                 tp,
                 recovery_point=points[RECOVERY_POINT_OFFSET_CHECKPOINT].get(tp, 0),
                 log_start_offset=points[LOG_START_OFFSET_CHECKPOINT].get(tp),
                 high_watermark=points[REPLICATION_OFFSET_CHECKPOINT].get(tp),
             )
+
+        _open_in_parallel(registered, open_one, self.logs)
         self._written = points
 
     def _topic_id_on_disk(self, tp: TopicPartition) -> uuid.UUID:
@@ -250,36 +261,56 @@ class LogManager:
             self.topics[topic] = entry
 
     def get_or_create_log(self, tp: TopicPartition) -> UnifiedLog:
-        """The log of ``tp`` (its topic must be registered), created empty if needed.
-
-        A created log's checkpoint entries are written before it is published: a reader never
-        meets a partition without a high watermark entry, which it would read to its log end."""
+        """The log of ``tp`` (its topic must be registered), created empty if needed (see
+        :meth:`create_logs`)."""
         existing = self.logs.get(tp)
         if existing is not None and not self._closed:
             return existing
-        with self._checkpoint_lock:  # one creation at a time; no checkpoint write in between
+        return self.create_logs([tp])[tp]
+
+    def create_logs(self, tps: Iterable[TopicPartition]) -> dict[TopicPartition, UnifiedLog]:
+        """The logs of ``tps`` (their topics must be registered), the missing ones created
+        empty: their files made durable by one sync (checkpoint_file.one_sync) and their
+        checkpoint entries written (one write of each checkpoint file for all of them) before
+        any is published, so a reader never meets a partition without a high watermark entry
+        (which it would read to its log end). Creations are serialised; checkpoint writes go on
+        while the logs are opened."""
+        wanted = list(dict.fromkeys(tps))
+        with self._create_lock:
             with self._cond:
                 self._check_open()
-                existing = self.logs.get(tp)
-                if existing is not None:
-                    return existing
-                entry = self.topics.get(tp.topic)
-                if entry is None or tp.partition >= entry.partitions:
-                    raise UnknownTopicOrPartitionError(
-                        f"topic {tp.topic!r} partition {tp.partition} is not registered in "
-                        f"{self.log_dir}"
-                    )
-                created = self._open_log(tp)
-                logs = {**self.logs, tp: created}
+                found = {tp: lg for tp in wanted if (lg := self.logs.get(tp)) is not None}
+                missing = [tp for tp in wanted if tp not in found]
+                for tp in missing:
+                    entry = self.topics.get(tp.topic)
+                    if entry is None or tp.partition >= entry.partitions:
+                        raise UnknownTopicOrPartitionError(
+                            f"topic {tp.topic!r} partition {tp.partition} is not registered in "
+                            f"{self.log_dir}"
+                        )
+            if not missing:
+                return found
+            created: dict[TopicPartition, UnifiedLog] = {}
             try:
-                self._write_checkpoints(logs)
-                with self._cond:
-                    self._check_open()
-                    self.logs[tp] = created
+                with one_sync():
+                    _open_in_parallel(missing, self._open_log, created)
+                    self._publish_created(created)
             except BaseException:
-                created.close()
+                for lg in created.values():
+                    if self.logs.get(lg.topic_partition) is not lg:
+                        lg.close()
                 raise
-            return created
+            return {**found, **created}
+
+    def _publish_created(self, created: dict[TopicPartition, UnifiedLog]) -> None:
+        with self._checkpoint_lock:  # no checkpoint write in between
+            with self._cond:
+                self._check_open()
+                logs = {**self.logs, **created}
+            self._write_checkpoints(logs)
+            with self._cond:
+                self._check_open()
+                self.logs.update(created)
 
     def get_log(self, tp: TopicPartition) -> UnifiedLog | None:
         return self.logs.get(tp)
@@ -302,17 +333,38 @@ class LogManager:
 
     def delete_topic(self, topic: str) -> None:
         """Close and delete every partition of ``topic`` and forget it."""
+        self._delete_partitions(topic, None)
+
+    def remove_partitions(self, topic: str, entry: TopicEntry) -> None:
+        """Close and delete the partitions of ``topic`` from ``entry.partitions`` on, and
+        register ``entry`` (a growth of the topic undone)."""
+        self._delete_partitions(topic, entry)
+
+    def _delete_partitions(self, topic: str, keep: TopicEntry | None) -> None:
+        """The directories go first, then the topic's entry: a crash in between leaves the
+        topic registered with directories missing, which its next opening creates (never
+        directories of an unregistered topic, which the opening would adopt as a topic)."""
+        first = 0 if keep is None else keep.partitions
         with self._cond:
             self._check_open()
-            doomed = [(tp, self.logs.pop(tp)) for tp in list(self.logs) if tp.topic == topic]
-            self.topics.pop(topic, None)
-            self._topic_file.write(self.topics)
-        for tp, lg in doomed:  # outside the manager's lock: closing takes each log's lock
+            doomed = [(tp, self.logs.pop(tp)) for tp in list(self.logs)
+                      if tp.topic == topic and tp.partition >= first]  # fmt: skip
+        for _, lg in doomed:  # outside the manager's lock: closing takes each log's lock
             lg.close()
-            shutil.rmtree(self.log_dir / tp.dir_name, ignore_errors=True)
+        for e in os.scandir(self.log_dir):  # also those a failed creation left unopened
+            tp = TopicPartition.try_parse_dir_name(e.name)
+            if tp is not None and tp.topic == topic and tp.partition >= first and e.is_dir():
+                shutil.rmtree(e.path, ignore_errors=True)
+        fsync_dir(self.log_dir)
+        with self._cond:
+            self._check_open()
+            if keep is None:
+                self.topics.pop(topic, None)
+            else:
+                self.topics[topic] = keep
+            self._topic_file.write(self.topics)
         if self.cleaner is not None:
             self.cleaner.manager.forget(tp for tp, _ in doomed)
-        fsync_dir(self.log_dir)
         self._on_offsets_changed(None)
 
     # -- background work ---------------------------------------------------------------------------
@@ -445,6 +497,32 @@ class LogManager:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _open_in_parallel(
+    tps: list[TopicPartition],
+    open_one: Callable[[TopicPartition], UnifiedLog],
+    into: dict[TopicPartition, UnifiedLog],
+) -> None:
+    """``open_one`` of each of ``tps`` into ``into``, on up to :data:`OPEN_THREADS` threads
+    (Kafka's recovery threads: opening or creating a log waits on the disk more than on the
+    CPU), inside the caller's sync. The first failure is raised once every opening ended; the
+    logs opened are in ``into`` then (the caller closes them)."""
+    if len(tps) < 2 * OPEN_THREADS:
+        for tp in tps:
+            into[tp] = open_one(tp)
+        return
+    run = within_this_sync(open_one)
+    with ThreadPoolExecutor(OPEN_THREADS, thread_name_prefix="log-open") as pool:
+        futures = {tp: pool.submit(run, tp) for tp in tps}
+    failure = None
+    for tp, future in futures.items():
+        if future.exception() is None:
+            into[tp] = future.result()
+        elif failure is None:
+            failure = future.exception()
+    if failure is not None:
+        raise failure
 
 
 def read_offset_checkpoints(log_dir: Path) -> dict[str, dict[TopicPartition, int]]:

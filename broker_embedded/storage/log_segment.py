@@ -682,8 +682,8 @@ class LogSegment:
         if valid < size:
             os.truncate(paths[0], valid)
             _fsync(paths[0])
-        write_atomically(paths[1], indexer.offset_index.to_bytes())
-        write_atomically(paths[2], indexer.time_index.to_bytes())
+        _rewrite_if_changed(paths[1], indexer.offset_index.to_bytes())
+        _rewrite_if_changed(paths[2], indexer.time_index.to_bytes())
         return cls._appendable(paths[0], indexer, valid, next_offset,
                                _Appender(config, rolling, now_ms),
                                f"recovered, {size - valid} bytes truncated")  # fmt: skip
@@ -997,6 +997,17 @@ def _write_all(f: BinaryIO, data: bytes | memoryview) -> None:
     while view:
         n = f.write(view)
         view = view[n:]
+
+
+def _rewrite_if_changed(path: Path, data: bytes) -> None:
+    """``write_atomically`` unless ``path`` holds ``data`` already (a recovery that found the
+    index whole: reopening thousands of partitions then renames nothing)."""
+    try:
+        same = path.stat().st_size == len(data) and path.read_bytes() == data
+    except FileNotFoundError:
+        same = False
+    if not same:
+        write_atomically(path, data)
 
 
 def _fsync(path: Path) -> None:

@@ -10,7 +10,8 @@ big-endian bytes without padding (22 characters). Kafka reserves the all-zero id
 here) and ``AAAAAAAAAAAAAAAAAAAAAQ`` (1, the KRaft metadata topic ``__cluster_metadata``).
 
 Reading accepts a trailing line end and whitespace between label and value; another version, a
-wrong label, a malformed or zero id is a :class:`CheckpointError` naming the file. Writing
+wrong label, a malformed or zero id is a :class:`CheckpointError` naming the file; an empty file
+counts as missing (:meth:`PartitionMetadataFile.exists`). Writing
 produces Kafka's exact bytes through a tmp file, fsync, atomic rename and directory fsync.
 
 Immutable values; reads are safe anywhere, one writer per file.
@@ -85,7 +86,13 @@ class PartitionMetadataFile:
         self.path = Path(path)
 
     def exists(self) -> bool:
-        return self.path.is_file()
+        """Whether the file holds anything: a zero-length one is what a power loss leaves of
+        a write whose sync had not come yet (checkpoint_file.one_sync: a partition being
+        created, nothing acknowledged in it), and counts as missing (written again)."""
+        try:
+            return self.path.stat().st_size > 0
+        except FileNotFoundError:
+            return False
 
     def read(self) -> PartitionMetadata:
         """The file's content; ``FileNotFoundError`` when it does not exist."""

@@ -334,7 +334,7 @@ class UnifiedLog:
         self.leader_epoch_cache = LeaderEpochFileCache(
             topic_partition, self.directory / LEADER_EPOCH_CHECKPOINT
         )
-        self.leader_epoch_cache.truncate_from_end(leo)
+        self.leader_epoch_cache.truncate_from_end(leo, write=False)  # the next change writes
         self.leader_epoch_cache.truncate_from_start(self.log_start_offset)
         self.producer_state = ProducerStateManager(topic_partition, self.directory)
         self._rebuild_producer_state(restore_epochs=recover)

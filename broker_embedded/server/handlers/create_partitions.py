@@ -10,14 +10,18 @@ controller puts on the partitions of one request). ``validate_only``
 checks without creating. New partitions are led at once (the controller's states are applied
 before the answer).
 
-Thread safety: the controller serializes changes under its lock.
+Requests are parked on the server's admin queue (admin_queue.py: its bound, ``timeout_ms`` and
+shutdown), off the request handler threads. Thread safety: the admin queue's one thread runs
+them; the controller serializes changes under its lock.
 """
 
 from __future__ import annotations
 
 import functools
+import threading
 from collections import Counter
 from datetime import timedelta
+from types import ModuleType
 from typing import Any
 
 from broker_embedded.errors import (
@@ -34,6 +38,7 @@ from broker_embedded.server.handlers.api_context import (
     partitions_per_request,
     response_types,
 )
+from broker_embedded.server.handlers.create_topics import timeout_ms
 from broker_embedded.server.kafka_apis import KafkaApis
 from broker_embedded.server.request_channel import Request
 from broker_embedded.server.security.authorizer import AclOperation
@@ -43,24 +48,41 @@ VERSIONS = (0, 3)
 
 
 def register(apis: KafkaApis, ctx: ApiContext) -> None:
-    apis.register_responder(API_KEY, *VERSIONS, functools.partial(create_partitions_response, ctx))
+    queue = apis.admin_queue
+    respond = functools.partial(create_partitions_response, ctx, stop=queue.stopping)
+    apis.register(API_KEY, *VERSIONS, lambda r: queue.submit(r, respond, refused, timeout_ms(r)))
 
 
-def create_partitions_response(ctx: ApiContext, request: Request) -> Any:
+def refused(request: Request, error: KafkaApiError) -> Any:
+    """The answer failing every topic of the request with ``error`` (the admin queue's)."""
+    types = response_types(request)
+    results = tuple(_result(types, t.name, error) for t in request.body.topics)
+    return make(types.CreatePartitionsResponse, throttle_time=timedelta(0), results=results)
+
+
+def _result(types: ModuleType, name: str, error: KafkaApiError | None) -> Any:
+    return make(types.CreatePartitionsTopicResult, name=name, error_code=error_code(error),
+                error_message=error_message(error))  # fmt: skip
+
+
+def create_partitions_response(
+    ctx: ApiContext, request: Request, stop: threading.Event | None = None
+) -> Any:
+    """``stop``: set when the server stops (a growth under way stops and is undone)."""
     body, types = request.body, response_types(request)
     counts = Counter(t.name for t in body.topics)
     too_many = partitions_per_request(sum(max(t.count, 0) for t in body.topics))
     results = []
     for t in body.topics:
         error = (too_many or ctx.topic_refusal(request, AclOperation.ALTER, t.name)
-                 or _grow(ctx, t, body.validate_only, counts[t.name]))  # fmt: skip
-        entry = types.CreatePartitionsTopicResult
-        results.append(make(entry, name=t.name, error_code=error_code(error),
-                            error_message=error_message(error)))  # fmt: skip
+                 or _grow(ctx, t, body.validate_only, counts[t.name], stop))  # fmt: skip
+        results.append(_result(types, t.name, error))
     return make(types.CreatePartitionsResponse, throttle_time=timedelta(0), results=tuple(results))
 
 
-def _grow(ctx: ApiContext, t: Any, validate_only: bool, times: int) -> KafkaApiError | None:
+def _grow(
+    ctx: ApiContext, t: Any, validate_only: bool, times: int, stop: threading.Event | None
+) -> KafkaApiError | None:
     try:
         if times > 1:
             raise InvalidRequestError(f"topic {t.name!r} appears {times} times")
@@ -72,7 +94,7 @@ def _grow(ctx: ApiContext, t: Any, validate_only: bool, times: int) -> KafkaApiE
         if t.count <= current:
             raise InvalidPartitionsError(_not_more(t.name, current, t.count))
         if not validate_only:
-            ctx.broker.create_partitions(t.name, t.count)
+            ctx.broker.create_partitions(t.name, t.count, stop=stop)
     except KafkaApiError as e:
         return e
     return None

@@ -17,12 +17,16 @@ on its own, as Kafka does:
   them; a validated one: no configs); v7: its topic id (the zero UUID when only validated or
   failed).
 
-Thread safety: the controller serializes creation under its lock.
+Requests are parked on the server's admin queue (admin_queue.py: its bound, ``timeout_ms`` and
+shutdown, each answered REQUEST_TIMED_OUT for every topic or a closed connection): the request
+handler threads never wait for a creation. Thread safety: the admin queue's one thread runs
+them; the controller serializes creation under its lock.
 """
 
 from __future__ import annotations
 
 import functools
+import threading
 import uuid
 from collections import Counter
 from datetime import timedelta
@@ -34,6 +38,7 @@ from kio.schema.errors import ErrorCode
 from broker_embedded.errors import (
     InvalidReplicaAssignmentError,
     InvalidRequestError,
+    KafkaApiError,
     KafkaLogError,
     TopicAuthorizationFailedError,
 )
@@ -57,10 +62,27 @@ ZERO_UUID = uuid.UUID(int=0)
 
 
 def register(apis: KafkaApis, ctx: ApiContext) -> None:
-    apis.register_responder(API_KEY, *VERSIONS, functools.partial(create_topics_response, ctx))
+    queue = apis.admin_queue
+    respond = functools.partial(create_topics_response, ctx, stop=queue.stopping)
+    apis.register(API_KEY, *VERSIONS, lambda r: queue.submit(r, respond, refused, timeout_ms(r)))
 
 
-def create_topics_response(ctx: ApiContext, request: Request) -> Any:
+def timeout_ms(request: Request) -> int:
+    """The request's ``timeout_ms`` (CreateTopics, CreatePartitions, DeleteTopics)."""
+    return int(request.body.timeout.total_seconds() * 1000)
+
+
+def refused(request: Request, error: KafkaApiError) -> Any:
+    """The answer failing every topic of the request with ``error`` (the admin queue's)."""
+    types = response_types(request)
+    results = tuple(_failed(types, t.name, error) for t in request.body.topics)
+    return make(types.CreateTopicsResponse, throttle_time=timedelta(0), topics=results)
+
+
+def create_topics_response(
+    ctx: ApiContext, request: Request, stop: threading.Event | None = None
+) -> Any:
+    """``stop``: set when the server stops (a creation under way stops and is undone)."""
     body, types = request.body, response_types(request)
     counts = Counter(t.name for t in body.topics)
     too_many = partitions_per_request(sum(_partitions(ctx, t) for t in body.topics))
@@ -76,7 +98,7 @@ def create_topics_response(ctx: ApiContext, request: Request) -> Any:
             dup = InvalidRequestError(f"topic {t.name!r} appears {counts[t.name]} times")
             results.append(_failed(types, t.name, dup))
         else:
-            results.append(_create(ctx, types, t, body.validate_only))
+            results.append(_create(ctx, types, t, body.validate_only, stop))
     return make(types.CreateTopicsResponse, throttle_time=timedelta(0), topics=tuple(results))
 
 
@@ -96,7 +118,9 @@ def _partitions(ctx: ApiContext, t: Any) -> int:
     return max(t.num_partitions, 0)
 
 
-def _create(ctx: ApiContext, types: ModuleType, t: Any, validate_only: bool) -> Any:
+def _create(
+    ctx: ApiContext, types: ModuleType, t: Any, validate_only: bool, stop: threading.Event | None
+) -> Any:
     defaults = ctx.broker.config
     partitions = defaults.num_partitions if t.num_partitions == -1 else t.num_partitions
     factor = (
@@ -111,8 +135,8 @@ def _create(ctx: ApiContext, types: ModuleType, t: Any, validate_only: bool) -> 
             ctx.broker.validate_new_topic(t.name, partitions, factor, config, assignment)
             topic_id = ZERO_UUID
         else:
-            topic_id = ctx.broker.create_topic(t.name, partitions, factor, config,
-                                               assignment).topic_id  # fmt: skip
+            topic_id = ctx.broker.create_topic(t.name, partitions, factor, config, assignment,
+                                               stop=stop).topic_id  # fmt: skip
     except KafkaLogError as e:
         return _failed(types, t.name, e)
     entry = getattr(types, "CreatableTopicConfigs", None)  # v5+

@@ -3,10 +3,12 @@
 Each topic is answered on its own: UNKNOWN_TOPIC_OR_PARTITION (3) for an unknown name (an
 illegal name too, as Kafka answers), UNKNOWN_TOPIC_ID (100) for an unknown id, INVALID_REQUEST
 (42) for a v6 entry with both or neither of name and id. v6 answers name and id of each topic.
-Deletion is synchronous (the controller stops the replicas and deletes the logs before
-answering), so ``timeout`` never runs out.
+The controller stops the replicas and deletes the logs before answering; ``timeout`` only runs
+out while the request waits in the admin queue (every topic REQUEST_TIMED_OUT, see below).
 
-Thread safety: the controller serializes deletion under its lock.
+Requests are parked on the server's admin queue (admin_queue.py: its bound, ``timeout_ms`` and
+shutdown), off the request handler threads. Thread safety: the admin queue's one thread runs
+them; the controller serializes deletion under its lock.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from broker_embedded.server.handlers.api_context import (
     make,
     response_types,
 )
+from broker_embedded.server.handlers.create_topics import timeout_ms
 from broker_embedded.server.kafka_apis import KafkaApis
 from broker_embedded.server.request_channel import Request
 from broker_embedded.server.security.authorizer import AclOperation
@@ -40,7 +43,24 @@ ZERO_UUID = uuid.UUID(int=0)
 
 
 def register(apis: KafkaApis, ctx: ApiContext) -> None:
-    apis.register_responder(API_KEY, *VERSIONS, functools.partial(delete_topics_response, ctx))
+    queue = apis.admin_queue
+    respond = functools.partial(delete_topics_response, ctx)
+    apis.register(API_KEY, *VERSIONS, lambda r: queue.submit(r, respond, refused, timeout_ms(r)))
+
+
+def refused(request: Request, error: KafkaApiError) -> Any:
+    """The answer failing every topic of the request with ``error`` (the admin queue's)."""
+    types = response_types(request)
+    if request.header.api_version >= 6:
+        targets = [(t.name, t.topic_id or ZERO_UUID) for t in request.body.topics]
+    else:
+        targets = [(n, ZERO_UUID) for n in request.body.topic_names]
+    results = tuple(
+        make(types.DeletableTopicResult, name=name, topic_id=topic_id,
+             error_code=error_code(error), error_message=error_message(error))
+        for name, topic_id in targets
+    )  # fmt: skip
+    return make(types.DeleteTopicsResponse, throttle_time=timedelta(0), responses=results)
 
 
 def delete_topics_response(ctx: ApiContext, request: Request) -> Any:

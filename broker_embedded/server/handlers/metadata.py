@@ -54,7 +54,11 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from broker_embedded.errors import KafkaApiError, TopicAlreadyExistsError
+from broker_embedded.errors import (
+    KafkaApiError,
+    TopicAlreadyExistsError,
+    UnknownTopicOrPartitionError,
+)
 from broker_embedded.replication.controller import TopicMetadata
 from broker_embedded.server.handlers.api_context import (
     NONE,
@@ -224,8 +228,11 @@ def _auto_create(ctx: ApiContext, types: ModuleType, name: str) -> Any:
     try:
         created = ctx.broker.create_topic(name, config.num_partitions,
                                           config.default_replication_factor)  # fmt: skip
-    except TopicAlreadyExistsError:  # another request created it meanwhile
-        created = ctx.broker.describe_topic(name)
+    except TopicAlreadyExistsError:  # another request created it meanwhile, or creates it
+        try:
+            created = ctx.broker.describe_topic(name)
+        except UnknownTopicOrPartitionError:  # still being created: Kafka's answer
+            return _error(types, name, ErrorCode.leader_not_available)
     except KafkaApiError as e:
         return _error(types, name, error_code(e))
     return _topic(types, created)

@@ -1,0 +1,345 @@
+"""Admin storms against ``kafkalog serve``: partition creation rate, other clients' latency
+during it, shutdown during it, and reopening a log dir of many partitions. One run.
+
+    .venv/bin/python benchmarks/admin_storm.py [--clients C] [--partitions P]
+                                               [--inproc-partitions N] [--restart-partitions R]
+                                               [--stop-partitions S] [--timeout T] [--only ...]
+
+Phases (``--only`` takes a comma-separated subset of their names):
+
+- ``floor``: N directories of five empty files each (a new partition's files) made with plain
+  ``mkdir``/``open``, on one thread and on eight: what this disk allows before any broker code;
+- ``inproc``: one ``Broker`` on a fresh log dir creates a topic of N partitions (default 2,000):
+  partitions a second (what the controller, replica manager and log manager cost, no network);
+- ``restart``: a log dir of R empty partitions (default 4,000: one topic of one partition made
+  by the broker, its directory copied R-1 times and the topic registered with R partitions, as a
+  broker that created them leaves them) is opened by a ``Broker``: seconds, clean (after a
+  clean close) and unclean (after ``Broker.crash``, as a SIGKILL leaves it);
+- ``storm``: ``kafkalog serve`` (a child process, default config) while C AdminClients (default 9)
+  each create a topic of P partitions (default 400) at once; meanwhile a thread sends ApiVersions
+  v0 on a new raw connection every 0.2 s (5 s timeout each), and one acks=all record is
+  produced to another topic. Figures: partitions a second (C*P over the time from the requests
+  to the last answer), ApiVersions round trips (count, median, max, how many over 1 s), the
+  produce's latency;
+- ``stop``: the same storm with S partitions a client (default 1,000), SIGTERM 2 s after the
+  requests: seconds to exit (the wait is bounded by T, then the process is killed and the
+  figure is "> T"); then the same with SIGKILL, and the restart of that log dir: seconds from
+  the start of ``kafkalog serve`` to its listener line, and which storm topics it lists whole.
+
+Every wait is bounded by ``--timeout`` (default 300 s); a phase that times out prints what it
+measured so far. Everything lives in a temporary directory deleted at the end; child servers
+are killed on every path out. Prints one line per figure and the load average before and after.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import shutil
+import signal
+import socket
+import statistics
+import struct
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from confluent_kafka import KafkaException, Producer  # noqa: E402
+from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
+
+from broker_embedded.broker import Broker  # noqa: E402
+from broker_embedded.storage.topic_config_file import TopicConfigFile  # noqa: E402
+
+PHASES = ("floor", "inproc", "restart", "storm", "stop")
+PROBE_TIMEOUT_S = 5.0
+PROBE_EVERY_S = 0.2
+MAX_PROBES = 2_000
+
+
+def say(line: str) -> None:
+    print(line, flush=True)
+
+
+# -- in process ------------------------------------------------------------------------------------
+
+
+def inproc(work: Path, partitions: int) -> None:
+    with Broker(work / "inproc", create=True) as broker:
+        broker.create_topic("warm", 1)
+        started = time.monotonic()
+        broker.create_topic("rate", partitions)
+        took = time.monotonic() - started
+    say(f"inproc: {partitions} partitions created in {took:.2f} s: {partitions / took:.0f}/s")
+
+
+def floor(work: Path, partitions: int) -> None:
+    """What the file system alone costs: a directory and five empty files a partition (the
+    files of a new partition in Kafka's layout), on one thread and on eight."""
+    for threads in (1, 8):
+        base = work / f"floor-{threads}"
+        base.mkdir()
+
+        def make(p: int, base: Path = base) -> None:
+            d = base / f"t-{p}"
+            d.mkdir()
+            for name in ("0.log", "0.index", "0.timeindex", "partition.metadata", "epochs"):
+                (d / name).open("wb").close()
+
+        started = time.monotonic()
+        with ThreadPoolExecutor(threads) as pool:
+            list(pool.map(make, range(partitions)))
+        took = time.monotonic() - started
+        say(f"floor: {partitions} directories of 5 empty files on {threads} thread(s) in "
+            f"{took:.2f} s: {partitions / took:.0f}/s")  # fmt: skip
+
+
+def restart(work: Path, partitions: int) -> None:
+    log_dir = work / "restart"
+    with Broker(log_dir, create=True) as broker:
+        broker.create_topic("t", 1)
+    for p in range(1, partitions):
+        shutil.copytree(log_dir / "t-0", log_dir / f"t-{p}")
+    topics = TopicConfigFile(log_dir)
+    entries = topics.read()
+    entries["t"] = dataclasses.replace(entries["t"], partitions=partitions)
+    topics.write(entries)
+    started = time.monotonic()
+    broker = Broker(log_dir)
+    clean = time.monotonic() - started
+    broker.crash()
+    started = time.monotonic()
+    Broker(log_dir).close()
+    unclean = time.monotonic() - started
+    say(f"restart: {partitions} partitions opened in {clean:.2f} s clean, "
+        f"{unclean:.2f} s after a crash")  # fmt: skip
+
+
+# -- served ----------------------------------------------------------------------------------------
+
+
+class Served:
+    """``kafkalog serve`` on ``log_dir`` as a child process; killed on exit if still running."""
+
+    def __init__(self, log_dir: Path, out: Path, timeout: float) -> None:
+        self.started = time.monotonic()
+        env = dict(os.environ, PYTHONPATH=str(ROOT))
+        self._out = out.open("ab")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "spark_kafkalog.cli", "serve", "--log-dir", str(log_dir),
+             "--listeners", "PLAINTEXT://127.0.0.1:0"],
+            stdout=subprocess.PIPE, stderr=self._out, cwd=ROOT, env=env, text=True,
+        )  # fmt: skip
+        self.port = self._listening(timeout)
+        self.listening_s = time.monotonic() - self.started
+
+    def _listening(self, timeout: float) -> int:
+        found: list[int] = []
+
+        def read() -> None:
+            assert self.proc.stdout is not None
+            for line in self.proc.stdout:
+                if " listening on PLAINTEXT://" in line and not found:
+                    found.append(int(line.rsplit(":", 1)[1]))
+
+        threading.Thread(target=read, daemon=True).start()
+        deadline = time.monotonic() + timeout
+        while not found:
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError("kafkalog serve did not start")
+            time.sleep(0.05)
+        return found[0]
+
+    @property
+    def bootstrap(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def stop(self, sig: int, timeout: float) -> float | None:
+        """Send ``sig``; seconds until the process ended (None: not within ``timeout``)."""
+        started = time.monotonic()
+        self.proc.send_signal(sig)
+        try:
+            self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            return None
+        return time.monotonic() - started
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(30)
+        self._out.close()
+
+
+@contextmanager
+def served(log_dir: Path, out: Path, timeout: float) -> Iterator[Served]:
+    server = Served(log_dir, out, timeout)
+    try:
+        yield server
+    finally:
+        server.close()
+
+
+def api_versions_v0(port: int) -> float:
+    """One ApiVersions v0 round trip on a new connection: seconds (the timeout when none)."""
+    client = b"bench"
+    body = struct.pack(">hhih", 18, 0, 1, len(client)) + client
+    started = time.monotonic()
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=PROBE_TIMEOUT_S) as sock:
+            sock.sendall(struct.pack(">i", len(body)) + body)
+            size = struct.unpack(">i", _recv(sock, 4))[0]
+            _recv(sock, size)
+    except OSError:
+        return PROBE_TIMEOUT_S
+    return time.monotonic() - started
+
+
+def _recv(sock: socket.socket, n: int) -> bytes:
+    data = b""
+    while len(data) < n:
+        chunk = sock.recv(n - len(data))
+        if not chunk:
+            raise ConnectionError("closed")
+        data += chunk
+    return data
+
+
+class Prober:
+    """ApiVersions every PROBE_EVERY_S on a thread until stopped (at most MAX_PROBES)."""
+
+    def __init__(self, port: int) -> None:
+        self.latencies: list[float] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, args=(port,), daemon=True)
+        self._thread.start()
+
+    def _run(self, port: int) -> None:
+        while not self._stop.is_set() and len(self.latencies) < MAX_PROBES:
+            self.latencies.append(api_versions_v0(port))
+            self._stop.wait(PROBE_EVERY_S)
+
+    def stop(self) -> list[float]:
+        self._stop.set()
+        self._thread.join(PROBE_TIMEOUT_S + 1)
+        return self.latencies
+
+
+def admin(bootstrap: str) -> AdminClient:
+    return AdminClient({"bootstrap.servers": bootstrap, "socket.timeout.ms": 300_000,
+                        "log_level": 0})  # fmt: skip
+
+
+def start_storm(bootstrap: str, clients: int, partitions: int, timeout: float):
+    """The admin clients (keep them) and their futures by topic."""
+    handles, futures = [], {}
+    for i in range(clients):
+        name = f"storm-{i}"
+        handles.append(admin(bootstrap))
+        futures[name] = handles[-1].create_topics([NewTopic(name, partitions, 1)],
+                                                  request_timeout=timeout)[name]  # fmt: skip
+    return handles, futures
+
+
+def storm(work: Path, clients: int, partitions: int, timeout: float) -> None:
+    with served(work / "storm", work / "storm.out", timeout) as server:
+        creator = admin(server.bootstrap)  # kept: a dropped client's futures fail
+        creator.create_topics([NewTopic("other", 1, 1)])["other"].result(timeout)
+        producer = Producer(
+            {
+                "bootstrap.servers": server.bootstrap,
+                "acks": "all",
+                "message.timeout.ms": int(timeout * 1000),
+                "log_level": 0,
+            }
+        )
+        producer.list_topics("other", timeout=timeout)  # connected, metadata known
+        prober = Prober(server.port)
+        started = time.monotonic()
+        handles, futures = start_storm(server.bootstrap, clients, partitions, timeout)
+        produced: list[float] = []
+        producer.produce("other", b"x", on_delivery=lambda err, _m: produced.append(
+            time.monotonic() - started if err is None else float("nan")))  # fmt: skip
+        flusher = threading.Thread(target=producer.flush, args=(timeout,), daemon=True)
+        flusher.start()  # serves the delivery callback as soon as the record is acknowledged
+        failed = 0
+        for future in futures.values():
+            try:
+                future.result(max(0.0, started + timeout - time.monotonic()))
+            except (KafkaException, TimeoutError, Exception):
+                failed += 1
+        took = time.monotonic() - started
+        flusher.join(max(0.0, started + timeout - time.monotonic()))
+        latencies = prober.stop()
+        del handles
+    made = (clients - failed) * partitions
+    say(f"storm: {clients} clients x {partitions} partitions: {made} made in {took:.2f} s: "
+        f"{made / took:.0f}/s ({failed} requests failed)")  # fmt: skip
+    if latencies:
+        over = sum(1 for x in latencies if x > 1.0)
+        say(f"storm: ApiVersions {len(latencies)} probes, median "
+            f"{statistics.median(latencies) * 1000:.1f} ms, max {max(latencies) * 1000:.0f} ms, "
+            f"{over} over 1 s")  # fmt: skip
+    say("storm: acks=all produce during it: "
+        + (f"{produced[0]:.2f} s" if produced else "not delivered"))  # fmt: skip
+
+
+def stop_mid_storm(work: Path, clients: int, partitions: int, timeout: float) -> None:
+    for name, sig in (("SIGTERM", signal.SIGTERM), ("SIGKILL", signal.SIGKILL)):
+        log_dir = work / f"stop-{name}"
+        with served(log_dir, work / f"stop-{name}.out", timeout) as server:
+            handles, futures = start_storm(server.bootstrap, clients, partitions, timeout)
+            time.sleep(2.0)
+            exited = server.stop(sig, timeout)
+            del handles
+        say(f"stop: {name} 2 s into a storm of {clients} x {partitions}: exited in "
+            + (f"{exited:.2f} s" if exited is not None else f"> {timeout:.0f} s"))  # fmt: skip
+        with served(log_dir, work / f"restart-{name}.out", timeout) as server:
+            lister = admin(server.bootstrap)
+            listed = lister.list_topics(timeout=timeout).topics
+            counts = {n: len(listed[n].partitions) for n in futures if n in listed}
+            whole = sum(1 for c in counts.values() if c == partitions)
+            say(f"stop: restart after {name}: listening in {server.listening_s:.2f} s; storm "
+                f"topics listed {len(counts)} (whole {whole})")  # fmt: skip
+            server.stop(signal.SIGTERM, timeout)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--clients", type=int, default=9)
+    parser.add_argument("--partitions", type=int, default=400)
+    parser.add_argument("--inproc-partitions", type=int, default=2_000)
+    parser.add_argument("--restart-partitions", type=int, default=4_000)
+    parser.add_argument("--stop-partitions", type=int, default=1_000)
+    parser.add_argument("--timeout", type=float, default=300.0)
+    parser.add_argument("--only", default=",".join(PHASES))
+    args = parser.parse_args(argv)
+    only = set(args.only.split(","))
+    say(f"load average before: {os.getloadavg()}")
+    with tempfile.TemporaryDirectory(prefix="admin-storm-") as tmp:
+        work = Path(tmp)
+        if "floor" in only:
+            floor(work, args.inproc_partitions)
+        if "inproc" in only:
+            inproc(work, args.inproc_partitions)
+        if "restart" in only:
+            restart(work, args.restart_partitions)
+        if "storm" in only:
+            storm(work, args.clients, args.partitions, args.timeout)
+        if "stop" in only:
+            stop_mid_storm(work, args.clients, args.stop_partitions, args.timeout)
+    say(f"load average after: {os.getloadavg()}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,152 @@
+"""The admin queue: topic creation, growth and deletion off the request handler threads
+(Kafka's controller event queue: a KRaft broker forwards CreateTopics, CreatePartitions and
+DeleteTopics to its controller and answers when the controller is done, while its request
+handlers keep serving everyone else).
+
+A handler parks the request here (:meth:`AdminQueue.submit`) and returns at once; one thread
+runs the parked requests in order and sends each response through the request channel. The
+connection stays muted until then (one request per connection, as for any request), so a
+client waits for its own answer and nobody else does.
+
+Limits and what happens at them:
+
+- at most :data:`MAX_QUEUED_REQUESTS` requests wait (kafkalog's own bound; Kafka's queue has
+  none but the deadline below): one more is answered at once, every topic of it
+  REQUEST_TIMED_OUT (7) "the controller's queue is full", which admin clients retry;
+- a request whose ``timeout_ms`` passes before its turn is answered REQUEST_TIMED_OUT for
+  every topic without being run (Kafka's controller fails an event not started by its
+  deadline: Kafka 3.9 answers ``timeout_ms`` 0 or negative so, creating nothing); a request
+  already running finishes (its partitions are made in steps of ``Controller.CREATE_STEP``,
+  so its time is about its partitions at the creation rate);
+- shutdown (:meth:`AdminQueue.stop`): requests still waiting have their connections closed
+  without an answer; a creation under way stops at its next step and removes what it made
+  (the topic is absent, or the partitions not added), then its connection is closed: nothing
+  unfinished is acknowledged. ``stop`` waits for the thread at most its timeout.
+
+An exception from a request is answered as on a handler thread: a :class:`KafkaApiError` or
+:class:`BrokerClosedError` closes the connection with one log line; anything else is logged
+with its traceback, then the connection is closed.
+
+Thread safety: :meth:`submit` from any handler thread; :meth:`stop` from the server's owner.
+The queue's thread is started by the first submit and is a daemon.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from broker_embedded.errors import BrokerClosedError, KafkaApiError, RequestTimedOutError
+from broker_embedded.server.request_channel import Request
+
+log = logging.getLogger(__name__)
+
+MAX_QUEUED_REQUESTS = 100
+
+Respond = Callable[[Request], Any]  # the request's response message
+Refuse = Callable[[Request, KafkaApiError], Any]  # every topic of it failed with the error
+Send = Callable[[Request, Any], None]
+Close = Callable[[Request, str], None]
+
+
+@dataclass(frozen=True, slots=True)
+class _Parked:
+    request: Request
+    respond: Respond
+    refuse: Refuse
+    deadline: float  # time.monotonic()
+
+
+class AdminQueue:
+    """See the module docstring. ``send`` answers a request with a message, ``close`` closes
+    its connection with a reason (the dispatcher's and the channel's)."""
+
+    def __init__(self, send: Send, close: Close, max_queued: int = MAX_QUEUED_REQUESTS) -> None:
+        if max_queued < 1:
+            raise ValueError(f"the admin queue holds at least 1 request, not {max_queued}")
+        self._send = send
+        self._close = close
+        self._max_queued = max_queued
+        self._queue: collections.deque[_Parked] = collections.deque()
+        self._cond = threading.Condition()
+        self.stopping = threading.Event()  # seen by a creation under way between its steps
+        self._thread: threading.Thread | None = None
+
+    def submit(self, request: Request, respond: Respond, refuse: Refuse, timeout_ms: int) -> None:
+        """Park ``request``: ``respond(request)`` is sent when its turn comes (see the module
+        docstring for a full queue, a deadline, a stop)."""
+        parked = _Parked(request, respond, refuse, time.monotonic() + timeout_ms / 1000)
+        with self._cond:
+            if self.stopping.is_set():
+                raise BrokerClosedError("the server is stopping")
+            full = len(self._queue) >= self._max_queued
+            if not full:
+                self._queue.append(parked)
+                self._start()
+                self._cond.notify()
+        if full:
+            error = RequestTimedOutError(
+                f"the controller's queue is full ({self._max_queued} requests wait); retry"
+            )
+            self._send(request, refuse(request, error))
+
+    def queued(self) -> int:
+        with self._cond:
+            return len(self._queue)
+
+    def _start(self) -> None:
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="admin-queue", daemon=True)
+            self._thread.start()
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while not self._queue and not self.stopping.is_set():
+                    self._cond.wait()
+                if self.stopping.is_set():
+                    return
+                parked = self._queue.popleft()
+            self._answer(parked)
+
+    def _answer(self, parked: _Parked) -> None:
+        request = parked.request
+        header = request.header
+        what = f"{header.api_name} v{header.api_version}"
+        try:
+            if time.monotonic() > parked.deadline:
+                error = RequestTimedOutError(
+                    f"{what} waited in the controller's queue past its timeout"
+                )
+                self._send(request, parked.refuse(request, error))
+            else:
+                self._send(request, parked.respond(request))
+        except (KafkaApiError, BrokerClosedError) as e:
+            self._close(request, f"{what} request failed: {e}")
+        except Exception as e:
+            log.exception("handling %s request %d from %s failed", what, header.correlation_id,
+                          request.client)  # fmt: skip
+            self._close(request, f"internal error: {e!r}")
+
+    def stop(self, timeout: float) -> bool:
+        """Stop within ``timeout`` (module docstring); True when the thread has ended."""
+        with self._cond:
+            self.stopping.set()
+            dropped = list(self._queue)
+            self._queue.clear()
+            self._cond.notify_all()
+            thread = self._thread
+        for parked in dropped:
+            self._close(parked.request, "the server stopped before the controller ran it")
+        if thread is None:
+            return True
+        thread.join(timeout)
+        if thread.is_alive():
+            log.error("the admin queue's request still runs after %.1f s", timeout)
+            return False
+        return True

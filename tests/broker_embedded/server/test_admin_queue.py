@@ -1,0 +1,176 @@
+"""The admin queue (admin_queue.py) with a real Broker behind a real BrokerServer and
+confluent-kafka's AdminClient: a creation runs off the request handler threads, a request whose
+``timeout_ms`` passes while it waits is answered REQUEST_TIMED_OUT and never run, a Metadata
+request for a topic being created is answered LEADER_NOT_AVAILABLE, a request beyond the
+queue's bound is answered REQUEST_TIMED_OUT at once, a server
+shutdown during a creation stops it and undoes it (the topic absent, its directories gone),
+within the shutdown's bound."""
+
+from __future__ import annotations
+
+import time
+from datetime import timedelta
+from pathlib import Path
+
+import confluent_kafka
+from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
+from kio.schema.create_topics.v4.request import CreatableTopic, CreateTopicsRequest
+from kio.schema.create_topics.v4.response import CreateTopicsResponse
+from kio.schema.errors import ErrorCode
+from kio.schema.metadata.v4.request import MetadataRequest, MetadataRequestTopic
+from kio.schema.metadata.v4.response import MetadataResponse
+from kio.schema.types import TopicName
+from kio.static.primitive import i16, i32, i32Timedelta
+
+from broker_embedded.broker import Broker
+from broker_embedded.server.admin_queue import MAX_QUEUED_REQUESTS
+from broker_embedded.server.handlers import broker_server
+from tests.broker_embedded.server._net import API_VERSIONS_V3, RawClient, config, request_frame
+from tests.broker_embedded.server._serve import decode_response
+
+BIG = 3_000  # partitions: seconds of creation on a loaded machine
+WAIT_S = 60.0
+SHUTDOWN_S = 10.0
+
+
+def admin(bootstrap: str) -> AdminClient:
+    return AdminClient({"bootstrap.servers": bootstrap, "log_level": 0})
+
+
+def error_of(future) -> int | None:
+    try:
+        future.result(WAIT_S)
+    except confluent_kafka.KafkaException as e:
+        return e.args[0].code()
+    return None
+
+
+def wait_for_dirs(log_dir: Path, topic: str, at_least: int) -> None:
+    """Until the creation of ``topic`` made ``at_least`` partition directories (bounded)."""
+    deadline = time.monotonic() + WAIT_S
+    while len(list(log_dir.glob(f"{topic}-*"))) < at_least:
+        assert time.monotonic() < deadline, f"{topic}: no {at_least} partitions made"
+        time.sleep(0.05)
+
+
+def test_a_request_that_waits_past_its_timeout_is_request_timed_out(tmp_path: Path) -> None:
+    log_dir = tmp_path / "logs"
+    with Broker(log_dir, create=True, config=config()) as broker:
+        server = broker_server(broker, ["PLAINTEXT://127.0.0.1:0"], config()).start()
+        try:
+            endpoint = server.endpoints[0]
+            bootstrap = f"{endpoint.host}:{endpoint.port}"
+            first, second = admin(bootstrap), admin(bootstrap)
+            big = first.create_topics([NewTopic("big", BIG, 1)], request_timeout=WAIT_S)["big"]
+            wait_for_dirs(log_dir, "big", 1)
+            late = second.create_topics([NewTopic("late", 1, 1)], operation_timeout=0.2,
+                                        request_timeout=WAIT_S)["late"]  # fmt: skip
+            with RawClient(endpoint.port, timeout=5) as probe:  # the handlers are free
+                probe.call(API_VERSIONS_V3)
+            # a Metadata request auto-creating a topic being created: Kafka's answer, and
+            # the connection stays
+            with RawClient(endpoint.port, timeout=5) as client:
+                asked = MetadataRequest(topics=(MetadataRequestTopic(name=TopicName("big")),),
+                                        allow_auto_topic_creation=True)  # fmt: skip
+                for correlation_id in (1, 2):
+                    frame = client.call(asked, correlation_id)
+                    (topic,) = decode_response(MetadataResponse, frame, False).topics
+                    assert topic.error_code == ErrorCode.leader_not_available
+            assert error_of(late) == confluent_kafka.KafkaError.REQUEST_TIMED_OUT
+            assert error_of(big) is None
+            assert broker.list_topics() == ["big"]
+            assert len(broker.describe_topic("big").partitions) == BIG
+            grown = first.create_partitions([NewPartitions("big", BIG + 5)])["big"]
+            assert error_of(grown) is None
+            assert len(broker.describe_topic("big").partitions) == BIG + 5
+        finally:
+            server.shutdown(SHUTDOWN_S)
+
+
+def test_a_shutdown_during_a_creation_stops_and_undoes_it(tmp_path: Path) -> None:
+    log_dir = tmp_path / "logs"
+    broker = Broker(log_dir, create=True, config=config())
+    server = broker_server(broker, ["PLAINTEXT://127.0.0.1:0"], config()).start()
+    endpoint = server.endpoints[0]
+    client = admin(f"{endpoint.host}:{endpoint.port}")
+    future = client.create_topics([NewTopic("big", BIG, 1)], request_timeout=WAIT_S)["big"]
+    wait_for_dirs(log_dir, "big", 1)
+    started = time.monotonic()
+    server.shutdown(SHUTDOWN_S)
+    broker.close()
+    assert time.monotonic() - started < SHUTDOWN_S
+    assert error_of(future) is not None  # not acknowledged: the connection was closed
+    assert list(log_dir.glob("big-*")) == []
+    with Broker(log_dir) as reopened:
+        assert reopened.list_topics() == []
+
+
+def create_topics_v4(name: str, partitions: int, timeout_ms: int = 60_000) -> object:
+    return CreateTopicsRequest(
+        topics=(CreatableTopic(name=TopicName(name), num_partitions=i32(partitions),
+                               replication_factor=i16(1), assignments=(), configs=()),),
+        timeout=i32Timedelta.parse(timedelta(milliseconds=timeout_ms)), validate_only=False,
+    )  # fmt: skip
+
+
+def test_a_full_admin_queue_answers_request_timed_out_at_once(tmp_path: Path) -> None:
+    """One creation runs, MAX_QUEUED_REQUESTS wait (one a connection), the next is answered
+    REQUEST_TIMED_OUT at once with the queue's message; the waiting ones then all run."""
+    log_dir = tmp_path / "logs"
+    with Broker(log_dir, create=True, config=config()) as broker:
+        server = broker_server(broker, ["PLAINTEXT://127.0.0.1:0"], config()).start()
+        port = server.endpoints[0].port
+        clients = []
+        try:
+            running = RawClient(port, timeout=WAIT_S)
+            clients.append(running)
+            running.send(request_frame(create_topics_v4("big", BIG), 0))
+            wait_for_dirs(log_dir, "big", 1)
+            for i in range(MAX_QUEUED_REQUESTS):
+                clients.append(RawClient(port, timeout=WAIT_S))
+                clients[-1].send(request_frame(create_topics_v4(f"q{i}", 1), i + 1))
+            deadline = time.monotonic() + WAIT_S
+            while server.apis.admin_queue.queued() < MAX_QUEUED_REQUESTS:
+                assert time.monotonic() < deadline, "the requests did not reach the queue"
+                time.sleep(0.05)
+            with RawClient(port, timeout=5) as refused:
+                started = time.monotonic()
+                frame = refused.call(create_topics_v4("one-too-many", 1), 999)
+                assert time.monotonic() - started < 1.0
+            (result,) = decode_response(CreateTopicsResponse, frame, False).topics
+            assert (result.name, result.error_code) == ("one-too-many", ErrorCode.request_timed_out)
+            assert result.error_message == (
+                f"the controller's queue is full ({MAX_QUEUED_REQUESTS} requests wait); retry"
+            )
+            for i, client in enumerate(clients):
+                (done,) = decode_response(CreateTopicsResponse, client.recv_frame(), False).topics
+                assert done.error_code == ErrorCode.none, (i, done)
+            assert len(broker.list_topics()) == 1 + MAX_QUEUED_REQUESTS
+        finally:
+            for client in clients:
+                client.close()
+            server.shutdown(SHUTDOWN_S)
+
+
+def test_a_timeout_of_zero_or_less_is_request_timed_out_and_creates_nothing(tmp_path: Path):
+    """Kafka 3.9 answers CreateTopics with ``timeout_ms`` 0 or -1 REQUEST_TIMED_OUT and creates
+    nothing (its controller's deadline has passed when the event's turn comes); 1 ms on an
+    idle controller is enough for one partition there, and at least 1 s is here."""
+    log_dir = tmp_path / "logs"
+    with Broker(log_dir, create=True, config=config()) as broker:
+        server = broker_server(broker, ["PLAINTEXT://127.0.0.1:0"], config()).start()
+        try:
+            with RawClient(server.endpoints[0].port, timeout=WAIT_S) as client:
+                codes = {}
+                for name, timeout_ms in (("zero", 0), ("negative", -1), ("second", 1000)):
+                    frame = client.call(create_topics_v4(name, 1, timeout_ms))
+                    (result,) = decode_response(CreateTopicsResponse, frame, False).topics
+                    codes[name] = result.error_code
+            assert codes == {
+                "zero": ErrorCode.request_timed_out,
+                "negative": ErrorCode.request_timed_out,
+                "second": ErrorCode.none,
+            }
+            assert broker.list_topics() == ["second"]
+        finally:
+            server.shutdown(SHUTDOWN_S)
