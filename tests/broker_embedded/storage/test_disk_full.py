@@ -6,9 +6,12 @@ old contents and catch up; the log dir reopens clean and verifies."""
 
 from __future__ import annotations
 
+import logging
 import os
 import time
 from pathlib import Path
+
+import pytest
 
 from broker_embedded.broker import Broker
 from broker_embedded.client.producer_record import ProducerRecord, build_batch
@@ -19,6 +22,7 @@ from broker_embedded.storage.offset_checkpoint import (
     REPLICATION_OFFSET_CHECKPOINT,
     OffsetCheckpointFile,
 )
+from broker_embedded.storage.storage_health import QUIET_S
 from broker_embedded.storage.topic_partition import TopicPartition
 from tests.tmpfs_mount import fill_leaving, tmpfs
 
@@ -294,3 +298,29 @@ def test_creating_a_topic_on_a_full_disk_fails_whole_and_works_once_space_is_bac
             assert broker.produce("b", 1, [b"x"]).base_offset == 0
         finally:
             broker.close()
+
+
+def test_a_second_full_disk_episode_after_a_quiet_spell_is_logged_again(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The disk fills, is freed, one append succeeds at once and the partition goes quiet; when
+    the disk fills again later, that new episode gets its own line (it was counted silently in
+    the old episode, which no later success had ended)."""
+    caplog.set_level(logging.INFO, logger="broker_embedded.storage.storage_health")
+    with tmpfs(8 << 20) as mount:
+        broker = _open(mount / "logs")
+        try:
+            health = broker.log_manager.health
+            filler = fill_leaving(mount, 16 << 10)
+            assert broker.append(TP, _batch(0, 8, 8192)).error.code == STORAGE_ERROR
+            filler.unlink()
+            assert broker.append(TP, _batch(0, 1, 100)).error is None  # within QUIET_S
+            time.sleep(QUIET_S + 0.5)  # quiet: no write at all
+            filler = fill_leaving(mount, 16 << 10)
+            assert broker.append(TP, _batch(1, 8, 8192)).error.code == STORAGE_ERROR
+            filler.unlink()
+        finally:
+            broker.close()
+    warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 2, [r.getMessage() for r in caplog.records]
+    assert health.episodes == 2
