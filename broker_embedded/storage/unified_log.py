@@ -335,7 +335,7 @@ class UnifiedLog:
             topic_partition, self.directory / LEADER_EPOCH_CHECKPOINT
         )
         self.leader_epoch_cache.truncate_from_end(leo)
-        self.leader_epoch_cache.truncate_from_start(self.log_start_offset)
+        self._truncate_epochs_from_start(self.log_start_offset)
         self.producer_state = ProducerStateManager(topic_partition, self.directory)
         self._rebuild_producer_state(restore_epochs=recover)
         hw = self.log_start_offset if high_watermark is None else high_watermark
@@ -1077,11 +1077,21 @@ class UnifiedLog:
         self.log_start_offset = offset
         if self.high_watermark < offset:
             self.high_watermark = offset
-        self.leader_epoch_cache.truncate_from_start(offset)
+        self._truncate_epochs_from_start(offset)
         for snap_offset, path in list_snapshots(self.directory):
             if snap_offset < offset:
                 path.unlink(missing_ok=True)
         self._changed()
+
+    def _truncate_epochs_from_start(self, offset: int) -> None:
+        """The leader epoch cache follows the log start offset. A checkpoint write that fails
+        (a full disk) is counted, not raised: the cache changed in memory, and the file's extra
+        entries below the log start are harmless (leader_epoch_file_cache.py), so DeleteRecords
+        and retention still delete the segments below, which is how a full disk is freed."""
+        try:
+            self.leader_epoch_cache.truncate_from_start(offset)
+        except OSError as e:
+            self.health.failed(f"writing the leader epoch checkpoint of {self._where()}", e)
 
     def delete_records_before(self, offset: int) -> int:
         """DeleteRecords: move the log start offset up to ``offset`` (at most the HW) and delete

@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -324,3 +325,48 @@ def test_a_second_full_disk_episode_after_a_quiet_spell_is_logged_again(
     warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
     assert len(warnings) == 2, [r.getMessage() for r in caplog.records]
     assert health.episodes == 2
+
+
+def _segments_deleted_on_a_full_disk(delete: Callable[[Broker], int], start: int) -> None:
+    """Six segments of 12 records (0..71), the disk filled to the last byte, ``delete`` moves
+    the log start offset to ``start``: it must delete the segments below (that is how an
+    operator frees a full disk) though the leader epoch checkpoint cannot be rewritten; the
+    space they held takes appends again, and a restart starts the log at ``start``."""
+    with tmpfs(8 << 20) as mount:
+        log_dir = mount / "logs"
+        broker = _open(log_dir, **{"segment.bytes": 100_000, "retention.bytes": 350_000,
+                                   "retention.ms": -1})  # fmt: skip
+        directory = log_dir / "t-0"
+        try:
+            for i in range(0, 72, 6):  # 12 batches of about 49 KB, two a segment
+                assert broker.append(TP, _batch(i, 6, 8192)).error is None
+            log = broker.log_manager.get_log(TP)
+            assert LogSegments.list_dir(directory).base_offsets == [0, 12, 24, 36, 48, 60]
+            filler = fill_leaving(mount, 0)
+            assert delete(broker) == start
+            assert log.log_start_offset == start
+            assert LogSegments.list_dir(directory).base_offsets == [24, 36, 48, 60]
+            assert broker.append(TP, _batch(72, 6, 8192)).error is None  # the space freed
+            filler.unlink()
+        finally:
+            broker.close()
+        reopened = _open(log_dir)
+        try:
+            assert reopened.log_manager.get_log(TP).log_start_offset == start
+        finally:
+            reopened.close()
+        assert _keys_on_disk(directory) == [f"k{i}".encode() for i in range(24, 78)]
+
+
+def test_delete_records_on_a_full_disk_deletes_segments_and_frees_their_space(
+    tmp_path: Path,
+) -> None:
+    _segments_deleted_on_a_full_disk(lambda b: b.delete_records(TOPIC, 0, 30), 30)
+
+
+def test_retention_on_a_full_disk_deletes_segments_and_frees_their_space(tmp_path: Path) -> None:
+    def retention(b: Broker) -> int:  # retention.bytes 350,000: two segments of 98,594 go
+        assert b.log_manager.cleanup_logs() == 2
+        return b.log_manager.get_log(TP).log_start_offset
+
+    _segments_deleted_on_a_full_disk(retention, 24)
