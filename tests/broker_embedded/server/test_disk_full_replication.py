@@ -83,6 +83,16 @@ def isrs(bootstrap: str) -> dict[int, list[int]]:
     return {p.id: sorted(p.isrs) for p in parts.values()}
 
 
+def fill_to_the_last_byte(mount: Path) -> Path:
+    """:func:`fill_leaving` 0 bytes while brokers write: a fill they raced is tried again."""
+    for _ in range(20):  # bounded: each try sees the space left
+        try:
+            return fill_leaving(mount, 0)
+        except OSError:
+            (mount / "filler").unlink(missing_ok=True)
+    raise AssertionError(f"could not fill {mount}")
+
+
 def wait_for(what: str, check, deadline_s: float = DEADLINE_S):
     deadline = time.monotonic() + deadline_s
     while True:  # bounded by the deadline
@@ -159,3 +169,50 @@ def test_a_follower_on_a_full_disk_leaves_the_isr_and_catches_up_once_space_is_b
     episode = [line for line in err.splitlines() if "No space left" in line]
     assert 1 <= len(episode) <= 2, episode[:5]
     print(f"{len(p.acks.records)} records acknowledged, {len(episode)} log line(s) for the episode")
+
+
+def test_a_broker_stopped_and_started_while_the_whole_cluster_disk_is_full(
+    tmp_path: Path,
+) -> None:
+    """Every broker's log dir and the controller's state on one full tmpfs: the leaders answer
+    KAFKA_STORAGE_ERROR, the producer retries; a broker stopped meanwhile (its leadership moves:
+    the controller's state file cannot be rewritten) and started again once space is back
+    rejoins every ISR, and every acknowledged record is once on every replica."""
+    conf = tmp_path / "broker.toml"
+    conf.write_text(f'[broker]\n"replica.lag.time.max.ms" = {LAG_MS}\n'
+                    '"replica.fetch.backoff.ms" = 200\n')  # fmt: skip
+    with tmpfs(32 << 20) as mount:
+        base = mount / "c"
+        with ServeProcess(base, "--broker-config", conf, brokers=BROKERS,
+                          stderr=tmp_path / "err") as server:  # fmt: skip
+            client = AdminClient({"bootstrap.servers": server.bootstrap})
+            topic = NewTopic(
+                TOPIC,
+                len(ASSIGNMENT),
+                replica_assignment=ASSIGNMENT,
+                config={"min.insync.replicas": "2", "segment.bytes": "1048576"},
+            )
+            client.create_topics([topic])[TOPIC].result(IO_TIMEOUT_S)
+            full_isr = {q: [0, 1, 2] for q in range(len(ASSIGNMENT))}
+            wait_for("the full ISR", lambda: isrs(server.bootstrap) == full_isr)
+            p = Producing(server.bootstrap)
+            wait_for("acknowledgements", lambda: len(p.acks.records) >= 500)
+            filler = fill_to_the_last_byte(mount)
+            acked = len(p.acks.records)
+            time.sleep(2)  # appends fail meanwhile
+            assert len(p.acks.records) < acked + 2 * RATE_PER_S
+            assert server.control("stop 1") == "broker 1 stopped"
+            assert isrs(server.bootstrap)[1] != [0, 1, 2]  # still answers Metadata
+            filler.unlink()
+            assert server.control("start 1").startswith("broker 1 listening")
+            wait_for("the full ISR again", lambda: isrs(server.bootstrap) == full_isr)
+            acked = len(p.acks.records)
+            wait_for("acknowledgements after", lambda: len(p.acks.records) >= acked + 500)
+            assert p.stop() == 0
+            wait_for("the full ISR at the end", lambda: isrs(server.bootstrap) == full_isr)
+            assert server.terminate() == 0
+            err = server.stderr_text()
+        check_replicas(base, p.acks)
+    assert p.acks.failed == 0 and len(p.acks.records) == p.sent
+    assert "Traceback" not in err, err[-3000:]
+    print(f"{len(p.acks.records)} records acknowledged")
