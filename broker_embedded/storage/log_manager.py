@@ -301,18 +301,32 @@ class LogManager:
             self._cleaner_startup.cancel()
 
     def delete_topic(self, topic: str) -> None:
-        """Close and delete every partition of ``topic`` and forget it."""
+        """Close and delete every partition of ``topic``, then forget it in the topic file.
+        The partitions go first: on a full disk their space lets the file's rewrite fit (how
+        an operator frees a full disk), and a crash between the two leaves the topic's name
+        without data, never its data adopted again. A rewrite that still fails is
+        :class:`KafkaStorageError` with the partitions deleted and the topic still registered;
+        deleting it again finishes."""
         with self._cond:
             self._check_open()
             doomed = [(tp, self.logs.pop(tp)) for tp in list(self.logs) if tp.topic == topic]
-            self.topics.pop(topic, None)
-            self._topic_file.write(self.topics)
         for tp, lg in doomed:  # outside the manager's lock: closing takes each log's lock
             lg.close()
             shutil.rmtree(self.log_dir / tp.dir_name, ignore_errors=True)
         if self.cleaner is not None:
             self.cleaner.manager.forget(tp for tp, _ in doomed)
-        fsync_dir(self.log_dir)
+        with self._cond:
+            rest = {name: entry for name, entry in self.topics.items() if name != topic}
+            try:
+                self._topic_file.write(rest)
+                fsync_dir(self.log_dir)
+            except OSError as e:
+                self.health.failed(f"deleting topic {topic!r}", e)
+                raise KafkaStorageError(
+                    f"deleting topic {topic!r}: its partitions are deleted but rewriting "
+                    f"{self._topic_file.path} failed: {e}"
+                ) from e
+            self.topics.pop(topic, None)
         self._on_offsets_changed(None)
 
     # -- background work ---------------------------------------------------------------------------

@@ -370,3 +370,33 @@ def test_retention_on_a_full_disk_deletes_segments_and_frees_their_space(tmp_pat
         return b.log_manager.get_log(TP).log_start_offset
 
     _segments_deleted_on_a_full_disk(retention, 24)
+
+
+def test_deleting_a_topic_on_a_full_disk_frees_its_space_and_it_stays_deleted(
+    tmp_path: Path,
+) -> None:
+    """Deleting a topic is how an operator frees a full disk: its partitions are deleted first,
+    so the topic file's rewrite fits in the space they held; the topic is gone, also after a
+    restart (before, the failed rewrite left the logs open and their directories on disk, and
+    a restart adopted them again)."""
+    with tmpfs(8 << 20) as mount:
+        log_dir = mount / "logs"
+        broker = _open(log_dir)
+        try:
+            broker.create_topic("other", 2)
+            for p in range(2):
+                other = TopicPartition("other", p)
+                assert broker.append(other, _batch(0, 6, 8192)).error is None
+            filler = fill_leaving(mount, 0)
+            broker.delete_topic("other")
+            assert broker.list_topics() == [TOPIC]
+            assert not (log_dir / "other-0").exists() and not (log_dir / "other-1").exists()
+            assert broker.append(TP, _batch(0, 6, 8192)).error is None  # the space freed
+            filler.unlink()
+        finally:
+            broker.close()
+        reopened = _open(log_dir)
+        try:
+            assert reopened.list_topics() == [TOPIC]
+        finally:
+            reopened.close()
