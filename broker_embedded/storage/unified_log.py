@@ -1118,36 +1118,59 @@ class UnifiedLog:
             if offset <= self.segment_base_offsets[0]:
                 self.truncate_fully_and_start_at(max(offset, 0))
                 return True
-            self._truncations += 1
-            self._open.drop_all()
-            bases = self.segment_base_offsets
-            self._writer.close()
-            for base in [b for b in bases if b >= offset]:
-                self._delete_segment_files(base)
-            keep = max(b for b in bases if b < offset)
-            with LogSegment.open(self.directory, keep) as seg:
-                cut = seg.position_of(offset)
-            os.truncate(self._path(keep, LOG_SUFFIX), cut)
-            for suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX):
-                self._path(keep, suffix).unlink(missing_ok=True)
-            self._reopen_writer()
-            self._after_truncation()
+            self._truncate_epochs_first(lambda: self.leader_epoch_cache.truncate_from_end(offset))
+            with self._offline_if_it_fails(f"truncating to offset {offset}"):
+                self._truncations += 1
+                self._open.drop_all()
+                bases = self.segment_base_offsets
+                self._writer.close()
+                for base in [b for b in bases if b >= offset]:
+                    self._delete_segment_files(base)
+                keep = max(b for b in bases if b < offset)
+                with LogSegment.open(self.directory, keep) as seg:
+                    cut = seg.position_of(offset)
+                os.truncate(self._path(keep, LOG_SUFFIX), cut)
+                for suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX):
+                    self._path(keep, suffix).unlink(missing_ok=True)
+                self._reopen_writer()
+                self._after_truncation()
             return True
+
+    def _truncate_epochs_first(self, truncate: Callable[[], None]) -> None:
+        """A truncation cuts the leader epoch cache first: if its checkpoint cannot be written
+        (a full disk), nothing changed and the caller gets :class:`KafkaStorageError` (a
+        follower retries). A crash after it leaves fewer epochs than the log holds, which only
+        makes the next truncation check more conservative."""
+        try:
+            truncate()
+        except OSError as e:
+            raise self._write_failed("truncating the leader epochs of", e) from e
+
+    @contextlib.contextmanager
+    def _offline_if_it_fails(self, what: str) -> Iterator[None]:
+        """The rest of a truncation cannot be undone half way: a write that fails (no inode
+        for the new segment) takes the log offline until a restart recovers it."""
+        try:
+            yield
+        except (OSError, KafkaStorageError) as e:
+            raise self._write_failed(what, LogDirFailureError(
+                f"{what} in {self.directory} failed part way: {e}")) from e  # fmt: skip
 
     def truncate_fully_and_start_at(self, offset: int) -> None:
         """Delete every segment and restart the log, empty, at ``offset``."""
         with self._lock:
             self._check_open()
-            self._truncations += 1
-            self._open.drop_all()
-            self._writer.close()
-            for base in self.segment_base_offsets:
-                self._delete_segment_files(base)
-            self.producer_state.truncate_fully_and_start_at(offset)
-            self._reopen_writer(start_offset=offset)
-            self.log_start_offset = self.recovery_point = offset
-            self.leader_epoch_cache.clear_and_flush()
-            self._after_truncation()
+            self._truncate_epochs_first(self.leader_epoch_cache.clear_and_flush)
+            with self._offline_if_it_fails(f"restarting the log at offset {offset}"):
+                self._truncations += 1
+                self._open.drop_all()
+                self._writer.close()
+                for base in self.segment_base_offsets:
+                    self._delete_segment_files(base)
+                self.producer_state.truncate_fully_and_start_at(offset)
+                self._reopen_writer(start_offset=offset)
+                self.log_start_offset = self.recovery_point = offset
+                self._after_truncation()
 
     def _reopen_writer(self, start_offset: int = 0) -> None:
         self._writer = SegmentWriter(self.log_dir, self.topic_partition, self.config,

@@ -400,3 +400,41 @@ def test_deleting_a_topic_on_a_full_disk_frees_its_space_and_it_stays_deleted(
             assert reopened.list_topics() == [TOPIC]
         finally:
             reopened.close()
+
+
+def test_a_follower_truncation_on_a_full_disk_changes_nothing_until_space_is_back(
+    tmp_path: Path,
+) -> None:
+    """A follower truncating divergent history (epoch 1 from offset 12) while its disk is full:
+    the leader epoch checkpoint cannot be rewritten (the cut frees no page), so the truncation
+    is refused with KAFKA_STORAGE_ERROR before any segment is touched (before: a raw OSError
+    after the log was cut, the cache in memory still naming epoch 1 past the log end, and the
+    replica fetcher logged a traceback per retry); once space is back
+    the same truncation works, and the checkpoint holds the epochs of what the log holds."""
+    with tmpfs(8 << 20) as mount:
+        log_dir = mount / "logs"
+        broker = _open(log_dir)
+        try:
+            log = broker.log_manager.get_log(TP)
+            for i, epoch in ((0, 0), (6, 0), (12, 1), (18, 1)):
+                log.append_as_leader(_batch(i, 6, 8), leader_epoch=epoch)  # in one page
+            assert [(e.epoch, e.start_offset) for e in log.leader_epoch_cache.entries()] == [
+                (0, 0), (1, 12)]  # fmt: skip
+            filler = fill_leaving(mount, 0)
+            with pytest.raises(KafkaStorageError):
+                log.truncate_to(12)
+            assert log.log_end_offset == 24
+            assert [e.epoch for e in log.leader_epoch_cache.entries()] == [0, 1]
+            filler.unlink()
+            assert log.truncate_to(12)
+            assert log.log_end_offset == 12
+            assert [e.epoch for e in log.leader_epoch_cache.entries()] == [0]
+        finally:
+            broker.close()
+        assert (log_dir / "t-0" / "leader-epoch-checkpoint").read_text() == "0\n1\n0 0\n"
+        reopened = _open(log_dir)
+        try:
+            assert reopened.log_manager.get_log(TP).log_end_offset == 12
+        finally:
+            reopened.close()
+        assert _keys_on_disk(log_dir / "t-0") == [f"k{i}".encode() for i in range(12)]
