@@ -43,7 +43,8 @@ producer state, the high watermark and the log end offset move only after a whol
 idempotent producer's retry is accepted once space is back (not OUT_OF_ORDER_SEQUENCE_NUMBER) and
 a duplicate of it is recognised. The leader epoch is assigned before the write, as Kafka's
 ``maybeAssignEpochStartOffset`` (an entry at the log end offset with nothing after it is
-harmless). Writes after a successful append (a producer snapshot at a roll, index entries) that
+harmless; so is one the log found at its end when it opened and could not drop for want of
+space). Writes after a successful append (a producer snapshot at a roll, index entries) that
 fail are counted and skipped, never turning a written append into an error a retry would
 duplicate. The log keeps serving, so it recovers by itself when space returns; each episode is
 logged once per log dir (storage_health.py). What cannot be undone (the cut itself failing, an
@@ -334,7 +335,10 @@ class UnifiedLog:
         self.leader_epoch_cache = LeaderEpochFileCache(
             topic_partition, self.directory / LEADER_EPOCH_CHECKPOINT
         )
-        self.leader_epoch_cache.truncate_from_end(leo)
+        try:
+            self.leader_epoch_cache.truncate_from_end(leo)
+        except OSError as e:  # a full disk: the entries from the log end on stay (harmless)
+            self.health.failed(f"writing the leader epoch checkpoint of {self._where()}", e)
         self._truncate_epochs_from_start(self.log_start_offset)
         self.producer_state = ProducerStateManager(topic_partition, self.directory)
         self._rebuild_producer_state(restore_epochs=recover)

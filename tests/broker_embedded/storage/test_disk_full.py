@@ -438,3 +438,26 @@ def test_a_follower_truncation_on_a_full_disk_changes_nothing_until_space_is_bac
         finally:
             reopened.close()
         assert _keys_on_disk(log_dir / "t-0") == [f"k{i}".encode() for i in range(12)]
+
+
+def test_a_broker_restarted_without_appends_starts_again_on_a_full_disk(tmp_path: Path) -> None:
+    """Each start leads with a new leader epoch starting at the log end; a second start finds
+    that entry with nothing after it and drops it, which rewrites the leader epoch checkpoint.
+    On a full disk that rewrite fails: the broker starts anyway (before: OSError, the broker
+    could not start), answers 56 while the disk is full, and appends once space is back."""
+    with tmpfs(8 << 20) as mount:
+        log_dir = mount / "logs"
+        broker = _open(log_dir)
+        assert broker.append(TP, _batch(0, 6, 8)).error is None
+        broker.close()
+        _open(log_dir).close()  # leads at a new epoch from offset 6, appends nothing
+        filler = fill_leaving(mount, 0)
+        broker = _open(log_dir)
+        try:
+            assert broker.append(TP, _batch(6, 6, 8192)).error.code == STORAGE_ERROR
+            filler.unlink()
+            landed = broker.append(TP, _batch(6, 6, 8))
+            assert landed.error is None and landed.base_offset == 6
+        finally:
+            broker.close()
+        assert _keys_on_disk(log_dir / "t-0") == [f"k{i}".encode() for i in range(12)]
