@@ -50,6 +50,14 @@ controller epoch (Kafka's controller, reduced to one process).
   missing from it) start as new partitions. A standalone broker (no store) rebuilds its topics
   from its own log dir instead.
 
+  A full disk (the file cannot be rewritten): an ISR change (:meth:`alter_partition`) or a new
+  producer id is refused with KAFKA_STORAGE_ERROR and changes nothing (the leader keeps its
+  ISR and proposes again; a change is acted on only once it is on disk, as Kafka commits an
+  AlterPartition to its metadata log before answering). A broker that stopped or registered is
+  a fact, not a request: its new leaders are elected and sent though the file lags, which is
+  rewritten whole at the next change that fits. Either way one log line per episode
+  (storage_health.py). A crash while it lags reopens the last state on disk.
+
 Thread safety: one lock guards all state; calls into brokers are made under it (brokers never
 call back into the controller while applying a state, and never hold a partition lock while
 calling :meth:`alter_partition`, see partition.py).
@@ -90,6 +98,7 @@ from broker_embedded.errors import (
     InvalidReplicationFactorError,
     InvalidUpdateVersionError,
     KafkaApiError,
+    KafkaStorageError,
     NotLeaderOrFollowerError,
     StaleControllerEpochError,
     TopicAlreadyExistsError,
@@ -105,6 +114,7 @@ from broker_embedded.storage.log_config import parse_overrides
 from broker_embedded.storage.partition_metadata import new_topic_id
 from broker_embedded.storage.producer_state_manager import AppendOrigin
 from broker_embedded.storage.segment_writer import wall_clock_ms
+from broker_embedded.storage.storage_health import StorageHealth
 from broker_embedded.storage.topic_config_file import TopicEntry
 from broker_embedded.storage.topic_partition import (
     TopicPartition,
@@ -154,6 +164,7 @@ class Controller:
     def __init__(self, *, epoch: int = 1, store: str | Path | None = None) -> None:
         self.epoch = epoch
         self._store = Path(store) if store is not None else None
+        self._health = StorageHealth(self._store.parent if self._store is not None else ".")
         self._lock = threading.RLock()
         self._brokers: dict[int, Broker] = {}
         self._alive: set[int] = set()
@@ -216,7 +227,22 @@ class Controller:
             topics[name] = t
         body = {"version": 1, "controller_epoch": self.epoch,
                 "next_producer_id": self._next_producer_id, "topics": topics}  # fmt: skip
-        write_atomically(self._store, (json.dumps(body, indent=1) + "\n").encode("utf-8"))
+        try:
+            write_atomically(self._store, (json.dumps(body, indent=1) + "\n").encode("utf-8"))
+        except OSError as e:
+            self._health.failed(f"writing the controller's state {self._store.name}", e)
+            raise KafkaStorageError(f"writing the controller's state {self._store} failed: "
+                                    f"{e}") from e  # fmt: skip
+        self._health.succeeded()
+
+    def _save_or_defer(self) -> None:
+        """:meth:`_save` for a change that happened whatever the disk says (a broker stopped or
+        registered): a failed write is counted (:meth:`_save` logs it) and the file is
+        rewritten whole at the next change that fits."""
+        try:
+            self._save()
+        except KafkaStorageError:
+            pass
 
     # -- brokers -----------------------------------------------------------------------------------
 
@@ -242,7 +268,7 @@ class Controller:
             for b in new._brokers.values():
                 b.controller = new
         with new._lock:
-            new._save()
+            new._save_or_defer()
             new._send(new._states)
         return new
 
@@ -284,7 +310,7 @@ class Controller:
                     elif broker.broker_id in replicas:
                         changed[tp] = state
             self._states.update(changed)
-            self._save()
+            self._save_or_defer()
             self._send(changed)
         self.load_transaction_state()
 
@@ -341,7 +367,7 @@ class Controller:
                     isr = tuple(b for b in state.isr if b != broker_id)
                     changed[tp] = replace(state, isr=isr, partition_epoch=state.partition_epoch + 1)
             self._states.update(changed)
-            self._save()
+            self._save_or_defer()
             self._send(changed)
         if markers is not None:
             markers.stop()
@@ -626,7 +652,11 @@ class Controller:
                 raise IneligibleReplicaError(f"{tp}: brokers {dead} are stopped")
             committed = replace(state, isr=proposal.isr, partition_epoch=state.partition_epoch + 1)
             self._states[tp] = committed
-            self._save()
+            try:
+                self._save()
+            except KafkaStorageError:  # not on disk: not committed (module docstring)
+                self._states[tp] = state
+                raise
             return committed
 
     # -- producer ids ------------------------------------------------------------------------------
@@ -768,7 +798,11 @@ class Controller:
             self._check_active()
             pid = self._next_producer_id
             self._next_producer_id += 1
-            self._save()
+            try:
+                self._save()
+            except KafkaStorageError:  # never hand out an id a restart could hand out again
+                self._next_producer_id = pid
+                raise
             return pid
 
     # -- metadata ----------------------------------------------------------------------------------

@@ -31,7 +31,11 @@ Answers follow Kafka exactly, including its ``OffsetsForLeaderEpoch`` lookup
 (``UNDEFINED_EPOCH``, ``UNDEFINED_EPOCH_OFFSET``).
 
 Failure: a change is computed first, written, and only then made visible; if the write raises
-(``OSError``), the cache and the file both keep the old entries.
+(``OSError``), the cache and the file both keep the old entries. Except a truncation from the
+start (:meth:`truncate_from_start`: the log start offset moved, its segments may already be
+gone): it is made visible, then its write's ``OSError`` is raised. The file then still holds
+entries below the log start offset, which is what a crash between the two leaves: harmless, as
+the log truncates it again when it opens, and the next change rewrites it whole.
 
 Thread safety: every method takes one internal lock, writes included, so concurrent callers see
 each change whole and writes of the file are serialised. The entry list is never changed in
@@ -234,12 +238,14 @@ class LeaderEpochFileCache:
     def truncate_from_start(self, start_offset: int) -> None:
         """The log now starts at ``start_offset``: entries wholly below it go, and the entry
         covering it keeps its epoch but starts at ``start_offset``. An entry starting exactly
-        there, or a ``start_offset`` before the first entry, changes nothing.
+        there, or a ``start_offset`` before the first entry, changes nothing. A write that fails
+        raises ``OSError`` after the change is made (module docstring).
         """
         with self._lock:
             entries = _truncated_from_start(self._entries, start_offset)
             if entries != self._entries:
-                self._replace(entries)
+                self._entries = entries  # visible even if the write fails (module docstring)
+                self._checkpoint.write(entries)
 
     def clear_and_flush(self) -> None:
         """Drop every entry and write an empty checkpoint (``0\\n0\\n``)."""

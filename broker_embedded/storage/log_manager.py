@@ -343,7 +343,10 @@ class LogManager:
     def _delete_partitions(self, topic: str, keep: TopicEntry | None) -> None:
         """The directories go first, then the topic's entry: a crash in between leaves the
         topic registered with directories missing, which its next opening creates (never
-        directories of an unregistered topic, which the opening would adopt as a topic)."""
+        directories of an unregistered topic, which the opening would adopt as a topic); on a
+        full disk their space lets the topic file's rewrite fit (how an operator frees a full
+        disk). A rewrite that still fails is :class:`KafkaStorageError` with the partitions
+        deleted and the topic still registered; deleting it again finishes."""
         first = 0 if keep is None else keep.partitions
         with self._cond:
             self._check_open()
@@ -355,14 +358,24 @@ class LogManager:
             tp = TopicPartition.try_parse_dir_name(e.name)
             if tp is not None and tp.topic == topic and tp.partition >= first and e.is_dir():
                 shutil.rmtree(e.path, ignore_errors=True)
-        fsync_dir(self.log_dir)
         with self._cond:
             self._check_open()
+            rest = {name: entry for name, entry in self.topics.items() if name != topic}
+            if keep is not None:
+                rest[topic] = keep
+            try:
+                fsync_dir(self.log_dir)
+                self._topic_file.write(rest)
+            except OSError as e:
+                self.health.failed(f"deleting partitions of topic {topic!r}", e)
+                raise KafkaStorageError(
+                    f"deleting partitions of topic {topic!r}: they are deleted but rewriting "
+                    f"{self._topic_file.path} failed: {e}"
+                ) from e
             if keep is None:
                 self.topics.pop(topic, None)
             else:
                 self.topics[topic] = keep
-            self._topic_file.write(self.topics)
         if self.cleaner is not None:
             self.cleaner.manager.forget(tp for tp, _ in doomed)
         self._on_offsets_changed(None)

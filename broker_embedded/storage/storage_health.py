@@ -5,8 +5,10 @@ An episode starts at the first failed write (an ``OSError``: ``ENOSPC`` when the
 ``EDQUOT`` over a quota, ``EIO``) after writes succeeded: one WARNING naming the log dir, what
 failed and why. Every failure of the episode is counted (``failures``), none logged again. The
 episode ends at the first successful write at least :data:`QUIET_S` after its last failure: one
-INFO line with the count. So a disk that flaps (small writes fit, large ones do not) logs at most
-two lines per :data:`QUIET_S`.
+INFO line with the count. It ends too, at the next failure, when a write succeeded after its last
+failure and that failure is at least :data:`QUIET_S` old (space came back and the log dir went
+quiet before it filled again): that failure starts a new episode, logged. So a disk that flaps
+(small writes fit, large ones do not) logs at most two lines per :data:`QUIET_S`.
 
 What a failed write means is decided by its writer (log_segment.py rolls an append back and the
 request gets KAFKA_STORAGE_ERROR; a checkpoint keeps its old file and is written again later);
@@ -34,7 +36,8 @@ NO_SPACE = frozenset((errno.ENOSPC, errno.EDQUOT))
 class StorageHealth:
     """The write health of one log dir; see the module docstring."""
 
-    __slots__ = ("log_dir", "failing", "failures", "episodes", "_last_failure", "_lock")
+    __slots__ = ("log_dir", "failing", "failures", "episodes", "_last_failure", "_recovered",
+                 "_lock")  # fmt: skip
 
     def __init__(self, log_dir: str | Path) -> None:
         self.log_dir = Path(log_dir)
@@ -42,15 +45,22 @@ class StorageHealth:
         self.failures = 0  # failed writes of the current (or last) episode
         self.episodes = 0
         self._last_failure = 0.0
+        self._recovered = False  # a write succeeded after the episode's last failure
         self._lock = threading.Lock()
 
     def failed(self, what: str, error: BaseException) -> None:
         """A write failed: ``what`` names it (file, partition), ``error`` says why."""
         with self._lock:
-            self._last_failure = time.monotonic()
-            if self.failing:
+            now = time.monotonic()
+            ended = self.failing and self._recovered and now - self._last_failure >= QUIET_S
+            self._last_failure = now
+            self._recovered = False
+            if self.failing and not ended:
                 self.failures += 1
                 return
+            if ended:
+                log.info("log dir %s: writes succeeded again, after %d failed", self.log_dir,
+                         self.failures)  # fmt: skip
             self.failing = True
             self.failures = 1
             self.episodes += 1
@@ -63,7 +73,10 @@ class StorageHealth:
         if not self.failing:
             return
         with self._lock:
-            if not self.failing or time.monotonic() - self._last_failure < QUIET_S:
+            if not self.failing:
+                return
+            self._recovered = True
+            if time.monotonic() - self._last_failure < QUIET_S:
                 return
             self.failing = False
             failures = self.failures

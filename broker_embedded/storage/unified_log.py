@@ -43,7 +43,8 @@ producer state, the high watermark and the log end offset move only after a whol
 idempotent producer's retry is accepted once space is back (not OUT_OF_ORDER_SEQUENCE_NUMBER) and
 a duplicate of it is recognised. The leader epoch is assigned before the write, as Kafka's
 ``maybeAssignEpochStartOffset`` (an entry at the log end offset with nothing after it is
-harmless). Writes after a successful append (a producer snapshot at a roll, index entries) that
+harmless; so is one the log found at its end when it opened and could not drop for want of
+space). Writes after a successful append (a producer snapshot at a roll, index entries) that
 fail are counted and skipped, never turning a written append into an error a retry would
 duplicate. The log keeps serving, so it recovers by itself when space returns; each episode is
 logged once per log dir (storage_health.py). What cannot be undone (the cut itself failing, an
@@ -335,7 +336,7 @@ class UnifiedLog:
             topic_partition, self.directory / LEADER_EPOCH_CHECKPOINT
         )
         self.leader_epoch_cache.truncate_from_end(leo, write=False)  # the next change writes
-        self.leader_epoch_cache.truncate_from_start(self.log_start_offset)
+        self._truncate_epochs_from_start(self.log_start_offset)
         self.producer_state = ProducerStateManager(topic_partition, self.directory)
         self._rebuild_producer_state(restore_epochs=recover)
         hw = self.log_start_offset if high_watermark is None else high_watermark
@@ -1077,11 +1078,21 @@ class UnifiedLog:
         self.log_start_offset = offset
         if self.high_watermark < offset:
             self.high_watermark = offset
-        self.leader_epoch_cache.truncate_from_start(offset)
+        self._truncate_epochs_from_start(offset)
         for snap_offset, path in list_snapshots(self.directory):
             if snap_offset < offset:
                 path.unlink(missing_ok=True)
         self._changed()
+
+    def _truncate_epochs_from_start(self, offset: int) -> None:
+        """The leader epoch cache follows the log start offset. A checkpoint write that fails
+        (a full disk) is counted, not raised: the cache changed in memory, and the file's extra
+        entries below the log start are harmless (leader_epoch_file_cache.py), so DeleteRecords
+        and retention still delete the segments below, which is how a full disk is freed."""
+        try:
+            self.leader_epoch_cache.truncate_from_start(offset)
+        except OSError as e:
+            self.health.failed(f"writing the leader epoch checkpoint of {self._where()}", e)
 
     def delete_records_before(self, offset: int) -> int:
         """DeleteRecords: move the log start offset up to ``offset`` (at most the HW) and delete
@@ -1108,36 +1119,59 @@ class UnifiedLog:
             if offset <= self.segment_base_offsets[0]:
                 self.truncate_fully_and_start_at(max(offset, 0))
                 return True
-            self._truncations += 1
-            self._open.drop_all()
-            bases = self.segment_base_offsets
-            self._writer.close()
-            for base in [b for b in bases if b >= offset]:
-                self._delete_segment_files(base)
-            keep = max(b for b in bases if b < offset)
-            with LogSegment.open(self.directory, keep) as seg:
-                cut = seg.position_of(offset)
-            os.truncate(self._path(keep, LOG_SUFFIX), cut)
-            for suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX):
-                self._path(keep, suffix).unlink(missing_ok=True)
-            self._reopen_writer()
-            self._after_truncation()
+            self._truncate_epochs_first(lambda: self.leader_epoch_cache.truncate_from_end(offset))
+            with self._offline_if_it_fails(f"truncating to offset {offset}"):
+                self._truncations += 1
+                self._open.drop_all()
+                bases = self.segment_base_offsets
+                self._writer.close()
+                for base in [b for b in bases if b >= offset]:
+                    self._delete_segment_files(base)
+                keep = max(b for b in bases if b < offset)
+                with LogSegment.open(self.directory, keep) as seg:
+                    cut = seg.position_of(offset)
+                os.truncate(self._path(keep, LOG_SUFFIX), cut)
+                for suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX):
+                    self._path(keep, suffix).unlink(missing_ok=True)
+                self._reopen_writer()
+                self._after_truncation()
             return True
+
+    def _truncate_epochs_first(self, truncate: Callable[[], None]) -> None:
+        """A truncation cuts the leader epoch cache first: if its checkpoint cannot be written
+        (a full disk), nothing changed and the caller gets :class:`KafkaStorageError` (a
+        follower retries). A crash after it leaves fewer epochs than the log holds, which only
+        makes the next truncation check more conservative."""
+        try:
+            truncate()
+        except OSError as e:
+            raise self._write_failed("truncating the leader epochs of", e) from e
+
+    @contextlib.contextmanager
+    def _offline_if_it_fails(self, what: str) -> Iterator[None]:
+        """The rest of a truncation cannot be undone half way: a write that fails (no inode
+        for the new segment) takes the log offline until a restart recovers it."""
+        try:
+            yield
+        except (OSError, KafkaStorageError) as e:
+            raise self._write_failed(what, LogDirFailureError(
+                f"{what} in {self.directory} failed part way: {e}")) from e  # fmt: skip
 
     def truncate_fully_and_start_at(self, offset: int) -> None:
         """Delete every segment and restart the log, empty, at ``offset``."""
         with self._lock:
             self._check_open()
-            self._truncations += 1
-            self._open.drop_all()
-            self._writer.close()
-            for base in self.segment_base_offsets:
-                self._delete_segment_files(base)
-            self.producer_state.truncate_fully_and_start_at(offset)
-            self._reopen_writer(start_offset=offset)
-            self.log_start_offset = self.recovery_point = offset
-            self.leader_epoch_cache.clear_and_flush()
-            self._after_truncation()
+            self._truncate_epochs_first(self.leader_epoch_cache.clear_and_flush)
+            with self._offline_if_it_fails(f"restarting the log at offset {offset}"):
+                self._truncations += 1
+                self._open.drop_all()
+                self._writer.close()
+                for base in self.segment_base_offsets:
+                    self._delete_segment_files(base)
+                self.producer_state.truncate_fully_and_start_at(offset)
+                self._reopen_writer(start_offset=offset)
+                self.log_start_offset = self.recovery_point = offset
+                self._after_truncation()
 
     def _reopen_writer(self, start_offset: int = 0) -> None:
         self._writer = SegmentWriter(self.log_dir, self.topic_partition, self.config,

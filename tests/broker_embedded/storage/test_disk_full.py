@@ -6,9 +6,13 @@ old contents and catch up; the log dir reopens clean and verifies."""
 
 from __future__ import annotations
 
+import logging
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
+
+import pytest
 
 from broker_embedded.broker import Broker
 from broker_embedded.client.producer_record import ProducerRecord, build_batch
@@ -19,6 +23,7 @@ from broker_embedded.storage.offset_checkpoint import (
     REPLICATION_OFFSET_CHECKPOINT,
     OffsetCheckpointFile,
 )
+from broker_embedded.storage.storage_health import QUIET_S
 from broker_embedded.storage.topic_partition import TopicPartition
 from tests.tmpfs_mount import fill_leaving, tmpfs
 
@@ -294,3 +299,165 @@ def test_creating_a_topic_on_a_full_disk_fails_whole_and_works_once_space_is_bac
             assert broker.produce("b", 1, [b"x"]).base_offset == 0
         finally:
             broker.close()
+
+
+def test_a_second_full_disk_episode_after_a_quiet_spell_is_logged_again(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The disk fills, is freed, one append succeeds at once and the partition goes quiet; when
+    the disk fills again later, that new episode gets its own line (it was counted silently in
+    the old episode, which no later success had ended)."""
+    caplog.set_level(logging.INFO, logger="broker_embedded.storage.storage_health")
+    with tmpfs(8 << 20) as mount:
+        broker = _open(mount / "logs")
+        try:
+            health = broker.log_manager.health
+            filler = fill_leaving(mount, 16 << 10)
+            assert broker.append(TP, _batch(0, 8, 8192)).error.code == STORAGE_ERROR
+            filler.unlink()
+            assert broker.append(TP, _batch(0, 1, 100)).error is None  # within QUIET_S
+            time.sleep(QUIET_S + 0.5)  # quiet: no write at all
+            filler = fill_leaving(mount, 16 << 10)
+            assert broker.append(TP, _batch(1, 8, 8192)).error.code == STORAGE_ERROR
+            filler.unlink()
+        finally:
+            broker.close()
+    warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 2, [r.getMessage() for r in caplog.records]
+    assert health.episodes == 2
+
+
+def _segments_deleted_on_a_full_disk(delete: Callable[[Broker], int], start: int) -> None:
+    """Six segments of 12 records (0..71), the disk filled to the last byte, ``delete`` moves
+    the log start offset to ``start``: it must delete the segments below (that is how an
+    operator frees a full disk) though the leader epoch checkpoint cannot be rewritten; the
+    space they held takes appends again, and a restart starts the log at ``start``."""
+    with tmpfs(8 << 20) as mount:
+        log_dir = mount / "logs"
+        broker = _open(log_dir, **{"segment.bytes": 100_000, "retention.bytes": 350_000,
+                                   "retention.ms": -1})  # fmt: skip
+        directory = log_dir / "t-0"
+        try:
+            for i in range(0, 72, 6):  # 12 batches of about 49 KB, two a segment
+                assert broker.append(TP, _batch(i, 6, 8192)).error is None
+            log = broker.log_manager.get_log(TP)
+            assert LogSegments.list_dir(directory).base_offsets == [0, 12, 24, 36, 48, 60]
+            filler = fill_leaving(mount, 0)
+            assert delete(broker) == start
+            assert log.log_start_offset == start
+            assert LogSegments.list_dir(directory).base_offsets == [24, 36, 48, 60]
+            assert broker.append(TP, _batch(72, 6, 8192)).error is None  # the space freed
+            filler.unlink()
+        finally:
+            broker.close()
+        reopened = _open(log_dir)
+        try:
+            assert reopened.log_manager.get_log(TP).log_start_offset == start
+        finally:
+            reopened.close()
+        assert _keys_on_disk(directory) == [f"k{i}".encode() for i in range(24, 78)]
+
+
+def test_delete_records_on_a_full_disk_deletes_segments_and_frees_their_space(
+    tmp_path: Path,
+) -> None:
+    _segments_deleted_on_a_full_disk(lambda b: b.delete_records(TOPIC, 0, 30), 30)
+
+
+def test_retention_on_a_full_disk_deletes_segments_and_frees_their_space(tmp_path: Path) -> None:
+    def retention(b: Broker) -> int:  # retention.bytes 350,000: two segments of 98,594 go
+        assert b.log_manager.cleanup_logs() == 2
+        return b.log_manager.get_log(TP).log_start_offset
+
+    _segments_deleted_on_a_full_disk(retention, 24)
+
+
+def test_deleting_a_topic_on_a_full_disk_frees_its_space_and_it_stays_deleted(
+    tmp_path: Path,
+) -> None:
+    """Deleting a topic is how an operator frees a full disk: its partitions are deleted first,
+    so the topic file's rewrite fits in the space they held; the topic is gone, also after a
+    restart (before, the failed rewrite left the logs open and their directories on disk, and
+    a restart adopted them again)."""
+    with tmpfs(8 << 20) as mount:
+        log_dir = mount / "logs"
+        broker = _open(log_dir)
+        try:
+            broker.create_topic("other", 2)
+            for p in range(2):
+                other = TopicPartition("other", p)
+                assert broker.append(other, _batch(0, 6, 8192)).error is None
+            filler = fill_leaving(mount, 0)
+            broker.delete_topic("other")
+            assert broker.list_topics() == [TOPIC]
+            assert not (log_dir / "other-0").exists() and not (log_dir / "other-1").exists()
+            assert broker.append(TP, _batch(0, 6, 8192)).error is None  # the space freed
+            filler.unlink()
+        finally:
+            broker.close()
+        reopened = _open(log_dir)
+        try:
+            assert reopened.list_topics() == [TOPIC]
+        finally:
+            reopened.close()
+
+
+def test_a_follower_truncation_on_a_full_disk_changes_nothing_until_space_is_back(
+    tmp_path: Path,
+) -> None:
+    """A follower truncating divergent history (epoch 1 from offset 12) while its disk is full:
+    the leader epoch checkpoint cannot be rewritten (the cut frees no page), so the truncation
+    is refused with KAFKA_STORAGE_ERROR before any segment is touched (before: a raw OSError
+    after the log was cut, the cache in memory still naming epoch 1 past the log end, and the
+    replica fetcher logged a traceback per retry); once space is back
+    the same truncation works, and the checkpoint holds the epochs of what the log holds."""
+    with tmpfs(8 << 20) as mount:
+        log_dir = mount / "logs"
+        broker = _open(log_dir)
+        try:
+            log = broker.log_manager.get_log(TP)
+            for i, epoch in ((0, 0), (6, 0), (12, 1), (18, 1)):
+                log.append_as_leader(_batch(i, 6, 8), leader_epoch=epoch)  # in one page
+            assert [(e.epoch, e.start_offset) for e in log.leader_epoch_cache.entries()] == [
+                (0, 0), (1, 12)]  # fmt: skip
+            filler = fill_leaving(mount, 0)
+            with pytest.raises(KafkaStorageError):
+                log.truncate_to(12)
+            assert log.log_end_offset == 24
+            assert [e.epoch for e in log.leader_epoch_cache.entries()] == [0, 1]
+            filler.unlink()
+            assert log.truncate_to(12)
+            assert log.log_end_offset == 12
+            assert [e.epoch for e in log.leader_epoch_cache.entries()] == [0]
+        finally:
+            broker.close()
+        assert (log_dir / "t-0" / "leader-epoch-checkpoint").read_text() == "0\n1\n0 0\n"
+        reopened = _open(log_dir)
+        try:
+            assert reopened.log_manager.get_log(TP).log_end_offset == 12
+        finally:
+            reopened.close()
+        assert _keys_on_disk(log_dir / "t-0") == [f"k{i}".encode() for i in range(12)]
+
+
+def test_a_broker_restarted_without_appends_starts_again_on_a_full_disk(tmp_path: Path) -> None:
+    """Each start leads with a new leader epoch starting at the log end; a second start finds
+    that entry with nothing after it and drops it, which rewrites the leader epoch checkpoint.
+    On a full disk that rewrite fails: the broker starts anyway (before: OSError, the broker
+    could not start), answers 56 while the disk is full, and appends once space is back."""
+    with tmpfs(8 << 20) as mount:
+        log_dir = mount / "logs"
+        broker = _open(log_dir)
+        assert broker.append(TP, _batch(0, 6, 8)).error is None
+        broker.close()
+        _open(log_dir).close()  # leads at a new epoch from offset 6, appends nothing
+        filler = fill_leaving(mount, 0)
+        broker = _open(log_dir)
+        try:
+            assert broker.append(TP, _batch(6, 6, 8192)).error.code == STORAGE_ERROR
+            filler.unlink()
+            landed = broker.append(TP, _batch(6, 6, 8))
+            assert landed.error is None and landed.base_offset == 6
+        finally:
+            broker.close()
+        assert _keys_on_disk(log_dir / "t-0") == [f"k{i}".encode() for i in range(12)]
