@@ -93,3 +93,14 @@ def fill_leaving(point: Path, leave: int, name: str = "filler") -> Path:
     finally:
         os.close(fd)
     return filler
+
+
+def fill_while_written(point: Path, leave: int, name: str = "filler") -> Path:
+    """:func:`fill_leaving` while a server writes to ``point``: a fill that its writes raced
+    (the space it measured was gone when it allocated) is tried again."""
+    for _ in range(20):  # bounded: each try measures the space left anew
+        try:
+            return fill_leaving(point, leave, name)
+        except OSError:
+            (point / name).unlink(missing_ok=True)
+    raise AssertionError(f"could not fill {point} while it was written to")

@@ -24,7 +24,7 @@ import pytest
 
 from tests.spark_kafkalog._serve_proc import ServeProcess
 from tests.spark_kafkalog.test_serve import Acks, producer, run_kafkalog
-from tests.tmpfs_mount import fill_leaving, tmpfs
+from tests.tmpfs_mount import fill_while_written, tmpfs
 
 pytest.importorskip("kio", reason="kafkalog serve needs kio (Python 3.11+)")
 confluent_kafka = pytest.importorskip("confluent_kafka")
@@ -104,16 +104,6 @@ class Consuming:
         self._c.close()
 
 
-def fill(mount: Path) -> Path:
-    """:func:`fill_leaving` while the server writes: a fill the writes raced is tried again."""
-    for _ in range(20):  # bounded: each try sees the space the server left
-        try:
-            return fill_leaving(mount, LEAVE_BYTES)
-        except OSError:
-            (mount / "filler").unlink(missing_ok=True)
-    raise AssertionError(f"could not fill {mount}")
-
-
 def wait_for(what: str, check, deadline_s: float = DEADLINE_S):
     deadline = time.monotonic() + deadline_s
     while True:  # bounded by the deadline
@@ -190,7 +180,7 @@ def test_fill_and_free_cycles_then_a_kill_in_a_full_disk_episode(tmp_path: Path)
             for cycle in range(CYCLES + 1):
                 acked = len(p.acks.records)
                 wait_for("acknowledgements", lambda a=acked: len(p.acks.records) >= a + 300)
-                filler = fill(mount)
+                filler = fill_while_written(mount, LEAVE_BYTES)
                 wait_for("KAFKA_STORAGE_ERROR", lambda: probe_error(server.bootstrap) == 56)
                 full_acked = len(p.acks.records)
                 wait_for("the consumer reading while full", lambda a=full_acked: c.count >= a)

@@ -24,7 +24,7 @@ import pytest
 
 from tests.spark_kafkalog._serve_proc import ServeProcess
 from tests.spark_kafkalog.test_serve import Acks, producer, run_kafkalog
-from tests.tmpfs_mount import fill_leaving, tmpfs
+from tests.tmpfs_mount import fill_leaving, fill_while_written, tmpfs
 
 pytest.importorskip("kio", reason="kafkalog serve needs kio (Python 3.11+)")
 confluent_kafka = pytest.importorskip("confluent_kafka")
@@ -81,16 +81,6 @@ def isrs(bootstrap: str) -> dict[int, list[int]]:
     client = AdminClient({"bootstrap.servers": bootstrap, "socket.timeout.ms": 5_000})
     parts = client.list_topics(TOPIC, timeout=IO_TIMEOUT_S).topics[TOPIC].partitions
     return {p.id: sorted(p.isrs) for p in parts.values()}
-
-
-def fill_to_the_last_byte(mount: Path) -> Path:
-    """:func:`fill_leaving` 0 bytes while brokers write: a fill they raced is tried again."""
-    for _ in range(20):  # bounded: each try sees the space left
-        try:
-            return fill_leaving(mount, 0)
-        except OSError:
-            (mount / "filler").unlink(missing_ok=True)
-    raise AssertionError(f"could not fill {mount}")
 
 
 def wait_for(what: str, check, deadline_s: float = DEADLINE_S):
@@ -197,7 +187,7 @@ def test_a_broker_stopped_and_started_while_the_whole_cluster_disk_is_full(
             wait_for("the full ISR", lambda: isrs(server.bootstrap) == full_isr)
             p = Producing(server.bootstrap)
             wait_for("acknowledgements", lambda: len(p.acks.records) >= 500)
-            filler = fill_to_the_last_byte(mount)
+            filler = fill_while_written(mount, 0)
             acked = len(p.acks.records)
             time.sleep(2)  # appends fail meanwhile
             assert len(p.acks.records) < acked + 2 * RATE_PER_S
