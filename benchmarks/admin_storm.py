@@ -57,6 +57,7 @@ sys.path.insert(0, str(ROOT))
 from confluent_kafka import KafkaException, Producer  # noqa: E402
 from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 
+from benchmarks._serve_peers import PeerError, kafka_home, kafka_server  # noqa: E402
 from broker_embedded.broker import Broker  # noqa: E402
 from broker_embedded.storage.topic_config_file import TopicConfigFile  # noqa: E402
 
@@ -250,47 +251,158 @@ def start_storm(bootstrap: str, clients: int, partitions: int, timeout: float):
     return handles, futures
 
 
-def storm(work: Path, clients: int, partitions: int, timeout: float) -> None:
-    with served(work / "storm", work / "storm.out", timeout) as server:
-        creator = admin(server.bootstrap)  # kept: a dropped client's futures fail
-        creator.create_topics([NewTopic("other", 1, 1)])["other"].result(timeout)
-        producer = Producer(
-            {
-                "bootstrap.servers": server.bootstrap,
-                "acks": "all",
-                "message.timeout.ms": int(timeout * 1000),
-                "log_level": 0,
-            }
-        )
-        producer.list_topics("other", timeout=timeout)  # connected, metadata known
-        prober = Prober(server.port)
-        started = time.monotonic()
-        handles, futures = start_storm(server.bootstrap, clients, partitions, timeout)
-        produced: list[float] = []
-        producer.produce("other", b"x", on_delivery=lambda err, _m: produced.append(
-            time.monotonic() - started if err is None else float("nan")))  # fmt: skip
-        flusher = threading.Thread(target=producer.flush, args=(timeout,), daemon=True)
-        flusher.start()  # serves the delivery callback as soon as the record is acknowledged
-        failed = 0
-        for future in futures.values():
-            try:
-                future.result(max(0.0, started + timeout - time.monotonic()))
-            except (KafkaException, TimeoutError, Exception):
-                failed += 1
-        took = time.monotonic() - started
-        flusher.join(max(0.0, started + timeout - time.monotonic()))
-        latencies = prober.stop()
-        del handles
+@dataclasses.dataclass(frozen=True)
+class StormFigures:
+    """One storm against one server. ``answered_s``: from the requests to the last answer;
+    ``on_disk_s``: to the moment all C*P partition directories were in its log dir (Kafka's
+    controller answers once the topics are in its metadata log; the broker makes their logs
+    after: this is the figure that counts the same work on both); None: not within the timeout."""
+
+    server: str
+    made: int
+    failed: int
+    answered_s: float
+    on_disk_s: float | None
+    probes: tuple[float, ...]
+    produce_s: float | None
+
+    def rate(self, seconds: float | None) -> float | None:
+        return None if seconds is None or not self.made else self.made / seconds
+
+
+def partition_dirs(log_dir: Path, prefix: str) -> int:
+    with os.scandir(log_dir) as entries:
+        return sum(1 for e in entries if e.name.startswith(prefix))
+
+
+def run_storm(
+    server: str, port: int, log_dir: Path, clients: int, partitions: int, timeout: float
+) -> StormFigures:
+    """The storm against the server at 127.0.0.1:``port`` whose log dir is ``log_dir``."""
+    bootstrap = f"127.0.0.1:{port}"
+    creator = admin(bootstrap)  # kept: a dropped client's futures fail
+    creator.create_topics([NewTopic("other", 1, 1)])["other"].result(timeout)
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all",
+                         "message.timeout.ms": int(timeout * 1000), "log_level": 0})  # fmt: skip
+    producer.list_topics("other", timeout=timeout)  # connected, metadata known
+    prober = Prober(port)
+    started = time.monotonic()
+    handles, futures = start_storm(bootstrap, clients, partitions, timeout)
+    produced: list[float] = []
+    producer.produce("other", b"x", on_delivery=lambda err, _m: produced.append(
+        time.monotonic() - started if err is None else float("nan")))  # fmt: skip
+    flusher = threading.Thread(target=producer.flush, args=(timeout,), daemon=True)
+    flusher.start()  # serves the delivery callback as soon as the record is acknowledged
+    failed = 0
+    for future in futures.values():
+        try:
+            future.result(max(0.0, started + timeout - time.monotonic()))
+        except (KafkaException, TimeoutError, Exception):
+            failed += 1
+    answered = time.monotonic() - started
     made = (clients - failed) * partitions
-    say(f"storm: {clients} clients x {partitions} partitions: {made} made in {took:.2f} s: "
-        f"{made / took:.0f}/s ({failed} requests failed)")  # fmt: skip
-    if latencies:
-        over = sum(1 for x in latencies if x > 1.0)
-        say(f"storm: ApiVersions {len(latencies)} probes, median "
-            f"{statistics.median(latencies) * 1000:.1f} ms, max {max(latencies) * 1000:.0f} ms, "
+    on_disk = None
+    while time.monotonic() < started + timeout:
+        if partition_dirs(log_dir, "storm-") >= made:
+            on_disk = time.monotonic() - started
+            break
+        time.sleep(0.05)
+    flusher.join(max(0.0, started + timeout - time.monotonic()))
+    latencies = prober.stop()
+    del handles
+    return StormFigures(server, made, failed, answered, on_disk, tuple(latencies),
+                        produced[0] if produced else None)  # fmt: skip
+
+
+def storm_kafkalog(work: Path, run: int, clients: int, partitions: int, timeout: float):
+    log_dir = work / f"storm-kafkalog-{run}"
+    with served(log_dir, work / f"storm-kafkalog-{run}.out", timeout) as server:
+        return run_storm("kafkalog", server.port, log_dir, clients, partitions, timeout), log_dir
+
+
+def storm_kafka(home: Path, work: Path, run: int, clients: int, partitions: int, timeout: float):
+    run_dir = work / f"storm-kafka-{run}"
+    with kafka_server(home, run_dir) as server:
+        log_dir = run_dir / "data"
+        return run_storm(server.name, server.port, log_dir, clients, partitions, timeout), log_dir
+
+
+def _seconds(x: float | None, timeout: float) -> str:
+    return f"{x:.2f} s" if x is not None else f"> {timeout:.0f} s"
+
+
+def _per_s(x: float | None) -> str:
+    return f"{x:.0f}/s" if x is not None else "-"
+
+
+def say_storm(f: StormFigures, run: int, timeout: float) -> None:
+    say(f"storm {run} {f.server}: {f.made} partitions ({f.failed} requests failed) answered in "
+        f"{_seconds(f.answered_s, timeout)}: {_per_s(f.rate(f.answered_s))}; on disk in "
+        f"{_seconds(f.on_disk_s, timeout)}: {_per_s(f.rate(f.on_disk_s))}")  # fmt: skip
+    if f.probes:
+        over = sum(1 for x in f.probes if x > 1.0)
+        say(f"storm {run} {f.server}: ApiVersions {len(f.probes)} probes, median "
+            f"{statistics.median(f.probes) * 1000:.1f} ms, max {max(f.probes) * 1000:.0f} ms, "
             f"{over} over 1 s")  # fmt: skip
-    say("storm: acks=all produce during it: "
-        + (f"{produced[0]:.2f} s" if produced else "not delivered"))  # fmt: skip
+    say(f"storm {run} {f.server}: acks=all produce during it: "
+        + (f"{f.produce_s:.2f} s" if f.produce_s is not None else "not delivered"))  # fmt: skip
+
+
+def _ratio(a: float | None, b: float | None) -> str:
+    return f"{a / b:.2f}" if a is not None and b else "-"
+
+
+def storm_table(rows: list[tuple[int, StormFigures]]) -> None:
+    """One line per run and server, then kafkalog/Kafka for the rates of each run."""
+    say(
+        "storm table: run | server | answered/s | on disk/s | ApiVersions n, median ms, max ms, "
+        "over 1 s | produce s"
+    )
+    for run, f in rows:
+        probes = (f"{len(f.probes)}, {statistics.median(f.probes) * 1000:.1f}, "
+                  f"{max(f.probes) * 1000:.0f}, {sum(1 for x in f.probes if x > 1.0)}"
+                  if f.probes else "-")  # fmt: skip
+        produce = f"{f.produce_s:.2f}" if f.produce_s is not None else "not delivered"
+        say(f"  {run} | {f.server} | {_per_s(f.rate(f.answered_s))} | "
+            f"{_per_s(f.rate(f.on_disk_s))} | {probes} | {produce}")  # fmt: skip
+    runs = sorted({run for run, _ in rows})
+    for run in runs:
+        ours = [f for r, f in rows if r == run and f.server == "kafkalog"]
+        peer = [f for r, f in rows if r == run and f.server != "kafkalog"]
+        if ours and peer:
+            a, b = ours[0], peer[0]
+            say(f"storm {run} ratio kafkalog/{b.server}: answered "
+                f"{_ratio(a.rate(a.answered_s), b.rate(b.answered_s))}, on disk "
+                f"{_ratio(a.rate(a.on_disk_s), b.rate(b.on_disk_s))}")  # fmt: skip
+
+
+def storm(work: Path, clients: int, partitions: int, timeout: float, runs: int) -> None:
+    """``runs`` storms against kafkalog and, when it can be had, Kafka 3.9, alternating (each
+    run on fresh log dirs in ``work``: one file system for both)."""
+    home = kafka_home()
+    if isinstance(home, str):
+        say(f"storm: Kafka 3.9 peer skipped: {home}")
+    rows: list[tuple[int, StormFigures]] = []
+    for run in range(1, runs + 1):
+        say(f"storm {run}: load average {os.getloadavg()}")
+        figures, ours = storm_kafkalog(work, run, clients, partitions, timeout)
+        say_storm(figures, run, timeout)
+        rows.append((run, figures))
+        if isinstance(home, Path):
+            say(f"storm {run}: load average {os.getloadavg()}")
+            try:
+                figures, theirs = storm_kafka(home, work, run, clients, partitions, timeout)
+            except PeerError as e:
+                say(f"storm {run}: Kafka 3.9 peer failed: {e}")
+                continue
+            same = os.stat(ours).st_dev == os.stat(theirs).st_dev
+            say(f"storm {run}: log dirs {ours} and {theirs}: "
+                + ("one file system" if same else "DIFFERENT file systems"))  # fmt: skip
+            say_storm(figures, run, timeout)
+            rows.append((run, figures))
+            shutil.rmtree(theirs, ignore_errors=True)  # the next run's disk as the first's
+        shutil.rmtree(ours, ignore_errors=True)
+    storm_table(rows)
 
 
 def stop_mid_storm(work: Path, clients: int, partitions: int, timeout: float) -> None:
@@ -321,6 +433,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--restart-partitions", type=int, default=4_000)
     parser.add_argument("--stop-partitions", type=int, default=1_000)
     parser.add_argument("--timeout", type=float, default=300.0)
+    parser.add_argument("--storm-runs", type=int, default=2)
     parser.add_argument("--only", default=",".join(PHASES))
     args = parser.parse_args(argv)
     only = set(args.only.split(","))
@@ -334,7 +447,7 @@ def main(argv: list[str] | None = None) -> int:
         if "restart" in only:
             restart(work, args.restart_partitions)
         if "storm" in only:
-            storm(work, args.clients, args.partitions, args.timeout)
+            storm(work, args.clients, args.partitions, args.timeout, args.storm_runs)
         if "stop" in only:
             stop_mid_storm(work, args.clients, args.stop_partitions, args.timeout)
     say(f"load average after: {os.getloadavg()}")
