@@ -4,6 +4,7 @@ during it, shutdown during it, and reopening a log dir of many partitions. One r
     .venv/bin/python benchmarks/admin_storm.py [--clients C] [--partitions P]
                                                [--inproc-partitions N] [--restart-partitions R]
                                                [--stop-partitions S] [--timeout T] [--only ...]
+                                               [--storm-runs K]
 
 Phases (``--only`` takes a comma-separated subset of their names):
 
@@ -19,8 +20,15 @@ Phases (``--only`` takes a comma-separated subset of their names):
   each create a topic of P partitions (default 400) at once; meanwhile a thread sends ApiVersions
   v0 on a new raw connection every 0.2 s (5 s timeout each), and one acks=all record is
   produced to another topic. Figures: partitions a second (C*P over the time from the requests
-  to the last answer), ApiVersions round trips (count, median, max, how many over 1 s), the
-  produce's latency;
+  to the last answer, and to the moment all C*P partition directories are in the log dir),
+  ApiVersions round trips (count, median, max, how many over 1 s), the produce's latency. The
+  same storm runs against Apache Kafka 3.9 (``$KAFKALOG_PEERS/kafka-3.9``, its ``peer.sh``; its
+  log dir in the same temporary directory, so on the same file system, which is checked), a
+  fresh server and log dir each time, alternating, ``--storm-runs`` times (default 2); a table
+  then gives both servers' figures and kafkalog/Kafka for the rates. Kafka's controller answers
+  once the topics are in its metadata log and its broker makes their logs afterwards, so the
+  "on disk" rate is the one that counts the same work on both. Without ``KAFKALOG_PEERS`` (or
+  java) the Kafka rows are skipped with a line saying why;
 - ``stop``: the same storm with S partitions a client (default 1,000), SIGTERM 2 s after the
   requests: seconds to exit (the wait is bounded by T, then the process is killed and the
   figure is "> T"); then the same with SIGKILL, and the restart of that log dir: seconds from
