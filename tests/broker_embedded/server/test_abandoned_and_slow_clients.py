@@ -239,9 +239,9 @@ def empty_topic_log_dir(path: Path) -> Path:
 @pytest.mark.parametrize("explicit", [True, False], ids=["max.connections above", "default"])
 def test_out_of_descriptors_at_accept_backs_off_and_recovers(tmp_path, explicit):
     """Under RLIMIT_NOFILE 160, 220 clients hold long polls, then close. With max.connections
-    above the limit the acceptor runs out of descriptors: one log line for the episode, and
-    ApiVersions is answered once the clients are gone. With the default max.connections
-    (below the limit) accept never fails."""
+    above the limit the acceptor runs out of descriptors: one log line an episode, each ended by
+    one line, and ApiVersions is answered once the clients are gone. With the default
+    max.connections (below the limit) accept never fails."""
     log_dir = empty_topic_log_dir(tmp_path / "logs")
     overrides = {"max_connections": 100_000} if explicit else {}
     with child_server(log_dir, tmp_path / "server.log", nofile=160, **overrides) as child:
@@ -252,8 +252,14 @@ def test_out_of_descriptors_at_accept_backs_off_and_recovers(tmp_path, explicit)
             sock.close()
         assert wait_until(lambda: answers_api_versions(child.port), 30)
         time.sleep(1.0)  # a server still failing would log again meanwhile
-        failures = [line for line in child.log_lines("accepting on") if "failed" in line]
-        assert len(failures) == (1 if explicit else 0), failures[:5]
+        lines = child.log_lines("accepting on")
+        failures = [line for line in lines if "failed" in line]
+        recoveries = [line for line in lines if "again after" in line]
+        if explicit:  # one line an episode, not one a retry; a descriptor freed while the
+            # clients still hold (a client giving up on a loaded machine) may end an episode
+            assert 1 <= len(failures) <= 3 and len(recoveries) == len(failures), lines[:8]
+        else:
+            assert lines == []
 
 
 def test_max_connections_defaults_below_the_descriptor_limit():
