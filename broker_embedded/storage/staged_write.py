@@ -88,11 +88,15 @@ step 5 wrote it). A failure before step 6 in the committing process sets the com
 the same way. Either way the job directory is then deleted: the records of a batch and its id in
 the commits file are published together or not at all.
 
-:func:`abort` deletes a job's staging directory (a journal in it, left by a dead commit, is
-resolved first by opening the log dir, when no one holds it). Staging directories of jobs that
-never committed (a killed driver, a task still running when its job was aborted) are harmless
-leftovers: nothing reads them. Opening a log manager deletes those without a journal in which
-nothing changed for ``STALE_JOB_AGE_S`` (one day).
+:func:`abort` leaves the marker ``<staging root>/<job id>.aborted``, then deletes the job's
+staging directory (a journal in it, left by a dead commit, is resolved first by opening the log
+dir, when no one holds it). A task still running when its job was aborted (Spark aborts a failed
+job without waiting for its other tasks) finds the marker when it starts staging or once it has
+renamed its files, deletes them and fails: its files never outlive the abort, which matters on
+a full disk. Staging directories of jobs that never committed (a killed driver or task) are
+harmless leftovers: nothing reads them. Opening a log manager deletes those of aborted jobs,
+markers older than ``ABORTED_MARKER_AGE_S`` (one hour: no task of theirs still runs), and those
+without a journal in which nothing changed for ``STALE_JOB_AGE_S`` (one day).
 
 Thread safety: a :class:`StagedTask` belongs to one task (one thread); separate tasks write
 separate files. :func:`commit` and :func:`resolve_interrupted_commits` run under the log dir's
@@ -109,7 +113,7 @@ import re
 import shutil
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, TYPE_CHECKING
@@ -144,6 +148,8 @@ JOURNAL_VERSION_WRITER = 2  # a streaming writer's batch: with the "writer" entr
 COMMITS_DIR = ".kafkalog-commits"
 COMMITS_VERSION = 1
 STALE_JOB_AGE_S = 24 * 3600
+ABORTED_SUFFIX = ".aborted"
+ABORTED_MARKER_AGE_S = 3600.0
 APPEND_CHUNK_BYTES = 8 << 20
 MAX_OPEN_FILES = 32  # per task: least recently used staged files beyond this are closed
 DEFAULT_LOCK_TIMEOUT_S = 120.0
@@ -167,6 +173,11 @@ def staging_root(log_dir: str | Path) -> Path:
 def job_dir(log_dir: str | Path, job_id: str) -> Path:
     """``<log dir>/.kafkalog-staging/<job id>``."""
     return staging_root(log_dir) / _checked_name(job_id, "write job id")
+
+
+def aborted_marker(log_dir: str | Path, job_id: str) -> Path:
+    """``<log dir>/.kafkalog-staging/<job id>.aborted``: the job was aborted."""
+    return staging_root(log_dir) / (_checked_name(job_id, "write job id") + ABORTED_SUFFIX)
 
 
 @dataclass(frozen=True, slots=True)
@@ -238,6 +249,7 @@ class StagedTask:
         if stage is None:
             name = f"{self.attempt}.{tp.dir_name}{STAGED_SUFFIX}"
             stage = _OpenStage(self.directory / (name + TMP_SUFFIX), self.directory / name, tp)
+            self._check_not_aborted()
             with self._naming_failures(stage):
                 self.directory.mkdir(parents=True, exist_ok=True)
             self._files[tp] = stage
@@ -294,7 +306,20 @@ class StagedTask:
                                   stage.null_keys))  # fmt: skip
         if out:
             fsync_dir(self.directory)
+        self._check_not_aborted()
         return tuple(out)
+
+    def _check_not_aborted(self) -> None:
+        """Delete this task's files and fail when its job was aborted meanwhile."""
+        if not aborted_marker(self.log_dir, self.job_id).exists():
+            return
+        self.discard()
+        with suppress(OSError):  # other tasks' files may still be there
+            self.directory.rmdir()
+        raise KafkaLogError(
+            f"write job {self.job_id} in log dir {self.log_dir} was aborted while task "
+            f"{self.attempt} staged; its staged files are deleted"
+        )
 
     def discard(self) -> None:
         """Close and delete this task's files (a failed task; never raises)."""
@@ -708,8 +733,13 @@ def commit(
 
 
 def abort(log_dir: str | Path, job_id: str) -> None:
-    """Drop write job ``job_id``'s staging directory (module docstring)."""
+    """Mark write job ``job_id`` aborted and drop its staging directory (module docstring)."""
     directory = job_dir(log_dir, job_id)
+    try:
+        staging_root(log_dir).mkdir(exist_ok=True)
+        aborted_marker(log_dir, job_id).touch()
+    except OSError as e:  # not even an inode left: a task still running keeps its files
+        log.warning("write job %s: marking it aborted in %s failed: %s", job_id, log_dir, e)
     if (directory / JOURNAL).exists():  # a dead commit's: resolve it before anything goes
         from broker_embedded.storage.log_manager import LogManager
 
@@ -742,6 +772,10 @@ def resolve_interrupted_commits(
     now = time.time() if now_s is None else now_s
     truncated = False
     for path in map(Path, jobs):
+        marker = path.with_name(path.name + ABORTED_SUFFIX)
+        if marker.exists() and not (path / JOURNAL).exists():
+            shutil.rmtree(path, ignore_errors=True)  # an aborted job's late task
+            continue
         journal = path / JOURNAL
         if journal.exists():
             leos, mark = read_journal_entries(journal)
@@ -765,6 +799,10 @@ def resolve_interrupted_commits(
         elif now - _last_change_s(path) > STALE_JOB_AGE_S:
             log.info("%s: deleting staging directory %s (no change for a day)", lm.log_dir, path)
             shutil.rmtree(path, ignore_errors=True)
+    for marker in root.glob("*" + ABORTED_SUFFIX):
+        with suppress(OSError):
+            if now - marker.stat().st_mtime > ABORTED_MARKER_AGE_S:
+                marker.unlink()
     return truncated
 
 

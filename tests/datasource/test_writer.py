@@ -89,7 +89,7 @@ def kafka_python_partition(key: bytes, topic: str, partitions: int) -> int:
 def staging_jobs(log_dir: Path) -> list[str]:
     """The write jobs with a staging directory in the log dir."""
     root = log_dir / staged_write.STAGING_DIR
-    return sorted(os.listdir(root)) if root.exists() else []
+    return sorted(e.name for e in os.scandir(root) if e.is_dir()) if root.exists() else []
 
 
 # -- what is written ------------------------------------------------------------------------------

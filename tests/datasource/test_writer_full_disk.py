@@ -64,13 +64,17 @@ def _files(log_dir: Path) -> dict[str, bytes]:
         for name in names:
             p = Path(root) / name
             rel = str(p.relative_to(log_dir))
-            out[rel] = b"" if rel == ".lock" else p.read_bytes()
+            if not rel.endswith(staged_write.ABORTED_SUFFIX):  # an aborted job's marker
+                out[rel] = b"" if rel == ".lock" else p.read_bytes()
     return out
 
 
 def _staged(log_dir: Path) -> list[str]:
     root = log_dir / staged_write.STAGING_DIR
-    return sorted(str(p.relative_to(root)) for p in root.rglob("*")) if root.exists() else []
+    if not root.exists():
+        return []
+    return sorted(str(p.relative_to(root)) for p in root.rglob("*")
+                  if not p.name.endswith(staged_write.ABORTED_SUFFIX))  # fmt: skip
 
 
 def _read_back(log_dir: Path) -> Counter:

@@ -436,6 +436,32 @@ def test_a_running_broker_in_another_process_refuses_the_commit(log_dir: Path) -
     assert (log_dir / sw.STAGING_DIR / "job").is_dir()  # Spark's abort removes it
 
 
+def test_a_task_still_running_when_its_job_is_aborted_leaves_no_files(log_dir: Path) -> None:
+    """Spark aborts a failed job without waiting for its other tasks: one that renames its
+    files after the abort, or starts staging after it, deletes them and fails."""
+    enc = encode_batches(None, pa.array(values(4)), np.full(4, TS, np.int64))
+    running = sw.StagedTask(log_dir, "job", "a1")
+    running.append("t", 1, enc.data, batches=1, records=4, max_batch_size=len(enc.data))
+    sw.abort(log_dir, "job")  # the job directory goes; the task's open file with it
+    late = sw.StagedTask(log_dir, "job", "a2")
+    with pytest.raises(KafkaLogError, match="was aborted while task a2 staged"):
+        late.append("t", 0, enc.data, batches=1, records=4, max_batch_size=len(enc.data))
+    with pytest.raises(KafkaStorageError):  # its directory is gone: the rename fails
+        running.finish()
+    renaming = sw.StagedTask(log_dir, "job2", "a1")
+    renaming.append("t", 1, enc.data, batches=1, records=4, max_batch_size=len(enc.data))
+    (log_dir / sw.STAGING_DIR / "job2.aborted").touch()  # aborted between its checks
+    with pytest.raises(KafkaLogError, match="was aborted while task a1 staged"):
+        renaming.finish()
+    root = log_dir / sw.STAGING_DIR
+    assert sorted(os.listdir(root)) == ["job.aborted", "job2.aborted"]
+    os.makedirs(root / "job" / "leftover")  # a killed task's: the next opening deletes it
+    old = time.time() - sw.ABORTED_MARKER_AGE_S - 60
+    os.utime(root / "job2.aborted", (old, old))
+    LogManager(log_dir).close()
+    assert sorted(os.listdir(root)) == ["job.aborted"]
+
+
 def test_a_commit_waits_for_another_jobs_commit(log_dir: Path) -> None:
     files = stage(log_dir, "job", "a1", [("t", 1, values(2))])
     other = LogDirLock.acquire(log_dir, f"{sw.COMMIT_OWNER} other, committing as node 0")
