@@ -11,6 +11,7 @@ writes once space is back, and the file catches up at the next change.
 from __future__ import annotations
 
 import json
+import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -59,6 +60,10 @@ def test_controller_changes_on_a_full_disk(tmp_path: Path) -> None:
             assert cluster.init_producer_id()[0] == pid + 1  # the refused id was not used
             cluster.restart_broker(state.leader)
             assert controller.partition_state(TP).leader == moved.leader
-            assert _stored_isr(base) == sorted(controller.partition_state(TP).isr)
+            # the file catches up; the restarted broker rejoins the ISR meanwhile (another change)
+            deadline = time.monotonic() + 30
+            while _stored_isr(base) != sorted(controller.partition_state(TP).isr):
+                assert time.monotonic() < deadline, "controller.json did not catch up in 30 s"
+                time.sleep(0.05)
         finally:
             cluster.close()
