@@ -79,6 +79,7 @@ from broker_embedded.storage.producer_state_manager import AppendOrigin
 from broker_embedded.storage.topic_partition import TopicPartition
 
 PAUSE_WAIT_S = 0.05
+LAZY_READ_WAIT_S = 10.0  # a close waits this long for blocking fetches to read
 DELETE_TO_HIGH_WATERMARK = -1
 CONSUMER_REPLICA_ID = -1  # a client's ListOffsets (Kafka's ListOffsetsRequest.CONSUMER_REPLICA_ID)
 
@@ -112,6 +113,8 @@ class ReplicaManager:
         self._running = threading.Event()
         self._running.set()
         self._stopped = False
+        self._lazy_readers = 0  # blocking fetches under way (a close lets them read first)
+        self._lazy_read_done = threading.Condition()
         # at least one slot per connection: a connection has one request in flight
         pending = max(config.purgatory_max_pending, config.max_connections)
         self.fetch_purgatory = DelayedOperationPurgatory(f"Fetch-{broker_id}", max_pending=pending)
@@ -158,6 +161,8 @@ class ReplicaManager:
         self._scheduler.shutdown()
         self.fetch_purgatory.shutdown()
         self.produce_purgatory.shutdown()
+        with self._lazy_read_done:  # their logs close after this returns
+            self._lazy_read_done.wait_for(lambda: self._lazy_readers == 0, LAZY_READ_WAIT_S)
 
     # -- leadership --------------------------------------------------------------------------------
 
@@ -370,11 +375,18 @@ class ReplicaManager:
 
     def fetch_messages(self, request: FetchRequest) -> FetchResponse:
         """Answer a fetch, waiting in the purgatory when Kafka would (module docstring)."""
-        result = self._fetch(request, zero_copy=False)
-        if isinstance(result, DelayedFetch):
+        with self._lazy_read_done:
+            self._lazy_readers += 1
+        try:
+            result = self._fetch(request, zero_copy=False)
+            if not isinstance(result, DelayedFetch):
+                return result
             result.wait()  # lazy: completing it only woke this thread, which reads now
             return self._read(request)
-        return result
+        finally:
+            with self._lazy_read_done:
+                self._lazy_readers -= 1
+                self._lazy_read_done.notify_all()
 
     def fetch_messages_async(
         self,
