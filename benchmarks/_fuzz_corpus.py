@@ -10,8 +10,8 @@ A seed is a run of entries as a ``.log`` file holds them, built in memory:
 - legacy message sets (magic 0 and 1) by kafka-python's ``LegacyRecordBatchBuilder`` (an
   independent writer), uncompressed and wrapped (gzip, snappy, lz4; magic 0 lz4 is skipped, as
   Kafka writes it with a broken checksum);
-- the real batches Kafka's Java client wrote (shared/fixtures/kafka-java-ref) and the segments of
-  the real broker log dirs (shared/fixtures/kafka-logdirs), when those fixtures are present.
+- the real batches Kafka's Java client wrote (tests/fixtures/kafka-java-ref) and the segments of
+  the real broker log dirs (tests/fixtures/kafka-logdirs), when those fixtures are present.
 
 Each :class:`Seed` carries the rows a consumer must see (offset, key, value, headers) and the
 entry boundaries (position, magic) so that an oracle can tell which bytes a mutation touched.
@@ -29,7 +29,7 @@ from broker_embedded.record.control_record import ControlRecordType
 from broker_embedded.record.memory_records_builder import MemoryRecordsBuilder
 from broker_embedded.record.records import iter_batches
 
-FIXTURES = Path(__file__).resolve().parents[2] / "shared" / "fixtures"
+FIXTURES = Path(__file__).resolve().parents[1] / "tests" / "fixtures"
 CODECS = ("none", "gzip", "snappy", "lz4", "zstd")
 TS0 = 1_700_000_000_000
 _HEAD = struct.Struct(">qi")  # base offset, length: every entry's first 12 bytes
@@ -169,7 +169,7 @@ def builtin_seeds() -> list[Seed]:
 
 
 def fixture_seeds(limit_bytes: int = 16 * 1024) -> list[Seed]:
-    """The real batches and segments of shared/fixtures (each cut to whole entries below
+    """The real batches and segments of tests/fixtures (each cut to whole entries below
     ``limit_bytes`` so that mutation stays fast); none when the fixtures are absent."""
     seeds = []
     java = FIXTURES / "kafka-java-ref"

@@ -1,7 +1,7 @@
 """The batch reader of the ``kafkalog`` source: :class:`KafkaBatchReader` (a PySpark
 ``DataSourceReader``).
 
-Processes (DESIGN.md): ``pushFilters`` and ``partitions`` run in a short-lived Python worker
+Processes: ``pushFilters`` and ``partitions`` run in a short-lived Python worker
 beside the driver; the reader object is then pickled with each task to the executors, where
 ``read`` runs. So the reader holds only its frozen options and pushed limits, never an open file.
 

@@ -4,7 +4,7 @@ Spark hands a data source its options as strings under lower-cased keys; :meth:`
 them (any case) and checks everything it can without the log dir: unknown options, malformed
 values and JSON, contradictions. Every error is an :class:`InvalidOptionError` whose message names
 the option and the value. The names are Spark's Kafka source names where Spark has the option
-(kafka.md section F); the table of options, defaults and meanings is the user manual in
+(Spark's Kafka connector); the table of options, defaults and meanings is the user manual in
 ``KafkaLogDataSource``'s docstring.
 
 Query kinds: ``parse(options, streaming=False)`` for a batch query (``spark.read``),

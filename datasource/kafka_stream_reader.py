@@ -6,7 +6,7 @@ offset to read (the end of the last batch, exclusive). Always canonical (topics 
 partitions by number, string keys), because Spark compares offsets by their JSON text: a batch
 without new data must return exactly the JSON it was given.
 
-Processes (DESIGN.md): ``initialOffset``, ``latestOffset``, ``partitions``, ``commit`` and
+Processes: ``initialOffset``, ``latestOffset``, ``partitions``, ``commit`` and
 ``reportLatestOffset`` run in one long-lived Python process beside the driver, for the whole
 query; ``read`` runs in executor workers on a pickled copy. So each planning call reads the log
 dir's published state again (a new :class:`KafkaOffsetReader`, cheap), and nothing depends on

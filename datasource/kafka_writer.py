@@ -1,7 +1,7 @@
 """The batch writer of the ``kafkalog`` data source: ``df.write.format("kafkalog")`` appends the
 rows of a DataFrame to topics of a log dir, as Spark's Kafka sink produces them to a cluster.
 
-Columns (Spark's Kafka sink, kafka.md section F; names are exact, other columns are ignored as
+Columns (Spark's Kafka sink; names are exact, other columns are ignored as
 Spark's sink ignores them, so a DataFrame read with ``format("kafkalog")`` writes back as is):
 
 - ``value`` (required): string or binary; null is a tombstone;

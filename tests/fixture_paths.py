@@ -1,9 +1,8 @@
-"""Where ../shared/fixtures is: beside the checkout (CI's layout), else the work tree's."""
+"""Where the test fixtures are: tests/fixtures, real material written by Kafka and its clients
+(tests/fixtures/README.md says where each came from)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-FIXTURES = Path(__file__).resolve().parents[2] / "shared" / "fixtures"
-if not FIXTURES.is_dir():
-    FIXTURES = Path("/work/shared/fixtures")
+FIXTURES = Path(__file__).resolve().parent / "fixtures"

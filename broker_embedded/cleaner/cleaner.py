@@ -1,6 +1,6 @@
 """The cleaner for one log (Kafka's ``LogCleaner.Cleaner``): one round of compaction.
 
-A round (:meth:`Cleaner.clean`, Kafka's ``doClean``; reference D of kafka.md):
+A round (:meth:`Cleaner.clean`, Kafka's ``doClean``):
 
 1. The offsets (``log_cleaner_manager.cleanable_offsets``): the first dirty offset is the
    ``cleaner-offset-checkpoint`` value (the log start offset without one, or when it lies below

@@ -35,7 +35,7 @@ reader deals with (failOnDataLoss); UNKNOWN_TOPIC_OR_PARTITION an
 :class:`UnknownTopicOrPartitionError`. A response frame larger than ``max_response_bytes`` is
 refused (a record batch that large cannot be read).
 
-Pipelining (the consumer fetcher's, seed 002): :meth:`WireFetchSource.prefetch` sends the next
+Pipelining (as Kafka's consumer fetcher does): :meth:`WireFetchSource.prefetch` sends the next
 fetch of a range on a background thread while the caller works on the previous one; the next
 :meth:`fetch` with the same arguments takes its answer, any other call first waits for it and
 drops it. At most one fetch is in flight or buffered: memory is bounded by two fetch responses

@@ -1,7 +1,7 @@
 """Kafka's message encoding (the generated ``Message.read``/``write`` of its JSON schemas) for the
 records of the internal topics: a reader and a writer of the field types those schemas use.
 
-Byte layout (big-endian; kafka.md section E):
+Byte layout (big-endian, Kafka's ``GroupCoordinatorRecordSerde``):
 
 - ``int8/int16/int32/int64``: two's complement, fixed width;
 - non-flexible versions: ``string`` int16 length + UTF-8 (-1 = null), ``bytes`` int32 length +

@@ -1,7 +1,7 @@
 """Where the fields of a log entry sit: the record batch v2 header and the legacy message set
 entry, named once for the Python parsers and the compiled kernels.
 
-Record batch v2 (magic 2) header, big-endian (kafka.md section A)::
+Record batch v2 (magic 2) header, big-endian (Kafka's ``DefaultRecordBatch``)::
 
     0  baseOffset int64            27 baseTimestamp int64 (deleteHorizonMs when attribute bit 6)
     8  batchLength int32           35 maxTimestamp int64

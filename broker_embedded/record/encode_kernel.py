@@ -17,7 +17,7 @@ would join. One row of ``BATCH_FIELDS`` per batch: first row, records bytes, max
 
 :func:`write_records` writes the records of every batch into one ``uint8`` buffer, batch ``b``'s
 records starting at ``starts[b]`` (the caller leaves room for headers, or writes a scratch buffer
-for compression). Record layout (kafka.md A; every varint zigzag, 7 bits a byte, least
+for compression). Record layout (``DefaultRecord``; every varint zigzag, 7 bits a byte, least
 significant group first): length varint (the body size), attributes int8 0, timestampDelta
 varlong, offsetDelta varint, keyLength varint (-1 null) + key, valueLength varint (-1 null) +
 value, headerCount varint, per header keyLength varint + UTF-8 key, valueLength varint (-1 null)

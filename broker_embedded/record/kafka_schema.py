@@ -2,7 +2,7 @@
 
 ``key binary, value binary, topic string, partition int, offset bigint, timestamp timestamp,
 timestampType int`` and, when headers are asked for, ``headers array<struct<key: string,
-value: binary>>`` (Spark's ``KafkaRecordToRowConverter``; kafka.md section F). Every field is
+value: binary>>`` (Spark's ``KafkaRecordToRowConverter``). Every field is
 nullable, as Spark declares it.
 
 Two spellings of the same columns, both derived from :data:`COLUMNS` and :data:`HEADERS`:

@@ -1,7 +1,7 @@
 """A read view over one record batch v2 (magic 2), and its records (the slow path).
 
-Byte layout (big-endian; kafka.md section A): the 61-byte header of ``batch_layout`` (baseOffset,
-batchLength, partitionLeaderEpoch, magic 2, crc = CRC-32C of [21, end), attributes,
+Byte layout (big-endian, ``DefaultRecordBatch``): the 61-byte header of ``batch_layout``
+(baseOffset, batchLength, partitionLeaderEpoch, magic 2, crc = CRC-32C of [21, end), attributes,
 lastOffsetDelta, baseTimestamp (deleteHorizonMs when attribute bit 6), maxTimestamp, producerId,
 producerEpoch, baseSequence, recordsCount; ``HEADER_STRUCT`` reads them in that order), then the
 records (compressed as one stream when the codec is not none).

@@ -3,7 +3,7 @@ the four fetch contexts and ``FetchManager``.
 
 A consumer or follower that fetches many partitions can open a session on the broker; the broker
 then remembers the partitions and their fetch parameters, the client sends only what changed, and
-the broker answers only for partitions with something new (seed 000).
+the broker answers only for partitions with something new (KIP-227).
 
 Request kinds, by the request's ``(session_id, epoch)`` (:class:`FetchMetadata`):
 

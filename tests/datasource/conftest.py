@@ -86,7 +86,7 @@ def source_log_dir(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="session")
 def kafka_log_dirs(tmp_path_factory) -> dict[str, Path]:
-    """Copies of the real Kafka log dirs of ../shared/fixtures/kafka-logdirs, by name."""
+    """Copies of the real Kafka log dirs of tests/fixtures/kafka-logdirs, by name."""
     base = tmp_path_factory.mktemp("kafka-logdirs")
     out = {}
     for src in sorted((FIXTURES / "kafka-logdirs").iterdir()):

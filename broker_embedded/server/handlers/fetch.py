@@ -1,4 +1,4 @@
-"""The Fetch API (key 1, v4-v18), as Kafka's ``KafkaApis.handleFetchRequest`` (seed 004).
+"""The Fetch API (key 1, v4-v18), as Kafka's ``KafkaApis.handleFetchRequest``.
 
 Path of one request, never blocking a request handler thread on data:
 

@@ -1,4 +1,4 @@
-"""The ground truth in shared/fixtures/kafka-java-ref: MANIFEST.txt parsed into values.
+"""The ground truth in tests/fixtures/kafka-java-ref: MANIFEST.txt parsed into values.
 
 MANIFEST.txt was written by Kafka's Java library (kafka-clients 4.3.0): one line per batch with
 every header field, one line per record, then the batch's hex. Keys and values are printed
@@ -17,7 +17,7 @@ from tests.fixture_paths import FIXTURES as SHARED_FIXTURES
 
 FIXTURES = SHARED_FIXTURES
 JAVA_REF = FIXTURES / "kafka-java-ref"
-KAFKA_GO = FIXTURES / "wire" / "kafka-go" / "fixtures"
+KAFKA_GO = FIXTURES / "wire" / "kafka-go"
 LOG_DIRS = FIXTURES / "kafka-logdirs"
 
 CODECS = {"none": 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
