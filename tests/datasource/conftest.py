@@ -1,8 +1,9 @@
 """Shared fixtures of the data source tests: one SparkSession for the whole test session, and
 log dirs built once; the source log dir also served over the Kafka protocol (``read_source``,
 parametrised over the transport: the same options and expected rows for both). A representative
-subset of the tests (marked :data:`ALSO_ON_TANSU`) runs a third time against Tansu, loaded with
-the same records of the topics :data:`TANSU_TOPICS` (tests/datasource/_tansu.py).
+subset of the tests (marked :data:`ALSO_ON_TANSU`) runs against Tansu too, loaded with the same
+records of the topics :data:`TANSU_TOPICS` (tests/datasource/_tansu.py), and against Apache Kafka
+3.9, loaded with :data:`KAFKA_TOPICS`.
 
 ``spark``: ``local[2]``, few shuffle partitions, no UI, UTC session time zone, the Python workers
 running this interpreter (the venv's, where the packages are installed). It is never told about
@@ -23,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.datasource._logdirs import EVENTS_PARTITIONS, build_source_log_dir
+from tests.datasource._logdirs import EVENTS_PARTITIONS, TRIMMED_LOG_START, build_source_log_dir
 from tests.fixture_paths import FIXTURES
 
 
@@ -131,8 +132,11 @@ def served_source(source_log_dir: Path, tmp_path_factory) -> Iterator[ReadSource
 
 
 TANSU_TOPICS = {"events": EVENTS_PARTITIONS, "empty": 1}
-# the tests of the Tansu subset take their ``read_source`` from all three transports
-ALSO_ON_TANSU = pytest.mark.parametrize("read_source", ["logdir", "wire", "tansu"], indirect=True)
+KAFKA_TOPICS = {**TANSU_TOPICS, "trimmed": 1}
+# the tests of the peer subset take their ``read_source`` from every transport
+ALSO_ON_TANSU = pytest.mark.parametrize(
+    "read_source", ["logdir", "wire", "tansu", "kafka"], indirect=True
+)
 
 
 @pytest.fixture(scope="session")
@@ -151,14 +155,35 @@ def tansu_source(source_log_dir: Path, tmp_path_factory) -> Iterator[ReadSource]
         yield ReadSource("tansu", source_log_dir, server.bootstrap)
 
 
+@pytest.fixture(scope="session")
+def kafka_source(source_log_dir: Path, tmp_path_factory) -> Iterator[ReadSource]:
+    """Apache Kafka 3.9 of its own for the session (tests/kafka39.py; skipped without it)
+    holding :data:`KAFKA_TOPICS` of the source log dir, record for record at the same offsets,
+    and ``trimmed``'s log start moved to :data:`TRIMMED_LOG_START` by DeleteRecords."""
+    from confluent_kafka import TopicPartition
+    from confluent_kafka.admin import AdminClient
+
+    from broker_embedded.client.kafka_client import KafkaClient
+    from tests.datasource._tansu import load_log_dir_topics
+    from tests.kafka39 import kafka_broker
+
+    with kafka_broker(tmp_path_factory.mktemp("kafka-source")) as server:
+        with KafkaClient(server.bootstrap) as client:
+            load_log_dir_topics(client, source_log_dir, KAFKA_TOPICS, split_last=False)
+        admin = AdminClient({"bootstrap.servers": server.bootstrap})
+        (done,) = admin.delete_records([TopicPartition("trimmed", 0, TRIMMED_LOG_START)]).values()
+        assert done.result(60).low_watermark == TRIMMED_LOG_START
+        yield ReadSource("kafka", source_log_dir, server.bootstrap)
+
+
 @pytest.fixture(params=["logdir", "wire"])
 def read_source(request, source_log_dir: Path) -> ReadSource:
     """The source log dir read in place, then over the Kafka protocol (``kafkalog serve``; and
     Tansu for the tests marked :data:`ALSO_ON_TANSU`)."""
     if request.param == "wire":
         return request.getfixturevalue("served_source")
-    if request.param == "tansu":
-        return request.getfixturevalue("tansu_source")
+    if request.param in ("tansu", "kafka"):
+        return request.getfixturevalue(f"{request.param}_source")
     return ReadSource("logdir", source_log_dir)
 
 
