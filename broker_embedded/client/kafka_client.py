@@ -22,6 +22,9 @@ refused unread (same error). Requests to a partition's leader that fail with
 NOT_LEADER_OR_FOLLOWER (6) or LEADER_NOT_AVAILABLE (5), or whose leader is unreachable, refresh
 the metadata and are retried at most ``retries`` times, ``retry_backoff_s`` apart, and not once
 ``retry_timeout_s`` have passed since the first attempt; after that the last error is raised.
+A coordinator that is loading, unavailable or moved (codes 14, 15, 16: a fresh Kafka answers so
+until its internal topics and producer ids are ready) is asked again, ``retry_backoff_s``
+doubling up to :data:`MAX_RETRY_BACKOFF_S`, until ``retry_timeout_s`` have passed.
 A Produce retried after its connection broke may have been appended before it broke: then the
 batch is in the log twice (at least once, as Kafka's producer without idempotence), unless the
 batch carries a producer id and sequence (idempotent_producer.py): the broker then recognises
@@ -87,6 +90,7 @@ RETRIABLE = frozenset({5, 6})  # LEADER_NOT_AVAILABLE, NOT_LEADER_OR_FOLLOWER
 COORDINATOR_RETRIABLE = frozenset({14, 15, 16})  # COORDINATOR_LOAD_IN_PROGRESS, ..._NOT_AVAILABLE,
 # NOT_COORDINATOR: the group APIs find the coordinator again
 UNSUPPORTED_VERSION = 35
+MAX_RETRY_BACKOFF_S = 1.0  # coordinator retries: retry_backoff_s doubling up to this
 _SIZE = struct.Struct(">i")
 
 
@@ -496,10 +500,26 @@ class KafkaClient:
             return {"transactional_id": None, "transaction_timeout": timedelta(minutes=1),
                     "producer_id": -1, "producer_epoch": -1}  # fmt: skip
 
-        response = self.any_broker(INIT_PRODUCER_ID, build)
-        if response.error_code != 0:
-            raise api_error(int(response.error_code), "InitProducerId (idempotent producer)")
-        return int(response.producer_id), int(response.producer_epoch)
+        deadline = time.monotonic() + self.config.retry_timeout_s
+        attempt = 0
+        while True:  # a fresh Kafka answers COORDINATOR_LOAD_IN_PROGRESS until it has ids
+            response = self.any_broker(INIT_PRODUCER_ID, build)
+            code = int(response.error_code)
+            if code == 0:
+                return int(response.producer_id), int(response.producer_epoch)
+            if code not in COORDINATOR_RETRIABLE or not self._wait_to_retry(attempt, deadline):
+                raise api_error(code, "InitProducerId (idempotent producer)")
+            attempt += 1
+
+    def _wait_to_retry(self, attempt: int, deadline: float) -> bool:
+        """Sleep before retry ``attempt`` + 1 (``retry_backoff_s`` doubling up to
+        :data:`MAX_RETRY_BACKOFF_S`); False, without sleeping, when it would end past
+        ``deadline``."""
+        pause = min(self.config.retry_backoff_s * 2**attempt, MAX_RETRY_BACKOFF_S)
+        if time.monotonic() + pause > deadline:
+            return False
+        time.sleep(pause)
+        return True
 
     # -- partition requests ------------------------------------------------------------------------
 
@@ -659,7 +679,9 @@ class KafkaClient:
         def build(_: Any) -> dict[str, Any]:
             return {"key": group_id, "key_type": key_type}
 
-        for attempt in range(self.config.retries + 1):
+        deadline = time.monotonic() + self.config.retry_timeout_s
+        attempt = 0
+        while True:  # a coordinator that moved, or is loading (a fresh Kafka creates its topic)
             try:
                 found = self.any_broker(FIND_COORDINATOR, build)
                 if found.error_code != 0:
@@ -667,10 +689,11 @@ class KafkaClient:
                     raise api_error(int(found.error_code), f"FindCoordinator of {of} {group_id!r}")
                 return call(self.connection(BrokerAddress(found.host, found.port)))
             except KafkaApiError as e:
-                if e.code not in COORDINATOR_RETRIABLE or attempt == self.config.retries:
+                if e.code not in COORDINATOR_RETRIABLE or not self._wait_to_retry(
+                    attempt, deadline
+                ):
                     raise
-                time.sleep(self.config.retry_backoff_s)
-        raise AssertionError("unreachable")
+                attempt += 1
 
     def describe_group(self, group_id: str) -> DescribedGroup:
         def call(c: BrokerConnection) -> DescribedGroup:

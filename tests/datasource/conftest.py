@@ -156,24 +156,33 @@ def tansu_source(source_log_dir: Path, tmp_path_factory) -> Iterator[ReadSource]
 
 
 @pytest.fixture(scope="session")
-def kafka_source(source_log_dir: Path, tmp_path_factory) -> Iterator[ReadSource]:
-    """Apache Kafka 3.9 of its own for the session (tests/kafka39.py; skipped without it)
-    holding :data:`KAFKA_TOPICS` of the source log dir, record for record at the same offsets,
-    and ``trimmed``'s log start moved to :data:`TRIMMED_LOG_START` by DeleteRecords."""
+def datasource_kafka(tmp_path_factory) -> Iterator[str]:
+    """The bootstrap of an Apache Kafka 3.9 of the data source tests' own for the session
+    (tests/kafka39.py; skipped without it): :func:`kafka_source`'s topics, and the topics and
+    groups each Kafka test of the data source creates under its own names."""
+    from tests.kafka39 import kafka_broker
+
+    with kafka_broker(tmp_path_factory.mktemp("kafka-datasource")) as server:
+        yield server.bootstrap
+
+
+@pytest.fixture(scope="session")
+def kafka_source(source_log_dir: Path, datasource_kafka: str) -> ReadSource:
+    """:func:`datasource_kafka` holding :data:`KAFKA_TOPICS` of the source log dir, record for
+    record at the same offsets, and ``trimmed``'s log start moved to :data:`TRIMMED_LOG_START`
+    by DeleteRecords."""
     from confluent_kafka import TopicPartition
     from confluent_kafka.admin import AdminClient
 
     from broker_embedded.client.kafka_client import KafkaClient
     from tests.datasource._tansu import load_log_dir_topics
-    from tests.kafka39 import kafka_broker
 
-    with kafka_broker(tmp_path_factory.mktemp("kafka-source")) as server:
-        with KafkaClient(server.bootstrap) as client:
-            load_log_dir_topics(client, source_log_dir, KAFKA_TOPICS, split_last=False)
-        admin = AdminClient({"bootstrap.servers": server.bootstrap})
-        (done,) = admin.delete_records([TopicPartition("trimmed", 0, TRIMMED_LOG_START)]).values()
-        assert done.result(60).low_watermark == TRIMMED_LOG_START
-        yield ReadSource("kafka", source_log_dir, server.bootstrap)
+    with KafkaClient(datasource_kafka) as client:
+        load_log_dir_topics(client, source_log_dir, KAFKA_TOPICS, split_last=False)
+    admin = AdminClient({"bootstrap.servers": datasource_kafka})
+    (done,) = admin.delete_records([TopicPartition("trimmed", 0, TRIMMED_LOG_START)]).values()
+    assert done.result(60).low_watermark == TRIMMED_LOG_START
+    return ReadSource("kafka", source_log_dir, datasource_kafka)
 
 
 @pytest.fixture(params=["logdir", "wire"])

@@ -20,6 +20,7 @@ import pytest
 from pyspark.errors import StreamingQueryException
 
 from broker_embedded.broker import Broker
+from broker_embedded.client.kafka_client import KafkaClient
 from broker_embedded.client.producer_record import ProducerRecord
 from broker_embedded.coordinator.coordinator_partition import partition_for
 from broker_embedded.coordinator.group_metadata_record import (
@@ -503,20 +504,43 @@ def test_a_large_commit_is_split_into_batches(log_dir: Path, tmp_path: Path) -> 
 # -- over the Kafka protocol: the cluster's group coordinator --------------------------------------
 
 
-@pytest.fixture
-def cluster(tmp_path: Path):
-    """``orders`` of :func:`build` behind a ``kafkalog serve`` on 127.0.0.1; group ``app``
-    committed by confluent-kafka (orders-0 at 4, orders-1 at 6, nothing for orders-2)."""
-    ck = pytest.importorskip("confluent_kafka")
+def commit_app_group(bootstrap: str) -> None:
+    """Group ``app`` committed by confluent-kafka: orders-0 at 4, orders-1 at 6."""
+    import confluent_kafka as ck
+
+    consumer = ck.Consumer({"bootstrap.servers": bootstrap, "group.id": "app"})
+    try:
+        offsets = [ck.TopicPartition("orders", 0, 4), ck.TopicPartition("orders", 1, 6)]
+        consumer.commit(offsets=offsets, asynchronous=False)
+    finally:
+        consumer.close()
+
+
+@pytest.fixture(scope="module")
+def kafka_orders(datasource_kafka: str, tmp_path_factory) -> str:
+    """``orders`` of :func:`build` loaded into Apache Kafka 3.9 at the same offsets, with the
+    group ``app``."""
+    from tests.datasource._tansu import load_log_dir_topics
+
+    built = build(tmp_path_factory.mktemp("kafka-orders") / "logdir")
+    with KafkaClient(datasource_kafka) as client:
+        load_log_dir_topics(client, built, {"orders": 3}, split_last=False)
+    commit_app_group(datasource_kafka)
+    return datasource_kafka
+
+
+@pytest.fixture(params=["serve", "kafka"])
+def cluster(request, tmp_path: Path):
+    """``orders`` of :func:`build` behind a ``kafkalog serve`` on 127.0.0.1, then in Apache
+    Kafka 3.9; group ``app`` committed by confluent-kafka (orders-0 at 4, orders-1 at 6,
+    nothing for orders-2)."""
+    if request.param == "kafka":
+        yield request.getfixturevalue("kafka_orders")
+        return
     from tests.broker_embedded.server._serve import served
 
     with served(build(tmp_path / "served")) as running:
-        consumer = ck.Consumer({"bootstrap.servers": running.bootstrap, "group.id": "app"})
-        try:
-            offsets = [ck.TopicPartition("orders", 0, 4), ck.TopicPartition("orders", 1, 6)]
-            consumer.commit(offsets=offsets, asynchronous=False)
-        finally:
-            consumer.close()
+        commit_app_group(running.bootstrap)
         yield running.bootstrap
 
 

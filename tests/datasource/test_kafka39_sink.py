@@ -1,0 +1,115 @@
+"""The ``kafkalog`` sink and source on Apache Kafka 3.9 (the data source tests' own broker,
+conftest.py's ``datasource_kafka``; skipped without it): what the protocol sink writes into the
+real Kafka, read back by confluent-kafka (read_committed and read_uncommitted) and by the
+``kafkalog`` source; at least once and with transactions; a streaming query from one Kafka topic
+into another. Each test has topics of its own."""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from pyspark.errors import PySparkException
+
+from broker_embedded.client.kafka_client import KafkaClient
+from tests.broker_embedded.server._consume import consume
+from tests.datasource._logdirs import spark_rows
+from tests.datasource.conftest import await_available_now, sql_conf
+from tests.datasource.test_wire_writer import ROWS, write
+from tests.datasource.test_writer import kafka_python_partition
+
+PARTITIONS = 3
+
+
+def new_topic(bootstrap: str, name: str, partitions: int = PARTITIONS) -> str:
+    with KafkaClient(bootstrap) as client:
+        client.create_topic(name, partitions, 1, {})
+    return name
+
+
+def read_back(spark, bootstrap: str, topic: str, **options: str) -> list:
+    return spark_rows(
+        spark.read.format("kafkalog").option("kafka.bootstrap.servers", bootstrap)
+        .option("subscribe", topic).option("includeHeaders", "true").options(**options).load()
+    )  # fmt: skip
+
+
+def test_a_batch_write_reads_back_exactly(spark, datasource_kafka: str) -> None:
+    topic = new_topic(datasource_kafka, "k39-sink-exact")
+    df = spark.createDataFrame(
+        ROWS,
+        "key string, value string, partition int, headers array<struct<key:string,value:binary>>",
+    ).coalesce(1)
+    before = int(time.time() * 1000)
+    write(df, datasource_kafka, topic=topic)
+    after = int(time.time() * 1000)
+
+    def where(k, p):
+        return p if p is not None else kafka_python_partition(k.encode(), topic, PARTITIONS)
+
+    expected = Counter(
+        (where(k, p), k and k.encode(), v and v.encode(), tuple(h)) for k, v, p, h in ROWS
+    )
+    by_kafka = consume(datasource_kafka, topic, PARTITIONS, "read_uncommitted")
+    assert Counter((p, k, v) for p, k, v, _, _ in by_kafka) == Counter(
+        (p, k, v) for p, k, v, _ in expected.elements()
+    )
+    assert all(t == 1 and before <= ts <= after for *_, t, ts in by_kafka)  # CreateTime
+    got = read_back(spark, datasource_kafka, topic)
+    assert Counter((r.partition, r.key, r.value, r.headers) for r in got) == expected
+    for p in range(PARTITIONS):  # one task, one producer: offsets from 0 in input order
+        offsets = [r.offset for r in got if r.partition == p]
+        assert offsets == list(range(len(offsets)))
+
+
+def test_transactions_commit_each_task_and_abort_a_failed_write(spark, datasource_kafka) -> None:
+    topic = new_topic(datasource_kafka, "k39-sink-txn")
+    df = spark.range(3000).selectExpr("CAST(id AS STRING) AS key", "CAST(id AS STRING) AS value")
+    write(df.repartition(2), datasource_kafka, topic=topic, transactionalIdPrefix="k39-eos")
+    want = Counter(b"%d" % i for i in range(3000))
+
+    def values(isolation: str) -> Counter:
+        return Counter(v for _, _, v, _, _ in consume(datasource_kafka, topic, PARTITIONS,
+                                                      isolation))  # fmt: skip
+
+    assert values("read_committed") == want
+    rows = [(b"bad-%d" % i, 0) for i in range(200)] + [(b"bad", 7)]  # partition 7: none
+    bad = spark.createDataFrame(rows, "value binary, partition int").coalesce(1)
+    with (
+        sql_conf(spark, "spark.sql.execution.arrow.maxRecordsPerBatch", "50"),
+        pytest.raises(PySparkException, match=f"row with partition 7 for topic '{topic}'"),
+    ):
+        write(bad, datasource_kafka, topic=topic, transactionalIdPrefix="k39-eos")
+    assert values("read_committed") == want
+    assert values("read_uncommitted") == want + Counter(b"bad-%d" % i for i in range(200))
+    committed = read_back(spark, datasource_kafka, topic, **{"kafka.isolation.level":
+                                                            "read_committed"})  # fmt: skip
+    assert Counter(r.value for r in committed) == want
+
+
+def test_a_stream_from_one_kafka_topic_into_another(spark, datasource_kafka, tmp_path: Path):
+    source = new_topic(datasource_kafka, "k39-stream-in")
+    target = new_topic(datasource_kafka, "k39-stream-out")
+    df = spark.range(900).selectExpr("CAST(id AS STRING) AS key", "CAST(id AS STRING) AS value")
+    write(df.repartition(3), datasource_kafka, topic=source)
+    q = (
+        spark.readStream.format("kafkalog").option("kafka.bootstrap.servers", datasource_kafka)
+        .option("subscribe", source).option("startingOffsets", "earliest")
+        .option("maxOffsetsPerTrigger", "250").load()
+        .selectExpr("key", "value", "partition")
+        .writeStream.format("kafkalog").option("kafka.bootstrap.servers", datasource_kafka)
+        .option("topic", target).option("checkpointLocation", str(tmp_path / "ckpt"))
+        .trigger(availableNow=True).start()
+    )  # fmt: skip
+    assert await_available_now(q), "availableNow did not stop"
+    assert q.exception() is None
+    assert sum(p["numInputRows"] for p in q.recentProgress) == 900
+    assert len(q.recentProgress) >= 4  # 250 offsets a trigger
+    copied = consume(datasource_kafka, target, PARTITIONS, "read_uncommitted")
+    original = consume(datasource_kafka, source, PARTITIONS, "read_uncommitted")
+    assert Counter((p, k, v) for p, k, v, _, _ in copied) == Counter(
+        (p, k, v) for p, k, v, _, _ in original
+    )
+    assert len(copied) == 900
