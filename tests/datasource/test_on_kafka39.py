@@ -1,8 +1,9 @@
-"""The ``kafkalog`` sink and source on Apache Kafka 3.9 (the data source tests' own broker,
-conftest.py's ``datasource_kafka``; skipped without it): what the protocol sink writes into the
-real Kafka, read back by confluent-kafka (read_committed and read_uncommitted) and by the
-``kafkalog`` source; at least once and with transactions; a streaming query from one Kafka topic
-into another. Each test has topics of its own."""
+"""The ``kafkalog`` source and sink on Apache Kafka 3.9 (the data source tests' own broker,
+conftest.py's ``datasource_kafka``; skipped without it), checked against confluent-kafka's reads
+of the same topics (read_committed and read_uncommitted): what the protocol sink writes, at least
+once and with transactions; a streaming query from one Kafka topic into another; transactions
+that confluent-kafka committed, aborted and left open; LogAppendTime. Each test has topics of
+its own. (The peer subset of conftest.py and the group tests run on this broker too.)"""
 
 from __future__ import annotations
 
@@ -113,3 +114,61 @@ def test_a_stream_from_one_kafka_topic_into_another(spark, datasource_kafka, tmp
         (p, k, v) for p, k, v, _, _ in original
     )
     assert len(copied) == 900
+
+
+def test_read_committed_hides_aborted_and_open_transactions(spark, datasource_kafka) -> None:
+    """Written by confluent-kafka: plain records, a committed and an aborted transaction, and
+    one left open (its producer gone): read_committed stops at the last stable offset."""
+    from confluent_kafka import Producer
+
+    topic = new_topic(datasource_kafka, "k39-txn", partitions=1)
+    settings = {"bootstrap.servers": datasource_kafka, "message.timeout.ms": 30_000}
+    plain = Producer(settings)
+    txn = Producer({**settings, "transactional.id": "k39-txn-a"})
+    txn.init_transactions(60)
+    for name, end in (("commit", txn.commit_transaction), ("abort", txn.abort_transaction)):
+        txn.begin_transaction()
+        for i in range(3):
+            txn.produce(topic, value=b"%s-%d" % (name.encode(), i), partition=0)
+        assert txn.flush(60) == 0  # an abort purges what is not sent yet
+        end(60)
+        plain.produce(topic, value=b"plain-" + name.encode(), partition=0)
+        assert plain.flush(60) == 0
+    left = Producer({**settings, "transactional.id": "k39-txn-open",
+                     "transaction.timeout.ms": 900_000})  # fmt: skip
+    left.init_transactions(60)
+    left.begin_transaction()
+    left.produce(topic, value=b"open-0", partition=0)
+    assert left.flush(60) == 0  # produced, never committed while the test runs
+    plain.produce(topic, value=b"plain-after", partition=0)
+    assert plain.flush(60) == 0
+
+    def by_spark(isolation: str) -> list[bytes]:
+        rows = read_back(spark, datasource_kafka, topic, **{"kafka.isolation.level": isolation})
+        return [r.value for r in rows]
+
+    def by_kafka(isolation: str) -> list[bytes]:
+        return [v for _, _, v, _, _ in consume(datasource_kafka, topic, 1, isolation)]
+
+    committed = [b"commit-0", b"commit-1", b"commit-2", b"plain-commit", b"plain-abort"]
+    assert by_kafka("read_committed") == committed
+    assert by_spark("read_committed") == committed
+    everything = by_kafka("read_uncommitted")
+    assert everything == committed[:4] + [b"abort-0", b"abort-1", b"abort-2", b"plain-abort",
+                                          b"open-0", b"plain-after"]  # fmt: skip
+    assert by_spark("read_uncommitted") == everything
+
+
+def test_log_append_time_is_the_brokers(spark, datasource_kafka) -> None:
+    with KafkaClient(datasource_kafka) as client:
+        client.create_topic("k39-appendtime", 1, 1, {"message.timestamp.type": "LogAppendTime"})
+    df = spark.createDataFrame([("a",), ("b",)], "value string").coalesce(1)
+    write(df, datasource_kafka, topic="k39-appendtime")
+    by_kafka = consume(datasource_kafka, "k39-appendtime", 1, "read_uncommitted")
+    got = read_back(spark, datasource_kafka, "k39-appendtime")
+    assert [(r.value, r.timestamp_type, r.timestamp) for r in got] == [
+        (v, 1, ts * 1000)
+        for _, _, v, t, ts in by_kafka
+        if t == 2  # LOG_APPEND_TIME
+    ]
+    assert len(got) == 2
