@@ -2,9 +2,10 @@
 
 The peer is found only through ``KAFKALOG_PEERS`` (a folder holding ``kafka-3.9/``, see
 benchmarks/_serve_peers.py); without it, or without Java, the tests that need it skip and say
-why. :func:`kafka_broker` starts the broker the first time a test asks and stops it at the end
-of the session (tests/conftest.py's ``kafka39`` fixture); tests share it, each with its own
-topics and groups. :func:`kafka_tool` runs one of Kafka's ``bin/kafka-*.sh`` tools, bounded.
+why. :func:`kafka_broker` starts a broker (tests/conftest.py's ``kafka39`` fixture: one for the
+session, shared by the tests, each with its own topics and groups). :func:`kafka_tool` runs one
+of Kafka's ``bin/kafka-*.sh`` tools, bounded. The same folder holds Spark's own Kafka connector
+(:func:`spark_connector_jars`).
 """
 
 from __future__ import annotations
@@ -20,6 +21,20 @@ import pytest
 from benchmarks._serve_peers import Server, kafka_home, kafka_server
 
 TOOL_TIMEOUT_S = 180.0
+CONNECTOR_JARS = (
+    "spark-kafka/spark-sql-kafka-0-10_2.13-4.0.0.jar",
+    "spark-kafka/spark-token-provider-kafka-0-10_2.13-4.0.0.jar",
+    "spark-kafka/commons-pool2-2.12.0.jar",
+    "kafka-3.9/libs/kafka-clients-3.9.1.jar",
+)
+
+
+def spark_connector_jars() -> list[str]:
+    """The jars of Spark's own Kafka connector (``format("kafka")``) under ``KAFKALOG_PEERS``,
+    for a SparkSession's ``spark.jars``; empty when any is missing."""
+    peers = os.environ.get("KAFKALOG_PEERS")
+    jars = [Path(peers) / jar for jar in CONNECTOR_JARS] if peers else []
+    return [str(j) for j in jars] if jars and all(j.is_file() for j in jars) else []
 
 
 def kafka39_home() -> Path:

@@ -34,8 +34,14 @@ def spark():
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
     from pyspark.sql import SparkSession
 
+    from tests.kafka39 import spark_connector_jars
+
+    builder = SparkSession.builder
+    jars = spark_connector_jars()
+    if jars:  # Spark's own Kafka connector, the reference of test_spark_connector_parity.py
+        builder = builder.config("spark.jars", ",".join(jars))
     session = (
-        SparkSession.builder.master("local[2]")
+        builder.master("local[2]")
         .appName("kafkalog-tests")
         .config("spark.ui.enabled", "false")
         .config("spark.sql.shuffle.partitions", "2")
