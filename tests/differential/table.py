@@ -1,0 +1,83 @@
+"""The differential table: every scenario run on Kafka 3.9 and on kafkalog, printed as a
+Markdown table of API x version: the fields compared, equal and differing, each difference
+named (tests/differential/allowed.py; "UNEXPLAINED" for one no entry allows).
+
+    KAFKALOG_PEERS=... python -m tests.differential.table
+
+Starts one Kafka 3.9 (``KAFKALOG_PEERS``, see tests/kafka39.py) and one kafkalog server in
+temporary folders; versions whose answers show the same differences are one row.
+"""
+
+from __future__ import annotations
+
+import sys
+import tempfile
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from broker_embedded.protocol.schemas import api_name
+from tests.differential.allowed import allowed_for
+from tests.differential.harness import leaves
+from tests.differential.scenario import compare
+from tests.differential.scenarios import SCENARIOS
+from tests.differential.servers import kafkalog_server
+
+
+@dataclass
+class Row:
+    compared: int = 0
+    differing: int = 0
+    names: set[str] = field(default_factory=set)
+
+
+def collect(kafka: str, kafkalog: str) -> dict[tuple[int, int], Row]:
+    """(API key, version) -> what its answers showed, over every scenario."""
+    rows: dict[tuple[int, int], Row] = defaultdict(Row)
+    for name, scenario in SCENARIOS.items():
+        result = compare(scenario, kafka, kafkalog)
+        for exchange in result.kafka:
+            rows[exchange.api_key, exchange.version].compared += leaves(exchange.answer)
+        for d in result.differences:
+            row = rows[d.api_key, d.version]
+            row.differing += 1
+            allowed = allowed_for(name, d)
+            row.names.add(allowed.name if allowed else f"UNEXPLAINED {d.difference.path}")
+    return rows
+
+
+def render(rows: dict[tuple[int, int], Row]) -> str:
+    """The Markdown table; consecutive versions with the same differences share a row."""
+    lines = ["| API | versions | fields compared | equal | differing | differences |",
+             "|---|---|---|---|---|---|"]  # fmt: skip
+    for key in sorted({k for k, _ in rows}):
+        versions = sorted(v for k, v in rows if k == key)
+        groups: list[list[int]] = []
+        for v in versions:
+            if groups and rows[key, groups[-1][-1]].names == rows[key, v].names:
+                groups[-1].append(v)
+            else:
+                groups.append([v])
+        for group in groups:
+            compared = sum(rows[key, v].compared for v in group)
+            differing = sum(rows[key, v].differing for v in group)
+            names = ", ".join(sorted(rows[key, group[0]].names)) or "none"
+            span = f"{group[0]}" if len(group) == 1 else f"{group[0]}-{group[-1]}"
+            lines.append(f"| {api_name(key)} | {span} | {compared} | "
+                         f"{max(compared - differing, 0)} | {differing} | {names} |")  # fmt: skip
+    return "\n".join(lines)
+
+
+def main() -> int:
+    from tests.kafka39 import kafka_broker
+
+    with tempfile.TemporaryDirectory() as work:
+        root = Path(work)
+        (root / "kafka").mkdir()
+        with kafka_broker(root / "kafka") as kafka, kafkalog_server(root / "kafkalog") as ours:
+            print(render(collect(kafka.bootstrap, ours)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
