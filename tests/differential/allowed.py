@@ -38,8 +38,9 @@ REASONS = {
     "create-error-configs": "CreateTopics answers a topic it refused with configs null "
     "(Kafka: an empty list).",
     "error-messages": "kafkalog sends an error_message naming the topic, partition or value "
-    "where Kafka sends null (Produce errors other than record validation), '' (DescribeConfigs) "
-    "or 'NONE' / '' (FindCoordinator v3 / v4 without an error).",
+    "where Kafka sends null (Produce errors other than record validation, CreatePartitions of "
+    "an unknown topic, DescribeProducers of an unknown partition), '' (DescribeConfigs) or "
+    "'NONE' / '' (FindCoordinator v3 / v4 without an error).",
     "whole-batches": "Fetch answers whole batches only: where the byte limit ends inside a "
     "batch Kafka sends that batch's first bytes (a partial batch the client drops), kafkalog "
     "stops at the last whole batch.",
@@ -162,9 +163,13 @@ ALLOWED: tuple[Allowed, ...] = (
     Allowed("error-messages", "describe_configs", "v* keys", ".results[2].error_message", "",
             "<masked>"),
     *(Allowed("error-messages", scenario, "find * v3", ".error_message", "<masked>", None)
-      for scenario in ("groups", "transactions")),
+      for scenario in ("groups", "transactions", "offsets_stable", "admin")),
     *(Allowed("error-messages", scenario, "find * v4", ".coordinators[0].error_message", "",
-              None) for scenario in ("groups", "transactions")),
+              None) for scenario in ("groups", "transactions", "offsets_stable", "admin")),
+    Allowed("error-messages", "admin", "create partitions v*",
+            ".results.{diff-admin-unknown-*}.error_message", None, "<masked>"),
+    Allowed("error-messages", "admin", "describe producers",
+            ".topics.{*}.partitions.{9}.error_message", None, "<masked>"),
     *(Allowed("no-txn-verification", "transactions", label,
               f".responses.{{*}}.partition_responses[0].{field}", kafka, ANY)
       for label, kafka_error in (("produce, old epoch", "invalid_producer_epoch"),

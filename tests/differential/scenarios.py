@@ -120,18 +120,33 @@ def _fetch(
     max_bytes: int = 50 << 20,
     isolation: int = 0,
     session: tuple[int, int] = (0, -1),
-    log_start: int = -1,
+    forget: bool = False,
+    leader_epoch: int = -1,
+    partition: int = 0,
 ) -> Any:
-    """A Fetch that does not wait (max wait 0); by topic id from v13."""
+    """A Fetch of one partition that does not wait (max wait 0); by topic id from v13;
+    ``forget``: the partition in ``forgotten_topics_data`` instead (sessions)."""
     topic_id = run.topic_id(topic) if v >= 13 else None
+    fetched = {
+        "topic": topic,
+        "topic_id": topic_id,
+        "partitions": [
+            {
+                "partition": partition,
+                "current_leader_epoch": leader_epoch,
+                "fetch_offset": offset,
+                "last_fetched_epoch": -1,
+                "log_start_offset": -1,
+                "partition_max_bytes": partition_max,
+            }
+        ],
+    }
+    forgotten = {"topic": topic, "topic_id": topic_id, "partitions": [partition]}
     return run.call(label, FETCH, v, {
         "replica_id": -1, "max_wait": 0, "min_bytes": 1, "max_bytes": max_bytes,
         "isolation_level": isolation, "session_id": session[0], "session_epoch": session[1],
-        "topics": [{"topic": topic, "topic_id": topic_id, "partitions": [{
-            "partition": 0, "current_leader_epoch": -1, "fetch_offset": offset,
-            "last_fetched_epoch": -1, "log_start_offset": log_start,
-            "partition_max_bytes": partition_max}]}],
-        "forgotten_topics_data": [], "rack_id": ""})  # fmt: skip
+        "topics": [] if forget else [fetched],
+        "forgotten_topics_data": [forgotten] if forget else [], "rack_id": ""})  # fmt: skip
 
 
 CODECS = {"none": 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
@@ -465,6 +480,145 @@ def _until_stable(run: Run, topic: str) -> None:
         time.sleep(0.05)
 
 
+def fetch_sessions(run: Run) -> None:
+    """Incremental fetch sessions (KIP-227) at v7, v12 and v15: a full fetch opening a
+    session, an incremental one with nothing new, one after new records, a stale epoch, an
+    unknown session id, forgetting the partition, closing the session."""
+    topic = run.topic("sessions")
+    run.create(topic)
+    _produce(run, "produce 0", 9, topic, batch([b"a", b"b"]))
+    for v in (7, 12, 15):
+        opened = _fetch(run, f"v{v} open", v, topic, 0, session=(0, 0))
+        sid = opened["session_id"]
+        _fetch(run, f"v{v} epoch 1, nothing new", v, topic, 2, session=(sid, 1))
+        _produce(run, f"v{v} produce", 9, topic, batch([b"c"]))
+        _fetch(run, f"v{v} epoch 2, new records", v, topic, 2, session=(sid, 2))
+        _fetch(run, f"v{v} stale epoch", v, topic, 2, session=(sid, 2))
+        _fetch(run, f"v{v} unknown session", v, topic, 2, session=(sid + 12345, 1))
+        _fetch(run, f"v{v} forget", v, topic, 3, session=(sid, 3), forget=True)
+        _fetch(run, f"v{v} close", v, topic, 3, session=(sid, -1))
+
+
+def fetch_epochs(run: Run) -> None:
+    """Fetch and ListOffsets with a current leader epoch: the current one, an older one
+    (FENCED_LEADER_EPOCH), a newer one (UNKNOWN_LEADER_EPOCH); Fetch of an unknown partition
+    and topic."""
+    topic = run.topic("epochs")
+    run.create(topic)
+    _produce(run, "produce", 9, topic, batch([b"a"]))
+    for epoch in (0, -5, 7):
+        _fetch(run, f"fetch epoch {epoch}", 12, topic, 0, leader_epoch=epoch)
+        run.call(
+            f"list offsets epoch {epoch}",
+            LIST_OFFSETS,
+            9,
+            {
+                "replica_id": -1,
+                "isolation_level": 0,
+                "topics": [
+                    {
+                        "name": topic,
+                        "partitions": [
+                            {"partition_index": 0, "current_leader_epoch": epoch, "timestamp": -1}
+                        ],
+                    }
+                ],
+            },
+        )
+    _fetch(run, "fetch unknown topic", 12, run.topic("epochs-unknown"), 0)
+    _fetch(run, "fetch unknown partition", 12, topic, 0, partition=3)
+
+
+ADD_OFFSETS_TO_TXN, TXN_OFFSET_COMMIT = 25, 28
+
+
+def offsets_stable(run: Run) -> None:
+    """OffsetCommit and OffsetFetch at every version both serve for a group with no members,
+    then a transactional offset commit pending: OffsetFetch with and without
+    ``require_stable`` (v7+), then after the commit."""
+    group, topic, txn = run.topic("stable"), run.topic("stable-topic"), run.topic("stable-txn")
+    run.create(topic)
+    _find_coordinator(run, "find group", group, 0)
+    for v in range(2, 10):
+        run.call(f"commit v{v}", OFFSET_COMMIT, v, {**_commit(group, -1, "", topic, 10 + v),
+                                                    "retention_time": -1})  # fmt: skip
+    for v in range(1, 10):
+        run.call(f"fetch v{v}", OFFSET_FETCH, v, {
+            "group_id": group, "topics": [{"name": topic, "partition_indexes": [0]}],
+            "groups": [{"group_id": group, "topics": [
+                {"name": topic, "partition_indexes": [0]}]}],
+            "require_stable": False})  # fmt: skip
+    _find_coordinator(run, "find txn", txn, 1)
+    init = {"transactional_id": txn, "transaction_timeout": 60_000, "producer_id": -1,
+            "producer_epoch": -1}  # fmt: skip
+    pid = run.until("init", INIT_PRODUCER_ID, 4, init)
+    ident = {"producer_id": pid["producer_id"], "producer_epoch": pid["producer_epoch"]}
+    run.until("add offsets", ADD_OFFSETS_TO_TXN, 3, {"transactional_id": txn, **ident,
+              "group_id": group}, BUSY)  # fmt: skip
+    run.call("txn offset commit", TXN_OFFSET_COMMIT, 3, {
+        "transactional_id": txn, "group_id": group, **ident, "generation_id": -1,
+        "member_id": "", "group_instance_id": None, "topics": [{"name": topic, "partitions": [
+            {"partition_index": 0, "committed_offset": 99, "committed_leader_epoch": -1,
+             "committed_metadata": "txn"}]}]})  # fmt: skip
+    for stable in (False, True):
+        for v in (7, 8):
+            run.call(f"pending v{v} stable={stable}", OFFSET_FETCH, v, {
+                "group_id": group, "topics": [{"name": topic, "partition_indexes": [0]}],
+                "groups": [{"group_id": group, "topics": [
+                    {"name": topic, "partition_indexes": [0]}]}],
+                "require_stable": stable})  # fmt: skip
+    run.call("end commit", END_TXN, 3, {"transactional_id": txn, **ident, "committed": True})
+    run.until("committed v8 stable", OFFSET_FETCH, 8, {"groups": [{"group_id": group,
+              "topics": [{"name": topic, "partition_indexes": [0]}]}], "require_stable": True},
+              frozenset({"unstable_offset_commit"}), _fetched_error)  # fmt: skip
+
+
+def _fetched_error(answer: dict[str, Any]) -> str:
+    return answer["groups"][0]["topics"][0]["partitions"][0]["error_code"]
+
+
+CREATE_PARTITIONS, DELETE_TOPICS, DELETE_GROUPS, OFFSET_DELETE = 37, 20, 42, 47
+DESCRIBE_PRODUCERS, DESCRIBE_TRANSACTIONS = 61, 65
+
+
+def admin(run: Run) -> None:
+    """CreatePartitions (more, fewer, validate only, unknown topic, a manual assignment),
+    DeleteTopics (existing, unknown), DescribeProducers, DeleteGroups and OffsetDelete of an
+    unknown group."""
+    topic = run.topic("admin")
+    run.create(topic)
+    for v in (0, 3):
+        run.call(f"create partitions v{v}", CREATE_PARTITIONS, v, {"topics": [
+            {"name": topic, "count": 2 + v, "assignments": None},
+            {"name": run.topic("admin-unknown"), "count": 2, "assignments": None}],
+            "timeout": 30_000, "validate_only": False})  # fmt: skip
+    run.wait_ready(topic, 5)
+    run.call("fewer partitions", CREATE_PARTITIONS, 3, {"topics": [
+        {"name": topic, "count": 2, "assignments": None}], "timeout": 30_000,
+        "validate_only": False})  # fmt: skip
+    run.call("validate only", CREATE_PARTITIONS, 3, {"topics": [
+        {"name": topic, "count": 9, "assignments": None}], "timeout": 30_000,
+        "validate_only": True})  # fmt: skip
+    run.call("bad assignment", CREATE_PARTITIONS, 3, {"topics": [
+        {"name": topic, "count": 6, "assignments": [{"broker_ids": [4]}]}], "timeout": 30_000,
+        "validate_only": False})  # fmt: skip
+    _produce(run, "produce", 9, topic, batch([b"a"]))
+    run.call("describe producers", DESCRIBE_PRODUCERS, 0, {"topics": [
+        {"name": topic, "partition_indexes": [0, 9]}]})  # fmt: skip
+    group = run.topic("admin-group")
+    _find_coordinator(run, "find group", group, 0)
+    run.call("delete unknown group", DELETE_GROUPS, 2, {"groups_names": [group]})
+    run.call("offset delete unknown group", OFFSET_DELETE, 0, {"group_id": group, "topics": [
+        {"name": topic, "partitions": [{"partition_index": 0}]}]})  # fmt: skip
+    for v in (1, 6):
+        run.call(f"delete topics v{v}", DELETE_TOPICS, v, {
+            "topic_names": [run.topic(f"admin-gone-{v}")], "topics": [
+                {"name": run.topic(f"admin-gone-{v}"), "topic_id": None}],
+            "timeout": 30_000})  # fmt: skip
+    run.call("delete topic", DELETE_TOPICS, 6, {"topics": [{"name": topic, "topic_id": None}],
+                                                "timeout": 30_000})  # fmt: skip
+
+
 SCENARIOS: dict[str, Scenario] = {
     "api_versions": api_versions,
     "metadata": metadata,
@@ -478,4 +632,8 @@ SCENARIOS: dict[str, Scenario] = {
     "delete_records": delete_records,
     "groups": groups,
     "transactions": transactions,
+    "fetch_sessions": fetch_sessions,
+    "fetch_epochs": fetch_epochs,
+    "offsets_stable": offsets_stable,
+    "admin": admin,
 }
