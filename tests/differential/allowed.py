@@ -87,6 +87,11 @@ KAFKA_ONLY_CONFIGS = (
 )  # fmt: skip
 
 
+# The scenarios that ask FindCoordinator.
+WITH_COORDINATOR = ("groups", "transactions", "offsets_stable", "admin", "group_versions",
+                    "static_members", "open_transaction")  # fmt: skip
+
+
 @dataclass(frozen=True)
 class Allowed:
     name: str  # a key of REASONS
@@ -163,9 +168,9 @@ ALLOWED: tuple[Allowed, ...] = (
     Allowed("error-messages", "describe_configs", "v* keys", ".results[2].error_message", "",
             "<masked>"),
     *(Allowed("error-messages", scenario, "find * v3", ".error_message", "<masked>", None)
-      for scenario in ("groups", "transactions", "offsets_stable", "admin")),
+      for scenario in WITH_COORDINATOR),
     *(Allowed("error-messages", scenario, "find * v4", ".coordinators[0].error_message", "",
-              None) for scenario in ("groups", "transactions", "offsets_stable", "admin")),
+              None) for scenario in WITH_COORDINATOR),
     Allowed("error-messages", "admin", "create partitions v*",
             ".results.{diff-admin-unknown-*}.error_message", None, "<masked>"),
     Allowed("error-messages", "admin", "describe producers",

@@ -53,7 +53,9 @@ MASKED = frozenset({
 
 # Times a broker takes from its clock: masked when within a day of now (the fixed timestamps
 # the scenarios write stay compared: a duplicate's log append time is its batch's).
-CLOCK = frozenset({"log_append_time", "current_state_timestamp", "transaction_start_time_ms"})
+CLOCK = frozenset({
+    "log_append_time", "timestamp", "current_state_timestamp", "transaction_start_time_ms",
+})  # fmt: skip
 _DAY_MS = 86_400_000
 
 # Fields whose values only have to agree within one sequence: replaced by "<kind#n>" where n
@@ -252,7 +254,7 @@ class Normalizer:
             return value
         if field in MASKED:
             return "<masked>"
-        if field in CLOCK and abs(value - time.time() * 1000) < _DAY_MS:
+        if field in CLOCK and isinstance(value, int) and abs(value - time.time() * 1000) < _DAY_MS:
             return "<now>"
         if field in MAPPED:
             kind = MAPPED[field]

@@ -181,6 +181,24 @@ def produce_errors(run: Run) -> None:
         _produce(run, f"v{v} bad crc", v, small, bytes(corrupt))
         _produce(run, f"v{v} log append time", v, append, batch([b"z", b"w"]))
     _fetch(run, "fetch append time", 12, append, 0)
+    for name, ts in (("latest", -1), ("max timestamp", -3), ("by timestamp", 1)):
+        run.call(
+            f"append time: list offsets {name}",
+            LIST_OFFSETS,
+            9,
+            {
+                "replica_id": -1,
+                "isolation_level": 0,
+                "topics": [
+                    {
+                        "name": append,
+                        "partitions": [
+                            {"partition_index": 0, "current_leader_epoch": -1, "timestamp": ts}
+                        ],
+                    }
+                ],
+            },
+        )
 
 
 def produce_idempotent(run: Run) -> None:
@@ -619,6 +637,105 @@ def admin(run: Run) -> None:
                                                 "timeout": 30_000})  # fmt: skip
 
 
+def group_versions(run: Run) -> None:
+    """One member's group at every JoinGroup version (0-9, a group each), with SyncGroup,
+    Heartbeat, DescribeGroups and LeaveGroup at the highest version each has at or below it."""
+    topic = run.topic("gv-topic")
+    run.create(topic)
+    _find_coordinator(run, "find group", run.topic("gv-0"), 0)
+    for v in range(10):
+        group = run.topic(f"gv-{v}")
+        joined = run.until(f"join v{v}", JOIN_GROUP, v, _join(group, "", topic))
+        member = joined["member_id"]
+        if joined["error_code"] == "member_id_required":
+            joined = run.call(f"join again v{v}", JOIN_GROUP, v, _join(group, member, topic))
+        gen = joined["generation_id"]
+        run.call(f"sync v{min(v, 5)}", SYNC_GROUP, min(v, 5), _sync(group, gen, member, [member]))
+        run.call(f"heartbeat v{min(v, 4)}", HEARTBEAT, min(v, 4), _beat(group, gen, member))
+        run.call(f"describe v{min(v, 5)}", DESCRIBE_GROUPS, min(v, 5), {
+            "groups": [group], "include_authorized_operations": False})  # fmt: skip
+        run.call(f"leave v{min(v, 5)}", LEAVE_GROUP, min(v, 5), {
+            "group_id": group, "member_id": member, "members": [
+                {"member_id": member, "group_instance_id": None, "reason": None}]})  # fmt: skip
+        run.call(f"heartbeat after leave v{min(v, 4)}", HEARTBEAT, min(v, 4),
+                 _beat(group, gen, member))  # fmt: skip
+
+
+def static_members(run: Run) -> None:
+    """A static member (``group.instance.id``): joined at once without MEMBER_ID_REQUIRED,
+    replaced by a new member with the same instance id (the old member id fenced), a
+    heartbeat and a leave of the fenced one, the leave by instance id."""
+    group, topic = run.topic("static"), run.topic("static-topic")
+    run.create(topic)
+    _find_coordinator(run, "find group", group, 0)
+    first = run.until("join", JOIN_GROUP, 9, {**_join(group, "", topic),
+                                              "group_instance_id": "instance-1"})  # fmt: skip
+    old, gen = first["member_id"], first["generation_id"]
+    run.call("sync", SYNC_GROUP, 5, {**_sync(group, gen, old, [old]),
+                                     "group_instance_id": "instance-1"})  # fmt: skip
+    again = run.call("join again, new member id", JOIN_GROUP, 9, {
+        **_join(group, "", topic), "group_instance_id": "instance-1"})  # fmt: skip
+    new = again["member_id"]
+    run.call("heartbeat of the old member id", HEARTBEAT, 4, {
+        **_beat(group, gen, old), "group_instance_id": "instance-1"})  # fmt: skip
+    run.call(
+        "heartbeat of the new member id",
+        HEARTBEAT,
+        4,
+        {**_beat(group, again["generation_id"], new), "group_instance_id": "instance-1"},
+    )
+    run.call(
+        "describe", DESCRIBE_GROUPS, 5, {"groups": [group], "include_authorized_operations": False}
+    )
+    run.call("leave, old member id", LEAVE_GROUP, 5, {"group_id": group, "members": [
+        {"member_id": old, "group_instance_id": "instance-1", "reason": None}]})  # fmt: skip
+    run.call("leave by instance id", LEAVE_GROUP, 5, {"group_id": group, "members": [
+        {"member_id": "", "group_instance_id": "instance-1", "reason": None}]})  # fmt: skip
+
+
+def open_transaction(run: Run) -> None:
+    """A transaction left open: Fetch of both isolation levels (the LSO below the high
+    watermark), ListOffsets read_committed, then the abort and the same again."""
+    txn, topic = run.topic("open-txn"), run.topic("open-txn-topic")
+    run.create(topic)
+    _produce(run, "produce plain", 9, topic, batch([b"p1", b"p2"]))
+    _find_coordinator(run, "find txn", txn, 1)
+    init = {"transactional_id": txn, "transaction_timeout": 60_000, "producer_id": -1,
+            "producer_epoch": -1}  # fmt: skip
+    pid = run.until("init", INIT_PRODUCER_ID, 4, init)
+    ident = {"producer_id": pid["producer_id"], "producer_epoch": pid["producer_epoch"]}
+    run.until(
+        "add partitions",
+        ADD_PARTITIONS_TO_TXN,
+        3,
+        {
+            "v3_and_below_transactional_id": txn,
+            "v3_and_below_producer_id": ident["producer_id"],
+            "v3_and_below_producer_epoch": ident["producer_epoch"],
+            "v3_and_below_topics": [{"name": topic, "partitions": [0]}],
+        },
+        BUSY,
+        _added_error,
+    )
+    run.until("produce in txn", PRODUCE, 9, {
+        "acks": -1, "timeout": 30_000, "transactional_id": txn, "topic_data": [{
+            "name": topic, "partition_data": [{"index": 0, "records": batch(
+                [b"t1", b"t2"], base_sequence=0, transactional=True, **ident)}]}]},
+        VERIFYING, _produce_error)  # fmt: skip
+    _produce(run, "produce plain after", 9, topic, batch([b"p3"]))
+    for step in ("open", "aborted"):
+        if step == "aborted":
+            run.call("abort", END_TXN, 3, {"transactional_id": txn, **ident, "committed": False})
+            _until_stable(run, topic)
+        for isolation in (0, 1):
+            _fetch(run, f"{step}: fetch isolation {isolation}", 12, topic, 0, isolation=isolation)
+            run.call(f"{step}: list offsets isolation {isolation}", LIST_OFFSETS, 9, {
+                "replica_id": -1, "isolation_level": isolation, "topics": [{
+                    "name": topic, "partitions": [{"partition_index": 0,
+                                                   "current_leader_epoch": -1,
+                                                   "timestamp": -1}]}]})  # fmt: skip
+
+
 SCENARIOS: dict[str, Scenario] = {
     "api_versions": api_versions,
     "metadata": metadata,
@@ -636,4 +753,7 @@ SCENARIOS: dict[str, Scenario] = {
     "fetch_epochs": fetch_epochs,
     "offsets_stable": offsets_stable,
     "admin": admin,
+    "group_versions": group_versions,
+    "static_members": static_members,
+    "open_transaction": open_transaction,
 }
