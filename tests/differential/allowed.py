@@ -89,7 +89,7 @@ KAFKA_ONLY_CONFIGS = (
 
 # The scenarios that ask FindCoordinator.
 WITH_COORDINATOR = ("groups", "transactions", "offsets_stable", "admin", "group_versions",
-                    "static_members", "open_transaction")  # fmt: skip
+                    "static_members", "open_transaction", "producer_ids")  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -147,6 +147,10 @@ ALLOWED: tuple[Allowed, ...] = (
             ABSENT),
     Allowed("auto-create-at-once", "metadata", "v12 auto-create", ".topics.{*}.topic_id",
             None, "<masked>"),
+    Allowed("auto-create-at-once", "cluster", "metadata v* auto-create", ".topics.{*}.error_code",
+            "unknown_topic_or_partition", "none"),
+    Allowed("auto-create-at-once", "cluster", "metadata v* auto-create",
+            ".topics.{*}.partitions.{0}", ABSENT),
     *(Allowed("configs-not-served", "create_topics", "v* configs", f".topics.{{*}}.configs.{{{c}}}",
               ANY, ABSENT) for c in KAFKA_ONLY_CONFIGS),
     Allowed("validate-only-configs", "create_topics", "v* validate_only",

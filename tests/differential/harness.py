@@ -54,7 +54,7 @@ MASKED = frozenset({
 # Times a broker takes from its clock: masked when within a day of now (the fixed timestamps
 # the scenarios write stay compared: a duplicate's log append time is its batch's).
 CLOCK = frozenset({
-    "log_append_time", "timestamp", "current_state_timestamp", "transaction_start_time_ms",
+    "log_append_time", "timestamp", "current_state_timestamp", "transaction_start_time",
 })  # fmt: skip
 _DAY_MS = 86_400_000
 

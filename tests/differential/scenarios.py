@@ -14,6 +14,8 @@ import time
 from typing import Any
 
 from broker_embedded.protocol.schemas import api_name
+from broker_embedded.record.memory_records_builder import MemoryRecordsBuilder
+from broker_embedded.record.record_batch import Record
 from tests.differential.scenario import BASE_TIMESTAMP, Run, Scenario, batch
 
 PRODUCE, FETCH, LIST_OFFSETS, METADATA = 0, 1, 2, 3
@@ -736,6 +738,75 @@ def open_transaction(run: Run) -> None:
                                                    "timestamp": -1}]}]})  # fmt: skip
 
 
+DESCRIBE_CLUSTER, LIST_TRANSACTIONS = 60, 66
+
+
+def producer_ids(run: Run) -> None:
+    """InitProducerId at every version (idempotent; transactional with the epoch bump of
+    KIP-360 from v3 and a wrong epoch), AddOffsetsToTxn and EndTxn at every version,
+    DescribeTransactions and ListTransactions filtered by this producer id."""
+    txn = run.topic("pids")
+    _find_coordinator(run, "find txn", txn, 1)
+    for v in range(6):
+        run.until(f"idempotent v{v}", INIT_PRODUCER_ID, v, {
+            "transactional_id": None, "transaction_timeout": 60_000, "producer_id": -1,
+            "producer_epoch": -1})  # fmt: skip
+    init = {"transactional_id": txn, "transaction_timeout": 60_000, "producer_id": -1,
+            "producer_epoch": -1}  # fmt: skip
+    pid = run.until("transactional v0", INIT_PRODUCER_ID, 0, init)
+    ident = {"producer_id": pid["producer_id"], "producer_epoch": pid["producer_epoch"]}
+    for v in range(3, 6):
+        pid = run.until(f"bump v{v}", INIT_PRODUCER_ID, v, {**init, **ident}, BUSY)
+        ident = {"producer_id": pid["producer_id"], "producer_epoch": pid["producer_epoch"]}
+    run.call("wrong epoch", INIT_PRODUCER_ID, 4, {
+        **init, "producer_id": ident["producer_id"], "producer_epoch": 99})  # fmt: skip
+    group = run.topic("pids-group")
+    for v in range(4):
+        run.until(f"add offsets v{v}", ADD_OFFSETS_TO_TXN, v, {
+            "transactional_id": txn, **ident, "group_id": group}, BUSY)  # fmt: skip
+        run.call(f"end v{v}", END_TXN, v, {"transactional_id": txn, **ident,
+                                           "committed": v % 2 == 0})  # fmt: skip
+    run.until("describe transactions", DESCRIBE_TRANSACTIONS, 0, {
+        "transactional_ids": [txn]}, frozenset({"PrepareCommit", "PrepareAbort"}),
+        lambda a: a["transaction_states"][0]["transaction_state"])  # fmt: skip
+    run.call("describe unknown transaction", DESCRIBE_TRANSACTIONS, 0, {
+        "transactional_ids": [run.topic("pids-unknown")]}, view=_unmapped_ids)  # fmt: skip
+    for v in (0, 1):
+        run.call(f"list transactions v{v}", LIST_TRANSACTIONS, v, {
+            "state_filters": [], "producer_id_filters": [ident["producer_id"]],
+            "duration_filter": -1})  # fmt: skip
+
+
+def _unmapped_ids(answer: dict[str, Any]) -> dict[str, Any]:
+    """DescribeTransactions with the producer id of each error entry compared as it is (the
+    field's default, not an id)."""
+    states = [
+        t if t["error_code"] == "none"
+        else {("default_producer_id" if k == "producer_id" else k): v for k, v in t.items()}
+        for t in answer["transaction_states"]
+    ]  # fmt: skip
+    return {**answer, "transaction_states": states}
+
+
+def cluster(run: Run) -> None:
+    """DescribeCluster v0 and v1, Metadata v1-v3 creating a topic (auto-creation is implied
+    before v4), InvalidRecord: a keyless record on a compacted topic."""
+    for v in (0, 1):
+        run.call(f"describe cluster v{v}", DESCRIBE_CLUSTER, v, {
+            "include_cluster_authorized_operations": False, "endpoint_type": 1})  # fmt: skip
+    for v in (1, 3):
+        created = run.topic(f"cluster-auto-{v}")
+        run.call(f"metadata v{v} auto-create", METADATA, v, _metadata_request([created], True))
+        run.wait_ready(created, 1)
+    compacted = run.topic("cluster-compacted")
+    run.create(compacted, configs={"cleanup.policy": "compact"})
+    keyless = MemoryRecordsBuilder(0)
+    keyless.append_record(Record(0, BASE_TIMESTAMP, b"k", b"v"))
+    keyless.append_record(Record(1, BASE_TIMESTAMP, None, b"no key"))
+    for v in (3, 8, 11):
+        _produce(run, f"keyless v{v}", v, compacted, keyless.build())
+
+
 SCENARIOS: dict[str, Scenario] = {
     "api_versions": api_versions,
     "metadata": metadata,
@@ -756,4 +827,6 @@ SCENARIOS: dict[str, Scenario] = {
     "group_versions": group_versions,
     "static_members": static_members,
     "open_transaction": open_transaction,
+    "producer_ids": producer_ids,
+    "cluster": cluster,
 }
