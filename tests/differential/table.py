@@ -5,7 +5,8 @@ named (tests/differential/allowed.py; "UNEXPLAINED" for one no entry allows).
     KAFKALOG_PEERS=... python -m tests.differential.table
 
 Starts one Kafka 3.9 (``KAFKALOG_PEERS``, see tests/kafka39.py) and one kafkalog server in
-temporary folders; versions whose answers show the same differences are one row.
+temporary folders. "differing" counts differing fields (an entry only one side has counts
+once); one row per API, each difference named with the versions it shows in.
 """
 
 from __future__ import annotations
@@ -47,25 +48,32 @@ def collect(kafka: str, kafkalog: str) -> dict[tuple[int, int], Row]:
 
 
 def render(rows: dict[tuple[int, int], Row]) -> str:
-    """The Markdown table; consecutive versions with the same differences share a row."""
+    """The Markdown table: one row per API, each difference with the versions it shows in."""
     lines = ["| API | versions | fields compared | equal | differing | differences |",
              "|---|---|---|---|---|---|"]  # fmt: skip
-    for key in sorted({k for k, _ in rows}):
+    for key in sorted({k for k, _ in rows}, key=api_name):
         versions = sorted(v for k, v in rows if k == key)
-        groups: list[list[int]] = []
-        for v in versions:
-            if groups and rows[key, groups[-1][-1]].names == rows[key, v].names:
-                groups[-1].append(v)
-            else:
-                groups.append([v])
-        for group in groups:
-            compared = sum(rows[key, v].compared for v in group)
-            differing = sum(rows[key, v].differing for v in group)
-            names = ", ".join(sorted(rows[key, group[0]].names)) or "none"
-            span = f"{group[0]}" if len(group) == 1 else f"{group[0]}-{group[-1]}"
-            lines.append(f"| {api_name(key)} | {span} | {compared} | "
-                         f"{max(compared - differing, 0)} | {differing} | {names} |")  # fmt: skip
+        compared = sum(rows[key, v].compared for v in versions)
+        differing = sum(rows[key, v].differing for v in versions)
+        names = sorted({n for v in versions for n in rows[key, v].names})
+        shown = ", ".join(
+            f"{n} ({spans([v for v in versions if n in rows[key, v].names])})" for n in names
+        )
+        equal = max(compared - differing, 0)
+        lines.append(f"| {api_name(key)} | {spans(versions)} | {compared} | {equal} | "
+                     f"{differing} | {shown or 'none'} |")  # fmt: skip
     return "\n".join(lines)
+
+
+def spans(versions: list[int]) -> str:
+    """``[0, 1, 2, 4]`` as "v0-2, v4"."""
+    out: list[list[int]] = []
+    for v in versions:
+        if out and out[-1][-1] == v - 1:
+            out[-1].append(v)
+        else:
+            out.append([v])
+    return ", ".join(f"v{s[0]}" if len(s) == 1 else f"v{s[0]}-{s[-1]}" for s in out)
 
 
 def main() -> int:
