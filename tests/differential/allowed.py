@@ -39,7 +39,8 @@ REASONS = {
     "(Kafka: an empty list).",
     "error-messages": "kafkalog sends an error_message naming the topic, partition or value "
     "where Kafka sends null (Produce errors other than record validation, CreatePartitions of "
-    "an unknown topic, DescribeProducers of an unknown partition), '' (DescribeConfigs) or "
+    "an unknown topic, DescribeProducers of an unknown partition), '' (DescribeConfigs, "
+    "DescribeUserScramCredentials) or "
     "'NONE' / '' (FindCoordinator v3 / v4 without an error).",
     "whole-batches": "Fetch answers whole batches only: where the byte limit ends inside a "
     "batch Kafka sends that batch's first bytes (a partial batch the client drops), kafkalog "
@@ -89,7 +90,8 @@ KAFKA_ONLY_CONFIGS = (
 
 # The scenarios that ask FindCoordinator.
 WITH_COORDINATOR = ("groups", "transactions", "offsets_stable", "admin", "group_versions",
-                    "static_members", "open_transaction", "producer_ids")  # fmt: skip
+                    "static_members", "open_transaction", "producer_ids",
+                    "empty_and_unknown")  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -177,6 +179,8 @@ ALLOWED: tuple[Allowed, ...] = (
               None) for scenario in WITH_COORDINATOR),
     Allowed("error-messages", "admin", "create partitions v*",
             ".results.{diff-admin-unknown-*}.error_message", None, "<masked>"),
+    *(Allowed("error-messages", "empty_and_unknown", f"scram users, {which}", ".error_message",
+              "", None) for which in ("all", "unknown")),
     Allowed("error-messages", "admin", "describe producers",
             ".topics.{*}.partitions.{9}.error_message", None, "<masked>"),
     *(Allowed("no-txn-verification", "transactions", label,

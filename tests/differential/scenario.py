@@ -22,7 +22,7 @@ from tests.differential.harness import Connection, Difference, Normalizer, diff
 
 READY_TIMEOUT_S = 30.0
 BASE_TIMESTAMP = 1_700_000_000_000
-METADATA_KEY, CREATE_TOPICS_KEY = 3, 19
+LIST_OFFSETS_KEY, METADATA_KEY, CREATE_TOPICS_KEY = 2, 3, 19
 LOADING = frozenset(
     {"coordinator_not_available", "not_coordinator", "coordinator_load_in_progress"}
 )
@@ -119,7 +119,7 @@ class Run:
                 "include_topic_authorized_operations": False})  # fmt: skip
             found = answer["topics"][0]
             ready = [p for p in found["partitions"] if p["leader_id"] >= 0]
-            if found["error_code"] == "none" and len(ready) == partitions:
+            if found["error_code"] == "none" and len(ready) == partitions and self._led(topic):
                 return
             if time.monotonic() > deadline:
                 raise AssertionError(f"{topic} on {self.bootstrap} not ready: {found}")
@@ -136,6 +136,22 @@ class Run:
         answer = conn.receive(sent)
         self.exchanges.append(Exchange(label, sent[0], sent[1], answer))
         return answer
+
+    def _led(self, topic: str) -> bool:
+        """Whether every partition answers ListOffsets (Kafka's Metadata names a leader before
+        the broker leads the partition: NOT_LEADER_OR_FOLLOWER meanwhile)."""
+        answer = self.quiet(LIST_OFFSETS_KEY, 9, {
+            "replica_id": -1, "isolation_level": 0, "topics": [{"name": topic, "partitions": [
+                {"partition_index": p["partition_index"], "current_leader_epoch": -1,
+                 "timestamp": -1} for p in self._partitions(topic)]}]})  # fmt: skip
+        return all(p["error_code"] == "none" for p in answer["topics"][0]["partitions"])
+
+    def _partitions(self, topic: str) -> list[dict[str, Any]]:
+        answer = self.quiet(METADATA_KEY, 12, {
+            "topics": [{"name": topic, "topic_id": None}], "allow_auto_topic_creation": False,
+            "include_cluster_authorized_operations": False,
+            "include_topic_authorized_operations": False})  # fmt: skip
+        return answer["topics"][0]["partitions"]
 
     def close(self) -> None:
         for conn in [self.conn, *self._more]:

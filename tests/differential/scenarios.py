@@ -807,6 +807,53 @@ def cluster(run: Run) -> None:
         _produce(run, f"keyless v{v}", v, compacted, keyless.build())
 
 
+DESCRIBE_USER_SCRAM_CREDENTIALS = 50
+
+
+def empty_and_unknown(run: Run) -> None:
+    """An empty partition (ListOffsets of each kind, Fetch at 0 and 1), OffsetCommit to an
+    unknown topic and partition, OffsetFetch of every topic (null) and of an unknown group,
+    DescribeUserScramCredentials of all users and an unknown one."""
+    topic, group = run.topic("empty"), run.topic("empty-group")
+    run.create(topic, 2)
+    for name, ts in (("earliest", -2), ("latest", -1), ("timestamp", 0), ("max", -3)):
+        run.call(
+            f"list offsets {name}",
+            LIST_OFFSETS,
+            9,
+            {
+                "replica_id": -1,
+                "isolation_level": 0,
+                "topics": [
+                    {
+                        "name": topic,
+                        "partitions": [
+                            {"partition_index": 0, "current_leader_epoch": -1, "timestamp": ts}
+                        ],
+                    }
+                ],
+            },
+        )
+    for offset in (0, 1):
+        _fetch(run, f"fetch {offset}", 12, topic, offset)
+    _find_coordinator(run, "find group", group, 0)
+    run.call("commit", OFFSET_COMMIT, 8, _commit(group, -1, "", topic, 4))
+    run.call("commit unknown topic", OFFSET_COMMIT, 8,
+             _commit(group, -1, "", run.topic("empty-unknown"), 1))  # fmt: skip
+    run.call("commit unknown partition", OFFSET_COMMIT, 8, {
+        **_commit(group, -1, "", topic, 1), "topics": [{"name": topic, "partitions": [
+            {"partition_index": 7, "committed_offset": 1, "committed_leader_epoch": -1,
+             "committed_metadata": None}]}]})  # fmt: skip
+    for v in (7, 8):
+        run.call(f"fetch all topics v{v}", OFFSET_FETCH, v, {
+            "group_id": group, "topics": None, "require_stable": True,
+            "groups": [{"group_id": group, "topics": None},
+                       {"group_id": run.topic("empty-nogroup"), "topics": None}]})  # fmt: skip
+    run.call("scram users, all", DESCRIBE_USER_SCRAM_CREDENTIALS, 0, {"users": None})
+    run.call("scram users, unknown", DESCRIBE_USER_SCRAM_CREDENTIALS, 0, {
+        "users": [{"name": run.topic("nobody")}]})  # fmt: skip
+
+
 SCENARIOS: dict[str, Scenario] = {
     "api_versions": api_versions,
     "metadata": metadata,
@@ -829,4 +876,5 @@ SCENARIOS: dict[str, Scenario] = {
     "open_transaction": open_transaction,
     "producer_ids": producer_ids,
     "cluster": cluster,
+    "empty_and_unknown": empty_and_unknown,
 }
