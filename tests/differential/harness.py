@@ -332,4 +332,4 @@ def field_name(path: str) -> str:
     """A difference's path without list indices and topic names: the field it names
     (``.topics.partitions.error_code``; entries named by other keys keep them:
     ``.configs{retention.ms}.value``)."""
-    return re.sub(r"\[\d+\]|\{diff-[^}]*\}", "", path)
+    return re.sub(r"\[\d+\]|\.\{diff-[^}]*\}", "", path)
