@@ -91,7 +91,7 @@ KAFKA_ONLY_CONFIGS = (
 # The scenarios that ask FindCoordinator.
 WITH_COORDINATOR = ("groups", "transactions", "offsets_stable", "admin", "group_versions",
                     "static_members", "open_transaction", "producer_ids",
-                    "empty_and_unknown")  # fmt: skip
+                    "empty_and_unknown", "group_errors")  # fmt: skip
 
 
 @dataclass(frozen=True)

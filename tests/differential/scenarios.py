@@ -854,6 +854,45 @@ def empty_and_unknown(run: Run) -> None:
         "users": [{"name": run.topic("nobody")}]})  # fmt: skip
 
 
+def group_errors(run: Run) -> None:
+    """The group APIs' errors: a session timeout out of range, an empty group id, an unknown
+    member id joining, another protocol type, SyncGroup and LeaveGroup of an unknown member,
+    SyncGroup of a wrong generation, OffsetCommit with an empty group id, DescribeGroups and
+    DeleteGroups of a group with members."""
+    group, topic = run.topic("gerr"), run.topic("gerr-topic")
+    run.create(topic)
+    _find_coordinator(run, "find group", group, 0)
+    run.call("session timeout too small", JOIN_GROUP, 9, {**_join(group, "", topic),
+                                                          "session_timeout": 10})  # fmt: skip
+    run.call(
+        "session timeout too large",
+        JOIN_GROUP,
+        9,
+        {**_join(group, "", topic), "session_timeout": 2_000_000_000},
+    )
+    run.call("empty group id", JOIN_GROUP, 9, _join("", "", topic))
+    run.call("unknown member joins", JOIN_GROUP, 9, _join(group, "nobody", topic))
+    first = run.call("join (no id)", JOIN_GROUP, 9, _join(group, "", topic))
+    member = first["member_id"]
+    joined = run.call("join", JOIN_GROUP, 9, _join(group, member, topic))
+    gen = joined["generation_id"]
+    run.call("sync unknown member", SYNC_GROUP, 5, _sync(group, gen, "nobody", []))
+    run.call("sync wrong generation", SYNC_GROUP, 5, _sync(group, gen + 1, member, [member]))
+    run.call("sync", SYNC_GROUP, 5, _sync(group, gen, member, [member]))
+    run.call("other protocol type", JOIN_GROUP, 9, {**_join(group, "", topic),
+                                                    "protocol_type": "connect"})  # fmt: skip
+    run.call("commit empty group id", OFFSET_COMMIT, 8, _commit("", -1, "", topic, 1))
+    run.call(
+        "describe", DESCRIBE_GROUPS, 5, {"groups": [group], "include_authorized_operations": False}
+    )
+    run.call("delete a group with members", DELETE_GROUPS, 2, {"groups_names": [group]})
+    run.call("leave unknown member", LEAVE_GROUP, 5, {"group_id": group, "members": [
+        {"member_id": "nobody", "group_instance_id": None, "reason": None}]})  # fmt: skip
+    run.call("leave", LEAVE_GROUP, 5, {"group_id": group, "members": [
+        {"member_id": member, "group_instance_id": None, "reason": None}]})  # fmt: skip
+    run.call("delete the empty group", DELETE_GROUPS, 2, {"groups_names": [group]})
+
+
 SCENARIOS: dict[str, Scenario] = {
     "api_versions": api_versions,
     "metadata": metadata,
@@ -877,4 +916,5 @@ SCENARIOS: dict[str, Scenario] = {
     "producer_ids": producer_ids,
     "cluster": cluster,
     "empty_and_unknown": empty_and_unknown,
+    "group_errors": group_errors,
 }
