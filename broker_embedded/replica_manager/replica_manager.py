@@ -84,6 +84,12 @@ DELETE_TO_HIGH_WATERMARK = -1
 CONSUMER_REPLICA_ID = -1  # a client's ListOffsets (Kafka's ListOffsetsRequest.CONSUMER_REPLICA_ID)
 
 
+# Kafka's codes of the append errors answered without a log start offset: CORRUPT_MESSAGE,
+# UNKNOWN_TOPIC_OR_PARTITION, NOT_LEADER_OR_FOLLOWER, MESSAGE_TOO_LARGE, RECORD_LIST_TOO_LARGE,
+# KAFKA_STORAGE_ERROR.
+_NO_LOG_START_ERRORS = frozenset({2, 3, 6, 10, 18, 56})
+
+
 class ReplicaManager:
     """See the module docstring."""
 
@@ -356,7 +362,7 @@ class ReplicaManager:
         except KafkaApiError as e:
             if stats is not None:
                 stats.produce_failed(tp.topic)
-            return ProduceResult(tp, e)
+            return ProduceResult(tp, e, log_start_offset=self._failed_log_start(tp, e))
         if stats is not None:
             stats.appended(tp.topic, info.num_records, info.size)  # a duplicate: 0 and 0
         self.fetch_purgatory.check_and_complete(tp)
@@ -364,6 +370,16 @@ class ReplicaManager:
             self.produce_purgatory.check_and_complete(tp)
         return ProduceResult(tp, None, info.first_offset, info.last_offset, info.log_append_time,
                              info.log_start_offset, info.duplicate)  # fmt: skip
+
+    def _failed_log_start(self, tp: TopicPartition, error: KafkaApiError) -> int:
+        """The log start offset a failed append answers with, as Kafka's
+        ``ReplicaManager.appendToLocalLog``: -1 for the errors about the partition or the
+        request's bytes (:data:`_NO_LOG_START_ERRORS`), the leader's log start offset for the
+        others (an out-of-order sequence, a fenced epoch, an invalid record)."""
+        if error.code in _NO_LOG_START_ERRORS:
+            return -1
+        p = self.partitions.get(tp)
+        return p.log.log_start_offset if p is not None and p.is_leader else -1
 
     def _replicated(self, tp: TopicPartition, required_offset: int) -> KafkaApiError | None | bool:
         p = self.partitions.get(tp)

@@ -719,8 +719,9 @@ class UnifiedLog:
         )
         dup = None if update is None else update.duplicate
         if dup is not None:
-            append_time = dup.timestamp if self.config.log_append_time else -1
-            return LogAppendInfo(dup.first_offset, dup.last_offset, dup.timestamp, append_time,
+            # Kafka answers a duplicate with the original batch's max timestamp as its log
+            # append time, whatever the topic's timestamp type (UnifiedLog.append).
+            return LogAppendInfo(dup.first_offset, dup.last_offset, dup.timestamp, dup.timestamp,
                                  self.log_start_offset, 0, 0, duplicate=True)  # fmt: skip
         writer = self._writer
         if summary is None:

@@ -307,15 +307,28 @@ def _partition_results(
     out: dict[TopicIdPartition, FetchResponsePartition[Records]] = {}
     for s in slots:
         if s.fetch is None:
-            out[s.tip] = FetchResponsePartition(error_code=s.error)
+            out[s.tip] = _refused(s.error)
         else:
             out[s.tip] = _session_partition(next(read))
     return out
 
 
+# The errors Kafka's KafkaApis finds before reading (an unknown topic, partition or topic id, a
+# topic not authorized): its answer to them has an empty aborted transactions list, the
+# answer to a read's error a null one (FetchResponse.partitionResponse).
+_BEFORE_READ = frozenset((UnknownTopicOrPartitionError.code, UNKNOWN_TOPIC_ID,
+                          TopicAuthorizationFailedError.code))  # fmt: skip
+
+
+def _refused(code: int) -> FetchResponsePartition[Records]:
+    """A partition's error answer: offsets -1, as Kafka's."""
+    aborted = () if code in _BEFORE_READ else None
+    return FetchResponsePartition(error_code=code, aborted_transactions=aborted)
+
+
 def _session_partition(r: PartitionFetchResult) -> FetchResponsePartition[Records]:
     if r.error is not None:
-        return FetchResponsePartition(error_code=r.error.code)  # offsets -1, as Kafka
+        return _refused(r.error.code)
     aborted = None
     if r.aborted_transactions is not None:
         aborted = tuple(
@@ -366,9 +379,15 @@ def _request_partition(p: Any) -> FetchRequestPartition:
         p.fetch_offset,
         p.partition_max_bytes,
         getattr(p, "log_start_offset", -1),
-        getattr(p, "current_leader_epoch", -1),
-        getattr(p, "last_fetched_epoch", -1),
+        _optional_epoch(getattr(p, "current_leader_epoch", -1)),
+        _optional_epoch(getattr(p, "last_fetched_epoch", -1)),
     )
+
+
+def _optional_epoch(epoch: int) -> int:
+    """A Fetch's leader epoch, any negative one meaning none (Kafka's
+    ``FetchRequest.optionalEpoch``; ListOffsets checks every epoch but -1)."""
+    return epoch if epoch >= 0 else -1
 
 
 def _replica_id(body: Any, version: int) -> int:
