@@ -82,10 +82,12 @@ from broker_embedded.coordinator.transaction_state_manager import (
 from broker_embedded.errors import (
     BrokerClosedError,
     ConcurrentTransactionsError,
+    InvalidProducerEpochError,
     InvalidProducerIdMappingError,
     InvalidTransactionTimeoutError,
     InvalidTxnStateError,
     KafkaApiError,
+    NotEnoughReplicasError,
     ProducerFencedError,
     UnknownTopicOrPartitionError,
 )
@@ -347,6 +349,37 @@ class TransactionCoordinator:
                               state.copy(status=TxnStatus.PREPARE_COMMIT))  # fmt: skip
                 return self._completion(transactional_id, state, True)
             return self._abort(transactional_id, state, bump=False)
+
+    def verify(
+        self, transactional_id: str, producer_id: int, producer_epoch: int, tp: TopicPartition
+    ) -> None:
+        """A transactional produce's first batch at ``tp`` (KIP-890 part 1, on by default in
+        Kafka 3.9): the producer is the id's current one and ``tp`` joined its ongoing
+        transaction, else the error Kafka's Produce answers: INVALID_PRODUCER_ID_MAPPING (49),
+        INVALID_PRODUCER_EPOCH (47) for a fenced epoch, NOT_ENOUGH_REPLICAS (19, retriable)
+        while the transaction completes, INVALID_TXN_STATE (48) for a partition not added."""
+        with self.lock:
+            state = self.txns.get(transactional_id)
+            if state is None or state.producer_id != producer_id:
+                holder = "no producer" if state is None else f"producer {state.producer_id}"
+                raise InvalidProducerIdMappingError(
+                    f"transactional id {transactional_id!r} has {holder}, not producer "
+                    f"{producer_id}"
+                )
+            if producer_epoch != state.producer_epoch:
+                raise InvalidProducerEpochError(
+                    str(self._fenced(transactional_id, state, producer_id, producer_epoch))
+                )
+            if state.pending or state.status in _PREPARING:
+                raise NotEnoughReplicasError(
+                    f"transactional id {transactional_id!r}: its transaction is completing; "
+                    f"retry the write to {tp}"
+                )
+            if state.status is not TxnStatus.ONGOING or tp not in state.partitions:
+                raise InvalidTxnStateError(
+                    f"transactional id {transactional_id!r}: {tp} was not added to its "
+                    f"transaction (AddPartitionsToTxn) before this write"
+                )
 
     def check_producer(self, transactional_id: str, producer_id: int, producer_epoch: int) -> None:
         """TxnOffsetCommit's check: the id's current producer and epoch, else

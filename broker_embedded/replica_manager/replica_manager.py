@@ -381,6 +381,20 @@ class ReplicaManager:
         p = self.partitions.get(tp)
         return p.log.log_start_offset if p is not None and p.is_leader else -1
 
+    def has_ongoing_txn(self, tp: TopicPartition, producer_id: int, producer_epoch: int) -> bool:
+        """Whether ``tp``, led here, already has a transaction of this producer and epoch open
+        (Kafka's verification guard: only a transaction's first batch at a partition is checked
+        with the coordinator). A partition not led here says True: its append answers why."""
+        p = self.partitions.get(tp)
+        if p is None or not p.is_leader:
+            return True
+        entry = p.log.producer_state.last_entry(producer_id)
+        return (
+            entry is not None
+            and entry.current_txn_first_offset is not None
+            and entry.producer_epoch == producer_epoch
+        )
+
     def _replicated(self, tp: TopicPartition, required_offset: int) -> KafkaApiError | None | bool:
         p = self.partitions.get(tp)
         if p is None:

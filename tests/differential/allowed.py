@@ -45,11 +45,6 @@ REASONS = {
     "whole-batches": "Fetch answers whole batches only: where the byte limit ends inside a "
     "batch Kafka sends that batch's first bytes (a partial batch the client drops), kafkalog "
     "stops at the last whole batch.",
-    "no-txn-verification": "A transactional Produce is not verified with the transaction "
-    "coordinator (KIP-890 part 1, on by default in Kafka 3.9): a fenced epoch's write to a "
-    "partition whose producer state has not seen the new epoch, and a write to a partition "
-    "not added to the transaction, are appended; Kafka refuses them with "
-    "INVALID_PRODUCER_EPOCH and INVALID_TXN_STATE.",
 }
 
 # ApiVersions: the ranges that differ (Kafka 3.9, kafkalog; ABSENT: not served).
@@ -183,14 +178,8 @@ ALLOWED: tuple[Allowed, ...] = (
               "", None) for which in ("all", "unknown")),
     Allowed("error-messages", "admin", "describe producers",
             ".topics.{*}.partitions.{9}.error_message", None, "<masked>"),
-    *(Allowed("no-txn-verification", "transactions", label,
-              f".responses.{{*}}.partition_responses[0].{field}", kafka, ANY)
-      for label, kafka_error in (("produce, old epoch", "invalid_producer_epoch"),
-                                 ("produce, partition not added", "invalid_txn_state"))
-      for field, kafka in (("error_code", kafka_error), ("base_offset", -1),
-                           ("log_start_offset", -1))),
-    Allowed("no-txn-verification", "transactions", "produce, partition not added",
-            ".responses.{*}.partition_responses[0].error_message", "<masked>", None),
+    Allowed("error-messages", "transactions", "produce, old epoch",
+            ".responses.{*}.partition_responses[0].error_message", None, "<masked>"),
 )  # fmt: skip
 
 

@@ -83,3 +83,21 @@ def test_differences_by_path_with_named_entries_in_any_order() -> None:
     assert field_name(".topics.{diff-t-1}.partitions[0].configs.{retention.ms}") == (
         ".topics.partitions.configs.{retention.ms}"
     )
+
+
+def test_a_zombie_or_unadded_transactional_write_is_refused(tmp_path) -> None:
+    """The transactions scenario on kafkalog alone (no peer needed): after the producer was
+    fenced, its old epoch's write is INVALID_PRODUCER_EPOCH, and the new epoch's write to a
+    partition it did not add is INVALID_TXN_STATE, as Kafka 3.9 answers (KIP-890 part 1)."""
+    from tests.differential.scenario import run_on
+    from tests.differential.scenarios import transactions
+    from tests.differential.servers import kafkalog_server
+
+    with kafkalog_server(tmp_path / "logs") as bootstrap:
+        answers = {e.label: e.answer for e in run_on(transactions, bootstrap, "zombie")}
+    for label, error in (("produce, old epoch", "invalid_producer_epoch"),
+                         ("produce, partition not added", "invalid_txn_state"),
+                         ("produce 1", "none")):  # fmt: skip
+        (topic,) = answers[label]["responses"]
+        assert topic["partition_responses"][0]["error_code"] == error, label
+        assert topic["partition_responses"][0]["base_offset"] == (-1 if error != "none" else 3)

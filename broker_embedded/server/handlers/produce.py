@@ -30,8 +30,11 @@ partition), each topic Write (else TOPIC_AUTHORIZATION_FAILED, 29, for its parti
 refused partition writes nothing, the others are appended.
 
 Transactional produce (v3+ ``transactional_id``): the batches' producer id and epoch are
-checked by the partition's producer state; the transaction coordinator's checks (was the
-partition added to the transaction) come with the coordinator APIs (next issue).
+checked by the partition's producer state; a batch that would open its producer's transaction
+at a partition is first verified with the transaction coordinator, as Kafka 3.9 does by default
+(KIP-890 part 1, ``TransactionCoordinator.verify``): a fenced epoch is INVALID_PRODUCER_EPOCH
+(47) and a partition not added to the transaction INVALID_TXN_STATE (48), nothing appended, so
+a zombie producer cannot leave a hanging transaction.
 
 Response per partition: error code, base offset (-1 on error), log append time (v2+: the
 broker time on LogAppendTime topics, else -1), log start offset (v5+), record errors and error
@@ -76,6 +79,7 @@ from broker_embedded.errors import (
     UnsupportedCompressionTypeError,
 )
 from broker_embedded.protocol.schemas import encode_body, types_of
+from broker_embedded.record.batch_layout import PRODUCER_ID_OFFSET, TRANSACTIONAL_MASK
 from broker_embedded.replica_manager.produce_response import ProduceResult
 from broker_embedded.server.handlers.api_context import (
     ApiContext,
@@ -98,6 +102,7 @@ FIRST_CURRENT_LEADER_VERSION = 10  # KIP-951
 _LENGTH = struct.Struct(">i")
 _MAGIC_AT = 16
 _ATTRIBUTES = struct.Struct(">h")
+_PRODUCER = struct.Struct(">qh")  # producer id, producer epoch
 _ATTRIBUTES_AT = 21
 _V2_HEADER_SIZE = 61
 _ZSTD = 4
@@ -121,6 +126,9 @@ def handle_produce(apis: KafkaApis, ctx: ApiContext, request: Request) -> None:
     acks = body.acks
     refusal = None if ctx.authorizer is None else _refusal(ctx, request)
     layout, entries = _layout(ctx, body, version, acks, refusal)
+    txn_id = getattr(body, "transactional_id", None)
+    if txn_id is not None:
+        _verify_transactions(ctx, txn_id, layout, entries)
 
     def respond(results: Mapping[TopicPartition, ProduceResult]) -> None:
         _answer(apis, ctx, request, acks, layout, results)
@@ -132,6 +140,32 @@ def handle_produce(apis: KafkaApis, ctx: ApiContext, request: Request) -> None:
     ctx.broker.replica_manager.append_records_async(
         entries, respond, required_acks=acks, timeout_ms=timeout_ms
     )
+
+
+def _verify_transactions(
+    ctx: ApiContext, txn_id: str, layout: Layout, entries: dict[TopicPartition, bytes]
+) -> None:
+    """The transaction coordinator's check of each transactional batch that would open its
+    producer's transaction at a partition (module docstring): a refused partition leaves
+    ``entries`` and its slot in ``layout`` becomes the error."""
+    coordinator = ctx.broker.controller.transaction_coordinator
+    refused: dict[TopicPartition, KafkaApiError] = {}
+    for tp, records in entries.items():
+        if not _ATTRIBUTES.unpack_from(records, _ATTRIBUTES_AT)[0] & TRANSACTIONAL_MASK:
+            continue
+        producer_id, epoch = _PRODUCER.unpack_from(records, PRODUCER_ID_OFFSET)
+        if ctx.broker.replica_manager.has_ongoing_txn(tp, producer_id, epoch):
+            continue
+        try:
+            coordinator.verify(txn_id, producer_id, epoch, tp)
+        except KafkaApiError as e:
+            refused[tp] = e
+    for tp in refused:
+        del entries[tp]
+    if refused:
+        layout[:] = [(name, topic_id, [(i, refused.get(s, s) if isinstance(s, TopicPartition)
+                                        else s) for i, s in slots])
+                     for name, topic_id, slots in layout]  # fmt: skip
 
 
 def _refusal(ctx: ApiContext, request: Request) -> Callable[[str], KafkaApiError | None]:
