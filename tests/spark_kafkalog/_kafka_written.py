@@ -245,3 +245,17 @@ def group_offsets(bootstrap: str) -> dict[str, dict[tuple[str, int], int]]:
         found = futures[group].result(timeout=60)
         out[group] = {(tp.topic, tp.partition): tp.offset for tp in found.topic_partitions}
     return out
+
+
+def produce_and_commit(bootstrap: str) -> None:
+    """10 gzip records ``s<i>``/``served-<i>`` appended to ``c-gzip``; ``g-classic`` commits
+    offset 200 of ``c-none``."""
+    p = _producer(bootstrap, **{"compression.type": "gzip"})
+    for i in range(10):
+        p.produce("c-gzip", key=f"s{i}".encode(), value=f"served-{i}".encode(),
+                  timestamp=BASE_TS + 4000 + i)  # fmt: skip
+    _flush(p)
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "g-classic",
+                  "enable.auto.commit": False})  # fmt: skip
+    c.commit(offsets=[TopicPartition("c-none", 0, 200)], asynchronous=False)
+    c.close()

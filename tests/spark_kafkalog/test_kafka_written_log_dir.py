@@ -172,14 +172,32 @@ def test_view_latest_equals_kafka(kafka_written, spark) -> None:
 
 
 def test_serve_serves_what_kafka_served(kafka_written, tmp_path) -> None:
+    """And what clients do through ``kafkalog serve`` (records, a commit) Kafka 3.9 started
+    again on the log dir reads: groups stay on the ``__consumer_offsets`` partition Kafka's
+    metadata declares (3 here), not grown to offsets.topic.num.partitions (50)."""
     log_dir, expected = kafka_written
-    copy = tmp_path / "data"
-    shutil.copytree(log_dir, copy)
-    with ServeProcess(copy, stderr=tmp_path / "serve.err") as serve:
+    run = tmp_path / "run"
+    shutil.copytree(log_dir, run / "data")
+    with ServeProcess(run / "data", stderr=tmp_path / "serve.err") as serve:
         for iso in ISOLATIONS:
             assert kw.read_all(serve.bootstrap, iso) == expected[iso], iso
         assert kw.group_offsets(serve.bootstrap) == kw.GROUP_OFFSETS
+        kw.produce_and_commit(serve.bootstrap)
+        served = kw.read_all(serve.bootstrap, "read_committed")
         assert serve.terminate() == 0
+    assert served["c-gzip"][: kw.CODEC_RECORDS] == expected["read_committed"]["c-gzip"]
+    assert [(r[2], r[3], r[4]) for r in served["c-gzip"][kw.CODEC_RECORDS :]] == [
+        (kw.CODEC_RECORDS + i, f"s{i}".encode(), f"served-{i}".encode()) for i in range(10)
+    ]
+    assert sorted(p.name for p in (run / "data").glob("__consumer_offsets-*")) == [
+        f"__consumer_offsets-{p}" for p in range(3)
+    ]
+    with kafka_broker(run) as kafka:  # Kafka 3.9 again, on what kafkalog serve wrote
+        assert kw.read_all(kafka.bootstrap, "read_committed") == served
+        assert kw.group_offsets(kafka.bootstrap) == {
+            **kw.GROUP_OFFSETS,
+            "g-classic": {("c-none", 0): 200},
+        }
 
 
 def test_write_then_kafka_reads_it(kafka_written, spark, tmp_path) -> None:
