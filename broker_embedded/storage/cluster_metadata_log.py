@@ -28,11 +28,13 @@ The result: each live topic with its id, partition count (highest PartitionId + 
 factor (replicas of partition 0) and config overrides. Overrides of configs kafkalog does not
 implement (log_config.py) are left out, as they change nothing it does; a value kafkalog cannot
 parse is the caller's error. Bytes that do not decode raise :class:`CheckpointError` naming the
-file and the record's offset. Pure reads of immutable inputs; thread-safe; never writes.
+file and the record's offset. Pure reads; the result is cached per log dir while its files keep
+their sizes and modification times (a bounded LRU, thread-safe); never writes.
 """
 
 from __future__ import annotations
 
+import functools
 import re
 import uuid
 from collections.abc import Iterator
@@ -126,24 +128,37 @@ def has_metadata_log(log_dir: str | Path) -> bool:
 
 
 def read_metadata_topics(log_dir: str | Path) -> dict[str, MetadataTopic]:
-    """The live topics of the metadata log in ``log_dir``, by name; {} without one."""
+    """The live topics of the metadata log in ``log_dir``, by name; {} without one. Cached
+    while the files read keep their names, sizes and modification times (every reader of a log
+    dir asks; a metadata log takes a pass over its records to read)."""
     folder = Path(log_dir) / METADATA_DIR
-    if not folder.is_dir():
+    try:
+        names = sorted(p.name for p in folder.iterdir())
+    except (FileNotFoundError, NotADirectoryError):
         return {}
+    snapshots = [n for n in names if _SNAPSHOT.fullmatch(n)]
+    files = ([snapshots[-1]] if snapshots else []) + [n for n in names if _SEGMENT.fullmatch(n)]
+    try:
+        signature = tuple((n, st.st_size, st.st_mtime_ns)
+                          for n in files for st in [(folder / n).stat()])  # fmt: skip
+    except OSError as e:
+        raise CheckpointError(f"{folder}: cannot read Kafka's metadata log: {e}") from None
+    return dict(_read_cached(str(folder), signature))
+
+
+@functools.lru_cache(maxsize=8)
+def _read_cached(
+    folder: str, signature: tuple[tuple[str, int, int], ...]
+) -> tuple[tuple[str, MetadataTopic], ...]:
     topics = _Topics()
-    snapshot = _newest_snapshot(folder)
     start = 0
-    if snapshot is not None:
-        start = int(_SNAPSHOT.fullmatch(snapshot.name).group(1))
-        _apply_file(topics, snapshot, 0)
-    for segment in sorted(p for p in folder.iterdir() if _SEGMENT.fullmatch(p.name)):
-        _apply_file(topics, segment, start)
-    return topics.result()
-
-
-def _newest_snapshot(folder: Path) -> Path | None:
-    found = [p for p in folder.iterdir() if _SNAPSHOT.fullmatch(p.name)]
-    return max(found, key=lambda p: p.name) if found else None
+    for name, _, _ in signature:
+        if (snapshot := _SNAPSHOT.fullmatch(name)) is not None:
+            start = int(snapshot.group(1))  # the records below it are in the snapshot
+            _apply_file(topics, Path(folder, name), 0)
+        else:
+            _apply_file(topics, Path(folder, name), start)
+    return tuple(sorted(topics.result().items()))
 
 
 def _apply_file(topics: _Topics, path: Path, start: int) -> None:
