@@ -212,7 +212,8 @@ def check_write(options: KafkaWriteOptions, schema: StructType) -> None:
         topics = {}
     if not topics:
         raise UnknownTopicOrPartitionError(
-            f"log dir {options.path} holds no topics (no kafkalog-topics.json): create the "
+            f"log dir {options.path} holds no topics (no kafkalog-topics.json, no Kafka "
+            "metadata log __cluster_metadata-0): create the "
             "topics first, e.g. kafkalog topics create <topic> --log-dir <dir>"
         )
     if options.topic is not None and options.topic not in topics:

@@ -8,7 +8,10 @@ partition count, created on first use with ``offsets.topic.num.partitions`` (int
 :func:`ensure_topic`). A topic found with fewer partitions than that setting (a log dir copied
 from a Kafka broker holds only the partitions that broker hosted, so it is adopted with
 ``highest partition + 1``) is grown to it first, so groups land where Kafka put them; a topic
-with more keeps its count (Kafka uses the topic's count too).
+with more keeps its count (Kafka uses the topic's count too), and so does one whose count Kafka
+declared: a log dir Kafka wrote in KRaft mode (its metadata log, cluster_metadata_log.py, holds
+the topic's real count, which Kafka places its groups by: growing it would put kafkalog's
+commits where Kafka, started again on the log dir, never looks).
 
 Writes (one record batch per call, magic 2, uncompressed, no producer id, timestamps = now),
 appended on the partition's leader with acks=all within ``commit_timeout_ms`` (Kafka's
@@ -97,6 +100,7 @@ from broker_embedded.errors import (
     KafkaLogError,
     NotCoordinatorError,
 )
+from broker_embedded.storage.cluster_metadata_log import has_metadata_log
 from broker_embedded.storage.producer_state_manager import AppendOrigin
 from broker_embedded.storage.topic_partition import TopicPartition
 
@@ -212,12 +216,19 @@ class GroupMetadataManager:
                 return None
             topic = offsets_topic(self.config)
             count = len(ensure_topic(controller, topic, controller.live_brokers()).partitions)
-            if count < topic.partitions:
+            if count < topic.partitions and not self._count_declared_by_kafka():
                 log.info("growing %s from %d to %d partitions (offsets.topic.num.partitions)",
                          GROUP_METADATA_TOPIC, count, topic.partitions)  # fmt: skip
                 count = len(controller.create_partitions(topic.name, topic.partitions).partitions)
             self._partitions = count
             return count
+
+    def _count_declared_by_kafka(self) -> bool:
+        """Whether the log dir holding partition 0 is one Kafka wrote in KRaft mode (module
+        docstring: its partition count is Kafka's, not one adopted from the directories)."""
+        leader = self.controller.partition_state(TopicPartition(GROUP_METADATA_TOPIC, 0)).leader
+        rm = self.controller.replica_manager_of(leader)
+        return rm is not None and has_metadata_log(rm.log_manager.log_dir)
 
     def partition_of(self, group_id: str, create: bool = True) -> TopicPartition | None:
         """The ``__consumer_offsets`` partition holding ``group_id``."""

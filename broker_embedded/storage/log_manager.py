@@ -22,9 +22,12 @@ the files they rewrite made durable by one sync at the end (checkpoint_file.one_
 without the clean-shutdown marker each log recovers from its recovery point. New logs are
 created in batches the same way (:meth:`LogManager.create_logs`: one sync, one write of each
 checkpoint file per batch).
-Partition directories of topics missing from ``kafkalog-topics.json`` (a log dir copied from a
-real Kafka broker) are opened with the broker defaults and registered. ``__cluster_metadata-0``
-(a KRaft broker's metadata log) is not a topic: as Kafka's log manager does, it is left alone.
+Without ``kafkalog-topics.json``, a log dir Kafka wrote in KRaft mode has its topics, partition
+counts and config overrides read from Kafka's metadata log (topic_config_file.py,
+cluster_metadata_log.py). Partition directories of topics missing from both (a log dir copied
+from a ZooKeeper-mode Kafka broker) are opened with the broker defaults and registered.
+``__cluster_metadata-0`` (a KRaft broker's metadata log) is not a topic: as Kafka's log manager
+does, it is left alone.
 Then it resolves what a Spark write job's commit left when its process died (staged_write.py):
 logs appended to by a commit that never published its high watermarks are truncated back, a
 commit that published is kept, and staging directories untouched for a day are deleted.

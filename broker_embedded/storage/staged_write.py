@@ -98,6 +98,13 @@ harmless leftovers: nothing reads them. Opening a log manager deletes those of a
 markers older than ``ABORTED_MARKER_AGE_S`` (one hour: no task of theirs still runs), and those
 without a journal in which nothing changed for ``STALE_JOB_AGE_S`` (one day).
 
+A commit that ends with the staging root empty removes it (:func:`_remove_empty_root`): Apache
+Kafka refuses to start on a log dir holding a directory that is not a partition directory
+("'.kafkalog-staging' is not in the form of topic-partition"), so a batch write leaves a log dir
+that Kafka wrote readable by Kafka again. (A task of another job creating its job directory at
+that instant fails on the vanished root, and Spark retries it.) ``.kafkalog-commits/`` stays:
+a log dir a streaming writer wrote to is not one Kafka opens.
+
 Thread safety: a :class:`StagedTask` belongs to one task (one thread); separate tasks write
 separate files. :func:`commit` and :func:`resolve_interrupted_commits` run under the log dir's
 lock, and so do all writes of a commits file. :class:`StagedFile` is immutable.
@@ -730,6 +737,13 @@ def commit(
             log.warning("closing log dir %s after write job %s failed: %s", log_dir, job_id, e)
         if not keep_journal:
             shutil.rmtree(directory, ignore_errors=True)
+            _remove_empty_root(log_dir)
+
+
+def _remove_empty_root(log_dir: Path) -> None:
+    """Remove the staging root when nothing is left in it (module docstring)."""
+    with suppress(OSError):  # not empty (another job stages), or gone already
+        staging_root(log_dir).rmdir()
 
 
 def abort(log_dir: str | Path, job_id: str) -> None:

@@ -12,10 +12,12 @@ topics and config names sorted, a final newline)::
 
 ``config`` holds only the topic's overrides (Kafka's names, validated by log_config.py); the
 effective config is the broker defaults overlaid with them. Written atomically (tmp, fsync,
-rename); a missing file is no topics; a malformed one (not JSON, another version, a missing or
-mistyped field, an illegal topic name or id, an unknown config or a bad value) is a
-:class:`CheckpointError` naming the file and the topic. Values are immutable; one writer per log
-dir (the log dir lock); readers anywhere.
+rename). A missing file is the topics of Kafka's metadata log when the log dir has one (a log
+dir Apache Kafka wrote in KRaft mode: cluster_metadata_log.py), else no topics; a malformed one
+(not JSON, another version, a missing or mistyped field, an illegal topic name or id, an unknown
+config or a bad value) is a :class:`CheckpointError` naming the file and the topic; so is a
+metadata log that does not decode or holds a value kafkalog cannot parse. Values are
+immutable; one writer per log dir (the log dir lock); readers anywhere.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from types import MappingProxyType
 
 from broker_embedded.errors import CheckpointError, KafkaLogError
 from broker_embedded.storage.checkpoint_file import write_atomically
+from broker_embedded.storage.cluster_metadata_log import METADATA_DIR, read_metadata_topics
 from broker_embedded.storage.log_config import LogConfig, parse_overrides
 from broker_embedded.storage.partition_metadata import topic_id_from_string, topic_id_to_string
 from broker_embedded.storage.topic_partition import validate_topic
@@ -67,11 +70,12 @@ class TopicConfigFile:
         self.path = Path(log_dir) / TOPIC_CONFIG_FILE
 
     def read(self) -> dict[str, TopicEntry]:
-        """The topics, by name; {} when the file does not exist."""
+        """The topics, by name; without the file, those of Kafka's metadata log ({} without
+        one either)."""
         try:
             data = json.loads(self.path.read_bytes())
         except FileNotFoundError:
-            return {}
+            return self._kafka_topics()
         except (ValueError, OSError) as e:
             raise CheckpointError(f"{self.path}: not valid JSON: {e}") from None
         if not isinstance(data, dict) or data.get("version") != VERSION:
@@ -90,6 +94,20 @@ class TopicConfigFile:
                 ) from None
             except (TypeError, ValueError, KafkaLogError) as err:
                 raise CheckpointError(f"{self.path}: topic {topic!r}: {err}") from None
+        return found
+
+    def _kafka_topics(self) -> dict[str, TopicEntry]:
+        found = {}
+        for name, t in read_metadata_topics(self.path.parent).items():
+            config = dict(t.config)
+            try:
+                parse_overrides(config, name)
+            except KafkaLogError as err:
+                raise CheckpointError(
+                    f"{self.path.parent / METADATA_DIR}: topic {name!r}: {err}"
+                ) from None
+            found[name] = TopicEntry(t.topic_id, t.partitions, t.replication_factor,
+                                     MappingProxyType(config))  # fmt: skip
         return found
 
     @staticmethod

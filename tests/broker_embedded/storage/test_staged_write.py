@@ -177,6 +177,18 @@ def test_commit_appends_in_order_and_publishes_every_hw(log_dir: Path) -> None:
     assert (log_dir / ".kafka_cleanshutdown").exists()
 
 
+def test_a_commit_removes_the_staging_root_left_empty(log_dir: Path) -> None:
+    """Kafka refuses to start beside a directory that is not a partition's: a log dir a batch
+    write used has no staging root left, unless another job still stages in it."""
+    first = stage(log_dir, "job1", "a1", [("t", 0, values(2))])
+    second = stage(log_dir, "job2", "a1", [("t", 1, values(2))])
+    sw.commit(log_dir, "job1", first)
+    assert sorted(p.name for p in (log_dir / sw.STAGING_DIR).iterdir()) == ["job2"]
+    sw.commit(log_dir, "job2", second)
+    assert not (log_dir / sw.STAGING_DIR).exists()
+    assert [v for _, _, v in log_records(log_dir, T1)] == values(2)
+
+
 def test_committed_batches_carry_the_logs_leader_epoch(log_dir: Path) -> None:
     files = stage(log_dir, "job", "a1", [("t", 0, values(2)), ("t", 1, values(2))])
     with LogManager(log_dir, create=True) as lm:
