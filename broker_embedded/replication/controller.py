@@ -621,6 +621,26 @@ class Controller:
             del self._topics[name], self._assignment[name]
             self._save()
 
+    def alter_topic_config(
+        self, name: str, overrides: Mapping[str, str], *, validate_only: bool = False
+    ) -> None:
+        """Replace the config overrides of topic ``name`` with ``overrides`` (validated:
+        :class:`InvalidConfigError`), on the brokers hosting it (their log dirs and open logs)
+        and in the state file; with ``validate_only`` only check (AlterConfigs'
+        ``validate_only``)."""
+        with self._lock:
+            self._check_active()
+            entry = self._topic(name)
+            parse_overrides(overrides, name)
+            if validate_only:
+                return
+            new = replace(entry, config=MappingProxyType(dict(overrides)))
+            hosts = {b for r in self._assignment[name].values() for b in r} & self._alive
+            for b in sorted(hosts):
+                self._brokers[b].log_manager.put_topic(name, new)
+            self._topics[name] = new
+            self._save()
+
     def _topic(self, name: str) -> TopicEntry:
         entry = self._topics.get(name)
         if entry is None:

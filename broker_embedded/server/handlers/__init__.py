@@ -21,6 +21,7 @@ from broker_embedded.broker import Broker
 from broker_embedded.broker_config import BrokerConfig
 from broker_embedded.server.broker_server import BrokerServer
 from broker_embedded.server.handlers import (
+    alter_configs,
     create_partitions,
     create_topics,
     delete_records,
@@ -56,6 +57,7 @@ HANDLERS: tuple[Register, ...] = (
     delete_topics.register,
     create_partitions.register,
     describe_configs.register,
+    alter_configs.register,  # AlterConfigs, IncrementalAlterConfigs
     delete_records.register,
     describe_cluster.register,
     find_coordinator.register,

@@ -25,6 +25,7 @@ import pytest
 from kio.index import load_response_schema
 from kio.schema.add_offsets_to_txn.v3.request import AddOffsetsToTxnRequest
 from kio.schema.add_partitions_to_txn.v3 import request as apt
+from kio.schema.alter_configs.v2 import request as ac
 from kio.schema.alter_user_scram_credentials.v0 import request as aus
 from kio.schema.api_versions.v3.request import ApiVersionsRequest
 from kio.schema.create_acls.v3 import request as ca
@@ -46,6 +47,7 @@ from kio.schema.errors import ErrorCode
 from kio.schema.fetch.v12 import request as fe
 from kio.schema.find_coordinator.v3.request import FindCoordinatorRequest
 from kio.schema.heartbeat.v4.request import HeartbeatRequest
+from kio.schema.incremental_alter_configs.v1 import request as iac
 from kio.schema.init_producer_id.v4.request import InitProducerIdRequest
 from kio.schema.join_group.v5 import request as jg
 from kio.schema.leave_group.v3 import request as lg
@@ -324,6 +326,10 @@ MATRIX: dict[int, Row] = {
          lambda r: [(x.resource_name, x.error_code, len(x.configs)) for x in r.results],
          [(TOPIC, E.none, 1), ("0", E.none, 1)],
          [(TOPIC, E.topic_authorization_failed, 0), ("0", E.cluster_authorization_failed, 0)]),
+    33: (lambda: ac.AlterConfigsRequest(validate_only=True, resources=(
+            ac.AlterConfigsResource(resource_type=i8(2), resource_name=TOPIC, configs=(
+                ac.AlterableConfig(name="retention.ms", value="1000"),)),)),
+         _first("responses"), E.none, E.topic_authorization_failed),
     36: (lambda: SaslAuthenticateRequest(auth_bytes=b"\x00bob\x00bob-pw"), _top,
          E.illegal_sasl_state, E.illegal_sasl_state),
     37: (lambda: cp.CreatePartitionsRequest(timeout=FIVE, validate_only=True, topics=(
@@ -331,6 +337,14 @@ MATRIX: dict[int, Row] = {
          _first("results"), E.invalid_partitions, E.topic_authorization_failed),
     42: (lambda: DeleteGroupsRequest(groups_names=("mxg-absent",)), _first("results"),
          E.group_id_not_found, E.group_authorization_failed),
+    44: (lambda: iac.IncrementalAlterConfigsRequest(validate_only=True, resources=(
+            iac.AlterConfigsResource(resource_type=i8(2), resource_name=TOPIC, configs=(
+                iac.AlterableConfig(name="retention.ms", config_operation=i8(0),
+                                    value="1000"),)),
+            iac.AlterConfigsResource(resource_type=i8(4), resource_name="0", configs=()))),
+         lambda r: [(x.resource_name, x.error_code) for x in r.responses],
+         [(TOPIC, E.none), ("0", E.invalid_request)],
+         [(TOPIC, E.topic_authorization_failed), ("0", E.cluster_authorization_failed)]),
     47: (lambda: od.OffsetDeleteRequest(group_id=GROUP, topics=(od.OffsetDeleteRequestTopic(
             name="mx-absent", partitions=(od.OffsetDeleteRequestPartition(
                 partition_index=i32(0)),)),)),
