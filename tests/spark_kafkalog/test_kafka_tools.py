@@ -1,0 +1,239 @@
+"""Kafka's own tools against ``kafkalog serve``, each run against Kafka 3.9 (the session's
+``kafka39`` broker) in the same test and the outputs compared after normalizing what must
+differ (addresses, node ids, topic ids, timestamps); where kafkalog differs on purpose the test
+asserts the difference exactly (and the README's "Kafka's tools" table names it). And the
+other way round: kafkalog's ``produce`` / ``consume`` with ``--bootstrap-server`` against Kafka
+3.9, as Kafka's console tools behave there.
+
+One ``kafkalog serve`` child for the module, with the ACL authorizer on and every resource
+without ACLs open (``allow.everyone.if.no.acl.found``), as the ACL tools need. Each tool run
+starts a JVM (about 2 s): the checks are grouped, a few runs per test. Each test uses its own
+topic and group names (the Kafka broker is shared by the session).
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from tests.kafka39 import kafka_tool
+from tests.spark_kafkalog._serve_proc import ROOT, ServeProcess, child_env
+
+BROKER_CONFIG = """[security]
+"authorizer.class.name" = "kafka.security.authorizer.AclAuthorizer"
+"allow.everyone.if.no.acl.found" = true
+"""
+TIMEOUT_S = 120.0
+
+
+@pytest.fixture(scope="module")
+def kafkalog(kafka39, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServeProcess]:
+    """A ``kafkalog serve`` child (after ``kafka39``: no child when Kafka 3.9 is missing)."""
+    root = tmp_path_factory.mktemp("kafkalog-serve")
+    conf = root / "broker.toml"
+    conf.write_text(BROKER_CONFIG)
+    with ServeProcess(root / "logs", "--broker-config", conf, stderr=root / "serve.log") as s:
+        yield s
+
+
+def normalize(text: str, bootstrap: str) -> str:
+    """A tool's output without what must differ between the two servers."""
+    text = text.replace(bootstrap, "BOOTSTRAP")
+    text = re.sub(r"^\s+at .*\n", "", text, flags=re.M)  # Java stack frames
+    text = re.sub(r"(TopicId: )\S+", r"\1ID", text)
+    text = re.sub(r"^\[[0-9-]+ [0-9:,]+\] ", "[TIME] ", text, flags=re.M)
+    text = re.sub(r"\b(Leader|Replicas|Isr): \d+", r"\1: N", text)
+    return text
+
+
+def both(kafka39, kafkalog: ServeProcess, work: Path, tool: str, *args: str | Path,
+         stdin: str | None = None) -> tuple[str, str]:  # fmt: skip
+    """``tool --bootstrap-server B ARGS`` against Kafka 3.9 then kafkalog: both outputs
+    (stdout, then stderr, then the exit status), normalized."""
+    out = []
+    for server in (kafka39, kafkalog):
+        done = kafka_tool(tool, "--bootstrap-server", server.bootstrap, *args, work=work,
+                          stdin=stdin, check=False)  # fmt: skip
+        text = f"{done.stdout}{_tool_stderr(done.stderr)}exit {done.returncode}\n"
+        out.append(normalize(text, server.bootstrap))
+    return out[0], out[1]
+
+
+def _tool_stderr(text: str) -> str:
+    """stderr without log4j's WARN lines (a Kafka producer's metadata warnings differ)."""
+    return "".join(line + "\n" for line in text.splitlines()
+                   if not re.match(r"\[[0-9-]+ [0-9:,]+\] WARN ", line))  # fmt: skip
+
+
+def kafkalog_cli(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-c", "import sys; from spark_kafkalog.cli import main; "
+         "sys.exit(main())", *args], input=stdin, capture_output=True, text=True,
+        env=child_env(), cwd=ROOT, timeout=TIMEOUT_S, check=False,
+    )  # fmt: skip
+
+
+# -- kafka-topics, kafka-configs ---------------------------------------------------------------
+
+
+def test_kafka_topics_create_describe_alter_delete(kafka39, kafkalog, tmp_path):
+    create = both(kafka39, kafkalog, tmp_path, "kafka-topics", "--create", "--topic", "kt1",
+                  "--partitions", "2", "--config", "retention.ms=3600000",
+                  "--config", "cleanup.policy=compact")  # fmt: skip
+    assert create == ("Created topic kt1.\nexit 0\n",) * 2
+    grown = both(kafka39, kafkalog, tmp_path, "kafka-topics", "--alter", "--topic", "kt1",
+                 "--partitions", "3")  # fmt: skip
+    assert grown == ("exit 0\n",) * 2
+    kafka, ours = both(kafka39, kafkalog, tmp_path, "kafka-topics", "--describe", "--topic", "kt1")
+    header = ("Topic: kt1\tTopicId: ID\tPartitionCount: 3\tReplicationFactor: 1\tConfigs: "
+              "cleanup.policy=compact,retention.ms=3600000\n")  # fmt: skip
+    row = "\tTopic: kt1\tPartition: {}\tLeader: N\tReplicas: N\tIsr: N\tElr: {}\tLastKnownElr: {}\n"
+    # difference: DescribeTopicPartitions is not served, so the tool falls back to Metadata,
+    # which has no eligible leader replicas (ELR): N/A where Kafka's KRaft shows none
+    assert kafka == header + "".join(row.format(p, "", "") for p in range(3)) + "exit 0\n"
+    assert ours == header + "".join(row.format(p, "N/A", "N/A") for p in range(3)) + "exit 0\n"
+    deleted = both(kafka39, kafkalog, tmp_path, "kafka-topics", "--delete", "--topic", "kt1")
+    assert deleted == ("exit 0\n",) * 2
+
+
+def test_kafka_configs_describe_and_alter(kafka39, kafkalog, tmp_path):
+    for server in (kafka39, kafkalog):
+        kafka_tool("kafka-topics", "--bootstrap-server", server.bootstrap, "--create",
+                   "--topic", "kc1", "--config", "retention.ms=3600000", work=tmp_path)  # fmt: skip
+    topic = ("--entity-type", "topics", "--entity-name", "kc1")
+    kafka, ours = both(kafka39, kafkalog, tmp_path, "kafka-configs", "--describe", *topic)
+    assert (
+        kafka
+        == ours
+        == (
+            "Dynamic configs for topic kc1 are:\n  retention.ms=3600000 sensitive=false "
+            "synonyms={DYNAMIC_TOPIC_CONFIG:retention.ms=3600000}\nexit 0\n"
+        )
+    )
+    altered = both(kafka39, kafkalog, tmp_path, "kafka-configs", "--alter", *topic,
+                   "--add-config", "max.message.bytes=2000,cleanup.policy=[compact,delete]",
+                   "--delete-config", "retention.ms")  # fmt: skip
+    assert altered == ("Completed updating config for topic kc1.\nexit 0\n",) * 2
+    kafka, ours = both(kafka39, kafkalog, tmp_path, "kafka-configs", "--describe", *topic)
+    assert (
+        kafka
+        == ours
+        == (
+            "Dynamic configs for topic kc1 are:\n"
+            "  cleanup.policy=compact,delete sensitive=false synonyms={DYNAMIC_TOPIC_CONFIG:"
+            "cleanup.policy=compact,delete, DEFAULT_CONFIG:log.cleanup.policy=delete}\n"
+            "  max.message.bytes=2000 sensitive=false synonyms={DYNAMIC_TOPIC_CONFIG:"
+            "max.message.bytes=2000, DEFAULT_CONFIG:message.max.bytes=1048588}\nexit 0\n"
+        )
+    )
+    kafka, ours = both(kafka39, kafkalog, tmp_path, "kafka-configs", "--alter", *topic,
+                       "--add-config", "retention.ms=abc")  # fmt: skip
+    assert kafka == ours
+    assert "InvalidConfigurationException: Invalid value abc for configuration retention.ms: " \
+           "Not a number of type LONG\n" in ours and ours.endswith("exit 1\n")  # fmt: skip
+    # the new max.message.bytes holds: a larger record is refused by both
+    big = "x" * 3000 + "\n"
+    kafka, ours = both(kafka39, kafkalog, tmp_path, "kafka-console-producer", "--topic", "kc1",
+                       stdin=big)  # fmt: skip
+    # difference: kafkalog's error message says which batch and limit; Kafka's is the default
+    refused = (
+        "[TIME] ERROR Error when sending message to topic kc1 with key: null, value: 3000 "
+        "bytes with error: (org.apache.kafka.clients.producer.internals."
+        "ErrorLoggingCallback)\norg.apache.kafka.common.errors.RecordTooLargeException: "
+    )
+    assert kafka == refused + ("The request included a message larger than the max message "
+                               "size the server will accept.\nexit 0\n")  # fmt: skip
+    assert ours == refused + ("topic 'kc1' partition 0, batch at byte 0 of the request: batch "
+                              "of 3070 bytes exceeds max.message.bytes 2000\nexit 0\n")  # fmt: skip
+
+
+# -- console producer and consumer, consumer groups, offsets, delete-records ---------------------
+
+
+def test_console_tools_consumer_groups_offsets_and_delete_records(kafka39, kafkalog, tmp_path):
+    # the console producer auto-creates the topic on both
+    produced = both(kafka39, kafkalog, tmp_path, "kafka-console-producer", "--topic", "cg1",
+                    "--property", "parse.key=true", "--property", "key.separator=:",
+                    stdin="k1:a\nk2:b\nk3:c\n")  # fmt: skip
+    assert produced == ("exit 0\n",) * 2
+    consumed = both(kafka39, kafkalog, tmp_path, "kafka-console-consumer", "--topic", "cg1",
+                    "--group", "cg1-group", "--from-beginning", "--max-messages", "3",
+                    "--timeout-ms", "60000", "--property", "print.key=true",
+                    "--property", "print.offset=true")  # fmt: skip
+    assert (
+        consumed
+        == (
+            "Offset:0\tk1\ta\nOffset:1\tk2\tb\nOffset:2\tk3\tc\nProcessed a total of 3 messages\n"
+            "exit 0\n",
+        )
+        * 2
+    )
+    kafka, ours = both(kafka39, kafkalog, tmp_path, "kafka-consumer-groups", "--describe",
+                       "--group", "cg1-group")  # fmt: skip
+    assert kafka == ours
+    assert re.search(r"cg1-group +cg1 +0 +3 +3 +0 +- +- +-", ours)
+    kafka, ours = both(
+        kafka39,
+        kafkalog,
+        tmp_path,
+        "kafka-consumer-groups",
+        "--reset-offsets",
+        "--group",
+        "cg1-group",
+        "--topic",
+        "cg1",
+        "--to-earliest",
+        "--execute",
+    )
+    assert kafka == ours
+    assert re.search(r"cg1-group +cg1 +0 +0 +exit 0", ours)
+    past = datetime.now(UTC).replace(year=2020).strftime("%Y-%m-%dT%H:%M:%S.000")
+    kafka, ours = both(kafka39, kafkalog, tmp_path, "kafka-consumer-groups", "--reset-offsets",
+                       "--group", "cg1-group", "--topic", "cg1", "--to-datetime", past,
+                       "--execute")  # fmt: skip
+    assert kafka == ours
+    assert re.search(r"cg1-group +cg1 +0 +0 +exit 0", ours)
+    offsets = both(kafka39, kafkalog, tmp_path, "kafka-get-offsets", "--topic", "cg1")
+    assert offsets == ("cg1:0:3\nexit 0\n",) * 2
+    plan = tmp_path / "delete.json"
+    plan.write_text('{"partitions": [{"topic": "cg1", "partition": 0, "offset": 2}], '
+                    '"version": 1}')  # fmt: skip
+    deleted = both(kafka39, kafkalog, tmp_path, "kafka-delete-records",
+                   "--offset-json-file", plan)  # fmt: skip
+    assert (
+        deleted
+        == (
+            "Executing records delete operation\nRecords delete operation "
+            "completed:\npartition: cg1-0\tlow_watermark: 2\nexit 0\n",
+        )
+        * 2
+    )
+    earliest = both(kafka39, kafkalog, tmp_path, "kafka-get-offsets", "--topic", "cg1",
+                    "--time", "-2")  # fmt: skip
+    assert earliest == ("cg1:0:2\nexit 0\n",) * 2
+    removed = both(kafka39, kafkalog, tmp_path, "kafka-consumer-groups", "--delete",
+                   "--group", "cg1-group")  # fmt: skip
+    assert removed == ("Deletion of requested consumer groups ('cg1-group') was successful.\n"
+                       "exit 0\n",) * 2  # fmt: skip
+
+
+# -- kafkalog's own commands against Kafka 3.9 ---------------------------------------------------
+
+
+def test_kafkalog_produce_auto_creates_and_consume_prints_as_kafkas(kafka39, tmp_path):
+    # the defect: "Metadata of topic 'm1' failed: UNKNOWN_TOPIC_OR_PARTITION"
+    produced = kafkalog_cli("produce", "--topic", "kl-auto1", "--bootstrap-server",
+                            kafka39.bootstrap, stdin="a\nb\nc\n")  # fmt: skip
+    assert produced.returncode == 0, produced.stderr
+    consumed = kafkalog_cli("consume", "--topic", "kl-auto1", "--bootstrap-server",
+                            kafka39.bootstrap, "--from-beginning")  # fmt: skip
+    theirs = kafka_tool("kafka-console-consumer", "--bootstrap-server", kafka39.bootstrap,
+                        "--topic", "kl-auto1", "--from-beginning", "--max-messages", "3",
+                        "--timeout-ms", "60000", work=tmp_path)  # fmt: skip
+    assert consumed.stdout == theirs.stdout == "a\nb\nc\n"
