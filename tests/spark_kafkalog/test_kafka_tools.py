@@ -39,6 +39,7 @@ def kafkalog(kafka39, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Serv
     conf = root / "broker.toml"
     conf.write_text(BROKER_CONFIG)
     with ServeProcess(root / "logs", "--broker-config", conf, stderr=root / "serve.log") as s:
+        s.log_dir = root / "logs"  # type: ignore[attr-defined]
         yield s
 
 
@@ -237,3 +238,105 @@ def test_kafkalog_produce_auto_creates_and_consume_prints_as_kafkas(kafka39, tmp
                         "--topic", "kl-auto1", "--from-beginning", "--max-messages", "3",
                         "--timeout-ms", "60000", work=tmp_path)  # fmt: skip
     assert consumed.stdout == theirs.stdout == "a\nb\nc\n"
+
+
+# -- kafka-dump-log on segments kafkalog wrote ----------------------------------------------------
+
+DUMP_LINE = re.compile(r"(\w+): (\S*)")
+
+
+def dump_log(files: list[Path], work: Path) -> dict[Path, list[dict[str, str]]]:
+    """``kafka-dump-log --deep-iteration --print-data-log`` of ``files``: per file its batches
+    (the batch line's fields) and records (the ``| offset:`` lines' fields, under ``records``)
+    as Kafka's tool read them."""
+    done = kafka_tool("kafka-dump-log", "--deep-iteration", "--print-data-log", "--files",
+                      ",".join(map(str, files)), work=work)  # fmt: skip
+    out: dict[Path, list[dict]] = {}
+    current: list[dict] = []
+    for line in done.stdout.splitlines():
+        if line.startswith("Dumping "):
+            current = out.setdefault(Path(line.removeprefix("Dumping ")), [])
+        elif line.startswith("baseOffset: "):
+            current.append({**dict(DUMP_LINE.findall(line)), "records": []})
+        elif line.startswith("| offset: "):
+            current[-1]["records"].append(dict(DUMP_LINE.findall(line)))
+    return out
+
+
+def written_log_dir(log_dir: Path) -> dict[str, list[tuple[int, str | None, str | None]]]:
+    """A log dir written by kafkalog's embedded broker: one topic per codec and a compacted
+    topic its cleaner cleaned; what each topic's records are (offset, key, value)."""
+    from broker_embedded.broker import Broker
+    from broker_embedded.client.producer_record import ProducerRecord
+    from broker_embedded.record.compression import CompressionType
+    from broker_embedded.storage.topic_partition import TopicPartition
+
+    want: dict[str, list[tuple[int, str | None, str | None]]] = {}
+    with Broker(log_dir, create=True) as broker:
+        for codec in CompressionType:
+            name = f"codec-{codec.name.lower()}"
+            broker.create_topic(name)
+            records = [
+                ProducerRecord(f"v{i}".encode(), f"k{i}".encode(), timestamp=1_700_000_000_000 + i)
+                for i in range(3)
+            ] + [ProducerRecord(None, b"gone")]
+            broker.produce(name, 0, records, compression=int(codec))
+            want[name] = [(0, "k0", "v0"), (1, "k1", "v1"), (2, "k2", "v2"), (3, "gone", None)]
+        broker.create_topic(
+            "compacted", config={"cleanup.policy": "compact", "segment.bytes": "200"}
+        )
+        for i in range(12):
+            broker.produce("compacted", 0, [ProducerRecord(f"v{i}".encode(), f"k{i % 3}".encode())])
+        cleaner = broker.log_manager.cleaner
+        assert cleaner is not None and cleaner.clean_log(TopicPartition("compacted", 0))
+        # the last record of each key below the active segment, then the active segment's
+        want["compacted"] = [
+            (7, "k1", "v7"),
+            (8, "k2", "v8"),
+            (9, "k0", "v9"),
+            (10, "k1", "v10"),
+            (11, "k2", "v11"),
+        ]
+    return want
+
+
+def transactions_through(kafkalog: ServeProcess, topic: str) -> None:
+    """A committed transaction (a, b) then an aborted one (c), by confluent-kafka."""
+    from confluent_kafka import Producer
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": kafkalog.bootstrap})
+    admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(TIMEOUT_S)
+    producer = Producer({"bootstrap.servers": kafkalog.bootstrap, "transactional.id": topic})
+    producer.init_transactions(TIMEOUT_S)
+    for values, commit in ((("a", "b"), True), (("c",), False)):
+        producer.begin_transaction()
+        for v in values:
+            producer.produce(topic, v.encode(), f"k{v}".encode())
+        producer.flush(TIMEOUT_S)  # sent: an abort would otherwise drop them unsent
+        (producer.commit_transaction if commit else producer.abort_transaction)(TIMEOUT_S)
+
+
+def _records(batches: list[dict]) -> list[tuple[int, str | None, str | None]]:
+    return [(int(r["offset"]), r.get("key"), r.get("payload"))
+            for b in batches for r in b["records"]]  # fmt: skip
+
+
+def test_kafka_dump_log_reads_what_kafkalog_wrote(kafkalog, tmp_path):
+    want = written_log_dir(tmp_path / "logs")
+    transactions_through(kafkalog, "dump-txn")
+    files = sorted((tmp_path / "logs").glob("*-0/*.log"))
+    txn_files = sorted(kafkalog.log_dir.glob("dump-txn-0/*.log"))
+    dumped = dump_log(files + txn_files, tmp_path)
+    by_topic: dict[str, list[dict]] = {}
+    for path, batches in dumped.items():
+        by_topic.setdefault(path.parent.name.removesuffix("-0"), []).extend(batches)
+    assert {t: _records(b) for t, b in by_topic.items() if t != "dump-txn"} == want
+    assert all(b["isvalid"] == "true" for batches in by_topic.values() for b in batches)
+    codecs = {t: {b["compresscodec"] for b in by_topic[t]} for t in want if t != "compacted"}
+    assert codecs == {f"codec-{c}": {c} for c in ("none", "gzip", "snappy", "lz4", "zstd")}
+    txn = [(b["isTransactional"], b["isControl"], [r.get("endTxnMarker") or r.get("payload")
+                                                   for r in b["records"]])
+           for b in by_topic["dump-txn"]]  # fmt: skip
+    assert txn == [("true", "false", ["a", "b"]), ("true", "true", ["COMMIT"]),
+                   ("true", "false", ["c"]), ("true", "true", ["ABORT"])]  # fmt: skip
