@@ -340,3 +340,81 @@ def test_kafka_dump_log_reads_what_kafkalog_wrote(kafkalog, tmp_path):
            for b in by_topic["dump-txn"]]  # fmt: skip
     assert txn == [("true", "false", ["a", "b"]), ("true", "true", ["COMMIT"]),
                    ("true", "false", ["c"]), ("true", "true", ["ABORT"])]  # fmt: skip
+
+
+# -- kafka-log-dirs, kafka-acls, kafka-broker-api-versions ---------------------------------------
+
+API_LINE = re.compile(r"^\t(\w+)\((\d+)\): (.*?),?$", re.M)
+
+# deliberate differences of the versions kafkalog serves (kio's schemas reach newer versions;
+# versions no client of Kafka 3.x sends are left out), and the APIs kafkalog does not serve
+VERSION_DIFFERENCES = {
+    "Produce": ("0 to 11 [usable: 11]", "3 to 13 [usable: 11]"),
+    "Fetch": ("0 to 17 [usable: 17]", "4 to 18 [usable: 17]"),
+    "ListOffsets": ("0 to 9 [usable: 9]", "1 to 11 [usable: 9]"),
+    "Metadata": ("0 to 12 [usable: 12]", "0 to 13 [usable: 12]"),
+    "OffsetCommit": ("0 to 9 [usable: 9]", "2 to 10 [usable: 9]"),
+    "OffsetFetch": ("0 to 9 [usable: 9]", "1 to 10 [usable: 9]"),
+    "DescribeGroups": ("0 to 5 [usable: 5]", "0 to 6 [usable: 5]"),
+    "CreateTopics": ("0 to 7 [usable: 7]", "2 to 7 [usable: 7]"),
+    "DeleteTopics": ("0 to 6 [usable: 6]", "1 to 6 [usable: 6]"),
+    "InitProducerId": ("0 to 5 [usable: 5]", "0 to 6 [usable: 5]"),
+    "AddPartitionsToTxn": ("0 to 5 [usable: 5]", "0 to 3 [usable: 3]"),
+    "DescribeAcls": ("0 to 3 [usable: 3]", "1 to 3 [usable: 3]"),
+    "CreateAcls": ("0 to 3 [usable: 3]", "1 to 3 [usable: 3]"),
+    "DeleteAcls": ("0 to 3 [usable: 3]", "1 to 3 [usable: 3]"),
+    "DescribeConfigs": ("0 to 4 [usable: 4]", "1 to 4 [usable: 4]"),
+    "DescribeLogDirs": ("0 to 4 [usable: 4]", "1 to 4 [usable: 4]"),
+    "DescribeCluster": ("0 to 1 [usable: 1]", "0 to 2 [usable: 1]"),
+}
+NOT_SERVED = {
+    "SaslHandshake", "SaslAuthenticate",  # served on SASL listeners only
+    "OffsetForLeaderEpoch", "WriteTxnMarkers", "AlterReplicaLogDirs", "CreateDelegationToken",
+    "RenewDelegationToken", "ExpireDelegationToken", "DescribeDelegationToken", "ElectLeaders",
+    "AlterPartitionReassignments", "ListPartitionReassignments", "DescribeClientQuotas",
+    "AlterClientQuotas", "DescribeQuorum", "UpdateFeatures", "UnregisterBroker",
+    "ConsumerGroupHeartbeat", "ConsumerGroupDescribe", "ListClientMetricsResources",
+    "DescribeTopicPartitions", "AddRaftVoter", "RemoveRaftVoter",
+}  # fmt: skip
+
+
+def test_log_dirs_acls_and_api_versions(kafka39, kafkalog, tmp_path):
+    for server in (kafka39, kafkalog):
+        kafka_tool("kafka-console-producer", "--bootstrap-server", server.bootstrap, "--topic",
+                   "ld1", stdin="a\nb\n", work=tmp_path)  # fmt: skip
+    kafka, ours = both(kafka39, kafkalog, tmp_path, "kafka-log-dirs", "--describe",
+                       "--topic-list", "ld1")  # fmt: skip
+
+    def same_ids(text: str) -> str:
+        text = re.sub(r'"logDir":"[^"]*"', '"logDir":"DIR"', text)
+        return re.sub(r'("broker":|from brokers )\d+', r"\1N", text)
+
+    described = (
+        "Querying brokers for log directories information\nReceived log directory "
+        'information from brokers N\n{"brokers":[{"broker":N,"logDirs":[{"partitions":'
+        '[{"partition":"ld1-0","size":77,"offsetLag":0,"isFuture":false}],"error":null,'
+        '"logDir":"DIR"}]}],"version":1}\nexit 0\n'
+    )
+    assert same_ids(kafka) == same_ids(ours) == described
+    # the shared Kafka broker has no authorizer; kafkalog's module server has one
+    acl = ("--add", "--allow-principal", "User:alice", "--operation", "Read", "--topic", "acl1")
+    kafka, ours = both(kafka39, kafkalog, tmp_path, "kafka-acls", *acl)
+    added = ("Adding ACLs for resource `ResourcePattern(resourceType=TOPIC, name=acl1, "
+             "patternType=LITERAL)`: \n \t(principal=User:alice, host=*, operation=READ, "
+             "permissionType=ALLOW) \n\n")  # fmt: skip
+    assert kafka.startswith(added + "Error while executing ACL command: org.apache.kafka."
+                            "common.errors.SecurityDisabledException: No Authorizer is "
+                            "configured.\n")  # fmt: skip
+    assert ours == added + "exit 0\n"
+    listed = kafka_tool("kafka-acls", "--bootstrap-server", kafkalog.bootstrap, "--list",
+                        "--topic", "acl1", work=tmp_path).stdout  # fmt: skip
+    assert listed == ("Current ACLs for resource `ResourcePattern(resourceType=TOPIC, "
+                      "name=acl1, patternType=LITERAL)`: \n \t(principal=User:alice, host=*, "
+                      "operation=READ, permissionType=ALLOW) \n\n")  # fmt: skip
+    kafka, ours = both(kafka39, kafkalog, tmp_path, "kafka-broker-api-versions")
+    theirs = {m.group(1): m.group(3) for m in API_LINE.finditer(kafka)}
+    mine = {m.group(1): m.group(3) for m in API_LINE.finditer(ours)}
+    assert set(theirs) == set(mine)  # the tool lists every API it knows for both
+    differing = {n: (theirs[n], mine[n]) for n in theirs if theirs[n] != mine[n]}
+    assert {n: v for n, v in differing.items() if v[1] != "UNSUPPORTED"} == VERSION_DIFFERENCES
+    assert {n for n, v in differing.items() if v[1] == "UNSUPPORTED"} == NOT_SERVED

@@ -28,6 +28,7 @@ from broker_embedded.server.handlers import (
     delete_topics,
     describe_cluster,
     describe_configs,
+    describe_log_dirs,
     fetch,
     find_coordinator,
     groups,
@@ -58,6 +59,7 @@ HANDLERS: tuple[Register, ...] = (
     create_partitions.register,
     describe_configs.register,
     alter_configs.register,  # AlterConfigs, IncrementalAlterConfigs
+    describe_log_dirs.register,
     delete_records.register,
     describe_cluster.register,
     find_coordinator.register,

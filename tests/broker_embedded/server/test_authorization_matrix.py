@@ -39,6 +39,7 @@ from kio.schema.describe_acls.v3.request import DescribeAclsRequest
 from kio.schema.describe_cluster.v1.request import DescribeClusterRequest
 from kio.schema.describe_configs.v4 import request as dc
 from kio.schema.describe_groups.v5.request import DescribeGroupsRequest
+from kio.schema.describe_log_dirs.v4 import request as dld
 from kio.schema.describe_producers.v0 import request as dp
 from kio.schema.describe_transactions.v0.request import DescribeTransactionsRequest
 from kio.schema.describe_user_scram_credentials.v0 import request as dus
@@ -330,6 +331,10 @@ MATRIX: dict[int, Row] = {
             ac.AlterConfigsResource(resource_type=i8(2), resource_name=TOPIC, configs=(
                 ac.AlterableConfig(name="retention.ms", value="1000"),)),)),
          _first("responses"), E.none, E.topic_authorization_failed),
+    35: (lambda: dld.DescribeLogDirsRequest(topics=(
+            dld.DescribableLogDirTopic(topic=TOPIC, partitions=(i32(0),)),)),
+         lambda r: (r.error_code, [[t.name for t in d.topics] for d in r.results]),
+         (E.none, [[TOPIC]]), (E.cluster_authorization_failed, [])),
     36: (lambda: SaslAuthenticateRequest(auth_bytes=b"\x00bob\x00bob-pw"), _top,
          E.illegal_sasl_state, E.illegal_sasl_state),
     37: (lambda: cp.CreatePartitionsRequest(timeout=FIVE, validate_only=True, topics=(
