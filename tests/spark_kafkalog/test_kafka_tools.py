@@ -365,11 +365,12 @@ VERSION_DIFFERENCES = {
     "DeleteAcls": ("0 to 3 [usable: 3]", "1 to 3 [usable: 3]"),
     "DescribeConfigs": ("0 to 4 [usable: 4]", "1 to 4 [usable: 4]"),
     "DescribeLogDirs": ("0 to 4 [usable: 4]", "1 to 4 [usable: 4]"),
+    "WriteTxnMarkers": ("0 to 1 [usable: 1]", "1 [usable: 1]"),
     "DescribeCluster": ("0 to 1 [usable: 1]", "0 to 2 [usable: 1]"),
 }
 NOT_SERVED = {
     "SaslHandshake", "SaslAuthenticate",  # served on SASL listeners only
-    "OffsetForLeaderEpoch", "WriteTxnMarkers", "AlterReplicaLogDirs", "CreateDelegationToken",
+    "OffsetForLeaderEpoch", "AlterReplicaLogDirs", "CreateDelegationToken",
     "RenewDelegationToken", "ExpireDelegationToken", "DescribeDelegationToken", "ElectLeaders",
     "AlterPartitionReassignments", "ListPartitionReassignments", "DescribeClientQuotas",
     "AlterClientQuotas", "DescribeQuorum", "UpdateFeatures", "UnregisterBroker",
@@ -418,3 +419,60 @@ def test_log_dirs_acls_and_api_versions(kafka39, kafkalog, tmp_path):
     differing = {n: (theirs[n], mine[n]) for n in theirs if theirs[n] != mine[n]}
     assert {n: v for n, v in differing.items() if v[1] != "UNSUPPORTED"} == VERSION_DIFFERENCES
     assert {n for n, v in differing.items() if v[1] == "UNSUPPORTED"} == NOT_SERVED
+
+
+# -- kafka-transactions ---------------------------------------------------------------------------
+
+
+def hanging_transaction(bootstrap: str, topic: str, txn_id: str) -> object:
+    """A transaction left open (one record sent, no commit, a 10-minute timeout); the producer,
+    to be kept until the test ends."""
+    from confluent_kafka import Producer
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(TIMEOUT_S)
+    producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": txn_id,
+                         "transaction.timeout.ms": 600_000})  # fmt: skip
+    producer.init_transactions(TIMEOUT_S)
+    producer.begin_transaction()
+    producer.produce(topic, b"x", b"k")
+    producer.flush(TIMEOUT_S)
+    return producer
+
+
+def table(text: str, ids: tuple[int, ...] = ()) -> list[list[str]]:
+    """A kafka-transactions table: rows of stripped cells, the columns ``ids`` (ids and times
+    that must differ) as "N"."""
+    rows = [[c.strip() for c in line.split("\t")[:-1]] for line in text.splitlines()
+            if "\t" in line]  # fmt: skip
+    return [[("N" if i in ids and n else c) for i, c in enumerate(row)]
+            for n, row in enumerate(rows)]  # fmt: skip
+
+
+def test_kafka_transactions_list_describe_and_abort_a_hanging_one(kafka39, kafkalog, tmp_path):
+    producers = [hanging_transaction(s.bootstrap, "kt-hang", "kt-hang-txn")  # noqa: F841 (kept)
+                 for s in (kafka39, kafkalog)]  # fmt: skip
+    kafka, ours = both(kafka39, kafkalog, tmp_path, "kafka-transactions", "list")
+    mine = [r for r in table(ours, (1, 2)) if r[0] in ("TransactionalId", "kt-hang-txn")]
+    assert [r for r in table(kafka, (1, 2)) if r[0] in ("TransactionalId", "kt-hang-txn")] == mine
+    assert mine == [["TransactionalId", "Coordinator", "ProducerId", "TransactionState"],
+                    ["kt-hang-txn", "N", "N", "Ongoing"]]  # fmt: skip
+    kafka, ours = both(kafka39, kafkalog, tmp_path, "kafka-transactions", "describe",
+                       "--transactional-id", "kt-hang-txn")  # fmt: skip
+    assert table(kafka, (0, 2, 6, 7)) == table(ours, (0, 2, 6, 7)) == [
+        ["CoordinatorId", "TransactionalId", "ProducerId", "ProducerEpoch", "TransactionState",
+         "TransactionTimeoutMs", "CurrentTransactionStartTimeMs", "TransactionDurationMs",
+         "TopicPartitions"],
+        ["N", "kt-hang-txn", "N", "0", "Ongoing", "600000", "N", "N", "kt-hang-0"],
+    ]  # fmt: skip
+    aborted = both(kafka39, kafkalog, tmp_path, "kafka-transactions", "abort", "--topic",
+                   "kt-hang", "--partition", "0", "--start-offset", "0")  # fmt: skip
+    assert aborted == ("exit 0\n",) * 2
+    kafka, ours = both(kafka39, kafkalog, tmp_path, "kafka-transactions", "describe-producers",
+                       "--topic", "kt-hang", "--partition", "0")  # fmt: skip
+    assert table(kafka, (0, 4)) == table(ours, (0, 4)) == [
+        ["ProducerId", "ProducerEpoch", "LatestCoordinatorEpoch", "LastSequence",
+         "LastTimestamp", "CurrentTransactionStartOffset"],
+        ["N", "0", "0", "0", "N", "None"],  # no transaction open in the partition any more
+    ]  # fmt: skip

@@ -38,6 +38,7 @@ from broker_embedded.server.handlers import (
     produce,
     transactions_admin,
     txn_requests,
+    write_txn_markers,
 )
 from broker_embedded.server.handlers.api_context import ApiContext, Node
 from broker_embedded.server.kafka_apis import KafkaApis
@@ -66,6 +67,7 @@ HANDLERS: tuple[Register, ...] = (
     groups.register,  # the group APIs, OffsetCommit and OffsetFetch
     txn_requests.register,
     transactions_admin.register,  # DescribeProducers, DescribeTransactions, ListTransactions
+    write_txn_markers.register,
 )
 
 

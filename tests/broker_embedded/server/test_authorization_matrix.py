@@ -65,6 +65,7 @@ from kio.schema.sasl_authenticate.v2.request import SaslAuthenticateRequest
 from kio.schema.sasl_handshake.v1.request import SaslHandshakeRequest
 from kio.schema.sync_group.v3.request import SyncGroupRequest
 from kio.schema.txn_offset_commit.v3 import request as to
+from kio.schema.write_txn_markers.v1 import request as wtm
 from kio.static.primitive import i8, i16, i32, i64
 
 from broker_embedded.errors import KAFKA_MESSAGES
@@ -298,6 +299,12 @@ MATRIX: dict[int, Row] = {
     26: (lambda: EndTxnRequest(transactional_id=TXN, producer_id=i64(7), producer_epoch=i16(0),
                                committed=True),
          _top, E.invalid_producer_id_mapping, E.transactional_id_authorization_failed),
+    27: (lambda: wtm.WriteTxnMarkersRequest(markers=(wtm.WritableTxnMarker(
+            producer_id=i64(7), producer_epoch=i16(0), transaction_result=False,
+            coordinator_epoch=i32(0), topics=(wtm.WritableTxnMarkerTopic(
+                name="mx-absent", partition_indexes=(i32(0),)),)),)),
+         lambda r: r.markers[0].topics[0].partitions[0].error_code,
+         E.unknown_topic_or_partition, E.cluster_authorization_failed),
     28: (lambda: to.TxnOffsetCommitRequest(
             transactional_id=TXN, group_id=GROUP, producer_id=i64(7), producer_epoch=i16(0),
             generation_id=i32(-1), member_id="", group_instance_id=None, topics=(
