@@ -6,13 +6,15 @@ other way round: kafkalog's ``produce`` / ``consume`` with ``--bootstrap-server`
 3.9, as Kafka's console tools behave there.
 
 One ``kafkalog serve`` child for the module, with the ACL authorizer on and every resource
-without ACLs open (``allow.everyone.if.no.acl.found``), as the ACL tools need. Each tool run
+without ACLs open (``allow.everyone.if.no.acl.found``), as the ACL tools need, and no initial
+rebalance delay (as the Kafka peer). Each tool run
 starts a JVM (about 2 s): the checks are grouped, a few runs per test. Each test uses its own
 topic and group names (the Kafka broker is shared by the session).
 """
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
@@ -25,7 +27,9 @@ import pytest
 from tests.kafka39 import kafka_tool
 from tests.spark_kafkalog._serve_proc import ROOT, ServeProcess, child_env
 
-BROKER_CONFIG = """[security]
+BROKER_CONFIG = """[broker]
+"group.initial.rebalance.delay.ms" = 0
+[security]
 "authorizer.class.name" = "kafka.security.authorizer.AclAuthorizer"
 "allow.everyone.if.no.acl.found" = true
 """
@@ -475,4 +479,44 @@ def test_kafka_transactions_list_describe_and_abort_a_hanging_one(kafka39, kafka
         ["ProducerId", "ProducerEpoch", "LatestCoordinatorEpoch", "LastSequence",
          "LastTimestamp", "CurrentTransactionStartOffset"],
         ["N", "0", "0", "0", "N", "None"],  # no transaction open in the partition any more
+    ]  # fmt: skip
+
+
+# -- kafka-verifiable-producer / kafka-verifiable-consumer ----------------------------------------
+
+
+def events(text: str) -> list[dict]:
+    """The tool's JSON events without their timestamps and throughput."""
+    out = []
+    for line in text.splitlines():
+        if line.startswith("{"):
+            event = json.loads(line)
+            event.pop("timestamp", None)
+            event.pop("avg_throughput", None)
+            out.append(event)
+    return out
+
+
+def test_verifiable_producer_and_consumer(kafka39, kafkalog, tmp_path):
+    kafka, ours = both(kafka39, kafkalog, tmp_path, "kafka-verifiable-producer", "--topic",
+                       "vp1", "--max-messages", "3", "--acks", "-1")  # fmt: skip
+    sent = [{"name": "producer_send_success", "key": None, "value": str(i), "offset": i,
+             "topic": "vp1", "partition": 0} for i in range(3)]  # fmt: skip
+    assert events(kafka) == events(ours) == [
+        {"name": "startup_complete"}, *sent, {"name": "shutdown_complete"},
+        {"name": "tool_data", "sent": 3, "acked": 3, "target_throughput": -1},
+    ]  # fmt: skip
+    kafka, ours = both(kafka39, kafkalog, tmp_path, "kafka-verifiable-consumer", "--topic",
+                       "vp1", "--group-id", "vp1-group", "--max-messages", "3",
+                       "--reset-policy", "earliest")  # fmt: skip
+    partitions = [{"topic": "vp1", "partition": 0}]
+    assert events(kafka) == events(ours) == [
+        {"name": "startup_complete"},
+        {"name": "partitions_assigned", "partitions": partitions},
+        {"name": "records_consumed", "count": 3, "partitions": [
+            {"topic": "vp1", "partition": 0, "count": 3, "minOffset": 0, "maxOffset": 2}]},
+        {"name": "offsets_committed", "offsets": [{"topic": "vp1", "partition": 0,
+                                                    "offset": 3}], "success": True},
+        {"name": "partitions_revoked", "partitions": partitions},
+        {"name": "shutdown_complete"},
     ]  # fmt: skip
