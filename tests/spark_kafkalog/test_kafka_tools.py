@@ -520,3 +520,47 @@ def test_verifiable_producer_and_consumer(kafka39, kafkalog, tmp_path):
         {"name": "partitions_revoked", "partitions": partitions},
         {"name": "shutdown_complete"},
     ]  # fmt: skip
+
+
+def commit_offsets(bootstrap: str, group: str, topic: str, offset: int) -> None:
+    """Commit ``offset`` for ``group`` on partition 0 of ``topic`` (confluent-kafka)."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group})
+    try:
+        consumer.commit(offsets=[TopicPartition(topic, 0, offset)], asynchronous=False)
+    finally:
+        consumer.close()
+
+
+def test_kafkalog_topics_and_groups_against_kafka39_print_as_kafkas_tools(kafka39, tmp_path):
+    bootstrap = ("--bootstrap-server", kafka39.bootstrap)
+    created = kafkalog_cli("topics", "create", "klt1", "--partitions", "2", *bootstrap)
+    assert (created.returncode, created.stdout) == (0, "Created topic klt1.\n")
+    produced = kafkalog_cli("produce", "--topic", "klt1", "--partition", "0", *bootstrap,
+                            stdin="a\nb\n")  # fmt: skip
+    assert produced.returncode == 0, produced.stderr
+    commit_offsets(kafka39.bootstrap, "klt1-group", "klt1", 1)
+    ours = kafkalog_cli("topics", "describe", "klt1", *bootstrap).stdout
+    theirs = kafka_tool("kafka-topics", *bootstrap, "--describe", "--topic", "klt1",
+                        work=tmp_path).stdout  # fmt: skip
+    assert ours.splitlines()[0] == theirs.splitlines()[0]  # topic, id, counts, configs
+    # difference: kafkalog's partition rows add the leader epoch and the offsets where
+    # Kafka's show the eligible leader replicas (ELR)
+    assert [r.split("\tLeaderEpoch: ")[0] for r in ours.splitlines()[1:]] == [
+        r.split("\tElr: ")[0] for r in theirs.splitlines()[1:]
+    ]
+    assert ours.splitlines()[1].endswith(
+        "\tLeaderEpoch: 0\tLogStartOffset: 0\tHighWatermark: 2\tLogEndOffset: 2"
+    )
+    ours = kafkalog_cli("topics", "list", *bootstrap).stdout
+    theirs = kafka_tool("kafka-topics", *bootstrap, "--list", work=tmp_path).stdout
+    assert ours == theirs and "klt1\n" in ours
+    ours = kafkalog_cli("groups", "describe", "--group", "klt1-group", *bootstrap)
+    theirs = kafka_tool("kafka-consumer-groups", *bootstrap, "--describe", "--group",
+                        "klt1-group", work=tmp_path)  # fmt: skip
+    assert (ours.stdout, ours.stderr) == (theirs.stdout + "\n", theirs.stderr)
+    assert re.search(r"klt1-group +klt1 +0 +1 +2 +1 +- +- +-\n$", ours.stdout)
+    # difference: kafkalog says what it deleted; Kafka's tool prints nothing
+    deleted = kafkalog_cli("topics", "delete", "klt1", *bootstrap)
+    assert (deleted.returncode, deleted.stdout) == (0, "Deleted topic klt1.\n")
