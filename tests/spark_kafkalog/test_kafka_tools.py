@@ -107,10 +107,17 @@ def test_kafka_topics_create_describe_alter_delete(kafka39, kafkalog, tmp_path):
     assert deleted == ("exit 0\n",) * 2
 
 
+def create_topic(bootstrap: str, topic: str, config: dict[str, str] | None = None) -> None:
+    """Create ``topic`` (one partition) with confluent-kafka's admin client (no JVM start)."""
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic(topic, 1, 1, config=config or {})])[topic].result(TIMEOUT_S)
+
+
 def test_kafka_configs_describe_and_alter(kafka39, kafkalog, tmp_path):
     for server in (kafka39, kafkalog):
-        kafka_tool("kafka-topics", "--bootstrap-server", server.bootstrap, "--create",
-                   "--topic", "kc1", "--config", "retention.ms=3600000", work=tmp_path)  # fmt: skip
+        create_topic(server.bootstrap, "kc1", {"retention.ms": "3600000"})
     topic = ("--entity-type", "topics", "--entity-name", "kc1")
     kafka, ours = both(kafka39, kafkalog, tmp_path, "kafka-configs", "--describe", *topic)
     assert (
@@ -204,8 +211,6 @@ def test_console_tools_consumer_groups_offsets_and_delete_records(kafka39, kafka
                        "--execute")  # fmt: skip
     assert kafka == ours
     assert re.search(r"cg1-group +cg1 +0 +0 +exit 0", ours)
-    offsets = both(kafka39, kafkalog, tmp_path, "kafka-get-offsets", "--topic", "cg1")
-    assert offsets == ("cg1:0:3\nexit 0\n",) * 2
     plan = tmp_path / "delete.json"
     plan.write_text('{"partitions": [{"topic": "cg1", "partition": 0, "offset": 2}], '
                     '"version": 1}')  # fmt: skip
@@ -307,10 +312,8 @@ def written_log_dir(log_dir: Path) -> dict[str, list[tuple[int, str | None, str 
 def transactions_through(kafkalog: ServeProcess, topic: str) -> None:
     """A committed transaction (a, b) then an aborted one (c), by confluent-kafka."""
     from confluent_kafka import Producer
-    from confluent_kafka.admin import AdminClient, NewTopic
 
-    admin = AdminClient({"bootstrap.servers": kafkalog.bootstrap})
-    admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(TIMEOUT_S)
+    create_topic(kafkalog.bootstrap, topic)
     producer = Producer({"bootstrap.servers": kafkalog.bootstrap, "transactional.id": topic})
     producer.init_transactions(TIMEOUT_S)
     for values, commit in ((("a", "b"), True), (("c",), False)):
@@ -432,10 +435,8 @@ def hanging_transaction(bootstrap: str, topic: str, txn_id: str) -> object:
     """A transaction left open (one record sent, no commit, a 10-minute timeout); the producer,
     to be kept until the test ends."""
     from confluent_kafka import Producer
-    from confluent_kafka.admin import AdminClient, NewTopic
 
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(TIMEOUT_S)
+    create_topic(bootstrap, topic)
     producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": txn_id,
                          "transaction.timeout.ms": 600_000})  # fmt: skip
     producer.init_transactions(TIMEOUT_S)
