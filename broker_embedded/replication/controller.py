@@ -31,6 +31,9 @@ controller epoch (Kafka's controller, reduced to one process).
   removed (or the new partitions'), then its entry in the log dir. A process killed meanwhile
   leaves the topic registered in the log dir with some partitions: the next opening of a
   standalone broker adopts it whole and creates the missing ones.
+- Config changes (AlterConfigs, :meth:`alter_topic_config`): a topic's overrides are replaced
+  under the lock, validated, written to the log dirs of the live brokers hosting it (whose open
+  logs take them at once) and to the state file; a stopped broker gets them when it registers.
 - ISR changes proposed by leaders (:meth:`alter_partition`) are checked against the leader epoch
   (FENCED_LEADER_EPOCH), the partition epoch (INVALID_UPDATE_VERSION) and broker liveness
   (INELIGIBLE_REPLICA), then committed with the partition epoch bumped.
