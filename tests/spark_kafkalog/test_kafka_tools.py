@@ -186,6 +186,9 @@ def test_console_tools_consumer_groups_offsets_and_delete_records(kafka39, kafka
         )
         * 2
     )
+    kafka, ours = both(kafka39, kafkalog, tmp_path, "kafka-consumer-groups", "--list")
+    assert [g for g in kafka.splitlines() if g.startswith("cg1")] == ["cg1-group"]  # shared
+    assert [g for g in ours.splitlines() if g.startswith("cg1")] == ["cg1-group"]
     kafka, ours = both(kafka39, kafkalog, tmp_path, "kafka-consumer-groups", "--describe",
                        "--group", "cg1-group")  # fmt: skip
     assert kafka == ours
