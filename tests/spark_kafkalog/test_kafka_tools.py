@@ -459,8 +459,16 @@ def table(text: str, ids: tuple[int, ...] = ()) -> list[list[str]]:
 
 
 def test_kafka_transactions_list_describe_and_abort_a_hanging_one(kafka39, kafkalog, tmp_path):
-    producers = [hanging_transaction(s.bootstrap, "kt-hang", "kt-hang-txn")  # noqa: F841 (kept)
+    producers = [hanging_transaction(s.bootstrap, "kt-hang", "kt-hang-txn")
                  for s in (kafka39, kafkalog)]  # fmt: skip
+    try:
+        _transactions_tools(kafka39, kafkalog, tmp_path)
+    finally:  # the coordinators still see the transaction open: its producer ends it
+        for producer in producers:
+            producer.abort_transaction(TIMEOUT_S)  # type: ignore[attr-defined]
+
+
+def _transactions_tools(kafka39, kafkalog, tmp_path) -> None:
     kafka, ours = both(kafka39, kafkalog, tmp_path, "kafka-transactions", "list")
     mine = [r for r in table(ours, (1, 2)) if r[0] in ("TransactionalId", "kt-hang-txn")]
     assert [r for r in table(kafka, (1, 2)) if r[0] in ("TransactionalId", "kt-hang-txn")] == mine
