@@ -192,6 +192,14 @@ class Broker:
         self._check_open()
         return self.controller.create_partitions(name, total, stop=stop)
 
+    def alter_topic_config(
+        self, name: str, overrides: Mapping[str, str], *, validate_only: bool = False
+    ) -> None:
+        """Replace the config overrides of topic ``name`` (the controller's
+        ``alter_topic_config``); its logs follow the new config from now on."""
+        self._check_open()
+        self.controller.alter_topic_config(name, overrides, validate_only=validate_only)
+
     def delete_topic(self, name: str) -> None:
         self._check_open()
         self.controller.delete_topic(name)

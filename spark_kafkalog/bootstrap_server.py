@@ -8,9 +8,11 @@ Kafka's protocol, through :class:`~broker_embedded.client.kafka_client.KafkaClie
   with read_committed; log end offset: latest with Kafka's debugging replica id -2) and
   DescribeConfigs (overrides: the DYNAMIC_TOPIC_CONFIG ones; effective: every value). Output is
   the log-dir command's (topics_command.write_description).
-- ``produce``: :class:`WireTarget` builds each batch as the embedded producer does
-  (``producer_record.build_batch``, the client's clock as CreateTime) and sends one Produce to
-  the partition's leader.
+- ``produce``: the topic's metadata asked as Kafka's producer asks it (auto-creation allowed,
+  LEADER_NOT_AVAILABLE retried, bounded: ``KafkaClient.producer_topic``), so a broker that
+  auto-creates topics creates it, as for ``kafka-console-producer``; :class:`WireTarget`
+  builds each batch as the embedded producer does (``producer_record.build_batch``, the
+  client's clock as CreateTime) and sends one Produce to the partition's leader.
 - ``consume``: :class:`WireSource`: partitions from Metadata, the start and end from ListOffsets
   (end: the high watermark, or with read_committed the last stable offset, as the command
   starts each partition), then Fetch requests of at most ``FETCH_MAX_BYTES`` (1 MiB) decoded by
@@ -139,7 +141,8 @@ class WireTarget:
     client: KafkaClient
 
     def partition_count(self, topic: str) -> int:
-        return len(self.client.topic(topic).partitions)
+        # as Kafka's producer: a broker that auto-creates topics creates this one
+        return len(self.client.producer_topic(topic).partitions)
 
     def max_message_bytes(self, topic: str) -> int:
         values = {c.name: c.value for c in self.client.topic_configs(topic)}

@@ -87,6 +87,7 @@ CLIENT_VERSIONS = {
 EARLIEST, LATEST = -2, -1  # ListOffsets timestamps
 DEBUGGING_REPLICA_ID = -2  # ListOffsets up to the log end offset (Kafka's debugging id)
 RETRIABLE = frozenset({5, 6})  # LEADER_NOT_AVAILABLE, NOT_LEADER_OR_FOLLOWER
+UNKNOWN_TOPIC_OR_PARTITION = 3
 COORDINATOR_RETRIABLE = frozenset({14, 15, 16})  # COORDINATOR_LOAD_IN_PROGRESS, ..._NOT_AVAILABLE,
 # NOT_COORDINATOR: the group APIs find the coordinator again
 UNSUPPORTED_VERSION = 35
@@ -423,8 +424,12 @@ class KafkaClient:
 
     # -- metadata ----------------------------------------------------------------------------------
 
-    def metadata(self, topics: Iterable[str] | None = None) -> list[TopicInfo]:
-        """Metadata of ``topics`` (every topic when None); an unknown topic raises."""
+    def metadata(
+        self, topics: Iterable[str] | None = None, *, auto_create: bool = False
+    ) -> list[TopicInfo]:
+        """Metadata of ``topics`` (every topic when None); an unknown topic raises.
+        ``auto_create``: ask a broker that auto-creates topics to create them (Kafka's
+        producer does; see :meth:`producer_topic`)."""
         names = None if topics is None else list(topics)
 
         def build(types: Any) -> dict[str, Any]:
@@ -433,7 +438,7 @@ class KafkaClient:
                 if names is None
                 else tuple(make(types.MetadataRequestTopic, name=n, topic_id=None) for n in names)
             )
-            return {"topics": wanted, "allow_auto_topic_creation": False,
+            return {"topics": wanted, "allow_auto_topic_creation": auto_create,
                     "include_topic_authorized_operations": False,
                     "include_cluster_authorized_operations": False}  # fmt: skip
 
@@ -454,6 +459,32 @@ class KafkaClient:
     def topic(self, name: str) -> TopicInfo:
         info = self._topics.get(name)
         return info if info is not None else self.metadata([name])[0]
+
+    def producer_topic(self, name: str) -> TopicInfo:
+        """The metadata of topic ``name`` as Kafka's producer asks for it: Metadata allowing
+        auto-creation, repeated while the broker answers LEADER_NOT_AVAILABLE (a topic being
+        created) or UNKNOWN_TOPIC_OR_PARTITION (not yet visible), or a partition has no
+        leader yet, at most ``retries`` times within ``retry_timeout_s``; then the last error
+        (UNKNOWN_TOPIC_OR_PARTITION from a broker that does not auto-create topics)."""
+        deadline = time.monotonic() + self.config.retry_timeout_s
+        for attempt in range(self.config.retries + 1):
+            try:
+                info = self.metadata([name], auto_create=True)[0]
+                if all(p.leader >= 0 for p in info.partitions):
+                    return info
+                error: KafkaApiError = LeaderNotAvailableError(
+                    f"topic {name!r}: partitions without a leader"
+                )
+            except KafkaApiError as e:
+                if e.code not in (LeaderNotAvailableError.code, UNKNOWN_TOPIC_OR_PARTITION):
+                    raise
+                error = e
+            self._topics.pop(name, None)
+            late = time.monotonic() + self.config.retry_backoff_s > deadline
+            if attempt == self.config.retries or late:
+                raise error
+            time.sleep(self.config.retry_backoff_s)
+        raise AssertionError("unreachable")
 
     def _leader(self, topic: str, partition: int) -> BrokerAddress:
         info = self.topic(topic)

@@ -31,6 +31,9 @@ controller epoch (Kafka's controller, reduced to one process).
   removed (or the new partitions'), then its entry in the log dir. A process killed meanwhile
   leaves the topic registered in the log dir with some partitions: the next opening of a
   standalone broker adopts it whole and creates the missing ones.
+- Config changes (AlterConfigs, :meth:`alter_topic_config`): a topic's overrides are replaced
+  under the lock, validated, written to the log dirs of the live brokers hosting it (whose open
+  logs take them at once) and to the state file; a stopped broker gets them when it registers.
 - ISR changes proposed by leaders (:meth:`alter_partition`) are checked against the leader epoch
   (FENCED_LEADER_EPOCH), the partition epoch (INVALID_UPDATE_VERSION) and broker liveness
   (INELIGIBLE_REPLICA), then committed with the partition epoch bumped.
@@ -619,6 +622,26 @@ class Controller:
                 self._states.pop(tp, None)
             del self._names_by_id[self._topics[name].topic_id]
             del self._topics[name], self._assignment[name]
+            self._save()
+
+    def alter_topic_config(
+        self, name: str, overrides: Mapping[str, str], *, validate_only: bool = False
+    ) -> None:
+        """Replace the config overrides of topic ``name`` with ``overrides`` (validated:
+        :class:`InvalidConfigError`), on the brokers hosting it (their log dirs and open logs)
+        and in the state file; with ``validate_only`` only check (AlterConfigs'
+        ``validate_only``)."""
+        with self._lock:
+            self._check_active()
+            entry = self._topic(name)
+            parse_overrides(overrides, name)
+            if validate_only:
+                return
+            new = replace(entry, config=MappingProxyType(dict(overrides)))
+            hosts = {b for r in self._assignment[name].values() for b in r} & self._alive
+            for b in sorted(hosts):
+                self._brokers[b].log_manager.put_topic(name, new)
+            self._topics[name] = new
             self._save()
 
     def _topic(self, name: str) -> TopicEntry:

@@ -56,9 +56,10 @@ def _choice(*allowed: str) -> Callable[[Any], str]:
 
 
 def _cleanup_policy(v: Any) -> str:
+    """delete, compact, both, or (as Kafka allows) neither: the empty list."""
     parts = [p.strip() for p in (v if isinstance(v, list) else str(v).split(",")) if p.strip()]
-    if not parts or any(p not in ("delete", "compact") for p in parts):
-        raise ValueError("must be delete, compact or compact,delete")
+    if any(p not in ("delete", "compact") for p in parts):
+        raise ValueError("must be delete, compact, compact,delete or empty")
     return ",".join(sorted(set(parts)))
 
 
@@ -79,7 +80,7 @@ _SPEC: dict[str, tuple[str, Callable[[Any], Any]]] = {
     "segment.index.bytes": ("segment_index_bytes", _long(8, INT_MAX)),
     "index.interval.bytes": ("index_interval_bytes", _long(0, INT_MAX)),
     "retention.ms": ("retention_ms", _long(-1)),
-    "retention.bytes": ("retention_bytes", _long(-1)),
+    "retention.bytes": ("retention_bytes", _long(-LONG_MAX - 1)),  # < 0: no limit (Kafka)
     "max.message.bytes": ("max_message_bytes", _long(0, INT_MAX)),
     "message.timestamp.type": ("message_timestamp_type", _choice("CreateTime", "LogAppendTime")),
     "min.insync.replicas": ("min_insync_replicas", _long(1, INT_MAX)),

@@ -248,10 +248,12 @@ class LogManager:
 
     def put_topic(self, topic: str, entry: TopicEntry) -> None:
         """Register or update a topic (persisted at once; an unchanged entry writes nothing).
-        A write that fails (a full disk) changes nothing: :class:`KafkaStorageError`."""
+        A write that fails (a full disk) changes nothing: :class:`KafkaStorageError`. Changed
+        config overrides (AlterConfigs) are taken by the topic's open logs once written."""
         with self._cond:
             self._check_open()
-            if self.topics.get(topic) == entry:
+            previous = self.topics.get(topic)
+            if previous == entry:
                 return
             try:
                 self._topic_file.write({**self.topics, topic: entry})
@@ -262,6 +264,12 @@ class LogManager:
                 ) from e
             self.health.succeeded()
             self.topics[topic] = entry
+            logs = [lg for tp, lg in self.logs.items() if tp.topic == topic]
+        if previous is not None and previous.config != entry.config:
+            # outside the lock: a log calls back into it (offsets changed) under its own
+            config = entry.log_config(self.defaults, topic)
+            for lg in logs:
+                lg.update_config(config)
 
     def get_or_create_log(self, tp: TopicPartition) -> UnifiedLog:
         """The log of ``tp`` (its topic must be registered), created empty if needed (see

@@ -800,6 +800,12 @@ class LogSegment:
                 f"({e.strerror}); the file was cut back to {position} bytes"
             ) from e
 
+    def reconfigure(self, config: LogConfig) -> None:
+        """The appends from now on follow ``config`` (its roll size and age); the index files
+        keep the size and interval they were made with (the next segment takes the new)."""
+        if self._append is not None:
+            self._append.reconfigure(config)
+
     def _appender(self) -> _Appender:
         if self._append is None:
             raise InvalidOffsetError(f"segment {self.log_path} is not open for appending")
@@ -947,12 +953,7 @@ class _Appender:
                  "unsynced", "flushed", "mapped")  # fmt: skip
 
     def __init__(self, config: LogConfig, rolling_based_timestamp: int | None, created_ms: int):
-        self.config = config
-        # the age that rolls the segment (segment.ms; a compacted topic's max.compaction.lag.ms
-        # when lower), checked on every append
-        self.max_segment_ms = config.segment_ms
-        if config.compact and config.max_compaction_lag_ms > 0:
-            self.max_segment_ms = min(config.segment_ms, config.max_compaction_lag_ms)
+        self.reconfigure(config)
         self.rolling_based_timestamp = rolling_based_timestamp
         self.created_ms = created_ms
         # .log, .index, .timeindex: each opened by its first write (lazily, as Kafka's indexes)
@@ -962,6 +963,15 @@ class _Appender:
         self.unsynced: set[int] = set()
         self.flushed = [0, 0]  # index entries already in the .index and .timeindex files
         self.mapped = memoryview(b"")  # the .log mapped past its end for reads (_reservation)
+
+    def reconfigure(self, config: LogConfig) -> None:
+        """Take ``config`` (a topic's altered config) for the appends from now on."""
+        self.config = config
+        # the age that rolls the segment (segment.ms; a compacted topic's max.compaction.lag.ms
+        # when lower), checked on every append
+        self.max_segment_ms = config.segment_ms
+        if config.compact and config.max_compaction_lag_ms > 0:
+            self.max_segment_ms = min(config.segment_ms, config.max_compaction_lag_ms)
 
     def file(self, slot: int, paths: Callable[[], tuple[Path, Path, Path]]) -> BinaryIO:
         """The file of ``paths()[slot]``, opened for appending on first use and kept."""

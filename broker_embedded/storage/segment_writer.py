@@ -153,6 +153,11 @@ class SegmentWriter:
                 f"not {topic_id_to_string(topic_id)}"
             )
 
+    def reconfigure(self, config: LogConfig) -> None:
+        """Roll and create segments by ``config`` from now on (a topic's altered config)."""
+        self.config = config
+        self._active.reconfigure(config)
+
     # -- state -------------------------------------------------------------------------------------
 
     @property

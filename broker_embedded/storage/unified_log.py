@@ -1222,6 +1222,15 @@ class UnifiedLog:
             self.flush()
             return True
 
+    def update_config(self, config: LogConfig) -> None:
+        """Take a topic's altered config (Kafka's ``updateConfig``): appends, rolls, retention,
+        compaction and fetches follow it from now on; segments already written stay as they
+        are (their index sizes, their records, their codec)."""
+        with self._lock:
+            self.config = config
+            self._open.config = config
+            self._writer.reconfigure(config)
+
     def close(self) -> None:
         """Flush, snapshot the producer state and close every file (idempotent)."""
         self._stop_cleaning()

@@ -21,12 +21,14 @@ from broker_embedded.broker import Broker
 from broker_embedded.broker_config import BrokerConfig
 from broker_embedded.server.broker_server import BrokerServer
 from broker_embedded.server.handlers import (
+    alter_configs,
     create_partitions,
     create_topics,
     delete_records,
     delete_topics,
     describe_cluster,
     describe_configs,
+    describe_log_dirs,
     fetch,
     find_coordinator,
     groups,
@@ -36,6 +38,7 @@ from broker_embedded.server.handlers import (
     produce,
     transactions_admin,
     txn_requests,
+    write_txn_markers,
 )
 from broker_embedded.server.handlers.api_context import ApiContext, Node
 from broker_embedded.server.kafka_apis import KafkaApis
@@ -56,12 +59,15 @@ HANDLERS: tuple[Register, ...] = (
     delete_topics.register,
     create_partitions.register,
     describe_configs.register,
+    alter_configs.register,  # AlterConfigs, IncrementalAlterConfigs
+    describe_log_dirs.register,
     delete_records.register,
     describe_cluster.register,
     find_coordinator.register,
     groups.register,  # the group APIs, OffsetCommit and OffsetFetch
     txn_requests.register,
     transactions_admin.register,  # DescribeProducers, DescribeTransactions, ListTransactions
+    write_txn_markers.register,
 )
 
 

@@ -36,8 +36,9 @@ Authorization (with an authorizer, as Kafka's ``ConfigHelper``): DescribeConfigs
 for a TOPIC resource (refused: TOPIC_AUTHORIZATION_FAILED, 29), on the Cluster for BROKER,
 BROKER_LOGGER and CLIENT_METRICS (CLUSTER_AUTHORIZATION_FAILED, 31), on the group for GROUP
 (GROUP_AUTHORIZATION_FAILED, 30); a refused resource has no configs and reads nothing, and, as
-Kafka orders them, the refused results follow the allowed ones. AlterConfigs and
-IncrementalAlterConfigs are not served (every config here is read-only or set at creation).
+Kafka orders them, the refused results follow the allowed ones. A topic's overrides are
+changed by AlterConfigs and IncrementalAlterConfigs (alter_configs.py); broker configs are
+read-only.
 
 Immutable tables and pure functions; reads the controller's topic entry under its lock.
 """

@@ -25,6 +25,7 @@ import pytest
 from kio.index import load_response_schema
 from kio.schema.add_offsets_to_txn.v3.request import AddOffsetsToTxnRequest
 from kio.schema.add_partitions_to_txn.v3 import request as apt
+from kio.schema.alter_configs.v2 import request as ac
 from kio.schema.alter_user_scram_credentials.v0 import request as aus
 from kio.schema.api_versions.v3.request import ApiVersionsRequest
 from kio.schema.create_acls.v3 import request as ca
@@ -38,6 +39,7 @@ from kio.schema.describe_acls.v3.request import DescribeAclsRequest
 from kio.schema.describe_cluster.v1.request import DescribeClusterRequest
 from kio.schema.describe_configs.v4 import request as dc
 from kio.schema.describe_groups.v5.request import DescribeGroupsRequest
+from kio.schema.describe_log_dirs.v4 import request as dld
 from kio.schema.describe_producers.v0 import request as dp
 from kio.schema.describe_transactions.v0.request import DescribeTransactionsRequest
 from kio.schema.describe_user_scram_credentials.v0 import request as dus
@@ -46,6 +48,7 @@ from kio.schema.errors import ErrorCode
 from kio.schema.fetch.v12 import request as fe
 from kio.schema.find_coordinator.v3.request import FindCoordinatorRequest
 from kio.schema.heartbeat.v4.request import HeartbeatRequest
+from kio.schema.incremental_alter_configs.v1 import request as iac
 from kio.schema.init_producer_id.v4.request import InitProducerIdRequest
 from kio.schema.join_group.v5 import request as jg
 from kio.schema.leave_group.v3 import request as lg
@@ -62,6 +65,7 @@ from kio.schema.sasl_authenticate.v2.request import SaslAuthenticateRequest
 from kio.schema.sasl_handshake.v1.request import SaslHandshakeRequest
 from kio.schema.sync_group.v3.request import SyncGroupRequest
 from kio.schema.txn_offset_commit.v3 import request as to
+from kio.schema.write_txn_markers.v1 import request as wtm
 from kio.static.primitive import i8, i16, i32, i64
 
 from broker_embedded.errors import KAFKA_MESSAGES
@@ -295,6 +299,12 @@ MATRIX: dict[int, Row] = {
     26: (lambda: EndTxnRequest(transactional_id=TXN, producer_id=i64(7), producer_epoch=i16(0),
                                committed=True),
          _top, E.invalid_producer_id_mapping, E.transactional_id_authorization_failed),
+    27: (lambda: wtm.WriteTxnMarkersRequest(markers=(wtm.WritableTxnMarker(
+            producer_id=i64(7), producer_epoch=i16(0), transaction_result=False,
+            coordinator_epoch=i32(0), topics=(wtm.WritableTxnMarkerTopic(
+                name="mx-absent", partition_indexes=(i32(0),)),)),)),
+         lambda r: r.markers[0].topics[0].partitions[0].error_code,
+         E.unknown_topic_or_partition, E.cluster_authorization_failed),
     28: (lambda: to.TxnOffsetCommitRequest(
             transactional_id=TXN, group_id=GROUP, producer_id=i64(7), producer_epoch=i16(0),
             generation_id=i32(-1), member_id="", group_instance_id=None, topics=(
@@ -324,6 +334,14 @@ MATRIX: dict[int, Row] = {
          lambda r: [(x.resource_name, x.error_code, len(x.configs)) for x in r.results],
          [(TOPIC, E.none, 1), ("0", E.none, 1)],
          [(TOPIC, E.topic_authorization_failed, 0), ("0", E.cluster_authorization_failed, 0)]),
+    33: (lambda: ac.AlterConfigsRequest(validate_only=True, resources=(
+            ac.AlterConfigsResource(resource_type=i8(2), resource_name=TOPIC, configs=(
+                ac.AlterableConfig(name="retention.ms", value="1000"),)),)),
+         _first("responses"), E.none, E.topic_authorization_failed),
+    35: (lambda: dld.DescribeLogDirsRequest(topics=(
+            dld.DescribableLogDirTopic(topic=TOPIC, partitions=(i32(0),)),)),
+         lambda r: (r.error_code, [[t.name for t in d.topics] for d in r.results]),
+         (E.none, [[TOPIC]]), (E.cluster_authorization_failed, [])),
     36: (lambda: SaslAuthenticateRequest(auth_bytes=b"\x00bob\x00bob-pw"), _top,
          E.illegal_sasl_state, E.illegal_sasl_state),
     37: (lambda: cp.CreatePartitionsRequest(timeout=FIVE, validate_only=True, topics=(
@@ -331,6 +349,14 @@ MATRIX: dict[int, Row] = {
          _first("results"), E.invalid_partitions, E.topic_authorization_failed),
     42: (lambda: DeleteGroupsRequest(groups_names=("mxg-absent",)), _first("results"),
          E.group_id_not_found, E.group_authorization_failed),
+    44: (lambda: iac.IncrementalAlterConfigsRequest(validate_only=True, resources=(
+            iac.AlterConfigsResource(resource_type=i8(2), resource_name=TOPIC, configs=(
+                iac.AlterableConfig(name="retention.ms", config_operation=i8(0),
+                                    value="1000"),)),
+            iac.AlterConfigsResource(resource_type=i8(4), resource_name="0", configs=()))),
+         lambda r: [(x.resource_name, x.error_code) for x in r.responses],
+         [(TOPIC, E.none), ("0", E.invalid_request)],
+         [(TOPIC, E.topic_authorization_failed), ("0", E.cluster_authorization_failed)]),
     47: (lambda: od.OffsetDeleteRequest(group_id=GROUP, topics=(od.OffsetDeleteRequestTopic(
             name="mx-absent", partitions=(od.OffsetDeleteRequestPartition(
                 partition_index=i32(0)),)),)),
@@ -501,8 +527,10 @@ KAFKAS_REFUSALS = {
     30: [(".results[0]", 31, CLUSTER)],
     31: [(".filter_results[0]", 31, CLUSTER)],
     32: [(".results[0]", 29, TOPIC_DENIED), (".results[1]", 31, CLUSTER)],
+    33: [(".responses[0]", 29, TOPIC_DENIED)],
     36: [("", 34, "SaslAuthenticate request received after successful authentication")],
     37: [(".results[0]", 29, TOPIC_DENIED)],
+    44: [(".responses[0]", 29, TOPIC_DENIED), (".responses[1]", 31, CLUSTER)],
     50: [(".results[0]", 31, CLUSTER)],
     51: [(".results[0]", 31, CLUSTER)],
     61: [(".topics[0].partitions[0]", 29, TOPIC_DENIED)],
