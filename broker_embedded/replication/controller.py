@@ -658,6 +658,12 @@ class Controller:
             del self._pending[name]
             self._save_or_defer()  # the partition states (missing ones start as new anyway)
 
+    @property
+    def creation_failing(self) -> bool:
+        """Whether the last background step failed (a full disk): its partitions still wait."""
+        with self._lock:
+            return self._step_failing
+
     def create_step(self) -> float | None:
         """One step of the background creations (module docstring): None when nothing waits,
         else the seconds after which the next call is due (0: at once; :data:`STEP_RETRY_S`

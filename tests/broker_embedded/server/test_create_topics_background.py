@@ -6,7 +6,8 @@ ListOffsets (Kafka's broker for a partition its metadata knows and it does not h
 every partition then becomes ready; DeleteTopics during the creation removes everything; the
 bound on partitions waiting answers THROTTLING_QUOTA_EXCEEDED (v7) or REQUEST_TIMED_OUT (v4)
 and creates nothing; a shutdown mid-creation is prompt and the reopened log dir completes the
-acknowledged topic.
+acknowledged topic. A full disk during the creation (a real size-limited tmpfs) leaves the
+partitions not made waiting, with no directory of theirs, until space is back.
 
 A creation of BIG partitions takes seconds (a hundred logs a step, each step one sync), so the
 partitions made last still wait when the client has read its answer; every wait is bounded.
@@ -40,6 +41,7 @@ from broker_embedded.server.handlers import broker_server
 from tests.broker_embedded.server._net import API_VERSIONS_V3, RawClient, config
 from tests.broker_embedded.server._serve import decode_response
 from tests.spark_kafkalog.test_serve import run_kafkalog
+from tests.tmpfs_mount import fill_leaving, tmpfs
 
 BIG = 3_000
 WAIT_S = 120.0
@@ -221,3 +223,36 @@ def test_a_shutdown_mid_creation_is_prompt_and_the_reopening_completes_the_topic
     verify = run_kafkalog("dump", "--verify", "--summary", *sorted(log_dir.glob("big-*")),
                           timeout=WAIT_S)  # fmt: skip
     assert verify.returncode == 0, verify.stdout[-2000:] + verify.stderr[-2000:]
+
+
+def test_a_full_disk_during_the_creation_leaves_partitions_waiting_until_space_is_back(
+    tmp_path: Path,
+):
+    partitions = 1_000  # about 12 KiB of files each on the tmpfs
+    with tmpfs(64 << 20, parent=tmp_path) as mount:
+        log_dir = mount / "logs"
+        with Broker(log_dir, create=True, config=config()) as broker:
+            controller = broker.controller
+            server = broker_server(broker, ["PLAINTEXT://127.0.0.1:0"], config()).start()
+            try:
+                with RawClient(server.endpoints[0].port, timeout=WAIT_S) as client:
+                    assert created(client, "big", partitions).error_code == ErrorCode.none
+                    with controller._lock:  # no step runs while the disk fills up
+                        filler = fill_leaving(mount, 0)
+                    deadline = time.monotonic() + WAIT_S
+                    while not controller.creation_failing:
+                        assert time.monotonic() < deadline, "no step failed on the full disk"
+                        time.sleep(0.05)
+                    with controller._lock:  # between steps: whole logs only
+                        waiting = controller.pending_partitions("big")
+                        assert waiting > 0
+                        made = {int(d.name.rsplit("-", 1)[1]) for d in log_dir.glob("big-*")}
+                        assert made == set(range(partitions - waiting))
+                    topic = metadata(client, "big")
+                    assert topic.partitions[-1].error_code == ErrorCode.leader_not_available
+                    filler.unlink()
+                    wait_ready(client, "big", partitions)
+                assert not controller.creation_failing
+                assert dirs(log_dir, "big") == partitions
+            finally:
+                server.shutdown(SHUTDOWN_S)
