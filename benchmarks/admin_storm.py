@@ -273,6 +273,7 @@ class StormFigures:
     failed: int
     answered_s: float
     ready_s: float | None
+    led_s: float | None  # to the moment Metadata gave every partition a leader
     probes: tuple[float, ...]
     produce_s: float | None
 
@@ -297,14 +298,16 @@ def led(client: AdminClient, topics: list[str], partitions: int, timeout: float)
 
 def wait_ready(
     bootstrap: str, topics: list[str], partitions: int, started: float, timeout: float
-) -> float | None:
+) -> tuple[float | None, float | None]:
     """Seconds from ``started`` until every partition of ``topics`` is led in Metadata (polled
-    every 0.1 s) and then acknowledges one acks=all record; None: not within ``timeout``."""
+    every 0.1 s), and until each then acknowledged one acks=all record; None: not within
+    ``timeout``."""
     client = admin(bootstrap)
     while not led(client, topics, partitions, max(1.0, started + timeout - time.monotonic())):
         if time.monotonic() > started + timeout:
-            return None
+            return None, None
         time.sleep(0.1)
+    led_s = time.monotonic() - started
     producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 5,
                          "message.timeout.ms": int(timeout * 1000), "log_level": 0})  # fmt: skip
     acked: list[bool] = []
@@ -315,8 +318,8 @@ def wait_ready(
             producer.poll(0)
     producer.flush(max(0.0, started + timeout - time.monotonic()))
     if len(acked) != len(topics) * partitions or not all(acked):
-        return None
-    return time.monotonic() - started
+        return None, led_s
+    return time.monotonic() - started, led_s
 
 
 def run_storm(
@@ -346,11 +349,11 @@ def run_storm(
     answered = time.monotonic() - started
     made = (clients - failed) * partitions
     acknowledged = [n for n, f in futures.items() if f.done() and f.exception() is None]
-    ready = wait_ready(bootstrap, acknowledged, partitions, started, timeout)
+    ready, led_s = wait_ready(bootstrap, acknowledged, partitions, started, timeout)
     flusher.join(max(0.0, started + timeout - time.monotonic()))
     latencies = prober.stop()
     del handles
-    return StormFigures(server, made, failed, answered, ready, tuple(latencies),
+    return StormFigures(server, made, failed, answered, ready, led_s, tuple(latencies),
                         produced[0] if produced else None)  # fmt: skip
 
 
@@ -378,7 +381,8 @@ def _per_s(x: float | None) -> str:
 def say_storm(f: StormFigures, run: int, timeout: float) -> None:
     say(f"storm {run} {f.server}: {f.made} partitions ({f.failed} requests failed) answered in "
         f"{_seconds(f.answered_s, timeout)}: {_per_s(f.rate(f.answered_s))}; ready in "
-        f"{_seconds(f.ready_s, timeout)}: {_per_s(f.rate(f.ready_s))}")  # fmt: skip
+        f"{_seconds(f.ready_s, timeout)}: {_per_s(f.rate(f.ready_s))} (all led in Metadata in "
+        f"{_seconds(f.led_s, timeout)}: {_per_s(f.rate(f.led_s))})")  # fmt: skip
     if f.probes:
         over = sum(1 for x in f.probes if x > 1.0)
         say(f"storm {run} {f.server}: ApiVersions {len(f.probes)} probes, median "

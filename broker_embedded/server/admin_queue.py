@@ -23,14 +23,14 @@ Limits and what happens at them:
 - a request whose ``timeout_ms`` passes before its turn is answered REQUEST_TIMED_OUT for
   every topic without being run (Kafka's controller fails an event not started by its
   deadline: Kafka 3.9 answers ``timeout_ms`` 0 or negative so, creating nothing); a request
-  already running finishes (its partitions are made in steps of ``Controller.CREATE_STEP``,
-  so its time is about its partitions at the creation rate);
+  already running finishes (a creation: one registration, a write and a sync);
+- the partitions waiting for their logs are bounded by the controller
+  (``Controller.MAX_PENDING_PARTITIONS``: beyond, THROTTLING_QUOTA_EXCEEDED, see
+  handlers/create_topics.py);
 - shutdown (:meth:`AdminQueue.stop`): requests still waiting have their connections closed
-  without an answer; a creation under way stops at its next step and removes what it made
-  (the topic is absent, or the partitions not added), then its connection is closed: nothing
-  unfinished is acknowledged. ``stop`` waits for the thread at most its timeout. A step of
-  background creation under way ends first (one step: well under a second); what waits is
-  left registered, and the next opening of the log dir makes it.
+  without an answer: nothing unfinished is acknowledged. A step of background creation under
+  way ends first (one step: well under a second); what waits stays registered, and the next
+  opening of the log dir makes it. ``stop`` waits for the thread at most its timeout.
 
 An exception from a request is answered as on a handler thread: a :class:`KafkaApiError` or
 :class:`BrokerClosedError` closes the connection with one log line; anything else is logged

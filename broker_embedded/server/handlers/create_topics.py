@@ -21,12 +21,17 @@ A topic is answered once the controller has registered it (durably, one write an
 as Kafka's controller answers once the topic is in its metadata log: its partitions' logs are
 made afterwards by the admin queue's thread, in steps; until a partition's log exists it has no
 leader: Metadata answers it LEADER_NOT_AVAILABLE (5), Produce, Fetch and ListOffsets
-NOT_LEADER_OR_FOLLOWER (6), which clients retry. At most ``Controller.MAX_PENDING_PARTITIONS``
-partitions wait for their logs: a topic beyond is refused THROTTLING_QUOTA_EXCEEDED (89, with
-the response's ``throttle_time_ms``; Kafka's answer when a controller mutation quota is
-exceeded) at v6+, and REQUEST_TIMED_OUT (7) at v2-5, which do not know 89 (Kafka throttles
-those instead); nothing of it is created. Errors (including a full disk at registration,
-KAFKA_STORAGE_ERROR 56) and ``validate_only`` are answered as before, synchronously.
+NOT_LEADER_OR_FOLLOWER (6), which clients retry. (Kafka 3.9, asked right after creating 5,000
+partitions: Produce and ListOffsets NOT_LEADER_OR_FOLLOWER for 2.5 s and more, as here, while
+its Metadata already names the leader with no error, its metadata cache learning the topic
+before its replica manager has made the log; here Metadata says what is true, no leader yet,
+which is Kafka's answer for a partition without a live leader.)
+At most ``Controller.MAX_PENDING_PARTITIONS`` partitions wait for their logs: a topic beyond
+is refused THROTTLING_QUOTA_EXCEEDED (89, with the response's ``throttle_time_ms``; Kafka's
+answer when a controller mutation quota is exceeded) at v6+, and REQUEST_TIMED_OUT (7) at
+v2-5, which do not know 89 (Kafka throttles those instead); nothing of it is created. Errors
+(a full disk at registration too: KAFKA_STORAGE_ERROR 56, nothing registered) and
+``validate_only`` are answered as before, synchronously.
 
 Requests are parked on the server's admin queue (admin_queue.py: its bound, ``timeout_ms`` and
 shutdown, each answered REQUEST_TIMED_OUT for every topic or a closed connection): the request
