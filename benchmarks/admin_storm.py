@@ -4,7 +4,7 @@ during it, shutdown during it, and reopening a log dir of many partitions. One r
     .venv/bin/python benchmarks/admin_storm.py [--clients C] [--partitions P]
                                                [--inproc-partitions N] [--restart-partitions R]
                                                [--stop-partitions S] [--timeout T] [--only ...]
-                                               [--storm-runs K]
+                                               [--storm-runs K] [--ready-poll S]
 
 Phases (``--only`` takes a comma-separated subset of their names):
 
@@ -21,15 +21,17 @@ Phases (``--only`` takes a comma-separated subset of their names):
   v0 on a new raw connection every 0.2 s (5 s timeout each), and one acks=all record is
   produced to another topic. Figures: partitions a second, "answered" (C*P over the time from
   the requests to the last CreateTopics answer) and "ready" (to the moment every partition has
-  a leader in Metadata, polled every 0.1 s, and has acknowledged one acks=all record produced
-  to it then), ApiVersions round trips (count, median, max, how many over 1 s), the produce's
-  latency. The
-  same storm runs against Apache Kafka 3.9 (``$KAFKALOG_PEERS/kafka-3.9``, its ``peer.sh``; its
-  log dir in the same temporary directory, so on the same file system, which is checked), a
-  fresh server and log dir each time, alternating, ``--storm-runs`` times (default 2); a table
-  then gives both servers' figures and kafkalog/Kafka for the rates. Both answer once the
-  topics are registered (Kafka's controller: in its metadata log) and make the partitions'
-  logs afterwards, so "ready" is the rate that counts all the work on both. Without
+  a leader in Metadata, polled every ``--ready-poll`` seconds (default 0.5: a Metadata of the
+  3,600 partitions costs kafkalog about 70 ms of Python, so polling it ten times a second
+  takes a third of a core from the creation), and has acknowledged one acks=all record
+  produced to it then), ApiVersions round trips (count, median, max, how many over 1 s), the
+  produce's latency. The same storm runs against Apache Kafka 3.9
+  (``$KAFKALOG_PEERS/kafka-3.9``, its ``peer.sh``; its log dir in the same temporary
+  directory, so on the same file system, which is checked), a fresh server and log dir each
+  time, alternating, ``--storm-runs`` times (default 2); a table then gives both servers'
+  figures and kafkalog/Kafka for the rates. Both answer once the topics are registered
+  (Kafka's controller: in its metadata log) and make the partitions' logs afterwards, so
+  "ready" is the rate that counts all the work on both. Without
   ``KAFKALOG_PEERS`` (or java) the Kafka rows are skipped with a line saying why;
 - ``stop``: the same storm with S partitions a client (default 1,000), SIGTERM 2 s after the
   requests: seconds to exit (the wait is bounded by T, then the process is killed and the
@@ -75,6 +77,8 @@ PHASES = ("floor", "inproc", "restart", "storm", "stop")
 PROBE_TIMEOUT_S = 5.0
 PROBE_EVERY_S = 0.2
 MAX_PROBES = 2_000
+READY_POLL_S = 0.5  # the default of --ready-poll
+READY_POLL = [READY_POLL_S]  # what this run uses
 
 
 def say(line: str) -> None:
@@ -300,13 +304,13 @@ def wait_ready(
     bootstrap: str, topics: list[str], partitions: int, started: float, timeout: float
 ) -> tuple[float | None, float | None]:
     """Seconds from ``started`` until every partition of ``topics`` is led in Metadata (polled
-    every 0.1 s), and until each then acknowledged one acks=all record; None: not within
-    ``timeout``."""
+    every ``--ready-poll`` seconds), and until each then acknowledged one acks=all record; None:
+    not within ``timeout``."""
     client = admin(bootstrap)
     while not led(client, topics, partitions, max(1.0, started + timeout - time.monotonic())):
         if time.monotonic() > started + timeout:
             return None, None
-        time.sleep(0.1)
+        time.sleep(READY_POLL[0])
     led_s = time.monotonic() - started
     producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 5,
                          "message.timeout.ms": int(timeout * 1000), "log_level": 0})  # fmt: skip
@@ -478,8 +482,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--stop-partitions", type=int, default=1_000)
     parser.add_argument("--timeout", type=float, default=300.0)
     parser.add_argument("--storm-runs", type=int, default=2)
+    parser.add_argument("--ready-poll", type=float, default=READY_POLL_S)
     parser.add_argument("--only", default=",".join(PHASES))
     args = parser.parse_args(argv)
+    READY_POLL[0] = args.ready_poll
     only = set(args.only.split(","))
     say(f"load average before: {os.getloadavg()}")
     with tempfile.TemporaryDirectory(prefix="admin-storm-") as tmp:

@@ -31,8 +31,11 @@ controller epoch (Kafka's controller, reduced to one process).
   between steps. A partition waiting has no leader: Metadata answers it LEADER_NOT_AVAILABLE,
   Produce, Fetch and ListOffsets NOT_LEADER_OR_FOLLOWER (a partition the controller knows that
   no broker hosts yet, as Kafka's broker answers before it has applied the partition's state).
-  ``background=True`` returns once registered; whoever owns the controller then calls
-  :meth:`create_step` until it answers None (the server's admin thread); otherwise the
+  ``background=True`` returns once registered (except for a creation that fits in one step
+  while nothing waits: made before the answer, a step costing about what a registration
+  does, so that a client producing right after the answer finds the leaders); whoever owns
+  the controller then calls :meth:`create_step` until it answers None (the server's admin
+  thread); otherwise the
   creation makes the steps itself and, when one fails or ``stop`` is set, removes the topic (or
   the new partitions) again. At most :data:`MAX_PENDING_PARTITIONS` partitions wait: a
   background creation beyond is refused THROTTLING_QUOTA_EXCEEDED, creating nothing. A step
@@ -468,8 +471,7 @@ class Controller:
                 placed = self._placement(name, partitions, replication_factor, rng)
             if validate_only:
                 return None
-            if background:
-                self._check_room(name, len(placed))
+            background = background and self._in_background(name, len(placed))
             entry = TopicEntry(new_topic_id(), len(placed), len(placed[0]),
                                MappingProxyType(overrides))  # fmt: skip
             self._register(name, entry, placed, None)
@@ -534,10 +536,15 @@ class Controller:
             placed[partition] = tuple(replicas)
         return placed
 
-    def _check_room(self, name: str, partitions: int) -> None:
-        """THROTTLING_QUOTA_EXCEEDED when ``partitions`` more would put the partitions waiting
-        above :attr:`max_pending_partitions` (module docstring)."""
+    def _in_background(self, name: str, partitions: int) -> bool:
+        """Whether a background creation of ``partitions`` is made in the background: not when
+        they fit in one step and nothing waits (made before the answer: one step costs about
+        what registering does, and a client producing right after its answer finds the
+        leaders); THROTTLING_QUOTA_EXCEEDED when they would put the partitions waiting above
+        :attr:`max_pending_partitions` (module docstring)."""
         waiting = self.pending_partitions()
+        if not waiting and partitions <= CREATE_STEP:
+            return False
         if waiting and waiting + partitions > self.max_pending_partitions:
             raise ThrottlingQuotaExceededError(
                 f"topic {name!r}: {partitions} partitions refused for now: {waiting} partitions "
@@ -545,6 +552,7 @@ class Controller:
                 f"{self.max_pending_partitions}); retry",
                 throttle_time_ms=int(STEP_RETRY_S * 1000),
             )
+        return True
 
     def pending_partitions(self, name: str | None = None) -> int:
         """How many registered partitions (of ``name``, or of every topic) wait for their logs."""
@@ -707,8 +715,7 @@ class Controller:
             new = assign_replicas_to_new_partitions(
                 brokers, {p: list(r) for p, r in self._assignment[name].items()}, total, topic=name
             )
-            if background:
-                self._check_room(name, len(new))
+            background = background and self._in_background(name, len(new))
             grown = replace(entry, partitions=total)
             self._register(name, grown, {p: tuple(r) for p, r in new.items()}, entry)
         if not background:

@@ -21,11 +21,14 @@ A topic is answered once the controller has registered it (durably, one write an
 as Kafka's controller answers once the topic is in its metadata log: its partitions' logs are
 made afterwards by the admin queue's thread, in steps; until a partition's log exists it has no
 leader: Metadata answers it LEADER_NOT_AVAILABLE (5), Produce, Fetch and ListOffsets
-NOT_LEADER_OR_FOLLOWER (6), which clients retry. (Kafka 3.9, asked right after creating 5,000
-partitions: Produce and ListOffsets NOT_LEADER_OR_FOLLOWER for 2.5 s and more, as here, while
-its Metadata already names the leader with no error, its metadata cache learning the topic
-before its replica manager has made the log; here Metadata says what is true, no leader yet,
-which is Kafka's answer for a partition without a live leader.)
+NOT_LEADER_OR_FOLLOWER (6), which clients retry. A topic of at most ``Controller.CREATE_STEP``
+partitions while no other creation waits is made before its answer (one step costs about what
+the registration does), so a client producing right after the answer finds its leaders.
+(Kafka 3.9, asked right after creating 5,000 partitions: Produce and ListOffsets
+NOT_LEADER_OR_FOLLOWER for 2.5 s and more, as here, while its Metadata already names the
+leader with no error, its metadata cache learning the topic before its replica manager has
+made the log; here Metadata says what is true, no leader yet, which is Kafka's answer for a
+partition without a live leader.)
 At most ``Controller.MAX_PENDING_PARTITIONS`` partitions wait for their logs: a topic beyond
 is refused THROTTLING_QUOTA_EXCEEDED (89, with the response's ``throttle_time_ms``; Kafka's
 answer when a controller mutation quota is exceeded) at v6+, and REQUEST_TIMED_OUT (7) at

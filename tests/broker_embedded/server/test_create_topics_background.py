@@ -121,6 +121,9 @@ def test_the_answer_comes_before_the_logs_and_every_partition_becomes_ready(tmp_
         server = broker_server(broker, ["PLAINTEXT://127.0.0.1:0"], config()).start()
         try:
             with RawClient(server.endpoints[0].port, timeout=WAIT_S) as client:
+                # one step's worth while nothing waits: made before the answer
+                assert created(client, "small", 5).error_code == ErrorCode.none
+                assert produce_code(client, "small", 4) == ErrorCode.none
                 result = created(client, "big", BIG)
                 assert result.error_code == ErrorCode.none
                 last = BIG - 1  # made last: its step comes after the others
@@ -142,6 +145,7 @@ def test_the_answer_comes_before_the_logs_and_every_partition_becomes_ready(tmp_
                 assert produce_code(client, "big", last) == ErrorCode.none
                 assert produce_code(client, "big", 0) == ErrorCode.none
             assert dirs(log_dir, "big") == BIG
+            assert dirs(log_dir, "small") == 5
             assert broker.controller.pending_partitions() == 0
         finally:
             server.shutdown(SHUTDOWN_S)
