@@ -93,6 +93,7 @@ class Broker:
         controller: Controller | None = None,
         clock_ms=wall_clock_ms,
         create: bool = False,
+        complete_in_background: bool = False,
     ) -> None:
         self.broker_id = broker_id
         self.rack = rack
@@ -107,7 +108,10 @@ class Broker:
             flush_check_interval_ms=self.config.log_flush_scheduler_interval_ms,
             cleaner_config=LogCleanerConfig.from_broker_config(self.config), create=create,
         )  # fmt: skip
-        self.controller = controller if controller is not None else Controller()
+        if controller is None:
+            controller = Controller()
+            controller.complete_in_background = complete_in_background
+        self.controller = controller
         try:
             self.replica_manager = ReplicaManager(
                 broker_id, self.log_manager, self.config, clock_ms=clock_ms,

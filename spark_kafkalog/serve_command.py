@@ -307,7 +307,8 @@ def open_brokers(
                 f"{log_dir} holds a cluster of brokers ({CLUSTER_MARKER}): serve it with "
                 "--brokers N as before"
             )
-        broker = Broker(log_dir, config=config, create=True)
+        # partitions registered without a log (a stop mid-creation) are made once it listens
+        broker = Broker(log_dir, config=config, create=True, complete_in_background=True)
         return ServedBrokers(lambda: {broker.broker_id: broker}, endpoints, config, None,
                              security, credentials, authorizer, metrics)  # fmt: skip
     if (log_dir / "meta.properties").exists():

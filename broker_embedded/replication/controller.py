@@ -43,7 +43,10 @@ controller epoch (Kafka's controller, reduced to one process).
   :data:`STEP_RETRY_S` (one log line per episode), the topic moved behind the others. A
   process stopped or killed meanwhile leaves the topic registered with some partitions: the
   next opening of a standalone broker adopts it whole and creates the missing ones (a reopened
-  controller with a state file creates those without a stored state likewise).
+  controller with a state file creates those without a stored state likewise), before the
+  opening returns, or, with :attr:`Controller.complete_in_background` (``kafkalog serve``),
+  as waiting partitions made by :meth:`create_step` once the server runs, so that it listens
+  at once.
 - ISR changes proposed by leaders (:meth:`alter_partition`) are checked against the leader epoch
   (FENCED_LEADER_EPOCH), the partition epoch (INVALID_UPDATE_VERSION) and broker liveness
   (INELIGIBLE_REPLICA), then committed with the partition epoch bumped.
@@ -199,6 +202,8 @@ class Controller:
         # registered partitions whose logs are not made yet, by topic, oldest topic first
         self._pending: dict[str, dict[int, tuple[int, ...]]] = {}
         self.max_pending_partitions = MAX_PENDING_PARTITIONS
+        # a registering broker's partitions without a log wait for create_step (kafkalog serve)
+        self.complete_in_background = False
         self._step_failing = False  # one log line per episode of failing steps
         self._load()
 
@@ -324,7 +329,13 @@ class Controller:
                         continue
                     tp = TopicPartition(name, p)
                     state = self._states.get(tp)
-                    if state is None:
+                    if (
+                        state is None
+                        and self.complete_in_background
+                        and (broker.log_manager.get_log(tp) is None)
+                    ):
+                        self._pending.setdefault(name, {})[p] = replicas
+                    elif state is None:
                         changed[tp] = self._initial_state(tp, replicas)
                     elif state.leader == NO_LEADER and (
                         broker.broker_id in state.isr

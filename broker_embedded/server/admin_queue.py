@@ -37,7 +37,8 @@ An exception from a request is answered as on a handler thread: a :class:`KafkaA
 with its traceback, then the connection is closed.
 
 Thread safety: :meth:`submit` from any handler thread; :meth:`stop` from the server's owner.
-The queue's thread is started by the first submit and is a daemon.
+The queue's thread is started by the first submit or :meth:`AdminQueue.set_background`, and is
+a daemon.
 """
 
 from __future__ import annotations
@@ -92,9 +93,13 @@ class AdminQueue:
         self._running = False
 
     def set_background(self, step: Step) -> None:
-        """Run ``step`` whenever no request waits and it is due (module docstring)."""
+        """Run ``step`` whenever no request waits and it is due (module docstring), the first
+        time at once (what an opening left waiting is made while the server runs)."""
         with self._cond:
             self._background = step
+            self._due = time.monotonic()
+            self._start()
+            self._cond.notify()
 
     def submit(self, request: Request, respond: Respond, refuse: Refuse, timeout_ms: int) -> None:
         """Park ``request``: ``respond(request)`` is sent when its turn comes (see the module
