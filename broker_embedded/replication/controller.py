@@ -46,7 +46,7 @@ controller epoch (Kafka's controller, reduced to one process).
   controller with a state file creates those without a stored state likewise), before the
   opening returns, or, with :attr:`Controller.complete_in_background` (``kafkalog serve``),
   as waiting partitions made by :meth:`create_step` once the server runs, so that it listens
-  at once.
+  at once (not Kafka's internal topics, ``__``: their coordinators load them at the opening).
 - ISR changes proposed by leaders (:meth:`alter_partition`) are checked against the leader epoch
   (FENCED_LEADER_EPOCH), the partition epoch (INVALID_UPDATE_VERSION) and broker liveness
   (INELIGIBLE_REPLICA), then committed with the partition epoch bumped.
@@ -332,7 +332,8 @@ class Controller:
                     if (
                         state is None
                         and self.complete_in_background
-                        and (broker.log_manager.get_log(tp) is None)
+                        and broker.log_manager.get_log(tp) is None
+                        and not name.startswith("__")  # the coordinators load theirs at once
                     ):
                         self._pending.setdefault(name, {})[p] = replicas
                     elif state is None:
