@@ -93,6 +93,7 @@ class Broker:
         controller: Controller | None = None,
         clock_ms=wall_clock_ms,
         create: bool = False,
+        complete_in_background: bool = False,
     ) -> None:
         self.broker_id = broker_id
         self.rack = rack
@@ -107,7 +108,10 @@ class Broker:
             flush_check_interval_ms=self.config.log_flush_scheduler_interval_ms,
             cleaner_config=LogCleanerConfig.from_broker_config(self.config), create=create,
         )  # fmt: skip
-        self.controller = controller if controller is not None else Controller()
+        if controller is None:
+            controller = Controller()
+            controller.complete_in_background = complete_in_background
+        self.controller = controller
         try:
             self.replica_manager = ReplicaManager(
                 broker_id, self.log_manager, self.config, clock_ms=clock_ms,
@@ -159,14 +163,18 @@ class Broker:
         assignment: Sequence[Sequence[int]] | None = None,
         *,
         stop: threading.Event | None = None,
+        background: bool = False,
     ) -> TopicMetadata:
         """Create a topic; ``assignment``: each partition's replicas (the controller's
         ``create_topic``), instead of ``partitions`` and ``replication_factor``. ``stop``: when
-        set, a creation under way stops and is undone (``BrokerClosedError``)."""
+        set, a creation under way stops and is undone (``BrokerClosedError``). ``background``:
+        answer once the topic is registered, its partitions made by :meth:`create_step`
+        (LEADER_NOT_AVAILABLE until then; THROTTLING_QUOTA_EXCEEDED when too many wait)."""
         self._check_open()
         created = self.controller.create_topic(
-            name, partitions, replication_factor, config, assignment=assignment, stop=stop
-        )
+            name, partitions, replication_factor, config, assignment=assignment, stop=stop,
+            background=background,
+        )  # fmt: skip
         assert created is not None
         return created
 
@@ -186,11 +194,25 @@ class Broker:
         )
 
     def create_partitions(
-        self, name: str, total: int, *, stop: threading.Event | None = None
+        self,
+        name: str,
+        total: int,
+        *,
+        stop: threading.Event | None = None,
+        background: bool = False,
     ) -> TopicMetadata:
-        """Grow ``name`` to ``total`` partitions (``stop`` as for :meth:`create_topic`)."""
+        """Grow ``name`` to ``total`` partitions (``stop``, ``background`` as for
+        :meth:`create_topic`)."""
         self._check_open()
-        return self.controller.create_partitions(name, total, stop=stop)
+        return self.controller.create_partitions(name, total, stop=stop, background=background)
+
+    def create_step(self) -> float | None:
+        """Make the next step of the partitions background creations registered (the
+        controller's ``create_step``): None when none waits, else seconds until the next call
+        is due."""
+        if self._closed:
+            return None
+        return self.controller.create_step()
 
     def alter_topic_config(
         self, name: str, overrides: Mapping[str, str], *, validate_only: bool = False

@@ -126,6 +126,19 @@ class RequestTimedOutError(KafkaApiError):
     name = "REQUEST_TIMED_OUT"
 
 
+class ThrottlingQuotaExceededError(KafkaApiError):
+    """A CreateTopics or CreatePartitions (v6+ / v3+) the controller refuses for now: its
+    partitions still to be made are at their bound (THROTTLING_QUOTA_EXCEEDED, 89, Kafka's
+    answer when a controller mutation quota is exceeded); ``throttle_time_ms``: when to retry."""
+
+    code = 89
+    name = "THROTTLING_QUOTA_EXCEEDED"
+
+    def __init__(self, message: str, throttle_time_ms: int = 0) -> None:
+        super().__init__(message)
+        self.throttle_time_ms = throttle_time_ms
+
+
 class RecordTooLargeError(KafkaApiError):
     """A batch larger than the topic's ``max.message.bytes`` (RECORD_TOO_LARGE, 10)."""
 

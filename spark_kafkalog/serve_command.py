@@ -46,8 +46,9 @@ broker recovers its log dir, rejoins, and listens on the port it had). A bad com
 answered ``error: ...``; the end of stdin ends the control, not the server.
 
 Shutdown on SIGTERM or SIGINT, bounded by :data:`SHUTDOWN_TIMEOUT_S` per broker: stop
-accepting, stop the admin queue (a topic creation under way stops and is undone, waiting
-admin requests get their connections closed: broker_embedded/server/admin_queue.py), let
+accepting, stop the admin queue (the background creation of answered topics' logs stops
+after its current step and the next start makes the rest; waiting admin requests get their
+connections closed: broker_embedded/server/admin_queue.py), let
 in-flight requests be answered (an acks=all produce waiting for followers included) or close
 their connections, stop the handler threads, close the connections; then
 close the brokers (flush, checkpoints, clean-shutdown marker) and release the log dirs. Exit
@@ -306,7 +307,8 @@ def open_brokers(
                 f"{log_dir} holds a cluster of brokers ({CLUSTER_MARKER}): serve it with "
                 "--brokers N as before"
             )
-        broker = Broker(log_dir, config=config, create=True)
+        # partitions registered without a log (a stop mid-creation) are made once it listens
+        broker = Broker(log_dir, config=config, create=True, complete_in_background=True)
         return ServedBrokers(lambda: {broker.broker_id: broker}, endpoints, config, None,
                              security, credentials, authorizer, metrics)  # fmt: skip
     if (log_dir / "meta.properties").exists():

@@ -277,7 +277,7 @@ class ReplicaManager:
         if tp not in self._deleted and self._knows(tp):
             raise NotLeaderOrFollowerError(
                 f"topic {tp.topic!r} partition {tp.partition}: broker {self.broker_id} holds "
-                "no replica of it"
+                "no replica of it (or not yet: its log is still being created)"
             )
         raise UnknownTopicOrPartitionError(
             f"topic {tp.topic!r} partition {tp.partition} does not exist"

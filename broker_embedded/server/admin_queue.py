@@ -8,6 +8,13 @@ runs the parked requests in order and sends each response through the request ch
 connection stays muted until then (one request per connection, as for any request), so a
 client waits for its own answer and nobody else does.
 
+Background work (:meth:`AdminQueue.set_background`): a CreateTopics or CreatePartitions is
+answered once its topic is registered, and the partitions' logs are made afterwards by this
+same thread, one step (``Controller.CREATE_STEP`` partitions) at a time, whenever no request
+waits (requests first: a registration costs one write, a step about a hundred logs). The step
+function says when it is due again (at once, later after a failure, or never: nothing waits);
+each answered request makes it due at once (it may have registered partitions).
+
 Limits and what happens at them:
 
 - at most :data:`MAX_QUEUED_REQUESTS` requests wait (kafkalog's own bound; Kafka's queue has
@@ -16,19 +23,22 @@ Limits and what happens at them:
 - a request whose ``timeout_ms`` passes before its turn is answered REQUEST_TIMED_OUT for
   every topic without being run (Kafka's controller fails an event not started by its
   deadline: Kafka 3.9 answers ``timeout_ms`` 0 or negative so, creating nothing); a request
-  already running finishes (its partitions are made in steps of ``Controller.CREATE_STEP``,
-  so its time is about its partitions at the creation rate);
+  already running finishes (a creation: one registration, a write and a sync);
+- the partitions waiting for their logs are bounded by the controller
+  (``Controller.MAX_PENDING_PARTITIONS``: beyond, THROTTLING_QUOTA_EXCEEDED, see
+  handlers/create_topics.py);
 - shutdown (:meth:`AdminQueue.stop`): requests still waiting have their connections closed
-  without an answer; a creation under way stops at its next step and removes what it made
-  (the topic is absent, or the partitions not added), then its connection is closed: nothing
-  unfinished is acknowledged. ``stop`` waits for the thread at most its timeout.
+  without an answer: nothing unfinished is acknowledged. A step of background creation under
+  way ends first (one step: well under a second); what waits stays registered, and the next
+  opening of the log dir makes it. ``stop`` waits for the thread at most its timeout.
 
 An exception from a request is answered as on a handler thread: a :class:`KafkaApiError` or
 :class:`BrokerClosedError` closes the connection with one log line; anything else is logged
 with its traceback, then the connection is closed.
 
 Thread safety: :meth:`submit` from any handler thread; :meth:`stop` from the server's owner.
-The queue's thread is started by the first submit and is a daemon.
+The queue's thread is started by the first submit or :meth:`AdminQueue.set_background`, and is
+a daemon.
 """
 
 from __future__ import annotations
@@ -47,11 +57,13 @@ from broker_embedded.server.request_channel import Request
 log = logging.getLogger(__name__)
 
 MAX_QUEUED_REQUESTS = 100
+STEP_RETRY_S = 1.0  # after a background step raised
 
 Respond = Callable[[Request], Any]  # the request's response message
 Refuse = Callable[[Request, KafkaApiError], Any]  # every topic of it failed with the error
 Send = Callable[[Request, Any], None]
 Close = Callable[[Request, str], None]
+Step = Callable[[], float | None]  # seconds until due again; None: nothing to do
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,6 +88,18 @@ class AdminQueue:
         self._cond = threading.Condition()
         self.stopping = threading.Event()  # seen by a creation under way between its steps
         self._thread: threading.Thread | None = None
+        self._background: Step | None = None
+        self._due: float | None = None  # time.monotonic() of the next background step
+        self._running = False
+
+    def set_background(self, step: Step) -> None:
+        """Run ``step`` whenever no request waits and it is due (module docstring), the first
+        time at once (what an opening left waiting is made while the server runs)."""
+        with self._cond:
+            self._background = step
+            self._due = time.monotonic()
+            self._start()
+            self._cond.notify()
 
     def submit(self, request: Request, respond: Respond, refuse: Refuse, timeout_ms: int) -> None:
         """Park ``request``: ``respond(request)`` is sent when its turn comes (see the module
@@ -99,6 +123,11 @@ class AdminQueue:
         with self._cond:
             return len(self._queue)
 
+    def running(self) -> bool:
+        """Whether a request is being run now (taken from the queue, not answered yet)."""
+        with self._cond:
+            return self._running
+
     def _start(self) -> None:
         if self._thread is None:
             self._thread = threading.Thread(target=self._run, name="admin-queue", daemon=True)
@@ -108,11 +137,38 @@ class AdminQueue:
         while True:
             with self._cond:
                 while not self._queue and not self.stopping.is_set():
-                    self._cond.wait()
+                    wait = self._until_due()
+                    if wait is not None and wait <= 0:
+                        break
+                    self._cond.wait(wait)
                 if self.stopping.is_set():
                     return
-                parked = self._queue.popleft()
+                parked = self._queue.popleft() if self._queue else None
+                self._running = parked is not None
+            if parked is None:
+                self._step()
+                continue
             self._answer(parked)
+            with self._cond:
+                self._running = False
+                if self._background is not None:
+                    self._due = time.monotonic()
+
+    def _until_due(self) -> float | None:
+        """Seconds until the background step is due (None: not at all)."""
+        if self._background is None or self._due is None:
+            return None
+        return self._due - time.monotonic()
+
+    def _step(self) -> None:
+        assert self._background is not None
+        try:
+            after = self._background()
+        except Exception:
+            log.exception("a background step of the controller failed")
+            after = STEP_RETRY_S
+        with self._cond:
+            self._due = None if after is None else time.monotonic() + after
 
     def _answer(self, parked: _Parked) -> None:
         request = parked.request

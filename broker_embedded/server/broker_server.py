@@ -22,8 +22,9 @@ that cannot be read or parsed fails the construction (``SecurityFileError`` nami
 for a request that came in on it.
 
 Shutdown, each step bounded by what is left of ``timeout``: stop accepting; stop the admin
-queue (half the time at most: its waiting requests' connections are closed, a topic creation
-under way stops and is undone, see admin_queue.py); stop reading requests and let the
+queue (half the time at most: its waiting requests' connections are closed, the background
+creation of answered topics' logs stops after its current step, the next start makes the
+rest, see admin_queue.py); stop reading requests and let the
 in-flight ones be answered (half the time at most); stop the handler
 threads (requests still queued get their connections closed); stop what the handlers
 registered with ``KafkaApis.on_shutdown`` (the group coordinator's timers); close every

@@ -105,8 +105,8 @@ class KafkaApis:
         return self._admin_queue
 
     def stop_admin(self, timeout: float) -> None:
-        """Stop the admin queue (its waiting requests' connections closed, a creation under
-        way stopped and undone) within ``timeout``: first at shutdown."""
+        """Stop the admin queue (its waiting requests' connections closed, the background
+        creation of logs stopped after its step) within ``timeout``: first at shutdown."""
         if self._admin_queue is not None:
             self._admin_queue.stop(timeout)
 

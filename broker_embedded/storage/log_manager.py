@@ -21,7 +21,7 @@ directory, on :data:`OPEN_THREADS` threads (Kafka's ``num.recovery.threads.per.d
 the files they rewrite made durable by one sync at the end (checkpoint_file.one_sync):
 without the clean-shutdown marker each log recovers from its recovery point. New logs are
 created in batches the same way (:meth:`LogManager.create_logs`: one sync, one write of each
-checkpoint file per batch).
+checkpoint file per batch; a batch that fails, a full disk, removes the directories it made).
 Without ``kafkalog-topics.json``, a log dir Kafka wrote in KRaft mode has its topics, partition
 counts and config overrides read from Kafka's metadata log (topic_config_file.py,
 cluster_metadata_log.py). Partition directories of topics missing from both (a log dir copied
@@ -310,8 +310,17 @@ class LogManager:
                 for lg in created.values():
                     if self.logs.get(lg.topic_partition) is not lg:
                         lg.close()
+                self._remove_unpublished(missing)
                 raise
             return {**found, **created}
+
+    def _remove_unpublished(self, tps: list[TopicPartition]) -> None:
+        """Remove the directories a failed :meth:`create_logs` made (a full disk): no half
+        log dir stays behind; the partitions are created anew by the next try."""
+        with self._cond:
+            unpublished = [tp for tp in tps if tp not in self.logs]
+        for tp in unpublished:
+            shutil.rmtree(self.log_dir / tp.dir_name, ignore_errors=True)
 
     def _publish_created(self, created: dict[TopicPartition, UnifiedLog]) -> None:
         with self._checkpoint_lock:  # no checkpoint write in between

@@ -2,7 +2,9 @@
 partitions at once), as a real child process with confluent-kafka clients: other clients keep
 being answered (ApiVersions over a raw socket, an acks=all produce), every topic is created
 whole, SIGTERM ends the process within its 10 s whatever is being created, and the next start
-(after SIGTERM or SIGKILL) finds every topic either complete or absent.
+(after SIGTERM or SIGKILL while the answered topics' logs are still being made) listens at once
+and completes every topic acknowledged (each partition led, ``kafkalog dump --verify`` clean)
+and finds the others complete or absent.
 
 Time bounds are generous (a loaded machine): probes answer within 1 s (a request handler
 waiting behind partition creation answers after many seconds), exit within 10 s of SIGTERM.
@@ -24,6 +26,7 @@ confluent_kafka = pytest.importorskip("confluent_kafka")
 from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 
 from tests.broker_embedded.server._net import API_VERSIONS_V3, RawClient  # noqa: E402
+from tests.spark_kafkalog.test_serve import run_kafkalog  # noqa: E402
 
 CLIENTS = 9
 PROBE_BOUND_S = 1.0
@@ -91,23 +94,32 @@ def test_other_clients_are_answered_while_nine_admin_clients_create_topics(tmp_p
         assert server.terminate(30) == 0
 
 
-def _complete_or_absent(bootstrap: str, futures: dict, partitions: int) -> dict[str, int]:
-    """The storm topics the restarted server lists, each checked whole; acknowledged ones
-    must be there."""
-    counts = partition_counts(bootstrap)
-    listed = {n: counts[n] for n in futures if n in counts}
-    assert listed == dict.fromkeys(listed, partitions)
-    for name, future in futures.items():
-        if future.done() and future.exception() is None:
-            assert name in listed, f"{name} was acknowledged but is gone"
+def _complete_or_absent(bootstrap: str, acknowledged: list[str], partitions: int) -> dict:
+    """The storm topics the restarted server lists, each whole, and once every partition is
+    led (the restarted server makes what was not made while it listens: bounded wait); the
+    acknowledged ones must be there."""
+    client = admin(bootstrap)
+    deadline = time.monotonic() + STORM_WAIT_S
+    while True:
+        listed = {n: t for n, t in client.list_topics(timeout=30).topics.items()
+                  if n.startswith("storm-")}  # fmt: skip
+        assert {n: len(t.partitions) for n, t in listed.items()} == dict.fromkeys(
+            listed, partitions
+        )
+        unled = sum(1 for t in listed.values() for m in t.partitions.values()
+                    if m.leader < 0 or m.error is not None)  # fmt: skip
+        if not unled:
+            break
+        assert time.monotonic() < deadline, f"{unled} partitions still without a leader"
+        time.sleep(0.5)
+    assert set(acknowledged) <= set(listed), "an acknowledged topic is gone"
     return listed
 
 
-def _wait_for_first_topic(bootstrap: str, futures: dict, deadline_s: float = 60.0) -> None:
-    """Until the storm is under way: one topic acknowledged (bounded)."""
-    done = concurrent.futures.wait(list(futures.values()), timeout=deadline_s,
-                                   return_when=concurrent.futures.FIRST_COMPLETED).done  # fmt: skip
-    assert done, "no topic was created"
+def _acknowledged(futures: dict, deadline_s: float = 60.0) -> list[str]:
+    """Until every topic of the storm is answered (bounded): the acknowledged ones."""
+    concurrent.futures.wait(list(futures.values()), timeout=deadline_s)
+    return [n for n, f in futures.items() if f.done() and f.exception() is None]
 
 
 @pytest.mark.parametrize("stop", ["sigterm", "sigkill"])
@@ -117,7 +129,11 @@ def test_a_stop_mid_storm_is_prompt_and_the_restart_finds_whole_topics(tmp_path:
     clients: list[AdminClient] = []
     with ServeProcess(log_dir, stderr=tmp_path / "serve.err") as server:
         futures = storm(server.bootstrap, partitions, clients)
-        time.sleep(2.0)  # creation under way (today: every handler thread is busy creating)
+        acknowledged = _acknowledged(futures)
+        assert acknowledged, "no topic was acknowledged"
+        assert len(list(log_dir.glob("storm-*"))) < len(acknowledged) * partitions, (
+            "every log was made before the stop: nothing was tested"
+        )
         started = time.monotonic()
         if stop == "sigkill":
             server.kill()
@@ -127,7 +143,10 @@ def test_a_stop_mid_storm_is_prompt_and_the_restart_finds_whole_topics(tmp_path:
             assert "Traceback" not in server.stderr_text()
     started = time.monotonic()
     with ServeProcess(log_dir, stderr=tmp_path / "serve2.err") as server:
-        listed = _complete_or_absent(server.bootstrap, futures, partitions)
-        assert len(listed) < CLIENTS, "the stop came after the storm: nothing was tested"
-        assert time.monotonic() - started < 60
+        assert time.monotonic() - started < 20, "the restart waited for the missing logs"
+        listed = _complete_or_absent(server.bootstrap, acknowledged, partitions)
         assert server.terminate(30) == 0
+    verify = run_kafkalog("dump", "--verify", "--summary", *sorted(log_dir.glob("storm-*")),
+                          timeout=120)  # fmt: skip
+    assert verify.returncode == 0, verify.stdout[-2000:] + verify.stderr[-2000:]
+    assert len(list(log_dir.glob("storm-*"))) == len(listed) * partitions

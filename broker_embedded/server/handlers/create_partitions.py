@@ -7,8 +7,10 @@ requested M"), INVALID_REPLICA_ASSIGNMENT (39) for manual ``assignments`` (the c
 places new replicas itself), INVALID_REQUEST (42) for a topic named twice, POLICY_VIOLATION (44)
 for every topic when the counts asked for add up to more than 10,000 (the cap Kafka's
 controller puts on the partitions of one request). ``validate_only``
-checks without creating. New partitions are led at once (the controller's states are applied
-before the answer).
+checks without creating. A growth is answered once registered, its new partitions' logs made
+afterwards by the admin queue's thread (LEADER_NOT_AVAILABLE until then, and the bound on
+partitions waiting: THROTTLING_QUOTA_EXCEEDED at v3+, REQUEST_TIMED_OUT before), as
+create_topics.py says.
 
 Requests are parked on the server's admin queue (admin_queue.py: its bound, ``timeout_ms`` and
 shutdown), off the request handler threads. Thread safety: the admin queue's one thread runs
@@ -24,11 +26,14 @@ from datetime import timedelta
 from types import ModuleType
 from typing import Any
 
+from kio.schema.errors import ErrorCode
+
 from broker_embedded.errors import (
     InvalidPartitionsError,
     InvalidReplicaAssignmentError,
     InvalidRequestError,
     KafkaApiError,
+    ThrottlingQuotaExceededError,
 )
 from broker_embedded.server.handlers.api_context import (
     ApiContext,
@@ -38,17 +43,19 @@ from broker_embedded.server.handlers.api_context import (
     partitions_per_request,
     response_types,
 )
-from broker_embedded.server.handlers.create_topics import timeout_ms
+from broker_embedded.server.handlers.create_topics import THROTTLE_MS, quota_error, timeout_ms
 from broker_embedded.server.kafka_apis import KafkaApis
 from broker_embedded.server.request_channel import Request
 from broker_embedded.server.security.authorizer import AclOperation
 
 API_KEY = 37
 VERSIONS = (0, 3)
+STRICT_QUOTA_FROM = 3  # the first version answered THROTTLING_QUOTA_EXCEEDED
 
 
 def register(apis: KafkaApis, ctx: ApiContext) -> None:
     queue = apis.admin_queue
+    queue.set_background(ctx.broker.create_step)
     respond = functools.partial(create_partitions_response, ctx, stop=queue.stopping)
     apis.register(API_KEY, *VERSIONS, lambda r: queue.submit(r, respond, refused, timeout_ms(r)))
 
@@ -76,8 +83,13 @@ def create_partitions_response(
     for t in body.topics:
         error = (too_many or ctx.topic_refusal(request, AclOperation.ALTER, t.name)
                  or _grow(ctx, t, body.validate_only, counts[t.name], stop))  # fmt: skip
+        if isinstance(error, ThrottlingQuotaExceededError):
+            error = quota_error(error, request.header.api_version, STRICT_QUOTA_FROM)
         results.append(_result(types, t.name, error))
-    return make(types.CreatePartitionsResponse, throttle_time=timedelta(0), results=tuple(results))
+    throttled = any(r.error_code == ErrorCode.throttling_quota_exceeded for r in results)
+    return make(types.CreatePartitionsResponse,
+                throttle_time=timedelta(milliseconds=THROTTLE_MS if throttled else 0),
+                results=tuple(results))  # fmt: skip
 
 
 def _grow(
@@ -94,7 +106,7 @@ def _grow(
         if t.count <= current:
             raise InvalidPartitionsError(_not_more(t.name, current, t.count))
         if not validate_only:
-            ctx.broker.create_partitions(t.name, t.count, stop=stop)
+            ctx.broker.create_partitions(t.name, t.count, stop=stop, background=True)
     except KafkaApiError as e:
         return e
     return None

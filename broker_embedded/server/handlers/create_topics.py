@@ -17,6 +17,25 @@ on its own, as Kafka does:
   them; a validated one: no configs); v7: its topic id (the zero UUID when only validated or
   failed).
 
+A topic is answered once the controller has registered it (durably, one write and one sync),
+as Kafka's controller answers once the topic is in its metadata log: its partitions' logs are
+made afterwards by the admin queue's thread, in steps; until a partition's log exists it has no
+leader: Metadata answers it LEADER_NOT_AVAILABLE (5), Produce, Fetch and ListOffsets
+NOT_LEADER_OR_FOLLOWER (6), which clients retry. A topic of at most ``Controller.CREATE_STEP``
+partitions while no other creation waits is made before its answer (one step costs about what
+the registration does), so a client producing right after the answer finds its leaders.
+(Kafka 3.9, asked right after creating 5,000 partitions: Produce and ListOffsets
+NOT_LEADER_OR_FOLLOWER for 2.5 s and more, as here, while its Metadata already names the
+leader with no error, its metadata cache learning the topic before its replica manager has
+made the log; here Metadata says what is true, no leader yet, which is Kafka's answer for a
+partition without a live leader.)
+At most ``Controller.MAX_PENDING_PARTITIONS`` partitions wait for their logs: a topic beyond
+is refused THROTTLING_QUOTA_EXCEEDED (89, with the response's ``throttle_time_ms``; Kafka's
+answer when a controller mutation quota is exceeded) at v6+, and REQUEST_TIMED_OUT (7) at
+v2-5, which do not know 89 (Kafka throttles those instead); nothing of it is created. Errors
+(a full disk at registration too: KAFKA_STORAGE_ERROR 56, nothing registered) and
+``validate_only`` are answered as before, synchronously.
+
 Requests are parked on the server's admin queue (admin_queue.py: its bound, ``timeout_ms`` and
 shutdown, each answered REQUEST_TIMED_OUT for every topic or a closed connection): the request
 handler threads never wait for a creation. Thread safety: the admin queue's one thread runs
@@ -40,6 +59,8 @@ from broker_embedded.errors import (
     InvalidRequestError,
     KafkaApiError,
     KafkaLogError,
+    RequestTimedOutError,
+    ThrottlingQuotaExceededError,
     TopicAuthorizationFailedError,
 )
 from broker_embedded.server.handlers.api_context import (
@@ -59,10 +80,13 @@ API_KEY = 19
 VERSIONS = (2, 7)
 CREATE = AclOperation.CREATE
 ZERO_UUID = uuid.UUID(int=0)
+STRICT_QUOTA_FROM = 6  # the first version answered THROTTLING_QUOTA_EXCEEDED
+THROTTLE_MS = 1000  # the throttle_time_ms of an answer with THROTTLING_QUOTA_EXCEEDED
 
 
 def register(apis: KafkaApis, ctx: ApiContext) -> None:
     queue = apis.admin_queue
+    queue.set_background(ctx.broker.create_step)
     respond = functools.partial(create_topics_response, ctx, stop=queue.stopping)
     apis.register(API_KEY, *VERSIONS, lambda r: queue.submit(r, respond, refused, timeout_ms(r)))
 
@@ -84,6 +108,7 @@ def create_topics_response(
 ) -> Any:
     """``stop``: set when the server stops (a creation under way stops and is undone)."""
     body, types = request.body, response_types(request)
+    version = request.header.api_version
     counts = Counter(t.name for t in body.topics)
     too_many = partitions_per_request(sum(_partitions(ctx, t) for t in body.topics))
     results = []
@@ -98,8 +123,21 @@ def create_topics_response(
             dup = InvalidRequestError(f"topic {t.name!r} appears {counts[t.name]} times")
             results.append(_failed(types, t.name, dup))
         else:
-            results.append(_create(ctx, types, t, body.validate_only, stop))
-    return make(types.CreateTopicsResponse, throttle_time=timedelta(0), topics=tuple(results))
+            results.append(_create(ctx, types, t, body.validate_only, stop, version))
+    throttled = any(r.error_code == ErrorCode.throttling_quota_exceeded for r in results)
+    throttle_ms = THROTTLE_MS if throttled else 0
+    return make(types.CreateTopicsResponse, throttle_time=timedelta(milliseconds=throttle_ms),
+                topics=tuple(results))  # fmt: skip
+
+
+def quota_error(
+    error: ThrottlingQuotaExceededError, version: int, strict_from: int
+) -> KafkaApiError:
+    """THROTTLING_QUOTA_EXCEEDED from version ``strict_from`` on (Kafka's strict quota), else
+    REQUEST_TIMED_OUT (older clients do not know 89)."""
+    if version >= strict_from:
+        return error
+    return RequestTimedOutError(str(error))
 
 
 def creatable(ctx: ApiContext, request: Request, name: str) -> bool:
@@ -119,7 +157,12 @@ def _partitions(ctx: ApiContext, t: Any) -> int:
 
 
 def _create(
-    ctx: ApiContext, types: ModuleType, t: Any, validate_only: bool, stop: threading.Event | None
+    ctx: ApiContext,
+    types: ModuleType,
+    t: Any,
+    validate_only: bool,
+    stop: threading.Event | None,
+    version: int,
 ) -> Any:
     defaults = ctx.broker.config
     partitions = defaults.num_partitions if t.num_partitions == -1 else t.num_partitions
@@ -136,7 +179,9 @@ def _create(
             topic_id = ZERO_UUID
         else:
             topic_id = ctx.broker.create_topic(t.name, partitions, factor, config, assignment,
-                                               stop=stop).topic_id  # fmt: skip
+                                               stop=stop, background=True).topic_id  # fmt: skip
+    except ThrottlingQuotaExceededError as e:
+        return _failed(types, t.name, quota_error(e, version, STRICT_QUOTA_FROM))
     except KafkaLogError as e:
         return _failed(types, t.name, e)
     entry = getattr(types, "CreatableTopicConfigs", None)  # v5+
