@@ -128,8 +128,9 @@ def _waiting(log_dir: str | Path, group_id: str, attempt: Callable[[], T]) -> T:
 
 def ensure_offsets_topic(log_dir: str | Path, group_id: str) -> None:
     """Create ``__consumer_offsets`` in ``log_dir`` unless it is there (module docstring)."""
-    if GROUP_METADATA_TOPIC in TopicConfigFile(log_dir).read():
-        return
+    topics = TopicConfigFile(log_dir)
+    if topics.path.exists() and GROUP_METADATA_TOPIC in topics.read():
+        return  # else a broker opens the log dir first (a dir Kafka wrote: it sets the HWs)
     from broker_embedded.broker import Broker
     from broker_embedded.coordinator.internal_topics import ensure_topic, offsets_topic
 
