@@ -22,6 +22,9 @@ the files they rewrite made durable by one sync at the end (checkpoint_file.one_
 without the clean-shutdown marker each log recovers from its recovery point. New logs are
 created in batches the same way (:meth:`LogManager.create_logs`: one sync, one write of each
 checkpoint file per batch; a batch that fails, a full disk, removes the directories it made).
+A log opened without a high watermark in ``replication-offset-checkpoint`` (a copied log dir
+that lacks the file) is left out of that file until its high watermark moves: readers take
+such a log whole, and a write job's commit, which rewrites the file, must not hide it.
 Without ``kafkalog-topics.json``, a log dir Kafka wrote in KRaft mode has its topics, partition
 counts and config overrides read from Kafka's metadata log (topic_config_file.py,
 cluster_metadata_log.py). Partition directories of topics missing from both (a log dir copied
@@ -152,6 +155,9 @@ class LogManager:
         self._dirty = False
         self._closed = False
         self._written: dict[str, dict[TopicPartition, int]] = {}
+        # logs opened without a high watermark in the checkpoint (a copied Kafka log dir), with
+        # the one they started at: left out of the checkpoint until it moves (_write_checkpoints)
+        self._hw_unknown: dict[TopicPartition, int] = {}
         self.logs: dict[TopicPartition, UnifiedLog] = {}
         self.health = StorageHealth(self.log_dir)
         try:
@@ -228,6 +234,8 @@ class LogManager:
             )
 
         _open_in_parallel(registered, open_one, self.logs)
+        self._hw_unknown = {tp: self.logs[tp].high_watermark for tp in registered
+                            if tp not in points[REPLICATION_OFFSET_CHECKPOINT]}  # fmt: skip
         self._written = points
 
     def _topic_id_on_disk(self, tp: TopicPartition) -> uuid.UUID:
@@ -457,8 +465,15 @@ class LogManager:
 
     def _write_checkpoints(self, logs: dict[TopicPartition, UnifiedLog]) -> None:
         """Under the checkpoint lock."""
+        for tp, hw in list(self._hw_unknown.items()):
+            if tp not in logs or logs[tp].high_watermark != hw:
+                del self._hw_unknown[tp]  # it moved (a leader, a write): known from now on
         for name, value in _CHECKPOINTS.items():
-            offsets = {tp: value(lg) for tp, lg in sorted(logs.items())}
+            offsets = {
+                tp: value(lg)
+                for tp, lg in sorted(logs.items())
+                if name != REPLICATION_OFFSET_CHECKPOINT or tp not in self._hw_unknown
+            }
             if offsets != self._written.get(name):
                 OffsetCheckpointFile(self.log_dir / name).write(offsets)
                 self._written[name] = offsets

@@ -38,7 +38,7 @@ from broker_embedded.storage.topic_partition import TopicPartition
 from spark_kafkalog.dump_log import dump
 
 from ..record._peers import kafka_python_read
-from .conftest import BITNAMI
+from .conftest import BITNAMI, KAFKA_37
 
 T0 = 1_700_000_000_000
 HW_FILE, RP_FILE, LSO_FILE = (
@@ -433,3 +433,24 @@ def test_a_kafka_log_dir_opens_without_create(tmp_path: Path) -> None:
         assert TopicPartition("product-created-events-topic", 2) in lm.logs
     finally:
         lm.close()
+
+
+def test_a_log_without_a_checkpointed_high_watermark_is_not_hidden_by_a_publish(tmp_path):
+    """Kafka 3.7's log dir has no replication-offset-checkpoint: a write job's commit, which
+    rewrites the file, leaves the logs it did not write out of it (readers take them whole),
+    where it wrote their high watermark at the log start and hid their records."""
+    copy = Path(shutil.copytree(KAFKA_37, tmp_path / "d"))
+    patients = TopicPartition("TestTopicPatient", 0)
+    offsets = TopicPartition("__consumer_offsets", 6)
+    lm = LogManager(copy)
+    try:
+        lm.publish_high_watermarks({offsets: lm.logs[offsets].log_end_offset})
+    finally:
+        lm.close()
+    written = OffsetCheckpointFile(copy / "replication-offset-checkpoint").read()
+    assert written == {offsets: 13}
+    assert LogDir(copy).checkpoints(patients).high_watermark is None
+    with Broker(copy) as broker:  # a broker leading it moves it: known from then on
+        assert broker.replica_manager.leader_partition(patients).log.high_watermark == 3
+    written = OffsetCheckpointFile(copy / "replication-offset-checkpoint").read()
+    assert written[patients] == 3
