@@ -248,28 +248,11 @@ class LogDirFetchSource:
         if end <= start:
             return ByteCut(start, 0)
         view = self.view(tp)
-        bases = view.base_offsets
-        cut, used = start, 0
-        for base in bases[max(bisect.bisect_right(bases, start) - 1, 0) :]:
-            if base >= end:
-                break
-            seg = view.segment(base)
-            lo = seg.position_of(start) if start > base else 0
-            hi = seg.position_of(end)
-            if hi <= lo:
-                continue
-            if used + hi - lo <= max_bytes:
-                used += hi - lo
-                cut = min(end, seg.next_offset)
-                continue
-            found = _last_boundary(seg, lo, hi, lo + max_bytes - used)
-            if found is None and min_one_batch and cut == start:
-                first = next(seg.batches(lo, hi))
-                found = (first.last_offset + 1, lo + first.size_in_bytes)
-            if found is not None:
-                cut, used = min(end, found[0]), used + found[1] - lo
-            break
-        return ByteCut(cut, used)
+
+        def cut_in(bases: list[int]) -> ByteCut:
+            return _byte_cut(view, bases, start, end, max_bytes, min_one_batch)
+
+        return view.with_listing(cut_in, start, f"measuring offsets {start} to {end}")
 
     def byte_cuts(self, tp: TopicPartition, start: int, end: int, max_bytes: int) -> list[int]:
         """Exact positions (see :meth:`FetchSource.byte_cuts`). Candidate cuts are segment
@@ -297,28 +280,8 @@ class LogDirFetchSource:
         """Candidate cut offsets, their byte positions counted from the first segment the
         range spans, and the position of ``start``; ``None`` when no segment spans it."""
         view = self.view(tp)
-        bases = view.base_offsets
-        offsets: list[np.ndarray] = []
-        positions: list[np.ndarray] = []
-        start_position = None
-        consumed = 0  # bytes of the segments before the current one (from the range's first)
-        for i, base in enumerate(bases):
-            following = bases[i + 1] if i + 1 < len(bases) else None
-            if following is not None and following <= start:
-                continue
-            if base >= end:
-                break
-            seg = view.segment(base)
-            index = seg.offset_index
-            if start_position is None:
-                start_position = index.lookup(start).position if start > base else 0
-            offsets += [np.array([base], np.int64), index.offsets().astype(np.int64) + 1]
-            positions += [np.array([consumed], np.int64),
-                          index.positions().astype(np.int64) + consumed]  # fmt: skip
-            consumed += seg.size_in_bytes
-        if not offsets:
-            return None
-        return np.concatenate(offsets), np.concatenate(positions), start_position or 0
+        return view.with_listing(lambda bases: _candidates(view, bases, start, end), start,
+                                 f"indexing offsets {start} to {end}")  # fmt: skip
 
     # -- lifetime ----------------------------------------------------------------------------------
 
@@ -392,3 +355,62 @@ def _copied(records: bytes | memoryview) -> bytes:
     out = bytes(records)
     release_mapped_pages(records)
     return out
+
+
+def _byte_cut(
+    view: PartitionReader,
+    bases: list[int],
+    start: int,
+    end: int,
+    max_bytes: int,
+    min_one_batch: bool,
+) -> ByteCut:
+    """:meth:`LogDirSource.byte_cut` over one listing of the segments (``bases``)."""
+    cut, used = start, 0
+    for base in bases[max(bisect.bisect_right(bases, start) - 1, 0) :]:
+        if base >= end:
+            break
+        seg = view.segment(base)
+        lo = seg.position_of(start) if start > base else 0
+        hi = seg.position_of(end)
+        if hi <= lo:
+            continue
+        if used + hi - lo <= max_bytes:
+            used += hi - lo
+            cut = min(end, seg.next_offset)
+            continue
+        found = _last_boundary(seg, lo, hi, lo + max_bytes - used)
+        if found is None and min_one_batch and cut == start:
+            first = next(seg.batches(lo, hi))
+            found = (first.last_offset + 1, lo + first.size_in_bytes)
+        if found is not None:
+            cut, used = min(end, found[0]), used + found[1] - lo
+        break
+    return ByteCut(cut, used)
+
+
+def _candidates(
+    view: PartitionReader, bases: list[int], start: int, end: int
+) -> tuple[np.ndarray, np.ndarray, int] | None:
+    """:meth:`LogDirSource._cut_candidates` over one listing of the segments (``bases``)."""
+    offsets: list[np.ndarray] = []
+    positions: list[np.ndarray] = []
+    start_position = None
+    consumed = 0  # bytes of the segments before the current one (from the range's first)
+    for i, base in enumerate(bases):
+        following = bases[i + 1] if i + 1 < len(bases) else None
+        if following is not None and following <= start:
+            continue
+        if base >= end:
+            break
+        seg = view.segment(base)
+        index = seg.offset_index
+        if start_position is None:
+            start_position = index.lookup(start).position if start > base else 0
+        offsets += [np.array([base], np.int64), index.offsets().astype(np.int64) + 1]
+        positions += [np.array([consumed], np.int64),
+                      index.positions().astype(np.int64) + consumed]  # fmt: skip
+        consumed += seg.size_in_bytes
+    if not offsets:
+        return None
+    return np.concatenate(offsets), np.concatenate(positions), start_position or 0

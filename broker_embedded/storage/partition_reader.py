@@ -507,6 +507,12 @@ class PartitionReader:
         below do)."""
         return self._access.segment(base_offset)
 
+    def with_listing(self, op: Callable[[list[int]], T], offset: int | None, what: str) -> T:
+        """``op(base offsets of one listing)``, run again on a new listing when a segment file
+        it opens went away meanwhile (a cleaner's swap, a deletion; at most
+        ``_RELIST_ATTEMPTS`` times, then a :class:`KafkaStorageError` naming the partition)."""
+        return self._access.attempt(lambda segs: op(list(segs)), offset, what)
+
     def segments(self) -> list[LogSegment]:
         """Every segment of one listing (re-listed when a file of it went away)."""
         return self._access.attempt(lambda segs: [self.segment(b) for b in segs], None,

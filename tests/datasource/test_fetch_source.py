@@ -139,6 +139,24 @@ def test_byte_cut_answers_for_the_whole_range(source: LogDirFetchSource) -> None
     assert source.byte_cuts(tp, 0, latest, whole.size) == []
 
 
+def test_byte_cuts_list_the_segments_again_when_a_cleaner_swapped_them(source_log_dir, tmp_path):
+    """A cleaner that merged a segment into the one before it between the listing and the cut
+    (its files gone): the cut lists the segments again rather than failing on the lost file."""
+    import shutil
+
+    copy = Path(shutil.copytree(source_log_dir, tmp_path / "logdir"))
+    tp = TopicPartition("events", 0)
+    with LogDirSource(str(copy)).open() as source:
+        latest = source.list_offset(tp, LATEST_TIMESTAMP, UNCOMMITTED)
+        bases = source.view(tp).base_offsets
+        assert len(bases) >= 3
+        for f in (copy / "events-0").glob(f"{bases[1]:020d}.*"):
+            f.unlink()
+        cut = source.byte_cut(tp, 0, latest, 1 << 40)
+        assert cut.offset == latest and cut.size > 0
+        assert source.byte_cuts(tp, 0, latest, 1 << 40) == []
+
+
 @dataclass(frozen=True)
 class _NoBytesSource:
     """A descriptor of a log-dir source that cannot tell bytes, as a wire source may not."""
