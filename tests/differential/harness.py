@@ -23,7 +23,6 @@ import dataclasses
 import datetime
 import enum
 import re
-import socket
 import struct
 import time
 import types
@@ -36,12 +35,12 @@ from typing import Any
 from broker_embedded.protocol.schemas import (
     API_VERSIONS_KEY,
     api_name,
-    encode_body,
     reader_of,
     request_schema,
     response_schema,
 )
 from broker_embedded.record.records import iter_batches
+from tests.broker_embedded.server._net import RawClient, request_frame
 
 TIMEOUT_S = 30.0
 
@@ -116,15 +115,6 @@ def _build_value(hint: Any, value: Any) -> Any:
     return value
 
 
-def request_frame(message: Any, correlation_id: int) -> bytes:
-    """A request frame: header v1, or v2 for flexible versions (ApiVersions v3+ included)."""
-    flexible = message.__flexible__
-    header = struct.pack(">hhih", message.__api_key__, message.__version__, correlation_id, 4)
-    header += b"diff" + (b"\0" if flexible else b"")
-    payload = header + encode_body(message)
-    return struct.pack(">i", len(payload)) + payload
-
-
 # -- decoding answers ----------------------------------------------------------------------------
 
 
@@ -181,12 +171,12 @@ class Connection:
     answer."""
 
     def __init__(self, bootstrap: str, timeout: float = TIMEOUT_S) -> None:
-        host, _, port = bootstrap.split(",")[0].rpartition(":")
-        self.sock = socket.create_connection((host, int(port)), timeout=timeout)
+        _host, _, port = bootstrap.split(",")[0].rpartition(":")  # both servers: 127.0.0.1
+        self._raw = RawClient(int(port), timeout)
         self._correlation = 0
 
     def close(self) -> None:
-        self.sock.close()
+        self._raw.close()
 
     def __enter__(self) -> Connection:
         return self
@@ -204,33 +194,19 @@ class Connection:
         if schema is None:
             raise ValueError(f"kio has no {api_name(api_key)} v{version} request")
         self._correlation += 1
-        self.sock.sendall(request_frame(build(schema, values), self._correlation))
+        self._raw.send(request_frame(build(schema, values), self._correlation, "diff"))
         return api_key, version, self._correlation
 
     def receive(self, sent: tuple[int, int, int]) -> dict[str, Any]:
         """The plain answer to the request :meth:`send` sent (the next frame on the socket)."""
         api_key, version, correlation_id = sent
-        frame = self._recv_frame()
+        frame = self._raw.recv_frame()
         (correlation,) = struct.unpack_from(">i", frame)
         assert correlation == correlation_id, (correlation, correlation_id)
         answer = response_schema(api_key, version)
         offset = 5 if answer.__flexible__ and api_key != API_VERSIONS_KEY else 4
         body, _ = reader_of(answer)(memoryview(frame), offset)
         return to_plain(body)
-
-    def _recv_frame(self) -> bytes:
-        (size,) = struct.unpack(">i", self._recv_exact(4))
-        return self._recv_exact(size)
-
-    def _recv_exact(self, n: int) -> bytes:
-        chunks = []
-        while n:
-            chunk = self.sock.recv(min(n, 1 << 20))
-            if not chunk:
-                raise ConnectionError(f"closed with {n} bytes still expected")
-            chunks.append(chunk)
-            n -= len(chunk)
-        return b"".join(chunks)
 
 
 # -- normalizing and comparing -----------------------------------------------------------------
