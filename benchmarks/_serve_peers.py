@@ -279,7 +279,7 @@ def first_answer(
             with socket.create_connection(("127.0.0.1", port), 1.0) as sock:
                 sock.settimeout(max(deadline - time.monotonic(), 0.1))
                 sock.sendall(API_VERSIONS_V0)
-                correlation, error = struct.unpack(">ih", _recv(sock, _size(sock))[:6])
+                correlation, error = struct.unpack(">ih", recv_exactly(sock, _size(sock))[:6])
                 if correlation == 1 and error == 0:
                     return time.clock_gettime(time.CLOCK_BOOTTIME)
         except OSError:
@@ -291,10 +291,11 @@ def first_answer(
 
 
 def _size(sock: socket.socket) -> int:
-    return struct.unpack(">i", _recv(sock, 4))[0]
+    return struct.unpack(">i", recv_exactly(sock, 4))[0]
 
 
-def _recv(sock: socket.socket, n: int) -> bytes:
+def recv_exactly(sock: socket.socket, n: int) -> bytes:
+    """``n`` bytes from ``sock``; ConnectionError when it closes first."""
     data = b""
     while len(data) < n:
         chunk = sock.recv(n - len(data))

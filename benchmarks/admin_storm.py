@@ -69,7 +69,12 @@ sys.path.insert(0, str(ROOT))
 from confluent_kafka import KafkaException, Producer  # noqa: E402
 from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 
-from benchmarks._serve_peers import PeerError, kafka_home, kafka_server  # noqa: E402
+from benchmarks._serve_peers import (  # noqa: E402
+    PeerError,
+    kafka_home,
+    kafka_server,
+    recv_exactly,
+)
 from broker_embedded.broker import Broker  # noqa: E402
 from broker_embedded.storage.topic_config_file import TopicConfigFile  # noqa: E402
 
@@ -212,21 +217,11 @@ def api_versions_v0(port: int) -> float:
     try:
         with socket.create_connection(("127.0.0.1", port), timeout=PROBE_TIMEOUT_S) as sock:
             sock.sendall(struct.pack(">i", len(body)) + body)
-            size = struct.unpack(">i", _recv(sock, 4))[0]
-            _recv(sock, size)
+            size = struct.unpack(">i", recv_exactly(sock, 4))[0]
+            recv_exactly(sock, size)
     except OSError:
         return PROBE_TIMEOUT_S
     return time.monotonic() - started
-
-
-def _recv(sock: socket.socket, n: int) -> bytes:
-    data = b""
-    while len(data) < n:
-        chunk = sock.recv(n - len(data))
-        if not chunk:
-            raise ConnectionError("closed")
-        data += chunk
-    return data
 
 
 class Prober:
