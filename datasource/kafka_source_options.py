@@ -4,8 +4,8 @@ Spark hands a data source its options as strings under lower-cased keys; :meth:`
 them (any case) and checks everything it can without the log dir: unknown options, malformed
 values and JSON, contradictions. Every error is an :class:`InvalidOptionError` whose message names
 the option and the value. The names are Spark's Kafka source names where Spark has the option
-(Spark's Kafka connector); the table of options, defaults and meanings is the user manual in
-``KafkaLogDataSource``'s docstring.
+(Spark's Kafka connector); the names, defaults and meanings are the one option table,
+option_table.py, from which the lists of names below come.
 
 Query kinds: ``parse(options, streaming=False)`` for a batch query (``spark.read``),
 ``streaming=True`` for a streaming one (``spark.readStream``), ``streaming=None`` when the kind is
@@ -54,6 +54,7 @@ from dataclasses import dataclass
 
 from broker_embedded.client.client_security import ClientSecurity
 from broker_embedded.storage.fetch_data_info import IsolationLevel
+from datasource import option_table
 from datasource.errors import InvalidOptionError
 from datasource.offset_spec import (
     EARLIEST,
@@ -83,30 +84,18 @@ LOG_DIR_FETCH_BYTES = 8 << 20  # what a task fetches at least from a log dir (ta
 DEFAULT_FETCH_MAX_BYTES = 50 * (1 << 20)  # Kafka consumer's fetch.max.bytes
 DEFAULT_MAX_TRIGGER_DELAY_MS = 15 * 60 * 1000
 
-# Spark's spelling of every option, by lower-cased key.
-BATCH_AND_STREAMING = (
-    "path", "assign", "subscribe", "subscribePattern", "startingOffsets", "startingTimestamp",
-    "startingOffsetsByTimestamp", "startingOffsetsByTimestampStrategy", "failOnDataLoss",
-    "includeHeaders", "minPartitions", "maxRecordsPerPartition", "maxBytesPerPartition",
-    "packBytesPerPartition", "packOpenCostInBytes", "kafka.isolation.level",
-    "kafka.max.partition.fetch.bytes", "kafka.fetch.max.bytes",
-    "startingOffsetsByGroupFallback",
-)  # fmt: skip
-BATCH_ONLY = ("endingOffsets", "endingTimestamp", "endingOffsetsByTimestamp", "narrowByFilters")
+# Spark's spelling of every option, by kind: the one option table (option_table.py).
+BATCH_AND_STREAMING = option_table.names("read")
+BATCH_ONLY = option_table.names("batch")
 # The latest view (datasource/latest_view.py): batch queries only, refused by streaming ones.
-VIEW_OPTIONS = ("view", "view.keepTombstones", "view.mapSize")
+VIEW_OPTIONS = option_table.names("view")
 VIEWS = ("records", "latest")
 # The streaming limits: in a batch query Spark's Kafka source logs "<name> option ignored in
 # batch queries" and goes on (KafkaSourceProvider.validateBatchOptions); so does this source.
-STREAMING_LIMITS = (
-    "maxOffsetsPerTrigger", "minOffsetsPerTrigger", "maxTriggerDelay", "maxBytesPerTrigger",
-)  # fmt: skip
-STREAMING_ONLY = (*STREAMING_LIMITS, "commitOffsetsToGroup")
+STREAMING_LIMITS = option_table.names("streaming-limit")
+STREAMING_ONLY = (*STREAMING_LIMITS, *option_table.names("streaming"))
 # Options of Spark's Kafka consumer that mean nothing here: accepted, with a warning.
-SPARK_CONSUMER_OPTIONS = (
-    "kafkaConsumer.pollTimeoutMs", "fetchOffset.numRetries", "fetchOffset.retryIntervalMs",
-    "groupIdPrefix",
-)  # fmt: skip
+SPARK_CONSUMER_OPTIONS = option_table.names("spark-consumer")
 OPTION_NAMES = {
     name.lower(): name
     for name in BATCH_AND_STREAMING + BATCH_ONLY + STREAMING_ONLY + SPARK_CONSUMER_OPTIONS

@@ -13,6 +13,7 @@ from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStrea
 from pyspark.sql.types import StructType
 
 from broker_embedded.record.kafka_schema import schema_ddl, simple_string
+from datasource import option_table
 from datasource.errors import InvalidOptionError
 from datasource.kafka_source_options import KafkaSourceOptions
 
@@ -56,157 +57,10 @@ class KafkaLogDataSource(DataSource):
     the DataFrame's later actions: a DataFrame reads a consistent snapshot even while a broker
     appends ("latest" is the high watermark at that moment; load it again to see newer data).
 
-    Options (names ignore case; values are strings; unknown options, malformed values and
-    contradictions are rejected with a message naming the option and the value):
-
-    ``path`` | ``kafka.bootstrap.servers`` (exactly one)
-        ``path``: the log dir, e.g. ``load("/data/kafka-logs")`` or ``.option("path", ...)``. It
-        must be readable at the same path by the driver and every executor (a shared file
-        system on a cluster); an absolute path is safest. ``kafka.bootstrap.servers``:
-        ``"host1:9092,host2:9092"``, a cluster read over the Kafka protocol (no path): the
-        driver plans with Metadata and ListOffsets, each executor fetches its range from the
-        partition's leader (broker_embedded/client/wire_fetch_source.py) with the next fetch in
-        flight while Spark takes the previous rows; a leader that moves or dies is followed from
-        the same offset, within ``kafka.default.api.timeout.ms`` (default 60000), then the read
-        fails naming the cluster, broker, partition and offset. Over the wire the bytes of the
-        log are unknown: ``maxBytesPerPartition`` and ``maxBytesPerTrigger`` then cut nothing
-        (the offset limits still apply). Plaintext only.
-    ``assign`` | ``subscribe`` | ``subscribePattern`` (exactly one)
-        Which partitions to read. ``assign``: JSON ``{"topicA":[0,1],"topicB":[2]}``;
-        ``subscribe``: comma-separated topics ``"topicA,topicB"``; ``subscribePattern``: a regex
-        found anywhere in the topic name, as Spark 4.x finds it (anchor it to match whole
-        names: ``"^events-.*$"``; internal topics, names starting with ``__``, are left out;
-        name them in subscribe or assign). A subscribed or assigned topic that
-        does not exist is an error naming it; an assigned partition its topic does not have is
-        left out with a warning (as Spark's Kafka source leaves it out); a pattern may match
-        nothing (an empty result).
-    ``startingOffsets`` (default ``earliest``)
-        ``earliest`` (the log start offset), or per-partition JSON
-        ``{"topicA":{"0":23,"1":-2}}`` with -2 for earliest; every partition read must be named.
-        ``latest`` and -1 are rejected: a batch query starting at the latest offset reads
-        nothing. An offset below the log start offset is data loss (see ``failOnDataLoss``).
-    ``startingTimestamp`` / ``startingOffsetsByTimestamp`` (default: not set)
-        Start at the first offset whose record timestamp is at or after a timestamp (ms since the
-        epoch), found through the time index as Kafka's ListOffsets does:
-        ``startingTimestamp`` ``"1700000000000"`` for every partition, or per partition
-        ``{"topicA":{"0":1700000000000}}``. Precedence: startingTimestamp >
-        startingOffsetsByTimestamp > startingOffsets (Spark's rule; the others are ignored).
-    ``startingOffsets=group:<group id>`` (kafkalog's own)
-        Start at a consumer group's committed offsets, read from the log dir's
-        ``__consumer_offsets`` (only the group's partition, found as Kafka finds it; a log dir
-        copied from Kafka works), in a batch or a streaming query. A committed offset below the
-        log start offset or past the latest offset is data loss (see ``failOnDataLoss``). An
-        error when the group has no committed offset, when the log dir has no
-        ``__consumer_offsets``, and with ``startingTimestamp`` or
-        ``startingOffsetsByTimestamp`` (which start elsewhere). Spark's ``kafka.group.id`` and
-        ``groupIdPrefix`` do not set offsets; this does.
-    ``startingOffsetsByGroupFallback`` (default ``latest``; only with ``group:``)
-        Where a partition the group has no commit for starts: ``earliest``, ``latest`` (as a
-        Kafka consumer's ``auto.offset.reset``) or ``none`` (fail, naming those partitions).
-    ``startingOffsetsByTimestampStrategy`` (default ``error``)
-        When no record is at or after the starting timestamp: ``error`` fails the query,
-        ``latest`` starts at the latest offset (reads nothing from that partition).
-    ``endingOffsets`` (default ``latest``)
-        ``latest`` (the high watermark, or the last stable offset under read_committed), or
-        per-partition JSON ``{"topicA":{"0":50,"1":-1}}`` with -1 for latest; exclusive.
-        ``earliest`` and -2 are rejected. An ending offset past the latest one is data loss (see
-        ``failOnDataLoss``); one before the starting offset is an error.
-    ``endingTimestamp`` / ``endingOffsetsByTimestamp`` (default: not set)
-        End (exclusive) at the first offset whose record timestamp is at or after a timestamp,
-        as for the starting ones; the latest offset when there is none. Precedence as above.
-    ``failOnDataLoss`` (default ``true``)
-        Offsets a query asks for that are no longer in the log (below the log start offset after
-        retention or DeleteRecords, also when that happens between planning and reading) or not
-        available (an ending offset past the high watermark): ``true`` fails the query with an
-        error naming the partition and the offsets; ``false`` logs a warning and reads what is
-        there (from the log start offset; up to the latest offset).
-    ``includeHeaders`` (default ``false``)
-        Add the column ``headers``: null for a record without headers (as Spark reads it).
-    ``minPartitions`` (default: not set)
-        About at least this many Spark partitions: large offset ranges are cut into equal pieces,
-        in proportion to their size (Spark's rule, a hint: its rounding may give a few more or
-        fewer). Without it (and without the two options below) one range reads one topic
-        partition (small ranges are then packed into tasks, ``packBytesPerPartition``).
-    ``maxRecordsPerPartition`` (default: not set)
-        At most this many offsets per Spark partition: larger ranges are cut into equal pieces.
-    ``maxBytesPerPartition`` (default: not set; kafkalog's own)
-        About this many bytes of the log per Spark partition (``1048576``, ``512k``, ``64m``,
-        ``1g``): a range is cut at batch boundaries found through the offset index, so that a
-        skewed partition spreads over several tasks. Applied before the two options above.
-    ``packBytesPerPartition`` (default ``128m``; Spark's ``spark.sql.files.maxPartitionBytes``)
-        Small ranges are packed into one Spark task, as Spark's file sources pack small files
-        (Spark's Python data source pays tens of milliseconds per task whatever it reads). Only
-        ranges smaller than ``packOpenCostInBytes`` are small: a larger one stays a task of its own
-        (one task per topic partition, as Spark's Kafka source plans), so packing never takes
-        parallelism from partitions of real size. The small ranges, largest first, fill a task while
-        its bytes stay within this size, each range counting its bytes of the log plus
-        ``packOpenCostInBytes``; a range is never cut by this (``maxBytesPerPartition`` cuts). Over
-        ``kafka.bootstrap.servers`` a range's bytes are unknown and counted as 1 KiB per offset.
-        With ``minPartitions`` the task size is at most the total / ``minPartitions`` and a packing
-        into fewer tasks is not made; with ``maxRecordsPerPartition`` a task holds at most that many
-        offsets. ``0``: one task per range. Whole partitions are packed under ``view=latest`` too.
-    ``packOpenCostInBytes`` (default ``4m``; Spark's ``spark.sql.files.openCostInBytes``)
-        What opening one range costs, counted in bytes, and the size below which a range is
-        packed: 10,000 ranges of a few records make about 313 tasks with the defaults. ``0``:
-        no range is small, one task per range.
-    ``kafka.isolation.level`` (default ``read_uncommitted``)
-        ``read_committed`` reads up to the last stable offset and skips aborted transactions.
-    ``kafka.max.partition.fetch.bytes`` (default ``1048576``)
-        Bytes one fetch of a partition returns (a larger batch still comes whole): an executor
-        decodes one fetch at a time, so its memory is bounded by this, whatever the partition's
-        size. A task reading a log dir fetches at least 8 MiB at a time (one Arrow batch's
-        worth), decoded in place from the segment's mapping without a copy.
-    ``kafka.fetch.max.bytes`` (default ``52428800``)
-        Caps the bytes of one fetch too (the smaller of the two applies).
-
-    ``narrowByFilters`` (default ``false``; kafkalog's own)
-        With ``spark.sql.python.filterPushdown.enabled=true``, let the query's filters on
-        ``topic``, ``partition``, ``offset`` and lower bounds on ``timestamp`` (found through the
-        time index) narrow what is read: ``df.where("partition = 1 AND offset >= 1000")`` then
-        reads only those offsets. Spark still evaluates every filter. Caution (a Spark 4.3
-        limitation): Spark plans the read of a Python data source once per loaded DataFrame and
-        shares that plan between all its scans, so a plan narrowed for one filter is reused for
-        another scan of the same DataFrame (a self-join or union with other filters, a later
-        query on the same DataFrame or temporary view) and rows go missing. Turn it on only for
-        DataFrames that are loaded for one query and scanned once.
-
-    ``view`` (default ``records``; kafkalog's own, batch only)
-        ``latest``: a table of the latest record of every key, per topic partition (a compacted
-        topic read as a table; latest_view.py): the record with the largest offset of each key
-        in the planned range, with its value, offset, timestamp and headers; no row for a key
-        whose latest record is a tombstone, nor for records without a key (counted in one
-        warning per task). The same rows as ``groupBy("partition", "key")`` keeping the row of
-        ``max("offset")`` without tombstones, computed by each task with the cleaner's offset map
-        (two reads of its range, memory bounded by ``view.mapSize``), without a shuffle. A topic
-        partition is never cut (``minPartitions``, ``maxRecordsPerPartition`` and
-        ``maxBytesPerPartition`` are ignored with a warning; whole partitions are packed into
-        tasks by ``packBytesPerPartition``) and no narrowing by pushed filters.
-        ``endingOffsets``/``endingTimestamp`` give the table as of that point. A key found in
-        several partitions gives the latest of each (Kafka's default partitioner keeps a key in
-        one partition). Refused by streaming queries.
-    ``view.keepTombstones`` (default ``false``)
-        With ``view=latest``: a key whose latest record is a tombstone gives a row with a null
-        value (for CDC merges) instead of none.
-    ``view.mapSize`` (default ``64m``; at least ``1k``)
-        With ``view=latest``: the bytes of each task's offset map, 32 per key (the cleaner's
-        24-byte slot and an 8-byte fingerprint), filled to 90%: 64 MiB hold 1.88 M keys. More
-        keys in a partition: rounds of keys split by hash, two more reads of the range each.
-
-    ``kafka.client.id``, ``kafka.request.timeout.ms``, ``kafka.socket.connection.setup.timeout.ms``,
-    ``kafka.retry.backoff.ms``, ``kafka.default.api.timeout.ms``
-        The wire client's settings (Kafka consumer's meanings), for ``kafka.bootstrap.servers``.
-
-    The streaming limits (``maxOffsetsPerTrigger``, ``minOffsetsPerTrigger``,
-    ``maxTriggerDelay``, ``maxBytesPerTrigger``) are ignored in a batch query with Spark's
-    warning ("... option ignored in batch queries"). Other ``kafka.*``
-    consumer settings follow Spark's Kafka source: ``kafka.auto.offset.reset``,
-    ``kafka.key.deserializer``, ``kafka.value.deserializer``, ``kafka.enable.auto.commit`` and
-    ``kafka.interceptor.classes`` are rejected with Spark's messages, ``kafka.group.id`` logs
-    Spark's warning, ``kafka.security.protocol``, ``kafka.ssl.*`` and ``kafka.sasl.*`` go to the
-    wire client (TLS, SASL PLAIN and SCRAM; README "Security"), and the rest
-    (and Spark's ``kafkaConsumer.pollTimeoutMs``, ``fetchOffset.numRetries``,
-    ``fetchOffset.retryIntervalMs``, ``groupIdPrefix``) are accepted with one warning each that
-    they have no effect.
+    Options: the table at the end of this docstring, generated from the one option table
+    (datasource/option_table.py), as is the docs' option reference. Names ignore case; values
+    are strings; unknown options, malformed values and contradictions are rejected with a
+    message naming the option and the value.
 
     Streaming (``spark.readStream.format("kafkalog")``, kafka_stream_reader.py has the details)::
 
@@ -342,6 +196,9 @@ class KafkaLogDataSource(DataSource):
         from datasource.kafka_stream_writer import KafkaLogStreamWriter
 
         return KafkaLogStreamWriter.create(self.options, schema, overwrite)
+
+
+KafkaLogDataSource.__doc__ = (KafkaLogDataSource.__doc__ or "") + option_table.plain_text()
 
 
 def check_schema(schema: StructType, include_headers: bool) -> None:
