@@ -69,8 +69,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--report",
         type=Path,
         metavar="FILE",
-        help="also write the summary to FILE as JSON (atomically; the README's Operating "
-        "section lists its fields)",
+        help="also write the summary to FILE as JSON (atomically; docs/operating/index.md "
+        "lists its fields)",
     )
 
 

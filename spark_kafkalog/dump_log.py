@@ -7,7 +7,7 @@ With ``verify`` every batch CRC and every offset and time index entry is checked
 corruption stops the dump with a non-zero exit status and a line naming the file, byte position and
 base offset. Reads only; never writes a file.
 
-``--json`` output is stable (the README's "Operating" section lists it): a batch line has
+``--json`` output is stable (docs/operating/index.md lists it): a batch line has
 ``file`` and the fields of :func:`batch_line`, a record line those of :func:`record_line`, and
 the summary line of a file (all ``--summary`` prints) is::
 

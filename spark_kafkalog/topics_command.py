@@ -24,7 +24,7 @@ Output (stdout):
                        "lastStableOffset": O, "logEndOffset": O}, ...]}
 
   Config values are strings (as Kafka's DescribeConfigs gives them); offsets are -1 for a
-  replica not hosted here. The fields are stable (README, "Operating"): fields may be added,
+  replica not hosted here. The fields are stable (docs/operating/index.md): fields may be added,
   none is removed or renamed. ``--bootstrap-server`` prints the same.
 
 Also here, for every broker-opening command: :func:`load_config` (the ``--broker-config FILE``),

@@ -7,7 +7,7 @@ lowercased, ``PerSec`` meters as ``_total`` counters, histograms as quantile gau
 
 Every value is read when Prometheus scrapes (a custom collector): the hot paths only add to the
 counters and histograms of ``BrokerTopicStats`` (replica_manager/broker_topic_stats.py) and
-``RequestMetrics`` (request_metrics.py). The metrics, by family (the README's "Metrics" list):
+``RequestMetrics`` (request_metrics.py). The metrics, by family (docs/operating/index.md):
 
 - ``kafka_server_brokertopicmetrics_{messagesin,bytesin,bytesout,totalproducerequests,
   failedproducerequests,totalfetchrequests,failedfetchrequests}_total``: one sample per topic

@@ -2,7 +2,7 @@
 to ``format("kafka")`` and to ``format("kafkalog")``, both reading Apache Kafka 3.9 (conftest.py's
 ``kafka_source``: events, empty and trimmed at the offsets of the source log dir) in the same
 SparkSession, give the same rows (every column) or both fail. The differences kafkalog keeps on
-purpose are asserted as such, each named (README: "Differences from Spark's Kafka connector").
+purpose are asserted as such, each named (docs/user-guide/spark-connector.md).
 Skipped without the connector's jars or Kafka 3.9 (``KAFKALOG_PEERS``)."""
 
 from __future__ import annotations

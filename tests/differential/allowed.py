@@ -1,5 +1,5 @@
 """The differences from Kafka 3.9 that the differential tests allow, each named and explained
-(the README's "Compared with Kafka 3.9" lists the same names).
+(docs/serving/compared-with-kafka.md lists the same names).
 
 An :class:`Allowed` matches a difference of one scenario by the step's label and the field
 path (``*`` matches any text; the run's topic-name token shows as ``*``), and by the two
@@ -19,7 +19,7 @@ from tests.differential.scenario import StepDifference
 
 ANY = object()
 
-# The differences, by name: what the README says about each.
+# The differences, by name: what docs/serving/compared-with-kafka.md says about each.
 REASONS = {
     "api-table": "ApiVersions advertises the APIs and versions kafkalog serves: newer "
     "versions of some APIs (Kafka 4's ranges), none of the ZooKeeper-era versions Kafka 4 "

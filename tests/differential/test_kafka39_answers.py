@@ -1,6 +1,6 @@
 """The same requests to Kafka 3.9 and to kafkalog get the same answers, field by field, up to
 what must differ (tests/differential/harness.py) and the differences allowed, each named and
-explained (tests/differential/allowed.py; the README's "Compared with Kafka 3.9")."""
+explained (tests/differential/allowed.py; docs/serving/compared-with-kafka.md)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The ``--json`` outputs scripts rely on (README, "Operating"): ``kafkalog dump --summary
+"""The ``--json`` outputs scripts rely on (docs/operating/index.md): ``kafkalog dump --summary
 --json`` over a log dir Kafka wrote, field for field against kafka-python's reading of every
 segment, and ``kafkalog topics describe --json``, the whole object, checked against the files
 the broker wrote (partition.metadata, leader-epoch-checkpoint)."""

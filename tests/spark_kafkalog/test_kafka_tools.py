@@ -1,7 +1,7 @@
 """Kafka's own tools against ``kafkalog serve``, each run against Kafka 3.9 (the session's
 ``kafka39`` broker) in the same test and the outputs compared after normalizing what must
 differ (addresses, node ids, topic ids, timestamps); where kafkalog differs on purpose the test
-asserts the difference exactly (and the README's "Kafka's tools" table names it). And the
+asserts the difference exactly (and docs/serving/kafka-tools.md's table names it). And the
 other way round: kafkalog's ``produce`` / ``consume`` with ``--bootstrap-server`` against Kafka
 3.9, as Kafka's console tools behave there.
 

@@ -1,7 +1,7 @@
 """``kafkalog serve`` with a SASL_SSL listener from the ``[security]`` table of
 ``--broker-config``, users managed with ``kafkalog users`` while it runs, and the
 ``--bootstrap-server`` commands authenticating with ``--command-config`` (Kafka's client
-properties file), as the README's Security example runs them."""
+properties file), as docs/serving/security.md's SASL_SSL example runs them."""
 
 from __future__ import annotations
 

@@ -168,7 +168,7 @@ def test_without_kio_serve_is_refused_in_one_line_and_the_rest_works(tmp_path: P
 
 
 def test_readme_snippet_spark_reads_the_log_dir_a_running_server_owns(tmp_path, spark) -> None:
-    """The README's "Serving Kafka's protocol" steps: serve, create the topic and produce with
+    """The steps of docs/serving/index.md: serve, create the topic and produce with
     confluent-kafka, read the same log dir with Spark while the server still runs (readers
     take no lock; the server publishes its high watermark within checkpoint.interval.ms)."""
     from confluent_kafka.admin import AdminClient, NewTopic
