@@ -21,7 +21,7 @@ on 1 M records of 100-byte values: 7,627 batches of 16 KiB in 129 ms against 137
 
 libzstd comes from the cffi build that the ``zstandard`` package ships (``zstandard._cffi``,
 the library its cffi backend uses). Where it is missing, :data:`AVAILABLE` is False and the
-decoder sends zstd batches through ``compression.decompress`` as before.
+decoder sends zstd batches through ``compression.decompress``.
 
 Bounds: the input pointer and length come from a table row checked against the input buffer,
 the output pointer and capacity from ``used`` and ``min(len(side), used + room)``; libzstd

@@ -1,4 +1,4 @@
-"""Opening and mapping segment files without keeping file descriptors (issue 11, defect 5).
+"""Opening and mapping segment files without keeping file descriptors.
 
 A broker holds thousands of segments: Kafka opens index files lazily and keeps no descriptor it
 does not need, and so do we. Two helpers:
