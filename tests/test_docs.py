@@ -75,11 +75,26 @@ def test_the_option_page_is_the_generated_one() -> None:
     assert (ROOT / "docs" / "user-guide" / "options.md").read_text() == markdown()
 
 
+def slug(heading: str) -> str:
+    """The anchor of a heading, as MkDocs' toc (and GitHub, for these headings) makes it."""
+    text = re.sub(r"[^\w\s-]", "", heading.replace("`", "")).strip().lower()
+    return re.sub(r"[-\s]+", "-", text)
+
+
 def test_the_readme_is_a_short_manual_whose_links_exist() -> None:
     text = (ROOT / "README.md").read_text()
     assert len(text.splitlines()) <= 300
     for command in ("bash dev.sh demo", "bash dev.sh test"):
         assert command in text
-    links = re.findall(r"\]\((docs/[^)#]+)(?:#[^)]*)?\)", text)
+    links = re.findall(r"\]\((docs/[^)#]+)(?:#([^)]*))?\)", text)
     assert links, "the README links into docs/"
-    assert [link for link in links if not (ROOT / link).is_file()] == []
+    broken = []
+    for path, anchor in links:
+        page = ROOT / path
+        if not page.is_file():
+            broken.append(path)
+        elif anchor and anchor not in {
+            slug(h) for h in re.findall(r"^#+ (.+)$", page.read_text(), flags=re.M)
+        }:
+            broken.append(f"{path}#{anchor}")
+    assert broken == []
