@@ -649,7 +649,7 @@ class Processor(threading.Thread):
         if raw:
             parts: tuple[bytes, ...] = (_SIZE.pack(len(answer)) + answer,)
         else:
-            message = sasl_authenticate_response(version, ErrorCode.none, None, answer)
+            message = sasl_authenticate_response(version, ErrorCode.none, "", answer)  # Kafka: ""
             parts = (response_frame(request.header, message),)
         if hold:
             self._delay(conn, Response(request, parts), hold)

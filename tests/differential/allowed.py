@@ -33,15 +33,16 @@ REASONS = {
     "compression levels, replication throttles, tiered storage (local.*, remote.*), "
     "message format and down-conversion, message timestamp bounds, preallocate, "
     "segment.jitter.ms.",
-    "validate-only-configs": "CreateTopics with validate_only answers no configs and (v7) no "
-    "topic id; Kafka lists every config of the topic it would create and a topic id.",
-    "create-error-configs": "CreateTopics answers a topic it refused with configs null "
-    "(Kafka: an empty list).",
-    "error-messages": "kafkalog sends an error_message naming the topic, partition or value "
-    "where Kafka sends null (Produce errors other than record validation, CreatePartitions of "
-    "an unknown topic, DescribeProducers of an unknown partition), '' (DescribeConfigs, "
-    "DescribeUserScramCredentials) or "
-    "'NONE' / '' (FindCoordinator v3 / v4 without an error).",
+    "error-messages": "kafkalog sends an error_message naming the topic, partition, group or "
+    "value where Kafka sends null (Produce errors other than record validation, "
+    "CreatePartitions of an unknown topic, DescribeProducers of an unknown partition) or '' "
+    "(DescribeConfigs, FindCoordinator v4 refused by ACLs).",
+    "acl-validation": "CreateAcls of an ACL with resource type ANY, pattern type MATCH, "
+    "operation ANY or permission ANY: Kafka 3.9 answers UNKNOWN_SERVER_ERROR with no message "
+    "(and fails every ACL of that request with it), kafkalog INVALID_REQUEST naming what is "
+    "wrong. An ACL whose principal has no type ('alice', not 'User:alice') or whose host is "
+    "empty: Kafka stores it (after a principal without a type its authorizer answers "
+    "UNKNOWN_SERVER_ERROR to the requests it decides), kafkalog refuses it INVALID_REQUEST.",
     "whole-batches": "Fetch answers whole batches only: where the byte limit ends inside a "
     "batch Kafka sends that batch's first bytes (a partial batch the client drops), kafkalog "
     "stops at the last whole batch.",
@@ -82,12 +83,6 @@ KAFKA_ONLY_CONFIGS = (
     "remote.log.copy.disable", "remote.log.delete.on.disable", "remote.storage.enable",
     "segment.jitter.ms",
 )  # fmt: skip
-
-
-# The scenarios that ask FindCoordinator.
-WITH_COORDINATOR = ("groups", "transactions", "offsets_stable", "admin", "group_versions",
-                    "static_members", "open_transaction", "producer_ids",
-                    "empty_and_unknown", "group_errors")  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -149,14 +144,9 @@ ALLOWED: tuple[Allowed, ...] = (
             "unknown_topic_or_partition", "none"),
     Allowed("auto-create-at-once", "cluster", "metadata v* auto-create",
             ".topics.{*}.partitions.{0}", ABSENT),
-    *(Allowed("configs-not-served", "create_topics", "v* configs", f".topics.{{*}}.configs.{{{c}}}",
-              ANY, ABSENT) for c in KAFKA_ONLY_CONFIGS),
-    Allowed("validate-only-configs", "create_topics", "v* validate_only",
-            ".topics.{*}.configs.{*}", ANY, ABSENT),
-    Allowed("validate-only-configs", "create_topics", "v7 validate_only", ".topics.{*}.topic_id",
-            "<masked>", None),
-    Allowed("create-error-configs", "create_topics", "v* errors", ".topics.{*}.configs", [],
-            None),
+    *(Allowed("configs-not-served", "create_topics", label, f".topics.{{*}}.configs.{{{c}}}",
+              ANY, ABSENT) for c in KAFKA_ONLY_CONFIGS
+      for label in ("v* configs", "v* validate_only")),
     _produce_message("produce_errors", "v* too large"),
     _produce_message("produce_errors", "v* unknown partition"),
     _produce_message("produce_errors", "v* bad crc"),
@@ -169,14 +159,18 @@ ALLOWED: tuple[Allowed, ...] = (
             None),
     Allowed("error-messages", "describe_configs", "v* keys", ".results[2].error_message", "",
             "<masked>"),
-    *(Allowed("error-messages", scenario, "find * v3", ".error_message", "<masked>", None)
-      for scenario in WITH_COORDINATOR),
-    *(Allowed("error-messages", scenario, "find * v4", ".coordinators[0].error_message", "",
-              None) for scenario in WITH_COORDINATOR),
+    Allowed("acl-validation", "acls", "create v*, * ANY", ".results[0].error_*"),
+    Allowed("acl-validation", "acls", "create v*, pattern MATCH", ".results[0].error_*"),
+    Allowed("acl-validation", "acls", "create v*, principal without type", ".results[0].error_*"),
+    Allowed("acl-validation", "acls", "create v*, empty host", ".results[0].error_*"),
+    Allowed("acl-validation", "acls", "delete what Kafka kept",
+            ".filter_results[*].matching_acls[0]", ANY, ABSENT),
+    Allowed("error-messages", "acls", "produce as user, *",
+            ".responses.{*}.partition_responses[0].error_message", None, "<masked>"),
+    Allowed("error-messages", "acls", "find coordinator as user, other group",
+            ".coordinators[0].error_message", "", "<masked>"),
     Allowed("error-messages", "admin", "create partitions v*",
             ".results.{diff-admin-unknown-*}.error_message", None, "<masked>"),
-    *(Allowed("error-messages", "empty_and_unknown", f"scram users, {which}", ".error_message",
-              "", None) for which in ("all", "unknown")),
     Allowed("error-messages", "admin", "describe producers",
             ".topics.{*}.partitions.{9}.error_message", None, "<masked>"),
     Allowed("error-messages", "transactions", "produce, old epoch",

@@ -18,3 +18,24 @@ def kafkalog_bootstrap(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str
 
     with kafkalog_server(tmp_path_factory.mktemp("kafkalog-diff")) as bootstrap:
         yield bootstrap
+
+
+@pytest.fixture(scope="module")
+def kafka39_secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The bootstrap address of a Kafka 3.9 with SASL/SCRAM and an authorizer
+    (tests/kafka39.py), for one module."""
+    from tests.differential.secured_scenarios import ADMIN
+    from tests.kafka39 import secured_kafka_broker
+
+    with secured_kafka_broker(tmp_path_factory.mktemp("kafka-secured"), *ADMIN) as server:
+        yield server.bootstrap
+
+
+@pytest.fixture(scope="module")
+def kafkalog_secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The bootstrap address of a kafkalog server secured as ``kafka39_secured`` is."""
+    from tests.differential.secured_scenarios import ADMIN
+    from tests.differential.servers import kafkalog_server
+
+    with kafkalog_server(tmp_path_factory.mktemp("kafkalog-secured"), ADMIN) as bootstrap:
+        yield bootstrap

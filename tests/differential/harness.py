@@ -32,6 +32,9 @@ from collections.abc import Iterator
 from functools import cache
 from typing import Any
 
+from kio.schema.errors import ErrorCode
+
+from broker_embedded.client.client_security import ClientSecurity, authenticate
 from broker_embedded.protocol.schemas import (
     API_VERSIONS_KEY,
     api_name,
@@ -43,11 +46,13 @@ from broker_embedded.record.records import iter_batches
 from tests.broker_embedded.server._net import RawClient, request_frame
 
 TIMEOUT_S = 30.0
+Login = tuple[str, str]  # a SCRAM user and password
 
 # Fields whose values must differ between two brokers: replaced by "<masked>" when not null,
 # not empty and not -1 (the "none" of ids and times, which must agree).
 MASKED = frozenset({
     "cluster_id", "topic_id", "host", "port", "throttle_time", "error_message",
+    "auth_bytes",  # a SCRAM exchange's salt and nonces
 })  # fmt: skip
 
 # Times a broker takes from its clock: masked when within a day of now (the fixed timestamps
@@ -170,10 +175,30 @@ class Connection:
     """One blocking connection to a broker; :meth:`call` sends a request and decodes its
     answer."""
 
-    def __init__(self, bootstrap: str, timeout: float = TIMEOUT_S) -> None:
+    def __init__(
+        self, bootstrap: str, timeout: float = TIMEOUT_S, login: Login | None = None
+    ) -> None:
+        """``login``: a SCRAM-SHA-256 user and password, authenticated before anything else
+        (kafkalog's client exchange, not compared)."""
         _host, _, port = bootstrap.split(",")[0].rpartition(":")  # both servers: 127.0.0.1
         self._raw = RawClient(int(port), timeout)
         self._correlation = 0
+        if login is not None:
+            user, password = login
+            security = ClientSecurity("SASL_PLAINTEXT", mechanism="SCRAM-SHA-256",
+                                      username=user, password=password)  # fmt: skip
+            try:
+                authenticate(self._raw_call, security, bootstrap)
+            except BaseException:
+                self.close()
+                raise
+
+    def _raw_call(self, api_key: int, version: int, **values: Any) -> Any:
+        """The answer as the client's exchange reads it (attributes, numeric error codes)."""
+        answer = self.call(api_key, version, values)
+        code = answer["error_code"]
+        answer["error_code"] = 0 if code == "none" else ErrorCode[code].value
+        return types.SimpleNamespace(**answer)
 
     def close(self) -> None:
         self._raw.close()

@@ -18,7 +18,7 @@ from typing import Any
 
 from broker_embedded.record.memory_records_builder import MemoryRecordsBuilder
 from broker_embedded.record.record_batch import Record
-from tests.differential.harness import Connection, Difference, Normalizer, diff
+from tests.differential.harness import Connection, Difference, Login, Normalizer, diff
 
 READY_TIMEOUT_S = 30.0
 BASE_TIMESTAMP = 1_700_000_000_000
@@ -39,10 +39,10 @@ class Exchange:
 class Run:
     """One server's side of a scenario: its connection, the topic names, the answers."""
 
-    def __init__(self, bootstrap: str, token: str) -> None:
+    def __init__(self, bootstrap: str, token: str, login: Login | None = None) -> None:
         self.bootstrap = bootstrap
         self.token = token
-        self.conn = Connection(bootstrap)
+        self.conn = Connection(bootstrap, login=login)
         self._more: list[Connection] = []
         self.exchanges: list[Exchange] = []
 
@@ -125,11 +125,16 @@ class Run:
                 raise AssertionError(f"{topic} on {self.bootstrap} not ready: {found}")
             time.sleep(0.05)
 
-    def connect(self) -> Connection:
+    def connect(self, login: Login | None = None) -> Connection:
         """One more connection (a second group member whose request waits while the first
-        one's are answered); closed with the run."""
-        self._more.append(Connection(self.bootstrap))
+        one's are answered; another user, ``login``); closed with the run."""
+        self._more.append(Connection(self.bootstrap, login=login))
         return self._more[-1]
+
+    def call_on(self, label: str, conn: Connection, api_key: int, version: int,
+                values: dict[str, Any]) -> Any:  # fmt: skip
+        """One compared request on another connection (:meth:`connect`)."""
+        return self.receive(label, conn, conn.send(api_key, version, values))
 
     def receive(self, label: str, conn: Connection, sent: tuple[int, int, int]) -> Any:
         """The answer to a request sent earlier on ``conn`` (``conn.send``), recorded."""
@@ -180,9 +185,11 @@ class Comparison:
     differences: list[StepDifference]
 
 
-def run_on(scenario: Scenario, bootstrap: str, token: str) -> list[Exchange]:
+def run_on(
+    scenario: Scenario, bootstrap: str, token: str, login: Login | None = None
+) -> list[Exchange]:
     """The normalized answers of ``scenario`` on one server."""
-    run = Run(bootstrap, token)
+    run = Run(bootstrap, token, login)
     try:
         scenario(run)
     finally:
@@ -191,11 +198,14 @@ def run_on(scenario: Scenario, bootstrap: str, token: str) -> list[Exchange]:
     return [dataclasses.replace(e, answer=normalize(e.answer)) for e in run.exchanges]
 
 
-def compare(scenario: Scenario, kafka: str, kafkalog: str) -> Comparison:
-    """``scenario`` on Kafka (``kafka``, a bootstrap address) and kafkalog, same fresh names."""
+def compare(
+    scenario: Scenario, kafka: str, kafkalog: str, login: Login | None = None
+) -> Comparison:
+    """``scenario`` on Kafka (``kafka``, a bootstrap address) and kafkalog, same fresh names;
+    ``login``: the user the scenario's first connection authenticates as."""
     token = uuid.uuid4().hex[:8]
-    ours = run_on(scenario, kafkalog, token)
-    theirs = run_on(scenario, kafka, token)
+    ours = run_on(scenario, kafkalog, token, login)
+    theirs = run_on(scenario, kafka, token, login)
     labels = [e.label for e in theirs]
     assert labels == [e.label for e in ours], "the two runs took different steps"
     found = [

@@ -1,10 +1,11 @@
-"""The differential table: every scenario run on Kafka 3.9 and on kafkalog, printed as a
+"""The differential table: every scenario run on Kafka 3.9 and on kafkalog (the secured ones
+on a SASL/SCRAM listener with an authorizer, a second pair of servers), printed as a
 Markdown table of API x version: the fields compared, equal and differing, each difference
 named (tests/differential/allowed.py; "UNEXPLAINED" for one no entry allows).
 
     KAFKALOG_PEERS=... python -m tests.differential.table
 
-Starts one Kafka 3.9 (``KAFKALOG_PEERS``, see tests/kafka39.py) and one kafkalog server in
+Starts two Kafka 3.9 (``KAFKALOG_PEERS``, see tests/kafka39.py) and two kafkalog servers in
 temporary folders. "differing" counts differing fields (an entry only one side has counts
 once); one row per API, each difference named with the versions it shows in.
 """
@@ -19,9 +20,10 @@ from pathlib import Path
 
 from broker_embedded.protocol.schemas import api_name
 from tests.differential.allowed import allowed_for
-from tests.differential.harness import leaves
-from tests.differential.scenario import compare
+from tests.differential.harness import Login, leaves
+from tests.differential.scenario import Scenario, compare
 from tests.differential.scenarios import SCENARIOS
+from tests.differential.secured_scenarios import ADMIN, SECURED_SCENARIOS
 from tests.differential.servers import kafkalog_server
 
 
@@ -32,11 +34,18 @@ class Row:
     names: set[str] = field(default_factory=set)
 
 
-def collect(kafka: str, kafkalog: str) -> dict[tuple[int, int], Row]:
-    """(API key, version) -> what its answers showed, over every scenario."""
-    rows: dict[tuple[int, int], Row] = defaultdict(Row)
-    for name, scenario in SCENARIOS.items():
-        result = compare(scenario, kafka, kafkalog)
+def collect(
+    kafka: str,
+    kafkalog: str,
+    scenarios: dict[str, Scenario] = SCENARIOS,
+    login: Login | None = None,
+    rows: dict[tuple[int, int], Row] | None = None,
+) -> dict[tuple[int, int], Row]:
+    """(API key, version) -> what its answers showed, over every scenario (added to
+    ``rows``)."""
+    rows = defaultdict(Row) if rows is None else rows
+    for name, scenario in scenarios.items():
+        result = compare(scenario, kafka, kafkalog, login)
         for exchange in result.kafka:
             rows[exchange.api_key, exchange.version].compared += leaves(exchange.answer)
         for d in result.differences:
@@ -77,13 +86,19 @@ def spans(versions: list[int]) -> str:
 
 
 def main() -> int:
-    from tests.kafka39 import kafka_broker
+    from tests.kafka39 import kafka_broker, secured_kafka_broker
 
     with tempfile.TemporaryDirectory() as work:
         root = Path(work)
         (root / "kafka").mkdir()
         with kafka_broker(root / "kafka") as kafka, kafkalog_server(root / "kafkalog") as ours:
-            print(render(collect(kafka.bootstrap, ours)))
+            rows = collect(kafka.bootstrap, ours)
+        with (
+            secured_kafka_broker(root / "kafka-secured", *ADMIN) as kafka,
+            kafkalog_server(root / "kafkalog-secured", ADMIN) as ours,
+        ):
+            collect(kafka.bootstrap, ours, SECURED_SCENARIOS, ADMIN, rows)
+    print(render(rows))
     return 0
 
 

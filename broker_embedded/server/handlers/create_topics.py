@@ -13,9 +13,9 @@ on its own, as Kafka does:
   2, ..., or that the controller refuses: see ``Controller._manual_assignment``),
   POLICY_VIOLATION (44: more than 10,000 partitions in the whole request, every entry of it, as
   Kafka's controller answers);
-- v5+: a created topic's partitions, replication factor and configs (as DescribeConfigs lists
-  them; a validated one: no configs); v7: its topic id (the zero UUID when only validated or
-  failed).
+- v5+: a created or validated topic's partitions, replication factor and configs (as
+  DescribeConfigs lists them), a refused one's an empty list; v7: its topic id (a fresh one
+  when only validated, as Kafka answers; the zero UUID when refused).
 
 A topic is answered once the controller has registered it (durably, one write and one sync),
 as Kafka's controller answers once the topic is in its metadata log: its partitions' logs are
@@ -71,7 +71,7 @@ from broker_embedded.server.handlers.api_context import (
     partitions_per_request,
     response_types,
 )
-from broker_embedded.server.handlers.describe_configs import topic_configs
+from broker_embedded.server.handlers.describe_configs import topic_configs, would_be_configs
 from broker_embedded.server.kafka_apis import KafkaApis
 from broker_embedded.server.request_channel import Request
 from broker_embedded.server.security.authorizer import AclOperation, ResourceType
@@ -176,7 +176,7 @@ def _create(
             partitions, factor = len(assignment), len(assignment[0])
         if validate_only:
             ctx.broker.validate_new_topic(t.name, partitions, factor, config, assignment)
-            topic_id = ZERO_UUID
+            topic_id = uuid.uuid4()  # Kafka answers the id the topic would have had
         else:
             topic_id = ctx.broker.create_topic(t.name, partitions, factor, config, assignment,
                                                stop=stop, background=True).topic_id  # fmt: skip
@@ -185,7 +185,12 @@ def _create(
     except KafkaLogError as e:
         return _failed(types, t.name, e)
     entry = getattr(types, "CreatableTopicConfigs", None)  # v5+
-    listed = [] if entry is None or validate_only else topic_configs(ctx, t.name)
+    if entry is None:
+        listed = []
+    elif validate_only:
+        listed = would_be_configs(ctx, t.name, {k: str(v) for k, v in config.items()})
+    else:
+        listed = topic_configs(ctx, t.name)
     configs = tuple(
         make(entry, name=e.name, value=e.value, read_only=e.read_only, config_source=e.source,
              is_sensitive=False)
@@ -221,5 +226,5 @@ def _failed(types: ModuleType, name: str, error: BaseException) -> Any:
     return make(
         types.CreatableTopicResult, name=name, topic_id=ZERO_UUID, error_code=error_code(error),
         error_message=error_message(error), topic_config_error_code=0, num_partitions=-1,
-        replication_factor=-1, configs=None,
+        replication_factor=-1, configs=(),
     )  # fmt: skip

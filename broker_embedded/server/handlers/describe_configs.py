@@ -300,8 +300,22 @@ def resource_configs(ctx: ApiContext, resource_type: int, name: str) -> list[Con
 def topic_configs(ctx: ApiContext, topic: str) -> list[ConfigEntry]:
     """Every config of ``topic`` with its synonym chain (module docstring)."""
     validate_topic(topic)
-    overrides = ctx.broker.describe_topic(topic).config
-    effective = ctx.broker.topic_config(topic)
+    return configs_of(ctx, ctx.broker.describe_topic(topic).config, ctx.broker.topic_config(topic))
+
+
+def would_be_configs(
+    ctx: ApiContext, topic: str, overrides: Mapping[str, str]
+) -> list[ConfigEntry]:
+    """Every config a topic created with ``overrides`` would have (CreateTopics'
+    ``validate_only`` answer, as Kafka lists them without creating the topic)."""
+    effective = ctx.broker.config.topic_defaults.with_overrides(overrides, topic).to_properties()
+    return configs_of(ctx, overrides, effective)
+
+
+def configs_of(
+    ctx: ApiContext, overrides: Mapping[str, str], effective: Mapping[str, str]
+) -> list[ConfigEntry]:
+    """The entries of a topic's ``effective`` config, each with its synonym chain."""
     file_values = _set_in_file(ctx.broker.config.topic_defaults.to_properties(),
                                LogConfig().to_properties())  # fmt: skip
     entries = []

@@ -53,16 +53,22 @@ def find_coordinator_response(ctx: ApiContext, request: Request) -> Any:
     if request.header.api_version < 4:
         node, error = coordinator(ctx, key_type, body.key, request)
         return make(types.FindCoordinatorResponse, throttle_time=timedelta(0),
-                    error_code=error_code(error), error_message=error_message(error),
+                    error_code=error_code(error), error_message=_message(error, "NONE"),
                     node_id=node.node_id, host=node.host, port=node.port)  # fmt: skip
     entries = []
     for key in body.coordinator_keys:
         node, error = coordinator(ctx, key_type, key, request)
         entries.append(make(types.Coordinator, key=key, node_id=node.node_id, host=node.host,
                             port=node.port, error_code=error_code(error),
-                            error_message=error_message(error)))  # fmt: skip
+                            error_message=_message(error, "")))  # fmt: skip
     return make(types.FindCoordinatorResponse, throttle_time=timedelta(0),
                 coordinators=tuple(entries))  # fmt: skip
+
+
+def _message(error: BaseException | None, none: str) -> str | None:
+    """The error's message; without an error what Kafka answers: its ``Errors.NONE.message()``
+    ("NONE") before v4, its schema's default ("") in v4+'s coordinators."""
+    return none if error is None else error_message(error)
 
 
 def group_coordinator(ctx: ApiContext, group_id: str) -> int:

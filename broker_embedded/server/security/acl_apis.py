@@ -54,6 +54,10 @@ CLUSTER_DENIED = (
 )
 
 
+# CreateAcls' and DescribeAcls' answer without an error: "" (Kafka's schema default), not null
+OK = (ErrorCode.none, "")
+
+
 def allowed(
     authorizer: Authorizer | None, request: Request, operation: AclOperation,
     resource_type: ResourceType, name: str = CLUSTER_NAME,
@@ -104,7 +108,7 @@ def create(request: Request, authorizer: Authorizer | None) -> Any:
                 authorizer.store.add([binding])
             except (AclError, ValueError) as e:
                 error = (ErrorCode.invalid_request, str(e))
-        code, message = error or (ErrorCode.none, None)
+        code, message = error or OK
         results.append(types.AclCreationResult(error_code=code, error_message=message))
     return types.CreateAclsResponse(throttle_time=timedelta(0), results=tuple(results))
 
@@ -121,7 +125,7 @@ def describe(request: Request, authorizer: Authorizer | None) -> Any:
             resources = _grouped(types, bindings)
         except ValueError as e:
             error = (ErrorCode.invalid_request, str(e))
-    code, message = error or (ErrorCode.none, None)
+    code, message = error or OK
     return types.DescribeAclsResponse(throttle_time=timedelta(0), error_code=code,
                                       error_message=message, resources=resources)  # fmt: skip
 
@@ -139,7 +143,7 @@ def delete(request: Request, authorizer: Authorizer | None) -> Any:
                 matching = tuple(_deleted(types, b) for b in gone)
             except ValueError as e:
                 error = (ErrorCode.invalid_request, str(e))
-        code, message = error or (ErrorCode.none, None)
+        code, message = error or (ErrorCode.none, None)  # Kafka: null here
         results.append(types.DeleteAclsFilterResult(error_code=code, error_message=message,
                                                     matching_acls=matching))  # fmt: skip
     return types.DeleteAclsResponse(throttle_time=timedelta(0), filter_results=tuple(results))

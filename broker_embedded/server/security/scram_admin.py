@@ -7,14 +7,16 @@ Alter: one result per user named, the first error found for that user wins, and 
 an error changes nothing (the others are applied):
 - an empty user name: UNACCEPTABLE_CREDENTIAL (93) "Username must not be empty";
 - a mechanism that is not 1 or 2: UNSUPPORTED_SASL_MECHANISM (33) "Unknown SCRAM mechanism";
-- the same (user, mechanism) twice in one request: DUPLICATE_RESOURCE (92);
+- a user changed twice in one request (whatever the mechanisms: the deletions are taken
+  first, then the upsertions, as Kafka's controller takes them): DUPLICATE_RESOURCE (92);
 - iterations outside 4096..16384: UNACCEPTABLE_CREDENTIAL "Too few/many iterations";
 - deleting a credential that does not exist: RESOURCE_NOT_FOUND (91).
 An upsertion carries the client's salt and SaltedPassword (the password never travels); the
 store keeps StoredKey and ServerKey derived from it (``scram_credentials``).
 
 Describe: every user when ``users`` is null or empty; a named user without credentials is
-RESOURCE_NOT_FOUND in its result; a name asked twice is DUPLICATE_RESOURCE for it.
+RESOURCE_NOT_FOUND in its result; a name asked twice is DUPLICATE_RESOURCE for it; the
+messages without an error are "" (Kafka's schema default), not null.
 
 Authorization (with an authorizer): Alter needs Alter on the Cluster, Describe needs Describe
 on the Cluster; refused: CLUSTER_AUTHORIZATION_FAILED (31) with Kafka's default message
@@ -73,23 +75,22 @@ def register_scram_apis(
 
 
 def alter(body: Any, store: CredentialStore, authorized: bool = True) -> Any:
-    failures: dict[str, Failure] = {}
-    seen = Counter((c.name, int(c.mechanism)) for c in (*body.deletions, *body.upsertions))
-    for change in (*body.deletions, *body.upsertions):
-        failure = _check(change, seen, store) if authorized else DENIED
-        if failure is not None:
-            failures.setdefault(change.name, failure)
-    for deletion in body.deletions:
-        if deletion.name not in failures:
-            store.delete(deletion.name, MECHANISMS[int(deletion.mechanism)])
-    for upsertion in body.upsertions:
-        if upsertion.name not in failures:
-            mechanism = MECHANISMS[int(upsertion.mechanism)]
+    changes = (*body.deletions, *body.upsertions)
+    users = dict.fromkeys(c.name for c in changes)
+    if not authorized:
+        failures: dict[str, Failure] = dict.fromkeys(users, DENIED)
+        accepted: dict[str, Any] = {}
+    else:
+        failures, accepted = _checked(changes, store)
+    for name, change in accepted.items():
+        mechanism = MECHANISMS[int(change.mechanism)]
+        if hasattr(change, "salted_password"):
             credential = ScramCredential.from_salted_password(
-                mechanism, upsertion.salted_password, upsertion.salt, int(upsertion.iterations)
+                mechanism, change.salted_password, change.salt, int(change.iterations)
             )
-            store.upsert(upsertion.name, mechanism, credential)
-    users = dict.fromkeys(c.name for c in (*body.deletions, *body.upsertions))
+            store.upsert(name, mechanism, credential)
+        else:
+            store.delete(name, mechanism)
     results = tuple(
         alter_response.AlterUserScramCredentialsResult(
             user=user,
@@ -103,17 +104,34 @@ def alter(body: Any, store: CredentialStore, authorized: bool = True) -> Any:
     )
 
 
-def _check(change: Any, seen: Counter, store: CredentialStore) -> Failure | None:
+def _checked(changes: tuple[Any, ...], store: CredentialStore) -> tuple[dict, dict]:
+    """The failure of each user that has one and the one change of each other user, the
+    deletions taken before the upsertions (Kafka's controller): a user's first failure wins;
+    a second change of a user (whatever its mechanism) fails it DUPLICATE_RESOURCE."""
+    failures: dict[str, Failure] = {}
+    accepted: dict[str, Any] = {}
+    for change in changes:
+        if change.name in failures:
+            continue
+        if accepted.pop(change.name, None) is not None:
+            failures[change.name] = (ErrorCode.duplicate_resource,
+                                     "A user credential cannot be altered twice in the same "
+                                     "request")  # fmt: skip
+            continue
+        failure = _check(change, store)
+        if failure is None:
+            accepted[change.name] = change
+        else:
+            failures[change.name] = failure
+    return failures, accepted
+
+
+def _check(change: Any, store: CredentialStore) -> Failure | None:
     mechanism = int(change.mechanism)
     if not change.name:
         return ErrorCode.unacceptable_credential, "Username must not be empty"
     if mechanism not in MECHANISMS:
         return ErrorCode.unsupported_sasl_mechanism, "Unknown SCRAM mechanism"
-    if seen[(change.name, mechanism)] > 1:
-        return (
-            ErrorCode.duplicate_resource,
-            "A user credential cannot be altered twice in the same request",
-        )
     iterations = getattr(change, "iterations", None)
     if iterations is not None and iterations < MIN_ITERATIONS:
         return ErrorCode.unacceptable_credential, "Too few iterations"
@@ -136,18 +154,20 @@ def describe(body: Any, store: CredentialStore, authorized: bool = True) -> Any:
     names = list(dict.fromkeys(asked)) if asked else sorted(users)
     results = tuple(_described(name, users.get(name), counts[name]) for name in names)
     return describe_response.DescribeUserScramCredentialsResponse(
-        throttle_time=timedelta(0), error_code=ErrorCode.none, error_message=None, results=results
+        throttle_time=timedelta(0), error_code=ErrorCode.none, error_message="", results=results
     )
 
 
 def _described(name: str, credentials: dict | None, asked: int) -> Any:
-    error, message, infos = ErrorCode.none, None, ()
+    error, message, infos = ErrorCode.none, "", ()
     if asked > 1:
         error = ErrorCode.duplicate_resource
-        message = "Cannot describe SCRAM credentials for the same user twice in a single request"
+        message = (
+            f"Cannot describe SCRAM credentials for the same user twice in a single request: {name}"
+        )
     elif not credentials:
         error = ErrorCode.resource_not_found
-        message = "Attempt to describe a user credential that does not exist"
+        message = f"Attempt to describe a user credential that does not exist: {name}"
     else:
         infos = tuple(
             describe_response.CredentialInfo(
