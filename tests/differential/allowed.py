@@ -23,7 +23,8 @@ ANY = object()
 REASONS = {
     "api-table": "ApiVersions advertises the APIs and versions kafkalog serves: newer "
     "versions of some APIs (Kafka 4's ranges), none of the ZooKeeper-era versions Kafka 4 "
-    "removed, and no ACL, quota, delegation token, reassignment, KRaft or log-dir APIs.",
+    "removed, the SASL and ACL APIs only on a SASL listener and with an authorizer (Kafka "
+    "lists them always), and no quota, delegation token, reassignment, KRaft or log-dir APIs.",
     "features": "ApiVersions v3+ names no feature flags (Kafka: metadata.version, "
     "kraft.version and its finalized features epoch): kafkalog has no KRaft metadata log.",
     "auto-create-at-once": "Metadata with auto-creation answers a topic it creates as created "
