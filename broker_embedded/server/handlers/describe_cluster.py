@@ -18,8 +18,7 @@ import functools
 from datetime import timedelta
 from typing import Any
 
-from kio.schema.errors import ErrorCode
-
+from broker_embedded.error_code import ErrorCode
 from broker_embedded.server.handlers.api_context import (
     OMITTED_OPERATIONS,
     ApiContext,
