@@ -18,13 +18,14 @@ support; none in common is an :class:`UnsupportedVersionError` naming the broker
 Limits (and what happens at them): connecting takes at most ``connect_timeout_s`` and each
 request at most ``request_timeout_s`` (socket timeouts: :class:`BrokerConnectionError` naming
 the broker, the connection closed); a response frame larger than ``max_response_bytes`` is
-refused unread (same error). Requests to a partition's leader that fail with
-NOT_LEADER_OR_FOLLOWER (6) or LEADER_NOT_AVAILABLE (5), or whose leader is unreachable, refresh
-the metadata and are retried at most ``retries`` times, ``retry_backoff_s`` apart, and not once
-``retry_timeout_s`` have passed since the first attempt; after that the last error is raised.
-A coordinator that is loading, unavailable or moved (codes 14, 15, 16: a fresh Kafka answers so
-until its internal topics and producer ids are ready) is asked again, ``retry_backoff_s``
-doubling up to :data:`MAX_RETRY_BACKOFF_S`, until ``retry_timeout_s`` have passed.
+refused unread (same error). Requests to a partition's leader that fail with an error of
+``error_code.LEADER_MOVED`` (NOT_LEADER_OR_FOLLOWER, LEADER_NOT_AVAILABLE, FENCED_LEADER_EPOCH),
+or whose leader is unreachable, refresh the metadata and are retried at most ``retries``
+times, ``retry_backoff_s`` apart, and not once ``retry_timeout_s`` have passed since the first
+attempt; after that the last error is raised. A coordinator that is loading, unavailable or
+moved (``error_code.COORDINATOR_MOVED``: a fresh Kafka answers so until its internal topics and
+producer ids are ready) is asked again, ``retry_backoff_s`` doubling up to
+:data:`MAX_RETRY_BACKOFF_S`, until ``retry_timeout_s`` have passed.
 A Produce retried after its connection broke may have been appended before it broke: then the
 batch is in the log twice (at least once, as Kafka's producer without idempotence), unless the
 batch carries a producer id and sequence (idempotent_producer.py): the broker then recognises
