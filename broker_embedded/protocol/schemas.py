@@ -8,7 +8,10 @@ The ``records`` fields of Produce and Fetch are plain ``bytes``: one copy, no ob
 version does not have but another version of the same message does (e.g. ``topic_id`` before
 Metadata v10), so one construction serves every version; a name no version has (a misspelt
 field, which dropped would be a wrong response) is an :class:`UnknownFieldError` naming the
-class and the field. :func:`types_of` is the module holding a schema's nested classes for its
+class and the field. Its cost: only a call passing a value its class lacks looks further, and
+the first such call for a class imports every version of that class's module (once per class
+and process; 0.1 to 0.3 s for Metadata's response classes here), then reads a cache.
+:func:`types_of` is the module holding a schema's nested classes for its
 version.
 
 Pure functions and caches filled under the GIL: thread-safe.
