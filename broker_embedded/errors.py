@@ -2,6 +2,12 @@
 
 Every message names what a user needs to find the problem: the file or source, the topic and
 partition, the offset and the byte position, as far as they are known where the error is raised.
+
+The errors Kafka reports by number (:class:`KafkaApiError` and its subclasses) name their code
+as a member of the one table of Kafka's error codes, :mod:`broker_embedded.error_code`, which
+gives their Kafka name and default message; one class here introduces each code it has (the
+others' are special cases of it), and :func:`api_error` turns any code a broker answers into
+that class, or into a :class:`KafkaApiError` carrying the code. Classes: immutable, thread-safe.
 """
 
 from __future__ import annotations
