@@ -31,9 +31,9 @@ from typing import TypeVar
 from broker_embedded.broker import Acks, Broker
 from broker_embedded.broker_config import BrokerConfig
 from broker_embedded.client.producer_record import ProducerRecord, build_batch
+from broker_embedded.error_code import LEADER_MOVED
 from broker_embedded.errors import (
     BrokerClosedError,
-    FencedLeaderEpochError,
     KafkaApiError,
     NotLeaderOrFollowerError,
     RequestTimedOutError,
@@ -48,8 +48,15 @@ from broker_embedded.storage.segment_writer import wall_clock_ms
 from broker_embedded.storage.topic_partition import TopicPartition
 
 T = TypeVar("T")
-_RETRIABLE = (NotLeaderOrFollowerError, FencedLeaderEpochError, BrokerClosedError)
 RETRY_BACKOFF_S = 0.02
+
+
+def _leader_moved(error: BaseException | None) -> bool:
+    """An error after which a call is retried at the partition's leader, looked up again: the
+    leader moved (:data:`LEADER_MOVED`) or stopped."""
+    if isinstance(error, KafkaApiError):
+        return error.code in LEADER_MOVED
+    return isinstance(error, BrokerClosedError)
 
 
 class EmbeddedCluster:
@@ -133,8 +140,8 @@ class EmbeddedCluster:
         while True:
             try:
                 return call(self.leader_for(tp))
-            except _RETRIABLE:
-                if time.monotonic() >= deadline:
+            except (KafkaApiError, BrokerClosedError) as e:
+                if not _leader_moved(e) or time.monotonic() >= deadline:
                     raise
                 time.sleep(RETRY_BACKOFF_S)
 
@@ -151,13 +158,15 @@ class EmbeddedCluster:
 
         def call(b: Broker) -> ProduceResult:
             r = b.append(tp, records, acks=acks, timeout_ms=timeout_ms, origin=origin)
-            if isinstance(r.error, _RETRIABLE):
+            if _leader_moved(r.error):
                 raise r.error
             return r
 
         try:
             return self._retry(tp, timeout_ms, call)
-        except _RETRIABLE as e:
+        except (KafkaApiError, BrokerClosedError) as e:
+            if not _leader_moved(e):
+                raise
             if not isinstance(e, KafkaApiError):
                 e = RequestTimedOutError(f"{tp}: no leader accepted the records: {e}")
             return ProduceResult(tp, e)
@@ -188,7 +197,7 @@ class EmbeddedCluster:
             r = b.fetch(request)
             if time.monotonic() < deadline:
                 for p in r.partitions:
-                    if isinstance(p.error, _RETRIABLE):
+                    if _leader_moved(p.error):
                         raise p.error
             return r
 

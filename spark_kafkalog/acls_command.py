@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, TextIO
 
+from broker_embedded.error_code import ErrorCode
 from broker_embedded.server.security.authorizer import (
     CLUSTER_NAME,
     AccessControlEntry,
@@ -272,6 +273,6 @@ def _binding(rtype, name, pattern, principal, host, op, permission) -> AclBindin
 
 
 def _check(code: Any, message: str | None, api: str) -> None:
-    if int(code) != 0:
+    if code != ErrorCode.none:
         name = getattr(code, "name", str(int(code))).upper()
         raise CommandError(f"{api} failed: {name}" + (f": {message}" if message else ""))

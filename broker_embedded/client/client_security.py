@@ -41,7 +41,8 @@ from typing import Any
 
 import scramp
 
-from broker_embedded.errors import KafkaApiError
+from broker_embedded.error_code import ErrorCode
+from broker_embedded.errors import SaslAuthenticationError
 
 PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
@@ -54,14 +55,6 @@ _SSL_KEYS = {
 }  # fmt: skip
 _IGNORED = frozenset(("ssl.truststore.type", "ssl.keystore.type", "ssl.protocol"))
 _JAAS_OPTION = re.compile(r'(\w+)\s*=\s*"((?:[^"\\]|\\.)*)"')
-
-
-class SaslAuthenticationError(KafkaApiError):
-    """The broker refused the credentials (SASL_AUTHENTICATION_FAILED, 58, or the mechanism:
-    UNSUPPORTED_SASL_MECHANISM, 33); the message names the broker and says why."""
-
-    code = 58
-    name = "SASL_AUTHENTICATION_FAILED"
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,7 +154,7 @@ Send = Callable[..., Any]
 def authenticate(send: Send, security: ClientSecurity, broker: str) -> None:
     """Run the SASL exchange over ``send(api_key, version, **values) -> response``."""
     handshake = send(SASL_HANDSHAKE, 1, mechanism=security.mechanism)
-    if handshake.error_code != 0:
+    if handshake.error_code != ErrorCode.none:
         error = SaslAuthenticationError(
             f"broker {broker} does not enable SASL mechanism {security.mechanism} (it enables "
             f"{', '.join(handshake.mechanisms)})"
@@ -184,7 +177,7 @@ def authenticate(send: Send, security: ClientSecurity, broker: str) -> None:
 
 def _token(send: Send, token: bytes, broker: str) -> bytes:
     response = send(SASL_AUTHENTICATE, 2, auth_bytes=token)
-    if response.error_code != 0:
+    if response.error_code != ErrorCode.none:
         raise SaslAuthenticationError(
             f"authentication with broker {broker} failed: {response.error_message}"
         )

@@ -18,13 +18,14 @@ support; none in common is an :class:`UnsupportedVersionError` naming the broker
 Limits (and what happens at them): connecting takes at most ``connect_timeout_s`` and each
 request at most ``request_timeout_s`` (socket timeouts: :class:`BrokerConnectionError` naming
 the broker, the connection closed); a response frame larger than ``max_response_bytes`` is
-refused unread (same error). Requests to a partition's leader that fail with
-NOT_LEADER_OR_FOLLOWER (6) or LEADER_NOT_AVAILABLE (5), or whose leader is unreachable, refresh
-the metadata and are retried at most ``retries`` times, ``retry_backoff_s`` apart, and not once
-``retry_timeout_s`` have passed since the first attempt; after that the last error is raised.
-A coordinator that is loading, unavailable or moved (codes 14, 15, 16: a fresh Kafka answers so
-until its internal topics and producer ids are ready) is asked again, ``retry_backoff_s``
-doubling up to :data:`MAX_RETRY_BACKOFF_S`, until ``retry_timeout_s`` have passed.
+refused unread (same error). Requests to a partition's leader that fail with an error of
+``error_code.LEADER_MOVED`` (NOT_LEADER_OR_FOLLOWER, LEADER_NOT_AVAILABLE, FENCED_LEADER_EPOCH),
+or whose leader is unreachable, refresh the metadata and are retried at most ``retries``
+times, ``retry_backoff_s`` apart, and not once ``retry_timeout_s`` have passed since the first
+attempt; after that the last error is raised. A coordinator that is loading, unavailable or
+moved (``error_code.COORDINATOR_MOVED``: a fresh Kafka answers so until its internal topics and
+producer ids are ready) is asked again, ``retry_backoff_s`` doubling up to
+:data:`MAX_RETRY_BACKOFF_S`, until ``retry_timeout_s`` have passed.
 A Produce retried after its connection broke may have been appended before it broke: then the
 batch is in the log twice (at least once, as Kafka's producer without idempotence), unless the
 batch carries a producer id and sequence (idempotent_producer.py): the broker then recognises
@@ -52,7 +53,13 @@ from kio.schema.response_header.v1.header import ResponseHeader as ResponseHeade
 
 from broker_embedded import errors
 from broker_embedded.client.client_security import ClientSecurity, authenticate
-from broker_embedded.errors import KafkaApiError, KafkaLogError
+from broker_embedded.error_code import COORDINATOR_MOVED, LEADER_MOVED, ErrorCode
+from broker_embedded.errors import (
+    KafkaApiError,
+    KafkaLogError,
+    LeaderNotAvailableError,
+    api_error,
+)
 from broker_embedded.protocol.schemas import (
     API_VERSIONS_KEY,
     api_name,
@@ -86,11 +93,6 @@ CLIENT_VERSIONS = {
 }  # fmt: skip
 EARLIEST, LATEST = -2, -1  # ListOffsets timestamps
 DEBUGGING_REPLICA_ID = -2  # ListOffsets up to the log end offset (Kafka's debugging id)
-RETRIABLE = frozenset({5, 6})  # LEADER_NOT_AVAILABLE, NOT_LEADER_OR_FOLLOWER
-UNKNOWN_TOPIC_OR_PARTITION = 3
-COORDINATOR_RETRIABLE = frozenset({14, 15, 16})  # COORDINATOR_LOAD_IN_PROGRESS, ..._NOT_AVAILABLE,
-# NOT_COORDINATOR: the group APIs find the coordinator again
-UNSUPPORTED_VERSION = 35
 MAX_RETRY_BACKOFF_S = 1.0  # coordinator retries: retry_backoff_s doubling up to this
 _SIZE = struct.Struct(">i")
 
@@ -102,32 +104,6 @@ class BrokerConnectionError(KafkaLogError):
 
 class UnsupportedVersionError(KafkaLogError):
     """A broker serving no version of an API that this client can speak."""
-
-
-class LeaderNotAvailableError(KafkaApiError):
-    code = 5
-    name = "LEADER_NOT_AVAILABLE"
-
-
-def api_error(code: int, message: str) -> KafkaApiError:
-    """The domain exception of Kafka error ``code`` (a plain KafkaApiError for unknown ones)."""
-    for cls in _api_error_classes():
-        if cls.code == code:
-            return cls(f"{message}: {cls.name}")
-    error = KafkaApiError(f"{message} (error code {code})")
-    error.code = code
-    return error
-
-
-def _api_error_classes() -> list[type[KafkaApiError]]:
-    found: list[type[KafkaApiError]] = [LeaderNotAvailableError]
-    pending = [KafkaApiError]
-    while pending:
-        for sub in pending.pop().__subclasses__():
-            pending.append(sub)
-            if sub.__module__ == errors.__name__:
-                found.append(sub)
-    return found
 
 
 @dataclass(frozen=True, slots=True)
@@ -203,9 +179,9 @@ class BrokerConnection:
     def _negotiate(self) -> dict[int, int]:
         response = self.send(API_VERSIONS_KEY, 3, client_software_name="kafkalog",
                              client_software_version="1")  # fmt: skip
-        if response.error_code == UNSUPPORTED_VERSION:
+        if response.error_code == ErrorCode.unsupported_version:
             response = self.send(API_VERSIONS_KEY, 0)
-        if response.error_code != 0:
+        if response.error_code != ErrorCode.none:
             raise api_error(int(response.error_code), f"ApiVersions from broker {self.address}")
         served = {k.api_key: (k.min_version, k.max_version) for k in response.api_keys}
         versions = {}
@@ -446,7 +422,7 @@ class KafkaClient:
         self._brokers = {b.node_id: BrokerAddress(b.host, b.port) for b in response.brokers}
         out = []
         for t in response.topics:
-            if t.error_code != 0:
+            if t.error_code != ErrorCode.none:
                 raise api_error(int(t.error_code), f"Metadata of topic {t.name!r} failed")
             info = TopicInfo(t.name, getattr(t, "topic_id", None), tuple(sorted(
                 (PartitionInfo(p.partition_index, p.leader_id, p.leader_epoch,
@@ -476,7 +452,10 @@ class KafkaClient:
                     f"topic {name!r}: partitions without a leader"
                 )
             except KafkaApiError as e:
-                if e.code not in (LeaderNotAvailableError.code, UNKNOWN_TOPIC_OR_PARTITION):
+                if e.code not in (
+                    ErrorCode.leader_not_available,
+                    ErrorCode.unknown_topic_or_partition,
+                ):
                     raise
                 error = e
             self._topics.pop(name, None)
@@ -511,7 +490,7 @@ class KafkaClient:
                 address = self._leader(topic, partition)
                 return call(self.connection(address))
             except (BrokerConnectionError, KafkaApiError) as e:
-                retriable = isinstance(e, BrokerConnectionError) or e.code in RETRIABLE
+                retriable = isinstance(e, BrokerConnectionError) or e.code in LEADER_MOVED
                 late = time.monotonic() + self.config.retry_backoff_s > deadline
                 if not retriable or attempt == self.config.retries or late:
                     raise
@@ -536,9 +515,9 @@ class KafkaClient:
         while True:  # a fresh Kafka answers COORDINATOR_LOAD_IN_PROGRESS until it has ids
             response = self.any_broker(INIT_PRODUCER_ID, build)
             code = int(response.error_code)
-            if code == 0:
+            if code == ErrorCode.none:
                 return int(response.producer_id), int(response.producer_epoch)
-            if code not in COORDINATOR_RETRIABLE or not self._wait_to_retry(attempt, deadline):
+            if code not in COORDINATOR_MOVED or not self._wait_to_retry(attempt, deadline):
                 raise api_error(code, "InitProducerId (idempotent producer)")
             attempt += 1
 
@@ -693,7 +672,7 @@ class KafkaClient:
             response = self.connection(address).request(
                 LIST_GROUPS, lambda _: {"states_filter": ()}
             )
-            if response.error_code != 0:
+            if response.error_code != ErrorCode.none:
                 raise api_error(int(response.error_code), f"ListGroups on broker {broker_id}")
             for g in response.groups:
                 found[g.group_id] = ListedGroup(g.group_id, g.protocol_type,
@@ -715,14 +694,12 @@ class KafkaClient:
         while True:  # a coordinator that moved, or is loading (a fresh Kafka creates its topic)
             try:
                 found = self.any_broker(FIND_COORDINATOR, build)
-                if found.error_code != 0:
+                if found.error_code != ErrorCode.none:
                     of = "group" if key_type == 0 else "transactional id"
                     raise api_error(int(found.error_code), f"FindCoordinator of {of} {group_id!r}")
                 return call(self.connection(BrokerAddress(found.host, found.port)))
             except KafkaApiError as e:
-                if e.code not in COORDINATOR_RETRIABLE or not self._wait_to_retry(
-                    attempt, deadline
-                ):
+                if e.code not in COORDINATOR_MOVED or not self._wait_to_retry(attempt, deadline):
                     raise
                 attempt += 1
 
@@ -731,7 +708,7 @@ class KafkaClient:
             response = c.request(DESCRIBE_GROUPS, lambda _: {
                 "groups": (group_id,), "include_authorized_operations": False})  # fmt: skip
             g = response.groups[0]
-            if g.error_code != 0:
+            if g.error_code != ErrorCode.none:
                 raise api_error(int(g.error_code), f"DescribeGroups of {group_id!r} on {c.address}")
             members = tuple(
                 DescribedMember(m.member_id, m.client_id, m.client_host, bytes(m.member_assignment))
@@ -766,7 +743,7 @@ class KafkaClient:
 
         def call(c: BrokerConnection) -> dict[tuple[str, int], int]:
             response = c.request(OFFSET_FETCH, build)
-            if response.error_code != 0:
+            if response.error_code != ErrorCode.none:
                 raise api_error(int(response.error_code),
                                 f"OffsetFetch of group {group_id!r} on {c.address}")  # fmt: skip
             out = {}
@@ -814,7 +791,7 @@ def _check(
     code: Any, c: BrokerConnection, topic: str, partition: int, what: str,
     message: str | None = None,
 ) -> None:  # fmt: skip
-    if code != 0:
+    if code != ErrorCode.none:
         detail = f": {message}" if message else ""
         raise api_error(
             int(code),
@@ -823,7 +800,7 @@ def _check(
 
 
 def _check_admin(result: Any, what: str) -> None:
-    if result.error_code != 0:
+    if result.error_code != ErrorCode.none:
         message = getattr(result, "error_message", None)
         detail = f": {message}" if message else ""
         raise api_error(int(result.error_code), f"{what} failed{detail}")

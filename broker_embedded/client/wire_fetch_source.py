@@ -57,11 +57,11 @@ from broker_embedded.client.client_security import ClientSecurity
 from broker_embedded.client.kafka_client import (
     EARLIEST,
     LATEST,
-    RETRIABLE,
     BrokerConnectionError,
     ClientConfig,
     KafkaClient,
 )
+from broker_embedded.error_code import LEADER_MOVED
 from broker_embedded.errors import KafkaApiError, KafkaLogError, UnknownTopicOrPartitionError
 from broker_embedded.storage.fetch_data_info import IsolationLevel
 from broker_embedded.storage.fetch_source import (
@@ -244,7 +244,7 @@ class WireFetchSource:
         try:
             return method(*args, **kwargs)
         except (BrokerConnectionError, KafkaApiError) as e:
-            if isinstance(e, KafkaApiError) and e.code not in RETRIABLE:
+            if isinstance(e, KafkaApiError) and e.code not in LEADER_MOVED:
                 raise
             config = self._descriptor
             where = "" if tp is None else f" of {tp}"

@@ -47,14 +47,12 @@ from broker_embedded.client.kafka_client import (
     TXN_OFFSET_COMMIT,
     BrokerConnection,
     KafkaClient,
-    api_error,
 )
-from broker_embedded.errors import KafkaApiError
+from broker_embedded.error_code import ErrorCode
+from broker_embedded.errors import KafkaApiError, api_error
 from broker_embedded.record.columnar_encoder import EncodedBatches
 
 TXN_COORDINATOR = 1  # FindCoordinator key type of a transactional id
-CONCURRENT_TRANSACTIONS = 51
-UNSTABLE_OFFSET_COMMIT = 88
 NO_OFFSET = -1  # OffsetFetch: no commit
 T = TypeVar("T")
 
@@ -88,7 +86,7 @@ def _to_txn_coordinator(
 
     def call(c: BrokerConnection) -> Any:
         response = c.request(api_key, lambda _: values)
-        if response.error_code != 0:
+        if response.error_code != ErrorCode.none:
             where = f"{what} of transactional id {transactional_id!r} on {c.address}"
             raise api_error(int(response.error_code), where)
         return response
@@ -118,8 +116,9 @@ class TransactionalWireProducer(IdempotentProducer):
         timeout = timedelta(milliseconds=self.transaction_timeout_ms)
         values = {"transactional_id": tid, "producer_id": -1, "producer_epoch": -1,
                   "transaction_timeout": timeout}  # fmt: skip
-        response = _retrying(self.client, CONCURRENT_TRANSACTIONS, lambda: _to_txn_coordinator(
-            self.client, tid, INIT_PRODUCER_ID, "InitProducerId", values))  # fmt: skip
+        response = _retrying(self.client, ErrorCode.concurrent_transactions,
+                             lambda: _to_txn_coordinator(self.client, tid, INIT_PRODUCER_ID,
+                                                         "InitProducerId", values))  # fmt: skip
         return int(response.producer_id), int(response.producer_epoch)
 
     @property
@@ -152,13 +151,13 @@ class TransactionalWireProducer(IdempotentProducer):
                     name=topic, partitions=(partition,)),)})  # fmt: skip
             for t in response.results_by_topic_v3_and_below:
                 for p in t.results_by_partition:
-                    if p.partition_error_code != 0:
+                    if p.partition_error_code != ErrorCode.none:
                         raise api_error(int(p.partition_error_code),
                                         f"AddPartitionsToTxn of topic {topic!r} partition "
                                         f"{partition} to transactional id {tid!r}")  # fmt: skip
 
         _retrying(
-            self.client, CONCURRENT_TRANSACTIONS,
+            self.client, ErrorCode.concurrent_transactions,
             lambda: self.client.to_coordinator(tid, call, key_type=TXN_COORDINATOR),
         )  # fmt: skip
         self._added.add((topic, partition))
@@ -167,7 +166,7 @@ class TransactionalWireProducer(IdempotentProducer):
         """``group_id``'s commit of ``offset`` for ``topic``/``partition``, in the transaction."""
         tid = self.transactional_id
         assert tid is not None
-        _retrying(self.client, CONCURRENT_TRANSACTIONS, lambda: _to_txn_coordinator(
+        _retrying(self.client, ErrorCode.concurrent_transactions, lambda: _to_txn_coordinator(
             self.client, tid, ADD_OFFSETS_TO_TXN, "AddOffsetsToTxn",
             {**self._fenced(), "group_id": group_id}))  # fmt: skip
 
@@ -181,7 +180,7 @@ class TransactionalWireProducer(IdempotentProducer):
                         committed_leader_epoch=-1, committed_metadata=None),)),)})  # fmt: skip
             for t in response.topics:
                 for p in t.partitions:
-                    if p.error_code != 0:
+                    if p.error_code != ErrorCode.none:
                         raise api_error(int(p.error_code),
                                         f"TxnOffsetCommit of group {group_id!r} for topic "
                                         f"{topic!r} partition {partition} in transactional id "
@@ -195,7 +194,7 @@ def end_txn(client: KafkaClient, handle: TxnHandle, *, commit: bool) -> None:
     values = {"transactional_id": handle.transactional_id, "producer_id": handle.producer_id,
               "producer_epoch": handle.producer_epoch, "committed": commit}  # fmt: skip
     what = f"EndTxn {'COMMIT' if commit else 'ABORT'}"
-    _retrying(client, CONCURRENT_TRANSACTIONS, lambda: _to_txn_coordinator(
+    _retrying(client, ErrorCode.concurrent_transactions, lambda: _to_txn_coordinator(
         client, handle.transactional_id, END_TXN, what, values))  # fmt: skip
 
 
@@ -203,5 +202,5 @@ def committed_offset(client: KafkaClient, group_id: str, topic: str, partition: 
     """``group_id``'s committed offset of ``topic``/``partition`` once no transaction holding
     one is pending (``require_stable``); :data:`NO_OFFSET` when it has none."""
     tp = (topic, partition)
-    return _retrying(client, UNSTABLE_OFFSET_COMMIT, lambda: client.committed_offsets(
+    return _retrying(client, ErrorCode.unstable_offset_commit, lambda: client.committed_offsets(
         group_id, [tp], require_stable=True).get(tp, NO_OFFSET))  # fmt: skip

@@ -79,20 +79,6 @@ from broker_embedded.coordinator.delayed_join import (
     join_key,
     sync_key,
 )
-from broker_embedded.coordinator.group_errors import (
-    FencedInstanceIdError,
-    GroupIdNotFoundError,
-    GroupMaxSizeReachedError,
-    GroupSubscribedToTopicError,
-    InconsistentGroupProtocolError,
-    InvalidGroupIdError,
-    InvalidSessionTimeoutError,
-    MemberIdRequiredError,
-    NonEmptyGroupError,
-    RebalanceInProgressError,
-    UnknownMemberIdError,
-    UnstableOffsetCommitError,
-)
 from broker_embedded.coordinator.group_metadata import (
     UNKNOWN_MEMBER_ID,
     GroupMetadata,
@@ -116,8 +102,20 @@ from broker_embedded.coordinator.group_store import (
 )
 from broker_embedded.errors import (
     CoordinatorNotAvailableError,
+    FencedInstanceIdError,
+    GroupIdNotFoundError,
+    GroupMaxSizeReachedError,
+    GroupSubscribedToTopicError,
     IllegalGenerationError,
+    InconsistentGroupProtocolError,
+    InvalidGroupIdError,
+    InvalidSessionTimeoutError,
     KafkaApiError,
+    MemberIdRequiredError,
+    NonEmptyGroupError,
+    RebalanceInProgressError,
+    UnknownMemberIdError,
+    UnstableOffsetCommitError,
 )
 from broker_embedded.replica_manager.purgatory import DelayedOperationPurgatory
 from broker_embedded.storage.topic_partition import TopicPartition

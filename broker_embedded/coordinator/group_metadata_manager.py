@@ -94,8 +94,10 @@ from broker_embedded.coordinator.group_store import (
     TopicPartitionKey,
 )
 from broker_embedded.coordinator.internal_topics import ensure_topic, offsets_topic
+from broker_embedded.error_code import ErrorCode
 from broker_embedded.errors import (
     CoordinatorNotAvailableError,
+    InvalidCommitOffsetSizeError,
     KafkaApiError,
     KafkaLogError,
     NotCoordinatorError,
@@ -112,23 +114,19 @@ OFFSET_VALUE_VERSION_WITH_EXPIRY = 1
 GROUP_VALUE_VERSION = 3
 
 # Kafka's error codes an append may fail with, by what they become.
-_TO_NOT_AVAILABLE = frozenset({3, 19, 20})  # UNKNOWN_TOPIC_OR_PARTITION, NOT_ENOUGH_REPLICAS(...)
-_TO_NOT_COORDINATOR = frozenset({6, 56})  # NOT_LEADER_OR_FOLLOWER, KAFKA_STORAGE_ERROR
-_TOO_LARGE = frozenset({10, 18, 4})  # MESSAGE_TOO_LARGE, RECORD_LIST_TOO_LARGE, INVALID_FETCH_SIZE
-_TIMED_OUT = 7
-
-
-class InvalidCommitOffsetSizeError(KafkaApiError):
-    """An offset commit whose records exceed the topic's ``max.message.bytes``."""
-
-    code, name = 28, "INVALID_COMMIT_OFFSET_SIZE"
+_E = ErrorCode
+_TO_NOT_AVAILABLE = frozenset(
+    (_E.unknown_topic_or_partition, _E.not_enough_replicas, _E.not_enough_replicas_after_append)
+)
+_TO_NOT_COORDINATOR = frozenset((_E.not_leader_or_follower, _E.kafka_storage_error))
+_TOO_LARGE = frozenset((_E.message_too_large, _E.record_list_too_large, _E.invalid_fetch_size))
 
 
 def convert_append_error(error: KafkaApiError, offsets: bool, what: str) -> KafkaApiError:
     """Kafka's coordinator error for an append error (module docstring); ``offsets``: an
     offset commit (``maybeConvertOffsetCommitError``), else a group metadata write."""
     code = error.code
-    if code in _TO_NOT_AVAILABLE or (code == _TIMED_OUT and not offsets):
+    if code in _TO_NOT_AVAILABLE or (code == _E.request_timed_out and not offsets):
         return CoordinatorNotAvailableError(f"{what}: {error}")
     if code in _TO_NOT_COORDINATOR:
         return NotCoordinatorError(f"{what}: {error}")

@@ -40,7 +40,7 @@ from kio.serial._introspect import (
     is_optional,
 )
 
-from broker_embedded.errors import KafkaApiError
+from broker_embedded.errors import InvalidRequestError
 
 FIXED = {
     "int8": 1,
@@ -63,11 +63,9 @@ SIZED = {"string": 2, "bytes": 4, "records": 4}  # the width of the non-compact 
 MAX_VARINT_BYTES = 5
 
 
-class BoundsError(KafkaApiError):
-    """A length, count or tag of a request that its frame cannot hold (or kio cannot read)."""
-
-    code = 42
-    name = "INVALID_REQUEST"
+class BoundsError(InvalidRequestError):
+    """A length, count or tag of a request that its frame cannot hold (or kio cannot read)
+    (INVALID_REQUEST, 42)."""
 
 
 _LENGTH = {2: struct.Struct(">h"), 4: struct.Struct(">i")}

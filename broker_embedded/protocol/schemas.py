@@ -5,18 +5,27 @@ and version); ``entity_reader(schema)(buffer, offset)`` reads one back as ``(mes
 The ``records`` fields of Produce and Fetch are plain ``bytes``: one copy, no object per record.
 
 :func:`make` builds a message (or a nested entity) from keyword values, dropping those its
-version does not have (e.g. ``topic_id`` before Metadata v10), so one construction serves every
-version; :func:`types_of` is the module holding a schema's nested classes for its version.
+version does not have but another version of the same message does (e.g. ``topic_id`` before
+Metadata v10), so one construction serves every version; a name no version has (a misspelt
+field, which dropped would be a wrong response) is an :class:`UnknownFieldError` naming the
+class and the field. Its cost: only a call passing a value its class lacks looks further, and
+the first such call for a class imports every version of that class's module (once per class
+and process; 0.1 to 0.3 s for Metadata's response classes here), then reads a cache.
+:func:`types_of` is the module holding a schema's nested classes for its
+version.
 
 Pure functions and caches filled under the GIL: thread-safe.
 """
 
 from __future__ import annotations
 
+import importlib
 import io
+import pkgutil
+import re
 import sys
 from collections.abc import Callable
-from dataclasses import fields
+from dataclasses import fields, is_dataclass
 from functools import cache
 from types import ModuleType
 from typing import Any
@@ -26,6 +35,11 @@ from kio.schema.index import api_key_map
 from kio.serial import entity_reader, entity_writer
 
 API_VERSIONS_KEY = 18
+_VERSION_PACKAGE = re.compile(r"v\d+")
+
+
+class UnknownFieldError(TypeError):
+    """A value given to :func:`make` for a field that no version of the message has."""
 
 
 def api_name(api_key: int) -> str:
@@ -82,6 +96,45 @@ def _field_names(cls: type) -> frozenset[str]:
 
 
 def make(cls: type, **values: Any) -> Any:
-    """``cls(**values)`` without the values ``cls`` has no field for."""
+    """``cls(**values)`` without the values of fields that ``cls``'s version lacks and another
+    version of the same class has; :class:`UnknownFieldError` for a name no version has."""
     names = _field_names(cls)
+    extra = values.keys() - names
+    if not extra:
+        return cls(**values)
+    unknown = extra - _fields_of_every_version(cls)
+    if unknown:
+        given = ", ".join(map(repr, sorted(unknown)))
+        raise UnknownFieldError(
+            f"{cls.__module__}.{cls.__qualname__} has no field {given} in any version (its "
+            f"fields: {', '.join(sorted(names))})"
+        )
     return cls(**{k: v for k, v in values.items() if k in names})
+
+
+@cache
+def _fields_of_every_version(cls: type) -> frozenset[str]:
+    """The field names of the classes named as ``cls`` in every version of its message
+    (``kio.schema.<api>.v<N>.<module>``; a plural name is the same class: OffsetFetch v8 renamed
+    ``OffsetFetchResponseTopic`` ``OffsetFetchResponseTopics``); ``cls``'s own for a class
+    outside that layout."""
+    parts = cls.__module__.split(".")
+    at = next((i for i, p in enumerate(parts) if _VERSION_PACKAGE.fullmatch(p)), None)
+    if at is None:
+        return _field_names(cls)
+    package = importlib.import_module(".".join(parts[:at]))
+    found = set(_field_names(cls))
+    singular = cls.__name__.removesuffix("s")
+    for version in pkgutil.iter_modules(package.__path__):
+        if not _VERSION_PACKAGE.fullmatch(version.name):
+            continue
+        try:
+            module = importlib.import_module(
+                ".".join([*parts[:at], version.name, *parts[at + 1 :]])
+            )
+        except ModuleNotFoundError:
+            continue
+        for name, other in vars(module).items():
+            if name.removesuffix("s") == singular and is_dataclass(other):
+                found |= _field_names(other)
+    return frozenset(found)

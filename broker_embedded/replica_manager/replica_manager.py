@@ -40,6 +40,7 @@ import threading
 from collections.abc import Callable, Mapping
 
 from broker_embedded.broker_config import BrokerConfig
+from broker_embedded.error_code import ErrorCode
 from broker_embedded.errors import (
     BrokerClosedError,
     InvalidRequestError,
@@ -84,10 +85,17 @@ DELETE_TO_HIGH_WATERMARK = -1
 CONSUMER_REPLICA_ID = -1  # a client's ListOffsets (Kafka's ListOffsetsRequest.CONSUMER_REPLICA_ID)
 
 
-# Kafka's codes of the append errors answered without a log start offset: CORRUPT_MESSAGE,
-# UNKNOWN_TOPIC_OR_PARTITION, NOT_LEADER_OR_FOLLOWER, MESSAGE_TOO_LARGE, RECORD_LIST_TOO_LARGE,
-# KAFKA_STORAGE_ERROR.
-_NO_LOG_START_ERRORS = frozenset({2, 3, 6, 10, 18, 56})
+# Kafka's codes of the append errors answered without a log start offset
+_NO_LOG_START_ERRORS = frozenset(
+    (
+        ErrorCode.corrupt_message,
+        ErrorCode.unknown_topic_or_partition,
+        ErrorCode.not_leader_or_follower,
+        ErrorCode.message_too_large,
+        ErrorCode.record_list_too_large,
+        ErrorCode.kafka_storage_error,
+    )
+)
 
 
 class ReplicaManager:

@@ -107,6 +107,7 @@ from collections.abc import Callable, Iterable, Mapping, Sized
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
+from broker_embedded.error_code import ErrorCode
 from broker_embedded.errors import (
     FetchSessionIdNotFoundError,
     FetchSessionTopicIdError,
@@ -120,7 +121,7 @@ INITIAL_EPOCH = 0
 FINAL_EPOCH = -1
 MAX_EPOCH = (1 << 31) - 1
 TOPIC_ID_MIN_VERSION = 13
-NO_ERROR = 0
+NO_ERROR = ErrorCode.none
 NO_EPOCH = -1
 NO_PREFERRED_READ_REPLICA = -1
 ZERO_UUID = uuid.UUID(int=0)

@@ -33,9 +33,9 @@ from datetime import timedelta
 from types import MappingProxyType
 from typing import Any
 
-from kio.schema.errors import ErrorCode
 from kio.static.primitive import i16
 
+from broker_embedded.error_code import ErrorCode
 from broker_embedded.server.admin_queue import AdminQueue
 from broker_embedded.server.api_version_manager import ApiRange, ApiVersionManager
 from broker_embedded.server.protocol import (

@@ -35,7 +35,7 @@ from kio.schema.request_header.v2.header import RequestHeader as RequestHeaderV2
 from kio.serial import entity_reader
 from kio.serial.errors import SerialError
 
-from broker_embedded.errors import KafkaApiError
+from broker_embedded import errors
 from broker_embedded.protocol.bounds import BoundsError, check_bounds, check_header_tags
 from broker_embedded.protocol.schemas import (  # noqa: F401 (re-exported to the handlers)
     API_VERSIONS_KEY,
@@ -53,13 +53,10 @@ _HEADER_V1 = entity_reader(RequestHeaderV1)
 _HEADER_V2 = entity_reader(RequestHeaderV2)
 
 
-class InvalidRequestError(KafkaApiError):
+class InvalidRequestError(errors.InvalidRequestError):
     """A request frame that is not a valid request (Kafka's INVALID_REQUEST, 42): a bad header,
     an unknown or disabled API key or version, a body that does not parse. ``client_id`` is the
     header's, when it could be read."""
-
-    code = 42
-    name = "INVALID_REQUEST"
 
     def __init__(self, reason: str, client_id: str | None = None) -> None:
         super().__init__(reason)

@@ -110,9 +110,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from kio.schema.errors import ErrorCode
-
 from broker_embedded.broker_config import BrokerConfig
+from broker_embedded.error_code import ErrorCode
 from broker_embedded.server.api_version_manager import ApiVersionManager
 from broker_embedded.server.protocol import (
     API_VERSIONS_KEY,

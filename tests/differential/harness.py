@@ -32,9 +32,8 @@ from collections.abc import Iterator
 from functools import cache
 from typing import Any
 
-from kio.schema.errors import ErrorCode
-
 from broker_embedded.client.client_security import ClientSecurity, authenticate
+from broker_embedded.error_code import ErrorCode
 from broker_embedded.protocol.schemas import (
     API_VERSIONS_KEY,
     api_name,

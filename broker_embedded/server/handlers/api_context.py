@@ -37,9 +37,8 @@ from collections.abc import Callable, ItemsView, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from types import ModuleType
 
-from kio.schema.errors import ErrorCode
-
 from broker_embedded.broker import Broker
+from broker_embedded.error_code import ErrorCode
 from broker_embedded.errors import (
     ClusterAuthorizationFailedError,
     GroupAuthorizationFailedError,

@@ -26,8 +26,7 @@ from datetime import timedelta
 from types import ModuleType
 from typing import Any
 
-from kio.schema.errors import ErrorCode
-
+from broker_embedded.error_code import ErrorCode
 from broker_embedded.errors import (
     InvalidPartitionsError,
     InvalidReplicaAssignmentError,

@@ -52,8 +52,7 @@ from datetime import timedelta
 from types import ModuleType
 from typing import Any
 
-from kio.schema.errors import ErrorCode
-
+from broker_embedded.error_code import ErrorCode
 from broker_embedded.errors import (
     InvalidReplicaAssignmentError,
     InvalidRequestError,
@@ -198,7 +197,7 @@ def _create(
     )  # fmt: skip
     return make(
         types.CreatableTopicResult, name=t.name, topic_id=topic_id, error_code=ErrorCode.none,
-        error_message=None, topic_config_error_code=0, num_partitions=partitions,
+        error_message=None, topic_config_error_code=ErrorCode.none, num_partitions=partitions,
         replication_factor=factor, configs=configs,
     )  # fmt: skip
 
@@ -225,6 +224,6 @@ def _manual_assignment(t: Any) -> list[tuple[int, ...]]:
 def _failed(types: ModuleType, name: str, error: BaseException) -> Any:
     return make(
         types.CreatableTopicResult, name=name, topic_id=ZERO_UUID, error_code=error_code(error),
-        error_message=error_message(error), topic_config_error_code=0, num_partitions=-1,
-        replication_factor=-1, configs=(),
+        error_message=error_message(error), topic_config_error_code=ErrorCode.none,
+        num_partitions=-1, replication_factor=-1, configs=(),
     )  # fmt: skip

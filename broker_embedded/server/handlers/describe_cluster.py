@@ -18,8 +18,7 @@ import functools
 from datetime import timedelta
 from typing import Any
 
-from kio.schema.errors import ErrorCode
-
+from broker_embedded.error_code import ErrorCode
 from broker_embedded.server.handlers.api_context import (
     OMITTED_OPERATIONS,
     ApiContext,
@@ -43,6 +42,7 @@ def describe_cluster_response(ctx: ApiContext, request: Request) -> Any:
     types = response_types(request)
     endpoint_type = getattr(request.body, "endpoint_type", BROKERS_ENDPOINT)
     ok = endpoint_type == BROKERS_ENDPOINT
+    brokers = broker_entries(ctx, types.DescribeClusterBroker, "broker_id", is_fenced=False)
     return make(
         types.DescribeClusterResponse,
         throttle_time=timedelta(0),
@@ -51,7 +51,7 @@ def describe_cluster_response(ctx: ApiContext, request: Request) -> Any:
         endpoint_type=BROKERS_ENDPOINT,
         cluster_id=ctx.cluster_id,
         controller_id=ctx.broker_id if ok else -1,
-        brokers=broker_entries(ctx, types.DescribeClusterBroker) if ok else (),
+        brokers=brokers if ok else (),
         cluster_authorized_operations=_operations(ctx, request) if ok else OMITTED_OPERATIONS,
     )
 

@@ -283,7 +283,7 @@ def _config(types: ModuleType, e: ConfigEntry, synonyms: bool, documentation: bo
     )
     return make(
         types.DescribeConfigsResourceResult, name=e.name, value=e.value, read_only=e.read_only,
-        config_source=e.source, is_default=e.source == DEFAULT_CONFIG, is_sensitive=False,
+        config_source=e.source, is_sensitive=False,
         synonyms=listed, config_type=e.config_type,
         documentation=e.documentation if documentation else None,
     )  # fmt: skip

@@ -63,8 +63,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from broker_embedded.broker import Broker, topic_partition
+from broker_embedded.error_code import ErrorCode
 from broker_embedded.errors import (
-    FencedLeaderEpochError,
     KafkaApiError,
     NotLeaderOrFollowerError,
     TopicAuthorizationFailedError,
@@ -109,12 +109,10 @@ log = logging.getLogger(__name__)
 
 FETCH_KEY = 1
 FETCH_VERSIONS = (4, 18)
-UNKNOWN_TOPIC_ID = 100
-UNKNOWN_SERVER_ERROR = -1
 SESSION_VERSION = 7  # Fetch v7+: session id, epoch and forgotten topics (KIP-227)
 REPLICA_STATE_VERSION = 15  # Fetch v15+: the replica id moved into replica_state (KIP-903)
 CURRENT_LEADER_VERSION = 16  # Fetch v16+: current_leader and node_endpoints filled (KIP-951)
-_LEADER_ERRORS = frozenset((NotLeaderOrFollowerError.code, FencedLeaderEpochError.code))
+_LEADER_ERRORS = frozenset((ErrorCode.not_leader_or_follower, ErrorCode.fenced_leader_epoch))
 
 Records = bytes | SegmentRegion
 
@@ -125,7 +123,7 @@ class _Slot:
 
     tip: TopicIdPartition
     fetch: PartitionFetch | None
-    error: int = 0
+    error: int = ErrorCode.none
 
 
 class FetchApi:
@@ -208,7 +206,7 @@ class FetchApi:
         if replica_id >= 0:
             return _Slot(tip, None, NotLeaderOrFollowerError.code)
         if tip.topic is None:
-            return _Slot(tip, None, UNKNOWN_TOPIC_ID)
+            return _Slot(tip, None, ErrorCode.unknown_topic_id)
         try:
             tp = topic_partition(tip.topic, tip.partition)
         except UnknownTopicOrPartitionError as e:
@@ -301,7 +299,7 @@ def _partition_results(
     if isinstance(result, Exception):
         if not isinstance(result, KafkaApiError):
             log.error("Fetch read failed: %r", result)
-        code = result.code if isinstance(result, KafkaApiError) else UNKNOWN_SERVER_ERROR
+        code = result.code if isinstance(result, KafkaApiError) else ErrorCode.unknown_server_error
         return {s.tip: FetchResponsePartition(error_code=s.error or code) for s in slots}
     read = iter(result.partitions)
     out: dict[TopicIdPartition, FetchResponsePartition[Records]] = {}
@@ -316,8 +314,13 @@ def _partition_results(
 # The errors Kafka's KafkaApis finds before reading (an unknown topic, partition or topic id, a
 # topic not authorized): its answer to them has an empty aborted transactions list, the
 # answer to a read's error a null one (FetchResponse.partitionResponse).
-_BEFORE_READ = frozenset((UnknownTopicOrPartitionError.code, UNKNOWN_TOPIC_ID,
-                          TopicAuthorizationFailedError.code))  # fmt: skip
+_BEFORE_READ = frozenset(
+    (
+        ErrorCode.unknown_topic_or_partition,
+        ErrorCode.unknown_topic_id,
+        ErrorCode.topic_authorization_failed,
+    )
+)
 
 
 def _refused(code: int) -> FetchResponsePartition[Records]:
@@ -414,7 +417,7 @@ def _count(
     carries every partition with records, also in an incremental session)."""
     for tip, p in results.items():
         if tip.topic is not None:
-            stats.fetched(tip.topic, p.error_code != 0, p.records_size)
+            stats.fetched(tip.topic, p.error_code != ErrorCode.none, p.records_size)
 
 
 def register(apis: KafkaApis, ctx: ApiContext | Broker, **options: Any) -> FetchApi:

@@ -50,9 +50,9 @@ from datetime import timedelta
 from functools import cache
 from typing import Any
 
-from kio.schema.errors import ErrorCode
 from kio.static.primitive import i32, i64
 
+from broker_embedded.error_code import ErrorCode
 from broker_embedded.record.varint import encode_uvarint
 from broker_embedded.server.handlers.api_context import Node
 from broker_embedded.server.protocol import RequestHeader, encode_body, response_schema
@@ -67,7 +67,7 @@ class PartitionResponse:
     """One partition of a Fetch response as it goes on the wire (-1: unknown offset)."""
 
     partition: int
-    error_code: int = 0
+    error_code: int = ErrorCode.none
     high_watermark: int = -1
     last_stable_offset: int = -1
     log_start_offset: int = -1

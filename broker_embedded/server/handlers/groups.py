@@ -49,7 +49,6 @@ from broker_embedded.coordinator.group_coordinator import (
     JoinRequest,
     MemberIdentity,
 )
-from broker_embedded.coordinator.group_errors import GroupIdNotFoundError
 from broker_embedded.coordinator.group_metadata import (
     GroupState,
     JoinResult,
@@ -62,7 +61,7 @@ from broker_embedded.coordinator.group_metadata_manager import (
 )
 from broker_embedded.coordinator.group_store import GroupStore
 from broker_embedded.coordinator.transaction_coordinator import TxnCompletion
-from broker_embedded.errors import KafkaApiError
+from broker_embedded.errors import GroupIdNotFoundError, KafkaApiError
 from broker_embedded.server.handlers import offsets
 from broker_embedded.server.handlers.api_context import (
     NONE,

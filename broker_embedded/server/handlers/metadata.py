@@ -52,8 +52,7 @@ from datetime import timedelta
 from types import ModuleType
 from typing import Any
 
-from kio.schema.errors import ErrorCode
-
+from broker_embedded.error_code import ErrorCode
 from broker_embedded.errors import (
     KafkaApiError,
     TopicAlreadyExistsError,
@@ -160,13 +159,15 @@ def _with_operations(ctx: ApiContext, request: Request, topic: Any) -> Any:
     return replace(topic, topic_authorized_operations=operations)
 
 
-def broker_entries(ctx: ApiContext, entry: type) -> tuple[Any, ...]:
-    """The live nodes as ``entry`` values (Metadata's and DescribeCluster's broker classes)."""
+def broker_entries(
+    ctx: ApiContext, entry: type, id_field: str = "node_id", **fields: Any
+) -> tuple[Any, ...]:
+    """The live nodes as ``entry`` values (Metadata's broker class; DescribeCluster's names the
+    id ``broker_id`` and adds ``fields``)."""
     return tuple(
-        make(entry, node_id=n.node_id, broker_id=n.node_id, host=n.host, port=n.port,
-             rack=n.rack, is_fenced=False)
+        make(entry, **{id_field: n.node_id}, host=n.host, port=n.port, rack=n.rack, **fields)
         for n in ctx.nodes()
-    )  # fmt: skip
+    )
 
 
 def _check_names(topics: Any, version: int) -> None:

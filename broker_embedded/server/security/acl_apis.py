@@ -25,9 +25,9 @@ import sys
 from datetime import timedelta
 from typing import Any
 
-from kio.schema.errors import ErrorCode
 from kio.static.primitive import i8
 
+from broker_embedded.error_code import ErrorCode
 from broker_embedded.errors import kafka_message
 from broker_embedded.server.protocol import response_schema
 from broker_embedded.server.request_channel import Request

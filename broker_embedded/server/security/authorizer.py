@@ -52,7 +52,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from broker_embedded.errors import KafkaApiError
+from broker_embedded.errors import InvalidRequestError
 from broker_embedded.server.security.json_file import (
     SecurityFileError,
     file_stat,
@@ -139,11 +139,8 @@ _IMPLIED_BY: dict[AclOperation, frozenset[AclOperation]] = {
 }  # fmt: skip
 
 
-class AclError(KafkaApiError):
+class AclError(InvalidRequestError):
     """An ACL or filter Kafka refuses (INVALID_REQUEST, 42); the message names the binding."""
-
-    code = 42
-    name = "INVALID_REQUEST"
 
 
 @dataclass(frozen=True, slots=True)

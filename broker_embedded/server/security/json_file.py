@@ -15,6 +15,7 @@ import json
 import os
 from pathlib import Path
 
+from broker_embedded.error_code import ErrorCode
 from broker_embedded.errors import KafkaApiError
 
 
@@ -22,8 +23,7 @@ class SecurityFileError(KafkaApiError):
     """A credentials or ACL file that cannot be read or parsed; the message names the file
     (UNKNOWN_SERVER_ERROR to a client whose request needed it)."""
 
-    code = -1
-    name = "UNKNOWN_SERVER_ERROR"
+    code = ErrorCode.unknown_server_error
 
 
 def file_stat(path: Path) -> tuple[int, int, int] | None:

@@ -19,8 +19,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-from kio.schema.errors import ErrorCode
-
+from broker_embedded.error_code import ErrorCode
 from broker_embedded.server.protocol import response_schema
 from broker_embedded.server.security.authentication_limiter import AuthenticationLimiter
 from broker_embedded.server.security.sasl_authenticator import SaslAuthenticator

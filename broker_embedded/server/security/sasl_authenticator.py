@@ -30,17 +30,10 @@ from collections.abc import Callable
 
 import scramp
 
-from broker_embedded.errors import KafkaApiError
+from broker_embedded.errors import SaslAuthenticationError
 from broker_embedded.server.security.authentication_limiter import AuthenticationLimitedError
 from broker_embedded.server.security.kafka_principal import KafkaPrincipal
 from broker_embedded.server.security.scram_credentials import HASHES, CredentialStore
-
-
-class SaslAuthenticationError(KafkaApiError):
-    """Kafka's SASL_AUTHENTICATION_FAILED (58); the message says why, naming the mechanism."""
-
-    code = 58
-    name = "SASL_AUTHENTICATION_FAILED"
 
 
 class SaslState(enum.Enum):

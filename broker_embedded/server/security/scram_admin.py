@@ -36,9 +36,9 @@ from typing import Any
 
 from kio.schema.alter_user_scram_credentials.v0 import response as alter_response
 from kio.schema.describe_user_scram_credentials.v0 import response as describe_response
-from kio.schema.errors import ErrorCode
 from kio.static.primitive import i8, i32
 
+from broker_embedded.error_code import ErrorCode
 from broker_embedded.errors import kafka_message
 from broker_embedded.server.security.acl_apis import allowed
 from broker_embedded.server.security.authorizer import AclOperation, Authorizer, ResourceType

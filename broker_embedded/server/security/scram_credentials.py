@@ -40,6 +40,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from broker_embedded.error_code import ErrorCode
 from broker_embedded.errors import KafkaApiError
 from broker_embedded.server.security.json_file import (
     SecurityFileError,
@@ -64,10 +65,9 @@ class CredentialError(KafkaApiError):
     """A bad credential request (Kafka's UNSUPPORTED_SASL_MECHANISM / UNACCEPTABLE_CREDENTIAL
     / RESOURCE_NOT_FOUND): the message names the user and mechanism."""
 
-    code = 93  # UNACCEPTABLE_CREDENTIAL
-    name = "UNACCEPTABLE_CREDENTIAL"
+    code = ErrorCode.unacceptable_credential
 
-    def __init__(self, message: str, code: int = 93) -> None:
+    def __init__(self, message: str, code: int = ErrorCode.unacceptable_credential) -> None:
         super().__init__(message)
         self.code = code
 
@@ -125,7 +125,8 @@ class ScramCredential:
 def check_mechanism(mechanism: str) -> None:
     if mechanism not in HASHES:
         raise CredentialError(
-            f"unsupported SCRAM mechanism {mechanism!r} (one of {', '.join(HASHES)})", code=33
+            f"unsupported SCRAM mechanism {mechanism!r} (one of {', '.join(HASHES)})",
+            code=ErrorCode.unsupported_sasl_mechanism,
         )
 
 

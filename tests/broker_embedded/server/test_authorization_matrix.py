@@ -68,7 +68,7 @@ from kio.schema.txn_offset_commit.v3 import request as to
 from kio.schema.write_txn_markers.v1 import request as wtm
 from kio.static.primitive import i8, i16, i32, i64
 
-from broker_embedded.errors import KAFKA_MESSAGES
+from broker_embedded.error_code import ErrorCode as TableCode
 from broker_embedded.server.broker_server import BrokerServer
 from broker_embedded.server.security.authorizer import (
     AclOperation,
@@ -565,7 +565,9 @@ def test_the_default_messages_are_kafka_39s():
         capture_output=True, text=True, timeout=300, check=True,
     ).stdout  # fmt: skip
     kafkas = dict(line.split("\t", 1) for line in printed.splitlines() if "\t" in line)
-    assert {int(c): m for c, m in kafkas.items() if c != "0"} == dict(KAFKA_MESSAGES)
+    assert {int(c): m for c, m in kafkas.items() if c != "0"} == {
+        e.value: e.message for e in TableCode if e != TableCode.none and e.value <= 127
+    }  # Kafka 3.9's codes end at 127 (VOTER_NOT_FOUND); the table holds kio's newer ones too
 
 
 DESCRIBE_SCRAM = """
