@@ -19,14 +19,16 @@ header through that the other rejected).
 - an entry longer than what is left: ``SCAN_TAIL_TRUNCATED`` (detail: the entry's size);
 - magic 2: a negative recordsCount: ``SCAN_NEGATIVE_COUNT``, then a negative lastOffsetDelta:
   ``SCAN_NEGATIVE_DELTA`` (detail: the value);
+- when ``seek`` and its last offset is ``>= target``: ``SCAN_FOUND`` (offset: that last
+  offset, detail: its size; the entry is not counted nor put in the table);
 - else the entry is walked: its fields go into row ``i % len(table)`` of ``table`` (the i-th
-  entry walked; a table of no rows only counts, one of one row keeps the last entry), and the
-  walk stops after it with ``SCAN_FOUND`` when ``seek`` and its last offset is ``>= target``.
+  entry walked; a table of no rows only counts).
 
 A walk that reaches ``end`` says ``SCAN_OK``; one that walked ``limit`` entries with more bytes
 left says ``SCAN_FULL``. It returns ``(entries walked, status, position, offset, detail)``: the
-position is where the walk stopped (the failing entry's start, or just after the last entry
-walked), the offset the failing entry's offset field (-1 when unread or none failed).
+position is where the walk stopped (the start of the entry that stopped it, or just after the
+last entry walked: where a walk resumes), the offset that entry's offset field (-1 when unread
+or when no entry stopped it).
 
 Table (``SCAN_FIELDS`` int64 columns, ``S_*``): position (relative to ``buf``), size, magic,
 offset field, and for magic 2 the header fields at their ``batch_layout`` positions
@@ -174,12 +176,12 @@ def walk_entries(buf, start, end, v2_only, limit, seek, target, table):  # type:
             delta = be_signed(buf, pos + LAST_OFFSET_DELTA_OFFSET, 4)
             if delta < 0:
                 return n, SCAN_NEGATIVE_DELTA, pos, offset, delta
+        if seek and offset + delta >= target:
+            return n, SCAN_FOUND, pos, offset + delta, size
         if cap > 0:
             _fill(buf, pos, size, magic, table, n % cap)
         n += 1
         pos += size
-        if seek and offset + delta >= target:
-            return n, SCAN_FOUND, pos, none, np.int64(0)
     return n, SCAN_OK, pos, none, np.int64(0)
 
 
@@ -238,10 +240,12 @@ def seek_entry(buf, start, stop, target):  # type: ignore[no-untyped-def]
     walk reached ``stop``: position ``stop``), ``SEEK_PARTIAL`` (a header or an entry cut by
     ``stop`` at position) and ``SEEK_ODD`` (a legacy entry or a corrupt header at position,
     for the caller's Python walk to judge and name)."""
-    row = np.empty((1, SCAN_FIELDS), np.int64)
-    _, status, pos, _, _ = walk_entries(buf, start, stop, True, NO_LIMIT, True, target, row)
+    count_only = np.empty((0, SCAN_FIELDS), np.int64)
+    _, status, pos, last, size = walk_entries(
+        buf, start, stop, True, NO_LIMIT, True, target, count_only
+    )
     if status == SCAN_FOUND:
-        return SEEK_FOUND, row[0, S_POS], row[0, S_SIZE], row[0, S_OFFSET] + row[0, S_LAST_DELTA]
+        return SEEK_FOUND, pos, size, last
     if status == SCAN_OK:
         return SEEK_END, pos, np.int64(0), np.int64(-1)
     if status == SCAN_TAIL_SHORT or status == SCAN_TAIL_TRUNCATED:
@@ -253,7 +257,8 @@ def warm_up() -> None:
     """Compile the walk for the argument types its Python callers give it (read-only input:
     ``kernel_primitives.readonly_bytes``), and the seek, on one empty v2 batch header."""
     header = bytearray(RECORD_BATCH_OVERHEAD)
-    header[BATCH_LENGTH_OFFSET:LOG_OVERHEAD] = (RECORD_BATCH_OVERHEAD - LOG_OVERHEAD).to_bytes(4, "big")
+    length = RECORD_BATCH_OVERHEAD - LOG_OVERHEAD
+    header[BATCH_LENGTH_OFFSET:LOG_OVERHEAD] = length.to_bytes(4, "big")
     header[MAGIC_OFFSET] = 2
     buf = readonly_bytes(bytes(header))
     scan_window(buf, 0, len(buf), "<warm-up>", 0)

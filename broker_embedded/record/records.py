@@ -34,7 +34,7 @@ __all__ = ["MIN_ENTRY_BODY", "AnyBatch", "iter_batches"]
 AnyBatch = RecordBatch | LegacyRecordBatch  # what iter_batches yields
 
 _CHUNK = 64  # entries walked per kernel call
-_COLUMNS = [es.S_POS, es.S_SIZE, es.S_MAGIC]
+_COLUMNS = slice(es.S_POS, es.S_MAGIC + 1)  # position, size, magic: adjacent columns
 
 
 def iter_batches(
