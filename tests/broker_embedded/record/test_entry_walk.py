@@ -6,7 +6,8 @@ partition view and the cleaner), ``seek_entry`` (the segment reads) and ``log_va
 same base offset) and the same header fields. Damage: a truncated run, a bad magic, a bad, a
 negative or an oversized length, a negative record count or last offset delta, random header
 bytes, random buffers; and a bad CRC where the caller checks it (the decoder, the cleaner's
-window check, ``RecordBatch.ensure_valid``)."""
+window check, ``RecordBatch.ensure_valid``). A ``RecordBatch`` view made alone refuses a header
+the walk refuses."""
 
 from __future__ import annotations
 
@@ -29,6 +30,7 @@ from broker_embedded.record.batch_layout import (
 )
 from broker_embedded.record.kernel_primitives import readonly_bytes
 from broker_embedded.record.memory_records_builder import MemoryRecordsBuilder
+from broker_embedded.record.record_batch import RecordBatch
 from broker_embedded.record.records import iter_batches
 
 SOURCE = "walk.log"
@@ -239,12 +241,27 @@ def test_every_caller_sees_the_same_entries_and_the_same_error(data: bytes) -> N
             if error is None:
                 assert decoded == entries
                 _fields(views, table)
+            else:
+                _a_view_refuses_it(data, error)
     entries, error, views = _python_walk(data, "stop")
     walked, window_error, table = _window_walk(data)
     assert walked[: len(entries)] == entries
     _fields(views, table[: len(views)])
     if not _legacy_failed(data, error):
         assert (walked, window_error) == (entries, error)
+
+
+def _a_view_refuses_it(data: bytes, error: tuple) -> None:
+    """A ``RecordBatch`` view (its own header checks, for a batch handed over alone) over the
+    bytes from where the walk failed refuses them too, naming the same base offset."""
+    pos = error[1] - BASE
+    try:
+        RecordBatch(data[pos:], SOURCE, error[1])
+    except CorruptRecordError as e:
+        assert e.position == error[1]
+        assert e.base_offset in (error[2], None if len(data) - pos < 61 else error[2])
+    else:
+        raise AssertionError(f"a RecordBatch view accepts the header the walk refused at {pos}")
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
