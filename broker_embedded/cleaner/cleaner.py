@@ -57,7 +57,7 @@ head sees everything.
 I/O and memory: segments are read with ``pread`` into a window buffer (``window_bytes``, grown
 to hold the largest batch), never mapped, so a reader or a concurrent truncation cannot fault
 the cleaner and the resident memory is the map plus a few window-sized buffers whatever the log
-size. Per window, ``decode_kernel.scan_entries`` reads the batch headers into a table, every
+size. Per window, ``entry_scan.scan_window`` reads the batch headers into a table, every
 v2 batch's CRC-32C is checked (a mismatch is a :class:`CorruptRecordError` naming the file,
 position and offset: a rewritten batch gets a new CRC, which would hide the damage), numpy and
 a short Python pass over the transactional, control, compressed and legacy batches only build
@@ -86,7 +86,7 @@ from broker_embedded.cleaner.log_cleaner_manager import OffsetsToClean, cleanabl
 from broker_embedded.cleaner.skimpy_offset_map import MD5_SCRATCH_BYTES, SkimpyOffsetMap
 from broker_embedded.errors import CorruptRecordError, KafkaLogError, KafkaStorageError
 from broker_embedded.record import decode_kernel as dk
-from broker_embedded.record import entry_scan
+from broker_embedded.record import entry_scan as es
 from broker_embedded.record.batch_layout import (
     ATTRIBUTES_OFFSET,
     BASE_TIMESTAMP_OFFSET,
@@ -94,7 +94,6 @@ from broker_embedded.record.batch_layout import (
     CRC_OFFSET,
     LOG_OVERHEAD,
     MAX_TIMESTAMP_OFFSET,
-    PRODUCER_EPOCH_OFFSET,
     RECORD_BATCH_OVERHEAD,
     RECORDS_COUNT_OFFSET,
 )
@@ -143,7 +142,6 @@ _DECODE_ERRORS = {
     dk.E_NULL_HEADER_KEY: "null header key",
     dk.E_NEGATIVE_LENGTH: "negative length {a}",
 }
-_PRODUCER_EPOCH = struct.Struct(">h")
 _HEADER_PATCH = struct.Struct(">i")
 
 
@@ -463,15 +461,15 @@ class Cleaner:
     def _verify_crcs(source: str, pos: int, data: np.ndarray, table: np.ndarray) -> None:
         """Refuse a window with a v2 batch whose CRC does not match: a batch the cleaner
         rewrites gets a new CRC, which would hide the damage."""
-        v2 = table[table[:, dk.S_MAGIC] == 2]
+        v2 = table[table[:, es.S_MAGIC] == 2]
         bad = crc_mismatch(memoryview(data), v2)
         if bad is not None:
             row, stored, actual = bad
             raise CorruptRecordError(
                 f"CRC mismatch: stored {stored:#010x}, computed {actual:#010x}",
                 source=source,
-                position=pos + int(v2[row, dk.S_POS]),
-                base_offset=int(v2[row, dk.S_OFFSET]),
+                position=pos + int(v2[row, es.S_POS]),
+                base_offset=int(v2[row, es.S_OFFSET]),
             )
 
     def _side_sections(self, window: _Window, rows: np.ndarray, plan: np.ndarray) -> None:
@@ -508,20 +506,20 @@ class Cleaner:
     def _base_plan(self, window: _Window) -> np.ndarray:
         t = window.table
         plan = np.zeros((len(t), ck.PLAN_FIELDS), np.int64)
-        plan[:, ck.P_POS] = t[:, dk.S_POS]
-        plan[:, ck.P_SIZE] = t[:, dk.S_SIZE]
-        plan[:, ck.P_REC_START] = t[:, dk.S_POS] + RECORD_BATCH_OVERHEAD
-        plan[:, ck.P_REC_END] = t[:, dk.S_POS] + t[:, dk.S_SIZE]
-        plan[:, ck.P_BASE_OFFSET] = t[:, dk.S_OFFSET]
-        plan[:, ck.P_LAST_DELTA] = t[:, dk.S_LAST_DELTA]
-        plan[:, ck.P_COUNT] = t[:, dk.S_COUNT]
-        plan[:, ck.P_ATTR] = t[:, dk.S_ATTR]
-        plan[:, ck.P_BASE_TS] = t[:, dk.S_BASE_TS]
-        plan[:, ck.P_MAX_TS] = t[:, dk.S_MAX_TS]
-        legacy = t[:, dk.S_MAGIC] != 2
+        plan[:, ck.P_POS] = t[:, es.S_POS]
+        plan[:, ck.P_SIZE] = t[:, es.S_SIZE]
+        plan[:, ck.P_REC_START] = t[:, es.S_POS] + RECORD_BATCH_OVERHEAD
+        plan[:, ck.P_REC_END] = t[:, es.S_POS] + t[:, es.S_SIZE]
+        plan[:, ck.P_BASE_OFFSET] = t[:, es.S_OFFSET]
+        plan[:, ck.P_LAST_DELTA] = t[:, es.S_LAST_DELTA]
+        plan[:, ck.P_COUNT] = t[:, es.S_COUNT]
+        plan[:, ck.P_ATTR] = t[:, es.S_ATTR]
+        plan[:, ck.P_BASE_TS] = t[:, es.S_BASE_TS]
+        plan[:, ck.P_MAX_TS] = t[:, es.S_MAX_TS]
+        legacy = t[:, es.S_MAGIC] != 2
         plan[legacy, ck.P_MODE] = ck.MODE_VERBATIM
-        plan[legacy, ck.P_REC_START] = plan[legacy, ck.P_REC_END] = t[legacy, dk.S_POS]
-        compressed = ~legacy & ((t[:, dk.S_ATTR] & CODEC_MASK) != 0) & (t[:, dk.S_COUNT] > 0)
+        plan[legacy, ck.P_REC_START] = plan[legacy, ck.P_REC_END] = t[legacy, es.S_POS]
+        compressed = ~legacy & ((t[:, es.S_ATTR] & CODEC_MASK) != 0) & (t[:, es.S_COUNT] > 0)
         if compressed.any():
             self._side_sections(window, np.nonzero(compressed)[0], plan)
         return plan
@@ -639,20 +637,20 @@ class Cleaner:
     ) -> None:
         """Control batches and aborted transactional batches put no key."""
         t = window.table
-        special = (t[:, dk.S_MAGIC] == 2) & (
-            (t[:, dk.S_ATTR] & (TRANSACTIONAL_MASK | CONTROL_MASK)) != 0
+        special = (t[:, es.S_MAGIC] == 2) & (
+            (t[:, es.S_ATTR] & (TRANSACTIONAL_MASK | CONTROL_MASK)) != 0
         )
         for r in np.nonzero(special)[0].tolist():
-            pid = int(t[r, dk.S_PRODUCER_ID])
-            last = entry_scan.last_offset(t, r)
-            if t[r, dk.S_ATTR] & CONTROL_MASK:
+            pid = int(t[r, es.S_PRODUCER_ID])
+            last = es.last_offset(t, r)
+            if t[r, es.S_ATTR] & CONTROL_MASK:
                 txns.on_control_batch(pid, last, self._control_type_of(window, t, r))
                 plan[r, ck.P_MODE] = ck.MODE_DROP_ALL
             elif txns.on_batch(pid, last):
                 plan[r, ck.P_MODE] = ck.MODE_DROP_ALL
 
     def _control_type_of(self, window: _Window, t: np.ndarray, r: int) -> ControlRecordType | None:
-        pos, size = int(t[r, dk.S_POS]), int(t[r, dk.S_SIZE])
+        pos, size = int(t[r, es.S_POS]), int(t[r, es.S_SIZE])
         return _control_type(
             memoryview(window.data)[pos : pos + size], "<control batch>", window.position + pos
         )
@@ -762,12 +760,12 @@ class Cleaner:
         t = window.table
         plan = self._base_plan(window)
         n = len(plan)
-        last_offsets = entry_scan.last_offsets(t)
-        v2 = t[:, dk.S_MAGIC] == 2
+        last_offsets = es.last_offsets(t)
+        v2 = t[:, es.S_MAGIC] == 2
         retain = np.where(last_offsets + 1 == upper_bound, ck.RETAIN_EMPTY, ck.RETAIN_DELETE_EMPTY)
         if group_last:
             retain[-1] = ck.RETAIN_EMPTY
-        pids = t[:, dk.S_PRODUCER_ID]
+        pids = t[:, es.S_PRODUCER_ID]
         if producers:
             ids = np.fromiter(producers, np.int64, len(producers))
             order = np.argsort(ids)
@@ -784,7 +782,7 @@ class Cleaner:
                 v2 & (pids >= 0) & (ids[slot] == pids) & (lasts[slot] == last_offsets)
             )
             retain[last_of_producer] = ck.RETAIN_EMPTY
-        special = v2 & ((t[:, dk.S_ATTR] & (TRANSACTIONAL_MASK | CONTROL_MASK)) != 0)
+        special = v2 & ((t[:, es.S_ATTR] & (TRANSACTIONAL_MASK | CONTROL_MASK)) != 0)
         for r in np.nonzero(special)[0].tolist():
             self._plan_transactional(window, plan, retain, r, txns, producers, now)
         plan[:, ck.P_RETAIN] = retain
@@ -793,7 +791,7 @@ class Cleaner:
             if retain[r] != ck.RETAIN_EMPTY and not self._keep_legacy(window, plan, r):
                 plan[r, ck.P_RETAIN] = ck.RETAIN_DELETE
         # capacities: every kept record may grow by MAX_RECORD_GROWTH bytes
-        counts = np.maximum(t[:, dk.S_COUNT], 0)
+        counts = np.maximum(t[:, es.S_COUNT], 0)
         records = int(counts.sum())
         out_need = len(window.data) + ck.MAX_RECORD_GROWTH * records + RECORD_BATCH_OVERHEAD * n
         if len(self._out) < out_need:
@@ -865,18 +863,17 @@ class Cleaner:
     ) -> None:
         """Kafka's ``checkBatchRetention`` for a transactional or control batch."""
         t = window.table
-        pid = int(t[r, dk.S_PRODUCER_ID])
-        last = entry_scan.last_offset(t, r)
-        attr = int(t[r, dk.S_ATTR])
+        pid = int(t[r, es.S_PRODUCER_ID])
+        last = es.last_offset(t, r)
+        attr = int(t[r, es.S_ATTR])
         if attr & CONTROL_MASK:
             can_discard = txns.on_control_batch(pid, last, self._control_type_of(window, t, r))
             has_horizon = bool(attr & DELETE_HORIZON_MASK)
-            discard = can_discard and has_horizon and int(t[r, dk.S_BASE_TS]) <= now
+            discard = can_discard and has_horizon and int(t[r, es.S_BASE_TS]) <= now
             plan[r, ck.P_FORCE_HORIZON] = int(can_discard)
             plan[r, ck.P_MODE] = ck.MODE_DROP_ALL if discard else ck.MODE_KEEP_ALL
             entry = producers.get(pid)
-            pos = int(t[r, dk.S_POS])
-            epoch = _PRODUCER_EPOCH.unpack_from(window.data, pos + PRODUCER_EPOCH_OFFSET)[0]
+            epoch = int(t[r, es.S_PRODUCER_EPOCH])
             last_of_producer = (
                 entry is not None
                 and entry.last_data_offset is None

@@ -26,7 +26,7 @@ magic at byte 16; an entry occupies ``size + LOG_OVERHEAD`` bytes.
 
 The last offset of an entry (:func:`entry_last_offset`): a v2 batch's is baseOffset +
 lastOffsetDelta; a legacy entry's is its offset field (its lastOffsetDelta counts as 0, which is
-what ``decode_kernel.scan_entries`` puts in its table for magic 0 and 1).
+what the header walk, ``entry_scan.walk_entries``, puts in its table for magic 0 and 1).
 
 Plain module-level ints: numba folds them into the kernels as compile-time constants (so they
 must never be reassigned: a kernel cached on disk keeps the value it was compiled with).

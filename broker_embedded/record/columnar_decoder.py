@@ -89,6 +89,7 @@ import pyarrow as pa
 
 from broker_embedded.errors import CorruptRecordError, TornTailError
 from broker_embedded.record import decode_kernel as k
+from broker_embedded.record import entry_scan as es
 from broker_embedded.record import zstd_sections
 from broker_embedded.record.batch_layout import ATTRIBUTES_OFFSET, RECORD_BATCH_OVERHEAD
 from broker_embedded.record.compression import (
@@ -97,7 +98,7 @@ from broker_embedded.record.compression import (
     decompress,
 )
 from broker_embedded.record.control_record import ControlRecordType
-from broker_embedded.record.entry_scan import MIN_BODY, SCAN_ERRORS, last_offset, last_offsets
+from broker_embedded.record.entry_scan import SCAN_ERRORS, last_offset, last_offsets
 from broker_embedded.record.kafka_schema import arrow_headers_type, arrow_schema
 from broker_embedded.record.legacy_record import LegacyRecordBatch
 from broker_embedded.record.memory_records_builder import MemoryRecordsBuilder
@@ -253,7 +254,7 @@ def decode(
             arr, entries, in_range, where, aborted_transactions, verify_crc, max_inflated_bytes
         )
         if plan.stop is not None:
-            end_position = int(entries[plan.stop, k.S_POS])
+            end_position = int(entries[plan.stop, es.S_POS])
             entries = entries[: plan.stop]
         # the topic column's bytes must fit Arrow's int32 offsets too
         max_rows = min(max_rows_per_batch, INT32_MAX // max(1, len(topic.encode("utf-8"))))
@@ -272,8 +273,8 @@ def warm_up() -> float:
     """Compile the kernels (or load them from numba's cache); return the seconds it took."""
     began = time.perf_counter()
     empty = _readonly(np.empty(0, np.uint8))
-    no_entries = np.empty((0, k.SCAN_FIELDS), np.int64)
-    k.scan_entries(empty, 0, 0, MIN_BODY, no_entries)
+    no_entries = np.empty((0, es.SCAN_FIELDS), np.int64)
+    k.scan_entries(empty, 0, 0, no_entries)
     plan = _Plan(np.empty((0, k.TABLE_FIELDS), np.int64), empty, np.empty(0, np.int64))
     where = _Where("<warm-up>", 0)
     _run_kernel(empty, plan, no_entries, where, 0, INT64_MAX, include_headers=True, max_rows=1)
@@ -318,14 +319,14 @@ def _as_uint8(buf: Any) -> np.ndarray:
 
 def _scan(arr: np.ndarray, where: _Where, tail: Tail) -> tuple[np.ndarray, int]:
     """The scan table of the complete entries, and where the walk stopped."""
-    count = np.empty((0, k.SCAN_FIELDS), np.int64)
-    n, status, pos, offset, detail = k.scan_entries(arr, 0, len(arr), MIN_BODY, count)
-    table = np.empty((n, k.SCAN_FIELDS), np.int64)
-    k.scan_entries(arr, 0, len(arr), MIN_BODY, table)
+    count = np.empty((0, es.SCAN_FIELDS), np.int64)
+    n, status, pos, offset, detail = k.scan_entries(arr, 0, len(arr), count)
+    table = np.empty((n, es.SCAN_FIELDS), np.int64)
+    k.scan_entries(arr, 0, len(arr), table)
     base_offset = None if offset < 0 else int(offset)
-    if status in (k.SCAN_TAIL_SHORT, k.SCAN_TAIL_TRUNCATED):
+    if status in (es.SCAN_TAIL_SHORT, es.SCAN_TAIL_TRUNCATED):
         if tail == "error":
-            if status == k.SCAN_TAIL_SHORT:
+            if status == es.SCAN_TAIL_SHORT:
                 reason = f"{detail} bytes left, too few for an entry header"
             else:
                 reason = f"batch of {detail} bytes but only {len(arr) - pos} remain"
@@ -336,7 +337,7 @@ def _scan(arr: np.ndarray, where: _Where, tail: Tail) -> tuple[np.ndarray, int]:
                 base_offset=base_offset,
             )
         return table, int(pos)
-    if status != k.SCAN_OK:
+    if status != es.SCAN_OK:
         raise where.corrupt(SCAN_ERRORS[status].format(detail=detail), pos, base_offset)
     return table, int(pos)
 
@@ -345,7 +346,7 @@ def _scan(arr: np.ndarray, where: _Where, tail: Tail) -> tuple[np.ndarray, int]:
 
 
 def _v2(entries: np.ndarray) -> np.ndarray:
-    return entries[:, k.S_MAGIC] == 2
+    return entries[:, es.S_MAGIC] == 2
 
 
 def _in_range(entries: np.ndarray, start_offset: int, end_offset: int) -> np.ndarray:
@@ -355,8 +356,8 @@ def _in_range(entries: np.ndarray, start_offset: int, end_offset: int) -> np.nda
     data) says nothing about its last one: such entries are kept and filtered record by record.
     """
     v2 = _v2(entries)
-    first_known = np.where(v2, entries[:, k.S_OFFSET], -1)
-    unknown_last = ~v2 & (entries[:, k.S_OFFSET] == 0)
+    first_known = np.where(v2, entries[:, es.S_OFFSET], -1)
+    unknown_last = ~v2 & (entries[:, es.S_OFFSET] == 0)
     return ((last_offsets(entries) >= start_offset) | unknown_last) & (first_known < end_offset)
 
 
@@ -379,7 +380,7 @@ def _plan(
     inflation budget ``max_inflated``: a compressed or legacy batch after the first chosen one
     that does not fit what is left of it ends the plan there (``_Plan.stop``)."""
     view = memoryview(arr)
-    control = _v2(entries) & (entries[:, k.S_ATTR] & CONTROL_MASK != 0)
+    control = _v2(entries) & (entries[:, es.S_ATTR] & CONTROL_MASK != 0)
     wanted = in_range & ~control
     if aborted_transactions is not None:
         wanted &= ~_aborted(view, entries, list(aborted_transactions), where, verify_crc)
@@ -387,14 +388,14 @@ def _plan(
     table = np.zeros((len(chosen), k.TABLE_FIELDS), np.int64)
     table[:, _TABLE_COLUMNS] = chosen[:, _SCAN_COLUMNS]
     table[:, k.T_START] += RECORD_BATCH_OVERHEAD
-    table[:, k.T_END] += chosen[:, k.S_POS]
-    table[:, k.T_LOG_APPEND] = (chosen[:, k.S_ATTR] & TIMESTAMP_TYPE_MASK) != 0
+    table[:, k.T_END] += chosen[:, es.S_POS]
+    table[:, k.T_LOG_APPEND] = (chosen[:, es.S_ATTR] & TIMESTAMP_TYPE_MASK) != 0
     table[:, k.T_TS_TYPE] = table[:, k.T_LOG_APPEND]
-    codecs = chosen[:, k.S_ATTR] & CODEC_MASK
-    special = (chosen[:, k.S_MAGIC] != 2) | (codecs != 0)
+    codecs = chosen[:, es.S_ATTR] & CODEC_MASK
+    special = (chosen[:, es.S_MAGIC] != 2) | (codecs != 0)
     entry_of = np.flatnonzero(wanted)
     inflater = _Inflater(arr, chosen, table, where, max_inflated, verify_crc)
-    row = inflater.run(np.flatnonzero(special), _fast_paths(chosen[:, k.S_MAGIC], codecs))
+    row = inflater.run(np.flatnonzero(special), _fast_paths(chosen[:, es.S_MAGIC], codecs))
     if row is not None:  # over the budget: the next call starts with this batch
         return _Plan(table[:row], inflater.side.array(), entry_of[:row], int(entry_of[row]))
     return _Plan(table, inflater.side.array(), entry_of)
@@ -441,7 +442,7 @@ class _Inflater:
         """Inflate the table's ``rows`` in order; the row where the budget ends the plan, or
         None. ``paths``: per table row, the path that inflates it (``_fast_paths``)."""
         # records inflate about 1.5 to 4 times: a first guess, the buffer grows when they do more
-        guess = 3 * int(self._chosen[rows, k.S_SIZE].sum())
+        guess = 3 * int(self._chosen[rows, es.S_SIZE].sum())
         self.side.grow(guess if self._max_inflated is None else min(guess, self._max_inflated))
         how = paths[rows]
         i = 0
@@ -470,9 +471,9 @@ class _Inflater:
         how many it finished (the next one, if any, needs the slow path)."""
         spans = np.empty((len(rows), k.INFLATE_FIELDS), np.int64)
         entries = self._chosen[rows]
-        spans[:, k.I_START] = entries[:, k.S_POS] + RECORD_BATCH_OVERHEAD
-        spans[:, k.I_END] = entries[:, k.S_POS] + entries[:, k.S_SIZE]
-        spans[:, k.I_CODEC] = entries[:, k.S_ATTR] & CODEC_MASK
+        spans[:, k.I_START] = entries[:, es.S_POS] + RECORD_BATCH_OVERHEAD
+        spans[:, k.I_END] = entries[:, es.S_POS] + entries[:, es.S_SIZE]
+        spans[:, k.I_CODEC] = entries[:, es.S_ATTR] & CODEC_MASK
         budget = -1 if self._max_inflated is None else self._max_inflated
         done = 0
         while done < len(rows):
@@ -506,9 +507,9 @@ class _Inflater:
         if room <= 0:
             return False
         entry, where = self._chosen[row], self._where
-        pos, size = int(entry[k.S_POS]), int(entry[k.S_SIZE])
+        pos, size = int(entry[es.S_POS]), int(entry[es.S_SIZE])
         view = memoryview(self._arr)
-        if entry[k.S_MAGIC] != 2:
+        if entry[es.S_MAGIC] != 2:
             _add_legacy(
                 self.side, self._table[row], view[pos : pos + size], where, pos, self._verify_crc
             )
@@ -526,7 +527,15 @@ class _Inflater:
 # decode table columns copied from scan table columns (T_START and T_END then made positions)
 _TABLE_COLUMNS = [k.T_START, k.T_END, k.T_BASE_OFFSET, k.T_LAST_DELTA, k.T_COUNT]
 _TABLE_COLUMNS += [k.T_BASE_TS, k.T_MAX_TS]
-_SCAN_COLUMNS = [k.S_POS, k.S_SIZE, k.S_OFFSET, k.S_LAST_DELTA, k.S_COUNT, k.S_BASE_TS, k.S_MAX_TS]
+_SCAN_COLUMNS = [
+    es.S_POS,
+    es.S_SIZE,
+    es.S_OFFSET,
+    es.S_LAST_DELTA,
+    es.S_COUNT,
+    es.S_BASE_TS,
+    es.S_MAX_TS,
+]
 
 
 class _CrcCheck:
@@ -540,7 +549,7 @@ class _CrcCheck:
         self._thread: threading.Thread | None = None
         if not enabled:
             return
-        if int(entries[:, k.S_SIZE].sum()) < PARALLEL_CRC_BYTES:
+        if int(entries[:, es.S_SIZE].sum()) < PARALLEL_CRC_BYTES:
             _verify_crcs(view, entries, where, release_gil=-1)
             return
         self._thread = threading.Thread(
@@ -570,9 +579,9 @@ def crc_mismatch(
     whose CRC-32C (``record_batch.crc32c_of``'s computation) differs from the stored one, as
     (row, stored, computed); None when all match. ``release_gil`` is the ``crc32c`` package's
     ``gil_release_mode``."""
-    positions = entries[:, k.S_POS].tolist()
-    ends = (entries[:, k.S_POS] + entries[:, k.S_SIZE]).tolist()
-    crcs = entries[:, k.S_CRC].tolist()
+    positions = entries[:, es.S_POS].tolist()
+    ends = (entries[:, es.S_POS] + entries[:, es.S_SIZE]).tolist()
+    crcs = entries[:, es.S_CRC].tolist()
     for i, (pos, end, stored) in enumerate(zip(positions, ends, crcs, strict=True)):
         actual = crc32c.crc32c(view[pos + ATTRIBUTES_OFFSET : end], gil_release_mode=release_gil)
         if actual != stored:
@@ -586,7 +595,7 @@ def _verify_crcs(view: memoryview, entries: np.ndarray, where: _Where, release_g
     if bad is not None:
         i, stored, actual = bad
         reason = f"CRC mismatch: stored {stored:#010x}, computed {actual:#010x}"
-        raise where.corrupt(reason, int(entries[i, k.S_POS]), int(entries[i, k.S_OFFSET]))
+        raise where.corrupt(reason, int(entries[i, es.S_POS]), int(entries[i, es.S_OFFSET]))
 
 
 def _aborted(
@@ -603,23 +612,23 @@ def _aborted(
     queue = [(int(first), int(pid)) for pid, first in aborted]
     heapq.heapify(queue)
     aborted_producers: set[int] = set()
-    producers = np.flatnonzero((entries[:, k.S_MAGIC] == 2) & (entries[:, k.S_PRODUCER_ID] >= 0))
+    producers = np.flatnonzero((entries[:, es.S_MAGIC] == 2) & (entries[:, es.S_PRODUCER_ID] >= 0))
     for i in producers.tolist():
         entry = entries[i]
         last = last_offset(entries, i)
         while queue and queue[0][0] <= last:
             aborted_producers.add(heapq.heappop(queue)[1])
-        producer_id = int(entry[k.S_PRODUCER_ID])
-        if entry[k.S_ATTR] & CONTROL_MASK:
+        producer_id = int(entry[es.S_PRODUCER_ID])
+        if entry[es.S_ATTR] & CONTROL_MASK:
             if _is_abort_marker(view, entry, where, verify_crc):
                 aborted_producers.discard(producer_id)
-        elif entry[k.S_ATTR] & TRANSACTIONAL_MASK and producer_id in aborted_producers:
+        elif entry[es.S_ATTR] & TRANSACTIONAL_MASK and producer_id in aborted_producers:
             skip[i] = True
     return skip
 
 
 def _is_abort_marker(view: memoryview, entry: np.ndarray, where: _Where, verify: bool) -> bool:
-    pos, size = int(entry[k.S_POS]), int(entry[k.S_SIZE])
+    pos, size = int(entry[es.S_POS]), int(entry[es.S_SIZE])
     batch = RecordBatch(view[pos : pos + size], where.source, where.base_position + pos)
     if verify:
         batch.ensure_valid()
@@ -635,8 +644,8 @@ def _is_abort_marker(view: memoryview, entry: np.ndarray, where: _Where, verify:
 def _decompress(section: memoryview, entry: np.ndarray, where: _Where, max_size: int) -> bytes:
     """A compressed batch's records section, decompressed (one ``decompress`` call of at most
     ``max_size`` bytes)."""
-    pos, base_offset = int(entry[k.S_POS]), int(entry[k.S_OFFSET])
-    codec_id = int(entry[k.S_ATTR]) & CODEC_MASK
+    pos, base_offset = int(entry[es.S_POS]), int(entry[es.S_OFFSET])
+    codec_id = int(entry[es.S_ATTR]) & CODEC_MASK
     try:
         codec = CompressionType(codec_id)
     except ValueError:
@@ -832,7 +841,7 @@ def _decode_error(
     if len(plan.entry_of) <= row:
         return CorruptRecordError(reason, source=where.source)
     entry = entries[plan.entry_of[row]]
-    return where.corrupt(reason, int(entry[k.S_POS]), int(entry[k.S_OFFSET]))
+    return where.corrupt(reason, int(entry[es.S_POS]), int(entry[es.S_OFFSET]))
 
 
 # -- Arrow ---------------------------------------------------------------------------------------

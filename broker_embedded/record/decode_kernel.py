@@ -2,17 +2,9 @@
 
 Three kernels, all ``@numba.njit(cache=True, nogil=True)``:
 
-:func:`scan_entries` walks the entry headers of a run of batches (a segment slice or a fetch
-response's records) with the rules of ``records.iter_batches``: every entry starts with
-``offset int64, size int32`` (12 bytes of log overhead) and has its magic at byte 16; fewer than
-17 bytes left, or an entry longer than what is left, is a partial tail; an unknown magic or a size
-below ``MIN_ENTRY_BODY[magic]`` is corrupt. It fills one row of ``SCAN_FIELDS`` int64 per entry
-(position, size, magic, offset field, attributes, and for magic 2 the header fields at their
-``batch_layout`` positions: crc at 17, attributes int16 at 21, lastOffsetDelta int32 at 23,
-baseTimestamp int64 at 27, maxTimestamp int64 at 35, producerId int64 at 43, recordsCount int32
-at 57; for magic 0/1 the crc at 12, the attributes byte at 17 and a lastOffsetDelta of 0, so that
-``batch_layout.entry_last_offset`` gives every row's last offset). Called with a zero-row table
-it only counts.
+:func:`scan_entries` is the decoder's specialisation (read-only input, every magic) of the one
+walk of entry headers, ``entry_scan.walk_entries``: its table (``entry_scan.S_*``), its statuses
+(``entry_scan.SCAN_*``) and its rules are there. Called with a zero-row table it only counts.
 
 :func:`decode_sections` walks the records sections listed in a table (``T_*`` columns: in the
 input buffer or in a side buffer of decompressed / re-encoded sections) and fills column
@@ -67,43 +59,14 @@ from __future__ import annotations
 import numpy as np
 
 from broker_embedded.record import lz4_frame, snappy_block
-from broker_embedded.record.batch_layout import (
-    ATTRIBUTES_OFFSET,
-    BASE_TIMESTAMP_OFFSET,
-    BATCH_LENGTH_OFFSET,
-    CRC_OFFSET,
-    LAST_OFFSET_DELTA_OFFSET,
-    LEGACY_ATTRIBUTES_OFFSET,
-    LEGACY_CRC_OFFSET,
-    LOG_OVERHEAD,
-    MAGIC_OFFSET,
-    MAX_TIMESTAMP_OFFSET,
-    PRODUCER_ID_OFFSET,
-    RECORDS_COUNT_OFFSET,
-)
+from broker_embedded.record.entry_scan import NO_LIMIT, walk_entries
 from broker_embedded.record.kernel_primitives import (
-    at,
-    be,
-    be_signed,
     inline,
     jit,
     memcpy,
     read_varint,
     read_varlong,
 )
-
-# -- scan table --------------------------------------------------------------------------------
-S_POS, S_SIZE, S_MAGIC, S_OFFSET, S_ATTR, S_LAST_DELTA = 0, 1, 2, 3, 4, 5
-S_BASE_TS, S_MAX_TS, S_PRODUCER_ID, S_COUNT, S_CRC = 6, 7, 8, 9, 10
-SCAN_FIELDS = 11
-
-SCAN_OK = 0
-SCAN_TAIL_SHORT = 1  # fewer than 17 bytes left
-SCAN_TAIL_TRUNCATED = 2  # the entry is longer than what is left (detail: its size)
-SCAN_BAD_MAGIC = 3  # detail: the magic
-SCAN_SHORT_ENTRY = 4  # size field below MIN_ENTRY_BODY (detail: the size field)
-SCAN_NEGATIVE_COUNT = 5  # detail: recordsCount
-SCAN_NEGATIVE_DELTA = 6  # detail: lastOffsetDelta
 
 # -- decode table (one row per records section) ------------------------------------------------
 T_SIDE, T_START, T_END, T_BASE_OFFSET, T_LAST_DELTA, T_COUNT = 0, 1, 2, 3, 4, 5
@@ -158,68 +121,10 @@ _MIN_RECORD_BYTES = 7  # length varint, attributes, five one-byte varints
 
 
 @jit
-def _fill_entry(buf, pos, size, magic, table, row):  # type: ignore[no-untyped-def]
-    table[row, S_POS] = pos
-    table[row, S_SIZE] = size
-    table[row, S_MAGIC] = magic
-    table[row, S_OFFSET] = be_signed(buf, pos, 8)
-    if magic == 2:
-        table[row, S_CRC] = be(buf, pos + CRC_OFFSET, 4)
-        table[row, S_ATTR] = be(buf, pos + ATTRIBUTES_OFFSET, 2)
-        table[row, S_LAST_DELTA] = be_signed(buf, pos + LAST_OFFSET_DELTA_OFFSET, 4)
-        table[row, S_BASE_TS] = be_signed(buf, pos + BASE_TIMESTAMP_OFFSET, 8)
-        table[row, S_MAX_TS] = be_signed(buf, pos + MAX_TIMESTAMP_OFFSET, 8)
-        table[row, S_PRODUCER_ID] = be_signed(buf, pos + PRODUCER_ID_OFFSET, 8)
-        table[row, S_COUNT] = be_signed(buf, pos + RECORDS_COUNT_OFFSET, 4)
-    else:
-        table[row, S_CRC] = be(buf, pos + LEGACY_CRC_OFFSET, 4)
-        table[row, S_ATTR] = at(buf, pos + LEGACY_ATTRIBUTES_OFFSET)
-        table[row, S_LAST_DELTA] = 0
-        table[row, S_BASE_TS] = -1
-        table[row, S_MAX_TS] = -1
-        table[row, S_PRODUCER_ID] = -1
-        table[row, S_COUNT] = -1
-
-
-@jit
-def scan_entries(buf, start, end, min_body, table):  # type: ignore[no-untyped-def]
-    """Walk the entries of ``buf[start:end]``; fill ``table`` rows while they last.
-
-    ``min_body[magic]`` is the smallest size field of a magic (-1: unknown magic). Returns
-    ``(entries, status, position, offset, detail)``: the number of complete entries, a ``SCAN_*``
-    status, where the walk stopped, the offset field of the entry there (-1 if unread) and a
-    status detail.
-    """
-    n = 0
-    pos = start
-    end = min(end, buf.shape[0])
-    cap = table.shape[0]
-    while pos < end:
-        remaining = end - pos
-        if remaining < MAGIC_OFFSET + 1:
-            return n, SCAN_TAIL_SHORT, pos, np.int64(-1), remaining
-        offset = be_signed(buf, pos, 8)
-        length = be_signed(buf, pos + BATCH_LENGTH_OFFSET, 4)
-        magic = at(buf, pos + MAGIC_OFFSET)
-        if magic >= min_body.shape[0] or min_body[magic] < 0:
-            return n, SCAN_BAD_MAGIC, pos, offset, magic
-        if length < min_body[magic]:
-            return n, SCAN_SHORT_ENTRY, pos, offset, length
-        size = length + LOG_OVERHEAD
-        if size > remaining:
-            return n, SCAN_TAIL_TRUNCATED, pos, offset, size
-        if magic == 2:
-            count = be_signed(buf, pos + RECORDS_COUNT_OFFSET, 4)
-            if count < 0:
-                return n, SCAN_NEGATIVE_COUNT, pos, offset, count
-            delta = be_signed(buf, pos + LAST_OFFSET_DELTA_OFFSET, 4)
-            if delta < 0:
-                return n, SCAN_NEGATIVE_DELTA, pos, offset, delta
-        if n < cap:
-            _fill_entry(buf, pos, size, magic, table, n)
-        n += 1
-        pos += size
-    return n, SCAN_OK, pos, np.int64(-1), np.int64(0)
+def scan_entries(buf, start, end, table):  # type: ignore[no-untyped-def]
+    """The decoder's walk: ``entry_scan.walk_entries`` over every entry of ``buf[start:end]``,
+    whatever its magic, filling ``table`` rows while they last (a table of no rows counts)."""
+    return walk_entries(buf, start, end, False, NO_LIMIT, False, 0, table)
 
 
 # -- records -----------------------------------------------------------------------------------

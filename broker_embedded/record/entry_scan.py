@@ -1,27 +1,52 @@
-"""The header scan of a run of log entries (``decode_kernel.scan_entries``) with its tables and
-errors, shared by the columnar decoder, the read-only partition view and the cleaner.
+"""The one walk of a run of log entries' headers (Kafka's ``ByteBufferLogInputStream.nextBatch``
+with ``DefaultRecordBatch``'s header checks), compiled, and what its callers build on it:
+seeking (``seek_entry``: the segment reads), validation (``log_validator.scan``: appends),
+decoding (``decode_kernel.scan_entries``: the columnar decoder), cleaning and the partition
+view (:func:`scan_window`) and the Python batch views (``records.iter_batches``). The walk only
+says what it found; each caller's Python turns a status into its own domain exception, with its
+own message, so a header is judged by one piece of code (a second copy of the rules once let a
+header through that the other rejected).
 
-Scan table invariant: a legacy (magic 0/1) row has ``S_LAST_DELTA`` 0, so :func:`last_offsets`
-and :func:`last_offset` (``batch_layout.entry_last_offset``) give every row's last offset.
+:func:`walk_entries` ``(buf, start, end, v2_only, limit, seek, target, table)`` walks
+``buf[start:end]`` (a uint8 array; ``end`` is clipped to ``len(buf)``). Every entry starts with
+``offset int64, size int32`` (12 bytes of log overhead) and has its magic at byte 16
+(batch_layout.py). Per entry, in this order:
 
-``MIN_BODY``: the smallest entry body per magic (``records.MIN_ENTRY_BODY``) as the kernel's
-lookup array (-1: unknown magic). ``SCAN_ERRORS``: the message of each corrupt-entry status.
-:func:`scan_window` scans the complete entries of a window into a table (``SCAN_FIELDS`` int64
-columns, one row per entry, positions relative to the buffer): two kernel calls (count, fill),
-no Python object per entry.
+- fewer than 17 bytes left: ``SCAN_TAIL_SHORT`` (detail: the bytes left);
+- a magic above 2: ``SCAN_BAD_MAGIC`` (detail: the magic); a magic 0 or 1 when ``v2_only``:
+  ``SCAN_LEGACY`` (detail: the magic; such callers leave legacy entries to their Python path);
+- a size field below ``MIN_ENTRY_BODY[magic]``: ``SCAN_SHORT_ENTRY`` (detail: the size field);
+- an entry longer than what is left: ``SCAN_TAIL_TRUNCATED`` (detail: the entry's size);
+- magic 2: a negative recordsCount: ``SCAN_NEGATIVE_COUNT``, then a negative lastOffsetDelta:
+  ``SCAN_NEGATIVE_DELTA`` (detail: the value);
+- when ``seek`` and its last offset is ``>= target``: ``SCAN_FOUND`` (offset: that last
+  offset, detail: its size; the entry is not counted nor put in the table);
+- else the entry is walked: its fields go into row ``i % len(table)`` of ``table`` (the i-th
+  entry walked; a table of no rows only counts).
 
-:func:`seek_entry` walks the headers of ``buf[start:stop]`` (read-only uint8) to the first entry
-whose last offset reaches a target, one kernel call with no table: the segment reads' fast path
-(a fetch's first batch, where a byte limit cut the last). It takes only what it can judge alone:
-magic 2 entries of at least the v2 header's size, with a non-negative last offset delta and
-record count (what ``RecordBatch`` checks of a header). Its
-status: ``SEEK_FOUND`` (position, size, last offset of that entry), ``SEEK_END`` (the walk
-reached ``stop``: position ``stop``), ``SEEK_PARTIAL`` (a header or an entry cut by ``stop`` at
-position) and ``SEEK_ODD`` (anything else at position: a legacy entry, or a size, magic or delta
-the slow path must judge and name). Callers run their Python walk on ``SEEK_ODD`` and wherever a
-status is not a plain answer for them, so errors keep one source.
+A walk that reaches ``end`` says ``SCAN_OK``; one that walked ``limit`` entries with more bytes
+left says ``SCAN_FULL``. It returns ``(entries walked, status, position, offset, detail)``: the
+position is where the walk stopped (the start of the entry that stopped it, or just after the
+last entry walked: where a walk resumes), the offset that entry's offset field (-1 when unread
+or when no entry stopped it).
 
-Immutable module state: thread-safe.
+Table (``SCAN_FIELDS`` int64 columns, ``S_*``): position (relative to ``buf``), size, magic,
+offset field, and for magic 2 the header fields at their ``batch_layout`` positions
+(attributes as Kafka's signed int16, the CRC as stored, unsigned); a legacy row has the CRC at
+12, the attributes byte at 17, a lastOffsetDelta of 0 (so :func:`last_offsets`, i.e.
+``batch_layout.entry_last_offset``, gives every row's last offset) and -1 for the fields it
+lacks.
+
+:func:`scan_window` scans the complete entries of a window into a table (two walks: count,
+fill), a corrupt entry being a :class:`CorruptRecordError` (``SCAN_ERRORS``: the messages).
+:func:`seek_entry` is the segment reads' seek: the walk over v2 entries to the first whose last
+offset reaches a target, as ``(SEEK_*, position, size, last offset)``; ``SEEK_ODD`` (a legacy
+entry or a corrupt header) sends the caller to its Python walk, which names the error.
+
+Limits: the walk reads 61 bytes of header at most per entry and never past ``end``; it creates
+no Python object. Numba's bounds checking is off: the length checks above are the only ones.
+Thread safety: pure functions of their arguments; compiled with ``nogil``. Immutable module
+state.
 """
 
 from __future__ import annotations
@@ -31,39 +56,143 @@ from typing import NamedTuple
 import numpy as np
 
 from broker_embedded.errors import CorruptRecordError
-from broker_embedded.record import decode_kernel as k
 from broker_embedded.record.batch_layout import (
+    ATTRIBUTES_OFFSET,
+    BASE_SEQUENCE_OFFSET,
+    BASE_TIMESTAMP_OFFSET,
     BATCH_LENGTH_OFFSET,
+    CRC_OFFSET,
     LAST_OFFSET_DELTA_OFFSET,
+    LEGACY_ATTRIBUTES_OFFSET,
+    LEGACY_CRC_OFFSET,
     LOG_OVERHEAD,
     MAGIC_OFFSET,
+    MAX_TIMESTAMP_OFFSET,
+    PARTITION_LEADER_EPOCH_OFFSET,
+    PRODUCER_EPOCH_OFFSET,
+    PRODUCER_ID_OFFSET,
     RECORD_BATCH_OVERHEAD,
     RECORDS_COUNT_OFFSET,
     entry_last_offset,
 )
-from broker_embedded.record.kernel_primitives import be_signed, jit
-from broker_embedded.record.records import MIN_ENTRY_BODY
+from broker_embedded.record.kernel_primitives import at, be, be_signed, jit, readonly_bytes
 
-MIN_BODY = np.full(max(MIN_ENTRY_BODY) + 1, -1, np.int64)
-for _magic, _size in MIN_ENTRY_BODY.items():
-    MIN_BODY[_magic] = _size
-NO_ROWS = np.empty((0, k.SCAN_FIELDS), np.int64)
+# The smallest body after the 12 bytes of log overhead, per magic (crc, magic, attributes,
+# [timestamp], key length, value length; v2: the fixed batch header).
+MIN_ENTRY_BODY = {0: 14, 1: 22, 2: 49}
+_MIN_V0_BODY, _MIN_V1_BODY, _MIN_V2_BODY = MIN_ENTRY_BODY[0], MIN_ENTRY_BODY[1], MIN_ENTRY_BODY[2]
+
+# -- the walk's table ----------------------------------------------------------------------------
+S_POS, S_SIZE, S_MAGIC, S_OFFSET, S_ATTR, S_LAST_DELTA = 0, 1, 2, 3, 4, 5
+S_BASE_TS, S_MAX_TS, S_PRODUCER_ID, S_COUNT, S_CRC = 6, 7, 8, 9, 10
+S_EPOCH, S_PRODUCER_EPOCH, S_BASE_SEQUENCE = 11, 12, 13
+SCAN_FIELDS = 14
+
+# -- the walk's statuses -------------------------------------------------------------------------
+SCAN_OK = 0  # the walk reached the end
+SCAN_TAIL_SHORT = 1  # fewer than 17 bytes left (detail: how many)
+SCAN_TAIL_TRUNCATED = 2  # the entry is longer than what is left (detail: its size)
+SCAN_BAD_MAGIC = 3  # detail: the magic
+SCAN_SHORT_ENTRY = 4  # size field below MIN_ENTRY_BODY (detail: the size field)
+SCAN_NEGATIVE_COUNT = 5  # detail: recordsCount
+SCAN_NEGATIVE_DELTA = 6  # detail: lastOffsetDelta
+SCAN_LEGACY = 7  # a magic 0 or 1 entry in a v2-only walk (detail: the magic)
+SCAN_FOUND = 8  # the last entry walked reaches the seek's target
+SCAN_FULL = 9  # ``limit`` entries walked, bytes left
+
+NO_LIMIT = np.iinfo(np.int64).max
+NO_ROWS = np.empty((0, SCAN_FIELDS), np.int64)
 SCAN_ERRORS = {
-    k.SCAN_BAD_MAGIC: "unknown magic {detail}",
-    k.SCAN_SHORT_ENTRY: "entry size {detail} is below the minimum for its magic",
-    k.SCAN_NEGATIVE_COUNT: "negative record count {detail}",
-    k.SCAN_NEGATIVE_DELTA: "negative last offset delta {detail}",
+    SCAN_BAD_MAGIC: "unknown magic {detail}",
+    SCAN_SHORT_ENTRY: "entry size {detail} is below the minimum for its magic",
+    SCAN_NEGATIVE_COUNT: "negative record count {detail}",
+    SCAN_NEGATIVE_DELTA: "negative last offset delta {detail}",
 }
+
+
+@jit
+def _fill(buf, pos, size, magic, table, row):  # type: ignore[no-untyped-def]
+    table[row, S_POS] = pos
+    table[row, S_SIZE] = size
+    table[row, S_MAGIC] = magic
+    table[row, S_OFFSET] = be_signed(buf, pos, 8)
+    if magic == 2:
+        table[row, S_CRC] = be(buf, pos + CRC_OFFSET, 4)
+        table[row, S_ATTR] = be_signed(buf, pos + ATTRIBUTES_OFFSET, 2)
+        table[row, S_LAST_DELTA] = be_signed(buf, pos + LAST_OFFSET_DELTA_OFFSET, 4)
+        table[row, S_BASE_TS] = be_signed(buf, pos + BASE_TIMESTAMP_OFFSET, 8)
+        table[row, S_MAX_TS] = be_signed(buf, pos + MAX_TIMESTAMP_OFFSET, 8)
+        table[row, S_PRODUCER_ID] = be_signed(buf, pos + PRODUCER_ID_OFFSET, 8)
+        table[row, S_COUNT] = be_signed(buf, pos + RECORDS_COUNT_OFFSET, 4)
+        table[row, S_EPOCH] = be_signed(buf, pos + PARTITION_LEADER_EPOCH_OFFSET, 4)
+        table[row, S_PRODUCER_EPOCH] = be_signed(buf, pos + PRODUCER_EPOCH_OFFSET, 2)
+        table[row, S_BASE_SEQUENCE] = be_signed(buf, pos + BASE_SEQUENCE_OFFSET, 4)
+    else:
+        table[row, S_CRC] = be(buf, pos + LEGACY_CRC_OFFSET, 4)
+        table[row, S_ATTR] = at(buf, pos + LEGACY_ATTRIBUTES_OFFSET)
+        table[row, S_LAST_DELTA] = 0
+        table[row, S_BASE_TS] = -1
+        table[row, S_MAX_TS] = -1
+        table[row, S_PRODUCER_ID] = -1
+        table[row, S_COUNT] = -1
+        table[row, S_EPOCH] = -1
+        table[row, S_PRODUCER_EPOCH] = -1
+        table[row, S_BASE_SEQUENCE] = -1
+
+
+@jit
+def walk_entries(buf, start, end, v2_only, limit, seek, target, table):  # type: ignore[no-untyped-def]
+    """``(entries walked, status, position, offset, detail)`` of the walk of ``buf[start:end]``
+    (module docstring)."""
+    n = np.int64(0)
+    pos = np.int64(start)
+    end = min(end, buf.shape[0])
+    cap = table.shape[0]
+    none = np.int64(-1)
+    while pos < end:
+        if n >= limit:
+            return n, SCAN_FULL, pos, none, np.int64(0)
+        remaining = end - pos
+        if remaining < MAGIC_OFFSET + 1:
+            return n, SCAN_TAIL_SHORT, pos, none, remaining
+        offset = be_signed(buf, pos, 8)
+        length = be_signed(buf, pos + BATCH_LENGTH_OFFSET, 4)
+        magic = at(buf, pos + MAGIC_OFFSET)
+        if magic > 2:
+            return n, SCAN_BAD_MAGIC, pos, offset, magic
+        if magic != 2 and v2_only:
+            return n, SCAN_LEGACY, pos, offset, magic
+        least = _MIN_V2_BODY if magic == 2 else (_MIN_V1_BODY if magic == 1 else _MIN_V0_BODY)
+        if length < least:
+            return n, SCAN_SHORT_ENTRY, pos, offset, length
+        size = length + LOG_OVERHEAD
+        if size > remaining:
+            return n, SCAN_TAIL_TRUNCATED, pos, offset, size
+        delta = np.int64(0)
+        if magic == 2:
+            count = be_signed(buf, pos + RECORDS_COUNT_OFFSET, 4)
+            if count < 0:
+                return n, SCAN_NEGATIVE_COUNT, pos, offset, count
+            delta = be_signed(buf, pos + LAST_OFFSET_DELTA_OFFSET, 4)
+            if delta < 0:
+                return n, SCAN_NEGATIVE_DELTA, pos, offset, delta
+        if seek and offset + delta >= target:
+            return n, SCAN_FOUND, pos, offset + delta, size
+        if cap > 0:
+            _fill(buf, pos, size, magic, table, n % cap)
+        n += 1
+        pos += size
+    return n, SCAN_OK, pos, none, np.int64(0)
 
 
 def last_offsets(table: np.ndarray) -> np.ndarray:
     """The last offset of every entry of a scan table."""
-    return entry_last_offset(table[:, k.S_OFFSET], table[:, k.S_LAST_DELTA])
+    return entry_last_offset(table[:, S_OFFSET], table[:, S_LAST_DELTA])
 
 
 def last_offset(table: np.ndarray, row: int) -> int:
     """The last offset of the entry in row ``row`` of a scan table."""
-    return entry_last_offset(int(table[row, k.S_OFFSET]), int(table[row, k.S_LAST_DELTA]))
+    return entry_last_offset(int(table[row, S_OFFSET]), int(table[row, S_LAST_DELTA]))
 
 
 class ScannedWindow(NamedTuple):
@@ -83,19 +212,21 @@ def scan_window(
     """Scan ``buf[start:stop]`` (read-only uint8); a corrupt entry is a
     :class:`CorruptRecordError` naming ``source`` and the file position (``position`` is that
     of ``buf[0]``)."""
-    n, status, at, offset, detail = k.scan_entries(buf, start, stop, MIN_BODY, NO_ROWS)
+    n, status, at_, offset, detail = walk_entries(
+        buf, start, stop, False, NO_LIMIT, False, 0, NO_ROWS
+    )
     if n == 0:
         if status in SCAN_ERRORS:
             raise CorruptRecordError(
                 SCAN_ERRORS[status].format(detail=int(detail)),
                 source=source,
-                position=position + int(at),
+                position=position + int(at_),
                 base_offset=int(offset),
             )
         return ScannedWindow(NO_ROWS, start, int(detail), int(offset))
-    table = np.empty((n, k.SCAN_FIELDS), np.int64)
-    k.scan_entries(buf, start, stop, MIN_BODY, table)
-    return ScannedWindow(table, int(at), 0, -1)
+    table = np.empty((n, SCAN_FIELDS), np.int64)
+    walk_entries(buf, start, stop, False, n, False, 0, table)
+    return ScannedWindow(table, int(at_), 0, -1)
 
 
 SEEK_FOUND, SEEK_END, SEEK_PARTIAL, SEEK_ODD = 0, 1, 2, 3
@@ -104,22 +235,32 @@ NO_TARGET = np.iinfo(np.int64).max  # seek_entry's target to walk every whole en
 
 @jit
 def seek_entry(buf, start, stop, target):  # type: ignore[no-untyped-def]
-    """(status, position, size, last offset) of the walk from ``start`` (module docstring)."""
-    pos = start
-    while pos < stop:
-        if stop - pos <= MAGIC_OFFSET:
-            return SEEK_PARTIAL, pos, 0, -1
-        length = be_signed(buf, pos + BATCH_LENGTH_OFFSET, 4)
-        if buf[pos + MAGIC_OFFSET] != 2 or length < RECORD_BATCH_OVERHEAD - LOG_OVERHEAD:
-            return SEEK_ODD, pos, 0, -1
-        size = length + LOG_OVERHEAD
-        if size > stop - pos:
-            return SEEK_PARTIAL, pos, 0, -1
-        delta = be_signed(buf, pos + LAST_OFFSET_DELTA_OFFSET, 4)
-        if delta < 0 or be_signed(buf, pos + RECORDS_COUNT_OFFSET, 4) < 0:
-            return SEEK_ODD, pos, 0, -1
-        last = be_signed(buf, pos, 8) + delta
-        if last >= target:
-            return SEEK_FOUND, pos, size, last
-        pos += size
-    return SEEK_END, pos, 0, -1
+    """(status, position, size, last offset) of the walk from ``start`` over v2 entries to the
+    first whose last offset is ``>= target``: ``SEEK_FOUND`` (that entry), ``SEEK_END`` (the
+    walk reached ``stop``: position ``stop``), ``SEEK_PARTIAL`` (a header or an entry cut by
+    ``stop`` at position) and ``SEEK_ODD`` (a legacy entry or a corrupt header at position,
+    for the caller's Python walk to judge and name)."""
+    count_only = np.empty((0, SCAN_FIELDS), np.int64)
+    _, status, pos, last, size = walk_entries(
+        buf, start, stop, True, NO_LIMIT, True, target, count_only
+    )
+    if status == SCAN_FOUND:
+        return SEEK_FOUND, pos, size, last
+    if status == SCAN_OK:
+        return SEEK_END, pos, np.int64(0), np.int64(-1)
+    if status == SCAN_TAIL_SHORT or status == SCAN_TAIL_TRUNCATED:
+        return SEEK_PARTIAL, pos, np.int64(0), np.int64(-1)
+    return SEEK_ODD, pos, np.int64(0), np.int64(-1)
+
+
+def warm_up() -> None:
+    """Compile the walk for the argument types its Python callers give it (read-only input:
+    ``kernel_primitives.readonly_bytes``), and the seek, on one empty v2 batch header."""
+    header = bytearray(RECORD_BATCH_OVERHEAD)
+    length = RECORD_BATCH_OVERHEAD - LOG_OVERHEAD
+    header[BATCH_LENGTH_OFFSET:LOG_OVERHEAD] = length.to_bytes(4, "big")
+    header[MAGIC_OFFSET] = 2
+    buf = readonly_bytes(bytes(header))
+    scan_window(buf, 0, len(buf), "<warm-up>", 0)
+    walk_entries(buf, 0, len(buf), False, 1, False, 0, np.empty((1, SCAN_FIELDS), np.int64))
+    seek_entry(buf, 0, len(buf), NO_TARGET)

@@ -5,16 +5,17 @@ and a fetch response on a follower.
 :func:`scan` walks ``buf[0:end]`` (a uint8 array: a follower's fetched bytes read-only,
 ``kernel_primitives.readonly_bytes``, a leader's copy of a request writable, for
 :func:`assign`; record batches v2 back to back, layout in batch_layout.py) once and returns a
-table of their header fields, one row per batch (the ``C_*`` columns, int64; ``C_CRC`` is the
-stored CRC-32C as an unsigned value), and a summary (the ``S_*`` entries).
-It never raises and never decides an error message: it says ``S_OK`` = 1 only when every
-check the slow path (``records.iter_batches``, ``RecordBatch`` and the log's per-batch checks)
-makes on headers passes, and 0 otherwise. Callers then run the slow path, which raises the
-exact error Kafka answers (so an error is always reported by one piece of code). The checks:
+table of their header fields, one row per batch (the walk's table: the ``C_*`` names are its
+``entry_scan.S_*`` columns; ``C_CRC`` is the stored CRC-32C as an unsigned value), and a
+summary (the ``S_*`` entries). It never raises and never decides an error message: it says
+``S_OK`` = 1 only when every check the slow path (``records.iter_batches``, ``RecordBatch``
+and the log's per-batch checks) makes on headers passes, and 0 otherwise. Callers then run
+the slow path, which raises the exact error Kafka answers (so an error is always reported by
+one piece of code). The checks:
 
-- structure, every entry: 17 bytes for an entry header, magic 2 (the fast path takes no legacy
-  entry), ``batchLength >= 49``, the entry inside ``buf[:end]``, ``recordsCount >= 0``,
-  ``lastOffsetDelta >= 0``. A partial last entry is an error on the leader; on a follower the
+- structure, every entry: the one header walk, ``entry_scan.walk_entries``, over v2 entries
+  (a legacy entry, an unknown magic, a short, negative-count or negative-delta header, each
+  needs the slow path). A partial last entry is an error on the leader; on a follower the
   walk stops before it (``S_END``: where the complete batches end), as a consumer drops it;
 - ``mode == LEADER`` (a client's or the coordinator's append): per batch its size at most
   ``max_message_bytes``, ``recordsCount == lastOffsetDelta + 1`` and positive, no control batch
@@ -45,79 +46,46 @@ from __future__ import annotations
 
 import numpy as np
 
+from broker_embedded.record import entry_scan as es
 from broker_embedded.record.batch_layout import (
-    ATTRIBUTES_OFFSET,
     BASE_OFFSET_OFFSET,
-    BASE_SEQUENCE_OFFSET,
-    BATCH_LENGTH_OFFSET,
     CONTROL_MASK,
-    CRC_OFFSET,
-    LAST_OFFSET_DELTA_OFFSET,
-    LOG_OVERHEAD,
-    MAGIC_OFFSET,
-    MAX_TIMESTAMP_OFFSET,
     PARTITION_LEADER_EPOCH_OFFSET,
-    PRODUCER_EPOCH_OFFSET,
-    PRODUCER_ID_OFFSET,
-    RECORD_BATCH_OVERHEAD,
-    RECORDS_COUNT_OFFSET,
     TRANSACTIONAL_MASK,
 )
-from broker_embedded.record.kernel_primitives import at, be, be_signed, jit, put_be, readonly_bytes
+from broker_embedded.record.kernel_primitives import jit, put_be, readonly_bytes
 
 LEADER = 0
 FOLLOWER = 1
 
-# table columns
-C_POSITION, C_SIZE, C_BASE, C_LAST_DELTA, C_EPOCH, C_ATTRIBUTES, C_MAX_TS = 0, 1, 2, 3, 4, 5, 6
-C_PRODUCER_ID, C_PRODUCER_EPOCH, C_BASE_SEQUENCE, C_COUNT, C_CRC = 7, 8, 9, 10, 11
-COLUMNS = 12
+# table columns: the header walk's (entry_scan.S_*); C_BASE is the offset field, replaced on
+# the leader by the base offset assigned
+C_POSITION = es.S_POS
+C_SIZE = es.S_SIZE
+C_BASE = es.S_OFFSET
+C_LAST_DELTA = es.S_LAST_DELTA
+C_EPOCH = es.S_EPOCH
+C_ATTRIBUTES = es.S_ATTR
+C_MAX_TS = es.S_MAX_TS
+C_PRODUCER_ID = es.S_PRODUCER_ID
+C_PRODUCER_EPOCH = es.S_PRODUCER_EPOCH
+C_BASE_SEQUENCE = es.S_BASE_SEQUENCE
+C_COUNT = es.S_COUNT
+C_CRC = es.S_CRC
+COLUMNS = es.SCAN_FIELDS
 # summary entries
 S_OK, S_ROWS, S_FIRST_ROW, S_END, S_FIRST_OFFSET, S_LAST_OFFSET = 0, 1, 2, 3, 4, 5
 S_RECORDS, S_MAX_TS, S_OFFSET_OF_MAX_TS, S_PRODUCERS = 6, 7, 8, 9
 SUMMARY = 10
 
-_MIN_V2_BODY = RECORD_BATCH_OVERHEAD - LOG_OVERHEAD  # 49: batchLength of an empty batch
-
 
 @jit
-def _walk(buf, end, mode):  # type: ignore[no-untyped-def]
-    """(complete v2 batches, where they end, structure ok) of ``buf[:end]``."""
-    pos = 0
-    n = 0
-    while pos < end:
-        if end - pos < LOG_OVERHEAD + 5 or at(buf, pos + MAGIC_OFFSET) != 2:
-            return n, pos, mode == FOLLOWER and end - pos < LOG_OVERHEAD + 5
-        length = be_signed(buf, pos + BATCH_LENGTH_OFFSET, 4)
-        if length < _MIN_V2_BODY:
-            return n, pos, False
-        if length + LOG_OVERHEAD > end - pos:
-            return n, pos, mode == FOLLOWER  # a partial last batch: torn, or cut by the fetch
-        if be_signed(buf, pos + RECORDS_COUNT_OFFSET, 4) < 0:
-            return n, pos, False
-        if be_signed(buf, pos + LAST_OFFSET_DELTA_OFFSET, 4) < 0:
-            return n, pos, False
-        n += 1
-        pos += length + LOG_OVERHEAD
-    return n, pos, True
-
-
-@jit
-def _row(buf, pos, table, i):  # type: ignore[no-untyped-def]
-    size = be_signed(buf, pos + BATCH_LENGTH_OFFSET, 4) + LOG_OVERHEAD
-    table[i, C_POSITION] = pos
-    table[i, C_SIZE] = size
-    table[i, C_BASE] = be_signed(buf, pos + BASE_OFFSET_OFFSET, 8)
-    table[i, C_LAST_DELTA] = be_signed(buf, pos + LAST_OFFSET_DELTA_OFFSET, 4)
-    table[i, C_EPOCH] = be_signed(buf, pos + PARTITION_LEADER_EPOCH_OFFSET, 4)
-    table[i, C_ATTRIBUTES] = be_signed(buf, pos + ATTRIBUTES_OFFSET, 2)
-    table[i, C_MAX_TS] = be_signed(buf, pos + MAX_TIMESTAMP_OFFSET, 8)
-    table[i, C_PRODUCER_ID] = be_signed(buf, pos + PRODUCER_ID_OFFSET, 8)
-    table[i, C_PRODUCER_EPOCH] = be_signed(buf, pos + PRODUCER_EPOCH_OFFSET, 2)
-    table[i, C_BASE_SEQUENCE] = be_signed(buf, pos + BASE_SEQUENCE_OFFSET, 4)
-    table[i, C_COUNT] = be_signed(buf, pos + RECORDS_COUNT_OFFSET, 4)
-    table[i, C_CRC] = be(buf, pos + CRC_OFFSET, 4)
-    return size
+def _walk(buf, end, mode, table):  # type: ignore[no-untyped-def]
+    """(v2 batches walked into ``table``, where they end, structure ok) of ``buf[:end]``: the
+    header walk over v2 entries only; a partial last batch is ok on a follower only."""
+    n, status, stop, _, _ = es.walk_entries(buf, 0, end, True, es.NO_LIMIT, False, 0, table)
+    partial = status == es.SCAN_TAIL_SHORT or status == es.SCAN_TAIL_TRUNCATED
+    return n, stop, status == es.SCAN_OK or (mode == FOLLOWER and partial)
 
 
 @jit
@@ -141,13 +109,13 @@ def _leader_row_ok(table, i, max_message_bytes, from_client):  # type: ignore[no
 def scan(buf, end, mode, next_offset, max_message_bytes, from_client):  # type: ignore[no-untyped-def]
     """The batch table and summary of ``buf[:end]`` (module docstring)."""
     summary = np.zeros(SUMMARY, np.int64)
-    n, stop, ok = _walk(buf, end, mode)
+    n, stop, ok = _walk(buf, end, mode, np.empty((0, COLUMNS), np.int64))
     table = np.empty((n, COLUMNS), np.int64)
     summary[S_ROWS] = n
     summary[S_END] = stop
     if not ok or (n == 0 and mode == LEADER):
         return table, summary
-    pos = 0
+    _walk(buf, end, mode, table)
     first = -1
     offset = next_offset
     max_ts = np.int64(-1)
@@ -156,7 +124,6 @@ def scan(buf, end, mode, next_offset, max_message_bytes, from_client):  # type: 
     producers = 0
     previous_last = np.int64(-1)
     for i in range(n):
-        pos += _row(buf, pos, table, i)
         last_delta = table[i, C_LAST_DELTA]
         if mode == LEADER:
             if not _leader_row_ok(table, i, max_message_bytes, from_client):

@@ -1,32 +1,40 @@
 """Walking a run of batches: a segment file slice or the records of a fetch response.
 
 Every entry, whatever its magic, starts with ``offset int64, size int32`` (12 bytes of log
-overhead) and carries its magic byte at position 16, so the walker reads those, checks the size,
-and hands out a :class:`RecordBatch` (magic 2) or a ``LegacyRecordBatch`` (magic 0 and 1).
+overhead) and carries its magic byte at position 16. The headers are walked by the one compiled
+header walk (``entry_scan.walk_entries``), ``_CHUNK`` entries at a time, so a caller that stops
+early has not walked the whole run; this module hands out a :class:`RecordBatch` (magic 2) or a
+``LegacyRecordBatch`` (magic 0 and 1) per entry walked and turns the walk's status into the
+error, with the message this walk has always given.
 
 The end of the run: a fetch response may end in a partial batch, which a consumer drops
 (``tail="stop"``); at the end of a log file a partial batch is a torn write, reported as a
 :class:`TornTailError` (``tail="error"``) so recovery can truncate it. A size below the smallest
-possible entry or an unknown magic is a :class:`CorruptRecordError`. Stateless; thread-safe.
+possible entry, an unknown magic, a negative record count or last offset delta is a
+:class:`CorruptRecordError`. Stateless; thread-safe.
 """
 
 from __future__ import annotations
 
-import struct
 from collections.abc import Iterator
 from typing import Literal
 
+import numpy as np
+
 from broker_embedded.errors import CorruptRecordError, TornTailError
-from broker_embedded.record.batch_layout import LOG_OVERHEAD, MAGIC_OFFSET
+from broker_embedded.record import entry_scan as es
+from broker_embedded.record.batch_layout import MAGIC_OFFSET
+from broker_embedded.record.entry_scan import MIN_ENTRY_BODY
+from broker_embedded.record.kernel_primitives import readonly_bytes
 from broker_embedded.record.legacy_record import LegacyRecordBatch
 from broker_embedded.record.record_batch import RecordBatch
 
+__all__ = ["MIN_ENTRY_BODY", "AnyBatch", "iter_batches"]
+
 AnyBatch = RecordBatch | LegacyRecordBatch  # what iter_batches yields
 
-# The smallest body after the 12 bytes of log overhead, per magic (crc, magic, attributes,
-# [timestamp], key length, value length; v2: the fixed batch header).
-MIN_ENTRY_BODY = {0: 14, 1: 22, 2: 49}
-_OVERHEAD = struct.Struct(">qi")
+_CHUNK = 64  # entries walked per kernel call
+_COLUMNS = slice(es.S_POS, es.S_MAGIC + 1)  # position, size, magic: adjacent columns
 
 
 def iter_batches(
@@ -45,43 +53,55 @@ def iter_batches(
     """
     view = memoryview(buf)
     stop = len(view) if end is None else end
+    arr = readonly_bytes(view)
+    table = np.empty((_CHUNK, es.SCAN_FIELDS), np.int64)
     pos = start
-    while pos < stop:
-        remaining = stop - pos
-        where = base_position + pos
-        if remaining < LOG_OVERHEAD + 5:
-            _tail(tail, f"{remaining} bytes left, too few for an entry header", source, where)
-            return
-        base_offset, length = _OVERHEAD.unpack_from(view, pos)
+    while True:
+        n, status, pos, offset, detail = es.walk_entries(
+            arr, pos, stop, False, _CHUNK, False, 0, table
+        )
+        for at, size, magic in table[:n, _COLUMNS].tolist():
+            entry = view[at : at + size]
+            if magic == 2:
+                yield RecordBatch(entry, source, base_position + at)
+            else:
+                yield LegacyRecordBatch(entry, source, base_position + at)
+        if status != es.SCAN_FULL:
+            break
+    if status != es.SCAN_OK:
+        _raise(view, int(status), int(pos), int(offset), int(detail), stop, source,
+               base_position, tail)  # fmt: skip
+
+
+def _raise(
+    view: memoryview,
+    status: int,
+    pos: int,
+    offset: int,
+    detail: int,
+    stop: int,
+    source: str,
+    base_position: int,
+    tail: str,
+) -> None:
+    """The error (or, for a partial tail with ``tail="stop"``, the quiet end) of a walk that
+    stopped at ``pos`` with ``status``."""
+    where = base_position + pos
+    if status == es.SCAN_TAIL_SHORT:
+        _tail(tail, f"{detail} bytes left, too few for an entry header", source, where)
+        return
+    if status == es.SCAN_TAIL_TRUNCATED:
+        reason = f"batch of {detail} bytes but only {stop - pos} remain"
+        _tail(tail, reason, source, where, offset)
+        return
+    if status == es.SCAN_SHORT_ENTRY:
         magic = view[pos + MAGIC_OFFSET]
-        if magic not in MIN_ENTRY_BODY:
-            raise CorruptRecordError(
-                f"unknown magic {magic}", source=source, position=where, base_offset=base_offset
-            )
-        if length < MIN_ENTRY_BODY[magic]:
-            raise CorruptRecordError(
-                f"entry size {length} is below the minimum {MIN_ENTRY_BODY[magic]} "
-                f"for magic {magic}",
-                source=source,
-                position=where,
-                base_offset=base_offset,
-            )
-        size = length + LOG_OVERHEAD
-        if size > remaining:
-            _tail(
-                tail,
-                f"batch of {size} bytes but only {remaining} remain",
-                source,
-                where,
-                base_offset,
-            )
-            return
-        entry = view[pos : pos + size]
-        if magic == 2:
-            yield RecordBatch(entry, source, where)
-        else:
-            yield LegacyRecordBatch(entry, source, where)
-        pos += size
+        reason = (
+            f"entry size {detail} is below the minimum {MIN_ENTRY_BODY[magic]} for magic {magic}"
+        )
+    else:
+        reason = es.SCAN_ERRORS[status].format(detail=detail)
+    raise CorruptRecordError(reason, source=source, position=where, base_offset=offset)
 
 
 def _tail(

@@ -29,7 +29,7 @@ policy of how they are listed and opened, and implements every read once:
   a record at or after the timestamp answers; later ones are tried when the records reaching it
   lie below the log start offset).
 - :func:`header_tables`: batch headers of raw bytes, scanned by the compiled kernel
-  (``decode_kernel.scan_entries`` via entry_scan.py), ``_SCAN_WINDOW_BYTES`` at a time, so
+  (``entry_scan.walk_entries``), ``_SCAN_WINDOW_BYTES`` at a time, so
   memory stays bounded and no Python object is made per batch.
 - :func:`end_of_complete_batches`: the offset after the last whole batch of fetched bytes (the
   upper bound of the aborted transactions a ``TXN_COMMITTED`` fetch returns).
@@ -56,7 +56,7 @@ from typing import Protocol, TypeVar
 import numpy as np
 
 from broker_embedded.errors import OffsetOutOfRangeError
-from broker_embedded.record import decode_kernel as k
+from broker_embedded.record import entry_scan as es
 from broker_embedded.record.entry_scan import (
     NO_TARGET,
     SEEK_END,
@@ -289,10 +289,10 @@ class LocalLog:
             view = found.records
             for table in header_tables(view, seg.source, found.position):
                 # a legacy entry's offset field is its last offset; never transactional
-                below = table[:, k.S_OFFSET] < end
-                txn = below & (table[:, k.S_MAGIC] == 2)
-                txn &= (table[:, k.S_ATTR] & TRANSACTIONAL_MASK) != 0
-                for pos, size in table[txn][:, [k.S_POS, k.S_SIZE]].tolist():
+                below = table[:, es.S_OFFSET] < end
+                txn = below & (table[:, es.S_MAGIC] == 2)
+                txn &= (table[:, es.S_ATTR] & TRANSACTIONAL_MASK) != 0
+                for pos, size in table[txn][:, [es.S_POS, es.S_SIZE]].tolist():
                     yield RecordBatch(view[pos : pos + size], seg.source, found.position + pos)
                 if not below.all():
                     return True
@@ -348,7 +348,7 @@ class LocalLog:
 
 
 def header_tables(buf: bytes | memoryview, source: str, position: int) -> Iterator[np.ndarray]:
-    """Scan tables (``decode_kernel.SCAN_FIELDS`` int64 columns, one row per complete entry,
+    """Scan tables (``entry_scan.SCAN_FIELDS`` int64 columns, one row per complete entry,
     positions relative to ``buf``) of the entries of ``buf``, one window at a time. A partial
     last entry ends the walk; a corrupt entry is a :class:`CorruptRecordError` (``position`` is
     the file position of ``buf[0]``, for the message)."""
@@ -383,7 +383,7 @@ def whole_batches(seg: LogSegment, found: FetchSlice) -> FetchSlice:
         return found if cut == 0 else FetchSlice(found.fetch_offset, found.segment_base_offset,
                                                  found.position, found.records[:cut])  # fmt: skip
     for table in header_tables(found.records[end:], seg.source, start):  # the errors
-        end = start - found.position + int(table[-1, k.S_POS] + table[-1, k.S_SIZE])
+        end = start - found.position + int(table[-1, es.S_POS] + table[-1, es.S_SIZE])
     if end == size or end == 0:
         return found
     return FetchSlice(found.fetch_offset, found.segment_base_offset, found.position,
