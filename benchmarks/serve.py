@@ -4,6 +4,7 @@
                                          [--linger-ms L] [--batch-bytes 16384,1000000]
                                          [--fetch-mib 1,16] [--latency-samples S]
                                          [--tansu-cache DIR] [--no-tansu] [--no-kafka]
+                                         [--start-only]
 
 The servers run as child processes on 127.0.0.1 (benchmarks/_serve_peers.py): ``kafkalog serve``
 on a fresh log dir with the default broker config; Apache Kafka 3.9 (KRaft, one node, 512 MiB
@@ -17,8 +18,11 @@ v4 client in this file for the raw fetch. Each round starts each server afresh, 
 
 - start: from the server process's start to its first answered ApiVersions request
   (``_serve_peers.first_answer``; Kafka's JVM, not the script that formats its storage first);
-- memory: the server process's VmRSS just after that start (idle), and its VmHWM (the most it
-  was resident) after every workload below (under load), from ``/proc/PID/status``;
+- memory: the server process's VmRSS just after that start (idle), again
+  :data:`SETTLE_S` seconds later with no request meanwhile (idle, settled: what a server does
+  in the background after it answers, such as kafkalog's loading of its compiled kernels, is
+  done), and its VmHWM (the most it was resident) after every workload below (under load), from
+  ``/proc/PID/status``;
 - produce, acks=1 and acks=all, for each producer ``batch.size`` B (default 16 KiB, Java's
   default, and 1,000,000, librdkafka's): one ``Producer`` sends N records (default 1 M) of
   V-byte values (default 100, no key), ``linger.ms`` L (default 5), compression none; timed from
@@ -50,6 +54,7 @@ every throughput row, p99 latency no worse than Kafka's, start under 1 s, memory
 of Kafka's. Exits 1 on an error (a server that fails, a record missing), never on a ratio.
 Without a peer (``--no-kafka``, ``--no-tansu``, ``KAFKALOG_PEERS`` unset, no Java, or Tansu
 cannot be downloaded or started: the reason is printed) the table has the others' figures.
+``--start-only``: the start and the idle rows alone (no workload), for many quick rounds.
 Everything lives in a temporary directory deleted at the end; the servers are stopped (SIGTERM,
 then kill; Kafka with ``peer.sh stop``) on every path out.
 """
@@ -93,6 +98,7 @@ CONSUME_CHUNK = 10_000
 # be paused. These bounds (librdkafka's maxima) keep the fetches going for both servers.
 QUEUED_MIN_MESSAGES = 10_000_000
 QUEUED_MAX_KB = 2_097_151
+SETTLE_S = 5.0  # idle, settled: this long after the first answer
 READ_SEND_CONFIG = '[broker]\n"fetch.max.pinned.regions" = 0\n'
 
 
@@ -109,6 +115,7 @@ class Settings:
     batch_bytes: tuple[int, ...]
     fetch_mib: tuple[int, ...]
     latency_samples: int
+    start_only: bool = False
 
 
 @dataclass(frozen=True)
@@ -397,6 +404,7 @@ def _round_trip(
 CONSUME = "consume from earliest"
 START = "start to first ApiVersions answer"
 RSS_IDLE = "memory, idle (VmRSS after start)"
+RSS_SETTLED = f"memory, idle settled (VmRSS {SETTLE_S:g} s after start)"
 RSS_LOAD = "memory, under load (VmHWM after the workloads)"
 P50, P99 = "end-to-end latency p50", "end-to-end latency p99"
 Results = dict[str, Result]
@@ -457,6 +465,11 @@ def measure_server(server: Server, s: Settings, run: int) -> Results:
     """Start, idle memory, the workloads, memory under load."""
     out: Results = {START: Quantity(server.start_s, "s"), RSS_IDLE: _mib(memory_kib(server.pid)[0])}
     _show(server, START, out[START])
+    time.sleep(SETTLE_S)
+    out[RSS_SETTLED] = _mib(memory_kib(server.pid)[0])
+    _show(server, RSS_SETTLED, out[RSS_SETTLED])
+    if s.start_only:
+        return out
     warm_up(server, s, run)
     out |= measure_writes(server, s) | measure_reads(server, s, run)
     out[RSS_LOAD] = _mib(memory_kib(server.pid)[1])
@@ -470,6 +483,8 @@ def round_kafkalog(work: Path, s: Settings, run: int) -> tuple[Results, Results]
     log_dir = work / "kafkalog-logs"
     with kafkalog_server(log_dir, work) as server:
         served = measure_server(server, s, run)
+    if s.start_only:
+        return served, {}
     config = work / "read-send.toml"
     config.write_text(READ_SEND_CONFIG, "utf-8")
     with kafkalog_server(log_dir, work, config) as server:
@@ -522,7 +537,7 @@ def goal(label: str, ours: Result, kafka: Result | None) -> str:
         return "met (>= 1.0x)" if ours.score >= kafka.score else "NOT met (>= 1.0x)"
     if label == P99:
         return "met (<= Kafka)" if ours.score <= kafka.score else "NOT met (<= Kafka)"
-    if label in (RSS_IDLE, RSS_LOAD):
+    if label in (RSS_IDLE, RSS_SETTLED, RSS_LOAD):
         return "met (< 1/3)" if ours.score < kafka.score / 3 else "NOT met (< 1/3)"
     return ""
 
@@ -541,7 +556,8 @@ def print_table(served: Results, read_send: Results, kafka: Results, tansu: Resu
             print(f"| {name} | {ours} | {k or ''} | {t or ''} | {_ratio(ours, k)} "
                   f"| {_ratio(ours, t)} | {goal(label, ours, k)} |")  # fmt: skip
     gains = ", ".join(f"{k} {_ratio(read_send[k], served[k])}" for k in read_send)
-    print(f"\nkafkalog read + send / sendfile: {gains}")
+    if gains:
+        print(f"\nkafkalog read + send / sendfile: {gains}")
 
 
 def parse_args(argv: list[str] | None) -> tuple[Settings, argparse.Namespace]:
@@ -557,13 +573,15 @@ def parse_args(argv: list[str] | None) -> tuple[Settings, argparse.Namespace]:
     parser.add_argument("--tansu-cache", type=Path, default=Path.home() / ".cache/kafkalog-bench")
     parser.add_argument("--no-tansu", action="store_true", help="do not measure Tansu")
     parser.add_argument("--no-kafka", action="store_true", help="do not measure Kafka 3.9")
+    parser.add_argument("--start-only", action="store_true",
+                        help="only the start and idle memory rows, no workload")  # fmt: skip
     a = parser.parse_args(argv)
     if a.records < 1 or a.rounds < 1 or a.value_bytes < 0 or a.latency_samples < 1:
         parser.error("--records, --rounds and --latency-samples must be >= 1, --value-bytes >= 0")
     batches = tuple(int(b) for b in a.batch_bytes.split(","))
     mib = tuple(int(m) for m in a.fetch_mib.split(","))
     settings = Settings(a.records, a.value_bytes, a.rounds, a.linger_ms, batches, mib,
-                        a.latency_samples)  # fmt: skip
+                        a.latency_samples, a.start_only)  # fmt: skip
     return settings, a
 
 

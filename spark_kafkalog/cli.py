@@ -510,6 +510,12 @@ class ServerUnavailableError(KafkaLogError):
 
 def _needs_kio(what: str, load: Callable[[], ModuleType]) -> ModuleType:
     """``load()`` (an import of a module that needs kio), or a one-line error naming ``what``."""
+    # kio registers a hypothesis strategy for each of its value types when hypothesis is
+    # importable (for kio's own tests): 1-2 s at the start of `kafkalog serve`. Hidden from
+    # kio's first import in a process that has not imported hypothesis itself, then unhidden.
+    hide = "kio" not in sys.modules and "hypothesis" not in sys.modules
+    if hide:
+        sys.modules["hypothesis"] = None  # type: ignore[assignment]
     try:  # lazy: kio needs Python 3.11+; the log-dir commands work without it
         return load()
     except ImportError as e:
@@ -520,6 +526,9 @@ def _needs_kio(what: str, load: Callable[[], ModuleType]) -> ModuleType:
             f"{what} needs Python 3.11+ with kio (the protocol schemas; pip install kio), "
             f"this is Python {version} without it"
         ) from None
+    finally:
+        if hide and sys.modules.get("hypothesis", False) is None:
+            del sys.modules["hypothesis"]
 
 
 def _wire() -> ModuleType:

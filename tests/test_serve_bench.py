@@ -15,6 +15,7 @@ TINY = ["--records", "3000", "--rounds", "1", "--no-tansu", "--fetch-mib", "1",
 ROWS = [
     "| start to first ApiVersions answer",
     "| memory, idle (VmRSS after start)",
+    "| memory, idle settled (VmRSS 5 s after start)",
     "| produce acks=1, 16 KiB batches",
     "| produce acks=all, 16 KiB batches",
     "| end-to-end latency p50",

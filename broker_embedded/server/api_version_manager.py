@@ -9,8 +9,8 @@ version is enabled, since a client sends its highest version before it knows our
 unknown version is answered with the v0 fallback (KIP-511).
 
 Invariant: every version of a registered range has a kio request and response schema (checked at
-registration). Thread safety: registration swaps an immutable mapping under a lock; readers
-take no lock.
+registration, in kio's index: the classes themselves load on a version's first request). Thread
+safety: registration swaps an immutable mapping under a lock; readers take no lock.
 """
 
 from __future__ import annotations
@@ -19,12 +19,7 @@ import threading
 from dataclasses import dataclass
 from types import MappingProxyType
 
-from broker_embedded.server.protocol import (
-    API_VERSIONS_KEY,
-    api_name,
-    request_schema,
-    response_schema,
-)
+from broker_embedded.server.protocol import API_VERSIONS_KEY, api_name, has_schemas
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,10 +47,7 @@ class ApiVersionManager:
         if not 0 <= min_version <= max_version:
             raise ValueError(f"bad version range {min_version}..{max_version} for {api_key}")
         for version in range(min_version, max_version + 1):
-            if (
-                request_schema(api_key, version) is None
-                or response_schema(api_key, version) is None
-            ):
+            if not has_schemas(api_key, version):
                 raise ValueError(
                     f"no kio schema for api key {api_key} ({api_name(api_key)}) v{version}"
                 )

@@ -41,6 +41,7 @@ from broker_embedded.protocol.schemas import (  # noqa: F401 (re-exported to the
     API_VERSIONS_KEY,
     api_name,
     encode_body,
+    has_schemas,
     reader_of,
     request_schema,
     response_schema,

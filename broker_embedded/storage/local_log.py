@@ -14,12 +14,16 @@ policy of how they are listed and opened, and implements every read once:
   (:class:`OffsetOutOfRangeError` outside ``[log start, log end]``), the upper bound chosen once
   from the :class:`FetchIsolation` (:meth:`LogOffsets.upper`: log end offset, high watermark or
   last stable offset), the bytes copied, and for ``TXN_COMMITTED`` the aborted transactions
-  overlapping ``[fetch offset, end of the complete batches read)``. Unlike Kafka's, the bytes
-  end after the last whole batch (:func:`whole_batches`): Kafka sends the partial batch a byte
-  limit cut, which every client drops and fetches again in the next request (a quarter of the
-  bytes of a consumer's 1 MiB fetches of 0.6 MB batches). A first batch larger than the limit
-  is still sent whole (KIP-74, ``min_one_message``) or cut (a later partition of the response),
-  as Kafka does.
+  overlapping ``[fetch offset, end of the complete batches read)``. The pages of the segment's
+  mapping the read touched (header walks, the copy) are released afterwards
+  (``open_files.release_mapped_pages``; :data:`_TOUCHED_AROUND` either side of the bytes read:
+  the walk from the offset index's entry, at most a batch ahead, and the kernel's fault-around):
+  a server's resident memory stays about one fetch, not the size of the segments its consumers
+  read. Unlike Kafka's, the bytes end after the last
+  whole batch (:func:`whole_batches`): Kafka sends the partial batch a byte limit cut, which
+  every client drops and fetches again in the next request (a quarter of the bytes of a
+  consumer's 1 MiB fetches of 0.6 MB batches). A first batch larger than the limit is still sent
+  whole (KIP-74, ``min_one_message``) or cut (a later partition of the response), as Kafka does.
 - :meth:`LocalLog.aborted_transactions`: Kafka's rule: the ``.txnindex`` of the segment holding
   the fetch offset and of later ones until an entry's LSO reaches the upper bound.
 - :meth:`LocalLog.batches` and :meth:`LocalLog.transactional_batches`: the batches of an offset
@@ -71,6 +75,7 @@ from broker_embedded.record.records import AnyBatch
 from broker_embedded.storage.fetch_data_info import FetchDataInfo, FetchIsolation, SegmentRegion
 from broker_embedded.storage.log_segment import FetchSlice, LogSegment, TimestampAndOffset
 from broker_embedded.storage.log_segments import LogSegments
+from broker_embedded.storage.open_files import release_mapped_pages
 from broker_embedded.storage.topic_partition import TopicPartition
 from broker_embedded.storage.transaction_index import AbortedTxn, TxnIndexSearchResult
 
@@ -80,6 +85,10 @@ B = TypeVar("B")
 # Bytes of batches whose headers one scan call covers (a module variable so that tests can make
 # windows cut batches without writing megabytes); a batch larger than it gets a wider window.
 _SCAN_WINDOW_BYTES = 4 * 1024 * 1024
+# what a fetch's read may touch either side of its bytes: the walk from the offset index's entry
+# (at most one batch, within max.message.bytes' default of about 1 MiB, plus the index interval)
+# and the kernel's fault-around (64 KiB)
+_TOUCHED_AROUND = 2 << 20
 
 # Called after each segment a walk read to its end (after its tail check): where a policy that
 # re-lists resumes a walk.
@@ -233,6 +242,7 @@ class LocalLog:
             if zero_copy and seg is not None and len(found.records):
                 region = SegmentRegion(seg.source, seg.file_id, found.position, len(found.records))
             records = b"" if region is not None else bytes(found.records)
+            release_mapped_pages(found.records, _TOUCHED_AROUND)  # a copy or a region now
             return FetchDataInfo(fetch_offset, records, offsets.high_watermark,
                                  offsets.last_stable_offset, offsets.log_start_offset,
                                  offsets.log_end_offset, aborted, found.first_entry_incomplete,

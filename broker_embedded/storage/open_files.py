@@ -135,17 +135,25 @@ def map_read_only(
         os.close(fd)
 
 
-def release_mapped_pages(view: Any) -> bool:
+def release_mapped_pages(view: Any, around: int | None = None) -> bool:
     """Drop this process's resident pages of the mapping ``view`` is (a slice of), from the
     mapping's start through the end of ``view``: what a sequential reader left behind, including
     the pages the kernel mapped around its faults (fault-around), which lie outside the slices
-    read. See the module docstring. Anything but a :func:`map_read_only` mapping (bytes, memory
-    of the heap, which ``MADV_DONTNEED`` would zero) is left alone. Whether pages were released."""
+    read. With ``around``: only the pages of ``view`` and of ``around`` bytes either side (within
+    the mapping), for a reader that touched no more than that (the cost of ``madvise`` grows with
+    the range, page tables included, so a release from the start of a large segment at every
+    read of its tail would cost more than the read). See the module docstring. Anything but a
+    :func:`map_read_only` mapping (bytes, memory of the heap, which ``MADV_DONTNEED`` would zero)
+    is left alone. Whether pages were released."""
     if not isinstance(view, memoryview) or view.nbytes == 0:
         return False
     mapped = view.obj
     if not isinstance(getattr(mapped, "base", None), _Mapping):
         return False
     start = mapped.__array_interface__["data"][0]  # page-aligned: where mmap put it
-    end = np.frombuffer(view, dtype=np.uint8).__array_interface__["data"][0] + view.nbytes
+    first = np.frombuffer(view, dtype=np.uint8).__array_interface__["data"][0]
+    end = first + view.nbytes
+    if around is not None:
+        end = min(end + around, start + mapped.nbytes)
+        start = max(start, (first - around) & ~(mmap.PAGESIZE - 1))
     return _LIBC.madvise(start, end - start, mmap.MADV_DONTNEED) == 0

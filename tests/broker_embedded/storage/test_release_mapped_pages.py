@@ -40,6 +40,24 @@ def test_pages_behind_a_slice_are_released_and_read_the_same(tmp_path: Path) -> 
     assert bytes(view) == data  # faulted in again from the file
 
 
+def test_around_releases_the_slice_and_that_much_either_side_only(tmp_path: Path) -> None:
+    """Bounds on 2 MiB: a file system with huge pages (tmpfs ``huge=``) releases whole ones."""
+    data = bytes(range(256)) * (SIZE // 256)
+    path = tmp_path / "segment.log"
+    path.write_bytes(data)
+    view, _ = map_read_only(path)
+    assert bytes(view) == data
+    page, mib = mmap.PAGESIZE, 1 << 20
+    assert release_mapped_pages(view[3 * mib : 5 * mib], around=mib)
+    expected = np.ones(SIZE // page, dtype=bool)
+    expected[2 * mib // page : 6 * mib // page] = False
+    assert (present_pages(view) == expected).all()
+    assert release_mapped_pages(view[SIZE - 10 :], around=2 * mib - 10)  # to the mapping's end
+    expected[6 * mib // page :] = False
+    assert (present_pages(view) == expected).all()
+    assert bytes(view) == data
+
+
 def test_anything_but_a_mapping_is_left_alone() -> None:
     heap = bytearray(b"x" * (1 << 20))
     assert not release_mapped_pages(memoryview(heap))
