@@ -313,3 +313,16 @@ def test_update_mode_goes_through_foreach_batch(spark, kafka: str, skewed_runs, 
     finish(q.option("checkpointLocation", str(tmp_path / "l")).start())
     assert written(spark, kafka, ours) == theirs and FINAL_COUNTS <= set(theirs)
     assert theirs[(b"4", b"1")] == 1  # update: partition 4 only in the batch that read it
+
+
+def test_min_and_max_offsets_per_trigger_available_now(spark, kafka: str, skewed_runs, tmp_path):
+    """Under availableNow the connector still delays a trigger with fewer new offsets than
+    ``minOffsetsPerTrigger`` (delayBatch), and Spark then ends the run: the last offsets are left
+    unread. kafkalog ignores the minimum under availableNow and reads up to the latest offsets:
+    the same batches, and one more."""
+    limits = {"maxOffsetsPerTrigger": PER_TRIGGER, "minOffsetsPerTrigger": "6"}
+    theirs = run_stream(spark, "kafka", kafka, tmp_path / "k", **limits).offsets("endOffset")
+    ours = run_stream(spark, "kafkalog", kafka, tmp_path / "l", **limits).offsets("endOffset")
+    assert ours[:-1] == theirs
+    left = sum(BACKLOGS) - sum(theirs[-1][SKEWED].values())
+    assert 0 < left < 6 and ours[-1] == {SKEWED: {str(p): n for p, n in enumerate(BACKLOGS)}}
