@@ -41,20 +41,22 @@ Admission control (``getDefaultReadLimit`` announces the first of ``maxOffsetsPe
 ``maxBytesPerTrigger``, ``minOffsetsPerTrigger``; the limits given in the options all apply
 whenever Spark passes that limit, and none when it passes ``ReadAllAvailable``):
 
-- ``maxOffsetsPerTrigger``: a batch takes at most that many offsets over all partitions, and
-  exactly that many while more are available. Shared out fairly (:func:`fair_shares`): every
-  partition with a backlog gets one offset first, the rest in proportion to the backlogs
-  (largest remainders get the odd offsets), so a hot partition cannot starve the others (Spark's
-  ``rateLimit`` is the same proportional rule, with its rounding). When the limit is smaller
-  than the number of partitions with a backlog, the partitions take turns (round robin: the
-  turn moves on by one partition with each batch).
-- ``maxBytesPerTrigger`` (kafkalog's own; Spark's ``ReadMaxBytes``): the same rule over the bytes
-  of the log from each partition's start (whole record batches as stored, compressed; offset
-  index positions, :meth:`KafkaOffsetReader.byte_cut`): in turn order every partition with a
-  backlog gets its first batch while the budget allows it, the rest in proportion, each share
-  cut at the last batch boundary that fits. The partition whose turn it is gets its first batch
-  in any case, so a batch larger than the limit is still read (alone, on its turn). With
-  ``maxOffsetsPerTrigger`` too, both limits hold.
+- ``maxOffsetsPerTrigger``: Spark's Kafka source rule (its ``rateLimit``), so that a query
+  switching between ``format("kafka")`` and ``format("kafkalog")`` cuts the same batches
+  (:func:`rate_limit`): when the partitions' backlogs (latest offset minus the batch's start; a
+  new partition from its earliest offset) add up to more than the limit, each partition with a
+  backlog takes ``limit * backlog / total`` offsets (a double, as in Spark), rounded down, or up
+  when below 1 so that a small partition is never starved. So a batch may take a little fewer
+  offsets than the limit (the rounding down), or more when more partitions than the limit have
+  a backlog (each takes at least one), exactly as Spark's connector does.
+- ``maxBytesPerTrigger`` (kafkalog's own; Spark's ``ReadMaxBytes``): shared out fairly
+  (:func:`fair_shares`) over the bytes of the log from each partition's start (whole record
+  batches as stored, compressed; offset index positions, :meth:`KafkaOffsetReader.byte_cut`): in
+  turn order every partition with a backlog gets its first batch while the budget allows it, the
+  rest in proportion (largest remainders get the odd bytes), each share cut at the last batch
+  boundary that fits. The partition whose turn it is gets its first batch in any case, so a
+  batch larger than the limit is still read (alone, on its turn; the turn moves on by one
+  partition with each batch). With ``maxOffsetsPerTrigger`` too, both limits hold.
 - ``minOffsetsPerTrigger`` with ``maxTriggerDelay`` (default 15m): as Spark's Kafka source, a
   trigger with fewer new offsets than the minimum runs no batch (returns ``start``) unless
   ``maxTriggerDelay`` passed since the last trigger that ran one. The time lives in this process:
@@ -93,6 +95,7 @@ Thread safety: Spark calls one reader from one thread.
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, TypeVar
@@ -202,6 +205,20 @@ def fair_shares(
         for k in chosen:
             shares[k] += extra[k]
     return shares
+
+
+def rate_limit(lags: Mapping[K, int], limit: int) -> dict[K, int]:
+    """How many offsets each key with a positive lag takes under ``maxOffsetsPerTrigger=limit``,
+    by the rule of Spark's Kafka source (``KafkaMicroBatchStream.rateLimit``): all of them when
+    the lags add up to at most ``limit``; otherwise ``limit * (lag / total)`` in doubles, rounded
+    down, or up when below 1, and never more than the lag."""
+    sized = {k: lag for k, lag in lags.items() if lag > 0}
+    total = float(sum(sized.values()))
+    out = {}
+    for k, lag in sized.items():
+        prorate = limit * (lag / total)
+        out[k] = min(lag, math.ceil(prorate) if prorate < 1 else math.floor(prorate))
+    return out
 
 
 # -- the reader ------------------------------------------------------------------------------------
@@ -355,12 +372,13 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             begins[tp] = max(starts.get(tp, earliest), earliest)
         if isinstance(limit, ReadAllAvailable):
             return until
-        if self._delayed(limit, begins, until):
+        if self._delayed(limit, starts, until):
             return None
-        return self._limited(offsets, limit, begins, until)
+        return self._limited(offsets, limit, (starts, begins, until))
 
-    def _delayed(self, limit: ReadLimit, begins: Offsets, until: Offsets) -> bool:
-        """``minOffsetsPerTrigger``: whether to skip this trigger (Spark's ``delayBatch``)."""
+    def _delayed(self, limit: ReadLimit, starts: Offsets, until: Offsets) -> bool:
+        """``minOffsetsPerTrigger``: whether to skip this trigger (Spark's ``delayBatch``, which
+        counts the new offsets of a partition not in ``starts`` from 0)."""
         opts = self.options
         lo = limit.min_rows if isinstance(limit, ReadMinRows) else opts.min_offsets_per_trigger
         if lo is None or self._target is not None:
@@ -370,15 +388,19 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if last is None or (now - last) * 1000 >= opts.max_trigger_delay_ms:
             self._last_trigger_s = now
             return False
-        available = sum(max(until[tp] - begins[tp], 0) for tp in until)
+        available = sum(until[tp] - starts.get(tp, 0) for tp in until)
         return available < lo
 
     def _limited(
-        self, offsets: KafkaOffsetReader, limit: ReadLimit, begins: Offsets, until: Offsets
+        self,
+        offsets: KafkaOffsetReader,
+        limit: ReadLimit,
+        spans: tuple[Offsets, Offsets, Offsets],
     ) -> Offsets:
         """The ends of the next batch under ``maxOffsetsPerTrigger`` and ``maxBytesPerTrigger``
         (an end below its begin, the high watermark moved back, passes through as it is)."""
         opts = self.options
+        starts, begins, until = spans
         max_rows = limit.max_rows if isinstance(limit, ReadMaxRows) else None
         max_bytes = limit.max_bytes if isinstance(limit, ReadMaxBytes) else None
         max_rows = max_rows or opts.max_offsets_per_trigger
@@ -387,11 +409,10 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         turn = self._turn
         ends = dict(until)
         if max_rows is not None:
-            lags = {tp: until[tp] - begins[tp] for tp in tps}
-            shares = fair_shares(lags, max_rows, turn=turn)
-            for tp in tps:
-                if lags[tp] > 0:
-                    ends[tp] = begins[tp] + shares.get(tp, 0)
+            froms = {tp: starts.get(tp, begins[tp]) for tp in tps}  # Spark's: not raised to
+            lags = {tp: until[tp] - froms[tp] for tp in tps}  # the log start (data loss)
+            for tp, share in rate_limit(lags, max_rows).items():
+                ends[tp] = froms[tp] + share
         if max_bytes is not None:
             sizes, firsts = {}, {}
             for tp in tps:

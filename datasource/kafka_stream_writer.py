@@ -11,9 +11,13 @@ write job of its own, staged by its tasks beside the log and appended and publis
 by its commit (broker_embedded/storage/staged_write.py). Spark's own streaming options
 ``checkpointLocation`` and ``queryName``, which it hands to the sink with the others, are
 accepted and not used here. Spark requires a checkpoint location for this sink (the option,
-or ``spark.sql.streaming.checkpointLocation``). Output mode: append. Spark itself refuses
-update for a Python data source ("does not support Update mode"), and complete, which Spark
-asks of the sink as an overwrite of each batch, is refused here: Kafka topics are append-only.
+or ``spark.sql.streaming.checkpointLocation``). Output modes: append, and complete as
+Spark's Kafka sink takes it (its write builder's ``truncate`` does nothing): each micro-batch's
+rows, the whole result table, are appended, the topic is never truncated. Spark itself refuses
+update for a Python data source ("kafkalog does not support Update mode": Spark 4.3's
+``PythonWriteBuilder`` implements ``SupportsTruncate`` but not
+``SupportsStreamingUpdateAsAppend``); ``foreachBatch`` with a ``df.write.format("kafkalog")`` of
+each micro-batch writes the rows Spark's Kafka sink writes in update mode.
 
 Exactly once. Spark runs a micro-batch again after a failure (a killed driver, a failed commit):
 the batch whose offsets are in the checkpoint's offset log but not in its commit log is planned
@@ -64,7 +68,7 @@ from pyspark.sql.types import StructType
 from broker_embedded.errors import KafkaLogError
 from broker_embedded.storage import staged_write
 from datasource.kafka_write_options import KafkaWriteOptions
-from datasource.kafka_writer import InvalidWriteError, check_write, new_job_id, stage_task
+from datasource.kafka_writer import check_write, new_job_id, stage_task
 
 log = logging.getLogger(__name__)
 
@@ -120,13 +124,9 @@ class KafkaLogStreamWriter(DataSourceStreamArrowWriter):
         *,
         writer_id: str | None = None,
     ) -> DataSourceStreamArrowWriter:
-        """Check the options, output mode, columns and log dir (every micro-batch)."""
-        if overwrite:
-            raise InvalidWriteError(
-                "output mode complete is not supported by the kafkalog sink: it would replace "
-                "the topic's contents at every micro-batch, and Kafka topics are append-only; "
-                'use .outputMode("append") or .outputMode("update")'
-            )
+        """Check the options, columns and log dir (every micro-batch). ``overwrite`` (output mode
+        complete) appends as append does, as Spark's Kafka sink does."""
+        del overwrite
         from datasource.wire_writer import WireStreamWriter, wire_write_options
 
         wire = wire_write_options(_without_spark_options(options))  # over the Kafka protocol

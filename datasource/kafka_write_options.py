@@ -19,13 +19,26 @@ Options (Spark lower-cases the keys; names here ignore case; values are strings)
     At most :data:`MAX_PREFIX_CHARS` characters, not blank; given for a log-dir write, it is an
     error saying that the log-dir sink is exactly once without it.
 
-Anything else is rejected with an :class:`InvalidOptionError` naming it, including Kafka
-producer settings (``kafka.*``): the records go straight into the log dir, not through a
-producer. Immutable and picklable: it travels inside the writer to the executors.
+Kafka producer settings (``kafka.*``, which Spark's Kafka sink hands to its producer) are
+accepted on a log-dir write, so that a job moving between ``format("kafka")`` and
+``format("kafkalog")`` keeps its options; the records go straight into the log dir, not through
+a producer, so none changes the write:
+
+- ``kafka.acks`` must be one of Kafka's values (``all``, ``-1``, ``0``, ``1``; otherwise an
+  error naming it, as Kafka's producer refuses it). Whatever the value, the write is as durable
+  as ``acks=all`` and more: the job's commit fsyncs every log it touched before it publishes the
+  new high watermarks (broker_embedded/storage/staged_write.py), and nothing is visible before.
+- ``kafka.key.serializer`` and ``kafka.value.serializer``: rejected with Spark's messages.
+- any other ``kafka.*`` (``linger.ms``, ``batch.size``, ``compression.type``, ...): accepted
+  with a logged note, once per option and process, that it has no effect on a log-dir write.
+
+Anything else is rejected with an :class:`InvalidOptionError` naming it. Immutable and
+picklable: it travels inside the writer to the executors.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
@@ -33,7 +46,18 @@ from broker_embedded.errors import InvalidTopicError
 from broker_embedded.storage.topic_partition import validate_topic
 from datasource.errors import InvalidOptionError
 
+log = logging.getLogger(__name__)
+
 OPTION_NAMES = {"path": "path", "topic": "topic"}
+ACKS = ("all", "-1", "0", "1")  # Kafka's producer's acks values
+# Spark's messages (KafkaSourceProvider) for the producer settings its sink rejects
+REJECTED = {
+    "kafka.key.serializer": "Kafka option 'key.serializer' is not supported as keys are "
+    "serialized with ByteArraySerializer.",
+    "kafka.value.serializer": "Kafka option 'value.serializer' is not supported as value are "
+    "serialized with ByteArraySerializer.",
+}
+_NOTED: set[str] = set()
 PREFIX = "transactionalIdPrefix"
 MAX_PREFIX_CHARS = 200  # the transactional ids and group ids made from it stay short
 JAVA_TRIMMED = "".join(map(chr, range(0x21)))  # what Java's String.trim removes: <= U+0020
@@ -63,10 +87,13 @@ class KafkaWriteOptions:
                     f"option {key}={value!r} is for writes over the Kafka protocol (option "
                     "kafka.bootstrap.servers); a write into a log dir is exactly once without it"
                 )
-            if lower not in known:
-                raise InvalidOptionError(_unknown(str(key), value, known.values()))
             if value is None:
                 raise InvalidOptionError(f"option {key} has no value")
+            if lower.startswith("kafka.") and not over_protocol:
+                _producer_setting(lower, str(value))
+                continue
+            if lower not in known:
+                raise InvalidOptionError(_unknown(str(key), value, known.values()))
             raw[lower] = str(value)
         path = raw.get("path", "").strip()
         if not path:
@@ -95,12 +122,25 @@ def _prefix(value: str | None) -> str | None:
     return value
 
 
+def _producer_setting(key: str, value: str) -> None:
+    """A Kafka producer setting given to a log-dir write (module docstring): checked, noted."""
+    if key in REJECTED:
+        raise InvalidOptionError(REJECTED[key])
+    if key == "kafka.acks":
+        if value.strip().lower() not in ACKS:
+            raise InvalidOptionError(
+                f"option kafka.acks={value!r} is not one of Kafka's acks values: " + ", ".join(ACKS)
+            )
+        return  # a log-dir write is fsynced before it is published: acks=all and more
+    if key not in _NOTED:
+        _NOTED.add(key)
+        log.warning(
+            "option %s=%r has no effect on a write into a log dir: the records go straight "
+            "into the log's segments, not through a Kafka producer", key, value,
+        )  # fmt: skip
+
+
 def _unknown(key: str, value: object, names: Iterable[str]) -> str:
-    if key.lower().startswith("kafka."):
-        return (
-            f"option {key}={value!r} is not supported: kafkalog writes straight into the log dir "
-            "of option path, not through a Kafka producer, so it takes no kafka.* settings"
-        )
     return (
         f"unknown option {key}={value!r} for writing with the kafkalog source; the options are: "
         + ", ".join(names)

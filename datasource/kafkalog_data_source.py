@@ -88,11 +88,12 @@ class KafkaLogDataSource(DataSource):
     - ``failOnDataLoss`` also covers what happens between batches: records deleted before the
       query read them (retention, DeleteRecords), a deleted topic, a high watermark moving back.
       Offset gaps (compaction, transaction markers, aborted records) never count as loss.
-    - ``maxOffsetsPerTrigger`` (default: not set): at most this many offsets per batch, shared
-      over the partitions in proportion to their backlog, each partition with a backlog getting
-      at least one offset, so that a busy partition does not starve the others.
+    - ``maxOffsetsPerTrigger`` (default: not set): about this many offsets per batch, shared
+      over the partitions in proportion to their backlog by Spark's Kafka source's rule (the
+      same batches as ``format("kafka")``): each share rounded down, or up to one offset so that
+      a busy partition does not starve the others.
     - ``maxBytesPerTrigger`` (default: not set; kafkalog's own): at most about this many bytes
-      of the log per batch (``64m``), whole record batches shared out the same way; a record
+      of the log per batch (``64m``), whole record batches shared out by backlog; a record
       batch larger than the limit is still read (alone, on its partition's turn).
     - ``minOffsetsPerTrigger`` (default: not set) with ``maxTriggerDelay`` (default ``15m``):
       skip a trigger while fewer new offsets are there, unless the delay has passed since the
@@ -123,8 +124,11 @@ class KafkaLogDataSource(DataSource):
     Kafka's default partitioner (murmur2 of the key) puts it. The topic must exist (create it
     with ``kafkalog topics create`` or the embedded broker). A write job is atomic: nothing is
     visible before its commit publishes the new high watermarks, nothing of a failed job ever.
-    Only ``mode("append")``; options ``path`` and ``topic``. A log dir owned by a running broker
-    process is refused, naming the owner.
+    Only ``mode("append")``; options ``path`` and ``topic``, and Kafka producer settings
+    (``kafka.*``) as Spark's sink takes them: ``kafka.acks`` checked (any of Kafka's values: the
+    commit fsyncs before it publishes), the serializers rejected, the rest noted as having no
+    effect (kafka_write_options.py). A log dir owned by a running broker process is refused,
+    naming the owner.
 
     With ``kafka.bootstrap.servers`` (and no path) the rows are produced to a cluster over the
     Kafka protocol instead (wire_writer.py), batch and streaming, with the same columns and an
@@ -140,8 +144,10 @@ class KafkaLogDataSource(DataSource):
            .option("checkpointLocation", "/data/checkpoints/enrich")
            .start("/data/kafka-logs"))
 
-    Same columns, options and checks as a write job; output mode append only (Spark refuses
-    update for Python sinks, kafkalog refuses complete). Spark requires a checkpoint location.
+    Same columns, options and checks as a write job; output modes append and complete (each
+    batch's whole result appended, as Spark's Kafka sink does). Spark refuses update for Python
+    sinks: ``foreachBatch`` with a ``df.write.format("kafkalog")`` of each micro-batch writes
+    what Spark's Kafka sink writes in update mode. Spark requires a checkpoint location.
     Each micro-batch is committed atomically and exactly once: the commit records
     the query's id and the batch id in ``.kafkalog-commits/`` of the log dir with the records,
     and a batch Spark runs again after a failure (same id) appends nothing. With a checkpoint

@@ -128,7 +128,7 @@ from datasource.kafka_source_options import (
     is_security_option,
     security_properties,
 )
-from datasource.kafka_write_options import KafkaWriteOptions
+from datasource.kafka_write_options import REJECTED, KafkaWriteOptions
 from datasource.kafka_writer import RowPlacer, TopicLimits, check_columns
 
 log = logging.getLogger(__name__)
@@ -138,13 +138,6 @@ TXN_TIMEOUT = "kafka.transaction.timeout.ms"
 DEFAULT_TXN_TIMEOUT_MS = 900_000  # Kafka's default transaction.max.timeout.ms, the most it takes
 # the local properties Spark's streaming execution gives the tasks of a micro-batch
 BATCH_ID, QUERY_ID = "streaming.sql.batchId", "sql.streaming.queryId"
-# Spark's messages (KafkaSourceProvider) for the producer settings its sink rejects
-REJECTED = {
-    "kafka.key.serializer": "Kafka option 'key.serializer' is not supported as keys are "
-    "serialized with ByteArraySerializer.",
-    "kafka.value.serializer": "Kafka option 'value.serializer' is not supported as value are "
-    "serialized with ByteArraySerializer.",
-}
 _WARNED: set[str] = set()
 
 

@@ -30,6 +30,7 @@ from datasource import kafka_source_options
 from datasource.errors import InvalidOptionError
 from datasource.kafka_source_options import KafkaSourceOptions
 from datasource.kafka_write_options import KafkaWriteOptions
+from datasource.offsets_behind_latest import java_double, offsets_behind_latest
 from datasource.write_timestamps import InvalidTimestampError, record_timestamps
 from tests.datasource._logdirs import (
     EVENTS_PARTITIONS,
@@ -248,5 +249,17 @@ def test_progress_shows_the_latest_offsets_beside_the_end(
     assert [json.loads(s["latestOffset"]) for s in sources] == [{"events": latest}] * len(sources)
     behind = [sum(hw[int(p)] - o for p, o in json.loads(s["endOffset"])["events"].items())
               for s in sources]  # fmt: skip
-    assert behind[0] == sum(hw.values()) - 800 and behind[-1] == 0 and len(behind) == 3
+    # Spark's rateLimit rounds each share down: 800 * (708, 701, 710) / 2119 = 267 + 264 + 268
+    assert behind[0] == sum(hw.values()) - 799 and behind[-1] == 0 and len(behind) == 3
     assert behind == sorted(behind, reverse=True)
+    # the connector's metrics, worked out from the progress (datasource/offsets_behind_latest.py)
+    assert offsets_behind_latest(sources[0]) == {"minOffsetsBehindLatest": "437",
+        "maxOffsetsBehindLatest": "442", "avgOffsetsBehindLatest": "440.0"}  # fmt: skip
+
+
+def test_java_double_writes_what_java_writes() -> None:
+    """Java 17's ``Double.toString`` of these values (asked of jshell)."""
+    values = [0.0, 11.6, 1e7, 12345678.0, 5e-4, 0.001, 9999999.5, 37 / 3, 1e20, 2.5e-5, 1 / 3]
+    assert [java_double(x) for x in values] == [
+        "0.0", "11.6", "1.0E7", "1.2345678E7", "5.0E-4", "0.001", "9999999.5",
+        "12.333333333333334", "1.0E20", "2.5E-5", "0.3333333333333333"]  # fmt: skip

@@ -34,6 +34,7 @@ from broker_embedded.errors import (
 )
 from broker_embedded.storage import staged_write
 from datasource.errors import InvalidOptionError
+from datasource.kafka_write_options import KafkaWriteOptions
 from datasource.kafka_writer import InvalidWriteError, KafkaLogCommitMessage, KafkaLogWriter
 from tests.datasource._logdirs import checkpoint, partition_facts, spark_rows
 from tests.datasource.conftest import sql_conf
@@ -221,6 +222,24 @@ def test_bad_columns_and_options_are_refused_naming_them(
         write(df, log_dir, **options)
 
 
+def test_producer_settings_are_taken_as_spark_s_kafka_sink_takes_them(
+    spark, log_dir: Path, caplog
+) -> None:
+    """Spark's Kafka sink hands ``kafka.*`` to its producer; a log-dir write has none: acks is
+    checked (any value: the commit fsyncs before it publishes), the others noted, once."""
+    df = spark.createDataFrame([(b"a",), (b"b",)], "value binary")
+    settings = {"kafka.acks": "all", "kafka.linger.ms": "5", "kafka.compression.type": "lz4"}
+    write(df, log_dir, topic="events", **settings)
+    values = [r.value for rs in records(log_dir, "events", 4).values() for r in rs]
+    assert sorted(v for v in values if not v.startswith(b"before-")) == [b"a", b"b"]
+    with caplog.at_level("WARNING", logger="datasource.kafka_write_options"):
+        for _ in range(2):
+            KafkaWriteOptions.parse({"path": "/x", "kafka.acks": "0", "kafka.batch.size": "1"})
+    assert [r.getMessage() for r in caplog.records] == [
+        "option kafka.batch.size='1' has no effect on a write into a log dir: the records go "
+        "straight into the log's segments, not through a Kafka producer"]  # fmt: skip
+
+
 def test_overwrite_and_the_default_mode_are_refused(spark, log_dir: Path) -> None:
     df = spark.createDataFrame([(b"v",)], "value binary")
     with pytest.raises(PySparkException, match="save mode overwrite is not supported: Kafka"):
@@ -326,6 +345,11 @@ def test_the_writer_refuses_before_any_task_runs() -> None:
         ("value binary", {"topic": "events", "includeHeaders": "true"},
          "unknown option includeHeaders='true'"),
         ("value binary", {"topic": "events", "TOPIC": "other"}, "option TOPIC is given twice"),
+        ("value binary", {"topic": "events", "kafka.acks": "2"},
+         "option kafka.acks='2' is not one of Kafka's acks values: all, -1, 0, 1"),
+        ("value binary", {"topic": "events", "kafka.value.serializer": "x"},
+         "Kafka option 'value.serializer' is not supported as value are serialized with "
+         "ByteArraySerializer."),
     ],
 )  # fmt: skip
 def test_every_bad_column_and_option(
