@@ -1,4 +1,21 @@
-"""Fixtures every part of the suite may use."""
+"""Fixtures every part of the suite may use, and the suite's markers (pyproject.toml), put on
+each test at collection from what it uses rather than by hand:
+
+- ``spark``: it uses the ``spark`` fixture (a SparkSession);
+- ``peer``: it needs a reference peer of ``KAFKALOG_PEERS`` (Apache Kafka 3.9, Tansu, Spark's
+  Kafka connector): one of :data:`PEER_FIXTURES`, a ``read_source`` of Tansu or Kafka, or marked
+  by hand where a test starts the peer itself;
+- ``serve``: it runs the wire-protocol server (``kafkalog serve`` or a ``BrokerServer``, in
+  process or as a child): its module is one of the server's tests or imports the server or one
+  of the tests' server helpers (:data:`SERVE_MODULES`), or it reads through ``served_source``;
+- ``slow``: long by nature (crash and recovery, disk limits, the soak's Spark child, a log dir
+  a Kafka 3.9 of its own wrote): marked by hand, or using one of :data:`SLOW_FIXTURES`; they
+  still run in ``bash dev.sh test``.
+
+Under pytest-xdist (``--dist loadgroup``) the tests of a module with a module-scoped fixture go
+to one worker (an ``xdist_group`` per such module), so the fixture is built once, not once a
+worker; the session fixtures (SparkSession, the Kafka 3.9 brokers, Tansu) are one per worker.
+"""
 
 from __future__ import annotations
 
@@ -9,6 +26,20 @@ import pytest
 from benchmarks._serve_peers import Server
 from tests.kafka39 import kafka_broker
 
+PEER_FIXTURES = frozenset(
+    {"kafka39", "datasource_kafka", "kafka_source", "tansu_source", "kafka_written"}
+)
+SLOW_FIXTURES = frozenset({"stopped_mid_batch", "kafka_written"})
+PEER_SOURCES = frozenset({"tansu", "kafka"})
+SERVE_DIRS = ("tests/broker_embedded/server/", "tests/differential/")
+SERVE_MODULES = (
+    "broker_embedded.server",
+    "tests.broker_embedded.server",
+    "tests.spark_kafkalog._serve_proc",
+    "tests.differential",
+    "benchmarks._serve_peers",
+)
+
 
 @pytest.fixture(scope="session")
 def kafka39(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
@@ -16,3 +47,47 @@ def kafka39(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     tests share it, each with its own topics and groups."""
     with kafka_broker(tmp_path_factory.mktemp("kafka39")) as server:
         yield server
+
+
+def _imports_the_server(module: object) -> bool:
+    for value in vars(module).values():
+        name = getattr(value, "__module__", None) or getattr(value, "__name__", "")
+        if isinstance(name, str) and name.startswith(SERVE_MODULES):
+            return True
+    return False
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    serving: dict[object, bool] = {}
+    for item in items:
+        used = set(item.fixturenames)
+        params = getattr(getattr(item, "callspec", None), "params", {})
+        source = params.get("read_source")
+        if "spark" in used:
+            item.add_marker(pytest.mark.spark)
+        if used & PEER_FIXTURES or source in PEER_SOURCES:
+            item.add_marker(pytest.mark.peer)
+        if used & SLOW_FIXTURES:
+            item.add_marker(pytest.mark.slow)
+        module = getattr(item, "module", None)
+        if module not in serving:
+            path = item.nodeid.split("::", 1)[0]
+            serving[module] = path.startswith(SERVE_DIRS) or (
+                module is not None and _imports_the_server(module)
+            )
+        if serving[module] or "served_source" in used or source == "wire":
+            item.add_marker(pytest.mark.serve)
+        if module is not None and not item.get_closest_marker("xdist_group"):
+            if _has_module_fixture(item):
+                item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::", 1)[0]))
+
+
+def _has_module_fixture(item: pytest.Item) -> bool:
+    """Whether a module-scoped fixture of the test's own module is among those it uses."""
+    info = getattr(item, "_fixtureinfo", None)
+    for defs in getattr(info, "name2fixturedefs", {}).values():
+        for fixturedef in defs:
+            if fixturedef.scope == "module":
+                return True
+    return False

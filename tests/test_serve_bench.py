@@ -43,6 +43,7 @@ def test_kafkalog_only_run_reads_back_every_record(capsys):
     assert "Kafka 3.9 not measured: --no-kafka" in out
 
 
+@pytest.mark.peer  # starts the peer itself
 def test_beside_kafka39_every_row_has_both_servers_and_a_ratio(capsys):
     """The Kafka peer path: Kafka 3.9 started, timed, measured and stopped in the same run."""
     home = kafka_home()

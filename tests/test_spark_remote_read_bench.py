@@ -34,6 +34,7 @@ def test_tiny_run_reads_every_record_three_ways(capsys):
     assert "Kafka 3.9 not read: --no-kafka" in out
 
 
+@pytest.mark.peer  # starts the peer itself
 def test_beside_kafka39_both_connectors_read_the_same_rows():
     """In a process of its own: the connector's jars load only in a fresh JVM (a SparkSession
     this process made before keeps its JVM and its class path)."""

@@ -26,6 +26,7 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+import pytest
 
 from broker_embedded.record.columnar_encoder import encode_batches
 from tests.broker_embedded.server._serve import served
@@ -110,6 +111,7 @@ def python_workers_peak_rss() -> int:
     return peak
 
 
+@pytest.mark.slow  # a 2 GiB partition read through
 def test_a_2_gib_partition_is_read_in_bounded_memory(spark, tmp_path: Path) -> None:
     log_dir = tmp_path / "big"
     t0 = time.monotonic()

@@ -382,6 +382,7 @@ class StreamChild:
         return out
 
 
+@pytest.mark.slow  # two Spark children, a kill between them
 def test_a_query_killed_mid_stream_and_restarted_loses_and_duplicates_nothing(
     sink: Path, tmp_path: Path
 ) -> None:

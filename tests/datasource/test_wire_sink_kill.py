@@ -41,6 +41,8 @@ BATCH_OFFSETS = 3000  # maxOffsetsPerTrigger: 4 micro-batches
 LAST_BATCH = ROWS_PER_PARTITION * SRC_PARTITIONS // BATCH_OFFSETS - 1
 TRIGGER_TIMEOUT_S = 120.0
 
+pytestmark = pytest.mark.slow  # two Spark children each, a kill between them
+
 
 def source_log_dir(path: Path) -> Counter:
     """Topic ``src`` (2 partitions) of ``path``; the input rows: value ``b"<p>-<i>"``."""

@@ -122,6 +122,7 @@ def _acknowledged(futures: dict, deadline_s: float = 60.0) -> list[str]:
     return [n for n, f in futures.items() if f.done() and f.exception() is None]
 
 
+@pytest.mark.slow  # a storm, a stop and a restart
 @pytest.mark.parametrize("stop", ["sigterm", "sigkill"])
 def test_a_stop_mid_storm_is_prompt_and_the_restart_finds_whole_topics(tmp_path: Path, stop):
     log_dir = tmp_path / "logs"

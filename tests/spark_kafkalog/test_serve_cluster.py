@@ -225,6 +225,7 @@ def busiest_leader(bootstrap: str) -> int:
     return max(set(leaders), key=leaders.count)
 
 
+@pytest.mark.slow  # broker kills and failovers
 def test_failovers_lose_no_acknowledged_record(tmp_path: Path) -> None:
     failovers = int(os.environ.get("KAFKALOG_FAILOVERS", DEFAULT_FAILOVERS))
     base = tmp_path / "c"

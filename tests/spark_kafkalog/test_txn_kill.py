@@ -201,6 +201,7 @@ def finish(server: Server, tmp_path: Path) -> None:
     raise AssertionError(f"the loop never finished: {(tmp_path / 'loop.log').read_text()[-2000:]}")
 
 
+@pytest.mark.slow  # kills and restarts
 def test_killed_transactional_loop_transforms_every_record_exactly_once(tmp_path, spark):
     rng = random.Random(SEED)
     server = Server(tmp_path)

@@ -210,20 +210,40 @@ def answers_api_versions(port: int) -> bool:
         return False
 
 
-def hold_long_polls(port: int, count: int) -> list[socket.socket]:
-    """``count`` connections each with a forever long poll sent, kept open (a connect the
-    server's full backlog leaves hanging is given up after 1 s)."""
-    frame, held = long_poll_frame(), []
-    for _ in range(count):
-        sock = socket.socket()
-        sock.settimeout(1.0)
-        try:
-            sock.connect(("127.0.0.1", port))
-            sock.sendall(frame)
-        except OSError:
-            sock.close()
-            continue
-        held.append(sock)
+def hold_long_polls(port: int, count: int, settle_s: float = 2.0, cap_s: float = 20.0) -> list:
+    """``count`` connections each with a forever long poll sent, kept open. The connects are
+    made all at once (non-blocking): those the server's full backlog leaves hanging are given up
+    once no connect has completed for ``settle_s`` (or at ``cap_s``), instead of one after the
+    other at a timeout each."""
+    frame = long_poll_frame()
+    pending: dict[socket.socket, None] = {}
+    held: list[socket.socket] = []
+    with selectors.DefaultSelector() as sel:
+        for _ in range(count):
+            sock = socket.socket()
+            sock.setblocking(False)
+            sock.connect_ex(("127.0.0.1", port))
+            sel.register(sock, selectors.EVENT_WRITE)
+            pending[sock] = None
+        start = last = time.monotonic()
+        while pending:
+            now = time.monotonic()
+            if now - last >= settle_s or now - start >= cap_s:
+                break
+            for key, _ in sel.select(0.1):
+                sock = key.fileobj
+                sel.unregister(sock)
+                del pending[sock]
+                if sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR) == 0:
+                    sock.setblocking(True)
+                    sock.settimeout(10)
+                    sock.sendall(frame)
+                    held.append(sock)
+                    last = time.monotonic()
+                else:
+                    sock.close()
+    for sock in pending:
+        sock.close()
     return held
 
 

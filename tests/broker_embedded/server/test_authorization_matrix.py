@@ -553,6 +553,7 @@ def test_every_error_answered_carries_a_message(server, user):
             assert message, (api_key, path, code)
 
 
+@pytest.mark.peer  # starts the peer itself
 def test_the_default_messages_are_kafka_39s():
     """The table against Kafka's own ``Errors`` enum, printed by jshell from the peer's jars."""
     peers = os.environ.get("KAFKALOG_PEERS")

@@ -169,6 +169,7 @@ def read_back(log_dir: Path, acks: Acks) -> None:
     assert not lost, f"{len(lost)} acknowledged records wrong, first {sorted(lost)[:3]}"
 
 
+@pytest.mark.slow  # ten full-disk episodes and a kill
 def test_fill_and_free_cycles_then_a_kill_in_a_full_disk_episode(tmp_path: Path) -> None:
     with tmpfs(64 << 20) as mount:
         log_dir = mount / "logs"

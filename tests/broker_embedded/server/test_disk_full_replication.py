@@ -116,6 +116,7 @@ def check_replicas(base: Path, acks: Acks) -> None:
             assert not lost, f"broker {b} partition {q}: {len(lost)} acknowledged records wrong"
 
 
+@pytest.mark.slow  # full disks in a cluster, restarts
 def test_a_follower_on_a_full_disk_leaves_the_isr_and_catches_up_once_space_is_back(
     tmp_path: Path,
 ) -> None:
@@ -161,6 +162,7 @@ def test_a_follower_on_a_full_disk_leaves_the_isr_and_catches_up_once_space_is_b
     print(f"{len(p.acks.records)} records acknowledged, {len(episode)} log line(s) for the episode")
 
 
+@pytest.mark.slow  # full disks in a cluster, restarts
 def test_a_broker_stopped_and_started_while_the_whole_cluster_disk_is_full(
     tmp_path: Path,
 ) -> None:

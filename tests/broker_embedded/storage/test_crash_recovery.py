@@ -29,6 +29,8 @@ import time
 import uuid
 from pathlib import Path
 
+import pytest
+
 from broker_embedded.storage.log_manager import LogManager
 from broker_embedded.storage.offset_checkpoint import OffsetCheckpointFile
 from broker_embedded.storage.topic_config_file import TopicEntry
@@ -61,6 +63,7 @@ def batches_on_disk(directory: Path) -> tuple[bytes, list[tuple]]:
     return data, out
 
 
+@pytest.mark.slow  # 100 kills and recoveries
 def test_sigkill_100_times_loses_no_acknowledged_record(tmp_path: Path) -> None:
     seed = 20240611
     rng = random.Random(seed)
