@@ -12,9 +12,9 @@ each test at collection from what it uses rather than by hand:
   a Kafka 3.9 of its own wrote): marked by hand, or using one of :data:`SLOW_FIXTURES`; they
   still run in ``bash dev.sh test``.
 
-Under pytest-xdist (``--dist loadgroup``) the tests of a module with a module-scoped fixture go
-to one worker (an ``xdist_group`` per such module), so the fixture is built once, not once a
-worker; the session fixtures (SparkSession, the Kafka 3.9 brokers, Tansu) are one per worker.
+Under pytest-xdist (``--dist loadscope``) the tests of a module run on one worker, so a module
+fixture is built once; the session fixtures (SparkSession, the Kafka 3.9 brokers, Tansu) are one
+per worker.
 """
 
 from __future__ import annotations
@@ -78,16 +78,3 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             )
         if serving[module] or "served_source" in used or source == "wire":
             item.add_marker(pytest.mark.serve)
-        if module is not None and not item.get_closest_marker("xdist_group"):
-            if _has_module_fixture(item):
-                item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::", 1)[0]))
-
-
-def _has_module_fixture(item: pytest.Item) -> bool:
-    """Whether a module-scoped fixture of the test's own module is among those it uses."""
-    info = getattr(item, "_fixtureinfo", None)
-    for defs in getattr(info, "name2fixturedefs", {}).values():
-        for fixturedef in defs:
-            if fixturedef.scope == "module":
-                return True
-    return False
