@@ -184,7 +184,7 @@ def append_floor(path: Path, batches: list[bytes]) -> None:
                 buf = bytearray(b)
                 arr = np.frombuffer(buf, np.uint8)
                 table, summary = log_validator.scan(
-                    arr, len(buf), log_validator.LEADER, offset, 1 << 20, log_validator.NO_CONTROL
+                    arr, len(buf), log_validator.LEADER, offset, 1 << 20, True
                 )
                 if not summary[log_validator.S_OK]:
                     raise AssertionError(f"batch at offset {offset} refused")

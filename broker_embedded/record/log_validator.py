@@ -18,11 +18,9 @@ one piece of code). The checks:
   needs the slow path). A partial last entry is an error on the leader; on a follower the
   walk stops before it (``S_END``: where the complete batches end), as a consumer drops it;
 - ``mode == LEADER`` (a client's or the coordinator's append): per batch its size at most
-  ``max_message_bytes``, ``recordsCount == lastOffsetDelta + 1`` and positive, by ``checks``
-  (:data:`CLIENT`: a producer's request) no control batch (:data:`NO_CONTROL`) and a base
-  offset of 0 (:data:`ZERO_BASE`, Kafka's rule for a client's batch), a base sequence for
-  every producer id outside control batches, a producer id for every transactional batch;
-  base offsets are then assigned from
+  ``max_message_bytes``, ``recordsCount == lastOffsetDelta + 1`` and positive, no control batch
+  when ``from_client``, a base sequence for every producer id outside control batches, a
+  producer id for every transactional batch; base offsets are then assigned from
   ``next_offset`` (``C_BASE``, not written to ``buf``: :func:`assign` does that);
 - ``mode == FOLLOWER`` (a replicated fetch response): batches whose last offset is below
   ``next_offset`` (the follower's log end offset) are skipped (``S_FIRST_ROW`` is the first
@@ -77,9 +75,6 @@ C_CRC = es.S_CRC
 COLUMNS = es.SCAN_FIELDS
 # summary entries
 S_OK, S_ROWS, S_FIRST_ROW, S_END, S_FIRST_OFFSET, S_LAST_OFFSET = 0, 1, 2, 3, 4, 5
-# the leader's checks that depend on who appends (``scan``'s ``checks``, bits)
-NO_CONTROL, ZERO_BASE = 1, 2
-CLIENT = NO_CONTROL | ZERO_BASE
 S_RECORDS, S_MAX_TS, S_OFFSET_OF_MAX_TS, S_PRODUCERS = 6, 7, 8, 9
 SUMMARY = 10
 
@@ -94,7 +89,7 @@ def _walk(buf, end, mode, table):  # type: ignore[no-untyped-def]
 
 
 @jit
-def _leader_row_ok(table, i, max_message_bytes, checks):  # type: ignore[no-untyped-def]
+def _leader_row_ok(table, i, max_message_bytes, from_client):  # type: ignore[no-untyped-def]
     """The log's per-batch header checks of a leader append (unified_log._validate_batch)."""
     attributes = table[i, C_ATTRIBUTES]
     control = (attributes & CONTROL_MASK) != 0
@@ -104,15 +99,14 @@ def _leader_row_ok(table, i, max_message_bytes, checks):  # type: ignore[no-unty
         table[i, C_SIZE] > max_message_bytes
         or count <= 0
         or count != table[i, C_LAST_DELTA] + 1
-        or (control and (checks & NO_CONTROL) != 0)
-        or ((checks & ZERO_BASE) != 0 and table[i, C_BASE] != 0)
+        or (control and from_client)
         or (pid >= 0 and table[i, C_BASE_SEQUENCE] < 0 and not control)
         or ((attributes & TRANSACTIONAL_MASK) != 0 and pid < 0)
     )
 
 
 @jit
-def scan(buf, end, mode, next_offset, max_message_bytes, checks):  # type: ignore[no-untyped-def]
+def scan(buf, end, mode, next_offset, max_message_bytes, from_client):  # type: ignore[no-untyped-def]
     """The batch table and summary of ``buf[:end]`` (module docstring)."""
     summary = np.zeros(SUMMARY, np.int64)
     n, stop, ok = _walk(buf, end, mode, np.empty((0, COLUMNS), np.int64))
@@ -132,7 +126,7 @@ def scan(buf, end, mode, next_offset, max_message_bytes, checks):  # type: ignor
     for i in range(n):
         last_delta = table[i, C_LAST_DELTA]
         if mode == LEADER:
-            if not _leader_row_ok(table, i, max_message_bytes, checks):
+            if not _leader_row_ok(table, i, max_message_bytes, from_client):
                 return table, summary
             table[i, C_BASE] = offset
             offset += last_delta + 1
@@ -183,7 +177,7 @@ def warm_up() -> None:
     builder = MemoryRecordsBuilder(0, 0)
     builder.append(None, 0, b"k", b"v")
     buf = bytearray(builder.build())
-    scan(readonly_bytes(buf), len(buf), FOLLOWER, 0, 0, 0)
+    scan(readonly_bytes(buf), len(buf), FOLLOWER, 0, 0, False)
     arr = np.frombuffer(buf, np.uint8)
-    table, _ = scan(arr, len(buf), LEADER, 0, 1 << 20, CLIENT)
+    table, _ = scan(arr, len(buf), LEADER, 0, 1 << 20, True)
     assign(arr, table, 0)

@@ -694,7 +694,7 @@ def commit(
                 epoch = lg.leader_epoch_cache.latest_epoch
                 with _failure_named(job_id, log_dir, f"appending {f.path} to {lg.directory}"):
                     for chunk in _whole_batches(f.path, APPEND_CHUNK_BYTES):
-                        lg.append_as_leader(chunk, 0 if epoch is None else epoch, staged=True)
+                        lg.append_as_leader(chunk, 0 if epoch is None else epoch)
             with _failure_named(job_id, log_dir, f"flushing {sorted(map(str, logs))}"):
                 for lg in logs.values():
                     lg.flush()

@@ -454,26 +454,23 @@ class UnifiedLog:
         records: bytes | bytearray | memoryview,
         leader_epoch: int,
         origin: AppendOrigin = AppendOrigin.CLIENT,
-        *,
-        staged: bool = False,
     ) -> LogAppendInfo:
-        """Validate client batches, assign offsets and append them; see the module docstring.
-        ``staged``: batches a kafkalog writer staged, numbered from the start of their file (a
-        client's must have base offset 0, Kafka's rule); the log assigns its own either way."""
+        """Validate client batches, assign offsets and append them; see the module docstring."""
         with self._lock:
             self._check_open()
             buf = bytearray(records)
-            checks = _checks(origin, staged)
-            scanned = self._scan_as_leader(buf, checks, leader_epoch)
+            scanned = self._scan_as_leader(buf, origin, leader_epoch)
             if scanned is None:
-                return self._append_as_leader_checked_in_python(buf, leader_epoch, origin, checks)
+                return self._append_as_leader_checked_in_python(buf, leader_epoch, origin)
             now = self._clock()
             append_time = now if self.config.log_append_time else -1
             if append_time >= 0:
                 scanned = _stamp_append_time(buf, scanned, append_time)
             return self._append_scanned(scanned, origin, leader_epoch, append_time, now)
 
-    def _scan_as_leader(self, buf: bytearray, checks: int, leader_epoch: int) -> _Scanned | None:
+    def _scan_as_leader(
+        self, buf: bytearray, origin: AppendOrigin, leader_epoch: int
+    ) -> _Scanned | None:
         """The fast path's checks (log_validator.py), the CRCs and the topic's codec, then the
         offsets and ``leader_epoch`` written into ``buf``; ``None`` when anything needs the
         Python path (which then raises the error, or recompresses, or checks the keys of a
@@ -483,7 +480,8 @@ class UnifiedLog:
             return None
         arr = np.frombuffer(buf, np.uint8)
         table, s = log_validator.scan(arr, len(buf), log_validator.LEADER, self.log_end_offset,
-                                      config.max_message_bytes, checks)  # fmt: skip
+                                      config.max_message_bytes,
+                                      origin is AppendOrigin.CLIENT)  # fmt: skip
         if not s[S_OK] or not _crcs_match(buf, table):
             return None
         target = config.target_codec
@@ -495,14 +493,14 @@ class UnifiedLog:
         return _Scanned.of(table, s.tolist(), buf)
 
     def _append_as_leader_checked_in_python(
-        self, buf: bytearray, leader_epoch: int, origin: AppendOrigin, checks: int
+        self, buf: bytearray, leader_epoch: int, origin: AppendOrigin
     ) -> LogAppendInfo:
         """The slow path: one Python object per batch (the fast path's refusals, legacy
         batches, recompression and compacted topics)."""
-        checked = self._validate(buf, checks, origin)
+        checked = self._validate(buf, origin)
         if self._needs_recompression(buf):
             buf = self._recompress(buf)
-            checked = self._validate(buf, checks, origin)  # sizes changed: check them again
+            checked = self._validate(buf, origin)  # sizes changed: check them again
         now = self._clock()
         next_offset = self.log_end_offset
         append_time = now if self.config.log_append_time else -1
@@ -551,7 +549,7 @@ class UnifiedLog:
         return self._append(bytes(view[start:end]), AppendOrigin.REPLICATION, None, -1,
                             self._clock())  # fmt: skip
 
-    def _validate(self, buf: bytearray, checks: int, origin: AppendOrigin) -> list[_Checked]:
+    def _validate(self, buf: bytearray, origin: AppendOrigin) -> list[_Checked]:
         where = self._where()
         checked = []
         try:
@@ -561,7 +559,7 @@ class UnifiedLog:
         if not batches:
             raise InvalidRecordError(f"{where}: the produce request holds no record batch")
         for b in batches:
-            self._validate_batch(b, checks, origin)
+            self._validate_batch(b, origin)
             checked.append(_Checked(b.position, b.last_offset_delta + 1))
         return checked
 
@@ -590,7 +588,7 @@ class UnifiedLog:
             out += builder.build()
         return out
 
-    def _validate_batch(self, b: AnyBatch, checks: int, origin: AppendOrigin) -> None:
+    def _validate_batch(self, b: AnyBatch, origin: AppendOrigin) -> None:
         where = f"{self._where()}, batch at byte {b.position} of the request"
         if not isinstance(b, RecordBatch):
             raise InvalidRecordError(f"{where}: magic {b.magic} is not supported, send magic 2")
@@ -606,13 +604,8 @@ class UnifiedLog:
                 f"{where}: record count {b.records_count} does not match last offset delta "
                 f"{b.last_offset_delta}"
             )
-        if b.is_control and checks & log_validator.NO_CONTROL:
+        if b.is_control and origin is AppendOrigin.CLIENT:
             raise InvalidRecordError(f"{where}: clients may not send control batches")
-        if b.base_offset != 0 and checks & log_validator.ZERO_BASE:  # Kafka's words
-            raise InvalidRecordError(
-                f"{where}: the baseOffset of the record batch in the append to "
-                f"{self.topic_partition} should be 0, but it is {b.base_offset}"
-            )
         if b.producer_id >= 0 and b.base_sequence < 0 and not b.is_control:
             raise InvalidRecordError(
                 f"{where}: producer {b.producer_id} sent a batch without a sequence number"
@@ -1298,14 +1291,6 @@ class _Scanned(NamedTuple):
         summary = RecordsSummary(s[S_FIRST_OFFSET], s[S_LAST_OFFSET], s[S_MAX_TS],
                                  s[S_OFFSET_OF_MAX_TS], end - start)  # fmt: skip
         return cls(rows, memoryview(buf)[start:end], summary, s[S_RECORDS], s[S_PRODUCERS])
-
-
-def _checks(origin: AppendOrigin, staged: bool) -> int:
-    """log_validator's leader checks for an append from ``origin`` (a staged write's batches
-    keep their file's offsets)."""
-    if origin is not AppendOrigin.CLIENT:
-        return 0
-    return log_validator.NO_CONTROL if staged else log_validator.CLIENT
 
 
 def _stamp_append_time(buf: bytearray, scanned: _Scanned, append_time: int) -> _Scanned:

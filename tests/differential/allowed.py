@@ -151,7 +151,6 @@ ALLOWED: tuple[Allowed, ...] = (
     _produce_message("produce_errors", "v* too large"),
     _produce_message("produce_errors", "v* unknown partition"),
     _produce_message("produce_errors", "v* bad crc"),
-    _produce_message("produce_errors", "v* base offset 5"),
     _produce_message("produce_idempotent", "gap seq 9"),
     Allowed("whole-batches", "fetch_edges", "v* 700",
             "*.partitions.{0}.records.partial_tail_bytes", ANY, 0),

@@ -170,8 +170,7 @@ def produce_codecs(run: Run) -> None:
 
 def produce_errors(run: Run) -> None:
     """Produce's errors: an unknown topic and partition, a batch over ``max.message.bytes``,
-    a record with a bad CRC, a batch whose base offset is not 0, and a LogAppendTime topic
-    (its timestamps)."""
+    a record with a bad CRC, and a LogAppendTime topic (its timestamps)."""
     small = run.topic("small")
     run.create(small, configs={"max.message.bytes": "200"})
     append = run.topic("append")
@@ -182,9 +181,6 @@ def produce_errors(run: Run) -> None:
         corrupt = bytearray(batch([b"y"]))
         corrupt[-1] ^= 0xFF
         _produce(run, f"v{v} bad crc", v, small, bytes(corrupt))
-        moved = bytearray(batch([b"o"]))
-        moved[:8] = struct.pack(">q", 5)  # the base offset, outside the CRC
-        _produce(run, f"v{v} base offset 5", v, small, bytes(moved))
         _produce(run, f"v{v} log append time", v, append, batch([b"z", b"w"]))
     _fetch(run, "fetch append time", 12, append, 0)
     for name, ts in (("latest", -1), ("max timestamp", -3), ("by timestamp", 1)):
