@@ -221,7 +221,7 @@ def scan_window(
                 SCAN_ERRORS[status].format(detail=int(detail)),
                 source=source,
                 position=position + int(at_),
-                base_offset=int(offset),
+                base_offset=None if offset < 0 else int(offset),  # a negative one names none
             )
         return ScannedWindow(NO_ROWS, start, int(detail), int(offset))
     table = np.empty((n, SCAN_FIELDS), np.int64)

@@ -69,7 +69,8 @@ def iter_batches(
         if status != es.SCAN_FULL:
             break
     if status != es.SCAN_OK:
-        _raise(view, int(status), int(pos), int(offset), int(detail), stop, source,
+        known = None if offset < 0 else int(offset)  # a negative base offset names none
+        _raise(view, int(status), int(pos), known, int(detail), stop, source,
                base_position, tail)  # fmt: skip
 
 
@@ -77,7 +78,7 @@ def _raise(
     view: memoryview,
     status: int,
     pos: int,
-    offset: int,
+    offset: int | None,
     detail: int,
     stop: int,
     source: str,
