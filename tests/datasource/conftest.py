@@ -50,6 +50,10 @@ def spark():
         .getOrCreate()
     )
     session.sparkContext.setLogLevel("ERROR")
+    # Spark looks the Python sources up once per session, at the first name it resolves, and
+    # keeps an empty list when that lookup fails: look now, before any test changes a setting
+    manager = session._jsparkSession.sessionState().dataSourceManager()
+    assert manager.dataSourceExists("kafkalog"), "Spark's lookup did not find pyspark_kafkalog"
     yield session
     session.stop()
 
