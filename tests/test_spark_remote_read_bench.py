@@ -23,10 +23,19 @@ def _reads(out: str) -> list[str]:
     return [r.split(" | ")[2] for r in rows]
 
 
-def test_tiny_run_reads_every_record_three_ways(capsys):
-    argv = ["--records", "4000", "--codecs", "none", "--repeat", "1", "--no-kafka"]
-    assert spark_remote_read.main(argv) == 0
-    out = capsys.readouterr().out
+def _run(argv: list[str]) -> str:
+    """The benchmark as a script, in a process of its own: it stops the SparkSession it gets,
+    which in this process could be the one the other tests share."""
+    cmd = [sys.executable, spark_remote_read.__file__, *argv]
+    done = subprocess.run(
+        cmd, cwd=ROOT, capture_output=True, text=True, timeout=RUN_TIMEOUT_S, check=False
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return done.stdout
+
+
+def test_tiny_run_reads_every_record_three_ways():
+    out = _run(["--records", "4000", "--codecs", "none", "--repeat", "1", "--no-kafka"])
     assert "checked: kafkalog from serve, kafkalog from the log dir give the same rows" in out
     assert _reads(out) == ["kafkalog from serve", "kafkalog from the log dir", "confluent"]
     assert "kafkalog from serve / kafkalog from the log dir = " in out
@@ -41,13 +50,7 @@ def test_beside_kafka39_both_connectors_read_the_same_rows():
     home = kafka_home()
     if isinstance(home, str) or not spark_connector_jars():
         pytest.skip(f"needs Apache Kafka 3.9 and Spark's Kafka connector: {home}")
-    argv = ["--records", "4000", "--codecs", "lz4", "--repeat", "1"]
-    cmd = [sys.executable, spark_remote_read.__file__, *argv]
-    done = subprocess.run(
-        cmd, cwd=ROOT, capture_output=True, text=True, timeout=RUN_TIMEOUT_S, check=False
-    )
-    out = done.stdout
-    assert done.returncode == 0, out[-3000:] + done.stderr[-3000:]
+    out = _run(["--records", "4000", "--codecs", "lz4", "--repeat", "1"])
     assert (
         "checked: kafkalog from serve, kafkalog from the log dir, kafkalog from Kafka 3.9, "
         "Spark's kafka from Kafka 3.9 give the same rows (count 4,000 and hash)" in out

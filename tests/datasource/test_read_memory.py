@@ -142,13 +142,6 @@ def test_a_2_gib_partition_is_read_in_bounded_memory(spark, tmp_path: Path) -> N
 
 
 def _spark_job_in_bounded_memory(spark, bootstrap: str, tenth: int, end: int) -> None:
-    from datasource.kafkalog_data_source import KafkaLogDataSource
-
-    # registered by name for this session: on a pytest-xdist worker the session's discovered
-    # sources had lost kafkalog by this test (DATA_SOURCE_NOT_FOUND, three fresh-clone runs in
-    # three; not yet explained); discovery itself is test_discovery.py's
-    spark.dataSource.register(KafkaLogDataSource)
-
     def job(ending: str, want: int) -> None:
         df = (spark.read.format("kafkalog").option("kafka.bootstrap.servers", bootstrap)
               .option("subscribe", TOPIC).option("endingOffsets", ending).load())  # fmt: skip
