@@ -14,7 +14,7 @@ import dataclasses
 import time
 import uuid
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 from broker_embedded.record.memory_records_builder import MemoryRecordsBuilder
 from broker_embedded.record.record_batch import Record
@@ -23,6 +23,7 @@ from tests.differential.harness import Connection, Difference, Login, Normalizer
 READY_TIMEOUT_S = 30.0
 BASE_TIMESTAMP = 1_700_000_000_000
 LIST_OFFSETS_KEY, METADATA_KEY, CREATE_TOPICS_KEY = 2, 3, 19
+T = TypeVar("T")
 LOADING = frozenset(
     {"coordinator_not_available", "not_coordinator", "coordinator_load_in_progress"}
 )
@@ -76,13 +77,27 @@ class Run:
         """A compared request repeated while its ``error(answer)`` (default: the top-level
         ``error_code``) is ``retriable`` (default: a coordinator not there yet or still
         loading), as clients retry; only the last answer is recorded."""
-        deadline = time.monotonic() + READY_TIMEOUT_S
-        while error(answer := self.quiet(api_key, version, values)) in retriable:
-            if time.monotonic() > deadline:
-                raise AssertionError(f"{label} on {self.bootstrap}: still {retriable}")
-            time.sleep(0.05)
+
+        def settled() -> Any:
+            answer = self.quiet(api_key, version, values)
+            return None if error(answer) in retriable else answer
+
+        answer = self.poll(f"{label}: still {sorted(retriable)}", settled)
         self.exchanges.append(Exchange(label, api_key, version, answer))
         return answer
+
+    def poll(self, what: str | Callable[[], str], probe: Callable[[], T | None]) -> T:
+        """``probe()`` repeated until it returns something other than None, which is returned;
+        after :data:`READY_TIMEOUT_S`, an AssertionError naming the server and ``what`` (or
+        ``what()``, said after the last probe). The one wait of the scenarios: setup, and
+        requests repeated as clients retry them."""
+        deadline = time.monotonic() + READY_TIMEOUT_S
+        while (found := probe()) is None:
+            if time.monotonic() > deadline:
+                said = what if isinstance(what, str) else what()
+                raise AssertionError(f"{self.bootstrap}: {said}")
+            time.sleep(0.05)
+        return found
 
     def quiet(self, api_key: int, version: int, values: dict[str, Any]) -> Any:
         """One request whose answer is not compared (setup)."""
@@ -111,19 +126,20 @@ class Run:
 
     def wait_ready(self, topic: str, partitions: int) -> None:
         """Until Metadata names a leader for each of the topic's ``partitions``."""
-        deadline = time.monotonic() + READY_TIMEOUT_S
-        while True:
+        last: list[Any] = []
+
+        def ready() -> bool | None:
             answer = self.quiet(METADATA_KEY, 12, {
                 "topics": [{"name": topic, "topic_id": None}], "allow_auto_topic_creation": False,
                 "include_cluster_authorized_operations": False,
                 "include_topic_authorized_operations": False})  # fmt: skip
             found = answer["topics"][0]
-            ready = [p for p in found["partitions"] if p["leader_id"] >= 0]
-            if found["error_code"] == "none" and len(ready) == partitions and self._led(topic):
-                return
-            if time.monotonic() > deadline:
-                raise AssertionError(f"{topic} on {self.bootstrap} not ready: {found}")
-            time.sleep(0.05)
+            last[:] = [found]
+            led = [p for p in found["partitions"] if p["leader_id"] >= 0]
+            return (found["error_code"] == "none" and len(led) == partitions
+                    and self._led(topic)) or None  # fmt: skip
+
+        self.poll(lambda: f"{topic} not ready: {last}", ready)
 
     def connect(self, login: Login | None = None) -> Connection:
         """One more connection (a second group member whose request waits while the first

@@ -12,7 +12,6 @@ compared) before the steps that depend on them, as a client retries.
 from __future__ import annotations
 
 import hashlib
-import time
 from typing import Any
 
 import scramp
@@ -23,7 +22,6 @@ from tests.differential.scenario import Run, Scenario, batch
 
 ADMIN = ("admin", "admin-secret")
 PASSWORD = "pencil-42"
-WAIT_S = 30.0
 PRODUCE, METADATA, FIND_COORDINATOR, CREATE_TOPICS = 0, 3, 10, 19
 SASL_HANDSHAKE, SASL_AUTHENTICATE = 17, 36
 DESCRIBE_ACLS, CREATE_ACLS, DELETE_ACLS = 29, 30, 31
@@ -365,38 +363,37 @@ def _sorted_resources(answer: dict[str, Any]) -> dict[str, Any]:
 
 def _wait_acls(run: Run, principal: str, count: int) -> None:
     """Until DescribeAcls lists ``count`` ACLs of ``principal`` (not compared)."""
-    deadline = time.monotonic() + WAIT_S
-    while True:
+
+    def listed() -> bool | None:
         answer = run.quiet(DESCRIBE_ACLS, 3, _filter(ANY, None, ANY, principal))
-        if sum(len(r["acls"]) for r in answer["resources"]) == count:
-            return
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{run.bootstrap}: ACLs of {principal} not {count}: {answer}")
-        time.sleep(0.05)
+        return sum(len(r["acls"]) for r in answer["resources"]) == count or None
+
+    run.poll(f"ACLs of {principal} not {count}", listed)
 
 
 def _wait_coordinator(run: Run, group: str) -> None:
     """Until FindCoordinator (as the super user) names ``group``'s coordinator: Kafka makes its
     offsets topic at the first lookup and answers COORDINATOR_NOT_AVAILABLE meanwhile."""
-    deadline = time.monotonic() + WAIT_S
     request = {"key_type": 0, "coordinator_keys": [group]}
-    while run.quiet(FIND_COORDINATOR, 4, request)["coordinators"][0]["error_code"] != "none":
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{run.bootstrap}: no coordinator for {group}")
-        time.sleep(0.05)
+
+    def named() -> bool | None:
+        answer = run.quiet(FIND_COORDINATOR, 4, request)
+        return answer["coordinators"][0]["error_code"] == "none" or None
+
+    run.poll(f"no coordinator for {group}", named)
 
 
 def _wait_login(run: Run, user: str) -> Connection:
     """A connection authenticated as ``user`` (with :data:`PASSWORD`), once the server knows
     the credential just upserted (not compared)."""
-    deadline = time.monotonic() + WAIT_S
-    while True:
+
+    def logged_in() -> Connection | None:
         try:
             return run.connect(login=(user, PASSWORD))
         except SaslAuthenticationError:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.05)
+            return None
+
+    return run.poll(f"{user} cannot log in", logged_in)
 
 
 SECURED_SCENARIOS: dict[str, Scenario] = {
