@@ -30,7 +30,9 @@ from typing import TypeVar
 
 from broker_embedded.broker import Acks, Broker
 from broker_embedded.broker_config import BrokerConfig
-from broker_embedded.client.producer_record import ProducerRecord, build_batch
+from broker_embedded.common.fetch_request import FetchRequest, FetchResponse
+from broker_embedded.common.produce_response import ProduceResult
+from broker_embedded.common.producer_record import ProducerRecord, build_batch
 from broker_embedded.error_code import LEADER_MOVED
 from broker_embedded.errors import (
     BrokerClosedError,
@@ -38,9 +40,7 @@ from broker_embedded.errors import (
     NotLeaderOrFollowerError,
     RequestTimedOutError,
 )
-from broker_embedded.replica_manager.fetch_request import FetchRequest, FetchResponse
 from broker_embedded.replica_manager.list_offsets import ListOffsetsResult
-from broker_embedded.replica_manager.produce_response import ProduceResult
 from broker_embedded.replication.controller import Controller, TopicMetadata
 from broker_embedded.storage.fetch_data_info import IsolationLevel
 from broker_embedded.storage.producer_state_manager import AppendOrigin

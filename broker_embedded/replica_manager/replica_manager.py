@@ -40,6 +40,14 @@ import threading
 from collections.abc import Callable, Mapping
 
 from broker_embedded.broker_config import BrokerConfig
+from broker_embedded.common.fetch_request import (
+    NO_LEADER_EPOCH,
+    FetchRequest,
+    FetchResponse,
+    PartitionFetchResult,
+)
+from broker_embedded.common.produce_response import ProduceResult
+from broker_embedded.common.purgatory import DelayedOperationPurgatory
 from broker_embedded.error_code import ErrorCode
 from broker_embedded.errors import (
     BrokerClosedError,
@@ -53,12 +61,6 @@ from broker_embedded.errors import (
 from broker_embedded.replica_manager.broker_topic_stats import BrokerTopicStats
 from broker_embedded.replica_manager.delayed_fetch import DelayedFetch
 from broker_embedded.replica_manager.delayed_produce import DelayedProduce
-from broker_embedded.replica_manager.fetch_request import (
-    NO_LEADER_EPOCH,
-    FetchRequest,
-    FetchResponse,
-    PartitionFetchResult,
-)
 from broker_embedded.replica_manager.list_offsets import (
     EARLIEST_LOCAL_TIMESTAMP,
     EARLIEST_PENDING_UPLOAD_TIMESTAMP,
@@ -68,8 +70,6 @@ from broker_embedded.replica_manager.list_offsets import (
     MAX_TIMESTAMP,
     ListOffsetsResult,
 )
-from broker_embedded.replica_manager.produce_response import ProduceResult
-from broker_embedded.replica_manager.purgatory import DelayedOperationPurgatory
 from broker_embedded.replication.partition import AlterPartition, LeaderAndIsr, Partition
 from broker_embedded.scheduler import KafkaScheduler
 from broker_embedded.storage.checkpoint_file import one_sync
