@@ -4,7 +4,7 @@
 - Leadership: the controller sends :class:`LeaderAndIsr` states with its epoch
   (:meth:`ReplicaManager.become_leader_or_follower`); an older controller epoch than one already
   seen is STALE_CONTROLLER_EPOCH. A broker that becomes follower hands the partition to the
-  fetcher thread of its leader (replication/replica_fetcher_thread.py), which first truncates
+  fetcher thread of its leader (replica_manager/replica_fetcher_thread.py), which first truncates
   divergent history through the leader's epochs.
 - Produce (:meth:`append_records`): acks must be 0, 1 or -1 (all); each partition is appended
   on its leader (errors per partition); acks=all then waits in the produce purgatory until the
@@ -70,7 +70,8 @@ from broker_embedded.replica_manager.list_offsets import (
     MAX_TIMESTAMP,
     ListOffsetsResult,
 )
-from broker_embedded.replication.partition import AlterPartition, LeaderAndIsr, Partition
+from broker_embedded.replica_manager.partition import AlterPartition, LeaderAndIsr, Partition
+from broker_embedded.replica_manager.replica_fetcher_thread import ReplicaFetcherManager
 from broker_embedded.scheduler import KafkaScheduler
 from broker_embedded.storage.checkpoint_file import one_sync
 from broker_embedded.storage.fetch_data_info import FetchIsolation, IsolationLevel
@@ -135,8 +136,6 @@ class ReplicaManager:
         self.produce_purgatory = DelayedOperationPurgatory(
             f"Produce-{broker_id}", max_pending=pending
         )
-        from broker_embedded.replication.replica_fetcher_thread import ReplicaFetcherManager
-
         self.fetchers = ReplicaFetcherManager(self)
         self._scheduler = KafkaScheduler(f"replica-manager-{broker_id}")
         self._scheduler.startup()

@@ -21,7 +21,7 @@ from broker_embedded.errors import (
     StaleControllerEpochError,
 )
 from broker_embedded.replica_manager.list_offsets import LATEST_TIMESTAMP
-from broker_embedded.replication.partition import LeaderAndIsr
+from broker_embedded.replica_manager.partition import LeaderAndIsr
 from broker_embedded.storage.topic_partition import TopicPartition
 from tests.broker_embedded.replication._cluster_util import (
     consumer_fetch,
