@@ -36,6 +36,7 @@ from pathlib import Path
 
 from broker_embedded.broker_config import BrokerConfig
 from broker_embedded.cleaner.log_cleaner_manager import LogCleanerConfig
+from broker_embedded.client.transactional_producer import TransactionalProducer
 from broker_embedded.common.fetch_request import FetchRequest, FetchResponse
 from broker_embedded.common.produce_response import ProduceResult
 from broker_embedded.common.producer_record import ProducerRecord, build_batch
@@ -341,9 +342,7 @@ class Broker:
                 results.append(self.append(tp, marker, acks=1, origin=AppendOrigin.COORDINATOR))
         return results
 
-    def transactional_producer(self, transactional_id: str):
-        from broker_embedded.client.transactional_producer import TransactionalProducer
-
+    def transactional_producer(self, transactional_id: str) -> TransactionalProducer:
         return TransactionalProducer(self, transactional_id)
 
     def leader_for(self, tp: TopicPartition) -> Broker:

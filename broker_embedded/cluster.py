@@ -30,6 +30,7 @@ from typing import TypeVar
 
 from broker_embedded.broker import Acks, Broker
 from broker_embedded.broker_config import BrokerConfig
+from broker_embedded.client.transactional_producer import TransactionalProducer
 from broker_embedded.common.fetch_request import FetchRequest, FetchResponse
 from broker_embedded.common.produce_response import ProduceResult
 from broker_embedded.common.producer_record import ProducerRecord, build_batch
@@ -119,9 +120,7 @@ class EmbeddedCluster:
         """(producer id, epoch 0) for an idempotent producer."""
         return self.controller.new_producer_id(), 0
 
-    def transactional_producer(self, transactional_id: str):
-        from broker_embedded.client.transactional_producer import TransactionalProducer
-
+    def transactional_producer(self, transactional_id: str) -> TransactionalProducer:
         return TransactionalProducer(self, transactional_id)
 
     def leader_for(self, tp: TopicPartition) -> Broker:
