@@ -11,5 +11,5 @@ Named after Kafka's ``common`` packages (the clients' ``org.apache.kafka.common`
 ``server-common`` module, where Kafka 4 moved the purgatory), which hold what the clients and the
 server's components share. It sits just above ``storage/`` (its values name topic partitions,
 isolation levels, segment regions and aborted transactions) and below everything that shares it;
-its modules import only ``errors.py``, ``record/`` and ``storage/`` (tests/test_layering.py).
+it imports only the layers below it (the order in tests/test_layering.py).
 """
