@@ -33,8 +33,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 import broker as bench  # noqa: E402
 
 from broker_embedded.broker import Broker  # noqa: E402
-from broker_embedded.replica_manager import replica_manager  # noqa: E402
-from broker_embedded.replication import partition  # noqa: E402
+from broker_embedded.replica_manager import partition, replica_manager  # noqa: E402
 from broker_embedded.storage import (  # noqa: E402
     log_segment,
     segment_indexer,

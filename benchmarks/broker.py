@@ -70,10 +70,10 @@ sys.path.insert(0, str(ROOT))
 
 from broker_embedded.broker import Broker  # noqa: E402
 from broker_embedded.cluster import EmbeddedCluster  # noqa: E402
+from broker_embedded.common.fetch_request import FetchRequest, PartitionFetch  # noqa: E402
 from broker_embedded.record import columnar_decoder, log_validator  # noqa: E402
 from broker_embedded.record.batch_layout import ATTRIBUTES_OFFSET  # noqa: E402
 from broker_embedded.record.memory_records_builder import MemoryRecordsBuilder  # noqa: E402
-from broker_embedded.replica_manager.fetch_request import FetchRequest, PartitionFetch  # noqa: E402
 from broker_embedded.storage.topic_partition import TopicPartition  # noqa: E402
 
 TOPIC = "bench"

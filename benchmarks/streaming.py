@@ -58,7 +58,7 @@ sys.path.insert(0, str(ROOT))
 from _spark_common import NO_RETENTION, TOPIC, build_log_dir, cpu_model, start_spark  # noqa: E402
 
 from broker_embedded.broker import Broker  # noqa: E402
-from broker_embedded.client.producer_record import ProducerRecord  # noqa: E402
+from broker_embedded.common.producer_record import ProducerRecord  # noqa: E402
 from broker_embedded.record import columnar_encoder  # noqa: E402
 
 LATENCY_TOPIC = "latency"

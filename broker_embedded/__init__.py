@@ -1,13 +1,14 @@
 """The embedded broker: everything below the fetch API, in Kafka's own on-disk format.
 
-Layout, by Kafka's names: ``record/`` (record batches), ``storage/`` (the log), ``replication/``
-(partitions, follower fetchers, controller), ``replica_manager/`` (ReplicaManager, the purgatory
-and its delayed operations), ``coordinator/`` (the transaction coordinator), ``client/`` (what
-a producer does), ``cleaner/`` (log compaction), ``server/`` (the wire protocol); the facade
-``broker.py`` (with ``cluster.py``) on top, and ``broker_config.py``, ``scheduler.py`` and
-``errors.py``, which every package shares.
+Layout, by Kafka's names, bottom up: ``errors.py`` (with ``error_code.py``), ``scheduler.py``,
+``record/`` (record batches), ``protocol/`` (wire schemas, message codec), ``storage/`` (the
+log), ``common/`` (values the layers above share), ``cleaner/`` (log compaction),
+``broker_config.py``, ``replica_manager/`` (ReplicaManager, partitions, follower fetchers,
+delayed operations), ``coordinator/`` (group and transaction coordinators), ``replication/``
+(the controller), ``client/`` (producers, the wire client), the facade ``broker.py`` (with
+``cluster.py``), ``server/`` (the wire protocol).
 
-Layering: this package never imports ``datasource``, ``spark_kafkalog`` or ``pyspark``; the
-packages below the facade never import ``broker.py``, ``cluster.py`` or ``server/``
-(tests/test_layering.py).
+Layering: a module imports its own layer or a lower one, in the order declared in
+tests/test_layering.py, which checks it; this package never imports ``datasource``,
+``spark_kafkalog`` or ``pyspark``.
 """

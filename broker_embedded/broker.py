@@ -36,7 +36,10 @@ from pathlib import Path
 
 from broker_embedded.broker_config import BrokerConfig
 from broker_embedded.cleaner.log_cleaner_manager import LogCleanerConfig
-from broker_embedded.client.producer_record import ProducerRecord, build_batch
+from broker_embedded.client.transactional_producer import TransactionalProducer
+from broker_embedded.common.fetch_request import FetchRequest, FetchResponse
+from broker_embedded.common.produce_response import ProduceResult
+from broker_embedded.common.producer_record import ProducerRecord, build_batch
 from broker_embedded.coordinator.transaction_coordinator import COORDINATOR_EPOCH
 from broker_embedded.errors import (
     BrokerClosedError,
@@ -45,9 +48,7 @@ from broker_embedded.errors import (
     UnknownTopicOrPartitionError,
 )
 from broker_embedded.record.control_record import EndTransactionMarker
-from broker_embedded.replica_manager.fetch_request import FetchRequest, FetchResponse
 from broker_embedded.replica_manager.list_offsets import ListOffsetsResult
-from broker_embedded.replica_manager.produce_response import ProduceResult
 from broker_embedded.replica_manager.replica_manager import ReplicaManager
 from broker_embedded.replication.controller import Controller, TopicMetadata
 from broker_embedded.replication.replica_assignment import BrokerMetadata
@@ -341,9 +342,7 @@ class Broker:
                 results.append(self.append(tp, marker, acks=1, origin=AppendOrigin.COORDINATOR))
         return results
 
-    def transactional_producer(self, transactional_id: str):
-        from broker_embedded.client.transactional_producer import TransactionalProducer
-
+    def transactional_producer(self, transactional_id: str) -> TransactionalProducer:
         return TransactionalProducer(self, transactional_id)
 
     def leader_for(self, tp: TopicPartition) -> Broker:

@@ -30,7 +30,10 @@ from typing import TypeVar
 
 from broker_embedded.broker import Acks, Broker
 from broker_embedded.broker_config import BrokerConfig
-from broker_embedded.client.producer_record import ProducerRecord, build_batch
+from broker_embedded.client.transactional_producer import TransactionalProducer
+from broker_embedded.common.fetch_request import FetchRequest, FetchResponse
+from broker_embedded.common.produce_response import ProduceResult
+from broker_embedded.common.producer_record import ProducerRecord, build_batch
 from broker_embedded.error_code import LEADER_MOVED
 from broker_embedded.errors import (
     BrokerClosedError,
@@ -38,9 +41,7 @@ from broker_embedded.errors import (
     NotLeaderOrFollowerError,
     RequestTimedOutError,
 )
-from broker_embedded.replica_manager.fetch_request import FetchRequest, FetchResponse
 from broker_embedded.replica_manager.list_offsets import ListOffsetsResult
-from broker_embedded.replica_manager.produce_response import ProduceResult
 from broker_embedded.replication.controller import Controller, TopicMetadata
 from broker_embedded.storage.fetch_data_info import IsolationLevel
 from broker_embedded.storage.producer_state_manager import AppendOrigin
@@ -119,9 +120,7 @@ class EmbeddedCluster:
         """(producer id, epoch 0) for an idempotent producer."""
         return self.controller.new_producer_id(), 0
 
-    def transactional_producer(self, transactional_id: str):
-        from broker_embedded.client.transactional_producer import TransactionalProducer
-
+    def transactional_producer(self, transactional_id: str) -> TransactionalProducer:
         return TransactionalProducer(self, transactional_id)
 
     def leader_for(self, tp: TopicPartition) -> Broker:

@@ -38,7 +38,7 @@ from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import TypeVar
 
-from broker_embedded.client.producer_record import ProducerRecord, build_batch
+from broker_embedded.common.producer_record import ProducerRecord, build_batch
 from broker_embedded.coordinator.coordinator_partition import GROUP_METADATA_TOPIC
 from broker_embedded.coordinator.group_metadata_record import (
     OffsetCommitKey,

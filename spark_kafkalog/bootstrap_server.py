@@ -46,7 +46,7 @@ from broker_embedded.client.kafka_client import (
     KafkaClient,
     TopicInfo,
 )
-from broker_embedded.client.producer_record import ProducerRecord, build_batch
+from broker_embedded.common.producer_record import ProducerRecord, build_batch
 from broker_embedded.record.compression import CompressionType
 from broker_embedded.storage.fetch_data_info import FetchIsolation
 from broker_embedded.storage.partition_metadata import topic_id_to_string

@@ -38,7 +38,7 @@ from typing import BinaryIO, Protocol, TextIO
 
 from broker_embedded.broker import Broker, parse_acks
 from broker_embedded.client.default_partitioner import partition_for_key
-from broker_embedded.client.producer_record import ProducerRecord
+from broker_embedded.common.producer_record import ProducerRecord
 from broker_embedded.errors import KafkaApiError, UnknownTopicOrPartitionError
 from broker_embedded.record.compression import CompressionType
 from broker_embedded.record.record_batch import RECORD_BATCH_OVERHEAD

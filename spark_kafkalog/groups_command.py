@@ -57,8 +57,8 @@ from typing import Any, TextIO
 
 from broker_embedded.coordinator.consumer_protocol import decode_assignment
 from broker_embedded.coordinator.group_metadata_loader import LoadedGroup, load_log_dir
-from broker_embedded.coordinator.message_codec import MessageFormatError
 from broker_embedded.errors import KafkaApiError
+from broker_embedded.protocol.message_codec import MessageFormatError
 from broker_embedded.storage.log_dir import LogDir
 from broker_embedded.storage.topic_partition import TopicPartition
 from spark_kafkalog.topics_command import CommandError, require_log_dir

@@ -273,7 +273,7 @@ def _fill(log_dir: Path) -> None:
     """Keyed records with headers and tombstones in every codec, a committed and an aborted
     transaction, two segments."""
     from broker_embedded.broker import Broker
-    from broker_embedded.client.producer_record import ProducerRecord
+    from broker_embedded.common.producer_record import ProducerRecord
 
     broker = Broker(log_dir, create=True)
     try:

@@ -28,7 +28,7 @@ from pathlib import Path
 
 from benchmarks.soak import PARTITIONS, Invariants, SparkReader, spark_session
 from broker_embedded.broker import Broker
-from broker_embedded.client.producer_record import ProducerRecord
+from broker_embedded.common.producer_record import ProducerRecord
 from broker_embedded.storage.log_dir import LogDir
 from broker_embedded.storage.topic_partition import TopicPartition
 

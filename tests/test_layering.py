@@ -1,14 +1,19 @@
-"""The packages depend one way: spark_kafkalog -> datasource -> broker_embedded; and the data
-source reads the log only through the fetch interface (broker_embedded/storage/fetch_source.py
-and its implementations), never the storage's segments, indexes or partition views directly.
+"""The project's layers, declared once (``LAYERS``, bottom up), and the rule that holds them: every
+import in every module of ``broker_embedded``, ``datasource``, ``spark_kafkalog``,
+``pyspark_kafkalog`` and ``jobs`` goes to its own layer or a lower one.
 
-Inside broker_embedded, the packages below the facade (record, storage, replication, cleaner,
-replica_manager, coordinator, client) never import the facade (broker.py, cluster.py) or the
-network layer (server/); and of the project's packages only server/ itself and the command line
-that starts it import server/ (tests and benchmarks may).
+Every import statement counts: at the top of a module, inside a function (a lazy import of a
+module that pulls a heavy optional dependency, such as kio, pyarrow or pyspark, must still go
+down), and under ``if TYPE_CHECKING`` (a type hint is a dependency on the other layer's
+interface: where a lower layer needs to name something above it, it declares a small
+``Protocol`` of what it uses, as replication/registered_broker.py and storage/log_manager.py's
+``LogCleanerSettings`` do). Relative imports are resolved. Imports made by name at run time
+(``importlib``) are not seen.
 
-Checked statically over every module's import statements (including imports inside functions),
-so a forbidden import fails here even on a code path no other test runs.
+Besides the order: ``broker_embedded`` never imports pyspark; the data source reads the log only
+through the fetch interface (storage/fetch_source.py and its implementations), never the
+storage's segments, indexes or partition views; and of the project's packages only ``server/``
+itself and the commands that start or administer it import ``server/``.
 """
 
 from __future__ import annotations
@@ -16,13 +21,193 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-import pytest
-
 ROOT = Path(__file__).resolve().parents[1]
-FORBIDDEN = {
-    "broker_embedded": ("datasource", "spark_kafkalog", "pyspark", "pyspark_kafkalog"),
-    "datasource": ("spark_kafkalog",),
-}
+SOURCE_PACKAGES = ("broker_embedded", "datasource", "spark_kafkalog", "pyspark_kafkalog", "jobs")
+
+# Bottom up: (layer, the modules and packages in it). A module may import its own layer and the
+# ones before it. Each top-level module and subpackage of broker_embedded is named here
+# (test_every_module_sits_in_a_declared_layer), so a new one must be placed before it is used.
+LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    # Kafka's error codes and the exceptions that carry them; the package root (no imports)
+    ("errors", ("broker_embedded", "broker_embedded.error_code", "broker_embedded.errors")),
+    # threads on a schedule, latency histograms: what the log and the servers both run
+    ("runtime", ("broker_embedded.scheduler", "broker_embedded.latency_histogram")),
+    # the record format: varints, batches, codecs, the columnar kernels
+    ("record", ("broker_embedded.record",)),
+    # kio's wire schemas and Kafka's message codec for internal-topic and metadata records
+    ("protocol", ("broker_embedded.protocol",)),
+    # the log dir: segments, indexes, checkpoints, UnifiedLog, LogManager, the FetchSource
+    ("storage", ("broker_embedded.storage",)),
+    # values the layers above share: producer records, fetch and produce values, the purgatory
+    ("common", ("broker_embedded.common",)),
+    # log compaction over storage's logs (LogManager starts it through storage's port)
+    ("cleaner", ("broker_embedded.cleaner",)),
+    # the broker's settings (log defaults from storage's LogConfig)
+    ("config", ("broker_embedded.broker_config",)),
+    # partitions, ISR, HW, follower fetchers, produce/fetch/list offsets, delayed operations
+    ("replica manager", ("broker_embedded.replica_manager",)),
+    # the group and transaction coordinators and their internal topics' records
+    ("coordinator", ("broker_embedded.coordinator",)),
+    # the controller: topics, leader election, ISR changes; owns the transaction coordinator
+    ("controller", ("broker_embedded.replication",)),
+    # producers and the wire client; below the facade, which hands out the embedded producer
+    ("client", ("broker_embedded.client",)),
+    # the Broker facade and the embedded cluster
+    ("facade", ("broker_embedded.broker", "broker_embedded.cluster")),
+    # the Kafka wire-protocol server (`kafkalog serve`)
+    ("server", ("broker_embedded.server",)),
+    # the PySpark data source
+    ("datasource", ("datasource",)),
+    # what users run: the command line, the jobs, Spark's discovery shim
+    ("command line", ("spark_kafkalog", "pyspark_kafkalog", "jobs")),
+)
+
+
+def layer_of(module: str) -> int | None:
+    """Index in ``LAYERS`` of the longest declared name that is ``module`` or a package holding
+    it (``broker_embedded`` itself holds nothing but its own ``__init__``); None: first-party
+    code in no layer, or not first-party at all."""
+    best: tuple[int, int] | None = None
+    for index, (_, members) in enumerate(LAYERS):
+        for m in members:
+            holds = module == m or (module.startswith(m + ".") and m != "broker_embedded")
+            if holds and (best is None or len(m) > best[1]):
+                best = (index, len(m))
+    return None if best is None else best[0]
+
+
+def module_name(root: Path, path: Path) -> str:
+    parts = list(path.relative_to(root).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def imported_names(path: Path, root: Path = ROOT) -> list[tuple[int, str]]:
+    """(line, name) of every module imported anywhere in ``path`` (functions and ``if
+    TYPE_CHECKING`` blocks included), and every ``from M import n`` as ``M`` and ``M.n`` (``n``
+    may be a module); relative imports resolved against ``path``'s package."""
+    package = module_name(root, path)
+    if path.name != "__init__.py":
+        package = package.rpartition(".")[0]
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, alias.name) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                up = package.split(".")[: len(package.split(".")) - (node.level - 1)]
+                base = ".".join(up + ([node.module] if node.module else []))
+            found.append((node.lineno, base))
+            found += [(node.lineno, f"{base}.{alias.name}") for alias in node.names]
+    return found
+
+
+def source_files(root: Path) -> list[Path]:
+    return sorted(p for pkg in SOURCE_PACKAGES for p in (root / pkg).rglob("*.py"))
+
+
+def order_violations(root: Path = ROOT) -> list[str]:
+    """``file:line imports name (layer) above its own (layer)`` for every upward import, and
+    ``file sits in no declared layer`` for a first-party module ``LAYERS`` does not place."""
+    bad = []
+    for path in source_files(root):
+        file = path.relative_to(root).as_posix()
+        own = layer_of(module_name(root, path))
+        if own is None:
+            bad.append(f"{file} sits in no declared layer")
+            continue
+        worst: dict[int, tuple[int, str]] = {}  # per statement, the highest layer it reaches
+        for line, name in imported_names(path, root):
+            target = layer_of(name)
+            if target is not None and target > own and target > worst.get(line, (-1, ""))[0]:
+                worst[line] = (target, name)
+        bad += [
+            f"{file}:{line} imports {name} ({LAYERS[target][0]}) above its layer ({LAYERS[own][0]})"
+            for line, (target, name) in sorted(worst.items())
+        ]
+    return bad
+
+
+def test_every_import_goes_down_the_declared_layers() -> None:
+    assert order_violations() == []
+
+
+def test_every_module_sits_in_a_declared_layer() -> None:
+    named = {m for _, members in LAYERS for m in members}
+    units = {
+        f"broker_embedded.{p.name.removesuffix('.py')}"
+        for p in (ROOT / "broker_embedded").iterdir()
+        if (p.suffix == ".py" and p.name != "__init__.py") or (p / "__init__.py").exists()
+    }
+    assert sorted(units - named) == []
+    assert sorted(named - units - {"broker_embedded", *SOURCE_PACKAGES}) == []
+
+
+def test_checker_sees_an_upward_import(tmp_path: Path) -> None:
+    files = {
+        "broker_embedded/__init__.py": "",
+        "broker_embedded/storage/__init__.py": "",
+        "broker_embedded/storage/a.py": (
+            "from typing import TYPE_CHECKING\n"
+            "from broker_embedded.record.varint import decode_uvarint\n"  # down: fine
+            "from broker_embedded.storage import b\n"  # own layer: fine
+            "from broker_embedded import cleaner, errors\n"  # up: named once, the highest
+            "if TYPE_CHECKING:\n"
+            "    from broker_embedded.coordinator.group_store import GroupStore\n"
+            "def f():\n"
+            "    import broker_embedded.broker\n"
+            "    from ..server import socket_server\n"
+        ),
+        "broker_embedded/replication/controller.py": "from broker_embedded.broker import Broker\n",
+        "broker_embedded/shiny.py": "import os\n",
+        "datasource/d.py": "import pyspark\nfrom spark_kafkalog import cli\n",
+        "spark_kafkalog/e.py": "from datasource import d\nfrom broker_embedded.server import x\n",
+    }
+    for name, text in files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    assert order_violations(tmp_path) == [
+        "broker_embedded/replication/controller.py:1 imports broker_embedded.broker (facade) "
+        "above its layer (controller)",
+        "broker_embedded/shiny.py sits in no declared layer",
+        "broker_embedded/storage/a.py:4 imports broker_embedded.cleaner (cleaner) above its "
+        "layer (storage)",
+        "broker_embedded/storage/a.py:6 imports broker_embedded.coordinator.group_store "
+        "(coordinator) above its layer (storage)",
+        "broker_embedded/storage/a.py:8 imports broker_embedded.broker (facade) above its layer "
+        "(storage)",
+        "broker_embedded/storage/a.py:9 imports broker_embedded.server (server) above its layer "
+        "(storage)",
+        "datasource/d.py:2 imports spark_kafkalog (command line) above its layer (datasource)",
+    ]
+
+
+def test_layer_of_places_modules_by_their_longest_declared_name() -> None:
+    assert LAYERS[layer_of("broker_embedded.broker_config")][0] == "config"
+    assert LAYERS[layer_of("broker_embedded.broker.Broker")][0] == "facade"
+    assert LAYERS[layer_of("broker_embedded.storage.log_dir.LogDir")][0] == "storage"
+    assert LAYERS[layer_of("broker_embedded")][0] == "errors"
+    assert layer_of("broker_embedded.shiny") is None
+    assert layer_of("pyspark.sql") is None
+
+
+# -- pyspark stays out of broker_embedded ----------------------------------------------------------
+
+
+def pyspark_violations(root: Path = ROOT) -> list[str]:
+    paths = sorted((root / "broker_embedded").rglob("*.py"))
+    return [
+        f"{file}:{line} imports {module}"
+        for file, line, module in imports_of(root, paths, ("pyspark", "pyspark_kafkalog"))
+    ]
+
+
+def test_broker_embedded_never_imports_pyspark() -> None:
+    assert pyspark_violations() == []
+
+
+# -- the data source reads through the FetchSource ---------------------------------------------
+
 # storage modules behind the FetchSource: the data source plans, fetches and decodes only
 STORAGE_INTERNALS = tuple(
     f"broker_embedded.storage.{name}"
@@ -30,44 +215,8 @@ STORAGE_INTERNALS = tuple(
 )
 
 
-def imported_modules(path: Path) -> list[tuple[int, str]]:
-    tree = ast.parse(path.read_text(), filename=str(path))
-    found = []
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            found += [(node.lineno, alias.name) for alias in node.names]
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            found.append((node.lineno, node.module))
-    return found
-
-
-def violations(package: str) -> list[str]:
-    bad = []
-    for path in sorted((ROOT / package).rglob("*.py")):
-        for line, module in imported_modules(path):
-            if module.split(".")[0] in FORBIDDEN[package]:
-                bad.append(f"{path.relative_to(ROOT)}:{line} imports {module}")
-    return bad
-
-
-@pytest.mark.parametrize("package", sorted(FORBIDDEN))
-def test_package_respects_layering(package: str) -> None:
-    assert violations(package) == []
-
-
-def test_checker_sees_a_forbidden_import(tmp_path: Path) -> None:
-    module = tmp_path / "m.py"
-    module.write_text("def f():\n    from datasource import x\n    import pyspark.sql\n")
-    assert imported_modules(module) == [(2, "datasource"), (3, "pyspark.sql")]
-
-
-def imported_names(path: Path) -> list[tuple[int, str]]:
-    """Every module imported, and every ``from M import n`` as ``M.n`` too."""
-    found = imported_modules(path)
-    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
-        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            found += [(node.lineno, f"{node.module}.{alias.name}") for alias in node.names]
-    return found
+def under(module: str, prefixes: tuple[str, ...]) -> bool:
+    return any(module == p or module.startswith(p + ".") for p in prefixes)
 
 
 def storage_violations(package: str) -> list[str]:
@@ -86,18 +235,12 @@ def test_data_source_reads_only_through_the_fetch_source() -> None:
 def test_checker_sees_a_storage_import(tmp_path: Path) -> None:
     module = tmp_path / "m.py"
     module.write_text("from broker_embedded.storage import log_dir\n")
-    assert imported_names(module) == [(1, "broker_embedded.storage"),
-                                      (1, "broker_embedded.storage.log_dir")]  # fmt: skip
+    assert imported_names(module, tmp_path) == [(1, "broker_embedded.storage"),
+                                                (1, "broker_embedded.storage.log_dir")]  # fmt: skip
 
 
-BELOW_FACADE = ("record", "storage", "replication", "cleaner", "replica_manager", "coordinator",
-                "client", "protocol")  # fmt: skip
-FACADE = ("broker_embedded.broker", "broker_embedded.cluster", "broker_embedded.server")
-# (file, module) imports that break a rule today, each for a stated reason; a new one fails.
-KNOWN_FACADE_IMPORTS = {
-    # type hints only (under TYPE_CHECKING): the controller registers Broker objects
-    ("broker_embedded/replication/controller.py", "broker_embedded.broker"),
-}
+# -- who starts the server -----------------------------------------------------------------------
+
 SERVER = "broker_embedded.server"
 # who may import the network layer: itself, and the `kafkalog` command line (`kafkalog serve`)
 SERVER_IMPORTERS = (
@@ -107,7 +250,6 @@ SERVER_IMPORTERS = (
     "spark_kafkalog/users_command.py",
     "spark_kafkalog/acls_command.py",
 )  # `kafkalog users` and `kafkalog acls`: the server's users and ACLs
-SOURCE_PACKAGES = ("broker_embedded", "datasource", "spark_kafkalog", "pyspark_kafkalog", "jobs")
 
 
 def imports_of(
@@ -119,59 +261,36 @@ def imports_of(
     ``broker_embedded.broker``)."""
     found: dict[tuple[str, int], str] = {}
     for path in paths:
-        for line, module in imported_names(path):
+        for line, module in imported_names(path, root):
             key = (path.relative_to(root).as_posix(), line)
             if under(module, prefixes) and len(module) < len(found.get(key, module + ".")):
                 found[key] = module
     return sorted((file, line, module) for (file, line), module in found.items())
 
 
-def under(module: str, prefixes: tuple[str, ...]) -> bool:
-    return any(module == p or module.startswith(p + ".") for p in prefixes)
-
-
-def facade_violations(root: Path = ROOT) -> list[str]:
-    paths = [p for pkg in BELOW_FACADE for p in (root / "broker_embedded" / pkg).rglob("*.py")]
-    return [
-        f"{file}:{line} imports {module}"
-        for file, line, module in imports_of(root, paths, FACADE)
-        if (file, module) not in KNOWN_FACADE_IMPORTS
-    ]
-
-
 def server_violations(root: Path = ROOT) -> list[str]:
-    paths = [p for pkg in SOURCE_PACKAGES for p in (root / pkg).rglob("*.py")]
     return [
         f"{file}:{line} imports {module}"
-        for file, line, module in imports_of(root, paths, (SERVER,))
+        for file, line, module in imports_of(root, source_files(root), (SERVER,))
         if not file.startswith(SERVER_IMPORTERS)
     ]
-
-
-def test_packages_below_the_facade_do_not_import_it() -> None:
-    assert facade_violations() == []
 
 
 def test_only_the_server_and_its_command_import_the_server() -> None:
     assert server_violations() == []
 
 
-def test_checker_sees_a_facade_or_server_import(tmp_path: Path) -> None:
+def test_checker_sees_a_server_import(tmp_path: Path) -> None:
     files = {
         "broker_embedded/storage/a.py": "from broker_embedded import server\n",
-        "broker_embedded/client/b.py": "def f():\n    import broker_embedded.broker\n",
-        "broker_embedded/replication/controller.py": "from broker_embedded.broker import Broker\n",
         "broker_embedded/server/c.py": "from broker_embedded.server import d\n",
-        "datasource/e.py": "from broker_embedded.server.d import X\n",
+        "datasource/e.py": "def f():\n    from broker_embedded.server.d import X\n",
+        "spark_kafkalog/serve_command.py": "import broker_embedded.server.c\n",
     }
     for name, text in files.items():
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / name).write_text(text)
-    assert facade_violations(tmp_path) == [
-        "broker_embedded/client/b.py:2 imports broker_embedded.broker",
-        "broker_embedded/storage/a.py:1 imports broker_embedded.server",
-    ]
     assert server_violations(tmp_path) == [
         "broker_embedded/storage/a.py:1 imports broker_embedded.server",
-        "datasource/e.py:1 imports broker_embedded.server.d",
+        "datasource/e.py:2 imports broker_embedded.server.d",
     ]

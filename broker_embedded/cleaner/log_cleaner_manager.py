@@ -101,6 +101,17 @@ class LogCleanerConfig:
         """Bytes of one thread's offset map."""
         return self.dedupe_buffer_size // max(self.threads, 1)
 
+    def new_log_cleaner(
+        self,
+        log_dir: str | Path,
+        logs: Callable[[], Mapping[TopicPartition, UnifiedLog]],
+        *,
+        clock_ms: Callable[[], int] = wall_clock_ms,
+    ) -> LogCleaner:
+        """The cleaner threads of ``log_dir`` with these settings (how the log manager, below
+        this package, starts them: storage/log_manager.py's ``LogCleanerSettings``)."""
+        return LogCleaner(self, log_dir, logs, clock_ms=clock_ms)
+
     @classmethod
     def from_broker_config(cls, config: Any) -> LogCleanerConfig:
         """From a ``BrokerConfig`` (its ``log_cleaner_*`` attributes)."""
@@ -408,6 +419,10 @@ class LogCleaner:
     @property
     def is_started(self) -> bool:
         return bool(self._threads)
+
+    def forget(self, partitions: Iterable[TopicPartition]) -> None:
+        """Drop deleted partitions' cleaning state (:meth:`LogCleanerManager.forget`)."""
+        self.manager.forget(partitions)
 
     def new_cleaner(self) -> Cleaner:
         """A cleaner with its own offset map of :attr:`LogCleanerConfig.map_memory` bytes."""

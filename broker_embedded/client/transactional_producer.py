@@ -38,7 +38,8 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
-from broker_embedded.client.producer_record import ProducerRecord, build_batch
+from broker_embedded.common.produce_response import ProduceResult
+from broker_embedded.common.producer_record import ProducerRecord, build_batch
 from broker_embedded.coordinator.transaction_coordinator import (
     DEFAULT_TIMEOUT_MS,
     TxnCompletion,
@@ -48,7 +49,6 @@ from broker_embedded.errors import (
     InvalidTxnStateError,
     UnknownTopicOrPartitionError,
 )
-from broker_embedded.replica_manager.produce_response import ProduceResult
 from broker_embedded.storage.producer_state_manager import AppendOrigin
 from broker_embedded.storage.segment_writer import wall_clock_ms
 from broker_embedded.storage.topic_partition import TopicPartition

@@ -15,7 +15,7 @@ Byte layout (big-endian, non-flexible in every version), after an int16 version:
 Versions 0-3 are defined; a newer version is read as version 3, as Kafka's consumer does. An
 empty assignment byte string (what a member that got nothing may hold) is no assignment. A
 negative version or bytes that do not read raise
-:class:`~broker_embedded.coordinator.message_codec.MessageFormatError` (the caller names the
+:class:`~broker_embedded.protocol.message_codec.MessageFormatError` (the caller names the
 group and member).
 
 Values are frozen dataclasses; the functions are pure and thread-safe.
@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from broker_embedded.coordinator.message_codec import (
+from broker_embedded.protocol.message_codec import (
     MessageFormatError,
     MessageReader,
     MessageWriter,

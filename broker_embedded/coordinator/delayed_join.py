@@ -26,8 +26,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from broker_embedded.common.purgatory import DelayedOperation
 from broker_embedded.coordinator.group_metadata import GroupMetadata
-from broker_embedded.replica_manager.purgatory import DelayedOperation
 
 if TYPE_CHECKING:
     from broker_embedded.coordinator.group_coordinator import GroupCoordinator

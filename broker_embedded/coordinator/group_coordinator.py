@@ -70,6 +70,7 @@ import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
+from broker_embedded.common.purgatory import DelayedOperationPurgatory
 from broker_embedded.coordinator.coordinator_partition import GROUP_METADATA_TOPIC
 from broker_embedded.coordinator.delayed_join import (
     DelayedHeartbeat,
@@ -117,7 +118,6 @@ from broker_embedded.errors import (
     UnknownMemberIdError,
     UnstableOffsetCommitError,
 )
-from broker_embedded.replica_manager.purgatory import DelayedOperationPurgatory
 from broker_embedded.storage.topic_partition import TopicPartition
 
 log = logging.getLogger(__name__)

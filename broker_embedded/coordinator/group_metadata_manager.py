@@ -65,7 +65,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from broker_embedded.broker_config import BrokerConfig
-from broker_embedded.client.producer_record import ProducerRecord, build_batch
+from broker_embedded.common.producer_record import ProducerRecord, build_batch
 from broker_embedded.coordinator.coordinator_partition import GROUP_METADATA_TOPIC, partition_for
 from broker_embedded.coordinator.group_metadata import (
     GroupSnapshot,

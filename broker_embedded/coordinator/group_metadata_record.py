@@ -2,7 +2,7 @@
 group protocol (the JSON schemas ``OffsetCommitKey``, ``OffsetCommitValue``, ``GroupMetadataKey``
 and ``GroupMetadataValue`` of Kafka's group-coordinator).
 
-Byte layout (message_codec.py for the field encodings). Key = int16 record type (the key's
+Byte layout (protocol/message_codec.py for the field encodings). Key = int16 record type (the key's
 version) + key message; value = int16 value version + value message, or null (a tombstone: the
 offset or group is deleted):
 
@@ -38,7 +38,8 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from broker_embedded.coordinator.coordinator_partition import GROUP_METADATA_TOPIC
-from broker_embedded.coordinator.message_codec import (
+from broker_embedded.errors import KafkaLogError
+from broker_embedded.protocol.message_codec import (
     MessageEncodeError,
     MessageFormatError,
     MessageReader,
@@ -48,7 +49,6 @@ from broker_embedded.coordinator.message_codec import (
     unknown_tags,
     version_prefixed,
 )
-from broker_embedded.errors import KafkaLogError
 
 T = TypeVar("T")
 

@@ -1,7 +1,7 @@
 """The records of ``__transaction_state``: Kafka's ``TransactionLog`` key and value (the JSON
 schemas ``TransactionLogKey`` and ``TransactionLogValue`` of Kafka's transaction-coordinator).
 
-Byte layout (message_codec.py for the field encodings). Key = int16 version (0) +
+Byte layout (protocol/message_codec.py for the field encodings). Key = int16 version (0) +
 ``TransactionLogKey``: transactionalId string. Value = int16 version + ``TransactionLogValue``,
 or null (a tombstone: the transactional id expired and is removed):
 
@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 from broker_embedded.coordinator.coordinator_partition import TRANSACTION_STATE_TOPIC
 from broker_embedded.coordinator.group_metadata_record import RecordPlace, corrupt, decoding
-from broker_embedded.coordinator.message_codec import (
+from broker_embedded.protocol.message_codec import (
     INT16,
     INT64,
     MessageEncodeError,

@@ -50,7 +50,7 @@ import threading
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Protocol
 
-from broker_embedded.client.producer_record import ProducerRecord, build_batch
+from broker_embedded.common.producer_record import ProducerRecord, build_batch
 from broker_embedded.coordinator.coordinator_partition import (
     TRANSACTION_STATE_TOPIC,
     partition_for,

@@ -29,8 +29,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from broker_embedded.replica_manager.fetch_request import FetchRequest, FetchResponse
-from broker_embedded.replica_manager.purgatory import DelayedOperation
+from broker_embedded.common.fetch_request import FetchRequest, FetchResponse
+from broker_embedded.common.purgatory import DelayedOperation
 
 
 class DelayedFetch(DelayedOperation):

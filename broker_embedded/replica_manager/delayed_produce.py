@@ -18,8 +18,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 
+from broker_embedded.common.purgatory import DelayedOperation
 from broker_embedded.errors import KafkaApiError, RequestTimedOutError
-from broker_embedded.replica_manager.purgatory import DelayedOperation
 from broker_embedded.storage.topic_partition import TopicPartition
 
 Check = Callable[[TopicPartition, int], "KafkaApiError | None | bool"]

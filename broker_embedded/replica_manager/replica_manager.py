@@ -4,7 +4,7 @@
 - Leadership: the controller sends :class:`LeaderAndIsr` states with its epoch
   (:meth:`ReplicaManager.become_leader_or_follower`); an older controller epoch than one already
   seen is STALE_CONTROLLER_EPOCH. A broker that becomes follower hands the partition to the
-  fetcher thread of its leader (replication/replica_fetcher_thread.py), which first truncates
+  fetcher thread of its leader (replica_manager/replica_fetcher_thread.py), which first truncates
   divergent history through the leader's epochs.
 - Produce (:meth:`append_records`): acks must be 0, 1 or -1 (all); each partition is appended
   on its leader (errors per partition); acks=all then waits in the produce purgatory until the
@@ -40,6 +40,14 @@ import threading
 from collections.abc import Callable, Mapping
 
 from broker_embedded.broker_config import BrokerConfig
+from broker_embedded.common.fetch_request import (
+    NO_LEADER_EPOCH,
+    FetchRequest,
+    FetchResponse,
+    PartitionFetchResult,
+)
+from broker_embedded.common.produce_response import ProduceResult
+from broker_embedded.common.purgatory import DelayedOperationPurgatory
 from broker_embedded.error_code import ErrorCode
 from broker_embedded.errors import (
     BrokerClosedError,
@@ -53,12 +61,6 @@ from broker_embedded.errors import (
 from broker_embedded.replica_manager.broker_topic_stats import BrokerTopicStats
 from broker_embedded.replica_manager.delayed_fetch import DelayedFetch
 from broker_embedded.replica_manager.delayed_produce import DelayedProduce
-from broker_embedded.replica_manager.fetch_request import (
-    NO_LEADER_EPOCH,
-    FetchRequest,
-    FetchResponse,
-    PartitionFetchResult,
-)
 from broker_embedded.replica_manager.list_offsets import (
     EARLIEST_LOCAL_TIMESTAMP,
     EARLIEST_PENDING_UPLOAD_TIMESTAMP,
@@ -68,9 +70,8 @@ from broker_embedded.replica_manager.list_offsets import (
     MAX_TIMESTAMP,
     ListOffsetsResult,
 )
-from broker_embedded.replica_manager.produce_response import ProduceResult
-from broker_embedded.replica_manager.purgatory import DelayedOperationPurgatory
-from broker_embedded.replication.partition import AlterPartition, LeaderAndIsr, Partition
+from broker_embedded.replica_manager.partition import AlterPartition, LeaderAndIsr, Partition
+from broker_embedded.replica_manager.replica_fetcher_thread import ReplicaFetcherManager
 from broker_embedded.scheduler import KafkaScheduler
 from broker_embedded.storage.checkpoint_file import one_sync
 from broker_embedded.storage.fetch_data_info import FetchIsolation, IsolationLevel
@@ -135,8 +136,6 @@ class ReplicaManager:
         self.produce_purgatory = DelayedOperationPurgatory(
             f"Produce-{broker_id}", max_pending=pending
         )
-        from broker_embedded.replication.replica_fetcher_thread import ReplicaFetcherManager
-
         self.fetchers = ReplicaFetcherManager(self)
         self._scheduler = KafkaScheduler(f"replica-manager-{broker_id}")
         self._scheduler.startup()

@@ -79,7 +79,7 @@ controller epoch (Kafka's controller, reduced to one process).
 
 Thread safety: one lock guards all state; calls into brokers are made under it (brokers never
 call back into the controller while applying a state, and never hold a partition lock while
-calling :meth:`alter_partition`, see partition.py).
+calling :meth:`alter_partition`, see replica_manager/partition.py).
 """
 
 from __future__ import annotations
@@ -125,18 +125,18 @@ from broker_embedded.errors import (
     TopicAlreadyExistsError,
     UnknownTopicOrPartitionError,
 )
-from broker_embedded.replication.partition import NO_LEADER, LeaderAndIsr
+from broker_embedded.replica_manager.partition import NO_LEADER, LeaderAndIsr
 from broker_embedded.replication.replica_assignment import (
     assign_replicas_to_brokers,
     assign_replicas_to_new_partitions,
 )
 from broker_embedded.storage.checkpoint_file import write_atomically
-from broker_embedded.storage.log_config import parse_overrides
+from broker_embedded.storage.log_config import LogConfig, parse_overrides
 from broker_embedded.storage.partition_metadata import new_topic_id
 from broker_embedded.storage.producer_state_manager import AppendOrigin
 from broker_embedded.storage.segment_writer import wall_clock_ms
 from broker_embedded.storage.storage_health import StorageHealth
-from broker_embedded.storage.topic_config_file import TopicEntry
+from broker_embedded.storage.topic_config_file import TopicConfigFile, TopicEntry
 from broker_embedded.storage.topic_partition import (
     TopicPartition,
     check_no_collision,
@@ -144,8 +144,8 @@ from broker_embedded.storage.topic_partition import (
 )
 
 if TYPE_CHECKING:
-    from broker_embedded.broker import Broker
     from broker_embedded.replica_manager.replica_manager import ReplicaManager
+    from broker_embedded.replication.registered_broker import RegisteredBroker as Broker
 
 log = logging.getLogger(__name__)
 CREATE_WAIT_S = 0.5  # a coordinator write waits this long for __transaction_state's creation
@@ -218,8 +218,6 @@ class Controller:
         data = json.loads(self._store.read_text("utf-8"))
         self._next_producer_id = int(data.get("next_producer_id", 0))
         self.epoch = max(self.epoch, int(data.get("controller_epoch", 0)) + 1)
-        from broker_embedded.storage.topic_config_file import TopicConfigFile
-
         for name, t in data["topics"].items():
             self._topics[name] = TopicConfigFile._entry(name, t)
             self._names_by_id[self._topics[name].topic_id] = name
@@ -424,8 +422,6 @@ class Controller:
     def _defaults(self):
         for b in self._brokers.values():
             return b.config.topic_defaults
-        from broker_embedded.storage.log_config import LogConfig
-
         return LogConfig()
 
     def _send(self, states: Mapping[TopicPartition, LeaderAndIsr]) -> None:

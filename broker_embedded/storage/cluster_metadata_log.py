@@ -41,8 +41,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from broker_embedded.coordinator.message_codec import MessageFormatError, MessageReader
 from broker_embedded.errors import CheckpointError, KafkaLogError
+from broker_embedded.protocol.message_codec import MessageFormatError, MessageReader
 from broker_embedded.record.record_batch import RecordBatch
 from broker_embedded.record.records import iter_batches
 from broker_embedded.storage.log_config import CONFIG_NAMES

@@ -45,7 +45,10 @@ partition to its log end). The scheduler applies retention every
 With a ``cleaner_config`` (``LogCleanerConfig``, from the broker's ``log.cleaner.*`` settings)
 the log cleaner's threads (broker_embedded/cleaner/log_cleaner_manager.py) start once a log of
 a compacted topic exists (checked every ``log.cleaner.backoff.ms``) and stop before the logs
-close; without one (the default, e.g. a Spark job's commit) nothing is compacted here.
+close; without one (the default, e.g. a Spark job's commit) nothing is compacted here. The
+cleaner package sits above storage (it cleans storage's logs): the manager knows the config and
+the threads only as :class:`LogCleanerSettings` and :class:`LogCleanerThreads`, and the config
+makes the threads.
 
 A full disk: a checkpoint write that fails keeps the old file (checkpoint_file.py) and is
 retried after ``checkpoint_interval_ms``; one log line per episode for the whole log dir
@@ -73,7 +76,7 @@ import uuid
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from broker_embedded.errors import (
     BrokerClosedError,
@@ -105,9 +108,6 @@ from broker_embedded.storage.topic_config_file import TopicConfigFile, TopicEntr
 from broker_embedded.storage.topic_partition import TopicPartition
 from broker_embedded.storage.unified_log import UnifiedLog
 
-if TYPE_CHECKING:
-    from broker_embedded.cleaner.log_cleaner_manager import LogCleaner, LogCleanerConfig
-
 log = logging.getLogger(__name__)
 
 CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
@@ -117,6 +117,40 @@ DEFAULT_CHECKPOINT_INTERVAL_MS = 100
 DEFAULT_RETENTION_CHECK_INTERVAL_MS = 300_000
 DEFAULT_FLUSH_CHECK_INTERVAL_MS = 1_000
 OPEN_THREADS = 8
+
+
+class LogCleanerThreads(Protocol):
+    """The log cleaner's threads as the manager drives them (the cleaner's ``LogCleaner``)."""
+
+    @property
+    def is_started(self) -> bool: ...
+
+    def startup(self) -> None: ...
+
+    def shutdown(self) -> None: ...
+
+    def forget(self, partitions: Iterable[TopicPartition]) -> None:
+        """Drop deleted partitions' cleaning state."""
+
+
+class LogCleanerSettings(Protocol):
+    """The cleaner settings a manager takes (the cleaner's ``LogCleanerConfig``): how many
+    threads, how often to look for a compacted log to start them, and the threads themselves."""
+
+    @property
+    def threads(self) -> int: ...
+
+    @property
+    def backoff_ms(self) -> int: ...
+
+    def new_log_cleaner(
+        self,
+        log_dir: Path,
+        logs: Callable[[], Mapping[TopicPartition, UnifiedLog]],
+        *,
+        clock_ms: Callable[[], int],
+    ) -> LogCleanerThreads: ...
+
 
 _CHECKPOINTS = {
     REPLICATION_OFFSET_CHECKPOINT: lambda lg: lg.high_watermark,
@@ -139,7 +173,7 @@ class LogManager:
         checkpoint_interval_ms: int = DEFAULT_CHECKPOINT_INTERVAL_MS,
         retention_check_interval_ms: int = DEFAULT_RETENTION_CHECK_INTERVAL_MS,
         flush_check_interval_ms: int = DEFAULT_FLUSH_CHECK_INTERVAL_MS,
-        cleaner_config: LogCleanerConfig | None = None,
+        cleaner_config: LogCleanerSettings | None = None,
         create: bool = False,
     ) -> None:
         self.log_dir = Path(log_dir)
@@ -186,13 +220,12 @@ class LogManager:
                                 retention_check_interval_ms)  # fmt: skip
         self.scheduler.schedule("flush", self.flush_dirty_logs, flush_check_interval_ms,
                                 flush_check_interval_ms)  # fmt: skip
-        self.cleaner: LogCleaner | None = None
+        self.cleaner: LogCleanerThreads | None = None
         self._cleaner_startup: ScheduledTask | None = None
         if cleaner_config is not None and cleaner_config.threads > 0:
-            from broker_embedded.cleaner.log_cleaner_manager import LogCleaner
-
-            self.cleaner = LogCleaner(cleaner_config, self.log_dir, self._current_logs,
-                                      clock_ms=clock_ms)  # fmt: skip
+            self.cleaner = cleaner_config.new_log_cleaner(
+                self.log_dir, self._current_logs, clock_ms=clock_ms
+            )
             self._cleaner_startup = self.scheduler.schedule(
                 "log-cleaner-startup", self._maybe_start_cleaner, 0, cleaner_config.backoff_ms
             )
@@ -405,7 +438,7 @@ class LogManager:
             else:
                 self.topics[topic] = keep
         if self.cleaner is not None:
-            self.cleaner.manager.forget(tp for tp, _ in doomed)
+            self.cleaner.forget(tp for tp, _ in doomed)
         self._on_offsets_changed(None)
 
     # -- background work ---------------------------------------------------------------------------

@@ -8,7 +8,7 @@ import warnings
 from pathlib import Path
 
 from broker_embedded.broker import Broker
-from broker_embedded.replica_manager.fetch_request import (
+from broker_embedded.common.fetch_request import (
     FetchRequest,
     PartitionFetch,
     PartitionFetchResult,

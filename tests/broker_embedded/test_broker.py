@@ -12,7 +12,8 @@ import uuid
 import pytest
 
 from broker_embedded.broker import Broker
-from broker_embedded.client.producer_record import ProducerRecord, build_batch
+from broker_embedded.common.fetch_request import FetchRequest, PartitionFetch
+from broker_embedded.common.producer_record import ProducerRecord, build_batch
 from broker_embedded.errors import (
     BrokerClosedError,
     InvalidPartitionsError,
@@ -24,7 +25,6 @@ from broker_embedded.errors import (
     TopicAlreadyExistsError,
     UnknownTopicOrPartitionError,
 )
-from broker_embedded.replica_manager.fetch_request import FetchRequest, PartitionFetch
 from broker_embedded.replication.controller import PartitionMetadata
 from broker_embedded.storage.log_config import InvalidConfigError
 from broker_embedded.storage.topic_partition import TopicPartition

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from broker_embedded.broker import Broker
-from broker_embedded.client.producer_record import ProducerRecord
+from broker_embedded.common.producer_record import ProducerRecord
 
 with warnings.catch_warnings():  # kafka-python's import-time DeprecationWarnings (its own code)
     warnings.simplefilter("ignore", DeprecationWarning)

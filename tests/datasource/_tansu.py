@@ -33,7 +33,7 @@ import pytest
 
 from benchmarks._serve_peers import PeerError, tansu_binary
 from broker_embedded.client.kafka_client import KafkaClient
-from broker_embedded.client.producer_record import ProducerRecord, build_batch
+from broker_embedded.common.producer_record import ProducerRecord, build_batch
 from tests.broker_embedded.record._peers import kafka_python_read
 
 ACKS_ALL = -1

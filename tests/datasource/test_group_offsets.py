@@ -21,7 +21,7 @@ from pyspark.errors import StreamingQueryException
 
 from broker_embedded.broker import Broker
 from broker_embedded.client.kafka_client import KafkaClient
-from broker_embedded.client.producer_record import ProducerRecord
+from broker_embedded.common.producer_record import ProducerRecord
 from broker_embedded.coordinator.coordinator_partition import partition_for
 from broker_embedded.coordinator.group_metadata_record import (
     OffsetCommitKey,

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from broker_embedded.broker import Broker
-from broker_embedded.client.producer_record import ProducerRecord
+from broker_embedded.common.producer_record import ProducerRecord
 from broker_embedded.storage.log_dir_fetch_source import LogDirSource
 from broker_embedded.storage.topic_partition import TopicPartition
 

@@ -225,7 +225,7 @@ def test_offset_by_timestamp_looks_past_a_segment_cut_by_the_log_start(tmp_path:
     # segment 0 holds one batch: a late record (offset 0) and early ones (1-2); segment 3 late
     # ones. The log start moves to 1: the first record at or after "late" is offset 3
     from broker_embedded.broker import Broker
-    from broker_embedded.client.producer_record import ProducerRecord
+    from broker_embedded.common.producer_record import ProducerRecord
 
     late, early = T0 + 1_000_000, T0
     with Broker(tmp_path, create=True) as broker:

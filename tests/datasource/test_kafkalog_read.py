@@ -345,7 +345,7 @@ def test_register_works_too(spark, source_log_dir: Path) -> None:
 @pytest.mark.parametrize("transport", ["logdir", "wire"])
 def test_a_record_larger_than_the_fetch_size(spark, tmp_path: Path, transport: str) -> None:
     """KIP-74: a 5 MB record read with fetches of 1 MB comes whole, between small ones."""
-    from broker_embedded.client.producer_record import ProducerRecord
+    from broker_embedded.common.producer_record import ProducerRecord
     from tests.broker_embedded.server._serve import served
 
     big = bytes(range(256)) * (5 * 4096)

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from broker_embedded.broker import Broker
-from broker_embedded.client.producer_record import ProducerRecord
+from broker_embedded.common.producer_record import ProducerRecord
 from datasource.errors import DataLossError, InvalidOptionError
 from datasource.kafka_batch_reader import KafkaBatchReader
 from datasource.kafka_input_partition import KafkaInputPartition, PackedInputPartition, ranges_of

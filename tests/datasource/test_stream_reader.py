@@ -32,7 +32,7 @@ from pyspark.sql.streaming.datasource import (
 from pyspark.sql.types import StructType
 
 from broker_embedded.broker import Broker
-from broker_embedded.client.producer_record import ProducerRecord
+from broker_embedded.common.producer_record import ProducerRecord
 from broker_embedded.server.handlers import broker_server
 from broker_embedded.storage.topic_partition import TopicPartition
 from datasource.errors import DataLossError, KafkaSourceError

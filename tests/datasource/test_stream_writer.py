@@ -27,7 +27,7 @@ from pyspark.sql.datasource import DataSource
 from pyspark.sql.types import BinaryType, StringType, StructField, StructType
 
 from broker_embedded.broker import Broker
-from broker_embedded.client.producer_record import ProducerRecord
+from broker_embedded.common.producer_record import ProducerRecord
 from broker_embedded.storage import staged_write
 from datasource.errors import InvalidOptionError
 from datasource.kafka_stream_writer import (

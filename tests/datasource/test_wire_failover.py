@@ -24,8 +24,8 @@ from pathlib import Path
 import pytest
 
 from broker_embedded.client.kafka_client import KafkaClient
-from broker_embedded.client.producer_record import ProducerRecord, build_batch
 from broker_embedded.client.wire_fetch_source import WireSource
+from broker_embedded.common.producer_record import ProducerRecord, build_batch
 from broker_embedded.record.columnar_decoder import decode
 from broker_embedded.storage.fetch_data_info import IsolationLevel
 from broker_embedded.storage.topic_partition import TopicPartition

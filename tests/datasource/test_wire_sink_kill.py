@@ -27,7 +27,7 @@ import pytest
 
 from broker_embedded.broker import Broker
 from broker_embedded.client.kafka_client import KafkaClient
-from broker_embedded.client.producer_record import ProducerRecord
+from broker_embedded.common.producer_record import ProducerRecord
 from tests.datasource.test_stream_writer import StreamChild
 from tests.spark_kafkalog._serve_proc import ServeProcess
 

@@ -25,7 +25,7 @@ from pyspark.errors import PySparkException
 from pyspark.sql.types import BinaryType, StringType, StructField, StructType
 
 from broker_embedded.broker import Broker
-from broker_embedded.client.producer_record import ProducerRecord
+from broker_embedded.common.producer_record import ProducerRecord
 from broker_embedded.errors import (
     InvalidRecordError,
     LogDirLockedError,

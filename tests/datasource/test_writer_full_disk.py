@@ -18,7 +18,7 @@ from py4j.protocol import Py4JJavaError
 from pyspark.errors import PySparkException
 
 from broker_embedded.broker import Broker
-from broker_embedded.client.producer_record import ProducerRecord
+from broker_embedded.common.producer_record import ProducerRecord
 from broker_embedded.storage import staged_write
 from tests.datasource._logdirs import partition_facts
 from tests.tmpfs_mount import fill_inodes_leaving, fill_leaving, tmpfs

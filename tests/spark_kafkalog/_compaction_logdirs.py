@@ -13,7 +13,7 @@ from pathlib import Path
 
 from broker_embedded.broker import Broker
 from broker_embedded.broker_config import BrokerConfig
-from broker_embedded.client.producer_record import ProducerRecord
+from broker_embedded.common.producer_record import ProducerRecord
 
 NO_CLEANER = BrokerConfig(log_cleaner_threads=0)
 SEGMENT_GLOB = "[0-9]" * 20 + ".log"

@@ -136,7 +136,7 @@ def test_consume_by_timestamp_over_the_wire_equals_the_log_dir(tmp_path: Path, c
     with served(log_dir) as s:
         b = f"--bootstrap-server {s.bootstrap}"
         s.broker.create_topic("t", 1)
-        from broker_embedded.client.producer_record import ProducerRecord
+        from broker_embedded.common.producer_record import ProducerRecord
 
         s.broker.produce("t", 0, [ProducerRecord(f"v{i}".encode(), timestamp=1000 * i)
                                   for i in range(10)])  # fmt: skip

@@ -19,7 +19,7 @@ import pytest
 
 from broker_embedded.broker import Broker
 from broker_embedded.client.default_partitioner import partition_for_key
-from broker_embedded.client.producer_record import ProducerRecord
+from broker_embedded.common.producer_record import ProducerRecord
 from broker_embedded.storage.log_dir import LogDir
 from spark_kafkalog.cli import main
 from tests.broker_embedded.record._peers import kafka_python_read_records

@@ -279,7 +279,7 @@ def written_log_dir(log_dir: Path) -> dict[str, list[tuple[int, str | None, str 
     """A log dir written by kafkalog's embedded broker: one topic per codec and a compacted
     topic its cleaner cleaned; what each topic's records are (offset, key, value)."""
     from broker_embedded.broker import Broker
-    from broker_embedded.client.producer_record import ProducerRecord
+    from broker_embedded.common.producer_record import ProducerRecord
     from broker_embedded.record.compression import CompressionType
     from broker_embedded.storage.topic_partition import TopicPartition
 

@@ -28,7 +28,7 @@ from pathlib import Path
 import pytest
 
 from broker_embedded.broker_config import BrokerConfig
-from broker_embedded.client.producer_record import ProducerRecord, build_batch
+from broker_embedded.common.producer_record import ProducerRecord, build_batch
 from tests.spark_kafkalog._serve_proc import ServeProcess
 from tests.spark_kafkalog.test_serve import Acks, producer, run_kafkalog
 

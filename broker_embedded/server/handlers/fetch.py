@@ -63,6 +63,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from broker_embedded.broker import Broker, topic_partition
+from broker_embedded.common.fetch_request import (
+    FetchRequest,
+    FetchResponse,
+    PartitionFetch,
+    PartitionFetchResult,
+)
 from broker_embedded.error_code import ErrorCode
 from broker_embedded.errors import (
     KafkaApiError,
@@ -71,12 +77,6 @@ from broker_embedded.errors import (
     UnknownTopicOrPartitionError,
 )
 from broker_embedded.replica_manager.broker_topic_stats import BrokerTopicStats
-from broker_embedded.replica_manager.fetch_request import (
-    FetchRequest,
-    FetchResponse,
-    PartitionFetch,
-    PartitionFetchResult,
-)
 from broker_embedded.server.fetch_session import (
     LEGACY,
     TOPIC_ID_MIN_VERSION,

@@ -69,6 +69,7 @@ from types import ModuleType
 from typing import Any
 
 from broker_embedded.broker import topic_partition
+from broker_embedded.common.produce_response import ProduceResult
 from broker_embedded.errors import (
     InvalidRecordError,
     InvalidRequiredAcksError,
@@ -80,7 +81,6 @@ from broker_embedded.errors import (
 )
 from broker_embedded.protocol.schemas import encode_body, types_of
 from broker_embedded.record.batch_layout import PRODUCER_ID_OFFSET, TRANSACTIONAL_MASK
-from broker_embedded.replica_manager.produce_response import ProduceResult
 from broker_embedded.server.handlers.api_context import (
     ApiContext,
     error_code,

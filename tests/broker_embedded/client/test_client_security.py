@@ -20,7 +20,7 @@ from broker_embedded.client.kafka_client import (  # noqa: E402
     ClientConfig,
     KafkaClient,
 )
-from broker_embedded.client.producer_record import ProducerRecord, build_batch  # noqa: E402
+from broker_embedded.common.producer_record import ProducerRecord, build_batch  # noqa: E402
 from broker_embedded.server.broker_server import BrokerServer  # noqa: E402
 from tests.broker_embedded.server._pki import (  # noqa: E402, F401 (pki, server: fixtures)
     PASSWORD,

@@ -21,7 +21,7 @@ from broker_embedded.client.kafka_client import (
     ClientConfig,
     KafkaClient,
 )
-from broker_embedded.client.producer_record import build_batch
+from broker_embedded.common.producer_record import build_batch
 from broker_embedded.errors import UnknownTopicOrPartitionError
 from tests.broker_embedded.server._serve import served
 from tests.spark_kafkalog._serve_proc import ServeProcess

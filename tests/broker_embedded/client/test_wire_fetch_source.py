@@ -151,7 +151,7 @@ def test_an_unreachable_cluster_is_a_bounded_named_error() -> None:
 
 def test_a_record_larger_than_the_fetch_size_still_arrives(tmp_path: Path) -> None:
     """KIP-74: a 5 MB record with fetches of 1 MB comes whole, between small ones."""
-    from broker_embedded.client.producer_record import ProducerRecord
+    from broker_embedded.common.producer_record import ProducerRecord
 
     big = bytes(range(256)) * (5 * 4096)
     with served(tmp_path / "big") as running:

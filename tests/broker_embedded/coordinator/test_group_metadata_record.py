@@ -30,7 +30,7 @@ from broker_embedded.coordinator.group_metadata_record import (
     encode_key,
     encode_value,
 )
-from broker_embedded.coordinator.message_codec import MessageEncodeError
+from broker_embedded.protocol.message_codec import MessageEncodeError
 from tests.broker_embedded.coordinator._offsets_fixture import (
     GROUP,
     SEGMENT,

@@ -9,7 +9,6 @@ import pytest
 
 from broker_embedded.coordinator.coordinator_partition import partition_for
 from broker_embedded.coordinator.group_metadata_record import CorruptCoordinatorRecordError
-from broker_embedded.coordinator.message_codec import MessageEncodeError
 from broker_embedded.coordinator.transaction_log_record import (
     TransactionLogKey,
     TransactionLogValue,
@@ -21,6 +20,7 @@ from broker_embedded.coordinator.transaction_log_record import (
     encode_value,
     place_in_log,
 )
+from broker_embedded.protocol.message_codec import MessageEncodeError
 
 ONGOING = TransactionLogValue(
     producer_id=4000,

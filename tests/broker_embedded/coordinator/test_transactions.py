@@ -10,7 +10,7 @@ import struct
 import pytest
 
 from broker_embedded.broker import Broker
-from broker_embedded.client.producer_record import build_batch
+from broker_embedded.common.producer_record import build_batch
 from broker_embedded.errors import (
     InvalidProducerEpochError,
     InvalidTxnStateError,

@@ -10,8 +10,8 @@ import time
 
 from broker_embedded.broker import Broker
 from broker_embedded.broker_config import BrokerConfig
-from broker_embedded.client.producer_record import ProducerRecord, build_batch
-from broker_embedded.replica_manager.fetch_request import FetchRequest, PartitionFetch
+from broker_embedded.common.fetch_request import FetchRequest, PartitionFetch
+from broker_embedded.common.producer_record import ProducerRecord, build_batch
 from broker_embedded.storage.topic_partition import TopicPartition
 from tests.broker_embedded._broker_util import NOW, fetch_one, log_bytes, peer_batches
 

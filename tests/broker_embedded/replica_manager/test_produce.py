@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from broker_embedded.broker import Broker, parse_acks
-from broker_embedded.client.producer_record import ProducerRecord, build_batch
+from broker_embedded.common.producer_record import ProducerRecord, build_batch
 from broker_embedded.errors import (
     BrokerClosedError,
     CorruptMessageError,

@@ -12,13 +12,13 @@ from typing import TypeVar
 from broker_embedded.broker import Broker
 from broker_embedded.broker_config import BrokerConfig
 from broker_embedded.cluster import EmbeddedCluster
-from broker_embedded.record.record_batch import RecordBatch
-from broker_embedded.record.records import iter_batches
-from broker_embedded.replica_manager.fetch_request import (
+from broker_embedded.common.fetch_request import (
     FetchRequest,
     PartitionFetch,
     PartitionFetchResult,
 )
+from broker_embedded.record.record_batch import RecordBatch
+from broker_embedded.record.records import iter_batches
 from broker_embedded.storage.leader_epoch_checkpoint import LEADER_EPOCH_CHECKPOINT
 from broker_embedded.storage.topic_partition import TopicPartition
 from broker_embedded.storage.unified_log import UnifiedLog

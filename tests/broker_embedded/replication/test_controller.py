@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from broker_embedded.common.fetch_request import FetchRequest, PartitionFetch
 from broker_embedded.errors import (
     FencedLeaderEpochError,
     InvalidUpdateVersionError,
@@ -19,9 +20,8 @@ from broker_embedded.errors import (
     NotLeaderOrFollowerError,
     StaleControllerEpochError,
 )
-from broker_embedded.replica_manager.fetch_request import FetchRequest, PartitionFetch
 from broker_embedded.replica_manager.list_offsets import LATEST_TIMESTAMP
-from broker_embedded.replication.partition import LeaderAndIsr
+from broker_embedded.replica_manager.partition import LeaderAndIsr
 from broker_embedded.storage.topic_partition import TopicPartition
 from tests.broker_embedded.replication._cluster_util import (
     consumer_fetch,

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import time
 
+from broker_embedded.common.fetch_request import FetchRequest, PartitionFetch
 from broker_embedded.errors import OffsetOutOfRangeError
-from broker_embedded.replica_manager.fetch_request import FetchRequest, PartitionFetch
 from broker_embedded.storage.topic_partition import TopicPartition
 from tests.broker_embedded.replication._cluster_util import in_sync, log_of, wait_until
 

@@ -14,7 +14,7 @@ from confluent_kafka.admin import (
     ResourceType,
 )
 
-from broker_embedded.client.producer_record import ProducerRecord
+from broker_embedded.common.producer_record import ProducerRecord
 from tests.broker_embedded.server._serve import log_batches, served
 
 TIMEOUT_S = 10

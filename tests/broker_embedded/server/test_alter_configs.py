@@ -18,7 +18,7 @@ from kio.schema.incremental_alter_configs.v1 import response as iresp1
 from kio.static.primitive import i8
 
 from broker_embedded.broker import Broker
-from broker_embedded.client.producer_record import ProducerRecord
+from broker_embedded.common.producer_record import ProducerRecord
 from broker_embedded.errors import RecordTooLargeError, RecordValidationError
 from broker_embedded.server.handlers.alter_configs import java_double
 from broker_embedded.storage.topic_partition import TopicPartition

@@ -33,7 +33,7 @@ from kio.schema.produce.v9.response import ProduceResponse
 from kio.static.primitive import i8, i32, i64
 
 from broker_embedded.broker import Broker
-from broker_embedded.client.producer_record import build_batch
+from broker_embedded.common.producer_record import build_batch
 from broker_embedded.server.broker_server import BrokerServer
 from broker_embedded.server.handlers import broker_server
 from broker_embedded.server.security.authorizer import (

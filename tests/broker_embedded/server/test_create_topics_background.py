@@ -36,7 +36,7 @@ from kio.schema.types import TopicName
 from kio.static.primitive import i8, i16, i32, i32Timedelta, i64
 
 from broker_embedded.broker import Broker
-from broker_embedded.client.producer_record import build_batch
+from broker_embedded.common.producer_record import build_batch
 from broker_embedded.server.handlers import broker_server
 from tests.broker_embedded.server._net import API_VERSIONS_V3, RawClient, config
 from tests.broker_embedded.server._serve import decode_response

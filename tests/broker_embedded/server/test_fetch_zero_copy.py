@@ -17,8 +17,8 @@ from broker_embedded.broker import Broker
 from broker_embedded.broker_config import BrokerConfig
 from broker_embedded.cleaner.cleaner import Cleaner
 from broker_embedded.cleaner.skimpy_offset_map import SkimpyOffsetMap
-from broker_embedded.client.producer_record import ProducerRecord
-from broker_embedded.replica_manager.fetch_request import FetchRequest, PartitionFetch
+from broker_embedded.common.fetch_request import FetchRequest, PartitionFetch
+from broker_embedded.common.producer_record import ProducerRecord
 from broker_embedded.server.handlers.region_pins import Held, RegionPins
 from broker_embedded.storage.topic_partition import TopicPartition
 from tests.broker_embedded._broker_util import log_bytes

@@ -15,7 +15,7 @@ from kio.schema.produce.v6 import request as req6
 from kio.schema.produce.v9 import request as req9
 from kio.schema.produce.v9 import response as resp9
 
-from broker_embedded.client.producer_record import ProducerRecord, build_batch
+from broker_embedded.common.producer_record import ProducerRecord, build_batch
 from broker_embedded.record.compression import CompressionType
 from tests.broker_embedded.server._net import RawClient, request_frame
 from tests.broker_embedded.server._serve import decode_response, log_batches, log_records, served
@@ -262,8 +262,8 @@ def test_the_all_success_template_equals_kios_encoding(version):
 
     from kio.schema.errors import ErrorCode
 
+    from broker_embedded.common.produce_response import ProduceResult
     from broker_embedded.protocol.schemas import encode_body, make, types_of
-    from broker_embedded.replica_manager.produce_response import ProduceResult
     from broker_embedded.server.handlers import produce
     from broker_embedded.server.protocol import response_schema
     from broker_embedded.storage.topic_partition import TopicPartition

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from kio.schema.errors import ErrorCode
 
-from broker_embedded.client.producer_record import ProducerRecord, build_batch
+from broker_embedded.common.producer_record import ProducerRecord, build_batch
 from broker_embedded.errors import MAX_RECORD_ERRORS
 from tests.broker_embedded.server._net import RawClient
 from tests.broker_embedded.server._serve import log_records, served

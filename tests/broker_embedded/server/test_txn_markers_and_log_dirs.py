@@ -11,7 +11,7 @@ from kio.schema.write_txn_markers.v1 import request as wreq
 from kio.schema.write_txn_markers.v1 import response as wresp
 from kio.static.primitive import i16, i32, i64
 
-from broker_embedded.client.producer_record import build_batch
+from broker_embedded.common.producer_record import build_batch
 from broker_embedded.storage.topic_partition import TopicPartition
 from tests.broker_embedded.server._net import RawClient
 from tests.broker_embedded.server._serve import decode_response, log_batches, served

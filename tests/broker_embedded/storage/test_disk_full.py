@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from broker_embedded.broker import Broker
-from broker_embedded.client.producer_record import ProducerRecord, build_batch
+from broker_embedded.common.producer_record import ProducerRecord, build_batch
 from broker_embedded.errors import KafkaStorageError
 from broker_embedded.storage.log_segment import LogSegment
 from broker_embedded.storage.log_segments import LogSegments

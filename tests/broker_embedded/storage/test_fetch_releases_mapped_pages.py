@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from broker_embedded.broker import Broker
-from broker_embedded.client.producer_record import ProducerRecord
+from broker_embedded.common.producer_record import ProducerRecord
 from broker_embedded.storage.fetch_data_info import FetchIsolation
 from broker_embedded.storage.topic_partition import TopicPartition
 

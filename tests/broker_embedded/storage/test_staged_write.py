@@ -19,7 +19,7 @@ import pyarrow as pa
 import pytest
 
 from broker_embedded.broker import Broker
-from broker_embedded.client.producer_record import ProducerRecord
+from broker_embedded.common.producer_record import ProducerRecord
 from broker_embedded.errors import (
     CheckpointError,
     CorruptMessageError,

@@ -10,7 +10,7 @@ from collections.abc import Callable
 
 import pytest
 
-from broker_embedded.replica_manager.purgatory import DelayedOperation, DelayedOperationPurgatory
+from broker_embedded.common.purgatory import DelayedOperation, DelayedOperationPurgatory
 
 
 class Op(DelayedOperation):

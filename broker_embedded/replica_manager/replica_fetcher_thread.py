@@ -36,16 +36,16 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from broker_embedded.common.fetch_request import (
+    FetchRequest,
+    PartitionFetch,
+    PartitionFetchResult,
+)
 from broker_embedded.errors import (
     KafkaApiError,
     KafkaLogError,
     NotLeaderOrFollowerError,
     OffsetOutOfRangeError,
-)
-from broker_embedded.replica_manager.fetch_request import (
-    FetchRequest,
-    PartitionFetch,
-    PartitionFetchResult,
 )
 from broker_embedded.storage.topic_partition import TopicPartition
 

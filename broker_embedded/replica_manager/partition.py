@@ -48,6 +48,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
+from broker_embedded.common.fetch_request import NO_LEADER_EPOCH
 from broker_embedded.errors import (
     FencedLeaderEpochError,
     KafkaApiError,
@@ -56,7 +57,6 @@ from broker_embedded.errors import (
     NotLeaderOrFollowerError,
     UnknownLeaderEpochError,
 )
-from broker_embedded.replica_manager.fetch_request import NO_LEADER_EPOCH
 from broker_embedded.storage.fetch_data_info import FetchDataInfo, FetchIsolation
 from broker_embedded.storage.producer_state_manager import AppendOrigin
 from broker_embedded.storage.topic_partition import TopicPartition
