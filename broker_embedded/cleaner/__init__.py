@@ -8,5 +8,5 @@
 - ``log_cleaner_manager``: which log to clean and when, ``cleaner-offset-checkpoint``, the
   cleaner threads of a log dir (``LogCleaner``, started by the log manager).
 
-The swap of cleaned segments and its crash recovery live in ``storage/unified_log.py``.
+The swap of cleaned segments and its crash recovery live in ``storage/cleaning_session.py``.
 """

@@ -19,7 +19,7 @@ A round (:meth:`Cleaner.clean`, Kafka's ``doClean``):
    ``segment.bytes``, its indexes within ``segment.index.bytes`` and its offsets within an int32
    of the group's base). Each group is recopied into ``<first base>.log.cleaned`` (with its
    indexes and ``.txnindex``), fsynced, and swapped in for the group's segments by
-   ``UnifiedLog.replace_segments`` (crash-safe renames; see unified_log.py). A write that fails
+   ``UnifiedLog.replace_segments`` (crash-safe renames; see cleaning_session.py). A write that fails
    (a full disk: ``ENOSPC``) deletes the group's ``.cleaned`` files and raises
    :class:`KafkaStorageError` naming the partition and the file: the group's segments stay as
    they were, and the groups swapped in before it stay (each is complete and valid).
@@ -45,7 +45,7 @@ What is kept, per batch (Kafka's cleaner ``RecordFilter`` and ``MemoryRecords.fi
   is a marker, that marker's batch of the same epoch), the batch ending just below the round's
   first uncleanable offset (Kafka keeps the last batch of the round), and, in this project, the
   last batch of every group: a ``.swap`` segment's next offset then covers every segment it
-  replaces, which makes recovery after a crash exact (unified_log.py);
+  replaces, which makes recovery after a crash exact (storage/cleaning_session.py);
 - legacy (magic 0/1) entries: an uncompressed entry is one record, kept or removed as above;
   a compressed wrapper is kept whole when any record in it is kept; their tombstones are kept.
 
@@ -110,20 +110,20 @@ from broker_embedded.record.record_batch import (
     RecordBatch,
     crc32c_of,
 )
+from broker_embedded.storage.cleaning_session import (
+    CleaningAbortedError,
+    CleaningSession,
+    CleaningSnapshot,
+    LastRecord,
+)
+from broker_embedded.storage.log_loader import CLEANED_SUFFIX
 from broker_embedded.storage.log_segment import LOG_SUFFIX, segment_file_stem
 from broker_embedded.storage.offset_index import INDEX_SUFFIX, OffsetIndex
 from broker_embedded.storage.segment_writer import wall_clock_ms
 from broker_embedded.storage.time_index import TIME_INDEX_SUFFIX, TimeIndex
 from broker_embedded.storage.transaction_index import FILE_SUFFIX as TXN_INDEX_SUFFIX
 from broker_embedded.storage.transaction_index import AbortedTxn
-from broker_embedded.storage.unified_log import (
-    CLEANED_SUFFIX,
-    CleaningAbortedError,
-    CleaningSession,
-    CleaningSnapshot,
-    LastRecord,
-    UnifiedLog,
-)
+from broker_embedded.storage.unified_log import UnifiedLog
 
 _log = logging.getLogger(__name__)
 

@@ -7,7 +7,7 @@ renaming of ``.cleaned`` to ``.swap``), ``.deleted`` and ``.tmp`` (leftovers). T
 snapshots above the recovery range are deleted by a recovery.
 
 :meth:`LogLoader.settle_interrupted_swaps` settles a crash at any step of a swap
-(unified_log.py, "Replacing segments") as Kafka's ``LogLoader`` does: ``.deleted`` and ``.tmp``
+(cleaning_session.py, "Replacing segments") as Kafka's ``LogLoader`` does: ``.deleted`` and ``.tmp``
 files are removed; ``.swap`` files at or above the lowest ``.cleaned`` file's offset belong to an
 unfinished swap and are removed with the ``.cleaned`` files (the old segments stay); the remaining
 ``.swap`` files complete their swap: segment files (never producer snapshots) whose offset lies

@@ -59,8 +59,8 @@ depending on the :class:`FetchIsolation`, the bytes copied out of the mapping, a
 Concurrent cleaning. The segments are listed at open and opened on first use, while a cleaner in
 another process (or a broker's cleaner thread) may swap segments: ``<B>.log.cleaned`` and its
 indexes become ``.swap``, the old segments of the group (based at B and after) are renamed
-``.deleted`` and removed at once, the ``.swap`` files get the final names (unified_log.py), so one
-cleaned segment based at B replaces several. Offsets never change under cleaning and the first
+``.deleted`` and removed at once, the ``.swap`` files get the final names (cleaning_session.py), so
+one cleaned segment based at B replaces several. Offsets never change under cleaning and the first
 base offset never moves, so a read goes on at the same offset against a newer listing (records
 may be gone: that is compaction). The rules that keep reads right:
 
