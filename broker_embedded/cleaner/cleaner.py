@@ -97,9 +97,9 @@ from broker_embedded.record.batch_layout import (
     RECORD_BATCH_OVERHEAD,
     RECORDS_COUNT_OFFSET,
 )
-from broker_embedded.record.columnar_decoder import crc_mismatch
 from broker_embedded.record.compression import CompressionType, compress, decompress
 from broker_embedded.record.control_record import ControlRecordType
+from broker_embedded.record.crc_check import crc_mismatch
 from broker_embedded.record.entry_scan import scan_window
 from broker_embedded.record.legacy_record import LegacyRecordBatch
 from broker_embedded.record.record_batch import (
