@@ -60,7 +60,8 @@ from broker_embedded.storage.topic_partition import TopicPartition
 from broker_embedded.storage.unified_log import UnifiedLog
 
 if TYPE_CHECKING:
-    from broker_embedded.cleaner.cleaner import Cleaner, CleanResult
+    from broker_embedded.cleaner.cleaner import Cleaner
+    from broker_embedded.cleaner.cleaner_stats import CleanResult
 
 _log = logging.getLogger(__name__)
 
