@@ -36,8 +36,8 @@ from broker_embedded.broker import Broker  # noqa: E402
 from broker_embedded.replica_manager import replica_manager  # noqa: E402
 from broker_embedded.replication import partition  # noqa: E402
 from broker_embedded.storage import (  # noqa: E402
+    active_segment,
     log_appender,
-    log_segment,
     segment_indexer,
     segment_writer,
     unified_log,
@@ -53,8 +53,8 @@ LAYERS: list[tuple[object, str, str]] = [
     (log_appender, "_crcs_match", "    the CRC check"),
     (log_appender.LogAppender, "_append_batches", "  the append after the checks"),
     (segment_writer.SegmentWriter, "_maybe_roll", "    the roll check"),
-    (log_segment.LogSegment, "append", "    LogSegment.append"),
-    (log_segment, "_write_all", "      the write"),
+    (active_segment.ActiveSegment, "append", "    LogSegment.append"),
+    (active_segment, "_write_all", "      the write"),
     (segment_indexer.SegmentIndexer, "on_append", "      the indexes"),
     (partition.Partition, "_maybe_increment_hw", "  the high watermark"),
 ]

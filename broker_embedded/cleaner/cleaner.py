@@ -118,8 +118,8 @@ from broker_embedded.storage.cleaning_session import (
     CleaningSession,
     LastRecord,
 )
+from broker_embedded.storage.log_file_utils import LOG_SUFFIX, segment_file_stem
 from broker_embedded.storage.log_loader import CLEANED_SUFFIX
-from broker_embedded.storage.log_segment import LOG_SUFFIX, segment_file_stem
 from broker_embedded.storage.offset_index import INDEX_SUFFIX, OffsetIndex
 from broker_embedded.storage.segment_writer import wall_clock_ms
 from broker_embedded.storage.time_index import TIME_INDEX_SUFFIX, TimeIndex

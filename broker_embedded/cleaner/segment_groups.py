@@ -16,7 +16,7 @@ from pathlib import Path
 from broker_embedded.storage.cleaning_session import (
     CleaningSnapshot,
 )
-from broker_embedded.storage.log_segment import segment_file_stem
+from broker_embedded.storage.log_file_utils import segment_file_stem
 from broker_embedded.storage.offset_index import INDEX_SUFFIX
 from broker_embedded.storage.time_index import TIME_INDEX_SUFFIX
 

@@ -36,13 +36,13 @@ from dataclasses import dataclass
 
 from broker_embedded.errors import KafkaLogError
 from broker_embedded.storage.checkpoint_file import fsync_dir
+from broker_embedded.storage.log_file_utils import LOG_SUFFIX, segment_file_stem
 from broker_embedded.storage.log_loader import (
     CLEANED_SUFFIX,
     DELETED_SUFFIX,
     SEGMENT_SUFFIXES,
     SWAP_SUFFIX,
 )
-from broker_embedded.storage.log_segment import LOG_SUFFIX, segment_file_stem
 from broker_embedded.storage.producer_state_manager import snapshot_file_name
 
 

@@ -90,8 +90,8 @@ from broker_embedded.record.record_batch import (
     set_partition_leader_epoch,
 )
 from broker_embedded.record.records import AnyBatch, iter_batches
+from broker_embedded.storage.active_segment import RecordsSummary
 from broker_embedded.storage.log_append_info import LogAppendInfo
-from broker_embedded.storage.log_segment import RecordsSummary
 from broker_embedded.storage.producer_state_manager import AppendOrigin, BatchInfo, CompletedTxn
 
 

@@ -41,7 +41,8 @@ from broker_embedded.errors import CorruptRecordError, KafkaLogError
 from broker_embedded.record.records import iter_batches
 from broker_embedded.storage.checkpoint_file import fsync_dir, write_atomically
 from broker_embedded.storage.log_config import LogConfig
-from broker_embedded.storage.log_segment import LOG_SUFFIX, LogSegment, segment_file_stem
+from broker_embedded.storage.log_file_utils import LOG_SUFFIX, segment_file_stem
+from broker_embedded.storage.log_segment import LogSegment
 from broker_embedded.storage.log_segments import LogSegments
 from broker_embedded.storage.offset_index import INDEX_SUFFIX, OffsetIndex
 from broker_embedded.storage.producer_state_manager import list_snapshots

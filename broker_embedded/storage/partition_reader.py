@@ -130,14 +130,12 @@ from broker_embedded.storage.leader_epoch_checkpoint import (
     LeaderEpochCheckpointFile,
 )
 from broker_embedded.storage.local_log import LocalLog, LogOffsets, Walked
-from broker_embedded.storage.log_segment import (
+from broker_embedded.storage.log_file_utils import (
     LOG_SUFFIX,
-    FetchSlice,
-    LogSegment,
-    TimestampAndOffset,
     parse_segment_log_name,
     segment_file_stem,
 )
+from broker_embedded.storage.log_segment import FetchSlice, LogSegment, TimestampAndOffset
 from broker_embedded.storage.log_segments import LogSegments
 from broker_embedded.storage.partition_metadata import (
     PARTITION_METADATA_FILE,

@@ -92,13 +92,9 @@ from broker_embedded.storage.leader_epoch_file_cache import LeaderEpochFileCache
 from broker_embedded.storage.local_log import LocalLog, LogOffsets
 from broker_embedded.storage.log_appender import LogAppender
 from broker_embedded.storage.log_config import LogConfig
+from broker_embedded.storage.log_file_utils import LOG_SUFFIX, segment_file_stem
 from broker_embedded.storage.log_loader import LogLoader, delete_segment_files
-from broker_embedded.storage.log_segment import (
-    LOG_SUFFIX,
-    LogSegment,
-    TimestampAndOffset,
-    segment_file_stem,
-)
+from broker_embedded.storage.log_segment import LogSegment, TimestampAndOffset
 from broker_embedded.storage.log_segments import LogSegments
 from broker_embedded.storage.offset_index import INDEX_SUFFIX
 from broker_embedded.storage.open_segments import OpenSegments
