@@ -43,7 +43,7 @@ from broker_embedded.storage.log_loader import (
     SEGMENT_SUFFIXES,
     SWAP_SUFFIX,
 )
-from broker_embedded.storage.producer_state_manager import snapshot_file_name
+from broker_embedded.storage.snapshot_file import snapshot_file_name
 
 
 class CleaningAbortedError(KafkaLogError):

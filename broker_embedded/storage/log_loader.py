@@ -45,7 +45,7 @@ from broker_embedded.storage.log_file_utils import LOG_SUFFIX, segment_file_stem
 from broker_embedded.storage.log_segment import LogSegment
 from broker_embedded.storage.log_segments import LogSegments
 from broker_embedded.storage.offset_index import INDEX_SUFFIX, OffsetIndex
-from broker_embedded.storage.producer_state_manager import list_snapshots
+from broker_embedded.storage.snapshot_file import list_snapshots
 from broker_embedded.storage.time_index import TIME_INDEX_SUFFIX, TimeIndex
 from broker_embedded.storage.transaction_index import FILE_SUFFIX as TXN_INDEX_SUFFIX
 

@@ -5,7 +5,7 @@
 Files read in ``<log dir>/<topic>-<partition>/``: ``<20 digits>.log`` segments with their
 indexes (log_segment.py), ``<20 digits>.txnindex`` aborted-transaction indexes
 (transaction_index.py), ``<20 digits>.snapshot`` producer state snapshots
-(producer_state_manager.py), ``leader-epoch-checkpoint`` and ``partition.metadata`` when present.
+(snapshot_file.py), ``leader-epoch-checkpoint`` and ``partition.metadata`` when present.
 Transient files (``.cleaned``, ``.swap``, ``.deleted``) are never read (a listing that shows a swap
 in progress is waited out, see below; one that a dead cleaner left needs a writer's recovery).
 Nothing is ever written, renamed or deleted, and no lock is taken: the view is for processes that
@@ -141,8 +141,9 @@ from broker_embedded.storage.partition_metadata import (
     PARTITION_METADATA_FILE,
     PartitionMetadataFile,
 )
-from broker_embedded.storage.producer_state_manager import ProducerStateManager, list_snapshots
+from broker_embedded.storage.producer_state_manager import ProducerStateManager
 from broker_embedded.storage.segment_indexer import DEFAULT_INDEX_INTERVAL_BYTES
+from broker_embedded.storage.snapshot_file import list_snapshots
 from broker_embedded.storage.topic_partition import TopicPartition
 from broker_embedded.storage.transaction_index import (
     AbortedTxn,

@@ -2,7 +2,7 @@
 
 Files in ``<log dir>/<topic>-<partition>/``: the segments (``<base>.log``, ``.index``,
 ``.timeindex``, ``.txnindex``; segment_writer.py, log_segment.py, transaction_index.py), producer
-snapshots (``<offset>.snapshot``; producer_state_manager.py), ``leader-epoch-checkpoint``
+snapshots (``<offset>.snapshot``; snapshot_file.py), ``leader-epoch-checkpoint``
 (leader_epoch_file_cache.py) and ``partition.metadata``. The log dir's checkpoint files (high
 watermark, recovery point, log start offset) are written by the log manager from this object's
 offsets.
@@ -98,8 +98,9 @@ from broker_embedded.storage.log_segment import LogSegment, TimestampAndOffset
 from broker_embedded.storage.log_segments import LogSegments
 from broker_embedded.storage.offset_index import INDEX_SUFFIX
 from broker_embedded.storage.open_segments import OpenSegments
-from broker_embedded.storage.producer_state_manager import ProducerStateManager, list_snapshots
+from broker_embedded.storage.producer_state_manager import ProducerStateManager
 from broker_embedded.storage.segment_writer import SegmentWriter, wall_clock_ms
+from broker_embedded.storage.snapshot_file import list_snapshots
 from broker_embedded.storage.storage_health import StorageHealth
 from broker_embedded.storage.time_index import TIME_INDEX_SUFFIX
 from broker_embedded.storage.topic_partition import TopicPartition
