@@ -35,7 +35,8 @@ import broker as bench  # noqa: E402
 from broker_embedded.broker import Broker  # noqa: E402
 from broker_embedded.replica_manager import partition, replica_manager  # noqa: E402
 from broker_embedded.storage import (  # noqa: E402
-    log_segment,
+    active_segment,
+    log_appender,
     segment_indexer,
     segment_writer,
     unified_log,
@@ -46,13 +47,13 @@ LAYERS: list[tuple[object, str, str]] = [
     (replica_manager.ReplicaManager, "_append_one", "ReplicaManager: one partition"),
     (partition.Partition, "append_records_to_leader", "Partition: as leader"),
     (unified_log.UnifiedLog, "append_as_leader", "UnifiedLog: copy, checks, append"),
-    (unified_log.UnifiedLog, "_scan_as_leader", "  compiled scan, CRCs, offsets"),
-    (unified_log.log_validator, "scan", "    log_validator.scan"),
-    (unified_log, "_crcs_match", "    the CRC check"),
-    (unified_log.UnifiedLog, "_append_batches", "  the append after the checks"),
+    (log_appender.LogAppender, "_scan_as_leader", "  compiled scan, CRCs, offsets"),
+    (log_appender.log_validator, "scan", "    log_validator.scan"),
+    (log_appender, "_crcs_match", "    the CRC check"),
+    (log_appender.LogAppender, "_append_batches", "  the append after the checks"),
     (segment_writer.SegmentWriter, "_maybe_roll", "    the roll check"),
-    (log_segment.LogSegment, "append", "    LogSegment.append"),
-    (log_segment, "_write_all", "      the write"),
+    (active_segment.ActiveSegment, "append", "    LogSegment.append"),
+    (active_segment, "_write_all", "      the write"),
     (segment_indexer.SegmentIndexer, "on_append", "      the indexes"),
     (partition.Partition, "_maybe_increment_hw", "  the high watermark"),
 ]

@@ -50,8 +50,9 @@ from broker_embedded.errors import (
 from broker_embedded.record.control_record import EndTransactionMarker
 from broker_embedded.replica_manager.list_offsets import ListOffsetsResult
 from broker_embedded.replica_manager.replica_manager import ReplicaManager
-from broker_embedded.replication.controller import Controller, TopicMetadata
+from broker_embedded.replication.controller import Controller
 from broker_embedded.replication.replica_assignment import BrokerMetadata
+from broker_embedded.replication.topic_metadata import TopicMetadata
 from broker_embedded.storage.fetch_data_info import IsolationLevel
 from broker_embedded.storage.log_manager import LogManager
 from broker_embedded.storage.producer_state_manager import AppendOrigin

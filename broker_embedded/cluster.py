@@ -42,7 +42,8 @@ from broker_embedded.errors import (
     RequestTimedOutError,
 )
 from broker_embedded.replica_manager.list_offsets import ListOffsetsResult
-from broker_embedded.replication.controller import Controller, TopicMetadata
+from broker_embedded.replication.controller import Controller
+from broker_embedded.replication.topic_metadata import TopicMetadata
 from broker_embedded.storage.fetch_data_info import IsolationLevel
 from broker_embedded.storage.producer_state_manager import AppendOrigin
 from broker_embedded.storage.segment_writer import wall_clock_ms

@@ -365,7 +365,7 @@ def _location(raw: dict[str, str]) -> tuple[str, str | None]:
             "pick one, the log dir to read in place (path) or the cluster to read over the Kafka "
             "protocol (kafka.bootstrap.servers)"
         )
-    from broker_embedded.client.kafka_client import BrokerAddress  # kio: cluster reads only
+    from broker_embedded.client.broker_connection import BrokerAddress
 
     try:
         BrokerAddress.parse_list(bootstrap)

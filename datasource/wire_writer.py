@@ -111,8 +111,9 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
+from broker_embedded.client.broker_connection import BrokerAddress, UnsupportedVersionError
 from broker_embedded.client.idempotent_producer import IdempotentProducer
-from broker_embedded.client.kafka_client import BrokerAddress, KafkaClient, UnsupportedVersionError
+from broker_embedded.client.kafka_client import KafkaClient
 from broker_embedded.client.wire_fetch_source import WireSource
 from broker_embedded.client.wire_transactions import (
     TransactionalWireProducer,

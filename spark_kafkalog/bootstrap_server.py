@@ -37,12 +37,12 @@ from typing import TextIO
 
 import pyarrow as pa
 
+from broker_embedded.client.broker_connection import ClientConfig
 from broker_embedded.client.client_security import ClientSecurity
 from broker_embedded.client.kafka_client import (
     DEBUGGING_REPLICA_ID,
     EARLIEST,
     LATEST,
-    ClientConfig,
     KafkaClient,
     TopicInfo,
 )

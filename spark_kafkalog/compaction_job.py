@@ -74,6 +74,7 @@ from broker_embedded.storage.cleaning_lock import (
     CleaningRefusedError,
     PartitionCleaningLock,
 )
+from broker_embedded.storage.cleaning_session import CleaningAbortedError
 from broker_embedded.storage.log_dir import check_log_dir
 from broker_embedded.storage.log_dir_lock import LogDirLock, held_by_compaction, lock_holder
 from broker_embedded.storage.log_manager import (
@@ -85,7 +86,7 @@ from broker_embedded.storage.log_manager import (
 from broker_embedded.storage.staged_write import COMMIT_OWNER
 from broker_embedded.storage.topic_config_file import TopicConfigFile
 from broker_embedded.storage.topic_partition import TopicPartition
-from broker_embedded.storage.unified_log import CleaningAbortedError, UnifiedLog
+from broker_embedded.storage.unified_log import UnifiedLog
 from spark_kafkalog.compaction_config import CompactionConfig
 from spark_kafkalog.kernel_cache import ensure_compiled
 

@@ -36,7 +36,8 @@ from broker_embedded.errors import IndexCorruptError, KafkaLogError
 from broker_embedded.record.record_batch import LOG_APPEND_TIME, NO_TIMESTAMP_TYPE, Record
 from broker_embedded.record.records import iter_batches
 from broker_embedded.storage.log_dir import LogDir
-from broker_embedded.storage.log_segment import LogSegment, parse_segment_log_name
+from broker_embedded.storage.log_file_utils import parse_segment_log_name
+from broker_embedded.storage.log_segment import LogSegment
 from broker_embedded.storage.topic_partition import TopicPartition
 
 TIMESTAMP_TYPE_NAMES = {

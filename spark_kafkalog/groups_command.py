@@ -257,7 +257,8 @@ def run_on_server(action: str, bootstrap: str, out: TextIO, err: TextIO,
                   groups: Sequence[str] = (), client_config: Any = None) -> int:  # fmt: skip
     """The same over the wire: ListGroups of every broker, then DescribeGroups and OffsetFetch
     on each group's coordinator and ListOffsets (latest) on each partition's leader."""
-    from broker_embedded.client.kafka_client import LATEST, ClientConfig, KafkaClient
+    from broker_embedded.client.broker_connection import ClientConfig
+    from broker_embedded.client.kafka_client import LATEST, KafkaClient
 
     with KafkaClient(bootstrap, client_config or ClientConfig()) as client:
         known = sorted(g.group_id for g in client.list_groups())

@@ -41,7 +41,7 @@ from typing import TextIO
 from broker_embedded.broker import Broker
 from broker_embedded.broker_config import BrokerConfig
 from broker_embedded.errors import KafkaLogError
-from broker_embedded.replication.controller import TopicMetadata
+from broker_embedded.replication.topic_metadata import TopicMetadata
 from broker_embedded.storage.log_dir import NotALogDirError, check_log_dir
 from broker_embedded.storage.partition_metadata import topic_id_to_string
 from broker_embedded.storage.topic_partition import TopicPartition

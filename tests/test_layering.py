@@ -211,7 +211,16 @@ def test_broker_embedded_never_imports_pyspark() -> None:
 # storage modules behind the FetchSource: the data source plans, fetches and decodes only
 STORAGE_INTERNALS = tuple(
     f"broker_embedded.storage.{name}"
-    for name in ("partition_reader", "log_segment", "offset_index", "time_index", "log_dir")
+    for name in (
+        "partition_reader",
+        "log_segment",
+        "active_segment",
+        "log_file_utils",
+        "open_segments",
+        "offset_index",
+        "time_index",
+        "log_dir",
+    )  # fmt: skip
 )
 
 

@@ -19,7 +19,7 @@ A round (:meth:`Cleaner.clean`, Kafka's ``doClean``):
    ``segment.bytes``, its indexes within ``segment.index.bytes`` and its offsets within an int32
    of the group's base). Each group is recopied into ``<first base>.log.cleaned`` (with its
    indexes and ``.txnindex``), fsynced, and swapped in for the group's segments by
-   ``UnifiedLog.replace_segments`` (crash-safe renames; see unified_log.py). A write that fails
+   ``UnifiedLog.replace_segments`` (crash-safe renames; see cleaning_session.py). A write that fails
    (a full disk: ``ENOSPC``) deletes the group's ``.cleaned`` files and raises
    :class:`KafkaStorageError` naming the partition and the file: the group's segments stay as
    they were, and the groups swapped in before it stay (each is complete and valid).
@@ -45,7 +45,7 @@ What is kept, per batch (Kafka's cleaner ``RecordFilter`` and ``MemoryRecords.fi
   is a marker, that marker's batch of the same epoch), the batch ending just below the round's
   first uncleanable offset (Kafka keeps the last batch of the round), and, in this project, the
   last batch of every group: a ``.swap`` segment's next offset then covers every segment it
-  replaces, which makes recovery after a crash exact (unified_log.py);
+  replaces, which makes recovery after a crash exact (storage/cleaning_session.py);
 - legacy (magic 0/1) entries: an uncompressed entry is one record, kept or removed as above;
   a compressed wrapper is kept whole when any record in it is kept; their tombstones are kept.
 
@@ -74,17 +74,23 @@ import logging
 import os
 import struct
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
 from broker_embedded.cleaner import cleaner_kernel as ck
+from broker_embedded.cleaner.cleaned_transaction_metadata import (
+    CleanedTransactionMetadata,
+    control_record_type,
+)
+from broker_embedded.cleaner.cleaner_stats import CleanerStats, CleanResult
+from broker_embedded.cleaner.cleaner_window import Window, WindowReader
 from broker_embedded.cleaner.log_cleaner_manager import OffsetsToClean, cleanable_offsets
+from broker_embedded.cleaner.segment_groups import Segment, cleanable_segments, group_segments
 from broker_embedded.cleaner.skimpy_offset_map import MD5_SCRATCH_BYTES, SkimpyOffsetMap
-from broker_embedded.errors import CorruptRecordError, KafkaLogError, KafkaStorageError
+from broker_embedded.errors import KafkaLogError, KafkaStorageError
 from broker_embedded.record import decode_kernel as dk
 from broker_embedded.record import entry_scan as es
 from broker_embedded.record.batch_layout import (
@@ -97,235 +103,49 @@ from broker_embedded.record.batch_layout import (
     RECORD_BATCH_OVERHEAD,
     RECORDS_COUNT_OFFSET,
 )
-from broker_embedded.record.columnar_decoder import crc_mismatch
-from broker_embedded.record.compression import CompressionType, compress, decompress
+from broker_embedded.record.compression import CompressionType, compress
 from broker_embedded.record.control_record import ControlRecordType
-from broker_embedded.record.entry_scan import scan_window
 from broker_embedded.record.legacy_record import LegacyRecordBatch
 from broker_embedded.record.record_batch import (
     CODEC_MASK,
     CONTROL_MASK,
     DELETE_HORIZON_MASK,
     TRANSACTIONAL_MASK,
-    RecordBatch,
     crc32c_of,
 )
-from broker_embedded.storage.log_segment import LOG_SUFFIX, segment_file_stem
+from broker_embedded.storage.cleaning_session import (
+    CleaningAbortedError,
+    CleaningSession,
+    LastRecord,
+)
+from broker_embedded.storage.log_file_utils import LOG_SUFFIX, segment_file_stem
+from broker_embedded.storage.log_loader import CLEANED_SUFFIX
 from broker_embedded.storage.offset_index import INDEX_SUFFIX, OffsetIndex
 from broker_embedded.storage.segment_writer import wall_clock_ms
 from broker_embedded.storage.time_index import TIME_INDEX_SUFFIX, TimeIndex
 from broker_embedded.storage.transaction_index import FILE_SUFFIX as TXN_INDEX_SUFFIX
 from broker_embedded.storage.transaction_index import AbortedTxn
-from broker_embedded.storage.unified_log import (
-    CLEANED_SUFFIX,
-    CleaningAbortedError,
-    CleaningSession,
-    CleaningSnapshot,
-    LastRecord,
-    UnifiedLog,
-)
+from broker_embedded.storage.unified_log import UnifiedLog
 
 _log = logging.getLogger(__name__)
 
 DEFAULT_WINDOW_BYTES = 4 << 20
-INT32_MAX = (1 << 31) - 1
-_DECODE_ERRORS = {
-    dk.E_BAD_SECTION: "records section outside the batch",
-    dk.E_VARINT: "bad varint",
-    dk.E_RECORD_LENGTH: "record length {a} runs past the batch",
-    dk.E_TRUNCATED: "a field runs past the record end",
-    dk.E_STRAY_BYTES: "{a} stray bytes after the record's fields",
-    dk.E_OFFSET_DELTA: "record offset delta {a} outside [0, {b}]",
-    dk.E_TOO_FEW: "batch declares {a} records but holds {b}",
-    dk.E_LEFT_OVER: "{b} bytes left over after the batch's {a} records",
-    dk.E_HEADER_COUNT: "impossible header count {a}",
-    dk.E_NULL_HEADER_KEY: "null header key",
-    dk.E_NEGATIVE_LENGTH: "negative length {a}",
-}
 _HEADER_PATCH = struct.Struct(">i")
 
 
 # -- results ---------------------------------------------------------------------------------
 
 
-@dataclass
-class CleanerStats:
-    """What a round did (Kafka's ``CleanerStats``)."""
-
-    map_bytes_read: int = 0
-    map_records_read: int = 0
-    bytes_read: int = 0
-    bytes_written: int = 0
-    records_read: int = 0
-    records_retained: int = 0
-    batches_read: int = 0
-    batches_written: int = 0
-    segments_cleaned: int = 0
-    groups: int = 0
-    map_seconds: float = 0.0
-    clean_seconds: float = 0.0
-
-
-@dataclass(frozen=True)
-class CleanResult:
-    """One round: the offsets it covered and the new checkpoint (``end_offset``)."""
-
-    first_dirty_offset: int
-    first_uncleanable_offset: int
-    end_offset: int
-    map_entries: int
-    map_utilization: float
-    map_full: bool
-    stats: CleanerStats = field(default_factory=CleanerStats)
-
-    @property
-    def cleaned(self) -> bool:
-        return self.end_offset > self.first_dirty_offset
-
-
 # -- transactions ----------------------------------------------------------------------------
-
-
-class _CleanedTransactions:
-    """Kafka's ``CleanedTransactionMetadata`` for one pass over a log (map or recopy)."""
-
-    __slots__ = ("_aborted", "_next", "_ongoing_aborted", "_ongoing_committed", "cleaned_index")
-
-    def __init__(self, aborted: Iterable[AbortedTxn]) -> None:
-        self._aborted = sorted(aborted, key=lambda t: t.first_offset)
-        self._next = 0
-        self._ongoing_aborted: dict[int, list] = {}  # pid -> [AbortedTxn, last observed offset]
-        self._ongoing_committed: set[int] = set()
-        self.cleaned_index: list[AbortedTxn] = []
-
-    def _consume_up_to(self, offset: int) -> None:
-        while self._next < len(self._aborted) and self._aborted[self._next].first_offset <= offset:
-            txn = self._aborted[self._next]
-            self._ongoing_aborted.setdefault(txn.producer_id, [txn, None])
-            self._next += 1
-
-    def on_batch(self, producer_id: int, last_offset: int) -> bool:
-        """A transactional data batch; True when it belongs to an aborted transaction."""
-        self._consume_up_to(last_offset)
-        entry = self._ongoing_aborted.get(producer_id)
-        if entry is not None:
-            entry[1] = last_offset
-            return True
-        self._ongoing_committed.add(producer_id)
-        return False
-
-    def on_control_batch(
-        self, producer_id: int, last_offset: int, control_type: ControlRecordType | None
-    ) -> bool:
-        """A control batch (``None``: it holds no record); True when it may be discarded."""
-        self._consume_up_to(last_offset)
-        if control_type is None:
-            return True
-        if control_type is ControlRecordType.ABORT:
-            entry = self._ongoing_aborted.pop(producer_id, None)
-            if entry is not None and entry[1] is not None:
-                self.cleaned_index.append(entry[0])
-                return False
-            return True
-        if control_type is ControlRecordType.COMMIT:
-            if producer_id in self._ongoing_committed:
-                self._ongoing_committed.discard(producer_id)
-                return False
-            return True
-        return False
-
-
-def _control_type(view: memoryview, where: str, position: int) -> ControlRecordType | None:
-    batch = RecordBatch(view, where, position)
-    record = next(iter(batch.records()), None)
-    if record is None:
-        return None
-    return ControlRecordType.parse_key(
-        record.key, source=where, position=position, base_offset=batch.base_offset
-    )
 
 
 # -- segments and groups ---------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class _Segment:
-    base: int
-    next_base: int  # the next segment's base offset (the active one's for the last)
-    size: int
-
-
-def _segments(snap: CleaningSnapshot) -> list[_Segment]:
-    bases = (*snap.base_offsets, snap.active_base_offset)
-    return [
-        _Segment(b, bases[i + 1], s)
-        for i, (b, s) in enumerate(zip(snap.base_offsets, snap.sizes, strict=True))
-    ]
-
-
-def group_segments(
-    segments: Sequence[_Segment],
-    directory: Path,
-    max_size: int,
-    max_index_size: int,
-    first_uncleanable_offset: int,
-) -> list[list[_Segment]]:
-    """Kafka's ``groupSegmentsBySize``."""
-
-    def index_sizes(s: _Segment) -> tuple[int, int]:
-        stem = directory / segment_file_stem(s.base)
-        out = []
-        for suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX):
-            try:
-                out.append(os.stat(str(stem) + suffix).st_size)
-            except FileNotFoundError:
-                out.append(0)
-        return out[0], out[1]
-
-    groups: list[list[_Segment]] = []
-    rest = list(segments)
-    i = 0
-    while i < len(rest):
-        group = [rest[i]]
-        log_size = rest[i].size
-        oi, ti = index_sizes(rest[i])
-        i += 1
-        while i < len(rest):
-            s = rest[i]
-            s_oi, s_ti = index_sizes(s)
-            last = rest[i + 1].base - 1 if i + 1 < len(rest) else first_uncleanable_offset - 1
-            if not (
-                log_size + s.size <= max_size
-                and oi + s_oi <= max_index_size
-                and ti + s_ti <= max_index_size
-                and (s.size == 0 or last - group[0].base <= INT32_MAX)
-            ):
-                break
-            group.append(s)
-            log_size += s.size
-            oi += s_oi
-            ti += s_ti
-            i += 1
-        groups.append(group)
-    return groups
-
-
 # -- the cleaner -------------------------------------------------------------------------------
 
 
-class _Window:
-    """A run of whole batches of one segment, read into the cleaner's buffer."""
-
-    __slots__ = ("data", "table", "position", "is_last")
-
-    def __init__(self, data: np.ndarray, table: np.ndarray, position: int, is_last: bool) -> None:
-        self.data = data  # the window's bytes (a view of the read buffer)
-        self.table = table  # decode_kernel scan rows, positions relative to ``data``
-        self.position = position  # the file position of data[0]
-        self.is_last = is_last  # the window ends at the end of the file
-
-
-class Cleaner:
+class Cleaner(WindowReader):
     """Cleans one log at a time with a bounded offset map; see the module docstring.
 
     ``offset_map``: the map (its memory is the cleaner's bound). ``window_bytes``: bytes read
@@ -390,7 +210,7 @@ class Cleaner:
         stats = CleanerStats()
         if uncleanable <= first_dirty or not snap.base_offsets:
             return CleanResult(first_dirty, uncleanable, first_dirty, 0, 0.0, False, stats)
-        segments = _segments(snap)
+        segments = cleanable_segments(snap)
         started = time.monotonic()
         full = self._build_offset_map(log, segments, first_dirty, uncleanable, session, stats)
         end_offset = self.offset_map.latest_offset + 1
@@ -405,7 +225,7 @@ class Cleaner:
             uncleanable,
         )
         upper = groups[-1][-1].next_base if groups else end_offset
-        txns = _CleanedTransactions(log.collect_aborted_transactions(segments[0].base, upper))
+        txns = CleanedTransactionMetadata(log.collect_aborted_transactions(segments[0].base, upper))
         horizon = now + log.config.delete_retention_ms
         for group in groups:
             self._clean_group(log, group, txns, now, horizon, uncleanable, session, stats)
@@ -420,127 +240,12 @@ class Cleaner:
 
     # -- reading windows ---------------------------------------------------------------------
 
-    def _windows(self, path: Path, start: int, size: int) -> Iterator[_Window]:
-        """Whole batches of ``path[start:size]``, a window at a time (``size``: the file size
-        the round saw; a closed segment does not change)."""
-        source = str(path)
-        fd = os.open(path, os.O_RDONLY)
-        try:
-            pos = start
-            while pos < size:
-                want = min(size - pos, max(self.window_bytes, 0))
-                if len(self._read) < want:
-                    self._read = np.empty(want, np.uint8)
-                got = 0
-                while got < want:
-                    n = os.preadv(fd, [memoryview(self._read)[got:want]], pos + got)
-                    if n <= 0:
-                        raise CleaningAbortedError(f"{source} shrank while it was being cleaned")
-                    got += n
-                data = self._read[:want].view()
-                data.flags.writeable = False  # decode_kernel is compiled for read-only input
-                scanned = scan_window(data, 0, want, source, pos)
-                if not len(scanned.table):
-                    if pos + want >= size:
-                        raise CorruptRecordError(
-                            "a partial batch at the end of a closed segment",
-                            source=source,
-                            position=pos,
-                            base_offset=scanned.base_offset,
-                        )
-                    self.window_bytes = max(self.window_bytes, scanned.needed)  # a large batch
-                    continue
-                table, consumed = scanned.table, scanned.end
-                self._verify_crcs(source, pos, data, table)
-                yield _Window(data[:consumed], table, pos, pos + consumed >= size)
-                pos += consumed
-        finally:
-            os.close(fd)
-
-    @staticmethod
-    def _verify_crcs(source: str, pos: int, data: np.ndarray, table: np.ndarray) -> None:
-        """Refuse a window with a v2 batch whose CRC does not match: a batch the cleaner
-        rewrites gets a new CRC, which would hide the damage."""
-        v2 = table[table[:, es.S_MAGIC] == 2]
-        bad = crc_mismatch(memoryview(data), v2)
-        if bad is not None:
-            row, stored, actual = bad
-            raise CorruptRecordError(
-                f"CRC mismatch: stored {stored:#010x}, computed {actual:#010x}",
-                source=source,
-                position=pos + int(v2[row, es.S_POS]),
-                base_offset=int(v2[row, es.S_OFFSET]),
-            )
-
-    def _side_sections(self, window: _Window, rows: np.ndarray, plan: np.ndarray) -> None:
-        """Decompress the records sections of ``rows`` into the side buffer (``P_SRC`` 1)."""
-        data = window.data
-        sections = []
-        total = 0
-        for r in rows.tolist():
-            pos, size = int(plan[r, ck.P_POS]), int(plan[r, ck.P_SIZE])
-            codec_id = int(plan[r, ck.P_ATTR]) & CODEC_MASK
-            where = str(window.position + pos)
-            try:
-                codec = CompressionType(codec_id)
-                raw = decompress(codec, memoryview(data)[pos + RECORD_BATCH_OVERHEAD : pos + size])
-            except (ValueError, CorruptRecordError) as e:
-                raise CorruptRecordError(
-                    f"records of a compressed batch do not decompress: {e}",
-                    position=window.position + pos,
-                    base_offset=int(plan[r, ck.P_BASE_OFFSET]),
-                    source=where,
-                ) from None
-            sections.append((r, raw))
-            total += len(raw)
-        if len(self._side) < total:
-            self._side = np.empty(max(total, 2 * len(self._side)), np.uint8)
-        at = 0
-        for r, raw in sections:
-            self._side[at : at + len(raw)] = np.frombuffer(raw, np.uint8)
-            plan[r, ck.P_SRC] = 1
-            plan[r, ck.P_REC_START] = at
-            plan[r, ck.P_REC_END] = at + len(raw)
-            at += len(raw)
-
-    def _base_plan(self, window: _Window) -> np.ndarray:
-        t = window.table
-        plan = np.zeros((len(t), ck.PLAN_FIELDS), np.int64)
-        plan[:, ck.P_POS] = t[:, es.S_POS]
-        plan[:, ck.P_SIZE] = t[:, es.S_SIZE]
-        plan[:, ck.P_REC_START] = t[:, es.S_POS] + RECORD_BATCH_OVERHEAD
-        plan[:, ck.P_REC_END] = t[:, es.S_POS] + t[:, es.S_SIZE]
-        plan[:, ck.P_BASE_OFFSET] = t[:, es.S_OFFSET]
-        plan[:, ck.P_LAST_DELTA] = t[:, es.S_LAST_DELTA]
-        plan[:, ck.P_COUNT] = t[:, es.S_COUNT]
-        plan[:, ck.P_ATTR] = t[:, es.S_ATTR]
-        plan[:, ck.P_BASE_TS] = t[:, es.S_BASE_TS]
-        plan[:, ck.P_MAX_TS] = t[:, es.S_MAX_TS]
-        legacy = t[:, es.S_MAGIC] != 2
-        plan[legacy, ck.P_MODE] = ck.MODE_VERBATIM
-        plan[legacy, ck.P_REC_START] = plan[legacy, ck.P_REC_END] = t[legacy, es.S_POS]
-        compressed = ~legacy & ((t[:, es.S_ATTR] & CODEC_MASK) != 0) & (t[:, es.S_COUNT] > 0)
-        if compressed.any():
-            self._side_sections(window, np.nonzero(compressed)[0], plan)
-        return plan
-
-    def _decode_error(
-        self, path: Path, window: _Window, plan: np.ndarray, row: int, err: int, a: int, b: int
-    ) -> CorruptRecordError:
-        reason = _DECODE_ERRORS.get(err, "error code {a}").format(a=a, b=b)
-        return CorruptRecordError(
-            reason,
-            source=str(path),
-            position=window.position + int(plan[row, ck.P_POS]),
-            base_offset=int(plan[row, ck.P_BASE_OFFSET]),
-        )
-
     # -- building the map --------------------------------------------------------------------
 
     def _build_offset_map(
         self,
         log: UnifiedLog,
-        segments: list[_Segment],
+        segments: list[Segment],
         start: int,
         end: int,
         session: CleaningSession,
@@ -549,7 +254,7 @@ class Cleaner:
         """Kafka's ``buildOffsetMap``; True when the map reached its bound."""
         m = self.offset_map
         m.clear()
-        txns = _CleanedTransactions(log.collect_aborted_transactions(start, end))
+        txns = CleanedTransactionMetadata(log.collect_aborted_transactions(start, end))
         dirty = [s for s in segments if s.next_base > start and s.base < end]
         for s in dirty:
             if self._map_segment(log, s, start, txns, session, stats):
@@ -560,9 +265,9 @@ class Cleaner:
     def _map_segment(
         self,
         log: UnifiedLog,
-        segment: _Segment,
+        segment: Segment,
         start: int,
-        txns: _CleanedTransactions,
+        txns: CleanedTransactionMetadata,
         session: CleaningSession,
         stats: CleanerStats,
     ) -> bool:
@@ -618,7 +323,7 @@ class Cleaner:
                 r = n
         return False
 
-    def _map_legacy(self, window: _Window, plan: np.ndarray, row: int, start: int) -> bool:
+    def _map_legacy(self, window: Window, plan: np.ndarray, row: int, start: int) -> bool:
         """Put the keys of a legacy entry (the slow path); True when the map is full."""
         m = self.offset_map
         pos, size = int(plan[row, ck.P_POS]), int(plan[row, ck.P_SIZE])
@@ -633,7 +338,7 @@ class Cleaner:
         return False
 
     def _plan_map_transactions(
-        self, window: _Window, plan: np.ndarray, txns: _CleanedTransactions
+        self, window: Window, plan: np.ndarray, txns: CleanedTransactionMetadata
     ) -> None:
         """Control batches and aborted transactional batches put no key."""
         t = window.table
@@ -649,9 +354,9 @@ class Cleaner:
             elif txns.on_batch(pid, last):
                 plan[r, ck.P_MODE] = ck.MODE_DROP_ALL
 
-    def _control_type_of(self, window: _Window, t: np.ndarray, r: int) -> ControlRecordType | None:
+    def _control_type_of(self, window: Window, t: np.ndarray, r: int) -> ControlRecordType | None:
         pos, size = int(t[r, es.S_POS]), int(t[r, es.S_SIZE])
-        return _control_type(
+        return control_record_type(
             memoryview(window.data)[pos : pos + size], "<control batch>", window.position + pos
         )
 
@@ -660,8 +365,8 @@ class Cleaner:
     def _clean_group(
         self,
         log: UnifiedLog,
-        group: list[_Segment],
-        txns: _CleanedTransactions,
+        group: list[Segment],
+        txns: CleanedTransactionMetadata,
         now: int,
         horizon: int,
         upper_bound: int,
@@ -746,8 +451,8 @@ class Cleaner:
     def _clean_window(
         self,
         path: Path,
-        window: _Window,
-        txns: _CleanedTransactions,
+        window: Window,
+        txns: CleanedTransactionMetadata,
         producers: dict[int, LastRecord],
         now: int,
         horizon: int,
@@ -853,11 +558,11 @@ class Cleaner:
 
     def _plan_transactional(
         self,
-        window: _Window,
+        window: Window,
         plan: np.ndarray,
         retain: np.ndarray,
         r: int,
-        txns: _CleanedTransactions,
+        txns: CleanedTransactionMetadata,
         producers: dict[int, LastRecord],
         now: int,
     ) -> None:
@@ -893,7 +598,7 @@ class Cleaner:
         else:
             retain[r] = ck.RETAIN_DELETE_EMPTY
 
-    def _keep_legacy(self, window: _Window, plan: np.ndarray, r: int) -> bool:
+    def _keep_legacy(self, window: Window, plan: np.ndarray, r: int) -> bool:
         """Whether a legacy entry stays (any record in it kept; tombstones kept)."""
         m = self.offset_map
         pos, size = int(plan[r, ck.P_POS]), int(plan[r, ck.P_SIZE])
@@ -907,7 +612,7 @@ class Cleaner:
         return False
 
     def _compressed_batch(
-        self, window: _Window, plan: np.ndarray, outcome: np.ndarray, r: int
+        self, window: Window, plan: np.ndarray, outcome: np.ndarray, r: int
     ) -> bytes:
         """A rewritten compressed batch: the kept records (in the raw buffer) compressed in the
         batch's codec, under its patched header."""

@@ -49,6 +49,7 @@ from typing import TYPE_CHECKING, Any
 
 from broker_embedded.errors import KafkaLogError, KafkaStorageError
 from broker_embedded.storage.cleaning_lock import checkpoint_lock
+from broker_embedded.storage.cleaning_session import CleaningAbortedError, CleaningSnapshot
 from broker_embedded.storage.log_segments import LogSegments
 from broker_embedded.storage.offset_checkpoint import (
     CLEANER_OFFSET_CHECKPOINT,
@@ -56,10 +57,11 @@ from broker_embedded.storage.offset_checkpoint import (
 )
 from broker_embedded.storage.segment_writer import wall_clock_ms
 from broker_embedded.storage.topic_partition import TopicPartition
-from broker_embedded.storage.unified_log import CleaningAbortedError, CleaningSnapshot, UnifiedLog
+from broker_embedded.storage.unified_log import UnifiedLog
 
 if TYPE_CHECKING:
-    from broker_embedded.cleaner.cleaner import Cleaner, CleanResult
+    from broker_embedded.cleaner.cleaner import Cleaner
+    from broker_embedded.cleaner.cleaner_stats import CleanResult
 
 _log = logging.getLogger(__name__)
 

@@ -53,14 +53,9 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
+from broker_embedded.client.broker_connection import BrokerConnectionError, ClientConfig
 from broker_embedded.client.client_security import ClientSecurity
-from broker_embedded.client.kafka_client import (
-    EARLIEST,
-    LATEST,
-    BrokerConnectionError,
-    ClientConfig,
-    KafkaClient,
-)
+from broker_embedded.client.kafka_client import EARLIEST, LATEST, KafkaClient
 from broker_embedded.error_code import LEADER_MOVED
 from broker_embedded.errors import KafkaApiError, KafkaLogError, UnknownTopicOrPartitionError
 from broker_embedded.storage.fetch_data_info import IsolationLevel

@@ -38,16 +38,16 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, TypeVar
 
-from broker_embedded.client.idempotent_producer import IdempotentProducer
-from broker_embedded.client.kafka_client import (
+from broker_embedded.client.broker_connection import (
     ADD_OFFSETS_TO_TXN,
     ADD_PARTITIONS_TO_TXN,
     END_TXN,
     INIT_PRODUCER_ID,
     TXN_OFFSET_COMMIT,
     BrokerConnection,
-    KafkaClient,
 )
+from broker_embedded.client.idempotent_producer import IdempotentProducer
+from broker_embedded.client.kafka_client import KafkaClient
 from broker_embedded.error_code import ErrorCode
 from broker_embedded.errors import KafkaApiError, api_error
 from broker_embedded.record.columnar_encoder import EncodedBatches

@@ -90,7 +90,7 @@ def _walk(buf, end, mode, table):  # type: ignore[no-untyped-def]
 
 @jit
 def _leader_row_ok(table, i, max_message_bytes, from_client):  # type: ignore[no-untyped-def]
-    """The log's per-batch header checks of a leader append (unified_log._validate_batch)."""
+    """The log's per-batch header checks of a leader append (log_appender._validate_batch)."""
     attributes = table[i, C_ATTRIBUTES]
     control = (attributes & CONTROL_MASK) != 0
     pid = table[i, C_PRODUCER_ID]

@@ -58,9 +58,10 @@ from broker_embedded.errors import (
     UnknownLeaderEpochError,
 )
 from broker_embedded.storage.fetch_data_info import FetchDataInfo, FetchIsolation
+from broker_embedded.storage.log_append_info import LogAppendInfo
 from broker_embedded.storage.producer_state_manager import AppendOrigin
 from broker_embedded.storage.topic_partition import TopicPartition
-from broker_embedded.storage.unified_log import LogAppendInfo, UnifiedLog
+from broker_embedded.storage.unified_log import UnifiedLog
 
 NO_LEADER = -1
 

@@ -40,6 +40,7 @@ from collections.abc import Callable, Sequence
 
 from broker_embedded.broker_config import BrokerConfig
 from broker_embedded.server.api_version_manager import ApiVersionManager
+from broker_embedded.server.endpoint import Endpoint
 from broker_embedded.server.kafka_apis import KafkaApis
 from broker_embedded.server.kafka_request_handler import KafkaRequestHandlerPool, current_listener
 from broker_embedded.server.request_metrics import RequestMetrics
@@ -49,7 +50,7 @@ from broker_embedded.server.security.listener_security import register_sasl_apis
 from broker_embedded.server.security.scram_admin import register_scram_apis
 from broker_embedded.server.security.scram_credentials import CredentialStore
 from broker_embedded.server.security.security_config import Listener, SecurityConfig
-from broker_embedded.server.socket_server import Endpoint, SocketServer
+from broker_embedded.server.socket_server import SocketServer
 
 
 class BrokerServer:

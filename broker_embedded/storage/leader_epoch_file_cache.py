@@ -55,7 +55,7 @@ from pathlib import Path
 from broker_embedded.errors import CheckpointError, KafkaLogError
 from broker_embedded.storage.checkpoint_file import INT32_MAX, INT64_MAX
 from broker_embedded.storage.leader_epoch_checkpoint import EpochEntry, LeaderEpochCheckpointFile
-from broker_embedded.storage.log_segment import (
+from broker_embedded.storage.log_file_utils import (
     LOG_SUFFIX,
     parse_segment_log_name,
     segment_file_stem,

@@ -38,6 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from broker_embedded.errors import KafkaLogError
+from broker_embedded.storage.commit_journal import COMMITS_DIR
 from broker_embedded.storage.log_dir_lock import CLEANING_DIR, LOCK_FILE_NAME
 from broker_embedded.storage.offset_checkpoint import (
     CLEANER_OFFSET_CHECKPOINT,
@@ -48,7 +49,7 @@ from broker_embedded.storage.offset_checkpoint import (
 )
 from broker_embedded.storage.partition_reader import PartitionReader
 from broker_embedded.storage.segment_indexer import DEFAULT_INDEX_INTERVAL_BYTES
-from broker_embedded.storage.staged_write import COMMITS_DIR, STAGING_DIR
+from broker_embedded.storage.staged_write import STAGING_DIR
 from broker_embedded.storage.topic_config_file import TOPIC_CONFIG_FILE
 from broker_embedded.storage.topic_partition import TopicPartition
 

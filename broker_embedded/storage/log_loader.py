@@ -7,7 +7,7 @@ renaming of ``.cleaned`` to ``.swap``), ``.deleted`` and ``.tmp`` (leftovers). T
 snapshots above the recovery range are deleted by a recovery.
 
 :meth:`LogLoader.settle_interrupted_swaps` settles a crash at any step of a swap
-(unified_log.py, "Replacing segments") as Kafka's ``LogLoader`` does: ``.deleted`` and ``.tmp``
+(cleaning_session.py, "Replacing segments") as Kafka's ``LogLoader`` does: ``.deleted`` and ``.tmp``
 files are removed; ``.swap`` files at or above the lowest ``.cleaned`` file's offset belong to an
 unfinished swap and are removed with the ``.cleaned`` files (the old segments stay); the remaining
 ``.swap`` files complete their swap: segment files (never producer snapshots) whose offset lies
@@ -41,10 +41,11 @@ from broker_embedded.errors import CorruptRecordError, KafkaLogError
 from broker_embedded.record.records import iter_batches
 from broker_embedded.storage.checkpoint_file import fsync_dir, write_atomically
 from broker_embedded.storage.log_config import LogConfig
-from broker_embedded.storage.log_segment import LOG_SUFFIX, LogSegment, segment_file_stem
+from broker_embedded.storage.log_file_utils import LOG_SUFFIX, segment_file_stem
+from broker_embedded.storage.log_segment import LogSegment
 from broker_embedded.storage.log_segments import LogSegments
 from broker_embedded.storage.offset_index import INDEX_SUFFIX, OffsetIndex
-from broker_embedded.storage.producer_state_manager import list_snapshots
+from broker_embedded.storage.snapshot_file import list_snapshots
 from broker_embedded.storage.time_index import TIME_INDEX_SUFFIX, TimeIndex
 from broker_embedded.storage.transaction_index import FILE_SUFFIX as TXN_INDEX_SUFFIX
 

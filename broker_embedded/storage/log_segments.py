@@ -22,7 +22,7 @@ import os
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
-from broker_embedded.storage.log_segment import parse_segment_log_name
+from broker_embedded.storage.log_file_utils import parse_segment_log_name
 
 
 class LogSegments:

@@ -5,7 +5,7 @@
 Files read in ``<log dir>/<topic>-<partition>/``: ``<20 digits>.log`` segments with their
 indexes (log_segment.py), ``<20 digits>.txnindex`` aborted-transaction indexes
 (transaction_index.py), ``<20 digits>.snapshot`` producer state snapshots
-(producer_state_manager.py), ``leader-epoch-checkpoint`` and ``partition.metadata`` when present.
+(snapshot_file.py), ``leader-epoch-checkpoint`` and ``partition.metadata`` when present.
 Transient files (``.cleaned``, ``.swap``, ``.deleted``) are never read (a listing that shows a swap
 in progress is waited out, see below; one that a dead cleaner left needs a writer's recovery).
 Nothing is ever written, renamed or deleted, and no lock is taken: the view is for processes that
@@ -59,8 +59,8 @@ depending on the :class:`FetchIsolation`, the bytes copied out of the mapping, a
 Concurrent cleaning. The segments are listed at open and opened on first use, while a cleaner in
 another process (or a broker's cleaner thread) may swap segments: ``<B>.log.cleaned`` and its
 indexes become ``.swap``, the old segments of the group (based at B and after) are renamed
-``.deleted`` and removed at once, the ``.swap`` files get the final names (unified_log.py), so one
-cleaned segment based at B replaces several. Offsets never change under cleaning and the first
+``.deleted`` and removed at once, the ``.swap`` files get the final names (cleaning_session.py), so
+one cleaned segment based at B replaces several. Offsets never change under cleaning and the first
 base offset never moves, so a read goes on at the same offset against a newer listing (records
 may be gone: that is compaction). The rules that keep reads right:
 
@@ -130,21 +130,20 @@ from broker_embedded.storage.leader_epoch_checkpoint import (
     LeaderEpochCheckpointFile,
 )
 from broker_embedded.storage.local_log import LocalLog, LogOffsets, Walked
-from broker_embedded.storage.log_segment import (
+from broker_embedded.storage.log_file_utils import (
     LOG_SUFFIX,
-    FetchSlice,
-    LogSegment,
-    TimestampAndOffset,
     parse_segment_log_name,
     segment_file_stem,
 )
+from broker_embedded.storage.log_segment import FetchSlice, LogSegment, TimestampAndOffset
 from broker_embedded.storage.log_segments import LogSegments
 from broker_embedded.storage.partition_metadata import (
     PARTITION_METADATA_FILE,
     PartitionMetadataFile,
 )
-from broker_embedded.storage.producer_state_manager import ProducerStateManager, list_snapshots
+from broker_embedded.storage.producer_state_manager import ProducerStateManager
 from broker_embedded.storage.segment_indexer import DEFAULT_INDEX_INTERVAL_BYTES
+from broker_embedded.storage.snapshot_file import list_snapshots
 from broker_embedded.storage.topic_partition import TopicPartition
 from broker_embedded.storage.transaction_index import (
     AbortedTxn,

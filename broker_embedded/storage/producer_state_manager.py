@@ -31,21 +31,9 @@ markers completed (:class:`CompletedTxn`, with the LSO to store for an aborted o
 ``.txnindex``). The last stable offset is ``min(first offset of every ongoing transaction and of
 every completed one whose marker is not yet below the HW, HW)``.
 
-Snapshot file ``<offset, 20 digits>.snapshot`` (the state after the log up to ``offset - 1``),
-big-endian, as Kafka writes it (checked against snapshots written by Kafka 3.7 and a bitnami
-Kafka, both ``00 01 48 67 4b c7 00 00 00 00``: version 1, CRC32C 0x48674bc7, no entries)::
-
-    0  version int16 = 1
-    2  crc uint32            CRC-32C (Castagnoli) of every byte from offset 6 to the end
-    6  entry count int32
-    10 entries, 46 bytes each:
-       producerId int64, producerEpoch int16, lastSequence int32, lastOffset int64,
-       offsetDelta int32, timestamp int64, coordinatorEpoch int32, currentTxnFirstOffset int64
-
-``lastSequence``/``lastOffset``/``offsetDelta`` describe the producer's last batch (-1/-1/0 when
-none is cached), ``currentTxnFirstOffset`` is -1 without an ongoing transaction. A snapshot keeps
-only the last batch per producer, so after loading one, duplicates are recognised for that batch
-only, as in Kafka.
+Snapshots (``<offset>.snapshot``, the state after the log up to ``offset - 1``, as Kafka
+writes it): snapshot_file.py. A snapshot keeps only the last batch per producer. The entries:
+producer_state_entry.py.
 
 Thread safety: none inside. The partition log calls every method under its own lock, and holds
 it from ``analyze`` through ``apply`` (an update prepared against an older state is refused with
@@ -54,18 +42,13 @@ it from ``analyze`` through ``apply`` (an update prepared against an older state
 
 from __future__ import annotations
 
-import contextlib
 import enum
 import logging
 import os
-import re
-import struct
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import MappingProxyType
-
-import crc32c
 
 from broker_embedded.errors import (
     CorruptSnapshotError,
@@ -77,25 +60,26 @@ from broker_embedded.errors import (
 )
 from broker_embedded.record.control_record import ControlRecordType, EndTransactionMarker
 from broker_embedded.record.record_batch import RecordBatch
+from broker_embedded.storage.producer_state_entry import (
+    NO_PRODUCER_EPOCH,
+    BatchMetadata,
+    ProducerStateEntry,
+    in_sequence,
+)
+from broker_embedded.storage.snapshot_file import (
+    SNAPSHOT_NAME,
+    ProducerSnapshotEntry,
+    list_snapshots,
+    read_snapshot,
+    snapshot_file_name,
+    write_snapshot,
+)
 from broker_embedded.storage.transaction_index import AbortedTxn
 
 log = logging.getLogger(__name__)
 
-NUM_BATCHES_TO_RETAIN = 5
 NO_PRODUCER_ID = -1
-NO_PRODUCER_EPOCH = -1
-NO_SEQUENCE = -1
-INT32_MAX = (1 << 31) - 1
 DEFAULT_PRODUCER_ID_EXPIRATION_MS = 86_400_000
-
-SNAPSHOT_VERSION = 1
-SNAPSHOT_SUFFIX = ".snapshot"
-SNAPSHOT_HEADER_SIZE = 10
-SNAPSHOT_CRC_START = 6
-SNAPSHOT_ENTRY_SIZE = 46
-_SNAPSHOT_HEADER = struct.Struct(">hIi")
-_SNAPSHOT_ENTRY = struct.Struct(">qhiqiqiq")
-_SNAPSHOT_NAME = re.compile(r"(\d{20})\.snapshot")
 
 
 class AppendOrigin(enum.Enum):
@@ -106,94 +90,7 @@ class AppendOrigin(enum.Enum):
     REPLICATION = "replication"
 
 
-def decrement_sequence(sequence: int, decrement: int) -> int:
-    """``sequence - decrement`` on Kafka's wrapping int32 sequence numbers."""
-    if sequence < decrement:
-        return INT32_MAX - (decrement - sequence) + 1
-    return sequence - decrement
-
-
-def in_sequence(last_seq: int, next_seq: int) -> bool:
-    """Whether ``next_seq`` directly follows ``last_seq`` (``2**31 - 1`` is followed by 0)."""
-    return next_seq == last_seq + 1 or (next_seq == 0 and last_seq == INT32_MAX)
-
-
 # -- values ----------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class BatchMetadata:
-    """What is kept of one appended batch: its last sequence and offset, how many offsets it
-    spans after the first (``offset_delta``) and its max timestamp."""
-
-    last_seq: int
-    last_offset: int
-    offset_delta: int
-    timestamp: int
-
-    @property
-    def first_seq(self) -> int:
-        return decrement_sequence(self.last_seq, self.offset_delta)
-
-    @property
-    def first_offset(self) -> int:
-        return self.last_offset - self.offset_delta
-
-
-@dataclass(frozen=True, slots=True)
-class ProducerStateEntry:
-    """One producer's state in one partition."""
-
-    producer_id: int
-    producer_epoch: int = NO_PRODUCER_EPOCH
-    batches: tuple[BatchMetadata, ...] = ()
-    coordinator_epoch: int = -1
-    last_timestamp: int = -1
-    current_txn_first_offset: int | None = None
-
-    @property
-    def is_empty(self) -> bool:
-        return not self.batches
-
-    @property
-    def first_seq(self) -> int:
-        return self.batches[0].first_seq if self.batches else NO_SEQUENCE
-
-    @property
-    def last_seq(self) -> int:
-        return self.batches[-1].last_seq if self.batches else NO_SEQUENCE
-
-    @property
-    def first_data_offset(self) -> int:
-        return self.batches[0].first_offset if self.batches else -1
-
-    @property
-    def last_data_offset(self) -> int:
-        return self.batches[-1].last_offset if self.batches else -1
-
-    @property
-    def last_offset_delta(self) -> int:
-        return self.batches[-1].offset_delta if self.batches else 0
-
-    def find_duplicate(self, epoch: int, first_seq: int, last_seq: int) -> BatchMetadata | None:
-        """The cached batch with exactly this epoch and sequence range, if any."""
-        if epoch != self.producer_epoch:
-            return None
-        for batch in self.batches:
-            if batch.first_seq == first_seq and batch.last_seq == last_seq:
-                return batch
-        return None
-
-    def with_epoch(self, epoch: int) -> ProducerStateEntry:
-        """A new epoch forgets the cached batches."""
-        if epoch == self.producer_epoch:
-            return self
-        return replace(self, producer_epoch=epoch, batches=())
-
-    def with_batch(self, epoch: int, batch: BatchMetadata) -> ProducerStateEntry:
-        entry = self.with_epoch(epoch)
-        batches = (*entry.batches, batch)[-NUM_BATCHES_TO_RETAIN:]
-        return replace(entry, batches=batches, last_timestamp=batch.timestamp)
 
 
 @dataclass(frozen=True, slots=True)
@@ -303,130 +200,7 @@ class ProducerStateUpdate:
     state_version: int = 0
 
 
-@dataclass(frozen=True, slots=True)
-class ProducerSnapshotEntry:
-    """One entry of a snapshot file, field for field."""
-
-    producer_id: int
-    producer_epoch: int
-    last_sequence: int
-    last_offset: int
-    offset_delta: int
-    timestamp: int
-    coordinator_epoch: int
-    current_txn_first_offset: int
-
-    @classmethod
-    def of(cls, entry: ProducerStateEntry) -> ProducerSnapshotEntry:
-        txn = entry.current_txn_first_offset
-        return cls(
-            entry.producer_id,
-            entry.producer_epoch,
-            entry.last_seq,
-            entry.last_data_offset,
-            entry.last_offset_delta,
-            entry.last_timestamp,
-            entry.coordinator_epoch,
-            -1 if txn is None else txn,
-        )
-
-    def to_state(self) -> ProducerStateEntry:
-        batches: tuple[BatchMetadata, ...] = ()
-        if self.last_offset >= 0:
-            batches = (
-                BatchMetadata(
-                    self.last_sequence, self.last_offset, self.offset_delta, self.timestamp
-                ),
-            )
-        return ProducerStateEntry(
-            self.producer_id,
-            self.producer_epoch,
-            batches,
-            self.coordinator_epoch,
-            self.timestamp,
-            self.current_txn_first_offset if self.current_txn_first_offset >= 0 else None,
-        )
-
-
 # -- snapshot files --------------------------------------------------------------------------------
-
-
-def snapshot_file_name(offset: int) -> str:
-    return f"{offset:020d}{SNAPSHOT_SUFFIX}"
-
-
-def list_snapshots(directory: str | os.PathLike[str]) -> list[tuple[int, Path]]:
-    """``(offset, path)`` of every ``<offset>.snapshot`` in ``directory``, by offset."""
-    found = []
-    for path in Path(directory).iterdir():
-        match = _SNAPSHOT_NAME.fullmatch(path.name)
-        if match and path.is_file():
-            found.append((int(match.group(1)), path))
-    return sorted(found)
-
-
-def encode_snapshot(entries: Iterable[ProducerSnapshotEntry]) -> bytes:
-    items = list(entries)
-    body = bytearray(struct.pack(">i", len(items)))
-    for e in items:
-        body += _SNAPSHOT_ENTRY.pack(
-            e.producer_id,
-            e.producer_epoch,
-            e.last_sequence,
-            e.last_offset,
-            e.offset_delta,
-            e.timestamp,
-            e.coordinator_epoch,
-            e.current_txn_first_offset,
-        )
-    return struct.pack(">hI", SNAPSHOT_VERSION, crc32c.crc32c(bytes(body))) + bytes(body)
-
-
-def decode_snapshot(data: bytes, source: str = "<buffer>") -> list[ProducerSnapshotEntry]:
-    """Parse a snapshot file's bytes; :class:`CorruptSnapshotError` naming ``source``."""
-    if len(data) < SNAPSHOT_HEADER_SIZE:
-        raise CorruptSnapshotError(f"producer snapshot {source} is only {len(data)} bytes")
-    version, crc, count = _SNAPSHOT_HEADER.unpack_from(data, 0)
-    if version != SNAPSHOT_VERSION:
-        raise CorruptSnapshotError(f"producer snapshot {source} has unknown version {version}")
-    computed = crc32c.crc32c(data[SNAPSHOT_CRC_START:])
-    if crc != computed:
-        raise CorruptSnapshotError(
-            f"producer snapshot {source} is corrupt: stored crc {crc:#010x}, "
-            f"computed {computed:#010x}"
-        )
-    expected = SNAPSHOT_HEADER_SIZE + count * SNAPSHOT_ENTRY_SIZE
-    if count < 0 or expected != len(data):
-        raise CorruptSnapshotError(
-            f"producer snapshot {source} declares {count} entries but holds {len(data)} bytes"
-        )
-    return [
-        ProducerSnapshotEntry(*_SNAPSHOT_ENTRY.unpack_from(data, pos))
-        for pos in range(SNAPSHOT_HEADER_SIZE, len(data), SNAPSHOT_ENTRY_SIZE)
-    ]
-
-
-def read_snapshot(path: str | os.PathLike[str]) -> list[ProducerSnapshotEntry]:
-    return decode_snapshot(Path(path).read_bytes(), str(path))
-
-
-def write_snapshot(
-    path: str | os.PathLike[str], entries: Iterable[ProducerSnapshotEntry], *, sync: bool = True
-) -> None:
-    """Write atomically: to ``<path>.tmp``, fsync (``sync``), rename over ``path``."""
-    target = Path(path)
-    tmp = target.with_name(target.name + ".tmp")
-    try:
-        with open(tmp, "wb") as f:
-            f.write(encode_snapshot(entries))
-            f.flush()
-            if sync:
-                os.fsync(f.fileno())
-        os.replace(tmp, target)
-    except BaseException:  # a full disk: no partial snapshot left behind
-        with contextlib.suppress(OSError):
-            tmp.unlink(missing_ok=True)
-        raise
 
 
 # -- the manager -----------------------------------------------------------------------------------
@@ -616,7 +390,7 @@ class ProducerStateManager:
         """Replace the state with a snapshot's (dropping producers expired at ``now_ms``); the
         map end offset becomes the file's offset. :class:`CorruptSnapshotError` if unreadable."""
         entries = read_snapshot(path)
-        match = _SNAPSHOT_NAME.fullmatch(Path(path).name)
+        match = SNAPSHOT_NAME.fullmatch(Path(path).name)
         if match is None:
             raise CorruptSnapshotError(f"producer snapshot {path} is not named <offset>.snapshot")
         self._clear(int(match.group(1)))

@@ -49,9 +49,10 @@ from broker_embedded.errors import (
     InvalidOffsetError,
 )
 from broker_embedded.record.records import iter_batches
+from broker_embedded.storage.active_segment import RecordsSummary
 from broker_embedded.storage.checkpoint_file import fsync_dir
 from broker_embedded.storage.log_config import LogConfig
-from broker_embedded.storage.log_segment import LogSegment, RecordsSummary
+from broker_embedded.storage.log_segment import LogSegment
 from broker_embedded.storage.log_segments import LogSegments
 from broker_embedded.storage.partition_metadata import (
     PARTITION_METADATA_FILE,

@@ -20,25 +20,12 @@ so that a task's memory does not grow with its data), then fsyncs and renames th
 finishes (:meth:`StagedTask.finish`); it returns a :class:`StagedFile` per file, small picklable
 values (path, topic, partition, batch, record and byte counts) for the driver.
 
-The journal ``COMMITTING`` is UTF-8 JSON, written atomically (tmp, fsync, rename)::
-
-    {"version": 1, "job": "<job id>",
-     "partitions": [{"topic": "t", "partition": 0, "log_end_offset": 42}, ...]}
-
-holding each touched partition's log end offset (LEO) before the commit. The commit of a
-micro-batch of a streaming writer (``writer_id`` and ``batch_id`` given) writes version 2, the
-same plus ``"writer": {"id": "<writer id>", "batch": <batch id>, "previous": <batch id or
-null>}``: the batch it commits and the one the writer's commits file held before.
-
-A writer's commits file ``.kafkalog-commits/<writer id>.json`` is UTF-8 JSON, written atomically::
-
-    {"version": 1, "writer": "<writer id>", "batch": 41}
-
-the last batch of that writer whose records are in the log dir. A commit of batch ``B`` of writer
-``W`` when the file holds a batch at or above ``B`` is a replay (Spark runs a micro-batch again
-after a failure, with other task attempts: only the batch id counts): it appends nothing, drops
-the staged files and returns ``{}``. The file is written under the log dir's lock, in the same
-commit as the records, so that it says ``B`` exactly when batch ``B``'s records are published.
+The journal ``COMMITTING`` (each touched partition's log end offset before the commit) and a
+streaming writer's commits file ``.kafkalog-commits/<writer id>.json`` (its last committed
+batch; a commit of a batch at or below it is a replay: nothing appended): their layout and
+reading in commit_journal.py. The commits file is written under the log dir's lock, in the
+same commit as the records, so that it says ``B`` exactly when batch ``B``'s records are
+published.
 
 The commit (:func:`commit`, on the driver side), with nothing visible until its step 6:
 
@@ -113,10 +100,8 @@ lock, and so do all writes of a commits file. :class:`StagedFile` is immutable.
 from __future__ import annotations
 
 import errno
-import json
 import logging
 import os
-import re
 import shutil
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -126,7 +111,6 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING
 
 from broker_embedded.errors import (
-    CheckpointError,
     CorruptRecordError,
     InvalidRecordError,
     KafkaLogError,
@@ -137,8 +121,18 @@ from broker_embedded.errors import (
 )
 from broker_embedded.record.batch_layout import BATCH_LENGTH_OFFSET, LOG_OVERHEAD
 from broker_embedded.storage import log_dir_lock
-from broker_embedded.storage.checkpoint_file import fsync_dir, write_atomically
+from broker_embedded.storage.checkpoint_file import fsync_dir
 from broker_embedded.storage.cleaning_lock import WriterGate
+from broker_embedded.storage.commit_journal import (
+    WriterMark,
+    checked_batch_id,
+    checked_name,
+    commits_file,
+    committed_batch,
+    read_journal_entries,
+    set_committed_batch,
+    write_journal,
+)
 from broker_embedded.storage.topic_partition import TopicPartition
 
 if TYPE_CHECKING:
@@ -150,10 +144,6 @@ STAGING_DIR = ".kafkalog-staging"
 JOURNAL = "COMMITTING"
 STAGED_SUFFIX = ".batches"
 TMP_SUFFIX = ".tmp"
-JOURNAL_VERSION = 1
-JOURNAL_VERSION_WRITER = 2  # a streaming writer's batch: with the "writer" entry
-COMMITS_DIR = ".kafkalog-commits"
-COMMITS_VERSION = 1
 STALE_JOB_AGE_S = 24 * 3600
 ABORTED_SUFFIX = ".aborted"
 ABORTED_MARKER_AGE_S = 3600.0
@@ -164,13 +154,6 @@ UNKNOWN_HOLDER_WAIT_S = 5.0  # a lock whose holder names no one yet: a probe or 
 COMMIT_OWNER = "kafkalog write job"  # how a commit names itself in the .lock file
 SPACE_RESERVE_BYTES = 1 << 20  # free space a commit keeps beyond its records (space_needed)
 MAX_NAMED_PARTITIONS = 10  # partitions an error lists by name
-_NAME = re.compile(r"[A-Za-z0-9_-]{1,100}")
-
-
-def _checked_name(name: str, what: str) -> str:
-    if not isinstance(name, str) or not _NAME.fullmatch(name):
-        raise ValueError(f"{what} {name!r} must be 1 to 100 characters of [A-Za-z0-9_-]")
-    return name
 
 
 def staging_root(log_dir: str | Path) -> Path:
@@ -179,12 +162,12 @@ def staging_root(log_dir: str | Path) -> Path:
 
 def job_dir(log_dir: str | Path, job_id: str) -> Path:
     """``<log dir>/.kafkalog-staging/<job id>``."""
-    return staging_root(log_dir) / _checked_name(job_id, "write job id")
+    return staging_root(log_dir) / checked_name(job_id, "write job id")
 
 
 def aborted_marker(log_dir: str | Path, job_id: str) -> Path:
     """``<log dir>/.kafkalog-staging/<job id>.aborted``: the job was aborted."""
-    return staging_root(log_dir) / (_checked_name(job_id, "write job id") + ABORTED_SUFFIX)
+    return staging_root(log_dir) / (checked_name(job_id, "write job id") + ABORTED_SUFFIX)
 
 
 @dataclass(frozen=True, slots=True)
@@ -229,7 +212,7 @@ class StagedTask:
     def __init__(self, log_dir: str | Path, job_id: str, attempt: str) -> None:
         self.log_dir, self.job_id = Path(log_dir), job_id
         self.directory = job_dir(log_dir, job_id)
-        self.attempt = _checked_name(attempt, "task attempt id")
+        self.attempt = checked_name(attempt, "task attempt id")
         self._files: dict[TopicPartition, _OpenStage] = {}
         self._open: dict[TopicPartition, None] = {}  # insertion order: least recently used first
         self._done = False
@@ -464,113 +447,7 @@ def _whole_batches(path: str, limit: int) -> Iterator[memoryview]:
             )
 
 
-@dataclass(frozen=True, slots=True)
-class WriterMark:
-    """What a streaming writer's commit journals: batch ``batch`` of writer ``writer_id``, whose
-    commits file held ``previous`` (``None``: no file) before the commit."""
-
-    writer_id: str
-    batch: int
-    previous: int | None
-
-
-def _write_journal(
-    path: Path, job_id: str, leos: Mapping[TopicPartition, int], mark: WriterMark | None = None
-) -> None:
-    body: dict = {
-        "version": JOURNAL_VERSION if mark is None else JOURNAL_VERSION_WRITER,
-        "job": job_id,
-        "partitions": [{"topic": tp.topic, "partition": tp.partition, "log_end_offset": leo}
-                       for tp, leo in sorted(leos.items())],
-    }  # fmt: skip
-    if mark is not None:
-        body["writer"] = {"id": mark.writer_id, "batch": mark.batch, "previous": mark.previous}
-    write_atomically(path, (json.dumps(body, indent=1) + "\n").encode("utf-8"))
-
-
-def _batch_id(value: object, what: str) -> int:
-    if type(value) is not int or value < 0:
-        raise ValueError(f"{what} {value!r} is not a batch id (an int >= 0)")
-    return value
-
-
-def read_journal_entries(path: str | Path) -> tuple[dict[TopicPartition, int], WriterMark | None]:
-    """The journaled pre-commit log end offsets and, for a streaming writer's batch, its
-    :class:`WriterMark`; :class:`CheckpointError` naming the file if it is malformed."""
-    try:
-        body = json.loads(Path(path).read_bytes())
-        version = body.get("version")
-        if version not in (JOURNAL_VERSION, JOURNAL_VERSION_WRITER):
-            raise ValueError(f"unsupported version {version!r}")
-        out = {}
-        for p in body["partitions"]:
-            tp = TopicPartition(p["topic"], p["partition"])
-            leo = p["log_end_offset"]
-            if type(leo) is not int or leo < 0:
-                raise ValueError(f"{tp}: log end offset {leo!r}")
-            out[tp] = leo
-        mark = None
-        if version == JOURNAL_VERSION_WRITER:
-            w = body["writer"]
-            previous = w["previous"]
-            mark = WriterMark(
-                _checked_name(w["id"], "writer id"),
-                _batch_id(w["batch"], "batch"),
-                None if previous is None else _batch_id(previous, "previous batch"),
-            )
-        return out, mark
-    except (OSError, ValueError, TypeError, KeyError, AttributeError, KafkaLogError) as e:
-        raise CheckpointError(f"write job journal {path} is malformed: {e!r}") from None
-
-
-def read_journal(path: str | Path) -> dict[TopicPartition, int]:
-    """The journaled pre-commit log end offsets; :class:`CheckpointError` naming the file if it
-    is malformed."""
-    return read_journal_entries(path)[0]
-
-
 # -- streaming writers: the last committed batch --------------------------------------------------
-
-
-def commits_file(log_dir: str | Path, writer_id: str) -> Path:
-    """``<log dir>/.kafkalog-commits/<writer id>.json``."""
-    return Path(log_dir) / COMMITS_DIR / f"{_checked_name(writer_id, 'writer id')}.json"
-
-
-def committed_batch(log_dir: str | Path, writer_id: str) -> int | None:
-    """The last batch of streaming writer ``writer_id`` committed to ``log_dir`` (``None``:
-    none); :class:`CheckpointError` naming the file if it is malformed. Exact under the log
-    dir's lock (a commit, a broker); otherwise a snapshot that a dead commit not yet resolved
-    may be ahead of."""
-    path = commits_file(log_dir, writer_id)
-    try:
-        data = path.read_bytes()
-    except FileNotFoundError:
-        return None
-    try:
-        body = json.loads(data)
-        if body.get("version") != COMMITS_VERSION:
-            raise ValueError(f"unsupported version {body.get('version')!r}")
-        if body.get("writer") != writer_id:
-            raise ValueError(f"it names writer {body.get('writer')!r}")
-        return _batch_id(body["batch"], "batch")
-    except (ValueError, TypeError, KeyError, AttributeError) as e:
-        raise CheckpointError(f"streaming writer commits file {path} is malformed: {e!r}") from None
-
-
-def _set_committed_batch(log_dir: Path, writer_id: str, batch: int | None) -> None:
-    """Write (or, for ``None``, delete) a writer's commits file durably. Under the lock."""
-    path = commits_file(log_dir, writer_id)
-    if batch is None:
-        if path.exists():
-            path.unlink()
-            fsync_dir(path.parent)
-        return
-    if not path.parent.is_dir():
-        path.parent.mkdir(exist_ok=True)
-        fsync_dir(log_dir)
-    body = {"version": COMMITS_VERSION, "writer": writer_id, "batch": batch}
-    write_atomically(path, (json.dumps(body) + "\n").encode("utf-8"))
 
 
 @contextmanager
@@ -660,8 +537,8 @@ def commit(
     if (writer_id is None) != (batch_id is None):
         raise ValueError("commit takes writer_id and batch_id together, or neither")
     if writer_id is not None:
-        _checked_name(writer_id, "writer id")
-        _batch_id(batch_id, "batch_id")
+        checked_name(writer_id, "writer id")
+        checked_batch_id(batch_id, "batch_id")
     log_dir = Path(log_dir)
     directory = job_dir(log_dir, job_id)
     files = [f for f in files if f.records > 0]
@@ -687,7 +564,7 @@ def commit(
         journal = directory / JOURNAL
         with _failure_named(job_id, log_dir, f"writing the checkpoint files and {journal}"):
             lm.checkpoint()  # published HWs on disk <= these LEOs (recovery may have cut a log)
-            _write_journal(journal, job_id, before, mark)
+            write_journal(journal, job_id, before, mark)
         try:
             for f in files:
                 lg = logs[f.topic_partition]
@@ -701,14 +578,14 @@ def commit(
             after = {tp: lg.log_end_offset for tp, lg in logs.items()}
             if mark is not None:
                 with _failure_named(job_id, log_dir, f"writing {commits_file(log_dir, writer_id)}"):
-                    _set_committed_batch(log_dir, mark.writer_id, mark.batch)
+                    set_committed_batch(log_dir, mark.writer_id, mark.batch)
         except BaseException:
             try:
                 _drop_staged(files)  # not needed any more: their space helps the rollback
                 _truncate_back(lm, before)
                 lm.checkpoint()
                 if mark is not None:
-                    _set_committed_batch(log_dir, mark.writer_id, mark.previous)
+                    set_committed_batch(log_dir, mark.writer_id, mark.previous)
                 journal.unlink()
                 fsync_dir(directory)
             except BaseException:
@@ -799,13 +676,13 @@ def resolve_interrupted_commits(
                 log.warning("%s: write job %s published before its process died: kept",
                             lm.log_dir, path.name)  # fmt: skip
                 if mark is not None:
-                    _set_committed_batch(lm.log_dir, mark.writer_id, mark.batch)
+                    set_committed_batch(lm.log_dir, mark.writer_id, mark.batch)
             else:
                 log.warning("%s: write job %s died before publishing: rolled back %s",
                             lm.log_dir, path.name, sorted(map(str, leos)))  # fmt: skip
                 _truncate_back(lm, leos)
                 if mark is not None:
-                    _set_committed_batch(lm.log_dir, mark.writer_id, mark.previous)
+                    set_committed_batch(lm.log_dir, mark.writer_id, mark.previous)
                 truncated = True
             journal.unlink()
             fsync_dir(path)

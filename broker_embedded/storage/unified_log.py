@@ -2,7 +2,7 @@
 
 Files in ``<log dir>/<topic>-<partition>/``: the segments (``<base>.log``, ``.index``,
 ``.timeindex``, ``.txnindex``; segment_writer.py, log_segment.py, transaction_index.py), producer
-snapshots (``<offset>.snapshot``; producer_state_manager.py), ``leader-epoch-checkpoint``
+snapshots (``<offset>.snapshot``; snapshot_file.py), ``leader-epoch-checkpoint``
 (leader_epoch_file_cache.py) and ``partition.metadata``. The log dir's checkpoint files (high
 watermark, recovery point, log start offset) are written by the log manager from this object's
 offsets.
@@ -12,30 +12,8 @@ is ``min(first offset of any transaction still open as of the HW, HW)``; the rec
 offset below which everything was fsynced. Offsets are assigned contiguously on the leader, but a
 log holds gaps (compaction, transaction markers), so nothing here assumes ``offset + 1`` exists.
 
-Appending:
-
-- as leader (:meth:`append_as_leader`): client batches are validated as Kafka's
-  ``LogValidator`` does for record batch v2 (CRC -> CORRUPT_MESSAGE; record count equal to last
-  offset delta + 1 and positive, no control batch from a client, a sequence for every idempotent
-  batch, every record keyed on a compacted topic -> INVALID_RECORD; a batch above
-  ``max.message.bytes`` -> MESSAGE_TOO_LARGE); a topic whose ``compression.type`` is a codec
-  (not ``producer``) gets every data batch in another codec rebuilt in that codec, as Kafka's
-  broker recompresses; then offsets are assigned from the log end offset,
-  the leader epoch is stamped, LogAppendTime topics get the append time as max timestamp (the CRC
-  is recomputed), the producer state deduplicates retried idempotent batches (the original
-  offsets and timestamp are returned with ``duplicate=True``, nothing is written) and checks
-  sequences and epochs. A rejected append writes nothing;
-- as follower (:meth:`append_as_follower`): batches keep the leader's offsets and epochs; a
-  partial last batch of a fetch response is dropped.
-
-Both run one compiled pass over the batch headers first (record/log_validator.py: the checks
-above, the offsets assigned, the summary the segment writer needs), then one ``crc32c`` call per
-batch; the segment writer does not walk the batches again, and only batches with a producer id
-become objects (for the producer state). Whatever that pass does not accept (an error, a
-legacy batch, a codec to recompress, a compacted topic's key check) takes the Python path, one
-object per batch, which raises the error: so errors and their messages come from one place.
-The leader epoch cache gets one entry per leader append, and per epoch change in a follower's
-batches (what assigning each batch's epoch would leave).
+Appending, as leader (:meth:`append_as_leader`, client batches validated, offsets assigned)
+or as follower (:meth:`append_as_follower`, the leader's offsets kept): log_appender.py.
 
 A full disk (any failed write of an append) is answered :class:`KafkaStorageError`
 (KAFKA_STORAGE_ERROR, 56) with nothing appended: the segment cuts the ``.log`` back, and the
@@ -77,28 +55,14 @@ leader epochs, producer state, snapshots and ``.txnindex`` entries above the new
 the HW, recovery point and log start offset are capped by it.
 :meth:`truncate_fully_and_start_at` restarts the log empty at an offset.
 
-Replacing segments (the cleaner, :meth:`replace_segments`; Kafka's ``replaceSegments``): the
-cleaner writes a group's replacement as ``<base>.log.cleaned`` (with ``.index``, ``.timeindex``
-and ``.txnindex`` ``.cleaned`` files, fsynced), based at the group's first base offset. Under the
-log's lock its files are renamed ``.cleaned`` -> ``.swap`` (the ``.log`` first) and the directory
-fsynced: that is the commit point. Then every file of the replaced segments is renamed
-``.deleted``, the ``.swap`` files take their final names (the ``.log`` first), the directory is
-fsynced and the ``.deleted`` files are removed, and so are the producer snapshots at the base
-offsets of the replaced segments but the first (Kafka's ``deleteProducerSnapshots``). Only
-renames: a reader in another process that holds a replaced segment open keeps reading the old
-inode. Opening settles a crash at any step (log_loader.py): the outcome is the old segments or
-the new one, never a mix.
-
-Cleaning sessions (:meth:`cleaning_session`): a cleaner works outside the log's lock, reading
-closed segments; :meth:`close` stops a session (the cleaner sees it between windows) and waits
-for it to end, and a truncation makes the session's :meth:`replace_segments` refuse
-(:class:`CleaningAbortedError`), as do replaced segments that retention deleted meanwhile.
+Replacing segments (the cleaner's swap, :meth:`replace_segments`) and cleaning sessions
+(:meth:`cleaning_session`; :meth:`close` stops one and waits for it): cleaning_session.py.
 
 Reads go through a ``LocalLog`` (local_log.py, the reader the read-only view shares) with this
-log's policy, :class:`OpenSegments` (its segment views, the active one shared with the writer's
-in-memory indexes; each segment with its ``.txnindex``). They copy the bytes (``bytes``), so a
-later truncation can never pull a mapping from under a reader in this process. Thread safety: every
-public method takes the log's lock.
+log's policy, :class:`OpenSegments` (open_segments.py: its segment views, the active one shared
+with the writer's in-memory indexes; each segment with its ``.txnindex``). They copy the bytes
+(``bytes``), so a later truncation can never pull a mapping from under a reader in this process.
+Thread safety: every public method takes the log's lock.
 """
 
 from __future__ import annotations
@@ -109,180 +73,45 @@ import os
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import NamedTuple, TypeVar
-
-import numpy as np
 
 from broker_embedded.errors import (
-    MAX_RECORD_ERRORS,
     BrokerClosedError,
-    CorruptMessageError,
-    CorruptRecordError,
-    InvalidRecordError,
-    KafkaLogError,
     KafkaStorageError,
     LogDirFailureError,
     OffsetOutOfRangeError,
-    RecordTooLargeError,
-    RecordValidationError,
 )
 from broker_embedded.latency_histogram import LatencyHistogram
-from broker_embedded.record import log_validator
-from broker_embedded.record.batch_layout import (
-    ATTRIBUTES_OFFSET,
-    CODEC_MASK,
-    CONTROL_MASK,
-    TRANSACTIONAL_MASK,
-)
-from broker_embedded.record.kernel_primitives import readonly_bytes
-from broker_embedded.record.log_validator import (
-    C_ATTRIBUTES,
-    C_BASE,
-    C_BASE_SEQUENCE,
-    C_CRC,
-    C_EPOCH,
-    C_LAST_DELTA,
-    C_MAX_TS,
-    C_POSITION,
-    C_PRODUCER_EPOCH,
-    C_PRODUCER_ID,
-    C_SIZE,
-    S_END,
-    S_FIRST_OFFSET,
-    S_FIRST_ROW,
-    S_LAST_OFFSET,
-    S_MAX_TS,
-    S_OFFSET_OF_MAX_TS,
-    S_OK,
-    S_PRODUCERS,
-    S_RECORDS,
-)
-from broker_embedded.record.memory_records_builder import MemoryRecordsBuilder
-from broker_embedded.record.record_batch import (
-    LOG_APPEND_TIME,
-    RecordBatch,
-    crc32c_of,
-    set_base_offset,
-    set_max_timestamp,
-    set_partition_leader_epoch,
-)
-from broker_embedded.record.records import AnyBatch, iter_batches
-from broker_embedded.storage.checkpoint_file import fsync_dir
+from broker_embedded.record.record_batch import RecordBatch
+from broker_embedded.record.records import AnyBatch
+from broker_embedded.storage.cleaning_session import CleanableLog
 from broker_embedded.storage.fetch_data_info import FetchDataInfo, FetchIsolation
 from broker_embedded.storage.leader_epoch_checkpoint import LEADER_EPOCH_CHECKPOINT
 from broker_embedded.storage.leader_epoch_file_cache import LeaderEpochFileCache
-from broker_embedded.storage.local_log import LocalLog, LogOffsets, Walked
+from broker_embedded.storage.local_log import LocalLog, LogOffsets
+from broker_embedded.storage.log_appender import LogAppender
 from broker_embedded.storage.log_config import LogConfig
-from broker_embedded.storage.log_loader import (
-    CLEANED_SUFFIX,
-    DELETED_SUFFIX,
-    SEGMENT_SUFFIXES,
-    SWAP_SUFFIX,
-    LogLoader,
-    delete_segment_files,
-)
-from broker_embedded.storage.log_segment import (
-    LOG_SUFFIX,
-    LogSegment,
-    RecordsSummary,
-    TimestampAndOffset,
-    segment_file_stem,
-)
+from broker_embedded.storage.log_file_utils import LOG_SUFFIX, segment_file_stem
+from broker_embedded.storage.log_loader import LogLoader, delete_segment_files
+from broker_embedded.storage.log_segment import LogSegment, TimestampAndOffset
 from broker_embedded.storage.log_segments import LogSegments
 from broker_embedded.storage.offset_index import INDEX_SUFFIX
-from broker_embedded.storage.producer_state_manager import (
-    AppendOrigin,
-    BatchInfo,
-    CompletedTxn,
-    ProducerStateManager,
-    list_snapshots,
-    snapshot_file_name,
-)
+from broker_embedded.storage.open_segments import OpenSegments
+from broker_embedded.storage.producer_state_manager import ProducerStateManager
 from broker_embedded.storage.segment_writer import SegmentWriter, wall_clock_ms
+from broker_embedded.storage.snapshot_file import list_snapshots
 from broker_embedded.storage.storage_health import StorageHealth
 from broker_embedded.storage.time_index import TIME_INDEX_SUFFIX
 from broker_embedded.storage.topic_partition import TopicPartition
-from broker_embedded.storage.transaction_index import (
-    AbortedTxn,
-    TxnIndexSearchResult,
-)
+from broker_embedded.storage.transaction_index import AbortedTxn
 
 log = logging.getLogger(__name__)
-T = TypeVar("T")
-B = TypeVar("B")
 # every flush's time, process-wide as Kafka's LogFlushStats (read by the metrics endpoint)
 FLUSH_TIMES = LatencyHistogram()
 
 
-class CleaningAbortedError(KafkaLogError):
-    """A cleaning session was stopped (the log closed, truncated, or its segments changed)."""
-
-
-@dataclass(frozen=True, slots=True)
-class CleaningSnapshot:
-    """What a cleaner needs of a log, read under its lock: the closed segments' base offsets
-    and ``.log`` sizes (oldest first), the active segment's base offset and size, the log start,
-    end and last stable offsets, and the truncation count at the time."""
-
-    base_offsets: tuple[int, ...]
-    sizes: tuple[int, ...]
-    active_base_offset: int
-    active_size: int
-    log_start_offset: int
-    log_end_offset: int
-    last_stable_offset: int
-    truncations: int
-
-
-@dataclass(frozen=True, slots=True)
-class LastRecord:
-    """An active producer's last data offset (None: its last entry is a marker) and epoch."""
-
-    last_data_offset: int | None
-    producer_epoch: int
-
-
-class CleaningSession:
-    """One cleaner working on a log (see :meth:`UnifiedLog.cleaning_session`)."""
-
-    __slots__ = ("log", "truncations")
-
-    def __init__(self, log: UnifiedLog, truncations: int) -> None:
-        self.log = log
-        self.truncations = truncations
-
-    def check(self) -> None:
-        """Raise :class:`CleaningAbortedError` once the log stops cleaning."""
-        if self.log._cleaning_stopped:
-            raise CleaningAbortedError(f"cleaning of {self.log} stopped: the log is closing")
-
-
-@dataclass(frozen=True, slots=True)
-class LogAppendInfo:
-    """What an append did: the offsets it got (the original ones for a duplicate)."""
-
-    first_offset: int
-    last_offset: int
-    max_timestamp: int
-    log_append_time: int
-    log_start_offset: int
-    num_records: int
-    size: int
-    duplicate: bool = False
-
-
-@dataclass(frozen=True, slots=True)
-class _Checked:
-    """A validated client batch: where it is in the request and how many offsets it takes."""
-
-    position: int
-    offsets: int
-
-
-class UnifiedLog:
+class UnifiedLog(LogAppender, CleanableLog):
     """One partition's log; see the module docstring."""
 
     def __init__(
@@ -449,332 +278,6 @@ class UnifiedLog:
 
     # -- appends -----------------------------------------------------------------------------------
 
-    def append_as_leader(
-        self,
-        records: bytes | bytearray | memoryview,
-        leader_epoch: int,
-        origin: AppendOrigin = AppendOrigin.CLIENT,
-    ) -> LogAppendInfo:
-        """Validate client batches, assign offsets and append them; see the module docstring."""
-        with self._lock:
-            self._check_open()
-            buf = bytearray(records)
-            scanned = self._scan_as_leader(buf, origin, leader_epoch)
-            if scanned is None:
-                return self._append_as_leader_checked_in_python(buf, leader_epoch, origin)
-            now = self._clock()
-            append_time = now if self.config.log_append_time else -1
-            if append_time >= 0:
-                scanned = _stamp_append_time(buf, scanned, append_time)
-            return self._append_scanned(scanned, origin, leader_epoch, append_time, now)
-
-    def _scan_as_leader(
-        self, buf: bytearray, origin: AppendOrigin, leader_epoch: int
-    ) -> _Scanned | None:
-        """The fast path's checks (log_validator.py), the CRCs and the topic's codec, then the
-        offsets and ``leader_epoch`` written into ``buf``; ``None`` when anything needs the
-        Python path (which then raises the error, or recompresses, or checks the keys of a
-        compacted topic)."""
-        config = self.config
-        if config.compact:
-            return None
-        arr = np.frombuffer(buf, np.uint8)
-        table, s = log_validator.scan(arr, len(buf), log_validator.LEADER, self.log_end_offset,
-                                      config.max_message_bytes,
-                                      origin is AppendOrigin.CLIENT)  # fmt: skip
-        if not s[S_OK] or not _crcs_match(buf, table):
-            return None
-        target = config.target_codec
-        if target is not None and any(
-            a & CODEC_MASK != target and not a & CONTROL_MASK for a in table[:, C_ATTRIBUTES]
-        ):
-            return None
-        log_validator.assign(arr, table, leader_epoch)  # outside the CRC: it stays valid
-        return _Scanned.of(table, s.tolist(), buf)
-
-    def _append_as_leader_checked_in_python(
-        self, buf: bytearray, leader_epoch: int, origin: AppendOrigin
-    ) -> LogAppendInfo:
-        """The slow path: one Python object per batch (the fast path's refusals, legacy
-        batches, recompression and compacted topics)."""
-        checked = self._validate(buf, origin)
-        if self._needs_recompression(buf):
-            buf = self._recompress(buf)
-            checked = self._validate(buf, origin)  # sizes changed: check them again
-        now = self._clock()
-        next_offset = self.log_end_offset
-        append_time = now if self.config.log_append_time else -1
-        for c in checked:
-            set_base_offset(buf, next_offset, c.position)
-            set_partition_leader_epoch(buf, leader_epoch, c.position)
-            if append_time >= 0:
-                set_max_timestamp(buf, LOG_APPEND_TIME, append_time, c.position)
-            next_offset += c.offsets
-        return self._append(buf, origin, leader_epoch, append_time, now)
-
-    def append_as_follower(self, records: bytes | bytearray | memoryview) -> LogAppendInfo | None:
-        """Append the complete batches of a fetch response at or above the log end offset, with
-        the leader's offsets and epochs; ``None`` when nothing was new."""
-        with self._lock:
-            self._check_open()
-            view = memoryview(records).toreadonly()
-            table, s = log_validator.scan(readonly_bytes(view), len(view),
-                                          log_validator.FOLLOWER, self.log_end_offset, 0,
-                                          False)  # fmt: skip
-            summary = s.tolist()
-            rows = table[summary[S_FIRST_ROW] :]
-            if not summary[S_OK] or not _crcs_match(view, rows):
-                return self._append_as_follower_checked_in_python(view)
-            if not len(rows):
-                return None
-            scanned = _Scanned.of(rows, summary, view)
-            return self._append_scanned(scanned, AppendOrigin.REPLICATION, None, -1,
-                                        self._clock())  # fmt: skip
-
-    def _append_as_follower_checked_in_python(self, view: memoryview) -> LogAppendInfo | None:
-        """The slow path of :meth:`append_as_follower` (legacy batches, and the errors)."""
-        leo = self.log_end_offset
-        start = end = None
-        for b in iter_batches(view, f"fetch response for {self._where()}", tail="stop"):
-            if b.last_offset < leo:
-                continue
-            if not b.is_valid():
-                raise CorruptMessageError(
-                    f"{self._where()}: replicated batch at offset {b.base_offset} fails its CRC"
-                )
-            start = b.position if start is None else start
-            end = b.position + b.size_in_bytes
-        if start is None:
-            return None
-        return self._append(bytes(view[start:end]), AppendOrigin.REPLICATION, None, -1,
-                            self._clock())  # fmt: skip
-
-    def _validate(self, buf: bytearray, origin: AppendOrigin) -> list[_Checked]:
-        where = self._where()
-        checked = []
-        try:
-            batches = list(iter_batches(buf, f"produce request for {where}", tail="error"))
-        except CorruptRecordError as e:
-            raise CorruptMessageError(f"{where}: {e}") from None
-        if not batches:
-            raise InvalidRecordError(f"{where}: the produce request holds no record batch")
-        for b in batches:
-            self._validate_batch(b, origin)
-            checked.append(_Checked(b.position, b.last_offset_delta + 1))
-        return checked
-
-    def _needs_recompression(self, buf: bytearray) -> bool:
-        target = self.config.target_codec
-        return target is not None and any(
-            b.compression != target and not b.is_control for b in iter_batches(buf)
-        )
-
-    def _recompress(self, buf: bytearray) -> bytearray:
-        """Rebuild every data batch whose codec is not the topic's ``compression.type`` (as
-        Kafka's broker does: a slow path, one Python object per record, only taken when the
-        producer's codec differs from the topic's)."""
-        target = self.config.target_codec
-        out = bytearray()
-        for b in iter_batches(buf):
-            if b.compression == target or b.is_control:
-                out += b.buffer
-                continue
-            builder = MemoryRecordsBuilder(
-                0, target, producer_id=b.producer_id, producer_epoch=b.producer_epoch,
-                base_sequence=b.base_sequence, is_transactional=b.is_transactional,
-            )  # fmt: skip
-            for r in b.records():
-                builder.append(r.offset - b.base_offset, r.timestamp, r.key, r.value, r.headers)
-            out += builder.build()
-        return out
-
-    def _validate_batch(self, b: AnyBatch, origin: AppendOrigin) -> None:
-        where = f"{self._where()}, batch at byte {b.position} of the request"
-        if not isinstance(b, RecordBatch):
-            raise InvalidRecordError(f"{where}: magic {b.magic} is not supported, send magic 2")
-        if b.size_in_bytes > self.config.max_message_bytes:
-            raise RecordTooLargeError(
-                f"{where}: batch of {b.size_in_bytes} bytes exceeds max.message.bytes "
-                f"{self.config.max_message_bytes}"
-            )
-        if not b.is_valid():
-            raise CorruptMessageError(f"{where}: CRC mismatch")
-        if b.records_count <= 0 or b.records_count != b.last_offset_delta + 1:
-            raise InvalidRecordError(
-                f"{where}: record count {b.records_count} does not match last offset delta "
-                f"{b.last_offset_delta}"
-            )
-        if b.is_control and origin is AppendOrigin.CLIENT:
-            raise InvalidRecordError(f"{where}: clients may not send control batches")
-        if b.producer_id >= 0 and b.base_sequence < 0 and not b.is_control:
-            raise InvalidRecordError(
-                f"{where}: producer {b.producer_id} sent a batch without a sequence number"
-            )
-        if b.is_transactional and b.producer_id < 0:
-            raise InvalidRecordError(f"{where}: transactional batch without a producer id")
-        # the coordinators' own records always have keys: their writes (every offset commit
-        # and transaction state change) skip the columnar decode of the check
-        if self.config.compact and not b.is_control and origin is AppendOrigin.CLIENT:
-            self._require_keys(b, where)
-
-    def _require_keys(self, b: RecordBatch, where: str) -> None:
-        """Kafka's ``validateKey``: every record of a compacted topic has a key, else a
-        :class:`RecordValidationError` naming the keyless records by index in the batch."""
-        import numpy as np
-
-        from broker_embedded.record.columnar_decoder import decode  # numba: load on first use
-
-        tp = self.topic_partition
-        decoded = decode(b.buffer, topic=tp.topic, partition=tp.partition, verify_crc=False)
-        keyless, base = [], 0
-        for rb in decoded.batches:
-            nulls = rb.column("key").is_null().to_numpy(zero_copy_only=False)
-            keyless.append(np.flatnonzero(nulls) + base)
-            base += rb.num_rows
-        indexes = np.concatenate(keyless) if keyless else np.empty(0, np.int64)
-        if len(indexes):
-            why = f"Compacted topic cannot accept message without key in topic partition {tp}"
-            kept = indexes[:MAX_RECORD_ERRORS].tolist()
-            reason = f"{where}: compacted topic {tp.topic!r} does not accept records without a key"
-            raise RecordValidationError(reason, [(i, why) for i in kept], len(indexes))
-
-    def _append(
-        self,
-        buf: bytes | bytearray,
-        origin: AppendOrigin,
-        leader_epoch: int | None,
-        append_time: int,
-        now: int,
-    ) -> LogAppendInfo:
-        """The slow path's append: the batches walked again, one object each."""
-        batches = [b for b in iter_batches(buf, str(self.directory)) if isinstance(b, RecordBatch)]
-        epochs = [(b.partition_leader_epoch if leader_epoch is None else leader_epoch,
-                   b.base_offset) for b in batches]  # fmt: skip
-        records = sum(b.records_count for b in batches)
-        return self._append_batches(buf, batches, None, epochs, records, None, origin,
-                                    append_time, now)  # fmt: skip
-
-    def _append_scanned(
-        self,
-        scanned: _Scanned,
-        origin: AppendOrigin,
-        leader_epoch: int | None,
-        append_time: int,
-        now: int,
-    ) -> LogAppendInfo:
-        """The fast path's append of the batches of ``scanned``. Only batches with a producer
-        id become objects, for the producer state."""
-        summary = scanned.summary
-        data = scanned.data
-        infos = self._producer_batches(data, scanned.rows) if scanned.producers else []
-        if leader_epoch is not None:
-            epochs = [(leader_epoch, summary.first_offset)]
-        else:
-            epochs = _epoch_starts(scanned.rows)
-        return self._append_batches(data, infos, summary.last_offset + 1, epochs,
-                                    scanned.records, summary, origin, append_time,
-                                    now)  # fmt: skip
-
-    def _producer_batches(self, data: bytes | bytearray | memoryview, rows: np.ndarray) -> list:
-        """The batches of ``rows`` with a producer id, as the producer state reads them."""
-        base = int(rows[0, C_POSITION])
-        view = memoryview(data)
-        out: list[RecordBatch | BatchInfo] = []
-        for row in rows.tolist():
-            if row[C_PRODUCER_ID] < 0:
-                continue
-            pos = row[C_POSITION] - base
-            if row[C_ATTRIBUTES] & CONTROL_MASK:  # the marker's type is in its record
-                out.append(RecordBatch(view[pos : pos + row[C_SIZE]], position=pos))
-                continue
-            delta = row[C_LAST_DELTA]
-            seq = row[C_BASE_SEQUENCE]
-            out.append(BatchInfo(
-                row[C_BASE], row[C_BASE] + delta, row[C_PRODUCER_ID], row[C_PRODUCER_EPOCH], seq,
-                -1 if seq < 0 else (seq + delta) & 0x7FFFFFFF, row[C_MAX_TS],
-                bool(row[C_ATTRIBUTES] & TRANSACTIONAL_MASK),
-            ))  # fmt: skip
-        return out
-
-    def _append_batches(
-        self,
-        buf: bytes | bytearray | memoryview,
-        batches: Sequence[RecordBatch | BatchInfo],
-        next_offset: int | None,
-        epochs: list[tuple[int, int]],
-        records: int,
-        summary: RecordsSummary | None,
-        origin: AppendOrigin,
-        append_time: int,
-        now: int,
-    ) -> LogAppendInfo:
-        """Check the producer state, write, then apply it, the leader epochs (``epochs``: each
-        batch's, or where they change) and the flush policy."""
-        psm = self.producer_state
-        # No batch with a producer id (the fast path hands only those): nothing to check, and
-        # applying would only move the map end offset, which trivial_end does after the write.
-        trivial_end = next_offset if not batches else None
-        update = (
-            None
-            if trivial_end is not None
-            else psm.analyze(batches, origin, next_offset=next_offset)
-        )
-        dup = None if update is None else update.duplicate
-        if dup is not None:
-            # Kafka answers a duplicate with the original batch's max timestamp as its log
-            # append time, whatever the topic's timestamp type (UnifiedLog.append).
-            return LogAppendInfo(dup.first_offset, dup.last_offset, dup.timestamp, dup.timestamp,
-                                 self.log_start_offset, 0, 0, duplicate=True)  # fmt: skip
-        writer = self._writer
-        if summary is None:
-            summary = writer.summarize(buf)
-            if summary is None:
-                raise InvalidRecordError(f"{self._where()}: nothing to append")
-        first_base = writer.active_segment.base_offset
-        try:
-            for epoch, start in epochs:  # before the write, as Kafka's maybeAssignEpochStartOffset
-                self.leader_epoch_cache.assign(epoch, start)
-            writer.append_summarized(buf, summary, now)
-        except (OSError, KafkaStorageError) as e:  # nothing written: the segment was cut back
-            raise self._write_failed("appending to", e) from e
-        self.health.succeeded()
-        base = writer.active_segment.base_offset
-        if base != first_base:  # before the update: the snapshot is the state below the new base
-            if psm.map_end_offset < base:  # offsets skipped (replicated gaps)
-                psm.update_map_end_offset(base)
-                if update is not None:
-                    update = psm.analyze(batches, origin, next_offset=next_offset)
-            self._on_roll()
-        if update is None:
-            psm.update_map_end_offset(trivial_end)
-            completed = []
-        else:
-            completed = psm.apply(update)
-        if completed:
-            self._index_aborted_after_write(completed)
-        self._unflushed_records += records
-        if self._unflushed_records >= self.config.flush_messages:
-            self.flush()
-        return LogAppendInfo(summary.first_offset, summary.last_offset, summary.max_timestamp,
-                             append_time, self.log_start_offset, records, summary.size)  # fmt: skip
-
-    def _index_aborted(self, completed: list[CompletedTxn]) -> None:
-        for txn in completed:
-            if txn.is_aborted:
-                base = self._floor_base(txn.last_offset)
-                self._open.segment(base).txn_index.append(txn.aborted_txn())
-
-    def _index_aborted_after_write(self, completed: list[CompletedTxn]) -> None:
-        """The ``.txnindex`` entries of the aborts an append completed. The markers are in the
-        log: if an entry cannot be written, read_committed reads would show aborted records,
-        so the log goes offline until a restart recovers it (which rebuilds the entries)."""
-        try:
-            self._index_aborted(completed)
-        except OSError as e:
-            self._write_failed("indexing an aborted transaction of", LogDirFailureError(
-                f"the .txnindex entry of an abort marker in {self.directory} could not be "
-                f"written: {e}"))  # fmt: skip
-
     def _on_roll(self) -> None:
         """A new active segment: the old one's files are closed (and fsynced); snapshot the
         producer state at the new base offset and move the recovery point there (Kafka flushes
@@ -798,120 +301,6 @@ class UnifiedLog:
                 self._on_roll()
 
     # -- cleaning ----------------------------------------------------------------------------------
-
-    @contextlib.contextmanager
-    def cleaning_session(self) -> Iterator[CleaningSession]:
-        """The one cleaner of this log at a time: :class:`CleaningAbortedError` when the log is
-        closing or another session is open. :meth:`close` waits for the session to end."""
-        with self._cleaning_cond:
-            if self._cleaning_stopped or self._closed:
-                raise CleaningAbortedError(f"{self} is closed")
-            if self._cleaning_active:
-                raise CleaningAbortedError(f"{self} is already being cleaned")
-            self._cleaning_active = True
-        try:
-            with self._lock:
-                session = CleaningSession(self, self._truncations)
-            yield session
-        finally:
-            with self._cleaning_cond:
-                self._cleaning_active = False
-                self._cleaning_cond.notify_all()
-
-    def _stop_cleaning(self) -> None:
-        """Stop a cleaning session and wait for it to end (never under the log's lock: the
-        session may be waiting for it)."""
-        with self._cleaning_cond:
-            self._cleaning_stopped = True
-            while self._cleaning_active:
-                self._cleaning_cond.wait()
-
-    def cleaning_snapshot(self) -> CleaningSnapshot:
-        with self._lock:
-            self._check_open()
-            bases = self.segment_base_offsets[:-1]
-            return CleaningSnapshot(
-                tuple(bases), tuple(self._segment_size(b) for b in bases),
-                self.active_segment_base_offset, self._writer.active_segment.size_in_bytes,
-                self.log_start_offset, self.log_end_offset,
-                self.last_stable_offset, self._truncations,
-            )  # fmt: skip
-
-    def segment_timestamps(self, base_offsets: Iterable[int]) -> dict[int, tuple[int, int]]:
-        """(largest timestamp, first batch's max timestamp) of closed segments (-1 when a
-        segment holds none); segments no longer in the log are left out."""
-        with self._lock:
-            self._check_open()
-            present = set(self.segment_base_offsets[:-1])
-            out = {}
-            for base in base_offsets:
-                if base in present:
-                    view = self._open.segment(base)
-                    first = next(iter(view.batches()), None)
-                    out[base] = (
-                        view.largest_timestamp,
-                        -1 if first is None else first.max_timestamp,
-                    )
-            return out
-
-    def last_records_of_active_producers(self) -> dict[int, LastRecord]:
-        """Kafka's ``lastRecordsOfActiveProducers``: per producer, the offset of its last data
-        batch and its epoch."""
-        with self._lock:
-            out = {}
-            for pid, entry in self.producer_state.producers.items():
-                last = entry.last_data_offset
-                out[pid] = LastRecord(last if last >= 0 else None, entry.producer_epoch)
-            return out
-
-    def replace_segments(
-        self, new_base: int, old_bases: Sequence[int], session: CleaningSession
-    ) -> None:
-        """Swap in ``<new_base>.*.cleaned`` for the closed segments ``old_bases`` (module
-        docstring); :class:`CleaningAbortedError` (nothing renamed) when the session stopped,
-        the log was truncated since the session began, or a segment to replace is gone or
-        active."""
-        with self._lock:
-            session.check()
-            self._check_open()
-            if session.truncations != self._truncations:
-                raise CleaningAbortedError(f"{self} was truncated while it was being cleaned")
-            bases = self.segment_base_offsets
-            closed = set(bases[:-1])
-            if not old_bases or new_base != old_bases[0] or not closed.issuperset(old_bases):
-                raise CleaningAbortedError(
-                    f"{self}: segments {list(old_bases)} are no longer all closed segments of the "
-                    "log (deleted by retention meanwhile?)"
-                )
-            d = self.directory
-            cleaned = [self._path(new_base, x + CLEANED_SUFFIX) for x in SEGMENT_SUFFIXES]
-            cleaned = [p for p in cleaned if p.exists()]
-            if not cleaned or cleaned[0].name != _cleaned_name(new_base, LOG_SUFFIX):
-                raise CleaningAbortedError(f"{self}: no cleaned segment {new_base} to swap in")
-            swaps = []
-            for p in cleaned:  # the .log first
-                swap = p.with_name(p.name[: -len(CLEANED_SUFFIX)] + SWAP_SUFFIX)
-                os.rename(p, swap)
-                swaps.append(swap)
-            fsync_dir(d)  # committed: a crash from here on completes the swap
-            doomed = []
-            for base in old_bases:
-                self._open.drop(base)
-                for x in SEGMENT_SUFFIXES:
-                    p = self._path(base, x)
-                    if p.exists():
-                        gone = p.with_name(p.name + DELETED_SUFFIX)
-                        os.rename(p, gone)
-                        doomed.append(gone)
-            for swap in swaps:
-                os.rename(swap, swap.with_name(swap.name[: -len(SWAP_SUFFIX)]))
-            fsync_dir(d)
-            for base in old_bases[1:]:
-                self._writer.forget_segment(base)
-            for p in doomed:
-                p.unlink(missing_ok=True)
-            for base in old_bases[1:]:  # as Kafka's deleteProducerSnapshots of the replaced
-                (d / snapshot_file_name(base)).unlink(missing_ok=True)
 
     # -- high watermark ----------------------------------------------------------------------------
 
@@ -1271,137 +660,3 @@ class UnifiedLog:
             self._open.drop_all(abandon=True)
             self._writer.abandon()
             self._closed = True
-
-
-class _Scanned(NamedTuple):
-    """Batches checked by log_validator.scan: its ``rows`` (positions in the request or fetch
-    response), ``data`` (the bytes they cover), their summary, records and how many carry a
-    producer id. A private carrier made on every append: a named tuple is made in a third of
-    a frozen dataclass's time."""
-
-    rows: np.ndarray
-    data: memoryview
-    summary: RecordsSummary
-    records: int
-    producers: int
-
-    @classmethod
-    def of(cls, rows: np.ndarray, s: list[int], buf: bytes | bytearray | memoryview) -> _Scanned:
-        start, end = int(rows[0, C_POSITION]), s[S_END]
-        summary = RecordsSummary(s[S_FIRST_OFFSET], s[S_LAST_OFFSET], s[S_MAX_TS],
-                                 s[S_OFFSET_OF_MAX_TS], end - start)  # fmt: skip
-        return cls(rows, memoryview(buf)[start:end], summary, s[S_RECORDS], s[S_PRODUCERS])
-
-
-def _stamp_append_time(buf: bytearray, scanned: _Scanned, append_time: int) -> _Scanned:
-    """LogAppendTime: every batch's max timestamp becomes the append time (its CRC is
-    recomputed); the first batch then holds the max timestamp."""
-    rows = scanned.rows
-    for pos in rows[:, C_POSITION].tolist():
-        set_max_timestamp(buf, LOG_APPEND_TIME, append_time, pos)
-    rows[:, C_MAX_TS] = append_time  # what the producer state keeps
-    s = scanned.summary
-    first_last = int(rows[0, C_BASE] + rows[0, C_LAST_DELTA])
-    summary = RecordsSummary(s.first_offset, s.last_offset, append_time, first_last, s.size)
-    return scanned._replace(summary=summary)
-
-
-def _crcs_match(buf: bytes | bytearray | memoryview, rows: np.ndarray) -> bool:
-    """Whether every batch of ``rows`` has the CRC-32C it stores (one ``crc32c`` call per
-    batch: the package is hardware accelerated)."""
-    view = memoryview(buf)
-    for row in rows.tolist():  # whole rows: cheaper than a fancy index of three columns
-        pos = row[C_POSITION]
-        if crc32c_of(view[pos + ATTRIBUTES_OFFSET : pos + row[C_SIZE]]) != row[C_CRC]:
-            return False
-    return True
-
-
-def _epoch_starts(rows: np.ndarray) -> list[tuple[int, int]]:
-    """(leader epoch, base offset) of each replicated batch whose epoch differs from the
-    batch before it: what assigning every batch's epoch changes in the cache (an epoch that
-    continues changes nothing there)."""
-    out = []
-    previous = None
-    for row in rows.tolist():
-        epoch, base = row[C_EPOCH], row[C_BASE]
-        if epoch != previous:
-            out.append((epoch, base))
-            previous = epoch
-    return out
-
-
-def _cleaned_name(offset: int, suffix: str) -> str:
-    return segment_file_stem(offset) + suffix + CLEANED_SUFFIX
-
-
-class OpenSegments:
-    """The broker's :class:`~broker_embedded.storage.local_log.SegmentAccess`: the segments of
-    the writer's listing, opened on first use and kept until the log drops them (retention,
-    truncation, a swap), the active one the writer's own segment open for appending (its reads
-    see every append through the indexes being appended to). Each segment owns its
-    ``.txnindex``, which the log appends to in whichever segment holds an abort marker.
-    Nothing is ever stale under the log's lock, so every operation runs once. Used under the
-    log's lock only."""
-
-    __slots__ = ("directory", "config", "_writer", "_views")
-
-    recovery_point = 0  # the broker truncated any torn tail when it opened the log
-
-    def __init__(
-        self, directory: Path, config: LogConfig, writer: Callable[[], SegmentWriter]
-    ) -> None:
-        self.directory = directory
-        self.config = config
-        self._writer = writer
-        self._views: dict[int, LogSegment] = {}
-
-    def listing(self) -> LogSegments:
-        return LogSegments(self._writer().segment_base_offsets)
-
-    def attempt(self, op: Callable[[LogSegments], T], offset: int | None, what: str) -> T:
-        return op(self.listing())
-
-    def resume(
-        self, start: int, what: str, walk: Callable[[LogSegments, int, Walked], Iterator[B]]
-    ) -> Iterator[B]:
-        return walk(self.listing(), start, _nothing)
-
-    def check_in_place(self, seg: LogSegment) -> None:
-        pass  # segments change only under the log's lock
-
-    def segment(self, base: int) -> LogSegment:
-        active = self._writer().active_segment
-        if base == active.base_offset:
-            return active  # open for appending: its reads see every append
-        view = self._views.get(base)
-        if view is None:
-            view = LogSegment.open(
-                self.directory, base, index_interval_bytes=self.config.index_interval_bytes
-            )
-            self._views[base] = view
-        return view
-
-    def drop(self, base: int, *, abandon: bool = False) -> None:
-        """Close the view of closed segment ``base`` (``abandon``: without fsync, as a crash)."""
-        view = self._views.pop(base, None)
-        if view is not None:
-            view.abandon() if abandon else view.close()
-
-    def drop_all(self, *, abandon: bool = False) -> None:
-        for base in list(self._views):
-            self.drop(base, abandon=abandon)
-
-    def flush_views(self) -> None:
-        """fsync the ``.txnindex`` files appended to in closed segments."""
-        for view in self._views.values():
-            view.flush()
-
-    def collect_aborted(
-        self, seg: LogSegment, fetch_offset: int, upper: int
-    ) -> TxnIndexSearchResult:
-        return seg.collect_aborted(fetch_offset, upper)
-
-
-def _nothing(seg: LogSegment) -> None:
-    """A walk's progress, of no use where nothing goes stale."""

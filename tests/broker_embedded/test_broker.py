@@ -25,7 +25,7 @@ from broker_embedded.errors import (
     TopicAlreadyExistsError,
     UnknownTopicOrPartitionError,
 )
-from broker_embedded.replication.controller import PartitionMetadata
+from broker_embedded.replication.topic_metadata import PartitionMetadata
 from broker_embedded.storage.log_config import InvalidConfigError
 from broker_embedded.storage.topic_partition import TopicPartition
 from tests.broker_embedded._broker_util import NOW, checkpoint, fetch_one, peer_values

@@ -28,7 +28,7 @@ from pyspark.sql.types import BinaryType, StringType, StructField, StructType
 
 from broker_embedded.broker import Broker
 from broker_embedded.common.producer_record import ProducerRecord
-from broker_embedded.storage import staged_write
+from broker_embedded.storage import commit_journal, staged_write
 from datasource.errors import InvalidOptionError
 from datasource.kafka_stream_writer import (
     KafkaLogStreamCommitMessage,
@@ -63,7 +63,7 @@ def sink_records(log_dir: Path, topic: str = "sink", partitions: int = 3) -> lis
 
 def commits(log_dir: Path) -> dict[str, int]:
     """The last committed batch of each streaming writer."""
-    root = log_dir / staged_write.COMMITS_DIR
+    root = log_dir / commit_journal.COMMITS_DIR
     if not root.exists():
         return {}
     return {p.stem: json.loads(p.read_text())["batch"] for p in root.glob("*.json")}

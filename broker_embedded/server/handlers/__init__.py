@@ -20,6 +20,7 @@ from collections.abc import Callable, Sequence
 from broker_embedded.broker import Broker
 from broker_embedded.broker_config import BrokerConfig
 from broker_embedded.server.broker_server import BrokerServer
+from broker_embedded.server.endpoint import Endpoint
 from broker_embedded.server.handlers import (
     alter_configs,
     create_partitions,
@@ -45,7 +46,6 @@ from broker_embedded.server.kafka_apis import KafkaApis
 from broker_embedded.server.security.authorizer import authorizer_for
 from broker_embedded.server.security.scram_credentials import CredentialStore
 from broker_embedded.server.security.security_config import SecurityConfig
-from broker_embedded.server.socket_server import Endpoint
 
 Register = Callable[[KafkaApis, ApiContext], None]
 

@@ -43,12 +43,8 @@ from typing import Any
 
 from broker_embedded.broker import topic_partition
 from broker_embedded.broker_config import BrokerConfig
-from broker_embedded.coordinator.group_coordinator import (
-    GroupConfig,
-    GroupCoordinator,
-    JoinRequest,
-    MemberIdentity,
-)
+from broker_embedded.coordinator.group_coordinator import GroupConfig, GroupCoordinator, JoinRequest
+from broker_embedded.coordinator.group_heartbeats import MemberIdentity
 from broker_embedded.coordinator.group_metadata import (
     GroupState,
     JoinResult,

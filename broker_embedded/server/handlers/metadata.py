@@ -58,7 +58,7 @@ from broker_embedded.errors import (
     TopicAlreadyExistsError,
     UnknownTopicOrPartitionError,
 )
-from broker_embedded.replication.controller import TopicMetadata
+from broker_embedded.replication.topic_metadata import TopicMetadata
 from broker_embedded.server.handlers.api_context import (
     NONE,
     OMITTED_OPERATIONS,

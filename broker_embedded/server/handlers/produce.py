@@ -16,7 +16,7 @@ a partition this broker does not lead: NOT_LEADER_OR_FOLLOWER (6); acks=all with
 below ``min.insync.replicas``: NOT_ENOUGH_REPLICAS (19). v13 names topics by id: an unknown id
 is UNKNOWN_TOPIC_ID (100). A write the log dir cannot take (a full disk) is KAFKA_STORAGE_ERROR
 (56) with nothing appended; clients retry it, and it succeeds once space is back
-(storage/unified_log.py).
+(storage/log_appender.py).
 
 acks: 0, 1 or -1 (all); anything else answers INVALID_REQUIRED_ACKS (21) for every partition.
 acks=all waits in the replica manager's produce purgatory (``timeout`` ms, then

@@ -38,13 +38,14 @@ from broker_embedded.cleaner.log_cleaner_manager import (
 from broker_embedded.cleaner.skimpy_offset_map import SkimpyOffsetMap
 from broker_embedded.record.compression import CompressionType
 from broker_embedded.record.memory_records_builder import MemoryRecordsBuilder
+from broker_embedded.storage.cleaning_session import CleaningAbortedError
 from broker_embedded.storage.log_config import InvalidConfigError, LogConfig
 from broker_embedded.storage.log_manager import LogManager
 from broker_embedded.storage.log_segment import LogSegment
 from broker_embedded.storage.offset_checkpoint import OffsetCheckpointFile
 from broker_embedded.storage.topic_config_file import TopicEntry
 from broker_embedded.storage.topic_partition import TopicPartition
-from broker_embedded.storage.unified_log import CleaningAbortedError, UnifiedLog
+from broker_embedded.storage.unified_log import UnifiedLog
 
 from ._workload import (
     HEADER,

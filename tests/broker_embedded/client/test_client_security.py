@@ -10,16 +10,13 @@ import pytest
 
 pytest.importorskip("kio", reason="the wire client needs kio (Python 3.11+)")
 
+from broker_embedded.client.broker_connection import BrokerConnectionError, ClientConfig
 from broker_embedded.client.client_security import (  # noqa: E402
     ClientSecurity,
     SaslAuthenticationError,
     parse_jaas,
 )
-from broker_embedded.client.kafka_client import (  # noqa: E402
-    BrokerConnectionError,
-    ClientConfig,
-    KafkaClient,
-)
+from broker_embedded.client.kafka_client import KafkaClient
 from broker_embedded.common.producer_record import ProducerRecord, build_batch  # noqa: E402
 from broker_embedded.server.broker_server import BrokerServer  # noqa: E402
 from tests.broker_embedded.server._pki import (  # noqa: E402, F401 (pki, server: fixtures)

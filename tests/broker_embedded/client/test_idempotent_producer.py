@@ -18,12 +18,13 @@ import pyarrow as pa
 import pytest
 
 from broker_embedded.broker import Broker
+from broker_embedded.client.broker_connection import PRODUCE, ClientConfig
 from broker_embedded.client.idempotent_producer import (
     ACKS_ALL,
     IdempotentProducer,
     ProducerStateError,
 )
-from broker_embedded.client.kafka_client import PRODUCE, ClientConfig, KafkaClient
+from broker_embedded.client.kafka_client import KafkaClient
 from broker_embedded.record.columnar_encoder import encode_batches
 from broker_embedded.server.broker_server import BrokerServer
 from broker_embedded.server.handlers import ApiContext, Node, register_all

@@ -14,13 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from broker_embedded.client.kafka_client import (
-    EARLIEST,
-    LATEST,
-    BrokerConnectionError,
-    ClientConfig,
-    KafkaClient,
-)
+from broker_embedded.client.broker_connection import BrokerConnectionError, ClientConfig
+from broker_embedded.client.kafka_client import EARLIEST, LATEST, KafkaClient
 from broker_embedded.common.producer_record import build_batch
 from broker_embedded.errors import UnknownTopicOrPartitionError
 from tests.broker_embedded.server._serve import served

@@ -9,12 +9,8 @@ import time
 
 import pytest
 
-from broker_embedded.coordinator.group_coordinator import (
-    GroupConfig,
-    GroupCoordinator,
-    JoinRequest,
-    MemberIdentity,
-)
+from broker_embedded.coordinator.group_coordinator import GroupConfig, GroupCoordinator, JoinRequest
+from broker_embedded.coordinator.group_heartbeats import MemberIdentity
 from broker_embedded.coordinator.group_metadata import (
     GroupState,
     JoinResult,

@@ -25,7 +25,7 @@ from kafka.record.default_records import DefaultRecordBatchBuilder as KafkaPytho
 from kafka.record.legacy_records import LegacyRecordBatchBuilder
 
 from broker_embedded.errors import CorruptRecordError, TornTailError
-from broker_embedded.record import columnar_decoder, decode_kernel, kernel_primitives
+from broker_embedded.record import columnar_decoder, crc_check, decode_kernel, kernel_primitives
 from broker_embedded.record.batch_layout import (
     ATTRIBUTES_OFFSET,
     BASE_TIMESTAMP_OFFSET,
@@ -602,7 +602,7 @@ def test_corrupt_crc_passes_without_verification() -> None:
 
 
 def test_corrupt_crc_found_on_the_helper_thread(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(columnar_decoder, "PARALLEL_CRC_BYTES", 0)
+    monkeypatch.setattr(crc_check, "PARALLEL_CRC_BYTES", 0)
     bad = bytearray(RANGE_LOG)
     bad[-1] ^= 1
     with pytest.raises(CorruptRecordError, match="CRC mismatch") as info:

@@ -14,7 +14,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from broker_embedded.record import columnar_encoder
-from broker_embedded.record.columnar_decoder import HEADERS_TYPE, decode, kafka_schema
+from broker_embedded.record.arrow_builder import HEADERS_TYPE
+from broker_embedded.record.columnar_decoder import decode, kafka_schema
 from broker_embedded.record.columnar_encoder import EncodedBatches, encode_batches
 from broker_embedded.record.compression import CompressionType
 from broker_embedded.record.memory_records_builder import MemoryRecordsBuilder

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from kafka.record.legacy_records import LegacyRecordBatchBuilder
 
 from broker_embedded.errors import CorruptRecordError, TornTailError
-from broker_embedded.record import columnar_decoder, log_validator
+from broker_embedded.record import columnar_decoder, crc_check, decode_plan, log_validator
 from broker_embedded.record import entry_scan as es
 from broker_embedded.record.batch_layout import (
     BATCH_LENGTH_OFFSET,
@@ -173,7 +173,7 @@ def _rows(table: np.ndarray) -> list:
 
 
 def _decoder_walk(data: bytes, tail: str) -> tuple[list, tuple | None, np.ndarray]:
-    where = columnar_decoder._Where(SOURCE, BASE)
+    where = decode_plan.Where(SOURCE, BASE)
     try:
         table, _ = columnar_decoder._scan(readonly_bytes(data), where, tail)  # type: ignore[arg-type]
     except CorruptRecordError as e:
@@ -347,6 +347,6 @@ def test_a_bad_crc_is_named_alike_by_every_caller_that_checks_it(
         raise AssertionError("the decoder read a batch whose CRC does not match")
     table = es.scan_window(readonly_bytes(bytes(buf)), 0, len(buf), SOURCE, BASE).table
     v2 = table[table[:, es.S_MAGIC] == 2]
-    row, stored, _ = columnar_decoder.crc_mismatch(memoryview(bytes(buf)), v2)
+    row, stored, _ = crc_check.crc_mismatch(memoryview(bytes(buf)), v2)
     assert (BASE + int(v2[row, es.S_POS]), int(v2[row, es.S_OFFSET]), stored) == (
         *expected, bad.crc)  # fmt: skip

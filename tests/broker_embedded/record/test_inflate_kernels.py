@@ -23,6 +23,7 @@ from broker_embedded.errors import CorruptRecordError
 from broker_embedded.record import (
     columnar_decoder,
     decode_kernel,
+    decode_plan,
     lz4_frame,
     snappy_block,
     zstd_sections,
@@ -382,7 +383,7 @@ def test_corrupt_section_names_the_batch_and_the_librarys_reason(codec: Compress
 def test_a_batch_past_the_per_batch_cap_is_an_error_naming_the_limit(
     codec: CompressionType, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(columnar_decoder, "MAX_DECOMPRESSED_BYTES", 4096)
+    monkeypatch.setattr(decode_plan, "MAX_DECOMPRESSED_BYTES", 4096)
     batch = _batch(codec, _values_of(_data(5000)))
     with pytest.raises(CorruptRecordError, match="past the limit of 4096 bytes") as info:
         columnar_decoder.decode(batch, topic="t", partition=0)
@@ -449,6 +450,6 @@ def test_fixtures_decode_the_same_through_the_kernel_and_the_libraries(
         ]
 
     with_kernel = decode_all()
-    monkeypatch.setattr(columnar_decoder._Inflater, "_fast_run", lambda self, rows, how: 0)
+    monkeypatch.setattr(decode_plan.Inflater, "_fast_run", lambda self, rows, how: 0)
     assert decode_all() == with_kernel
     assert sum(t.num_rows for t in with_kernel) > 100

@@ -269,16 +269,16 @@ def test_a_parser_bug_costs_only_that_connection(caplog, monkeypatch):
     """An unexpected exception while parsing (a bug, injected here into the body parser for
     client id "buggy") closes that connection with the traceback logged once; the network
     thread lives on and serves the well-behaved client and the next connection."""
-    from broker_embedded.server import socket_server
+    from broker_embedded.server import processor
 
-    real = socket_server.parse_body
+    real = processor.parse_body
 
     def buggy(header, frame, offset):
         if header.client_id == "buggy":
             raise RuntimeError("injected parser bug")
         return real(header, frame, offset)
 
-    monkeypatch.setattr(socket_server, "parse_body", buggy)
+    monkeypatch.setattr(processor, "parse_body", buggy)
     with guarded(config(num_network_threads=1)) as server:
         with RawClient(server) as bad:
             bad.send(request_frame(API_VERSIONS_V3, 1, client_id="buggy"))

@@ -282,7 +282,7 @@ def test_shutdown_is_bounded_with_unanswered_requests():
 
 def test_listeners_parse_and_report_their_bound_ports():
     from broker_embedded.server.broker_server import BrokerServer
-    from broker_embedded.server.socket_server import Endpoint
+    from broker_embedded.server.endpoint import Endpoint
 
     assert Endpoint.parse("PLAINTEXT://127.0.0.1:9092") == Endpoint("127.0.0.1", 9092)
     assert Endpoint.parse("PLAINTEXT://[::1]:0") == Endpoint("::1", 0)

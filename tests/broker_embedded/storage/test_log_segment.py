@@ -14,13 +14,8 @@ from kafka.record.memory_records import MemoryRecords
 from broker_embedded.errors import CorruptRecordError
 from broker_embedded.record.records import iter_batches
 from broker_embedded.storage.log_config import LogConfig
-from broker_embedded.storage.log_segment import (
-    LogOffsetPosition,
-    LogSegment,
-    TimestampAndOffset,
-    parse_segment_log_name,
-    segment_file_stem,
-)
+from broker_embedded.storage.log_file_utils import parse_segment_log_name, segment_file_stem
+from broker_embedded.storage.log_segment import LogOffsetPosition, LogSegment, TimestampAndOffset
 from broker_embedded.storage.offset_index import OffsetIndex
 from broker_embedded.storage.partition_reader import PartitionReader
 from broker_embedded.storage.segment_indexer import SegmentIndexer

@@ -29,12 +29,13 @@ from broker_embedded.errors import KafkaStorageError
 from broker_embedded.record.compression import CompressionType
 from broker_embedded.storage import partition_reader
 from broker_embedded.storage.fetch_data_info import FetchIsolation
+from broker_embedded.storage.log_file_utils import segment_file_stem
+from broker_embedded.storage.log_loader import SEGMENT_SUFFIXES
 from broker_embedded.storage.log_manager import LogManager
-from broker_embedded.storage.log_segment import segment_file_stem
 from broker_embedded.storage.partition_reader import PartitionReader
 from broker_embedded.storage.topic_config_file import TopicEntry
 from broker_embedded.storage.topic_partition import TopicPartition
-from broker_embedded.storage.unified_log import SEGMENT_SUFFIXES, UnifiedLog
+from broker_embedded.storage.unified_log import UnifiedLog
 
 from ..cleaner._workload import T0, Writer
 from ..record._peers import kafka_python_read

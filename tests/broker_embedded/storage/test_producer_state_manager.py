@@ -22,17 +22,21 @@ from broker_embedded.errors import (
 )
 from broker_embedded.record.record_batch import RecordBatch
 from broker_embedded.record.records import iter_batches
-from broker_embedded.storage.producer_state_manager import (
+from broker_embedded.storage.producer_state_entry import (
     INT32_MAX,
+    BatchMetadata,
+    decrement_sequence,
+)
+from broker_embedded.storage.producer_state_manager import (
     AppendOrigin,
     BatchInfo,
-    BatchMetadata,
     CompletedTxn,
     DuplicateSequence,
-    ProducerSnapshotEntry,
     ProducerStateManager,
+)
+from broker_embedded.storage.snapshot_file import (
+    ProducerSnapshotEntry,
     decode_snapshot,
-    decrement_sequence,
     encode_snapshot,
     list_snapshots,
     read_snapshot,

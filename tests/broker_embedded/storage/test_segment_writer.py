@@ -16,12 +16,9 @@ from broker_embedded.errors import (
     TornTailError,
 )
 from broker_embedded.record.records import iter_batches
+from broker_embedded.storage.active_segment import INDEX_WRITE_ENTRIES
 from broker_embedded.storage.log_config import LogConfig
-from broker_embedded.storage.log_segment import (
-    INDEX_WRITE_ENTRIES,
-    LogSegment,
-    TimestampAndOffset,
-)
+from broker_embedded.storage.log_segment import LogSegment, TimestampAndOffset
 from broker_embedded.storage.offset_index import OffsetIndex
 from broker_embedded.storage.partition_reader import PartitionReader
 from broker_embedded.storage.segment_indexer import SegmentIndexer

@@ -31,6 +31,7 @@ from broker_embedded.errors import (
     UnknownTopicOrPartitionError,
 )
 from broker_embedded.record.columnar_encoder import encode_batches
+from broker_embedded.storage import commit_journal
 from broker_embedded.storage import staged_write as sw
 from broker_embedded.storage.log_dir import LogDir
 from broker_embedded.storage.log_dir_lock import LogDirLock
@@ -529,17 +530,17 @@ W = "3f2c5a1e-0b7d-4c9e-8f61-2d4b6a8c0e13"  # a streaming query's id
 
 
 def commits(log_dir: Path) -> dict[str, dict]:
-    root = log_dir / sw.COMMITS_DIR
+    root = log_dir / commit_journal.COMMITS_DIR
     if not root.exists():
         return {}
     return {p.stem: json.loads(p.read_text()) for p in sorted(root.glob("*.json"))}
 
 
 def test_a_streaming_batch_is_recorded_and_its_replay_appends_nothing(log_dir: Path) -> None:
-    assert sw.committed_batch(log_dir, W) is None
+    assert commit_journal.committed_batch(log_dir, W) is None
     files = stage(log_dir, "b0", "a1", [("t", 1, values(3, "b0")), ("t", 2, values(1, "b0"))])
     assert sw.commit(log_dir, "b0", files, writer_id=W, batch_id=0) == {T1: (0, 3), T2: (0, 1)}
-    assert sw.committed_batch(log_dir, W) == 0
+    assert commit_journal.committed_batch(log_dir, W) == 0
     assert commits(log_dir) == {W: {"version": 1, "writer": W, "batch": 0}}
     # Spark runs batch 0 again (other task attempts, maybe other rows): dropped, files too
     again = stage(log_dir, "b0-again", "a7", [("t", 1, values(5, "again"))])
@@ -552,11 +553,11 @@ def test_a_streaming_batch_is_recorded_and_its_replay_appends_nothing(log_dir: P
     older = stage(log_dir, "b0-late", "a1", [("t", 1, values(2, "late"))])
     assert sw.commit(log_dir, "b0-late", older, writer_id=W, batch_id=0) == {}
     assert [v for _, _, v in log_records(log_dir, T1)] == [*values(3, "b0"), *values(2, "b1")]
-    assert sw.committed_batch(log_dir, W) == 1
+    assert commit_journal.committed_batch(log_dir, W) == 1
     # batch ids may skip (Spark's empty batches are not committed here)
     files = stage(log_dir, "b9", "a1", [("t", 1, values(1, "b9"))])
     assert sw.commit(log_dir, "b9", files, writer_id=W, batch_id=9) == {T1: (5, 6)}
-    assert sw.committed_batch(log_dir, W) == 9
+    assert commit_journal.committed_batch(log_dir, W) == 9
 
 
 def test_writers_are_independent_and_plain_jobs_record_nothing(log_dir: Path) -> None:
@@ -568,14 +569,14 @@ def test_writers_are_independent_and_plain_jobs_record_nothing(log_dir: Path) ->
     sw.commit(log_dir, "j3", stage(log_dir, "j3", "a1", [("t", 1, values(1))]))
     assert {k: v["batch"] for k, v in commits(log_dir).items()} == {W: 4, other: 0}
     assert leo(log_dir, T1) == 3
-    assert TopicPartition.try_parse_dir_name(sw.COMMITS_DIR) is None
+    assert TopicPartition.try_parse_dir_name(commit_journal.COMMITS_DIR) is None
     LogManager(log_dir, create=True).close()  # opens fine beside it, leaves it alone
     assert {k: v["batch"] for k, v in commits(log_dir).items()} == {W: 4, other: 0}
 
 
 def test_an_empty_streaming_batch_records_nothing(log_dir: Path) -> None:
     assert sw.commit(log_dir, "b0", [], writer_id=W, batch_id=0) == {}
-    assert sw.committed_batch(log_dir, W) is None
+    assert commit_journal.committed_batch(log_dir, W) is None
 
 
 def test_writer_and_batch_ids_are_checked(log_dir: Path) -> None:
@@ -590,7 +591,7 @@ def test_writer_and_batch_ids_are_checked(log_dir: Path) -> None:
 
 
 def test_a_malformed_commits_file_stops_the_commit_naming_it(log_dir: Path) -> None:
-    path = sw.commits_file(log_dir, W)
+    path = commit_journal.commits_file(log_dir, W)
     path.parent.mkdir()
     path.write_text(json.dumps({"version": 1, "writer": "someone-else", "batch": 3}))
     files = stage(log_dir, "job", "a1", [("t", 1, values(1))])
@@ -610,7 +611,7 @@ def test_a_failed_streaming_append_rolls_the_batch_id_back(log_dir: Path) -> Non
     path.write_bytes(data)
     with pytest.raises(CorruptMessageError):
         sw.commit(log_dir, "b1", files, writer_id=W, batch_id=1)
-    assert sw.committed_batch(log_dir, W) == 0
+    assert commit_journal.committed_batch(log_dir, W) == 0
     assert [leo(log_dir, tp) for tp in (T1, T2)] == [1, 0]
     files = stage(log_dir, "b1-again", "a1", [("t", 1, values(5, "again"))])
     assert sw.commit(log_dir, "b1-again", files, writer_id=W, batch_id=1) == {T1: (1, 6)}
@@ -618,18 +619,18 @@ def test_a_failed_streaming_append_rolls_the_batch_id_back(log_dir: Path) -> Non
 
 def test_a_commits_file_write_that_fails_rolls_the_records_back(log_dir: Path, monkeypatch) -> None:
     files = stage(log_dir, "b0", "a1", [("t", 1, values(3))])
-    real = sw.write_atomically
+    real = commit_journal.write_atomically
 
     def failing(path, data):
-        if Path(path).parent.name == sw.COMMITS_DIR:
+        if Path(path).parent.name == commit_journal.COMMITS_DIR:
             raise OSError(28, "No space left on device")
         return real(path, data)
 
-    monkeypatch.setattr(sw, "write_atomically", failing)
+    monkeypatch.setattr(commit_journal, "write_atomically", failing)
     with pytest.raises(KafkaStorageError, match=r"writing .*\.kafkalog-commits.*No space left"):
         sw.commit(log_dir, "b0", files, writer_id=W, batch_id=0)
     assert leo(log_dir, T1) == 0 and published(log_dir)[T1] == 0
-    assert sw.committed_batch(log_dir, W) is None
+    assert commit_journal.committed_batch(log_dir, W) is None
 
 
 @pytest.mark.parametrize("previous", [None, 6])
@@ -641,10 +642,11 @@ def test_a_streaming_commit_dead_before_publishing_rolls_its_batch_id_back(
         sw.commit(log_dir, "old", files, writer_id=W, batch_id=previous)
     files = stage(log_dir, "b7", "a1", [("t", 1, values(4)), ("t", 2, values(2))])
     _commit_until(log_dir, "b7", files, monkeypatch, publish=False, writer_id=W, batch_id=7)
-    assert sw.committed_batch(log_dir, W) == 7  # written, not published: the next open decides
+    # written, not published: the next open decides
+    assert commit_journal.committed_batch(log_dir, W) == 7
     with LogManager(log_dir, create=True) as lm:
         assert lm.get_log(T1).log_end_offset == (0 if previous is None else 1)
-    assert sw.committed_batch(log_dir, W) == previous
+    assert commit_journal.committed_batch(log_dir, W) == previous
     assert (W in commits(log_dir)) == (previous is not None)
     files = stage(log_dir, "b7-again", "a1", [("t", 1, values(4, "again"))])
     assert sw.commit(log_dir, "b7-again", files, writer_id=W, batch_id=7)  # not a replay
@@ -656,9 +658,9 @@ def test_a_streaming_commit_dead_after_publishing_keeps_its_batch_id(
 ) -> None:
     files = stage(log_dir, "b3", "a1", [("t", 1, values(4))])
     _commit_until(log_dir, "b3", files, monkeypatch, publish=True, writer_id=W, batch_id=3)
-    sw.commits_file(log_dir, W).unlink()  # as if the process died before writing it
+    commit_journal.commits_file(log_dir, W).unlink()  # as if the process died before writing it
     assert sw.abort(log_dir, "b3") is None  # Spark aborts after a failed commit: resolves first
-    assert sw.committed_batch(log_dir, W) == 3 and leo(log_dir, T1) == 4
+    assert commit_journal.committed_batch(log_dir, W) == 3 and leo(log_dir, T1) == 4
     again = stage(log_dir, "b3-again", "a1", [("t", 1, values(4, "again"))])
     assert sw.commit(log_dir, "b3-again", again, writer_id=W, batch_id=3) == {}
     assert [v for _, _, v in log_records(log_dir, T1)] == values(4)
