@@ -71,7 +71,7 @@ sys.path.insert(0, str(ROOT))
 from broker_embedded.broker import Broker  # noqa: E402
 from broker_embedded.cluster import EmbeddedCluster  # noqa: E402
 from broker_embedded.common.fetch_request import FetchRequest, PartitionFetch  # noqa: E402
-from broker_embedded.record import columnar_decoder, log_validator  # noqa: E402
+from broker_embedded.record import columnar_decoder, entry_scan, log_validator  # noqa: E402
 from broker_embedded.record.batch_layout import ATTRIBUTES_OFFSET  # noqa: E402
 from broker_embedded.record.memory_records_builder import MemoryRecordsBuilder  # noqa: E402
 from broker_embedded.storage.topic_partition import TopicPartition  # noqa: E402
@@ -190,9 +190,9 @@ def append_floor(path: Path, batches: list[bytes]) -> None:
                     raise AssertionError(f"batch at offset {offset} refused")
                 view = memoryview(buf)
                 for row in table.tolist():
-                    pos = row[log_validator.C_POSITION]
-                    crc = crc32c(view[pos + ATTRIBUTES_OFFSET : pos + row[log_validator.C_SIZE]])
-                    if crc != row[log_validator.C_CRC]:
+                    pos = row[entry_scan.S_POS]
+                    crc = crc32c(view[pos + ATTRIBUTES_OFFSET : pos + row[entry_scan.S_SIZE]])
+                    if crc != row[entry_scan.S_CRC]:
                         raise AssertionError(f"CRC mismatch at offset {offset}")
                 log_validator.assign(arr, table, 0)
                 f.write(buf)

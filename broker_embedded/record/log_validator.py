@@ -5,8 +5,8 @@ and a fetch response on a follower.
 :func:`scan` walks ``buf[0:end]`` (a uint8 array: a follower's fetched bytes read-only,
 ``kernel_primitives.readonly_bytes``, a leader's copy of a request writable, for
 :func:`assign`; record batches v2 back to back, layout in batch_layout.py) once and returns a
-table of their header fields, one row per batch (the walk's table: the ``C_*`` names are its
-``entry_scan.S_*`` columns; ``C_CRC`` is the stored CRC-32C as an unsigned value), and a
+table of their header fields, one row per batch (the walk's table: its columns are
+``entry_scan.S_*``; ``S_CRC`` is the stored CRC-32C as an unsigned value), and a
 summary (the ``S_*`` entries). It never raises and never decides an error message: it says
 ``S_OK`` = 1 only when every check the slow path (``records.iter_batches``, ``RecordBatch``
 and the log's per-batch checks) makes on headers passes, and 0 otherwise. Callers then run
@@ -21,14 +21,14 @@ one piece of code). The checks:
   ``max_message_bytes``, ``recordsCount == lastOffsetDelta + 1`` and positive, no control batch
   when ``from_client``, a base sequence for every producer id outside control batches, a
   producer id for every transactional batch; base offsets are then assigned from
-  ``next_offset`` (``C_BASE``, not written to ``buf``: :func:`assign` does that);
+  ``next_offset`` (``es.S_OFFSET``, not written to ``buf``: :func:`assign` does that);
 - ``mode == FOLLOWER`` (a replicated fetch response): batches whose last offset is below
   ``next_offset`` (the follower's log end offset) are skipped (``S_FIRST_ROW`` is the first
   kept row; a skipped batch after a kept one is an error), the kept ones must have strictly
   increasing offsets, the first at or above ``next_offset``.
 
 The CRCs are left to the caller (the ``crc32c`` package, hardware accelerated, runs several
-times faster than a compiled table lookup): the column ``C_CRC`` holds each stored value.
+times faster than a compiled table lookup): the column ``S_CRC`` holds each stored value.
 
 The summary covers the kept rows: first and last offset, record count, max timestamp and the
 offset of its first batch reaching it (the last offset of the last batch when no timestamp is
@@ -58,20 +58,8 @@ from broker_embedded.record.kernel_primitives import jit, put_be, readonly_bytes
 LEADER = 0
 FOLLOWER = 1
 
-# table columns: the header walk's (entry_scan.S_*); C_BASE is the offset field, replaced on
-# the leader by the base offset assigned
-C_POSITION = es.S_POS
-C_SIZE = es.S_SIZE
-C_BASE = es.S_OFFSET
-C_LAST_DELTA = es.S_LAST_DELTA
-C_EPOCH = es.S_EPOCH
-C_ATTRIBUTES = es.S_ATTR
-C_MAX_TS = es.S_MAX_TS
-C_PRODUCER_ID = es.S_PRODUCER_ID
-C_PRODUCER_EPOCH = es.S_PRODUCER_EPOCH
-C_BASE_SEQUENCE = es.S_BASE_SEQUENCE
-C_COUNT = es.S_COUNT
-C_CRC = es.S_CRC
+# table columns: the header walk's (entry_scan.S_*); S_OFFSET is replaced on the leader by the
+# base offset assigned
 COLUMNS = es.SCAN_FIELDS
 # summary entries
 S_OK, S_ROWS, S_FIRST_ROW, S_END, S_FIRST_OFFSET, S_LAST_OFFSET = 0, 1, 2, 3, 4, 5
@@ -91,16 +79,16 @@ def _walk(buf, end, mode, table):  # type: ignore[no-untyped-def]
 @jit
 def _leader_row_ok(table, i, max_message_bytes, from_client):  # type: ignore[no-untyped-def]
     """The log's per-batch header checks of a leader append (log_appender._validate_batch)."""
-    attributes = table[i, C_ATTRIBUTES]
+    attributes = table[i, es.S_ATTR]
     control = (attributes & CONTROL_MASK) != 0
-    pid = table[i, C_PRODUCER_ID]
-    count = table[i, C_COUNT]
+    pid = table[i, es.S_PRODUCER_ID]
+    count = table[i, es.S_COUNT]
     return not (
-        table[i, C_SIZE] > max_message_bytes
+        table[i, es.S_SIZE] > max_message_bytes
         or count <= 0
-        or count != table[i, C_LAST_DELTA] + 1
+        or count != table[i, es.S_LAST_DELTA] + 1
         or (control and from_client)
-        or (pid >= 0 and table[i, C_BASE_SEQUENCE] < 0 and not control)
+        or (pid >= 0 and table[i, es.S_BASE_SEQUENCE] < 0 and not control)
         or ((attributes & TRANSACTIONAL_MASK) != 0 and pid < 0)
     )
 
@@ -124,26 +112,26 @@ def scan(buf, end, mode, next_offset, max_message_bytes, from_client):  # type: 
     producers = 0
     previous_last = np.int64(-1)
     for i in range(n):
-        last_delta = table[i, C_LAST_DELTA]
+        last_delta = table[i, es.S_LAST_DELTA]
         if mode == LEADER:
             if not _leader_row_ok(table, i, max_message_bytes, from_client):
                 return table, summary
-            table[i, C_BASE] = offset
+            table[i, es.S_OFFSET] = offset
             offset += last_delta + 1
-        elif table[i, C_BASE] + last_delta < next_offset:
+        elif table[i, es.S_OFFSET] + last_delta < next_offset:
             if first >= 0:
                 return table, summary  # a batch below the log end after a kept one
             continue
-        elif first >= 0 and table[i, C_BASE] <= previous_last:
+        elif first >= 0 and table[i, es.S_OFFSET] <= previous_last:
             return table, summary  # offsets must increase
         if first < 0:
             first = i
-            summary[S_FIRST_OFFSET] = table[i, C_BASE]
-        previous_last = table[i, C_BASE] + last_delta
-        records += table[i, C_COUNT]
-        producers += table[i, C_PRODUCER_ID] >= 0
-        if table[i, C_MAX_TS] > max_ts:
-            max_ts = table[i, C_MAX_TS]
+            summary[S_FIRST_OFFSET] = table[i, es.S_OFFSET]
+        previous_last = table[i, es.S_OFFSET] + last_delta
+        records += table[i, es.S_COUNT]
+        producers += table[i, es.S_PRODUCER_ID] >= 0
+        if table[i, es.S_MAX_TS] > max_ts:
+            max_ts = table[i, es.S_MAX_TS]
             of_max = previous_last
     if first < 0:
         first = n
@@ -161,10 +149,10 @@ def scan(buf, end, mode, next_offset, max_message_bytes, from_client):  # type: 
 
 @jit
 def assign(buf, table, leader_epoch):  # type: ignore[no-untyped-def]
-    """Write each row's ``C_BASE`` and ``leader_epoch`` into its batch header in ``buf``."""
+    """Write each row's ``es.S_OFFSET`` and ``leader_epoch`` into its batch header in ``buf``."""
     for i in range(table.shape[0]):
-        pos = table[i, C_POSITION]
-        put_be(buf, pos + BASE_OFFSET_OFFSET, table[i, C_BASE], 8)
+        pos = table[i, es.S_POS]
+        put_be(buf, pos + BASE_OFFSET_OFFSET, table[i, es.S_OFFSET], 8)
         put_be(buf, pos + PARTITION_LEADER_EPOCH_OFFSET, leader_epoch, 4)
 
 

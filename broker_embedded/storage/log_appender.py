@@ -50,6 +50,7 @@ from broker_embedded.errors import (
     RecordTooLargeError,
     RecordValidationError,
 )
+from broker_embedded.record import entry_scan as es
 from broker_embedded.record import log_validator
 from broker_embedded.record.batch_layout import (
     ATTRIBUTES_OFFSET,
@@ -59,17 +60,6 @@ from broker_embedded.record.batch_layout import (
 )
 from broker_embedded.record.kernel_primitives import readonly_bytes
 from broker_embedded.record.log_validator import (
-    C_ATTRIBUTES,
-    C_BASE,
-    C_BASE_SEQUENCE,
-    C_CRC,
-    C_EPOCH,
-    C_LAST_DELTA,
-    C_MAX_TS,
-    C_POSITION,
-    C_PRODUCER_EPOCH,
-    C_PRODUCER_ID,
-    C_SIZE,
     S_END,
     S_FIRST_OFFSET,
     S_FIRST_ROW,
@@ -117,7 +107,7 @@ class _Scanned(NamedTuple):
 
     @classmethod
     def of(cls, rows: np.ndarray, s: list[int], buf: bytes | bytearray | memoryview) -> _Scanned:
-        start, end = int(rows[0, C_POSITION]), s[S_END]
+        start, end = int(rows[0, es.S_POS]), s[S_END]
         summary = RecordsSummary(s[S_FIRST_OFFSET], s[S_LAST_OFFSET], s[S_MAX_TS],
                                  s[S_OFFSET_OF_MAX_TS], end - start)  # fmt: skip
         return cls(rows, memoryview(buf)[start:end], summary, s[S_RECORDS], s[S_PRODUCERS])
@@ -127,11 +117,11 @@ def _stamp_append_time(buf: bytearray, scanned: _Scanned, append_time: int) -> _
     """LogAppendTime: every batch's max timestamp becomes the append time (its CRC is
     recomputed); the first batch then holds the max timestamp."""
     rows = scanned.rows
-    for pos in rows[:, C_POSITION].tolist():
+    for pos in rows[:, es.S_POS].tolist():
         set_max_timestamp(buf, LOG_APPEND_TIME, append_time, pos)
-    rows[:, C_MAX_TS] = append_time  # what the producer state keeps
+    rows[:, es.S_MAX_TS] = append_time  # what the producer state keeps
     s = scanned.summary
-    first_last = int(rows[0, C_BASE] + rows[0, C_LAST_DELTA])
+    first_last = int(rows[0, es.S_OFFSET] + rows[0, es.S_LAST_DELTA])
     summary = RecordsSummary(s.first_offset, s.last_offset, append_time, first_last, s.size)
     return scanned._replace(summary=summary)
 
@@ -141,8 +131,8 @@ def _crcs_match(buf: bytes | bytearray | memoryview, rows: np.ndarray) -> bool:
     batch: the package is hardware accelerated)."""
     view = memoryview(buf)
     for row in rows.tolist():  # whole rows: cheaper than a fancy index of three columns
-        pos = row[C_POSITION]
-        if crc32c_of(view[pos + ATTRIBUTES_OFFSET : pos + row[C_SIZE]]) != row[C_CRC]:
+        pos = row[es.S_POS]
+        if crc32c_of(view[pos + ATTRIBUTES_OFFSET : pos + row[es.S_SIZE]]) != row[es.S_CRC]:
             return False
     return True
 
@@ -154,7 +144,7 @@ def _epoch_starts(rows: np.ndarray) -> list[tuple[int, int]]:
     out = []
     previous = None
     for row in rows.tolist():
-        epoch, base = row[C_EPOCH], row[C_BASE]
+        epoch, base = row[es.S_EPOCH], row[es.S_OFFSET]
         if epoch != previous:
             out.append((epoch, base))
             previous = epoch
@@ -201,7 +191,7 @@ class LogAppender:
             return None
         target = config.target_codec
         if target is not None and any(
-            a & CODEC_MASK != target and not a & CONTROL_MASK for a in table[:, C_ATTRIBUTES]
+            a & CODEC_MASK != target and not a & CONTROL_MASK for a in table[:, es.S_ATTR]
         ):
             return None
         log_validator.assign(arr, table, leader_epoch)  # outside the CRC: it stays valid
@@ -392,22 +382,23 @@ class LogAppender:
 
     def _producer_batches(self, data: bytes | bytearray | memoryview, rows: np.ndarray) -> list:
         """The batches of ``rows`` with a producer id, as the producer state reads them."""
-        base = int(rows[0, C_POSITION])
+        base = int(rows[0, es.S_POS])
         view = memoryview(data)
         out: list[RecordBatch | BatchInfo] = []
         for row in rows.tolist():
-            if row[C_PRODUCER_ID] < 0:
+            if row[es.S_PRODUCER_ID] < 0:
                 continue
-            pos = row[C_POSITION] - base
-            if row[C_ATTRIBUTES] & CONTROL_MASK:  # the marker's type is in its record
-                out.append(RecordBatch(view[pos : pos + row[C_SIZE]], position=pos))
+            pos = row[es.S_POS] - base
+            if row[es.S_ATTR] & CONTROL_MASK:  # the marker's type is in its record
+                out.append(RecordBatch(view[pos : pos + row[es.S_SIZE]], position=pos))
                 continue
-            delta = row[C_LAST_DELTA]
-            seq = row[C_BASE_SEQUENCE]
+            delta = row[es.S_LAST_DELTA]
+            seq = row[es.S_BASE_SEQUENCE]
             out.append(BatchInfo(
-                row[C_BASE], row[C_BASE] + delta, row[C_PRODUCER_ID], row[C_PRODUCER_EPOCH], seq,
-                -1 if seq < 0 else (seq + delta) & 0x7FFFFFFF, row[C_MAX_TS],
-                bool(row[C_ATTRIBUTES] & TRANSACTIONAL_MASK),
+                row[es.S_OFFSET], row[es.S_OFFSET] + delta, row[es.S_PRODUCER_ID],
+                row[es.S_PRODUCER_EPOCH], seq,
+                -1 if seq < 0 else (seq + delta) & 0x7FFFFFFF, row[es.S_MAX_TS],
+                bool(row[es.S_ATTR] & TRANSACTIONAL_MASK),
             ))  # fmt: skip
         return out
 
