@@ -4,7 +4,8 @@ A crash test's child module calls :func:`serve` with its workload; the test star
 :class:`Zygote` (``python -m <child module>``). The zygote imports the child module (and
 whatever warm-up the module does before calling :func:`serve`), prints ``imported``, then for
 each line ``LOG_DIR RUN SEED`` on stdin forks a child that runs ``work(LOG_DIR, RUN, SEED)``,
-prints ``pid <pid>``, waits for the child to die and prints ``exit <pid> <wait status>``.
+prints ``pid <pid>`` (before the child runs: the child waits for it on a pipe, so that line
+comes first), waits for the child to die and prints ``exit <pid> <wait status>``.
 Forking from the single-threaded zygote starts a child in a few milliseconds instead of a new
 interpreter's 0.3 s or more, so a hundred kills fit in seconds; each child is still its own
 process, killed with SIGKILL by its pid.
@@ -39,15 +40,22 @@ def serve(work: Callable[[str, int, int], None]) -> None:
     os.write(1, b"imported\n")
     for command in sys.stdin:
         log_dir, run, seed = command.split()
+        named, go = os.pipe()  # the child starts once its pid is said: "pid" is the first line
         pid = os.fork()
         if pid == 0:
             try:
+                os.close(go)
+                os.read(named, 1)
+                os.close(named)
                 work(log_dir, int(run), int(seed))
             except BaseException:
                 traceback.print_exc()
                 sys.stderr.flush()
             os._exit(1)
+        os.close(named)
         os.write(1, b"pid %d\n" % pid)
+        os.write(go, b"g")
+        os.close(go)
         _, status = os.waitpid(pid, 0)
         os.write(1, b"exit %d %d\n" % (pid, status))
 
@@ -58,7 +66,7 @@ def serve(work: Callable[[str, int, int], None]) -> None:
 class Zygote:
     """The zygote subprocess ``python -m module``, its stderr in ``stderr_path``."""
 
-    def __init__(self, module: str, stderr_path: Path, import_timeout: float = 30.0) -> None:
+    def __init__(self, module: str, stderr_path: Path, import_timeout: float = 120.0) -> None:
         self.stderr_path = stderr_path
         self.child: int | None = None  # the pid of the child alive, if any
         self._buf = b""
@@ -67,8 +75,9 @@ class Zygote:
                                          stdout=subprocess.PIPE, stderr=err, cwd=REPO)  # fmt: skip
         assert self.line(timeout=import_timeout) == b"imported\n", stderr_path.read_text()
 
-    def line(self, timeout: float = 30.0) -> bytes:
-        """The next line from the zygote or its child (a hung child fails the test)."""
+    def line(self, timeout: float = 120.0) -> bytes:
+        """The next line from the zygote or its child (a hung child fails the test: the
+        bound is a hang guard, far above a loaded machine's slowest line)."""
         deadline = time.monotonic() + timeout
         fd = self.proc.stdout.fileno()
         while b"\n" not in self._buf:

@@ -43,7 +43,7 @@ def test_sigkill_a_cleaning_process_50_times(tmp_path: Path) -> None:
     log_dir = tmp_path / "logs"
     create(str(log_dir))
     acked: dict[int, int] = {}  # offset -> key index, -1 - key for a tombstone
-    zygote = Zygote(CHILD, tmp_path / "zygote.stderr", import_timeout=120)
+    zygote = Zygote(CHILD, tmp_path / "zygote.stderr")
     started = time.monotonic()
     in_round = rounds = interrupted_swaps = 0
     try:

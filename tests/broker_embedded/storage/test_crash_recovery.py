@@ -25,7 +25,6 @@ import hashlib
 import io
 import random
 import struct
-import time
 import uuid
 from pathlib import Path
 
@@ -76,7 +75,6 @@ def test_sigkill_100_times_loses_no_acknowledged_record(tmp_path: Path) -> None:
     markers: dict[int, tuple[bytes, int]] = {}  # offset -> (kind, producer id)
     verified: set[str] = set()  # content hashes of segments that passed verification
     zygote = Zygote(CHILD, tmp_path / "zygote.stderr")
-    started = time.monotonic()
     try:
         for run in range(1, RUNS + 1):
             lines = zygote.run_and_kill(log_dir, run, seed, rng, latest=0.080)
@@ -94,7 +92,6 @@ def test_sigkill_100_times_loses_no_acknowledged_record(tmp_path: Path) -> None:
         zygote.close()
     assert len(acked) > 10 * RUNS, len(acked)  # the writers did get to append
     assert dump([log_dir], io.StringIO(), verify=True, summary_only=True) == 0
-    assert time.monotonic() - started < 120
 
 
 def control_type(data: bytes, pos: int) -> int:
