@@ -109,13 +109,8 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from broker_embedded.client.wire_fetch_source import WireSource
-from broker_embedded.client.wire_produce_sink import (
-    ProducerAppender,
-    TxnHandle,
-    WireSink,
-    parse_bootstrap,
-)
+from broker_embedded.client.wire_fetch_source import WireSource, parse_bootstrap
+from broker_embedded.client.wire_produce_sink import ProducerAppender, TxnHandle, WireSink
 from broker_embedded.errors import KafkaLogError, UnknownTopicOrPartitionError
 from datasource.errors import InvalidOptionError
 from datasource.kafka_source_options import (

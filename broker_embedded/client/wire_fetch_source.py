@@ -57,6 +57,7 @@ from broker_embedded.client.client_security import ClientSecurity
 from broker_embedded.client.kafka_client import (
     EARLIEST,
     LATEST,
+    BrokerAddress,
     BrokerConnectionError,
     ClientConfig,
     KafkaClient,
@@ -116,8 +117,19 @@ class WireSource:
     def unplanned(self) -> WireSource:
         return self  # a cluster's tasks are handed nothing but the descriptor
 
+    def connect(self) -> KafkaClient:
+        """A client of the cluster, for a caller that keeps one across the sources it opens
+        (``WireFetchSource(self, client)``: a streaming query's triggers); the caller closes it."""
+        return KafkaClient(self.bootstrap, self.client_config())
+
     def open(self) -> WireFetchSource:
         return WireFetchSource(self)
+
+
+def parse_bootstrap(text: str) -> tuple[BrokerAddress, ...]:
+    """The addresses of ``host:port,host:port`` (a :class:`WireSource`'s ``bootstrap``);
+    ``ValueError`` saying what is wrong."""
+    return BrokerAddress.parse_list(text)
 
 
 _FetchKey = tuple[TopicPartition, int, int, IsolationLevel]

@@ -31,7 +31,7 @@ from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING
 
 from broker_embedded.client.idempotent_producer import IdempotentProducer
-from broker_embedded.client.kafka_client import BrokerAddress, KafkaClient, UnsupportedVersionError
+from broker_embedded.client.kafka_client import KafkaClient, UnsupportedVersionError
 from broker_embedded.client.wire_fetch_source import WireSource
 from broker_embedded.client.wire_transactions import (
     TransactionalWireProducer,
@@ -46,12 +46,7 @@ from broker_embedded.storage.produce_sink import TopicLimits
 if TYPE_CHECKING:
     from broker_embedded.record.columnar_encoder import EncodedBatches
 
-__all__ = ["ClusterTopics", "ProducerAppender", "TxnHandle", "WireSink", "parse_bootstrap"]
-
-
-def parse_bootstrap(text: str) -> tuple[BrokerAddress, ...]:
-    """The addresses of ``host:port,host:port``; ``ValueError`` saying what is wrong."""
-    return BrokerAddress.parse_list(text)
+__all__ = ["ClusterTopics", "ProducerAppender", "TxnHandle", "WireSink"]
 
 
 class ClusterTopics(Mapping[str, TopicLimits]):
@@ -138,7 +133,7 @@ class WireSink:
 
     def __init__(self, cluster: WireSource) -> None:
         self.cluster = cluster
-        self.client = KafkaClient(cluster.bootstrap, cluster.client_config())
+        self.client = cluster.connect()
         self.topics = ClusterTopics(self.client)
 
     def __enter__(self) -> WireSink:
