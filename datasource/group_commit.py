@@ -14,12 +14,13 @@ request, split into batches of at most ``MAX_BATCH_BYTES`` when it is larger (th
 that assigns partitions itself and commits, the group has offsets and no members (``Empty`` in
 ``kafkalog groups describe``).
 
-Appending (the datasource writer's path, broker_embedded/storage/staged_write.py): the batches
-are staged beside the log dir and appended by :func:`staged_write.commit`, which takes the log
-dir's ``.lock`` (waiting while another kafkalog write job or compaction job holds it briefly),
-appends as the partition's leader, flushes and publishes the new high watermark atomically.
-``__consumer_offsets`` is created first when the log dir has no such topic, by an embedded
-:class:`Broker` opened for that moment (internal_topics.py's ``ensure_topic``: Kafka's settings,
+Appending (the datasource writer's path, the log dir's write port
+broker_embedded/storage/log_dir_produce_sink.py): the batches are staged beside the log dir and
+appended by :meth:`LogDirSink.commit`, which takes the log dir's ``.lock`` (waiting while
+another kafkalog write job or compaction job holds it briefly), appends as the partition's
+leader, flushes and publishes the new high watermark atomically. ``__consumer_offsets`` is
+created first when the log dir has no such topic, by an embedded :class:`Broker` opened for that
+moment (internal_topics.py's ``ensure_topic``: Kafka's settings,
 ``offsets.topic.num.partitions`` 50, compacted; opening a broker also aborts transactions whose
 producer is gone, as every broker start does).
 
@@ -47,10 +48,12 @@ from broker_embedded.coordinator.group_metadata_record import (
     encode_value,
 )
 from broker_embedded.errors import LogDirLockedError
-from broker_embedded.storage import staged_write
 from broker_embedded.storage.log_dir_fetch_source import LogDirSource
-from broker_embedded.storage.log_dir_lock import LogDirLock
-from broker_embedded.storage.topic_config_file import TopicConfigFile
+from broker_embedded.storage.log_dir_produce_sink import (
+    UNKNOWN_HOLDER,
+    LogDirSink,
+    held_by_a_commit,
+)
 from broker_embedded.storage.topic_partition import TopicPartition
 from datasource.errors import GroupOffsetsError
 from datasource.group_offsets import find_group
@@ -103,9 +106,10 @@ def _owned(log_dir: str | Path, group_id: str, holder: str) -> GroupOffsetsError
 def check_can_commit(log_dir: str | Path, group_id: str) -> None:
     """:class:`GroupOffsetsError` when a process other than a short kafkalog commit owns
     ``log_dir`` (a running broker)."""
-    if LogDirLock.is_locked(log_dir):
-        holder = staged_write.lock_holder(log_dir)
-        if not staged_write.held_by_a_commit(holder) and holder != staged_write.UNKNOWN_HOLDER:
+    sink = LogDirSink(log_dir)
+    if sink.locked():
+        holder = sink.lock_holder()
+        if not held_by_a_commit(holder) and holder != UNKNOWN_HOLDER:
             raise _owned(log_dir, group_id, holder)
 
 
@@ -118,8 +122,8 @@ def _waiting(log_dir: str | Path, group_id: str, attempt: Callable[[], T]) -> T:
         try:
             return attempt()
         except LogDirLockedError:
-            holder = staged_write.lock_holder(log_dir)
-            brief = staged_write.held_by_a_commit(holder) or holder == staged_write.UNKNOWN_HOLDER
+            holder = LogDirSink(log_dir).lock_holder()
+            brief = held_by_a_commit(holder) or holder == UNKNOWN_HOLDER
             if not brief or time.monotonic() >= deadline:
                 raise _owned(log_dir, group_id, holder) from None
             time.sleep(delay)
@@ -128,8 +132,7 @@ def _waiting(log_dir: str | Path, group_id: str, attempt: Callable[[], T]) -> T:
 
 def ensure_offsets_topic(log_dir: str | Path, group_id: str) -> None:
     """Create ``__consumer_offsets`` in ``log_dir`` unless it is there (module docstring)."""
-    topics = TopicConfigFile(log_dir)
-    if topics.path.exists() and GROUP_METADATA_TOPIC in topics.read():
+    if LogDirSink(log_dir).has_topic(GROUP_METADATA_TOPIC):
         return  # else a broker opens the log dir first (a dir Kafka wrote: it sets the HWs)
     from broker_embedded.broker import Broker
     from broker_embedded.coordinator.internal_topics import ensure_topic, offsets_topic
@@ -169,19 +172,19 @@ def commit_group_offsets(
     tp = partition or _find(log_dir, group_id)  # with the topic's partition count as created
     now = int(time.time() * 1000) if now_ms is None else now_ms
     job_id = f"group-commit-{uuid.uuid4().hex[:16]}"
-    task = staged_write.StagedTask(log_dir, job_id, "group")
+    sink = LogDirSink(log_dir)
+    appender = sink.appender(job_id, "group")
     try:
         for batch, count in _batches(offset_commit_records(group_id, offsets, now), now):
-            task.append(tp.topic, tp.partition, batch, batches=1, records=count,
-                        max_batch_size=len(batch))  # fmt: skip
-        files = task.finish()
+            appender.append_batch(tp.topic, tp.partition, batch, records=count)
+        files = appender.finish()
         _waiting(
             log_dir,
             group_id,
-            lambda: staged_write.commit(log_dir, job_id, files, lock_timeout_s=LOCK_TIMEOUT_S),
+            lambda: sink.commit(job_id, files, lock_timeout_s=LOCK_TIMEOUT_S),
         )
     except BaseException:
-        task.discard()
-        staged_write.abort(log_dir, job_id)
+        appender.discard()
+        sink.abort(job_id)
         raise
     return tp

@@ -65,8 +65,7 @@ from broker_embedded.storage.fetch_source import (
     FetchSource,
     FetchSourceDescriptor,
 )
-from broker_embedded.storage.log_dir_fetch_source import LogDirSource
-from broker_embedded.storage.topic_config_file import TOPIC_CONFIG_FILE
+from broker_embedded.storage.log_dir_fetch_source import TOPIC_CONFIG_FILE, LogDirSource
 from broker_embedded.storage.topic_partition import TopicPartition
 from datasource.errors import DATA_LOSS_HINT, DataLossError, InvalidOptionError
 from datasource.group_offsets import group_starting_offsets, read_committed_offsets

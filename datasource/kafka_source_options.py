@@ -365,10 +365,10 @@ def _location(raw: dict[str, str]) -> tuple[str, str | None]:
             "pick one, the log dir to read in place (path) or the cluster to read over the Kafka "
             "protocol (kafka.bootstrap.servers)"
         )
-    from broker_embedded.client.broker_connection import BrokerAddress
+    from broker_embedded.client.wire_fetch_source import parse_bootstrap  # kio: cluster reads
 
     try:
-        BrokerAddress.parse_list(bootstrap)
+        parse_bootstrap(bootstrap)
     except ValueError as e:
         raise InvalidOptionError(
             f"option kafka.bootstrap.servers={bootstrap!r} is invalid: {e} (expected "

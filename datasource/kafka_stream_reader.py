@@ -264,11 +264,10 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         opened by the caller."""
         if self.options.bootstrap_servers is None:
             return None
-        from broker_embedded.client.kafka_client import KafkaClient  # kio: cluster reads only
-        from broker_embedded.client.wire_fetch_source import WireFetchSource
+        from broker_embedded.client.wire_fetch_source import WireFetchSource  # kio: cluster reads
 
         if self._client is None:
-            self._client = KafkaClient(source.bootstrap, source.client_config())  # type: ignore[attr-defined]
+            self._client = source.connect()  # type: ignore[attr-defined]
         return WireFetchSource(source, self._client)  # type: ignore[arg-type]
 
     def stop(self) -> None:

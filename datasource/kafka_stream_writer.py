@@ -5,13 +5,13 @@ With ``kafka.bootstrap.servers`` instead of a path, the micro-batches are produc
 over the Kafka protocol, AT LEAST ONCE, or exactly once with ``transactionalIdPrefix``
 (wire_writer.py :class:`WireStreamWriter`); what follows is the log-dir sink.
 
-Columns, options (``path``, ``topic``), placement, the topic checks and the refusal of a log
-dir owned by a running broker are the batch writer's (kafka_writer.py): each micro-batch is a
-write job of its own, staged by its tasks beside the log and appended and published atomically
-by its commit (broker_embedded/storage/staged_write.py). Spark's own streaming options
-``checkpointLocation`` and ``queryName``, which it hands to the sink with the others, are
-accepted and not used here. Spark requires a checkpoint location for this sink (the option,
-or ``spark.sql.streaming.checkpointLocation``). Output modes: append, and complete as
+Columns, options (``path``, ``topic``), placement, the topic checks and the refusal of a log dir
+owned by a running broker are the batch writer's (kafka_writer.py): each micro-batch is a write
+job of its own, staged by its tasks beside the log and appended and published atomically by its
+commit (the log dir's write port, broker_embedded/storage/log_dir_produce_sink.py). Spark's own
+streaming options ``checkpointLocation`` and ``queryName``, which it hands to the sink with the
+others, are accepted and not used here. Spark requires a checkpoint location for this sink (the
+option, or ``spark.sql.streaming.checkpointLocation``). Output modes: append, and complete as
 Spark's Kafka sink takes it (its write builder's ``truncate`` does nothing): each micro-batch's
 rows, the whole result table, are appended, the topic is never truncated. Spark itself refuses
 update for a Python data source ("kafkalog does not support Update mode": Spark 4.3's
@@ -66,7 +66,7 @@ from pyspark.sql.datasource import DataSourceStreamArrowWriter, WriterCommitMess
 from pyspark.sql.types import StructType
 
 from broker_embedded.errors import KafkaLogError
-from broker_embedded.storage import staged_write
+from broker_embedded.storage.log_dir_produce_sink import LogDirSink, StagedFile
 from datasource.kafka_write_options import KafkaWriteOptions
 from datasource.kafka_writer import check_write, new_job_id, stage_task
 
@@ -85,7 +85,7 @@ class StreamWriteError(KafkaLogError):
 class KafkaLogStreamCommitMessage(WriterCommitMessage):
     """What one task of a micro-batch staged, and for which query, batch and write job."""
 
-    files: tuple[staged_write.StagedFile, ...]
+    files: tuple[StagedFile, ...]
     job_id: str
     writer_id: str
     batch_id: int | None
@@ -169,9 +169,10 @@ class KafkaLogStreamWriter(DataSourceStreamArrowWriter):
         jobs = sorted({m.job_id for m in got})
         writers = sorted({m.writer_id for m in got})
         batches = {m.batch_id for m in got} - {None}
+        sink = LogDirSink(self.options.path)
         if not files:
             for job in jobs:
-                staged_write.abort(self.options.path, job)
+                sink.abort(job)
             return
         if len(jobs) != 1 or len(writers) != 1 or batches - {batchId}:
             raise StreamWriteError(
@@ -182,8 +183,7 @@ class KafkaLogStreamWriter(DataSourceStreamArrowWriter):
             )
         (job,) = jobs
         (writer,) = writers
-        done = staged_write.commit(self.options.path, job, files, writer_id=writer,
-                                   batch_id=batchId)  # fmt: skip
+        done = sink.commit(job, files, writer_id=writer, batch_id=batchId)
         if done:
             log.info("micro-batch %d of query %s appended %s to %s", batchId, writer, done,
                      self.options.path)  # fmt: skip
@@ -192,5 +192,6 @@ class KafkaLogStreamWriter(DataSourceStreamArrowWriter):
                      batchId, writer)  # fmt: skip
 
     def abort(self, messages: Sequence[KafkaLogStreamCommitMessage | None], batchId: int) -> None:
+        sink = LogDirSink(self.options.path)
         for job in sorted({m.job_id for m in messages if m is not None}):
-            staged_write.abort(self.options.path, job)
+            sink.abort(job)

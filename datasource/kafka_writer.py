@@ -27,7 +27,8 @@ records round-robin over the topic's partitions, starting at a random partition,
 evenly while every partition still gets large batches (records are grouped per partition before they
 are encoded). The partition counts come from the log dir's ``kafkalog-topics.json``.
 
-Atomicity (broker_embedded/storage/staged_write.py): each task stages complete record batches in
+Atomicity (the log dir's write port, broker_embedded/storage/log_dir_produce_sink.py, over
+staged_write.py): each task stages complete record batches in
 ``<log dir>/.kafkalog-staging/<job id>/`` (one file per task attempt and partition), one Arrow batch
 at a time (its memory is bounded by Spark's Arrow batch size, whatever the task's data); the job's
 commit, on the driver side, takes the log dir's lock, appends the staged batches in task order and
@@ -57,7 +58,7 @@ import logging
 import random
 import time
 import uuid
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -82,11 +83,12 @@ from broker_embedded.errors import (
     UnknownTopicOrPartitionError,
 )
 from broker_embedded.record.kafka_schema import HEADERS_SQL_TYPE
-from broker_embedded.record.record_batch import RECORD_BATCH_OVERHEAD
-from broker_embedded.storage import staged_write
-from broker_embedded.storage.log_config import LogConfig
-from broker_embedded.storage.log_dir_lock import LogDirLock
-from broker_embedded.storage.topic_config_file import TopicConfigFile
+from broker_embedded.storage.log_dir_produce_sink import (
+    LogDirSink,
+    StagedFile,
+    held_by_a_commit,
+)
+from broker_embedded.storage.produce_sink import PartitionAppender, TopicLimits
 from datasource.errors import KafkaSourceError
 from datasource.kafka_write_options import KafkaWriteOptions
 from datasource.write_timestamps import TIMESTAMP, record_timestamps
@@ -97,7 +99,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 VALUE, KEY, TOPIC, PARTITION, HEADERS = "value", "key", "topic", "partition", "headers"
-MAX_BATCH_BYTES = 1 << 20  # records bytes per staged batch (the encoder's default)
 
 
 class InvalidWriteError(KafkaSourceError, ValueError):
@@ -109,21 +110,7 @@ class InvalidWriteError(KafkaSourceError, ValueError):
 class KafkaLogCommitMessage(WriterCommitMessage):
     """What one task staged: its files, by topic and partition."""
 
-    files: tuple[staged_write.StagedFile, ...]
-
-
-@dataclass(frozen=True)
-class TopicLimits:
-    """What the writer needs of one topic: partitions and batch limits."""
-
-    partitions: int
-    max_message_bytes: int
-    compact: bool
-
-    @property
-    def max_batch_bytes(self) -> int:
-        """Records bytes per batch such that an uncompressed batch stays within the limit."""
-        return max(1, min(MAX_BATCH_BYTES, self.max_message_bytes - RECORD_BATCH_OVERHEAD))
+    files: tuple[StagedFile, ...]
 
 
 def _same_type(t: DataType, ddl: str) -> bool:
@@ -181,21 +168,10 @@ def check_columns(schema: StructType, topic_option: str | None) -> tuple[str, ..
     return tuple(name for name in wanted if name in fields)
 
 
-def read_topic_limits(log_dir: str) -> dict[str, TopicLimits]:
-    """Every topic of the log dir (``kafkalog-topics.json``) with its partition count and
-    limits, under the broker's default topic config."""
-    defaults = LogConfig()
-    out = {}
-    for name, entry in TopicConfigFile(log_dir).read().items():
-        config = entry.log_config(defaults, name)
-        out[name] = TopicLimits(entry.partitions, config.max_message_bytes, config.compact)
-    return out
-
-
-def _owner_error(path: str) -> LogDirLockedError:
+def _owner_error(sink: LogDirSink) -> LogDirLockedError:
     return LogDirLockedError(
-        f"cannot write to log dir {path}: a running broker or another writer owns it "
-        f"({staged_write.lock_holder(path)}). The kafkalog sink appends only to a log dir no "
+        f"cannot write to log dir {sink.path}: a running broker or another writer owns it "
+        f"({sink.lock_holder()}). The kafkalog sink appends only to a log dir no "
         "broker owns; to write through a running broker, produce to its network listener "
         'instead: .option("kafka.bootstrap.servers", "<host:port>") and no path (at least '
         "once, wire_writer.py), or stop the broker first"
@@ -206,8 +182,9 @@ def check_write(options: KafkaWriteOptions, schema: StructType) -> None:
     """What a write (batch or streaming) checks on the driver before any task runs: the
     columns, the topics, and that no broker owns the log dir."""
     check_columns(schema, options.topic)
+    sink = LogDirSink(options.path)
     try:
-        topics = read_topic_limits(options.path)
+        topics = sink.topics()
     except FileNotFoundError:
         topics = {}
     if not topics:
@@ -220,10 +197,8 @@ def check_write(options: KafkaWriteOptions, schema: StructType) -> None:
         raise _unknown_topic(options.topic, options.path, topics)
     # fail early; the commit's lock is the real check. Another write job's commit holds the
     # lock for a moment: not an owner to refuse (the commit waits for it)
-    if LogDirLock.is_locked(options.path) and not staged_write.held_by_a_commit(
-        staged_write.lock_holder(options.path)
-    ):
-        raise _owner_error(options.path)
+    if sink.locked() and not held_by_a_commit(sink.lock_holder()):
+        raise _owner_error(sink)
 
 
 def new_job_id() -> str:
@@ -243,20 +218,22 @@ def task_attempt_name() -> str:
 
 def stage_task(
     options: KafkaWriteOptions, job_id: str, iterator: Iterator[pa.RecordBatch]
-) -> tuple[staged_write.StagedFile, ...]:
+) -> tuple[StagedFile, ...]:
     """One task's work: place, encode and stage every Arrow batch of ``iterator`` in write job
     ``job_id``'s staging directory; the staged files (deleted again if anything fails)."""
-    task = staged_write.StagedTask(options.path, job_id, task_attempt_name())
+    sink = LogDirSink(options.path)
+    appender = sink.appender(job_id, task_attempt_name())
     try:
-        topics = read_topic_limits(options.path)
         placer = RowPlacer(
-            options.topic, topics, lambda name: _unknown_topic(name, options.path, topics)
+            options.topic,
+            sink.topic_limits,
+            lambda name: _unknown_topic(name, options.path, sink.topics()),
         )
         for batch in iterator:
-            placer.stage(batch, task)
-        return task.finish()
+            placer.append(batch, appender)
+        return appender.finish()
     except BaseException:
-        task.discard()
+        appender.discard()
         raise
 
 
@@ -294,11 +271,11 @@ class KafkaLogWriter(DataSourceArrowWriter):
 
     def commit(self, messages: Sequence[KafkaLogCommitMessage | None]) -> None:
         files = [f for m in messages if m is not None for f in m.files]
-        done = staged_write.commit(self.options.path, self.job_id, files)
+        done = LogDirSink(self.options.path).commit(self.job_id, files)
         log.info("write job %s appended %s to %s", self.job_id, done, self.options.path)
 
     def abort(self, messages: Sequence[KafkaLogCommitMessage | None]) -> None:
-        staged_write.abort(self.options.path, self.job_id)
+        LogDirSink(self.options.path).abort(self.job_id)
 
 
 def _unknown_topic(topic: str, path: str, topics: dict) -> UnknownTopicOrPartitionError:
@@ -312,23 +289,24 @@ def _unknown_topic(topic: str, path: str, topics: dict) -> UnknownTopicOrPartiti
 class RowPlacer:
     """One task's placement of rows into (topic, partition) and their encoding and staging.
 
-    ``topic``: the option topic (None: the column); ``topics``: the limits of the topics that
-    exist (looked up by name); ``unknown_topic(name)``: the error for a topic not in them."""
+    ``topic``: the option topic (None: the column); ``topic_limits(name)``: a topic's limits,
+    None for a topic that does not exist (a sink's, produce_sink.py); ``unknown_topic(name)``:
+    the error for such a topic."""
 
     def __init__(
         self,
         topic: str | None,
-        topics: Mapping[str, TopicLimits],
+        topic_limits: Callable[[str], TopicLimits | None],
         unknown_topic: Callable[[str], Exception],
     ) -> None:
         self.topic = topic
-        self.topics = topics
+        self.topic_limits = topic_limits
         self.unknown_topic = unknown_topic
         self._next_keyless: dict[str, int] = {}  # round-robin position per topic
         self._rng = random.Random()
 
     def _limits(self, topic: str) -> TopicLimits:
-        limits = self.topics.get(topic)
+        limits = self.topic_limits(topic)
         if limits is None:
             raise self.unknown_topic(topic)
         return limits
@@ -421,14 +399,13 @@ class RowPlacer:
                 None if stamps is None else stamps.slice(lo, m),
             )  # fmt: skip
 
-    def stage(self, batch: pa.RecordBatch, task: staged_write.StagedTask) -> None:
-        """Place, encode and stage the rows of one Arrow batch."""
+    def append(self, batch: pa.RecordBatch, appender: PartitionAppender) -> None:
+        """Place and encode the rows of one Arrow batch, and append them through ``appender``
+        (a task's: staged in a log dir, produced to a cluster)."""
         now = int(time.time() * 1000)
         for g in self.groups(batch):
-            enc = g.encode(now)
-            task.append(g.topic, g.partition, enc.data, batches=len(enc), records=g.rows,
-                        max_batch_size=int(np.diff(enc.positions).max()),
-                        null_keys=g.null_keys)  # fmt: skip
+            enc = g.encode(now, **appender.producer_fields(g.topic, g.partition))
+            appender.append(g.topic, g.partition, enc, null_keys=g.null_keys)
 
 
 @dataclass(frozen=True)

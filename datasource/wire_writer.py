@@ -97,8 +97,6 @@ task builds its own client and producer.
 from __future__ import annotations
 
 import logging
-import time
-from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Self
@@ -111,18 +109,9 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from broker_embedded.client.broker_connection import BrokerAddress, UnsupportedVersionError
-from broker_embedded.client.idempotent_producer import IdempotentProducer
-from broker_embedded.client.kafka_client import KafkaClient
-from broker_embedded.client.wire_fetch_source import WireSource
-from broker_embedded.client.wire_transactions import (
-    TransactionalWireProducer,
-    TxnHandle,
-    committed_offset,
-    end_txn,
-)
-from broker_embedded.errors import KafkaApiError, KafkaLogError, UnknownTopicOrPartitionError
-from broker_embedded.storage.log_config import LogConfig
+from broker_embedded.client.wire_fetch_source import WireSource, parse_bootstrap
+from broker_embedded.client.wire_produce_sink import ProducerAppender, TxnHandle, WireSink
+from broker_embedded.errors import KafkaLogError, UnknownTopicOrPartitionError
 from datasource.errors import InvalidOptionError
 from datasource.kafka_source_options import (
     CLIENT_SETTINGS,
@@ -130,7 +119,7 @@ from datasource.kafka_source_options import (
     security_properties,
 )
 from datasource.kafka_write_options import REJECTED, KafkaWriteOptions
-from datasource.kafka_writer import RowPlacer, TopicLimits, check_columns
+from datasource.kafka_writer import RowPlacer, check_columns
 
 log = logging.getLogger(__name__)
 
@@ -169,7 +158,7 @@ def wire_write_options(options: Mapping[str, str]) -> WireWriteOptions | None:
             f"({BOOTSTRAP})"
         )
     try:
-        BrokerAddress.parse_list(str(bootstrap))
+        parse_bootstrap(str(bootstrap))
     except ValueError as e:
         raise InvalidOptionError(
             f"option {BOOTSTRAP}={bootstrap!r} is invalid: {e} (expected host:port,host:port)"
@@ -221,46 +210,6 @@ def _ms(key: str, value: str) -> int:
     return int(text)
 
 
-class ClusterTopics(Mapping[str, TopicLimits]):
-    """The limits of the cluster's topics, asked when first needed (Metadata, DescribeConfigs)
-    and kept for the task; an unknown topic is missing (``get`` gives None)."""
-
-    def __init__(self, client: KafkaClient) -> None:
-        self.client = client
-        self._known: dict[str, TopicLimits | None] = {}
-
-    def __getitem__(self, name: str) -> TopicLimits:
-        if name not in self._known:
-            self._known[name] = self._ask(name)
-        limits = self._known[name]
-        if limits is None:
-            raise KeyError(name)
-        return limits
-
-    def __iter__(self) -> Iterator[str]:
-        return (n for n, v in self._known.items() if v is not None)
-
-    def __len__(self) -> int:
-        return sum(v is not None for v in self._known.values())
-
-    def _ask(self, name: str) -> TopicLimits | None:
-        try:
-            partitions = len(self.client.topic(name).partitions)
-        except UnknownTopicOrPartitionError:
-            return None
-        defaults = LogConfig()
-        max_bytes, compact = defaults.max_message_bytes, defaults.compact
-        try:
-            configs = {c.name: c.value for c in self.client.topic_configs(name)}
-        except (KafkaApiError, UnsupportedVersionError):
-            configs = {}  # a cluster without DescribeConfigs: Kafka's defaults
-        if configs.get("max.message.bytes"):
-            max_bytes = int(configs["max.message.bytes"])
-        if configs.get("cleanup.policy") is not None:
-            compact = "compact" in configs["cleanup.policy"].split(",")
-        return TopicLimits(partitions, max_bytes, compact)
-
-
 def unknown_topic(cluster: WireSource, name: str) -> UnknownTopicOrPartitionError:
     return UnknownTopicOrPartitionError(
         f"topic {name!r} does not exist in {cluster.location}; create it first (e.g. kafkalog "
@@ -273,8 +222,8 @@ def check_wire_write(options: WireWriteOptions, schema: StructType) -> None:
     check_columns(schema, options.topic)
     if options.topic is None:
         return
-    with KafkaClient(options.cluster.bootstrap, options.cluster.client_config()) as client:
-        if ClusterTopics(client).get(options.topic) is None:
+    with WireSink(options.cluster) as sink:
+        if sink.topic_limits(options.topic) is None:
             raise unknown_topic(options.cluster, options.topic)
 
 
@@ -295,29 +244,26 @@ def produce_task(
     """One task's work: place, encode and produce every Arrow batch of ``iterator`` with one
     idempotent producer, or in a transaction left open for the driver (module docstring);
     raises the first error (at least once, what was produced before it stays)."""
-    cluster = options.cluster
-    with KafkaClient(cluster.bootstrap, cluster.client_config()) as client:
+    with WireSink(options.cluster) as sink:
         if options.transactional_id_prefix is not None:
-            return _produce_in_transaction(options, client, iterator)
-        producer = IdempotentProducer(client, timeout_ms=cluster.request_timeout_ms)
-        produced = _produce(options, client, producer, iterator)
+            return _produce_in_transaction(options, sink, iterator)
+        producer = sink.producer()
+        produced = _produce(options, sink, producer, iterator)
         return WireCommitMessage(produced, producer.producer_id)
 
 
 def _produce(
-    options: WireWriteOptions, client: KafkaClient, producer: IdempotentProducer,
+    options: WireWriteOptions,
+    sink: WireSink,
+    producer: ProducerAppender,
     iterator: Iterator[pa.RecordBatch],
-) -> tuple[tuple[str, int, int], ...]:  # fmt: skip
-    counts: Counter[tuple[str, int]] = Counter()
-    placer = RowPlacer(options.topic, ClusterTopics(client),
-                       lambda name: unknown_topic(options.cluster, name))  # fmt: skip
+) -> tuple[tuple[str, int, int], ...]:
+    placer = RowPlacer(
+        options.topic, sink.topic_limits, lambda name: unknown_topic(options.cluster, name)
+    )
     for batch in iterator:
-        now = int(time.time() * 1000)
-        for g in placer.groups(batch):
-            enc = g.encode(now, **producer.fields(g.topic, g.partition))
-            producer.send(g.topic, g.partition, enc)
-            counts[(g.topic, g.partition)] += g.rows
-    return tuple(sorted((t, p, n) for (t, p), n in counts.items()))
+        placer.append(batch, producer)
+    return producer.produced()
 
 
 @dataclass(frozen=True)
@@ -345,32 +291,31 @@ class TaskTransaction:
 
 
 def _produce_in_transaction(
-    options: WireWriteOptions, client: KafkaClient, iterator: Iterator[pa.RecordBatch]
+    options: WireWriteOptions, sink: WireSink, iterator: Iterator[pa.RecordBatch]
 ) -> WireCommitMessage:
     assert options.transactional_id_prefix is not None
     task = TaskTransaction.current(options.transactional_id_prefix)
-    producer = TransactionalWireProducer(
-        client, task.transactional_id, timeout_ms=options.cluster.request_timeout_ms,
-        transaction_timeout_ms=options.transaction_timeout_ms,
-    )  # fmt: skip
+    producer = sink.transactional_producer(task.transactional_id, options.transaction_timeout_ms)
+    handle = producer.handle
+    assert handle is not None
     topic = options.topic
     if task.group_id is not None and topic is not None:
-        if committed_offset(client, task.group_id, topic, 0) >= task.batch_id:
+        if sink.committed_offset(task.group_id, topic, 0) >= task.batch_id:
             for _ in iterator:  # read, as Spark expects; the run before a crash committed them
                 pass
             log.info("%s: micro-batch %d is already committed, nothing to produce",
                      task.transactional_id, task.batch_id)  # fmt: skip
             return WireCommitMessage((), producer.producer_id)
     try:
-        produced = _produce(options, client, producer, iterator)
+        produced = _produce(options, sink, producer, iterator)
         if task.group_id is not None and topic is not None:
             producer.commit_offset(task.group_id, topic, 0, task.batch_id)
     except BaseException:
         # the driver never hears of this attempt: abort here (a killed task's transaction is
         # aborted by the next attempt's InitProducerId, or at its timeout)
-        abort_transactions(options, [producer.handle], client)
+        abort_transactions(options, [handle], sink)
         raise
-    return WireCommitMessage(produced, producer.producer_id, producer.handle)
+    return WireCommitMessage(produced, producer.producer_id, handle)
 
 
 def _total(messages: Sequence[WireCommitMessage | None]) -> int:
@@ -391,10 +336,10 @@ def commit_transactions(options: WireWriteOptions, handles: Sequence[TxnHandle])
     if not handles:
         return
     cluster = options.cluster
-    with KafkaClient(cluster.bootstrap, cluster.client_config()) as client:
+    with WireSink(cluster) as sink:
         for i, handle in enumerate(handles):
             try:
-                end_txn(client, handle, commit=True)
+                sink.end_transaction(handle, commit=True)
             except KafkaLogError as e:
                 raise TransactionCommitError(
                     f"committing the transaction of {handle.transactional_id!r} (producer id "
@@ -404,21 +349,20 @@ def commit_transactions(options: WireWriteOptions, handles: Sequence[TxnHandle])
 
 
 def abort_transactions(
-    options: WireWriteOptions, handles: Sequence[TxnHandle], client: KafkaClient | None = None
+    options: WireWriteOptions, handles: Sequence[TxnHandle], sink: WireSink | None = None
 ) -> None:
-    """EndTxn ABORT of every transaction of ``handles`` (through ``client``, or a client of
-    its own); a failure is logged (the next instance of the transactional id, or its timeout,
+    """EndTxn ABORT of every transaction of ``handles`` (through ``sink``, or a sink of its
+    own); a failure is logged (the next instance of the transactional id, or its timeout,
     aborts it)."""
     if not handles:
         return
-    if client is None:
-        cluster = options.cluster
-        with KafkaClient(cluster.bootstrap, cluster.client_config()) as own:
+    if sink is None:
+        with WireSink(options.cluster) as own:
             abort_transactions(options, handles, own)
         return
     for handle in handles:
         try:
-            end_txn(client, handle, commit=False)
+            sink.end_transaction(handle, commit=False)
         except KafkaLogError as e:
             log.warning("aborting the transaction of %r failed (the next instance or its "
                         "timeout aborts it): %s", handle.transactional_id, e)  # fmt: skip

@@ -303,3 +303,89 @@ def test_checker_sees_a_server_import(tmp_path: Path) -> None:
         "broker_embedded/storage/a.py:1 imports broker_embedded.server",
         "datasource/e.py:2 imports broker_embedded.server.d",
     ]
+
+
+# What the data source may import of broker_embedded (a module, or a package and everything in
+# it), each for a stated reason: the read and the write port, and the values, errors and codecs
+# the layers share. Anything else (the storage's staged writes and lock, the client's producers,
+# the coordinators' state) goes through a port.
+DATASOURCE_MAY_IMPORT = {
+    # the read port: FetchSource, its log-dir and wire implementations
+    "broker_embedded.storage.fetch_source": "the read port",
+    "broker_embedded.storage.log_dir_fetch_source": "the read port, a log dir",
+    "broker_embedded.client.wire_fetch_source": "the read port, a cluster (and its descriptor)",
+    # the write port: ProduceSink, its log-dir and wire implementations
+    "broker_embedded.storage.produce_sink": "the write port",
+    "broker_embedded.storage.log_dir_produce_sink": "the write port, a log dir",
+    "broker_embedded.client.wire_produce_sink": "the write port, a cluster",
+    # errors and values every layer shares
+    "broker_embedded.errors": "Kafka's errors",
+    "broker_embedded.common": "the values the layers share",
+    "broker_embedded.storage.topic_partition": "TopicPartition, topic name rules",
+    "broker_embedded.storage.fetch_data_info": "IsolationLevel",
+    "broker_embedded.client.client_security": "the security settings the options are checked as",
+    # codecs between Arrow columns and record batches, and Kafka's partitioner
+    "broker_embedded.record.kafka_schema": "the Spark schema of a Kafka record",
+    "broker_embedded.record.columnar_decoder": "record batches to Arrow columns",
+    "broker_embedded.record.columnar_encoder": "Arrow columns to record batches",
+    "broker_embedded.record.records": "the batch walk of a fetched records buffer",
+    "broker_embedded.record.kernel_primitives": "the compiled kernels' decorators",
+    "broker_embedded.client.default_partitioner": "Kafka's murmur2 placement of a key",
+    # Kafka's formats of __consumer_offsets (startingOffsets=group:, commitOffsetsToGroup)
+    "broker_embedded.coordinator.coordinator_partition": "the group's __consumer_offsets partition",
+    "broker_embedded.coordinator.group_metadata_record": "OffsetCommit keys and values",
+    "broker_embedded.coordinator.group_metadata_loader": "the replay of a group's records",
+    # not yet behind a port: creating __consumer_offsets in a log dir opens the broker facade;
+    # the latest view's kernels share the cleaner's offset map
+    "broker_embedded.broker": "the facade, to create __consumer_offsets in a log dir",
+    "broker_embedded.coordinator.internal_topics": "__consumer_offsets' settings",
+    "broker_embedded.cleaner.skimpy_offset_map": "the cleaner's key -> offset map kernels",
+}
+
+
+def broker_embedded_imports(path: Path) -> list[tuple[int, str]]:
+    """(line, module) of every broker_embedded module ``path`` imports: ``from P import m``
+    names ``P.m`` when ``P`` is a package (``from broker_embedded.storage import staged_write``),
+    else ``P`` (``from broker_embedded.errors import KafkaLogError``)."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, alias.name) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            if ROOT.joinpath(*node.module.split(".")).is_dir():
+                found += [(node.lineno, f"{node.module}.{alias.name}") for alias in node.names]
+            else:
+                found.append((node.lineno, node.module))
+    return [(line, name) for line, name in found if name.split(".")[0] == "broker_embedded"]
+
+
+def datasource_import_violations(root: Path = ROOT) -> list[str]:
+    """``file:line imports module`` for every broker_embedded module ``datasource/`` imports
+    that ``DATASOURCE_MAY_IMPORT`` does not list (itself or a package holding it)."""
+    bad = []
+    for path in sorted((root / "datasource").rglob("*.py")):
+        for line, name in broker_embedded_imports(path):
+            if not any(name == m or name.startswith(m + ".") for m in DATASOURCE_MAY_IMPORT):
+                bad.append(f"{path.relative_to(root).as_posix()}:{line} imports {name}")
+    return bad
+
+
+def test_data_source_imports_only_its_ports_and_shared_values() -> None:
+    assert datasource_import_violations() == []
+
+
+def test_checker_sees_a_data_source_import_past_the_ports(tmp_path: Path) -> None:
+    (tmp_path / "datasource").mkdir()
+    (tmp_path / "datasource" / "w.py").write_text(
+        "from broker_embedded.errors import KafkaLogError\n"
+        "from broker_embedded.storage import produce_sink, staged_write\n"
+        "def f():\n"
+        "    import broker_embedded.client.kafka_client\n"
+        "    from broker_embedded.storage.log_dir_lock import LogDirLock\n"
+        "    from broker_embedded.common.producer_record import ProducerRecord\n"
+    )
+    assert datasource_import_violations(tmp_path) == [
+        "datasource/w.py:2 imports broker_embedded.storage.staged_write",
+        "datasource/w.py:4 imports broker_embedded.client.kafka_client",
+        "datasource/w.py:5 imports broker_embedded.storage.log_dir_lock",
+    ]

@@ -53,7 +53,11 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-from broker_embedded.client.broker_connection import BrokerConnectionError, ClientConfig
+from broker_embedded.client.broker_connection import (
+    BrokerAddress,
+    BrokerConnectionError,
+    ClientConfig,
+)
 from broker_embedded.client.client_security import ClientSecurity
 from broker_embedded.client.kafka_client import EARLIEST, LATEST, KafkaClient
 from broker_embedded.error_code import LEADER_MOVED
@@ -111,8 +115,19 @@ class WireSource:
     def unplanned(self) -> WireSource:
         return self  # a cluster's tasks are handed nothing but the descriptor
 
+    def connect(self) -> KafkaClient:
+        """A client of the cluster, for a caller that keeps one across the sources it opens
+        (``WireFetchSource(self, client)``: a streaming query's triggers); the caller closes it."""
+        return KafkaClient(self.bootstrap, self.client_config())
+
     def open(self) -> WireFetchSource:
         return WireFetchSource(self)
+
+
+def parse_bootstrap(text: str) -> tuple[BrokerAddress, ...]:
+    """The addresses of ``host:port,host:port`` (a :class:`WireSource`'s ``bootstrap``);
+    ``ValueError`` saying what is wrong."""
+    return BrokerAddress.parse_list(text)
 
 
 _FetchKey = tuple[TopicPartition, int, int, IsolationLevel]

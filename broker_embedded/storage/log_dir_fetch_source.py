@@ -75,6 +75,7 @@ from broker_embedded.storage.fetch_source import (
 )
 from broker_embedded.storage.log_dir import LogDir, PartitionCheckpoints, open_partition_with
 from broker_embedded.storage.open_files import release_mapped_pages
+from broker_embedded.storage.topic_config_file import TOPIC_CONFIG_FILE as TOPIC_CONFIG_FILE
 from broker_embedded.storage.topic_config_file import TopicConfigFile
 from broker_embedded.storage.topic_partition import TopicPartition
 
@@ -162,6 +163,7 @@ class LogDirFetchSource:
         return dict(self._topics)
 
     def declared_partitions(self, topic: str) -> int | None:
+        """``topic``'s partition count as :data:`TOPIC_CONFIG_FILE` declares it, or None."""
         if self._topic_config is None:
             self._topic_config = TopicConfigFile(self._path).read()
         entry = self._topic_config.get(topic)
