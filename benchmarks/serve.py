@@ -46,7 +46,8 @@ v4 client in this file for the raw fetch. Each round starts each server afresh, 
   acks, batch sizes, record count and value size as above, each into a fresh topic;
   ``kafka-consumer-perf-test`` (a group of its own, from the earliest offset) of the first
   acks=1 topic it wrote; ``kafka-e2e-latency`` with S records (acks=1), p50 and p99 in whole
-  milliseconds as the tool prints them.
+  milliseconds as the tool prints them. A tool that fails on a server leaves that server's row
+  empty and prints why (the run goes on).
 
 Before the timed workloads, each server gets a warm-up (untimed): N / 5 records produced with
 acks=1 in the first batch size and consumed (a JVM compiles its hot paths meanwhile).
@@ -75,6 +76,8 @@ import struct
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -468,30 +471,43 @@ def measure_tool_writes(server: Server, s: Settings, work: Path) -> Results:
     ``t1-0``, is left for the consumer perf test), then its end-to-end latency tool."""
     if s.perf_tools is None:
         return {}
-    out: Results = {}
+    home, out = s.perf_tools, {}  # type: Path, Results
     for acks in ("1", "all"):
         for k, batch_bytes in enumerate(s.batch_bytes):
             label, topic = tool_produce_label(acks, batch_bytes), f"t{acks}-{k}"
             create_topic(server, topic)
-            seconds = producer_perf(s.perf_tools, work, server.bootstrap, topic, s.records,
-                                    s.value_bytes, acks, batch_bytes, s.linger_ms)  # fmt: skip
-            out[label] = Figure(seconds, s.records, s.records * s.value_bytes)
-            _show(server, label, out[label])
+            with _tool_failure(server, label):
+                seconds = producer_perf(home, work, server.bootstrap, topic, s.records,
+                                        s.value_bytes, acks, batch_bytes, s.linger_ms)  # fmt: skip
+                out[label] = Figure(seconds, s.records, s.records * s.value_bytes)
+                _show(server, label, out[label])
     create_topic(server, "tool-latency")
-    p50, p99 = e2e_latency(s.perf_tools, work, server.bootstrap, "tool-latency",
-                           s.latency_samples, s.value_bytes)  # fmt: skip
-    out[TOOL_P50], out[TOOL_P99] = Quantity(p50, "ms"), Quantity(p99, "ms")
-    _show(server, TOOL_P99, out[TOOL_P99])
+    with _tool_failure(server, TOOL_P99):
+        p50, p99 = e2e_latency(home, work, server.bootstrap, "tool-latency", s.latency_samples,
+                               s.value_bytes)  # fmt: skip
+        out[TOOL_P50], out[TOOL_P99] = Quantity(p50, "ms"), Quantity(p99, "ms")
+        _show(server, TOOL_P99, out[TOOL_P99])
     return out
+
+
+@contextmanager
+def _tool_failure(server: Server, label: str) -> Iterator[None]:
+    """A perf tool that fails on a server (a peer without an API the tool needs) leaves its row
+    empty for that server, saying why, rather than ending the run."""
+    try:
+        yield
+    except PerfToolError as e:
+        print(f"  {server.name}: {label}: not measured: {str(e)[:600]}", flush=True)
 
 
 def measure_tool_reads(server: Server, s: Settings, work: Path) -> Results:
     if s.perf_tools is None:
         return {}
-    group = f"perf-{os.urandom(4).hex()}"
-    seconds = consumer_perf(s.perf_tools, work, server.bootstrap, "t1-0", s.records, group)
-    out: Results = {TOOL_CONSUME: Figure(seconds, s.records, s.records * s.value_bytes)}
-    _show(server, TOOL_CONSUME, out[TOOL_CONSUME])
+    group, out = f"perf-{os.urandom(4).hex()}", {}  # type: str, Results
+    with _tool_failure(server, TOOL_CONSUME):
+        seconds = consumer_perf(s.perf_tools, work, server.bootstrap, "t1-0", s.records, group)
+        out[TOOL_CONSUME] = Figure(seconds, s.records, s.records * s.value_bytes)
+        _show(server, TOOL_CONSUME, out[TOOL_CONSUME])
     return out
 
 
@@ -556,8 +572,8 @@ def round_tansu(binary: Path, work: Path, s: Settings, run: int) -> Results:
 def median(runs: list[Results]) -> Results:
     """Each row's median over the rounds (by its score)."""
     out: Results = {}
-    for label in runs[0]:
-        values = sorted((r[label] for r in runs), key=lambda v: v.score)
+    for label in dict.fromkeys(label for r in runs for label in r):  # a failed tool: no row
+        values = sorted((r[label] for r in runs if label in r), key=lambda v: v.score)
         mid = statistics.median_low(range(len(values)))
         if len(values) % 2 == 0:  # the mean of the middle two, in the row's own terms
             a, b = values[mid], values[mid + 1]
@@ -700,7 +716,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         with tempfile.TemporaryDirectory(prefix="kafkalog-serve-bench-") as tmp:
             served, read_send, kafka, tansu = run_rounds(s, home, binary, Path(tmp))
-    except (BenchError, PeerError, PerfToolError, KafkaException) as e:
+    except (BenchError, PeerError, KafkaException) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
     print_table(served, read_send, kafka, tansu)
