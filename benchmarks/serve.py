@@ -4,7 +4,7 @@
                                          [--linger-ms L] [--batch-bytes 16384,1000000]
                                          [--fetch-mib 1,16] [--latency-samples S]
                                          [--tansu-cache DIR] [--no-tansu] [--no-kafka]
-                                         [--start-only]
+                                         [--no-perf-tools] [--start-only]
 
 The servers run as child processes on 127.0.0.1 (benchmarks/_serve_peers.py): ``kafkalog serve``
 on a fresh log dir with the default broker config; Apache Kafka 3.9 (KRaft, one node, 512 MiB
@@ -40,7 +40,14 @@ v4 client in this file for the raw fetch. Each round starts each server afresh, 
 - end-to-end latency: S times (default 1,000; fewer when :data:`LATENCY_BUDGET_S` has passed:
   Tansu answers a waiting fetch only at its max wait), one record produced (``linger.ms`` 0,
   acks=1) and waited for by a consumer reading the topic (librdkafka's long-polling fetch,
-  ``fetch.wait.max.ms`` 500); p50 and p99 of the time from ``produce`` to its arrival.
+  ``fetch.wait.max.ms`` 500); p50 and p99 of the time from ``produce`` to its arrival;
+- Kafka's own perf tools (benchmarks/_kafka_perf.py, from Kafka 3.9's ``bin/``, whenever its
+  folder is found, unless ``--no-perf-tools``): ``kafka-producer-perf-test`` with the same
+  acks, batch sizes, record count and value size as above, each into a fresh topic;
+  ``kafka-consumer-perf-test`` (a group of its own, from the earliest offset) of the first
+  acks=1 topic it wrote; ``kafka-e2e-latency`` with S records (acks=1), p50 and p99 in whole
+  milliseconds as the tool prints them. A tool that fails on a server leaves that server's row
+  empty and prints why (the run goes on).
 
 Before the timed workloads, each server gets a warm-up (untimed): N / 5 records produced with
 acks=1 in the first batch size and consumed (a JVM compiles its hot paths meanwhile).
@@ -69,7 +76,9 @@ import struct
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -78,6 +87,12 @@ sys.path.insert(0, str(ROOT))
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition  # noqa: E402
 from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 
+from benchmarks._kafka_perf import (  # noqa: E402
+    PerfToolError,
+    consumer_perf,
+    e2e_latency,
+    producer_perf,
+)
 from benchmarks._serve_peers import (  # noqa: E402
     PeerError,
     Server,
@@ -116,6 +131,7 @@ class Settings:
     fetch_mib: tuple[int, ...]
     latency_samples: int
     start_only: bool = False
+    perf_tools: Path | None = None  # Kafka's home, whose bin/ perf tools run on every server
 
 
 @dataclass(frozen=True)
@@ -407,6 +423,8 @@ RSS_IDLE = "memory, idle (VmRSS after start)"
 RSS_SETTLED = f"memory, idle settled (VmRSS {SETTLE_S:g} s after start)"
 RSS_LOAD = "memory, under load (VmHWM after the workloads)"
 P50, P99 = "end-to-end latency p50", "end-to-end latency p99"
+TOOL_CONSUME = "kafka-consumer-perf-test"
+TOOL_P50, TOOL_P99 = "kafka-e2e-latency p50", "kafka-e2e-latency p99"
 Results = dict[str, Result]
 
 
@@ -416,6 +434,10 @@ def batch_label(batch_bytes: int) -> str:
 
 def produce_label(acks: str, batch_bytes: int) -> str:
     return f"produce acks={acks}, {batch_label(batch_bytes)} batches"
+
+
+def tool_produce_label(acks: str, batch_bytes: int) -> str:
+    return f"kafka-producer-perf-test acks={acks}, {batch_label(batch_bytes)} batches"
 
 
 def fetch_label(mib: int) -> str:
@@ -444,13 +466,58 @@ def measure_writes(server: Server, s: Settings) -> Results:
     return out
 
 
-def measure_reads(server: Server, s: Settings, run: int) -> Results:
+def measure_tool_writes(server: Server, s: Settings, work: Path) -> Results:
+    """Kafka's producer perf test in every acks and batch size (its first acks=1 topic,
+    ``t1-0``, is left for the consumer perf test), then its end-to-end latency tool."""
+    if s.perf_tools is None:
+        return {}
+    home, out = s.perf_tools, {}  # type: Path, Results
+    for acks in ("1", "all"):
+        for k, batch_bytes in enumerate(s.batch_bytes):
+            label, topic = tool_produce_label(acks, batch_bytes), f"t{acks}-{k}"
+            create_topic(server, topic)
+            with _tool_failure(server, label):
+                seconds = producer_perf(home, work, server.bootstrap, topic, s.records,
+                                        s.value_bytes, acks, batch_bytes, s.linger_ms)  # fmt: skip
+                out[label] = Figure(seconds, s.records, s.records * s.value_bytes)
+                _show(server, label, out[label])
+    create_topic(server, "tool-latency")
+    with _tool_failure(server, TOOL_P99):
+        p50, p99 = e2e_latency(home, work, server.bootstrap, "tool-latency", s.latency_samples,
+                               s.value_bytes)  # fmt: skip
+        out[TOOL_P50], out[TOOL_P99] = Quantity(p50, "ms"), Quantity(p99, "ms")
+        _show(server, TOOL_P99, out[TOOL_P99])
+    return out
+
+
+@contextmanager
+def _tool_failure(server: Server, label: str) -> Iterator[None]:
+    """A perf tool that fails on a server (a peer without an API the tool needs) leaves its row
+    empty for that server, saying why, rather than ending the run."""
+    try:
+        yield
+    except PerfToolError as e:
+        print(f"  {server.name}: {label}: not measured: {str(e)[:600]}", flush=True)
+
+
+def measure_tool_reads(server: Server, s: Settings, work: Path) -> Results:
+    if s.perf_tools is None:
+        return {}
+    group, out = f"perf-{os.urandom(4).hex()}", {}  # type: str, Results
+    with _tool_failure(server, TOOL_CONSUME):
+        seconds = consumer_perf(s.perf_tools, work, server.bootstrap, "t1-0", s.records, group)
+        out[TOOL_CONSUME] = Figure(seconds, s.records, s.records * s.value_bytes)
+        _show(server, TOOL_CONSUME, out[TOOL_CONSUME])
+    return out
+
+
+def measure_reads(server: Server, s: Settings, run: int, work: Path) -> Results:
     out: Results = {CONSUME: consume(server, "p1-0", s, run)}
     _show(server, CONSUME, out[CONSUME])
     for mib in s.fetch_mib:
         out[fetch_label(mib)] = raw_fetch(server, "p1-0", mib, s)
         _show(server, fetch_label(mib), out[fetch_label(mib)])
-    return out
+    return out | measure_tool_reads(server, s, work)
 
 
 def warm_up(server: Server, s: Settings, run: int) -> None:
@@ -461,7 +528,7 @@ def warm_up(server: Server, s: Settings, run: int) -> None:
     consume(server, "warm-up", few, -1 - run)
 
 
-def measure_server(server: Server, s: Settings, run: int) -> Results:
+def measure_server(server: Server, s: Settings, run: int, work: Path) -> Results:
     """Start, idle memory, the workloads, memory under load."""
     out: Results = {START: Quantity(server.start_s, "s"), RSS_IDLE: _mib(memory_kib(server.pid)[0])}
     _show(server, START, out[START])
@@ -471,7 +538,8 @@ def measure_server(server: Server, s: Settings, run: int) -> Results:
     if s.start_only:
         return out
     warm_up(server, s, run)
-    out |= measure_writes(server, s) | measure_reads(server, s, run)
+    out |= measure_writes(server, s) | measure_tool_writes(server, s, work)
+    out |= measure_reads(server, s, run, work)
     out[RSS_LOAD] = _mib(memory_kib(server.pid)[1])
     _show(server, RSS_LOAD, out[RSS_LOAD])
     return out
@@ -482,30 +550,30 @@ def round_kafkalog(work: Path, s: Settings, run: int) -> tuple[Results, Results]
     dir restarted with ``fetch.max.pinned.regions = 0``."""
     log_dir = work / "kafkalog-logs"
     with kafkalog_server(log_dir, work) as server:
-        served = measure_server(server, s, run)
+        served = measure_server(server, s, run, work)
     if s.start_only:
         return served, {}
     config = work / "read-send.toml"
     config.write_text(READ_SEND_CONFIG, "utf-8")
     with kafkalog_server(log_dir, work, config) as server:
-        return served, measure_reads(server, s, run)
+        return served, measure_reads(server, s, run, work)
 
 
 def round_kafka(home: Path, work: Path, s: Settings, run: int) -> Results:
     with kafka_server(home, work / "kafka") as server:
-        return measure_server(server, s, run)
+        return measure_server(server, s, run, work)
 
 
 def round_tansu(binary: Path, work: Path, s: Settings, run: int) -> Results:
     with tansu_server(binary, work) as server:
-        return measure_server(server, s, run)
+        return measure_server(server, s, run, work)
 
 
 def median(runs: list[Results]) -> Results:
     """Each row's median over the rounds (by its score)."""
     out: Results = {}
-    for label in runs[0]:
-        values = sorted((r[label] for r in runs), key=lambda v: v.score)
+    for label in dict.fromkeys(label for r in runs for label in r):  # a failed tool: no row
+        values = sorted((r[label] for r in runs if label in r), key=lambda v: v.score)
         mid = statistics.median_low(range(len(values)))
         if len(values) % 2 == 0:  # the mean of the middle two, in the row's own terms
             a, b = values[mid], values[mid + 1]
@@ -531,11 +599,11 @@ def goal(label: str, ours: Result, kafka: Result | None) -> str:
     """Whether the row meets its goal (start: absolute; the others against Kafka)."""
     if label == START:
         return "met (< 1 s)" if ours.score < 1.0 else "NOT met (< 1 s)"
-    if kafka is None or label == P50:
+    if kafka is None or label in (P50, TOOL_P50):
         return ""
     if isinstance(ours, Figure):
         return "met (>= 1.0x)" if ours.score >= kafka.score else "NOT met (>= 1.0x)"
-    if label == P99:
+    if label in (P99, TOOL_P99):
         return "met (<= Kafka)" if ours.score <= kafka.score else "NOT met (<= Kafka)"
     if label in (RSS_IDLE, RSS_SETTLED, RSS_LOAD):
         return "met (< 1/3)" if ours.score < kafka.score / 3 else "NOT met (< 1/3)"
@@ -573,6 +641,11 @@ def parse_args(argv: list[str] | None) -> tuple[Settings, argparse.Namespace]:
     parser.add_argument("--tansu-cache", type=Path, default=Path.home() / ".cache/kafkalog-bench")
     parser.add_argument("--no-tansu", action="store_true", help="do not measure Tansu")
     parser.add_argument("--no-kafka", action="store_true", help="do not measure Kafka 3.9")
+    parser.add_argument(
+        "--no-perf-tools",
+        action="store_true",
+        help="do not run Kafka's perf tools (they need Kafka 3.9's folder)",
+    )
     parser.add_argument("--start-only", action="store_true",
                         help="only the start and idle memory rows, no workload")  # fmt: skip
     a = parser.parse_args(argv)
@@ -602,6 +675,16 @@ def peers(a: argparse.Namespace) -> tuple[Path | None, Path | None]:
     return home, binary
 
 
+def perf_tools_home(a: argparse.Namespace) -> Path | None:
+    """Kafka's folder for its perf tools, None with the reason printed when they do not run."""
+    home = None if a.no_perf_tools or a.start_only else kafka_home()
+    if not isinstance(home, Path):
+        why = "--start-only" if a.start_only else (home or "--no-perf-tools")
+        print(f"Kafka's perf tools not run: {why}")
+        return None
+    return home
+
+
 def _load() -> str:
     return " ".join(f"{x:.1f}" for x in os.getloadavg())
 
@@ -629,6 +712,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{s.records:,} records of {s.value_bytes} bytes, median of {s.rounds} rounds; "
           f"{os.cpu_count()} cores, load average {_load()}", flush=True)  # fmt: skip
     home, binary = peers(a)
+    s = replace(s, perf_tools=perf_tools_home(a))
     try:
         with tempfile.TemporaryDirectory(prefix="kafkalog-serve-bench-") as tmp:
             served, read_send, kafka, tansu = run_rounds(s, home, binary, Path(tmp))

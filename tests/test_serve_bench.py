@@ -1,9 +1,12 @@
 """benchmarks/serve.py end to end on small workloads: kafkalog only (Tansu is downloaded from
 PyPI, which a test does not do), and beside Apache Kafka 3.9 where ``KAFKALOG_PEERS`` has it:
 both ``kafkalog serve`` runs (sendfile, then read + send on the same log dir) produce, consume and
-raw-fetch every record, and the table has every row."""
+raw-fetch every record, and the table has every row; Kafka's own perf tools (producer, consumer,
+end-to-end latency) run on kafkalog where KAFKALOG_PEERS has Kafka's folder."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import pytest
 
@@ -26,6 +29,17 @@ ROWS = [
     "| raw fetch, 1 MiB a request (read + send)",
     "| memory, under load (VmHWM after the workloads)",
 ]
+TOOL_ROWS = [
+    "| kafka-producer-perf-test acks=1, 16 KiB batches",
+    "| kafka-producer-perf-test acks=all, 16 KiB batches",
+    "| kafka-e2e-latency p50",
+    "| kafka-e2e-latency p99",
+]
+TOOL_READ_ROWS = [
+    "| kafka-consumer-perf-test (sendfile)",
+    "| kafka-consumer-perf-test (read + send)",
+]
+WITH_TOOLS = [*ROWS[:7], *TOOL_ROWS, *ROWS[7:11], *TOOL_READ_ROWS, ROWS[11]]
 
 
 def _rows(out: str) -> list[list[str]]:
@@ -34,22 +48,34 @@ def _rows(out: str) -> list[list[str]]:
 
 
 def test_kafkalog_only_run_reads_back_every_record(capsys):
+    """Kafka's perf tools too where ``KAFKALOG_PEERS`` has Kafka's folder (its bin/ tools against
+    ``kafkalog serve``; the Kafka broker itself is not started)."""
     assert serve.main([*TINY, "--no-kafka"]) == 0
     out = capsys.readouterr().out
     rows = _rows(out)
-    assert [r[0] for r in rows] == ROWS
-    assert all(r[2] == "" and r[4] == "" for r in rows)  # no Kafka figures, no ratios
+    tools = kafka_home()
+    assert [r[0] for r in rows] == (WITH_TOOLS if isinstance(tools, Path) else ROWS)
+    assert all(r[1] and r[2] == "" and r[4] == "" for r in rows)  # no Kafka figures, no ratios
     assert "Tansu not measured: --no-tansu" in out
     assert "Kafka 3.9 not measured: --no-kafka" in out
+    if isinstance(tools, str):
+        assert f"Kafka's perf tools not run: {tools}" in out
+
+
+def test_no_perf_tools_says_so(capsys):
+    assert serve.main(["--start-only", "--rounds", "1", "--no-kafka", "--no-tansu"]) == 0
+    assert "Kafka's perf tools not run: --start-only" in capsys.readouterr().out
 
 
 @pytest.mark.peer  # starts the peer itself
 def test_beside_kafka39_every_row_has_both_servers_and_a_ratio(capsys):
-    """The Kafka peer path: Kafka 3.9 started, timed, measured and stopped in the same run."""
+    """The Kafka peer path: Kafka 3.9 started, timed, measured and stopped in the same run;
+    without Kafka's perf tools (the kafkalog-only test runs them on kafkalog, the one they test).
+    """
     home = kafka_home()
     if isinstance(home, str):
         pytest.skip(f"needs Apache Kafka 3.9: {home}")
-    assert serve.main(TINY) == 0
+    assert serve.main([*TINY, "--no-perf-tools"]) == 0
     rows = _rows(capsys.readouterr().out)
     assert [r[0] for r in rows] == ROWS
     for r in rows:

@@ -35,9 +35,15 @@ def _run(argv: list[str]) -> str:
 
 
 def test_tiny_run_reads_every_record_three_ways():
-    out = _run(["--records", "4000", "--codecs", "none", "--repeat", "1", "--no-kafka"])
-    assert "checked: kafkalog from serve, kafkalog from the log dir give the same rows" in out
-    assert _reads(out) == ["kafkalog from serve", "kafkalog from the log dir", "confluent"]
+    """Two record counts, as the 2 M and 10 M data sets: each its own log dir, rows, ratios."""
+    out = _run(["--records", "4000,6000", "--codecs", "none", "--repeat", "1", "--no-kafka"])
+    for n in ("4,000", "6,000"):
+        assert (
+            "checked: kafkalog from serve, kafkalog from the log dir give the same rows "
+            f"(count {n} and hash)" in out
+        )
+        assert f"{n} records, none: kafkalog from serve / kafkalog from the log dir = " in out
+    assert _reads(out) == ["kafkalog from serve", "kafkalog from the log dir", "confluent"] * 2
     assert "kafkalog from serve / kafkalog from the log dir = " in out
     assert "kafkalog from serve / confluent = " in out
     assert "Kafka 3.9 not read: --no-kafka" in out
