@@ -20,6 +20,10 @@ File layout (``conf/broker.toml`` holds the defaults; every key is optional)::
                                               reading frames until a handler takes one
     "socket.request.max.bytes" = 104857600    a larger request frame closes its connection (>= 1)
     "socket.listen.backlog.size" = 50         connections the OS queues before accept (>= 1)
+    "socket.send.buffer.bytes" = 102400       SO_SNDBUF of each accepted connection, as Kafka
+    "socket.receive.buffer.bytes" = 102400    SO_RCVBUF of each (set on the listen socket, so
+                                              the TCP window is sized from the handshake);
+                                              -1: the OS's default and autotuning
     "max.connections" = (3/4 of RLIMIT_NOFILE) at the limit the acceptor waits for a free slot;
                                               default: the process's descriptor limit (soft
                                               RLIMIT_NOFILE, read at start) less a quarter of
@@ -119,6 +123,8 @@ class BrokerConfig:
     queued_max_requests: int = 500
     socket_request_max_bytes: int = 100 << 20
     socket_listen_backlog_size: int = 50
+    socket_send_buffer_bytes: int = 102_400
+    socket_receive_buffer_bytes: int = 102_400
     max_connections: int = field(default_factory=default_max_connections)
     max_connections_per_ip: int = 2**31 - 1
     connections_max_idle_ms: int = 600_000
@@ -217,6 +223,13 @@ def _broker_value(key: str, value: Any, source: str) -> int | float | bool:
                 "(0, 1]"
             )
         return float(value)
+    if key in _OS_DEFAULT_OR_SIZE:
+        if isinstance(value, bool) or not isinstance(value, int) or not (value == -1 or value > 0):
+            raise InvalidConfigError(
+                f"{source}: invalid value {value!r} for broker config {key}: must be -1 (the "
+                "OS's default) or an integer >= 1"
+            )
+        return value
     least = 1 if key in _AT_LEAST_ONE else 0
     if isinstance(value, bool) or not isinstance(value, int) or value < least:
         raise InvalidConfigError(
@@ -250,5 +263,7 @@ _AT_LEAST_ONE = frozenset(
         "transaction.state.log.segment.bytes",
     )  # fmt: skip
 )
+# socket buffer sizes: -1 leaves the OS's default (Kafka's USE_DEFAULT_BUFFER_SIZE)
+_OS_DEFAULT_OR_SIZE = frozenset(("socket.send.buffer.bytes", "socket.receive.buffer.bytes"))
 # keys whose value is a TOML boolean
 _BOOLEANS = frozenset(("auto.create.topics.enable",))

@@ -2,7 +2,9 @@
 the :class:`ConnectionQuotas` and hands each connection to a processor,
 round-robin. Out of descriptors at accept (EMFILE/ENFILE): one error line per episode, retries
 backing off over :data:`ACCEPT_BACKOFF_S`, one line when accepting works again; connections wait
-in the listen backlog meanwhile. Thread safety: its own thread; :meth:`Acceptor.stop` and
+in the listen backlog meanwhile. ``socket.send.buffer.bytes`` and ``socket.receive.buffer.bytes``
+(:class:`SocketBuffers`, Kafka's 100 KiB each by default) size each connection's kernel buffers.
+Thread safety: its own thread; :meth:`Acceptor.stop` and
 :meth:`Acceptor.close` from the server's.
 """
 
@@ -14,6 +16,7 @@ import socket
 import threading
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from broker_embedded.server.connection_quotas import POLL_TIMEOUT_S, ConnectionQuotas
 from broker_embedded.server.endpoint import Endpoint
@@ -26,6 +29,37 @@ log = logging.getLogger(__name__)
 ACCEPT_BACKOFF_S = (0.05, 1.0)  # out of descriptors, accept retries after 50 ms, doubling to 1 s
 
 
+USE_OS_DEFAULT = -1  # a buffer size left to the OS (and its autotuning)
+
+
+@dataclass(frozen=True)
+class SocketBuffers:
+    """``socket.send.buffer.bytes`` and ``socket.receive.buffer.bytes`` (-1: the OS's)."""
+
+    send: int
+    receive: int
+
+
+def _listen_socket(host: str, port: int, backlog: int, receive_buffer: int) -> socket.socket:
+    """A non-blocking listen socket; SO_RCVBUF is set before ``listen`` so that the accepted
+    connections inherit it and the TCP window scale is chosen from it at the handshake."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if family == socket.AF_INET6:  # an IPv6 listener takes IPv6 only, as create_server
+            sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+        if receive_buffer != USE_OS_DEFAULT:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, receive_buffer)
+        sock.bind((host, port))
+        sock.listen(backlog)
+        sock.setblocking(False)
+    except BaseException:
+        sock.close()
+        raise
+    return sock
+
+
 class Acceptor(threading.Thread):
     """Accepts connections on one listener and hands them to the processors, round-robin."""
 
@@ -35,14 +69,12 @@ class Acceptor(threading.Thread):
         processors: Sequence[Processor],
         quotas: ConnectionQuotas,
         backlog: int,
+        buffers: SocketBuffers,
     ) -> None:
         listener = security.listener
         super().__init__(name=f"kafka-acceptor-{listener}", daemon=True)
-        family = socket.AF_INET6 if ":" in listener.host else socket.AF_INET
-        self._listen = socket.create_server(
-            (listener.host, listener.port), family=family, backlog=backlog
-        )
-        self._listen.setblocking(False)
+        self._listen = _listen_socket(listener.host, listener.port, backlog, buffers.receive)
+        self._send_buffer = buffers.send
         self.endpoint = Endpoint(listener.host, self._listen.getsockname()[1])
         self.listener = listener.at_port(self.endpoint.port)
         self.security = security
@@ -103,6 +135,8 @@ class Acceptor(threading.Thread):
         sock.setblocking(False)
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+        if self._send_buffer != USE_OS_DEFAULT:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, self._send_buffer)
         processor = self._processors[self._next % len(self._processors)]
         self._next += 1
         processor.accept(sock, address[:2], self.security)

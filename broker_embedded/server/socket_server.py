@@ -96,7 +96,7 @@ import time
 from collections.abc import Sequence
 
 from broker_embedded.broker_config import BrokerConfig
-from broker_embedded.server.acceptor import Acceptor
+from broker_embedded.server.acceptor import Acceptor, SocketBuffers
 from broker_embedded.server.api_version_manager import ApiVersionManager
 from broker_embedded.server.connection_quotas import ConnectionQuotas
 from broker_embedded.server.endpoint import Endpoint
@@ -149,8 +149,13 @@ class SocketServer:
         self._started = False
         try:
             for security_of in securities:
-                self.acceptors.append(Acceptor(security_of, self.processors, self.quotas,
-                                               config.socket_listen_backlog_size))  # fmt: skip
+                buffers = SocketBuffers(
+                    config.socket_send_buffer_bytes, config.socket_receive_buffer_bytes
+                )
+                backlog = config.socket_listen_backlog_size
+                self.acceptors.append(
+                    Acceptor(security_of, self.processors, self.quotas, backlog, buffers)
+                )
         except BaseException:
             self.shutdown(0)
             raise

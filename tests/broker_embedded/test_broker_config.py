@@ -30,6 +30,8 @@ BROKER_KEYS = {
     "queued.max.requests": 500,
     "socket.request.max.bytes": 104857600,
     "socket.listen.backlog.size": 50,
+    "socket.send.buffer.bytes": 102400,
+    "socket.receive.buffer.bytes": 102400,
     # "max.connections": not in the file, its default follows RLIMIT_NOFILE (tested with the
     # server: tests/broker_embedded/server/test_abandoned_and_slow_clients.py)
     "max.connections.per.ip": 2147483647,

@@ -183,6 +183,8 @@ BROKER_CONFIGS: Mapping[str, tuple[int, str]] = MappingProxyType({
     "queued.max.requests": (INT, "requests queued for the handlers before reading stops"),
     "socket.request.max.bytes": (INT, "a larger request closes its connection"),
     "socket.listen.backlog.size": (INT, "connections the listen socket queues before accept"),
+    "socket.send.buffer.bytes": (INT, "SO_SNDBUF of a connection (-1: the OS's default)"),
+    "socket.receive.buffer.bytes": (INT, "SO_RCVBUF of a connection (-1: the OS's default)"),
     "max.connections": (INT, "connections at once; the acceptor waits at the limit"),
     "max.connections.per.ip": (INT, "connections at once from one address"),
     "connections.max.idle.ms": (LONG, "an idle connection is closed after this (ms)"),
