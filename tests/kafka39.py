@@ -176,26 +176,41 @@ class ToolRunner:
 
     _shared: ToolRunner | None = None
     _unavailable = False
-    JVM = ["-Xmx512m", "-server", "-XX:+UseG1GC", "-XX:MaxGCPauseMillis=20",
-           "-XX:InitiatingHeapOccupancyPercent=35", "-XX:+ExplicitGCInvokesConcurrent",
-           "-XX:MaxInlineLevel=15", "-Djava.awt.headless=true", "-Djava.security.manager=allow",
-           "--add-opens", "java.base/java.lang=ALL-UNNAMED"]  # fmt: skip
+    # besides the script's options: a heap for many runs, and what the runner needs (its
+    # SecurityManager sees System.exit; the shutdown hooks are read from java.lang)
+    JVM = ["-Xmx512m", "-Djava.security.manager=allow", "--add-opens",
+           "java.base/java.lang=ALL-UNNAMED"]  # fmt: skip
 
     def __init__(self, home: Path) -> None:
         self.folder = Path(tempfile.mkdtemp(prefix="kafka-tool-runner-"))
         source = Path(__file__).with_name("KafkaToolRunner.java")
         subprocess.run(["javac", "-nowarn", "-Xlint:-removal", "-d", str(self.folder), str(source)],
                        capture_output=True, check=True, timeout=TOOL_TIMEOUT_S)  # fmt: skip
-        log4j = f"-Dlog4j.configuration=file:{home}/config/tools-log4j.properties"
-        classpath = f"{self.folder}{os.pathsep}{home}/libs/*"
+        options, classpath = self._script_java(home)
         self.log = self.folder / "runner.err"
         with open(self.log, "wb") as err:
             self.proc = subprocess.Popen(
-                ["java", *self.JVM, log4j, "-cp", classpath, "KafkaToolRunner"],
-                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err,
+                ["java", *options, *self.JVM, "-cp", f"{self.folder}{os.pathsep}{classpath}",
+                 "KafkaToolRunner"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err,
             )  # fmt: skip
         if self._read_int(TOOL_TIMEOUT_S) != 0:
             raise OSError("the tool runner did not start")
+
+    def _script_java(self, home: Path) -> tuple[list[str], str]:
+        """The JVM options and the class path bin/kafka-run-class.sh gives a tool (the jars in
+        its order, which decides, say, the version the tools report): the script run with a
+        ``java`` that prints its arguments. Without the heap option (the runner has its own)."""
+        fake = self.folder / "print-args" / "bin" / "java"
+        fake.parent.mkdir(parents=True)
+        fake.write_text('#!/bin/sh\nprintf "%s\\n" "$@"\n')
+        fake.chmod(0o755)
+        env = dict(os.environ, JAVA_HOME=str(fake.parents[1]), KAFKA_HEAP_OPTS="-Xmx512m",
+                   LOG_DIR=str(self.folder))  # fmt: skip
+        done = subprocess.run([str(home / "bin" / "kafka-run-class.sh"), "MAIN"], env=env,
+                              capture_output=True, text=True, check=True, timeout=60)  # fmt: skip
+        args = done.stdout.splitlines()
+        cp = args.index("-cp")
+        return [a for a in args[:cp] if not a.startswith("-Xmx")], args[cp + 1]
 
     @classmethod
     def shared(cls, home: Path) -> ToolRunner | None:
