@@ -30,8 +30,10 @@ case "${1:-}" in
         ruff check .
         ruff format --check .
         # On pytest-xdist workers (KAFKALOG_TEST_WORKERS, default 2; each starts its own
-        # SparkSession and Kafka 3.9 brokers, about 2 GB), a module's tests on one worker (its
-        # module fixtures built once; xdist's loadgroup does not group on pytest 9).
+        # SparkSession and Kafka 3.9 broker, about 2 GB). --dist worksteal: each worker starts
+        # on a contiguous half of the tests (a module's tests mostly on one worker, its module
+        # fixtures built once) and takes half of the other's remaining tests when it runs out,
+        # so both stay busy to the end (with loadscope a slow module was one serial chunk).
         # Tiers, by marker (pyproject.toml), e.g.
         #   bash dev.sh test -m "not slow"                  skip the crash, limit and soak tests
         #   bash dev.sh test -m "not spark and not peer"    no JVM at all
@@ -39,7 +41,7 @@ case "${1:-}" in
         #   bash dev.sh test -n 0 tests/path::name          one test, in this process
         # Measured: pytest 20.3 and 20.8 min for the whole suite with the Kafka 3.9 peers in
         # fresh clones, 2 cores at load 3-4 (29.5 min at load 19); not yet the 12 min target.
-        exec python -m pytest -q -n "${KAFKALOG_TEST_WORKERS:-2}" --dist loadscope \
+        exec python -m pytest -q -n "${KAFKALOG_TEST_WORKERS:-2}" --dist worksteal \
             --durations=25 "$@"
         ;;
     *)

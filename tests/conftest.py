@@ -12,9 +12,11 @@ each test at collection from what it uses rather than by hand:
   a Kafka 3.9 of its own wrote): marked by hand, or using one of :data:`SLOW_FIXTURES`; they
   still run in ``bash dev.sh test``.
 
-Under pytest-xdist (``--dist loadscope``) the tests of a module run on one worker, so a module
-fixture is built once; the session fixtures (SparkSession, the Kafka 3.9 brokers, Tansu) are one
-per worker.
+Under pytest-xdist (``--dist worksteal``) each worker starts on a contiguous half of the tests
+and takes over half of the other's remaining ones when it runs out: a module's tests mostly run
+on one worker (a module fixture built once, twice where the module is split), so no test may
+depend on another having run; the session fixtures (SparkSession, the Kafka 3.9 broker, Tansu)
+are one per worker.
 """
 
 from __future__ import annotations

@@ -10,9 +10,16 @@ of Kafka's ``bin/kafka-*.sh`` tools, bounded. The same folder holds Spark's own 
 
 from __future__ import annotations
 
+import atexit
 import base64
 import os
+import re
+import select
+import shutil
+import struct
 import subprocess
+import tempfile
+import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -126,17 +133,151 @@ def kafka_tool(
     check: bool = True,
     stdin: str | None = None,
 ) -> subprocess.CompletedProcess[str]:
-    """``bin/<tool>.sh ARGS`` of Kafka 3.9 (256 MB heap, its log4j output in ``work``), its
-    output captured as text; ``check``: a non-zero exit raises with the tool's output."""
+    """``bin/<tool>.sh ARGS`` of Kafka 3.9 (its log4j output in ``work``), its output captured
+    as text; ``check``: a non-zero exit raises with the tool's output. The tool's main class
+    (the one its script hands to kafka-run-class.sh) runs in this process's one
+    :class:`ToolRunner` JVM when javac is there to build it (a JVM per tool run would take 2-5 s
+    each), else in a JVM of its own through its script (256 MB heap)."""
     home = kafka39_home()
-    env = dict(os.environ, KAFKA_HEAP_OPTS="-Xmx256m", LOG_DIR=str(work))
-    done = subprocess.run(
-        [str(home / "bin" / f"{tool}.sh"), *map(str, args)], env=env, input=stdin,
-        capture_output=True, text=True, timeout=timeout, check=False,
-    )  # fmt: skip
+    argv = [str(home / "bin" / f"{tool}.sh"), *map(str, args)]
+    runner = ToolRunner.shared(home)
+    if runner is not None:
+        done = runner.run(argv, _main_class(home, tool), work, stdin, timeout)
+    else:
+        env = dict(os.environ, KAFKA_HEAP_OPTS="-Xmx256m", LOG_DIR=str(work))
+        done = subprocess.run(argv, env=env, input=stdin, capture_output=True, text=True,
+                              timeout=timeout, check=False)  # fmt: skip
     if check and done.returncode != 0:
         raise AssertionError(
             f"{tool} {' '.join(map(str, args))} exited {done.returncode}:\n"
             f"{done.stdout[-2000:]}\n{done.stderr[-2000:]}"
         )
     return done
+
+
+_RUN_CLASS = re.compile(r"kafka-run-class\.sh\s+([\w.$]+)")
+
+
+def _main_class(home: Path, tool: str) -> str:
+    """The main class ``bin/<tool>.sh`` runs (its ``kafka-run-class.sh CLASS "$@"`` line)."""
+    script = (home / "bin" / f"{tool}.sh").read_text()
+    found = _RUN_CLASS.findall(script)
+    if len(found) != 1:
+        raise AssertionError(f"bin/{tool}.sh: no single kafka-run-class.sh line ({found})")
+    return found[0]
+
+
+class ToolRunner:
+    """One JVM (tests/KafkaToolRunner.java, compiled with javac into a temporary folder) that
+    runs Kafka's tools one after another, each as its own JVM would (see the Java file): a
+    request and its answer over the JVM's stdin / stdout. :meth:`shared` is this process's one
+    runner, started at first use, ended at exit; a run that outlives its timeout kills it (the
+    next run starts another). Not thread safe (the tests run one at a time per process)."""
+
+    _shared: ToolRunner | None = None
+    _unavailable = False
+    # besides the script's options: a heap for many runs, and what the runner needs (its
+    # SecurityManager sees System.exit; the shutdown hooks are read from java.lang)
+    JVM = ["-Xmx512m", "-Djava.security.manager=allow", "--add-opens",
+           "java.base/java.lang=ALL-UNNAMED"]  # fmt: skip
+
+    def __init__(self, home: Path) -> None:
+        self.folder = Path(tempfile.mkdtemp(prefix="kafka-tool-runner-"))
+        source = Path(__file__).with_name("KafkaToolRunner.java")
+        subprocess.run(["javac", "-nowarn", "-Xlint:-removal", "-d", str(self.folder), str(source)],
+                       capture_output=True, check=True, timeout=TOOL_TIMEOUT_S)  # fmt: skip
+        options, classpath = self._script_java(home)
+        self.log = self.folder / "runner.err"
+        with open(self.log, "wb") as err:
+            self.proc = subprocess.Popen(
+                ["java", *options, *self.JVM, "-cp", f"{self.folder}{os.pathsep}{classpath}",
+                 "KafkaToolRunner"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err,
+            )  # fmt: skip
+        if self._read_int(TOOL_TIMEOUT_S) != 0:
+            raise OSError("the tool runner did not start")
+
+    def _script_java(self, home: Path) -> tuple[list[str], str]:
+        """The JVM options and the class path bin/kafka-run-class.sh gives a tool (the jars in
+        its order, which decides, say, the version the tools report): the script run with a
+        ``java`` that prints its arguments. Without the heap option (the runner has its own)."""
+        fake = self.folder / "print-args" / "bin" / "java"
+        fake.parent.mkdir(parents=True)
+        fake.write_text('#!/bin/sh\nprintf "%s\\n" "$@"\n')
+        fake.chmod(0o755)
+        env = dict(os.environ, JAVA_HOME=str(fake.parents[1]), KAFKA_HEAP_OPTS="-Xmx512m",
+                   LOG_DIR=str(self.folder))  # fmt: skip
+        done = subprocess.run([str(home / "bin" / "kafka-run-class.sh"), "MAIN"], env=env,
+                              capture_output=True, text=True, check=True, timeout=60)  # fmt: skip
+        args = done.stdout.splitlines()
+        cp = args.index("-cp")
+        return [a for a in args[:cp] if not a.startswith("-Xmx")], args[cp + 1]
+
+    @classmethod
+    def shared(cls, home: Path) -> ToolRunner | None:
+        """This process's runner (None when javac is missing or the runner cannot start)."""
+        if cls._shared is None and not cls._unavailable:
+            try:
+                if shutil.which("javac") is None:
+                    raise OSError("no javac")
+                cls._shared = cls(home)
+                atexit.register(cls._shared.close)
+            except (OSError, subprocess.SubprocessError):
+                cls._unavailable = True
+        return cls._shared
+
+    def run(self, argv: list[str], main_class: str, work: Path, stdin: str | None,
+            timeout: float) -> subprocess.CompletedProcess[str]:  # fmt: skip
+        """``main_class``'s main with ``argv[1:]`` as a tool run: its exit status and output."""
+        request = [self._string(main_class), self._string(str(work))]
+        request.append(struct.pack(">i", -1) if stdin is None else self._string(stdin))
+        request.append(struct.pack(">i", len(argv) - 1))
+        request.extend(self._string(a) for a in argv[1:])
+        try:
+            assert self.proc.stdin is not None
+            self.proc.stdin.write(b"".join(request))
+            self.proc.stdin.flush()
+            deadline = time.monotonic() + timeout
+            status = self._read_int(timeout)
+            out = self._read_bytes(deadline).decode(errors="replace")
+            err = self._read_bytes(deadline).decode(errors="replace")
+        except BaseException:
+            self.close()
+            type(self)._shared = None
+            raise
+        return subprocess.CompletedProcess(argv, status, out, err)
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(timeout=30)
+        for pipe in (self.proc.stdin, self.proc.stdout):
+            if pipe is not None:
+                pipe.close()
+        shutil.rmtree(self.folder, ignore_errors=True)
+
+    @staticmethod
+    def _string(text: str) -> bytes:
+        data = text.encode()
+        return struct.pack(">i", len(data)) + data
+
+    def _read_int(self, timeout: float) -> int:
+        return struct.unpack(">i", self._read(4, time.monotonic() + timeout))[0]
+
+    def _read_bytes(self, deadline: float) -> bytes:
+        (size,) = struct.unpack(">i", self._read(4, deadline))
+        return self._read(size, deadline)
+
+    def _read(self, size: int, deadline: float) -> bytes:
+        assert self.proc.stdout is not None
+        fd = self.proc.stdout.fileno()
+        chunks: list[bytes] = []
+        while size:
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([fd], [], [], left)[0]:
+                raise subprocess.TimeoutExpired(self.proc.args, TOOL_TIMEOUT_S)
+            chunk = os.read(fd, size)
+            if not chunk:
+                raise OSError(f"the tool runner ended: {self.log.read_text()[-2000:]}")
+            chunks.append(chunk)
+            size -= len(chunk)
+        return b"".join(chunks)

@@ -58,6 +58,7 @@ def load_log_dir_topics(
     workaround, which Kafka does not need)."""
     for topic, partitions in topics.items():
         client.create_topic(topic, partitions, 1, KEEP_FOREVER)
+        client.producer_topic(topic)  # until visible with leaders (Kafka's metadata can lag)
         for p in range(partitions):
             _load_partition(client, log_dir, topic, p, split_last)
 

@@ -166,14 +166,12 @@ def tansu_source(source_log_dir: Path, tmp_path_factory) -> Iterator[ReadSource]
 
 
 @pytest.fixture(scope="session")
-def datasource_kafka(tmp_path_factory) -> Iterator[str]:
-    """The bootstrap of an Apache Kafka 3.9 of the data source tests' own for the session
-    (tests/kafka39.py; skipped without it): :func:`kafka_source`'s topics, and the topics and
-    groups each Kafka test of the data source creates under its own names."""
-    from tests.kafka39 import kafka_broker
-
-    with kafka_broker(tmp_path_factory.mktemp("kafka-datasource")) as server:
-        yield server.bootstrap
+def datasource_kafka(kafka39) -> str:
+    """The bootstrap of the session's Apache Kafka 3.9 (tests/conftest.py ``kafka39``; skipped
+    without it): :func:`kafka_source`'s topics, and the topics and groups each Kafka test of the
+    data source creates under its own names, beside the other tests' (one broker per worker,
+    not two: a Kafka start is 10-60 s of a core and 0.5 GB)."""
+    return kafka39.bootstrap
 
 
 @pytest.fixture(scope="session")

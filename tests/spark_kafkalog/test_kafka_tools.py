@@ -7,8 +7,8 @@ other way round: kafkalog's ``produce`` / ``consume`` with ``--bootstrap-server`
 
 One ``kafkalog serve`` child for the module, with the ACL authorizer on and every resource
 without ACLs open (``allow.everyone.if.no.acl.found``), as the ACL tools need, and no initial
-rebalance delay (as the Kafka peer). Each tool run
-starts a JVM (about 2 s): the checks are grouped, a few runs per test. Each test uses its own
+rebalance delay (as the Kafka peer). The tool runs share one JVM (tests/kafka39.py
+``kafka_tool``); the checks are grouped, a few runs per test. Each test uses its own
 topic and group names (the Kafka broker is shared by the session).
 """
 
