@@ -54,6 +54,9 @@ class WellBehaved(threading.Thread):
         return self.answers
 
 
+SERVED_WITHIN_S = 30.0  # the hang guard of every wait here (an answer, a log line, a count)
+
+
 @contextlib.contextmanager
 def guarded(cfg=None):
     """A server with a well-behaved client running throughout; asserts it was served."""
@@ -62,8 +65,10 @@ def guarded(cfg=None):
         good.start()
         yield server
         before = good.answers
-        time.sleep(0.1)
-        assert good.answers > before  # still served after the abuse
+        deadline = time.monotonic() + SERVED_WITHIN_S
+        while good.answers == before:  # still served after the abuse
+            assert time.monotonic() < deadline, f"no answer in {SERVED_WITHIN_S} s"
+            time.sleep(0.01)
         assert good.stop() > 0
 
 
@@ -117,7 +122,7 @@ def test_disconnect_mid_request(caplog):
         bad.send(frame[:-5])
         client_port = bad.sock.getsockname()[1]
         bad.close()
-        deadline = time.monotonic() + 5
+        deadline = time.monotonic() + SERVED_WITHIN_S
         while not closing_lines(caplog, client_port):
             assert time.monotonic() < deadline
             time.sleep(0.01)
@@ -141,7 +146,7 @@ def test_a_reset_between_requests_is_not_a_problem_but_one_mid_request_is(caplog
         ports = idle.sock.getsockname()[1], busy.sock.getsockname()[1]
         reset(idle.sock)
         reset(busy.sock)
-        deadline = time.monotonic() + 5
+        deadline = time.monotonic() + SERVED_WITHIN_S
         while not closing_lines(caplog, ports[1]):
             assert time.monotonic() < deadline
             time.sleep(0.01)
@@ -174,7 +179,7 @@ def test_claimed_sizes_do_not_allocate_memory():
         clients = [RawClient(server) for _ in range(200)]
         for client in clients:
             client.send(struct.pack(">i", 100_000_000) + b"\0" * 10)
-        deadline = time.monotonic() + 5
+        deadline = time.monotonic() + SERVED_WITHIN_S
         while server.socket_server.connection_count() < 201:
             assert time.monotonic() < deadline
             time.sleep(0.01)
@@ -195,7 +200,7 @@ def test_thousand_idle_connections():
         for _ in range(1000):
             s = socket.create_connection(("127.0.0.1", port(server)), timeout=10)
             clients.append(s)
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + SERVED_WITHIN_S
         while server.socket_server.connection_count() < 1001:
             assert time.monotonic() < deadline
             time.sleep(0.01)
@@ -204,7 +209,7 @@ def test_thousand_idle_connections():
         grown = rss_bytes() - before
         for s in clients:
             s.close()
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + SERVED_WITHIN_S
         while server.socket_server.connection_count() > 1:
             assert time.monotonic() < deadline
             time.sleep(0.01)
@@ -220,7 +225,7 @@ def test_max_connections_per_ip(caplog):
             assert refused.closed_by_server()
             refused_port = refused.sock.getsockname()[1]
         held.pop().close()
-        deadline = time.monotonic() + 5
+        deadline = time.monotonic() + SERVED_WITHIN_S
         while server.socket_server.connection_count() > 3:
             assert time.monotonic() < deadline
             time.sleep(0.01)
