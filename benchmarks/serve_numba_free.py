@@ -108,7 +108,7 @@ def _table(rows: list[tuple[int, ...]]) -> np.ndarray:
 
 
 def py_assign(buf: bytearray, table: np.ndarray, leader_epoch: int) -> None:
-    for pos, base in table[:, [lv.C_POSITION, lv.C_BASE]].tolist():
+    for pos, base in table[:, [es.S_POS, es.S_OFFSET]].tolist():
         _OFFSET_EPOCH.pack_into(buf, pos, base)
         _EPOCH.pack_into(buf, pos + 12, leader_epoch)
 
@@ -166,7 +166,7 @@ def produce_row(label: str, data: bytes, repeat: int, calls: int) -> str:
         py_assign(buf, t, 3)
 
     def crcs() -> None:
-        for pos, size in table[:, [lv.C_POSITION, lv.C_SIZE]].tolist():
+        for pos, size in table[:, [es.S_POS, es.S_SIZE]].tolist():
             crc32c.crc32c(memoryview(buf)[pos + 21 : pos + size])
 
     c, p, k = (best_cpu_us(f, repeat, calls) for f in (compiled, python, crcs))
