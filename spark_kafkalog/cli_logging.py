@@ -3,7 +3,7 @@
 config file (``level``, ``format``; the command line wins).
 
 Every module logs to ``logging.getLogger(__name__)``, so the loggers form one hierarchy named
-after the modules (``broker_embedded.server.socket_server``, ``spark_kafkalog.compaction_job``,
+after the modules (``broker_embedded.server.processor``, ``spark_kafkalog.compaction_job``,
 ...). :func:`configure` puts one handler on the root logger, writing to stderr:
 
 - the project's packages (:data:`PACKAGES`) log at the chosen level; every other library

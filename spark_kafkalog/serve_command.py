@@ -28,7 +28,7 @@ the holder named. Readers take no lock (``kafkalog consume --log-dir``,
 Output: one line per listener of each broker on stdout, ``broker <id> listening on
 <NAME>://<host>:<bound port>``, flushed at once (a script starting the server on port 0
 reads the port there); at the end ``stopped``. The log (stderr, ``logging`` at INFO) has one
-line per connection problem naming the client (socket_server.py), never a traceback for a
+line per connection problem naming the client (server/processor.py), never a traceback for a
 client's mistake.
 
 Metrics (``--metrics-port``, off by default): broker ``i`` answers Prometheus on

@@ -134,6 +134,6 @@ def test_serve_logs_json_lines_from_its_config_and_a_bad_client_in_one_line(
     messages = [(e["level"], e["logger"]) for e in events]
     assert ("INFO", "spark_kafkalog.serve_command") in messages
     (bad,) = [e for e in events if "127.0.0.1" in e["message"]]
-    assert (bad["level"], bad["logger"]) == ("WARNING", "broker_embedded.server.socket_server")
+    assert (bad["level"], bad["logger"]) == ("WARNING", "broker_embedded.server.processor")
     assert bad["message"].startswith("closing connection from 127.0.0.1:"), bad
     assert "Traceback" not in "".join(lines)
