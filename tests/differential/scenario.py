@@ -106,11 +106,15 @@ class Run:
     def create(
         self, topic: str, partitions: int = 1, configs: dict[str, str] | None = None
     ) -> None:
-        """Create ``topic`` (not compared) and wait until every partition has a leader."""
+        """Create ``topic`` (not compared) and wait until every partition has a leader. Its
+        ``retention.ms`` is -1 unless ``configs`` say otherwise: the scenarios' records carry
+        timestamps of 2023 (:data:`BASE_TIMESTAMP`), which a retention check falling inside a
+        scenario (every 5 minutes in Kafka) would delete, active segment included."""
+        configs = {"retention.ms": "-1", **(configs or {})}
         answer = self.quiet(CREATE_TOPICS_KEY, 7, {"topics": [{
             "name": topic, "num_partitions": partitions, "replication_factor": 1,
             "assignments": [], "configs": [
-                {"name": k, "value": v} for k, v in (configs or {}).items()
+                {"name": k, "value": v} for k, v in configs.items()
             ]}], "timeout": 30_000})  # fmt: skip
         error = answer["topics"][0]["error_code"]
         assert error == "none", f"creating {topic} on {self.bootstrap}: {error}"
