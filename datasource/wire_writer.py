@@ -5,7 +5,7 @@ with the project's wire client and an idempotent producer (acks=all); with the o
 ``transactionalIdPrefix``, in Kafka transactions, exactly once.
 
 Columns, their types and the errors naming a column of a wrong type are the log-dir writer's
-(kafka_writer.py :func:`check_columns`), as is the placement of a row without a partition
+(kafka_row_writer.py :func:`check_columns`), as is the placement of a row without a partition
 (:class:`RowPlacer`: a keyed row where Kafka's default partitioner puts it, murmur2 of the key;
 keyless rows round-robin per task) and the batches (the columnar encoder, Arrow columns straight
 into record batches v2, no Python object per record; at most 1 MiB of records and the topic's
@@ -113,13 +113,13 @@ from broker_embedded.client.wire_fetch_source import WireSource, parse_bootstrap
 from broker_embedded.client.wire_produce_sink import ProducerAppender, TxnHandle, WireSink
 from broker_embedded.errors import KafkaLogError, UnknownTopicOrPartitionError
 from datasource.errors import InvalidOptionError
+from datasource.kafka_row_writer import RowPlacer, check_columns
 from datasource.kafka_source_options import (
     CLIENT_SETTINGS,
     is_security_option,
     security_properties,
 )
 from datasource.kafka_write_options import REJECTED, KafkaWriteOptions
-from datasource.kafka_writer import RowPlacer, check_columns
 
 log = logging.getLogger(__name__)
 

@@ -42,11 +42,9 @@ other runs) are serialised per partition by the cleaning lock.
 
 from __future__ import annotations
 
-import argparse
 import logging
 import os
 import socket
-import sys
 import threading
 import time
 import uuid
@@ -57,12 +55,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
 from broker_embedded.cleaner.log_cleaner_manager import (
-    LogToClean,
-    cleanable_offsets,
-    log_to_clean,
     read_cleaner_checkpoint,
     record_cleaner_checkpoint,
 )
+from broker_embedded.cleaner.log_to_clean import LogToClean, cleanable_offsets, log_to_clean
 from broker_embedded.errors import (
     KafkaLogError,
     LogDirLockedError,
@@ -88,7 +84,6 @@ from broker_embedded.storage.topic_config_file import TopicConfigFile
 from broker_embedded.storage.topic_partition import TopicPartition
 from broker_embedded.storage.unified_log import UnifiedLog
 from spark_kafkalog.compaction_config import CompactionConfig
-from spark_kafkalog.kernel_cache import ensure_compiled
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -598,30 +593,3 @@ def exit_status(outcomes: Iterable[PartitionOutcome]) -> int:
         return 1
     work_left = any(s == PARTIAL or (s, r) == (SKIPPED, BUDGET_USED) for s, r in statuses)
     return 3 if work_left else 0
-
-
-# -- spark-submit ------------------------------------------------------------------------------
-
-
-def main(argv: list[str] | None = None) -> int:
-    """``spark-submit jobs/compact.py --config FILE [--dry-run] [--report FILE]
-    [--log-level L] [--log-format text|json]``."""
-    from spark_kafkalog import cli_logging, compaction_report
-
-    parser = argparse.ArgumentParser(prog="jobs/compact.py", description="kafkalog compaction")
-    compaction_report.add_arguments(parser)
-    cli_logging.add_arguments(parser)
-    args = parser.parse_args(argv)
-    cli_logging.configure(args.log_level or "warning", args.log_format or "text")
-
-    def on_spark(config: CompactionConfig) -> JobReport:
-        from pyspark.sql import SparkSession
-
-        ensure_compiled()  # before Spark starts its workers: they load the kernels, none compiles
-        spark = SparkSession.builder.appName("kafkalog-compaction").getOrCreate()
-        try:
-            return run(spark, config, sys.stdout, dry_run=args.dry_run)
-        finally:
-            spark.stop()
-
-    return compaction_report.execute(args.config, args.report, on_spark)

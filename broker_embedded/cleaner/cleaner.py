@@ -2,7 +2,7 @@
 
 A round (:meth:`Cleaner.clean`, Kafka's ``doClean``):
 
-1. The offsets (``log_cleaner_manager.cleanable_offsets``): the first dirty offset is the
+1. The offsets (``log_to_clean.cleanable_offsets``): the first dirty offset is the
    ``cleaner-offset-checkpoint`` value (the log start offset without one, or when it lies below
    the log start or above the log end); the first uncleanable offset is the lowest of the last
    stable offset, the active segment's base offset and the base offset of the first dirty
@@ -87,7 +87,7 @@ from broker_embedded.cleaner.cleaned_transaction_metadata import (
 )
 from broker_embedded.cleaner.cleaner_stats import CleanerStats, CleanResult
 from broker_embedded.cleaner.cleaner_window import Window, WindowReader
-from broker_embedded.cleaner.log_cleaner_manager import OffsetsToClean, cleanable_offsets
+from broker_embedded.cleaner.log_to_clean import OffsetsToClean, cleanable_offsets
 from broker_embedded.cleaner.segment_groups import Segment, cleanable_segments, group_segments
 from broker_embedded.cleaner.skimpy_offset_map import MD5_SCRATCH_BYTES, SkimpyOffsetMap
 from broker_embedded.errors import KafkaLogError, KafkaStorageError

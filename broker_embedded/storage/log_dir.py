@@ -49,7 +49,7 @@ from broker_embedded.storage.offset_checkpoint import (
 )
 from broker_embedded.storage.partition_reader import PartitionReader
 from broker_embedded.storage.segment_indexer import DEFAULT_INDEX_INTERVAL_BYTES
-from broker_embedded.storage.staged_write import STAGING_DIR
+from broker_embedded.storage.staging_area import STAGING_DIR
 from broker_embedded.storage.topic_config_file import TOPIC_CONFIG_FILE
 from broker_embedded.storage.topic_partition import TopicPartition
 

@@ -102,7 +102,7 @@ from broker_embedded.storage.partition_metadata import (
     topic_id_to_string,
 )
 from broker_embedded.storage.segment_writer import wall_clock_ms
-from broker_embedded.storage.staged_write import resolve_interrupted_commits
+from broker_embedded.storage.staging_area import resolve_interrupted_commits
 from broker_embedded.storage.storage_health import StorageHealth
 from broker_embedded.storage.topic_config_file import TopicConfigFile, TopicEntry
 from broker_embedded.storage.topic_partition import TopicPartition

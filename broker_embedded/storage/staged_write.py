@@ -64,8 +64,8 @@ log back to its journaled LEO and deletes the journal; then the error propagates
 staged file or step. A task that cannot write its staged files (a full disk) deletes them and
 fails with a :class:`KafkaStorageError` naming the log dir, the topic partition and the file.
 When the process dies instead, the next :class:`LogManager` to open the log dir (a broker, the
-CLI, the next commit) finishes the job with :func:`resolve_interrupted_commits`: for each job
-directory holding a journal (which only a dead commit leaves: a live one holds the lock), if the
+CLI, the next commit) finishes the job (staging_area.py, ``resolve_interrupted_commits``): for each
+job directory holding a journal (which only a dead commit leaves: a live one holds the lock), if the
 published HW of every journaled partition is still at or below its journaled LEO, the commit
 never published and every such partition is truncated to its journaled LEO (the truncation
 fsynced before the journal goes) and a streaming writer's commits file is set back to the
@@ -104,11 +104,11 @@ import logging
 import os
 import shutil
 import time
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, TYPE_CHECKING
+from typing import IO
 
 from broker_embedded.errors import (
     CorruptRecordError,
@@ -129,24 +129,23 @@ from broker_embedded.storage.commit_journal import (
     checked_name,
     commits_file,
     committed_batch,
-    read_journal_entries,
     set_committed_batch,
     write_journal,
 )
+from broker_embedded.storage.log_manager import LogManager
+from broker_embedded.storage.staging_area import (
+    JOURNAL,
+    aborted_marker,
+    job_dir,
+    staging_root,
+    truncate_back,
+)
 from broker_embedded.storage.topic_partition import TopicPartition
-
-if TYPE_CHECKING:
-    from broker_embedded.storage.log_manager import LogManager
 
 log = logging.getLogger(__name__)
 
-STAGING_DIR = ".kafkalog-staging"
-JOURNAL = "COMMITTING"
 STAGED_SUFFIX = ".batches"
 TMP_SUFFIX = ".tmp"
-STALE_JOB_AGE_S = 24 * 3600
-ABORTED_SUFFIX = ".aborted"
-ABORTED_MARKER_AGE_S = 3600.0
 APPEND_CHUNK_BYTES = 8 << 20
 MAX_OPEN_FILES = 32  # per task: least recently used staged files beyond this are closed
 DEFAULT_LOCK_TIMEOUT_S = 120.0
@@ -154,20 +153,6 @@ UNKNOWN_HOLDER_WAIT_S = 5.0  # a lock whose holder names no one yet: a probe or 
 COMMIT_OWNER = "kafkalog write job"  # how a commit names itself in the .lock file
 SPACE_RESERVE_BYTES = 1 << 20  # free space a commit keeps beyond its records (space_needed)
 MAX_NAMED_PARTITIONS = 10  # partitions an error lists by name
-
-
-def staging_root(log_dir: str | Path) -> Path:
-    return Path(log_dir) / STAGING_DIR
-
-
-def job_dir(log_dir: str | Path, job_id: str) -> Path:
-    """``<log dir>/.kafkalog-staging/<job id>``."""
-    return staging_root(log_dir) / checked_name(job_id, "write job id")
-
-
-def aborted_marker(log_dir: str | Path, job_id: str) -> Path:
-    """``<log dir>/.kafkalog-staging/<job id>.aborted``: the job was aborted."""
-    return staging_root(log_dir) / (checked_name(job_id, "write job id") + ABORTED_SUFFIX)
 
 
 @dataclass(frozen=True, slots=True)
@@ -351,8 +336,6 @@ def _open_log_manager(log_dir: Path, job_id: str, lock_timeout_s: float) -> LogM
     log dir. A lock whose holder names no one (``LogDirLock.is_locked``'s probe of another
     writer, or a holder that has not written its name yet: both last an instant) is retried
     for up to ``UNKNOWN_HOLDER_WAIT_S``."""
-    from broker_embedded.storage.log_manager import LogManager  # it imports this module
-
     began = time.monotonic()
     deadline = began + lock_timeout_s
     unknown_deadline = began + min(lock_timeout_s, UNKNOWN_HOLDER_WAIT_S)
@@ -504,18 +487,6 @@ def _drop_staged(files: Iterable[StagedFile]) -> None:
         Path(f.path).unlink(missing_ok=True)
 
 
-def _truncate_back(lm: LogManager, leos: Mapping[TopicPartition, int]) -> None:
-    """Truncate each log to its journaled LEO and make it durable."""
-    for tp, leo in sorted(leos.items()):
-        lg = lm.get_log(tp)
-        if lg is None or lg.is_closed:
-            continue
-        if lg.log_end_offset > leo:
-            lg.truncate_to(leo)
-        lg.flush()
-        fsync_dir(lg.directory)
-
-
 def commit(
     log_dir: str | Path,
     job_id: str,
@@ -582,7 +553,7 @@ def commit(
         except BaseException:
             try:
                 _drop_staged(files)  # not needed any more: their space helps the rollback
-                _truncate_back(lm, before)
+                truncate_back(lm, before)
                 lm.checkpoint()
                 if mark is not None:
                     set_committed_batch(log_dir, mark.writer_id, mark.previous)
@@ -632,8 +603,6 @@ def abort(log_dir: str | Path, job_id: str) -> None:
     except OSError as e:  # not even an inode left: a task still running keeps its files
         log.warning("write job %s: marking it aborted in %s failed: %s", job_id, log_dir, e)
     if (directory / JOURNAL).exists():  # a dead commit's: resolve it before anything goes
-        from broker_embedded.storage.log_manager import LogManager
-
         try:
             LogManager(log_dir, owner=f"{COMMIT_OWNER} {job_id}, aborting as node").close()
         except LogDirLockedError:
@@ -641,68 +610,3 @@ def abort(log_dir: str | Path, job_id: str) -> None:
                         "log manager to open it", job_id, directory, log_dir)  # fmt: skip
             return
     shutil.rmtree(directory, ignore_errors=True)
-
-
-# -- opening a log dir: resolving what dead commits left ------------------------------------------
-
-
-def resolve_interrupted_commits(
-    lm: LogManager,
-    published_high_watermarks: Mapping[TopicPartition, int],
-    *,
-    now_s: float | None = None,
-) -> bool:
-    """Finish or roll back the commits a dead process left in ``lm``'s log dir, and delete the
-    staging directories of jobs untouched for ``STALE_JOB_AGE_S`` (module docstring). Runs while
-    ``lm`` opens, under the log dir's lock. True when a log was truncated."""
-    root = staging_root(lm.log_dir)
-    try:
-        jobs = sorted(e.path for e in os.scandir(root) if e.is_dir(follow_symlinks=False))
-    except FileNotFoundError:
-        return False
-    now = time.time() if now_s is None else now_s
-    truncated = False
-    for path in map(Path, jobs):
-        marker = path.with_name(path.name + ABORTED_SUFFIX)
-        if marker.exists() and not (path / JOURNAL).exists():
-            shutil.rmtree(path, ignore_errors=True)  # an aborted job's late task
-            continue
-        journal = path / JOURNAL
-        if journal.exists():
-            leos, mark = read_journal_entries(journal)
-            published = any(published_high_watermarks.get(tp, -1) > leo
-                            for tp, leo in leos.items())  # fmt: skip
-            if published:
-                log.warning("%s: write job %s published before its process died: kept",
-                            lm.log_dir, path.name)  # fmt: skip
-                if mark is not None:
-                    set_committed_batch(lm.log_dir, mark.writer_id, mark.batch)
-            else:
-                log.warning("%s: write job %s died before publishing: rolled back %s",
-                            lm.log_dir, path.name, sorted(map(str, leos)))  # fmt: skip
-                _truncate_back(lm, leos)
-                if mark is not None:
-                    set_committed_batch(lm.log_dir, mark.writer_id, mark.previous)
-                truncated = True
-            journal.unlink()
-            fsync_dir(path)
-            shutil.rmtree(path, ignore_errors=True)
-        elif now - _last_change_s(path) > STALE_JOB_AGE_S:
-            log.info("%s: deleting staging directory %s (no change for a day)", lm.log_dir, path)
-            shutil.rmtree(path, ignore_errors=True)
-    for marker in root.glob("*" + ABORTED_SUFFIX):
-        with suppress(OSError):
-            if now - marker.stat().st_mtime > ABORTED_MARKER_AGE_S:
-                marker.unlink()
-    return truncated
-
-
-def _last_change_s(directory: Path) -> float:
-    """The latest modification time of ``directory`` and the files in it."""
-    latest = directory.stat().st_mtime
-    for e in os.scandir(directory):
-        try:
-            latest = max(latest, e.stat(follow_symlinks=False).st_mtime)
-        except FileNotFoundError:
-            pass
-    return latest

@@ -28,7 +28,7 @@ from pyspark.sql.types import BinaryType, StringType, StructField, StructType
 
 from broker_embedded.broker import Broker
 from broker_embedded.common.producer_record import ProducerRecord
-from broker_embedded.storage import commit_journal, staged_write
+from broker_embedded.storage import commit_journal, staging_area
 from datasource.errors import InvalidOptionError
 from datasource.kafka_stream_writer import (
     KafkaLogStreamCommitMessage,
@@ -110,7 +110,7 @@ def test_each_micro_batch_is_appended_once_and_its_query_recorded(
     assert Counter(r.value for r in got) == Counter(b"%d" % i for i in range(200))
     for r in got:
         assert r.key == r.value and r.partition == kafka_python_partition(r.key, "sink", 3)
-    assert not list((sink / staged_write.STAGING_DIR).glob("*/*"))
+    assert not list((sink / staging_area.STAGING_DIR).glob("*/*"))
 
 
 def test_a_batch_spark_runs_again_is_not_appended_twice(spark, sink: Path, tmp_path: Path) -> None:
@@ -130,7 +130,7 @@ def test_a_batch_spark_runs_again_is_not_appended_twice(spark, sink: Path, tmp_p
     assert Counter(r.value for r in got) == Counter(b"%d" % i for i in range(300))
     assert sorted(checkpoint(sink, HW).values()) != sorted(hws.values())
     assert commits(sink) == {q.id: 2}
-    assert not list((sink / staged_write.STAGING_DIR).glob("*/*"))  # its staged files dropped
+    assert not list((sink / staging_area.STAGING_DIR).glob("*/*"))  # its staged files dropped
 
 
 def test_two_queries_write_one_log_dir_independently(spark, sink: Path, tmp_path: Path) -> None:
@@ -276,7 +276,7 @@ def test_committing_a_batch_twice_appends_it_once(sink: Path) -> None:
     replay = [task(second, [b"a", b"b", b"c", b"d"])]
     writer_for(sink).commit(replay, 0)
     assert Counter(r.value for r in sink_records(sink)) == Counter([b"a", b"b", b"c"])
-    assert not list((sink / staged_write.STAGING_DIR).glob("*/*"))
+    assert not list((sink / staging_area.STAGING_DIR).glob("*/*"))
     writer_for(sink).commit([task(writer_for(sink), [b"e"])], 1)
     assert len(sink_records(sink)) == 4 and commits(sink) == {W: 1}
 
@@ -302,16 +302,16 @@ def test_inconsistent_commit_messages_append_nothing(sink: Path) -> None:
 def test_abort_drops_the_staged_files(sink: Path) -> None:
     writer = writer_for(sink)
     messages = [task(writer, [b"a"]), None]
-    assert list((sink / staged_write.STAGING_DIR).glob("*/*"))
+    assert list((sink / staging_area.STAGING_DIR).glob("*/*"))
     writer_for(sink).abort(messages, 0)
-    assert not list((sink / staged_write.STAGING_DIR).glob("*/*"))
+    assert not list((sink / staging_area.STAGING_DIR).glob("*/*"))
     assert sink_records(sink) == []
 
 
 def test_a_writer_outside_a_streaming_query_refuses_to_stage(sink: Path) -> None:
     with pytest.raises(StreamWriteError, match="outside a streaming query"):
         task(writer_for(sink, writer_id=None), [b"a"])
-    assert not list((sink / staged_write.STAGING_DIR).glob("*/*"))
+    assert not list((sink / staging_area.STAGING_DIR).glob("*/*"))
 
 
 def test_the_writer_refuses_before_any_task_runs(sink: Path) -> None:
@@ -427,4 +427,4 @@ def test_a_query_killed_mid_stream_and_restarted_loses_and_duplicates_nothing(
         n = sum(got.values())
         assert n >= 2400 and got == Counter(b"%d" % i for i in range(n))
     assert commits(sink)[child.query_id] > killed_at
-    assert not list((sink / staged_write.STAGING_DIR).glob(f"*/{staged_write.JOURNAL}"))
+    assert not list((sink / staging_area.STAGING_DIR).glob(f"*/{staging_area.JOURNAL}"))

@@ -32,7 +32,7 @@ from broker_embedded.errors import (
     RecordTooLargeError,
     UnknownTopicOrPartitionError,
 )
-from broker_embedded.storage import staged_write
+from broker_embedded.storage import staging_area
 from datasource.errors import InvalidOptionError
 from datasource.kafka_write_options import KafkaWriteOptions
 from datasource.kafka_writer import InvalidWriteError, KafkaLogCommitMessage, KafkaLogWriter
@@ -89,7 +89,7 @@ def kafka_python_partition(key: bytes, topic: str, partitions: int) -> int:
 
 def staging_jobs(log_dir: Path) -> list[str]:
     """The write jobs with a staging directory in the log dir."""
-    root = log_dir / staged_write.STAGING_DIR
+    root = log_dir / staging_area.STAGING_DIR
     return sorted(e.name for e in os.scandir(root) if e.is_dir()) if root.exists() else []
 
 
@@ -196,7 +196,7 @@ def test_a_failed_task_leaves_nothing_visible(spark, log_dir: Path) -> None:
     assert after == before  # nothing appended, not even beyond the HW
     # Spark's abort deleted the job's staging dir (a task Spark was still killing may leave a
     # file behind: nothing ever commits it); the next job writes only its own rows
-    assert not list((log_dir / staged_write.STAGING_DIR).glob(f"*/{staged_write.JOURNAL}"))
+    assert not list((log_dir / staging_area.STAGING_DIR).glob(f"*/{staging_area.JOURNAL}"))
     write(spark.createDataFrame([(b"next",)], "value binary"), log_dir, topic="events")
     assert [r.value for rs in records(log_dir, "events", 4).values() for r in rs
             if r.value != b"before-0" and r.value != b"before-1"] == [b"next"]  # fmt: skip

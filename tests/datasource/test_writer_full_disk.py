@@ -19,7 +19,7 @@ from pyspark.errors import PySparkException
 
 from broker_embedded.broker import Broker
 from broker_embedded.common.producer_record import ProducerRecord
-from broker_embedded.storage import staged_write
+from broker_embedded.storage import staging_area
 from tests.datasource._logdirs import partition_facts
 from tests.tmpfs_mount import fill_inodes_leaving, fill_leaving, tmpfs
 
@@ -64,17 +64,17 @@ def _files(log_dir: Path) -> dict[str, bytes]:
         for name in names:
             p = Path(root) / name
             rel = str(p.relative_to(log_dir))
-            if not rel.endswith(staged_write.ABORTED_SUFFIX):  # an aborted job's marker
+            if not rel.endswith(staging_area.ABORTED_SUFFIX):  # an aborted job's marker
                 out[rel] = b"" if rel == ".lock" else p.read_bytes()
     return out
 
 
 def _staged(log_dir: Path) -> list[str]:
-    root = log_dir / staged_write.STAGING_DIR
+    root = log_dir / staging_area.STAGING_DIR
     if not root.exists():
         return []
     return sorted(str(p.relative_to(root)) for p in root.rglob("*")
-                  if not p.name.endswith(staged_write.ABORTED_SUFFIX))  # fmt: skip
+                  if not p.name.endswith(staging_area.ABORTED_SUFFIX))  # fmt: skip
 
 
 def _read_back(log_dir: Path) -> Counter:

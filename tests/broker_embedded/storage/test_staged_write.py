@@ -31,7 +31,7 @@ from broker_embedded.errors import (
     UnknownTopicOrPartitionError,
 )
 from broker_embedded.record.columnar_encoder import encode_batches
-from broker_embedded.storage import commit_journal
+from broker_embedded.storage import commit_journal, staging_area
 from broker_embedded.storage import staged_write as sw
 from broker_embedded.storage.log_dir import LogDir
 from broker_embedded.storage.log_dir_lock import LogDirLock
@@ -107,7 +107,7 @@ def test_staged_files_hold_complete_batches_renamed_when_the_task_finishes(log_d
     task = sw.StagedTask(log_dir, "job", "a1")
     enc = encode_batches(None, pa.array(values(4)), np.full(4, TS, np.int64))
     task.append("t", 1, enc.data, batches=1, records=4, max_batch_size=len(enc.data))
-    job = log_dir / sw.STAGING_DIR / "job"
+    job = log_dir / staging_area.STAGING_DIR / "job"
     assert sorted(os.listdir(job)) == ["a1.t-1.batches.tmp"]
     task.append("t", 1, enc.data, batches=1, records=4, max_batch_size=len(enc.data))
     (f,) = task.finish()
@@ -138,7 +138,7 @@ def test_discard_deletes_the_tasks_files(log_dir: Path) -> None:
     task.append("t", 0, enc.data, batches=1, records=2, max_batch_size=len(enc.data))
     other = stage(log_dir, "job", "a2", [("t", 1, values(1))])
     task.discard()
-    assert os.listdir(log_dir / sw.STAGING_DIR / "job") == [Path(other[0].path).name]
+    assert os.listdir(log_dir / staging_area.STAGING_DIR / "job") == [Path(other[0].path).name]
 
 
 def test_names_are_checked() -> None:
@@ -150,11 +150,11 @@ def test_names_are_checked() -> None:
 
 def test_the_staging_dir_is_not_a_partition(log_dir: Path) -> None:
     stage(log_dir, "job", "a1", [("t", 0, values(1))])
-    assert TopicPartition.try_parse_dir_name(sw.STAGING_DIR) is None
+    assert TopicPartition.try_parse_dir_name(staging_area.STAGING_DIR) is None
     assert LogDir(log_dir).partitions() == [TopicPartition("compacted", 0), TopicPartition(
         "small", 0), T0, T1, T2]  # fmt: skip
     LogManager(log_dir, create=True).close()  # opens fine beside it, leaves a fresh job alone
-    assert (log_dir / sw.STAGING_DIR / "job").is_dir()
+    assert (log_dir / staging_area.STAGING_DIR / "job").is_dir()
 
 
 # -- commit ---------------------------------------------------------------------------------------
@@ -173,7 +173,7 @@ def test_commit_appends_in_order_and_publishes_every_hw(log_dir: Path) -> None:
     assert [v for _, _, v in got] == [*values(3, "old"), *values(2, "b0"), *values(3, "a0")]
     assert [k for _, k, _ in got][3:] == [b"key-0", b"key-1", b"key-0", b"key-1", b"key-2"]
     assert [v for _, _, v in log_records(log_dir, T1)] == values(1000, "c1")
-    assert not (log_dir / sw.STAGING_DIR / "job").exists()
+    assert not (log_dir / staging_area.STAGING_DIR / "job").exists()
     assert not LogDirLock.is_locked(log_dir)
     assert (log_dir / ".kafka_cleanshutdown").exists()
 
@@ -184,9 +184,9 @@ def test_a_commit_removes_the_staging_root_left_empty(log_dir: Path) -> None:
     first = stage(log_dir, "job1", "a1", [("t", 0, values(2))])
     second = stage(log_dir, "job2", "a1", [("t", 1, values(2))])
     sw.commit(log_dir, "job1", first)
-    assert sorted(p.name for p in (log_dir / sw.STAGING_DIR).iterdir()) == ["job2"]
+    assert sorted(p.name for p in (log_dir / staging_area.STAGING_DIR).iterdir()) == ["job2"]
     sw.commit(log_dir, "job2", second)
-    assert not (log_dir / sw.STAGING_DIR).exists()
+    assert not (log_dir / staging_area.STAGING_DIR).exists()
     assert [v for _, _, v in log_records(log_dir, T1)] == values(2)
 
 
@@ -216,7 +216,7 @@ def test_an_empty_commit_changes_nothing(log_dir: Path) -> None:
     before = published(log_dir)
     assert sw.commit(log_dir, "job", []) == {}
     assert published(log_dir) == before
-    assert not (log_dir / sw.STAGING_DIR / "job").exists()
+    assert not (log_dir / staging_area.STAGING_DIR / "job").exists()
 
 
 def test_files_are_appended_in_chunks_of_whole_batches(log_dir: Path, monkeypatch) -> None:
@@ -242,7 +242,7 @@ def test_an_unknown_partition_appends_nothing_anywhere(log_dir: Path, topic, par
     assert {tp: log_records(log_dir, tp) for tp in (T0, T1)} == before
     assert published(log_dir) == hws
     assert not LogDirLock.is_locked(log_dir)
-    assert not (log_dir / sw.STAGING_DIR / "job").exists()
+    assert not (log_dir / staging_area.STAGING_DIR / "job").exists()
 
 
 def test_a_batch_above_max_message_bytes_is_refused_up_front(log_dir: Path) -> None:
@@ -288,7 +288,7 @@ def test_a_failed_append_is_rolled_back_before_the_error(log_dir: Path) -> None:
         sw.commit(log_dir, "job", files)
     assert [leo(log_dir, tp) for tp in (T0, T1, T2)] == [3, 0, 0]  # partitions 0, 1 rolled back
     assert published(log_dir) == hws
-    assert not (log_dir / sw.STAGING_DIR / "job").exists()
+    assert not (log_dir / staging_area.STAGING_DIR / "job").exists()
     files = stage(log_dir, "job3", "a1", [("t", 1, values(2, "again"))])
     sw.commit(log_dir, "job3", files)  # the log is fine afterwards
     assert [v for _, _, v in log_records(log_dir, T1)] == values(2, "again")
@@ -319,7 +319,7 @@ def _commit_until(
     with pytest.raises(Died):
         sw.commit(log_dir, job, files, **commit_args)
     monkeypatch.setattr(LogManager, "publish_high_watermarks", real)
-    assert (log_dir / sw.STAGING_DIR / job / sw.JOURNAL).exists()
+    assert (log_dir / staging_area.STAGING_DIR / job / staging_area.JOURNAL).exists()
     assert not (log_dir / ".kafka_cleanshutdown").exists()
 
 
@@ -335,7 +335,7 @@ def test_a_commit_dead_before_publishing_is_rolled_back_on_the_next_open(
         assert lm.get_log(T0).log_end_offset == 3 and lm.get_log(T1).log_end_offset == 0
     assert [leo(log_dir, tp) for tp in (T0, T1)] == [3, 0]
     assert published(log_dir) == hws
-    assert not (log_dir / sw.STAGING_DIR / "job").exists()
+    assert not (log_dir / staging_area.STAGING_DIR / "job").exists()
     later = stage(log_dir, "job2", "a1", [("t", 1, values(2, "later"))])
     sw.commit(log_dir, "job2", later)  # the rolled-back records never resurface
     assert [v for _, _, v in log_records(log_dir, T1)] == values(2, "later")
@@ -350,7 +350,7 @@ def test_a_commit_dead_after_publishing_is_kept_on_the_next_open(
     with LogManager(log_dir, create=True) as lm:
         assert lm.get_log(T0).high_watermark == 7 and lm.get_log(T1).log_end_offset == 3
     assert [v for _, _, v in log_records(log_dir, T0)] == [*values(3, "old"), *values(4)]
-    assert not (log_dir / sw.STAGING_DIR / "job").exists()
+    assert not (log_dir / staging_area.STAGING_DIR / "job").exists()
 
 
 def test_a_stale_published_hw_above_the_log_end_does_not_count_as_published(
@@ -373,7 +373,7 @@ def test_a_broker_opening_the_log_dir_resolves_a_dead_commit(log_dir: Path, monk
     _commit_until(log_dir, "job", files, monkeypatch, publish=False)
     with Broker(log_dir, create=True) as b:
         assert b.log_manager.get_log(T2).log_end_offset == 0
-    assert not (log_dir / sw.STAGING_DIR / "job").exists()
+    assert not (log_dir / staging_area.STAGING_DIR / "job").exists()
 
 
 def test_abort_resolves_a_dead_commits_journal_first(log_dir: Path, monkeypatch) -> None:
@@ -381,14 +381,16 @@ def test_abort_resolves_a_dead_commits_journal_first(log_dir: Path, monkeypatch)
     _commit_until(log_dir, "job", files, monkeypatch, publish=False)
     sw.abort(log_dir, "job")
     assert leo(log_dir, T2) == 0
-    assert not (log_dir / sw.STAGING_DIR / "job").exists()
+    assert not (log_dir / staging_area.STAGING_DIR / "job").exists()
 
 
 def test_a_malformed_journal_stops_the_open_naming_it(log_dir: Path) -> None:
-    job = log_dir / sw.STAGING_DIR / "job"
+    job = log_dir / staging_area.STAGING_DIR / "job"
     job.mkdir(parents=True)
-    (job / sw.JOURNAL).write_text(json.dumps({"version": 1, "partitions": [{"topic": "t"}]}))
-    with pytest.raises(CheckpointError, match=f"journal {job / sw.JOURNAL} is malformed"):
+    (job / staging_area.JOURNAL).write_text(
+        json.dumps({"version": 1, "partitions": [{"topic": "t"}]})
+    )
+    with pytest.raises(CheckpointError, match=f"journal {job / staging_area.JOURNAL} is malformed"):
         LogManager(log_dir, create=True)
     assert not LogDirLock.is_locked(log_dir)
 
@@ -402,20 +404,20 @@ def test_abort_deletes_the_staging_dir_and_nothing_else(log_dir: Path) -> None:
     before = log_records(log_dir, T0)
     sw.abort(log_dir, "job")
     sw.abort(log_dir, "never-staged")
-    assert not (log_dir / sw.STAGING_DIR / "job").exists()
-    assert (log_dir / sw.STAGING_DIR / "other").is_dir()
+    assert not (log_dir / staging_area.STAGING_DIR / "job").exists()
+    assert (log_dir / staging_area.STAGING_DIR / "other").is_dir()
     assert log_records(log_dir, T0) == before
 
 
 def test_stale_staging_dirs_go_when_a_log_manager_opens(log_dir: Path) -> None:
     stage(log_dir, "old", "a1", [("t", 0, values(2))])
     stage(log_dir, "fresh", "a1", [("t", 0, values(2))])
-    old = log_dir / sw.STAGING_DIR / "old"
-    past = time.time() - sw.STALE_JOB_AGE_S - 60
+    old = log_dir / staging_area.STAGING_DIR / "old"
+    past = time.time() - staging_area.STALE_JOB_AGE_S - 60
     for p in [old, *old.iterdir()]:
         os.utime(p, (past, past))
     LogManager(log_dir, create=True).close()
-    assert sorted(os.listdir(log_dir / sw.STAGING_DIR)) == ["fresh"]
+    assert sorted(os.listdir(log_dir / staging_area.STAGING_DIR)) == ["fresh"]
 
 
 # -- who owns the log dir -------------------------------------------------------------------------
@@ -446,7 +448,7 @@ def test_a_running_broker_in_another_process_refuses_the_commit(log_dir: Path) -
         child.wait(timeout=30)
         child.stdout.close()
     assert leo(log_dir, T1) == 0
-    assert (log_dir / sw.STAGING_DIR / "job").is_dir()  # Spark's abort removes it
+    assert (log_dir / staging_area.STAGING_DIR / "job").is_dir()  # Spark's abort removes it
 
 
 def test_a_task_still_running_when_its_job_is_aborted_leaves_no_files(log_dir: Path) -> None:
@@ -463,13 +465,13 @@ def test_a_task_still_running_when_its_job_is_aborted_leaves_no_files(log_dir: P
         running.finish()
     renaming = sw.StagedTask(log_dir, "job2", "a1")
     renaming.append("t", 1, enc.data, batches=1, records=4, max_batch_size=len(enc.data))
-    (log_dir / sw.STAGING_DIR / "job2.aborted").touch()  # aborted between its checks
+    (log_dir / staging_area.STAGING_DIR / "job2.aborted").touch()  # aborted between its checks
     with pytest.raises(KafkaLogError, match="was aborted while task a1 staged"):
         renaming.finish()
-    root = log_dir / sw.STAGING_DIR
+    root = log_dir / staging_area.STAGING_DIR
     assert sorted(os.listdir(root)) == ["job.aborted", "job2.aborted"]
     os.makedirs(root / "job" / "leftover")  # a killed task's: the next opening deletes it
-    old = time.time() - sw.ABORTED_MARKER_AGE_S - 60
+    old = time.time() - staging_area.ABORTED_MARKER_AGE_S - 60
     os.utime(root / "job2.aborted", (old, old))
     LogManager(log_dir).close()
     assert sorted(os.listdir(root)) == ["job.aborted"]
@@ -547,7 +549,7 @@ def test_a_streaming_batch_is_recorded_and_its_replay_appends_nothing(log_dir: P
     hws = published(log_dir)
     assert sw.commit(log_dir, "b0-again", again, writer_id=W, batch_id=0) == {}
     assert published(log_dir) == hws and leo(log_dir, T1) == 3
-    assert not (log_dir / sw.STAGING_DIR / "b0-again").exists()
+    assert not (log_dir / staging_area.STAGING_DIR / "b0-again").exists()
     files = stage(log_dir, "b1", "a1", [("t", 1, values(2, "b1"))])
     assert sw.commit(log_dir, "b1", files, writer_id=W, batch_id=1) == {T1: (3, 5)}
     older = stage(log_dir, "b0-late", "a1", [("t", 1, values(2, "late"))])
@@ -667,10 +669,10 @@ def test_a_streaming_commit_dead_after_publishing_keeps_its_batch_id(
 
 
 def test_a_malformed_writer_entry_in_a_journal_stops_the_open(log_dir: Path) -> None:
-    job = log_dir / sw.STAGING_DIR / "job"
+    job = log_dir / staging_area.STAGING_DIR / "job"
     job.mkdir(parents=True)
     body = {"version": 2, "job": "job", "partitions": [], "writer": {"id": W, "batch": "7"}}
-    (job / sw.JOURNAL).write_text(json.dumps(body))
+    (job / staging_area.JOURNAL).write_text(json.dumps(body))
     with pytest.raises(CheckpointError, match="malformed"):
         LogManager(log_dir, create=True)
 
