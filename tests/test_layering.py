@@ -389,3 +389,105 @@ def test_checker_sees_a_data_source_import_past_the_ports(tmp_path: Path) -> Non
         "datasource/w.py:4 imports broker_embedded.client.kafka_client",
         "datasource/w.py:5 imports broker_embedded.storage.log_dir_lock",
     ]
+
+
+# -- no import cycle among modules -----------------------------------------------------------------
+
+
+def _run_time_imports(path: Path, root: Path) -> set[str]:
+    """The first-party modules ``path`` imports when it runs (anywhere but under ``if
+    TYPE_CHECKING``): ``from package import module`` is the module, ``from module import name``
+    the module."""
+    package = module_name(root, path)
+    if path.name != "__init__.py":
+        package = package.rpartition(".")[0]
+    found: set[str] = set()
+    nodes = list(ast.parse(path.read_text(), filename=str(path)).body)
+    while nodes:
+        node = nodes.pop()
+        if isinstance(node, ast.If) and ast.unparse(node.test) in (
+            "TYPE_CHECKING",
+            "typing.TYPE_CHECKING",
+        ):
+            nodes += node.orelse
+            continue
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                up = package.split(".")[: len(package.split(".")) - (node.level - 1)]
+                base = ".".join(up + ([node.module] if node.module else []))
+            found.update(f"{base}.{alias.name}" for alias in node.names)
+            found.add(base)
+        nodes += list(ast.iter_child_nodes(node))
+    return found
+
+
+def import_cycles(root: Path = ROOT) -> list[list[str]]:
+    """The strongly connected groups of two or more first-party modules, by the imports they run
+    (Tarjan's algorithm, iterative)."""
+    modules = {module_name(root, p): p for p in source_files(root)}
+    graph: dict[str, set[str]] = {}
+    for name, path in modules.items():
+        names = _run_time_imports(path, root)
+        # ``from package import module`` names the package too: the module is the dependency
+        found = names & modules.keys()
+        graph[name] = {n for n in found - {name} if not any(m.startswith(n + ".") for m in found)}
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    cycles = []
+    for start in sorted(graph):
+        if start in index:
+            continue
+        work = [(start, iter(sorted(graph[start])))]
+        index[start] = low[start] = len(index)
+        stack.append(start)
+        while work:
+            node, edges = work[-1]
+            nxt = next(edges, None)
+            if nxt is not None:
+                if nxt not in index:
+                    index[nxt] = low[nxt] = len(index)
+                    stack.append(nxt)
+                    work.append((nxt, iter(sorted(graph[nxt]))))
+                elif nxt in stack:
+                    low[node] = min(low[node], index[nxt])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                group = stack[stack.index(node) :]
+                del stack[stack.index(node) :]
+                if len(group) > 1:
+                    cycles.append(sorted(group))
+    return sorted(cycles)
+
+
+def test_no_module_imports_itself_back() -> None:
+    """A cycle through a function-local import works until someone moves the import; a lower
+    module that must name an upper one does it under ``if TYPE_CHECKING`` (annotations only)
+    or through a Protocol."""
+    assert import_cycles() == []
+
+
+def test_checker_sees_a_cycle_through_a_function_local_import(tmp_path: Path) -> None:
+    files = {
+        "broker_embedded/__init__.py": "",
+        "broker_embedded/storage/__init__.py": "",
+        "broker_embedded/storage/a.py": "from broker_embedded.storage.b import B\n",
+        "broker_embedded/storage/b.py": "def f():\n    from broker_embedded.storage import a\n",
+        "broker_embedded/storage/c.py": (
+            "from typing import TYPE_CHECKING\n"
+            "from broker_embedded.storage import a\n"
+            "if TYPE_CHECKING:\n"
+            "    from broker_embedded.storage.d import D\n"
+        ),
+        "broker_embedded/storage/d.py": "from broker_embedded.storage import c\n",
+    }
+    for name, text in files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    assert import_cycles(tmp_path) == [["broker_embedded.storage.a", "broker_embedded.storage.b"]]
