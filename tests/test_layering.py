@@ -13,7 +13,8 @@ interface: where a lower layer needs to name something above it, it declares a s
 Besides the order: ``broker_embedded`` never imports pyspark; the data source reads the log only
 through the fetch interface (storage/fetch_source.py and its implementations), never the
 storage's segments, indexes or partition views; and of the project's packages only ``server/``
-itself and the commands that start or administer it import ``server/``.
+itself and the commands that start or administer it import ``server/``. And no module imports
+itself back through others, counting every import but those under ``if TYPE_CHECKING``.
 """
 
 from __future__ import annotations
