@@ -263,7 +263,10 @@ class KafkaClient:
 
     def to_leader(self, topic: str, partition: int, call: Callable[[BrokerConnection], Any]) -> Any:
         """``call`` on the partition leader's connection, retried on a moved or unreachable
-        leader after a metadata refresh (at most ``retries`` times, within ``retry_timeout_s``)."""
+        leader after a metadata refresh (at most ``retries`` times, within ``retry_timeout_s``),
+        and on a leader that answers UNKNOWN_TOPIC_OR_PARTITION for a partition the metadata
+        named (a topic just created: the leader has not applied it yet; Kafka's producer and
+        consumer retry it too). A partition the metadata does not name fails at once."""
         deadline = time.monotonic() + self.config.retry_timeout_s
         for attempt in range(self.config.retries + 1):
             address = None
@@ -271,7 +274,11 @@ class KafkaClient:
                 address = self._leader(topic, partition)
                 return call(self.connection(address))
             except (BrokerConnectionError, KafkaApiError) as e:
-                retriable = isinstance(e, BrokerConnectionError) or e.code in LEADER_MOVED
+                retriable = (
+                    isinstance(e, BrokerConnectionError)
+                    or e.code in LEADER_MOVED
+                    or (address is not None and e.code == ErrorCode.unknown_topic_or_partition)
+                )
                 late = time.monotonic() + self.config.retry_backoff_s > deadline
                 if not retriable or attempt == self.config.retries or late:
                     raise

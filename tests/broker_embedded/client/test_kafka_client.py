@@ -1,6 +1,7 @@
 """The wire client's limits against real sockets and a real ``kafkalog serve --brokers 3``: a
 broker that never answers, one that announces a huge response, and a leader that stops while
-the client holds its old metadata (retried through a metadata refresh)."""
+the client holds its old metadata, and one that does not know a partition the metadata named
+(both retried through a metadata refresh)."""
 
 from __future__ import annotations
 
@@ -100,3 +101,19 @@ def test_a_stopped_leader_is_retried_through_a_metadata_refresh(tmp_path: Path) 
             assert client.topic("r").partitions[0].leader != leader
             assert client.list_offset("r", 0, LATEST) == 2
         assert server.terminate() == 0
+
+
+def test_a_leader_that_does_not_know_a_named_partition_sends_the_client_to_the_metadata(
+    tmp_path: Path,
+) -> None:
+    """A leader answering UNKNOWN_TOPIC_OR_PARTITION for a partition the cached metadata names
+    (a topic just created, or just deleted) is retried after a metadata refresh, as Kafka's
+    clients do; the refreshed metadata decides: here the topic is gone, so the error is the
+    metadata's, at once."""
+    with served(tmp_path) as s, KafkaClient(s.bootstrap, ClientConfig(retries=5)) as client:
+        s.broker.create_topic("gone", 1)
+        assert client.produce("gone", 0, build_batch([b"a"], now_ms=5), acks=-1) == 0
+        s.broker.delete_topic("gone")
+        with pytest.raises(UnknownTopicOrPartitionError) as e:
+            client.produce("gone", 0, build_batch([b"b"], now_ms=6), acks=-1)
+    assert str(e.value) == "Metadata of topic 'gone' failed: UNKNOWN_TOPIC_OR_PARTITION"
