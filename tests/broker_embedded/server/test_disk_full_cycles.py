@@ -104,13 +104,21 @@ class Consuming:
         self._c.close()
 
 
-def wait_for(what: str, check, deadline_s: float = DEADLINE_S):
+def wait_for(what: str, check, deadline_s: float = DEADLINE_S, server: ServeProcess | None = None):
+    """``check()`` once it is true; at the deadline an error naming ``what``, with the end of
+    ``server``'s log when given."""
     deadline = time.monotonic() + deadline_s
     while True:  # bounded by the deadline
         got = check()
         if got:
             return got
-        assert time.monotonic() < deadline, f"{what} not seen in {deadline_s} s"
+        if time.monotonic() >= deadline:
+            log = (
+                ""
+                if server is None
+                else "\nthe server's log ends:\n" + server.stderr_text()[-3000:]
+            )
+            raise AssertionError(f"{what} not seen in {deadline_s} s{log}")
         time.sleep(0.1)
 
 
@@ -199,7 +207,8 @@ def test_fill_and_free_cycles_then_a_kill_in_a_full_disk_episode(tmp_path: Path)
         acked_before_kill = len(p.acks.records)
         with ServeProcess(log_dir, stderr=tmp_path / "b.err") as server:
             after = Producing(server.bootstrap, b"r")
-            wait_for("acknowledgements after the restart", lambda: len(after.acks.records) >= 300)
+            wait_for("acknowledgements after the restart", lambda: len(after.acks.records) >= 300,
+                     server=server)  # fmt: skip
             after.halt()
             assert after.p.flush(60) == 0
             assert server.terminate() == 0
