@@ -184,12 +184,19 @@ def _wait(done, what: str) -> None:
 
 
 def read_all(bootstrap: str, isolation: str) -> dict[str, list[Row]]:
-    """Every record of every topic of :data:`TOPICS` as Kafka's consumer reads it."""
+    """Every record of every topic of :data:`TOPICS` as Kafka's consumer reads it: every
+    partition assigned at once from its log start, read until each reports its end (a consumer
+    per partition took 2 s each, mostly waiting for metadata and the first fetch)."""
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": "reference-reader",
                   "enable.auto.commit": False, "isolation.level": isolation,
                   "enable.partition.eof": True})  # fmt: skip
     try:
-        return {t: _read_topic(c, t, TOPICS[t][0]) for t in TOPICS}
+        parts = [(t, p) for t, (n, _) in TOPICS.items() for p in range(n)]
+        marks = {tp: _watermarks(c, TopicPartition(*tp)) for tp in parts}
+        rows = _read_partitions(c, {tp: low for tp, (low, _) in marks.items()})
+        for tp, (_, high) in marks.items():
+            assert high >= (rows[tp][-1][2] + 1 if rows[tp] else 0), tp
+        return {t: [r for p in range(n) for r in rows[(t, p)]] for t, (n, _) in TOPICS.items()}
     finally:
         c.close()
 
@@ -211,26 +218,27 @@ def _watermarks(c: Consumer, tp: TopicPartition) -> tuple[int, int]:
         time.sleep(0.5)
 
 
-def _read_topic(c: Consumer, topic: str, partitions: int) -> list[Row]:
-    rows: list[Row] = []
-    for p in range(partitions):
-        low, high = _watermarks(c, TopicPartition(topic, p))
-        c.assign([TopicPartition(topic, p, low)])
-        deadline = time.monotonic() + 60
-        while True:
-            if time.monotonic() > deadline:
-                raise AssertionError(f"reading {topic}-{p} took over 60 s")
-            m = c.poll(1.0)
-            if m is None:
+def _read_partitions(c: Consumer, starts: dict[tuple[str, int], int]) -> dict[tuple, list[Row]]:
+    """The records of each (topic, partition) from its start offset to its end, in order."""
+    rows: dict[tuple, list[Row]] = {tp: [] for tp in starts}
+    c.assign([TopicPartition(t, p, low) for (t, p), low in starts.items()])
+    ended: set[tuple[str, int]] = set()
+    deadline = time.monotonic() + 60
+    while len(ended) < len(starts):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not at the end within 60 s: {sorted(set(starts) - ended)}")
+        m = c.poll(1.0)
+        if m is None:
+            continue
+        topic, p = m.topic(), m.partition()
+        if m.error():
+            if m.error().code() == KafkaError._PARTITION_EOF:
+                ended.add((topic, p))
                 continue
-            if m.error():
-                if m.error().code() == -191:  # _PARTITION_EOF
-                    break
-                raise AssertionError(f"{topic}-{p}: {m.error()}")
-            ts_type, ts = m.timestamp()
-            rows.append((topic, p, m.offset(), m.key(), m.value(),
-                         tuple(m.headers() or ()), ts_type - 1, ts))  # fmt: skip
-        assert high >= (rows[-1][2] + 1 if rows else 0)
+            raise AssertionError(f"{topic}-{p}: {m.error()}")
+        ts_type, ts = m.timestamp()
+        rows[(topic, p)].append((topic, p, m.offset(), m.key(), m.value(),
+                                 tuple(m.headers() or ()), ts_type - 1, ts))  # fmt: skip
     return rows
 
 
