@@ -7,15 +7,18 @@
   header with a null value) and explicit CreateTime timestamps;
 - ``txn`` (2 partitions): a committed, an aborted and a committed transaction;
 - ``compacted`` (cleanup.policy=compact, small segments, min.cleanable.dirty.ratio 0.01): rounds
-  of updates of 10 keys and a tombstone, then waits until Kafka's cleaner cleaned it
-  (``cleaner-offset-checkpoint`` names it), bounded;
-- ``retention`` (segment.bytes and retention.bytes small): created first, as Kafka's retention
-  check runs 30 s after the broker starts (then every 5 min); waits until ListOffsets earliest
-  is above 0, bounded;
+  of updates of 10 keys and a tombstone, then waits until Kafka's cleaner cleaned it up to its
+  active segment (``cleaner-offset-checkpoint``), bounded;
+- ``retention`` (segment.bytes and retention.bytes small): waits until ListOffsets earliest is
+  above 0, bounded;
 - ``logappend`` (message.timestamp.type=LogAppendTime);
 - groups: ``g-classic`` (a confluent-kafka consumer of ``c-none``, committed offset 150),
   ``g-txn`` (committed offsets on ``txn``), ``g-admin`` (offsets set by AlterConsumerGroupOffsets
   on ``c-zstd``: a group with no members and an empty protocol type).
+
+The broker runs with :data:`BROKER_OVERRIDES`: Kafka's retention check and cleaner look for
+work every half second instead of 30 s after the start then every 5 min (the retention check)
+and every 15 s (the cleaner), which the fixture would wait for.
 
 :func:`read_all` reads every topic from the running broker with a confluent-kafka consumer
 (assigned partitions, from the log start to the end) in one isolation level: the reference the
@@ -49,6 +52,8 @@ GROUP_OFFSETS = {  # group: {(topic, partition): offset}
     "g-admin": {("c-zstd", 0): 42},
 }
 WAIT_S = 150.0
+BROKER_OVERRIDES = {"log.initial.task.delay.ms": "0", "log.retention.check.interval.ms": "500",
+                    "log.cleaner.backoff.ms": "500"}  # fmt: skip
 
 Row = tuple  # (topic, partition, offset, key, value, headers, timestamp_type, timestamp)
 
@@ -65,7 +70,7 @@ def populate(bootstrap: str, data_dir: Path) -> None:
     _produce_compacted(bootstrap)
     _commit_groups(bootstrap, admin)
     _wait(lambda: _earliest(bootstrap, "retention", 0) > 0, "retention to delete a segment")
-    _wait(lambda: _cleaned(data_dir, "compacted-0"), "the cleaner to clean compacted-0")
+    _wait(lambda: _cleaned(data_dir, "compacted-0"), "the cleaner to clean compacted-0 whole")
 
 
 def _create(admin: AdminClient, names: list[str]) -> None:
@@ -169,10 +174,13 @@ def _earliest(bootstrap: str, topic: str, partition: int) -> int:
 
 
 def _cleaned(data_dir: Path, partition_dir: str) -> bool:
+    """The cleaner's checkpoint of ``partition_dir`` is at its active segment: all of the log
+    below it cleaned (with the records of the last rounds)."""
     topic, _, partition = partition_dir.rpartition("-")
     path = data_dir / "cleaner-offset-checkpoint"
     lines = path.read_text().splitlines()[2:] if path.exists() else []
-    return any(line.split()[:2] == [topic, partition] for line in lines)
+    active = max(int(p.stem) for p in (data_dir / partition_dir).glob("*.log"))
+    return any(line.split() == [topic, partition, str(active)] for line in lines)
 
 
 def _wait(done, what: str) -> None:
