@@ -86,10 +86,68 @@ def kafka39_home() -> Path:
 
 
 @contextmanager
-def kafka_broker(run_dir: Path) -> Iterator[Server]:
-    """A running Kafka 3.9 whose data and logs are in ``run_dir`` (skips without the peer)."""
-    with kafka_server(kafka39_home(), run_dir) as server:
+def kafka_broker(run_dir: Path, overrides: dict[str, str] | None = None) -> Iterator[Server]:
+    """A running Kafka 3.9 whose data and logs are in ``run_dir`` (skips without the peer).
+    ``overrides``: broker settings on top of peer.sh's (``{"log.cleaner.backoff.ms": "500"}``),
+    given to ``kafka.Kafka`` as ``--override``; then the broker is started here as peer.sh would
+    (:data:`PLAIN_PROPERTIES`), as peer.sh has no way to take them."""
+    if not overrides:
+        with kafka_server(kafka39_home(), run_dir) as server:
+            yield server
+        return
+    port, cport = _free_port(), _free_port()
+    text = PLAIN_PROPERTIES.format(port=port, cport=cport, data=run_dir / "data")
+    extra = [arg for k, v in overrides.items() for arg in ("--override", f"{k}={v}")]
+    with _own_kafka("Kafka 3.9", run_dir, text, port, [], extra) as server:
         yield server
+
+
+# peer.sh's settings (one node, loopback, 3 partitions per internal topic, no initial
+# rebalance delay), for a broker :func:`kafka_broker` starts with overrides
+PLAIN_PROPERTIES = """\
+process.roles=broker,controller
+node.id=1
+controller.quorum.voters=1@127.0.0.1:{cport}
+listeners=PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{cport}
+advertised.listeners=PLAINTEXT://127.0.0.1:{port}
+controller.listener.names=CONTROLLER
+inter.broker.listener.name=PLAINTEXT
+listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT
+log.dirs={data}
+num.partitions=1
+default.replication.factor=1
+offsets.topic.replication.factor=1
+offsets.topic.num.partitions=3
+transaction.state.log.replication.factor=1
+transaction.state.log.min.isr=1
+transaction.state.log.num.partitions=3
+group.initial.rebalance.delay.ms=0
+num.network.threads=2
+num.io.threads=4
+"""
+
+
+@contextmanager
+def _own_kafka(
+    name: str, run_dir: Path, properties: str, port: int, format_args: list[str], args: list[str]
+) -> Iterator[Server]:
+    """Kafka 3.9 with ``properties`` (its storage formatted first unless ``run_dir/data`` has
+    been), ``args`` after the properties file; stopped on every path out."""
+    home = kafka39_home()
+    run_dir.mkdir(parents=True, exist_ok=True)
+    props = run_dir / "server.properties"
+    props.write_text(properties)
+    log4j = f"-Dlog4j.configuration=file:{home}/config/log4j.properties"
+    java = ["java", "-Xmx512m", f"-Dkafka.logs.dir={run_dir}", log4j, "-cp", f"{home}/libs/*"]
+    if not (run_dir / "data" / "meta.properties").exists():
+        subprocess.run(
+            [*java, "kafka.tools.StorageTool", "format", "-t", _cluster_id(), "-c", str(props),
+             *format_args], capture_output=True, timeout=KAFKA_START_S, check=True,
+        )  # fmt: skip
+    out = run_dir / "kafka.out"
+    with _child(name, [*java, "kafka.Kafka", str(props), *args], out) as (proc, _):
+        answered = first_answer(name, proc, out, port, KAFKA_START_S)
+        yield Server(name, port, proc.pid, answered - process_started_at(proc.pid))
 
 
 @contextmanager
@@ -97,24 +155,12 @@ def secured_kafka_broker(run_dir: Path, user: str, password: str) -> Iterator[Se
     """A running Kafka 3.9 as :data:`SECURED_PROPERTIES` configures it, ``user`` a super user
     with a SCRAM-SHA-256 credential (written when its storage is formatted); skips without the
     peer."""
-    home = kafka39_home()
     port, cport = _free_port(), _free_port()
-    run_dir.mkdir(parents=True, exist_ok=True)
-    props = run_dir / "server.properties"
     text = SECURED_PROPERTIES.format(port=port, cport=cport, scram=SCRAM, user=user,
                                      password=password, data=run_dir / "data")  # fmt: skip
-    props.write_text(text)
-    log4j = f"-Dlog4j.configuration=file:{home}/config/log4j.properties"
-    java = ["java", "-Xmx512m", f"-Dkafka.logs.dir={run_dir}", log4j, "-cp", f"{home}/libs/*"]
-    subprocess.run(
-        [*java, "kafka.tools.StorageTool", "format", "-t", _cluster_id(), "-c",
-         str(props), "--add-scram", f"{SCRAM}=[name={user},password={password}]"],
-        capture_output=True, timeout=KAFKA_START_S, check=True,
-    )  # fmt: skip
-    out = run_dir / "kafka.out"
-    with _child("Kafka 3.9 (SASL)", [*java, "kafka.Kafka", str(props)], out) as (proc, _):
-        answered = first_answer("Kafka 3.9 (SASL)", proc, out, port, KAFKA_START_S)
-        yield Server("Kafka 3.9 (SASL)", port, proc.pid, answered - process_started_at(proc.pid))
+    scram = ["--add-scram", f"{SCRAM}=[name={user},password={password}]"]
+    with _own_kafka("Kafka 3.9 (SASL)", run_dir, text, port, scram, []) as server:
+        yield server
 
 
 def _cluster_id() -> str:

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from benchmarks.soak import driver_log_finding
+from tests.once_per_run import once_per_run
 
 ROOT = Path(__file__).resolve().parent.parent
 DEAD_THREAD = re.compile(
@@ -53,7 +54,12 @@ def test_driver_log_finding(line: str, finding: bool) -> None:
 
 @pytest.fixture(scope="module")
 def stopped_mid_batch(tmp_path_factory) -> dict:
-    work = tmp_path_factory.mktemp("soak-child")
+    """The child's findings, once per run (a worker stealing some of these tests from another
+    ran the child again, about a minute of CPU)."""
+    return once_per_run(tmp_path_factory, "soak-child", run_soak_child)
+
+
+def run_soak_child(work: Path) -> dict:
     proc = subprocess.run(
         [sys.executable, "-m", "tests._soak_child", str(work)],
         cwd=ROOT,

@@ -7,15 +7,18 @@
   header with a null value) and explicit CreateTime timestamps;
 - ``txn`` (2 partitions): a committed, an aborted and a committed transaction;
 - ``compacted`` (cleanup.policy=compact, small segments, min.cleanable.dirty.ratio 0.01): rounds
-  of updates of 10 keys and a tombstone, then waits until Kafka's cleaner cleaned it
-  (``cleaner-offset-checkpoint`` names it), bounded;
-- ``retention`` (segment.bytes and retention.bytes small): created first, as Kafka's retention
-  check runs 30 s after the broker starts (then every 5 min); waits until ListOffsets earliest
-  is above 0, bounded;
+  of updates of 10 keys and a tombstone, then waits until Kafka's cleaner cleaned it up to its
+  active segment (``cleaner-offset-checkpoint``), bounded;
+- ``retention`` (segment.bytes and retention.bytes small): waits until ListOffsets earliest is
+  above 0, bounded;
 - ``logappend`` (message.timestamp.type=LogAppendTime);
 - groups: ``g-classic`` (a confluent-kafka consumer of ``c-none``, committed offset 150),
   ``g-txn`` (committed offsets on ``txn``), ``g-admin`` (offsets set by AlterConsumerGroupOffsets
   on ``c-zstd``: a group with no members and an empty protocol type).
+
+The broker runs with :data:`BROKER_OVERRIDES`: Kafka's retention check and cleaner look for
+work every half second instead of 30 s after the start then every 5 min (the retention check)
+and every 15 s (the cleaner), which the fixture would wait for.
 
 :func:`read_all` reads every topic from the running broker with a confluent-kafka consumer
 (assigned partitions, from the log start to the end) in one isolation level: the reference the
@@ -49,6 +52,8 @@ GROUP_OFFSETS = {  # group: {(topic, partition): offset}
     "g-admin": {("c-zstd", 0): 42},
 }
 WAIT_S = 150.0
+BROKER_OVERRIDES = {"log.initial.task.delay.ms": "0", "log.retention.check.interval.ms": "500",
+                    "log.cleaner.backoff.ms": "500"}  # fmt: skip
 
 Row = tuple  # (topic, partition, offset, key, value, headers, timestamp_type, timestamp)
 
@@ -65,7 +70,7 @@ def populate(bootstrap: str, data_dir: Path) -> None:
     _produce_compacted(bootstrap)
     _commit_groups(bootstrap, admin)
     _wait(lambda: _earliest(bootstrap, "retention", 0) > 0, "retention to delete a segment")
-    _wait(lambda: _cleaned(data_dir, "compacted-0"), "the cleaner to clean compacted-0")
+    _wait(lambda: _cleaned(data_dir, "compacted-0"), "the cleaner to clean compacted-0 whole")
 
 
 def _create(admin: AdminClient, names: list[str]) -> None:
@@ -169,10 +174,13 @@ def _earliest(bootstrap: str, topic: str, partition: int) -> int:
 
 
 def _cleaned(data_dir: Path, partition_dir: str) -> bool:
+    """The cleaner's checkpoint of ``partition_dir`` is at its active segment: all of the log
+    below it cleaned (with the records of the last rounds)."""
     topic, _, partition = partition_dir.rpartition("-")
     path = data_dir / "cleaner-offset-checkpoint"
     lines = path.read_text().splitlines()[2:] if path.exists() else []
-    return any(line.split()[:2] == [topic, partition] for line in lines)
+    active = max(int(p.stem) for p in (data_dir / partition_dir).glob("*.log"))
+    return any(line.split() == [topic, partition, str(active)] for line in lines)
 
 
 def _wait(done, what: str) -> None:
@@ -184,12 +192,19 @@ def _wait(done, what: str) -> None:
 
 
 def read_all(bootstrap: str, isolation: str) -> dict[str, list[Row]]:
-    """Every record of every topic of :data:`TOPICS` as Kafka's consumer reads it."""
+    """Every record of every topic of :data:`TOPICS` as Kafka's consumer reads it: every
+    partition assigned at once from its log start, read until each reports its end (a consumer
+    per partition took 2 s each, mostly waiting for metadata and the first fetch)."""
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": "reference-reader",
                   "enable.auto.commit": False, "isolation.level": isolation,
                   "enable.partition.eof": True})  # fmt: skip
     try:
-        return {t: _read_topic(c, t, TOPICS[t][0]) for t in TOPICS}
+        parts = [(t, p) for t, (n, _) in TOPICS.items() for p in range(n)]
+        marks = {tp: _watermarks(c, TopicPartition(*tp)) for tp in parts}
+        rows = _read_partitions(c, {tp: low for tp, (low, _) in marks.items()})
+        for tp, (_, high) in marks.items():
+            assert high >= (rows[tp][-1][2] + 1 if rows[tp] else 0), tp
+        return {t: [r for p in range(n) for r in rows[(t, p)]] for t, (n, _) in TOPICS.items()}
     finally:
         c.close()
 
@@ -211,26 +226,27 @@ def _watermarks(c: Consumer, tp: TopicPartition) -> tuple[int, int]:
         time.sleep(0.5)
 
 
-def _read_topic(c: Consumer, topic: str, partitions: int) -> list[Row]:
-    rows: list[Row] = []
-    for p in range(partitions):
-        low, high = _watermarks(c, TopicPartition(topic, p))
-        c.assign([TopicPartition(topic, p, low)])
-        deadline = time.monotonic() + 60
-        while True:
-            if time.monotonic() > deadline:
-                raise AssertionError(f"reading {topic}-{p} took over 60 s")
-            m = c.poll(1.0)
-            if m is None:
+def _read_partitions(c: Consumer, starts: dict[tuple[str, int], int]) -> dict[tuple, list[Row]]:
+    """The records of each (topic, partition) from its start offset to its end, in order."""
+    rows: dict[tuple, list[Row]] = {tp: [] for tp in starts}
+    c.assign([TopicPartition(t, p, low) for (t, p), low in starts.items()])
+    ended: set[tuple[str, int]] = set()
+    deadline = time.monotonic() + 60
+    while len(ended) < len(starts):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not at the end within 60 s: {sorted(set(starts) - ended)}")
+        m = c.poll(1.0)
+        if m is None:
+            continue
+        topic, p = m.topic(), m.partition()
+        if m.error():
+            if m.error().code() == KafkaError._PARTITION_EOF:
+                ended.add((topic, p))
                 continue
-            if m.error():
-                if m.error().code() == -191:  # _PARTITION_EOF
-                    break
-                raise AssertionError(f"{topic}-{p}: {m.error()}")
-            ts_type, ts = m.timestamp()
-            rows.append((topic, p, m.offset(), m.key(), m.value(),
-                         tuple(m.headers() or ()), ts_type - 1, ts))  # fmt: skip
-        assert high >= (rows[-1][2] + 1 if rows else 0)
+            raise AssertionError(f"{topic}-{p}: {m.error()}")
+        ts_type, ts = m.timestamp()
+        rows[(topic, p)].append((topic, p, m.offset(), m.key(), m.value(),
+                                 tuple(m.headers() or ()), ts_type - 1, ts))  # fmt: skip
     return rows
 
 

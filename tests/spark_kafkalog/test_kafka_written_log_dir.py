@@ -32,7 +32,7 @@ ISOLATIONS = ("read_committed", "read_uncommitted")
 @pytest.fixture(scope="module")
 def kafka_written(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
     run = tmp_path_factory.mktemp("kafka39-written")
-    with kafka_broker(run) as kafka:
+    with kafka_broker(run, kw.BROKER_OVERRIDES) as kafka:
         kw.populate(kafka.bootstrap, run / "data")
         expected = {iso: kw.read_all(kafka.bootstrap, iso) for iso in ISOLATIONS}
         assert kw.group_offsets(kafka.bootstrap) == kw.GROUP_OFFSETS

@@ -235,12 +235,12 @@ def test_failovers_lose_no_acknowledged_record(tmp_path: Path) -> None:
         p = BackgroundProducer(server.bootstrap)
         acked_before = []
         for i in range(failovers):
-            time.sleep(0.5)
+            # records acknowledged since the last failover, then again with the victim down
+            acked_before.append(acked_beyond(p, acked_before[-1] if acked_before else 0))
             victim = busiest_leader(server.bootstrap)
-            acked_before.append(len(p.acks.records))
             how = "stop" if i % 2 == 0 else "kill"
             assert server.control(f"{how} {victim}").startswith(f"broker {victim} ")
-            time.sleep(0.5)
+            acked_beyond(p, len(p.acks.records))
             assert server.control(f"start {victim}").startswith(f"broker {victim} listening")
             wait_for_full_isr(server.bootstrap)
         assert p.stop() == 0
@@ -255,6 +255,15 @@ def test_failovers_lose_no_acknowledged_record(tmp_path: Path) -> None:
         mine = {o: kv for (q, o), kv in acked.items() if q == partition}
         assert {o: on_disk.get(o) for o in mine} == mine, f"partition {partition} lost records"
     print(f"{failovers} failovers, {len(acked)} acks=all records acknowledged, none lost")
+
+
+def acked_beyond(p: BackgroundProducer, count: int) -> int:
+    """Wait (bounded) until more than ``count`` records are acknowledged; how many are."""
+    deadline = time.monotonic() + ISR_TIMEOUT_S
+    while (acked := len(p.acks.records)) <= count:
+        assert time.monotonic() < deadline, f"no record acknowledged in {ISR_TIMEOUT_S} s"
+        time.sleep(0.01)
+    return acked
 
 
 def consumed_partition(log_dir: Path, partition: int) -> dict[int, tuple[bytes, bytes]]:
