@@ -23,7 +23,7 @@ is not retried. Giving up raises :class:`ObjectStoreError` naming the bucket, th
 a read, the byte range; a missing object stays a ``FileNotFoundError`` (naming them too).
 
 Thread safety: a :class:`StoreLocation` is an immutable, picklable value; an
-:class:`ObjectStore` holds one pyarrow filesystem, which is thread-safe.
+:class:`ObjectStore` keeps the handle of the object it read last: one thread uses it.
 """
 
 from __future__ import annotations
@@ -163,6 +163,7 @@ class ObjectStore:
     def __init__(self, location: StoreLocation) -> None:
         self.location = location
         self._fs, self._root = _filesystem(location)
+        self._held: tuple[str, pa.NativeFile] | None = None  # read_range's open object
 
     def _path(self, name: str) -> str:
         return f"{self._root}/{name}" if name else self._root
@@ -237,23 +238,30 @@ class ObjectStore:
 
         return self.call("reading", name, op)
 
-    def read_range(
-        self, name: str, position: int, length: int, context: str = "", size: int | None = None
-    ) -> bytes:
-        """``length`` bytes of the object from ``position`` (fewer at its end): one ranged GET
-        (and a HEAD first unless the object's ``size`` is given). ``context`` (e.g. the offset
-        read) is added to error messages."""
-        import pyarrow.fs as pafs
-
-        path = self._path(name)
-        target = path if size is None else pafs.FileInfo(path, pafs.FileType.File, size=size)
+    def read_range(self, name: str, position: int, length: int, context: str = "") -> bytes:
+        """``length`` bytes of the object from ``position`` (fewer at its end): one ranged GET.
+        The object's handle (opening it costs a HEAD) is kept for the next read of the same
+        object. ``context`` (e.g. the offset read) is added to error messages."""
 
         def op() -> bytes:
-            with self._fs.open_input_file(target) as f:
-                return f.read_at(length, position)
+            held = self._held
+            if held is None or held[0] != name:
+                self.release()
+                self._held = held = (name, self._fs.open_input_file(self._path(name)))
+            try:
+                return held[1].read_at(length, position)
+            except OSError:
+                self.release()  # opened again on the next try
+                raise
 
         what = f"reading bytes {position} to {position + length}{context}"
         return self.call(what, name, op)
+
+    def release(self) -> None:
+        """Close the handle :meth:`read_range` keeps."""
+        held, self._held = self._held, None
+        if held is not None:
+            held[1].close()
 
     # -- writing -----------------------------------------------------------------------------------
 
