@@ -207,12 +207,11 @@ class _Upload:
         """The manifest of the local segment: its files' sizes and hashes, and its offsets."""
         directory = self.log_dir / tp.dir_name
         stem = segment_file_stem(base)
-        files = tuple(
-            StoredFile(stem + s, (directory / (stem + s)).stat().st_size,
-                       file_digest(directory / (stem + s)))
-            for s in SEGMENT_SUFFIXES if (directory / (stem + s)).is_file()
-        )  # fmt: skip
-        return RemoteLogSegmentMetadata(base, _next_offset(directory, base), files[0].size, files)
+        paths = [directory / (stem + s) for s in SEGMENT_SUFFIXES]
+        present = sorted((p for p in paths if p.is_file()), key=lambda p: p.name)  # as parsed
+        files = tuple(StoredFile(p.name, p.stat().st_size, file_digest(p)) for p in present)
+        size = paths[0].stat().st_size
+        return RemoteLogSegmentMetadata(base, _next_offset(directory, base), size, files)
 
     def _intact(self, tp: TopicPartition, stored: RemoteLogSegmentMetadata) -> bool:
         """Whether every file of ``stored`` is in the store with its size (and, with
