@@ -85,3 +85,27 @@ def test_spark_reads_the_store_as_the_log_dir(spark, s3: S3Server, stored, sourc
     expected = fingerprint(local)
     assert expected[0] > 2000
     assert fingerprint(on_store) == expected  # planned in pieces cut by the stored indexes
+
+
+def test_stream_available_now_reads_the_store_once(
+    spark, s3: S3Server, stored, source_log_dir, tmp_path: Path
+) -> None:
+    from tests.datasource.conftest import await_available_now
+
+    collected: list[tuple] = []
+    columns = ("topic", "partition", "offset", "timestamp", "key", "value")
+
+    def sink(df, _batch_id: int) -> None:
+        collected.extend(tuple(r) for r in df.select(*columns).collect())
+
+    q = (spark.readStream.format("kafkalog").options(**s3.options())
+         .option("subscribe", "events,trimmed").option("startingOffsets", "earliest")
+         .option("maxOffsetsPerTrigger", "1000").load(stored.uri)
+         .writeStream.foreachBatch(sink).option("checkpointLocation", str(tmp_path / "cp"))
+         .trigger(availableNow=True).start())  # fmt: skip
+    assert await_available_now(q), "availableNow did not stop"
+    assert q.exception() is None and q.recentProgress and len(q.recentProgress) > 1
+    local = (spark.read.format("kafkalog").option("subscribe", "events,trimmed")
+             .load(str(source_log_dir)).select(*columns).collect())  # fmt: skip
+    assert len(collected) == len(set(collected)) == len(local)  # each row once
+    assert sorted(collected) == sorted(tuple(r) for r in local)
