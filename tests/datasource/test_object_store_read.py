@@ -87,6 +87,7 @@ def test_spark_reads_the_store_as_the_log_dir(spark, s3: S3Server, stored, sourc
     assert fingerprint(on_store) == expected  # planned in pieces cut by the stored indexes
 
 
+@pytest.mark.slow  # a streaming query of several micro-batches: 20-30 s on a loaded machine
 def test_stream_available_now_reads_the_store_once(
     spark, s3: S3Server, stored, source_log_dir, tmp_path: Path
 ) -> None:
@@ -109,3 +110,25 @@ def test_stream_available_now_reads_the_store_once(
              .load(str(source_log_dir)).select(*columns).collect())  # fmt: skip
     assert len(collected) == len(set(collected)) == len(local)  # each row once
     assert sorted(collected) == sorted(tuple(r) for r in local)
+
+
+def test_a_missing_bucket_fails_the_query_naming_it(spark, s3: S3Server) -> None:
+    """(A wrong secret: tests/broker_embedded/storage/test_object_store.py, without Spark.)"""
+    query = (spark.read.format("kafkalog").options(**s3.options()).option("subscribe", "events")
+             .load("s3://no-such-kafkalog-bucket/logs"))  # fmt: skip
+    with pytest.raises(Exception, match="no bucket 'no-such-kafkalog-bucket'"):
+        query.count()
+
+
+def test_a_segment_gone_from_the_store_is_named_with_the_offset(s3, source_log_dir) -> None:
+    location = StoreLocation(f"s3://{s3.new_bucket('gone')}/l", s3.settings)
+    upload_log_dir(source_log_dir, location.open())
+    tp = TopicPartition("events", 1)
+    planner = ObjectStoreSource(location).open()
+    task = planner.task_source([tp]).open()
+    second = planner.partition(tp).bases[1]
+    key = f"l/events-1/{second:020d}.log"
+    location.open().delete(key.removeprefix("l/"))
+    with pytest.raises(FileNotFoundError, match=rf"offset {second} of events-1\): no object at "
+                       rf"bucket '{location.bucket}' key '{key}'"):  # fmt: skip
+        task.fetch(tp, second, 1 << 20, UNCOMMITTED)
