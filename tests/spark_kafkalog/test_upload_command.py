@@ -102,3 +102,20 @@ def test_missing_bucket_and_wrong_secret(cli, s3: S3Server, log_dir: Path) -> No
     assert "signature" in err and "WRONG1" not in err + out
     code, _, err = cli(f"upload --log-dir {log_dir} --to {to} --conf fs.s3a.secret=x")
     assert code == 2 and "--conf 'fs.s3a.secret'" in err
+
+
+def test_a_log_dir_a_broker_holds_goes_without_its_active_segments(cli, log_dir: Path) -> None:
+    """Through a file:// store (any file system pyarrow opens): no S3 server needed."""
+    from broker_embedded.storage.log_dir_lock import LogDirLock
+
+    to = (log_dir.parent / "store").as_uri()
+    with LogDirLock.acquire(log_dir, "a running broker"):
+        code, out, _ = cli(f"upload --log-dir {log_dir} --to {to}")
+    assert code == 0 and out.splitlines()[:-1] == [f"uploaded {META}/0"]  # the rest are active
+    remote = ObjectStoreSource(StoreLocation(to)).open()
+    meta = TopicPartition("__cluster_metadata", 0)
+    assert remote.partition(meta).high_watermark == 14667  # below the active segment
+    assert remote.topics() == LogDirSource(str(log_dir)).open().topics()
+    local = LogDirSource(str(log_dir)).open()
+    assert batches(remote, meta, 1 << 16) == [b for b in batches(local, meta, 1 << 16)
+                                              if b[1] < 14667]  # fmt: skip
