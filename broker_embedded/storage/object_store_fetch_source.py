@@ -27,6 +27,8 @@ from a broker), cut before the batch holding the high watermark. When the batch 
 offset lies past the bytes read (batches larger than the slack), the next ranged GET starts at
 the last whole batch walked. Memory: one fetch (``max_bytes`` plus the slack) and one segment's
 offset index. Never past a segment's end: a fetch returns the batches of one segment.
+Pipelining (``prefetch``, as the wire source's): the next fetch of a task runs on one
+background thread while the last one is decoded; memory is one more fetch.
 
 Not yet (issue 30): read_committed (the aborted transactions from ``.txnindex``, the last
 stable offset from producer snapshots) and offsets by timestamp (the time index): both are an
@@ -34,13 +36,15 @@ stable offset from producer snapshots) and offsets by timestamp (the time index)
 
 Errors: a missing object a ``FileNotFoundError`` naming bucket and key, a request that failed
 after the retries an :class:`ObjectStoreError` naming bucket, key, byte range and the offset
-fetched (object_store.py). Not thread-safe: one planner or one task uses a source.
+fetched (object_store.py). Not thread-safe: one planner or one task uses a source; its
+prefetch thread uses the store only while no other call does (each waits for it first).
 """
 
 from __future__ import annotations
 
 import bisect
 from collections.abc import Iterable
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -70,6 +74,9 @@ from broker_embedded.storage.topic_partition import TopicPartition
 
 SEEK_SLACK = 64 << 10  # bytes read past max_bytes: the walk from an index entry to the offset
 _MAX_SEEKS = 1 << 20  # ranged GETs of one fetch before it is called a loop (never reached)
+
+
+_FetchKey = tuple[TopicPartition, int, int, IsolationLevel]
 
 
 class UnsupportedOnObjectStoreError(KafkaLogError):
@@ -134,6 +141,8 @@ class ObjectStoreFetchSource:
         self._checkpoints: tuple[dict[TopicPartition, int], dict[TopicPartition, int]] | None = None
         self._partitions: dict[TopicPartition, StoredPartition] = {}
         self._index: dict[TopicPartition, tuple[int, OffsetIndex]] = {}
+        self._pool: ThreadPoolExecutor | None = None
+        self._ahead: tuple[_FetchKey, Future[FetchedPartition]] | None = None
 
     @property
     def descriptor(self) -> ObjectStoreSource:
@@ -199,6 +208,7 @@ class ObjectStoreFetchSource:
         return StoredPartition(tuple(manifests), sizes, end, hw, log_start)
 
     def task_source(self, tps: Iterable[TopicPartition]) -> ObjectStoreSource:
+        self._settle()
         return ObjectStoreSource(self._descriptor.store,
                                  tuple((tp, self.partition(tp)) for tp in tps))  # fmt: skip
 
@@ -214,11 +224,13 @@ class ObjectStoreFetchSource:
         return None
 
     def exists(self, tp: TopicPartition) -> bool:
+        self._settle()
         return bool(self._store.list(tp.dir_name))
 
     def list_offset(
         self, tp: TopicPartition, timestamp: int, isolation: IsolationLevel
     ) -> int | None:
+        self._settle()
         self._check_isolation(isolation)
         p = self.partition(tp)
         if timestamp == EARLIEST_TIMESTAMP:
@@ -254,6 +266,36 @@ class ObjectStoreFetchSource:
         return self._listing is None or name in self._listing
 
     def fetch(
+        self, tp: TopicPartition, offset: int, max_bytes: int, isolation: IsolationLevel
+    ) -> FetchedPartition:
+        """Fetch (module docstring): the prefetched answer when :meth:`prefetch` was asked for
+        exactly this fetch."""
+        ahead, self._ahead = self._ahead, None
+        if ahead is not None:
+            if ahead[0] == (tp, offset, max_bytes, isolation):
+                return ahead[1].result()
+            ahead[1].exception()  # waits: the store is this thread's again
+        return self._fetch(tp, offset, max_bytes, isolation)
+
+    def prefetch(
+        self, tp: TopicPartition, offset: int, max_bytes: int, isolation: IsolationLevel
+    ) -> None:
+        """Start the fetch :meth:`fetch` will be asked for next on a background thread, so that
+        its GET overlaps the decoding of this one (offset_range_reader.py asks after each
+        decode): memory is one more fetch."""
+        self._settle()
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kafkalog-store")
+        key = (tp, offset, max_bytes, isolation)
+        self._ahead = (key, self._pool.submit(self._fetch, *key))
+
+    def _settle(self) -> None:
+        """Wait for a pending prefetch and drop it: the store is this thread's again."""
+        ahead, self._ahead = self._ahead, None
+        if ahead is not None:
+            ahead[1].exception()
+
+    def _fetch(
         self, tp: TopicPartition, offset: int, max_bytes: int, isolation: IsolationLevel
     ) -> FetchedPartition:
         self._check_isolation(isolation)
@@ -335,6 +377,7 @@ class ObjectStoreFetchSource:
         the store (each once) and the segments' sizes from the listing."""
         if max_bytes < 1:
             raise ValueError(f"max_bytes must be positive, not {max_bytes}")
+        self._settle()
         p = self.partition(tp)
         bases = list(p.bases)
         return cuts_of(cut_candidates(self._segments(tp), bases, start, end), start, end,
@@ -343,6 +386,10 @@ class ObjectStoreFetchSource:
     # -- lifetime ----------------------------------------------------------------------------------
 
     def close(self) -> None:
+        self._settle()
+        if self._pool is not None:
+            self._pool.shutdown()
+            self._pool = None
         self._index.clear()
         self._store.release()
 

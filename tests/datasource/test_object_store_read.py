@@ -29,13 +29,17 @@ def stored(s3: S3Server, source_log_dir: Path) -> StoreLocation:
     return location
 
 
-def batches(source, tp: TopicPartition, max_bytes: int) -> list[tuple[int, int, int]]:
+def batches(
+    source, tp: TopicPartition, max_bytes: int, ahead: bool = False
+) -> list[tuple[int, int, int]]:
     """(base offset, last offset, CRC) of every batch fetched from the log start to the HW,
-    ``max_bytes`` a fetch."""
+    ``max_bytes`` a fetch (``ahead``: each fetch prefetched first, as a task's reader does)."""
     offset = source.list_offset(tp, EARLIEST_TIMESTAMP, UNCOMMITTED)
     end = source.list_offset(tp, LATEST_TIMESTAMP, UNCOMMITTED)
     seen = []
     while offset < end:
+        if ahead:
+            source.prefetch(tp, offset, max_bytes, UNCOMMITTED)
         fetched = source.fetch(tp, offset, max_bytes, UNCOMMITTED)
         got = [
             (b.base_offset, b.last_offset, b.compute_crc()) for b in iter_batches(fetched.records)
@@ -59,6 +63,7 @@ def test_fetches_from_the_store_equal_the_log_dir_s(stored, source_log_dir: Path
                 ), (tp, which)
             for max_bytes in (1, 3000):
                 assert batches(remote, tp, max_bytes) == batches(local, tp, max_bytes), tp
+            assert batches(remote, tp, 3000, ahead=True) == batches(local, tp, 3000), tp
             start, end = (local.list_offset(tp, w, UNCOMMITTED)
                           for w in (EARLIEST_TIMESTAMP, LATEST_TIMESTAMP))  # fmt: skip
             assert remote.byte_cuts(tp, start, end, 4096) == local.byte_cuts(tp, start, end, 4096)
