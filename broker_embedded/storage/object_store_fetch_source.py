@@ -161,6 +161,11 @@ class ObjectStoreFetchSource:
         """Every object of the location and its size (listed on first use)."""
         if self._listing is None:
             self._listing = self._store.list()
+            if not self._listing:
+                raise FileNotFoundError(
+                    f"no log dir at {self._where()}: nothing is stored under that prefix (a "
+                    "wrong bucket or prefix, or not uploaded yet: kafkalog upload)"
+                )
         return self._listing
 
     def _checkpoint(self, name: str) -> dict[TopicPartition, int]:

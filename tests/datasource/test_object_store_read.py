@@ -137,3 +137,10 @@ def test_a_segment_gone_from_the_store_is_named_with_the_offset(s3, source_log_d
     with pytest.raises(FileNotFoundError, match=rf"offset {second} of events-1\): no object at "
                        rf"bucket '{location.bucket}' key '{key}'"):  # fmt: skip
         task.fetch(tp, second, 1 << 20, UNCOMMITTED)
+
+
+def test_a_wrong_prefix_is_named(s3: S3Server, stored) -> None:
+    source = ObjectStoreSource(StoreLocation(f"s3://{stored.bucket}/logs/b", s3.settings)).open()
+    with pytest.raises(FileNotFoundError, match=f"no log dir at bucket '{stored.bucket}' key "
+                       "'logs/b/': nothing is stored under that prefix"):  # fmt: skip
+        source.topics()
