@@ -85,7 +85,7 @@ SECTIONS = (
                 `gs://`, `hdfs://`, `file://`: any file system `pyarrow.fs` opens), as
                 `kafkalog upload` lays it out: every executor reads its ranges from the store
                 with ranged reads, no broker involved (settings: "Object storage" below;
-                read_uncommitted and offsets only, no timestamps yet).""",
+                read_uncommitted only, read_committed not yet).""",
             ),
             _row(
                 "kafka.bootstrap.servers",

@@ -211,7 +211,8 @@ class _Upload:
         present = sorted((p for p in paths if p.is_file()), key=lambda p: p.name)  # as parsed
         files = tuple(StoredFile(p.name, p.stat().st_size, file_digest(p)) for p in present)
         size = paths[0].stat().st_size
-        return RemoteLogSegmentMetadata(base, _next_offset(directory, base), size, files)
+        next_offset, max_timestamp = _offsets(directory, base)
+        return RemoteLogSegmentMetadata(base, next_offset, size, files, max_timestamp)
 
     def _intact(self, tp: TopicPartition, stored: RemoteLogSegmentMetadata) -> bool:
         """Whether every file of ``stored`` is in the store with its size (and, with
@@ -254,9 +255,10 @@ class _Upload:
             )
 
 
-def _next_offset(directory: Path, base: int) -> int:
-    """The offset after the last batch of the segment based at ``base`` in ``directory``."""
+def _offsets(directory: Path, base: int) -> tuple[int, int]:
+    """The offset after the last batch of the segment based at ``base`` in ``directory``, and
+    its largest timestamp."""
     from broker_embedded.storage.log_segment import LogSegment
 
     with LogSegment.open(directory, base) as seg:
-        return seg.next_offset
+        return seg.next_offset, seg.largest_timestamp

@@ -30,9 +30,16 @@ offset index. Never past a segment's end: a fetch returns the batches of one seg
 Pipelining (``prefetch``, as the wire source's): the next fetch of a task runs on one
 background thread while the last one is decoded; memory is one more fetch.
 
+Offsets by timestamp: Kafka's lookup, as a local segment's (log_segment.py's
+``first_record_at_or_after``): the segments in order, skipping those whose manifest's
+``max_timestamp_ms`` is below the target, then in the first other one the time index entry at
+or below the target, the offset index's position for it, and a walk of the batches from there
+(ranged GETs of :data:`WALK_BYTES`) to the first record at or after the target and at or above
+the log start offset; kept only below the high watermark.
+
 Not yet (issue 30): read_committed (the aborted transactions from ``.txnindex``, the last
-stable offset from producer snapshots) and offsets by timestamp (the time index): both are an
-:class:`UnsupportedOnObjectStoreError` naming the location.
+stable offset from producer snapshots): an :class:`UnsupportedOnObjectStoreError` naming the
+location.
 
 Errors: a missing object a ``FileNotFoundError`` naming bucket and key, a request that failed
 after the retries an :class:`ObjectStoreError` naming bucket, key, byte range and the offset
@@ -43,7 +50,7 @@ prefetch thread uses the store only while no other call does (each waits for it 
 from __future__ import annotations
 
 import bisect
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
@@ -52,7 +59,7 @@ import numpy as np
 from broker_embedded.errors import CorruptRecordError, KafkaLogError, OffsetOutOfRangeError
 from broker_embedded.record import entry_scan as es
 from broker_embedded.record.kernel_primitives import readonly_bytes
-from broker_embedded.record.records import iter_batches
+from broker_embedded.record.records import AnyBatch, iter_batches
 from broker_embedded.storage.fetch_data_info import IsolationLevel
 from broker_embedded.storage.fetch_source import (
     EARLIEST_TIMESTAMP,
@@ -62,6 +69,7 @@ from broker_embedded.storage.fetch_source import (
 )
 from broker_embedded.storage.log_dir_fetch_source import cut_candidates, cuts_of
 from broker_embedded.storage.log_file_utils import LOG_SUFFIX, segment_file_stem
+from broker_embedded.storage.log_segment import first_record_at_or_after
 from broker_embedded.storage.object_store import ObjectStore, StoreLocation
 from broker_embedded.storage.offset_checkpoint import (
     LOG_START_OFFSET_CHECKPOINT,
@@ -70,9 +78,11 @@ from broker_embedded.storage.offset_checkpoint import (
 )
 from broker_embedded.storage.offset_index import INDEX_SUFFIX, OffsetIndex
 from broker_embedded.storage.remote_log_segment_metadata import RemoteLogSegmentMetadata
+from broker_embedded.storage.time_index import TIME_INDEX_SUFFIX, TimeIndex
 from broker_embedded.storage.topic_partition import TopicPartition
 
 SEEK_SLACK = 64 << 10  # bytes read past max_bytes: the walk from an index entry to the offset
+WALK_BYTES = 1 << 20  # bytes per ranged GET of a lookup by timestamp
 _MAX_SEEKS = 1 << 20  # ranged GETs of one fetch before it is called a loop (never reached)
 
 
@@ -242,10 +252,55 @@ class ObjectStoreFetchSource:
             return p.log_start_offset
         if timestamp == LATEST_TIMESTAMP:
             return p.high_watermark
-        raise UnsupportedOnObjectStoreError(
-            f"offsets by timestamp ({timestamp}) are not read from object storage yet "
-            f"({self._descriptor.location}, {tp}): start from offsets or earliest/latest"
-        )
+        found = self._offset_for_time(tp, p, timestamp)
+        return found if found is not None and found < p.high_watermark else None
+
+    def _offset_for_time(
+        self, tp: TopicPartition, p: StoredPartition, timestamp: int
+    ) -> int | None:
+        """The first offset at or above the log start offset whose record's timestamp is >=
+        ``timestamp`` (module docstring), ``None``: none."""
+        for i, base in enumerate(p.bases):
+            if p.next_offset(i) <= p.log_start_offset:
+                continue
+            stem = f"{tp.dir_name}/{segment_file_stem(base)}"
+            manifest_name = f"{tp.dir_name}/{RemoteLogSegmentMetadata.name_of(base)}"
+            manifest = RemoteLogSegmentMetadata.from_json(self._store.read(manifest_name),
+                                                          self._where(manifest_name))  # fmt: skip
+            if manifest.max_timestamp_ms < timestamp:
+                continue
+            floor = max(p.log_start_offset, base)
+            name = stem + TIME_INDEX_SUFFIX
+            data = self._store.read(name) if self._has(name) else b""
+            entry = TimeIndex.from_bytes(data, base, source=self._where(name)).lookup(timestamp)
+            position = self._offset_index(tp, base).lookup(max(entry.offset, floor)).position
+            context = f" (looking up timestamp {timestamp} in {tp})"
+            walk = self._batches_from(stem + LOG_SUFFIX, p.sizes[i], position, context)
+            found = first_record_at_or_after(walk, timestamp, floor)
+            if found is not None:
+                return found.offset
+        return None
+
+    def _batches_from(
+        self, name: str, size: int, position: int, context: str
+    ) -> Iterator[AnyBatch]:
+        """The batches of the object ``name`` from ``position``, read :data:`WALK_BYTES` at a
+        time (a larger batch whole)."""
+        want = WALK_BYTES
+        while position < size:
+            buf = self._store.read_range(name, position, min(size - position, want), context)
+            end = 0
+            for b in iter_batches(buf, self._where(name), base_position=position):
+                yield b
+                end = b.position - position + b.size_in_bytes
+            if end == 0:  # the first batch is larger than what was read
+                entry = int.from_bytes(buf[8:12], "big") + 12 if len(buf) >= 12 else 0
+                if entry <= len(buf) or position + len(buf) >= size:
+                    where = self._where(name)
+                    reason = f"the segment ends inside a batch{context}"
+                    raise CorruptRecordError(reason, source=where, position=position)
+                want = entry
+            position += end
 
     def _check_isolation(self, isolation: IsolationLevel) -> None:
         if isolation == IsolationLevel.READ_COMMITTED:

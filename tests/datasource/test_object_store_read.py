@@ -69,6 +69,19 @@ def test_fetches_from_the_store_equal_the_log_dir_s(stored, source_log_dir: Path
             assert remote.byte_cuts(tp, start, end, 4096) == local.byte_cuts(tp, start, end, 4096)
 
 
+def test_offsets_by_timestamp_from_the_store_equal_the_log_dir_s(stored, source_log_dir) -> None:
+    from tests.datasource._logdirs import T0
+
+    local = LogDirSource(str(source_log_dir)).open()
+    remote = ObjectStoreSource(stored).open()
+    times = [T0 - 1, *range(T0, T0 + 800_000, 9_973), 1 << 62]  # records are ms to minutes apart
+    for topic in ("events", "trimmed", "appendtime", "empty"):
+        for p in local.topics()[topic]:
+            tp = TopicPartition(topic, p)
+            got = [remote.list_offset(tp, t, UNCOMMITTED) for t in times]
+            assert got == [local.list_offset(tp, t, UNCOMMITTED) for t in times], tp
+
+
 def fingerprint(df) -> tuple[int, int]:
     """(rows, a hash over key, value, topic, partition, offset and timestamp of every row)."""
     from pyspark.sql import functions as F
