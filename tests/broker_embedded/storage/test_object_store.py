@@ -15,6 +15,7 @@ from broker_embedded.storage.object_store import (
     StoreSettings,
     is_store_uri,
 )
+from tests.seaweedfs import ACCESS_KEY as ACCESS_KEY_TEXT
 from tests.seaweedfs import SECRET_KEY, S3Server
 
 
@@ -84,3 +85,25 @@ def test_file_uris_go_through_pyarrow_too(tmp_path) -> None:
     store = ObjectStore(StoreLocation(tmp_path.as_uri()))
     store.write("t-0/a.log", b"hello")
     assert store.list() == {"t-0/a.log": 5} and store.read_range("t-0/a.log", 1, 3) == b"ell"
+
+
+def test_credentials_from_the_aws_environment(s3: S3Server, monkeypatch) -> None:
+    from tests.seaweedfs import ACCESS_KEY
+
+    bucket = s3.new_bucket("env")
+    StoreLocation(f"s3://{bucket}", s3.settings).open().write("k.log", b"abc")
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", ACCESS_KEY)
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", SECRET_KEY)
+    no_keys = StoreSettings(s3.endpoint, path_style_access=True, region="us-east-1")
+    assert StoreLocation(f"s3://{bucket}", no_keys).open().read_range("k.log", 1, 2) == b"bc"
+
+
+def test_descriptors_and_options_hide_the_secret(s3: S3Server) -> None:
+    from broker_embedded.storage.object_store_fetch_source import ObjectStoreSource
+    from datasource.kafka_source_options import KafkaSourceOptions
+
+    source = ObjectStoreSource(StoreLocation("s3://bkt/p", s3.settings))
+    options = KafkaSourceOptions.parse({"path": "s3://bkt/p", "subscribe": "t", **s3.options()})
+    assert options.store_settings == s3.settings
+    for text in (repr(source), str(source), repr(options), repr(source.open())):
+        assert SECRET_KEY not in text and ACCESS_KEY_TEXT not in text
