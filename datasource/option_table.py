@@ -84,8 +84,7 @@ SECTIONS = (
                 log dir on object storage, `load("s3://bucket/prefix")` (also `s3a://`,
                 `gs://`, `hdfs://`, `file://`: any file system `pyarrow.fs` opens), as
                 `kafkalog upload` lays it out: every executor reads its ranges from the store
-                with ranged reads, no broker involved (settings: "Object storage" below;
-                read_uncommitted only, read_committed not yet).""",
+                with ranged reads, no broker involved (settings: "Object storage" below).""",
             ),
             _row(
                 "kafka.bootstrap.servers",

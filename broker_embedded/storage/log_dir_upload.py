@@ -5,6 +5,7 @@ Layout: a mirror of the log dir under the location's prefix, file for file, with
 per stored segment (remote_log_segment_metadata.py)::
 
     <prefix>/
+      kafkalog-last-stable-offset-checkpoint  each partition's LSO (a log dir uploaded whole)
       replication-offset-checkpoint      \\
       log-start-offset-checkpoint         | the log dir's own files, written last
       recovery-point-offset-checkpoint    | (after every segment)
@@ -27,8 +28,11 @@ rerun without reading it back.
 
 Which segments: all of a log dir no broker holds (its ``.lock`` is free: a stopped broker's or a
 copied log dir); of a log dir a broker holds, all but each partition's last (the active segment,
-still appended to). Each segment is uploaded file by file, each file verified by its size and
-its SHA-256 read back from the store, then its manifest. A rerun (resuming after an
+still appended to). Of a log dir uploaded whole, the last stable offsets too, as the read-only
+view computes them (:data:`LAST_STABLE_OFFSET_CHECKPOINT`): read_committed readers need them.
+
+Each segment is uploaded file by file, each file verified by its size and its SHA-256 read back
+from the store, then its manifest. A rerun (resuming after an
 interruption) lists the store once and, per segment:
 
 - manifest present and equal to the local segment's (every file's size and SHA-256), and every
@@ -66,6 +70,7 @@ from broker_embedded.storage.offset_checkpoint import (
     LOG_START_OFFSET_CHECKPOINT,
     RECOVERY_POINT_OFFSET_CHECKPOINT,
     REPLICATION_OFFSET_CHECKPOINT,
+    OffsetCheckpointFile,
 )
 from broker_embedded.storage.offset_index import INDEX_SUFFIX
 from broker_embedded.storage.partition_metadata import PARTITION_METADATA_FILE
@@ -78,6 +83,9 @@ from broker_embedded.storage.transaction_index import FILE_SUFFIX as TXN_INDEX_S
 log = logging.getLogger(__name__)
 
 CHUNK = 8 << 20
+# the last stable offset of every partition of a log dir uploaded whole (no broker held it):
+# kafkalog's own file, in the offset checkpoint format, for read_committed readers of the store
+LAST_STABLE_OFFSET_CHECKPOINT = "kafkalog-last-stable-offset-checkpoint"
 SEGMENT_SUFFIXES = (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX)
 PARTITION_FILES = (LEADER_EPOCH_CHECKPOINT, PARTITION_METADATA_FILE)
 LOG_DIR_FILES = (
@@ -147,6 +155,8 @@ def upload_log_dir(
             run.segment(tp, base)
         for name in PARTITION_FILES:
             run.small_file(f"{tp.dir_name}/{name}")
+    if not active_held:
+        run.write_checked(LAST_STABLE_OFFSET_CHECKPOINT, _last_stable_offsets(log_dir))
     for name in LOG_DIR_FILES:
         run.small_file(name)
     return UploadReport(tuple(run.uploaded), tuple(run.repaired), tuple(run.skipped), run.sent)
@@ -246,13 +256,27 @@ class _Upload:
         path = self.log_dir / name
         if not path.is_file():
             return
-        data = path.read_bytes()
+        self.write_checked(name, path.read_bytes())
+
+    def write_checked(self, name: str, data: bytes) -> None:
+        """Put a small object, verified by reading it back."""
         self.store.write(name, data)
         self.sent += len(data)
         if self.store.read(name) != data:
             raise UploadVerificationError(
-                f"{self.store.location.describe(name)} does not match {path} read back"
+                f"{self.store.location.describe(name)} does not match what was written, read back"
             )
+
+
+def _last_stable_offsets(log_dir: Path) -> bytes:
+    """:data:`LAST_STABLE_OFFSET_CHECKPOINT`'s bytes: each partition's LSO as the read-only view
+    computes it (its producer snapshots and batches)."""
+    log = LogDir(log_dir)
+    offsets = {}
+    for tp in log.partitions():
+        with log.open_partition(tp) as view:
+            offsets[tp] = view.last_stable_offset
+    return OffsetCheckpointFile(log_dir / LAST_STABLE_OFFSET_CHECKPOINT).format(offsets)
 
 
 def _offsets(directory: Path, base: int) -> tuple[int, int]:

@@ -37,9 +37,12 @@ or below the target, the offset index's position for it, and a walk of the batch
 (ranged GETs of :data:`WALK_BYTES`) to the first record at or after the target and at or above
 the log start offset; kept only below the high watermark.
 
-Not yet (issue 30): read_committed (the aborted transactions from ``.txnindex``, the last
-stable offset from producer snapshots): an :class:`UnsupportedOnObjectStoreError` naming the
-location.
+read_committed: reads stop below the last stable offset kafkalog upload recorded
+(``kafkalog-last-stable-offset-checkpoint``, for a log dir it uploaded whole; without it
+read_committed is an :class:`UnsupportedOnObjectStoreError` naming the partition), and a fetch
+carries the aborted transactions overlapping what it returned, from the ``.txnindex`` of its
+segment and the following ones until one is complete (Kafka's ``collectAbortedTransactions``;
+each read once per task).
 
 Errors: a missing object a ``FileNotFoundError`` naming bucket and key, a request that failed
 after the retries an :class:`ObjectStoreError` naming bucket, key, byte range and the offset
@@ -67,7 +70,9 @@ from broker_embedded.storage.fetch_source import (
     ByteCut,
     FetchedPartition,
 )
+from broker_embedded.storage.local_log import end_of_complete_batches
 from broker_embedded.storage.log_dir_fetch_source import cut_candidates, cuts_of
+from broker_embedded.storage.log_dir_upload import LAST_STABLE_OFFSET_CHECKPOINT
 from broker_embedded.storage.log_file_utils import LOG_SUFFIX, segment_file_stem
 from broker_embedded.storage.log_segment import first_record_at_or_after
 from broker_embedded.storage.object_store import ObjectStore, StoreLocation
@@ -80,6 +85,12 @@ from broker_embedded.storage.offset_index import INDEX_SUFFIX, OffsetIndex
 from broker_embedded.storage.remote_log_segment_metadata import RemoteLogSegmentMetadata
 from broker_embedded.storage.time_index import TIME_INDEX_SUFFIX, TimeIndex
 from broker_embedded.storage.topic_partition import TopicPartition
+from broker_embedded.storage.transaction_index import FILE_SUFFIX as TXN_INDEX_SUFFIX
+from broker_embedded.storage.transaction_index import (
+    AbortedTxn,
+    aborted_txns_of,
+    collect_aborted,
+)
 
 SEEK_SLACK = 64 << 10  # bytes read past max_bytes: the walk from an index entry to the offset
 WALK_BYTES = 1 << 20  # bytes per ranged GET of a lookup by timestamp
@@ -97,13 +108,16 @@ class UnsupportedOnObjectStoreError(KafkaLogError):
 class StoredPartition:
     """One partition as planning found it in the store: its segments' base offsets and
     ``.log`` sizes, its log end (the last segment's ``next_offset``), high watermark and log
-    start offset. Small and picklable: handed to tasks."""
+    start offset, the last stable offset when the store has it, and which segments have
+    aborted transactions. Small and picklable: handed to tasks."""
 
     bases: tuple[int, ...]
     sizes: tuple[int, ...]
     log_end_offset: int
     high_watermark: int
     log_start_offset: int
+    last_stable_offset: int | None = None  # None: not uploaded (read_committed refused)
+    txn_bases: tuple[int, ...] = ()  # the segments with a .txnindex
 
     def next_offset(self, i: int) -> int:
         """The offset after segment ``i``'s batches (the next one's base, or the log end)."""
@@ -148,9 +162,10 @@ class ObjectStoreFetchSource:
         self._store: ObjectStore = descriptor.store.open()
         self._planned = dict(descriptor.planned)
         self._listing: dict[str, int] | None = None
-        self._checkpoints: tuple[dict[TopicPartition, int], dict[TopicPartition, int]] | None = None
+        self._checkpoints: tuple[dict[TopicPartition, int], ...] | None = None
         self._partitions: dict[TopicPartition, StoredPartition] = {}
         self._index: dict[TopicPartition, tuple[int, OffsetIndex]] = {}
+        self._txn_cache: dict[tuple[TopicPartition, int], list[AbortedTxn]] = {}
         self._pool: ThreadPoolExecutor | None = None
         self._ahead: tuple[_FetchKey, Future[FetchedPartition]] | None = None
 
@@ -208,11 +223,12 @@ class ObjectStoreFetchSource:
             )
         if self._checkpoints is None:
             self._checkpoints = (self._checkpoint(REPLICATION_OFFSET_CHECKPOINT),
-                                 self._checkpoint(LOG_START_OFFSET_CHECKPOINT))  # fmt: skip
-        hws, starts = self._checkpoints
+                                 self._checkpoint(LOG_START_OFFSET_CHECKPOINT),
+                                 self._checkpoint(LAST_STABLE_OFFSET_CHECKPOINT))  # fmt: skip
+        hws, starts, lsos = self._checkpoints
         if not manifests:
             start = starts.get(tp, 0)
-            return StoredPartition((), (), start, start, start)
+            return StoredPartition((), (), start, start, start, lsos.get(tp) and start)
         last_name = prefix + RemoteLogSegmentMetadata.name_of(manifests[-1])
         last = RemoteLogSegmentMetadata.from_json(self._store.read(last_name),
                                                   self._where(last_name))  # fmt: skip
@@ -220,7 +236,12 @@ class ObjectStoreFetchSource:
         end = last.next_offset
         log_start = max(starts.get(tp, manifests[0]), manifests[0])
         hw = min(max(hws.get(tp, end), log_start), end)
-        return StoredPartition(tuple(manifests), sizes, end, hw, log_start)
+        lso = lsos.get(tp)
+        if lso is not None:
+            lso = min(max(lso, log_start), hw)
+        txn_names = (f"{prefix}{segment_file_stem(b)}{TXN_INDEX_SUFFIX}" for b in manifests)
+        txns = tuple(b for b, n in zip(manifests, txn_names, strict=True) if n in listing)
+        return StoredPartition(tuple(manifests), sizes, end, hw, log_start, lso, txns)
 
     def task_source(self, tps: Iterable[TopicPartition]) -> ObjectStoreSource:
         self._settle()
@@ -246,14 +267,14 @@ class ObjectStoreFetchSource:
         self, tp: TopicPartition, timestamp: int, isolation: IsolationLevel
     ) -> int | None:
         self._settle()
-        self._check_isolation(isolation)
         p = self.partition(tp)
+        latest = self._bound(tp, p, isolation)
         if timestamp == EARLIEST_TIMESTAMP:
             return p.log_start_offset
         if timestamp == LATEST_TIMESTAMP:
-            return p.high_watermark
+            return latest
         found = self._offset_for_time(tp, p, timestamp)
-        return found if found is not None and found < p.high_watermark else None
+        return found if found is not None and found < latest else None
 
     def _offset_for_time(
         self, tp: TopicPartition, p: StoredPartition, timestamp: int
@@ -302,12 +323,19 @@ class ObjectStoreFetchSource:
                 want = entry
             position += end
 
-    def _check_isolation(self, isolation: IsolationLevel) -> None:
-        if isolation == IsolationLevel.READ_COMMITTED:
+    def _bound(self, tp: TopicPartition, p: StoredPartition, isolation: IsolationLevel) -> int:
+        """The offset reads stop below: the high watermark, or for read_committed the stored
+        last stable offset (an error when the store has none for ``tp``)."""
+        if isolation != IsolationLevel.READ_COMMITTED:
+            return p.high_watermark
+        if p.last_stable_offset is None:
             raise UnsupportedOnObjectStoreError(
-                f"isolation.level=read_committed is not read from object storage yet "
-                f"({self._descriptor.location}): read read_uncommitted"
+                f"read_committed needs the last stable offset of {tp}, which "
+                f"{self._descriptor.location} does not hold: kafkalog upload records it for a "
+                "log dir no broker holds (every segment uploaded); read read_uncommitted, or "
+                "upload the log dir again once its broker is stopped"
             )
+        return p.last_stable_offset
 
     # -- fetching ----------------------------------------------------------------------------------
 
@@ -358,8 +386,8 @@ class ObjectStoreFetchSource:
     def _fetch(
         self, tp: TopicPartition, offset: int, max_bytes: int, isolation: IsolationLevel
     ) -> FetchedPartition:
-        self._check_isolation(isolation)
         p = self.partition(tp)
+        bound = self._bound(tp, p, isolation)
         if not p.log_start_offset <= offset <= p.high_watermark:
             raise OffsetOutOfRangeError(
                 f"offset {offset} of {tp} is outside [{p.log_start_offset}, "
@@ -368,14 +396,46 @@ class ObjectStoreFetchSource:
         i = bisect.bisect_right(p.bases, offset) - 1
         while 0 <= i < len(p.bases) and offset >= p.next_offset(i):
             i += 1  # past the segment's batches (a compacted tail): the next one
-        records = b""
-        if offset < p.high_watermark and 0 <= i < len(p.bases):
-            records = self._read(tp, p, i, offset, max_bytes)
-        return FetchedPartition(tp, offset, records, p.high_watermark, -1, p.log_start_offset)
+        records: bytes | memoryview = b""
+        if offset < bound and 0 <= i < len(p.bases):
+            records = self._read(tp, p, i, offset, max_bytes, bound)
+        if isolation != IsolationLevel.READ_COMMITTED:
+            return FetchedPartition(tp, offset, records, p.high_watermark, -1, p.log_start_offset)
+        end = end_of_complete_batches(records, bound)
+        aborted = self._aborted(tp, p, max(i, 0), offset, end)
+        return FetchedPartition(tp, offset, records, p.high_watermark, bound, p.log_start_offset,
+                                aborted)  # fmt: skip
+
+    def _aborted(
+        self, tp: TopicPartition, p: StoredPartition, i: int, offset: int, end: int
+    ) -> tuple[tuple[int, int], ...]:
+        """(producer id, first offset) of the aborted transactions overlapping ``[offset,
+        end)``, from the ``.txnindex`` of segment ``i`` and the following ones until one is
+        complete (Kafka's ``collectAbortedTransactions``)."""
+        found: list[tuple[int, int]] = []
+        for base in p.bases[i:]:
+            if base not in p.txn_bases:
+                continue
+            result = collect_aborted(self._txns(tp, base), offset, end)
+            found += result.fetch_entries
+            if result.is_complete:
+                break
+        return tuple(found)
+
+    def _txns(self, tp: TopicPartition, base: int) -> list[AbortedTxn]:
+        """The entries of ``tp``'s segment ``base``'s ``.txnindex`` (read once, kept)."""
+        key = (tp, base)
+        found = self._txn_cache.get(key)
+        if found is None:
+            name = f"{tp.dir_name}/{segment_file_stem(base)}{TXN_INDEX_SUFFIX}"
+            found = self._txn_cache[key] = aborted_txns_of(self._store.read(name),
+                                                           self._where(name))  # fmt: skip
+        return found
 
     def _read(
-        self, tp: TopicPartition, p: StoredPartition, i: int, offset: int, max_bytes: int
-    ) -> bytes | memoryview:
+        self, tp: TopicPartition, p: StoredPartition, i: int, offset: int, max_bytes: int,
+        bound: int,
+    ) -> bytes | memoryview:  # fmt: skip
         """The batches of segment ``i`` from the one holding ``offset`` (module docstring)."""
         base, size = p.bases[i], p.sizes[i]
         name = f"{tp.dir_name}/{segment_file_stem(base)}{LOG_SUFFIX}"
@@ -389,7 +449,7 @@ class ObjectStoreFetchSource:
             arr = readonly_bytes(buf)
             status, at, _, _ = es.seek_entry(arr, 0, len(buf), offset)
             if status == es.SEEK_FOUND:
-                return _bounded(arr, buf, int(at), max_bytes, p.high_watermark)
+                return _bounded(arr, buf, int(at), max_bytes, bound)
             if status == es.SEEK_END:
                 if position + len(buf) >= size:
                     return b""
@@ -477,13 +537,13 @@ class _Indexed:
 
 
 def _bounded(
-    arr: np.ndarray, buf: memoryview, start: int, max_bytes: int, high_watermark: int
+    arr: np.ndarray, buf: memoryview, start: int, max_bytes: int, bound: int
 ) -> memoryview:
     """``buf`` from the batch at ``start``: at most ``max_bytes`` (the first batch whole), cut
-    before the batch holding ``high_watermark``."""
+    before the batch holding ``bound`` (the high watermark or the last stable offset)."""
     first = int.from_bytes(buf[start + 8 : start + 12], "big") + 12
     stop = min(len(buf), start + max(max_bytes, first))
-    status, at, _, _ = es.seek_entry(arr, start, stop, high_watermark)
+    status, at, _, _ = es.seek_entry(arr, start, stop, bound)
     if status == es.SEEK_FOUND:
         stop = int(at)
     return buf[start:stop]

@@ -19,6 +19,7 @@ from broker_embedded.storage.topic_partition import TopicPartition
 from tests.seaweedfs import S3Server
 
 UNCOMMITTED = IsolationLevel.READ_UNCOMMITTED
+COMMITTED = IsolationLevel.READ_COMMITTED
 
 
 @pytest.fixture(scope="module")
@@ -67,6 +68,34 @@ def test_fetches_from_the_store_equal_the_log_dir_s(stored, source_log_dir: Path
             start, end = (local.list_offset(tp, w, UNCOMMITTED)
                           for w in (EARLIEST_TIMESTAMP, LATEST_TIMESTAMP))  # fmt: skip
             assert remote.byte_cuts(tp, start, end, 4096) == local.byte_cuts(tp, start, end, 4096)
+
+
+def committed(source, tp: TopicPartition, max_bytes: int) -> list[tuple]:
+    """Per read_committed fetch from the log start to the LSO: its offset, the batches it
+    returned whole (base, last offset) and its aborted transactions."""
+    offset = source.list_offset(tp, EARLIEST_TIMESTAMP, COMMITTED)
+    end = source.list_offset(tp, LATEST_TIMESTAMP, COMMITTED)
+    seen = []
+    while offset < end:
+        f = source.fetch(tp, offset, max_bytes, COMMITTED)
+        got = [(b.base_offset, b.last_offset) for b in iter_batches(f.records)]
+        seen.append((offset, got, f.last_stable_offset, sorted(f.aborted_transactions)))
+        offset = got[-1][1] + 1
+    return seen
+
+
+def test_read_committed_from_the_store_equals_the_log_dir_s(stored, source_log_dir) -> None:
+    local = LogDirSource(str(source_log_dir)).open()
+    remote = ObjectStoreSource(stored).open()
+    txn = TopicPartition("txn", 0)
+    assert local.list_offset(txn, LATEST_TIMESTAMP, COMMITTED) < local.list_offset(
+        txn, LATEST_TIMESTAMP, UNCOMMITTED
+    )  # a transaction left open: the LSO is below the HW
+    for tp in (txn, TopicPartition("events", 0), TopicPartition("trimmed", 0)):
+        for max_bytes in (1, 2000):
+            expected = committed(local, tp, max_bytes)
+            assert committed(remote, tp, max_bytes) == expected, (tp, max_bytes)
+    assert any(aborted for *_, aborted in committed(remote, txn, 2000))
 
 
 def test_offsets_by_timestamp_from_the_store_equal_the_log_dir_s(stored, source_log_dir) -> None:

@@ -10,9 +10,13 @@ from pathlib import Path
 
 import pytest
 
+from broker_embedded.storage.fetch_data_info import IsolationLevel
 from broker_embedded.storage.log_dir_fetch_source import LogDirSource
 from broker_embedded.storage.object_store import StoreLocation
-from broker_embedded.storage.object_store_fetch_source import ObjectStoreSource
+from broker_embedded.storage.object_store_fetch_source import (
+    ObjectStoreSource,
+    UnsupportedOnObjectStoreError,
+)
 from broker_embedded.storage.remote_log_segment_metadata import RemoteLogSegmentMetadata
 from broker_embedded.storage.topic_partition import TopicPartition
 from tests.datasource.test_object_store_read import batches
@@ -115,6 +119,9 @@ def test_a_log_dir_a_broker_holds_goes_without_its_active_segments(cli, log_dir:
     remote = ObjectStoreSource(StoreLocation(to)).open()
     meta = TopicPartition("__cluster_metadata", 0)
     assert remote.partition(meta).high_watermark == 14667  # below the active segment
+    refused = "read_committed needs the last stable offset of __cluster_metadata-0"
+    with pytest.raises(UnsupportedOnObjectStoreError, match=refused):
+        remote.list_offset(meta, -1, IsolationLevel.READ_COMMITTED)
     assert remote.topics() == LogDirSource(str(log_dir)).open().topics()
     local = LogDirSource(str(log_dir)).open()
     assert batches(remote, meta, 1 << 16) == [b for b in batches(local, meta, 1 << 16)
