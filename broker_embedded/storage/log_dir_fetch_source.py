@@ -252,7 +252,7 @@ class LogDirFetchSource:
         view = self.view(tp)
 
         def cut_in(bases: list[int]) -> ByteCut:
-            return _byte_cut(view, bases, start, end, max_bytes, min_one_batch)
+            return byte_cut_in(view, bases, start, end, max_bytes, min_one_batch)
 
         return view.with_listing(cut_in, start, f"measuring offsets {start} to {end}")
 
@@ -293,7 +293,7 @@ class LogDirFetchSource:
         return f"LogDirFetchSource({self._descriptor.path!r})"
 
 
-def _last_boundary(seg: LogSegment, lo: int, hi: int, target: int) -> tuple[int, int] | None:
+def _last_boundary(seg: Any, lo: int, hi: int, target: int) -> tuple[int, int] | None:
     """``(offset, position)`` of the last batch boundary of ``seg`` in ``(lo, min(hi, target)]``
     (the offset after the batch ending there, its end position), ``None`` when the batch at
     ``lo`` already ends past ``target``. The offset index gives the last entry at or before
@@ -349,15 +349,17 @@ def _copied(records: bytes | memoryview) -> bytes:
     return out
 
 
-def _byte_cut(
-    view: PartitionReader,
+def byte_cut_in(
+    view: IndexedSegments,
     bases: list[int],
     start: int,
     end: int,
     max_bytes: int,
     min_one_batch: bool,
 ) -> ByteCut:
-    """:meth:`LogDirSource.byte_cut` over one listing of the segments (``bases``)."""
+    """:meth:`LogDirSource.byte_cut` over one listing of the segments (``bases``); also the
+    object store's (its segments answer ``position_of``, ``next_offset``, ``offset_index`` and
+    ``batches(start, end)`` from ranged reads)."""
     cut, used = start, 0
     for base in bases[max(bisect.bisect_right(bases, start) - 1, 0) :]:
         if base >= end:
@@ -399,8 +401,10 @@ def cuts_of(
 
 
 class IndexedSegments(Protocol):
-    """What :func:`cut_candidates` reads of a partition: a segment's ``offset_index`` and
-    ``size_in_bytes`` by base offset (a read-only view, or the object store's partition)."""
+    """What :func:`cut_candidates` and :func:`byte_cut_in` read of a partition: a segment by
+    base offset, with its ``offset_index`` and ``size_in_bytes`` (and for a cut its
+    ``position_of``, ``next_offset`` and ``batches``): a read-only view, or the object store's
+    partition."""
 
     def segment(self, base_offset: int, /) -> Any: ...
 

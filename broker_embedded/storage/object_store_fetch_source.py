@@ -11,9 +11,11 @@ its stored segments: those with a manifest (a ``.log`` without one past the last
 upload in progress and ignored; one below it, a hole, is an error naming the key). Its log end
 is the last manifest's ``next_offset``; its high watermark the checkpoint's, no higher than the
 log end (a broker's active segment is not uploaded); its log start offset the checkpoint's, no
-lower than the first segment. Byte cuts come from the offset indexes (``.index``, read whole,
-once per segment the range spans) and the segments' sizes, as a local log dir's do
-(log_dir_fetch_source.py's ``cut_candidates``). A task gets a descriptor carrying what planning
+lower than the first segment. Byte cuts (``maxBytesPerPartition``) and a cut
+(``maxBytesPerTrigger``, packing by bytes) come from the offset indexes (``.index``, read whole,
+once per segment) and the segments' sizes, with a walk of ranged reads after an index entry
+where a cut must be exact, as a local log dir's do (log_dir_fetch_source.py's
+``cut_candidates`` and ``byte_cut_in``). A task gets a descriptor carrying what planning
 found of its partitions (:class:`StoredPartition`: segments, sizes, offsets), so it lists
 nothing and reads no checkpoint.
 
@@ -71,7 +73,7 @@ from broker_embedded.storage.fetch_source import (
     FetchedPartition,
 )
 from broker_embedded.storage.local_log import end_of_complete_batches
-from broker_embedded.storage.log_dir_fetch_source import cut_candidates, cuts_of
+from broker_embedded.storage.log_dir_fetch_source import byte_cut_in, cut_candidates, cuts_of
 from broker_embedded.storage.log_dir_upload import LAST_STABLE_OFFSET_CHECKPOINT
 from broker_embedded.storage.log_file_utils import LOG_SUFFIX, segment_file_stem
 from broker_embedded.storage.log_segment import first_record_at_or_after
@@ -145,13 +147,35 @@ class ObjectStoreSource:
 
 
 class _Segment:
-    """A stored segment as :func:`cut_candidates` reads it: its offset index and size."""
+    """A stored segment as :func:`cut_candidates` and :func:`byte_cut_in` read it: its offset
+    index, size and next offset, positions of offsets and its batches, from ranged reads."""
 
-    __slots__ = ("offset_index", "size_in_bytes")
+    __slots__ = ("offset_index", "size_in_bytes", "next_offset", "_source", "_name", "_base")
 
-    def __init__(self, offset_index: OffsetIndex, size_in_bytes: int) -> None:
-        self.offset_index = offset_index
-        self.size_in_bytes = size_in_bytes
+    def __init__(
+        self, source: ObjectStoreFetchSource, tp: TopicPartition, p: StoredPartition, i: int
+    ) -> None:
+        self._source, self._base = source, p.bases[i]
+        self._name = f"{tp.dir_name}/{segment_file_stem(self._base)}{LOG_SUFFIX}"
+        self.offset_index = source._offset_index(tp, self._base)
+        self.size_in_bytes = p.sizes[i]
+        self.next_offset = p.next_offset(i)
+
+    def batches(self, start: int, end: int | None = None) -> Iterator[AnyBatch]:
+        stop = self.size_in_bytes if end is None else min(end, self.size_in_bytes)
+        return self._source._batches_from(self._name, stop, start, " (measuring bytes)")
+
+    def position_of(self, offset: int) -> int:
+        """The start of the batch holding ``offset``, the segment's end past its batches, 0
+        before them (as a local segment's)."""
+        if offset >= self.next_offset:
+            return self.size_in_bytes
+        if offset <= self._base:
+            return 0
+        for b in self.batches(self.offset_index.lookup(offset).position):
+            if b.last_offset >= offset:
+                return b.position
+        return self.size_in_bytes
 
 
 class ObjectStoreFetchSource:
@@ -486,9 +510,16 @@ class ObjectStoreFetchSource:
         max_bytes: int,
         *,
         min_one_batch: bool = False,
-    ) -> ByteCut | None:
-        """Unknown (``None``) for now: a trigger's byte limit falls back to its offsets."""
-        return None
+    ) -> ByteCut:
+        """Exact, as a local log dir's (:func:`byte_cut_in`): positions from the stored offset
+        indexes, the cut from a walk of ranged reads after an index entry."""
+        if max_bytes < 0:
+            raise ValueError(f"max_bytes must not be negative, not {max_bytes}")
+        if end <= start:
+            return ByteCut(start, 0)
+        self._settle()
+        bases = list(self.partition(tp).bases)
+        return byte_cut_in(self._segments(tp), bases, start, end, max_bytes, min_one_batch)
 
     def byte_cuts(
         self, tp: TopicPartition, start: int, end: int, max_bytes: int
@@ -524,16 +555,16 @@ class ObjectStoreFetchSource:
 
 
 class _Indexed:
-    """A stored partition's segments by base offset, for :func:`cut_candidates`."""
+    """A stored partition's segments by base offset, for :func:`cut_candidates` and
+    :func:`byte_cut_in`."""
 
     def __init__(self, source: ObjectStoreFetchSource, tp: TopicPartition) -> None:
         self._source, self._tp = source, tp
-        p = source.partition(tp)
-        self._sizes = dict(zip(p.bases, p.sizes, strict=True))
+        self._p = source.partition(tp)
 
     def segment(self, base_offset: int) -> _Segment:
-        index = self._source._offset_index(self._tp, base_offset)
-        return _Segment(index, self._sizes[base_offset])
+        i = self._p.bases.index(base_offset)
+        return _Segment(self._source, self._tp, self._p, i)
 
 
 def _bounded(

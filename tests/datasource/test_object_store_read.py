@@ -68,6 +68,13 @@ def test_fetches_from_the_store_equal_the_log_dir_s(stored, source_log_dir: Path
             start, end = (local.list_offset(tp, w, UNCOMMITTED)
                           for w in (EARLIEST_TIMESTAMP, LATEST_TIMESTAMP))  # fmt: skip
             assert remote.byte_cuts(tp, start, end, 4096) == local.byte_cuts(tp, start, end, 4096)
+            for lo, hi, limit, one in ((start, end, 1 << 40, False), (start, end, 5000, False),
+                                       (start + 7, end - 3, 2500, False), (start, end, 0, True),
+                                       (start + 1, end, 1, True)):  # fmt: skip
+                args = (tp, lo, hi, limit)
+                assert remote.byte_cut(*args, min_one_batch=one) == local.byte_cut(
+                    *args, min_one_batch=one
+                ), args
 
 
 def committed(source, tp: TopicPartition, max_bytes: int) -> list[tuple]:
