@@ -155,7 +155,7 @@ def test_stream_available_now_reads_the_store_once(
 
     q = (spark.readStream.format("kafkalog").options(**s3.options())
          .option("subscribe", "events,trimmed").option("startingOffsets", "earliest")
-         .option("maxOffsetsPerTrigger", "1000").load(stored.uri)
+         .option("maxBytesPerTrigger", "60000").load(stored.uri)
          .writeStream.foreachBatch(sink).option("checkpointLocation", str(tmp_path / "cp"))
          .trigger(availableNow=True).start())  # fmt: skip
     assert await_available_now(q), "availableNow did not stop"
