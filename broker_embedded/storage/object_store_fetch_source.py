@@ -252,11 +252,18 @@ class ObjectStoreFetchSource:
         hws, starts, lsos = self._checkpoints
         if not manifests:
             start = starts.get(tp, 0)
-            return StoredPartition((), (), start, start, start, lsos.get(tp) and start)
+            return StoredPartition((), (), start, start, start, start if tp in lsos else None)
         last_name = prefix + RemoteLogSegmentMetadata.name_of(manifests[-1])
         last = RemoteLogSegmentMetadata.from_json(self._store.read(last_name),
                                                   self._where(last_name))  # fmt: skip
-        sizes = tuple(listing[f"{prefix}{segment_file_stem(b)}{LOG_SUFFIX}"] for b in manifests)
+        log_names = [f"{prefix}{segment_file_stem(b)}{LOG_SUFFIX}" for b in manifests]
+        missing = [n for n in log_names if n not in listing]
+        if missing:
+            raise FileNotFoundError(
+                f"no object at {self._where(missing[0])}, though its segment's manifest is "
+                "there: the store lost a segment; upload the log dir again (kafkalog upload)"
+            )
+        sizes = tuple(listing[n] for n in log_names)
         end = last.next_offset
         log_start = max(starts.get(tp, manifests[0]), manifests[0])
         hw = min(max(hws.get(tp, end), log_start), end)

@@ -186,6 +186,9 @@ def test_a_segment_gone_from_the_store_is_named_with_the_offset(s3, source_log_d
     with pytest.raises(FileNotFoundError, match=rf"offset {second} of events-1\): no object at "
                        rf"bucket '{location.bucket}' key '{key}'"):  # fmt: skip
         task.fetch(tp, second, 1 << 20, UNCOMMITTED)
+    with pytest.raises(FileNotFoundError, match=f"no object at bucket '{location.bucket}' key "
+                       f"'{key}', though its segment's manifest is there"):  # fmt: skip
+        ObjectStoreSource(location).open().partition(tp)
 
 
 def test_a_wrong_prefix_is_named(s3: S3Server, stored) -> None:
