@@ -20,15 +20,16 @@ found of its partitions (:class:`StoredPartition`: segments, sizes, offsets), so
 nothing and reads no checkpoint.
 
 Fetch (read_uncommitted): the segment holding the offset by its base offset, the position of
-the offset index's entry at or below it (the segment's ``.index``, read once and kept while the
-task reads that segment), then one ranged GET of at most ``max_bytes`` plus
+the offset index's entry at or below it (the segment's ``.index``, read once; the last
+:data:`KEPT_INDEXES` used are kept), then one ranged GET of at most ``max_bytes`` plus
 :data:`SEEK_SLACK` bytes from there; the batch headers are walked (the compiled seek, no object
 per batch) to the batch holding the offset, and the records returned run from it, at most
 ``max_bytes`` (a first batch larger than that whole, KIP-74; a partial last batch may follow, as
 from a broker), cut before the batch holding the high watermark. When the batch holding the
 offset lies past the bytes read (batches larger than the slack), the next ranged GET starts at
-the last whole batch walked. Memory: one fetch (``max_bytes`` plus the slack) and one segment's
-offset index. Never past a segment's end: a fetch returns the batches of one segment.
+the last whole batch walked. Memory: one fetch (``max_bytes`` plus the slack) and the kept offset
+indexes (a task reads its segments in order: one at a time in practice). Never past a
+segment's end: a fetch returns the batches of one segment.
 Pipelining (``prefetch``, as the wire source's): the next fetch of a task runs on one
 background thread while the last one is decoded; memory is one more fetch.
 
@@ -96,7 +97,8 @@ from broker_embedded.storage.transaction_index import (
 
 SEEK_SLACK = 64 << 10  # bytes read past max_bytes: the walk from an index entry to the offset
 WALK_BYTES = 1 << 20  # bytes per ranged GET of a lookup by timestamp
-_MAX_SEEKS = 1 << 20  # ranged GETs of one fetch before it is called a loop (never reached)
+KEPT_INDEXES = 64  # offset indexes a source keeps (a 1 GiB segment's: about 2 MiB)
+_MAX_SEEKS = 1 << 20  # a bound on one fetch's GETs: each advances or widens the read
 
 
 _FetchKey = tuple[TopicPartition, int, int, IsolationLevel]
@@ -188,7 +190,7 @@ class ObjectStoreFetchSource:
         self._listing: dict[str, int] | None = None
         self._checkpoints: tuple[dict[TopicPartition, int], ...] | None = None
         self._partitions: dict[TopicPartition, StoredPartition] = {}
-        self._index: dict[TopicPartition, tuple[int, OffsetIndex]] = {}
+        self._index: dict[tuple[TopicPartition, int], OffsetIndex] = {}  # in order of use
         self._txn_cache: dict[tuple[TopicPartition, int], list[AbortedTxn]] = {}
         self._pool: ThreadPoolExecutor | None = None
         self._ahead: tuple[_FetchKey, Future[FetchedPartition]] | None = None
@@ -371,14 +373,17 @@ class ObjectStoreFetchSource:
     # -- fetching ----------------------------------------------------------------------------------
 
     def _offset_index(self, tp: TopicPartition, base: int) -> OffsetIndex:
-        """The ``.index`` of ``tp``'s segment based at ``base`` (kept while it is read)."""
-        held = self._index.get(tp)
-        if held is not None and held[0] == base:
-            return held[1]
-        name = f"{tp.dir_name}/{segment_file_stem(base)}{INDEX_SUFFIX}"
-        data = self._store.read(name) if self._has(name) else b""
-        index = OffsetIndex.from_bytes(data, base, source=self._where(name))
-        self._index[tp] = (base, index)
+        """The ``.index`` of ``tp``'s segment based at ``base``, read once and kept among the
+        last :data:`KEPT_INDEXES` used (a planner measuring ranges reads each once)."""
+        key = (tp, base)
+        index = self._index.pop(key, None)
+        if index is None:
+            name = f"{tp.dir_name}/{segment_file_stem(base)}{INDEX_SUFFIX}"
+            data = self._store.read(name) if self._has(name) else b""
+            index = OffsetIndex.from_bytes(data, base, source=self._where(name))
+            while len(self._index) >= KEPT_INDEXES:
+                del self._index[next(iter(self._index))]  # the least recently used
+        self._index[key] = index
         return index
 
     def _has(self, name: str) -> bool:
