@@ -97,7 +97,7 @@ from broker_embedded.storage.transaction_index import (
 
 SEEK_SLACK = 64 << 10  # bytes read past max_bytes: the walk from an index entry to the offset
 WALK_BYTES = 1 << 20  # bytes per ranged GET of a lookup by timestamp
-KEPT_INDEXES = 64  # offset indexes a source keeps (a 1 GiB segment's: about 2 MiB)
+KEPT_INDEXES = 8  # offset indexes a source keeps (a 1 GiB segment's: about 4 MiB in memory)
 _MAX_SEEKS = 1 << 20  # a bound on one fetch's GETs: each advances or widens the read
 
 
