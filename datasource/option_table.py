@@ -151,6 +151,23 @@ SECTIONS = (
                 """`false`: plain HTTP to the endpoint, `true`: HTTPS (the default unless the
                  endpoint says `http://`).""",
             ),
+            _row(
+                "fs.s3a.connection.establish.timeout",
+                "read",
+                "5s",
+                "kafkalog",
+                """How long connecting to the endpoint may take (milliseconds, or with a unit:
+                 `500ms`, `2s`); then the try fails (transient).""",
+            ),
+            _row(
+                "fs.s3a.connection.timeout",
+                "read",
+                "30s",
+                "kafkalog",
+                """How long a request may receive nothing (a stalled server) before the try
+                 fails (transient); milliseconds, or with a unit. The longest wait of one
+                 request is 5 times this plus 1.5 s.""",
+            ),
         ),
     ),
     OptionSection(

@@ -5,11 +5,14 @@ A location is a URI that ``pyarrow.fs`` opens: ``s3://bucket/prefix`` (``s3a://`
 Spark users write it), ``gs://``, ``hdfs://``, ``file://``. For S3 the settings are Hadoop
 S3A's, as Spark users give them (:class:`StoreSettings`): ``fs.s3a.endpoint`` (``host:port``
 or ``http(s)://host:port``), ``fs.s3a.access.key``, ``fs.s3a.secret.key``,
-``fs.s3a.session.token``, ``fs.s3a.path.style.access``, ``fs.s3a.endpoint.region`` and
-``fs.s3a.connection.ssl.enabled``; unset ones come from the AWS environment
-(``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``, ``AWS_REGION``, ``AWS_ENDPOINT_URL``,
-``~/.aws``) as the AWS SDK finds them. Other schemes take their settings from the URI and
-their own environment. Secrets never appear in a repr, a log line or an error message.
+``fs.s3a.session.token``, ``fs.s3a.path.style.access``, ``fs.s3a.endpoint.region``,
+``fs.s3a.connection.ssl.enabled``, and the timeouts ``fs.s3a.connection.establish.timeout``
+(connecting; default 5 s) and ``fs.s3a.connection.timeout`` (a request that receives nothing for
+that long fails; default 30 s), in milliseconds or with a unit (``500ms``, ``2s``); unset
+ones come from the AWS environment (``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``,
+``AWS_REGION``, ``AWS_ENDPOINT_URL``, ``~/.aws``) as the AWS SDK finds them. Other schemes
+take their settings from the URI and their own environment. Secrets never appear in a repr, a
+log line or an error message.
 
 Keys: a location's objects are named by paths relative to it (``events-0/000...0.log``); the
 object-store layout of a log dir (which keys, in which order they are written) is in
@@ -20,7 +23,10 @@ Retries: every request is tried at most :data:`ATTEMPTS` (5) times, waiting 0.1,
 refused or reset, a timeout, HTTP 5xx, throttling); pyarrow's own retries are off, so that the
 limit is this one. A permanent error (no such bucket or key, access denied, a bad signature)
 is not retried. Giving up raises :class:`ObjectStoreError` naming the bucket, the key and, for
-a read, the byte range; a missing object stays a ``FileNotFoundError`` (naming them too).
+a read, the byte range; a missing object stays a ``FileNotFoundError`` (naming them too). A
+stalled server is a transient error after ``fs.s3a.connection.timeout``: the worst wait of a
+request is :data:`ATTEMPTS` times that timeout plus the backoff. A response cut short of its
+``Content-Length`` is an error of the AWS SDK (retried), never short data.
 
 Thread safety: a :class:`StoreLocation` is an immutable, picklable value; an
 :class:`ObjectStore` keeps the handle of the object it read last: one thread uses it.
@@ -53,8 +59,12 @@ SESSION_TOKEN = "fs.s3a.session.token"
 PATH_STYLE_ACCESS = "fs.s3a.path.style.access"
 REGION = "fs.s3a.endpoint.region"
 SSL_ENABLED = "fs.s3a.connection.ssl.enabled"
+CONNECT_TIMEOUT = "fs.s3a.connection.establish.timeout"
+REQUEST_TIMEOUT = "fs.s3a.connection.timeout"
 SETTING_NAMES = (ENDPOINT, ACCESS_KEY, SECRET_KEY, SESSION_TOKEN, PATH_STYLE_ACCESS, REGION,
-                 SSL_ENABLED)  # fmt: skip
+                 SSL_ENABLED, CONNECT_TIMEOUT, REQUEST_TIMEOUT)  # fmt: skip
+CONNECT_TIMEOUT_S = 5.0  # defaults of the two timeouts
+REQUEST_TIMEOUT_S = 30.0
 # pyarrow's messages of errors a retry cannot mend (the AWS SDK's error names)
 _PERMANENT = ("ACCESS_DENIED", "NO_SUCH_BUCKET", "NO_SUCH_KEY", "INVALID_ACCESS_KEY_ID",
               "SIGNATURE_DOES_NOT_MATCH", "InvalidAccessKeyId", "SignatureDoesNotMatch",
@@ -86,6 +96,8 @@ class StoreSettings:
     path_style_access: bool | None = None
     region: str | None = None
     ssl_enabled: bool | None = None
+    connect_timeout_s: float | None = None
+    request_timeout_s: float | None = None
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> StoreSettings:
@@ -105,13 +117,33 @@ class StoreSettings:
                 raise ValueError(f"option {name}={value!r} is invalid: give true or false")
             return value.lower() == "true"
 
+        def seconds(name: str) -> float | None:
+            value = text(name)
+            if value is None:
+                return None
+            number, unit = value.lower(), 1e-3  # Hadoop's bare numbers are milliseconds
+            for suffix, scale in (("ms", 1e-3), ("s", 1.0), ("m", 60.0)):
+                if number.endswith(suffix):
+                    number, unit = number.removesuffix(suffix).strip(), scale
+                    break
+            try:
+                found = float(number) * unit
+            except ValueError:
+                found = 0.0
+            if not found > 0:
+                raise ValueError(f"option {name}={value!r} is invalid: give a positive duration "
+                                 "in milliseconds, or with a unit (500ms, 2s)")  # fmt: skip
+            return found
+
         return cls(text(ENDPOINT), text(ACCESS_KEY), text(SECRET_KEY), text(SESSION_TOKEN),
-                   flag(PATH_STYLE_ACCESS), text(REGION), flag(SSL_ENABLED))  # fmt: skip
+                   flag(PATH_STYLE_ACCESS), text(REGION), flag(SSL_ENABLED),
+                   seconds(CONNECT_TIMEOUT), seconds(REQUEST_TIMEOUT))  # fmt: skip
 
     def __repr__(self) -> str:
         given = [f"{n}={v!r}" for n, v in (("endpoint", self.endpoint), ("region", self.region),
                  ("path_style_access", self.path_style_access),
-                 ("ssl_enabled", self.ssl_enabled)) if v is not None]  # fmt: skip
+                 ("ssl_enabled", self.ssl_enabled), ("connect_timeout_s", self.connect_timeout_s),
+                 ("request_timeout_s", self.request_timeout_s)) if v is not None]  # fmt: skip
         secrets = [n for n in ("access_key", "secret_key", "session_token") if getattr(self, n)]
         given += [f"{n}=<hidden>" for n in secrets]
         return f"StoreSettings({', '.join(given)})"
@@ -229,14 +261,14 @@ class ObjectStore:
         info = self.call("reading the size", name, lambda: self._fs.get_file_info(self._path(name)))
         return info.size if info.type == pafs.FileType.File else None
 
-    def read(self, name: str) -> bytes:
-        """The whole object."""
+    def read(self, name: str, context: str = "") -> bytes:
+        """The whole object; ``context`` (e.g. the offset read) is added to error messages."""
 
         def op() -> bytes:
             with self._fs.open_input_stream(self._path(name)) as f:
                 return f.read()
 
-        return self.call("reading", name, op)
+        return self.call(f"reading{context}", name, op)
 
     def read_range(self, name: str, position: int, length: int, context: str = "") -> bytes:
         """``length`` bytes of the object from ``position`` (fewer at its end): one ranged GET.
@@ -313,8 +345,8 @@ def _filesystem(location: StoreLocation) -> tuple[pafs.FileSystem, str]:
     kwargs: dict[str, object] = {
         "retry_strategy": pafs.AwsStandardS3RetryStrategy(max_attempts=1),
         "allow_bucket_creation": True,
-        "connect_timeout": 5,
-        "request_timeout": 30,
+        "connect_timeout": s.connect_timeout_s or CONNECT_TIMEOUT_S,
+        "request_timeout": s.request_timeout_s or REQUEST_TIMEOUT_S,
     }
     if s.endpoint:
         scheme, sep, rest = s.endpoint.partition("://")

@@ -372,14 +372,15 @@ class ObjectStoreFetchSource:
 
     # -- fetching ----------------------------------------------------------------------------------
 
-    def _offset_index(self, tp: TopicPartition, base: int) -> OffsetIndex:
+    def _offset_index(self, tp: TopicPartition, base: int, context: str = "") -> OffsetIndex:
         """The ``.index`` of ``tp``'s segment based at ``base``, read once and kept among the
-        last :data:`KEPT_INDEXES` used (a planner measuring ranges reads each once)."""
+        last :data:`KEPT_INDEXES` used (a planner measuring ranges reads each once);
+        ``context`` (the offset fetched) names the read in errors."""
         key = (tp, base)
         index = self._index.pop(key, None)
         if index is None:
             name = f"{tp.dir_name}/{segment_file_stem(base)}{INDEX_SUFFIX}"
-            data = self._store.read(name) if self._has(name) else b""
+            data = self._store.read(name, context) if self._has(name) else b""
             index = OffsetIndex.from_bytes(data, base, source=self._where(name))
             while len(self._index) >= KEPT_INDEXES:
                 del self._index[next(iter(self._index))]  # the least recently used
@@ -452,19 +453,20 @@ class ObjectStoreFetchSource:
         for base in p.bases[i:]:
             if base not in p.txn_bases:
                 continue
-            result = collect_aborted(self._txns(tp, base), offset, end)
+            context = f" (aborted transactions of a fetch at offset {offset} of {tp})"
+            result = collect_aborted(self._txns(tp, base, context), offset, end)
             found += result.fetch_entries
             if result.is_complete:
                 break
         return tuple(found)
 
-    def _txns(self, tp: TopicPartition, base: int) -> list[AbortedTxn]:
+    def _txns(self, tp: TopicPartition, base: int, context: str = "") -> list[AbortedTxn]:
         """The entries of ``tp``'s segment ``base``'s ``.txnindex`` (read once, kept)."""
         key = (tp, base)
         found = self._txn_cache.get(key)
         if found is None:
             name = f"{tp.dir_name}/{segment_file_stem(base)}{TXN_INDEX_SUFFIX}"
-            found = self._txn_cache[key] = aborted_txns_of(self._store.read(name),
+            found = self._txn_cache[key] = aborted_txns_of(self._store.read(name, context),
                                                            self._where(name))  # fmt: skip
         return found
 
@@ -475,8 +477,9 @@ class ObjectStoreFetchSource:
         """The batches of segment ``i`` from the one holding ``offset`` (module docstring)."""
         base, size = p.bases[i], p.sizes[i]
         name = f"{tp.dir_name}/{segment_file_stem(base)}{LOG_SUFFIX}"
-        position = self._offset_index(tp, base).lookup(offset).position if offset > base else 0
         context = f" (fetch at offset {offset} of {tp})"
+        index = self._offset_index(tp, base, context) if offset > base else None
+        position = index.lookup(offset).position if index is not None else 0
         for _ in range(_MAX_SEEKS):
             length = min(size - position, max(max_bytes, 1) + SEEK_SLACK)
             if length <= 0:
