@@ -208,6 +208,11 @@ class ObjectStore:
             try:
                 return op()
             except FileNotFoundError as e:
+                if name and self.location.scheme == "s3" and not self._bucket_exists():
+                    raise FileNotFoundError(
+                        f"{what}: no bucket {self.location.bucket!r}{self._endpoint()} (reading "
+                        f"{self.location.describe(name)}): it was deleted, or never created"
+                    ) from None
                 raise FileNotFoundError(
                     f"{what}: no object at {self.location.describe(name)} ({e})"
                 ) from None
@@ -245,14 +250,18 @@ class ObjectStore:
     def _check_bucket(self) -> None:
         """:class:`ObjectStoreError` when the location's bucket does not exist (a listing of a
         missing bucket is empty)."""
+        if not self._bucket_exists():
+            bucket = self.location.bucket
+            raise ObjectStoreError(
+                f"no bucket {bucket!r}{self._endpoint()} (reading {self.location.describe()})"
+            )
+
+    def _bucket_exists(self) -> bool:
         import pyarrow.fs as pafs
 
         bucket = self.location.bucket
         info = self.call("looking the bucket up", "", lambda: self._fs.get_file_info(bucket))
-        if info.type == pafs.FileType.NotFound:
-            raise ObjectStoreError(
-                f"no bucket {bucket!r}{self._endpoint()} (reading {self.location.describe()})"
-            )
+        return info.type != pafs.FileType.NotFound
 
     def size(self, name: str) -> int | None:
         """The object's size, ``None`` when there is none."""

@@ -1,8 +1,8 @@
 """Reads and uploads of a log dir on object storage while the S3 server fails: throttled, erring,
-cutting an answer mid-body, stalling, gone (its port refusing) and back. The faults come from a
-real TCP proxy in front of the session's SeaweedFS (tests/s3_proxy.py). Each read either returns
-exactly the log dir's batches or fails, in bounded time, with an error naming bucket, key and
-offset."""
+cutting an answer mid-body, stalling, gone (its port refusing) and back, or its bucket deleted
+between planning and reading. The faults come from a real TCP proxy in front of the session's
+SeaweedFS (tests/s3_proxy.py). Each read either returns exactly the log dir's batches or fails,
+in bounded time, with an error naming bucket, key and offset."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 
+import pyarrow.fs as pafs
 import pytest
 
 from broker_embedded.storage.fetch_data_info import IsolationLevel
@@ -108,6 +109,22 @@ def test_the_server_gone_mid_fetch_loop_fails_naming_the_offset_or_resumes_when_
         assert batches(task, EVENTS1, 3000) == expected
     finally:
         back.join(5)
+
+
+def test_a_bucket_deleted_after_planning_is_named(s3: S3Server, source_log_dir) -> None:
+    location = StoreLocation(f"s3://{s3.new_bucket('vanish')}/l", s3.settings)
+    upload_log_dir(source_log_dir, location.open())
+    task = ObjectStoreSource(location).open().task_source([EVENTS1]).open()
+    base = task.partition(EVENTS1).bases[0]
+    s = location.settings
+    admin = pafs.S3FileSystem(access_key=s.access_key, secret_key=s.secret_key, scheme="http",
+                              endpoint_override=s.endpoint.removeprefix("http://"),
+                              region="us-east-1", allow_bucket_deletion=True)  # fmt: skip
+    admin.delete_dir(location.bucket)
+    with pytest.raises(FileNotFoundError, match=rf"offset {base} of events-1\): no bucket "
+                       rf"'{location.bucket}'.*\(reading bucket '{location.bucket}' key "
+                       rf"'{log_key(location, EVENTS1, base)}'\): it was deleted"):  # fmt: skip
+        task.fetch(EVENTS1, base, 1000, UNCOMMITTED)
 
 
 def test_an_upload_whose_server_goes_away_completes_on_a_rerun(
