@@ -28,6 +28,13 @@ stalled server is a transient error after ``fs.s3a.connection.timeout``: the wor
 request is :data:`ATTEMPTS` times that timeout plus the backoff. A response cut short of its
 ``Content-Length`` is an error of the AWS SDK (retried), never short data.
 
+Changed objects: :meth:`ObjectStore.read_range` given the size planning listed compares it with
+the object's size when it opens the object (a HEAD), and pins the object's ETag at its first
+open: an object of another size, or whose ETag changed between two opens by one store (a retry,
+the next read), is an :class:`ObjectChangedError` naming bucket, key and both values, not
+retried. An object replaced by other bytes of the same size before a store first opened it is
+not seen here; the batch CRCs the reader checks catch bytes that are not the batches' own.
+
 Thread safety: a :class:`StoreLocation` is an immutable, picklable value; an
 :class:`ObjectStore` keeps the handle of the object it read last: one thread uses it.
 """
@@ -75,6 +82,11 @@ _PERMANENT = ("ACCESS_DENIED", "NO_SUCH_BUCKET", "NO_SUCH_KEY", "INVALID_ACCESS_
 class ObjectStoreError(KafkaLogError):
     """A request to the object store failed for good (after the retries a transient error
     gets); the message names the bucket, the key and what was asked."""
+
+
+class ObjectChangedError(ObjectStoreError):
+    """An object is not the one planning listed or a store read before: another size or ETag
+    (module docstring); not retried."""
 
 
 def is_store_uri(path: str) -> bool:
@@ -196,6 +208,7 @@ class ObjectStore:
         self.location = location
         self._fs, self._root = _filesystem(location)
         self._held: tuple[str, pa.NativeFile] | None = None  # read_range's open object
+        self._etags: dict[str, bytes] = {}  # the ETag of each object read_range opened
 
     def _path(self, name: str) -> str:
         return f"{self._root}/{name}" if name else self._root
@@ -279,24 +292,44 @@ class ObjectStore:
 
         return self.call(f"reading{context}", name, op)
 
-    def read_range(self, name: str, position: int, length: int, context: str = "") -> bytes:
+    def read_range(
+        self, name: str, position: int, length: int, context: str = "", size: int | None = None
+    ) -> bytes:
         """``length`` bytes of the object from ``position`` (fewer at its end): one ranged GET.
         The object's handle (opening it costs a HEAD) is kept for the next read of the same
-        object. ``context`` (e.g. the offset read) is added to error messages."""
+        object. ``context`` (e.g. the offset read) is added to error messages. ``size``: the
+        object's size as planned; another one, or another ETag than at this store's first open
+        of it, is an :class:`ObjectChangedError` (module docstring)."""
+        what = f"reading bytes {position} to {position + length}{context}"
 
         def op() -> bytes:
             held = self._held
             if held is None or held[0] != name:
                 self.release()
                 self._held = held = (name, self._fs.open_input_file(self._path(name)))
+                self._check_unchanged(what, name, held[1], size)
             try:
                 return held[1].read_at(length, position)
             except OSError:
                 self.release()  # opened again on the next try
                 raise
 
-        what = f"reading bytes {position} to {position + length}{context}"
         return self.call(what, name, op)
+
+    def _check_unchanged(self, what: str, name: str, f: pa.NativeFile, size: int | None) -> None:
+        found = f.size()
+        etag = f.metadata().get("ETag", b"") if self.location.scheme == "s3" else b""
+        pinned = self._etags.setdefault(name, etag) if size is None or found == size else etag
+        if (size is None or found == size) and etag == pinned:
+            return
+        self.release()
+        was = f"size {size}" if size is not None and found != size else f"ETag {pinned.decode()}"
+        now = f"size {found}" if size is not None and found != size else f"ETag {etag.decode()}"
+        raise ObjectChangedError(
+            f"{what}: the object at {self.location.describe(name)}{self._endpoint()} changed "
+            f"since it was planned ({now}, planned {was}): it was replaced while being read; "
+            "run the query again"
+        )
 
     def release(self) -> None:
         """Close the handle :meth:`read_range` keeps."""
@@ -313,6 +346,7 @@ class ObjectStore:
             with self._output(name) as out:
                 out.write(data)
 
+        self._etags.pop(name, None)  # this store's own change
         self.call("writing", name, op)
 
     def upload(self, name: str, local: str, chunk: int = 8 << 20) -> None:
@@ -323,6 +357,7 @@ class ObjectStore:
                 while data := f.read(chunk):
                     out.write(data)
 
+        self._etags.pop(name, None)  # this store's own change
         self.call(f"uploading {local}", name, op)
 
     def _output(self, name: str) -> pa.NativeFile:
@@ -333,6 +368,7 @@ class ObjectStore:
         return self._fs.open_output_stream(path)
 
     def delete(self, name: str) -> None:
+        self._etags.pop(name, None)
         self.call("deleting", name, lambda: self._fs.delete_file(self._path(name)))
 
     def create_bucket(self) -> None:

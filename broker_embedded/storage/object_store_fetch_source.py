@@ -342,7 +342,8 @@ class ObjectStoreFetchSource:
         time (a larger batch whole)."""
         want = WALK_BYTES
         while position < size:
-            buf = self._store.read_range(name, position, min(size - position, want), context)
+            length = min(size - position, want)
+            buf = self._store.read_range(name, position, length, context, size)
             end = 0
             for b in iter_batches(buf, self._where(name), base_position=position):
                 yield b
@@ -484,7 +485,7 @@ class ObjectStoreFetchSource:
             length = min(size - position, max(max_bytes, 1) + SEEK_SLACK)
             if length <= 0:
                 return b""
-            buf = memoryview(self._store.read_range(name, position, length, context))
+            buf = memoryview(self._store.read_range(name, position, length, context, size))
             arr = readonly_bytes(buf)
             status, at, _, _ = es.seek_entry(arr, 0, len(buf), offset)
             if status == es.SEEK_FOUND:

@@ -1,8 +1,8 @@
 """Reads and uploads of a log dir on object storage while the S3 server fails: throttled, erring,
-cutting an answer mid-body, stalling, gone (its port refusing) and back, or its bucket deleted
-between planning and reading. The faults come from a real TCP proxy in front of the session's
-SeaweedFS (tests/s3_proxy.py). Each read either returns exactly the log dir's batches or fails,
-in bounded time, with an error naming bucket, key and offset."""
+cutting an answer mid-body, stalling, gone (its port refusing) and back, its bucket deleted or an
+object replaced between planning and reading. The faults come from a real TCP proxy in front of
+the session's SeaweedFS (tests/s3_proxy.py). Each read either returns exactly the log dir's
+batches or fails, in bounded time, with an error naming bucket, key and offset."""
 
 from __future__ import annotations
 
@@ -21,6 +21,7 @@ from broker_embedded.storage.log_dir_fetch_source import LogDirSource
 from broker_embedded.storage.log_dir_upload import upload_log_dir
 from broker_embedded.storage.object_store import (
     ATTEMPTS,
+    ObjectChangedError,
     ObjectStoreError,
     StoreLocation,
 )
@@ -125,6 +126,31 @@ def test_a_bucket_deleted_after_planning_is_named(s3: S3Server, source_log_dir) 
                        rf"'{location.bucket}'.*\(reading bucket '{location.bucket}' key "
                        rf"'{log_key(location, EVENTS1, base)}'\): it was deleted"):  # fmt: skip
         task.fetch(EVENTS1, base, 1000, UNCOMMITTED)
+
+
+def test_an_object_replaced_after_planning_is_detected_by_size_or_etag(
+    s3: S3Server, source_log_dir
+) -> None:
+    location = StoreLocation(f"s3://{s3.new_bucket('replaced')}/l", s3.settings)
+    store = location.open()
+    upload_log_dir(source_log_dir, store)
+    task = ObjectStoreSource(location).open().task_source([EVENTS1]).open()
+    p = task.partition(EVENTS1)
+    name = f"events-1/{p.bases[0]:020d}.log"
+    original = (source_log_dir / name).read_bytes()
+    store.write(name, original + original[:61])  # another size: seen at the first open
+    with pytest.raises(
+        ObjectChangedError,
+        match=rf"key '{location.key(name)}' .*changed since "
+        rf"it was planned \(size {len(original) + 61}, planned size {len(original)}\)",
+    ):
+        task.fetch(EVENTS1, p.bases[0], 1000, UNCOMMITTED)
+    store.write(name, original)
+    assert task.fetch(EVENTS1, p.bases[0], 1000, UNCOMMITTED).records  # ETag pinned here
+    task.store.release()
+    store.write(name, original[:-1] + bytes([original[-1] ^ 1]))  # same size, other bytes
+    with pytest.raises(ObjectChangedError, match=r"changed since it was planned \(ETag "):
+        task.fetch(EVENTS1, p.bases[0] + 1, 1000, UNCOMMITTED)
 
 
 def test_an_upload_whose_server_goes_away_completes_on_a_rerun(
