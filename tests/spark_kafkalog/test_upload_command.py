@@ -126,3 +126,47 @@ def test_a_log_dir_a_broker_holds_goes_without_its_active_segments(cli, log_dir:
     local = LogDirSource(str(log_dir)).open()
     assert batches(remote, meta, 1 << 16) == [b for b in batches(local, meta, 1 << 16)
                                               if b[1] < 14667]  # fmt: skip
+
+
+def test_an_upload_killed_mid_segment_completes_on_a_rerun(cli, s3: S3Server, log_dir) -> None:
+    """``kafkalog upload`` SIGKILLed while a segment's bytes are on the wire (its PUT held by a
+    proxy): the rerun uploads what is missing and the store reads as the log dir."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from tests.s3_proxy import FaultProxy
+
+    root = Path(__file__).resolve().parents[2]
+    to = f"s3://{s3.new_bucket('killed')}/kafka/a"
+    with FaultProxy(s3.endpoint) as proxy:
+        proxy.inject("stall", matching="topic-1/00000000000000000000.log?partNumber")
+        options = {**s3.options(), "fs.s3a.endpoint": proxy.endpoint}
+        command = [
+            sys.executable,
+            "-m",
+            "spark_kafkalog.cli",
+            "upload",
+            "--log-dir",
+            str(log_dir),
+            "--to",
+            to,
+            *(f"--conf={k}={v}" for k, v in options.items()),
+        ]
+        child = subprocess.Popen(command, env={**os.environ, "PYTHONPATH": str(root)},
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
+        try:
+            deadline = time.monotonic() + 60
+            while not proxy.injected and child.poll() is None and time.monotonic() < deadline:
+                time.sleep(0.02)
+            assert proxy.injected == 1, child.poll()
+        finally:
+            child.send_signal(signal.SIGKILL)
+            child.communicate(timeout=30)
+    code, out, err = cli(f"upload --log-dir {log_dir} --to {to}", *conf(s3))
+    assert (code, err) == (0, "")
+    uploaded, skipped = int(summary(out).split()[0]), int(summary(out).split(", ")[2].split()[0])
+    assert uploaded >= 1 and uploaded + skipped == len(SEGMENTS), out
+    same_reads(StoreLocation(to, s3.settings), log_dir)
