@@ -185,3 +185,43 @@ def test_timeouts_parse_as_hadoop_s3a_gives_them() -> None:
     assert (s.request_timeout_s, s.connect_timeout_s) == (1.5, 2.0)
     with pytest.raises(ValueError, match=re.escape("fs.s3a.connection.timeout='soon'")):
         StoreSettings.parse({"fs.s3a.connection.timeout": "soon"})
+
+
+def spark_load(spark, s3: S3Server, proxy: FaultProxy, stored: StoreLocation):
+    """The events topic of ``stored`` read by Spark through ``proxy``."""
+    options = {**s3.options(), "fs.s3a.endpoint": proxy.endpoint}
+    return (
+        spark.read.format("kafkalog")
+        .options(**options)
+        .option("subscribe", "events")
+        .load(stored.uri)
+    )
+
+
+def test_a_spark_read_whose_server_keeps_failing_names_bucket_key_and_offset(
+    spark, s3: S3Server, stored, proxy
+) -> None:
+    from tests.datasource.test_object_store_read import fingerprint
+
+    proxy.inject("status", 503, times=1000, matching=".log")  # every try of every segment
+    began = time.monotonic()
+    with pytest.raises(
+        Exception,
+        match=rf"offset \d+ of events-\d\) failed after {ATTEMPTS} "
+        rf"tries at bucket '{stored.bucket}' key 'logs/events-\d/\d{{20}}\.log'",
+    ):
+        fingerprint(spark_load(spark, s3, proxy, stored))
+    assert time.monotonic() - began < 60
+
+
+@pytest.mark.slow  # three Spark reads: 15-20 s on a loaded machine
+def test_a_spark_read_rides_out_throttling_to_the_same_rows(
+    spark, s3: S3Server, stored, proxy, source_log_dir
+) -> None:
+    from tests.datasource.test_object_store_read import fingerprint
+
+    local = spark.read.format("kafkalog").option("subscribe", "events").load(str(source_log_dir))
+    expected = fingerprint(local)
+    proxy.inject("status", 503, times=3, matching=".log")  # within one request's tries
+    assert fingerprint(spark_load(spark, s3, proxy, stored)) == expected
+    assert proxy.injected == 3
