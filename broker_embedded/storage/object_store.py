@@ -32,8 +32,13 @@ Changed objects: :meth:`ObjectStore.read_range` given the size planning listed c
 the object's size when it opens the object (a HEAD), and pins the object's ETag at its first
 open: an object of another size, or whose ETag changed between two opens by one store (a retry,
 the next read), is an :class:`ObjectChangedError` naming bucket, key and both values, not
-retried. An object replaced by other bytes of the same size before a store first opened it is
-not seen here; the batch CRCs the reader checks catch bytes that are not the batches' own.
+retried. Why a HEAD before every read given a size, not one per object: pyarrow's handle
+keeps the size its HEAD saw and, when a later ranged GET answers fewer bytes (the object was
+cut short or replaced since), returns the requested length anyway, the tail not the object's
+bytes (measured: pyarrow 26, a 10000-byte read of an object replaced by 50 bytes returned 10000
+bytes). An object replaced by other bytes of the same size before a store first opened it, or
+between a HEAD and its GET, is not seen here (pyarrow sends no If-Match); the batch CRCs the
+reader checks catch bytes that are not the batches' own.
 
 Thread safety: a :class:`StoreLocation` is an immutable, picklable value; an
 :class:`ObjectStore` keeps the handle of the object it read last: one thread uses it.
@@ -296,23 +301,25 @@ class ObjectStore:
         self, name: str, position: int, length: int, context: str = "", size: int | None = None
     ) -> bytes:
         """``length`` bytes of the object from ``position`` (fewer at its end): one ranged GET.
-        The object's handle (opening it costs a HEAD) is kept for the next read of the same
-        object. ``context`` (e.g. the offset read) is added to error messages. ``size``: the
-        object's size as planned; another one, or another ETag than at this store's first open
-        of it, is an :class:`ObjectChangedError` (module docstring)."""
+        ``context`` (e.g. the offset read) is added to error messages. ``size``: the object's
+        size as planned; the object is opened (a HEAD) for each read and another size, or
+        another ETag than at this store's first open of it, is an :class:`ObjectChangedError`
+        (module docstring). Without ``size`` the object's handle is kept for the next read of
+        the same object (the uploader's read-back of what it wrote)."""
         what = f"reading bytes {position} to {position + length}{context}"
 
         def op() -> bytes:
             held = self._held
-            if held is None or held[0] != name:
+            if held is None or held[0] != name or size is not None:
                 self.release()
                 self._held = held = (name, self._fs.open_input_file(self._path(name)))
                 self._check_unchanged(what, name, held[1], size)
             try:
-                return held[1].read_at(length, position)
+                data = held[1].read_at(length, position)
             except OSError:
                 self.release()  # opened again on the next try
                 raise
+            return data
 
         return self.call(what, name, op)
 

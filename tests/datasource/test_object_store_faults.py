@@ -225,3 +225,24 @@ def test_a_spark_read_rides_out_throttling_to_the_same_rows(
     proxy.inject("status", 503, times=3, matching=".log")  # within one request's tries
     assert fingerprint(spark_load(spark, s3, proxy, stored)) == expected
     assert proxy.injected == 3
+
+
+def test_an_object_cut_short_while_a_task_reads_it_is_not_read_as_data(
+    s3: S3Server, source_log_dir
+) -> None:
+    location = StoreLocation(f"s3://{s3.new_bucket('shrunk')}/l", s3.settings)
+    store = location.open()
+    upload_log_dir(source_log_dir, store)
+    task = ObjectStoreSource(location).open().task_source([EVENTS1]).open()
+    p = task.partition(EVENTS1)
+    name = f"events-1/{p.bases[0]:020d}.log"
+    original = (source_log_dir / name).read_bytes()
+    first = task.fetch(EVENTS1, p.bases[0], 1, UNCOMMITTED)  # the segment read once
+    cut = len(first.records) + 100  # inside the second batch
+    store.write(name, original[:cut])  # a handle kept open would pad the short answer
+    with pytest.raises(
+        ObjectChangedError,
+        match=rf"key '{location.key(name)}' .*changed since "
+        rf"it was planned \(size {cut}, planned size {len(original)}\)",
+    ):
+        task.fetch(EVENTS1, p.bases[0] + 1, 1 << 20, UNCOMMITTED)
