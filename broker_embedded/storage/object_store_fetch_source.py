@@ -19,17 +19,19 @@ where a cut must be exact, as a local log dir's do (log_dir_fetch_source.py's
 found of its partitions (:class:`StoredPartition`: segments, sizes, offsets), so it lists
 nothing and reads no checkpoint.
 
-Fetch (read_uncommitted): the segment holding the offset by its base offset, the position of
-the offset index's entry at or below it (the segment's ``.index``, read once; the last
+Fetch (read_uncommitted): the segment holding the offset by its base offset, the position of the
+offset index's entry at or below it (the segment's ``.index``, read once; the last
 :data:`KEPT_INDEXES` used are kept), then one ranged GET of at most ``max_bytes`` plus
-:data:`SEEK_SLACK` bytes from there; the batch headers are walked (the compiled seek, no object
-per batch) to the batch holding the offset, and the records returned run from it, at most
-``max_bytes`` (a first batch larger than that whole, KIP-74; a partial last batch may follow, as
-from a broker), cut before the batch holding the high watermark. When the batch holding the
-offset lies past the bytes read (batches larger than the slack), the next ranged GET starts at
-the last whole batch walked. Memory: one fetch (``max_bytes`` plus the slack) and the kept offset
-indexes (a task reads its segments in order: one at a time in practice). Never past a
-segment's end: a fetch returns the batches of one segment.
+:data:`SEEK_SLACK` bytes from there (after a HEAD checking that the segment still has the size
+planning listed and the ETag of the task's first read: object_store.py's changed objects); the
+batch headers are walked (the compiled seek, no object per batch) to the batch holding the
+offset, and the records returned run from it, at most ``max_bytes`` (a first batch larger than
+that whole, KIP-74; a partial last batch may follow, as from a broker), cut before the batch
+holding the high watermark. When the batch holding the offset lies past the bytes read (batches
+larger than the slack), the next ranged GET starts at the last whole batch walked. Memory: one
+fetch (``max_bytes`` plus the slack) and the kept offset indexes (a task reads its segments in
+order: one at a time in practice). Never past a segment's end: a fetch returns the batches of
+one segment.
 Pipelining (``prefetch``, as the wire source's): the next fetch of a task runs on one
 background thread while the last one is decoded; memory is one more fetch.
 
