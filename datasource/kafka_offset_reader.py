@@ -66,6 +66,8 @@ from broker_embedded.storage.fetch_source import (
     FetchSourceDescriptor,
 )
 from broker_embedded.storage.log_dir_fetch_source import TOPIC_CONFIG_FILE, LogDirSource
+from broker_embedded.storage.object_store import StoreLocation, is_store_uri
+from broker_embedded.storage.object_store_fetch_source import ObjectStoreSource
 from broker_embedded.storage.topic_partition import TopicPartition
 from datasource.errors import DATA_LOSS_HINT, DataLossError, InvalidOptionError
 from datasource.group_offsets import group_starting_offsets, read_committed_offsets
@@ -411,6 +413,8 @@ class KafkaOffsetReader:
 def source_of(options: KafkaSourceOptions) -> FetchSourceDescriptor:
     """What ``options`` read: the log dir of ``path``, or the cluster of
     ``kafka.bootstrap.servers`` over the wire protocol with the client's ``kafka.*`` settings."""
+    if options.bootstrap_servers is None and is_store_uri(options.path):
+        return ObjectStoreSource(StoreLocation(options.path, options.store_settings))
     if options.bootstrap_servers is None:
         return log_dir_source(options.path)
     from broker_embedded.client.wire_fetch_source import WireSource  # kio: cluster reads only

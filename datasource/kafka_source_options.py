@@ -54,6 +54,7 @@ from dataclasses import dataclass
 
 from broker_embedded.client.client_security import ClientSecurity
 from broker_embedded.storage.fetch_data_info import IsolationLevel
+from broker_embedded.storage.object_store import StoreSettings
 from datasource import option_table
 from datasource.errors import InvalidOptionError
 from datasource.offset_spec import (
@@ -196,6 +197,7 @@ class KafkaSourceOptions:
     view: str = "records"
     view_keep_tombstones: bool = False
     view_map_bytes: int | None = None
+    store_settings: StoreSettings = StoreSettings()  # fs.s3a.*: a path on object storage
 
     @property
     def latest_view(self) -> bool:
@@ -242,6 +244,7 @@ class KafkaSourceOptions:
         path, bootstrap = _location(raw)
         return cls(
             path=path,
+            store_settings=_store_settings(raw),
             bootstrap_servers=bootstrap,
             client_settings=_kafka_params(raw, bootstrap),
             subscription=_subscription(raw),
@@ -344,6 +347,14 @@ def _check_known(raw: dict[str, str], streaming: bool | None) -> None:
 def _unknown(key: str, value: str) -> str:
     known = ", ".join(sorted(OPTION_NAMES.values(), key=str.lower))
     return f"unknown option {key}={value!r} for the kafkalog source; the options are: {known}"
+
+
+def _store_settings(raw: dict[str, str]) -> StoreSettings:
+    """The ``fs.s3a.*`` settings of a path on object storage (object_store.py)."""
+    try:
+        return StoreSettings.parse(raw)
+    except ValueError as e:
+        raise InvalidOptionError(str(e)) from None
 
 
 def _location(raw: dict[str, str]) -> tuple[str, str | None]:

@@ -80,7 +80,11 @@ SECTIONS = (
                 "Spark",
                 """The log dir, `load("/data/kafka-logs")` or
                 `.option("path", ...)`. The driver and every executor must read it at the same
-                path (one machine or a shared file system); an absolute path is safest.""",
+                path (one machine or a shared file system); an absolute path is safest. Or a
+                log dir on object storage, `load("s3://bucket/prefix")` (also `s3a://`,
+                `gs://`, `hdfs://`, `file://`: any file system `pyarrow.fs` opens), as
+                `kafkalog upload` lays it out: every executor reads its ranges from the store
+                with ranged reads, no broker involved (settings: "Object storage" below).""",
             ),
             _row(
                 "kafka.bootstrap.servers",
@@ -94,6 +98,75 @@ SECTIONS = (
                 fetch ahead. Over the wire the log's bytes are unknown: `maxBytesPerPartition`
                 and `maxBytesPerTrigger` cut nothing (offset limits still apply). With a path
                 too: an error.""",
+            ),
+        ),
+    ),
+    OptionSection(
+        "Object storage",
+        """For a `path` on S3 (`s3://`, `s3a://`), Hadoop S3A's settings as Spark users give
+        them; unset ones come from the AWS environment (`AWS_ACCESS_KEY_ID`,
+        `AWS_SECRET_ACCESS_KEY`, `AWS_REGION`, `AWS_ENDPOINT_URL`, `~/.aws`). Secrets never
+        appear in logs, errors or reprs. A request failing with a transient error (refused or
+        reset connection, timeout, HTTP 5xx, throttling) is tried 5 times in about 1.5 s; the
+        error then names the bucket, the key, the byte range and the offset.""",
+        (
+            _row(
+                "fs.s3a.endpoint",
+                "read",
+                "",
+                "kafkalog",
+                """The S3 endpoint, `host:port` or `http(s)://host:port` (MinIO, SeaweedFS,
+                 Ceph, ...); default: AWS's for the region.""",
+            ),
+            _row("fs.s3a.access.key", "read", "", "kafkalog", "The access key id."),
+            _row("fs.s3a.secret.key", "read", "", "kafkalog", "The secret access key."),
+            _row(
+                "fs.s3a.session.token",
+                "read",
+                "",
+                "kafkalog",
+                "A session token, with temporary credentials.",
+            ),
+            _row(
+                "fs.s3a.path.style.access",
+                "read",
+                "",
+                "kafkalog",
+                """`true`: path-style requests (`endpoint/bucket/key`), which most
+                 S3-compatible servers need; `false`: virtual-host style. Unset: path style
+                 with an endpoint, else AWS's default.""",
+            ),
+            _row(
+                "fs.s3a.endpoint.region",
+                "read",
+                "",
+                "kafkalog",
+                "The region to sign requests for (e.g. `us-east-1`).",
+            ),
+            _row(
+                "fs.s3a.connection.ssl.enabled",
+                "read",
+                "",
+                "kafkalog",
+                """`false`: plain HTTP to the endpoint, `true`: HTTPS (the default unless the
+                 endpoint says `http://`).""",
+            ),
+            _row(
+                "fs.s3a.connection.establish.timeout",
+                "read",
+                "5s",
+                "kafkalog",
+                """How long connecting to the endpoint may take (milliseconds, or with a unit:
+                 `500ms`, `2s`); then the try fails (transient).""",
+            ),
+            _row(
+                "fs.s3a.connection.timeout",
+                "read",
+                "30s",
+                "kafkalog",
+                """How long a request may receive nothing (a stalled server) before the try
+                 fails (transient); milliseconds, or with a unit. The longest wait of one
+                 request is 5 times this plus 1.5 s.""",
             ),
         ),
     ),

@@ -31,6 +31,12 @@ Subcommands:
                                                  offsets, log end offsets and lag from
                                                  __consumer_offsets (like kafka-groups --list,
                                                  kafka-consumer-groups --describe)
+  upload --log-dir DIR --to s3://BUCKET/PREFIX [--conf fs.s3a.endpoint=URL ...] [--replace]
+         [--verify] [--create-bucket]
+                                                 copy the closed segments, indexes and
+                                                 checkpoints to object storage, where Spark reads
+                                                 them from every executor; resumable, verified
+                                                 (spark_kafkalog/upload_command.py)
   dump PATH... [--records] [--json] [--summary] [--verify]
                                                  print and verify segments (like kafka-dump-log)
   compact [--config FILE] [--dry-run] [--report FILE]
@@ -392,6 +398,13 @@ def _parser() -> argparse.ArgumentParser:
     _add_users(sub)
     _add_acls(sub)
 
+    from spark_kafkalog import upload_command
+
+    upload = sub.add_parser(
+        "upload", help="copy a log dir to object storage (s3://...), resumable and verified"
+    )
+    upload_command.add_arguments(upload)
+
     dump = sub.add_parser("dump", help="print and verify Kafka log segments")
     dump.add_argument("paths", nargs="+", type=Path, help="segment file, partition dir or log dir")
     dump.add_argument("--records", action="store_true", help="one line per record too")
@@ -630,6 +643,13 @@ def _run(args: argparse.Namespace) -> int:
         return _run_users(args)
     if args.command == "acls":
         return _run_acls(args)
+    if args.command == "upload":
+        from spark_kafkalog import upload_command
+
+        try:
+            return upload_command.run(args, sys.stdout)
+        except upload_command.UploadUsageError as e:
+            raise UsageError(str(e)) from None
     if args.command == "dump":
         from spark_kafkalog.dump_log import dump
 

@@ -27,6 +27,7 @@ import pytest
 
 from benchmarks._serve_peers import Server
 from tests.kafka39 import kafka_broker
+from tests.seaweedfs import S3Server, s3_server
 
 PEER_FIXTURES = frozenset(
     {"kafka39", "datasource_kafka", "kafka_source", "tansu_source", "kafka_written"}
@@ -48,6 +49,14 @@ def kafka39(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     """One Apache Kafka 3.9 broker for the session (skips without ``KAFKALOG_PEERS`` or Java):
     tests share it, each with its own topics and groups."""
     with kafka_broker(tmp_path_factory.mktemp("kafka39")) as server:
+        yield server
+
+
+@pytest.fixture(scope="session")
+def s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
+    """One real S3 server (SeaweedFS, tests/seaweedfs.py) for the session, on loopback; tests
+    take a bucket each (``s3.new_bucket``). Skips without the ``weed`` binary."""
+    with s3_server(tmp_path_factory.mktemp("seaweedfs")) as server:
         yield server
 
 

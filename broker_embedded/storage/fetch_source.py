@@ -17,8 +17,9 @@ A reader of Kafka's log needs what a Kafka consumer gets from a broker, and no m
   ("unknown") and the planner falls back to offsets: no split, and no byte limit on a trigger
   beyond its offsets. The log-dir source answers exactly, from the offset indexes.
 
-Two implementations: the log dir (log_dir_fetch_source.py, beside the storage) and, later, the
-wire protocol (a Kafka client's Metadata, ListOffsets and Fetch). Everything here maps onto those
+Three implementations: the log dir (log_dir_fetch_source.py, beside the storage), a log dir on
+object storage (object_store_fetch_source.py: ranged reads of the stored segments) and the wire
+protocol (a Kafka client's Metadata, ListOffsets and Fetch). Everything here maps onto those
 responses: ``FetchedPartition`` carries exactly the fields of a Fetch response partition, and
 the aborted transactions as its (producer id, first offset) pairs.
 

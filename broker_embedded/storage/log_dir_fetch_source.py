@@ -61,7 +61,7 @@ import os
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
@@ -252,7 +252,7 @@ class LogDirFetchSource:
         view = self.view(tp)
 
         def cut_in(bases: list[int]) -> ByteCut:
-            return _byte_cut(view, bases, start, end, max_bytes, min_one_batch)
+            return byte_cut_in(view, bases, start, end, max_bytes, min_one_batch)
 
         return view.with_listing(cut_in, start, f"measuring offsets {start} to {end}")
 
@@ -264,17 +264,7 @@ class LogDirFetchSource:
         pieces are about ``max_bytes`` (give or take ``index.interval.bytes`` and one batch)."""
         if max_bytes < 1:
             raise ValueError(f"max_bytes must be positive, not {max_bytes}")
-        candidates = self._cut_candidates(tp, start, end)
-        if candidates is None:
-            return []
-        cand, pos, start_position = candidates
-        keep = np.ones(len(cand), bool)
-        keep[1:] = cand[1:] > np.maximum.accumulate(cand)[:-1]  # strictly increasing only
-        keep &= (cand > start) & (cand < end)
-        cand, pos = cand[keep], pos[keep]
-        bucket = (pos - start_position) // max_bytes
-        rises = np.flatnonzero(np.diff(np.concatenate([[0], bucket])) > 0)
-        return [int(c) for c in cand[rises]]
+        return cuts_of(self._cut_candidates(tp, start, end), start, end, max_bytes)
 
     def _cut_candidates(
         self, tp: TopicPartition, start: int, end: int
@@ -282,7 +272,7 @@ class LogDirFetchSource:
         """Candidate cut offsets, their byte positions counted from the first segment the
         range spans, and the position of ``start``; ``None`` when no segment spans it."""
         view = self.view(tp)
-        return view.with_listing(lambda bases: _candidates(view, bases, start, end), start,
+        return view.with_listing(lambda bases: cut_candidates(view, bases, start, end), start,
                                  f"indexing offsets {start} to {end}")  # fmt: skip
 
     # -- lifetime ----------------------------------------------------------------------------------
@@ -303,7 +293,7 @@ class LogDirFetchSource:
         return f"LogDirFetchSource({self._descriptor.path!r})"
 
 
-def _last_boundary(seg: LogSegment, lo: int, hi: int, target: int) -> tuple[int, int] | None:
+def _last_boundary(seg: Any, lo: int, hi: int, target: int) -> tuple[int, int] | None:
     """``(offset, position)`` of the last batch boundary of ``seg`` in ``(lo, min(hi, target)]``
     (the offset after the batch ending there, its end position), ``None`` when the batch at
     ``lo`` already ends past ``target``. The offset index gives the last entry at or before
@@ -359,15 +349,17 @@ def _copied(records: bytes | memoryview) -> bytes:
     return out
 
 
-def _byte_cut(
-    view: PartitionReader,
+def byte_cut_in(
+    view: IndexedSegments,
     bases: list[int],
     start: int,
     end: int,
     max_bytes: int,
     min_one_batch: bool,
 ) -> ByteCut:
-    """:meth:`LogDirSource.byte_cut` over one listing of the segments (``bases``)."""
+    """:meth:`LogDirSource.byte_cut` over one listing of the segments (``bases``); also the
+    object store's (its segments answer ``position_of``, ``next_offset``, ``offset_index`` and
+    ``batches(start, end)`` from ranged reads)."""
     cut, used = start, 0
     for base in bases[max(bisect.bisect_right(bases, start) - 1, 0) :]:
         if base >= end:
@@ -391,8 +383,34 @@ def _byte_cut(
     return ByteCut(cut, used)
 
 
-def _candidates(
-    view: PartitionReader, bases: list[int], start: int, end: int
+def cuts_of(
+    candidates: tuple[np.ndarray, np.ndarray, int] | None, start: int, end: int, max_bytes: int
+) -> list[int]:
+    """The cuts of :meth:`LogDirFetchSource.byte_cuts` from ``candidates`` (offsets, their
+    positions, the position of ``start``: :func:`cut_candidates`); also the object store's."""
+    if candidates is None:
+        return []
+    cand, pos, start_position = candidates
+    keep = np.ones(len(cand), bool)
+    keep[1:] = cand[1:] > np.maximum.accumulate(cand)[:-1]  # strictly increasing only
+    keep &= (cand > start) & (cand < end)
+    cand, pos = cand[keep], pos[keep]
+    bucket = (pos - start_position) // max_bytes
+    rises = np.flatnonzero(np.diff(np.concatenate([[0], bucket])) > 0)
+    return [int(c) for c in cand[rises]]
+
+
+class IndexedSegments(Protocol):
+    """What :func:`cut_candidates` and :func:`byte_cut_in` read of a partition: a segment by
+    base offset, with its ``offset_index`` and ``size_in_bytes`` (and for a cut its
+    ``position_of``, ``next_offset`` and ``batches``): a read-only view, or the object store's
+    partition."""
+
+    def segment(self, base_offset: int, /) -> Any: ...
+
+
+def cut_candidates(
+    view: IndexedSegments, bases: list[int], start: int, end: int
 ) -> tuple[np.ndarray, np.ndarray, int] | None:
     """:meth:`LogDirSource._cut_candidates` over one listing of the segments (``bases``)."""
     offsets: list[np.ndarray] = []

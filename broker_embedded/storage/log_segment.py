@@ -442,13 +442,7 @@ class LogSegment(ActiveSegment):
         floor = self.base_offset if starting_offset is None else starting_offset
         entry = self.time_index.lookup(timestamp)
         position = self.offset_index.lookup(max(entry.offset, floor)).position
-        for b in self.batches(position):
-            if b.max_timestamp < timestamp or b.last_offset < floor:
-                continue
-            for r in b.records():
-                if r.timestamp >= timestamp and r.offset >= floor:
-                    return TimestampAndOffset(r.timestamp, r.offset, _leader_epoch(b))
-        return None
+        return first_record_at_or_after(self.batches(position), timestamp, floor)
 
     # -- checks ------------------------------------------------------------------------------------
 
@@ -642,6 +636,20 @@ class _Walk:
             self.end = b.position + b.size_in_bytes
             self.max_timestamp = max(self.max_timestamp, b.max_timestamp)
             yield b
+
+
+def first_record_at_or_after(
+    batches: Iterable[AnyBatch], timestamp: int, floor: int
+) -> TimestampAndOffset | None:
+    """The first record of ``batches`` with timestamp >= ``timestamp`` and offset >= ``floor``
+    (a segment's walk from its time index entry; the object store's too)."""
+    for b in batches:
+        if b.max_timestamp < timestamp or b.last_offset < floor:
+            continue
+        for r in b.records():
+            if r.timestamp >= timestamp and r.offset >= floor:
+                return TimestampAndOffset(r.timestamp, r.offset, _leader_epoch(b))
+    return None
 
 
 def _leader_epoch(batch: AnyBatch) -> int | None:

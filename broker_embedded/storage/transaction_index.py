@@ -198,13 +198,7 @@ class TransactionIndex:
     def collect_aborted(self, fetch_offset: int, upper_bound_offset: int) -> TxnIndexSearchResult:
         """Aborted transactions overlapping ``[fetch_offset, upper_bound_offset)``: those with
         ``lastOffset >= fetch_offset`` and ``firstOffset < upper_bound_offset``."""
-        found: list[AbortedTxn] = []
-        for txn in self.all_aborted_txns():
-            if txn.last_offset >= fetch_offset and txn.first_offset < upper_bound_offset:
-                found.append(txn)
-            if txn.last_stable_offset >= upper_bound_offset:
-                return TxnIndexSearchResult(tuple(found), True)
-        return TxnIndexSearchResult(tuple(found), False)
+        return collect_aborted(self.all_aborted_txns(), fetch_offset, upper_bound_offset)
 
     def sanity_check(self) -> None:
         """Raise :class:`IndexCorruptError` unless the file holds whole version-0 entries with
@@ -289,6 +283,25 @@ class TransactionIndex:
             os.truncate(self._path, size)
         except FileNotFoundError:
             pass
+
+
+def collect_aborted(
+    txns: list[AbortedTxn], fetch_offset: int, upper_bound_offset: int
+) -> TxnIndexSearchResult:
+    """:meth:`TransactionIndex.collect_aborted` over the entries ``txns`` of one index (a file,
+    or an object of the store read whole)."""
+    found: list[AbortedTxn] = []
+    for txn in txns:
+        if txn.last_offset >= fetch_offset and txn.first_offset < upper_bound_offset:
+            found.append(txn)
+        if txn.last_stable_offset >= upper_bound_offset:
+            return TxnIndexSearchResult(tuple(found), True)
+    return TxnIndexSearchResult(tuple(found), False)
+
+
+def aborted_txns_of(data: bytes, source: str) -> list[AbortedTxn]:
+    """The entries of a transaction index's bytes (``source`` names it in errors)."""
+    return [txn for _, txn in _entries(data, Path(source))]
 
 
 def _entries(data: bytes, path: Path) -> Iterator[tuple[int, AbortedTxn]]:

@@ -1,0 +1,288 @@
+"""Copying a log dir to object storage: :func:`upload_log_dir` (``kafkalog upload``), and the
+object layout that readers (object_store_fetch_source.py) expect.
+
+Layout: a mirror of the log dir under the location's prefix, file for file, with one manifest
+per stored segment (remote_log_segment_metadata.py)::
+
+    <prefix>/
+      kafkalog-last-stable-offset-checkpoint  each partition's LSO (a log dir uploaded whole)
+      replication-offset-checkpoint      \\
+      log-start-offset-checkpoint         | the log dir's own files, written last
+      recovery-point-offset-checkpoint    | (after every segment)
+      cleaner-offset-checkpoint           |
+      meta.properties, kafkalog-topics.json /
+      <topic>-<partition>/
+        00000000000000000000.log          the segment's files, as on disk
+        00000000000000000000.index
+        00000000000000000000.timeindex
+        00000000000000000000.txnindex     (when the segment has one)
+        00000000000000000000.segment.json the manifest: written once the files above are verified
+        leader-epoch-checkpoint, partition.metadata   (after the partition's segments)
+
+A mirror because a downloaded copy is a log dir again (Kafka ignores the manifests), and
+because the broker's tiering (issue 30 part 2) can write the same keys: a tiered segment is a
+stored segment with its manifest, whoever copied it. Why manifests: an object store has no
+atomic rename, so a reader needs one object that says a segment is complete (and its offsets,
+without reading the segment); the uploader needs a record of what it verified, to skip it on a
+rerun without reading it back.
+
+Which segments: all of a log dir no broker holds (its ``.lock`` is free: a stopped broker's or a
+copied log dir); of a log dir a broker holds, all but each partition's last (the active segment,
+still appended to). Of a log dir uploaded whole, the last stable offsets too, as the read-only
+view computes them (:data:`LAST_STABLE_OFFSET_CHECKPOINT`): read_committed readers need them.
+
+Each segment is uploaded file by file, each file verified by its size and its SHA-256 read back
+from the store, then its manifest. A rerun (resuming after an
+interruption) lists the store once and, per segment:
+
+- manifest present and equal to the local segment's (every file's size and SHA-256), and every
+  object of the right size: skipped (``verify=True`` also reads them back and compares hashes);
+- manifest present but an object missing or of another size, or (``verify``) another hash:
+  repaired (the segment uploaded again);
+- manifest present and different from the local segment (another log dir, or a segment the
+  cleaner rewrote since): refused, an :class:`UploadConflictError` naming the key, unless
+  ``replace=True``;
+- no manifest: uploaded (objects left by an interrupted run are overwritten).
+
+Memory: one chunk (8 MiB) of a file at a time. Not thread-safe: one upload per location at a time.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from broker_embedded.errors import KafkaLogError
+from broker_embedded.storage.leader_epoch_checkpoint import LEADER_EPOCH_CHECKPOINT
+from broker_embedded.storage.log_dir import META_PROPERTIES, LogDir, check_log_dir
+from broker_embedded.storage.log_dir_lock import LogDirLock
+from broker_embedded.storage.log_file_utils import (
+    LOG_SUFFIX,
+    parse_segment_log_name,
+    segment_file_stem,
+)
+from broker_embedded.storage.object_store import ObjectStore
+from broker_embedded.storage.offset_checkpoint import (
+    CLEANER_OFFSET_CHECKPOINT,
+    LOG_START_OFFSET_CHECKPOINT,
+    RECOVERY_POINT_OFFSET_CHECKPOINT,
+    REPLICATION_OFFSET_CHECKPOINT,
+    OffsetCheckpointFile,
+)
+from broker_embedded.storage.offset_index import INDEX_SUFFIX
+from broker_embedded.storage.partition_metadata import PARTITION_METADATA_FILE
+from broker_embedded.storage.remote_log_segment_metadata import RemoteLogSegmentMetadata, StoredFile
+from broker_embedded.storage.time_index import TIME_INDEX_SUFFIX
+from broker_embedded.storage.topic_config_file import TOPIC_CONFIG_FILE
+from broker_embedded.storage.topic_partition import TopicPartition
+from broker_embedded.storage.transaction_index import FILE_SUFFIX as TXN_INDEX_SUFFIX
+
+log = logging.getLogger(__name__)
+
+CHUNK = 8 << 20
+# the last stable offset of every partition of a log dir uploaded whole (no broker held it):
+# kafkalog's own file, in the offset checkpoint format, for read_committed readers of the store
+LAST_STABLE_OFFSET_CHECKPOINT = "kafkalog-last-stable-offset-checkpoint"
+SEGMENT_SUFFIXES = (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX)
+PARTITION_FILES = (LEADER_EPOCH_CHECKPOINT, PARTITION_METADATA_FILE)
+LOG_DIR_FILES = (
+    META_PROPERTIES,
+    TOPIC_CONFIG_FILE,
+    CLEANER_OFFSET_CHECKPOINT,
+    RECOVERY_POINT_OFFSET_CHECKPOINT,
+    LOG_START_OFFSET_CHECKPOINT,
+    REPLICATION_OFFSET_CHECKPOINT,
+)  # fmt: skip  (the high watermark last)
+
+
+class UploadConflictError(KafkaLogError):
+    """The store holds a different segment under the same key (module docstring)."""
+
+
+class UploadVerificationError(KafkaLogError):
+    """An uploaded object read back differs from its local file (twice in a row)."""
+
+
+@dataclass(frozen=True)
+class UploadReport:
+    """What one run did: segments uploaded (new or repaired) and skipped (already there and
+    verified), by ``topic-partition/base offset``; bytes sent."""
+
+    uploaded: tuple[str, ...]
+    repaired: tuple[str, ...]
+    skipped: tuple[str, ...]
+    bytes_sent: int
+
+
+def file_digest(path: Path) -> str:
+    """The SHA-256 (hex) of a local file, read a chunk at a time."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(CHUNK):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def object_digest(store: ObjectStore, name: str, size: int) -> str:
+    """The SHA-256 (hex) of an object, read back a ranged chunk at a time."""
+    digest = hashlib.sha256()
+    for position in range(0, size, CHUNK):
+        digest.update(store.read_range(name, position, min(CHUNK, size - position)))
+    store.release()
+    return digest.hexdigest()
+
+
+def upload_log_dir(
+    log_dir: Path,
+    store: ObjectStore,
+    *,
+    replace: bool = False,
+    verify: bool = False,
+    progress: Callable[[str], None] | None = None,
+) -> UploadReport:
+    """Copy ``log_dir``'s closed segments, their indexes and manifests, then its partitions'
+    and its own checkpoint files to ``store``; see the module docstring."""
+    check_log_dir(log_dir, " (kafkalog upload)")
+    active_held = LogDirLock.is_locked(log_dir)
+    listing = store.list()
+    run = _Upload(log_dir, store, listing, replace, verify, progress or (lambda _: None))
+    for tp in LogDir(log_dir).partitions():
+        bases = _segment_bases(log_dir / tp.dir_name)
+        for base in bases[:-1] if active_held else bases:
+            run.segment(tp, base)
+        for name in PARTITION_FILES:
+            run.small_file(f"{tp.dir_name}/{name}")
+    if not active_held:
+        run.write_checked(LAST_STABLE_OFFSET_CHECKPOINT, _last_stable_offsets(log_dir))
+    for name in LOG_DIR_FILES:
+        run.small_file(name)
+    return UploadReport(tuple(run.uploaded), tuple(run.repaired), tuple(run.skipped), run.sent)
+
+
+def _segment_bases(directory: Path) -> list[int]:
+    found = (parse_segment_log_name(p.name) for p in directory.iterdir())
+    return sorted(b for b in found if b is not None)
+
+
+class _Upload:
+    """One run of :func:`upload_log_dir`."""
+
+    def __init__(
+        self,
+        log_dir: Path,
+        store: ObjectStore,
+        listing: dict[str, int],
+        replace: bool,
+        verify: bool,
+        progress: Callable[[str], None],
+    ) -> None:
+        self.log_dir, self.store, self.listing = log_dir, store, listing
+        self.replace, self.verify, self.progress = replace, verify, progress
+        self.uploaded: list[str] = []
+        self.repaired: list[str] = []
+        self.skipped: list[str] = []
+        self.sent = 0
+
+    def segment(self, tp: TopicPartition, base: int) -> None:
+        directory = self.log_dir / tp.dir_name
+        what = f"{tp.dir_name}/{base}"
+        local = self._manifest(tp, base)
+        key = f"{tp.dir_name}/{RemoteLogSegmentMetadata.name_of(base)}"
+        if key in self.listing:
+            where = self.store.location.describe(key)
+            stored = RemoteLogSegmentMetadata.from_json(self.store.read(key), where)
+            if stored.files != local.files and not self.replace:
+                raise UploadConflictError(
+                    f"{self.store.location.describe(key)} describes another segment than "
+                    f"{directory / segment_file_stem(base)}{LOG_SUFFIX} (sizes or SHA-256 "
+                    "differ: another log dir, or a segment rewritten since it was uploaded); "
+                    "upload to another prefix, or pass --replace to overwrite it"
+                )
+            if stored.files == local.files and self._intact(tp, stored):
+                self.skipped.append(what)
+                return
+            self.store.delete(key)  # the manifest goes first: the segment is not complete
+            self.repaired.append(what)
+        else:
+            self.uploaded.append(what)
+        for f in local.files:
+            self._put(f"{tp.dir_name}/{f.name}", directory / f.name, f)
+        self.store.write(key, local.to_json())
+        self.progress(f"uploaded {what}")
+
+    def _manifest(self, tp: TopicPartition, base: int) -> RemoteLogSegmentMetadata:
+        """The manifest of the local segment: its files' sizes and hashes, and its offsets."""
+        directory = self.log_dir / tp.dir_name
+        stem = segment_file_stem(base)
+        paths = [directory / (stem + s) for s in SEGMENT_SUFFIXES]
+        present = sorted((p for p in paths if p.is_file()), key=lambda p: p.name)  # as parsed
+        files = tuple(StoredFile(p.name, p.stat().st_size, file_digest(p)) for p in present)
+        size = paths[0].stat().st_size
+        next_offset, max_timestamp = _offsets(directory, base)
+        return RemoteLogSegmentMetadata(base, next_offset, size, files, max_timestamp)
+
+    def _intact(self, tp: TopicPartition, stored: RemoteLogSegmentMetadata) -> bool:
+        """Whether every file of ``stored`` is in the store with its size (and, with
+        ``verify``, its hash)."""
+        for f in stored.files:
+            name = f"{tp.dir_name}/{f.name}"
+            if self.listing.get(name) != f.size:
+                return False
+            if self.verify and object_digest(self.store, name, f.size) != f.sha256:
+                return False
+        return True
+
+    def _put(self, name: str, path: Path, expected: StoredFile) -> None:
+        """Upload one file and verify it (size, SHA-256 read back); once more on a mismatch."""
+        for attempt in (1, 2):
+            self.store.upload(name, str(path), CHUNK)
+            self.sent += expected.size
+            size = self.store.size(name)
+            if size == expected.size and object_digest(self.store, name, size) == expected.sha256:
+                return
+            log.warning("uploaded %s does not match %s (try %d)",
+                        self.store.location.describe(name), path, attempt)  # fmt: skip
+        raise UploadVerificationError(
+            f"{self.store.location.describe(name)} does not match {path} after two uploads "
+            f"(size {size}, expected {expected.size}, or its SHA-256 differs)"
+        )
+
+    def small_file(self, name: str) -> None:
+        """Upload a checkpoint or metadata file of the log dir if it exists (whole, always: they
+        change as the log does), verified by reading it back."""
+        path = self.log_dir / name
+        if not path.is_file():
+            return
+        self.write_checked(name, path.read_bytes())
+
+    def write_checked(self, name: str, data: bytes) -> None:
+        """Put a small object, verified by reading it back."""
+        self.store.write(name, data)
+        self.sent += len(data)
+        if self.store.read(name) != data:
+            raise UploadVerificationError(
+                f"{self.store.location.describe(name)} does not match what was written, read back"
+            )
+
+
+def _last_stable_offsets(log_dir: Path) -> bytes:
+    """:data:`LAST_STABLE_OFFSET_CHECKPOINT`'s bytes: each partition's LSO as the read-only view
+    computes it (its producer snapshots and batches)."""
+    log = LogDir(log_dir)
+    offsets = {}
+    for tp in log.partitions():
+        with log.open_partition(tp) as view:
+            offsets[tp] = view.last_stable_offset
+    return OffsetCheckpointFile(log_dir / LAST_STABLE_OFFSET_CHECKPOINT).format(offsets)
+
+
+def _offsets(directory: Path, base: int) -> tuple[int, int]:
+    """The offset after the last batch of the segment based at ``base`` in ``directory``, and
+    its largest timestamp."""
+    from broker_embedded.storage.log_segment import LogSegment
+
+    with LogSegment.open(directory, base) as seg:
+        return seg.next_offset, seg.largest_timestamp

@@ -1,0 +1,419 @@
+"""A log dir's home on object storage: :class:`StoreLocation` (where, and with which settings)
+and :class:`ObjectStore` (listing, ranged reads and uploads, with bounded retries).
+
+A location is a URI that ``pyarrow.fs`` opens: ``s3://bucket/prefix`` (``s3a://`` too, as
+Spark users write it), ``gs://``, ``hdfs://``, ``file://``. For S3 the settings are Hadoop
+S3A's, as Spark users give them (:class:`StoreSettings`): ``fs.s3a.endpoint`` (``host:port``
+or ``http(s)://host:port``), ``fs.s3a.access.key``, ``fs.s3a.secret.key``,
+``fs.s3a.session.token``, ``fs.s3a.path.style.access``, ``fs.s3a.endpoint.region``,
+``fs.s3a.connection.ssl.enabled``, and the timeouts ``fs.s3a.connection.establish.timeout``
+(connecting; default 5 s) and ``fs.s3a.connection.timeout`` (a request that receives nothing for
+that long fails; default 30 s), in milliseconds or with a unit (``500ms``, ``2s``); unset
+ones come from the AWS environment (``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``,
+``AWS_REGION``, ``AWS_ENDPOINT_URL``, ``~/.aws``) as the AWS SDK finds them. Other schemes
+take their settings from the URI and their own environment. Secrets never appear in a repr, a
+log line or an error message.
+
+Keys: a location's objects are named by paths relative to it (``events-0/000...0.log``); the
+object-store layout of a log dir (which keys, in which order they are written) is in
+log_dir_upload.py.
+
+Retries: every request is tried at most :data:`ATTEMPTS` (5) times, waiting 0.1, 0.2, 0.4,
+0.8 s between tries (about 1.5 s in all), when it fails with a transient error (a connection
+refused or reset, a timeout, HTTP 5xx, throttling); pyarrow's own retries are off, so that the
+limit is this one. A permanent error (no such bucket or key, access denied, a bad signature)
+is not retried. Giving up raises :class:`ObjectStoreError` naming the bucket, the key and, for
+a read, the byte range; a missing object stays a ``FileNotFoundError`` (naming them too). A
+stalled server is a transient error after ``fs.s3a.connection.timeout``: the worst wait of a
+request is :data:`ATTEMPTS` times that timeout plus the backoff. A response cut short of its
+``Content-Length`` is an error of the AWS SDK (retried), never short data.
+
+Changed objects: :meth:`ObjectStore.read_range` given the size planning listed compares it with
+the object's size when it opens the object (a HEAD), and pins the object's ETag at its first
+open: an object of another size, or whose ETag changed between two opens by one store (a retry,
+the next read), is an :class:`ObjectChangedError` naming bucket, key and both values, not
+retried. Why a HEAD before every read given a size, not one per object: pyarrow's handle
+keeps the size its HEAD saw and, when a later ranged GET answers fewer bytes (the object was
+cut short or replaced since), returns the requested length anyway, the tail not the object's
+bytes (measured: pyarrow 26, a 10000-byte read of an object replaced by 50 bytes returned 10000
+bytes). An object replaced by other bytes of the same size before a store first opened it, or
+between a HEAD and its GET, is not seen here (pyarrow sends no If-Match); the batch CRCs the
+reader checks catch bytes that are not the batches' own.
+
+Thread safety: a :class:`StoreLocation` is an immutable, picklable value; an
+:class:`ObjectStore` keeps the handle of the object it read last: one thread uses it.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, TypeVar
+from urllib.parse import urlsplit
+
+from broker_embedded.errors import KafkaLogError
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    import pyarrow.fs as pafs
+
+T = TypeVar("T")
+
+ATTEMPTS = 5  # tries of one request on transient errors
+BACKOFF_S = 0.1  # the first wait; doubled after each try
+SCHEMES = ("s3", "s3a", "gs", "gcs", "hdfs", "viewfs", "file")
+# Hadoop S3A's names of the settings, as Spark users give them (fs.s3a.*)
+ENDPOINT = "fs.s3a.endpoint"
+ACCESS_KEY = "fs.s3a.access.key"
+SECRET_KEY = "fs.s3a.secret.key"
+SESSION_TOKEN = "fs.s3a.session.token"
+PATH_STYLE_ACCESS = "fs.s3a.path.style.access"
+REGION = "fs.s3a.endpoint.region"
+SSL_ENABLED = "fs.s3a.connection.ssl.enabled"
+CONNECT_TIMEOUT = "fs.s3a.connection.establish.timeout"
+REQUEST_TIMEOUT = "fs.s3a.connection.timeout"
+SETTING_NAMES = (ENDPOINT, ACCESS_KEY, SECRET_KEY, SESSION_TOKEN, PATH_STYLE_ACCESS, REGION,
+                 SSL_ENABLED, CONNECT_TIMEOUT, REQUEST_TIMEOUT)  # fmt: skip
+CONNECT_TIMEOUT_S = 5.0  # defaults of the two timeouts
+REQUEST_TIMEOUT_S = 30.0
+# pyarrow's messages of errors a retry cannot mend (the AWS SDK's error names)
+_PERMANENT = ("ACCESS_DENIED", "NO_SUCH_BUCKET", "NO_SUCH_KEY", "INVALID_ACCESS_KEY_ID",
+              "SIGNATURE_DOES_NOT_MATCH", "InvalidAccessKeyId", "SignatureDoesNotMatch",
+              "InvalidBucketName", "AccessDenied", "NoSuchBucket", "HTTP status 403",
+              "HTTP status 404", "HTTP status 400")  # fmt: skip
+
+
+class ObjectStoreError(KafkaLogError):
+    """A request to the object store failed for good (after the retries a transient error
+    gets); the message names the bucket, the key and what was asked."""
+
+
+class ObjectChangedError(ObjectStoreError):
+    """An object is not the one planning listed or a store read before: another size or ETag
+    (module docstring); not retried."""
+
+
+def is_store_uri(path: str) -> bool:
+    """Whether ``path`` names an object-store location (``scheme://...``) rather than a local
+    directory; ``file://`` counts (it goes through pyarrow too)."""
+    scheme, sep, _ = path.partition("://")
+    return bool(sep) and scheme.lower() in SCHEMES
+
+
+@dataclass(frozen=True)
+class StoreSettings:
+    """The S3A settings of a location (``None``: unset, the AWS environment's); see the module
+    docstring. The repr names which secrets are set, never their values."""
+
+    endpoint: str | None = None
+    access_key: str | None = field(default=None, repr=False)
+    secret_key: str | None = field(default=None, repr=False)
+    session_token: str | None = field(default=None, repr=False)
+    path_style_access: bool | None = None
+    region: str | None = None
+    ssl_enabled: bool | None = None
+    connect_timeout_s: float | None = None
+    request_timeout_s: float | None = None
+
+    @classmethod
+    def parse(cls, options: Mapping[str, str]) -> StoreSettings:
+        """The settings among ``options`` (keys in any case: Spark lower-cases them); a bad
+        boolean is a ``ValueError`` naming the option."""
+        raw = {k.lower(): v for k, v in options.items()}
+
+        def text(name: str) -> str | None:
+            value = raw.get(name.lower(), "").strip()
+            return value or None
+
+        def flag(name: str) -> bool | None:
+            value = text(name)
+            if value is None:
+                return None
+            if value.lower() not in ("true", "false"):
+                raise ValueError(f"option {name}={value!r} is invalid: give true or false")
+            return value.lower() == "true"
+
+        def seconds(name: str) -> float | None:
+            value = text(name)
+            if value is None:
+                return None
+            number, unit = value.lower(), 1e-3  # Hadoop's bare numbers are milliseconds
+            for suffix, scale in (("ms", 1e-3), ("s", 1.0), ("m", 60.0)):
+                if number.endswith(suffix):
+                    number, unit = number.removesuffix(suffix).strip(), scale
+                    break
+            try:
+                found = float(number) * unit
+            except ValueError:
+                found = 0.0
+            if not found > 0:
+                raise ValueError(f"option {name}={value!r} is invalid: give a positive duration "
+                                 "in milliseconds, or with a unit (500ms, 2s)")  # fmt: skip
+            return found
+
+        return cls(text(ENDPOINT), text(ACCESS_KEY), text(SECRET_KEY), text(SESSION_TOKEN),
+                   flag(PATH_STYLE_ACCESS), text(REGION), flag(SSL_ENABLED),
+                   seconds(CONNECT_TIMEOUT), seconds(REQUEST_TIMEOUT))  # fmt: skip
+
+    def __repr__(self) -> str:
+        given = [f"{n}={v!r}" for n, v in (("endpoint", self.endpoint), ("region", self.region),
+                 ("path_style_access", self.path_style_access),
+                 ("ssl_enabled", self.ssl_enabled), ("connect_timeout_s", self.connect_timeout_s),
+                 ("request_timeout_s", self.request_timeout_s)) if v is not None]  # fmt: skip
+        secrets = [n for n in ("access_key", "secret_key", "session_token") if getattr(self, n)]
+        given += [f"{n}=<hidden>" for n in secrets]
+        return f"StoreSettings({', '.join(given)})"
+
+
+@dataclass(frozen=True)
+class StoreLocation:
+    """A log dir on object storage: ``uri`` (``s3://bucket/prefix``, ...) and its settings."""
+
+    uri: str
+    settings: StoreSettings = StoreSettings()
+
+    def __post_init__(self) -> None:
+        if not is_store_uri(self.uri):
+            raise ValueError(f"{self.uri!r} is not an object-store URI ({', '.join(SCHEMES)})")
+
+    @property
+    def scheme(self) -> str:
+        scheme = urlsplit(self.uri).scheme.lower()
+        return "s3" if scheme == "s3a" else scheme
+
+    @property
+    def bucket(self) -> str:
+        """The bucket (S3, GCS), or the host of other schemes ('' for file://)."""
+        return urlsplit(self.uri).netloc
+
+    @property
+    def prefix(self) -> str:
+        """The key prefix of the log dir inside the bucket, without slashes at either end."""
+        return urlsplit(self.uri).path.strip("/")
+
+    def key(self, name: str) -> str:
+        """The object key of ``name`` (relative to the location)."""
+        return f"{self.prefix}/{name}" if self.prefix else name
+
+    def describe(self, name: str = "") -> str:
+        """``bucket B key K`` for messages (``uri`` for schemes without buckets)."""
+        if self.scheme in ("s3", "gs", "gcs"):
+            return f"bucket {self.bucket!r} key {self.key(name)!r}"
+        return f"{self.uri.rstrip('/')}/{name}" if name else self.uri
+
+    def open(self) -> ObjectStore:
+        return ObjectStore(self)
+
+
+class ObjectStore:
+    """The objects of one :class:`StoreLocation`; see the module docstring."""
+
+    def __init__(self, location: StoreLocation) -> None:
+        self.location = location
+        self._fs, self._root = _filesystem(location)
+        self._held: tuple[str, pa.NativeFile] | None = None  # read_range's open object
+        self._etags: dict[str, bytes] = {}  # the ETag of each object read_range opened
+
+    def _path(self, name: str) -> str:
+        return f"{self._root}/{name}" if name else self._root
+
+    def call(self, what: str, name: str, op: Callable[[], T]) -> T:
+        """``op()`` with the retries of the module docstring; ``what`` and ``name`` (the object)
+        name the request in errors."""
+        wait = BACKOFF_S
+        for attempt in range(1, ATTEMPTS + 1):
+            try:
+                return op()
+            except FileNotFoundError as e:
+                if name and self.location.scheme == "s3" and not self._bucket_exists():
+                    raise FileNotFoundError(
+                        f"{what}: no bucket {self.location.bucket!r}{self._endpoint()} (reading "
+                        f"{self.location.describe(name)}): it was deleted, or never created"
+                    ) from None
+                raise FileNotFoundError(
+                    f"{what}: no object at {self.location.describe(name)} ({e})"
+                ) from None
+            except OSError as e:
+                permanent = any(p in str(e) for p in _PERMANENT)
+                if permanent or attempt == ATTEMPTS:
+                    tries = "" if permanent else f" after {ATTEMPTS} tries"
+                    raise ObjectStoreError(
+                        f"{what} failed{tries} at {self.location.describe(name)}"
+                        f"{self._endpoint()}: {e}"
+                    ) from None
+            time.sleep(wait)
+            wait *= 2
+        raise AssertionError("unreachable")
+
+    def _endpoint(self) -> str:
+        endpoint = self.location.settings.endpoint
+        return f" (endpoint {endpoint})" if endpoint else ""
+
+    # -- reading -----------------------------------------------------------------------------------
+
+    def list(self, under: str = "") -> dict[str, int]:
+        """Every object below ``under`` (recursive): its name relative to the location and its
+        size. A missing prefix lists nothing; a missing bucket is an :class:`ObjectStoreError`."""
+        import pyarrow.fs as pafs
+
+        base = self._path(under)
+        selector = pafs.FileSelector(base, recursive=True, allow_not_found=True)
+        infos = self.call("listing", under, lambda: self._fs.get_file_info(selector))
+        if not infos and self.location.scheme == "s3":
+            self._check_bucket()
+        cut = len(self._root) + 1 if self._root else 0
+        return {i.path[cut:]: i.size for i in infos if i.type == pafs.FileType.File}
+
+    def _check_bucket(self) -> None:
+        """:class:`ObjectStoreError` when the location's bucket does not exist (a listing of a
+        missing bucket is empty)."""
+        if not self._bucket_exists():
+            bucket = self.location.bucket
+            raise ObjectStoreError(
+                f"no bucket {bucket!r}{self._endpoint()} (reading {self.location.describe()})"
+            )
+
+    def _bucket_exists(self) -> bool:
+        import pyarrow.fs as pafs
+
+        bucket = self.location.bucket
+        info = self.call("looking the bucket up", "", lambda: self._fs.get_file_info(bucket))
+        return info.type != pafs.FileType.NotFound
+
+    def size(self, name: str) -> int | None:
+        """The object's size, ``None`` when there is none."""
+        import pyarrow.fs as pafs
+
+        info = self.call("reading the size", name, lambda: self._fs.get_file_info(self._path(name)))
+        return info.size if info.type == pafs.FileType.File else None
+
+    def read(self, name: str, context: str = "") -> bytes:
+        """The whole object; ``context`` (e.g. the offset read) is added to error messages."""
+
+        def op() -> bytes:
+            with self._fs.open_input_stream(self._path(name)) as f:
+                return f.read()
+
+        return self.call(f"reading{context}", name, op)
+
+    def read_range(
+        self, name: str, position: int, length: int, context: str = "", size: int | None = None
+    ) -> bytes:
+        """``length`` bytes of the object from ``position`` (fewer at its end): one ranged GET.
+        ``context`` (e.g. the offset read) is added to error messages. ``size``: the object's
+        size as planned; the object is opened (a HEAD) for each read and another size, or
+        another ETag than at this store's first open of it, is an :class:`ObjectChangedError`
+        (module docstring). Without ``size`` the object's handle is kept for the next read of
+        the same object (the uploader's read-back of what it wrote)."""
+        what = f"reading bytes {position} to {position + length}{context}"
+
+        def op() -> bytes:
+            held = self._held
+            if held is None or held[0] != name or size is not None:
+                self.release()
+                self._held = held = (name, self._fs.open_input_file(self._path(name)))
+                self._check_unchanged(what, name, held[1], size)
+            try:
+                data = held[1].read_at(length, position)
+            except OSError:
+                self.release()  # opened again on the next try
+                raise
+            return data
+
+        return self.call(what, name, op)
+
+    def _check_unchanged(self, what: str, name: str, f: pa.NativeFile, size: int | None) -> None:
+        found = f.size()
+        etag = f.metadata().get("ETag", b"") if self.location.scheme == "s3" else b""
+        pinned = self._etags.setdefault(name, etag) if size is None or found == size else etag
+        if (size is None or found == size) and etag == pinned:
+            return
+        self.release()
+        was = f"size {size}" if size is not None and found != size else f"ETag {pinned.decode()}"
+        now = f"size {found}" if size is not None and found != size else f"ETag {etag.decode()}"
+        raise ObjectChangedError(
+            f"{what}: the object at {self.location.describe(name)}{self._endpoint()} changed "
+            f"since it was planned ({now}, planned {was}): it was replaced while being read; "
+            "run the query again"
+        )
+
+    def release(self) -> None:
+        """Close the handle :meth:`read_range` keeps."""
+        held, self._held = self._held, None
+        if held is not None:
+            held[1].close()
+
+    # -- writing -----------------------------------------------------------------------------------
+
+    def write(self, name: str, data: bytes) -> None:
+        """Put ``data`` as the object ``name`` (replacing it)."""
+
+        def op() -> None:
+            with self._output(name) as out:
+                out.write(data)
+
+        self._etags.pop(name, None)  # this store's own change
+        self.call("writing", name, op)
+
+    def upload(self, name: str, local: str, chunk: int = 8 << 20) -> None:
+        """Copy the local file ``local`` to the object ``name``, ``chunk`` bytes at a time."""
+
+        def op() -> None:
+            with open(local, "rb") as f, self._output(name) as out:
+                while data := f.read(chunk):
+                    out.write(data)
+
+        self._etags.pop(name, None)  # this store's own change
+        self.call(f"uploading {local}", name, op)
+
+    def _output(self, name: str) -> pa.NativeFile:
+        """A stream writing the object ``name`` (on a file system, its directory made first)."""
+        path = self._path(name)
+        if self.location.scheme not in ("s3", "gs", "gcs"):
+            self._fs.create_dir(path.rpartition("/")[0], recursive=True)
+        return self._fs.open_output_stream(path)
+
+    def delete(self, name: str) -> None:
+        self._etags.pop(name, None)
+        self.call("deleting", name, lambda: self._fs.delete_file(self._path(name)))
+
+    def create_bucket(self) -> None:
+        """Create the location's bucket (tests, and ``kafkalog upload --create-bucket``)."""
+        self.call("creating the bucket", "", lambda: self._fs.create_dir(self.location.bucket))
+
+    def __repr__(self) -> str:
+        return f"ObjectStore({self.location.uri!r}, {self.location.settings!r})"
+
+
+def _filesystem(location: StoreLocation) -> tuple[pafs.FileSystem, str]:
+    """The pyarrow filesystem of ``location`` and the root path of its objects in it."""
+    import pyarrow.fs as pafs
+
+    if location.scheme != "s3":
+        fs, root = pafs.FileSystem.from_uri(location.uri)
+        return fs, root.rstrip("/")
+    s = location.settings
+    kwargs: dict[str, object] = {
+        "retry_strategy": pafs.AwsStandardS3RetryStrategy(max_attempts=1),
+        "allow_bucket_creation": True,
+        "connect_timeout": s.connect_timeout_s or CONNECT_TIMEOUT_S,
+        "request_timeout": s.request_timeout_s or REQUEST_TIMEOUT_S,
+    }
+    if s.endpoint:
+        scheme, sep, rest = s.endpoint.partition("://")
+        kwargs["endpoint_override"] = rest if sep else s.endpoint
+        if sep:
+            kwargs["scheme"] = scheme
+    if s.ssl_enabled is not None:
+        kwargs["scheme"] = "https" if s.ssl_enabled else "http"
+    if s.access_key or s.secret_key:
+        kwargs.update(access_key=s.access_key, secret_key=s.secret_key)
+        if s.session_token:
+            kwargs["session_token"] = s.session_token
+    if s.region:
+        kwargs["region"] = s.region
+    if s.path_style_access is not None:
+        kwargs["force_virtual_addressing"] = not s.path_style_access
+    root = "/".join(p for p in (location.bucket, location.prefix) if p)
+    return pafs.S3FileSystem(**kwargs), root  # type: ignore[arg-type]

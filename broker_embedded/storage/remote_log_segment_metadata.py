@@ -1,0 +1,90 @@
+"""What the object store holds of one segment: :class:`RemoteLogSegmentMetadata`, the segment's
+manifest (Kafka's name for a tiered segment's record, KIP-405).
+
+Layout: a JSON object beside the segment's files, ``<topic>-<partition>/<20-digit base
+offset>.segment.json``::
+
+    {"version": 1, "state": "COPY_SEGMENT_FINISHED", "base_offset": 0, "next_offset": 812,
+     "size_in_bytes": 1048576, "max_timestamp_ms": 1700000000000,
+     "files": {"00000000000000000000.log": {"size": 1048576, "sha256": "..."},
+               "00000000000000000000.index": {...}, "00000000000000000000.timeindex": {...}}}
+
+Invariants: the manifest is written after every file it names was uploaded and verified (size
+and SHA-256 read back), and deleted before any of them is: a segment is in the store exactly
+when its manifest is, and readers see no other (a ``.log`` without a manifest is an upload in
+progress or interrupted). ``next_offset`` is the offset after the segment's last batch (the
+next segment's base offset, or the log end for the last one); ``size_in_bytes`` the ``.log``'s
+size; ``max_timestamp_ms`` the largest record timestamp (-1: none; Kafka's ``maxTimestampMs``),
+so that a lookup by timestamp reads only the segments that may hold it. ``state`` is Kafka's
+``RemoteLogSegmentState``: the uploader writes only ``COPY_SEGMENT_FINISHED``; a broker that
+tiers segments (issue 30 part 2) writes the same manifest, and may add fields (readers ignore
+fields they do not know; ``version`` changes only when a known field changes meaning).
+
+Immutable values; thread-safe.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+from broker_embedded.storage.log_file_utils import segment_file_stem
+
+MANIFEST_SUFFIX = ".segment.json"
+VERSION = 1
+COPY_SEGMENT_FINISHED = "COPY_SEGMENT_FINISHED"
+
+
+@dataclass(frozen=True, slots=True)
+class StoredFile:
+    """One file of a segment as stored: its name, size and SHA-256 (hex)."""
+
+    name: str
+    size: int
+    sha256: str
+
+
+@dataclass(frozen=True, slots=True)
+class RemoteLogSegmentMetadata:
+    """The manifest of one stored segment; see the module docstring."""
+
+    base_offset: int
+    next_offset: int
+    size_in_bytes: int
+    files: tuple[StoredFile, ...]
+    max_timestamp_ms: int = -1
+    state: str = COPY_SEGMENT_FINISHED
+
+    @staticmethod
+    def name_of(base_offset: int) -> str:
+        """The manifest's file name (beside the segment's files)."""
+        return segment_file_stem(base_offset) + MANIFEST_SUFFIX
+
+    @staticmethod
+    def base_offset_of(name: str) -> int | None:
+        """The base offset of a manifest's file name, ``None`` for another name."""
+        stem = name.removesuffix(MANIFEST_SUFFIX)
+        if stem == name or len(stem) != 20 or not stem.isdigit():
+            return None
+        return int(stem)
+
+    def to_json(self) -> bytes:
+        files = {f.name: {"size": f.size, "sha256": f.sha256} for f in self.files}
+        return json.dumps({"version": VERSION, "state": self.state,
+                           "base_offset": self.base_offset, "next_offset": self.next_offset,
+                           "size_in_bytes": self.size_in_bytes, "files": files,
+                           "max_timestamp_ms": self.max_timestamp_ms},
+                          indent=1, sort_keys=True).encode()  # fmt: skip
+
+    @classmethod
+    def from_json(cls, data: bytes, source: str) -> RemoteLogSegmentMetadata:
+        """Parse a manifest; a malformed one is a ``ValueError`` naming ``source``."""
+        try:
+            raw = json.loads(data)
+            files = tuple(StoredFile(n, int(f["size"]), str(f["sha256"]))
+                          for n, f in sorted(raw["files"].items()))  # fmt: skip
+            return cls(int(raw["base_offset"]), int(raw["next_offset"]),
+                       int(raw["size_in_bytes"]), files, int(raw.get("max_timestamp_ms", -1)),
+                       str(raw["state"]))  # fmt: skip
+        except (ValueError, KeyError, TypeError, AttributeError) as e:
+            raise ValueError(f"malformed segment manifest {source}: {e}") from None
