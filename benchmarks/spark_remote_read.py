@@ -28,7 +28,17 @@ connector from ``$KAFKALOG_PEERS/spark-kafka`` in ``spark.jars``) times
 - Spark's kafka from Kafka 3.9: ``spark.read.format("kafka")`` with the same two options (its
   defaults otherwise: one task per partition);
 
-and, outside Spark, in this process, confluent: a confluent-kafka (librdkafka) ``Consumer``
+- ceiling: Spark reading prebuilt Arrow batches (``_arrow_ceiling.py``, as in
+  benchmarks/spark_read.py: tasks that only yield the same Arrow batch of the Kafka schema, of
+  as many rows as kafkalog's batches from Kafka 3.9 have on average, P tasks): what Spark's Python
+  data source path costs with no reading at all, so that Spark's connector / ceiling is the
+  most that kafkalog / Spark's connector can reach on this Spark and machine;
+
+and, outside Spark, in this process, the read loop: the executor side of kafkalog from Kafka 3.9
+alone, each partition's planned range read by ``read_offset_range`` (the task's code:
+``WireFetchSource`` with its prefetch, the columnar decoder, the Arrow batches) one after the
+other on one core, with its Arrow batches counted (their average size is the ceiling's); and
+confluent: a confluent-kafka (librdkafka) ``Consumer``
 assigned every partition at offset 0 on ``kafkalog serve``, ``consume(10000, 1.0)`` until every
 message, each message's value length summed; tuned for throughput (``fetch.min.bytes`` 1 MB with
 ``fetch.wait.max.ms`` 100, 16 MiB fetches, ``queued.*`` at librdkafka's maxima, no auto commit,
@@ -40,7 +50,8 @@ last offset the expected one. Then one warm-up each and R rounds (default 3) alt
 reads; prints the medians as one markdown table, and per data set the ratios (goals): kafkalog
 from serve / from the log dir (at least 0.8x), kafkalog from serve / confluent (at least 3x),
 kafkalog / Spark's connector, both from Kafka 3.9 (at least 4x); with the machine (cores, load
-average before each data set and at the end). Without Kafka 3.9 (``--no-kafka``,
+average before each data set and at the end), and the bound: Spark's connector / ceiling, and
+kafkalog from Kafka 3.9 / ceiling. Without Kafka 3.9 (``--no-kafka``,
 ``KAFKALOG_PEERS`` unset, no Java) or without the connector's jars, the reads that need them are
 skipped and the reason printed. Exits 1 on an error (a server that fails, a row missing), never
 on a ratio. Every wait is bounded: the servers' start and stop (``_serve_peers``), the
@@ -74,10 +85,9 @@ from _spark_common import (  # noqa: E402
     build_log_dir,
     cpu_model,
     encoded_batches,
-    start_spark,
 )
 from confluent_kafka import Consumer, TopicPartition  # noqa: E402
-from spark_read import fingerprint, noop  # noqa: E402
+from spark_read import ceiling_df, fingerprint, noop, start_spark_with_ceiling  # noqa: E402
 
 from benchmarks._serve_peers import (  # noqa: E402
     PeerError,
@@ -88,13 +98,18 @@ from benchmarks._serve_peers import (  # noqa: E402
     spark_connector_jars,
 )
 from broker_embedded.client.kafka_client import KafkaClient  # noqa: E402
+from broker_embedded.client.wire_fetch_source import WireSource  # noqa: E402
 from broker_embedded.record import columnar_encoder  # noqa: E402
+from datasource.kafka_input_partition import KafkaInputPartition  # noqa: E402
+from datasource.kafka_source_options import KafkaSourceOptions  # noqa: E402
+from datasource.offset_range_reader import read_offset_range  # noqa: E402
 
 PROTOCOL_VS_LOG_DIR_GOAL = 0.8
 PROTOCOL_VS_CONFLUENT_GOAL = 3.0
 KAFKALOG_VS_SPARK_KAFKA_GOAL = 4.0
 SERVE, LOG_DIR, CONFLUENT = "kafkalog from serve", "kafkalog from the log dir", "confluent"
 FROM_KAFKA, SPARK_KAFKA = "kafkalog from Kafka 3.9", "Spark's kafka from Kafka 3.9"
+CEILING, READ_LOOP = "ceiling (prebuilt Arrow)", "read loop from Kafka 3.9, no Spark"
 SEED = 42
 CONSUME_CHUNK = 10_000
 CONSUME_S = 600.0  # the consumer's whole read; past it, the run fails
@@ -188,6 +203,26 @@ def confluent(server: Server, records: int, partitions: int, run: int) -> float:
     return seconds
 
 
+def read_loop(bootstrap: str, topic: str, records: int, partitions: int) -> tuple[float, int]:
+    """(seconds, Arrow batches) of the executor side of kafkalog's read of ``topic`` alone:
+    each partition's range ``[0, n)`` read by the task's code, one after the other."""
+    options = KafkaSourceOptions.parse({"kafka.bootstrap.servers": bootstrap, "subscribe": topic})
+    rows = batches = 0
+    gc.collect()
+    began = time.perf_counter()
+    for p in range(partitions):
+        n = records * (p + 1) // partitions - records * p // partitions
+        part = KafkaInputPartition(WireSource(bootstrap), topic, p, 0, n,
+                                   fetch_bytes=options.task_fetch_bytes)  # fmt: skip
+        for batch in read_offset_range(part):
+            rows += batch.num_rows
+            batches += 1
+    seconds = time.perf_counter() - began
+    if rows != records:
+        raise BenchError(f"the read loop gave {rows:,} rows of {topic}, not {records:,}")
+    return seconds, batches
+
+
 # -- Kafka 3.9 ---------------------------------------------------------------------------------
 
 
@@ -255,6 +290,11 @@ def print_report(results: dict[DataSet, Times], spark, load_before: str) -> None
                   _ratio(med, CONFLUENT, SERVE, PROTOCOL_VS_CONFLUENT_GOAL),
                   _ratio(med, SPARK_KAFKA, FROM_KAFKA, KAFKALOG_VS_SPARK_KAFKA_GOAL)]  # fmt: skip
         print(f"{data}: " + "; ".join(r for r in ratios if r))
+        if CEILING in med and SPARK_KAFKA in med:
+            print(f"{data}: bound: {SPARK_KAFKA} / {CEILING} = "
+                  f"{med[SPARK_KAFKA] / med[CEILING]:.2f}x (the most kafkalog / Spark's connector "
+                  f"can be here); {FROM_KAFKA} runs at {med[CEILING] / med[FROM_KAFKA]:.2f}x "
+                  f"the ceiling")  # fmt: skip
 
 
 def _ratio(med: dict[str, float], slow: str, fast: str, goal: float) -> str:
@@ -330,8 +370,27 @@ def measure_data_set(
                 )
         check_rows(spark, reads, data.records)
         sources = {name: (lambda _, df=df: noop(df())[0]) for name, df in reads.items()}
+        if kafka is not None:
+            add_bound(sources, spark, kafka, data, args)
         sources[CONFLUENT] = lambda r: confluent(serve, data.records, args.partitions, r)
         return run_rounds(sources, args.repeat)
+
+
+def add_bound(
+    sources: dict[str, Callable[[int], float]], spark, kafka: Server, data: DataSet, args
+) -> None:
+    """The read loop alone and the ceiling, whose batches have as many rows as the loop's."""
+    seconds, batches = read_loop(kafka.bootstrap, data.kafka_topic, data.records,
+                                 args.partitions)  # fmt: skip
+    batch_rows = round(data.records / batches)
+    print(f"read loop: {batches:,} Arrow batches, {batch_rows:,} rows on average, {seconds:.2f} s")
+    sources[READ_LOOP] = lambda _: read_loop(kafka.bootstrap, data.kafka_topic, data.records,
+                                             args.partitions)[0]  # fmt: skip
+    ceiling = ceiling_df(spark, data.records, args.partitions, args.value_bytes, batch_rows)
+    if (n := ceiling.count()) != data.records:
+        raise BenchError(f"the ceiling source gave {n:,} rows, not {data.records:,}")
+    sources[CEILING] = lambda _: noop(ceiling_df(spark, data.records, args.partitions,
+                                                 args.value_bytes, batch_rows))[0]  # fmt: skip
 
 
 def measure(work: Path, args: argparse.Namespace) -> None:
@@ -341,8 +400,8 @@ def measure(work: Path, args: argparse.Namespace) -> None:
         kafka, jars = stack.enter_context(kafka_peer(work, args))
         t = time.perf_counter()
         extra = {"spark.jars": ",".join(jars)} if jars else None
-        spark = start_spark("kafkalog-bench-remote-read", args.master, args.partitions,
-                            args.driver_memory, "WARN", extra)  # fmt: skip
+        spark = start_spark_with_ceiling(args.master, args.partitions, args.driver_memory,
+                                         "kafkalog-bench-remote-read", extra)  # fmt: skip
         stack.callback(spark.stop)
         print(f"SparkSession started in {time.perf_counter() - t:.1f} s")
         results = {d: measure_data_set(spark, work, d, kafka, jars, args) for d in data_sets}
