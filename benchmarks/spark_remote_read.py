@@ -47,15 +47,17 @@ message, each message's value length summed; tuned for throughput (``fetch.min.b
 The rows are checked first: every Spark read gives the same count and the same sum of row hashes
 (key, value, partition, offset, timestamp); the consumer counts every message, each partition's
 last offset the expected one. Then one warm-up each and R rounds (default 3) alternating the
-reads; prints the medians as one markdown table, and per data set the ratios (goals): kafkalog
+reads; prints the medians as one markdown table (wall seconds, and CPU seconds of every process a
+read uses: this one, Spark's JVM and Python workers, ``kafkalog serve``, Kafka 3.9's broker; on a
+loaded machine CPU changes far less than wall time), and per data set the ratios (goals): kafkalog
 from serve / from the log dir (at least 0.8x), kafkalog from serve / confluent (at least 3x),
 kafkalog / Spark's connector, both from Kafka 3.9 (at least 4x); with the machine (cores, load
 average before each data set and at the end), and the bound: Spark's connector / ceiling, and
-kafkalog from Kafka 3.9 / ceiling. Without Kafka 3.9 (``--no-kafka``,
-``KAFKALOG_PEERS`` unset, no Java) or without the connector's jars, the reads that need them are
-skipped and the reason printed. Exits 1 on an error (a server that fails, a row missing), never
-on a ratio. Every wait is bounded: the servers' start and stop (``_serve_peers``), the
-consumer's reading (``CONSUME_S``), each Produce (the client's timeouts).
+kafkalog from Kafka 3.9 / ceiling. Without Kafka 3.9 (``--no-kafka``, ``KAFKALOG_PEERS`` unset, no
+Java) or without the connector's jars, the reads that need them are skipped and the reason printed.
+Exits 1 on an error (a server that fails, a row missing), never on a ratio. Every wait is bounded:
+the servers' start and stop (``_serve_peers``), the consumer's reading (``CONSUME_S``), each
+Produce (the client's timeouts).
 """
 
 from __future__ import annotations
@@ -84,6 +86,7 @@ from _spark_common import (  # noqa: E402
     TOPIC,
     build_log_dir,
     cpu_model,
+    descendants_cpu_seconds,
     encoded_batches,
 )
 from confluent_kafka import Consumer, TopicPartition  # noqa: E402
@@ -262,7 +265,7 @@ def kafka_peer(work: Path, args: argparse.Namespace) -> Iterator[tuple[Server | 
 
 # -- report ------------------------------------------------------------------------------------
 
-Times = dict[str, list[float]]
+Times = dict[str, list[tuple[float, float]]]  # per read: (wall s, CPU s) of each round
 
 
 def print_report(results: dict[DataSet, Times], spark, load_before: str) -> None:
@@ -276,16 +279,19 @@ def print_report(results: dict[DataSet, Times], spark, load_before: str) -> None
     print(f"spark: master={conf.get('spark.master')}, driver memory "
           f"{conf.get('spark.driver.memory')}; options of both sources: defaults")  # fmt: skip
     print()
-    print("| records | codec | read | median s | min s | max s | records/s |")
-    print("|---|---|---|---|---|---|---|")
+    print("| records | codec | read | median s | min s | max s | records/s | median CPU s |")
+    print("|---|---|---|---|---|---|---|---|")
     for data, times in results.items():
         for name, ts in times.items():
-            med = statistics.median(ts)
-            print(f"| {data.records:,} | {data.codec} | {name} | {med:.2f} | {min(ts):.2f} "
-                  f"| {max(ts):.2f} | {data.records / med / 1e6:.2f} M |")  # fmt: skip
+            walls = [w for w, _ in ts]
+            med = statistics.median(walls)
+            print(f"| {data.records:,} | {data.codec} | {name} | {med:.2f} | {min(walls):.2f} "
+                  f"| {max(walls):.2f} | {data.records / med / 1e6:.2f} M "
+                  f"| {statistics.median(c for _, c in ts):.2f} |")  # fmt: skip
     print()
     for data, times in results.items():
-        med = {name: statistics.median(ts) for name, ts in times.items()}
+        med = {name: statistics.median(w for w, _ in ts) for name, ts in times.items()}
+        cpu = {name: statistics.median(c for _, c in ts) for name, ts in times.items()}
         ratios = [_ratio(med, LOG_DIR, SERVE, PROTOCOL_VS_LOG_DIR_GOAL),
                   _ratio(med, CONFLUENT, SERVE, PROTOCOL_VS_CONFLUENT_GOAL),
                   _ratio(med, SPARK_KAFKA, FROM_KAFKA, KAFKALOG_VS_SPARK_KAFKA_GOAL)]  # fmt: skip
@@ -294,7 +300,9 @@ def print_report(results: dict[DataSet, Times], spark, load_before: str) -> None
             print(f"{data}: bound: {SPARK_KAFKA} / {CEILING} = "
                   f"{med[SPARK_KAFKA] / med[CEILING]:.2f}x (the most kafkalog / Spark's connector "
                   f"can be here); {FROM_KAFKA} runs at {med[CEILING] / med[FROM_KAFKA]:.2f}x "
-                  f"the ceiling")  # fmt: skip
+                  f"the ceiling; in CPU seconds: {SPARK_KAFKA} / {FROM_KAFKA} = "
+                  f"{cpu[SPARK_KAFKA] / cpu[FROM_KAFKA]:.2f}x, {SPARK_KAFKA} / {CEILING} = "
+                  f"{cpu[SPARK_KAFKA] / cpu[CEILING]:.2f}x")  # fmt: skip
 
 
 def _ratio(med: dict[str, float], slow: str, fast: str, goal: float) -> str:
@@ -322,19 +330,37 @@ def check_rows(spark, reads: dict[str, Callable[[], object]], records: int) -> N
     print(f"checked: {', '.join(prints)} give the same rows (count {first[0]:,} and hash)")
 
 
-def run_rounds(sources: dict[str, Callable[[int], float]], repeat: int) -> Times:
-    for name, timed in sources.items():
-        print(f"warm-up {name}: {timed(-1):.2f} s", flush=True)
+def run_rounds(
+    sources: dict[str, Callable[[int], float]], repeat: int, cpu_now: Callable[[], float]
+) -> Times:
+    """Each source's (wall s, CPU s) in ``repeat`` rounds after a warm-up; ``cpu_now`` the CPU
+    seconds so far of every process a read may use."""
+
+    def timed(source: Callable[[int], float], r: int) -> tuple[float, float]:
+        cpu = cpu_now()
+        wall = source(r)
+        return wall, cpu_now() - cpu
+
+    for name, source in sources.items():
+        print(f"warm-up {name}: {timed(source, -1)[0]:.2f} s", flush=True)
     times: Times = {name: [] for name in sources}
     for r in range(repeat):
-        for name, timed in sources.items():
-            times[name].append(timed(r))
+        for name, source in sources.items():
+            times[name].append(timed(source, r))
         print(
             f"round {r + 1}/{repeat}: "
-            + ", ".join(f"{name} {ts[-1]:.2f} s" for name, ts in times.items()),
+            + ", ".join(f"{name} {ts[-1][0]:.2f} s" for name, ts in times.items()),
             flush=True,
         )
     return times
+
+
+def cpu_seconds_of(pid: int | None) -> float:
+    """User + system CPU seconds so far of process ``pid`` (0 without one)."""
+    if pid is None:
+        return 0.0
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return sum(int(f) for f in fields[11:13]) / os.sysconf("SC_CLK_TCK")
 
 
 def build(work: Path, data: DataSet, args: argparse.Namespace) -> Path:
@@ -373,7 +399,12 @@ def measure_data_set(
         if kafka is not None:
             add_bound(sources, spark, kafka, data, args)
         sources[CONFLUENT] = lambda r: confluent(serve, data.records, args.partitions, r)
-        return run_rounds(sources, args.repeat)
+        broker = None if kafka is None else kafka.pid
+
+        def cpu_now() -> float:  # this process, Spark's, kafkalog serve's and Kafka's
+            return time.process_time() + descendants_cpu_seconds() + cpu_seconds_of(broker)
+
+        return run_rounds(sources, args.repeat, cpu_now)
 
 
 def add_bound(
