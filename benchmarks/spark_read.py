@@ -111,15 +111,21 @@ def noop(df) -> tuple[float, float]:
     return time.perf_counter() - began, descendants_cpu_seconds() - cpu
 
 
-def start_spark_with_ceiling(master: str, partitions: int, driver_memory: str):
+def start_spark_with_ceiling(
+    master: str,
+    partitions: int,
+    driver_memory: str,
+    app_name: str = "kafkalog-bench-spark-read",
+    extra_conf: dict[str, str] | None = None,
+):
+    """A SparkSession (``start_spark``, then ``extra_conf``) with the ceiling source registered
+    as ``arrow_ceiling``."""
     # the Python workers import the ceiling source (_arrow_ceiling.py) from this directory
     os.environ["PYTHONPATH"] = os.pathsep.join(
         p for p in (str(HERE), os.environ.get("PYTHONPATH", "")) if p
     )
-    executor_env = {"spark.executorEnv.PYTHONPATH": os.environ["PYTHONPATH"]}
-    spark = start_spark(
-        "kafkalog-bench-spark-read", master, partitions, driver_memory, "WARN", executor_env
-    )
+    executor_env = {"spark.executorEnv.PYTHONPATH": os.environ["PYTHONPATH"], **(extra_conf or {})}
+    spark = start_spark(app_name, master, partitions, driver_memory, "WARN", executor_env)
     from _arrow_ceiling import ArrowCeilingDataSource
 
     spark.dataSource.register(ArrowCeilingDataSource)

@@ -28,7 +28,17 @@ connector from ``$KAFKALOG_PEERS/spark-kafka`` in ``spark.jars``) times
 - Spark's kafka from Kafka 3.9: ``spark.read.format("kafka")`` with the same two options (its
   defaults otherwise: one task per partition);
 
-and, outside Spark, in this process, confluent: a confluent-kafka (librdkafka) ``Consumer``
+- ceiling: Spark reading prebuilt Arrow batches (``_arrow_ceiling.py``, as in
+  benchmarks/spark_read.py: tasks that only yield the same Arrow batch of the Kafka schema, of
+  as many rows as kafkalog's batches from Kafka 3.9 have on average, P tasks): what Spark's Python
+  data source path costs with no reading at all, so that Spark's connector / ceiling is the
+  most that kafkalog / Spark's connector can reach on this Spark and machine;
+
+and, outside Spark, in this process, the read loop: the executor side of kafkalog from Kafka 3.9
+alone, each partition's planned range read by ``read_offset_range`` (the task's code:
+``WireFetchSource`` with its prefetch, the columnar decoder, the Arrow batches) one after the
+other on one core, with its Arrow batches counted (their average size is the ceiling's); and
+confluent: a confluent-kafka (librdkafka) ``Consumer``
 assigned every partition at offset 0 on ``kafkalog serve``, ``consume(10000, 1.0)`` until every
 message, each message's value length summed; tuned for throughput (``fetch.min.bytes`` 1 MB with
 ``fetch.wait.max.ms`` 100, 16 MiB fetches, ``queued.*`` at librdkafka's maxima, no auto commit,
@@ -37,14 +47,17 @@ message, each message's value length summed; tuned for throughput (``fetch.min.b
 The rows are checked first: every Spark read gives the same count and the same sum of row hashes
 (key, value, partition, offset, timestamp); the consumer counts every message, each partition's
 last offset the expected one. Then one warm-up each and R rounds (default 3) alternating the
-reads; prints the medians as one markdown table, and per data set the ratios (goals): kafkalog
+reads; prints the medians as one markdown table (wall seconds, and CPU seconds of every process a
+read uses: this one, Spark's JVM and Python workers, ``kafkalog serve``, Kafka 3.9's broker; on a
+loaded machine CPU changes far less than wall time), and per data set the ratios (goals): kafkalog
 from serve / from the log dir (at least 0.8x), kafkalog from serve / confluent (at least 3x),
 kafkalog / Spark's connector, both from Kafka 3.9 (at least 4x); with the machine (cores, load
-average before each data set and at the end). Without Kafka 3.9 (``--no-kafka``,
-``KAFKALOG_PEERS`` unset, no Java) or without the connector's jars, the reads that need them are
-skipped and the reason printed. Exits 1 on an error (a server that fails, a row missing), never
-on a ratio. Every wait is bounded: the servers' start and stop (``_serve_peers``), the
-consumer's reading (``CONSUME_S``), each Produce (the client's timeouts).
+average before each data set and at the end), and the bound: Spark's connector / ceiling, and
+kafkalog from Kafka 3.9 / ceiling. Without Kafka 3.9 (``--no-kafka``, ``KAFKALOG_PEERS`` unset, no
+Java) or without the connector's jars, the reads that need them are skipped and the reason printed.
+Exits 1 on an error (a server that fails, a row missing), never on a ratio. Every wait is bounded:
+the servers' start and stop (``_serve_peers``), the consumer's reading (``CONSUME_S``), each
+Produce (the client's timeouts).
 """
 
 from __future__ import annotations
@@ -73,11 +86,11 @@ from _spark_common import (  # noqa: E402
     TOPIC,
     build_log_dir,
     cpu_model,
+    descendants_cpu_seconds,
     encoded_batches,
-    start_spark,
 )
 from confluent_kafka import Consumer, TopicPartition  # noqa: E402
-from spark_read import fingerprint, noop  # noqa: E402
+from spark_read import ceiling_df, fingerprint, noop, start_spark_with_ceiling  # noqa: E402
 
 from benchmarks._serve_peers import (  # noqa: E402
     PeerError,
@@ -88,13 +101,18 @@ from benchmarks._serve_peers import (  # noqa: E402
     spark_connector_jars,
 )
 from broker_embedded.client.kafka_client import KafkaClient  # noqa: E402
+from broker_embedded.client.wire_fetch_source import WireSource  # noqa: E402
 from broker_embedded.record import columnar_encoder  # noqa: E402
+from datasource.kafka_input_partition import KafkaInputPartition  # noqa: E402
+from datasource.kafka_source_options import KafkaSourceOptions  # noqa: E402
+from datasource.offset_range_reader import read_offset_range  # noqa: E402
 
 PROTOCOL_VS_LOG_DIR_GOAL = 0.8
 PROTOCOL_VS_CONFLUENT_GOAL = 3.0
 KAFKALOG_VS_SPARK_KAFKA_GOAL = 4.0
 SERVE, LOG_DIR, CONFLUENT = "kafkalog from serve", "kafkalog from the log dir", "confluent"
 FROM_KAFKA, SPARK_KAFKA = "kafkalog from Kafka 3.9", "Spark's kafka from Kafka 3.9"
+CEILING, READ_LOOP = "ceiling (prebuilt Arrow)", "read loop from Kafka 3.9, no Spark"
 SEED = 42
 CONSUME_CHUNK = 10_000
 CONSUME_S = 600.0  # the consumer's whole read; past it, the run fails
@@ -188,6 +206,26 @@ def confluent(server: Server, records: int, partitions: int, run: int) -> float:
     return seconds
 
 
+def read_loop(bootstrap: str, topic: str, records: int, partitions: int) -> tuple[float, int]:
+    """(seconds, Arrow batches) of the executor side of kafkalog's read of ``topic`` alone:
+    each partition's range ``[0, n)`` read by the task's code, one after the other."""
+    options = KafkaSourceOptions.parse({"kafka.bootstrap.servers": bootstrap, "subscribe": topic})
+    rows = batches = 0
+    gc.collect()
+    began = time.perf_counter()
+    for p in range(partitions):
+        n = records * (p + 1) // partitions - records * p // partitions
+        part = KafkaInputPartition(WireSource(bootstrap), topic, p, 0, n,
+                                   fetch_bytes=options.task_fetch_bytes)  # fmt: skip
+        for batch in read_offset_range(part):
+            rows += batch.num_rows
+            batches += 1
+    seconds = time.perf_counter() - began
+    if rows != records:
+        raise BenchError(f"the read loop gave {rows:,} rows of {topic}, not {records:,}")
+    return seconds, batches
+
+
 # -- Kafka 3.9 ---------------------------------------------------------------------------------
 
 
@@ -227,7 +265,7 @@ def kafka_peer(work: Path, args: argparse.Namespace) -> Iterator[tuple[Server | 
 
 # -- report ------------------------------------------------------------------------------------
 
-Times = dict[str, list[float]]
+Times = dict[str, list[tuple[float, float]]]  # per read: (wall s, CPU s) of each round
 
 
 def print_report(results: dict[DataSet, Times], spark, load_before: str) -> None:
@@ -241,20 +279,30 @@ def print_report(results: dict[DataSet, Times], spark, load_before: str) -> None
     print(f"spark: master={conf.get('spark.master')}, driver memory "
           f"{conf.get('spark.driver.memory')}; options of both sources: defaults")  # fmt: skip
     print()
-    print("| records | codec | read | median s | min s | max s | records/s |")
-    print("|---|---|---|---|---|---|---|")
+    print("| records | codec | read | median s | min s | max s | records/s | median CPU s |")
+    print("|---|---|---|---|---|---|---|---|")
     for data, times in results.items():
         for name, ts in times.items():
-            med = statistics.median(ts)
-            print(f"| {data.records:,} | {data.codec} | {name} | {med:.2f} | {min(ts):.2f} "
-                  f"| {max(ts):.2f} | {data.records / med / 1e6:.2f} M |")  # fmt: skip
+            walls = [w for w, _ in ts]
+            med = statistics.median(walls)
+            print(f"| {data.records:,} | {data.codec} | {name} | {med:.2f} | {min(walls):.2f} "
+                  f"| {max(walls):.2f} | {data.records / med / 1e6:.2f} M "
+                  f"| {statistics.median(c for _, c in ts):.2f} |")  # fmt: skip
     print()
     for data, times in results.items():
-        med = {name: statistics.median(ts) for name, ts in times.items()}
+        med = {name: statistics.median(w for w, _ in ts) for name, ts in times.items()}
+        cpu = {name: statistics.median(c for _, c in ts) for name, ts in times.items()}
         ratios = [_ratio(med, LOG_DIR, SERVE, PROTOCOL_VS_LOG_DIR_GOAL),
                   _ratio(med, CONFLUENT, SERVE, PROTOCOL_VS_CONFLUENT_GOAL),
                   _ratio(med, SPARK_KAFKA, FROM_KAFKA, KAFKALOG_VS_SPARK_KAFKA_GOAL)]  # fmt: skip
         print(f"{data}: " + "; ".join(r for r in ratios if r))
+        if CEILING in med and SPARK_KAFKA in med:
+            print(f"{data}: bound: {SPARK_KAFKA} / {CEILING} = "
+                  f"{med[SPARK_KAFKA] / med[CEILING]:.2f}x (the most kafkalog / Spark's connector "
+                  f"can be here); {FROM_KAFKA} runs at {med[CEILING] / med[FROM_KAFKA]:.2f}x "
+                  f"the ceiling; in CPU seconds: {SPARK_KAFKA} / {FROM_KAFKA} = "
+                  f"{cpu[SPARK_KAFKA] / cpu[FROM_KAFKA]:.2f}x, {SPARK_KAFKA} / {CEILING} = "
+                  f"{cpu[SPARK_KAFKA] / cpu[CEILING]:.2f}x")  # fmt: skip
 
 
 def _ratio(med: dict[str, float], slow: str, fast: str, goal: float) -> str:
@@ -282,19 +330,37 @@ def check_rows(spark, reads: dict[str, Callable[[], object]], records: int) -> N
     print(f"checked: {', '.join(prints)} give the same rows (count {first[0]:,} and hash)")
 
 
-def run_rounds(sources: dict[str, Callable[[int], float]], repeat: int) -> Times:
-    for name, timed in sources.items():
-        print(f"warm-up {name}: {timed(-1):.2f} s", flush=True)
+def run_rounds(
+    sources: dict[str, Callable[[int], float]], repeat: int, cpu_now: Callable[[], float]
+) -> Times:
+    """Each source's (wall s, CPU s) in ``repeat`` rounds after a warm-up; ``cpu_now`` the CPU
+    seconds so far of every process a read may use."""
+
+    def timed(source: Callable[[int], float], r: int) -> tuple[float, float]:
+        cpu = cpu_now()
+        wall = source(r)
+        return wall, cpu_now() - cpu
+
+    for name, source in sources.items():
+        print(f"warm-up {name}: {timed(source, -1)[0]:.2f} s", flush=True)
     times: Times = {name: [] for name in sources}
     for r in range(repeat):
-        for name, timed in sources.items():
-            times[name].append(timed(r))
+        for name, source in sources.items():
+            times[name].append(timed(source, r))
         print(
             f"round {r + 1}/{repeat}: "
-            + ", ".join(f"{name} {ts[-1]:.2f} s" for name, ts in times.items()),
+            + ", ".join(f"{name} {ts[-1][0]:.2f} s" for name, ts in times.items()),
             flush=True,
         )
     return times
+
+
+def cpu_seconds_of(pid: int | None) -> float:
+    """User + system CPU seconds so far of process ``pid`` (0 without one)."""
+    if pid is None:
+        return 0.0
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return sum(int(f) for f in fields[11:13]) / os.sysconf("SC_CLK_TCK")
 
 
 def build(work: Path, data: DataSet, args: argparse.Namespace) -> Path:
@@ -330,8 +396,32 @@ def measure_data_set(
                 )
         check_rows(spark, reads, data.records)
         sources = {name: (lambda _, df=df: noop(df())[0]) for name, df in reads.items()}
+        if kafka is not None:
+            add_bound(sources, spark, kafka, data, args)
         sources[CONFLUENT] = lambda r: confluent(serve, data.records, args.partitions, r)
-        return run_rounds(sources, args.repeat)
+        broker = None if kafka is None else kafka.pid
+
+        def cpu_now() -> float:  # this process, Spark's, kafkalog serve's and Kafka's
+            return time.process_time() + descendants_cpu_seconds() + cpu_seconds_of(broker)
+
+        return run_rounds(sources, args.repeat, cpu_now)
+
+
+def add_bound(
+    sources: dict[str, Callable[[int], float]], spark, kafka: Server, data: DataSet, args
+) -> None:
+    """The read loop alone and the ceiling, whose batches have as many rows as the loop's."""
+    seconds, batches = read_loop(kafka.bootstrap, data.kafka_topic, data.records,
+                                 args.partitions)  # fmt: skip
+    batch_rows = round(data.records / batches)
+    print(f"read loop: {batches:,} Arrow batches, {batch_rows:,} rows on average, {seconds:.2f} s")
+    sources[READ_LOOP] = lambda _: read_loop(kafka.bootstrap, data.kafka_topic, data.records,
+                                             args.partitions)[0]  # fmt: skip
+    ceiling = ceiling_df(spark, data.records, args.partitions, args.value_bytes, batch_rows)
+    if (n := ceiling.count()) != data.records:
+        raise BenchError(f"the ceiling source gave {n:,} rows, not {data.records:,}")
+    sources[CEILING] = lambda _: noop(ceiling_df(spark, data.records, args.partitions,
+                                                 args.value_bytes, batch_rows))[0]  # fmt: skip
 
 
 def measure(work: Path, args: argparse.Namespace) -> None:
@@ -341,8 +431,8 @@ def measure(work: Path, args: argparse.Namespace) -> None:
         kafka, jars = stack.enter_context(kafka_peer(work, args))
         t = time.perf_counter()
         extra = {"spark.jars": ",".join(jars)} if jars else None
-        spark = start_spark("kafkalog-bench-remote-read", args.master, args.partitions,
-                            args.driver_memory, "WARN", extra)  # fmt: skip
+        spark = start_spark_with_ceiling(args.master, args.partitions, args.driver_memory,
+                                         "kafkalog-bench-remote-read", extra)  # fmt: skip
         stack.callback(spark.stop)
         print(f"SparkSession started in {time.perf_counter() - t:.1f} s")
         results = {d: measure_data_set(spark, work, d, kafka, jars, args) for d in data_sets}

@@ -411,7 +411,9 @@ SECTIONS = (
                 "Spark",
                 """Bytes one
                 fetch of a partition returns (a larger batch still comes whole). A task reading
-                a log dir fetches at least 8 MiB at a time, decoded in place.""",
+                a log dir fetches at least 8 MiB at a time, decoded in place; over
+                `kafka.bootstrap.servers`, 4 MiB at a time unless this option or
+                `kafka.fetch.max.bytes` is set.""",
             ),
             _row(
                 "kafka.fetch.max.bytes",

@@ -1,7 +1,8 @@
 """benchmarks/spark_remote_read.py end to end on tiny workloads: ``kafkalog serve`` as a child
 process, the protocol read and the log-dir read checked to give the same rows, the confluent-kafka
 consumer every record, and the table has its rows and ratios; beside Apache Kafka 3.9 where
-``KAFKALOG_PEERS`` has it, kafkalog and Spark's own connector read the same rows from it."""
+``KAFKALOG_PEERS`` has it, kafkalog and Spark's own connector read the same rows from it, and
+the bound (the read loop alone, the ceiling source) is measured."""
 
 from __future__ import annotations
 
@@ -66,6 +67,12 @@ def test_beside_kafka39_both_connectors_read_the_same_rows():
         "kafkalog from the log dir",
         "kafkalog from Kafka 3.9",
         "Spark's kafka from Kafka 3.9",
+        "read loop from Kafka 3.9, no Spark",
+        "ceiling (prebuilt Arrow)",
         "confluent",
     ]
     assert "kafkalog from Kafka 3.9 / Spark's kafka from Kafka 3.9 = " in out
+    assert (
+        "4,000 records, lz4: bound: Spark's kafka from Kafka 3.9 / ceiling (prebuilt Arrow) = "
+        in out
+    )

@@ -11,7 +11,11 @@ import pytest
 from broker_embedded.storage.fetch_data_info import IsolationLevel
 from broker_embedded.storage.topic_partition import TopicPartition
 from datasource.errors import InvalidOptionError
-from datasource.kafka_source_options import LOG_DIR_FETCH_BYTES, KafkaSourceOptions
+from datasource.kafka_source_options import (
+    LOG_DIR_FETCH_BYTES,
+    WIRE_FETCH_BYTES,
+    KafkaSourceOptions,
+)
 from datasource.offset_spec import (
     EarliestOffsets,
     GlobalTimestamp,
@@ -366,6 +370,12 @@ def test_bootstrap_servers_instead_of_path_and_the_client_settings() -> None:
         "security": (("security.protocol", "plaintext"),),
     }  # fmt: skip
     assert o.fetch_bytes == o.task_fetch_bytes == 4096  # over the wire, as asked
+    wire = KafkaSourceOptions.parse({"kafka.bootstrap.servers": "h1:9092", "subscribe": "t"})
+    assert (wire.fetch_bytes, wire.task_fetch_bytes) == (1 << 20, WIRE_FETCH_BYTES) == (
+        1 << 20, 4 << 20)  # fmt: skip
+    capped = {"kafka.bootstrap.servers": "h1:9092", "subscribe": "t",
+              "kafka.fetch.max.bytes": "2000000"}  # fmt: skip
+    assert KafkaSourceOptions.parse(capped).task_fetch_bytes == 1 << 20  # set: Kafka's sizes
     assert pickle.loads(pickle.dumps(o)) == o
     from datasource.kafka_offset_reader import source_of
 
