@@ -145,3 +145,76 @@ def wait_for(what: str, done, timeout_s: float = 60.0) -> None:
     while not done():
         assert time.monotonic() < deadline, f"timed out waiting for {what}"
         time.sleep(0.05)
+
+
+def write_broker_config(path: Path, location: str, options: dict[str, str]) -> Path:
+    rsm = "".join(f'"{k}" = "{v}"\n' for k, v in {"location": location, **options}.items())
+    broker = '"remote.log.storage.system.enable" = true\n'
+    broker += '"remote.log.manager.task.interval.ms" = 100'
+    path.write_text(f"[broker]\n{broker}\n[rsm_config]\n{rsm}")
+    return path
+
+
+def produce(bootstrap: str, first: int, count: int) -> None:
+    """``count`` records, one batch each (flushed one by one)."""
+    from confluent_kafka import Producer
+
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 0, "acks": "all"})
+    for i in range(first, first + count):
+        producer.produce("tiered", f"record {i:03d} ".encode() * 8, partition=0)
+        assert producer.flush(30) == 0
+
+
+@pytest.mark.slow  # two kafkalog serve starts: 7 s alone, 13-15 s beside a CPU hog
+def test_a_serve_killed_mid_copy_resumes_and_stores_each_segment_once(
+    s3: S3Server, tmp_path: Path
+) -> None:
+    """``kafkalog serve`` SIGKILLed while a segment's ``.log`` PUT is on the wire (held by a
+    proxy, after the segment's first objects went): no manifest names it; restarted, the
+    broker copies it and the rest, each closed segment once, and the store reads as the log."""
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    from tests.s3_proxy import FaultProxy
+    from tests.spark_kafkalog._serve_proc import ServeProcess
+
+    uri = f"s3://{s3.new_bucket('killed')}/cluster/broker-0"
+    location, tp = StoreLocation(uri, s3.settings), TopicPartition("tiered", 0)
+    logs = tmp_path / "logs"
+
+    def all_closed_stored() -> bool:
+        return sorted(manifests(location, tp)) == local_bases(logs, tp)[:-1]
+
+    with FaultProxy(s3.endpoint) as proxy:
+        proxied = {**s3.options(), "fs.s3a.endpoint": proxy.endpoint}
+        config = write_broker_config(tmp_path / "proxied.toml", uri, proxied)
+        with ServeProcess(logs, "--broker-config", config, stderr=tmp_path / "err1") as serve:
+            admin = AdminClient({"bootstrap.servers": serve.bootstrap})
+            admin.create_topics([NewTopic("tiered", 1, 1, config=TIERED)])["tiered"].result(30)
+            produce(serve.bootstrap, 0, 30)
+            wait_for("the first segments in the store", all_closed_stored)
+            before = manifests(location, tp)
+            assert len(before) >= 3
+            seen = len(proxy.requests)
+            proxy.inject("stall", matching=".log")  # the next segment's .log upload
+            produce(serve.bootstrap, 30, 30)
+            wait_for("a copy held mid-segment", lambda: proxy.injected == 1, 30)
+            serve.kill()
+        held = next(r for r in proxy.requests[seen:] if ".log" in r)
+    stalled = sorted(manifests(location, tp))
+    assert stalled == sorted(before)  # no manifest for the segment whose copy was killed
+    next_base = before[max(before)].next_offset
+    stem = segment_file_stem(next_base)
+    assert f"tiered-0/{stem}.log" in held
+    assert f"tiered-0/{stem}.index" in location.open().list("tiered-0/")  # copied before the kill
+    direct = write_broker_config(tmp_path / "direct.toml", uri, s3.options())
+    with ServeProcess(logs, "--broker-config", direct, stderr=tmp_path / "err2") as serve:
+        wait_for("every closed segment in the store", all_closed_stored)
+        assert serve.terminate() == 0
+    bases = local_bases(logs, tp)
+    stored = manifests(location, tp)
+    assert sorted(stored) == bases[:-1] and next_base < bases[-1]
+    assert [m.next_offset for _, m in sorted(stored.items())] == bases[1:]
+    assert all(before[b] == stored[b] for b in before)  # the first copies were kept, not redone
+    remote = ObjectStoreSource(location).open()
+    local = LogDirSource(str(logs)).open()
+    assert batches(remote, tp) == batches(local, tp, bases[-1])
