@@ -135,6 +135,7 @@ class RemoteLogManager:
         store = self._store_once()
         if tp not in self._copied_end:
             self._copied_end[tp] = self._stored_end(store, tp)
+            unified.remote_end_offset = self._copied_end[tp]
         done = 0
         for base, end in candidates:
             if base < self._copied_end[tp] or self._stopping.is_set():
@@ -149,7 +150,7 @@ class RemoteLogManager:
             except BaseException:
                 self._copied_end.pop(tp, None)  # list the store again at the next visit
                 raise
-            self._copied_end[tp] = end
+            self._copied_end[tp] = unified.remote_end_offset = end
             self.copied += 1
             done += 1
         return done

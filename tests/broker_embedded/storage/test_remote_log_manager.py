@@ -100,6 +100,33 @@ def test_closed_segments_are_tiered_and_read_back_as_the_local_log(
     assert len(batches(remote, tp)) == bases[-1] > 0  # one record a batch
 
 
+def test_local_retention_deletes_only_tiered_segments(s3: S3Server, tmp_path: Path) -> None:
+    """``local.retention.ms`` deletes local segments only once they are in the store (Kafka's
+    ``isSegmentEligibleForDeletion``); ListOffsets -4 (earliest-local) and -5 (latest-tiered)
+    then answer the local start and the highest tiered offset, and the store holds the rest."""
+    uri = f"s3://{s3.new_bucket('local')}/p"
+    location, tp, logs = StoreLocation(uri, s3.settings), TopicPartition("tiered", 0), tmp_path
+    with Broker(logs / "l", config=tiering_config(uri, s3), create=True) as broker:
+        broker.create_topic("tiered", config={**TIERED, "local.retention.ms": "0"})
+        for i in range(30):
+            broker.produce("tiered", 0, [f"record {i:03d} ".encode() * 8])
+        unified = broker.log_manager.get_log(tp)
+        later = broker.clock_ms() + 1000  # every closed segment past local.retention.ms
+        unified.delete_old_segments(later)  # races the startup pass: what goes was copied
+        first_local = local_bases(logs / "l", tp)[0]
+        stored = manifests(location, tp)
+        assert first_local == 0 or first_local in {m.next_offset for m in stored.values()}
+        broker.remote_log_manager.run_once()
+        unified.delete_old_segments(later)
+        (active,) = local_bases(logs / "l", tp)  # every closed segment was tiered, then deleted
+        assert active > 0 and unified.log_start_offset == active
+        assert broker.list_offsets("tiered", 0, -4).offset == active
+        assert broker.list_offsets("tiered", 0, -5).offset == active - 1
+        assert broker.list_offsets("tiered", 0, -1).offset == 30
+    remote = ObjectStoreSource(location).open()
+    assert [b[0] for b in batches(remote, tp)] == list(range(active))  # one record a batch
+
+
 def test_remote_storage_configs_are_validated_as_kafka_validates_them(
     s3: S3Server, tmp_path: Path
 ) -> None:
