@@ -22,7 +22,9 @@ themselves): a segment is remote exactly when its manifest is. At its first visi
 partition, and after any failed copy, the manager lists the partition's prefix and resumes
 after the last manifest's ``next_offset``. A kill mid-copy leaves objects without a manifest;
 the next copy of that segment overwrites them (the same keys), so no segment is ever stored
-twice and no manifest names incomplete data. Copies go in offset order, so the store's
+twice and no manifest names incomplete data. A segment deleted locally during its copy
+(DeleteRecords) has its objects deleted. A partition this broker stops leading is forgotten,
+and listed again if it leads it again. Copies go in offset order, so the store's
 segments are always a prefix of the log's without holes (what the reader requires).
 
 Bounds: one thread per broker (``kafka-scheduler-remote-log-manager-<broker id>``, a
@@ -114,7 +116,10 @@ class RemoteLogManager:
         Returns how many segments it copied."""
         with self._pass_lock:
             done = 0
-            for tp, unified in sorted(self._leaders().items()):
+            leaders = self._leaders()
+            for tp in [tp for tp in self._copied_end if tp not in leaders]:
+                del self._copied_end[tp]  # led again later: list the store again then
+            for tp, unified in sorted(leaders.items()):
                 if self._stopping.is_set():
                     break
                 if unified.config.remote_storage_enable and not unified.is_closed:
@@ -142,9 +147,10 @@ class RemoteLogManager:
                 continue
             try:
                 self._copy_segment(store, tp, unified, base, end)
-            except FileNotFoundError as e:  # retention deleted it meanwhile: look again later
+            except FileNotFoundError as e:  # deleted meanwhile (DeleteRecords): look again later
                 log.warning("remote log manager: segment %d of %s went during its copy: %s",
                             base, tp, e)  # fmt: skip
+                self._drop_partial(store, tp, base)
                 self._copied_end.pop(tp, None)
                 break
             except BaseException:
@@ -167,6 +173,14 @@ class RemoteLogManager:
         name = prefix + RemoteLogSegmentMetadata.name_of(max(bases))
         last = RemoteLogSegmentMetadata.from_json(store.read(name), store.location.describe(name))
         return last.next_offset
+
+    def _drop_partial(self, store: ObjectStore, tp: TopicPartition, base: int) -> None:
+        """Delete what an abandoned copy of segment ``base`` left (it has no manifest), so that
+        no ``.log`` without a manifest sits below later segments' manifests."""
+        prefix = f"{tp.dir_name}/{segment_file_stem(base)}."
+        for name in store.list(prefix.rpartition("/")[0] + "/"):
+            if name.startswith(prefix):
+                store.delete(name)
 
     def _copy_segment(
         self, store: ObjectStore, tp: TopicPartition, unified: UnifiedLog, base: int, end: int

@@ -39,8 +39,9 @@ their largest timestamp is older than ``retention.ms``, while the log exceeds
 ``retention.bytes``, or when they lie wholly below the log start offset; only segments wholly
 below the high watermark go. A topic with ``remote.storage.enable`` uses ``local.retention.*``
 instead, and deletes by time or size only segments wholly below :attr:`remote_end_offset` (in
-the store: remote_log_manager.py sets it; Kafka's ``isSegmentEligibleForDeletion``). :meth:`delete_records_before` moves the log start offset (Kafka's
-DeleteRecords; not above the HW). Flushing: every ``flush.messages`` appended records, or when the
+the store: remote_log_manager.py sets it; Kafka's ``isSegmentEligibleForDeletion``).
+:meth:`delete_records_before` moves the log start offset (Kafka's DeleteRecords; not above the
+HW). Flushing: every ``flush.messages`` appended records, or when the
 log manager sees ``flush.ms`` elapsed; the recovery point then becomes the log end offset. Each
 flush's time goes to :data:`FLUSH_TIMES` (Kafka's ``LogFlushRateAndTimeMs``).
 
