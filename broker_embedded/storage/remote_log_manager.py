@@ -63,6 +63,7 @@ from broker_embedded.storage.unified_log import UnifiedLog
 log = logging.getLogger(__name__)
 
 LEADER_EPOCH_SUFFIX = "." + LEADER_EPOCH_CHECKPOINT
+CLOSE_TIMEOUT_S = 10.0
 
 
 class RemoteLogManager:
@@ -99,9 +100,11 @@ class RemoteLogManager:
         )
 
     def close(self) -> None:
-        """Stop after the segment being copied (if any); no new pass starts."""
+        """Stop after the segment being copied (if any), waiting for it at most
+        :data:`CLOSE_TIMEOUT_S` (a copy to a store that stopped answering goes on in the
+        background and fails; its segment has no manifest); no new pass starts."""
         self._stopping.set()
-        self._scheduler.shutdown(timeout=None)
+        self._scheduler.shutdown(timeout=CLOSE_TIMEOUT_S)
         if self._store is not None:
             self._store.release()
 
