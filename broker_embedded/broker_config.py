@@ -95,6 +95,7 @@ from pathlib import Path
 from typing import Any
 
 from broker_embedded.storage.log_config import InvalidConfigError, LogConfig
+from broker_embedded.storage.object_store import SCHEMES, SETTING_NAMES, is_store_uri
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -203,7 +204,7 @@ class BrokerConfig:
             defaults = LogConfig().with_overrides(data.get("topic_defaults", {}), None)
         except InvalidConfigError as e:
             raise InvalidConfigError(f"{source}: [topic_defaults]: {e}") from None
-        rsm = tuple((str(k), str(v)) for k, v in data.get("rsm_config", {}).items())
+        rsm = _rsm_config(data.get("rsm_config", {}), source)
         if values.get("remote_log_storage_system_enable") and not dict(rsm).get("location"):
             raise InvalidConfigError(
                 f"{source}: remote.log.storage.system.enable is true but [rsm_config] has no "
@@ -218,6 +219,27 @@ class BrokerConfig:
             return cls()
         p = Path(path)
         return cls.from_mapping(read_toml(p, "broker config file"), str(p))
+
+
+def _rsm_config(table: Mapping[str, Any], source: str) -> tuple[tuple[str, str], ...]:
+    """``[rsm_config]``: ``location`` (an object store URI) and object_store.py's settings; an
+    unknown key or a value that is not a string is an :class:`InvalidConfigError` naming the
+    key (never the value: it may be a secret)."""
+    known = ("location", *SETTING_NAMES)
+    for key, value in table.items():
+        if key not in known:
+            raise InvalidConfigError(
+                f"{source}: unknown [rsm_config] key {key!r} (known: {', '.join(known)})"
+            )
+        if not isinstance(value, str):
+            raise InvalidConfigError(f"{source}: [rsm_config] {key} must be a string")
+    location = table.get("location")
+    if location is not None and not is_store_uri(location):
+        raise InvalidConfigError(
+            f"{source}: [rsm_config] location {location!r} is not an object store URI "
+            f"({', '.join(s + '://' for s in SCHEMES)})"
+        )
+    return tuple(table.items())
 
 
 def read_toml(path: Path, what: str) -> dict[str, Any]:
