@@ -55,9 +55,12 @@ from broker_embedded.replication.replica_assignment import BrokerMetadata
 from broker_embedded.replication.topic_metadata import TopicMetadata
 from broker_embedded.storage.fetch_data_info import IsolationLevel
 from broker_embedded.storage.log_manager import LogManager
+from broker_embedded.storage.object_store import StoreLocation, StoreSettings
 from broker_embedded.storage.producer_state_manager import AppendOrigin
+from broker_embedded.storage.remote_log_manager import RemoteLogManager
 from broker_embedded.storage.segment_writer import wall_clock_ms
 from broker_embedded.storage.topic_partition import TopicPartition
+from broker_embedded.storage.unified_log import UnifiedLog
 
 Acks = int | str
 
@@ -124,13 +127,33 @@ class Broker:
         except BaseException:
             self.log_manager.close()
             raise
+        self.remote_log_manager = self._new_remote_log_manager()
         try:
             self.controller.register_broker(self)
             self.abort_orphaned_transactions()
+            if self.remote_log_manager is not None:
+                self.remote_log_manager.startup()
         except BaseException:
+            if self.remote_log_manager is not None:
+                self.remote_log_manager.close()
             self.replica_manager.shutdown()
             self.log_manager.close()
             raise
+
+    def _new_remote_log_manager(self) -> RemoteLogManager | None:
+        """The tiered-storage copier when ``remote.log.storage.system.enable`` is on, over the
+        partitions this broker leads (remote_log_manager.py)."""
+        if not self.config.remote_log_storage_system_enable:
+            return None
+        rsm = dict(self.config.rsm_config)
+        location = StoreLocation(rsm.pop("location"), StoreSettings.parse(rsm))
+
+        def leaders() -> dict[TopicPartition, UnifiedLog]:
+            parts = list(self.replica_manager.partitions.items())
+            return {tp: p.log for tp, p in parts if p.is_leader}
+
+        return RemoteLogManager(self.broker_id, self.log_dir, location, leaders,
+                                self.config.remote_log_manager_task_interval_ms)  # fmt: skip
 
     @property
     def broker_metadata(self) -> BrokerMetadata:
@@ -374,6 +397,8 @@ class Broker:
         if self._closed:
             return
         self._closed = True
+        if self.remote_log_manager is not None:
+            self.remote_log_manager.close()
         try:
             self.controller.broker_stopped(self.broker_id)
         finally:

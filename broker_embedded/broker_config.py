@@ -67,6 +67,17 @@ File layout (``conf/broker.toml`` holds the defaults; every key is optional)::
     "log.cleaner.dedupe.buffer.size" = 134217728   offset map memory over all cleaner threads
     "log.cleaner.io.buffer.load.factor" = 0.9      share of the map's slots a round fills
     "log.cleaner.backoff.ms" = 15000          a cleaner thread's sleep when nothing is dirty
+    "remote.log.storage.system.enable" = false   tiered storage (KIP-405) on this broker: topics
+                                              may set remote.storage.enable (Kafka's name)
+    "remote.log.manager.task.interval.ms" = 30000  how often the remote log manager looks for
+                                              closed segments to copy (Kafka's name and default)
+    [rsm_config]                              the remote storage's settings (Kafka passes its
+                                              plugin the rsm.config.* prefix; here the store is
+                                              built in, object_store.py):
+    "location" = "s3://bucket/prefix"         where tiered segments go (any object_store.py URI)
+    "fs.s3a.endpoint" = "http://host:9000"    and the other fs.s3a.* settings of object_store.py;
+                                              credentials unset here come from the AWS
+                                              environment (never logged)
     [topic_defaults]
     "cleanup.policy" = "delete" ...           Kafka's topic config names (log_config.py)
 
@@ -84,6 +95,7 @@ from pathlib import Path
 from typing import Any
 
 from broker_embedded.storage.log_config import InvalidConfigError, LogConfig
+from broker_embedded.storage.object_store import SCHEMES, SETTING_NAMES, is_store_uri
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -154,21 +166,28 @@ class BrokerConfig:
     log_cleaner_dedupe_buffer_size: int = 128 << 20
     log_cleaner_io_buffer_load_factor: float = 0.9
     log_cleaner_backoff_ms: int = 15_000
+    remote_log_storage_system_enable: bool = False
+    remote_log_manager_task_interval_ms: int = 30_000
+    # [rsm_config] as (key, value) pairs: the store's location and S3A settings (secrets: no repr)
+    rsm_config: tuple[tuple[str, str], ...] = field(default=(), repr=False)
     topic_defaults: LogConfig = field(default_factory=LogConfig)
 
     @classmethod
     def from_mapping(cls, data: Mapping[str, Any], source: str = "<config>") -> BrokerConfig:
         # [security] is the server's (server/security/security_config.py), [log] the command
         # line's (spark_kafkalog/cli_logging.py), read beside this
-        unknown = set(data) - {"broker", "log_cleaner", "topic_defaults", "security", "log"}
+        unknown = set(data) - {"broker", "log_cleaner", "topic_defaults", "security", "log",
+                               "rsm_config"}  # fmt: skip
         if unknown:
             raise InvalidConfigError(f"{source}: unknown section(s) {sorted(unknown)}")
-        for section in ("broker", "log_cleaner", "topic_defaults"):
+        for section in ("broker", "log_cleaner", "topic_defaults", "rsm_config"):
             if not isinstance(data.get(section, {}), Mapping):
                 raise InvalidConfigError(f"{source}: [{section}] must be a table")
         values: dict[str, Any] = {}
         names = {
-            f.name.replace("_", "."): f.name for f in fields(cls) if f.name != "topic_defaults"
+            f.name.replace("_", "."): f.name
+            for f in fields(cls)
+            if f.name not in ("topic_defaults", "rsm_config")
         }
         cleaner_names = {k: v for k, v in names.items() if k.startswith("log.cleaner.")}
         for section, known in (("broker", names), ("log_cleaner", cleaner_names)):
@@ -185,7 +204,13 @@ class BrokerConfig:
             defaults = LogConfig().with_overrides(data.get("topic_defaults", {}), None)
         except InvalidConfigError as e:
             raise InvalidConfigError(f"{source}: [topic_defaults]: {e}") from None
-        return cls(**values, topic_defaults=defaults)
+        rsm = _rsm_config(data.get("rsm_config", {}), source)
+        if values.get("remote_log_storage_system_enable") and not dict(rsm).get("location"):
+            raise InvalidConfigError(
+                f"{source}: remote.log.storage.system.enable is true but [rsm_config] has no "
+                "location (the object store URI tiered segments go to, e.g. s3://bucket/prefix)"
+            )
+        return cls(**values, rsm_config=rsm, topic_defaults=defaults)
 
     @classmethod
     def load(cls, path: str | Path | None = None) -> BrokerConfig:
@@ -194,6 +219,27 @@ class BrokerConfig:
             return cls()
         p = Path(path)
         return cls.from_mapping(read_toml(p, "broker config file"), str(p))
+
+
+def _rsm_config(table: Mapping[str, Any], source: str) -> tuple[tuple[str, str], ...]:
+    """``[rsm_config]``: ``location`` (an object store URI) and object_store.py's settings; an
+    unknown key or a value that is not a string is an :class:`InvalidConfigError` naming the
+    key (never the value: it may be a secret)."""
+    known = ("location", *SETTING_NAMES)
+    for key, value in table.items():
+        if key not in known:
+            raise InvalidConfigError(
+                f"{source}: unknown [rsm_config] key {key!r} (known: {', '.join(known)})"
+            )
+        if not isinstance(value, str):
+            raise InvalidConfigError(f"{source}: [rsm_config] {key} must be a string")
+    location = table.get("location")
+    if location is not None and not is_store_uri(location):
+        raise InvalidConfigError(
+            f"{source}: [rsm_config] location {location!r} is not an object store URI "
+            f"({', '.join(s + '://' for s in SCHEMES)})"
+        )
+    return tuple(table.items())
 
 
 def read_toml(path: Path, what: str) -> dict[str, Any]:
@@ -261,9 +307,10 @@ _AT_LEAST_ONE = frozenset(
         "transaction.state.log.replication.factor",
         "transaction.state.log.min.isr",
         "transaction.state.log.segment.bytes",
+        "remote.log.manager.task.interval.ms",
     )  # fmt: skip
 )
 # socket buffer sizes: -1 leaves the OS's default (Kafka's USE_DEFAULT_BUFFER_SIZE)
 _OS_DEFAULT_OR_SIZE = frozenset(("socket.send.buffer.bytes", "socket.receive.buffer.bytes"))
 # keys whose value is a TOML boolean
-_BOOLEANS = frozenset(("auto.create.topics.enable",))
+_BOOLEANS = frozenset(("auto.create.topics.enable", "remote.log.storage.system.enable"))

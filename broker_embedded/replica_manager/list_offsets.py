@@ -4,9 +4,12 @@
 ``EARLIEST_TIMESTAMP`` (-2) asks for the log start offset, ``LATEST_TIMESTAMP`` (-1) for the
 high watermark (the last stable offset under read_committed), ``MAX_TIMESTAMP`` (-3) for the
 record with the largest timestamp below that bound (the first of equals), ``EARLIEST_LOCAL``
-(-4) for the log start offset (all of the log is local), ``LATEST_TIERED`` (-5) and
-``EARLIEST_PENDING_UPLOAD`` (-6) for offset -1 (no tiered storage, as Kafka answers without
-it); any other timestamp >= 0 for the
+(-4) for the log start offset (the local log's start: retention of a tiered topic moves the
+log start offset with its local start, storage/remote_log_manager.py), ``LATEST_TIERED`` (-5)
+for the highest offset in remote storage of a topic with ``remote.storage.enable`` (-1 while
+none is known to be; Kafka's ``highestOffsetInRemoteStorage``, with its leader epoch) and
+otherwise, like ``EARLIEST_PENDING_UPLOAD`` (-6), for offset -1 (as Kafka answers without
+tiered storage); any other timestamp >= 0 for the
 first offset whose record timestamp is >= it (with that timestamp and the leader epoch of its
 batch), or ``offset`` and ``timestamp`` -1 when no record below that bound has one. Other
 negative timestamps are INVALID_REQUEST. Immutable: thread-safe.

@@ -598,6 +598,11 @@ class ReplicaManager:
             return ListOffsetsResult(lg.log_start_offset, -1, p.leader_epoch)
         if timestamp == LATEST_TIMESTAMP:
             return ListOffsetsResult(upper, -1, p.leader_epoch)
+        if timestamp == LATEST_TIERED_TIMESTAMP and lg.config.remote_storage_enable:
+            # Kafka's highestOffsetInRemoteStorage: -1 while nothing is (known to be) tiered
+            highest = max(lg.remote_end_offset - 1, -1)
+            epoch = lg.leader_epoch_cache.epoch_for_offset(highest) if highest >= 0 else None
+            return ListOffsetsResult(highest, -1, -1 if epoch is None else epoch)
         if timestamp in (LATEST_TIERED_TIMESTAMP, EARLIEST_PENDING_UPLOAD_TIMESTAMP):
             return ListOffsetsResult(-1, -1, -1)
         if timestamp == MAX_TIMESTAMP:

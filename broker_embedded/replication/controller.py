@@ -97,7 +97,7 @@ from broker_embedded.replica_manager.partition import NO_LEADER, LeaderAndIsr
 from broker_embedded.replication.topic_creation import MAX_PENDING_PARTITIONS, TopicCreation
 from broker_embedded.replication.topic_metadata import PartitionMetadata, TopicMetadata
 from broker_embedded.storage.checkpoint_file import write_atomically
-from broker_embedded.storage.log_config import LogConfig, parse_overrides
+from broker_embedded.storage.log_config import LogConfig, validate_topic_config
 from broker_embedded.storage.producer_state_manager import AppendOrigin
 from broker_embedded.storage.segment_writer import wall_clock_ms
 from broker_embedded.storage.storage_health import StorageHealth
@@ -357,6 +357,11 @@ class Controller(TopicCreation):
             return b.config.topic_defaults
         return LogConfig()
 
+    def _remote_storage_enabled(self) -> bool:
+        """Kafka's ``remote.log.storage.system.enable`` (of any broker: one config per
+        cluster here)."""
+        return any(b.config.remote_log_storage_system_enable for b in self._brokers.values())
+
     def _send(self, states: Mapping[TopicPartition, LeaderAndIsr]) -> None:
         """Send each live replica the states of its partitions, with this controller's epoch."""
         by_broker: dict[int, dict[TopicPartition, LeaderAndIsr]] = {}
@@ -409,7 +414,10 @@ class Controller(TopicCreation):
         with self._lock:
             self._check_active()
             entry = self._topic(name)
-            parse_overrides(overrides, name)
+            remote = self._remote_storage_enabled()
+            validate_topic_config(
+                self._defaults(), overrides, name, remote_storage_system_enable=remote
+            )
             if validate_only:
                 return
             new = replace(entry, config=MappingProxyType(dict(overrides)))

@@ -56,7 +56,7 @@ from broker_embedded.replication.replica_assignment import (
     assign_replicas_to_new_partitions,
 )
 from broker_embedded.replication.topic_metadata import TopicMetadata
-from broker_embedded.storage.log_config import parse_overrides
+from broker_embedded.storage.log_config import validate_topic_config
 from broker_embedded.storage.partition_metadata import new_topic_id
 from broker_embedded.storage.topic_config_file import TopicEntry
 from broker_embedded.storage.topic_partition import (
@@ -103,7 +103,10 @@ class TopicCreation:
                 raise TopicAlreadyExistsError(f"topic {name!r} already exists")
             check_no_collision(name, list(self._topics))
             overrides = {k: str(v) for k, v in (config or {}).items()}
-            parse_overrides(overrides, name)
+            remote = self._remote_storage_enabled()
+            validate_topic_config(
+                self._defaults(), overrides, name, remote_storage_system_enable=remote
+            )
             if assignment is not None:
                 placed = self._manual_assignment(name, assignment)
             else:

@@ -95,6 +95,10 @@ _SPEC: dict[str, tuple[str, Callable[[Any], Any]]] = {
     ),
     "file.delete.delay.ms": ("file_delete_delay_ms", _long(0)),
     "unclean.leader.election.enable": ("unclean_leader_election_enable", _bool),
+    "remote.storage.enable": ("remote_storage_enable", _bool),
+    # -2: the same as retention.* (Kafka's DEFAULT_LOCAL_RETENTION_*); -1: no limit
+    "local.retention.ms": ("local_retention_ms", _long(-2)),
+    "local.retention.bytes": ("local_retention_bytes", _long(-2)),
 }  # fmt: skip
 CONFIG_NAMES = tuple(_SPEC)
 
@@ -122,6 +126,9 @@ class LogConfig:
     compression_type: str = "producer"
     file_delete_delay_ms: int = 60000
     unclean_leader_election_enable: bool = False
+    remote_storage_enable: bool = False
+    local_retention_ms: int = -2
+    local_retention_bytes: int = -2
 
     # Derived once per config (read on every append): cached in the instance's __dict__,
     # which the frozen dataclass's fields, equality and replace() do not see.
@@ -145,6 +152,19 @@ class LogConfig:
         if name == "producer":
             return None
         return CompressionType.NONE if name == "uncompressed" else CompressionType[name.upper()]
+
+    @property
+    def effective_local_retention_ms(self) -> int:
+        """``local.retention.ms``, or ``retention.ms`` for -2 (Kafka's ``localRetentionMs``)."""
+        return self.retention_ms if self.local_retention_ms == -2 else self.local_retention_ms
+
+    @property
+    def effective_local_retention_bytes(self) -> int:
+        """``local.retention.bytes``, or ``retention.bytes`` for -2 (Kafka's
+        ``localRetentionBytes``)."""
+        return (
+            self.retention_bytes if self.local_retention_bytes == -2 else self.local_retention_bytes
+        )
 
     def with_overrides(self, overrides: Mapping[str, Any], topic: str | None = None) -> LogConfig:
         """A new config with Kafka-named ``overrides`` applied (validated)."""
@@ -175,6 +195,54 @@ def parse_overrides(overrides: Mapping[str, Any], topic: str | None = None) -> d
         except (TypeError, ValueError) as e:
             raise InvalidConfigError(f"invalid value {value!r} for {name}{where}: {e}") from None
     return parsed
+
+
+def validate_topic_config(
+    defaults: LogConfig,
+    overrides: Mapping[str, Any],
+    topic: str,
+    *,
+    remote_storage_system_enable: bool,
+) -> LogConfig:
+    """A topic's effective config from a create or alter (``overrides`` over ``defaults``),
+    checked as Kafka's ``LogConfig.validateTopicLogConfigValues`` checks it: with
+    ``remote.storage.enable=true``, the broker's ``remote.log.storage.system.enable`` must be
+    on, the topic must not be compacted, and ``local.retention.bytes`` / ``local.retention.ms``
+    (unless -2) must be neither -1 nor above ``retention.bytes`` / ``retention.ms`` when those
+    are limited. Errors are :class:`InvalidConfigError` (INVALID_CONFIG) with Kafka's messages,
+    naming the topic. (Kafka also refuses turning remote storage off without
+    ``remote.log.delete.on.disable``; kafkalog has no such config yet, and accepts it.)"""
+    config = defaults.with_overrides(overrides, topic)
+    if not config.remote_storage_enable:
+        return config
+    where = f" (topic {topic!r})"
+    if not remote_storage_system_enable:
+        raise InvalidConfigError(
+            "Tiered Storage functionality is disabled in the broker. Topic cannot be configured "
+            f"with remote log storage.{where}"
+        )
+    if config.compact:
+        raise InvalidConfigError(
+            f"Remote log storage is unsupported for the compacted topics{where}"
+        )
+    for local_name, name, local, limit, unlimited in (
+        ("local.retention.bytes", "retention.bytes", config.local_retention_bytes,
+         config.retention_bytes, config.retention_bytes <= -1),
+        ("local.retention.ms", "retention.ms", config.local_retention_ms,
+         config.retention_ms, config.retention_ms == -1),
+    ):  # fmt: skip
+        if unlimited or local == -2:
+            continue
+        if local == -1:
+            reason = f"Value must not be -1 as {name} value is set as {limit}."
+        elif local > limit:
+            reason = f"Value must not be more than {name} property value: {limit}"
+        else:
+            continue
+        raise InvalidConfigError(
+            f"Invalid value {local} for configuration {local_name}: {reason}{where}"
+        )
+    return config
 
 
 if [f.name for f in fields(LogConfig)] != [attr for attr, _ in _SPEC.values()]:

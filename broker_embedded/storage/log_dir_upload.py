@@ -51,7 +51,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -148,7 +148,7 @@ def upload_log_dir(
     check_log_dir(log_dir, " (kafkalog upload)")
     active_held = LogDirLock.is_locked(log_dir)
     listing = store.list()
-    run = _Upload(log_dir, store, listing, replace, verify, progress or (lambda _: None))
+    run = SegmentUpload(log_dir, store, listing, replace, verify, progress or (lambda _: None))
     for tp in LogDir(log_dir).partitions():
         bases = _segment_bases(log_dir / tp.dir_name)
         for base in bases[:-1] if active_held else bases:
@@ -167,8 +167,9 @@ def _segment_bases(directory: Path) -> list[int]:
     return sorted(b for b in found if b is not None)
 
 
-class _Upload:
-    """One run of :func:`upload_log_dir`."""
+class SegmentUpload:
+    """One run of :func:`upload_log_dir`, or the broker's remote log manager's copy of one
+    segment (remote_log_manager.py)."""
 
     def __init__(
         self,
@@ -186,10 +187,17 @@ class _Upload:
         self.skipped: list[str] = []
         self.sent = 0
 
-    def segment(self, tp: TopicPartition, base: int) -> None:
+    def segment(
+        self, tp: TopicPartition, base: int, extras: Mapping[str, bytes] | None = None
+    ) -> None:
+        """Upload one segment's files, then its manifest (module docstring). ``extras``: more
+        small objects of the segment, by file name in the partition's directory (the broker's
+        tiering adds the producer snapshot and the leader epochs), written and listed in the
+        manifest like its files."""
+        extras = extras or {}
         directory = self.log_dir / tp.dir_name
         what = f"{tp.dir_name}/{base}"
-        local = self._manifest(tp, base)
+        local = self._manifest(tp, base, extras)
         key = f"{tp.dir_name}/{RemoteLogSegmentMetadata.name_of(base)}"
         if key in self.listing:
             where = self.store.location.describe(key)
@@ -209,20 +217,28 @@ class _Upload:
         else:
             self.uploaded.append(what)
         for f in local.files:
-            self._put(f"{tp.dir_name}/{f.name}", directory / f.name, f)
+            if f.name in extras:
+                self.write_checked(f"{tp.dir_name}/{f.name}", extras[f.name])
+            else:
+                self._put(f"{tp.dir_name}/{f.name}", directory / f.name, f)
         self.store.write(key, local.to_json())
         self.progress(f"uploaded {what}")
 
-    def _manifest(self, tp: TopicPartition, base: int) -> RemoteLogSegmentMetadata:
-        """The manifest of the local segment: its files' sizes and hashes, and its offsets."""
+    def _manifest(
+        self, tp: TopicPartition, base: int, extras: Mapping[str, bytes]
+    ) -> RemoteLogSegmentMetadata:
+        """The manifest of the local segment: its files' (and ``extras``') sizes and hashes,
+        and its offsets."""
         directory = self.log_dir / tp.dir_name
         stem = segment_file_stem(base)
         paths = [directory / (stem + s) for s in SEGMENT_SUFFIXES]
-        present = sorted((p for p in paths if p.is_file()), key=lambda p: p.name)  # as parsed
-        files = tuple(StoredFile(p.name, p.stat().st_size, file_digest(p)) for p in present)
+        present = [p for p in paths if p.is_file()]
+        files = [StoredFile(p.name, p.stat().st_size, file_digest(p)) for p in present]
+        files += [StoredFile(n, len(d), hashlib.sha256(d).hexdigest()) for n, d in extras.items()]
+        files.sort(key=lambda f: f.name)  # as parsed
         size = paths[0].stat().st_size
         next_offset, max_timestamp = _offsets(directory, base)
-        return RemoteLogSegmentMetadata(base, next_offset, size, files, max_timestamp)
+        return RemoteLogSegmentMetadata(base, next_offset, size, tuple(files), max_timestamp)
 
     def _intact(self, tp: TopicPartition, stored: RemoteLogSegmentMetadata) -> bool:
         """Whether every file of ``stored`` is in the store with its size (and, with

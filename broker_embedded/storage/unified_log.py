@@ -37,8 +37,11 @@ that base offset (the closed segments were fsynced when they rolled). Retention
 (:meth:`delete_old_segments`) deletes whole segments, oldest first and never the active one, when
 their largest timestamp is older than ``retention.ms``, while the log exceeds
 ``retention.bytes``, or when they lie wholly below the log start offset; only segments wholly
-below the high watermark go. :meth:`delete_records_before` moves the log start offset (Kafka's
-DeleteRecords; not above the HW). Flushing: every ``flush.messages`` appended records, or when the
+below the high watermark go. A topic with ``remote.storage.enable`` uses ``local.retention.*``
+instead, and deletes by time or size only segments wholly below :attr:`remote_end_offset` (in
+the store: remote_log_manager.py sets it; Kafka's ``isSegmentEligibleForDeletion``).
+:meth:`delete_records_before` moves the log start offset (Kafka's DeleteRecords; not above the
+HW). Flushing: every ``flush.messages`` appended records, or when the
 log manager sees ``flush.ms`` elapsed; the recovery point then becomes the log end offset. Each
 flush's time goes to :data:`FLUSH_TIMES` (Kafka's ``LogFlushRateAndTimeMs``).
 
@@ -147,6 +150,9 @@ class UnifiedLog(LogAppender, CleanableLog):
         self._cleaning_stopped = False
         self._truncations = 0
         self._truncation_floor: int | None = None
+        # the offset after the last segment in remote storage (remote_log_manager.py; Kafka's
+        # highestOffsetInRemoteStorage + 1); -1 until the remote log manager has looked
+        self.remote_end_offset = -1
         self.directory.mkdir(parents=True, exist_ok=True)
         loader = LogLoader(self.directory, config, clock_ms, repr(self))
         loader.settle_interrupted_swaps()
@@ -411,11 +417,12 @@ class UnifiedLog(LogAppender, CleanableLog):
             self._check_open()
             now = self._clock() if now_ms is None else now_ms
             deleted = 0
-            if self.config.delete and self.config.retention_ms >= 0:
+            retention_ms, retention_bytes = self._local_retention()
+            if self.config.delete and retention_ms >= 0:
                 deleted += self._delete_while(lambda b, _: now - self._largest_ts(b) >
-                                              self.config.retention_ms)  # fmt: skip
-            if self.config.delete and self.config.retention_bytes >= 0:
-                excess = [self.size_in_bytes - self.config.retention_bytes]
+                                              retention_ms, tiered_only=True)  # fmt: skip
+            if self.config.delete and retention_bytes >= 0:
+                excess = [self.size_in_bytes - retention_bytes]
 
                 def over_size(base: int, size: int) -> bool:
                     if excess[0] - size < 0:
@@ -423,7 +430,7 @@ class UnifiedLog(LogAppender, CleanableLog):
                     excess[0] -= size
                     return True
 
-                deleted += self._delete_while(over_size)
+                deleted += self._delete_while(over_size, tiered_only=True)
             deleted += self._delete_while(lambda b, _: self._next_base(b) <= self.log_start_offset)
             return deleted
 
@@ -437,13 +444,30 @@ class UnifiedLog(LogAppender, CleanableLog):
         bases = self.segment_base_offsets
         return bases[bases.index(base) + 1]
 
-    def _delete_while(self, predicate: Callable[[int, int], bool]) -> int:
+    def _local_retention(self) -> tuple[int, int]:
+        """Retention by time and size of the local segments: ``local.retention.*`` for a topic
+        with ``remote.storage.enable`` (Kafka's ``localRetentionMs``/``localRetentionBytes``),
+        else ``retention.*``."""
+        c = self.config
+        if c.remote_storage_enable:
+            return c.effective_local_retention_ms, c.effective_local_retention_bytes
+        return c.retention_ms, c.retention_bytes
+
+    def _delete_while(
+        self, predicate: Callable[[int, int], bool], *, tiered_only: bool = False
+    ) -> int:
         """Delete closed segments from the oldest while ``predicate(base, size)`` holds and the
-        segment lies wholly below the high watermark."""
+        segment lies wholly below the high watermark; with ``tiered_only``, of a topic with
+        ``remote.storage.enable``, only segments wholly in remote storage (Kafka's
+        ``isSegmentEligibleForDeletion``: a segment not copied yet is never deleted by
+        retention)."""
         bases = self.segment_base_offsets[:-1]
         doomed = []
+        tiered = tiered_only and self.config.remote_storage_enable
         for base in bases:
             if self._next_base(base) > self.high_watermark:
+                break
+            if tiered and self._next_base(base) > self.remote_end_offset:
                 break
             if not predicate(base, self._segment_size(base)):
                 break

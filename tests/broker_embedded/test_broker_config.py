@@ -135,6 +135,13 @@ def test_broker_applies_its_topic_defaults(tmp_path):
         ('[topic_defaults]\n"no.such.config" = 1\n', ["unknown config 'no.such.config'"]),
         ('[topic_defaults]\n"min.cleanable.dirty.ratio" = 2.0\n', ["min.cleanable.dirty.ratio"]),
         ("[broker\n", ["is not valid TOML"]),
+        (
+            '[broker]\n"remote.log.storage.system.enable" = true\n',
+            ["remote.log.storage.system.enable", "[rsm_config] has no location"],
+        ),
+        ('[rsm_config]\n"fs.s3a.endpiont" = "x"\n', ["unknown [rsm_config] key 'fs.s3a.endpiont'"]),
+        ('[rsm_config]\n"location" = "/data/tiered"\n', ["'/data/tiered' is not an object store"]),
+        ('[rsm_config]\n"fs.s3a.secret.key" = 7\n', ["fs.s3a.secret.key must be a string"]),
     ],
 )
 def test_bad_files_name_the_key_value_and_file(tmp_path, text, needles):
@@ -158,3 +165,14 @@ def test_group_coordinator_keys_load_and_group_max_size_must_be_positive(tmp_pat
     assert (cfg.group_initial_rebalance_delay_ms, cfg.group_max_size) == (0, 3)
     with pytest.raises(InvalidConfigError, match="group.max.size"):
         BrokerConfig.load(write(tmp_path, '[broker]\n"group.max.size" = 0\n'))
+
+
+def test_tiered_storage_settings_load_and_keep_their_secret_out_of_the_repr(tmp_path):
+    path = write(tmp_path, '[broker]\n"remote.log.storage.system.enable" = true\n'
+                 '"remote.log.manager.task.interval.ms" = 250\n[rsm_config]\n'
+                 '"location" = "s3://b/p"\n"fs.s3a.secret.key" = "hush-7"\n')  # fmt: skip
+    cfg = BrokerConfig.load(path)
+    assert (cfg.remote_log_storage_system_enable, cfg.remote_log_manager_task_interval_ms) == (
+        True, 250)  # fmt: skip
+    assert dict(cfg.rsm_config) == {"location": "s3://b/p", "fs.s3a.secret.key": "hush-7"}
+    assert "hush-7" not in repr(cfg)

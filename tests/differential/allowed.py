@@ -31,7 +31,8 @@ REASONS = {
     "(partitions, leader, topic id); Kafka 3.9 answers UNKNOWN_TOPIC_OR_PARTITION with no "
     "partitions and creates it afterwards.",
     "configs-not-served": "Topic configs Kafka 3.9 lists and kafkalog does not have: "
-    "compression levels, replication throttles, tiered storage (local.*, remote.*), "
+    "compression levels, replication throttles, remote.log.copy.disable and "
+    "remote.log.delete.on.disable, "
     "message format and down-conversion, message timestamp bounds, preallocate, "
     "segment.jitter.ms.",
     "error-messages": "kafkalog sends an error_message naming the topic, partition, group or "
@@ -78,10 +79,10 @@ API_RANGES = {
 KAFKA_ONLY_CONFIGS = (
     "compression.gzip.level", "compression.lz4.level", "compression.zstd.level",
     "follower.replication.throttled.replicas", "leader.replication.throttled.replicas",
-    "local.retention.bytes", "local.retention.ms", "message.downconversion.enable",
+    "message.downconversion.enable",
     "message.format.version", "message.timestamp.after.max.ms",
     "message.timestamp.before.max.ms", "message.timestamp.difference.max.ms", "preallocate",
-    "remote.log.copy.disable", "remote.log.delete.on.disable", "remote.storage.enable",
+    "remote.log.copy.disable", "remote.log.delete.on.disable",
     "segment.jitter.ms",
 )  # fmt: skip
 

@@ -25,6 +25,7 @@ DEFAULTS = {
     "delete.retention.ms": "86400000", "min.compaction.lag.ms": "0",
     "max.compaction.lag.ms": "9223372036854775807", "min.cleanable.dirty.ratio": "0.5",
     "compression.type": "producer", "file.delete.delay.ms": "60000",
+    "remote.storage.enable": "false", "local.retention.ms": "-2", "local.retention.bytes": "-2",
     "unclean.leader.election.enable": "false",
 }  # fmt: skip
 

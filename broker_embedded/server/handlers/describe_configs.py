@@ -151,6 +151,12 @@ TOPIC_CONFIGS: Mapping[str, TopicConfigKey] = MappingProxyType({
     "unclean.leader.election.enable": TopicConfigKey(BOOLEAN,
         ("unclean.leader.election.enable",),
         "whether a replica outside the ISR may become leader (losing records)"),
+    "remote.storage.enable": TopicConfigKey(BOOLEAN, (),
+        "tiered storage: closed segments are copied to the broker's remote store (KIP-405)"),
+    "local.retention.ms": TopicConfigKey(LONG, ("log.local.retention.ms",),
+        "how long (ms) segments stay local once tiered (-2: retention.ms)"),
+    "local.retention.bytes": TopicConfigKey(LONG, ("log.local.retention.bytes",),
+        "bytes a tiered partition keeps locally (-2: retention.bytes)"),
 })  # fmt: skip
 
 # Kafka's defaults of the broker configs above (KafkaConfig); those without one are absent
@@ -164,6 +170,7 @@ KAFKA_BROKER_DEFAULTS: Mapping[str, str] = MappingProxyType({
     "log.cleaner.max.compaction.lag.ms": LONG_MAX, "log.cleaner.min.cleanable.ratio": "0.5",
     "compression.type": "producer", "log.segment.delete.delay.ms": "60000",
     "unclean.leader.election.enable": "false",
+    "log.local.retention.ms": "-2", "log.local.retention.bytes": "-2",
 })  # fmt: skip
 
 # this broker's settings: Kafka's type (this broker's keys: INT/LONG as their range) and use
@@ -217,6 +224,8 @@ BROKER_CONFIGS: Mapping[str, tuple[int, str]] = MappingProxyType({
     "log.cleaner.dedupe.buffer.size": (LONG, "offset map memory over all cleaner threads"),
     "log.cleaner.io.buffer.load.factor": (DOUBLE, "share of the offset map a cleaning fills"),
     "log.cleaner.backoff.ms": (LONG, "a cleaner thread's sleep when nothing is dirty (ms)"),
+    "remote.log.storage.system.enable": (BOOLEAN, "tiered storage on this broker (KIP-405)"),
+    "remote.log.manager.task.interval.ms": (LONG, "how often closed segments are tiered (ms)"),
 })  # fmt: skip
 
 
@@ -365,7 +374,7 @@ def _broker_values(config: BrokerConfig) -> dict[str, str]:
     return {
         f.name.replace("_", "."): _text(getattr(config, f.name))
         for f in fields(BrokerConfig)
-        if f.name != "topic_defaults"
+        if f.name not in ("topic_defaults", "rsm_config")  # rsm_config: the store's secrets
     }
 
 
