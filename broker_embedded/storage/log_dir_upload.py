@@ -20,7 +20,7 @@ per stored segment (remote_log_segment_metadata.py)::
         leader-epoch-checkpoint, partition.metadata   (after the partition's segments)
 
 A mirror because a downloaded copy is a log dir again (Kafka ignores the manifests), and
-because the broker's tiering (issue 30 part 2) can write the same keys: a tiered segment is a
+because the broker's tiering (remote_log_manager.py) can write the same keys: a tiered segment is a
 stored segment with its manifest, whoever copied it. Why manifests: an object store has no
 atomic rename, so a reader needs one object that says a segment is complete (and its offsets,
 without reading the segment); the uploader needs a record of what it verified, to skip it on a

@@ -1,6 +1,6 @@
 """Tiered storage's copier (Kafka's ``RemoteLogManager``, KIP-405): :class:`RemoteLogManager`
 copies the closed segments of remote-enabled partitions (``remote.storage.enable=true``) to an
-object store, in the layout part 1's reader reads (log_dir_upload.py,
+object store, in the layout the object-store reader reads (log_dir_upload.py,
 remote_log_segment_metadata.py).
 
 What is copied, per segment of a partition this broker leads, in offset order: its ``.log``,

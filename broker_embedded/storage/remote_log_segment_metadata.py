@@ -17,7 +17,7 @@ next segment's base offset, or the log end for the last one); ``size_in_bytes`` 
 size; ``max_timestamp_ms`` the largest record timestamp (-1: none; Kafka's ``maxTimestampMs``),
 so that a lookup by timestamp reads only the segments that may hold it. ``state`` is Kafka's
 ``RemoteLogSegmentState``: the uploader writes only ``COPY_SEGMENT_FINISHED``; a broker that
-tiers segments (issue 30 part 2) writes the same manifest, and may add fields (readers ignore
+tiers segments (remote_log_manager.py) writes the same manifest, and may add fields (readers ignore
 fields they do not know; ``version`` changes only when a known field changes meaning).
 
 Immutable values; thread-safe.
