@@ -73,7 +73,7 @@ from broker_embedded.storage.offset_checkpoint import (
     OffsetCheckpointFile,
 )
 from broker_embedded.storage.offset_index import INDEX_SUFFIX
-from broker_embedded.storage.partition_metadata import PARTITION_METADATA_FILE
+from broker_embedded.storage.partition_metadata import PARTITION_METADATA_FILE, topic_id_in
 from broker_embedded.storage.remote_log_segment_metadata import RemoteLogSegmentMetadata, StoredFile
 from broker_embedded.storage.time_index import TIME_INDEX_SUFFIX
 from broker_embedded.storage.topic_config_file import TOPIC_CONFIG_FILE
@@ -202,11 +202,13 @@ class SegmentUpload:
         if key in self.listing:
             where = self.store.location.describe(key)
             stored = RemoteLogSegmentMetadata.from_json(self.store.read(key), where)
-            if stored.files != local.files and not self.replace:
+            other_topic = stored.topic_id != local.topic_id and stored.topic_id and local.topic_id
+            if (stored.files != local.files or other_topic) and not self.replace:
                 raise UploadConflictError(
                     f"{self.store.location.describe(key)} describes another segment than "
                     f"{directory / segment_file_stem(base)}{LOG_SUFFIX} (sizes or SHA-256 "
-                    "differ: another log dir, or a segment rewritten since it was uploaded); "
+                    "or topic ids differ: another log dir, a segment rewritten since it was "
+                    "uploaded, or a topic deleted and created again); "
                     "upload to another prefix, or pass --replace to overwrite it"
                 )
             if stored.files == local.files and self._intact(tp, stored):
@@ -238,7 +240,8 @@ class SegmentUpload:
         files.sort(key=lambda f: f.name)  # as parsed
         size = paths[0].stat().st_size
         next_offset, max_timestamp = _offsets(directory, base)
-        return RemoteLogSegmentMetadata(base, next_offset, size, tuple(files), max_timestamp)
+        return RemoteLogSegmentMetadata(base, next_offset, size, tuple(files), max_timestamp,
+                                        topic_id=topic_id_in(directory))  # fmt: skip
 
     def _intact(self, tp: TopicPartition, stored: RemoteLogSegmentMetadata) -> bool:
         """Whether every file of ``stored`` is in the store with its size (and, with

@@ -26,7 +26,7 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
-from broker_embedded.errors import CheckpointError
+from broker_embedded.errors import CheckpointError, KafkaLogError
 from broker_embedded.storage.checkpoint_file import split_fields, write_atomically
 
 PARTITION_METADATA_FILE = "partition.metadata"
@@ -131,3 +131,15 @@ class PartitionMetadataFile:
 
     def _malformed(self, reason: str) -> CheckpointError:
         return CheckpointError(f"malformed partition metadata file {self.path}: {reason}")
+
+
+def topic_id_in(directory: Path) -> str:
+    """The topic id in ``directory``'s ``partition.metadata`` as Kafka prints it; "" when the
+    partition has none or it is unreadable (a log dir written before topic ids)."""
+    f = PartitionMetadataFile(directory / PARTITION_METADATA_FILE)
+    if not f.exists():
+        return ""
+    try:
+        return topic_id_to_string(f.read().topic_id)
+    except (OSError, KafkaLogError):
+        return ""

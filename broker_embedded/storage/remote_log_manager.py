@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import uuid
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
@@ -55,6 +56,7 @@ from broker_embedded.storage.leader_epoch_checkpoint import (
 from broker_embedded.storage.log_dir_upload import SegmentUpload
 from broker_embedded.storage.log_file_utils import segment_file_stem
 from broker_embedded.storage.object_store import ObjectStore, StoreLocation
+from broker_embedded.storage.partition_metadata import topic_id_to_string
 from broker_embedded.storage.remote_log_segment_metadata import RemoteLogSegmentMetadata
 from broker_embedded.storage.snapshot_file import snapshot_file_name
 from broker_embedded.storage.topic_partition import TopicPartition
@@ -85,6 +87,8 @@ class RemoteLogManager:
         self._store: ObjectStore | None = None
         # per partition: the offset after the last segment in the store (-1: none yet)
         self._copied_end: dict[TopicPartition, int] = {}
+        self._refused: set[TopicPartition] = set()  # store holds another topic id's segments
+        self._topic_ids: dict[TopicPartition, uuid.UUID | None] = {}  # of the logs listed
         self._pass_lock = threading.Lock()
         self._stopping = threading.Event()
         self.copied = 0  # segments copied since start
@@ -141,9 +145,14 @@ class RemoteLogManager:
         if not candidates:
             return 0
         store = self._store_once()
+        if self._topic_ids.get(tp) != unified.topic_id:  # deleted and created again: list again
+            self._copied_end.pop(tp, None)
         if tp not in self._copied_end:
-            self._copied_end[tp] = self._stored_end(store, tp)
-            unified.remote_end_offset = self._copied_end[tp]
+            self._topic_ids[tp] = unified.topic_id
+            stored_end = self._stored_end(store, tp, unified)
+            if stored_end is None:
+                return 0  # another topic's segments under this name: listed again next pass
+            self._copied_end[tp] = unified.remote_end_offset = stored_end
         done = 0
         for base, end in candidates:
             if base < self._copied_end[tp] or self._stopping.is_set():
@@ -164,17 +173,32 @@ class RemoteLogManager:
             done += 1
         return done
 
-    def _stored_end(self, store: ObjectStore, tp: TopicPartition) -> int:
+    def _stored_end(
+        self, store: ObjectStore, tp: TopicPartition, unified: UnifiedLog
+    ) -> int | None:
         """The offset after the last segment of ``tp`` in the store (its manifest's
-        ``next_offset``); -1 when the store has none."""
+        ``next_offset``); -1 when the store has none; None when the store's segments came from
+        another topic of the same name (another topic id: one deleted and created again),
+        logged once: nothing of ``tp`` is copied (nor deleted locally) until they are gone."""
         prefix = tp.dir_name + "/"
         found = (RemoteLogSegmentMetadata.base_offset_of(n[len(prefix) :])
                  for n in store.list(prefix))  # fmt: skip
         bases = [b for b in found if b is not None]
         if not bases:
+            self._refused.discard(tp)
             return -1
         name = prefix + RemoteLogSegmentMetadata.name_of(max(bases))
         last = RemoteLogSegmentMetadata.from_json(store.read(name), store.location.describe(name))
+        ours = "" if unified.topic_id is None else topic_id_to_string(unified.topic_id)
+        if last.topic_id and ours and last.topic_id != ours:
+            if tp not in self._refused:
+                self._refused.add(tp)
+                log.error("remote log manager: %s holds segments of topic id %s, not of %s's "
+                          "topic id %s (a topic deleted and created again): %s is not tiered "
+                          "until they are deleted", store.location.describe(prefix),
+                          last.topic_id, tp, ours, tp)  # fmt: skip
+            return None
+        self._refused.discard(tp)
         return last.next_offset
 
     def _drop_partial(self, store: ObjectStore, tp: TopicPartition, base: int) -> None:

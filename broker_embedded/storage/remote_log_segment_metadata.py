@@ -15,7 +15,10 @@ when its manifest is, and readers see no other (a ``.log`` without a manifest is
 progress or interrupted). ``next_offset`` is the offset after the segment's last batch (the
 next segment's base offset, or the log end for the last one); ``size_in_bytes`` the ``.log``'s
 size; ``max_timestamp_ms`` the largest record timestamp (-1: none; Kafka's ``maxTimestampMs``),
-so that a lookup by timestamp reads only the segments that may hold it. ``state`` is Kafka's
+so that a lookup by timestamp reads only the segments that may hold it; ``topic_id`` (absent
+when the partition has no ``partition.metadata``) the topic id of the partition it came from,
+since the keys carry only the topic's name (a topic deleted and created again has a new id).
+``state`` is Kafka's
 ``RemoteLogSegmentState``: the uploader writes only ``COPY_SEGMENT_FINISHED``; a broker that
 tiers segments (remote_log_manager.py) writes the same manifest, and may add fields (readers ignore
 fields they do not know; ``version`` changes only when a known field changes meaning).
@@ -54,6 +57,7 @@ class RemoteLogSegmentMetadata:
     files: tuple[StoredFile, ...]
     max_timestamp_ms: int = -1
     state: str = COPY_SEGMENT_FINISHED
+    topic_id: str = ""  # the partition's topic id (partition.metadata), "" when it has none
 
     @staticmethod
     def name_of(base_offset: int) -> str:
@@ -73,7 +77,8 @@ class RemoteLogSegmentMetadata:
         return json.dumps({"version": VERSION, "state": self.state,
                            "base_offset": self.base_offset, "next_offset": self.next_offset,
                            "size_in_bytes": self.size_in_bytes, "files": files,
-                           "max_timestamp_ms": self.max_timestamp_ms},
+                           "max_timestamp_ms": self.max_timestamp_ms,
+                           **({"topic_id": self.topic_id} if self.topic_id else {})},
                           indent=1, sort_keys=True).encode()  # fmt: skip
 
     @classmethod
@@ -85,6 +90,6 @@ class RemoteLogSegmentMetadata:
                           for n, f in sorted(raw["files"].items()))  # fmt: skip
             return cls(int(raw["base_offset"]), int(raw["next_offset"]),
                        int(raw["size_in_bytes"]), files, int(raw.get("max_timestamp_ms", -1)),
-                       str(raw["state"]))  # fmt: skip
+                       str(raw["state"]), str(raw.get("topic_id", "")))  # fmt: skip
         except (ValueError, KeyError, TypeError, AttributeError) as e:
             raise ValueError(f"malformed segment manifest {source}: {e}") from None

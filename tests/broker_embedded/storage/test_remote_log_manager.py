@@ -6,6 +6,7 @@ validated with Kafka's messages."""
 
 from __future__ import annotations
 
+import logging
 import time
 from pathlib import Path
 
@@ -21,6 +22,7 @@ from broker_embedded.storage.log_dir_fetch_source import LogDirSource
 from broker_embedded.storage.log_file_utils import segment_file_stem
 from broker_embedded.storage.object_store import StoreLocation
 from broker_embedded.storage.object_store_fetch_source import ObjectStoreSource
+from broker_embedded.storage.partition_metadata import topic_id_to_string
 from broker_embedded.storage.remote_log_segment_metadata import RemoteLogSegmentMetadata
 from broker_embedded.storage.topic_partition import TopicPartition
 from tests.seaweedfs import S3Server
@@ -98,6 +100,44 @@ def test_closed_segments_are_tiered_and_read_back_as_the_local_log(
     local = LogDirSource(str(logs)).open()
     assert batches(remote, tp) == batches(local, tp, bases[-1])
     assert len(batches(remote, tp)) == bases[-1] > 0  # one record a batch
+
+
+def test_a_topic_created_again_is_not_tiered_over_the_old_topic_s_segments(
+    s3: S3Server, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The store's keys carry the topic's name; the manifests carry its id. A topic deleted and
+    created again (a new id) is not tiered while the old topic's segments are there: no copy,
+    one error naming both ids; once they are deleted, the new topic is tiered."""
+    uri = f"s3://{s3.new_bucket('again')}/p"
+    location, tp = StoreLocation(uri, s3.settings), TopicPartition("again", 0)
+    with Broker(tmp_path / "l", config=tiering_config(uri, s3), create=True) as broker:
+        broker.create_topic("again", config=TIERED)
+        for i in range(12):
+            broker.produce("again", 0, [f"record {i:03d} ".encode() * 8])
+        broker.remote_log_manager.run_once()
+        old = manifests(location, tp)
+        old_id = topic_id_to_string(broker.log_manager.get_log(tp).topic_id)
+        assert old and {m.topic_id for m in old.values()} == {old_id}
+        broker.delete_topic("again")
+        broker.create_topic("again", config=TIERED)
+        for i in range(12):
+            broker.produce("again", 0, [f"again {i:03d} ".encode() * 8])
+        new_id = topic_id_to_string(broker.log_manager.get_log(tp).topic_id)
+        with caplog.at_level(logging.ERROR, "broker_embedded.storage.remote_log_manager"):
+            assert broker.remote_log_manager.run_once() == 0
+            assert broker.remote_log_manager.run_once() == 0
+        assert manifests(location, tp) == old
+        refusals = [r.getMessage() for r in caplog.records if "not tiered" in r.getMessage()]
+        assert refusals == [
+            f"remote log manager: {location.open().location.describe('again-0/')} holds segments "
+            f"of topic id {old_id}, not of again-0's topic id {new_id} (a topic deleted and "
+            "created again): again-0 is not tiered until they are deleted"
+        ]
+        store = location.open()
+        for name in store.list("again-0/"):
+            store.delete(name)
+        assert broker.remote_log_manager.run_once() > 0
+        assert {m.topic_id for m in manifests(location, tp).values()} == {new_id}
 
 
 def test_local_retention_deletes_only_tiered_segments(s3: S3Server, tmp_path: Path) -> None:
