@@ -38,8 +38,8 @@ refused (a record batch that large cannot be read).
 Pipelining (as Kafka's consumer fetcher does): :meth:`WireFetchSource.prefetch` sends the next
 fetch of a range on a background thread while the caller works on the previous one; the next
 :meth:`fetch` with the same arguments takes its answer, any other call first waits for it and
-drops it. At most one fetch is in flight or buffered: memory is bounded by two fetch responses
-(the one being used and the one arriving), whatever the partition's size.
+drops it (storage/fetch_ahead.py). At most one fetch is in flight or buffered: memory is bounded
+by two fetch responses (the one being used and the one arriving), whatever the partition's size.
 
 Thread safety: a source is used by one thread; the client is used by that thread or, while a
 prefetch is pending, by the one background thread only (the caller waits for the prefetch to end
@@ -49,7 +49,6 @@ before it uses the client itself).
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -62,6 +61,7 @@ from broker_embedded.client.client_security import ClientSecurity
 from broker_embedded.client.kafka_client import EARLIEST, LATEST, KafkaClient
 from broker_embedded.error_code import LEADER_MOVED
 from broker_embedded.errors import KafkaApiError, KafkaLogError, UnknownTopicOrPartitionError
+from broker_embedded.storage.fetch_ahead import FetchAhead
 from broker_embedded.storage.fetch_data_info import IsolationLevel
 from broker_embedded.storage.fetch_source import (
     EARLIEST_TIMESTAMP,
@@ -142,8 +142,7 @@ class WireFetchSource:
         self._owns_client = client is None
         self._client = client or KafkaClient(descriptor.bootstrap, descriptor.client_config())
         self._topics: dict[str, tuple[int, ...]] | None = None
-        self._pool: ThreadPoolExecutor | None = None
-        self._ahead: tuple[_FetchKey, Future[FetchedPartition]] | None = None
+        self._ahead: FetchAhead[_FetchKey, FetchedPartition] = FetchAhead("kafkalog-fetch")
 
     @property
     def descriptor(self) -> WireSource:
@@ -153,7 +152,7 @@ class WireFetchSource:
 
     def topics(self) -> dict[str, tuple[int, ...]]:
         if self._topics is None:
-            self._settle()
+            self._ahead.settle()
             infos = self._call(self._client.metadata, "Metadata", None, None)
             self._topics = {t.name: tuple(p.partition for p in t.partitions) for t in infos}
         return dict(self._topics)
@@ -163,7 +162,7 @@ class WireFetchSource:
         return None if found is None else len(found)
 
     def exists(self, tp: TopicPartition) -> bool:
-        self._settle()
+        self._ahead.settle()
         try:
             infos = self._call(self._client.metadata, "Metadata", tp, None, [tp.topic])
         except UnknownTopicOrPartitionError:
@@ -173,7 +172,7 @@ class WireFetchSource:
     def list_offset(
         self, tp: TopicPartition, timestamp: int, isolation: IsolationLevel
     ) -> int | None:
-        self._settle()
+        self._ahead.settle()
         if timestamp == EARLIEST_TIMESTAMP:
             return self._list(tp, EARLIEST, IsolationLevel.READ_UNCOMMITTED)
         latest = self._list(tp, LATEST, isolation)
@@ -191,14 +190,14 @@ class WireFetchSource:
 
     def committed_offsets(self, group_id: str) -> dict[TopicPartition, int]:
         """Every committed offset of ``group_id`` (OffsetFetch; -1, no offset, left out)."""
-        self._settle()
+        self._ahead.settle()
         found = self._call(self._client.committed_offsets, f"OffsetFetch of group {group_id!r}",
                            None, None, group_id)  # fmt: skip
         return {TopicPartition(t, p): o for (t, p), o in found.items() if o >= 0}
 
     def commit_offsets(self, group_id: str, offsets: Mapping[TopicPartition, int]) -> None:
         """Commit ``offsets`` as ``group_id``'s (OffsetCommit, generation -1, no member id)."""
-        self._settle()
+        self._ahead.settle()
         values = {(tp.topic, tp.partition): o for tp, o in offsets.items()}
         self._call(self._client.commit_offsets, f"OffsetCommit of group {group_id!r}", None,
                    None, group_id, values)  # fmt: skip
@@ -209,23 +208,15 @@ class WireFetchSource:
         self, tp: TopicPartition, offset: int, max_bytes: int, isolation: IsolationLevel
     ) -> FetchedPartition:
         key = (tp, offset, max_bytes, isolation)
-        ahead = self._ahead
-        if ahead is not None and ahead[0] == key:
-            self._ahead = None
-            return ahead[1].result()
-        self._settle()
-        return self._fetch(key)
+        ahead = self._ahead.take(key)
+        return self._fetch(key) if ahead is None else ahead.result()
 
     def prefetch(
         self, tp: TopicPartition, offset: int, max_bytes: int, isolation: IsolationLevel
     ) -> None:
         """Send the fetch :meth:`fetch` will be called with next, on the background thread
         (replacing a pending one, after it ends); see the module docstring."""
-        self._settle()
-        if self._pool is None:
-            self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kafkalog-fetch")
-        key = (tp, offset, max_bytes, isolation)
-        self._ahead = (key, self._pool.submit(self._fetch, key))
+        self._ahead.start((tp, offset, max_bytes, isolation), self._fetch)
 
     def _fetch(self, key: _FetchKey) -> FetchedPartition:
         tp, offset, max_bytes, isolation = key
@@ -236,12 +227,6 @@ class WireFetchSource:
             aborted = f.aborted_transactions or ()
         return FetchedPartition(tp, offset, f.records, f.high_watermark, f.last_stable_offset,
                                 f.log_start_offset, aborted)  # fmt: skip
-
-    def _settle(self) -> None:
-        """Wait for a pending prefetch and drop it: the client is this thread's again."""
-        ahead, self._ahead = self._ahead, None
-        if ahead is not None:
-            ahead[1].exception()  # waits; its answer or error no longer matters
 
     def _call(
         self, method: Any, what: str, tp: TopicPartition | None, offset: int | None, *args: Any,
@@ -289,10 +274,7 @@ class WireFetchSource:
     # -- lifetime ----------------------------------------------------------------------------------
 
     def close(self) -> None:
-        self._settle()
-        if self._pool is not None:
-            self._pool.shutdown(wait=True)
-            self._pool = None
+        self._ahead.close()
         if self._owns_client:
             self._client.close()
 

@@ -32,8 +32,8 @@ larger than the slack), the next ranged GET starts at the last whole batch walke
 fetch (``max_bytes`` plus the slack) and the kept offset indexes (a task reads its segments in
 order: one at a time in practice). Never past a segment's end: a fetch returns the batches of
 one segment.
-Pipelining (``prefetch``, as the wire source's): the next fetch of a task runs on one
-background thread while the last one is decoded; memory is one more fetch.
+Pipelining (``prefetch``, fetch_ahead.py, as the wire source's): the next fetch of a task runs
+on one background thread while the last one is decoded; memory is one more fetch.
 
 Offsets by timestamp: Kafka's lookup, as a local segment's (log_segment.py's
 ``first_record_at_or_after``): the segments in order, skipping those whose manifest's
@@ -59,7 +59,6 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Iterable, Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -68,6 +67,7 @@ from broker_embedded.errors import CorruptRecordError, KafkaLogError, OffsetOutO
 from broker_embedded.record import entry_scan as es
 from broker_embedded.record.kernel_primitives import readonly_bytes
 from broker_embedded.record.records import AnyBatch, iter_batches
+from broker_embedded.storage.fetch_ahead import FetchAhead
 from broker_embedded.storage.fetch_data_info import IsolationLevel
 from broker_embedded.storage.fetch_source import (
     EARLIEST_TIMESTAMP,
@@ -194,8 +194,7 @@ class ObjectStoreFetchSource:
         self._partitions: dict[TopicPartition, StoredPartition] = {}
         self._index: dict[tuple[TopicPartition, int], OffsetIndex] = {}  # in order of use
         self._txn_cache: dict[tuple[TopicPartition, int], list[AbortedTxn]] = {}
-        self._pool: ThreadPoolExecutor | None = None
-        self._ahead: tuple[_FetchKey, Future[FetchedPartition]] | None = None
+        self._ahead: FetchAhead[_FetchKey, FetchedPartition] = FetchAhead("kafkalog-store")
 
     @property
     def descriptor(self) -> ObjectStoreSource:
@@ -279,7 +278,7 @@ class ObjectStoreFetchSource:
         return StoredPartition(tuple(manifests), sizes, end, hw, log_start, lso, txns)
 
     def task_source(self, tps: Iterable[TopicPartition]) -> ObjectStoreSource:
-        self._settle()
+        self._ahead.settle()
         return ObjectStoreSource(self._descriptor.store,
                                  tuple((tp, self.partition(tp)) for tp in tps))  # fmt: skip
 
@@ -295,13 +294,13 @@ class ObjectStoreFetchSource:
         return None
 
     def exists(self, tp: TopicPartition) -> bool:
-        self._settle()
+        self._ahead.settle()
         return bool(self._store.list(tp.dir_name))
 
     def list_offset(
         self, tp: TopicPartition, timestamp: int, isolation: IsolationLevel
     ) -> int | None:
-        self._settle()
+        self._ahead.settle()
         p = self.partition(tp)
         latest = self._bound(tp, p, isolation)
         if timestamp == EARLIEST_TIMESTAMP:
@@ -398,12 +397,8 @@ class ObjectStoreFetchSource:
     ) -> FetchedPartition:
         """Fetch (module docstring): the prefetched answer when :meth:`prefetch` was asked for
         exactly this fetch."""
-        ahead, self._ahead = self._ahead, None
-        if ahead is not None:
-            if ahead[0] == (tp, offset, max_bytes, isolation):
-                return ahead[1].result()
-            ahead[1].exception()  # waits: the store is this thread's again
-        return self._fetch(tp, offset, max_bytes, isolation)
+        ahead = self._ahead.take((tp, offset, max_bytes, isolation))
+        return self._fetch(tp, offset, max_bytes, isolation) if ahead is None else ahead.result()
 
     def prefetch(
         self, tp: TopicPartition, offset: int, max_bytes: int, isolation: IsolationLevel
@@ -411,17 +406,7 @@ class ObjectStoreFetchSource:
         """Start the fetch :meth:`fetch` will be asked for next on a background thread, so that
         its GET overlaps the decoding of this one (offset_range_reader.py asks after each
         decode): memory is one more fetch."""
-        self._settle()
-        if self._pool is None:
-            self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kafkalog-store")
-        key = (tp, offset, max_bytes, isolation)
-        self._ahead = (key, self._pool.submit(self._fetch, *key))
-
-    def _settle(self) -> None:
-        """Wait for a pending prefetch and drop it: the store is this thread's again."""
-        ahead, self._ahead = self._ahead, None
-        if ahead is not None:
-            ahead[1].exception()
+        self._ahead.start((tp, offset, max_bytes, isolation), lambda key: self._fetch(*key))
 
     def _fetch(
         self, tp: TopicPartition, offset: int, max_bytes: int, isolation: IsolationLevel
@@ -535,7 +520,7 @@ class ObjectStoreFetchSource:
             raise ValueError(f"max_bytes must not be negative, not {max_bytes}")
         if end <= start:
             return ByteCut(start, 0)
-        self._settle()
+        self._ahead.settle()
         bases = list(self.partition(tp).bases)
         return byte_cut_in(self._segments(tp), bases, start, end, max_bytes, min_one_batch)
 
@@ -546,7 +531,7 @@ class ObjectStoreFetchSource:
         the store (each once) and the segments' sizes from the listing."""
         if max_bytes < 1:
             raise ValueError(f"max_bytes must be positive, not {max_bytes}")
-        self._settle()
+        self._ahead.settle()
         p = self.partition(tp)
         bases = list(p.bases)
         return cuts_of(cut_candidates(self._segments(tp), bases, start, end), start, end,
@@ -555,10 +540,7 @@ class ObjectStoreFetchSource:
     # -- lifetime ----------------------------------------------------------------------------------
 
     def close(self) -> None:
-        self._settle()
-        if self._pool is not None:
-            self._pool.shutdown()
-            self._pool = None
+        self._ahead.close()
         self._index.clear()
         self._store.release()
 
