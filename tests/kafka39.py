@@ -42,11 +42,28 @@ from benchmarks._serve_peers import (
 TOOL_TIMEOUT_S = 180.0
 __all__ = ["kafka_broker", "kafka_tool", "kafka39_home", "secured_kafka_broker",
            "spark_connector_jars"]  # fmt: skip
+# peer.sh's node settings (one node, 3 partitions per internal topic, no initial rebalance
+# delay), after each broker's listeners
+NODE_PROPERTIES = """\
+log.dirs={data}
+num.partitions=1
+default.replication.factor=1
+offsets.topic.replication.factor=1
+offsets.topic.num.partitions=3
+transaction.state.log.replication.factor=1
+transaction.state.log.min.isr=1
+transaction.state.log.num.partitions=3
+group.initial.rebalance.delay.ms=0
+num.network.threads=2
+num.io.threads=4
+"""
+
 SCRAM = "SCRAM-SHA-256"
 # A listener that needs SCRAM-SHA-256, Kafka's StandardAuthorizer, no access without an ACL;
 # the settings not named are peer.sh's (node 1, 3 partitions per internal topic, no initial
 # rebalance delay). ANONYMOUS is the controller listener's principal (plaintext, inside the JVM).
-SECURED_PROPERTIES = """\
+SECURED_PROPERTIES = (
+    """\
 process.roles=broker,controller
 node.id=1
 controller.quorum.voters=1@127.0.0.1:{cport}
@@ -63,18 +80,9 @@ username="{user}" password="{password}";
 authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer
 super.users=User:{user};User:ANONYMOUS
 allow.everyone.if.no.acl.found=false
-log.dirs={data}
-num.partitions=1
-default.replication.factor=1
-offsets.topic.replication.factor=1
-offsets.topic.num.partitions=3
-transaction.state.log.replication.factor=1
-transaction.state.log.min.isr=1
-transaction.state.log.num.partitions=3
-group.initial.rebalance.delay.ms=0
-num.network.threads=2
-num.io.threads=4
 """
+    + NODE_PROPERTIES
+)
 
 
 def kafka39_home() -> Path:
@@ -104,7 +112,8 @@ def kafka_broker(run_dir: Path, overrides: dict[str, str] | None = None) -> Iter
 
 # peer.sh's settings (one node, loopback, 3 partitions per internal topic, no initial
 # rebalance delay), for a broker :func:`kafka_broker` starts with overrides
-PLAIN_PROPERTIES = """\
+PLAIN_PROPERTIES = (
+    """\
 process.roles=broker,controller
 node.id=1
 controller.quorum.voters=1@127.0.0.1:{cport}
@@ -113,18 +122,9 @@ advertised.listeners=PLAINTEXT://127.0.0.1:{port}
 controller.listener.names=CONTROLLER
 inter.broker.listener.name=PLAINTEXT
 listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT
-log.dirs={data}
-num.partitions=1
-default.replication.factor=1
-offsets.topic.replication.factor=1
-offsets.topic.num.partitions=3
-transaction.state.log.replication.factor=1
-transaction.state.log.min.isr=1
-transaction.state.log.num.partitions=3
-group.initial.rebalance.delay.ms=0
-num.network.threads=2
-num.io.threads=4
 """
+    + NODE_PROPERTIES
+)
 
 
 @contextmanager

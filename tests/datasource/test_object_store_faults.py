@@ -58,6 +58,20 @@ def log_key(location: StoreLocation, tp: TopicPartition, base: int) -> str:
     return location.key(f"{tp.dir_name}/{base:020d}.log")
 
 
+def planned_task(s3: S3Server, source_log_dir: Path, bucket: str):
+    """The log dir uploaded to a new bucket, and a task planned over its events-1 there."""
+    location = StoreLocation(f"s3://{s3.new_bucket(bucket)}/l", s3.settings)
+    store = location.open()
+    upload_log_dir(source_log_dir, store)
+    return location, store, ObjectStoreSource(location).open().task_source([EVENTS1]).open()
+
+
+def first_segment(task, source_log_dir: Path) -> tuple[str, bytes]:
+    """The key of events-1's first stored ``.log`` (below the prefix), and its bytes."""
+    name = f"events-1/{task.partition(EVENTS1).bases[0]:020d}.log"
+    return name, (source_log_dir / name).read_bytes()
+
+
 def test_throttling_errors_and_a_cut_body_are_retried_to_the_exact_batches(
     stored, proxy, source_log_dir
 ) -> None:
@@ -113,9 +127,7 @@ def test_the_server_gone_mid_fetch_loop_fails_naming_the_offset_or_resumes_when_
 
 
 def test_a_bucket_deleted_after_planning_is_named(s3: S3Server, source_log_dir) -> None:
-    location = StoreLocation(f"s3://{s3.new_bucket('vanish')}/l", s3.settings)
-    upload_log_dir(source_log_dir, location.open())
-    task = ObjectStoreSource(location).open().task_source([EVENTS1]).open()
+    location, _, task = planned_task(s3, source_log_dir, "vanish")
     base = task.partition(EVENTS1).bases[0]
     s = location.settings
     admin = pafs.S3FileSystem(access_key=s.access_key, secret_key=s.secret_key, scheme="http",
@@ -131,13 +143,9 @@ def test_a_bucket_deleted_after_planning_is_named(s3: S3Server, source_log_dir) 
 def test_an_object_replaced_after_planning_is_detected_by_size_or_etag(
     s3: S3Server, source_log_dir
 ) -> None:
-    location = StoreLocation(f"s3://{s3.new_bucket('replaced')}/l", s3.settings)
-    store = location.open()
-    upload_log_dir(source_log_dir, store)
-    task = ObjectStoreSource(location).open().task_source([EVENTS1]).open()
+    location, store, task = planned_task(s3, source_log_dir, "replaced")
     p = task.partition(EVENTS1)
-    name = f"events-1/{p.bases[0]:020d}.log"
-    original = (source_log_dir / name).read_bytes()
+    name, original = first_segment(task, source_log_dir)
     store.write(name, original + original[:61])  # another size: seen at the first open
     with pytest.raises(
         ObjectChangedError,
@@ -230,13 +238,9 @@ def test_a_spark_read_rides_out_throttling_to_the_same_rows(
 def test_an_object_cut_short_while_a_task_reads_it_is_not_read_as_data(
     s3: S3Server, source_log_dir
 ) -> None:
-    location = StoreLocation(f"s3://{s3.new_bucket('shrunk')}/l", s3.settings)
-    store = location.open()
-    upload_log_dir(source_log_dir, store)
-    task = ObjectStoreSource(location).open().task_source([EVENTS1]).open()
+    location, store, task = planned_task(s3, source_log_dir, "shrunk")
     p = task.partition(EVENTS1)
-    name = f"events-1/{p.bases[0]:020d}.log"
-    original = (source_log_dir / name).read_bytes()
+    name, original = first_segment(task, source_log_dir)
     first = task.fetch(EVENTS1, p.bases[0], 1, UNCOMMITTED)  # the segment read once
     cut = len(first.records) + 100  # inside the second batch
     store.write(name, original[:cut])  # a handle kept open would pad the short answer
