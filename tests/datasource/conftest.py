@@ -108,14 +108,19 @@ def kafka_log_dirs(tmp_path_factory) -> dict[str, Path]:
 
 @dataclass(frozen=True)
 class ReadSource:
-    """Where a test reads from: ``log_dir`` in place, or ``bootstrap`` (a server over a copy of
-    it). ``log_dir`` is what the expected rows are worked out from, for both transports."""
+    """Where a test reads from: ``log_dir`` in place, ``bootstrap`` (a server over a copy of
+    it), or ``store`` (the options of a copy uploaded to an S3 server: its ``path`` and the
+    ``fs.s3a.*`` settings). ``log_dir`` is what the expected rows are worked out from, for
+    every transport."""
 
     transport: str
     log_dir: Path
     bootstrap: str | None = None
+    store: tuple[tuple[str, str], ...] = ()
 
     def options(self, **options: str) -> dict[str, str]:
+        if self.store:
+            return {**dict(self.store), **options}
         if self.bootstrap is None:
             return {"path": str(self.log_dir), **options}
         return {"kafka.bootstrap.servers": self.bootstrap, **options}
@@ -141,11 +146,23 @@ def served_source(source_log_dir: Path, tmp_path_factory) -> Iterator[ReadSource
         yield ReadSource("wire", copy, running.bootstrap)
 
 
+@pytest.fixture(scope="session")
+def s3_source(source_log_dir: Path, s3) -> ReadSource:
+    """The source log dir uploaded (``kafkalog upload``'s code) to a bucket of the session's S3
+    server and read from there with ``load("s3://...")``: the log-dir suites on object storage."""
+    from broker_embedded.storage.log_dir_upload import upload_log_dir
+    from broker_embedded.storage.object_store import StoreLocation
+
+    location = StoreLocation(f"s3://{s3.new_bucket('source')}/logdir", s3.settings)
+    upload_log_dir(source_log_dir, location.open())
+    return ReadSource("s3", source_log_dir, store=(("path", location.uri), *s3.options().items()))
+
+
 TANSU_TOPICS = {"events": EVENTS_PARTITIONS, "empty": 1}
 KAFKA_TOPICS = {**TANSU_TOPICS, "trimmed": 1}
 # the tests of the peer subset take their ``read_source`` from every transport
 ALSO_ON_TANSU = pytest.mark.parametrize(
-    "read_source", ["logdir", "wire", "tansu", "kafka"], indirect=True
+    "read_source", ["logdir", "wire", "s3", "tansu", "kafka"], indirect=True
 )
 
 
@@ -193,13 +210,13 @@ def kafka_source(source_log_dir: Path, datasource_kafka: str) -> ReadSource:
     return ReadSource("kafka", source_log_dir, datasource_kafka)
 
 
-@pytest.fixture(params=["logdir", "wire"])
+@pytest.fixture(params=["logdir", "wire", "s3"])
 def read_source(request, source_log_dir: Path) -> ReadSource:
-    """The source log dir read in place, then over the Kafka protocol (``kafkalog serve``; and
-    Tansu for the tests marked :data:`ALSO_ON_TANSU`)."""
+    """The source log dir read in place, over the Kafka protocol (``kafkalog serve``; and
+    Tansu and Kafka 3.9 for the tests marked :data:`ALSO_ON_TANSU`), and from an S3 server."""
     if request.param == "wire":
         return request.getfixturevalue("served_source")
-    if request.param in ("tansu", "kafka"):
+    if request.param in ("s3", "tansu", "kafka"):
         return request.getfixturevalue(f"{request.param}_source")
     return ReadSource("logdir", source_log_dir)
 

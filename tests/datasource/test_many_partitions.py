@@ -4,7 +4,8 @@ partitions with the checkpoint entries its planner read (log_dir_fetch_source.py
 The log dir (built once, with the embedded broker): :data:`SMALL_TOPICS` topics of
 :data:`SMALL_PARTITIONS` partitions holding :data:`SMALL_RECORDS` records each, and one topic
 ``big`` of one partition of :data:`BIG_RECORDS` 1 KiB records, which ``maxBytesPerPartition``
-cuts. Read in place and over the wire (a server over a copy of it).
+cuts. Read in place, over the wire (a server over a copy of it) and from an S3 server (a copy
+uploaded to the session's ``s3``).
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ import pytest
 
 from broker_embedded.broker import Broker
 from broker_embedded.common.producer_record import ProducerRecord
+from broker_embedded.storage.log_dir_upload import upload_log_dir
+from broker_embedded.storage.object_store import StoreLocation
 from datasource.errors import DataLossError, InvalidOptionError
 from datasource.kafka_batch_reader import KafkaBatchReader
 from datasource.kafka_input_partition import KafkaInputPartition, PackedInputPartition, ranges_of
@@ -56,13 +59,17 @@ def many_log_dir(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def many_sources(many_log_dir: Path, tmp_path_factory) -> Iterator[dict[str, ReadSource]]:
+def many_sources(many_log_dir: Path, tmp_path_factory, s3) -> Iterator[dict[str, ReadSource]]:
     from tests.broker_embedded.server._serve import served
 
     copy = Path(shutil.copytree(many_log_dir, tmp_path_factory.mktemp("served") / "logdir"))
+    location = StoreLocation(f"s3://{s3.new_bucket('many')}/logdir", s3.settings)
+    upload_log_dir(many_log_dir, location.open())
+    stored = (("path", location.uri), *s3.options().items())
     with served(copy) as running:
         yield {"logdir": ReadSource("logdir", many_log_dir),
-               "wire": ReadSource("wire", copy, running.bootstrap)}  # fmt: skip
+               "wire": ReadSource("wire", copy, running.bootstrap),
+               "s3": ReadSource("s3", many_log_dir, store=stored)}  # fmt: skip
 
 
 def _rows(df) -> list[tuple]:
@@ -70,7 +77,7 @@ def _rows(df) -> list[tuple]:
                   .collect())  # fmt: skip
 
 
-@pytest.mark.parametrize("transport", ["logdir", "wire"])
+@pytest.mark.parametrize("transport", ["logdir", "wire", "s3"])
 def test_packed_read_gives_the_unpacked_rows(spark, many_sources, transport: str) -> None:
     source = many_sources[transport]
     common = {"subscribePattern": "small.*|big", "maxBytesPerPartition": "256k"}
@@ -80,14 +87,14 @@ def test_packed_read_gives_the_unpacked_rows(spark, many_sources, transport: str
     assert len(want) == SMALL_TOPICS * SMALL_PARTITIONS * SMALL_RECORDS + BIG_RECORDS
     assert _rows(packed) == want
     small = SMALL_TOPICS * SMALL_PARTITIONS
-    if transport == "logdir":  # the big partition cut by bytes, into about 3 MiB / 256 KiB
+    if transport != "wire":  # the big partition cut by bytes, into about 3 MiB / 256 KiB
         assert unpacked.rdd.getNumPartitions() >= small + 10
     else:  # over the wire bytes are unknown: not cut
         assert unpacked.rdd.getNumPartitions() == small + 1
     assert packed.rdd.getNumPartitions() < unpacked.rdd.getNumPartitions() // 10
 
 
-@pytest.mark.parametrize("transport", ["logdir", "wire"])
+@pytest.mark.parametrize("transport", ["logdir", "wire", "s3"])
 def test_tasks_as_packed(spark, many_sources, transport: str) -> None:
     """Small ranges cost their bytes (over the wire 1 KiB an offset) plus the open cost:
     SMALL_PER_TASK to a task."""
