@@ -79,7 +79,7 @@ from broker_embedded.storage.local_log import end_of_complete_batches
 from broker_embedded.storage.log_dir_fetch_source import byte_cut_in, cut_candidates, cuts_of
 from broker_embedded.storage.log_dir_upload import LAST_STABLE_OFFSET_CHECKPOINT
 from broker_embedded.storage.log_file_utils import LOG_SUFFIX, segment_file_stem
-from broker_embedded.storage.log_segment import first_record_at_or_after
+from broker_embedded.storage.log_segment import TimestampAndOffset, first_record_at_or_after
 from broker_embedded.storage.object_store import ObjectStore, StoreLocation
 from broker_embedded.storage.offset_checkpoint import (
     LOG_START_OFFSET_CHECKPOINT,
@@ -307,14 +307,15 @@ class ObjectStoreFetchSource:
             return p.log_start_offset
         if timestamp == LATEST_TIMESTAMP:
             return latest
-        found = self._offset_for_time(tp, p, timestamp)
-        return found if found is not None and found < latest else None
+        found = self.offset_for_time(tp, timestamp)
+        return found.offset if found is not None and found.offset < latest else None
 
-    def _offset_for_time(
-        self, tp: TopicPartition, p: StoredPartition, timestamp: int
-    ) -> int | None:
-        """The first offset at or above the log start offset whose record's timestamp is >=
-        ``timestamp`` (module docstring), ``None``: none."""
+    def offset_for_time(self, tp: TopicPartition, timestamp: int) -> TimestampAndOffset | None:
+        """The first record at or above the log start offset whose timestamp is >=
+        ``timestamp`` (module docstring), with its timestamp and leader epoch; ``None``: none
+        (the broker's ListOffsets of a tiered partition asks this too)."""
+        self._ahead.settle()
+        p = self.partition(tp)
         for i, base in enumerate(p.bases):
             if p.next_offset(i) <= p.log_start_offset:
                 continue
@@ -333,7 +334,7 @@ class ObjectStoreFetchSource:
             walk = self._batches_from(stem + LOG_SUFFIX, p.sizes[i], position, context)
             found = first_record_at_or_after(walk, timestamp, floor)
             if found is not None:
-                return found.offset
+                return found
         return None
 
     def _batches_from(

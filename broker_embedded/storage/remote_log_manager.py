@@ -35,37 +35,89 @@ file at a time, and checks for shutdown between segments (a copy under way finis
 interrupts it safely). Errors (the store unreachable after object_store.py's retries) are
 logged and the partition is retried at the next pass.
 
+Reads (Kafka's ``RemoteLogReader`` and ``RemoteLogManager.read``): the replica manager hands a
+consumer's Fetch of an offset below the local log start to :meth:`RemoteLogManager.async_read`
+(delayed_remote_fetch.py waits for it at most ``remote.fetch.max.wait.ms``), which runs
+:meth:`RemoteLogManager.read` on a pool of ``remote.log.reader.threads`` threads, at most
+``remote.log.reader.max.pending.tasks`` queued: the stored segment holding the offset, read by
+object_store_fetch_source.py (its ``.index``, ranged GETs of its ``.log``; a fresh store
+handle per read), whole batches of that segment within the partition's max bytes (KIP-74: the
+first whole when ``min_one_message``). :meth:`RemoteLogManager.find_offset_by_timestamp` is
+ListOffsets by timestamp in the store (on the request thread, as Kafka 3.9's). Which segments
+are remote comes from the manifests, kept in memory per partition (Kafka's
+``RemoteLogMetadataManager``): listed (one GET per manifest) at the first copy pass or read of
+the partition, appended to as segments are copied; only ``COPY_SEGMENT_FINISHED`` ones count.
+A store that fails a read is logged with its key and answered :class:`RemoteStorageError`
+(UNKNOWN_SERVER_ERROR, as Kafka answers its ``RemoteStorageException``).
+
 Thread safety: the pass runs in the scheduler's thread; :meth:`run_once` may be called from
-one other thread at a time (tests); :meth:`close` from any thread. Closed segment files are
-immutable (remote storage refuses compacted topics, so no cleaner rewrites them).
+one other thread at a time (tests); :meth:`close` from any thread. Reads run on the reader
+pool; the manifest cache and the read count are guarded by one lock (a leaf). Closed segment
+files are immutable (remote storage refuses compacted topics, so no cleaner rewrites them).
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 
+from broker_embedded.errors import (
+    KafkaApiError,
+    KafkaLogError,
+    OffsetOutOfRangeError,
+    RemoteStorageError,
+)
+from broker_embedded.record import entry_scan as es
+from broker_embedded.record.kernel_primitives import readonly_bytes
 from broker_embedded.scheduler import KafkaScheduler
+from broker_embedded.storage.fetch_data_info import FetchIsolation, IsolationLevel
 from broker_embedded.storage.leader_epoch_checkpoint import (
     LEADER_EPOCH_CHECKPOINT,
     LeaderEpochCheckpointFile,
 )
 from broker_embedded.storage.log_dir_upload import SegmentUpload
 from broker_embedded.storage.log_file_utils import segment_file_stem
+from broker_embedded.storage.log_segment import TimestampAndOffset
 from broker_embedded.storage.object_store import ObjectStore, StoreLocation
+from broker_embedded.storage.object_store_fetch_source import (
+    ObjectStoreFetchSource,
+    ObjectStoreSource,
+    StoredPartition,
+)
 from broker_embedded.storage.partition_metadata import topic_id_to_string
-from broker_embedded.storage.remote_log_segment_metadata import RemoteLogSegmentMetadata
+from broker_embedded.storage.remote_log_segment_metadata import (
+    COPY_SEGMENT_FINISHED,
+    RemoteLogSegmentMetadata,
+)
+from broker_embedded.storage.remote_storage_fetch_info import RemoteStorageFetchInfo
 from broker_embedded.storage.snapshot_file import snapshot_file_name
 from broker_embedded.storage.topic_partition import TopicPartition
+from broker_embedded.storage.transaction_index import FILE_SUFFIX as TXN_INDEX_SUFFIX
+from broker_embedded.storage.transaction_index import AbortedTxn
 from broker_embedded.storage.unified_log import UnifiedLog
 
 log = logging.getLogger(__name__)
 
 LEADER_EPOCH_SUFFIX = "." + LEADER_EPOCH_CHECKPOINT
 CLOSE_TIMEOUT_S = 10.0
+READER_THREADS = 10  # Kafka's remote.log.reader.threads default
+READER_MAX_PENDING_TASKS = 100  # Kafka's remote.log.reader.max.pending.tasks default
+
+
+@dataclass(frozen=True, slots=True)
+class RemoteLogReadResult:
+    """The batches a remote read found (whole batches of one stored segment; empty when the
+    first one exceeds ``max_bytes`` without ``min_one_message``) and, for read_committed, the
+    aborted transactions overlapping them (Kafka's ``RemoteLogReadResult``)."""
+
+    records: bytes
+    aborted_transactions: tuple[AbortedTxn, ...] | None
 
 
 class RemoteLogManager:
@@ -79,6 +131,8 @@ class RemoteLogManager:
         location: StoreLocation,
         leaders: Callable[[], Mapping[TopicPartition, UnifiedLog]],
         task_interval_ms: int,
+        reader_threads: int = READER_THREADS,
+        reader_max_pending_tasks: int = READER_MAX_PENDING_TASKS,
     ) -> None:
         self.log_dir = Path(log_dir)
         self.location = location
@@ -93,6 +147,15 @@ class RemoteLogManager:
         self._stopping = threading.Event()
         self.copied = 0  # segments copied since start
         self._scheduler = KafkaScheduler(f"remote-log-manager-{broker_id}")
+        # the remote segments per partition (Kafka's RemoteLogMetadataManager cache): the
+        # COPY_SEGMENT_FINISHED manifests in offset order, with the topic id they were listed for
+        self._remote: dict[TopicPartition, tuple[uuid.UUID | None, list[RemoteLogSegmentMetadata]]]
+        self._remote = {}
+        self._meta_lock = threading.Lock()
+        self._readers = ThreadPoolExecutor(reader_threads,
+                                           f"remote-log-reader-{broker_id}")  # fmt: skip
+        self._max_pending_reads = reader_max_pending_tasks
+        self._pending_reads = 0
 
     def __repr__(self) -> str:
         return f"RemoteLogManager({self.location.describe()})"
@@ -109,6 +172,7 @@ class RemoteLogManager:
         background and fails; its segment has no manifest); no new pass starts."""
         self._stopping.set()
         self._scheduler.shutdown(timeout=CLOSE_TIMEOUT_S)
+        self._readers.shutdown(wait=False, cancel_futures=True)
         if self._store is not None:
             self._store.release()
 
@@ -168,6 +232,7 @@ class RemoteLogManager:
             except BaseException:
                 self._copied_end.pop(tp, None)  # list the store again at the next visit
                 raise
+            self._remember_copied(store, tp, unified, base)
             self._copied_end[tp] = unified.remote_end_offset = end
             self.copied += 1
             done += 1
@@ -181,25 +246,176 @@ class RemoteLogManager:
         another topic of the same name (another topic id: one deleted and created again),
         logged once: nothing of ``tp`` is copied (nor deleted locally) until they are gone."""
         prefix = tp.dir_name + "/"
-        found = (RemoteLogSegmentMetadata.base_offset_of(n[len(prefix) :])
-                 for n in store.list(prefix))  # fmt: skip
-        bases = [b for b in found if b is not None]
-        if not bases:
+        manifests = self._list_manifests(store, tp)
+        if not manifests:
             self._refused.discard(tp)
+            self._cache(tp, unified, [])
             return -1
-        name = prefix + RemoteLogSegmentMetadata.name_of(max(bases))
-        last = RemoteLogSegmentMetadata.from_json(store.read(name), store.location.describe(name))
-        ours = "" if unified.topic_id is None else topic_id_to_string(unified.topic_id)
-        if last.topic_id and ours and last.topic_id != ours:
+        last = manifests[-1]
+        if not _same_topic(last, unified):
+            ours = topic_id_to_string(unified.topic_id)  # type: ignore[arg-type]
             if tp not in self._refused:
                 self._refused.add(tp)
                 log.error("remote log manager: %s holds segments of topic id %s, not of %s's "
                           "topic id %s (a topic deleted and created again): %s is not tiered "
                           "until they are deleted", store.location.describe(prefix),
                           last.topic_id, tp, ours, tp)  # fmt: skip
+            self._cache(tp, unified, [])  # none of them is this topic's
             return None
         self._refused.discard(tp)
+        self._cache(tp, unified, _finished(manifests))
         return last.next_offset
+
+    def _list_manifests(
+        self, store: ObjectStore, tp: TopicPartition
+    ) -> list[RemoteLogSegmentMetadata]:
+        """The manifests of ``tp`` in the store, in offset order: one listing, one GET each."""
+        prefix = tp.dir_name + "/"
+        found = (RemoteLogSegmentMetadata.base_offset_of(n[len(prefix) :])
+                 for n in store.list(prefix))  # fmt: skip
+        manifests = []
+        for base in sorted(b for b in found if b is not None):
+            name = prefix + RemoteLogSegmentMetadata.name_of(base)
+            where = store.location.describe(name)
+            manifests.append(RemoteLogSegmentMetadata.from_json(store.read(name), where))
+        return manifests
+
+    def _cache(
+        self, tp: TopicPartition, unified: UnifiedLog, segments: list[RemoteLogSegmentMetadata]
+    ) -> None:
+        with self._meta_lock:
+            self._remote[tp] = (unified.topic_id, list(segments))
+
+    def remote_segments(
+        self, tp: TopicPartition, unified: UnifiedLog
+    ) -> list[RemoteLogSegmentMetadata]:
+        """The remote segments of ``tp`` (a copy of the cache; listed from the store the first
+        time, or when the log's topic id changed). Segments of another topic id are not this
+        log's: none then."""
+        with self._meta_lock:
+            cached = self._remote.get(tp)
+            if cached is not None and cached[0] == unified.topic_id:
+                return list(cached[1])
+        store = self.location.open()
+        try:
+            segments = _finished(self._list_manifests(store, tp))
+        finally:
+            store.release()
+        if segments and not _same_topic(segments[-1], unified):
+            segments = []
+        with self._meta_lock:
+            if self._remote.get(tp, (None, None))[0] != unified.topic_id or tp not in self._remote:
+                self._remote[tp] = (unified.topic_id, segments)
+            return list(self._remote[tp][1])
+
+    # -- reads (Kafka's RemoteLogReader and RemoteLogManager.read) -------------------------------
+
+    def async_read(
+        self, info: RemoteStorageFetchInfo, unified: UnifiedLog, on_done: Callable[[], None]
+    ) -> Future[RemoteLogReadResult]:
+        """Run :meth:`read` on the reader pool; ``on_done`` is called when it finished (or
+        was cancelled). More than ``remote.log.reader.max.pending.tasks`` reads queued is a
+        :class:`RemoteStorageError` at once (Kafka's RejectedExecutionException)."""
+        with self._meta_lock:
+            if self._pending_reads >= self._max_pending_reads:
+                raise RemoteStorageError(
+                    f"remote read of {info.topic_partition} at offset {info.fetch_offset} "
+                    f"refused: {self._pending_reads} remote reads are queued (the most)"
+                )
+            self._pending_reads += 1
+        future = self._readers.submit(self.read, info, unified)
+
+        def finished(_: Future[RemoteLogReadResult]) -> None:
+            with self._meta_lock:
+                self._pending_reads -= 1
+            on_done()
+
+        future.add_done_callback(finished)
+        return future
+
+    def read(self, info: RemoteStorageFetchInfo, unified: UnifiedLog) -> RemoteLogReadResult:
+        """The batches at ``info.fetch_offset`` from the stored segment holding it (module
+        docstring): OFFSET_OUT_OF_RANGE when no stored segment holds it, a
+        :class:`RemoteStorageError` (UNKNOWN_SERVER_ERROR, as Kafka's RemoteStorageException)
+        naming the key when the store fails."""
+        tp, offset = info.topic_partition, info.fetch_offset
+        segments = self._remote_or_error(tp, unified, f"fetching offset {offset}")
+        if not segments or not segments[0].base_offset <= offset < segments[-1].next_offset:
+            held = "none"
+            if segments:
+                held = f"[{segments[0].base_offset}, {segments[-1].next_offset})"
+            raise OffsetOutOfRangeError(
+                f"fetch offset {offset} of {tp} is not in remote storage: "
+                f"{self.location.describe(tp.dir_name)} holds offsets {held}"
+            )
+        committed = info.isolation is FetchIsolation.TXN_COMMITTED
+        level = IsolationLevel.READ_COMMITTED if committed else IsolationLevel.READ_UNCOMMITTED
+        stored = _stored_partition(tp, segments, unified)
+        with self._store_errors(tp, f"fetching offset {offset}"):
+            with ObjectStoreFetchSource(ObjectStoreSource(self.location, ((tp, stored),))) as src:
+                fetched = src.fetch(tp, offset, info.max_bytes, level)
+        records = _whole_batches(fetched.records)
+        if not info.min_one_message and len(records) > info.max_bytes:
+            records = b""  # Kafka: without min_one_message a batch too large is not sent
+        aborted = None
+        if committed:
+            found = {(pid, first) for pid, first in fetched.aborted_transactions or ()}
+            end = stored.log_end_offset
+            for a in unified.collect_aborted_transactions(unified.local_log_start_offset, end):
+                found.add((a.producer_id, a.first_offset))  # markers in local segments
+            aborted = tuple(AbortedTxn(pid, first, -1, -1) for pid, first in sorted(found))
+        return RemoteLogReadResult(records, aborted)
+
+    def find_offset_by_timestamp(
+        self, tp: TopicPartition, unified: UnifiedLog, timestamp: int
+    ) -> TimestampAndOffset | None:
+        """ListOffsets by timestamp in the store (Kafka's ``findOffsetByTimestamp``): the first
+        stored segment whose manifest's ``max_timestamp_ms`` reaches ``timestamp`` (from the
+        cache: no GET for the others), its ``.timeindex`` and ``.index``, and a walk of its
+        batches, at or above the log start offset; ``None`` when no stored record has one (the
+        caller then looks in the local log)."""
+        segments = self._remote_or_error(tp, unified, f"looking up timestamp {timestamp}")
+        start = unified.log_start_offset
+        reaching = (i for i, m in enumerate(segments)
+                    if m.max_timestamp_ms >= timestamp and m.next_offset > start)  # fmt: skip
+        first = next(reaching, None)
+        if first is None:
+            return None
+        stored = _stored_partition(tp, segments[first:], unified)
+        with self._store_errors(tp, f"looking up timestamp {timestamp}"):
+            with ObjectStoreFetchSource(ObjectStoreSource(self.location, ((tp, stored),))) as src:
+                return src.offset_for_time(tp, timestamp)
+
+    def _remote_or_error(
+        self, tp: TopicPartition, unified: UnifiedLog, what: str
+    ) -> list[RemoteLogSegmentMetadata]:
+        with self._store_errors(tp, what):
+            return self.remote_segments(tp, unified)
+
+    @contextlib.contextmanager
+    def _store_errors(self, tp: TopicPartition, what: str) -> Iterator[None]:
+        """A store that fails (after object_store.py's retries), a missing or corrupt object:
+        logged with its key, and the request's answer is :class:`RemoteStorageError`."""
+        try:
+            yield
+        except KafkaApiError:
+            raise
+        except (KafkaLogError, OSError, ValueError) as e:
+            log.error("remote log manager: %s of %s in %s failed: %s", what, tp,
+                      self.location.describe(tp.dir_name), e)  # fmt: skip
+            raise RemoteStorageError(f"{what} of {tp} in remote storage failed: {e}") from e
+
+    def _remember_copied(
+        self, store: ObjectStore, tp: TopicPartition, unified: UnifiedLog, base: int
+    ) -> None:
+        """Add the manifest just written to the cache (read back: the one readers see)."""
+        name = f"{tp.dir_name}/{RemoteLogSegmentMetadata.name_of(base)}"
+        manifest = RemoteLogSegmentMetadata.from_json(store.read(name),
+                                                      store.location.describe(name))  # fmt: skip
+        with self._meta_lock:
+            cached = self._remote.get(tp)
+            if cached is not None and cached[0] == unified.topic_id:
+                cached[1].append(manifest)
 
     def _drop_partial(self, store: ObjectStore, tp: TopicPartition, base: int) -> None:
         """Delete what an abandoned copy of segment ``base`` left (it has no manifest), so that
@@ -225,3 +441,39 @@ class RemoteLogManager:
         upload.segment(tp, base, extras)
         log.info("remote log manager: copied segment %d..%d of %s to %s (%d bytes)",
                  base, end - 1, tp, store.location.describe(tp.dir_name), upload.sent)  # fmt: skip
+
+
+def _finished(manifests: list[RemoteLogSegmentMetadata]) -> list[RemoteLogSegmentMetadata]:
+    """The segments that are remote: a ``COPY_SEGMENT_FINISHED`` manifest (one marked
+    ``DELETE_SEGMENT_STARTED`` is being deleted: no reader may read it)."""
+    return [m for m in manifests if m.state == COPY_SEGMENT_FINISHED]
+
+
+def _same_topic(manifest: RemoteLogSegmentMetadata, unified: UnifiedLog) -> bool:
+    """Whether a manifest is of ``unified``'s topic (a manifest or a log without a topic id
+    counts as the same)."""
+    ours = "" if unified.topic_id is None else topic_id_to_string(unified.topic_id)
+    return not (manifest.topic_id and ours and manifest.topic_id != ours)
+
+
+def _stored_partition(
+    tp: TopicPartition, segments: list[RemoteLogSegmentMetadata], unified: UnifiedLog
+) -> StoredPartition:
+    """The remote segments as the object-store reader's planned partition: every stored offset
+    is below the last stable offset (only such segments are copied)."""
+    bases = tuple(m.base_offset for m in segments)
+    end = segments[-1].next_offset
+    txns = tuple(m.base_offset for m in segments
+                 if any(f.name.endswith(TXN_INDEX_SUFFIX) for f in m.files))  # fmt: skip
+    start = min(max(unified.log_start_offset, bases[0]), end)
+    return StoredPartition(bases, tuple(m.size_in_bytes for m in segments), end, end, start,
+                           end, txns)  # fmt: skip
+
+
+def _whole_batches(records: bytes | memoryview) -> bytes:
+    """``records`` up to the end of its last whole batch (a fetch's bytes end in whole batches,
+    as local reads do: local_log.py)."""
+    if not len(records):
+        return b""
+    status, at, _, _ = es.seek_entry(readonly_bytes(records), 0, len(records), es.NO_TARGET)
+    return bytes(records[: int(at)] if status in (es.SEEK_END, es.SEEK_PARTIAL) else records)

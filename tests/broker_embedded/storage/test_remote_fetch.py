@@ -1,0 +1,166 @@
+"""Fetch and ListOffsets of a tiered partition served from the store (KIP-405), against a real
+S3 server (SeaweedFS, the session's ``s3`` fixture): a consumer over the protocol reads from
+offset 0 of a topic whose early segments are only in the store, ListOffsets answers -2/-4/-1
+and timestamps exactly, and a store that fails answers the partition's error, not a hang."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import logging
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from broker_embedded.broker import Broker
+from broker_embedded.common.fetch_request import FetchRequest, PartitionFetch
+from broker_embedded.common.producer_record import ProducerRecord
+from broker_embedded.errors import RemoteStorageError
+from broker_embedded.record.records import iter_batches
+from broker_embedded.server.handlers import broker_server
+from broker_embedded.storage.topic_partition import TopicPartition
+from tests.broker_embedded.storage.test_remote_log_manager import (
+    TIERED,
+    local_bases,
+    manifests,
+    tiering_config,
+)
+from tests.seaweedfs import S3Server
+
+T0 = 1_700_000_000_000  # the records' timestamps: T0 + 10 * offset
+COUNT = 60
+
+
+def value(i: int) -> bytes:
+    return f"record {i:03d} ".encode() * 8
+
+
+@contextlib.contextmanager
+def tiered_broker(
+    log_dir: Path, uri: str, s3: S3Server, endpoint: str | None = None, **config: int
+) -> Iterator[Broker]:
+    """A broker whose topic ``tiered`` holds :data:`COUNT` records (one a batch), its closed
+    segments copied to the store (through ``endpoint`` when given) and then deleted locally
+    (``local.retention.ms`` 0)."""
+    cfg = tiering_config(uri, s3)
+    if endpoint is not None:
+        rsm = tuple((k, endpoint if k == "fs.s3a.endpoint" else v) for k, v in cfg.rsm_config)
+        cfg = dataclasses.replace(cfg, rsm_config=rsm)
+    cfg = dataclasses.replace(cfg, num_network_threads=2, num_io_threads=2, **config)
+    with Broker(log_dir, config=cfg, create=True) as broker:
+        broker.create_topic("tiered", config={**TIERED, "local.retention.ms": "0"})
+        for i in range(COUNT):
+            broker.produce("tiered", 0, [ProducerRecord(value(i), timestamp=T0 + 10 * i)])
+        broker.remote_log_manager.run_once()
+        broker.log_manager.get_log(TopicPartition("tiered", 0)).delete_old_segments()
+        yield broker
+
+
+def test_a_consumer_reads_from_offset_0_through_the_store(s3: S3Server, tmp_path: Path) -> None:
+    """Kafka's consumer (confluent-kafka) from the beginning: every record once, in order,
+    equal to what was produced, the early ones served from the store; ListOffsets -2 is the
+    store's first offset, -4 the first local one, -1 the end, and a timestamp finds its record
+    in the store and in the local log."""
+    from confluent_kafka import OFFSET_BEGINNING, Consumer
+    from confluent_kafka import TopicPartition as KafkaTopicPartition
+
+    uri = f"s3://{s3.new_bucket('fetch')}/b0"
+    tp = TopicPartition("tiered", 0)
+    with tiered_broker(tmp_path / "l", uri, s3) as broker:
+        (local_start,) = local_bases(tmp_path / "l", tp)
+        stored = manifests(broker.remote_log_manager.location, tp)
+        assert local_start > 20 and sorted(stored)[0] == 0
+        assert max(m.next_offset for m in stored.values()) == local_start
+        assert [broker.list_offsets("tiered", 0, t).offset for t in (-2, -4, -1)] == [
+            0, local_start, COUNT]  # fmt: skip
+        for offset in (0, 7, local_start - 1, local_start, COUNT - 1):  # store, then local
+            found = broker.list_offsets("tiered", 0, T0 + 10 * offset - 5)
+            assert (found.offset, found.timestamp) == (offset, T0 + 10 * offset)
+        assert broker.list_offsets("tiered", 0, T0 + 10 * COUNT).offset == -1
+        server = broker_server(broker, ["PLAINTEXT://127.0.0.1:0"])
+        server.start()
+        try:
+            endpoint = server.endpoints[0]
+            consumer = Consumer({"bootstrap.servers": f"{endpoint.host}:{endpoint.port}",
+                                 "group.id": "remote-fetch", "enable.auto.commit": False,
+                                 "max.partition.fetch.bytes": 1024})  # fmt: skip
+            try:
+                consumer.assign([KafkaTopicPartition("tiered", 0, OFFSET_BEGINNING)])
+                low, high = consumer.get_watermark_offsets(KafkaTopicPartition("tiered", 0), 10)
+                assert (low, high) == (0, COUNT)
+                seen: list[tuple[int, bytes, int]] = []
+                deadline = time.monotonic() + 30
+                while len(seen) < COUNT and time.monotonic() < deadline:
+                    m = consumer.poll(0.5)
+                    if m is not None:
+                        assert m.error() is None, m.error()
+                        seen.append((m.offset(), m.value(), m.timestamp()[1]))
+            finally:
+                consumer.close()
+        finally:
+            server.shutdown(5.0)
+    assert seen == [(i, value(i), T0 + 10 * i) for i in range(COUNT)]
+
+
+def test_a_fetch_in_the_store_is_bounded_and_one_partition_a_request(
+    s3: S3Server, tmp_path: Path
+) -> None:
+    """A remote read returns whole batches of one stored segment within the partition's max
+    bytes (the first batch whole when it is alone: KIP-74); a request reads one partition's
+    remote data (Kafka's rule): a second partition in the store answers no records."""
+    uri = f"s3://{s3.new_bucket('bounds')}/b0"
+    tp = TopicPartition("tiered", 0)
+    with tiered_broker(tmp_path / "l", uri, s3) as broker:
+        batch = len(broker.log_manager.get_log(tp).batches(COUNT - 1)[0].buffer)
+        segment = broker.remote_log_manager.remote_segments(tp, broker.log_manager.get_log(tp))
+        first_end = segment[0].next_offset
+        for max_bytes, want in ((1, [0]), (2 * batch + 1, [0, 1]), (1 << 20, range(first_end))):
+            r = broker.fetch(FetchRequest((PartitionFetch(tp, 0, max_bytes),), max_wait_ms=0))
+            part = r.partitions[0]
+            assert part.error is None and part.log_start_offset == 0
+            assert [b.base_offset for b in iter_batches(part.records)] == list(want)
+        twice = (PartitionFetch(tp, 3, 1 << 20), PartitionFetch(tp, 5, 1 << 20))
+        r = broker.fetch(FetchRequest(twice, max_wait_ms=0))
+        assert [b.base_offset for b in iter_batches(r.partitions[0].records)] == list(
+            range(3, first_end))  # fmt: skip
+        assert r.partitions[1].error is None and r.partitions[1].records == b""
+
+
+def test_a_failing_store_answers_the_error_naming_the_key(
+    s3: S3Server, tmp_path: Path, caplog
+) -> None:
+    """The store gone (connections refused): the fetch answers UNKNOWN_SERVER_ERROR (Kafka's
+    answer to a RemoteStorageException) within the store's retry bound, and the broker's log
+    names the key; ListOffsets by timestamp too. Back, the same fetch reads."""
+    from tests.s3_proxy import FaultProxy
+
+    tp = TopicPartition("tiered", 0)
+    uri = f"s3://{s3.new_bucket('failing')}/b0"
+    with (
+        FaultProxy(s3.endpoint) as proxy,
+        tiered_broker(
+            tmp_path / "l", uri, s3, proxy.endpoint, remote_fetch_max_wait_ms=10_000
+        ) as broker,  # fmt: skip
+    ):
+        request = FetchRequest((PartitionFetch(tp, 0, 1 << 20),), max_wait_ms=0)
+        assert r_ok(broker, request)
+        proxy.stop()
+        began = time.monotonic()
+        with caplog.at_level(logging.ERROR, "broker_embedded.storage.remote_log_manager"):
+            r = broker.fetch(request).partitions[0]
+            assert time.monotonic() - began < 8
+            assert r.error_name == "UNKNOWN_SERVER_ERROR" and r.records == b""
+            assert "tiered-0/00000000000000000000." in str(r.error)
+            with pytest.raises(RemoteStorageError, match="tiered-0/00000000000000000000"):
+                broker.replica_manager.list_offsets(tp, T0 + 5)
+        logged = [r.getMessage() for r in caplog.records]
+        assert any("fetching offset 0 of tiered-0" in m and "tiered-0/0000" in m for m in logged)
+        proxy.start()
+        assert r_ok(broker, request)
+
+
+def r_ok(broker: Broker, request: FetchRequest) -> bool:
+    part = broker.fetch(request).partitions[0]
+    return part.error is None and len(part.records) > 0
