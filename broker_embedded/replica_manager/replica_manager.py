@@ -269,11 +269,16 @@ class ReplicaManager:
                     f"{self.controller_epoch}"
                 )
             self.fetchers.remove_partitions(tps)
+            tiered = []
             for tp in tps:
                 self._deleted.add(tp)
                 p = self.partitions.pop(tp, None)
                 if p is not None:
+                    if p.is_leader and p.log.config.remote_storage_enable:
+                        tiered.append((tp, p.log.topic_id))
                     p.stop_leading()
+        if tiered and self.remote_log_manager is not None:  # their stored objects go too
+            self.remote_log_manager.stop_partitions(tiered)
         for tp in tps:
             self._wake(tp)
 

@@ -8,7 +8,9 @@ layout of log_dir_upload.py: a mirror of the log dir, one manifest per stored se
 Planning (the first call that needs it): one listing of the location, and its checkpoint files
 (``replication-offset-checkpoint``, ``log-start-offset-checkpoint``) read whole. A partition is
 its stored segments: those with a manifest (a ``.log`` without one past the last manifest is an
-upload in progress and ignored; one below it, a hole, is an error naming the key). Its log end
+upload in progress and ignored; one below it, a hole, is an error naming the key; the first
+segments whose manifests are marked ``DELETE_SEGMENT_STARTED``, being deleted by a broker's
+remote retention or topic deletion, are not the partition's any more). Its log end
 is the last manifest's ``next_offset``; its high watermark the checkpoint's, no higher than the
 log end (a broker's active segment is not uploaded); its log start offset the checkpoint's, no
 lower than the first segment. Byte cuts (``maxBytesPerPartition``) and a cut
@@ -87,7 +89,10 @@ from broker_embedded.storage.offset_checkpoint import (
     OffsetCheckpointFile,
 )
 from broker_embedded.storage.offset_index import INDEX_SUFFIX, OffsetIndex
-from broker_embedded.storage.remote_log_segment_metadata import RemoteLogSegmentMetadata
+from broker_embedded.storage.remote_log_segment_metadata import (
+    DELETE_SEGMENT_STARTED,
+    RemoteLogSegmentMetadata,
+)
 from broker_embedded.storage.time_index import TIME_INDEX_SUFFIX, TimeIndex
 from broker_embedded.storage.topic_partition import TopicPartition
 from broker_embedded.storage.transaction_index import FILE_SUFFIX as TXN_INDEX_SUFFIX
@@ -248,6 +253,8 @@ class ObjectStoreFetchSource:
                 f"{self._where(key)} has no manifest but later segments of {tp} do: an upload "
                 "was interrupted; run kafkalog upload again to complete it"
             )
+        while manifests and self._being_deleted(prefix, manifests[0]):
+            del manifests[0]  # deletions go oldest first: a prefix of the segments
         if self._checkpoints is None:
             self._checkpoints = (self._checkpoint(REPLICATION_OFFSET_CHECKPOINT),
                                  self._checkpoint(LOG_START_OFFSET_CHECKPOINT),
@@ -276,6 +283,18 @@ class ObjectStoreFetchSource:
         txn_names = (f"{prefix}{segment_file_stem(b)}{TXN_INDEX_SUFFIX}" for b in manifests)
         txns = tuple(b for b, n in zip(manifests, txn_names, strict=True) if n in listing)
         return StoredPartition(tuple(manifests), sizes, end, hw, log_start, lso, txns)
+
+    def _being_deleted(self, prefix: str, base: int) -> bool:
+        """Whether the manifest of segment ``base`` is marked ``DELETE_SEGMENT_STARTED`` (a
+        broker's remote retention or topic deletion under way, remote_log_manager.py): the
+        segment is no longer stored, whatever of its objects are left."""
+        name = prefix + RemoteLogSegmentMetadata.name_of(base)
+        try:
+            data = self._store.read(name)
+        except FileNotFoundError:
+            return True  # deleted since the listing
+        manifest = RemoteLogSegmentMetadata.from_json(data, self._where(name))
+        return manifest.state == DELETE_SEGMENT_STARTED
 
     def task_source(self, tps: Iterable[TopicPartition]) -> ObjectStoreSource:
         self._ahead.settle()

@@ -35,6 +35,17 @@ file at a time, and checks for shutdown between segments (a copy under way finis
 interrupts it safely). Errors (the store unreachable after object_store.py's retries) are
 logged and the partition is retried at the next pass.
 
+Remote retention (Kafka's ``RLMExpirationTask``), after each partition's copies: the oldest
+stored segments wholly below the log start offset, or whose manifest's ``max_timestamp_ms`` is
+at most ``now - retention.ms``, or while the partition's size (stored segments plus the local
+ones after them) exceeds ``retention.bytes`` by at least the segment's size, are deleted: the
+log start moves past them first (``UnifiedLog.update_log_start_offset_from_remote_tier``),
+then each segment: its manifest rewritten ``DELETE_SEGMENT_STARTED``, its objects deleted,
+the manifest last. A listing finds marked manifests (a kill mid-deletion) and the next pass
+finishes them. A deleted topic's partitions (:meth:`RemoteLogManager.stop_partitions`) are
+deleted on this thread: the objects no manifest names first (while the manifests still refuse
+a topic created again under the name), then every segment of its topic id as above.
+
 Reads (Kafka's ``RemoteLogReader`` and ``RemoteLogManager.read``): the replica manager hands a
 consumer's Fetch of an offset below the local log start to :meth:`RemoteLogManager.async_read`
 (delayed_remote_fetch.py waits for it at most ``remote.fetch.max.wait.ms``), which runs
@@ -59,6 +70,7 @@ files are immutable (remote storage refuses compacted topics, so no cleaner rewr
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import threading
 import uuid
@@ -93,6 +105,7 @@ from broker_embedded.storage.object_store_fetch_source import (
 from broker_embedded.storage.partition_metadata import topic_id_to_string
 from broker_embedded.storage.remote_log_segment_metadata import (
     COPY_SEGMENT_FINISHED,
+    DELETE_SEGMENT_STARTED,
     RemoteLogSegmentMetadata,
 )
 from broker_embedded.storage.remote_storage_fetch_info import RemoteStorageFetchInfo
@@ -156,6 +169,11 @@ class RemoteLogManager:
                                            f"remote-log-reader-{broker_id}")  # fmt: skip
         self._max_pending_reads = reader_max_pending_tasks
         self._pending_reads = 0
+        # DELETE_SEGMENT_STARTED manifests found by a listing: the next pass finishes them
+        self._deleting: dict[TopicPartition, list[RemoteLogSegmentMetadata]] = {}
+        # partitions of deleted topics (with their topic id) whose objects are to be deleted
+        self._stopped: list[tuple[TopicPartition, str]] = []
+        self.deleted = 0  # segments deleted from the store since start
 
     def __repr__(self) -> str:
         return f"RemoteLogManager({self.location.describe()})"
@@ -182,10 +200,13 @@ class RemoteLogManager:
         except Exception:  # the store unreachable: logged, retried at the next pass
             log.exception("remote log manager: a copy pass to %s failed", self.location.describe())
 
-    def run_once(self) -> int:
-        """One pass over the partitions this broker leads: copy every eligible segment.
-        Returns how many segments it copied."""
+    def run_once(self, now_ms: int | None = None) -> int:
+        """One pass: delete the objects of deleted topics' partitions, then over the
+        partitions this broker leads, copy every eligible segment and delete the stored ones
+        past retention (``now_ms``: the time retention.ms counts from; default the log's
+        clock). Returns how many segments it copied."""
         with self._pass_lock:
+            self._delete_stopped()
             done = 0
             leaders = self._leaders()
             for tp in [tp for tp in self._copied_end if tp not in leaders]:
@@ -195,7 +216,99 @@ class RemoteLogManager:
                     break
                 if unified.config.remote_storage_enable and not unified.is_closed:
                     done += self._copy_partition(tp, unified)
+                    self._expire_partition(tp, unified, now_ms)
             return done
+
+    # -- remote retention (Kafka's RLMExpirationTask) -------------------------------------------
+
+    def _expire_partition(
+        self, tp: TopicPartition, unified: UnifiedLog, now_ms: int | None
+    ) -> None:
+        """Finish the deletions a listing found started, then delete the stored segments past
+        retention, oldest first (module docstring), moving the log start first."""
+        if tp in self._refused:
+            return
+        store = self._store_once()
+        segments = self.remote_segments(tp, unified)
+        with self._meta_lock:
+            pending = self._deleting.pop(tp, [])
+        for m in pending:
+            self._delete_segment(store, tp, m)
+        doomed = _expired(segments, unified, unified.clock_ms() if now_ms is None else now_ms)
+        if not doomed:
+            return
+        unified.update_log_start_offset_from_remote_tier(doomed[-1].next_offset)
+        with self._meta_lock:  # readers no longer see them
+            cached = self._remote.get(tp)
+            if cached is not None:
+                cached[1][:] = [m for m in cached[1] if m.base_offset > doomed[-1].base_offset]
+        for m in doomed:
+            self._delete_segment(store, tp, m)
+        log.info("remote log manager: deleted segments %d..%d of %s from %s past retention; "
+                 "log start %d", doomed[0].base_offset, doomed[-1].next_offset - 1, tp,
+                 store.location.describe(tp.dir_name), unified.log_start_offset)  # fmt: skip
+
+    def _delete_segment(
+        self, store: ObjectStore, tp: TopicPartition, m: RemoteLogSegmentMetadata
+    ) -> None:
+        """Kafka's ``deleteRemoteLogSegment``: the manifest marked ``DELETE_SEGMENT_STARTED``
+        (readers skip it from then on), every object it names deleted, the manifest last. A
+        kill anywhere leaves the marked manifest (or nothing); the next listing finishes it."""
+        key = f"{tp.dir_name}/{RemoteLogSegmentMetadata.name_of(m.base_offset)}"
+        if m.state != DELETE_SEGMENT_STARTED:
+            store.write(key, dataclasses.replace(m, state=DELETE_SEGMENT_STARTED).to_json())
+        for f in m.files:
+            with contextlib.suppress(FileNotFoundError):
+                store.delete(f"{tp.dir_name}/{f.name}")
+        with contextlib.suppress(FileNotFoundError):
+            store.delete(key)
+        self.deleted += 1
+
+    # -- topic deletion ---------------------------------------------------------------------------
+
+    def stop_partitions(self, deleted: list[tuple[TopicPartition, uuid.UUID | None]]) -> None:
+        """The partitions of a deleted topic (Kafka's ``stopPartitions`` with delete): their
+        stored objects are deleted by the pass thread (scheduled at once), those of their topic
+        id only."""
+        with self._meta_lock:
+            for tp, topic_id in deleted:
+                self._stopped.append((tp, "" if topic_id is None else topic_id_to_string(topic_id)))
+                self._remote.pop(tp, None)
+                self._deleting.pop(tp, None)
+        if not self._stopping.is_set():
+            with contextlib.suppress(Exception):  # shut down meanwhile: the next start does not
+                self._scheduler.schedule("remote-log-delete", self._pass, delay_ms=0)
+
+    def _delete_stopped(self) -> None:
+        while True:
+            with self._meta_lock:
+                if not self._stopped or self._stopping.is_set():
+                    return
+                tp, topic_id = self._stopped[0]
+            self._delete_partition(self._store_once(), tp, topic_id)
+            with self._meta_lock:
+                self._stopped.pop(0)
+                self._copied_end.pop(tp, None)
+
+    def _delete_partition(self, store: ObjectStore, tp: TopicPartition, topic_id: str) -> None:
+        """Delete a deleted topic's partition from the store: objects no manifest names
+        (interrupted copies) first, while its manifests still refuse a topic created again
+        under the name (so none is a new topic's copy), then each segment, oldest first, as
+        :meth:`_delete_segment`. Manifests of another topic id are left."""
+        prefix = tp.dir_name + "/"
+        manifests = self._list_manifests(store, tp)
+        ours = [m for m in manifests if not (m.topic_id and topic_id and m.topic_id != topic_id)]
+        if len(ours) == len(manifests):
+            named = {prefix + f.name for m in manifests for f in m.files}
+            named |= {prefix + RemoteLogSegmentMetadata.name_of(m.base_offset) for m in manifests}
+            for name in store.list(prefix):
+                if name not in named:
+                    with contextlib.suppress(FileNotFoundError):
+                        store.delete(name)
+        for m in ours:
+            self._delete_segment(store, tp, m)
+        log.info("remote log manager: deleted %d segments of deleted %s from %s", len(ours), tp,
+                 store.location.describe(prefix))  # fmt: skip
 
     def _store_once(self) -> ObjectStore:
         if self._store is None:
@@ -249,7 +362,7 @@ class RemoteLogManager:
         manifests = self._list_manifests(store, tp)
         if not manifests:
             self._refused.discard(tp)
-            self._cache(tp, unified, [])
+            self._loaded(tp, unified, [])
             return -1
         last = manifests[-1]
         if not _same_topic(last, unified):
@@ -260,10 +373,11 @@ class RemoteLogManager:
                           "topic id %s (a topic deleted and created again): %s is not tiered "
                           "until they are deleted", store.location.describe(prefix),
                           last.topic_id, tp, ours, tp)  # fmt: skip
-            self._cache(tp, unified, [])  # none of them is this topic's
+            with self._meta_lock:
+                self._remote[tp] = (unified.topic_id, [])  # none of them is this topic's
             return None
         self._refused.discard(tp)
-        self._cache(tp, unified, _finished(manifests))
+        self._loaded(tp, unified, manifests)
         return last.next_offset
 
     def _list_manifests(
@@ -280,12 +394,6 @@ class RemoteLogManager:
             manifests.append(RemoteLogSegmentMetadata.from_json(store.read(name), where))
         return manifests
 
-    def _cache(
-        self, tp: TopicPartition, unified: UnifiedLog, segments: list[RemoteLogSegmentMetadata]
-    ) -> None:
-        with self._meta_lock:
-            self._remote[tp] = (unified.topic_id, list(segments))
-
     def remote_segments(
         self, tp: TopicPartition, unified: UnifiedLog
     ) -> list[RemoteLogSegmentMetadata]:
@@ -298,15 +406,32 @@ class RemoteLogManager:
                 return list(cached[1])
         store = self.location.open()
         try:
-            segments = _finished(self._list_manifests(store, tp))
+            manifests = self._list_manifests(store, tp)
         finally:
             store.release()
-        if segments and not _same_topic(segments[-1], unified):
-            segments = []
+        if manifests and not _same_topic(manifests[-1], unified):
+            manifests = []
+        return self._loaded(tp, unified, manifests)
+
+    def _loaded(
+        self, tp: TopicPartition, unified: UnifiedLog, manifests: list[RemoteLogSegmentMetadata]
+    ) -> list[RemoteLogSegmentMetadata]:
+        """Cache a listing's manifests: the finished ones are the remote segments, the
+        ``DELETE_SEGMENT_STARTED`` ones are deleted by the next pass. The log start moves up
+        to the first remote offset if it lies below (a deletion decided before a restart whose
+        log-start-offset-checkpoint was not written yet; Kafka's leader takes the remote log
+        start from the metadata too), never above the first local offset."""
+        segments = _finished(manifests)
         with self._meta_lock:
-            if self._remote.get(tp, (None, None))[0] != unified.topic_id or tp not in self._remote:
-                self._remote[tp] = (unified.topic_id, segments)
-            return list(self._remote[tp][1])
+            self._remote[tp] = (unified.topic_id, segments)
+            started = [m for m in manifests if m.state == DELETE_SEGMENT_STARTED]
+            if started:
+                self._deleting[tp] = started
+        local = unified.local_log_start_offset
+        floor = min(segments[0].base_offset if segments else local, local)
+        if unified.log_start_offset < floor:
+            unified.update_log_start_offset_from_remote_tier(floor)
+        return list(segments)
 
     # -- reads (Kafka's RemoteLogReader and RemoteLogManager.read) -------------------------------
 
@@ -477,3 +602,31 @@ def _whole_batches(records: bytes | memoryview) -> bytes:
         return b""
     status, at, _, _ = es.seek_entry(readonly_bytes(records), 0, len(records), es.NO_TARGET)
     return bytes(records[: int(at)] if status in (es.SEEK_END, es.SEEK_PARTIAL) else records)
+
+
+def _expired(
+    segments: list[RemoteLogSegmentMetadata], unified: UnifiedLog, now_ms: int
+) -> list[RemoteLogSegmentMetadata]:
+    """The oldest remote segments past retention, in order (Kafka's
+    ``RemoteLogRetentionHandler``): each wholly below the log start offset (DeleteRecords), or
+    whose manifest's ``max_timestamp_ms`` is at most ``now - retention.ms``, or while the
+    partition's size (remote segments plus the local ones after them) exceeds
+    ``retention.bytes`` by at least the segment's size; the first other one stops it."""
+    c = unified.config
+    remaining = -1
+    if c.retention_bytes >= 0 and segments:
+        total = sum(m.size_in_bytes for m in segments)
+        total += unified.local_size_from(segments[-1].next_offset)
+        remaining = total - c.retention_bytes
+    doomed = []
+    for m in segments:
+        if m.next_offset <= unified.log_start_offset:
+            pass
+        elif c.retention_ms >= 0 and m.max_timestamp_ms <= now_ms - c.retention_ms:
+            remaining = max(0, remaining - m.size_in_bytes) if remaining >= 0 else remaining
+        elif remaining > 0 and remaining - m.size_in_bytes >= 0:
+            remaining -= m.size_in_bytes
+        else:
+            break
+        doomed.append(m)
+    return doomed

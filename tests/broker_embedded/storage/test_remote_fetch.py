@@ -29,7 +29,8 @@ from tests.broker_embedded.storage.test_remote_log_manager import (
 )
 from tests.seaweedfs import S3Server
 
-T0 = 1_700_000_000_000  # the records' timestamps: T0 + 10 * offset
+# the records' timestamps: T0 + 10 * offset, an hour ago (within the default retention.ms)
+T0 = int(time.time()) * 1000 - 3_600_000
 COUNT = 60
 
 
@@ -164,3 +165,55 @@ def test_a_failing_store_answers_the_error_naming_the_key(
 def r_ok(broker: Broker, request: FetchRequest) -> bool:
     part = broker.fetch(request).partitions[0]
     return part.error is None and len(part.records) > 0
+
+
+def test_remote_retention_deletes_the_oldest_segments_and_moves_the_log_start(
+    s3: S3Server, tmp_path: Path
+) -> None:
+    """retention.ms (by the manifests' max timestamps) and retention.bytes (remote plus local
+    bytes, as Kafka's RLMExpirationTask counts) delete exactly the oldest stored segments
+    past them, objects and manifest, and move the log start; a fetch below it is then
+    OFFSET_OUT_OF_RANGE. Deleting the topic deletes its objects, and the topic created again
+    is tiered."""
+    uri = f"s3://{s3.new_bucket('expire')}/b0"
+    tp = TopicPartition("tiered", 0)
+    base_config = {**TIERED, "local.retention.ms": "0"}
+    with tiered_broker(tmp_path / "l", uri, s3) as broker:
+        rlm, unified = broker.remote_log_manager, broker.log_manager.get_log(tp)
+        location = rlm.location
+        stored = [m for _, m in sorted(manifests(location, tp).items())]
+        assert len(stored) >= 6 and unified.log_start_offset == 0
+        broker.alter_topic_config("tiered", {**base_config, "retention.ms": "1000"})
+        rlm.run_once(now_ms=stored[1].max_timestamp_ms + 1000)  # 0 and 1 past it, not 2
+        assert sorted(manifests(location, tp)) == [m.base_offset for m in stored[2:]]
+        assert broker.list_offsets("tiered", 0, -2).offset == stored[2].base_offset
+        r = broker.fetch(FetchRequest((PartitionFetch(tp, 0, 1 << 20),), max_wait_ms=0))
+        assert r.partitions[0].error_name == "OFFSET_OUT_OF_RANGE"
+        at = stored[2].base_offset
+        r = broker.fetch(FetchRequest((PartitionFetch(tp, at, 1 << 20),), max_wait_ms=0))
+        assert next(iter_batches(r.partitions[0].records)).base_offset == at
+        names = location.open().list("tiered-0/")
+        gone = tuple("tiered-0/" + _stem(m) for m in stored[:2])
+        assert [n for n in names if n.startswith(gone)] == []
+        (active,) = local_bases(tmp_path / "l", tp)
+        local = (tmp_path / "l" / tp.dir_name / f"{active:020d}.log").stat().st_size
+        total = sum(m.size_in_bytes for m in stored[2:]) + local
+        keep = total - stored[2].size_in_bytes - stored[3].size_in_bytes  # 2 and 3 go
+        broker.alter_topic_config("tiered", {**base_config, "retention.bytes": str(keep)})
+        rlm.run_once()
+        assert sorted(manifests(location, tp)) == [m.base_offset for m in stored[4:]]
+        assert unified.log_start_offset == stored[4].base_offset
+        assert rlm.deleted == 4
+        broker.delete_topic("tiered")
+        deadline = time.monotonic() + 30
+        while location.open().list("tiered-0/") and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert location.open().list("tiered-0/") == {}
+        broker.create_topic("tiered", config=base_config)
+        for i in range(12):
+            broker.produce("tiered", 0, [value(i)])
+        assert rlm.run_once() > 0
+
+
+def _stem(m) -> str:
+    return f"{m.base_offset:020d}."

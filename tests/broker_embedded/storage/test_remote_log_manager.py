@@ -106,9 +106,11 @@ def test_closed_segments_are_tiered_and_read_back_as_the_local_log(
 def test_a_topic_created_again_is_not_tiered_over_the_old_topic_s_segments(
     s3: S3Server, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """The store's keys carry the topic's name; the manifests carry its id. A topic deleted and
-    created again (a new id) is not tiered while the old topic's segments are there: no copy,
-    one error naming both ids; once they are deleted, the new topic is tiered."""
+    """The store's keys carry the topic's name; the manifests carry its id. Deleting a topic
+    deletes its objects; should they stay (a broker that stopped before deleting them: here
+    put back), the topic created again (a new id) is not tiered while the old topic's
+    segments are there: no copy, one error naming both ids; once they are deleted, the new
+    topic is tiered."""
     uri = f"s3://{s3.new_bucket('again')}/p"
     location, tp = StoreLocation(uri, s3.settings), TopicPartition("again", 0)
     with Broker(tmp_path / "l", config=tiering_config(uri, s3), create=True) as broker:
@@ -119,7 +121,12 @@ def test_a_topic_created_again_is_not_tiered_over_the_old_topic_s_segments(
         old = manifests(location, tp)
         old_id = topic_id_to_string(broker.log_manager.get_log(tp).topic_id)
         assert old and {m.topic_id for m in old.values()} == {old_id}
+        store = location.open()
+        saved = {name: store.read(name) for name in store.list("again-0/")}
         broker.delete_topic("again")
+        wait_for("the deleted topic's objects deleted", lambda: store.list("again-0/") == {})
+        for name, data in saved.items():
+            store.write(name, data)
         broker.create_topic("again", config=TIERED)
         for i in range(12):
             broker.produce("again", 0, [f"again {i:03d} ".encode() * 8])
