@@ -611,7 +611,10 @@ def _expired(
     ``RemoteLogRetentionHandler``): each wholly below the log start offset (DeleteRecords), or
     whose manifest's ``max_timestamp_ms`` is at most ``now - retention.ms``, or while the
     partition's size (remote segments plus the local ones after them) exceeds
-    ``retention.bytes`` by at least the segment's size; the first other one stops it."""
+    ``retention.bytes`` by at least the segment's size; the first other one stops it. Every
+    segment deleted leaves the excess (Kafka moves the log start after its deletions, so it
+    never meets segments below it that it counted; here the log start moves first, and a
+    restart after a kill may meet them)."""
     c = unified.config
     remaining = -1
     if c.retention_bytes >= 0 and segments:
@@ -620,9 +623,9 @@ def _expired(
         remaining = total - c.retention_bytes
     doomed = []
     for m in segments:
-        if m.next_offset <= unified.log_start_offset:
-            pass
-        elif c.retention_ms >= 0 and m.max_timestamp_ms <= now_ms - c.retention_ms:
+        below_start = m.next_offset <= unified.log_start_offset
+        expired = c.retention_ms >= 0 and m.max_timestamp_ms <= now_ms - c.retention_ms
+        if below_start or expired:  # either way its bytes leave the excess
             remaining = max(0, remaining - m.size_in_bytes) if remaining >= 0 else remaining
         elif remaining > 0 and remaining - m.size_in_bytes >= 0:
             remaining -= m.size_in_bytes

@@ -217,3 +217,90 @@ def test_remote_retention_deletes_the_oldest_segments_and_moves_the_log_start(
 
 def _stem(m) -> str:
     return f"{m.base_offset:020d}."
+
+
+@pytest.mark.slow  # two kafkalog serve starts
+def test_a_serve_killed_mid_deletion_finishes_it_after_a_restart(
+    s3: S3Server, tmp_path: Path
+) -> None:
+    """``kafkalog serve`` SIGKILLed while remote retention deletes a segment (its ``.log``
+    DELETE held by a proxy, after its manifest was marked and its first objects went): a
+    reader of the store skips the marked segment and reads the rest whole; restarted, the
+    broker finishes the deletion (and the next segment's, past retention.bytes too) and its
+    log start is the first stored offset."""
+    from confluent_kafka import Consumer
+    from confluent_kafka import TopicPartition as KafkaTopicPartition
+    from confluent_kafka.admin import (
+        AdminClient,
+        AlterConfigOpType,
+        ConfigEntry,
+        ConfigResource,
+        NewTopic,
+        ResourceType,
+    )
+
+    from broker_embedded.storage.object_store import StoreLocation
+    from broker_embedded.storage.object_store_fetch_source import ObjectStoreSource
+    from tests.broker_embedded.storage.test_remote_log_manager import (
+        batches,
+        produce,
+        wait_for,
+        write_broker_config,
+    )
+    from tests.s3_proxy import FaultProxy
+    from tests.spark_kafkalog._serve_proc import ServeProcess
+
+    bucket = s3.new_bucket("killdel")
+    uri = f"s3://{bucket}/b0"
+    location, tp, logs = (
+        StoreLocation(uri, s3.settings),
+        TopicPartition("tiered", 0),
+        tmp_path / "l",
+    )
+
+    def all_closed_stored() -> bool:
+        return sorted(manifests(location, tp)) == local_bases(logs, tp)[:-1]
+
+    with FaultProxy(s3.endpoint) as proxy:
+        proxied = {**s3.options(), "fs.s3a.endpoint": proxy.endpoint}
+        config = write_broker_config(tmp_path / "proxied.toml", uri, proxied)
+        with ServeProcess(logs, "--broker-config", config, stderr=tmp_path / "err1") as serve:
+            admin = AdminClient({"bootstrap.servers": serve.bootstrap})
+            admin.create_topics([NewTopic("tiered", 1, 1, config=TIERED)])["tiered"].result(30)
+            produce(serve.bootstrap, 0, 30)
+            wait_for("the closed segments in the store", all_closed_stored)
+            stored = [m for _, m in sorted(manifests(location, tp).items())]
+            (active,) = local_bases(logs, tp)[-1:]
+            local = (logs / tp.dir_name / f"{active:020d}.log").stat().st_size
+            total = sum(m.size_in_bytes for m in stored) + local
+            keep = total - stored[0].size_in_bytes - stored[1].size_in_bytes
+            proxy.inject("stall", matching=f"DELETE /{bucket}/b0/tiered-0/{_stem(stored[0])}log")
+            entry = ConfigEntry("retention.bytes", str(keep),
+                                incremental_operation=AlterConfigOpType.SET)  # fmt: skip
+            resource = ConfigResource(ResourceType.TOPIC, "tiered", incremental_configs=[entry])
+            for future in admin.incremental_alter_configs([resource]).values():
+                future.result(30)
+            wait_for("the deletion held at the first .log", lambda: proxy.injected == 1, 30)
+            serve.kill()
+    store = location.open()
+    first = f"tiered-0/{stored[0].name_of(stored[0].base_offset)}"
+    assert b'"DELETE_SEGMENT_STARTED"' in store.read(first)
+    assert f"tiered-0/{_stem(stored[0])}log" in store.list("tiered-0/")  # half deleted
+    remote = ObjectStoreSource(location).open()  # a reader of the store skips it
+    end = stored[-1].next_offset
+    assert [b[0] for b in batches(remote, tp)] == list(range(stored[1].base_offset, end))
+    direct = write_broker_config(tmp_path / "direct.toml", uri, s3.options())
+    with ServeProcess(logs, "--broker-config", direct, stderr=tmp_path / "err2") as serve:
+        wait_for(
+            "the deletion finished",
+            lambda: sorted(manifests(location, tp)) == [m.base_offset for m in stored[2:]],
+        )
+        consumer = Consumer({"bootstrap.servers": serve.bootstrap, "group.id": "killdel"})
+        try:
+            low, high = consumer.get_watermark_offsets(KafkaTopicPartition("tiered", 0), 10)
+        finally:
+            consumer.close()
+        assert (low, high) == (stored[2].base_offset, 30)
+        assert serve.terminate() == 0
+    gone = tuple(f"tiered-0/{_stem(m)}" for m in stored[:2])
+    assert [n for n in location.open().list("tiered-0/") if n.startswith(gone)] == []
