@@ -66,6 +66,7 @@ from broker_embedded.errors import (
     KafkaApiError,
     NotLeaderOrFollowerError,
     OffsetMovedToTieredStorageError,
+    OffsetOutOfRangeError,
     StaleControllerEpochError,
     UnknownTopicOrPartitionError,
 )
@@ -612,7 +613,10 @@ class ReplicaManager:
                     zero_copy,
                 )  # fmt: skip
             except OffsetMovedToTieredStorageError as e:
-                if self.remote_log_manager is None or request.is_from_follower:
+                if self.remote_log_manager is None:  # Kafka: the local read's out of range
+                    results.append(self._error_result(tp, OffsetOutOfRangeError(str(e))))
+                    continue
+                if request.is_from_follower:
                     results.append(self._error_result(tp, e))
                     continue
                 aborted = () if isolation is FetchIsolation.TXN_COMMITTED else None

@@ -129,12 +129,15 @@ def test_a_fetch_in_the_store_is_bounded_and_one_partition_a_request(
         assert r.partitions[1].error is None and r.partitions[1].records == b""
 
 
+@pytest.mark.slow  # the store's retries twice and a 3 s remote wait: 7-8 s
 def test_a_failing_store_answers_the_error_naming_the_key(
     s3: S3Server, tmp_path: Path, caplog
 ) -> None:
     """The store gone (connections refused): the fetch answers UNKNOWN_SERVER_ERROR (Kafka's
     answer to a RemoteStorageException) within the store's retry bound, and the broker's log
-    names the key; ListOffsets by timestamp too. Back, the same fetch reads."""
+    names the key; ListOffsets by timestamp too. Back, the same fetch reads. A store that
+    stops answering: the fetch answers after remote.fetch.max.wait.ms, no records and no
+    error (the consumer asks again), as Kafka's DelayedRemoteFetch expires."""
     from tests.s3_proxy import FaultProxy
 
     tp = TopicPartition("tiered", 0)
@@ -142,7 +145,7 @@ def test_a_failing_store_answers_the_error_naming_the_key(
     with (
         FaultProxy(s3.endpoint) as proxy,
         tiered_broker(
-            tmp_path / "l", uri, s3, proxy.endpoint, remote_fetch_max_wait_ms=10_000
+            tmp_path / "l", uri, s3, proxy.endpoint, remote_fetch_max_wait_ms=3_000
         ) as broker,  # fmt: skip
     ):
         request = FetchRequest((PartitionFetch(tp, 0, 1 << 20),), max_wait_ms=0)
@@ -160,6 +163,11 @@ def test_a_failing_store_answers_the_error_naming_the_key(
         assert any("fetching offset 0 of tiered-0" in m and "tiered-0/0000" in m for m in logged)
         proxy.start()
         assert r_ok(broker, request)
+        proxy.inject("stall", matching="tiered-0/00000000000000000000.")
+        began = time.monotonic()
+        r = broker.fetch(request).partitions[0]
+        assert 2.9 < time.monotonic() - began < 8
+        assert r.error is None and r.records == b"" and r.high_watermark == COUNT
 
 
 def r_ok(broker: Broker, request: FetchRequest) -> bool:
