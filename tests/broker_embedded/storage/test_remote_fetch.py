@@ -243,7 +243,6 @@ def test_a_serve_killed_mid_deletion_finishes_it_after_a_restart(
         AlterConfigOpType,
         ConfigEntry,
         ConfigResource,
-        NewTopic,
         ResourceType,
     )
 
@@ -251,7 +250,7 @@ def test_a_serve_killed_mid_deletion_finishes_it_after_a_restart(
     from broker_embedded.storage.object_store_fetch_source import ObjectStoreSource
     from tests.broker_embedded.storage.test_remote_log_manager import (
         batches,
-        produce,
+        serving_tiered,
         wait_for,
         write_broker_config,
     )
@@ -260,23 +259,12 @@ def test_a_serve_killed_mid_deletion_finishes_it_after_a_restart(
 
     bucket = s3.new_bucket("killdel")
     uri = f"s3://{bucket}/b0"
-    location, tp, logs = (
-        StoreLocation(uri, s3.settings),
-        TopicPartition("tiered", 0),
-        tmp_path / "l",
-    )
-
-    def all_closed_stored() -> bool:
-        return sorted(manifests(location, tp)) == local_bases(logs, tp)[:-1]
-
+    location, tp = StoreLocation(uri, s3.settings), TopicPartition("tiered", 0)
+    logs = tmp_path / "l"
     with FaultProxy(s3.endpoint) as proxy:
         proxied = {**s3.options(), "fs.s3a.endpoint": proxy.endpoint}
-        config = write_broker_config(tmp_path / "proxied.toml", uri, proxied)
-        with ServeProcess(logs, "--broker-config", config, stderr=tmp_path / "err1") as serve:
+        with serving_tiered(tmp_path, logs, uri, proxied) as serve:
             admin = AdminClient({"bootstrap.servers": serve.bootstrap})
-            admin.create_topics([NewTopic("tiered", 1, 1, config=TIERED)])["tiered"].result(30)
-            produce(serve.bootstrap, 0, 30)
-            wait_for("the closed segments in the store", all_closed_stored)
             stored = [m for _, m in sorted(manifests(location, tp).items())]
             (active,) = local_bases(logs, tp)[-1:]
             local = (logs / tp.dir_name / f"{active:020d}.log").stat().st_size
