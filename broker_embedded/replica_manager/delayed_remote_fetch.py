@@ -71,7 +71,8 @@ def _answer(
     if error is not None:
         if not isinstance(error, KafkaApiError):
             error = RemoteStorageError(f"reading {placeholder.topic_partition} remotely: {error}")
-        return dataclasses.replace(placeholder, error=error, aborted_transactions=None)
+        # Kafka's createLogReadResult(e): the offsets unknown (-1), no records
+        return PartitionFetchResult(placeholder.topic_partition, error)
     result = future.result()
     aborted = result.aborted_transactions
     return dataclasses.replace(placeholder, records=result.records,
