@@ -181,8 +181,8 @@ def test_remote_retention_deletes_the_oldest_segments_and_moves_the_log_start(
     """retention.ms (by the manifests' max timestamps) and retention.bytes (remote plus local
     bytes, as Kafka's RLMExpirationTask counts) delete exactly the oldest stored segments
     past them, objects and manifest, and move the log start; a fetch below it is then
-    OFFSET_OUT_OF_RANGE. Deleting the topic deletes its objects, and the topic created again
-    is tiered."""
+    OFFSET_OUT_OF_RANGE. DeleteRecords into the store deletes the segments wholly below it.
+    Deleting the topic deletes its objects, and the topic created again is tiered."""
     uri = f"s3://{s3.new_bucket('expire')}/b0"
     tp = TopicPartition("tiered", 0)
     base_config = {**TIERED, "local.retention.ms": "0"}
@@ -190,7 +190,7 @@ def test_remote_retention_deletes_the_oldest_segments_and_moves_the_log_start(
         rlm, unified = broker.remote_log_manager, broker.log_manager.get_log(tp)
         location = rlm.location
         stored = [m for _, m in sorted(manifests(location, tp).items())]
-        assert len(stored) >= 6 and unified.log_start_offset == 0
+        assert len(stored) >= 7 and unified.log_start_offset == 0
         broker.alter_topic_config("tiered", {**base_config, "retention.ms": "1000"})
         rlm.run_once(now_ms=stored[1].max_timestamp_ms + 1000)  # 0 and 1 past it, not 2
         assert sorted(manifests(location, tp)) == [m.base_offset for m in stored[2:]]
@@ -212,6 +212,13 @@ def test_remote_retention_deletes_the_oldest_segments_and_moves_the_log_start(
         assert sorted(manifests(location, tp)) == [m.base_offset for m in stored[4:]]
         assert unified.log_start_offset == stored[4].base_offset
         assert rlm.deleted == 4
+        at = stored[5].base_offset + 1  # DeleteRecords into the store: what lies below goes
+        assert broker.replica_manager.delete_records(tp, at) == at
+        rlm.run_once()
+        assert sorted(manifests(location, tp)) == [m.base_offset for m in stored[5:]]
+        assert broker.list_offsets("tiered", 0, -2).offset == at
+        r = broker.fetch(FetchRequest((PartitionFetch(tp, at, 1 << 20),), max_wait_ms=0))
+        assert next(iter_batches(r.partitions[0].records)).base_offset == at  # one record each
         broker.delete_topic("tiered")
         deadline = time.monotonic() + 30
         while location.open().list("tiered-0/") and time.monotonic() < deadline:
