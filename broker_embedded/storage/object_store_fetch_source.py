@@ -89,6 +89,7 @@ from broker_embedded.storage.offset_checkpoint import (
     OffsetCheckpointFile,
 )
 from broker_embedded.storage.offset_index import INDEX_SUFFIX, OffsetIndex
+from broker_embedded.storage.remote_index_cache import RemoteIndexCache
 from broker_embedded.storage.remote_log_segment_metadata import (
     DELETE_SEGMENT_STARTED,
     RemoteLogSegmentMetadata,
@@ -190,8 +191,11 @@ class _Segment:
 class ObjectStoreFetchSource:
     """A log dir on object storage as a :class:`FetchSource`; see the module docstring."""
 
-    def __init__(self, descriptor: ObjectStoreSource) -> None:
+    def __init__(
+        self, descriptor: ObjectStoreSource, index_cache: RemoteIndexCache | None = None
+    ) -> None:
         self._descriptor = descriptor
+        self._shared = index_cache  # a broker's offset indexes, shared by its remote reads
         self._store: ObjectStore = descriptor.store.open()
         self._planned = dict(descriptor.planned)
         self._listing: dict[str, int] | None = None
@@ -402,8 +406,12 @@ class ObjectStoreFetchSource:
         index = self._index.pop(key, None)
         if index is None:
             name = f"{tp.dir_name}/{segment_file_stem(base)}{INDEX_SUFFIX}"
-            data = self._store.read(name, context) if self._has(name) else b""
-            index = OffsetIndex.from_bytes(data, base, source=self._where(name))
+            index = None if self._shared is None else self._shared.get(name)
+            if index is None:
+                data = self._store.read(name, context) if self._has(name) else b""
+                index = OffsetIndex.from_bytes(data, base, source=self._where(name))
+                if self._shared is not None:
+                    self._shared.put(name, index)
             while len(self._index) >= KEPT_INDEXES:
                 del self._index[next(iter(self._index))]  # the least recently used
         self._index[key] = index

@@ -58,6 +58,7 @@ ListOffsets by timestamp in the store (on the request thread, as Kafka 3.9's). W
 are remote comes from the manifests, kept in memory per partition (Kafka's
 ``RemoteLogMetadataManager``): listed (one GET per manifest) at the first copy pass or read of
 the partition, appended to as segments are copied; only ``COPY_SEGMENT_FINISHED`` ones count.
+The parsed offset indexes of the segments read are kept (remote_index_cache.py, 64 MiB).
 A store that fails a read is logged with its key and answered :class:`RemoteStorageError`
 (UNKNOWN_SERVER_ERROR, as Kafka answers its ``RemoteStorageException``).
 
@@ -103,6 +104,7 @@ from broker_embedded.storage.object_store_fetch_source import (
     StoredPartition,
 )
 from broker_embedded.storage.partition_metadata import topic_id_to_string
+from broker_embedded.storage.remote_index_cache import RemoteIndexCache
 from broker_embedded.storage.remote_log_segment_metadata import (
     COPY_SEGMENT_FINISHED,
     DELETE_SEGMENT_STARTED,
@@ -168,6 +170,7 @@ class RemoteLogManager:
         self._readers = ThreadPoolExecutor(reader_threads,
                                            f"remote-log-reader-{broker_id}")  # fmt: skip
         self._max_pending_reads = reader_max_pending_tasks
+        self.index_cache = RemoteIndexCache()
         self._pending_reads = 0
         # DELETE_SEGMENT_STARTED manifests found by a listing: the next pass finishes them
         self._deleting: dict[TopicPartition, list[RemoteLogSegmentMetadata]] = {}
@@ -257,6 +260,7 @@ class RemoteLogManager:
         key = f"{tp.dir_name}/{RemoteLogSegmentMetadata.name_of(m.base_offset)}"
         if m.state != DELETE_SEGMENT_STARTED:
             store.write(key, dataclasses.replace(m, state=DELETE_SEGMENT_STARTED).to_json())
+        self.index_cache.forget(f"{tp.dir_name}/{segment_file_stem(m.base_offset)}.")
         for f in m.files:
             with contextlib.suppress(FileNotFoundError):
                 store.delete(f"{tp.dir_name}/{f.name}")
@@ -275,6 +279,7 @@ class RemoteLogManager:
                 self._stopped.append((tp, "" if topic_id is None else topic_id_to_string(topic_id)))
                 self._remote.pop(tp, None)
                 self._deleting.pop(tp, None)
+                self.index_cache.forget(tp.dir_name + "/")
         if not self._stopping.is_set():
             with contextlib.suppress(Exception):  # shut down meanwhile: the next start does not
                 self._scheduler.schedule("remote-log-delete", self._pass, delay_ms=0)
@@ -423,6 +428,8 @@ class RemoteLogManager:
         start from the metadata too), never above the first local offset."""
         segments = _finished(manifests)
         with self._meta_lock:
+            if tp in self._remote and self._remote[tp][0] != unified.topic_id:
+                self.index_cache.forget(tp.dir_name + "/")  # another topic's, under the name
             self._remote[tp] = (unified.topic_id, segments)
             started = [m for m in manifests if m.state == DELETE_SEGMENT_STARTED]
             if started:
@@ -477,7 +484,7 @@ class RemoteLogManager:
         level = IsolationLevel.READ_COMMITTED if committed else IsolationLevel.READ_UNCOMMITTED
         stored = _stored_partition(tp, segments, unified)
         with self._store_errors(tp, f"fetching offset {offset}"):
-            with ObjectStoreFetchSource(ObjectStoreSource(self.location, ((tp, stored),))) as src:
+            with self._source(tp, stored) as src:
                 fetched = src.fetch(tp, offset, info.max_bytes, level)
         records = _whole_batches(fetched.records)
         if not info.min_one_message and len(records) > info.max_bytes:
@@ -508,8 +515,14 @@ class RemoteLogManager:
             return None
         stored = _stored_partition(tp, segments[first:], unified)
         with self._store_errors(tp, f"looking up timestamp {timestamp}"):
-            with ObjectStoreFetchSource(ObjectStoreSource(self.location, ((tp, stored),))) as src:
+            with self._source(tp, stored) as src:
                 return src.offset_for_time(tp, timestamp)
+
+    def _source(self, tp: TopicPartition, stored: StoredPartition) -> ObjectStoreFetchSource:
+        """A reader of ``stored`` (a fresh store handle: one thread uses it), with the broker's
+        offset index cache."""
+        return ObjectStoreFetchSource(ObjectStoreSource(self.location, ((tp, stored),)),
+                                      self.index_cache)  # fmt: skip
 
     def _remote_or_error(
         self, tp: TopicPartition, unified: UnifiedLog, what: str
