@@ -94,6 +94,7 @@ from broker_embedded.storage.leader_epoch_checkpoint import (
     LEADER_EPOCH_CHECKPOINT,
     LeaderEpochCheckpointFile,
 )
+from broker_embedded.storage.local_log import end_of_complete_batches
 from broker_embedded.storage.log_dir_upload import SegmentUpload
 from broker_embedded.storage.log_file_utils import segment_file_stem
 from broker_embedded.storage.log_segment import TimestampAndOffset
@@ -492,7 +493,7 @@ class RemoteLogManager:
         aborted = None
         if committed:
             found = {(pid, first) for pid, first in fetched.aborted_transactions or ()}
-            end = stored.log_end_offset
+            end = end_of_complete_batches(records, offset)
             for a in unified.collect_aborted_transactions(unified.local_log_start_offset, end):
                 found.add((a.producer_id, a.first_offset))  # markers in local segments
             aborted = tuple(AbortedTxn(pid, first, -1, -1) for pid, first in sorted(found))

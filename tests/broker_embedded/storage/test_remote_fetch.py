@@ -59,6 +59,18 @@ def tiered_broker(
         yield broker
 
 
+@contextlib.contextmanager
+def wire(broker: Broker) -> Iterator[str]:
+    """``broker`` served on 127.0.0.1 (port 0): its bootstrap address."""
+    server = broker_server(broker, ["PLAINTEXT://127.0.0.1:0"])
+    server.start()
+    try:
+        endpoint = server.endpoints[0]
+        yield f"{endpoint.host}:{endpoint.port}"
+    finally:
+        server.shutdown(5.0)
+
+
 def test_a_consumer_reads_from_offset_0_through_the_store(s3: S3Server, tmp_path: Path) -> None:
     """Kafka's consumer (confluent-kafka) from the beginning: every record once, in order,
     equal to what was produced, the early ones served from the store; ListOffsets -2 is the
@@ -80,12 +92,9 @@ def test_a_consumer_reads_from_offset_0_through_the_store(s3: S3Server, tmp_path
             found = broker.list_offsets("tiered", 0, T0 + 10 * offset - 5)
             assert (found.offset, found.timestamp) == (offset, T0 + 10 * offset)
         assert broker.list_offsets("tiered", 0, T0 + 10 * COUNT).offset == -1
-        server = broker_server(broker, ["PLAINTEXT://127.0.0.1:0"])
-        server.start()
-        try:
-            endpoint = server.endpoints[0]
-            consumer = Consumer({"bootstrap.servers": f"{endpoint.host}:{endpoint.port}",
-                                 "group.id": "remote-fetch", "enable.auto.commit": False,
+        with wire(broker) as bootstrap:
+            consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "remote-fetch",
+                                 "enable.auto.commit": False,
                                  "max.partition.fetch.bytes": 1024})  # fmt: skip
             try:
                 consumer.assign([KafkaTopicPartition("tiered", 0, OFFSET_BEGINNING)])
@@ -100,8 +109,6 @@ def test_a_consumer_reads_from_offset_0_through_the_store(s3: S3Server, tmp_path
                         seen.append((m.offset(), m.value(), m.timestamp()[1]))
             finally:
                 consumer.close()
-        finally:
-            server.shutdown(5.0)
     assert seen == [(i, value(i), T0 + 10 * i) for i in range(COUNT)]
 
 
@@ -308,3 +315,44 @@ def test_a_serve_killed_mid_deletion_finishes_it_after_a_restart(
         assert serve.terminate() == 0
     gone = tuple(f"tiered-0/{_stem(m)}" for m in stored[:2])
     assert [n for n in location.open().list("tiered-0/") if n.startswith(gone)] == []
+
+
+def test_read_committed_from_the_store_skips_the_aborted_transactions(
+    s3: S3Server, tmp_path: Path
+) -> None:
+    """Kafka's read_committed consumer from offset 0 of a topic whose transactions are only in
+    the store: the committed records, in order, none of the aborted ones (the aborted
+    transactions come from the stored ``.txnindex``)."""
+    from confluent_kafka import Producer
+
+    from tests.broker_embedded.server._consume import consume
+
+    uri = f"s3://{s3.new_bucket('txn')}/b0"
+    tp = TopicPartition("tx", 0)
+    cfg = dataclasses.replace(tiering_config(uri, s3), num_network_threads=2, num_io_threads=2)
+    with Broker(tmp_path / "l", config=cfg, create=True) as broker, wire(broker) as bootstrap:
+        broker.create_topic("tx", config={**TIERED, "local.retention.ms": "0"})
+        producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": "tiered-tx",
+                             "linger.ms": 0})  # fmt: skip
+        producer.init_transactions(30)
+        committed = []
+        for t in range(8):
+            producer.begin_transaction()
+            values = [f"txn {t} record {i} ".encode() * 6 for i in range(3)]
+            for v in values:
+                producer.produce("tx", v, partition=0)
+            assert producer.flush(30) == 0
+            if t % 3 == 1:
+                producer.abort_transaction(30)
+            else:
+                producer.commit_transaction(30)
+                committed += values
+        assert broker.controller.transaction_coordinator.wait_completed("tiered-tx", 30)
+        unified = broker.log_manager.get_log(tp)
+        unified.roll()  # the last transaction's marker closes its segment
+        broker.remote_log_manager.run_once()
+        unified.delete_old_segments()
+        assert unified.local_log_start_offset == unified.log_end_offset  # all in the store
+        assert unified.log_start_offset == 0
+        got = consume(bootstrap, "tx", 1, "read_committed", 30)
+    assert [v for _, _, v, _, _ in got] == committed
