@@ -426,7 +426,8 @@ class RemoteLogManager:
         ``DELETE_SEGMENT_STARTED`` ones are deleted by the next pass. The log start moves up
         to the first remote offset if it lies below (a deletion decided before a restart whose
         log-start-offset-checkpoint was not written yet; Kafka's leader takes the remote log
-        start from the metadata too), never above the first local offset."""
+        start from the metadata too), never above the first local offset; a store holding no
+        manifest of the partition moves nothing."""
         segments = _finished(manifests)
         with self._meta_lock:
             if tp in self._remote and self._remote[tp][0] != unified.topic_id:
@@ -435,10 +436,11 @@ class RemoteLogManager:
             started = [m for m in manifests if m.state == DELETE_SEGMENT_STARTED]
             if started:
                 self._deleting[tp] = started
-        local = unified.local_log_start_offset
-        floor = min(segments[0].base_offset if segments else local, local)
-        if unified.log_start_offset < floor:
-            unified.update_log_start_offset_from_remote_tier(floor)
+        if segments or started:  # an empty store (another location?) moves nothing
+            local = unified.local_log_start_offset
+            floor = min(segments[0].base_offset if segments else local, local)
+            if unified.log_start_offset < floor:
+                unified.update_log_start_offset_from_remote_tier(floor)
         return list(segments)
 
     # -- reads (Kafka's RemoteLogReader and RemoteLogManager.read) -------------------------------
