@@ -64,8 +64,9 @@ A store that fails a read is logged with its key and answered :class:`RemoteStor
 
 Thread safety: the pass runs in the scheduler's thread; :meth:`run_once` may be called from
 one other thread at a time (tests); :meth:`close` from any thread. Reads run on the reader
-pool; the manifest cache and the read count are guarded by one lock (a leaf). Closed segment
-files are immutable (remote storage refuses compacted topics, so no cleaner rewrites them).
+pool (remote_storage_thread_pool.py); the manifest cache is guarded by one lock (a leaf).
+Closed segment files are immutable (remote storage refuses compacted topics, so no cleaner
+rewrites them).
 """
 
 from __future__ import annotations
@@ -76,7 +77,7 @@ import logging
 import threading
 import uuid
 from collections.abc import Callable, Iterator, Mapping
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -112,6 +113,10 @@ from broker_embedded.storage.remote_log_segment_metadata import (
     RemoteLogSegmentMetadata,
 )
 from broker_embedded.storage.remote_storage_fetch_info import RemoteStorageFetchInfo
+from broker_embedded.storage.remote_storage_thread_pool import (
+    RemoteReadRejectedError,
+    RemoteStorageThreadPool,
+)
 from broker_embedded.storage.snapshot_file import snapshot_file_name
 from broker_embedded.storage.topic_partition import TopicPartition
 from broker_embedded.storage.transaction_index import FILE_SUFFIX as TXN_INDEX_SUFFIX
@@ -168,11 +173,9 @@ class RemoteLogManager:
         self._remote: dict[TopicPartition, tuple[uuid.UUID | None, list[RemoteLogSegmentMetadata]]]
         self._remote = {}
         self._meta_lock = threading.Lock()
-        self._readers = ThreadPoolExecutor(reader_threads,
-                                           f"remote-log-reader-{broker_id}")  # fmt: skip
-        self._max_pending_reads = reader_max_pending_tasks
+        name = f"remote-log-reader-{broker_id}"
+        self._readers = RemoteStorageThreadPool(name, reader_threads, reader_max_pending_tasks)
         self.index_cache = RemoteIndexCache()
-        self._pending_reads = 0
         # DELETE_SEGMENT_STARTED manifests found by a listing: the next pass finishes them
         self._deleting: dict[TopicPartition, list[RemoteLogSegmentMetadata]] = {}
         # partitions of deleted topics (with their topic id) whose objects are to be deleted
@@ -194,7 +197,7 @@ class RemoteLogManager:
         background and fails; its segment has no manifest); no new pass starts."""
         self._stopping.set()
         self._scheduler.shutdown(timeout=CLOSE_TIMEOUT_S)
-        self._readers.shutdown(wait=False, cancel_futures=True)
+        self._readers.shutdown()
         if self._store is not None:
             self._store.release()
 
@@ -449,23 +452,14 @@ class RemoteLogManager:
         self, info: RemoteStorageFetchInfo, unified: UnifiedLog, on_done: Callable[[], None]
     ) -> Future[RemoteLogReadResult]:
         """Run :meth:`read` on the reader pool; ``on_done`` is called when it finished (or
-        was cancelled). More than ``remote.log.reader.max.pending.tasks`` reads queued is a
+        was cancelled). A full queue (``remote.log.reader.max.pending.tasks``) is a
         :class:`RemoteStorageError` at once (Kafka's RejectedExecutionException)."""
-        with self._meta_lock:
-            if self._pending_reads >= self._max_pending_reads:
-                raise RemoteStorageError(
-                    f"remote read of {info.topic_partition} at offset {info.fetch_offset} "
-                    f"refused: {self._pending_reads} remote reads are queued (the most)"
-                )
-            self._pending_reads += 1
-        future = self._readers.submit(self.read, info, unified)
-
-        def finished(_: Future[RemoteLogReadResult]) -> None:
-            with self._meta_lock:
-                self._pending_reads -= 1
-            on_done()
-
-        future.add_done_callback(finished)
+        try:
+            future = self._readers.submit(lambda: self.read(info, unified))
+        except RemoteReadRejectedError as e:
+            raise RemoteStorageError(f"remote read of {info.topic_partition} at offset "
+                                     f"{info.fetch_offset} refused: {e}") from None  # fmt: skip
+        future.add_done_callback(lambda _: on_done())
         return future
 
     def read(self, info: RemoteStorageFetchInfo, unified: UnifiedLog) -> RemoteLogReadResult:
