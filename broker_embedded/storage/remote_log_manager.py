@@ -44,7 +44,10 @@ then each segment: its manifest rewritten ``DELETE_SEGMENT_STARTED``, its object
 the manifest last. A listing finds marked manifests (a kill mid-deletion) and the next pass
 finishes them. A deleted topic's partitions (:meth:`RemoteLogManager.stop_partitions`) are
 deleted on this thread: the objects no manifest names first (while the manifests still refuse
-a topic created again under the name), then every segment of its topic id as above.
+a topic created again under the name), then every segment of its topic id as above. The
+partitions still to delete are recorded in the log dir (``remote-log-pending-deletions``: a
+version line ``0``, then ``<topic> <partition> <topic id or ->`` a line, written atomically,
+removed when empty), so that a restart finishes them.
 
 Reads (Kafka's ``RemoteLogReader`` and ``RemoteLogManager.read``): the replica manager hands a
 consumer's Fetch of an offset below the local log start to :meth:`RemoteLogManager.async_read`
@@ -90,6 +93,7 @@ from broker_embedded.errors import (
 from broker_embedded.record import entry_scan as es
 from broker_embedded.record.kernel_primitives import readonly_bytes
 from broker_embedded.scheduler import KafkaScheduler
+from broker_embedded.storage.checkpoint_file import write_atomically
 from broker_embedded.storage.fetch_data_info import FetchIsolation, IsolationLevel
 from broker_embedded.storage.leader_epoch_checkpoint import (
     LEADER_EPOCH_CHECKPOINT,
@@ -127,6 +131,9 @@ log = logging.getLogger(__name__)
 
 LEADER_EPOCH_SUFFIX = "." + LEADER_EPOCH_CHECKPOINT
 CLOSE_TIMEOUT_S = 10.0
+# in the log dir: the deleted topics' partitions whose stored objects are still to be deleted
+PENDING_FILE = "remote-log-pending-deletions"
+PENDING_VERSION = "0"
 READER_THREADS = 10  # Kafka's remote.log.reader.threads default
 READER_MAX_PENDING_TASKS = 100  # Kafka's remote.log.reader.max.pending.tasks default
 
@@ -186,6 +193,7 @@ class RemoteLogManager:
         return f"RemoteLogManager({self.location.describe()})"
 
     def startup(self) -> None:
+        self._stopped = self._read_pending()  # deletions a stop or a crash left unfinished
         self._scheduler.startup()
         self._scheduler.schedule(
             "remote-log-copy", self._pass, delay_ms=0, period_ms=self._interval_ms
@@ -284,6 +292,7 @@ class RemoteLogManager:
                 self._remote.pop(tp, None)
                 self._deleting.pop(tp, None)
                 self.index_cache.forget(tp.dir_name + "/")
+            self._write_pending()
         if not self._stopping.is_set():
             with contextlib.suppress(Exception):  # shut down meanwhile: the next start does not
                 self._scheduler.schedule("remote-log-delete", self._pass, delay_ms=0)
@@ -298,6 +307,34 @@ class RemoteLogManager:
             with self._meta_lock:
                 self._stopped.pop(0)
                 self._copied_end.pop(tp, None)
+                self._write_pending()
+
+    def _write_pending(self) -> None:
+        """Record the partitions whose objects are still to be deleted (:data:`PENDING_FILE`,
+        written atomically; removed when none is), so that a restart finishes them."""
+        path = self.log_dir / PENDING_FILE
+        if not self._stopped:
+            path.unlink(missing_ok=True)
+            return
+        lines = "".join(f"{tp.topic} {tp.partition} {tid or '-'}\n" for tp, tid in self._stopped)
+        write_atomically(path, f"{PENDING_VERSION}\n{lines}".encode())
+
+    def _read_pending(self) -> list[tuple[TopicPartition, str]]:
+        path = self.log_dir / PENDING_FILE
+        try:
+            text = path.read_text()
+        except FileNotFoundError:
+            return []
+        lines = text.splitlines()
+        if not lines or lines[0] != PENDING_VERSION:
+            log.error("remote log manager: %s is not a version %s file; ignored", path,
+                      PENDING_VERSION)  # fmt: skip
+            return []
+        found = []
+        for line in lines[1:]:
+            topic, partition, tid = line.rsplit(" ", 2)
+            found.append((TopicPartition(topic, int(partition)), "" if tid == "-" else tid))
+        return found
 
     def _delete_partition(self, store: ObjectStore, tp: TopicPartition, topic_id: str) -> None:
         """Delete a deleted topic's partition from the store: objects no manifest names

@@ -356,3 +356,32 @@ def test_read_committed_from_the_store_skips_the_aborted_transactions(
         assert unified.log_start_offset == 0
         got = consume(bootstrap, "tx", 1, "read_committed", 30)
     assert [v for _, _, v, _, _ in got] == committed
+
+
+def test_a_deleted_topic_s_objects_are_deleted_after_a_restart(
+    s3: S3Server, tmp_path: Path
+) -> None:
+    """The store unreachable when a tiered topic is deleted: the partitions still to delete are
+    recorded in the log dir, and the broker started again (the store back) deletes them."""
+    from broker_embedded.storage.object_store import StoreLocation
+    from broker_embedded.storage.partition_metadata import topic_id_to_string
+    from broker_embedded.storage.remote_log_manager import PENDING_FILE
+    from tests.s3_proxy import FaultProxy
+
+    uri = f"s3://{s3.new_bucket('gone')}/b0"
+    tp, logs = TopicPartition("tiered", 0), tmp_path / "l"
+    with FaultProxy(s3.endpoint) as proxy:
+        with tiered_broker(logs, uri, s3, proxy.endpoint) as broker:
+            location = StoreLocation(uri, s3.settings)  # not through the proxy
+            topic_id = topic_id_to_string(broker.log_manager.get_log(tp).topic_id)
+            assert manifests(location, tp)
+            proxy.stop()
+            broker.delete_topic("tiered")
+            assert (logs / PENDING_FILE).read_text() == f"0\ntiered 0 {topic_id}\n"
+    assert manifests(location, tp)  # nothing could be deleted
+    with Broker(logs, config=tiering_config(uri, s3)) as broker:
+        deadline = time.monotonic() + 30
+        while (logs / PENDING_FILE).exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not (logs / PENDING_FILE).exists()
+        assert location.open().list("tiered-0/") == {}

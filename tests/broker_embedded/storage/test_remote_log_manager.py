@@ -66,8 +66,12 @@ def manifests(location: StoreLocation, tp: TopicPartition) -> dict[int, RemoteLo
     found = {}
     for name in store.list(prefix):
         base = RemoteLogSegmentMetadata.base_offset_of(name[len(prefix) :])
-        if base is not None:
+        if base is None:
+            continue
+        try:
             found[base] = RemoteLogSegmentMetadata.from_json(store.read(name), name)
+        except FileNotFoundError:
+            continue  # deleted since the listing (remote retention under way)
     return found
 
 
