@@ -294,7 +294,7 @@ class RemoteLogManager:
                 self.index_cache.forget(tp.dir_name + "/")
             self._write_pending()
         if not self._stopping.is_set():
-            with contextlib.suppress(Exception):  # shut down meanwhile: the next start does not
+            with contextlib.suppress(Exception):  # shut down meanwhile: the next start does it
                 self._scheduler.schedule("remote-log-delete", self._pass, delay_ms=0)
 
     def _delete_stopped(self) -> None:
