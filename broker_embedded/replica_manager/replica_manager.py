@@ -709,6 +709,12 @@ class ReplicaManager:
         lg = self.leader_partition(tp).log
         return lg.log_start_offset, lg.log_end_offset
 
+    def log_start_offsets(self, tp: TopicPartition) -> tuple[int, int]:
+        """(log start offset, local log start offset) of the leader's log."""
+        self.gate()
+        lg = self.leader_partition(tp).log
+        return lg.log_start_offset, lg.local_log_start_offset
+
     def end_offset_for_epoch(self, tp: TopicPartition, epoch: int) -> tuple[int, int]:
         """OffsetsForLeaderEpoch on the leader."""
         self.gate()

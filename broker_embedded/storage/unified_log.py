@@ -641,8 +641,12 @@ class UnifiedLog(LogAppender, CleanableLog):
             raise self._write_failed(what, LogDirFailureError(
                 f"{what} in {self.directory} failed part way: {e}")) from e  # fmt: skip
 
-    def truncate_fully_and_start_at(self, offset: int) -> None:
-        """Delete every segment and restart the log, empty, at ``offset``."""
+    def truncate_fully_and_start_at(
+        self, offset: int, *, log_start_offset: int | None = None
+    ) -> None:
+        """Delete every segment and restart the log, empty, at ``offset``; its log start offset
+        ``log_start_offset`` (at most ``offset``; a tiered follower's: the leader's, in the
+        store) or ``offset``."""
         with self._lock:
             self._check_open()
             self._truncate_epochs_first(self.leader_epoch_cache.clear_and_flush)
@@ -655,6 +659,8 @@ class UnifiedLog(LogAppender, CleanableLog):
                 self.producer_state.truncate_fully_and_start_at(offset)
                 self._reopen_writer(start_offset=offset)
                 self.log_start_offset = self.recovery_point = offset
+                if log_start_offset is not None and self.config.remote_storage_enable:
+                    self.log_start_offset = min(log_start_offset, offset)
                 self._after_truncation()
 
     def _reopen_writer(self, start_offset: int = 0) -> None:

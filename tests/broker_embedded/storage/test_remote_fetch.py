@@ -385,3 +385,48 @@ def test_a_deleted_topic_s_objects_are_deleted_after_a_restart(
             time.sleep(0.05)
         assert not (logs / PENDING_FILE).exists()
         assert location.open().list("tiered-0/") == {}
+
+
+def test_a_follower_behind_the_leader_s_local_log_start_restarts_there(
+    s3: S3Server, tmp_path: Path
+) -> None:
+    """A follower that was down while its leader tiered and deleted locally fetches below the
+    leader's local log start: OFFSET_MOVED_TO_TIERED_STORAGE, and it restarts its log empty at
+    that local start with the leader's log start offset, then catches up and rejoins the ISR."""
+    from broker_embedded.cluster import EmbeddedCluster
+
+    uri = f"s3://{s3.new_bucket('follow')}/c"
+    fast = {"replica_lag_time_max_ms": 500, "replica_fetch_wait_max_ms": 50,
+            "replica_fetch_backoff_ms": 50}  # fmt: skip
+    cfg = dataclasses.replace(tiering_config(uri, s3), **fast)
+    tp = TopicPartition("tiered", 0)
+    cluster = EmbeddedCluster(tmp_path / "c", 2, config=cfg)
+    try:
+        cluster.create_topic("tiered", 1, 2, config={**TIERED, "local.retention.ms": "0"})
+        leader = cluster.leader_for(tp)
+        (follower_id,) = {0, 1} - {leader.broker_id}
+        cluster.stop_broker(follower_id)
+        for i in range(COUNT):
+            leader.produce("tiered", 0, [value(i)], acks=1)
+        led = leader.log_manager.get_log(tp)
+        deadline = time.monotonic() + 20
+        while led.high_watermark < COUNT and time.monotonic() < deadline:
+            time.sleep(0.05)  # the stopped follower leaves the ISR
+        assert led.high_watermark == COUNT
+        leader.remote_log_manager.run_once()
+        led.delete_old_segments()
+        local_start = led.local_log_start_offset
+        assert local_start > 0 and led.log_start_offset == 0
+        follower = cluster.restart_broker(follower_id)
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            lg = follower.log_manager.get_log(tp)
+            if lg is not None and lg.log_end_offset == COUNT:
+                break
+            time.sleep(0.05)
+        lg = follower.log_manager.get_log(tp)
+        assert (lg.log_start_offset, lg.local_log_start_offset, lg.log_end_offset) == (
+            0, local_start, COUNT)  # fmt: skip
+        assert [b.base_offset for b in lg.batches()] == list(range(local_start, COUNT))
+    finally:
+        cluster.close()
