@@ -16,7 +16,9 @@ Per partition:
    response is applied only while the replica still follows that leader at that leader epoch
    and its log end offset is still the fetch offset (partition.py); otherwise it is dropped.
 3. OFFSET_OUT_OF_RANGE: a follower ahead of the leader truncates to the leader's log end offset;
-   one behind the leader's log start restarts its log empty there.
+   one behind the leader's log start restarts its log empty there. OFFSET_MOVED_TO_TIERED_STORAGE
+   (a tiered partition's follower behind the leader's local log start): the log restarts empty
+   at the leader's local log start, keeping the leader's log start offset.
 4. NOT_LEADER_OR_FOLLOWER, FENCED/UNKNOWN_LEADER_EPOCH (per partition), a stopped or unreachable
    leader (the whole thread): back off ``replica.fetch.backoff.ms`` and retry (a new
    LeaderAndIsr moves the partition).
@@ -45,11 +47,13 @@ from broker_embedded.errors import (
     KafkaApiError,
     KafkaLogError,
     NotLeaderOrFollowerError,
+    OffsetMovedToTieredStorageError,
     OffsetOutOfRangeError,
 )
 from broker_embedded.storage.topic_partition import TopicPartition
 
 if TYPE_CHECKING:
+    from broker_embedded.replica_manager.partition import Partition
     from broker_embedded.replica_manager.replica_manager import ReplicaManager
 
 log = logging.getLogger(__name__)
@@ -225,6 +229,9 @@ class ReplicaFetcherThread:
                 leader_epoch=st.leader_epoch, fetch_offset=fetch_offset,
             )  # fmt: skip
             return
+        if isinstance(r.error, OffsetMovedToTieredStorageError):
+            self._start_at_leader_local_start(leader, p, tp, st, fetch_offset)
+            return
         if isinstance(r.error, OffsetOutOfRangeError):
             start, end = leader.log_offsets(tp)
             with p.lock:
@@ -238,6 +245,26 @@ class ReplicaFetcherThread:
                     p.log.truncate_fully_and_start_at(start)
             return
         self._back_off(tp, st, r.error)
+
+    def _start_at_leader_local_start(
+        self, leader: ReplicaManager, p: Partition, tp: TopicPartition, st: _FetchState,
+        fetch_offset: int,
+    ) -> None:  # fmt: skip
+        """OFFSET_MOVED_TO_TIERED_STORAGE: the follower's log end lies below the leader's local
+        log start (Kafka's ``buildRemoteLogAuxState``): restart the log empty at the leader's
+        local log start, the leader's log start offset as its own. Unlike Kafka, the producer
+        snapshot and leader epochs below it are not fetched from the store."""
+        try:
+            start, local_start = leader.log_start_offsets(tp)
+        except KafkaApiError as e:
+            self._back_off(tp, st, e)
+            return
+        with p.lock:
+            if not p.is_follower_of(self.leader_id, st.leader_epoch):
+                return
+            if p.log.log_end_offset != fetch_offset or fetch_offset >= local_start:
+                return  # stale answer
+            p.log.truncate_fully_and_start_at(local_start, log_start_offset=start)
 
 
 class ReplicaFetcherManager:
