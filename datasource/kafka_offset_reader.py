@@ -65,11 +65,21 @@ from broker_embedded.storage.fetch_source import (
     FetchSource,
     FetchSourceDescriptor,
 )
-from broker_embedded.storage.log_dir_fetch_source import TOPIC_CONFIG_FILE, LogDirSource
+from broker_embedded.storage.log_dir_fetch_source import (
+    TOPIC_CONFIG_FILE,
+    LogDirFetchSource,
+    LogDirSource,
+)
 from broker_embedded.storage.object_store import StoreLocation, is_store_uri
 from broker_embedded.storage.object_store_fetch_source import ObjectStoreSource
+from broker_embedded.storage.tiered_fetch_source import TieredSource
 from broker_embedded.storage.topic_partition import TopicPartition
-from datasource.errors import DATA_LOSS_HINT, DataLossError, InvalidOptionError
+from datasource.errors import (
+    DATA_LOSS_HINT,
+    DataLossError,
+    InvalidOptionError,
+    OffsetsInRemoteStorageError,
+)
 from datasource.group_offsets import group_starting_offsets, read_committed_offsets
 from datasource.offset_range import OffsetRange
 from datasource.offset_spec import (
@@ -347,7 +357,29 @@ class KafkaOffsetReader:
                     f"offsets [{self.earliest(tp)}, {self.latest(tp)}) (log start, {bound})"
                 )
             ranges.append(OffsetRange(tp.topic, tp.partition, start, end))
+        self.check_local(ranges)
         return ranges
+
+    def check_local(self, ranges: Iterable[OffsetRange]) -> None:
+        """A log dir read without its store (no ``remoteLogStorage``): a range that needs
+        offsets only in remote storage (``LogDirFetchSource.tiered_offsets``) is an
+        :class:`OffsetsInRemoteStorageError` naming them and the option, not rows silently
+        left out."""
+        if not isinstance(self.source, LogDirFetchSource):
+            return
+        for r in ranges:
+            tp = r.topic_partition
+            tiered = self.source.tiered_offsets(tp) if r.end > r.start else None
+            if tiered is not None and r.start < tiered[1]:
+                raise OffsetsInRemoteStorageError(
+                    f"{tp}: offsets [{r.start}, {min(r.end, tiered[1])}) of the range "
+                    f"[{r.start}, {r.end}) the query reads are only in remote storage (topic "
+                    f"{tp.topic} tiers, remote.storage.enable=true; local retention deleted them "
+                    f"from {self.location}, which holds {tp} from offset {tiered[1]}, and its "
+                    f"log starts at {tiered[0]}): set the option remoteLogStorage to the store "
+                    "the broker tiers to (its rsm.config.location, e.g. s3://bucket/prefix) to "
+                    f"read them, or start {tp} at offset {tiered[1]} or later"
+                )
 
     # -- splitting by bytes ------------------------------------------------------------------------
 
@@ -415,6 +447,9 @@ def source_of(options: KafkaSourceOptions) -> FetchSourceDescriptor:
     ``kafka.bootstrap.servers`` over the wire protocol with the client's ``kafka.*`` settings."""
     if options.bootstrap_servers is None and is_store_uri(options.path):
         return ObjectStoreSource(StoreLocation(options.path, options.store_settings))
+    if options.bootstrap_servers is None and options.remote_log_storage is not None:
+        store = StoreLocation(options.remote_log_storage, options.store_settings)
+        return TieredSource(log_dir_source(options.path), ObjectStoreSource(store))
     if options.bootstrap_servers is None:
         return log_dir_source(options.path)
     from broker_embedded.client.wire_fetch_source import WireSource  # kio: cluster reads only

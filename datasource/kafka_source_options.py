@@ -30,7 +30,10 @@ and ``view.mapSize`` (batch only; a streaming query refuses them naming the opti
 view (latest_view.py), under which the splitting options are ignored with a warning.
 
 Where the data comes from: ``path`` (a log dir) or ``kafka.bootstrap.servers`` (a cluster, over
-the wire protocol), exactly one. ``kafka.*`` options, as Spark's Kafka source takes them
+the wire protocol), exactly one; ``remoteLogStorage`` (a store URI, with a local ``path``): the
+store that log dir's broker tiers to (tiered_fetch_source.py).
+
+``kafka.*`` options, as Spark's Kafka source takes them
 (``KafkaSourceProvider.validateGeneralOptions``): ``kafka.auto.offset.reset``, the key and value
 deserializers, ``kafka.enable.auto.commit`` and ``kafka.interceptor.classes`` are rejected with
 Spark's messages; ``kafka.group.id`` is accepted with Spark's warning; the client settings of
@@ -54,7 +57,7 @@ from dataclasses import dataclass
 
 from broker_embedded.client.client_security import ClientSecurity
 from broker_embedded.storage.fetch_data_info import IsolationLevel
-from broker_embedded.storage.object_store import StoreSettings
+from broker_embedded.storage.object_store import StoreSettings, is_store_uri
 from datasource import option_table
 from datasource.errors import InvalidOptionError
 from datasource.offset_spec import (
@@ -200,6 +203,7 @@ class KafkaSourceOptions:
     view_keep_tombstones: bool = False
     view_map_bytes: int | None = None
     store_settings: StoreSettings = StoreSettings()  # fs.s3a.*: a path on object storage
+    remote_log_storage: str | None = None  # the store a log dir's broker tiers to
 
     @property
     def latest_view(self) -> bool:
@@ -251,6 +255,7 @@ class KafkaSourceOptions:
         return cls(
             path=path,
             store_settings=_store_settings(raw),
+            remote_log_storage=_remote_log_storage(raw, path),
             bootstrap_servers=bootstrap,
             client_settings=_kafka_params(raw, bootstrap),
             subscription=_subscription(raw),
@@ -363,6 +368,27 @@ def _store_settings(raw: dict[str, str]) -> StoreSettings:
         return StoreSettings.parse(raw)
     except ValueError as e:
         raise InvalidOptionError(str(e)) from None
+
+
+def _remote_log_storage(raw: dict[str, str], path: str) -> str | None:
+    """``remoteLogStorage``: the URI of the store a log dir's broker tiers to, with a log dir
+    ``path`` on this file system."""
+    value = _get(raw, "remoteLogStorage")
+    if value is None:
+        return None
+    uri = value.strip()
+    if not is_store_uri(uri):
+        raise InvalidOptionError(
+            f"option remoteLogStorage={value!r} is invalid: expected the URI of the store the "
+            "broker tiers to (its rsm.config.location), such as s3://bucket/prefix"
+        )
+    if not path or is_store_uri(path):
+        where = f"path={path!r}" if path else "kafka.bootstrap.servers"
+        raise InvalidOptionError(
+            f"option remoteLogStorage={value!r} goes with a log dir on this file system as path "
+            f"(the broker's tiered log dir), not with {where}"
+        )
+    return uri
 
 
 def _location(raw: dict[str, str]) -> tuple[str, str | None]:

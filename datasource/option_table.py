@@ -103,7 +103,8 @@ SECTIONS = (
     ),
     OptionSection(
         "Object storage",
-        """For a `path` on S3 (`s3://`, `s3a://`), Hadoop S3A's settings as Spark users give
+        """For a `path` on S3 (`s3://`, `s3a://`), or a `remoteLogStorage` there, Hadoop S3A's
+        settings as Spark users give
         them; unset ones come from the AWS environment (`AWS_ACCESS_KEY_ID`,
         `AWS_SECRET_ACCESS_KEY`, `AWS_REGION`, `AWS_ENDPOINT_URL`, `~/.aws`). Secrets never
         appear in logs, errors or reprs. A request failing with a transient error (refused or
@@ -117,6 +118,19 @@ SECTIONS = (
                 "kafkalog",
                 """The S3 endpoint, `host:port` or `http(s)://host:port` (MinIO, SeaweedFS,
                  Ceph, ...); default: AWS's for the region.""",
+            ),
+            _row(
+                "remoteLogStorage",
+                "read",
+                "",
+                "kafkalog",
+                """Tiered storage (KIP-405): the store the broker tiers this log dir to
+                (`s3://bucket/prefix`, any URI `pyarrow.fs` opens: the broker's
+                `rsm.config.location`), with the log dir as `path`. Offsets of a tiered topic
+                that local retention deleted from the log dir (below its first local segment,
+                from its log start offset) are read from the store, the rest from the log dir,
+                batch and streaming, with exact byte limits on both. Without it a query that
+                needs those offsets fails naming them and this option.""",
             ),
             _row("fs.s3a.access.key", "read", "", "kafkalog", "The access key id."),
             _row("fs.s3a.secret.key", "read", "", "kafkalog", "The secret access key."),
