@@ -105,6 +105,14 @@ class OffsetOutOfRangeError(KafkaApiError):
     code = ErrorCode.offset_out_of_range
 
 
+class OffsetMovedToTieredStorageError(KafkaApiError):
+    """A fetch offset at or above the log start offset but below the local log start offset
+    of a tiered partition (OFFSET_MOVED_TO_TIERED_STORAGE, 109): its batches are only in the
+    object store. A follower gets this code; a consumer's fetch is served from the store."""
+
+    code = ErrorCode.offset_moved_to_tiered_storage
+
+
 class SegmentTruncatedError(OffsetOutOfRangeError):
     """A segment file shorter than when this process mapped it: another process truncated it
     (recovery of a torn tail, a replica's truncation after an unclean election). Reading its

@@ -4,8 +4,9 @@
 ``EARLIEST_TIMESTAMP`` (-2) asks for the log start offset, ``LATEST_TIMESTAMP`` (-1) for the
 high watermark (the last stable offset under read_committed), ``MAX_TIMESTAMP`` (-3) for the
 record with the largest timestamp below that bound (the first of equals), ``EARLIEST_LOCAL``
-(-4) for the log start offset (the local log's start: retention of a tiered topic moves the
-log start offset with its local start, storage/remote_log_manager.py), ``LATEST_TIERED`` (-5)
+(-4) for the local log start offset (Kafka's ``localLogStartOffset``: the first local segment's
+base; above the log start offset once local retention of a tiered topic deleted segments that
+are in the store, storage/remote_log_manager.py), ``LATEST_TIERED`` (-5)
 for the highest offset in remote storage of a topic with ``remote.storage.enable`` (-1 while
 none is known to be; Kafka's ``highestOffsetInRemoteStorage``, with its leader epoch) and
 otherwise, like ``EARLIEST_PENDING_UPLOAD`` (-6), for offset -1 (as Kafka answers without

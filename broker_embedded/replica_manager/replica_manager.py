@@ -594,8 +594,10 @@ class ReplicaManager:
             upper = lg.last_stable_offset
         else:
             upper = lg.high_watermark
-        if timestamp in (EARLIEST_TIMESTAMP, EARLIEST_LOCAL_TIMESTAMP):
+        if timestamp == EARLIEST_TIMESTAMP:
             return ListOffsetsResult(lg.log_start_offset, -1, p.leader_epoch)
+        if timestamp == EARLIEST_LOCAL_TIMESTAMP:  # Kafka's localLogStartOffset
+            return ListOffsetsResult(lg.local_log_start_offset, -1, p.leader_epoch)
         if timestamp == LATEST_TIMESTAMP:
             return ListOffsetsResult(upper, -1, p.leader_epoch)
         if timestamp == LATEST_TIERED_TIMESTAMP and lg.config.remote_storage_enable:

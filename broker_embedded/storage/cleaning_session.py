@@ -60,7 +60,7 @@ class CleaningSnapshot:
     sizes: tuple[int, ...]
     active_base_offset: int
     active_size: int
-    log_start_offset: int
+    log_start_offset: int  # the local log start (the cleaner reads local segments only)
     log_end_offset: int
     last_stable_offset: int
     truncations: int
@@ -130,7 +130,7 @@ class CleanableLog:
             return CleaningSnapshot(
                 tuple(bases), tuple(self._segment_size(b) for b in bases),
                 self.active_segment_base_offset, self._writer.active_segment.size_in_bytes,
-                self.log_start_offset, self.log_end_offset,
+                self.local_log_start_offset, self.log_end_offset,
                 self.last_stable_offset, self._truncations,
             )  # fmt: skip
 

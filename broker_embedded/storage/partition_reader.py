@@ -23,7 +23,11 @@ Offsets (Kafka's ``UnifiedLog`` rules, given the log dir's checkpoint values):
   point is waited out (``_SETTLE_DELAYS``, a writer finishing an append after a truncation) and
   then fails the open, the log end offset being unknown;
 - ``log_start_offset``: ``max(log-start-offset-checkpoint value, first segment's base offset)``,
-  the first segment's base offset without a checkpoint entry;
+  the first segment's base offset without a checkpoint entry. For a tiered partition
+  (``remote.storage.enable``) the checkpoint holds the log start in the object store, below
+  the first local segment (Kafka's ``localLogStartOffset``): this view reads only the dir, so it
+  starts at the first segment, and an offset below it is OFFSET_OUT_OF_RANGE naming the range
+  the dir holds; the rows below are read from the store (object_store_fetch_source.py);
 - ``high_watermark``: the replication-offset-checkpoint value clamped to
   ``[log_start_offset, log_end_offset]``. Without an entry (no broker ever checkpointed this
   partition, e.g. ``__cluster_metadata-0``, whose high watermark lives in the KRaft layer, or a

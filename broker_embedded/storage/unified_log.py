@@ -39,7 +39,14 @@ their largest timestamp is older than ``retention.ms``, while the log exceeds
 ``retention.bytes``, or when they lie wholly below the log start offset; only segments wholly
 below the high watermark go. A topic with ``remote.storage.enable`` uses ``local.retention.*``
 instead, and deletes by time or size only segments wholly below :attr:`remote_end_offset` (in
-the store: remote_log_manager.py sets it; Kafka's ``isSegmentEligibleForDeletion``).
+the store: remote_log_manager.py sets it; Kafka's ``isSegmentEligibleForDeletion``); that
+moves only :attr:`local_log_start_offset` (Kafka's ``localLogStartOffset``, the first local
+segment's base): the log start offset stays at the store's first offset (ListOffsets -2,
+Fetch's log start, the log-start-offset-checkpoint) until remote retention or DeleteRecords
+moves it. A read in ``[log start, local log start)`` is :class:`OffsetMovedToTieredStorageError`
+(the replica manager serves it from the store). Opening a tiered log takes the log start from
+the checkpoint as is (Kafka's ``LogLoader``); any other log's is at least its first segment's
+base.
 :meth:`delete_records_before` moves the log start offset (Kafka's DeleteRecords; not above the
 HW). Flushing: every ``flush.messages`` appended records, or when the
 log manager sees ``flush.ms`` elapsed; the recovery point then becomes the log end offset. Each
@@ -71,6 +78,7 @@ Thread safety: every public method takes the log's lock.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import os
 import threading
@@ -83,6 +91,7 @@ from broker_embedded.errors import (
     BrokerClosedError,
     KafkaStorageError,
     LogDirFailureError,
+    OffsetMovedToTieredStorageError,
     OffsetOutOfRangeError,
 )
 from broker_embedded.latency_histogram import LatencyHistogram
@@ -166,7 +175,12 @@ class UnifiedLog(LogAppender, CleanableLog):
         )  # fmt: skip
         leo = self.log_end_offset
         first = self._writer.segment_base_offsets[0]
-        self.log_start_offset = min(max(log_start_offset or 0, first), leo)
+        if config.remote_storage_enable and log_start_offset is not None:
+            # Kafka's LogLoader: a tiered log's start is the checkpoint's (the segments below
+            # the first local one are in the store); the local start is the first segment's
+            self.log_start_offset = min(log_start_offset, leo)
+        else:
+            self.log_start_offset = min(max(log_start_offset or 0, first), leo)
         self.leader_epoch_cache = LeaderEpochFileCache(
             topic_partition, self.directory / LEADER_EPOCH_CHECKPOINT
         )
@@ -190,7 +204,7 @@ class UnifiedLog(LogAppender, CleanableLog):
         recovery does (a crash may fall between a batch's write and its epoch's checkpoint)."""
         psm = self.producer_state
         psm.truncate_and_reload(self.log_start_offset, self.log_end_offset, now_ms=self._clock())
-        start = psm.map_end_offset
+        start = max(psm.map_end_offset, self.local_log_start_offset)
         if start >= self.log_end_offset:
             return
         for base in LogSegments(self.segment_base_offsets).from_floor(start):
@@ -220,6 +234,14 @@ class UnifiedLog(LogAppender, CleanableLog):
     @property
     def segment_base_offsets(self) -> list[int]:
         return self._writer.segment_base_offsets
+
+    @property
+    def local_log_start_offset(self) -> int:
+        """The first offset held in this log dir (Kafka's ``localLogStartOffset``; ListOffsets
+        EARLIEST_LOCAL): the first segment's base offset, at least the log start offset. Above
+        :attr:`log_start_offset` only for a topic with ``remote.storage.enable`` whose local
+        retention deleted segments already in the store."""
+        return max(self.log_start_offset, self._writer.segment_base_offsets[0])
 
     @property
     def active_segment_base_offset(self) -> int:
@@ -342,11 +364,28 @@ class UnifiedLog(LogAppender, CleanableLog):
         with self._lock:
             self._check_open()
             hw = self.high_watermark
-            offsets = LogOffsets(self.log_start_offset, hw, self.log_end_offset,
+            local_start = self.local_log_start_offset
+            if self.log_start_offset <= fetch_offset < local_start:
+                raise OffsetMovedToTieredStorageError(
+                    f"fetch offset {fetch_offset} of {self._where()} is in remote storage: "
+                    f"below {local_start}, the first offset in {self.directory} (log start "
+                    f"{self.log_start_offset})"
+                )
+            offsets = LogOffsets(local_start, hw, self.log_end_offset,
                                  self.producer_state.last_stable_offset(hw))  # fmt: skip
-            return self.local_log.fetch(fetch_offset, max_bytes, isolation, offsets,
-                                        min_one_message=min_one_message,
-                                        zero_copy=zero_copy)  # fmt: skip
+            try:
+                info = self.local_log.fetch(fetch_offset, max_bytes, isolation, offsets,
+                                            min_one_message=min_one_message,
+                                            zero_copy=zero_copy)  # fmt: skip
+            except OffsetOutOfRangeError as e:
+                if local_start == self.log_start_offset:
+                    raise
+                raise OffsetOutOfRangeError(
+                    f"{e} (the log starts at {self.log_start_offset} in remote storage)"
+                ) from None
+            if local_start == self.log_start_offset:
+                return info
+            return dataclasses.replace(info, log_start_offset=self.log_start_offset)
 
     def collect_aborted_transactions(
         self, fetch_offset: int, upper_bound_offset: int
@@ -359,7 +398,7 @@ class UnifiedLog(LogAppender, CleanableLog):
         """Copies of the batches holding offsets in [start, end) (tests and tools; not a hot
         path)."""
         with self._lock:
-            start = self.log_start_offset if start_offset is None else start_offset
+            start = self.local_log_start_offset if start_offset is None else start_offset
             end = self.log_end_offset if end_offset is None else end_offset
             return [RecordBatch(bytes(b.buffer)) for b in self._batches(start, end)
                     if isinstance(b, RecordBatch)]  # fmt: skip
@@ -371,7 +410,7 @@ class UnifiedLog(LogAppender, CleanableLog):
         """The first record with a timestamp >= ``timestamp`` (ListOffsets by time), or None."""
         with self._lock:
             self._check_open()
-            return self.local_log.offset_by_timestamp(timestamp, self.log_start_offset)
+            return self.local_log.offset_by_timestamp(timestamp, self.local_log_start_offset)
 
     def offset_of_max_timestamp(self, below: int) -> TimestampAndOffset | None:
         """ListOffsets MAX_TIMESTAMP (-3): the record with the largest timestamp below offset
@@ -380,7 +419,7 @@ class UnifiedLog(LogAppender, CleanableLog):
         with self._lock:
             self._check_open()
             best = None
-            for b in self._batches(self.log_start_offset, below):
+            for b in self._batches(self.local_log_start_offset, below):
                 if isinstance(b, RecordBatch) and not b.is_control and b.base_offset < below:
                     if best is None or b.max_timestamp > best.max_timestamp:
                         best = RecordBatch(bytes(b.buffer))  # the walk may reuse its buffer
@@ -477,7 +516,11 @@ class UnifiedLog(LogAppender, CleanableLog):
         new_start = self._next_base(doomed[-1])
         for base in doomed:
             self._delete_segment(base)
-        self._set_log_start_offset(max(self.log_start_offset, new_start))
+        if tiered:  # only the local start moves: the log start stays in the store (Kafka's
+            self._delete_snapshots_below(new_start)  # localLogStartOffset)
+            self._changed()
+        else:
+            self._set_log_start_offset(max(self.log_start_offset, new_start))
         return len(doomed)
 
     def _delete_segment(self, base: int) -> None:
@@ -495,10 +538,13 @@ class UnifiedLog(LogAppender, CleanableLog):
         if self.high_watermark < offset:
             self.high_watermark = offset
         self._truncate_epochs_from_start(offset)
+        self._delete_snapshots_below(min(offset, self.local_log_start_offset))
+        self._changed()
+
+    def _delete_snapshots_below(self, offset: int) -> None:
         for snap_offset, path in list_snapshots(self.directory):
             if snap_offset < offset:
                 path.unlink(missing_ok=True)
-        self._changed()
 
     def _truncate_epochs_from_start(self, offset: int) -> None:
         """The leader epoch cache follows the log start offset. A checkpoint write that fails

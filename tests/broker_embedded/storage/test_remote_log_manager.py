@@ -14,6 +14,7 @@ import pytest
 
 from broker_embedded.broker import Broker
 from broker_embedded.broker_config import BrokerConfig
+from broker_embedded.errors import OffsetMovedToTieredStorageError
 from broker_embedded.record.records import iter_batches
 from broker_embedded.storage.fetch_data_info import IsolationLevel
 from broker_embedded.storage.fetch_source import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
@@ -142,8 +143,10 @@ def test_a_topic_created_again_is_not_tiered_over_the_old_topic_s_segments(
 
 def test_local_retention_deletes_only_tiered_segments(s3: S3Server, tmp_path: Path) -> None:
     """``local.retention.ms`` deletes local segments only once they are in the store (Kafka's
-    ``isSegmentEligibleForDeletion``); ListOffsets -4 (earliest-local) and -5 (latest-tiered)
-    then answer the local start and the highest tiered offset, and the store holds the rest."""
+    ``isSegmentEligibleForDeletion``); the log start stays at the store's first offset (-2, the
+    log-start-offset-checkpoint, Fetch's log start), ListOffsets -4 (earliest-local) and -5
+    (latest-tiered) answer the local start and the highest tiered offset, a restart recovers
+    both, and the store holds the rest."""
     uri = f"s3://{s3.new_bucket('local')}/p"
     location, tp, logs = StoreLocation(uri, s3.settings), TopicPartition("tiered", 0), tmp_path
     with Broker(logs / "l", config=tiering_config(uri, s3), create=True) as broker:
@@ -159,10 +162,22 @@ def test_local_retention_deletes_only_tiered_segments(s3: S3Server, tmp_path: Pa
         broker.remote_log_manager.run_once()
         unified.delete_old_segments(later)
         (active,) = local_bases(logs / "l", tp)  # every closed segment was tiered, then deleted
-        assert active > 0 and unified.log_start_offset == active
+        assert active > 0 and unified.log_start_offset == 0
+        assert unified.local_log_start_offset == active
+        assert broker.list_offsets("tiered", 0, -2).offset == 0
         assert broker.list_offsets("tiered", 0, -4).offset == active
         assert broker.list_offsets("tiered", 0, -5).offset == active - 1
         assert broker.list_offsets("tiered", 0, -1).offset == 30
+        assert unified.read(active, 1 << 20).log_start_offset == 0
+        with pytest.raises(OffsetMovedToTieredStorageError, match=f"below {active}, the first"):
+            unified.read(active - 1, 1 << 20)
+    with Broker(logs / "l", config=tiering_config(uri, s3)) as broker:  # Kafka's LogLoader
+        assert broker.list_offsets("tiered", 0, -2).offset == 0  # from the checkpoint
+        assert broker.list_offsets("tiered", 0, -4).offset == active  # the first segment
+        assert broker.list_offsets("tiered", 0, -1).offset == 30
+    view = LogDirSource(str(logs / "l")).open()  # reads the dir only: starts at its first segment
+    assert view.list_offset(tp, EARLIEST_TIMESTAMP, UNCOMMITTED) == active
+    assert [b[0] for b in batches(view, tp)] == list(range(active, 30))
     remote = ObjectStoreSource(location).open()
     assert [b[0] for b in batches(remote, tp)] == list(range(active))  # one record a batch
 
