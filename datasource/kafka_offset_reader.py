@@ -57,7 +57,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from broker_embedded.errors import UnknownTopicOrPartitionError
+from broker_embedded.errors import KafkaLogError, UnknownTopicOrPartitionError
 from broker_embedded.storage.fetch_data_info import IsolationLevel
 from broker_embedded.storage.fetch_source import (
     EARLIEST_TIMESTAMP,
@@ -70,7 +70,7 @@ from broker_embedded.storage.log_dir_fetch_source import (
     LogDirFetchSource,
     LogDirSource,
 )
-from broker_embedded.storage.object_store import StoreLocation, is_store_uri
+from broker_embedded.storage.object_store import StoreLocation, StoreSettings, is_store_uri
 from broker_embedded.storage.object_store_fetch_source import ObjectStoreSource
 from broker_embedded.storage.tiered_fetch_source import TieredSource
 from broker_embedded.storage.topic_partition import TopicPartition
@@ -81,6 +81,7 @@ from datasource.errors import (
     OffsetsInRemoteStorageError,
 )
 from datasource.group_offsets import group_starting_offsets, read_committed_offsets
+from datasource.kafka_source_options import FROM_BROKER
 from datasource.offset_range import OffsetRange
 from datasource.offset_spec import (
     EARLIEST,
@@ -96,6 +97,7 @@ from datasource.offset_spec import (
 from datasource.subscription import Assign, Subscribe, Subscription
 
 if TYPE_CHECKING:
+    from broker_embedded.client.wire_fetch_source import WireSource
     from datasource.kafka_source_options import KafkaSourceOptions
 
 log = logging.getLogger(__name__)
@@ -213,8 +215,17 @@ class KafkaOffsetReader:
     # -- bounds ------------------------------------------------------------------------------------
 
     def earliest(self, tp: TopicPartition) -> int:
-        """The log start offset."""
-        return self._list_offset(tp, EARLIEST_TIMESTAMP)
+        """The log start offset (of a log dir's tiered partition, its checkpointed one, below
+        the dir's first segment: :meth:`check_local`)."""
+        tiered = self._tiered(tp)
+        return self._list_offset(tp, EARLIEST_TIMESTAMP) if tiered is None else tiered[0]
+
+    def _tiered(self, tp: TopicPartition) -> tuple[int, int] | None:
+        """A log dir read without its store: the offsets of ``tp`` only in remote storage
+        (``LogDirFetchSource.tiered_offsets``)."""
+        if not isinstance(self.source, LogDirFetchSource):
+            return None
+        return self.source.tiered_offsets(tp)
 
     def latest(self, tp: TopicPartition) -> int:
         """The high watermark, or the last stable offset for read_committed."""
@@ -227,8 +238,12 @@ class KafkaOffsetReader:
 
     def offset_for_timestamp(self, tp: TopicPartition, timestamp_ms: int) -> int | None:
         """The first offset in ``[earliest(tp), latest(tp))`` whose record timestamp is >=
-        ``timestamp_ms`` (ListOffsets by timestamp; see the module docstring)."""
-        return self.source.list_offset(tp, timestamp_ms, self.isolation_level)
+        ``timestamp_ms`` (ListOffsets by timestamp; see the module docstring). Of a log dir's
+        tiered partition read without its store, a match at the dir's first offset answers the
+        log start offset (an earlier match may be in remote storage: :meth:`check_local`)."""
+        found = self.source.list_offset(tp, timestamp_ms, self.isolation_level)
+        tiered = self._tiered(tp) if found is not None else None
+        return tiered[0] if tiered is not None and found <= tiered[1] else found  # type: ignore[operator]
 
     # -- resolving options -------------------------------------------------------------------------
 
@@ -365,11 +380,9 @@ class KafkaOffsetReader:
         offsets only in remote storage (``LogDirFetchSource.tiered_offsets``) is an
         :class:`OffsetsInRemoteStorageError` naming them and the option, not rows silently
         left out."""
-        if not isinstance(self.source, LogDirFetchSource):
-            return
         for r in ranges:
             tp = r.topic_partition
-            tiered = self.source.tiered_offsets(tp) if r.end > r.start else None
+            tiered = self._tiered(tp) if r.end > r.start else None
             if tiered is not None and r.start < tiered[1]:
                 raise OffsetsInRemoteStorageError(
                     f"{tp}: offsets [{r.start}, {min(r.end, tiered[1])}) of the range "
@@ -454,7 +467,25 @@ def source_of(options: KafkaSourceOptions) -> FetchSourceDescriptor:
         return log_dir_source(options.path)
     from broker_embedded.client.wire_fetch_source import WireSource  # kio: cluster reads only
 
-    return WireSource(options.bootstrap_servers, **dict(options.client_settings))  # type: ignore[arg-type]
+    wire = WireSource(options.bootstrap_servers, **dict(options.client_settings))  # type: ignore[arg-type]
+    if options.remote_log_storage is None:
+        return wire
+    return TieredSource(wire, ObjectStoreSource(_brokers_store(wire, options)))
+
+
+def _brokers_store(wire: WireSource, options: KafkaSourceOptions) -> StoreLocation:
+    """The store a cluster's brokers tier to: ``remoteLogStorage``'s URI, or with ``broker``
+    their ``rsm.config.location`` (DescribeConfigs); the reader's ``fs.s3a.*`` settings, each
+    unset one from the brokers' (never their secrets, which they do not show)."""
+    uri, settings = options.remote_log_storage, options.store_settings
+    if uri != FROM_BROKER:
+        return StoreLocation(uri, settings)  # type: ignore[arg-type]
+    with wire.open() as cluster:
+        try:
+            uri, shown = cluster.remote_log_storage()
+        except KafkaLogError as e:
+            raise InvalidOptionError(f"option remoteLogStorage={FROM_BROKER}: {e}") from None
+    return StoreLocation(uri, settings.or_else(StoreSettings.parse(shown)))
 
 
 def log_dir_source(path: str | Path) -> LogDirSource:

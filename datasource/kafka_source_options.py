@@ -30,8 +30,9 @@ and ``view.mapSize`` (batch only; a streaming query refuses them naming the opti
 view (latest_view.py), under which the splitting options are ignored with a warning.
 
 Where the data comes from: ``path`` (a log dir) or ``kafka.bootstrap.servers`` (a cluster, over
-the wire protocol), exactly one; ``remoteLogStorage`` (a store URI, with a local ``path``): the
-store that log dir's broker tiers to (tiered_fetch_source.py).
+the wire protocol), exactly one; ``remoteLogStorage``: the store the brokers tier to
+(tiered_fetch_source.py), a URI, or with ``kafka.bootstrap.servers`` ``broker`` (DescribeConfigs'
+``rsm.config.location``).
 
 ``kafka.*`` options, as Spark's Kafka source takes them
 (``KafkaSourceProvider.validateGeneralOptions``): ``kafka.auto.offset.reset``, the key and value
@@ -107,6 +108,7 @@ OPTION_NAMES = {
     + VIEW_OPTIONS
     + ("kafka.bootstrap.servers",)
 }  # fmt: skip
+FROM_BROKER = "broker"  # remoteLogStorage with kafka.bootstrap.servers: the brokers say where
 # kafka.* settings the wire client takes, by the WireSource field they set (all in ms but one).
 CLIENT_SETTINGS = {
     "kafka.client.id": "client_id", "kafka.request.timeout.ms": "request_timeout_ms",
@@ -371,22 +373,26 @@ def _store_settings(raw: dict[str, str]) -> StoreSettings:
 
 
 def _remote_log_storage(raw: dict[str, str], path: str) -> str | None:
-    """``remoteLogStorage``: the URI of the store a log dir's broker tiers to, with a log dir
-    ``path`` on this file system."""
+    """``remoteLogStorage``: the URI of the store the brokers tier to, with a log dir ``path``
+    on this file system, or with ``kafka.bootstrap.servers`` (there also :data:`FROM_BROKER`:
+    the brokers' ``rsm.config.location``)."""
     value = _get(raw, "remoteLogStorage")
     if value is None:
         return None
     uri = value.strip()
-    if not is_store_uri(uri):
-        raise InvalidOptionError(
-            f"option remoteLogStorage={value!r} is invalid: expected the URI of the store the "
-            "broker tiers to (its rsm.config.location), such as s3://bucket/prefix"
-        )
-    if not path or is_store_uri(path):
-        where = f"path={path!r}" if path else "kafka.bootstrap.servers"
+    if path and is_store_uri(path):
         raise InvalidOptionError(
             f"option remoteLogStorage={value!r} goes with a log dir on this file system as path "
-            f"(the broker's tiered log dir), not with {where}"
+            f"(the broker's tiered log dir) or with kafka.bootstrap.servers, not with "
+            f"path={path!r}, which is already on object storage"
+        )
+    if uri.lower() == FROM_BROKER and not path:
+        return FROM_BROKER
+    if not is_store_uri(uri):
+        also = f", or {FROM_BROKER} to ask the brokers" if not path else ""
+        raise InvalidOptionError(
+            f"option remoteLogStorage={value!r} is invalid: expected the URI of the store the "
+            f"broker tiers to (its rsm.config.location), such as s3://bucket/prefix{also}"
         )
     return uri
 

@@ -124,13 +124,18 @@ SECTIONS = (
                 "read",
                 "",
                 "kafkalog",
-                """Tiered storage (KIP-405): the store the broker tiers this log dir to
-                (`s3://bucket/prefix`, any URI `pyarrow.fs` opens: the broker's
-                `rsm.config.location`), with the log dir as `path`. Offsets of a tiered topic
-                that local retention deleted from the log dir (below its first local segment,
-                from its log start offset) are read from the store, the rest from the log dir,
-                batch and streaming, with exact byte limits on both. Without it a query that
-                needs those offsets fails naming them and this option.""",
+                """Tiered storage (KIP-405): the store the brokers tier to (`s3://bucket/prefix`,
+                any URI `pyarrow.fs` opens: the brokers' `rsm.config.location`). With a log dir
+                as `path`: a tiered topic's offsets that local retention deleted from the dir
+                (from its log start offset to its first local segment) are read from the store,
+                the rest from the dir, batch and streaming, with exact byte limits on both;
+                without it a query that needs those offsets fails naming them and this option.
+                With `kafka.bootstrap.servers`: `broker` (or the URI) makes every executor read
+                the tiered part of its range (ListOffsets earliest to earliest-local) straight
+                from the store, and only the local tail over the protocol; `broker` asks the
+                brokers where the store is (DescribeConfigs: `rsm.config.location`, and their
+                endpoint and region unless set here; credentials are the `fs.s3a.*` options or
+                the AWS environment, never the brokers').""",
             ),
             _row("fs.s3a.access.key", "read", "", "kafkalog", "The access key id."),
             _row("fs.s3a.secret.key", "read", "", "kafkalog", "The secret access key."),

@@ -21,13 +21,11 @@ offset above the planned one or a log end offset below it; a reader that must se
 it is now opens :attr:`LogDirSource.unplanned` (offset_range_reader.py does when a fetch
 fails).
 
-- ``list_offset``: earliest is the view's log start offset (but see tiered storage below);
-  latest its high watermark or, for
+- ``list_offset``: earliest is the view's log start offset (and so is earliest-local, -4: see
+  tiered storage below); latest its high watermark or, for
   read_committed, its last stable offset; a timestamp goes to the view's
   ``find_offset_by_timestamp`` (the time index, then a scan, segment after segment until one
-  holds a matching record at or above the log start offset), the answer kept only below latest
-  (of a tiered partition, a match at its first local offset answers the log start offset: an
-  earlier match may lie in remote storage).
+  holds a matching record at or above the log start offset), the answer kept only below latest.
 - ``fetch``: the view's ``read`` bounded by the high watermark (read_uncommitted: what ``fetch``
   does for it, without the last stable offset it would compute), or its ``fetch`` with
   ``TXN_COMMITTED`` (read_committed: bounded by the LSO, with the aborted transactions). The
@@ -57,13 +55,12 @@ fails).
 Tiered storage (KIP-405): a topic with ``remote.storage.enable=true`` (its config in
 ``kafkalog-topics.json`` or Kafka's metadata log) keeps, as Kafka does, its log start offset
 (``log-start-offset-checkpoint``) at the earliest offset still in remote storage while local
-retention deletes its first segments. For such a partition whose checkpointed log start is below
-its first local segment, earliest is that checkpointed log start (Kafka's ListOffsets -2) and
-:meth:`LogDirFetchSource.tiered_offsets` names the offsets only in remote storage; the view,
-which reads the dir alone, starts at its first local segment (ListOffsets -4, earliest-local).
-Reading those offsets needs the store (tiered_fetch_source.py); a planner without it refuses
-them (the data source's ``remoteLogStorage`` option). Any other topic's checkpoint below its
-first segment is a checkpoint behind a deletion: the first segment is the log start, as before.
+retention deletes its first segments. This source reads the dir alone, so it starts at the
+first local segment; :meth:`LogDirFetchSource.tiered_offsets` names the offsets only in remote
+storage (Kafka's ListOffsets -2 to -4: the checkpointed log start to the first local offset),
+for a reader that reads them from the store (tiered_fetch_source.py) or refuses them naming
+them (the data source's planner, without its ``remoteLogStorage`` option). Any other topic's
+checkpoint below its first segment is a checkpoint behind a deletion: nothing is remote.
 
 Not thread-safe: one planner or one task uses a source.
 """
@@ -214,18 +211,12 @@ class LogDirFetchSource:
         view = self.view(tp)
         committed = isolation == IsolationLevel.READ_COMMITTED
         latest = view.last_stable_offset if committed else view.high_watermark
-        if timestamp == EARLIEST_TIMESTAMP:
-            tiered = self.tiered_offsets(tp)
-            return view.log_start_offset if tiered is None else tiered[0]
-        if timestamp == EARLIEST_LOCAL_TIMESTAMP:
+        if timestamp in (EARLIEST_TIMESTAMP, EARLIEST_LOCAL_TIMESTAMP):
             return view.log_start_offset
         if timestamp == LATEST_TIMESTAMP:
             return latest
         found = view.find_offset_by_timestamp(timestamp)
-        if found is None or found.offset >= latest:
-            return None
-        tiered = self.tiered_offsets(tp) if found.offset <= view.log_start_offset else None
-        return found.offset if tiered is None else tiered[0]  # an earlier one may be remote
+        return found.offset if found is not None and found.offset < latest else None
 
     # -- fetching ----------------------------------------------------------------------------------
 

@@ -1,43 +1,47 @@
-"""A log dir and the store its broker tiers to, read as one log: :class:`TieredFetchSource`.
+"""A log and the store its brokers tier to, read as one log: :class:`TieredFetchSource`.
 
 With tiered storage (KIP-405, remote_log_manager.py) a partition's log runs from its log start
-offset (``log-start-offset-checkpoint``: the earliest offset still in the store) to its high
-watermark, and local retention deletes its first segments once they are in the store: offsets
-``[log start offset, first local offset)`` are only in the store
-(``LogDirFetchSource.tiered_offsets``), the rest is in the log dir. This source reads the first
-part from the store (object_store_fetch_source.py: its manifests, offset indexes and ranged
-reads) and the rest from the log dir in place (log_dir_fetch_source.py), as one log: one
-:class:`FetchSource`, one read loop over it (offset_range_reader.py). A segment the store holds
-that the dir still holds too is read locally.
+offset (the earliest offset still in the store) to its high watermark, and local retention
+deletes its first segments once they are in the store: offsets ``[log start offset, first local
+offset)`` (ListOffsets -2 and -4) are only in the store, the rest is local. This source reads
+the first part from the store (object_store_fetch_source.py: its manifests, offset indexes and
+ranged reads) and the rest from the local side, as one log: one :class:`FetchSource`, one read
+loop over it (offset_range_reader.py). The local side is a log dir read in place
+(log_dir_fetch_source.py: its ``tiered_offsets``, from the checkpointed log start) or the
+cluster over the wire (wire_fetch_source.py: the leader's ListOffsets -2 and -4), which then
+serves only the local tail while every executor reads the tiered part from the store. A segment
+the store holds that the local log still holds too is read locally.
 
-Per partition, the split is the first local offset (the local view's log start offset, read at
-the partition's first use: a task whose local retention moved since planning splits higher,
-and the store holds what went). Below it:
+Per partition, the split is the first local offset (the local side's ListOffsets -4 at the
+partition's first use: a task whose local retention moved since planning splits higher, and the
+store holds what went). Below it:
 
 - ``list_offset``: earliest is the log start offset, no lower than the store's first segment (a
-  checkpoint behind the store's retention); earliest-local (-4) the split; latest the log
-  dir's; by timestamp, the store's segments first (from the log start), then the dir's.
+  checkpoint behind the store's retention); earliest-local (-4) the split; latest the local
+  side's; by timestamp, the store's segments first (from the log start), then the local side.
 - ``fetch``: offsets below the split from the store (whole batches of one segment), the others
-  from the dir (in place where the reader allows: ``fetch_in_place``); the partition's offsets
-  in the answer are the log's (log start offset, the dir's high watermark). ``prefetch``
-  fetches ahead below the split (the store's round trips), and does nothing above it.
-- byte cuts: exact on both sides, the store's bytes then the dir's; a range spanning the split
-  measures its store part up to the split and its local part from it; ``byte_cuts`` cuts each
-  part on its own and at the split (a piece never spans the two).
+  from the local side (a log dir in place where the reader allows: ``fetch_in_place``); the
+  partition's offsets in the answer are the log's (log start offset, the local side's high
+  watermark, asked once per partition). ``prefetch`` fetches ahead on the side that answers.
+- byte cuts: exact on the store's side; the local side's as it answers them (exact for a log
+  dir; unknown over the wire, where the local part of a range is taken whole and counted as no
+  bytes, as the planner takes an unknown range). A range spanning the split measures its store
+  part up to the split and its local part from it; ``byte_cuts`` cuts each part on its own and
+  at the split (a piece never spans the two).
 
 What planning checks (:class:`RemoteLogStorageError`, naming partition, offsets and store): the
 store holds the partition, and its segments reach the split (a hole between the store's last
-segment and the dir's first is data no reader can have). Tasks get a descriptor carrying both
-sides' planned state (:meth:`TieredFetchSource.task_source`): the log dir's checkpoint entries,
-and the store's segments of the tiered partitions (with their log start offset); a planned
-partition without store state is read from the dir alone, and ``unplanned`` looks at both again
-(the reader does after an out-of-range fetch).
+segment and the first local one is data no reader can have). Tasks get a descriptor carrying
+both sides' planned state (:meth:`TieredFetchSource.task_source`): the local side's (a log dir's
+checkpoint entries) and the store's segments of the tiered partitions (with their log start
+offset); a planned partition without store state is read from the local side alone, and
+``unplanned`` looks at both again (the reader does after an out-of-range fetch).
 
 read_committed is not supported below the split (the store a broker tiers to has no last stable
 offset: object_store_fetch_source.py); such a read is an ``UnsupportedOnObjectStoreError``.
 
-Not thread-safe: one planner or one task uses a source (the store side's prefetch thread as
-object_store_fetch_source.py says).
+Not thread-safe: one planner or one task uses a source (each side's prefetch thread as its
+module says).
 """
 
 from __future__ import annotations
@@ -53,25 +57,29 @@ from broker_embedded.storage.fetch_source import (
     LATEST_TIMESTAMP,
     ByteCut,
     FetchedPartition,
+    FetchSource,
+    FetchSourceDescriptor,
 )
-from broker_embedded.storage.log_dir_fetch_source import LogDirFetchSource, LogDirSource
 from broker_embedded.storage.object_store_fetch_source import (
     ObjectStoreFetchSource,
     ObjectStoreSource,
 )
 from broker_embedded.storage.topic_partition import TopicPartition
 
+UNCOMMITTED = IsolationLevel.READ_UNCOMMITTED
+
 
 class RemoteLogStorageError(KafkaLogError):
-    """The store does not hold what the log dir says is only there (module docstring)."""
+    """The store does not hold what the local side says is only there (module docstring)."""
 
 
 @dataclass(frozen=True)
 class TieredSource:
-    """Opens a :class:`TieredFetchSource`: the log dir ``local`` and the store ``remote`` its
-    broker tiers to; ``planned``: both carry a planner's state (module docstring)."""
+    """Opens a :class:`TieredFetchSource`: the local side ``local`` (a log dir, a cluster) and
+    the store ``remote`` its brokers tier to; ``planned``: both carry a planner's state (module
+    docstring)."""
 
-    local: LogDirSource
+    local: FetchSourceDescriptor
     remote: ObjectStoreSource
     planned: bool = False
 
@@ -96,13 +104,14 @@ class _Split:
 
 
 class TieredFetchSource:
-    """A log dir and its store as one :class:`FetchSource`; see the module docstring."""
+    """A log and its store as one :class:`FetchSource`; see the module docstring."""
 
     def __init__(self, descriptor: TieredSource) -> None:
         self._descriptor = descriptor
-        self._local: LogDirFetchSource = descriptor.local.open()
+        self._local: FetchSource = descriptor.local.open()
         self._remote: ObjectStoreFetchSource | None = None
         self._splits: dict[TopicPartition, _Split | None] = {}
+        self._bounds: dict[tuple[TopicPartition, IsolationLevel], int] = {}
 
     @property
     def descriptor(self) -> TieredSource:
@@ -116,25 +125,49 @@ class TieredFetchSource:
         return self._remote
 
     def split(self, tp: TopicPartition) -> _Split | None:
-        """Where ``tp``'s offsets leave the store for the dir; ``None``: all in the dir."""
+        """Where ``tp``'s offsets leave the store for the local side; ``None``: all local."""
         if tp in self._splits:
             return self._splits[tp]
         planned = dict(self._descriptor.remote.planned).get(tp)
-        local_start = self._local.view(tp).log_start_offset
         found: _Split | None = None
         if planned is not None:
-            found = _Split(planned.log_start_offset, local_start)
+            found = _Split(planned.log_start_offset, self._offset(tp, EARLIEST_LOCAL_TIMESTAMP))
         elif not self._descriptor.planned:
-            tiered = self._local.tiered_offsets(tp)
+            tiered = self._tiered_offsets(tp)
             found = None if tiered is None else self._check(tp, *tiered)
         if found is not None and found.log_start >= found.local_start:
             found = None
         self._splits[tp] = found
         return found
 
+    def _tiered_offsets(self, tp: TopicPartition) -> tuple[int, int] | None:
+        """The local side's (log start offset, first local offset) when the first is below:
+        a log dir's ``tiered_offsets``, a cluster's ListOffsets -2 and -4."""
+        of_dir = getattr(self._local, "tiered_offsets", None)
+        if of_dir is not None:
+            return of_dir(tp)
+        log_start = self._offset(tp, EARLIEST_TIMESTAMP)
+        local_start = self._offset(tp, EARLIEST_LOCAL_TIMESTAMP)
+        return (log_start, local_start) if log_start < local_start else None
+
+    def _offset(
+        self, tp: TopicPartition, which: int, isolation: IsolationLevel = UNCOMMITTED
+    ) -> int:
+        """The local side's ListOffsets ``which`` (-2, -4, -1) of ``tp``."""
+        found = self._local.list_offset(tp, which, isolation)
+        assert found is not None, f"ListOffsets {which} of {tp} gave no offset"
+        return found
+
+    def _bound(self, tp: TopicPartition, isolation: IsolationLevel) -> int:
+        """The local side's high watermark (or last stable offset) of ``tp``, asked once."""
+        key = (tp, isolation)
+        if key not in self._bounds:
+            self._bounds[key] = self._offset(tp, LATEST_TIMESTAMP, isolation)
+        return self._bounds[key]
+
     def _check(self, tp: TopicPartition, log_start: int, local_start: int) -> _Split:
         """The split of a tiered partition, after checking that the store holds it up to the
-        dir's first offset (module docstring)."""
+        first local offset (module docstring)."""
         where = self._descriptor.remote.store.uri
         try:
             p = self.remote.partition(tp)
@@ -182,12 +215,11 @@ class TieredFetchSource:
             return split.log_start
         if timestamp == EARLIEST_LOCAL_TIMESTAMP:
             return split.local_start
-        latest = self._local.list_offset(tp, LATEST_TIMESTAMP, isolation)
-        assert latest is not None
-        found = self.remote.list_offset(tp, timestamp, IsolationLevel.READ_UNCOMMITTED)
+        latest = self._offset(tp, LATEST_TIMESTAMP, isolation)
+        found = self.remote.list_offset(tp, timestamp, UNCOMMITTED)
         if found is None or found >= split.local_start:
-            local = self._local.view(tp).find_offset_by_timestamp(timestamp)
-            found = None if local is None else local.offset
+            found = self._local.list_offset(tp, timestamp, isolation)  # none below the split
+            found = None if found is None else max(found, split.local_start)
         return found if found is not None and found < latest else None
 
     # -- fetching ----------------------------------------------------------------------------------
@@ -203,29 +235,35 @@ class TieredFetchSource:
     def fetch_in_place(
         self, tp: TopicPartition, offset: int, max_bytes: int, isolation: IsolationLevel
     ) -> FetchedPartition:
-        """``fetch``, above the split in place (``LogDirFetchSource.fetch_in_place``)."""
+        """``fetch``, above the split in place where the local side can
+        (``LogDirFetchSource.fetch_in_place``)."""
         split = self.split(tp)
         if split is None or offset >= split.local_start:
-            return self._local.fetch_in_place(tp, offset, max_bytes, isolation)
+            local = getattr(self._local, "fetch_in_place", self._local.fetch)
+            return local(tp, offset, max_bytes, isolation)
         return self._remote_fetch(tp, split, offset, max_bytes, isolation)
 
     def prefetch(
         self, tp: TopicPartition, offset: int, max_bytes: int, isolation: IsolationLevel
     ) -> None:
-        """The store's fetch ahead below the split (object_store_fetch_source.py)."""
+        """The next fetch ahead, on the side that will answer it (the store's, the wire's)."""
         split = self.split(tp)
         if split is not None and offset < split.local_start:
             self.remote.prefetch(tp, offset, max_bytes, isolation)
+            return
+        ahead = getattr(self._local, "prefetch", None)
+        if ahead is not None:
+            ahead(tp, offset, max_bytes, isolation)
 
     def _remote_fetch(
         self, tp: TopicPartition, split: _Split, offset: int, max_bytes: int,
         isolation: IsolationLevel,
     ) -> FetchedPartition:  # fmt: skip
         fetched = self.remote.fetch(tp, offset, max_bytes, isolation)
-        view = self._local.view(tp)
-        lso = -1 if isolation != IsolationLevel.READ_COMMITTED else view.last_stable_offset
-        return replace(fetched, high_watermark=view.high_watermark, last_stable_offset=lso,
-                       log_start_offset=split.log_start)  # fmt: skip
+        committed = isolation == IsolationLevel.READ_COMMITTED
+        lso = self._bound(tp, isolation) if committed else -1
+        return replace(fetched, high_watermark=self._bound(tp, UNCOMMITTED),
+                       last_stable_offset=lso, log_start_offset=split.log_start)  # fmt: skip
 
     # -- bytes of the log --------------------------------------------------------------------------
 
@@ -237,8 +275,9 @@ class TieredFetchSource:
         max_bytes: int,
         *,
         min_one_batch: bool = False,
-    ) -> ByteCut:
-        """The store's bytes from ``start`` to the split, then the dir's (module docstring)."""
+    ) -> ByteCut | None:
+        """The store's bytes from ``start`` to the split, then the local side's (module
+        docstring)."""
         split = self.split(tp)
         if split is None or start >= split.local_start:
             return self._local.byte_cut(tp, start, end, max_bytes, min_one_batch=min_one_batch)
@@ -248,9 +287,13 @@ class TieredFetchSource:
             return cut
         one = min_one_batch and cut.offset == start
         rest = self._local.byte_cut(tp, middle, end, max_bytes - cut.size, min_one_batch=one)
+        if rest is None:  # unknown (the wire): the local part whole, as no bytes
+            return ByteCut(end, cut.size)
         return ByteCut(rest.offset, cut.size + rest.size)
 
-    def byte_cuts(self, tp: TopicPartition, start: int, end: int, max_bytes: int) -> list[int]:
+    def byte_cuts(
+        self, tp: TopicPartition, start: int, end: int, max_bytes: int
+    ) -> list[int] | None:
         """Each side's cuts, and the split when the range spans it (module docstring)."""
         split = self.split(tp)
         if split is None or start >= split.local_start:
@@ -258,7 +301,7 @@ class TieredFetchSource:
         middle = min(end, split.local_start)
         cuts = self.remote.byte_cuts(tp, start, middle, max_bytes)
         if middle < end:
-            cuts += [middle, *self._local.byte_cuts(tp, middle, end, max_bytes)]
+            cuts += [middle, *(self._local.byte_cuts(tp, middle, end, max_bytes) or ())]
         return cuts
 
     # -- lifetime ----------------------------------------------------------------------------------

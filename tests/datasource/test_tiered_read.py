@@ -60,8 +60,7 @@ def local_bases(log_dir: Path) -> list[int]:
 def tiered(s3: S3Server, tmp_path_factory: pytest.TempPathFactory) -> TieredLogDir:
     """The broker's remote log manager copies the closed segments to the store, local retention
     (``local.retention.bytes``) deletes the first ones locally, and the log start offset stays
-    at the store's first offset (Kafka's checkpoint; written so here while ``kafkalog serve``
-    still moves it with local deletion)."""
+    at the store's first offset (Kafka's checkpoint)."""
     uri = f"s3://{s3.new_bucket('tiered-read')}/cluster/broker-0"
     log_dir = tmp_path_factory.mktemp("tiered") / "logs"
     rsm = (("location", uri), *s3.options().items())
@@ -81,9 +80,7 @@ def tiered(s3: S3Server, tmp_path_factory: pytest.TempPathFactory) -> TieredLogD
         broker.log_manager.get_log(TP).delete_old_segments()
     bases = local_bases(log_dir)
     checkpoint = OffsetCheckpointFile(log_dir / LOG_START_OFFSET_CHECKPOINT)
-    starts = checkpoint.read()
-    if starts.get(TP) != 0:
-        checkpoint.write({**starts, TP: 0})  # Kafka's: the earliest offset in the store
+    assert checkpoint.read()[TP] == 0  # Kafka's log start: the earliest offset in the store
     store = ObjectStoreSource(StoreLocation(uri, s3.settings)).open()
     tiered_end = store.list_offset(TP, LATEST_TIMESTAMP, UNCOMMITTED)
     store.close()
@@ -110,7 +107,7 @@ def test_one_source_reads_the_store_then_the_dir(s3: S3Server, tiered: TieredLog
     source = TieredSource(LogDirSource(str(tiered.log_dir)), store).open()
     local = LogDirSource(str(tiered.log_dir)).open()
     assert local.tiered_offsets(TP) == (0, tiered.local_start)
-    assert local.list_offset(TP, EARLIEST_TIMESTAMP, UNCOMMITTED) == 0  # Kafka's -2
+    assert local.list_offset(TP, EARLIEST_TIMESTAMP, UNCOMMITTED) == tiered.local_start  # the dir
     assert source.list_offset(TP, EARLIEST_TIMESTAMP, UNCOMMITTED) == 0
     assert source.list_offset(TP, EARLIEST_LOCAL_TIMESTAMP, UNCOMMITTED) == tiered.local_start
     assert source.list_offset(TP, LATEST_TIMESTAMP, UNCOMMITTED) == RECORDS
