@@ -148,6 +148,7 @@ def test_spark_reads_every_record_once(spark, s3: S3Server, tiered: TieredLogDir
     assert rows_of(pieces) == tiered.rows
 
 
+@pytest.mark.slow  # three micro-batches of a streaming query: 10-20 s on a loaded machine
 def test_a_stream_reads_every_record_once(
     spark, s3: S3Server, tiered: TieredLogDir, tmp_path: Path
 ) -> None:
