@@ -37,8 +37,10 @@ checkpoint entries) and the store's segments of the tiered partitions (with thei
 offset); a planned partition without store state is read from the local side alone, and
 ``unplanned`` looks at both again (the reader does after an out-of-range fetch).
 
-read_committed is not supported below the split (the store a broker tiers to has no last stable
-offset: object_store_fetch_source.py); such a read is an ``UnsupportedOnObjectStoreError``.
+read_committed is not supported below the split: the store's ``.txnindex`` files hold the
+aborted transactions whose markers are in tiered segments, but one whose marker is in a local
+segment would be missed (Kafka collects them from the remote segments, then the local ones). A
+read_committed fetch there is an ``UnsupportedOnObjectStoreError`` naming the offsets.
 
 Not thread-safe: one planner or one task uses a source (each side's prefetch thread as its
 module says).
@@ -63,6 +65,7 @@ from broker_embedded.storage.fetch_source import (
 from broker_embedded.storage.object_store_fetch_source import (
     ObjectStoreFetchSource,
     ObjectStoreSource,
+    UnsupportedOnObjectStoreError,
 )
 from broker_embedded.storage.topic_partition import TopicPartition
 
@@ -259,11 +262,17 @@ class TieredFetchSource:
         self, tp: TopicPartition, split: _Split, offset: int, max_bytes: int,
         isolation: IsolationLevel,
     ) -> FetchedPartition:  # fmt: skip
+        if isolation == IsolationLevel.READ_COMMITTED:
+            raise UnsupportedOnObjectStoreError(
+                f"read_committed of offsets only in remote storage is not supported yet: fetch "
+                f"at offset {offset} of {tp}, whose offsets [{split.log_start}, "
+                f"{split.local_start}) are in {self._descriptor.remote.store.uri} (aborted "
+                "transactions there may end in the local log); read them read_uncommitted, or "
+                f"start at offset {split.local_start}"
+            )
         fetched = self.remote.fetch(tp, offset, max_bytes, isolation)
-        committed = isolation == IsolationLevel.READ_COMMITTED
-        lso = self._bound(tp, isolation) if committed else -1
         return replace(fetched, high_watermark=self._bound(tp, UNCOMMITTED),
-                       last_stable_offset=lso, log_start_offset=split.log_start)  # fmt: skip
+                       log_start_offset=split.log_start)  # fmt: skip
 
     # -- bytes of the log --------------------------------------------------------------------------
 

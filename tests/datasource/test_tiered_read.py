@@ -25,7 +25,10 @@ from broker_embedded.storage.fetch_source import (
 )
 from broker_embedded.storage.log_dir_fetch_source import LogDirSource
 from broker_embedded.storage.object_store import StoreLocation
-from broker_embedded.storage.object_store_fetch_source import ObjectStoreSource
+from broker_embedded.storage.object_store_fetch_source import (
+    ObjectStoreSource,
+    UnsupportedOnObjectStoreError,
+)
 from broker_embedded.storage.offset_checkpoint import (
     LOG_START_OFFSET_CHECKPOINT,
     OffsetCheckpointFile,
@@ -125,6 +128,10 @@ def test_one_source_reads_the_store_then_the_dir(s3: S3Server, tiered: TieredLog
     assert across == ByteCut(tiered.local_start + 3, store_bytes)
     one = source.byte_cut(TP, tiered.local_start - 3, RECORDS, store_bytes // 2)
     assert one.offset > tiered.local_start and one.size <= store_bytes // 2
+    with pytest.raises(UnsupportedOnObjectStoreError, match=r"^read_committed of offsets only "
+                       rf"in remote storage is not supported yet: fetch at offset 3 of {TP}, "
+                       rf"whose offsets \[0, {tiered.local_start}\) are in "):  # fmt: skip
+        source.fetch(TP, 3, 500, IsolationLevel.READ_COMMITTED)
     cuts = source.byte_cuts(TP, 0, RECORDS, 600)
     assert tiered.local_start in cuts and cuts == sorted(set(cuts))
     assert cuts[: cuts.index(tiered.local_start)] == remote.byte_cuts(TP, 0, tiered.local_start,
