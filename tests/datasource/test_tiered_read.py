@@ -149,9 +149,13 @@ def test_spark_reads_every_record_once(spark, s3: S3Server, tiered: TieredLogDir
     reader = (spark.read.format("kafkalog").options(**s3.options()).option("subscribe", TOPIC)
               .option("remoteLogStorage", tiered.uri))  # fmt: skip
     assert rows_of(reader.load(str(tiered.log_dir))) == tiered.rows
-    pieces = (reader.option("maxBytesPerPartition", "700").option("packBytesPerPartition", "0")
+    pieces = (reader.option("maxBytesPerPartition", "2000").option("packBytesPerPartition", "0")
               .load(str(tiered.log_dir)))  # fmt: skip
-    assert pieces.rdd.getNumPartitions() > 4  # cut by bytes on both sides of the split
+    store = ObjectStoreSource(StoreLocation(tiered.uri, s3.settings))
+    with TieredSource(LogDirSource(str(tiered.log_dir)), store).open() as source:
+        cuts = source.byte_cuts(TP, 0, RECORDS, 2000)
+    assert tiered.local_start in cuts and len(cuts) >= 3  # cut on both sides of the split
+    assert pieces.rdd.getNumPartitions() == len(cuts) + 1
     assert rows_of(pieces) == tiered.rows
 
 
