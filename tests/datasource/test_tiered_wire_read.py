@@ -145,3 +145,44 @@ def test_a_cluster_that_tiers_nowhere_is_named(tmp_path: Path) -> None:
         "rsm.config.location (DescribeConfigs) must name one store to read tiered segments "
         "from; broker 0: none"
     )
+
+
+@pytest.mark.slow  # a kafkalog serve child tiering and deleting locally: 5-15 s
+def test_spark_reads_kafkalog_serve_s_tiered_topic(spark, s3: S3Server, tmp_path: Path) -> None:
+    """End to end: ``kafkalog serve`` with ``[rsm_config]`` tiers a topic's closed segments and
+    local retention deletes them; Spark asks it where the store is and reads every record."""
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    from tests.broker_embedded.storage.test_remote_log_manager import (
+        TIERED,
+        produce,
+        wait_for,
+        write_broker_config,
+    )
+    from tests.spark_kafkalog._serve_proc import ServeProcess
+
+    uri = f"s3://{s3.new_bucket('tiered-serve')}/cluster/broker-0"
+    config = write_broker_config(tmp_path / "broker.toml", uri, s3.options())
+    config.write_text(config.read_text().replace(
+        "[rsm_config]", '"log.retention.check.interval.ms" = 100\n\n[rsm_config]'))  # fmt: skip
+    with ServeProcess(tmp_path / "logs", "--broker-config", config,
+                      stderr=tmp_path / "serve.err") as serve:  # fmt: skip
+        admin = AdminClient({"bootstrap.servers": serve.bootstrap})
+        topic = NewTopic("tiered", 1, 1, config={**TIERED, "local.retention.ms": "0"})
+        admin.create_topics([topic])["tiered"].result(30)
+        produce(serve.bootstrap, 0, 40)
+        with KafkaClient(serve.bootstrap) as client:
+
+            def local_start() -> int:
+                return client.list_offset("tiered", 0, EARLIEST_LOCAL_TIMESTAMP)
+
+            wait_for("local retention of tiered segments", lambda: local_start() >= 20)
+            first_local = local_start()
+            assert client.list_offset("tiered", 0, EARLIEST_TIMESTAMP) == 0
+        df = (spark.read.format("kafkalog").options(**s3.options())
+              .option("kafka.bootstrap.servers", serve.bootstrap).option("subscribe", "tiered")
+              .option("remoteLogStorage", "broker").load())  # fmt: skip
+        got = sorted((r.offset, bytes(r.value)) for r in df.select("offset", "value").collect())
+        assert serve.terminate() == 0
+    assert got == [(i, f"record {i:03d} ".encode() * 8) for i in range(40)]
+    assert 20 <= first_local < 40  # the first 20 and more were read from the store
