@@ -128,6 +128,7 @@ class Broker:
             self.log_manager.close()
             raise
         self.remote_log_manager = self._new_remote_log_manager()
+        self.replica_manager.remote_log_manager = self.remote_log_manager
         try:
             self.controller.register_broker(self)
             self.abort_orphaned_transactions()
@@ -152,8 +153,11 @@ class Broker:
             parts = list(self.replica_manager.partitions.items())
             return {tp: p.log for tp, p in parts if p.is_leader}
 
+        c = self.config
         return RemoteLogManager(self.broker_id, self.log_dir, location, leaders,
-                                self.config.remote_log_manager_task_interval_ms)  # fmt: skip
+                                c.remote_log_manager_task_interval_ms,
+                                c.remote_log_reader_threads,
+                                c.remote_log_reader_max_pending_tasks)  # fmt: skip
 
     @property
     def broker_metadata(self) -> BrokerMetadata:

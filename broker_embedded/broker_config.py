@@ -71,6 +71,9 @@ File layout (``conf/broker.toml`` holds the defaults; every key is optional)::
                                               may set remote.storage.enable (Kafka's name)
     "remote.log.manager.task.interval.ms" = 30000  how often the remote log manager looks for
                                               closed segments to copy (Kafka's name and default)
+    "remote.fetch.max.wait.ms" = 500          the longest a Fetch waits for its remote read
+    "remote.log.reader.threads" = 10          the remote reads' thread pool
+    "remote.log.reader.max.pending.tasks" = 100   remote reads queued at most (then an error)
     [rsm_config]                              the remote storage's settings (Kafka passes its
                                               plugin the rsm.config.* prefix; here the store is
                                               built in, object_store.py):
@@ -168,6 +171,9 @@ class BrokerConfig:
     log_cleaner_backoff_ms: int = 15_000
     remote_log_storage_system_enable: bool = False
     remote_log_manager_task_interval_ms: int = 30_000
+    remote_fetch_max_wait_ms: int = 500
+    remote_log_reader_threads: int = 10
+    remote_log_reader_max_pending_tasks: int = 100
     # [rsm_config] as (key, value) pairs: the store's location and S3A settings (secrets: no repr)
     rsm_config: tuple[tuple[str, str], ...] = field(default=(), repr=False)
     topic_defaults: LogConfig = field(default_factory=LogConfig)
@@ -288,6 +294,9 @@ def _broker_value(key: str, value: Any, source: str) -> int | float | bool:
 # keys whose value must be positive (Kafka's atLeast(1) validators)
 _AT_LEAST_ONE = frozenset(
     (
+        "remote.fetch.max.wait.ms",
+        "remote.log.reader.threads",
+        "remote.log.reader.max.pending.tasks",
         "num.network.threads",
         "num.io.threads",
         "queued.max.requests",

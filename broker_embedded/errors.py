@@ -113,6 +113,12 @@ class OffsetMovedToTieredStorageError(KafkaApiError):
     code = ErrorCode.offset_moved_to_tiered_storage
 
 
+class RemoteStorageError(KafkaApiError):
+    """Remote storage failed a read (the store unreachable after its retries, an object
+    missing or corrupt): UNKNOWN_SERVER_ERROR, as Kafka answers its ``RemoteStorageException``;
+    the message and the broker's log name the key."""
+
+
 class SegmentTruncatedError(OffsetOutOfRangeError):
     """A segment file shorter than when this process mapped it: another process truncated it
     (recovery of a torn tail, a replica's truncation after an unclean election). Reading its

@@ -23,6 +23,15 @@
   the offsets alone; on the blocking path (:meth:`fetch_messages`, the in-process followers) the
   waiting thread reads once woken, so an append only wakes its followers and each follower's
   read takes every batch appended until it runs.
+- Tiered partitions: a consumer's fetch offset in ``[log start, local log start)`` is read
+  from the store (Kafka's ``handleOffsetOutOfRangeError`` and ``processRemoteFetch``): the
+  first such partition of a request on the remote log manager's reader pool, the request
+  answered when that read is done or after ``remote.fetch.max.wait.ms``
+  (delayed_remote_fetch.py), without waiting for ``min_bytes``; the other such partitions
+  answer no records. A follower's gets OFFSET_MOVED_TO_TIERED_STORAGE. The remote read's bytes
+  are not counted against the response's budget beforehand (as in Kafka): a response holds at
+  most ``max_bytes`` plus that partition's max bytes. ListOffsets by timestamp of a tiered
+  partition looks in the store first.
 - ISR: a scheduled task shrinks ISRs every ``replica.lag.time.max.ms / 2``.
 - Pause (fault drills): requests to a paused broker block until it resumes or stops; its
   fetcher threads stop fetching.
@@ -36,6 +45,7 @@ partition's lock. Purgatories are woken only after partition locks are released.
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from collections.abc import Callable, Mapping
 
@@ -55,12 +65,15 @@ from broker_embedded.errors import (
     InvalidRequiredAcksError,
     KafkaApiError,
     NotLeaderOrFollowerError,
+    OffsetMovedToTieredStorageError,
+    OffsetOutOfRangeError,
     StaleControllerEpochError,
     UnknownTopicOrPartitionError,
 )
 from broker_embedded.replica_manager.broker_topic_stats import BrokerTopicStats
 from broker_embedded.replica_manager.delayed_fetch import DelayedFetch
 from broker_embedded.replica_manager.delayed_produce import DelayedProduce
+from broker_embedded.replica_manager.delayed_remote_fetch import DelayedRemoteFetch
 from broker_embedded.replica_manager.list_offsets import (
     EARLIEST_LOCAL_TIMESTAMP,
     EARLIEST_PENDING_UPLOAD_TIMESTAMP,
@@ -78,6 +91,8 @@ from broker_embedded.storage.fetch_data_info import FetchIsolation, IsolationLev
 from broker_embedded.storage.log_manager import LogManager
 from broker_embedded.storage.log_segment import TimestampAndOffset
 from broker_embedded.storage.producer_state_manager import AppendOrigin
+from broker_embedded.storage.remote_log_manager import RemoteLogManager
+from broker_embedded.storage.remote_storage_fetch_info import RemoteStorageFetchInfo
 from broker_embedded.storage.topic_partition import TopicPartition
 
 PAUSE_WAIT_S = 0.05
@@ -133,6 +148,11 @@ class ReplicaManager:
         # at least one slot per connection: a connection has one request in flight
         pending = max(config.purgatory_max_pending, config.max_connections)
         self.fetch_purgatory = DelayedOperationPurgatory(f"Fetch-{broker_id}", max_pending=pending)
+        self.remote_fetch_purgatory = DelayedOperationPurgatory(
+            f"RemoteFetch-{broker_id}", max_pending=pending
+        )
+        # tiered storage's reader (broker.py sets it when remote.log.storage.system.enable)
+        self.remote_log_manager: RemoteLogManager | None = None
         self.produce_purgatory = DelayedOperationPurgatory(
             f"Produce-{broker_id}", max_pending=pending
         )
@@ -173,6 +193,7 @@ class ReplicaManager:
         self.fetchers.shutdown()
         self._scheduler.shutdown()
         self.fetch_purgatory.shutdown()
+        self.remote_fetch_purgatory.shutdown()
         self.produce_purgatory.shutdown()
         with self._lazy_read_done:  # their logs close after this returns
             self._lazy_read_done.wait_for(lambda: self._lazy_readers == 0, LAZY_READ_WAIT_S)
@@ -249,11 +270,16 @@ class ReplicaManager:
                     f"{self.controller_epoch}"
                 )
             self.fetchers.remove_partitions(tps)
+            tiered = []
             for tp in tps:
                 self._deleted.add(tp)
                 p = self.partitions.pop(tp, None)
                 if p is not None:
+                    if p.is_leader and p.log.config.remote_storage_enable:
+                        tiered.append((tp, p.log.topic_id))
                     p.stop_leading()
+        if tiered and self.remote_log_manager is not None:  # their stored objects go too
+            self.remote_log_manager.stop_partitions(tiered)
         for tp in tps:
             self._wake(tp)
 
@@ -416,6 +442,8 @@ class ReplicaManager:
             self._lazy_readers += 1
         try:
             result = self._fetch(request, zero_copy=False)
+            if isinstance(result, DelayedRemoteFetch):
+                return result.wait()
             if not isinstance(result, DelayedFetch):
                 return result
             result.wait()  # lazy: completing it only woke this thread, which reads now
@@ -439,11 +467,13 @@ class ReplicaManager:
         Returns the delayed fetch when the answer waits (to abandon it if the client goes:
         ``DelayedOperation.abandon``; dropped, it never calls ``respond``), else None."""
         try:
-            result: FetchResponse | DelayedFetch | Exception = self._fetch(
+            result: FetchResponse | DelayedFetch | DelayedRemoteFetch | Exception = self._fetch(
                 request, zero_copy, respond
             )
         except Exception as e:
             result = e
+        if isinstance(result, DelayedRemoteFetch):
+            return None if result.is_completed else result  # type: ignore[return-value]
         if isinstance(result, DelayedFetch):
             return None if result.is_completed else result
         respond(result)
@@ -454,7 +484,7 @@ class ReplicaManager:
         request: FetchRequest,
         zero_copy: bool,
         respond: Callable[[FetchResponse | Exception], None] | None = None,
-    ) -> FetchResponse | DelayedFetch:
+    ) -> FetchResponse | DelayedFetch | DelayedRemoteFetch:
         """The immediate response, or the delayed fetch submitted to the purgatory."""
         self.gate()
         # Before the follower's fetch state is recorded: a HW move that this fetch itself
@@ -474,7 +504,9 @@ class ReplicaManager:
         # fetch would complete at once on it, so the answer is the read, without one.
         hw_moved = request.is_from_follower and self._high_watermarks(request) != start_hws
         if ready is None or hw_moved or ready():  # else the read would find nothing: wait
-            response = self._read(request, zero_copy)
+            response, remote = self._read_partitions(request, zero_copy)
+            if remote is not None:  # Kafka: a remote fetch does not wait for min_bytes
+                return self._remote_fetch(request, response, remote, respond)
             if (
                 hw_moved
                 or request.max_wait_ms <= 0
@@ -534,18 +566,67 @@ class ReplicaManager:
             hws.append(-1 if p is None else p.log.high_watermark)
         return tuple(hws)
 
+    def _remote_fetch(
+        self,
+        request: FetchRequest,
+        local: FetchResponse,
+        info: RemoteStorageFetchInfo,
+        respond: Callable[[FetchResponse | Exception], None] | None,
+    ) -> FetchResponse | DelayedRemoteFetch:
+        """Kafka's ``processRemoteFetch``: read ``info`` on the remote log manager's pool and
+        answer when it is done or after ``remote.fetch.max.wait.ms`` (delayed_remote_fetch.py)."""
+        rlm, tp = self.remote_log_manager, info.topic_partition
+        assert rlm is not None
+        try:
+            log = self.leader_partition(tp).log
+            future = rlm.async_read(
+                info, log, lambda: self.remote_fetch_purgatory.check_and_complete(tp)
+            )
+        except KafkaApiError as e:  # the reader queue full, or no longer the leader
+            parts = list(local.partitions)
+            parts[info.index] = self._error_result(tp, e)
+            return FetchResponse(tuple(parts))
+        op = DelayedRemoteFetch(local, info, future, self.config.remote_fetch_max_wait_ms, respond)
+        self.remote_fetch_purgatory.try_complete_else_watch(op, [tp])
+        return op
+
     def _read(self, request: FetchRequest, zero_copy: bool = False) -> FetchResponse:
+        return self._read_partitions(request, zero_copy)[0]
+
+    def _read_partitions(
+        self, request: FetchRequest, zero_copy: bool = False
+    ) -> tuple[FetchResponse, RemoteStorageFetchInfo | None]:
+        """The local reads of every partition and, for a consumer's fetch, the first partition
+        whose offset is only in remote storage (answered empty here; Kafka's
+        ``handleOffsetOutOfRangeError``): the others such answer no records this time."""
         isolation = FetchIsolation.of(request.replica_id, request.isolation_level)
         budget = self.max_bytes(request)
         min_one = True
-        results = []
+        results: list[PartitionFetchResult] = []
+        remote: RemoteStorageFetchInfo | None = None
         for pf in request.partitions:
             tp = pf.topic_partition
+            max_bytes = max(0, min(pf.partition_max_bytes, budget))
             try:
                 info = self.leader_partition(tp).read(
-                    pf.fetch_offset, max(0, min(pf.partition_max_bytes, budget)), isolation,
-                    pf.current_leader_epoch, min_one, zero_copy,
+                    pf.fetch_offset, max_bytes, isolation, pf.current_leader_epoch, min_one,
+                    zero_copy,
                 )  # fmt: skip
+            except OffsetMovedToTieredStorageError as e:
+                if self.remote_log_manager is None:  # Kafka: the local read's out of range
+                    results.append(self._error_result(tp, OffsetOutOfRangeError(str(e))))
+                    continue
+                if request.is_from_follower:
+                    results.append(self._error_result(tp, e))
+                    continue
+                aborted = () if isolation is FetchIsolation.TXN_COMMITTED else None
+                placeholder = self._error_result(tp, e)
+                results.append(dataclasses.replace(placeholder, error=None,
+                                                   aborted_transactions=aborted))  # fmt: skip
+                if remote is None:
+                    remote = RemoteStorageFetchInfo(tp, pf.fetch_offset, max_bytes, min_one,
+                                                    isolation, len(results) - 1)  # fmt: skip
+                continue
             except KafkaApiError as e:
                 results.append(self._error_result(tp, e))
                 continue
@@ -562,7 +643,7 @@ class ReplicaManager:
                 budget -= result.size_in_bytes
                 min_one = False
             results.append(result)
-        return FetchResponse(tuple(results))
+        return FetchResponse(tuple(results)), remote
 
     def _error_result(self, tp: TopicPartition, e: KafkaApiError) -> PartitionFetchResult:
         p = self.partitions.get(tp)
@@ -614,7 +695,12 @@ class ReplicaManager:
                 f"topic {tp.topic!r} partition {tp.partition}: unsupported ListOffsets timestamp "
                 f"{timestamp} (-1 latest, -2 earliest, or a timestamp >= 0)"
             )
-        found = lg.fetch_offset_by_timestamp(timestamp)
+        found = None
+        rlm = self.remote_log_manager
+        if rlm is not None and lg.config.remote_storage_enable:  # Kafka: the store first
+            found = rlm.find_offset_by_timestamp(tp, lg, timestamp)
+        if found is None:
+            found = lg.fetch_offset_by_timestamp(timestamp)
         return _found(None if found is None or found.offset >= upper else found)
 
     def log_offsets(self, tp: TopicPartition) -> tuple[int, int]:

@@ -8,7 +8,9 @@ layout of log_dir_upload.py: a mirror of the log dir, one manifest per stored se
 Planning (the first call that needs it): one listing of the location, and its checkpoint files
 (``replication-offset-checkpoint``, ``log-start-offset-checkpoint``) read whole. A partition is
 its stored segments: those with a manifest (a ``.log`` without one past the last manifest is an
-upload in progress and ignored; one below it, a hole, is an error naming the key). Its log end
+upload in progress and ignored; one below it, a hole, is an error naming the key; the first
+segments whose manifests are marked ``DELETE_SEGMENT_STARTED``, being deleted by a broker's
+remote retention or topic deletion, are not the partition's any more). Its log end
 is the last manifest's ``next_offset``; its high watermark the checkpoint's, no higher than the
 log end (a broker's active segment is not uploaded); its log start offset the checkpoint's, no
 lower than the first segment. Byte cuts (``maxBytesPerPartition``) and a cut
@@ -79,7 +81,7 @@ from broker_embedded.storage.local_log import end_of_complete_batches
 from broker_embedded.storage.log_dir_fetch_source import byte_cut_in, cut_candidates, cuts_of
 from broker_embedded.storage.log_dir_upload import LAST_STABLE_OFFSET_CHECKPOINT
 from broker_embedded.storage.log_file_utils import LOG_SUFFIX, segment_file_stem
-from broker_embedded.storage.log_segment import first_record_at_or_after
+from broker_embedded.storage.log_segment import TimestampAndOffset, first_record_at_or_after
 from broker_embedded.storage.object_store import ObjectStore, StoreLocation
 from broker_embedded.storage.offset_checkpoint import (
     LOG_START_OFFSET_CHECKPOINT,
@@ -87,7 +89,11 @@ from broker_embedded.storage.offset_checkpoint import (
     OffsetCheckpointFile,
 )
 from broker_embedded.storage.offset_index import INDEX_SUFFIX, OffsetIndex
-from broker_embedded.storage.remote_log_segment_metadata import RemoteLogSegmentMetadata
+from broker_embedded.storage.remote_index_cache import RemoteIndexCache
+from broker_embedded.storage.remote_log_segment_metadata import (
+    DELETE_SEGMENT_STARTED,
+    RemoteLogSegmentMetadata,
+)
 from broker_embedded.storage.time_index import TIME_INDEX_SUFFIX, TimeIndex
 from broker_embedded.storage.topic_partition import TopicPartition
 from broker_embedded.storage.transaction_index import FILE_SUFFIX as TXN_INDEX_SUFFIX
@@ -185,8 +191,11 @@ class _Segment:
 class ObjectStoreFetchSource:
     """A log dir on object storage as a :class:`FetchSource`; see the module docstring."""
 
-    def __init__(self, descriptor: ObjectStoreSource) -> None:
+    def __init__(
+        self, descriptor: ObjectStoreSource, index_cache: RemoteIndexCache | None = None
+    ) -> None:
         self._descriptor = descriptor
+        self._shared = index_cache  # a broker's offset indexes, shared by its remote reads
         self._store: ObjectStore = descriptor.store.open()
         self._planned = dict(descriptor.planned)
         self._listing: dict[str, int] | None = None
@@ -248,6 +257,8 @@ class ObjectStoreFetchSource:
                 f"{self._where(key)} has no manifest but later segments of {tp} do: an upload "
                 "was interrupted; run kafkalog upload again to complete it"
             )
+        while manifests and self._being_deleted(prefix, manifests[0]):
+            del manifests[0]  # deletions go oldest first: a prefix of the segments
         if self._checkpoints is None:
             self._checkpoints = (self._checkpoint(REPLICATION_OFFSET_CHECKPOINT),
                                  self._checkpoint(LOG_START_OFFSET_CHECKPOINT),
@@ -288,6 +299,18 @@ class ObjectStoreFetchSource:
             p = self._partitions[tp] = replace(p, log_start_offset=start, high_watermark=hw)
         return p
 
+    def _being_deleted(self, prefix: str, base: int) -> bool:
+        """Whether the manifest of segment ``base`` is marked ``DELETE_SEGMENT_STARTED`` (a
+        broker's remote retention or topic deletion under way, remote_log_manager.py): the
+        segment is no longer stored, whatever of its objects are left."""
+        name = prefix + RemoteLogSegmentMetadata.name_of(base)
+        try:
+            data = self._store.read(name)
+        except FileNotFoundError:
+            return True  # deleted since the listing
+        manifest = RemoteLogSegmentMetadata.from_json(data, self._where(name))
+        return manifest.state == DELETE_SEGMENT_STARTED
+
     def task_source(self, tps: Iterable[TopicPartition]) -> ObjectStoreSource:
         self._ahead.settle()
         return ObjectStoreSource(self._descriptor.store,
@@ -318,14 +341,15 @@ class ObjectStoreFetchSource:
             return p.log_start_offset
         if timestamp == LATEST_TIMESTAMP:
             return latest
-        found = self._offset_for_time(tp, p, timestamp)
-        return found if found is not None and found < latest else None
+        found = self.offset_for_time(tp, timestamp)
+        return found.offset if found is not None and found.offset < latest else None
 
-    def _offset_for_time(
-        self, tp: TopicPartition, p: StoredPartition, timestamp: int
-    ) -> int | None:
-        """The first offset at or above the log start offset whose record's timestamp is >=
-        ``timestamp`` (module docstring), ``None``: none."""
+    def offset_for_time(self, tp: TopicPartition, timestamp: int) -> TimestampAndOffset | None:
+        """The first record at or above the log start offset whose timestamp is >=
+        ``timestamp`` (module docstring), with its timestamp and leader epoch; ``None``: none
+        (the broker's ListOffsets of a tiered partition asks this too)."""
+        self._ahead.settle()
+        p = self.partition(tp)
         for i, base in enumerate(p.bases):
             if p.next_offset(i) <= p.log_start_offset:
                 continue
@@ -344,7 +368,7 @@ class ObjectStoreFetchSource:
             walk = self._batches_from(stem + LOG_SUFFIX, p.sizes[i], position, context)
             found = first_record_at_or_after(walk, timestamp, floor)
             if found is not None:
-                return found.offset
+                return found
         return None
 
     def _batches_from(
@@ -393,8 +417,12 @@ class ObjectStoreFetchSource:
         index = self._index.pop(key, None)
         if index is None:
             name = f"{tp.dir_name}/{segment_file_stem(base)}{INDEX_SUFFIX}"
-            data = self._store.read(name, context) if self._has(name) else b""
-            index = OffsetIndex.from_bytes(data, base, source=self._where(name))
+            index = None if self._shared is None else self._shared.get(name)
+            if index is None:
+                data = self._store.read(name, context) if self._has(name) else b""
+                index = OffsetIndex.from_bytes(data, base, source=self._where(name))
+                if self._shared is not None:
+                    self._shared.put(name, index)
             while len(self._index) >= KEPT_INDEXES:
                 del self._index[next(iter(self._index))]  # the least recently used
         self._index[key] = index

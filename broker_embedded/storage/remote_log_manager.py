@@ -35,37 +35,117 @@ file at a time, and checks for shutdown between segments (a copy under way finis
 interrupts it safely). Errors (the store unreachable after object_store.py's retries) are
 logged and the partition is retried at the next pass.
 
+Remote retention (Kafka's ``RLMExpirationTask``), after each partition's copies: the oldest
+stored segments wholly below the log start offset, or whose manifest's ``max_timestamp_ms`` is
+at most ``now - retention.ms``, or while the partition's size (stored segments plus the local
+ones after them) exceeds ``retention.bytes`` by at least the segment's size, are deleted: the
+log start moves past them first (``UnifiedLog.update_log_start_offset_from_remote_tier``),
+then each segment: its manifest rewritten ``DELETE_SEGMENT_STARTED``, its objects deleted,
+the manifest last. A listing finds marked manifests (a kill mid-deletion) and the next pass
+finishes them. A deleted topic's partitions (:meth:`RemoteLogManager.stop_partitions`) are
+deleted on this thread: the objects no manifest names first (while the manifests still refuse
+a topic created again under the name), then every segment of its topic id as above. The
+partitions still to delete are recorded in the log dir (``remote-log-pending-deletions``: a
+version line ``0``, then ``<topic> <partition> <topic id or ->`` a line, written atomically,
+removed when empty), so that a restart finishes them.
+
+Reads (Kafka's ``RemoteLogReader`` and ``RemoteLogManager.read``): the replica manager hands a
+consumer's Fetch of an offset below the local log start to :meth:`RemoteLogManager.async_read`
+(delayed_remote_fetch.py waits for it at most ``remote.fetch.max.wait.ms``), which runs
+:meth:`RemoteLogManager.read` on a pool of ``remote.log.reader.threads`` threads, at most
+``remote.log.reader.max.pending.tasks`` queued: the stored segment holding the offset, read by
+object_store_fetch_source.py (its ``.index``, ranged GETs of its ``.log``; a fresh store
+handle per read), whole batches of that segment within the partition's max bytes (KIP-74: the
+first whole when ``min_one_message``). :meth:`RemoteLogManager.find_offset_by_timestamp` is
+ListOffsets by timestamp in the store (on the request thread, as Kafka 3.9's). Which segments
+are remote comes from the manifests, kept in memory per partition (Kafka's
+``RemoteLogMetadataManager``): listed (one GET per manifest) at the first copy pass or read of
+the partition, appended to as segments are copied; only ``COPY_SEGMENT_FINISHED`` ones count.
+The parsed offset indexes of the segments read are kept (remote_index_cache.py, 64 MiB).
+A store that fails a read is logged with its key and answered :class:`RemoteStorageError`
+(UNKNOWN_SERVER_ERROR, as Kafka answers its ``RemoteStorageException``).
+
 Thread safety: the pass runs in the scheduler's thread; :meth:`run_once` may be called from
-one other thread at a time (tests); :meth:`close` from any thread. Closed segment files are
-immutable (remote storage refuses compacted topics, so no cleaner rewrites them).
+one other thread at a time (tests); :meth:`close` from any thread. Reads run on the reader
+pool (remote_storage_thread_pool.py); the manifest cache is guarded by one lock (a leaf).
+Closed segment files are immutable (remote storage refuses compacted topics, so no cleaner
+rewrites them).
 """
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import logging
 import threading
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from concurrent.futures import Future
+from dataclasses import dataclass
 from pathlib import Path
 
+from broker_embedded.errors import (
+    KafkaApiError,
+    KafkaLogError,
+    OffsetOutOfRangeError,
+    RemoteStorageError,
+)
+from broker_embedded.record import entry_scan as es
+from broker_embedded.record.kernel_primitives import readonly_bytes
 from broker_embedded.scheduler import KafkaScheduler
+from broker_embedded.storage.checkpoint_file import write_atomically
+from broker_embedded.storage.fetch_data_info import FetchIsolation, IsolationLevel
 from broker_embedded.storage.leader_epoch_checkpoint import (
     LEADER_EPOCH_CHECKPOINT,
     LeaderEpochCheckpointFile,
 )
+from broker_embedded.storage.local_log import end_of_complete_batches
 from broker_embedded.storage.log_dir_upload import SegmentUpload
 from broker_embedded.storage.log_file_utils import segment_file_stem
+from broker_embedded.storage.log_segment import TimestampAndOffset
 from broker_embedded.storage.object_store import ObjectStore, StoreLocation
+from broker_embedded.storage.object_store_fetch_source import (
+    ObjectStoreFetchSource,
+    ObjectStoreSource,
+    StoredPartition,
+)
 from broker_embedded.storage.partition_metadata import topic_id_to_string
-from broker_embedded.storage.remote_log_segment_metadata import RemoteLogSegmentMetadata
+from broker_embedded.storage.remote_index_cache import RemoteIndexCache
+from broker_embedded.storage.remote_log_segment_metadata import (
+    COPY_SEGMENT_FINISHED,
+    DELETE_SEGMENT_STARTED,
+    RemoteLogSegmentMetadata,
+)
+from broker_embedded.storage.remote_storage_fetch_info import RemoteStorageFetchInfo
+from broker_embedded.storage.remote_storage_thread_pool import (
+    RemoteReadRejectedError,
+    RemoteStorageThreadPool,
+)
 from broker_embedded.storage.snapshot_file import snapshot_file_name
 from broker_embedded.storage.topic_partition import TopicPartition
+from broker_embedded.storage.transaction_index import FILE_SUFFIX as TXN_INDEX_SUFFIX
+from broker_embedded.storage.transaction_index import AbortedTxn
 from broker_embedded.storage.unified_log import UnifiedLog
 
 log = logging.getLogger(__name__)
 
 LEADER_EPOCH_SUFFIX = "." + LEADER_EPOCH_CHECKPOINT
 CLOSE_TIMEOUT_S = 10.0
+# in the log dir: the deleted topics' partitions whose stored objects are still to be deleted
+PENDING_FILE = "remote-log-pending-deletions"
+PENDING_VERSION = "0"
+READER_THREADS = 10  # Kafka's remote.log.reader.threads default
+READER_MAX_PENDING_TASKS = 100  # Kafka's remote.log.reader.max.pending.tasks default
+
+
+@dataclass(frozen=True, slots=True)
+class RemoteLogReadResult:
+    """The batches a remote read found (whole batches of one stored segment; empty when the
+    first one exceeds ``max_bytes`` without ``min_one_message``) and, for read_committed, the
+    aborted transactions overlapping them (Kafka's ``RemoteLogReadResult``)."""
+
+    records: bytes
+    aborted_transactions: tuple[AbortedTxn, ...] | None
 
 
 class RemoteLogManager:
@@ -79,6 +159,8 @@ class RemoteLogManager:
         location: StoreLocation,
         leaders: Callable[[], Mapping[TopicPartition, UnifiedLog]],
         task_interval_ms: int,
+        reader_threads: int = READER_THREADS,
+        reader_max_pending_tasks: int = READER_MAX_PENDING_TASKS,
     ) -> None:
         self.log_dir = Path(log_dir)
         self.location = location
@@ -93,11 +175,25 @@ class RemoteLogManager:
         self._stopping = threading.Event()
         self.copied = 0  # segments copied since start
         self._scheduler = KafkaScheduler(f"remote-log-manager-{broker_id}")
+        # the remote segments per partition (Kafka's RemoteLogMetadataManager cache): the
+        # COPY_SEGMENT_FINISHED manifests in offset order, with the topic id they were listed for
+        self._remote: dict[TopicPartition, tuple[uuid.UUID | None, list[RemoteLogSegmentMetadata]]]
+        self._remote = {}
+        self._meta_lock = threading.Lock()
+        name = f"remote-log-reader-{broker_id}"
+        self._readers = RemoteStorageThreadPool(name, reader_threads, reader_max_pending_tasks)
+        self.index_cache = RemoteIndexCache()
+        # DELETE_SEGMENT_STARTED manifests found by a listing: the next pass finishes them
+        self._deleting: dict[TopicPartition, list[RemoteLogSegmentMetadata]] = {}
+        # partitions of deleted topics (with their topic id) whose objects are to be deleted
+        self._stopped: list[tuple[TopicPartition, str]] = []
+        self.deleted = 0  # segments deleted from the store since start
 
     def __repr__(self) -> str:
         return f"RemoteLogManager({self.location.describe()})"
 
     def startup(self) -> None:
+        self._stopped = self._read_pending()  # deletions a stop or a crash left unfinished
         self._scheduler.startup()
         self._scheduler.schedule(
             "remote-log-copy", self._pass, delay_ms=0, period_ms=self._interval_ms
@@ -109,6 +205,7 @@ class RemoteLogManager:
         background and fails; its segment has no manifest); no new pass starts."""
         self._stopping.set()
         self._scheduler.shutdown(timeout=CLOSE_TIMEOUT_S)
+        self._readers.shutdown()
         if self._store is not None:
             self._store.release()
 
@@ -118,10 +215,13 @@ class RemoteLogManager:
         except Exception:  # the store unreachable: logged, retried at the next pass
             log.exception("remote log manager: a copy pass to %s failed", self.location.describe())
 
-    def run_once(self) -> int:
-        """One pass over the partitions this broker leads: copy every eligible segment.
-        Returns how many segments it copied."""
+    def run_once(self, now_ms: int | None = None) -> int:
+        """One pass: delete the objects of deleted topics' partitions, then over the
+        partitions this broker leads, copy every eligible segment and delete the stored ones
+        past retention (``now_ms``: the time retention.ms counts from; default the log's
+        clock). Returns how many segments it copied."""
         with self._pass_lock:
+            self._delete_stopped()
             done = 0
             leaders = self._leaders()
             for tp in [tp for tp in self._copied_end if tp not in leaders]:
@@ -131,7 +231,130 @@ class RemoteLogManager:
                     break
                 if unified.config.remote_storage_enable and not unified.is_closed:
                     done += self._copy_partition(tp, unified)
+                    self._expire_partition(tp, unified, now_ms)
             return done
+
+    # -- remote retention (Kafka's RLMExpirationTask) -------------------------------------------
+
+    def _expire_partition(
+        self, tp: TopicPartition, unified: UnifiedLog, now_ms: int | None
+    ) -> None:
+        """Finish the deletions a listing found started, then delete the stored segments past
+        retention, oldest first (module docstring), moving the log start first."""
+        if tp in self._refused:
+            return
+        store = self._store_once()
+        segments = self.remote_segments(tp, unified)
+        with self._meta_lock:
+            pending = self._deleting.pop(tp, [])
+        for m in pending:
+            self._delete_segment(store, tp, m)
+        doomed = _expired(segments, unified, unified.clock_ms() if now_ms is None else now_ms)
+        if not doomed:
+            return
+        unified.update_log_start_offset_from_remote_tier(doomed[-1].next_offset)
+        with self._meta_lock:  # readers no longer see them
+            cached = self._remote.get(tp)
+            if cached is not None:
+                cached[1][:] = [m for m in cached[1] if m.base_offset > doomed[-1].base_offset]
+        for m in doomed:
+            self._delete_segment(store, tp, m)
+        log.info("remote log manager: deleted segments %d..%d of %s from %s past retention; "
+                 "log start %d", doomed[0].base_offset, doomed[-1].next_offset - 1, tp,
+                 store.location.describe(tp.dir_name), unified.log_start_offset)  # fmt: skip
+
+    def _delete_segment(
+        self, store: ObjectStore, tp: TopicPartition, m: RemoteLogSegmentMetadata
+    ) -> None:
+        """Kafka's ``deleteRemoteLogSegment``: the manifest marked ``DELETE_SEGMENT_STARTED``
+        (readers skip it from then on), every object it names deleted, the manifest last. A
+        kill anywhere leaves the marked manifest (or nothing); the next listing finishes it."""
+        key = f"{tp.dir_name}/{RemoteLogSegmentMetadata.name_of(m.base_offset)}"
+        if m.state != DELETE_SEGMENT_STARTED:
+            store.write(key, dataclasses.replace(m, state=DELETE_SEGMENT_STARTED).to_json())
+        self.index_cache.forget(f"{tp.dir_name}/{segment_file_stem(m.base_offset)}.")
+        for f in m.files:
+            with contextlib.suppress(FileNotFoundError):
+                store.delete(f"{tp.dir_name}/{f.name}")
+        with contextlib.suppress(FileNotFoundError):
+            store.delete(key)
+        self.deleted += 1
+
+    # -- topic deletion ---------------------------------------------------------------------------
+
+    def stop_partitions(self, deleted: list[tuple[TopicPartition, uuid.UUID | None]]) -> None:
+        """The partitions of a deleted topic (Kafka's ``stopPartitions`` with delete): their
+        stored objects are deleted by the pass thread (scheduled at once), those of their topic
+        id only."""
+        with self._meta_lock:
+            for tp, topic_id in deleted:
+                self._stopped.append((tp, "" if topic_id is None else topic_id_to_string(topic_id)))
+                self._remote.pop(tp, None)
+                self._deleting.pop(tp, None)
+                self.index_cache.forget(tp.dir_name + "/")
+            self._write_pending()
+        if not self._stopping.is_set():
+            with contextlib.suppress(Exception):  # shut down meanwhile: the next start does not
+                self._scheduler.schedule("remote-log-delete", self._pass, delay_ms=0)
+
+    def _delete_stopped(self) -> None:
+        while True:
+            with self._meta_lock:
+                if not self._stopped or self._stopping.is_set():
+                    return
+                tp, topic_id = self._stopped[0]
+            self._delete_partition(self._store_once(), tp, topic_id)
+            with self._meta_lock:
+                self._stopped.pop(0)
+                self._copied_end.pop(tp, None)
+                self._write_pending()
+
+    def _write_pending(self) -> None:
+        """Record the partitions whose objects are still to be deleted (:data:`PENDING_FILE`,
+        written atomically; removed when none is), so that a restart finishes them."""
+        path = self.log_dir / PENDING_FILE
+        if not self._stopped:
+            path.unlink(missing_ok=True)
+            return
+        lines = "".join(f"{tp.topic} {tp.partition} {tid or '-'}\n" for tp, tid in self._stopped)
+        write_atomically(path, f"{PENDING_VERSION}\n{lines}".encode())
+
+    def _read_pending(self) -> list[tuple[TopicPartition, str]]:
+        path = self.log_dir / PENDING_FILE
+        try:
+            text = path.read_text()
+        except FileNotFoundError:
+            return []
+        lines = text.splitlines()
+        if not lines or lines[0] != PENDING_VERSION:
+            log.error("remote log manager: %s is not a version %s file; ignored", path,
+                      PENDING_VERSION)  # fmt: skip
+            return []
+        found = []
+        for line in lines[1:]:
+            topic, partition, tid = line.rsplit(" ", 2)
+            found.append((TopicPartition(topic, int(partition)), "" if tid == "-" else tid))
+        return found
+
+    def _delete_partition(self, store: ObjectStore, tp: TopicPartition, topic_id: str) -> None:
+        """Delete a deleted topic's partition from the store: objects no manifest names
+        (interrupted copies) first, while its manifests still refuse a topic created again
+        under the name (so none is a new topic's copy), then each segment, oldest first, as
+        :meth:`_delete_segment`. Manifests of another topic id are left."""
+        prefix = tp.dir_name + "/"
+        manifests = self._list_manifests(store, tp)
+        ours = [m for m in manifests if not (m.topic_id and topic_id and m.topic_id != topic_id)]
+        if len(ours) == len(manifests):
+            named = {prefix + f.name for m in manifests for f in m.files}
+            named |= {prefix + RemoteLogSegmentMetadata.name_of(m.base_offset) for m in manifests}
+            for name in store.list(prefix):
+                if name not in named:
+                    with contextlib.suppress(FileNotFoundError):
+                        store.delete(name)
+        for m in ours:
+            self._delete_segment(store, tp, m)
+        log.info("remote log manager: deleted %d segments of deleted %s from %s", len(ours), tp,
+                 store.location.describe(prefix))  # fmt: skip
 
     def _store_once(self) -> ObjectStore:
         if self._store is None:
@@ -168,6 +391,7 @@ class RemoteLogManager:
             except BaseException:
                 self._copied_end.pop(tp, None)  # list the store again at the next visit
                 raise
+            self._remember_copied(store, tp, unified, base)
             self._copied_end[tp] = unified.remote_end_offset = end
             self.copied += 1
             done += 1
@@ -181,25 +405,189 @@ class RemoteLogManager:
         another topic of the same name (another topic id: one deleted and created again),
         logged once: nothing of ``tp`` is copied (nor deleted locally) until they are gone."""
         prefix = tp.dir_name + "/"
-        found = (RemoteLogSegmentMetadata.base_offset_of(n[len(prefix) :])
-                 for n in store.list(prefix))  # fmt: skip
-        bases = [b for b in found if b is not None]
-        if not bases:
+        manifests = self._list_manifests(store, tp)
+        if not manifests:
             self._refused.discard(tp)
+            self._loaded(tp, unified, [])
             return -1
-        name = prefix + RemoteLogSegmentMetadata.name_of(max(bases))
-        last = RemoteLogSegmentMetadata.from_json(store.read(name), store.location.describe(name))
-        ours = "" if unified.topic_id is None else topic_id_to_string(unified.topic_id)
-        if last.topic_id and ours and last.topic_id != ours:
+        last = manifests[-1]
+        if not _same_topic(last, unified):
+            ours = topic_id_to_string(unified.topic_id)  # type: ignore[arg-type]
             if tp not in self._refused:
                 self._refused.add(tp)
                 log.error("remote log manager: %s holds segments of topic id %s, not of %s's "
                           "topic id %s (a topic deleted and created again): %s is not tiered "
                           "until they are deleted", store.location.describe(prefix),
                           last.topic_id, tp, ours, tp)  # fmt: skip
+            with self._meta_lock:
+                self._remote[tp] = (unified.topic_id, [])  # none of them is this topic's
             return None
         self._refused.discard(tp)
+        self._loaded(tp, unified, manifests)
         return last.next_offset
+
+    def _list_manifests(
+        self, store: ObjectStore, tp: TopicPartition
+    ) -> list[RemoteLogSegmentMetadata]:
+        """The manifests of ``tp`` in the store, in offset order: one listing, one GET each."""
+        prefix = tp.dir_name + "/"
+        found = (RemoteLogSegmentMetadata.base_offset_of(n[len(prefix) :])
+                 for n in store.list(prefix))  # fmt: skip
+        manifests = []
+        for base in sorted(b for b in found if b is not None):
+            name = prefix + RemoteLogSegmentMetadata.name_of(base)
+            where = store.location.describe(name)
+            manifests.append(RemoteLogSegmentMetadata.from_json(store.read(name), where))
+        return manifests
+
+    def remote_segments(
+        self, tp: TopicPartition, unified: UnifiedLog
+    ) -> list[RemoteLogSegmentMetadata]:
+        """The remote segments of ``tp`` (a copy of the cache; listed from the store the first
+        time, or when the log's topic id changed). Segments of another topic id are not this
+        log's: none then."""
+        with self._meta_lock:
+            cached = self._remote.get(tp)
+            if cached is not None and cached[0] == unified.topic_id:
+                return list(cached[1])
+        store = self.location.open()
+        try:
+            manifests = self._list_manifests(store, tp)
+        finally:
+            store.release()
+        if manifests and not _same_topic(manifests[-1], unified):
+            manifests = []
+        return self._loaded(tp, unified, manifests)
+
+    def _loaded(
+        self, tp: TopicPartition, unified: UnifiedLog, manifests: list[RemoteLogSegmentMetadata]
+    ) -> list[RemoteLogSegmentMetadata]:
+        """Cache a listing's manifests: the finished ones are the remote segments, the
+        ``DELETE_SEGMENT_STARTED`` ones are deleted by the next pass. The log start moves up
+        to the first remote offset if it lies below (a deletion decided before a restart whose
+        log-start-offset-checkpoint was not written yet; Kafka's leader takes the remote log
+        start from the metadata too), never above the first local offset; a store holding no
+        manifest of the partition moves nothing."""
+        segments = _finished(manifests)
+        with self._meta_lock:
+            if tp in self._remote and self._remote[tp][0] != unified.topic_id:
+                self.index_cache.forget(tp.dir_name + "/")  # another topic's, under the name
+            self._remote[tp] = (unified.topic_id, segments)
+            started = [m for m in manifests if m.state == DELETE_SEGMENT_STARTED]
+            if started:
+                self._deleting[tp] = started
+        if segments or started:  # an empty store (another location?) moves nothing
+            local = unified.local_log_start_offset
+            floor = min(segments[0].base_offset if segments else local, local)
+            if unified.log_start_offset < floor:
+                unified.update_log_start_offset_from_remote_tier(floor)
+        return list(segments)
+
+    # -- reads (Kafka's RemoteLogReader and RemoteLogManager.read) -------------------------------
+
+    def async_read(
+        self, info: RemoteStorageFetchInfo, unified: UnifiedLog, on_done: Callable[[], None]
+    ) -> Future[RemoteLogReadResult]:
+        """Run :meth:`read` on the reader pool; ``on_done`` is called when it finished (or
+        was cancelled). A full queue (``remote.log.reader.max.pending.tasks``) is a
+        :class:`RemoteStorageError` at once (Kafka's RejectedExecutionException)."""
+        try:
+            future = self._readers.submit(lambda: self.read(info, unified))
+        except RemoteReadRejectedError as e:
+            raise RemoteStorageError(f"remote read of {info.topic_partition} at offset "
+                                     f"{info.fetch_offset} refused: {e}") from None  # fmt: skip
+        future.add_done_callback(lambda _: on_done())
+        return future
+
+    def read(self, info: RemoteStorageFetchInfo, unified: UnifiedLog) -> RemoteLogReadResult:
+        """The batches at ``info.fetch_offset`` from the stored segment holding it (module
+        docstring): OFFSET_OUT_OF_RANGE when no stored segment holds it, a
+        :class:`RemoteStorageError` (UNKNOWN_SERVER_ERROR, as Kafka's RemoteStorageException)
+        naming the key when the store fails."""
+        tp, offset = info.topic_partition, info.fetch_offset
+        segments = self._remote_or_error(tp, unified, f"fetching offset {offset}")
+        if not segments or not segments[0].base_offset <= offset < segments[-1].next_offset:
+            held = "none"
+            if segments:
+                held = f"[{segments[0].base_offset}, {segments[-1].next_offset})"
+            raise OffsetOutOfRangeError(
+                f"fetch offset {offset} of {tp} is not in remote storage: "
+                f"{self.location.describe(tp.dir_name)} holds offsets {held}"
+            )
+        committed = info.isolation is FetchIsolation.TXN_COMMITTED
+        level = IsolationLevel.READ_COMMITTED if committed else IsolationLevel.READ_UNCOMMITTED
+        stored = _stored_partition(tp, segments, unified)
+        with self._store_errors(tp, f"fetching offset {offset}"):
+            with self._source(tp, stored) as src:
+                fetched = src.fetch(tp, offset, info.max_bytes, level)
+        records = _whole_batches(fetched.records)
+        if not info.min_one_message and len(records) > info.max_bytes:
+            records = b""  # Kafka: without min_one_message a batch too large is not sent
+        aborted = None
+        if committed:
+            found = {(pid, first) for pid, first in fetched.aborted_transactions or ()}
+            end = end_of_complete_batches(records, offset)
+            for a in unified.collect_aborted_transactions(unified.local_log_start_offset, end):
+                found.add((a.producer_id, a.first_offset))  # markers in local segments
+            aborted = tuple(AbortedTxn(pid, first, -1, -1) for pid, first in sorted(found))
+        return RemoteLogReadResult(records, aborted)
+
+    def find_offset_by_timestamp(
+        self, tp: TopicPartition, unified: UnifiedLog, timestamp: int
+    ) -> TimestampAndOffset | None:
+        """ListOffsets by timestamp in the store (Kafka's ``findOffsetByTimestamp``): the first
+        stored segment whose manifest's ``max_timestamp_ms`` reaches ``timestamp`` (from the
+        cache: no GET for the others), its ``.timeindex`` and ``.index``, and a walk of its
+        batches, at or above the log start offset; ``None`` when no stored record has one (the
+        caller then looks in the local log)."""
+        segments = self._remote_or_error(tp, unified, f"looking up timestamp {timestamp}")
+        start = unified.log_start_offset
+        reaching = (i for i, m in enumerate(segments)
+                    if m.max_timestamp_ms >= timestamp and m.next_offset > start)  # fmt: skip
+        first = next(reaching, None)
+        if first is None:
+            return None
+        stored = _stored_partition(tp, segments[first:], unified)
+        with self._store_errors(tp, f"looking up timestamp {timestamp}"):
+            with self._source(tp, stored) as src:
+                return src.offset_for_time(tp, timestamp)
+
+    def _source(self, tp: TopicPartition, stored: StoredPartition) -> ObjectStoreFetchSource:
+        """A reader of ``stored`` (a fresh store handle: one thread uses it), with the broker's
+        offset index cache."""
+        return ObjectStoreFetchSource(ObjectStoreSource(self.location, ((tp, stored),)),
+                                      self.index_cache)  # fmt: skip
+
+    def _remote_or_error(
+        self, tp: TopicPartition, unified: UnifiedLog, what: str
+    ) -> list[RemoteLogSegmentMetadata]:
+        with self._store_errors(tp, what):
+            return self.remote_segments(tp, unified)
+
+    @contextlib.contextmanager
+    def _store_errors(self, tp: TopicPartition, what: str) -> Iterator[None]:
+        """A store that fails (after object_store.py's retries), a missing or corrupt object:
+        logged with its key, and the request's answer is :class:`RemoteStorageError`."""
+        try:
+            yield
+        except KafkaApiError:
+            raise
+        except (KafkaLogError, OSError, ValueError) as e:
+            log.error("remote log manager: %s of %s in %s failed: %s", what, tp,
+                      self.location.describe(tp.dir_name), e)  # fmt: skip
+            raise RemoteStorageError(f"{what} of {tp} in remote storage failed: {e}") from e
+
+    def _remember_copied(
+        self, store: ObjectStore, tp: TopicPartition, unified: UnifiedLog, base: int
+    ) -> None:
+        """Add the manifest just written to the cache (read back: the one readers see)."""
+        name = f"{tp.dir_name}/{RemoteLogSegmentMetadata.name_of(base)}"
+        manifest = RemoteLogSegmentMetadata.from_json(store.read(name),
+                                                      store.location.describe(name))  # fmt: skip
+        with self._meta_lock:
+            cached = self._remote.get(tp)
+            if cached is not None and cached[0] == unified.topic_id:
+                cached[1].append(manifest)
 
     def _drop_partial(self, store: ObjectStore, tp: TopicPartition, base: int) -> None:
         """Delete what an abandoned copy of segment ``base`` left (it has no manifest), so that
@@ -225,3 +613,70 @@ class RemoteLogManager:
         upload.segment(tp, base, extras)
         log.info("remote log manager: copied segment %d..%d of %s to %s (%d bytes)",
                  base, end - 1, tp, store.location.describe(tp.dir_name), upload.sent)  # fmt: skip
+
+
+def _finished(manifests: list[RemoteLogSegmentMetadata]) -> list[RemoteLogSegmentMetadata]:
+    """The segments that are remote: a ``COPY_SEGMENT_FINISHED`` manifest (one marked
+    ``DELETE_SEGMENT_STARTED`` is being deleted: no reader may read it)."""
+    return [m for m in manifests if m.state == COPY_SEGMENT_FINISHED]
+
+
+def _same_topic(manifest: RemoteLogSegmentMetadata, unified: UnifiedLog) -> bool:
+    """Whether a manifest is of ``unified``'s topic (a manifest or a log without a topic id
+    counts as the same)."""
+    ours = "" if unified.topic_id is None else topic_id_to_string(unified.topic_id)
+    return not (manifest.topic_id and ours and manifest.topic_id != ours)
+
+
+def _stored_partition(
+    tp: TopicPartition, segments: list[RemoteLogSegmentMetadata], unified: UnifiedLog
+) -> StoredPartition:
+    """The remote segments as the object-store reader's planned partition: every stored offset
+    is below the last stable offset (only such segments are copied)."""
+    bases = tuple(m.base_offset for m in segments)
+    end = segments[-1].next_offset
+    txns = tuple(m.base_offset for m in segments
+                 if any(f.name.endswith(TXN_INDEX_SUFFIX) for f in m.files))  # fmt: skip
+    start = min(max(unified.log_start_offset, bases[0]), end)
+    return StoredPartition(bases, tuple(m.size_in_bytes for m in segments), end, end, start,
+                           end, txns)  # fmt: skip
+
+
+def _whole_batches(records: bytes | memoryview) -> bytes:
+    """``records`` up to the end of its last whole batch (a fetch's bytes end in whole batches,
+    as local reads do: local_log.py)."""
+    if not len(records):
+        return b""
+    status, at, _, _ = es.seek_entry(readonly_bytes(records), 0, len(records), es.NO_TARGET)
+    return bytes(records[: int(at)] if status in (es.SEEK_END, es.SEEK_PARTIAL) else records)
+
+
+def _expired(
+    segments: list[RemoteLogSegmentMetadata], unified: UnifiedLog, now_ms: int
+) -> list[RemoteLogSegmentMetadata]:
+    """The oldest remote segments past retention, in order (Kafka's
+    ``RemoteLogRetentionHandler``): each wholly below the log start offset (DeleteRecords), or
+    whose manifest's ``max_timestamp_ms`` is at most ``now - retention.ms``, or while the
+    partition's size (remote segments plus the local ones after them) exceeds
+    ``retention.bytes`` by at least the segment's size; the first other one stops it. Every
+    segment deleted leaves the excess (Kafka moves the log start after its deletions, so it
+    never meets segments below it that it counted; here the log start moves first, and a
+    restart after a kill may meet them)."""
+    c = unified.config
+    remaining = -1
+    if c.retention_bytes >= 0 and segments:
+        total = sum(m.size_in_bytes for m in segments)
+        total += unified.local_size_from(segments[-1].next_offset)
+        remaining = total - c.retention_bytes
+    doomed = []
+    for m in segments:
+        below_start = m.next_offset <= unified.log_start_offset
+        expired = c.retention_ms >= 0 and m.max_timestamp_ms <= now_ms - c.retention_ms
+        if below_start or expired:  # either way its bytes leave the excess
+            remaining = max(0, remaining - m.size_in_bytes) if remaining >= 0 else remaining
+        elif remaining > 0 and remaining - m.size_in_bytes >= 0:
+            remaining -= m.size_in_bytes
+        else:
+            break
+        doomed.append(m)
+    return doomed

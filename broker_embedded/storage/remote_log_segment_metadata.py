@@ -20,8 +20,11 @@ when the partition has no ``partition.metadata``) the topic id of the partition 
 since the keys carry only the topic's name (a topic deleted and created again has a new id).
 ``state`` is Kafka's
 ``RemoteLogSegmentState``: the uploader writes only ``COPY_SEGMENT_FINISHED``; a broker that
-tiers segments (remote_log_manager.py) writes the same manifest, and may add fields (readers ignore
-fields they do not know; ``version`` changes only when a known field changes meaning).
+tiers segments (remote_log_manager.py) writes the same manifest, and rewrites it as
+``DELETE_SEGMENT_STARTED`` before it deletes the segment's objects (remote retention, topic
+deletion), deleting the manifest last: a segment so marked is no longer stored, and readers
+skip it. Writers may add fields (readers ignore fields they do not know; ``version`` changes
+only when a known field changes meaning).
 
 Immutable values; thread-safe.
 """
@@ -36,6 +39,7 @@ from broker_embedded.storage.log_file_utils import segment_file_stem
 MANIFEST_SUFFIX = ".segment.json"
 VERSION = 1
 COPY_SEGMENT_FINISHED = "COPY_SEGMENT_FINISHED"
+DELETE_SEGMENT_STARTED = "DELETE_SEGMENT_STARTED"
 
 
 @dataclass(frozen=True, slots=True)

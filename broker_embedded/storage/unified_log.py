@@ -235,6 +235,10 @@ class UnifiedLog(LogAppender, CleanableLog):
     def segment_base_offsets(self) -> list[int]:
         return self._writer.segment_base_offsets
 
+    def clock_ms(self) -> int:
+        """This log's clock (ms since the epoch): what its retention counts from."""
+        return self._clock()
+
     @property
     def local_log_start_offset(self) -> int:
         """The first offset held in this log dir (Kafka's ``localLogStartOffset``; ListOffsets
@@ -555,6 +559,24 @@ class UnifiedLog(LogAppender, CleanableLog):
             self.leader_epoch_cache.truncate_from_start(offset)
         except OSError as e:
             self.health.failed(f"writing the leader epoch checkpoint of {self._where()}", e)
+
+    def update_log_start_offset_from_remote_tier(self, offset: int) -> None:
+        """Remote retention deleted the stored segments below ``offset`` (Kafka's
+        ``updateLogStartOffsetFromRemoteTier``): the log start moves up to it (never down, at
+        most the high watermark), and local segments wholly below it go."""
+        with self._lock:
+            if self._closed or self.failure is not None:
+                return
+            offset = min(offset, self.high_watermark)
+            if offset > self.log_start_offset:
+                self._set_log_start_offset(offset)
+                self._delete_while(lambda b, _: self._next_base(b) <= self.log_start_offset)
+
+    def local_size_from(self, offset: int) -> int:
+        """The bytes of the local segments based at or above ``offset`` (Kafka's
+        ``onlyLocalLogSegmentsSize`` given the offset after the last remote segment)."""
+        with self._lock:
+            return sum(self._segment_size(b) for b in self.segment_base_offsets if b >= offset)
 
     def delete_records_before(self, offset: int) -> int:
         """DeleteRecords: move the log start offset up to ``offset`` (at most the HW) and delete

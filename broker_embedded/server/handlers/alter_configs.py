@@ -109,16 +109,18 @@ KAFKA_BOUNDS: Mapping[str, KafkaBounds] = MappingProxyType({
         one_of=("uncompressed", "zstd", "lz4", "snappy", "gzip", "producer")),
     "file.delete.delay.ms": KafkaBounds(at_least=0),
     "unclean.leader.election.enable": KafkaBounds(),
+    "remote.storage.enable": KafkaBounds(), "local.retention.ms": KafkaBounds(at_least=-2),
+    "local.retention.bytes": KafkaBounds(at_least=-2),
 })  # fmt: skip
 
 # Kafka 3.9's other topic configs (tiered storage, throttles, codecs' levels, ...)
 KAFKA_ONLY_TOPIC_CONFIGS = frozenset({
     "compression.gzip.level", "compression.lz4.level", "compression.zstd.level",
     "follower.replication.throttled.replicas", "leader.replication.throttled.replicas",
-    "local.retention.bytes", "local.retention.ms", "message.downconversion.enable",
+    "message.downconversion.enable",
     "message.format.version", "message.timestamp.after.max.ms",
     "message.timestamp.before.max.ms", "message.timestamp.difference.max.ms", "preallocate",
-    "remote.log.copy.disable", "remote.log.delete.on.disable", "remote.storage.enable",
+    "remote.log.copy.disable", "remote.log.delete.on.disable",
     "segment.jitter.ms",
 })  # fmt: skip
 

@@ -231,6 +231,9 @@ BROKER_CONFIGS: Mapping[str, tuple[int, str]] = MappingProxyType({
     "log.cleaner.backoff.ms": (LONG, "a cleaner thread's sleep when nothing is dirty (ms)"),
     "remote.log.storage.system.enable": (BOOLEAN, "tiered storage on this broker (KIP-405)"),
     "remote.log.manager.task.interval.ms": (LONG, "how often closed segments are tiered (ms)"),
+    "remote.fetch.max.wait.ms": (INT, "the longest a Fetch waits for its remote read (ms)"),
+    "remote.log.reader.threads": (INT, "threads reading remote segments for Fetch"),
+    "remote.log.reader.max.pending.tasks": (INT, "remote reads queued at most"),
 })  # fmt: skip
 
 

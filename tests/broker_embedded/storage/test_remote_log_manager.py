@@ -6,9 +6,12 @@ validated with Kafka's messages."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
+from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -21,12 +24,15 @@ from broker_embedded.storage.fetch_source import EARLIEST_TIMESTAMP, LATEST_TIME
 from broker_embedded.storage.log_config import InvalidConfigError
 from broker_embedded.storage.log_dir_fetch_source import LogDirSource
 from broker_embedded.storage.log_file_utils import segment_file_stem
-from broker_embedded.storage.object_store import StoreLocation
+from broker_embedded.storage.object_store import StoreLocation, StoreSettings
 from broker_embedded.storage.object_store_fetch_source import ObjectStoreSource
 from broker_embedded.storage.partition_metadata import topic_id_to_string
 from broker_embedded.storage.remote_log_segment_metadata import RemoteLogSegmentMetadata
 from broker_embedded.storage.topic_partition import TopicPartition
 from tests.seaweedfs import S3Server
+
+if TYPE_CHECKING:
+    from tests.spark_kafkalog._serve_proc import ServeProcess
 
 UNCOMMITTED = IsolationLevel.READ_UNCOMMITTED
 TIERED = {"remote.storage.enable": "true", "segment.bytes": "1024"}
@@ -60,8 +66,12 @@ def manifests(location: StoreLocation, tp: TopicPartition) -> dict[int, RemoteLo
     found = {}
     for name in store.list(prefix):
         base = RemoteLogSegmentMetadata.base_offset_of(name[len(prefix) :])
-        if base is not None:
+        if base is None:
+            continue
+        try:
             found[base] = RemoteLogSegmentMetadata.from_json(store.read(name), name)
+        except FileNotFoundError:
+            continue  # deleted since the listing (remote retention under way)
     return found
 
 
@@ -106,9 +116,11 @@ def test_closed_segments_are_tiered_and_read_back_as_the_local_log(
 def test_a_topic_created_again_is_not_tiered_over_the_old_topic_s_segments(
     s3: S3Server, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """The store's keys carry the topic's name; the manifests carry its id. A topic deleted and
-    created again (a new id) is not tiered while the old topic's segments are there: no copy,
-    one error naming both ids; once they are deleted, the new topic is tiered."""
+    """The store's keys carry the topic's name; the manifests carry its id. Deleting a topic
+    deletes its objects; should they stay (a broker that stopped before deleting them: here
+    put back), the topic created again (a new id) is not tiered while the old topic's
+    segments are there: no copy, one error naming both ids; once they are deleted, the new
+    topic is tiered."""
     uri = f"s3://{s3.new_bucket('again')}/p"
     location, tp = StoreLocation(uri, s3.settings), TopicPartition("again", 0)
     with Broker(tmp_path / "l", config=tiering_config(uri, s3), create=True) as broker:
@@ -119,7 +131,12 @@ def test_a_topic_created_again_is_not_tiered_over_the_old_topic_s_segments(
         old = manifests(location, tp)
         old_id = topic_id_to_string(broker.log_manager.get_log(tp).topic_id)
         assert old and {m.topic_id for m in old.values()} == {old_id}
+        store = location.open()
+        saved = {name: store.read(name) for name in store.list("again-0/")}
         broker.delete_topic("again")
+        wait_for("the deleted topic's objects deleted", lambda: store.list("again-0/") == {})
+        for name, data in saved.items():
+            store.write(name, data)
         broker.create_topic("again", config=TIERED)
         for i in range(12):
             broker.produce("again", 0, [f"again {i:03d} ".encode() * 8])
@@ -237,6 +254,29 @@ def write_broker_config(path: Path, location: str, options: dict[str, str]) -> P
     return path
 
 
+@contextlib.contextmanager
+def serving_tiered(
+    tmp_path: Path, logs: Path, location: str, options: dict[str, str]
+) -> Iterator[ServeProcess]:
+    """``kafkalog serve`` on ``logs`` tiering to ``location`` (store settings ``options``,
+    a pass every 100 ms): topic ``tiered`` (:data:`TIERED`) created, 30 records produced (one
+    batch each), and every closed segment in the store."""
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    from tests.spark_kafkalog._serve_proc import ServeProcess
+
+    stored = StoreLocation(location, StoreSettings.parse(options))
+    tp = TopicPartition("tiered", 0)
+    config = write_broker_config(tmp_path / "serving.toml", location, options)
+    with ServeProcess(logs, "--broker-config", config, stderr=tmp_path / "err1") as serve:
+        admin = AdminClient({"bootstrap.servers": serve.bootstrap})
+        admin.create_topics([NewTopic("tiered", 1, 1, config=TIERED)])["tiered"].result(30)
+        produce(serve.bootstrap, 0, 30)
+        wait_for("the closed segments in the store",
+                 lambda: sorted(manifests(stored, tp)) == local_bases(logs, tp)[:-1])  # fmt: skip
+        yield serve
+
+
 def produce(bootstrap: str, first: int, count: int) -> None:
     """``count`` records, one batch each (flushed one by one)."""
     from confluent_kafka import Producer
@@ -254,8 +294,6 @@ def test_a_serve_killed_mid_copy_resumes_and_stores_each_segment_once(
     """``kafkalog serve`` SIGKILLed while a segment's ``.log`` PUT is on the wire (held by a
     proxy, after the segment's first objects went): no manifest names it; restarted, the
     broker copies it and the rest, each closed segment once, and the store reads as the log."""
-    from confluent_kafka.admin import AdminClient, NewTopic
-
     from tests.s3_proxy import FaultProxy
     from tests.spark_kafkalog._serve_proc import ServeProcess
 
@@ -268,12 +306,7 @@ def test_a_serve_killed_mid_copy_resumes_and_stores_each_segment_once(
 
     with FaultProxy(s3.endpoint) as proxy:
         proxied = {**s3.options(), "fs.s3a.endpoint": proxy.endpoint}
-        config = write_broker_config(tmp_path / "proxied.toml", uri, proxied)
-        with ServeProcess(logs, "--broker-config", config, stderr=tmp_path / "err1") as serve:
-            admin = AdminClient({"bootstrap.servers": serve.bootstrap})
-            admin.create_topics([NewTopic("tiered", 1, 1, config=TIERED)])["tiered"].result(30)
-            produce(serve.bootstrap, 0, 30)
-            wait_for("the first segments in the store", all_closed_stored)
+        with serving_tiered(tmp_path, logs, uri, proxied) as serve:
             before = manifests(location, tp)
             assert len(before) >= 3
             seen = len(proxy.requests)
