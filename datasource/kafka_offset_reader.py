@@ -39,6 +39,13 @@ a piece holds about so many bytes (a log dir: exact, from offset index positions
 wire protocol) answers "unknown"; the planner then falls back to offsets: a range is not split
 by bytes, and a partition is not limited by bytes in a trigger (its offsets still are).
 
+Tiered storage (KIP-405): with ``remoteLogStorage`` the source is a ``TieredSource`` (the log dir
+or the cluster, and the store: tiered_fetch_source.py) and reads the whole log. A log dir read
+without it: a tiered partition's earliest is its checkpointed log start offset, below the dir's
+first segment (``LogDirFetchSource.tiered_offsets``), and :meth:`KafkaOffsetReader.check_local`
+refuses planned ranges that need the offsets only in the store, naming them and the option
+(:class:`OffsetsInRemoteStorageError`), rather than reading from the first local offset.
+
 ``partitions(subscription, missing_ok=True)`` lists what exists now without complaining about
 what does not: a streaming query's later batches, where a partition that went away is data
 loss for the stream reader to report (:func:`report_data_loss`), not an unknown name.
