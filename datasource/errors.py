@@ -33,3 +33,10 @@ class GroupOffsetsError(KafkaSourceError):
     """A consumer group's committed offsets cannot give where a query starts
     (``startingOffsets=group:<group id>``), or a query cannot commit its progress to a group
     (``commitOffsetsToGroup``): the message names the group, the log dir and what is missing."""
+
+
+class OffsetsInRemoteStorageError(KafkaSourceError):
+    """Offsets a query needs are only in remote storage (tiered storage, KIP-405: local retention
+    deleted them from the log dir) and the query reads the log dir without the store
+    (option ``remoteLogStorage``): the message names the partition, the offsets and the option
+    (Kafka's OFFSET_MOVED_TO_TIERED_STORAGE, to a reader that cannot follow)."""

@@ -39,6 +39,13 @@ a piece holds about so many bytes (a log dir: exact, from offset index positions
 wire protocol) answers "unknown"; the planner then falls back to offsets: a range is not split
 by bytes, and a partition is not limited by bytes in a trigger (its offsets still are).
 
+Tiered storage (KIP-405): with ``remoteLogStorage`` the source is a ``TieredSource`` (the log dir
+or the cluster, and the store: tiered_fetch_source.py) and reads the whole log. A log dir read
+without it: a tiered partition's earliest is its checkpointed log start offset, below the dir's
+first segment (``LogDirFetchSource.tiered_offsets``), and :meth:`KafkaOffsetReader.check_local`
+refuses planned ranges that need the offsets only in the store, naming them and the option
+(:class:`OffsetsInRemoteStorageError`), rather than reading from the first local offset.
+
 ``partitions(subscription, missing_ok=True)`` lists what exists now without complaining about
 what does not: a streaming query's later batches, where a partition that went away is data
 loss for the stream reader to report (:func:`report_data_loss`), not an unknown name.
@@ -57,7 +64,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from broker_embedded.errors import UnknownTopicOrPartitionError
+from broker_embedded.errors import KafkaLogError, UnknownTopicOrPartitionError
 from broker_embedded.storage.fetch_data_info import IsolationLevel
 from broker_embedded.storage.fetch_source import (
     EARLIEST_TIMESTAMP,
@@ -65,12 +72,23 @@ from broker_embedded.storage.fetch_source import (
     FetchSource,
     FetchSourceDescriptor,
 )
-from broker_embedded.storage.log_dir_fetch_source import TOPIC_CONFIG_FILE, LogDirSource
-from broker_embedded.storage.object_store import StoreLocation, is_store_uri
+from broker_embedded.storage.log_dir_fetch_source import (
+    TOPIC_CONFIG_FILE,
+    LogDirFetchSource,
+    LogDirSource,
+)
+from broker_embedded.storage.object_store import StoreLocation, StoreSettings, is_store_uri
 from broker_embedded.storage.object_store_fetch_source import ObjectStoreSource
+from broker_embedded.storage.tiered_fetch_source import TieredSource
 from broker_embedded.storage.topic_partition import TopicPartition
-from datasource.errors import DATA_LOSS_HINT, DataLossError, InvalidOptionError
+from datasource.errors import (
+    DATA_LOSS_HINT,
+    DataLossError,
+    InvalidOptionError,
+    OffsetsInRemoteStorageError,
+)
 from datasource.group_offsets import group_starting_offsets, read_committed_offsets
+from datasource.kafka_source_options import FROM_BROKER
 from datasource.offset_range import OffsetRange
 from datasource.offset_spec import (
     EARLIEST,
@@ -86,6 +104,7 @@ from datasource.offset_spec import (
 from datasource.subscription import Assign, Subscribe, Subscription
 
 if TYPE_CHECKING:
+    from broker_embedded.client.wire_fetch_source import WireSource
     from datasource.kafka_source_options import KafkaSourceOptions
 
 log = logging.getLogger(__name__)
@@ -203,8 +222,17 @@ class KafkaOffsetReader:
     # -- bounds ------------------------------------------------------------------------------------
 
     def earliest(self, tp: TopicPartition) -> int:
-        """The log start offset."""
-        return self._list_offset(tp, EARLIEST_TIMESTAMP)
+        """The log start offset (of a log dir's tiered partition, its checkpointed one, below
+        the dir's first segment: :meth:`check_local`)."""
+        tiered = self._tiered(tp)
+        return self._list_offset(tp, EARLIEST_TIMESTAMP) if tiered is None else tiered[0]
+
+    def _tiered(self, tp: TopicPartition) -> tuple[int, int] | None:
+        """A log dir read without its store: the offsets of ``tp`` only in remote storage
+        (``LogDirFetchSource.tiered_offsets``)."""
+        if not isinstance(self.source, LogDirFetchSource):
+            return None
+        return self.source.tiered_offsets(tp)
 
     def latest(self, tp: TopicPartition) -> int:
         """The high watermark, or the last stable offset for read_committed."""
@@ -217,8 +245,12 @@ class KafkaOffsetReader:
 
     def offset_for_timestamp(self, tp: TopicPartition, timestamp_ms: int) -> int | None:
         """The first offset in ``[earliest(tp), latest(tp))`` whose record timestamp is >=
-        ``timestamp_ms`` (ListOffsets by timestamp; see the module docstring)."""
-        return self.source.list_offset(tp, timestamp_ms, self.isolation_level)
+        ``timestamp_ms`` (ListOffsets by timestamp; see the module docstring). Of a log dir's
+        tiered partition read without its store, a match at the dir's first offset answers the
+        log start offset (an earlier match may be in remote storage: :meth:`check_local`)."""
+        found = self.source.list_offset(tp, timestamp_ms, self.isolation_level)
+        tiered = self._tiered(tp) if found is not None else None
+        return tiered[0] if tiered is not None and found <= tiered[1] else found  # type: ignore[operator]
 
     # -- resolving options -------------------------------------------------------------------------
 
@@ -347,7 +379,27 @@ class KafkaOffsetReader:
                     f"offsets [{self.earliest(tp)}, {self.latest(tp)}) (log start, {bound})"
                 )
             ranges.append(OffsetRange(tp.topic, tp.partition, start, end))
+        self.check_local(ranges)
         return ranges
+
+    def check_local(self, ranges: Iterable[OffsetRange]) -> None:
+        """A log dir read without its store (no ``remoteLogStorage``): a range that needs
+        offsets only in remote storage (``LogDirFetchSource.tiered_offsets``) is an
+        :class:`OffsetsInRemoteStorageError` naming them and the option, not rows silently
+        left out."""
+        for r in ranges:
+            tp = r.topic_partition
+            tiered = self._tiered(tp) if r.end > r.start else None
+            if tiered is not None and r.start < tiered[1]:
+                raise OffsetsInRemoteStorageError(
+                    f"{tp}: offsets [{r.start}, {min(r.end, tiered[1])}) of the range "
+                    f"[{r.start}, {r.end}) the query reads are only in remote storage (topic "
+                    f"{tp.topic} tiers, remote.storage.enable=true; local retention deleted them "
+                    f"from {self.location}, which holds {tp} from offset {tiered[1]}, and its "
+                    f"log starts at {tiered[0]}): set the option remoteLogStorage to the store "
+                    "the broker tiers to (its rsm.config.location, e.g. s3://bucket/prefix) to "
+                    f"read them, or start {tp} at offset {tiered[1]} or later"
+                )
 
     # -- splitting by bytes ------------------------------------------------------------------------
 
@@ -415,11 +467,32 @@ def source_of(options: KafkaSourceOptions) -> FetchSourceDescriptor:
     ``kafka.bootstrap.servers`` over the wire protocol with the client's ``kafka.*`` settings."""
     if options.bootstrap_servers is None and is_store_uri(options.path):
         return ObjectStoreSource(StoreLocation(options.path, options.store_settings))
+    if options.bootstrap_servers is None and options.remote_log_storage is not None:
+        store = StoreLocation(options.remote_log_storage, options.store_settings)
+        return TieredSource(log_dir_source(options.path), ObjectStoreSource(store))
     if options.bootstrap_servers is None:
         return log_dir_source(options.path)
     from broker_embedded.client.wire_fetch_source import WireSource  # kio: cluster reads only
 
-    return WireSource(options.bootstrap_servers, **dict(options.client_settings))  # type: ignore[arg-type]
+    wire = WireSource(options.bootstrap_servers, **dict(options.client_settings))  # type: ignore[arg-type]
+    if options.remote_log_storage is None:
+        return wire
+    return TieredSource(wire, ObjectStoreSource(_brokers_store(wire, options)))
+
+
+def _brokers_store(wire: WireSource, options: KafkaSourceOptions) -> StoreLocation:
+    """The store a cluster's brokers tier to: ``remoteLogStorage``'s URI, or with ``broker``
+    their ``rsm.config.location`` (DescribeConfigs); the reader's ``fs.s3a.*`` settings, each
+    unset one from the brokers' (never their secrets, which they do not show)."""
+    uri, settings = options.remote_log_storage, options.store_settings
+    if uri != FROM_BROKER:
+        return StoreLocation(uri, settings)  # type: ignore[arg-type]
+    with wire.open() as cluster:
+        try:
+            uri, shown = cluster.remote_log_storage()
+        except KafkaLogError as e:
+            raise InvalidOptionError(f"option remoteLogStorage={FROM_BROKER}: {e}") from None
+    return StoreLocation(uri, settings.or_else(StoreSettings.parse(shown)))
 
 
 def log_dir_source(path: str | Path) -> LogDirSource:

@@ -30,7 +30,11 @@ and ``view.mapSize`` (batch only; a streaming query refuses them naming the opti
 view (latest_view.py), under which the splitting options are ignored with a warning.
 
 Where the data comes from: ``path`` (a log dir) or ``kafka.bootstrap.servers`` (a cluster, over
-the wire protocol), exactly one. ``kafka.*`` options, as Spark's Kafka source takes them
+the wire protocol), exactly one; ``remoteLogStorage``: the store the brokers tier to
+(tiered_fetch_source.py), a URI, or with ``kafka.bootstrap.servers`` ``broker`` (DescribeConfigs'
+``rsm.config.location``).
+
+``kafka.*`` options, as Spark's Kafka source takes them
 (``KafkaSourceProvider.validateGeneralOptions``): ``kafka.auto.offset.reset``, the key and value
 deserializers, ``kafka.enable.auto.commit`` and ``kafka.interceptor.classes`` are rejected with
 Spark's messages; ``kafka.group.id`` is accepted with Spark's warning; the client settings of
@@ -54,7 +58,7 @@ from dataclasses import dataclass
 
 from broker_embedded.client.client_security import ClientSecurity
 from broker_embedded.storage.fetch_data_info import IsolationLevel
-from broker_embedded.storage.object_store import StoreSettings
+from broker_embedded.storage.object_store import StoreSettings, is_store_uri
 from datasource import option_table
 from datasource.errors import InvalidOptionError
 from datasource.offset_spec import (
@@ -104,6 +108,7 @@ OPTION_NAMES = {
     + VIEW_OPTIONS
     + ("kafka.bootstrap.servers",)
 }  # fmt: skip
+FROM_BROKER = "broker"  # remoteLogStorage with kafka.bootstrap.servers: the brokers say where
 # kafka.* settings the wire client takes, by the WireSource field they set (all in ms but one).
 CLIENT_SETTINGS = {
     "kafka.client.id": "client_id", "kafka.request.timeout.ms": "request_timeout_ms",
@@ -200,6 +205,7 @@ class KafkaSourceOptions:
     view_keep_tombstones: bool = False
     view_map_bytes: int | None = None
     store_settings: StoreSettings = StoreSettings()  # fs.s3a.*: a path on object storage
+    remote_log_storage: str | None = None  # the store a log dir's broker tiers to
 
     @property
     def latest_view(self) -> bool:
@@ -251,6 +257,7 @@ class KafkaSourceOptions:
         return cls(
             path=path,
             store_settings=_store_settings(raw),
+            remote_log_storage=_remote_log_storage(raw, path),
             bootstrap_servers=bootstrap,
             client_settings=_kafka_params(raw, bootstrap),
             subscription=_subscription(raw),
@@ -363,6 +370,31 @@ def _store_settings(raw: dict[str, str]) -> StoreSettings:
         return StoreSettings.parse(raw)
     except ValueError as e:
         raise InvalidOptionError(str(e)) from None
+
+
+def _remote_log_storage(raw: dict[str, str], path: str) -> str | None:
+    """``remoteLogStorage``: the URI of the store the brokers tier to, with a log dir ``path``
+    on this file system, or with ``kafka.bootstrap.servers`` (there also :data:`FROM_BROKER`:
+    the brokers' ``rsm.config.location``)."""
+    value = _get(raw, "remoteLogStorage")
+    if value is None:
+        return None
+    uri = value.strip()
+    if path and is_store_uri(path):
+        raise InvalidOptionError(
+            f"option remoteLogStorage={value!r} goes with a log dir on this file system as path "
+            f"(the broker's tiered log dir) or with kafka.bootstrap.servers, not with "
+            f"path={path!r}, which is already on object storage"
+        )
+    if uri.lower() == FROM_BROKER and not path:
+        return FROM_BROKER
+    if not is_store_uri(uri):
+        also = f", or {FROM_BROKER} to ask the brokers" if not path else ""
+        raise InvalidOptionError(
+            f"option remoteLogStorage={value!r} is invalid: expected the URI of the store the "
+            f"broker tiers to (its rsm.config.location), such as s3://bucket/prefix{also}"
+        )
+    return uri
 
 
 def _location(raw: dict[str, str]) -> tuple[str, str | None]:

@@ -463,6 +463,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             r = self._range(offsets, tp, starts.get(tp), ends[tp])
             if r is not None:
                 ranges.append(r)
+        offsets.check_local(ranges)
         return calculator.ranges(ranges, offsets.byte_cuts)
 
     def _range(

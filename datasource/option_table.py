@@ -103,7 +103,8 @@ SECTIONS = (
     ),
     OptionSection(
         "Object storage",
-        """For a `path` on S3 (`s3://`, `s3a://`), Hadoop S3A's settings as Spark users give
+        """For a `path` on S3 (`s3://`, `s3a://`), or a `remoteLogStorage` there, Hadoop S3A's
+        settings as Spark users give
         them; unset ones come from the AWS environment (`AWS_ACCESS_KEY_ID`,
         `AWS_SECRET_ACCESS_KEY`, `AWS_REGION`, `AWS_ENDPOINT_URL`, `~/.aws`). Secrets never
         appear in logs, errors or reprs. A request failing with a transient error (refused or
@@ -117,6 +118,24 @@ SECTIONS = (
                 "kafkalog",
                 """The S3 endpoint, `host:port` or `http(s)://host:port` (MinIO, SeaweedFS,
                  Ceph, ...); default: AWS's for the region.""",
+            ),
+            _row(
+                "remoteLogStorage",
+                "read",
+                "",
+                "kafkalog",
+                """Tiered storage (KIP-405): the store the brokers tier to (`s3://bucket/prefix`,
+                any URI `pyarrow.fs` opens: the brokers' `rsm.config.location`). With a log dir
+                as `path`: a tiered topic's offsets that local retention deleted from the dir
+                (from its log start offset to its first local segment) are read from the store,
+                the rest from the dir, batch and streaming, with exact byte limits on both;
+                without it a query that needs those offsets fails naming them and this option.
+                With `kafka.bootstrap.servers`: `broker` (or the URI) makes every executor read
+                the tiered part of its range (ListOffsets earliest to earliest-local) straight
+                from the store, and only the local tail over the protocol; `broker` asks the
+                brokers where the store is (DescribeConfigs: `rsm.config.location`, and their
+                endpoint and region unless set here; credentials are the `fs.s3a.*` options or
+                the AWS environment, never the brokers').""",
             ),
             _row("fs.s3a.access.key", "read", "", "kafkalog", "The access key id."),
             _row("fs.s3a.secret.key", "read", "", "kafkalog", "The secret access key."),

@@ -316,6 +316,7 @@ DATASOURCE_MAY_IMPORT = {
     "broker_embedded.storage.log_dir_fetch_source": "the read port, a log dir",
     "broker_embedded.client.wire_fetch_source": "the read port, a cluster (and its descriptor)",
     "broker_embedded.storage.object_store_fetch_source": "the read port, a log dir on a store",
+    "broker_embedded.storage.tiered_fetch_source": "the read port, a log dir and its store",
     "broker_embedded.storage.object_store": "a store's location and S3A settings (options)",
     # the write port: ProduceSink, its log-dir and wire implementations
     "broker_embedded.storage.produce_sink": "the write port",

@@ -57,7 +57,12 @@ from broker_embedded.client.broker_connection import (
     ClientConfig,
 )
 from broker_embedded.error_code import COORDINATOR_MOVED, LEADER_MOVED, ErrorCode
-from broker_embedded.errors import KafkaApiError, LeaderNotAvailableError, api_error
+from broker_embedded.errors import (
+    KafkaApiError,
+    KafkaLogError,
+    LeaderNotAvailableError,
+    api_error,
+)
 from broker_embedded.protocol.schemas import (
     make,
 )
@@ -448,6 +453,30 @@ class KafkaClient:
         result = self.any_broker(DESCRIBE_CONFIGS, build).results[0]
         _check_admin(result, f"DescribeConfigs of topic {name!r}")
         return [ConfigValue(c.name, c.value, c.config_source == 1) for c in result.configs]
+
+    def broker_configs(self, broker_id: int) -> list[ConfigValue]:
+        """Every config of broker ``broker_id`` (DescribeConfigs of the BROKER resource, sent
+        to that broker, as Kafka's admin client sends it); a sensitive one's value is None."""
+        self.metadata([])
+        address = self._brokers.get(broker_id)
+        if address is None:
+            raise KafkaLogError(f"no broker {broker_id} in the cluster's metadata "
+                                f"(brokers: {sorted(self._brokers)})")  # fmt: skip
+
+        def build(types: Any) -> dict[str, Any]:
+            resource = make(types.DescribeConfigsResource, resource_type=4,
+                            resource_name=str(broker_id), configuration_keys=None)  # fmt: skip
+            return {"resources": (resource,), "include_synonyms": False,
+                    "include_documentation": False}  # fmt: skip
+
+        result = self.connection(address).request(DESCRIBE_CONFIGS, build).results[0]
+        _check_admin(result, f"DescribeConfigs of broker {broker_id}")
+        return [ConfigValue(c.name, c.value, False) for c in result.configs]
+
+    def broker_ids(self) -> list[int]:
+        """The ids of the cluster's brokers (Metadata), sorted."""
+        self.metadata([])
+        return sorted(self._brokers)
 
     # -- groups ------------------------------------------------------------------------------------
 

@@ -7,7 +7,8 @@ schemas, the server's too):
 
 - ``topics``: one Metadata request for every topic, at the first call (a snapshot: an executor
   that only fetches never sends it); ``exists`` asks Metadata again for the one topic;
-- ``list_offset``: ListOffsets to the partition's leader: earliest (-2) the log start offset,
+- ``list_offset``: ListOffsets to the partition's leader: earliest (-2) the log start offset
+  (earliest-local, -4: the first offset in the leader's local log, KIP-405),
   latest (-1) the high watermark or, with ``isolation_level`` 1 (read_committed), the last
   stable offset; a timestamp the first offset whose record timestamp is >= it, kept only below
   latest (as Kafka's ListOffsets does for a consumer; ``None`` otherwise);
@@ -24,6 +25,9 @@ schemas, the server's too):
   transactions of a read_committed fetch come as (producer id, first offset) pairs;
 - byte cuts: ``None`` (the log's bytes are unknown over the wire; the planner falls back to
   offsets).
+- ``remote_log_storage``: where the brokers tier segments (DescribeConfigs of each broker,
+  ``rsm.config.location``), for a reader that reads the tiered part from the store itself
+  (tiered_fetch_source.py).
 
 Faults: NOT_LEADER_OR_FOLLOWER, LEADER_NOT_AVAILABLE or a broken connection refresh the metadata
 and retry the same request, from the same offset, against the leader the metadata names now, at
@@ -58,12 +62,13 @@ from broker_embedded.client.broker_connection import (
     ClientConfig,
 )
 from broker_embedded.client.client_security import ClientSecurity
-from broker_embedded.client.kafka_client import EARLIEST, LATEST, KafkaClient
+from broker_embedded.client.kafka_client import LATEST, KafkaClient
 from broker_embedded.error_code import LEADER_MOVED
 from broker_embedded.errors import KafkaApiError, KafkaLogError, UnknownTopicOrPartitionError
 from broker_embedded.storage.fetch_ahead import FetchAhead
 from broker_embedded.storage.fetch_data_info import IsolationLevel
 from broker_embedded.storage.fetch_source import (
+    EARLIEST_LOCAL_TIMESTAMP,
     EARLIEST_TIMESTAMP,
     LATEST_TIMESTAMP,
     ByteCut,
@@ -72,6 +77,7 @@ from broker_embedded.storage.fetch_source import (
 from broker_embedded.storage.topic_partition import TopicPartition
 
 DEFAULT_MAX_RESPONSE_BYTES = 64 << 20
+RSM_PREFIX = "rsm.config."  # Kafka's prefix of the remote storage manager's configs
 
 
 class PartitionUnavailableError(KafkaLogError):
@@ -173,8 +179,8 @@ class WireFetchSource:
         self, tp: TopicPartition, timestamp: int, isolation: IsolationLevel
     ) -> int | None:
         self._ahead.settle()
-        if timestamp == EARLIEST_TIMESTAMP:
-            return self._list(tp, EARLIEST, IsolationLevel.READ_UNCOMMITTED)
+        if timestamp in (EARLIEST_TIMESTAMP, EARLIEST_LOCAL_TIMESTAMP):
+            return self._list(tp, timestamp, IsolationLevel.READ_UNCOMMITTED)
         latest = self._list(tp, LATEST, isolation)
         if timestamp == LATEST_TIMESTAMP:
             return latest
@@ -185,6 +191,27 @@ class WireFetchSource:
         return self._call(self._client.list_offset, f"ListOffsets at timestamp {timestamp}", tp,
                           None, tp.topic, tp.partition, timestamp,
                           isolation_level=int(isolation))  # fmt: skip
+
+    def remote_log_storage(self) -> tuple[str, dict[str, str]]:
+        """Where the cluster's brokers tier segments to (KIP-405): ``rsm.config.location`` and
+        the store's other settings a broker shows (``rsm.config.<key>``, secrets left out), from
+        DescribeConfigs of each broker. Every broker must name the same location; a cluster
+        that tiers nowhere is a :class:`KafkaLogError` naming the brokers."""
+        self._ahead.settle()
+        found: dict[int, dict[str, str]] = {}
+        for broker_id in self._client.broker_ids():
+            configs = self._client.broker_configs(broker_id)
+            found[broker_id] = {c.name.removeprefix(RSM_PREFIX): c.value for c in configs
+                                if c.name.startswith(RSM_PREFIX) and c.value}  # fmt: skip
+        locations = {b: c.get("location") for b, c in found.items()}
+        if not locations or len(set(locations.values())) != 1 or None in locations.values():
+            shown = ", ".join(f"broker {b}: {v or 'none'}" for b, v in sorted(locations.items()))
+            raise KafkaLogError(
+                f"{self._descriptor.location}: the brokers' {RSM_PREFIX}location (DescribeConfigs"
+                f") must name one store to read tiered segments from; {shown or 'no brokers'}"
+            )
+        settings = dict(next(iter(found.values())))
+        return settings.pop("location"), settings
 
     # -- a consumer group's committed offsets (the cluster's group coordinator) --------------------
 

@@ -3,7 +3,9 @@
 A reader of Kafka's log needs what a Kafka consumer gets from a broker, and no more:
 
 - the topics and their partitions (Metadata);
-- offsets (ListOffsets): with :data:`EARLIEST_TIMESTAMP` the log start offset, with
+- offsets (ListOffsets): with :data:`EARLIEST_TIMESTAMP` the log start offset (with tiered
+  storage, KIP-405, the earliest offset in remote storage; :data:`EARLIEST_LOCAL_TIMESTAMP`:
+  the first offset in local storage, where a source knows it), with
   :data:`LATEST_TIMESTAMP` the high watermark (read_uncommitted) or the last stable offset
   (read_committed), with a timestamp the first offset whose record timestamp is >= it, ``None``
   when no such offset lies below the latest one;
@@ -43,6 +45,7 @@ from broker_embedded.storage.topic_partition import TopicPartition
 
 EARLIEST_TIMESTAMP = -2  # ListOffsets: the log start offset
 LATEST_TIMESTAMP = -1  # ListOffsets: the high watermark, or the LSO for read_committed
+EARLIEST_LOCAL_TIMESTAMP = -4  # ListOffsets (KIP-405): the first offset in local storage
 
 
 @dataclass(frozen=True, slots=True, eq=False)

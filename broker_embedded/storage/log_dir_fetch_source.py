@@ -21,7 +21,8 @@ offset above the planned one or a log end offset below it; a reader that must se
 it is now opens :attr:`LogDirSource.unplanned` (offset_range_reader.py does when a fetch
 fails).
 
-- ``list_offset``: earliest is the view's log start offset; latest its high watermark or, for
+- ``list_offset``: earliest is the view's log start offset (and so is earliest-local, -4: see
+  tiered storage below); latest its high watermark or, for
   read_committed, its last stable offset; a timestamp goes to the view's
   ``find_offset_by_timestamp`` (the time index, then a scan, segment after segment until one
   holds a matching record at or above the log start offset), the answer kept only below latest.
@@ -51,6 +52,16 @@ fails).
   with a walk of at most about ``index.interval.bytes`` of batch headers after an entry; no
   record is decoded. Bytes count the log as stored: compressed batches with their headers.
 
+Tiered storage (KIP-405): a topic with ``remote.storage.enable=true`` (its config in
+``kafkalog-topics.json`` or Kafka's metadata log) keeps, as Kafka does, its log start offset
+(``log-start-offset-checkpoint``) at the earliest offset still in remote storage while local
+retention deletes its first segments. This source reads the dir alone, so it starts at the
+first local segment; :meth:`LogDirFetchSource.tiered_offsets` names the offsets only in remote
+storage (Kafka's ListOffsets -2 to -4: the checkpointed log start to the first local offset),
+for a reader that reads them from the store (tiered_fetch_source.py) or refuses them naming
+them (the data source's planner, without its ``remoteLogStorage`` option). Any other topic's
+checkpoint below its first segment is a checkpoint behind a deletion: nothing is remote.
+
 Not thread-safe: one planner or one task uses a source.
 """
 
@@ -68,6 +79,7 @@ import numpy as np
 from broker_embedded.errors import SegmentTruncatedError
 from broker_embedded.storage.fetch_data_info import FetchIsolation, IsolationLevel
 from broker_embedded.storage.fetch_source import (
+    EARLIEST_LOCAL_TIMESTAMP,
     EARLIEST_TIMESTAMP,
     LATEST_TIMESTAMP,
     ByteCut,
@@ -78,6 +90,8 @@ from broker_embedded.storage.open_files import release_mapped_pages
 from broker_embedded.storage.topic_config_file import TOPIC_CONFIG_FILE as TOPIC_CONFIG_FILE
 from broker_embedded.storage.topic_config_file import TopicConfigFile
 from broker_embedded.storage.topic_partition import TopicPartition
+
+REMOTE_STORAGE_ENABLE = "remote.storage.enable"  # the topic config that tiers a topic
 
 if TYPE_CHECKING:  # only what LogDir.open_partition returns, through its public methods
     from broker_embedded.storage.log_segment import LogSegment
@@ -172,13 +186,32 @@ class LogDirFetchSource:
     def exists(self, tp: TopicPartition) -> bool:
         return (self._path / tp.dir_name).is_dir()
 
+    def tiered_offsets(self, tp: TopicPartition) -> tuple[int, int] | None:
+        """``(log start offset, first local offset)``: the offsets of ``tp`` only in remote
+        storage, when its topic tiers and its checkpointed log start offset is below its first
+        local segment (module docstring); ``None`` otherwise."""
+        planned = self._planned.get(tp)
+        start = (planned or self.log_dir.checkpoints(tp)).log_start_offset
+        local = self.view(tp).log_start_offset
+        if start is None or start >= local or not self._tiers(tp.topic):
+            return None
+        return start, local
+
+    def _tiers(self, topic: str) -> bool:
+        """Whether ``topic``'s config says ``remote.storage.enable=true``."""
+        if self._topic_config is None:
+            self._topic_config = TopicConfigFile(self._path).read()
+        entry = self._topic_config.get(topic)
+        flag = None if entry is None else entry.config.get(REMOTE_STORAGE_ENABLE)
+        return str(flag).strip().lower() == "true"
+
     def list_offset(
         self, tp: TopicPartition, timestamp: int, isolation: IsolationLevel
     ) -> int | None:
         view = self.view(tp)
         committed = isolation == IsolationLevel.READ_COMMITTED
         latest = view.last_stable_offset if committed else view.high_watermark
-        if timestamp == EARLIEST_TIMESTAMP:
+        if timestamp in (EARLIEST_TIMESTAMP, EARLIEST_LOCAL_TIMESTAMP):
             return view.log_start_offset
         if timestamp == LATEST_TIMESTAMP:
             return latest

@@ -48,7 +48,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields, replace
 from typing import TYPE_CHECKING, TypeVar
 from urllib.parse import urlsplit
 
@@ -82,6 +82,7 @@ _PERMANENT = ("ACCESS_DENIED", "NO_SUCH_BUCKET", "NO_SUCH_KEY", "INVALID_ACCESS_
               "SIGNATURE_DOES_NOT_MATCH", "InvalidAccessKeyId", "SignatureDoesNotMatch",
               "InvalidBucketName", "AccessDenied", "NoSuchBucket", "HTTP status 403",
               "HTTP status 404", "HTTP status 400")  # fmt: skip
+SECRET_NAMES = (ACCESS_KEY, SECRET_KEY, SESSION_TOKEN)  # never shown, logged or returned
 
 
 class ObjectStoreError(KafkaLogError):
@@ -99,6 +100,14 @@ def is_store_uri(path: str) -> bool:
     directory; ``file://`` counts (it goes through pyarrow too)."""
     scheme, sep, _ = path.partition("://")
     return bool(sep) and scheme.lower() in SCHEMES
+
+
+def without_userinfo(uri: str) -> str:
+    """``uri`` without the credentials its authority may carry (``s3://key:secret@bucket``)."""
+    parts = urlsplit(uri)
+    if "@" not in parts.netloc:
+        return uri
+    return parts._replace(netloc=parts.netloc.rpartition("@")[2]).geturl()
 
 
 @dataclass(frozen=True)
@@ -155,6 +164,12 @@ class StoreSettings:
         return cls(text(ENDPOINT), text(ACCESS_KEY), text(SECRET_KEY), text(SESSION_TOKEN),
                    flag(PATH_STYLE_ACCESS), text(REGION), flag(SSL_ENABLED),
                    seconds(CONNECT_TIMEOUT), seconds(REQUEST_TIMEOUT))  # fmt: skip
+
+    def or_else(self, other: StoreSettings) -> StoreSettings:
+        """These settings, each unset one taken from ``other`` (a reader's own settings over
+        what a broker says of its store)."""
+        return replace(self, **{f.name: getattr(other, f.name) for f in fields(self)
+                                if getattr(self, f.name) is None})  # fmt: skip
 
     def __repr__(self) -> str:
         given = [f"{n}={v!r}" for n, v in (("endpoint", self.endpoint), ("region", self.region),

@@ -61,7 +61,7 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -287,6 +287,17 @@ class ObjectStoreFetchSource:
         txn_names = (f"{prefix}{segment_file_stem(b)}{TXN_INDEX_SUFFIX}" for b in manifests)
         txns = tuple(b for b, n in zip(manifests, txn_names, strict=True) if n in listing)
         return StoredPartition(tuple(manifests), sizes, end, hw, log_start, lso, txns)
+
+    def start_at(self, tp: TopicPartition, log_start_offset: int) -> StoredPartition:
+        """``tp`` as stored, its log start offset raised to ``log_start_offset`` (a broker's,
+        when the store still holds segments below it: tiered_fetch_source.py); handed so to
+        tasks (:meth:`task_source`)."""
+        p = self.partition(tp)
+        start = max(p.log_start_offset, min(log_start_offset, p.log_end_offset))
+        if start != p.log_start_offset:
+            hw = max(p.high_watermark, start)
+            p = self._partitions[tp] = replace(p, log_start_offset=start, high_watermark=hw)
+        return p
 
     def _being_deleted(self, prefix: str, base: int) -> bool:
         """Whether the manifest of segment ``base`` is marked ``DELETE_SEGMENT_STARTED`` (a

@@ -399,3 +399,28 @@ def test_accepted_kafka_options_warn_once(caplog: pytest.LogCaptureFixture) -> N
     assert messages[0].startswith("Kafka option 'kafka.group.id' has been set on this query")
     assert "option kafka.client.id='c' has no effect (reading a log dir)" in messages
     assert "option groupIdPrefix='p' has no effect (reading a log dir)" in messages
+
+
+def test_remote_log_storage() -> None:
+    """``remoteLogStorage``: a store URI with a local log dir, ``broker`` or a URI with a
+    cluster; never beside a path already on a store, never anything else."""
+    uri = "s3://history/kafka/broker-0"
+    assert parse(remoteLogStorage=f" {uri} ").remote_log_storage == uri
+    assert parse(remoteLogStorage="Broker", path="", **{
+        "kafka.bootstrap.servers": "b:9092"}).remote_log_storage == "broker"  # fmt: skip
+    for given, message in (
+        ({"remoteLogStorage": "broker"},
+         "option remoteLogStorage='broker' is invalid: expected the URI of the store the broker "
+         "tiers to (its rsm.config.location), such as s3://bucket/prefix"),
+        ({"remoteLogStorage": "/data/tiered", "path": "", "kafka.bootstrap.servers": "b:9092"},
+         "option remoteLogStorage='/data/tiered' is invalid: expected the URI of the store the "
+         "broker tiers to (its rsm.config.location), such as s3://bucket/prefix, or broker to "
+         "ask the brokers"),
+        ({"remoteLogStorage": uri, "path": "s3://history/copy"},
+         f"option remoteLogStorage='{uri}' goes with a log dir on this file system as path (the "
+         "broker's tiered log dir) or with kafka.bootstrap.servers, not with "
+         "path='s3://history/copy', which is already on object storage"),
+    ):  # fmt: skip
+        with pytest.raises(InvalidOptionError) as refused:
+            parse(**given)
+        assert str(refused.value) == message

@@ -7,9 +7,11 @@ Resources (Kafka's ``ConfigResource.Type``):
   are left out, as Kafka does), with its effective value; not read-only, not sensitive. An
   unknown topic is UNKNOWN_TOPIC_OR_PARTITION (3), an illegal name INVALID_TOPIC_EXCEPTION (17).
 - BROKER (4), named by this broker's id: the :class:`BrokerConfig` settings by Kafka's names,
-  read-only (this broker has no dynamic configs). Another id or a name that is no id is
-  INVALID_REQUEST (42), as Kafka answers; the empty name (cluster-wide dynamic defaults) has
-  no configs here.
+  read-only (this broker has no dynamic configs), and the remote store's (``[rsm_config]``) as
+  ``rsm.config.<key>`` (``rsm.config.location``: where tiered segments are; the store's
+  secrets sensitive, without their values, as Kafka lists passwords). Another id or a name
+  that is no id is INVALID_REQUEST (42), as Kafka answers; the empty name (cluster-wide
+  dynamic defaults) has no configs here.
 - anything else (e.g. BROKER_LOGGER, 8): INVALID_REQUEST.
 
 Synonyms: the values a config could come from, highest priority first, each with its source
@@ -65,13 +67,15 @@ from broker_embedded.server.kafka_apis import KafkaApis
 from broker_embedded.server.request_channel import Request
 from broker_embedded.server.security.authorizer import AclOperation
 from broker_embedded.storage.log_config import LogConfig
+from broker_embedded.storage.object_store import SECRET_NAMES, without_userinfo
 from broker_embedded.storage.topic_partition import validate_topic
 
 API_KEY = 32
 VERSIONS = (1, 4)
 TOPIC, BROKER, BROKER_LOGGER, CLIENT_METRICS, GROUP = 2, 4, 8, 16, 32
 TOPIC_CONFIG, STATIC_BROKER_CONFIG, DEFAULT_CONFIG = 1, 4, 5
-BOOLEAN, STRING, INT, SHORT, LONG, DOUBLE, LIST = 1, 2, 3, 4, 5, 6, 7
+BOOLEAN, STRING, INT, SHORT, LONG, DOUBLE, LIST, PASSWORD = 1, 2, 3, 4, 5, 6, 7, 9
+RSM_PREFIX = "rsm.config."  # Kafka's remote.log.storage.manager.impl.prefix default
 LONG_MAX = str(2**63 - 1)
 
 
@@ -89,11 +93,12 @@ class ConfigEntry:
     """One described config; ``source`` is its first synonym's (DEFAULT_CONFIG without one)."""
 
     name: str
-    value: str
+    value: str | None
     read_only: bool
     config_type: int
     synonyms: tuple[Synonym, ...]
     documentation: str
+    sensitive: bool = False  # a secret: its value is never returned (None)
 
     @property
     def source(self) -> int:
@@ -297,7 +302,7 @@ def _config(types: ModuleType, e: ConfigEntry, synonyms: bool, documentation: bo
     )
     return make(
         types.DescribeConfigsResourceResult, name=e.name, value=e.value, read_only=e.read_only,
-        config_source=e.source, is_sensitive=False,
+        config_source=e.source, is_sensitive=e.sensitive,
         synonyms=listed, config_type=e.config_type,
         documentation=e.documentation if documentation else None,
     )  # fmt: skip
@@ -401,4 +406,20 @@ def broker_configs(ctx: ApiContext, name: str) -> list[ConfigEntry]:
             chain.insert(0, Synonym(key, value, STATIC_BROKER_CONFIG))
         config_type, documentation = BROKER_CONFIGS[key]
         entries.append(ConfigEntry(key, value, True, config_type, tuple(chain), documentation))
+    return entries + rsm_configs(ctx.broker.config)
+
+
+def rsm_configs(config: BrokerConfig) -> list[ConfigEntry]:
+    """The remote storage manager's settings (``[rsm_config]``) by Kafka's prefix for them,
+    ``rsm.config.`` (``remote.log.storage.manager.impl.prefix``): ``rsm.config.location`` tells
+    a reader where the store is (without credentials a URI may carry); a secret (the access
+    key, secret key, session token) is listed as sensitive without its value, as Kafka lists a
+    password."""
+    entries = []
+    for key, value in config.rsm_config:
+        name, secret = RSM_PREFIX + key, key in SECRET_NAMES
+        shown = None if secret else without_userinfo(value) if key == "location" else value
+        chain = (Synonym(name, shown, STATIC_BROKER_CONFIG),)
+        entries.append(ConfigEntry(name, shown, True, PASSWORD if secret else STRING, chain,
+                                   f"the remote store's {key} ([rsm_config])", secret))  # fmt: skip
     return entries

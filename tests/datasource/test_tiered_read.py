@@ -1,0 +1,201 @@
+"""A log dir in Kafka's tiered state (KIP-405) read with the store its broker tiers to: the
+early segments only in the store (a real S3 server, the session's ``s3``), the checkpointed log
+start offset below the first local segment, some tiered segments still local too. The read
+(``remoteLogStorage``) returns every produced record once, exactly, batch and streaming, through
+one FetchSource chaining the store and the dir; without the option, a query that needs the
+store's offsets fails naming them and the option."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from broker_embedded.broker import Broker
+from broker_embedded.broker_config import BrokerConfig
+from broker_embedded.common.producer_record import ProducerRecord
+from broker_embedded.record.records import iter_batches
+from broker_embedded.storage.fetch_data_info import IsolationLevel
+from broker_embedded.storage.fetch_source import (
+    EARLIEST_LOCAL_TIMESTAMP,
+    EARLIEST_TIMESTAMP,
+    LATEST_TIMESTAMP,
+    ByteCut,
+)
+from broker_embedded.storage.log_dir_fetch_source import LogDirSource
+from broker_embedded.storage.object_store import StoreLocation
+from broker_embedded.storage.object_store_fetch_source import (
+    ObjectStoreSource,
+    UnsupportedOnObjectStoreError,
+)
+from broker_embedded.storage.offset_checkpoint import (
+    LOG_START_OFFSET_CHECKPOINT,
+    OffsetCheckpointFile,
+)
+from broker_embedded.storage.tiered_fetch_source import TieredSource
+from broker_embedded.storage.topic_partition import TopicPartition
+from tests.seaweedfs import S3Server
+
+UNCOMMITTED = IsolationLevel.READ_UNCOMMITTED
+TOPIC = "tiered"
+TP = TopicPartition(TOPIC, 0)
+RECORDS = 120  # in batches of 3: about 14 segments of 1 KiB
+
+
+@dataclass(frozen=True)
+class TieredLogDir:
+    """The log dir, its store's URI, the produced (offset, key, value) rows, and the first
+    local offset (below it: only in the store)."""
+
+    log_dir: Path
+    uri: str
+    rows: list[tuple[int, bytes, bytes]]
+    local_start: int
+    tiered_end: int  # the store's segments end here (at or past local_start)
+
+
+def local_bases(log_dir: Path) -> list[int]:
+    return sorted(int(p.name[:20]) for p in (log_dir / TP.dir_name).glob("*.log"))
+
+
+@pytest.fixture(scope="module")
+def tiered(s3: S3Server, tmp_path_factory: pytest.TempPathFactory) -> TieredLogDir:
+    """The broker's remote log manager copies the closed segments to the store, local retention
+    (``local.retention.bytes``) deletes the first ones locally, and the log start offset stays
+    at the store's first offset (Kafka's checkpoint)."""
+    uri = f"s3://{s3.new_bucket('tiered-read')}/cluster/broker-0"
+    log_dir = tmp_path_factory.mktemp("tiered") / "logs"
+    rsm = (("location", uri), *s3.options().items())
+    config = BrokerConfig(remote_log_storage_system_enable=True, rsm_config=rsm,
+                          remote_log_manager_task_interval_ms=3_600_000)  # fmt: skip
+    rows = []
+    with Broker(log_dir, config=config, create=True) as broker:
+        broker.create_topic(TOPIC, config={"remote.storage.enable": "true",
+                                           "segment.bytes": "1024",
+                                           "local.retention.bytes": "2500"})  # fmt: skip
+        for i in range(0, RECORDS, 3):
+            batch = [(f"key-{j:04d}".encode(), f"value {j:04d} ".encode() * 4)
+                     for j in range(i, i + 3)]  # fmt: skip
+            broker.produce(TOPIC, 0, [ProducerRecord(v, key=k) for k, v in batch])
+            rows += [(j, k, v) for j, (k, v) in zip(range(i, i + 3), batch, strict=True)]
+        broker.remote_log_manager.run_once()
+        broker.log_manager.get_log(TP).delete_old_segments()
+    bases = local_bases(log_dir)
+    checkpoint = OffsetCheckpointFile(log_dir / LOG_START_OFFSET_CHECKPOINT)
+    assert checkpoint.read()[TP] == 0  # Kafka's log start: the earliest offset in the store
+    store = ObjectStoreSource(StoreLocation(uri, s3.settings)).open()
+    tiered_end = store.list_offset(TP, LATEST_TIMESTAMP, UNCOMMITTED)
+    store.close()
+    assert 0 < bases[0] < tiered_end < RECORDS and len(bases) >= 3, (bases, tiered_end)
+    return TieredLogDir(log_dir, uri, rows, bases[0], tiered_end)
+
+
+def fetched_batches(source, end: int, hw: int | None = None) -> list[tuple[int, int, int]]:
+    """(base offset, last offset, CRC) of every batch from the log start to ``end`` (each
+    fetch answering the high watermark ``hw`` when given)."""
+    offset, seen = source.list_offset(TP, EARLIEST_TIMESTAMP, UNCOMMITTED), []
+    while offset < end:
+        fetched = source.fetch(TP, offset, 500, UNCOMMITTED)
+        got = [(b.base_offset, b.last_offset, b.compute_crc())
+               for b in iter_batches(fetched.records)]  # fmt: skip
+        assert got and fetched.high_watermark == (hw or fetched.high_watermark), offset
+        seen += [g for g in got if g[1] >= offset]
+        offset = got[-1][1] + 1
+    return seen
+
+
+def test_one_source_reads_the_store_then_the_dir(s3: S3Server, tiered: TieredLogDir) -> None:
+    store = ObjectStoreSource(StoreLocation(tiered.uri, s3.settings))
+    source = TieredSource(LogDirSource(str(tiered.log_dir)), store).open()
+    local = LogDirSource(str(tiered.log_dir)).open()
+    assert local.tiered_offsets(TP) == (0, tiered.local_start)
+    assert local.list_offset(TP, EARLIEST_TIMESTAMP, UNCOMMITTED) == tiered.local_start  # the dir
+    assert source.list_offset(TP, EARLIEST_TIMESTAMP, UNCOMMITTED) == 0
+    assert source.list_offset(TP, EARLIEST_LOCAL_TIMESTAMP, UNCOMMITTED) == tiered.local_start
+    assert source.list_offset(TP, LATEST_TIMESTAMP, UNCOMMITTED) == RECORDS
+    batches = fetched_batches(source, RECORDS, hw=RECORDS)
+    assert [b[0] for b in batches] == list(range(0, RECORDS, 3))  # every batch once, in order
+    remote = store.open()
+    assert batches[: tiered.local_start // 3] == fetched_batches(remote, tiered.local_start)
+    # bytes: the store's up to the first local offset, then the dir's, exactly
+    store_bytes = remote.byte_cut(TP, 0, tiered.local_start, 1 << 40).size
+    local_bytes = local.byte_cut(TP, tiered.local_start, RECORDS, 1 << 40).size
+    whole = source.byte_cut(TP, 0, RECORDS, 1 << 40)
+    assert whole.offset == RECORDS and whole.size == store_bytes + local_bytes
+    # from offset 3, the store's bytes are one batch fewer: one more (the same size) fits after
+    across = source.byte_cut(TP, 3, RECORDS, store_bytes)
+    assert across == ByteCut(tiered.local_start + 3, store_bytes)
+    one = source.byte_cut(TP, tiered.local_start - 3, RECORDS, store_bytes // 2)
+    assert one.offset > tiered.local_start and one.size <= store_bytes // 2
+    with pytest.raises(UnsupportedOnObjectStoreError, match=r"^read_committed of offsets only "
+                       rf"in remote storage is not supported yet: fetch at offset 3 of {TP}, "
+                       rf"whose offsets \[0, {tiered.local_start}\) are in "):  # fmt: skip
+        source.fetch(TP, 3, 500, IsolationLevel.READ_COMMITTED)
+    cuts = source.byte_cuts(TP, 0, RECORDS, 600)
+    assert tiered.local_start in cuts and cuts == sorted(set(cuts))
+    assert cuts[: cuts.index(tiered.local_start)] == remote.byte_cuts(TP, 0, tiered.local_start,
+                                                                      600)  # fmt: skip
+    for source_ in (source, local, remote):
+        source_.close()
+
+
+def rows_of(df) -> list[tuple[int, bytes, bytes]]:
+    return sorted((r.offset, bytes(r.key), bytes(r.value))
+                  for r in df.select("offset", "key", "value").collect())  # fmt: skip
+
+
+def test_spark_reads_every_record_once(spark, s3: S3Server, tiered: TieredLogDir) -> None:
+    reader = (spark.read.format("kafkalog").options(**s3.options()).option("subscribe", TOPIC)
+              .option("remoteLogStorage", tiered.uri))  # fmt: skip
+    assert rows_of(reader.load(str(tiered.log_dir))) == tiered.rows
+    pieces = (reader.option("maxBytesPerPartition", "2000").option("packBytesPerPartition", "0")
+              .load(str(tiered.log_dir)))  # fmt: skip
+    store = ObjectStoreSource(StoreLocation(tiered.uri, s3.settings))
+    with TieredSource(LogDirSource(str(tiered.log_dir)), store).open() as source:
+        cuts = source.byte_cuts(TP, 0, RECORDS, 2000)
+    assert tiered.local_start in cuts and len(cuts) >= 3  # cut on both sides of the split
+    assert pieces.rdd.getNumPartitions() == len(cuts) + 1
+    assert rows_of(pieces) == tiered.rows
+
+
+@pytest.mark.slow  # three micro-batches of a streaming query: 10-20 s on a loaded machine
+def test_a_stream_reads_every_record_once(
+    spark, s3: S3Server, tiered: TieredLogDir, tmp_path: Path
+) -> None:
+    from tests.datasource.conftest import await_available_now
+
+    collected: list[tuple[int, bytes, bytes]] = []
+
+    def sink(df, _batch_id: int) -> None:
+        collected.extend((r.offset, bytes(r.key), bytes(r.value))
+                         for r in df.select("offset", "key", "value").collect())  # fmt: skip
+
+    q = (spark.readStream.format("kafkalog").options(**s3.options())
+         .option("subscribe", TOPIC).option("startingOffsets", "earliest")
+         .option("remoteLogStorage", tiered.uri).option("maxOffsetsPerTrigger", "45")
+         .load(str(tiered.log_dir))
+         .writeStream.foreachBatch(sink).option("checkpointLocation", str(tmp_path / "cp"))
+         .trigger(availableNow=True).start())  # fmt: skip
+    assert await_available_now(q), "availableNow did not stop"
+    assert q.exception() is None and len(q.recentProgress) == 3  # 45 + 45 + 30 offsets
+    assert sorted(collected) == tiered.rows and len(collected) == RECORDS
+
+
+def test_without_the_store_the_query_names_the_offsets_and_the_option(
+    spark, tiered: TieredLogDir
+) -> None:
+    reader = spark.read.format("kafkalog").option("subscribe", TOPIC)
+    with pytest.raises(Exception) as failed:
+        reader.load(str(tiered.log_dir)).collect()
+    start = tiered.local_start
+    assert (
+        f"OffsetsInRemoteStorageError: {TP}: offsets [0, {start}) of the range [0, {RECORDS}) "
+        f"the query reads are only in remote storage (topic {TOPIC} tiers, "
+        "remote.storage.enable=true; local retention deleted them from log dir "
+        f"{tiered.log_dir}, which holds {TP} from offset {start}, and its log starts at 0): set "
+        "the option remoteLogStorage to the store the broker tiers to (its rsm.config.location, "
+        f"e.g. s3://bucket/prefix) to read them, or start {TP} at offset {start} or later"
+    ) in str(failed.value)
+    later = reader.option("startingOffsets", f'{{"{TOPIC}":{{"0":{start}}}}}')
+    assert rows_of(later.load(str(tiered.log_dir))) == tiered.rows[start:]

@@ -1,0 +1,188 @@
+"""A cluster read over the protocol with its tiered part read from the store (KIP-405): the
+broker names its store in DescribeConfigs (``rsm.config.location``; secrets sensitive, without
+their values), and with ``remoteLogStorage=broker`` the source reads [ListOffsets -2, -4) from
+the store (a real S3 server, the session's ``s3``) and only the local tail over the wire."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from broker_embedded.broker import Broker
+from broker_embedded.broker_config import BrokerConfig
+from broker_embedded.client.kafka_client import KafkaClient
+from broker_embedded.common.producer_record import ProducerRecord
+from broker_embedded.record.records import iter_batches
+from broker_embedded.server.handlers import broker_server
+from broker_embedded.storage.fetch_data_info import IsolationLevel
+from broker_embedded.storage.fetch_source import (
+    EARLIEST_LOCAL_TIMESTAMP,
+    EARLIEST_TIMESTAMP,
+    LATEST_TIMESTAMP,
+    ByteCut,
+)
+from broker_embedded.storage.tiered_fetch_source import TieredFetchSource
+from broker_embedded.storage.topic_partition import TopicPartition
+from datasource.errors import InvalidOptionError
+from datasource.kafka_offset_reader import source_of
+from datasource.kafka_source_options import KafkaSourceOptions
+from tests.seaweedfs import S3Server
+
+UNCOMMITTED = IsolationLevel.READ_UNCOMMITTED
+TOPIC = "tiered-wire"
+TP = TopicPartition(TOPIC, 0)
+RECORDS = 90
+
+
+@dataclass(frozen=True)
+class TieredCluster:
+    bootstrap: str
+    uri: str
+    rows: list[tuple[int, bytes, bytes]]
+    local_start: int
+
+
+@pytest.fixture(scope="module")
+def cluster(s3: S3Server, tmp_path_factory: pytest.TempPathFactory) -> Iterator[TieredCluster]:
+    """One broker serving a topic whose first segments local retention deleted once tiered."""
+    uri = f"s3://{s3.new_bucket('tiered-wire')}/cluster/broker-0"
+    rsm = (("location", uri), *s3.options().items())
+    config = BrokerConfig(remote_log_storage_system_enable=True, rsm_config=rsm,
+                          remote_log_manager_task_interval_ms=3_600_000, num_network_threads=2,
+                          num_io_threads=2)  # fmt: skip
+    rows = []
+    log_dir = tmp_path_factory.mktemp("tiered-wire") / "logs"
+    with Broker(log_dir, config=config, create=True) as broker:
+        tiered = {"remote.storage.enable": "true", "segment.bytes": "1024",
+                  "local.retention.ms": "0"}  # fmt: skip
+        broker.create_topic(TOPIC, config=tiered)
+        for i in range(0, RECORDS, 3):
+            batch = [(f"key-{j:04d}".encode(), f"value {j:04d} ".encode() * 4)
+                     for j in range(i, i + 3)]  # fmt: skip
+            broker.produce(TOPIC, 0, [ProducerRecord(v, key=k) for k, v in batch])
+            rows += [(j, k, v) for j, (k, v) in zip(range(i, i + 3), batch, strict=True)]
+        broker.remote_log_manager.run_once()
+        broker.log_manager.get_log(TP).delete_old_segments(broker.clock_ms() + 1000)
+        local_start = broker.list_offsets(TOPIC, 0, EARLIEST_LOCAL_TIMESTAMP).offset
+        assert broker.list_offsets(TOPIC, 0, EARLIEST_TIMESTAMP).offset == 0 < local_start
+        server = broker_server(broker, ["PLAINTEXT://127.0.0.1:0"])
+        server.start()
+        try:
+            endpoint = server.endpoints[0]
+            yield TieredCluster(f"{endpoint.host}:{endpoint.port}", uri, rows, local_start)
+        finally:
+            server.shutdown(5.0)
+
+
+def test_the_broker_names_its_store_and_hides_its_secrets(cluster: TieredCluster) -> None:
+    with KafkaClient(cluster.bootstrap) as client:
+        configs = {c.name: c.value for c in client.broker_configs(client.broker_ids()[0])
+                   if c.name.startswith("rsm.config.")}  # fmt: skip
+    assert configs["rsm.config.location"] == cluster.uri
+    assert configs["rsm.config.fs.s3a.path.style.access"] == "true"
+    assert configs["rsm.config.fs.s3a.access.key"] is None  # sensitive: listed, no value
+    assert configs["rsm.config.fs.s3a.secret.key"] is None
+
+
+def batches(source, start: int, end: int) -> list[int]:
+    offset, seen = start, []
+    while offset < end:
+        got = [b for b in iter_batches(source.fetch(TP, offset, 400, UNCOMMITTED).records)
+               if b.last_offset >= offset]  # fmt: skip
+        assert got, offset
+        seen += [b.base_offset for b in got]
+        offset = got[-1].last_offset + 1
+    return seen
+
+
+def test_the_tiered_part_comes_from_the_store(s3: S3Server, cluster: TieredCluster) -> None:
+    options = {"kafka.bootstrap.servers": cluster.bootstrap, "subscribe": TOPIC,
+               "remoteLogStorage": "broker", "fs.s3a.access.key": s3.options()["fs.s3a.access.key"],
+               "fs.s3a.secret.key": s3.options()["fs.s3a.secret.key"]}  # fmt: skip
+    descriptor = source_of(KafkaSourceOptions.parse(options))
+    assert descriptor.remote.store.uri == cluster.uri  # type: ignore[attr-defined]
+    source = descriptor.open()
+    assert isinstance(source, TieredFetchSource)
+    try:
+        assert [source.list_offset(TP, w, UNCOMMITTED) for w in
+                (EARLIEST_TIMESTAMP, EARLIEST_LOCAL_TIMESTAMP, LATEST_TIMESTAMP)] == [
+            0, cluster.local_start, RECORDS]  # fmt: skip
+        assert source.split(TP) is not None
+        assert batches(source, 0, RECORDS) == list(range(0, RECORDS, 3))
+        stored = source.remote.byte_cut(TP, 0, cluster.local_start, 1 << 40).size
+        assert source.byte_cut(TP, 0, RECORDS, 1 << 40) == ByteCut(RECORDS, stored)  # wire: 0
+    finally:
+        source.close()
+
+
+def test_spark_reads_every_record_once(spark, s3: S3Server, cluster: TieredCluster) -> None:
+    df = (spark.read.format("kafkalog").options(**s3.options())
+          .option("kafka.bootstrap.servers", cluster.bootstrap).option("subscribe", TOPIC)
+          .option("remoteLogStorage", "broker").load())  # fmt: skip
+    got = sorted((r.offset, bytes(r.key), bytes(r.value))
+                 for r in df.select("offset", "key", "value").collect())  # fmt: skip
+    assert got == cluster.rows
+
+
+def test_a_cluster_that_tiers_nowhere_is_named(tmp_path: Path) -> None:
+    with Broker(tmp_path / "l", create=True) as broker:
+        broker.create_topic("plain")
+        server = broker_server(broker, ["PLAINTEXT://127.0.0.1:0"])
+        server.start()
+        try:
+            e = server.endpoints[0]
+            options = {"kafka.bootstrap.servers": f"{e.host}:{e.port}", "subscribe": "plain",
+                       "remoteLogStorage": "broker"}  # fmt: skip
+            with pytest.raises(InvalidOptionError) as refused:
+                source_of(KafkaSourceOptions.parse(options))
+        finally:
+            server.shutdown(5.0)
+    assert str(refused.value) == (
+        f"option remoteLogStorage=broker: Kafka cluster {e.host}:{e.port}: the brokers' "
+        "rsm.config.location (DescribeConfigs) must name one store to read tiered segments "
+        "from; broker 0: none"
+    )
+
+
+@pytest.mark.slow  # a kafkalog serve child tiering and deleting locally: 5-15 s
+def test_spark_reads_kafkalog_serve_s_tiered_topic(spark, s3: S3Server, tmp_path: Path) -> None:
+    """End to end: ``kafkalog serve`` with ``[rsm_config]`` tiers a topic's closed segments and
+    local retention deletes them; Spark asks it where the store is and reads every record."""
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    from tests.broker_embedded.storage.test_remote_log_manager import (
+        TIERED,
+        produce,
+        wait_for,
+        write_broker_config,
+    )
+    from tests.spark_kafkalog._serve_proc import ServeProcess
+
+    uri = f"s3://{s3.new_bucket('tiered-serve')}/cluster/broker-0"
+    config = write_broker_config(tmp_path / "broker.toml", uri, s3.options())
+    config.write_text(config.read_text().replace(
+        "[rsm_config]", '"log.retention.check.interval.ms" = 100\n\n[rsm_config]'))  # fmt: skip
+    with ServeProcess(tmp_path / "logs", "--broker-config", config,
+                      stderr=tmp_path / "serve.err") as serve:  # fmt: skip
+        admin = AdminClient({"bootstrap.servers": serve.bootstrap})
+        topic = NewTopic("tiered", 1, 1, config={**TIERED, "local.retention.ms": "0"})
+        admin.create_topics([topic])["tiered"].result(30)
+        produce(serve.bootstrap, 0, 40)
+        with KafkaClient(serve.bootstrap) as client:
+
+            def local_start() -> int:
+                return client.list_offset("tiered", 0, EARLIEST_LOCAL_TIMESTAMP)
+
+            wait_for("local retention of tiered segments", lambda: local_start() >= 20)
+            first_local = local_start()
+            assert client.list_offset("tiered", 0, EARLIEST_TIMESTAMP) == 0
+        df = (spark.read.format("kafkalog").options(**s3.options())
+              .option("kafka.bootstrap.servers", serve.bootstrap).option("subscribe", "tiered")
+              .option("remoteLogStorage", "broker").load())  # fmt: skip
+        got = sorted((r.offset, bytes(r.value)) for r in df.select("offset", "value").collect())
+        assert serve.terminate() == 0
+    assert got == [(i, f"record {i:03d} ".encode() * 8) for i in range(40)]
+    assert 20 <= first_local < 40  # the first 20 and more were read from the store
