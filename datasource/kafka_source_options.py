@@ -105,7 +105,7 @@ SPARK_CONSUMER_OPTIONS = option_table.names("spark-consumer")
 OPTION_NAMES = {
     name.lower(): name
     for name in BATCH_AND_STREAMING + BATCH_ONLY + STREAMING_ONLY + SPARK_CONSUMER_OPTIONS
-    + VIEW_OPTIONS
+    + VIEW_OPTIONS + option_table.names("spark-client")
     + ("kafka.bootstrap.servers",)
 }  # fmt: skip
 FROM_BROKER = "broker"  # remoteLogStorage with kafka.bootstrap.servers: the brokers say where
@@ -115,6 +115,7 @@ CLIENT_SETTINGS = {
     "kafka.socket.connection.setup.timeout.ms": "connect_timeout_ms",
     "kafka.retry.backoff.ms": "retry_backoff_ms",
     "kafka.default.api.timeout.ms": "retry_timeout_ms",
+    "kafkaconsumer.polltimeoutms": "poll_timeout_ms",
 }  # fmt: skip
 # Spark's own messages (KafkaSourceProvider.validateGeneralOptions) for the kafka.* it rejects.
 _STARTING_HINT = (
@@ -440,9 +441,14 @@ def _kafka_params(raw: dict[str, str], bootstrap: str | None) -> tuple[tuple[str
         if key == "kafka.group.id":
             _warn_once(key, GROUP_ID_WARNING)
         elif key in CLIENT_SETTINGS and bootstrap:
-            given = value if key == "kafka.client.id" else _positive(raw, key, INT32_MAX)
+            name = OPTION_NAMES.get(key, key)
+            given = value if key == "kafka.client.id" else _positive(raw, name, INT32_MAX)
             settings.append((CLIENT_SETTINGS[key], given))  # type: ignore[arg-type]
-        elif (key.startswith("kafka.") and key not in OPTION_NAMES) or key in _SPARK_CONSUMER:
+        elif (
+            (key.startswith("kafka.") and key not in OPTION_NAMES)
+            or key in _SPARK_CONSUMER
+            or key in CLIENT_SETTINGS
+        ):
             where = "kafkalog's Kafka client does not use it" if bootstrap else "reading a log dir"
             name = OPTION_NAMES.get(key, key)
             _warn_once(key, f"option {name}={value!r} has no effect ({where})")

@@ -16,7 +16,8 @@ with :func:`plain_text`.
   reads only (a batch query refuses it); ``spark-consumer``: Spark's consumer options, accepted
   with a warning that they have no effect;
 - ``client``: the wire client's settings and security, reads and writes over
-  ``kafka.bootstrap.servers``;
+  ``kafka.bootstrap.servers``; ``spark-client``: one of Spark's consumer options that sets the
+  wire client, reads over ``kafka.bootstrap.servers``;
 - ``write``: log-dir and protocol writes; ``wire-write``: writes over the protocol only.
 
 Pure data, no imports beyond the standard library: the source's module imports it when Spark
@@ -36,6 +37,7 @@ KINDS = {
     "streaming": "streaming",
     "spark-consumer": "batch, streaming",
     "client": "reads, writes",
+    "spark-client": "batch, streaming",
     "write": "write, writeStream",
     "wire-write": "write, writeStream",
 }
@@ -585,13 +587,24 @@ SECTIONS = (
                 follows a leader that moved or died before failing, naming the cluster, broker,
                 partition and offset.""",
             ),
+            _row(
+                "kafkaConsumer.pollTimeoutMs",
+                "spark-client",
+                "120000",
+                "Spark",
+                """How long an executor
+                asks again for records a fetch did not return: a broker reading offsets of
+                tiered storage (KIP-405) answers none when its read of the store does not finish
+                within its `remote.fetch.max.wait.ms`, and the fetch is sent again until this
+                passes; then the task fails naming the partition and offset. Spark's default is
+                `spark.network.timeout`.""",
+            ),
         ),
     ),
     OptionSection(
         "Accepted with a warning",
         "Spark's Kafka consumer options that mean nothing here: one warning each, no effect.",
         (
-            _row("kafkaConsumer.pollTimeoutMs", "spark-consumer", "", "Spark", "No effect."),
             _row("fetchOffset.numRetries", "spark-consumer", "", "Spark", "No effect."),
             _row("fetchOffset.retryIntervalMs", "spark-consumer", "", "Spark", "No effect."),
             _row(

@@ -22,7 +22,11 @@ schemas, the server's too):
   the request's and the partition's limit, no fetch session): the response's records bytes go to
   the caller as they came (one copy, out of kio's reader), never a Python object per record;
   KIP-74: the broker sends a first batch larger than ``max_bytes`` whole. The aborted
-  transactions of a read_committed fetch come as (producer id, first offset) pairs;
+  transactions of a read_committed fetch come as (producer id, first offset) pairs. An answer
+  with no records below the bound, at an offset only in the leader's remote storage (below its
+  ListOffsets -4, KIP-405), is a remote read that did not finish within the broker's
+  ``remote.fetch.max.wait.ms``, not the end of the data: the fetch is sent again, as Kafka's
+  consumer does, for at most ``poll_timeout_ms`` (Spark's ``kafkaConsumer.pollTimeoutMs``);
 - byte cuts: ``None`` (the log's bytes are unknown over the wire; the planner falls back to
   offsets).
 - ``remote_log_storage``: where the brokers tier segments (DescribeConfigs of each broker,
@@ -52,6 +56,7 @@ before it uses the client itself).
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -97,6 +102,7 @@ class WireSource:
     retries: int = 10
     retry_backoff_ms: int = 100
     retry_timeout_ms: int = 60_000
+    poll_timeout_ms: int = 120_000  # Spark's kafkaConsumer.pollTimeoutMs (spark.network.timeout)
     max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES
     # Kafka's client security properties (security.protocol, ssl.*, sasl.*): client_security.py
     security: tuple[tuple[str, str], ...] = ()
@@ -246,6 +252,43 @@ class WireFetchSource:
         self._ahead.start((tp, offset, max_bytes, isolation), self._fetch)
 
     def _fetch(self, key: _FetchKey) -> FetchedPartition:
+        fetched = self._fetch_once(key)
+        if fetched.records or not self._in_remote_storage(key, fetched):
+            return fetched
+        return self._fetch_remote(key)
+
+    def _in_remote_storage(self, key: _FetchKey, fetched: FetchedPartition) -> bool:
+        """Whether an empty answer is at an offset below the bound that only the leader's
+        remote storage holds (below its local log start, ListOffsets -4)."""
+        tp, offset, _, isolation = key
+        if offset >= fetched.bound(isolation):
+            return False
+        try:
+            local_start = self._list(tp, EARLIEST_LOCAL_TIMESTAMP, IsolationLevel.READ_UNCOMMITTED)
+        except KafkaApiError:
+            return False  # a broker without tiered storage
+        return offset < local_start
+
+    def _fetch_remote(self, key: _FetchKey) -> FetchedPartition:
+        """The fetch again until it has records: a broker whose read of its remote storage did
+        not finish within its ``remote.fetch.max.wait.ms`` answers no records and no error
+        (Kafka's DelayedRemoteFetch), and Kafka's consumer asks again. Bounded by
+        ``poll_timeout_ms``, then a :class:`KafkaLogError` naming the partition and offset."""
+        tp, offset, _, _ = key
+        deadline = time.monotonic() + self._descriptor.poll_timeout_ms / 1000
+        while time.monotonic() < deadline:
+            time.sleep(self._descriptor.retry_backoff_ms / 1000)
+            fetched = self._fetch_once(key)
+            if fetched.records:
+                return fetched
+        raise KafkaLogError(
+            f"{self._descriptor.location}: no records for {tp} at offset {offset} in "
+            f"{self._descriptor.poll_timeout_ms} ms (kafkaConsumer.pollTimeoutMs): the offset "
+            f"is only in the broker's remote storage, and its reads of it did not finish "
+            f"within the broker's remote.fetch.max.wait.ms"
+        )
+
+    def _fetch_once(self, key: _FetchKey) -> FetchedPartition:
         tp, offset, max_bytes, isolation = key
         f = self._call(self._client.fetch, "Fetch", tp, offset, tp.topic, tp.partition, offset,
                        max_bytes, int(isolation))  # fmt: skip

@@ -5,13 +5,15 @@ the generated docs) fails."""
 
 from __future__ import annotations
 
+from broker_embedded.client.wire_fetch_source import WireSource
 from datasource import kafka_source_options as source
 from datasource import kafka_write_options as write
 from datasource import option_table, wire_writer
 
 
 def test_the_source_takes_exactly_the_read_rows() -> None:
-    read_kinds = ("read", "batch", "view", "streaming-limit", "streaming", "spark-consumer")
+    read_kinds = ("read", "batch", "view", "streaming-limit", "streaming", "spark-consumer",
+                  "spark-client")  # fmt: skip
     assert set(source.OPTION_NAMES.values()) == {
         *option_table.names(*read_kinds),
         "kafka.bootstrap.servers",
@@ -19,7 +21,7 @@ def test_the_source_takes_exactly_the_read_rows() -> None:
 
 
 def test_the_client_rows_are_the_wire_clients_settings() -> None:
-    assert set(option_table.names("client")) == {
+    assert {n.lower() for n in option_table.names("client", "spark-client")} == {
         "kafka.bootstrap.servers",
         *source.CLIENT_SETTINGS,
     }
@@ -50,3 +52,4 @@ def test_the_defaults_the_code_uses_are_the_tables() -> None:
         source.DEFAULT_MAX_PARTITION_FETCH_BYTES
     )
     assert default["kafka.fetch.max.bytes"] == str(source.DEFAULT_FETCH_MAX_BYTES)
+    assert default["kafkaConsumer.pollTimeoutMs"] == str(WireSource("h:1").poll_timeout_ms)

@@ -430,3 +430,45 @@ def test_a_follower_behind_the_leader_s_local_log_start_restarts_there(
         assert [b.base_offset for b in lg.batches()] == list(range(local_start, COUNT))
     finally:
         cluster.close()
+
+
+def test_the_wire_source_asks_again_when_a_remote_read_answers_nothing_in_time(
+    s3: S3Server, tmp_path: Path
+) -> None:
+    """A remote read that outlives ``remote.fetch.max.wait.ms`` answers no records and no
+    error. The wire source (a Spark task's reader) asks again, as Kafka's consumer does, rather
+    than take the empty answer for the end of the data: taken so, it once ended Spark tasks'
+    ranges early, their rows silently missing. A read that never finishes fails after
+    ``kafkaConsumer.pollTimeoutMs``, naming the partition and offset."""
+    from broker_embedded.client.wire_fetch_source import WireSource
+    from broker_embedded.errors import KafkaLogError
+    from broker_embedded.storage.fetch_data_info import IsolationLevel
+    from tests.s3_proxy import FaultProxy
+
+    tp = TopicPartition("tiered", 0)
+    bucket = s3.new_bucket("again")
+    first_log = f"GET /{bucket}/b0/tiered-0/00000000000000000000.log"
+    with (
+        FaultProxy(s3.endpoint) as proxy,
+        tiered_broker(
+            tmp_path / "l", f"s3://{bucket}/b0", s3, proxy.endpoint, remote_fetch_max_wait_ms=200
+        ) as broker,  # fmt: skip
+        wire(broker) as bootstrap,
+    ):
+        proxy.inject("stall", matching=first_log)
+        source = WireSource(bootstrap, poll_timeout_ms=30_000).open()
+        try:
+            fetched = source.fetch(tp, 0, 1 << 20, IsolationLevel.READ_UNCOMMITTED)
+        finally:
+            source.close()
+        assert proxy.injected == 1
+        assert next(iter_batches(fetched.records)).base_offset == 0
+        proxy.inject("stall", times=20, matching=first_log)
+        source = WireSource(bootstrap, poll_timeout_ms=1_500).open()
+        began = time.monotonic()
+        try:
+            with pytest.raises(KafkaLogError, match="no records for tiered-0 at offset 0 in 1500"):
+                source.fetch(tp, 0, 1 << 20, IsolationLevel.READ_UNCOMMITTED)
+        finally:
+            source.close()
+        assert time.monotonic() - began < 10
