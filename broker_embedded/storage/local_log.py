@@ -27,14 +27,15 @@ policy of how they are listed and opened, and implements every read once:
 - :meth:`LocalLog.aborted_transactions`: Kafka's rule: the ``.txnindex`` of the segment holding
   the fetch offset and of later ones until an entry's LSO reaches the upper bound.
 - :meth:`LocalLog.batches` and :meth:`LocalLog.transactional_batches`: the batches of an offset
-  range across segments (the latter only the transactional ones, found by the compiled header
-  scan, without a Python object per other batch), with the same tail checks.
+  range across segments (the latter only the transactional ones, found by the header
+  walk, without a Python object per other batch), with the same tail checks.
 - :meth:`LocalLog.offset_by_timestamp`: Kafka's ListOffsets by timestamp (the first segment with
   a record at or after the timestamp answers; later ones are tried when the records reaching it
   lie below the log start offset).
-- :func:`header_tables`: batch headers of raw bytes, scanned by the compiled kernel
-  (``entry_scan.walk_entries``), ``_SCAN_WINDOW_BYTES`` at a time, so
-  memory stays bounded and no Python object is made per batch.
+- :func:`header_tables`: batch headers of raw bytes, scanned by the one header walk
+  (``entry_scan.walk_entries``, compiled once this process has loaded the kernels),
+  ``_SCAN_WINDOW_BYTES`` at a time, so memory stays bounded and no Python object is made per
+  batch.
 - :func:`end_of_complete_batches`: the offset after the last whole batch of fetched bytes (the
   upper bound of the aborted transactions a ``TXN_COMMITTED`` fetch returns).
 
@@ -67,9 +68,9 @@ from broker_embedded.record.entry_scan import (
     SEEK_PARTIAL,
     last_offset,
     scan_window,
-    seek_entry,
 )
-from broker_embedded.record.kernel_primitives import readonly_bytes
+from broker_embedded.record.entry_scan import seek as seek_entry  # compiled when loaded
+from broker_embedded.record.header_reads import readonly_bytes
 from broker_embedded.record.record_batch import TRANSACTIONAL_MASK, RecordBatch
 from broker_embedded.record.records import AnyBatch
 from broker_embedded.storage.fetch_data_info import FetchDataInfo, FetchIsolation, SegmentRegion
