@@ -235,7 +235,8 @@ class LocalLog:
                 found = whole_batches(seg, found)
             aborted = None
             if committed:
-                end = end_of_complete_batches(found.records, upper)
+                start = 0 if seg is None else last_indexed_start(seg, found)
+                end = end_of_complete_batches(found.records, upper, start)
                 aborted = self._aborted_in(segments, fetch_offset, end)
                 if seg is not None:
                     self.access.check_in_place(seg)
@@ -378,6 +379,17 @@ def header_tables(buf: bytes | memoryview, source: str, position: int) -> Iterat
         stop = min(end, pos + _SCAN_WINDOW_BYTES)
 
 
+def last_indexed_start(seg: LogSegment, found: FetchSlice) -> int:
+    """Where, in ``found.records``, the last batch the offset index names before the slice's
+    last byte starts (0 when none does): a batch start at or before the last batch's."""
+    size = len(found.records)
+    if not size:
+        return 0
+    return max(found.position, seg.offset_index.floor_position(found.position + size - 1)) - (
+        found.position
+    )
+
+
 def whole_batches(seg: LogSegment, found: FetchSlice) -> FetchSlice:
     """``found`` without the partial batch a byte limit cut at its end. The scan starts at the
     offset index's last batch start below the cut, so it covers about ``index.interval.bytes``
@@ -401,9 +413,12 @@ def whole_batches(seg: LogSegment, found: FetchSlice) -> FetchSlice:
                       found.records[:end])  # fmt: skip
 
 
-def end_of_complete_batches(records: bytes | memoryview, default: int) -> int:
-    """The offset after the last complete batch of a read, ``default`` when it holds none."""
+def end_of_complete_batches(records: bytes | memoryview, default: int, start: int = 0) -> int:
+    """The offset after the last complete batch of a read, ``default`` when it holds none; the
+    walk starts at ``start``, a batch start at or before the last complete batch's (a segment
+    read's: :func:`last_indexed_start`, so a fetch walks about ``index.interval.bytes`` of
+    headers whatever its size)."""
     last = None
-    for table in header_tables(records, "<fetched records>", 0):
+    for table in header_tables(memoryview(records)[start:], "<fetched records>", start):
         last = last_offset(table, -1)
     return default if last is None else last + 1
