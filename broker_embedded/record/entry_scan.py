@@ -52,8 +52,9 @@ functions (``numba.njit``) for the kernels that call the walk (the columnar deco
 cleaner) and, once imported, hands the compiled ones to this module's Python-facing calls
 (:func:`walk`, :func:`seek`, :func:`scan_window`, through :func:`use_compiled`): a process that
 has loaded the kernels (a Spark read, the cleaner) walks compiled everywhere, one that has not
-walks in Python; the results are the same (``tests/broker_embedded/record/test_entry_walk.py``
-runs both on Kafka-written batches and corrupt headers).
+walks in Python; the results are the same
+(``tests/broker_embedded/record/test_walk_as_written.py`` runs both on Kafka-written segments
+and corrupt headers).
 
 Limits: the walk reads 61 bytes of header at most per entry and never past ``end``; compiled,
 it creates no Python object. Numba's bounds checking is off: the length checks above are the
@@ -96,7 +97,7 @@ from broker_embedded.record.header_reads import (
     fill_row,
 )
 
-__all__ = [  # the table's columns, named here for the walk's callers
+__all__ = [  # the table's columns (header_reads), re-exported for the walk's callers
     "S_ATTR", "S_BASE_SEQUENCE", "S_BASE_TS", "S_COUNT", "S_CRC", "S_EPOCH", "S_LAST_DELTA",
     "S_MAGIC", "S_MAX_TS", "S_OFFSET", "S_POS", "S_PRODUCER_EPOCH", "S_PRODUCER_ID", "S_SIZE",
     "SCAN_FIELDS",

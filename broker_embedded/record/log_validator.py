@@ -50,6 +50,8 @@ functions of their arguments.
 
 from __future__ import annotations
 
+import struct
+
 import numpy as np
 
 from broker_embedded.record import entry_scan as es
@@ -60,7 +62,6 @@ from broker_embedded.record.batch_layout import (
     RECORD_BATCH_OVERHEAD,
     TRANSACTIONAL_MASK,
 )
-from broker_embedded.record.header_reads import put_be
 
 LEADER = 0
 FOLLOWER = 1
@@ -75,6 +76,8 @@ SUMMARY = 10
 
 _POS, _SIZE, _OFFSET, _ATTR, _DELTA = es.S_POS, es.S_SIZE, es.S_OFFSET, es.S_ATTR, es.S_LAST_DELTA
 _MAX_TS, _PID, _COUNT, _SEQ = es.S_MAX_TS, es.S_PRODUCER_ID, es.S_COUNT, es.S_BASE_SEQUENCE
+_put_offset = struct.Struct(">q").pack_into  # baseOffset int64
+_put_epoch = struct.Struct(">i").pack_into  # partitionLeaderEpoch int32
 
 
 def _walk(buf: np.ndarray, end: int, mode: int, table: np.ndarray) -> tuple[int, int, bool]:
@@ -188,7 +191,8 @@ def _summarize(rows: list[list[int]], first: int, summary: list[int]) -> None:
 
 def assign(buf: np.ndarray, table: np.ndarray, leader_epoch: int) -> None:
     """Write each row's ``es.S_OFFSET`` and ``leader_epoch`` into its batch header in ``buf``."""
+    epoch = int(leader_epoch)
     for row in table.tolist():
         pos = row[_POS]
-        put_be(buf, pos + BASE_OFFSET_OFFSET, row[_OFFSET], 8)
-        put_be(buf, pos + PARTITION_LEADER_EPOCH_OFFSET, leader_epoch, 4)
+        _put_offset(buf, pos + BASE_OFFSET_OFFSET, row[_OFFSET])
+        _put_epoch(buf, pos + PARTITION_LEADER_EPOCH_OFFSET, epoch)
