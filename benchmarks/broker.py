@@ -25,7 +25,7 @@ producer client sends them, each batch distinct. Then, for each partition count 
 - the baseline for both: writing the same batch bytes to one plain file (page cache, no fsync);
 - the floor of an append: what no leader can skip, done the cheapest way this runtime has, into
   one plain file: each request copied (offsets are assigned in place), its headers checked by the
-  broker's compiled pass (``log_validator.scan``), its CRCs checked, its offsets and epoch
+  broker's pass (``log_validator.scan``), its CRCs checked, its offsets and epoch
   written, and the write. No index, no producer state, no high watermark, no locks. The broker's
   acks=1 over this floor is the bookkeeping the real append adds;
 - fetch, raw: every partition read back to its high watermark through ``Broker.fetch`` as a

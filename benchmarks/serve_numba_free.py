@@ -1,40 +1,39 @@
-"""What a ``kafkalog serve`` without numba would cost and save: the request path's compiled header
-walks against a plain-Python walk of the same headers, and the memory numba takes.
+"""What ``kafkalog serve`` without numba costs and saves: the request path's header walk run as
+written (plain Python: what the server runs) against the same functions compiled by numba
+(``entry_scan_kernel``: what a process that has loaded the kernels runs), and the memory numba
+takes.
 
     .venv/bin/python benchmarks/serve_numba_free.py [--repeat R] [--calls C]
                                                     [--records-per-batch 150,9000]
 
-The serve path runs numba for two things: a produce request's checks on the leader
+The request path walks batch headers twice: a produce request's checks on the leader
 (``log_validator.scan`` and ``assign``: the header walk, the per-batch checks, the offsets
-assigned, the summary) and a fetch's walk over batch headers (``entry_scan.seek_entry``: the
-first batch at or after the fetch offset from the index's position). This script times, per
-request and in CPU (``time.process_time``, best of R, default 5, of a loop of C calls, default
-2,000):
+assigned, the summary) and a fetch's walk from the index's position (``entry_scan.seek``: the
+first batch at or after the fetch offset). Both call the one walk (``entry_scan.walk_entries``)
+through ``entry_scan.walk`` / ``seek``, which run it as written until ``entry_scan_kernel`` is
+imported and compiled after (``entry_scan.use_compiled``): this script times each request both
+ways, per request and in CPU (``time.process_time``, best of R, default 5, of a loop of C calls,
+default 2,000), after checking both ways give the same table, summary and seek result:
 
 - produce: one request holding one batch (librdkafka sends one batch a partition a request) of
   K records of 100-byte values (``--records-per-batch``, default 150 and 9,000: about the 16 KiB
   and the 1 MB ``batch.size``), and one holding 64 batches of K[0] records (a Java producer's
-  request with many partitions' worth of batches): the compiled ``scan`` + ``assign`` against
-  :func:`py_scan` + :func:`py_assign`, a plain-Python walk (one ``struct.unpack_from`` a batch)
-  that checks what the compiled one checks and returns the same table and summary (compared
-  before timing); the ``crc32c`` of the batches, which both paths pay, beside them;
+  request with many partitions' worth of batches); the ``crc32c`` of the batches, which both
+  pay, beside them;
 - fetch: the walk from a 1 MiB region's start to its last batch (the worst case: the index's
   position is at most ``index.interval.bytes``, 4 KiB, before the batch, so a fetch usually
-  walks one or two headers), in batches of K[0] records: ``seek_entry`` against
-  :func:`py_seek`.
+  walks one or two headers), in batches of K[0] records.
 
 Then the memory, each in a fresh child process (VmRSS, RssAnon and RssFile from
-``/proc/self/status``): the modules a numba-free path needs (numpy, crc32c, struct) against
-``broker_embedded.server.broker_server`` (which imports numba) with the request kernels loaded
-from the cache (``log_validator.warm_up``, ``seek_entry``), as serve's start does. Prints a
-markdown table. The plain-Python walk is a prototype in this file, not the product's.
+``/proc/self/status``): ``broker_embedded.server.broker_server`` and the request path's modules
+(numba is not imported: the probe checks), and the same with the compiled walk loaded
+(``entry_scan_kernel.warm_up``: what the cleaner or a Spark read adds). Prints markdown tables.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
-import struct
 import subprocess
 import sys
 import time
@@ -48,83 +47,20 @@ import numpy as np  # noqa: E402
 
 from broker_embedded.record import entry_scan as es  # noqa: E402
 from broker_embedded.record import log_validator as lv  # noqa: E402
-from broker_embedded.record.batch_layout import CONTROL_MASK, TRANSACTIONAL_MASK  # noqa: E402
-from broker_embedded.record.kernel_primitives import readonly_bytes  # noqa: E402
+from broker_embedded.record.header_reads import readonly_bytes  # noqa: E402
 from broker_embedded.record.memory_records_builder import MemoryRecordsBuilder  # noqa: E402
 
-# base offset, length, epoch, magic, crc, attributes, last delta, base ts, max ts, producer id,
-# producer epoch, base sequence, count: the 61-byte v2 batch header
-_HEADER = struct.Struct(">qiibIhiqqqhii")
-_OFFSET_EPOCH = struct.Struct(">q")
-_EPOCH = struct.Struct(">i")
-MIN_V2_BODY = es.MIN_ENTRY_BODY[2]
+AS_WRITTEN = (es.walk_entries, es.seek_entry)
 
 
-def py_scan(buf, end: int, next_offset: int, max_message_bytes: int, from_client: bool):  # type: ignore[no-untyped-def]
-    """``log_validator.scan(buf, end, LEADER, ...)`` in plain Python: the same table and
-    summary; ``S_OK`` 0 where the compiled walk says 0."""
-    rows: list[tuple[int, ...]] = []
-    pos = 0
-    summary = [0] * lv.SUMMARY
-    offset, records, producers, max_ts, of_max, last = next_offset, 0, 0, -1, -1, -1
-    while pos < end:
-        if end - pos < _HEADER.size:
-            return _table(rows), summary
-        base, length, epoch, magic, crc, attr, delta, base_ts, mts, pid, pepoch, seq, count = (
-            _HEADER.unpack_from(buf, pos)
-        )
-        size = length + 12
-        if magic != 2 or length < MIN_V2_BODY or size > end - pos or count < 0 or delta < 0:
-            return _table(rows), summary
-        control = attr & CONTROL_MASK != 0
-        if (
-            size > max_message_bytes or count == 0 or count != delta + 1
-            or (control and from_client) or (pid >= 0 and seq < 0 and not control)
-            or (attr & TRANSACTIONAL_MASK and pid < 0)
-        ):  # fmt: skip
-            return _table(rows), summary
-        rows.append((pos, size, 2, offset, attr, delta, base_ts, mts, pid, count, crc, epoch,
-                     pepoch, seq))  # fmt: skip
-        last = offset + delta
-        offset += delta + 1
-        records += count
-        producers += pid >= 0
-        if mts > max_ts:
-            max_ts, of_max = mts, last
-        pos += size
-    table = _table(rows)
-    if not rows:
-        return table, summary
-    summary[lv.S_OK], summary[lv.S_ROWS], summary[lv.S_END] = 1, len(rows), pos
-    summary[lv.S_FIRST_OFFSET], summary[lv.S_LAST_OFFSET] = next_offset, last
-    summary[lv.S_RECORDS], summary[lv.S_PRODUCERS] = records, producers
-    summary[lv.S_MAX_TS] = max_ts
-    summary[lv.S_OFFSET_OF_MAX_TS] = last if of_max < 0 else of_max
-    return table, summary
+def compiled_walks() -> tuple:  # type: ignore[type-arg]
+    """The walk and the seek compiled (imports numba, loads them from its cache), leaving this
+    process's Python callers on the functions as written."""
+    from broker_embedded.record import entry_scan_kernel as kernel
 
-
-def _table(rows: list[tuple[int, ...]]) -> np.ndarray:
-    return np.array(rows, np.int64).reshape(len(rows), lv.COLUMNS)
-
-
-def py_assign(buf: bytearray, table: np.ndarray, leader_epoch: int) -> None:
-    for pos, base in table[:, [es.S_POS, es.S_OFFSET]].tolist():
-        _OFFSET_EPOCH.pack_into(buf, pos, base)
-        _EPOCH.pack_into(buf, pos + 12, leader_epoch)
-
-
-def py_seek(buf, start: int, stop: int, target: int) -> tuple[int, int]:  # type: ignore[no-untyped-def]
-    """(position, last offset) of the first v2 batch from ``start`` whose last offset reaches
-    ``target`` (the found case of ``entry_scan.seek_entry``)."""
-    unpack, pos = _HEADER.unpack_from, start
-    while pos + 61 <= stop:
-        base, length, _, magic, _, _, delta, *_ = unpack(buf, pos)
-        if magic != 2 or length < MIN_V2_BODY or delta < 0:
-            break
-        if base + delta >= target:
-            return pos, base + delta
-        pos += length + 12
-    raise ValueError(f"no batch reaches offset {target} in [{start}, {stop})")
+    kernel.warm_up()
+    es.use_compiled(*AS_WRITTEN)
+    return kernel.walk_entries, kernel.seek_entry
 
 
 def batches(count: int, records: int, value_bytes: int = 100) -> bytes:
@@ -149,51 +85,74 @@ def best_cpu_us(fn, repeat: int, calls: int) -> float:  # type: ignore[no-untype
     return best / calls * 1e6
 
 
-def produce_row(label: str, data: bytes, repeat: int, calls: int) -> str:
+def both_ways(compiled: tuple, fn):  # type: ignore[no-untyped-def, type-arg]
+    """``fn``'s result with the walk as written and compiled, and a caller of each way."""
+
+    def way(walks: tuple):  # type: ignore[no-untyped-def, type-arg]
+        def call():  # type: ignore[no-untyped-def]
+            es.use_compiled(*walks)
+            try:
+                return fn()
+            finally:
+                es.use_compiled(*AS_WRITTEN)
+
+        return call
+
+    return way(AS_WRITTEN), way(compiled)
+
+
+def produce_row(label: str, data: bytes, compiled: tuple, repeat: int, calls: int) -> str:  # type: ignore[type-arg]
     buf = bytearray(data)
     arr = np.frombuffer(buf, np.uint8)
-    table, summary = lv.scan(arr, len(buf), lv.LEADER, 1000, 1 << 20, True)
-    py_table, py_summary = py_scan(buf, len(buf), 1000, 1 << 20, True)
-    if summary[lv.S_OK] != 1 or summary.tolist() != py_summary or not (table == py_table).all():
-        raise AssertionError(f"{label}: the Python walk differs: {summary} {py_summary}")
 
-    def compiled() -> None:
-        t, _ = lv.scan(arr, len(buf), lv.LEADER, 1000, 1 << 20, True)
-        lv.assign(arr, t, 3)
+    def checks():  # type: ignore[no-untyped-def]
+        return lv.scan(arr, len(buf), lv.LEADER, 1000, 1 << 20, True)
 
-    def python() -> None:
-        t, _ = py_scan(buf, len(buf), 1000, 1 << 20, True)
-        py_assign(buf, t, 3)
+    def request() -> None:
+        table, _ = checks()
+        lv.assign(arr, table, 3)  # the same offsets and epoch every time
+
+    python, jitted = both_ways(compiled, checks)
+    (pt, ps), (ct, cs) = python(), jitted()
+    if ps[lv.S_OK] != 1 or ps.tolist() != cs.tolist() or not (pt == ct).all():
+        raise AssertionError(f"{label}: the walk as written and compiled differ: {ps} {cs}")
+    es.use_compiled(*compiled)  # whole loops, not a swap a call
+    c = best_cpu_us(request, repeat, calls)
+    es.use_compiled(*AS_WRITTEN)
+    p = best_cpu_us(request, repeat, calls)
 
     def crcs() -> None:
-        for pos, size in table[:, [es.S_POS, es.S_SIZE]].tolist():
+        for pos, size in pt[:, [es.S_POS, es.S_SIZE]].tolist():
             crc32c.crc32c(memoryview(buf)[pos + 21 : pos + size])
 
-    c, p, k = (best_cpu_us(f, repeat, calls) for f in (compiled, python, crcs))
+    k = best_cpu_us(crcs, repeat, calls)
     return f"| {label} | {c:.1f} | {p:.1f} | {p / c:.2f}x | {k:.1f} |"
 
 
-def fetch_row(label: str, data: bytes, repeat: int, calls: int) -> str:
+def fetch_row(label: str, data: bytes, compiled: tuple, repeat: int, calls: int) -> str:  # type: ignore[type-arg]
     arr = readonly_bytes(data)
     target = int(lv.scan(arr, len(data), lv.FOLLOWER, 0, 0, False)[1][lv.S_LAST_OFFSET])
-    status, pos, _, last = es.seek_entry(arr, 0, len(data), target)
-    if status != es.SEEK_FOUND or py_seek(data, 0, len(data), target) != (pos, last):
-        raise AssertionError(f"{label}: the Python seek differs")
-    c = best_cpu_us(lambda: es.seek_entry(arr, 0, len(data), target), repeat, calls)
-    p = best_cpu_us(lambda: py_seek(data, 0, len(data), target), repeat, calls)
+    python, jitted = both_ways(compiled, lambda: es.seek(arr, 0, len(data), target))
+    found, same = python(), jitted()
+    if found[0] != es.SEEK_FOUND or tuple(found) != tuple(int(x) for x in same):
+        raise AssertionError(f"{label}: the seek as written and compiled differ")
+    es.use_compiled(*compiled)
+    c = best_cpu_us(lambda: es.seek(arr, 0, len(data), target), repeat, calls)
+    es.use_compiled(*AS_WRITTEN)
+    p = best_cpu_us(lambda: es.seek(arr, 0, len(data), target), repeat, calls)
     return f"| {label} | {c:.1f} | {p:.1f} | {p / c:.2f}x | |"
 
 
 MEMORY_PROBE = """
 import sys
 sys.path.insert(0, {root!r})
-import numpy, crc32c, struct, socket, selectors, ssl
+import broker_embedded.server.broker_server
+from broker_embedded.record import log_validator, entry_scan, records
+from broker_embedded.storage import local_log, log_segment, log_appender
+assert "numba" not in sys.modules, "the request path imported numba"
 if {kernels}:
-    import broker_embedded.server.broker_server
-    from broker_embedded.record import entry_scan, log_validator
-    from broker_embedded.record.kernel_primitives import readonly_bytes
-    log_validator.warm_up()
-    entry_scan.seek_entry(readonly_bytes(b""), 0, 0, entry_scan.NO_TARGET)
+    from broker_embedded.record import entry_scan_kernel
+    entry_scan_kernel.warm_up()
 d = dict(line.split(":", 1) for line in open("/proc/self/status").read().splitlines())
 print(*(int(d[k].split()[0]) // 1024 for k in ("VmRSS", "RssAnon", "RssFile")))
 """
@@ -215,12 +174,11 @@ def main(argv: list[str] | None = None) -> int:
     a = parser.parse_args(argv)
     sizes = [int(k) for k in a.records_per_batch.split(",")]
     print(f"{os.cpu_count()} cores, load average {' '.join(f'{x:.1f}' for x in os.getloadavg())}")
-    lv.warm_up()
-    es.seek_entry(readonly_bytes(b""), 0, 0, es.NO_TARGET)
-    print("\n| request | compiled (µs CPU) | plain Python (µs CPU) | Python / compiled "
-          "| crc32c of its batches (µs CPU) |")  # fmt: skip
+    compiled = compiled_walks()
+    print("\n| request | compiled (µs CPU) | as written, plain Python (µs CPU) "
+          "| Python / compiled | crc32c of its batches (µs CPU) |")  # fmt: skip
     print("|---|---|---|---|---|")
-    timing = (a.repeat, a.calls)
+    timing = (compiled, a.repeat, a.calls)
     for k in sizes:
         data = batches(1, k)
         print(produce_row(f"produce, 1 batch of {k:,} records ({len(data):,} B)", data, *timing))
@@ -231,8 +189,8 @@ def main(argv: list[str] | None = None) -> int:
     print(fetch_row(f"fetch, seek across {len(region):,} B to its last batch", region, *timing))
     print("\n| process | VmRSS (MiB) | RssAnon | RssFile |")
     print("|---|---|---|---|")
-    print(memory_row("numpy, crc32c, socket, ssl (a numba-free request path's needs)", False))
-    print(memory_row("+ broker_server (imports numba), request kernels loaded", True))
+    print(memory_row("broker_server and the request path (no numba)", False))
+    print(memory_row("+ the compiled walk loaded (numba: the cleaner, a Spark read)", True))
     print(f"\nload average {' '.join(f'{x:.1f}' for x in os.getloadavg())}")
     return 0
 

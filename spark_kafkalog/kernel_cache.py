@@ -1,7 +1,7 @@
 """Compile every numba kernel once, into the on-disk cache Spark's Python workers load from:
 :func:`ensure_compiled` and ``python -m spark_kafkalog.kernel_cache``.
 
-Why: the kernels (header walk, record decoder and encoder, the broker's append validator, default
+Why: the kernels (header walk, record decoder and encoder, default
 partitioner, cleaner, offset map, latest view) are compiled on first use and cached by numba
 (``cache=True``: ``__pycache__`` beside the sources, or ``NUMBA_CACHE_DIR``). On a fresh
 install every Spark Python worker that needs a kernel compiles it itself, at the same time as
@@ -251,15 +251,13 @@ def warm_up() -> None:
     from broker_embedded.record import (
         columnar_decoder,
         columnar_encoder,
-        entry_scan,
-        log_validator,
+        entry_scan_kernel,
     )
 
-    entry_scan.warm_up()
+    entry_scan_kernel.warm_up()
     columnar_encoder.warm_up()
     columnar_decoder.warm_up()
     default_partitioner.warm_up()
-    log_validator.warm_up()
     with tempfile.TemporaryDirectory(prefix="kafkalog-warm-") as d:
         _fill(Path(d))
         _clean(Path(d))

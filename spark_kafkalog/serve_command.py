@@ -63,7 +63,6 @@ from __future__ import annotations
 import logging
 import signal
 import threading
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -72,8 +71,6 @@ from typing import TextIO
 from broker_embedded.broker import Broker
 from broker_embedded.broker_config import BrokerConfig, read_toml
 from broker_embedded.cluster import EmbeddedCluster
-from broker_embedded.record import entry_scan, log_validator
-from broker_embedded.record.kernel_primitives import readonly_bytes
 from broker_embedded.server.broker_server import BrokerServer
 from broker_embedded.server.handlers import register_all
 from broker_embedded.server.handlers.api_context import ApiContext, Node
@@ -345,8 +342,6 @@ def run(
         served = open_brokers(log_dir, config, brokers, endpoints, security, metrics)
         try:
             _say(out, served.start_all())
-            threading.Thread(target=_warm_up_kernels, name="kafkalog-serve-kernels",
-                             daemon=True).start()  # fmt: skip
             if served.cluster is not None and control_in is not None:
                 _start_control(served, control_in, out, stop)
             while not stop.wait(1.0):
@@ -359,23 +354,6 @@ def run(
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
-
-
-def _warm_up_kernels() -> None:
-    """Load the compiled kernels requests run (a produce's validator, the segment reads'
-    header walks) from numba's cache, 0.3-0.4 s, once listening: else the first produce and
-    the first read_committed fetch pay it. A request meanwhile waits for the kernel it needs
-    (numba compiles under one lock). Not the columnar decoder: that is the Spark read path's."""
-    began = time.perf_counter()
-    try:
-        log_validator.warm_up()
-        empty = readonly_bytes(b"")
-        entry_scan.scan_window(empty, 0, 0, "<warm-up>", 0)
-        entry_scan.seek_entry(empty, 0, 0, entry_scan.NO_TARGET)
-    except Exception as e:  # the requests compile what they need themselves
-        log.warning("loading the request kernels failed: %s: %s", type(e).__name__, e)
-        return
-    log.info("request kernels ready in %.2f s", time.perf_counter() - began)
 
 
 def _say(out: TextIO, lines: list[str]) -> None:

@@ -18,7 +18,9 @@ truncation the log went through is lowered to it (``UnifiedLog.pop_truncation_fl
 Threads (:class:`LogCleaner`): ``log.cleaner.threads`` daemon threads, each with its own
 :class:`~broker_embedded.cleaner.cleaner.Cleaner` and offset map of
 ``log.cleaner.dedupe.buffer.size / threads`` bytes (load factor
-``log.cleaner.io.buffer.load.factor``). A thread cleans the filthiest log (one round), writes
+``log.cleaner.io.buffer.load.factor``), made when the thread first has a log to clean (so the
+map and the compiled kernels, numba, load then: ``kafkalog serve`` with compacted topics that
+need no cleaning never imports numba). A thread cleans the filthiest log (one round), writes
 the checkpoint, applies retention to the ``compact,delete`` logs, and sleeps
 ``log.cleaner.backoff.ms`` when no log needed cleaning. A pass that fails to write (a full disk:
 :data:`STORAGE_ERRORS`) leaves the log as it was (cleaner.py) and cleanable: the thread logs one
@@ -375,13 +377,20 @@ class LogCleaner:
                 t.join(timeout)
 
     def _run(self) -> None:
-        cleaner = None
+        cleaner: Cleaner | None = None
+
+        def this_threads_cleaner() -> Cleaner:
+            """Made when this thread first has a log to clean: its offset map, and the compiled
+            kernels (numba), load then, not when a compacted topic merely exists."""
+            nonlocal cleaner
+            if cleaner is None:
+                cleaner = self.new_cleaner()
+            return cleaner
+
         failures = 0  # this thread's passes in a row that failed to write (a full disk)
         while not self._stop.is_set():
             try:
-                if cleaner is None:
-                    cleaner = self.new_cleaner()
-                cleaned = self.clean_once(cleaner)
+                cleaned = self.clean_once(this_threads_cleaner)
                 if failures:
                     _log.info("log cleaner: a pass succeeded after %d that failed to write",
                               failures)  # fmt: skip
@@ -404,12 +413,19 @@ class LogCleaner:
         else:
             _log.debug("log cleaner: attempt %d failed too: %s", failures, error)
 
-    def clean_once(self, cleaner: Cleaner) -> bool:
+    def clean_once(self, cleaner: Cleaner | Callable[[], Cleaner]) -> bool:
         """Clean the filthiest log (one round), then apply retention to ``compact,delete``
-        logs; True if a log was cleaned."""
+        logs; True if a log was cleaned. ``cleaner`` may be a function giving it, called only
+        when there is a log to clean."""
         ltc = self.manager.grab_filthiest_compacted_log()
         cleaned = False
         if ltc is not None:
+            try:
+                if callable(cleaner):
+                    cleaner = cleaner()
+            except BaseException:
+                self.manager.done_cleaning(ltc.log.topic_partition, None)
+                raise
             self._clean(cleaner, ltc.log.topic_partition, ltc)
             cleaned = True
         for lg in self.manager.deletable_logs():

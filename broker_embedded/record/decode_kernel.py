@@ -59,7 +59,8 @@ from __future__ import annotations
 import numpy as np
 
 from broker_embedded.record import lz4_frame, snappy_block
-from broker_embedded.record.entry_scan import NO_LIMIT, walk_entries
+from broker_embedded.record.entry_scan import NO_LIMIT
+from broker_embedded.record.entry_scan_kernel import walk_entries
 from broker_embedded.record.kernel_primitives import (
     inline,
     jit,

@@ -1,5 +1,5 @@
 """The one walk of a run of log entries' headers (Kafka's ``ByteBufferLogInputStream.nextBatch``
-with ``DefaultRecordBatch``'s header checks), compiled, and what its callers build on it:
+with ``DefaultRecordBatch``'s header checks), and what its callers build on it:
 seeking (``seek_entry``: the segment reads), validation (``log_validator.scan``: appends),
 decoding (``decode_kernel.scan_entries``: the columnar decoder), cleaning and the partition
 view (:func:`scan_window`) and the Python batch views (``records.iter_batches``). The walk only
@@ -43,10 +43,23 @@ fill), a corrupt entry being a :class:`CorruptRecordError` (``SCAN_ERRORS``: the
 offset reaches a target, as ``(SEEK_*, position, size, last offset)``; ``SEEK_ODD`` (a legacy
 entry or a corrupt header) sends the caller to its Python walk, which names the error.
 
-Limits: the walk reads 61 bytes of header at most per entry and never past ``end``; it creates
-no Python object. Numba's bounds checking is off: the length checks above are the only ones.
-Thread safety: pure functions of their arguments; compiled with ``nogil``. Immutable module
-state.
+One function, run two ways. :func:`walk_entries` and :func:`seek_entry` are written as plain
+Python that numba can compile, over the reads of ``header_reads`` (one ``struct`` call a read;
+numba overloads them with its compiled reads), and this module imports no numba: ``kafkalog
+serve`` runs them as written (its requests walk one to a few headers: a produce request's
+batches, a fetch's walk from the index position). ``entry_scan_kernel`` compiles these same
+functions (``numba.njit``) for the kernels that call the walk (the columnar decoder, the
+cleaner) and, once imported, hands the compiled ones to this module's Python-facing calls
+(:func:`walk`, :func:`seek`, :func:`scan_window`, through :func:`use_compiled`): a process that
+has loaded the kernels (a Spark read, the cleaner) walks compiled everywhere, one that has not
+walks in Python; the results are the same
+(``tests/broker_embedded/record/test_walk_as_written.py`` runs both on Kafka-written segments
+and corrupt headers).
+
+Limits: the walk reads 61 bytes of header at most per entry and never past ``end``; compiled,
+it creates no Python object. Numba's bounds checking is off: the length checks above are the
+only ones. Thread safety: pure functions of their arguments (compiled with ``nogil``);
+:func:`use_compiled` swaps two module references once, atomically under the GIL.
 """
 
 from __future__ import annotations
@@ -57,36 +70,43 @@ import numpy as np
 
 from broker_embedded.errors import CorruptRecordError
 from broker_embedded.record.batch_layout import (
-    ATTRIBUTES_OFFSET,
-    BASE_SEQUENCE_OFFSET,
-    BASE_TIMESTAMP_OFFSET,
-    BATCH_LENGTH_OFFSET,
-    CRC_OFFSET,
     LAST_OFFSET_DELTA_OFFSET,
-    LEGACY_ATTRIBUTES_OFFSET,
-    LEGACY_CRC_OFFSET,
     LOG_OVERHEAD,
     MAGIC_OFFSET,
-    MAX_TIMESTAMP_OFFSET,
-    PARTITION_LEADER_EPOCH_OFFSET,
-    PRODUCER_EPOCH_OFFSET,
-    PRODUCER_ID_OFFSET,
-    RECORD_BATCH_OVERHEAD,
     RECORDS_COUNT_OFFSET,
     entry_last_offset,
 )
-from broker_embedded.record.kernel_primitives import at, be, be_signed, jit, readonly_bytes
+from broker_embedded.record.header_reads import (
+    S_ATTR,
+    S_BASE_SEQUENCE,
+    S_BASE_TS,
+    S_COUNT,
+    S_CRC,
+    S_EPOCH,
+    S_LAST_DELTA,
+    S_MAGIC,
+    S_MAX_TS,
+    S_OFFSET,
+    S_POS,
+    S_PRODUCER_EPOCH,
+    S_PRODUCER_ID,
+    S_SIZE,
+    SCAN_FIELDS,
+    be_signed,
+    entry_head,
+    fill_row,
+)
+
+__all__ = [  # the table's columns (header_reads), re-exported for the walk's callers
+    "S_ATTR", "S_BASE_SEQUENCE", "S_BASE_TS", "S_COUNT", "S_CRC", "S_EPOCH", "S_LAST_DELTA",
+    "S_MAGIC", "S_MAX_TS", "S_OFFSET", "S_POS", "S_PRODUCER_EPOCH", "S_PRODUCER_ID", "S_SIZE",
+    "SCAN_FIELDS",
+]  # fmt: skip
 
 # The smallest body after the 12 bytes of log overhead, per magic (crc, magic, attributes,
 # [timestamp], key length, value length; v2: the fixed batch header).
 MIN_ENTRY_BODY = {0: 14, 1: 22, 2: 49}
 _MIN_V0_BODY, _MIN_V1_BODY, _MIN_V2_BODY = MIN_ENTRY_BODY[0], MIN_ENTRY_BODY[1], MIN_ENTRY_BODY[2]
-
-# -- the walk's table ----------------------------------------------------------------------------
-S_POS, S_SIZE, S_MAGIC, S_OFFSET, S_ATTR, S_LAST_DELTA = 0, 1, 2, 3, 4, 5
-S_BASE_TS, S_MAX_TS, S_PRODUCER_ID, S_COUNT, S_CRC = 6, 7, 8, 9, 10
-S_EPOCH, S_PRODUCER_EPOCH, S_BASE_SEQUENCE = 11, 12, 13
-SCAN_FIELDS = 14
 
 # -- the walk's statuses -------------------------------------------------------------------------
 SCAN_OK = 0  # the walk reached the end
@@ -110,54 +130,20 @@ SCAN_ERRORS = {
 }
 
 
-@jit
-def _fill(buf, pos, size, magic, table, row):  # type: ignore[no-untyped-def]
-    table[row, S_POS] = pos
-    table[row, S_SIZE] = size
-    table[row, S_MAGIC] = magic
-    table[row, S_OFFSET] = be_signed(buf, pos, 8)
-    if magic == 2:
-        table[row, S_CRC] = be(buf, pos + CRC_OFFSET, 4)
-        table[row, S_ATTR] = be_signed(buf, pos + ATTRIBUTES_OFFSET, 2)
-        table[row, S_LAST_DELTA] = be_signed(buf, pos + LAST_OFFSET_DELTA_OFFSET, 4)
-        table[row, S_BASE_TS] = be_signed(buf, pos + BASE_TIMESTAMP_OFFSET, 8)
-        table[row, S_MAX_TS] = be_signed(buf, pos + MAX_TIMESTAMP_OFFSET, 8)
-        table[row, S_PRODUCER_ID] = be_signed(buf, pos + PRODUCER_ID_OFFSET, 8)
-        table[row, S_COUNT] = be_signed(buf, pos + RECORDS_COUNT_OFFSET, 4)
-        table[row, S_EPOCH] = be_signed(buf, pos + PARTITION_LEADER_EPOCH_OFFSET, 4)
-        table[row, S_PRODUCER_EPOCH] = be_signed(buf, pos + PRODUCER_EPOCH_OFFSET, 2)
-        table[row, S_BASE_SEQUENCE] = be_signed(buf, pos + BASE_SEQUENCE_OFFSET, 4)
-    else:
-        table[row, S_CRC] = be(buf, pos + LEGACY_CRC_OFFSET, 4)
-        table[row, S_ATTR] = at(buf, pos + LEGACY_ATTRIBUTES_OFFSET)
-        table[row, S_LAST_DELTA] = 0
-        table[row, S_BASE_TS] = -1
-        table[row, S_MAX_TS] = -1
-        table[row, S_PRODUCER_ID] = -1
-        table[row, S_COUNT] = -1
-        table[row, S_EPOCH] = -1
-        table[row, S_PRODUCER_EPOCH] = -1
-        table[row, S_BASE_SEQUENCE] = -1
-
-
-@jit
 def walk_entries(buf, start, end, v2_only, limit, seek, target, table):  # type: ignore[no-untyped-def]
     """``(entries walked, status, position, offset, detail)`` of the walk of ``buf[start:end]``
-    (module docstring)."""
-    n = np.int64(0)
-    pos = np.int64(start)
-    end = min(end, buf.shape[0])
+    (module docstring). Plain Python that numba compiles as it is (``entry_scan_kernel``)."""
+    n = 0
+    pos = start
+    end = min(end, len(buf))
     cap = table.shape[0]
-    none = np.int64(-1)
     while pos < end:
         if n >= limit:
-            return n, SCAN_FULL, pos, none, np.int64(0)
+            return n, SCAN_FULL, pos, -1, 0
         remaining = end - pos
         if remaining < MAGIC_OFFSET + 1:
-            return n, SCAN_TAIL_SHORT, pos, none, remaining
-        offset = be_signed(buf, pos, 8)
-        length = be_signed(buf, pos + BATCH_LENGTH_OFFSET, 4)
-        magic = at(buf, pos + MAGIC_OFFSET)
+            return n, SCAN_TAIL_SHORT, pos, -1, remaining
+        offset, length, magic = entry_head(buf, pos)
         if magic > 2:
             return n, SCAN_BAD_MAGIC, pos, offset, magic
         if magic != 2 and v2_only:
@@ -168,7 +154,7 @@ def walk_entries(buf, start, end, v2_only, limit, seek, target, table):  # type:
         size = length + LOG_OVERHEAD
         if size > remaining:
             return n, SCAN_TAIL_TRUNCATED, pos, offset, size
-        delta = np.int64(0)
+        delta = 0
         if magic == 2:
             count = be_signed(buf, pos + RECORDS_COUNT_OFFSET, 4)
             if count < 0:
@@ -179,10 +165,10 @@ def walk_entries(buf, start, end, v2_only, limit, seek, target, table):  # type:
         if seek and offset + delta >= target:
             return n, SCAN_FOUND, pos, offset + delta, size
         if cap > 0:
-            _fill(buf, pos, size, magic, table, n % cap)
+            fill_row(buf, pos, size, magic, table, n % cap)
         n += 1
         pos += size
-    return n, SCAN_OK, pos, none, np.int64(0)
+    return n, SCAN_OK, pos, -1, 0
 
 
 def last_offsets(table: np.ndarray) -> np.ndarray:
@@ -212,9 +198,7 @@ def scan_window(
     """Scan ``buf[start:stop]`` (read-only uint8); a corrupt entry is a
     :class:`CorruptRecordError` naming ``source`` and the file position (``position`` is that
     of ``buf[0]``)."""
-    n, status, at_, offset, detail = walk_entries(
-        buf, start, stop, False, NO_LIMIT, False, 0, NO_ROWS
-    )
+    n, status, at_, offset, detail = _walk(buf, start, stop, False, NO_LIMIT, False, 0, NO_ROWS)
     if n == 0:
         if status in SCAN_ERRORS:
             raise CorruptRecordError(
@@ -225,7 +209,7 @@ def scan_window(
             )
         return ScannedWindow(NO_ROWS, start, int(detail), int(offset))
     table = np.empty((n, SCAN_FIELDS), np.int64)
-    walk_entries(buf, start, stop, False, n, False, 0, table)
+    _walk(buf, start, stop, False, n, False, 0, table)
     return ScannedWindow(table, int(at_), 0, -1)
 
 
@@ -233,13 +217,13 @@ SEEK_FOUND, SEEK_END, SEEK_PARTIAL, SEEK_ODD = 0, 1, 2, 3
 NO_TARGET = np.iinfo(np.int64).max  # seek_entry's target to walk every whole entry
 
 
-@jit
 def seek_entry(buf, start, stop, target):  # type: ignore[no-untyped-def]
     """(status, position, size, last offset) of the walk from ``start`` over v2 entries to the
     first whose last offset is ``>= target``: ``SEEK_FOUND`` (that entry), ``SEEK_END`` (the
     walk reached ``stop``: position ``stop``), ``SEEK_PARTIAL`` (a header or an entry cut by
     ``stop`` at position) and ``SEEK_ODD`` (a legacy entry or a corrupt header at position,
-    for the caller's Python walk to judge and name)."""
+    for the caller's Python walk to judge and name). Plain Python that numba compiles as it
+    is (``entry_scan_kernel``)."""
     count_only = np.empty((0, SCAN_FIELDS), np.int64)
     _, status, pos, last, size = walk_entries(
         buf, start, stop, True, NO_LIMIT, True, target, count_only
@@ -247,20 +231,36 @@ def seek_entry(buf, start, stop, target):  # type: ignore[no-untyped-def]
     if status == SCAN_FOUND:
         return SEEK_FOUND, pos, size, last
     if status == SCAN_OK:
-        return SEEK_END, pos, np.int64(0), np.int64(-1)
+        return SEEK_END, pos, 0, -1
     if status == SCAN_TAIL_SHORT or status == SCAN_TAIL_TRUNCATED:
-        return SEEK_PARTIAL, pos, np.int64(0), np.int64(-1)
-    return SEEK_ODD, pos, np.int64(0), np.int64(-1)
+        return SEEK_PARTIAL, pos, 0, -1
+    return SEEK_ODD, pos, 0, -1
 
 
-def warm_up() -> None:
-    """Compile the walk for the argument types its Python callers give it (read-only input:
-    ``kernel_primitives.readonly_bytes``), and the seek, on one empty v2 batch header."""
-    header = bytearray(RECORD_BATCH_OVERHEAD)
-    length = RECORD_BATCH_OVERHEAD - LOG_OVERHEAD
-    header[BATCH_LENGTH_OFFSET:LOG_OVERHEAD] = length.to_bytes(4, "big")
-    header[MAGIC_OFFSET] = 2
-    buf = readonly_bytes(bytes(header))
-    scan_window(buf, 0, len(buf), "<warm-up>", 0)
-    walk_entries(buf, 0, len(buf), False, 1, False, 0, np.empty((1, SCAN_FIELDS), np.int64))
-    seek_entry(buf, 0, len(buf), NO_TARGET)
+# -- the walk as Python callers run it -------------------------------------------------------------
+
+_walk = walk_entries  # compiled once entry_scan_kernel is imported (use_compiled)
+_seek = seek_entry
+
+
+def use_compiled(compiled_walk, compiled_seek) -> None:  # type: ignore[no-untyped-def]
+    """Run :func:`walk` and :func:`seek` (and :func:`scan_window`) compiled from now on:
+    ``entry_scan_kernel`` calls it with ``numba.njit`` of :func:`walk_entries` and
+    :func:`seek_entry`, the same functions."""
+    global _walk, _seek
+    _walk, _seek = compiled_walk, compiled_seek
+
+
+def walk(buf, start, end, v2_only, limit, seek, target, table):  # type: ignore[no-untyped-def]
+    """:func:`walk_entries`, compiled when this process has loaded the kernels."""
+    return _walk(buf, start, end, v2_only, limit, seek, target, table)
+
+
+def seek(buf, start, stop, target):  # type: ignore[no-untyped-def]
+    """:func:`seek_entry`, compiled when this process has loaded the kernels."""
+    return _seek(buf, start, stop, target)
+
+
+def compiled() -> bool:
+    """Whether :func:`walk` and :func:`seek` run compiled in this process."""
+    return _walk is not walk_entries

@@ -27,8 +27,13 @@ What each primitive assumes:
   (caller checked), for batches rewritten inside a kernel; Python code uses the ``crc32c``
   package (``record_batch.crc32c_of``).
 - :func:`last_offset` ``(offset, last_delta)``: ``batch_layout.entry_last_offset`` compiled.
-- :func:`readonly_bytes` ``(buf)`` (Python): any buffer as the read-only uint8 array the kernels
-  that read bytes are compiled for (one signature whether the bytes are writable or not).
+- :func:`readonly_bytes` ``(buf)`` (Python, ``header_reads``'): any buffer as the read-only
+  uint8 array the kernels that read bytes are compiled for (one signature whether the bytes are
+  writable or not).
+- The numba-free header walk's reads (``header_reads``: ``at``, ``be``, ``be_signed``,
+  ``put_be``, ``entry_head``, ``fill_row``) get their compiled implementations here, registered
+  as numba overloads (``numba.extending.overload``) when this module is imported: inside a
+  kernel a call of one of them is the compiled read below; from Python it is the plain one.
 
 Numba's array bounds checking is off: the callers' checks are the only ones.
 
@@ -46,9 +51,29 @@ import warnings
 import numba
 import numpy as np
 from numba.core import cgutils, types
-from numba.extending import intrinsic
+from numba.extending import intrinsic, overload
 
-from broker_embedded.record.batch_layout import entry_last_offset
+from broker_embedded.record import header_reads as hr
+from broker_embedded.record.batch_layout import (
+    ATTRIBUTES_OFFSET,
+    BASE_SEQUENCE_OFFSET,
+    BASE_TIMESTAMP_OFFSET,
+    BATCH_LENGTH_OFFSET,
+    CRC_OFFSET,
+    LAST_OFFSET_DELTA_OFFSET,
+    LEGACY_ATTRIBUTES_OFFSET,
+    LEGACY_CRC_OFFSET,
+    MAGIC_OFFSET,
+    MAX_TIMESTAMP_OFFSET,
+    PARTITION_LEADER_EPOCH_OFFSET,
+    PRODUCER_EPOCH_OFFSET,
+    PRODUCER_ID_OFFSET,
+    RECORDS_COUNT_OFFSET,
+    entry_last_offset,
+)
+from broker_embedded.record.header_reads import readonly_bytes
+
+__all__ = ["readonly_bytes"]  # re-exported for the kernels' Python callers
 
 VARINT_TRUNCATED = 1
 VARINT_TOO_LONG = 2
@@ -268,10 +293,72 @@ def crc32c(buf, start, end):  # type: ignore[no-untyped-def]
 last_offset = inline(entry_last_offset)
 
 
-def readonly_bytes(buf: bytes | bytearray | memoryview) -> np.ndarray:
-    """``buf`` as a read-only uint8 array, without a copy (module docstring)."""
-    arr = np.frombuffer(buf, np.uint8)
-    if arr.flags.writeable:
-        arr = arr.view()
-        arr.flags.writeable = False
-    return arr
+# -- the header walk's reads, compiled (header_reads' docstring) ---------------------------------
+
+
+@inline
+def entry_head(buf, pos):  # type: ignore[no-untyped-def]
+    """``(offset field, size field, magic)`` of the entry at ``buf[pos:]`` (17 bytes)."""
+    length = be_signed(buf, pos + BATCH_LENGTH_OFFSET, 4)
+    return be_signed(buf, pos, 8), length, at(buf, pos + MAGIC_OFFSET)
+
+
+@jit
+def fill_row(buf, pos, size, magic, table, row):  # type: ignore[no-untyped-def]
+    """Row ``row`` of the walk's table (``header_reads.S_*``) for the entry at ``buf[pos:]``."""
+    table[row, hr.S_POS] = pos
+    table[row, hr.S_SIZE] = size
+    table[row, hr.S_MAGIC] = magic
+    table[row, hr.S_OFFSET] = be_signed(buf, pos, 8)
+    if magic == 2:
+        table[row, hr.S_CRC] = be(buf, pos + CRC_OFFSET, 4)
+        table[row, hr.S_ATTR] = be_signed(buf, pos + ATTRIBUTES_OFFSET, 2)
+        table[row, hr.S_LAST_DELTA] = be_signed(buf, pos + LAST_OFFSET_DELTA_OFFSET, 4)
+        table[row, hr.S_BASE_TS] = be_signed(buf, pos + BASE_TIMESTAMP_OFFSET, 8)
+        table[row, hr.S_MAX_TS] = be_signed(buf, pos + MAX_TIMESTAMP_OFFSET, 8)
+        table[row, hr.S_PRODUCER_ID] = be_signed(buf, pos + PRODUCER_ID_OFFSET, 8)
+        table[row, hr.S_COUNT] = be_signed(buf, pos + RECORDS_COUNT_OFFSET, 4)
+        table[row, hr.S_EPOCH] = be_signed(buf, pos + PARTITION_LEADER_EPOCH_OFFSET, 4)
+        table[row, hr.S_PRODUCER_EPOCH] = be_signed(buf, pos + PRODUCER_EPOCH_OFFSET, 2)
+        table[row, hr.S_BASE_SEQUENCE] = be_signed(buf, pos + BASE_SEQUENCE_OFFSET, 4)
+    else:
+        table[row, hr.S_CRC] = be(buf, pos + LEGACY_CRC_OFFSET, 4)
+        table[row, hr.S_ATTR] = at(buf, pos + LEGACY_ATTRIBUTES_OFFSET)
+        table[row, hr.S_LAST_DELTA] = 0
+        table[row, hr.S_BASE_TS] = -1
+        table[row, hr.S_MAX_TS] = -1
+        table[row, hr.S_PRODUCER_ID] = -1
+        table[row, hr.S_COUNT] = -1
+        table[row, hr.S_EPOCH] = -1
+        table[row, hr.S_PRODUCER_EPOCH] = -1
+        table[row, hr.S_BASE_SEQUENCE] = -1
+
+
+@overload(hr.at, inline="always")
+def _at(buf, pos):  # type: ignore[no-untyped-def]
+    return lambda buf, pos: at(buf, pos)
+
+
+@overload(hr.be, inline="always")
+def _be(buf, pos, width):  # type: ignore[no-untyped-def]
+    return lambda buf, pos, width: be(buf, pos, width)
+
+
+@overload(hr.be_signed, inline="always")
+def _be_signed(buf, pos, width):  # type: ignore[no-untyped-def]
+    return lambda buf, pos, width: be_signed(buf, pos, width)
+
+
+@overload(hr.put_be, inline="always")
+def _put_be(out, pos, value, width):  # type: ignore[no-untyped-def]
+    return lambda out, pos, value, width: put_be(out, pos, value, width)
+
+
+@overload(hr.entry_head, inline="always")
+def _entry_head(buf, pos):  # type: ignore[no-untyped-def]
+    return lambda buf, pos: entry_head(buf, pos)
+
+
+@overload(hr.fill_row, inline="always")
+def _fill_row(buf, pos, size, magic, table, row):  # type: ignore[no-untyped-def]
+    return lambda buf, pos, size, magic, table, row: fill_row(buf, pos, size, magic, table, row)

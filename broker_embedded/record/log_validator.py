@@ -1,9 +1,9 @@
-"""One compiled pass over the batches of an append (the header part of Kafka's ``LogValidator``
+"""One pass over the batches of an append (the header part of Kafka's ``LogValidator``
 and ``analyzeAndValidateRecords``): the broker's fast path for a produce request on the leader
 and a fetch response on a follower.
 
 :func:`scan` walks ``buf[0:end]`` (a uint8 array: a follower's fetched bytes read-only,
-``kernel_primitives.readonly_bytes``, a leader's copy of a request writable, for
+``header_reads.readonly_bytes``, a leader's copy of a request writable, for
 :func:`assign`; record batches v2 back to back, layout in batch_layout.py) once and returns a
 table of their header fields, one row per batch (the walk's table: its columns are
 ``entry_scan.S_*``; ``S_CRC`` is the stored CRC-32C as an unsigned value), and a
@@ -38,11 +38,19 @@ producer id (only those need the producer state's Python checks).
 :func:`assign` writes the assigned base offsets and a partition leader epoch into the header of
 each row's batch (neither is covered by the CRC). The buffer must be the caller's own.
 
-Limits: at most ``end // 61`` rows (every batch has a 61-byte header), so the table is bounded
-by the input. Thread safety: pure functions of their arguments; compiled with ``nogil``.
+Plain Python over the one header walk (``entry_scan.walk``: as written in a server that has not
+loaded the compiled kernels, compiled in one that has; the same function), then the per-batch
+checks over the table's rows as Python ints: no numba on ``kafkalog serve``'s produce path. One
+walk into a table of ``end // 61`` rows (every v2 batch has a 61-byte header, so the walk never
+wraps it), not a counting walk first.
+
+Limits: at most ``end // 61`` rows, so the table is bounded by the input. Thread safety: pure
+functions of their arguments.
 """
 
 from __future__ import annotations
+
+import struct
 
 import numpy as np
 
@@ -51,9 +59,9 @@ from broker_embedded.record.batch_layout import (
     BASE_OFFSET_OFFSET,
     CONTROL_MASK,
     PARTITION_LEADER_EPOCH_OFFSET,
+    RECORD_BATCH_OVERHEAD,
     TRANSACTIONAL_MASK,
 )
-from broker_embedded.record.kernel_primitives import jit, put_be, readonly_bytes
 
 LEADER = 0
 FOLLOWER = 1
@@ -66,106 +74,125 @@ S_OK, S_ROWS, S_FIRST_ROW, S_END, S_FIRST_OFFSET, S_LAST_OFFSET = 0, 1, 2, 3, 4,
 S_RECORDS, S_MAX_TS, S_OFFSET_OF_MAX_TS, S_PRODUCERS = 6, 7, 8, 9
 SUMMARY = 10
 
+_POS, _SIZE, _OFFSET, _ATTR, _DELTA = es.S_POS, es.S_SIZE, es.S_OFFSET, es.S_ATTR, es.S_LAST_DELTA
+_MAX_TS, _PID, _COUNT, _SEQ = es.S_MAX_TS, es.S_PRODUCER_ID, es.S_COUNT, es.S_BASE_SEQUENCE
+_put_offset = struct.Struct(">q").pack_into  # baseOffset int64
+_put_epoch = struct.Struct(">i").pack_into  # partitionLeaderEpoch int32
 
-@jit
-def _walk(buf, end, mode, table):  # type: ignore[no-untyped-def]
+
+def _walk(buf: np.ndarray, end: int, mode: int, table: np.ndarray) -> tuple[int, int, bool]:
     """(v2 batches walked into ``table``, where they end, structure ok) of ``buf[:end]``: the
     header walk over v2 entries only; a partial last batch is ok on a follower only."""
-    n, status, stop, _, _ = es.walk_entries(buf, 0, end, True, es.NO_LIMIT, False, 0, table)
+    n, status, stop, _, _ = es.walk(buf, 0, end, True, es.NO_LIMIT, False, 0, table)
     partial = status == es.SCAN_TAIL_SHORT or status == es.SCAN_TAIL_TRUNCATED
-    return n, stop, status == es.SCAN_OK or (mode == FOLLOWER and partial)
+    return int(n), int(stop), status == es.SCAN_OK or (mode == FOLLOWER and partial)
 
 
-@jit
-def _leader_row_ok(table, i, max_message_bytes, from_client):  # type: ignore[no-untyped-def]
+def _leader_row_ok(row: list[int], max_message_bytes: int, from_client: bool) -> bool:
     """The log's per-batch header checks of a leader append (log_appender._validate_batch)."""
-    attributes = table[i, es.S_ATTR]
+    attributes = row[_ATTR]
     control = (attributes & CONTROL_MASK) != 0
-    pid = table[i, es.S_PRODUCER_ID]
-    count = table[i, es.S_COUNT]
+    pid = row[_PID]
+    count = row[_COUNT]
     return not (
-        table[i, es.S_SIZE] > max_message_bytes
+        row[_SIZE] > max_message_bytes
         or count <= 0
-        or count != table[i, es.S_LAST_DELTA] + 1
+        or count != row[_DELTA] + 1
         or (control and from_client)
-        or (pid >= 0 and table[i, es.S_BASE_SEQUENCE] < 0 and not control)
+        or (pid >= 0 and row[_SEQ] < 0 and not control)
         or ((attributes & TRANSACTIONAL_MASK) != 0 and pid < 0)
     )
 
 
-@jit
-def scan(buf, end, mode, next_offset, max_message_bytes, from_client):  # type: ignore[no-untyped-def]
+def scan(
+    buf: np.ndarray,
+    end: int,
+    mode: int,
+    next_offset: int,
+    max_message_bytes: int,
+    from_client: bool,
+) -> tuple[np.ndarray, np.ndarray]:
     """The batch table and summary of ``buf[:end]`` (module docstring)."""
-    summary = np.zeros(SUMMARY, np.int64)
-    n, stop, ok = _walk(buf, end, mode, np.empty((0, COLUMNS), np.int64))
-    table = np.empty((n, COLUMNS), np.int64)
+    summary = [0] * SUMMARY
+    table = np.empty((end // RECORD_BATCH_OVERHEAD, COLUMNS), np.int64)
+    n, stop, ok = _walk(buf, end, mode, table)
+    table = table[:n]
     summary[S_ROWS] = n
     summary[S_END] = stop
     if not ok or (n == 0 and mode == LEADER):
-        return table, summary
-    _walk(buf, end, mode, table)
-    first = -1
+        return table, np.array(summary, np.int64)
+    rows = table.tolist()
+    if mode == LEADER:
+        done = _check_leader(rows, next_offset, max_message_bytes, from_client, summary)
+        if done:
+            table[:, _OFFSET] = [row[_OFFSET] for row in rows]
+    else:
+        done = _check_follower(rows, next_offset, summary)
+    summary[S_OK] = int(done)
+    return table, np.array(summary, np.int64)
+
+
+def _check_leader(
+    rows: list[list[int]], next_offset: int, max_message_bytes: int, from_client: bool,
+    summary: list[int],
+) -> bool:  # fmt: skip
+    """The leader's per-batch checks, its offsets assigned (into ``rows``), and the summary."""
     offset = next_offset
-    max_ts = np.int64(-1)
-    of_max = np.int64(-1)
-    records = np.int64(0)
-    producers = 0
-    previous_last = np.int64(-1)
-    for i in range(n):
-        last_delta = table[i, es.S_LAST_DELTA]
-        if mode == LEADER:
-            if not _leader_row_ok(table, i, max_message_bytes, from_client):
-                return table, summary
-            table[i, es.S_OFFSET] = offset
-            offset += last_delta + 1
-        elif table[i, es.S_OFFSET] + last_delta < next_offset:
+    for row in rows:
+        if not _leader_row_ok(row, max_message_bytes, from_client):
+            return False
+        row[_OFFSET] = offset
+        offset += row[_DELTA] + 1
+    _summarize(rows, 0, summary)
+    return True
+
+
+def _check_follower(rows: list[list[int]], next_offset: int, summary: list[int]) -> bool:
+    """A follower's rows: those below ``next_offset`` skipped (only before the kept ones), the
+    kept ones' offsets increasing from at least ``next_offset``; then the summary."""
+    first = -1
+    previous_last = -1
+    for i, row in enumerate(rows):
+        last = row[_OFFSET] + row[_DELTA]
+        if last < next_offset:
             if first >= 0:
-                return table, summary  # a batch below the log end after a kept one
+                return False  # a batch below the log end after a kept one
             continue
-        elif first >= 0 and table[i, es.S_OFFSET] <= previous_last:
-            return table, summary  # offsets must increase
         if first < 0:
             first = i
-            summary[S_FIRST_OFFSET] = table[i, es.S_OFFSET]
-        previous_last = table[i, es.S_OFFSET] + last_delta
-        records += table[i, es.S_COUNT]
-        producers += table[i, es.S_PRODUCER_ID] >= 0
-        if table[i, es.S_MAX_TS] > max_ts:
-            max_ts = table[i, es.S_MAX_TS]
-            of_max = previous_last
-    if first < 0:
-        first = n
-    if first < n and summary[S_FIRST_OFFSET] < next_offset:
-        return table, summary
+            if row[_OFFSET] < next_offset:
+                return False
+        elif row[_OFFSET] <= previous_last:
+            return False  # offsets must increase
+        previous_last = last
+    _summarize(rows, len(rows) if first < 0 else first, summary)
+    return True
+
+
+def _summarize(rows: list[list[int]], first: int, summary: list[int]) -> None:
+    """The summary of the kept ``rows[first:]`` (module docstring)."""
+    kept = rows[first:]
+    max_ts = of_max = last = -1
+    records = producers = 0
+    for row in kept:
+        last = row[_OFFSET] + row[_DELTA]
+        records += row[_COUNT]
+        producers += row[_PID] >= 0
+        if row[_MAX_TS] > max_ts:
+            max_ts, of_max = row[_MAX_TS], last
     summary[S_FIRST_ROW] = first
-    summary[S_LAST_OFFSET] = previous_last
+    summary[S_FIRST_OFFSET] = kept[0][_OFFSET] if kept else 0
+    summary[S_LAST_OFFSET] = last
     summary[S_RECORDS] = records
     summary[S_PRODUCERS] = producers
     summary[S_MAX_TS] = max_ts
-    summary[S_OFFSET_OF_MAX_TS] = previous_last if of_max < 0 else of_max
-    summary[S_OK] = 1
-    return table, summary
+    summary[S_OFFSET_OF_MAX_TS] = last if of_max < 0 else of_max
 
 
-@jit
-def assign(buf, table, leader_epoch):  # type: ignore[no-untyped-def]
+def assign(buf: np.ndarray, table: np.ndarray, leader_epoch: int) -> None:
     """Write each row's ``es.S_OFFSET`` and ``leader_epoch`` into its batch header in ``buf``."""
-    for i in range(table.shape[0]):
-        pos = table[i, es.S_POS]
-        put_be(buf, pos + BASE_OFFSET_OFFSET, table[i, es.S_OFFSET], 8)
-        put_be(buf, pos + PARTITION_LEADER_EPOCH_OFFSET, leader_epoch, 4)
-
-
-def warm_up() -> None:
-    """Compile the signatures the broker uses: :func:`scan` over a read-only array (a
-    follower's fetched bytes) and over a writable one (a leader's copy of a request, which
-    :func:`assign` then writes)."""
-    from broker_embedded.record.memory_records_builder import MemoryRecordsBuilder
-
-    builder = MemoryRecordsBuilder(0, 0)
-    builder.append(None, 0, b"k", b"v")
-    buf = bytearray(builder.build())
-    scan(readonly_bytes(buf), len(buf), FOLLOWER, 0, 0, False)
-    arr = np.frombuffer(buf, np.uint8)
-    table, _ = scan(arr, len(buf), LEADER, 0, 1 << 20, True)
-    assign(arr, table, 0)
+    epoch = int(leader_epoch)
+    for row in table.tolist():
+        pos = row[_POS]
+        _put_offset(buf, pos + BASE_OFFSET_OFFSET, row[_OFFSET])
+        _put_epoch(buf, pos + PARTITION_LEADER_EPOCH_OFFSET, epoch)

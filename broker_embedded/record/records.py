@@ -25,7 +25,7 @@ from broker_embedded.errors import CorruptRecordError, TornTailError
 from broker_embedded.record import entry_scan as es
 from broker_embedded.record.batch_layout import MAGIC_OFFSET
 from broker_embedded.record.entry_scan import MIN_ENTRY_BODY
-from broker_embedded.record.kernel_primitives import readonly_bytes
+from broker_embedded.record.header_reads import readonly_bytes
 from broker_embedded.record.legacy_record import LegacyRecordBatch
 from broker_embedded.record.record_batch import RecordBatch
 
@@ -57,9 +57,7 @@ def iter_batches(
     table = np.empty((_CHUNK, es.SCAN_FIELDS), np.int64)
     pos = start
     while True:
-        n, status, pos, offset, detail = es.walk_entries(
-            arr, pos, stop, False, _CHUNK, False, 0, table
-        )
+        n, status, pos, offset, detail = es.walk(arr, pos, stop, False, _CHUNK, False, 0, table)
         for at, size, magic in table[:n, _COLUMNS].tolist():
             entry = view[at : at + size]
             if magic == 2:

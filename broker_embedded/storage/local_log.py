@@ -27,14 +27,15 @@ policy of how they are listed and opened, and implements every read once:
 - :meth:`LocalLog.aborted_transactions`: Kafka's rule: the ``.txnindex`` of the segment holding
   the fetch offset and of later ones until an entry's LSO reaches the upper bound.
 - :meth:`LocalLog.batches` and :meth:`LocalLog.transactional_batches`: the batches of an offset
-  range across segments (the latter only the transactional ones, found by the compiled header
-  scan, without a Python object per other batch), with the same tail checks.
+  range across segments (the latter only the transactional ones, found by the header
+  walk, without a Python object per other batch), with the same tail checks.
 - :meth:`LocalLog.offset_by_timestamp`: Kafka's ListOffsets by timestamp (the first segment with
   a record at or after the timestamp answers; later ones are tried when the records reaching it
   lie below the log start offset).
-- :func:`header_tables`: batch headers of raw bytes, scanned by the compiled kernel
-  (``entry_scan.walk_entries``), ``_SCAN_WINDOW_BYTES`` at a time, so
-  memory stays bounded and no Python object is made per batch.
+- :func:`header_tables`: batch headers of raw bytes, scanned by the one header walk
+  (``entry_scan.walk_entries``, compiled once this process has loaded the kernels),
+  ``_SCAN_WINDOW_BYTES`` at a time, so memory stays bounded and no Python object is made per
+  batch.
 - :func:`end_of_complete_batches`: the offset after the last whole batch of fetched bytes (the
   upper bound of the aborted transactions a ``TXN_COMMITTED`` fetch returns).
 
@@ -67,9 +68,9 @@ from broker_embedded.record.entry_scan import (
     SEEK_PARTIAL,
     last_offset,
     scan_window,
-    seek_entry,
 )
-from broker_embedded.record.kernel_primitives import readonly_bytes
+from broker_embedded.record.entry_scan import seek as seek_entry  # compiled when loaded
+from broker_embedded.record.header_reads import readonly_bytes
 from broker_embedded.record.record_batch import TRANSACTIONAL_MASK, RecordBatch
 from broker_embedded.record.records import AnyBatch
 from broker_embedded.storage.fetch_data_info import FetchDataInfo, FetchIsolation, SegmentRegion
@@ -234,7 +235,8 @@ class LocalLog:
                 found = whole_batches(seg, found)
             aborted = None
             if committed:
-                end = end_of_complete_batches(found.records, upper)
+                start = 0 if seg is None else last_indexed_start(seg, found)
+                end = end_of_complete_batches(found.records, upper, start)
                 aborted = self._aborted_in(segments, fetch_offset, end)
                 if seg is not None:
                     self.access.check_in_place(seg)
@@ -377,6 +379,17 @@ def header_tables(buf: bytes | memoryview, source: str, position: int) -> Iterat
         stop = min(end, pos + _SCAN_WINDOW_BYTES)
 
 
+def last_indexed_start(seg: LogSegment, found: FetchSlice) -> int:
+    """Where, in ``found.records``, the last batch the offset index names before the slice's
+    last byte starts (0 when none does): a batch start at or before the last batch's."""
+    size = len(found.records)
+    if not size:
+        return 0
+    return max(found.position, seg.offset_index.floor_position(found.position + size - 1)) - (
+        found.position
+    )
+
+
 def whole_batches(seg: LogSegment, found: FetchSlice) -> FetchSlice:
     """``found`` without the partial batch a byte limit cut at its end. The scan starts at the
     offset index's last batch start below the cut, so it covers about ``index.interval.bytes``
@@ -400,9 +413,12 @@ def whole_batches(seg: LogSegment, found: FetchSlice) -> FetchSlice:
                       found.records[:end])  # fmt: skip
 
 
-def end_of_complete_batches(records: bytes | memoryview, default: int) -> int:
-    """The offset after the last complete batch of a read, ``default`` when it holds none."""
+def end_of_complete_batches(records: bytes | memoryview, default: int, start: int = 0) -> int:
+    """The offset after the last complete batch of a read, ``default`` when it holds none; the
+    walk starts at ``start``, a batch start at or before the last complete batch's (a segment
+    read's: :func:`last_indexed_start`, so a fetch walks about ``index.interval.bytes`` of
+    headers whatever its size)."""
     last = None
-    for table in header_tables(records, "<fetched records>", 0):
+    for table in header_tables(memoryview(records)[start:], "<fetched records>", start):
         last = last_offset(table, -1)
     return default if last is None else last + 1

@@ -18,7 +18,8 @@ Appending:
 - as follower (:meth:`append_as_follower`): batches keep the leader's offsets and epochs; a
   partial last batch of a fetch response is dropped.
 
-Both run one compiled pass over the batch headers first (record/log_validator.py: the checks
+Both run one pass over the batch headers first (record/log_validator.py, over the one header
+walk, in Python on ``kafkalog serve``: the checks
 above, the offsets assigned, the summary the segment writer needs), then one ``crc32c`` call per
 batch; the segment writer does not walk the batches again, and only batches with a producer id
 become objects (for the producer state). Whatever that pass does not accept (an error, a
@@ -58,7 +59,7 @@ from broker_embedded.record.batch_layout import (
     CONTROL_MASK,
     TRANSACTIONAL_MASK,
 )
-from broker_embedded.record.kernel_primitives import readonly_bytes
+from broker_embedded.record.header_reads import readonly_bytes
 from broker_embedded.record.log_validator import (
     S_END,
     S_FIRST_OFFSET,

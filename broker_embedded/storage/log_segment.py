@@ -26,8 +26,8 @@ part of the entries. A segment opened for reading never writes, truncates or ren
 ``index_status`` tells what happened.
 
 Reads follow Kafka: ``translate_offset`` looks the offset up in the offset index, then scans
-batch headers forward to the first batch whose last offset is >= the target (one compiled walk,
-``entry_scan.seek_entry``, over v2 headers up to the end of the complete batches; anything it
+batch headers forward to the first batch whose last offset is >= the target (the one header walk,
+``entry_scan.seek``, over v2 headers up to the end of the complete batches; anything it
 does not answer plainly, legacy entries and corruption included, is walked again in Python,
 which names the error); ``read`` returns
 the bytes from that batch's start, at most ``max_bytes`` (at least that whole batch when
@@ -85,8 +85,9 @@ from broker_embedded.errors import (
     IndexCorruptError,
     InvalidOffsetError,
 )
-from broker_embedded.record.entry_scan import SEEK_END, SEEK_FOUND, seek_entry
-from broker_embedded.record.kernel_primitives import readonly_bytes
+from broker_embedded.record.entry_scan import SEEK_END, SEEK_FOUND
+from broker_embedded.record.entry_scan import seek as seek_entry  # compiled when loaded
+from broker_embedded.record.header_reads import readonly_bytes
 from broker_embedded.record.record_batch import RecordBatch
 from broker_embedded.record.records import AnyBatch, iter_batches
 from broker_embedded.storage.active_segment import ActiveSegment, AppendState

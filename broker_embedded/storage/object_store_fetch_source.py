@@ -67,7 +67,7 @@ import numpy as np
 
 from broker_embedded.errors import CorruptRecordError, KafkaLogError, OffsetOutOfRangeError
 from broker_embedded.record import entry_scan as es
-from broker_embedded.record.kernel_primitives import readonly_bytes
+from broker_embedded.record.header_reads import readonly_bytes
 from broker_embedded.record.records import AnyBatch, iter_batches
 from broker_embedded.storage.fetch_ahead import FetchAhead
 from broker_embedded.storage.fetch_data_info import IsolationLevel

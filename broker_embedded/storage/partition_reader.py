@@ -42,7 +42,7 @@ Offsets (Kafka's ``UnifiedLog`` rules, given the log dir's checkpoint values):
   log start offset), then the batches from the snapshot's offset whose base offset is below the
   HW are replayed into it (with the HW on a batch boundary, as a broker keeps it, those are the
   batches ending below it). Only transactional batches are replayed: the walk reads batch headers
-  with the compiled header scan (``LocalLog.transactional_batches``: no Python object per batch,
+  with the header walk (``LocalLog.transactional_batches``: no Python object per batch,
   windows of batches, so its memory is bounded) and builds a batch view, decoding the one record
   of a control batch, for transactional batches only. Cost: one header
   read per batch between the snapshot and the HW (Kafka, and unified_log.py, snapshot at every

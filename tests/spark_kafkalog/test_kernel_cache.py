@@ -57,10 +57,10 @@ def test_the_stamp_names_the_sources_and_the_cache(tmp_path: Path, monkeypatch) 
 def test_numba_is_asked_where_each_kernel_is_cached() -> None:
     """The directories come from the kernels themselves (a numba that moved its private cache
     attribute would make this fail rather than leave stale kernels in place)."""
-    from broker_embedded.record import decode_kernel, log_validator
+    from broker_embedded.record import decode_kernel, entry_scan_kernel
 
     dirs = kernel_cache.kernel_cache_dirs()
-    for kernel in (decode_kernel.inflate_sections, log_validator.scan):
+    for kernel in (decode_kernel.inflate_sections, entry_scan_kernel.walk_entries):
         assert Path(kernel._cache._cache_path) in dirs
 
 

@@ -6,6 +6,10 @@ its memory small (benchmarks/serve.py measures both beside Kafka 3.9; no timing 
   nor hypothesis (which kio would load, when importable, to register a strategy per type), and
   no message schema of Produce, Fetch, Metadata or ApiVersions: each version's classes load on
   its first request.
+- Nor numba (nor llvmlite), also after serving produce (acks=1 and all, the leader's checks) and
+  fetch (from the start and from the middle of a segment: the seek from the index position,
+  read_committed): the request path runs the one header walk as written
+  (``entry_scan``); the compiled walk loads only with the cleaner or a Spark read.
 - A started server answers ApiVersions first, then a Metadata version whose classes nothing
   loaded before.
 - Registration still refuses a version kio has no schema for.
@@ -57,6 +61,39 @@ with tempfile.TemporaryDirectory() as d:
 """
 
 
+# the same, then produce and fetch through confluent-kafka (librdkafka: no Python module of its own
+# that would load numba) against it, in the same process
+_SERVE = """
+import importlib, json, sys, tempfile
+from pathlib import Path
+import confluent_kafka as ck
+from spark_kafkalog import cli
+sc = cli._needs_kio("the server", lambda: importlib.import_module("spark_kafkalog.serve_command"))
+security = sc.SecurityConfig()
+listeners = sc.parse_listeners("PLAINTEXT://127.0.0.1:0", security.protocol_map)
+with tempfile.TemporaryDirectory() as d:
+    served = sc.open_brokers(Path(d) / "logs", sc.BrokerConfig(), 1, listeners, security, None)
+    bootstrap = served.start_all()[0].rsplit("//", 1)[1]
+    try:
+        for acks in ("1", "all"):
+            p = ck.Producer({"bootstrap.servers": bootstrap, "acks": acks, "linger.ms": 5})
+            for i in range(2000):
+                p.produce("nf", value=b"v%d" % i, partition=0)
+            assert p.flush(30) == 0
+        got = []
+        for start in (0, 1500):
+            c = ck.Consumer({"bootstrap.servers": bootstrap, "group.id": "nf",
+                             "isolation.level": "read_committed", "enable.auto.commit": False})
+            c.assign([ck.TopicPartition("nf", 0, start)])
+            m = c.poll(30)
+            got.append([m.offset(), m.value().decode()])
+            c.close()
+        print(json.dumps([got, sorted(sys.modules)]))
+    finally:
+        served.shutdown()
+"""
+
+
 def test_the_started_server_loaded_no_read_path_module_and_no_lazy_schema() -> None:
     done = subprocess.run([sys.executable, "-c", _START], capture_output=True, text=True,
                           env=child_env(), cwd=ROOT, timeout=TIMEOUT_S, check=True)  # fmt: skip
@@ -65,6 +102,14 @@ def test_the_started_server_loaded_no_read_path_module_and_no_lazy_schema() -> N
     assert "hypothesis" not in modules
     schemas = [m for m in modules if m.startswith("kio.schema.") and m.count(".") == 4]
     assert [m for m in schemas if m.split(".")[2] in LAZY_APIS] == []
+
+
+def test_serving_produce_and_fetch_loads_no_numba() -> None:
+    done = subprocess.run([sys.executable, "-c", _SERVE], capture_output=True, text=True,
+                          env=child_env(), cwd=ROOT, timeout=TIMEOUT_S, check=True)  # fmt: skip
+    got, modules = json.loads(done.stdout.splitlines()[-1])
+    assert got == [[0, "v0"], [1500, "v1500"]]
+    assert [m for m in modules if m.split(".")[0] in ("numba", "llvmlite", *READ_PATH)] == []
 
 
 def test_a_started_server_answers_api_versions_then_a_metadata_version_loaded_on_use(

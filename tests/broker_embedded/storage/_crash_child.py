@@ -25,7 +25,6 @@ import os
 import random
 import time
 
-from broker_embedded.record import log_validator
 from broker_embedded.record.compression import CompressionType
 from broker_embedded.record.control_record import EndTransactionMarker
 from broker_embedded.record.memory_records_builder import MemoryRecordsBuilder
@@ -85,5 +84,4 @@ def append_until_killed(log_dir: str, run: int, seed: int) -> None:
 
 
 if __name__ == "__main__":
-    log_validator.warm_up()  # the append's kernel, loaded once here rather than in every writer
     serve(append_until_killed)

@@ -835,6 +835,32 @@ def test_read_kip74_min_one_message_against_max_bytes(tmp_path: Path) -> None:
 # -- transactions ----------------------------------------------------------------------------------
 
 
+def test_a_committed_read_bounds_its_aborted_list_by_its_last_whole_batch(tmp_path: Path) -> None:
+    """The bound is found by a walk from the last indexed batch before the read's end (every
+    batch indexed here): a read cut before an abort's marker gets the same aborted list as a
+    walk of the whole read would give, at every byte limit."""
+    log = open_log(tmp_path, {"index.interval.bytes": 1})
+    c = AppendOrigin.COORDINATOR
+    for i in range(6):  # 0-5: data; producer 77's transaction from 2 aborted at 7
+        log.append_as_leader(client_batch([b"%d" % i], pid=10 + i, epoch=0, seq=0), 0)
+    log.append_as_leader(client_batch([b"t"], pid=77, epoch=0, seq=0, txn=True), 0)  # 6
+    log.append_as_leader(marker(False, 77), 0, c)  # 7
+    log.update_high_watermark(8)
+    whole = log.read(0, 1 << 20, FetchIsolation.TXN_COMMITTED)
+    assert [(t.producer_id, t.first_offset, t.last_offset) for t in whole.aborted_transactions] == [
+        (77, 6, 7)
+    ]
+    seen = set()
+    for limit in range(headers(whole.records)[2][0], len(whole.records) + 1, 7):
+        read = log.read(0, limit, FetchIsolation.TXN_COMMITTED)
+        last = [b.last_offset for b in iter_batches(read.records, tail="stop")][-1]
+        expected = whole.aborted_transactions if last >= 6 else ()
+        assert read.aborted_transactions == expected, limit
+        seen.add(bool(expected))
+    assert seen == {False, True}
+    log.close()
+
+
 def test_transactions_lso_aborted_list_and_txnindex(tmp_path: Path) -> None:
     log = open_log(tmp_path)
     c = AppendOrigin.COORDINATOR
