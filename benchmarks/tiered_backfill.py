@@ -26,7 +26,8 @@ rounds alternating, after a check that all three give the same count and hash of
 For each: wall seconds, the broker's CPU seconds, the S3 server's, Spark's (its JVM and
 Python workers), and the bytes that crossed loopback (``/proc/net/dev``) beyond the local
 read's (which are Spark's own: its Python workers hand Arrow batches to the JVM over a local
-socket): what the store and the broker sent, which would cross a network on a cluster. Medians, as a markdown table, with the ratios the goals name.
+socket): what the store and the broker sent, which would cross a network on a cluster.
+Medians, as a markdown table, with the ratios the goals name.
 One machine with 2 cores: Spark, the broker and the store share them.
 """
 
