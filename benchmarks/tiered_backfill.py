@@ -24,10 +24,10 @@ rounds alternating, after a check that all three give the same count and hash of
 - local: ``load(log_dir)`` of the full copy.
 
 For each: wall seconds, the broker's CPU seconds, the S3 server's, Spark's (its JVM and
-Python workers), and the bytes that crossed loopback (``/proc/net/dev``) beyond the local
-read's (which are Spark's own: its Python workers hand Arrow batches to the JVM over a local
-socket): what the store and the broker sent, which would cross a network on a cluster.
-Medians, as a markdown table, with the ratios the goals name.
+Python workers), and the bytes each reads from where: the stored segments' bytes (the log's
+minus what the broker's log dir still holds) and the local tail's, as the read path takes them.
+(Loopback counters would count SeaweedFS's internal hops, S3 gateway to filer to volume server,
+three times over.) Medians, as a markdown table, with the ratios the goals name.
 One machine with 2 cores: Spark, the broker and the store share them.
 """
 
@@ -131,13 +131,9 @@ def wait_tiered(bootstrap: str, args: argparse.Namespace) -> list[int]:
         time.sleep(1.0)
 
 
-def loopback_bytes() -> int:
-    """Bytes sent over ``lo`` so far."""
-    for line in Path("/proc/net/dev").read_text().splitlines():
-        name, _, fields = line.partition(":")
-        if name.strip() == "lo":
-            return int(fields.split()[8])
-    return 0
+def local_bytes(log_dir: Path) -> int:
+    """Bytes of the topic's segments a log dir holds."""
+    return sum(f.stat().st_size for f in log_dir.glob(f"{TOPIC}-*/*.log"))
 
 
 def rows_for(args: argparse.Namespace) -> int:
@@ -147,37 +143,35 @@ def rows_for(args: argparse.Namespace) -> int:
 
 
 def measure(reads: dict[str, Callable[[], object]], pids: dict[str, int], repeat: int):
-    """Per read, per round: wall s, broker CPU s, store CPU s, Spark CPU s, loopback bytes."""
+    """Per read, per round: wall s, broker CPU s, store CPU s, Spark CPU s (after the check
+    or a warm-up read of each)."""
     results: dict[str, list[tuple[float, ...]]] = {name: [] for name in reads}
-    for df in reads.values():  # warm-up
-        noop(df())
     for _ in range(repeat):
         for name, df in reads.items():
             broker, store = cpu_seconds_of(pids["broker"]), cpu_seconds_of(pids["store"])
-            spark, lo = descendants_cpu_seconds(), loopback_bytes()
+            spark = descendants_cpu_seconds()
             wall, _ = noop(df())
-            results[name].append((
-                wall,
-                cpu_seconds_of(pids["broker"]) - broker,
-                cpu_seconds_of(pids["store"]) - store,
-                descendants_cpu_seconds() - spark - (cpu_seconds_of(pids["broker"]) - broker)
-                - (cpu_seconds_of(pids["store"]) - store),
-                loopback_bytes() - lo,
-            ))  # fmt: skip
+            broker = cpu_seconds_of(pids["broker"]) - broker
+            store = cpu_seconds_of(pids["store"]) - store
+            results[name].append((wall, broker, store,
+                                  descendants_cpu_seconds() - spark - broker - store))  # fmt: skip
     return results
 
 
-def report(results, size: int, rows: int, tiered: float, load: str) -> None:
-    print(f"\n{rows:,} records, {size / 2**30:.2f} GiB of log, {tiered:.1%} of it only in the "
-          f"store; {os.cpu_count()} cores; load average {load} before, "
+def report(results, size: int, tail: int, rows: int, tiered: float, load: str) -> None:
+    print(f"\n{rows:,} records, {size / 2**30:.2f} GiB of log, {tiered:.1%} of its offsets only "
+          f"in the store; {os.cpu_count()} cores; load average {load} before, "
           f"{os.getloadavg()[0]:.1f} after\n")  # fmt: skip
-    print("| read | wall s | MB/s | broker CPU s | store CPU s | Spark CPU s | sent GB |")
+    stored = f"{(size - tail) / 1e9:.2f} GB"
+    read_from = {DIRECT: f"store {stored}, broker {tail / 1e9:.2f} GB",
+                 THROUGH: f"broker {size / 1e9:.2f} GB (its store reads {stored})",
+                 LOCAL: f"disk {size / 1e9:.2f} GB"}  # fmt: skip
+    print("| read | wall s | MB/s | broker CPU s | store CPU s | Spark CPU s | bytes read |")
     print("|---|---|---|---|---|---|---|")
     med = {n: [statistics.median(col) for col in zip(*r, strict=True)] for n, r in results.items()}
-    spark_own = med[LOCAL][4]
-    for name, (wall, broker, store, spark, lo) in med.items():
+    for name, (wall, broker, store, spark) in med.items():
         print(f"| {name} | {wall:.1f} | {size / 1e6 / wall:,.0f} | {broker:.1f} | {store:.1f} "
-              f"| {spark:.1f} | {(lo - spark_own) / 1e9:.1f} |")  # fmt: skip
+              f"| {spark:.1f} | {read_from[name]} |")  # fmt: skip
     direct, through, local = (med[n][0] for n in (DIRECT, THROUGH, LOCAL))
     print(f"\nthrough the broker / direct: {through / direct:.2f}x the time (goal >= 2x)")
     print(f"direct / local: {direct / local:.2f}x the time (goal <= 1.5x)")
@@ -256,11 +250,15 @@ def run(work: Path, args: argparse.Namespace, load: str) -> None:
             size, tiered = tier(broker.bootstrap, args, rows)
             spark = start_spark("kafkalog-bench-tiered", "local[2]", args.partitions, "2g", "WARN")
             reads = spark_reads(spark, broker.bootstrap, work / "local")
-            if not args.no_check:
+            if args.no_check:  # the check's reads are the warm-up
+                for df in reads.values():
+                    noop(df())
+            else:
                 check(reads, rows)
             results = measure(reads, {"broker": broker.pid, "store": store.pid}, args.repeat)
             spark.stop()
-    report(results, size, rows, tiered, load)
+            tail = local_bytes(work / "served")
+    report(results, size, tail, rows, tiered, load)
 
 
 if __name__ == "__main__":
