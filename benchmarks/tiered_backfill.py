@@ -2,7 +2,7 @@
 backfill through the broker, and against a local log dir.
 
     .venv/bin/python benchmarks/tiered_backfill.py [--gib 10] [--partitions 4]
-        [--value-bytes 1000] [--local-fraction 0.08] [--segment-mib 64] [--repeat 3]
+        [--value-bytes 100] [--local-fraction 0.08] [--segment-mib 64] [--repeat 3]
         [--no-check] [--work DIR]
 
 Starts a SeaweedFS S3 server on loopback (tests/seaweedfs.py) and ``kafkalog serve`` with tiered
@@ -183,7 +183,7 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--gib", type=int, default=10)
     parser.add_argument("--partitions", type=int, default=4)
-    parser.add_argument("--value-bytes", type=int, default=1000)
+    parser.add_argument("--value-bytes", type=int, default=100)
     parser.add_argument("--local-fraction", type=float, default=0.08)
     parser.add_argument("--segment-mib", type=int, default=64)
     parser.add_argument("--repeat", type=int, default=3)
