@@ -184,8 +184,11 @@ class RecordBatch:
         self._view = view[:size]
 
     def _corrupt(self, reason: str) -> CorruptRecordError:
+        """The error naming the batch's base offset, unless negative (no offset: what the
+        header walk names too, entry_scan.py)."""
+        base_offset = self.base_offset if self.base_offset >= 0 else None
         return CorruptRecordError(
-            reason, source=self.source, position=self.position, base_offset=self.base_offset
+            reason, source=self.source, position=self.position, base_offset=base_offset
         )
 
     # -- header fields -------------------------------------------------------------------------
