@@ -17,11 +17,8 @@ segments' bytes (of ``--segment-bytes``, default 1 MB) deleted locally, its chec
 still 0, so that the store's segments serve that share and the dir the rest. Prints the medians
 as a markdown table: wall seconds, rows/s, MB/s of the log, and each read's time over the local
 one. One machine, so the "network" is loopback: what it shows is the reader's own cost (ranged
-GETs, one fetch ahead), not a real store's latency. ``--through-broker``: also ``kafkalog
-serve`` over the tiered log dir with its store (a child process), read by Spark over the
-protocol (the broker serves the tiered part from the store) and with ``remoteLogStorage=broker``
-(executors read the tiered part from the store, the broker the local tail), with the broker's
-CPU seconds during each read.
+GETs, one fetch ahead), not a real store's latency. Through a broker against straight from the
+store: tiered_backfill.py.
 """
 
 from __future__ import annotations
@@ -63,7 +60,6 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--segment-bytes", type=int, default=1_000_000)
     parser.add_argument("--tiered", type=float, default=0.9)
-    parser.add_argument("--through-broker", action="store_true")
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="kafkalog-bench-store-") as tmp:
         work = Path(tmp)
@@ -103,12 +99,6 @@ def main(argv: list[str] | None = None) -> None:
             for _ in range(args.repeat):
                 for name, read in reads.items():
                     times[name].append(noop(read())[0])
-            cpu: dict[str, list[float]] = {}
-            if args.through_broker:
-                serving = through_broker(spark, server, location, tiered_dir, work, args.repeat)
-                for name, (walls, cpus, rows) in serving.items():
-                    assert rows == expected, f"{name} differs from the log dir"
-                    times[name], cpu[name] = walls, cpus
             spark.stop()
     mb = size / 1e6
     print(f"{args.rows} rows, {args.partitions} partitions, {mb:.0f} MB of log; "
@@ -117,60 +107,13 @@ def main(argv: list[str] | None = None) -> None:
     print(f"upload: {len(report.uploaded)} segments, {sent:.0f} MB in {upload_s:.1f} s "
           f"({sent / upload_s:.0f} MB/s, verified)\n")  # fmt: skip
     print(f"tiered: {share:.0%} of the log's bytes only in the store\n")
-    print("| read | wall s (median) | rows/s | MB/s | / log dir | broker CPU s |")
-    print("| --- | --- | --- | --- | --- | --- |")
+    print("| read | wall s (median) | rows/s | MB/s | / log dir |")
+    print("| --- | --- | --- | --- | --- |")
     base = statistics.median(times["log dir"])
     for name, runs in times.items():
         wall = statistics.median(runs)
-        used = f"{statistics.median(cpu[name]):.2f}" if name in cpu else ""
         print(f"| {name} | {wall:.2f} | {args.rows / wall:,.0f} | {mb / wall:.0f} | "
-              f"{wall / base:.2f}x | {used} |")  # fmt: skip
-
-
-def through_broker(spark, server, location, tiered_dir: Path, work: Path, repeat: int) -> dict:
-    """``kafkalog serve`` over the tiered log dir, tiering to the store: Spark over the
-    protocol (the broker serves the tiered part from the store) against Spark over the protocol
-    with ``remoteLogStorage=broker`` (executors read the tiered part from the store); per read
-    the wall times, the broker's CPU seconds and the rows' fingerprint."""
-    from tests.spark_kafkalog._serve_proc import ServeProcess
-
-    rsm = "".join(f'"{k}" = "{v}"\n' for k, v in
-                  {"location": location.uri, **server.options()}.items())  # fmt: skip
-    config = work / "broker.toml"
-    config.write_text('[broker]\n"remote.log.storage.system.enable" = true\n'
-                      '"remote.log.manager.task.interval.ms" = 3600000\n\n'
-                      f"[rsm_config]\n{rsm}")  # fmt: skip
-    found: dict = {}
-    with ServeProcess(tiered_dir, "--broker-config", config, stderr=work / "serve.err") as serve:
-
-        def reader():
-            return (spark.read.format("kafkalog").option("subscribe", TOPIC)
-                    .option("kafka.bootstrap.servers", serve.bootstrap))  # fmt: skip
-
-        def wire():
-            return reader().load()
-
-        def direct():
-            return (reader().options(**server.options())
-                    .option("remoteLogStorage", "broker").load())  # fmt: skip
-
-        reads = {"wire: the broker reads the store": wire, "wire + the store direct": direct}
-        for name, read in reads.items():
-            found[name] = ([], [], fingerprint(read()))
-            noop(read())  # warm-up
-        for _ in range(repeat):
-            for name, read in reads.items():
-                before = cpu_seconds(serve.proc.pid)
-                found[name][0].append(noop(read())[0])
-                found[name][1].append(cpu_seconds(serve.proc.pid) - before)
-        serve.terminate()
-    return found
-
-
-def cpu_seconds(pid: int) -> float:
-    """User plus system CPU seconds of process ``pid`` so far (/proc)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+              f"{wall / base:.2f}x |")  # fmt: skip
 
 
 def tiered_copy(log_dir: Path, to: Path, share: float) -> tuple[Path, float]:
