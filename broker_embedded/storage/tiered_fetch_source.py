@@ -14,7 +14,8 @@ the store holds that the local log still holds too is read locally.
 
 Per partition, the split is the first local offset (the local side's ListOffsets -4 at the
 partition's first use: a task whose local retention moved since planning splits higher, and the
-store holds what went). Below it:
+store holds what went, past the segments planned: a fetch there is an out-of-range error, on
+which the reader opens the source again unplanned, listing the store again). Below it:
 
 - ``list_offset``: earliest is the log start offset, no lower than the store's first segment (a
   checkpoint behind the store's retention); earliest-local (-4) the split; latest the local
@@ -51,7 +52,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 
-from broker_embedded.errors import KafkaLogError
+from broker_embedded.errors import KafkaLogError, OffsetOutOfRangeError
 from broker_embedded.storage.fetch_data_info import IsolationLevel
 from broker_embedded.storage.fetch_source import (
     EARLIEST_LOCAL_TIMESTAMP,
@@ -269,6 +270,13 @@ class TieredFetchSource:
                 f"{split.local_start}) are in {self._descriptor.remote.store.uri} (aborted "
                 "transactions there may end in the local log); read them read_uncommitted, or "
                 f"start at offset {split.local_start}"
+            )
+        stored_end = self.remote.partition(tp).log_end_offset
+        if offset >= stored_end:
+            raise OffsetOutOfRangeError(
+                f"{tp}: offset {offset} is below the first local offset {split.local_start} "
+                f"and past the segments of {self._descriptor.remote.store.uri} planned for this "
+                f"read (they end at {stored_end}): the broker tiered more since planning"
             )
         fetched = self.remote.fetch(tp, offset, max_bytes, isolation)
         return replace(fetched, high_watermark=self._bound(tp, UNCOMMITTED),

@@ -59,28 +59,35 @@ def local_bases(log_dir: Path) -> list[int]:
     return sorted(int(p.name[:20]) for p in (log_dir / TP.dir_name).glob("*.log"))
 
 
-@pytest.fixture(scope="module")
-def tiered(s3: S3Server, tmp_path_factory: pytest.TempPathFactory) -> TieredLogDir:
+def tiering(s3: S3Server, uri: str) -> BrokerConfig:
+    rsm = (("location", uri), *s3.options().items())
+    return BrokerConfig(remote_log_storage_system_enable=True, rsm_config=rsm,
+                        remote_log_manager_task_interval_ms=3_600_000)  # fmt: skip
+
+
+def produce_and_tier(broker: Broker, first: int, count: int, word: str = "value") -> list[tuple]:
+    """``count`` records from offset ``first`` in batches of 3, then a copy pass and local
+    retention; the (offset, key, value) rows."""
+    rows = []
+    for i in range(first, first + count, 3):
+        batch = [(f"key-{j:04d}".encode(), f"{word} {j:04d} ".encode() * 4)
+                 for j in range(i, i + 3)]  # fmt: skip
+        broker.produce(TOPIC, 0, [ProducerRecord(v, key=k) for k, v in batch])
+        rows += [(j, k, v) for j, (k, v) in zip(range(i, i + 3), batch, strict=True)]
+    broker.remote_log_manager.run_once()
+    broker.log_manager.get_log(TP).delete_old_segments()
+    return rows
+
+
+def build_tiered(s3: S3Server, log_dir: Path, uri: str) -> TieredLogDir:
     """The broker's remote log manager copies the closed segments to the store, local retention
     (``local.retention.bytes``) deletes the first ones locally, and the log start offset stays
     at the store's first offset (Kafka's checkpoint)."""
-    uri = f"s3://{s3.new_bucket('tiered-read')}/cluster/broker-0"
-    log_dir = tmp_path_factory.mktemp("tiered") / "logs"
-    rsm = (("location", uri), *s3.options().items())
-    config = BrokerConfig(remote_log_storage_system_enable=True, rsm_config=rsm,
-                          remote_log_manager_task_interval_ms=3_600_000)  # fmt: skip
-    rows = []
-    with Broker(log_dir, config=config, create=True) as broker:
+    with Broker(log_dir, config=tiering(s3, uri), create=True) as broker:
         broker.create_topic(TOPIC, config={"remote.storage.enable": "true",
                                            "segment.bytes": "1024",
                                            "local.retention.bytes": "2500"})  # fmt: skip
-        for i in range(0, RECORDS, 3):
-            batch = [(f"key-{j:04d}".encode(), f"value {j:04d} ".encode() * 4)
-                     for j in range(i, i + 3)]  # fmt: skip
-            broker.produce(TOPIC, 0, [ProducerRecord(v, key=k) for k, v in batch])
-            rows += [(j, k, v) for j, (k, v) in zip(range(i, i + 3), batch, strict=True)]
-        broker.remote_log_manager.run_once()
-        broker.log_manager.get_log(TP).delete_old_segments()
+        rows = produce_and_tier(broker, 0, RECORDS)
     bases = local_bases(log_dir)
     checkpoint = OffsetCheckpointFile(log_dir / LOG_START_OFFSET_CHECKPOINT)
     assert checkpoint.read()[TP] == 0  # Kafka's log start: the earliest offset in the store
@@ -89,6 +96,12 @@ def tiered(s3: S3Server, tmp_path_factory: pytest.TempPathFactory) -> TieredLogD
     store.close()
     assert 0 < bases[0] < tiered_end < RECORDS and len(bases) >= 3, (bases, tiered_end)
     return TieredLogDir(log_dir, uri, rows, bases[0], tiered_end)
+
+
+@pytest.fixture(scope="module")
+def tiered(s3: S3Server, tmp_path_factory: pytest.TempPathFactory) -> TieredLogDir:
+    uri = f"s3://{s3.new_bucket('tiered-read')}/cluster/broker-0"
+    return build_tiered(s3, tmp_path_factory.mktemp("tiered") / "logs", uri)
 
 
 def fetched_batches(source, end: int, hw: int | None = None) -> list[tuple[int, int, int]]:
@@ -199,3 +212,38 @@ def test_without_the_store_the_query_names_the_offsets_and_the_option(
     ) in str(failed.value)
     later = reader.option("startingOffsets", f'{{"{TOPIC}":{{"0":{start}}}}}')
     assert rows_of(later.load(str(tiered.log_dir))) == tiered.rows[start:]
+
+
+def test_a_task_after_more_tiering_reads_what_went_from_the_store(
+    s3: S3Server, tmp_path: Path
+) -> None:
+    """Planned, then the broker tiers more and local retention deletes it before the task
+    runs: the task's split (its ListOffsets -4) is past the store's segments it was planned
+    with. The fetch there is out of range, the reader opens the source again and lists the store
+    again, and every row of the range is read (a fetch answering nothing there once ended the
+    range early, the rows silently missing)."""
+    from broker_embedded.errors import OffsetOutOfRangeError
+    from datasource.kafka_input_partition import KafkaInputPartition
+    from datasource.offset_range_reader import read_offset_range
+
+    uri = f"s3://{s3.new_bucket('tiered-more')}/cluster/broker-0"
+    built = build_tiered(s3, tmp_path / "logs", uri)
+    store = ObjectStoreSource(StoreLocation(uri, s3.settings))
+    planner = TieredSource(LogDirSource(str(built.log_dir)), store).open()
+    planned_end = planner.remote.partition(TP).log_end_offset
+    task = planner.task_source([TP])
+    planner.close()
+    with Broker(built.log_dir, config=tiering(s3, uri)) as broker:
+        more = produce_and_tier(broker, RECORDS, 90, "more")
+    source = task.open()
+    try:
+        assert source.split(TP).local_start > planned_end  # type: ignore[union-attr]
+        with pytest.raises(OffsetOutOfRangeError, match="the broker tiered more since planning"):
+            source.fetch(TP, planned_end, 1 << 20, UNCOMMITTED)
+    finally:
+        source.close()
+    end = RECORDS + len(more)
+    rows = [(o, k, v) for batch in read_offset_range(KafkaInputPartition(task, TOPIC, 0, 0, end))
+            for o, k, v in zip(*(batch.column(c).to_pylist() for c in ("offset", "key", "value")),
+                               strict=True)]  # fmt: skip
+    assert rows == built.rows + more
