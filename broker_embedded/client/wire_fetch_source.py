@@ -26,7 +26,9 @@ schemas, the server's too):
   with no records below the bound, at an offset only in the leader's remote storage (below its
   ListOffsets -4, KIP-405), is a remote read that did not finish within the broker's
   ``remote.fetch.max.wait.ms``, not the end of the data: the fetch is sent again, as Kafka's
-  consumer does, for at most ``poll_timeout_ms`` (Spark's ``kafkaConsumer.pollTimeoutMs``);
+  consumer does, for at most ``poll_timeout_ms`` (Spark's ``kafkaConsumer.pollTimeoutMs``); so
+  is one answered UNKNOWN_SERVER_ERROR (a broker's remote reads queued to their limit, a store
+  failing), which Kafka's consumer also retries;
 - byte cuts: ``None`` (the log's bytes are unknown over the wire; the planner falls back to
   offsets).
 - ``remote_log_storage``: where the brokers tier segments (DescribeConfigs of each broker,
@@ -68,7 +70,7 @@ from broker_embedded.client.broker_connection import (
 )
 from broker_embedded.client.client_security import ClientSecurity
 from broker_embedded.client.kafka_client import LATEST, KafkaClient
-from broker_embedded.error_code import LEADER_MOVED
+from broker_embedded.error_code import LEADER_MOVED, ErrorCode
 from broker_embedded.errors import KafkaApiError, KafkaLogError, UnknownTopicOrPartitionError
 from broker_embedded.storage.fetch_ahead import FetchAhead
 from broker_embedded.storage.fetch_data_info import IsolationLevel
@@ -252,10 +254,15 @@ class WireFetchSource:
         self._ahead.start((tp, offset, max_bytes, isolation), self._fetch)
 
     def _fetch(self, key: _FetchKey) -> FetchedPartition:
-        fetched = self._fetch_once(key)
+        try:
+            fetched = self._fetch_once(key)
+        except KafkaApiError as e:
+            if e.code != ErrorCode.unknown_server_error:
+                raise
+            return self._fetch_again(key, e)
         if fetched.records or not self._in_remote_storage(key, fetched):
             return fetched
-        return self._fetch_remote(key)
+        return self._fetch_again(key, None)
 
     def _in_remote_storage(self, key: _FetchKey, fetched: FetchedPartition) -> bool:
         """Whether an empty answer is at an offset below the bound that only the leader's
@@ -269,23 +276,33 @@ class WireFetchSource:
             return False  # a broker without tiered storage
         return offset < local_start
 
-    def _fetch_remote(self, key: _FetchKey) -> FetchedPartition:
-        """The fetch again until it has records: a broker whose read of its remote storage did
-        not finish within its ``remote.fetch.max.wait.ms`` answers no records and no error
-        (Kafka's DelayedRemoteFetch), and Kafka's consumer asks again. Bounded by
-        ``poll_timeout_ms``, then a :class:`KafkaLogError` naming the partition and offset."""
+    def _fetch_again(self, key: _FetchKey, error: KafkaApiError | None) -> FetchedPartition:
+        """The fetch again, as Kafka's consumer does, after an answer of no records at an offset
+        only in remote storage (the broker's read of its store did not finish within its
+        ``remote.fetch.max.wait.ms``: Kafka's DelayedRemoteFetch) or an UNKNOWN_SERVER_ERROR
+        (a broker's remote reads queued to their limit, its store failing). Bounded by
+        ``poll_timeout_ms``, then a :class:`KafkaLogError` naming the partition, the offset
+        and the last answer."""
         tp, offset, _, _ = key
         deadline = time.monotonic() + self._descriptor.poll_timeout_ms / 1000
         while time.monotonic() < deadline:
             time.sleep(self._descriptor.retry_backoff_ms / 1000)
-            fetched = self._fetch_once(key)
-            if fetched.records:
+            try:
+                fetched = self._fetch_once(key)
+            except KafkaApiError as e:
+                if e.code != ErrorCode.unknown_server_error:
+                    raise
+                error = e
+                continue
+            if fetched.records or not self._in_remote_storage(key, fetched):
                 return fetched
+            error = None
+        last = (f"the last answer was {error.name}: {error}" if error is not None else
+                "the offset is only in the broker's remote storage, and its reads of it did "
+                "not finish within the broker's remote.fetch.max.wait.ms")  # fmt: skip
         raise KafkaLogError(
             f"{self._descriptor.location}: no records for {tp} at offset {offset} in "
-            f"{self._descriptor.poll_timeout_ms} ms (kafkaConsumer.pollTimeoutMs): the offset "
-            f"is only in the broker's remote storage, and its reads of it did not finish "
-            f"within the broker's remote.fetch.max.wait.ms"
+            f"{self._descriptor.poll_timeout_ms} ms (kafkaConsumer.pollTimeoutMs): {last}"
         )
 
     def _fetch_once(self, key: _FetchKey) -> FetchedPartition:

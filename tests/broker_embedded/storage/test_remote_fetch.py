@@ -432,14 +432,18 @@ def test_a_follower_behind_the_leader_s_local_log_start_restarts_there(
         cluster.close()
 
 
+@pytest.mark.slow  # four rounds of the broker's 3 s remote wait: 12-20 s
 def test_the_wire_source_asks_again_when_a_remote_read_answers_nothing_in_time(
     s3: S3Server, tmp_path: Path
 ) -> None:
     """A remote read that outlives ``remote.fetch.max.wait.ms`` answers no records and no
-    error. The wire source (a Spark task's reader) asks again, as Kafka's consumer does, rather
-    than take the empty answer for the end of the data: taken so, it once ended Spark tasks'
-    ranges early, their rows silently missing. A read that never finishes fails after
-    ``kafkaConsumer.pollTimeoutMs``, naming the partition and offset."""
+    error, and a store that fails answers UNKNOWN_SERVER_ERROR. The wire source (a Spark task's
+    reader) asks again, as Kafka's consumer does, rather than take the empty answer for the end
+    of the data (taken so, it once ended Spark tasks' ranges early, their rows silently missing)
+    or fail the task at once. A read that never finishes fails after
+    ``kafkaConsumer.pollTimeoutMs``, naming the partition, the offset and the last answer."""
+    import threading
+
     from broker_embedded.client.wire_fetch_source import WireSource
     from broker_embedded.errors import KafkaLogError
     from broker_embedded.storage.fetch_data_info import IsolationLevel
@@ -448,6 +452,14 @@ def test_the_wire_source_asks_again_when_a_remote_read_answers_nothing_in_time(
     tp = TopicPartition("tiered", 0)
     bucket = s3.new_bucket("again")
     first_log = f"GET /{bucket}/b0/tiered-0/00000000000000000000.log"
+
+    def fetch_at_0(poll_timeout_ms: int) -> bytes:
+        source = WireSource(bootstrap, poll_timeout_ms=poll_timeout_ms).open()
+        try:
+            return source.fetch(tp, 0, 1 << 20, IsolationLevel.READ_UNCOMMITTED).records
+        finally:
+            source.close()
+
     with (
         FaultProxy(s3.endpoint) as proxy,
         tiered_broker(
@@ -456,19 +468,18 @@ def test_the_wire_source_asks_again_when_a_remote_read_answers_nothing_in_time(
         wire(broker) as bootstrap,
     ):
         proxy.inject("stall", matching=first_log)
-        source = WireSource(bootstrap, poll_timeout_ms=30_000).open()
-        try:
-            fetched = source.fetch(tp, 0, 1 << 20, IsolationLevel.READ_UNCOMMITTED)
-        finally:
-            source.close()
+        assert next(iter_batches(fetch_at_0(30_000))).base_offset == 0
         assert proxy.injected == 1
-        assert next(iter_batches(fetched.records)).base_offset == 0
+        proxy.stop()  # the store gone: UNKNOWN_SERVER_ERROR, until it is back
+        back = threading.Timer(2.0, proxy.start)
+        back.start()
+        assert next(iter_batches(fetch_at_0(30_000))).base_offset == 0
+        back.join()
         proxy.inject("stall", times=20, matching=first_log)
-        source = WireSource(bootstrap, poll_timeout_ms=1_500).open()
         began = time.monotonic()
-        try:
-            with pytest.raises(KafkaLogError, match="no records for tiered-0 at offset 0 in 1500"):
-                source.fetch(tp, 0, 1 << 20, IsolationLevel.READ_UNCOMMITTED)
-        finally:
-            source.close()
-        assert time.monotonic() - began < 10
+        with pytest.raises(KafkaLogError, match="no records for tiered-0 at offset 0 in 1500 ms"):
+            fetch_at_0(1_500)
+        assert time.monotonic() - began < 15
+        proxy.stop()
+        with pytest.raises(KafkaLogError, match="no records for tiered-0 at offset 0 in 1500 ms"):
+            fetch_at_0(1_500)  # the store's errors or the remote wait, whichever came last
