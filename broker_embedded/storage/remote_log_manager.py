@@ -37,17 +37,20 @@ logged and the partition is retried at the next pass.
 
 Remote retention (Kafka's ``RLMExpirationTask``), after each partition's copies: the oldest
 stored segments wholly below the log start offset, or whose manifest's ``max_timestamp_ms`` is
-at most ``now - retention.ms``, or while the partition's size (stored segments plus the local
-ones after them) exceeds ``retention.bytes`` by at least the segment's size, are deleted: the
-log start moves past them first (``UnifiedLog.update_log_start_offset_from_remote_tier``),
-then each segment: its manifest rewritten ``DELETE_SEGMENT_STARTED``, its objects deleted,
-the manifest last. A listing finds marked manifests (a kill mid-deletion) and the next pass
-finishes them. A deleted topic's partitions (:meth:`RemoteLogManager.stop_partitions`) are
-deleted on this thread: the objects no manifest names first (while the manifests still refuse
-a topic created again under the name), then every segment of its topic id as above. The
-partitions still to delete are recorded in the log dir (``remote-log-pending-deletions``: a
-version line ``0``, then ``<topic> <partition> <topic id or ->`` a line, written atomically,
-removed when empty), so that a restart finishes them.
+at most ``now - retention.ms`` (a segment without record timestamps has its ``.log``'s
+modification time at its copy there, as Kafka's ``LogSegment.largestTimestamp`` gives its
+RemoteLogManager: never -1, which would expire it at once), or while the partition's size
+(stored segments plus the local ones after them) exceeds ``retention.bytes`` by at least the
+segment's size, are deleted: the log start moves past them first
+(``UnifiedLog.update_log_start_offset_from_remote_tier``), then each segment: its manifest
+rewritten ``DELETE_SEGMENT_STARTED``, its objects deleted, the manifest last. A listing finds
+marked manifests (a kill mid-deletion) and the next pass finishes them. A deleted topic's
+partitions (:meth:`RemoteLogManager.stop_partitions`) are deleted on this thread: the objects no
+manifest names first (while the manifests still refuse a topic created again under the name),
+then every segment of its topic id as above. The partitions still to delete are recorded in the
+log dir (``remote-log-pending-deletions``: a version line ``0``, then ``<topic> <partition>
+<topic id or ->`` a line, written atomically, removed when empty), so that a restart finishes
+them.
 
 Reads (Kafka's ``RemoteLogReader`` and ``RemoteLogManager.read``): the replica manager hands a
 consumer's Fetch of an offset below the local log start to :meth:`RemoteLogManager.async_read`
@@ -609,7 +612,8 @@ class RemoteLogManager:
         epoch_file = LeaderEpochCheckpointFile(directory / LEADER_EPOCH_CHECKPOINT)
         extras[segment_file_stem(base) + LEADER_EPOCH_SUFFIX] = epoch_file.format(epochs)
         # objects an interrupted copy left are overwritten: no manifest names them
-        upload = SegmentUpload(self.log_dir, store, {}, False, False, lambda _: None)
+        upload = SegmentUpload(self.log_dir, store, {}, False, False, lambda _: None,
+                               mtime_when_no_timestamp=True)  # fmt: skip
         upload.segment(tp, base, extras)
         log.info("remote log manager: copied segment %d..%d of %s to %s (%d bytes)",
                  base, end - 1, tp, store.location.describe(tp.dir_name), upload.sent)  # fmt: skip

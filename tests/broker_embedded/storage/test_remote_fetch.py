@@ -472,3 +472,27 @@ def test_the_wire_source_asks_again_when_a_remote_read_answers_nothing_in_time(
         finally:
             source.close()
         assert time.monotonic() - began < 10
+
+
+def test_a_segment_without_timestamps_expires_by_its_file_s_time(
+    s3: S3Server, tmp_path: Path
+) -> None:
+    """A stored segment whose records have no timestamp (-1) has its ``.log``'s modification
+    time as its manifest's max timestamp (Kafka's ``LogSegment.largestTimestamp``): retention.ms
+    counts from it, so it is not deleted right after its copy."""
+    uri = f"s3://{s3.new_bucket('nots')}/b0"
+    tp = TopicPartition("nots", 0)
+    cfg = dataclasses.replace(tiering_config(uri, s3), num_network_threads=1, num_io_threads=1)
+    with Broker(tmp_path / "l", config=cfg, create=True) as broker:
+        broker.create_topic("nots", config={**TIERED, "retention.ms": "3600000"})
+        for i in range(20):
+            broker.produce("nots", 0, [ProducerRecord(value(i), timestamp=-1)])
+        unified = broker.log_manager.get_log(tp)
+        bases = unified.segment_base_offsets
+        mtimes = {b: int((tmp_path / "l" / tp.dir_name / f"{b:020d}.log").stat().st_mtime * 1000)
+                  for b in bases[:-1]}  # fmt: skip
+        copied = broker.remote_log_manager.run_once()
+        assert copied == len(bases) - 1 >= 2
+        stored = manifests(broker.remote_log_manager.location, tp)
+        assert {b: m.max_timestamp_ms for b, m in stored.items()} == mtimes
+        assert unified.log_start_offset == 0 and broker.remote_log_manager.deleted == 0
