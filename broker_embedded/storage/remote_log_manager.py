@@ -32,8 +32,10 @@ Bounds: one thread per broker (``kafka-scheduler-remote-log-manager-<broker id>`
 runs a pass every ``remote.log.manager.task.interval.ms``; a pass copies one segment at a time
 (Kafka: ``remote.log.manager.copier.thread.pool.size`` threads; here 1), reading 8 MiB of a
 file at a time, and checks for shutdown between segments (a copy under way finishes; a kill
-interrupts it safely). Errors (the store unreachable after object_store.py's retries) are
-logged and the partition is retried at the next pass.
+interrupts it safely). Errors (the store unreachable after object_store.py's retries, a
+corrupt manifest) are logged with the partition and its prefix, and that partition's step (its
+copies, its retention, a deleted topic's deletion) is retried at the next pass; the other
+partitions go on (a failed deletion of a deleted topic's partition goes to the back).
 
 Remote retention (Kafka's ``RLMExpirationTask``), after each partition's copies: the oldest
 stored segments wholly below the log start offset, or whose manifest's ``max_timestamp_ms`` is
@@ -233,9 +235,22 @@ class RemoteLogManager:
                 if self._stopping.is_set():
                     break
                 if unified.config.remote_storage_enable and not unified.is_closed:
-                    done += self._copy_partition(tp, unified)
-                    self._expire_partition(tp, unified, now_ms)
+                    with self._logged(tp, "copying"):  # one partition's failure stops no other
+                        done += self._copy_partition(tp, unified)
+                    with self._logged(tp, "deleting past retention"):
+                        self._expire_partition(tp, unified, now_ms)
             return done
+
+    @contextlib.contextmanager
+    def _logged(self, tp: TopicPartition, what: str) -> Iterator[None]:
+        """Log an error of one partition's step (the store unreachable, a corrupt manifest)
+        with the partition and its prefix; the pass goes on with the next step or partition,
+        and the next pass tries it again."""
+        try:
+            yield
+        except Exception:
+            log.exception("remote log manager: %s %s in %s failed; tried again at the next pass",
+                          what, tp, self.location.describe(tp.dir_name + "/"))  # fmt: skip
 
     # -- remote retention (Kafka's RLMExpirationTask) -------------------------------------------
 
@@ -301,14 +316,29 @@ class RemoteLogManager:
                 self._scheduler.schedule("remote-log-delete", self._pass, delay_ms=0)
 
     def _delete_stopped(self) -> None:
-        while True:
+        """Delete each stopped partition once per pass; one that fails (a DELETE refused, a
+        corrupt manifest) is logged and moved to the back, and the others go on."""
+        with self._meta_lock:
+            todo = list(self._stopped)
+        for entry in todo:
+            if self._stopping.is_set():
+                return
+            tp, topic_id = entry
+            try:
+                self._delete_partition(self._store_once(), tp, topic_id)
+            except Exception:
+                log.exception("remote log manager: deleting deleted %s (topic id %s) from %s "
+                              "failed; tried again at the next pass", tp, topic_id or "-",
+                              self.location.describe(tp.dir_name + "/"))  # fmt: skip
+                with self._meta_lock:
+                    if entry in self._stopped:
+                        self._stopped.remove(entry)
+                        self._stopped.append(entry)
+                        self._write_pending()
+                continue
             with self._meta_lock:
-                if not self._stopped or self._stopping.is_set():
-                    return
-                tp, topic_id = self._stopped[0]
-            self._delete_partition(self._store_once(), tp, topic_id)
-            with self._meta_lock:
-                self._stopped.pop(0)
+                if entry in self._stopped:
+                    self._stopped.remove(entry)
                 self._copied_end.pop(tp, None)
                 self._write_pending()
 
