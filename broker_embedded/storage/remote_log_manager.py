@@ -265,8 +265,7 @@ class RemoteLogManager:
         segments = self.remote_segments(tp, unified)
         with self._meta_lock:
             pending = self._deleting.pop(tp, [])
-        for m in pending:
-            self._delete_segment(store, tp, m)
+        self._delete_segments(store, tp, pending)
         doomed = _expired(segments, unified, unified.clock_ms() if now_ms is None else now_ms)
         if not doomed:
             return
@@ -275,11 +274,24 @@ class RemoteLogManager:
             cached = self._remote.get(tp)
             if cached is not None:
                 cached[1][:] = [m for m in cached[1] if m.base_offset > doomed[-1].base_offset]
-        for m in doomed:
-            self._delete_segment(store, tp, m)
+        self._delete_segments(store, tp, doomed)
         log.info("remote log manager: deleted segments %d..%d of %s from %s past retention; "
                  "log start %d", doomed[0].base_offset, doomed[-1].next_offset - 1, tp,
                  store.location.describe(tp.dir_name), unified.log_start_offset)  # fmt: skip
+
+    def _delete_segments(
+        self, store: ObjectStore, tp: TopicPartition, segments: list[RemoteLogSegmentMetadata]
+    ) -> None:
+        """:meth:`_delete_segment` each, oldest first. One that fails drops the partition's
+        cached listing (they left the cache and ``_deleting`` before): the next pass lists
+        the store again and finishes the marked ones and those below the log start."""
+        try:
+            for m in segments:
+                self._delete_segment(store, tp, m)
+        except BaseException:
+            with self._meta_lock:
+                self._remote.pop(tp, None)
+            raise
 
     def _delete_segment(
         self, store: ObjectStore, tp: TopicPartition, m: RemoteLogSegmentMetadata

@@ -496,3 +496,33 @@ def test_a_segment_without_timestamps_expires_by_its_file_s_time(
         stored = manifests(broker.remote_log_manager.location, tp)
         assert {b: m.max_timestamp_ms for b, m in stored.items()} == mtimes
         assert unified.log_start_offset == 0 and broker.remote_log_manager.deleted == 0
+
+
+def test_a_failed_remote_deletion_is_finished_by_the_next_pass(
+    s3: S3Server, tmp_path: Path
+) -> None:
+    """The store refusing a DELETE (past its retries) mid-retention leaves the segments in the
+    store; the next pass lists the partition again and deletes them (they were dropped from
+    the broker's tracking before their deletion)."""
+    from tests.s3_proxy import FaultProxy
+
+    uri = f"s3://{s3.new_bucket('delfail')}/b0"
+    tp = TopicPartition("tiered", 0)
+    with (
+        FaultProxy(s3.endpoint) as proxy,
+        tiered_broker(tmp_path / "l", uri, s3, proxy.endpoint) as broker,
+    ):
+        rlm, location = broker.remote_log_manager, broker.remote_log_manager.location
+        stored = [m for _, m in sorted(manifests(location, tp).items())]
+        broker.alter_topic_config(
+            "tiered", {**TIERED, "local.retention.ms": "0", "retention.ms": "1000"}
+        )
+        proxy.inject("status", 503, times=5, matching="DELETE ")
+        rlm.run_once(now_ms=stored[1].max_timestamp_ms + 1000)  # 0 and 1 past it: refused
+        assert proxy.injected == 5
+        assert broker.list_offsets("tiered", 0, -2).offset == stored[2].base_offset
+        rlm.run_once(now_ms=stored[1].max_timestamp_ms + 1000)
+        assert sorted(manifests(location, tp)) == [m.base_offset for m in stored[2:]]
+        gone = tuple("tiered-0/" + _stem(m) for m in stored[:2])
+        assert [n for n in location.open().list("tiered-0/") if n.startswith(gone)] == []
+        assert rlm.deleted == 2
