@@ -19,13 +19,14 @@ copied; and only those at or after the end of the last segment already in the st
 
 Crash safety (what Kafka keeps in its ``__remote_log_metadata`` topic is here the manifests
 themselves): a segment is remote exactly when its manifest is. At its first visit of a
-partition, and after any failed copy, the manager lists the partition's prefix and resumes
-after the last manifest's ``next_offset``. A kill mid-copy leaves objects without a manifest;
-the next copy of that segment overwrites them (the same keys), so no segment is ever stored
-twice and no manifest names incomplete data. A segment deleted locally during its copy
-(DeleteRecords) has its objects deleted. A partition this broker stops leading is forgotten,
-and listed again if it leads it again. Copies go in offset order, so the store's
-segments are always a prefix of the log's without holes (what the reader requires).
+partition, and after any failed copy, the manager lists the partition's prefix and resumes after
+the last manifest's ``next_offset``. A kill mid-copy leaves objects without a manifest; the next
+copy of that segment overwrites them (the same keys), so no segment is ever stored twice and no
+manifest names incomplete data. A segment deleted locally during its copy (DeleteRecords) has
+its objects deleted. A partition this broker stops leading is forgotten (where its copies end
+and its cached stored segments), and listed again if it leads it again. Copies go in offset
+order, so the store's segments are always a prefix of the log's without holes (what the reader
+requires).
 
 Bounds: one thread per broker (``kafka-scheduler-remote-log-manager-<broker id>``, a
 :class:`KafkaScheduler`)
@@ -229,8 +230,10 @@ class RemoteLogManager:
             self._delete_stopped()
             done = 0
             leaders = self._leaders()
-            for tp in [tp for tp in self._copied_end if tp not in leaders]:
-                del self._copied_end[tp]  # led again later: list the store again then
+            with self._meta_lock:  # led again later: list the store again then
+                for tp in [tp for tp in {*self._copied_end, *self._remote} if tp not in leaders]:
+                    self._copied_end.pop(tp, None)
+                    self._remote.pop(tp, None)  # another leader may delete or copy meanwhile
             for tp, unified in sorted(leaders.items()):
                 if self._stopping.is_set():
                     break

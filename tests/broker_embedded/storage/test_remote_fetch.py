@@ -20,6 +20,7 @@ from broker_embedded.common.producer_record import ProducerRecord
 from broker_embedded.errors import RemoteStorageError
 from broker_embedded.record.records import iter_batches
 from broker_embedded.server.handlers import broker_server
+from broker_embedded.storage.remote_log_segment_metadata import RemoteLogSegmentMetadata
 from broker_embedded.storage.topic_partition import TopicPartition
 from tests.broker_embedded.storage.test_remote_log_manager import (
     TIERED,
@@ -526,3 +527,31 @@ def test_a_failed_remote_deletion_is_finished_by_the_next_pass(
         gone = tuple("tiered-0/" + _stem(m) for m in stored[:2])
         assert [n for n in location.open().list("tiered-0/") if n.startswith(gone)] == []
         assert rlm.deleted == 2
+
+
+def test_a_partition_led_again_lists_the_store_again(s3: S3Server, tmp_path: Path) -> None:
+    """A partition this broker stops leading forgets its cached stored segments: led again,
+    its remote segments are the store's, not those of when it last led (another leader's
+    retention deleted the first one meanwhile)."""
+    from broker_embedded.storage.remote_log_manager import RemoteLogManager
+
+    uri = f"s3://{s3.new_bucket('relead')}/b0"
+    tp = TopicPartition("tiered", 0)
+    with tiered_broker(tmp_path / "l", uri, s3) as broker:
+        unified, location = broker.log_manager.get_log(tp), broker.remote_log_manager.location
+        led = {tp: unified}
+        rlm = RemoteLogManager(1, tmp_path / "other", location, lambda: dict(led), 3_600_000)
+        try:
+            rlm.run_once()
+            stored = rlm.remote_segments(tp, unified)
+            assert [m.base_offset for m in stored] == sorted(manifests(location, tp))
+            led.clear()
+            rlm.run_once()
+            store = location.open()
+            for f in stored[0].files:  # another leader's retention deleted the first segment
+                store.delete(f"tiered-0/{f.name}")
+            store.delete(f"tiered-0/{RemoteLogSegmentMetadata.name_of(0)}")
+            led[tp] = unified
+            assert rlm.remote_segments(tp, unified) == stored[1:]
+        finally:
+            rlm.close()
