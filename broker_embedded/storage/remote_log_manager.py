@@ -273,6 +273,11 @@ class RemoteLogManager:
         if not doomed:
             return
         unified.update_log_start_offset_from_remote_tier(doomed[-1].next_offset)
+        # the log start moves at most to the high watermark (nor at all, the log closed): only
+        # the segments wholly below where it is go
+        doomed = [m for m in doomed if m.next_offset <= unified.log_start_offset]
+        if not doomed:
+            return
         with self._meta_lock:  # readers no longer see them
             cached = self._remote.get(tp)
             if cached is not None:

@@ -555,3 +555,26 @@ def test_a_partition_led_again_lists_the_store_again(s3: S3Server, tmp_path: Pat
             assert rlm.remote_segments(tp, unified) == stored[1:]
         finally:
             rlm.close()
+
+
+def test_remote_retention_deletes_only_below_the_log_start_it_set(
+    s3: S3Server, tmp_path: Path
+) -> None:
+    """The log start moves at most to the high watermark: a segment past retention that holds
+    the high watermark stays in the store (readable from the log start), only those wholly
+    below it go."""
+    uri = f"s3://{s3.new_bucket('capped')}/b0"
+    tp = TopicPartition("tiered", 0)
+    with tiered_broker(tmp_path / "l", uri, s3) as broker:
+        rlm, unified = broker.remote_log_manager, broker.log_manager.get_log(tp)
+        stored = [m for _, m in sorted(manifests(rlm.location, tp).items())]
+        broker.alter_topic_config(
+            "tiered", {**TIERED, "local.retention.ms": "0", "retention.ms": "1000"}
+        )
+        hw = stored[1].base_offset + 1  # e.g. a new leader whose high watermark lags
+        assert unified.update_high_watermark(hw) == hw
+        rlm.run_once(now_ms=stored[1].max_timestamp_ms + 1000)  # 0 and 1 past retention
+        assert unified.log_start_offset == hw
+        assert sorted(manifests(rlm.location, tp)) == [m.base_offset for m in stored[1:]]
+        assert [m.base_offset for m in rlm.remote_segments(tp, unified)] == [
+            m.base_offset for m in stored[1:]]  # fmt: skip
