@@ -67,7 +67,8 @@ ListOffsets by timestamp in the store (on the request thread, as Kafka 3.9's). W
 are remote comes from the manifests, kept in memory per partition (Kafka's
 ``RemoteLogMetadataManager``): listed (one GET per manifest) at the first copy pass or read of
 the partition, appended to as segments are copied; only ``COPY_SEGMENT_FINISHED`` ones count.
-The parsed offset indexes of the segments read are kept (remote_index_cache.py, 64 MiB).
+The parsed offset indexes of the segments read are kept (remote_index_cache.py, 64 MiB), keyed by
+object name and the manifests' topic id.
 A store that fails a read is logged with its key and answered :class:`RemoteStorageError`
 (UNKNOWN_SERVER_ERROR, as Kafka answers its ``RemoteStorageException``).
 
@@ -571,7 +572,7 @@ class RemoteLogManager:
         level = IsolationLevel.READ_COMMITTED if committed else IsolationLevel.READ_UNCOMMITTED
         stored = _stored_partition(tp, segments, unified)
         with self._store_errors(tp, f"fetching offset {offset}"):
-            with self._source(tp, stored) as src:
+            with self._source(tp, stored, segments[-1].topic_id) as src:
                 fetched = src.fetch(tp, offset, info.max_bytes, level)
         records = _whole_batches(fetched.records)
         if not info.min_one_message and len(records) > info.max_bytes:
@@ -602,14 +603,16 @@ class RemoteLogManager:
             return None
         stored = _stored_partition(tp, segments[first:], unified)
         with self._store_errors(tp, f"looking up timestamp {timestamp}"):
-            with self._source(tp, stored) as src:
+            with self._source(tp, stored, segments[-1].topic_id) as src:
                 return src.offset_for_time(tp, timestamp)
 
-    def _source(self, tp: TopicPartition, stored: StoredPartition) -> ObjectStoreFetchSource:
+    def _source(
+        self, tp: TopicPartition, stored: StoredPartition, topic_id: str
+    ) -> ObjectStoreFetchSource:
         """A reader of ``stored`` (a fresh store handle: one thread uses it), with the broker's
-        offset index cache."""
+        offset index cache (its entries keyed by ``topic_id`` too, the manifests')."""
         return ObjectStoreFetchSource(ObjectStoreSource(self.location, ((tp, stored),)),
-                                      self.index_cache)  # fmt: skip
+                                      self.index_cache, topic_id)  # fmt: skip
 
     def _remote_or_error(
         self, tp: TopicPartition, unified: UnifiedLog, what: str

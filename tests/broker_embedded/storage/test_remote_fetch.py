@@ -578,3 +578,52 @@ def test_remote_retention_deletes_only_below_the_log_start_it_set(
         assert sorted(manifests(rlm.location, tp)) == [m.base_offset for m in stored[1:]]
         assert [m.base_offset for m in rlm.remote_segments(tp, unified)] == [
             m.base_offset for m in stored[1:]]  # fmt: skip
+
+
+def test_a_topic_created_again_is_not_read_with_the_old_topic_s_index(
+    s3: S3Server, tmp_path: Path
+) -> None:
+    """A broker that read a tiered topic (its ``.index`` cached), stopped leading it while the
+    topic was deleted and created again with other record sizes, and leads it again reads the
+    new topic's records: its index cache is keyed by topic id too, not by object name only."""
+    from broker_embedded.storage.fetch_data_info import FetchIsolation
+    from broker_embedded.storage.remote_log_manager import RemoteLogManager
+    from broker_embedded.storage.remote_storage_fetch_info import RemoteStorageFetchInfo
+
+    uri = f"s3://{s3.new_bucket('reindex')}/b0"
+    tp = TopicPartition("again", 0)
+    config = {**TIERED, "index.interval.bytes": "1"}  # an index entry a batch
+    cfg = dataclasses.replace(tiering_config(uri, s3), num_network_threads=1, num_io_threads=1)
+    with Broker(tmp_path / "l", config=cfg, create=True) as broker:
+        location = broker.remote_log_manager.location
+
+        def tiered(size: int) -> None:
+            broker.create_topic("again", config=config)
+            for i in range(20):
+                broker.produce("again", 0, [ProducerRecord(b"%03d" % i * size)])
+            broker.remote_log_manager.run_once()
+            assert manifests(location, tp)
+
+        def info(offset: int) -> RemoteStorageFetchInfo:
+            return RemoteStorageFetchInfo(tp, offset, 1 << 20, True,
+                                          FetchIsolation.HIGH_WATERMARK, 0)  # fmt: skip
+
+        tiered(40)
+        led = {tp: broker.log_manager.get_log(tp)}
+        rlm = RemoteLogManager(1, tmp_path / "other", location, lambda: dict(led), 3_600_000)
+        try:
+            first = [b.base_offset for b in iter_batches(rlm.read(info(3), led[tp]).records)]
+            assert first[0] == 3
+            led.clear()
+            rlm.run_once()
+            broker.delete_topic("again")
+            deadline = time.monotonic() + 30
+            while location.open().list("again-0/") and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert location.open().list("again-0/") == {}
+            tiered(5)
+            led[tp] = broker.log_manager.get_log(tp)
+            found = next(iter_batches(rlm.read(info(3), led[tp]).records))
+            assert bytes(found.buffer) == bytes(led[tp].batches(3)[0].buffer)  # kept locally
+        finally:
+            rlm.close()
