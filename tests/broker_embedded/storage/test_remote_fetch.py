@@ -627,3 +627,22 @@ def test_a_topic_created_again_is_not_read_with_the_old_topic_s_index(
             assert bytes(found.buffer) == bytes(led[tp].batches(3)[0].buffer)  # kept locally
         finally:
             rlm.close()
+
+
+def test_a_broker_restarted_without_remote_storage_starts_the_log_at_its_first_segment(
+    s3: S3Server, tmp_path: Path
+) -> None:
+    """remote.log.storage.system.enable off at a restart: the topic's remote.storage.enable
+    does nothing (Kafka's isRemoteLogEnabled), so the log starts at its first local segment,
+    not at the tiered log start below it (offsets no one can read then)."""
+    uri = f"s3://{s3.new_bucket('sysoff')}/b0"
+    tp = TopicPartition("tiered", 0)
+    with tiered_broker(tmp_path / "l", uri, s3) as broker:
+        local_start = broker.log_manager.get_log(tp).local_log_start_offset
+        assert local_start > 0 and broker.list_offsets("tiered", 0, -2).offset == 0
+    cfg = dataclasses.replace(tiering_config(uri, s3), remote_log_storage_system_enable=False)
+    with Broker(tmp_path / "l", config=cfg) as broker:
+        unified = broker.log_manager.get_log(tp)
+        assert (unified.log_start_offset, unified.local_log_start_offset) == (
+            local_start, local_start)  # fmt: skip
+        assert broker.list_offsets("tiered", 0, -2).offset == local_start
