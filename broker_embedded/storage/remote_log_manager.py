@@ -48,7 +48,8 @@ segment's size, are deleted: the log start moves past them first
 (``UnifiedLog.update_log_start_offset_from_remote_tier``), then each segment: its manifest
 rewritten ``DELETE_SEGMENT_STARTED``, its objects deleted, the manifest last. A listing finds
 marked manifests (a kill mid-deletion) and the next pass finishes them. A deleted topic's
-partitions (:meth:`RemoteLogManager.stop_partitions`) are deleted on this thread: the objects no
+partitions (:meth:`RemoteLogManager.stop_partitions`, on every live broker holding a replica)
+are deleted on this thread: the objects no
 manifest names first (while the manifests still refuse a topic created again under the name),
 then every segment of its topic id as above. The partitions still to delete are recorded in the
 log dir (``remote-log-pending-deletions``: a version line ``0``, then ``<topic> <partition>

@@ -646,3 +646,43 @@ def test_a_broker_restarted_without_remote_storage_starts_the_log_at_its_first_s
         assert (unified.log_start_offset, unified.local_log_start_offset) == (
             local_start, local_start)  # fmt: skip
         assert broker.list_offsets("tiered", 0, -2).offset == local_start
+
+
+def test_a_deleted_topic_without_a_live_leader_is_deleted_from_the_store(
+    s3: S3Server, tmp_path: Path
+) -> None:
+    """A tiered topic deleted while its leader is down (its other replica, out of the ISR, is
+    alive but cannot lead): the live replica records the deletion and deletes the objects."""
+    from broker_embedded.cluster import EmbeddedCluster
+
+    uri = f"s3://{s3.new_bucket('noleader')}/c"
+    fast = {"replica_lag_time_max_ms": 500, "replica_fetch_wait_max_ms": 50,
+            "replica_fetch_backoff_ms": 50}  # fmt: skip
+    cfg = dataclasses.replace(tiering_config(uri, s3), **fast)
+    tp = TopicPartition("orphan", 0)
+    cluster = EmbeddedCluster(tmp_path / "c", 2, config=cfg)
+    try:
+        cluster.create_topic("orphan", 1, 2, config=TIERED)
+        leader = cluster.leader_for(tp)
+        (follower_id,) = {0, 1} - {leader.broker_id}
+        for i in range(10):  # both replicas hold the topic
+            cluster.produce("orphan", 0, [value(i)])
+        cluster.stop_broker(follower_id)
+        for i in range(10, 20):
+            leader.produce("orphan", 0, [value(i)], acks=1)
+        led = leader.log_manager.get_log(tp)
+        deadline = time.monotonic() + 20
+        while led.high_watermark < 20 and time.monotonic() < deadline:
+            time.sleep(0.05)  # the stopped follower leaves the ISR
+        assert led.high_watermark == 20
+        assert leader.remote_log_manager.run_once() > 0
+        location = leader.remote_log_manager.location
+        cluster.stop_broker(leader.broker_id)
+        cluster.restart_broker(follower_id)  # alive, out of the ISR: no leader
+        cluster.controller.delete_topic("orphan")
+        deadline = time.monotonic() + 30
+        while location.open().list("orphan-0/") and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert location.open().list("orphan-0/") == {}
+    finally:
+        cluster.close()
