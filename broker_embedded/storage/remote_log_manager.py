@@ -54,7 +54,7 @@ manifest names first (while the manifests still refuse a topic created again und
 then every segment of its topic id as above. The partitions still to delete are recorded in the
 log dir (``remote-log-pending-deletions``: a version line ``0``, then ``<topic> <partition>
 <topic id or ->`` a line, written atomically, removed when empty), so that a restart finishes
-them.
+them (a damaged line is logged with the file and line number and skipped).
 
 Reads (Kafka's ``RemoteLogReader`` and ``RemoteLogManager.read``): the replica manager hands a
 consumer's Fetch of an offset below the local log start to :meth:`RemoteLogManager.async_read`
@@ -386,9 +386,14 @@ class RemoteLogManager:
                       PENDING_VERSION)  # fmt: skip
             return []
         found = []
-        for line in lines[1:]:
-            topic, partition, tid = line.rsplit(" ", 2)
-            found.append((TopicPartition(topic, int(partition)), "" if tid == "-" else tid))
+        for number, line in enumerate(lines[1:], start=2):
+            try:
+                topic, partition, tid = line.rsplit(" ", 2)
+                found.append((TopicPartition(topic, int(partition)), "" if tid == "-" else tid))
+            except ValueError:  # the broker starts: that partition's objects are left
+                log.error("remote log manager: %s line %d is not '<topic> <partition> <topic "
+                          "id or ->': %r skipped (delete that partition's objects by hand)",
+                          path, number, line)  # fmt: skip
         return found
 
     def _delete_partition(self, store: ObjectStore, tp: TopicPartition, topic_id: str) -> None:

@@ -359,3 +359,27 @@ def test_one_partition_s_failure_stops_no_other_partition(s3: S3Server, tmp_path
         assert store.list("gone2-0/") == {} and list(store.list("a-0/")) == [f"a-0/{corrupt}"]
         pending = (tmp_path / "l" / "remote-log-pending-deletions").read_text()
         assert pending == "0\ngone 0 -\n"
+
+
+def test_a_malformed_pending_deletions_line_is_skipped_naming_file_and_line(
+    s3: S3Server, tmp_path: Path, caplog
+) -> None:
+    """A damaged remote-log-pending-deletions line is logged with the file and line number and
+    skipped: the broker starts and deletes the partitions of the other lines."""
+    from broker_embedded.storage.remote_log_manager import PENDING_FILE, RemoteLogManager
+
+    uri = f"s3://{s3.new_bucket('pending')}/b0"
+    location = StoreLocation(uri, s3.settings)
+    location.open().write("gone-0/00000000000000000000.log", b"left by a copy")
+    pending = tmp_path / PENDING_FILE
+    pending.write_text("0\nbroken line\ngone 0 -\n")
+    rlm = RemoteLogManager(0, tmp_path, location, dict, 3_600_000)
+    with caplog.at_level(logging.ERROR, "broker_embedded.storage.remote_log_manager"):
+        rlm.startup()
+        try:
+            wait_for("the pending deletions done", lambda: not pending.exists(), 30)
+        finally:
+            rlm.close()
+    assert location.open().list("gone-0/") == {}
+    logged = [r.getMessage() for r in caplog.records]
+    assert any(f"{pending} line 2 is not" in m and "'broken line'" in m for m in logged)
