@@ -112,6 +112,7 @@ class Broker:
             retention_check_interval_ms=self.config.log_retention_check_interval_ms,
             flush_check_interval_ms=self.config.log_flush_scheduler_interval_ms,
             cleaner_config=LogCleanerConfig.from_broker_config(self.config), create=create,
+            remote_storage_system_enable=self.config.remote_log_storage_system_enable,
         )  # fmt: skip
         if controller is None:
             controller = Controller()

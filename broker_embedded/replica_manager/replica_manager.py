@@ -275,7 +275,9 @@ class ReplicaManager:
                 self._deleted.add(tp)
                 p = self.partitions.pop(tp, None)
                 if p is not None:
-                    if p.is_leader and p.log.config.remote_storage_enable:
+                    # every replica, not only a live leader (there may be none): deleting is
+                    # idempotent and keeps to the topic id, so brokers may race on it
+                    if p.log.remote_log_enabled:
                         tiered.append((tp, p.log.topic_id))
                     p.stop_leading()
         if tiered and self.remote_log_manager is not None:  # their stored objects go too

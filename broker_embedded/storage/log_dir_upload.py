@@ -179,7 +179,13 @@ class SegmentUpload:
         replace: bool,
         verify: bool,
         progress: Callable[[str], None],
+        mtime_when_no_timestamp: bool = False,
     ) -> None:
+        """``mtime_when_no_timestamp``: a segment without record timestamps gets its
+        ``.log``'s modification time as ``max_timestamp_ms`` (Kafka's
+        ``LogSegment.largestTimestamp``, which its RemoteLogManager copies into the segment's
+        metadata, so remote retention.ms counts from it), not -1."""
+        self.mtime_when_no_timestamp = mtime_when_no_timestamp
         self.log_dir, self.store, self.listing = log_dir, store, listing
         self.replace, self.verify, self.progress = replace, verify, progress
         self.uploaded: list[str] = []
@@ -240,6 +246,8 @@ class SegmentUpload:
         files.sort(key=lambda f: f.name)  # as parsed
         size = paths[0].stat().st_size
         next_offset, max_timestamp = _offsets(directory, base)
+        if max_timestamp < 0 and self.mtime_when_no_timestamp:
+            max_timestamp = int(paths[0].stat().st_mtime * 1000)
         return RemoteLogSegmentMetadata(base, next_offset, size, tuple(files), max_timestamp,
                                         topic_id=topic_id_in(directory))  # fmt: skip
 

@@ -175,8 +175,10 @@ class LogManager:
         flush_check_interval_ms: int = DEFAULT_FLUSH_CHECK_INTERVAL_MS,
         cleaner_config: LogCleanerSettings | None = None,
         create: bool = False,
+        remote_storage_system_enable: bool = True,
     ) -> None:
         self.log_dir = Path(log_dir)
+        self._remote_storage_system_enable = remote_storage_system_enable
         prepare_log_dir(self.log_dir, create=create)
         self.defaults = defaults or LogConfig()
         self.node_id = node_id
@@ -279,6 +281,7 @@ class LogManager:
         return _open_log(self.log_dir, tp, self.topics[tp.topic], self.defaults,
                          had_clean_shutdown=self.had_clean_shutdown, clock_ms=self._clock,
                          on_offsets_changed=self._on_offsets_changed, health=self.health,
+                         remote_storage_system_enable=self._remote_storage_system_enable,
                          **offsets)  # fmt: skip
 
     # -- topics and logs ---------------------------------------------------------------------------

@@ -192,10 +192,17 @@ class ObjectStoreFetchSource:
     """A log dir on object storage as a :class:`FetchSource`; see the module docstring."""
 
     def __init__(
-        self, descriptor: ObjectStoreSource, index_cache: RemoteIndexCache | None = None
+        self,
+        descriptor: ObjectStoreSource,
+        index_cache: RemoteIndexCache | None = None,
+        topic_id: str = "",
     ) -> None:
+        """``index_cache``: a broker's offset indexes, shared by its remote reads, keyed by
+        object name and ``topic_id`` (the manifests'), so that a topic deleted and created again
+        under its name is never handed the old topic's ``.index``."""
         self._descriptor = descriptor
-        self._shared = index_cache  # a broker's offset indexes, shared by its remote reads
+        self._shared = index_cache
+        self._topic_id = topic_id
         self._store: ObjectStore = descriptor.store.open()
         self._planned = dict(descriptor.planned)
         self._listing: dict[str, int] | None = None
@@ -417,12 +424,13 @@ class ObjectStoreFetchSource:
         index = self._index.pop(key, None)
         if index is None:
             name = f"{tp.dir_name}/{segment_file_stem(base)}{INDEX_SUFFIX}"
-            index = None if self._shared is None else self._shared.get(name)
+            shared = f"{name}@{self._topic_id}"  # a prefix of the name forgets it
+            index = None if self._shared is None else self._shared.get(shared)
             if index is None:
                 data = self._store.read(name, context) if self._has(name) else b""
                 index = OffsetIndex.from_bytes(data, base, source=self._where(name))
                 if self._shared is not None:
-                    self._shared.put(name, index)
+                    self._shared.put(shared, index)
             while len(self._index) >= KEPT_INDEXES:
                 del self._index[next(iter(self._index))]  # the least recently used
         self._index[key] = index

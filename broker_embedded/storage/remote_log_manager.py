@@ -19,35 +19,42 @@ copied; and only those at or after the end of the last segment already in the st
 
 Crash safety (what Kafka keeps in its ``__remote_log_metadata`` topic is here the manifests
 themselves): a segment is remote exactly when its manifest is. At its first visit of a
-partition, and after any failed copy, the manager lists the partition's prefix and resumes
-after the last manifest's ``next_offset``. A kill mid-copy leaves objects without a manifest;
-the next copy of that segment overwrites them (the same keys), so no segment is ever stored
-twice and no manifest names incomplete data. A segment deleted locally during its copy
-(DeleteRecords) has its objects deleted. A partition this broker stops leading is forgotten,
-and listed again if it leads it again. Copies go in offset order, so the store's
-segments are always a prefix of the log's without holes (what the reader requires).
+partition, and after any failed copy, the manager lists the partition's prefix and resumes after
+the last manifest's ``next_offset``. A kill mid-copy leaves objects without a manifest; the next
+copy of that segment overwrites them (the same keys), so no segment is ever stored twice and no
+manifest names incomplete data. A segment deleted locally during its copy (DeleteRecords) has
+its objects deleted. A partition this broker stops leading is forgotten (where its copies end
+and its cached stored segments), and listed again if it leads it again. Copies go in offset
+order, so the store's segments are always a prefix of the log's without holes (what the reader
+requires).
 
 Bounds: one thread per broker (``kafka-scheduler-remote-log-manager-<broker id>``, a
 :class:`KafkaScheduler`)
 runs a pass every ``remote.log.manager.task.interval.ms``; a pass copies one segment at a time
 (Kafka: ``remote.log.manager.copier.thread.pool.size`` threads; here 1), reading 8 MiB of a
 file at a time, and checks for shutdown between segments (a copy under way finishes; a kill
-interrupts it safely). Errors (the store unreachable after object_store.py's retries) are
-logged and the partition is retried at the next pass.
+interrupts it safely). Errors (the store unreachable after object_store.py's retries, a
+corrupt manifest) are logged with the partition and its prefix, and that partition's step (its
+copies, its retention, a deleted topic's deletion) is retried at the next pass; the other
+partitions go on (a failed deletion of a deleted topic's partition goes to the back).
 
 Remote retention (Kafka's ``RLMExpirationTask``), after each partition's copies: the oldest
 stored segments wholly below the log start offset, or whose manifest's ``max_timestamp_ms`` is
-at most ``now - retention.ms``, or while the partition's size (stored segments plus the local
-ones after them) exceeds ``retention.bytes`` by at least the segment's size, are deleted: the
-log start moves past them first (``UnifiedLog.update_log_start_offset_from_remote_tier``),
-then each segment: its manifest rewritten ``DELETE_SEGMENT_STARTED``, its objects deleted,
-the manifest last. A listing finds marked manifests (a kill mid-deletion) and the next pass
-finishes them. A deleted topic's partitions (:meth:`RemoteLogManager.stop_partitions`) are
-deleted on this thread: the objects no manifest names first (while the manifests still refuse
-a topic created again under the name), then every segment of its topic id as above. The
-partitions still to delete are recorded in the log dir (``remote-log-pending-deletions``: a
-version line ``0``, then ``<topic> <partition> <topic id or ->`` a line, written atomically,
-removed when empty), so that a restart finishes them.
+at most ``now - retention.ms`` (a segment without record timestamps has its ``.log``'s
+modification time at its copy there, as Kafka's ``LogSegment.largestTimestamp`` gives its
+RemoteLogManager: never -1, which would expire it at once), or while the partition's size
+(stored segments plus the local ones after them) exceeds ``retention.bytes`` by at least the
+segment's size, are deleted: the log start moves past them first
+(``UnifiedLog.update_log_start_offset_from_remote_tier``), then each segment: its manifest
+rewritten ``DELETE_SEGMENT_STARTED``, its objects deleted, the manifest last. A listing finds
+marked manifests (a kill mid-deletion) and the next pass finishes them. A deleted topic's
+partitions (:meth:`RemoteLogManager.stop_partitions`, on every live broker holding a replica)
+are deleted on this thread: the objects no
+manifest names first (while the manifests still refuse a topic created again under the name),
+then every segment of its topic id as above. The partitions still to delete are recorded in the
+log dir (``remote-log-pending-deletions``: a version line ``0``, then ``<topic> <partition>
+<topic id or ->`` a line, written atomically, removed when empty), so that a restart finishes
+them (a damaged line is logged with the file and line number and skipped).
 
 Reads (Kafka's ``RemoteLogReader`` and ``RemoteLogManager.read``): the replica manager hands a
 consumer's Fetch of an offset below the local log start to :meth:`RemoteLogManager.async_read`
@@ -61,7 +68,8 @@ ListOffsets by timestamp in the store (on the request thread, as Kafka 3.9's). W
 are remote comes from the manifests, kept in memory per partition (Kafka's
 ``RemoteLogMetadataManager``): listed (one GET per manifest) at the first copy pass or read of
 the partition, appended to as segments are copied; only ``COPY_SEGMENT_FINISHED`` ones count.
-The parsed offset indexes of the segments read are kept (remote_index_cache.py, 64 MiB).
+The parsed offset indexes of the segments read are kept (remote_index_cache.py, 64 MiB), keyed by
+object name and the manifests' topic id.
 A store that fails a read is logged with its key and answered :class:`RemoteStorageError`
 (UNKNOWN_SERVER_ERROR, as Kafka answers its ``RemoteStorageException``).
 
@@ -224,15 +232,30 @@ class RemoteLogManager:
             self._delete_stopped()
             done = 0
             leaders = self._leaders()
-            for tp in [tp for tp in self._copied_end if tp not in leaders]:
-                del self._copied_end[tp]  # led again later: list the store again then
+            with self._meta_lock:  # led again later: list the store again then
+                for tp in [tp for tp in {*self._copied_end, *self._remote} if tp not in leaders]:
+                    self._copied_end.pop(tp, None)
+                    self._remote.pop(tp, None)  # another leader may delete or copy meanwhile
             for tp, unified in sorted(leaders.items()):
                 if self._stopping.is_set():
                     break
                 if unified.config.remote_storage_enable and not unified.is_closed:
-                    done += self._copy_partition(tp, unified)
-                    self._expire_partition(tp, unified, now_ms)
+                    with self._logged(tp, "copying"):  # one partition's failure stops no other
+                        done += self._copy_partition(tp, unified)
+                    with self._logged(tp, "deleting past retention"):
+                        self._expire_partition(tp, unified, now_ms)
             return done
+
+    @contextlib.contextmanager
+    def _logged(self, tp: TopicPartition, what: str) -> Iterator[None]:
+        """Log an error of one partition's step (the store unreachable, a corrupt manifest)
+        with the partition and its prefix; the pass goes on with the next step or partition,
+        and the next pass tries it again."""
+        try:
+            yield
+        except Exception:
+            log.exception("remote log manager: %s %s in %s failed; tried again at the next pass",
+                          what, tp, self.location.describe(tp.dir_name + "/"))  # fmt: skip
 
     # -- remote retention (Kafka's RLMExpirationTask) -------------------------------------------
 
@@ -247,21 +270,38 @@ class RemoteLogManager:
         segments = self.remote_segments(tp, unified)
         with self._meta_lock:
             pending = self._deleting.pop(tp, [])
-        for m in pending:
-            self._delete_segment(store, tp, m)
+        self._delete_segments(store, tp, pending)
         doomed = _expired(segments, unified, unified.clock_ms() if now_ms is None else now_ms)
         if not doomed:
             return
         unified.update_log_start_offset_from_remote_tier(doomed[-1].next_offset)
+        # the log start moves at most to the high watermark (nor at all, the log closed): only
+        # the segments wholly below where it is go
+        doomed = [m for m in doomed if m.next_offset <= unified.log_start_offset]
+        if not doomed:
+            return
         with self._meta_lock:  # readers no longer see them
             cached = self._remote.get(tp)
             if cached is not None:
                 cached[1][:] = [m for m in cached[1] if m.base_offset > doomed[-1].base_offset]
-        for m in doomed:
-            self._delete_segment(store, tp, m)
+        self._delete_segments(store, tp, doomed)
         log.info("remote log manager: deleted segments %d..%d of %s from %s past retention; "
                  "log start %d", doomed[0].base_offset, doomed[-1].next_offset - 1, tp,
                  store.location.describe(tp.dir_name), unified.log_start_offset)  # fmt: skip
+
+    def _delete_segments(
+        self, store: ObjectStore, tp: TopicPartition, segments: list[RemoteLogSegmentMetadata]
+    ) -> None:
+        """:meth:`_delete_segment` each, oldest first. One that fails drops the partition's
+        cached listing (they left the cache and ``_deleting`` before): the next pass lists
+        the store again and finishes the marked ones and those below the log start."""
+        try:
+            for m in segments:
+                self._delete_segment(store, tp, m)
+        except BaseException:
+            with self._meta_lock:
+                self._remote.pop(tp, None)
+            raise
 
     def _delete_segment(
         self, store: ObjectStore, tp: TopicPartition, m: RemoteLogSegmentMetadata
@@ -298,14 +338,29 @@ class RemoteLogManager:
                 self._scheduler.schedule("remote-log-delete", self._pass, delay_ms=0)
 
     def _delete_stopped(self) -> None:
-        while True:
+        """Delete each stopped partition once per pass; one that fails (a DELETE refused, a
+        corrupt manifest) is logged and moved to the back, and the others go on."""
+        with self._meta_lock:
+            todo = list(self._stopped)
+        for entry in todo:
+            if self._stopping.is_set():
+                return
+            tp, topic_id = entry
+            try:
+                self._delete_partition(self._store_once(), tp, topic_id)
+            except Exception:
+                log.exception("remote log manager: deleting deleted %s (topic id %s) from %s "
+                              "failed; tried again at the next pass", tp, topic_id or "-",
+                              self.location.describe(tp.dir_name + "/"))  # fmt: skip
+                with self._meta_lock:
+                    if entry in self._stopped:
+                        self._stopped.remove(entry)
+                        self._stopped.append(entry)
+                        self._write_pending()
+                continue
             with self._meta_lock:
-                if not self._stopped or self._stopping.is_set():
-                    return
-                tp, topic_id = self._stopped[0]
-            self._delete_partition(self._store_once(), tp, topic_id)
-            with self._meta_lock:
-                self._stopped.pop(0)
+                if entry in self._stopped:
+                    self._stopped.remove(entry)
                 self._copied_end.pop(tp, None)
                 self._write_pending()
 
@@ -331,9 +386,14 @@ class RemoteLogManager:
                       PENDING_VERSION)  # fmt: skip
             return []
         found = []
-        for line in lines[1:]:
-            topic, partition, tid = line.rsplit(" ", 2)
-            found.append((TopicPartition(topic, int(partition)), "" if tid == "-" else tid))
+        for number, line in enumerate(lines[1:], start=2):
+            try:
+                topic, partition, tid = line.rsplit(" ", 2)
+                found.append((TopicPartition(topic, int(partition)), "" if tid == "-" else tid))
+            except ValueError:  # the broker starts: that partition's objects are left
+                log.error("remote log manager: %s line %d is not '<topic> <partition> <topic "
+                          "id or ->': %r skipped (delete that partition's objects by hand)",
+                          path, number, line)  # fmt: skip
         return found
 
     def _delete_partition(self, store: ObjectStore, tp: TopicPartition, topic_id: str) -> None:
@@ -518,7 +578,7 @@ class RemoteLogManager:
         level = IsolationLevel.READ_COMMITTED if committed else IsolationLevel.READ_UNCOMMITTED
         stored = _stored_partition(tp, segments, unified)
         with self._store_errors(tp, f"fetching offset {offset}"):
-            with self._source(tp, stored) as src:
+            with self._source(tp, stored, segments[-1].topic_id) as src:
                 fetched = src.fetch(tp, offset, info.max_bytes, level)
         records = _whole_batches(fetched.records)
         if not info.min_one_message and len(records) > info.max_bytes:
@@ -549,14 +609,16 @@ class RemoteLogManager:
             return None
         stored = _stored_partition(tp, segments[first:], unified)
         with self._store_errors(tp, f"looking up timestamp {timestamp}"):
-            with self._source(tp, stored) as src:
+            with self._source(tp, stored, segments[-1].topic_id) as src:
                 return src.offset_for_time(tp, timestamp)
 
-    def _source(self, tp: TopicPartition, stored: StoredPartition) -> ObjectStoreFetchSource:
+    def _source(
+        self, tp: TopicPartition, stored: StoredPartition, topic_id: str
+    ) -> ObjectStoreFetchSource:
         """A reader of ``stored`` (a fresh store handle: one thread uses it), with the broker's
-        offset index cache."""
+        offset index cache (its entries keyed by ``topic_id`` too, the manifests')."""
         return ObjectStoreFetchSource(ObjectStoreSource(self.location, ((tp, stored),)),
-                                      self.index_cache)  # fmt: skip
+                                      self.index_cache, topic_id)  # fmt: skip
 
     def _remote_or_error(
         self, tp: TopicPartition, unified: UnifiedLog, what: str
@@ -609,7 +671,8 @@ class RemoteLogManager:
         epoch_file = LeaderEpochCheckpointFile(directory / LEADER_EPOCH_CHECKPOINT)
         extras[segment_file_stem(base) + LEADER_EPOCH_SUFFIX] = epoch_file.format(epochs)
         # objects an interrupted copy left are overwritten: no manifest names them
-        upload = SegmentUpload(self.log_dir, store, {}, False, False, lambda _: None)
+        upload = SegmentUpload(self.log_dir, store, {}, False, False, lambda _: None,
+                               mtime_when_no_timestamp=True)  # fmt: skip
         upload.segment(tp, base, extras)
         log.info("remote log manager: copied segment %d..%d of %s to %s (%d bytes)",
                  base, end - 1, tp, store.location.describe(tp.dir_name), upload.sent)  # fmt: skip

@@ -8,13 +8,15 @@ waits for a slot. Each task's :class:`~concurrent.futures.Future` gets its resul
 a task cancelled before it started never runs. Daemon threads, unlike a
 ``ThreadPoolExecutor``'s: a read held by a store that stopped answering (bounded by the store's
 own timeouts, object_store.py) never holds up the process's exit. :meth:`shutdown` cancels what
-is queued and lets the threads end after their current task.
+is queued and lets the threads end after their current task, never waiting for them (one stop
+marker, which each thread passes on: the queue may be smaller than the pool).
 
 Thread safety: :meth:`submit` and :meth:`shutdown` from any thread.
 """
 
 from __future__ import annotations
 
+import contextlib
 import queue
 import threading
 from collections.abc import Callable
@@ -67,6 +69,8 @@ class RemoteStorageThreadPool:
         while True:
             task = self._tasks.get()
             if task is _STOP:
+                with contextlib.suppress(queue.Full):  # the next thread ends too
+                    self._tasks.put_nowait(_STOP)
                 return
             future, fn = task
             if not future.set_running_or_notify_cancel():
@@ -88,5 +92,8 @@ class RemoteStorageThreadPool:
                 break
             if task is not None:
                 task[0].cancel()
-        for _ in range(threads):
-            self._tasks.put(_STOP)  # never blocks long: the queue was just emptied
+        if threads:  # one stop, passed on by each thread (the queue may hold fewer than
+            # the threads, max_pending < threads: putting one a thread could wait for a
+            # busy thread's read); no task is queued any more, so it fits
+            with contextlib.suppress(queue.Full):
+                self._tasks.put_nowait(_STOP)

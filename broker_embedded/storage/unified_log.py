@@ -140,7 +140,11 @@ class UnifiedLog(LogAppender, CleanableLog):
         clock_ms: Callable[[], int] = wall_clock_ms,
         on_offsets_changed: Callable[[UnifiedLog], None] | None = None,
         health: StorageHealth | None = None,
+        remote_storage_system_enable: bool = True,
     ) -> None:
+        # the broker's remote.log.storage.system.enable: off, a topic's remote.storage.enable
+        # does nothing (Kafka's isRemoteLogEnabled)
+        self.remote_storage_system_enable = remote_storage_system_enable
         self.topic_partition = topic_partition
         self.log_dir = Path(log_dir)
         self.health = StorageHealth(self.log_dir) if health is None else health
@@ -175,7 +179,7 @@ class UnifiedLog(LogAppender, CleanableLog):
         )  # fmt: skip
         leo = self.log_end_offset
         first = self._writer.segment_base_offsets[0]
-        if config.remote_storage_enable and log_start_offset is not None:
+        if self.remote_log_enabled and log_start_offset is not None:
             # Kafka's LogLoader: a tiered log's start is the checkpoint's (the segments below
             # the first local one are in the store); the local start is the first segment's
             self.log_start_offset = min(log_start_offset, leo)
@@ -276,6 +280,12 @@ class UnifiedLog(LogAppender, CleanableLog):
         with self._lock:
             floor, self._truncation_floor = self._truncation_floor, None
             return floor
+
+    @property
+    def remote_log_enabled(self) -> bool:
+        """Whether the log is tiered (Kafka's ``isRemoteLogEnabled``): the topic's
+        ``remote.storage.enable`` and the broker's ``remote.log.storage.system.enable``."""
+        return self.remote_storage_system_enable and self.config.remote_storage_enable
 
     def __repr__(self) -> str:
         return f"UnifiedLog({self.topic_partition}, {self.directory})"
@@ -492,7 +502,7 @@ class UnifiedLog(LogAppender, CleanableLog):
         with ``remote.storage.enable`` (Kafka's ``localRetentionMs``/``localRetentionBytes``),
         else ``retention.*``."""
         c = self.config
-        if c.remote_storage_enable:
+        if self.remote_log_enabled:
             return c.effective_local_retention_ms, c.effective_local_retention_bytes
         return c.retention_ms, c.retention_bytes
 
@@ -506,7 +516,7 @@ class UnifiedLog(LogAppender, CleanableLog):
         retention)."""
         bases = self.segment_base_offsets[:-1]
         doomed = []
-        tiered = tiered_only and self.config.remote_storage_enable
+        tiered = tiered_only and self.remote_log_enabled
         for base in bases:
             if self._next_base(base) > self.high_watermark:
                 break
@@ -659,7 +669,7 @@ class UnifiedLog(LogAppender, CleanableLog):
                 self.producer_state.truncate_fully_and_start_at(offset)
                 self._reopen_writer(start_offset=offset)
                 self.log_start_offset = self.recovery_point = offset
-                if log_start_offset is not None and self.config.remote_storage_enable:
+                if log_start_offset is not None and self.remote_log_enabled:
                     self.log_start_offset = min(log_start_offset, offset)
                 self._after_truncation()
 

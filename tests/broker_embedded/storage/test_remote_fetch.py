@@ -20,6 +20,7 @@ from broker_embedded.common.producer_record import ProducerRecord
 from broker_embedded.errors import RemoteStorageError
 from broker_embedded.record.records import iter_batches
 from broker_embedded.server.handlers import broker_server
+from broker_embedded.storage.remote_log_segment_metadata import RemoteLogSegmentMetadata
 from broker_embedded.storage.topic_partition import TopicPartition
 from tests.broker_embedded.storage.test_remote_log_manager import (
     TIERED,
@@ -483,3 +484,216 @@ def test_the_wire_source_asks_again_when_a_remote_read_answers_nothing_in_time(
         proxy.stop()
         with pytest.raises(KafkaLogError, match="no records for tiered-0 at offset 0 in 1500 ms"):
             fetch_at_0(1_500)  # the store's errors or the remote wait, whichever came last
+
+
+def test_a_segment_without_timestamps_expires_by_its_file_s_time(
+    s3: S3Server, tmp_path: Path
+) -> None:
+    """A stored segment whose records have no timestamp (-1) has its ``.log``'s modification
+    time as its manifest's max timestamp (Kafka's ``LogSegment.largestTimestamp``): retention.ms
+    counts from it, so it is not deleted right after its copy."""
+    uri = f"s3://{s3.new_bucket('nots')}/b0"
+    tp = TopicPartition("nots", 0)
+    cfg = dataclasses.replace(tiering_config(uri, s3), num_network_threads=1, num_io_threads=1)
+    with Broker(tmp_path / "l", config=cfg, create=True) as broker:
+        broker.create_topic("nots", config={**TIERED, "retention.ms": "3600000"})
+        for i in range(20):
+            broker.produce("nots", 0, [ProducerRecord(value(i), timestamp=-1)])
+        unified = broker.log_manager.get_log(tp)
+        bases = unified.segment_base_offsets
+        mtimes = {b: int((tmp_path / "l" / tp.dir_name / f"{b:020d}.log").stat().st_mtime * 1000)
+                  for b in bases[:-1]}  # fmt: skip
+        copied = broker.remote_log_manager.run_once()
+        assert copied == len(bases) - 1 >= 2
+        stored = manifests(broker.remote_log_manager.location, tp)
+        assert {b: m.max_timestamp_ms for b, m in stored.items()} == mtimes
+        assert unified.log_start_offset == 0 and broker.remote_log_manager.deleted == 0
+
+
+def test_a_failed_remote_deletion_is_finished_by_the_next_pass(
+    s3: S3Server, tmp_path: Path
+) -> None:
+    """The store refusing a DELETE (past its retries) mid-retention leaves the segments in the
+    store; the next pass lists the partition again and deletes them (they were dropped from
+    the broker's tracking before their deletion)."""
+    from tests.s3_proxy import FaultProxy
+
+    uri = f"s3://{s3.new_bucket('delfail')}/b0"
+    tp = TopicPartition("tiered", 0)
+    with (
+        FaultProxy(s3.endpoint) as proxy,
+        tiered_broker(tmp_path / "l", uri, s3, proxy.endpoint) as broker,
+    ):
+        rlm, location = broker.remote_log_manager, broker.remote_log_manager.location
+        stored = [m for _, m in sorted(manifests(location, tp).items())]
+        broker.alter_topic_config(
+            "tiered", {**TIERED, "local.retention.ms": "0", "retention.ms": "1000"}
+        )
+        proxy.inject("status", 503, times=5, matching="DELETE ")
+        rlm.run_once(now_ms=stored[1].max_timestamp_ms + 1000)  # 0 and 1 past it: refused
+        assert proxy.injected == 5
+        assert broker.list_offsets("tiered", 0, -2).offset == stored[2].base_offset
+        rlm.run_once(now_ms=stored[1].max_timestamp_ms + 1000)
+        assert sorted(manifests(location, tp)) == [m.base_offset for m in stored[2:]]
+        gone = tuple("tiered-0/" + _stem(m) for m in stored[:2])
+        assert [n for n in location.open().list("tiered-0/") if n.startswith(gone)] == []
+        assert rlm.deleted == 2
+
+
+def test_a_partition_led_again_lists_the_store_again(s3: S3Server, tmp_path: Path) -> None:
+    """A partition this broker stops leading forgets its cached stored segments: led again,
+    its remote segments are the store's, not those of when it last led (another leader's
+    retention deleted the first one meanwhile)."""
+    from broker_embedded.storage.remote_log_manager import RemoteLogManager
+
+    uri = f"s3://{s3.new_bucket('relead')}/b0"
+    tp = TopicPartition("tiered", 0)
+    with tiered_broker(tmp_path / "l", uri, s3) as broker:
+        unified, location = broker.log_manager.get_log(tp), broker.remote_log_manager.location
+        led = {tp: unified}
+        rlm = RemoteLogManager(1, tmp_path / "other", location, lambda: dict(led), 3_600_000)
+        try:
+            rlm.run_once()
+            stored = rlm.remote_segments(tp, unified)
+            assert [m.base_offset for m in stored] == sorted(manifests(location, tp))
+            led.clear()
+            rlm.run_once()
+            store = location.open()
+            for f in stored[0].files:  # another leader's retention deleted the first segment
+                store.delete(f"tiered-0/{f.name}")
+            store.delete(f"tiered-0/{RemoteLogSegmentMetadata.name_of(0)}")
+            led[tp] = unified
+            assert rlm.remote_segments(tp, unified) == stored[1:]
+        finally:
+            rlm.close()
+
+
+def test_remote_retention_deletes_only_below_the_log_start_it_set(
+    s3: S3Server, tmp_path: Path
+) -> None:
+    """The log start moves at most to the high watermark: a segment past retention that holds
+    the high watermark stays in the store (readable from the log start), only those wholly
+    below it go."""
+    uri = f"s3://{s3.new_bucket('capped')}/b0"
+    tp = TopicPartition("tiered", 0)
+    with tiered_broker(tmp_path / "l", uri, s3) as broker:
+        rlm, unified = broker.remote_log_manager, broker.log_manager.get_log(tp)
+        stored = [m for _, m in sorted(manifests(rlm.location, tp).items())]
+        broker.alter_topic_config(
+            "tiered", {**TIERED, "local.retention.ms": "0", "retention.ms": "1000"}
+        )
+        hw = stored[1].base_offset + 1  # e.g. a new leader whose high watermark lags
+        assert unified.update_high_watermark(hw) == hw
+        rlm.run_once(now_ms=stored[1].max_timestamp_ms + 1000)  # 0 and 1 past retention
+        assert unified.log_start_offset == hw
+        assert sorted(manifests(rlm.location, tp)) == [m.base_offset for m in stored[1:]]
+        assert [m.base_offset for m in rlm.remote_segments(tp, unified)] == [
+            m.base_offset for m in stored[1:]]  # fmt: skip
+
+
+def test_a_topic_created_again_is_not_read_with_the_old_topic_s_index(
+    s3: S3Server, tmp_path: Path
+) -> None:
+    """A broker that read a tiered topic (its ``.index`` cached), stopped leading it while the
+    topic was deleted and created again with other record sizes, and leads it again reads the
+    new topic's records: its index cache is keyed by topic id too, not by object name only."""
+    from broker_embedded.storage.fetch_data_info import FetchIsolation
+    from broker_embedded.storage.remote_log_manager import RemoteLogManager
+    from broker_embedded.storage.remote_storage_fetch_info import RemoteStorageFetchInfo
+
+    uri = f"s3://{s3.new_bucket('reindex')}/b0"
+    tp = TopicPartition("again", 0)
+    config = {**TIERED, "index.interval.bytes": "1"}  # an index entry a batch
+    cfg = dataclasses.replace(tiering_config(uri, s3), num_network_threads=1, num_io_threads=1)
+    with Broker(tmp_path / "l", config=cfg, create=True) as broker:
+        location = broker.remote_log_manager.location
+
+        def tiered(size: int) -> None:
+            broker.create_topic("again", config=config)
+            for i in range(20):
+                broker.produce("again", 0, [ProducerRecord(b"%03d" % i * size)])
+            broker.remote_log_manager.run_once()
+            assert manifests(location, tp)
+
+        def info(offset: int) -> RemoteStorageFetchInfo:
+            return RemoteStorageFetchInfo(tp, offset, 1 << 20, True,
+                                          FetchIsolation.HIGH_WATERMARK, 0)  # fmt: skip
+
+        tiered(40)
+        led = {tp: broker.log_manager.get_log(tp)}
+        rlm = RemoteLogManager(1, tmp_path / "other", location, lambda: dict(led), 3_600_000)
+        try:
+            first = [b.base_offset for b in iter_batches(rlm.read(info(3), led[tp]).records)]
+            assert first[0] == 3
+            led.clear()
+            rlm.run_once()
+            broker.delete_topic("again")
+            deadline = time.monotonic() + 30
+            while location.open().list("again-0/") and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert location.open().list("again-0/") == {}
+            tiered(5)
+            led[tp] = broker.log_manager.get_log(tp)
+            found = next(iter_batches(rlm.read(info(3), led[tp]).records))
+            assert bytes(found.buffer) == bytes(led[tp].batches(3)[0].buffer)  # kept locally
+        finally:
+            rlm.close()
+
+
+def test_a_broker_restarted_without_remote_storage_starts_the_log_at_its_first_segment(
+    s3: S3Server, tmp_path: Path
+) -> None:
+    """remote.log.storage.system.enable off at a restart: the topic's remote.storage.enable
+    does nothing (Kafka's isRemoteLogEnabled), so the log starts at its first local segment,
+    not at the tiered log start below it (offsets no one can read then)."""
+    uri = f"s3://{s3.new_bucket('sysoff')}/b0"
+    tp = TopicPartition("tiered", 0)
+    with tiered_broker(tmp_path / "l", uri, s3) as broker:
+        local_start = broker.log_manager.get_log(tp).local_log_start_offset
+        assert local_start > 0 and broker.list_offsets("tiered", 0, -2).offset == 0
+    cfg = dataclasses.replace(tiering_config(uri, s3), remote_log_storage_system_enable=False)
+    with Broker(tmp_path / "l", config=cfg) as broker:
+        unified = broker.log_manager.get_log(tp)
+        assert (unified.log_start_offset, unified.local_log_start_offset) == (
+            local_start, local_start)  # fmt: skip
+        assert broker.list_offsets("tiered", 0, -2).offset == local_start
+
+
+def test_a_deleted_topic_without_a_live_leader_is_deleted_from_the_store(
+    s3: S3Server, tmp_path: Path
+) -> None:
+    """A tiered topic deleted while its leader is down (its other replica, out of the ISR, is
+    alive but cannot lead): the live replica records the deletion and deletes the objects."""
+    from broker_embedded.cluster import EmbeddedCluster
+
+    uri = f"s3://{s3.new_bucket('noleader')}/c"
+    fast = {"replica_lag_time_max_ms": 500, "replica_fetch_wait_max_ms": 50,
+            "replica_fetch_backoff_ms": 50}  # fmt: skip
+    cfg = dataclasses.replace(tiering_config(uri, s3), **fast)
+    tp = TopicPartition("orphan", 0)
+    cluster = EmbeddedCluster(tmp_path / "c", 2, config=cfg)
+    try:
+        cluster.create_topic("orphan", 1, 2, config=TIERED)
+        leader = cluster.leader_for(tp)
+        (follower_id,) = {0, 1} - {leader.broker_id}
+        for i in range(10):  # both replicas hold the topic
+            cluster.produce("orphan", 0, [value(i)])
+        cluster.stop_broker(follower_id)
+        for i in range(10, 20):
+            leader.produce("orphan", 0, [value(i)], acks=1)
+        led = leader.log_manager.get_log(tp)
+        deadline = time.monotonic() + 20
+        while led.high_watermark < 20 and time.monotonic() < deadline:
+            time.sleep(0.05)  # the stopped follower leaves the ISR
+        assert led.high_watermark == 20
+        assert leader.remote_log_manager.run_once() > 0
+        location = leader.remote_log_manager.location
+        cluster.stop_broker(leader.broker_id)
+        cluster.restart_broker(follower_id)  # alive, out of the ISR: no leader
+        cluster.controller.delete_topic("orphan")
+        deadline = time.monotonic() + 30
+        while location.open().list("orphan-0/") and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert location.open().list("orphan-0/") == {}
+    finally:
+        cluster.close()

@@ -333,3 +333,53 @@ def test_a_serve_killed_mid_copy_resumes_and_stores_each_segment_once(
     remote = ObjectStoreSource(location).open()
     local = LogDirSource(str(logs)).open()
     assert batches(remote, tp) == batches(local, tp, bases[-1])
+
+
+def test_one_partition_s_failure_stops_no_other_partition(s3: S3Server, tmp_path: Path) -> None:
+    """A corrupt manifest in a deleted topic's partition and in a led partition is logged and
+    retried later; the pass still deletes the other deleted partition and tiers the other
+    led partition."""
+    uri = f"s3://{s3.new_bucket('isolated')}/b0"
+    with Broker(tmp_path / "l", config=tiering_config(uri, s3), create=True) as broker:
+        rlm = broker.remote_log_manager
+        store = rlm.location.open()
+        corrupt = RemoteLogSegmentMetadata.name_of(0)
+        for prefix in ("gone-0", "a-0"):
+            store.write(f"{prefix}/{corrupt}", b"{not json")
+        store.write("gone2-0/00000000000000000000.log", b"left by a copy")
+        for topic in ("a", "b"):
+            broker.create_topic(topic, config=TIERED)
+            for i in range(20):
+                broker.produce(topic, 0, [f"record {i:03d} ".encode() * 8])
+        rlm.stop_partitions([(TopicPartition("gone", 0), None), (TopicPartition("gone2", 0), None)])
+        rlm.run_once()  # the scheduled pass may have done it already
+        assert rlm.run_once() == 0
+        assert sorted(manifests(rlm.location, TopicPartition("b", 0))) == local_bases(
+            tmp_path / "l", TopicPartition("b", 0))[:-1]  # fmt: skip
+        assert store.list("gone2-0/") == {} and list(store.list("a-0/")) == [f"a-0/{corrupt}"]
+        pending = (tmp_path / "l" / "remote-log-pending-deletions").read_text()
+        assert pending == "0\ngone 0 -\n"
+
+
+def test_a_malformed_pending_deletions_line_is_skipped_naming_file_and_line(
+    s3: S3Server, tmp_path: Path, caplog
+) -> None:
+    """A damaged remote-log-pending-deletions line is logged with the file and line number and
+    skipped: the broker starts and deletes the partitions of the other lines."""
+    from broker_embedded.storage.remote_log_manager import PENDING_FILE, RemoteLogManager
+
+    uri = f"s3://{s3.new_bucket('pending')}/b0"
+    location = StoreLocation(uri, s3.settings)
+    location.open().write("gone-0/00000000000000000000.log", b"left by a copy")
+    pending = tmp_path / PENDING_FILE
+    pending.write_text("0\nbroken line\ngone 0 -\n")
+    rlm = RemoteLogManager(0, tmp_path, location, dict, 3_600_000)
+    with caplog.at_level(logging.ERROR, "broker_embedded.storage.remote_log_manager"):
+        rlm.startup()
+        try:
+            wait_for("the pending deletions done", lambda: not pending.exists(), 30)
+        finally:
+            rlm.close()
+    assert location.open().list("gone-0/") == {}
+    logged = [r.getMessage() for r in caplog.records]
+    assert any(f"{pending} line 2 is not" in m and "'broken line'" in m for m in logged)
