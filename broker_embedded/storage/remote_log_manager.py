@@ -99,7 +99,7 @@ from broker_embedded.errors import (
     RemoteStorageError,
 )
 from broker_embedded.record import entry_scan as es
-from broker_embedded.record.kernel_primitives import readonly_bytes
+from broker_embedded.record.header_reads import readonly_bytes
 from broker_embedded.scheduler import KafkaScheduler
 from broker_embedded.storage.checkpoint_file import write_atomically
 from broker_embedded.storage.fetch_data_info import FetchIsolation, IsolationLevel
