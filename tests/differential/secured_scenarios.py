@@ -125,6 +125,7 @@ def scram_credentials(run: Run) -> None:
         view=_by_user,
         values={"deletions": [{"name": bob, "mechanism": SHA_512}], "upsertions": []},
     )
+    _wait_deleted(run, bob, SHA_512)
     run.call(
         "describe, deleted one",
         DESCRIBE_SCRAM,
@@ -381,6 +382,18 @@ def _wait_coordinator(run: Run, group: str) -> None:
         return answer["coordinators"][0]["error_code"] == "none" or None
 
     run.poll(f"no coordinator for {group}", named)
+
+
+def _wait_deleted(run: Run, user: str, mechanism: int) -> None:
+    """Until the server no longer describes ``user``'s ``mechanism`` credential (not compared):
+    Kafka applies a deletion when the controller's record reaches the broker, after its answer."""
+
+    def gone() -> bool | None:
+        answer = run.quiet(DESCRIBE_SCRAM, 0, {"users": [{"name": user}]})
+        infos = [i for r in answer["results"] for i in r["credential_infos"]]
+        return True if all(i["mechanism"] != mechanism for i in infos) else None
+
+    run.poll(f"{user}'s credential {mechanism} still described", gone)
 
 
 def _wait_login(run: Run, user: str) -> Connection:
