@@ -6,9 +6,10 @@
 One write job per BOOTSTRAP, one after the other in the same session (one JVM start serves
 every case): ``spark.range(ROWS)`` in two partitions (value: the decimal id) to topic ``sink``
 of BOOTSTRAP, 50 rows an Arrow batch, with ``transactionalIdPrefix`` PREFIX when given; the
-first attempt of partition 0's task of each job fails at id FAIL_AT (a Python UDF raises, 3 s
-after reaching it: by then the writer of that attempt has produced the Arrow batches before
-it). The retry succeeds. (A third attempt is allowed: an attempt whose writer starts after the
+first attempt of partition 0's task of each job fails at id FAIL_AT (a Python UDF raises once
+the topic holds more records than task 1 writes, so that the writer of that attempt has produced
+some of the rows before FAIL_AT whatever the load; at most :data:`WAIT_S`). The retry
+succeeds. (A third attempt is allowed: an attempt whose writer starts after the
 next attempt's fences that one, which Spark then retries.) Prints ``done BOOTSTRAP`` when a
 write job succeeded, and exits 0 when all did.
 """
@@ -19,6 +20,37 @@ import argparse
 import os
 import sys
 import time
+
+WAIT_S = 120.0
+
+
+def _failing_once(bootstrap: str, fail_at: int, records: int):
+    """The UDF's function: the id as text, except that the first attempt of partition 0's task
+    raises at ``fail_at`` once the topic ``sink`` of ``bootstrap`` holds ``records`` (task 1's
+    rows and some of this attempt's; at most :data:`WAIT_S`)."""
+
+    def value(i: int) -> str:
+        from pyspark import TaskContext
+
+        task = TaskContext.get()
+        if i == fail_at and task.partitionId() == 0 and task.attemptNumber() == 0:
+            _wait_for_records(bootstrap, records)
+            raise RuntimeError(f"injected failure of the first attempt at id {i}")
+        return str(i)
+
+    return value
+
+
+def _wait_for_records(bootstrap: str, records: int) -> None:
+    from broker_embedded.client.kafka_client import LATEST, KafkaClient
+
+    deadline = time.monotonic() + WAIT_S
+    with KafkaClient(bootstrap) as client:
+        partitions = [p.partition for p in client.topic("sink").partitions]
+        while time.monotonic() < deadline:
+            if sum(client.list_offset("sink", p, LATEST) for p in partitions) >= records:
+                return
+            time.sleep(0.1)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -46,19 +78,10 @@ def main(argv: list[str] | None = None) -> int:
     spark.sparkContext.setLogLevel("ERROR")
     fail_at = args.fail_at
 
-    @udf("string")
-    def value(i: int) -> str:
-        from pyspark import TaskContext
-
-        task = TaskContext.get()
-        if i == fail_at and task.partitionId() == 0 and task.attemptNumber() == 0:
-            time.sleep(3)
-            raise RuntimeError(f"injected failure of the first attempt at id {i}")
-        return str(i)
-
-    df = spark.range(0, args.rows, numPartitions=2).select(value("id").alias("value"))
     for target in args.targets:
         bootstrap, _, prefix = target.partition("=")
+        value = udf(_failing_once(bootstrap, fail_at, args.rows // 2 + 1000), "string")
+        df = spark.range(0, args.rows, numPartitions=2).select(value("id").alias("value"))
         writer = df.write.format("kafkalog").mode("append").option("topic", "sink")
         writer = writer.option("kafka.bootstrap.servers", bootstrap)
         if prefix:

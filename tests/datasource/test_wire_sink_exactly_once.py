@@ -108,7 +108,7 @@ def test_a_failed_batch_write_is_aborted(spark, cluster) -> None:
 
 
 # task 0 holds ids 0..9999; its first attempt dies at 9000, well past the first 64 KiB the JVM
-# buffers before the writer sees any row
+# buffers before the writer sees any row, once the topic holds task 1's rows and 1,000 of its
 RETRY_ROWS, RETRY_FAIL_AT = 20_000, 9000
 
 
@@ -135,8 +135,8 @@ def test_a_task_spark_retries_leaves_no_duplicate(retried) -> None:
     want = Counter(b"%d" % i for i in range(rows))
     assert values(cluster, "read_committed") == want
     aborted = values(cluster, "read_uncommitted") - want
-    # what the first attempt produced before the failure (usually rows, under heavy load
-    # sometimes none) is in the log, aborted
+    # what the first attempt produced before the failure (rows: its UDF fails once the topic
+    # holds some of them, _retry_child.py) is in the log, aborted
     assert set(aborted) <= {b"%d" % i for i in range(fail_at)}
     ended = [commit for (_, commit) in markers(cluster.log_dir)]
     assert ended.count(True) == 2  # task 0's retry and task 1 committed
