@@ -60,6 +60,14 @@ def tiered_broker(
         yield broker
 
 
+def quick_tiering_config(uri: str, s3: S3Server):
+    """:func:`tiering_config` for a 2-broker cluster whose follower falls out of the ISR and
+    fetches again within a second."""
+    fast = {"replica_lag_time_max_ms": 500, "replica_fetch_wait_max_ms": 50,
+            "replica_fetch_backoff_ms": 50}  # fmt: skip
+    return dataclasses.replace(tiering_config(uri, s3), **fast)
+
+
 @contextlib.contextmanager
 def wire(broker: Broker) -> Iterator[str]:
     """``broker`` served on 127.0.0.1 (port 0): its bootstrap address."""
@@ -397,11 +405,8 @@ def test_a_follower_behind_the_leader_s_local_log_start_restarts_there(
     from broker_embedded.cluster import EmbeddedCluster
 
     uri = f"s3://{s3.new_bucket('follow')}/c"
-    fast = {"replica_lag_time_max_ms": 500, "replica_fetch_wait_max_ms": 50,
-            "replica_fetch_backoff_ms": 50}  # fmt: skip
-    cfg = dataclasses.replace(tiering_config(uri, s3), **fast)
     tp = TopicPartition("tiered", 0)
-    cluster = EmbeddedCluster(tmp_path / "c", 2, config=cfg)
+    cluster = EmbeddedCluster(tmp_path / "c", 2, config=quick_tiering_config(uri, s3))
     try:
         cluster.create_topic("tiered", 1, 2, config={**TIERED, "local.retention.ms": "0"})
         leader = cluster.leader_for(tp)
@@ -667,11 +672,8 @@ def test_a_deleted_topic_without_a_live_leader_is_deleted_from_the_store(
     from broker_embedded.cluster import EmbeddedCluster
 
     uri = f"s3://{s3.new_bucket('noleader')}/c"
-    fast = {"replica_lag_time_max_ms": 500, "replica_fetch_wait_max_ms": 50,
-            "replica_fetch_backoff_ms": 50}  # fmt: skip
-    cfg = dataclasses.replace(tiering_config(uri, s3), **fast)
     tp = TopicPartition("orphan", 0)
-    cluster = EmbeddedCluster(tmp_path / "c", 2, config=cfg)
+    cluster = EmbeddedCluster(tmp_path / "c", 2, config=quick_tiering_config(uri, s3))
     try:
         cluster.create_topic("orphan", 1, 2, config=TIERED)
         leader = cluster.leader_for(tp)
