@@ -58,6 +58,7 @@ from dataclasses import dataclass
 
 from broker_embedded.client.client_security import ClientSecurity
 from broker_embedded.storage.fetch_data_info import IsolationLevel
+from broker_embedded.storage.log_config import parse_boolean
 from broker_embedded.storage.object_store import StoreSettings, is_store_uri
 from datasource import option_table
 from datasource.errors import InvalidOptionError
@@ -625,10 +626,10 @@ def _bool(raw: dict[str, str], name: str, default: bool) -> bool:
     value = _get(raw, name)
     if value is None:
         return default
-    word = value.strip().lower()
-    if word not in ("true", "false"):
+    parsed = parse_boolean(value)
+    if parsed is None:
         raise InvalidOptionError(f"option {name}={value!r} is invalid: expected true or false")
-    return word == "true"
+    return parsed
 
 
 def _choice(raw: dict[str, str], name: str, allowed: tuple[str, ...], default: str) -> str:

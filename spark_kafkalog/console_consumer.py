@@ -56,6 +56,7 @@ from broker_embedded.broker_config import BrokerConfig
 from broker_embedded.errors import OffsetOutOfRangeError, UnknownTopicOrPartitionError
 from broker_embedded.record.columnar_decoder import decode
 from broker_embedded.storage.fetch_data_info import FetchIsolation, IsolationLevel
+from broker_embedded.storage.log_config import parse_boolean
 from broker_embedded.storage.log_dir import LogDir
 from broker_embedded.storage.partition_reader import PartitionReader
 from broker_embedded.storage.topic_config_file import TopicConfigFile
@@ -102,10 +103,10 @@ class StartAt:
 
 
 def _bool_property(props: dict[str, str], name: str) -> bool:
-    value = props[name].strip().lower()
-    if value not in ("true", "false"):
+    parsed = parse_boolean(props[name])
+    if parsed is None:
         raise CommandError(f"--property {name} must be true or false, not {props[name]!r}")
-    return value == "true"
+    return parsed
 
 
 class TextFormatter:

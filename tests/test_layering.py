@@ -327,6 +327,7 @@ DATASOURCE_MAY_IMPORT = {
     "broker_embedded.common": "the values the layers share",
     "broker_embedded.storage.topic_partition": "TopicPartition, topic name rules",
     "broker_embedded.storage.fetch_data_info": "IsolationLevel",
+    "broker_embedded.storage.log_config": "parse_boolean: a boolean option read as Kafka reads one",
     "broker_embedded.client.client_security": "the security settings the options are checked as",
     # codecs between Arrow columns and record batches, and Kafka's partitioner
     "broker_embedded.record.kafka_schema": "the Spark schema of a Kafka record",

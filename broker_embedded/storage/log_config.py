@@ -63,13 +63,18 @@ def _cleanup_policy(v: Any) -> str:
     return ",".join(sorted(set(parts)))
 
 
+def parse_boolean(text: str) -> bool | None:
+    """A BOOLEAN config value as Kafka's ``ConfigDef`` reads one: ``true`` or ``false`` in any
+    case, trimmed; None for anything else (each caller names the option in its own error)."""
+    word = text.strip().lower()
+    return True if word == "true" else False if word == "false" else None
+
+
 def _bool(v: Any) -> bool:
-    if isinstance(v, bool):
-        return v
-    s = str(v).strip().lower()
-    if s not in ("true", "false"):
+    parsed = v if isinstance(v, bool) else parse_boolean(str(v))
+    if parsed is None:
         raise ValueError("must be true or false")
-    return s == "true"
+    return parsed
 
 
 # Kafka name -> (LogConfig attribute, parser); the defaults are LogConfig's field defaults.

@@ -70,7 +70,12 @@ from broker_embedded.server.handlers.describe_configs import (
 from broker_embedded.server.kafka_apis import KafkaApis
 from broker_embedded.server.request_channel import Request
 from broker_embedded.server.security.authorizer import AclOperation
-from broker_embedded.storage.log_config import InvalidConfigError, LogConfig, parse_overrides
+from broker_embedded.storage.log_config import (
+    InvalidConfigError,
+    LogConfig,
+    parse_boolean,
+    parse_overrides,
+)
 from broker_embedded.storage.topic_partition import validate_topic
 
 ALTER_KEY, ALTER_VERSIONS = 33, (0, 2)
@@ -269,7 +274,7 @@ def _kafka_refusal(config_type: int, bounds: KafkaBounds, value: str) -> tuple[s
     """(the value as Kafka prints it, Kafka's reason), or None when Kafka accepts it."""
     text = value.strip()
     if config_type == BOOLEAN:
-        ok = text.lower() in ("true", "false")
+        ok = parse_boolean(text) is not None
         return None if ok else (value, "Expected value to be either true or false")
     if config_type in (STRING, LIST):
         items = _parts(text) if config_type == LIST else [text]
