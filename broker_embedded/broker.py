@@ -154,11 +154,15 @@ class Broker:
             parts = list(self.replica_manager.partitions.items())
             return {tp: p.log for tp, p in parts if p.is_leader}
 
+        def followers() -> dict[TopicPartition, UnifiedLog]:
+            parts = list(self.replica_manager.partitions.items())
+            return {tp: p.log for tp, p in parts if p.state is not None and not p.is_leader}
+
         c = self.config
         return RemoteLogManager(self.broker_id, self.log_dir, location, leaders,
                                 c.remote_log_manager_task_interval_ms,
                                 c.remote_log_reader_threads,
-                                c.remote_log_reader_max_pending_tasks)  # fmt: skip
+                                c.remote_log_reader_max_pending_tasks, followers)  # fmt: skip
 
     @property
     def broker_metadata(self) -> BrokerMetadata:

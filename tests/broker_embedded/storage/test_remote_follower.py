@@ -1,0 +1,227 @@
+"""Followers of tiered partitions (KIP-405) in a 2-broker cluster against a real S3 server
+(SeaweedFS, the session's ``s3`` fixture): a follower learns the store's end and deletes
+locally only what the store holds; after a failover the new leader serves every offset from
+the log start once and copies on from the store's end (cutting its segment there); a follower
+restarted from the store takes the producer state and leader epochs of the stored segment
+below the leader's local start, so an idempotent producer continues after a failover without
+a duplicate or a sequence gap; a failing store stops neither replication nor, once it is back,
+the follower's restart."""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from broker_embedded.cluster import EmbeddedCluster
+from broker_embedded.common.producer_record import ProducerRecord, build_batch
+from broker_embedded.errors import OutOfOrderSequenceError
+from broker_embedded.storage.leader_epoch_checkpoint import EpochEntry
+from broker_embedded.storage.object_store_fetch_source import ObjectStoreSource
+from broker_embedded.storage.topic_partition import TopicPartition
+from tests.broker_embedded.storage.test_remote_fetch import (
+    COUNT,
+    T0,
+    quick_tiering_config,
+    value,
+    wire,
+)
+from tests.broker_embedded.storage.test_remote_log_manager import (
+    TIERED,
+    batches,
+    local_bases,
+    manifests,
+)
+from tests.s3_proxy import FaultProxy
+from tests.seaweedfs import S3Server
+
+TIMEOUT_S = 30.0
+
+
+def wait_for(what: str, done: Callable[[], object], timeout_s: float = TIMEOUT_S) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not done():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.02)
+
+
+def record(i: int) -> ProducerRecord:
+    return ProducerRecord(value(i), timestamp=T0 + 10 * i)
+
+
+def stored_ranges(cluster: EmbeddedCluster, tp: TopicPartition) -> list[tuple[int, int]]:
+    location = next(iter(cluster.brokers.values())).remote_log_manager.location
+    return [(b, m.next_offset) for b, m in sorted(manifests(location, tp).items())]
+
+
+def test_a_follower_deletes_locally_only_what_the_store_holds_and_leads_on_from_it(
+    s3: S3Server, tmp_path: Path
+) -> None:
+    """Half the records reach the follower as it runs (its segments about the leader's), half
+    in one fetch after a restart (one segment). The leader tiers and deletes locally; the
+    follower learns the store's end from its manifests and deletes exactly its segments wholly
+    below it, never the one holding it. Failover: the new leader reads offset 0 on from the
+    store and its log, copies from the store's end on (its segment holding that end cut there),
+    and the store then holds the log without a hole or an overlap."""
+    uri = f"s3://{s3.new_bucket('followret')}/c"
+    tp = TopicPartition("tiered", 0)
+    cluster = EmbeddedCluster(tmp_path / "c", 2, config=quick_tiering_config(uri, s3))
+    try:
+        cluster.create_topic("tiered", 1, 2, config={**TIERED, "local.retention.ms": "0"})
+        leader = cluster.leader_for(tp)
+        (fid,) = {0, 1} - {leader.broker_id}
+        half = COUNT // 2
+        for i in range(half):
+            cluster.produce("tiered", 0, [record(i)])  # acks=all: the follower holds each
+        cluster.stop_broker(fid)
+        for i in range(half, COUNT):
+            leader.produce("tiered", 0, [record(i)], acks=1)
+        led = leader.log_manager.get_log(tp)
+        wait_for("the stopped follower out of the ISR", lambda: led.high_watermark == COUNT)
+        follower = cluster.restart_broker(fid)
+        lg = follower.log_manager.get_log(tp)
+        wait_for("the follower caught up", lambda: lg.high_watermark == COUNT)
+        before = local_bases(follower.log_dir, tp)
+        assert half in before  # the second half came in one fetch: one segment from there
+        follower.remote_log_manager.run_once()  # nothing in the store: nothing deleted
+        lg.delete_old_segments()
+        assert (lg.remote_end_offset, local_bases(follower.log_dir, tp)) == (-1, before)
+
+        assert leader.remote_log_manager.run_once() > 0
+        led.delete_old_segments()
+        end = stored_ranges(cluster, tp)[-1][1]
+        assert led.local_log_start_offset == end > half
+        follower.remote_log_manager.run_once()
+        lg.delete_old_segments()
+        assert lg.remote_end_offset == end
+        kept = [b for b in before if b >= half]  # the first wholly-stored one on
+        assert local_bases(follower.log_dir, tp) == kept
+        assert (lg.log_start_offset, lg.local_log_start_offset) == (0, half)
+
+        cluster.stop_broker(leader.broker_id)
+        wait_for("the follower leading", lambda: cluster.controller.partition_state(tp).leader
+                 == fid)  # fmt: skip
+        for i in range(COUNT, COUNT + 20):  # rolls the segment holding the store's end
+            follower.produce("tiered", 0, [record(i)], acks=1)
+        assert follower.remote_log_manager.run_once() > 0
+        ranges = stored_ranges(cluster, tp)
+        assert ranges[0][0] == 0 and all(a[1] == b[0] for a, b in itertools.pairwise(ranges))
+        assert end in [b for b, _ in ranges]  # the segment holding it was cut there
+        assert ranges[-1][1] == local_bases(follower.log_dir, tp)[-1]
+        remote = ObjectStoreSource(follower.remote_log_manager.location).open()
+        stored = [b[0] for b in batches(remote, tp)]
+        assert stored == list(range(ranges[-1][1]))  # each batch once
+        seen = consume_from_0(follower, COUNT + 20)
+    finally:
+        cluster.close()
+    assert seen == [(i, value(i)) for i in range(COUNT + 20)]
+
+
+def consume_from_0(broker, count: int) -> list[tuple[int, bytes]]:
+    """Kafka's consumer (confluent-kafka) from offset 0: (offset, value) of ``count``
+    records."""
+    from confluent_kafka import OFFSET_BEGINNING, Consumer
+    from confluent_kafka import TopicPartition as KafkaTopicPartition
+
+    seen: list[tuple[int, bytes]] = []
+    with wire(broker) as bootstrap:
+        consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "remote-follower",
+                             "enable.auto.commit": False,
+                             "max.partition.fetch.bytes": 1024})  # fmt: skip
+        try:
+            consumer.assign([KafkaTopicPartition("tiered", 0, OFFSET_BEGINNING)])
+            deadline = time.monotonic() + TIMEOUT_S
+            while len(seen) < count and time.monotonic() < deadline:
+                m = consumer.poll(0.5)
+                if m is not None:
+                    assert m.error() is None, m.error()
+                    seen.append((m.offset(), m.value()))
+        finally:
+            consumer.close()
+    return seen
+
+
+def test_a_follower_restarted_from_the_store_takes_its_producer_state_and_leader_epochs(
+    s3: S3Server, tmp_path: Path
+) -> None:
+    """An idempotent producer's 20 batches, then 40 plain ones, while the follower is down; the
+    leader tiers and deletes locally past them. The follower restarts, gets
+    OFFSET_MOVED_TO_TIERED_STORAGE, and rebuilds from the stored segment below the leader's
+    local start: its log restarts at that segment's end with the leader's epochs and the
+    producer's state (its snapshot in the store; no batch of that producer is local). After a
+    failover to it, the producer's retry of its last batch is a duplicate (its offset, nothing
+    appended), a sequence gap is OUT_OF_ORDER_SEQUENCE_NUMBER, the next sequence is appended,
+    and every record is in the log once. While its store is unreachable the follower backs off
+    and stays where it was; once the store is back it rebuilds; killed after that and
+    restarted, it has the state from its disk."""
+    uri = f"s3://{s3.new_bucket('auxstate')}/c"
+    tp = TopicPartition("idem", 0)
+    config = quick_tiering_config(uri, s3)
+    with FaultProxy(s3.endpoint) as proxy:
+        cluster = EmbeddedCluster(tmp_path / "c", 2, config=config)
+        try:
+            cluster.create_topic("idem", 1, 2, config={**TIERED, "local.retention.ms": "0"})
+            leader = cluster.leader_for(tp)
+            (fid,) = {0, 1} - {leader.broker_id}
+            cluster.stop_broker(fid)
+            pid, epoch = cluster.init_producer_id()
+
+            def idempotent(seq: int, i: int) -> bytes:
+                return build_batch([record(i)], now_ms=T0, producer_id=pid,
+                                   producer_epoch=epoch, base_sequence=seq)  # fmt: skip
+
+            for i in range(20):
+                assert leader.append(tp, idempotent(i, i), acks=1).error is None
+            for i in range(20, COUNT):
+                leader.produce("idem", 0, [record(i)], acks=1)
+            led = leader.log_manager.get_log(tp)
+            wait_for("the stopped follower out of the ISR", lambda: led.high_watermark == COUNT)
+            assert leader.remote_log_manager.run_once() > 0
+            led.delete_old_segments()
+            local_start = led.local_log_start_offset
+            assert local_start > 20 and led.log_start_offset == 0
+            epochs = led.leader_epoch_cache.entries()
+
+            rsm = tuple((k, proxy.endpoint if k == "fs.s3a.endpoint" else v)
+                        for k, v in config.rsm_config)  # fmt: skip
+            cluster.config = dataclasses.replace(config, rsm_config=rsm)
+            proxy.stop()  # the follower's store is gone: it cannot rebuild
+            follower = cluster.restart_broker(fid)
+            lg, rlm = follower.log_manager.get_log(tp), follower.remote_log_manager
+            wait_for("two refused builds", lambda: rlm.aux_state_failures >= 2)
+            assert (lg.log_end_offset, rlm.aux_states_built) == (0, 0)  # nothing fetched
+            proxy.start()
+            for attempt in ("rebuilt", "killed and restarted"):  # its state is on its disk
+                if attempt != "rebuilt":
+                    cluster.stop_broker(fid, clean=False)
+                    follower = cluster.restart_broker(fid)
+                    lg, rlm = follower.log_manager.get_log(tp), follower.remote_log_manager
+                wait_for(f"the follower {attempt} caught up",
+                         lambda lg=lg: lg.log_end_offset == COUNT)  # fmt: skip
+                assert (lg.log_start_offset, lg.local_log_start_offset) == (0, local_start)
+                assert lg.producer_state.last_entry(pid).last_seq == 19
+                assert lg.leader_epoch_cache.entries() == epochs
+                assert rlm.aux_states_built == (attempt == "rebuilt")
+            wait_for("the follower in the ISR",
+                     lambda: fid in cluster.controller.partition_state(tp).isr)  # fmt: skip
+
+            cluster.stop_broker(leader.broker_id)
+            wait_for("the follower leading", lambda: cluster.controller.partition_state(tp).leader
+                     == fid)  # fmt: skip
+            new_epoch = cluster.controller.partition_state(tp).leader_epoch
+            retry = follower.append(tp, idempotent(19, 19), acks=1)
+            assert (retry.error, retry.base_offset, lg.log_end_offset) == (None, 19, COUNT)
+            gap = follower.append(tp, idempotent(21, COUNT), acks=1)
+            assert isinstance(gap.error, OutOfOrderSequenceError)
+            next_one = follower.append(tp, idempotent(20, COUNT), acks=1)
+            assert (next_one.error, next_one.base_offset) == (None, COUNT)
+            assert lg.leader_epoch_cache.entries() == [*epochs, EpochEntry(new_epoch, COUNT)]
+            seen = [(b.base_offset, next(b.records()).value) for b in lg.batches()]
+            remote = ObjectStoreSource(rlm.location).open()
+            stored = [b[0] for b in batches(remote, tp, local_start)]
+        finally:
+            cluster.close()
+    assert stored == list(range(local_start))
+    assert seen == [(i, value(i)) for i in range(local_start, COUNT + 1)]
