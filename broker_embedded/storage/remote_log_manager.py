@@ -103,6 +103,11 @@ object name and the manifests' topic id.
 A store that fails a read is logged with its key and answered :class:`RemoteStorageError`
 (UNKNOWN_SERVER_ERROR, as Kafka answers its ``RemoteStorageException``).
 
+Meters (Kafka's ``RemoteStorageMetrics``, broker_topic_stats.py says when each counts): copies,
+remote reads, deletions and followers' restarts from the store are counted in the broker's
+topic stats while they are kept (:attr:`RemoteLogManager.topic_stats`);
+:meth:`RemoteLogManager.remote_log_size_bytes` is ``RemoteLogSizeBytes`` of the partitions led.
+
 Thread safety: the pass runs in the scheduler's thread; :meth:`run_once` may be called from
 one other thread at a time (tests); :meth:`close` from any thread. Reads run on the reader
 pool (remote_storage_thread_pool.py); the manifest cache is guarded by one lock (a leaf).
@@ -124,6 +129,7 @@ from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 from broker_embedded.errors import (
     KafkaApiError,
@@ -207,6 +213,12 @@ class RemoteLogAuxState:
     producer_snapshot: bytes | None
 
 
+class TopicStats(Protocol):
+    """What the remote log manager counts in (replica_manager/broker_topic_stats.py)."""
+
+    def add(self, topic: str, **amounts: int) -> None: ...
+
+
 class RemoteLogManager:
     """The copier of one broker; see the module docstring. ``leaders`` / ``followers``: the
     logs of the partitions this broker leads / follows now (each called once per pass)."""
@@ -255,6 +267,8 @@ class RemoteLogManager:
         # a follower's restarts from the store (remote_log_aux_state) built / refused
         self.aux_states_built = 0
         self.aux_state_failures = 0
+        # the broker's topic meters (broker_topic_stats.py) while they are kept, else None
+        self.topic_stats: Callable[[], TopicStats | None] = lambda: None
 
     def __repr__(self) -> str:
         return f"RemoteLogManager({self.location.describe()})"
@@ -419,12 +433,17 @@ class RemoteLogManager:
         key = f"{tp.dir_name}/{RemoteLogSegmentMetadata.name_of(m.base_offset)}"
         if m.state != DELETE_SEGMENT_STARTED:
             store.write(key, dataclasses.replace(m, state=DELETE_SEGMENT_STARTED).to_json())
+        self._count(tp, remote_delete_requests=1)
         self.index_cache.forget(f"{tp.dir_name}/{segment_file_stem(m.base_offset)}.")
-        for f in m.files:
+        try:
+            for f in m.files:
+                with contextlib.suppress(FileNotFoundError):
+                    store.delete(f"{tp.dir_name}/{f.name}")
             with contextlib.suppress(FileNotFoundError):
-                store.delete(f"{tp.dir_name}/{f.name}")
-        with contextlib.suppress(FileNotFoundError):
-            store.delete(key)
+                store.delete(key)
+        except BaseException:
+            self._count(tp, remote_delete_errors=1)
+            raise
         self.deleted += 1
 
     # -- topic deletion ---------------------------------------------------------------------------
@@ -547,18 +566,22 @@ class RemoteLogManager:
         for base, end in candidates:
             if end <= self._copied_end[tp] or self._stopping.is_set():
                 continue
+            self._count(tp, remote_copy_requests=1)
             try:
                 self._copy_segment(store, tp, unified, base, end, max(base, self._copied_end[tp]))
             except FileNotFoundError as e:  # deleted meanwhile (DeleteRecords): look again later
                 log.warning("remote log manager: segment %d of %s went during its copy: %s",
                             base, tp, e)  # fmt: skip
+                self._count(tp, remote_copy_errors=1)
                 self._drop_partial(store, tp, base)
                 self._copied_end.pop(tp, None)
                 break
             except BaseException:
+                self._count(tp, remote_copy_errors=1)
                 self._copied_end.pop(tp, None)  # list the store again at the next visit
                 raise
-            self._remember_copied(store, tp, unified, max(base, self._copied_end[tp]))
+            size = self._remember_copied(store, tp, unified, max(base, self._copied_end[tp]))
+            self._count(tp, remote_copy_bytes=size)
             self._copied_end[tp] = unified.remote_end_offset = end
             self.copied += 1
             done += 1
@@ -661,6 +684,7 @@ class RemoteLogManager:
         offset when the store fails or holds no such finished segment of this topic (the
         follower backs off and asks again, as Kafka's fetcher does)."""
         what = f"building the state below offset {leader_local_start}"
+        self._count(tp, build_remote_log_aux_state_requests=1)
         try:
             with self._store_errors(tp, what):
                 store = self.location.open()
@@ -670,6 +694,7 @@ class RemoteLogManager:
                     store.release()
         except RemoteStorageError:
             self.aux_state_failures += 1
+            self._count(tp, build_remote_log_aux_state_errors=1)
             raise
         self.aux_states_built += 1
         return aux
@@ -739,7 +764,17 @@ class RemoteLogManager:
         """The batches at ``info.fetch_offset`` from the stored segment holding it (module
         docstring): OFFSET_OUT_OF_RANGE when no stored segment holds it, a
         :class:`RemoteStorageError` (UNKNOWN_SERVER_ERROR, as Kafka's RemoteStorageException)
-        naming the key when the store fails."""
+        naming the key when the store fails (counted as Kafka's ``RemoteLogReader`` counts)."""
+        self._count(info.topic_partition, remote_fetch_requests=1)
+        try:
+            result = self._read(info, unified)
+        except RemoteStorageError:
+            self._count(info.topic_partition, remote_fetch_errors=1)
+            raise
+        self._count(info.topic_partition, remote_fetch_bytes=len(result.records))
+        return result
+
+    def _read(self, info: RemoteStorageFetchInfo, unified: UnifiedLog) -> RemoteLogReadResult:
         tp, offset = info.topic_partition, info.fetch_offset
         segments = self._remote_or_error(tp, unified, f"fetching offset {offset}")
         if not segments or not segments[0].base_offset <= offset < segments[-1].next_offset:
@@ -817,8 +852,9 @@ class RemoteLogManager:
 
     def _remember_copied(
         self, store: ObjectStore, tp: TopicPartition, unified: UnifiedLog, base: int
-    ) -> None:
-        """Add the manifest just written to the cache (read back: the one readers see)."""
+    ) -> int:
+        """Add the manifest just written to the cache (read back: the one readers see); the
+        size of its ``.log``."""
         name = f"{tp.dir_name}/{RemoteLogSegmentMetadata.name_of(base)}"
         manifest = RemoteLogSegmentMetadata.from_json(store.read(name),
                                                       store.location.describe(name))  # fmt: skip
@@ -826,6 +862,21 @@ class RemoteLogManager:
             cached = self._remote.get(tp)
             if cached is not None and cached[0] == unified.topic_id:
                 cached[1].append(manifest)
+        return manifest.size_in_bytes
+
+    def _count(self, tp: TopicPartition, **amounts: int) -> None:
+        """Add to the broker's tiered storage meters of ``tp``'s topic, when they are kept
+        (broker_topic_stats.py)."""
+        stats = self.topic_stats()
+        if stats is not None:
+            stats.add(tp.topic, **amounts)
+
+    def remote_log_size_bytes(self) -> dict[TopicPartition, int]:
+        """The bytes in the store of each partition this broker leads whose stored segments it
+        has listed (Kafka's ``RemoteLogSizeBytes``): the sizes of their manifests' ``.log``."""
+        with self._meta_lock:
+            return {tp: sum(m.size_in_bytes for m in segments)
+                    for tp, (_, segments) in self._remote.items()}  # fmt: skip
 
     def _drop_partial(self, store: ObjectStore, tp: TopicPartition, base: int) -> None:
         """Delete what an abandoned copy of segment ``base`` left (it has no manifest), so that
