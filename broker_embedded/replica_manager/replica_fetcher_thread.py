@@ -257,10 +257,11 @@ class ReplicaFetcherThread:
         log start (Kafka's ``TierStateMachine.buildRemoteLogAuxState``). The stored segment
         holding the offset below the leader's local start gives where the log restarts (its
         end) with its leader epochs and producer snapshot (remote_log_manager.py); the log
-        restarts empty there, the leader's log start offset as its own. A store that fails or
-        does not hold that segment yet: back off and ask again. Without a remote log manager
-        (the broker's ``remote.log.storage.system.enable`` off) the log restarts at the leader's
-        local start with neither."""
+        restarts empty there, the leader's log start offset as its own. A store that fails:
+        back off and ask again. A store that does not hold that segment (another location than
+        the leader's), or no remote log manager (the broker's
+        ``remote.log.storage.system.enable`` off): the log restarts at the leader's local start
+        with neither."""
         try:
             start, local_start = leader.log_start_offsets(tp)
             aux = None

@@ -49,9 +49,11 @@ finds the stored segment holding the offset below the leader's local log start (
 manifest of the highest base below it) and reads its ``<base>.leader-epoch-checkpoint`` and
 ``<next offset>.snapshot`` (each checked against the manifest's size and SHA-256, the epochs
 increasing, the snapshot decoded): the follower's log restarts at that segment's end with them
-(replica_fetcher_thread.py). A store that fails or holds no such segment yet is
-:class:`RemoteStorageError`: the follower backs off and asks again (counted in
-``aux_state_failures``; ``aux_states_built`` counts the builds).
+(replica_fetcher_thread.py). A store that fails is :class:`RemoteStorageError`: the follower
+backs off and asks again. A store that does not hold that segment is not the leader's (a leader
+deletes locally only what its store holds; brokers may name different locations): logged, and
+the follower restarts at the leader's local start without that state, rather than never
+(both counted in ``aux_state_failures``; ``aux_states_built`` counts the builds).
 
 Turning tiering off (``remote.storage.enable=false``, which needs
 ``remote.log.delete.on.disable=true``; KIP-950): the leaders' partitions are deleted from the
@@ -566,21 +568,22 @@ class RemoteLogManager:
         for base, end in candidates:
             if end <= self._copied_end[tp] or self._stopping.is_set():
                 continue
+            start = max(base, self._copied_end[tp])  # above base: the store holds its start
             self._count(tp, remote_copy_requests=1)
             try:
-                self._copy_segment(store, tp, unified, base, end, max(base, self._copied_end[tp]))
+                self._copy_segment(store, tp, unified, base, end, start)
             except FileNotFoundError as e:  # deleted meanwhile (DeleteRecords): look again later
                 log.warning("remote log manager: segment %d of %s went during its copy: %s",
                             base, tp, e)  # fmt: skip
                 self._count(tp, remote_copy_errors=1)
-                self._drop_partial(store, tp, base)
+                self._drop_partial(store, tp, start)
                 self._copied_end.pop(tp, None)
                 break
             except BaseException:
                 self._count(tp, remote_copy_errors=1)
                 self._copied_end.pop(tp, None)  # list the store again at the next visit
                 raise
-            size = self._remember_copied(store, tp, unified, max(base, self._copied_end[tp]))
+            size = self._remember_copied(store, tp, unified, start)
             self._count(tp, remote_copy_bytes=size)
             self._copied_end[tp] = unified.remote_end_offset = end
             self.copied += 1
@@ -677,12 +680,15 @@ class RemoteLogManager:
 
     def remote_log_aux_state(
         self, tp: TopicPartition, unified: UnifiedLog, leader_local_start: int
-    ) -> RemoteLogAuxState:
+    ) -> RemoteLogAuxState | None:
         """The stored segment holding ``leader_local_start - 1`` (one LIST, one GET of its
         manifest) and its leader epochs and producer snapshot (a GET each, checked against the
         manifest's size and SHA-256). :class:`RemoteStorageError` naming the partition and the
-        offset when the store fails or holds no such finished segment of this topic (the
-        follower backs off and asks again, as Kafka's fetcher does)."""
+        offset when the store fails (the follower backs off and asks again, as Kafka's fetcher
+        does). ``None``, logged, when this broker's store holds no such finished segment of
+        this topic: it is not the leader's store (its ``rsm_config`` names another location),
+        since a leader deletes locally only what its store holds; the follower then restarts
+        without that state rather than never."""
         what = f"building the state below offset {leader_local_start}"
         self._count(tp, build_remote_log_aux_state_requests=1)
         try:
@@ -696,12 +702,21 @@ class RemoteLogManager:
             self.aux_state_failures += 1
             self._count(tp, build_remote_log_aux_state_errors=1)
             raise
+        if aux is None:
+            self.aux_state_failures += 1
+            self._count(tp, build_remote_log_aux_state_errors=1)
+            log.warning("remote log manager: %s holds no segment of %s with offset %d (another "
+                        "store than its leader's?): the follower restarts at %d without the "
+                        "producer state and leader epochs below it",
+                        self.location.describe(tp.dir_name + "/"), tp, leader_local_start - 1,
+                        leader_local_start)  # fmt: skip
+            return None
         self.aux_states_built += 1
         return aux
 
     def _aux_state(
         self, store: ObjectStore, tp: TopicPartition, unified: UnifiedLog, leader_local_start: int
-    ) -> RemoteLogAuxState:
+    ) -> RemoteLogAuxState | None:
         prefix = tp.dir_name + "/"
         found = (RemoteLogSegmentMetadata.base_offset_of(n[len(prefix) :])
                  for n in store.list(prefix))  # fmt: skip
@@ -712,11 +727,7 @@ class RemoteLogManager:
             m = RemoteLogSegmentMetadata.from_json(store.read(name), store.location.describe(name))
         usable = m is not None and m.state == COPY_SEGMENT_FINISHED and _same_topic(m, unified)
         if m is None or not usable or m.next_offset < leader_local_start:
-            raise RemoteStorageError(
-                f"cannot build the state of {tp} below offset {leader_local_start} from "
-                f"{self.location.describe(prefix)}: no stored segment of it holds offset "
-                f"{leader_local_start - 1}"
-            )
+            return None
         files = {f.name: f for f in m.files}
 
         def fetched(name: str) -> bytes | None:

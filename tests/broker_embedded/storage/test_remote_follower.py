@@ -100,11 +100,14 @@ def test_a_follower_deletes_locally_only_what_the_store_holds_and_leads_on_from_
         assert local_bases(follower.log_dir, tp) == kept
         assert (lg.log_start_offset, lg.local_log_start_offset) == (0, half)
 
+        wait_for("the follower in the ISR",
+                 lambda: fid in cluster.controller.partition_state(tp).isr)  # fmt: skip
         cluster.stop_broker(leader.broker_id)
         wait_for("the follower leading", lambda: cluster.controller.partition_state(tp).leader
                  == fid)  # fmt: skip
         for i in range(COUNT, COUNT + 20):  # rolls the segment holding the store's end
             follower.produce("tiered", 0, [record(i)], acks=1)
+        wait_for("the high watermark", lambda: lg.high_watermark == COUNT + 20)
         assert follower.remote_log_manager.run_once() > 0
         ranges = stored_ranges(cluster, tp)
         assert ranges[0][0] == 0 and all(a[1] == b[0] for a, b in itertools.pairwise(ranges))
@@ -192,6 +195,7 @@ def test_a_follower_restarted_from_the_store_takes_its_producer_state_and_leader
             lg, rlm = follower.log_manager.get_log(tp), follower.remote_log_manager
             wait_for("two refused builds", lambda: rlm.aux_state_failures >= 2)
             assert (lg.log_end_offset, rlm.aux_states_built) == (0, 0)  # nothing fetched
+            assert rlm.run_once() == 0 and lg.remote_end_offset == -1  # its listing failed
             proxy.start()
             for attempt in ("rebuilt", "killed and restarted"):  # its state is on its disk
                 if attempt != "rebuilt":
@@ -204,6 +208,8 @@ def test_a_follower_restarted_from_the_store_takes_its_producer_state_and_leader
                 assert lg.producer_state.last_entry(pid).last_seq == 19
                 assert lg.leader_epoch_cache.entries() == epochs
                 assert rlm.aux_states_built == (attempt == "rebuilt")
+                rlm.run_once()  # the store's end, from its manifests
+                assert lg.remote_end_offset == local_start
             wait_for("the follower in the ISR",
                      lambda: fid in cluster.controller.partition_state(tp).isr)  # fmt: skip
 
