@@ -37,11 +37,14 @@ requires).
 
 Followers (Kafka's ``RLMFollowerTask``): where Kafka's followers learn what is remote from
 the remote log metadata topic, here each pass lists the prefix of every tiered partition this
-broker follows (one LIST; one GET of the last manifest when it is not the one seen last time)
-and moves the log's ``remote_end_offset`` up to the last finished manifest's ``next_offset`` of
-this topic id (never down), so that local retention deletes on followers as on the leader and
-never a segment the store does not hold. A store that fails is logged and asked again at the
-next pass; replication does not wait for it (the pass runs on this thread).
+broker follows whose oldest closed segment is not known to be stored (one LIST; one GET of the
+last manifest when it is not the one seen last time; a partition whose oldest segment ends at
+or below the end already learnt is not listed: local retention can go on without news, so a
+follower lists about once per local retention window, not at every pass) and moves the log's
+``remote_end_offset`` up to the last finished manifest's ``next_offset`` of this topic id
+(never down), so that local retention deletes on followers as on the leader and never a
+segment the store does not hold. A store that fails is logged and asked again at the next
+pass; replication does not wait for it (the pass runs on this thread).
 
 A follower restarting its log from the store (OFFSET_MOVED_TO_TIERED_STORAGE; Kafka's
 ``TierStateMachine.buildRemoteLogAuxState``): :meth:`RemoteLogManager.remote_log_aux_state`
@@ -341,6 +344,9 @@ class RemoteLogManager:
         for tp, unified in sorted(followers.items()):
             if self._stopping.is_set():
                 return
+            bases = unified.segment_base_offsets
+            if len(bases) < 2 or bases[1] <= unified.remote_end_offset:
+                continue  # its oldest closed segment is known stored (or none): no need yet
             with self._logged(tp, "listing the store's segments of followed"):
                 self._follow_partition(tp, unified)
 

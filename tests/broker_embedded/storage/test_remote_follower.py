@@ -11,16 +11,22 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import logging
 import time
 from collections.abc import Callable
 from pathlib import Path
+
+import pytest
 
 from broker_embedded.cluster import EmbeddedCluster
 from broker_embedded.common.producer_record import ProducerRecord, build_batch
 from broker_embedded.errors import OutOfOrderSequenceError
 from broker_embedded.storage.leader_epoch_checkpoint import EpochEntry
+from broker_embedded.storage.object_store import StoreLocation, StoreSettings
 from broker_embedded.storage.object_store_fetch_source import ObjectStoreSource
+from broker_embedded.storage.remote_log_manager import RemoteLogManager
 from broker_embedded.storage.topic_partition import TopicPartition
+from broker_embedded.storage.unified_log import UnifiedLog
 from tests.broker_embedded.storage.test_remote_fetch import (
     COUNT,
     T0,
@@ -57,12 +63,13 @@ def stored_ranges(cluster: EmbeddedCluster, tp: TopicPartition) -> list[tuple[in
 
 
 def test_a_follower_deletes_locally_only_what_the_store_holds_and_leads_on_from_it(
-    s3: S3Server, tmp_path: Path
+    s3: S3Server, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     """Half the records reach the follower as it runs (its segments about the leader's), half
     in one fetch after a restart (one segment). The leader tiers and deletes locally; the
     follower learns the store's end from its manifests and deletes exactly its segments wholly
-    below it, never the one holding it. Failover: the new leader reads offset 0 on from the
+    below it, never the one holding it (a store refusing the listing: logged, nothing moves).
+    Failover: the new leader reads offset 0 on from the
     store and its log, copies from the store's end on (its segment holding that end cut there),
     and the store then holds the log without a hole or an overlap."""
     uri = f"s3://{s3.new_bucket('followret')}/c"
@@ -93,6 +100,7 @@ def test_a_follower_deletes_locally_only_what_the_store_holds_and_leads_on_from_
         led.delete_old_segments()
         end = stored_ranges(cluster, tp)[-1][1]
         assert led.local_log_start_offset == end > half
+        listing_fails(s3, follower.remote_log_manager.location.uri, tp, lg, caplog)
         follower.remote_log_manager.run_once()
         lg.delete_old_segments()
         assert lg.remote_end_offset == end
@@ -120,6 +128,23 @@ def test_a_follower_deletes_locally_only_what_the_store_holds_and_leads_on_from_
     finally:
         cluster.close()
     assert seen == [(i, value(i)) for i in range(COUNT + 20)]
+
+
+def listing_fails(s3: S3Server, uri: str, tp: TopicPartition, lg: UnifiedLog, caplog) -> None:
+    """A follower's remote log manager whose store refuses connections: its pass logs the
+    partition's listing with its prefix and moves nothing; with the store back it learns the
+    store's end."""
+    settings = StoreSettings.parse({**s3.options(), "fs.s3a.endpoint": "http://127.0.0.1:1"})
+    location = StoreLocation(uri, settings)
+    rlm = RemoteLogManager(9, lg.log_dir, location, dict, 3_600_000, followers=lambda: {tp: lg})
+    try:
+        with caplog.at_level(logging.ERROR, "broker_embedded.storage.remote_log_manager"):
+            assert rlm.run_once() == 0
+        assert lg.remote_end_offset == -1
+        assert any(f"of followed {tp} in {location.describe(tp.dir_name + '/')} failed"
+                   in r.getMessage() for r in caplog.records)  # fmt: skip
+    finally:
+        rlm.close()
 
 
 def consume_from_0(broker, count: int) -> list[tuple[int, bytes]]:
@@ -195,7 +220,6 @@ def test_a_follower_restarted_from_the_store_takes_its_producer_state_and_leader
             lg, rlm = follower.log_manager.get_log(tp), follower.remote_log_manager
             wait_for("two refused builds", lambda: rlm.aux_state_failures >= 2)
             assert (lg.log_end_offset, rlm.aux_states_built) == (0, 0)  # nothing fetched
-            assert rlm.run_once() == 0 and lg.remote_end_offset == -1  # its listing failed
             proxy.start()
             for attempt in ("rebuilt", "killed and restarted"):  # its state is on its disk
                 if attempt != "rebuilt":
@@ -208,8 +232,6 @@ def test_a_follower_restarted_from_the_store_takes_its_producer_state_and_leader
                 assert lg.producer_state.last_entry(pid).last_seq == 19
                 assert lg.leader_epoch_cache.entries() == epochs
                 assert rlm.aux_states_built == (attempt == "rebuilt")
-                rlm.run_once()  # the store's end, from its manifests
-                assert lg.remote_end_offset == local_start
             wait_for("the follower in the ISR",
                      lambda: fid in cluster.controller.partition_state(tp).isr)  # fmt: skip
 
