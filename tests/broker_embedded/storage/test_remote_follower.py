@@ -65,13 +65,13 @@ def stored_ranges(cluster: EmbeddedCluster, tp: TopicPartition) -> list[tuple[in
 def test_a_follower_deletes_locally_only_what_the_store_holds_and_leads_on_from_it(
     s3: S3Server, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """Half the records reach the follower as it runs (its segments about the leader's), half
-    in one fetch after a restart (one segment). The leader tiers and deletes locally; the
-    follower learns the store's end from its manifests and deletes exactly its segments wholly
-    below it, never the one holding it (a store refusing the listing: logged, nothing moves).
-    Failover: the new leader reads offset 0 on from the
-    store and its log, copies from the store's end on (its segment holding that end cut there),
-    and the store then holds the log without a hole or an overlap."""
+    """The follower rolls a segment where its leader does not (as Kafka's replicas do with
+    segment.jitter.ms), so its segments are cut elsewhere. The leader tiers and deletes
+    locally; the follower learns the store's end from its manifests and deletes exactly its
+    segments wholly below it, never the one holding it (a store refusing the listing: logged,
+    nothing moves). Failover: the new leader reads offset 0 on from the store and its log,
+    copies from the store's end on (its segment holding that end cut there), and the store then
+    holds the log without a hole or an overlap."""
     uri = f"s3://{s3.new_bucket('followret')}/c"
     tp = TopicPartition("tiered", 0)
     cluster = EmbeddedCluster(tmp_path / "c", 2, config=quick_tiering_config(uri, s3))
@@ -79,19 +79,15 @@ def test_a_follower_deletes_locally_only_what_the_store_holds_and_leads_on_from_
         cluster.create_topic("tiered", 1, 2, config={**TIERED, "local.retention.ms": "0"})
         leader = cluster.leader_for(tp)
         (fid,) = {0, 1} - {leader.broker_id}
-        half = COUNT // 2
-        for i in range(half):
+        follower = cluster.brokers[fid]
+        led, lg = leader.log_manager.get_log(tp), follower.log_manager.get_log(tp)
+        for i in range(COUNT):
             cluster.produce("tiered", 0, [record(i)])  # acks=all: the follower holds each
-        cluster.stop_broker(fid)
-        for i in range(half, COUNT):
-            leader.produce("tiered", 0, [record(i)], acks=1)
-        led = leader.log_manager.get_log(tp)
-        wait_for("the stopped follower out of the ISR", lambda: led.high_watermark == COUNT)
-        follower = cluster.restart_broker(fid)
-        lg = follower.log_manager.get_log(tp)
-        wait_for("the follower caught up", lambda: lg.high_watermark == COUNT)
+            if i == 2:
+                lg.roll()  # the follower alone: its later segments start 3 further
+        wait_for("the follower's high watermark", lambda: lg.high_watermark == COUNT)
         before = local_bases(follower.log_dir, tp)
-        assert half in before  # the second half came in one fetch: one segment from there
+        assert before[:2] == [0, 3] and not set(before[2:]) & set(local_bases(leader.log_dir, tp))
         follower.remote_log_manager.run_once()  # nothing in the store: nothing deleted
         lg.delete_old_segments()
         assert (lg.remote_end_offset, local_bases(follower.log_dir, tp)) == (-1, before)
@@ -99,14 +95,14 @@ def test_a_follower_deletes_locally_only_what_the_store_holds_and_leads_on_from_
         assert leader.remote_log_manager.run_once() > 0
         led.delete_old_segments()
         end = stored_ranges(cluster, tp)[-1][1]
-        assert led.local_log_start_offset == end > half
+        assert led.local_log_start_offset == end and end not in before
         listing_fails(s3, follower.remote_log_manager.location.uri, tp, lg, caplog)
         follower.remote_log_manager.run_once()
         lg.delete_old_segments()
         assert lg.remote_end_offset == end
-        kept = [b for b in before if b >= half]  # the first wholly-stored one on
-        assert local_bases(follower.log_dir, tp) == kept
-        assert (lg.log_start_offset, lg.local_log_start_offset) == (0, half)
+        holding = max(b for b in before if b < end)  # the segment holding the store's end
+        assert local_bases(follower.log_dir, tp) == [b for b in before if b >= holding]
+        assert (lg.log_start_offset, lg.local_log_start_offset) == (0, holding)
 
         wait_for("the follower in the ISR",
                  lambda: fid in cluster.controller.partition_state(tp).isr)  # fmt: skip
