@@ -249,3 +249,89 @@ def test_a_follower_restarted_from_the_store_takes_its_producer_state_and_leader
             cluster.close()
     assert stored == list(range(local_start))
     assert seen == [(i, value(i)) for i in range(local_start, COUNT + 1)]
+
+
+@pytest.mark.slow  # kafkalog serve with two brokers, a stop and start of each: 15-25 s
+def test_an_idempotent_producer_goes_on_through_a_failover_to_a_follower_rebuilt_from_the_store(
+    s3: S3Server, tmp_path: Path
+) -> None:
+    """``kafkalog serve --brokers 2`` tiering to the store; confluent-kafka's idempotent
+    producer sends 20 records while the follower is stopped, a plain producer 40 more, and
+    the leader tiers and deletes them locally. The follower, started again, rebuilds from the
+    store; after a failover to it Kafka's own ``kafka-transactions describe-producers`` finds
+    the producer at its last sequence (19, from the stored snapshot: none of its batches is
+    local), and the producer goes on without an error: every record once, in order."""
+    from confluent_kafka import Consumer, Producer
+    from confluent_kafka import TopicPartition as KafkaTopicPartition
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    from tests.kafka39 import kafka_tool
+    from tests.spark_kafkalog._serve_proc import ServeProcess
+
+    uri = f"s3://{s3.new_bucket('idemserve')}/c"
+    tp = TopicPartition("idem", 0)
+    rsm = "".join(f'"{k}" = "{v}"\n' for k, v in {"location": uri, **s3.options()}.items())
+    config = tmp_path / "broker.toml"
+    config.write_text(
+        '[broker]\n"remote.log.storage.system.enable" = true\n'
+        '"remote.log.manager.task.interval.ms" = 100\n"log.retention.check.interval.ms" = 100\n'
+        '"replica.lag.time.max.ms" = 500\n"replica.fetch.backoff.ms" = 50\n'
+        f"[rsm_config]\n{rsm}"
+    )
+    logs = tmp_path / "c"
+    with ServeProcess(logs, "--broker-config", config, brokers=2, stderr=tmp_path / "err") as serve:
+        admin = AdminClient({"bootstrap.servers": serve.bootstrap})
+        topic = NewTopic("idem", 1, 2, config={**TIERED, "local.retention.ms": "0"})
+        admin.create_topics([topic])["idem"].result(TIMEOUT_S)
+
+        def partition():
+            return admin.list_topics("idem", timeout=TIMEOUT_S).topics["idem"].partitions[0]
+
+        leader = partition().leader
+        (fid,) = set(serve.ports) - {leader}
+        assert serve.control(f"stop {fid}") == f"broker {fid} stopped"
+        errors: list[object] = []
+
+        def sent(err, _msg) -> None:
+            if err is not None:
+                errors.append(err)
+
+        idempotent = Producer({"bootstrap.servers": serve.bootstrap, "enable.idempotence": True,
+                               "linger.ms": 0, "message.timeout.ms": 60_000})  # fmt: skip
+        plain = Producer({"bootstrap.servers": serve.bootstrap, "acks": "all", "linger.ms": 0})
+        for i in range(COUNT):
+            producer = idempotent if i < 20 else plain
+            producer.produce("idem", value(i), partition=0, on_delivery=sent)
+            assert producer.flush(TIMEOUT_S) == 0  # one batch each
+        wait_for("the producer's batches tiered and deleted locally",
+                 lambda: local_bases(logs / f"broker-{leader}", tp)[0] >= 20)  # fmt: skip
+        assert serve.control(f"start {fid}").startswith(f"broker {fid} listening on")
+        wait_for("the rebuilt follower in the ISR", lambda: len(partition().isrs) == 2)
+        assert local_bases(logs / f"broker-{fid}", tp)[0] >= 20  # restarted above them
+        assert serve.control(f"stop {leader}") == f"broker {leader} stopped"
+        wait_for("the follower leading", lambda: partition().leader == fid)
+        described = kafka_tool("kafka-transactions", "--bootstrap-server",
+                               f"127.0.0.1:{serve.ports[fid]}", "describe-producers",
+                               "--topic", "idem", "--partition", "0", work=tmp_path)  # fmt: skip
+        rows = [line.split() for line in described.stdout.splitlines() if line.strip()]
+        assert rows[0][:4] == ["ProducerId", "ProducerEpoch", "LatestCoordinatorEpoch",
+                               "LastSequence"] and len(rows) == 2  # fmt: skip
+        assert rows[1][3] == "19"
+        for i in range(COUNT, COUNT + 10):
+            idempotent.produce("idem", value(i), partition=0, on_delivery=sent)
+        assert idempotent.flush(TIMEOUT_S) == 0 and errors == []
+        consumer = Consumer({"bootstrap.servers": serve.bootstrap, "group.id": "idem-serve",
+                             "enable.auto.commit": False})  # fmt: skip
+        try:
+            consumer.assign([KafkaTopicPartition("idem", 0, 0)])
+            seen: list[tuple[int, bytes]] = []
+            deadline = time.monotonic() + TIMEOUT_S
+            while len(seen) < COUNT + 10 and time.monotonic() < deadline:
+                m = consumer.poll(0.5)
+                if m is not None:
+                    assert m.error() is None, m.error()
+                    seen.append((m.offset(), m.value()))
+        finally:
+            consumer.close()
+        assert serve.terminate() == 0
+    assert seen == [(i, value(i)) for i in range(COUNT + 10)]
