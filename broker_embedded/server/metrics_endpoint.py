@@ -17,7 +17,8 @@ counters and histograms of ``BrokerTopicStats`` (replica_manager/broker_topic_st
   (``topic`` label) and one without a label for all topics, as Kafka's MBeans;
   ``kafka_server_brokertopicmetrics_remotelogsizebytes``: the bytes in the store of the tiered
   partitions this broker leads, per topic and for all (Kafka's ``RemoteLogSizeBytes``, from the
-  remote log manager's cached manifests).
+  remote log manager's cached manifests); ``..._{remotecopylagbytes,remotecopylagsegments}``:
+  their closed segments not copied yet, now.
 - ``kafka_network_requestmetrics_requests_total{request,version}`` and, per API, the summaries
   ``kafka_network_requestmetrics_{requestqueuetimems,localtimems,remotetimems,
   responsequeuetimems,responsesendtimems,totaltimems}{request,quantile}`` with ``_count`` and
@@ -114,6 +115,16 @@ def _gauge(name: str, doc: str, value: float) -> Metric:
     return m
 
 
+def _by_topic(meter: str, doc: str, by_topic: dict[str, int]) -> Metric:
+    """A BrokerTopicMetrics gauge: one sample per topic and one without a label (all)."""
+    name = f"kafka_server_brokertopicmetrics_{meter}"
+    m = Metric(name, doc, "gauge")
+    m.add_sample(name, {}, sum(by_topic.values()))
+    for topic, value in sorted(by_topic.items()):
+        m.add_sample(name, {"topic": topic}, value)
+    return m
+
+
 def _counter(name: str, doc: str, value: float) -> Metric:
     m = Metric(name, doc, "counter")
     m.add_sample(name + "_total", {}, value)
@@ -187,13 +198,16 @@ class KafkaCollector(Collector):
         by_topic: dict[str, int] = {}
         for tp, size in rlm.remote_log_size_bytes().items():
             by_topic[tp.topic] = by_topic.get(tp.topic, 0) + size
-        name = "kafka_server_brokertopicmetrics_remotelogsizebytes"
-        m = Metric(name, "bytes in remote storage of the partitions led (RemoteLogSizeBytes)",
-                   "gauge")  # fmt: skip
-        m.add_sample(name, {}, sum(by_topic.values()))
-        for topic, size in sorted(by_topic.items()):
-            m.add_sample(name, {"topic": topic}, size)
-        yield m
+        yield _by_topic("remotelogsizebytes", "bytes in remote storage of the partitions led",
+                        by_topic)  # fmt: skip
+        lag_bytes: dict[str, int] = {}
+        lag_segments: dict[str, int] = {}
+        for tp, (size, count) in rlm.remote_copy_lag().items():
+            lag_bytes[tp.topic] = lag_bytes.get(tp.topic, 0) + size
+            lag_segments[tp.topic] = lag_segments.get(tp.topic, 0) + count
+        yield _by_topic("remotecopylagbytes", "bytes of closed segments not copied yet",
+                        lag_bytes)  # fmt: skip
+        yield _by_topic("remotecopylagsegments", "closed segments not copied yet", lag_segments)
 
     def _requests(self, server: BrokerServer, broker: Broker) -> Iterator[Metric]:
         metrics = [p.metrics for p in server.socket_server.processors if p.metrics is not None]

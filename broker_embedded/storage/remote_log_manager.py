@@ -111,7 +111,9 @@ A store that fails a read is logged with its key and answered :class:`RemoteStor
 Meters (Kafka's ``RemoteStorageMetrics``, broker_topic_stats.py says when each counts): copies,
 remote reads, deletions and followers' restarts from the store are counted in the broker's
 topic stats while they are kept (:attr:`RemoteLogManager.topic_stats`);
-:meth:`RemoteLogManager.remote_log_size_bytes` is ``RemoteLogSizeBytes`` of the partitions led.
+:meth:`RemoteLogManager.remote_log_size_bytes` is ``RemoteLogSizeBytes`` of the partitions led,
+:meth:`RemoteLogManager.remote_copy_lag` their ``RemoteCopyLagBytes`` / ``...Segments`` (read
+when asked, where Kafka records them after each copy).
 
 Thread safety: the pass runs in the scheduler's thread; :meth:`run_once` may be called from
 one other thread at a time (tests); :meth:`close` from any thread. Reads run on the reader
@@ -887,6 +889,12 @@ class RemoteLogManager:
         stats = self.topic_stats()
         if stats is not None:
             stats.add(tp.topic, **amounts)
+
+    def remote_copy_lag(self) -> dict[TopicPartition, tuple[int, int]]:
+        """Per tiered partition this broker leads and copies: the bytes and the count of its
+        closed segments not in the store yet (UnifiedLog.remote_copy_lag), now."""
+        return {tp: lg.remote_copy_lag() for tp, lg in self._leaders().items()
+                if lg.remote_copy_enabled and not lg.is_closed}  # fmt: skip
 
     def remote_log_size_bytes(self) -> dict[TopicPartition, int]:
         """The bytes in the store of each partition this broker leads whose stored segments it

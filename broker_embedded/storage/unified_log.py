@@ -623,6 +623,15 @@ class UnifiedLog(LogAppender, CleanableLog):
             if self.remote_log_enabled and end > self.remote_end_offset:
                 self.remote_end_offset = end
 
+    def remote_copy_lag(self) -> tuple[int, int]:
+        """The bytes and the count of the closed segments based at or above
+        :attr:`remote_end_offset`: not in the store yet (Kafka's ``RemoteCopyLagBytes`` /
+        ``RemoteCopyLagSegments``, its ``onlyLocalLogSegmentsSize`` / ``Count`` less the active
+        segment)."""
+        with self._lock:
+            closed = [b for b in self.segment_base_offsets[:-1] if b >= self.remote_end_offset]
+            return sum(self._segment_size(b) for b in closed), len(closed)
+
     def local_size_from(self, offset: int) -> int:
         """The bytes of the local segments based at or above ``offset`` (Kafka's
         ``onlyLocalLogSegmentsSize`` given the offset after the last remote segment)."""

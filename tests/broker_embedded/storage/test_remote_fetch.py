@@ -704,8 +704,8 @@ def test_a_deleted_topic_without_a_live_leader_is_deleted_from_the_store(
 def test_the_tiered_storage_meters_count_as_kafka_s(s3: S3Server, tmp_path: Path) -> None:
     """Kafka's RemoteStorageMetrics as the metrics endpoint shows them (per topic and for all
     topics): a request and the ``.log``'s bytes per segment copied, a request and the records
-    bytes per remote read, a request per stored segment deleted, and RemoteLogSizeBytes the
-    bytes still stored."""
+    bytes per remote read, a request per stored segment deleted; RemoteLogSizeBytes the bytes
+    still stored, RemoteCopyLagBytes / Segments the closed segments not copied yet."""
     from broker_embedded.replica_manager.broker_topic_stats import BrokerTopicStats
     from broker_embedded.server.metrics_endpoint import KafkaCollector
 
@@ -727,6 +727,11 @@ def test_the_tiered_storage_meters_count_as_kafka_s(s3: S3Server, tmp_path: Path
         broker.alter_topic_config("tiered", {**TIERED, "local.retention.ms": "0",
                                              "retention.ms": "1000"})  # fmt: skip
         rlm.run_once(now_ms=stored[1].max_timestamp_ms + 1000)  # 0 and 1 go
+        for i in range(COUNT, COUNT + 20):  # closed segments not copied yet: the copy lag
+            broker.produce("tiered", 0, [ProducerRecord(value(i), timestamp=T0 + 10 * i)])
+        closed = local_bases(tmp_path / "l", tp)[:-1]
+        lag = sum((tmp_path / "l" / "tiered-0" / f"{b:020d}.log").stat().st_size for b in closed)
+        assert closed[0] == stored[-1].next_offset
         server = broker_server(broker, ["PLAINTEXT://127.0.0.1:0"]).start()
         try:
             collector = KafkaCollector(lambda: server, lambda: broker)
@@ -745,6 +750,8 @@ def test_the_tiered_storage_meters_count_as_kafka_s(s3: S3Server, tmp_path: Path
     for meter, count in expected.items():
         for labels in ((), (("topic", "tiered"),)):
             assert samples[(f"{prefix}{meter}_total", labels)] == count, meter
-    size = sum(m.size_in_bytes for m in stored[2:])
-    assert samples[(f"{prefix}remotelogsizebytes", ())] == size
-    assert samples[(f"{prefix}remotelogsizebytes", (("topic", "tiered"),))] == size
+    gauges = {"remotelogsizebytes": sum(m.size_in_bytes for m in stored[2:]),
+              "remotecopylagbytes": lag, "remotecopylagsegments": len(closed)}  # fmt: skip
+    for meter, amount in gauges.items():
+        for labels in ((), (("topic", "tiered"),)):
+            assert samples[(f"{prefix}{meter}", labels)] == amount, meter

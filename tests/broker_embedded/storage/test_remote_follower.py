@@ -251,7 +251,7 @@ def test_a_follower_restarted_from_the_store_takes_its_producer_state_and_leader
     assert seen == [(i, value(i)) for i in range(local_start, COUNT + 1)]
 
 
-@pytest.mark.slow  # kafkalog serve with two brokers, a stop and start of each: 15-25 s
+@pytest.mark.slow  # kafkalog serve with two brokers, stops and a start: 13 s alone, 31 s by a hog
 def test_an_idempotent_producer_goes_on_through_a_failover_to_a_follower_rebuilt_from_the_store(
     s3: S3Server, tmp_path: Path
 ) -> None:
