@@ -337,9 +337,10 @@ class RemoteLogManager:
 
     def _follow_partitions(self, leaders: Mapping[TopicPartition, UnifiedLog]) -> None:
         """Learn the store's end of every tiered partition this broker follows (module
-        docstring); a partition led again, or no longer here, is forgotten."""
+        docstring; with ``remote.log.copy.disable`` local retention does not wait for the store:
+        none); a partition led again, or no longer here, is forgotten."""
         followers = {tp: lg for tp, lg in self._followers().items()
-                     if tp not in leaders and lg.remote_log_enabled
+                     if tp not in leaders and lg.remote_copy_enabled
                      and not lg.is_closed}  # fmt: skip
         for tp in [tp for tp in self._followed if tp not in followers]:
             del self._followed[tp]

@@ -120,7 +120,8 @@ def test_a_follower_deletes_locally_only_what_the_store_holds_and_leads_on_from_
         remote = ObjectStoreSource(follower.remote_log_manager.location).open()
         stored = [b[0] for b in batches(remote, tp)]
         assert stored == list(range(ranges[-1][1]))  # each batch once
-        seen = consume_from_0(follower, COUNT + 20)
+        with wire(follower) as bootstrap:
+            seen = consume_from_0(bootstrap, "tiered", COUNT + 20)
     finally:
         cluster.close()
     assert seen == [(i, value(i)) for i in range(COUNT + 20)]
@@ -143,27 +144,26 @@ def listing_fails(s3: S3Server, uri: str, tp: TopicPartition, lg: UnifiedLog, ca
         rlm.close()
 
 
-def consume_from_0(broker, count: int) -> list[tuple[int, bytes]]:
-    """Kafka's consumer (confluent-kafka) from offset 0: (offset, value) of ``count``
-    records."""
+def consume_from_0(bootstrap: str, topic: str, count: int) -> list[tuple[int, bytes]]:
+    """Kafka's consumer (confluent-kafka) from offset 0 of partition 0 of ``topic``: (offset,
+    value) of ``count`` records (fewer after :data:`TIMEOUT_S`)."""
     from confluent_kafka import OFFSET_BEGINNING, Consumer
     from confluent_kafka import TopicPartition as KafkaTopicPartition
 
     seen: list[tuple[int, bytes]] = []
-    with wire(broker) as bootstrap:
-        consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "remote-follower",
-                             "enable.auto.commit": False,
-                             "max.partition.fetch.bytes": 1024})  # fmt: skip
-        try:
-            consumer.assign([KafkaTopicPartition("tiered", 0, OFFSET_BEGINNING)])
-            deadline = time.monotonic() + TIMEOUT_S
-            while len(seen) < count and time.monotonic() < deadline:
-                m = consumer.poll(0.5)
-                if m is not None:
-                    assert m.error() is None, m.error()
-                    seen.append((m.offset(), m.value()))
-        finally:
-            consumer.close()
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"remote-follower-{topic}",
+                         "enable.auto.commit": False,
+                         "max.partition.fetch.bytes": 1024})  # fmt: skip
+    try:
+        consumer.assign([KafkaTopicPartition(topic, 0, OFFSET_BEGINNING)])
+        deadline = time.monotonic() + TIMEOUT_S
+        while len(seen) < count and time.monotonic() < deadline:
+            m = consumer.poll(0.5)
+            if m is not None:
+                assert m.error() is None, m.error()
+                seen.append((m.offset(), m.value()))
+    finally:
+        consumer.close()
     return seen
 
 
@@ -261,8 +261,7 @@ def test_an_idempotent_producer_goes_on_through_a_failover_to_a_follower_rebuilt
     store; after a failover to it Kafka's own ``kafka-transactions describe-producers`` finds
     the producer at its last sequence (19, from the stored snapshot: none of its batches is
     local), and the producer goes on without an error: every record once, in order."""
-    from confluent_kafka import Consumer, Producer
-    from confluent_kafka import TopicPartition as KafkaTopicPartition
+    from confluent_kafka import Producer
     from confluent_kafka.admin import AdminClient, NewTopic
 
     from tests.kafka39 import kafka_tool
@@ -320,18 +319,6 @@ def test_an_idempotent_producer_goes_on_through_a_failover_to_a_follower_rebuilt
         for i in range(COUNT, COUNT + 10):
             idempotent.produce("idem", value(i), partition=0, on_delivery=sent)
         assert idempotent.flush(TIMEOUT_S) == 0 and errors == []
-        consumer = Consumer({"bootstrap.servers": serve.bootstrap, "group.id": "idem-serve",
-                             "enable.auto.commit": False})  # fmt: skip
-        try:
-            consumer.assign([KafkaTopicPartition("idem", 0, 0)])
-            seen: list[tuple[int, bytes]] = []
-            deadline = time.monotonic() + TIMEOUT_S
-            while len(seen) < COUNT + 10 and time.monotonic() < deadline:
-                m = consumer.poll(0.5)
-                if m is not None:
-                    assert m.error() is None, m.error()
-                    seen.append((m.offset(), m.value()))
-        finally:
-            consumer.close()
+        seen = consume_from_0(serve.bootstrap, "idem", COUNT + 10)
         assert serve.terminate() == 0
     assert seen == [(i, value(i)) for i in range(COUNT + 10)]
