@@ -24,7 +24,7 @@ from broker_embedded.errors import OutOfOrderSequenceError
 from broker_embedded.storage.leader_epoch_checkpoint import EpochEntry
 from broker_embedded.storage.object_store import StoreLocation, StoreSettings
 from broker_embedded.storage.object_store_fetch_source import ObjectStoreSource
-from broker_embedded.storage.remote_log_manager import RemoteLogManager
+from broker_embedded.storage.remote_log_manager import REMOTE_STAGING_DIR, RemoteLogManager
 from broker_embedded.storage.topic_partition import TopicPartition
 from broker_embedded.storage.unified_log import UnifiedLog
 from tests.broker_embedded.storage.test_remote_fetch import (
@@ -70,8 +70,8 @@ def test_a_follower_deletes_locally_only_what_the_store_holds_and_leads_on_from_
     locally; the follower learns the store's end from its manifests and deletes exactly its
     segments wholly below it, never the one holding it (a store refusing the listing: logged,
     nothing moves). Failover: the new leader reads offset 0 on from the store and its log,
-    copies from the store's end on (its segment holding that end cut there), and the store then
-    holds the log without a hole or an overlap."""
+    copies from the store's end on (its segment holding that end cut there, over what a copy
+    killed half way left), and the store then holds the log without a hole or an overlap."""
     uri = f"s3://{s3.new_bucket('followret')}/c"
     tp = TopicPartition("tiered", 0)
     cluster = EmbeddedCluster(tmp_path / "c", 2, config=quick_tiering_config(uri, s3))
@@ -112,7 +112,13 @@ def test_a_follower_deletes_locally_only_what_the_store_holds_and_leads_on_from_
         for i in range(COUNT, COUNT + 20):  # rolls the segment holding the store's end
             follower.produce("tiered", 0, [record(i)], acks=1)
         wait_for("the high watermark", lambda: lg.high_watermark == COUNT + 20)
+        # what a copy of the cut killed half way leaves: its staged files, a partial object
+        staging = follower.log_dir / REMOTE_STAGING_DIR / tp.dir_name
+        staging.mkdir(parents=True)
+        (staging / f"{end:020d}.log").write_bytes(b"half")
+        follower.remote_log_manager.location.open().write(f"tiered-0/{end:020d}.log", b"half")
         assert follower.remote_log_manager.run_once() > 0
+        assert not staging.parent.exists()
         ranges = stored_ranges(cluster, tp)
         assert ranges[0][0] == 0 and all(a[1] == b[0] for a, b in itertools.pairwise(ranges))
         assert end in [b for b, _ in ranges]  # the segment holding it was cut there
