@@ -154,11 +154,16 @@ class Broker:
             parts = list(self.replica_manager.partitions.items())
             return {tp: p.log for tp, p in parts if p.is_leader}
 
+        def followers() -> dict[TopicPartition, UnifiedLog]:
+            parts = list(self.replica_manager.partitions.items())
+            return {tp: p.log for tp, p in parts if p.state is not None and not p.is_leader}
+
         c = self.config
-        return RemoteLogManager(self.broker_id, self.log_dir, location, leaders,
-                                c.remote_log_manager_task_interval_ms,
-                                c.remote_log_reader_threads,
-                                c.remote_log_reader_max_pending_tasks)  # fmt: skip
+        rlm = RemoteLogManager(self.broker_id, self.log_dir, location, leaders,
+                               c.remote_log_manager_task_interval_ms, c.remote_log_reader_threads,
+                               c.remote_log_reader_max_pending_tasks, followers)  # fmt: skip
+        rlm.topic_stats = lambda: self.replica_manager.topic_stats
+        return rlm
 
     @property
     def broker_metadata(self) -> BrokerMetadata:

@@ -11,7 +11,17 @@ What is counted, and where (as Kafka's ``ReplicaManager`` and ``KafkaApis`` coun
   error; ``bytes_out`` + the records bytes of the partition in the response sent (counted once,
   when the response is built, also after a wait in the purgatory);
 - ``isr_shrinks`` / ``isr_expands``: +1 per ISR change committed by the controller that made
-  the ISR smaller / larger.
+  the ISR smaller / larger;
+- tiered storage (Kafka's ``RemoteStorageMetrics`` meters, counted by the remote log manager
+  through :meth:`BrokerTopicStats.add`, as Kafka's ``RemoteLogManager``, ``RemoteLogReader`` and
+  ``TierStateMachine`` mark them): per segment copy ``remote_copy_requests`` +1, on success
+  ``remote_copy_bytes`` + its ``.log``'s size, on a failure ``remote_copy_errors`` +1; per
+  remote read of a consumer's Fetch ``remote_fetch_requests`` +1, ``remote_fetch_bytes`` + the
+  records bytes read, ``remote_fetch_errors`` +1 when the store failed (not for an offset out
+  of range); per stored segment deleted (retention, a deleted topic, tiering turned off)
+  ``remote_delete_requests`` +1 once it is marked, ``remote_delete_errors`` +1 when its
+  deletion failed; per follower restart from the store ``build_remote_log_aux_state_requests``
+  +1, ``build_remote_log_aux_state_errors`` +1 when it failed.
 
 Layout: one list of :data:`FIELDS` ints per topic, made the first time the topic is counted,
 and one for all topics; so counting a request costs a dict lookup and a few integer additions
@@ -39,10 +49,21 @@ FIELDS = (
     "failed_produce",
     "total_fetch",
     "failed_fetch",
+    "remote_copy_bytes",
+    "remote_copy_requests",
+    "remote_copy_errors",
+    "remote_fetch_bytes",
+    "remote_fetch_requests",
+    "remote_fetch_errors",
+    "remote_delete_requests",
+    "remote_delete_errors",
+    "build_remote_log_aux_state_requests",
+    "build_remote_log_aux_state_errors",
 )
 MESSAGES_IN, BYTES_IN, BYTES_OUT, TOTAL_PRODUCE, FAILED_PRODUCE, TOTAL_FETCH, FAILED_FETCH = range(
-    len(FIELDS)
+    7
 )
+_INDEX = {name: i for i, name in enumerate(FIELDS)}
 MAX_TOPICS = 100_000
 
 
@@ -96,6 +117,11 @@ class BrokerTopicStats:
         """A consumer's fetch read a partition of ``topic`` (``failed``: with an error) and
         put ``size`` records bytes into the response."""
         self._add(topic, (TOTAL_FETCH, 1), (FAILED_FETCH, int(failed)), (BYTES_OUT, size))
+
+    def add(self, topic: str, **amounts: int) -> None:
+        """Add to :data:`FIELDS` by name (the tiered storage meters: once per segment or remote
+        read, not a hot path)."""
+        self._add(topic, *((_INDEX[name], amount) for name, amount in amounts.items()))
 
     def isr_changed(self, before: int, after: int) -> None:
         """A committed ISR change from ``before`` to ``after`` replicas."""

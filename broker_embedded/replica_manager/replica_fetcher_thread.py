@@ -18,7 +18,10 @@ Per partition:
 3. OFFSET_OUT_OF_RANGE: a follower ahead of the leader truncates to the leader's log end offset;
    one behind the leader's log start restarts its log empty there. OFFSET_MOVED_TO_TIERED_STORAGE
    (a tiered partition's follower behind the leader's local log start): the log restarts empty
-   at the leader's local log start, keeping the leader's log start offset.
+   at the end of the stored segment holding the offset below the leader's local log start,
+   keeping the leader's log start offset, with that segment's leader epochs and producer
+   snapshot from the store (Kafka's ``buildRemoteLogAuxState``; the store is read on this
+   thread, as Kafka's fetcher does).
 4. NOT_LEADER_OR_FOLLOWER, FENCED/UNKNOWN_LEADER_EPOCH (per partition), a stopped or unreachable
    leader (the whole thread): back off ``replica.fetch.backoff.ms`` and retry (a new
    LeaderAndIsr moves the partition).
@@ -251,11 +254,20 @@ class ReplicaFetcherThread:
         fetch_offset: int,
     ) -> None:  # fmt: skip
         """OFFSET_MOVED_TO_TIERED_STORAGE: the follower's log end lies below the leader's local
-        log start (Kafka's ``buildRemoteLogAuxState``): restart the log empty at the leader's
-        local log start, the leader's log start offset as its own. Unlike Kafka, the producer
-        snapshot and leader epochs below it are not fetched from the store."""
+        log start (Kafka's ``TierStateMachine.buildRemoteLogAuxState``). The stored segment
+        holding the offset below the leader's local start gives where the log restarts (its
+        end) with its leader epochs and producer snapshot (remote_log_manager.py); the log
+        restarts empty there, the leader's log start offset as its own. A store that fails:
+        back off and ask again. A store that does not hold that segment (another location than
+        the leader's), or no remote log manager (the broker's
+        ``remote.log.storage.system.enable`` off): the log restarts at the leader's local start
+        with neither."""
         try:
             start, local_start = leader.log_start_offsets(tp)
+            aux = None
+            rlm = self.follower.remote_log_manager
+            if rlm is not None and p.log.remote_log_enabled:
+                aux = rlm.remote_log_aux_state(tp, p.log, local_start)
         except KafkaApiError as e:
             self._back_off(tp, st, e)
             return
@@ -264,7 +276,17 @@ class ReplicaFetcherThread:
                 return
             if p.log.log_end_offset != fetch_offset or fetch_offset >= local_start:
                 return  # stale answer
-            p.log.truncate_fully_and_start_at(local_start, log_start_offset=start)
+            if aux is None:
+                p.log.truncate_fully_and_start_at(local_start, log_start_offset=start)
+                return
+            p.log.truncate_fully_and_start_at(
+                aux.next_offset, log_start_offset=start, leader_epochs=aux.leader_epochs,
+                producer_snapshot=aux.producer_snapshot,
+            )  # fmt: skip
+        restored = "restored" if aux.producer_snapshot else "absent"
+        log.info("broker %s restarted %s at offset %d from remote storage (%d leader epochs, "
+                 "producer snapshot %s)", self.follower.broker_id, tp, aux.next_offset,
+                 len(aux.leader_epochs), restored)  # fmt: skip
 
 
 class ReplicaFetcherManager:

@@ -285,6 +285,23 @@ class ReplicaManager:
         for tp in tps:
             self._wake(tp)
 
+    def remote_storage_disabled(self, tps: list[TopicPartition]) -> None:
+        """The topic of ``tps`` turned ``remote.storage.enable`` off with
+        ``remote.log.delete.on.disable`` (Kafka's ``ConfigHandler``, after the logs took the
+        config): each replica forgets the store, a leader's log starts at its first local
+        offset, and the leaders' stored segments are deleted (the remote log manager, as a
+        deleted topic's; the followers' are their leader's)."""
+        led = []
+        for tp in tps:
+            p = self.partitions.get(tp)
+            if p is None:
+                continue
+            p.log.forget_remote_storage(leader=p.is_leader)
+            if p.is_leader:
+                led.append((tp, p.log.topic_id))
+        if led and self.remote_log_manager is not None:
+            self.remote_log_manager.stop_partitions(led)
+
     def _wake(self, tp: TopicPartition) -> None:
         self.fetch_purgatory.check_and_complete(tp)
         self.produce_purgatory.check_and_complete(tp)

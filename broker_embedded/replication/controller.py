@@ -415,17 +415,22 @@ class Controller(TopicCreation):
             self._check_active()
             entry = self._topic(name)
             remote = self._remote_storage_enabled()
-            validate_topic_config(
-                self._defaults(), overrides, name, remote_storage_system_enable=remote
-            )
+            config = validate_topic_config(self._defaults(), overrides, name,
+                                           remote_storage_system_enable=remote,
+                                           existing=entry.config)  # fmt: skip
             if validate_only:
                 return
+            was = self._defaults().with_overrides(entry.config, name).remote_storage_enable
             new = replace(entry, config=MappingProxyType(dict(overrides)))
             hosts = {b for r in self._assignment[name].values() for b in r} & self._alive
             for b in sorted(hosts):
                 self._brokers[b].log_manager.put_topic(name, new)
             self._topics[name] = new
             self._save()
+            if was and not config.remote_storage_enable:  # remote.log.delete.on.disable
+                tps = [TopicPartition(name, p) for p in self._assignment[name]]
+                for b in sorted(hosts):
+                    self._brokers[b].replica_manager.remote_storage_disabled(tps)
 
     def _topic(self, name: str) -> TopicEntry:
         entry = self._topics.get(name)

@@ -10,8 +10,15 @@ counters and histograms of ``BrokerTopicStats`` (replica_manager/broker_topic_st
 ``RequestMetrics`` (request_metrics.py). The metrics, by family (docs/operating/index.md):
 
 - ``kafka_server_brokertopicmetrics_{messagesin,bytesin,bytesout,totalproducerequests,
-  failedproducerequests,totalfetchrequests,failedfetchrequests}_total``: one sample per topic
-  (``topic`` label) and one without a label for all topics, as Kafka's MBeans.
+  failedproducerequests,totalfetchrequests,failedfetchrequests}_total`` and tiered storage's
+  ``..._{remotecopybytes,remotecopyrequests,remotecopyerrors,remotefetchbytes,
+  remotefetchrequests,remotefetcherrors,remotedeleterequests,remotedeleteerrors,
+  buildremotelogauxstaterequests,buildremotelogauxstateerrors}_total``: one sample per topic
+  (``topic`` label) and one without a label for all topics, as Kafka's MBeans;
+  ``kafka_server_brokertopicmetrics_remotelogsizebytes``: the bytes in the store of the tiered
+  partitions this broker leads, per topic and for all (Kafka's ``RemoteLogSizeBytes``, from the
+  remote log manager's cached manifests); ``..._{remotecopylagbytes,remotecopylagsegments}``:
+  their closed segments not copied yet, now.
 - ``kafka_network_requestmetrics_requests_total{request,version}`` and, per API, the summaries
   ``kafka_network_requestmetrics_{requestqueuetimems,localtimems,remotetimems,
   responsequeuetimems,responsesendtimems,totaltimems}{request,quantile}`` with ``_count`` and
@@ -89,12 +96,32 @@ TOPIC_METERS = {
     "failed_produce": "failedproducerequests",
     "total_fetch": "totalfetchrequests",
     "failed_fetch": "failedfetchrequests",
+    "remote_copy_bytes": "remotecopybytes",
+    "remote_copy_requests": "remotecopyrequests",
+    "remote_copy_errors": "remotecopyerrors",
+    "remote_fetch_bytes": "remotefetchbytes",
+    "remote_fetch_requests": "remotefetchrequests",
+    "remote_fetch_errors": "remotefetcherrors",
+    "remote_delete_requests": "remotedeleterequests",
+    "remote_delete_errors": "remotedeleteerrors",
+    "build_remote_log_aux_state_requests": "buildremotelogauxstaterequests",
+    "build_remote_log_aux_state_errors": "buildremotelogauxstateerrors",
 }
 
 
 def _gauge(name: str, doc: str, value: float) -> Metric:
     m = Metric(name, doc, "gauge")
     m.add_sample(name, {}, value)
+    return m
+
+
+def _by_topic(meter: str, doc: str, by_topic: dict[str, int]) -> Metric:
+    """A BrokerTopicMetrics gauge: one sample per topic and one without a label (all)."""
+    name = f"kafka_server_brokertopicmetrics_{meter}"
+    m = Metric(name, doc, "gauge")
+    m.add_sample(name, {}, sum(by_topic.values()))
+    for topic, value in sorted(by_topic.items()):
+        m.add_sample(name, {"topic": topic}, value)
     return m
 
 
@@ -129,6 +156,7 @@ class KafkaCollector(Collector):
             return
         for part in (
             self._topics,
+            self._remote,
             self._requests,
             self._queues,
             self._idle_ratios,
@@ -162,6 +190,24 @@ class KafkaCollector(Collector):
             yield m
         yield _counter("kafka_server_replicamanager_isrshrinks", "ISR shrinks", stats.isr_shrinks)
         yield _counter("kafka_server_replicamanager_isrexpands", "ISR expands", stats.isr_expands)
+
+    def _remote(self, server: BrokerServer, broker: Broker) -> Iterator[Metric]:
+        rlm = broker.remote_log_manager
+        if rlm is None:
+            return
+        by_topic: dict[str, int] = {}
+        for tp, size in rlm.remote_log_size_bytes().items():
+            by_topic[tp.topic] = by_topic.get(tp.topic, 0) + size
+        yield _by_topic("remotelogsizebytes", "bytes in remote storage of the partitions led",
+                        by_topic)  # fmt: skip
+        lag_bytes: dict[str, int] = {}
+        lag_segments: dict[str, int] = {}
+        for tp, (size, count) in rlm.remote_copy_lag().items():
+            lag_bytes[tp.topic] = lag_bytes.get(tp.topic, 0) + size
+            lag_segments[tp.topic] = lag_segments.get(tp.topic, 0) + count
+        yield _by_topic("remotecopylagbytes", "bytes of closed segments not copied yet",
+                        lag_bytes)  # fmt: skip
+        yield _by_topic("remotecopylagsegments", "closed segments not copied yet", lag_segments)
 
     def _requests(self, server: BrokerServer, broker: Broker) -> Iterator[Metric]:
         metrics = [p.metrics for p in server.socket_server.processors if p.metrics is not None]

@@ -50,6 +50,8 @@ import bisect
 import logging
 import os
 import threading
+from collections.abc import Sequence
+from itertools import pairwise
 from pathlib import Path
 
 from broker_embedded.errors import CheckpointError, KafkaLogError
@@ -247,10 +249,16 @@ class LeaderEpochFileCache:
                 self._entries = entries  # visible even if the write fails (module docstring)
                 self._checkpoint.write(entries)
 
-    def clear_and_flush(self) -> None:
-        """Drop every entry and write an empty checkpoint (``0\\n0\\n``)."""
+    def clear_and_flush(self, entries: Sequence[EpochEntry] = ()) -> None:
+        """Drop every entry and write an empty checkpoint (``0\\n0\\n``), or one of
+        ``entries`` (a follower restarting its log from remote storage takes the stored
+        segment's epochs: Kafka's ``assign(List<EpochEntry>)`` after its truncation), in one
+        write."""
+        new = [self._checked(e.epoch, e.start_offset) for e in entries]
+        if any(a.epoch >= b.epoch or a.start_offset > b.start_offset for a, b in pairwise(new)):
+            raise ValueError(f"{self._prefix()}: leader epochs {new} do not increase")
         with self._lock:
-            self._replace([])
+            self._replace(new)
 
     # -- internals -----------------------------------------------------------------------------
 

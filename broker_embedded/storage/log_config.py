@@ -104,6 +104,9 @@ _SPEC: dict[str, tuple[str, Callable[[Any], Any]]] = {
     # -2: the same as retention.* (Kafka's DEFAULT_LOCAL_RETENTION_*); -1: no limit
     "local.retention.ms": ("local_retention_ms", _long(-2)),
     "local.retention.bytes": ("local_retention_bytes", _long(-2)),
+    # KIP-950: a tiered topic whose store is read only / turning tiering off deletes the store's
+    "remote.log.copy.disable": ("remote_log_copy_disable", _bool),
+    "remote.log.delete.on.disable": ("remote_log_delete_on_disable", _bool),
 }  # fmt: skip
 CONFIG_NAMES = tuple(_SPEC)
 
@@ -134,6 +137,8 @@ class LogConfig:
     remote_storage_enable: bool = False
     local_retention_ms: int = -2
     local_retention_bytes: int = -2
+    remote_log_copy_disable: bool = False
+    remote_log_delete_on_disable: bool = False
 
     # Derived once per config (read on every append): cached in the instance's __dict__,
     # which the frozen dataclass's fields, equality and replace() do not see.
@@ -208,19 +213,30 @@ def validate_topic_config(
     topic: str,
     *,
     remote_storage_system_enable: bool,
+    existing: Mapping[str, Any] | None = None,
 ) -> LogConfig:
-    """A topic's effective config from a create or alter (``overrides`` over ``defaults``),
-    checked as Kafka's ``LogConfig.validateTopicLogConfigValues`` checks it: with
-    ``remote.storage.enable=true``, the broker's ``remote.log.storage.system.enable`` must be
-    on, the topic must not be compacted, and ``local.retention.bytes`` / ``local.retention.ms``
-    (unless -2) must be neither -1 nor above ``retention.bytes`` / ``retention.ms`` when those
-    are limited. Errors are :class:`InvalidConfigError` (INVALID_CONFIG) with Kafka's messages,
-    naming the topic. (Kafka also refuses turning remote storage off without
-    ``remote.log.delete.on.disable``; kafkalog has no such config yet, and accepts it.)"""
+    """A topic's effective config from a create or alter (``overrides`` over ``defaults``;
+    ``existing``: the overrides an alter replaces), checked as Kafka's
+    ``LogConfig.validateTopicLogConfigValues`` checks it: with ``remote.storage.enable=true``,
+    the broker's ``remote.log.storage.system.enable`` must be on, the topic must not be
+    compacted, ``local.retention.bytes`` / ``local.retention.ms`` (unless -2) must be neither
+    -1 nor above ``retention.bytes`` / ``retention.ms`` when those are limited, and with
+    ``remote.log.copy.disable=true`` (unless -2) equal to them; an alter turning
+    ``remote.storage.enable`` off needs ``remote.log.delete.on.disable=true``. Errors are
+    :class:`InvalidConfigError` (INVALID_CONFIG) with Kafka's messages, naming the topic."""
     config = defaults.with_overrides(overrides, topic)
-    if not config.remote_storage_enable:
-        return config
     where = f" (topic {topic!r})"
+    if not config.remote_storage_enable:
+        was = existing is not None and defaults.with_overrides(existing, topic)
+        if was and was.remote_storage_enable and not config.remote_log_delete_on_disable:
+            raise InvalidConfigError(
+                "It is invalid to disable remote storage without deleting remote data. If you "
+                "want to keep the remote data and turn to read only, please set "
+                "`remote.storage.enable=true,remote.log.copy.disable=true`. If you want to "
+                "disable remote storage and delete all remote data, please set "
+                f"`remote.storage.enable=false,remote.log.delete.on.disable=true`.{where}"
+            )
+        return config
     if not remote_storage_system_enable:
         raise InvalidConfigError(
             "Tiered Storage functionality is disabled in the broker. Topic cannot be configured "
@@ -247,7 +263,27 @@ def validate_topic_config(
         raise InvalidConfigError(
             f"Invalid value {local} for configuration {local_name}: {reason}{where}"
         )
+    _check_copy_disabled(config, where)
     return config
+
+
+def _check_copy_disabled(config: LogConfig, where: str) -> None:
+    """Kafka's ``validateRetentionConfigsWhenRemoteCopyDisabled``: a tiered topic that copies
+    no more keeps its local segments by ``retention.*``, so ``local.retention.*`` (unless -2)
+    must equal them."""
+    if not config.remote_log_copy_disable:
+        return
+    for local_name, name, local, limit in (
+        ("local.retention.bytes", "retention.bytes", config.local_retention_bytes,
+         config.retention_bytes),
+        ("local.retention.ms", "retention.ms", config.local_retention_ms, config.retention_ms),
+    ):  # fmt: skip
+        if local not in (-2, limit):
+            raise InvalidConfigError(
+                f"When `remote.log.copy.disable` is set to true, the `{local_name}` and "
+                f"`{name}` must be set to the identical value because there will be no more "
+                f"logs copied to the remote storage.{where}"
+            )
 
 
 if [f.name for f in fields(LogConfig)] != [attr for attr, _ in _SPEC.values()]:

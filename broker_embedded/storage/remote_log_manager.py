@@ -15,7 +15,14 @@ size and SHA-256. Each object is verified by reading it back before the manifest
 Which segments (Kafka's ``RLMCopyTask.candidateLogSegments``): every segment but the active
 one whose end (the next segment's base offset) is at or below the last stable offset (which
 is at most the high watermark), so that nothing uncommitted or in an open transaction is
-copied; and only those at or after the end of the last segment already in the store.
+copied; and only those ending after the end of the last segment already in the store. Replicas
+roll their segments at different offsets (a follower appends a fetch's batches as one), so a
+broker that became leader may hold the store's end inside a segment: that segment is copied
+from there on, its batches from the store's end staged as a segment based there
+(``<log dir>/remote-log-staging/``, emptied before and after; its indexes rebuilt, its
+``.txnindex`` entries of the markers from there on), so the store's segments never overlap.
+A topic with ``remote.log.copy.disable=true`` (KIP-950) is not copied; its remote retention
+goes on.
 
 Crash safety (what Kafka keeps in its ``__remote_log_metadata`` topic is here the manifests
 themselves): a segment is remote exactly when its manifest is. At its first visit of a
@@ -27,6 +34,34 @@ its objects deleted. A partition this broker stops leading is forgotten (where i
 and its cached stored segments), and listed again if it leads it again. Copies go in offset
 order, so the store's segments are always a prefix of the log's without holes (what the reader
 requires).
+
+Followers (Kafka's ``RLMFollowerTask``): where Kafka's followers learn what is remote from
+the remote log metadata topic, here each pass lists the prefix of every tiered partition this
+broker follows whose oldest closed segment is not known to be stored (one LIST; one GET of the
+last manifest when it is not the one seen last time; a partition whose oldest segment ends at
+or below the end already learnt is not listed: local retention can go on without news, so a
+follower lists about once per local retention window, not at every pass) and moves the log's
+``remote_end_offset`` up to the last finished manifest's ``next_offset`` of this topic id
+(never down), so that local retention deletes on followers as on the leader and never a
+segment the store does not hold. A store that fails is logged and asked again at the next
+pass; replication does not wait for it (the pass runs on this thread).
+
+A follower restarting its log from the store (OFFSET_MOVED_TO_TIERED_STORAGE; Kafka's
+``TierStateMachine.buildRemoteLogAuxState``): :meth:`RemoteLogManager.remote_log_aux_state`
+finds the stored segment holding the offset below the leader's local log start (one LIST, the
+manifest of the highest base below it) and reads its ``<base>.leader-epoch-checkpoint`` and
+``<next offset>.snapshot`` (each checked against the manifest's size and SHA-256, the epochs
+increasing, the snapshot decoded): the follower's log restarts at that segment's end with them
+(replica_fetcher_thread.py). A store that fails is :class:`RemoteStorageError`: the follower
+backs off and asks again. A store that does not hold that segment is not the leader's (a leader
+deletes locally only what its store holds; brokers may name different locations): logged, and
+the follower restarts at the leader's local start without that state, rather than never
+(both counted in ``aux_state_failures``; ``aux_states_built`` counts the builds).
+
+Turning tiering off (``remote.storage.enable=false``, which needs
+``remote.log.delete.on.disable=true``; KIP-950): the leaders' partitions are deleted from the
+store as a deleted topic's are (below), their logs starting at their first local offset
+(replica_manager.py); a partition whose deletion is pending is neither copied nor expired.
 
 Bounds: one thread per broker (``kafka-scheduler-remote-log-manager-<broker id>``, a
 :class:`KafkaScheduler`)
@@ -73,6 +108,13 @@ object name and the manifests' topic id.
 A store that fails a read is logged with its key and answered :class:`RemoteStorageError`
 (UNKNOWN_SERVER_ERROR, as Kafka answers its ``RemoteStorageException``).
 
+Meters (Kafka's ``RemoteStorageMetrics``, broker_topic_stats.py says when each counts): copies,
+remote reads, deletions and followers' restarts from the store are counted in the broker's
+topic stats while they are kept (:attr:`RemoteLogManager.topic_stats`);
+:meth:`RemoteLogManager.remote_log_size_bytes` is ``RemoteLogSizeBytes`` of the partitions led,
+:meth:`RemoteLogManager.remote_copy_lag` their ``RemoteCopyLagBytes`` / ``...Segments`` (read
+when asked, where Kafka records them after each copy).
+
 Thread safety: the pass runs in the scheduler's thread; :meth:`run_once` may be called from
 one other thread at a time (tests); :meth:`close` from any thread. Reads run on the reader
 pool (remote_storage_thread_pool.py); the manifest cache is guarded by one lock (a leaf).
@@ -84,13 +126,17 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import hashlib
+import itertools
 import logging
+import shutil
 import threading
 import uuid
 from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 from broker_embedded.errors import (
     KafkaApiError,
@@ -105,19 +151,21 @@ from broker_embedded.storage.checkpoint_file import write_atomically
 from broker_embedded.storage.fetch_data_info import FetchIsolation, IsolationLevel
 from broker_embedded.storage.leader_epoch_checkpoint import (
     LEADER_EPOCH_CHECKPOINT,
+    EpochEntry,
     LeaderEpochCheckpointFile,
 )
 from broker_embedded.storage.local_log import end_of_complete_batches
 from broker_embedded.storage.log_dir_upload import SegmentUpload
-from broker_embedded.storage.log_file_utils import segment_file_stem
-from broker_embedded.storage.log_segment import TimestampAndOffset
+from broker_embedded.storage.log_file_utils import LOG_SUFFIX, segment_file_stem
+from broker_embedded.storage.log_segment import LogSegment, TimestampAndOffset
 from broker_embedded.storage.object_store import ObjectStore, StoreLocation
 from broker_embedded.storage.object_store_fetch_source import (
     ObjectStoreFetchSource,
     ObjectStoreSource,
     StoredPartition,
 )
-from broker_embedded.storage.partition_metadata import topic_id_to_string
+from broker_embedded.storage.offset_index import INDEX_SUFFIX
+from broker_embedded.storage.partition_metadata import PARTITION_METADATA_FILE, topic_id_to_string
 from broker_embedded.storage.remote_index_cache import RemoteIndexCache
 from broker_embedded.storage.remote_log_segment_metadata import (
     COPY_SEGMENT_FINISHED,
@@ -129,10 +177,11 @@ from broker_embedded.storage.remote_storage_thread_pool import (
     RemoteReadRejectedError,
     RemoteStorageThreadPool,
 )
-from broker_embedded.storage.snapshot_file import snapshot_file_name
+from broker_embedded.storage.snapshot_file import decode_snapshot, snapshot_file_name
+from broker_embedded.storage.time_index import TIME_INDEX_SUFFIX
 from broker_embedded.storage.topic_partition import TopicPartition
 from broker_embedded.storage.transaction_index import FILE_SUFFIX as TXN_INDEX_SUFFIX
-from broker_embedded.storage.transaction_index import AbortedTxn
+from broker_embedded.storage.transaction_index import AbortedTxn, aborted_txns_of
 from broker_embedded.storage.unified_log import UnifiedLog
 
 log = logging.getLogger(__name__)
@@ -142,6 +191,8 @@ CLOSE_TIMEOUT_S = 10.0
 # in the log dir: the deleted topics' partitions whose stored objects are still to be deleted
 PENDING_FILE = "remote-log-pending-deletions"
 PENDING_VERSION = "0"
+# in the log dir: a segment's tail staged for its copy (emptied before and after each)
+REMOTE_STAGING_DIR = "remote-log-staging"
 READER_THREADS = 10  # Kafka's remote.log.reader.threads default
 READER_MAX_PENDING_TASKS = 100  # Kafka's remote.log.reader.max.pending.tasks default
 
@@ -156,9 +207,28 @@ class RemoteLogReadResult:
     aborted_transactions: tuple[AbortedTxn, ...] | None
 
 
+@dataclass(frozen=True, slots=True)
+class RemoteLogAuxState:
+    """What a follower restarting its log from remote storage takes from the store (Kafka's
+    ``buildRemoteLogAuxState``): the stored segment holding the offset below the leader's
+    local log start ends at ``next_offset``, where the follower's log restarts; its leader
+    epochs (``<base>.leader-epoch-checkpoint``) and the producer snapshot at its end
+    (``<next offset>.snapshot``, decoded once; ``None`` when the copy had none)."""
+
+    next_offset: int
+    leader_epochs: tuple[EpochEntry, ...]
+    producer_snapshot: bytes | None
+
+
+class TopicStats(Protocol):
+    """What the remote log manager counts in (replica_manager/broker_topic_stats.py)."""
+
+    def add(self, topic: str, **amounts: int) -> None: ...
+
+
 class RemoteLogManager:
-    """The copier of one broker; see the module docstring. ``leaders``: the logs of the
-    partitions this broker leads now (called once per pass)."""
+    """The copier of one broker; see the module docstring. ``leaders`` / ``followers``: the
+    logs of the partitions this broker leads / follows now (each called once per pass)."""
 
     def __init__(
         self,
@@ -169,10 +239,15 @@ class RemoteLogManager:
         task_interval_ms: int,
         reader_threads: int = READER_THREADS,
         reader_max_pending_tasks: int = READER_MAX_PENDING_TASKS,
+        followers: Callable[[], Mapping[TopicPartition, UnifiedLog]] | None = None,
     ) -> None:
         self.log_dir = Path(log_dir)
         self.location = location
         self._leaders = leaders
+        self._followers = followers or dict
+        # per followed partition: (topic id, base offset of the last manifest listed, the
+        # store's end it gave): a listing whose last manifest is the same needs no GET
+        self._followed: dict[TopicPartition, tuple[uuid.UUID | None, int, int]] = {}
         self._interval_ms = task_interval_ms
         self._store: ObjectStore | None = None
         # per partition: the offset after the last segment in the store (-1: none yet)
@@ -196,12 +271,18 @@ class RemoteLogManager:
         # partitions of deleted topics (with their topic id) whose objects are to be deleted
         self._stopped: list[tuple[TopicPartition, str]] = []
         self.deleted = 0  # segments deleted from the store since start
+        # a follower's restarts from the store (remote_log_aux_state) built / refused
+        self.aux_states_built = 0
+        self.aux_state_failures = 0
+        # the broker's topic meters (broker_topic_stats.py) while they are kept, else None
+        self.topic_stats: Callable[[], TopicStats | None] = lambda: None
 
     def __repr__(self) -> str:
         return f"RemoteLogManager({self.location.describe()})"
 
     def startup(self) -> None:
         self._stopped = self._read_pending()  # deletions a stop or a crash left unfinished
+        shutil.rmtree(self.log_dir / REMOTE_STAGING_DIR, ignore_errors=True)  # a killed copy's
         self._scheduler.startup()
         self._scheduler.schedule(
             "remote-log-copy", self._pass, delay_ms=0, period_ms=self._interval_ms
@@ -236,15 +317,66 @@ class RemoteLogManager:
                 for tp in [tp for tp in {*self._copied_end, *self._remote} if tp not in leaders]:
                     self._copied_end.pop(tp, None)
                     self._remote.pop(tp, None)  # another leader may delete or copy meanwhile
+            with self._meta_lock:  # still to delete (tiering turned off): neither copied again
+                deleting = {tp for tp, _ in self._stopped}  # nor expired meanwhile
             for tp, unified in sorted(leaders.items()):
                 if self._stopping.is_set():
                     break
                 if unified.config.remote_storage_enable and not unified.is_closed:
-                    with self._logged(tp, "copying"):  # one partition's failure stops no other
-                        done += self._copy_partition(tp, unified)
+                    if tp in deleting:
+                        continue
+                    if not unified.config.remote_log_copy_disable:  # KIP-950: read only
+                        with self._logged(tp, "copying"):  # a failure stops no other partition
+                            done += self._copy_partition(tp, unified)
                     with self._logged(tp, "deleting past retention"):
                         self._expire_partition(tp, unified, now_ms)
+            self._follow_partitions(leaders)
             return done
+
+    # -- followers (Kafka's RLMFollowerTask) ----------------------------------------------------
+
+    def _follow_partitions(self, leaders: Mapping[TopicPartition, UnifiedLog]) -> None:
+        """Learn the store's end of every tiered partition this broker follows (module
+        docstring; with ``remote.log.copy.disable`` local retention does not wait for the store:
+        none); a partition led again, or no longer here, is forgotten."""
+        followers = {tp: lg for tp, lg in self._followers().items()
+                     if tp not in leaders and lg.remote_copy_enabled
+                     and not lg.is_closed}  # fmt: skip
+        for tp in [tp for tp in self._followed if tp not in followers]:
+            del self._followed[tp]
+        for tp, unified in sorted(followers.items()):
+            if self._stopping.is_set():
+                return
+            bases = unified.segment_base_offsets
+            if len(bases) < 2 or bases[1] <= unified.remote_end_offset:
+                continue  # its oldest closed segment is known stored (or none): no need yet
+            with self._logged(tp, "listing the store's segments of followed"):
+                self._follow_partition(tp, unified)
+
+    def _follow_partition(self, tp: TopicPartition, unified: UnifiedLog) -> None:
+        """One LIST of the partition's prefix; a GET of its last manifest when that is not the
+        one listed last time. A finished manifest of this topic moves the log's
+        ``remote_end_offset`` up to its ``next_offset`` (never down, as Kafka's
+        ``updateHighestOffsetInRemoteStorage``); anything else (another topic id's segments, a
+        segment being deleted, none) moves nothing."""
+        store = self._store_once()
+        prefix = tp.dir_name + "/"
+        found = (RemoteLogSegmentMetadata.base_offset_of(n[len(prefix) :])
+                 for n in store.list(prefix))  # fmt: skip
+        last = max((b for b in found if b is not None), default=None)
+        if last is None:
+            return
+        cached = self._followed.get(tp)
+        if cached is not None and cached[:2] == (unified.topic_id, last):
+            end = cached[2]
+        else:
+            name = prefix + RemoteLogSegmentMetadata.name_of(last)
+            m = RemoteLogSegmentMetadata.from_json(store.read(name), store.location.describe(name))
+            if m.state != COPY_SEGMENT_FINISHED or not _same_topic(m, unified):
+                return
+            end = m.next_offset
+            self._followed[tp] = (unified.topic_id, last, end)
+        unified.update_highest_offset_in_remote_storage(end)
 
     @contextlib.contextmanager
     def _logged(self, tp: TopicPartition, what: str) -> Iterator[None]:
@@ -312,12 +444,17 @@ class RemoteLogManager:
         key = f"{tp.dir_name}/{RemoteLogSegmentMetadata.name_of(m.base_offset)}"
         if m.state != DELETE_SEGMENT_STARTED:
             store.write(key, dataclasses.replace(m, state=DELETE_SEGMENT_STARTED).to_json())
+        self._count(tp, remote_delete_requests=1)
         self.index_cache.forget(f"{tp.dir_name}/{segment_file_stem(m.base_offset)}.")
-        for f in m.files:
+        try:
+            for f in m.files:
+                with contextlib.suppress(FileNotFoundError):
+                    store.delete(f"{tp.dir_name}/{f.name}")
             with contextlib.suppress(FileNotFoundError):
-                store.delete(f"{tp.dir_name}/{f.name}")
-        with contextlib.suppress(FileNotFoundError):
-            store.delete(key)
+                store.delete(key)
+        except BaseException:
+            self._count(tp, remote_delete_errors=1)
+            raise
         self.deleted += 1
 
     # -- topic deletion ---------------------------------------------------------------------------
@@ -438,20 +575,25 @@ class RemoteLogManager:
             self._copied_end[tp] = unified.remote_end_offset = stored_end
         done = 0
         for base, end in candidates:
-            if base < self._copied_end[tp] or self._stopping.is_set():
+            if end <= self._copied_end[tp] or self._stopping.is_set():
                 continue
+            start = max(base, self._copied_end[tp])  # above base: the store holds its start
+            self._count(tp, remote_copy_requests=1)
             try:
-                self._copy_segment(store, tp, unified, base, end)
+                self._copy_segment(store, tp, unified, base, end, start)
             except FileNotFoundError as e:  # deleted meanwhile (DeleteRecords): look again later
                 log.warning("remote log manager: segment %d of %s went during its copy: %s",
                             base, tp, e)  # fmt: skip
-                self._drop_partial(store, tp, base)
+                self._count(tp, remote_copy_errors=1)
+                self._drop_partial(store, tp, start)
                 self._copied_end.pop(tp, None)
                 break
             except BaseException:
+                self._count(tp, remote_copy_errors=1)
                 self._copied_end.pop(tp, None)  # list the store again at the next visit
                 raise
-            self._remember_copied(store, tp, unified, base)
+            size = self._remember_copied(store, tp, unified, start)
+            self._count(tp, remote_copy_bytes=size)
             self._copied_end[tp] = unified.remote_end_offset = end
             self.copied += 1
             done += 1
@@ -543,6 +685,85 @@ class RemoteLogManager:
                 unified.update_log_start_offset_from_remote_tier(floor)
         return list(segments)
 
+    # -- a follower's restart from the store (Kafka's buildRemoteLogAuxState) -------------------
+
+    def remote_log_aux_state(
+        self, tp: TopicPartition, unified: UnifiedLog, leader_local_start: int
+    ) -> RemoteLogAuxState | None:
+        """The stored segment holding ``leader_local_start - 1`` (one LIST, one GET of its
+        manifest) and its leader epochs and producer snapshot (a GET each, checked against the
+        manifest's size and SHA-256). :class:`RemoteStorageError` naming the partition and the
+        offset when the store fails (the follower backs off and asks again, as Kafka's fetcher
+        does). ``None``, logged, when this broker's store holds no such finished segment of
+        this topic: it is not the leader's store (its ``rsm_config`` names another location),
+        since a leader deletes locally only what its store holds; the follower then restarts
+        without that state rather than never."""
+        what = f"building the state below offset {leader_local_start}"
+        self._count(tp, build_remote_log_aux_state_requests=1)
+        try:
+            with self._store_errors(tp, what):
+                store = self.location.open()
+                try:
+                    aux = self._aux_state(store, tp, unified, leader_local_start)
+                finally:
+                    store.release()
+        except RemoteStorageError:
+            self.aux_state_failures += 1
+            self._count(tp, build_remote_log_aux_state_errors=1)
+            raise
+        if aux is None:
+            self.aux_state_failures += 1
+            self._count(tp, build_remote_log_aux_state_errors=1)
+            log.warning("remote log manager: %s holds no segment of %s with offset %d (another "
+                        "store than its leader's?): the follower restarts at %d without the "
+                        "producer state and leader epochs below it",
+                        self.location.describe(tp.dir_name + "/"), tp, leader_local_start - 1,
+                        leader_local_start)  # fmt: skip
+            return None
+        self.aux_states_built += 1
+        return aux
+
+    def _aux_state(
+        self, store: ObjectStore, tp: TopicPartition, unified: UnifiedLog, leader_local_start: int
+    ) -> RemoteLogAuxState | None:
+        prefix = tp.dir_name + "/"
+        found = (RemoteLogSegmentMetadata.base_offset_of(n[len(prefix) :])
+                 for n in store.list(prefix))  # fmt: skip
+        base = max((b for b in found if b is not None and b < leader_local_start), default=None)
+        m = None
+        if base is not None:
+            name = prefix + RemoteLogSegmentMetadata.name_of(base)
+            m = RemoteLogSegmentMetadata.from_json(store.read(name), store.location.describe(name))
+        usable = m is not None and m.state == COPY_SEGMENT_FINISHED and _same_topic(m, unified)
+        if m is None or not usable or m.next_offset < leader_local_start:
+            return None
+        files = {f.name: f for f in m.files}
+
+        def fetched(name: str) -> bytes | None:
+            f = files.get(name)
+            if f is None:
+                return None
+            data = store.read(prefix + name)
+            if len(data) != f.size or hashlib.sha256(data).hexdigest() != f.sha256:
+                raise RemoteStorageError(f"{store.location.describe(prefix + name)} differs "
+                                         "from its manifest (size or SHA-256)")  # fmt: skip
+            return data
+
+        epochs_file = fetched(segment_file_stem(m.base_offset) + LEADER_EPOCH_SUFFIX)
+        epochs = []
+        if epochs_file is not None:
+            checkpoint = LeaderEpochCheckpointFile(unified.directory / LEADER_EPOCH_CHECKPOINT)
+            epochs = checkpoint.parse(epochs_file)
+            if any(a.epoch >= b.epoch or a.start_offset > b.start_offset
+                   for a, b in itertools.pairwise(epochs)):  # fmt: skip
+                raise RemoteStorageError(f"the leader epochs of {prefix}{m.base_offset} in "
+                                         f"{store.location.describe(prefix)} do not increase: "
+                                         f"{epochs}")  # fmt: skip
+        snapshot = fetched(snapshot_file_name(m.next_offset))
+        if snapshot is not None:
+            decode_snapshot(snapshot, store.location.describe(prefix))  # refused if corrupt
+        return RemoteLogAuxState(m.next_offset, tuple(epochs), snapshot)
+
     # -- reads (Kafka's RemoteLogReader and RemoteLogManager.read) -------------------------------
 
     def async_read(
@@ -563,7 +784,17 @@ class RemoteLogManager:
         """The batches at ``info.fetch_offset`` from the stored segment holding it (module
         docstring): OFFSET_OUT_OF_RANGE when no stored segment holds it, a
         :class:`RemoteStorageError` (UNKNOWN_SERVER_ERROR, as Kafka's RemoteStorageException)
-        naming the key when the store fails."""
+        naming the key when the store fails (counted as Kafka's ``RemoteLogReader`` counts)."""
+        self._count(info.topic_partition, remote_fetch_requests=1)
+        try:
+            result = self._read(info, unified)
+        except RemoteStorageError:
+            self._count(info.topic_partition, remote_fetch_errors=1)
+            raise
+        self._count(info.topic_partition, remote_fetch_bytes=len(result.records))
+        return result
+
+    def _read(self, info: RemoteStorageFetchInfo, unified: UnifiedLog) -> RemoteLogReadResult:
         tp, offset = info.topic_partition, info.fetch_offset
         segments = self._remote_or_error(tp, unified, f"fetching offset {offset}")
         if not segments or not segments[0].base_offset <= offset < segments[-1].next_offset:
@@ -641,8 +872,9 @@ class RemoteLogManager:
 
     def _remember_copied(
         self, store: ObjectStore, tp: TopicPartition, unified: UnifiedLog, base: int
-    ) -> None:
-        """Add the manifest just written to the cache (read back: the one readers see)."""
+    ) -> int:
+        """Add the manifest just written to the cache (read back: the one readers see); the
+        size of its ``.log``."""
         name = f"{tp.dir_name}/{RemoteLogSegmentMetadata.name_of(base)}"
         manifest = RemoteLogSegmentMetadata.from_json(store.read(name),
                                                       store.location.describe(name))  # fmt: skip
@@ -650,6 +882,27 @@ class RemoteLogManager:
             cached = self._remote.get(tp)
             if cached is not None and cached[0] == unified.topic_id:
                 cached[1].append(manifest)
+        return manifest.size_in_bytes
+
+    def _count(self, tp: TopicPartition, **amounts: int) -> None:
+        """Add to the broker's tiered storage meters of ``tp``'s topic, when they are kept
+        (broker_topic_stats.py)."""
+        stats = self.topic_stats()
+        if stats is not None:
+            stats.add(tp.topic, **amounts)
+
+    def remote_copy_lag(self) -> dict[TopicPartition, tuple[int, int]]:
+        """Per tiered partition this broker leads and copies: the bytes and the count of its
+        closed segments not in the store yet (UnifiedLog.remote_copy_lag), now."""
+        return {tp: lg.remote_copy_lag() for tp, lg in self._leaders().items()
+                if lg.remote_copy_enabled and not lg.is_closed}  # fmt: skip
+
+    def remote_log_size_bytes(self) -> dict[TopicPartition, int]:
+        """The bytes in the store of each partition this broker leads whose stored segments it
+        has listed (Kafka's ``RemoteLogSizeBytes``): the sizes of their manifests' ``.log``."""
+        with self._meta_lock:
+            return {tp: sum(m.size_in_bytes for m in segments)
+                    for tp, (_, segments) in self._remote.items()}  # fmt: skip
 
     def _drop_partial(self, store: ObjectStore, tp: TopicPartition, base: int) -> None:
         """Delete what an abandoned copy of segment ``base`` left (it has no manifest), so that
@@ -660,8 +913,13 @@ class RemoteLogManager:
                 store.delete(name)
 
     def _copy_segment(
-        self, store: ObjectStore, tp: TopicPartition, unified: UnifiedLog, base: int, end: int
-    ) -> None:
+        self, store: ObjectStore, tp: TopicPartition, unified: UnifiedLog, base: int, end: int,
+        start: int,
+    ) -> None:  # fmt: skip
+        """Copy segment ``base`` (ending at ``end``) from offset ``start``: the whole segment,
+        or (``start`` above ``base``: this broker became leader and the store already holds
+        the segment's first offsets, copied from another replica whose segments were cut
+        elsewhere) its batches from ``start`` on, staged as a segment based at ``start``."""
         directory = self.log_dir / tp.dir_name
         extras: dict[str, bytes] = {}
         snapshot = directory / snapshot_file_name(end)
@@ -669,13 +927,57 @@ class RemoteLogManager:
             extras[snapshot.name] = snapshot.read_bytes()
         epochs = [e for e in unified.leader_epoch_cache.entries() if e.start_offset < end]
         epoch_file = LeaderEpochCheckpointFile(directory / LEADER_EPOCH_CHECKPOINT)
-        extras[segment_file_stem(base) + LEADER_EPOCH_SUFFIX] = epoch_file.format(epochs)
-        # objects an interrupted copy left are overwritten: no manifest names them
-        upload = SegmentUpload(self.log_dir, store, {}, False, False, lambda _: None,
-                               mtime_when_no_timestamp=True)  # fmt: skip
-        upload.segment(tp, base, extras)
+        extras[segment_file_stem(start) + LEADER_EPOCH_SUFFIX] = epoch_file.format(epochs)
+        source = self.log_dir
+        if start > base:
+            source = _stage_tail(self.log_dir, tp, base, start, unified.config.index_interval_bytes)
+        try:
+            # objects an interrupted copy left are overwritten: no manifest names them
+            upload = SegmentUpload(source, store, {}, False, False, lambda _: None,
+                                   mtime_when_no_timestamp=True)  # fmt: skip
+            upload.segment(tp, start, extras)
+        finally:
+            if start > base:
+                shutil.rmtree(source, ignore_errors=True)
         log.info("remote log manager: copied segment %d..%d of %s to %s (%d bytes)",
-                 base, end - 1, tp, store.location.describe(tp.dir_name), upload.sent)  # fmt: skip
+                 start, end - 1, tp, store.location.describe(tp.dir_name), upload.sent)  # fmt: skip
+
+
+def _stage_tail(log_dir: Path, tp: TopicPartition, base: int, start: int, interval: int) -> Path:
+    """Stage the batches of segment ``base`` from offset ``start`` (a batch's base offset) on
+    as a segment based at ``start`` in ``<log dir>/remote-log-staging/<topic>-<partition>/``
+    (emptied first): its ``.log`` the tail of the original's, its indexes rebuilt from it with
+    the topic's ``index.interval.bytes``, its ``.txnindex`` the original's entries whose abort
+    marker lies at or after ``start``, and the partition's ``partition.metadata``. Returns the
+    staging root (the upload's log dir)."""
+    source = log_dir / tp.dir_name
+    root = log_dir / REMOTE_STAGING_DIR
+    shutil.rmtree(root, ignore_errors=True)
+    staged = root / tp.dir_name
+    staged.mkdir(parents=True)
+    old, new = segment_file_stem(base), segment_file_stem(start)
+    with LogSegment.open(source, base) as seg:
+        position = seg.position_of(start)
+    original = source / (old + LOG_SUFFIX)
+    with open(original, "rb") as f, open(staged / (new + LOG_SUFFIX), "wb") as out:
+        f.seek(position)
+        if f.read(8) != start.to_bytes(8, "big"):
+            raise KafkaLogError(f"{original}: no batch starts at offset {start} (position "
+                                f"{position}): its tail cannot be copied")  # fmt: skip
+        f.seek(position)
+        shutil.copyfileobj(f, out, 8 << 20)
+    with LogSegment.open(staged, start, index_interval_bytes=interval) as seg:
+        (staged / (new + INDEX_SUFFIX)).write_bytes(seg.offset_index.to_bytes())
+        (staged / (new + TIME_INDEX_SUFFIX)).write_bytes(seg.time_index.to_bytes())
+    txns = source / (old + TXN_INDEX_SUFFIX)
+    if txns.is_file():
+        kept = [a for a in aborted_txns_of(txns.read_bytes(), str(txns)) if a.last_offset >= start]
+        if kept:
+            (staged / (new + TXN_INDEX_SUFFIX)).write_bytes(b"".join(a.to_bytes() for a in kept))
+    metadata = source / PARTITION_METADATA_FILE
+    if metadata.is_file():
+        shutil.copyfile(metadata, staged / PARTITION_METADATA_FILE)
+    return root
 
 
 def _finished(manifests: list[RemoteLogSegmentMetadata]) -> list[RemoteLogSegmentMetadata]:

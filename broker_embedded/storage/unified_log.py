@@ -39,14 +39,18 @@ their largest timestamp is older than ``retention.ms``, while the log exceeds
 ``retention.bytes``, or when they lie wholly below the log start offset; only segments wholly
 below the high watermark go. A topic with ``remote.storage.enable`` uses ``local.retention.*``
 instead, and deletes by time or size only segments wholly below :attr:`remote_end_offset` (in
-the store: remote_log_manager.py sets it; Kafka's ``isSegmentEligibleForDeletion``); that
+the store: remote_log_manager.py sets it, on a leader from its copies, on a follower from the
+store's manifests; Kafka's ``isSegmentEligibleForDeletion``); that
 moves only :attr:`local_log_start_offset` (Kafka's ``localLogStartOffset``, the first local
 segment's base): the log start offset stays at the store's first offset (ListOffsets -2,
 Fetch's log start, the log-start-offset-checkpoint) until remote retention or DeleteRecords
-moves it. A read in ``[log start, local log start)`` is :class:`OffsetMovedToTieredStorageError`
-(the replica manager serves it from the store). Opening a tiered log takes the log start from
-the checkpoint as is (Kafka's ``LogLoader``); any other log's is at least its first segment's
-base.
+moves it. With ``remote.log.copy.disable`` (KIP-950: the store read only) local retention is
+``retention.*`` again, deletes segments whether stored or not, and moves the log start
+(Kafka's ``remoteLogEnabledAndRemoteCopyEnabled``). A read in ``[log start, local log
+start)`` is :class:`OffsetMovedToTieredStorageError` (the replica manager serves it from the
+store). Opening a tiered log takes the log start from
+the checkpoint as is, 0 when it has no entry (Kafka's ``LogLoader``); any other log's is at
+least its first segment's base.
 :meth:`delete_records_before` moves the log start offset (Kafka's DeleteRecords; not above the
 HW). Flushing: every ``flush.messages`` appended records, or when the
 log manager sees ``flush.ms`` elapsed; the recovery point then becomes the log end offset. Each
@@ -63,7 +67,10 @@ Truncation (:meth:`truncate_to`, a follower dropping divergent history) removes 
 or above the offset (a batch holding it goes whole) and everything that followed from them: the
 leader epochs, producer state, snapshots and ``.txnindex`` entries above the new log end offset;
 the HW, recovery point and log start offset are capped by it.
-:meth:`truncate_fully_and_start_at` restarts the log empty at an offset.
+:meth:`truncate_fully_and_start_at` restarts the log empty at an offset; a tiered follower
+restarting from the store passes the stored segment's leader epochs (written in the same
+checkpoint write that empties the cache) and producer snapshot (written as
+``<offset>.snapshot`` and loaded).
 
 Replacing segments (the cleaner's swap, :meth:`replace_segments`) and cleaning sessions
 (:meth:`cleaning_session`; :meth:`close` stops one and waits for it): cleaning_session.py.
@@ -84,7 +91,7 @@ import os
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 from broker_embedded.errors import (
@@ -97,9 +104,10 @@ from broker_embedded.errors import (
 from broker_embedded.latency_histogram import LatencyHistogram
 from broker_embedded.record.record_batch import RecordBatch
 from broker_embedded.record.records import AnyBatch
+from broker_embedded.storage.checkpoint_file import write_atomically
 from broker_embedded.storage.cleaning_session import CleanableLog
 from broker_embedded.storage.fetch_data_info import FetchDataInfo, FetchIsolation
-from broker_embedded.storage.leader_epoch_checkpoint import LEADER_EPOCH_CHECKPOINT
+from broker_embedded.storage.leader_epoch_checkpoint import LEADER_EPOCH_CHECKPOINT, EpochEntry
 from broker_embedded.storage.leader_epoch_file_cache import LeaderEpochFileCache
 from broker_embedded.storage.local_log import LocalLog, LogOffsets
 from broker_embedded.storage.log_appender import LogAppender
@@ -112,7 +120,7 @@ from broker_embedded.storage.offset_index import INDEX_SUFFIX
 from broker_embedded.storage.open_segments import OpenSegments
 from broker_embedded.storage.producer_state_manager import ProducerStateManager
 from broker_embedded.storage.segment_writer import SegmentWriter, wall_clock_ms
-from broker_embedded.storage.snapshot_file import list_snapshots
+from broker_embedded.storage.snapshot_file import list_snapshots, snapshot_file_name
 from broker_embedded.storage.storage_health import StorageHealth
 from broker_embedded.storage.time_index import TIME_INDEX_SUFFIX
 from broker_embedded.storage.topic_partition import TopicPartition
@@ -179,10 +187,12 @@ class UnifiedLog(LogAppender, CleanableLog):
         )  # fmt: skip
         leo = self.log_end_offset
         first = self._writer.segment_base_offsets[0]
-        if self.remote_log_enabled and log_start_offset is not None:
-            # Kafka's LogLoader: a tiered log's start is the checkpoint's (the segments below
-            # the first local one are in the store); the local start is the first segment's
-            self.log_start_offset = min(log_start_offset, leo)
+        if self.remote_log_enabled:
+            # Kafka's LogLoader: a tiered log's start is the checkpoint's, 0 without an entry
+            # (the segments below the first local one are in the store; a follower killed
+            # before its first checkpoint takes its leader's again); the local start is the
+            # first segment's
+            self.log_start_offset = min(log_start_offset or 0, leo)
         else:
             self.log_start_offset = min(max(log_start_offset or 0, first), leo)
         self.leader_epoch_cache = LeaderEpochFileCache(
@@ -286,6 +296,13 @@ class UnifiedLog(LogAppender, CleanableLog):
         """Whether the log is tiered (Kafka's ``isRemoteLogEnabled``): the topic's
         ``remote.storage.enable`` and the broker's ``remote.log.storage.system.enable``."""
         return self.remote_storage_system_enable and self.config.remote_storage_enable
+
+    @property
+    def remote_copy_enabled(self) -> bool:
+        """Whether the log is tiered and still copied (Kafka's
+        ``remoteLogEnabledAndRemoteCopyEnabled``: not ``remote.log.copy.disable``); only then
+        does local retention follow ``local.retention.*`` and wait for the store."""
+        return self.remote_log_enabled and not self.config.remote_log_copy_disable
 
     def __repr__(self) -> str:
         return f"UnifiedLog({self.topic_partition}, {self.directory})"
@@ -499,10 +516,10 @@ class UnifiedLog(LogAppender, CleanableLog):
 
     def _local_retention(self) -> tuple[int, int]:
         """Retention by time and size of the local segments: ``local.retention.*`` for a topic
-        with ``remote.storage.enable`` (Kafka's ``localRetentionMs``/``localRetentionBytes``),
-        else ``retention.*``."""
+        with ``remote.storage.enable`` that is still copied (Kafka's ``localRetentionMs`` /
+        ``localRetentionBytes``), else ``retention.*``."""
         c = self.config
-        if self.remote_log_enabled:
+        if self.remote_copy_enabled:
             return c.effective_local_retention_ms, c.effective_local_retention_bytes
         return c.retention_ms, c.retention_bytes
 
@@ -511,12 +528,14 @@ class UnifiedLog(LogAppender, CleanableLog):
     ) -> int:
         """Delete closed segments from the oldest while ``predicate(base, size)`` holds and the
         segment lies wholly below the high watermark; with ``tiered_only``, of a topic with
-        ``remote.storage.enable``, only segments wholly in remote storage (Kafka's
-        ``isSegmentEligibleForDeletion``: a segment not copied yet is never deleted by
-        retention)."""
+        ``remote.storage.enable`` that is still copied, only segments wholly in remote storage
+        (Kafka's ``isSegmentEligibleForDeletion``: a segment not copied yet is never deleted by
+        retention), and only the local log start moves. With ``remote.log.copy.disable`` the
+        log start moves (Kafka's ``incrementStartOffset``): remote retention then deletes the
+        stored segments below it."""
         bases = self.segment_base_offsets[:-1]
         doomed = []
-        tiered = tiered_only and self.remote_log_enabled
+        tiered = tiered_only and self.remote_copy_enabled
         for base in bases:
             if self._next_base(base) > self.high_watermark:
                 break
@@ -581,6 +600,37 @@ class UnifiedLog(LogAppender, CleanableLog):
             if offset > self.log_start_offset:
                 self._set_log_start_offset(offset)
                 self._delete_while(lambda b, _: self._next_base(b) <= self.log_start_offset)
+
+    def forget_remote_storage(self, *, leader: bool) -> None:
+        """Tiering was turned off (``remote.storage.enable=false`` with
+        ``remote.log.delete.on.disable``; Kafka's ``ConfigHandler``): the store's segments are
+        being deleted, so nothing is known to be in the store, and a leader's log starts at its
+        first local offset (a follower's follows its leader's)."""
+        with self._lock:
+            self.remote_end_offset = -1
+            if not leader or self._closed or self.failure is not None:
+                return
+            start = min(self.local_log_start_offset, self.high_watermark)
+            if start > self.log_start_offset:
+                self._set_log_start_offset(start)
+
+    def update_highest_offset_in_remote_storage(self, end: int) -> None:
+        """A follower learnt that the store holds this partition up to ``end`` (exclusive;
+        remote_log_manager.py): :attr:`remote_end_offset` moves up to it, never down (Kafka's
+        ``updateHighestOffsetInRemoteStorage``), so local retention may delete the segments
+        below it."""
+        with self._lock:
+            if self.remote_log_enabled and end > self.remote_end_offset:
+                self.remote_end_offset = end
+
+    def remote_copy_lag(self) -> tuple[int, int]:
+        """The bytes and the count of the closed segments based at or above
+        :attr:`remote_end_offset`: not in the store yet (Kafka's ``RemoteCopyLagBytes`` /
+        ``RemoteCopyLagSegments``, its ``onlyLocalLogSegmentsSize`` / ``Count`` less the active
+        segment)."""
+        with self._lock:
+            closed = [b for b in self.segment_base_offsets[:-1] if b >= self.remote_end_offset]
+            return sum(self._segment_size(b) for b in closed), len(closed)
 
     def local_size_from(self, offset: int) -> int:
         """The bytes of the local segments based at or above ``offset`` (Kafka's
@@ -652,14 +702,27 @@ class UnifiedLog(LogAppender, CleanableLog):
                 f"{what} in {self.directory} failed part way: {e}")) from e  # fmt: skip
 
     def truncate_fully_and_start_at(
-        self, offset: int, *, log_start_offset: int | None = None
+        self,
+        offset: int,
+        *,
+        log_start_offset: int | None = None,
+        leader_epochs: Sequence[EpochEntry] = (),
+        producer_snapshot: bytes | None = None,
     ) -> None:
         """Delete every segment and restart the log, empty, at ``offset``; its log start offset
         ``log_start_offset`` (at most ``offset``; a tiered follower's: the leader's, in the
-        store) or ``offset``."""
+        store) or ``offset``. A tiered follower restarting at the end of a stored segment
+        (Kafka's ``buildRemoteLogAuxState``) passes that segment's ``leader_epochs`` (all
+        starting below ``offset``: the cache becomes them, in the same checkpoint write that
+        empties it) and its ``producer_snapshot`` (the bytes of ``<offset>.snapshot``, already
+        decoded once by the caller: written to the log's directory and loaded, so the producer
+        state is the leader's at ``offset``). A crash between the segments' deletion and the
+        snapshot's write leaves the log empty at ``offset`` without producer state (Kafka has
+        the same window)."""
         with self._lock:
             self._check_open()
-            self._truncate_epochs_first(self.leader_epoch_cache.clear_and_flush)
+            epochs = [e for e in leader_epochs if e.start_offset < offset]
+            self._truncate_epochs_first(lambda: self.leader_epoch_cache.clear_and_flush(epochs))
             with self._offline_if_it_fails(f"restarting the log at offset {offset}"):
                 self._truncations += 1
                 self._open.drop_all()
@@ -671,7 +734,13 @@ class UnifiedLog(LogAppender, CleanableLog):
                 self.log_start_offset = self.recovery_point = offset
                 if log_start_offset is not None and self.remote_log_enabled:
                     self.log_start_offset = min(log_start_offset, offset)
+                snapshot = self.directory / snapshot_file_name(offset)
+                if producer_snapshot is not None:
+                    write_atomically(snapshot, producer_snapshot)
                 self._after_truncation()
+                if producer_snapshot is not None:  # _after_truncation kept the empty state
+                    self.producer_state.load_snapshot(snapshot, now_ms=self._clock())
+                self._truncate_epochs_from_start(self.log_start_offset)
 
     def _reopen_writer(self, start_offset: int = 0) -> None:
         self._writer = SegmentWriter(self.log_dir, self.topic_partition, self.config,

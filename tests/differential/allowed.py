@@ -31,8 +31,7 @@ REASONS = {
     "(partitions, leader, topic id); Kafka 3.9 answers UNKNOWN_TOPIC_OR_PARTITION with no "
     "partitions and creates it afterwards.",
     "configs-not-served": "Topic configs Kafka 3.9 lists and kafkalog does not have: "
-    "compression levels, replication throttles, remote.log.copy.disable and "
-    "remote.log.delete.on.disable, "
+    "compression levels, replication throttles, "
     "message format and down-conversion, message timestamp bounds, preallocate, "
     "segment.jitter.ms.",
     "error-messages": "kafkalog sends an error_message naming the topic, partition, group or "
@@ -82,7 +81,6 @@ KAFKA_ONLY_CONFIGS = (
     "message.downconversion.enable",
     "message.format.version", "message.timestamp.after.max.ms",
     "message.timestamp.before.max.ms", "message.timestamp.difference.max.ms", "preallocate",
-    "remote.log.copy.disable", "remote.log.delete.on.disable",
     "segment.jitter.ms",
 )  # fmt: skip
 

@@ -26,6 +26,7 @@ DEFAULTS = {
     "max.compaction.lag.ms": "9223372036854775807", "min.cleanable.dirty.ratio": "0.5",
     "compression.type": "producer", "file.delete.delay.ms": "60000",
     "remote.storage.enable": "false", "local.retention.ms": "-2", "local.retention.bytes": "-2",
+    "remote.log.copy.disable": "false", "remote.log.delete.on.disable": "false",
     "unclean.leader.election.enable": "false",
 }  # fmt: skip
 

@@ -115,17 +115,17 @@ KAFKA_BOUNDS: Mapping[str, KafkaBounds] = MappingProxyType({
     "file.delete.delay.ms": KafkaBounds(at_least=0),
     "unclean.leader.election.enable": KafkaBounds(),
     "remote.storage.enable": KafkaBounds(), "local.retention.ms": KafkaBounds(at_least=-2),
-    "local.retention.bytes": KafkaBounds(at_least=-2),
+    "local.retention.bytes": KafkaBounds(at_least=-2), "remote.log.copy.disable": KafkaBounds(),
+    "remote.log.delete.on.disable": KafkaBounds(),
 })  # fmt: skip
 
-# Kafka 3.9's other topic configs (tiered storage, throttles, codecs' levels, ...)
+# Kafka 3.9's other topic configs (throttles, codecs' levels, ...)
 KAFKA_ONLY_TOPIC_CONFIGS = frozenset({
     "compression.gzip.level", "compression.lz4.level", "compression.zstd.level",
     "follower.replication.throttled.replicas", "leader.replication.throttled.replicas",
     "message.downconversion.enable",
     "message.format.version", "message.timestamp.after.max.ms",
     "message.timestamp.before.max.ms", "message.timestamp.difference.max.ms", "preallocate",
-    "remote.log.copy.disable", "remote.log.delete.on.disable",
     "segment.jitter.ms",
 })  # fmt: skip
 

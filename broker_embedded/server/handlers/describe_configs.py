@@ -162,6 +162,11 @@ TOPIC_CONFIGS: Mapping[str, TopicConfigKey] = MappingProxyType({
         "how long (ms) segments stay local once tiered (-2: retention.ms)"),
     "local.retention.bytes": TopicConfigKey(LONG, ("log.local.retention.bytes",),
         "bytes a tiered partition keeps locally (-2: retention.bytes)"),
+    "remote.log.copy.disable": TopicConfigKey(BOOLEAN, (),
+        "a tiered topic's store turns read only: nothing more is copied, local segments go by "
+        "retention.*"),
+    "remote.log.delete.on.disable": TopicConfigKey(BOOLEAN, (),
+        "needed to turn remote.storage.enable off: the store's segments are then deleted"),
 })  # fmt: skip
 
 # Kafka's defaults of the broker configs above (KafkaConfig); those without one are absent

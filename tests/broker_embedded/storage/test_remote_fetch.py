@@ -699,3 +699,59 @@ def test_a_deleted_topic_without_a_live_leader_is_deleted_from_the_store(
         assert location.open().list("orphan-0/") == {}
     finally:
         cluster.close()
+
+
+def test_the_tiered_storage_meters_count_as_kafka_s(s3: S3Server, tmp_path: Path) -> None:
+    """Kafka's RemoteStorageMetrics as the metrics endpoint shows them (per topic and for all
+    topics): a request and the ``.log``'s bytes per segment copied, a request and the records
+    bytes per remote read, a request per stored segment deleted; RemoteLogSizeBytes the bytes
+    still stored, RemoteCopyLagBytes / Segments the closed segments not copied yet."""
+    from broker_embedded.replica_manager.broker_topic_stats import BrokerTopicStats
+    from broker_embedded.server.metrics_endpoint import KafkaCollector
+
+    uri = f"s3://{s3.new_bucket('meters')}/b0"
+    tp = TopicPartition("tiered", 0)
+    cfg = dataclasses.replace(tiering_config(uri, s3), remote_fetch_max_wait_ms=30_000)
+    with Broker(tmp_path / "l", config=cfg, create=True) as broker:
+        broker.replica_manager.topic_stats = BrokerTopicStats()
+        broker.create_topic("tiered", config={**TIERED, "local.retention.ms": "0"})
+        for i in range(COUNT):
+            broker.produce("tiered", 0, [ProducerRecord(value(i), timestamp=T0 + 10 * i)])
+        rlm = broker.remote_log_manager
+        rlm.run_once()
+        stored = [m for _, m in sorted(manifests(rlm.location, tp).items())]
+        broker.log_manager.get_log(tp).delete_old_segments()
+        r = broker.fetch(FetchRequest((PartitionFetch(tp, 0, 1 << 20),), max_wait_ms=0))
+        fetched = len(r.partitions[0].records)
+        assert fetched > 0 and r.partitions[0].error is None
+        broker.alter_topic_config("tiered", {**TIERED, "local.retention.ms": "0",
+                                             "retention.ms": "1000"})  # fmt: skip
+        rlm.run_once(now_ms=stored[1].max_timestamp_ms + 1000)  # 0 and 1 go
+        for i in range(COUNT, COUNT + 20):  # closed segments not copied yet: the copy lag
+            broker.produce("tiered", 0, [ProducerRecord(value(i), timestamp=T0 + 10 * i)])
+        closed = local_bases(tmp_path / "l", tp)[:-1]
+        lag = sum((tmp_path / "l" / "tiered-0" / f"{b:020d}.log").stat().st_size for b in closed)
+        assert closed[0] == stored[-1].next_offset
+        server = broker_server(broker, ["PLAINTEXT://127.0.0.1:0"]).start()
+        try:
+            collector = KafkaCollector(lambda: server, lambda: broker)
+            samples = {(s.name, tuple(s.labels.items())): s.value for m in collector.collect()
+                       for s in m.samples if "remote" in s.name}  # fmt: skip
+        finally:
+            server.shutdown(5.0)
+    expected = {
+        "remotecopyrequests": len(stored), "remotecopyerrors": 0,
+        "remotecopybytes": sum(m.size_in_bytes for m in stored),
+        "remotefetchrequests": 1, "remotefetcherrors": 0, "remotefetchbytes": fetched,
+        "remotedeleterequests": 2, "remotedeleteerrors": 0,
+        "buildremotelogauxstaterequests": 0, "buildremotelogauxstateerrors": 0,
+    }  # fmt: skip
+    prefix = "kafka_server_brokertopicmetrics_"
+    for meter, count in expected.items():
+        for labels in ((), (("topic", "tiered"),)):
+            assert samples[(f"{prefix}{meter}_total", labels)] == count, meter
+    gauges = {"remotelogsizebytes": sum(m.size_in_bytes for m in stored[2:]),
+              "remotecopylagbytes": lag, "remotecopylagsegments": len(closed)}  # fmt: skip
+    for meter, amount in gauges.items():
+        for labels in ((), (("topic", "tiered"),)):
+            assert samples[(f"{prefix}{meter}", labels)] == amount, meter
