@@ -906,10 +906,13 @@ class RemoteLogManager:
 
     def _drop_partial(self, store: ObjectStore, tp: TopicPartition, base: int) -> None:
         """Delete what an abandoned copy of segment ``base`` left (it has no manifest), so that
-        no ``.log`` without a manifest sits below later segments' manifests."""
+        no ``.log`` without a manifest sits below later segments' manifests. ``<base>.snapshot``
+        stays: it is the previous segment's producer snapshot (at its end), which that
+        segment's manifest names."""
         prefix = f"{tp.dir_name}/{segment_file_stem(base)}."
+        kept = f"{tp.dir_name}/{snapshot_file_name(base)}"
         for name in store.list(prefix.rpartition("/")[0] + "/"):
-            if name.startswith(prefix):
+            if name.startswith(prefix) and name != kept:
                 store.delete(name)
 
     def _copy_segment(

@@ -113,6 +113,39 @@ def test_closed_segments_are_tiered_and_read_back_as_the_local_log(
     assert len(batches(remote, tp)) == bases[-1] > 0  # one record a batch
 
 
+def test_an_abandoned_copy_keeps_every_object_the_stored_segments_name(
+    s3: S3Server, tmp_path: Path
+) -> None:
+    """A segment whose files go during its copy has what the copy wrote deleted, but not the
+    producer snapshot at its base offset: that is the previous stored segment's (at its end),
+    and that segment's manifest names it."""
+    uri = f"s3://{s3.new_bucket('abandon')}/cluster/broker-0"
+    location = StoreLocation(uri, s3.settings)
+    tp = TopicPartition("abandoned", 0)
+    logs = tmp_path / "logs"
+    with Broker(logs, config=tiering_config(uri, s3), create=True) as broker:
+        broker.create_topic("abandoned", config=TIERED)
+        for i in range(20):
+            broker.produce("abandoned", 0, [f"record {i:03d} ".encode() * 8])
+        rlm = broker.remote_log_manager
+        rlm.run_once()
+        first_uncopied = local_bases(logs, tp)[-1]
+        for i in range(20, 40):
+            broker.produce("abandoned", 0, [f"record {i:03d} ".encode() * 8])
+        assert local_bases(logs, tp)[-1] > first_uncopied  # it is closed now
+        stem = segment_file_stem(first_uncopied)
+        (logs / tp.dir_name / f"{stem}.log").unlink()  # gone during its copy
+        assert rlm.run_once() == 0
+        stored = manifests(location, tp)
+        assert sorted(stored)[-1] < first_uncopied
+        assert stored[sorted(stored)[-1]].next_offset == first_uncopied
+        names = set(location.open().list(tp.dir_name + "/"))
+        named = {f"{tp.dir_name}/{f.name}" for m in stored.values() for f in m.files}
+        assert f"{tp.dir_name}/{stem}.snapshot" in named
+        assert named <= names
+        assert not [n for n in names - named if not n.endswith(".segment.json")]
+
+
 def test_a_topic_created_again_is_not_tiered_over_the_old_topic_s_segments(
     s3: S3Server, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
