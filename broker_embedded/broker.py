@@ -161,7 +161,8 @@ class Broker:
         c = self.config
         rlm = RemoteLogManager(self.broker_id, self.log_dir, location, leaders,
                                c.remote_log_manager_task_interval_ms, c.remote_log_reader_threads,
-                               c.remote_log_reader_max_pending_tasks, followers)  # fmt: skip
+                               c.remote_log_reader_max_pending_tasks, followers,
+                               c.remote_copy_quota, c.remote_fetch_quota)  # fmt: skip
         rlm.topic_stats = lambda: self.replica_manager.topic_stats
         return rlm
 

@@ -74,6 +74,15 @@ File layout (``conf/broker.toml`` holds the defaults; every key is optional)::
     "remote.fetch.max.wait.ms" = 500          the longest a Fetch waits for its remote read
     "remote.log.reader.threads" = 10          the remote reads' thread pool
     "remote.log.reader.max.pending.tasks" = 100   remote reads queued at most (then an error)
+    "remote.log.manager.copy.max.bytes.per.second" = 9223372036854775807   copies to the store
+                                              at most this fast (the copier waits)
+    "remote.log.manager.copy.quota.window.num" = 11    the samples the copy rate is measured over
+    "remote.log.manager.copy.quota.window.size.seconds" = 1   and each sample's length
+    "remote.log.manager.fetch.max.bytes.per.second" = 9223372036854775807   consumers' reads
+                                              from the store at most this fast (no records
+                                              meanwhile)
+    "remote.log.manager.fetch.quota.window.num" = 11
+    "remote.log.manager.fetch.quota.window.size.seconds" = 1
     [rsm_config]                              the remote storage's settings (Kafka passes its
                                               plugin the rsm.config.* prefix; here the store is
                                               built in, object_store.py):
@@ -97,8 +106,9 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from broker_embedded.storage.log_config import InvalidConfigError, LogConfig
+from broker_embedded.storage.log_config import LONG_MAX, InvalidConfigError, LogConfig
 from broker_embedded.storage.object_store import SCHEMES, SETTING_NAMES, is_store_uri
+from broker_embedded.storage.rlm_quota_manager import RLMQuotaManagerConfig
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -174,9 +184,33 @@ class BrokerConfig:
     remote_fetch_max_wait_ms: int = 500
     remote_log_reader_threads: int = 10
     remote_log_reader_max_pending_tasks: int = 100
+    remote_log_manager_copy_max_bytes_per_second: int = LONG_MAX
+    remote_log_manager_copy_quota_window_num: int = 11
+    remote_log_manager_copy_quota_window_size_seconds: int = 1
+    remote_log_manager_fetch_max_bytes_per_second: int = LONG_MAX
+    remote_log_manager_fetch_quota_window_num: int = 11
+    remote_log_manager_fetch_quota_window_size_seconds: int = 1
     # [rsm_config] as (key, value) pairs: the store's location and S3A settings (secrets: no repr)
     rsm_config: tuple[tuple[str, str], ...] = field(default=(), repr=False)
     topic_defaults: LogConfig = field(default_factory=LogConfig)
+
+    @property
+    def remote_copy_quota(self) -> RLMQuotaManagerConfig:
+        """``remote.log.manager.copy.*``: the tiered storage copier's byte-rate quota."""
+        return RLMQuotaManagerConfig(
+            self.remote_log_manager_copy_max_bytes_per_second,
+            self.remote_log_manager_copy_quota_window_num,
+            self.remote_log_manager_copy_quota_window_size_seconds,
+        )
+
+    @property
+    def remote_fetch_quota(self) -> RLMQuotaManagerConfig:
+        """``remote.log.manager.fetch.*``: the byte-rate quota of consumers' remote reads."""
+        return RLMQuotaManagerConfig(
+            self.remote_log_manager_fetch_max_bytes_per_second,
+            self.remote_log_manager_fetch_quota_window_num,
+            self.remote_log_manager_fetch_quota_window_size_seconds,
+        )
 
     @classmethod
     def from_mapping(cls, data: Mapping[str, Any], source: str = "<config>") -> BrokerConfig:
@@ -317,6 +351,12 @@ _AT_LEAST_ONE = frozenset(
         "transaction.state.log.min.isr",
         "transaction.state.log.segment.bytes",
         "remote.log.manager.task.interval.ms",
+        "remote.log.manager.copy.max.bytes.per.second",
+        "remote.log.manager.copy.quota.window.num",
+        "remote.log.manager.copy.quota.window.size.seconds",
+        "remote.log.manager.fetch.max.bytes.per.second",
+        "remote.log.manager.fetch.quota.window.num",
+        "remote.log.manager.fetch.quota.window.size.seconds",
     )  # fmt: skip
 )
 # socket buffer sizes: -1 leaves the OS's default (Kafka's USE_DEFAULT_BUFFER_SIZE)

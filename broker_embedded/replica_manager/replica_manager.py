@@ -28,7 +28,9 @@
   first such partition of a request on the remote log manager's reader pool, the request
   answered when that read is done or after ``remote.fetch.max.wait.ms``
   (delayed_remote_fetch.py), without waiting for ``min_bytes``; the other such partitions
-  answer no records. A follower's gets OFFSET_MOVED_TO_TIERED_STORAGE. The remote read's bytes
+  answer no records, as do all of them while the broker's remote reads are over
+  ``remote.log.manager.fetch.max.bytes.per.second`` (rlm_quota_manager.py). A follower's gets
+  OFFSET_MOVED_TO_TIERED_STORAGE. The remote read's bytes
   are not counted against the response's budget beforehand (as in Kafka): a response holds at
   most ``max_bytes`` plus that partition's max bytes. ListOffsets by timestamp of a tiered
   partition looks in the store first.
@@ -642,6 +644,8 @@ class ReplicaManager:
                 placeholder = self._error_result(tp, e)
                 results.append(dataclasses.replace(placeholder, error=None,
                                                    aborted_transactions=aborted))  # fmt: skip
+                if remote is None and self.remote_log_manager.fetch_quota.throttle_time_ms() > 0:
+                    continue  # Kafka: over the remote fetch quota, no records and no error
                 if remote is None:
                     remote = RemoteStorageFetchInfo(tp, pf.fetch_offset, max_bytes, min_one,
                                                     isolation, len(results) - 1)  # fmt: skip

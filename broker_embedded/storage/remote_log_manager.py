@@ -72,6 +72,11 @@ interrupts it safely). Errors (the store unreachable after object_store.py's ret
 corrupt manifest) are logged with the partition and its prefix, and that partition's step (its
 copies, its retention, a deleted topic's deletion) is retried at the next pass; the other
 partitions go on (a failed deletion of a deleted topic's partition goes to the back).
+Quotas (rlm_quota_manager.py, Kafka's KIP-956): before each segment the copier waits while
+copies exceed ``remote.log.manager.copy.max.bytes.per.second`` (a second at most between looks,
+ended by :meth:`close`), then counts the segment's ``.log`` size; each remote read counts its
+bytes against ``remote.log.manager.fetch.max.bytes.per.second``, which the replica manager
+checks before it starts one.
 
 Remote retention (Kafka's ``RLMExpirationTask``), after each partition's copies: the oldest
 stored segments wholly below the log start offset, or whose manifest's ``max_timestamp_ms`` is
@@ -177,6 +182,7 @@ from broker_embedded.storage.remote_storage_thread_pool import (
     RemoteReadRejectedError,
     RemoteStorageThreadPool,
 )
+from broker_embedded.storage.rlm_quota_manager import RLMQuotaManager, RLMQuotaManagerConfig
 from broker_embedded.storage.snapshot_file import decode_snapshot, snapshot_file_name
 from broker_embedded.storage.time_index import TIME_INDEX_SUFFIX
 from broker_embedded.storage.topic_partition import TopicPartition
@@ -195,6 +201,7 @@ PENDING_VERSION = "0"
 REMOTE_STAGING_DIR = "remote-log-staging"
 READER_THREADS = 10  # Kafka's remote.log.reader.threads default
 READER_MAX_PENDING_TASKS = 100  # Kafka's remote.log.reader.max.pending.tasks default
+UNLIMITED = RLMQuotaManagerConfig()  # Kafka's default quotas: Long.MAX_VALUE bytes a second
 
 
 @dataclass(frozen=True, slots=True)
@@ -240,6 +247,8 @@ class RemoteLogManager:
         reader_threads: int = READER_THREADS,
         reader_max_pending_tasks: int = READER_MAX_PENDING_TASKS,
         followers: Callable[[], Mapping[TopicPartition, UnifiedLog]] | None = None,
+        copy_quota: RLMQuotaManagerConfig = UNLIMITED,
+        fetch_quota: RLMQuotaManagerConfig = UNLIMITED,
     ) -> None:
         self.log_dir = Path(log_dir)
         self.location = location
@@ -266,6 +275,8 @@ class RemoteLogManager:
         name = f"remote-log-reader-{broker_id}"
         self._readers = RemoteStorageThreadPool(name, reader_threads, reader_max_pending_tasks)
         self.index_cache = RemoteIndexCache()
+        self.copy_quota = RLMQuotaManager(copy_quota)
+        self.fetch_quota = RLMQuotaManager(fetch_quota)
         # DELETE_SEGMENT_STARTED manifests found by a listing: the next pass finishes them
         self._deleting: dict[TopicPartition, list[RemoteLogSegmentMetadata]] = {}
         # partitions of deleted topics (with their topic id) whose objects are to be deleted
@@ -578,8 +589,11 @@ class RemoteLogManager:
             if end <= self._copied_end[tp] or self._stopping.is_set():
                 continue
             start = max(base, self._copied_end[tp])  # above base: the store holds its start
+            if not self._await_copy_quota():
+                break
             self._count(tp, remote_copy_requests=1)
             try:
+                self.copy_quota.record(self._segment_file(tp, base).stat().st_size)
                 self._copy_segment(store, tp, unified, base, end, start)
             except FileNotFoundError as e:  # deleted meanwhile (DeleteRecords): look again later
                 log.warning("remote log manager: segment %d of %s went during its copy: %s",
@@ -598,6 +612,20 @@ class RemoteLogManager:
             self.copied += 1
             done += 1
         return done
+
+    def _segment_file(self, tp: TopicPartition, base: int) -> Path:
+        return self.log_dir / tp.dir_name / (segment_file_stem(base) + LOG_SUFFIX)
+
+    def _await_copy_quota(self) -> bool:
+        """Wait while copies are over ``remote.log.manager.copy.max.bytes.per.second`` (Kafka's
+        RLMCopyTask: a second at most between looks); False when the manager is stopping."""
+        throttle = self.copy_quota.throttle_time_ms()
+        while throttle > 0:
+            log.debug("remote log manager: copy quota exceeded, waiting %d ms", throttle)
+            if self._stopping.wait(min(throttle, 1000) / 1000):
+                return False
+            throttle = self.copy_quota.throttle_time_ms()
+        return True
 
     def _stored_end(
         self, store: ObjectStore, tp: TopicPartition, unified: UnifiedLog
@@ -792,6 +820,7 @@ class RemoteLogManager:
             self._count(info.topic_partition, remote_fetch_errors=1)
             raise
         self._count(info.topic_partition, remote_fetch_bytes=len(result.records))
+        self.fetch_quota.record(len(result.records))
         return result
 
     def _read(self, info: RemoteStorageFetchInfo, unified: UnifiedLog) -> RemoteLogReadResult:

@@ -239,6 +239,12 @@ BROKER_CONFIGS: Mapping[str, tuple[int, str]] = MappingProxyType({
     "remote.fetch.max.wait.ms": (INT, "the longest a Fetch waits for its remote read (ms)"),
     "remote.log.reader.threads": (INT, "threads reading remote segments for Fetch"),
     "remote.log.reader.max.pending.tasks": (INT, "remote reads queued at most"),
+    "remote.log.manager.copy.max.bytes.per.second": (LONG, "copies to the store, at most"),
+    "remote.log.manager.copy.quota.window.num": (INT, "samples of the copy rate"),
+    "remote.log.manager.copy.quota.window.size.seconds": (INT, "a copy rate sample's length"),
+    "remote.log.manager.fetch.max.bytes.per.second": (LONG, "reads from the store, at most"),
+    "remote.log.manager.fetch.quota.window.num": (INT, "samples of the remote fetch rate"),
+    "remote.log.manager.fetch.quota.window.size.seconds": (INT, "a fetch rate sample's length"),
 })  # fmt: skip
 
 
