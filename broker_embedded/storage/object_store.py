@@ -12,7 +12,9 @@ that long fails; default 30 s), in milliseconds or with a unit (``500ms``, ``2s`
 ones come from the AWS environment (``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``,
 ``AWS_REGION``, ``AWS_ENDPOINT_URL``, ``~/.aws``) as the AWS SDK finds them. Other schemes
 take their settings from the URI and their own environment. Secrets never appear in a repr, a
-log line or an error message.
+log line or an error message: a URI carrying credentials before its host
+(``s3://KEY:SECRET@bucket/p``) is refused (a ``ValueError`` showing it without them), as a URI
+is what messages, reprs and DescribeConfigs show.
 
 Keys: a location's objects are named by paths relative to it (``events-0/000...0.log``); the
 object-store layout of a log dir (which keys, in which order they are written) is in
@@ -189,6 +191,12 @@ class StoreLocation:
     settings: StoreSettings = StoreSettings()
 
     def __post_init__(self) -> None:
+        if "@" in urlsplit(self.uri).netloc:  # never echoed: it would print the secret
+            raise ValueError(
+                f"{without_userinfo(self.uri)!r} is given with credentials before its bucket "
+                "('user:secret@'): a URI is logged and shown, so credentials are refused there; "
+                "give them as fs.s3a.access.key and fs.s3a.secret.key, or in the AWS environment"
+            )
         if not is_store_uri(self.uri):
             raise ValueError(f"{self.uri!r} is not an object-store URI ({', '.join(SCHEMES)})")
 
