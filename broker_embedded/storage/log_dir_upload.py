@@ -391,10 +391,11 @@ class SegmentUpload:
     def small_file(self, name: str) -> None:
         """Upload a checkpoint or metadata file of the log dir if it exists (whole, always: they
         change as the log does), verified by reading it back."""
-        path = self.log_dir / name
-        if not path.is_file():
-            return
-        self.write_checked(name, path.read_bytes())
+        try:
+            data = (self.log_dir / name).read_bytes()
+        except (FileNotFoundError, IsADirectoryError):
+            return  # absent, or deleted meanwhile (a topic deleted while its broker runs)
+        self.write_checked(name, data)
 
     def write_checked(self, name: str, data: bytes) -> None:
         """Put a small object, verified by reading it back."""

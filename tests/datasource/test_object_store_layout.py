@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import shutil
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -98,8 +99,15 @@ def test_a_segment_whose_last_batch_was_compacted_away_reads_on_into_the_next(
     assert batches(remote.open(), TP, 1 << 20) == expected
     whole = rows(LogDirSource(str(source_log_dir)))
     assert rows(remote) == rows(local) == whole - (gone[1] - gone[0] + 1) and whole > 600
-    manifest = location.open().read(f"{TP.dir_name}/{RemoteLogSegmentMetadata.name_of(0)}")
-    assert RemoteLogSegmentMetadata.from_json(manifest, "m").next_offset == bases[1]  # Kafka's
+    key = f"{TP.dir_name}/{RemoteLogSegmentMetadata.name_of(0)}"
+    manifest = RemoteLogSegmentMetadata.from_json(location.open().read(key), key)
+    assert manifest.next_offset == bases[1]  # Kafka's endOffset + 1, not past the last batch
+    # an older kafkalog's manifest ended at the last batch: a gap, repaired by a rerun
+    location.open().write(key, replace(manifest, next_offset=gone[0]).to_json())
+    with pytest.raises(KafkaLogError, match=rf"offsets \[{gone[0]}, {bases[1]}\) of events-0"):
+        ObjectStoreSource(location).open().partition(TP)
+    assert upload_log_dir(log_dir, location.open()).repaired == ("events-0/0",)
+    assert batches(remote.open(), TP, 1 << 20) == expected
 
 
 def test_a_gap_between_stored_segments_is_an_error_naming_both_keys(s3, log_dir) -> None:
