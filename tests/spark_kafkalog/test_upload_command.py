@@ -6,6 +6,7 @@ bucket or a wrong secret is an error naming them (without the secret)."""
 from __future__ import annotations
 
 import shutil
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -93,6 +94,23 @@ def test_a_different_segment_is_refused_unless_replace(cli, s3: S3Server, log_di
     assert code == 1 and f"key 'p/{key}' describes another segment than {segment}" in err
     code, out, _ = cli(f"upload --log-dir {log_dir} --to {to} --replace", *conf(s3))
     assert code == 0 and summary(out).startswith("0 segments uploaded, 1 repaired")
+    same_reads(StoreLocation(to, s3.settings), log_dir)
+    # a stored segment inside the partition's range that the log dir lacks (the cleaner merged
+    # it): --replace deletes it, manifest and objects
+    store = StoreLocation(to, s3.settings).open()
+    stored = RemoteLogSegmentMetadata.from_json(store.read(key), key)
+    store.write(f"product-created-events-topic-2/{1:020d}.log", b"old")
+    store.write(f"product-created-events-topic-2/{1:020d}.segment.json",
+                replace(stored, base_offset=1, files=()).to_json())  # fmt: skip
+    code, out, _ = cli(f"upload --log-dir {log_dir} --to {to} --replace", *conf(s3))
+    assert code == 0 and out.splitlines()[:-1] == [
+        "deleted product-created-events-topic-2/1 (stale: not in the log dir)"
+    ]
+    assert summary(out).startswith(
+        f"0 segments uploaded, 0 repaired, {len(SEGMENTS)} already there and verified, "
+        "1 stale ones deleted; "
+    )
+    assert not [n for n in store.list() if n.startswith(f"product-created-events-topic-2/{1:020d}")]
     same_reads(StoreLocation(to, s3.settings), log_dir)
 
 
