@@ -11,9 +11,11 @@ its stored segments: those with a manifest (a ``.log`` without one past the last
 upload in progress and ignored; one below it, a hole, is an error naming the key; the first
 segments whose manifests are marked ``DELETE_SEGMENT_STARTED``, being deleted by a broker's
 remote retention or topic deletion, are not the partition's any more, nor are those wholly
-below the checkpoint's log start offset). Every manifest is read (one GET each) and checked:
-each ``.log`` has its manifest's ``size_in_bytes`` (else an :class:`ObjectChangedError` naming
-bucket, key and both sizes: a segment cut short would lose rows silently), and the segments'
+below the checkpoint's log start offset). Every manifest is read (one GET each; of a partition
+of many segments :data:`MANIFEST_READS` at a time on short-lived threads, which call only the
+store's ``read``, stateless) and checked: each ``.log`` has its manifest's ``size_in_bytes``
+(else an :class:`ObjectChangedError` naming bucket, key and both sizes: a segment cut short
+would lose rows silently), and the segments'
 ``[base_offset, next_offset)`` follow each other in offset order: a gap is a
 :class:`KafkaLogError` naming bucket, both keys and the missing offsets; a segment based below
 the previous one's ``next_offset`` (a broker that became leader copied a segment straddling the
@@ -72,6 +74,7 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -117,6 +120,8 @@ from broker_embedded.storage.transaction_index import (
 SEEK_SLACK = 64 << 10  # bytes read past max_bytes: the walk from an index entry to the offset
 WALK_BYTES = 1 << 20  # bytes per ranged GET of a lookup by timestamp
 KEPT_INDEXES = 8  # offset indexes a source keeps (a 1 GiB segment's: about 4 MiB in memory)
+MANIFEST_READS = 16  # manifests a planner reads at once (a GET each: latency, not bandwidth)
+_POOLED = 8  # from this many manifests on they are read on threads (fewer: in turn, cheaper)
 _MAX_SEEKS = 1 << 20  # a bound on one fetch's GETs: each advances or widens the read
 
 
@@ -329,19 +334,29 @@ class ObjectStoreFetchSource:
         return StoredPartition(bases, sizes, end, hw, log_start, lso, txns, overlapped)
 
     def _manifests(self, prefix: str, bases: list[int]) -> list[RemoteLogSegmentMetadata]:
-        """The manifests of the segments ``bases`` (one GET each), without the first ones
-        marked ``DELETE_SEGMENT_STARTED`` (a broker's remote retention or topic deletion under
-        way, remote_log_manager.py: deletions go oldest first) and those deleted since the
-        listing: no longer stored, whatever of their objects are left."""
-        found = []
-        for base in bases:
+        """The manifests of the segments ``bases`` (one GET each, :data:`MANIFEST_READS` at a
+        time), without the first ones marked ``DELETE_SEGMENT_STARTED`` (a broker's remote
+        retention or topic deletion under way, remote_log_manager.py: deletions go oldest
+        first) and those deleted since the listing: no longer stored, whatever of their
+        objects are left."""
+
+        def read(base: int) -> RemoteLogSegmentMetadata | None:
             name = prefix + RemoteLogSegmentMetadata.name_of(base)
             try:
                 data = self._store.read(name)
             except FileNotFoundError:
-                continue  # deleted since the listing
-            manifest = RemoteLogSegmentMetadata.from_json(data, self._where(name))
-            if found or manifest.state != DELETE_SEGMENT_STARTED:
+                return None  # deleted since the listing
+            return RemoteLogSegmentMetadata.from_json(data, self._where(name))
+
+        if len(bases) >= _POOLED:
+            with ThreadPoolExecutor(min(MANIFEST_READS, len(bases)),
+                                    thread_name_prefix="kafkalog-manifests") as pool:  # fmt: skip
+                read_all = list(pool.map(read, bases))
+        else:
+            read_all = [read(b) for b in bases]
+        found: list[RemoteLogSegmentMetadata] = []
+        for manifest in read_all:
+            if manifest is not None and (found or manifest.state != DELETE_SEGMENT_STARTED):
                 found.append(manifest)
         return found
 
