@@ -318,16 +318,20 @@ class SegmentUpload:
     def delete_stale(self, tp: TopicPartition, local: list[RemoteLogSegmentMetadata]) -> None:
         """``--replace``: delete the stored segments of ``tp`` the log dir no longer has, those
         based inside the range of the segments just stored (``local``: the cleaner merged or
-        rewrote them) and those of another topic id (a topic deleted and created again), so
-        that the store holds the log dir's segments only."""
+        rewrote them; also objects without a manifest there, left by a run killed while it
+        deleted) and those of another topic id (a topic deleted and created again), so that the
+        store holds the log dir's segments only."""
         prefix = tp.dir_name + "/"
-        found = (RemoteLogSegmentMetadata.base_offset_of(n[len(prefix) :])
-                 for n in list(self.listing) if n.startswith(prefix))  # fmt: skip
+        names = [n[len(prefix) :] for n in self.listing if n.startswith(prefix)]
+        manifests = {RemoteLogSegmentMetadata.base_offset_of(n) for n in names} - {None}
+        logs = {parse_segment_log_name(n) for n in names} - {None}
         ours = {m.base_offset for m in local}
         topic_id = topic_id_in(self.log_dir / tp.dir_name)
         lo, hi = (local[0].base_offset, local[-1].next_offset) if local else (0, 0)
-        for base in sorted(b for b in found if b is not None and b not in ours):
+        for base in sorted(b for b in manifests | logs if b is not None and b not in ours):
             if not lo <= base < hi:
+                if base not in manifests:
+                    continue  # an upload in progress past the store's end, or below it
                 key = prefix + RemoteLogSegmentMetadata.name_of(base)
                 where = self.store.location.describe(key)
                 stored = RemoteLogSegmentMetadata.from_json(self.store.read(key), where)

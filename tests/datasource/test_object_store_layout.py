@@ -202,8 +202,11 @@ def test_replace_deletes_the_stored_segments_the_log_dir_no_longer_has(s3, log_d
     location = store_of(s3, "replace")
     upload_log_dir(log_dir, location.open())
     bases = merge_first_two(log_dir)
+    orphan = f"{TP.dir_name}/{bases[1] + 1:020d}.log"  # a run killed between its deletions
+    location.open().write(orphan, b"left")
     run = upload_log_dir(log_dir, location.open(), replace=True)
-    assert (run.repaired, run.deleted) == (("events-0/0",), (f"events-0/{bases[1]}",))
+    assert run.repaired == ("events-0/0",)
+    assert run.deleted == (f"events-0/{bases[1]}", f"events-0/{bases[1] + 1}")
     assert stored_segments(location) == [0, *bases[2:]]
     assert not [n for n in location.open().list(TP.dir_name + "/")
                 if n.startswith(f"{TP.dir_name}/{bases[1]:020d}.")]  # fmt: skip
