@@ -13,8 +13,9 @@ ones come from the AWS environment (``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_K
 ``AWS_REGION``, ``AWS_ENDPOINT_URL``, ``~/.aws``) as the AWS SDK finds them. Other schemes
 take their settings from the URI and their own environment. Secrets never appear in a repr, a
 log line or an error message: a URI carrying credentials before its host
-(``s3://KEY:SECRET@bucket/p``) is refused (a ``ValueError`` showing it without them), as a URI
-is what messages, reprs and DescribeConfigs show.
+(``s3://KEY:SECRET@bucket/p``, any ``user:password@``) is refused (a ``ValueError`` showing it
+without them), as a URI is what messages, reprs and DescribeConfigs show; a bare user name
+stays allowed where it is no secret (``hdfs://user@namenode``).
 
 Keys: a location's objects are named by paths relative to it (``events-0/000...0.log``); the
 object-store layout of a log dir (which keys, in which order they are written) is in
@@ -191,7 +192,8 @@ class StoreLocation:
     settings: StoreSettings = StoreSettings()
 
     def __post_init__(self) -> None:
-        if "@" in urlsplit(self.uri).netloc:  # never echoed: it would print the secret
+        userinfo = urlsplit(self.uri).netloc.rpartition("@")[0]
+        if userinfo and (":" in userinfo or self.scheme in ("s3", "gs", "gcs")):  # never echoed
             raise ValueError(
                 f"{without_userinfo(self.uri)!r} is given with credentials before its bucket "
                 "('user:secret@'): a URI is logged and shown, so credentials are refused there; "

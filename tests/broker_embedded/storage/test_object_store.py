@@ -90,6 +90,9 @@ def test_credentials_in_a_uri_are_refused_without_echoing_them() -> None:
         assert str(e.value).startswith(f"{shown!r} is given with credentials before its bucket")
         assert "s3cr3t" not in str(e.value) and "AKIAX" not in str(e.value)
         assert "fs.s3a.access.key and fs.s3a.secret.key" in str(e.value)
+    with pytest.raises(ValueError, match="^'hdfs://nn:8020/p' is given with credentials"):
+        StoreLocation("hdfs://alice:pw@nn:8020/p")
+    assert StoreLocation("hdfs://alice@nn:8020/p").prefix == "p"  # a user name: no secret
 
 
 def test_file_uris_go_through_pyarrow_too(tmp_path) -> None:
