@@ -12,10 +12,7 @@ that long fails; default 30 s), in milliseconds or with a unit (``500ms``, ``2s`
 ones come from the AWS environment (``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``,
 ``AWS_REGION``, ``AWS_ENDPOINT_URL``, ``~/.aws``) as the AWS SDK finds them. Other schemes
 take their settings from the URI and their own environment. Secrets never appear in a repr, a
-log line or an error message: a URI carrying credentials before its host
-(``s3://KEY:SECRET@bucket/p``, any ``user:password@``) is refused (a ``ValueError`` showing it
-without them), as a URI is what messages, reprs and DescribeConfigs show; a bare user name
-stays allowed where it is no secret (``hdfs://user@namenode``).
+log line or an error message.
 
 Keys: a location's objects are named by paths relative to it (``events-0/000...0.log``); the
 object-store layout of a log dir (which keys, in which order they are written) is in
@@ -186,7 +183,12 @@ class StoreSettings:
 
 @dataclass(frozen=True)
 class StoreLocation:
-    """A log dir on object storage: ``uri`` (``s3://bucket/prefix``, ...) and its settings."""
+    """A log dir on object storage: ``uri`` (``s3://bucket/prefix``, ...) and its settings.
+
+    A URI carrying credentials before its host (``s3://KEY:SECRET@bucket/p``, any
+    ``user:password@``) is refused, a ``ValueError`` showing it without them: a URI is what
+    messages, reprs and DescribeConfigs show. A bare user name stays allowed where it is no
+    secret (``hdfs://user@namenode``)."""
 
     uri: str
     settings: StoreSettings = StoreSettings()
@@ -195,8 +197,9 @@ class StoreLocation:
         userinfo = urlsplit(self.uri).netloc.rpartition("@")[0]
         if userinfo and (":" in userinfo or self.scheme in ("s3", "gs", "gcs")):  # never echoed
             raise ValueError(
-                f"{without_userinfo(self.uri)!r} is given with credentials before its bucket "
-                "('user:secret@'): a URI is logged and shown, so credentials are refused there; "
+                f"{without_userinfo(self.uri)!r} is given with credentials before its bucket or "
+                "host ('user:secret@'): a URI is logged and shown, so credentials are refused "
+                "there; "
                 "give them as fs.s3a.access.key and fs.s3a.secret.key, or in the AWS environment"
             )
         if not is_store_uri(self.uri):

@@ -87,10 +87,11 @@ def test_credentials_in_a_uri_are_refused_without_echoing_them() -> None:
         with pytest.raises(ValueError) as e:
             StoreLocation(uri)
         shown = uri.replace("AKIAX:s3cr3t@", "").replace("AKIAX@", "")
-        assert str(e.value).startswith(f"{shown!r} is given with credentials before its bucket")
+        said = f"{shown!r} is given with credentials before its bucket or host ('user:secret@')"
+        assert str(e.value).startswith(said)
         assert "s3cr3t" not in str(e.value) and "AKIAX" not in str(e.value)
         assert "fs.s3a.access.key and fs.s3a.secret.key" in str(e.value)
-    with pytest.raises(ValueError, match="^'hdfs://nn:8020/p' is given with credentials"):
+    with pytest.raises(ValueError, match="^'hdfs://nn:8020/p' is given with credentials before"):
         StoreLocation("hdfs://alice:pw@nn:8020/p")
     assert StoreLocation("hdfs://alice@nn:8020/p").prefix == "p"  # a user name: no secret
 
