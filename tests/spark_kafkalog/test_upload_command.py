@@ -124,6 +124,9 @@ def test_missing_bucket_and_wrong_secret(cli, s3: S3Server, log_dir: Path) -> No
     assert "signature" in err and "WRONG1" not in err + out
     code, _, err = cli(f"upload --log-dir {log_dir} --to {to} --conf fs.s3a.secret=x")
     assert code == 2 and "--conf 'fs.s3a.secret'" in err
+    code, out, err = cli(f"upload --log-dir {log_dir} --to s3://AKIAX:WRONG2@b/p")
+    assert code == 2 and "'s3://b/p' is given with credentials before its bucket" in err
+    assert "WRONG2" not in err + out and "AKIAX" not in err + out
 
 
 def test_a_log_dir_a_broker_holds_goes_without_its_active_segments(cli, log_dir: Path) -> None:
