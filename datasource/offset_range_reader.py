@@ -32,7 +32,13 @@ range's end or the bound the last fetch reported, so memory stays bounded by one
 
 Offsets are not contiguous: compaction, transaction markers and aborted records leave gaps, and
 a gap is never an error. A fetch that finds no batch at all means that nothing is left between
-the current offset and the bound: the read ends. Data loss (the records are gone) is told apart
+the current offset and the bound (a compacted-away tail below a high watermark at a segment's
+base; control batches and aborted transactions come back as batches that decode to no rows,
+never as nothing): the read ends. The source is asked to confirm it where it measures its
+bytes (``byte_cut`` from the current offset to the range's end, or the bound below it: a log
+dir, the object store; the wire cannot tell): batches there make the read fail with a
+:class:`KafkaSourceError` naming the partition, the offset and the source (its log dir, or
+its bucket and prefix) rather than end short. Data loss (the records are gone) is told apart
 by the partition's offsets, re-read from a newly opened source when a fetch fails. (A log
 dir's task opens its partition with the checkpoint entries its planner read, carried by the
 descriptor, log_dir_fetch_source.py; the partition directory itself is read as it is at the
@@ -131,6 +137,7 @@ def read_offset_range(p: KafkaInputPartition) -> Iterator[pa.RecordBatch]:
                 )
             # nothing at all from offset up to the bound: a gap (compaction) to the bound
             bound = fetched.bound(isolation)
+            _check_nothing_left(source, p, tp, offset, bound)
             if bound < p.end:
                 name = "last stable offset" if p.read_committed else "high watermark"
                 _lost_after(p, tp, max(offset, bound), bound, name)
@@ -138,6 +145,26 @@ def read_offset_range(p: KafkaInputPartition) -> Iterator[pa.RecordBatch]:
         yield from rows.flush()
     finally:
         source.close()
+
+
+def _check_nothing_left(
+    source: FetchSource, p: KafkaInputPartition, tp: TopicPartition, offset: int, bound: int
+) -> None:
+    """A :class:`KafkaSourceError` when a fetch at ``offset`` found no batch though the source
+    measures batches between ``offset`` and the range's end (or ``bound``, below it): a source
+    that skipped data would otherwise end the read early, silently (module docstring)."""
+    stop = min(bound, p.end)
+    if offset >= stop:
+        return
+    cut = source.byte_cut(tp, offset, stop, 0, min_one_batch=True)
+    if cut is not None and cut.size > 0:
+        name = "last stable offset" if p.read_committed else "high watermark"
+        raise KafkaSourceError(
+            f"{tp}: a fetch at offset {offset} of {p.source.location} returned no batch below "
+            f"the {name} {bound}, though the log holds {cut.size} bytes of batches from "
+            f"offset {offset} up to {cut.offset}: the source skipped them (the read of "
+            f"[{p.start}, {p.end}) would end short)"
+        )
 
 
 def _fetch_of(source: FetchSource) -> Callable[..., FetchedPartition]:

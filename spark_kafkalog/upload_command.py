@@ -13,8 +13,10 @@ Usage::
 unset ones come from the AWS environment (prefer it for secrets: a command line is visible to
 other users of the machine). The layout, which segments go, and how a rerun resumes (skipping
 what is there and verified, repairing what is not, refusing a different segment unless
-``--replace``) are in broker_embedded/storage/log_dir_upload.py. Prints a line per segment
-uploaded and a summary; secrets are never printed.
+``--replace``, which also deletes the stored segments the log dir no longer has) are in
+broker_embedded/storage/log_dir_upload.py. Prints a line per segment uploaded, deleted or gone
+from the log dir during the run (a broker's retention), and a summary; secrets are never
+printed.
 """
 
 from __future__ import annotations
@@ -48,7 +50,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--replace",
         action="store_true",
-        help="overwrite stored segments that differ from the log dir's",
+        help="overwrite stored segments that differ from the log dir's and delete those it "
+        "no longer has",
     )
     parser.add_argument(
         "--verify", action="store_true", help="read back every stored segment a rerun would skip"
@@ -83,7 +86,9 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
         store.create_bucket()
     report = upload_log_dir(args.log_dir, store, replace=args.replace, verify=args.verify,
                             progress=lambda line: print(line, file=out, flush=True))  # fmt: skip
+    deleted = f", {len(report.deleted)} stale ones deleted" if report.deleted else ""
+    gone = f", {len(report.gone)} gone from the log dir meanwhile" if report.gone else ""
     print(f"{args.to}: {len(report.uploaded)} segments uploaded, {len(report.repaired)} "
-          f"repaired, {len(report.skipped)} already there and verified; "
+          f"repaired, {len(report.skipped)} already there and verified{deleted}{gone}; "
           f"{report.bytes_sent} bytes sent", file=out)  # fmt: skip
     return 0

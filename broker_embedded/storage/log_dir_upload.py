@@ -30,6 +30,18 @@ Which segments: all of a log dir no broker holds (its ``.lock`` is free: a stopp
 copied log dir); of a log dir a broker holds, all but each partition's last (the active segment,
 still appended to). Of a log dir uploaded whole, the last stable offsets too, as the read-only
 view computes them (:data:`LAST_STABLE_OFFSET_CHECKPOINT`): read_committed readers need them.
+Of a log dir a broker holds the stored ones are deleted first: they would hold read_committed
+readers at an old offset, and offsets computed now would be wrong below the stored end for a
+transaction whose marker is in the active segment (its ``.txnindex`` is not stored), so
+read_committed is refused instead. A segment whose ``.log`` the broker deletes during the run
+(retention, DeleteRecords; Kafka renames the ``.log`` first) is skipped and reported
+(:attr:`UploadReport.gone`), what was stored of it deleted, as the remote log manager's copy
+does; a partition directory gone likewise.
+
+A manifest's ``next_offset`` is the next local segment's base offset when there is one (Kafka's
+``endOffset`` is that minus one), also for a segment whose last batches the cleaner removed,
+so that the stored segments of a partition are contiguous and readers can tell a gap (a
+segment missing from the store) from a compacted tail.
 
 Each segment is uploaded file by file, each file verified by its size and its SHA-256 read back
 from the store, then its manifest. A rerun (resuming after an
@@ -42,7 +54,18 @@ interruption) lists the store once and, per segment:
 - manifest present and different from the local segment (another log dir, or a segment the
   cleaner rewrote since): refused, an :class:`UploadConflictError` naming the key, unless
   ``replace=True``;
+- manifest present, equal files but another ``next_offset`` (an older kafkalog's, ending at a
+  compacted segment's last batch): the manifest rewritten (repaired);
 - no manifest: uploaded (objects left by an interrupted run are overwritten).
+
+With ``replace=True``, once a partition's segments are stored, the stored segments of it that
+the log dir does not have are deleted (each manifest first, then every other object of the
+segment): those based inside the range of the segments just stored (the cleaner merged them
+into others: their old, uncompacted batches would still be served) and those of another topic
+id than the local partition's (a topic deleted and created again), wherever they lie. Stored
+segments below the log dir's first (retention deleted them locally) or past its last of the
+same topic are kept. Deleting after the new segments are stored keeps the store readable
+meanwhile: readers read an overlapped segment from the previous one's end.
 
 Memory: one chunk (8 MiB) of a file at a time. Not thread-safe: one upload per location at a time.
 """
@@ -115,6 +138,8 @@ class UploadReport:
     repaired: tuple[str, ...]
     skipped: tuple[str, ...]
     bytes_sent: int
+    deleted: tuple[str, ...] = ()  # stale stored segments --replace deleted
+    gone: tuple[str, ...] = ()  # segments (or partitions) deleted locally during the run
 
 
 def file_digest(path: Path) -> str:
@@ -149,17 +174,48 @@ def upload_log_dir(
     active_held = LogDirLock.is_locked(log_dir)
     listing = store.list()
     run = SegmentUpload(log_dir, store, listing, replace, verify, progress or (lambda _: None))
+    if active_held and LAST_STABLE_OFFSET_CHECKPOINT in listing:
+        store.delete(LAST_STABLE_OFFSET_CHECKPOINT)  # stale: read_committed is refused instead
+        run.progress(f"deleted {LAST_STABLE_OFFSET_CHECKPOINT} (a broker holds the log dir)")
     for tp in LogDir(log_dir).partitions():
-        bases = _segment_bases(log_dir / tp.dir_name)
-        for base in bases[:-1] if active_held else bases:
-            run.segment(tp, base)
+        try:
+            bases = _segment_bases(log_dir / tp.dir_name)
+        except FileNotFoundError:
+            run.went(tp.dir_name, "the partition was deleted from the log dir during the upload")
+            continue
+        stored = []
+        for k, base in enumerate(bases[:-1] if active_held else bases):
+            following = bases[k + 1] if k + 1 < len(bases) else None
+            manifest = _unless_gone(run, tp, base, following)
+            if manifest is not None:
+                stored.append(manifest)
+        if replace:
+            run.delete_stale(tp, stored)
         for name in PARTITION_FILES:
             run.small_file(f"{tp.dir_name}/{name}")
     if not active_held:
         run.write_checked(LAST_STABLE_OFFSET_CHECKPOINT, _last_stable_offsets(log_dir))
     for name in LOG_DIR_FILES:
         run.small_file(name)
-    return UploadReport(tuple(run.uploaded), tuple(run.repaired), tuple(run.skipped), run.sent)
+    return UploadReport(tuple(run.uploaded), tuple(run.repaired), tuple(run.skipped), run.sent,
+                        tuple(run.deleted), tuple(run.gone))  # fmt: skip
+
+
+def _unless_gone(
+    run: SegmentUpload, tp: TopicPartition, base: int, following: int | None
+) -> RemoteLogSegmentMetadata | None:
+    """The segment uploaded (its manifest), or ``None`` when the log dir's broker deleted it
+    during the run (retention, DeleteRecords: its ``.log`` is gone; Kafka renames it first):
+    what was stored of it is deleted, so that no ``.log`` without a manifest is left below
+    later segments', and the run goes on, as the remote log manager's copy does."""
+    try:
+        return run.segment(tp, base, next_base=following)
+    except FileNotFoundError:
+        if (run.log_dir / tp.dir_name / f"{segment_file_stem(base)}{LOG_SUFFIX}").exists():
+            raise
+    run.delete_segment(tp, base)
+    run.went(f"{tp.dir_name}/{base}", "deleted from the log dir during the upload")
+    return None
 
 
 def _segment_bases(directory: Path) -> list[int]:
@@ -191,19 +247,26 @@ class SegmentUpload:
         self.uploaded: list[str] = []
         self.repaired: list[str] = []
         self.skipped: list[str] = []
+        self.deleted: list[str] = []
+        self.gone: list[str] = []
         self.sent = 0
 
     def segment(
-        self, tp: TopicPartition, base: int, extras: Mapping[str, bytes] | None = None
-    ) -> None:
-        """Upload one segment's files, then its manifest (module docstring). ``extras``: more
-        small objects of the segment, by file name in the partition's directory (the broker's
-        tiering adds the producer snapshot and the leader epochs), written and listed in the
-        manifest like its files."""
+        self,
+        tp: TopicPartition,
+        base: int,
+        extras: Mapping[str, bytes] | None = None,
+        next_base: int | None = None,
+    ) -> RemoteLogSegmentMetadata:
+        """Upload one segment's files, then its manifest (module docstring), and return the
+        manifest. ``extras``: more small objects of the segment, by file name in the
+        partition's directory (the broker's tiering adds the producer snapshot and the leader
+        epochs), written and listed in the manifest like its files. ``next_base``: the next
+        local segment's base offset (``None``: looked up in the partition's directory)."""
         extras = extras or {}
         directory = self.log_dir / tp.dir_name
         what = f"{tp.dir_name}/{base}"
-        local = self._manifest(tp, base, extras)
+        local = self._manifest(tp, base, extras, next_base)
         key = f"{tp.dir_name}/{RemoteLogSegmentMetadata.name_of(base)}"
         if key in self.listing:
             where = self.store.location.describe(key)
@@ -218,8 +281,12 @@ class SegmentUpload:
                     "upload to another prefix, or pass --replace to overwrite it"
                 )
             if stored.files == local.files and self._intact(tp, stored):
-                self.skipped.append(what)
-                return
+                if stored.next_offset == local.next_offset:
+                    self.skipped.append(what)
+                    return local
+                self.store.write(key, local.to_json())  # an older kafkalog's offsets
+                self.repaired.append(what)
+                return local
             self.store.delete(key)  # the manifest goes first: the segment is not complete
             self.repaired.append(what)
         else:
@@ -231,12 +298,56 @@ class SegmentUpload:
                 self._put(f"{tp.dir_name}/{f.name}", directory / f.name, f)
         self.store.write(key, local.to_json())
         self.progress(f"uploaded {what}")
+        return local
+
+    def went(self, what: str, why: str) -> None:
+        """Report a segment or partition the log dir lost during the run."""
+        self.gone.append(what)
+        self.progress(f"gone {what}: {why}, not uploaded")
+
+    def delete_segment(self, tp: TopicPartition, base: int) -> None:
+        """Delete a stored segment: its manifest first (it is no longer stored), then every
+        other object of it (its files, extras, or what an interrupted upload left)."""
+        stem = f"{tp.dir_name}/{segment_file_stem(base)}."
+        manifest = f"{tp.dir_name}/{RemoteLogSegmentMetadata.name_of(base)}"
+        names = sorted(n for n in self.store.list(tp.dir_name + "/") if n.startswith(stem))
+        for name in sorted(names, key=lambda n: n != manifest):
+            self.store.delete(name)
+            self.listing.pop(name, None)
+
+    def delete_stale(self, tp: TopicPartition, local: list[RemoteLogSegmentMetadata]) -> None:
+        """``--replace``: delete the stored segments of ``tp`` the log dir no longer has, those
+        based inside the range of the segments just stored (``local``: the cleaner merged or
+        rewrote them; also objects without a manifest there, left by a run killed while it
+        deleted) and those of another topic id (a topic deleted and created again), so that the
+        store holds the log dir's segments only."""
+        prefix = tp.dir_name + "/"
+        names = [n[len(prefix) :] for n in self.listing if n.startswith(prefix)]
+        manifests = {RemoteLogSegmentMetadata.base_offset_of(n) for n in names} - {None}
+        logs = {parse_segment_log_name(n) for n in names} - {None}
+        ours = {m.base_offset for m in local}
+        topic_id = topic_id_in(self.log_dir / tp.dir_name)
+        lo, hi = (local[0].base_offset, local[-1].next_offset) if local else (0, 0)
+        for base in sorted(b for b in manifests | logs if b is not None and b not in ours):
+            if not lo <= base < hi:
+                if base not in manifests:
+                    continue  # an upload in progress past the store's end, or below it
+                key = prefix + RemoteLogSegmentMetadata.name_of(base)
+                where = self.store.location.describe(key)
+                stored = RemoteLogSegmentMetadata.from_json(self.store.read(key), where)
+                if not (stored.topic_id and topic_id and stored.topic_id != topic_id):
+                    continue  # outside the log dir's range, of its topic: kept
+            self.delete_segment(tp, base)
+            self.deleted.append(f"{tp.dir_name}/{base}")
+            self.progress(f"deleted {tp.dir_name}/{base} (stale: not in the log dir)")
 
     def _manifest(
-        self, tp: TopicPartition, base: int, extras: Mapping[str, bytes]
+        self, tp: TopicPartition, base: int, extras: Mapping[str, bytes], next_base: int | None
     ) -> RemoteLogSegmentMetadata:
         """The manifest of the local segment: its files' (and ``extras``') sizes and hashes,
-        and its offsets."""
+        and its offsets: ``next_offset`` the next local segment's base (``next_base``) when
+        there is one, as Kafka's ``endOffset`` (a compacted segment may end before it), else
+        the offset after its last batch."""
         directory = self.log_dir / tp.dir_name
         stem = segment_file_stem(base)
         paths = [directory / (stem + s) for s in SEGMENT_SUFFIXES]
@@ -246,6 +357,10 @@ class SegmentUpload:
         files.sort(key=lambda f: f.name)  # as parsed
         size = paths[0].stat().st_size
         next_offset, max_timestamp = _offsets(directory, base)
+        if next_base is None:
+            next_base = min((b for b in _segment_bases(directory) if b > base), default=None)
+        if next_base is not None:
+            next_offset = max(next_offset, next_base)
         if max_timestamp < 0 and self.mtime_when_no_timestamp:
             max_timestamp = int(paths[0].stat().st_mtime * 1000)
         return RemoteLogSegmentMetadata(base, next_offset, size, tuple(files), max_timestamp,
@@ -280,10 +395,11 @@ class SegmentUpload:
     def small_file(self, name: str) -> None:
         """Upload a checkpoint or metadata file of the log dir if it exists (whole, always: they
         change as the log does), verified by reading it back."""
-        path = self.log_dir / name
-        if not path.is_file():
-            return
-        self.write_checked(name, path.read_bytes())
+        try:
+            data = (self.log_dir / name).read_bytes()
+        except (FileNotFoundError, IsADirectoryError):
+            return  # absent, or deleted meanwhile (a topic deleted while its broker runs)
+        self.write_checked(name, data)
 
     def write_checked(self, name: str, data: bytes) -> None:
         """Put a small object, verified by reading it back."""

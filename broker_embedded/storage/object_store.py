@@ -183,12 +183,25 @@ class StoreSettings:
 
 @dataclass(frozen=True)
 class StoreLocation:
-    """A log dir on object storage: ``uri`` (``s3://bucket/prefix``, ...) and its settings."""
+    """A log dir on object storage: ``uri`` (``s3://bucket/prefix``, ...) and its settings.
+
+    A URI carrying credentials before its host (``s3://KEY:SECRET@bucket/p``, any
+    ``user:password@``) is refused, a ``ValueError`` showing it without them: a URI is what
+    messages, reprs and DescribeConfigs show. A bare user name stays allowed where it is no
+    secret (``hdfs://user@namenode``)."""
 
     uri: str
     settings: StoreSettings = StoreSettings()
 
     def __post_init__(self) -> None:
+        userinfo = urlsplit(self.uri).netloc.rpartition("@")[0]
+        if userinfo and (":" in userinfo or self.scheme in ("s3", "gs", "gcs")):  # never echoed
+            raise ValueError(
+                f"{without_userinfo(self.uri)!r} is given with credentials before its bucket or "
+                "host ('user:secret@'): a URI is logged and shown, so credentials are refused "
+                "there; "
+                "give them as fs.s3a.access.key and fs.s3a.secret.key, or in the AWS environment"
+            )
         if not is_store_uri(self.uri):
             raise ValueError(f"{self.uri!r} is not an object-store URI ({', '.join(SCHEMES)})")
 

@@ -10,8 +10,18 @@ Planning (the first call that needs it): one listing of the location, and its ch
 its stored segments: those with a manifest (a ``.log`` without one past the last manifest is an
 upload in progress and ignored; one below it, a hole, is an error naming the key; the first
 segments whose manifests are marked ``DELETE_SEGMENT_STARTED``, being deleted by a broker's
-remote retention or topic deletion, are not the partition's any more). Its log end
-is the last manifest's ``next_offset``; its high watermark the checkpoint's, no higher than the
+remote retention or topic deletion, are not the partition's any more, nor are those wholly
+below the checkpoint's log start offset). Every manifest is read (one GET each; of a partition
+of many segments :data:`MANIFEST_READS` at a time on short-lived threads, which call only the
+store's ``read``, stateless) and checked: each ``.log`` has its manifest's ``size_in_bytes``
+(else an :class:`ObjectChangedError` naming bucket, key and both sizes: a segment cut short
+would lose rows silently), and the segments'
+``[base_offset, next_offset)`` follow each other in offset order: a gap is a
+:class:`KafkaLogError` naming bucket, both keys and the missing offsets; a segment based below
+the previous one's ``next_offset`` (a broker that became leader copied a segment straddling the
+store's end) is read from that offset on (:attr:`StoredPartition.starts`; batches below it come
+from the segment before: each offset once), one wholly inside it not at all. Its log end
+is the largest ``next_offset``; its high watermark the checkpoint's, no higher than the
 log end (a broker's active segment is not uploaded); its log start offset the checkpoint's, no
 lower than the first segment. Byte cuts (``maxBytesPerPartition``) and a cut
 (``maxBytesPerTrigger``, packing by bytes) come from the offset indexes (``.index``, read whole,
@@ -21,7 +31,7 @@ where a cut must be exact, as a local log dir's do (log_dir_fetch_source.py's
 found of its partitions (:class:`StoredPartition`: segments, sizes, offsets), so it lists
 nothing and reads no checkpoint.
 
-Fetch (read_uncommitted): the segment holding the offset by its base offset, the position of the
+Fetch (read_uncommitted): the segment holding the offset by its start, the position of the
 offset index's entry at or below it (the segment's ``.index``, read once; the last
 :data:`KEPT_INDEXES` used are kept), then one ranged GET of at most ``max_bytes`` plus
 :data:`SEEK_SLACK` bytes from there (after a HEAD checking that the segment still has the size
@@ -33,7 +43,10 @@ holding the high watermark. When the batch holding the offset lies past the byte
 larger than the slack), the next ranged GET starts at the last whole batch walked. Memory: one
 fetch (``max_bytes`` plus the slack) and the kept offset indexes (a task reads its segments in
 order: one at a time in practice). Never past a segment's end: a fetch returns the batches of
-one segment.
+one segment. A segment without a batch at or after the offset (the cleaner removed its last
+batches: it ends before the next one's base) is passed over for the next one below the bound,
+as a local log's read does (local_log.py), so a fetch comes back empty only when no stored
+batch lies between the offset and the bound.
 Pipelining (``prefetch``, fetch_ahead.py, as the wire source's): the next fetch of a task runs
 on one background thread while the last one is decoded; memory is one more fetch.
 
@@ -61,6 +74,7 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -82,7 +96,7 @@ from broker_embedded.storage.log_dir_fetch_source import byte_cut_in, cut_candid
 from broker_embedded.storage.log_dir_upload import LAST_STABLE_OFFSET_CHECKPOINT
 from broker_embedded.storage.log_file_utils import LOG_SUFFIX, segment_file_stem
 from broker_embedded.storage.log_segment import TimestampAndOffset, first_record_at_or_after
-from broker_embedded.storage.object_store import ObjectStore, StoreLocation
+from broker_embedded.storage.object_store import ObjectChangedError, ObjectStore, StoreLocation
 from broker_embedded.storage.offset_checkpoint import (
     LOG_START_OFFSET_CHECKPOINT,
     REPLICATION_OFFSET_CHECKPOINT,
@@ -106,6 +120,8 @@ from broker_embedded.storage.transaction_index import (
 SEEK_SLACK = 64 << 10  # bytes read past max_bytes: the walk from an index entry to the offset
 WALK_BYTES = 1 << 20  # bytes per ranged GET of a lookup by timestamp
 KEPT_INDEXES = 8  # offset indexes a source keeps (a 1 GiB segment's: about 4 MiB in memory)
+MANIFEST_READS = 16  # manifests a planner reads at once (a GET each: latency, not bandwidth)
+_POOLED = 8  # from this many manifests on they are read on threads (fewer: in turn, cheaper)
 _MAX_SEEKS = 1 << 20  # a bound on one fetch's GETs: each advances or widens the read
 
 
@@ -130,10 +146,19 @@ class StoredPartition:
     log_start_offset: int
     last_stable_offset: int | None = None  # None: not uploaded (read_committed refused)
     txn_bases: tuple[int, ...] = ()  # the segments with a .txnindex
+    # where each segment's reads start, when one overlaps the one before (a later segment
+    # based below the previous one's next_offset: read from that offset on); () = ``bases``
+    overlapped_starts: tuple[int, ...] = ()
+
+    @property
+    def starts(self) -> tuple[int, ...]:
+        """The offset each segment's reads start at: its base offset, or the previous
+        segment's next offset when it overlaps it (module docstring)."""
+        return self.overlapped_starts or self.bases
 
     def next_offset(self, i: int) -> int:
-        """The offset after segment ``i``'s batches (the next one's base, or the log end)."""
-        return self.bases[i + 1] if i + 1 < len(self.bases) else self.log_end_offset
+        """The offset after segment ``i``'s batches (the next one's start, or the log end)."""
+        return self.starts[i + 1] if i + 1 < len(self.bases) else self.log_end_offset
 
 
 @dataclass(frozen=True)
@@ -160,7 +185,8 @@ class _Segment:
     """A stored segment as :func:`cut_candidates` and :func:`byte_cut_in` read it: its offset
     index, size and next offset, positions of offsets and its batches, from ranged reads."""
 
-    __slots__ = ("offset_index", "size_in_bytes", "next_offset", "_source", "_name", "_base")
+    __slots__ = ("offset_index", "size_in_bytes", "next_offset", "_source", "_name", "_base",
+                 "_start")  # fmt: skip
 
     def __init__(
         self, source: ObjectStoreFetchSource, tp: TopicPartition, p: StoredPartition, i: int
@@ -170,6 +196,7 @@ class _Segment:
         self.offset_index = source._offset_index(tp, self._base)
         self.size_in_bytes = p.sizes[i]
         self.next_offset = p.next_offset(i)
+        self._start = p.starts[i]
 
     def batches(self, start: int, end: int | None = None) -> Iterator[AnyBatch]:
         stop = self.size_in_bytes if end is None else min(end, self.size_in_bytes)
@@ -180,6 +207,7 @@ class _Segment:
         before them (as a local segment's)."""
         if offset >= self.next_offset:
             return self.size_in_bytes
+        offset = max(offset, self._start)  # an overlapping segment is read from its start
         if offset <= self._base:
             return 0
         for b in self.batches(self.offset_index.lookup(offset).position):
@@ -264,36 +292,102 @@ class ObjectStoreFetchSource:
                 f"{self._where(key)} has no manifest but later segments of {tp} do: an upload "
                 "was interrupted; run kafkalog upload again to complete it"
             )
-        while manifests and self._being_deleted(prefix, manifests[0]):
-            del manifests[0]  # deletions go oldest first: a prefix of the segments
+        stored = self._manifests(prefix, manifests)
         if self._checkpoints is None:
             self._checkpoints = (self._checkpoint(REPLICATION_OFFSET_CHECKPOINT),
                                  self._checkpoint(LOG_START_OFFSET_CHECKPOINT),
                                  self._checkpoint(LAST_STABLE_OFFSET_CHECKPOINT))  # fmt: skip
         hws, starts, lsos = self._checkpoints
-        if not manifests:
+        if not stored:
             start = starts.get(tp, 0)
             return StoredPartition((), (), start, start, start, start if tp in lsos else None)
-        last_name = prefix + RemoteLogSegmentMetadata.name_of(manifests[-1])
-        last = RemoteLogSegmentMetadata.from_json(self._store.read(last_name),
-                                                  self._where(last_name))  # fmt: skip
-        log_names = [f"{prefix}{segment_file_stem(b)}{LOG_SUFFIX}" for b in manifests]
+        while len(stored) > 1 and stored[0].next_offset <= starts.get(tp, -1):
+            del stored[0]  # below the log start offset: deleted (retention between uploads)
+        log_names = [f"{prefix}{segment_file_stem(m.base_offset)}{LOG_SUFFIX}" for m in stored]
         missing = [n for n in log_names if n not in listing]
         if missing:
             raise FileNotFoundError(
                 f"no object at {self._where(missing[0])}, though its segment's manifest is "
                 "there: the store lost a segment; upload the log dir again (kafkalog upload)"
             )
-        sizes = tuple(listing[n] for n in log_names)
-        end = last.next_offset
-        log_start = max(starts.get(tp, manifests[0]), manifests[0])
+        for m, name in zip(stored, log_names, strict=True):
+            if listing[name] != m.size_in_bytes:
+                raise ObjectChangedError(
+                    f"{self._where(name)} holds {listing[name]} bytes, but its manifest "
+                    f"({prefix}{RemoteLogSegmentMetadata.name_of(m.base_offset)}) says "
+                    f"{m.size_in_bytes}: the segment was cut short or changed after it was "
+                    "stored; upload the log dir again (kafkalog upload repairs it)"
+                )
+        kept, read_starts = self._contiguous(tp, prefix, stored)
+        ids = {id(m) for m in kept}
+        sizes = tuple(listing[n] for m, n in zip(stored, log_names, strict=True) if id(m) in ids)
+        bases = tuple(m.base_offset for m in kept)
+        end = max(m.next_offset for m in kept)
+        log_start = max(starts.get(tp, bases[0]), bases[0])
         hw = min(max(hws.get(tp, end), log_start), end)
         lso = lsos.get(tp)
         if lso is not None:
             lso = min(max(lso, log_start), hw)
-        txn_names = (f"{prefix}{segment_file_stem(b)}{TXN_INDEX_SUFFIX}" for b in manifests)
-        txns = tuple(b for b, n in zip(manifests, txn_names, strict=True) if n in listing)
-        return StoredPartition(tuple(manifests), sizes, end, hw, log_start, lso, txns)
+        txn_names = (f"{prefix}{segment_file_stem(b)}{TXN_INDEX_SUFFIX}" for b in bases)
+        txns = tuple(b for b, n in zip(bases, txn_names, strict=True) if n in listing)
+        overlapped = read_starts if read_starts != bases else ()
+        return StoredPartition(bases, sizes, end, hw, log_start, lso, txns, overlapped)
+
+    def _manifests(self, prefix: str, bases: list[int]) -> list[RemoteLogSegmentMetadata]:
+        """The manifests of the segments ``bases`` (one GET each, :data:`MANIFEST_READS` at a
+        time), without the first ones marked ``DELETE_SEGMENT_STARTED`` (a broker's remote
+        retention or topic deletion under way, remote_log_manager.py: deletions go oldest
+        first) and those deleted since the listing: no longer stored, whatever of their
+        objects are left."""
+
+        def read(base: int) -> RemoteLogSegmentMetadata | None:
+            name = prefix + RemoteLogSegmentMetadata.name_of(base)
+            try:
+                data = self._store.read(name)
+            except FileNotFoundError:
+                return None  # deleted since the listing
+            return RemoteLogSegmentMetadata.from_json(data, self._where(name))
+
+        if len(bases) >= _POOLED:
+            with ThreadPoolExecutor(min(MANIFEST_READS, len(bases)),
+                                    thread_name_prefix="kafkalog-manifests") as pool:  # fmt: skip
+                read_all = list(pool.map(read, bases))
+        else:
+            read_all = [read(b) for b in bases]
+        found: list[RemoteLogSegmentMetadata] = []
+        for manifest in read_all:
+            if manifest is not None and (found or manifest.state != DELETE_SEGMENT_STARTED):
+                found.append(manifest)
+        return found
+
+    def _contiguous(
+        self, tp: TopicPartition, prefix: str, stored: list[RemoteLogSegmentMetadata]
+    ) -> tuple[list[RemoteLogSegmentMetadata], tuple[int, ...]]:
+        """The segments to read, in offset order, and where each one's reads start: a gap
+        between one segment's ``next_offset`` and the next one's base is an error naming both
+        keys and offsets; a segment overlapping the one before (based below its
+        ``next_offset``: a broker that became leader copied a segment straddling the store's
+        end) is read from that offset on, one wholly inside it not at all (each offset once)."""
+        kept, read_starts = [stored[0]], [stored[0].base_offset]
+        end = stored[0].next_offset
+        for m in stored[1:]:
+            if m.base_offset > end:
+                before = prefix + RemoteLogSegmentMetadata.name_of(kept[-1].base_offset)
+                name = prefix + RemoteLogSegmentMetadata.name_of(m.base_offset)
+                raise KafkaLogError(
+                    f"offsets [{end}, {m.base_offset}) of {tp} are not in the store: "
+                    f"{self._where(before)} ends at {end}, and the next segment, "
+                    f"{self._where(name)}, starts at {m.base_offset} (a segment deleted from "
+                    "the store, or the manifest of a compacted segment written by an older "
+                    "kafkalog, ending at its last batch); upload the log dir again (kafkalog "
+                    "upload)"
+                )
+            if m.base_offset < end and m.next_offset <= end:
+                continue  # wholly inside the segment before: read there
+            kept.append(m)
+            read_starts.append(max(m.base_offset, end))
+            end = max(end, m.next_offset)
+        return kept, tuple(read_starts)
 
     def start_at(self, tp: TopicPartition, log_start_offset: int) -> StoredPartition:
         """``tp`` as stored, its log start offset raised to ``log_start_offset`` (a broker's,
@@ -305,18 +399,6 @@ class ObjectStoreFetchSource:
             hw = max(p.high_watermark, start)
             p = self._partitions[tp] = replace(p, log_start_offset=start, high_watermark=hw)
         return p
-
-    def _being_deleted(self, prefix: str, base: int) -> bool:
-        """Whether the manifest of segment ``base`` is marked ``DELETE_SEGMENT_STARTED`` (a
-        broker's remote retention or topic deletion under way, remote_log_manager.py): the
-        segment is no longer stored, whatever of its objects are left."""
-        name = prefix + RemoteLogSegmentMetadata.name_of(base)
-        try:
-            data = self._store.read(name)
-        except FileNotFoundError:
-            return True  # deleted since the listing
-        manifest = RemoteLogSegmentMetadata.from_json(data, self._where(name))
-        return manifest.state == DELETE_SEGMENT_STARTED
 
     def task_source(self, tps: Iterable[TopicPartition]) -> ObjectStoreSource:
         self._ahead.settle()
@@ -366,7 +448,7 @@ class ObjectStoreFetchSource:
                                                           self._where(manifest_name))  # fmt: skip
             if manifest.max_timestamp_ms < timestamp:
                 continue
-            floor = max(p.log_start_offset, base)
+            floor = max(p.log_start_offset, p.starts[i])
             name = stem + TIME_INDEX_SUFFIX
             data = self._store.read(name) if self._has(name) else b""
             entry = TimeIndex.from_bytes(data, base, source=self._where(name)).lookup(timestamp)
@@ -465,12 +547,17 @@ class ObjectStoreFetchSource:
                 f"offset {offset} of {tp} is outside [{p.log_start_offset}, "
                 f"{p.high_watermark}] in {self._descriptor.location}"
             )
-        i = bisect.bisect_right(p.bases, offset) - 1
+        i = bisect.bisect_right(p.starts, offset) - 1
         while 0 <= i < len(p.bases) and offset >= p.next_offset(i):
             i += 1  # past the segment's batches (a compacted tail): the next one
         records: bytes | memoryview = b""
-        if offset < bound and 0 <= i < len(p.bases):
-            records = self._read(tp, p, i, offset, max_bytes, bound)
+        read = i
+        while offset < bound and 0 <= read < len(p.bases) and p.starts[read] < bound:
+            records = self._read(tp, p, read, offset, max_bytes, bound)
+            if records:
+                i = read
+                break
+            read += 1  # no batch at or after offset in it (a compacted tail): the next one
         if isolation != IsolationLevel.READ_COMMITTED:
             return FetchedPartition(tp, offset, records, p.high_watermark, -1, p.log_start_offset)
         end = end_of_complete_batches(records, bound)
@@ -568,8 +655,8 @@ class ObjectStoreFetchSource:
         if end <= start:
             return ByteCut(start, 0)
         self._ahead.settle()
-        bases = list(self.partition(tp).bases)
-        return byte_cut_in(self._segments(tp), bases, start, end, max_bytes, min_one_batch)
+        starts = list(self.partition(tp).starts)
+        return byte_cut_in(self._segments(tp), starts, start, end, max_bytes, min_one_batch)
 
     def byte_cuts(
         self, tp: TopicPartition, start: int, end: int, max_bytes: int
@@ -579,9 +666,8 @@ class ObjectStoreFetchSource:
         if max_bytes < 1:
             raise ValueError(f"max_bytes must be positive, not {max_bytes}")
         self._ahead.settle()
-        p = self.partition(tp)
-        bases = list(p.bases)
-        return cuts_of(cut_candidates(self._segments(tp), bases, start, end), start, end,
+        starts = list(self.partition(tp).starts)
+        return cuts_of(cut_candidates(self._segments(tp), starts, start, end), start, end,
                        max_bytes)  # fmt: skip
 
     # -- lifetime ----------------------------------------------------------------------------------
@@ -609,8 +695,9 @@ class _Indexed:
         self._source, self._tp = source, tp
         self._p = source.partition(tp)
 
-    def segment(self, base_offset: int) -> _Segment:
-        i = self._p.bases.index(base_offset)
+    def segment(self, start: int) -> _Segment:
+        """The segment whose reads start at ``start`` (its base offset unless it overlaps)."""
+        i = self._p.starts.index(start)
         return _Segment(self._source, self._tp, self._p, i)
 
 

@@ -12,8 +12,9 @@ offset>.segment.json``::
 Invariants: the manifest is written after every file it names was uploaded and verified (size
 and SHA-256 read back), and deleted before any of them is: a segment is in the store exactly
 when its manifest is, and readers see no other (a ``.log`` without a manifest is an upload in
-progress or interrupted). ``next_offset`` is the offset after the segment's last batch (the
-next segment's base offset, or the log end for the last one); ``size_in_bytes`` the ``.log``'s
+progress or interrupted). ``next_offset`` is the next segment's base offset (Kafka's
+``endOffset`` plus one: past the last batch when the cleaner removed the segment's last
+batches), or the log end for the last one; ``size_in_bytes`` the ``.log``'s
 size; ``max_timestamp_ms`` the largest record timestamp (-1: none; Kafka's ``maxTimestampMs``),
 so that a lookup by timestamp reads only the segments that may hold it; ``topic_id`` (absent
 when the partition has no ``partition.metadata``) the topic id of the partition it came from,

@@ -6,6 +6,7 @@ bucket or a wrong secret is an error naming them (without the secret)."""
 from __future__ import annotations
 
 import shutil
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -94,6 +95,23 @@ def test_a_different_segment_is_refused_unless_replace(cli, s3: S3Server, log_di
     code, out, _ = cli(f"upload --log-dir {log_dir} --to {to} --replace", *conf(s3))
     assert code == 0 and summary(out).startswith("0 segments uploaded, 1 repaired")
     same_reads(StoreLocation(to, s3.settings), log_dir)
+    # a stored segment inside the partition's range that the log dir lacks (the cleaner merged
+    # it): --replace deletes it, manifest and objects
+    store = StoreLocation(to, s3.settings).open()
+    stored = RemoteLogSegmentMetadata.from_json(store.read(key), key)
+    store.write(f"product-created-events-topic-2/{1:020d}.log", b"old")
+    store.write(f"product-created-events-topic-2/{1:020d}.segment.json",
+                replace(stored, base_offset=1, files=()).to_json())  # fmt: skip
+    code, out, _ = cli(f"upload --log-dir {log_dir} --to {to} --replace", *conf(s3))
+    assert code == 0 and out.splitlines()[:-1] == [
+        "deleted product-created-events-topic-2/1 (stale: not in the log dir)"
+    ]
+    assert summary(out).startswith(
+        f"0 segments uploaded, 0 repaired, {len(SEGMENTS)} already there and verified, "
+        "1 stale ones deleted; "
+    )
+    assert not [n for n in store.list() if n.startswith(f"product-created-events-topic-2/{1:020d}")]
+    same_reads(StoreLocation(to, s3.settings), log_dir)
 
 
 def test_missing_bucket_and_wrong_secret(cli, s3: S3Server, log_dir: Path) -> None:
@@ -106,6 +124,9 @@ def test_missing_bucket_and_wrong_secret(cli, s3: S3Server, log_dir: Path) -> No
     assert "signature" in err and "WRONG1" not in err + out
     code, _, err = cli(f"upload --log-dir {log_dir} --to {to} --conf fs.s3a.secret=x")
     assert code == 2 and "--conf 'fs.s3a.secret'" in err
+    code, out, err = cli(f"upload --log-dir {log_dir} --to s3://AKIAX:WRONG2@b/p")
+    assert code == 2 and "'s3://b/p' is given with credentials before its bucket" in err
+    assert "WRONG2" not in err + out and "AKIAX" not in err + out
 
 
 def test_a_log_dir_a_broker_holds_goes_without_its_active_segments(cli, log_dir: Path) -> None:

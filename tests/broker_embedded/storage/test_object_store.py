@@ -81,6 +81,21 @@ def test_store_uris() -> None:
         StoreSettings.parse({"FS.S3A.PATH.STYLE.ACCESS": "yes"})
 
 
+def test_credentials_in_a_uri_are_refused_without_echoing_them() -> None:
+    """A URI is shown (reprs, errors, DescribeConfigs): ``KEY:SECRET@`` there would leak."""
+    for uri in ("s3://AKIAX:s3cr3t@bkt/p", "s3a://AKIAX@bkt", "gs://AKIAX:s3cr3t@bkt/p/"):
+        with pytest.raises(ValueError) as e:
+            StoreLocation(uri)
+        shown = uri.replace("AKIAX:s3cr3t@", "").replace("AKIAX@", "")
+        said = f"{shown!r} is given with credentials before its bucket or host ('user:secret@')"
+        assert str(e.value).startswith(said)
+        assert "s3cr3t" not in str(e.value) and "AKIAX" not in str(e.value)
+        assert "fs.s3a.access.key and fs.s3a.secret.key" in str(e.value)
+    with pytest.raises(ValueError, match="^'hdfs://nn:8020/p' is given with credentials before"):
+        StoreLocation("hdfs://alice:pw@nn:8020/p")
+    assert StoreLocation("hdfs://alice@nn:8020/p").prefix == "p"  # a user name: no secret
+
+
 def test_file_uris_go_through_pyarrow_too(tmp_path) -> None:
     store = ObjectStore(StoreLocation(tmp_path.as_uri()))
     store.write("t-0/a.log", b"hello")
