@@ -5,6 +5,7 @@ the store (a real S3 server, the session's ``s3``) and only the local tail over 
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -186,3 +187,48 @@ def test_spark_reads_kafkalog_serve_s_tiered_topic(spark, s3: S3Server, tmp_path
         assert serve.terminate() == 0
     assert got == [(i, f"record {i:03d} ".encode() * 8) for i in range(40)]
     assert 20 <= first_local < 40  # the first 20 and more were read from the store
+
+
+@pytest.mark.parametrize("peer", ["kafka39", "kafkalog"])
+def test_a_read_committed_fetch_names_a_transaction_begun_below_its_offset(
+    peer: str, request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    """What the tiered source relies on to learn the aborted transactions whose markers are
+    local (tiered_fetch_source.py): a read_committed Fetch answers those overlapping what it
+    returned, also one begun below the fetch offset (Kafka's collectAbortedTransactions takes
+    those whose marker is at or past it). Asked of Apache Kafka 3.9 and of kafkalog's server."""
+    from confluent_kafka import Producer
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    from broker_embedded.client.wire_fetch_source import WireSource
+
+    topic = f"begun-below-{peer}"
+    with contextlib.ExitStack() as stack:
+        if peer == "kafka39":
+            bootstrap = request.getfixturevalue("kafka39").bootstrap
+        else:
+            broker = stack.enter_context(Broker(tmp_path / "l", create=True))
+            server = broker_server(broker, ["PLAINTEXT://127.0.0.1:0"])
+            server.start()
+            stack.callback(server.shutdown, 5.0)
+            bootstrap = f"{server.endpoints[0].host}:{server.endpoints[0].port}"
+        admin = AdminClient({"bootstrap.servers": bootstrap})
+        admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(30)
+        producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": topic,
+                             "linger.ms": 0})  # fmt: skip
+        producer.init_transactions(30)
+        producer.begin_transaction()
+        for i in range(4):
+            producer.produce(topic, f"aborted {i}".encode(), partition=0)
+            assert producer.flush(30) == 0  # a batch each, offsets 0 to 3
+        producer.abort_transaction(30)
+        tp = TopicPartition(topic, 0)
+        with WireSource(bootstrap).open() as source:
+            uncommitted = source.fetch(tp, 0, 1 << 20, UNCOMMITTED)
+            pid = next(iter_batches(uncommitted.records)).producer_id
+            fetched = source.fetch(tp, 2, 1, IsolationLevel.READ_COMMITTED)
+            lso = source.list_offset(tp, LATEST_TIMESTAMP, IsolationLevel.READ_COMMITTED)
+    assert lso == 5  # the marker at 4
+    assert [b.base_offset for b in iter_batches(fetched.records)] == [2]
+    assert fetched.aborted_transactions == ((pid, 0),)
+
