@@ -232,3 +232,54 @@ def test_a_read_committed_fetch_names_a_transaction_begun_below_its_offset(
     assert [b.base_offset for b in iter_batches(fetched.records)] == [2]
     assert fetched.aborted_transactions == ((pid, 0),)
 
+
+def test_brokers_naming_different_stores_are_refused_naming_each(
+    s3: S3Server, tmp_path: Path
+) -> None:
+    """Three brokers of one cluster: broker 1 tiers to another prefix, broker 2 to the same
+    location at another endpoint (another store). ``remoteLogStorage=broker`` fails at load
+    naming each broker and its store, not reading one of them as if it held every segment."""
+    from broker_embedded.replication.controller import Controller
+    from broker_embedded.server.broker_server import BrokerServer
+    from broker_embedded.server.handlers import register_all
+    from broker_embedded.server.handlers.api_context import ApiContext, Node
+
+    bucket = s3.new_bucket("stores")
+    endpoint = s3.options()["fs.s3a.endpoint"]
+    stores = {0: (f"s3://{bucket}/c", endpoint), 1: (f"s3://{bucket}/other", endpoint),
+              2: (f"s3://{bucket}/c", "http://127.0.0.1:9")}  # fmt: skip
+    controller = Controller(store=tmp_path / "controller.json")
+    servers: dict[int, BrokerServer] = {}
+
+    def nodes() -> tuple[Node, ...]:
+        return tuple(Node(i, s.endpoints[0].host, s.endpoints[0].port, None)
+                     for i, s in sorted(servers.items()))  # fmt: skip
+
+    with contextlib.ExitStack() as stack:
+        for i, (uri, at) in stores.items():
+            rsm = (("location", uri), *{**s3.options(), "fs.s3a.endpoint": at}.items())
+            config = BrokerConfig(remote_log_storage_system_enable=True, rsm_config=rsm,
+                                  remote_log_manager_task_interval_ms=3_600_000)  # fmt: skip
+            broker = stack.enter_context(Broker(tmp_path / f"b{i}", broker_id=i, config=config,
+                                                controller=controller, create=True))  # fmt: skip
+            ctx = ApiContext.of(broker, nodes)
+            server = BrokerServer(config, ["PLAINTEXT://127.0.0.1:0"],
+                                  lambda apis, ctx=ctx: register_all(apis, ctx))  # fmt: skip
+            servers[i] = server.start()
+            stack.callback(server.shutdown, 5.0)
+        bootstrap = f"127.0.0.1:{servers[0].endpoints[0].port}"
+        options = {"kafka.bootstrap.servers": bootstrap, "subscribe": TOPIC,
+                   "remoteLogStorage": "broker"}  # fmt: skip
+        with pytest.raises(InvalidOptionError) as refused:
+            source_of(KafkaSourceOptions.parse(options))
+    at = endpoint.partition("://")[2] or endpoint
+    assert str(refused.value) == (
+        f"option remoteLogStorage=broker: Kafka cluster {bootstrap}: the brokers tier to "
+        "different stores (rsm.config.location and rsm.config.fs.s3a.endpoint, "
+        f"DescribeConfigs): broker 0: s3://{bucket}/c at endpoint {at}, broker 1: "
+        f"s3://{bucket}/other at endpoint {at}, broker 2: s3://{bucket}/c at endpoint "
+        "127.0.0.1:9; each broker copies the segments of the partitions it leads to its own "
+        "store, so a partition's tiered segments may be in several: give every broker the "
+        "same store, or read one store with remoteLogStorage=<its URI> and its fs.s3a.* "
+        "options (a partition whose tiered offsets it does not hold fails naming them)"
+    )
