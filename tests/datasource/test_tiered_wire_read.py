@@ -214,23 +214,32 @@ def test_a_read_committed_fetch_names_a_transaction_begun_below_its_offset(
             bootstrap = f"{server.endpoints[0].host}:{server.endpoints[0].port}"
         admin = AdminClient({"bootstrap.servers": bootstrap})
         admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(30)
-        producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": topic,
-                             "linger.ms": 0})  # fmt: skip
-        producer.init_transactions(30)
-        producer.begin_transaction()
+        a, b = (Producer({"bootstrap.servers": bootstrap, "transactional.id": f"{topic}-{n}",
+                          "linger.ms": 0}) for n in "ab")  # fmt: skip
+        for p in (a, b):
+            p.init_transactions(30)
+            p.begin_transaction()
         for i in range(4):
-            producer.produce(topic, f"aborted {i}".encode(), partition=0)
-            assert producer.flush(30) == 0  # a batch each, offsets 0 to 3
-        producer.abort_transaction(30)
+            a.produce(topic, f"aborted {i}".encode(), partition=0)
+            assert a.flush(30) == 0  # a batch each, offsets 0 to 3
+        b.produce(topic, b"open", partition=0)
+        assert b.flush(30) == 0  # offset 4, its transaction open: the last stable offset
+        a.abort_transaction(30)  # its marker at 5
         tp = TopicPartition(topic, 0)
+        committed = IsolationLevel.READ_COMMITTED
         with WireSource(bootstrap).open() as source:
             uncommitted = source.fetch(tp, 0, 1 << 20, UNCOMMITTED)
             pid = next(iter_batches(uncommitted.records)).producer_id
-            fetched = source.fetch(tp, 2, 1, IsolationLevel.READ_COMMITTED)
-            lso = source.list_offset(tp, LATEST_TIMESTAMP, IsolationLevel.READ_COMMITTED)
-    assert lso == 5  # the marker at 4
+            fetched = source.fetch(tp, 2, 1, committed)
+            at_lso = source.fetch(tp, 4, 1 << 20, committed)
+            lso = source.list_offset(tp, LATEST_TIMESTAMP, committed)
+        b.abort_transaction(30)
+    assert lso == 4
     assert [b.base_offset for b in iter_batches(fetched.records)] == [2]
     assert fetched.aborted_transactions == ((pid, 0),)
+    # at the last stable offset: no records, and no aborted transactions (Kafka's LocalLog.read
+    # answers its empty read), though A overlaps it: the tiered source asks below the split then
+    assert (at_lso.records, at_lso.aborted_transactions) == (b"", ())
 
 
 def test_brokers_naming_different_stores_are_refused_naming_each(
@@ -283,3 +292,55 @@ def test_brokers_naming_different_stores_are_refused_naming_each(
         "same store, or read one store with remoteLogStorage=<its URI> and its fs.s3a.* "
         "options (a partition whose tiered offsets it does not hold fails naming them)"
     )
+
+
+def test_read_committed_at_a_split_the_last_stable_offset_stops_at(
+    s3: S3Server, tmp_path: Path
+) -> None:
+    """Transaction A begins in a segment that gets tiered; B begins at the split and stays
+    open; A is aborted after B began: the last stable offset is the split, so a read_committed
+    fetch there answers no records (and no aborted transactions). The tiered source then asks
+    the broker's own read at the offset before the split, which collects A from its local log
+    (Kafka's RemoteLogManager.read): A's records in the store are skipped."""
+    from dataclasses import replace
+
+    from confluent_kafka import Producer
+
+    from tests.broker_embedded.storage.test_remote_fetch import wire
+    from tests.datasource.test_tiered_read import tiering
+
+    uri = f"s3://{s3.new_bucket('tiered-lso')}/cluster/broker-0"
+    tp = TopicPartition("lso-split", 0)
+    config = replace(tiering(s3, uri), num_network_threads=2, num_io_threads=2)
+    with Broker(tmp_path / "l", config=config, create=True) as broker, wire(broker) as bootstrap:
+        broker.create_topic(tp.topic, config={"remote.storage.enable": "true",
+                                              "segment.bytes": "1024",
+                                              "local.retention.ms": "0"})  # fmt: skip
+        a, b = (Producer({"bootstrap.servers": bootstrap, "transactional.id": f"lso-{n}",
+                          "linger.ms": 0}) for n in "ab")  # fmt: skip
+        for p in (a, b):
+            p.init_transactions(30)
+        a.begin_transaction()
+        for i in range(3):
+            a.produce(tp.topic, f"a {i} ".encode() * 8, partition=0)
+            assert a.flush(30) == 0
+        unified = broker.log_manager.get_log(tp)
+        unified.roll()
+        split = unified.log_end_offset
+        b.begin_transaction()
+        b.produce(tp.topic, b"b, open", partition=0)
+        assert b.flush(30) == 0
+        a.abort_transaction(30)
+        assert broker.controller.transaction_coordinator.wait_completed("lso-a", 30)
+        broker.remote_log_manager.run_once()
+        unified.delete_old_segments()
+        assert unified.local_log_start_offset == split
+        options = {"kafka.bootstrap.servers": bootstrap, "subscribe": tp.topic,
+                   "remoteLogStorage": "broker", **s3.options()}  # fmt: skip
+        with source_of(KafkaSourceOptions.parse(options)).open() as source:
+            committed = IsolationLevel.READ_COMMITTED
+            assert source.list_offset(tp, LATEST_TIMESTAMP, committed) == split
+            fetched = source.fetch(tp, 0, 1 << 20, committed)
+        pid = next(iter_batches(fetched.records)).producer_id
+        assert fetched.aborted_transactions == ((pid, 0),)
+        del a, b
