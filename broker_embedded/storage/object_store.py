@@ -369,13 +369,18 @@ class ObjectStore:
 
         path = self._path(name)
 
+        def open_and_read() -> tuple[pa.NativeFile, bytes]:
+            opened = self._fs.open_input_file(path)  # a HEAD
+            return opened, opened.read_at(length, position)
+
         def op() -> bytes:
             held = self._held
             if held is None or held[0] != name or size is not None:
                 self.release()
-                opened = self._bounded(lambda: self._fs.open_input_file(path))()
-                self._held = held = (name, opened)
-                self._check_unchanged(what, name, held[1], size)
+                opened, data = self._bounded(open_and_read)()  # one thread for both requests
+                self._held = (name, opened)
+                self._check_unchanged(what, name, opened, size)  # else the data is dropped
+                return data
             handle = held[1]
             try:
                 return self._bounded(lambda: handle.read_at(length, position))()
