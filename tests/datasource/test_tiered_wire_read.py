@@ -189,6 +189,17 @@ def test_spark_reads_kafkalog_serve_s_tiered_topic(spark, s3: S3Server, tmp_path
     assert 20 <= first_local < 40  # the first 20 and more were read from the store
 
 
+def transactional_producers(bootstrap: str, *ids: str) -> list:
+    """A confluent-kafka producer per transactional id, its transactions initialised."""
+    from confluent_kafka import Producer
+
+    producers = [Producer({"bootstrap.servers": bootstrap, "transactional.id": i,
+                           "linger.ms": 0}) for i in ids]  # fmt: skip
+    for p in producers:
+        p.init_transactions(30)
+    return producers
+
+
 @pytest.mark.parametrize("peer", ["kafka39", "kafkalog"])
 def test_a_read_committed_fetch_names_a_transaction_begun_below_its_offset(
     peer: str, request: pytest.FixtureRequest, tmp_path: Path
@@ -197,7 +208,6 @@ def test_a_read_committed_fetch_names_a_transaction_begun_below_its_offset(
     local (tiered_fetch_source.py): a read_committed Fetch answers those overlapping what it
     returned, also one begun below the fetch offset (Kafka's collectAbortedTransactions takes
     those whose marker is at or past it). Asked of Apache Kafka 3.9 and of kafkalog's server."""
-    from confluent_kafka import Producer
     from confluent_kafka.admin import AdminClient, NewTopic
 
     from broker_embedded.client.wire_fetch_source import WireSource
@@ -214,10 +224,8 @@ def test_a_read_committed_fetch_names_a_transaction_begun_below_its_offset(
             bootstrap = f"{server.endpoints[0].host}:{server.endpoints[0].port}"
         admin = AdminClient({"bootstrap.servers": bootstrap})
         admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(30)
-        a, b = (Producer({"bootstrap.servers": bootstrap, "transactional.id": f"{topic}-{n}",
-                          "linger.ms": 0}) for n in "ab")  # fmt: skip
+        a, b = transactional_producers(bootstrap, f"{topic}-a", f"{topic}-b")
         for p in (a, b):
-            p.init_transactions(30)
             p.begin_transaction()
         for i in range(4):
             a.produce(topic, f"aborted {i}".encode(), partition=0)
@@ -304,8 +312,6 @@ def test_read_committed_at_a_split_the_last_stable_offset_stops_at(
     (Kafka's RemoteLogManager.read): A's records in the store are skipped."""
     from dataclasses import replace
 
-    from confluent_kafka import Producer
-
     from tests.broker_embedded.storage.test_remote_fetch import wire
     from tests.datasource.test_tiered_read import tiering
 
@@ -316,10 +322,7 @@ def test_read_committed_at_a_split_the_last_stable_offset_stops_at(
         broker.create_topic(tp.topic, config={"remote.storage.enable": "true",
                                               "segment.bytes": "1024",
                                               "local.retention.ms": "0"})  # fmt: skip
-        a, b = (Producer({"bootstrap.servers": bootstrap, "transactional.id": f"lso-{n}",
-                          "linger.ms": 0}) for n in "ab")  # fmt: skip
-        for p in (a, b):
-            p.init_transactions(30)
+        a, b = transactional_producers(bootstrap, "lso-a", "lso-b")
         a.begin_transaction()
         for i in range(3):
             a.produce(tp.topic, f"a {i} ".encode() * 8, partition=0)
