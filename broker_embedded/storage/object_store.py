@@ -36,7 +36,8 @@ its last seconds); but one that trickles its answer never trips it, and pyarrow 
 the whole body (measured: a ranged GET of 100,000 bytes sent 8 bytes every 0.1 s had 1,192
 after 15 s, still running: 20 minutes for it, hours for a segment). So every
 read request (listing, HEAD, GET, ranged GET) runs on a thread of its own and is waited for at
-most ``fs.s3a.connection.request.timeout``; past it the try is a ``TimeoutError`` (transient,
+most ``fs.s3a.connection.request.timeout`` (a listing, one call of pyarrow's over pages of 1,000
+keys, :data:`LISTING_PAGES` times that); past it the try is a ``TimeoutError`` (transient,
 retried), the worst wait of a read :data:`ATTEMPTS` times that timeout plus the backoff. pyarrow
 cannot cancel a request: one past its deadline is left running on its thread until the server
 ends it, its answer dropped, holding its byte range in memory; at most :data:`MAX_HUNG` run in a
@@ -104,6 +105,7 @@ REQUEST_TIMEOUT_S = 30.0
 ATTEMPT_TIMEOUT_S = 60.0
 MAX_HUNG = 16  # reads past their deadline still running in a process (their memory: module doc)
 KEPT_FILESYSTEMS = 16  # S3 file systems a process keeps, by settings
+LISTING_PAGES = 10  # a listing (pages of 1,000 keys) gets this many times the attempt timeout
 # pyarrow's messages of errors a retry cannot mend (the AWS SDK's error names)
 _PERMANENT = ("ACCESS_DENIED", "NO_SUCH_BUCKET", "NO_SUCH_KEY", "INVALID_ACCESS_KEY_ID",
               "SIGNATURE_DOES_NOT_MATCH", "InvalidAccessKeyId", "SignatureDoesNotMatch",
@@ -313,7 +315,8 @@ class ObjectStore:
 
         base = self._path(under)
         selector = pafs.FileSelector(base, recursive=True, allow_not_found=True)
-        infos = self.call("listing", under, self._bounded(lambda: self._fs.get_file_info(selector)))
+        listing = self._bounded(lambda: self._fs.get_file_info(selector), LISTING_PAGES)
+        infos = self.call("listing", under, listing)
         if not infos and self.location.scheme == "s3":
             self._check_bucket()
         cut = len(self._root) + 1 if self._root else 0
@@ -393,14 +396,16 @@ class ObjectStore:
 
         return self.call(what, name, op)
 
-    def _bounded(self, op: Callable[[], T]) -> Callable[[], T]:
+    def _bounded(self, op: Callable[[], T], scale: int = 1) -> Callable[[], T]:
         """``op`` (one request of pyarrow's, touching no state of this store) bounded in time
         (module docstring): run on a thread of its own and waited for at most the attempt
         timeout; past it a ``TimeoutError`` (transient: retried), the request left to end on its
         own thread, its answer dropped. With :data:`MAX_HUNG` such requests still running in
-        the process, an error at once (not retried)."""
-        timeout = self.location.settings.attempt_timeout_s or ATTEMPT_TIMEOUT_S
-        return lambda: _HUNG.run(op, timeout)
+        the process, an error at once (not retried). ``scale``: a call of that many requests
+        (a listing's pages) gets that many times the timeout."""
+        timeout = (self.location.settings.attempt_timeout_s or ATTEMPT_TIMEOUT_S) * scale
+        name = ATTEMPT_TIMEOUT if scale == 1 else f"{scale} times {ATTEMPT_TIMEOUT}: a listing"
+        return lambda: _HUNG.run(op, timeout, name)
 
     def _check_unchanged(self, what: str, name: str, f: pa.NativeFile, size: int | None) -> None:
         found = f.size()
@@ -489,7 +494,7 @@ class _HungRequests:
         self._lock = threading.Lock()
         self.count = 0
 
-    def run(self, op: Callable[[], T], timeout_s: float) -> T:
+    def run(self, op: Callable[[], T], timeout_s: float, name: str) -> T:
         with self._lock:
             if self.count >= MAX_HUNG:
                 raise _TooManyHungError(
@@ -507,7 +512,7 @@ class _HungRequests:
                     self.count += 1
             if attempt.abandoned:
                 raise TimeoutError(
-                    f"no whole answer within {timeout_s:g} s ({ATTEMPT_TIMEOUT}): the server "
+                    f"no whole answer within {timeout_s:g} s ({name}): the server "
                     "stalled or trickled it"
                 )
         if attempt.error is not None:
