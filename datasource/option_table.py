@@ -186,8 +186,17 @@ SECTIONS = (
                 "30s",
                 "kafkalog",
                 """How long a request may receive nothing (a stalled server) before the try
-                 fails (transient); milliseconds, or with a unit. The longest wait of one
-                 request is 5 times this plus 1.5 s.""",
+                 fails (transient); milliseconds, or with a unit.""",
+            ),
+            _row(
+                "fs.s3a.connection.request.timeout",
+                "read",
+                "60s",
+                "kafkalog",
+                """How long one try of a read may take in all, its whole answer received (a
+                 server trickling an answer a few bytes at a time never trips the timeout
+                 above); then the try fails (transient). The longest wait of one read is 5
+                 times this plus 1.5 s.""",
             ),
         ),
     ),

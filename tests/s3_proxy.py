@@ -5,13 +5,19 @@ One HTTP request per client connection: the proxy reads the request (head, then 
 ``Content-Length``), forwards it on a new connection to the server with ``Connection: close``,
 reads the whole answer and passes it back, then closes; the client opens a new connection for its
 next request (S3 clients do so on ``Connection: close``). Faults are queued
-(:meth:`FaultProxy.inject`) and each one answers the next request whose line matches instead:
+(:meth:`FaultProxy.inject`) and each one answers the next request whose line matches (holds
+``matching``, starts with ``method``) instead:
 
 - ``("status", 503)`` / ``("status", 500)``: an S3 error answer (``SlowDown`` /
   ``InternalError``) without asking the server;
 - ``("cut", n)``: the server's answer, its head and only ``n`` bytes of its body, then the
   connection closed (a body cut short of its ``Content-Length``);
-- ``("stall", 0)``: nothing at all until the proxy stops (the client's own timeout must end it).
+- ``("stall", 0)``: nothing at all until the proxy stops (the client's own timeout must end it);
+- ``("trickle", n)``: the server's answer, its head at once, then its body ``n`` bytes every
+  :data:`DRIP_INTERVAL_S` (faster than curl's low-speed limit of 1 byte/s: no socket timeout
+  fires) until it is all sent or the proxy stops;
+- ``("stall_body", n)``: the server's answer, its head and ``n`` bytes of its body, then
+  nothing until the proxy stops (at most :data:`FOREVER_S`).
 
 :meth:`FaultProxy.stop` closes the listening socket (new connections refused: a server that is
 gone); :meth:`FaultProxy.start` listens on the same port again (the server back). Every wait is
@@ -26,14 +32,17 @@ from collections import deque
 from dataclasses import dataclass
 
 IO_TIMEOUT_S = 10.0
+DRIP_INTERVAL_S = 0.1
+FOREVER_S = 300.0  # a stall "forever": longer than any test waits; the proxy's stop ends it
 _ERRORS = {503: ("Slow Down", "SlowDown"), 500: ("Internal Server Error", "InternalError")}
 
 
 @dataclass(frozen=True)
 class Fault:
-    kind: str  # status, cut, stall
+    kind: str  # status, cut, stall, trickle, stall_body
     value: int
     matching: str  # a substring of the request line ("" any request)
+    method: str = ""  # the request's method ("" any)
 
 
 class FaultProxy:
@@ -52,9 +61,11 @@ class FaultProxy:
     def endpoint(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
-    def inject(self, kind: str, value: int = 0, *, times: int = 1, matching: str = "") -> None:
+    def inject(
+        self, kind: str, value: int = 0, *, times: int = 1, matching: str = "", method: str = ""
+    ) -> None:
         with self._lock:
-            self._faults.extend(Fault(kind, value, matching) for _ in range(times))
+            self._faults.extend(Fault(kind, value, matching, method) for _ in range(times))
 
     def start(self) -> None:
         listener = socket.socket()
@@ -91,7 +102,7 @@ class FaultProxy:
         with self._lock:
             self.requests.append(line)
             for f in self._faults:
-                if f.matching in line:
+                if f.matching in line and line.startswith(f.method):
                     self._faults.remove(f)
                     self.injected += 1
                     return f
@@ -114,6 +125,9 @@ class FaultProxy:
                 self._stopped.wait(IO_TIMEOUT_S)
                 return
             answer = self._forward(head, body)
+            if fault is not None and fault.kind in ("trickle", "stall_body"):
+                self._drip(client, answer, fault)
+                return
             if fault is not None and fault.kind == "cut":
                 end = answer.index(b"\r\n\r\n") + 4
                 answer = answer[: end + fault.value]
@@ -122,6 +136,20 @@ class FaultProxy:
             pass
         finally:
             client.close()
+
+    def _drip(self, client: socket.socket, answer: bytes, fault: Fault) -> None:
+        """``answer``'s head, then its body slowly (``trickle``) or a little of it and nothing
+        more (``stall_body``), until the proxy stops."""
+        end = answer.index(b"\r\n\r\n") + 4
+        client.sendall(answer[:end])
+        body = memoryview(answer)[end:]
+        if fault.kind == "stall_body":
+            client.sendall(body[: fault.value])
+            self._stopped.wait(FOREVER_S)
+            return
+        while body and not self._stopped.wait(DRIP_INTERVAL_S):
+            client.sendall(body[: fault.value])
+            body = body[fault.value :]
 
     def _forward(self, head: bytes, body: bytes) -> bytes:
         lines = [h for h in head.split(b"\r\n") if not h.lower().startswith(b"connection:")]

@@ -33,7 +33,11 @@ schemas, the server's too):
   offsets).
 - ``remote_log_storage``: where the brokers tier segments (DescribeConfigs of each broker,
   ``rsm.config.location``), for a reader that reads the tiered part from the store itself
-  (tiered_fetch_source.py).
+  (tiered_fetch_source.py). Every broker must name one store, the same location at the same
+  endpoint (``rsm.config.fs.s3a.endpoint``): a broker copies the segments of the partitions it
+  leads to its own store, so with stores per broker a partition's tiered segments are spread
+  over the stores of the brokers that led it (and Kafka's remote log metadata, one for the
+  cluster, assumes one store); the error names each broker and its store.
 
 Faults: NOT_LEADER_OR_FOLLOWER, LEADER_NOT_AVAILABLE or a broken connection refresh the metadata
 and retry the same request, from the same offset, against the leader the metadata names now, at
@@ -81,6 +85,7 @@ from broker_embedded.storage.fetch_source import (
     ByteCut,
     FetchedPartition,
 )
+from broker_embedded.storage.object_store import ENDPOINT
 from broker_embedded.storage.topic_partition import TopicPartition
 
 DEFAULT_MAX_RESPONSE_BYTES = 64 << 20
@@ -90,6 +95,13 @@ RSM_PREFIX = "rsm.config."  # Kafka's prefix of the remote storage manager's con
 class PartitionUnavailableError(KafkaLogError):
     """A partition whose leader could not be reached (or kept moving) through every retry; the
     message names the cluster, the partition, the offset and the last broker's error."""
+
+
+def _store_of(settings: Mapping[str, str]) -> tuple[str, str]:
+    """A broker's store as ``(location, endpoint)``: the endpoint without its scheme, so that
+    ``http://host:port`` and ``host:port`` are one."""
+    endpoint = settings.get(ENDPOINT, "").strip().rstrip("/")
+    return settings["location"].rstrip("/"), endpoint.partition("://")[2] or endpoint
 
 
 @dataclass(frozen=True)
@@ -212,11 +224,23 @@ class WireFetchSource:
             found[broker_id] = {c.name.removeprefix(RSM_PREFIX): c.value for c in configs
                                 if c.name.startswith(RSM_PREFIX) and c.value}  # fmt: skip
         locations = {b: c.get("location") for b, c in found.items()}
-        if not locations or len(set(locations.values())) != 1 or None in locations.values():
+        if not locations or None in locations.values():
             shown = ", ".join(f"broker {b}: {v or 'none'}" for b, v in sorted(locations.items()))
             raise KafkaLogError(
                 f"{self._descriptor.location}: the brokers' {RSM_PREFIX}location (DescribeConfigs"
                 f") must name one store to read tiered segments from; {shown or 'no brokers'}"
+            )
+        stores = {b: _store_of(c) for b, c in found.items()}
+        if len(set(stores.values())) != 1:
+            shown = ", ".join(f"broker {b}: {uri}{f' at endpoint {at}' if at else ''}"
+                              for b, (uri, at) in sorted(stores.items()))  # fmt: skip
+            raise KafkaLogError(
+                f"{self._descriptor.location}: the brokers tier to different stores "
+                f"({RSM_PREFIX}location and {RSM_PREFIX}{ENDPOINT}, DescribeConfigs): {shown}; "
+                "each broker copies the segments of the partitions it leads to its own store, "
+                "so a partition's tiered segments may be in several: give every broker the same "
+                "store, or read one store with remoteLogStorage=<its URI> and its fs.s3a.* "
+                "options (a partition whose tiered offsets it does not hold fails naming them)"
             )
         settings = dict(next(iter(found.values())))
         return settings.pop("location"), settings

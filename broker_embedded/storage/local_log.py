@@ -25,7 +25,9 @@ policy of how they are listed and opened, and implements every read once:
   consumer's 1 MiB fetches of 0.6 MB batches). A first batch larger than the limit is still sent
   whole (KIP-74, ``min_one_message``) or cut (a later partition of the response), as Kafka does.
 - :meth:`LocalLog.aborted_transactions`: Kafka's rule: the ``.txnindex`` of the segment holding
-  the fetch offset and of later ones until an entry's LSO reaches the upper bound.
+  the fetch offset and of later ones until an entry's LSO reaches the upper bound. A
+  ``TXN_COMMITTED`` fetch at or past its bound (the last stable offset) answers none, as Kafka's
+  empty read does, even when a transaction overlaps that offset.
 - :meth:`LocalLog.batches` and :meth:`LocalLog.transactional_batches`: the batches of an offset
   range across segments (the latter only the transactional ones, found by the header
   walk, without a Python object per other batch), with the same tail checks.
@@ -234,7 +236,9 @@ class LocalLog:
             if seg is not None:
                 found = whole_batches(seg, found)
             aborted = None
-            if committed:
+            if committed and fetch_offset >= upper:
+                aborted = ()  # Kafka's empty read at (or past) the bound: none
+            elif committed:
                 start = 0 if seg is None else last_indexed_start(seg, found)
                 end = end_of_complete_batches(found.records, upper, start)
                 aborted = self._aborted_in(segments, fetch_offset, end)

@@ -234,6 +234,16 @@ class LogDirFetchSource:
                                     aborted)  # fmt: skip
         return self._uncommitted(tp, offset, max_bytes)
 
+    def aborted_transactions(
+        self, tp: TopicPartition, fetch_offset: int, upper_bound_offset: int
+    ) -> tuple[tuple[int, int], ...]:
+        """(producer id, first offset) of the aborted transactions overlapping ``[fetch_offset,
+        upper_bound_offset)`` in ``tp``'s segments' ``.txnindex`` files from the one holding
+        ``fetch_offset`` (Kafka's ``collectAbortedTransactions``; tiered_fetch_source.py asks
+        for those begun below the first local offset whose markers are local)."""
+        txns = self.view(tp).aborted_transactions(fetch_offset, upper_bound_offset)
+        return tuple((a.producer_id, a.first_offset) for a in txns)
+
     def fetch_in_place(
         self, tp: TopicPartition, offset: int, max_bytes: int, isolation: IsolationLevel
     ) -> FetchedPartition:

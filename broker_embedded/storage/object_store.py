@@ -7,8 +7,9 @@ S3A's, as Spark users give them (:class:`StoreSettings`): ``fs.s3a.endpoint`` (`
 or ``http(s)://host:port``), ``fs.s3a.access.key``, ``fs.s3a.secret.key``,
 ``fs.s3a.session.token``, ``fs.s3a.path.style.access``, ``fs.s3a.endpoint.region``,
 ``fs.s3a.connection.ssl.enabled``, and the timeouts ``fs.s3a.connection.establish.timeout``
-(connecting; default 5 s) and ``fs.s3a.connection.timeout`` (a request that receives nothing for
-that long fails; default 30 s), in milliseconds or with a unit (``500ms``, ``2s``); unset
+(connecting; default 5 s), ``fs.s3a.connection.timeout`` (a request that receives nothing for
+that long fails; default 30 s) and ``fs.s3a.connection.request.timeout`` (the whole of one try
+of a read; default 60 s), in milliseconds or with a unit (``500ms``, ``2s``); unset
 ones come from the AWS environment (``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``,
 ``AWS_REGION``, ``AWS_ENDPOINT_URL``, ``~/.aws``) as the AWS SDK finds them. Other schemes
 take their settings from the URI and their own environment. Secrets never appear in a repr, a
@@ -24,9 +25,28 @@ refused or reset, a timeout, HTTP 5xx, throttling); pyarrow's own retries are of
 limit is this one. A permanent error (no such bucket or key, access denied, a bad signature)
 is not retried. Giving up raises :class:`ObjectStoreError` naming the bucket, the key and, for
 a read, the byte range; a missing object stays a ``FileNotFoundError`` (naming them too). A
-stalled server is a transient error after ``fs.s3a.connection.timeout``: the worst wait of a
-request is :data:`ATTEMPTS` times that timeout plus the backoff. A response cut short of its
-``Content-Length`` is an error of the AWS SDK (retried), never short data.
+response cut short of its ``Content-Length`` is an error of the AWS SDK (retried), never short
+data.
+
+Stalling and trickling servers: pyarrow's ``request_timeout`` is curl's low-speed limit (the AWS
+SDK's: a transfer slower than 1 byte/s for that many whole seconds fails), so a server that
+stops sending fails a try after about ``fs.s3a.connection.timeout`` (measured, pyarrow 26, set
+to 1 s: 1 s before the answer, 7.0 s after 100 bytes of a body, as curl averages the speed over
+its last seconds); but one that trickles its answer never trips it, and pyarrow alone waits for
+the whole body (measured: a ranged GET of 100,000 bytes sent 8 bytes every 0.1 s had 1,192
+after 15 s, still running: 20 minutes for it, hours for a segment). So every
+read request (listing, HEAD, GET, ranged GET) runs on a thread of its own and is waited for at
+most ``fs.s3a.connection.request.timeout`` (a listing, one call of pyarrow's over pages of 1,000
+keys, :data:`LISTING_PAGES` times that); past it the try is a ``TimeoutError`` (transient,
+retried), the worst wait of a read :data:`ATTEMPTS` times that timeout plus the backoff. pyarrow
+cannot cancel a request: one past its deadline is left running on its thread until the server
+ends it, its answer dropped, holding its byte range in memory; at most :data:`MAX_HUNG` run in a
+process, beyond which reads fail at once (not retried), naming bucket and key, until they end.
+Writes (uploads, deletions) have no deadline: an abandoned upload could land after its retry.
+A process shares one S3 file system per settings (the last :data:`KEPT_FILESYSTEMS`): pyarrow
+makes no new one while any request of the process runs (its constructor waits for them: behind
+a request left trickling, a new store's first read waited as long), and the file system is made
+at a store's first request, within that request's deadline.
 
 Changed objects: :meth:`ObjectStore.read_range` given the size planning listed compares it with
 the object's size when it opens the object (a HEAD), and pins the object's ETag at its first
@@ -41,15 +61,19 @@ between a HEAD and its GET, is not seen here (pyarrow sends no If-Match); the ba
 reader checks catch bytes that are not the batches' own.
 
 Thread safety: a :class:`StoreLocation` is an immutable, picklable value; an
-:class:`ObjectStore` keeps the handle of the object it read last: one thread uses it.
+:class:`ObjectStore` keeps the handle of the object it read last: one thread uses it (a
+request's own thread touches none of its state: a handle whose read passed its deadline is
+forgotten, not closed). The count of requests left running is process-wide, under a lock.
 """
 
 from __future__ import annotations
 
+import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields, replace
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Generic, TypeVar
 from urllib.parse import urlsplit
 
 from broker_embedded.errors import KafkaLogError
@@ -73,10 +97,15 @@ REGION = "fs.s3a.endpoint.region"
 SSL_ENABLED = "fs.s3a.connection.ssl.enabled"
 CONNECT_TIMEOUT = "fs.s3a.connection.establish.timeout"
 REQUEST_TIMEOUT = "fs.s3a.connection.timeout"
+ATTEMPT_TIMEOUT = "fs.s3a.connection.request.timeout"
 SETTING_NAMES = (ENDPOINT, ACCESS_KEY, SECRET_KEY, SESSION_TOKEN, PATH_STYLE_ACCESS, REGION,
-                 SSL_ENABLED, CONNECT_TIMEOUT, REQUEST_TIMEOUT)  # fmt: skip
-CONNECT_TIMEOUT_S = 5.0  # defaults of the two timeouts
+                 SSL_ENABLED, CONNECT_TIMEOUT, REQUEST_TIMEOUT, ATTEMPT_TIMEOUT)  # fmt: skip
+CONNECT_TIMEOUT_S = 5.0  # defaults of the three timeouts
 REQUEST_TIMEOUT_S = 30.0
+ATTEMPT_TIMEOUT_S = 60.0
+MAX_HUNG = 16  # reads past their deadline still running in a process (their memory: module doc)
+KEPT_FILESYSTEMS = 16  # S3 file systems a process keeps, by settings
+LISTING_PAGES = 10  # a listing (pages of 1,000 keys) gets this many times the attempt timeout
 # pyarrow's messages of errors a retry cannot mend (the AWS SDK's error names)
 _PERMANENT = ("ACCESS_DENIED", "NO_SUCH_BUCKET", "NO_SUCH_KEY", "INVALID_ACCESS_KEY_ID",
               "SIGNATURE_DOES_NOT_MATCH", "InvalidAccessKeyId", "SignatureDoesNotMatch",
@@ -124,6 +153,7 @@ class StoreSettings:
     ssl_enabled: bool | None = None
     connect_timeout_s: float | None = None
     request_timeout_s: float | None = None
+    attempt_timeout_s: float | None = None
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> StoreSettings:
@@ -163,7 +193,8 @@ class StoreSettings:
 
         return cls(text(ENDPOINT), text(ACCESS_KEY), text(SECRET_KEY), text(SESSION_TOKEN),
                    flag(PATH_STYLE_ACCESS), text(REGION), flag(SSL_ENABLED),
-                   seconds(CONNECT_TIMEOUT), seconds(REQUEST_TIMEOUT))  # fmt: skip
+                   seconds(CONNECT_TIMEOUT), seconds(REQUEST_TIMEOUT),
+                   seconds(ATTEMPT_TIMEOUT))  # fmt: skip
 
     def or_else(self, other: StoreSettings) -> StoreSettings:
         """These settings, each unset one taken from ``other`` (a reader's own settings over
@@ -175,7 +206,8 @@ class StoreSettings:
         given = [f"{n}={v!r}" for n, v in (("endpoint", self.endpoint), ("region", self.region),
                  ("path_style_access", self.path_style_access),
                  ("ssl_enabled", self.ssl_enabled), ("connect_timeout_s", self.connect_timeout_s),
-                 ("request_timeout_s", self.request_timeout_s)) if v is not None]  # fmt: skip
+                 ("request_timeout_s", self.request_timeout_s),
+                 ("attempt_timeout_s", self.attempt_timeout_s)) if v is not None]  # fmt: skip
         secrets = [n for n in ("access_key", "secret_key", "session_token") if getattr(self, n)]
         given += [f"{n}=<hidden>" for n in secrets]
         return f"StoreSettings({', '.join(given)})"
@@ -239,9 +271,18 @@ class ObjectStore:
 
     def __init__(self, location: StoreLocation) -> None:
         self.location = location
-        self._fs, self._root = _filesystem(location)
+        self._file_system, self._root = _filesystem(location)
         self._held: tuple[str, pa.NativeFile] | None = None  # read_range's open object
         self._etags: dict[str, bytes] = {}  # the ETag of each object read_range opened
+
+    @property
+    def _fs(self) -> pafs.FileSystem:
+        """The location's file system: for S3 the process's one for these settings, made at
+        the first request (on the request's thread, within its deadline: module docstring)."""
+        fs = self._file_system
+        if fs is None:
+            fs = self._file_system = _s3_filesystem(self.location.settings)
+        return fs
 
     def _path(self, name: str) -> str:
         return f"{self._root}/{name}" if name else self._root
@@ -263,7 +304,7 @@ class ObjectStore:
                     f"{what}: no object at {self.location.describe(name)} ({e})"
                 ) from None
             except OSError as e:
-                permanent = any(p in str(e) for p in _PERMANENT)
+                permanent = isinstance(e, _TooManyHungError) or any(p in str(e) for p in _PERMANENT)
                 if permanent or attempt == ATTEMPTS:
                     tries = "" if permanent else f" after {ATTEMPTS} tries"
                     raise ObjectStoreError(
@@ -287,7 +328,8 @@ class ObjectStore:
 
         base = self._path(under)
         selector = pafs.FileSelector(base, recursive=True, allow_not_found=True)
-        infos = self.call("listing", under, lambda: self._fs.get_file_info(selector))
+        listing = self._bounded(lambda: self._fs.get_file_info(selector), LISTING_PAGES)
+        infos = self.call("listing", under, listing)
         if not infos and self.location.scheme == "s3":
             self._check_bucket()
         cut = len(self._root) + 1 if self._root else 0
@@ -306,24 +348,29 @@ class ObjectStore:
         import pyarrow.fs as pafs
 
         bucket = self.location.bucket
-        info = self.call("looking the bucket up", "", lambda: self._fs.get_file_info(bucket))
+        info = self.call("looking the bucket up", "",
+                         self._bounded(lambda: self._fs.get_file_info(bucket)))  # fmt: skip
         return info.type != pafs.FileType.NotFound
 
     def size(self, name: str) -> int | None:
         """The object's size, ``None`` when there is none."""
         import pyarrow.fs as pafs
 
-        info = self.call("reading the size", name, lambda: self._fs.get_file_info(self._path(name)))
+        path = self._path(name)
+        info = self.call("reading the size", name,
+                         self._bounded(lambda: self._fs.get_file_info(path)))  # fmt: skip
         return info.size if info.type == pafs.FileType.File else None
 
     def read(self, name: str, context: str = "") -> bytes:
         """The whole object; ``context`` (e.g. the offset read) is added to error messages."""
 
+        path = self._path(name)
+
         def op() -> bytes:
-            with self._fs.open_input_stream(self._path(name)) as f:
+            with self._fs.open_input_stream(path) as f:
                 return f.read()
 
-        return self.call(f"reading{context}", name, op)
+        return self.call(f"reading{context}", name, self._bounded(op))
 
     def read_range(
         self, name: str, position: int, length: int, context: str = "", size: int | None = None
@@ -336,20 +383,42 @@ class ObjectStore:
         the same object (the uploader's read-back of what it wrote)."""
         what = f"reading bytes {position} to {position + length}{context}"
 
+        path = self._path(name)
+
+        def open_and_read() -> tuple[pa.NativeFile, bytes]:
+            opened = self._fs.open_input_file(path)  # a HEAD
+            return opened, opened.read_at(length, position)
+
         def op() -> bytes:
             held = self._held
             if held is None or held[0] != name or size is not None:
                 self.release()
-                self._held = held = (name, self._fs.open_input_file(self._path(name)))
-                self._check_unchanged(what, name, held[1], size)
+                opened, data = self._bounded(open_and_read)()  # one thread for both requests
+                self._held = (name, opened)
+                self._check_unchanged(what, name, opened, size)  # else the data is dropped
+                return data
+            handle = held[1]
             try:
-                data = held[1].read_at(length, position)
+                return self._bounded(lambda: handle.read_at(length, position))()
+            except TimeoutError:
+                self._held = None  # still read by the request left running: not closed here
+                raise
             except OSError:
                 self.release()  # opened again on the next try
                 raise
-            return data
 
         return self.call(what, name, op)
+
+    def _bounded(self, op: Callable[[], T], scale: int = 1) -> Callable[[], T]:
+        """``op`` (one request of pyarrow's, touching no state of this store) bounded in time
+        (module docstring): run on a thread of its own and waited for at most the attempt
+        timeout; past it a ``TimeoutError`` (transient: retried), the request left to end on its
+        own thread, its answer dropped. With :data:`MAX_HUNG` such requests still running in
+        the process, an error at once (not retried). ``scale``: a call of that many requests
+        (a listing's pages) gets that many times the timeout."""
+        timeout = (self.location.settings.attempt_timeout_s or ATTEMPT_TIMEOUT_S) * scale
+        name = ATTEMPT_TIMEOUT if scale == 1 else f"{scale} times {ATTEMPT_TIMEOUT}: a listing"
+        return lambda: _HUNG.run(op, timeout, name)
 
     def _check_unchanged(self, what: str, name: str, f: pa.NativeFile, size: int | None) -> None:
         found = f.size()
@@ -414,14 +483,104 @@ class ObjectStore:
         return f"ObjectStore({self.location.uri!r}, {self.location.settings!r})"
 
 
-def _filesystem(location: StoreLocation) -> tuple[pafs.FileSystem, str]:
-    """The pyarrow filesystem of ``location`` and the root path of its objects in it."""
+class _TooManyHungError(OSError):
+    """:data:`MAX_HUNG` requests still run past their deadline: not retried."""
+
+
+class _Attempt(Generic[T]):
+    """One request run on its own thread: its outcome, and whether its caller gave up on it."""
+
+    __slots__ = ("done", "value", "error", "abandoned")
+
+    def __init__(self) -> None:
+        self.done = threading.Event()
+        self.value: T | None = None
+        self.error: BaseException | None = None
+        self.abandoned = False
+
+
+class _HungRequests:
+    """The requests of this process left running past their deadline (module docstring): each
+    holds a thread and the memory of its answer until the server ends it."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.count = 0
+
+    def run(self, op: Callable[[], T], timeout_s: float, name: str) -> T:
+        with self._lock:
+            if self.count >= MAX_HUNG:
+                raise _TooManyHungError(
+                    f"{self.count} requests to the object store still run past their "
+                    f"{ATTEMPT_TIMEOUT} (a server stalling or trickling its answers): no more "
+                    "are sent until they end"
+                )
+        attempt: _Attempt[T] = _Attempt()
+        threading.Thread(target=self._run, args=(op, attempt), name="kafkalog-store-request",
+                         daemon=True).start()  # fmt: skip
+        if not attempt.done.wait(timeout_s):
+            with self._lock:
+                if not attempt.done.is_set():
+                    attempt.abandoned = True
+                    self.count += 1
+            if attempt.abandoned:
+                raise TimeoutError(
+                    f"no whole answer within {timeout_s:g} s ({name}): the server "
+                    "stalled or trickled it"
+                )
+        if attempt.error is not None:
+            raise attempt.error
+        return attempt.value  # type: ignore[return-value]
+
+    def _run(self, op: Callable[[], T], attempt: _Attempt[T]) -> None:
+        try:
+            attempt.value = op()
+        except BaseException as e:  # handed to the caller's thread
+            attempt.error = e
+        finally:
+            with self._lock:
+                attempt.done.set()
+                if attempt.abandoned:
+                    self.count -= 1
+                    attempt.value = attempt.error = None  # the answer's memory, freed
+
+
+_HUNG = _HungRequests()
+
+
+def _filesystem(location: StoreLocation) -> tuple[pafs.FileSystem | None, str]:
+    """The file system of ``location`` (``None`` for S3: :func:`_s3_filesystem` at the first
+    request) and the root path of its objects in it."""
     import pyarrow.fs as pafs
 
     if location.scheme != "s3":
         fs, root = pafs.FileSystem.from_uri(location.uri)
         return fs, root.rstrip("/")
-    s = location.settings
+    return None, "/".join(p for p in (location.bucket, location.prefix) if p)
+
+
+def _s3_filesystem(s: StoreSettings) -> pafs.S3FileSystem:
+    """The process's S3 file system for the settings ``s`` (the last :data:`KEPT_FILESYSTEMS`
+    used are kept). Shared: pyarrow cannot make a new one while any request of the process runs
+    (measured, pyarrow 26: the constructor waits for every request in flight, so behind a
+    request left trickling it waited as long), and its file systems are thread-safe."""
+    with _FILESYSTEMS_LOCK:
+        fs = _FILESYSTEMS.pop(s, None)
+        if fs is not None:
+            _FILESYSTEMS[s] = fs
+            return fs
+    fs = _new_s3_filesystem(s)  # outside the lock: it may wait (docstring)
+    with _FILESYSTEMS_LOCK:
+        fs = _FILESYSTEMS.setdefault(s, fs)
+        _FILESYSTEMS.move_to_end(s)
+        while len(_FILESYSTEMS) > KEPT_FILESYSTEMS:
+            _FILESYSTEMS.popitem(last=False)
+    return fs
+
+
+def _new_s3_filesystem(s: StoreSettings) -> pafs.S3FileSystem:
+    import pyarrow.fs as pafs
+
     kwargs: dict[str, object] = {
         "retry_strategy": pafs.AwsStandardS3RetryStrategy(max_attempts=1),
         "allow_bucket_creation": True,
@@ -443,5 +602,8 @@ def _filesystem(location: StoreLocation) -> tuple[pafs.FileSystem, str]:
         kwargs["region"] = s.region
     if s.path_style_access is not None:
         kwargs["force_virtual_addressing"] = not s.path_style_access
-    root = "/".join(p for p in (location.bucket, location.prefix) if p)
-    return pafs.S3FileSystem(**kwargs), root  # type: ignore[arg-type]
+    return pafs.S3FileSystem(**kwargs)  # type: ignore[arg-type]
+
+
+_FILESYSTEMS: OrderedDict[StoreSettings, pafs.S3FileSystem] = OrderedDict()
+_FILESYSTEMS_LOCK = threading.Lock()

@@ -59,7 +59,8 @@ the log start offset; kept only below the high watermark.
 
 read_committed: reads stop below the last stable offset kafkalog upload recorded
 (``kafkalog-last-stable-offset-checkpoint``, for a log dir it uploaded whole; without it
-read_committed is an :class:`UnsupportedOnObjectStoreError` naming the partition), and a fetch
+read_committed is an :class:`UnsupportedOnObjectStoreError` naming the partition; the store a
+broker tiers to, read with its log, to its end: ``start_at``), and a fetch
 carries the aborted transactions overlapping what it returned, from the ``.txnindex`` of its
 segment and the following ones until one is complete (Kafka's ``collectAbortedTransactions``;
 each read once per task).
@@ -390,14 +391,18 @@ class ObjectStoreFetchSource:
         return kept, tuple(read_starts)
 
     def start_at(self, tp: TopicPartition, log_start_offset: int) -> StoredPartition:
-        """``tp`` as stored, its log start offset raised to ``log_start_offset`` (a broker's,
-        when the store still holds segments below it: tiered_fetch_source.py); handed so to
-        tasks (:meth:`task_source`)."""
+        """``tp`` as the store a broker tiers to holds it (tiered_fetch_source.py), handed so
+        to tasks (:meth:`task_source`): its log start offset raised to ``log_start_offset``
+        (the broker's, when the store still holds segments below it), and read_committed
+        reading to its end (a broker copies only segments below the last stable offset:
+        remote_log_manager.py)."""
         p = self.partition(tp)
         start = max(p.log_start_offset, min(log_start_offset, p.log_end_offset))
-        if start != p.log_start_offset:
-            hw = max(p.high_watermark, start)
-            p = self._partitions[tp] = replace(p, log_start_offset=start, high_watermark=hw)
+        hw = max(p.high_watermark, start)
+        lso = hw if p.last_stable_offset is None else max(p.last_stable_offset, start)
+        if (start, hw, lso) != (p.log_start_offset, p.high_watermark, p.last_stable_offset):
+            p = self._partitions[tp] = replace(p, log_start_offset=start, high_watermark=hw,
+                                               last_stable_offset=lso)  # fmt: skip
         return p
 
     def task_source(self, tps: Iterable[TopicPartition]) -> ObjectStoreSource:

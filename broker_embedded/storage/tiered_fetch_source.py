@@ -38,10 +38,20 @@ checkpoint entries) and the store's segments of the tiered partitions (with thei
 offset); a planned partition without store state is read from the local side alone, and
 ``unplanned`` looks at both again (the reader does after an out-of-range fetch).
 
-read_committed is not supported below the split: the store's ``.txnindex`` files hold the
-aborted transactions whose markers are in tiered segments, but one whose marker is in a local
-segment would be missed (Kafka collects them from the remote segments, then the local ones). A
-read_committed fetch there is an ``UnsupportedOnObjectStoreError`` naming the offsets.
+read_committed below the split (Kafka's ``RemoteLogManager.read`` with its
+``collectAbortedTransactions``): a fetch from the store reads up to the local side's last stable
+offset (the store holds only offsets below it: a broker copies a segment once its end is at or
+below the last stable offset, remote_log_manager.py), and carries the aborted transactions
+overlapping what it returned from the store's ``.txnindex`` files (those whose markers were
+tiered) and from the local side (those begun below the split whose markers are local, which the
+store cannot know). The local ones are asked once per partition: a log dir's local segments'
+``.txnindex`` (``LogDirFetchSource.aborted_transactions`` at the split); a cluster's
+read_committed Fetch at the split (Kafka's broker answers the aborted transactions whose marker
+is at or past the fetch offset and which begin before the end of what it returned: so those
+begun below the split), or, when that answers no records (the last stable offset is at the
+split), a read_committed Fetch at the offset before the split, which the broker serves from the
+store with the aborted transactions of its local log (Kafka's and ``kafkalog serve``'s remote
+read).
 
 Not thread-safe: one planner or one task uses a source (each side's prefetch thread as its
 module says).
@@ -63,14 +73,15 @@ from broker_embedded.storage.fetch_source import (
     FetchSource,
     FetchSourceDescriptor,
 )
+from broker_embedded.storage.local_log import end_of_complete_batches
 from broker_embedded.storage.object_store_fetch_source import (
     ObjectStoreFetchSource,
     ObjectStoreSource,
-    UnsupportedOnObjectStoreError,
 )
 from broker_embedded.storage.topic_partition import TopicPartition
 
 UNCOMMITTED = IsolationLevel.READ_UNCOMMITTED
+COMMITTED = IsolationLevel.READ_COMMITTED
 
 
 class RemoteLogStorageError(KafkaLogError):
@@ -116,6 +127,7 @@ class TieredFetchSource:
         self._remote: ObjectStoreFetchSource | None = None
         self._splits: dict[TopicPartition, _Split | None] = {}
         self._bounds: dict[tuple[TopicPartition, IsolationLevel], int] = {}
+        self._local_aborted: dict[TopicPartition, tuple[tuple[int, int], ...]] = {}
 
     @property
     def descriptor(self) -> TieredSource:
@@ -263,14 +275,6 @@ class TieredFetchSource:
         self, tp: TopicPartition, split: _Split, offset: int, max_bytes: int,
         isolation: IsolationLevel,
     ) -> FetchedPartition:  # fmt: skip
-        if isolation == IsolationLevel.READ_COMMITTED:
-            raise UnsupportedOnObjectStoreError(
-                f"read_committed of offsets only in remote storage is not supported yet: fetch "
-                f"at offset {offset} of {tp}, whose offsets [{split.log_start}, "
-                f"{split.local_start}) are in {self._descriptor.remote.store.uri} (aborted "
-                "transactions there may end in the local log); read them read_uncommitted, or "
-                f"start at offset {split.local_start}"
-            )
         stored_end = self.remote.partition(tp).log_end_offset
         if offset >= stored_end:
             raise OffsetOutOfRangeError(
@@ -279,8 +283,34 @@ class TieredFetchSource:
                 f"read (they end at {stored_end}): the broker tiered more since planning"
             )
         fetched = self.remote.fetch(tp, offset, max_bytes, isolation)
-        return replace(fetched, high_watermark=self._bound(tp, UNCOMMITTED),
-                       log_start_offset=split.log_start)  # fmt: skip
+        fetched = replace(fetched, high_watermark=self._bound(tp, UNCOMMITTED),
+                          log_start_offset=split.log_start)  # fmt: skip
+        if isolation != COMMITTED:
+            return fetched
+        end = end_of_complete_batches(fetched.records, offset)
+        aborted = set(fetched.aborted_transactions or ())
+        aborted.update(t for t in self._aborted_at_split(tp, split) if t[1] < end)
+        ordered = tuple(sorted(aborted, key=lambda t: (t[1], t[0])))
+        return replace(fetched, last_stable_offset=self._bound(tp, COMMITTED),
+                       aborted_transactions=ordered)  # fmt: skip
+
+    def _aborted_at_split(self, tp: TopicPartition, split: _Split) -> tuple[tuple[int, int], ...]:
+        """(producer id, first offset) of the aborted transactions begun below the split whose
+        markers are local (module docstring), asked once."""
+        found = self._local_aborted.get(tp)
+        if found is not None:
+            return found
+        at = split.local_start
+        of_dir = getattr(self._local, "aborted_transactions", None)
+        if of_dir is not None:
+            found = of_dir(tp, at, at)
+        else:
+            fetched = self._local.fetch(tp, at, 1, COMMITTED)
+            if not fetched.records:  # the last stable offset at the split: the broker's read
+                fetched = self._local.fetch(tp, at - 1, 1, COMMITTED)
+            found = fetched.aborted_transactions or ()
+        found = self._local_aborted[tp] = tuple(t for t in found if t[1] < at)
+        return found
 
     # -- bytes of the log --------------------------------------------------------------------------
 

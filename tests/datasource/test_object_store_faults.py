@@ -16,6 +16,7 @@ from pathlib import Path
 import pyarrow.fs as pafs
 import pytest
 
+from broker_embedded.record.records import iter_batches
 from broker_embedded.storage.fetch_data_info import IsolationLevel
 from broker_embedded.storage.log_dir_fetch_source import LogDirSource
 from broker_embedded.storage.log_dir_upload import upload_log_dir
@@ -48,10 +49,26 @@ def proxy(s3: S3Server) -> Iterator[FaultProxy]:
         yield p
 
 
-def via(proxy: FaultProxy, location: StoreLocation, timeout_s: float = 2.0) -> StoreLocation:
-    """``location`` reached through ``proxy``, a request failing after ``timeout_s`` of silence."""
-    settings = replace(location.settings, endpoint=proxy.endpoint, request_timeout_s=timeout_s)
+def via(
+    proxy: FaultProxy, location: StoreLocation, timeout_s: float = 2.0, attempt_s: float = 30.0
+) -> StoreLocation:
+    """``location`` reached through ``proxy``, a request failing after ``timeout_s`` of silence
+    or ``attempt_s`` in all."""
+    settings = replace(location.settings, endpoint=proxy.endpoint, request_timeout_s=timeout_s,
+                       attempt_timeout_s=attempt_s)  # fmt: skip
     return StoreLocation(location.uri, settings)
+
+
+def hung_requests_end(proxy: FaultProxy, before: int) -> None:
+    """Stop ``proxy`` (ending the answers it trickles or holds) and wait until the requests left
+    running past their deadline have ended (at most 30 s)."""
+    from broker_embedded.storage import object_store
+
+    proxy.stop()
+    deadline = time.monotonic() + 30
+    while object_store._HUNG.count > before and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert object_store._HUNG.count == before
 
 
 def log_key(location: StoreLocation, tp: TopicPartition, base: int) -> str:
@@ -101,6 +118,50 @@ def test_a_stalled_server_fails_after_the_request_timeout_naming_the_offset(stor
         remote.fetch(EVENTS1, base + 1, 1000, UNCOMMITTED)
     took = time.monotonic() - began  # curl counts the silence in whole seconds: 1 s a try
     assert took < ATTEMPTS * 1.0 + 1.5 + 5, took
+
+
+def test_a_trickled_or_stalled_body_is_retried_then_fails_within_the_attempt_timeout(
+    stored, proxy, source_log_dir
+) -> None:
+    """A server sending a body 8 bytes every 0.1 s (faster than curl's low-speed limit, so no
+    socket timeout fires: pyarrow alone waits for the whole body, hours for a segment), or
+    100 bytes of it and then nothing (curl's low-speed timeout fires, but only after about
+    7 s with fs.s3a.connection.timeout at 1 s): each try ends after
+    fs.s3a.connection.request.timeout, retried as transient; once, the retry reads the exact
+    batches; always, the error names bucket, key and offset within the tries' bound."""
+    from broker_embedded.storage import object_store
+
+    before = object_store._HUNG.count
+    expected = batches(LogDirSource(str(source_log_dir)).open(), EVENTS1, 3000)
+    remote = ObjectStoreSource(via(proxy, stored, timeout_s=1.0, attempt_s=1.0)).open()
+    base = remote.partition(EVENTS1).bases[0]
+    proxy.inject("trickle", 8, matching=".log", method="GET")
+    proxy.inject("stall_body", 100, matching=".log", method="GET")
+    assert batches(remote, EVENTS1, 3000) == expected
+    assert proxy.injected == 2
+    remote.store.release()
+    for i in range(ATTEMPTS):
+        proxy.inject("trickle" if i % 2 else "stall_body", 8, matching=".log", method="GET")
+    key = log_key(stored, EVENTS1, base)
+    began = time.monotonic()
+    with pytest.raises(ObjectStoreError) as failed:
+        remote.fetch(EVENTS1, base + 1, 1000, UNCOMMITTED)
+    took = time.monotonic() - began
+    assert re.fullmatch(
+        rf"reading bytes 0 to \d+ \(fetch at offset {base + 1} of events-1\) failed after "
+        rf"{ATTEMPTS} tries at bucket '{stored.bucket}' key '{key}' \(endpoint "
+        rf"{proxy.endpoint}\): no whole answer within 1 s \(fs.s3a.connection.request.timeout\)"
+        ": the server stalled or trickled it",
+        str(failed.value),
+    ), str(failed.value)
+    assert ATTEMPTS * 1.0 <= took < ATTEMPTS * 1.0 + 1.5 + 5, took
+    assert object_store._HUNG.count >= before + ATTEMPTS // 2  # the trickled ones still run
+    began = time.monotonic()  # pyarrow makes no new S3 client while they run: one is shared
+    fresh = ObjectStoreSource(via(proxy, stored, timeout_s=1.0, attempt_s=1.0)).open()
+    first = next(iter_batches(fresh.fetch(EVENTS1, base, 1000, UNCOMMITTED).records))
+    assert (first.base_offset, first.last_offset, first.compute_crc()) == expected[0]
+    assert time.monotonic() - began < 5
+    hung_requests_end(proxy, before)
 
 
 def test_the_server_gone_mid_fetch_loop_fails_naming_the_offset_or_resumes_when_back(
@@ -250,3 +311,90 @@ def test_an_object_cut_short_while_a_task_reads_it_is_not_read_as_data(
         rf"it was planned \(size {cut}, planned size {len(original)}\)",
     ):
         task.fetch(EVENTS1, p.bases[0] + 1, 1 << 20, UNCOMMITTED)
+
+
+def test_requests_left_running_are_bounded(stored, proxy, monkeypatch) -> None:
+    """Each try ended by its deadline leaves its request running (pyarrow cannot cancel it)
+    with the memory of its answer: at most MAX_HUNG in a process, then reads fail at once,
+    naming bucket and key, until those end."""
+    from broker_embedded.storage import object_store
+
+    before = object_store._HUNG.count
+    monkeypatch.setattr(object_store, "MAX_HUNG", before + 2)
+    remote = ObjectStoreSource(via(proxy, stored, attempt_s=1.0)).open()
+    base = remote.partition(EVENTS1).bases[0]
+    proxy.inject("trickle", 8, times=ATTEMPTS, matching=".log", method="GET")
+    began = time.monotonic()
+    with pytest.raises(ObjectStoreError, match=rf"\) failed at bucket '{stored.bucket}' key "
+                       rf"'{log_key(stored, EVENTS1, base)}' \(endpoint {proxy.endpoint}\): 2 "
+                       "requests to the object store still run past their "
+                       r"fs.s3a.connection.request.timeout \(a server stalling or trickling its "
+                       r"answers\): no more are sent until they end$"):  # fmt: skip
+        remote.fetch(EVENTS1, base, 1000, UNCOMMITTED)
+    assert 2.0 <= time.monotonic() - began < 2.0 + 0.3 + 5
+    assert proxy.injected == 2
+    hung_requests_end(proxy, before)
+
+
+@pytest.mark.slow  # five tries of 1 s each in a Spark task: 8-15 s
+def test_a_spark_read_from_a_trickling_server_fails_in_bounded_time(
+    spark, s3: S3Server, stored, proxy
+) -> None:
+    from tests.datasource.test_object_store_read import fingerprint
+
+    proxy.inject("trickle", 8, times=1000, matching=".log", method="GET")
+    options = {**s3.options(), "fs.s3a.endpoint": proxy.endpoint,
+               "fs.s3a.connection.request.timeout": "1s"}  # fmt: skip
+    df = spark.read.format("kafkalog").options(**options).option("subscribe", "events")
+    began = time.monotonic()
+    with pytest.raises(
+        Exception,
+        match=rf"offset \d+ of events-\d\) failed after {ATTEMPTS} tries at bucket "
+        rf"'{stored.bucket}' key 'logs/events-\d/\d{{20}}\.log' \(endpoint {proxy.endpoint}\): "
+        r"no whole answer within 1 s \(fs.s3a.connection.request.timeout\)",
+    ):
+        fingerprint(df.load(stored.uri))
+    assert time.monotonic() - began < 60
+
+
+@pytest.mark.slow  # a tiered broker, five tries of 1 s: 8-12 s
+def test_the_broker_s_remote_read_from_a_trickling_store_answers_an_error_in_bounded_time(
+    s3: S3Server, tmp_path: Path
+) -> None:
+    """kafkalog serve's remote read (the remote log manager's reader pool) of a store that
+    trickles: UNKNOWN_SERVER_ERROR naming the key and the timeout, after the tries' bound, not
+    a reader thread held forever; the store answering again, the same fetch reads."""
+    from broker_embedded.broker import Broker
+    from broker_embedded.common.fetch_request import FetchRequest, PartitionFetch
+    from broker_embedded.common.producer_record import ProducerRecord
+    from broker_embedded.storage import object_store
+    from tests.broker_embedded.storage.test_remote_fetch import r_ok
+    from tests.broker_embedded.storage.test_remote_log_manager import TIERED, tiering_config
+
+    before = object_store._HUNG.count
+    uri = f"s3://{s3.new_bucket('trickled')}/b0"
+    tp = TopicPartition("tiered", 0)
+    with FaultProxy(s3.endpoint) as proxy:
+        rsm = (("location", uri), *{**s3.options(), "fs.s3a.endpoint": proxy.endpoint,
+               "fs.s3a.connection.request.timeout": "1000"}.items())  # fmt: skip
+        config = replace(tiering_config(uri, s3), rsm_config=rsm, remote_fetch_max_wait_ms=30_000)
+        with Broker(tmp_path / "l", config=config, create=True) as broker:
+            broker.create_topic("tiered", config={**TIERED, "local.retention.ms": "0"})
+            for i in range(30):
+                broker.produce("tiered", 0, [ProducerRecord(f"record {i} ".encode() * 8)])
+            broker.remote_log_manager.run_once()
+            broker.log_manager.get_log(tp).delete_old_segments()
+            assert broker.log_manager.get_log(tp).local_log_start_offset > 0
+            request = FetchRequest((PartitionFetch(tp, 0, 1 << 20),), max_wait_ms=0)
+            key = f"b0/tiered-0/{0:020d}.log"
+            proxy.inject("trickle", 8, times=ATTEMPTS, matching=key, method="GET")
+            began = time.monotonic()
+            r = broker.fetch(request).partitions[0]
+            took = time.monotonic() - began
+            assert r.error_name == "UNKNOWN_SERVER_ERROR" and r.records == b""
+            message = str(r.error)
+            assert f"after {ATTEMPTS} tries at bucket" in message and key in message
+            assert "no whole answer within 1 s (fs.s3a.connection.request.timeout)" in message
+            assert ATTEMPTS * 1.0 <= took < ATTEMPTS * 1.0 + 1.5 + 5, took
+            assert r_ok(broker, request)  # the store answering again
+            hung_requests_end(proxy, before)

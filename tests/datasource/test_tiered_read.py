@@ -25,10 +25,7 @@ from broker_embedded.storage.fetch_source import (
 )
 from broker_embedded.storage.log_dir_fetch_source import LogDirSource
 from broker_embedded.storage.object_store import StoreLocation
-from broker_embedded.storage.object_store_fetch_source import (
-    ObjectStoreSource,
-    UnsupportedOnObjectStoreError,
-)
+from broker_embedded.storage.object_store_fetch_source import ObjectStoreSource
 from broker_embedded.storage.offset_checkpoint import (
     LOG_START_OFFSET_CHECKPOINT,
     OffsetCheckpointFile,
@@ -141,10 +138,10 @@ def test_one_source_reads_the_store_then_the_dir(s3: S3Server, tiered: TieredLog
     assert across == ByteCut(tiered.local_start + 3, store_bytes)
     one = source.byte_cut(TP, tiered.local_start - 3, RECORDS, store_bytes // 2)
     assert one.offset > tiered.local_start and one.size <= store_bytes // 2
-    with pytest.raises(UnsupportedOnObjectStoreError, match=r"^read_committed of offsets only "
-                       rf"in remote storage is not supported yet: fetch at offset 3 of {TP}, "
-                       rf"whose offsets \[0, {tiered.local_start}\) are in "):  # fmt: skip
-        source.fetch(TP, 3, 500, IsolationLevel.READ_COMMITTED)
+    committed = source.fetch(TP, 3, 500, IsolationLevel.READ_COMMITTED)  # no transactions
+    assert committed.records == source.fetch(TP, 3, 500, UNCOMMITTED).records
+    assert committed.aborted_transactions == ()
+    assert (committed.last_stable_offset, committed.high_watermark) == (RECORDS, RECORDS)
     cuts = source.byte_cuts(TP, 0, RECORDS, 600)
     assert tiered.local_start in cuts and cuts == sorted(set(cuts))
     assert cuts[: cuts.index(tiered.local_start)] == remote.byte_cuts(TP, 0, tiered.local_start,
@@ -247,3 +244,100 @@ def test_a_task_after_more_tiering_reads_what_went_from_the_store(
             for o, k, v in zip(*(batch.column(c).to_pylist() for c in ("offset", "key", "value")),
                                strict=True)]  # fmt: skip
     assert rows == built.rows + more
+
+
+def produce_transaction(producer, values: list[bytes], commit: bool) -> list[int]:
+    """One transaction of ``values`` to :data:`TXN_TOPIC`, committed or aborted; the records'
+    offsets."""
+    offsets: list[int] = []
+    producer.begin_transaction()
+    for v in values:
+        producer.produce(TXN_TOPIC, v, partition=0,
+                         on_delivery=lambda err, m: offsets.append(m.offset()))  # fmt: skip
+    assert producer.flush(30) == 0
+    (producer.commit_transaction if commit else producer.abort_transaction)(30)
+    return offsets
+
+
+TXN_TOPIC = "tiered-txn"
+TXN_TP = TopicPartition(TXN_TOPIC, 0)
+
+
+def txn_values(name: str, n: int) -> list[bytes]:
+    return [f"{name} record {i} ".encode() * 4 for i in range(n)]
+
+
+@pytest.mark.slow  # a transactional producer, a broker restart and four Spark reads: 15-25 s
+def test_read_committed_skips_a_transaction_aborted_after_the_split(
+    spark, s3: S3Server, tmp_path: Path
+) -> None:
+    """A transaction begun in segments that get tiered and aborted in the local log (its
+    ``.txnindex`` entry local, not in the store), beside one committed and one aborted wholly
+    in the store and one committed after: Spark's read_committed from the log dir and its
+    store, and over the wire with ``remoteLogStorage=broker``, returns exactly what Kafka's
+    read_committed consumer (confluent-kafka) reads from the broker, and what a read of the
+    whole log kept local returns."""
+    import shutil
+    from dataclasses import replace
+
+    from confluent_kafka import Producer
+
+    from tests.broker_embedded.server._consume import consume
+    from tests.broker_embedded.storage.test_remote_fetch import wire
+
+    uri = f"s3://{s3.new_bucket('tiered-txn')}/cluster/broker-0"
+    config = replace(tiering(s3, uri), num_network_threads=2, num_io_threads=2)
+    logs, whole = tmp_path / "logs", tmp_path / "whole"
+    with Broker(logs, config=config, create=True) as broker, wire(broker) as bootstrap:
+        broker.create_topic(TXN_TOPIC, config={"remote.storage.enable": "true",
+                                               "segment.bytes": "1024",
+                                               "local.retention.ms": "0"})  # fmt: skip
+        producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": "straddle",
+                             "linger.ms": 0})  # fmt: skip
+        producer.init_transactions(30)
+        first = produce_transaction(producer, txn_values("t0", 3), True)
+        produce_transaction(producer, txn_values("t1", 3), False)  # aborted, tiered
+        straddling = txn_values("t2", 9)
+        producer.begin_transaction()
+        for v in straddling[:6]:
+            producer.produce(TXN_TOPIC, v, partition=0)
+            assert producer.flush(30) == 0  # a batch each: over a segment or more
+        broker.log_manager.get_log(TXN_TP).roll()  # its last records and marker stay local
+        for v in straddling[6:]:
+            producer.produce(TXN_TOPIC, v, partition=0)
+            assert producer.flush(30) == 0
+        producer.abort_transaction(30)
+        last = produce_transaction(producer, txn_values("t3", 2), True)
+        assert broker.controller.transaction_coordinator.wait_completed("straddle", 30)
+        del producer  # closed before its broker
+    shutil.copytree(logs, whole)  # the whole log, local (closed cleanly: its checkpoints)
+    committed = txn_values("t0", 3) + txn_values("t3", 2)
+
+    def spark_rows(reader, path: Path | None = None) -> list[tuple[int, bytes]]:
+        reader = reader.option("subscribe", TXN_TOPIC)
+        df = reader.option("kafka.isolation.level", "read_committed").load(path and str(path))
+        return sorted((r.offset, bytes(r.value)) for r in df.select("offset", "value").collect())
+
+    local_rows = spark_rows(spark.read.format("kafkalog"), whole)
+    assert [v for _, v in local_rows] == committed
+    assert [o for o, _ in local_rows] == first + last
+    with Broker(logs, config=config) as broker, wire(broker) as bootstrap:
+        unified = broker.log_manager.get_log(TXN_TP)
+        broker.remote_log_manager.run_once()
+        unified.delete_old_segments()
+        split = unified.local_log_start_offset
+        t2_first = first[-1] + 6  # after t0's 3 records, its marker, t1's batch and marker
+        assert unified.log_start_offset == 0 < t2_first < split < last[0], (t2_first, split)
+        assert [v for _, _, v, _, _ in consume(bootstrap, TXN_TOPIC, 1, "read_committed")] == (
+            committed
+        )
+        wire_rows = spark_rows(spark.read.format("kafkalog").options(**s3.options())
+                               .option("kafka.bootstrap.servers", bootstrap)
+                               .option("remoteLogStorage", "broker"))  # fmt: skip
+    store = ObjectStoreSource(StoreLocation(uri, s3.settings))
+    with TieredSource(LogDirSource(str(logs)), store).open() as source:
+        fetched = source.fetch(TXN_TP, t2_first, 1 << 20, IsolationLevel.READ_COMMITTED)
+        assert [first for _, first in fetched.aborted_transactions] == [t2_first]
+    tiered_rows = spark_rows(spark.read.format("kafkalog").options(**s3.options())
+                             .option("remoteLogStorage", uri), logs)  # fmt: skip
+    assert wire_rows == tiered_rows == local_rows
