@@ -85,6 +85,7 @@ from broker_embedded.storage.fetch_source import (
     ByteCut,
     FetchedPartition,
 )
+from broker_embedded.storage.log_config import parse_boolean
 from broker_embedded.storage.log_dir import LogDir, PartitionCheckpoints, open_partition_with
 from broker_embedded.storage.open_files import release_mapped_pages
 from broker_embedded.storage.topic_config_file import TOPIC_CONFIG_FILE as TOPIC_CONFIG_FILE
@@ -203,7 +204,7 @@ class LogDirFetchSource:
             self._topic_config = TopicConfigFile(self._path).read()
         entry = self._topic_config.get(topic)
         flag = None if entry is None else entry.config.get(REMOTE_STORAGE_ENABLE)
-        return str(flag).strip().lower() == "true"
+        return parse_boolean(str(flag)) is True
 
     def list_offset(
         self, tp: TopicPartition, timestamp: int, isolation: IsolationLevel

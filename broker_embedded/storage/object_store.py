@@ -77,6 +77,7 @@ from typing import TYPE_CHECKING, Generic, TypeVar
 from urllib.parse import urlsplit
 
 from broker_embedded.errors import KafkaLogError
+from broker_embedded.storage.log_config import parse_boolean
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -169,9 +170,10 @@ class StoreSettings:
             value = text(name)
             if value is None:
                 return None
-            if value.lower() not in ("true", "false"):
+            parsed = parse_boolean(value)
+            if parsed is None:
                 raise ValueError(f"option {name}={value!r} is invalid: give true or false")
-            return value.lower() == "true"
+            return parsed
 
         def seconds(name: str) -> float | None:
             value = text(name)
