@@ -413,8 +413,13 @@ class WireTarget:
         self.inputs += 1
         data, kind = b"", "none"
         try:
-            data, kind = sasl.deliver(self.server.sasl_port, plan, rng, rng.choice(self.corpus),
-                                      None if replay is None else replay[1])  # fmt: skip
+            data, kind = sasl.deliver(
+                self.server.sasl_port,
+                plan,
+                rng,
+                rng.choice(self.corpus),
+                None if replay is None else replay[1],
+            )
         except Finding as f:
             found.append(f)
         checks = (lambda: sasl.sasl_probe(self.server.sasl_port),)
@@ -431,8 +436,7 @@ class WireTarget:
 
     def _check(self, index: int, found: list[Finding], extra: tuple = ()) -> list[Finding]:
         """The oracle after one input (module docstring): ``found`` and what it finds."""
-        checks = (lambda: probe(self.server, index), *extra, self._check_logs,
-                  self._check_threads)  # fmt: skip
+        checks = (lambda: probe(self.server, index), *extra, self._check_logs, self._check_threads)
         for check in checks:
             try:
                 check()

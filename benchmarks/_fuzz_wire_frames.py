@@ -144,17 +144,45 @@ def build_message(cls: type, values: dict[str, Any]) -> Any:
 
 
 _BY_NAME: dict[str, Any] = {
-    "acks": 1, "producer_epoch": -1, "replication_factor": 1, "num_partitions": 1, "count": 3,
-    "max_bytes": 1 << 20, "min_bytes": 0, "partition_max_bytes": 1 << 16, "session_id": 0,
-    "session_epoch": -1, "replica_id": -1, "fetch_offset": 0, "log_start_offset": -1,
-    "offset": 1, "timestamp": -1, "committed_offset": 5, "producer_id": -1, "isolation_level": 0,
-    "key_type": 0, "resource_type": 2, "endpoint_type": 1, "client_software_name": "kafkalog-fuzz",
-    "client_software_version": "1.0", "rack_id": "", "cluster_id": None, "member_id": "",
-    "group_instance_id": None, "committed_metadata": "m", "configuration_keys": None,
-    "transactional_id": None, "group_id": GROUP, "coordinator_keys": GROUP, "key": GROUP,
-    "value": "86400000", "generation_id_or_member_epoch": -1, "member_epoch": -1,
-    "replica_epoch": -1, "high_watermark": -1,
-}  # fmt: skip
+    "acks": 1,
+    "producer_epoch": -1,
+    "replication_factor": 1,
+    "num_partitions": 1,
+    "count": 3,
+    "max_bytes": 1 << 20,
+    "min_bytes": 0,
+    "partition_max_bytes": 1 << 16,
+    "session_id": 0,
+    "session_epoch": -1,
+    "replica_id": -1,
+    "fetch_offset": 0,
+    "log_start_offset": -1,
+    "offset": 1,
+    "timestamp": -1,
+    "committed_offset": 5,
+    "producer_id": -1,
+    "isolation_level": 0,
+    "key_type": 0,
+    "resource_type": 2,
+    "endpoint_type": 1,
+    "client_software_name": "kafkalog-fuzz",
+    "client_software_version": "1.0",
+    "rack_id": "",
+    "cluster_id": None,
+    "member_id": "",
+    "group_instance_id": None,
+    "committed_metadata": "m",
+    "configuration_keys": None,
+    "transactional_id": None,
+    "group_id": GROUP,
+    "coordinator_keys": GROUP,
+    "key": GROUP,
+    "value": "86400000",
+    "generation_id_or_member_epoch": -1,
+    "member_epoch": -1,
+    "replica_epoch": -1,
+    "high_watermark": -1,
+}
 _DURATIONS = {"max_wait": MAX_WAIT_MS, "timeout": 1000, "transaction_timeout": 60_000}
 
 
@@ -446,9 +474,12 @@ MUTATORS: tuple[Mutator, ...] = (
 
 
 _INT_POOLS = {
-    "int8": (-128, 127, -1, 0, 2), "int16": INT16, "int32": INT32,
-    "int64": (-1, 0, 2**31, 2**63 - 1, -(2**63), 2**62), "uint16": (0, 0xFFFF, 0x8000),
-}  # fmt: skip
+    "int8": (-128, 127, -1, 0, 2),
+    "int16": INT16,
+    "int32": INT32,
+    "int64": (-1, 0, 2**31, 2**63 - 1, -(2**63), 2**62),
+    "uint16": (0, 0xFFFF, 0x8000),
+}
 _DURATION_POOL = (-1, 0, 2**31 - 1, 86_400_000, -(2**31))
 
 

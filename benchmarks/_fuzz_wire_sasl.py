@@ -56,10 +56,12 @@ def security() -> SecurityConfig:
     """The target server's [security]: every mechanism, a short failure delay, no lockout (the
     failed-authentication limits would refuse the probe's valid login after a few failed
     inputs; tests/broker_embedded/server/test_authentication_limiter.py tests them)."""
-    return SecurityConfig(connection_failed_authentication_delay_ms=DELAY_MS,
-                          authentication_failure_max_delay_ms=DELAY_MS,
-                          authentication_failure_limit_per_principal=0,
-                          authentication_failure_limit_per_host=0)  # fmt: skip
+    return SecurityConfig(
+        connection_failed_authentication_delay_ms=DELAY_MS,
+        authentication_failure_max_delay_ms=DELAY_MS,
+        authentication_failure_limit_per_principal=0,
+        authentication_failure_limit_per_host=0,
+    )
 
 
 def add_user(log_dir: Path) -> None:
@@ -118,8 +120,9 @@ class Exchange:
         return self.scram.get_client_final().encode()
 
 
-def deliver(port: int, plan: SaslInput, rng: random.Random, other: Frame,
-            fixed: bytes | None = None) -> tuple[bytes, str]:  # fmt: skip
+def deliver(
+    port: int, plan: SaslInput, rng: random.Random, other: Frame, fixed: bytes | None = None
+) -> tuple[bytes, str]:
     """Send one input (module docstring); the mutated frame's bytes and the mutation
     (``fixed``: send these bytes at the mutated step instead, to replay). A Finding when an
     answer does not decode; the server closing the connection is allowed."""
@@ -183,5 +186,8 @@ def sasl_probe(port: int) -> None:
 
 
 def reproducer(plan: SaslInput, data: bytes, kind: str) -> dict:
-    return {"sasl": plan.__dict__, "mutation": kind,
-            "input_base64": base64.b64encode(data).decode("ascii")}  # fmt: skip
+    return {
+        "sasl": plan.__dict__,
+        "mutation": kind,
+        "input_base64": base64.b64encode(data).decode("ascii"),
+    }

@@ -43,13 +43,16 @@ def run_tool(home: Path, work: Path, tool: str, *args: str) -> str:
     env = dict(os.environ, KAFKA_HEAP_OPTS="-Xmx256m", LOG_DIR=str(work))
     cmd = [str(home / "bin" / f"{tool}.sh"), *args]
     try:
-        done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=TOOL_S,
-                              check=False)  # fmt: skip
+        done = subprocess.run(
+            cmd, env=env, capture_output=True, text=True, timeout=TOOL_S, check=False
+        )
     except subprocess.TimeoutExpired:
         raise PerfToolError(f"{tool} {' '.join(args)} took over {TOOL_S:.0f} s") from None
     if done.returncode != 0:
-        raise PerfToolError(f"{tool} {' '.join(args)} exited {done.returncode}:\n"
-                            f"{done.stdout[-1500:]}\n{done.stderr[-1500:]}")  # fmt: skip
+        raise PerfToolError(
+            f"{tool} {' '.join(args)} exited {done.returncode}:\n"
+            f"{done.stdout[-1500:]}\n{done.stderr[-1500:]}"
+        )
     return done.stdout
 
 
@@ -65,16 +68,35 @@ def producer_perf(
     linger_ms: int,
 ) -> float:
     """Seconds for ``records`` records, from the tool's records per second."""
-    props = [f"bootstrap.servers={bootstrap}", f"acks={acks}", f"batch.size={batch_bytes}",
-             f"linger.ms={linger_ms}", "compression.type=none", "enable.idempotence=false",
-             "buffer.memory=268435456"]  # fmt: skip
-    out = run_tool(home, work, "kafka-producer-perf-test", "--topic", topic, "--num-records",
-                   str(records), "--record-size", str(value_bytes), "--throughput", "-1",
-                   "--producer-props", *props)  # fmt: skip
+    props = [
+        f"bootstrap.servers={bootstrap}",
+        f"acks={acks}",
+        f"batch.size={batch_bytes}",
+        f"linger.ms={linger_ms}",
+        "compression.type=none",
+        "enable.idempotence=false",
+        "buffer.memory=268435456",
+    ]
+    out = run_tool(
+        home,
+        work,
+        "kafka-producer-perf-test",
+        "--topic",
+        topic,
+        "--num-records",
+        str(records),
+        "--record-size",
+        str(value_bytes),
+        "--throughput",
+        "-1",
+        "--producer-props",
+        *props,
+    )
     found = _PRODUCED.findall(out)
     if not found or int(found[-1][0]) != records:
-        raise PerfToolError(f"kafka-producer-perf-test to {topic}: no total of {records} "
-                            f"records in:\n{out[-1500:]}")  # fmt: skip
+        raise PerfToolError(
+            f"kafka-producer-perf-test to {topic}: no total of {records} records in:\n{out[-1500:]}"
+        )
     return records / float(found[-1][1])
 
 
@@ -82,9 +104,21 @@ def consumer_perf(
     home: Path, work: Path, bootstrap: str, topic: str, records: int, group: str
 ) -> float:
     """Seconds of fetching (after the group's join) for ``records`` records."""
-    out = run_tool(home, work, "kafka-consumer-perf-test", "--bootstrap-server", bootstrap,
-                   "--topic", topic, "--messages", str(records), "--group", group,
-                   "--timeout", "60000")  # fmt: skip
+    out = run_tool(
+        home,
+        work,
+        "kafka-consumer-perf-test",
+        "--bootstrap-server",
+        bootstrap,
+        "--topic",
+        topic,
+        "--messages",
+        str(records),
+        "--group",
+        group,
+        "--timeout",
+        "60000",
+    )
     rows = [line.split(",") for line in out.splitlines() if line.count(",") == 9]
     data = [r for r in rows if r[0].strip() != "start.time"]
     if not data:
@@ -92,8 +126,9 @@ def consumer_perf(
     fields = [f.strip() for f in data[-1]]
     consumed, fetch_ms = int(fields[4]), float(fields[7])
     if consumed < records:
-        raise PerfToolError(f"kafka-consumer-perf-test of {topic}: {consumed} records, "
-                            f"expected {records}")  # fmt: skip
+        raise PerfToolError(
+            f"kafka-consumer-perf-test of {topic}: {consumed} records, expected {records}"
+        )
     return fetch_ms / 1e3
 
 
@@ -101,8 +136,9 @@ def e2e_latency(
     home: Path, work: Path, bootstrap: str, topic: str, records: int, value_bytes: int
 ) -> tuple[float, float]:
     """(p50, p99) in ms of ``records`` round trips, acks=1."""
-    out = run_tool(home, work, "kafka-e2e-latency", bootstrap, topic, str(records), "1",
-                   str(value_bytes))  # fmt: skip
+    out = run_tool(
+        home, work, "kafka-e2e-latency", bootstrap, topic, str(records), "1", str(value_bytes)
+    )
     found = _PERCENTILES.search(out)
     if found is None:
         raise PerfToolError(f"kafka-e2e-latency on {topic}: no percentiles in:\n{out[-1500:]}")

@@ -125,8 +125,16 @@ def _free_port() -> int:
 def tansu_server(binary: Path, work: Path) -> Iterator[Server]:
     port = _free_port()
     url = f"tcp://127.0.0.1:{port}"
-    cmd = [str(binary), "broker", "--listener-url", url, "--advertised-listener-url", url,
-           "--storage-engine", "memory://tansu/"]  # fmt: skip
+    cmd = [
+        str(binary),
+        "broker",
+        "--listener-url",
+        url,
+        "--advertised-listener-url",
+        url,
+        "--storage-engine",
+        "memory://tansu/",
+    ]
     with _child("Tansu", cmd, work / "tansu.out") as (proc, out):
         answered = first_answer("Tansu", proc, out, port)
         yield Server("Tansu", port, proc.pid, answered - process_started_at(proc.pid))
@@ -168,8 +176,9 @@ def kafka_server(home: Path, run_dir: Path) -> Iterator[Server]:
     try:
         port = _free_port()
         with out.open("wb") as sink:
-            script = subprocess.Popen([*peer, "start", str(port)], env=env, stdout=sink,
-                                      stderr=subprocess.STDOUT)  # fmt: skip
+            script = subprocess.Popen(
+                [*peer, "start", str(port)], env=env, stdout=sink, stderr=subprocess.STDOUT
+            )
         try:
             answered = first_answer(KAFKA_PEER, script, out, port, KAFKA_START_S, script_ok=True)
             script.wait(KAFKA_START_S)
@@ -186,8 +195,9 @@ def kafka_server(home: Path, run_dir: Path) -> Iterator[Server]:
         yield Server("Kafka 3.9", int(found.group(1)), pid, answered - process_started_at(pid))
     finally:
         try:
-            subprocess.run([*peer, "stop"], env=env, capture_output=True, timeout=KAFKA_STOP_S,
-                           check=False)  # fmt: skip
+            subprocess.run(
+                [*peer, "stop"], env=env, capture_output=True, timeout=KAFKA_STOP_S, check=False
+            )
         except subprocess.TimeoutExpired:
             raise PeerError(f"{KAFKA_PEER} did not stop within {KAFKA_STOP_S:.0f} s") from None
 
@@ -201,8 +211,17 @@ def kafkalog_server(
 ) -> Iterator[Server]:
     """``args``: more ``kafkalog serve`` options; its output goes to ``work/kafkalog-<config
     file stem or "default">.out``."""
-    cmd = [sys.executable, "-m", "spark_kafkalog.cli", "serve", "--log-dir", str(log_dir),
-           "--listeners", "PLAINTEXT://127.0.0.1:0", *args]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "spark_kafkalog.cli",
+        "serve",
+        "--log-dir",
+        str(log_dir),
+        "--listeners",
+        "PLAINTEXT://127.0.0.1:0",
+        *args,
+    ]
     if config is not None:
         cmd += ["--broker-config", str(config)]
     name = "kafkalog" if config is None else f"kafkalog ({config.name})"

@@ -96,8 +96,15 @@ def build_log_dir(
     config = dict(NO_RETENTION, **({"segment.bytes": segment_bytes} if segment_bytes else {}))
     with Broker(log_dir, create=True) as broker:
         broker.create_topic(TOPIC, partitions, config=config)
-        chunks = encoded_batches(rows, partitions, value_bytes, batch_bytes, seed=seed,
-                                 random_keys=random_keys, compression=compression)  # fmt: skip
+        chunks = encoded_batches(
+            rows,
+            partitions,
+            value_bytes,
+            batch_bytes,
+            seed=seed,
+            random_keys=random_keys,
+            compression=compression,
+        )
         for p, encoded in chunks:
             for batch in encoded:
                 broker.produce(TOPIC, p, batch, acks=1)

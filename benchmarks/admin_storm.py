@@ -119,8 +119,10 @@ def floor(work: Path, partitions: int) -> None:
         with ThreadPoolExecutor(threads) as pool:
             list(pool.map(make, range(partitions)))
         took = time.monotonic() - started
-        say(f"floor: {partitions} directories of 5 empty files on {threads} thread(s) in "
-            f"{took:.2f} s: {partitions / took:.0f}/s")  # fmt: skip
+        say(
+            f"floor: {partitions} directories of 5 empty files on {threads} thread(s) in "
+            f"{took:.2f} s: {partitions / took:.0f}/s"
+        )
 
 
 def restart(work: Path, partitions: int) -> None:
@@ -140,8 +142,10 @@ def restart(work: Path, partitions: int) -> None:
     started = time.monotonic()
     Broker(log_dir).close()
     unclean = time.monotonic() - started
-    say(f"restart: {partitions} partitions opened in {clean:.2f} s clean, "
-        f"{unclean:.2f} s after a crash")  # fmt: skip
+    say(
+        f"restart: {partitions} partitions opened in {clean:.2f} s clean, "
+        f"{unclean:.2f} s after a crash"
+    )
 
 
 # -- served ----------------------------------------------------------------------------------------
@@ -155,10 +159,22 @@ class Served:
         env = dict(os.environ, PYTHONPATH=str(ROOT))
         self._out = out.open("ab")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "spark_kafkalog.cli", "serve", "--log-dir", str(log_dir),
-             "--listeners", "PLAINTEXT://127.0.0.1:0"],
-            stdout=subprocess.PIPE, stderr=self._out, cwd=ROOT, env=env, text=True,
-        )  # fmt: skip
+            [
+                sys.executable,
+                "-m",
+                "spark_kafkalog.cli",
+                "serve",
+                "--log-dir",
+                str(log_dir),
+                "--listeners",
+                "PLAINTEXT://127.0.0.1:0",
+            ],
+            stdout=subprocess.PIPE,
+            stderr=self._out,
+            cwd=ROOT,
+            env=env,
+            text=True,
+        )
         self.port = self._listening(timeout)
         self.listening_s = time.monotonic() - self.started
 
@@ -245,8 +261,9 @@ class Prober:
 
 
 def admin(bootstrap: str) -> AdminClient:
-    return AdminClient({"bootstrap.servers": bootstrap, "socket.timeout.ms": 300_000,
-                        "log_level": 0})  # fmt: skip
+    return AdminClient(
+        {"bootstrap.servers": bootstrap, "socket.timeout.ms": 300_000, "log_level": 0}
+    )
 
 
 def start_storm(bootstrap: str, clients: int, partitions: int, timeout: float):
@@ -255,8 +272,9 @@ def start_storm(bootstrap: str, clients: int, partitions: int, timeout: float):
     for i in range(clients):
         name = f"storm-{i}"
         handles.append(admin(bootstrap))
-        futures[name] = handles[-1].create_topics([NewTopic(name, partitions, 1)],
-                                                  request_timeout=timeout)[name]  # fmt: skip
+        futures[name] = handles[-1].create_topics(
+            [NewTopic(name, partitions, 1)], request_timeout=timeout
+        )[name]
     return handles, futures
 
 
@@ -307,13 +325,21 @@ def wait_ready(
             return None, None
         time.sleep(READY_POLL[0])
     led_s = time.monotonic() - started
-    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 5,
-                         "message.timeout.ms": int(timeout * 1000), "log_level": 0})  # fmt: skip
+    producer = Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "acks": "all",
+            "linger.ms": 5,
+            "message.timeout.ms": int(timeout * 1000),
+            "log_level": 0,
+        }
+    )
     acked: list[bool] = []
     for name in topics:
         for p in range(partitions):
-            producer.produce(name, b"ready", partition=p,
-                             on_delivery=lambda err, _m: acked.append(err is None))  # fmt: skip
+            producer.produce(
+                name, b"ready", partition=p, on_delivery=lambda err, _m: acked.append(err is None)
+            )
             producer.poll(0)
     producer.flush(max(0.0, started + timeout - time.monotonic()))
     if len(acked) != len(topics) * partitions or not all(acked):
@@ -328,15 +354,26 @@ def run_storm(
     bootstrap = f"127.0.0.1:{port}"
     creator = admin(bootstrap)  # kept: a dropped client's futures fail
     creator.create_topics([NewTopic("other", 1, 1)])["other"].result(timeout)
-    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all",
-                         "message.timeout.ms": int(timeout * 1000), "log_level": 0})  # fmt: skip
+    producer = Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "acks": "all",
+            "message.timeout.ms": int(timeout * 1000),
+            "log_level": 0,
+        }
+    )
     producer.list_topics("other", timeout=timeout)  # connected, metadata known
     prober = Prober(port)
     started = time.monotonic()
     handles, futures = start_storm(bootstrap, clients, partitions, timeout)
     produced: list[float] = []
-    producer.produce("other", b"x", on_delivery=lambda err, _m: produced.append(
-        time.monotonic() - started if err is None else float("nan")))  # fmt: skip
+    producer.produce(
+        "other",
+        b"x",
+        on_delivery=lambda err, _m: produced.append(
+            time.monotonic() - started if err is None else float("nan")
+        ),
+    )
     flusher = threading.Thread(target=producer.flush, args=(timeout,), daemon=True)
     flusher.start()  # serves the delivery callback as soon as the record is acknowledged
     failed = 0
@@ -352,8 +389,16 @@ def run_storm(
     flusher.join(max(0.0, started + timeout - time.monotonic()))
     latencies = prober.stop()
     del handles
-    return StormFigures(server, made, failed, answered, ready, led_s, tuple(latencies),
-                        produced[0] if produced else None)  # fmt: skip
+    return StormFigures(
+        server,
+        made,
+        failed,
+        answered,
+        ready,
+        led_s,
+        tuple(latencies),
+        produced[0] if produced else None,
+    )
 
 
 def storm_kafkalog(work: Path, run: int, clients: int, partitions: int, timeout: float):
@@ -378,17 +423,23 @@ def _per_s(x: float | None) -> str:
 
 
 def say_storm(f: StormFigures, run: int, timeout: float) -> None:
-    say(f"storm {run} {f.server}: {f.made} partitions ({f.failed} requests failed) answered in "
+    say(
+        f"storm {run} {f.server}: {f.made} partitions ({f.failed} requests failed) answered in "
         f"{_seconds(f.answered_s, timeout)}: {_per_s(f.rate(f.answered_s))}; ready in "
         f"{_seconds(f.ready_s, timeout)}: {_per_s(f.rate(f.ready_s))} (all led in Metadata in "
-        f"{_seconds(f.led_s, timeout)}: {_per_s(f.rate(f.led_s))})")  # fmt: skip
+        f"{_seconds(f.led_s, timeout)}: {_per_s(f.rate(f.led_s))})"
+    )
     if f.probes:
         over = sum(1 for x in f.probes if x > 1.0)
-        say(f"storm {run} {f.server}: ApiVersions {len(f.probes)} probes, median "
+        say(
+            f"storm {run} {f.server}: ApiVersions {len(f.probes)} probes, median "
             f"{statistics.median(f.probes) * 1000:.1f} ms, max {max(f.probes) * 1000:.0f} ms, "
-            f"{over} over 1 s")  # fmt: skip
-    say(f"storm {run} {f.server}: acks=all produce during it: "
-        + (f"{f.produce_s:.2f} s" if f.produce_s is not None else "not delivered"))  # fmt: skip
+            f"{over} over 1 s"
+        )
+    say(
+        f"storm {run} {f.server}: acks=all produce during it: "
+        + (f"{f.produce_s:.2f} s" if f.produce_s is not None else "not delivered")
+    )
 
 
 def _ratio(a: float | None, b: float | None) -> str:
@@ -402,21 +453,28 @@ def storm_table(rows: list[tuple[int, StormFigures]]) -> None:
         "over 1 s | produce s"
     )
     for run, f in rows:
-        probes = (f"{len(f.probes)}, {statistics.median(f.probes) * 1000:.1f}, "
-                  f"{max(f.probes) * 1000:.0f}, {sum(1 for x in f.probes if x > 1.0)}"
-                  if f.probes else "-")  # fmt: skip
+        probes = (
+            f"{len(f.probes)}, {statistics.median(f.probes) * 1000:.1f}, "
+            f"{max(f.probes) * 1000:.0f}, {sum(1 for x in f.probes if x > 1.0)}"
+            if f.probes
+            else "-"
+        )
         produce = f"{f.produce_s:.2f}" if f.produce_s is not None else "not delivered"
-        say(f"  {run} | {f.server} | {_per_s(f.rate(f.answered_s))} | "
-            f"{_per_s(f.rate(f.ready_s))} | {probes} | {produce}")  # fmt: skip
+        say(
+            f"  {run} | {f.server} | {_per_s(f.rate(f.answered_s))} | "
+            f"{_per_s(f.rate(f.ready_s))} | {probes} | {produce}"
+        )
     runs = sorted({run for run, _ in rows})
     for run in runs:
         ours = [f for r, f in rows if r == run and f.server == "kafkalog"]
         peer = [f for r, f in rows if r == run and f.server != "kafkalog"]
         if ours and peer:
             a, b = ours[0], peer[0]
-            say(f"storm {run} ratio kafkalog/{b.server}: answered "
+            say(
+                f"storm {run} ratio kafkalog/{b.server}: answered "
                 f"{_ratio(a.rate(a.answered_s), b.rate(b.answered_s))}, ready "
-                f"{_ratio(a.rate(a.ready_s), b.rate(b.ready_s))}")  # fmt: skip
+                f"{_ratio(a.rate(a.ready_s), b.rate(b.ready_s))}"
+            )
 
 
 def storm(work: Path, clients: int, partitions: int, timeout: float, runs: int) -> None:
@@ -439,8 +497,10 @@ def storm(work: Path, clients: int, partitions: int, timeout: float, runs: int) 
                 say(f"storm {run}: Kafka 3.9 peer failed: {e}")
                 continue
             same = os.stat(ours).st_dev == os.stat(theirs).st_dev
-            say(f"storm {run}: log dirs {ours} and {theirs}: "
-                + ("one file system" if same else "DIFFERENT file systems"))  # fmt: skip
+            say(
+                f"storm {run}: log dirs {ours} and {theirs}: "
+                + ("one file system" if same else "DIFFERENT file systems")
+            )
             say_storm(figures, run, timeout)
             rows.append((run, figures))
             shutil.rmtree(theirs, ignore_errors=True)  # the next run's disk as the first's
@@ -456,15 +516,19 @@ def stop_mid_storm(work: Path, clients: int, partitions: int, timeout: float) ->
             time.sleep(2.0)
             exited = server.stop(sig, timeout)
             del handles
-        say(f"stop: {name} 2 s into a storm of {clients} x {partitions}: exited in "
-            + (f"{exited:.2f} s" if exited is not None else f"> {timeout:.0f} s"))  # fmt: skip
+        say(
+            f"stop: {name} 2 s into a storm of {clients} x {partitions}: exited in "
+            + (f"{exited:.2f} s" if exited is not None else f"> {timeout:.0f} s")
+        )
         with served(log_dir, work / f"restart-{name}.out", timeout) as server:
             lister = admin(server.bootstrap)
             listed = lister.list_topics(timeout=timeout).topics
             counts = {n: len(listed[n].partitions) for n in futures if n in listed}
             whole = sum(1 for c in counts.values() if c == partitions)
-            say(f"stop: restart after {name}: listening in {server.listening_s:.2f} s; storm "
-                f"topics listed {len(counts)} (whole {whole})")  # fmt: skip
+            say(
+                f"stop: restart after {name}: listening in {server.listening_s:.2f} s; storm "
+                f"topics listed {len(counts)} (whole {whole})"
+            )
             server.stop(signal.SIGTERM, timeout)
 
 

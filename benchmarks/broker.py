@@ -216,15 +216,22 @@ def replicate_in_turn(cluster: EmbeddedCluster, batches: list[bytes], per_fetch:
         offset = p.log.log_end_offset
         request = FetchRequest(
             (PartitionFetch(tp, offset, config.replica_fetch_max_bytes, p.leader_epoch),),
-            replica_id=follower.broker_id, max_wait_ms=0, min_bytes=1,
+            replica_id=follower.broker_id,
+            max_wait_ms=0,
+            min_bytes=1,
             max_bytes=config.replica_fetch_response_max_bytes,
-        )  # fmt: skip
+        )
         r = lrm.fetch_messages(request).partitions[0]
         if r.error is not None:
             raise r.error
-        p.append_records_to_follower(r.records, r.high_watermark, r.log_start_offset,
-                                     leader_id=leader.broker_id, leader_epoch=p.leader_epoch,
-                                     fetch_offset=offset)  # fmt: skip
+        p.append_records_to_follower(
+            r.records,
+            r.high_watermark,
+            r.log_start_offset,
+            leader_id=leader.broker_id,
+            leader_epoch=p.leader_epoch,
+            fetch_offset=offset,
+        )
 
     def run() -> None:
         for i in range(0, len(batches), per_fetch):
@@ -237,8 +244,9 @@ def replicate_in_turn(cluster: EmbeddedCluster, batches: list[bytes], per_fetch:
 
     timed = _timed(run)
     end = leader.replica_manager.partitions[tp].log.log_end_offset
-    behind = [f.broker_id for f in followers
-              if f.replica_manager.partitions[tp].log.log_end_offset != end]  # fmt: skip
+    behind = [
+        f.broker_id for f in followers if f.replica_manager.partitions[tp].log.log_end_offset != end
+    ]
     if behind:
         raise AssertionError(f"followers {behind} did not reach the leader's end {end}")
     return timed
@@ -502,44 +510,119 @@ def print_table(work: Workload, results: list[Results], inflight: int) -> None:
     for r in results:
         p = r.partitions
         rows = [
-            ("produce acks=1", _produced(n, size, r.produce_1, requests), _mb(size, r.write),
-             r.write / r.produce_1.wall, "", None),
-            ("the floor of an append (copy, compiled checks, CRC, offsets, write)",
-             f"{_mb(size, r.floor)}, {r.floor / requests * 1e6:.1f} µs/request",
-             _mb(size, r.write), r.write / r.floor, "", None),
+            (
+                "produce acks=1",
+                _produced(n, size, r.produce_1, requests),
+                _mb(size, r.write),
+                r.write / r.produce_1.wall,
+                "",
+                None,
+            ),
+            (
+                "the floor of an append (copy, compiled checks, CRC, offsets, write)",
+                f"{_mb(size, r.floor)}, {r.floor / requests * 1e6:.1f} µs/request",
+                _mb(size, r.write),
+                r.write / r.floor,
+                "",
+                None,
+            ),
             ("produce acks=1 / the floor", "", "", r.floor / r.produce_1.wall, "", None),
-            (f"produce acks=all, 3 replicas, {inflight} in flight",
-             _produced(n, size, r.produce_all, requests), _mb(size, r.write),
-             r.write / r.produce_all.wall, "", None),
-            (f"produce acks=all / acks=1, {inflight} in flight", "", "",
-             r.produce_1.wall / r.produce_all.wall, "", None),
-            *([] if r.one_core is None else [
-                (f"produce acks=all, {inflight} in flight, the process on one core",
-                 _produced(n, size, r.one_core, requests), "", None, "", None),
-                ("acks=all on one core / acks=1", "", "", r.produce_1.wall / r.one_core.wall,
-                 "", None),
-            ]),
-            *([] if r.in_turn is None else [
-                (f"acks=all's work in turn, one thread ({inflight} requests a fetch)",
-                 _produced(n, size, r.in_turn, requests), "", None, "", None),
-                ("acks=all in turn / acks=1 (its best without hand-offs)", "", "",
-                 r.produce_1.wall / r.in_turn.wall, "", None),
-            ]),
-            (f"produce acks=all, 1 in flight ({r.latency_requests} requests)",
-             f"{r.latency_all.wall / r.latency_requests * 1000:.2f} ms/request, CPU "
-             f"{r.latency_all.cpu / r.latency_requests * 1e6:,.0f} µs", "", None, "", None),
-            ("fetch, raw bytes", _mb(size, r.fetch_raw), "read " + _mb(size, r.read_chunked),
-             r.read_chunked / r.fetch_raw, "read " + _mb(size, r.read_raw),
-             r.read_raw / r.fetch_raw),
-            ("fetch + columnar decode", _rec(n, r.fetch_decode),
-             "decode " + _rec(n, r.decode_chunked), r.decode_chunked / r.fetch_decode,
-             "decode " + _rec(n, r.read_decode), r.read_decode / r.fetch_decode),
-        ]  # fmt: skip
+            (
+                f"produce acks=all, 3 replicas, {inflight} in flight",
+                _produced(n, size, r.produce_all, requests),
+                _mb(size, r.write),
+                r.write / r.produce_all.wall,
+                "",
+                None,
+            ),
+            (
+                f"produce acks=all / acks=1, {inflight} in flight",
+                "",
+                "",
+                r.produce_1.wall / r.produce_all.wall,
+                "",
+                None,
+            ),
+            *(
+                []
+                if r.one_core is None
+                else [
+                    (
+                        f"produce acks=all, {inflight} in flight, the process on one core",
+                        _produced(n, size, r.one_core, requests),
+                        "",
+                        None,
+                        "",
+                        None,
+                    ),
+                    (
+                        "acks=all on one core / acks=1",
+                        "",
+                        "",
+                        r.produce_1.wall / r.one_core.wall,
+                        "",
+                        None,
+                    ),
+                ]
+            ),
+            *(
+                []
+                if r.in_turn is None
+                else [
+                    (
+                        f"acks=all's work in turn, one thread ({inflight} requests a fetch)",
+                        _produced(n, size, r.in_turn, requests),
+                        "",
+                        None,
+                        "",
+                        None,
+                    ),
+                    (
+                        "acks=all in turn / acks=1 (its best without hand-offs)",
+                        "",
+                        "",
+                        r.produce_1.wall / r.in_turn.wall,
+                        "",
+                        None,
+                    ),
+                ]
+            ),
+            (
+                f"produce acks=all, 1 in flight ({r.latency_requests} requests)",
+                f"{r.latency_all.wall / r.latency_requests * 1000:.2f} ms/request, CPU "
+                f"{r.latency_all.cpu / r.latency_requests * 1e6:,.0f} µs",
+                "",
+                None,
+                "",
+                None,
+            ),
+            (
+                "fetch, raw bytes",
+                _mb(size, r.fetch_raw),
+                "read " + _mb(size, r.read_chunked),
+                r.read_chunked / r.fetch_raw,
+                "read " + _mb(size, r.read_raw),
+                r.read_raw / r.fetch_raw,
+            ),
+            (
+                "fetch + columnar decode",
+                _rec(n, r.fetch_decode),
+                "decode " + _rec(n, r.decode_chunked),
+                r.decode_chunked / r.fetch_decode,
+                "decode " + _rec(n, r.read_decode),
+                r.read_decode / r.fetch_decode,
+            ),
+        ]
         for name, broker, direct, ratio, whole, whole_ratio in rows:
             cells = [
-                name, str(p), broker, direct, "" if ratio is None else f"{ratio:.2f}x",
-                whole, "" if whole_ratio is None else f"{whole_ratio:.2f}x",
-            ]  # fmt: skip
+                name,
+                str(p),
+                broker,
+                direct,
+                "" if ratio is None else f"{ratio:.2f}x",
+                whole,
+                "" if whole_ratio is None else f"{whole_ratio:.2f}x",
+            ]
             print("| " + " | ".join(cells) + " |")
 
 

@@ -52,15 +52,24 @@ def main() -> None:
         os.environ.pop("KAFKALOG_KERNEL_STAMP_DIR", None)
         os.environ.update(NUMBA_CACHE_DIR=cold["NUMBA_CACHE_DIR"])
         kernel_cache.stamp_path().write_text("skipped by benchmarks/first_run.py\n")
-        rows.append(("demo, empty cache, no warm-up (each worker compiles)",
-                     timed([*demo, "--dir", str(Path(work, "d0"))], cold)))  # fmt: skip
+        rows.append(
+            (
+                "demo, empty cache, no warm-up (each worker compiles)",
+                timed([*demo, "--dir", str(Path(work, "d0"))], cold),
+            )
+        )
         warm = {**base, "NUMBA_CACHE_DIR": str(Path(work, "warm"))}
         warm_up = [sys.executable, "-m", "spark_kafkalog.kernel_cache"]
-        rows.append(("python -m spark_kafkalog.kernel_cache (bash dev.sh runs it)",
-                     timed(warm_up, warm)))  # fmt: skip
+        rows.append(
+            ("python -m spark_kafkalog.kernel_cache (bash dev.sh runs it)", timed(warm_up, warm))
+        )
         for n in (1, 2):
-            rows.append((f"demo, run {n} after the warm-up",
-                         timed([*demo, "--dir", str(Path(work, f"d{n}"))], warm)))  # fmt: skip
+            rows.append(
+                (
+                    f"demo, run {n} after the warm-up",
+                    timed([*demo, "--dir", str(Path(work, f"d{n}"))], warm),
+                )
+            )
     second = rows[-1][1]
     load = os.getloadavg()[0]
     print(f"\nkafkalog demo --events {args.events:,}; 2 cores, load average {load:.1f}\n")

@@ -86,9 +86,11 @@ def build(log_dir: Path, keys: int, updates: int, partitions: int, value_bytes: 
                 values = ALPHABET[rng.integers(0, len(ALPHABET), n * value_bytes, dtype=np.uint8)]
                 ts = np.arange(BASE_TIMESTAMP + lo, BASE_TIMESTAMP + lo + n, dtype=np.int64)
                 encoded = columnar_encoder.encode_batches(
-                    _keys(chunk), _fixed_width(n, value_bytes, values), ts,
+                    _keys(chunk),
+                    _fixed_width(n, value_bytes, values),
+                    ts,
                     max_batch_bytes=1_000_000,
-                )  # fmt: skip
+                )
                 for batch in encoded:
                     broker.produce(TOPIC, p, batch, acks=1)
                 size += len(encoded.data)
@@ -161,11 +163,19 @@ def main() -> None:
         log_dir = tmp / "logdir"
         t0 = time.perf_counter()
         size = build(log_dir, args.keys, args.updates, args.partitions, args.value_bytes)
-        print(f"built {args.keys * args.updates:,} records ({size / MIB:.0f} MiB) in "
-              f"{time.perf_counter() - t0:.0f} s", flush=True)  # fmt: skip
-        spark = start_spark("latest-view-bench", args.master, args.partitions,
-                            args.driver_memory, "WARN",
-                            {"spark.python.worker.reuse": "false"})  # fmt: skip
+        print(
+            f"built {args.keys * args.updates:,} records ({size / MIB:.0f} MiB) in "
+            f"{time.perf_counter() - t0:.0f} s",
+            flush=True,
+        )
+        spark = start_spark(
+            "latest-view-bench",
+            args.master,
+            args.partitions,
+            args.driver_memory,
+            "WARN",
+            {"spark.python.worker.reuse": "false"},
+        )
         try:
             runs = run_all(spark, log_dir, args.partitions, args.small_map)
         finally:
@@ -185,11 +195,13 @@ def run_all(spark, log_dir: Path, partitions: int, small_map: str) -> list[Run]:
         df = load(**options)
         return (
             df.groupBy("partition", "key")
-            .agg(F.max("offset").alias("latest"),
-                 F.max_by(F.struct(*df.columns), "offset").alias("r"))
+            .agg(
+                F.max("offset").alias("latest"),
+                F.max_by(F.struct(*df.columns), "offset").alias("r"),
+            )
             .select("r.*")
             .where(F.col("value").isNotNull())
-        )  # fmt: skip
+        )
 
     ends = json.dumps({TOPIC: {str(p): WARM_UP_OFFSETS for p in range(partitions)}})
     print("warm-up (the first offsets of each partition):", flush=True)
@@ -213,18 +225,24 @@ def run_all(spark, log_dir: Path, partitions: int, small_map: str) -> list[Run]:
 def report(args: argparse.Namespace, runs: list[Run]) -> None:
     plain, base = runs[0], runs[-1]
     print()
-    print(f"{args.keys * args.updates:,} records, {args.keys:,} keys x {args.updates} updates, "
-          f"{args.partitions} partitions, {args.value_bytes}-byte values; {args.master} on "
-          f"{os.cpu_count()} cores ({cpu_model()}), load average "
-          f"{os.getloadavg()[0]:.1f}")  # fmt: skip
+    print(
+        f"{args.keys * args.updates:,} records, {args.keys:,} keys x {args.updates} updates, "
+        f"{args.partitions} partitions, {args.value_bytes}-byte values; {args.master} on "
+        f"{os.cpu_count()} cores ({cpu_model()}), load average "
+        f"{os.getloadavg()[0]:.1f}"
+    )
     print()
-    print("| query | wall (s) | groupBy / it | peak Python worker RSS (MiB) | over the plain read "
-          "(MiB) | JVM RSS (MiB) |")  # fmt: skip
+    print(
+        "| query | wall (s) | groupBy / it | peak Python worker RSS (MiB) | over the plain read "
+        "(MiB) | JVM RSS (MiB) |"
+    )
     print("|---|---:|---:|---:|---:|---:|")
     for r in runs:
-        print(f"| {r.name} | {r.seconds:.1f} | {base.seconds / r.seconds:.1f}x | "
-              f"{r.worker_rss / MIB:.0f} | {(r.worker_rss - plain.worker_rss) / MIB:+.0f} | "
-              f"{r.jvm_rss / MIB:.0f} |")  # fmt: skip
+        print(
+            f"| {r.name} | {r.seconds:.1f} | {base.seconds / r.seconds:.1f}x | "
+            f"{r.worker_rss / MIB:.0f} | {(r.worker_rss - plain.worker_rss) / MIB:+.0f} | "
+            f"{r.jvm_rss / MIB:.0f} |"
+        )
 
 
 if __name__ == "__main__":

@@ -80,9 +80,11 @@ def build(log_dir: Path, topics: int, partitions: int, records: int) -> int:
     values = alphabet[rng.integers(0, len(alphabet), records * VALUE_BYTES, dtype=np.uint8)]
     ts = np.arange(common.BASE_TIMESTAMP, common.BASE_TIMESTAMP + records, dtype=np.int64)
     encoded = columnar_encoder.encode_batches(
-        common._keys(np.arange(records)), common._fixed_width(records, VALUE_BYTES, values), ts,
+        common._keys(np.arange(records)),
+        common._fixed_width(records, VALUE_BYTES, values),
+        ts,
         max_batch_bytes=1 << 20,
-    )  # fmt: skip
+    )
     batches = bytes(encoded.data)
     log_dir.mkdir(parents=True)
     ends = {}
@@ -104,8 +106,13 @@ def run(spark, log_dir: Path, options: dict[str, str], plans: int) -> tuple[int,
     """(tasks, best planning s, rows, count s), each on a freshly loaded DataFrame."""
     best = float("inf")
     for _ in range(plans):
-        df = (spark.read.format("kafkalog").option("path", str(log_dir))
-              .option("subscribePattern", "topic.*").options(**options).load())  # fmt: skip
+        df = (
+            spark.read.format("kafkalog")
+            .option("path", str(log_dir))
+            .option("subscribePattern", "topic.*")
+            .options(**options)
+            .load()
+        )
         t0 = time.perf_counter()
         tasks = df.rdd.getNumPartitions()
         best = min(best, time.perf_counter() - t0)
@@ -133,8 +140,13 @@ def plan_here(log_dir: Path, options: dict[str, str], plans: int) -> tuple[float
 
 def warm_up(spark, log_dir: Path) -> None:
     """A read of one topic first: the Python workers start and load the compiled kernels."""
-    (spark.read.format("kafkalog").option("path", str(log_dir))
-     .option("subscribe", "topic000").load().count())  # fmt: skip
+    (
+        spark.read.format("kafkalog")
+        .option("path", str(log_dir))
+        .option("subscribe", "topic000")
+        .load()
+        .count()
+    )
 
 
 def main() -> None:
@@ -155,24 +167,28 @@ def main() -> None:
         spark = common.start_spark("many-partitions", args.master, 2, "2g", "ERROR")
         warm_up(spark, tmp / "logdir")
         load_before = os.getloadavg()
-        results = {name: run(spark, tmp / "logdir", opts, args.plans)
-                   for name, opts in configs.items()}  # fmt: skip
+        results = {
+            name: run(spark, tmp / "logdir", opts, args.plans) for name, opts in configs.items()
+        }
         load_after = os.getloadavg()
         spark.stop()
         here = {name: plan_here(tmp / "logdir", opts, args.plans) for name, opts in configs.items()}
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     n = args.topics * args.partitions
-    print(f"\n{args.topics} topics x {args.partitions} partitions x {args.records} records "
-          f"({n * args.records:,} rows, {size / 1e6:.1f} MB of batches; built in {built:.1f} s), "
-          f"{args.master}, {common.cpu_model()}, load average {load_before[0]:.1f} before, "
-          f"{load_after[0]:.1f} after\n")  # fmt: skip
+    print(
+        f"\n{args.topics} topics x {args.partitions} partitions x {args.records} records "
+        f"({n * args.records:,} rows, {size / 1e6:.1f} MB of batches; built in {built:.1f} s), "
+        f"{args.master}, {common.cpu_model()}, load average {load_before[0]:.1f} before, "
+        f"{load_after[0]:.1f} after\n"
+    )
     print("| read | tasks | plan (s) | plan in process (s) | its CPU (s) | count (s) | rows |")
     print("|---|---:|---:|---:|---:|---:|---:|")
     for name, (tasks, plan, rows, count) in results.items():
         wall, cpu = here[name]
-        print(f"| {name} | {tasks:,} | {plan:.2f} | {wall:.2f} | {cpu:.2f} | {count:.1f} "
-              f"| {rows:,} |")  # fmt: skip
+        print(
+            f"| {name} | {tasks:,} | {plan:.2f} | {wall:.2f} | {cpu:.2f} | {count:.1f} | {rows:,} |"
+        )
 
 
 if __name__ == "__main__":

@@ -64,9 +64,16 @@ def main(argv: list[str] | None = None) -> None:
     with tempfile.TemporaryDirectory(prefix="kafkalog-bench-store-") as tmp:
         work = Path(tmp)
         log_dir = work / "logdir"
-        _, size = build_log_dir(log_dir, args.rows, args.partitions, args.value_bytes,
-                                1_000_000, seed=7, random_keys=True,
-                                segment_bytes=args.segment_bytes)  # fmt: skip
+        _, size = build_log_dir(
+            log_dir,
+            args.rows,
+            args.partitions,
+            args.value_bytes,
+            1_000_000,
+            seed=7,
+            random_keys=True,
+            segment_bytes=args.segment_bytes,
+        )
         tiered_dir, share = tiered_copy(log_dir, work / "tiered", args.tiered)
         (work / "s3").mkdir()
         with s3_server(work / "s3") as server:
@@ -81,13 +88,21 @@ def main(argv: list[str] | None = None) -> None:
                 return spark.read.format("kafkalog").option("subscribe", TOPIC).load(str(log_dir))
 
             def stored():
-                return (spark.read.format("kafkalog").options(**server.options())
-                        .option("subscribe", TOPIC).load(location.uri))  # fmt: skip
+                return (
+                    spark.read.format("kafkalog")
+                    .options(**server.options())
+                    .option("subscribe", TOPIC)
+                    .load(location.uri)
+                )
 
             def tiered():
-                return (spark.read.format("kafkalog").options(**server.options())
-                        .option("remoteLogStorage", location.uri)
-                        .option("subscribe", TOPIC).load(str(tiered_dir)))  # fmt: skip
+                return (
+                    spark.read.format("kafkalog")
+                    .options(**server.options())
+                    .option("remoteLogStorage", location.uri)
+                    .option("subscribe", TOPIC)
+                    .load(str(tiered_dir))
+                )
 
             reads = {"log dir": local, "s3": stored, "tiered (s3 + log dir)": tiered}
             expected = fingerprint(local())
@@ -101,19 +116,25 @@ def main(argv: list[str] | None = None) -> None:
                     times[name].append(noop(read())[0])
             spark.stop()
     mb = size / 1e6
-    print(f"{args.rows} rows, {args.partitions} partitions, {mb:.0f} MB of log; "
-          f"{os.cpu_count()} cores, load {os.getloadavg()[0]:.1f}")  # fmt: skip
+    print(
+        f"{args.rows} rows, {args.partitions} partitions, {mb:.0f} MB of log; "
+        f"{os.cpu_count()} cores, load {os.getloadavg()[0]:.1f}"
+    )
     sent = report.bytes_sent / 1e6
-    print(f"upload: {len(report.uploaded)} segments, {sent:.0f} MB in {upload_s:.1f} s "
-          f"({sent / upload_s:.0f} MB/s, verified)\n")  # fmt: skip
+    print(
+        f"upload: {len(report.uploaded)} segments, {sent:.0f} MB in {upload_s:.1f} s "
+        f"({sent / upload_s:.0f} MB/s, verified)\n"
+    )
     print(f"tiered: {share:.0%} of the log's bytes only in the store\n")
     print("| read | wall s (median) | rows/s | MB/s | / log dir |")
     print("| --- | --- | --- | --- | --- |")
     base = statistics.median(times["log dir"])
     for name, runs in times.items():
         wall = statistics.median(runs)
-        print(f"| {name} | {wall:.2f} | {args.rows / wall:,.0f} | {mb / wall:.0f} | "
-              f"{wall / base:.2f}x |")  # fmt: skip
+        print(
+            f"| {name} | {wall:.2f} | {args.rows / wall:,.0f} | {mb / wall:.0f} | "
+            f"{wall / base:.2f}x |"
+        )
 
 
 def tiered_copy(log_dir: Path, to: Path, share: float) -> tuple[Path, float]:

@@ -73,12 +73,22 @@ def main() -> None:
     try:
         log_dir = tmp / "logdir"
         t0 = time.perf_counter()
-        _, size = build_log_dir(log_dir, rows, 1, args.value_bytes, 1_000_000, seed=7,
-                                random_keys=False)  # fmt: skip
-        print(f"built {rows:,} records ({size / MIB:,.0f} MiB) in {time.perf_counter() - t0:.0f} s"
-              f"; {cpu_model()}", flush=True)  # fmt: skip
-        spark = start_spark("partition-memory-bench", args.master, 1, "2g", "WARN",
-                            {"spark.python.worker.reuse": "false"})  # fmt: skip
+        _, size = build_log_dir(
+            log_dir, rows, 1, args.value_bytes, 1_000_000, seed=7, random_keys=False
+        )
+        print(
+            f"built {rows:,} records ({size / MIB:,.0f} MiB) in {time.perf_counter() - t0:.0f} s"
+            f"; {cpu_model()}",
+            flush=True,
+        )
+        spark = start_spark(
+            "partition-memory-bench",
+            args.master,
+            1,
+            "2g",
+            "WARN",
+            {"spark.python.worker.reuse": "false"},
+        )
         try:
             read(spark, log_dir, min(rows, 100_000))  # warm-up: the first query's workers
             results = []
@@ -87,14 +97,17 @@ def main() -> None:
                 if row[0] != end or row[1] != end * args.value_bytes:
                     raise SystemExit(f"read of [0, {end}) gave {row}")
                 results.append((end, size * end / rows, seconds, peak))
-                print(f"  [0, {end:,}): {seconds:.1f} s, worker peak {peak / MIB:.0f} MiB",
-                      flush=True)  # fmt: skip
+                print(
+                    f"  [0, {end:,}): {seconds:.1f} s, worker peak {peak / MIB:.0f} MiB", flush=True
+                )
         finally:
             spark.stop()
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    print("\n| offsets read | bytes read (about) | wall (s) | peak Python worker RSS (MiB) |\n"
-          "|---:|---:|---:|---:|")  # fmt: skip
+    print(
+        "\n| offsets read | bytes read (about) | wall (s) | peak Python worker RSS (MiB) |\n"
+        "|---:|---:|---:|---:|"
+    )
     for end, nbytes, seconds, peak in results:
         print(f"| {end:,} | {nbytes / MIB:,.0f} MiB | {seconds:.1f} | {peak / MIB:.0f} |")
 

@@ -190,13 +190,21 @@ def create_topic(server: Server, topic: str) -> None:
 def produce(server: Server, topic: str, acks: str, batch_bytes: int, s: Settings) -> Figure:
     create_topic(server, topic)
     failures: list[str] = []
-    producer = Producer({
-        "bootstrap.servers": server.bootstrap, "acks": acks, "linger.ms": s.linger_ms,
-        "batch.size": batch_bytes, "compression.type": "none", "enable.idempotence": False,
-        "queue.buffering.max.messages": s.records, "queue.buffering.max.kbytes": 2 << 20,
-        "delivery.report.only.error": True, "message.timeout.ms": int(CLIENT_TIMEOUT_S * 1000),
-        "on_delivery": lambda err, _msg: failures.append(str(err)),
-    })  # fmt: skip
+    producer = Producer(
+        {
+            "bootstrap.servers": server.bootstrap,
+            "acks": acks,
+            "linger.ms": s.linger_ms,
+            "batch.size": batch_bytes,
+            "compression.type": "none",
+            "enable.idempotence": False,
+            "queue.buffering.max.messages": s.records,
+            "queue.buffering.max.kbytes": 2 << 20,
+            "delivery.report.only.error": True,
+            "message.timeout.ms": int(CLIENT_TIMEOUT_S * 1000),
+            "on_delivery": lambda err, _msg: failures.append(str(err)),
+        }
+    )
     producer.list_topics(topic, timeout=CLIENT_TIMEOUT_S)  # connected before the clock starts
     value = os.urandom(s.value_bytes)
     began = time.perf_counter()
@@ -222,11 +230,16 @@ def _produce_one(producer: Producer, topic: str, value: bytes) -> None:
 
 
 def consume(server: Server, topic: str, s: Settings, run: int) -> Figure:
-    consumer = Consumer({
-        "bootstrap.servers": server.bootstrap, "group.id": f"bench-{run}",
-        "enable.auto.commit": False, "auto.offset.reset": "earliest",
-        "queued.min.messages": QUEUED_MIN_MESSAGES, "queued.max.messages.kbytes": QUEUED_MAX_KB,
-    })  # fmt: skip
+    consumer = Consumer(
+        {
+            "bootstrap.servers": server.bootstrap,
+            "group.id": f"bench-{run}",
+            "enable.auto.commit": False,
+            "auto.offset.reset": "earliest",
+            "queued.min.messages": QUEUED_MIN_MESSAGES,
+            "queued.max.messages.kbytes": QUEUED_MAX_KB,
+        }
+    )
     try:
         consumer.list_topics(topic, timeout=CLIENT_TIMEOUT_S)
         deadline = time.monotonic() + CLIENT_TIMEOUT_S
@@ -265,11 +278,13 @@ MAX_WAIT_MS = 500  # the data is there, so no wait; Tansu answers max wait 0 wit
 
 def fetch_request(topic: bytes, offset: int, max_bytes: int, correlation: int) -> bytes:
     body = (
-        _HEADER.pack(FETCH_KEY, FETCH_VERSION, correlation, len(CLIENT_ID)) + CLIENT_ID
+        _HEADER.pack(FETCH_KEY, FETCH_VERSION, correlation, len(CLIENT_ID))
+        + CLIENT_ID
         + _FETCH_HEAD.pack(-1, MAX_WAIT_MS, 1, max_bytes, 0, 1)
-        + struct.pack(">h", len(topic)) + topic
+        + struct.pack(">h", len(topic))
+        + topic
         + _PARTITION.pack(1, 0, offset, max_bytes)
-    )  # fmt: skip
+    )
     return _SIZE.pack(len(body)) + body
 
 
@@ -331,8 +346,10 @@ class RawFetcher:
             at += 2 + name_len
         partitions = _SIZE.unpack_from(self.buf, at)[0] if topics == 1 else -1
         if topics != 1 or partitions != 1:
-            raise BenchError(f"{self.server.name}: Fetch answered {topics} topics, {partitions} "
-                             "partitions, not 1 and 1")  # fmt: skip
+            raise BenchError(
+                f"{self.server.name}: Fetch answered {topics} topics, {partitions} "
+                "partitions, not 1 and 1"
+            )
         _, error, _hw, _lso, aborted = _PARTITION_HEAD.unpack_from(self.buf, at + 4)
         if error:
             raise BenchError(f"{self.server.name}: Fetch error {error}")
@@ -373,10 +390,21 @@ def latencies(server: Server, topic: str, samples: int) -> tuple[Quantity, Quant
     one at a time, fewer when :data:`LATENCY_BUDGET_S` has passed; a warm-up record first (the
     consumer's first fetch and the producer's connection are not counted)."""
     create_topic(server, topic)
-    producer = Producer({"bootstrap.servers": server.bootstrap, "acks": "1", "linger.ms": 0,
-                         "enable.idempotence": False})  # fmt: skip
-    consumer = Consumer({"bootstrap.servers": server.bootstrap, "group.id": f"lat-{topic}",
-                         "enable.auto.commit": False})  # fmt: skip
+    producer = Producer(
+        {
+            "bootstrap.servers": server.bootstrap,
+            "acks": "1",
+            "linger.ms": 0,
+            "enable.idempotence": False,
+        }
+    )
+    consumer = Consumer(
+        {
+            "bootstrap.servers": server.bootstrap,
+            "group.id": f"lat-{topic}",
+            "enable.auto.commit": False,
+        }
+    )
     try:
         consumer.assign([TopicPartition(topic, 0, 0)])
         times = [_round_trip(server, producer, consumer, topic, 0)]
@@ -412,8 +440,9 @@ def _round_trip(
             raise BenchError(f"{server.name}: latency consumer: {message.error()}")
         if message.value() == value:
             return time.perf_counter() - began
-    raise BenchError(f"{server.name}: record {i} of {topic} not consumed within "
-                     f"{CLIENT_TIMEOUT_S:.0f} s")  # fmt: skip
+    raise BenchError(
+        f"{server.name}: record {i} of {topic} not consumed within {CLIENT_TIMEOUT_S:.0f} s"
+    )
 
 
 # -- the run ---------------------------------------------------------------------------------------
@@ -483,14 +512,24 @@ def measure_tool_writes(server: Server, s: Settings, work: Path) -> Results:
             label, topic = tool_produce_label(acks, batch_bytes), f"t{acks}-{k}"
             create_topic(server, topic)
             with _tool_failure(server, label):
-                seconds = producer_perf(home, work, server.bootstrap, topic, s.records,
-                                        s.value_bytes, acks, batch_bytes, s.linger_ms)  # fmt: skip
+                seconds = producer_perf(
+                    home,
+                    work,
+                    server.bootstrap,
+                    topic,
+                    s.records,
+                    s.value_bytes,
+                    acks,
+                    batch_bytes,
+                    s.linger_ms,
+                )
                 out[label] = Figure(seconds, s.records, s.records * s.value_bytes)
                 _show(server, label, out[label])
     create_topic(server, "tool-latency")
     with _tool_failure(server, TOOL_P99):
-        p50, p99 = e2e_latency(home, work, server.bootstrap, "tool-latency", s.latency_samples,
-                               s.value_bytes)  # fmt: skip
+        p50, p99 = e2e_latency(
+            home, work, server.bootstrap, "tool-latency", s.latency_samples, s.value_bytes
+        )
         out[TOOL_P50], out[TOOL_P99] = Quantity(p50, "ms"), Quantity(p99, "ms")
         _show(server, TOOL_P99, out[TOOL_P99])
     return out
@@ -528,8 +567,15 @@ def measure_reads(server: Server, s: Settings, run: int, work: Path) -> Results:
 
 def warm_up(server: Server, s: Settings, run: int) -> None:
     """N / 5 records produced (acks=1, the first batch size) and consumed, untimed."""
-    few = Settings(max(s.records // 5, 1), s.value_bytes, 1, s.linger_ms, s.batch_bytes,
-                   s.fetch_mib, s.latency_samples)  # fmt: skip
+    few = Settings(
+        max(s.records // 5, 1),
+        s.value_bytes,
+        1,
+        s.linger_ms,
+        s.batch_bytes,
+        s.fetch_mib,
+        s.latency_samples,
+    )
     produce(server, "warm-up", "1", s.batch_bytes[0], few)
     consume(server, "warm-up", few, -1 - run)
 
@@ -628,8 +674,10 @@ def print_table(served: Results, read_send: Results, kafka: Results, tansu: Resu
             rows = [(f"{label} (sendfile)", result), (f"{label} (read + send)", read_send[label])]
         k, t = kafka.get(label), tansu.get(label)
         for name, ours in rows:
-            print(f"| {name} | {ours} | {k or ''} | {t or ''} | {_ratio(ours, k)} "
-                  f"| {_ratio(ours, t)} | {goal(label, ours, k)} |")  # fmt: skip
+            print(
+                f"| {name} | {ours} | {k or ''} | {t or ''} | {_ratio(ours, k)} "
+                f"| {_ratio(ours, t)} | {goal(label, ours, k)} |"
+            )
     gains = ", ".join(f"{k} {_ratio(read_send[k], served[k])}" for k in read_send)
     if gains:
         print(f"\nkafkalog read + send / sendfile: {gains}")
@@ -641,8 +689,9 @@ def parse_args(argv: list[str] | None) -> tuple[Settings, argparse.Namespace]:
     parser.add_argument("--value-bytes", type=int, default=100)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--linger-ms", type=int, default=5)
-    parser.add_argument("--batch-bytes", default="16384,1000000",
-                        help="comma-separated producer batch.size values")  # fmt: skip
+    parser.add_argument(
+        "--batch-bytes", default="16384,1000000", help="comma-separated producer batch.size values"
+    )
     parser.add_argument("--fetch-mib", default="1,16", help="comma-separated partition max MiB")
     parser.add_argument("--latency-samples", type=int, default=1000)
     parser.add_argument("--tansu-cache", type=Path, default=Path.home() / ".cache/kafkalog-bench")
@@ -653,10 +702,15 @@ def parse_args(argv: list[str] | None) -> tuple[Settings, argparse.Namespace]:
         action="store_true",
         help="do not run Kafka's perf tools (they need Kafka 3.9's folder)",
     )
-    parser.add_argument("--start-only", action="store_true",
-                        help="only the start and idle memory rows, no workload")  # fmt: skip
-    parser.add_argument("--settle-s", type=float, default=SETTLE_S,
-                        help="seconds idle after a start before the settled memory")  # fmt: skip
+    parser.add_argument(
+        "--start-only", action="store_true", help="only the start and idle memory rows, no workload"
+    )
+    parser.add_argument(
+        "--settle-s",
+        type=float,
+        default=SETTLE_S,
+        help="seconds idle after a start before the settled memory",
+    )
     a = parser.parse_args(argv)
     if a.records < 1 or a.rounds < 1 or a.value_bytes < 0 or a.latency_samples < 1:
         parser.error("--records, --rounds and --latency-samples must be >= 1, --value-bytes >= 0")
@@ -664,8 +718,17 @@ def parse_args(argv: list[str] | None) -> tuple[Settings, argparse.Namespace]:
         parser.error(f"--settle-s must be >= 0, not {a.settle_s:g}")
     batches = tuple(int(b) for b in a.batch_bytes.split(","))
     mib = tuple(int(m) for m in a.fetch_mib.split(","))
-    settings = Settings(a.records, a.value_bytes, a.rounds, a.linger_ms, batches, mib,
-                        a.latency_samples, a.start_only, a.settle_s)  # fmt: skip
+    settings = Settings(
+        a.records,
+        a.value_bytes,
+        a.rounds,
+        a.linger_ms,
+        batches,
+        mib,
+        a.latency_samples,
+        a.start_only,
+        a.settle_s,
+    )
     return settings, a
 
 
@@ -720,8 +783,11 @@ def run_rounds(s: Settings, home: Path | None, binary: Path | None, tmp: Path) -
 def main(argv: list[str] | None = None) -> int:
     s, a = parse_args(argv)
     began = time.perf_counter()
-    print(f"{s.records:,} records of {s.value_bytes} bytes, median of {s.rounds} rounds; "
-          f"{os.cpu_count()} cores, load average {_load()}", flush=True)  # fmt: skip
+    print(
+        f"{s.records:,} records of {s.value_bytes} bytes, median of {s.rounds} rounds; "
+        f"{os.cpu_count()} cores, load average {_load()}",
+        flush=True,
+    )
     home, binary = peers(a)
     s = replace(s, perf_tools=perf_tools_home(a))
     try:

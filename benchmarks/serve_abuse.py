@@ -59,10 +59,13 @@ CLIENT_ID = b"serve-abuse"
 def fetch_v4(topic: str, max_wait_ms: int, min_bytes: int, max_bytes: int, corr: int = 1) -> bytes:
     name = topic.encode()
     body = (
-        _HEADER.pack(1, 4, corr, len(CLIENT_ID)) + CLIENT_ID
+        _HEADER.pack(1, 4, corr, len(CLIENT_ID))
+        + CLIENT_ID
         + _FETCH_HEAD.pack(-1, max_wait_ms, min_bytes, max_bytes, 0, 1)
-        + struct.pack(">h", len(name)) + name + _PARTITION.pack(1, 0, 0, max_bytes)
-    )  # fmt: skip
+        + struct.pack(">h", len(name))
+        + name
+        + _PARTITION.pack(1, 0, 0, max_bytes)
+    )
     return _SIZE.pack(len(body)) + body
 
 
@@ -94,8 +97,16 @@ class Served:
 
 @contextlib.contextmanager
 def serve(source: Path, log_dir: Path, out: Path, nofile: int = 0) -> Iterator[Served]:
-    cmd = [sys.executable, "-m", "spark_kafkalog.cli", "serve", "--log-dir", str(log_dir),
-           "--listeners", "PLAINTEXT://127.0.0.1:0"]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "spark_kafkalog.cli",
+        "serve",
+        "--log-dir",
+        str(log_dir),
+        "--listeners",
+        "PLAINTEXT://127.0.0.1:0",
+    ]
     env = dict(os.environ, PYTHONPATH=str(source))
 
     def lower_limit() -> None:
@@ -104,8 +115,9 @@ def serve(source: Path, log_dir: Path, out: Path, nofile: int = 0) -> Iterator[S
             resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, hard))
 
     with out.open("wb") as sink:
-        proc = subprocess.Popen(cmd, stdout=sink, stderr=subprocess.STDOUT, cwd=source, env=env,
-                                preexec_fn=lower_limit)  # fmt: skip
+        proc = subprocess.Popen(
+            cmd, stdout=sink, stderr=subprocess.STDOUT, cwd=source, env=env, preexec_fn=lower_limit
+        )
     try:
         deadline = time.monotonic() + START_S
         while not (found := _LISTENING.search(out.read_bytes())):
@@ -178,12 +190,16 @@ def probe_abandoned(source: Path, work: Path, scale: float) -> None:
         sent = abandon(s.port, int(10_500 * scale), 300)
         right_after = s.descriptors()
         time.sleep(3)
-        print(f"abandoned: {sent} long polls; server descriptors {before} before, "
-              f"{right_after} right after, {s.descriptors()} 3 s after")  # fmt: skip
+        print(
+            f"abandoned: {sent} long polls; server descriptors {before} before, "
+            f"{right_after} right after, {s.descriptors()} 3 s after"
+        )
         started = time.monotonic()
         call(s.port, fetch_v4("t", 1000, 1, MIB), 10)
-        print(f"abandoned: a Fetch(max_wait=1000) then answered in "
-              f"{(time.monotonic() - started) * 1000:.0f} ms")  # fmt: skip
+        print(
+            f"abandoned: a Fetch(max_wait=1000) then answered in "
+            f"{(time.monotonic() - started) * 1000:.0f} ms"
+        )
 
 
 def probe_emfile(source: Path, work: Path, scale: float) -> None:
@@ -197,9 +213,11 @@ def probe_emfile(source: Path, work: Path, scale: float) -> None:
             answered = False
             print(f"emfile: ApiVersions failed: {e!r}")
         failures = s.log_count("accepting on", "failed")
-        print(f"emfile: {sent} long polls under ulimit -n 1024; 5 s later ApiVersions answered: "
-              f"{answered}; server descriptors {s.descriptors()}; 'accepting ... failed' log "
-              f"lines: {failures}")  # fmt: skip
+        print(
+            f"emfile: {sent} long polls under ulimit -n 1024; 5 s later ApiVersions answered: "
+            f"{answered}; server descriptors {s.descriptors()}; 'accepting ... failed' log "
+            f"lines: {failures}"
+        )
 
 
 def peak_rss(s: Served, seconds: float) -> float:
@@ -227,17 +245,20 @@ def probe_slow(source: Path, work: Path, scale: float) -> None:
         for sock in clients:
             sock.close()
         time.sleep(5)
-        print(f"slow: {len(clients)} non-reading 12 MiB fetches; server RSS {before:.0f} MiB "
-              f"before, {peak:.0f} MiB peak, {s.rss_mib():.0f} MiB 5 s after they closed; "
-              f"descriptors {s.descriptors()}")  # fmt: skip
+        print(
+            f"slow: {len(clients)} non-reading 12 MiB fetches; server RSS {before:.0f} MiB "
+            f"before, {peak:.0f} MiB peak, {s.rss_mib():.0f} MiB 5 s after they closed; "
+            f"descriptors {s.descriptors()}"
+        )
 
 
 def probe_half(source: Path, work: Path, scale: float) -> None:
     log_dir = make_log_dir(work / "half", 0)
     with serve(source, log_dir, work / "half.out") as s:
         before = s.rss_mib()
-        clients = [socket.create_connection(("127.0.0.1", s.port), 10)
-                   for _ in range(int(20 * scale))]  # fmt: skip
+        clients = [
+            socket.create_connection(("127.0.0.1", s.port), 10) for _ in range(int(20 * scale))
+        ]
         pending = {}
         for sock in clients:
             sock.setblocking(False)
@@ -255,13 +276,19 @@ def probe_half(source: Path, work: Path, scale: float) -> None:
         for sock in clients:
             sock.close()
         time.sleep(5)
-        print(f"half: {len(clients)} frames of 104,857,599 declared, {sent:.0f} MiB sent in all; "
-              f"server RSS {before:.0f} MiB before, {peak:.0f} MiB peak, {s.rss_mib():.0f} MiB "
-              "5 s after they closed")  # fmt: skip
+        print(
+            f"half: {len(clients)} frames of 104,857,599 declared, {sent:.0f} MiB sent in all; "
+            f"server RSS {before:.0f} MiB before, {peak:.0f} MiB peak, {s.rss_mib():.0f} MiB "
+            "5 s after they closed"
+        )
 
 
-PROBES = {"abandoned": probe_abandoned, "emfile": probe_emfile, "slow": probe_slow,
-          "half": probe_half}  # fmt: skip
+PROBES = {
+    "abandoned": probe_abandoned,
+    "emfile": probe_emfile,
+    "slow": probe_slow,
+    "half": probe_half,
+}
 
 
 def main(argv: list[str] | None = None) -> int:

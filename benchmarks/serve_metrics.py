@@ -136,11 +136,17 @@ def servers(work: Path) -> Iterator[dict[str, tuple[Server, str | None]]]:
 def one_per_request(server: Server, topic: str, records: int, value_bytes: int) -> Figure:
     """Produce acks=1 with one record a request (linger 0, one request in flight)."""
     create_topic(server, topic)
-    producer = Producer({
-        "bootstrap.servers": server.bootstrap, "acks": "1", "linger.ms": 0,
-        "batch.num.messages": 1, "max.in.flight.requests.per.connection": 1,
-        "enable.idempotence": False, "compression.type": "none",
-    })  # fmt: skip
+    producer = Producer(
+        {
+            "bootstrap.servers": server.bootstrap,
+            "acks": "1",
+            "linger.ms": 0,
+            "batch.num.messages": 1,
+            "max.in.flight.requests.per.connection": 1,
+            "enable.idempotence": False,
+            "compression.type": "none",
+        }
+    )
     producer.list_topics(topic, timeout=WAIT_S)
     value = os.urandom(value_bytes)
     began = time.perf_counter()
@@ -159,8 +165,9 @@ def raw_fetches(server: Server, topic: str, s: Settings) -> Figure:
         passes = [fetcher.read_all(s.records) for _ in range(RAW_PASSES)]
     finally:
         fetcher.close()
-    return Figure(sum(f.seconds for f in passes), s.records * RAW_PASSES,
-                  sum(f.nbytes for f in passes))  # fmt: skip
+    return Figure(
+        sum(f.seconds for f in passes), s.records * RAW_PASSES, sum(f.nbytes for f in passes)
+    )
 
 
 def cpu_seconds(pid: int) -> float:
@@ -252,8 +259,10 @@ def measure(
                     for label, m in measured.items():
                         figures[mode].setdefault(label, []).append(m)
                         cpu = f"server CPU {m.cpu_us_per_record:.2f} us/record"
-                        print(f"  trial {t + 1}, metrics {mode}: {label}: {m.figure}, "
-                              f"{cpu}", flush=True)  # fmt: skip
+                        print(
+                            f"  trial {t + 1}, metrics {mode}: {label}: {m.figure}, {cpu}",
+                            flush=True,
+                        )
             server, url = both["on"]
             assert url is not None
             return figures, scrapes, scrape_cost(server, url)
@@ -319,11 +328,17 @@ def chunk_order(blocks: int) -> Iterator[str]:
 
 
 def paired_producer(bootstrap: str, one_per_request: bool) -> Producer:
-    settings = {"bootstrap.servers": bootstrap, "acks": "1", "enable.idempotence": False,
-                "compression.type": "none", "message.timeout.ms": int(WAIT_S * 1000)}  # fmt: skip
+    settings = {
+        "bootstrap.servers": bootstrap,
+        "acks": "1",
+        "enable.idempotence": False,
+        "compression.type": "none",
+        "message.timeout.ms": int(WAIT_S * 1000),
+    }
     if one_per_request:
-        settings.update({"linger.ms": 0, "batch.num.messages": 1,
-                         "max.in.flight.requests.per.connection": 1})  # fmt: skip
+        settings.update(
+            {"linger.ms": 0, "batch.num.messages": 1, "max.in.flight.requests.per.connection": 1}
+        )
     else:
         settings.update({"linger.ms": 5, "batch.size": 1_000_000})
     return Producer(settings)
@@ -428,8 +443,10 @@ def check_switched(mode: str, before: tuple[int, int], after: tuple[int, int], c
     produced_in = chunk * (1 + BATCHED)
     ok = timed >= chunk and counted == produced_in if mode == "on" else timed <= 1 and not counted
     if mode != "warm-up" and not ok:
-        raise BenchError(f"a chunk with the metrics {mode}: {timed} requests timed, "
-                         f"{counted} records counted ({produced_in} produced)")  # fmt: skip
+        raise BenchError(
+            f"a chunk with the metrics {mode}: {timed} requests timed, "
+            f"{counted} records counted ({produced_in} produced)"
+        )
 
 
 def print_pairs(measured: dict[str, dict[str, list[tuple[float, float]]]]) -> None:
@@ -448,8 +465,10 @@ def print_pairs(measured: dict[str, dict[str, list[tuple[float, float]]]]) -> No
                 mine = [c[i] for c in chunks]
                 ratios = sorted(b[i] / a[i] for a, b in zip(off, chunks, strict=True))
                 q1, q3 = ratios[len(ratios) // 4], ratios[(3 * len(ratios)) // 4]
-                cells.append(f"{statistics.median(mine):.2f} us | {statistics.median(ratios):.3f}x "
-                             f"({q1:.3f}x to {q3:.3f}x)")  # fmt: skip
+                cells.append(
+                    f"{statistics.median(mine):.2f} us | {statistics.median(ratios):.3f}x "
+                    f"({q1:.3f}x to {q3:.3f}x)"
+                )
             print(f"| {label} | {mode} ({len(chunks)}) | {cells[-2]} | {cells[-1]} |")
 
 
@@ -458,24 +477,30 @@ def print_table(
     scrapes: list[Scraper],
     scrape: tuple[float, float] | None,
 ) -> None:
-    print("\n| workload | off: best / median | on: best / median | on / off: best, median "
-          "| server CPU per record, off / on (median) |\n|---|---|---|---|---|")  # fmt: skip
+    print(
+        "\n| workload | off: best / median | on: best / median | on / off: best, median "
+        "| server CPU per record, off / on (median) |\n|---|---|---|---|---|"
+    )
     for label, offs in figures["off"].items():
         ons = figures["on"][label]
         off_best, on_best = (max(m.figure.records_per_s for m in ms) for ms in (offs, ons))
-        off_med, on_med = (statistics.median(m.figure.records_per_s for m in ms)
-                           for ms in (offs, ons))  # fmt: skip
-        off_cpu, on_cpu = (statistics.median(m.cpu_us_per_record for m in ms)
-                           for ms in (offs, ons))  # fmt: skip
-        print(f"| {label} | {off_best / 1e3:,.0f} / {off_med / 1e3:,.0f} k rec/s "
-              f"| {on_best / 1e3:,.0f} / {on_med / 1e3:,.0f} k rec/s "
-              f"| {on_best / off_best:.3f}x, {on_med / off_med:.3f}x "
-              f"| {off_cpu:.2f} / {on_cpu:.2f} us ({on_cpu / off_cpu:.3f}x) |")  # fmt: skip
+        off_med, on_med = (
+            statistics.median(m.figure.records_per_s for m in ms) for ms in (offs, ons)
+        )
+        off_cpu, on_cpu = (statistics.median(m.cpu_us_per_record for m in ms) for ms in (offs, ons))
+        print(
+            f"| {label} | {off_best / 1e3:,.0f} / {off_med / 1e3:,.0f} k rec/s "
+            f"| {on_best / 1e3:,.0f} / {on_med / 1e3:,.0f} k rec/s "
+            f"| {on_best / off_best:.3f}x, {on_med / off_med:.3f}x "
+            f"| {off_cpu:.2f} / {on_cpu:.2f} us ({on_cpu / off_cpu:.3f}x) |"
+        )
     if scrape is None:
         return
     cpu_ms, wall_ms = scrape
-    print(f"\na scrape of the idle server: {cpu_ms:.1f} ms of its CPU, {wall_ms:.1f} ms; at "
-          f"Prometheus' 15 s interval {cpu_ms / 150:.3f}% of a core")  # fmt: skip
+    print(
+        f"\na scrape of the idle server: {cpu_ms:.1f} ms of its CPU, {wall_ms:.1f} ms; at "
+        f"Prometheus' 15 s interval {cpu_ms / 150:.3f}% of a core"
+    )
     count = sum(sc.count for sc in scrapes)
     if count:
         mean = sum(sc.seconds for sc in scrapes) / count * 1000
@@ -488,19 +513,32 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--value-bytes", type=int, default=100)
     parser.add_argument("--trials", type=int, default=5)
     parser.add_argument("--scrape-interval", type=float, default=0.0, help="0: none")
-    parser.add_argument("--pairs", type=int, default=0, metavar="BLOCKS",
-                        help="instead: BLOCKS off/on/control blocks, one server")  # fmt: skip
-    parser.add_argument("--chunk", type=int, default=1_000,
-                        help="one-record requests a --pairs chunk")  # fmt: skip
+    parser.add_argument(
+        "--pairs",
+        type=int,
+        default=0,
+        metavar="BLOCKS",
+        help="instead: BLOCKS off/on/control blocks, one server",
+    )
+    parser.add_argument(
+        "--chunk", type=int, default=1_000, help="one-record requests a --pairs chunk"
+    )
     a = parser.parse_args(argv)
     if a.records < 1 or a.trials < 1 or a.scrape_interval < 0 or a.pairs < 0 or a.chunk < 1:
-        parser.error("--records, --trials and --chunk must be >= 1, --scrape-interval and "
-                     "--pairs >= 0")  # fmt: skip
+        parser.error(
+            "--records, --trials and --chunk must be >= 1, --scrape-interval and --pairs >= 0"
+        )
     s = Settings(a.records, a.value_bytes, 1, 5, (1_000_000,), (1,), 1)
-    what = (f"{a.pairs} blocks of 3 chunks of {a.chunk:,} one-record requests" if a.pairs
-            else f"{s.records:,} records, {a.trials} trials per mode")  # fmt: skip
-    print(f"{what}, values of {s.value_bytes} bytes; {os.cpu_count()} cores, load "
-          f"{os.getloadavg()[0]:.1f}", flush=True)  # fmt: skip
+    what = (
+        f"{a.pairs} blocks of 3 chunks of {a.chunk:,} one-record requests"
+        if a.pairs
+        else f"{s.records:,} records, {a.trials} trials per mode"
+    )
+    print(
+        f"{what}, values of {s.value_bytes} bytes; {os.cpu_count()} cores, load "
+        f"{os.getloadavg()[0]:.1f}",
+        flush=True,
+    )
     began = time.perf_counter()
     try:
         if a.pairs:

@@ -160,8 +160,9 @@ print(*(int(d[k].split()[0]) // 1024 for k in ("VmRSS", "RssAnon", "RssFile")))
 
 def memory_row(label: str, kernels: bool) -> str:
     code = MEMORY_PROBE.format(root=str(ROOT), kernels=kernels)
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          timeout=120, check=True)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True
+    )
     rss, anon, file = done.stdout.split()
     return f"| {label} | {rss} | {anon} | {file} |"
 
@@ -175,8 +176,10 @@ def main(argv: list[str] | None = None) -> int:
     sizes = [int(k) for k in a.records_per_batch.split(",")]
     print(f"{os.cpu_count()} cores, load average {' '.join(f'{x:.1f}' for x in os.getloadavg())}")
     compiled = compiled_walks()
-    print("\n| request | compiled (µs CPU) | as written, plain Python (µs CPU) "
-          "| Python / compiled | crc32c of its batches (µs CPU) |")  # fmt: skip
+    print(
+        "\n| request | compiled (µs CPU) | as written, plain Python (µs CPU) "
+        "| Python / compiled | crc32c of its batches (µs CPU) |"
+    )
     print("|---|---|---|---|---|")
     timing = (compiled, a.repeat, a.calls)
     for k in sizes:

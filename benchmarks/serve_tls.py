@@ -46,10 +46,22 @@ def start_server(work: Path) -> tuple[subprocess.Popen, dict[str, int], dict[str
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     cli = [sys.executable, "-m", "spark_kafkalog.cli"]
     proc = subprocess.Popen(
-        [*cli, "serve", "--log-dir", str(log_dir), "--broker-config", str(config), "--listeners",
-         "PLAINTEXT://127.0.0.1:0,SSL://127.0.0.1:0,SASL_SSL://127.0.0.1:0"],
-        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env, cwd=ROOT,
-    )  # fmt: skip
+        [
+            *cli,
+            "serve",
+            "--log-dir",
+            str(log_dir),
+            "--broker-config",
+            str(config),
+            "--listeners",
+            "PLAINTEXT://127.0.0.1:0,SSL://127.0.0.1:0,SASL_SSL://127.0.0.1:0",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        env=env,
+        cwd=ROOT,
+    )
     ports: dict[str, int] = {}
     assert proc.stdout is not None
     while len(ports) < 3:
@@ -59,23 +71,51 @@ def start_server(work: Path) -> tuple[subprocess.Popen, dict[str, int], dict[str
         m = LISTENING.search(line)
         if m:
             ports[m.group(1)] = int(m.group(2))
-    subprocess.run([*cli, "users", "add", "--log-dir", str(log_dir), "--user", USER,
-                    "--password", PASSWORD, "--mechanism", "SCRAM-SHA-512"],
-                   check=True, env=env, cwd=ROOT, capture_output=True)  # fmt: skip
+    subprocess.run(
+        [
+            *cli,
+            "users",
+            "add",
+            "--log-dir",
+            str(log_dir),
+            "--user",
+            USER,
+            "--password",
+            PASSWORD,
+            "--mechanism",
+            "SCRAM-SHA-512",
+        ],
+        check=True,
+        env=env,
+        cwd=ROOT,
+        capture_output=True,
+    )
     tls = {"ssl.ca.location": str(pki.ca)}
     options = {
         "PLAINTEXT": {},
         "SSL": {"security.protocol": "SSL", **tls},
-        "SASL_SSL": {"security.protocol": "SASL_SSL", "sasl.mechanism": "SCRAM-SHA-512",
-                     "sasl.username": USER, "sasl.password": PASSWORD, **tls},
-    }  # fmt: skip
+        "SASL_SSL": {
+            "security.protocol": "SASL_SSL",
+            "sasl.mechanism": "SCRAM-SHA-512",
+            "sasl.username": USER,
+            "sasl.password": PASSWORD,
+            **tls,
+        },
+    }
     return proc, ports, options
 
 
 def produce(conf: dict, topic: str, records: int, value: bytes) -> float:
-    producer = Producer({**conf, "acks": "1", "linger.ms": 5, "batch.size": 1_000_000,
-                         "queue.buffering.max.messages": records,
-                         "queue.buffering.max.kbytes": 2 << 20})  # fmt: skip
+    producer = Producer(
+        {
+            **conf,
+            "acks": "1",
+            "linger.ms": 5,
+            "batch.size": 1_000_000,
+            "queue.buffering.max.messages": records,
+            "queue.buffering.max.kbytes": 2 << 20,
+        }
+    )
     producer.list_topics(topic, timeout=TIMEOUT_S)  # connected (and created) first
     began = time.perf_counter()
     for _ in range(records):
@@ -91,10 +131,16 @@ def produce(conf: dict, topic: str, records: int, value: bytes) -> float:
 
 
 def consume(conf: dict, topic: str, records: int) -> float:
-    consumer = Consumer({**conf, "group.id": "bench", "enable.auto.commit": False,
-                         # librdkafka's maxima (as serve.py): fetching never pauses
-                         "queued.min.messages": 10_000_000,
-                         "queued.max.messages.kbytes": 2_097_151})  # fmt: skip
+    consumer = Consumer(
+        {
+            **conf,
+            "group.id": "bench",
+            "enable.auto.commit": False,
+            # librdkafka's maxima (as serve.py): fetching never pauses
+            "queued.min.messages": 10_000_000,
+            "queued.max.messages.kbytes": 2_097_151,
+        }
+    )
     try:
         consumer.list_topics(topic, timeout=TIMEOUT_S)
         began = time.perf_counter()
@@ -129,8 +175,12 @@ def main(argv: list[str] | None = None) -> int:
                 runs = []
                 for run in range(args.repeat):
                     topic = f"bench-{name.lower()}-{run}"
-                    runs.append((produce(conf, topic, args.records, value),
-                                 consume(conf, topic, args.records)))  # fmt: skip
+                    runs.append(
+                        (
+                            produce(conf, topic, args.records, value),
+                            consume(conf, topic, args.records),
+                        )
+                    )
                 rows.append((name, min(r[0] for r in runs), min(r[1] for r in runs)))
         finally:
             proc.send_signal(signal.SIGTERM)
@@ -145,9 +195,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     print("|---|---|---|---|---|---|---|")
     for name, produced, consumed in rows:
-        print(f"| {name} | {args.records / produced / 1e6:.2f} M | {mb / produced:.0f} | "
-              f"{base['produce'] / produced:.2f}x | {args.records / consumed / 1e6:.2f} M | "
-              f"{mb / consumed:.0f} | {base['consume'] / consumed:.2f}x |")  # fmt: skip
+        print(
+            f"| {name} | {args.records / produced / 1e6:.2f} M | {mb / produced:.0f} | "
+            f"{base['produce'] / produced:.2f}x | {args.records / consumed / 1e6:.2f} M | "
+            f"{mb / consumed:.0f} | {base['consume'] / consumed:.2f}x |"
+        )
     return 0
 
 

@@ -187,8 +187,14 @@ def profile_reader(log_dir: Path, extra: dict[str, str]) -> dict[str, float]:
     finally:
         LogDirFetchSource.fetch, LogDirFetchSource.fetch_in_place, orr.decode = original
     total = time.perf_counter() - began
-    return {**spent, "total": total, "rows": rows, "batches": batches, "bytes": nbytes,
-            "tasks": len(tasks)}  # fmt: skip
+    return {
+        **spent,
+        "total": total,
+        "rows": rows,
+        "batches": batches,
+        "bytes": nbytes,
+        "tasks": len(tasks),
+    }
 
 
 def print_profile(name: str, prof: dict[str, float], kafkalog_rate: float) -> None:
@@ -272,9 +278,16 @@ def main(argv: list[str] | None = None) -> None:
         parquet = Path(tmp) / "parquet"
         for name, codec in CODECS.items():
             t = time.perf_counter()
-            batches, size = build_log_dir(log_dirs[name], args.rows, args.partitions,
-                                          args.value_bytes, args.batch_bytes, seed=SEED,
-                                          random_keys=True, compression=codec)  # fmt: skip
+            batches, size = build_log_dir(
+                log_dirs[name],
+                args.rows,
+                args.partitions,
+                args.value_bytes,
+                args.batch_bytes,
+                seed=SEED,
+                random_keys=True,
+                compression=codec,
+            )
             print(
                 f"log dir {name}: {args.rows:,} records, {args.partitions} partitions, "
                 f"{batches:,} {codec} batches of {size / batches / 1024:.0f} KiB, "
@@ -321,11 +334,13 @@ def main(argv: list[str] | None = None) -> None:
                 ("master", conf.get("spark.master")),
                 ("spark.sql.shuffle.partitions", spark.conf.get("spark.sql.shuffle.partitions")),
                 ("spark.driver.memory", conf.get("spark.driver.memory")),
-                ("spark.sql.files.maxPartitionBytes",
-                 spark.conf.get("spark.sql.files.maxPartitionBytes")),
+                (
+                    "spark.sql.files.maxPartitionBytes",
+                    spark.conf.get("spark.sql.files.maxPartitionBytes"),
+                ),
                 ("ceiling batch rows (kafkalog's average)", f"{batch_rows:,}"),
                 *((f"kafkalog {k}", v) for k, v in extra.items()),
-            ]  # fmt: skip
+            ]
             rate = print_report(args.rows, runs, spark, settings)
             for name in CODECS:
                 print_profile(name, profs[name], rate[name])
@@ -347,8 +362,10 @@ def check_rows(sources: dict[str, Callable[[], object]], rows: int) -> None:
             raise AssertionError(f"{name} read {ours}, the Parquet copy {theirs} (rows, hash)")
     if (n := sources["ceiling"]().count()) != rows:  # type: ignore[attr-defined]
         raise AssertionError(f"the ceiling source gave {n:,} rows, not {rows:,}")
-    print(f"checked: {', '.join(CODECS)} and Parquet give the same rows (count and hash), the "
-          "ceiling the same count")  # fmt: skip
+    print(
+        f"checked: {', '.join(CODECS)} and Parquet give the same rows (count and hash), the "
+        "ceiling the same count"
+    )
 
 
 if __name__ == "__main__":

@@ -174,9 +174,12 @@ def log_dir_df(spark, log_dir: Path):
 def confluent(server: Server, records: int, partitions: int, run: int) -> float:
     """Seconds for a tuned confluent-kafka consumer to take every record of the topic."""
     consumer = Consumer(
-        {"bootstrap.servers": server.bootstrap, "group.id": f"remote-read-bench-{run}",
-         **CONFLUENT_SETTINGS}
-    )  # fmt: skip
+        {
+            "bootstrap.servers": server.bootstrap,
+            "group.id": f"remote-read-bench-{run}",
+            **CONFLUENT_SETTINGS,
+        }
+    )
     last = [-1] * partitions
     count = value_bytes = 0
     try:
@@ -215,8 +218,9 @@ def read_loop(bootstrap: str, topic: str, records: int, partitions: int) -> tupl
     began = time.perf_counter()
     for p in range(partitions):
         n = records * (p + 1) // partitions - records * p // partitions
-        part = KafkaInputPartition(WireSource(bootstrap), topic, p, 0, n,
-                                   fetch_bytes=options.task_fetch_bytes)  # fmt: skip
+        part = KafkaInputPartition(
+            WireSource(bootstrap), topic, p, 0, n, fetch_bytes=options.task_fetch_bytes
+        )
         for batch in read_offset_range(part):
             rows += batch.num_rows
             batches += 1
@@ -236,9 +240,15 @@ def load_kafka(server: Server, data: DataSet, args: argparse.Namespace) -> float
     configs = {k: str(v) for k, v in NO_RETENTION.items()}
     with KafkaClient(server.bootstrap) as client:
         client.create_topic(data.kafka_topic, args.partitions, 1, configs)
-        chunks = encoded_batches(data.records, args.partitions, args.value_bytes,
-                                 args.batch_bytes, seed=SEED, random_keys=True,
-                                 compression=data.codec)  # fmt: skip
+        chunks = encoded_batches(
+            data.records,
+            args.partitions,
+            args.value_bytes,
+            args.batch_bytes,
+            seed=SEED,
+            random_keys=True,
+            compression=data.codec,
+        )
         for p, encoded in chunks:
             for batch in encoded:
                 request = bytearray(batch)
@@ -276,8 +286,10 @@ def print_report(results: dict[DataSet, Times], spark, load_before: str) -> None
         f"load average before {load_before}, after {_load()}"
     )
     conf = spark.sparkContext.getConf()
-    print(f"spark: master={conf.get('spark.master')}, driver memory "
-          f"{conf.get('spark.driver.memory')}; options of both sources: defaults")  # fmt: skip
+    print(
+        f"spark: master={conf.get('spark.master')}, driver memory "
+        f"{conf.get('spark.driver.memory')}; options of both sources: defaults"
+    )
     print()
     print("| records | codec | read | median s | min s | max s | records/s | median CPU s |")
     print("|---|---|---|---|---|---|---|---|")
@@ -285,24 +297,30 @@ def print_report(results: dict[DataSet, Times], spark, load_before: str) -> None
         for name, ts in times.items():
             walls = [w for w, _ in ts]
             med = statistics.median(walls)
-            print(f"| {data.records:,} | {data.codec} | {name} | {med:.2f} | {min(walls):.2f} "
-                  f"| {max(walls):.2f} | {data.records / med / 1e6:.2f} M "
-                  f"| {statistics.median(c for _, c in ts):.2f} |")  # fmt: skip
+            print(
+                f"| {data.records:,} | {data.codec} | {name} | {med:.2f} | {min(walls):.2f} "
+                f"| {max(walls):.2f} | {data.records / med / 1e6:.2f} M "
+                f"| {statistics.median(c for _, c in ts):.2f} |"
+            )
     print()
     for data, times in results.items():
         med = {name: statistics.median(w for w, _ in ts) for name, ts in times.items()}
         cpu = {name: statistics.median(c for _, c in ts) for name, ts in times.items()}
-        ratios = [_ratio(med, LOG_DIR, SERVE, PROTOCOL_VS_LOG_DIR_GOAL),
-                  _ratio(med, CONFLUENT, SERVE, PROTOCOL_VS_CONFLUENT_GOAL),
-                  _ratio(med, SPARK_KAFKA, FROM_KAFKA, KAFKALOG_VS_SPARK_KAFKA_GOAL)]  # fmt: skip
+        ratios = [
+            _ratio(med, LOG_DIR, SERVE, PROTOCOL_VS_LOG_DIR_GOAL),
+            _ratio(med, CONFLUENT, SERVE, PROTOCOL_VS_CONFLUENT_GOAL),
+            _ratio(med, SPARK_KAFKA, FROM_KAFKA, KAFKALOG_VS_SPARK_KAFKA_GOAL),
+        ]
         print(f"{data}: " + "; ".join(r for r in ratios if r))
         if CEILING in med and SPARK_KAFKA in med:
-            print(f"{data}: bound: {SPARK_KAFKA} / {CEILING} = "
-                  f"{med[SPARK_KAFKA] / med[CEILING]:.2f}x (the most kafkalog / Spark's connector "
-                  f"can be here); {FROM_KAFKA} runs at {med[CEILING] / med[FROM_KAFKA]:.2f}x "
-                  f"the ceiling; in CPU seconds: {SPARK_KAFKA} / {FROM_KAFKA} = "
-                  f"{cpu[SPARK_KAFKA] / cpu[FROM_KAFKA]:.2f}x, {SPARK_KAFKA} / {CEILING} = "
-                  f"{cpu[SPARK_KAFKA] / cpu[CEILING]:.2f}x")  # fmt: skip
+            print(
+                f"{data}: bound: {SPARK_KAFKA} / {CEILING} = "
+                f"{med[SPARK_KAFKA] / med[CEILING]:.2f}x (the most kafkalog / Spark's connector "
+                f"can be here); {FROM_KAFKA} runs at {med[CEILING] / med[FROM_KAFKA]:.2f}x "
+                f"the ceiling; in CPU seconds: {SPARK_KAFKA} / {FROM_KAFKA} = "
+                f"{cpu[SPARK_KAFKA] / cpu[FROM_KAFKA]:.2f}x, {SPARK_KAFKA} / {CEILING} = "
+                f"{cpu[SPARK_KAFKA] / cpu[CEILING]:.2f}x"
+            )
 
 
 def _ratio(med: dict[str, float], slow: str, fast: str, goal: float) -> str:
@@ -366,11 +384,20 @@ def cpu_seconds_of(pid: int | None) -> float:
 def build(work: Path, data: DataSet, args: argparse.Namespace) -> Path:
     log_dir = work / f"logdir-{data.codec}-{data.records}"
     t = time.perf_counter()
-    batches, size = build_log_dir(log_dir, data.records, args.partitions, args.value_bytes,
-                                  args.batch_bytes, seed=SEED, random_keys=True,
-                                  compression=data.codec)  # fmt: skip
-    print(f"log dir: {data}, {args.partitions} partitions, {batches:,} batches, "
-          f"{size / 1e6:,.0f} MB, built in {time.perf_counter() - t:.1f} s")  # fmt: skip
+    batches, size = build_log_dir(
+        log_dir,
+        data.records,
+        args.partitions,
+        args.value_bytes,
+        args.batch_bytes,
+        seed=SEED,
+        random_keys=True,
+        compression=data.codec,
+    )
+    print(
+        f"log dir: {data}, {args.partitions} partitions, {batches:,} batches, "
+        f"{size / 1e6:,.0f} MB, built in {time.perf_counter() - t:.1f} s"
+    )
     return log_dir
 
 
@@ -411,17 +438,18 @@ def add_bound(
     sources: dict[str, Callable[[int], float]], spark, kafka: Server, data: DataSet, args
 ) -> None:
     """The read loop alone and the ceiling, whose batches have as many rows as the loop's."""
-    seconds, batches = read_loop(kafka.bootstrap, data.kafka_topic, data.records,
-                                 args.partitions)  # fmt: skip
+    seconds, batches = read_loop(kafka.bootstrap, data.kafka_topic, data.records, args.partitions)
     batch_rows = round(data.records / batches)
     print(f"read loop: {batches:,} Arrow batches, {batch_rows:,} rows on average, {seconds:.2f} s")
-    sources[READ_LOOP] = lambda _: read_loop(kafka.bootstrap, data.kafka_topic, data.records,
-                                             args.partitions)[0]  # fmt: skip
+    sources[READ_LOOP] = lambda _: read_loop(
+        kafka.bootstrap, data.kafka_topic, data.records, args.partitions
+    )[0]
     ceiling = ceiling_df(spark, data.records, args.partitions, args.value_bytes, batch_rows)
     if (n := ceiling.count()) != data.records:
         raise BenchError(f"the ceiling source gave {n:,} rows, not {data.records:,}")
-    sources[CEILING] = lambda _: noop(ceiling_df(spark, data.records, args.partitions,
-                                                 args.value_bytes, batch_rows))[0]  # fmt: skip
+    sources[CEILING] = lambda _: noop(
+        ceiling_df(spark, data.records, args.partitions, args.value_bytes, batch_rows)
+    )[0]
 
 
 def measure(work: Path, args: argparse.Namespace) -> None:
@@ -431,8 +459,9 @@ def measure(work: Path, args: argparse.Namespace) -> None:
         kafka, jars = stack.enter_context(kafka_peer(work, args))
         t = time.perf_counter()
         extra = {"spark.jars": ",".join(jars)} if jars else None
-        spark = start_spark_with_ceiling(args.master, args.partitions, args.driver_memory,
-                                         "kafkalog-bench-remote-read", extra)  # fmt: skip
+        spark = start_spark_with_ceiling(
+            args.master, args.partitions, args.driver_memory, "kafkalog-bench-remote-read", extra
+        )
         stack.callback(spark.stop)
         print(f"SparkSession started in {time.perf_counter() - t:.1f} s")
         results = {d: measure_data_set(spark, work, d, kafka, jars, args) for d in data_sets}
@@ -445,10 +474,18 @@ def _ints(text: str) -> list[int]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--records", type=_ints, default=[2_000_000, 10_000_000],
-                        help="comma-separated record counts")  # fmt: skip
-    parser.add_argument("--codecs", type=lambda t: t.split(","), default=["none", "lz4"],
-                        help="comma-separated compression types")  # fmt: skip
+    parser.add_argument(
+        "--records",
+        type=_ints,
+        default=[2_000_000, 10_000_000],
+        help="comma-separated record counts",
+    )
+    parser.add_argument(
+        "--codecs",
+        type=lambda t: t.split(","),
+        default=["none", "lz4"],
+        help="comma-separated compression types",
+    )
     parser.add_argument("--partitions", type=int, default=4)
     parser.add_argument("--value-bytes", type=int, default=100)
     parser.add_argument("--batch-bytes", type=int, default=1_000_000, help="records bytes")

@@ -119,10 +119,12 @@ class Runs:
 
     def stream_noop(self, max_offsets: int | None) -> int:
         query = (
-            self._stream_df(max_offsets).writeStream.format("noop")
+            self._stream_df(max_offsets)
+            .writeStream.format("noop")
             .option("checkpointLocation", str(self._fresh("ckpt")))
-            .trigger(availableNow=True).start()
-        )  # fmt: skip
+            .trigger(availableNow=True)
+            .start()
+        )
         rows = self._await(query)
         shutil.rmtree(self.scratch / f"ckpt-{self._n}", ignore_errors=True)
         return rows
@@ -139,10 +141,14 @@ class Runs:
         sink = make_sink(self._fresh("sink"), self.args.partitions)
         ckpt = self._fresh("ckpt")
         query = (
-            self._stream_df(max_offsets).select("key", "value").writeStream.format("kafkalog")
-            .option("topic", TOPIC).option("checkpointLocation", str(ckpt))
-            .trigger(availableNow=True).start(str(sink))
-        )  # fmt: skip
+            self._stream_df(max_offsets)
+            .select("key", "value")
+            .writeStream.format("kafkalog")
+            .option("topic", TOPIC)
+            .option("checkpointLocation", str(ckpt))
+            .trigger(availableNow=True)
+            .start(str(sink))
+        )
         rows = self._await(query)
         shutil.rmtree(sink, ignore_errors=True)
         shutil.rmtree(ckpt, ignore_errors=True)
@@ -189,8 +195,10 @@ def throughput(spark, log_dir: Path, scratch: Path, args) -> None:
     print("|---|---|---|---|---|---|")
     for name, ts in times.items():
         ratio = med[base[name]] / med[name]
-        print(f"| {name} | {med[name]:.2f} | {min(ts):.2f} | {max(ts):.2f} "
-              f"| {args.rows / med[name] / 1e6:.2f} M | {ratio:.2f}x |")  # fmt: skip
+        print(
+            f"| {name} | {med[name]:.2f} | {min(ts):.2f} | {max(ts):.2f} "
+            f"| {args.rows / med[name] / 1e6:.2f} M | {ratio:.2f}x |"
+        )
     one, bounded = med["stream, one batch"], med[f"stream, {m:,} per batch"]
     print(
         f"\nstream (availableNow, one batch) / batch read = {med['batch read'] / one:.2f}x; "
@@ -249,12 +257,15 @@ def latency(spark, scratch: Path, args) -> None:
         broker.create_topic(LATENCY_TOPIC, 1, config=NO_RETENTION)
         producer = Producer(broker, args.rate)
         query = (
-            spark.readStream.format("kafkalog").option("subscribe", LATENCY_TOPIC)
-            .option("startingOffsets", "earliest").load(str(log_dir))
+            spark.readStream.format("kafkalog")
+            .option("subscribe", LATENCY_TOPIC)
+            .option("startingOffsets", "earliest")
+            .load(str(log_dir))
             .writeStream.foreachBatch(on_batch)
             .option("checkpointLocation", str(scratch / "latency-ckpt"))
-            .trigger(processingTime="100 milliseconds").start()
-        )  # fmt: skip
+            .trigger(processingTime="100 milliseconds")
+            .start()
+        )
         producer.start()
         try:
             time.sleep(WARM_UP_S)
@@ -340,14 +351,28 @@ def main(argv: list[str] | None = None) -> None:
         log_dir = scratch / "logdir"
         if not args.skip_throughput:
             t = time.perf_counter()
-            _, size = build_log_dir(log_dir, args.rows, args.partitions, args.value_bytes,
-                                    BATCH_BYTES, seed=SEED, random_keys=False)  # fmt: skip
-            print(f"log dir: {args.rows:,} records, {args.partitions} partitions, "
-                  f"{size / 1e6:,.0f} MB, built in {time.perf_counter() - t:.1f} s")  # fmt: skip
+            _, size = build_log_dir(
+                log_dir,
+                args.rows,
+                args.partitions,
+                args.value_bytes,
+                BATCH_BYTES,
+                seed=SEED,
+                random_keys=False,
+            )
+            print(
+                f"log dir: {args.rows:,} records, {args.partitions} partitions, "
+                f"{size / 1e6:,.0f} MB, built in {time.perf_counter() - t:.1f} s"
+            )
         t = time.perf_counter()
-        spark = start_spark("kafkalog-bench-streaming", args.master, args.partitions,
-                            args.driver_memory, "ERROR",
-                            {"spark.sql.streaming.numRecentProgressUpdates": "100000"})  # fmt: skip
+        spark = start_spark(
+            "kafkalog-bench-streaming",
+            args.master,
+            args.partitions,
+            args.driver_memory,
+            "ERROR",
+            {"spark.sql.streaming.numRecentProgressUpdates": "100000"},
+        )
         print(f"SparkSession started in {time.perf_counter() - t:.1f} s")
         print(
             f"machine: {os.cpu_count()} cores ({cpu_model()}), Python "

@@ -106,8 +106,9 @@ def produce(bootstrap: str, args: argparse.Namespace, rows: int) -> int:
 
 
 def batches(args: argparse.Namespace, rows: int):
-    return encoded_batches(rows, args.partitions, args.value_bytes, BATCH_BYTES, seed=SEED,
-                           random_keys=True)  # fmt: skip
+    return encoded_batches(
+        rows, args.partitions, args.value_bytes, BATCH_BYTES, seed=SEED, random_keys=True
+    )
 
 
 def offsets(bootstrap: str, partitions: int, which: int) -> list[int]:
@@ -153,30 +154,39 @@ def measure(reads: dict[str, Callable[[], object]], pids: dict[str, int], repeat
             wall, _ = noop(df())
             broker = cpu_seconds_of(pids["broker"]) - broker
             store = cpu_seconds_of(pids["store"]) - store
-            results[name].append((wall, broker, store,
-                                  descendants_cpu_seconds() - spark - broker - store))  # fmt: skip
+            results[name].append(
+                (wall, broker, store, descendants_cpu_seconds() - spark - broker - store)
+            )
     return results
 
 
 def report(results, size: int, tail: int, rows: int, tiered: float, load: str) -> None:
-    print(f"\n{rows:,} records, {size / 2**30:.2f} GiB of log, {tiered:.1%} of its offsets only "
-          f"in the store; {os.cpu_count()} cores; load average {load} before, "
-          f"{os.getloadavg()[0]:.1f} after\n")  # fmt: skip
+    print(
+        f"\n{rows:,} records, {size / 2**30:.2f} GiB of log, {tiered:.1%} of its offsets only "
+        f"in the store; {os.cpu_count()} cores; load average {load} before, "
+        f"{os.getloadavg()[0]:.1f} after\n"
+    )
     stored = f"{(size - tail) / 1e9:.2f} GB"
-    read_from = {DIRECT: f"store {stored}, broker {tail / 1e9:.2f} GB",
-                 THROUGH: f"broker {size / 1e9:.2f} GB (its store reads {stored})",
-                 LOCAL: f"disk {size / 1e9:.2f} GB"}  # fmt: skip
+    read_from = {
+        DIRECT: f"store {stored}, broker {tail / 1e9:.2f} GB",
+        THROUGH: f"broker {size / 1e9:.2f} GB (its store reads {stored})",
+        LOCAL: f"disk {size / 1e9:.2f} GB",
+    }
     print("| read | wall s | MB/s | broker CPU s | store CPU s | Spark CPU s | bytes read |")
     print("|---|---|---|---|---|---|---|")
     med = {n: [statistics.median(col) for col in zip(*r, strict=True)] for n, r in results.items()}
     for name, (wall, broker, store, spark) in med.items():
-        print(f"| {name} | {wall:.1f} | {size / 1e6 / wall:,.0f} | {broker:.1f} | {store:.1f} "
-              f"| {spark:.1f} | {read_from[name]} |")  # fmt: skip
+        print(
+            f"| {name} | {wall:.1f} | {size / 1e6 / wall:,.0f} | {broker:.1f} | {store:.1f} "
+            f"| {spark:.1f} | {read_from[name]} |"
+        )
     direct, through, local = (med[n][0] for n in (DIRECT, THROUGH, LOCAL))
     print(f"\nthrough the broker / direct: {through / direct:.2f}x the time (goal >= 2x)")
     print(f"direct / local: {direct / local:.2f}x the time (goal <= 1.5x)")
-    print(f"broker CPU during the direct read: {med[DIRECT][1]:.1f} s, through the broker: "
-          f"{med[THROUGH][1]:.1f} s (goal: near zero direct)")  # fmt: skip
+    print(
+        f"broker CPU during the direct read: {med[DIRECT][1]:.1f} s, through the broker: "
+        f"{med[THROUGH][1]:.1f} s (goal: near zero direct)"
+    )
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -207,16 +217,24 @@ def tier(bootstrap: str, args: argparse.Namespace, rows: int) -> tuple[int, floa
     local = wait_tiered(bootstrap, args)
     ends = offsets(bootstrap, args.partitions, -1)
     starts = offsets(bootstrap, args.partitions, EARLIEST)
-    print(f"tiered and deleted locally in {time.perf_counter() - t:.0f} s more: log starts "
-          f"{starts}, local starts {local}, ends {ends}", flush=True)  # fmt: skip
+    print(
+        f"tiered and deleted locally in {time.perf_counter() - t:.0f} s more: log starts "
+        f"{starts}, local starts {local}, ends {ends}",
+        flush=True,
+    )
     only_stored = sum(a - b for a, b in zip(local, starts, strict=True))
     return size, only_stored / sum(a - b for a, b in zip(ends, starts, strict=True))
 
 
 def spark_reads(spark, bootstrap: str, local_dir: Path) -> dict[str, Callable[[], object]]:
     wire = {"kafka.bootstrap.servers": bootstrap, "subscribe": TOPIC}
-    direct = {**wire, "remoteLogStorage": "broker", "fs.s3a.access.key": ACCESS_KEY,
-              "fs.s3a.secret.key": SECRET_KEY, "fs.s3a.path.style.access": "true"}  # fmt: skip
+    direct = {
+        **wire,
+        "remoteLogStorage": "broker",
+        "fs.s3a.access.key": ACCESS_KEY,
+        "fs.s3a.secret.key": SECRET_KEY,
+        "fs.s3a.path.style.access": "true",
+    }
 
     def reader():  # a DataFrameReader keeps the options it is given: one per read
         return spark.read.format("kafkalog")
@@ -238,8 +256,15 @@ def check(reads: dict[str, Callable[[], object]], rows: int) -> None:
 def run(work: Path, args: argparse.Namespace, load: str) -> None:
     rows = rows_for(args)
     t = time.perf_counter()
-    build_log_dir(work / "local", rows, args.partitions, args.value_bytes, BATCH_BYTES,
-                  seed=SEED, random_keys=True)  # fmt: skip
+    build_log_dir(
+        work / "local",
+        rows,
+        args.partitions,
+        args.value_bytes,
+        BATCH_BYTES,
+        seed=SEED,
+        random_keys=True,
+    )
     print(f"local log dir built in {time.perf_counter() - t:.0f} s", flush=True)
     (work / "s3").mkdir()
     (work / "served").mkdir()

@@ -107,24 +107,31 @@ class Broker:
         self._clock = clock_ms
         self._closed = False
         self.log_manager = LogManager(
-            log_dir, self.config.topic_defaults, node_id=broker_id, clock_ms=clock_ms,
+            log_dir,
+            self.config.topic_defaults,
+            node_id=broker_id,
+            clock_ms=clock_ms,
             checkpoint_interval_ms=self.config.checkpoint_interval_ms,
             retention_check_interval_ms=self.config.log_retention_check_interval_ms,
             flush_check_interval_ms=self.config.log_flush_scheduler_interval_ms,
-            cleaner_config=LogCleanerConfig.from_broker_config(self.config), create=create,
+            cleaner_config=LogCleanerConfig.from_broker_config(self.config),
+            create=create,
             remote_storage_system_enable=self.config.remote_log_storage_system_enable,
-        )  # fmt: skip
+        )
         if controller is None:
             controller = Controller()
             controller.complete_in_background = complete_in_background
         self.controller = controller
         try:
             self.replica_manager = ReplicaManager(
-                broker_id, self.log_manager, self.config, clock_ms=clock_ms,
+                broker_id,
+                self.log_manager,
+                self.config,
+                clock_ms=clock_ms,
                 alter_partition=lambda tp, b, p: self.controller.alter_partition(tp, b, p),
                 knows_partition=lambda tp: self.controller.knows(tp),
                 peer=lambda b: self.controller.replica_manager_of(b),
-            )  # fmt: skip
+            )
         except BaseException:
             self.log_manager.close()
             raise
@@ -159,10 +166,18 @@ class Broker:
             return {tp: p.log for tp, p in parts if p.state is not None and not p.is_leader}
 
         c = self.config
-        rlm = RemoteLogManager(self.broker_id, self.log_dir, location, leaders,
-                               c.remote_log_manager_task_interval_ms, c.remote_log_reader_threads,
-                               c.remote_log_reader_max_pending_tasks, followers,
-                               c.remote_copy_quota, c.remote_fetch_quota)  # fmt: skip
+        rlm = RemoteLogManager(
+            self.broker_id,
+            self.log_dir,
+            location,
+            leaders,
+            c.remote_log_manager_task_interval_ms,
+            c.remote_log_reader_threads,
+            c.remote_log_reader_max_pending_tasks,
+            followers,
+            c.remote_copy_quota,
+            c.remote_fetch_quota,
+        )
         rlm.topic_stats = lambda: self.replica_manager.topic_stats
         return rlm
 
@@ -208,9 +223,14 @@ class Broker:
         (LEADER_NOT_AVAILABLE until then; THROTTLING_QUOTA_EXCEEDED when too many wait)."""
         self._check_open()
         created = self.controller.create_topic(
-            name, partitions, replication_factor, config, assignment=assignment, stop=stop,
+            name,
+            partitions,
+            replication_factor,
+            config,
+            assignment=assignment,
+            stop=stop,
             background=background,
-        )  # fmt: skip
+        )
         assert created is not None
         return created
 

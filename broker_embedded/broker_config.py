@@ -216,8 +216,14 @@ class BrokerConfig:
     def from_mapping(cls, data: Mapping[str, Any], source: str = "<config>") -> BrokerConfig:
         # [security] is the server's (server/security/security_config.py), [log] the command
         # line's (spark_kafkalog/cli_logging.py), read beside this
-        unknown = set(data) - {"broker", "log_cleaner", "topic_defaults", "security", "log",
-                               "rsm_config"}  # fmt: skip
+        unknown = set(data) - {
+            "broker",
+            "log_cleaner",
+            "topic_defaults",
+            "security",
+            "log",
+            "rsm_config",
+        }
         if unknown:
             raise InvalidConfigError(f"{source}: unknown section(s) {sorted(unknown)}")
         for section in ("broker", "log_cleaner", "topic_defaults", "rsm_config"):
@@ -357,7 +363,7 @@ _AT_LEAST_ONE = frozenset(
         "remote.log.manager.fetch.max.bytes.per.second",
         "remote.log.manager.fetch.quota.window.num",
         "remote.log.manager.fetch.quota.window.size.seconds",
-    )  # fmt: skip
+    )
 )
 # socket buffer sizes: -1 leaves the OS's default (Kafka's USE_DEFAULT_BUFFER_SIZE)
 _OS_DEFAULT_OR_SIZE = frozenset(("socket.send.buffer.bytes", "socket.receive.buffer.bytes"))

@@ -96,9 +96,14 @@ class EmbeddedCluster:
         self._controller = controller
 
     def _start(self, broker_id: int) -> Broker:
-        return Broker(self.base_dir / f"broker-{broker_id}", broker_id=broker_id,
-                      rack=self.racks.get(broker_id), config=self.config,
-                      controller=self.controller, create=True)  # fmt: skip
+        return Broker(
+            self.base_dir / f"broker-{broker_id}",
+            broker_id=broker_id,
+            rack=self.racks.get(broker_id),
+            config=self.config,
+            controller=self.controller,
+            create=True,
+        )
 
     # -- admin -------------------------------------------------------------------------------------
 

@@ -23,13 +23,37 @@ MS = 1_000_000
 # bucket upper bounds (ns): 50 µs .. 30 s, 1-2.5-5 per decade
 BUCKET_BOUNDS_NS = tuple(
     int(ms * MS)
-    for ms in (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000,
-               10000, 30000)
-)  # fmt: skip
+    for ms in (
+        0.05,
+        0.1,
+        0.25,
+        0.5,
+        1,
+        2.5,
+        5,
+        10,
+        25,
+        50,
+        100,
+        250,
+        500,
+        1000,
+        2500,
+        5000,
+        10000,
+        30000,
+    )
+)
 BUCKETS = len(BUCKET_BOUNDS_NS) + 1  # the last one: above the last bound
 # Kafka's histogram percentiles, as the JMX exporter labels them
-QUANTILES = (("0.50", 0.50), ("0.75", 0.75), ("0.95", 0.95), ("0.98", 0.98), ("0.99", 0.99),
-             ("0.999", 0.999))  # fmt: skip
+QUANTILES = (
+    ("0.50", 0.50),
+    ("0.75", 0.75),
+    ("0.95", 0.95),
+    ("0.98", 0.98),
+    ("0.99", 0.99),
+    ("0.999", 0.999),
+)
 
 
 def bucket(took_ns: int) -> int:

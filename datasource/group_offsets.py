@@ -82,8 +82,9 @@ def replay_partition(source: FetchSource, tp: TopicPartition) -> GroupReplay:
             replay.replay_batch(batch)
             offset = batch.next_offset
         if offset == before:
-            raise GroupOffsetsError(f"{tp}: a fetch at offset {offset} below the high watermark "
-                                    f"{end} returned no batch")  # fmt: skip
+            raise GroupOffsetsError(
+                f"{tp}: a fetch at offset {offset} below the high watermark {end} returned no batch"
+            )
     return replay
 
 
@@ -120,9 +121,13 @@ def read_committed_offsets(source: FetchSource, group_id: str) -> dict[TopicPart
             "partition, so no consumer group has committed offsets there"
         )
     tp, group = find_group(source, group_id)
-    found = {} if group is None else {
-        TopicPartition(c.topic, c.partition): c.offset for c in group.offsets if c.offset >= 0
-    }  # fmt: skip
+    found = (
+        {}
+        if group is None
+        else {
+            TopicPartition(c.topic, c.partition): c.offset for c in group.offsets if c.offset >= 0
+        }
+    )
     if not found:
         raise GroupOffsetsError(
             f"startingOffsets=group:{group_id}: group {group_id!r} has no committed offsets in "
@@ -157,14 +162,22 @@ def group_starting_offsets(
             continue
         offset, low, high = committed[tp], earliest(tp), latest(tp)
         if offset < low:
-            offset = data_lost(tp, offset, low,
-                               f"group {spec.group_id!r} committed offset {offset} of {tp}, below "
-                               f"its log start offset {low}: offsets [{offset}, {low}) are no "
-                               "longer in the log")  # fmt: skip
+            offset = data_lost(
+                tp,
+                offset,
+                low,
+                f"group {spec.group_id!r} committed offset {offset} of {tp}, below "
+                f"its log start offset {low}: offsets [{offset}, {low}) are no "
+                "longer in the log",
+            )
         elif offset > high:
-            offset = data_lost(tp, offset, high,
-                               f"group {spec.group_id!r} committed offset {offset} of {tp}, past "
-                               f"its latest offset {high}: offsets [{high}, {offset}) are not in "
-                               "the log")  # fmt: skip
+            offset = data_lost(
+                tp,
+                offset,
+                high,
+                f"group {spec.group_id!r} committed offset {offset} of {tp}, past "
+                f"its latest offset {high}: offsets [{high}, {offset}) are not in "
+                "the log",
+            )
         out[tp] = offset
     return out

@@ -125,8 +125,10 @@ class KafkaBatchReader(DataSourceReader):
                 return latest_partitions(parts, self.options)
 
         options = self.options
-        with cyclic_gc_paused(), KafkaOffsetReader(source_of(options),
-                                                   options.isolation_level) as offsets:  # fmt: skip
+        with (
+            cyclic_gc_paused(),
+            KafkaOffsetReader(source_of(options), options.isolation_level) as offsets,
+        ):
             return plan_tasks(offsets, self._ranges(offsets), options, as_read)  # type: ignore[return-value]
 
     def read(self, partition: InputPartition) -> Iterator:

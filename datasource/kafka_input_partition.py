@@ -53,10 +53,20 @@ class KafkaInputPartition(InputPartition):
         options: KafkaSourceOptions,
     ) -> list[KafkaInputPartition]:
         """One partition per planned range, read as ``options`` say."""
-        return [cls(source, r.topic, r.partition, r.start, r.end, options.read_committed,
-                    options.include_headers, options.task_fetch_bytes,
-                    options.fail_on_data_loss)
-                for r in ranges]  # fmt: skip
+        return [
+            cls(
+                source,
+                r.topic,
+                r.partition,
+                r.start,
+                r.end,
+                options.read_committed,
+                options.include_headers,
+                options.task_fetch_bytes,
+                options.fail_on_data_loss,
+            )
+            for r in ranges
+        ]
 
     @property
     def offset_range(self) -> OffsetRange:

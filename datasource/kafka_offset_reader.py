@@ -168,8 +168,12 @@ class KafkaOffsetReader:
             if declared is not None and len(self._partitions[topic]) < declared:
                 log.warning(
                     "topic %s has %d partitions in %s but only %s have a directory in %s",
-                    topic, declared, TOPIC_CONFIG_FILE, self._partitions[topic], self.location,
-                )  # fmt: skip
+                    topic,
+                    declared,
+                    TOPIC_CONFIG_FILE,
+                    self._partitions[topic],
+                    self.location,
+                )
         return sorted(found)
 
     def _assigned(self, subscription: Assign, missing_ok: bool) -> list[TopicPartition]:
@@ -193,10 +197,14 @@ class KafkaOffsetReader:
         left_out = sorted(set(subscription.partitions) - set(found))
         log.warning(
             "%s: %s not in %s, left out (as Spark's Kafka source leaves them out); %s",
-            subscription, ", ".join(map(str, left_out)), self.location,
-            "; ".join(f"topic {t} has the partitions {list(self._partitions[t])}"
-                      for t in sorted({tp.topic for tp in left_out})),
-        )  # fmt: skip
+            subscription,
+            ", ".join(map(str, left_out)),
+            self.location,
+            "; ".join(
+                f"topic {t} has the partitions {list(self._partitions[t])}"
+                for t in sorted({tp.topic for tp in left_out})
+            ),
+        )
         return found
 
     def _unknown(
@@ -269,10 +277,15 @@ class KafkaOffsetReader:
         if isinstance(spec, GroupOffsets):
             fail = fail_on_data_loss
             return group_starting_offsets(
-                spec, self.committed_offsets(spec.group_id), tps, self.earliest, self.latest,
+                spec,
+                self.committed_offsets(spec.group_id),
+                tps,
+                self.earliest,
+                self.latest,
                 lambda tp, requested, instead, what: self._data_lost(
-                    tp, requested, instead, fail, f"startingOffsets={spec}: {what}"),
-            )  # fmt: skip
+                    tp, requested, instead, fail, f"startingOffsets={spec}: {what}"
+                ),
+            )
         _check_covers(spec, tps, "starting")
         out = {}
         for tp in tps:
@@ -333,17 +346,23 @@ class KafkaOffsetReader:
         earliest, latest = self.earliest(tp), self.latest(tp)
         if requested < earliest:
             return self._data_lost(
-                tp, requested, earliest, fail,
+                tp,
+                requested,
+                earliest,
+                fail,
                 f"{option} asks for offset {requested} of {tp}, below its log start offset "
                 f"{earliest}: offsets [{requested}, {earliest}) are no longer in the log",
-            )  # fmt: skip
+            )
         if option == "endingOffsets" and requested > latest:
             bound = "last stable offset" if self.read_committed else "high watermark"
             return self._data_lost(
-                tp, requested, latest, fail,
+                tp,
+                requested,
+                latest,
+                fail,
                 f"{option} asks for offsets of {tp} up to {requested}, past its {bound} "
                 f"{latest}: offsets [{latest}, {requested}) are not available",
-            )  # fmt: skip
+            )
         return requested
 
     @staticmethod

@@ -219,11 +219,14 @@ class RowPlacer:
             topic = names[int(codes[order[lo]])]
             m = hi - lo
             yield RowGroup(
-                topic, int(part[order[lo]]), self._limits(topic),
-                None if keys is None else keys.slice(lo, m), values.slice(lo, m),
+                topic,
+                int(part[order[lo]]),
+                self._limits(topic),
+                None if keys is None else keys.slice(lo, m),
+                values.slice(lo, m),
                 None if headers is None else headers.slice(lo, m),
                 None if stamps is None else stamps.slice(lo, m),
-            )  # fmt: skip
+            )
 
     def append(self, batch: pa.RecordBatch, appender: PartitionAppender) -> None:
         """Place and encode the rows of one Arrow batch, and append them through ``appender``
@@ -268,10 +271,13 @@ class RowGroup:
                 f"({self.null_keys} rows for partition {self.partition} have a null key)"
             )
         enc = encode_batches(
-            self.keys, self.values, record_timestamps(self.timestamps, self.rows, now_ms),
+            self.keys,
+            self.values,
+            record_timestamps(self.timestamps, self.rows, now_ms),
             self.headers,
-            max_batch_bytes=self.limits.max_batch_bytes, **producer,
-        )  # fmt: skip
+            max_batch_bytes=self.limits.max_batch_bytes,
+            **producer,
+        )
         largest = int(np.diff(enc.positions).max())
         if largest > self.limits.max_message_bytes:
             raise RecordTooLargeError(

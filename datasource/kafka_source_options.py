@@ -105,19 +105,24 @@ STREAMING_ONLY = (*STREAMING_LIMITS, *option_table.names("streaming"))
 SPARK_CONSUMER_OPTIONS = option_table.names("spark-consumer")
 OPTION_NAMES = {
     name.lower(): name
-    for name in BATCH_AND_STREAMING + BATCH_ONLY + STREAMING_ONLY + SPARK_CONSUMER_OPTIONS
-    + VIEW_OPTIONS + option_table.names("spark-client")
+    for name in BATCH_AND_STREAMING
+    + BATCH_ONLY
+    + STREAMING_ONLY
+    + SPARK_CONSUMER_OPTIONS
+    + VIEW_OPTIONS
+    + option_table.names("spark-client")
     + ("kafka.bootstrap.servers",)
-}  # fmt: skip
+}
 FROM_BROKER = "broker"  # remoteLogStorage with kafka.bootstrap.servers: the brokers say where
 # kafka.* settings the wire client takes, by the WireSource field they set (all in ms but one).
 CLIENT_SETTINGS = {
-    "kafka.client.id": "client_id", "kafka.request.timeout.ms": "request_timeout_ms",
+    "kafka.client.id": "client_id",
+    "kafka.request.timeout.ms": "request_timeout_ms",
     "kafka.socket.connection.setup.timeout.ms": "connect_timeout_ms",
     "kafka.retry.backoff.ms": "retry_backoff_ms",
     "kafka.default.api.timeout.ms": "retry_timeout_ms",
     "kafkaconsumer.polltimeoutms": "poll_timeout_ms",
-}  # fmt: skip
+}
 # Spark's own messages (KafkaSourceProvider.validateGeneralOptions) for the kafka.* it rejects.
 _STARTING_HINT = (
     "Instead set the source option 'startingOffsets' to 'earliest' or 'latest' to specify where "
@@ -133,14 +138,14 @@ _DESERIALIZED = (
 )
 REJECTED_KAFKA = {
     "kafka.auto.offset.reset": "Kafka option 'auto.offset.reset' is not supported. "
-                               + _STARTING_HINT,
+    + _STARTING_HINT,
     "kafka.key.deserializer": f"Kafka option 'key.deserializer' is not supported as keys "
-                              f"{_DESERIALIZED} keys.",
+    f"{_DESERIALIZED} keys.",
     "kafka.value.deserializer": f"Kafka option 'value.deserializer' is not supported as values "
-                                f"{_DESERIALIZED} values.",
+    f"{_DESERIALIZED} values.",
     "kafka.enable.auto.commit": "Kafka option 'enable.auto.commit' is not supported",
     "kafka.interceptor.classes": "Kafka option 'interceptor.classes' is not supported",
-}  # fmt: skip
+}
 GROUP_ID_WARNING = (
     "Kafka option 'kafka.group.id' has been set on this query, it is not recommended to set this "
     "option. This option is unsafe to use since multiple concurrent queries or sources using the "
@@ -152,18 +157,41 @@ GROUP_ID_WARNING = (
     "running."
 )
 MIN_VIEW_MAP_BYTES = 1024
-_SPLIT_FIELDS = {"minPartitions": "min_partitions",
-                 "maxRecordsPerPartition": "max_records_per_partition",
-                 "maxBytesPerPartition": "max_bytes_per_partition"}  # fmt: skip
+_SPLIT_FIELDS = {
+    "minPartitions": "min_partitions",
+    "maxRecordsPerPartition": "max_records_per_partition",
+    "maxBytesPerPartition": "max_bytes_per_partition",
+}
 _WARNED: set[str] = set()  # options warned about in this process
 SUBSCRIPTION_OPTIONS = ("assign", "subscribe", "subscribePattern")
 START_STRATEGIES = ("error", "latest")
 
-_BYTE_UNITS = {"": 1, "b": 1, "k": 1 << 10, "kb": 1 << 10, "kib": 1 << 10, "m": 1 << 20,
-               "mb": 1 << 20, "mib": 1 << 20, "g": 1 << 30, "gb": 1 << 30, "gib": 1 << 30,
-               "t": 1 << 40, "tb": 1 << 40, "tib": 1 << 40}  # fmt: skip
-_TIME_UNITS_MS = {"": 1, "ms": 1, "s": 1000, "sec": 1000, "m": 60_000, "min": 60_000,
-                  "h": 3_600_000, "d": 86_400_000}  # fmt: skip
+_BYTE_UNITS = {
+    "": 1,
+    "b": 1,
+    "k": 1 << 10,
+    "kb": 1 << 10,
+    "kib": 1 << 10,
+    "m": 1 << 20,
+    "mb": 1 << 20,
+    "mib": 1 << 20,
+    "g": 1 << 30,
+    "gb": 1 << 30,
+    "gib": 1 << 30,
+    "t": 1 << 40,
+    "tb": 1 << 40,
+    "tib": 1 << 40,
+}
+_TIME_UNITS_MS = {
+    "": 1,
+    "ms": 1,
+    "s": 1000,
+    "sec": 1000,
+    "m": 60_000,
+    "min": 60_000,
+    "h": 3_600_000,
+    "d": 86_400_000,
+}
 _SIZE = re.compile(r"\s*([0-9]+)\s*([a-zA-Z]*)\s*")
 
 
@@ -224,8 +252,12 @@ class KafkaSourceOptions:
         whose splitting options are ignored, by bytes only."""
         if self.latest_view:
             return RangePacker(self.pack_bytes, self.pack_open_cost)
-        return RangePacker(self.pack_bytes, self.pack_open_cost, self.min_partitions,
-                           self.max_records_per_partition)  # fmt: skip
+        return RangePacker(
+            self.pack_bytes,
+            self.pack_open_cost,
+            self.min_partitions,
+            self.max_records_per_partition,
+        )
 
     @property
     def fetch_bytes(self) -> int:
@@ -263,11 +295,16 @@ class KafkaSourceOptions:
             bootstrap_servers=bootstrap,
             client_settings=_kafka_params(raw, bootstrap),
             subscription=_subscription(raw),
-            starting=_bound(raw, _STARTING, LatestOffsets() if streaming else EarliestOffsets(),
-                            check=streaming is False),
+            starting=_bound(
+                raw,
+                _STARTING,
+                LatestOffsets() if streaming else EarliestOffsets(),
+                check=streaming is False,
+            ),
             ending=None if streaming else _bound(raw, _ENDING, LatestOffsets(), check=True),
-            starting_strategy=_choice(raw, "startingOffsetsByTimestampStrategy",
-                                      START_STRATEGIES, "error"),  # fmt: skip
+            starting_strategy=_choice(
+                raw, "startingOffsetsByTimestampStrategy", START_STRATEGIES, "error"
+            ),
             fail_on_data_loss=_bool(raw, "failOnDataLoss", True),
             include_headers=_bool(raw, "includeHeaders", False),
             min_partitions=_positive(raw, "minPartitions", INT32_MAX),
@@ -276,12 +313,15 @@ class KafkaSourceOptions:
             pack_bytes=_bytes(raw, "packBytesPerPartition", DEFAULT_PACK_BYTES, minimum=0),
             pack_open_cost=_bytes(raw, "packOpenCostInBytes", DEFAULT_OPEN_COST, minimum=0),
             isolation_level=_isolation(raw),
-            max_partition_fetch_bytes=_positive(raw, "kafka.max.partition.fetch.bytes",
-                                                INT32_MAX, DEFAULT_MAX_PARTITION_FETCH_BYTES),
-            fetch_max_bytes=_positive(raw, "kafka.fetch.max.bytes", INT32_MAX,
-                                      DEFAULT_FETCH_MAX_BYTES),
-            fetch_bytes_set=bool({"kafka.max.partition.fetch.bytes", "kafka.fetch.max.bytes"}
-                                 & raw.keys()),
+            max_partition_fetch_bytes=_positive(
+                raw, "kafka.max.partition.fetch.bytes", INT32_MAX, DEFAULT_MAX_PARTITION_FETCH_BYTES
+            ),
+            fetch_max_bytes=_positive(
+                raw, "kafka.fetch.max.bytes", INT32_MAX, DEFAULT_FETCH_MAX_BYTES
+            ),
+            fetch_bytes_set=bool(
+                {"kafka.max.partition.fetch.bytes", "kafka.fetch.max.bytes"} & raw.keys()
+            ),
             **_streaming_limits(raw, streaming),
             narrow_by_filters=_bool(raw, "narrowByFilters", False),
             streaming=streaming,
@@ -289,7 +329,7 @@ class KafkaSourceOptions:
             view=_choice(raw, "view", VIEWS, "records"),
             view_keep_tombstones=_bool(raw, "view.keepTombstones", False),
             view_map_bytes=_bytes(raw, "view.mapSize"),
-        )._checked()  # fmt: skip
+        )._checked()
 
     def _checked(self) -> KafkaSourceOptions:
         """Contradictions between options that parse alone."""
@@ -308,8 +348,11 @@ class KafkaSourceOptions:
         if self.latest_view:
             for name, field in _SPLIT_FIELDS.items():
                 if getattr(self, field) is not None:
-                    _warn_once(f"view:{name}", f"{name} option ignored with view=latest: a "
-                               "partition is one task: a key's versions stay together")  # fmt: skip
+                    _warn_once(
+                        f"view:{name}",
+                        f"{name} option ignored with view=latest: a "
+                        "partition is one task: a key's versions stay together",
+                    )
 
 
 def _check_trigger_order(lo: int | None, hi: int | None) -> None:
@@ -466,8 +509,9 @@ def is_security_option(key: str) -> bool:
 def security_properties(raw: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
     """The client's security properties among the ``kafka.*`` options (without the prefix),
     checked by the client's parser; InvalidOptionError naming the option otherwise."""
-    found = tuple((k[len("kafka.") :], str(v)) for k, v in sorted(raw.items())
-                  if is_security_option(k))  # fmt: skip
+    found = tuple(
+        (k[len("kafka.") :], str(v)) for k, v in sorted(raw.items()) if is_security_option(k)
+    )
     try:
         ClientSecurity.from_properties(dict(found))
     except ValueError as e:
@@ -520,8 +564,9 @@ class _Bound:
     query: str  # which queries the check applies to, as the message says it
 
 
-_STARTING = _Bound("starting", "starts", LatestOffsets, LATEST, "latest", "earliest",
-                   " for a batch query")  # fmt: skip
+_STARTING = _Bound(
+    "starting", "starts", LatestOffsets, LATEST, "latest", "earliest", " for a batch query"
+)
 _ENDING = _Bound("ending", "ends", EarliestOffsets, EARLIEST, "earliest", "latest", "")
 
 
@@ -583,8 +628,11 @@ def _group_bound(
             "can only be where a query starts (startingOffsets=group:<group id>)"
         )
     if given > 1:
-        others = [n for n in (f"{prefix}Timestamp", f"{prefix}OffsetsByTimestamp")
-                  if _get(raw, n) is not None]  # fmt: skip
+        others = [
+            n
+            for n in (f"{prefix}Timestamp", f"{prefix}OffsetsByTimestamp")
+            if _get(raw, n) is not None
+        ]
         raise InvalidOptionError(
             f"option startingOffsets='{group}' cannot be combined with {' and '.join(others)}: "
             "a query starts at a consumer group's committed offsets or at a timestamp, not both; "
@@ -607,9 +655,15 @@ def _check_order(starting: OffsetSpec, ending: OffsetSpec) -> None:
                 f"option endingTimestamp={ending.timestamp_ms} is before "
                 f"startingTimestamp={starting.timestamp_ms}"
             )
-    pairs = [(SpecificOffsets, "offsets", "startingOffsets", "endingOffsets"),
-             (SpecificTimestamps, "timestamps", "startingOffsetsByTimestamp",
-              "endingOffsetsByTimestamp")]  # fmt: skip
+    pairs = [
+        (SpecificOffsets, "offsets", "startingOffsets", "endingOffsets"),
+        (
+            SpecificTimestamps,
+            "timestamps",
+            "startingOffsetsByTimestamp",
+            "endingOffsetsByTimestamp",
+        ),
+    ]
     for kind, attr, start_name, end_name in pairs:
         if isinstance(starting, kind) and isinstance(ending, kind):
             starts, ends = getattr(starting, attr), getattr(ending, attr)

@@ -417,8 +417,9 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             for tp in tps:
                 if ends[tp] > begins[tp]:
                     sizes[tp] = offsets.log_bytes(tp, begins[tp], ends[tp])
-                    _, firsts[tp] = offsets.byte_cut(tp, begins[tp], ends[tp], 0,
-                                                     min_one_batch=True)  # fmt: skip
+                    _, firsts[tp] = offsets.byte_cut(
+                        tp, begins[tp], ends[tp], 0, min_one_batch=True
+                    )
             lagging = {tp: n for tp, n in sizes.items() if n > 0}
             shares = fair_shares(lagging, max_bytes, first=firsts, turn=turn)
             if sum(lagging.values()) > max_bytes:

@@ -185,11 +185,17 @@ class KafkaLogStreamWriter(DataSourceStreamArrowWriter):
         (writer,) = writers
         done = sink.commit(job, files, writer_id=writer, batch_id=batchId)
         if done:
-            log.info("micro-batch %d of query %s appended %s to %s", batchId, writer, done,
-                     self.options.path)  # fmt: skip
+            log.info(
+                "micro-batch %d of query %s appended %s to %s",
+                batchId,
+                writer,
+                done,
+                self.options.path,
+            )
         else:
-            log.info("micro-batch %d of query %s was committed before: replay dropped",
-                     batchId, writer)  # fmt: skip
+            log.info(
+                "micro-batch %d of query %s was committed before: replay dropped", batchId, writer
+            )
 
     def abort(self, messages: Sequence[KafkaLogStreamCommitMessage | None], batchId: int) -> None:
         sink = LogDirSink(self.options.path)

@@ -136,8 +136,10 @@ def _producer_setting(key: str, value: str) -> None:
         _NOTED.add(key)
         log.warning(
             "option %s=%r has no effect on a write into a log dir: the records go straight "
-            "into the log's segments, not through a Kafka producer", key, value,
-        )  # fmt: skip
+            "into the log's segments, not through a Kafka producer",
+            key,
+            value,
+        )
 
 
 def _unknown(key: str, value: object, names: Iterable[str]) -> str:

@@ -121,8 +121,9 @@ class _Round:
     and collision flags of the map's slots; with the task's kernel scratch buffers, digest mask
     and fingerprint seed."""
 
-    def __init__(self, p: LatestInputPartition, level: int, bucket: int, mask: tuple[int, int],
-                 seed: int) -> None:  # fmt: skip
+    def __init__(
+        self, p: LatestInputPartition, level: int, bucket: int, mask: tuple[int, int], seed: int
+    ) -> None:
         self.p, self.level, self.bucket, self.mask, self.seed = p, level, bucket, mask, seed
         slots = max(p.map_bytes, MIN_VIEW_MAP_BYTES) // SLOT_BYTES
         self.map = SkimpyOffsetMap(slots * BYTES_PER_ENTRY)
@@ -133,8 +134,20 @@ class _Round:
     def args(self, cols: _Cols) -> tuple:
         """The arguments every kernel starts with."""
         m = self.map
-        return (cols.koff, cols.kdata, cols.kvalid, cols.offsets, m.words, m.state, self.scratch,
-                self.level, self.bucket, self.mask[0], self.mask[1], self.group)  # fmt: skip
+        return (
+            cols.koff,
+            cols.kdata,
+            cols.kvalid,
+            cols.offsets,
+            m.words,
+            m.state,
+            self.scratch,
+            self.level,
+            self.bucket,
+            self.mask[0],
+            self.mask[1],
+            self.group,
+        )
 
     def build(self, pending: list[tuple[int, int]]) -> int:
         """Pass 1, splitting the round at the map's bound (new rounds go to ``pending``); the
@@ -215,8 +228,14 @@ def read_latest(
         del rnd  # its map goes before the next round's
     yield from out.flush()
     if keyless:
-        log.warning("%s-%d: %d records without a key in [%d, %d) are left out of the latest view",
-                    p.topic, p.partition, keyless, p.start, p.end)  # fmt: skip
+        log.warning(
+            "%s-%d: %d records without a key in [%d, %d) are left out of the latest view",
+            p.topic,
+            p.partition,
+            keyless,
+            p.start,
+            p.end,
+        )
 
 
 def _batches(p: KafkaInputPartition, headers: bool) -> Iterator[tuple[pa.RecordBatch, _Cols]]:
@@ -242,6 +261,11 @@ def latest_partitions(
 ) -> list[LatestInputPartition]:
     """The planned partitions read as their latest view, as ``options`` say."""
     map_bytes = options.view_map_bytes or DEFAULT_MAP_BYTES
-    return [LatestInputPartition(**{f.name: getattr(p, f.name) for f in fields(p)},
-                                 keep_tombstones=options.view_keep_tombstones,
-                                 map_bytes=map_bytes) for p in parts]  # fmt: skip
+    return [
+        LatestInputPartition(
+            **{f.name: getattr(p, f.name) for f in fields(p)},
+            keep_tombstones=options.view_keep_tombstones,
+            map_bytes=map_bytes,
+        )
+        for p in parts
+    ]

@@ -84,8 +84,22 @@ def _fingerprint(kdata, start, end, seed):  # type: ignore[no-untyped-def]
 
 
 @jit
-def _hash_ahead(koff, kdata, kvalid, offsets, i, words, state, scratch, level, bucket, mask0,
-                mask1, group, beside):  # type: ignore[no-untyped-def]  # fmt: skip
+def _hash_ahead(
+    koff,
+    kdata,
+    kvalid,
+    offsets,
+    i,
+    words,
+    state,
+    scratch,
+    level,
+    bucket,
+    mask0,
+    mask1,
+    group,
+    beside,
+):  # type: ignore[no-untyped-def]
     """Hash the keys of the round from row ``i`` into ``group`` rows (digest, offset, row) and
     prefetch their first slots (and their elements of ``beside``, one per slot, when it has
     any), up to ``len(group)`` of them; (rows hashed, next row)."""
@@ -108,15 +122,30 @@ def _hash_ahead(koff, kdata, kvalid, offsets, i, words, state, scratch, level, b
 
 
 @jit
-def build_rows(koff, kdata, kvalid, offsets, words, state, scratch, level, bucket, mask0, mask1,
-               group, i0):  # type: ignore[no-untyped-def]  # fmt: skip
+def build_rows(
+    koff, kdata, kvalid, offsets, words, state, scratch, level, bucket, mask0, mask1, group, i0
+):  # type: ignore[no-untyped-def]
     """Pass 1 from row ``i0`` (module docstring), ``LOOK_AHEAD`` keys hashed and prefetched at
     a time: ``len(offsets)`` when every row is put, else the row at which the map reached its
     bound."""
     i = i0
     while i < offsets.shape[0]:
-        pending, i = _hash_ahead(koff, kdata, kvalid, offsets, i, words, state, scratch, level,
-                                 bucket, mask0, mask1, group, group[:0, 0])  # fmt: skip
+        pending, i = _hash_ahead(
+            koff,
+            kdata,
+            kvalid,
+            offsets,
+            i,
+            words,
+            state,
+            scratch,
+            level,
+            bucket,
+            mask0,
+            mask1,
+            group,
+            group[:0, 0],
+        )
         for g in range(pending):
             h0, h1 = group[g, 0], group[g, 1]
             if state[M_ENTRIES] >= state[M_MAX_DESIRED] and map_slot(words, state, h0, h1) < 0:
@@ -147,16 +176,46 @@ def put_entries(words, state, tmp, kept):  # type: ignore[no-untyped-def]
 
 
 @jit
-def emit_rows(koff, kdata, kvalid, offsets, words, state, scratch, level, bucket, mask0, mask1,
-              group, seed, fps, flags, keep):  # type: ignore[no-untyped-def]  # fmt: skip
+def emit_rows(
+    koff,
+    kdata,
+    kvalid,
+    offsets,
+    words,
+    state,
+    scratch,
+    level,
+    bucket,
+    mask0,
+    mask1,
+    group,
+    seed,
+    fps,
+    flags,
+    keep,
+):  # type: ignore[no-untyped-def]
     """Pass 2 (module docstring), keys hashed and prefetched ``LOOK_AHEAD`` at a time: fills
     ``keep``; the number of newly flagged slots."""
     flagged = np.int64(0)
     keep[:] = False
     i = np.int64(0)
     while i < offsets.shape[0]:
-        pending, i = _hash_ahead(koff, kdata, kvalid, offsets, i, words, state, scratch, level,
-                                 bucket, mask0, mask1, group, fps)  # fmt: skip
+        pending, i = _hash_ahead(
+            koff,
+            kdata,
+            kvalid,
+            offsets,
+            i,
+            words,
+            state,
+            scratch,
+            level,
+            bucket,
+            mask0,
+            mask1,
+            group,
+            fps,
+        )
         for g in range(pending):
             s = map_slot(words, state, group[g, 0], group[g, 1])
             if s < 0:
@@ -173,15 +232,43 @@ def emit_rows(koff, kdata, kvalid, offsets, words, state, scratch, level, bucket
 
 
 @jit
-def collided_rows(koff, kdata, kvalid, offsets, words, state, scratch, level, bucket, mask0,
-                  mask1, group, flags, sel):  # type: ignore[no-untyped-def]  # fmt: skip
+def collided_rows(
+    koff,
+    kdata,
+    kvalid,
+    offsets,
+    words,
+    state,
+    scratch,
+    level,
+    bucket,
+    mask0,
+    mask1,
+    group,
+    flags,
+    sel,
+):  # type: ignore[no-untyped-def]
     """Pass 3 (module docstring): fills ``sel``; the number of rows in flagged slots."""
     found = np.int64(0)
     sel[:] = 0
     i = np.int64(0)
     while i < offsets.shape[0]:
-        pending, i = _hash_ahead(koff, kdata, kvalid, offsets, i, words, state, scratch, level,
-                                 bucket, mask0, mask1, group, group[:0, 0])  # fmt: skip
+        pending, i = _hash_ahead(
+            koff,
+            kdata,
+            kvalid,
+            offsets,
+            i,
+            words,
+            state,
+            scratch,
+            level,
+            bucket,
+            mask0,
+            mask1,
+            group,
+            group[:0, 0],
+        )
         for g in range(pending):
             s = map_slot(words, state, group[g, 0], group[g, 1])
             if s >= 0 and flags[s]:

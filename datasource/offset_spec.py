@@ -146,8 +146,11 @@ def parse_group_id(option: str, value: str, group_id: str) -> str:
     except UnicodeEncodeError:
         raise _bad(option, value, "the group id is not valid Unicode") from None
     if size > MAX_GROUP_ID_BYTES:
-        raise _bad(option, value, f"the group id has {size} UTF-8 bytes, above Kafka's "
-                                  f"{MAX_GROUP_ID_BYTES}")  # fmt: skip
+        raise _bad(
+            option,
+            value,
+            f"the group id has {size} UTF-8 bytes, above Kafka's {MAX_GROUP_ID_BYTES}",
+        )
     return group_id
 
 

@@ -53,8 +53,11 @@ from datasource.offset_range import OffsetRange
 Predicate = tuple[str, Any]
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
 _COMPARISONS = {GreaterThan: "gt", GreaterThanOrEqual: "ge", LessThan: "lt", LessThanOrEqual: "le"}
-_STRING_MATCHES = {StringStartsWith: "startswith", StringEndsWith: "endswith",
-                   StringContains: "contains"}  # fmt: skip
+_STRING_MATCHES = {
+    StringStartsWith: "startswith",
+    StringEndsWith: "endswith",
+    StringContains: "contains",
+}
 
 
 @dataclass(frozen=True)

@@ -169,9 +169,11 @@ def wire_write_options(options: Mapping[str, str]) -> WireWriteOptions | None:
     timeout = raw.pop(TXN_TIMEOUT, None)
     cluster = replace(WireSource(str(bootstrap).strip()), **_client_settings(raw))
     return WireWriteOptions(
-        parsed.topic, cluster, parsed.transactional_id_prefix,
+        parsed.topic,
+        cluster,
+        parsed.transactional_id_prefix,
         DEFAULT_TXN_TIMEOUT_MS if timeout is None else _ms(TXN_TIMEOUT, timeout),
-    )  # fmt: skip
+    )
 
 
 def _is_kafka_or_path(key: str) -> bool:
@@ -198,8 +200,9 @@ def _client_settings(raw: dict[str, str]) -> dict[str, object]:
         elif key.startswith("kafka.") and key not in (BOOTSTRAP, "kafka.acks"):
             if key not in _WARNED:
                 _WARNED.add(key)
-                log.warning("option %s=%r has no effect (kafkalog's producer does not use it)",
-                            key, value)  # fmt: skip
+                log.warning(
+                    "option %s=%r has no effect (kafkalog's producer does not use it)", key, value
+                )
     return out
 
 
@@ -281,8 +284,10 @@ class TaskTransaction:
 
         task = TaskContext.get()
         if task is None:
-            raise InvalidOptionError(f"option transactionalIdPrefix={prefix!r}: the write runs "
-                                     "outside a Spark task (no partition id)")  # fmt: skip
+            raise InvalidOptionError(
+                f"option transactionalIdPrefix={prefix!r}: the write runs "
+                "outside a Spark task (no partition id)"
+            )
         tid = f"{prefix}-{task.partitionId()}"
         batch, query = task.getLocalProperty(BATCH_ID), task.getLocalProperty(QUERY_ID)
         if batch is None or query is None:
@@ -303,8 +308,11 @@ def _produce_in_transaction(
         if sink.committed_offset(task.group_id, topic, 0) >= task.batch_id:
             for _ in iterator:  # read, as Spark expects; the run before a crash committed them
                 pass
-            log.info("%s: micro-batch %d is already committed, nothing to produce",
-                     task.transactional_id, task.batch_id)  # fmt: skip
+            log.info(
+                "%s: micro-batch %d is already committed, nothing to produce",
+                task.transactional_id,
+                task.batch_id,
+            )
             return WireCommitMessage((), producer.producer_id)
     try:
         produced = _produce(options, sink, producer, iterator)
@@ -364,8 +372,12 @@ def abort_transactions(
         try:
             sink.end_transaction(handle, commit=False)
         except KafkaLogError as e:
-            log.warning("aborting the transaction of %r failed (the next instance or its "
-                        "timeout aborts it): %s", handle.transactional_id, e)  # fmt: skip
+            log.warning(
+                "aborting the transaction of %r failed (the next instance or its "
+                "timeout aborts it): %s",
+                handle.transactional_id,
+                e,
+            )
 
 
 class _ProducingWriter:
@@ -397,8 +409,12 @@ class WireWriter(_ProducingWriter, DataSourceArrowWriter):
 
     def abort(self, messages: Sequence[WireCommitMessage | None]) -> None:
         abort_transactions(self.options, _handles(messages))
-        log.warning("write failed; the %d records its finished tasks produced to %s %s",
-                    _total(messages), self.options.cluster.location, self._fate())  # fmt: skip
+        log.warning(
+            "write failed; the %d records its finished tasks produced to %s %s",
+            _total(messages),
+            self.options.cluster.location,
+            self._fate(),
+        )
 
 
 class WireStreamWriter(_ProducingWriter, DataSourceStreamArrowWriter):
@@ -416,11 +432,19 @@ class WireStreamWriter(_ProducingWriter, DataSourceStreamArrowWriter):
 
     def commit(self, messages: Sequence[WireCommitMessage | None], batchId: int) -> None:  # noqa: N803
         commit_transactions(self.options, _handles(messages))
-        log.info("micro-batch %d produced %d records to %s", batchId, _total(messages),
-                 self.options.cluster.location)  # fmt: skip
+        log.info(
+            "micro-batch %d produced %d records to %s",
+            batchId,
+            _total(messages),
+            self.options.cluster.location,
+        )
 
     def abort(self, messages: Sequence[WireCommitMessage | None], batchId: int) -> None:  # noqa: N803
         abort_transactions(self.options, _handles(messages))
-        log.warning("micro-batch %d failed; the %d records its finished tasks produced to %s %s",
-                    batchId, _total(messages), self.options.cluster.location,
-                    self._fate())  # fmt: skip
+        log.warning(
+            "micro-batch %d failed; the %d records its finished tasks produced to %s %s",
+            batchId,
+            _total(messages),
+            self.options.cluster.location,
+            self._fate(),
+        )

@@ -153,9 +153,10 @@ def _add(backend: AclBackend, args: AclArgs, out: TextIO) -> int:
 
 def _list(backend: AclBackend, args: AclArgs, out: TextIO) -> int:
     pattern_type = _pattern(args, ("literal", "prefixed", "any", "match"))
-    selectors = [AclBindingFilter(rtype, name, pattern_type, args.principal)
-                 for rtype, name in args.resources()] or [
-        AclBindingFilter(principal=args.principal)]  # fmt: skip
+    selectors = [
+        AclBindingFilter(rtype, name, pattern_type, args.principal)
+        for rtype, name in args.resources()
+    ] or [AclBindingFilter(principal=args.principal)]
     found = [b for s in selectors for b in backend.list(s)]
     _write_grouped(out, "Current ACLs for resource", found)
     return 0
@@ -164,8 +165,9 @@ def _list(backend: AclBackend, args: AclArgs, out: TextIO) -> int:
 def _remove(backend: AclBackend, args: AclArgs, out: TextIO) -> int:
     pattern_type = _pattern(args, ("literal", "prefixed", "any", "match"))
     if not args.resources():
-        raise CommandError("acls remove needs a resource (--topic, --group, --cluster, "
-                           "--transactional-id)")  # fmt: skip
+        raise CommandError(
+            "acls remove needs a resource (--topic, --group, --cluster, --transactional-id)"
+        )
     ops = [operation(o) for o in args.operations] or [AclOperation.ANY]
     entries: list[tuple[AclPermissionType, str | None, str | None]] = list(args.entries())
     if not entries:
@@ -173,8 +175,9 @@ def _remove(backend: AclBackend, args: AclArgs, out: TextIO) -> int:
     selectors = [
         AclBindingFilter(rtype, name, pattern_type, principal, host, op, permission)
         for (rtype, name), (permission, principal, host), op in itertools.product(
-            args.resources(), entries, ops)
-    ]  # fmt: skip
+            args.resources(), entries, ops
+        )
+    ]
     removed = backend.remove(selectors)
     _write_grouped(out, "Removed ACLs for resource", removed)
     return 0
@@ -191,14 +194,18 @@ def _write_grouped(out: TextIO, title: str, bindings: Iterable[AclBinding]) -> N
 
 def _write_entries(out: TextIO, entries: Iterable[AccessControlEntry]) -> None:
     for e in dict.fromkeys(entries):
-        out.write(f" \t(principal={e.principal}, host={e.host}, operation={e.operation.name}, "
-                  f"permissionType={e.permission.name})\n")  # fmt: skip
+        out.write(
+            f" \t(principal={e.principal}, host={e.host}, operation={e.operation.name}, "
+            f"permissionType={e.permission.name})\n"
+        )
     out.write("\n")
 
 
 def _pattern_text(p: ResourcePattern) -> str:
-    return (f"ResourcePattern(resourceType={p.resource_type.name}, name={p.name}, "
-            f"patternType={p.pattern_type.name})")  # fmt: skip
+    return (
+        f"ResourcePattern(resourceType={p.resource_type.name}, name={p.name}, "
+        f"patternType={p.pattern_type.name})"
+    )
 
 
 class LogDirAcls:
@@ -225,13 +232,20 @@ class WireAcls:
 
     def add(self, bindings: list[AclBinding]) -> None:
         def build(types: Any) -> dict[str, Any]:
-            return {"creations": tuple(
-                types.AclCreation(
-                    resource_type=b.pattern.resource_type, resource_name=b.pattern.name,
-                    resource_pattern_type=b.pattern.pattern_type, principal=b.entry.principal,
-                    host=b.entry.host, operation=b.entry.operation,
-                    permission_type=b.entry.permission)
-                for b in bindings)}  # fmt: skip
+            return {
+                "creations": tuple(
+                    types.AclCreation(
+                        resource_type=b.pattern.resource_type,
+                        resource_name=b.pattern.name,
+                        resource_pattern_type=b.pattern.pattern_type,
+                        principal=b.entry.principal,
+                        host=b.entry.host,
+                        operation=b.entry.operation,
+                        permission_type=b.entry.permission,
+                    )
+                    for b in bindings
+                )
+            }
 
         for result in self.client.any_broker(CREATE_ACLS, build).results:
             _check(result.error_code, result.error_message, "CreateAcls")
@@ -240,36 +254,60 @@ class WireAcls:
         response = self.client.any_broker(DESCRIBE_ACLS, lambda _: _filter_fields(selector))
         _check(response.error_code, response.error_message, "DescribeAcls")
         return [
-            _binding(r.resource_type, r.resource_name, r.pattern_type, a.principal, a.host,
-                     a.operation, a.permission_type)
-            for r in response.resources for a in r.acls
-        ]  # fmt: skip
+            _binding(
+                r.resource_type,
+                r.resource_name,
+                r.pattern_type,
+                a.principal,
+                a.host,
+                a.operation,
+                a.permission_type,
+            )
+            for r in response.resources
+            for a in r.acls
+        ]
 
     def remove(self, selectors: list[AclBindingFilter]) -> list[AclBinding]:
         def build(types: Any) -> dict[str, Any]:
-            return {"filters": tuple(types.DeleteAclsFilter(**_filter_fields(s))
-                                     for s in selectors)}  # fmt: skip
+            return {
+                "filters": tuple(types.DeleteAclsFilter(**_filter_fields(s)) for s in selectors)
+            }
 
         removed = []
         for result in self.client.any_broker(DELETE_ACLS, build).filter_results:
             _check(result.error_code, result.error_message, "DeleteAcls")
-            removed += [_binding(a.resource_type, a.resource_name, a.pattern_type, a.principal,
-                                 a.host, a.operation, a.permission_type)
-                        for a in result.matching_acls]  # fmt: skip
+            removed += [
+                _binding(
+                    a.resource_type,
+                    a.resource_name,
+                    a.pattern_type,
+                    a.principal,
+                    a.host,
+                    a.operation,
+                    a.permission_type,
+                )
+                for a in result.matching_acls
+            ]
         return removed
 
 
 def _filter_fields(s: AclBindingFilter) -> dict[str, Any]:
-    return {"resource_type_filter": s.resource_type, "resource_name_filter": s.name,
-            "pattern_type_filter": s.pattern_type, "principal_filter": s.principal,
-            "host_filter": s.host, "operation": s.operation,
-            "permission_type": s.permission}  # fmt: skip
+    return {
+        "resource_type_filter": s.resource_type,
+        "resource_name_filter": s.name,
+        "pattern_type_filter": s.pattern_type,
+        "principal_filter": s.principal,
+        "host_filter": s.host,
+        "operation": s.operation,
+        "permission_type": s.permission,
+    }
 
 
 def _binding(rtype, name, pattern, principal, host, op, permission) -> AclBinding:
-    return AclBinding(ResourcePattern(ResourceType(rtype), name, PatternType(pattern)),
-                      AccessControlEntry(principal, host, AclOperation(op),
-                                         AclPermissionType(permission)))  # fmt: skip
+    return AclBinding(
+        ResourcePattern(ResourceType(rtype), name, PatternType(pattern)),
+        AccessControlEntry(principal, host, AclOperation(op), AclPermissionType(permission)),
+    )
 
 
 def _check(code: Any, message: str | None, api: str) -> None:

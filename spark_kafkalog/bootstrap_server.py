@@ -123,8 +123,9 @@ def describe_one(client: KafkaClient, info: TopicInfo) -> dict:
 
 def _offsets(client: KafkaClient, topic: str, partition: int) -> dict[str, int]:
     def offset(timestamp: int, isolation_level: int = READ_UNCOMMITTED, replica_id: int = -1):
-        return client.list_offset(topic, partition, timestamp, isolation_level=isolation_level,
-                                  replica_id=replica_id)  # fmt: skip
+        return client.list_offset(
+            topic, partition, timestamp, isolation_level=isolation_level, replica_id=replica_id
+        )
 
     return {
         "logStartOffset": offset(EARLIEST),
@@ -149,9 +150,13 @@ class WireTarget:
         return int(values["max.message.bytes"] or 0)
 
     def produce(
-        self, topic: str, partition: int, records: list[ProducerRecord], acks: int,
+        self,
+        topic: str,
+        partition: int,
+        records: list[ProducerRecord],
+        acks: int,
         compression: CompressionType,
-    ) -> tuple[int, int]:  # fmt: skip
+    ) -> tuple[int, int]:
         now_ms = time.time_ns() // 1_000_000
         batch = build_batch(records, now_ms=now_ms, compression=compression)
         base = self.client.produce(topic, partition, batch, acks=acks)
@@ -178,8 +183,9 @@ class WireSource:
         level = READ_COMMITTED if isolation is FetchIsolation.TXN_COMMITTED else READ_UNCOMMITTED
 
         def offset(ts: int, isolation_level: int = READ_UNCOMMITTED) -> int:
-            return self.client.list_offset(tp.topic, tp.partition, ts,
-                                           isolation_level=isolation_level)  # fmt: skip
+            return self.client.list_offset(
+                tp.topic, tp.partition, ts, isolation_level=isolation_level
+            )
 
         hw = offset(LATEST)
         end = offset(LATEST, level) if level == READ_COMMITTED else hw

@@ -261,12 +261,18 @@ def _add_serve(sub: argparse._SubParsersAction, common: argparse.ArgumentParser)
         "--brokers", type=_positive, default=1, help="brokers in this process (default 1)"
     )
     serve.add_argument(
-        "--metrics-port", type=int, metavar="PORT",
+        "--metrics-port",
+        type=int,
+        metavar="PORT",
         help="serve Prometheus metrics (Kafka's names) on http://HOST:PORT/metrics, broker i on "
         "PORT + i (0: any free port; default: no metrics)",
-    )  # fmt: skip
-    serve.add_argument("--metrics-host", default="127.0.0.1", metavar="HOST",
-                       help="the metrics endpoint's address (default 127.0.0.1)")  # fmt: skip
+    )
+    serve.add_argument(
+        "--metrics-host",
+        default="127.0.0.1",
+        metavar="HOST",
+        help="the metrics endpoint's address (default 127.0.0.1)",
+    )
 
 
 def _add_users(sub: argparse._SubParsersAction) -> None:
@@ -302,9 +308,14 @@ def _run_users(args: argparse.Namespace) -> int:
     if getattr(args, "password_stdin", False):
         password = sys.stdin.readline().rstrip("\n")
     return users_command.run(
-        args.action, args.log_dir, sys.stdout, getattr(args, "user", None), password,
-        getattr(args, "mechanism", None), getattr(args, "iterations", 4096),
-    )  # fmt: skip
+        args.action,
+        args.log_dir,
+        sys.stdout,
+        getattr(args, "user", None),
+        password,
+        getattr(args, "mechanism", None),
+        getattr(args, "iterations", 4096),
+    )
 
 
 def _add_acls(sub: argparse._SubParsersAction) -> None:
@@ -312,8 +323,16 @@ def _add_acls(sub: argparse._SubParsersAction) -> None:
     actions = acls.add_subparsers(dest="action", required=True)
     common = argparse.ArgumentParser(add_help=False)
     _add_log_dir_or_bootstrap(common)
-    for flag in ("--topic", "--group", "--transactional-id", "--allow-principal",
-                 "--deny-principal", "--allow-host", "--deny-host", "--operation"):  # fmt: skip
+    for flag in (
+        "--topic",
+        "--group",
+        "--transactional-id",
+        "--allow-principal",
+        "--deny-principal",
+        "--allow-host",
+        "--deny-host",
+        "--operation",
+    ):
         common.add_argument(flag, action="append", default=[], help="repeatable")
     common.add_argument("--cluster", action="store_true", help="the Cluster resource")
     common.add_argument(
@@ -334,14 +353,22 @@ def _run_acls(args: argparse.Namespace) -> int:
     if (args.log_dir is None) == (args.bootstrap_server is None):
         raise UsageError("exactly one of --log-dir and --bootstrap-server is required")
     values = acls_command.AclArgs(
-        tuple(args.topic), tuple(args.group), tuple(args.transactional_id), args.cluster,
-        args.resource_pattern_type, tuple(args.allow_principal), tuple(args.deny_principal),
-        tuple(args.allow_host), tuple(args.deny_host), tuple(args.operation),
+        tuple(args.topic),
+        tuple(args.group),
+        tuple(args.transactional_id),
+        args.cluster,
+        args.resource_pattern_type,
+        tuple(args.allow_principal),
+        tuple(args.deny_principal),
+        tuple(args.allow_host),
+        tuple(args.deny_host),
+        tuple(args.operation),
         getattr(args, "principal", None),
-    )  # fmt: skip
+    )
     if args.log_dir is not None:
-        return acls_command.run(args.action, acls_command.LogDirAcls(args.log_dir), values,
-                                sys.stdout)  # fmt: skip
+        return acls_command.run(
+            args.action, acls_command.LogDirAcls(args.log_dir), values, sys.stdout
+        )
     wire = _wire()
     with wire.open_client(args.bootstrap_server, args.command_config) as client:
         return acls_command.run(args.action, acls_command.WireAcls(client), values, sys.stdout)
@@ -473,14 +500,16 @@ def _run_produce(args: argparse.Namespace, config) -> int:
         wire = _wire()
         with wire.open_client(args.bootstrap_server, args.command_config) as client:
             target = wire.WireTarget(client)
-            return console_producer.run(target, args.topic, sys.stdin.buffer, sys.stderr,
-                                        **options)  # fmt: skip
+            return console_producer.run(target, args.topic, sys.stdin.buffer, sys.stderr, **options)
     broker = open_broker(args.log_dir, config)
     try:
         return console_producer.run(
-            console_producer.BrokerTarget(broker), args.topic, sys.stdin.buffer, sys.stderr,
+            console_producer.BrokerTarget(broker),
+            args.topic,
+            sys.stdin.buffer,
+            sys.stderr,
             **options,
-        )  # fmt: skip
+        )
     finally:
         broker.close()
 
@@ -563,9 +592,15 @@ def _run_serve(args: argparse.Namespace, config) -> int:
     if args.metrics_port is not None:
         metrics = serve_command.MetricsOptions(args.metrics_host, args.metrics_port)
     return serve_command.run(
-        args.log_dir, config, args.listeners, args.brokers, sys.stdout, sys.stdin,
-        serve_command.load_security(args.broker_config), metrics,
-    )  # fmt: skip
+        args.log_dir,
+        config,
+        args.listeners,
+        args.brokers,
+        sys.stdout,
+        sys.stdin,
+        serve_command.load_security(args.broker_config),
+        metrics,
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -624,8 +659,12 @@ def _run(args: argparse.Namespace) -> int:
         if args.command != "serve" and (args.log_dir is None) == (args.bootstrap_server is None):
             raise UsageError("exactly one of --log-dir and --bootstrap-server is required")
         config = load_config(args.broker_config)
-        run = {"topics": _run_topics, "produce": _run_produce, "consume": _run_consume,
-               "serve": _run_serve}  # fmt: skip
+        run = {
+            "topics": _run_topics,
+            "produce": _run_produce,
+            "consume": _run_consume,
+            "serve": _run_serve,
+        }
         return run[args.command](args, config)
     if args.command == "groups":
         from spark_kafkalog import groups_command
@@ -636,9 +675,14 @@ def _run(args: argparse.Namespace) -> int:
         if args.bootstrap_server is not None:
             config = _wire().client_config(args.command_config)  # the wire client needs kio
         return groups_command.run(
-            args.action, args.log_dir, sys.stdout, sys.stderr, getattr(args, "group", []),
-            args.bootstrap_server, config,
-        )  # fmt: skip
+            args.action,
+            args.log_dir,
+            sys.stdout,
+            sys.stderr,
+            getattr(args, "group", []),
+            args.bootstrap_server,
+            config,
+        )
     if args.command == "users":
         return _run_users(args)
     if args.command == "acls":

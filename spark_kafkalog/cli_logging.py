@@ -145,8 +145,12 @@ class JsonLineFormatter(logging.Formatter):
     """One JSON object a line (module docstring)."""
 
     def format(self, record: logging.LogRecord) -> str:
-        obj = {"time": utc_time(record.created), "level": record.levelname, "logger": record.name,
-               "message": record.getMessage()}  # fmt: skip
+        obj = {
+            "time": utc_time(record.created),
+            "level": record.levelname,
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
         extra = _exception(self, record)
         if extra:
             obj["exception"] = extra

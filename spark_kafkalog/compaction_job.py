@@ -286,8 +286,9 @@ def _plan_partition(
     except (KafkaLogError, OSError) as e:
         return replace(skip(), status=FAILED, reason=f"{type(e).__name__}: {e}")
     if why is None:
-        return CleaningTask(str(log_dir), tp.topic, tp.partition, ltc.total_bytes,
-                            ltc.cleanable_ratio, size)  # fmt: skip
+        return CleaningTask(
+            str(log_dir), tp.topic, tp.partition, ltc.total_bytes, ltc.cleanable_ratio, size
+        )
     return skip(reason=why, bytes_before=size, bytes_after=size, dirty_ratio=ltc.cleanable_ratio)
 
 
@@ -298,19 +299,28 @@ def _plan_dir(log_dir: Path, settings: JobSettings, out: list, tasks: list) -> i
     check_log_dir(log_dir, " (compaction config log_dirs)")
     topics = TopicConfigFile(log_dir).read()
     partitions = _partitions(log_dir, config)
-    compacted = [tp for tp in partitions if tp.topic in topics
-                 and topics[tp.topic].log_config(config.topic_defaults, tp.topic).compact
-                 and tp.partition < topics[tp.topic].partitions]  # fmt: skip
+    compacted = [
+        tp
+        for tp in partitions
+        if tp.topic in topics
+        and topics[tp.topic].log_config(config.topic_defaults, tp.topic).compact
+        and tp.partition < topics[tp.topic].partitions
+    ]
     ignored = sum(1 for tp in partitions if tp.topic in topics) - len(compacted)
     unregistered = "topic not registered in kafkalog-topics.json (open the dir with kafkalog once)"
-    out.extend(PartitionOutcome(str(log_dir), tp.topic, tp.partition, SKIPPED, unregistered)
-               for tp in partitions if tp.topic not in topics)  # fmt: skip
+    out.extend(
+        PartitionOutcome(str(log_dir), tp.topic, tp.partition, SKIPPED, unregistered)
+        for tp in partitions
+        if tp.topic not in topics
+    )
     if not compacted:
         return ignored
     reason = _owned_reason(log_dir, settings)
     if reason is not None:
-        out.extend(PartitionOutcome(str(log_dir), tp.topic, tp.partition, SKIPPED, reason)
-                   for tp in compacted)  # fmt: skip
+        out.extend(
+            PartitionOutcome(str(log_dir), tp.topic, tp.partition, SKIPPED, reason)
+            for tp in compacted
+        )
         return ignored
     now_ms = int(time.time() * 1000)
     for tp in compacted:
@@ -341,8 +351,9 @@ def clean_partition(
     """Step 2 of the module docstring for one partition; never raises for the partition's
     own problems (they become a ``failed`` outcome)."""
     started = time.monotonic()
-    outcome = PartitionOutcome(task.log_dir, task.topic, task.partition, SKIPPED,
-                               dirty_ratio=task.dirty_ratio)  # fmt: skip
+    outcome = PartitionOutcome(
+        task.log_dir, task.topic, task.partition, SKIPPED, dirty_ratio=task.dirty_ratio
+    )
     if time.time() >= settings.deadline:
         return replace(outcome, reason=BUDGET_USED)
     log_dir, tp = Path(task.log_dir), task.topic_partition
@@ -379,8 +390,13 @@ def _clean_locked(
         ltc = _weigh(lg, log_dir, int(time.time() * 1000))
         why = _why_not(ltc, _threshold(config, lg))
         if why is not None:
-            return replace(outcome, reason=f"cleaned meanwhile: {why}", bytes_before=before,
-                           bytes_after=before, dirty_ratio=ltc.cleanable_ratio)  # fmt: skip
+            return replace(
+                outcome,
+                reason=f"cleaned meanwhile: {why}",
+                bytes_before=before,
+                bytes_after=before,
+                dirty_ratio=ltc.cleanable_ratio,
+            )
         offset_map = SkimpyOffsetMap(config.map_memory_per_task, config.load_factor)
         cleaner = Cleaner(offset_map, should_stop=lambda: time.time() >= settings.deadline)
         status, reason, keys, rounds = CLEANED, "", 0, 0
@@ -400,17 +416,26 @@ def _clean_locked(
             rounds += 1
             keys += result.map_entries
             if progress is not None:
-                progress(f"{tp} in {log_dir}: round {rounds} cleaned offsets "
-                         f"[{result.first_dirty_offset}, {result.end_offset}) of "
-                         f"[{result.first_dirty_offset}, {result.first_uncleanable_offset}), "
-                         f"{result.map_entries:,} keys")  # fmt: skip
+                progress(
+                    f"{tp} in {log_dir}: round {rounds} cleaned offsets "
+                    f"[{result.first_dirty_offset}, {result.end_offset}) of "
+                    f"[{result.first_dirty_offset}, {result.first_uncleanable_offset}), "
+                    f"{result.map_entries:,} keys"
+                )
             if not result.map_full or result.end_offset >= result.first_uncleanable_offset:
                 break
             if time.time() >= settings.deadline:
                 status, reason = PARTIAL, f"the time budget ran out after round {rounds}"
                 break
-        return replace(outcome, status=status, reason=reason, bytes_before=before,
-                       bytes_after=lg.size_in_bytes, keys=keys, rounds=rounds)  # fmt: skip
+        return replace(
+            outcome,
+            status=status,
+            reason=reason,
+            bytes_before=before,
+            bytes_after=lg.size_in_bytes,
+            keys=keys,
+            rounds=rounds,
+        )
     finally:
         lg.close()
 
@@ -464,9 +489,11 @@ def run(
         group = f"kafkalog-compaction-{settings.run_id}"
         sc.setJobGroup(group, f"kafkalog compaction: {len(the_plan.tasks)} partitions")
         done = threading.Event()
-        reporter = threading.Thread(target=_report_spark_progress,
-                                    args=(sc, group, len(the_plan.tasks), config, out, done,
-                                          started), daemon=True)  # fmt: skip
+        reporter = threading.Thread(
+            target=_report_spark_progress,
+            args=(sc, group, len(the_plan.tasks), config, out, done, started),
+            daemon=True,
+        )
         reporter.start()
         try:
             rdd = sc.parallelize(the_plan.tasks, len(the_plan.tasks))
@@ -488,19 +515,32 @@ def run_local(config: CompactionConfig, out: TextIO, *, dry_run: bool = False) -
     outcomes = []
     if not dry_run:
         total = len(the_plan.tasks)
-        progress = _Every(config.progress_interval_seconds,
-                          lambda line: print(f"  ... {line}", file=out, flush=True))  # fmt: skip
+        progress = _Every(
+            config.progress_interval_seconds,
+            lambda line: print(f"  ... {line}", file=out, flush=True),
+        )
         for i, task in enumerate(the_plan.tasks, 1):
             o = clean_partition(task, settings, progress)
             outcomes.append(o)
-            print(f"[{i}/{total}] {o.name} in {o.log_dir}: {o.status}"
-                  f"{' (' + o.reason + ')' if o.reason else ''}, {_size(o.bytes_before)} -> "
-                  f"{_size(o.bytes_after)} in {o.seconds:.1f} s", file=out, flush=True)  # fmt: skip
+            print(
+                f"[{i}/{total}] {o.name} in {o.log_dir}: {o.status}"
+                f"{' (' + o.reason + ')' if o.reason else ''}, {_size(o.bytes_before)} -> "
+                f"{_size(o.bytes_after)} in {o.seconds:.1f} s",
+                file=out,
+                flush=True,
+            )
     return _finish(settings, the_plan, outcomes, out, started, dry_run)
 
 
-def _report_spark_progress(sc, group: str, total: int, config: CompactionConfig, out: TextIO,
-                           done: threading.Event, started: float) -> None:  # fmt: skip
+def _report_spark_progress(
+    sc,
+    group: str,
+    total: int,
+    config: CompactionConfig,
+    out: TextIO,
+    done: threading.Event,
+    started: float,
+) -> None:
     tracker = sc.statusTracker()
     while not done.wait(config.progress_interval_seconds):
         completed = active = 0
@@ -511,8 +551,12 @@ def _report_spark_progress(sc, group: str, total: int, config: CompactionConfig,
                 if stage:
                     completed += stage.numCompletedTasks
                     active += stage.numActiveTasks
-        print(f"compaction: {completed}/{total} partitions done, {active} cleaning, "
-              f"{time.monotonic() - started:.0f} s", file=out, flush=True)  # fmt: skip
+        print(
+            f"compaction: {completed}/{total} partitions done, {active} cleaning, "
+            f"{time.monotonic() - started:.0f} s",
+            file=out,
+            flush=True,
+        )
 
 
 # -- the report --------------------------------------------------------------------------------
@@ -528,21 +572,38 @@ def _size(n: int) -> str:
 
 def _print_plan(the_plan: Plan, settings: JobSettings, out: TextIO) -> None:
     total = sum(t.log_bytes for t in the_plan.tasks)
-    print(f"kafkalog compaction run {settings.run_id} on {socket.gethostname()}: "
-          f"{len(the_plan.tasks)} partitions to clean ({_size(total)}), {len(the_plan.skipped)} "
-          f"skipped, {the_plan.ignored} not compacted; time budget "
-          f"{settings.config.time_budget_seconds:g} s", file=out, flush=True)  # fmt: skip
+    print(
+        f"kafkalog compaction run {settings.run_id} on {socket.gethostname()}: "
+        f"{len(the_plan.tasks)} partitions to clean ({_size(total)}), {len(the_plan.skipped)} "
+        f"skipped, {the_plan.ignored} not compacted; time budget "
+        f"{settings.config.time_budget_seconds:g} s",
+        file=out,
+        flush=True,
+    )
 
 
 def summary_table(outcomes: Iterable[PartitionOutcome]) -> list[str]:
     """The summary's lines: a header and one row per partition."""
-    header = ("log dir", "partition", "status", "dirty", "before", "after", "keys", "rounds",
-              "seconds", "why")  # fmt: skip
+    header = (
+        "log dir",
+        "partition",
+        "status",
+        "dirty",
+        "before",
+        "after",
+        "keys",
+        "rounds",
+        "seconds",
+        "why",
+    )
     rows = [header]
     for o in outcomes:
         dirty = "" if o.dirty_ratio is None else f"{o.dirty_ratio:.2f}"
-        done = ("", "", "", "") if o.status == PLANNED else (
-            _size(o.bytes_after), f"{o.keys:,}", str(o.rounds), f"{o.seconds:.1f}")  # fmt: skip
+        done = (
+            ("", "", "", "")
+            if o.status == PLANNED
+            else (_size(o.bytes_after), f"{o.keys:,}", str(o.rounds), f"{o.seconds:.1f}")
+        )
         rows.append((o.log_dir, o.name, o.status, dirty, _size(o.bytes_before), *done, o.reason))
     widths = [max(len(r[i]) for r in rows) for i in range(len(header) - 1)]
     right = {3, 4, 5, 6, 7, 8}
@@ -552,7 +613,7 @@ def summary_table(outcomes: Iterable[PartitionOutcome]) -> list[str]:
             for i, (c, w) in enumerate(zip(r, widths, strict=False))
         )
         + "  "
-        + r[-1]  # fmt: skip
+        + r[-1]
         for r in rows
     ]
 
@@ -566,24 +627,44 @@ def _finish(
     dry_run: bool,
 ) -> JobReport:
     if dry_run:
-        outcomes = [PartitionOutcome(t.log_dir, t.topic, t.partition, PLANNED,
-                                     bytes_before=t.log_bytes, dirty_ratio=t.dirty_ratio)
-                    for t in the_plan.tasks]  # fmt: skip
-    everything = sorted([*outcomes, *the_plan.skipped],
-                        key=lambda o: (o.log_dir, o.topic, o.partition))  # fmt: skip
+        outcomes = [
+            PartitionOutcome(
+                t.log_dir,
+                t.topic,
+                t.partition,
+                PLANNED,
+                bytes_before=t.log_bytes,
+                dirty_ratio=t.dirty_ratio,
+            )
+            for t in the_plan.tasks
+        ]
+    everything = sorted(
+        [*outcomes, *the_plan.skipped], key=lambda o: (o.log_dir, o.topic, o.partition)
+    )
     for line in summary_table(everything):
         print(line.rstrip(), file=out)
-    counts = {s: sum(1 for o in everything if o.status == s)
-              for s in (CLEANED, PARTIAL, SKIPPED, FAILED)}  # fmt: skip
+    counts = {
+        s: sum(1 for o in everything if o.status == s) for s in (CLEANED, PARTIAL, SKIPPED, FAILED)
+    }
     worked = [o for o in outcomes if o.status in (CLEANED, PARTIAL)]
     before = sum(o.bytes_before for o in worked)
     after = sum(o.bytes_after for o in worked)
-    print(f"cleaned {counts[CLEANED]}, partial {counts[PARTIAL]}, skipped {counts[SKIPPED]}, "
-          f"failed {counts[FAILED]}: {_size(before)} -> {_size(after)}, "
-          f"{sum(o.keys for o in worked):,} keys, {sum(o.rounds for o in worked)} rounds, "
-          f"{time.monotonic() - started:.1f} s", file=out, flush=True)  # fmt: skip
-    return JobReport(settings.run_id, tuple(everything), exit_status(everything),
-                     settings.started, time.time(), dry_run)  # fmt: skip
+    print(
+        f"cleaned {counts[CLEANED]}, partial {counts[PARTIAL]}, skipped {counts[SKIPPED]}, "
+        f"failed {counts[FAILED]}: {_size(before)} -> {_size(after)}, "
+        f"{sum(o.keys for o in worked):,} keys, {sum(o.rounds for o in worked)} rounds, "
+        f"{time.monotonic() - started:.1f} s",
+        file=out,
+        flush=True,
+    )
+    return JobReport(
+        settings.run_id,
+        tuple(everything),
+        exit_status(everything),
+        settings.started,
+        time.time(),
+        dry_run,
+    )
 
 
 def exit_status(outcomes: Iterable[PartitionOutcome]) -> int:

@@ -86,8 +86,9 @@ def execute(
 
     started = time.time()
     if report_path is not None and not report_path.resolve().parent.is_dir():
-        return _fail(prog, None, started, EXIT_USAGE,
-                     f"--report {report_path}: its directory does not exist")  # fmt: skip
+        return _fail(
+            prog, None, started, EXIT_USAGE, f"--report {report_path}: its directory does not exist"
+        )
     try:
         config = CompactionConfig.load(config_path)
     except (KafkaLogError, OSError) as e:
@@ -98,9 +99,14 @@ def execute(
         return _fail(prog, report_path, started, EXIT_FAILED, str(e))
     except Exception as e:
         _log.debug("unexpected error in the compaction job", exc_info=True)
-        return _fail(prog, report_path, started, EXIT_BUG,
-                     f"unexpected {type(e).__name__}: {e} (a bug in kafkalog; "
-                     "--log-level debug shows the traceback)")  # fmt: skip
+        return _fail(
+            prog,
+            report_path,
+            started,
+            EXIT_BUG,
+            f"unexpected {type(e).__name__}: {e} (a bug in kafkalog; "
+            "--log-level debug shows the traceback)",
+        )
     if report_path is not None and not _write(prog, report_path, report_dict(report)):
         return EXIT_FAILED
     return report.exit_code
@@ -124,12 +130,25 @@ def _write(prog: str, path: Path, data: dict[str, Any]) -> bool:
         return False
 
 
-def _header(run_id: str | None, started: float, finished: float, dry_run: bool, status: int,
-            error: str | None) -> dict[str, Any]:  # fmt: skip
-    return {"format": REPORT_FORMAT, "run_id": run_id, "host": socket.gethostname(),
-            "started": utc_time(started), "finished": utc_time(finished),
-            "seconds": round(finished - started, 3), "dry_run": dry_run, "exit_status": status,
-            "error": error}  # fmt: skip
+def _header(
+    run_id: str | None,
+    started: float,
+    finished: float,
+    dry_run: bool,
+    status: int,
+    error: str | None,
+) -> dict[str, Any]:
+    return {
+        "format": REPORT_FORMAT,
+        "run_id": run_id,
+        "host": socket.gethostname(),
+        "started": utc_time(started),
+        "finished": utc_time(finished),
+        "seconds": round(finished - started, 3),
+        "dry_run": dry_run,
+        "exit_status": status,
+        "error": error,
+    }
 
 
 def report_dict(report: JobReport) -> dict[str, Any]:
@@ -141,8 +160,9 @@ def report_dict(report: JobReport) -> dict[str, Any]:
     }
     for key in ("bytes_before", "bytes_after", "keys", "rounds"):
         totals[key] = sum(p[key] for p in worked)
-    head = _header(report.run_id, report.started, report.finished, report.dry_run,
-                   report.exit_code, None)  # fmt: skip
+    head = _header(
+        report.run_id, report.started, report.finished, report.dry_run, report.exit_code, None
+    )
     return head | {"totals": totals, "partitions": partitions}
 
 

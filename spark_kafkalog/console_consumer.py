@@ -448,8 +448,13 @@ def print_records(
 ) -> int:
     """Print the records of ``topic`` from ``source``; the summary goes to ``err``; return 0."""
     validate_topic(topic)
-    check_options(partition=partition, start=start, max_messages=max_messages,
-                  output_format=output_format, properties=properties)  # fmt: skip
+    check_options(
+        partition=partition,
+        start=start,
+        max_messages=max_messages,
+        output_format=output_format,
+        properties=properties,
+    )
     formatter = _formatter(output_format, properties)
     isolation = FetchIsolation.of(-1, IsolationLevel.parse(isolation_level))
     partitions = source.partitions(topic)

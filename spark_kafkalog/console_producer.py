@@ -59,9 +59,13 @@ class ProduceTarget(Protocol):
     def max_message_bytes(self, topic: str) -> int: ...
 
     def produce(
-        self, topic: str, partition: int, records: list[ProducerRecord], acks: int,
+        self,
+        topic: str,
+        partition: int,
+        records: list[ProducerRecord],
+        acks: int,
         compression: CompressionType,
-    ) -> tuple[int, int]:  # fmt: skip
+    ) -> tuple[int, int]:
         """One record batch of ``records``; (first offset, last offset) written, -1 unknown."""
         ...
 
@@ -79,9 +83,13 @@ class BrokerTarget:
         return int(self.broker.topic_config(topic)["max.message.bytes"])
 
     def produce(
-        self, topic: str, partition: int, records: list[ProducerRecord], acks: int,
+        self,
+        topic: str,
+        partition: int,
+        records: list[ProducerRecord],
+        acks: int,
         compression: CompressionType,
-    ) -> tuple[int, int]:  # fmt: skip
+    ) -> tuple[int, int]:
         result = self.broker.produce(topic, partition, records, acks=acks, compression=compression)
         return result.base_offset, result.last_offset
 

@@ -118,26 +118,33 @@ def generate_events(n: int, seed: int = 42) -> Events:
     purchase = EVENT_TYPES.index("purchase")
     search = EVENT_TYPES.index("search")
     for u, t, i, a, s, tr, when in zip(
-        user.tolist(), types.tolist(), item.tolist(), amounts.tolist(), source.tolist(),
-        trace.tolist(), ts.tolist(), strict=True,
-    ):  # fmt: skip
+        user.tolist(),
+        types.tolist(),
+        item.tolist(),
+        amounts.tolist(),
+        source.tolist(),
+        trace.tolist(),
+        ts.tolist(),
+        strict=True,
+    ):
         key = f"user-{u:05d}"
         page = f"/search?q=item{i}" if t == search else f"/product/{i}"
         amount = f',"amount_cents":{a}' if t == purchase else ""
         keys.append(key.encode())
         values.append(
-            f'{{"user":"{key}","type":"{EVENT_TYPES[t]}","page":"{page}"{amount},"ts":{when}}}'
-            .encode()
-        )  # fmt: skip
+            f'{{"user":"{key}","type":"{EVENT_TYPES[t]}","page":"{page}"{amount},"ts":{when}}}'.encode()
+        )
         header_values += (SOURCES[s], b"%016x" % tr)
     header_struct = pa.StructArray.from_arrays(
         [pa.array(["source", "trace-id"] * n, pa.string()), pa.array(header_values, pa.binary())],
         fields=[pa.field("key", pa.string()), pa.field("value", pa.binary())],
     )
-    headers = pa.ListArray.from_arrays(pa.array(np.arange(0, 2 * n + 1, 2, dtype=np.int32)),
-                                       header_struct)  # fmt: skip
-    return Events(pa.array(keys, pa.binary()), pa.array(values, pa.binary()), ts, types,
-                  amounts, headers)  # fmt: skip
+    headers = pa.ListArray.from_arrays(
+        pa.array(np.arange(0, 2 * n + 1, 2, dtype=np.int32)), header_struct
+    )
+    return Events(
+        pa.array(keys, pa.binary()), pa.array(values, pa.binary()), ts, types, amounts, headers
+    )
 
 
 def generate_profiles(users: int, seed: int = 42) -> Profiles:
@@ -151,8 +158,9 @@ def generate_profiles(users: int, seed: int = 42) -> Profiles:
     country = rng.integers(0, len(COUNTRIES), n)
     deleted = rng.random(n) < TOMBSTONE_RATE
     keys, values = [], []
-    for u, t, c, d, when in zip(user.tolist(), tier.tolist(), country.tolist(), deleted.tolist(),
-                                ts.tolist(), strict=True):  # fmt: skip
+    for u, t, c, d, when in zip(
+        user.tolist(), tier.tolist(), country.tolist(), deleted.tolist(), ts.tolist(), strict=True
+    ):
         key = f"user-{u:05d}"
         keys.append(key.encode())
         values.append(
@@ -200,10 +208,13 @@ def _produce_partitioned(
                 continue
             rows = pa.array(group)
             encoded = encode_batches(
-                keys.take(rows), values.take(rows), timestamps[group],
+                keys.take(rows),
+                values.take(rows),
+                timestamps[group],
                 None if headers is None else headers.take(rows),
-                compression=compression, max_batch_bytes=BATCH_BYTES,
-            )  # fmt: skip
+                compression=compression,
+                max_batch_bytes=BATCH_BYTES,
+            )
             for batch in encoded:
                 broker.produce(topic, p, batch, acks="all")
             batches += len(encoded)
@@ -215,16 +226,27 @@ def produce(log_dir: Path, events: Events, profiles: Profiles) -> int:
     The broker's own cleaner is off: the compaction job (step 5) compacts ``profiles``."""
     with Broker(log_dir, config=BrokerConfig(log_cleaner_threads=0), create=True) as broker:
         broker.create_topic("events", PARTITIONS, config={"retention.ms": -1})
-        broker.create_topic("profiles", PARTITIONS, config={
-            "cleanup.policy": "compact", "segment.ms": PROFILES_SEGMENT_MS})  # fmt: skip
+        broker.create_topic(
+            "profiles",
+            PARTITIONS,
+            config={"cleanup.policy": "compact", "segment.ms": PROFILES_SEGMENT_MS},
+        )
         broker.create_topic("purchases", PARTITIONS, config={"retention.ms": -1})
         broker.create_topic("enriched", PARTITIONS, config={"retention.ms": -1})
-        batches = _produce_partitioned(broker, "events", events.keys, events.values,
-                                       events.timestamps, events.headers, "lz4")  # fmt: skip
+        batches = _produce_partitioned(
+            broker, "events", events.keys, events.values, events.timestamps, events.headers, "lz4"
+        )
         values = pa.array(profiles.values, pa.binary())
-        batches += _produce_partitioned(broker, "profiles", pa.array(profiles.keys, pa.binary()),
-                                        values, profiles.timestamps, None, "zstd",
-                                        PROFILES_LINGER_MS)  # fmt: skip
+        batches += _produce_partitioned(
+            broker,
+            "profiles",
+            pa.array(profiles.keys, pa.binary()),
+            values,
+            profiles.timestamps,
+            None,
+            "zstd",
+            PROFILES_LINGER_MS,
+        )
     return batches
 
 
@@ -366,11 +388,16 @@ def time_range(spark, log_dir: Path, res: DemoResult, out: TextIO) -> None:
     df = _read(spark, log_dir, "events", startingTimestamp=str(lo), endingTimestamp=str(hi))
     rows = (
         df.groupBy("partition")
-        .agg(F.count("*").alias("n"), F.min("offset").alias("lo"), F.max("offset").alias("hi"),
-             F.min("timestamp").alias("first"), F.max("timestamp").alias("last"))
+        .agg(
+            F.count("*").alias("n"),
+            F.min("offset").alias("lo"),
+            F.max("offset").alias("hi"),
+            F.min("timestamp").alias("first"),
+            F.max("timestamp").alias("last"),
+        )
         .orderBy("partition")
         .collect()
-    )  # fmt: skip
+    )
     res.range_events = sum(r["n"] for r in rows)
     res.range_offsets = {r["partition"]: (r["lo"], r["hi"]) for r in rows}
     first = min(r["first"] for r in rows).strftime("%H:%M:%S.%f")[:-3]
@@ -401,10 +428,13 @@ def _latest_per_key(spark, log_dir: Path, topic: str):
     return (
         _read(spark, log_dir, topic)
         .groupBy("partition", "key")
-        .agg(F.count("*").alias("records"), F.max("offset").alias("offset"),
-             F.max_by("value", "offset").alias("value"))
+        .agg(
+            F.count("*").alias("records"),
+            F.max("offset").alias("offset"),
+            F.max_by("value", "offset").alias("value"),
+        )
         .localCheckpoint()
-    )  # fmt: skip
+    )
 
 
 def profiles(spark, log_dir: Path, res: DemoResult, out: TextIO):
@@ -433,8 +463,11 @@ def _figures(log_dir: Path, topic: str, latest) -> TopicFigures:
     :func:`_latest_per_key`)."""
     from pyspark.sql import functions as F
 
-    row = latest.agg(F.sum("records").alias("records"), F.count("*").alias("keys"),
-                     F.count_if(F.col("value").isNull()).alias("tombstones")).first()  # fmt: skip
+    row = latest.agg(
+        F.sum("records").alias("records"),
+        F.count("*").alias("keys"),
+        F.count_if(F.col("value").isNull()).alias("tombstones"),
+    ).first()
     files = [f for p in range(PARTITIONS) for f in (log_dir / f"{topic}-{p}").glob("*.log")]
     size = sum(f.stat().st_size for f in files)
     return TopicFigures(len(files), size, row["records"] or 0, row["keys"], row["tombstones"])
@@ -518,12 +551,17 @@ def write_purchases(spark, log_dir: Path, res: DemoResult, out: TextIO) -> None:
         .where(F.col("e.type") == "purchase")
         .select(
             "key",
-            F.to_json(F.struct(F.col("e.user").alias("user"), F.col("e.page").alias("page"),
-                               F.col("e.amount_cents").alias("amount_cents"),
-                               F.col("e.ts").alias("ts"))).alias("value"),
+            F.to_json(
+                F.struct(
+                    F.col("e.user").alias("user"),
+                    F.col("e.page").alias("page"),
+                    F.col("e.amount_cents").alias("amount_cents"),
+                    F.col("e.ts").alias("ts"),
+                )
+            ).alias("value"),
             "headers",
         )
-    )  # fmt: skip
+    )
     purchases.write.format("kafkalog").option("topic", "purchases").mode("append").save(
         str(log_dir)
     )
@@ -566,21 +604,29 @@ def stream_enriched(spark, log_dir: Path, res: DemoResult, out: TextIO) -> None:
     limit = max(1, res.events // 3)
     checkpoint = log_dir / ".checkpoints" / "enrich"  # inside the recreated log dir
     stream = (
-        spark.readStream.format("kafkalog").option("subscribe", "events")
-        .option("startingOffsets", "earliest").option("maxOffsetsPerTrigger", str(limit))
+        spark.readStream.format("kafkalog")
+        .option("subscribe", "events")
+        .option("startingOffsets", "earliest")
+        .option("maxOffsetsPerTrigger", str(limit))
         .load(str(log_dir))
-    )  # fmt: skip
+    )
     enriched = stream.select(
         "key",
-        F.to_json(F.struct(F.from_json(F.col("value").cast("string"), EVENT_SCHEMA).alias("e"),
-                           F.col("partition").alias("src_partition"),
-                           F.col("offset").alias("src_offset"))).alias("value"),
-    )  # fmt: skip
+        F.to_json(
+            F.struct(
+                F.from_json(F.col("value").cast("string"), EVENT_SCHEMA).alias("e"),
+                F.col("partition").alias("src_partition"),
+                F.col("offset").alias("src_offset"),
+            )
+        ).alias("value"),
+    )
     query = (
-        enriched.writeStream.format("kafkalog").option("topic", "enriched")
-        .option("checkpointLocation", str(checkpoint)).trigger(availableNow=True)
+        enriched.writeStream.format("kafkalog")
+        .option("topic", "enriched")
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(availableNow=True)
         .start(str(log_dir))
-    )  # fmt: skip
+    )
     query.awaitTermination(600)
     res.stream_batches = [p["numInputRows"] for p in query.recentProgress if p["numInputRows"]]
     res.enriched_read = _read(spark, log_dir, "enriched").count()
@@ -637,8 +683,10 @@ def run_demo(
 
     out.write(f"kafkalog demo: log dir {log_dir} (recreated)\n\n")
     if ensure_compiled():  # before Spark starts its workers: they load, none compiles
-        out.write(f"kernels compiled into numba's cache in {time.monotonic() - t0:.1f} s "
-                  "(once per install)\n\n")  # fmt: skip
+        out.write(
+            f"kernels compiled into numba's cache in {time.monotonic() - t0:.1f} s "
+            "(once per install)\n\n"
+        )
     with step("produce", "embedded broker: four topics, a simulated hour of a web shop") as s:
         ev = generate_events(events, seed)
         prof = generate_profiles(users_for(events), seed)

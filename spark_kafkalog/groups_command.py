@@ -66,8 +66,17 @@ from spark_kafkalog.topics_command import CommandError, require_log_dir
 MISSING = "-"
 CONSUMER_PROTOCOL_TYPES = ("consumer", "")
 LogEndOffset = Callable[[str, int], "int | None"]
-HEADER = ("GROUP", "TOPIC", "PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET", "LAG",
-          "CONSUMER-ID", "HOST", "CLIENT-ID")  # fmt: skip
+HEADER = (
+    "GROUP",
+    "TOPIC",
+    "PARTITION",
+    "CURRENT-OFFSET",
+    "LOG-END-OFFSET",
+    "LAG",
+    "CONSUMER-ID",
+    "HOST",
+    "CLIENT-ID",
+)
 GROUP_HEADER = ("GROUP", "PROTOCOL-TYPE", "PROTOCOL", "STATE", "#MEMBERS")
 
 
@@ -94,9 +103,17 @@ class OffsetRow:
         def text(v: int | None) -> str:
             return MISSING if v is None else str(v)
 
-        return (self.group, self.topic, str(self.partition), text(self.offset),
-                text(self.log_end_offset), text(self.lag), self.consumer_id, self.host,
-                self.client_id)  # fmt: skip
+        return (
+            self.group,
+            self.topic,
+            str(self.partition),
+            text(self.offset),
+            text(self.log_end_offset),
+            text(self.lag),
+            self.consumer_id,
+            self.host,
+            self.client_id,
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,10 +144,14 @@ class GroupView:
 
 def view_of(group: LoadedGroup) -> GroupView:
     """A group loaded from a log dir (its members: those of its last metadata record)."""
-    members = () if group.metadata is None else tuple(
-        MemberView(m.member_id, m.client_host, m.client_id, m.assignment)
-        for m in group.metadata.members
-    )  # fmt: skip
+    members = (
+        ()
+        if group.metadata is None
+        else tuple(
+            MemberView(m.member_id, m.client_host, m.client_id, m.assignment)
+            for m in group.metadata.members
+        )
+    )
     offsets = {(c.topic, c.partition): c.offset for c in group.offsets}
     protocol = "" if group.metadata is None else group.metadata.protocol or ""
     return GroupView(group.group_id, group.state, members, offsets, group.protocol_type, protocol)
@@ -175,9 +196,18 @@ def offset_rows(group: GroupView, log_end_offset: LogEndOffset) -> list[OffsetRo
     for member, tps in assignments:
         for topic, p in tps:
             held.add((topic, p))
-            rows.append(OffsetRow(group.group_id, topic, p, committed.get((topic, p)),
-                                  log_end_offset(topic, p), member.member_id,
-                                  member.client_host, member.client_id))  # fmt: skip
+            rows.append(
+                OffsetRow(
+                    group.group_id,
+                    topic,
+                    p,
+                    committed.get((topic, p)),
+                    log_end_offset(topic, p),
+                    member.member_id,
+                    member.client_host,
+                    member.client_id,
+                )
+            )
     for (topic, p), offset in sorted(committed.items()):
         if (topic, p) not in held:
             rows.append(OffsetRow(group.group_id, topic, p, offset, log_end_offset(topic, p)))
@@ -196,22 +226,30 @@ def format_rows(rows: Sequence[OffsetRow]) -> str:
 def _table(lines: Sequence[Sequence[str]], width: Sequence[int]) -> str:
     """Kafka's tables: a newline before each line, every cell but the last padded, one after."""
     text = "".join(
-        "\n" + " ".join(c.ljust(w) for c, w in zip(cells[:-1], width, strict=True))
-        + " " + cells[-1]
+        "\n"
+        + " ".join(c.ljust(w) for c, w in zip(cells[:-1], width, strict=True))
+        + " "
+        + cells[-1]
         for cells in lines
-    )  # fmt: skip
+    )
     return text + "\n"
 
 
 def format_group(group: GroupView) -> str:
     """The block of a group of another protocol type (module docstring)."""
-    row = (group.group_id, group.protocol_type, group.protocol or MISSING, group.state,
-           str(len(group.members)))  # fmt: skip
+    row = (
+        group.group_id,
+        group.protocol_type,
+        group.protocol or MISSING,
+        group.state,
+        str(len(group.members)),
+    )
     return _table((GROUP_HEADER, row), (max(15, len(group.group_id)), 15, 15, 15))
 
 
-def describe(groups: Iterable[GroupView], log_end_offset: LogEndOffset, out: TextIO,
-             err: TextIO) -> None:  # fmt: skip
+def describe(
+    groups: Iterable[GroupView], log_end_offset: LogEndOffset, out: TextIO, err: TextIO
+) -> None:
     for group in groups:
         if not group.is_consumer_group:
             out.write(format_group(group))
@@ -232,9 +270,15 @@ def _check_known(groups: Sequence[str], known: Sequence[str], where: str) -> lis
     return list(dict.fromkeys(groups)) or list(known)
 
 
-def run(action: str, log_dir_path: Path | None, out: TextIO, err: TextIO,
-        groups: Sequence[str] = (), bootstrap: str | None = None,
-        client_config: Any = None) -> int:  # fmt: skip
+def run(
+    action: str,
+    log_dir_path: Path | None,
+    out: TextIO,
+    err: TextIO,
+    groups: Sequence[str] = (),
+    bootstrap: str | None = None,
+    client_config: Any = None,
+) -> int:
     """``groups list`` or ``groups describe [--group G ...]`` on a log dir or, with
     ``bootstrap``, on a running server; return 0."""
     if bootstrap is not None:
@@ -253,8 +297,14 @@ def run(action: str, log_dir_path: Path | None, out: TextIO, err: TextIO,
     return 0
 
 
-def run_on_server(action: str, bootstrap: str, out: TextIO, err: TextIO,
-                  groups: Sequence[str] = (), client_config: Any = None) -> int:  # fmt: skip
+def run_on_server(
+    action: str,
+    bootstrap: str,
+    out: TextIO,
+    err: TextIO,
+    groups: Sequence[str] = (),
+    client_config: Any = None,
+) -> int:
     """The same over the wire: ListGroups of every broker, then DescribeGroups and OffsetFetch
     on each group's coordinator and ListOffsets (latest) on each partition's leader."""
     from broker_embedded.client.broker_connection import ClientConfig
@@ -268,11 +318,13 @@ def run_on_server(action: str, bootstrap: str, out: TextIO, err: TextIO,
         views = []
         for group_id in _check_known(groups, known, f"the cluster at {bootstrap}"):
             d = client.describe_group(group_id)
-            members = tuple(MemberView(m.member_id, m.client_host, m.client_id, m.assignment)
-                            for m in d.members)  # fmt: skip
+            members = tuple(
+                MemberView(m.member_id, m.client_host, m.client_id, m.assignment) for m in d.members
+            )
             offsets = client.committed_offsets(group_id)
-            views.append(GroupView(group_id, d.state, members, offsets, d.protocol_type,
-                                   d.protocol))  # fmt: skip
+            views.append(
+                GroupView(group_id, d.state, members, offsets, d.protocol_type, d.protocol)
+            )
         ends: dict[tuple[str, int], int | None] = {}
 
         def log_end_offset(topic: str, partition: int) -> int | None:

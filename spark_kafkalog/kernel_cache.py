@@ -135,8 +135,14 @@ def _fingerprint() -> str:
     import numba
 
     h = hashlib.sha256()
-    for name in (numba.__version__, sys.version, platform.machine(), platform.processor(),
-                 os.environ.get("NUMBA_CACHE_DIR", ""), _sources_hash()):  # fmt: skip
+    for name in (
+        numba.__version__,
+        sys.version,
+        platform.machine(),
+        platform.processor(),
+        os.environ.get("NUMBA_CACHE_DIR", ""),
+        _sources_hash(),
+    ):
         h.update(name.encode() + b"\0")
     return h.hexdigest()
 
@@ -170,8 +176,9 @@ def _locked(path: Path, timeout_s: float) -> Iterator[None]:
                 if e.errno not in (errno.EAGAIN, errno.EACCES):
                     raise
                 if time.monotonic() > deadline:
-                    log.warning("%s: still locked after %.0f s; going on without it",
-                                path, timeout_s)  # fmt: skip
+                    log.warning(
+                        "%s: still locked after %.0f s; going on without it", path, timeout_s
+                    )
                     break
                 time.sleep(0.2)
         yield
@@ -180,12 +187,18 @@ def _locked(path: Path, timeout_s: float) -> Iterator[None]:
 
 
 def _run_warm_up(timeout_s: float) -> None:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
-        [str(_ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])}  # fmt: skip
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(_ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]),
+    }
     try:
-        done = subprocess.run([sys.executable, "-m", "spark_kafkalog.kernel_cache", "--warm"],
-                              env=env, capture_output=True, text=True,
-                              timeout=timeout_s)  # fmt: skip
+        done = subprocess.run(
+            [sys.executable, "-m", "spark_kafkalog.kernel_cache", "--warm"],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
+        )
     except subprocess.TimeoutExpired:
         raise KernelCacheError(
             f"compiling the kernels took more than {timeout_s:.0f} s; left to the workers"
@@ -275,11 +288,14 @@ def _fill(log_dir: Path) -> None:
 
     broker = Broker(log_dir, create=True)
     try:
-        broker.create_topic(_TOPIC, 1, config={"cleanup.policy": "compact",
-                                               "retention.ms": -1})  # fmt: skip
+        broker.create_topic(_TOPIC, 1, config={"cleanup.policy": "compact", "retention.ms": -1})
         for codec in range(5):
-            records = [ProducerRecord(None if i % 7 == 0 else b"v%d" % i, b"k%d" % (i % 5),
-                                      (("h", b"x"),), None) for i in range(20)]  # fmt: skip
+            records = [
+                ProducerRecord(
+                    None if i % 7 == 0 else b"v%d" % i, b"k%d" % (i % 5), (("h", b"x"),), None
+                )
+                for i in range(20)
+            ]
             broker.produce(_TOPIC, 0, records, compression=codec)
         for commit in (True, False):
             txn = broker.transactional_producer(f"warm-{commit}")

@@ -216,9 +216,15 @@ class ServedBrokers:
         ctx = ApiContext(broker, self.nodes, self.cluster_id, self._authorizer)
         if self._metrics is not None:
             enable_topic_stats(broker)
-        server = BrokerServer(self._config, member.endpoints, lambda a: register_all(a, ctx),
-                              self._security, self._credentials, self._authorizer,
-                              request_metrics=self._metrics is not None)  # fmt: skip
+        server = BrokerServer(
+            self._config,
+            member.endpoints,
+            lambda a: register_all(a, ctx),
+            self._security,
+            self._credentials,
+            self._authorizer,
+            request_metrics=self._metrics is not None,
+        )
         member.server = server.start()
         member.endpoints = tuple(server.listeners)
         return [f"broker {broker_id} listening on {listener}" for listener in server.listeners]
@@ -308,16 +314,32 @@ def open_brokers(
             )
         # partitions registered without a log (a stop mid-creation) are made once it listens
         broker = Broker(log_dir, config=config, create=True, complete_in_background=True)
-        return ServedBrokers(lambda: {broker.broker_id: broker}, endpoints, config, None,
-                             security, credentials, authorizer, metrics)  # fmt: skip
+        return ServedBrokers(
+            lambda: {broker.broker_id: broker},
+            endpoints,
+            config,
+            None,
+            security,
+            credentials,
+            authorizer,
+            metrics,
+        )
     if (log_dir / "meta.properties").exists():
         raise CommandError(
             f"{log_dir} is the log dir of one broker: serve it without --brokers, or give "
             "--brokers N a directory of its own"
         )
     cluster = EmbeddedCluster(log_dir, brokers, config=config)
-    return ServedBrokers(lambda: cluster.brokers, endpoints, config, cluster, security,
-                         credentials, authorizer, metrics)  # fmt: skip
+    return ServedBrokers(
+        lambda: cluster.brokers,
+        endpoints,
+        config,
+        cluster,
+        security,
+        credentials,
+        authorizer,
+        metrics,
+    )
 
 
 def run(

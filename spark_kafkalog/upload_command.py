@@ -84,11 +84,19 @@ def run(args: argparse.Namespace, out: TextIO) -> int:
     store = location(args.to, args.conf).open()
     if args.create_bucket:
         store.create_bucket()
-    report = upload_log_dir(args.log_dir, store, replace=args.replace, verify=args.verify,
-                            progress=lambda line: print(line, file=out, flush=True))  # fmt: skip
+    report = upload_log_dir(
+        args.log_dir,
+        store,
+        replace=args.replace,
+        verify=args.verify,
+        progress=lambda line: print(line, file=out, flush=True),
+    )
     deleted = f", {len(report.deleted)} stale ones deleted" if report.deleted else ""
     gone = f", {len(report.gone)} gone from the log dir meanwhile" if report.gone else ""
-    print(f"{args.to}: {len(report.uploaded)} segments uploaded, {len(report.repaired)} "
-          f"repaired, {len(report.skipped)} already there and verified{deleted}{gone}; "
-          f"{report.bytes_sent} bytes sent", file=out)  # fmt: skip
+    print(
+        f"{args.to}: {len(report.uploaded)} segments uploaded, {len(report.repaired)} "
+        f"repaired, {len(report.skipped)} already there and verified{deleted}{gone}; "
+        f"{report.bytes_sent} bytes sent",
+        file=out,
+    )
     return 0

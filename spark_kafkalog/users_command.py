@@ -49,8 +49,9 @@ def run(
         if not password:
             raise CommandError("users add needs --password or --password-stdin")
         for mechanism in chosen:
-            store.upsert(user, mechanism, ScramCredential.from_password(mechanism, password,
-                                                                        iterations))  # fmt: skip
+            store.upsert(
+                user, mechanism, ScramCredential.from_password(mechanism, password, iterations)
+            )
         out.write(f"Added user {user} ({', '.join(chosen)}).\n")
         return 0
     deleted = store.delete(user) if mechanisms is None else _delete_each(store, user, chosen)

@@ -40,8 +40,13 @@ from benchmarks._serve_peers import (
 )
 
 TOOL_TIMEOUT_S = 180.0
-__all__ = ["kafka_broker", "kafka_tool", "kafka39_home", "secured_kafka_broker",
-           "spark_connector_jars"]  # fmt: skip
+__all__ = [
+    "kafka_broker",
+    "kafka_tool",
+    "kafka39_home",
+    "secured_kafka_broker",
+    "spark_connector_jars",
+]
 # peer.sh's node settings (one node, 3 partitions per internal topic, no initial rebalance
 # delay), after each broker's listeners
 NODE_PROPERTIES = """\
@@ -141,9 +146,20 @@ def _own_kafka(
     java = ["java", "-Xmx512m", f"-Dkafka.logs.dir={run_dir}", log4j, "-cp", f"{home}/libs/*"]
     if not (run_dir / "data" / "meta.properties").exists():
         subprocess.run(
-            [*java, "kafka.tools.StorageTool", "format", "-t", _cluster_id(), "-c", str(props),
-             *format_args], capture_output=True, timeout=KAFKA_START_S, check=True,
-        )  # fmt: skip
+            [
+                *java,
+                "kafka.tools.StorageTool",
+                "format",
+                "-t",
+                _cluster_id(),
+                "-c",
+                str(props),
+                *format_args,
+            ],
+            capture_output=True,
+            timeout=KAFKA_START_S,
+            check=True,
+        )
     out = run_dir / "kafka.out"
     with _child(name, [*java, "kafka.Kafka", str(props), *args], out) as (proc, _):
         answered = first_answer(name, proc, out, port, KAFKA_START_S)
@@ -156,8 +172,9 @@ def secured_kafka_broker(run_dir: Path, user: str, password: str) -> Iterator[Se
     with a SCRAM-SHA-256 credential (written when its storage is formatted); skips without the
     peer."""
     port, cport = _free_port(), _free_port()
-    text = SECURED_PROPERTIES.format(port=port, cport=cport, scram=SCRAM, user=user,
-                                     password=password, data=run_dir / "data")  # fmt: skip
+    text = SECURED_PROPERTIES.format(
+        port=port, cport=cport, scram=SCRAM, user=user, password=password, data=run_dir / "data"
+    )
     scram = ["--add-scram", f"{SCRAM}=[name={user},password={password}]"]
     with _own_kafka("Kafka 3.9 (SASL)", run_dir, text, port, scram, []) as server:
         yield server
@@ -191,8 +208,9 @@ def kafka_tool(
         done = runner.run(argv, _main_class(home, tool), work, stdin, timeout)
     else:
         env = dict(os.environ, KAFKA_HEAP_OPTS="-Xmx256m", LOG_DIR=str(work))
-        done = subprocess.run(argv, env=env, input=stdin, capture_output=True, text=True,
-                              timeout=timeout, check=False)  # fmt: skip
+        done = subprocess.run(
+            argv, env=env, input=stdin, capture_output=True, text=True, timeout=timeout, check=False
+        )
     if check and done.returncode != 0:
         raise AssertionError(
             f"{tool} {' '.join(map(str, args))} exited {done.returncode}:\n"
@@ -224,21 +242,38 @@ class ToolRunner:
     _unavailable = False
     # besides the script's options: a heap for many runs, and what the runner needs (its
     # SecurityManager sees System.exit; the shutdown hooks are read from java.lang)
-    JVM = ["-Xmx512m", "-Djava.security.manager=allow", "--add-opens",
-           "java.base/java.lang=ALL-UNNAMED"]  # fmt: skip
+    JVM = [
+        "-Xmx512m",
+        "-Djava.security.manager=allow",
+        "--add-opens",
+        "java.base/java.lang=ALL-UNNAMED",
+    ]
 
     def __init__(self, home: Path) -> None:
         self.folder = Path(tempfile.mkdtemp(prefix="kafka-tool-runner-"))
         source = Path(__file__).with_name("KafkaToolRunner.java")
-        subprocess.run(["javac", "-nowarn", "-Xlint:-removal", "-d", str(self.folder), str(source)],
-                       capture_output=True, check=True, timeout=TOOL_TIMEOUT_S)  # fmt: skip
+        subprocess.run(
+            ["javac", "-nowarn", "-Xlint:-removal", "-d", str(self.folder), str(source)],
+            capture_output=True,
+            check=True,
+            timeout=TOOL_TIMEOUT_S,
+        )
         options, classpath = self._script_java(home)
         self.log = self.folder / "runner.err"
         with open(self.log, "wb") as err:
             self.proc = subprocess.Popen(
-                ["java", *options, *self.JVM, "-cp", f"{self.folder}{os.pathsep}{classpath}",
-                 "KafkaToolRunner"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err,
-            )  # fmt: skip
+                [
+                    "java",
+                    *options,
+                    *self.JVM,
+                    "-cp",
+                    f"{self.folder}{os.pathsep}{classpath}",
+                    "KafkaToolRunner",
+                ],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=err,
+            )
         if self._read_int(TOOL_TIMEOUT_S) != 0:
             raise OSError("the tool runner did not start")
 
@@ -250,10 +285,20 @@ class ToolRunner:
         fake.parent.mkdir(parents=True)
         fake.write_text('#!/bin/sh\nprintf "%s\\n" "$@"\n')
         fake.chmod(0o755)
-        env = dict(os.environ, JAVA_HOME=str(fake.parents[1]), KAFKA_HEAP_OPTS="-Xmx512m",
-                   LOG_DIR=str(self.folder))  # fmt: skip
-        done = subprocess.run([str(home / "bin" / "kafka-run-class.sh"), "MAIN"], env=env,
-                              capture_output=True, text=True, check=True, timeout=60)  # fmt: skip
+        env = dict(
+            os.environ,
+            JAVA_HOME=str(fake.parents[1]),
+            KAFKA_HEAP_OPTS="-Xmx512m",
+            LOG_DIR=str(self.folder),
+        )
+        done = subprocess.run(
+            [str(home / "bin" / "kafka-run-class.sh"), "MAIN"],
+            env=env,
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=60,
+        )
         args = done.stdout.splitlines()
         cp = args.index("-cp")
         return [a for a in args[:cp] if not a.startswith("-Xmx")], args[cp + 1]
@@ -271,8 +316,9 @@ class ToolRunner:
                 cls._unavailable = True
         return cls._shared
 
-    def run(self, argv: list[str], main_class: str, work: Path, stdin: str | None,
-            timeout: float) -> subprocess.CompletedProcess[str]:  # fmt: skip
+    def run(
+        self, argv: list[str], main_class: str, work: Path, stdin: str | None, timeout: float
+    ) -> subprocess.CompletedProcess[str]:
         """``main_class``'s main with ``argv[1:]`` as a tool run: its exit status and output."""
         request = [self._string(main_class), self._string(str(work))]
         request.append(struct.pack(">i", -1) if stdin is None else self._string(stdin))

@@ -117,9 +117,11 @@ class FaultProxy:
             if fault is not None and fault.kind == "status":
                 reason, code = _ERRORS[fault.value]
                 xml = f"<Error><Code>{code}</Code><Message>{reason}</Message></Error>".encode()
-                client.sendall(f"HTTP/1.1 {fault.value} {reason}\r\nContent-Type: application/"
-                               f"xml\r\nContent-Length: {len(xml)}\r\nConnection: close\r\n\r\n"
-                               .encode() + xml)  # fmt: skip
+                client.sendall(
+                    f"HTTP/1.1 {fault.value} {reason}\r\nContent-Type: application/"
+                    f"xml\r\nContent-Length: {len(xml)}\r\nConnection: close\r\n\r\n".encode()
+                    + xml
+                )
                 return
             if fault is not None and fault.kind == "stall":
                 self._stopped.wait(IO_TIMEOUT_S)

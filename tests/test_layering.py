@@ -221,7 +221,7 @@ STORAGE_INTERNALS = tuple(
         "offset_index",
         "time_index",
         "log_dir",
-    )  # fmt: skip
+    )
 )
 
 
@@ -245,8 +245,10 @@ def test_data_source_reads_only_through_the_fetch_source() -> None:
 def test_checker_sees_a_storage_import(tmp_path: Path) -> None:
     module = tmp_path / "m.py"
     module.write_text("from broker_embedded.storage import log_dir\n")
-    assert imported_names(module, tmp_path) == [(1, "broker_embedded.storage"),
-                                                (1, "broker_embedded.storage.log_dir")]  # fmt: skip
+    assert imported_names(module, tmp_path) == [
+        (1, "broker_embedded.storage"),
+        (1, "broker_embedded.storage.log_dir"),
+    ]
 
 
 # -- who starts the server -----------------------------------------------------------------------

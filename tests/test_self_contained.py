@@ -47,8 +47,12 @@ def test_a_copy_with_nothing_beside_it_runs_the_fixture_tests(tmp_path):
     env = {k: v for k, v in os.environ.items() if k not in ("KAFKALOG_PEERS", "PYTHONPATH")}
     done = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *SLICE],
-        cwd=copy, env=dict(env, PYTHONPATH=str(copy)), capture_output=True, text=True,
-        timeout=600, check=False,
-    )  # fmt: skip
+        cwd=copy,
+        env=dict(env, PYTHONPATH=str(copy)),
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert " passed" in done.stdout and "skipped" not in done.stdout, done.stdout[-2000:]

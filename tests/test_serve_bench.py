@@ -15,8 +15,21 @@ from benchmarks._serve_peers import kafka_home
 
 # --settle-s: each server start waits this long idle for the settled memory row (5 s by default,
 # for the benchmark's figure; here only that the row is there)
-TINY = ["--records", "3000", "--rounds", "1", "--no-tansu", "--fetch-mib", "1",
-        "--batch-bytes", "16384", "--latency-samples", "20", "--settle-s", "0.1"]  # fmt: skip
+TINY = [
+    "--records",
+    "3000",
+    "--rounds",
+    "1",
+    "--no-tansu",
+    "--fetch-mib",
+    "1",
+    "--batch-bytes",
+    "16384",
+    "--latency-samples",
+    "20",
+    "--settle-s",
+    "0.1",
+]
 ROWS = [
     "| start to first ApiVersions answer",
     "| memory, idle (VmRSS after start)",
@@ -122,6 +135,9 @@ def test_metrics_cost_pairs_switch_the_metrics(capsys):
     assert serve_metrics.main(["--pairs", "2", "--chunk", "25"]) == 0
     out = capsys.readouterr().out
     rows = [line.split(" | ")[:2] for line in out.splitlines() if line.endswith("x) |")]
-    workloads = ["produce acks=1, 1 record a request", "produce acks=1, batched",
-                 "raw fetch, 1 MiB a request"]  # fmt: skip
+    workloads = [
+        "produce acks=1, 1 record a request",
+        "produce acks=1, batched",
+        "raw fetch, 1 MiB a request",
+    ]
     assert rows == [[f"| {w}", f"{m} (2)"] for w in workloads for m in ("off", "on", "control")]

@@ -50,8 +50,10 @@ def tmpfs(
     options = f"size={size_bytes},mode=0755" + (f",nr_inodes={inodes}" if inodes else "")
     done = subprocess.run(
         [mount, "-t", "tmpfs", "-o", options, "tmpfs", str(point)],
-        capture_output=True, text=True, timeout=MOUNT_TIMEOUT_S,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=MOUNT_TIMEOUT_S,
+    )
     if done.returncode != 0:
         _refused(f"mount exited {done.returncode}: {done.stderr.strip()}")
     try:

@@ -660,8 +660,10 @@ class _GroupIndexes:
         self._run(np.empty((0, 4), np.int64), True)
         oi = np.concatenate(self.offset_entries)
         ti = np.concatenate(self.time_entries)
-        return (OffsetIndex(self.base, keys=oi[:, 0], values=oi[:, 1]),
-                TimeIndex(self.base, keys=ti[:, 0], values=ti[:, 1]))  # fmt: skip
+        return (
+            OffsetIndex(self.base, keys=oi[:, 0], values=oi[:, 1]),
+            TimeIndex(self.base, keys=ti[:, 0], values=ti[:, 1]),
+        )
 
 
 @contextmanager

@@ -199,8 +199,21 @@ def map_rows(buf, side, plan, r0, r1, start_offset, words, state, scratch, group
                     _fail(result, MAP_ERROR, r, E_LEFT_OVER, p - first, declared, end - p)
                     result[R_RECORDS] = records
                     return
-                (err, detail, rec_end, _ts, offset_delta, klen, key_end, _vlen, _vend,
-                 _hc, _ha, _hk, _hv) = parse_record(src, p, end)  # fmt: skip
+                (
+                    err,
+                    detail,
+                    rec_end,
+                    _ts,
+                    offset_delta,
+                    klen,
+                    key_end,
+                    _vlen,
+                    _vend,
+                    _hc,
+                    _ha,
+                    _hk,
+                    _hv,
+                ) = parse_record(src, p, end)
                 if err == E_OK and not 0 <= offset_delta <= last_delta:
                     err, detail = E_OFFSET_DELTA, offset_delta
                 if err != E_OK:
@@ -326,8 +339,21 @@ def filter_rows(buf, side, plan, words, state, params, out, raw, outcome, recs, 
                 while p < end and n < ahead:
                     if found == count:
                         return E_LEFT_OVER, r, p - first, count, end - p, opos, rpos
-                    (err, detail, rec_end, ts_delta, offset_delta, klen, key_end, vlen, _vend,
-                     _hc, _ha, _hk, _hv) = parse_record(src, p, end)  # fmt: skip
+                    (
+                        err,
+                        detail,
+                        rec_end,
+                        ts_delta,
+                        offset_delta,
+                        klen,
+                        key_end,
+                        vlen,
+                        _vend,
+                        _hc,
+                        _ha,
+                        _hk,
+                        _hv,
+                    ) = parse_record(src, p, end)
                     if err == E_OK and not 0 <= offset_delta <= last_delta:
                         err, detail = E_OFFSET_DELTA, offset_delta
                     if err != E_OK:
@@ -406,15 +432,33 @@ def filter_rows(buf, side, plan, words, state, params, out, raw, outcome, recs, 
                 rpos = end_raw
                 continue
             end_out = _write_records(out, opos + RECORD_BATCH_OVERHEAD, src, recs, kept, new_base)
-            _write_header(out, opos, buf, pos, end_out - opos - LOG_OVERHEAD, new_attr, new_base,
-                          new_max, kept)  # fmt: skip
+            _write_header(
+                out,
+                opos,
+                buf,
+                pos,
+                end_out - opos - LOG_OVERHEAD,
+                new_attr,
+                new_base,
+                new_max,
+                kept,
+            )
             put_be(out, opos + CRC_OFFSET, crc32c(out, opos + ATTRIBUTES_OFFSET, end_out), 4)
             outcome[r, O_KIND] = KIND_REWRITTEN
             outcome[r, O_END] = end_out
             opos = end_out
         elif retain == RETAIN_EMPTY:
-            _write_header(out, opos, buf, pos, RECORD_BATCH_OVERHEAD - LOG_OVERHEAD,
-                          attr & _EMPTY_KEEPS, -1, max_ts, 0)  # fmt: skip
+            _write_header(
+                out,
+                opos,
+                buf,
+                pos,
+                RECORD_BATCH_OVERHEAD - LOG_OVERHEAD,
+                attr & _EMPTY_KEEPS,
+                -1,
+                max_ts,
+                0,
+            )
             crc = crc32c(out, opos + ATTRIBUTES_OFFSET, opos + RECORD_BATCH_OVERHEAD)
             put_be(out, opos + CRC_OFFSET, crc, 4)
             outcome[r, O_KIND] = KIND_EMPTY

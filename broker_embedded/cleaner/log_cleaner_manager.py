@@ -306,9 +306,11 @@ class LogCleanerManager:
         """The ``compact,delete`` logs not being cleaned (their retention runs after cleaning)."""
         with self._lock:
             busy = set(self._in_progress)
-        return [lg for tp, lg in sorted(self._logs().items())
-                if lg.config.compact and lg.config.delete and tp not in busy
-                and not lg.is_closed]  # fmt: skip
+        return [
+            lg
+            for tp, lg in sorted(self._logs().items())
+            if lg.config.compact and lg.config.delete and tp not in busy and not lg.is_closed
+        ]
 
 
 # -- the threads -------------------------------------------------------------------------------
@@ -353,8 +355,12 @@ class LogCleaner:
         from broker_embedded.cleaner.skimpy_offset_map import SkimpyOffsetMap
 
         offset_map = SkimpyOffsetMap(self.config.map_memory, self.config.load_factor)
-        return Cleaner(offset_map, window_bytes=self.config.window_bytes, clock_ms=self._clock,
-                       should_stop=self._stop.is_set)  # fmt: skip
+        return Cleaner(
+            offset_map,
+            window_bytes=self.config.window_bytes,
+            clock_ms=self._clock,
+            should_stop=self._stop.is_set,
+        )
 
     def startup(self) -> None:
         """Start the cleaner threads (once)."""
@@ -362,8 +368,9 @@ class LogCleaner:
             if self._threads or self._stop.is_set():
                 return
             for i in range(self.config.threads):
-                t = threading.Thread(target=self._run, name=f"kafka-log-cleaner-thread-{i}",
-                                     daemon=True)  # fmt: skip
+                t = threading.Thread(
+                    target=self._run, name=f"kafka-log-cleaner-thread-{i}", daemon=True
+                )
                 self._threads.append(t)
                 t.start()
 
@@ -392,8 +399,9 @@ class LogCleaner:
             try:
                 cleaned = self.clean_once(this_threads_cleaner)
                 if failures:
-                    _log.info("log cleaner: a pass succeeded after %d that failed to write",
-                              failures)  # fmt: skip
+                    _log.info(
+                        "log cleaner: a pass succeeded after %d that failed to write", failures
+                    )
                     failures = 0
             except STORAGE_ERRORS as e:  # a full disk: not the log's fault, retried
                 failures += 1
@@ -408,8 +416,11 @@ class LogCleaner:
     def _log_storage_failure(self, error: BaseException, failures: int) -> None:
         """One warning per episode of failed writes (its first pass), a debug line per retry."""
         if failures == 1:
-            _log.warning("log cleaner: %s; retried every log.cleaner.backoff.ms (%d ms) until "
-                         "it succeeds", error, self.config.backoff_ms)  # fmt: skip
+            _log.warning(
+                "log cleaner: %s; retried every log.cleaner.backoff.ms (%d ms) until it succeeds",
+                error,
+                self.config.backoff_ms,
+            )
         else:
             _log.debug("log cleaner: attempt %d failed too: %s", failures, error)
 

@@ -91,12 +91,24 @@ def _ii(a, b, c, d, x, s, k):  # type: ignore[no-untyped-def]
 def _md5_block(a0, b0, c0, d0, src, pos):  # type: ignore[no-untyped-def]
     """One 64-byte block at ``src[pos:]`` (the caller checked the bounds): the new state."""
     x0, x1, x2, x3 = le32(src, pos), le32(src, pos + 4), le32(src, pos + 8), le32(src, pos + 12)
-    x4, x5, x6, x7 = (le32(src, pos + 16), le32(src, pos + 20), le32(src, pos + 24),
-                      le32(src, pos + 28))  # fmt: skip
-    x8, x9, x10, x11 = (le32(src, pos + 32), le32(src, pos + 36), le32(src, pos + 40),
-                        le32(src, pos + 44))  # fmt: skip
-    x12, x13, x14, x15 = (le32(src, pos + 48), le32(src, pos + 52), le32(src, pos + 56),
-                          le32(src, pos + 60))  # fmt: skip
+    x4, x5, x6, x7 = (
+        le32(src, pos + 16),
+        le32(src, pos + 20),
+        le32(src, pos + 24),
+        le32(src, pos + 28),
+    )
+    x8, x9, x10, x11 = (
+        le32(src, pos + 32),
+        le32(src, pos + 36),
+        le32(src, pos + 40),
+        le32(src, pos + 44),
+    )
+    x12, x13, x14, x15 = (
+        le32(src, pos + 48),
+        le32(src, pos + 52),
+        le32(src, pos + 56),
+        le32(src, pos + 60),
+    )
     a, b, c, d = a0, b0, c0, d0
     a = _ff(a, b, c, d, x0, 7, 0xD76AA478)
     d = _ff(d, a, b, c, x1, 12, 0xE8C7B756)
@@ -240,9 +252,10 @@ def _prefetch(typingctx, arr, index):  # type: ignore[no-untyped-def]
         i32 = ir.IntType(32)
         address = builder.bitcast(builder.gep(array.data, [args[1]]), i8p)
         fn = cgutils.get_or_insert_function(
-            builder.module, ir.FunctionType(ir.VoidType(), [i8p, i32, i32, i32]),
+            builder.module,
+            ir.FunctionType(ir.VoidType(), [i8p, i32, i32, i32]),
             "llvm.prefetch.p0i8",
-        )  # fmt: skip
+        )
         builder.call(fn, [address, ir.Constant(i32, 1), ir.Constant(i32, 3), ir.Constant(i32, 1)])
         return context.get_dummy_value()
 
@@ -346,8 +359,16 @@ class SkimpyOffsetMap:
     slots the cleaner fills before it ends a round.
     """
 
-    __slots__ = ("memory", "slots", "load_factor", "max_desired_entries", "state", "_buffer",
-                 "_words", "_scratch")  # fmt: skip
+    __slots__ = (
+        "memory",
+        "slots",
+        "load_factor",
+        "max_desired_entries",
+        "state",
+        "_buffer",
+        "_words",
+        "_scratch",
+    )
 
     def __init__(self, memory: int, load_factor: float = DEFAULT_LOAD_FACTOR) -> None:
         if memory < BYTES_PER_ENTRY:

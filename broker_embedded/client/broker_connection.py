@@ -58,15 +58,29 @@ DESCRIBE_ACLS, CREATE_ACLS, DELETE_ACLS = 29, 30, 31
 # What this client can build and read (topic names, not ids: Fetch v13+ and DeleteTopics v6+
 # name topics by id).
 CLIENT_VERSIONS = {
-    PRODUCE: (3, 9), FETCH: (4, 12), LIST_OFFSETS: (2, 7), METADATA: (1, 12),
-    API_VERSIONS_KEY: (0, 3), CREATE_TOPICS: (2, 7), DELETE_TOPICS: (1, 5),
-    DESCRIBE_CONFIGS: (1, 4), CREATE_PARTITIONS: (0, 3),
-    OFFSET_COMMIT: (2, 8), OFFSET_FETCH: (2, 7), FIND_COORDINATOR: (1, 3),
-    DESCRIBE_GROUPS: (0, 5), LIST_GROUPS: (0, 4),
-    INIT_PRODUCER_ID: (0, 5), ADD_PARTITIONS_TO_TXN: (0, 3), ADD_OFFSETS_TO_TXN: (0, 3),
-    END_TXN: (0, 3), TXN_OFFSET_COMMIT: (0, 3),
-    DESCRIBE_ACLS: (1, 3), CREATE_ACLS: (1, 3), DELETE_ACLS: (1, 3),  # `kafkalog acls`
-}  # fmt: skip
+    PRODUCE: (3, 9),
+    FETCH: (4, 12),
+    LIST_OFFSETS: (2, 7),
+    METADATA: (1, 12),
+    API_VERSIONS_KEY: (0, 3),
+    CREATE_TOPICS: (2, 7),
+    DELETE_TOPICS: (1, 5),
+    DESCRIBE_CONFIGS: (1, 4),
+    CREATE_PARTITIONS: (0, 3),
+    OFFSET_COMMIT: (2, 8),
+    OFFSET_FETCH: (2, 7),
+    FIND_COORDINATOR: (1, 3),
+    DESCRIBE_GROUPS: (0, 5),
+    LIST_GROUPS: (0, 4),
+    INIT_PRODUCER_ID: (0, 5),
+    ADD_PARTITIONS_TO_TXN: (0, 3),
+    ADD_OFFSETS_TO_TXN: (0, 3),
+    END_TXN: (0, 3),
+    TXN_OFFSET_COMMIT: (0, 3),
+    DESCRIBE_ACLS: (1, 3),
+    CREATE_ACLS: (1, 3),
+    DELETE_ACLS: (1, 3),  # `kafkalog acls`
+}
 _SIZE = struct.Struct(">i")
 
 
@@ -150,8 +164,9 @@ class BrokerConnection:
             raise BrokerConnectionError(f"TLS with broker {address} failed: {e}") from None
 
     def _negotiate(self) -> dict[int, int]:
-        response = self.send(API_VERSIONS_KEY, 3, client_software_name="kafkalog",
-                             client_software_version="1")  # fmt: skip
+        response = self.send(
+            API_VERSIONS_KEY, 3, client_software_name="kafkalog", client_software_version="1"
+        )
         if response.error_code == ErrorCode.unsupported_version:
             response = self.send(API_VERSIONS_KEY, 0)
         if response.error_code != ErrorCode.none:
@@ -180,8 +195,9 @@ class BrokerConnection:
         version = self.version(api_key)
         schema = request_schema(api_key, version)
         assert schema is not None
-        return self.send(api_key, version, expect_response=expect_response,
-                         **build(types_of(schema)))  # fmt: skip
+        return self.send(
+            api_key, version, expect_response=expect_response, **build(types_of(schema))
+        )
 
     def send(self, api_key: int, version: int, *, expect_response=True, **values: Any) -> Any:
         schema, reply = request_schema(api_key, version), response_schema(api_key, version)
@@ -189,9 +205,12 @@ class BrokerConnection:
         self._correlation_id += 1
         header_schema = schema.__header_schema__
         header = make(
-            header_schema, request_api_key=api_key, request_api_version=version,
-            correlation_id=self._correlation_id, client_id=self.config.client_id,
-        )  # fmt: skip
+            header_schema,
+            request_api_key=api_key,
+            request_api_version=version,
+            correlation_id=self._correlation_id,
+            client_id=self.config.client_id,
+        )
         buf = bytearray(4)
         _Appender(buf).write_with(writer_of(header_schema), header)
         _Appender(buf).write_with(writer_of(schema), make(schema, **values))

@@ -48,11 +48,15 @@ PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
 SASL_HANDSHAKE, SASL_AUTHENTICATE = 17, 36
 _SSL_KEYS = {
-    "ssl.truststore.location": "cafile", "ssl.ca.location": "cafile",
-    "ssl.truststore.certificates": "cadata", "ssl.keystore.location": "certfile",
-    "ssl.certificate.location": "certfile", "ssl.key.location": "keyfile",
-    "ssl.key.password": "key_password", "ssl.keystore.password": "key_password",
-}  # fmt: skip
+    "ssl.truststore.location": "cafile",
+    "ssl.ca.location": "cafile",
+    "ssl.truststore.certificates": "cadata",
+    "ssl.keystore.location": "certfile",
+    "ssl.certificate.location": "certfile",
+    "ssl.key.location": "keyfile",
+    "ssl.key.password": "key_password",
+    "ssl.keystore.password": "key_password",
+}
 _IGNORED = frozenset(("ssl.truststore.type", "ssl.keystore.type", "ssl.protocol"))
 _JAAS_OPTION = re.compile(r'(\w+)\s*=\s*"((?:[^"\\]|\\.)*)"')
 

@@ -99,9 +99,14 @@ class IdempotentProducer:
         base = last = -1
         try:
             for i in range(len(encoded)):
-                offset = self.client.produce(topic, partition, bytes(encoded[i]), acks=ACKS_ALL,
-                                             timeout_ms=self.timeout_ms,
-                                             transactional_id=self.transactional_id)  # fmt: skip
+                offset = self.client.produce(
+                    topic,
+                    partition,
+                    bytes(encoded[i]),
+                    acks=ACKS_ALL,
+                    timeout_ms=self.timeout_ms,
+                    transactional_id=self.transactional_id,
+                )
                 rows = int(encoded.first_rows[i + 1] - encoded.first_rows[i])
                 base = offset if base < 0 else base
                 last = offset + rows - 1

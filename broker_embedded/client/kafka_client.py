@@ -200,9 +200,12 @@ class KafkaClient:
                 if names is None
                 else tuple(make(types.MetadataRequestTopic, name=n, topic_id=None) for n in names)
             )
-            return {"topics": wanted, "allow_auto_topic_creation": auto_create,
-                    "include_topic_authorized_operations": False,
-                    "include_cluster_authorized_operations": False}  # fmt: skip
+            return {
+                "topics": wanted,
+                "allow_auto_topic_creation": auto_create,
+                "include_topic_authorized_operations": False,
+                "include_cluster_authorized_operations": False,
+            }
 
         response = self.any_broker(METADATA, build)
         self._brokers = {b.node_id: BrokerAddress(b.host, b.port) for b in response.brokers}
@@ -210,10 +213,25 @@ class KafkaClient:
         for t in response.topics:
             if t.error_code != ErrorCode.none:
                 raise api_error(int(t.error_code), f"Metadata of topic {t.name!r} failed")
-            info = TopicInfo(t.name, getattr(t, "topic_id", None), tuple(sorted(
-                (PartitionInfo(p.partition_index, p.leader_id, p.leader_epoch,
-                               tuple(p.replica_nodes), tuple(p.isr_nodes))
-                 for p in t.partitions), key=lambda p: p.partition)))  # fmt: skip
+            info = TopicInfo(
+                t.name,
+                getattr(t, "topic_id", None),
+                tuple(
+                    sorted(
+                        (
+                            PartitionInfo(
+                                p.partition_index,
+                                p.leader_id,
+                                p.leader_epoch,
+                                tuple(p.replica_nodes),
+                                tuple(p.isr_nodes),
+                            )
+                            for p in t.partitions
+                        ),
+                        key=lambda p: p.partition,
+                    )
+                ),
+            )
             self._topics[t.name] = info
             out.append(info)
         return out
@@ -300,8 +318,12 @@ class KafkaClient:
         transactional id, asked of any broker."""
 
         def build(_: Any) -> dict[str, Any]:
-            return {"transactional_id": None, "transaction_timeout": timedelta(minutes=1),
-                    "producer_id": -1, "producer_epoch": -1}  # fmt: skip
+            return {
+                "transactional_id": None,
+                "transaction_timeout": timedelta(minutes=1),
+                "producer_id": -1,
+                "producer_epoch": -1,
+            }
 
         deadline = time.monotonic() + self.config.retry_timeout_s
         attempt = 0
@@ -327,18 +349,26 @@ class KafkaClient:
     # -- partition requests ------------------------------------------------------------------------
 
     def produce(
-        self, topic: str, partition: int, batch: bytes, *, acks: int, timeout_ms: int = 30_000,
+        self,
+        topic: str,
+        partition: int,
+        batch: bytes,
+        *,
+        acks: int,
+        timeout_ms: int = 30_000,
         transactional_id: str | None = None,
-    ) -> int:  # fmt: skip
+    ) -> int:
         """Produce one record batch (of ``transactional_id``'s transaction when given); the base
         offset the leader assigned (-1 with acks=0, which has no response)."""
 
         def build(types: Any) -> dict[str, Any]:
             data = make(types.PartitionProduceData, index=partition, records=batch)
-            return {"transactional_id": transactional_id, "acks": acks,
-                    "timeout": timedelta(milliseconds=timeout_ms),
-                    "topic_data": (make(types.TopicProduceData, name=topic,
-                                        partition_data=(data,)),)}  # fmt: skip
+            return {
+                "transactional_id": transactional_id,
+                "acks": acks,
+                "timeout": timedelta(milliseconds=timeout_ms),
+                "topic_data": (make(types.TopicProduceData, name=topic, partition_data=(data,)),),
+            }
 
         def call(c: BrokerConnection) -> int:
             response = c.request(PRODUCE, build, expect_response=acks != 0)
@@ -360,42 +390,72 @@ class KafkaClient:
         Tansu). A response without the partition is a :class:`BrokerConnectionError`."""
 
         def build(types: Any) -> dict[str, Any]:
-            p = make(types.FetchPartition, partition=partition, current_leader_epoch=-1,
-                     fetch_offset=offset, last_fetched_epoch=-1, log_start_offset=-1,
-                     partition_max_bytes=max_bytes)  # fmt: skip
-            return {"cluster_id": None, "replica_id": -1, "max_wait": FETCH_MAX_WAIT,
-                    "min_bytes": 1, "max_bytes": max_bytes, "isolation_level": isolation_level,
-                    "session_id": 0, "session_epoch": -1,
-                    "topics": (make(types.FetchTopic, topic=topic, partitions=(p,)),),
-                    "forgotten_topics_data": (), "rack_id": ""}  # fmt: skip
+            p = make(
+                types.FetchPartition,
+                partition=partition,
+                current_leader_epoch=-1,
+                fetch_offset=offset,
+                last_fetched_epoch=-1,
+                log_start_offset=-1,
+                partition_max_bytes=max_bytes,
+            )
+            return {
+                "cluster_id": None,
+                "replica_id": -1,
+                "max_wait": FETCH_MAX_WAIT,
+                "min_bytes": 1,
+                "max_bytes": max_bytes,
+                "isolation_level": isolation_level,
+                "session_id": 0,
+                "session_epoch": -1,
+                "topics": (make(types.FetchTopic, topic=topic, partitions=(p,)),),
+                "forgotten_topics_data": (),
+                "rack_id": "",
+            }
 
         def call(c: BrokerConnection) -> FetchedPartition:
             response = c.request(FETCH, build)
             _check(response.error_code, c, topic, partition, "Fetch")
             if not response.responses or not response.responses[0].partitions:
-                raise BrokerConnectionError(f"Fetch at offset {offset} of topic {topic!r} "
-                                            f"partition {partition}: broker {c.address} answered "
-                                            f"without the partition")  # fmt: skip
+                raise BrokerConnectionError(
+                    f"Fetch at offset {offset} of topic {topic!r} "
+                    f"partition {partition}: broker {c.address} answered "
+                    f"without the partition"
+                )
             p = response.responses[0].partitions[0]
             _check(p.error_code, c, topic, partition, f"Fetch at offset {offset}")
             aborted = None
             if p.aborted_transactions is not None:
                 aborted = tuple((a.producer_id, a.first_offset) for a in p.aborted_transactions)
-            return FetchedPartition(p.records or b"", p.high_watermark, p.last_stable_offset,
-                                    p.log_start_offset, aborted)  # fmt: skip
+            return FetchedPartition(
+                p.records or b"",
+                p.high_watermark,
+                p.last_stable_offset,
+                p.log_start_offset,
+                aborted,
+            )
 
         return self.to_leader(topic, partition, call)
 
     def list_offset(
-        self, topic: str, partition: int, timestamp: int, *, isolation_level: int = 0,
+        self,
+        topic: str,
+        partition: int,
+        timestamp: int,
+        *,
+        isolation_level: int = 0,
         replica_id: int = -1,
-    ) -> int:  # fmt: skip
+    ) -> int:
         """The offset ListOffsets answers for ``timestamp`` (EARLIEST, LATEST or ms; -1 when no
         record has a timestamp at or after it)."""
 
         def build(types: Any) -> dict[str, Any]:
-            p = make(types.ListOffsetsPartition, partition_index=partition,
-                     current_leader_epoch=-1, timestamp=timestamp)  # fmt: skip
+            p = make(
+                types.ListOffsetsPartition,
+                partition_index=partition,
+                current_leader_epoch=-1,
+                timestamp=timestamp,
+            )
             topics = (make(types.ListOffsetsTopic, name=topic, partitions=(p,)),)
             return {"replica_id": replica_id, "isolation_level": isolation_level, "topics": topics}
 
@@ -412,21 +472,32 @@ class KafkaClient:
         self, name: str, partitions: int, replication_factor: int, configs: dict[str, str]
     ) -> None:
         def build(types: Any) -> dict[str, Any]:
-            entries = tuple(make(types.CreatableTopicConfig, name=k, value=v)
-                            for k, v in configs.items())  # fmt: skip
-            topic = make(types.CreatableTopic, name=name, num_partitions=partitions,
-                         replication_factor=replication_factor, assignments=(),
-                         configs=entries)  # fmt: skip
-            return {"topics": (topic,), "validate_only": False,
-                    "timeout": timedelta(seconds=self.config.request_timeout_s)}  # fmt: skip
+            entries = tuple(
+                make(types.CreatableTopicConfig, name=k, value=v) for k, v in configs.items()
+            )
+            topic = make(
+                types.CreatableTopic,
+                name=name,
+                num_partitions=partitions,
+                replication_factor=replication_factor,
+                assignments=(),
+                configs=entries,
+            )
+            return {
+                "topics": (topic,),
+                "validate_only": False,
+                "timeout": timedelta(seconds=self.config.request_timeout_s),
+            }
 
         result = self.any_broker(CREATE_TOPICS, build).topics[0]
         _check_admin(result, f"CreateTopics {name!r}")
 
     def delete_topic(self, name: str) -> None:
         def build(types: Any) -> dict[str, Any]:
-            return {"topic_names": (name,),
-                    "timeout": timedelta(seconds=self.config.request_timeout_s)}  # fmt: skip
+            return {
+                "topic_names": (name,),
+                "timeout": timedelta(seconds=self.config.request_timeout_s),
+            }
 
         _check_admin(self.any_broker(DELETE_TOPICS, build).responses[0], f"DeleteTopics {name!r}")
         self._topics.pop(name, None)
@@ -434,21 +505,32 @@ class KafkaClient:
     def create_partitions(self, name: str, count: int) -> None:
         def build(types: Any) -> dict[str, Any]:
             topic = make(types.CreatePartitionsTopic, name=name, count=count, assignments=None)
-            return {"topics": (topic,), "validate_only": False,
-                    "timeout": timedelta(seconds=self.config.request_timeout_s)}  # fmt: skip
+            return {
+                "topics": (topic,),
+                "validate_only": False,
+                "timeout": timedelta(seconds=self.config.request_timeout_s),
+            }
 
-        _check_admin(self.any_broker(CREATE_PARTITIONS, build).results[0],
-                     f"CreatePartitions {name!r}")  # fmt: skip
+        _check_admin(
+            self.any_broker(CREATE_PARTITIONS, build).results[0], f"CreatePartitions {name!r}"
+        )
         self._topics.pop(name, None)
 
     def topic_configs(self, name: str) -> list[ConfigValue]:
         """Every config of topic ``name`` with its effective value, in the broker's order."""
 
         def build(types: Any) -> dict[str, Any]:
-            resource = make(types.DescribeConfigsResource, resource_type=2, resource_name=name,
-                            configuration_keys=None)  # fmt: skip
-            return {"resources": (resource,), "include_synonyms": False,
-                    "include_documentation": False}  # fmt: skip
+            resource = make(
+                types.DescribeConfigsResource,
+                resource_type=2,
+                resource_name=name,
+                configuration_keys=None,
+            )
+            return {
+                "resources": (resource,),
+                "include_synonyms": False,
+                "include_documentation": False,
+            }
 
         result = self.any_broker(DESCRIBE_CONFIGS, build).results[0]
         _check_admin(result, f"DescribeConfigs of topic {name!r}")
@@ -460,14 +542,23 @@ class KafkaClient:
         self.metadata([])
         address = self._brokers.get(broker_id)
         if address is None:
-            raise KafkaLogError(f"no broker {broker_id} in the cluster's metadata "
-                                f"(brokers: {sorted(self._brokers)})")  # fmt: skip
+            raise KafkaLogError(
+                f"no broker {broker_id} in the cluster's metadata "
+                f"(brokers: {sorted(self._brokers)})"
+            )
 
         def build(types: Any) -> dict[str, Any]:
-            resource = make(types.DescribeConfigsResource, resource_type=4,
-                            resource_name=str(broker_id), configuration_keys=None)  # fmt: skip
-            return {"resources": (resource,), "include_synonyms": False,
-                    "include_documentation": False}  # fmt: skip
+            resource = make(
+                types.DescribeConfigsResource,
+                resource_type=4,
+                resource_name=str(broker_id),
+                configuration_keys=None,
+            )
+            return {
+                "resources": (resource,),
+                "include_synonyms": False,
+                "include_documentation": False,
+            }
 
         result = self.connection(address).request(DESCRIBE_CONFIGS, build).results[0]
         _check_admin(result, f"DescribeConfigs of broker {broker_id}")
@@ -492,8 +583,9 @@ class KafkaClient:
             if response.error_code != ErrorCode.none:
                 raise api_error(int(response.error_code), f"ListGroups on broker {broker_id}")
             for g in response.groups:
-                found[g.group_id] = ListedGroup(g.group_id, g.protocol_type,
-                                                getattr(g, "group_state", ""))  # fmt: skip
+                found[g.group_id] = ListedGroup(
+                    g.group_id, g.protocol_type, getattr(g, "group_state", "")
+                )
         return [found[g] for g in sorted(found)]
 
     def to_coordinator(
@@ -522,8 +614,10 @@ class KafkaClient:
 
     def describe_group(self, group_id: str) -> DescribedGroup:
         def call(c: BrokerConnection) -> DescribedGroup:
-            response = c.request(DESCRIBE_GROUPS, lambda _: {
-                "groups": (group_id,), "include_authorized_operations": False})  # fmt: skip
+            response = c.request(
+                DESCRIBE_GROUPS,
+                lambda _: {"groups": (group_id,), "include_authorized_operations": False},
+            )
             g = response.groups[0]
             if g.error_code != ErrorCode.none:
                 raise api_error(int(g.error_code), f"DescribeGroups of {group_id!r} on {c.address}")
@@ -553,21 +647,32 @@ class KafkaClient:
             by_topic.setdefault(topic, []).append(partition)
 
         def build(types: Any) -> dict[str, Any]:
-            topics = None if partitions is None else tuple(
-                types.OffsetFetchRequestTopic(name=t, partition_indexes=tuple(ps))
-                for t, ps in by_topic.items())  # fmt: skip
+            topics = (
+                None
+                if partitions is None
+                else tuple(
+                    types.OffsetFetchRequestTopic(name=t, partition_indexes=tuple(ps))
+                    for t, ps in by_topic.items()
+                )
+            )
             return {"group_id": group_id, "topics": topics, "require_stable": require_stable}
 
         def call(c: BrokerConnection) -> dict[tuple[str, int], int]:
             response = c.request(OFFSET_FETCH, build)
             if response.error_code != ErrorCode.none:
-                raise api_error(int(response.error_code),
-                                f"OffsetFetch of group {group_id!r} on {c.address}")  # fmt: skip
+                raise api_error(
+                    int(response.error_code), f"OffsetFetch of group {group_id!r} on {c.address}"
+                )
             out = {}
             for t in response.topics:
                 for p in t.partitions:
-                    _check(p.error_code, c, t.name, p.partition_index,
-                           f"OffsetFetch of group {group_id!r}")  # fmt: skip
+                    _check(
+                        p.error_code,
+                        c,
+                        t.name,
+                        p.partition_index,
+                        f"OffsetFetch of group {group_id!r}",
+                    )
                     out[(t.name, p.partition_index)] = int(p.committed_offset)
             return out
 
@@ -584,30 +689,54 @@ class KafkaClient:
 
         def build(types: Any) -> dict[str, Any]:
             topics = tuple(
-                make(types.OffsetCommitRequestTopic, name=topic, partitions=tuple(
-                    make(types.OffsetCommitRequestPartition, partition_index=p,
-                         committed_offset=o, committed_leader_epoch=-1, committed_metadata="")
-                    for p, o in parts))
+                make(
+                    types.OffsetCommitRequestTopic,
+                    name=topic,
+                    partitions=tuple(
+                        make(
+                            types.OffsetCommitRequestPartition,
+                            partition_index=p,
+                            committed_offset=o,
+                            committed_leader_epoch=-1,
+                            committed_metadata="",
+                        )
+                        for p, o in parts
+                    ),
+                )
                 for topic, parts in by_topic.items()
-            )  # fmt: skip
-            return {"group_id": group_id, "generation_id_or_member_epoch": -1, "member_id": "",
-                    "group_instance_id": None, "topics": topics}  # fmt: skip
+            )
+            return {
+                "group_id": group_id,
+                "generation_id_or_member_epoch": -1,
+                "member_id": "",
+                "group_instance_id": None,
+                "topics": topics,
+            }
 
         def call(c: BrokerConnection) -> None:
             response = c.request(OFFSET_COMMIT, build)
             for t in response.topics:
                 for p in t.partitions:
-                    _check(p.error_code, c, t.name, p.partition_index,
-                           f"OffsetCommit of group {group_id!r}")  # fmt: skip
+                    _check(
+                        p.error_code,
+                        c,
+                        t.name,
+                        p.partition_index,
+                        f"OffsetCommit of group {group_id!r}",
+                    )
 
         if by_topic:
             self.to_coordinator(group_id, call)
 
 
 def _check(
-    code: Any, c: BrokerConnection, topic: str, partition: int, what: str,
+    code: Any,
+    c: BrokerConnection,
+    topic: str,
+    partition: int,
+    what: str,
     message: str | None = None,
-) -> None:  # fmt: skip
+) -> None:
     if code != ErrorCode.none:
         detail = f": {message}" if message else ""
         raise api_error(

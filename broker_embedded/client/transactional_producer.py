@@ -121,10 +121,14 @@ class TransactionalProducer:
         items = list(records)
         seq = self._sequences.get(tp, 0)
         batch = build_batch(
-            items, now_ms=self._clock(), compression=compression,
-            producer_id=self.producer_id, producer_epoch=self.producer_epoch,
-            base_sequence=seq, is_transactional=True,
-        )  # fmt: skip
+            items,
+            now_ms=self._clock(),
+            compression=compression,
+            producer_id=self.producer_id,
+            producer_epoch=self.producer_epoch,
+            base_sequence=seq,
+            is_transactional=True,
+        )
         result = self.client.append(tp, batch, acks="all", timeout_ms=self.timeout_ms)
         result.raise_error()
         self._sequences[tp] = (seq + len(items)) & 0x7FFFFFFF
@@ -153,8 +157,9 @@ class TransactionalProducer:
         results = []
         for tp in completion.partitions:
             batch = completion.marker_batch(self._clock())
-            r = self.client.append(tp, batch, acks="all", timeout_ms=self.timeout_ms,
-                                   origin=AppendOrigin.COORDINATOR)  # fmt: skip
+            r = self.client.append(
+                tp, batch, acks="all", timeout_ms=self.timeout_ms, origin=AppendOrigin.COORDINATOR
+            )
             results.append(r.raise_error())
             self._coordinator.marker_written(tp, completion)
         self._coordinator.complete(completion)

@@ -208,9 +208,16 @@ class WireFetchSource:
         return found if 0 <= found < latest else None
 
     def _list(self, tp: TopicPartition, timestamp: int, isolation: IsolationLevel) -> int:
-        return self._call(self._client.list_offset, f"ListOffsets at timestamp {timestamp}", tp,
-                          None, tp.topic, tp.partition, timestamp,
-                          isolation_level=int(isolation))  # fmt: skip
+        return self._call(
+            self._client.list_offset,
+            f"ListOffsets at timestamp {timestamp}",
+            tp,
+            None,
+            tp.topic,
+            tp.partition,
+            timestamp,
+            isolation_level=int(isolation),
+        )
 
     def remote_log_storage(self) -> tuple[str, dict[str, str]]:
         """Where the cluster's brokers tier segments to (KIP-405): ``rsm.config.location`` and
@@ -221,8 +228,11 @@ class WireFetchSource:
         found: dict[int, dict[str, str]] = {}
         for broker_id in self._client.broker_ids():
             configs = self._client.broker_configs(broker_id)
-            found[broker_id] = {c.name.removeprefix(RSM_PREFIX): c.value for c in configs
-                                if c.name.startswith(RSM_PREFIX) and c.value}  # fmt: skip
+            found[broker_id] = {
+                c.name.removeprefix(RSM_PREFIX): c.value
+                for c in configs
+                if c.name.startswith(RSM_PREFIX) and c.value
+            }
         locations = {b: c.get("location") for b, c in found.items()}
         if not locations or None in locations.values():
             shown = ", ".join(f"broker {b}: {v or 'none'}" for b, v in sorted(locations.items()))
@@ -232,8 +242,10 @@ class WireFetchSource:
             )
         stores = {b: _store_of(c) for b, c in found.items()}
         if len(set(stores.values())) != 1:
-            shown = ", ".join(f"broker {b}: {uri}{f' at endpoint {at}' if at else ''}"
-                              for b, (uri, at) in sorted(stores.items()))  # fmt: skip
+            shown = ", ".join(
+                f"broker {b}: {uri}{f' at endpoint {at}' if at else ''}"
+                for b, (uri, at) in sorted(stores.items())
+            )
             raise KafkaLogError(
                 f"{self._descriptor.location}: the brokers tier to different stores "
                 f"({RSM_PREFIX}location and {RSM_PREFIX}{ENDPOINT}, DescribeConfigs): {shown}; "
@@ -250,16 +262,27 @@ class WireFetchSource:
     def committed_offsets(self, group_id: str) -> dict[TopicPartition, int]:
         """Every committed offset of ``group_id`` (OffsetFetch; -1, no offset, left out)."""
         self._ahead.settle()
-        found = self._call(self._client.committed_offsets, f"OffsetFetch of group {group_id!r}",
-                           None, None, group_id)  # fmt: skip
+        found = self._call(
+            self._client.committed_offsets,
+            f"OffsetFetch of group {group_id!r}",
+            None,
+            None,
+            group_id,
+        )
         return {TopicPartition(t, p): o for (t, p), o in found.items() if o >= 0}
 
     def commit_offsets(self, group_id: str, offsets: Mapping[TopicPartition, int]) -> None:
         """Commit ``offsets`` as ``group_id``'s (OffsetCommit, generation -1, no member id)."""
         self._ahead.settle()
         values = {(tp.topic, tp.partition): o for tp, o in offsets.items()}
-        self._call(self._client.commit_offsets, f"OffsetCommit of group {group_id!r}", None,
-                   None, group_id, values)  # fmt: skip
+        self._call(
+            self._client.commit_offsets,
+            f"OffsetCommit of group {group_id!r}",
+            None,
+            None,
+            group_id,
+            values,
+        )
 
     # -- fetching ----------------------------------------------------------------------------------
 
@@ -321,9 +344,12 @@ class WireFetchSource:
             if fetched.records or not self._in_remote_storage(key, fetched):
                 return fetched
             error = None
-        last = (f"the last answer was {error.name}: {error}" if error is not None else
-                "the offset is only in the broker's remote storage, and its reads of it did "
-                "not finish within the broker's remote.fetch.max.wait.ms")  # fmt: skip
+        last = (
+            f"the last answer was {error.name}: {error}"
+            if error is not None
+            else "the offset is only in the broker's remote storage, and its reads of it did "
+            "not finish within the broker's remote.fetch.max.wait.ms"
+        )
         raise KafkaLogError(
             f"{self._descriptor.location}: no records for {tp} at offset {offset} in "
             f"{self._descriptor.poll_timeout_ms} ms (kafkaConsumer.pollTimeoutMs): {last}"
@@ -331,18 +357,39 @@ class WireFetchSource:
 
     def _fetch_once(self, key: _FetchKey) -> FetchedPartition:
         tp, offset, max_bytes, isolation = key
-        f = self._call(self._client.fetch, "Fetch", tp, offset, tp.topic, tp.partition, offset,
-                       max_bytes, int(isolation))  # fmt: skip
+        f = self._call(
+            self._client.fetch,
+            "Fetch",
+            tp,
+            offset,
+            tp.topic,
+            tp.partition,
+            offset,
+            max_bytes,
+            int(isolation),
+        )
         aborted = None
         if isolation == IsolationLevel.READ_COMMITTED:
             aborted = f.aborted_transactions or ()
-        return FetchedPartition(tp, offset, f.records, f.high_watermark, f.last_stable_offset,
-                                f.log_start_offset, aborted)  # fmt: skip
+        return FetchedPartition(
+            tp,
+            offset,
+            f.records,
+            f.high_watermark,
+            f.last_stable_offset,
+            f.log_start_offset,
+            aborted,
+        )
 
     def _call(
-        self, method: Any, what: str, tp: TopicPartition | None, offset: int | None, *args: Any,
+        self,
+        method: Any,
+        what: str,
+        tp: TopicPartition | None,
+        offset: int | None,
+        *args: Any,
         **kwargs: Any,
-    ) -> Any:  # fmt: skip
+    ) -> Any:
         """``method(*args, **kwargs)`` on the client (which retries a moved or unreachable
         leader); a retriable error left after its retries becomes a
         :class:`PartitionUnavailableError` naming what was asked. Called with no prefetch

@@ -114,11 +114,19 @@ class TransactionalWireProducer(IdempotentProducer):
         tid = self.transactional_id
         assert tid is not None
         timeout = timedelta(milliseconds=self.transaction_timeout_ms)
-        values = {"transactional_id": tid, "producer_id": -1, "producer_epoch": -1,
-                  "transaction_timeout": timeout}  # fmt: skip
-        response = _retrying(self.client, ErrorCode.concurrent_transactions,
-                             lambda: _to_txn_coordinator(self.client, tid, INIT_PRODUCER_ID,
-                                                         "InitProducerId", values))  # fmt: skip
+        values = {
+            "transactional_id": tid,
+            "producer_id": -1,
+            "producer_epoch": -1,
+            "transaction_timeout": timeout,
+        }
+        response = _retrying(
+            self.client,
+            ErrorCode.concurrent_transactions,
+            lambda: _to_txn_coordinator(
+                self.client, tid, INIT_PRODUCER_ID, "InitProducerId", values
+            ),
+        )
         return int(response.producer_id), int(response.producer_epoch)
 
     @property
@@ -127,8 +135,11 @@ class TransactionalWireProducer(IdempotentProducer):
         return TxnHandle(self.transactional_id, self.producer_id, self.producer_epoch)
 
     def _fenced(self) -> dict[str, Any]:
-        return {"transactional_id": self.transactional_id, "producer_id": self.producer_id,
-                "producer_epoch": self.producer_epoch}  # fmt: skip
+        return {
+            "transactional_id": self.transactional_id,
+            "producer_id": self.producer_id,
+            "producer_epoch": self.producer_epoch,
+        }
 
     def fields(self, topic: str, partition: int) -> dict[str, int]:
         return {**super().fields(topic, partition), "is_transactional": True}
@@ -143,64 +154,108 @@ class TransactionalWireProducer(IdempotentProducer):
         assert tid is not None
 
         def call(c: BrokerConnection) -> None:
-            response = c.request(ADD_PARTITIONS_TO_TXN, lambda types: {
-                "v3_and_below_transactional_id": tid,
-                "v3_and_below_producer_id": self.producer_id,
-                "v3_and_below_producer_epoch": self.producer_epoch,
-                "v3_and_below_topics": (types.AddPartitionsToTxnTopic(
-                    name=topic, partitions=(partition,)),)})  # fmt: skip
+            response = c.request(
+                ADD_PARTITIONS_TO_TXN,
+                lambda types: {
+                    "v3_and_below_transactional_id": tid,
+                    "v3_and_below_producer_id": self.producer_id,
+                    "v3_and_below_producer_epoch": self.producer_epoch,
+                    "v3_and_below_topics": (
+                        types.AddPartitionsToTxnTopic(name=topic, partitions=(partition,)),
+                    ),
+                },
+            )
             for t in response.results_by_topic_v3_and_below:
                 for p in t.results_by_partition:
                     if p.partition_error_code != ErrorCode.none:
-                        raise api_error(int(p.partition_error_code),
-                                        f"AddPartitionsToTxn of topic {topic!r} partition "
-                                        f"{partition} to transactional id {tid!r}")  # fmt: skip
+                        raise api_error(
+                            int(p.partition_error_code),
+                            f"AddPartitionsToTxn of topic {topic!r} partition "
+                            f"{partition} to transactional id {tid!r}",
+                        )
 
         _retrying(
-            self.client, ErrorCode.concurrent_transactions,
+            self.client,
+            ErrorCode.concurrent_transactions,
             lambda: self.client.to_coordinator(tid, call, key_type=TXN_COORDINATOR),
-        )  # fmt: skip
+        )
         self._added.add((topic, partition))
 
     def commit_offset(self, group_id: str, topic: str, partition: int, offset: int) -> None:
         """``group_id``'s commit of ``offset`` for ``topic``/``partition``, in the transaction."""
         tid = self.transactional_id
         assert tid is not None
-        _retrying(self.client, ErrorCode.concurrent_transactions, lambda: _to_txn_coordinator(
-            self.client, tid, ADD_OFFSETS_TO_TXN, "AddOffsetsToTxn",
-            {**self._fenced(), "group_id": group_id}))  # fmt: skip
+        _retrying(
+            self.client,
+            ErrorCode.concurrent_transactions,
+            lambda: _to_txn_coordinator(
+                self.client,
+                tid,
+                ADD_OFFSETS_TO_TXN,
+                "AddOffsetsToTxn",
+                {**self._fenced(), "group_id": group_id},
+            ),
+        )
 
         def call(c: BrokerConnection) -> None:
-            response = c.request(TXN_OFFSET_COMMIT, lambda types: {
-                **self._fenced(), "group_id": group_id, "generation_id": -1, "member_id": "",
-                "group_instance_id": None,
-                "topics": (types.TxnOffsetCommitRequestTopic(name=topic, partitions=(
-                    types.TxnOffsetCommitRequestPartition(
-                        partition_index=partition, committed_offset=offset,
-                        committed_leader_epoch=-1, committed_metadata=None),)),)})  # fmt: skip
+            response = c.request(
+                TXN_OFFSET_COMMIT,
+                lambda types: {
+                    **self._fenced(),
+                    "group_id": group_id,
+                    "generation_id": -1,
+                    "member_id": "",
+                    "group_instance_id": None,
+                    "topics": (
+                        types.TxnOffsetCommitRequestTopic(
+                            name=topic,
+                            partitions=(
+                                types.TxnOffsetCommitRequestPartition(
+                                    partition_index=partition,
+                                    committed_offset=offset,
+                                    committed_leader_epoch=-1,
+                                    committed_metadata=None,
+                                ),
+                            ),
+                        ),
+                    ),
+                },
+            )
             for t in response.topics:
                 for p in t.partitions:
                     if p.error_code != ErrorCode.none:
-                        raise api_error(int(p.error_code),
-                                        f"TxnOffsetCommit of group {group_id!r} for topic "
-                                        f"{topic!r} partition {partition} in transactional id "
-                                        f"{tid!r} on {c.address}")  # fmt: skip
+                        raise api_error(
+                            int(p.error_code),
+                            f"TxnOffsetCommit of group {group_id!r} for topic "
+                            f"{topic!r} partition {partition} in transactional id "
+                            f"{tid!r} on {c.address}",
+                        )
 
         self.client.to_coordinator(group_id, call)
 
 
 def end_txn(client: KafkaClient, handle: TxnHandle, *, commit: bool) -> None:
     """EndTxn COMMIT or ABORT of ``handle``'s transaction (module docstring)."""
-    values = {"transactional_id": handle.transactional_id, "producer_id": handle.producer_id,
-              "producer_epoch": handle.producer_epoch, "committed": commit}  # fmt: skip
+    values = {
+        "transactional_id": handle.transactional_id,
+        "producer_id": handle.producer_id,
+        "producer_epoch": handle.producer_epoch,
+        "committed": commit,
+    }
     what = f"EndTxn {'COMMIT' if commit else 'ABORT'}"
-    _retrying(client, ErrorCode.concurrent_transactions, lambda: _to_txn_coordinator(
-        client, handle.transactional_id, END_TXN, what, values))  # fmt: skip
+    _retrying(
+        client,
+        ErrorCode.concurrent_transactions,
+        lambda: _to_txn_coordinator(client, handle.transactional_id, END_TXN, what, values),
+    )
 
 
 def committed_offset(client: KafkaClient, group_id: str, topic: str, partition: int) -> int:
     """``group_id``'s committed offset of ``topic``/``partition`` once no transaction holding
     one is pending (``require_stable``); :data:`NO_OFFSET` when it has none."""
     tp = (topic, partition)
-    return _retrying(client, ErrorCode.unstable_offset_commit, lambda: client.committed_offsets(
-        group_id, [tp], require_stable=True).get(tp, NO_OFFSET))  # fmt: skip
+    return _retrying(
+        client,
+        ErrorCode.unstable_offset_commit,
+        lambda: client.committed_offsets(group_id, [tp], require_stable=True).get(tp, NO_OFFSET),
+    )

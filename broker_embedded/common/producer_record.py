@@ -54,14 +54,23 @@ def build_batch(
     """One v2 batch holding ``records`` (offsets from 0; the leader assigns the real ones).
     ``ValueError`` when there are none."""
     builder = MemoryRecordsBuilder(
-        0, compression, producer_id=producer_id, producer_epoch=producer_epoch,
-        base_sequence=base_sequence, is_transactional=is_transactional,
-    )  # fmt: skip
+        0,
+        compression,
+        producer_id=producer_id,
+        producer_epoch=producer_epoch,
+        base_sequence=base_sequence,
+        is_transactional=is_transactional,
+    )
     for item in records:
         r = ProducerRecord.of(item)
         headers = tuple((k, _bytes(v, "header value")) for k, v in r.headers)
-        builder.append(None, now_ms if r.timestamp is None else r.timestamp,
-                       _bytes(r.key, "key"), _bytes(r.value, "value"), headers)  # fmt: skip
+        builder.append(
+            None,
+            now_ms if r.timestamp is None else r.timestamp,
+            _bytes(r.key, "key"),
+            _bytes(r.value, "value"),
+            headers,
+        )
     if builder.num_records == 0:
         raise ValueError("no records to produce")
     return builder.build()

@@ -175,8 +175,12 @@ class GroupCoordinator(GroupHeartbeats, GroupOffsets):
             self._expiry.join(timeout)
         for group in groups:
             with group.lock:
-                self._fail_waiting(group, CoordinatorNotAvailableError(
-                    f"group {group.group_id!r}: the coordinator is shutting down"))  # fmt: skip
+                self._fail_waiting(
+                    group,
+                    CoordinatorNotAvailableError(
+                        f"group {group.group_id!r}: the coordinator is shutting down"
+                    ),
+                )
         self.heartbeat_purgatory.shutdown(timeout)
         self.rebalance_purgatory.shutdown(timeout)
 
@@ -214,10 +218,15 @@ class GroupCoordinator(GroupHeartbeats, GroupOffsets):
         for m in snap.members:
             assert snap.protocol_name is not None
             member = MemberMetadata(
-                m.member_id, m.group_instance_id, m.client_id, m.client_host,
-                m.rebalance_timeout_ms, m.session_timeout_ms, snap.protocol_type,
+                m.member_id,
+                m.group_instance_id,
+                m.client_id,
+                m.client_host,
+                m.rebalance_timeout_ms,
+                m.session_timeout_ms,
+                snap.protocol_type,
                 (Protocol(snap.protocol_name, m.subscription),),
-            )  # fmt: skip
+            )
             member.assignment = m.assignment
             group.members[m.member_id] = member
             if m.group_instance_id is not None:
@@ -289,9 +298,15 @@ class GroupCoordinator(GroupHeartbeats, GroupOffsets):
     ) -> None:
         if not self._accept_joining(group, req.member_id):
             group.remove(req.member_id)
-            callback(JoinResult(UNKNOWN_MEMBER_ID, GroupMaxSizeReachedError(
-                f"group {group.group_id!r} has group.max.size {self.config.max_size} members"
-            )))  # fmt: skip
+            callback(
+                JoinResult(
+                    UNKNOWN_MEMBER_ID,
+                    GroupMaxSizeReachedError(
+                        f"group {group.group_id!r} has group.max.size "
+                        f"{self.config.max_size} members"
+                    ),
+                )
+            )
             return
         error = self._join_precheck(group, req)
         if error is not None:
@@ -306,8 +321,9 @@ class GroupCoordinator(GroupHeartbeats, GroupOffsets):
         if group.state in (_S.EMPTY, _S.DEAD):
             return True
         if group.is_(_S.PREPARING_REBALANCE):
-            return (group.has(member_id) and group.members[member_id].awaiting_join is not None) \
-                or group.num_awaiting_join < max_size  # fmt: skip
+            return (
+                group.has(member_id) and group.members[member_id].awaiting_join is not None
+            ) or group.num_awaiting_join < max_size
         return group.has(member_id) or group.size < max_size
 
     def _join_precheck(self, group: GroupMetadata, req: JoinRequest) -> KafkaApiError | None:
@@ -331,8 +347,14 @@ class GroupCoordinator(GroupHeartbeats, GroupOffsets):
         elif instance is None and req.require_known_member_id:
             group.pending_members.add(member_id)
             self._schedule_pending_expiration(group, member_id, req.session_timeout_ms)
-            cb(JoinResult(member_id, MemberIdRequiredError(
-                f"group {group.group_id!r}: rejoin with member id {member_id!r}")))  # fmt: skip
+            cb(
+                JoinResult(
+                    member_id,
+                    MemberIdRequiredError(
+                        f"group {group.group_id!r}: rejoin with member id {member_id!r}"
+                    ),
+                )
+            )
         else:
             self._add_member_and_rebalance(group, req, member_id, cb)
 
@@ -374,8 +396,16 @@ class GroupCoordinator(GroupHeartbeats, GroupOffsets):
     def _join_result(
         self, group: GroupMetadata, member_id: str, members: tuple, skip: bool = False
     ) -> JoinResult:
-        return JoinResult(member_id, None, group.generation_id, group.protocol_type,
-                          group.protocol_name, group.leader_id or "", skip, members)  # fmt: skip
+        return JoinResult(
+            member_id,
+            None,
+            group.generation_id,
+            group.protocol_type,
+            group.protocol_name,
+            group.leader_id or "",
+            skip,
+            members,
+        )
 
     def _validate_member(
         self, group: GroupMetadata, member_id: str, instance_id: str | None, operation: str
@@ -403,9 +433,16 @@ class GroupCoordinator(GroupHeartbeats, GroupOffsets):
     def _add_member_and_rebalance(
         self, group: GroupMetadata, req: JoinRequest, member_id: str, cb: JoinCallback
     ) -> None:
-        member = MemberMetadata(member_id, req.group_instance_id, req.client_id, req.client_host,
-                                req.rebalance_timeout_ms, req.session_timeout_ms,
-                                req.protocol_type, req.protocols)  # fmt: skip
+        member = MemberMetadata(
+            member_id,
+            req.group_instance_id,
+            req.client_id,
+            req.client_host,
+            req.rebalance_timeout_ms,
+            req.session_timeout_ms,
+            req.protocol_type,
+            req.protocols,
+        )
         member.is_new = True
         if group.is_(_S.PREPARING_REBALANCE) and group.generation_id == 0:
             group.new_member_added = True
@@ -416,8 +453,9 @@ class GroupCoordinator(GroupHeartbeats, GroupOffsets):
     def _update_member_and_rebalance(
         self, group: GroupMetadata, member: MemberMetadata, req: JoinRequest, cb: JoinCallback
     ) -> None:
-        group.update_member(member, req.protocols, req.rebalance_timeout_ms,
-                            req.session_timeout_ms, cb)  # fmt: skip
+        group.update_member(
+            member, req.protocols, req.rebalance_timeout_ms, req.session_timeout_ms, cb
+        )
         self._maybe_prepare_rebalance(group, f"member {member.member_id!r} rejoined")
 
     def _update_static_member(
@@ -434,8 +472,9 @@ class GroupCoordinator(GroupHeartbeats, GroupOffsets):
         member = group.replace_static_member(instance, old_id, new_id, fenced)
         self._schedule_heartbeat(group, member, member.session_timeout_ms)
         old = (member.protocols, member.rebalance_timeout_ms, member.session_timeout_ms)
-        group.update_member(member, req.protocols, req.rebalance_timeout_ms,
-                            req.session_timeout_ms, cb)  # fmt: skip
+        group.update_member(
+            member, req.protocols, req.rebalance_timeout_ms, req.session_timeout_ms, cb
+        )
         if group.is_(_S.STABLE):
             if group.select_protocol() != group.protocol_name:
                 self._maybe_prepare_rebalance(group, f"static member {new_id!r} changed protocol")
@@ -446,8 +485,16 @@ class GroupCoordinator(GroupHeartbeats, GroupOffsets):
                 group.update_member(member, old[0], old[1], old[2], None)
                 group.replace_static_member(instance, new_id, old_id, fenced)
                 self._schedule_heartbeat(group, member, member.session_timeout_ms)
-                cb(JoinResult(UNKNOWN_MEMBER_ID, e, group.generation_id, group.protocol_type,
-                              group.protocol_name, leader or ""))  # fmt: skip
+                cb(
+                    JoinResult(
+                        UNKNOWN_MEMBER_ID,
+                        e,
+                        group.generation_id,
+                        group.protocol_type,
+                        group.protocol_name,
+                        leader or "",
+                    )
+                )
                 return
             is_leader = group.is_leader(new_id)
             skip = req.support_skipping_assignment and is_leader
@@ -463,8 +510,10 @@ class GroupCoordinator(GroupHeartbeats, GroupOffsets):
 
     def _prepare_rebalance(self, group: GroupMetadata, reason: str) -> None:
         if group.is_(_S.COMPLETING_REBALANCE):
-            self._reset_and_propagate(group, RebalanceInProgressError(
-                f"group {group.group_id!r} rebalances again: {reason}"))  # fmt: skip
+            self._reset_and_propagate(
+                group,
+                RebalanceInProgressError(f"group {group.group_id!r} rebalances again: {reason}"),
+            )
         group.pending_sync.clear()
         self.rebalance_purgatory.check_and_complete(sync_key(group.group_id))
         delay = self.config.initial_rebalance_delay_ms
@@ -475,8 +524,12 @@ class GroupCoordinator(GroupHeartbeats, GroupOffsets):
         else:
             op = DelayedJoin(self, group, group.rebalance_timeout_ms())
         group.transition_to(_S.PREPARING_REBALANCE)
-        log.info("group %r prepares to rebalance (generation %d): %s", group.group_id,
-                 group.generation_id, reason)  # fmt: skip
+        log.info(
+            "group %r prepares to rebalance (generation %d): %s",
+            group.group_id,
+            group.generation_id,
+            reason,
+        )
         self.watch_join(op)
 
     def watch_join(self, op: DelayedJoin) -> None:
@@ -500,8 +553,12 @@ class GroupCoordinator(GroupHeartbeats, GroupOffsets):
             if group.is_(_S.EMPTY):
                 self._store_group_quietly(group)
                 return
-            log.info("group %r generation %d: %d members", group.group_id,
-                     group.generation_id, group.size)  # fmt: skip
+            log.info(
+                "group %r generation %d: %d members",
+                group.group_id,
+                group.generation_id,
+                group.size,
+            )
             for member in list(group.members.values()):
                 members = group.join_members() if group.is_leader(member.member_id) else ()
                 group.invoke_join(member, self._join_result(group, member.member_id, members))
@@ -515,8 +572,9 @@ class GroupCoordinator(GroupHeartbeats, GroupOffsets):
         try:
             self.store.store_group(group.snapshot())
         except KafkaApiError:
-            log.warning("group %r: storing its empty metadata failed", group.group_id,
-                        exc_info=True)  # fmt: skip
+            log.warning(
+                "group %r: storing its empty metadata failed", group.group_id, exc_info=True
+            )
 
     # -- SyncGroup ---------------------------------------------------------------------------
 
@@ -540,8 +598,9 @@ class GroupCoordinator(GroupHeartbeats, GroupOffsets):
             callback(SyncResult(e))
             return
         with group.lock:
-            error = self._validate_generation(group, generation_id, member_id,
-                                              group_instance_id, "sync")  # fmt: skip
+            error = self._validate_generation(
+                group, generation_id, member_id, group_instance_id, "sync"
+            )
             if error is None and (
                 (protocol_type is not None and protocol_type != group.protocol_type)
                 or (protocol_name is not None and protocol_name != group.protocol_name)
@@ -589,8 +648,9 @@ class GroupCoordinator(GroupHeartbeats, GroupOffsets):
                 )
             )
         elif group.is_(_S.PREPARING_REBALANCE):
-            callback(SyncResult(RebalanceInProgressError(
-                f"group {group.group_id!r} is rebalancing")))  # fmt: skip
+            callback(
+                SyncResult(RebalanceInProgressError(f"group {group.group_id!r} is rebalancing"))
+            )
         elif group.is_(_S.COMPLETING_REBALANCE):
             group.members[member_id].awaiting_sync = callback
             self._remove_pending_sync(group, member_id)
@@ -626,8 +686,11 @@ class GroupCoordinator(GroupHeartbeats, GroupOffsets):
 
     def _propagate(self, group: GroupMetadata, error: KafkaApiError | None) -> None:
         for member in list(group.members.values()):
-            result = (SyncResult(None, group.protocol_type, group.protocol_name, member.assignment)
-                      if error is None else SyncResult(error))  # fmt: skip
+            result = (
+                SyncResult(None, group.protocol_type, group.protocol_name, member.assignment)
+                if error is None
+                else SyncResult(error)
+            )
             if group.invoke_sync(member, result):
                 self._schedule_heartbeat(group, member, member.session_timeout_ms)
 

@@ -60,8 +60,9 @@ class GroupHeartbeats:
         if group is None:
             return UnknownMemberIdError(f"group {group_id!r} does not exist")
         with group.lock:
-            error = self._validate_generation(group, generation_id, member_id,
-                                              group_instance_id, "heartbeat")  # fmt: skip
+            error = self._validate_generation(
+                group, generation_id, member_id, group_instance_id, "heartbeat"
+            )
             if error is not None:
                 return error
             if group.is_(_S.EMPTY):

@@ -81,8 +81,16 @@ class CommittedOffset:
 
     @classmethod
     def of(cls, key: OffsetCommitKey, value: OffsetCommitValue, record_offset: int):
-        return cls(key.topic, key.partition, value.offset, value.leader_epoch, value.metadata,
-                   value.commit_timestamp, value.expire_timestamp, record_offset)  # fmt: skip
+        return cls(
+            key.topic,
+            key.partition,
+            value.offset,
+            value.leader_epoch,
+            value.metadata,
+            value.commit_timestamp,
+            value.expire_timestamp,
+            record_offset,
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -211,9 +219,12 @@ class GroupReplay:
         groups = {}
         for group_id in sorted(set(by_group) | set(self.metadata) | set(pending)):
             groups[group_id] = LoadedGroup(
-                group_id, self.metadata.get(group_id), _sorted(by_group.get(group_id, ())),
-                self.partition, {pid: _sorted(o) for pid, o in pending.get(group_id, {}).items()},
-            )  # fmt: skip
+                group_id,
+                self.metadata.get(group_id),
+                _sorted(by_group.get(group_id, ())),
+                self.partition,
+                {pid: _sorted(o) for pid, o in pending.get(group_id, {}).items()},
+            )
         count = sum(len(p) for p in self.pending.values())
         return LoadedGroups(groups, self.records, dict(self.skipped), count)
 

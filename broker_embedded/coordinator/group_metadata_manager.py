@@ -141,19 +141,40 @@ def offset_value(o: OffsetAndMetadata) -> OffsetCommitValue:
     """The value record of a committed offset (v3, or v1 with an expire timestamp)."""
     expire = o.expire_timestamp_ms
     version = OFFSET_VALUE_VERSION if expire is None else OFFSET_VALUE_VERSION_WITH_EXPIRY
-    return OffsetCommitValue(o.offset, o.metadata, o.commit_timestamp_ms, o.leader_epoch,
-                             -1 if expire is None else expire, version)  # fmt: skip
+    return OffsetCommitValue(
+        o.offset,
+        o.metadata,
+        o.commit_timestamp_ms,
+        o.leader_epoch,
+        -1 if expire is None else expire,
+        version,
+    )
 
 
 def group_value(g: GroupSnapshot) -> GroupMetadataValue:
     """The value record of a group's snapshot (v3)."""
     members = tuple(
-        MemberMetadata(m.member_id, m.client_id, m.client_host, m.session_timeout_ms,
-                       m.subscription, m.assignment, m.rebalance_timeout_ms, m.group_instance_id)
+        MemberMetadata(
+            m.member_id,
+            m.client_id,
+            m.client_host,
+            m.session_timeout_ms,
+            m.subscription,
+            m.assignment,
+            m.rebalance_timeout_ms,
+            m.group_instance_id,
+        )
         for m in g.members
-    )  # fmt: skip
-    return GroupMetadataValue(g.protocol_type, g.generation_id, g.protocol_name, g.leader_id,
-                              members, g.state_timestamp_ms, GROUP_VALUE_VERSION)  # fmt: skip
+    )
+    return GroupMetadataValue(
+        g.protocol_type,
+        g.generation_id,
+        g.protocol_name,
+        g.leader_id,
+        members,
+        g.state_timestamp_ms,
+        GROUP_VALUE_VERSION,
+    )
 
 
 def snapshot_of(group: LoadedGroup) -> GroupSnapshot | None:
@@ -162,24 +183,44 @@ def snapshot_of(group: LoadedGroup) -> GroupSnapshot | None:
     if v is None:
         return None
     members = tuple(
-        MemberSnapshot(m.member_id, m.group_instance_id, m.client_id, m.client_host,
-                       m.rebalance_timeout if m.rebalance_timeout >= 0 else m.session_timeout,
-                       m.session_timeout, m.subscription, m.assignment)
+        MemberSnapshot(
+            m.member_id,
+            m.group_instance_id,
+            m.client_id,
+            m.client_host,
+            m.rebalance_timeout if m.rebalance_timeout >= 0 else m.session_timeout,
+            m.session_timeout,
+            m.subscription,
+            m.assignment,
+        )
         for m in v.members
-    )  # fmt: skip
+    )
     state = GroupState.STABLE if members else GroupState.EMPTY
-    return GroupSnapshot(group.group_id, v.protocol_type, v.generation, v.protocol, v.leader,
-                         v.current_state_timestamp, members, state)  # fmt: skip
+    return GroupSnapshot(
+        group.group_id,
+        v.protocol_type,
+        v.generation,
+        v.protocol,
+        v.leader,
+        v.current_state_timestamp,
+        members,
+        state,
+    )
 
 
 def offsets_of(offsets: Iterable[CommittedOffset]) -> dict[TopicPartitionKey, OffsetAndMetadata]:
     """Loaded commits as the coordinator keeps them (with their record offsets)."""
     return {
         (c.topic, c.partition): OffsetAndMetadata(
-            c.offset, c.leader_epoch, c.metadata, c.commit_timestamp,
-            None if c.expire_timestamp < 0 else c.expire_timestamp, c.record_offset)
+            c.offset,
+            c.leader_epoch,
+            c.metadata,
+            c.commit_timestamp,
+            None if c.expire_timestamp < 0 else c.expire_timestamp,
+            c.record_offset,
+        )
         for c in offsets
-    }  # fmt: skip
+    }
 
 
 class GroupMetadataManager:
@@ -215,8 +256,12 @@ class GroupMetadataManager:
             topic = offsets_topic(self.config)
             count = len(ensure_topic(controller, topic, controller.live_brokers()).partitions)
             if count < topic.partitions and not self._count_declared_by_kafka():
-                log.info("growing %s from %d to %d partitions (offsets.topic.num.partitions)",
-                         GROUP_METADATA_TOPIC, count, topic.partitions)  # fmt: skip
+                log.info(
+                    "growing %s from %d to %d partitions (offsets.topic.num.partitions)",
+                    GROUP_METADATA_TOPIC,
+                    count,
+                    topic.partitions,
+                )
                 count = len(controller.create_partitions(topic.name, topic.partitions).partitions)
             self._partitions = count
             return count
@@ -274,12 +319,15 @@ class GroupMetadataManager:
         producer_id: int = NO_PRODUCER_ID,
         producer_epoch: int = -1,
     ) -> dict[TopicPartitionKey, OffsetAndMetadata]:
-        records = [GroupRecord(OffsetCommitKey(group_id, t, p), offset_value(o))
-                   for (t, p), o in offsets.items()]  # fmt: skip
-        base = self._append(group_id, records, offsets=True,
-                            producer=(producer_id, producer_epoch))  # fmt: skip
-        return {tp: dataclasses.replace(o, record_offset=base + i)
-                for i, (tp, o) in enumerate(offsets.items())}  # fmt: skip
+        records = [
+            GroupRecord(OffsetCommitKey(group_id, t, p), offset_value(o))
+            for (t, p), o in offsets.items()
+        ]
+        base = self._append(group_id, records, offsets=True, producer=(producer_id, producer_epoch))
+        return {
+            tp: dataclasses.replace(o, record_offset=base + i)
+            for i, (tp, o) in enumerate(offsets.items())
+        }
 
     def complete_txn_offsets(self, group_id: str, producer_id: int, commit: bool) -> None:
         """Nothing to write: the transaction's marker in the partition decides them."""
@@ -306,23 +354,36 @@ class GroupMetadataManager:
         if not records:
             return -1
         producer_id, epoch = producer
-        txn = {} if producer_id == NO_PRODUCER_ID else {
-            "producer_id": producer_id, "producer_epoch": epoch, "base_sequence": 0,
-            "is_transactional": True}  # fmt: skip
+        txn = (
+            {}
+            if producer_id == NO_PRODUCER_ID
+            else {
+                "producer_id": producer_id,
+                "producer_epoch": epoch,
+                "base_sequence": 0,
+                "is_transactional": True,
+            }
+        )
         what = f"group {group_id!r}: writing {len(records)} records to {GROUP_METADATA_TOPIC}"
         try:
             tp = self.partition_of(group_id)
             assert tp is not None
             what = f"{what} partition {tp.partition}"
-            batch = build_batch([ProducerRecord(v, k) for k, v in (r.encode() for r in records)],
-                                now_ms=now_ms(), **txn)  # fmt: skip
+            batch = build_batch(
+                [ProducerRecord(v, k) for k, v in (r.encode() for r in records)],
+                now_ms=now_ms(),
+                **txn,
+            )
             leader = self.controller.partition_state(tp).leader
             rm = self.controller.replica_manager_of(leader)
             if rm is None:
                 raise NotCoordinatorError(f"{what}: the partition has no live leader")
-            result = rm.append_records({tp: batch}, required_acks=-1,
-                                       timeout_ms=self.commit_timeout_ms,
-                                       origin=AppendOrigin.COORDINATOR)[tp]  # fmt: skip
+            result = rm.append_records(
+                {tp: batch},
+                required_acks=-1,
+                timeout_ms=self.commit_timeout_ms,
+                origin=AppendOrigin.COORDINATOR,
+            )[tp]
         except KafkaApiError as e:
             raise convert_append_error(e, offsets, what) from None
         except KafkaLogError as e:  # a broker closing under the append
@@ -345,18 +406,29 @@ class GroupMetadataManager:
                 kept = found.get(group.group_id)
                 if kept is None or partition_for(group.group_id, count) == p:
                     if kept is not None:
-                        log.warning("group %r is in partitions %d and %d of %s: using %d",
-                                    group.group_id, kept.coordinator_partition, p,
-                                    GROUP_METADATA_TOPIC, p)  # fmt: skip
+                        log.warning(
+                            "group %r is in partitions %d and %d of %s: using %d",
+                            group.group_id,
+                            kept.coordinator_partition,
+                            p,
+                            GROUP_METADATA_TOPIC,
+                            p,
+                        )
                     found[group.group_id] = group
         snapshots = tuple(s for s in map(snapshot_of, found.values()) if s is not None)
         offsets = {g: offsets_of(group.offsets) for g, group in found.items() if group.offsets}
-        pending = {g: {pid: offsets_of(o) for pid, o in group.pending.items()}
-                   for g, group in found.items() if group.pending}  # fmt: skip
-        log.info("loaded %d groups, %d committed offsets and %d pending transactional offsets "
-                 "from %s", len(found), sum(map(len, offsets.values())),
-                 sum(len(o) for p in pending.values() for o in p.values()),
-                 GROUP_METADATA_TOPIC)  # fmt: skip
+        pending = {
+            g: {pid: offsets_of(o) for pid, o in group.pending.items()}
+            for g, group in found.items()
+            if group.pending
+        }
+        log.info(
+            "loaded %d groups, %d committed offsets and %d pending transactional offsets from %s",
+            len(found),
+            sum(map(len, offsets.values())),
+            sum(len(o) for p in pending.values() for o in p.values()),
+            GROUP_METADATA_TOPIC,
+        )
         return LoadedGroups(snapshots, offsets, pending)
 
     def _load_partition(self, tp: TopicPartition) -> Iterable[LoadedGroup]:
@@ -364,8 +436,9 @@ class GroupMetadataManager:
         log_ = self._readable_log(tp)
         if log_ is None:
             return ()
-        for batch in log_.local_log.batches(log_.log_start_offset, log_.log_end_offset,
-                                            f"loading groups of {tp}"):  # fmt: skip
+        for batch in log_.local_log.batches(
+            log_.log_start_offset, log_.log_end_offset, f"loading groups of {tp}"
+        ):
             replay.replay_batch(batch)
         return replay.result().groups.values()
 

@@ -258,8 +258,9 @@ def _read_offset_value(r: MessageReader, version: int) -> OffsetCommitValue:
     commit_timestamp = r.int64("commitTimestamp")
     expire_timestamp = r.int64("expireTimestamp") if version == 1 else -1
     tagged = unknown_tags(r.tagged_fields("OffsetCommitValue"), ()) if flexible else ()
-    return OffsetCommitValue(offset, metadata, commit_timestamp, leader_epoch, expire_timestamp,
-                             version, tagged)  # fmt: skip
+    return OffsetCommitValue(
+        offset, metadata, commit_timestamp, leader_epoch, expire_timestamp, version, tagged
+    )
 
 
 def _write_member(m: MemberMetadata, version: int, w: MessageWriter) -> None:
@@ -289,8 +290,17 @@ def _read_member(r: MessageReader, version: int) -> MemberMetadata:
     subscription = r.bytes_(flexible, "subscription")
     assignment = r.bytes_(flexible, "assignment")
     tagged = unknown_tags(r.tagged_fields("MemberMetadata"), ()) if flexible else ()
-    return MemberMetadata(member_id, client_id, client_host, session_timeout, subscription,
-                          assignment, rebalance_timeout, instance_id, tagged)  # fmt: skip
+    return MemberMetadata(
+        member_id,
+        client_id,
+        client_host,
+        session_timeout,
+        subscription,
+        assignment,
+        rebalance_timeout,
+        instance_id,
+        tagged,
+    )
 
 
 def _write_group_value(v: GroupMetadataValue, w: MessageWriter) -> None:
@@ -316,8 +326,9 @@ def _read_group_value(r: MessageReader, version: int) -> GroupMetadataValue:
     state_timestamp = r.int64("currentStateTimestamp") if version >= 2 else -1
     members = r.array(flexible, "members", lambda: _read_member(r, version))
     tagged = unknown_tags(r.tagged_fields("GroupMetadataValue"), ()) if flexible else ()
-    return GroupMetadataValue(protocol_type, generation, protocol, leader, members,
-                              state_timestamp, version, tagged)  # fmt: skip
+    return GroupMetadataValue(
+        protocol_type, generation, protocol, leader, members, state_timestamp, version, tagged
+    )
 
 
 def encode_value(value: GroupValue | None) -> bytes | None:

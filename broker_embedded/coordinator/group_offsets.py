@@ -150,8 +150,13 @@ class GroupOffsets:
             with group.lock:
                 self.store.complete_txn_offsets(group.group_id, producer_id, commit)
                 decided = group.complete_txn_offsets(producer_id, commit)
-            log.debug("group %r: %d transactional offsets of producer %d %s", group.group_id,
-                      decided, producer_id, "committed" if commit else "aborted")  # fmt: skip
+            log.debug(
+                "group %r: %d transactional offsets of producer %d %s",
+                group.group_id,
+                decided,
+                producer_id,
+                "committed" if commit else "aborted",
+            )
 
     def _validate_commit(
         self, group: GroupMetadata, generation_id: int, member_id: str, instance_id: str | None
@@ -161,8 +166,9 @@ class GroupOffsets:
         if generation_id < 0 and group.is_(_S.EMPTY):
             return None
         if generation_id >= 0 or member_id != UNKNOWN_MEMBER_ID or instance_id is not None:
-            return self._validate_generation(group, generation_id, member_id, instance_id,
-                                             "offset commit")  # fmt: skip
+            return self._validate_generation(
+                group, generation_id, member_id, instance_id, "offset commit"
+            )
         if not group.is_(_S.EMPTY):
             return UnknownMemberIdError(
                 f"group {group.group_id!r} has members: only they may commit offsets"
@@ -200,8 +206,9 @@ class GroupOffsets:
         with self._lock:
             if self._expiry is not None or not self._active:
                 return
-            self._expiry = threading.Thread(target=self._expire_loop, daemon=True,
-                                            name="group-offsets-expiry")  # fmt: skip
+            self._expiry = threading.Thread(
+                target=self._expire_loop, daemon=True, name="group-offsets-expiry"
+            )
         self._expiry.start()
 
     def _expire_loop(self) -> None:
@@ -226,22 +233,32 @@ class GroupOffsets:
             if group.is_(_S.DEAD):
                 return 0
             expired = group.expired_offsets(now, self.config.offsets_retention_ms)
-            dead = group.is_(_S.EMPTY) and len(expired) == len(group.offsets) \
-                and not group.pending_txn_offsets  # fmt: skip
+            dead = (
+                group.is_(_S.EMPTY)
+                and len(expired) == len(group.offsets)
+                and not group.pending_txn_offsets
+            )
             try:
                 if dead and group.generation_id > 0:
                     self.store.delete_group(group.group_id, expired)
                 elif expired:
                     self.store.delete_offsets(group.group_id, expired)
             except KafkaApiError as e:
-                log.warning("group %r: expiring %d offsets failed, retried at the next check: %s",
-                            group.group_id, len(expired), e)  # fmt: skip
+                log.warning(
+                    "group %r: expiring %d offsets failed, retried at the next check: %s",
+                    group.group_id,
+                    len(expired),
+                    e,
+                )
                 return 0
             for tp in expired:
                 del group.offsets[tp]
             if dead:
-                log.info("group %r: Empty without offsets, removed (generation %d)",
-                         group.group_id, group.generation_id)  # fmt: skip
+                log.info(
+                    "group %r: Empty without offsets, removed (generation %d)",
+                    group.group_id,
+                    group.generation_id,
+                )
                 self._forget(group)
             return len(expired)
 

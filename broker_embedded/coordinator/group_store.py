@@ -135,8 +135,10 @@ class InMemoryGroupStore:
                     f"group {group_id!r} topic {topic!r} partition {partition}: the in-memory "
                     f"group store holds its limit of {self.max_offsets} committed partitions"
                 )
-            stored = {tp: replace(o, record_offset=self._next_record + i)
-                      for i, (tp, o) in enumerate(offsets.items())}  # fmt: skip
+            stored = {
+                tp: replace(o, record_offset=self._next_record + i)
+                for i, (tp, o) in enumerate(offsets.items())
+            }
             self._next_record += len(stored)
             if producer_id == NO_PRODUCER_ID:
                 kept.update(stored)
@@ -170,8 +172,11 @@ class InMemoryGroupStore:
     def load(self) -> LoadedGroups:
         with self._lock:
             offsets = {g: dict(o) for g, o in self._offsets.items() if o}
-            pending = {g: {pid: dict(o) for pid, o in by_pid.items() if o}
-                       for g, by_pid in self._pending.items() if any(by_pid.values())}  # fmt: skip
+            pending = {
+                g: {pid: dict(o) for pid, o in by_pid.items() if o}
+                for g, by_pid in self._pending.items()
+                if any(by_pid.values())
+            }
             return LoadedGroups(tuple(self._groups.values()), offsets, pending)
 
     def group(self, group_id: str) -> GroupSnapshot | None:

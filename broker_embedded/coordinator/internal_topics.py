@@ -48,9 +48,12 @@ def offsets_topic(config: BrokerConfig) -> InternalTopic:
         GROUP_METADATA_TOPIC,
         config.offsets_topic_num_partitions,
         config.offsets_topic_replication_factor,
-        (("cleanup.policy", "compact"), ("compression.type", "producer"),
-         ("segment.bytes", str(config.offsets_topic_segment_bytes))),
-    )  # fmt: skip
+        (
+            ("cleanup.policy", "compact"),
+            ("compression.type", "producer"),
+            ("segment.bytes", str(config.offsets_topic_segment_bytes)),
+        ),
+    )
 
 
 def transaction_state_topic(config: BrokerConfig) -> InternalTopic:
@@ -59,11 +62,14 @@ def transaction_state_topic(config: BrokerConfig) -> InternalTopic:
         TRANSACTION_STATE_TOPIC,
         config.transaction_state_log_num_partitions,
         config.transaction_state_log_replication_factor,
-        (("cleanup.policy", "compact"), ("compression.type", "uncompressed"),
-         ("unclean.leader.election.enable", "false"),
-         ("segment.bytes", str(config.transaction_state_log_segment_bytes))),
+        (
+            ("cleanup.policy", "compact"),
+            ("compression.type", "uncompressed"),
+            ("unclean.leader.election.enable", "false"),
+            ("segment.bytes", str(config.transaction_state_log_segment_bytes)),
+        ),
         config.transaction_state_log_min_isr,
-    )  # fmt: skip
+    )
 
 
 def ensure_topic(controller: Any, topic: InternalTopic, live_brokers: int) -> Any:

@@ -155,9 +155,11 @@ class TxnCompletion:
         ends the transaction in one partition."""
         marker = EndTransactionMarker.commit if self.commit else EndTransactionMarker.abort
         return marker(COORDINATOR_EPOCH).build_batch(
-            base_offset=0, timestamp=timestamp_ms, producer_id=self.producer_id,
+            base_offset=0,
+            timestamp=timestamp_ms,
+            producer_id=self.producer_id,
             producer_epoch=self.producer_epoch,
-        )  # fmt: skip
+        )
 
 
 def _wall_ms() -> int:
@@ -173,9 +175,15 @@ def log_value(state: TxnState, now_ms: int) -> TransactionLogValue:
         for tp in state.partitions:
             by_topic.setdefault(tp.topic, []).append(tp.partition)
         partitions = tuple(TxnPartitions(t, tuple(ps)) for t, ps in by_topic.items())
-    return TransactionLogValue(state.producer_id, state.producer_epoch, state.timeout_ms,
-                               TransactionStatus[state.status.name], partitions, now_ms,
-                               state.start_ms)  # fmt: skip
+    return TransactionLogValue(
+        state.producer_id,
+        state.producer_epoch,
+        state.timeout_ms,
+        TransactionStatus[state.status.name],
+        partitions,
+        now_ms,
+        state.start_ms,
+    )
 
 
 def state_of(value: TransactionLogValue) -> TxnState:
@@ -185,8 +193,14 @@ def state_of(value: TransactionLogValue) -> TxnState:
     status = TxnStatus.ONGOING if name == "PREPARE_EPOCH_FENCE" else TxnStatus[name]
     parts = value.partitions or ()
     partitions = [TopicPartition(p.topic, i) for p in parts for i in p.partition_ids]
-    return TxnState(value.producer_id, value.producer_epoch, value.transaction_timeout_ms,
-                    status, partitions, value.start_timestamp_ms)  # fmt: skip
+    return TxnState(
+        value.producer_id,
+        value.producer_epoch,
+        value.transaction_timeout_ms,
+        status,
+        partitions,
+        value.start_timestamp_ms,
+    )
 
 
 class TransactionCoordinator:
@@ -269,8 +283,15 @@ class TransactionCoordinator:
             self._check_not_preparing(transactional_id, state)
             if state.status is TxnStatus.ONGOING:
                 return self._abort(transactional_id, state, bump=True)
-            new = self._bumped(state.copy(timeout_ms=timeout_ms, status=TxnStatus.EMPTY,
-                                          partitions=[], start_ms=-1, groups=[]))  # fmt: skip
+            new = self._bumped(
+                state.copy(
+                    timeout_ms=timeout_ms,
+                    status=TxnStatus.EMPTY,
+                    partitions=[],
+                    start_ms=-1,
+                    groups=[],
+                )
+            )
             self._transit(transactional_id, state, new)
             return state.producer_id, state.producer_epoch
 
@@ -304,8 +325,9 @@ class TransactionCoordinator:
             self._check_not_preparing(transactional_id, state)
             new = state.copy()
             if state.status is not TxnStatus.ONGOING:
-                new = state.copy(status=TxnStatus.ONGOING, partitions=[], start_ms=self._clock(),
-                                 groups=[])  # fmt: skip
+                new = state.copy(
+                    status=TxnStatus.ONGOING, partitions=[], start_ms=self._clock(), groups=[]
+                )
             new.partitions += [tp for tp in dict.fromkeys(partitions) if tp not in new.partitions]
             if new != state:  # Kafka writes nothing when every partition is already in
                 self._transit(transactional_id, state, new)
@@ -320,8 +342,12 @@ class TransactionCoordinator:
     ) -> None:
         """AddOffsetsToTxn: the group's offset commits join the transaction (and its
         ``__consumer_offsets`` partition, when that topic exists, gets a marker)."""
-        self.add_partitions(transactional_id, producer_id, producer_epoch,
-                            [] if offsets_partition is None else [offsets_partition])  # fmt: skip
+        self.add_partitions(
+            transactional_id,
+            producer_id,
+            producer_epoch,
+            [] if offsets_partition is None else [offsets_partition],
+        )
         with self.lock:
             state = self.txns[transactional_id]
             if group_id not in state.groups:
@@ -345,8 +371,7 @@ class TransactionCoordinator:
                     f"{state.status.value}"
                 )
             if commit:
-                self._transit(transactional_id, state,
-                              state.copy(status=TxnStatus.PREPARE_COMMIT))  # fmt: skip
+                self._transit(transactional_id, state, state.copy(status=TxnStatus.PREPARE_COMMIT))
                 return self._completion(transactional_id, state, True)
             return self._abort(transactional_id, state, bump=False)
 
@@ -397,8 +422,11 @@ class TransactionCoordinator:
             self._check_not_pending(completion.transactional_id, state)
             done = TxnStatus.COMPLETE_COMMIT if completion.commit else TxnStatus.COMPLETE_ABORT
             # Kafka keeps the start timestamp of a completed transaction
-            self._transit(completion.transactional_id, state,
-                          state.copy(status=done, partitions=[], groups=[]))  # fmt: skip
+            self._transit(
+                completion.transactional_id,
+                state,
+                state.copy(status=done, partitions=[], groups=[]),
+            )
 
     def marker_written(self, tp: TopicPartition, completion: TxnCompletion) -> None:
         """``completion``'s marker is appended to ``tp`` (acks=all): tell the listeners (the
@@ -413,9 +441,13 @@ class TransactionCoordinator:
         now = self._clock()
         completions = []
         with self.lock:
-            due = [(tid, s) for tid, s in self.txns.items()
-                   if s.status is TxnStatus.ONGOING and not s.pending
-                   and now - s.start_ms > s.timeout_ms]  # fmt: skip
+            due = [
+                (tid, s)
+                for tid, s in self.txns.items()
+                if s.status is TxnStatus.ONGOING
+                and not s.pending
+                and now - s.start_ms > s.timeout_ms
+            ]
             for tid, state in due:
                 if state.pending or state.status is not TxnStatus.ONGOING:
                     continue  # changed while another id's abort was being persisted
@@ -514,8 +546,14 @@ class TransactionCoordinator:
 
     @staticmethod
     def _completion(transactional_id: str, state: TxnState, commit: bool) -> TxnCompletion:
-        return TxnCompletion(transactional_id, state.producer_id, state.producer_epoch, commit,
-                             tuple(state.partitions), tuple(state.groups))  # fmt: skip
+        return TxnCompletion(
+            transactional_id,
+            state.producer_id,
+            state.producer_epoch,
+            commit,
+            tuple(state.partitions),
+            tuple(state.groups),
+        )
 
 
 MarkerWrite = Callable[[TopicPartition, TxnCompletion], None]
@@ -592,12 +630,15 @@ class TransactionMarkerWriter(threading.Thread):
                     return
                 self._coordinator.marker_written(tp, completion)
 
-            done = self._retry(write, f"writing the {kind} marker of transactional id {tid!r} "
-                                      f"to {tp}")  # fmt: skip
+            done = self._retry(
+                write, f"writing the {kind} marker of transactional id {tid!r} to {tp}"
+            )
             if done is not True:
                 return done is None
-        done = self._retry(lambda: self._coordinator.complete(completion),
-                           f"completing the transaction of {tid!r} ({kind})")  # fmt: skip
+        done = self._retry(
+            lambda: self._coordinator.complete(completion),
+            f"completing the transaction of {tid!r} ({kind})",
+        )
         return done is not False
 
     def _retry(self, action: Callable[[], None], what: str) -> bool | None:
@@ -614,8 +655,9 @@ class TransactionMarkerWriter(threading.Thread):
                 return None
             except Exception as e:
                 if not logged:
-                    log.warning("%s: %s; retrying", what, e,
-                                exc_info=not isinstance(e, KafkaApiError))  # fmt: skip
+                    log.warning(
+                        "%s: %s; retrying", what, e, exc_info=not isinstance(e, KafkaApiError)
+                    )
                     logged = True
                 with self._wake:
                     if self._stopping or self._wake.wait_for(

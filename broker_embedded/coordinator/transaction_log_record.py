@@ -160,8 +160,13 @@ def _write_value(v: TransactionLogValue, w: MessageWriter) -> None:
     w.int16(v.producer_epoch, "producerEpoch")
     w.int32(v.transaction_timeout_ms, "transactionTimeoutMs")
     w.int8(int(v.status), "transactionStatus")
-    w.array(v.partitions, flexible, "transactionPartitions",
-            lambda p: _write_partitions(p, flexible, w), nullable=True)  # fmt: skip
+    w.array(
+        v.partitions,
+        flexible,
+        "transactionPartitions",
+        lambda p: _write_partitions(p, flexible, w),
+        nullable=True,
+    )
     w.int64(v.last_update_timestamp_ms, "transactionLastUpdateTimestampMs")
     w.int64(v.start_timestamp_ms, "transactionStartTimestampMs")
     if flexible:
@@ -191,8 +196,9 @@ def _read_value(r: MessageReader) -> TransactionLogValue:
     epoch = r.int16("producerEpoch")
     timeout = r.int32("transactionTimeoutMs")
     status = _status(r.int8("transactionStatus"))
-    partitions = r.nullable_array(flexible, "transactionPartitions",
-                                  lambda: _read_partitions(r, flexible))  # fmt: skip
+    partitions = r.nullable_array(
+        flexible, "transactionPartitions", lambda: _read_partitions(r, flexible)
+    )
     last_update = r.int64("transactionLastUpdateTimestampMs")
     start = r.int64("transactionStartTimestampMs")
     tags = r.tagged_fields("TransactionLogValue") if flexible else {}
@@ -201,14 +207,21 @@ def _read_value(r: MessageReader) -> TransactionLogValue:
         return tagged_int(tags[t], s, what) if t in tags else default
 
     return TransactionLogValue(
-        producer_id, epoch, timeout, status, partitions, last_update, start,
+        producer_id,
+        epoch,
+        timeout,
+        status,
+        partitions,
+        last_update,
+        start,
         previous_producer_id=tag(TAG_PREVIOUS_PRODUCER_ID, INT64, -1, "previousProducerId"),
         next_producer_id=tag(TAG_NEXT_PRODUCER_ID, INT64, -1, "nextProducerId"),
-        client_transaction_version=tag(TAG_CLIENT_TRANSACTION_VERSION, INT16, 0,
-                                       "clientTransactionVersion"),
+        client_transaction_version=tag(
+            TAG_CLIENT_TRANSACTION_VERSION, INT16, 0, "clientTransactionVersion"
+        ),
         version=version,
         unknown_tagged_fields=unknown_tags(tags, KNOWN_TAGS),
-    )  # fmt: skip
+    )
 
 
 def decode_value(

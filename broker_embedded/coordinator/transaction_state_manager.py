@@ -83,8 +83,12 @@ from broker_embedded.storage.topic_partition import TopicPartition
 
 LOAD_CHUNK_BYTES = 1 << 20  # one read of a partition being loaded (at least one whole batch)
 
-_NOT_AVAILABLE = (UnknownTopicOrPartitionError, NotEnoughReplicasError,
-                  NotEnoughReplicasAfterAppendError, RequestTimedOutError)  # fmt: skip
+_NOT_AVAILABLE = (
+    UnknownTopicOrPartitionError,
+    NotEnoughReplicasError,
+    NotEnoughReplicasAfterAppendError,
+    RequestTimedOutError,
+)
 _NOT_COORDINATOR = (NotLeaderOrFollowerError, KafkaStorageError)
 
 
@@ -191,8 +195,9 @@ class TransactionReplay:
         if batch.is_control:
             return
         for record in batch.records():
-            place = RecordPlace(TRANSACTION_STATE_TOPIC, self.partition, record.offset,
-                                batch.source)  # fmt: skip
+            place = RecordPlace(
+                TRANSACTION_STATE_TOPIC, self.partition, record.offset, batch.source
+            )
             key = decode_key(record.key, place)
             value = decode_value(record.value, place)
             self.records += 1

@@ -330,8 +330,14 @@ def _headers_column(headers: Any, n: int) -> tuple[Any, ...]:
         headers = None
     if headers is None:
         no_headers = _null_column(0)
-        return (_readonly(np.zeros(1, np.int64)), _EMPTY_U8, _EMPTY_U8, (0, 0, 0),
-                no_headers, no_headers)  # fmt: skip
+        return (
+            _readonly(np.zeros(1, np.int64)),
+            _EMPTY_U8,
+            _EMPTY_U8,
+            (0, 0, 0),
+            no_headers,
+            no_headers,
+        )
     if isinstance(headers, pa.ChunkedArray):
         headers = headers.combine_chunks()
     if not isinstance(headers, pa.Array):

@@ -244,9 +244,20 @@ def parse_record(buf, pos, end):  # type: ignore[no-untyped-def]
     if err == E_OK and p != rec_end:
         err, detail = E_STRAY_BYTES, rec_end - p
     return (
-        err, detail, rec_end, ts_delta, offset_delta, klen, key_end, vlen, value_end,
-        hcount, headers_at, hkbytes, hvbytes,
-    )  # fmt: skip
+        err,
+        detail,
+        rec_end,
+        ts_delta,
+        offset_delta,
+        klen,
+        key_end,
+        vlen,
+        value_end,
+        hcount,
+        headers_at,
+        hkbytes,
+        hvbytes,
+    )
 
 
 @jit
@@ -375,8 +386,21 @@ def decode_sections(  # type: ignore[no-untyped-def]
                 _fail(counts, t, p - first, declared, end - p)
                 err = E_LEFT_OVER
                 break
-            (err, detail, rec_end, ts_delta, offset_delta, klen, key_end, vlen, value_end,
-             hcount, headers_at, hkbytes, hvbytes) = parse_record(src, p, end)  # fmt: skip
+            (
+                err,
+                detail,
+                rec_end,
+                ts_delta,
+                offset_delta,
+                klen,
+                key_end,
+                vlen,
+                value_end,
+                hcount,
+                headers_at,
+                hkbytes,
+                hvbytes,
+            ) = parse_record(src, p, end)
             if err == E_OK and not 0 <= offset_delta <= last_delta:
                 err, detail = E_OFFSET_DELTA, offset_delta
             if err != E_OK:

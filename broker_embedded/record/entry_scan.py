@@ -98,10 +98,22 @@ from broker_embedded.record.header_reads import (
 )
 
 __all__ = [  # the table's columns (header_reads), re-exported for the walk's callers
-    "S_ATTR", "S_BASE_SEQUENCE", "S_BASE_TS", "S_COUNT", "S_CRC", "S_EPOCH", "S_LAST_DELTA",
-    "S_MAGIC", "S_MAX_TS", "S_OFFSET", "S_POS", "S_PRODUCER_EPOCH", "S_PRODUCER_ID", "S_SIZE",
+    "S_ATTR",
+    "S_BASE_SEQUENCE",
+    "S_BASE_TS",
+    "S_COUNT",
+    "S_CRC",
+    "S_EPOCH",
+    "S_LAST_DELTA",
+    "S_MAGIC",
+    "S_MAX_TS",
+    "S_OFFSET",
+    "S_POS",
+    "S_PRODUCER_EPOCH",
+    "S_PRODUCER_ID",
+    "S_SIZE",
     "SCAN_FIELDS",
-]  # fmt: skip
+]
 
 # The smallest body after the 12 bytes of log overhead, per magic (crc, magic, attributes,
 # [timestamp], key length, value length; v2: the fixed batch header).

@@ -133,9 +133,12 @@ def scan(
 
 
 def _check_leader(
-    rows: list[list[int]], next_offset: int, max_message_bytes: int, from_client: bool,
+    rows: list[list[int]],
+    next_offset: int,
+    max_message_bytes: int,
+    from_client: bool,
     summary: list[int],
-) -> bool:  # fmt: skip
+) -> bool:
     """The leader's per-batch checks, its offsets assigned (into ``rows``), and the summary."""
     offset = next_offset
     for row in rows:

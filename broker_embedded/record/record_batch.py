@@ -140,10 +140,23 @@ class RecordBatch:
     """
 
     __slots__ = (
-        "_view", "source", "position", "base_offset", "batch_length", "partition_leader_epoch",
-        "magic", "crc", "attributes", "last_offset_delta", "base_timestamp", "max_timestamp_raw",
-        "producer_id", "producer_epoch", "base_sequence", "records_count",
-    )  # fmt: skip
+        "_view",
+        "source",
+        "position",
+        "base_offset",
+        "batch_length",
+        "partition_leader_epoch",
+        "magic",
+        "crc",
+        "attributes",
+        "last_offset_delta",
+        "base_timestamp",
+        "max_timestamp_raw",
+        "producer_id",
+        "producer_epoch",
+        "base_sequence",
+        "records_count",
+    )
 
     def __init__(self, view: bytes | memoryview, source: str = "<buffer>", position: int = 0):
         view = memoryview(view)

@@ -68,8 +68,7 @@ def iter_batches(
             break
     if status != es.SCAN_OK:
         known = None if offset < 0 else int(offset)  # a negative base offset names none
-        _raise(view, int(status), int(pos), known, int(detail), stop, source,
-               base_position, tail)  # fmt: skip
+        _raise(view, int(status), int(pos), known, int(detail), stop, source, base_position, tail)
 
 
 def _raise(

@@ -75,6 +75,9 @@ def _answer(
         return PartitionFetchResult(placeholder.topic_partition, error)
     result = future.result()
     aborted = result.aborted_transactions
-    return dataclasses.replace(placeholder, records=result.records,
-                               aborted_transactions=aborted,
-                               readable_bytes=len(result.records))  # fmt: skip
+    return dataclasses.replace(
+        placeholder,
+        records=result.records,
+        aborted_transactions=aborted,
+        readable_bytes=len(result.records),
+    )

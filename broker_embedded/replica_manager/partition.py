@@ -153,8 +153,9 @@ class Partition:
         if cur is None:
             return True
         return (state.leader_epoch, state.partition_epoch) > (
-            cur.leader_epoch, cur.partition_epoch,
-        )  # fmt: skip
+            cur.leader_epoch,
+            cur.partition_epoch,
+        )
 
     def make_leader(self, state: LeaderAndIsr) -> bool:
         """Become leader for ``state``; False if ``state`` is not newer than what we have."""
@@ -170,13 +171,17 @@ class Partition:
             if new_epoch:
                 now = self._clock()
                 leo = self.log.log_end_offset
-                self._replicas = {b: ReplicaState(b, last_caught_up_ms=now if b in state.isr else 0)
-                                  for b in state.replicas if b != self.broker_id}  # fmt: skip
+                self._replicas = {
+                    b: ReplicaState(b, last_caught_up_ms=now if b in state.isr else 0)
+                    for b in state.replicas
+                    if b != self.broker_id
+                }
                 try:
                     self.log.leader_epoch_cache.assign(state.leader_epoch, leo)
                 except OSError as e:  # a full disk: the epoch's first append assigns it
-                    self.log.health.failed(f"recording leader epoch {state.leader_epoch} of "
-                                           f"{self._where()}", e)  # fmt: skip
+                    self.log.health.failed(
+                        f"recording leader epoch {state.leader_epoch} of {self._where()}", e
+                    )
                 self._leader_epoch_start = leo
             self._maybe_increment_hw()
             return True

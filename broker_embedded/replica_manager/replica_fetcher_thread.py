@@ -84,9 +84,10 @@ class ReplicaFetcherThread:
         self._stop = threading.Event()
         self._wakeup = threading.Event()
         self._thread = threading.Thread(
-            target=self._run, name=f"ReplicaFetcher-{follower.broker_id}-from-{leader_id}",
+            target=self._run,
+            name=f"ReplicaFetcher-{follower.broker_id}-from-{leader_id}",
             daemon=True,
-        )  # fmt: skip
+        )
         self._thread.start()
 
     def add_partition(self, tp: TopicPartition, leader_epoch: int) -> None:
@@ -165,16 +166,23 @@ class ReplicaFetcherThread:
             p = self.follower.partitions.get(tp)
             if st.truncating or p is None or not p.is_follower_of(self.leader_id, st.leader_epoch):
                 continue
-            parts.append(PartitionFetch(tp, p.log.log_end_offset,
-                                        self.follower.config.replica_fetch_max_bytes,
-                                        st.leader_epoch))  # fmt: skip
+            parts.append(
+                PartitionFetch(
+                    tp,
+                    p.log.log_end_offset,
+                    self.follower.config.replica_fetch_max_bytes,
+                    st.leader_epoch,
+                )
+            )
         if not parts:
             return
         request = FetchRequest(
-            tuple(parts), replica_id=self.follower.broker_id,
-            max_wait_ms=self.follower.config.replica_fetch_wait_max_ms, min_bytes=1,
+            tuple(parts),
+            replica_id=self.follower.broker_id,
+            max_wait_ms=self.follower.config.replica_fetch_wait_max_ms,
+            min_bytes=1,
             max_bytes=self.follower.config.replica_fetch_response_max_bytes,
-        )  # fmt: skip
+        )
         response = leader.fetch_messages(request)
         # A paused broker is a stopped process: it must not apply what arrives meanwhile (and
         # after it resumes the response may be stale: the checks below drop it then).
@@ -228,9 +236,13 @@ class ReplicaFetcherThread:
             return
         if r.error is None:
             p.append_records_to_follower(
-                r.records, r.high_watermark, r.log_start_offset, leader_id=self.leader_id,
-                leader_epoch=st.leader_epoch, fetch_offset=fetch_offset,
-            )  # fmt: skip
+                r.records,
+                r.high_watermark,
+                r.log_start_offset,
+                leader_id=self.leader_id,
+                leader_epoch=st.leader_epoch,
+                fetch_offset=fetch_offset,
+            )
             return
         if isinstance(r.error, OffsetMovedToTieredStorageError):
             self._start_at_leader_local_start(leader, p, tp, st, fetch_offset)
@@ -250,9 +262,13 @@ class ReplicaFetcherThread:
         self._back_off(tp, st, r.error)
 
     def _start_at_leader_local_start(
-        self, leader: ReplicaManager, p: Partition, tp: TopicPartition, st: _FetchState,
+        self,
+        leader: ReplicaManager,
+        p: Partition,
+        tp: TopicPartition,
+        st: _FetchState,
         fetch_offset: int,
-    ) -> None:  # fmt: skip
+    ) -> None:
         """OFFSET_MOVED_TO_TIERED_STORAGE: the follower's log end lies below the leader's local
         log start (Kafka's ``TierStateMachine.buildRemoteLogAuxState``). The stored segment
         holding the offset below the leader's local start gives where the log restarts (its
@@ -280,13 +296,21 @@ class ReplicaFetcherThread:
                 p.log.truncate_fully_and_start_at(local_start, log_start_offset=start)
                 return
             p.log.truncate_fully_and_start_at(
-                aux.next_offset, log_start_offset=start, leader_epochs=aux.leader_epochs,
+                aux.next_offset,
+                log_start_offset=start,
+                leader_epochs=aux.leader_epochs,
                 producer_snapshot=aux.producer_snapshot,
-            )  # fmt: skip
+            )
         restored = "restored" if aux.producer_snapshot else "absent"
-        log.info("broker %s restarted %s at offset %d from remote storage (%d leader epochs, "
-                 "producer snapshot %s)", self.follower.broker_id, tp, aux.next_offset,
-                 len(aux.leader_epochs), restored)  # fmt: skip
+        log.info(
+            "broker %s restarted %s at offset %d from remote storage (%d leader epochs, "
+            "producer snapshot %s)",
+            self.follower.broker_id,
+            tp,
+            aux.next_offset,
+            len(aux.leader_epochs),
+            restored,
+        )
 
 
 class ReplicaFetcherManager:

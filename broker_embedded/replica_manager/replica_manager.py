@@ -216,8 +216,11 @@ class ReplicaManager:
                     f"{self.controller_epoch}"
                 )
             self.controller_epoch = controller_epoch
-            new = [tp for tp, state in states.items()
-                   if self.broker_id in state.replicas and tp not in self.partitions]  # fmt: skip
+            new = [
+                tp
+                for tp, state in states.items()
+                if self.broker_id in state.replicas and tp not in self.partitions
+            ]
             if new:  # created together: one sync and one checkpoint write for all of them
                 self.log_manager.create_logs(new)
             changed = []
@@ -232,11 +235,14 @@ class ReplicaManager:
         if partition is None:
             self._deleted.discard(tp)
             partition = Partition(
-                tp, self.broker_id, self.log_manager.get_or_create_log(tp), clock_ms=self._clock,
+                tp,
+                self.broker_id,
+                self.log_manager.get_or_create_log(tp),
+                clock_ms=self._clock,
                 alter_partition=self._alter,
                 replica_lag_time_max_ms=self.config.replica_lag_time_max_ms,
                 isr_changed=self._isr_changed,
-            )  # fmt: skip
+            )
             self.partitions[tp] = partition
         if state.leader == self.broker_id:
             if not partition.make_leader(state):
@@ -247,8 +253,9 @@ class ReplicaManager:
         if not partition.make_follower(state):
             return False
         same_leader = previous is not None and (previous.leader, previous.leader_epoch) == (
-            state.leader, state.leader_epoch,
-        )  # fmt: skip
+            state.leader,
+            state.leader_epoch,
+        )
         if same_leader:
             return True  # only the ISR changed: keep fetching, no new truncation
         self.fetchers.remove_partitions([tp])
@@ -382,8 +389,12 @@ class ReplicaManager:
         if required_acks != -1 or not waiting:
             respond(results)
             return
-        op = DelayedProduce(timeout_ms, waiting, self._replicated,
-                            lambda errors: respond(_with_errors(results, errors)))  # fmt: skip
+        op = DelayedProduce(
+            timeout_ms,
+            waiting,
+            self._replicated,
+            lambda errors: respond(_with_errors(results, errors)),
+        )
         self.produce_purgatory.try_complete_else_watch(op, list(waiting))
 
     def _append_all(
@@ -402,8 +413,11 @@ class ReplicaManager:
             results[tp] = self._append_one(tp, records, required_acks, origin)
         if required_acks != -1:
             return results, {}
-        waiting = {tp: r.last_offset + 1 for tp, r in results.items()
-                   if r.error is None and not r.duplicate}  # fmt: skip
+        waiting = {
+            tp: r.last_offset + 1
+            for tp, r in results.items()
+            if r.error is None and not r.duplicate
+        }
         return results, waiting
 
     def _append_one(
@@ -422,8 +436,15 @@ class ReplicaManager:
         self.fetch_purgatory.check_and_complete(tp)
         if hw_moved:
             self.produce_purgatory.check_and_complete(tp)
-        return ProduceResult(tp, None, info.first_offset, info.last_offset, info.log_append_time,
-                             info.log_start_offset, info.duplicate)  # fmt: skip
+        return ProduceResult(
+            tp,
+            None,
+            info.first_offset,
+            info.last_offset,
+            info.log_append_time,
+            info.log_start_offset,
+            info.duplicate,
+        )
 
     def _failed_log_start(self, tp: TopicPartition, error: KafkaApiError) -> int:
         """The log start offset a failed append answers with, as Kafka's
@@ -537,9 +558,16 @@ class ReplicaManager:
             ):
                 return response
             ready = None  # offsets moved but nothing readable: wait on reads, never spin
-        op = DelayedFetch(request, lambda r: self._read(r, zero_copy),
-                          lambda: self._high_watermarks(request), self.min_bytes(request),
-                          start_hws, respond, ready, lazy=respond is None)  # fmt: skip
+        op = DelayedFetch(
+            request,
+            lambda r: self._read(r, zero_copy),
+            lambda: self._high_watermarks(request),
+            self.min_bytes(request),
+            start_hws,
+            respond,
+            ready,
+            lazy=respond is None,
+        )
         keys = [p.topic_partition for p in request.partitions]
         self.fetch_purgatory.try_complete_else_watch(op, keys)
         return op
@@ -630,9 +658,13 @@ class ReplicaManager:
             max_bytes = max(0, min(pf.partition_max_bytes, budget))
             try:
                 info = self.leader_partition(tp).read(
-                    pf.fetch_offset, max_bytes, isolation, pf.current_leader_epoch, min_one,
+                    pf.fetch_offset,
+                    max_bytes,
+                    isolation,
+                    pf.current_leader_epoch,
+                    min_one,
                     zero_copy,
-                )  # fmt: skip
+                )
             except OffsetMovedToTieredStorageError as e:
                 if self.remote_log_manager is None:  # Kafka: the local read's out of range
                     results.append(self._error_result(tp, OffsetOutOfRangeError(str(e))))
@@ -642,13 +674,15 @@ class ReplicaManager:
                     continue
                 aborted = () if isolation is FetchIsolation.TXN_COMMITTED else None
                 placeholder = self._error_result(tp, e)
-                results.append(dataclasses.replace(placeholder, error=None,
-                                                   aborted_transactions=aborted))  # fmt: skip
+                results.append(
+                    dataclasses.replace(placeholder, error=None, aborted_transactions=aborted)
+                )
                 if remote is None and self.remote_log_manager.fetch_quota.throttle_time_ms() > 0:
                     continue  # Kafka: over the remote fetch quota, no records and no error
                 if remote is None:
-                    remote = RemoteStorageFetchInfo(tp, pf.fetch_offset, max_bytes, min_one,
-                                                    isolation, len(results) - 1)  # fmt: skip
+                    remote = RemoteStorageFetchInfo(
+                        tp, pf.fetch_offset, max_bytes, min_one, isolation, len(results) - 1
+                    )
                 continue
             except KafkaApiError as e:
                 results.append(self._error_result(tp, e))
@@ -659,9 +693,16 @@ class ReplicaManager:
                 # a fragment of one (the consumer would drop it anyway).
                 records, aborted, region = b"", None if aborted is None else (), None
             result = PartitionFetchResult(
-                tp, None, info.high_watermark, info.last_stable_offset, info.log_start_offset,
-                aborted, records, region, info.readable,
-            )  # fmt: skip
+                tp,
+                None,
+                info.high_watermark,
+                info.last_stable_offset,
+                info.log_start_offset,
+                aborted,
+                records,
+                region,
+                info.readable,
+            )
             if result.size_in_bytes:
                 budget -= result.size_in_bytes
                 min_one = False
@@ -673,8 +714,9 @@ class ReplicaManager:
         if p is None:
             return PartitionFetchResult(tp, e)
         lg = p.log
-        return PartitionFetchResult(tp, e, lg.high_watermark, lg.last_stable_offset,
-                                    lg.log_start_offset)  # fmt: skip
+        return PartitionFetchResult(
+            tp, e, lg.high_watermark, lg.last_stable_offset, lg.log_start_offset
+        )
 
     # -- offsets -----------------------------------------------------------------------------------
 
@@ -773,6 +815,12 @@ def _with_errors(
     for tp, error in errors.items():
         if error is not None:
             r = out[tp]
-            out[tp] = ProduceResult(tp, error, r.base_offset, r.last_offset,  # type: ignore[arg-type]
-                                    r.log_append_time, r.log_start_offset)  # fmt: skip
+            out[tp] = ProduceResult(
+                tp,
+                error,
+                r.base_offset,
+                r.last_offset,  # type: ignore[arg-type]
+                r.log_append_time,
+                r.log_start_offset,
+            )
     return out

@@ -161,9 +161,12 @@ class Controller(TopicCreation):
                     continue
                 # No broker is alive yet: offline, until a member of the last ISR registers.
                 self._states[TopicPartition(name, int(p))] = LeaderAndIsr(
-                    NO_LEADER, int(st["leader_epoch"]), tuple(int(b) for b in st["isr"]),
-                    replicas, int(st["partition_epoch"]),
-                )  # fmt: skip
+                    NO_LEADER,
+                    int(st["leader_epoch"]),
+                    tuple(int(b) for b in st["isr"]),
+                    replicas,
+                    int(st["partition_epoch"]),
+                )
 
     def _save(self) -> None:
         if self._store is None:
@@ -184,14 +187,19 @@ class Controller(TopicCreation):
                     }
             t["partition_states"] = states
             topics[name] = t
-        body = {"version": 1, "controller_epoch": self.epoch,
-                "next_producer_id": self._next_producer_id, "topics": topics}  # fmt: skip
+        body = {
+            "version": 1,
+            "controller_epoch": self.epoch,
+            "next_producer_id": self._next_producer_id,
+            "topics": topics,
+        }
         try:
             write_atomically(self._store, (json.dumps(body, indent=1) + "\n").encode("utf-8"))
         except OSError as e:
             self._health.failed(f"writing the controller's state {self._store.name}", e)
-            raise KafkaStorageError(f"writing the controller's state {self._store} failed: "
-                                    f"{e}") from e  # fmt: skip
+            raise KafkaStorageError(
+                f"writing the controller's state {self._store} failed: {e}"
+            ) from e
         self._health.succeeded()
 
     def _save_or_defer(self) -> None:
@@ -311,8 +319,13 @@ class Controller(TopicCreation):
     def _elect(self, tp: TopicPartition, state: LeaderAndIsr, leader: int) -> LeaderAndIsr:
         isr = state.isr if leader in state.isr else (leader,)
         epoch = max(state.leader_epoch, self._highest_epoch_on_disk(tp, state.replicas)) + 1
-        return replace(state, leader=leader, leader_epoch=epoch, isr=isr,
-                       partition_epoch=state.partition_epoch + 1)  # fmt: skip
+        return replace(
+            state,
+            leader=leader,
+            leader_epoch=epoch,
+            isr=isr,
+            partition_epoch=state.partition_epoch + 1,
+        )
 
     def _unclean_allowed(self, tp: TopicPartition) -> bool:
         config = self._topics[tp.topic].log_config(self._defaults(), tp.topic)
@@ -347,8 +360,12 @@ class Controller(TopicCreation):
         if not candidates and self._unclean_allowed(tp):
             candidates = [r for r in state.replicas if r in self._alive]
         if not candidates:
-            return replace(state, leader=NO_LEADER, leader_epoch=state.leader_epoch + 1,
-                           partition_epoch=state.partition_epoch + 1)  # fmt: skip
+            return replace(
+                state,
+                leader=NO_LEADER,
+                leader_epoch=state.leader_epoch + 1,
+                partition_epoch=state.partition_epoch + 1,
+            )
         new = self._elect(tp, state, candidates[0])
         return replace(new, isr=tuple(b for b in new.isr if b != gone) or (candidates[0],))
 
@@ -415,9 +432,13 @@ class Controller(TopicCreation):
             self._check_active()
             entry = self._topic(name)
             remote = self._remote_storage_enabled()
-            config = validate_topic_config(self._defaults(), overrides, name,
-                                           remote_storage_system_enable=remote,
-                                           existing=entry.config)  # fmt: skip
+            config = validate_topic_config(
+                self._defaults(),
+                overrides,
+                name,
+                remote_storage_system_enable=remote,
+                existing=entry.config,
+            )
             if validate_only:
                 return
             was = self._defaults().with_overrides(entry.config, name).remote_storage_enable
@@ -532,9 +553,10 @@ class Controller(TopicCreation):
                 not creator.is_alive() and TRANSACTION_STATE_TOPIC not in self._topics
             ):  # a membership read of the topics (atomic), not to wait behind the creation
                 creator = self._txn_topic_creator = threading.Thread(
-                    target=self._create_transaction_log, name="transaction-state-topic",
+                    target=self._create_transaction_log,
+                    name="transaction-state-topic",
                     daemon=True,
-                )  # fmt: skip
+                )
                 creator.start()
         creator.join(wait_s)
         if not creator.is_alive():

@@ -114,8 +114,9 @@ class TopicCreation:
             if validate_only:
                 return None
             background = background and self._in_background(name, len(placed))
-            entry = TopicEntry(new_topic_id(), len(placed), len(placed[0]),
-                               MappingProxyType(overrides))  # fmt: skip
+            entry = TopicEntry(
+                new_topic_id(), len(placed), len(placed[0]), MappingProxyType(overrides)
+            )
             self._register(name, entry, placed, None)
         if not background:
             self._make_now(name, None, stop)
@@ -298,8 +299,10 @@ class TopicCreation:
         the brokers raise, the partitions still waiting."""
         waiting = self._pending[name]
         chunk = sorted(waiting.items())[:CREATE_STEP]
-        step = {TopicPartition(name, p): self._initial_state(TopicPartition(name, p), r)
-                for p, r in chunk}  # fmt: skip
+        step = {
+            TopicPartition(name, p): self._initial_state(TopicPartition(name, p), r)
+            for p, r in chunk
+        }
         self._send(step)
         self._states.update(step)
         for p, _ in chunk:
@@ -330,9 +333,13 @@ class TopicCreation:
             except (KafkaLogError, OSError) as e:
                 self._pending[name] = self._pending.pop(name)  # behind the others
                 if not self._step_failing:
-                    log.error("creating the logs of topic %r failed (retried every %.0f s, "
-                              "the partitions LEADER_NOT_AVAILABLE until then): %s",
-                              name, STEP_RETRY_S, e)  # fmt: skip
+                    log.error(
+                        "creating the logs of topic %r failed (retried every %.0f s, "
+                        "the partitions LEADER_NOT_AVAILABLE until then): %s",
+                        name,
+                        STEP_RETRY_S,
+                        e,
+                    )
                 self._step_failing = True
                 return STEP_RETRY_S
             if self._step_failing:

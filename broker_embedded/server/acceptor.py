@@ -107,9 +107,14 @@ class Acceptor(threading.Thread):
         if self._failing_since is None:
             self._failing_since = time.monotonic()
             host, port = self._listen.getsockname()[:2]
-            log.error("accepting on %s:%d failed: %s; retrying every %.2f-%.0f s until it works "
-                      "(clients wait in the listen backlog)", host, port, error,
-                      *ACCEPT_BACKOFF_S)  # fmt: skip
+            log.error(
+                "accepting on %s:%d failed: %s; retrying every %.2f-%.0f s until it works "
+                "(clients wait in the listen backlog)",
+                host,
+                port,
+                error,
+                *ACCEPT_BACKOFF_S,
+            )
         else:
             self._backoff = min(2 * self._backoff, ACCEPT_BACKOFF_S[1])
         self._stopping.wait(self._backoff)
@@ -124,8 +129,12 @@ class Acceptor(threading.Thread):
             return
         if self._failing_since is not None:
             host, port = self._listen.getsockname()[:2]
-            log.warning("accepting on %s:%d again after %.1f s", host, port,
-                        time.monotonic() - self._failing_since)  # fmt: skip
+            log.warning(
+                "accepting on %s:%d again after %.1f s",
+                host,
+                port,
+                time.monotonic() - self._failing_since,
+            )
             self._failing_since, self._backoff = None, ACCEPT_BACKOFF_S[0]
         refused = self._quotas.acquire(address[0], self._stopping)
         if refused is not None:

@@ -185,8 +185,9 @@ class AdminQueue:
         except (KafkaApiError, BrokerClosedError) as e:
             self._close(request, f"{what} request failed: {e}")
         except Exception as e:
-            log.exception("handling %s request %d from %s failed", what, header.correlation_id,
-                          request.client)  # fmt: skip
+            log.exception(
+                "handling %s request %d from %s failed", what, header.correlation_id, request.client
+            )
             self._close(request, f"internal error: {e!r}")
 
     def stop(self, timeout: float) -> bool:

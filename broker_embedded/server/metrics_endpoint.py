@@ -198,15 +198,15 @@ class KafkaCollector(Collector):
         by_topic: dict[str, int] = {}
         for tp, size in rlm.remote_log_size_bytes().items():
             by_topic[tp.topic] = by_topic.get(tp.topic, 0) + size
-        yield _by_topic("remotelogsizebytes", "bytes in remote storage of the partitions led",
-                        by_topic)  # fmt: skip
+        yield _by_topic(
+            "remotelogsizebytes", "bytes in remote storage of the partitions led", by_topic
+        )
         lag_bytes: dict[str, int] = {}
         lag_segments: dict[str, int] = {}
         for tp, (size, count) in rlm.remote_copy_lag().items():
             lag_bytes[tp.topic] = lag_bytes.get(tp.topic, 0) + size
             lag_segments[tp.topic] = lag_segments.get(tp.topic, 0) + count
-        yield _by_topic("remotecopylagbytes", "bytes of closed segments not copied yet",
-                        lag_bytes)  # fmt: skip
+        yield _by_topic("remotecopylagbytes", "bytes of closed segments not copied yet", lag_bytes)
         yield _by_topic("remotecopylagsegments", "closed segments not copied yet", lag_segments)
 
     def _requests(self, server: BrokerServer, broker: Broker) -> Iterator[Metric]:

@@ -289,8 +289,15 @@ class Processor(TransportLayer, threading.Thread):
             conn.sasl_raw = ok and version == 0
             conn.sasl_request = request
             reason = "" if ok else f"SASL mechanism {request.body.mechanism!r} is not enabled"
-            self._answer(conn, Response(request, (response_frame(request.header, answer),),
-                                        close_connection=not ok, close_reason=reason))  # fmt: skip
+            self._answer(
+                conn,
+                Response(
+                    request,
+                    (response_frame(request.header, answer),),
+                    close_connection=not ok,
+                    close_reason=reason,
+                ),
+            )
         elif key == SASL_AUTHENTICATE_KEY:
             self._sasl_token(conn, request, request.body.auth_bytes, raw=False)
         else:
@@ -312,8 +319,12 @@ class Processor(TransportLayer, threading.Thread):
                 message = sasl_authenticate_response(
                     version, ErrorCode.sasl_authentication_failed, str(e), b""
                 )
-                response = Response(request, (response_frame(request.header, message),),
-                                    close_connection=True, close_reason=str(e))  # fmt: skip
+                response = Response(
+                    request,
+                    (response_frame(request.header, message),),
+                    close_connection=True,
+                    close_reason=str(e),
+                )
             self._delay(conn, response, conn.security.failed(sasl, conn.address[0]))
             return
         hold = 0.0
@@ -524,8 +535,13 @@ class Processor(TransportLayer, threading.Thread):
         conn.response = None
         if conn.response_dequeued_ns and self.metrics is not None and conn.times is not None:
             header, request = response.request.header, response.request
-            self.metrics.finished(header.api_key, header.api_version, request.received_ns,
-                                  conn.times, conn.response_dequeued_ns)  # fmt: skip
+            self.metrics.finished(
+                header.api_key,
+                header.api_version,
+                request.received_ns,
+                conn.times,
+                conn.response_dequeued_ns,
+            )
         conn.response_dequeued_ns = 0
         response.done()
         if response.close_connection:

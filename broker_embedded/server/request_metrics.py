@@ -102,9 +102,13 @@ class RequestMetrics:
         self.apis: list[ApiHistograms | None] = [None] * (MAX_API_KEY + 1)
 
     def finished(
-        self, api_key: int, version: int, received_ns: int, times: RequestTimes,
+        self,
+        api_key: int,
+        version: int,
+        received_ns: int,
+        times: RequestTimes,
         response_dequeued_ns: int,
-    ) -> None:  # fmt: skip
+    ) -> None:
         """A request's response was written now; adds its six times."""
         if not (0 <= api_key <= MAX_API_KEY and times.response_ns and times.dequeued_ns):
             return
@@ -118,8 +122,13 @@ class RequestMetrics:
         buckets, sums = api.buckets, api.sums
         stage = 0
         prev = received_ns
-        for stamp in (times.dequeued_ns, times.local_done_ns, times.response_ns,
-                      response_dequeued_ns, end):  # fmt: skip
+        for stamp in (
+            times.dequeued_ns,
+            times.local_done_ns,
+            times.response_ns,
+            response_dequeued_ns,
+            end,
+        ):
             if stamp < prev:  # a stamp raced by a late handler: that stage took 0
                 stamp = prev
             took = stamp - prev

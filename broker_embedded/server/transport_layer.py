@@ -127,9 +127,11 @@ class TransportLayer:
                     n = self._send_tls(conn, chunk) if chunk else 0
                 else:
                     n = os.sendfile(
-                        conn.sock.fileno(), fd, region.position + conn.offset,
+                        conn.sock.fileno(),
+                        fd,
+                        region.position + conn.offset,
                         min(remaining, 1 << 30),
-                    )  # fmt: skip
+                    )
             except (BlockingIOError, InterruptedError):
                 self._close_region_file(conn)  # a path region is opened again when writable
                 return False

@@ -99,8 +99,9 @@ class AbstractIndex:
     ) -> _I:
         """Read an index file; ``FileNotFoundError`` when it does not exist."""
         source = str(path)
-        return cls.from_bytes(read_whole(source), base_offset, source=source,
-                              max_entries=max_entries)  # fmt: skip
+        return cls.from_bytes(
+            read_whole(source), base_offset, source=source, max_entries=max_entries
+        )
 
     @classmethod
     def _parse(cls, data: memoryview, source: str) -> tuple[np.ndarray, np.ndarray] | None:

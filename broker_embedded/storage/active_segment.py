@@ -95,8 +95,16 @@ class AppendState:
     timestamp (``None`` before one), when it was opened, and its three files, each opened by
     its first write and kept, with the slots written since their last fsync."""
 
-    __slots__ = ("config", "max_segment_ms", "rolling_based_timestamp", "created_ms", "files",
-                 "unsynced", "flushed", "mapped")  # fmt: skip
+    __slots__ = (
+        "config",
+        "max_segment_ms",
+        "rolling_based_timestamp",
+        "created_ms",
+        "files",
+        "unsynced",
+        "flushed",
+        "mapped",
+    )
 
     def __init__(self, config: LogConfig, rolling_based_timestamp: int | None, created_ms: int):
         self.reconfigure(config)
@@ -163,8 +171,14 @@ class ActiveSegment:
             raise KafkaStorageError(f"creating segment {paths[0]} failed: {e}") from e
         oi = OffsetIndex(base_offset, source=str(paths[1]))
         ti = TimeIndex(base_offset, source=str(paths[2]))
-        return cls._appendable(paths[0], _limit(oi, ti, config), 0, base_offset,
-                               AppendState(config, None, now_ms), "created")  # fmt: skip
+        return cls._appendable(
+            paths[0],
+            _limit(oi, ti, config),
+            0,
+            base_offset,
+            AppendState(config, None, now_ms),
+            "created",
+        )
 
     @classmethod
     def open_for_append(
@@ -191,8 +205,9 @@ class ActiveSegment:
             if seg.index_status != "loaded" or path.stat().st_size != len(index) * index.ENTRY_SIZE:
                 write_atomically(path, index.to_bytes())  # rebuilt, or a preallocated tail
         rolling = next((b.max_timestamp for b in seg.batches()), None)
-        seg._attach(_limit(seg.offset_index, seg.time_index, config),
-                    AppendState(config, rolling, now_ms))  # fmt: skip
+        seg._attach(
+            _limit(seg.offset_index, seg.time_index, config), AppendState(config, rolling, now_ms)
+        )
         seg.index_status = f"reopened, indexes {seg.index_status}"
         return seg
 
@@ -214,9 +229,14 @@ class ActiveSegment:
             _fsync(paths[0])
         _rewrite_if_changed(paths[1], indexer.offset_index.to_bytes())
         _rewrite_if_changed(paths[2], indexer.time_index.to_bytes())
-        return cls._appendable(paths[0], indexer, valid, next_offset,
-                               AppendState(config, rolling, now_ms),
-                               f"recovered, {size - valid} bytes truncated")  # fmt: skip
+        return cls._appendable(
+            paths[0],
+            indexer,
+            valid,
+            next_offset,
+            AppendState(config, rolling, now_ms),
+            f"recovered, {size - valid} bytes truncated",
+        )
 
     @classmethod
     def _appendable(
@@ -300,8 +320,13 @@ class ActiveSegment:
         self.size_in_bytes = self.end_of_batches = position + summary.size
         self.next_offset = summary.last_offset + 1
         self.largest_timestamp = max(self.largest_timestamp, summary.max_timestamp)
-        self.indexer.on_append(position, summary.size, summary.last_offset,
-                               summary.max_timestamp, summary.offset_of_max_timestamp)  # fmt: skip
+        self.indexer.on_append(
+            position,
+            summary.size,
+            summary.last_offset,
+            summary.max_timestamp,
+            summary.offset_of_max_timestamp,
+        )
         if len(self.offset_index) - a.flushed[0] >= INDEX_WRITE_ENTRIES:
             # the append is done: entries that cannot be written (a full disk, no descriptor
             # left) wait in memory for the next append, flush or close

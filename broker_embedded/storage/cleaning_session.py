@@ -128,11 +128,15 @@ class CleanableLog:
             self._check_open()
             bases = self.segment_base_offsets[:-1]
             return CleaningSnapshot(
-                tuple(bases), tuple(self._segment_size(b) for b in bases),
-                self.active_segment_base_offset, self._writer.active_segment.size_in_bytes,
-                self.local_log_start_offset, self.log_end_offset,
-                self.last_stable_offset, self._truncations,
-            )  # fmt: skip
+                tuple(bases),
+                tuple(self._segment_size(b) for b in bases),
+                self.active_segment_base_offset,
+                self._writer.active_segment.size_in_bytes,
+                self.local_log_start_offset,
+                self.log_end_offset,
+                self.last_stable_offset,
+                self._truncations,
+            )
 
     def segment_timestamps(self, base_offsets: Iterable[int]) -> dict[int, tuple[int, int]]:
         """(largest timestamp, first batch's max timestamp) of closed segments (-1 when a

@@ -110,10 +110,12 @@ class _Topics:
             parts = self.partitions.get(topic_id, {})
             if not parts:
                 continue
-            config = sorted((k, v) for k, v in self.configs.get(name, {}).items()
-                            if k in CONFIG_NAMES)  # fmt: skip
-            out[name] = MetadataTopic(name, topic_id, max(parts) + 1,
-                                      parts.get(0, 1) or 1, tuple(config))  # fmt: skip
+            config = sorted(
+                (k, v) for k, v in self.configs.get(name, {}).items() if k in CONFIG_NAMES
+            )
+            out[name] = MetadataTopic(
+                name, topic_id, max(parts) + 1, parts.get(0, 1) or 1, tuple(config)
+            )
         return out
 
 
@@ -139,8 +141,9 @@ def read_metadata_topics(log_dir: str | Path) -> dict[str, MetadataTopic]:
     snapshots = [n for n in names if _SNAPSHOT.fullmatch(n)]
     files = ([snapshots[-1]] if snapshots else []) + [n for n in names if _SEGMENT.fullmatch(n)]
     try:
-        signature = tuple((n, st.st_size, st.st_mtime_ns)
-                          for n in files for st in [(folder / n).stat()])  # fmt: skip
+        signature = tuple(
+            (n, st.st_size, st.st_mtime_ns) for n in files for st in [(folder / n).stat()]
+        )
     except OSError as e:
         raise CheckpointError(f"{folder}: cannot read Kafka's metadata log: {e}") from None
     return dict(_read_cached(str(folder), signature))

@@ -72,9 +72,11 @@ def write_journal(
     body: dict = {
         "version": JOURNAL_VERSION if mark is None else JOURNAL_VERSION_WRITER,
         "job": job_id,
-        "partitions": [{"topic": tp.topic, "partition": tp.partition, "log_end_offset": leo}
-                       for tp, leo in sorted(leos.items())],
-    }  # fmt: skip
+        "partitions": [
+            {"topic": tp.topic, "partition": tp.partition, "log_end_offset": leo}
+            for tp, leo in sorted(leos.items())
+        ],
+    }
     if mark is not None:
         body["writer"] = {"id": mark.writer_id, "batch": mark.batch, "previous": mark.previous}
     write_atomically(path, (json.dumps(body, indent=1) + "\n").encode("utf-8"))

@@ -249,10 +249,18 @@ class LocalLog:
                 region = SegmentRegion(seg.source, seg.file_id, found.position, len(found.records))
             records = b"" if region is not None else bytes(found.records)
             release_mapped_pages(found.records, _TOUCHED_AROUND)  # a copy or a region now
-            return FetchDataInfo(fetch_offset, records, offsets.high_watermark,
-                                 offsets.last_stable_offset, offsets.log_start_offset,
-                                 offsets.log_end_offset, aborted, found.first_entry_incomplete,
-                                 region, readable)  # fmt: skip
+            return FetchDataInfo(
+                fetch_offset,
+                records,
+                offsets.high_watermark,
+                offsets.last_stable_offset,
+                offsets.log_start_offset,
+                offsets.log_end_offset,
+                aborted,
+                found.first_entry_incomplete,
+                region,
+                readable,
+            )
 
         return self.access.attempt(attempt, fetch_offset, "fetching")
 
@@ -352,8 +360,9 @@ class LocalLog:
         def attempt(segments: LogSegments) -> TimestampAndOffset | None:
             for base in segments:
                 seg = self.access.segment(base)
-                seg.check_tail(last=segments.is_last(base),
-                               recovery_point=self.access.recovery_point)  # fmt: skip
+                seg.check_tail(
+                    last=segments.is_last(base), recovery_point=self.access.recovery_point
+                )
                 if seg.largest_timestamp >= timestamp:
                     found = seg.find_offset_by_timestamp(timestamp, max(log_start_offset, base))
                     if found is not None:
@@ -407,14 +416,20 @@ def whole_batches(seg: LogSegment, found: FetchSlice) -> FetchSlice:
     if status == SEEK_END:
         return found
     if status == SEEK_PARTIAL:  # cut where the partial batch starts
-        return found if cut == 0 else FetchSlice(found.fetch_offset, found.segment_base_offset,
-                                                 found.position, found.records[:cut])  # fmt: skip
+        return (
+            found
+            if cut == 0
+            else FetchSlice(
+                found.fetch_offset, found.segment_base_offset, found.position, found.records[:cut]
+            )
+        )
     for table in header_tables(found.records[end:], seg.source, start):  # the errors
         end = start - found.position + int(table[-1, es.S_POS] + table[-1, es.S_SIZE])
     if end == size or end == 0:
         return found
-    return FetchSlice(found.fetch_offset, found.segment_base_offset, found.position,
-                      found.records[:end])  # fmt: skip
+    return FetchSlice(
+        found.fetch_offset, found.segment_base_offset, found.position, found.records[:end]
+    )
 
 
 def end_of_complete_batches(records: bytes | memoryview, default: int, start: int = 0) -> int:

@@ -109,8 +109,9 @@ class _Scanned(NamedTuple):
     @classmethod
     def of(cls, rows: np.ndarray, s: list[int], buf: bytes | bytearray | memoryview) -> _Scanned:
         start, end = int(rows[0, es.S_POS]), s[S_END]
-        summary = RecordsSummary(s[S_FIRST_OFFSET], s[S_LAST_OFFSET], s[S_MAX_TS],
-                                 s[S_OFFSET_OF_MAX_TS], end - start)  # fmt: skip
+        summary = RecordsSummary(
+            s[S_FIRST_OFFSET], s[S_LAST_OFFSET], s[S_MAX_TS], s[S_OFFSET_OF_MAX_TS], end - start
+        )
         return cls(rows, memoryview(buf)[start:end], summary, s[S_RECORDS], s[S_PRODUCERS])
 
 
@@ -185,9 +186,14 @@ class LogAppender:
         if config.compact:
             return None
         arr = np.frombuffer(buf, np.uint8)
-        table, s = log_validator.scan(arr, len(buf), log_validator.LEADER, self.log_end_offset,
-                                      config.max_message_bytes,
-                                      origin is AppendOrigin.CLIENT)  # fmt: skip
+        table, s = log_validator.scan(
+            arr,
+            len(buf),
+            log_validator.LEADER,
+            self.log_end_offset,
+            config.max_message_bytes,
+            origin is AppendOrigin.CLIENT,
+        )
         if not s[S_OK] or not _crcs_match(buf, table):
             return None
         target = config.target_codec
@@ -224,9 +230,14 @@ class LogAppender:
         with self._lock:
             self._check_open()
             view = memoryview(records).toreadonly()
-            table, s = log_validator.scan(readonly_bytes(view), len(view),
-                                          log_validator.FOLLOWER, self.log_end_offset, 0,
-                                          False)  # fmt: skip
+            table, s = log_validator.scan(
+                readonly_bytes(view),
+                len(view),
+                log_validator.FOLLOWER,
+                self.log_end_offset,
+                0,
+                False,
+            )
             summary = s.tolist()
             rows = table[summary[S_FIRST_ROW] :]
             if not summary[S_OK] or not _crcs_match(view, rows):
@@ -234,8 +245,7 @@ class LogAppender:
             if not len(rows):
                 return None
             scanned = _Scanned.of(rows, summary, view)
-            return self._append_scanned(scanned, AppendOrigin.REPLICATION, None, -1,
-                                        self._clock())  # fmt: skip
+            return self._append_scanned(scanned, AppendOrigin.REPLICATION, None, -1, self._clock())
 
     def _append_as_follower_checked_in_python(self, view: memoryview) -> LogAppendInfo | None:
         """The slow path of :meth:`append_as_follower` (legacy batches, and the errors)."""
@@ -252,8 +262,9 @@ class LogAppender:
             end = b.position + b.size_in_bytes
         if start is None:
             return None
-        return self._append(bytes(view[start:end]), AppendOrigin.REPLICATION, None, -1,
-                            self._clock())  # fmt: skip
+        return self._append(
+            bytes(view[start:end]), AppendOrigin.REPLICATION, None, -1, self._clock()
+        )
 
     def _validate(self, buf: bytearray, origin: AppendOrigin) -> list[_Checked]:
         where = self._where()
@@ -286,9 +297,13 @@ class LogAppender:
                 out += b.buffer
                 continue
             builder = MemoryRecordsBuilder(
-                0, target, producer_id=b.producer_id, producer_epoch=b.producer_epoch,
-                base_sequence=b.base_sequence, is_transactional=b.is_transactional,
-            )  # fmt: skip
+                0,
+                target,
+                producer_id=b.producer_id,
+                producer_epoch=b.producer_epoch,
+                base_sequence=b.base_sequence,
+                is_transactional=b.is_transactional,
+            )
             for r in b.records():
                 builder.append(r.offset - b.base_offset, r.timestamp, r.key, r.value, r.headers)
             out += builder.build()
@@ -354,11 +369,14 @@ class LogAppender:
     ) -> LogAppendInfo:
         """The slow path's append: the batches walked again, one object each."""
         batches = [b for b in iter_batches(buf, str(self.directory)) if isinstance(b, RecordBatch)]
-        epochs = [(b.partition_leader_epoch if leader_epoch is None else leader_epoch,
-                   b.base_offset) for b in batches]  # fmt: skip
+        epochs = [
+            (b.partition_leader_epoch if leader_epoch is None else leader_epoch, b.base_offset)
+            for b in batches
+        ]
         records = sum(b.records_count for b in batches)
-        return self._append_batches(buf, batches, None, epochs, records, None, origin,
-                                    append_time, now)  # fmt: skip
+        return self._append_batches(
+            buf, batches, None, epochs, records, None, origin, append_time, now
+        )
 
     def _append_scanned(
         self,
@@ -377,9 +395,17 @@ class LogAppender:
             epochs = [(leader_epoch, summary.first_offset)]
         else:
             epochs = _epoch_starts(scanned.rows)
-        return self._append_batches(data, infos, summary.last_offset + 1, epochs,
-                                    scanned.records, summary, origin, append_time,
-                                    now)  # fmt: skip
+        return self._append_batches(
+            data,
+            infos,
+            summary.last_offset + 1,
+            epochs,
+            scanned.records,
+            summary,
+            origin,
+            append_time,
+            now,
+        )
 
     def _producer_batches(self, data: bytes | bytearray | memoryview, rows: np.ndarray) -> list:
         """The batches of ``rows`` with a producer id, as the producer state reads them."""
@@ -395,12 +421,18 @@ class LogAppender:
                 continue
             delta = row[es.S_LAST_DELTA]
             seq = row[es.S_BASE_SEQUENCE]
-            out.append(BatchInfo(
-                row[es.S_OFFSET], row[es.S_OFFSET] + delta, row[es.S_PRODUCER_ID],
-                row[es.S_PRODUCER_EPOCH], seq,
-                -1 if seq < 0 else (seq + delta) & 0x7FFFFFFF, row[es.S_MAX_TS],
-                bool(row[es.S_ATTR] & TRANSACTIONAL_MASK),
-            ))  # fmt: skip
+            out.append(
+                BatchInfo(
+                    row[es.S_OFFSET],
+                    row[es.S_OFFSET] + delta,
+                    row[es.S_PRODUCER_ID],
+                    row[es.S_PRODUCER_EPOCH],
+                    seq,
+                    -1 if seq < 0 else (seq + delta) & 0x7FFFFFFF,
+                    row[es.S_MAX_TS],
+                    bool(row[es.S_ATTR] & TRANSACTIONAL_MASK),
+                )
+            )
         return out
 
     def _append_batches(
@@ -430,8 +462,16 @@ class LogAppender:
         if dup is not None:
             # Kafka answers a duplicate with the original batch's max timestamp as its log
             # append time, whatever the topic's timestamp type (UnifiedLog.append).
-            return LogAppendInfo(dup.first_offset, dup.last_offset, dup.timestamp, dup.timestamp,
-                                 self.log_start_offset, 0, 0, duplicate=True)  # fmt: skip
+            return LogAppendInfo(
+                dup.first_offset,
+                dup.last_offset,
+                dup.timestamp,
+                dup.timestamp,
+                self.log_start_offset,
+                0,
+                0,
+                duplicate=True,
+            )
         writer = self._writer
         if summary is None:
             summary = writer.summarize(buf)
@@ -462,8 +502,15 @@ class LogAppender:
         self._unflushed_records += records
         if self._unflushed_records >= self.config.flush_messages:
             self.flush()
-        return LogAppendInfo(summary.first_offset, summary.last_offset, summary.max_timestamp,
-                             append_time, self.log_start_offset, records, summary.size)  # fmt: skip
+        return LogAppendInfo(
+            summary.first_offset,
+            summary.last_offset,
+            summary.max_timestamp,
+            append_time,
+            self.log_start_offset,
+            records,
+            summary.size,
+        )
 
     def _index_aborted(self, completed: list[CompletedTxn]) -> None:
         for txn in completed:
@@ -478,6 +525,10 @@ class LogAppender:
         try:
             self._index_aborted(completed)
         except OSError as e:
-            self._write_failed("indexing an aborted transaction of", LogDirFailureError(
-                f"the .txnindex entry of an abort marker in {self.directory} could not be "
-                f"written: {e}"))  # fmt: skip
+            self._write_failed(
+                "indexing an aborted transaction of",
+                LogDirFailureError(
+                    f"the .txnindex entry of an abort marker in {self.directory} could not be "
+                    f"written: {e}"
+                ),
+            )

@@ -96,7 +96,8 @@ _SPEC: dict[str, tuple[str, Callable[[Any], Any]]] = {
     "max.compaction.lag.ms": ("max_compaction_lag_ms", _long(1)),
     "min.cleanable.dirty.ratio": ("min_cleanable_dirty_ratio", _ratio),
     "compression.type": (
-        "compression_type", _choice("producer", "uncompressed", "gzip", "snappy", "lz4", "zstd"),
+        "compression_type",
+        _choice("producer", "uncompressed", "gzip", "snappy", "lz4", "zstd"),
     ),
     "file.delete.delay.ms": ("file_delete_delay_ms", _long(0)),
     "unclean.leader.election.enable": ("unclean_leader_election_enable", _bool),
@@ -107,7 +108,7 @@ _SPEC: dict[str, tuple[str, Callable[[Any], Any]]] = {
     # KIP-950: a tiered topic whose store is read only / turning tiering off deletes the store's
     "remote.log.copy.disable": ("remote_log_copy_disable", _bool),
     "remote.log.delete.on.disable": ("remote_log_delete_on_disable", _bool),
-}  # fmt: skip
+}
 CONFIG_NAMES = tuple(_SPEC)
 
 
@@ -247,11 +248,21 @@ def validate_topic_config(
             f"Remote log storage is unsupported for the compacted topics{where}"
         )
     for local_name, name, local, limit, unlimited in (
-        ("local.retention.bytes", "retention.bytes", config.local_retention_bytes,
-         config.retention_bytes, config.retention_bytes <= -1),
-        ("local.retention.ms", "retention.ms", config.local_retention_ms,
-         config.retention_ms, config.retention_ms == -1),
-    ):  # fmt: skip
+        (
+            "local.retention.bytes",
+            "retention.bytes",
+            config.local_retention_bytes,
+            config.retention_bytes,
+            config.retention_bytes <= -1,
+        ),
+        (
+            "local.retention.ms",
+            "retention.ms",
+            config.local_retention_ms,
+            config.retention_ms,
+            config.retention_ms == -1,
+        ),
+    ):
         if unlimited or local == -2:
             continue
         if local == -1:
@@ -274,10 +285,14 @@ def _check_copy_disabled(config: LogConfig, where: str) -> None:
     if not config.remote_log_copy_disable:
         return
     for local_name, name, local, limit in (
-        ("local.retention.bytes", "retention.bytes", config.local_retention_bytes,
-         config.retention_bytes),
+        (
+            "local.retention.bytes",
+            "retention.bytes",
+            config.local_retention_bytes,
+            config.retention_bytes,
+        ),
         ("local.retention.ms", "retention.ms", config.local_retention_ms, config.retention_ms),
-    ):  # fmt: skip
+    ):
         if local not in (-2, limit):
             raise InvalidConfigError(
                 f"When `remote.log.copy.disable` is set to true, the `{local_name}` and "

@@ -95,10 +95,21 @@ def _holds_only_log_dir_files(path: Path) -> bool:
     """True when every entry of the directory ``path`` is one a log dir's own machinery makes
     (locks, checkpoints, the topic file, staging and commit directories, the SASL users, the ACLs):
     nothing of a user's."""
-    own = {LOCK_FILE_NAME, CLEANING_DIR, STAGING_DIR, COMMITS_DIR, TOPIC_CONFIG_FILE,
-           REPLICATION_OFFSET_CHECKPOINT, RECOVERY_POINT_OFFSET_CHECKPOINT,
-           LOG_START_OFFSET_CHECKPOINT, CLEANER_OFFSET_CHECKPOINT, SCRAM_CREDENTIALS_FILE,
-           SCRAM_CREDENTIALS_LOCK, ACLS_FILE, ACLS_LOCK}  # fmt: skip
+    own = {
+        LOCK_FILE_NAME,
+        CLEANING_DIR,
+        STAGING_DIR,
+        COMMITS_DIR,
+        TOPIC_CONFIG_FILE,
+        REPLICATION_OFFSET_CHECKPOINT,
+        RECOVERY_POINT_OFFSET_CHECKPOINT,
+        LOG_START_OFFSET_CHECKPOINT,
+        CLEANER_OFFSET_CHECKPOINT,
+        SCRAM_CREDENTIALS_FILE,
+        SCRAM_CREDENTIALS_LOCK,
+        ACLS_FILE,
+        ACLS_LOCK,
+    }
     return all(name in own for name in os.listdir(path))
 
 
@@ -135,8 +146,13 @@ class PartitionCheckpoints:
 class LogDir:
     """The partitions and checkpoint files of one log dir."""
 
-    __slots__ = ("path", "high_watermarks", "recovery_points", "log_start_offsets",
-                 "cleaner_offsets")  # fmt: skip
+    __slots__ = (
+        "path",
+        "high_watermarks",
+        "recovery_points",
+        "log_start_offsets",
+        "cleaner_offsets",
+    )
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
@@ -164,8 +180,11 @@ class LogDir:
 
     def checkpoints(self, tp: TopicPartition) -> PartitionCheckpoints:
         """The checkpoint entries of ``tp``, as read when this view was made."""
-        return PartitionCheckpoints(self.high_watermarks.get(tp), self.log_start_offsets.get(tp),
-                                    self.recovery_points.get(tp))  # fmt: skip
+        return PartitionCheckpoints(
+            self.high_watermarks.get(tp),
+            self.log_start_offsets.get(tp),
+            self.recovery_points.get(tp),
+        )
 
     def open_partition(
         self, tp: TopicPartition, *, index_interval_bytes: int = DEFAULT_INDEX_INTERVAL_BYTES

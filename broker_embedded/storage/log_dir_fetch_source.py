@@ -230,9 +230,15 @@ class LogDirFetchSource:
             info = view.fetch(offset, max_bytes, FetchIsolation.TXN_COMMITTED)
             txns = info.aborted_transactions or ()
             aborted = tuple((a.producer_id, a.first_offset) for a in txns)
-            return FetchedPartition(tp, offset, _copied(info.records), info.high_watermark,
-                                    info.last_stable_offset, info.log_start_offset,
-                                    aborted)  # fmt: skip
+            return FetchedPartition(
+                tp,
+                offset,
+                _copied(info.records),
+                info.high_watermark,
+                info.last_stable_offset,
+                info.log_start_offset,
+                aborted,
+            )
         return self._uncommitted(tp, offset, max_bytes)
 
     def aborted_transactions(
@@ -266,8 +272,7 @@ class LogDirFetchSource:
             records = self._in_place = found.records
         else:
             records = _copied(found.records)
-        return FetchedPartition(tp, offset, records, view.high_watermark, -1,
-                                view.log_start_offset)  # fmt: skip
+        return FetchedPartition(tp, offset, records, view.high_watermark, -1, view.log_start_offset)
 
     def _release_in_place(self) -> None:
         records, self._in_place = self._in_place, None
@@ -316,8 +321,11 @@ class LogDirFetchSource:
         """Candidate cut offsets, their byte positions counted from the first segment the
         range spans, and the position of ``start``; ``None`` when no segment spans it."""
         view = self.view(tp)
-        return view.with_listing(lambda bases: cut_candidates(view, bases, start, end), start,
-                                 f"indexing offsets {start} to {end}")  # fmt: skip
+        return view.with_listing(
+            lambda bases: cut_candidates(view, bases, start, end),
+            start,
+            f"indexing offsets {start} to {end}",
+        )
 
     # -- lifetime ----------------------------------------------------------------------------------
 
@@ -371,9 +379,12 @@ def _check_not_truncated(view: PartitionReader, offset: int) -> None:
         st = os.stat(seg.log_path) if seg is not None else None
     except FileNotFoundError:
         return  # gone: the read re-lists the directory
-    if seg is not None and st is not None and st.st_size < seg.size_in_bytes and (
-        (st.st_dev, st.st_ino) == seg.file_id
-    ):  # fmt: skip
+    if (
+        seg is not None
+        and st is not None
+        and st.st_size < seg.size_in_bytes
+        and ((st.st_dev, st.st_ino) == seg.file_id)
+    ):
         raise SegmentTruncatedError(
             f"{seg.log_path} is shorter than when it was opened (truncated by another process: "
             f"recovery, or a replica's truncation): fetch at offset {offset} of "
@@ -472,8 +483,7 @@ def cut_candidates(
         if start_position is None:
             start_position = index.lookup(start).position if start > base else 0
         offsets += [np.array([base], np.int64), index.offsets().astype(np.int64) + 1]
-        positions += [np.array([consumed], np.int64),
-                      index.positions().astype(np.int64) + consumed]  # fmt: skip
+        positions += [np.array([consumed], np.int64), index.positions().astype(np.int64) + consumed]
         consumed += seg.size_in_bytes
     if not offsets:
         return None

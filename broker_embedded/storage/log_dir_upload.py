@@ -118,7 +118,7 @@ LOG_DIR_FILES = (
     RECOVERY_POINT_OFFSET_CHECKPOINT,
     LOG_START_OFFSET_CHECKPOINT,
     REPLICATION_OFFSET_CHECKPOINT,
-)  # fmt: skip  (the high watermark last)
+)  # the high watermark last
 
 
 class UploadConflictError(KafkaLogError):
@@ -197,8 +197,14 @@ def upload_log_dir(
         run.write_checked(LAST_STABLE_OFFSET_CHECKPOINT, _last_stable_offsets(log_dir))
     for name in LOG_DIR_FILES:
         run.small_file(name)
-    return UploadReport(tuple(run.uploaded), tuple(run.repaired), tuple(run.skipped), run.sent,
-                        tuple(run.deleted), tuple(run.gone))  # fmt: skip
+    return UploadReport(
+        tuple(run.uploaded),
+        tuple(run.repaired),
+        tuple(run.skipped),
+        run.sent,
+        tuple(run.deleted),
+        tuple(run.gone),
+    )
 
 
 def _unless_gone(
@@ -363,8 +369,9 @@ class SegmentUpload:
             next_offset = max(next_offset, next_base)
         if max_timestamp < 0 and self.mtime_when_no_timestamp:
             max_timestamp = int(paths[0].stat().st_mtime * 1000)
-        return RemoteLogSegmentMetadata(base, next_offset, size, tuple(files), max_timestamp,
-                                        topic_id=topic_id_in(directory))  # fmt: skip
+        return RemoteLogSegmentMetadata(
+            base, next_offset, size, tuple(files), max_timestamp, topic_id=topic_id_in(directory)
+        )
 
     def _intact(self, tp: TopicPartition, stored: RemoteLogSegmentMetadata) -> bool:
         """Whether every file of ``stored`` is in the store with its size (and, with
@@ -385,8 +392,12 @@ class SegmentUpload:
             size = self.store.size(name)
             if size == expected.size and object_digest(self.store, name, size) == expected.sha256:
                 return
-            log.warning("uploaded %s does not match %s (try %d)",
-                        self.store.location.describe(name), path, attempt)  # fmt: skip
+            log.warning(
+                "uploaded %s does not match %s (try %d)",
+                self.store.location.describe(name),
+                path,
+                attempt,
+            )
         raise UploadVerificationError(
             f"{self.store.location.describe(name)} does not match {path} after two uploads "
             f"(size {size}, expected {expected.size}, or its SHA-256 differs)"

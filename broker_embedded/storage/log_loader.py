@@ -147,8 +147,10 @@ class LogLoader:
             self._recover_closed_segments(bases[start:])
 
     def _indexes_look_sane(self, base: int) -> bool:
-        for suffix, entry_size in ((INDEX_SUFFIX, OffsetIndex.ENTRY_SIZE),
-                                   (TIME_INDEX_SUFFIX, TimeIndex.ENTRY_SIZE)):  # fmt: skip
+        for suffix, entry_size in (
+            (INDEX_SUFFIX, OffsetIndex.ENTRY_SIZE),
+            (TIME_INDEX_SUFFIX, TimeIndex.ENTRY_SIZE),
+        ):
             try:
                 if self._path(base, suffix).stat().st_size % entry_size:
                     return False

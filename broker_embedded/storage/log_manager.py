@@ -218,10 +218,12 @@ class LogManager:
         self._checkpointer.start()
         self.scheduler = KafkaScheduler(f"log-manager-{node_id}")
         self.scheduler.startup()
-        self.scheduler.schedule("retention", self.cleanup_logs, retention_check_interval_ms,
-                                retention_check_interval_ms)  # fmt: skip
-        self.scheduler.schedule("flush", self.flush_dirty_logs, flush_check_interval_ms,
-                                flush_check_interval_ms)  # fmt: skip
+        self.scheduler.schedule(
+            "retention", self.cleanup_logs, retention_check_interval_ms, retention_check_interval_ms
+        )
+        self.scheduler.schedule(
+            "flush", self.flush_dirty_logs, flush_check_interval_ms, flush_check_interval_ms
+        )
         self.cleaner: LogCleanerThreads | None = None
         self._cleaner_startup: ScheduledTask | None = None
         if cleaner_config is not None and cleaner_config.threads > 0:
@@ -249,10 +251,12 @@ class LogManager:
     def _load_logs(self) -> None:
         points = read_offset_checkpoints(self.log_dir)
         found = sorted(
-            tp for e in os.scandir(self.log_dir)
-            if e.is_dir() and (tp := TopicPartition.try_parse_dir_name(e.name)) is not None
+            tp
+            for e in os.scandir(self.log_dir)
+            if e.is_dir()
+            and (tp := TopicPartition.try_parse_dir_name(e.name)) is not None
             and tp.topic != METADATA_TOPIC
-        )  # fmt: skip
+        )
         unknown = {tp.topic: tp for tp in found if tp.topic not in self.topics}  # highest last
         for topic, tp in unknown.items():
             self.topics[topic] = TopicEntry(self._topic_id_on_disk(tp), tp.partition + 1)
@@ -269,8 +273,11 @@ class LogManager:
             )
 
         _open_in_parallel(registered, open_one, self.logs)
-        self._hw_unknown = {tp: self.logs[tp].high_watermark for tp in registered
-                            if tp not in points[REPLICATION_OFFSET_CHECKPOINT]}  # fmt: skip
+        self._hw_unknown = {
+            tp: self.logs[tp].high_watermark
+            for tp in registered
+            if tp not in points[REPLICATION_OFFSET_CHECKPOINT]
+        }
         self._written = points
 
     def _topic_id_on_disk(self, tp: TopicPartition) -> uuid.UUID:
@@ -278,11 +285,18 @@ class LogManager:
         return f.read().topic_id if f.exists() else new_topic_id()
 
     def _open_log(self, tp: TopicPartition, **offsets: int | None) -> UnifiedLog:
-        return _open_log(self.log_dir, tp, self.topics[tp.topic], self.defaults,
-                         had_clean_shutdown=self.had_clean_shutdown, clock_ms=self._clock,
-                         on_offsets_changed=self._on_offsets_changed, health=self.health,
-                         remote_storage_system_enable=self._remote_storage_system_enable,
-                         **offsets)  # fmt: skip
+        return _open_log(
+            self.log_dir,
+            tp,
+            self.topics[tp.topic],
+            self.defaults,
+            had_clean_shutdown=self.had_clean_shutdown,
+            clock_ms=self._clock,
+            on_offsets_changed=self._on_offsets_changed,
+            health=self.health,
+            remote_storage_system_enable=self._remote_storage_system_enable,
+            **offsets,
+        )
 
     # -- topics and logs ---------------------------------------------------------------------------
 
@@ -414,8 +428,11 @@ class LogManager:
         first = 0 if keep is None else keep.partitions
         with self._cond:
             self._check_open()
-            doomed = [(tp, self.logs.pop(tp)) for tp in list(self.logs)
-                      if tp.topic == topic and tp.partition >= first]  # fmt: skip
+            doomed = [
+                (tp, self.logs.pop(tp))
+                for tp in list(self.logs)
+                if tp.topic == topic and tp.partition >= first
+            ]
         for _, lg in doomed:  # outside the manager's lock: closing takes each log's lock
             lg.close()
         for e in os.scandir(self.log_dir):  # also those a failed creation left unopened
@@ -559,9 +576,13 @@ class LogManager:
     def _failed_logs(self) -> list[TopicPartition]:
         failed = [tp for tp, lg in self.logs.items() if lg.failure is not None]
         if failed:
-            log.warning("log dir %s: %d logs went offline after failed writes (%s): no clean "
-                        "shutdown marker, the next start recovers them", self.log_dir,
-                        len(failed), ", ".join(map(str, failed[:5])))  # fmt: skip
+            log.warning(
+                "log dir %s: %d logs went offline after failed writes (%s): no clean "
+                "shutdown marker, the next start recovers them",
+                self.log_dir,
+                len(failed),
+                ", ".join(map(str, failed[:5])),
+            )
         return failed
 
     def _close_cleanly(self) -> None:
@@ -573,8 +594,12 @@ class LogManager:
             fsync_dir(self.log_dir)
         except OSError as e:
             (self.log_dir / CLEAN_SHUTDOWN_FILE).unlink(missing_ok=True)
-            log.warning("log dir %s: closing without a clean shutdown marker, the next start "
-                        "recovers its logs: %s", self.log_dir, e)  # fmt: skip
+            log.warning(
+                "log dir %s: closing without a clean shutdown marker, the next start "
+                "recovers its logs: %s",
+                self.log_dir,
+                e,
+            )
 
     def __enter__(self) -> LogManager:
         return self
@@ -618,8 +643,9 @@ def _open_log(
     log_dir: Path, tp: TopicPartition, entry: TopicEntry, defaults: LogConfig, **kwargs: object
 ) -> UnifiedLog:
     try:
-        return UnifiedLog(log_dir, tp, entry.log_config(defaults, tp.topic),
-                          topic_id=entry.topic_id, **kwargs)  # fmt: skip
+        return UnifiedLog(
+            log_dir, tp, entry.log_config(defaults, tp.topic), topic_id=entry.topic_id, **kwargs
+        )
     except OSError as e:  # one not opened through open_files.open_file
         if is_too_many_open_files(e):
             raise too_many_open_files(e.filename or log_dir / tp.dir_name, e) from e
@@ -649,7 +675,13 @@ def open_log_for_cleaning(
             f"topic {tp.topic!r} partition {tp.partition} is not registered in {log_dir}"
         )
     points = read_offset_checkpoints(log_dir)
-    return _open_log(log_dir, tp, entry, defaults or LogConfig(), clock_ms=clock_ms,
-                     recovery_point=points[RECOVERY_POINT_OFFSET_CHECKPOINT].get(tp, 0),
-                     log_start_offset=points[LOG_START_OFFSET_CHECKPOINT].get(tp),
-                     high_watermark=points[REPLICATION_OFFSET_CHECKPOINT].get(tp))  # fmt: skip
+    return _open_log(
+        log_dir,
+        tp,
+        entry,
+        defaults or LogConfig(),
+        clock_ms=clock_ms,
+        recovery_point=points[RECOVERY_POINT_OFFSET_CHECKPOINT].get(tp, 0),
+        log_start_offset=points[LOG_START_OFFSET_CHECKPOINT].get(tp),
+        high_watermark=points[REPLICATION_OFFSET_CHECKPOINT].get(tp),
+    )

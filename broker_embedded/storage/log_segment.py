@@ -173,10 +173,23 @@ class LogSegment(ActiveSegment):
     appending only) adds the index entries of appends.
     """
 
-    __slots__ = ("base_offset", "log_path", "index_interval_bytes", "offset_index", "time_index",
-                 "index_status", "size_in_bytes", "end_of_batches", "next_offset",
-                 "largest_timestamp", "file_id", "indexer", "txn_index", "_buf",
-                 "_append")  # fmt: skip
+    __slots__ = (
+        "base_offset",
+        "log_path",
+        "index_interval_bytes",
+        "offset_index",
+        "time_index",
+        "index_status",
+        "size_in_bytes",
+        "end_of_batches",
+        "next_offset",
+        "largest_timestamp",
+        "file_id",
+        "indexer",
+        "txn_index",
+        "_buf",
+        "_append",
+    )
 
     def __init__(
         self,
@@ -277,9 +290,10 @@ class LogSegment(ActiveSegment):
             tail = _Walk(self._scan(last.position))
         next_offset = tail.next_offset if tail.count else self.base_offset
         if len(oi) and not (
-            tail.count and self.base_offset <= tail.first_base_offset
+            tail.count
+            and self.base_offset <= tail.first_base_offset
             and tail.first_last_offset <= last.offset < next_offset
-        ):  # fmt: skip
+        ):
             raise IndexCorruptError(
                 f"offset index {oi.source}: last entry (offset {last.offset}, position "
                 f"{last.position}) does not match the batch at that position in {self.source}"
@@ -617,8 +631,14 @@ class _BatchColumns(NamedTuple):
 class _Walk:
     """Header facts of a run of batches, gathered while walking it (no batch is kept)."""
 
-    __slots__ = ("count", "first_base_offset", "first_last_offset", "next_offset", "end",
-                 "max_timestamp")  # fmt: skip
+    __slots__ = (
+        "count",
+        "first_base_offset",
+        "first_last_offset",
+        "next_offset",
+        "end",
+        "max_timestamp",
+    )
 
     def __init__(self, batches: Iterable[AnyBatch]) -> None:
         self.count = self.first_base_offset = self.first_last_offset = 0

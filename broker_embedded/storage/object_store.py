@@ -99,8 +99,18 @@ SSL_ENABLED = "fs.s3a.connection.ssl.enabled"
 CONNECT_TIMEOUT = "fs.s3a.connection.establish.timeout"
 REQUEST_TIMEOUT = "fs.s3a.connection.timeout"
 ATTEMPT_TIMEOUT = "fs.s3a.connection.request.timeout"
-SETTING_NAMES = (ENDPOINT, ACCESS_KEY, SECRET_KEY, SESSION_TOKEN, PATH_STYLE_ACCESS, REGION,
-                 SSL_ENABLED, CONNECT_TIMEOUT, REQUEST_TIMEOUT, ATTEMPT_TIMEOUT)  # fmt: skip
+SETTING_NAMES = (
+    ENDPOINT,
+    ACCESS_KEY,
+    SECRET_KEY,
+    SESSION_TOKEN,
+    PATH_STYLE_ACCESS,
+    REGION,
+    SSL_ENABLED,
+    CONNECT_TIMEOUT,
+    REQUEST_TIMEOUT,
+    ATTEMPT_TIMEOUT,
+)
 CONNECT_TIMEOUT_S = 5.0  # defaults of the three timeouts
 REQUEST_TIMEOUT_S = 30.0
 ATTEMPT_TIMEOUT_S = 60.0
@@ -108,10 +118,21 @@ MAX_HUNG = 16  # reads past their deadline still running in a process (their mem
 KEPT_FILESYSTEMS = 16  # S3 file systems a process keeps, by settings
 LISTING_PAGES = 10  # a listing (pages of 1,000 keys) gets this many times the attempt timeout
 # pyarrow's messages of errors a retry cannot mend (the AWS SDK's error names)
-_PERMANENT = ("ACCESS_DENIED", "NO_SUCH_BUCKET", "NO_SUCH_KEY", "INVALID_ACCESS_KEY_ID",
-              "SIGNATURE_DOES_NOT_MATCH", "InvalidAccessKeyId", "SignatureDoesNotMatch",
-              "InvalidBucketName", "AccessDenied", "NoSuchBucket", "HTTP status 403",
-              "HTTP status 404", "HTTP status 400")  # fmt: skip
+_PERMANENT = (
+    "ACCESS_DENIED",
+    "NO_SUCH_BUCKET",
+    "NO_SUCH_KEY",
+    "INVALID_ACCESS_KEY_ID",
+    "SIGNATURE_DOES_NOT_MATCH",
+    "InvalidAccessKeyId",
+    "SignatureDoesNotMatch",
+    "InvalidBucketName",
+    "AccessDenied",
+    "NoSuchBucket",
+    "HTTP status 403",
+    "HTTP status 404",
+    "HTTP status 400",
+)
 SECRET_NAMES = (ACCESS_KEY, SECRET_KEY, SESSION_TOKEN)  # never shown, logged or returned
 
 
@@ -189,27 +210,51 @@ class StoreSettings:
             except ValueError:
                 found = 0.0
             if not found > 0:
-                raise ValueError(f"option {name}={value!r} is invalid: give a positive duration "
-                                 "in milliseconds, or with a unit (500ms, 2s)")  # fmt: skip
+                raise ValueError(
+                    f"option {name}={value!r} is invalid: give a positive duration "
+                    "in milliseconds, or with a unit (500ms, 2s)"
+                )
             return found
 
-        return cls(text(ENDPOINT), text(ACCESS_KEY), text(SECRET_KEY), text(SESSION_TOKEN),
-                   flag(PATH_STYLE_ACCESS), text(REGION), flag(SSL_ENABLED),
-                   seconds(CONNECT_TIMEOUT), seconds(REQUEST_TIMEOUT),
-                   seconds(ATTEMPT_TIMEOUT))  # fmt: skip
+        return cls(
+            text(ENDPOINT),
+            text(ACCESS_KEY),
+            text(SECRET_KEY),
+            text(SESSION_TOKEN),
+            flag(PATH_STYLE_ACCESS),
+            text(REGION),
+            flag(SSL_ENABLED),
+            seconds(CONNECT_TIMEOUT),
+            seconds(REQUEST_TIMEOUT),
+            seconds(ATTEMPT_TIMEOUT),
+        )
 
     def or_else(self, other: StoreSettings) -> StoreSettings:
         """These settings, each unset one taken from ``other`` (a reader's own settings over
         what a broker says of its store)."""
-        return replace(self, **{f.name: getattr(other, f.name) for f in fields(self)
-                                if getattr(self, f.name) is None})  # fmt: skip
+        return replace(
+            self,
+            **{
+                f.name: getattr(other, f.name)
+                for f in fields(self)
+                if getattr(self, f.name) is None
+            },
+        )
 
     def __repr__(self) -> str:
-        given = [f"{n}={v!r}" for n, v in (("endpoint", self.endpoint), ("region", self.region),
-                 ("path_style_access", self.path_style_access),
-                 ("ssl_enabled", self.ssl_enabled), ("connect_timeout_s", self.connect_timeout_s),
-                 ("request_timeout_s", self.request_timeout_s),
-                 ("attempt_timeout_s", self.attempt_timeout_s)) if v is not None]  # fmt: skip
+        given = [
+            f"{n}={v!r}"
+            for n, v in (
+                ("endpoint", self.endpoint),
+                ("region", self.region),
+                ("path_style_access", self.path_style_access),
+                ("ssl_enabled", self.ssl_enabled),
+                ("connect_timeout_s", self.connect_timeout_s),
+                ("request_timeout_s", self.request_timeout_s),
+                ("attempt_timeout_s", self.attempt_timeout_s),
+            )
+            if v is not None
+        ]
         secrets = [n for n in ("access_key", "secret_key", "session_token") if getattr(self, n)]
         given += [f"{n}=<hidden>" for n in secrets]
         return f"StoreSettings({', '.join(given)})"
@@ -350,8 +395,9 @@ class ObjectStore:
         import pyarrow.fs as pafs
 
         bucket = self.location.bucket
-        info = self.call("looking the bucket up", "",
-                         self._bounded(lambda: self._fs.get_file_info(bucket)))  # fmt: skip
+        info = self.call(
+            "looking the bucket up", "", self._bounded(lambda: self._fs.get_file_info(bucket))
+        )
         return info.type != pafs.FileType.NotFound
 
     def size(self, name: str) -> int | None:
@@ -359,8 +405,9 @@ class ObjectStore:
         import pyarrow.fs as pafs
 
         path = self._path(name)
-        info = self.call("reading the size", name,
-                         self._bounded(lambda: self._fs.get_file_info(path)))  # fmt: skip
+        info = self.call(
+            "reading the size", name, self._bounded(lambda: self._fs.get_file_info(path))
+        )
         return info.size if info.type == pafs.FileType.File else None
 
     def read(self, name: str, context: str = "") -> bytes:
@@ -518,8 +565,9 @@ class _HungRequests:
                     "are sent until they end"
                 )
         attempt: _Attempt[T] = _Attempt()
-        threading.Thread(target=self._run, args=(op, attempt), name="kafkalog-store-request",
-                         daemon=True).start()  # fmt: skip
+        threading.Thread(
+            target=self._run, args=(op, attempt), name="kafkalog-store-request", daemon=True
+        ).start()
         if not attempt.done.wait(timeout_s):
             with self._lock:
                 if not attempt.done.is_set():

@@ -186,8 +186,15 @@ class _Segment:
     """A stored segment as :func:`cut_candidates` and :func:`byte_cut_in` read it: its offset
     index, size and next offset, positions of offsets and its batches, from ranged reads."""
 
-    __slots__ = ("offset_index", "size_in_bytes", "next_offset", "_source", "_name", "_base",
-                 "_start")  # fmt: skip
+    __slots__ = (
+        "offset_index",
+        "size_in_bytes",
+        "next_offset",
+        "_source",
+        "_name",
+        "_base",
+        "_start",
+    )
 
     def __init__(
         self, source: ObjectStoreFetchSource, tp: TopicPartition, p: StoredPartition, i: int
@@ -295,9 +302,11 @@ class ObjectStoreFetchSource:
             )
         stored = self._manifests(prefix, manifests)
         if self._checkpoints is None:
-            self._checkpoints = (self._checkpoint(REPLICATION_OFFSET_CHECKPOINT),
-                                 self._checkpoint(LOG_START_OFFSET_CHECKPOINT),
-                                 self._checkpoint(LAST_STABLE_OFFSET_CHECKPOINT))  # fmt: skip
+            self._checkpoints = (
+                self._checkpoint(REPLICATION_OFFSET_CHECKPOINT),
+                self._checkpoint(LOG_START_OFFSET_CHECKPOINT),
+                self._checkpoint(LAST_STABLE_OFFSET_CHECKPOINT),
+            )
         hws, starts, lsos = self._checkpoints
         if not stored:
             start = starts.get(tp, 0)
@@ -350,8 +359,9 @@ class ObjectStoreFetchSource:
             return RemoteLogSegmentMetadata.from_json(data, self._where(name))
 
         if len(bases) >= _POOLED:
-            with ThreadPoolExecutor(min(MANIFEST_READS, len(bases)),
-                                    thread_name_prefix="kafkalog-manifests") as pool:  # fmt: skip
+            with ThreadPoolExecutor(
+                min(MANIFEST_READS, len(bases)), thread_name_prefix="kafkalog-manifests"
+            ) as pool:
                 read_all = list(pool.map(read, bases))
         else:
             read_all = [read(b) for b in bases]
@@ -401,14 +411,16 @@ class ObjectStoreFetchSource:
         hw = max(p.high_watermark, start)
         lso = hw if p.last_stable_offset is None else max(p.last_stable_offset, start)
         if (start, hw, lso) != (p.log_start_offset, p.high_watermark, p.last_stable_offset):
-            p = self._partitions[tp] = replace(p, log_start_offset=start, high_watermark=hw,
-                                               last_stable_offset=lso)  # fmt: skip
+            p = self._partitions[tp] = replace(
+                p, log_start_offset=start, high_watermark=hw, last_stable_offset=lso
+            )
         return p
 
     def task_source(self, tps: Iterable[TopicPartition]) -> ObjectStoreSource:
         self._ahead.settle()
-        return ObjectStoreSource(self._descriptor.store,
-                                 tuple((tp, self.partition(tp)) for tp in tps))  # fmt: skip
+        return ObjectStoreSource(
+            self._descriptor.store, tuple((tp, self.partition(tp)) for tp in tps)
+        )
 
     def topics(self) -> dict[str, tuple[int, ...]]:
         by_topic: dict[str, set[int]] = {}
@@ -449,8 +461,9 @@ class ObjectStoreFetchSource:
                 continue
             stem = f"{tp.dir_name}/{segment_file_stem(base)}"
             manifest_name = f"{tp.dir_name}/{RemoteLogSegmentMetadata.name_of(base)}"
-            manifest = RemoteLogSegmentMetadata.from_json(self._store.read(manifest_name),
-                                                          self._where(manifest_name))  # fmt: skip
+            manifest = RemoteLogSegmentMetadata.from_json(
+                self._store.read(manifest_name), self._where(manifest_name)
+            )
             if manifest.max_timestamp_ms < timestamp:
                 continue
             floor = max(p.log_start_offset, p.starts[i])
@@ -567,8 +580,9 @@ class ObjectStoreFetchSource:
             return FetchedPartition(tp, offset, records, p.high_watermark, -1, p.log_start_offset)
         end = end_of_complete_batches(records, bound)
         aborted = self._aborted(tp, p, max(i, 0), offset, end)
-        return FetchedPartition(tp, offset, records, p.high_watermark, bound, p.log_start_offset,
-                                aborted)  # fmt: skip
+        return FetchedPartition(
+            tp, offset, records, p.high_watermark, bound, p.log_start_offset, aborted
+        )
 
     def _aborted(
         self, tp: TopicPartition, p: StoredPartition, i: int, offset: int, end: int
@@ -593,14 +607,20 @@ class ObjectStoreFetchSource:
         found = self._txn_cache.get(key)
         if found is None:
             name = f"{tp.dir_name}/{segment_file_stem(base)}{TXN_INDEX_SUFFIX}"
-            found = self._txn_cache[key] = aborted_txns_of(self._store.read(name, context),
-                                                           self._where(name))  # fmt: skip
+            found = self._txn_cache[key] = aborted_txns_of(
+                self._store.read(name, context), self._where(name)
+            )
         return found
 
     def _read(
-        self, tp: TopicPartition, p: StoredPartition, i: int, offset: int, max_bytes: int,
+        self,
+        tp: TopicPartition,
+        p: StoredPartition,
+        i: int,
+        offset: int,
+        max_bytes: int,
         bound: int,
-    ) -> bytes | memoryview:  # fmt: skip
+    ) -> bytes | memoryview:
         """The batches of segment ``i`` from the one holding ``offset`` (module docstring)."""
         base, size = p.bases[i], p.sizes[i]
         name = f"{tp.dir_name}/{segment_file_stem(base)}{LOG_SUFFIX}"
@@ -630,13 +650,15 @@ class ObjectStoreFetchSource:
                     raise CorruptRecordError(reason, source=where, position=position)
                 max_bytes = max(max_bytes, entry)  # one batch larger than the read: whole
             else:
-                for _b in iter_batches(buf, self._where(name), start=int(at),
-                                       base_position=position):  # fmt: skip
+                for _b in iter_batches(
+                    buf, self._where(name), start=int(at), base_position=position
+                ):
                     pass  # names the corrupt entry; a legacy one is not read here
                 raise CorruptRecordError(
                     f"a legacy (magic 0/1) batch{context}: not read from object storage",
-                    source=self._where(name), position=position + int(at),
-                )  # fmt: skip
+                    source=self._where(name),
+                    position=position + int(at),
+                )
         raise AssertionError("unreachable")
 
     # -- bytes of the log --------------------------------------------------------------------------
@@ -672,8 +694,9 @@ class ObjectStoreFetchSource:
             raise ValueError(f"max_bytes must be positive, not {max_bytes}")
         self._ahead.settle()
         starts = list(self.partition(tp).starts)
-        return cuts_of(cut_candidates(self._segments(tp), starts, start, end), start, end,
-                       max_bytes)  # fmt: skip
+        return cuts_of(
+            cut_candidates(self._segments(tp), starts, start, end), start, end, max_bytes
+        )
 
     # -- lifetime ----------------------------------------------------------------------------------
 

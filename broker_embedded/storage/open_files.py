@@ -42,8 +42,14 @@ from broker_embedded.errors import TooManyOpenFilesError
 
 _LIBC = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
 _LIBC.mmap.restype = ctypes.c_void_p
-_LIBC.mmap.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int,
-                       ctypes.c_int, ctypes.c_long)  # fmt: skip
+_LIBC.mmap.argtypes = (
+    ctypes.c_void_p,
+    ctypes.c_size_t,
+    ctypes.c_int,
+    ctypes.c_int,
+    ctypes.c_int,
+    ctypes.c_long,
+)
 _LIBC.madvise.restype = ctypes.c_int
 _LIBC.madvise.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
 _LIBC.munmap.restype = ctypes.c_int

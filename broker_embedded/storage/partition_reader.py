@@ -208,8 +208,17 @@ class RelistingSegments:
     listing, the segments opened on first use, re-listing when a file went away (module
     docstring, "Concurrent cleaning")."""
 
-    __slots__ = ("directory", "topic_partition", "index_interval_bytes", "recovery_point",
-                 "base_offsets", "end_offset", "_segments", "_lock", "_relist_lock")  # fmt: skip
+    __slots__ = (
+        "directory",
+        "topic_partition",
+        "index_interval_bytes",
+        "recovery_point",
+        "base_offsets",
+        "end_offset",
+        "_segments",
+        "_lock",
+        "_relist_lock",
+    )
 
     def __init__(
         self,
@@ -329,8 +338,9 @@ class RelistingSegments:
             if pending:
                 time.sleep(delay)
         if pending:
-            names = ", ".join(f"{segment_file_stem(b)}{LOG_SUFFIX}{_SWAP_SUFFIX}"
-                              for b in sorted(pending))  # fmt: skip
+            names = ", ".join(
+                f"{segment_file_stem(b)}{LOG_SUFFIX}{_SWAP_SUFFIX}" for b in sorted(pending)
+            )
             what = (
                 f"{self.directory} is still in the middle of a segment swap after "
                 f"{sum(_SETTLE_DELAYS):.2f} s ({names} without its {LOG_SUFFIX}: a cleaner that "
@@ -338,8 +348,7 @@ class RelistingSegments:
             )
             if failed is not None:
                 raise KafkaStorageError(f"{failed}, and {what}")
-            log.warning("partition %s: %s; reading the segments listed", self.topic_partition,
-                        what)  # fmt: skip
+            log.warning("partition %s: %s; reading the segments listed", self.topic_partition, what)
         return sorted(logs)
 
     def open_last(self) -> int | None:
@@ -460,8 +469,17 @@ class PartitionReader:
     """The read-only view of one partition directory: a :class:`LocalLog` over
     :class:`RelistingSegments` and the offsets published for it; see the module docstring."""
 
-    __slots__ = ("directory", "topic_partition", "log_start_offset", "log_end_offset",
-                 "high_watermark", "local_log", "_access", "_lso", "_lso_lock")  # fmt: skip
+    __slots__ = (
+        "directory",
+        "topic_partition",
+        "log_start_offset",
+        "log_end_offset",
+        "high_watermark",
+        "local_log",
+        "_access",
+        "_lso",
+        "_lso_lock",
+    )
 
     def __init__(
         self,
@@ -474,8 +492,9 @@ class PartitionReader:
     ) -> None:
         self.directory = directory if isinstance(directory, Path) else Path(directory)
         self.topic_partition = TopicPartition.parse_dir_name(self.directory.name)
-        self._access = RelistingSegments(self.directory, self.topic_partition, recovery_point,
-                                         index_interval_bytes)  # fmt: skip
+        self._access = RelistingSegments(
+            self.directory, self.topic_partition, recovery_point, index_interval_bytes
+        )
         self.local_log = LocalLog(self.topic_partition, self.directory, self._access)
         self._lso: int | None = None
         self._lso_lock = threading.Lock()
@@ -518,8 +537,9 @@ class PartitionReader:
 
     def segments(self) -> list[LogSegment]:
         """Every segment of one listing (re-listed when a file of it went away)."""
-        return self._access.attempt(lambda segs: [self.segment(b) for b in segs], None,
-                                    "opening every segment")  # fmt: skip
+        return self._access.attempt(
+            lambda segs: [self.segment(b) for b in segs], None, "opening every segment"
+        )
 
     # -- files beside the segments -----------------------------------------------------------------
 
@@ -617,8 +637,9 @@ class PartitionReader:
         self.local_log.check_range(fetch_offset, self._offsets())
         committed = isolation is FetchIsolation.TXN_COMMITTED
         offsets = self._offsets(self.last_stable_offset if committed else -1)
-        return self.local_log.fetch(fetch_offset, max_bytes, isolation, offsets,
-                                    min_one_message=min_one_message)  # fmt: skip
+        return self.local_log.fetch(
+            fetch_offset, max_bytes, isolation, offsets, min_one_message=min_one_message
+        )
 
     def batches(
         self, start_offset: int | None = None, end_offset: int | None = None
@@ -635,8 +656,9 @@ class PartitionReader:
         or above the log start offset. Unlike Kafka's ``fetchOffsetByTimestamp`` the search
         goes on past a segment whose matching records all lie below the log start offset."""
         # a last segment opened again after a swap may reach past the view's end
-        return self.local_log.offset_by_timestamp(timestamp, self.log_start_offset,
-                                                  self.log_end_offset)  # fmt: skip
+        return self.local_log.offset_by_timestamp(
+            timestamp, self.log_start_offset, self.log_end_offset
+        )
 
     # -- lifetime ----------------------------------------------------------------------------------
 

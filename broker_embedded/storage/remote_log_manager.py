@@ -350,9 +350,11 @@ class RemoteLogManager:
         """Learn the store's end of every tiered partition this broker follows (module
         docstring; with ``remote.log.copy.disable`` local retention does not wait for the store:
         none); a partition led again, or no longer here, is forgotten."""
-        followers = {tp: lg for tp, lg in self._followers().items()
-                     if tp not in leaders and lg.remote_copy_enabled
-                     and not lg.is_closed}  # fmt: skip
+        followers = {
+            tp: lg
+            for tp, lg in self._followers().items()
+            if tp not in leaders and lg.remote_copy_enabled and not lg.is_closed
+        }
         for tp in [tp for tp in self._followed if tp not in followers]:
             del self._followed[tp]
         for tp, unified in sorted(followers.items()):
@@ -372,8 +374,9 @@ class RemoteLogManager:
         segment being deleted, none) moves nothing."""
         store = self._store_once()
         prefix = tp.dir_name + "/"
-        found = (RemoteLogSegmentMetadata.base_offset_of(n[len(prefix) :])
-                 for n in store.list(prefix))  # fmt: skip
+        found = (
+            RemoteLogSegmentMetadata.base_offset_of(n[len(prefix) :]) for n in store.list(prefix)
+        )
         last = max((b for b in found if b is not None), default=None)
         if last is None:
             return
@@ -397,8 +400,12 @@ class RemoteLogManager:
         try:
             yield
         except Exception:
-            log.exception("remote log manager: %s %s in %s failed; tried again at the next pass",
-                          what, tp, self.location.describe(tp.dir_name + "/"))  # fmt: skip
+            log.exception(
+                "remote log manager: %s %s in %s failed; tried again at the next pass",
+                what,
+                tp,
+                self.location.describe(tp.dir_name + "/"),
+            )
 
     # -- remote retention (Kafka's RLMExpirationTask) -------------------------------------------
 
@@ -428,9 +435,15 @@ class RemoteLogManager:
             if cached is not None:
                 cached[1][:] = [m for m in cached[1] if m.base_offset > doomed[-1].base_offset]
         self._delete_segments(store, tp, doomed)
-        log.info("remote log manager: deleted segments %d..%d of %s from %s past retention; "
-                 "log start %d", doomed[0].base_offset, doomed[-1].next_offset - 1, tp,
-                 store.location.describe(tp.dir_name), unified.log_start_offset)  # fmt: skip
+        log.info(
+            "remote log manager: deleted segments %d..%d of %s from %s past retention; "
+            "log start %d",
+            doomed[0].base_offset,
+            doomed[-1].next_offset - 1,
+            tp,
+            store.location.describe(tp.dir_name),
+            unified.log_start_offset,
+        )
 
     def _delete_segments(
         self, store: ObjectStore, tp: TopicPartition, segments: list[RemoteLogSegmentMetadata]
@@ -497,9 +510,13 @@ class RemoteLogManager:
             try:
                 self._delete_partition(self._store_once(), tp, topic_id)
             except Exception:
-                log.exception("remote log manager: deleting deleted %s (topic id %s) from %s "
-                              "failed; tried again at the next pass", tp, topic_id or "-",
-                              self.location.describe(tp.dir_name + "/"))  # fmt: skip
+                log.exception(
+                    "remote log manager: deleting deleted %s (topic id %s) from %s "
+                    "failed; tried again at the next pass",
+                    tp,
+                    topic_id or "-",
+                    self.location.describe(tp.dir_name + "/"),
+                )
                 with self._meta_lock:
                     if entry in self._stopped:
                         self._stopped.remove(entry)
@@ -530,8 +547,9 @@ class RemoteLogManager:
             return []
         lines = text.splitlines()
         if not lines or lines[0] != PENDING_VERSION:
-            log.error("remote log manager: %s is not a version %s file; ignored", path,
-                      PENDING_VERSION)  # fmt: skip
+            log.error(
+                "remote log manager: %s is not a version %s file; ignored", path, PENDING_VERSION
+            )
             return []
         found = []
         for number, line in enumerate(lines[1:], start=2):
@@ -539,9 +557,13 @@ class RemoteLogManager:
                 topic, partition, tid = line.rsplit(" ", 2)
                 found.append((TopicPartition(topic, int(partition)), "" if tid == "-" else tid))
             except ValueError:  # the broker starts: that partition's objects are left
-                log.error("remote log manager: %s line %d is not '<topic> <partition> <topic "
-                          "id or ->': %r skipped (delete that partition's objects by hand)",
-                          path, number, line)  # fmt: skip
+                log.error(
+                    "remote log manager: %s line %d is not '<topic> <partition> <topic "
+                    "id or ->': %r skipped (delete that partition's objects by hand)",
+                    path,
+                    number,
+                    line,
+                )
         return found
 
     def _delete_partition(self, store: ObjectStore, tp: TopicPartition, topic_id: str) -> None:
@@ -561,8 +583,12 @@ class RemoteLogManager:
                         store.delete(name)
         for m in ours:
             self._delete_segment(store, tp, m)
-        log.info("remote log manager: deleted %d segments of deleted %s from %s", len(ours), tp,
-                 store.location.describe(prefix))  # fmt: skip
+        log.info(
+            "remote log manager: deleted %d segments of deleted %s from %s",
+            len(ours),
+            tp,
+            store.location.describe(prefix),
+        )
 
     def _store_once(self) -> ObjectStore:
         if self._store is None:
@@ -596,8 +622,9 @@ class RemoteLogManager:
                 self.copy_quota.record(self._segment_file(tp, base).stat().st_size)
                 self._copy_segment(store, tp, unified, base, end, start)
             except FileNotFoundError as e:  # deleted meanwhile (DeleteRecords): look again later
-                log.warning("remote log manager: segment %d of %s went during its copy: %s",
-                            base, tp, e)  # fmt: skip
+                log.warning(
+                    "remote log manager: segment %d of %s went during its copy: %s", base, tp, e
+                )
                 self._count(tp, remote_copy_errors=1)
                 self._drop_partial(store, tp, start)
                 self._copied_end.pop(tp, None)
@@ -645,10 +672,16 @@ class RemoteLogManager:
             ours = topic_id_to_string(unified.topic_id)  # type: ignore[arg-type]
             if tp not in self._refused:
                 self._refused.add(tp)
-                log.error("remote log manager: %s holds segments of topic id %s, not of %s's "
-                          "topic id %s (a topic deleted and created again): %s is not tiered "
-                          "until they are deleted", store.location.describe(prefix),
-                          last.topic_id, tp, ours, tp)  # fmt: skip
+                log.error(
+                    "remote log manager: %s holds segments of topic id %s, not of %s's "
+                    "topic id %s (a topic deleted and created again): %s is not tiered "
+                    "until they are deleted",
+                    store.location.describe(prefix),
+                    last.topic_id,
+                    tp,
+                    ours,
+                    tp,
+                )
             with self._meta_lock:
                 self._remote[tp] = (unified.topic_id, [])  # none of them is this topic's
             return None
@@ -661,8 +694,9 @@ class RemoteLogManager:
     ) -> list[RemoteLogSegmentMetadata]:
         """The manifests of ``tp`` in the store, in offset order: one listing, one GET each."""
         prefix = tp.dir_name + "/"
-        found = (RemoteLogSegmentMetadata.base_offset_of(n[len(prefix) :])
-                 for n in store.list(prefix))  # fmt: skip
+        found = (
+            RemoteLogSegmentMetadata.base_offset_of(n[len(prefix) :]) for n in store.list(prefix)
+        )
         manifests = []
         for base in sorted(b for b in found if b is not None):
             name = prefix + RemoteLogSegmentMetadata.name_of(base)
@@ -742,11 +776,15 @@ class RemoteLogManager:
         if aux is None:
             self.aux_state_failures += 1
             self._count(tp, build_remote_log_aux_state_errors=1)
-            log.warning("remote log manager: %s holds no segment of %s with offset %d (another "
-                        "store than its leader's?): the follower restarts at %d without the "
-                        "producer state and leader epochs below it",
-                        self.location.describe(tp.dir_name + "/"), tp, leader_local_start - 1,
-                        leader_local_start)  # fmt: skip
+            log.warning(
+                "remote log manager: %s holds no segment of %s with offset %d (another "
+                "store than its leader's?): the follower restarts at %d without the "
+                "producer state and leader epochs below it",
+                self.location.describe(tp.dir_name + "/"),
+                tp,
+                leader_local_start - 1,
+                leader_local_start,
+            )
             return None
         self.aux_states_built += 1
         return aux
@@ -755,8 +793,9 @@ class RemoteLogManager:
         self, store: ObjectStore, tp: TopicPartition, unified: UnifiedLog, leader_local_start: int
     ) -> RemoteLogAuxState | None:
         prefix = tp.dir_name + "/"
-        found = (RemoteLogSegmentMetadata.base_offset_of(n[len(prefix) :])
-                 for n in store.list(prefix))  # fmt: skip
+        found = (
+            RemoteLogSegmentMetadata.base_offset_of(n[len(prefix) :]) for n in store.list(prefix)
+        )
         base = max((b for b in found if b is not None and b < leader_local_start), default=None)
         m = None
         if base is not None:
@@ -773,8 +812,10 @@ class RemoteLogManager:
                 return None
             data = store.read(prefix + name)
             if len(data) != f.size or hashlib.sha256(data).hexdigest() != f.sha256:
-                raise RemoteStorageError(f"{store.location.describe(prefix + name)} differs "
-                                         "from its manifest (size or SHA-256)")  # fmt: skip
+                raise RemoteStorageError(
+                    f"{store.location.describe(prefix + name)} differs "
+                    "from its manifest (size or SHA-256)"
+                )
             return data
 
         epochs_file = fetched(segment_file_stem(m.base_offset) + LEADER_EPOCH_SUFFIX)
@@ -782,11 +823,15 @@ class RemoteLogManager:
         if epochs_file is not None:
             checkpoint = LeaderEpochCheckpointFile(unified.directory / LEADER_EPOCH_CHECKPOINT)
             epochs = checkpoint.parse(epochs_file)
-            if any(a.epoch >= b.epoch or a.start_offset > b.start_offset
-                   for a, b in itertools.pairwise(epochs)):  # fmt: skip
-                raise RemoteStorageError(f"the leader epochs of {prefix}{m.base_offset} in "
-                                         f"{store.location.describe(prefix)} do not increase: "
-                                         f"{epochs}")  # fmt: skip
+            if any(
+                a.epoch >= b.epoch or a.start_offset > b.start_offset
+                for a, b in itertools.pairwise(epochs)
+            ):
+                raise RemoteStorageError(
+                    f"the leader epochs of {prefix}{m.base_offset} in "
+                    f"{store.location.describe(prefix)} do not increase: "
+                    f"{epochs}"
+                )
         snapshot = fetched(snapshot_file_name(m.next_offset))
         if snapshot is not None:
             decode_snapshot(snapshot, store.location.describe(prefix))  # refused if corrupt
@@ -803,8 +848,9 @@ class RemoteLogManager:
         try:
             future = self._readers.submit(lambda: self.read(info, unified))
         except RemoteReadRejectedError as e:
-            raise RemoteStorageError(f"remote read of {info.topic_partition} at offset "
-                                     f"{info.fetch_offset} refused: {e}") from None  # fmt: skip
+            raise RemoteStorageError(
+                f"remote read of {info.topic_partition} at offset {info.fetch_offset} refused: {e}"
+            ) from None
         future.add_done_callback(lambda _: on_done())
         return future
 
@@ -862,8 +908,11 @@ class RemoteLogManager:
         caller then looks in the local log)."""
         segments = self._remote_or_error(tp, unified, f"looking up timestamp {timestamp}")
         start = unified.log_start_offset
-        reaching = (i for i, m in enumerate(segments)
-                    if m.max_timestamp_ms >= timestamp and m.next_offset > start)  # fmt: skip
+        reaching = (
+            i
+            for i, m in enumerate(segments)
+            if m.max_timestamp_ms >= timestamp and m.next_offset > start
+        )
         first = next(reaching, None)
         if first is None:
             return None
@@ -877,8 +926,9 @@ class RemoteLogManager:
     ) -> ObjectStoreFetchSource:
         """A reader of ``stored`` (a fresh store handle: one thread uses it), with the broker's
         offset index cache (its entries keyed by ``topic_id`` too, the manifests')."""
-        return ObjectStoreFetchSource(ObjectStoreSource(self.location, ((tp, stored),)),
-                                      self.index_cache, topic_id)  # fmt: skip
+        return ObjectStoreFetchSource(
+            ObjectStoreSource(self.location, ((tp, stored),)), self.index_cache, topic_id
+        )
 
     def _remote_or_error(
         self, tp: TopicPartition, unified: UnifiedLog, what: str
@@ -895,8 +945,13 @@ class RemoteLogManager:
         except KafkaApiError:
             raise
         except (KafkaLogError, OSError, ValueError) as e:
-            log.error("remote log manager: %s of %s in %s failed: %s", what, tp,
-                      self.location.describe(tp.dir_name), e)  # fmt: skip
+            log.error(
+                "remote log manager: %s of %s in %s failed: %s",
+                what,
+                tp,
+                self.location.describe(tp.dir_name),
+                e,
+            )
             raise RemoteStorageError(f"{what} of {tp} in remote storage failed: {e}") from e
 
     def _remember_copied(
@@ -905,8 +960,9 @@ class RemoteLogManager:
         """Add the manifest just written to the cache (read back: the one readers see); the
         size of its ``.log``."""
         name = f"{tp.dir_name}/{RemoteLogSegmentMetadata.name_of(base)}"
-        manifest = RemoteLogSegmentMetadata.from_json(store.read(name),
-                                                      store.location.describe(name))  # fmt: skip
+        manifest = RemoteLogSegmentMetadata.from_json(
+            store.read(name), store.location.describe(name)
+        )
         with self._meta_lock:
             cached = self._remote.get(tp)
             if cached is not None and cached[0] == unified.topic_id:
@@ -923,15 +979,20 @@ class RemoteLogManager:
     def remote_copy_lag(self) -> dict[TopicPartition, tuple[int, int]]:
         """Per tiered partition this broker leads and copies: the bytes and the count of its
         closed segments not in the store yet (UnifiedLog.remote_copy_lag), now."""
-        return {tp: lg.remote_copy_lag() for tp, lg in self._leaders().items()
-                if lg.remote_copy_enabled and not lg.is_closed}  # fmt: skip
+        return {
+            tp: lg.remote_copy_lag()
+            for tp, lg in self._leaders().items()
+            if lg.remote_copy_enabled and not lg.is_closed
+        }
 
     def remote_log_size_bytes(self) -> dict[TopicPartition, int]:
         """The bytes in the store of each partition this broker leads whose stored segments it
         has listed (Kafka's ``RemoteLogSizeBytes``): the sizes of their manifests' ``.log``."""
         with self._meta_lock:
-            return {tp: sum(m.size_in_bytes for m in segments)
-                    for tp, (_, segments) in self._remote.items()}  # fmt: skip
+            return {
+                tp: sum(m.size_in_bytes for m in segments)
+                for tp, (_, segments) in self._remote.items()
+            }
 
     def _drop_partial(self, store: ObjectStore, tp: TopicPartition, base: int) -> None:
         """Delete what an abandoned copy of segment ``base`` left (it has no manifest), so that
@@ -945,9 +1006,14 @@ class RemoteLogManager:
                 store.delete(name)
 
     def _copy_segment(
-        self, store: ObjectStore, tp: TopicPartition, unified: UnifiedLog, base: int, end: int,
+        self,
+        store: ObjectStore,
+        tp: TopicPartition,
+        unified: UnifiedLog,
+        base: int,
+        end: int,
         start: int,
-    ) -> None:  # fmt: skip
+    ) -> None:
         """Copy segment ``base`` (ending at ``end``) from offset ``start``: the whole segment,
         or (``start`` above ``base``: this broker became leader and the store already holds
         the segment's first offsets, copied from another replica whose segments were cut
@@ -965,14 +1031,21 @@ class RemoteLogManager:
             source = _stage_tail(self.log_dir, tp, base, start, unified.config.index_interval_bytes)
         try:
             # objects an interrupted copy left are overwritten: no manifest names them
-            upload = SegmentUpload(source, store, {}, False, False, lambda _: None,
-                                   mtime_when_no_timestamp=True)  # fmt: skip
+            upload = SegmentUpload(
+                source, store, {}, False, False, lambda _: None, mtime_when_no_timestamp=True
+            )
             upload.segment(tp, start, extras)
         finally:
             if start > base:
                 shutil.rmtree(source, ignore_errors=True)
-        log.info("remote log manager: copied segment %d..%d of %s to %s (%d bytes)",
-                 start, end - 1, tp, store.location.describe(tp.dir_name), upload.sent)  # fmt: skip
+        log.info(
+            "remote log manager: copied segment %d..%d of %s to %s (%d bytes)",
+            start,
+            end - 1,
+            tp,
+            store.location.describe(tp.dir_name),
+            upload.sent,
+        )
 
 
 def _stage_tail(log_dir: Path, tp: TopicPartition, base: int, start: int, interval: int) -> Path:
@@ -994,8 +1067,10 @@ def _stage_tail(log_dir: Path, tp: TopicPartition, base: int, start: int, interv
     with open(original, "rb") as f, open(staged / (new + LOG_SUFFIX), "wb") as out:
         f.seek(position)
         if f.read(8) != start.to_bytes(8, "big"):
-            raise KafkaLogError(f"{original}: no batch starts at offset {start} (position "
-                                f"{position}): its tail cannot be copied")  # fmt: skip
+            raise KafkaLogError(
+                f"{original}: no batch starts at offset {start} (position "
+                f"{position}): its tail cannot be copied"
+            )
         f.seek(position)
         shutil.copyfileobj(f, out, 8 << 20)
     with LogSegment.open(staged, start, index_interval_bytes=interval) as seg:
@@ -1032,11 +1107,13 @@ def _stored_partition(
     is below the last stable offset (only such segments are copied)."""
     bases = tuple(m.base_offset for m in segments)
     end = segments[-1].next_offset
-    txns = tuple(m.base_offset for m in segments
-                 if any(f.name.endswith(TXN_INDEX_SUFFIX) for f in m.files))  # fmt: skip
+    txns = tuple(
+        m.base_offset for m in segments if any(f.name.endswith(TXN_INDEX_SUFFIX) for f in m.files)
+    )
     start = min(max(unified.log_start_offset, bases[0]), end)
-    return StoredPartition(bases, tuple(m.size_in_bytes for m in segments), end, end, start,
-                           end, txns)  # fmt: skip
+    return StoredPartition(
+        bases, tuple(m.size_in_bytes for m in segments), end, end, start, end, txns
+    )
 
 
 def _whole_batches(records: bytes | memoryview) -> bytes:

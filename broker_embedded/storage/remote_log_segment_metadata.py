@@ -79,22 +79,38 @@ class RemoteLogSegmentMetadata:
 
     def to_json(self) -> bytes:
         files = {f.name: {"size": f.size, "sha256": f.sha256} for f in self.files}
-        return json.dumps({"version": VERSION, "state": self.state,
-                           "base_offset": self.base_offset, "next_offset": self.next_offset,
-                           "size_in_bytes": self.size_in_bytes, "files": files,
-                           "max_timestamp_ms": self.max_timestamp_ms,
-                           **({"topic_id": self.topic_id} if self.topic_id else {})},
-                          indent=1, sort_keys=True).encode()  # fmt: skip
+        return json.dumps(
+            {
+                "version": VERSION,
+                "state": self.state,
+                "base_offset": self.base_offset,
+                "next_offset": self.next_offset,
+                "size_in_bytes": self.size_in_bytes,
+                "files": files,
+                "max_timestamp_ms": self.max_timestamp_ms,
+                **({"topic_id": self.topic_id} if self.topic_id else {}),
+            },
+            indent=1,
+            sort_keys=True,
+        ).encode()
 
     @classmethod
     def from_json(cls, data: bytes, source: str) -> RemoteLogSegmentMetadata:
         """Parse a manifest; a malformed one is a ``ValueError`` naming ``source``."""
         try:
             raw = json.loads(data)
-            files = tuple(StoredFile(n, int(f["size"]), str(f["sha256"]))
-                          for n, f in sorted(raw["files"].items()))  # fmt: skip
-            return cls(int(raw["base_offset"]), int(raw["next_offset"]),
-                       int(raw["size_in_bytes"]), files, int(raw.get("max_timestamp_ms", -1)),
-                       str(raw["state"]), str(raw.get("topic_id", "")))  # fmt: skip
+            files = tuple(
+                StoredFile(n, int(f["size"]), str(f["sha256"]))
+                for n, f in sorted(raw["files"].items())
+            )
+            return cls(
+                int(raw["base_offset"]),
+                int(raw["next_offset"]),
+                int(raw["size_in_bytes"]),
+                files,
+                int(raw.get("max_timestamp_ms", -1)),
+                str(raw["state"]),
+                str(raw.get("topic_id", "")),
+            )
         except (ValueError, KeyError, TypeError, AttributeError) as e:
             raise ValueError(f"malformed segment manifest {source}: {e}") from None

@@ -59,8 +59,9 @@ class RemoteStorageThreadPool:
                     "(remote.log.reader.max.pending.tasks)"
                 ) from None
             if len(self._threads) < self._size:
-                t = threading.Thread(target=self._run, daemon=True,
-                                     name=f"{self.name}-{len(self._threads)}")  # fmt: skip
+                t = threading.Thread(
+                    target=self._run, daemon=True, name=f"{self.name}-{len(self._threads)}"
+                )
                 self._threads.append(t)
                 t.start()
         return future

@@ -52,8 +52,13 @@ class BatchLike(Protocol):
 class SegmentIndexer:
     """Adds the entries Kafka would add to one segment's two indexes as bytes are appended."""
 
-    __slots__ = ("offset_index", "time_index", "index_interval_bytes", "bytes_since_last_entry",
-                 "max_timestamp_so_far")  # fmt: skip
+    __slots__ = (
+        "offset_index",
+        "time_index",
+        "index_interval_bytes",
+        "bytes_since_last_entry",
+        "max_timestamp_so_far",
+    )
 
     def __init__(
         self,

@@ -135,9 +135,13 @@ class SegmentWriter:
         now = self._clock()
         if self._bases:
             self._active = LogSegment.open_for_append(
-                self.directory, self._bases[-1], self.config, now_ms=now, recover=recover,
+                self.directory,
+                self._bases[-1],
+                self.config,
+                now_ms=now,
+                recover=recover,
                 recovery_point=recovery_point,
-            )  # fmt: skip
+            )
         else:
             self._active = LogSegment.create(self.directory, start_offset, self.config, now_ms=now)
             self._bases = [start_offset]
@@ -198,21 +202,33 @@ class SegmentWriter:
                     f"{self._source()}: offset of max timestamp {offset_of_max_timestamp} is "
                     f"outside [{summary.first_offset}, {summary.last_offset}]"
                 )
-            summary = RecordsSummary(summary.first_offset, summary.last_offset,
-                                     summary.max_timestamp, offset_of_max_timestamp,
-                                     summary.size)  # fmt: skip
+            summary = RecordsSummary(
+                summary.first_offset,
+                summary.last_offset,
+                summary.max_timestamp,
+                offset_of_max_timestamp,
+                summary.size,
+            )
         rolled = self._maybe_roll(summary, self._clock() if now_ms is None else now_ms)
         position = self._active.append(records, summary)
-        return AppendInfo(summary.first_offset, summary.last_offset, summary.max_timestamp,
-                          summary.offset_of_max_timestamp, self._active.base_offset, position,
-                          summary.size, rolled)  # fmt: skip
+        return AppendInfo(
+            summary.first_offset,
+            summary.last_offset,
+            summary.max_timestamp,
+            summary.offset_of_max_timestamp,
+            self._active.base_offset,
+            position,
+            summary.size,
+            rolled,
+        )
 
     def summarize(self, records: bytes | memoryview) -> RecordsSummary | None:
         """:func:`summarize_records` with this partition's errors."""
         return summarize_records(records, self._source())
 
-    def append_summarized(self, records: bytes | memoryview, summary: RecordsSummary,
-                          now_ms: int) -> None:  # fmt: skip
+    def append_summarized(
+        self, records: bytes | memoryview, summary: RecordsSummary, now_ms: int
+    ) -> None:
         """:meth:`append` of batches the caller checked and summed up in ``summary`` (the log's
         path, once per produce request: no :class:`AppendInfo` made)."""
         self._check_above_end(summary)

@@ -181,8 +181,17 @@ class StagedFile:
 class _OpenStage:
     """The counts of one staged file being written, and its file while it is open."""
 
-    __slots__ = ("tmp", "final", "tp", "file", "batches", "records", "size", "max_batch",
-                 "null_keys")  # fmt: skip
+    __slots__ = (
+        "tmp",
+        "final",
+        "tp",
+        "file",
+        "batches",
+        "records",
+        "size",
+        "max_batch",
+        "null_keys",
+    )
 
     def __init__(self, tmp: Path, final: Path, tp: TopicPartition) -> None:
         self.tmp, self.final, self.tp = tmp, final, tp
@@ -276,9 +285,18 @@ class StagedTask:
                 with open(stage.tmp, "rb+") as f:
                     os.fsync(f.fileno())
                 os.replace(stage.tmp, stage.final)
-            out.append(StagedFile(str(stage.final), tp.topic, tp.partition, stage.batches,
-                                  stage.records, stage.size, stage.max_batch,
-                                  stage.null_keys))  # fmt: skip
+            out.append(
+                StagedFile(
+                    str(stage.final),
+                    tp.topic,
+                    tp.partition,
+                    stage.batches,
+                    stage.records,
+                    stage.size,
+                    stage.max_batch,
+                    stage.null_keys,
+                )
+            )
         if out:
             fsync_dir(self.directory)
         self._check_not_aborted()
@@ -521,9 +539,15 @@ def commit(
         if writer_id is not None:
             previous = committed_batch(log_dir, writer_id)  # dead commits resolved: exact
             if previous is not None and batch_id <= previous:
-                log.info("%s: batch %d of streaming writer %s is a replay (batch %d is "
-                         "committed): %d staged files dropped", log_dir, batch_id, writer_id,
-                         previous, len(files))  # fmt: skip
+                log.info(
+                    "%s: batch %d of streaming writer %s is a replay (batch %d is "
+                    "committed): %d staged files dropped",
+                    log_dir,
+                    batch_id,
+                    writer_id,
+                    previous,
+                    len(files),
+                )
                 return {}
             mark = WriterMark(writer_id, batch_id, previous)
         _check_before_appending(lm, files)
@@ -561,8 +585,12 @@ def commit(
                 fsync_dir(directory)
             except BaseException:
                 keep_journal = True
-                log.exception("rolling back write job %s in %s failed: the next log manager "
-                              "to open the log dir rolls it back", job_id, log_dir)  # fmt: skip
+                log.exception(
+                    "rolling back write job %s in %s failed: the next log manager "
+                    "to open the log dir rolls it back",
+                    job_id,
+                    log_dir,
+                )
             raise
         try:
             lm.publish_high_watermarks(after)  # the commit point
@@ -606,7 +634,12 @@ def abort(log_dir: str | Path, job_id: str) -> None:
         try:
             LogManager(log_dir, owner=f"{COMMIT_OWNER} {job_id}, aborting as node").close()
         except LogDirLockedError:
-            log.warning("write job %s: %s holds a journal and %s is locked; left for the next "
-                        "log manager to open it", job_id, directory, log_dir)  # fmt: skip
+            log.warning(
+                "write job %s: %s holds a journal and %s is locked; left for the next "
+                "log manager to open it",
+                job_id,
+                directory,
+                log_dir,
+            )
             return
     shutil.rmtree(directory, ignore_errors=True)

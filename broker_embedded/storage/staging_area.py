@@ -109,16 +109,22 @@ def resolve_interrupted_commits(
         journal = path / JOURNAL
         if journal.exists():
             leos, mark = read_journal_entries(journal)
-            published = any(published_high_watermarks.get(tp, -1) > leo
-                            for tp, leo in leos.items())  # fmt: skip
+            published = any(published_high_watermarks.get(tp, -1) > leo for tp, leo in leos.items())
             if published:
-                log.warning("%s: write job %s published before its process died: kept",
-                            lm.log_dir, path.name)  # fmt: skip
+                log.warning(
+                    "%s: write job %s published before its process died: kept",
+                    lm.log_dir,
+                    path.name,
+                )
                 if mark is not None:
                     set_committed_batch(lm.log_dir, mark.writer_id, mark.batch)
             else:
-                log.warning("%s: write job %s died before publishing: rolled back %s",
-                            lm.log_dir, path.name, sorted(map(str, leos)))  # fmt: skip
+                log.warning(
+                    "%s: write job %s died before publishing: rolled back %s",
+                    lm.log_dir,
+                    path.name,
+                    sorted(map(str, leos)),
+                )
                 truncate_back(lm, leos)
                 if mark is not None:
                     set_committed_batch(lm.log_dir, mark.writer_id, mark.previous)

@@ -36,8 +36,15 @@ NO_SPACE = frozenset((errno.ENOSPC, errno.EDQUOT))
 class StorageHealth:
     """The write health of one log dir; see the module docstring."""
 
-    __slots__ = ("log_dir", "failing", "failures", "episodes", "_last_failure", "_recovered",
-                 "_lock")  # fmt: skip
+    __slots__ = (
+        "log_dir",
+        "failing",
+        "failures",
+        "episodes",
+        "_last_failure",
+        "_recovered",
+        "_lock",
+    )
 
     def __init__(self, log_dir: str | Path) -> None:
         self.log_dir = Path(log_dir)
@@ -59,14 +66,22 @@ class StorageHealth:
                 self.failures += 1
                 return
             if ended:
-                log.info("log dir %s: writes succeeded again, after %d failed", self.log_dir,
-                         self.failures)  # fmt: skip
+                log.info(
+                    "log dir %s: writes succeeded again, after %d failed",
+                    self.log_dir,
+                    self.failures,
+                )
             self.failing = True
             self.failures = 1
             self.episodes += 1
-        log.warning("log dir %s: %s: %s; appends that fail answer KAFKA_STORAGE_ERROR (56) "
-                    "with nothing kept, checkpoints keep their old files; not logged again until "
-                    "writes succeed", self.log_dir, what, _reason(error))  # fmt: skip
+        log.warning(
+            "log dir %s: %s: %s; appends that fail answer KAFKA_STORAGE_ERROR (56) "
+            "with nothing kept, checkpoints keep their old files; not logged again until "
+            "writes succeed",
+            self.log_dir,
+            what,
+            _reason(error),
+        )
 
     def succeeded(self) -> None:
         """A write succeeded (the common case costs one attribute read)."""

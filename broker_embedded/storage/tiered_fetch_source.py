@@ -272,9 +272,13 @@ class TieredFetchSource:
             ahead(tp, offset, max_bytes, isolation)
 
     def _remote_fetch(
-        self, tp: TopicPartition, split: _Split, offset: int, max_bytes: int,
+        self,
+        tp: TopicPartition,
+        split: _Split,
+        offset: int,
+        max_bytes: int,
         isolation: IsolationLevel,
-    ) -> FetchedPartition:  # fmt: skip
+    ) -> FetchedPartition:
         stored_end = self.remote.partition(tp).log_end_offset
         if offset >= stored_end:
             raise OffsetOutOfRangeError(
@@ -283,16 +287,18 @@ class TieredFetchSource:
                 f"read (they end at {stored_end}): the broker tiered more since planning"
             )
         fetched = self.remote.fetch(tp, offset, max_bytes, isolation)
-        fetched = replace(fetched, high_watermark=self._bound(tp, UNCOMMITTED),
-                          log_start_offset=split.log_start)  # fmt: skip
+        fetched = replace(
+            fetched, high_watermark=self._bound(tp, UNCOMMITTED), log_start_offset=split.log_start
+        )
         if isolation != COMMITTED:
             return fetched
         end = end_of_complete_batches(fetched.records, offset)
         aborted = set(fetched.aborted_transactions or ())
         aborted.update(t for t in self._aborted_at_split(tp, split) if t[1] < end)
         ordered = tuple(sorted(aborted, key=lambda t: (t[1], t[0])))
-        return replace(fetched, last_stable_offset=self._bound(tp, COMMITTED),
-                       aborted_transactions=ordered)  # fmt: skip
+        return replace(
+            fetched, last_stable_offset=self._bound(tp, COMMITTED), aborted_transactions=ordered
+        )
 
     def _aborted_at_split(self, tp: TopicPartition, split: _Split) -> tuple[tuple[int, int], ...]:
         """(producer id, first offset) of the aborted transactions begun below the split whose

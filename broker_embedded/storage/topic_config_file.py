@@ -106,8 +106,9 @@ class TopicConfigFile:
                 raise CheckpointError(
                     f"{self.path.parent / METADATA_DIR}: topic {name!r}: {err}"
                 ) from None
-            found[name] = TopicEntry(t.topic_id, t.partitions, t.replication_factor,
-                                     MappingProxyType(config))  # fmt: skip
+            found[name] = TopicEntry(
+                t.topic_id, t.partitions, t.replication_factor, MappingProxyType(config)
+            )
         return found
 
     @staticmethod
@@ -119,8 +120,9 @@ class TopicConfigFile:
         partitions, rf = int(e["partitions"]), int(e.get("replication_factor", 1))
         if partitions < 1 or rf < 1:
             raise ValueError(f"topic {topic!r}: partitions and replication factor must be >= 1")
-        return TopicEntry(topic_id_from_string(e["topic_id"]), partitions, rf,
-                          MappingProxyType(config))  # fmt: skip
+        return TopicEntry(
+            topic_id_from_string(e["topic_id"]), partitions, rf, MappingProxyType(config)
+        )
 
     def write(self, topics: Mapping[str, TopicEntry]) -> None:
         body = {"version": VERSION, "topics": {t: topics[t].to_json() for t in sorted(topics)}}

@@ -182,9 +182,15 @@ class UnifiedLog(LogAppender, CleanableLog):
         self._open = OpenSegments(self.directory, config, lambda: self._writer)
         self.local_log = LocalLog(topic_partition, self.directory, self._open)
         self._writer = SegmentWriter(
-            self.log_dir, topic_partition, config, topic_id=topic_id, recover=recover,
-            recovery_point=recovery_point, start_offset=log_start_offset or 0, clock_ms=clock_ms,
-        )  # fmt: skip
+            self.log_dir,
+            topic_partition,
+            config,
+            topic_id=topic_id,
+            recover=recover,
+            recovery_point=recovery_point,
+            start_offset=log_start_offset or 0,
+            clock_ms=clock_ms,
+        )
         leo = self.log_end_offset
         first = self._writer.segment_base_offsets[0]
         if self.remote_log_enabled:
@@ -402,12 +408,18 @@ class UnifiedLog(LogAppender, CleanableLog):
                     f"below {local_start}, the first offset in {self.directory} (log start "
                     f"{self.log_start_offset})"
                 )
-            offsets = LogOffsets(local_start, hw, self.log_end_offset,
-                                 self.producer_state.last_stable_offset(hw))  # fmt: skip
+            offsets = LogOffsets(
+                local_start, hw, self.log_end_offset, self.producer_state.last_stable_offset(hw)
+            )
             try:
-                info = self.local_log.fetch(fetch_offset, max_bytes, isolation, offsets,
-                                            min_one_message=min_one_message,
-                                            zero_copy=zero_copy)  # fmt: skip
+                info = self.local_log.fetch(
+                    fetch_offset,
+                    max_bytes,
+                    isolation,
+                    offsets,
+                    min_one_message=min_one_message,
+                    zero_copy=zero_copy,
+                )
             except OffsetOutOfRangeError as e:
                 if local_start == self.log_start_offset:
                     raise
@@ -431,8 +443,11 @@ class UnifiedLog(LogAppender, CleanableLog):
         with self._lock:
             start = self.local_log_start_offset if start_offset is None else start_offset
             end = self.log_end_offset if end_offset is None else end_offset
-            return [RecordBatch(bytes(b.buffer)) for b in self._batches(start, end)
-                    if isinstance(b, RecordBatch)]  # fmt: skip
+            return [
+                RecordBatch(bytes(b.buffer))
+                for b in self._batches(start, end)
+                if isinstance(b, RecordBatch)
+            ]
 
     def _batches(self, start: int, end: int) -> Iterator[AnyBatch]:
         return self.local_log.batches(start, end)
@@ -489,8 +504,9 @@ class UnifiedLog(LogAppender, CleanableLog):
             deleted = 0
             retention_ms, retention_bytes = self._local_retention()
             if self.config.delete and retention_ms >= 0:
-                deleted += self._delete_while(lambda b, _: now - self._largest_ts(b) >
-                                              retention_ms, tiered_only=True)  # fmt: skip
+                deleted += self._delete_while(
+                    lambda b, _: now - self._largest_ts(b) > retention_ms, tiered_only=True
+                )
             if self.config.delete and retention_bytes >= 0:
                 excess = [self.size_in_bytes - retention_bytes]
 
@@ -698,8 +714,9 @@ class UnifiedLog(LogAppender, CleanableLog):
         try:
             yield
         except (OSError, KafkaStorageError) as e:
-            raise self._write_failed(what, LogDirFailureError(
-                f"{what} in {self.directory} failed part way: {e}")) from e  # fmt: skip
+            raise self._write_failed(
+                what, LogDirFailureError(f"{what} in {self.directory} failed part way: {e}")
+            ) from e
 
     def truncate_fully_and_start_at(
         self,
@@ -743,9 +760,14 @@ class UnifiedLog(LogAppender, CleanableLog):
                 self._truncate_epochs_from_start(self.log_start_offset)
 
     def _reopen_writer(self, start_offset: int = 0) -> None:
-        self._writer = SegmentWriter(self.log_dir, self.topic_partition, self.config,
-                                     topic_id=self.topic_id, start_offset=start_offset,
-                                     clock_ms=self._clock)  # fmt: skip
+        self._writer = SegmentWriter(
+            self.log_dir,
+            self.topic_partition,
+            self.config,
+            topic_id=self.topic_id,
+            start_offset=start_offset,
+            clock_ms=self._clock,
+        )
 
     def _after_truncation(self) -> None:
         leo = self.log_end_offset
@@ -771,8 +793,9 @@ class UnifiedLog(LogAppender, CleanableLog):
                 self._writer.flush()
                 self._open.flush_views()
             except OSError as e:  # an fsync that failed: what it covered may be lost
-                raise self._write_failed("flushing", LogDirFailureError(
-                    f"flushing {self.directory} failed: {e}")) from e  # fmt: skip
+                raise self._write_failed(
+                    "flushing", LogDirFailureError(f"flushing {self.directory} failed: {e}")
+                ) from e
             FLUSH_TIMES.observe(time.monotonic_ns() - began)
             self._unflushed_records = 0
             self.last_flush_ms = self._clock()

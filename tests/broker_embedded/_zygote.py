@@ -73,8 +73,13 @@ class Zygote:
         self.child: int | None = None  # the pid of the child alive, if any
         self._buf = b""
         with open(stderr_path, "wb") as err:
-            self.proc = subprocess.Popen([sys.executable, "-m", module], stdin=subprocess.PIPE,
-                                         stdout=subprocess.PIPE, stderr=err, cwd=REPO)  # fmt: skip
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", module],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=err,
+                cwd=REPO,
+            )
         assert self.line(timeout=import_timeout) == b"imported\n", stderr_path.read_text()
 
     def line(self, timeout: float = 120.0) -> bytes:

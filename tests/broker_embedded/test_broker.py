@@ -126,8 +126,10 @@ def test_delete_topic_removes_dirs_and_checkpoint_entries(broker, log_dir):
     broker.produce("gone", 1, [b"g1", b"g2"])
     broker.log_manager.checkpoint()
     assert checkpoint(log_dir, "replication-offset-checkpoint") == {
-        ("gone", 0): 0, ("gone", 1): 2, ("keep", 0): 1,
-    }  # fmt: skip
+        ("gone", 0): 0,
+        ("gone", 1): 2,
+        ("keep", 0): 1,
+    }
     broker.delete_topic("gone")
     assert not (log_dir / "gone-0").exists() and not (log_dir / "gone-1").exists()
     assert (log_dir / "keep-0").is_dir()
@@ -187,8 +189,9 @@ def test_topics_survive_close_and_reopen(log_dir):
         # A partition whose log holds epoch 0 is led at epoch 1 after the restart (one above
         # the highest epoch on disk, as after an election); empty logs start at epoch 0.
         assert [(p.leader, p.leader_epoch, p.isr) for p in a2.partitions] == [
-            (0, 1, (0,)), (0, 0, (0,)),
-        ]  # fmt: skip
+            (0, 1, (0,)),
+            (0, 0, (0,)),
+        ]
         assert b.list_offsets("a", 0, -1).offset == 3  # the HW came back
         assert b.list_offsets("c", 0, -1).offset == 1
         r = b.produce("a", 0, [ProducerRecord(b"w", key=b"k")])

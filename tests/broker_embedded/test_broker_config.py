@@ -168,11 +168,16 @@ def test_group_coordinator_keys_load_and_group_max_size_must_be_positive(tmp_pat
 
 
 def test_tiered_storage_settings_load_and_keep_their_secret_out_of_the_repr(tmp_path):
-    path = write(tmp_path, '[broker]\n"remote.log.storage.system.enable" = true\n'
-                 '"remote.log.manager.task.interval.ms" = 250\n[rsm_config]\n'
-                 '"location" = "s3://b/p"\n"fs.s3a.secret.key" = "hush-7"\n')  # fmt: skip
+    path = write(
+        tmp_path,
+        '[broker]\n"remote.log.storage.system.enable" = true\n'
+        '"remote.log.manager.task.interval.ms" = 250\n[rsm_config]\n'
+        '"location" = "s3://b/p"\n"fs.s3a.secret.key" = "hush-7"\n',
+    )
     cfg = BrokerConfig.load(path)
     assert (cfg.remote_log_storage_system_enable, cfg.remote_log_manager_task_interval_ms) == (
-        True, 250)  # fmt: skip
+        True,
+        250,
+    )
     assert dict(cfg.rsm_config) == {"location": "s3://b/p", "fs.s3a.secret.key": "hush-7"}
     assert "hush-7" not in repr(cfg)

@@ -25,9 +25,14 @@ def _topic_class(version: int) -> type:
 
 def _topic(version: int, **extra: object) -> object:
     return make(
-        _topic_class(version), error_code=0, name="t", topic_id=uuid.UUID(int=7),
-        is_internal=False, partitions=(), **extra,
-    )  # fmt: skip
+        _topic_class(version),
+        error_code=0,
+        name="t",
+        topic_id=uuid.UUID(int=7),
+        is_internal=False,
+        partitions=(),
+        **extra,
+    )
 
 
 def test_a_field_of_another_version_is_dropped() -> None:

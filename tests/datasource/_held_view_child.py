@@ -53,8 +53,15 @@ def main() -> None:
 
 
 def _decoded(records, tp: TopicPartition, offset: int) -> list[int]:
-    decoded = decode(records, topic=tp.topic, partition=tp.partition, start_offset=offset,
-                     end_offset=1 << 62, include_headers=False, source="held view")  # fmt: skip
+    decoded = decode(
+        records,
+        topic=tp.topic,
+        partition=tp.partition,
+        start_offset=offset,
+        end_offset=1 << 62,
+        include_headers=False,
+        source="held view",
+    )
     offsets = [o for b in decoded.batches for o in b.column("offset").to_pylist()]
     return [offsets[0], offsets[-1], len(offsets)]
 

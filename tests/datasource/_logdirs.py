@@ -57,8 +57,16 @@ class Row:
         return Row(*self.as_tuple()[:7])
 
     def as_tuple(self) -> tuple:
-        return (self.key, self.value, self.topic, self.partition, self.offset, self.timestamp,
-                self.timestamp_type, self.headers)  # fmt: skip
+        return (
+            self.key,
+            self.value,
+            self.topic,
+            self.partition,
+            self.offset,
+            self.timestamp,
+            self.timestamp_type,
+            self.headers,
+        )
 
 
 # -- building ------------------------------------------------------------------------------------
@@ -68,22 +76,29 @@ def build_source_log_dir(path: Path) -> Path:
     """Write the source log dir (see the module docstring) into ``path``; return it."""
     rng = random.Random(20240601)
     with Broker(path, create=True) as broker:
-        broker.create_topic("events", EVENTS_PARTITIONS, config={
-            **NO_RETENTION, "segment.bytes": 12_000, "index.interval.bytes": 512})  # fmt: skip
+        broker.create_topic(
+            "events",
+            EVENTS_PARTITIONS,
+            config={**NO_RETENTION, "segment.bytes": 12_000, "index.interval.bytes": 512},
+        )
         for p in range(EVENTS_PARTITIONS):
             _produce_events(broker, p, rng)
         _produce_transactions(broker)
         broker.create_topic("trimmed", 1, config={**NO_RETENTION, "segment.bytes": 2_000})
         for i in range(30):
-            records = [ProducerRecord(b"t%03d" % (10 * i + j) * 20, timestamp=T0 + 10 * i + j)
-                       for j in range(10)]  # fmt: skip
+            records = [
+                ProducerRecord(b"t%03d" % (10 * i + j) * 20, timestamp=T0 + 10 * i + j)
+                for j in range(10)
+            ]
             broker.produce("trimmed", 0, records)
         assert broker.delete_records("trimmed", 0, TRIMMED_LOG_START) == TRIMMED_LOG_START
-        broker.create_topic("appendtime", 1, config={
-            **NO_RETENTION, "message.timestamp.type": "LogAppendTime"})  # fmt: skip
+        broker.create_topic(
+            "appendtime", 1, config={**NO_RETENTION, "message.timestamp.type": "LogAppendTime"}
+        )
         for _ in range(5):
-            broker.produce("appendtime", 0, [ProducerRecord(b"a%d" % j, timestamp=T0)
-                                             for j in range(10)])  # fmt: skip
+            broker.produce(
+                "appendtime", 0, [ProducerRecord(b"a%d" % j, timestamp=T0) for j in range(10)]
+            )
         broker.create_topic("empty", 1, config=NO_RETENTION)
     return path
 
@@ -111,8 +126,9 @@ def _produce_transactions(broker: Broker) -> None:
     broker.create_topic("txn", 1, config=NO_RETENTION)
 
     def plain(tag: str, k: int = 3) -> None:
-        broker.produce("txn", 0, [ProducerRecord(b"%s-%d" % (tag.encode(), i), timestamp=T0)
-                                  for i in range(k)])  # fmt: skip
+        broker.produce(
+            "txn", 0, [ProducerRecord(b"%s-%d" % (tag.encode(), i), timestamp=T0) for i in range(k)]
+        )
 
     def recs(tag: str, k: int = 2) -> list[ProducerRecord]:
         return [ProducerRecord(b"%s-%d" % (tag.encode(), i), timestamp=T0) for i in range(k)]
@@ -174,8 +190,9 @@ def partition_facts(log_dir: Path, topic: str, partition: int) -> PartitionFacts
     batches = kafka_python_read(data)
     first_base = int(segments[0].stem) if segments else 0
     leo = batches[-1].last_offset + 1 if batches else first_base
-    log_start = max(checkpoint(log_dir, "log-start-offset-checkpoint").get((topic, partition), 0),
-                    first_base)  # fmt: skip
+    log_start = max(
+        checkpoint(log_dir, "log-start-offset-checkpoint").get((topic, partition), 0), first_base
+    )
     hw = checkpoint(log_dir, "replication-offset-checkpoint").get((topic, partition), leo)
     hw = min(max(hw, log_start), leo)
     rows, all_offsets, aborted = [], [], set()
@@ -199,8 +216,18 @@ def partition_facts(log_dir: Path, topic: str, partition: int) -> PartitionFacts
         for r in b.records:
             if r.offset >= log_start:
                 ts_us = r.timestamp * 1000
-                rows.append(Row(r.key, r.value, topic, partition, r.offset, ts_us,
-                                b.timestamp_type, tuple(r.headers)))  # fmt: skip
+                rows.append(
+                    Row(
+                        r.key,
+                        r.value,
+                        topic,
+                        partition,
+                        r.offset,
+                        ts_us,
+                        b.timestamp_type,
+                        tuple(r.headers),
+                    )
+                )
     lso = max(min([hw, *first_open.values()]), log_start)
     return PartitionFacts(tuple(rows), tuple(all_offsets), frozenset(aborted), log_start, hw, lso)
 
@@ -256,6 +283,16 @@ def spark_rows(df) -> list[Row]:
     out = []
     for i in range(table.num_rows):
         h = () if headers is None else tuple((e["key"], e["value"]) for e in headers[i] or ())
-        out.append(Row(cols["key"][i], cols["value"][i], cols["topic"][i], cols["partition"][i],
-                       cols["offset"][i], ts[i], cols["timestampType"][i], h))  # fmt: skip
+        out.append(
+            Row(
+                cols["key"][i],
+                cols["value"][i],
+                cols["topic"][i],
+                cols["partition"][i],
+                cols["offset"][i],
+                ts[i],
+                cols["timestampType"][i],
+                h,
+            )
+        )
     return sorted(out, key=lambda r: (r.topic, r.partition, r.offset))

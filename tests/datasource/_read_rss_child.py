@@ -59,10 +59,18 @@ def main() -> None:
         last = offsets[-1].as_py()
         last_value_len = len(batch.column("value")[-1].as_py())
     seconds = time.monotonic() - t0
-    report = {"rows": rows, "first": first, "last": last, "offset_sum": offset_sum,
-              "last_value_len": last_value_len, "rss_before_kib": before,
-              "peak_rss_kib": status_kib("VmHWM"), "rss_anon_kib": status_kib("RssAnon"),
-              "rss_file_kib": status_kib("RssFile"), "seconds": round(seconds, 2)}  # fmt: skip
+    report = {
+        "rows": rows,
+        "first": first,
+        "last": last,
+        "offset_sum": offset_sum,
+        "last_value_len": last_value_len,
+        "rss_before_kib": before,
+        "peak_rss_kib": status_kib("VmHWM"),
+        "rss_anon_kib": status_kib("RssAnon"),
+        "rss_file_kib": status_kib("RssFile"),
+        "seconds": round(seconds, 2),
+    }
     print(json.dumps(report))
 
 

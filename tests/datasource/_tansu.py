@@ -86,8 +86,10 @@ def _load_partition(
     for base, frame in whole:
         _produce(client, topic, partition, base, bytearray(frame))
     (batch,) = kafka_python_read(last)
-    records = [ProducerRecord(r.value, key=r.key, headers=r.headers, timestamp=r.timestamp)
-               for r in batch.records]  # fmt: skip
+    records = [
+        ProducerRecord(r.value, key=r.key, headers=r.headers, timestamp=r.timestamp)
+        for r in batch.records
+    ]
     if len(records) > 1:
         _produce(client, topic, partition, last_base, build_batch(records[:-1], now_ms=0))
     _produce(client, topic, partition, batch.last_offset, build_batch(records[-1:], now_ms=0))
@@ -98,5 +100,7 @@ def _produce(client: KafkaClient, topic: str, partition: int, want: int, frame) 
     _FRAME.pack_into(frame, 0, 0, _FRAME.unpack_from(frame, 0)[1])
     got = client.produce(topic, partition, bytes(frame), acks=ACKS_ALL)
     if got != want:
-        raise AssertionError(f"the broker put the batch of {topic}-{partition} at offset {got}, "
-                             f"the log dir has it at {want}")  # fmt: skip
+        raise AssertionError(
+            f"the broker put the batch of {topic}-{partition} at offset {got}, "
+            f"the log dir has it at {want}"
+        )

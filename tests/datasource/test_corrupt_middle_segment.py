@@ -16,12 +16,16 @@ def test_spark_read_fails_naming_file_position_and_offset(
     spark, tmp_path: Path, committed: bool
 ) -> None:
     path, position, offset = corrupt(write_log(tmp_path / "d"), 1, 2)
-    options = {"subscribe": "orders", "kafka.isolation.level": "read_committed"} if committed else {
-        "subscribe": "orders"}  # fmt: skip
+    options = (
+        {"subscribe": "orders", "kafka.isolation.level": "read_committed"}
+        if committed
+        else {"subscribe": "orders"}
+    )
     df = spark.read.format("kafkalog").options(**options).load(str(tmp_path / "d"))
     message = f"corrupt record data in {path} at byte {position} (batch base offset {offset})"
-    with pytest.raises(PySparkException, match=message.replace(".", r"\.").replace("(", r"\(")
-                       .replace(")", r"\)")):  # fmt: skip
+    with pytest.raises(
+        PySparkException, match=message.replace(".", r"\.").replace("(", r"\(").replace(")", r"\)")
+    ):
         df.select("offset").collect()
 
 

@@ -31,8 +31,15 @@ spark.stop()
 
 def installed_origin(cwd: Path, env: dict[str, str]) -> str:
     code = "import importlib.util as u; s = u.find_spec('pyspark_kafkalog'); print(s and s.origin)"
-    done = subprocess.run([sys.executable, "-c", code], cwd=cwd, env=env, capture_output=True,
-                          text=True, timeout=60, check=True)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
     return done.stdout.strip()
 
 
@@ -41,9 +48,18 @@ def test_spark_finds_the_source_from_another_directory(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYSPARK_PYTHON")}
     origin = installed_origin(tmp_path, env)
     if origin == "None" or not Path(origin).is_relative_to(ROOT):
-        pytest.skip(f"this interpreter's install is not of this checkout (pyspark_kafkalog: "
-                    f"{origin}); bash dev.sh installs it")  # fmt: skip
-    done = subprocess.run([sys.executable, "-c", CHILD, str(LOG_DIR)], cwd=tmp_path, env=env,
-                          capture_output=True, text=True, timeout=600, check=False)  # fmt: skip
+        pytest.skip(
+            f"this interpreter's install is not of this checkout (pyspark_kafkalog: "
+            f"{origin}); bash dev.sh installs it"
+        )
+    done = subprocess.run(
+        [sys.executable, "-c", CHILD, str(LOG_DIR)],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.split("\n")[-2] == "rows 3", done.stdout[-2000:]

@@ -127,8 +127,12 @@ def test_the_topic_option_is_trimmed_as_java_trims_it(spark, log_dir: Path) -> N
 
 # -- streaming limits in a batch query ------------------------------------------------------------
 
-LIMITS = {"maxOffsetsPerTrigger": "5", "minOffsetsPerTrigger": "2", "maxTriggerDelay": "1m",
-          "maxBytesPerTrigger": "1k"}  # fmt: skip
+LIMITS = {
+    "maxOffsetsPerTrigger": "5",
+    "minOffsetsPerTrigger": "2",
+    "maxTriggerDelay": "1m",
+    "maxBytesPerTrigger": "1k",
+}
 
 
 def test_streaming_limits_in_a_batch_query_warn_once(caplog: pytest.LogCaptureFixture) -> None:
@@ -238,28 +242,48 @@ def test_progress_shows_the_latest_offsets_beside_the_end(
     a Python stream reader no way to report metrics, so the lag is read from each progress's
     ``latestOffset`` (``reportLatestOffset``, the uncapped latest offsets) minus ``endOffset``."""
     hw = {p: partition_facts(read_source.log_dir, "events", p).high_watermark for p in range(3)}
-    df = read_source.read_stream(spark, subscribe="events", startingOffsets="earliest",
-                                 maxOffsetsPerTrigger="800")  # fmt: skip
-    q = (df.writeStream.format("noop").option("checkpointLocation", str(tmp_path / "ck"))
-         .trigger(availableNow=True).start())  # fmt: skip
+    df = read_source.read_stream(
+        spark, subscribe="events", startingOffsets="earliest", maxOffsetsPerTrigger="800"
+    )
+    q = (
+        df.writeStream.format("noop")
+        .option("checkpointLocation", str(tmp_path / "ck"))
+        .trigger(availableNow=True)
+        .start()
+    )
     assert await_available_now(q)
     assert q.exception() is None
     sources = [p["sources"][0] for p in q.recentProgress if p["numInputRows"]]
     latest = {str(p): hw[p] for p in range(3)}
     assert [json.loads(s["latestOffset"]) for s in sources] == [{"events": latest}] * len(sources)
-    behind = [sum(hw[int(p)] - o for p, o in json.loads(s["endOffset"])["events"].items())
-              for s in sources]  # fmt: skip
+    behind = [
+        sum(hw[int(p)] - o for p, o in json.loads(s["endOffset"])["events"].items())
+        for s in sources
+    ]
     # Spark's rateLimit rounds each share down: 800 * (708, 701, 710) / 2119 = 267 + 264 + 268
     assert behind[0] == sum(hw.values()) - 799 and behind[-1] == 0 and len(behind) == 3
     assert behind == sorted(behind, reverse=True)
     # the connector's metrics, worked out from the progress (datasource/offsets_behind_latest.py)
-    assert offsets_behind_latest(sources[0]) == {"minOffsetsBehindLatest": "437",
-        "maxOffsetsBehindLatest": "442", "avgOffsetsBehindLatest": "440.0"}  # fmt: skip
+    assert offsets_behind_latest(sources[0]) == {
+        "minOffsetsBehindLatest": "437",
+        "maxOffsetsBehindLatest": "442",
+        "avgOffsetsBehindLatest": "440.0",
+    }
 
 
 def test_java_double_writes_what_java_writes() -> None:
     """Java 17's ``Double.toString`` of these values (asked of jshell)."""
     values = [0.0, 11.6, 1e7, 12345678.0, 5e-4, 0.001, 9999999.5, 37 / 3, 1e20, 2.5e-5, 1 / 3]
     assert [java_double(x) for x in values] == [
-        "0.0", "11.6", "1.0E7", "1.2345678E7", "5.0E-4", "0.001", "9999999.5",
-        "12.333333333333334", "1.0E20", "2.5E-5", "0.3333333333333333"]  # fmt: skip
+        "0.0",
+        "11.6",
+        "1.0E7",
+        "1.2345678E7",
+        "5.0E-4",
+        "0.001",
+        "9999999.5",
+        "12.333333333333334",
+        "1.0E20",
+        "2.5E-5",
+        "0.3333333333333333",
+    ]

@@ -54,8 +54,10 @@ def write_log(log_dir: Path, value_bytes: int = 4) -> Path:
         for offset in range(0, LOG_END, PER_BATCH):
             if offset and offset % PER_SEGMENT == 0:
                 writer.roll()
-            records = [Record(o, TS + o, b"k%d" % o, b"v" * value_bytes)
-                       for o in range(offset, offset + PER_BATCH)]  # fmt: skip
+            records = [
+                Record(o, TS + o, b"k%d" % o, b"v" * value_bytes)
+                for o in range(offset, offset + PER_BATCH)
+            ]
             writer.append(build_record_batch(records))
     return log_dir / TP.dir_name
 
@@ -129,9 +131,16 @@ DAMAGES: dict[str, Callable[[Path], None]] = {
 
 
 def _segment_facts(seg: log_segment.LogSegment) -> tuple:
-    return (seg.base_offset, seg.next_offset, seg.end_of_batches, seg.size_in_bytes,
-            seg.largest_timestamp, seg.index_status, seg.offset_index.to_bytes(),
-            seg.time_index.to_bytes())  # fmt: skip
+    return (
+        seg.base_offset,
+        seg.next_offset,
+        seg.end_of_batches,
+        seg.size_in_bytes,
+        seg.largest_timestamp,
+        seg.index_status,
+        seg.offset_index.to_bytes(),
+        seg.time_index.to_bytes(),
+    )
 
 
 def _open_facts(log_dir: Path) -> tuple:

@@ -47,8 +47,13 @@ def test_descriptor_is_small_and_pickles(source_log_dir: Path) -> None:
     assert again == descriptor and again.location == f"log dir {source_log_dir}"
     with again.open() as opened:
         assert opened.descriptor == descriptor
-        assert opened.topics() == {"events": tuple(range(EVENTS_PARTITIONS)), "txn": (0,),
-                                   "trimmed": (0,), "appendtime": (0,), "empty": (0,)}  # fmt: skip
+        assert opened.topics() == {
+            "events": tuple(range(EVENTS_PARTITIONS)),
+            "txn": (0,),
+            "trimmed": (0,),
+            "appendtime": (0,),
+            "empty": (0,),
+        }
 
 
 @pytest.mark.parametrize(("topic", "partition"), [("events", 1), ("txn", 0), ("trimmed", 0)])
@@ -78,11 +83,18 @@ def test_fetches_decode_to_the_partition(
         fetched = source.fetch(tp, offset, 300, isolation)
         assert (fetched.topic_partition, fetched.fetch_offset) == (tp, offset)
         assert (fetched.high_watermark, fetched.log_start_offset) == (
-            facts.high_watermark, facts.log_start)  # fmt: skip
+            facts.high_watermark,
+            facts.log_start,
+        )
         assert fetched.last_stable_offset == (facts.last_stable if committed else -1)
         assert (fetched.aborted_transactions is None) is not committed
-        decoded = decode(fetched.records, topic="txn", partition=0, start_offset=offset,
-                         aborted_transactions=fetched.aborted_transactions)  # fmt: skip
+        decoded = decode(
+            fetched.records,
+            topic="txn",
+            partition=0,
+            start_offset=offset,
+            aborted_transactions=fetched.aborted_transactions,
+        )
         rows += [o for b in decoded.batches for o in b.column("offset").to_pylist()]
         if decoded.next_offset == offset:
             break

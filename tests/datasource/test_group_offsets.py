@@ -134,13 +134,15 @@ def commit_records(path: Path, group: str) -> list[tuple[str, int, int, int]]:
 
 
 def parse_wire(bootstrap: str, starting: str) -> KafkaSourceOptions:
-    return KafkaSourceOptions.parse({"kafka.bootstrap.servers": bootstrap, "subscribe": "orders",
-                                     "startingOffsets": starting})  # fmt: skip
+    return KafkaSourceOptions.parse(
+        {"kafka.bootstrap.servers": bootstrap, "subscribe": "orders", "startingOffsets": starting}
+    )
 
 
 def parse(streaming: bool | None = False, **options: str) -> KafkaSourceOptions:
-    return KafkaSourceOptions.parse({"path": "/l", "subscribe": "orders", **options},
-                                    streaming=streaming)  # fmt: skip
+    return KafkaSourceOptions.parse(
+        {"path": "/l", "subscribe": "orders", **options}, streaming=streaming
+    )
 
 
 def test_group_options_parse() -> None:
@@ -213,8 +215,11 @@ def test_group_option_errors(options: dict[str, str], message: str) -> None:
 def test_commits_are_kafkas_records_in_the_groups_partition(log_dir: Path) -> None:
     for group in ("all", "some", "past", "below"):
         assert find_group(log_dir, group)[0].partition == partition_for(group, 50)
-    assert commit_records(log_dir, "all") == [("orders", 0, 4, 3), ("orders", 1, 6, 3),
-                                              ("orders", 2, 1, 3)]  # fmt: skip
+    assert commit_records(log_dir, "all") == [
+        ("orders", 0, 4, 3),
+        ("orders", 1, 6, 3),
+        ("orders", 2, 1, 3),
+    ]
     assert read_committed_offsets(log_dir, "some") == {orders(0): 7}
     out, err = describe(log_dir, "all")
     assert err == "\nConsumer group 'all' has no active members.\n"
@@ -236,8 +241,13 @@ def test_commits_are_kafkas_records_in_the_groups_partition(log_dir: Path) -> No
 def test_batch_read_starts_at_the_groups_offsets(spark, log_dir: Path) -> None:
     rows = read(spark, log_dir, subscribe="orders", startingOffsets="group:all")
     assert rows == expected({0: 4, 1: 6, 2: 1})
-    rows = read(spark, log_dir, assign='{"orders":[0]}', startingOffsets="group:all",
-                endingOffsets='{"orders":{"0":6}}')  # fmt: skip
+    rows = read(
+        spark,
+        log_dir,
+        assign='{"orders":[0]}',
+        startingOffsets="group:all",
+        endingOffsets='{"orders":{"0":6}}',
+    )
     assert rows == expected({0: 4}, {0: 6})
 
 
@@ -246,8 +256,13 @@ def test_batch_read_starts_at_the_groups_offsets(spark, log_dir: Path) -> None:
     [("latest", {0: 7, 1: 6, 2: 4}), ("earliest", {0: 7, 1: 0, 2: 0})],
 )
 def test_batch_fallback(spark, log_dir: Path, fallback: str, starts: dict[int, int]) -> None:
-    rows = read(spark, log_dir, subscribe="orders", startingOffsets="group:some",
-                startingOffsetsByGroupFallback=fallback)  # fmt: skip
+    rows = read(
+        spark,
+        log_dir,
+        subscribe="orders",
+        startingOffsets="group:some",
+        startingOffsetsByGroupFallback=fallback,
+    )
     assert rows == expected(starts)
 
 
@@ -258,8 +273,13 @@ def test_fallback_latest_is_the_default(spark, log_dir: Path) -> None:
 
 def test_fallback_none_names_the_partitions_without_a_commit(spark, log_dir: Path) -> None:
     with pytest.raises(Exception) as e:
-        read(spark, log_dir, subscribe="orders", startingOffsets="group:some",
-             startingOffsetsByGroupFallback="none")  # fmt: skip
+        read(
+            spark,
+            log_dir,
+            subscribe="orders",
+            startingOffsets="group:some",
+            startingOffsetsByGroupFallback="none",
+        )
     assert (
         "GroupOffsetsError: startingOffsets=group:some with startingOffsetsByGroupFallback=none: "
         "group 'some' has no committed offset for orders-1, orders-2"
@@ -272,8 +292,9 @@ def plan(log_dir: Path, streaming: bool = False, **options: str) -> dict[TopicPa
 
     o = KafkaSourceOptions.parse({"path": str(log_dir), **options}, streaming=streaming)
     with KafkaOffsetReader(o.path, o.isolation_level) as reader:
-        return reader.starting_offsets(o.starting, reader.partitions(o.subscription),
-                                       fail_on_data_loss=o.fail_on_data_loss)  # fmt: skip
+        return reader.starting_offsets(
+            o.starting, reader.partitions(o.subscription), fail_on_data_loss=o.fail_on_data_loss
+        )
 
 
 def test_group_errors(log_dir: Path, tmp_path: Path) -> None:
@@ -306,10 +327,12 @@ def test_committed_offsets_outside_the_log_are_data_loss(spark, log_dir: Path) -
         "startingOffsets=group:below: group 'below' committed offset 1 of short-0, below its log "
         "start offset 3: offsets [1, 3) are no longer in the log. Some data may have been lost"
     )
-    assert plan(log_dir, subscribe="short", startingOffsets="group:below",
-                failOnDataLoss="false") == {TopicPartition("short", 0): 3}  # fmt: skip
-    rows = read(spark, log_dir, subscribe="orders", startingOffsets="group:past",
-                failOnDataLoss="false")  # fmt: skip
+    assert plan(
+        log_dir, subscribe="short", startingOffsets="group:below", failOnDataLoss="false"
+    ) == {TopicPartition("short", 0): 3}
+    rows = read(
+        spark, log_dir, subscribe="orders", startingOffsets="group:past", failOnDataLoss="false"
+    )
     assert rows == expected({0: 0, 1: 0})
 
 
@@ -330,26 +353,35 @@ def test_kafka_37_group_start(spark, kafka37: Path) -> None:
     at_group = df.option("startingOffsets", "group:DEVSmileCDR").load(str(kafka37))
     assert at_group.count() == 0  # committed 3: the high watermark
     # commit an earlier offset in Kafka's format into the copy: read from there on
-    assert commit_group_offsets(kafka37, "DEVSmileCDR",
-                                {TopicPartition("TestTopicPatient", 0): 1}) == TopicPartition(
-        "__consumer_offsets", 6)  # fmt: skip
+    assert commit_group_offsets(
+        kafka37, "DEVSmileCDR", {TopicPartition("TestTopicPatient", 0): 1}
+    ) == TopicPartition("__consumer_offsets", 6)
     rows = df.option("startingOffsets", "group:DEVSmileCDR").load(str(kafka37))
     assert [r.offset for r in rows.select("offset").collect()] == [1, 2]
     assert (
         read_committed_offsets(kafka37, "DEVSmileCDR")[TopicPartition("TestTopicPatient", 0)] == 1
     )
     loaded = groups_command.load_log_dir(LogDir(kafka37)).groups["DEVSmileCDR"]
-    rows_ = groups_command.offset_rows(groups_command.view_of(loaded),
-                                       groups_command.LogEndOffsets(LogDir(kafka37)))  # fmt: skip
-    mine = [(r.topic, r.partition, r.offset, r.log_end_offset, r.lag) for r in rows_
-            if r.topic == "TestTopicPatient"]  # fmt: skip
+    rows_ = groups_command.offset_rows(
+        groups_command.view_of(loaded), groups_command.LogEndOffsets(LogDir(kafka37))
+    )
+    mine = [
+        (r.topic, r.partition, r.offset, r.log_end_offset, r.lag)
+        for r in rows_
+        if r.topic == "TestTopicPatient"
+    ]
     assert mine == [("TestTopicPatient", 0, 1, 3, 2)]
 
 
 def test_kafka_37_stream_from_group(spark, kafka37: Path, tmp_path: Path) -> None:
     commit_group_offsets(kafka37, "DEVSmileCDR", {TopicPartition("TestTopicPatient", 0): 2})
-    got = run_stream(spark, kafka37, tmp_path / "ck", subscribe="TestTopicPatient",
-                     startingOffsets="group:DEVSmileCDR")  # fmt: skip
+    got = run_stream(
+        spark,
+        kafka37,
+        tmp_path / "ck",
+        subscribe="TestTopicPatient",
+        startingOffsets="group:DEVSmileCDR",
+    )
     assert [(p, o) for p, o, _ in got] == [(0, 2)]
 
 
@@ -364,9 +396,15 @@ def run_stream(spark, path: Path, checkpoint: Path, **options: str) -> list[tupl
         rows = df.select("partition", "offset", "value").collect()
         collected.extend(sorted((r.partition, r.offset, bytes(r.value)) for r in rows))
 
-    q = (spark.readStream.format("kafkalog").options(**options).load(str(path))
-         .writeStream.foreachBatch(sink).option("checkpointLocation", str(checkpoint))
-         .trigger(availableNow=True).start())  # fmt: skip
+    q = (
+        spark.readStream.format("kafkalog")
+        .options(**options)
+        .load(str(path))
+        .writeStream.foreachBatch(sink)
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(availableNow=True)
+        .start()
+    )
     assert await_available_now(q), "availableNow did not stop"
     assert q.exception() is None
     run_stream.last_query = q  # type: ignore[attr-defined]
@@ -385,8 +423,14 @@ def test_stream_starts_at_the_group(
     spark, log_dir: Path, tmp_path: Path, group: str, fallback: str | None, starts: dict[int, int]
 ) -> None:
     extra = {} if fallback is None else {"startingOffsetsByGroupFallback": fallback}
-    got = run_stream(spark, log_dir, tmp_path / "ck", subscribe="orders",
-                     startingOffsets=f"group:{group}", **extra)  # fmt: skip
+    got = run_stream(
+        spark,
+        log_dir,
+        tmp_path / "ck",
+        subscribe="orders",
+        startingOffsets=f"group:{group}",
+        **extra,
+    )
     assert sorted(got) == expected(starts)
 
 
@@ -405,13 +449,20 @@ def test_stream_fallback_none_fails_the_query(spark, log_dir: Path, tmp_path: Pa
 
 def test_stream_commits_its_progress_to_a_group(spark, tmp_path: Path) -> None:
     path = build(tmp_path / "logdir")
-    got = run_stream(spark, path, tmp_path / "ck", subscribe="orders",
-                     startingOffsets="earliest", maxOffsetsPerTrigger="7",
-                     commitOffsetsToGroup="spark-orders")  # fmt: skip
+    got = run_stream(
+        spark,
+        path,
+        tmp_path / "ck",
+        subscribe="orders",
+        startingOffsets="earliest",
+        maxOffsetsPerTrigger="7",
+        commitOffsetsToGroup="spark-orders",
+    )
     assert sorted(got) == expected({0: 0, 1: 0, 2: 0})
     q = run_stream.last_query  # type: ignore[attr-defined]
-    ends = [json.loads(p.sources[0].endOffset)["orders"] for p in q.recentProgress
-            if p.numInputRows]  # fmt: skip
+    ends = [
+        json.loads(p.sources[0].endOffset)["orders"] for p in q.recentProgress if p.numInputRows
+    ]
     # the commits: the starting offsets, then each batch's end, only partitions that moved
     commits, before = [("orders", p, 0, 3) for p in range(3)], {"0": 0, "1": 0, "2": 0}
     for end in ends:
@@ -430,8 +481,17 @@ def test_stream_commits_its_progress_to_a_group(spark, tmp_path: Path) -> None:
     with Broker(path) as broker:  # 3 new records: lag 3 until a query reads them
         broker.produce("orders", 1, [ProducerRecord(value(1, i)) for i in range(6, 9)])
     out, _ = describe(path, "spark-orders")
-    assert out.splitlines()[3].split() == ["spark-orders", "orders", "1", "6", "9", "3", "-",
-                                           "-", "-"]  # fmt: skip
+    assert out.splitlines()[3].split() == [
+        "spark-orders",
+        "orders",
+        "1",
+        "6",
+        "9",
+        "3",
+        "-",
+        "-",
+        "-",
+    ]
     # another query resumes where the group is
     got = run_stream(
         spark,
@@ -443,8 +503,17 @@ def test_stream_commits_its_progress_to_a_group(spark, tmp_path: Path) -> None:
     )
     assert got == [(1, i, value(1, i)) for i in range(6, 9)]
     out, _ = describe(path, "spark-orders")
-    assert out.splitlines()[3].split() == ["spark-orders", "orders", "1", "9", "9", "0", "-",
-                                           "-", "-"]  # fmt: skip
+    assert out.splitlines()[3].split() == [
+        "spark-orders",
+        "orders",
+        "1",
+        "9",
+        "9",
+        "0",
+        "-",
+        "-",
+        "-",
+    ]
 
 
 def test_commit_to_a_log_dir_a_broker_owns_fails(spark, tmp_path: Path) -> None:
@@ -480,12 +549,19 @@ def test_transactional_commits_count_once_committed(log_dir: Path, tmp_path: Pat
         tx.send("__consumer_offsets", p, [commit_record("txg", orders(0), 5)])
         tx.commit()
         tx.begin()
-        tx.send("__consumer_offsets", p, [commit_record("txg", orders(0), 8),
-                                          commit_record("txg", orders(1), 2)])  # fmt: skip
+        tx.send(
+            "__consumer_offsets",
+            p,
+            [commit_record("txg", orders(0), 8), commit_record("txg", orders(1), 2)],
+        )
         tx.abort()
     assert read_committed_offsets(path, "txg") == {orders(0): 5, orders(2): 3}
-    starts = plan(path, subscribe="orders", startingOffsets="group:txg",
-                  startingOffsetsByGroupFallback="earliest")  # fmt: skip
+    starts = plan(
+        path,
+        subscribe="orders",
+        startingOffsets="group:txg",
+        startingOffsetsByGroupFallback="earliest",
+    )
     assert starts == {orders(0): 5, orders(1): 0, orders(2): 3}
 
 
@@ -557,9 +633,14 @@ def committed_by_confluent(bootstrap: str, group: str) -> dict[int, int]:
 
 
 def test_a_read_over_the_wire_starts_at_the_coordinators_offsets(spark, cluster: str) -> None:
-    df = (spark.read.format("kafkalog").option("kafka.bootstrap.servers", cluster)
-          .option("subscribe", "orders").option("startingOffsets", "group:app")
-          .option("startingOffsetsByGroupFallback", "earliest").load())  # fmt: skip
+    df = (
+        spark.read.format("kafkalog")
+        .option("kafka.bootstrap.servers", cluster)
+        .option("subscribe", "orders")
+        .option("startingOffsets", "group:app")
+        .option("startingOffsetsByGroupFallback", "earliest")
+        .load()
+    )
     rows = sorted((r.partition, r.offset, bytes(r.value)) for r in df.collect())
     assert rows == expected({0: 4, 1: 6, 2: 0})
     with pytest.raises(GroupOffsetsError) as e:
@@ -581,17 +662,28 @@ def test_a_stream_over_the_wire_commits_its_progress_to_a_group(
         def sink(df, _batch_id: int) -> None:
             collected.extend(sorted((r.partition, r.offset) for r in df.collect()))
 
-        q = (spark.readStream.format("kafkalog").option("kafka.bootstrap.servers", cluster)
-             .option("subscribe", "orders").option("commitOffsetsToGroup", "spark-orders")
-             .options(**options).load()
-             .writeStream.foreachBatch(sink).option("checkpointLocation", str(checkpoint))
-             .trigger(availableNow=True).start())  # fmt: skip
+        q = (
+            spark.readStream.format("kafkalog")
+            .option("kafka.bootstrap.servers", cluster)
+            .option("subscribe", "orders")
+            .option("commitOffsetsToGroup", "spark-orders")
+            .options(**options)
+            .load()
+            .writeStream.foreachBatch(sink)
+            .option("checkpointLocation", str(checkpoint))
+            .trigger(availableNow=True)
+            .start()
+        )
         assert await_available_now(q), "availableNow did not stop"
         assert q.exception() is None
         return collected
 
-    got = run(tmp_path / "ck", startingOffsets="group:app", maxOffsetsPerTrigger="5",
-              startingOffsetsByGroupFallback="earliest")  # fmt: skip
+    got = run(
+        tmp_path / "ck",
+        startingOffsets="group:app",
+        maxOffsetsPerTrigger="5",
+        startingOffsetsByGroupFallback="earliest",
+    )
     assert sorted(got) == [(p, o) for p, o, _ in expected({0: 4, 1: 6, 2: 0})]
     assert committed_by_confluent(cluster, "spark-orders") == SIZES
     assert committed_by_confluent(cluster, "app") == {0: 4, 1: 6}  # untouched

@@ -49,29 +49,46 @@ def published(log_dir: Path) -> tuple[list[int], int, int]:
 
 def held(log_dir: Path, offset: int, *options: str) -> dict:
     child = subprocess.run(
-        [sys.executable, "-m", "tests.datasource._held_view_child", str(log_dir), "t", "0",
-         str(offset), *options], capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "tests.datasource._held_view_child",
+            str(log_dir),
+            "t",
+            "0",
+            str(offset),
+            *options,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert (child.returncode, child.stderr[-500:]) == (0, "")  # -7: SIGBUS
     return json.loads(child.stdout)
 
 
 def truncated(log_dir: Path, base: int, offset: int) -> list[str]:
     path = log_dir / "t-0" / f"{base:020d}.log"
-    return ["SegmentTruncatedError", (
-        f"{path} is shorter than when it was opened (truncated by another process: recovery, or "
-        f"a replica's truncation): fetch at offset {offset} of t-0; open the log dir again"
-    )]  # fmt: skip
+    return [
+        "SegmentTruncatedError",
+        (
+            f"{path} is shorter than when it was opened (truncated by another process: "
+            f"recovery, or a replica's truncation): fetch at offset {offset} of t-0; open the "
+            "log dir again"
+        ),
+    ]
 
 
 def test_a_segment_above_the_recovery_point_is_copied_and_truncation_is_named(crashed):
     """The last segment (above the recovery point: recovery may truncate it) is copied out."""
     report = held(crashed, 190)
     assert report == {
-        "view": False, "decoded": [190, 199, 10], "unchanged": True,
+        "view": False,
+        "decoded": [190, 199, 10],
+        "unchanged": True,
         "again in place": truncated(crashed, 183, 190),
         "again copied": truncated(crashed, 183, 190),
-    }  # fmt: skip
+    }
 
 
 def test_a_segment_below_the_recovery_point_stays_a_view_and_truncation_is_named(crashed):
@@ -81,7 +98,9 @@ def test_a_segment_below_the_recovery_point_stays_a_view_and_truncation_is_named
     recovery point, and the fast path is kept for closed segments.)"""
     report = held(crashed, 70, "--no-decode")
     assert report == {
-        "view": True, "decoded": None, "unchanged": None,
+        "view": True,
+        "decoded": None,
+        "unchanged": None,
         "again in place": truncated(crashed, 61, 70),
         "again copied": truncated(crashed, 61, 70),
-    }  # fmt: skip
+    }

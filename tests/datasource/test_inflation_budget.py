@@ -55,11 +55,16 @@ def _decode_all(buf: bytes, budget: int) -> tuple[list[tuple[int, int, bytes]], 
     """Decode ``buf`` as a reader does: call after call from where the last one stopped."""
     rows, stops, offset, pos = [], [], 0, 0
     while pos < len(buf):
-        d = decode(buf[pos:], topic="zeros", partition=0, start_offset=offset,
-                   max_inflated_bytes=budget)  # fmt: skip
+        d = decode(
+            buf[pos:], topic="zeros", partition=0, start_offset=offset, max_inflated_bytes=budget
+        )
         for b in d.batches:
-            rows += zip(b.column("offset").to_pylist(), b.column("timestamp").cast("int64")
-                        .to_pylist(), b.column("value").to_pylist(), strict=True)  # fmt: skip
+            rows += zip(
+                b.column("offset").to_pylist(),
+                b.column("timestamp").cast("int64").to_pylist(),
+                b.column("value").to_pylist(),
+                strict=True,
+            )
         stops.append(d.stopped_early)
         assert d.next_offset > offset, "every call advances"
         offset, pos = d.next_offset, pos + d.end_position
@@ -100,8 +105,14 @@ def test_corrupt_batch_past_the_budget_is_reported_by_the_next_call() -> None:
     assert (first.num_rows, first.next_offset, first.end_position) == (4, 4, len(good))
     assert first.stopped_early
     with pytest.raises(CorruptRecordError) as e:
-        decode(buf[first.end_position :], topic="zeros", partition=0, start_offset=4,
-               source="zeros.log", base_position=len(good))  # fmt: skip
+        decode(
+            buf[first.end_position :],
+            topic="zeros",
+            partition=0,
+            start_offset=4,
+            source="zeros.log",
+            base_position=len(good),
+        )
     assert (e.value.source, e.value.position, e.value.base_offset) == ("zeros.log", len(good), 4)
 
 
@@ -115,11 +126,25 @@ def _peak_rss_of_consume(log_dir: Path) -> tuple[int, bytes]:
         "sys.exit(r.returncode)\n"
     )
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    command = [sys.executable, "-m", "spark_kafkalog.cli", "consume", "--log-dir", str(log_dir),
-               "--topic", "zeros"]  # fmt: skip
+    command = [
+        sys.executable,
+        "-m",
+        "spark_kafkalog.cli",
+        "consume",
+        "--log-dir",
+        str(log_dir),
+        "--topic",
+        "zeros",
+    ]
     # a fresh parent per measurement: RUSAGE_CHILDREN keeps the largest child ever waited for
-    done = subprocess.run([sys.executable, "-c", script, *command], capture_output=True,
-                          env=env, cwd=ROOT, check=True, timeout=600)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-c", script, *command],
+        capture_output=True,
+        env=env,
+        cwd=ROOT,
+        check=True,
+        timeout=600,
+    )
     return int(done.stdout), done.stderr
 
 

@@ -50,15 +50,21 @@ def committed(source_log_dir: Path):
 
 def test_topics_and_subscriptions(uncommitted: KafkaOffsetReader, source_log_dir: Path) -> None:
     assert uncommitted.location == f"log dir {source_log_dir.resolve()}"
-    assert uncommitted.topics() == {"appendtime": (0,), "empty": (0,), "events": (0, 1, 2),
-                                    "trimmed": (0,), "txn": (0,)}  # fmt: skip
+    assert uncommitted.topics() == {
+        "appendtime": (0,),
+        "empty": (0,),
+        "events": (0, 1, 2),
+        "trimmed": (0,),
+        "txn": (0,),
+    }
     assert uncommitted.partitions(Subscribe(("txn", "events"))) == [*EVENTS, TXN]
     assert uncommitted.partitions(Assign.parse('{"events":[2,0]}')) == [EVENTS[0], EVENTS[2]]
-    assert uncommitted.partitions(SubscribePattern("^e.*")) == [TopicPartition("empty", 0),
-                                                                *EVENTS]  # fmt: skip
+    assert uncommitted.partitions(SubscribePattern("^e.*")) == [TopicPartition("empty", 0), *EVENTS]
     assert uncommitted.partitions(SubscribePattern("m")) == [  # found anywhere, as Spark finds
-        TopicPartition("appendtime", 0), TopicPartition("empty", 0), TopicPartition("trimmed", 0)
-    ]  # fmt: skip
+        TopicPartition("appendtime", 0),
+        TopicPartition("empty", 0),
+        TopicPartition("trimmed", 0),
+    ]
     assert uncommitted.partitions(SubscribePattern("nothing.*")) == []
 
 
@@ -122,15 +128,20 @@ def test_offsets_by_timestamp_match_a_scan(
 def test_starting_and_ending_offsets(uncommitted: KafkaOffsetReader) -> None:
     tps = [TRIMMED, TXN]
     assert uncommitted.starting_offsets(EarliestOffsets(), tps, fail_on_data_loss=True) == {
-        TRIMMED: TRIMMED_LOG_START, TXN: 0}  # fmt: skip
+        TRIMMED: TRIMMED_LOG_START,
+        TXN: 0,
+    }
     assert uncommitted.ending_offsets(LatestOffsets(), tps, fail_on_data_loss=True) == {
-        TRIMMED: 300, TXN: uncommitted.latest(TXN)}  # fmt: skip
+        TRIMMED: 300,
+        TXN: uncommitted.latest(TXN),
+    }
     spec = SpecificOffsets({TRIMMED: 120, TXN: -2})
-    assert uncommitted.starting_offsets(spec, tps, fail_on_data_loss=True) == {
-        TRIMMED: 120, TXN: 0}  # fmt: skip
+    assert uncommitted.starting_offsets(spec, tps, fail_on_data_loss=True) == {TRIMMED: 120, TXN: 0}
     spec = SpecificOffsets({TRIMMED: 150, TXN: -1})
     assert uncommitted.ending_offsets(spec, tps, fail_on_data_loss=True) == {
-        TRIMMED: 150, TXN: uncommitted.latest(TXN)}  # fmt: skip
+        TRIMMED: 150,
+        TXN: uncommitted.latest(TXN),
+    }
 
 
 def test_starting_below_log_start_is_data_loss(uncommitted, caplog) -> None:
@@ -177,12 +188,17 @@ def test_timestamps_without_a_match(uncommitted) -> None:
 
 def test_offset_ranges_and_an_end_before_the_start(uncommitted) -> None:
     got = uncommitted.offset_ranges(
-        SpecificOffsets({TRIMMED: 100}), SpecificOffsets({TRIMMED: 200}), [TRIMMED],
+        SpecificOffsets({TRIMMED: 100}),
+        SpecificOffsets({TRIMMED: 200}),
+        [TRIMMED],
         fail_on_data_loss=True,
-    )  # fmt: skip
+    )
     assert got == [OffsetRange("trimmed", 0, 100, 200)]
-    with pytest.raises(InvalidOptionError, match=r"trimmed-0: the ending offset 300 .* before the "
-                       r"starting offset 350.*\[95, 300\)"):  # fmt: skip
+    with pytest.raises(
+        InvalidOptionError,
+        match=r"trimmed-0: the ending offset 300 .* before the "
+        r"starting offset 350.*\[95, 300\)",
+    ):
         uncommitted.offset_ranges(
             SpecificOffsets({TRIMMED: 350}), LatestOffsets(), [TRIMMED], fail_on_data_loss=True
         )

@@ -50,16 +50,24 @@ def test_defaults() -> None:
 
 
 def test_every_batch_option_parsed() -> None:
-    o = KafkaSourceOptions.parse({
-        "PATH": " /logs ", "assign": '{"a":[1,0,1],"b":[2]}',
-        "startingOffsets": '{"a":{"0":-2,"1":5},"b":{"2":7}}',
-        "endingOffsets": '{"a":{"0":-1,"1":9},"b":{"2":7}}',
-        "startingOffsetsByTimestampStrategy": "LATEST", "failOnDataLoss": "False",
-        "includeHeaders": "TRUE", "minPartitions": "4", "maxRecordsPerPartition": "1000",
-        "maxBytesPerPartition": "64m", "kafka.isolation.level": "read_committed",
-        "kafka.max.partition.fetch.bytes": "4096", "kafka.fetch.max.bytes": "1024",
-        "narrowByFilters": "true",
-    })  # fmt: skip
+    o = KafkaSourceOptions.parse(
+        {
+            "PATH": " /logs ",
+            "assign": '{"a":[1,0,1],"b":[2]}',
+            "startingOffsets": '{"a":{"0":-2,"1":5},"b":{"2":7}}',
+            "endingOffsets": '{"a":{"0":-1,"1":9},"b":{"2":7}}',
+            "startingOffsetsByTimestampStrategy": "LATEST",
+            "failOnDataLoss": "False",
+            "includeHeaders": "TRUE",
+            "minPartitions": "4",
+            "maxRecordsPerPartition": "1000",
+            "maxBytesPerPartition": "64m",
+            "kafka.isolation.level": "read_committed",
+            "kafka.max.partition.fetch.bytes": "4096",
+            "kafka.fetch.max.bytes": "1024",
+            "narrowByFilters": "true",
+        }
+    )
     assert o.path == "/logs"
     assert o.subscription == Assign(
         (TopicPartition("a", 0), TopicPartition("a", 1), TopicPartition("b", 2))
@@ -95,8 +103,13 @@ def test_subscribe_pattern_and_list() -> None:
 
 def test_precedence_of_timestamps_over_offsets() -> None:
     tp = TopicPartition("events", 0)
-    o = parse(startingOffsets="earliest", startingOffsetsByTimestamp='{"events":{"0":5}}',
-              startingTimestamp="7", endingOffsets="latest", endingTimestamp="9")  # fmt: skip
+    o = parse(
+        startingOffsets="earliest",
+        startingOffsetsByTimestamp='{"events":{"0":5}}',
+        startingTimestamp="7",
+        endingOffsets="latest",
+        endingTimestamp="9",
+    )
     assert o.starting == GlobalTimestamp(7) and o.ending == GlobalTimestamp(9)
     o = parse(startingOffsets="earliest", startingOffsetsByTimestamp='{"events":{"0":5}}')
     assert o.starting == SpecificTimestamps({tp: 5})
@@ -106,16 +119,27 @@ def test_precedence_of_timestamps_over_offsets() -> None:
 
 @pytest.mark.parametrize(
     ("value", "expected"),
-    [("1048576", 1 << 20), ("512k", 512 << 10), ("64m", 64 << 20), ("1g", 1 << 30),
-     ("64MiB", 64 << 20), (" 100 b ", 100)],
-)  # fmt: skip
+    [
+        ("1048576", 1 << 20),
+        ("512k", 512 << 10),
+        ("64m", 64 << 20),
+        ("1g", 1 << 30),
+        ("64MiB", 64 << 20),
+        (" 100 b ", 100),
+    ],
+)
 def test_byte_sizes(value: str, expected: int) -> None:
     assert parse(maxBytesPerPartition=value).max_bytes_per_partition == expected
 
 
 def test_streaming_options_and_defaults() -> None:
-    o = parse(streaming=True, maxOffsetsPerTrigger="1000", minOffsetsPerTrigger="10",
-              maxTriggerDelay="30s", maxBytesPerTrigger="1m")  # fmt: skip
+    o = parse(
+        streaming=True,
+        maxOffsetsPerTrigger="1000",
+        minOffsetsPerTrigger="10",
+        maxTriggerDelay="30s",
+        maxBytesPerTrigger="1m",
+    )
     assert o.starting == LatestOffsets() and o.ending is None  # streaming starts at latest
     assert (o.max_offsets_per_trigger, o.min_offsets_per_trigger) == (1000, 10)
     assert (o.max_trigger_delay_ms, o.max_bytes_per_trigger) == (30_000, 1 << 20)
@@ -138,29 +162,70 @@ REJECTED = [
     ({"path": None}, False, ["option path is missing"]),
     ({"path": "  "}, False, ["option path is missing"]),
     ({"bogus": "1"}, False, ["unknown option bogus='1'", "subscribePattern"]),
-    ({"kafka.bootstrap.servers": "h:9092"}, False,
-     ["path='/logs' and kafka.bootstrap.servers='h:9092' are both given: pick one"]),
-    ({"path": None, "kafka.bootstrap.servers": "h:x"}, False,
-     ["kafka.bootstrap.servers='h:x' is invalid", "host1:port1"]),
-    ({"path": None, "kafka.bootstrap.servers": "h:1", "kafka.security.protocol": "TLS"}, False,
-     ["security.protocol='TLS' is not one of"]),
-    ({"path": None, "kafka.bootstrap.servers": "h:1", "kafka.security.protocol": "SASL_SSL",
-      "kafka.sasl.mechanism": "GSSAPI"}, False, ["sasl.mechanism='GSSAPI' is not supported"]),
-    ({"path": None, "kafka.bootstrap.servers": "h:1", "kafka.ssl.truststore.locaton": "x"},
-     False, ["client property ssl.truststore.locaton is not supported"]),
-    ({"path": None, "kafka.bootstrap.servers": "h:1", "kafka.request.timeout.ms": "0"}, False,
-     ["kafka.request.timeout.ms='0'"]),
+    (
+        {"kafka.bootstrap.servers": "h:9092"},
+        False,
+        ["path='/logs' and kafka.bootstrap.servers='h:9092' are both given: pick one"],
+    ),
+    (
+        {"path": None, "kafka.bootstrap.servers": "h:x"},
+        False,
+        ["kafka.bootstrap.servers='h:x' is invalid", "host1:port1"],
+    ),
+    (
+        {"path": None, "kafka.bootstrap.servers": "h:1", "kafka.security.protocol": "TLS"},
+        False,
+        ["security.protocol='TLS' is not one of"],
+    ),
+    (
+        {
+            "path": None,
+            "kafka.bootstrap.servers": "h:1",
+            "kafka.security.protocol": "SASL_SSL",
+            "kafka.sasl.mechanism": "GSSAPI",
+        },
+        False,
+        ["sasl.mechanism='GSSAPI' is not supported"],
+    ),
+    (
+        {"path": None, "kafka.bootstrap.servers": "h:1", "kafka.ssl.truststore.locaton": "x"},
+        False,
+        ["client property ssl.truststore.locaton is not supported"],
+    ),
+    (
+        {"path": None, "kafka.bootstrap.servers": "h:1", "kafka.request.timeout.ms": "0"},
+        False,
+        ["kafka.request.timeout.ms='0'"],
+    ),
     # Spark's messages (KafkaSourceProvider.validateGeneralOptions), for a log dir too
-    ({"kafka.auto.offset.reset": "earliest"}, False,
-     ["Kafka option 'auto.offset.reset' is not supported.", "'startingOffsets'"]),
-    ({"kafka.key.deserializer": "x"}, None, ["Kafka option 'key.deserializer' is not supported "
-                                            "as keys are deserialized as byte arrays"]),
-    ({"kafka.value.deserializer": "x"}, True, ["Kafka option 'value.deserializer' is not "
-                                               "supported as values are deserialized"]),
-    ({"kafka.enable.auto.commit": "true"}, False,
-     ["Kafka option 'enable.auto.commit' is not supported"]),
-    ({"kafka.interceptor.classes": "x"}, False,
-     ["Kafka option 'interceptor.classes' is not supported"]),
+    (
+        {"kafka.auto.offset.reset": "earliest"},
+        False,
+        ["Kafka option 'auto.offset.reset' is not supported.", "'startingOffsets'"],
+    ),
+    (
+        {"kafka.key.deserializer": "x"},
+        None,
+        [
+            "Kafka option 'key.deserializer' is not supported "
+            "as keys are deserialized as byte arrays"
+        ],
+    ),
+    (
+        {"kafka.value.deserializer": "x"},
+        True,
+        ["Kafka option 'value.deserializer' is not supported as values are deserialized"],
+    ),
+    (
+        {"kafka.enable.auto.commit": "true"},
+        False,
+        ["Kafka option 'enable.auto.commit' is not supported"],
+    ),
+    (
+        {"kafka.interceptor.classes": "x"},
+        False,
+        ["Kafka option 'interceptor.classes' is not supported"],
+    ),
     ({"subscribe": " , "}, False, ["subscribe=' , '", "no topics"]),
     ({"subscribe": "a,b c"}, False, ["subscribe='a,b c'", "illegal"]),
     ({"subscribe": None, "assign": "[0]"}, False, ["assign='[0]'", "JSON object"]),
@@ -181,19 +246,37 @@ REJECTED = [
     ({"startingOffsets": '{"events":{"0":1}'}, False, ["startingOffsets=", "not valid JSON"]),
     ({"endingOffsets": "earliest"}, False, ["endingOffsets='earliest'"]),
     ({"endingOffsets": '{"events":{"0":-2}}'}, False, ["endingOffsets=", "-2 (earliest)"]),
-    ({"startingOffsets": '{"events":{"0":9}}', "endingOffsets": '{"events":{"0":5}}'}, False,
-     ["endingOffsets=", "events-0 at 5", "startingOffsets=", "(9)"]),
-    ({"startingTimestamp": "20", "endingTimestamp": "10"}, False,
-     ["endingTimestamp=10", "startingTimestamp=20"]),
-    ({"startingOffsetsByTimestamp": '{"events":{"0":9}}',
-      "endingOffsetsByTimestamp": '{"events":{"0":5}}'}, False, ["endingOffsetsByTimestamp="]),
+    (
+        {"startingOffsets": '{"events":{"0":9}}', "endingOffsets": '{"events":{"0":5}}'},
+        False,
+        ["endingOffsets=", "events-0 at 5", "startingOffsets=", "(9)"],
+    ),
+    (
+        {"startingTimestamp": "20", "endingTimestamp": "10"},
+        False,
+        ["endingTimestamp=10", "startingTimestamp=20"],
+    ),
+    (
+        {
+            "startingOffsetsByTimestamp": '{"events":{"0":9}}',
+            "endingOffsetsByTimestamp": '{"events":{"0":5}}',
+        },
+        False,
+        ["endingOffsetsByTimestamp="],
+    ),
     ({"startingTimestamp": "-5"}, False, ["startingTimestamp='-5'", "negative"]),
     ({"startingTimestamp": "yesterday"}, False, ["startingTimestamp='yesterday'"]),
-    ({"endingOffsetsByTimestamp": '{"events":{"0":-1}}'}, False,
-     ["endingOffsetsByTimestamp=", "negative"]),
+    (
+        {"endingOffsetsByTimestamp": '{"events":{"0":-1}}'},
+        False,
+        ["endingOffsetsByTimestamp=", "negative"],
+    ),
     ({"startingTimestamp": "1", "startingOffsets": "{"}, False, ["startingOffsets='{'"]),
-    ({"startingOffsetsByTimestampStrategy": "skip"}, False,
-     ["startingOffsetsByTimestampStrategy='skip'", "error, latest"]),
+    (
+        {"startingOffsetsByTimestampStrategy": "skip"},
+        False,
+        ["startingOffsetsByTimestampStrategy='skip'", "error, latest"],
+    ),
     ({"failOnDataLoss": "yes"}, False, ["failOnDataLoss='yes'", "true or false"]),
     ({"includeHeaders": "1"}, False, ["includeHeaders='1'"]),
     ({"minPartitions": "0"}, False, ["minPartitions='0'", "[1, "]),
@@ -210,13 +293,22 @@ REJECTED = [
     ({"narrowByFilters": "maybe"}, False, ["narrowByFilters='maybe'", "true or false"]),
     ({"maxOffsetsPerTrigger": "0"}, True, ["maxOffsetsPerTrigger='0'"]),
     ({"maxTriggerDelay": "soon"}, True, ["maxTriggerDelay='soon'", "duration"]),
-    ({"maxOffsetsPerTrigger": "5", "minOffsetsPerTrigger": "6"}, True,
-     ["minOffsetsPerTrigger=6", "maxOffsetsPerTrigger=5"]),
-    ({"maxOffsetsPerTrigger": "5", "minOffsetsPerTrigger": "6"}, False,
-     ["minOffsetsPerTrigger=6", "maxOffsetsPerTrigger=5"]),
-    ({"maxOffsetsPerTrigger": "5", "minOffsetsPerTrigger": "x"}, False,
-     ["minOffsetsPerTrigger='x'"]),
-]  # fmt: skip
+    (
+        {"maxOffsetsPerTrigger": "5", "minOffsetsPerTrigger": "6"},
+        True,
+        ["minOffsetsPerTrigger=6", "maxOffsetsPerTrigger=5"],
+    ),
+    (
+        {"maxOffsetsPerTrigger": "5", "minOffsetsPerTrigger": "6"},
+        False,
+        ["minOffsetsPerTrigger=6", "maxOffsetsPerTrigger=5"],
+    ),
+    (
+        {"maxOffsetsPerTrigger": "5", "minOffsetsPerTrigger": "x"},
+        False,
+        ["minOffsetsPerTrigger='x'"],
+    ),
+]
 
 
 @pytest.mark.parametrize(("options", "streaming", "words"), REJECTED)
@@ -236,10 +328,15 @@ def test_option_names_ignore_case_but_not_twice() -> None:
 
 
 JSON_OPTIONS = {
-    False: ("assign", "startingOffsets", "endingOffsets", "startingOffsetsByTimestamp",
-            "endingOffsetsByTimestamp"),
+    False: (
+        "assign",
+        "startingOffsets",
+        "endingOffsets",
+        "startingOffsetsByTimestamp",
+        "endingOffsetsByTimestamp",
+    ),
     True: ("assign", "startingOffsets", "startingOffsetsByTimestamp"),
-}  # fmt: skip
+}
 DEEP = 100_000
 
 
@@ -299,7 +396,7 @@ HOSTILE_PATTERNS = [
     ("(" * 500 + ")" * 500, "RecursionError", "groups nested 500 deep (at most 100)"),
     ("(a" * 101 + ")" * 101, None, "groups nested 101 deep (at most 100)"),
     ("a" * 10_001, None, "longer than 10000 characters"),
-]  # fmt: skip
+]
 
 
 @pytest.mark.parametrize("streaming", [False, True])
@@ -356,25 +453,40 @@ def test_a_long_pattern_within_the_bound_is_accepted() -> None:
 
 
 def test_bootstrap_servers_instead_of_path_and_the_client_settings() -> None:
-    o = KafkaSourceOptions.parse({
-        "subscribe": "events", "kafka.bootstrap.servers": " h1:9092,[::1]:9093 ",
-        "kafka.client.id": "job-7", "kafka.request.timeout.ms": "5000",
-        "kafka.default.api.timeout.ms": "20000", "kafka.retry.backoff.ms": "50",
-        "kafka.socket.connection.setup.timeout.ms": "3000",
-        "kafka.security.protocol": "plaintext", "kafka.max.partition.fetch.bytes": "4096",
-    })  # fmt: skip
+    o = KafkaSourceOptions.parse(
+        {
+            "subscribe": "events",
+            "kafka.bootstrap.servers": " h1:9092,[::1]:9093 ",
+            "kafka.client.id": "job-7",
+            "kafka.request.timeout.ms": "5000",
+            "kafka.default.api.timeout.ms": "20000",
+            "kafka.retry.backoff.ms": "50",
+            "kafka.socket.connection.setup.timeout.ms": "3000",
+            "kafka.security.protocol": "plaintext",
+            "kafka.max.partition.fetch.bytes": "4096",
+        }
+    )
     assert (o.path, o.bootstrap_servers) == ("", "h1:9092,[::1]:9093")
     assert dict(o.client_settings) == {
-        "client_id": "job-7", "request_timeout_ms": 5000, "retry_timeout_ms": 20000,
-        "retry_backoff_ms": 50, "connect_timeout_ms": 3000,
+        "client_id": "job-7",
+        "request_timeout_ms": 5000,
+        "retry_timeout_ms": 20000,
+        "retry_backoff_ms": 50,
+        "connect_timeout_ms": 3000,
         "security": (("security.protocol", "plaintext"),),
-    }  # fmt: skip
+    }
     assert o.fetch_bytes == o.task_fetch_bytes == 4096  # over the wire, as asked
     wire = KafkaSourceOptions.parse({"kafka.bootstrap.servers": "h1:9092", "subscribe": "t"})
-    assert (wire.fetch_bytes, wire.task_fetch_bytes) == (1 << 20, WIRE_FETCH_BYTES) == (
-        1 << 20, 4 << 20)  # fmt: skip
-    capped = {"kafka.bootstrap.servers": "h1:9092", "subscribe": "t",
-              "kafka.fetch.max.bytes": "2000000"}  # fmt: skip
+    assert (
+        (wire.fetch_bytes, wire.task_fetch_bytes)
+        == (1 << 20, WIRE_FETCH_BYTES)
+        == (1 << 20, 4 << 20)
+    )
+    capped = {
+        "kafka.bootstrap.servers": "h1:9092",
+        "subscribe": "t",
+        "kafka.fetch.max.bytes": "2000000",
+    }
     assert KafkaSourceOptions.parse(capped).task_fetch_bytes == 1 << 20  # set: Kafka's sizes
     assert pickle.loads(pickle.dumps(o)) == o
     from datasource.kafka_offset_reader import source_of
@@ -388,8 +500,13 @@ def test_accepted_kafka_options_warn_once(caplog: pytest.LogCaptureFixture) -> N
     from datasource import kafka_source_options
 
     kafka_source_options._WARNED.clear()
-    given = {"kafka.group.id": "g", "kafka.session.timeout.ms": "10", "groupIdPrefix": "p",
-             "fetchOffset.numRetries": "3", "kafka.client.id": "c"}  # fmt: skip
+    given = {
+        "kafka.group.id": "g",
+        "kafka.session.timeout.ms": "10",
+        "groupIdPrefix": "p",
+        "fetchOffset.numRetries": "3",
+        "kafka.client.id": "c",
+    }
     with caplog.at_level("WARNING"):
         for _ in range(2):
             o = parse(**given)
@@ -406,21 +523,31 @@ def test_remote_log_storage() -> None:
     cluster; never beside a path already on a store, never anything else."""
     uri = "s3://history/kafka/broker-0"
     assert parse(remoteLogStorage=f" {uri} ").remote_log_storage == uri
-    assert parse(remoteLogStorage="Broker", path="", **{
-        "kafka.bootstrap.servers": "b:9092"}).remote_log_storage == "broker"  # fmt: skip
+    assert (
+        parse(
+            remoteLogStorage="Broker", path="", **{"kafka.bootstrap.servers": "b:9092"}
+        ).remote_log_storage
+        == "broker"
+    )
     for given, message in (
-        ({"remoteLogStorage": "broker"},
-         "option remoteLogStorage='broker' is invalid: expected the URI of the store the broker "
-         "tiers to (its rsm.config.location), such as s3://bucket/prefix"),
-        ({"remoteLogStorage": "/data/tiered", "path": "", "kafka.bootstrap.servers": "b:9092"},
-         "option remoteLogStorage='/data/tiered' is invalid: expected the URI of the store the "
-         "broker tiers to (its rsm.config.location), such as s3://bucket/prefix, or broker to "
-         "ask the brokers"),
-        ({"remoteLogStorage": uri, "path": "s3://history/copy"},
-         f"option remoteLogStorage='{uri}' goes with a log dir on this file system as path (the "
-         "broker's tiered log dir) or with kafka.bootstrap.servers, not with "
-         "path='s3://history/copy', which is already on object storage"),
-    ):  # fmt: skip
+        (
+            {"remoteLogStorage": "broker"},
+            "option remoteLogStorage='broker' is invalid: expected the URI of the store the broker "
+            "tiers to (its rsm.config.location), such as s3://bucket/prefix",
+        ),
+        (
+            {"remoteLogStorage": "/data/tiered", "path": "", "kafka.bootstrap.servers": "b:9092"},
+            "option remoteLogStorage='/data/tiered' is invalid: expected the URI of the store the "
+            "broker tiers to (its rsm.config.location), such as s3://bucket/prefix, or broker to "
+            "ask the brokers",
+        ),
+        (
+            {"remoteLogStorage": uri, "path": "s3://history/copy"},
+            f"option remoteLogStorage='{uri}' goes with a log dir on this file system as path (the "
+            "broker's tiered log dir) or with kafka.bootstrap.servers, not with "
+            "path='s3://history/copy', which is already on object storage",
+        ),
+    ):
         with pytest.raises(InvalidOptionError) as refused:
             parse(**given)
         assert str(refused.value) == message

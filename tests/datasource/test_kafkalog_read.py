@@ -51,14 +51,21 @@ from tests.datasource.conftest import (
 PUSHDOWN = "spark.sql.python.filterPushdown.enabled"
 TIMESTAMP_GAP = "ListOffsets by timestamp answers offset 0 whatever the timestamp"
 ORDER = ["topic", "partition", "offset"]
-SCHEMA = StructType([
-    StructField("key", BinaryType()), StructField("value", BinaryType()),
-    StructField("topic", StringType()), StructField("partition", IntegerType()),
-    StructField("offset", LongType()), StructField("timestamp", TimestampType()),
-    StructField("timestampType", IntegerType()),
-])  # fmt: skip
-HEADERS = StructField("headers", ArrayType(StructType([
-    StructField("key", StringType()), StructField("value", BinaryType())])))  # fmt: skip
+SCHEMA = StructType(
+    [
+        StructField("key", BinaryType()),
+        StructField("value", BinaryType()),
+        StructField("topic", StringType()),
+        StructField("partition", IntegerType()),
+        StructField("offset", LongType()),
+        StructField("timestamp", TimestampType()),
+        StructField("timestampType", IntegerType()),
+    ]
+)
+HEADERS = StructField(
+    "headers",
+    ArrayType(StructType([StructField("key", StringType()), StructField("value", BinaryType())])),
+)
 
 
 def load(spark, where: Path | ReadSource, **options: str):
@@ -86,8 +93,13 @@ def test_every_topic_equals_the_files(spark, read_source: ReadSource) -> None:
         "the topics appendtime (LogAppendTime is not applied), trimmed "
         "(DeleteRecords) and txn (transactions) are not loaded",
     )
-    topics = [("appendtime", 1), ("empty", 1), ("events", EVENTS_PARTITIONS), ("trimmed", 1),
-              ("txn", 1)]  # fmt: skip
+    topics = [
+        ("appendtime", 1),
+        ("empty", 1),
+        ("events", EVENTS_PARTITIONS),
+        ("trimmed", 1),
+        ("txn", 1),
+    ]
     pattern = ".*"
     if read_source.transport == "kafka":  # not loaded: LogAppendTime, transactions
         topics = [(t, n) for t, n in topics if t in KAFKA_TOPICS]
@@ -115,9 +127,13 @@ def _events_rows(log_dir: Path, bounds, **kw) -> list:
 
 @ALSO_ON_TANSU
 def test_assign_with_specific_offsets(spark, read_source: ReadSource) -> None:
-    df = load(spark, read_source, assign='{"events":[2,0]}',
-              startingOffsets='{"events":{"0":100,"2":-2}}',
-              endingOffsets='{"events":{"0":-1,"2":300}}')  # fmt: skip
+    df = load(
+        spark,
+        read_source,
+        assign='{"events":[2,0]}',
+        startingOffsets='{"events":{"0":100,"2":-2}}',
+        endingOffsets='{"events":{"0":-1,"2":300}}',
+    )
     assert spark_rows(df) == _events_rows(read_source.log_dir, {0: (100, None), 2: (0, 300)})
 
 
@@ -125,25 +141,35 @@ def test_assign_with_specific_offsets(spark, read_source: ReadSource) -> None:
 def test_starting_and_ending_timestamps(spark, read_source: ReadSource) -> None:
     skip_on_tansu(read_source, TIMESTAMP_GAP)
     lo, hi = T0 + 200_000, T0 + 500_000
-    df = load(spark, read_source, subscribe="events", startingTimestamp=str(lo),
-              endingTimestamp=str(hi))  # fmt: skip
+    df = load(
+        spark, read_source, subscribe="events", startingTimestamp=str(lo), endingTimestamp=str(hi)
+    )
     bounds = {}
     for p, facts in enumerate(facts_of(read_source.log_dir, "events", EVENTS_PARTITIONS)):
         bounds[p] = (first_offset_at(facts, lo), first_offset_at(facts, hi))
     assert spark_rows(df) == _events_rows(read_source.log_dir, bounds)
     # per partition, and a timestamp past every record: the end is the latest offset
     facts1 = partition_facts(read_source.log_dir, "events", 1)
-    df = load(spark, read_source, assign='{"events":[1]}',
-              startingOffsetsByTimestamp=f'{{"events":{{"1":{lo}}}}}',
-              endingOffsetsByTimestamp=f'{{"events":{{"1":{T0 + 10**9}}}}}')  # fmt: skip
+    df = load(
+        spark,
+        read_source,
+        assign='{"events":[1]}',
+        startingOffsetsByTimestamp=f'{{"events":{{"1":{lo}}}}}',
+        endingOffsetsByTimestamp=f'{{"events":{{"1":{T0 + 10**9}}}}}',
+    )
     assert spark_rows(df) == expected_rows(facts1, first_offset_at(facts1, lo))
 
 
 @ALSO_ON_TANSU
 def test_timestamp_strategy_latest_reads_nothing_past_the_end(spark, read_source) -> None:
     skip_on_tansu(read_source, TIMESTAMP_GAP)
-    df = load(spark, read_source, subscribe="events", startingTimestamp=str(T0 + 10**9),
-              startingOffsetsByTimestampStrategy="latest")  # fmt: skip
+    df = load(
+        spark,
+        read_source,
+        subscribe="events",
+        startingTimestamp=str(T0 + 10**9),
+        startingOffsetsByTimestampStrategy="latest",
+    )
     assert df.count() == 0
 
 
@@ -153,8 +179,13 @@ def test_read_committed_hides_aborted_and_open_transactions(
 ) -> None:
     facts = partition_facts(read_source.log_dir, "txn", 0)
     headers = include_headers == "true"
-    committed = load(spark, read_source, subscribe="txn", includeHeaders=include_headers,
-                     **{"kafka.isolation.level": "read_committed"})  # fmt: skip
+    committed = load(
+        spark,
+        read_source,
+        subscribe="txn",
+        includeHeaders=include_headers,
+        **{"kafka.isolation.level": "read_committed"},
+    )
     got = spark_rows(committed)
     assert got == expected_rows(facts, read_committed=True, include_headers=headers)
     values = {r.value for r in got}
@@ -178,15 +209,19 @@ def test_data_loss_with_both_settings(spark, read_source: ReadSource) -> None:
         "trimmed topic (DeleteRecords) is not loaded",
     )
     options = {"subscribe": "trimmed", "startingOffsets": '{"trimmed":{"0":10}}'}
-    with pytest.raises(PySparkException, match=r"asks for offset 10 of trimmed-0, below its log "
-                       r"start offset 95"):  # fmt: skip
+    with pytest.raises(
+        PySparkException,
+        match=r"asks for offset 10 of trimmed-0, below its log "
+        r"start offset 95",
+    ):
         load(spark, read_source, **options).collect()
     df = load(spark, read_source, failOnDataLoss="false", **options)
     facts = partition_facts(read_source.log_dir, "trimmed", 0)
     assert spark_rows(df) == expected_rows(facts, TRIMMED_LOG_START)
     with pytest.raises(PySparkException, match="trimmed-0 up to 999, past its high watermark 300"):
-        load(spark, read_source, subscribe="trimmed",
-             endingOffsets='{"trimmed":{"0":999}}').collect()  # fmt: skip
+        load(
+            spark, read_source, subscribe="trimmed", endingOffsets='{"trimmed":{"0":999}}'
+        ).collect()
 
 
 @ALSO_ON_TANSU
@@ -200,16 +235,37 @@ def test_splitting_options_keep_the_rows(spark, read_source: ReadSource) -> None
         ({"maxRecordsPerPartition": "400"}, 6, 6),
         # over the wire the bytes of the log are unknown: no split by bytes (fetch_source.py)
         ({"maxBytesPerPartition": "32k"}, *((6, 12) if read_source.bootstrap is None else (3, 3))),
-        ({"maxBytesPerPartition": "48k", "maxRecordsPerPartition": "500", "minPartitions": "9",
-          "kafka.max.partition.fetch.bytes": "1000", "kafka.fetch.max.bytes": "300"}, 8, 14),
-    ]  # fmt: skip
+        (
+            {
+                "maxBytesPerPartition": "48k",
+                "maxRecordsPerPartition": "500",
+                "minPartitions": "9",
+                "kafka.max.partition.fetch.bytes": "1000",
+                "kafka.fetch.max.bytes": "300",
+            },
+            8,
+            14,
+        ),
+    ]
     for options, low, high in variants:  # the cuts themselves, not packed
-        df = load(spark, read_source, subscribe="events", includeHeaders="true",
-                  packBytesPerPartition="0", **options)  # fmt: skip
+        df = load(
+            spark,
+            read_source,
+            subscribe="events",
+            includeHeaders="true",
+            packBytesPerPartition="0",
+            **options,
+        )
         assert low <= df.rdd.getNumPartitions() <= high, (options, df.rdd.getNumPartitions())
         assert spark_rows(df) == expected, options
-    split = load(spark, read_source, subscribe="events", includeHeaders="true",
-                 maxBytesPerPartition="24k", minPartitions="6")  # fmt: skip
+    split = load(
+        spark,
+        read_source,
+        subscribe="events",
+        includeHeaders="true",
+        maxBytesPerPartition="24k",
+        minPartitions="6",
+    )
     assert split.rdd.getNumPartitions() > EVENTS_PARTITIONS
     assert_df_equality(split.orderBy(ORDER), plain.orderBy(ORDER))
 
@@ -239,8 +295,11 @@ def test_pushdown_gives_the_same_rows(spark, source_log_dir: Path) -> None:
 
 def test_pushdown_narrows_the_plan(spark, source_log_dir: Path) -> None:
     def partitions(where: str, **options: str) -> int:
-        return load(spark, source_log_dir, subscribe="events", packBytesPerPartition="0",
-                    **options).where(where).rdd.getNumPartitions()  # fmt: skip
+        return (
+            load(spark, source_log_dir, subscribe="events", packBytesPerPartition="0", **options)
+            .where(where)
+            .rdd.getNumPartitions()
+        )
 
     with sql_conf(spark, PUSHDOWN, "false"):
         assert partitions("partition = 1", narrowByFilters="true") == EVENTS_PARTITIONS
@@ -305,15 +364,21 @@ def test_real_kafka_log_dirs(spark, kafka_log_dirs: dict[str, Path], name: str) 
 
 REJECTED = [  # one of each kind; test_kafka_source_options.py has them all
     ({"subscribe": "events", "bogus": "1"}, "unknown option bogus='1'"),
-    ({"subscribe": "events", "maxOffsetsPerTrigger": "5", "minOffsetsPerTrigger": "6"},
-     "option minOffsetsPerTrigger=6 is larger than maxOffsetsPerTrigger=5"),
+    (
+        {"subscribe": "events", "maxOffsetsPerTrigger": "5", "minOffsetsPerTrigger": "6"},
+        "option minOffsetsPerTrigger=6 is larger than maxOffsetsPerTrigger=5",
+    ),
     ({"assign": '{"nope":[0]}'}, "topic nope does not exist"),
     ({"subscribe": "events", "endingOffsets": '{"events":{"0":'}, "not valid JSON"),
-    ({"subscribe": "events", "startingOffsets": '{"events":{"0":800,"1":0,"2":0}}'},
-     "events-0: the ending offset 708"),
-    ({"subscribe": "events", "kafka.auto.offset.reset": "earliest"},
-     "Kafka option 'auto.offset.reset' is not supported"),
-]  # fmt: skip
+    (
+        {"subscribe": "events", "startingOffsets": '{"events":{"0":800,"1":0,"2":0}}'},
+        "events-0: the ending offset 708",
+    ),
+    (
+        {"subscribe": "events", "kafka.auto.offset.reset": "earliest"},
+        "Kafka option 'auto.offset.reset' is not supported",
+    ),
+]
 
 
 @pytest.mark.parametrize(("options", "message"), REJECTED)
@@ -324,14 +389,15 @@ def test_rejected_options_reach_the_user(spark, read_source, options, message) -
 
 def test_user_schema_and_missing_path_rejected(spark, source_log_dir: Path) -> None:
     with pytest.raises(PySparkException, match="fixed schema"):
-        spark.read.format("kafkalog").schema("value string").option("subscribe", "events") \
-            .load(str(source_log_dir)).collect()  # fmt: skip
+        spark.read.format("kafkalog").schema("value string").option("subscribe", "events").load(
+            str(source_log_dir)
+        ).collect()
     with pytest.raises(PySparkException, match="option path is missing"):
         spark.read.format("kafkalog").option("subscribe", "events").load().collect()
     with pytest.raises(PySparkException, match="are both given: pick one"):
-        spark.read.format("kafkalog").option("subscribe", "events") \
-            .option("kafka.bootstrap.servers", "127.0.0.1:9092").load(str(source_log_dir)) \
-            .collect()  # fmt: skip
+        spark.read.format("kafkalog").option("subscribe", "events").option(
+            "kafka.bootstrap.servers", "127.0.0.1:9092"
+        ).load(str(source_log_dir)).collect()
 
 
 def test_register_works_too(spark, source_log_dir: Path) -> None:

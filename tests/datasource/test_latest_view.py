@@ -73,16 +73,19 @@ def _updates(keys: np.ndarray, rng: np.random.Generator) -> tuple[pa.Array, pa.A
     n = len(order)
     key_col = pa.array([b"key-%05d" % k for k in order.tolist()], pa.binary())
     dead = (rng.random(n) < 0.1).tolist()
-    values = [None if t else b"v%d-%d" % (k, i)
-              for i, (k, t) in enumerate(zip(order.tolist(), dead, strict=True))]  # fmt: skip
+    values = [
+        None if t else b"v%d-%d" % (k, i)
+        for i, (k, t) in enumerate(zip(order.tolist(), dead, strict=True))
+    ]
     return key_col, pa.array(values, pa.binary()), T0 + np.arange(n, dtype=np.int64) * 10
 
 
 def _produce(broker: Broker, topic: str, part: np.ndarray, keys, values, ts, **kw) -> None:
     for p in range(PARTITIONS):
         rows = pa.array(np.flatnonzero(part == p))
-        for batch in encode_batches(keys.take(rows), values.take(rows), ts[rows.to_numpy()],
-                                    max_batch_records=37, **kw):  # fmt: skip
+        for batch in encode_batches(
+            keys.take(rows), values.take(rows), ts[rows.to_numpy()], max_batch_records=37, **kw
+        ):
             broker.produce(topic, p, batch, acks="all")
 
 
@@ -94,11 +97,19 @@ def tables(tmp_path_factory) -> Path:
     with Broker(log_dir, config=BrokerConfig(log_cleaner_threads=0), create=True) as broker:
         for topic in ("updates", "spread"):
             broker.create_topic(topic, PARTITIONS, config={"retention.ms": -1})
-        broker.create_topic("partly", 1, config={"cleanup.policy": "compact",
-                                                 "segment.bytes": 8000})  # fmt: skip
+        broker.create_topic(
+            "partly", 1, config={"cleanup.policy": "compact", "segment.bytes": 8000}
+        )
         keys, values, ts = _updates(np.arange(KEYS), rng)
-        _produce(broker, "updates", partitions_for_keys(keys, PARTITIONS), keys, values, ts,
-                 compression="lz4")  # fmt: skip
+        _produce(
+            broker,
+            "updates",
+            partitions_for_keys(keys, PARTITIONS),
+            keys,
+            values,
+            ts,
+            compression="lz4",
+        )
         _produce(broker, "spread", np.arange(len(keys)) % PARTITIONS, keys, values, ts)
         keys, values, ts = _updates(np.arange(PARTLY_KEYS), rng)
         _produce(broker, "partly", np.zeros(len(keys), np.int64), keys, values, ts)
@@ -149,8 +160,12 @@ def test_transactions_read_committed(spark, read_source):
     they do, as the plain read shows them)."""
     load = read_source.load
     for level in ("read_committed", "read_uncommitted"):
-        assert_latest(spark, lambda level=level, **o: load(
-            spark, subscribe="txn", **{"kafka.isolation.level": level}, **o))  # fmt: skip
+        assert_latest(
+            spark,
+            lambda level=level, **o: load(
+                spark, subscribe="txn", **{"kafka.isolation.level": level}, **o
+            ),
+        )
 
 
 def test_rounds_with_a_tiny_map(spark, read_source):
@@ -158,8 +173,12 @@ def test_rounds_with_a_tiny_map(spark, read_source):
     split by hash and the result is still exact."""
     load = read_source.load
     assert_latest(spark, lambda **o: load(spark, subscribe="events", **o), **{"view.mapSize": "1k"})
-    keys = load(spark, subscribe="events").where("key IS NOT NULL").groupBy("partition").agg(
-        F.count_distinct("key").alias("n"))  # fmt: skip
+    keys = (
+        load(spark, subscribe="events")
+        .where("key IS NOT NULL")
+        .groupBy("partition")
+        .agg(F.count_distinct("key").alias("n"))
+    )
     assert min(r.n for r in keys.collect()) > int(32 * 0.9)  # more keys than one round holds
 
 
@@ -171,9 +190,15 @@ def test_forced_hash_collisions_are_resolved(spark, read_source, mask):
 
     options = read_source.options(subscribe="events", view="latest")
     reader = KafkaBatchReader(KafkaSourceOptions.parse(options))
-    got = [row for t in reader.partitions() for p in ranges_of(t) for b in read_latest(p, mask)
-           for row in zip(*(b.column(c).to_pylist() for c in ("partition", "key", "offset")),
-                          strict=True)]  # fmt: skip
+    got = [
+        row
+        for t in reader.partitions()
+        for p in ranges_of(t)
+        for b in read_latest(p, mask)
+        for row in zip(
+            *(b.column(c).to_pylist() for c in ("partition", "key", "offset")), strict=True
+        )
+    ]
     expected = groupby_latest(read_source.load(spark, subscribe="events"))
     want = [(r.partition, r.key, r.offset) for r in expected.collect()]
     assert sorted(got) == sorted(want)
@@ -240,8 +265,13 @@ def test_time_travel(spark, tables):
 
 def test_partitions_are_never_cut(spark, tables):
     """The splitting options are ignored; whole partitions may share a task (packed)."""
-    options = {"path": str(tables), "subscribe": "updates", "view": "latest",
-               "minPartitions": "12", "maxRecordsPerPartition": "50"}  # fmt: skip
+    options = {
+        "path": str(tables),
+        "subscribe": "updates",
+        "view": "latest",
+        "minPartitions": "12",
+        "maxRecordsPerPartition": "50",
+    }
     reader = KafkaBatchReader(KafkaSourceOptions.parse(options))
     ranges = [p for t in reader.partitions() for p in ranges_of(t)]
     assert sorted((p.partition, p.start) for p in ranges) == [(0, 0), (1, 0), (2, 0)]
@@ -267,8 +297,7 @@ def test_after_the_broker_cleans(spark, tables, tmp_path):
 
 def test_streaming_is_refused_naming_the_option():
     with pytest.raises(InvalidOptionError, match=r"option view='latest' applies to batch"):
-        KafkaSourceOptions.parse({"path": "/x", "subscribe": "t", "view": "latest"},
-                                 streaming=True)  # fmt: skip
+        KafkaSourceOptions.parse({"path": "/x", "subscribe": "t", "view": "latest"}, streaming=True)
 
 
 @pytest.mark.parametrize(

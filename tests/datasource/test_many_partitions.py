@@ -48,13 +48,22 @@ def many_log_dir(tmp_path_factory) -> Path:
             broker.create_topic(topic, SMALL_PARTITIONS, config=NO_RETENTION)
             for p in range(SMALL_PARTITIONS):
                 broker.produce(
-                    topic, p, [ProducerRecord(f"v{t}-{p}-{i}".encode(), key=f"k{i}".encode())
-                               for i in range(SMALL_RECORDS)], acks=1,
-                )  # fmt: skip
+                    topic,
+                    p,
+                    [
+                        ProducerRecord(f"v{t}-{p}-{i}".encode(), key=f"k{i}".encode())
+                        for i in range(SMALL_RECORDS)
+                    ],
+                    acks=1,
+                )
         broker.create_topic("big", 1, config=NO_RETENTION)
         for lo in range(0, BIG_RECORDS, 100):
-            broker.produce("big", 0, [ProducerRecord(bytes([i % 251]) * 1024)
-                                      for i in range(lo, lo + 100)], acks=1)  # fmt: skip
+            broker.produce(
+                "big",
+                0,
+                [ProducerRecord(bytes([i % 251]) * 1024) for i in range(lo, lo + 100)],
+                acks=1,
+            )
     return path
 
 
@@ -67,14 +76,17 @@ def many_sources(many_log_dir: Path, tmp_path_factory, s3) -> Iterator[dict[str,
     upload_log_dir(many_log_dir, location.open())
     stored = (("path", location.uri), *s3.options().items())
     with served(copy) as running:
-        yield {"logdir": ReadSource("logdir", many_log_dir),
-               "wire": ReadSource("wire", copy, running.bootstrap),
-               "s3": ReadSource("s3", many_log_dir, store=stored)}  # fmt: skip
+        yield {
+            "logdir": ReadSource("logdir", many_log_dir),
+            "wire": ReadSource("wire", copy, running.bootstrap),
+            "s3": ReadSource("s3", many_log_dir, store=stored),
+        }
 
 
 def _rows(df) -> list[tuple]:
-    return sorted(tuple(r) for r in df.select("topic", "partition", "offset", "key", "value")
-                  .collect())  # fmt: skip
+    return sorted(
+        tuple(r) for r in df.select("topic", "partition", "offset", "key", "value").collect()
+    )
 
 
 @pytest.mark.parametrize("transport", ["logdir", "wire", "s3"])
@@ -123,8 +135,9 @@ def test_min_partitions_and_max_records_keep_their_meaning(many_log_dir: Path) -
     small = SMALL_TOPICS * SMALL_PARTITIONS
     tasks = _reader(many_log_dir, subscribePattern="small.*", minPartitions="60").partitions()
     assert len(tasks) >= 60
-    tasks = _reader(many_log_dir, subscribePattern="small.*",
-                    maxRecordsPerPartition=str(2 * SMALL_RECORDS)).partitions()  # fmt: skip
+    tasks = _reader(
+        many_log_dir, subscribePattern="small.*", maxRecordsPerPartition=str(2 * SMALL_RECORDS)
+    ).partitions()
     assert len(tasks) == small // 2
     assert all(sum(p.end - p.start for p in ranges_of(t)) == 2 * SMALL_RECORDS for t in tasks)
 
@@ -144,10 +157,12 @@ def test_latest_view_packs_whole_partitions(spark, many_sources) -> None:
 
 @pytest.mark.parametrize(
     ("option", "value", "message"),
-    [("packBytesPerPartition", "-1", "expected a byte size"),
-     ("packBytesPerPartition", "lots", "expected a byte size"),
-     ("packOpenCostInBytes", "4 parsecs", "expected a byte size")],
-)  # fmt: skip
+    [
+        ("packBytesPerPartition", "-1", "expected a byte size"),
+        ("packBytesPerPartition", "lots", "expected a byte size"),
+        ("packOpenCostInBytes", "4 parsecs", "expected a byte size"),
+    ],
+)
 def test_invalid_packing_options_name_the_option(option: str, value: str, message: str) -> None:
     with pytest.raises(
         InvalidOptionError, match=f"option {option}={value!r} is invalid: {message}"
@@ -168,7 +183,7 @@ def test_data_loss_inside_a_packed_task_names_the_partition(many_log_dir: Path, 
         match=rf"{victim.topic}-{victim.partition}: offsets "
         rf"\[0, {SMALL_RECORDS}\) of the planned range .* high watermark is now 0",
     ):
-        list(reader.read(task))  # fmt: skip
+        list(reader.read(task))
 
 
 # -- the packing rule alone ----------------------------------------------------------------------
@@ -186,9 +201,13 @@ def test_packer_follows_sparks_next_fit_largest_first() -> None:
     # (110 + 20); 10: plan order inside a task
     assert [[r.partition for r in t] for t in tasks] == [[5], [1, 3], [2, 4], [0]]
     assert RangePacker(max_bytes=0).pack([_r(0, 1), _r(1, 1)], lambda r: 1) == [
-        [_r(0, 1)], [_r(1, 1)]]  # fmt: skip
+        [_r(0, 1)],
+        [_r(1, 1)],
+    ]
     assert RangePacker(open_cost=0).pack([_r(0, 1), _r(1, 1)], lambda r: 1) == [
-        [_r(0, 1)], [_r(1, 1)]]  # fmt: skip
+        [_r(0, 1)],
+        [_r(1, 1)],
+    ]
 
 
 def test_packer_estimates_unknown_bytes_by_offsets() -> None:

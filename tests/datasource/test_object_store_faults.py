@@ -54,8 +54,12 @@ def via(
 ) -> StoreLocation:
     """``location`` reached through ``proxy``, a request failing after ``timeout_s`` of silence
     or ``attempt_s`` in all."""
-    settings = replace(location.settings, endpoint=proxy.endpoint, request_timeout_s=timeout_s,
-                       attempt_timeout_s=attempt_s)  # fmt: skip
+    settings = replace(
+        location.settings,
+        endpoint=proxy.endpoint,
+        request_timeout_s=timeout_s,
+        attempt_timeout_s=attempt_s,
+    )
     return StoreLocation(location.uri, settings)
 
 
@@ -113,8 +117,11 @@ def test_a_stalled_server_fails_after_the_request_timeout_naming_the_offset(stor
     proxy.inject("stall", times=ATTEMPTS, matching=".log")
     began = time.monotonic()
     key = log_key(stored, EVENTS1, base)
-    with pytest.raises(ObjectStoreError, match=rf"after {ATTEMPTS} tries at bucket "
-                       rf"'{stored.bucket}' key '{key}'.*"):  # fmt: skip
+    with pytest.raises(
+        ObjectStoreError,
+        match=rf"after {ATTEMPTS} tries at bucket "
+        rf"'{stored.bucket}' key '{key}'.*",
+    ):
         remote.fetch(EVENTS1, base + 1, 1000, UNCOMMITTED)
     took = time.monotonic() - began  # curl counts the silence in whole seconds: 1 s a try
     assert took < ATTEMPTS * 1.0 + 1.5 + 5, took
@@ -174,9 +181,12 @@ def test_the_server_gone_mid_fetch_loop_fails_naming_the_offset_or_resumes_when_
     offset = expected[3][0]
     proxy.stop()  # refused: the server is gone
     began = time.monotonic()
-    with pytest.raises(ObjectStoreError, match=rf"offset {offset} of events-1\) failed after "
-                       rf"{ATTEMPTS} tries at bucket '{stored.bucket}' key 'logs/events-1/"
-                       r"\d{20}\.(log|index)'"):  # fmt: skip
+    with pytest.raises(
+        ObjectStoreError,
+        match=rf"offset {offset} of events-1\) failed after "
+        rf"{ATTEMPTS} tries at bucket '{stored.bucket}' key 'logs/events-1/"
+        r"\d{20}\.(log|index)'",
+    ):
         task.fetch(EVENTS1, offset, 3000, UNCOMMITTED)
     assert time.monotonic() - began < 10
     back = threading.Timer(0.3, proxy.start)  # back within the retry window (about 1.5 s)
@@ -191,13 +201,21 @@ def test_a_bucket_deleted_after_planning_is_named(s3: S3Server, source_log_dir) 
     location, _, task = planned_task(s3, source_log_dir, "vanish")
     base = task.partition(EVENTS1).bases[0]
     s = location.settings
-    admin = pafs.S3FileSystem(access_key=s.access_key, secret_key=s.secret_key, scheme="http",
-                              endpoint_override=s.endpoint.removeprefix("http://"),
-                              region="us-east-1", allow_bucket_deletion=True)  # fmt: skip
+    admin = pafs.S3FileSystem(
+        access_key=s.access_key,
+        secret_key=s.secret_key,
+        scheme="http",
+        endpoint_override=s.endpoint.removeprefix("http://"),
+        region="us-east-1",
+        allow_bucket_deletion=True,
+    )
     admin.delete_dir(location.bucket)
-    with pytest.raises(FileNotFoundError, match=rf"offset {base} of events-1\): no bucket "
-                       rf"'{location.bucket}'.*\(reading bucket '{location.bucket}' key "
-                       rf"'{log_key(location, EVENTS1, base)}'\): it was deleted"):  # fmt: skip
+    with pytest.raises(
+        FileNotFoundError,
+        match=rf"offset {base} of events-1\): no bucket "
+        rf"'{location.bucket}'.*\(reading bucket '{location.bucket}' key "
+        rf"'{log_key(location, EVENTS1, base)}'\): it was deleted",
+    ):
         task.fetch(EVENTS1, base, 1000, UNCOMMITTED)
 
 
@@ -233,8 +251,11 @@ def test_an_upload_whose_server_goes_away_completes_on_a_rerun(
         if len(done) == 2:
             proxy.stop()
 
-    with pytest.raises(ObjectStoreError, match=rf"after {ATTEMPTS} tries at bucket "
-                       f"'{location.bucket}' key 'l/"):  # fmt: skip
+    with pytest.raises(
+        ObjectStoreError,
+        match=rf"after {ATTEMPTS} tries at bucket "
+        f"'{location.bucket}' key 'l/",
+    ):
         upload_log_dir(source_log_dir, via(proxy, location).open(), progress=gone_after_two)
     report = upload_log_dir(source_log_dir, location.open())
     assert len(report.skipped) == 2 and report.uploaded and not report.repaired
@@ -249,8 +270,9 @@ def test_an_upload_whose_server_goes_away_completes_on_a_rerun(
 def test_timeouts_parse_as_hadoop_s3a_gives_them() -> None:
     from broker_embedded.storage.object_store import StoreSettings
 
-    s = StoreSettings.parse({"fs.s3a.connection.timeout": "1500",
-                             "FS.S3A.CONNECTION.ESTABLISH.TIMEOUT": "2s"})  # fmt: skip
+    s = StoreSettings.parse(
+        {"fs.s3a.connection.timeout": "1500", "FS.S3A.CONNECTION.ESTABLISH.TIMEOUT": "2s"}
+    )
     assert (s.request_timeout_s, s.connect_timeout_s) == (1.5, 2.0)
     with pytest.raises(ValueError, match=re.escape("fs.s3a.connection.timeout='soon'")):
         StoreSettings.parse({"fs.s3a.connection.timeout": "soon"})
@@ -325,11 +347,14 @@ def test_requests_left_running_are_bounded(stored, proxy, monkeypatch) -> None:
     base = remote.partition(EVENTS1).bases[0]
     proxy.inject("trickle", 8, times=ATTEMPTS, matching=".log", method="GET")
     began = time.monotonic()
-    with pytest.raises(ObjectStoreError, match=rf"\) failed at bucket '{stored.bucket}' key "
-                       rf"'{log_key(stored, EVENTS1, base)}' \(endpoint {proxy.endpoint}\): 2 "
-                       "requests to the object store still run past their "
-                       r"fs.s3a.connection.request.timeout \(a server stalling or trickling its "
-                       r"answers\): no more are sent until they end$"):  # fmt: skip
+    with pytest.raises(
+        ObjectStoreError,
+        match=rf"\) failed at bucket '{stored.bucket}' key "
+        rf"'{log_key(stored, EVENTS1, base)}' \(endpoint {proxy.endpoint}\): 2 "
+        "requests to the object store still run past their "
+        r"fs.s3a.connection.request.timeout \(a server stalling or trickling its "
+        r"answers\): no more are sent until they end$",
+    ):
         remote.fetch(EVENTS1, base, 1000, UNCOMMITTED)
     assert 2.0 <= time.monotonic() - began < 2.0 + 0.3 + 5
     assert proxy.injected == 2
@@ -343,8 +368,11 @@ def test_a_spark_read_from_a_trickling_server_fails_in_bounded_time(
     from tests.datasource.test_object_store_read import fingerprint
 
     proxy.inject("trickle", 8, times=1000, matching=".log", method="GET")
-    options = {**s3.options(), "fs.s3a.endpoint": proxy.endpoint,
-               "fs.s3a.connection.request.timeout": "1s"}  # fmt: skip
+    options = {
+        **s3.options(),
+        "fs.s3a.endpoint": proxy.endpoint,
+        "fs.s3a.connection.request.timeout": "1s",
+    }
     df = spark.read.format("kafkalog").options(**options).option("subscribe", "events")
     began = time.monotonic()
     with pytest.raises(
@@ -375,8 +403,14 @@ def test_the_broker_s_remote_read_from_a_trickling_store_answers_an_error_in_bou
     uri = f"s3://{s3.new_bucket('trickled')}/b0"
     tp = TopicPartition("tiered", 0)
     with FaultProxy(s3.endpoint) as proxy:
-        rsm = (("location", uri), *{**s3.options(), "fs.s3a.endpoint": proxy.endpoint,
-               "fs.s3a.connection.request.timeout": "1000"}.items())  # fmt: skip
+        rsm = (
+            ("location", uri),
+            *{
+                **s3.options(),
+                "fs.s3a.endpoint": proxy.endpoint,
+                "fs.s3a.connection.request.timeout": "1000",
+            }.items(),
+        )
         config = replace(tiering_config(uri, s3), rsm_config=rsm, remote_fetch_max_wait_ms=30_000)
         with Broker(tmp_path / "l", config=config, create=True) as broker:
             broker.create_topic("tiered", config={**TIERED, "local.retention.ms": "0"})

@@ -208,8 +208,11 @@ def test_replace_deletes_the_stored_segments_the_log_dir_no_longer_has(s3, log_d
     assert run.repaired == ("events-0/0",)
     assert run.deleted == (f"events-0/{bases[1]}", f"events-0/{bases[1] + 1}")
     assert stored_segments(location) == [0, *bases[2:]]
-    assert not [n for n in location.open().list(TP.dir_name + "/")
-                if n.startswith(f"{TP.dir_name}/{bases[1]:020d}.")]  # fmt: skip
+    assert not [
+        n
+        for n in location.open().list(TP.dir_name + "/")
+        if n.startswith(f"{TP.dir_name}/{bases[1]:020d}.")
+    ]
     local, remote = LogDirSource(str(log_dir)), ObjectStoreSource(location)
     assert batches(remote.open(), TP, 1 << 20) == batches(local.open(), TP, 1 << 20)
     # the topic deleted and created again, with fewer segments: the old topic's later go too
@@ -261,8 +264,11 @@ def test_segments_retention_deletes_during_an_upload_are_skipped(s3, log_dir) ->
         run = upload_log_dir(log_dir, location.open(), progress=retention)
     assert run.gone == (f"events-1/{bases[1]}",)
     assert stored_segments(location, tp) == [bases[0], *bases[2:-1]]
-    assert not [n for n in location.open().list(tp.dir_name + "/")
-                if n.startswith(f"{tp.dir_name}/{bases[1]:020d}.")]  # fmt: skip
+    assert not [
+        n
+        for n in location.open().list(tp.dir_name + "/")
+        if n.startswith(f"{tp.dir_name}/{bases[1]:020d}.")
+    ]
     remote = ObjectStoreSource(location).open()
     p = remote.partition(tp)
     assert (p.log_start_offset, p.bases[0], p.high_watermark) == (bases[2], bases[2], bases[-1])

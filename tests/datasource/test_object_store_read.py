@@ -65,12 +65,18 @@ def test_fetches_from_the_store_equal_the_log_dir_s(stored, source_log_dir: Path
             for max_bytes in (1, 3000):
                 assert batches(remote, tp, max_bytes) == batches(local, tp, max_bytes), tp
             assert batches(remote, tp, 3000, ahead=True) == batches(local, tp, 3000), tp
-            start, end = (local.list_offset(tp, w, UNCOMMITTED)
-                          for w in (EARLIEST_TIMESTAMP, LATEST_TIMESTAMP))  # fmt: skip
+            start, end = (
+                local.list_offset(tp, w, UNCOMMITTED)
+                for w in (EARLIEST_TIMESTAMP, LATEST_TIMESTAMP)
+            )
             assert remote.byte_cuts(tp, start, end, 4096) == local.byte_cuts(tp, start, end, 4096)
-            for lo, hi, limit, one in ((start, end, 1 << 40, False), (start, end, 5000, False),
-                                       (start + 7, end - 3, 2500, False), (start, end, 0, True),
-                                       (start + 1, end, 1, True)):  # fmt: skip
+            for lo, hi, limit, one in (
+                (start, end, 1 << 40, False),
+                (start, end, 5000, False),
+                (start + 7, end - 3, 2500, False),
+                (start, end, 0, True),
+                (start + 1, end, 1, True),
+            ):
                 args = (tp, lo, hi, limit)
                 assert remote.byte_cut(*args, min_one_batch=one) == local.byte_cut(
                     *args, min_one_batch=one
@@ -132,9 +138,13 @@ def fingerprint(df) -> tuple[int, int]:
 
 def test_spark_reads_the_store_as_the_log_dir(spark, s3: S3Server, stored, source_log_dir) -> None:
     topics = "events,trimmed,appendtime,empty"
-    on_store = (spark.read.format("kafkalog").options(**s3.options())
-                .option("subscribe", topics).option("maxBytesPerPartition", "65536")
-                .load(stored.uri))  # fmt: skip
+    on_store = (
+        spark.read.format("kafkalog")
+        .options(**s3.options())
+        .option("subscribe", topics)
+        .option("maxBytesPerPartition", "65536")
+        .load(stored.uri)
+    )
     local = spark.read.format("kafkalog").option("subscribe", topics).load(str(source_log_dir))
     expected = fingerprint(local)
     assert expected[0] > 2000
@@ -153,23 +163,39 @@ def test_stream_available_now_reads_the_store_once(
     def sink(df, _batch_id: int) -> None:
         collected.extend(tuple(r) for r in df.select(*columns).collect())
 
-    q = (spark.readStream.format("kafkalog").options(**s3.options())
-         .option("subscribe", "events,trimmed").option("startingOffsets", "earliest")
-         .option("maxBytesPerTrigger", "60000").load(stored.uri)
-         .writeStream.foreachBatch(sink).option("checkpointLocation", str(tmp_path / "cp"))
-         .trigger(availableNow=True).start())  # fmt: skip
+    q = (
+        spark.readStream.format("kafkalog")
+        .options(**s3.options())
+        .option("subscribe", "events,trimmed")
+        .option("startingOffsets", "earliest")
+        .option("maxBytesPerTrigger", "60000")
+        .load(stored.uri)
+        .writeStream.foreachBatch(sink)
+        .option("checkpointLocation", str(tmp_path / "cp"))
+        .trigger(availableNow=True)
+        .start()
+    )
     assert await_available_now(q), "availableNow did not stop"
     assert q.exception() is None and q.recentProgress and len(q.recentProgress) > 1
-    local = (spark.read.format("kafkalog").option("subscribe", "events,trimmed")
-             .load(str(source_log_dir)).select(*columns).collect())  # fmt: skip
+    local = (
+        spark.read.format("kafkalog")
+        .option("subscribe", "events,trimmed")
+        .load(str(source_log_dir))
+        .select(*columns)
+        .collect()
+    )
     assert len(collected) == len(set(collected)) == len(local)  # each row once
     assert sorted(collected) == sorted(tuple(r) for r in local)
 
 
 def test_a_missing_bucket_fails_the_query_naming_it(spark, s3: S3Server) -> None:
     """(A wrong secret: tests/broker_embedded/storage/test_object_store.py, without Spark.)"""
-    query = (spark.read.format("kafkalog").options(**s3.options()).option("subscribe", "events")
-             .load("s3://no-such-kafkalog-bucket/logs"))  # fmt: skip
+    query = (
+        spark.read.format("kafkalog")
+        .options(**s3.options())
+        .option("subscribe", "events")
+        .load("s3://no-such-kafkalog-bucket/logs")
+    )
     with pytest.raises(Exception, match="no bucket 'no-such-kafkalog-bucket'"):
         query.count()
 
@@ -183,16 +209,25 @@ def test_a_segment_gone_from_the_store_is_named_with_the_offset(s3, source_log_d
     second = planner.partition(tp).bases[1]
     key = f"l/events-1/{second:020d}.log"
     location.open().delete(key.removeprefix("l/"))
-    with pytest.raises(FileNotFoundError, match=rf"offset {second} of events-1\): no object at "
-                       rf"bucket '{location.bucket}' key '{key}'"):  # fmt: skip
+    with pytest.raises(
+        FileNotFoundError,
+        match=rf"offset {second} of events-1\): no object at "
+        rf"bucket '{location.bucket}' key '{key}'",
+    ):
         task.fetch(tp, second, 1 << 20, UNCOMMITTED)
-    with pytest.raises(FileNotFoundError, match=f"no object at bucket '{location.bucket}' key "
-                       f"'{key}', though its segment's manifest is there"):  # fmt: skip
+    with pytest.raises(
+        FileNotFoundError,
+        match=f"no object at bucket '{location.bucket}' key "
+        f"'{key}', though its segment's manifest is there",
+    ):
         ObjectStoreSource(location).open().partition(tp)
 
 
 def test_a_wrong_prefix_is_named(s3: S3Server, stored) -> None:
     source = ObjectStoreSource(StoreLocation(f"s3://{stored.bucket}/logs/b", s3.settings)).open()
-    with pytest.raises(FileNotFoundError, match=f"no log dir at bucket '{stored.bucket}' key "
-                       "'logs/b/': nothing is stored under that prefix"):  # fmt: skip
+    with pytest.raises(
+        FileNotFoundError,
+        match=f"no log dir at bucket '{stored.bucket}' key "
+        "'logs/b/': nothing is stored under that prefix",
+    ):
         source.topics()

@@ -49,12 +49,24 @@ def test_min_partitions_cuts_large_ranges_proportionally() -> None:
 def test_min_partitions_shares_between_large_ranges() -> None:
     # shares: a round(300/400*5)=4, b round(100/400*5)=1 (whole); a gets 5-1=4 parts
     got = OffsetRangeCalculator(min_partitions=5).ranges([r("a", 0, 300), r("b", 0, 100)])
-    assert got == [r("a", 0, 75), r("a", 75, 150), r("a", 150, 225), r("a", 225, 300),
-                   r("b", 0, 100)]  # fmt: skip
+    assert got == [
+        r("a", 0, 75),
+        r("a", 75, 150),
+        r("a", 150, 225),
+        r("a", 225, 300),
+        r("b", 0, 100),
+    ]
     # both large: shares round(3.5) = 4 and round(2.5) = 3 (half up, as Scala's math.round)
     got = OffsetRangeCalculator(min_partitions=6).ranges([r("a", 0, 7), r("b", 0, 5)])
-    assert got == [r("a", 0, 1), r("a", 1, 3), r("a", 3, 5), r("a", 5, 7),
-                   r("b", 0, 1), r("b", 1, 3), r("b", 3, 5)]  # fmt: skip
+    assert got == [
+        r("a", 0, 1),
+        r("a", 1, 3),
+        r("a", 3, 5),
+        r("a", 5, 7),
+        r("b", 0, 1),
+        r("b", 1, 3),
+        r("b", 3, 5),
+    ]
 
 
 def test_max_records_per_partition_cuts_equal_pieces() -> None:
@@ -68,7 +80,10 @@ def test_max_records_then_min_partitions() -> None:
     calc = OffsetRangeCalculator(min_partitions=3, max_records_per_partition=60)
     # a -> 2 pieces of 50; b stays: 3 ranges already
     assert calc.ranges([r("a", 0, 100), r("b", 0, 10)]) == [
-        r("a", 0, 50), r("a", 50, 100), r("b", 0, 10)]  # fmt: skip
+        r("a", 0, 50),
+        r("a", 50, 100),
+        r("b", 0, 10),
+    ]
     calc = OffsetRangeCalculator(min_partitions=5, max_records_per_partition=60)
     # two pieces of 50 first; each one's share round(50/100*5) = round(2.5) = 3 (Spark's
     # rounding may give more partitions than asked, never fewer)
@@ -86,8 +101,14 @@ def test_bytes_first_then_records() -> None:
     calc = OffsetRangeCalculator(max_records_per_partition=25, max_bytes_per_partition=4096)
     got = calc.ranges([r("a", 0, 100), r("b", 0, 10)], cuts)
     assert calls == [(r("a", 0, 100), 4096), (r("b", 0, 10), 4096)]
-    assert got == [r("a", 0, 20), r("a", 20, 40), r("a", 40, 60), r("a", 60, 80),
-                   r("a", 80, 100), r("b", 0, 10)]  # fmt: skip
+    assert got == [
+        r("a", 0, 20),
+        r("a", 20, 40),
+        r("a", 40, 60),
+        r("a", 60, 80),
+        r("a", 80, 100),
+        r("b", 0, 10),
+    ]
     with pytest.raises(ValueError, match="byte_cuts"):
         OffsetRangeCalculator(max_bytes_per_partition=1).ranges([r("a", 0, 1)])
 

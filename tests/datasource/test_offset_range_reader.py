@@ -22,8 +22,14 @@ from datasource.kafka_source_options import KafkaSourceOptions
 from datasource.offset_range_reader import COALESCE_ROWS, read_offset_range
 from tests.datasource._logdirs import Row, expected_rows, partition_facts
 
-PARTITIONS = [("events", 0), ("events", 2), ("txn", 0), ("trimmed", 0), ("appendtime", 0),
-              ("empty", 0)]  # fmt: skip
+PARTITIONS = [
+    ("events", 0),
+    ("events", 2),
+    ("txn", 0),
+    ("trimmed", 0),
+    ("appendtime", 0),
+    ("empty", 0),
+]
 
 
 def rows_of(batches: list[pa.RecordBatch], include_headers: bool) -> list[Row]:
@@ -37,14 +43,27 @@ def rows_of(batches: list[pa.RecordBatch], include_headers: bool) -> list[Row]:
             if include_headers
             else ()
         )
-        out.append(Row(cols["key"][i], cols["value"][i], cols["topic"][i], cols["partition"][i],
-                       cols["offset"][i], ts[i], cols["timestampType"][i], h))  # fmt: skip
+        out.append(
+            Row(
+                cols["key"][i],
+                cols["value"][i],
+                cols["topic"][i],
+                cols["partition"][i],
+                cols["offset"][i],
+                ts[i],
+                cols["timestampType"][i],
+                h,
+            )
+        )
     return out
 
 
 def read(log_dir: Path, topic: str, partition: int, start: int, end: int, **kw) -> list:
-    return list(read_offset_range(KafkaInputPartition(LogDirSource(str(log_dir)), topic, partition,
-                                                      start, end, **kw)))  # fmt: skip
+    return list(
+        read_offset_range(
+            KafkaInputPartition(LogDirSource(str(log_dir)), topic, partition, start, end, **kw)
+        )
+    )
 
 
 @pytest.mark.parametrize(("topic", "partition"), PARTITIONS)
@@ -55,9 +74,16 @@ def test_whole_partition_equals_independent_reading(
 ) -> None:
     facts = partition_facts(source_log_dir, topic, partition)
     end = facts.last_stable if read_committed else facts.high_watermark
-    batches = read(source_log_dir, topic, partition, facts.log_start, end,
-                   read_committed=read_committed, include_headers=True,
-                   fetch_bytes=fetch_bytes)  # fmt: skip
+    batches = read(
+        source_log_dir,
+        topic,
+        partition,
+        facts.log_start,
+        end,
+        read_committed=read_committed,
+        include_headers=True,
+        fetch_bytes=fetch_bytes,
+    )
     assert all(b.schema.equals(kafka_schema(True)) and b.num_rows for b in batches)
     assert rows_of(batches, True) == expected_rows(
         facts, read_committed=read_committed, include_headers=True
@@ -77,8 +103,15 @@ def test_read_committed_from_inside_an_aborted_transaction(source_log_dir: Path)
     assert facts.aborted
     inside = min(facts.aborted) + 1
     for fetch_bytes in (1, 1 << 20):
-        got = read(source_log_dir, "txn", 0, inside, facts.last_stable, read_committed=True,
-                   fetch_bytes=fetch_bytes)  # fmt: skip
+        got = read(
+            source_log_dir,
+            "txn",
+            0,
+            inside,
+            facts.last_stable,
+            read_committed=True,
+            fetch_bytes=fetch_bytes,
+        )
         assert rows_of(got, False) == expected_rows(facts, inside, read_committed=True)
         assert not {r.offset for r in rows_of(got, False)} & facts.aborted
     uncommitted = rows_of(read(source_log_dir, "txn", 0, inside, facts.high_watermark), False)
@@ -108,8 +141,11 @@ def test_records_deleted_after_planning(log_dir_copy: Path, caplog) -> None:
     with Broker(log_dir_copy, create=True) as broker:
         assert broker.delete_records("trimmed", 0, 230) == 230
     facts = partition_facts(log_dir_copy, "trimmed", 0)
-    with pytest.raises(DataLossError, match=r"trimmed-0: offsets \[100, 230\) of the planned "
-                       r"range \[100, 300\) were deleted"):  # fmt: skip
+    with pytest.raises(
+        DataLossError,
+        match=r"trimmed-0: offsets \[100, 230\) of the planned "
+        r"range \[100, 300\) were deleted",
+    ):
         read(log_dir_copy, "trimmed", 0, 100, 300)
     with caplog.at_level(logging.WARNING, logger="datasource.offset_range_reader"):
         got = read(log_dir_copy, "trimmed", 0, 100, 300, fail_on_data_loss=False, fetch_bytes=1)

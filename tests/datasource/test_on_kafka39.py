@@ -32,9 +32,13 @@ def new_topic(bootstrap: str, name: str, partitions: int = PARTITIONS) -> str:
 
 def read_back(spark, bootstrap: str, topic: str, **options: str) -> list:
     return spark_rows(
-        spark.read.format("kafkalog").option("kafka.bootstrap.servers", bootstrap)
-        .option("subscribe", topic).option("includeHeaders", "true").options(**options).load()
-    )  # fmt: skip
+        spark.read.format("kafkalog")
+        .option("kafka.bootstrap.servers", bootstrap)
+        .option("subscribe", topic)
+        .option("includeHeaders", "true")
+        .options(**options)
+        .load()
+    )
 
 
 def test_a_batch_write_reads_back_exactly(spark, datasource_kafka: str) -> None:
@@ -72,8 +76,9 @@ def test_transactions_commit_each_task_and_abort_a_failed_write(spark, datasourc
     want = Counter(b"%d" % i for i in range(3000))
 
     def values(isolation: str) -> Counter:
-        return Counter(v for _, _, v, _, _ in consume(datasource_kafka, topic, PARTITIONS,
-                                                      isolation))  # fmt: skip
+        return Counter(
+            v for _, _, v, _, _ in consume(datasource_kafka, topic, PARTITIONS, isolation)
+        )
 
     assert values("read_committed") == want
     rows = [(b"bad-%d" % i, 0) for i in range(200)] + [(b"bad", 7)]  # partition 7: none
@@ -85,8 +90,9 @@ def test_transactions_commit_each_task_and_abort_a_failed_write(spark, datasourc
         write(bad, datasource_kafka, topic=topic, transactionalIdPrefix="k39-eos")
     assert values("read_committed") == want
     assert values("read_uncommitted") == want + Counter(b"bad-%d" % i for i in range(200))
-    committed = read_back(spark, datasource_kafka, topic, **{"kafka.isolation.level":
-                                                            "read_committed"})  # fmt: skip
+    committed = read_back(
+        spark, datasource_kafka, topic, **{"kafka.isolation.level": "read_committed"}
+    )
     assert Counter(r.value for r in committed) == want
 
 
@@ -96,14 +102,20 @@ def test_a_stream_from_one_kafka_topic_into_another(spark, datasource_kafka, tmp
     df = spark.range(900).selectExpr("CAST(id AS STRING) AS key", "CAST(id AS STRING) AS value")
     write(df.repartition(3), datasource_kafka, topic=source)
     q = (
-        spark.readStream.format("kafkalog").option("kafka.bootstrap.servers", datasource_kafka)
-        .option("subscribe", source).option("startingOffsets", "earliest")
-        .option("maxOffsetsPerTrigger", "250").load()
+        spark.readStream.format("kafkalog")
+        .option("kafka.bootstrap.servers", datasource_kafka)
+        .option("subscribe", source)
+        .option("startingOffsets", "earliest")
+        .option("maxOffsetsPerTrigger", "250")
+        .load()
         .selectExpr("key", "value", "partition")
-        .writeStream.format("kafkalog").option("kafka.bootstrap.servers", datasource_kafka)
-        .option("topic", target).option("checkpointLocation", str(tmp_path / "ckpt"))
-        .trigger(availableNow=True).start()
-    )  # fmt: skip
+        .writeStream.format("kafkalog")
+        .option("kafka.bootstrap.servers", datasource_kafka)
+        .option("topic", target)
+        .option("checkpointLocation", str(tmp_path / "ckpt"))
+        .trigger(availableNow=True)
+        .start()
+    )
     assert await_available_now(q), "availableNow did not stop"
     assert q.exception() is None
     assert sum(p["numInputRows"] for p in q.recentProgress) == 900
@@ -134,8 +146,9 @@ def test_read_committed_hides_aborted_and_open_transactions(spark, datasource_ka
         end(60)
         plain.produce(topic, value=b"plain-" + name.encode(), partition=0)
         assert plain.flush(60) == 0
-    left = Producer({**settings, "transactional.id": "k39-txn-open",
-                     "transaction.timeout.ms": 900_000})  # fmt: skip
+    left = Producer(
+        {**settings, "transactional.id": "k39-txn-open", "transaction.timeout.ms": 900_000}
+    )
     left.init_transactions(60)
     left.begin_transaction()
     left.produce(topic, value=b"open-0", partition=0)
@@ -154,8 +167,14 @@ def test_read_committed_hides_aborted_and_open_transactions(spark, datasource_ka
     assert by_kafka("read_committed") == committed
     assert by_spark("read_committed") == committed
     everything = by_kafka("read_uncommitted")
-    assert everything == committed[:4] + [b"abort-0", b"abort-1", b"abort-2", b"plain-abort",
-                                          b"open-0", b"plain-after"]  # fmt: skip
+    assert everything == committed[:4] + [
+        b"abort-0",
+        b"abort-1",
+        b"abort-2",
+        b"plain-abort",
+        b"open-0",
+        b"plain-after",
+    ]
     assert by_spark("read_uncommitted") == everything
 
 

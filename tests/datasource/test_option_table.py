@@ -12,8 +12,15 @@ from datasource import option_table, wire_writer
 
 
 def test_the_source_takes_exactly_the_read_rows() -> None:
-    read_kinds = ("read", "batch", "view", "streaming-limit", "streaming", "spark-consumer",
-                  "spark-client")  # fmt: skip
+    read_kinds = (
+        "read",
+        "batch",
+        "view",
+        "streaming-limit",
+        "streaming",
+        "spark-consumer",
+        "spark-client",
+    )
     assert set(source.OPTION_NAMES.values()) == {
         *option_table.names(*read_kinds),
         "kafka.bootstrap.servers",

@@ -29,9 +29,12 @@ def test_an_available_now_stream_reads_every_row_in_bounded_batches(
         batches.setdefault(batch_id, spark_rows(df))
 
     df = read_source.read_stream(
-        spark, subscribe="events", startingOffsets="earliest", includeHeaders="true",
+        spark,
+        subscribe="events",
+        startingOffsets="earliest",
+        includeHeaders="true",
         maxOffsetsPerTrigger=str(PER_TRIGGER),
-    )  # fmt: skip
+    )
     query = (
         df.writeStream.foreachBatch(sink)
         .option("checkpointLocation", str(tmp_path / "ck"))
@@ -45,8 +48,7 @@ def test_an_available_now_stream_reads_every_row_in_bounded_batches(
         want += expected_rows(
             partition_facts(read_source.log_dir, "events", p), include_headers=True
         )
-    got = sorted((r for b in batches.values() for r in b),
-                 key=lambda r: (r.partition, r.offset))  # fmt: skip
+    got = sorted((r for b in batches.values() for r in b), key=lambda r: (r.partition, r.offset))
     assert got == want
     assert all(len(rows) <= PER_TRIGGER for rows in batches.values())
     assert len(batches) >= -(-len(want) // PER_TRIGGER)
@@ -54,9 +56,15 @@ def test_an_available_now_stream_reads_every_row_in_bounded_batches(
 
 def test_a_wire_sink_write_into_tansu_reads_back_the_same(spark, tansu_source) -> None:
     topic, partitions = f"written-{uuid.uuid4().hex[:8]}", 3
-    rows = [(f"k{i % 7}", f"value-{i}" if i % 11 else None, i % partitions,
-             [("i", b"%d" % i)] + ([("n", None)] if i % 5 == 0 else []))
-            for i in range(300)]  # fmt: skip
+    rows = [
+        (
+            f"k{i % 7}",
+            f"value-{i}" if i % 11 else None,
+            i % partitions,
+            [("i", b"%d" % i)] + ([("n", None)] if i % 5 == 0 else []),
+        )
+        for i in range(300)
+    ]
     # Tansu's ListOffsets(latest) counts the last batch as one record (tests/datasource/_tansu.py):
     # a second write of one row per partition makes each partition end with a one-record batch
     tail = [(f"last-{p}", f"tail-{p}", p, [("t", b"%d" % p)]) for p in range(partitions)]
@@ -65,9 +73,15 @@ def test_a_wire_sink_write_into_tansu_reads_back_the_same(spark, tansu_source) -
     )
     _create(tansu_source.bootstrap, topic, partitions)
     for chunk in (rows, tail):
-        (spark.createDataFrame(chunk, schema).coalesce(1).write.format("kafkalog")
-         .mode("append").option("kafka.bootstrap.servers", tansu_source.bootstrap)
-         .option("topic", topic).save())  # fmt: skip
+        (
+            spark.createDataFrame(chunk, schema)
+            .coalesce(1)
+            .write.format("kafkalog")
+            .mode("append")
+            .option("kafka.bootstrap.servers", tansu_source.bootstrap)
+            .option("topic", topic)
+            .save()
+        )
     written = Counter((p, k.encode(), v and v.encode(), tuple(h)) for k, v, p, h in rows + tail)
     consumed = _consume_all(tansu_source.bootstrap, topic, partitions, sum(written.values()))
     assert Counter((p, k, v, h) for p, _, k, v, h in consumed) == written
@@ -85,8 +99,13 @@ def _create(bootstrap: str, topic: str, partitions: int) -> None:
 def _consume_all(bootstrap: str, topic: str, partitions: int, count: int) -> list[tuple]:
     """(partition, offset, key, value, headers) of ``count`` records, by confluent-kafka,
     sorted by partition and offset; fails after :data:`CONSUME_S` seconds."""
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"check-{uuid.uuid4()}",
-                         "enable.auto.commit": False})  # fmt: skip
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"check-{uuid.uuid4()}",
+            "enable.auto.commit": False,
+        }
+    )
     consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
     out, deadline = [], time.monotonic() + CONSUME_S
     try:

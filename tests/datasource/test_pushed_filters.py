@@ -71,8 +71,11 @@ def test_offset_filters() -> None:
     got = narrowed([EqualTo(("offset",), 10)])
     assert got == [OffsetRange("ab", 0, 10, 11), OffsetRange("ab", 1, 10, 11)]
     got = narrowed([In(("offset",), (3, 60, 12))])
-    assert got == [OffsetRange("ab", 0, 3, 61), OffsetRange("ab", 1, 10, 50),
-                   OffsetRange("cd", 0, 3, 9)]  # fmt: skip
+    assert got == [
+        OffsetRange("ab", 0, 3, 61),
+        OffsetRange("ab", 1, 10, 50),
+        OffsetRange("cd", 0, 3, 9),
+    ]
     assert narrowed([LessThan(("offset",), -5)]) == []
     assert narrowed([In(("offset",), ())]) == []
 
@@ -99,12 +102,17 @@ def test_timestamp_lower_bounds_use_the_lookup() -> None:
 def test_limiting_nothing() -> None:
     naive = dt.datetime(2023, 1, 1)
     filters = [
-        EqualTo(("key",), b"k"), IsNotNull(("offset",)), EqualTo(("topic",), 3),
-        EqualTo(("partition",), True), EqualTo(("partition",), "1"),
+        EqualTo(("key",), b"k"),
+        IsNotNull(("offset",)),
+        EqualTo(("topic",), 3),
+        EqualTo(("partition",), True),
+        EqualTo(("partition",), "1"),
         Not(GreaterThan(("offset",), 3)),
-        GreaterThan(("timestamp",), naive), EqualTo(("headers", "key"), "x"),
-        Not(EqualTo(("offset",), 3)), StringStartsWith(("partition",), "1"),
-    ]  # fmt: skip
+        GreaterThan(("timestamp",), naive),
+        EqualTo(("headers", "key"), "x"),
+        Not(EqualTo(("offset",), 3)),
+        StringStartsWith(("partition",), "1"),
+    ]
     assert PushedFilters.of(filters).is_empty
 
 

@@ -55,8 +55,16 @@ def one_batch() -> bytes:
 def read_in_child(end: int, **where: str) -> dict:
     """Run tests/datasource/_read_rss_child.py over ``[0, end)``; its JSON report."""
     flag, value = next(iter(where.items()))
-    cmd = [sys.executable, "-m", "tests.datasource._read_rss_child", f"--{flag.replace('_', '-')}",
-           value, TOPIC, "0", str(end)]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "tests.datasource._read_rss_child",
+        f"--{flag.replace('_', '-')}",
+        value,
+        TOPIC,
+        "0",
+        str(end),
+    ]
     env = dict(
         os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])
     )
@@ -103,8 +111,11 @@ def python_workers_peak_rss() -> int:
                 continue
             for worker in _descendants(pid):
                 status = _proc(worker, "status")
-                kib = next(int(line.split()[1]) for line in status.splitlines()
-                           if line.startswith("VmHWM:"))  # fmt: skip
+                kib = next(
+                    int(line.split()[1])
+                    for line in status.splitlines()
+                    if line.startswith("VmHWM:")
+                )
                 peak = max(peak, kib << 10)
         except OSError:  # a process that ended meanwhile
             continue
@@ -143,8 +154,13 @@ def test_a_2_gib_partition_is_read_in_bounded_memory(spark, tmp_path: Path) -> N
 
 def _spark_job_in_bounded_memory(spark, bootstrap: str, tenth: int, end: int) -> None:
     def job(ending: str, want: int) -> None:
-        df = (spark.read.format("kafkalog").option("kafka.bootstrap.servers", bootstrap)
-              .option("subscribe", TOPIC).option("endingOffsets", ending).load())  # fmt: skip
+        df = (
+            spark.read.format("kafkalog")
+            .option("kafka.bootstrap.servers", bootstrap)
+            .option("subscribe", TOPIC)
+            .option("endingOffsets", ending)
+            .load()
+        )
         assert df.rdd.getNumPartitions() == 1
         got = df.selectExpr("count(*)", "min(offset)", "max(offset)").first()
         assert tuple(got) == (want, 0, want - 1)
@@ -153,8 +169,10 @@ def _spark_job_in_bounded_memory(spark, bootstrap: str, tenth: int, end: int) ->
     after_tenth = python_workers_peak_rss()
     job("latest", end)
     after_whole = python_workers_peak_rss()
-    print(f"\nPython workers' peak RSS: {after_tenth >> 20} MiB after the first tenth, "
-          f"{after_whole >> 20} MiB after the whole partition")  # fmt: skip
+    print(
+        f"\nPython workers' peak RSS: {after_tenth >> 20} MiB after the first tenth, "
+        f"{after_whole >> 20} MiB after the whole partition"
+    )
     # the workers are the session's: their peak includes what earlier tests ran in them (kernel
     # compiles, other reads), so only what the whole partition added is bounded here
     assert 0 < after_tenth <= after_whole

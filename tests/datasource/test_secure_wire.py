@@ -55,11 +55,14 @@ def test_spark_writes_and_reads_over_sasl_ssl(spark, served) -> None:
     df = spark.createDataFrame(rows, "key string, value string").coalesce(1)
     df.write.format("kafkalog").mode("append").options(**options).option("topic", TOPIC).save()
     got = (
-        spark.read.format("kafkalog").options(**options).option("subscribe", TOPIC).load()
-        .selectExpr("CAST(key AS STRING) k", "CAST(value AS STRING) v", "offset").collect()
-    )  # fmt: skip
-    assert sorted((r.offset, r.k, r.v) for r in got) == [(i, k, v) for i, (k, v) in
-                                                         enumerate(rows)]  # fmt: skip
+        spark.read.format("kafkalog")
+        .options(**options)
+        .option("subscribe", TOPIC)
+        .load()
+        .selectExpr("CAST(key AS STRING) k", "CAST(value AS STRING) v", "offset")
+        .collect()
+    )
+    assert sorted((r.offset, r.k, r.v) for r in got) == [(i, k, v) for i, (k, v) in enumerate(rows)]
     # the same topic over SSL with a client certificate
     ssl_options = {
         "kafka.bootstrap.servers": f"127.0.0.1:{port(server, 'SSL')}",

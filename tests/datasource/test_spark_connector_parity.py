@@ -88,8 +88,11 @@ def test_below_the_log_start_without_failing(spark, kafka: str) -> None:
     """The connector (4.0, on this Spark 4.3) fails where it would warn of the lost offsets
     (``NoClassDefFoundError`` of a logging key Spark 4.3 no longer has); kafkalog reads from the
     log start offset, as the connector does on Spark 4.0."""
-    options = {"subscribe": "trimmed", "startingOffsets": '{"trimmed":{"0":10}}',
-               "failOnDataLoss": "false"}  # fmt: skip
+    options = {
+        "subscribe": "trimmed",
+        "startingOffsets": '{"trimmed":{"0":10}}',
+        "failOnDataLoss": "false",
+    }
     with pytest.raises(Py4JJavaError, match="NoClassDefFoundError.*LogKeys"):
         spark.read.format("kafka").option("kafka.bootstrap.servers", kafka).options(
             **options
@@ -123,8 +126,14 @@ def test_an_unknown_option_is_refused_where_the_connector_ignores_it(spark, kafk
         ).load()
 
 
-@pytest.mark.parametrize("options", [{"startingOffsets": "latest"}, {"endingOffsets": "earliest"},
-                                     {"startingOffsets": '{"events":"earliest"}'}])  # fmt: skip
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"startingOffsets": "latest"},
+        {"endingOffsets": "earliest"},
+        {"startingOffsets": '{"events":"earliest"}'},
+    ],
+)
 def test_offsets_a_batch_cannot_have_fail_at_load_or_at_the_first_action(spark, kafka, options):
     """PySpark's data source API tells a source whether it is read as a batch or a stream only
     when the query runs, not at ``load()``: an error that depends on it comes at the first
@@ -175,8 +184,10 @@ def produce_skewed(bootstrap: str) -> None:
 # query's second initialOffset (NoSuchMethodError: SerializedOffset.<init>(String), the class Spark
 # 4.3 moved); its V1 source (KafkaSource: the same rateLimit, offsets and progress, but no source
 # metrics) runs, so the connector's streams here are V1 ones.
-V1_KAFKA = ("spark.sql.streaming.disabledV2MicroBatchReaders",
-            "org.apache.spark.sql.kafka010.KafkaSourceProvider")  # fmt: skip
+V1_KAFKA = (
+    "spark.sql.streaming.disabledV2MicroBatchReaders",
+    "org.apache.spark.sql.kafka010.KafkaSourceProvider",
+)
 
 
 def run_stream(spark, fmt: str, bootstrap: str, checkpoint: Path, **options: str) -> Run:
@@ -188,11 +199,17 @@ def run_stream(spark, fmt: str, bootstrap: str, checkpoint: Path, **options: str
 
 def _run_stream(spark, fmt: str, bootstrap: str, checkpoint: Path, **options: str) -> Run:
     q = (
-        spark.readStream.format(fmt).option("kafka.bootstrap.servers", bootstrap)
-        .option("subscribe", SKEWED).option("startingOffsets", "earliest").options(**options)
-        .load().writeStream.format("noop").option("checkpointLocation", str(checkpoint))
-        .trigger(availableNow=True).start()
-    )  # fmt: skip
+        spark.readStream.format(fmt)
+        .option("kafka.bootstrap.servers", bootstrap)
+        .option("subscribe", SKEWED)
+        .option("startingOffsets", "earliest")
+        .options(**options)
+        .load()
+        .writeStream.format("noop")
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(availableNow=True)
+        .start()
+    )
     assert await_available_now(q), f"{fmt}: availableNow did not stop"
     assert q.exception() is None
     return Run([_source(p.sources[0]) for p in q.recentProgress])
@@ -245,10 +262,16 @@ def test_offsets_behind_latest_are_worked_out_from_the_progress(skewed_runs) -> 
     behind = [offsets_behind_latest(s) for s in ours.sources]
     assert behind == [offsets_behind_latest(s) for s in theirs.sources]
     # latest (57, 9, 2, 0, 1), first batch up to (8, 1, 1, 0, 1): 49, 8, 1, 0, 0 behind
-    assert behind[0] == {"minOffsetsBehindLatest": "0", "maxOffsetsBehindLatest": "49",
-                         "avgOffsetsBehindLatest": "11.6"}  # fmt: skip
-    assert behind[-1] == {"minOffsetsBehindLatest": "0", "maxOffsetsBehindLatest": "0",
-                          "avgOffsetsBehindLatest": "0.0"}  # fmt: skip
+    assert behind[0] == {
+        "minOffsetsBehindLatest": "0",
+        "maxOffsetsBehindLatest": "49",
+        "avgOffsetsBehindLatest": "11.6",
+    }
+    assert behind[-1] == {
+        "minOffsetsBehindLatest": "0",
+        "maxOffsetsBehindLatest": "0",
+        "avgOffsetsBehindLatest": "0.0",
+    }
 
 
 def counts_by_partition(spark, fmt: str, bootstrap: str, mode: str):
@@ -256,12 +279,18 @@ def counts_by_partition(spark, fmt: str, bootstrap: str, mode: str):
     value strings, ready to start in output mode ``mode`` (availableNow), in
     :data:`SINK_BATCHES` micro-batches."""
     return (
-        spark.readStream.format(fmt).option("kafka.bootstrap.servers", bootstrap)
-        .option("subscribe", SKEWED).option("startingOffsets", "earliest")
-        .option("maxOffsetsPerTrigger", SINK_PER_TRIGGER).load().groupBy("partition").count()
+        spark.readStream.format(fmt)
+        .option("kafka.bootstrap.servers", bootstrap)
+        .option("subscribe", SKEWED)
+        .option("startingOffsets", "earliest")
+        .option("maxOffsetsPerTrigger", SINK_PER_TRIGGER)
+        .load()
+        .groupBy("partition")
+        .count()
         .selectExpr("CAST(partition AS STRING) AS key", "CAST(count AS STRING) AS value")
-        .writeStream.outputMode(mode).trigger(availableNow=True)
-    )  # fmt: skip
+        .writeStream.outputMode(mode)
+        .trigger(availableNow=True)
+    )
 
 
 def into_topic(spark, fmt: str, bootstrap: str, mode: str, checkpoint: Path) -> Counter:
@@ -269,8 +298,12 @@ def into_topic(spark, fmt: str, bootstrap: str, mode: str, checkpoint: Path) -> 
     topic = f"parity-{mode}-{fmt}"
     create_topic(bootstrap, topic)
     writer = counts_by_partition(spark, fmt, bootstrap, mode).format(fmt)
-    q = (writer.option("kafka.bootstrap.servers", bootstrap).option("topic", topic)
-         .option("checkpointLocation", str(checkpoint)).start())  # fmt: skip
+    q = (
+        writer.option("kafka.bootstrap.servers", bootstrap)
+        .option("topic", topic)
+        .option("checkpointLocation", str(checkpoint))
+        .start()
+    )
     finish(q)
     return written(spark, bootstrap, topic)
 
@@ -318,8 +351,9 @@ def test_update_mode_goes_through_foreach_batch(spark, kafka: str, skewed_runs, 
     create_topic(kafka, ours)
 
     def each_batch(df, _batch_id: int) -> None:
-        df.write.format("kafkalog").mode("append").option("kafka.bootstrap.servers", kafka) \
-            .option("topic", ours).save()  # fmt: skip
+        df.write.format("kafkalog").mode("append").option("kafka.bootstrap.servers", kafka).option(
+            "topic", ours
+        ).save()
 
     q = counts_by_partition(spark, "kafkalog", kafka, "update").foreachBatch(each_batch)
     finish(q.option("checkpointLocation", str(tmp_path / "l")).start())

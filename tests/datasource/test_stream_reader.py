@@ -214,11 +214,13 @@ def test_fair_shares_rules() -> None:
     # fewer units than keys: the turn says who goes, round robin
     lags = {"a": 50, "b": 50, "c": 50}
     assert [sorted(fair_shares(lags, 2, turn=t)) for t in range(3)] == [
-        ["a", "b"], ["b", "c"], ["a", "c"]]  # fmt: skip
+        ["a", "b"],
+        ["b", "c"],
+        ["a", "c"],
+    ]
     # steps (a batch's bytes): while the budget allows, the key whose turn it is in any case
     assert fair_shares({"a": 400, "b": 900}, 300, first={"a": 100, "b": 900}) == {"a": 300}
-    assert fair_shares({"a": 400, "b": 900}, 300, first={"a": 100, "b": 900}, turn=1) == {
-        "b": 900}  # fmt: skip
+    assert fair_shares({"a": 400, "b": 900}, 300, first={"a": 100, "b": 900}, turn=1) == {"b": 900}
     rng = random.Random(5)
     for _ in range(500):
         lags = {k: rng.choice([0, 1, 2, 7, 100, 10**6]) for k in range(rng.randint(1, 6))}
@@ -272,7 +274,11 @@ def test_byte_cut_follows_the_batches(source_log_dir: Path) -> None:
             for min_one in (False, True):
                 got = offsets.byte_cut(tp, start, end, budget, min_one_batch=min_one)
                 assert got == expected_cut(bounds, start, end, budget, min_one), (
-                    start, end, budget, min_one)  # fmt: skip
+                    start,
+                    end,
+                    budget,
+                    min_one,
+                )
         assert offsets.log_bytes(tp, bases[3], bases[9]) == sum(s for _, s in bounds[3:9])
 
 
@@ -290,17 +296,27 @@ def test_initial_offsets_and_options(broker: Broker) -> None:
     early = reader_for(broker, subscribe="a", startingOffsets="earliest")
     assert early.initialOffset() == {"a": {"0": 0, "1": 0}}
     assert isinstance(early.getDefaultReadLimit(), ReadAllAvailable)
-    specific = reader_for(broker, assign='{"a":[1,0]}', maxBytesPerTrigger="1m",
-                          startingOffsets='{"a":{"0":2,"1":-1}}')  # fmt: skip
+    specific = reader_for(
+        broker,
+        assign='{"a":[1,0]}',
+        maxBytesPerTrigger="1m",
+        startingOffsets='{"a":{"0":2,"1":-1}}',
+    )
     assert specific.initialOffset() == {"a": {"0": 2, "1": 4}}
     assert specific.getDefaultReadLimit() == ReadMaxBytes(1 << 20)
-    stamped = reader_for(broker, subscribe="a", startingTimestamp=str(T0 + 2),
-                         startingOffsetsByTimestampStrategy="latest")  # fmt: skip
+    stamped = reader_for(
+        broker,
+        subscribe="a",
+        startingTimestamp=str(T0 + 2),
+        startingOffsetsByTimestampStrategy="latest",
+    )
     assert stamped.initialOffset() == {"a": {"0": 2, "1": 4}}  # a-1 has nothing that late
-    assert reader_for(broker, subscribe="a", maxOffsetsPerTrigger="9",
-                      minOffsetsPerTrigger="3").getDefaultReadLimit() == ReadMaxRows(9)  # fmt: skip
-    assert reader_for(broker, subscribe="a", minOffsetsPerTrigger="3",
-                      maxTriggerDelay="2s").getDefaultReadLimit() == ReadMinRows(3)  # fmt: skip
+    assert reader_for(
+        broker, subscribe="a", maxOffsetsPerTrigger="9", minOffsetsPerTrigger="3"
+    ).getDefaultReadLimit() == ReadMaxRows(9)
+    assert reader_for(
+        broker, subscribe="a", minOffsetsPerTrigger="3", maxTriggerDelay="2s"
+    ).getDefaultReadLimit() == ReadMinRows(3)
     # a start past the high watermark: data loss, as in Spark
     past = '{"a":{"0":9,"1":0}}'
     with pytest.raises(DataLossError, match=r"offset 9 of a-0, past its high watermark 5"):
@@ -311,8 +327,9 @@ def test_initial_offsets_and_options(broker: Broker) -> None:
     source = KafkaLogDataSource({"path": str(broker.log_dir), "subscribe": "a"})
     schema = StructType.fromJson(json.loads(STREAM_SCHEMA_JSON))
     assert isinstance(source.streamReader(schema), KafkaStreamReader)
-    bad = KafkaLogDataSource({"path": str(broker.log_dir), "subscribe": "a",
-                              "endingOffsets": "latest"})  # fmt: skip
+    bad = KafkaLogDataSource(
+        {"path": str(broker.log_dir), "subscribe": "a", "endingOffsets": "latest"}
+    )
     with pytest.raises(ValueError, match="endingOffsets.*batch queries"):
         bad.streamReader(schema)
 
@@ -323,8 +340,13 @@ def test_deleted_topic_is_data_loss(broker: Broker, caplog, location: dict[str, 
         produce(broker, topic, 0, [b"v"] * 4)
     publish(broker)
     strict = reader_for(broker, subscribe="keep,gone", startingOffsets="earliest", **location)
-    lenient = reader_for(broker, subscribe="keep,gone", startingOffsets="earliest",
-                         failOnDataLoss="false", **location)  # fmt: skip
+    lenient = reader_for(
+        broker,
+        subscribe="keep,gone",
+        startingOffsets="earliest",
+        failOnDataLoss="false",
+        **location,
+    )
     start = strict.initialOffset()
     assert start == {"gone": {"0": 0}, "keep": {"0": 0}}
     broker.delete_topic("gone")
@@ -375,8 +397,7 @@ def test_max_offsets_per_trigger_available_now(
         publish(broker)
 
     sink.hooks[0] = late
-    df = open_stream(subscribe="m", startingOffsets="earliest",
-                maxOffsetsPerTrigger="5")  # fmt: skip
+    df = open_stream(subscribe="m", startingOffsets="earliest", maxOffsetsPerTrigger="5")
     q = start(df, sink, tmp_path / "ck", availableNow=True)
     assert finished(q, 60), "availableNow did not stop"
     assert q.exception() is None
@@ -384,11 +405,15 @@ def test_max_offsets_per_trigger_available_now(
     # down, 5 * 1/17 up (never starved); then 5 * 9/12 = 3.75 and 5 * 3/12 = 1.25 down, ...
     assert ends_of(q, "m") == [(3, 1, 1), (6, 2, 1), (9, 3, 1), (12, 4, 1)]
     assert [len(sink.rows[b]) for b in sorted(sink.rows)] == [5, 4, 4, 4]
-    assert sink.per_partition() == {("m", 0): list(range(12)), ("m", 1): list(range(4)),
-                                    ("m", 2): [0]}  # fmt: skip
+    assert sink.per_partition() == {
+        ("m", 0): list(range(12)),
+        ("m", 1): list(range(4)),
+        ("m", 2): [0],
+    }
     # progress shows how far behind the query is: the late records are there, not read
     assert json.loads(q.recentProgress[-1].sources[0].latestOffset) == {
-        "m": {"0": 15, "1": 4, "2": 1}}  # fmt: skip
+        "m": {"0": 15, "1": 4, "2": 1}
+    }
 
 
 def test_max_bytes_per_trigger_available_now(spark, broker: Broker, tmp_path: Path) -> None:
@@ -405,8 +430,9 @@ def test_max_bytes_per_trigger_available_now(spark, broker: Broker, tmp_path: Pa
     assert bounds[2][0][1] > 4 * size
     limit = 3 * size + size // 2
     sink = Batches()
-    df = stream(spark, broker, subscribe="b", startingOffsets="earliest",
-                maxBytesPerTrigger=str(limit))  # fmt: skip
+    df = stream(
+        spark, broker, subscribe="b", startingOffsets="earliest", maxBytesPerTrigger=str(limit)
+    )
     q = start(df, sink, tmp_path / "ck", availableNow=True)
     assert finished(q, 60), "availableNow did not stop"
     assert q.exception() is None
@@ -417,8 +443,11 @@ def test_max_bytes_per_trigger_available_now(spark, broker: Broker, tmp_path: Pa
         read = {(p, o) for _, p, o, _ in rows}
         taken = [s for p in range(3) for base, s in bounds[p] if (p, base) in read]
         assert sum(taken) <= limit or len(taken) == 1, (b, taken)
-    assert sink.per_partition() == {("b", 0): list(range(27)), ("b", 1): list(range(6)),
-                                    ("b", 2): list(range(10))}  # fmt: skip
+    assert sink.per_partition() == {
+        ("b", 0): list(range(27)),
+        ("b", 1): list(range(6)),
+        ("b", 2): list(range(10)),
+    }
 
 
 def test_min_offsets_per_trigger_waits_for_data_or_the_delay(
@@ -428,11 +457,19 @@ def test_min_offsets_per_trigger_waits_for_data_or_the_delay(
     produce(broker, "lo", 0, [b"a"] * 4)
     publish(broker)
     # warm the executors' Python workers first: the timing below assumes batches of ~1 s
-    assert spark.read.format("kafkalog").option("subscribe", "lo").load(
-        str(broker.log_dir)).count() == 4  # fmt: skip
+    assert (
+        spark.read.format("kafkalog").option("subscribe", "lo").load(str(broker.log_dir)).count()
+        == 4
+    )
     sink = Batches()
-    df = stream(spark, broker, subscribe="lo", startingOffsets="earliest",
-                minOffsetsPerTrigger="10", maxTriggerDelay="4s")  # fmt: skip
+    df = stream(
+        spark,
+        broker,
+        subscribe="lo",
+        startingOffsets="earliest",
+        minOffsetsPerTrigger="10",
+        maxTriggerDelay="4s",
+    )
     q = start(df, sink, tmp_path / "ck", processingTime="100 milliseconds")
     try:
         wait_until(lambda: sink.count() == 4, 30, "the first batch (never delayed)")
@@ -478,8 +515,7 @@ def test_producer_thread_exactly_once_across_restarts(
     sink, ck = Batches(), tmp_path / "ck"
 
     def run(starting: str):
-        df = open_stream(subscribe="live", startingOffsets=starting,
-                    maxOffsetsPerTrigger="60")  # fmt: skip
+        df = open_stream(subscribe="live", startingOffsets=starting, maxOffsetsPerTrigger="60")
         return start(df, sink, ck, processingTime="200 milliseconds")
 
     try:
@@ -537,24 +573,34 @@ def test_new_partitions_and_pattern_topics_start_at_earliest(
     finally:
         q.stop()
     assert q.exception() is None
-    assert sink.per_partition() == {("pat-a", 0): [5, 6, 7], ("pat-a", 1): [0, 1],
-                                    ("pat-b", 0): [0], ("pat-b", 1): [0, 1, 2, 3]}  # fmt: skip
+    assert sink.per_partition() == {
+        ("pat-a", 0): [5, 6, 7],
+        ("pat-a", 1): [0, 1],
+        ("pat-b", 0): [0],
+        ("pat-b", 1): [0, 1, 2, 3],
+    }
 
 
 def test_retention_deleting_unread_data(spark, broker: Broker, tmp_path: Path) -> None:
     """A query reads to offset 10 and stops; retention deletes segments past 10 before it runs
     again: with failOnDataLoss=true the restarted query fails naming the partition and the lost
     offsets, with false (same checkpoint, copied) it goes on from the new log start offset."""
-    broker.create_topic("r", 1, config={"segment.bytes": 600, "retention.bytes": 1500,
-                                        "retention.ms": -1})  # fmt: skip
+    broker.create_topic(
+        "r", 1, config={"segment.bytes": 600, "retention.bytes": 1500, "retention.ms": -1}
+    )
     for i in range(10):
         produce(broker, "r", 0, [b"%03d" % i + b"r" * 60])
     publish(broker)
     sink = Batches()
 
     def run(checkpoint: Path, fail_on_data_loss: str):
-        df = stream(spark, broker, subscribe="r", startingOffsets="earliest",
-                    failOnDataLoss=fail_on_data_loss)  # fmt: skip
+        df = stream(
+            spark,
+            broker,
+            subscribe="r",
+            startingOffsets="earliest",
+            failOnDataLoss=fail_on_data_loss,
+        )
         q = start(df, sink, checkpoint, availableNow=True)
         assert finished(q, 60)
         return q
@@ -584,8 +630,13 @@ def test_read_committed_never_shows_aborted_or_open_transactions(
 ) -> None:
     broker.create_topic("tx", 1, config=NO_RETENTION)
     sink = Batches()
-    df = stream(spark, broker, subscribe="tx", startingOffsets="earliest",
-                **{"kafka.isolation.level": "read_committed"})  # fmt: skip
+    df = stream(
+        spark,
+        broker,
+        subscribe="tx",
+        startingOffsets="earliest",
+        **{"kafka.isolation.level": "read_committed"},
+    )
     q = start(df, sink, tmp_path / "ck", processingTime="100 milliseconds")
 
     def values() -> list[bytes]:
@@ -627,9 +678,13 @@ def test_over_the_wire_one_client_serves_every_trigger_and_commit(broker: Broker
     server.start()
     bootstrap = f"127.0.0.1:{server.endpoints[0].port}"
     try:
-        reader = reader_for(broker, subscribe="w", startingOffsets="earliest",
-                            commitOffsetsToGroup="wg",
-                            **{"kafka.bootstrap.servers": bootstrap})  # fmt: skip
+        reader = reader_for(
+            broker,
+            subscribe="w",
+            startingOffsets="earliest",
+            commitOffsetsToGroup="wg",
+            **{"kafka.bootstrap.servers": bootstrap},
+        )
         start = reader.initialOffset()
         assert parse_offsets_json(start) == {TopicPartition("w", 0): 0, TopicPartition("w", 1): 0}
         client = reader._client

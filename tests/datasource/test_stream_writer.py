@@ -155,13 +155,17 @@ def test_a_query_reading_kafkalog_and_writing_kafkalog(spark, sink: Path, tmp_pa
     with Broker(src, create=True) as b:
         b.create_topic("src", 2)
         for p in range(2):
-            b.produce("src", p, [ProducerRecord(b"v-%d-%d" % (p, i), key=b"k-%d" % i)
-                                 for i in range(300)])  # fmt: skip
+            b.produce(
+                "src", p, [ProducerRecord(b"v-%d-%d" % (p, i), key=b"k-%d" % i) for i in range(300)]
+            )
     df = (
-        spark.readStream.format("kafkalog").option("subscribe", "src")
-        .option("startingOffsets", "earliest").option("maxOffsetsPerTrigger", "200")
-        .load(str(src)).selectExpr("key", "value", "CAST(partition AS INT) AS partition")
-    )  # fmt: skip
+        spark.readStream.format("kafkalog")
+        .option("subscribe", "src")
+        .option("startingOffsets", "earliest")
+        .option("maxOffsetsPerTrigger", "200")
+        .load(str(src))
+        .selectExpr("key", "value", "CAST(partition AS INT) AS partition")
+    )
     q = run_once(df, sink, tmp_path / "ckpt", topic="sink")
     assert commits(sink) == {q.id: 2}  # 600 offsets, 200 a batch
     got = sink_records(sink)
@@ -180,9 +184,13 @@ def test_a_query_reading_kafkalog_and_writing_kafkalog(spark, sink: Path, tmp_pa
 def start(df, sink: Path, ckpt: Path, mode: str = "append", **options: str) -> None:
     """Run a query until it ends; its failure raised as Spark raises it."""
     q = (
-        df.writeStream.format("kafkalog").outputMode(mode).options(**options)
-        .option("checkpointLocation", str(ckpt)).trigger(availableNow=True).start(str(sink))
-    )  # fmt: skip
+        df.writeStream.format("kafkalog")
+        .outputMode(mode)
+        .options(**options)
+        .option("checkpointLocation", str(ckpt))
+        .trigger(availableNow=True)
+        .start(str(sink))
+    )
     q.awaitTermination(120)
 
 
@@ -209,10 +217,13 @@ def test_complete_mode_appends_the_whole_result_at_every_batch(
     """As Spark's Kafka sink (whose truncate does nothing; test_spark_connector_parity.py)."""
     counts = rate_stream(spark, 5).groupBy("value").count().selectExpr("value")
     q = (
-        counts.writeStream.format("kafkalog").outputMode("complete").option("topic", "sink")
-        .option("checkpointLocation", str(tmp_path / "c")).trigger(availableNow=True)
+        counts.writeStream.format("kafkalog")
+        .outputMode("complete")
+        .option("topic", "sink")
+        .option("checkpointLocation", str(tmp_path / "c"))
+        .trigger(availableNow=True)
         .start(str(sink))
-    )  # fmt: skip
+    )
     assert q.awaitTermination(120) is not False and q.exception() is None
     batches = sum(1 for p in q.recentProgress if p.numInputRows)
     got = Counter(int(r.value) for r in sink_records(sink))
@@ -224,8 +235,12 @@ def test_update_mode_and_bad_columns_are_refused(spark, sink: Path, tmp_path: Pa
     with pytest.raises(PySparkException, match="kafkalog does not support Update mode"):
         start(counts, sink, tmp_path / "u", "update", topic="sink")  # Spark's own check
     with pytest.raises(PySparkException, match="column 'key' has type int"):
-        start(rate_stream(spark, 5).selectExpr("1 AS key", "value"), sink, tmp_path / "d",
-              topic="sink")  # fmt: skip
+        start(
+            rate_stream(spark, 5).selectExpr("1 AS key", "value"),
+            sink,
+            tmp_path / "d",
+            topic="sink",
+        )
     assert sink_records(sink) == []
 
 
@@ -260,8 +275,9 @@ def writer_for(sink: Path, writer_id: str | None = W) -> KafkaLogStreamWriter:
 
 def task(writer: KafkaLogStreamWriter, values: list[bytes]) -> KafkaLogStreamCommitMessage:
     """One task's write, outside Spark, and its commit message as the driver gets it."""
-    batch = pa.record_batch([pa.array([None] * len(values), pa.string()), pa.array(values)],
-                            ["key", "value"])  # fmt: skip
+    batch = pa.record_batch(
+        [pa.array([None] * len(values), pa.string()), pa.array(values)], ["key", "value"]
+    )
     return pickle.loads(pickle.dumps(writer.write(iter([batch]))))
 
 
@@ -332,10 +348,20 @@ class StreamChild:
     def __init__(self, *args: str, log: Path, held: bool = False) -> None:
         self.log = open(log, "ab")  # noqa: SIM115 (closed by wait / kill)
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "tests.datasource._stream_child", *args,
-             *(["--held"] if held else [])], cwd=REPO, stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE, stderr=self.log, text=True, start_new_session=True,
-        )  # fmt: skip
+            [
+                sys.executable,
+                "-m",
+                "tests.datasource._stream_child",
+                *args,
+                *(["--held"] if held else []),
+            ],
+            cwd=REPO,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self.log,
+            text=True,
+            start_new_session=True,
+        )
         if not held:
             self.go()
 
@@ -397,14 +423,33 @@ def test_a_query_killed_mid_stream_and_restarted_loses_and_duplicates_nothing(
         with Broker(src, create=True) as b:
             b.create_topic("src", 2)
             for p in range(2):
-                b.produce("src", p, [ProducerRecord(b"%d-%d" % (p, i), key=b"%d" % i)
-                                     for i in range(1200)])  # fmt: skip
+                b.produce(
+                    "src",
+                    p,
+                    [ProducerRecord(b"%d-%d" % (p, i), key=b"%d" % i) for i in range(1200)],
+                )
         expected = Counter(b"%d-%d" % (p, i) for p in range(2) for i in range(1200))
-        args = [str(sink), str(ckpt), "--source", "kafkalog", "--source-dir", str(src),
-                "--max-offsets", "400"]  # fmt: skip
+        args = [
+            str(sink),
+            str(ckpt),
+            "--source",
+            "kafkalog",
+            "--source-dir",
+            str(src),
+            "--max-offsets",
+            "400",
+        ]
     else:
-        args = [str(sink), str(ckpt), "--source", "rate", "--rows-per-batch", "400",
-                "--until-rows", "2400"]  # fmt: skip
+        args = [
+            str(sink),
+            str(ckpt),
+            "--source",
+            "rate",
+            "--rows-per-batch",
+            "400",
+            "--until-rows",
+            "2400",
+        ]
     with (
         StreamChild(*args, log=tmp_path / "child.log") as child,
         StreamChild(*args, log=tmp_path / "again.log", held=True) as again,

@@ -58,8 +58,11 @@ def local_bases(log_dir: Path) -> list[int]:
 
 def tiering(s3: S3Server, uri: str) -> BrokerConfig:
     rsm = (("location", uri), *s3.options().items())
-    return BrokerConfig(remote_log_storage_system_enable=True, rsm_config=rsm,
-                        remote_log_manager_task_interval_ms=3_600_000)  # fmt: skip
+    return BrokerConfig(
+        remote_log_storage_system_enable=True,
+        rsm_config=rsm,
+        remote_log_manager_task_interval_ms=3_600_000,
+    )
 
 
 def produce_and_tier(broker: Broker, first: int, count: int, word: str = "value") -> list[tuple]:
@@ -67,8 +70,9 @@ def produce_and_tier(broker: Broker, first: int, count: int, word: str = "value"
     retention; the (offset, key, value) rows."""
     rows = []
     for i in range(first, first + count, 3):
-        batch = [(f"key-{j:04d}".encode(), f"{word} {j:04d} ".encode() * 4)
-                 for j in range(i, i + 3)]  # fmt: skip
+        batch = [
+            (f"key-{j:04d}".encode(), f"{word} {j:04d} ".encode() * 4) for j in range(i, i + 3)
+        ]
         broker.produce(TOPIC, 0, [ProducerRecord(v, key=k) for k, v in batch])
         rows += [(j, k, v) for j, (k, v) in zip(range(i, i + 3), batch, strict=True)]
     broker.remote_log_manager.run_once()
@@ -81,9 +85,14 @@ def build_tiered(s3: S3Server, log_dir: Path, uri: str) -> TieredLogDir:
     (``local.retention.bytes``) deletes the first ones locally, and the log start offset stays
     at the store's first offset (Kafka's checkpoint)."""
     with Broker(log_dir, config=tiering(s3, uri), create=True) as broker:
-        broker.create_topic(TOPIC, config={"remote.storage.enable": "true",
-                                           "segment.bytes": "1024",
-                                           "local.retention.bytes": "2500"})  # fmt: skip
+        broker.create_topic(
+            TOPIC,
+            config={
+                "remote.storage.enable": "true",
+                "segment.bytes": "1024",
+                "local.retention.bytes": "2500",
+            },
+        )
         rows = produce_and_tier(broker, 0, RECORDS)
     bases = local_bases(log_dir)
     checkpoint = OffsetCheckpointFile(log_dir / LOG_START_OFFSET_CHECKPOINT)
@@ -107,8 +116,9 @@ def fetched_batches(source, end: int, hw: int | None = None) -> list[tuple[int, 
     offset, seen = source.list_offset(TP, EARLIEST_TIMESTAMP, UNCOMMITTED), []
     while offset < end:
         fetched = source.fetch(TP, offset, 500, UNCOMMITTED)
-        got = [(b.base_offset, b.last_offset, b.compute_crc())
-               for b in iter_batches(fetched.records)]  # fmt: skip
+        got = [
+            (b.base_offset, b.last_offset, b.compute_crc()) for b in iter_batches(fetched.records)
+        ]
         assert got and fetched.high_watermark == (hw or fetched.high_watermark), offset
         seen += [g for g in got if g[1] >= offset]
         offset = got[-1][1] + 1
@@ -144,23 +154,33 @@ def test_one_source_reads_the_store_then_the_dir(s3: S3Server, tiered: TieredLog
     assert (committed.last_stable_offset, committed.high_watermark) == (RECORDS, RECORDS)
     cuts = source.byte_cuts(TP, 0, RECORDS, 600)
     assert tiered.local_start in cuts and cuts == sorted(set(cuts))
-    assert cuts[: cuts.index(tiered.local_start)] == remote.byte_cuts(TP, 0, tiered.local_start,
-                                                                      600)  # fmt: skip
+    assert cuts[: cuts.index(tiered.local_start)] == remote.byte_cuts(
+        TP, 0, tiered.local_start, 600
+    )
     for source_ in (source, local, remote):
         source_.close()
 
 
 def rows_of(df) -> list[tuple[int, bytes, bytes]]:
-    return sorted((r.offset, bytes(r.key), bytes(r.value))
-                  for r in df.select("offset", "key", "value").collect())  # fmt: skip
+    return sorted(
+        (r.offset, bytes(r.key), bytes(r.value))
+        for r in df.select("offset", "key", "value").collect()
+    )
 
 
 def test_spark_reads_every_record_once(spark, s3: S3Server, tiered: TieredLogDir) -> None:
-    reader = (spark.read.format("kafkalog").options(**s3.options()).option("subscribe", TOPIC)
-              .option("remoteLogStorage", tiered.uri))  # fmt: skip
+    reader = (
+        spark.read.format("kafkalog")
+        .options(**s3.options())
+        .option("subscribe", TOPIC)
+        .option("remoteLogStorage", tiered.uri)
+    )
     assert rows_of(reader.load(str(tiered.log_dir))) == tiered.rows
-    pieces = (reader.option("maxBytesPerPartition", "2000").option("packBytesPerPartition", "0")
-              .load(str(tiered.log_dir)))  # fmt: skip
+    pieces = (
+        reader.option("maxBytesPerPartition", "2000")
+        .option("packBytesPerPartition", "0")
+        .load(str(tiered.log_dir))
+    )
     store = ObjectStoreSource(StoreLocation(tiered.uri, s3.settings))
     with TieredSource(LogDirSource(str(tiered.log_dir)), store).open() as source:
         cuts = source.byte_cuts(TP, 0, RECORDS, 2000)
@@ -178,15 +198,24 @@ def test_a_stream_reads_every_record_once(
     collected: list[tuple[int, bytes, bytes]] = []
 
     def sink(df, _batch_id: int) -> None:
-        collected.extend((r.offset, bytes(r.key), bytes(r.value))
-                         for r in df.select("offset", "key", "value").collect())  # fmt: skip
+        collected.extend(
+            (r.offset, bytes(r.key), bytes(r.value))
+            for r in df.select("offset", "key", "value").collect()
+        )
 
-    q = (spark.readStream.format("kafkalog").options(**s3.options())
-         .option("subscribe", TOPIC).option("startingOffsets", "earliest")
-         .option("remoteLogStorage", tiered.uri).option("maxOffsetsPerTrigger", "45")
-         .load(str(tiered.log_dir))
-         .writeStream.foreachBatch(sink).option("checkpointLocation", str(tmp_path / "cp"))
-         .trigger(availableNow=True).start())  # fmt: skip
+    q = (
+        spark.readStream.format("kafkalog")
+        .options(**s3.options())
+        .option("subscribe", TOPIC)
+        .option("startingOffsets", "earliest")
+        .option("remoteLogStorage", tiered.uri)
+        .option("maxOffsetsPerTrigger", "45")
+        .load(str(tiered.log_dir))
+        .writeStream.foreachBatch(sink)
+        .option("checkpointLocation", str(tmp_path / "cp"))
+        .trigger(availableNow=True)
+        .start()
+    )
     assert await_available_now(q), "availableNow did not stop"
     assert q.exception() is None and len(q.recentProgress) == 3  # 45 + 45 + 30 offsets
     assert sorted(collected) == tiered.rows and len(collected) == RECORDS
@@ -240,9 +269,13 @@ def test_a_task_after_more_tiering_reads_what_went_from_the_store(
     finally:
         source.close()
     end = RECORDS + len(more)
-    rows = [(o, k, v) for batch in read_offset_range(KafkaInputPartition(task, TOPIC, 0, 0, end))
-            for o, k, v in zip(*(batch.column(c).to_pylist() for c in ("offset", "key", "value")),
-                               strict=True)]  # fmt: skip
+    rows = [
+        (o, k, v)
+        for batch in read_offset_range(KafkaInputPartition(task, TOPIC, 0, 0, end))
+        for o, k, v in zip(
+            *(batch.column(c).to_pylist() for c in ("offset", "key", "value")), strict=True
+        )
+    ]
     assert rows == built.rows + more
 
 
@@ -252,8 +285,9 @@ def produce_transaction(producer, values: list[bytes], commit: bool) -> list[int
     offsets: list[int] = []
     producer.begin_transaction()
     for v in values:
-        producer.produce(TXN_TOPIC, v, partition=0,
-                         on_delivery=lambda err, m: offsets.append(m.offset()))  # fmt: skip
+        producer.produce(
+            TXN_TOPIC, v, partition=0, on_delivery=lambda err, m: offsets.append(m.offset())
+        )
     assert producer.flush(30) == 0
     (producer.commit_transaction if commit else producer.abort_transaction)(30)
     return offsets
@@ -289,11 +323,17 @@ def test_read_committed_skips_a_transaction_aborted_after_the_split(
     config = replace(tiering(s3, uri), num_network_threads=2, num_io_threads=2)
     logs, whole = tmp_path / "logs", tmp_path / "whole"
     with Broker(logs, config=config, create=True) as broker, wire(broker) as bootstrap:
-        broker.create_topic(TXN_TOPIC, config={"remote.storage.enable": "true",
-                                               "segment.bytes": "1024",
-                                               "local.retention.ms": "0"})  # fmt: skip
-        producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": "straddle",
-                             "linger.ms": 0})  # fmt: skip
+        broker.create_topic(
+            TXN_TOPIC,
+            config={
+                "remote.storage.enable": "true",
+                "segment.bytes": "1024",
+                "local.retention.ms": "0",
+            },
+        )
+        producer = Producer(
+            {"bootstrap.servers": bootstrap, "transactional.id": "straddle", "linger.ms": 0}
+        )
         producer.init_transactions(30)
         first = produce_transaction(producer, txn_values("t0", 3), True)
         produce_transaction(producer, txn_values("t1", 3), False)  # aborted, tiered
@@ -331,13 +371,17 @@ def test_read_committed_skips_a_transaction_aborted_after_the_split(
         assert [v for _, _, v, _, _ in consume(bootstrap, TXN_TOPIC, 1, "read_committed")] == (
             committed
         )
-        wire_rows = spark_rows(spark.read.format("kafkalog").options(**s3.options())
-                               .option("kafka.bootstrap.servers", bootstrap)
-                               .option("remoteLogStorage", "broker"))  # fmt: skip
+        wire_rows = spark_rows(
+            spark.read.format("kafkalog")
+            .options(**s3.options())
+            .option("kafka.bootstrap.servers", bootstrap)
+            .option("remoteLogStorage", "broker")
+        )
     store = ObjectStoreSource(StoreLocation(uri, s3.settings))
     with TieredSource(LogDirSource(str(logs)), store).open() as source:
         fetched = source.fetch(TXN_TP, t2_first, 1 << 20, IsolationLevel.READ_COMMITTED)
         assert [first for _, first in fetched.aborted_transactions] == [t2_first]
-    tiered_rows = spark_rows(spark.read.format("kafkalog").options(**s3.options())
-                             .option("remoteLogStorage", uri), logs)  # fmt: skip
+    tiered_rows = spark_rows(
+        spark.read.format("kafkalog").options(**s3.options()).option("remoteLogStorage", uri), logs
+    )
     assert wire_rows == tiered_rows == local_rows

@@ -51,18 +51,26 @@ def cluster(s3: S3Server, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
     """One broker serving a topic whose first segments local retention deleted once tiered."""
     uri = f"s3://{s3.new_bucket('tiered-wire')}/cluster/broker-0"
     rsm = (("location", uri), *s3.options().items())
-    config = BrokerConfig(remote_log_storage_system_enable=True, rsm_config=rsm,
-                          remote_log_manager_task_interval_ms=3_600_000, num_network_threads=2,
-                          num_io_threads=2)  # fmt: skip
+    config = BrokerConfig(
+        remote_log_storage_system_enable=True,
+        rsm_config=rsm,
+        remote_log_manager_task_interval_ms=3_600_000,
+        num_network_threads=2,
+        num_io_threads=2,
+    )
     rows = []
     log_dir = tmp_path_factory.mktemp("tiered-wire") / "logs"
     with Broker(log_dir, config=config, create=True) as broker:
-        tiered = {"remote.storage.enable": "true", "segment.bytes": "1024",
-                  "local.retention.ms": "0"}  # fmt: skip
+        tiered = {
+            "remote.storage.enable": "true",
+            "segment.bytes": "1024",
+            "local.retention.ms": "0",
+        }
         broker.create_topic(TOPIC, config=tiered)
         for i in range(0, RECORDS, 3):
-            batch = [(f"key-{j:04d}".encode(), f"value {j:04d} ".encode() * 4)
-                     for j in range(i, i + 3)]  # fmt: skip
+            batch = [
+                (f"key-{j:04d}".encode(), f"value {j:04d} ".encode() * 4) for j in range(i, i + 3)
+            ]
             broker.produce(TOPIC, 0, [ProducerRecord(v, key=k) for k, v in batch])
             rows += [(j, k, v) for j, (k, v) in zip(range(i, i + 3), batch, strict=True)]
         broker.remote_log_manager.run_once()
@@ -80,8 +88,11 @@ def cluster(s3: S3Server, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
 
 def test_the_broker_names_its_store_and_hides_its_secrets(cluster: TieredCluster) -> None:
     with KafkaClient(cluster.bootstrap) as client:
-        configs = {c.name: c.value for c in client.broker_configs(client.broker_ids()[0])
-                   if c.name.startswith("rsm.config.")}  # fmt: skip
+        configs = {
+            c.name: c.value
+            for c in client.broker_configs(client.broker_ids()[0])
+            if c.name.startswith("rsm.config.")
+        }
     assert configs["rsm.config.location"] == cluster.uri
     assert configs["rsm.config.fs.s3a.path.style.access"] == "true"
     assert configs["rsm.config.fs.s3a.access.key"] is None  # sensitive: listed, no value
@@ -91,8 +102,11 @@ def test_the_broker_names_its_store_and_hides_its_secrets(cluster: TieredCluster
 def batches(source, start: int, end: int) -> list[int]:
     offset, seen = start, []
     while offset < end:
-        got = [b for b in iter_batches(source.fetch(TP, offset, 400, UNCOMMITTED).records)
-               if b.last_offset >= offset]  # fmt: skip
+        got = [
+            b
+            for b in iter_batches(source.fetch(TP, offset, 400, UNCOMMITTED).records)
+            if b.last_offset >= offset
+        ]
         assert got, offset
         seen += [b.base_offset for b in got]
         offset = got[-1].last_offset + 1
@@ -100,17 +114,22 @@ def batches(source, start: int, end: int) -> list[int]:
 
 
 def test_the_tiered_part_comes_from_the_store(s3: S3Server, cluster: TieredCluster) -> None:
-    options = {"kafka.bootstrap.servers": cluster.bootstrap, "subscribe": TOPIC,
-               "remoteLogStorage": "broker", "fs.s3a.access.key": s3.options()["fs.s3a.access.key"],
-               "fs.s3a.secret.key": s3.options()["fs.s3a.secret.key"]}  # fmt: skip
+    options = {
+        "kafka.bootstrap.servers": cluster.bootstrap,
+        "subscribe": TOPIC,
+        "remoteLogStorage": "broker",
+        "fs.s3a.access.key": s3.options()["fs.s3a.access.key"],
+        "fs.s3a.secret.key": s3.options()["fs.s3a.secret.key"],
+    }
     descriptor = source_of(KafkaSourceOptions.parse(options))
     assert descriptor.remote.store.uri == cluster.uri  # type: ignore[attr-defined]
     source = descriptor.open()
     assert isinstance(source, TieredFetchSource)
     try:
-        assert [source.list_offset(TP, w, UNCOMMITTED) for w in
-                (EARLIEST_TIMESTAMP, EARLIEST_LOCAL_TIMESTAMP, LATEST_TIMESTAMP)] == [
-            0, cluster.local_start, RECORDS]  # fmt: skip
+        assert [
+            source.list_offset(TP, w, UNCOMMITTED)
+            for w in (EARLIEST_TIMESTAMP, EARLIEST_LOCAL_TIMESTAMP, LATEST_TIMESTAMP)
+        ] == [0, cluster.local_start, RECORDS]
         assert source.split(TP) is not None
         assert batches(source, 0, RECORDS) == list(range(0, RECORDS, 3))
         stored = source.remote.byte_cut(TP, 0, cluster.local_start, 1 << 40).size
@@ -120,11 +139,18 @@ def test_the_tiered_part_comes_from_the_store(s3: S3Server, cluster: TieredClust
 
 
 def test_spark_reads_every_record_once(spark, s3: S3Server, cluster: TieredCluster) -> None:
-    df = (spark.read.format("kafkalog").options(**s3.options())
-          .option("kafka.bootstrap.servers", cluster.bootstrap).option("subscribe", TOPIC)
-          .option("remoteLogStorage", "broker").load())  # fmt: skip
-    got = sorted((r.offset, bytes(r.key), bytes(r.value))
-                 for r in df.select("offset", "key", "value").collect())  # fmt: skip
+    df = (
+        spark.read.format("kafkalog")
+        .options(**s3.options())
+        .option("kafka.bootstrap.servers", cluster.bootstrap)
+        .option("subscribe", TOPIC)
+        .option("remoteLogStorage", "broker")
+        .load()
+    )
+    got = sorted(
+        (r.offset, bytes(r.key), bytes(r.value))
+        for r in df.select("offset", "key", "value").collect()
+    )
     assert got == cluster.rows
 
 
@@ -135,8 +161,11 @@ def test_a_cluster_that_tiers_nowhere_is_named(tmp_path: Path) -> None:
         server.start()
         try:
             e = server.endpoints[0]
-            options = {"kafka.bootstrap.servers": f"{e.host}:{e.port}", "subscribe": "plain",
-                       "remoteLogStorage": "broker"}  # fmt: skip
+            options = {
+                "kafka.bootstrap.servers": f"{e.host}:{e.port}",
+                "subscribe": "plain",
+                "remoteLogStorage": "broker",
+            }
             with pytest.raises(InvalidOptionError) as refused:
                 source_of(KafkaSourceOptions.parse(options))
         finally:
@@ -164,10 +193,14 @@ def test_spark_reads_kafkalog_serve_s_tiered_topic(spark, s3: S3Server, tmp_path
 
     uri = f"s3://{s3.new_bucket('tiered-serve')}/cluster/broker-0"
     config = write_broker_config(tmp_path / "broker.toml", uri, s3.options())
-    config.write_text(config.read_text().replace(
-        "[rsm_config]", '"log.retention.check.interval.ms" = 100\n\n[rsm_config]'))  # fmt: skip
-    with ServeProcess(tmp_path / "logs", "--broker-config", config,
-                      stderr=tmp_path / "serve.err") as serve:  # fmt: skip
+    config.write_text(
+        config.read_text().replace(
+            "[rsm_config]", '"log.retention.check.interval.ms" = 100\n\n[rsm_config]'
+        )
+    )
+    with ServeProcess(
+        tmp_path / "logs", "--broker-config", config, stderr=tmp_path / "serve.err"
+    ) as serve:
         admin = AdminClient({"bootstrap.servers": serve.bootstrap})
         topic = NewTopic("tiered", 1, 1, config={**TIERED, "local.retention.ms": "0"})
         admin.create_topics([topic])["tiered"].result(30)
@@ -180,9 +213,14 @@ def test_spark_reads_kafkalog_serve_s_tiered_topic(spark, s3: S3Server, tmp_path
             wait_for("local retention of tiered segments", lambda: local_start() >= 20)
             first_local = local_start()
             assert client.list_offset("tiered", 0, EARLIEST_TIMESTAMP) == 0
-        df = (spark.read.format("kafkalog").options(**s3.options())
-              .option("kafka.bootstrap.servers", serve.bootstrap).option("subscribe", "tiered")
-              .option("remoteLogStorage", "broker").load())  # fmt: skip
+        df = (
+            spark.read.format("kafkalog")
+            .options(**s3.options())
+            .option("kafka.bootstrap.servers", serve.bootstrap)
+            .option("subscribe", "tiered")
+            .option("remoteLogStorage", "broker")
+            .load()
+        )
         got = sorted((r.offset, bytes(r.value)) for r in df.select("offset", "value").collect())
         assert serve.terminate() == 0
     assert got == [(i, f"record {i:03d} ".encode() * 8) for i in range(40)]
@@ -193,8 +231,10 @@ def transactional_producers(bootstrap: str, *ids: str) -> list:
     """A confluent-kafka producer per transactional id, its transactions initialised."""
     from confluent_kafka import Producer
 
-    producers = [Producer({"bootstrap.servers": bootstrap, "transactional.id": i,
-                           "linger.ms": 0}) for i in ids]  # fmt: skip
+    producers = [
+        Producer({"bootstrap.servers": bootstrap, "transactional.id": i, "linger.ms": 0})
+        for i in ids
+    ]
     for p in producers:
         p.init_transactions(30)
     return producers
@@ -263,30 +303,49 @@ def test_brokers_naming_different_stores_are_refused_naming_each(
 
     bucket = s3.new_bucket("stores")
     endpoint = s3.options()["fs.s3a.endpoint"]
-    stores = {0: (f"s3://{bucket}/c", endpoint), 1: (f"s3://{bucket}/other", endpoint),
-              2: (f"s3://{bucket}/c", "http://127.0.0.1:9")}  # fmt: skip
+    stores = {
+        0: (f"s3://{bucket}/c", endpoint),
+        1: (f"s3://{bucket}/other", endpoint),
+        2: (f"s3://{bucket}/c", "http://127.0.0.1:9"),
+    }
     controller = Controller(store=tmp_path / "controller.json")
     servers: dict[int, BrokerServer] = {}
 
     def nodes() -> tuple[Node, ...]:
-        return tuple(Node(i, s.endpoints[0].host, s.endpoints[0].port, None)
-                     for i, s in sorted(servers.items()))  # fmt: skip
+        return tuple(
+            Node(i, s.endpoints[0].host, s.endpoints[0].port, None)
+            for i, s in sorted(servers.items())
+        )
 
     with contextlib.ExitStack() as stack:
         for i, (uri, at) in stores.items():
             rsm = (("location", uri), *{**s3.options(), "fs.s3a.endpoint": at}.items())
-            config = BrokerConfig(remote_log_storage_system_enable=True, rsm_config=rsm,
-                                  remote_log_manager_task_interval_ms=3_600_000)  # fmt: skip
-            broker = stack.enter_context(Broker(tmp_path / f"b{i}", broker_id=i, config=config,
-                                                controller=controller, create=True))  # fmt: skip
+            config = BrokerConfig(
+                remote_log_storage_system_enable=True,
+                rsm_config=rsm,
+                remote_log_manager_task_interval_ms=3_600_000,
+            )
+            broker = stack.enter_context(
+                Broker(
+                    tmp_path / f"b{i}",
+                    broker_id=i,
+                    config=config,
+                    controller=controller,
+                    create=True,
+                )
+            )
             ctx = ApiContext.of(broker, nodes)
-            server = BrokerServer(config, ["PLAINTEXT://127.0.0.1:0"],
-                                  lambda apis, ctx=ctx: register_all(apis, ctx))  # fmt: skip
+            server = BrokerServer(
+                config, ["PLAINTEXT://127.0.0.1:0"], lambda apis, ctx=ctx: register_all(apis, ctx)
+            )
             servers[i] = server.start()
             stack.callback(server.shutdown, 5.0)
         bootstrap = f"127.0.0.1:{servers[0].endpoints[0].port}"
-        options = {"kafka.bootstrap.servers": bootstrap, "subscribe": TOPIC,
-                   "remoteLogStorage": "broker"}  # fmt: skip
+        options = {
+            "kafka.bootstrap.servers": bootstrap,
+            "subscribe": TOPIC,
+            "remoteLogStorage": "broker",
+        }
         with pytest.raises(InvalidOptionError) as refused:
             source_of(KafkaSourceOptions.parse(options))
     at = endpoint.partition("://")[2] or endpoint
@@ -319,9 +378,14 @@ def test_read_committed_at_a_split_the_last_stable_offset_stops_at(
     tp = TopicPartition("lso-split", 0)
     config = replace(tiering(s3, uri), num_network_threads=2, num_io_threads=2)
     with Broker(tmp_path / "l", config=config, create=True) as broker, wire(broker) as bootstrap:
-        broker.create_topic(tp.topic, config={"remote.storage.enable": "true",
-                                              "segment.bytes": "1024",
-                                              "local.retention.ms": "0"})  # fmt: skip
+        broker.create_topic(
+            tp.topic,
+            config={
+                "remote.storage.enable": "true",
+                "segment.bytes": "1024",
+                "local.retention.ms": "0",
+            },
+        )
         a, b = transactional_producers(bootstrap, "lso-a", "lso-b")
         a.begin_transaction()
         for i in range(3):
@@ -338,8 +402,12 @@ def test_read_committed_at_a_split_the_last_stable_offset_stops_at(
         broker.remote_log_manager.run_once()
         unified.delete_old_segments()
         assert unified.local_log_start_offset == split
-        options = {"kafka.bootstrap.servers": bootstrap, "subscribe": tp.topic,
-                   "remoteLogStorage": "broker", **s3.options()}  # fmt: skip
+        options = {
+            "kafka.bootstrap.servers": bootstrap,
+            "subscribe": tp.topic,
+            "remoteLogStorage": "broker",
+            **s3.options(),
+        }
         with source_of(KafkaSourceOptions.parse(options)).open() as source:
             committed = IsolationLevel.READ_COMMITTED
             assert source.list_offset(tp, LATEST_TIMESTAMP, committed) == split

@@ -77,8 +77,9 @@ def produce(
                     ProducerRecord(value(p, i, repeat))
                     for i in range(lo, min(lo + per_batch, first + count))
                 ]
-                client.produce(TOPIC, p, build_batch(records, now_ms=int(time.time() * 1000)),
-                               acks=-1)  # fmt: skip
+                client.produce(
+                    TOPIC, p, build_batch(records, now_ms=int(time.time() * 1000)), acks=-1
+                )
 
 
 def wait_for_full_isr_without(server: ServeProcess, gone: int) -> dict[int, int]:
@@ -128,11 +129,15 @@ def test_a_planned_batch_read_survives_the_leader_killed(
     # falls between two fetches of the range
     monkeypatch.setattr(offset_range_reader, "COALESCE_ROWS", 20)
     produce(cluster.bootstrap, 0, 400)
-    options = KafkaSourceOptions.parse({
-        "kafka.bootstrap.servers": cluster.bootstrap, "subscribe": TOPIC,
-        "kafka.max.partition.fetch.bytes": "1024", "kafka.default.api.timeout.ms": "20000",
-        "packBytesPerPartition": "0",  # a task per partition: a kill under each
-    })  # fmt: skip
+    options = KafkaSourceOptions.parse(
+        {
+            "kafka.bootstrap.servers": cluster.bootstrap,
+            "subscribe": TOPIC,
+            "kafka.max.partition.fetch.bytes": "1024",
+            "kafka.default.api.timeout.ms": "20000",
+            "packBytesPerPartition": "0",  # a task per partition: a kill under each
+        }
+    )
     reader = KafkaBatchReader(options)
     planned = reader.partitions()
     assert [(p.partition, p.start, p.end) for p in planned] == [(0, 0, 400), (1, 0, 400)]
@@ -155,13 +160,21 @@ def test_a_streaming_query_survives_the_leader_killed(spark, cluster, tmp_path: 
         rows = df.select("partition", "offset", "value").collect()
         seen[batch_id] = [(r.partition, r.offset, bytes(r.value)) for r in rows]
 
-    df = (spark.readStream.format("kafkalog")
-          .option("kafka.bootstrap.servers", cluster.bootstrap).option("subscribe", TOPIC)
-          .option("startingOffsets", "earliest").option("maxOffsetsPerTrigger", "150")
-          .option("kafka.default.api.timeout.ms", "20000").load())  # fmt: skip
-    query = (df.writeStream.foreachBatch(sink)
-             .option("checkpointLocation", str(tmp_path / "ck"))
-             .trigger(processingTime="200 milliseconds").start())  # fmt: skip
+    df = (
+        spark.readStream.format("kafkalog")
+        .option("kafka.bootstrap.servers", cluster.bootstrap)
+        .option("subscribe", TOPIC)
+        .option("startingOffsets", "earliest")
+        .option("maxOffsetsPerTrigger", "150")
+        .option("kafka.default.api.timeout.ms", "20000")
+        .load()
+    )
+    query = (
+        df.writeStream.foreachBatch(sink)
+        .option("checkpointLocation", str(tmp_path / "ck"))
+        .trigger(processingTime="200 milliseconds")
+        .start()
+    )
     try:
         wait_for(lambda: len(seen) >= 1, 60, "a first batch")
         kill_leader(cluster, 0)
@@ -206,16 +219,27 @@ def test_a_spark_batch_job_survives_the_leader_killed(spark, cluster, tmp_path: 
                 time.sleep(0.05)
         return 0
 
-    df = (spark.read.format("kafkalog")
-          .option("kafka.bootstrap.servers", cluster.bootstrap).option("subscribe", TOPIC)
-          .option("kafka.default.api.timeout.ms", "20000").load())  # fmt: skip
+    df = (
+        spark.read.format("kafkalog")
+        .option("kafka.bootstrap.servers", cluster.bootstrap)
+        .option("subscribe", TOPIC)
+        .option("kafka.default.api.timeout.ms", "20000")
+        .load()
+    )
     expected = F.repeat(F.format_string("p%d-%06d", "partition", "offset"), repeat)
-    job = (df.withColumn("gate", F.udf(gate, "int", useArrow=False)("partition", "offset"))
-           .groupBy("partition")
-           .agg(F.count("*").alias("n"), F.count_distinct("offset").alias("distinct"),
-                F.min("offset").alias("lo"), F.max("offset").alias("hi"),
-                F.sum((F.col("value").cast("string") != expected).cast("int")
-                      + F.col("gate")).alias("wrong")))  # fmt: skip
+    job = (
+        df.withColumn("gate", F.udf(gate, "int", useArrow=False)("partition", "offset"))
+        .groupBy("partition")
+        .agg(
+            F.count("*").alias("n"),
+            F.count_distinct("offset").alias("distinct"),
+            F.min("offset").alias("lo"),
+            F.max("offset").alias("hi"),
+            F.sum((F.col("value").cast("string") != expected).cast("int") + F.col("gate")).alias(
+                "wrong"
+            ),
+        )
+    )
     result: list = []
     with ThreadPoolExecutor(1) as pool:
         running = pool.submit(lambda: result.extend(job.orderBy("partition").collect()))

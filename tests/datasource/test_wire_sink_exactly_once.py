@@ -121,10 +121,19 @@ def retried(tmp_path_factory) -> Iterator[dict[str, Served]]:
     with sink_cluster(base / "txn") as txn, sink_cluster(base / "plain") as plain:
         targets = [f"{txn.bootstrap}={PREFIX}", plain.bootstrap]
         done = subprocess.run(
-            [sys.executable, "-m", "tests.datasource._retry_child", str(RETRY_ROWS),
-             str(RETRY_FAIL_AT), *targets],
-            cwd=REPO, capture_output=True, text=True, timeout=360,
-        )  # fmt: skip
+            [
+                sys.executable,
+                "-m",
+                "tests.datasource._retry_child",
+                str(RETRY_ROWS),
+                str(RETRY_FAIL_AT),
+                *targets,
+            ],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=360,
+        )
         assert done.returncode == 0, done.stderr[-3000:]
         assert done.stdout.split() == ["done", txn.bootstrap, "done", plain.bootstrap]
         yield {"txn": txn, "plain": plain}
@@ -200,11 +209,16 @@ def test_a_micro_batch_whose_commit_failed_half_way_is_completed_by_its_rerun(
     # loop commits task 0's transaction, then fails on task 1's: as a driver killed in the
     # middle of the loop, one transaction of the batch committed and one not.
     q = (
-        slow_first_partition(spark, 5.0).writeStream.format("kafkalog")
-        .option("kafka.bootstrap.servers", cluster.bootstrap).option("topic", TOPIC)
-        .option("checkpointLocation", str(ckpt)).options(**options)
-        .option("kafka.transaction.timeout.ms", "2000").trigger(availableNow=True).start()
-    )  # fmt: skip
+        slow_first_partition(spark, 5.0)
+        .writeStream.format("kafkalog")
+        .option("kafka.bootstrap.servers", cluster.bootstrap)
+        .option("topic", TOPIC)
+        .option("checkpointLocation", str(ckpt))
+        .options(**options)
+        .option("kafka.transaction.timeout.ms", "2000")
+        .trigger(availableNow=True)
+        .start()
+    )
     with pytest.raises(PySparkException, match="failed after 1 of 2 were committed"):
         q.awaitTermination(120)
     partial = values(cluster, "read_committed")
@@ -226,10 +240,12 @@ def test_a_micro_batch_whose_commit_failed_half_way_is_completed_by_its_rerun(
     [
         ({"transactionalIdPrefix": " "}, "transactionalIdPrefix=' ' must be a non-blank string"),
         ({"transactionalIdPrefix": "x" * 201}, "of at most 200 characters"),
-        ({"transactionalIdPrefix": "p", "kafka.transaction.timeout.ms": "0"},
-         "kafka.transaction.timeout.ms='0' must be a positive integer"),
+        (
+            {"transactionalIdPrefix": "p", "kafka.transaction.timeout.ms": "0"},
+            "kafka.transaction.timeout.ms='0' must be a positive integer",
+        ),
     ],
-)  # fmt: skip
+)
 def test_bad_options_are_refused_naming_them(spark, cluster, options, message) -> None:
     with pytest.raises(PySparkException, match=message):
         write(spark.createDataFrame([], "value string"), cluster.bootstrap, topic=TOPIC, **options)
@@ -240,12 +256,18 @@ def test_the_option_is_refused_for_a_log_dir_and_needs_a_topic_in_a_stream(
 ) -> None:
     df = spark.createDataFrame([("a",)], "value string")
     with pytest.raises(PySparkException, match="is for writes over the Kafka protocol"):
-        df.write.format("kafkalog").mode("append").option("topic", TOPIC) \
-            .option("transactionalIdPrefix", PREFIX).save(str(cluster.log_dir))  # fmt: skip
+        df.write.format("kafkalog").mode("append").option("topic", TOPIC).option(
+            "transactionalIdPrefix", PREFIX
+        ).save(str(cluster.log_dir))
     stream = rate_stream(spark).selectExpr("'sink' AS topic", "value")
-    q = stream.writeStream.format("kafkalog").option("kafka.bootstrap.servers", cluster.bootstrap) \
-        .option("transactionalIdPrefix", PREFIX).trigger(availableNow=True) \
-        .option("checkpointLocation", str(tmp_path / "ck")).start()  # fmt: skip
+    q = (
+        stream.writeStream.format("kafkalog")
+        .option("kafka.bootstrap.servers", cluster.bootstrap)
+        .option("transactionalIdPrefix", PREFIX)
+        .trigger(availableNow=True)
+        .option("checkpointLocation", str(tmp_path / "ck"))
+        .start()
+    )
     try:
         with pytest.raises(PySparkException, match="needs the option topic in a streaming write"):
             q.awaitTermination(120)

@@ -51,10 +51,17 @@ def source_log_dir(path: Path) -> Counter:
     with Broker(path, create=True) as b:
         b.create_topic("src", SRC_PARTITIONS)
         for p in range(SRC_PARTITIONS):
-            b.produce("src", p, [ProducerRecord(b"%d-%d" % (p, i), key=b"%d" % i)
-                                 for i in range(ROWS_PER_PARTITION)])  # fmt: skip
-    return Counter(b"%d-%d" % (p, i) for p in range(SRC_PARTITIONS)
-                   for i in range(ROWS_PER_PARTITION))  # fmt: skip
+            b.produce(
+                "src",
+                p,
+                [
+                    ProducerRecord(b"%d-%d" % (p, i), key=b"%d" % i)
+                    for i in range(ROWS_PER_PARTITION)
+                ],
+            )
+    return Counter(
+        b"%d-%d" % (p, i) for p in range(SRC_PARTITIONS) for i in range(ROWS_PER_PARTITION)
+    )
 
 
 def log_ids(ckpt: Path, kind: str) -> list[int]:
@@ -111,9 +118,20 @@ def run_killed_query(tmp_path: Path, *, txn_prefix: str | None) -> tuple[ServePr
         with KafkaClient(server.bootstrap) as client:
             client.create_topic("sink", SINK_PARTITIONS, 1, {})
         ckpt = tmp_path / "ckpt"
-        args = ["-", str(ckpt), "--source", "kafkalog", "--source-dir", str(tmp_path / "src"),
-                "--max-offsets", str(BATCH_OFFSETS), "--bootstrap", server.bootstrap,
-                "--arrow-rows", "100"]  # fmt: skip
+        args = [
+            "-",
+            str(ckpt),
+            "--source",
+            "kafkalog",
+            "--source-dir",
+            str(tmp_path / "src"),
+            "--max-offsets",
+            str(BATCH_OFFSETS),
+            "--bootstrap",
+            server.bootstrap,
+            "--arrow-rows",
+            "100",
+        ]
         if txn_prefix is not None:
             args += ["--txn-prefix", txn_prefix]
         with (

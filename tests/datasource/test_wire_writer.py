@@ -36,8 +36,9 @@ def cluster(tmp_path: Path):
 
 
 def write(df, bootstrap: str, **options: str) -> None:
-    df.write.format("kafkalog").mode("append").option("kafka.bootstrap.servers", bootstrap) \
-        .options(**options).save()  # fmt: skip
+    df.write.format("kafkalog").mode("append").option("kafka.bootstrap.servers", bootstrap).options(
+        **options
+    ).save()
 
 
 def file_records(log_dir: Path, topic: str = TOPIC, partitions: int = PARTITIONS) -> list:
@@ -77,9 +78,12 @@ def test_a_batch_write_reads_back_exactly(spark, cluster) -> None:
         assert offsets == list(range(len(offsets)))
     # read back over the wire by the kafkalog reader: same rows, CreateTime of the write
     got = spark_rows(
-        spark.read.format("kafkalog").option("kafka.bootstrap.servers", cluster.bootstrap)
-        .option("subscribe", TOPIC).option("includeHeaders", "true").load()
-    )  # fmt: skip
+        spark.read.format("kafkalog")
+        .option("kafka.bootstrap.servers", cluster.bootstrap)
+        .option("subscribe", TOPIC)
+        .option("includeHeaders", "true")
+        .load()
+    )
     assert Counter((r.partition, r.key, r.value, r.headers) for r in got) == expected
     assert {(r.partition, r.offset) for r in got} == {(p, o) for p, o, *_ in on_disk}
     assert all(r.timestamp_type == 0 and before * 1000 <= r.timestamp <= after * 1000 for r in got)
@@ -126,11 +130,14 @@ def test_the_topic_column_and_a_bad_topic(spark, cluster) -> None:
         ("value string, partition bigint", {"topic": TOPIC}, "column 'partition' has type bigint"),
         ("value string", {"topic": "nope"}, "topic 'nope' does not exist in Kafka cluster"),
         ("value string", {"topic": TOPIC, "kafka.acks": "1"}, "kafka.acks='1' is not supported"),
-        ("value string", {"topic": TOPIC, "kafka.key.serializer": "x"},
-         "Kafka option 'key.serializer' is not supported"),
+        (
+            "value string",
+            {"topic": TOPIC, "kafka.key.serializer": "x"},
+            "Kafka option 'key.serializer' is not supported",
+        ),
         ("value string", {"topic": TOPIC, "path": "/tmp/x"}, "are both given: pick one"),
     ],
-)  # fmt: skip
+)
 def test_bad_columns_and_options_are_refused_naming_them(
     spark, cluster, ddl: str, options: dict, message: str
 ) -> None:
@@ -141,10 +148,14 @@ def test_bad_columns_and_options_are_refused_naming_them(
 
 def run_stream(df, bootstrap: str, ckpt: Path, **options: str):
     q = (
-        df.writeStream.format("kafkalog").option("kafka.bootstrap.servers", bootstrap)
-        .option("topic", TOPIC).option("checkpointLocation", str(ckpt)).options(**options)
-        .trigger(availableNow=True).start()
-    )  # fmt: skip
+        df.writeStream.format("kafkalog")
+        .option("kafka.bootstrap.servers", bootstrap)
+        .option("topic", TOPIC)
+        .option("checkpointLocation", str(ckpt))
+        .options(**options)
+        .trigger(availableNow=True)
+        .start()
+    )
     q.awaitTermination(120)
     assert q.exception() is None, q.exception()
     return q

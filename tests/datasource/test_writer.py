@@ -132,8 +132,9 @@ def test_binary_columns_read_back_exactly_and_keys_placed_as_kafka_places_them(
 
 
 def test_string_columns_are_written_as_utf8(spark, log_dir: Path) -> None:
-    df = spark.createDataFrame([("clé-1", "héllo wörld ✓"), (None, ""), ("k", None)],
-                               "key string, value string").coalesce(1)  # fmt: skip
+    df = spark.createDataFrame(
+        [("clé-1", "héllo wörld ✓"), (None, ""), ("k", None)], "key string, value string"
+    ).coalesce(1)
     write(df, log_dir, topic="other")
     got = [r for rs in records(log_dir, "other", 2).values() for r in rs]
     assert Counter((r.key, r.value) for r in got) == Counter(
@@ -144,8 +145,13 @@ def test_string_columns_are_written_as_utf8(spark, log_dir: Path) -> None:
 
 
 def test_the_partition_column_places_rows_and_null_falls_back(spark, log_dir: Path) -> None:
-    rows = [(b"a", b"to-3", 3), (b"a", b"to-0", 0), (b"key-x", b"by-key", None),
-            (None, b"x0", None), (None, b"x1", None)]  # fmt: skip
+    rows = [
+        (b"a", b"to-3", 3),
+        (b"a", b"to-0", 0),
+        (b"key-x", b"by-key", None),
+        (None, b"x0", None),
+        (None, b"x1", None),
+    ]
     df = spark.createDataFrame(rows, "key binary, value binary, partition int").coalesce(1)
     write(df, log_dir, topic="events")
     got = records(log_dir, "events", 4)
@@ -181,25 +187,34 @@ def test_a_failed_task_leaves_nothing_visible(spark, log_dir: Path) -> None:
 
     boom = udf(fail_on_row_350, BinaryType())
     hws = checkpoint(log_dir, HW)
-    before = {p: (log_dir / f"events-{p}" / "00000000000000000000.log").read_bytes()
-              for p in range(4)}  # fmt: skip
-    df = (spark.range(400, numPartitions=2)
-          .selectExpr("CAST(CONCAT('k-', id) AS BINARY) AS key",
-                      "CAST(CONCAT('v-', id) AS BINARY) AS value")
-          .select("key", boom("value").alias("value")))  # fmt: skip
+    before = {
+        p: (log_dir / f"events-{p}" / "00000000000000000000.log").read_bytes() for p in range(4)
+    }
+    df = (
+        spark.range(400, numPartitions=2)
+        .selectExpr(
+            "CAST(CONCAT('k-', id) AS BINARY) AS key", "CAST(CONCAT('v-', id) AS BINARY) AS value"
+        )
+        .select("key", boom("value").alias("value"))
+    )
     with sql_conf(spark, "spark.sql.execution.arrow.maxRecordsPerBatch", "50"):
         with pytest.raises(PySparkException, match="boom on row 350"):
             write(df, log_dir, topic="events")
     assert checkpoint(log_dir, HW) == hws
-    after = {p: (log_dir / f"events-{p}" / "00000000000000000000.log").read_bytes()
-             for p in range(4)}  # fmt: skip
+    after = {
+        p: (log_dir / f"events-{p}" / "00000000000000000000.log").read_bytes() for p in range(4)
+    }
     assert after == before  # nothing appended, not even beyond the HW
     # Spark's abort deleted the job's staging dir (a task Spark was still killing may leave a
     # file behind: nothing ever commits it); the next job writes only its own rows
     assert not list((log_dir / staging_area.STAGING_DIR).glob(f"*/{staging_area.JOURNAL}"))
     write(spark.createDataFrame([(b"next",)], "value binary"), log_dir, topic="events")
-    assert [r.value for rs in records(log_dir, "events", 4).values() for r in rs
-            if r.value != b"before-0" and r.value != b"before-1"] == [b"next"]  # fmt: skip
+    assert [
+        r.value
+        for rs in records(log_dir, "events", 4).values()
+        for r in rs
+        if r.value != b"before-0" and r.value != b"before-1"
+    ] == [b"next"]
 
 
 # -- refused writes -------------------------------------------------------------------------------
@@ -210,10 +225,13 @@ def test_a_failed_task_leaves_nothing_visible(spark, log_dir: Path) -> None:
     [
         ("key binary", {"topic": "events"}, "needs a column 'value'"),
         ("value binary, key int", {"topic": "events"}, "column 'key' has type int"),
-        ("value binary", {"topic": "events", "kafka.bootstrap.servers": "h:9092"},
-         "and kafka.bootstrap.servers='h:9092' are both given: pick one"),
+        (
+            "value binary",
+            {"topic": "events", "kafka.bootstrap.servers": "h:9092"},
+            "and kafka.bootstrap.servers='h:9092' are both given: pick one",
+        ),
     ],
-)  # fmt: skip
+)
 def test_bad_columns_and_options_are_refused_naming_them(
     spark, log_dir: Path, ddl: str, options: dict, message: str
 ) -> None:
@@ -237,7 +255,8 @@ def test_producer_settings_are_taken_as_spark_s_kafka_sink_takes_them(
             KafkaWriteOptions.parse({"path": "/x", "kafka.acks": "0", "kafka.batch.size": "1"})
     assert [r.getMessage() for r in caplog.records] == [
         "option kafka.batch.size='1' has no effect on a write into a log dir: the records go "
-        "straight into the log's segments, not through a Kafka producer"]  # fmt: skip
+        "straight into the log's segments, not through a Kafka producer"
+    ]
 
 
 def test_overwrite_and_the_default_mode_are_refused(spark, log_dir: Path) -> None:
@@ -264,9 +283,12 @@ class BrokerProcess:
 
     def __init__(self, log_dir: Path) -> None:
         self.proc = subprocess.Popen(
-            [sys.executable, "-c", BROKER_CHILD, str(log_dir)], cwd=REPO, text=True,
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-        )  # fmt: skip
+            [sys.executable, "-c", BROKER_CHILD, str(log_dir)],
+            cwd=REPO,
+            text=True,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+        )
         assert self.proc.stdout.readline().strip() == "open"
 
     def stop(self) -> None:
@@ -332,32 +354,52 @@ def test_the_writer_refuses_before_any_task_runs() -> None:
         ("value int", {"topic": "events"}, "column 'value' has type int"),
         ("value binary, key int", {"topic": "events"}, "column 'key' has type int"),
         ("value binary, partition bigint", {"topic": "events"}, "column 'partition' has type bi"),
-        ("value binary, headers map<string,binary>", {"topic": "events"},
-         "column 'headers' has type map<string,binary>"),
-        ("value binary, headers array<struct<key:string,value:string>>", {"topic": "events"},
-         "column 'headers' has type array<struct<key:string,value:string>>: the kafkalog sink "
-         "takes array<struct<key:string,value:binary>>"),
+        (
+            "value binary, headers map<string,binary>",
+            {"topic": "events"},
+            "column 'headers' has type map<string,binary>",
+        ),
+        (
+            "value binary, headers array<struct<key:string,value:string>>",
+            {"topic": "events"},
+            "column 'headers' has type array<struct<key:string,value:string>>: the kafkalog sink "
+            "takes array<struct<key:string,value:binary>>",
+        ),
         ("value binary, topic binary", {}, "column 'topic' has type binary"),
         ("value binary", {}, "the option topic is not set"),
         ("value binary", {"topic": "nope"}, "topic 'nope' does not exist in log dir"),
-        ("value binary", {"topic": "events", "kafka.bootstrap.servers": "h:9092"},
-         "and kafka.bootstrap.servers='h:9092' are both given: pick one"),
-        ("value binary", {"topic": "events", "includeHeaders": "true"},
-         "unknown option includeHeaders='true'"),
+        (
+            "value binary",
+            {"topic": "events", "kafka.bootstrap.servers": "h:9092"},
+            "and kafka.bootstrap.servers='h:9092' are both given: pick one",
+        ),
+        (
+            "value binary",
+            {"topic": "events", "includeHeaders": "true"},
+            "unknown option includeHeaders='true'",
+        ),
         ("value binary", {"topic": "events", "TOPIC": "other"}, "option TOPIC is given twice"),
-        ("value binary", {"topic": "events", "kafka.acks": "2"},
-         "option kafka.acks='2' is not one of Kafka's acks values: all, -1, 0, 1"),
-        ("value binary", {"topic": "events", "kafka.value.serializer": "x"},
-         "Kafka option 'value.serializer' is not supported as value are serialized with "
-         "ByteArraySerializer."),
+        (
+            "value binary",
+            {"topic": "events", "kafka.acks": "2"},
+            "option kafka.acks='2' is not one of Kafka's acks values: all, -1, 0, 1",
+        ),
+        (
+            "value binary",
+            {"topic": "events", "kafka.value.serializer": "x"},
+            "Kafka option 'value.serializer' is not supported as value are serialized with "
+            "ByteArraySerializer.",
+        ),
     ],
-)  # fmt: skip
+)
 def test_every_bad_column_and_option(
     spark, log_dir: Path, ddl: str, options: dict, message
 ) -> None:
     schema = StructType.fromDDL(ddl)
-    with pytest.raises((InvalidWriteError, InvalidOptionError, UnknownTopicOrPartitionError),
-                       match=re.escape(message)):  # fmt: skip
+    with pytest.raises(
+        (InvalidWriteError, InvalidOptionError, UnknownTopicOrPartitionError),
+        match=re.escape(message),
+    ):
         KafkaLogWriter.create({"path": str(log_dir), **options}, schema, False)
 
 
@@ -387,9 +429,14 @@ def test_other_columns_are_ignored_as_sparks_kafka_sink_ignores_them(spark, log_
 def _write_rows(log_dir: Path, options: dict, rows: dict) -> None:
     """Create a writer, write one Arrow batch of ``rows`` (column -> array) and commit."""
     batch = pa.record_batch(list(rows.values()), list(rows))
-    schema = StructType.fromDDL(", ".join(
-        f"{name} {'string' if pa.types.is_string(a.type) else 'binary'}"
-        if name != "partition" else "partition int" for name, a in rows.items()))  # fmt: skip
+    schema = StructType.fromDDL(
+        ", ".join(
+            f"{name} {'string' if pa.types.is_string(a.type) else 'binary'}"
+            if name != "partition"
+            else "partition int"
+            for name, a in rows.items()
+        )
+    )
     writer = KafkaLogWriter.create({"path": str(log_dir), **options}, schema, False)
     try:
         writer.commit([writer.write(iter([batch]))])
@@ -401,19 +448,39 @@ def _write_rows(log_dir: Path, options: dict, rows: dict) -> None:
 @pytest.mark.parametrize(
     "options, rows, error, message",
     [
-        ({}, {"topic": pa.array(["events", "nope"]), "value": pa.array([b"1", b"2"])},
-         UnknownTopicOrPartitionError, "topic 'nope' does not exist in log dir"),
-        ({}, {"topic": pa.array(["events", None]), "value": pa.array([b"1", b"2"])},
-         InvalidWriteError, "a row has a null topic"),
-        ({"topic": "other"}, {"value": pa.array([b"1"]), "partition": pa.array([-1], pa.int32())},
-         UnknownTopicOrPartitionError, "row with partition -1 for topic 'other': the topic has 2"),
-        ({"topic": "compacted"}, {"key": pa.array([b"k", None]), "value": pa.array([b"1", b"2"])},
-         InvalidRecordError, "compacted topic 'compacted' does not accept records without a key"),
-        ({"topic": "small"}, {"value": pa.array([b"x" * 600])},
-         RecordTooLargeError, "topic 'small' partition 0: a record makes a batch of 670 bytes, "
-         "above the topic's max.message.bytes 500"),
+        (
+            {},
+            {"topic": pa.array(["events", "nope"]), "value": pa.array([b"1", b"2"])},
+            UnknownTopicOrPartitionError,
+            "topic 'nope' does not exist in log dir",
+        ),
+        (
+            {},
+            {"topic": pa.array(["events", None]), "value": pa.array([b"1", b"2"])},
+            InvalidWriteError,
+            "a row has a null topic",
+        ),
+        (
+            {"topic": "other"},
+            {"value": pa.array([b"1"]), "partition": pa.array([-1], pa.int32())},
+            UnknownTopicOrPartitionError,
+            "row with partition -1 for topic 'other': the topic has 2",
+        ),
+        (
+            {"topic": "compacted"},
+            {"key": pa.array([b"k", None]), "value": pa.array([b"1", b"2"])},
+            InvalidRecordError,
+            "compacted topic 'compacted' does not accept records without a key",
+        ),
+        (
+            {"topic": "small"},
+            {"value": pa.array([b"x" * 600])},
+            RecordTooLargeError,
+            "topic 'small' partition 0: a record makes a batch of 670 bytes, "
+            "above the topic's max.message.bytes 500",
+        ),
     ],
-)  # fmt: skip
+)
 def test_rows_that_cannot_be_written(spark, log_dir: Path, options, rows, error, message) -> None:
     hws = checkpoint(log_dir, HW)
     with pytest.raises(error, match=re.escape(message)):

@@ -73,8 +73,11 @@ def _staged(log_dir: Path) -> list[str]:
     root = log_dir / staging_area.STAGING_DIR
     if not root.exists():
         return []
-    return sorted(str(p.relative_to(root)) for p in root.rglob("*")
-                  if not p.name.endswith(staging_area.ABORTED_SUFFIX))  # fmt: skip
+    return sorted(
+        str(p.relative_to(root))
+        for p in root.rglob("*")
+        if not p.name.endswith(staging_area.ABORTED_SUFFIX)
+    )
 
 
 def _read_back(log_dir: Path) -> Counter:

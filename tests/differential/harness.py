@@ -49,24 +49,39 @@ Login = tuple[str, str]  # a SCRAM user and password
 
 # Fields whose values must differ between two brokers: replaced by "<masked>" when not null,
 # not empty and not -1 (the "none" of ids and times, which must agree).
-MASKED = frozenset({
-    "cluster_id", "topic_id", "host", "port", "throttle_time", "error_message",
-    "auth_bytes",  # a SCRAM exchange's salt and nonces
-})  # fmt: skip
+MASKED = frozenset(
+    {
+        "cluster_id",
+        "topic_id",
+        "host",
+        "port",
+        "throttle_time",
+        "error_message",
+        "auth_bytes",  # a SCRAM exchange's salt and nonces
+    }
+)
 
 # Times a broker takes from its clock: masked when within a day of now (the fixed timestamps
 # the scenarios write stay compared: a duplicate's log append time is its batch's).
-CLOCK = frozenset({
-    "log_append_time", "timestamp", "current_state_timestamp", "transaction_start_time",
-})  # fmt: skip
+CLOCK = frozenset(
+    {
+        "log_append_time",
+        "timestamp",
+        "current_state_timestamp",
+        "transaction_start_time",
+    }
+)
 _DAY_MS = 86_400_000
 
 # Fields whose values only have to agree within one sequence: replaced by "<kind#n>" where n
 # counts the distinct values seen (per kind) in the order they appeared.
 MAPPED = {
-    "member_id": "member", "leader": "member", "producer_id": "producer",
-    "session_id": "session", "memberid": "member",
-}  # fmt: skip
+    "member_id": "member",
+    "leader": "member",
+    "producer_id": "producer",
+    "session_id": "session",
+    "memberid": "member",
+}
 
 
 # Fields where 0 means "none" (no throttle, no fetch session), kept as it is.
@@ -156,16 +171,31 @@ def plain_batches(data: bytes) -> dict[str, Any]:
         whole += batch.size_in_bytes
         head = {
             name: getattr(batch, name)
-            for name in ("base_offset", "partition_leader_epoch", "magic", "attributes",
-                         "last_offset_delta", "base_timestamp", "max_timestamp_raw",
-                         "producer_id", "producer_epoch", "base_sequence", "records_count")
-        }  # fmt: skip
+            for name in (
+                "base_offset",
+                "partition_leader_epoch",
+                "magic",
+                "attributes",
+                "last_offset_delta",
+                "base_timestamp",
+                "max_timestamp_raw",
+                "producer_id",
+                "producer_epoch",
+                "base_sequence",
+                "records_count",
+            )
+        }
         head["crc_valid"] = batch.is_valid()
         head["records"] = [
-            {"offset": r.offset, "timestamp": r.timestamp, "key": r.key, "value": r.value,
-             "headers": [list(h) for h in r.headers]}
+            {
+                "offset": r.offset,
+                "timestamp": r.timestamp,
+                "key": r.key,
+                "value": r.value,
+                "headers": [list(h) for h in r.headers],
+            }
             for r in batch.records()
-        ]  # fmt: skip
+        ]
         batches.append(head)
     return {"batches": batches, "partial_tail_bytes": len(data) - whole}
 
@@ -184,8 +214,9 @@ class Connection:
         self._correlation = 0
         if login is not None:
             user, password = login
-            security = ClientSecurity("SASL_PLAINTEXT", mechanism="SCRAM-SHA-256",
-                                      username=user, password=password)  # fmt: skip
+            security = ClientSecurity(
+                "SASL_PLAINTEXT", mechanism="SCRAM-SHA-256", username=user, password=password
+            )
             try:
                 authenticate(self._raw_call, security, bootstrap)
             except BaseException:

@@ -111,21 +111,38 @@ class Run:
         timestamps of 2023 (:data:`BASE_TIMESTAMP`), which a retention check falling inside a
         scenario (every 5 minutes in Kafka) would delete, active segment included."""
         configs = {"retention.ms": "-1", **(configs or {})}
-        answer = self.quiet(CREATE_TOPICS_KEY, 7, {"topics": [{
-            "name": topic, "num_partitions": partitions, "replication_factor": 1,
-            "assignments": [], "configs": [
-                {"name": k, "value": v} for k, v in configs.items()
-            ]}], "timeout": 30_000})  # fmt: skip
+        answer = self.quiet(
+            CREATE_TOPICS_KEY,
+            7,
+            {
+                "topics": [
+                    {
+                        "name": topic,
+                        "num_partitions": partitions,
+                        "replication_factor": 1,
+                        "assignments": [],
+                        "configs": [{"name": k, "value": v} for k, v in configs.items()],
+                    }
+                ],
+                "timeout": 30_000,
+            },
+        )
         error = answer["topics"][0]["error_code"]
         assert error == "none", f"creating {topic} on {self.bootstrap}: {error}"
         self.wait_ready(topic, partitions)
 
     def topic_id(self, topic: str) -> str:
         """The topic's id, as Metadata names it (not compared)."""
-        answer = self.quiet(METADATA_KEY, 12, {
-            "topics": [{"name": topic, "topic_id": None}], "allow_auto_topic_creation": False,
-            "include_cluster_authorized_operations": False,
-            "include_topic_authorized_operations": False})  # fmt: skip
+        answer = self.quiet(
+            METADATA_KEY,
+            12,
+            {
+                "topics": [{"name": topic, "topic_id": None}],
+                "allow_auto_topic_creation": False,
+                "include_cluster_authorized_operations": False,
+                "include_topic_authorized_operations": False,
+            },
+        )
         return answer["topics"][0]["topic_id"]
 
     def wait_ready(self, topic: str, partitions: int) -> None:
@@ -133,15 +150,22 @@ class Run:
         last: list[Any] = []
 
         def ready() -> bool | None:
-            answer = self.quiet(METADATA_KEY, 12, {
-                "topics": [{"name": topic, "topic_id": None}], "allow_auto_topic_creation": False,
-                "include_cluster_authorized_operations": False,
-                "include_topic_authorized_operations": False})  # fmt: skip
+            answer = self.quiet(
+                METADATA_KEY,
+                12,
+                {
+                    "topics": [{"name": topic, "topic_id": None}],
+                    "allow_auto_topic_creation": False,
+                    "include_cluster_authorized_operations": False,
+                    "include_topic_authorized_operations": False,
+                },
+            )
             found = answer["topics"][0]
             last[:] = [found]
             led = [p for p in found["partitions"] if p["leader_id"] >= 0]
-            return (found["error_code"] == "none" and len(led) == partitions
-                    and self._led(topic)) or None  # fmt: skip
+            return (
+                found["error_code"] == "none" and len(led) == partitions and self._led(topic)
+            ) or None
 
         self.poll(lambda: f"{topic} not ready: {last}", ready)
 
@@ -151,8 +175,9 @@ class Run:
         self._more.append(Connection(self.bootstrap, login=login))
         return self._more[-1]
 
-    def call_on(self, label: str, conn: Connection, api_key: int, version: int,
-                values: dict[str, Any]) -> Any:  # fmt: skip
+    def call_on(
+        self, label: str, conn: Connection, api_key: int, version: int, values: dict[str, Any]
+    ) -> Any:
         """One compared request on another connection (:meth:`connect`)."""
         return self.receive(label, conn, conn.send(api_key, version, values))
 
@@ -165,17 +190,40 @@ class Run:
     def _led(self, topic: str) -> bool:
         """Whether every partition answers ListOffsets (Kafka's Metadata names a leader before
         the broker leads the partition: NOT_LEADER_OR_FOLLOWER meanwhile)."""
-        answer = self.quiet(LIST_OFFSETS_KEY, 9, {
-            "replica_id": -1, "isolation_level": 0, "topics": [{"name": topic, "partitions": [
-                {"partition_index": p["partition_index"], "current_leader_epoch": -1,
-                 "timestamp": -1} for p in self._partitions(topic)]}]})  # fmt: skip
+        answer = self.quiet(
+            LIST_OFFSETS_KEY,
+            9,
+            {
+                "replica_id": -1,
+                "isolation_level": 0,
+                "topics": [
+                    {
+                        "name": topic,
+                        "partitions": [
+                            {
+                                "partition_index": p["partition_index"],
+                                "current_leader_epoch": -1,
+                                "timestamp": -1,
+                            }
+                            for p in self._partitions(topic)
+                        ],
+                    }
+                ],
+            },
+        )
         return all(p["error_code"] == "none" for p in answer["topics"][0]["partitions"])
 
     def _partitions(self, topic: str) -> list[dict[str, Any]]:
-        answer = self.quiet(METADATA_KEY, 12, {
-            "topics": [{"name": topic, "topic_id": None}], "allow_auto_topic_creation": False,
-            "include_cluster_authorized_operations": False,
-            "include_topic_authorized_operations": False})  # fmt: skip
+        answer = self.quiet(
+            METADATA_KEY,
+            12,
+            {
+                "topics": [{"name": topic, "topic_id": None}],
+                "allow_auto_topic_creation": False,
+                "include_cluster_authorized_operations": False,
+                "include_topic_authorized_operations": False,
+            },
+        )
         return answer["topics"][0]["partitions"]
 
     def close(self) -> None:
@@ -231,7 +279,7 @@ def compare(
     found = [
         StepDifference(
             a.label, a.api_key, a.version, dataclasses.replace(d, path=d.path.replace(token, "*"))
-        )  # fmt: skip
+        )
         for a, b in zip(theirs, ours, strict=True)
         for d in diff(a.answer, b.answer)
     ]
@@ -254,9 +302,13 @@ def batch(
     """One v2 batch of ``values`` (keys ``k<i>``, a header on the first record), timestamps
     ``timestamp + i``."""
     builder = MemoryRecordsBuilder(
-        0, compression, producer_id=producer_id, producer_epoch=producer_epoch,
-        base_sequence=base_sequence, is_transactional=transactional,
-    )  # fmt: skip
+        0,
+        compression,
+        producer_id=producer_id,
+        producer_epoch=producer_epoch,
+        base_sequence=base_sequence,
+        is_transactional=transactional,
+    )
     for i, value in enumerate(values):
         headers = (("h", b"v"),) if i == 0 else ()
         builder.append_record(Record(i, timestamp + i, f"k{i}".encode(), value, headers))

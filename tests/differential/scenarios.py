@@ -23,18 +23,27 @@ API_VERSIONS, CREATE_TOPICS, DELETE_RECORDS, DESCRIBE_CONFIGS = 18, 19, 21, 32
 
 # The versions both servers serve (Kafka 3.9's ranges cut to kafkalog's).
 VERSIONS = {
-    API_VERSIONS: range(0, 5), METADATA: range(0, 13), CREATE_TOPICS: range(2, 8),
-    PRODUCE: range(3, 12), FETCH: range(4, 18), LIST_OFFSETS: range(1, 10),
-    DESCRIBE_CONFIGS: range(1, 5), DELETE_RECORDS: range(0, 3),
-}  # fmt: skip
+    API_VERSIONS: range(0, 5),
+    METADATA: range(0, 13),
+    CREATE_TOPICS: range(2, 8),
+    PRODUCE: range(3, 12),
+    FETCH: range(4, 18),
+    LIST_OFFSETS: range(1, 10),
+    DESCRIBE_CONFIGS: range(1, 5),
+    DELETE_RECORDS: range(0, 3),
+}
 
 
 def api_versions(run: Run) -> None:
     """ApiVersions at every version; the key/version table is compared by API name."""
     for v in VERSIONS[API_VERSIONS]:
-        run.call(f"v{v}", API_VERSIONS, v, {
-            "client_software_name": "diff", "client_software_version": "1"},
-            view=_api_table)  # fmt: skip
+        run.call(
+            f"v{v}",
+            API_VERSIONS,
+            v,
+            {"client_software_name": "diff", "client_software_version": "1"},
+            view=_api_table,
+        )
 
 
 def _api_table(answer: dict[str, Any]) -> dict[str, Any]:
@@ -61,31 +70,64 @@ def metadata(run: Run) -> None:
 
 
 def _metadata_request(names: list[str], auto: bool) -> dict[str, Any]:
-    return {"topics": [{"name": n, "topic_id": None} for n in names],
-            "allow_auto_topic_creation": auto,
-            "include_cluster_authorized_operations": False,
-            "include_topic_authorized_operations": False}  # fmt: skip
+    return {
+        "topics": [{"name": n, "topic_id": None} for n in names],
+        "allow_auto_topic_creation": auto,
+        "include_cluster_authorized_operations": False,
+        "include_topic_authorized_operations": False,
+    }
 
 
 def create_topics(run: Run) -> None:
     """CreateTopics with configs and manual assignments, and its errors, at every version."""
     for v in VERSIONS[CREATE_TOPICS]:
         good = run.topic(f"ct-{v}")
-        run.call(f"v{v} configs", CREATE_TOPICS, v, {"topics": [
-            _creatable(good, 3, 1, configs={"cleanup.policy": "compact", "retention.ms": "1000"}),
-            _creatable(run.topic(f"ct-assigned-{v}"), -1, -1, assignments=[[1], [1]]),
-        ], "timeout": 30_000, "validate_only": False})  # fmt: skip
-        run.call(f"v{v} errors", CREATE_TOPICS, v, {"topics": [
-            _creatable(good, 1, 1),
-            _creatable(run.topic(f"ct-zero-{v}"), 0, 1),
-            _creatable(run.topic(f"ct-rf-{v}"), 1, 3),
-            _creatable(run.topic(f"ct-badcfg-{v}"), 1, 1, configs={"cleanup.policy": "nope"}),
-            _creatable(run.topic(f"ct-unknowncfg-{v}"), 1, 1, configs={"no.such.config": "1"}),
-            _creatable(run.topic(f"ct-badnode-{v}"), -1, -1, assignments=[[7]]),
-        ], "timeout": 30_000, "validate_only": False})  # fmt: skip
-        run.call(f"v{v} validate_only", CREATE_TOPICS, v, {"topics": [
-            _creatable(run.topic(f"ct-validate-{v}"), 2, 1)], "timeout": 30_000,
-            "validate_only": True})  # fmt: skip
+        run.call(
+            f"v{v} configs",
+            CREATE_TOPICS,
+            v,
+            {
+                "topics": [
+                    _creatable(
+                        good, 3, 1, configs={"cleanup.policy": "compact", "retention.ms": "1000"}
+                    ),
+                    _creatable(run.topic(f"ct-assigned-{v}"), -1, -1, assignments=[[1], [1]]),
+                ],
+                "timeout": 30_000,
+                "validate_only": False,
+            },
+        )
+        run.call(
+            f"v{v} errors",
+            CREATE_TOPICS,
+            v,
+            {
+                "topics": [
+                    _creatable(good, 1, 1),
+                    _creatable(run.topic(f"ct-zero-{v}"), 0, 1),
+                    _creatable(run.topic(f"ct-rf-{v}"), 1, 3),
+                    _creatable(
+                        run.topic(f"ct-badcfg-{v}"), 1, 1, configs={"cleanup.policy": "nope"}
+                    ),
+                    _creatable(
+                        run.topic(f"ct-unknowncfg-{v}"), 1, 1, configs={"no.such.config": "1"}
+                    ),
+                    _creatable(run.topic(f"ct-badnode-{v}"), -1, -1, assignments=[[7]]),
+                ],
+                "timeout": 30_000,
+                "validate_only": False,
+            },
+        )
+        run.call(
+            f"v{v} validate_only",
+            CREATE_TOPICS,
+            v,
+            {
+                "topics": [_creatable(run.topic(f"ct-validate-{v}"), 2, 1)],
+                "timeout": 30_000,
+                "validate_only": True,
+            },
+        )
 
 
 def _creatable(
@@ -96,19 +138,32 @@ def _creatable(
     assignments: list[list[int]] | None = None,
 ) -> dict[str, Any]:
     return {
-        "name": name, "num_partitions": partitions, "replication_factor": replication,
-        "assignments": [{"partition_index": i, "broker_ids": b}
-                        for i, b in enumerate(assignments or [])],
+        "name": name,
+        "num_partitions": partitions,
+        "replication_factor": replication,
+        "assignments": [
+            {"partition_index": i, "broker_ids": b} for i, b in enumerate(assignments or [])
+        ],
         "configs": [{"name": k, "value": v} for k, v in (configs or {}).items()],
-    }  # fmt: skip
+    }
 
 
 def _produce(
     run: Run, label: str, v: int, topic: str, records: bytes, partition: int = 0, **extra: Any
 ) -> Any:
-    return run.call(label, PRODUCE, v, {"acks": -1, "timeout": 30_000, "topic_data": [{
-        "name": topic, "partition_data": [{"index": partition, "records": records}]}],
-        **extra})  # fmt: skip
+    return run.call(
+        label,
+        PRODUCE,
+        v,
+        {
+            "acks": -1,
+            "timeout": 30_000,
+            "topic_data": [
+                {"name": topic, "partition_data": [{"index": partition, "records": records}]}
+            ],
+            **extra,
+        },
+    )
 
 
 def _fetch(
@@ -144,11 +199,23 @@ def _fetch(
         ],
     }
     forgotten = {"topic": topic, "topic_id": topic_id, "partitions": [partition]}
-    return run.call(label, FETCH, v, {
-        "replica_id": -1, "max_wait": 0, "min_bytes": 1, "max_bytes": max_bytes,
-        "isolation_level": isolation, "session_id": session[0], "session_epoch": session[1],
-        "topics": [] if forget else [fetched],
-        "forgotten_topics_data": [forgotten] if forget else [], "rack_id": ""})  # fmt: skip
+    return run.call(
+        label,
+        FETCH,
+        v,
+        {
+            "replica_id": -1,
+            "max_wait": 0,
+            "min_bytes": 1,
+            "max_bytes": max_bytes,
+            "isolation_level": isolation,
+            "session_id": session[0],
+            "session_epoch": session[1],
+            "topics": [] if forget else [fetched],
+            "forgotten_topics_data": [forgotten] if forget else [],
+            "rack_id": "",
+        },
+    )
 
 
 CODECS = {"none": 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
@@ -207,8 +274,17 @@ def produce_idempotent(run: Run) -> None:
     """An idempotent producer: in order, a duplicate, a gap (out of order), an unknown pid."""
     topic = run.topic("idem")
     run.create(topic)
-    pid = run.until("init", 22, 4, {"transactional_id": None, "transaction_timeout": 60_000,
-                    "producer_id": -1, "producer_epoch": -1})  # fmt: skip
+    pid = run.until(
+        "init",
+        22,
+        4,
+        {
+            "transactional_id": None,
+            "transaction_timeout": 60_000,
+            "producer_id": -1,
+            "producer_epoch": -1,
+        },
+    )
     ident = {"producer_id": pid["producer_id"], "producer_epoch": pid["producer_epoch"]}
     v = 9
     _produce(run, "seq 0", v, topic, batch([b"a", b"b"], base_sequence=0, **ident))
@@ -216,8 +292,13 @@ def produce_idempotent(run: Run) -> None:
     _produce(run, "duplicate seq 2", v, topic, batch([b"c"], base_sequence=2, **ident))
     _produce(run, "duplicate seq 0", v, topic, batch([b"a", b"b"], base_sequence=0, **ident))
     _produce(run, "gap seq 9", v, topic, batch([b"d"], base_sequence=9, **ident))
-    _produce(run, "unknown pid", v, topic,
-             batch([b"e"], base_sequence=0, producer_id=987654, producer_epoch=0))  # fmt: skip
+    _produce(
+        run,
+        "unknown pid",
+        v,
+        topic,
+        batch([b"e"], base_sequence=0, producer_id=987654, producer_epoch=0),
+    )
     _fetch(run, "fetch", 12, topic, 0)
 
 
@@ -239,8 +320,15 @@ def fetch_edges(run: Run) -> None:
         _fetch(run, f"v{v} partition max 700", v, topic, 0, partition_max=700)
         _fetch(run, f"v{v} max bytes 700", v, topic, 0, max_bytes=700)
         _fetch(run, f"v{v} max bytes 10", v, topic, 4, max_bytes=10)
-    run.call("delete records", DELETE_RECORDS, 2, {"topics": [{"name": topic, "partitions": [
-        {"partition_index": 0, "offset": 6}]}], "timeout": 30_000})  # fmt: skip
+    run.call(
+        "delete records",
+        DELETE_RECORDS,
+        2,
+        {
+            "topics": [{"name": topic, "partitions": [{"partition_index": 0, "offset": 6}]}],
+            "timeout": 30_000,
+        },
+    )
     _fetch(run, "below log start", 12, topic, 2)
     _fetch(run, "at log start", 12, topic, 6)
 
@@ -251,21 +339,60 @@ def list_offsets(run: Run) -> None:
     topic = run.topic("offsets")
     run.create(topic)
     for i in range(3):
-        _produce(run, f"produce {i}", 9, topic,
-                 batch([b"v"] * 3, timestamp=BASE_TIMESTAMP + 100 * i))  # fmt: skip
-    specs = {"earliest": -2, "latest": -1, "ts before": 1, "ts inside": BASE_TIMESTAMP + 101,
-             "ts after": BASE_TIMESTAMP + 10_000, "max timestamp": -3}  # fmt: skip
+        _produce(
+            run, f"produce {i}", 9, topic, batch([b"v"] * 3, timestamp=BASE_TIMESTAMP + 100 * i)
+        )
+    specs = {
+        "earliest": -2,
+        "latest": -1,
+        "ts before": 1,
+        "ts inside": BASE_TIMESTAMP + 101,
+        "ts after": BASE_TIMESTAMP + 10_000,
+        "max timestamp": -3,
+    }
     for v in VERSIONS[LIST_OFFSETS]:
         for name, ts in specs.items():
             if ts == -3 and v < 7:
                 continue
-            run.call(f"v{v} {name}", LIST_OFFSETS, v, {
-                "replica_id": -1, "isolation_level": 0, "topics": [{"name": topic, "partitions": [
-                    {"partition_index": 0, "current_leader_epoch": -1, "timestamp": ts,
-                     "max_num_offsets": 1}]}]})  # fmt: skip
-    run.call("unknown partition", LIST_OFFSETS, 9, {
-        "replica_id": -1, "isolation_level": 0, "topics": [{"name": topic, "partitions": [
-            {"partition_index": 3, "current_leader_epoch": -1, "timestamp": -1}]}]})  # fmt: skip
+            run.call(
+                f"v{v} {name}",
+                LIST_OFFSETS,
+                v,
+                {
+                    "replica_id": -1,
+                    "isolation_level": 0,
+                    "topics": [
+                        {
+                            "name": topic,
+                            "partitions": [
+                                {
+                                    "partition_index": 0,
+                                    "current_leader_epoch": -1,
+                                    "timestamp": ts,
+                                    "max_num_offsets": 1,
+                                }
+                            ],
+                        }
+                    ],
+                },
+            )
+    run.call(
+        "unknown partition",
+        LIST_OFFSETS,
+        9,
+        {
+            "replica_id": -1,
+            "isolation_level": 0,
+            "topics": [
+                {
+                    "name": topic,
+                    "partitions": [
+                        {"partition_index": 3, "current_leader_epoch": -1, "timestamp": -1}
+                    ],
+                }
+            ],
+        },
+    )
 
 
 def describe_configs(run: Run) -> None:
@@ -273,13 +400,28 @@ def describe_configs(run: Run) -> None:
     topic = run.topic("configs")
     run.create(topic, configs={"retention.ms": "12345", "cleanup.policy": "compact"})
     for v in VERSIONS[DESCRIBE_CONFIGS]:
-        run.call(f"v{v} keys", DESCRIBE_CONFIGS, v, {"resources": [
-            {"resource_type": 2, "resource_name": topic,
-             "configuration_keys": ["retention.ms", "cleanup.policy", "segment.bytes"]},
-            {"resource_type": 2, "resource_name": topic, "configuration_keys": None},
-            {"resource_type": 2, "resource_name": run.topic("configs-unknown"),
-             "configuration_keys": None}],
-            "include_synonyms": True, "include_documentation": False})  # fmt: skip
+        run.call(
+            f"v{v} keys",
+            DESCRIBE_CONFIGS,
+            v,
+            {
+                "resources": [
+                    {
+                        "resource_type": 2,
+                        "resource_name": topic,
+                        "configuration_keys": ["retention.ms", "cleanup.policy", "segment.bytes"],
+                    },
+                    {"resource_type": 2, "resource_name": topic, "configuration_keys": None},
+                    {
+                        "resource_type": 2,
+                        "resource_name": run.topic("configs-unknown"),
+                        "configuration_keys": None,
+                    },
+                ],
+                "include_synonyms": True,
+                "include_documentation": False,
+            },
+        )
 
 
 def delete_records(run: Run) -> None:
@@ -288,8 +430,11 @@ def delete_records(run: Run) -> None:
     run.create(topic)
     _produce(run, "produce", 9, topic, batch([b"x"] * 5))
     for v in VERSIONS[DELETE_RECORDS]:
-        for name, offset, partition in (("inside", 1 + v, 0), ("past end", 99, 0),
-                                        ("unknown partition", 0, 4)):  # fmt: skip
+        for name, offset, partition in (
+            ("inside", 1 + v, 0),
+            ("past end", 99, 0),
+            ("unknown partition", 0, 4),
+        ):
             run.call(
                 f"v{v} {name}",
                 DELETE_RECORDS,
@@ -304,8 +449,15 @@ def delete_records(run: Run) -> None:
                     "timeout": 30_000,
                 },
             )
-    run.call("to high watermark", DELETE_RECORDS, 2, {"topics": [{"name": topic, "partitions": [
-        {"partition_index": 0, "offset": -1}]}], "timeout": 30_000})  # fmt: skip
+    run.call(
+        "to high watermark",
+        DELETE_RECORDS,
+        2,
+        {
+            "topics": [{"name": topic, "partitions": [{"partition_index": 0, "offset": -1}]}],
+            "timeout": 30_000,
+        },
+    )
 
 
 FIND_COORDINATOR, JOIN_GROUP, HEARTBEAT, LEAVE_GROUP, SYNC_GROUP = 10, 11, 12, 13, 14
@@ -323,8 +475,7 @@ def _committed_error(answer: dict[str, Any]) -> str:
 def _find_coordinator(run: Run, label: str, key: str, key_type: int) -> None:
     """FindCoordinator v3 and v4, each until the coordinator has loaded."""
     run.until(f"{label} v3", FIND_COORDINATOR, 3, {"key": key, "key_type": key_type})
-    run.call(f"{label} v4", FIND_COORDINATOR, 4, {"key_type": key_type,
-                                                  "coordinator_keys": [key]})  # fmt: skip
+    run.call(f"{label} v4", FIND_COORDINATOR, 4, {"key_type": key_type, "coordinator_keys": [key]})
 
 
 def _join(group: str, member: str, topic: str) -> dict[str, Any]:
@@ -332,28 +483,61 @@ def _join(group: str, member: str, topic: str) -> dict[str, Any]:
     version, topics, null user data)."""
     name = topic.encode()
     subscription = struct.pack(">hih", 0, 1, len(name)) + name + struct.pack(">i", -1)
-    return {"group_id": group, "session_timeout": SESSION_MS, "rebalance_timeout": SESSION_MS,
-            "member_id": member, "group_instance_id": None, "protocol_type": "consumer",
-            "protocols": [{"name": "range", "metadata": subscription}], "reason": None}  # fmt: skip
+    return {
+        "group_id": group,
+        "session_timeout": SESSION_MS,
+        "rebalance_timeout": SESSION_MS,
+        "member_id": member,
+        "group_instance_id": None,
+        "protocol_type": "consumer",
+        "protocols": [{"name": "range", "metadata": subscription}],
+        "reason": None,
+    }
 
 
 def _beat(group: str, generation: int, member: str) -> dict[str, Any]:
-    return {"group_id": group, "generation_id": generation, "member_id": member,
-            "group_instance_id": None}  # fmt: skip
+    return {
+        "group_id": group,
+        "generation_id": generation,
+        "member_id": member,
+        "group_instance_id": None,
+    }
 
 
 def _sync(group: str, generation: int, member: str, assign: list[str]) -> dict[str, Any]:
-    return {"group_id": group, "generation_id": generation, "member_id": member,
-            "group_instance_id": None, "protocol_type": "consumer", "protocol_name": "range",
-            "assignments": [{"member_id": m, "assignment": b"assignment %d" % i}
-                            for i, m in enumerate(assign)]}  # fmt: skip
+    return {
+        "group_id": group,
+        "generation_id": generation,
+        "member_id": member,
+        "group_instance_id": None,
+        "protocol_type": "consumer",
+        "protocol_name": "range",
+        "assignments": [
+            {"member_id": m, "assignment": b"assignment %d" % i} for i, m in enumerate(assign)
+        ],
+    }
 
 
 def _commit(group: str, generation: int, member: str, topic: str, offset: int) -> dict[str, Any]:
-    return {"group_id": group, "generation_id_or_member_epoch": generation, "member_id": member,
-            "group_instance_id": None, "topics": [{"name": topic, "partitions": [
-                {"partition_index": 0, "committed_offset": offset, "committed_leader_epoch": -1,
-                 "committed_metadata": "meta"}]}]}  # fmt: skip
+    return {
+        "group_id": group,
+        "generation_id_or_member_epoch": generation,
+        "member_id": member,
+        "group_instance_id": None,
+        "topics": [
+            {
+                "name": topic,
+                "partitions": [
+                    {
+                        "partition_index": 0,
+                        "committed_offset": offset,
+                        "committed_leader_epoch": -1,
+                        "committed_metadata": "meta",
+                    }
+                ],
+            }
+        ],
+    }
 
 
 def groups(run: Run) -> None:
@@ -389,19 +573,41 @@ def groups(run: Run) -> None:
     run.receive("sync b", other, sync_b)
     run.call("commit a, gen 2", OFFSET_COMMIT, 8, _commit(group, gen2, a, topic, 5))
     for stable in (False, True):
-        run.call(f"fetch offsets stable={stable}", OFFSET_FETCH, 8, {"groups": [
-            {"group_id": group, "topics": [{"name": topic, "partition_indexes": [0, 1]}]}],
-            "require_stable": stable})  # fmt: skip
+        run.call(
+            f"fetch offsets stable={stable}",
+            OFFSET_FETCH,
+            8,
+            {
+                "groups": [
+                    {"group_id": group, "topics": [{"name": topic, "partition_indexes": [0, 1]}]}
+                ],
+                "require_stable": stable,
+            },
+        )
     run.call(
         "describe",
         DESCRIBE_GROUPS,
         5,
         {"groups": [group, run.topic("no-group")], "include_authorized_operations": False},
     )
-    run.call("leave b", LEAVE_GROUP, 5, {"group_id": group, "members": [
-        {"member_id": b_id, "group_instance_id": None, "reason": None}]})  # fmt: skip
-    run.call("leave unknown", LEAVE_GROUP, 5, {"group_id": group, "members": [
-        {"member_id": "nobody", "group_instance_id": None, "reason": None}]})  # fmt: skip
+    run.call(
+        "leave b",
+        LEAVE_GROUP,
+        5,
+        {
+            "group_id": group,
+            "members": [{"member_id": b_id, "group_instance_id": None, "reason": None}],
+        },
+    )
+    run.call(
+        "leave unknown",
+        LEAVE_GROUP,
+        5,
+        {
+            "group_id": group,
+            "members": [{"member_id": "nobody", "group_instance_id": None, "reason": None}],
+        },
+    )
 
 
 def _until_rebalancing(run: Run, group: str, generation: int, member: str) -> None:
@@ -420,32 +626,76 @@ def transactions(run: Run) -> None:
     txn, topic = run.topic("txn"), run.topic("txn-topic")
     run.create(topic)
     _find_coordinator(run, "find txn", txn, 1)
-    init = {"transactional_id": txn, "transaction_timeout": 60_000, "producer_id": -1,
-            "producer_epoch": -1}  # fmt: skip
+    init = {
+        "transactional_id": txn,
+        "transaction_timeout": 60_000,
+        "producer_id": -1,
+        "producer_epoch": -1,
+    }
     pid = run.until("init", INIT_PRODUCER_ID, 4, init)
     ident = {"producer_id": pid["producer_id"], "producer_epoch": pid["producer_epoch"]}
-    add = {"v3_and_below_transactional_id": txn,
-           "v3_and_below_producer_id": ident["producer_id"],
-           "v3_and_below_producer_epoch": ident["producer_epoch"],
-           "v3_and_below_topics": [{"name": topic, "partitions": [0]}]}  # fmt: skip
+    add = {
+        "v3_and_below_transactional_id": txn,
+        "v3_and_below_producer_id": ident["producer_id"],
+        "v3_and_below_producer_epoch": ident["producer_epoch"],
+        "v3_and_below_topics": [{"name": topic, "partitions": [0]}],
+    }
     end = {"transactional_id": txn, **ident}
     for i, commit in enumerate((False, True)):
         run.until(f"add partitions {i}", ADD_PARTITIONS_TO_TXN, 3, add, BUSY, _added_error)
-        run.until(f"produce {i}", PRODUCE, 9, {
-            "acks": -1, "timeout": 30_000, "transactional_id": txn, "topic_data": [{
-                "name": topic, "partition_data": [{"index": 0, "records": batch(
-                    [b"t%d" % i] * 2, base_sequence=2 * i, transactional=True, **ident)}]}]},
-            VERIFYING, _produce_error)  # fmt: skip
+        run.until(
+            f"produce {i}",
+            PRODUCE,
+            9,
+            {
+                "acks": -1,
+                "timeout": 30_000,
+                "transactional_id": txn,
+                "topic_data": [
+                    {
+                        "name": topic,
+                        "partition_data": [
+                            {
+                                "index": 0,
+                                "records": batch(
+                                    [b"t%d" % i] * 2,
+                                    base_sequence=2 * i,
+                                    transactional=True,
+                                    **ident,
+                                ),
+                            }
+                        ],
+                    }
+                ],
+            },
+            VERIFYING,
+            _produce_error,
+        )
         run.call(f"end {i} commit={commit}", END_TXN, 3, {**end, "committed": commit})
         _until_stable(run, topic)
     for v in (4, 12):
         for isolation in (0, 1):
             _fetch(run, f"fetch v{v} isolation {isolation}", v, topic, 0, isolation=isolation)
-    run.call("list offsets committed", LIST_OFFSETS, 9, {
-        "replica_id": -1, "isolation_level": 1, "topics": [{"name": topic, "partitions": [
-            {"partition_index": 0, "current_leader_epoch": -1, "timestamp": -1}]}]})  # fmt: skip
-    run.until("init again (fences)", INIT_PRODUCER_ID, 4, init,
-              frozenset({"concurrent_transactions"}))  # fmt: skip
+    run.call(
+        "list offsets committed",
+        LIST_OFFSETS,
+        9,
+        {
+            "replica_id": -1,
+            "isolation_level": 1,
+            "topics": [
+                {
+                    "name": topic,
+                    "partitions": [
+                        {"partition_index": 0, "current_leader_epoch": -1, "timestamp": -1}
+                    ],
+                }
+            ],
+        },
+    )
+    run.until(
+        "init again (fences)", INIT_PRODUCER_ID, 4, init, frozenset({"concurrent_transactions"})
+    )
     run.call("add partitions, old epoch", ADD_PARTITIONS_TO_TXN, 3, add)
     _produce(
         run,
@@ -466,8 +716,9 @@ def transactions(run: Run) -> None:
         batch([b"unadded"], base_sequence=0, transactional=True, **current),
         transactional_id=txn,
     )
-    run.call("end, no transaction", END_TXN, 3, {
-        "transactional_id": txn, **current, "committed": True})  # fmt: skip
+    run.call(
+        "end, no transaction", END_TXN, 3, {"transactional_id": txn, **current, "committed": True}
+    )
 
 
 # What a transactional client retries: the coordinator completing the previous transaction,
@@ -492,13 +743,36 @@ def _until_stable(run: Run, topic: str) -> None:
     transaction's marker written)."""
     deadline = time.monotonic() + 30.0
     while True:
-        answer = run.quiet(FETCH, 12, {
-            "replica_id": -1, "max_wait": 0, "min_bytes": 1, "max_bytes": 1,
-            "isolation_level": 1, "session_id": 0, "session_epoch": -1,
-            "topics": [{"topic": topic, "partitions": [{
-                "partition": 0, "current_leader_epoch": -1, "fetch_offset": 0,
-                "last_fetched_epoch": -1, "log_start_offset": -1, "partition_max_bytes": 1}]}],
-            "forgotten_topics_data": [], "rack_id": ""})  # fmt: skip
+        answer = run.quiet(
+            FETCH,
+            12,
+            {
+                "replica_id": -1,
+                "max_wait": 0,
+                "min_bytes": 1,
+                "max_bytes": 1,
+                "isolation_level": 1,
+                "session_id": 0,
+                "session_epoch": -1,
+                "topics": [
+                    {
+                        "topic": topic,
+                        "partitions": [
+                            {
+                                "partition": 0,
+                                "current_leader_epoch": -1,
+                                "fetch_offset": 0,
+                                "last_fetched_epoch": -1,
+                                "log_start_offset": -1,
+                                "partition_max_bytes": 1,
+                            }
+                        ],
+                    }
+                ],
+                "forgotten_topics_data": [],
+                "rack_id": "",
+            },
+        )
         part = answer["responses"][0]["partitions"][0]
         if part["last_stable_offset"] == part["high_watermark"]:
             return
@@ -566,37 +840,95 @@ def offsets_stable(run: Run) -> None:
     run.create(topic)
     _find_coordinator(run, "find group", group, 0)
     for v in range(2, 10):
-        run.call(f"commit v{v}", OFFSET_COMMIT, v, {**_commit(group, -1, "", topic, 10 + v),
-                                                    "retention_time": -1})  # fmt: skip
+        run.call(
+            f"commit v{v}",
+            OFFSET_COMMIT,
+            v,
+            {**_commit(group, -1, "", topic, 10 + v), "retention_time": -1},
+        )
     for v in range(1, 10):
-        run.call(f"fetch v{v}", OFFSET_FETCH, v, {
-            "group_id": group, "topics": [{"name": topic, "partition_indexes": [0]}],
-            "groups": [{"group_id": group, "topics": [
-                {"name": topic, "partition_indexes": [0]}]}],
-            "require_stable": False})  # fmt: skip
+        run.call(
+            f"fetch v{v}",
+            OFFSET_FETCH,
+            v,
+            {
+                "group_id": group,
+                "topics": [{"name": topic, "partition_indexes": [0]}],
+                "groups": [
+                    {"group_id": group, "topics": [{"name": topic, "partition_indexes": [0]}]}
+                ],
+                "require_stable": False,
+            },
+        )
     _find_coordinator(run, "find txn", txn, 1)
-    init = {"transactional_id": txn, "transaction_timeout": 60_000, "producer_id": -1,
-            "producer_epoch": -1}  # fmt: skip
+    init = {
+        "transactional_id": txn,
+        "transaction_timeout": 60_000,
+        "producer_id": -1,
+        "producer_epoch": -1,
+    }
     pid = run.until("init", INIT_PRODUCER_ID, 4, init)
     ident = {"producer_id": pid["producer_id"], "producer_epoch": pid["producer_epoch"]}
-    run.until("add offsets", ADD_OFFSETS_TO_TXN, 3, {"transactional_id": txn, **ident,
-              "group_id": group}, BUSY)  # fmt: skip
-    run.call("txn offset commit", TXN_OFFSET_COMMIT, 3, {
-        "transactional_id": txn, "group_id": group, **ident, "generation_id": -1,
-        "member_id": "", "group_instance_id": None, "topics": [{"name": topic, "partitions": [
-            {"partition_index": 0, "committed_offset": 99, "committed_leader_epoch": -1,
-             "committed_metadata": "txn"}]}]})  # fmt: skip
+    run.until(
+        "add offsets",
+        ADD_OFFSETS_TO_TXN,
+        3,
+        {"transactional_id": txn, **ident, "group_id": group},
+        BUSY,
+    )
+    run.call(
+        "txn offset commit",
+        TXN_OFFSET_COMMIT,
+        3,
+        {
+            "transactional_id": txn,
+            "group_id": group,
+            **ident,
+            "generation_id": -1,
+            "member_id": "",
+            "group_instance_id": None,
+            "topics": [
+                {
+                    "name": topic,
+                    "partitions": [
+                        {
+                            "partition_index": 0,
+                            "committed_offset": 99,
+                            "committed_leader_epoch": -1,
+                            "committed_metadata": "txn",
+                        }
+                    ],
+                }
+            ],
+        },
+    )
     for stable in (False, True):
         for v in (7, 8):
-            run.call(f"pending v{v} stable={stable}", OFFSET_FETCH, v, {
-                "group_id": group, "topics": [{"name": topic, "partition_indexes": [0]}],
-                "groups": [{"group_id": group, "topics": [
-                    {"name": topic, "partition_indexes": [0]}]}],
-                "require_stable": stable})  # fmt: skip
+            run.call(
+                f"pending v{v} stable={stable}",
+                OFFSET_FETCH,
+                v,
+                {
+                    "group_id": group,
+                    "topics": [{"name": topic, "partition_indexes": [0]}],
+                    "groups": [
+                        {"group_id": group, "topics": [{"name": topic, "partition_indexes": [0]}]}
+                    ],
+                    "require_stable": stable,
+                },
+            )
     run.call("end commit", END_TXN, 3, {"transactional_id": txn, **ident, "committed": True})
-    run.until("committed v8 stable", OFFSET_FETCH, 8, {"groups": [{"group_id": group,
-              "topics": [{"name": topic, "partition_indexes": [0]}]}], "require_stable": True},
-              frozenset({"unstable_offset_commit"}), _fetched_error)  # fmt: skip
+    run.until(
+        "committed v8 stable",
+        OFFSET_FETCH,
+        8,
+        {
+            "groups": [{"group_id": group, "topics": [{"name": topic, "partition_indexes": [0]}]}],
+            "require_stable": True,
+        },
+        frozenset({"unstable_offset_commit"}),
+        _fetched_error,
+    )
 
 
 def _fetched_error(answer: dict[str, Any]) -> str:
@@ -614,35 +946,83 @@ def admin(run: Run) -> None:
     topic = run.topic("admin")
     run.create(topic)
     for v in (0, 3):
-        run.call(f"create partitions v{v}", CREATE_PARTITIONS, v, {"topics": [
-            {"name": topic, "count": 2 + v, "assignments": None},
-            {"name": run.topic("admin-unknown"), "count": 2, "assignments": None}],
-            "timeout": 30_000, "validate_only": False})  # fmt: skip
+        run.call(
+            f"create partitions v{v}",
+            CREATE_PARTITIONS,
+            v,
+            {
+                "topics": [
+                    {"name": topic, "count": 2 + v, "assignments": None},
+                    {"name": run.topic("admin-unknown"), "count": 2, "assignments": None},
+                ],
+                "timeout": 30_000,
+                "validate_only": False,
+            },
+        )
     run.wait_ready(topic, 5)
-    run.call("fewer partitions", CREATE_PARTITIONS, 3, {"topics": [
-        {"name": topic, "count": 2, "assignments": None}], "timeout": 30_000,
-        "validate_only": False})  # fmt: skip
-    run.call("validate only", CREATE_PARTITIONS, 3, {"topics": [
-        {"name": topic, "count": 9, "assignments": None}], "timeout": 30_000,
-        "validate_only": True})  # fmt: skip
-    run.call("bad assignment", CREATE_PARTITIONS, 3, {"topics": [
-        {"name": topic, "count": 6, "assignments": [{"broker_ids": [4]}]}], "timeout": 30_000,
-        "validate_only": False})  # fmt: skip
+    run.call(
+        "fewer partitions",
+        CREATE_PARTITIONS,
+        3,
+        {
+            "topics": [{"name": topic, "count": 2, "assignments": None}],
+            "timeout": 30_000,
+            "validate_only": False,
+        },
+    )
+    run.call(
+        "validate only",
+        CREATE_PARTITIONS,
+        3,
+        {
+            "topics": [{"name": topic, "count": 9, "assignments": None}],
+            "timeout": 30_000,
+            "validate_only": True,
+        },
+    )
+    run.call(
+        "bad assignment",
+        CREATE_PARTITIONS,
+        3,
+        {
+            "topics": [{"name": topic, "count": 6, "assignments": [{"broker_ids": [4]}]}],
+            "timeout": 30_000,
+            "validate_only": False,
+        },
+    )
     _produce(run, "produce", 9, topic, batch([b"a"]))
-    run.call("describe producers", DESCRIBE_PRODUCERS, 0, {"topics": [
-        {"name": topic, "partition_indexes": [0, 9]}]})  # fmt: skip
+    run.call(
+        "describe producers",
+        DESCRIBE_PRODUCERS,
+        0,
+        {"topics": [{"name": topic, "partition_indexes": [0, 9]}]},
+    )
     group = run.topic("admin-group")
     _find_coordinator(run, "find group", group, 0)
     run.call("delete unknown group", DELETE_GROUPS, 2, {"groups_names": [group]})
-    run.call("offset delete unknown group", OFFSET_DELETE, 0, {"group_id": group, "topics": [
-        {"name": topic, "partitions": [{"partition_index": 0}]}]})  # fmt: skip
+    run.call(
+        "offset delete unknown group",
+        OFFSET_DELETE,
+        0,
+        {"group_id": group, "topics": [{"name": topic, "partitions": [{"partition_index": 0}]}]},
+    )
     for v in (1, 6):
-        run.call(f"delete topics v{v}", DELETE_TOPICS, v, {
-            "topic_names": [run.topic(f"admin-gone-{v}")], "topics": [
-                {"name": run.topic(f"admin-gone-{v}"), "topic_id": None}],
-            "timeout": 30_000})  # fmt: skip
-    run.call("delete topic", DELETE_TOPICS, 6, {"topics": [{"name": topic, "topic_id": None}],
-                                                "timeout": 30_000})  # fmt: skip
+        run.call(
+            f"delete topics v{v}",
+            DELETE_TOPICS,
+            v,
+            {
+                "topic_names": [run.topic(f"admin-gone-{v}")],
+                "topics": [{"name": run.topic(f"admin-gone-{v}"), "topic_id": None}],
+                "timeout": 30_000,
+            },
+        )
+    run.call(
+        "delete topic",
+        DELETE_TOPICS,
+        6,
+        {"topics": [{"name": topic, "topic_id": None}], "timeout": 30_000},
+    )
 
 
 def group_versions(run: Run) -> None:
@@ -660,13 +1040,25 @@ def group_versions(run: Run) -> None:
         gen = joined["generation_id"]
         run.call(f"sync v{min(v, 5)}", SYNC_GROUP, min(v, 5), _sync(group, gen, member, [member]))
         run.call(f"heartbeat v{min(v, 4)}", HEARTBEAT, min(v, 4), _beat(group, gen, member))
-        run.call(f"describe v{min(v, 5)}", DESCRIBE_GROUPS, min(v, 5), {
-            "groups": [group], "include_authorized_operations": False})  # fmt: skip
-        run.call(f"leave v{min(v, 5)}", LEAVE_GROUP, min(v, 5), {
-            "group_id": group, "member_id": member, "members": [
-                {"member_id": member, "group_instance_id": None, "reason": None}]})  # fmt: skip
-        run.call(f"heartbeat after leave v{min(v, 4)}", HEARTBEAT, min(v, 4),
-                 _beat(group, gen, member))  # fmt: skip
+        run.call(
+            f"describe v{min(v, 5)}",
+            DESCRIBE_GROUPS,
+            min(v, 5),
+            {"groups": [group], "include_authorized_operations": False},
+        )
+        run.call(
+            f"leave v{min(v, 5)}",
+            LEAVE_GROUP,
+            min(v, 5),
+            {
+                "group_id": group,
+                "member_id": member,
+                "members": [{"member_id": member, "group_instance_id": None, "reason": None}],
+            },
+        )
+        run.call(
+            f"heartbeat after leave v{min(v, 4)}", HEARTBEAT, min(v, 4), _beat(group, gen, member)
+        )
 
 
 def static_members(run: Run) -> None:
@@ -676,16 +1068,26 @@ def static_members(run: Run) -> None:
     group, topic = run.topic("static"), run.topic("static-topic")
     run.create(topic)
     _find_coordinator(run, "find group", group, 0)
-    first = run.until("join", JOIN_GROUP, 9, {**_join(group, "", topic),
-                                              "group_instance_id": "instance-1"})  # fmt: skip
+    first = run.until(
+        "join", JOIN_GROUP, 9, {**_join(group, "", topic), "group_instance_id": "instance-1"}
+    )
     old, gen = first["member_id"], first["generation_id"]
-    run.call("sync", SYNC_GROUP, 5, {**_sync(group, gen, old, [old]),
-                                     "group_instance_id": "instance-1"})  # fmt: skip
-    again = run.call("join again, new member id", JOIN_GROUP, 9, {
-        **_join(group, "", topic), "group_instance_id": "instance-1"})  # fmt: skip
+    run.call(
+        "sync", SYNC_GROUP, 5, {**_sync(group, gen, old, [old]), "group_instance_id": "instance-1"}
+    )
+    again = run.call(
+        "join again, new member id",
+        JOIN_GROUP,
+        9,
+        {**_join(group, "", topic), "group_instance_id": "instance-1"},
+    )
     new = again["member_id"]
-    run.call("heartbeat of the old member id", HEARTBEAT, 4, {
-        **_beat(group, gen, old), "group_instance_id": "instance-1"})  # fmt: skip
+    run.call(
+        "heartbeat of the old member id",
+        HEARTBEAT,
+        4,
+        {**_beat(group, gen, old), "group_instance_id": "instance-1"},
+    )
     run.call(
         "heartbeat of the new member id",
         HEARTBEAT,
@@ -695,10 +1097,24 @@ def static_members(run: Run) -> None:
     run.call(
         "describe", DESCRIBE_GROUPS, 5, {"groups": [group], "include_authorized_operations": False}
     )
-    run.call("leave, old member id", LEAVE_GROUP, 5, {"group_id": group, "members": [
-        {"member_id": old, "group_instance_id": "instance-1", "reason": None}]})  # fmt: skip
-    run.call("leave by instance id", LEAVE_GROUP, 5, {"group_id": group, "members": [
-        {"member_id": "", "group_instance_id": "instance-1", "reason": None}]})  # fmt: skip
+    run.call(
+        "leave, old member id",
+        LEAVE_GROUP,
+        5,
+        {
+            "group_id": group,
+            "members": [{"member_id": old, "group_instance_id": "instance-1", "reason": None}],
+        },
+    )
+    run.call(
+        "leave by instance id",
+        LEAVE_GROUP,
+        5,
+        {
+            "group_id": group,
+            "members": [{"member_id": "", "group_instance_id": "instance-1", "reason": None}],
+        },
+    )
 
 
 def open_transaction(run: Run) -> None:
@@ -708,8 +1124,12 @@ def open_transaction(run: Run) -> None:
     run.create(topic)
     _produce(run, "produce plain", 9, topic, batch([b"p1", b"p2"]))
     _find_coordinator(run, "find txn", txn, 1)
-    init = {"transactional_id": txn, "transaction_timeout": 60_000, "producer_id": -1,
-            "producer_epoch": -1}  # fmt: skip
+    init = {
+        "transactional_id": txn,
+        "transaction_timeout": 60_000,
+        "producer_id": -1,
+        "producer_epoch": -1,
+    }
     pid = run.until("init", INIT_PRODUCER_ID, 4, init)
     ident = {"producer_id": pid["producer_id"], "producer_epoch": pid["producer_epoch"]}
     run.until(
@@ -725,11 +1145,31 @@ def open_transaction(run: Run) -> None:
         BUSY,
         _added_error,
     )
-    run.until("produce in txn", PRODUCE, 9, {
-        "acks": -1, "timeout": 30_000, "transactional_id": txn, "topic_data": [{
-            "name": topic, "partition_data": [{"index": 0, "records": batch(
-                [b"t1", b"t2"], base_sequence=0, transactional=True, **ident)}]}]},
-        VERIFYING, _produce_error)  # fmt: skip
+    run.until(
+        "produce in txn",
+        PRODUCE,
+        9,
+        {
+            "acks": -1,
+            "timeout": 30_000,
+            "transactional_id": txn,
+            "topic_data": [
+                {
+                    "name": topic,
+                    "partition_data": [
+                        {
+                            "index": 0,
+                            "records": batch(
+                                [b"t1", b"t2"], base_sequence=0, transactional=True, **ident
+                            ),
+                        }
+                    ],
+                }
+            ],
+        },
+        VERIFYING,
+        _produce_error,
+    )
     _produce(run, "produce plain after", 9, topic, batch([b"p3"]))
     for step in ("open", "aborted"):
         if step == "aborted":
@@ -737,11 +1177,23 @@ def open_transaction(run: Run) -> None:
             _until_stable(run, topic)
         for isolation in (0, 1):
             _fetch(run, f"{step}: fetch isolation {isolation}", 12, topic, 0, isolation=isolation)
-            run.call(f"{step}: list offsets isolation {isolation}", LIST_OFFSETS, 9, {
-                "replica_id": -1, "isolation_level": isolation, "topics": [{
-                    "name": topic, "partitions": [{"partition_index": 0,
-                                                   "current_leader_epoch": -1,
-                                                   "timestamp": -1}]}]})  # fmt: skip
+            run.call(
+                f"{step}: list offsets isolation {isolation}",
+                LIST_OFFSETS,
+                9,
+                {
+                    "replica_id": -1,
+                    "isolation_level": isolation,
+                    "topics": [
+                        {
+                            "name": topic,
+                            "partitions": [
+                                {"partition_index": 0, "current_leader_epoch": -1, "timestamp": -1}
+                            ],
+                        }
+                    ],
+                },
+            )
 
 
 DESCRIBE_CLUSTER, LIST_TRANSACTIONS = 60, 66
@@ -754,43 +1206,83 @@ def producer_ids(run: Run) -> None:
     txn = run.topic("pids")
     _find_coordinator(run, "find txn", txn, 1)
     for v in range(6):
-        run.until(f"idempotent v{v}", INIT_PRODUCER_ID, v, {
-            "transactional_id": None, "transaction_timeout": 60_000, "producer_id": -1,
-            "producer_epoch": -1})  # fmt: skip
-    init = {"transactional_id": txn, "transaction_timeout": 60_000, "producer_id": -1,
-            "producer_epoch": -1}  # fmt: skip
+        run.until(
+            f"idempotent v{v}",
+            INIT_PRODUCER_ID,
+            v,
+            {
+                "transactional_id": None,
+                "transaction_timeout": 60_000,
+                "producer_id": -1,
+                "producer_epoch": -1,
+            },
+        )
+    init = {
+        "transactional_id": txn,
+        "transaction_timeout": 60_000,
+        "producer_id": -1,
+        "producer_epoch": -1,
+    }
     pid = run.until("transactional v0", INIT_PRODUCER_ID, 0, init)
     ident = {"producer_id": pid["producer_id"], "producer_epoch": pid["producer_epoch"]}
     for v in range(3, 6):
         pid = run.until(f"bump v{v}", INIT_PRODUCER_ID, v, {**init, **ident}, BUSY)
         ident = {"producer_id": pid["producer_id"], "producer_epoch": pid["producer_epoch"]}
-    run.call("wrong epoch", INIT_PRODUCER_ID, 4, {
-        **init, "producer_id": ident["producer_id"], "producer_epoch": 99})  # fmt: skip
+    run.call(
+        "wrong epoch",
+        INIT_PRODUCER_ID,
+        4,
+        {**init, "producer_id": ident["producer_id"], "producer_epoch": 99},
+    )
     group = run.topic("pids-group")
     for v in range(4):
-        run.until(f"add offsets v{v}", ADD_OFFSETS_TO_TXN, v, {
-            "transactional_id": txn, **ident, "group_id": group}, BUSY)  # fmt: skip
-        run.call(f"end v{v}", END_TXN, v, {"transactional_id": txn, **ident,
-                                           "committed": v % 2 == 0})  # fmt: skip
-    run.until("describe transactions", DESCRIBE_TRANSACTIONS, 0, {
-        "transactional_ids": [txn]}, frozenset({"PrepareCommit", "PrepareAbort"}),
-        lambda a: a["transaction_states"][0]["transaction_state"])  # fmt: skip
-    run.call("describe unknown transaction", DESCRIBE_TRANSACTIONS, 0, {
-        "transactional_ids": [run.topic("pids-unknown")]}, view=_unmapped_ids)  # fmt: skip
+        run.until(
+            f"add offsets v{v}",
+            ADD_OFFSETS_TO_TXN,
+            v,
+            {"transactional_id": txn, **ident, "group_id": group},
+            BUSY,
+        )
+        run.call(
+            f"end v{v}", END_TXN, v, {"transactional_id": txn, **ident, "committed": v % 2 == 0}
+        )
+    run.until(
+        "describe transactions",
+        DESCRIBE_TRANSACTIONS,
+        0,
+        {"transactional_ids": [txn]},
+        frozenset({"PrepareCommit", "PrepareAbort"}),
+        lambda a: a["transaction_states"][0]["transaction_state"],
+    )
+    run.call(
+        "describe unknown transaction",
+        DESCRIBE_TRANSACTIONS,
+        0,
+        {"transactional_ids": [run.topic("pids-unknown")]},
+        view=_unmapped_ids,
+    )
     for v in (0, 1):
-        run.call(f"list transactions v{v}", LIST_TRANSACTIONS, v, {
-            "state_filters": [], "producer_id_filters": [ident["producer_id"]],
-            "duration_filter": -1})  # fmt: skip
+        run.call(
+            f"list transactions v{v}",
+            LIST_TRANSACTIONS,
+            v,
+            {
+                "state_filters": [],
+                "producer_id_filters": [ident["producer_id"]],
+                "duration_filter": -1,
+            },
+        )
 
 
 def _unmapped_ids(answer: dict[str, Any]) -> dict[str, Any]:
     """DescribeTransactions with the producer id of each error entry compared as it is (the
     field's default, not an id)."""
     states = [
-        t if t["error_code"] == "none"
+        t
+        if t["error_code"] == "none"
         else {("default_producer_id" if k == "producer_id" else k): v for k, v in t.items()}
         for t in answer["transaction_states"]
-    ]  # fmt: skip
+    ]
     return {**answer, "transaction_states": states}
 
 
@@ -798,8 +1290,12 @@ def cluster(run: Run) -> None:
     """DescribeCluster v0 and v1, Metadata v1-v3 creating a topic (auto-creation is implied
     before v4), InvalidRecord: a keyless record on a compacted topic."""
     for v in (0, 1):
-        run.call(f"describe cluster v{v}", DESCRIBE_CLUSTER, v, {
-            "include_cluster_authorized_operations": False, "endpoint_type": 1})  # fmt: skip
+        run.call(
+            f"describe cluster v{v}",
+            DESCRIBE_CLUSTER,
+            v,
+            {"include_cluster_authorized_operations": False, "endpoint_type": 1},
+        )
     for v in (1, 3):
         created = run.topic(f"cluster-auto-{v}")
         run.call(f"metadata v{v} auto-create", METADATA, v, _metadata_request([created], True))
@@ -843,22 +1339,56 @@ def empty_and_unknown(run: Run) -> None:
     for offset in (0, 1):
         _fetch(run, f"fetch {offset}", 12, topic, offset)
     _find_coordinator(run, "find group", group, 0)
-    run.until("commit", OFFSET_COMMIT, 8, _commit(group, -1, "", topic, 4),
-              error=_committed_error)  # fmt: skip
-    run.call("commit unknown topic", OFFSET_COMMIT, 8,
-             _commit(group, -1, "", run.topic("empty-unknown"), 1))  # fmt: skip
-    run.call("commit unknown partition", OFFSET_COMMIT, 8, {
-        **_commit(group, -1, "", topic, 1), "topics": [{"name": topic, "partitions": [
-            {"partition_index": 7, "committed_offset": 1, "committed_leader_epoch": -1,
-             "committed_metadata": None}]}]})  # fmt: skip
+    run.until("commit", OFFSET_COMMIT, 8, _commit(group, -1, "", topic, 4), error=_committed_error)
+    run.call(
+        "commit unknown topic",
+        OFFSET_COMMIT,
+        8,
+        _commit(group, -1, "", run.topic("empty-unknown"), 1),
+    )
+    run.call(
+        "commit unknown partition",
+        OFFSET_COMMIT,
+        8,
+        {
+            **_commit(group, -1, "", topic, 1),
+            "topics": [
+                {
+                    "name": topic,
+                    "partitions": [
+                        {
+                            "partition_index": 7,
+                            "committed_offset": 1,
+                            "committed_leader_epoch": -1,
+                            "committed_metadata": None,
+                        }
+                    ],
+                }
+            ],
+        },
+    )
     for v in (7, 8):
-        run.call(f"fetch all topics v{v}", OFFSET_FETCH, v, {
-            "group_id": group, "topics": None, "require_stable": True,
-            "groups": [{"group_id": group, "topics": None},
-                       {"group_id": run.topic("empty-nogroup"), "topics": None}]})  # fmt: skip
+        run.call(
+            f"fetch all topics v{v}",
+            OFFSET_FETCH,
+            v,
+            {
+                "group_id": group,
+                "topics": None,
+                "require_stable": True,
+                "groups": [
+                    {"group_id": group, "topics": None},
+                    {"group_id": run.topic("empty-nogroup"), "topics": None},
+                ],
+            },
+        )
     run.call("scram users, all", DESCRIBE_USER_SCRAM_CREDENTIALS, 0, {"users": None})
-    run.call("scram users, unknown", DESCRIBE_USER_SCRAM_CREDENTIALS, 0, {
-        "users": [{"name": run.topic("nobody")}]})  # fmt: skip
+    run.call(
+        "scram users, unknown",
+        DESCRIBE_USER_SCRAM_CREDENTIALS,
+        0,
+        {"users": [{"name": run.topic("nobody")}]},
+    )
 
 
 def group_errors(run: Run) -> None:
@@ -869,8 +1399,12 @@ def group_errors(run: Run) -> None:
     group, topic = run.topic("gerr"), run.topic("gerr-topic")
     run.create(topic)
     _find_coordinator(run, "find group", group, 0)
-    run.call("session timeout too small", JOIN_GROUP, 9, {**_join(group, "", topic),
-                                                          "session_timeout": 10})  # fmt: skip
+    run.call(
+        "session timeout too small",
+        JOIN_GROUP,
+        9,
+        {**_join(group, "", topic), "session_timeout": 10},
+    )
     run.call(
         "session timeout too large",
         JOIN_GROUP,
@@ -886,17 +1420,35 @@ def group_errors(run: Run) -> None:
     run.call("sync unknown member", SYNC_GROUP, 5, _sync(group, gen, "nobody", []))
     run.call("sync wrong generation", SYNC_GROUP, 5, _sync(group, gen + 1, member, [member]))
     run.call("sync", SYNC_GROUP, 5, _sync(group, gen, member, [member]))
-    run.call("other protocol type", JOIN_GROUP, 9, {**_join(group, "", topic),
-                                                    "protocol_type": "connect"})  # fmt: skip
+    run.call(
+        "other protocol type",
+        JOIN_GROUP,
+        9,
+        {**_join(group, "", topic), "protocol_type": "connect"},
+    )
     run.call("commit empty group id", OFFSET_COMMIT, 8, _commit("", -1, "", topic, 1))
     run.call(
         "describe", DESCRIBE_GROUPS, 5, {"groups": [group], "include_authorized_operations": False}
     )
     run.call("delete a group with members", DELETE_GROUPS, 2, {"groups_names": [group]})
-    run.call("leave unknown member", LEAVE_GROUP, 5, {"group_id": group, "members": [
-        {"member_id": "nobody", "group_instance_id": None, "reason": None}]})  # fmt: skip
-    run.call("leave", LEAVE_GROUP, 5, {"group_id": group, "members": [
-        {"member_id": member, "group_instance_id": None, "reason": None}]})  # fmt: skip
+    run.call(
+        "leave unknown member",
+        LEAVE_GROUP,
+        5,
+        {
+            "group_id": group,
+            "members": [{"member_id": "nobody", "group_instance_id": None, "reason": None}],
+        },
+    )
+    run.call(
+        "leave",
+        LEAVE_GROUP,
+        5,
+        {
+            "group_id": group,
+            "members": [{"member_id": member, "group_instance_id": None, "reason": None}],
+        },
+    )
     run.call("delete the empty group", DELETE_GROUPS, 2, {"groups_names": [group]})
 
 

@@ -181,10 +181,20 @@ def acls(run: Run) -> None:
             _filter(TOPIC, f"{write_pre}-x", MATCH, None),
             view=_sorted_resources,
         )
-        run.call(f"describe v{v}, literal", DESCRIBE_ACLS, v,
-                 _filter(TOPIC, read_me, LITERAL, None), view=_sorted_resources)  # fmt: skip
-        run.call(f"describe v{v}, prefixed", DESCRIBE_ACLS, v,
-                 _filter(TOPIC, write_pre, PREFIXED, None), view=_sorted_resources)  # fmt: skip
+        run.call(
+            f"describe v{v}, literal",
+            DESCRIBE_ACLS,
+            v,
+            _filter(TOPIC, read_me, LITERAL, None),
+            view=_sorted_resources,
+        )
+        run.call(
+            f"describe v{v}, prefixed",
+            DESCRIBE_ACLS,
+            v,
+            _filter(TOPIC, write_pre, PREFIXED, None),
+            view=_sorted_resources,
+        )
     _as_user(run, alice, read_me, write_pre, denied, group)
     for v in ACL_VERSIONS:
         run.call(
@@ -216,10 +226,22 @@ def _kept_by_kafka(run: Run, topic: str) -> None:
     once) and an empty host."""
     odd = run.topic("odd")
     for v in ACL_VERSIONS:
-        run.call(f"create v{v}, principal without type", CREATE_ACLS, v,
-                 {"creations": [_acl(TOPIC, topic, LITERAL, odd, READ, ALLOW)]})  # fmt: skip
-        run.call(f"create v{v}, empty host", CREATE_ACLS, v, {"creations": [
-            {**_acl(TOPIC, topic, LITERAL, f"User:{odd}", READ, ALLOW), "host": ""}]})  # fmt: skip
+        run.call(
+            f"create v{v}, principal without type",
+            CREATE_ACLS,
+            v,
+            {"creations": [_acl(TOPIC, topic, LITERAL, odd, READ, ALLOW)]},
+        )
+        run.call(
+            f"create v{v}, empty host",
+            CREATE_ACLS,
+            v,
+            {
+                "creations": [
+                    {**_acl(TOPIC, topic, LITERAL, f"User:{odd}", READ, ALLOW), "host": ""}
+                ]
+            },
+        )
     kept = [_filter(TOPIC, topic, LITERAL, odd), _filter(TOPIC, topic, LITERAL, f"User:{odd}")]
     run.call("delete what Kafka kept", DELETE_ACLS, 3, {"filters": kept})
 

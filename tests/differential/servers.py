@@ -39,11 +39,15 @@ def peer_config() -> BrokerConfig:
 def secured_config(user: str) -> SecurityConfig:
     """The security tests/kafka39.py's secured Kafka peer has: SCRAM-SHA-256, Kafka's
     StandardAuthorizer, ``user`` a super user, no access without an ACL."""
-    return SecurityConfig.from_mapping({
-        "sasl.enabled.mechanisms": "SCRAM-SHA-256",
-        "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
-        "super.users": f"User:{user}", "allow.everyone.if.no.acl.found": False,
-    }, "the differential tests")  # fmt: skip
+    return SecurityConfig.from_mapping(
+        {
+            "sasl.enabled.mechanisms": "SCRAM-SHA-256",
+            "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+            "super.users": f"User:{user}",
+            "allow.everyone.if.no.acl.found": False,
+        },
+        "the differential tests",
+    )
 
 
 @contextmanager

@@ -58,8 +58,10 @@ def collect(
 
 def render(rows: dict[tuple[int, int], Row]) -> str:
     """The Markdown table: one row per API, each difference with the versions it shows in."""
-    lines = ["| API | versions | fields compared | equal | differing | differences |",
-             "|---|---|---|---|---|---|"]  # fmt: skip
+    lines = [
+        "| API | versions | fields compared | equal | differing | differences |",
+        "|---|---|---|---|---|---|",
+    ]
     for key in sorted({k for k, _ in rows}, key=api_name):
         versions = sorted(v for k, v in rows if k == key)
         compared = sum(rows[key, v].compared for v in versions)
@@ -69,8 +71,10 @@ def render(rows: dict[tuple[int, int], Row]) -> str:
             f"{n} ({spans([v for v in versions if n in rows[key, v].names])})" for n in names
         )
         equal = max(compared - differing, 0)
-        lines.append(f"| {api_name(key)} | {spans(versions)} | {compared} | {equal} | "
-                     f"{differing} | {shown or 'none'} |")  # fmt: skip
+        lines.append(
+            f"| {api_name(key)} | {spans(versions)} | {compared} | {equal} | "
+            f"{differing} | {shown or 'none'} |"
+        )
     return "\n".join(lines)
 
 

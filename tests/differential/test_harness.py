@@ -23,13 +23,32 @@ from tests.differential.scenario import BASE_TIMESTAMP, batch
 def test_a_request_from_plain_values_round_trips() -> None:
     topic_id = str(uuid.uuid4())
     values = {
-        "replica_id": -1, "max_wait": 250, "min_bytes": 1, "max_bytes": 1000,
-        "isolation_level": 1, "session_id": 0, "session_epoch": -1,
-        "topics": [{"topic": "t", "topic_id": topic_id, "partitions": [{
-            "partition": 0, "current_leader_epoch": -1, "fetch_offset": 7,
-            "last_fetched_epoch": -1, "log_start_offset": -1, "partition_max_bytes": 99}]}],
-        "forgotten_topics_data": [], "rack_id": "",
-    }  # fmt: skip
+        "replica_id": -1,
+        "max_wait": 250,
+        "min_bytes": 1,
+        "max_bytes": 1000,
+        "isolation_level": 1,
+        "session_id": 0,
+        "session_epoch": -1,
+        "topics": [
+            {
+                "topic": "t",
+                "topic_id": topic_id,
+                "partitions": [
+                    {
+                        "partition": 0,
+                        "current_leader_epoch": -1,
+                        "fetch_offset": 7,
+                        "last_fetched_epoch": -1,
+                        "log_start_offset": -1,
+                        "partition_max_bytes": 99,
+                    }
+                ],
+            }
+        ],
+        "forgotten_topics_data": [],
+        "rack_id": "",
+    }
     schema = request_schema(1, 13)
     message = build(schema, values)
     again, _ = reader_of(schema)(memoryview(encode_body(message)), 0)
@@ -60,16 +79,29 @@ def test_normalizing_masks_maps_and_keeps() -> None:
     normalize = Normalizer()
     now = int(time.time() * 1000)
     answer = {
-        "cluster_id": "abc", "throttle_time": 0, "error_message": None, "node_id": 1,
+        "cluster_id": "abc",
+        "throttle_time": 0,
+        "error_message": None,
+        "node_id": 1,
         "members": [{"member_id": "m-9"}, {"member_id": "m-3"}, {"member_id": "m-9"}],
-        "producer_id": 0, "log_append_time": now, "timestamp": BASE_TIMESTAMP,
-    }  # fmt: skip
+        "producer_id": 0,
+        "log_append_time": now,
+        "timestamp": BASE_TIMESTAMP,
+    }
     assert normalize(answer) == {
-        "cluster_id": "<masked>", "throttle_time": 0, "error_message": None, "node_id": 1,
-        "members": [{"member_id": "<member#0>"}, {"member_id": "<member#1>"},
-                    {"member_id": "<member#0>"}],
-        "producer_id": "<producer#0>", "log_append_time": "<now>", "timestamp": BASE_TIMESTAMP,
-    }  # fmt: skip
+        "cluster_id": "<masked>",
+        "throttle_time": 0,
+        "error_message": None,
+        "node_id": 1,
+        "members": [
+            {"member_id": "<member#0>"},
+            {"member_id": "<member#1>"},
+            {"member_id": "<member#0>"},
+        ],
+        "producer_id": "<producer#0>",
+        "log_append_time": "<now>",
+        "timestamp": BASE_TIMESTAMP,
+    }
 
 
 def test_differences_by_path_with_named_entries_in_any_order() -> None:
@@ -95,9 +127,11 @@ def test_a_zombie_or_unadded_transactional_write_is_refused(tmp_path) -> None:
 
     with kafkalog_server(tmp_path / "logs") as bootstrap:
         answers = {e.label: e.answer for e in run_on(transactions, bootstrap, "zombie")}
-    for label, error in (("produce, old epoch", "invalid_producer_epoch"),
-                         ("produce, partition not added", "invalid_txn_state"),
-                         ("produce 1", "none")):  # fmt: skip
+    for label, error in (
+        ("produce, old epoch", "invalid_producer_epoch"),
+        ("produce, partition not added", "invalid_txn_state"),
+        ("produce 1", "none"),
+    ):
         (topic,) = answers[label]["responses"]
         assert topic["partition_responses"][0]["error_code"] == error, label
         assert topic["partition_responses"][0]["base_offset"] == (-1 if error != "none" else 3)

@@ -42,18 +42,28 @@ TOPICS = {  # name: (partitions, configs)
     "retention": (1, {"segment.bytes": "1024", "retention.bytes": "2048"}),
     **{f"c-{codec}": (1, {}) for codec in CODECS},
     "txn": (2, {}),
-    "compacted": (1, {"cleanup.policy": "compact", "segment.bytes": "1024",
-                      "min.cleanable.dirty.ratio": "0.01", "segment.ms": "100"}),
+    "compacted": (
+        1,
+        {
+            "cleanup.policy": "compact",
+            "segment.bytes": "1024",
+            "min.cleanable.dirty.ratio": "0.01",
+            "segment.ms": "100",
+        },
+    ),
     "logappend": (1, {"message.timestamp.type": "LogAppendTime"}),
-}  # fmt: skip
+}
 GROUP_OFFSETS = {  # group: {(topic, partition): offset}
     "g-classic": {("c-none", 0): 150},
     "g-txn": {("txn", 0): 5, ("txn", 1): 7},
     "g-admin": {("c-zstd", 0): 42},
 }
 WAIT_S = 150.0
-BROKER_OVERRIDES = {"log.initial.task.delay.ms": "0", "log.retention.check.interval.ms": "500",
-                    "log.cleaner.backoff.ms": "500"}  # fmt: skip
+BROKER_OVERRIDES = {
+    "log.initial.task.delay.ms": "0",
+    "log.retention.check.interval.ms": "500",
+    "log.cleaner.backoff.ms": "500",
+}
 
 Row = tuple  # (topic, partition, offset, key, value, headers, timestamp_type, timestamp)
 
@@ -119,8 +129,13 @@ def _produce_txn(bootstrap: str) -> None:
     for name, count, commit in (("t1", 20, True), ("t2", 15, False), ("t3", 10, True)):
         p.begin_transaction()
         for i in range(count):
-            p.produce("txn", value=f"{name}-{i}".encode(), key=f"{name}k{i}".encode(),
-                      partition=i % 2, timestamp=BASE_TS + 2000 + i)  # fmt: skip
+            p.produce(
+                "txn",
+                value=f"{name}-{i}".encode(),
+                key=f"{name}k{i}".encode(),
+                partition=i % 2,
+                timestamp=BASE_TS + 2000 + i,
+            )
         if commit:
             p.commit_transaction(60)
         else:
@@ -139,8 +154,12 @@ def _produce_compacted(bootstrap: str) -> None:
     p = _producer(bootstrap, **{"linger.ms": 0})
     for round_ in range(4):
         for i in range(10):
-            p.produce("compacted", key=f"k{i}".encode(), value=f"r{round_}-{i}".encode() * 8,
-                      timestamp=BASE_TS + 3000 + round_ * 10 + i)  # fmt: skip
+            p.produce(
+                "compacted",
+                key=f"k{i}".encode(),
+                value=f"r{round_}-{i}".encode() * 8,
+                timestamp=BASE_TS + 3000 + round_ * 10 + i,
+            )
             _flush(p)
         time.sleep(0.15)  # past segment.ms: the next append rolls a segment
     p.produce("compacted", key=b"k3", value=None, timestamp=BASE_TS + 3100)  # a tombstone
@@ -154,8 +173,9 @@ def _commit_groups(bootstrap: str, admin: AdminClient) -> None:
     from confluent_kafka import ConsumerGroupTopicPartitions
 
     for group in ("g-classic", "g-txn"):
-        c = Consumer({"bootstrap.servers": bootstrap, "group.id": group,
-                      "enable.auto.commit": False})  # fmt: skip
+        c = Consumer(
+            {"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False}
+        )
         offsets = [TopicPartition(t, p, o) for (t, p), o in GROUP_OFFSETS[group].items()]
         c.commit(offsets=offsets, asynchronous=False)
         c.close()
@@ -195,9 +215,15 @@ def read_all(bootstrap: str, isolation: str) -> dict[str, list[Row]]:
     """Every record of every topic of :data:`TOPICS` as Kafka's consumer reads it: every
     partition assigned at once from its log start, read until each reports its end (a consumer
     per partition took 2 s each, mostly waiting for metadata and the first fetch)."""
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "reference-reader",
-                  "enable.auto.commit": False, "isolation.level": isolation,
-                  "enable.partition.eof": True})  # fmt: skip
+    c = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": "reference-reader",
+            "enable.auto.commit": False,
+            "isolation.level": isolation,
+            "enable.partition.eof": True,
+        }
+    )
     try:
         parts = [(t, p) for t, (n, _) in TOPICS.items() for p in range(n)]
         marks = {tp: _watermarks(c, TopicPartition(*tp)) for tp in parts}
@@ -209,8 +235,12 @@ def read_all(bootstrap: str, isolation: str) -> dict[str, list[Row]]:
         c.close()
 
 
-_NOT_READY = (KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE,
-              KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._TIMED_OUT)  # fmt: skip
+_NOT_READY = (
+    KafkaError.NOT_LEADER_FOR_PARTITION,
+    KafkaError.LEADER_NOT_AVAILABLE,
+    KafkaError.UNKNOWN_TOPIC_OR_PART,
+    KafkaError._TIMED_OUT,
+)
 
 
 def _watermarks(c: Consumer, tp: TopicPartition) -> tuple[int, int]:
@@ -245,8 +275,9 @@ def _read_partitions(c: Consumer, starts: dict[tuple[str, int], int]) -> dict[tu
                 continue
             raise AssertionError(f"{topic}-{p}: {m.error()}")
         ts_type, ts = m.timestamp()
-        rows[(topic, p)].append((topic, p, m.offset(), m.key(), m.value(),
-                                 tuple(m.headers() or ()), ts_type - 1, ts))  # fmt: skip
+        rows[(topic, p)].append(
+            (topic, p, m.offset(), m.key(), m.value(), tuple(m.headers() or ()), ts_type - 1, ts)
+        )
     return rows
 
 
@@ -268,10 +299,15 @@ def produce_and_commit(bootstrap: str) -> None:
     offset 200 of ``c-none``."""
     p = _producer(bootstrap, **{"compression.type": "gzip"})
     for i in range(10):
-        p.produce("c-gzip", key=f"s{i}".encode(), value=f"served-{i}".encode(),
-                  timestamp=BASE_TS + 4000 + i)  # fmt: skip
+        p.produce(
+            "c-gzip",
+            key=f"s{i}".encode(),
+            value=f"served-{i}".encode(),
+            timestamp=BASE_TS + 4000 + i,
+        )
     _flush(p)
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "g-classic",
-                  "enable.auto.commit": False})  # fmt: skip
+    c = Consumer(
+        {"bootstrap.servers": bootstrap, "group.id": "g-classic", "enable.auto.commit": False}
+    )
     c.commit(offsets=[TopicPartition("c-none", 0, 200)], asynchronous=False)
     c.close()

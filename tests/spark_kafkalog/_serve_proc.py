@@ -26,8 +26,13 @@ LISTENING = re.compile(r"^broker (\d+) listening on PLAINTEXT://([^\s:]+):(\d+)$
 def kafkalog_command(*args: str | Path, held: bool = False) -> list[str]:
     """The argv of ``kafkalog ARGS`` run by the test child module (``held``: waiting for
     ``go``, see tests/spark_kafkalog/_serve_child.py)."""
-    return [sys.executable, "-m", "tests.spark_kafkalog._serve_child",
-            *(["--held"] if held else []), *map(str, args)]  # fmt: skip
+    return [
+        sys.executable,
+        "-m",
+        "tests.spark_kafkalog._serve_child",
+        *(["--held"] if held else []),
+        *map(str, args),
+    ]
 
 
 def child_env(**extra: str) -> dict[str, str]:
@@ -47,14 +52,27 @@ class ServeProcess:
         self.brokers = brokers
         self.stderr_path = stderr
         command = kafkalog_command(
-            "serve", "--log-dir", log_dir, "--listeners", "PLAINTEXT://127.0.0.1:0",
-            "--brokers", str(brokers), *args, held=held,
-        )  # fmt: skip
+            "serve",
+            "--log-dir",
+            log_dir,
+            "--listeners",
+            "PLAINTEXT://127.0.0.1:0",
+            "--brokers",
+            str(brokers),
+            *args,
+            held=held,
+        )
         self._stderr = open(stderr, "ab")  # noqa: SIM115 (closed in close())
         self.proc = subprocess.Popen(
-            command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr,
-            env=child_env(), cwd=ROOT, text=True, bufsize=1,
-        )  # fmt: skip
+            command,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self._stderr,
+            env=child_env(),
+            cwd=ROOT,
+            text=True,
+            bufsize=1,
+        )
         self._lines: queue.Queue[str | None] = queue.Queue()
         threading.Thread(target=self._read_stdout, daemon=True).start()
         self.ports: dict[int, int] = {}

@@ -35,12 +35,24 @@ def say(line: str) -> None:
 
 def clients(bootstrap: str, transactional_id: str) -> tuple[Consumer, Producer]:
     bounded = {"bootstrap.servers": bootstrap, "socket.timeout.ms": 5_000}
-    producer = Producer({**bounded, "transactional.id": transactional_id,
-                         "message.timeout.ms": 8_000,
-                         "transaction.timeout.ms": 20_000})  # fmt: skip
-    consumer = Consumer({**bounded, "group.id": "ctp", "enable.auto.commit": False,
-                         "auto.offset.reset": "earliest", "isolation.level": "read_committed",
-                         "enable.partition.eof": True})  # fmt: skip
+    producer = Producer(
+        {
+            **bounded,
+            "transactional.id": transactional_id,
+            "message.timeout.ms": 8_000,
+            "transaction.timeout.ms": 20_000,
+        }
+    )
+    consumer = Consumer(
+        {
+            **bounded,
+            "group.id": "ctp",
+            "enable.auto.commit": False,
+            "auto.offset.reset": "earliest",
+            "isolation.level": "read_committed",
+            "enable.partition.eof": True,
+        }
+    )
     return consumer, producer
 
 
@@ -75,8 +87,7 @@ def run(bootstrap: str, transactional_id: str, source: str, sink: str, partition
         for m in batch:
             nexts[m.partition()] = m.offset() + 1
         offsets = [TopicPartition(source, p, o) for p, o in sorted(nexts.items())]
-        producer.send_offsets_to_transaction(offsets, consumer.consumer_group_metadata(),
-                                             TIMEOUT_S)  # fmt: skip
+        producer.send_offsets_to_transaction(offsets, consumer.consumer_group_metadata(), TIMEOUT_S)
         producer.commit_transaction(TIMEOUT_S)
         say(f"committed {len(batch)}")
     raise TimeoutError(f"the loop did not finish within {DEADLINE_S} s")

@@ -80,9 +80,12 @@ def kafka_python_records(bootstrap: str, topic: str) -> list[tuple]:
         warnings.simplefilter("ignore", DeprecationWarning)
         from kafka import KafkaConsumer, TopicPartition
     consumer = KafkaConsumer(
-        bootstrap_servers=bootstrap, enable_auto_commit=False, group_id=None,
-        consumer_timeout_ms=5_000, request_timeout_ms=15_000,
-    )  # fmt: skip
+        bootstrap_servers=bootstrap,
+        enable_auto_commit=False,
+        group_id=None,
+        consumer_timeout_ms=5_000,
+        request_timeout_ms=15_000,
+    )
     try:
         consumer.assign([TopicPartition(topic, p) for p in range(PARTITIONS)])
         consumer.seek_to_beginning()
@@ -111,8 +114,11 @@ def test_produce_and_consume_over_the_wire_equal_the_log_dir(tmp_path: Path, cli
         b = f"--bootstrap-server {server.bootstrap}"
         assert cli(f"topics create {b} t --partitions {PARTITIONS}")[0] == 0
         stdin = ("\n".join(LINES) + "\n").encode()
-        code, out, err = cli(f"produce {b} --topic t --key-separator : --header src=cli "
-                             "--batch-size 8 --compression lz4", stdin=stdin)  # fmt: skip
+        code, out, err = cli(
+            f"produce {b} --topic t --key-separator : --header src=cli "
+            "--batch-size 8 --compression lz4",
+            stdin=stdin,
+        )
         assert (code, out) == (0, "")
         assert err.startswith(f"Produced {len(LINES)} records in ")
         assert kafka_python_records(server.bootstrap, "t") == expected_records()
@@ -123,10 +129,15 @@ def test_produce_and_consume_over_the_wire_equal_the_log_dir(tmp_path: Path, cli
         assert wire[options] == cli(f"consume --log-dir {log_dir} --topic t {options}"), options
     records = [json.loads(line) for line in wire["--format json"][1].splitlines()]
     got = sorted(
-        (r["partition"], r["offset"], r["key"].encode(), r["value"].encode(),
-         tuple((h["key"], h["value"].encode()) for h in r["headers"]))
+        (
+            r["partition"],
+            r["offset"],
+            r["key"].encode(),
+            r["value"].encode(),
+            tuple((h["key"], h["value"].encode()) for h in r["headers"]),
+        )
         for r in records
-    )  # fmt: skip
+    )
     assert got == expected_records()
     assert wire["--max-messages 5"][2] == "Processed a total of 5 messages (partition 0: 5)\n"
 
@@ -138,12 +149,18 @@ def test_consume_by_timestamp_over_the_wire_equals_the_log_dir(tmp_path: Path, c
         s.broker.create_topic("t", 1)
         from broker_embedded.common.producer_record import ProducerRecord
 
-        s.broker.produce("t", 0, [ProducerRecord(f"v{i}".encode(), timestamp=1000 * i)
-                                  for i in range(10)])  # fmt: skip
+        s.broker.produce(
+            "t", 0, [ProducerRecord(f"v{i}".encode(), timestamp=1000 * i) for i in range(10)]
+        )
         wire = {ms: cli(f"consume {b} --topic t --timestamp {ms}") for ms in (0, 4500, 99999)}
-        assert cli(f"consume {b} --topic t --partition 3") == (1, "", (
-            f"kafkalog consume: topic 't' has no partition 3 on the brokers at {s.bootstrap} "
-            "(partitions: 0)\n"))  # fmt: skip
+        assert cli(f"consume {b} --topic t --partition 3") == (
+            1,
+            "",
+            (
+                f"kafkalog consume: topic 't' has no partition 3 on the brokers at {s.bootstrap} "
+                "(partitions: 0)\n"
+            ),
+        )
     for ms, result in wire.items():
         assert result == cli(f"consume --log-dir {log_dir} --topic t --timestamp {ms}")
     assert wire[4500][1] == "".join(f"v{i}\n" for i in range(5, 10))
@@ -189,8 +206,14 @@ def test_exactly_one_of_log_dir_and_bootstrap_server(tmp_path: Path, cli, comman
 
 def test_without_kio_bootstrap_server_is_refused_in_one_line(tmp_path: Path) -> None:
     command = kafkalog_command("consume", "--topic", "t", "--bootstrap-server", "127.0.0.1:9")
-    done = subprocess.run(command, capture_output=True, text=True, timeout=120, cwd=ROOT,
-                          env=child_env(KAFKALOG_HIDE_KIO="1"))  # fmt: skip
+    done = subprocess.run(
+        command,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+        env=child_env(KAFKALOG_HIDE_KIO="1"),
+    )
     assert (done.returncode, done.stdout) == (1, "")
     assert done.stderr.startswith(
         "kafkalog consume: --bootstrap-server needs Python 3.11+ with kio (the protocol schemas"
@@ -204,8 +227,11 @@ def test_read_committed_over_the_wire_skips_aborted_as_the_log_dir_does(
     from broker_embedded.client.transactional_producer import TransactionalProducer
 
     log_dir = tmp_path / "logs"
-    options = ["--isolation-level read_committed", "--isolation-level read_uncommitted",
-               "--isolation-level read_committed --format json"]  # fmt: skip
+    options = [
+        "--isolation-level read_committed",
+        "--isolation-level read_uncommitted",
+        "--isolation-level read_committed --format json",
+    ]
     with served(log_dir) as s:
         s.broker.create_topic("t", 1)
         producer = TransactionalProducer(s.broker, "tx")

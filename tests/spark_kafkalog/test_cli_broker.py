@@ -332,11 +332,20 @@ def test_read_committed_skips_aborted_and_stops_at_lso(cli, log_dir: Path) -> No
         return out.splitlines()
 
     assert values() == [
-        "plain-0", "committed-1", "committed-2", "aborted-1", "plain-1", "open-1", "plain-2",
-    ]  # fmt: skip
+        "plain-0",
+        "committed-1",
+        "committed-2",
+        "aborted-1",
+        "plain-1",
+        "open-1",
+        "plain-2",
+    ]
     assert values("--isolation-level read_committed") == [
-        "plain-0", "committed-1", "committed-2", "plain-1",
-    ]  # fmt: skip
+        "plain-0",
+        "committed-1",
+        "committed-2",
+        "plain-1",
+    ]
 
 
 # -- real Kafka log dirs ---------------------------------------------------------------------------
@@ -360,10 +369,15 @@ def peer_rows(partition_dir: Path, high_watermark: int | None) -> list[tuple]:
 
 def consumed_rows(out: str) -> list[tuple]:
     return [
-        (r["offset"], r["timestamp"], decoded(r["key"]), decoded(r["value"]),
-         [(h["key"], decoded(h["value"])) for h in r["headers"]])
+        (
+            r["offset"],
+            r["timestamp"],
+            decoded(r["key"]),
+            decoded(r["value"]),
+            [(h["key"], decoded(h["value"])) for h in r["headers"]],
+        )
         for r in json_lines(out)
-    ]  # fmt: skip
+    ]
 
 
 def test_consume_bitnami_log_dir_equals_kafka_python(cli, tmp_path: Path) -> None:
@@ -427,8 +441,12 @@ def test_locked_log_dir_fails_cleanly_and_consume_still_reads(cli, log_dir: Path
     d = f"--log-dir {log_dir}"
     try:
         assert child.stdout.readline().strip() == "ready"
-        for command in ("topics list", "topics create other", "topics describe live",
-                        "topics delete live"):  # fmt: skip
+        for command in (
+            "topics list",
+            "topics create other",
+            "topics describe live",
+            "topics delete live",
+        ):
             assert_error(
                 cli(f"{command} {d}"), "is locked by", f"pid {child.pid}", "another process"
             )
@@ -538,8 +556,10 @@ def test_invalid_topic_names_and_topic_configs(cli, log_dir: Path) -> None:
     assert_error(cli(f"topics create u {d} --replication-factor 3"), "replication factor 3")
     assert cli(f"topics create a.b {d}")[0] == 0
     assert cli(f"topics create a_b {d}") == (
-        1, "", "kafkalog topics create: Topic 'a_b' collides with existing topic: a.b\n"
-    )  # fmt: skip
+        1,
+        "",
+        "kafkalog topics create: Topic 'a_b' collides with existing topic: a.b\n",
+    )
     assert cli(f"topics list {d}") == (0, "a.b\nt\n", "")
 
 
@@ -576,10 +596,15 @@ def test_missing_log_dir_bad_property_and_usage(cli, tmp_path: Path, topic_t: st
     assert_error(cli(f"consume {d} --property print.key=yes"), "print.key must be true or false")
     assert_error(cli(f"consume {d} --format json --property print.key=true"), "--format text only")
     assert cli("consume --topic t") == (
-        2, "", "kafkalog consume: exactly one of --log-dir and --bootstrap-server is required\n"
-    )  # fmt: skip
-    for usage in (f"consume {d} --from-beginning --timestamp 5",
-                  f"consume {d} --max-messages -1", f"produce {d} --acks 2"):  # fmt: skip
+        2,
+        "",
+        "kafkalog consume: exactly one of --log-dir and --bootstrap-server is required\n",
+    )
+    for usage in (
+        f"consume {d} --from-beginning --timestamp 5",
+        f"consume {d} --max-messages -1",
+        f"produce {d} --acks 2",
+    ):
         with pytest.raises(SystemExit) as exc:
             cli(usage)
         assert exc.value.code == 2
@@ -590,6 +615,13 @@ def test_help_text(capsys) -> None:
         main(["--help"])
     assert exc.value.code == 0
     out = capsys.readouterr().out
-    for needle in ("topics create NAME", "produce --topic T", "consume --topic T", "--log-dir",
-                   "dump PATH", "kafka-console-consumer", "Exit status"):  # fmt: skip
+    for needle in (
+        "topics create NAME",
+        "produce --topic T",
+        "consume --topic T",
+        "--log-dir",
+        "dump PATH",
+        "kafka-console-consumer",
+        "Exit status",
+    ):
         assert needle in out

@@ -26,7 +26,7 @@ FORGED_FIELDS = [
     ("batch length", 8, ">i", (-1, 0, 1, 11, 48, 49, 60, 1000, (1 << 31) - 1, -(1 << 31))),
     ("partition leader epoch", 12, ">i", (-2, 1, 11, 1000, (1 << 31) - 2, -(1 << 31))),
     ("magic", 16, ">b", (-1, 0, 1, 3, 127)),
-]  # fmt: skip
+]
 
 
 @pytest.fixture

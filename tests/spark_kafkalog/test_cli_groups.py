@@ -49,8 +49,11 @@ def test_fixture_describe(cli, tmp_path: Path) -> None:
     """Only TestTopicPatient-0 is in the log dir (3 records): the others have no log end."""
     log_dir = copy_log_dir(tmp_path)
     assert cli("groups describe --log-dir", log_dir) == (0, FIXTURE_DESCRIBE, "")
-    assert cli("groups describe --group DEVSmileCDR --log-dir", log_dir) == (0, FIXTURE_DESCRIBE,
-                                                                            "")  # fmt: skip
+    assert cli("groups describe --group DEVSmileCDR --log-dir", log_dir) == (
+        0,
+        FIXTURE_DESCRIBE,
+        "",
+    )
 
 
 def test_unknown_group(cli, tmp_path: Path) -> None:
@@ -107,14 +110,20 @@ def written_log_dir(tmp_path: Path) -> Path:
     write_topic(log_dir, "orders", 2, 0)
     w = PartitionWriter(log_dir, 0)
     w.put(
-        group_metadata("app", "consumer", member(1, ("orders", 2)),
-                       member(2, ("orders", 1), ("orders", 0)), member(3)),
-        commit("app", "orders", 0, 7), commit("app", "orders", 1, 4),
+        group_metadata(
+            "app",
+            "consumer",
+            member(1, ("orders", 2)),
+            member(2, ("orders", 1), ("orders", 0)),
+            member(3),
+        ),
+        commit("app", "orders", 0, 7),
+        commit("app", "orders", 1, 4),
         commit("app", "gone", 5, 12),  # no member holds it, no such partition here
         group_metadata("connect-cluster", "connect", member(4)),
         commit("offsets-only", "orders", 0, 9),
         group_metadata("idle", "consumer"),
-    )  # fmt: skip
+    )
     return log_dir
 
 
@@ -135,7 +144,10 @@ offsets-only    orders          0          9               10              1    
 
 def test_written_list_shows_every_protocol(cli, tmp_path: Path) -> None:
     assert cli("groups list --log-dir", written_log_dir(tmp_path)) == (
-        0, "app\nconnect-cluster\nidle\noffsets-only\n", "")  # fmt: skip
+        0,
+        "app\nconnect-cluster\nidle\noffsets-only\n",
+        "",
+    )
 
 
 def test_written_describe(cli, tmp_path: Path) -> None:
@@ -168,16 +180,25 @@ def kafka_39_log_dir(tmp_path: Path) -> Path:
 
 def test_kafka_39_list_shows_connect_and_schema_registry_groups(cli, tmp_path: Path) -> None:
     assert cli("groups list --log-dir", kafka_39_log_dir(tmp_path)) == (
-        0, "app\nconnect-group\nschema-registry\n", "")  # fmt: skip
+        0,
+        "app\nconnect-group\nschema-registry\n",
+        "",
+    )
 
 
 def test_kafka_39_describe_shows_the_protocol_type(cli, tmp_path: Path) -> None:
     log_dir = kafka_39_log_dir(tmp_path)
     assert cli("groups describe --log-dir", log_dir) == (
-        0, KAFKA_39_DESCRIBE, "\nConsumer group 'app' has no active members.\n")  # fmt: skip
+        0,
+        KAFKA_39_DESCRIBE,
+        "\nConsumer group 'app' has no active members.\n",
+    )
     connect = KAFKA_39_DESCRIBE.split("\n\n")[1]
     assert cli("groups describe --group connect-group --log-dir", log_dir) == (
-        0, f"\n{connect}\n", "")  # fmt: skip
+        0,
+        f"\n{connect}\n",
+        "",
+    )
 
 
 def join(port: int, group: str, protocol_type: str, protocol: str) -> None:
@@ -185,11 +206,14 @@ def join(port: int, group: str, protocol_type: str, protocol: str) -> None:
     or Schema Registry does; their metadata bytes are opaque to the broker)."""
     wire = Wire(port)
     request = jg.JoinGroupRequest(
-        group_id=group, session_timeout=timedelta(seconds=30),
-        rebalance_timeout=timedelta(seconds=10), member_id="", group_instance_id=None,
+        group_id=group,
+        session_timeout=timedelta(seconds=30),
+        rebalance_timeout=timedelta(seconds=10),
+        member_id="",
+        group_instance_id=None,
         protocol_type=protocol_type,
         protocols=(jg.JoinGroupRequestProtocol(name=protocol, metadata=b"\x00\x01worker"),),
-    )  # fmt: skip
+    )
     deadline = time.monotonic() + 60
     joined = call(wire, request)
     while joined.error_code != 79 and time.monotonic() < deadline:  # coordinator loading
@@ -198,10 +222,18 @@ def join(port: int, group: str, protocol_type: str, protocol: str) -> None:
     assert joined.error_code == 79  # MEMBER_ID_REQUIRED: join again with the id given
     joined = call(wire, dataclasses.replace(request, member_id=joined.member_id))
     assert joined.error_code == 0
-    synced = call(wire, SyncGroupRequest(
-        group_id=group, generation_id=joined.generation_id, member_id=joined.member_id,
-        group_instance_id=None, assignments=(SyncGroupRequestAssignment(
-            member_id=joined.member_id, assignment=b"\x00\x01tasks"),)))  # fmt: skip
+    synced = call(
+        wire,
+        SyncGroupRequest(
+            group_id=group,
+            generation_id=joined.generation_id,
+            member_id=joined.member_id,
+            group_instance_id=None,
+            assignments=(
+                SyncGroupRequestAssignment(member_id=joined.member_id, assignment=b"\x00\x01tasks"),
+            ),
+        ),
+    )
     assert synced.error_code == 0
 
 
@@ -216,6 +248,11 @@ def test_over_the_wire_the_same_as_from_the_log_dir(cli, tmp_path: Path) -> None
     local = [cli("groups", *c, "--log-dir", log_dir) for c in commands]
     assert wire == local
     assert wire[0] == (0, "connect-cluster\n", "")
-    assert wire[2] == (0, (
-        "\nGROUP           PROTOCOL-TYPE   PROTOCOL        STATE           #MEMBERS"
-        "\nconnect-cluster connect         sessioned       Stable          1\n"), "")  # fmt: skip
+    assert wire[2] == (
+        0,
+        (
+            "\nGROUP           PROTOCOL-TYPE   PROTOCOL        STATE           #MEMBERS"
+            "\nconnect-cluster connect         sessioned       Stable          1\n"
+        ),
+        "",
+    )

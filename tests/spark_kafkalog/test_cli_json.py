@@ -17,18 +17,31 @@ BITNAMI = FIXTURES / "kafka-logdirs" / "kafka-bitnami-rolled"
 CODECS = {0: "none", 1: "gzip", 2: "snappy", 3: "lz4", 4: "zstd"}
 # Kafka's topic configs with the broker's built-in defaults (conf/broker.toml), as strings
 DEFAULTS = {
-    "cleanup.policy": "delete", "segment.bytes": "1073741824", "segment.ms": "604800000",
-    "segment.index.bytes": "10485760", "index.interval.bytes": "4096",
-    "retention.ms": "604800000", "retention.bytes": "-1", "max.message.bytes": "1048588",
-    "message.timestamp.type": "CreateTime", "min.insync.replicas": "1",
-    "flush.messages": "9223372036854775807", "flush.ms": "9223372036854775807",
-    "delete.retention.ms": "86400000", "min.compaction.lag.ms": "0",
-    "max.compaction.lag.ms": "9223372036854775807", "min.cleanable.dirty.ratio": "0.5",
-    "compression.type": "producer", "file.delete.delay.ms": "60000",
-    "remote.storage.enable": "false", "local.retention.ms": "-2", "local.retention.bytes": "-2",
-    "remote.log.copy.disable": "false", "remote.log.delete.on.disable": "false",
+    "cleanup.policy": "delete",
+    "segment.bytes": "1073741824",
+    "segment.ms": "604800000",
+    "segment.index.bytes": "10485760",
+    "index.interval.bytes": "4096",
+    "retention.ms": "604800000",
+    "retention.bytes": "-1",
+    "max.message.bytes": "1048588",
+    "message.timestamp.type": "CreateTime",
+    "min.insync.replicas": "1",
+    "flush.messages": "9223372036854775807",
+    "flush.ms": "9223372036854775807",
+    "delete.retention.ms": "86400000",
+    "min.compaction.lag.ms": "0",
+    "max.compaction.lag.ms": "9223372036854775807",
+    "min.cleanable.dirty.ratio": "0.5",
+    "compression.type": "producer",
+    "file.delete.delay.ms": "60000",
+    "remote.storage.enable": "false",
+    "local.retention.ms": "-2",
+    "local.retention.bytes": "-2",
+    "remote.log.copy.disable": "false",
+    "remote.log.delete.on.disable": "false",
     "unclean.leader.election.enable": "false",
-}  # fmt: skip
+}
 
 
 def kafka_python_summary(segment: Path) -> dict:
@@ -96,12 +109,36 @@ def test_topics_describe_json_is_the_documented_object(cli, tmp_path: Path) -> N
         "configs": {"retention.ms": "3600000"},
         "effectiveConfigs": DEFAULTS | {"retention.ms": "3600000"},
         "partitions": [
-            {"partition": 0, "leader": 0, "leaderEpoch": 0, "replicas": [0], "isr": [0],
-             "logStartOffset": 0, "highWatermark": 0, "lastStableOffset": 0, "logEndOffset": 0},
-            {"partition": 1, "leader": 0, "leaderEpoch": int(epoch_1[0]), "replicas": [0],
-             "isr": [0], "logStartOffset": 0, "highWatermark": 2, "lastStableOffset": 2,
-             "logEndOffset": 2},
+            {
+                "partition": 0,
+                "leader": 0,
+                "leaderEpoch": 0,
+                "replicas": [0],
+                "isr": [0],
+                "logStartOffset": 0,
+                "highWatermark": 0,
+                "lastStableOffset": 0,
+                "logEndOffset": 0,
+            },
+            {
+                "partition": 1,
+                "leader": 0,
+                "leaderEpoch": int(epoch_1[0]),
+                "replicas": [0],
+                "isr": [0],
+                "logStartOffset": 0,
+                "highWatermark": 2,
+                "lastStableOffset": 2,
+                "logEndOffset": 2,
+            },
         ],
-    }  # fmt: skip
-    assert list(json.loads(line)) == ["topic", "topicId", "partitionCount", "replicationFactor",
-                                      "configs", "effectiveConfigs", "partitions"]  # fmt: skip
+    }
+    assert list(json.loads(line)) == [
+        "topic",
+        "topicId",
+        "partitionCount",
+        "replicationFactor",
+        "configs",
+        "effectiveConfigs",
+        "partitions",
+    ]

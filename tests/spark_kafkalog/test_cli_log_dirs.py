@@ -49,9 +49,15 @@ def expected_error(kind: str, path: Path, hint: bool, context: str = "") -> str:
 
 
 KINDS = ["missing", "empty", "unrelated", "file"]
-READING = ["topics list", "topics describe", "topics describe t", "topics delete t",
-           "consume --topic t", "consume --topic t --partition 0 --offset 0",
-           "produce --topic t"]  # fmt: skip
+READING = [
+    "topics list",
+    "topics describe",
+    "topics describe t",
+    "topics delete t",
+    "consume --topic t",
+    "consume --topic t --partition 0 --offset 0",
+    "produce --topic t",
+]
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -116,6 +122,8 @@ def test_topics_create_refuses_a_directory_of_other_files_or_a_file(
     if kind == "unrelated":
         reason += "; not making a log dir of a directory holding other files"
     assert cli(f"topics create t --log-dir {path}") == (
-        1, "", f"kafkalog topics create: {reason}\n"
-    )  # fmt: skip
+        1,
+        "",
+        f"kafkalog topics create: {reason}\n",
+    )
     assert listing(path) == before

@@ -85,12 +85,14 @@ def test_one_line_per_event_even_with_a_traceback() -> None:
 @pytest.mark.parametrize(
     ("table", "error"),
     [
-        ('level = "loud"', "invalid value 'loud' for log config level: one of debug, info, "
-                           "warning, error"),
+        (
+            'level = "loud"',
+            "invalid value 'loud' for log config level: one of debug, info, warning, error",
+        ),
         ('format = "xml"', "invalid value 'xml' for log config format: text or json"),
         ('colour = "red"', "unknown log config 'colour' (known: format, level)"),
     ],
-)  # fmt: skip
+)
 def test_a_bad_log_table_is_one_line(cli, tmp_path: Path, table: str, error: str) -> None:
     conf = tmp_path / "b.toml"
     conf.write_text(f"[log]\n{table}\n")
@@ -111,8 +113,10 @@ def test_an_interrupt_is_one_line_and_status_130(cli, tmp_path: Path, monkeypatc
     assert cli(f"topics create t --log-dir {d}")[0] == 0
     monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BufferedReader(Interrupted())))
     code, _, err = cli(f"produce --topic t --log-dir {d}")
-    assert (code, err) == (130, "Produced 0 records in 0 batches to topic 't'.\n"
-                                "kafkalog produce: interrupted\n")  # fmt: skip
+    assert (code, err) == (
+        130,
+        "Produced 0 records in 0 batches to topic 't'.\nkafkalog produce: interrupted\n",
+    )
 
 
 def test_serve_logs_json_lines_from_its_config_and_a_bad_client_in_one_line(

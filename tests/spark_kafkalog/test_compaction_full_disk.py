@@ -23,15 +23,22 @@ MiB = 1 << 20
 
 
 def _compact(config: Path, report: Path) -> tuple[int, dict, str]:
-    done = subprocess.run([str(KAFKALOG), "compact", "--config", str(config), "--report",
-                           str(report)], capture_output=True, text=True, cwd=ROOT,
-                          timeout=300)  # fmt: skip
+    done = subprocess.run(
+        [str(KAFKALOG), "compact", "--config", str(config), "--report", str(report)],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=300,
+    )
     return done.returncode, json.loads(report.read_text()), done.stdout + done.stderr
 
 
 def _leftovers(log_dir: Path) -> list[str]:
-    return sorted(p.name for p in (log_dir / "profiles-0").iterdir()
-                  if p.name.endswith((".cleaned", ".swap", ".deleted")))  # fmt: skip
+    return sorted(
+        p.name
+        for p in (log_dir / "profiles-0").iterdir()
+        if p.name.endswith((".cleaned", ".swap", ".deleted"))
+    )
 
 
 @pytest.mark.parametrize(

@@ -187,9 +187,14 @@ def test_a_corrupt_partition_fails_alone(tmp_path: Path) -> None:
 
 
 def kafkalog_compact(config: Path, *extra: str) -> subprocess.Popen:
-    return subprocess.Popen([str(KAFKALOG), "compact", "--config", str(config), *extra],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
-                            start_new_session=True)  # fmt: skip
+    return subprocess.Popen(
+        [str(KAFKALOG), "compact", "--config", str(config), *extra],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+        start_new_session=True,
+    )
 
 
 def write_config(path: Path, log_dir: Path, **values) -> Path:
@@ -223,8 +228,9 @@ def test_killed_runs_leave_valid_logs_and_a_rerun_finishes(tmp_path: Path) -> No
     model, _ = build_compacted(
         log_dir, partitions=4, keys=3000, batches=400, segment_bytes=200_000, extra_topics=False
     )
-    config = write_config(tmp_path / "c.toml", log_dir, map_memory_per_task=48 * 1024,
-                          progress_interval_seconds=0.001)  # fmt: skip
+    config = write_config(
+        tmp_path / "c.toml", log_dir, map_memory_per_task=48 * 1024, progress_interval_seconds=0.001
+    )
     killed_mid_run = 0
     for pause in (0.0, 0.02, 0.05, 0.1):  # after a round's progress line: in the next round
         proc = kafkalog_compact(config)
@@ -236,8 +242,12 @@ def test_killed_runs_leave_valid_logs_and_a_rerun_finishes(tmp_path: Path) -> No
         killed_mid_run += proc.poll() is None
         os.killpg(proc.pid, signal.SIGKILL)
         proc.communicate(timeout=30)
-        dump = subprocess.run([str(KAFKALOG), "dump", "--verify", "--summary", str(log_dir)],
-                              capture_output=True, text=True, timeout=120)  # fmt: skip
+        dump = subprocess.run(
+            [str(KAFKALOG), "dump", "--verify", "--summary", str(log_dir)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         assert dump.returncode == 0, dump.stdout[-2000:] + dump.stderr
     assert killed_mid_run >= 3
     final = kafkalog_compact(config)
@@ -264,11 +274,26 @@ def test_spark_submit_with_the_shipped_config_prints_the_summary_and_no_info(tmp
     spark_submit = Path(sys.executable).parent / "spark-submit"
     report = tmp_path / "report.json"
     result = subprocess.run(
-        [str(spark_submit), "--properties-file", "conf/spark-defaults.conf", "--master",
-         "local[2]", "--conf", "spark.ui.enabled=false", "jobs/compact.py", "--config",
-         str(config), "--report", str(report)],
-        capture_output=True, text=True, timeout=300, env=env, cwd=ROOT,
-    )  # fmt: skip
+        [
+            str(spark_submit),
+            "--properties-file",
+            "conf/spark-defaults.conf",
+            "--master",
+            "local[2]",
+            "--conf",
+            "spark.ui.enabled=false",
+            "jobs/compact.py",
+            "--config",
+            str(config),
+            "--report",
+            str(report),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+        cwd=ROOT,
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     assert statuses(result.stdout) == {"profiles-0": CLEANED, "profiles-1": CLEANED}
     assert "cleaned 2, partial 0, skipped 0, failed 0" in result.stdout
@@ -277,7 +302,9 @@ def test_spark_submit_with_the_shipped_config_prints_the_summary_and_no_info(tmp
     assert "[Stage " not in result.stderr  # no console progress bar
     parsed = json.loads(report.read_text())
     assert [(p["partition"], p["status"]) for p in parsed["partitions"]] == [
-        (0, CLEANED), (1, CLEANED)]  # fmt: skip
+        (0, CLEANED),
+        (1, CLEANED),
+    ]
     assert f"kafkalog compaction run {parsed['run_id']} " in result.stdout
 
 
@@ -306,13 +333,21 @@ def test_default_config_file(tmp_path: Path) -> None:
     assert config.topics == (".*",)
     assert (config.map_memory_per_task, config.load_factor) == (128 << 20, 0.9)
     assert config.min_cleanable_dirty_ratio is None
-    missing = subprocess.run([str(KAFKALOG), "compact", "--config", str(tmp_path / "no.toml")],
-                             capture_output=True, text=True, timeout=60)  # fmt: skip
+    missing = subprocess.run(
+        [str(KAFKALOG), "compact", "--config", str(tmp_path / "no.toml")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert missing.returncode == 2  # bad configuration
     assert f"compaction config file {tmp_path / 'no.toml'} does not exist" in missing.stderr
     no_dir = write_config(tmp_path / "c.toml", tmp_path / "nowhere")
-    result = subprocess.run([str(KAFKALOG), "compact", "--config", str(no_dir)],
-                            capture_output=True, text=True, timeout=60)  # fmt: skip
+    result = subprocess.run(
+        [str(KAFKALOG), "compact", "--config", str(no_dir)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert result.returncode == 1
     assert f"log dir {tmp_path / 'nowhere'} (compaction config log_dirs) does not exist" in (
         result.stderr
@@ -324,8 +359,9 @@ def test_spark_reads_during_a_run_see_the_latest_value_of_every_key(spark, tmp_p
     model, _ = build_compacted(
         log_dir, partitions=6, keys=3000, batches=400, segment_bytes=200_000, extra_topics=False
     )
-    config = write_config(tmp_path / "c.toml", log_dir, map_memory_per_task=24 * 1024,
-                          progress_interval_seconds=0.001)  # fmt: skip
+    config = write_config(
+        tmp_path / "c.toml", log_dir, map_memory_per_task=24 * 1024, progress_interval_seconds=0.001
+    )
     # a progress line a round: the output stays far below the pipe's buffer
     produced, expected = model.by_offset(), model.latest()
     proc = kafkalog_compact(config)
@@ -380,8 +416,12 @@ def test_the_time_budget_stops_a_partition_midway_and_a_rerun_finishes(tmp_path:
     o = clean_partition(task, replace(settings, deadline=time.time() + 0.1))
     assert o.status == PARTIAL, o
     assert re.fullmatch(r"the time budget ran out (in|after) round \d+", o.reason), o.reason
-    dump = subprocess.run([str(KAFKALOG), "dump", "--verify", "--summary", str(tmp_path)],
-                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    dump = subprocess.run(
+        [str(KAFKALOG), "dump", "--verify", "--summary", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert dump.returncode == 0, dump.stderr
     report = run_local(config, io.StringIO())
     assert [x.status for x in report.outcomes] == [CLEANED]

@@ -67,18 +67,26 @@ def test_a_clean_spark_run_reports_every_partition_and_exits_0(spark, tmp_path: 
     keys = [dirty_keys(log_dir, model, p) for p in range(2)]
     report_file = tmp_path / "report.json"
     out = io.StringIO()
-    status = execute(write_config(tmp_path / "c.toml", log_dir), report_file,
-                     spark_job(spark, out))  # fmt: skip
+    status = execute(write_config(tmp_path / "c.toml", log_dir), report_file, spark_job(spark, out))
     assert status == 0, out.getvalue()
     report, volatile = read_report(report_file)
     after = [log_bytes(log_dir, "profiles", p) for p in range(2)]
     assert after[0] < before[0] and after[1] < before[1]
     partitions = [
-        {"log_dir": str(log_dir), "topic": "profiles", "partition": p, "status": "cleaned",
-         "reason": "", "bytes_before": before[p], "bytes_after": after[p], "dirty_ratio": 1.0,
-         "keys": keys[p], "rounds": 1}
+        {
+            "log_dir": str(log_dir),
+            "topic": "profiles",
+            "partition": p,
+            "status": "cleaned",
+            "reason": "",
+            "bytes_before": before[p],
+            "bytes_after": after[p],
+            "dirty_ratio": 1.0,
+            "keys": keys[p],
+            "rounds": 1,
+        }
         for p in range(2)
-    ]  # fmt: skip
+    ]
     seconds = [p.pop("seconds") for p in report["partitions"]]
     assert all(isinstance(s, float) and s > 0 for s in seconds)
     assert report == {
@@ -96,7 +104,7 @@ def test_a_clean_spark_run_reports_every_partition_and_exits_0(spark, tmp_path: 
             "bytes_after": sum(after),
             "keys": sum(keys),
             "rounds": 2,
-        },  # fmt: skip
+        },
         "partitions": partitions,
     }
     assert re.fullmatch(r"\d{8}T\d{6}-[0-9a-f]{8}", volatile["run_id"])
@@ -106,8 +114,10 @@ def test_a_clean_spark_run_reports_every_partition_and_exits_0(spark, tmp_path: 
     again, volatile_again = read_report(report_file)
     assert volatile_again["run_id"] != volatile["run_id"]
     reason = "nothing cleanable (all clean, or dirty only in the active segment)"
-    rows = [(p["status"], p["reason"], p["bytes_before"], p["bytes_after"], p["keys"])
-            for p in again["partitions"]]  # fmt: skip
+    rows = [
+        (p["status"], p["reason"], p["bytes_before"], p["bytes_after"], p["keys"])
+        for p in again["partitions"]
+    ]
     assert rows == [("skipped", reason, a, a, 0) for a in after]
 
 
@@ -120,8 +130,9 @@ def test_a_corrupt_partition_exits_1_and_its_row_says_why(spark, tmp_path: Path)
     first.write_bytes(bytes(data))
     before = log_bytes(log_dir, "profiles", 1)
     report_file = tmp_path / "r.json"
-    status = execute(write_config(tmp_path / "c.toml", log_dir), report_file,
-                     spark_job(spark, io.StringIO()))  # fmt: skip
+    status = execute(
+        write_config(tmp_path / "c.toml", log_dir), report_file, spark_job(spark, io.StringIO())
+    )
     assert status == 1
     report, _ = read_report(report_file)
     assert (report["exit_status"], report["error"]) == (1, None)
@@ -135,7 +146,11 @@ def test_a_corrupt_partition_exits_1_and_its_row_says_why(spark, tmp_path: Path)
         f"CRC mismatch: stored {stored:#010x}, computed {computed:#010x}"
     )
     assert (failed["bytes_before"], failed["bytes_after"], failed["keys"], failed["rounds"]) == (
-        0, 0, 0, 0)  # fmt: skip
+        0,
+        0,
+        0,
+        0,
+    )
     assert log_bytes(log_dir, "profiles", 1) == before
     assert report["totals"]["failed"] == 1 and report["totals"]["cleaned"] == 1
 
@@ -148,9 +163,9 @@ def test_a_spent_time_budget_exits_3(spark, tmp_path: Path) -> None:
     assert execute(config, report_file, spark_job(spark, io.StringIO())) == 3
     report, _ = read_report(report_file)
     assert report["exit_status"] == 3
-    assert [(p["partition"], p["status"], p["reason"], p["rounds"])
-            for p in report["partitions"]] == [(0, "skipped", BUDGET_USED, 0),
-                                               (1, "skipped", BUDGET_USED, 0)]  # fmt: skip
+    assert [
+        (p["partition"], p["status"], p["reason"], p["rounds"]) for p in report["partitions"]
+    ] == [(0, "skipped", BUDGET_USED, 0), (1, "skipped", BUDGET_USED, 0)]
 
 
 def test_work_left_is_3_and_a_failure_wins() -> None:
@@ -170,18 +185,28 @@ def test_bad_configuration_and_usage_exit_2_with_a_report(cli, tmp_path: Path) -
     bad.write_text("[compaction]\nlog_dirs = ['x']\nmapMemory = 1\n")
     code, out, err = cli(f"compact --config {bad} --report {report_file}")
     assert (code, out) == (2, "")
-    message = (f"{bad}: unknown compaction config 'mapMemory' (known: broker_config, "
-               "load_factor, lock_wait_seconds, log_dirs, map_memory_per_task, "
-               "min_cleanable_dirty_ratio, progress_interval_seconds, time_budget_seconds, "
-               "topics)")  # fmt: skip
+    message = (
+        f"{bad}: unknown compaction config 'mapMemory' (known: broker_config, "
+        "load_factor, lock_wait_seconds, log_dirs, map_memory_per_task, "
+        "min_cleanable_dirty_ratio, progress_interval_seconds, time_budget_seconds, "
+        "topics)"
+    )
     assert err == f"kafkalog compact: {message}\n"
     report, _ = read_report(report_file)
-    assert report == {"format": 1, "dry_run": False, "exit_status": 2, "error": message,
-                      "totals": None, "partitions": []}  # fmt: skip
+    assert report == {
+        "format": 1,
+        "dry_run": False,
+        "exit_status": 2,
+        "error": message,
+        "totals": None,
+        "partitions": [],
+    }
     nowhere = tmp_path / "no" / "r.json"
     code, _, err = cli(f"compact --config {bad} --report {nowhere}")
-    assert (code, err) == (2, f"kafkalog compact: --report {nowhere}: its directory does not "
-                              "exist\n")  # fmt: skip
+    assert (code, err) == (
+        2,
+        f"kafkalog compact: --report {nowhere}: its directory does not exist\n",
+    )
     with pytest.raises(SystemExit) as usage:
         cli("compact --reprot x")
     assert usage.value.code == 2
@@ -194,6 +219,8 @@ def test_an_unexpected_error_exits_4_with_one_line(tmp_path: Path, capsys) -> No
     config = write_config(tmp_path / "c.toml", tmp_path)
     assert execute(config, tmp_path / "r.json", broken, "compact") == 4
     err = capsys.readouterr().err
-    assert err == ("compact: unexpected RuntimeError: boom (a bug in kafkalog; --log-level debug "
-                   "shows the traceback)\n")  # fmt: skip
+    assert err == (
+        "compact: unexpected RuntimeError: boom (a bug in kafkalog; --log-level debug "
+        "shows the traceback)\n"
+    )
     assert json.loads((tmp_path / "r.json").read_text())["exit_status"] == 4

@@ -14,8 +14,15 @@ def test_consume_exits_non_zero_naming_file_position_and_offset(tmp_path: Path) 
     path, position, offset = corrupt(write_log(tmp_path / "d"), 1, 2)
     # read_committed walks the batch headers up to the high watermark for the LSO first
     for isolation, printed in (("read_uncommitted", offset), ("read_committed", 0)):
-        done = kafkalog("consume", "--log-dir", tmp_path / "d", "--topic", "orders",
-                        "--isolation-level", isolation)  # fmt: skip
+        done = kafkalog(
+            "consume",
+            "--log-dir",
+            tmp_path / "d",
+            "--topic",
+            "orders",
+            "--isolation-level",
+            isolation,
+        )
         assert done.returncode == 1
         assert done.stdout.split() == [f"v{o}" for o in range(printed)]  # nothing past it
         assert done.stderr == (

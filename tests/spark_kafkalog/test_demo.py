@@ -83,8 +83,11 @@ def test_the_log_dir_is_recreated(ran) -> None:
     _, _, log_dir = ran
     assert not (log_dir / "left-over").exists()
     assert {p.name.rsplit("-", 1)[0] for p in log_dir.glob("*-[0-9]*")} == {
-        "events", "profiles", "purchases", "enriched"
-    }  # fmt: skip
+        "events",
+        "profiles",
+        "purchases",
+        "enriched",
+    }
 
 
 def test_a_directory_that_is_not_a_log_dir_is_never_deleted(tmp_path: Path) -> None:
@@ -187,19 +190,26 @@ def test_compaction_step(ran, generated) -> None:
         expected_after
     )
     files = list(log_dir.glob("profiles-*/*.log"))
-    assert {p: sorted(int(f.stem) for f in files if f.parent.name == f"profiles-{p}")
-            for p in produced} == {p: [0, b[-1]] for p, b in bases.items()}  # fmt: skip
+    assert {
+        p: sorted(int(f.stem) for f in files if f.parent.name == f"profiles-{p}") for p in produced
+    } == {p: [0, b[-1]] for p, b in bases.items()}
 
     before, after = res.compaction_before, res.compaction_after
     records_after = sum(len(r) for r in expected_after.values())
     assert before == demo.TopicFigures(
-        sum(len(b) for b in bases.values()), before.bytes, len(profiles.keys), len(latest),
+        sum(len(b) for b in bases.values()),
+        before.bytes,
+        len(profiles.keys),
+        len(latest),
         tombstones,
-    )  # fmt: skip
+    )
     assert after == demo.TopicFigures(
         2 * demo.PARTITIONS,  # the cleaned segments of a partition fit one group, + the active
-        sum(f.stat().st_size for f in files), records_after, len(latest), tombstones,
-    )  # fmt: skip
+        sum(f.stat().st_size for f in files),
+        records_after,
+        len(latest),
+        tombstones,
+    )
     assert after.bytes < before.bytes and records_after < len(profiles.keys)
     assert res.latest_missing == res.latest_extra == 0
 
@@ -280,8 +290,15 @@ def test_streaming_step_drains_in_micro_batches_exactly_once(ran) -> None:
 def test_summary_and_timings(ran) -> None:
     res, text, _ = ran
     assert set(res.timings) == {
-        "produce", "aggregate", "range", "profiles", "compact", "write", "stream", "total",
-    }  # fmt: skip
+        "produce",
+        "aggregate",
+        "range",
+        "profiles",
+        "compact",
+        "write",
+        "stream",
+        "total",
+    }
     assert any(line.startswith("Summary: ") for line in text.splitlines()[-4:])
     assert f"Total {res.timings['total']:.1f} s." in text
 
@@ -293,15 +310,18 @@ def test_cli_demo_runs_the_main_job(spark, tmp_path: Path, capsys) -> None:
     rows = {
         line.split()[0]: int(line.split()[1].replace(",", ""))
         for line in out.splitlines()
-        if line.startswith("    ") and len(line.split()) >= 2 and line.split()[0] in
-        (*demo.EVENT_TYPES, "total")
-    }  # fmt: skip
+        if line.startswith("    ")
+        and len(line.split()) >= 2
+        and line.split()[0] in (*demo.EVENT_TYPES, "total")
+    }
     assert rows["total"] == 3000 == sum(v for k, v in rows.items() if k != "total")
     assert f"read back: {rows['purchase']:,} records" in out
     assert any(line.startswith("Summary: ") for line in out.splitlines()[-4:])
     assert sorted(p.name for p in (tmp_path / "demo").glob("purchases-*")) == [
-        "purchases-0", "purchases-1", "purchases-2"
-    ]  # fmt: skip
+        "purchases-0",
+        "purchases-1",
+        "purchases-2",
+    ]
     assert not spark.sparkContext._jsc.sc().isStopped()  # the shared session lives on
 
 

@@ -57,14 +57,21 @@ def normalize(text: str, bootstrap: str) -> str:
     return text
 
 
-def both(kafka39, kafkalog: ServeProcess, work: Path, tool: str, *args: str | Path,
-         stdin: str | None = None) -> tuple[str, str]:  # fmt: skip
+def both(
+    kafka39,
+    kafkalog: ServeProcess,
+    work: Path,
+    tool: str,
+    *args: str | Path,
+    stdin: str | None = None,
+) -> tuple[str, str]:
     """``tool --bootstrap-server B ARGS`` against Kafka 3.9 then kafkalog: both outputs
     (stdout, then stderr, then the exit status), normalized."""
     out = []
     for server in (kafka39, kafkalog):
-        done = kafka_tool(tool, "--bootstrap-server", server.bootstrap, *args, work=work,
-                          stdin=stdin, check=False)  # fmt: skip
+        done = kafka_tool(
+            tool, "--bootstrap-server", server.bootstrap, *args, work=work, stdin=stdin, check=False
+        )
         text = f"{done.stdout}{_tool_stderr(done.stderr)}exit {done.returncode}\n"
         out.append(normalize(text, server.bootstrap))
     return out[0], out[1]
@@ -72,32 +79,68 @@ def both(kafka39, kafkalog: ServeProcess, work: Path, tool: str, *args: str | Pa
 
 def _tool_stderr(text: str) -> str:
     """stderr without log4j's WARN lines (a Kafka producer's metadata warnings differ)."""
-    return "".join(line + "\n" for line in text.splitlines()
-                   if not re.match(r"\[[0-9-]+ [0-9:,]+\] WARN ", line))  # fmt: skip
+    return "".join(
+        line + "\n"
+        for line in text.splitlines()
+        if not re.match(r"\[[0-9-]+ [0-9:,]+\] WARN ", line)
+    )
 
 
 def kafkalog_cli(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-c", "import sys; from spark_kafkalog.cli import main; "
-         "sys.exit(main())", *args], input=stdin, capture_output=True, text=True,
-        env=child_env(), cwd=ROOT, timeout=TIMEOUT_S, check=False,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-c",
+            "import sys; from spark_kafkalog.cli import main; sys.exit(main())",
+            *args,
+        ],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        env=child_env(),
+        cwd=ROOT,
+        timeout=TIMEOUT_S,
+        check=False,
+    )
 
 
 # -- kafka-topics, kafka-configs ---------------------------------------------------------------
 
 
 def test_kafka_topics_create_describe_alter_delete(kafka39, kafkalog, tmp_path):
-    create = both(kafka39, kafkalog, tmp_path, "kafka-topics", "--create", "--topic", "kt1",
-                  "--partitions", "2", "--config", "retention.ms=3600000",
-                  "--config", "cleanup.policy=compact")  # fmt: skip
+    create = both(
+        kafka39,
+        kafkalog,
+        tmp_path,
+        "kafka-topics",
+        "--create",
+        "--topic",
+        "kt1",
+        "--partitions",
+        "2",
+        "--config",
+        "retention.ms=3600000",
+        "--config",
+        "cleanup.policy=compact",
+    )
     assert create == ("Created topic kt1.\nexit 0\n",) * 2
-    grown = both(kafka39, kafkalog, tmp_path, "kafka-topics", "--alter", "--topic", "kt1",
-                 "--partitions", "3")  # fmt: skip
+    grown = both(
+        kafka39,
+        kafkalog,
+        tmp_path,
+        "kafka-topics",
+        "--alter",
+        "--topic",
+        "kt1",
+        "--partitions",
+        "3",
+    )
     assert grown == ("exit 0\n",) * 2
     kafka, ours = both(kafka39, kafkalog, tmp_path, "kafka-topics", "--describe", "--topic", "kt1")
-    header = ("Topic: kt1\tTopicId: ID\tPartitionCount: 3\tReplicationFactor: 1\tConfigs: "
-              "cleanup.policy=compact,retention.ms=3600000\n")  # fmt: skip
+    header = (
+        "Topic: kt1\tTopicId: ID\tPartitionCount: 3\tReplicationFactor: 1\tConfigs: "
+        "cleanup.policy=compact,retention.ms=3600000\n"
+    )
     row = "\tTopic: kt1\tPartition: {}\tLeader: N\tReplicas: N\tIsr: N\tElr: {}\tLastKnownElr: {}\n"
     # difference: DescribeTopicPartitions is not served, so the tool falls back to Metadata,
     # which has no eligible leader replicas (ELR): N/A where Kafka's KRaft shows none
@@ -128,9 +171,18 @@ def test_kafka_configs_describe_and_alter(kafka39, kafkalog, tmp_path):
             "synonyms={DYNAMIC_TOPIC_CONFIG:retention.ms=3600000}\nexit 0\n"
         )
     )
-    altered = both(kafka39, kafkalog, tmp_path, "kafka-configs", "--alter", *topic,
-                   "--add-config", "max.message.bytes=2000,cleanup.policy=[compact,delete]",
-                   "--delete-config", "retention.ms")  # fmt: skip
+    altered = both(
+        kafka39,
+        kafkalog,
+        tmp_path,
+        "kafka-configs",
+        "--alter",
+        *topic,
+        "--add-config",
+        "max.message.bytes=2000,cleanup.policy=[compact,delete]",
+        "--delete-config",
+        "retention.ms",
+    )
     assert altered == ("Completed updating config for topic kc1.\nexit 0\n",) * 2
     kafka, ours = both(kafka39, kafkalog, tmp_path, "kafka-configs", "--describe", *topic)
     assert (
@@ -144,25 +196,42 @@ def test_kafka_configs_describe_and_alter(kafka39, kafkalog, tmp_path):
             "max.message.bytes=2000, DEFAULT_CONFIG:message.max.bytes=1048588}\nexit 0\n"
         )
     )
-    kafka, ours = both(kafka39, kafkalog, tmp_path, "kafka-configs", "--alter", *topic,
-                       "--add-config", "retention.ms=abc")  # fmt: skip
+    kafka, ours = both(
+        kafka39,
+        kafkalog,
+        tmp_path,
+        "kafka-configs",
+        "--alter",
+        *topic,
+        "--add-config",
+        "retention.ms=abc",
+    )
     assert kafka == ours
-    assert "InvalidConfigurationException: Invalid value abc for configuration retention.ms: " \
-           "Not a number of type LONG\n" in ours and ours.endswith("exit 1\n")  # fmt: skip
+    assert (
+        "InvalidConfigurationException: Invalid value abc for configuration retention.ms: "
+        "Not a number of type LONG\n"
+        in ours
+        and ours.endswith("exit 1\n")
+    )
     # the new max.message.bytes holds: a larger record is refused by both
     big = "x" * 3000 + "\n"
-    kafka, ours = both(kafka39, kafkalog, tmp_path, "kafka-console-producer", "--topic", "kc1",
-                       stdin=big)  # fmt: skip
+    kafka, ours = both(
+        kafka39, kafkalog, tmp_path, "kafka-console-producer", "--topic", "kc1", stdin=big
+    )
     # difference: kafkalog's error message says which batch and limit; Kafka's is the default
     refused = (
         "[TIME] ERROR Error when sending message to topic kc1 with key: null, value: 3000 "
         "bytes with error: (org.apache.kafka.clients.producer.internals."
         "ErrorLoggingCallback)\norg.apache.kafka.common.errors.RecordTooLargeException: "
     )
-    assert kafka == refused + ("The request included a message larger than the max message "
-                               "size the server will accept.\nexit 0\n")  # fmt: skip
-    assert ours == refused + ("topic 'kc1' partition 0, batch at byte 0 of the request: batch "
-                              "of 3070 bytes exceeds max.message.bytes 2000\nexit 0\n")  # fmt: skip
+    assert kafka == refused + (
+        "The request included a message larger than the max message "
+        "size the server will accept.\nexit 0\n"
+    )
+    assert ours == refused + (
+        "topic 'kc1' partition 0, batch at byte 0 of the request: batch "
+        "of 3070 bytes exceeds max.message.bytes 2000\nexit 0\n"
+    )
 
 
 # -- console producer and consumer, consumer groups, offsets, delete-records ---------------------
@@ -170,14 +239,39 @@ def test_kafka_configs_describe_and_alter(kafka39, kafkalog, tmp_path):
 
 def test_console_tools_consumer_groups_offsets_and_delete_records(kafka39, kafkalog, tmp_path):
     # the console producer auto-creates the topic on both
-    produced = both(kafka39, kafkalog, tmp_path, "kafka-console-producer", "--topic", "cg1",
-                    "--property", "parse.key=true", "--property", "key.separator=:",
-                    stdin="k1:a\nk2:b\nk3:c\n")  # fmt: skip
+    produced = both(
+        kafka39,
+        kafkalog,
+        tmp_path,
+        "kafka-console-producer",
+        "--topic",
+        "cg1",
+        "--property",
+        "parse.key=true",
+        "--property",
+        "key.separator=:",
+        stdin="k1:a\nk2:b\nk3:c\n",
+    )
     assert produced == ("exit 0\n",) * 2
-    consumed = both(kafka39, kafkalog, tmp_path, "kafka-console-consumer", "--topic", "cg1",
-                    "--group", "cg1-group", "--from-beginning", "--max-messages", "3",
-                    "--timeout-ms", "60000", "--property", "print.key=true",
-                    "--property", "print.offset=true")  # fmt: skip
+    consumed = both(
+        kafka39,
+        kafkalog,
+        tmp_path,
+        "kafka-console-consumer",
+        "--topic",
+        "cg1",
+        "--group",
+        "cg1-group",
+        "--from-beginning",
+        "--max-messages",
+        "3",
+        "--timeout-ms",
+        "60000",
+        "--property",
+        "print.key=true",
+        "--property",
+        "print.offset=true",
+    )
     assert (
         consumed
         == (
@@ -189,8 +283,9 @@ def test_console_tools_consumer_groups_offsets_and_delete_records(kafka39, kafka
     kafka, ours = both(kafka39, kafkalog, tmp_path, "kafka-consumer-groups", "--list")
     assert [g for g in kafka.splitlines() if g.startswith("cg1")] == ["cg1-group"]  # shared
     assert [g for g in ours.splitlines() if g.startswith("cg1")] == ["cg1-group"]
-    kafka, ours = both(kafka39, kafkalog, tmp_path, "kafka-consumer-groups", "--describe",
-                       "--group", "cg1-group")  # fmt: skip
+    kafka, ours = both(
+        kafka39, kafkalog, tmp_path, "kafka-consumer-groups", "--describe", "--group", "cg1-group"
+    )
     assert kafka == ours
     assert re.search(r"cg1-group +cg1 +0 +3 +3 +0 +- +- +-", ours)
     kafka, ours = both(
@@ -209,16 +304,25 @@ def test_console_tools_consumer_groups_offsets_and_delete_records(kafka39, kafka
     assert kafka == ours
     assert re.search(r"cg1-group +cg1 +0 +0 +exit 0", ours)
     past = datetime.now(UTC).replace(year=2020).strftime("%Y-%m-%dT%H:%M:%S.000")
-    kafka, ours = both(kafka39, kafkalog, tmp_path, "kafka-consumer-groups", "--reset-offsets",
-                       "--group", "cg1-group", "--topic", "cg1", "--to-datetime", past,
-                       "--execute")  # fmt: skip
+    kafka, ours = both(
+        kafka39,
+        kafkalog,
+        tmp_path,
+        "kafka-consumer-groups",
+        "--reset-offsets",
+        "--group",
+        "cg1-group",
+        "--topic",
+        "cg1",
+        "--to-datetime",
+        past,
+        "--execute",
+    )
     assert kafka == ours
     assert re.search(r"cg1-group +cg1 +0 +0 +exit 0", ours)
     plan = tmp_path / "delete.json"
-    plan.write_text('{"partitions": [{"topic": "cg1", "partition": 0, "offset": 2}], '
-                    '"version": 1}')  # fmt: skip
-    deleted = both(kafka39, kafkalog, tmp_path, "kafka-delete-records",
-                   "--offset-json-file", plan)  # fmt: skip
+    plan.write_text('{"partitions": [{"topic": "cg1", "partition": 0, "offset": 2}], "version": 1}')
+    deleted = both(kafka39, kafkalog, tmp_path, "kafka-delete-records", "--offset-json-file", plan)
     assert (
         deleted
         == (
@@ -227,13 +331,17 @@ def test_console_tools_consumer_groups_offsets_and_delete_records(kafka39, kafka
         )
         * 2
     )
-    earliest = both(kafka39, kafkalog, tmp_path, "kafka-get-offsets", "--topic", "cg1",
-                    "--time", "-2")  # fmt: skip
+    earliest = both(
+        kafka39, kafkalog, tmp_path, "kafka-get-offsets", "--topic", "cg1", "--time", "-2"
+    )
     assert earliest == ("cg1:0:2\nexit 0\n",) * 2
-    removed = both(kafka39, kafkalog, tmp_path, "kafka-consumer-groups", "--delete",
-                   "--group", "cg1-group")  # fmt: skip
-    assert removed == ("Deletion of requested consumer groups ('cg1-group') was successful.\n"
-                       "exit 0\n",) * 2  # fmt: skip
+    removed = both(
+        kafka39, kafkalog, tmp_path, "kafka-consumer-groups", "--delete", "--group", "cg1-group"
+    )
+    assert (
+        removed
+        == ("Deletion of requested consumer groups ('cg1-group') was successful.\nexit 0\n",) * 2
+    )
 
 
 # -- kafkalog's own commands against Kafka 3.9 ---------------------------------------------------
@@ -241,14 +349,31 @@ def test_console_tools_consumer_groups_offsets_and_delete_records(kafka39, kafka
 
 def test_kafkalog_produce_auto_creates_and_consume_prints_as_kafkas(kafka39, tmp_path):
     # the defect: "Metadata of topic 'm1' failed: UNKNOWN_TOPIC_OR_PARTITION"
-    produced = kafkalog_cli("produce", "--topic", "kl-auto1", "--bootstrap-server",
-                            kafka39.bootstrap, stdin="a\nb\nc\n")  # fmt: skip
+    produced = kafkalog_cli(
+        "produce", "--topic", "kl-auto1", "--bootstrap-server", kafka39.bootstrap, stdin="a\nb\nc\n"
+    )
     assert produced.returncode == 0, produced.stderr
-    consumed = kafkalog_cli("consume", "--topic", "kl-auto1", "--bootstrap-server",
-                            kafka39.bootstrap, "--from-beginning")  # fmt: skip
-    theirs = kafka_tool("kafka-console-consumer", "--bootstrap-server", kafka39.bootstrap,
-                        "--topic", "kl-auto1", "--from-beginning", "--max-messages", "3",
-                        "--timeout-ms", "60000", work=tmp_path)  # fmt: skip
+    consumed = kafkalog_cli(
+        "consume",
+        "--topic",
+        "kl-auto1",
+        "--bootstrap-server",
+        kafka39.bootstrap,
+        "--from-beginning",
+    )
+    theirs = kafka_tool(
+        "kafka-console-consumer",
+        "--bootstrap-server",
+        kafka39.bootstrap,
+        "--topic",
+        "kl-auto1",
+        "--from-beginning",
+        "--max-messages",
+        "3",
+        "--timeout-ms",
+        "60000",
+        work=tmp_path,
+    )
     assert consumed.stdout == theirs.stdout == "a\nb\nc\n"
 
 
@@ -261,8 +386,14 @@ def dump_log(files: list[Path], work: Path) -> dict[Path, list[dict[str, str]]]:
     """``kafka-dump-log --deep-iteration --print-data-log`` of ``files``: per file its batches
     (the batch line's fields) and records (the ``| offset:`` lines' fields, under ``records``)
     as Kafka's tool read them."""
-    done = kafka_tool("kafka-dump-log", "--deep-iteration", "--print-data-log", "--files",
-                      ",".join(map(str, files)), work=work)  # fmt: skip
+    done = kafka_tool(
+        "kafka-dump-log",
+        "--deep-iteration",
+        "--print-data-log",
+        "--files",
+        ",".join(map(str, files)),
+        work=work,
+    )
     out: dict[Path, list[dict]] = {}
     current: list[dict] = []
     for line in done.stdout.splitlines():
@@ -328,8 +459,9 @@ def transactions_through(kafkalog: ServeProcess, topic: str) -> None:
 
 
 def _records(batches: list[dict]) -> list[tuple[int, str | None, str | None]]:
-    return [(int(r["offset"]), r.get("key"), r.get("payload"))
-            for b in batches for r in b["records"]]  # fmt: skip
+    return [
+        (int(r["offset"]), r.get("key"), r.get("payload")) for b in batches for r in b["records"]
+    ]
 
 
 def test_kafka_dump_log_reads_what_kafkalog_wrote(kafkalog, tmp_path):
@@ -345,11 +477,20 @@ def test_kafka_dump_log_reads_what_kafkalog_wrote(kafkalog, tmp_path):
     assert all(b["isvalid"] == "true" for batches in by_topic.values() for b in batches)
     codecs = {t: {b["compresscodec"] for b in by_topic[t]} for t in want if t != "compacted"}
     assert codecs == {f"codec-{c}": {c} for c in ("none", "gzip", "snappy", "lz4", "zstd")}
-    txn = [(b["isTransactional"], b["isControl"], [r.get("endTxnMarker") or r.get("payload")
-                                                   for r in b["records"]])
-           for b in by_topic["dump-txn"]]  # fmt: skip
-    assert txn == [("true", "false", ["a", "b"]), ("true", "true", ["COMMIT"]),
-                   ("true", "false", ["c"]), ("true", "true", ["ABORT"])]  # fmt: skip
+    txn = [
+        (
+            b["isTransactional"],
+            b["isControl"],
+            [r.get("endTxnMarker") or r.get("payload") for r in b["records"]],
+        )
+        for b in by_topic["dump-txn"]
+    ]
+    assert txn == [
+        ("true", "false", ["a", "b"]),
+        ("true", "true", ["COMMIT"]),
+        ("true", "false", ["c"]),
+        ("true", "true", ["ABORT"]),
+    ]
 
 
 # -- kafka-log-dirs, kafka-acls, kafka-broker-api-versions ---------------------------------------
@@ -379,23 +520,46 @@ VERSION_DIFFERENCES = {
     "DescribeCluster": ("0 to 1 [usable: 1]", "0 to 2 [usable: 1]"),
 }
 NOT_SERVED = {
-    "SaslHandshake", "SaslAuthenticate",  # served on SASL listeners only
-    "OffsetForLeaderEpoch", "AlterReplicaLogDirs", "CreateDelegationToken",
-    "RenewDelegationToken", "ExpireDelegationToken", "DescribeDelegationToken", "ElectLeaders",
-    "AlterPartitionReassignments", "ListPartitionReassignments", "DescribeClientQuotas",
-    "AlterClientQuotas", "DescribeQuorum", "UpdateFeatures", "UnregisterBroker",
-    "ConsumerGroupHeartbeat", "ConsumerGroupDescribe", "ListClientMetricsResources",
-    "DescribeTopicPartitions", "AddRaftVoter", "RemoveRaftVoter",
-}  # fmt: skip
+    "SaslHandshake",
+    "SaslAuthenticate",  # served on SASL listeners only
+    "OffsetForLeaderEpoch",
+    "AlterReplicaLogDirs",
+    "CreateDelegationToken",
+    "RenewDelegationToken",
+    "ExpireDelegationToken",
+    "DescribeDelegationToken",
+    "ElectLeaders",
+    "AlterPartitionReassignments",
+    "ListPartitionReassignments",
+    "DescribeClientQuotas",
+    "AlterClientQuotas",
+    "DescribeQuorum",
+    "UpdateFeatures",
+    "UnregisterBroker",
+    "ConsumerGroupHeartbeat",
+    "ConsumerGroupDescribe",
+    "ListClientMetricsResources",
+    "DescribeTopicPartitions",
+    "AddRaftVoter",
+    "RemoveRaftVoter",
+}
 
 
 def test_log_dirs_acls_and_api_versions(kafka39, kafkalog, tmp_path):
     for server in (kafka39, kafkalog):
-        kafka_tool("kafka-console-producer", "--bootstrap-server", server.bootstrap, "--topic",
-                   "ld1", stdin="a\n", work=tmp_path)  # fmt: skip
+        kafka_tool(
+            "kafka-console-producer",
+            "--bootstrap-server",
+            server.bootstrap,
+            "--topic",
+            "ld1",
+            stdin="a\n",
+            work=tmp_path,
+        )
     # one record: two would make a batch of 77 or 78 bytes, as their timestamps are apart
-    kafka, ours = both(kafka39, kafkalog, tmp_path, "kafka-log-dirs", "--describe",
-                       "--topic-list", "ld1")  # fmt: skip
+    kafka, ours = both(
+        kafka39, kafkalog, tmp_path, "kafka-log-dirs", "--describe", "--topic-list", "ld1"
+    )
 
     def same_ids(text: str) -> str:
         text = re.sub(r'"logDir":"[^"]*"', '"logDir":"DIR"', text)
@@ -411,18 +575,31 @@ def test_log_dirs_acls_and_api_versions(kafka39, kafkalog, tmp_path):
     # the shared Kafka broker has no authorizer; kafkalog's module server has one
     acl = ("--add", "--allow-principal", "User:alice", "--operation", "Read", "--topic", "acl1")
     kafka, ours = both(kafka39, kafkalog, tmp_path, "kafka-acls", *acl)
-    added = ("Adding ACLs for resource `ResourcePattern(resourceType=TOPIC, name=acl1, "
-             "patternType=LITERAL)`: \n \t(principal=User:alice, host=*, operation=READ, "
-             "permissionType=ALLOW) \n\n")  # fmt: skip
-    assert kafka.startswith(added + "Error while executing ACL command: org.apache.kafka."
-                            "common.errors.SecurityDisabledException: No Authorizer is "
-                            "configured.\n")  # fmt: skip
+    added = (
+        "Adding ACLs for resource `ResourcePattern(resourceType=TOPIC, name=acl1, "
+        "patternType=LITERAL)`: \n \t(principal=User:alice, host=*, operation=READ, "
+        "permissionType=ALLOW) \n\n"
+    )
+    assert kafka.startswith(
+        added + "Error while executing ACL command: org.apache.kafka."
+        "common.errors.SecurityDisabledException: No Authorizer is "
+        "configured.\n"
+    )
     assert ours == added + "exit 0\n"
-    listed = kafka_tool("kafka-acls", "--bootstrap-server", kafkalog.bootstrap, "--list",
-                        "--topic", "acl1", work=tmp_path).stdout  # fmt: skip
-    assert listed == ("Current ACLs for resource `ResourcePattern(resourceType=TOPIC, "
-                      "name=acl1, patternType=LITERAL)`: \n \t(principal=User:alice, host=*, "
-                      "operation=READ, permissionType=ALLOW) \n\n")  # fmt: skip
+    listed = kafka_tool(
+        "kafka-acls",
+        "--bootstrap-server",
+        kafkalog.bootstrap,
+        "--list",
+        "--topic",
+        "acl1",
+        work=tmp_path,
+    ).stdout
+    assert listed == (
+        "Current ACLs for resource `ResourcePattern(resourceType=TOPIC, "
+        "name=acl1, patternType=LITERAL)`: \n \t(principal=User:alice, host=*, "
+        "operation=READ, permissionType=ALLOW) \n\n"
+    )
     kafka, ours = both(kafka39, kafkalog, tmp_path, "kafka-broker-api-versions")
     theirs = {m.group(1): m.group(3) for m in API_LINE.finditer(kafka)}
     mine = {m.group(1): m.group(3) for m in API_LINE.finditer(ours)}
@@ -441,8 +618,13 @@ def hanging_transaction(bootstrap: str, topic: str, txn_id: str) -> object:
     from confluent_kafka import Producer
 
     create_topic(bootstrap, topic)
-    producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": txn_id,
-                         "transaction.timeout.ms": 600_000})  # fmt: skip
+    producer = Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "transactional.id": txn_id,
+            "transaction.timeout.ms": 600_000,
+        }
+    )
     producer.init_transactions(TIMEOUT_S)
     producer.begin_transaction()
     producer.produce(topic, b"x", b"k")
@@ -453,15 +635,18 @@ def hanging_transaction(bootstrap: str, topic: str, txn_id: str) -> object:
 def table(text: str, ids: tuple[int, ...] = ()) -> list[list[str]]:
     """A kafka-transactions table: rows of stripped cells, the columns ``ids`` (ids and times
     that must differ) as "N"."""
-    rows = [[c.strip() for c in line.split("\t")[:-1]] for line in text.splitlines()
-            if "\t" in line]  # fmt: skip
-    return [[("N" if i in ids and n else c) for i, c in enumerate(row)]
-            for n, row in enumerate(rows)]  # fmt: skip
+    rows = [
+        [c.strip() for c in line.split("\t")[:-1]] for line in text.splitlines() if "\t" in line
+    ]
+    return [
+        [("N" if i in ids and n else c) for i, c in enumerate(row)] for n, row in enumerate(rows)
+    ]
 
 
 def test_kafka_transactions_list_describe_and_abort_a_hanging_one(kafka39, kafkalog, tmp_path):
-    producers = [hanging_transaction(s.bootstrap, "kt-hang", "kt-hang-txn")
-                 for s in (kafka39, kafkalog)]  # fmt: skip
+    producers = [
+        hanging_transaction(s.bootstrap, "kt-hang", "kt-hang-txn") for s in (kafka39, kafkalog)
+    ]
     try:
         _transactions_tools(kafka39, kafkalog, tmp_path)
     finally:  # the coordinators still see the transaction open: its producer ends it
@@ -473,26 +658,77 @@ def _transactions_tools(kafka39, kafkalog, tmp_path) -> None:
     kafka, ours = both(kafka39, kafkalog, tmp_path, "kafka-transactions", "list")
     mine = [r for r in table(ours, (1, 2)) if r[0] in ("TransactionalId", "kt-hang-txn")]
     assert [r for r in table(kafka, (1, 2)) if r[0] in ("TransactionalId", "kt-hang-txn")] == mine
-    assert mine == [["TransactionalId", "Coordinator", "ProducerId", "TransactionState"],
-                    ["kt-hang-txn", "N", "N", "Ongoing"]]  # fmt: skip
-    kafka, ours = both(kafka39, kafkalog, tmp_path, "kafka-transactions", "describe",
-                       "--transactional-id", "kt-hang-txn")  # fmt: skip
-    assert table(kafka, (0, 2, 6, 7)) == table(ours, (0, 2, 6, 7)) == [
-        ["CoordinatorId", "TransactionalId", "ProducerId", "ProducerEpoch", "TransactionState",
-         "TransactionTimeoutMs", "CurrentTransactionStartTimeMs", "TransactionDurationMs",
-         "TopicPartitions"],
-        ["N", "kt-hang-txn", "N", "0", "Ongoing", "600000", "N", "N", "kt-hang-0"],
-    ]  # fmt: skip
-    aborted = both(kafka39, kafkalog, tmp_path, "kafka-transactions", "abort", "--topic",
-                   "kt-hang", "--partition", "0", "--start-offset", "0")  # fmt: skip
+    assert mine == [
+        ["TransactionalId", "Coordinator", "ProducerId", "TransactionState"],
+        ["kt-hang-txn", "N", "N", "Ongoing"],
+    ]
+    kafka, ours = both(
+        kafka39,
+        kafkalog,
+        tmp_path,
+        "kafka-transactions",
+        "describe",
+        "--transactional-id",
+        "kt-hang-txn",
+    )
+    assert (
+        table(kafka, (0, 2, 6, 7))
+        == table(ours, (0, 2, 6, 7))
+        == [
+            [
+                "CoordinatorId",
+                "TransactionalId",
+                "ProducerId",
+                "ProducerEpoch",
+                "TransactionState",
+                "TransactionTimeoutMs",
+                "CurrentTransactionStartTimeMs",
+                "TransactionDurationMs",
+                "TopicPartitions",
+            ],
+            ["N", "kt-hang-txn", "N", "0", "Ongoing", "600000", "N", "N", "kt-hang-0"],
+        ]
+    )
+    aborted = both(
+        kafka39,
+        kafkalog,
+        tmp_path,
+        "kafka-transactions",
+        "abort",
+        "--topic",
+        "kt-hang",
+        "--partition",
+        "0",
+        "--start-offset",
+        "0",
+    )
     assert aborted == ("exit 0\n",) * 2
-    kafka, ours = both(kafka39, kafkalog, tmp_path, "kafka-transactions", "describe-producers",
-                       "--topic", "kt-hang", "--partition", "0")  # fmt: skip
-    assert table(kafka, (0, 4)) == table(ours, (0, 4)) == [
-        ["ProducerId", "ProducerEpoch", "LatestCoordinatorEpoch", "LastSequence",
-         "LastTimestamp", "CurrentTransactionStartOffset"],
-        ["N", "0", "0", "0", "N", "None"],  # no transaction open in the partition any more
-    ]  # fmt: skip
+    kafka, ours = both(
+        kafka39,
+        kafkalog,
+        tmp_path,
+        "kafka-transactions",
+        "describe-producers",
+        "--topic",
+        "kt-hang",
+        "--partition",
+        "0",
+    )
+    assert (
+        table(kafka, (0, 4))
+        == table(ours, (0, 4))
+        == [
+            [
+                "ProducerId",
+                "ProducerEpoch",
+                "LatestCoordinatorEpoch",
+                "LastSequence",
+                "LastTimestamp",
+                "CurrentTransactionStartOffset",
+            ],
+            ["N", "0", "0", "0", "N", "None"],  # no transaction open in the partition any more
+        ]
+    )
 
 
 # -- kafka-verifiable-producer / kafka-verifiable-consumer ----------------------------------------
@@ -511,28 +747,76 @@ def events(text: str) -> list[dict]:
 
 
 def test_verifiable_producer_and_consumer(kafka39, kafkalog, tmp_path):
-    kafka, ours = both(kafka39, kafkalog, tmp_path, "kafka-verifiable-producer", "--topic",
-                       "vp1", "--max-messages", "3", "--acks", "-1")  # fmt: skip
-    sent = [{"name": "producer_send_success", "key": None, "value": str(i), "offset": i,
-             "topic": "vp1", "partition": 0} for i in range(3)]  # fmt: skip
-    assert events(kafka) == events(ours) == [
-        {"name": "startup_complete"}, *sent, {"name": "shutdown_complete"},
-        {"name": "tool_data", "sent": 3, "acked": 3, "target_throughput": -1},
-    ]  # fmt: skip
-    kafka, ours = both(kafka39, kafkalog, tmp_path, "kafka-verifiable-consumer", "--topic",
-                       "vp1", "--group-id", "vp1-group", "--max-messages", "3",
-                       "--reset-policy", "earliest")  # fmt: skip
+    kafka, ours = both(
+        kafka39,
+        kafkalog,
+        tmp_path,
+        "kafka-verifiable-producer",
+        "--topic",
+        "vp1",
+        "--max-messages",
+        "3",
+        "--acks",
+        "-1",
+    )
+    sent = [
+        {
+            "name": "producer_send_success",
+            "key": None,
+            "value": str(i),
+            "offset": i,
+            "topic": "vp1",
+            "partition": 0,
+        }
+        for i in range(3)
+    ]
+    assert (
+        events(kafka)
+        == events(ours)
+        == [
+            {"name": "startup_complete"},
+            *sent,
+            {"name": "shutdown_complete"},
+            {"name": "tool_data", "sent": 3, "acked": 3, "target_throughput": -1},
+        ]
+    )
+    kafka, ours = both(
+        kafka39,
+        kafkalog,
+        tmp_path,
+        "kafka-verifiable-consumer",
+        "--topic",
+        "vp1",
+        "--group-id",
+        "vp1-group",
+        "--max-messages",
+        "3",
+        "--reset-policy",
+        "earliest",
+    )
     partitions = [{"topic": "vp1", "partition": 0}]
-    assert events(kafka) == events(ours) == [
-        {"name": "startup_complete"},
-        {"name": "partitions_assigned", "partitions": partitions},
-        {"name": "records_consumed", "count": 3, "partitions": [
-            {"topic": "vp1", "partition": 0, "count": 3, "minOffset": 0, "maxOffset": 2}]},
-        {"name": "offsets_committed", "offsets": [{"topic": "vp1", "partition": 0,
-                                                    "offset": 3}], "success": True},
-        {"name": "partitions_revoked", "partitions": partitions},
-        {"name": "shutdown_complete"},
-    ]  # fmt: skip
+    assert (
+        events(kafka)
+        == events(ours)
+        == [
+            {"name": "startup_complete"},
+            {"name": "partitions_assigned", "partitions": partitions},
+            {
+                "name": "records_consumed",
+                "count": 3,
+                "partitions": [
+                    {"topic": "vp1", "partition": 0, "count": 3, "minOffset": 0, "maxOffset": 2}
+                ],
+            },
+            {
+                "name": "offsets_committed",
+                "offsets": [{"topic": "vp1", "partition": 0, "offset": 3}],
+                "success": True,
+            },
+            {"name": "partitions_revoked", "partitions": partitions},
+            {"name": "shutdown_complete"},
+        ]
+    )
 
 
 def commit_offsets(bootstrap: str, group: str, topic: str, offset: int) -> None:
@@ -550,13 +834,15 @@ def test_kafkalog_topics_and_groups_against_kafka39_print_as_kafkas_tools(kafka3
     bootstrap = ("--bootstrap-server", kafka39.bootstrap)
     created = kafkalog_cli("topics", "create", "klt1", "--partitions", "2", *bootstrap)
     assert (created.returncode, created.stdout) == (0, "Created topic klt1.\n")
-    produced = kafkalog_cli("produce", "--topic", "klt1", "--partition", "0", *bootstrap,
-                            stdin="a\nb\n")  # fmt: skip
+    produced = kafkalog_cli(
+        "produce", "--topic", "klt1", "--partition", "0", *bootstrap, stdin="a\nb\n"
+    )
     assert produced.returncode == 0, produced.stderr
     commit_offsets(kafka39.bootstrap, "klt1-group", "klt1", 1)
     ours = kafkalog_cli("topics", "describe", "klt1", *bootstrap).stdout
-    theirs = kafka_tool("kafka-topics", *bootstrap, "--describe", "--topic", "klt1",
-                        work=tmp_path).stdout  # fmt: skip
+    theirs = kafka_tool(
+        "kafka-topics", *bootstrap, "--describe", "--topic", "klt1", work=tmp_path
+    ).stdout
     assert ours.splitlines()[0] == theirs.splitlines()[0]  # topic, id, counts, configs
     # difference: kafkalog's partition rows add the leader epoch and the offsets where
     # Kafka's show the eligible leader replicas (ELR)
@@ -570,8 +856,9 @@ def test_kafkalog_topics_and_groups_against_kafka39_print_as_kafkas_tools(kafka3
     theirs = kafka_tool("kafka-topics", *bootstrap, "--list", work=tmp_path).stdout
     assert ours == theirs and "klt1\n" in ours
     ours = kafkalog_cli("groups", "describe", "--group", "klt1-group", *bootstrap)
-    theirs = kafka_tool("kafka-consumer-groups", *bootstrap, "--describe", "--group",
-                        "klt1-group", work=tmp_path)  # fmt: skip
+    theirs = kafka_tool(
+        "kafka-consumer-groups", *bootstrap, "--describe", "--group", "klt1-group", work=tmp_path
+    )
     assert (ours.stdout, ours.stderr) == (theirs.stdout + "\n", theirs.stderr)
     assert re.search(r"klt1-group +klt1 +0 +1 +2 +1 +- +- +-\n$", ours.stdout)
     # difference: kafkalog says what it deleted; Kafka's tool prints nothing

@@ -57,8 +57,9 @@ def test_kafka_consumer_read_what_was_produced(kafka_written) -> None:
     # the cleaner kept the latest of each key below the active segment, then the active one
     assert [(r[2], r[3], r[4]) for r in committed["compacted"]] == [
         *[(30 + i, f"k{i}".encode(), f"r3-{i}".encode() * 8) for i in range(10)],
-        (40, b"k3", None), (41, b"k9", b"last"),
-    ]  # fmt: skip
+        (40, b"k3", None),
+        (41, b"k9", b"last"),
+    ]
     retained = committed["retention"]
     assert retained and retained[0][2] > 0 and retained[-1][2] == 59
     assert [r[2] for r in retained] == list(range(retained[0][2], 60))
@@ -75,8 +76,9 @@ def test_consume_equals_kafka(kafka_written, cli) -> None:
     log_dir, expected = kafka_written
     for iso in ISOLATIONS:
         for topic, rows in expected[iso].items():
-            code, out, err = cli(f"consume --log-dir {log_dir} --topic {topic} --format json "
-                                 f"--isolation-level {iso}")  # fmt: skip
+            code, out, err = cli(
+                f"consume --log-dir {log_dir} --topic {topic} --format json --isolation-level {iso}"
+            )
             assert code == 0, err
             assert [_json_row(json.loads(line)) for line in out.splitlines()] == rows, (iso, topic)
 
@@ -90,8 +92,16 @@ def _bytes(v: str | dict | None) -> bytes | None:
 def _json_row(j: dict) -> tuple:
     headers = tuple((h["key"], _bytes(h["value"])) for h in j["headers"])
     ts_type = {"CreateTime": 0, "LogAppendTime": 1}[j["timestampType"]]
-    return (j["topic"], j["partition"], j["offset"], _bytes(j["key"]), _bytes(j["value"]),
-            headers, ts_type, j["timestamp"])  # fmt: skip
+    return (
+        j["topic"],
+        j["partition"],
+        j["offset"],
+        _bytes(j["key"]),
+        _bytes(j["value"]),
+        headers,
+        ts_type,
+        j["timestamp"],
+    )
 
 
 def test_dump_verify(kafka_written, cli) -> None:
@@ -137,11 +147,22 @@ def _spark_rows(spark, log_dir: Path, iso: str, topics: list[str]) -> dict[str, 
     out: dict[str, list[tuple]] = {t: [] for t in topics}
     df = df.selectExpr("*", "unix_millis(timestamp) AS millis")
     for r in df.orderBy("topic", "partition", "offset").collect():
-        headers = tuple((h["key"], None if h["value"] is None else bytes(h["value"]))
-                        for h in r["headers"] or ())  # fmt: skip
-        out[r["topic"]].append((r["topic"], r["partition"], r["offset"], _opt(r["key"]),
-                                _opt(r["value"]), headers, r["timestampType"],
-                                r["millis"]))  # fmt: skip
+        headers = tuple(
+            (h["key"], None if h["value"] is None else bytes(h["value"]))
+            for h in r["headers"] or ()
+        )
+        out[r["topic"]].append(
+            (
+                r["topic"],
+                r["partition"],
+                r["offset"],
+                _opt(r["key"]),
+                _opt(r["value"]),
+                headers,
+                r["timestampType"],
+                r["millis"],
+            )
+        )
     return out
 
 

@@ -69,8 +69,11 @@ def test_a_cache_filled_from_other_sources_loses_our_kernels_first(tmp_path: Pat
     cached inflate_sections would still hold the old snappy code. A directory whose marker is
     missing or names other sources loses every cache file of our kernels' modules (and only
     those); a current marker keeps them."""
-    ours = ["decode_kernel.inflate_sections-228.py311.nbi", "decode_kernel._fail-382.py311.2.nbc",
-            "snappy_block.decode-40.py311.nbi"]  # fmt: skip
+    ours = [
+        "decode_kernel.inflate_sections-228.py311.nbi",
+        "decode_kernel._fail-382.py311.2.nbc",
+        "snappy_block.decode-40.py311.nbi",
+    ]
     theirs = ["somebody_else.f-1.py311.nbi", "somebody_else.f-1.py311.1.nbc", "notes.txt"]
     for name in ours + theirs:
         (tmp_path / name).write_bytes(b"x")

@@ -57,8 +57,14 @@ def test_serve_sasl_ssl_with_users_and_command_config(tmp_path: Path) -> None:
     broker_toml, client_props = write_configs(tmp_path, PASSWORD)
     log_dir = tmp_path / "logs"
     listeners = "PLAINTEXT://127.0.0.1:0,SASL_SSL://127.0.0.1:0"
-    with ServeProcess(log_dir, "--listeners", listeners, "--broker-config", broker_toml,
-                      stderr=tmp_path / "serve.log") as server:  # fmt: skip
+    with ServeProcess(
+        log_dir,
+        "--listeners",
+        listeners,
+        "--broker-config",
+        broker_toml,
+        stderr=tmp_path / "serve.log",
+    ) as server:
         m = SASL_SSL_LINE.match(server.next_line(10))
         assert m, "no SASL_SSL listener line"
         bootstrap = ["--bootstrap-server", f"127.0.0.1:{m.group(1)}"]
@@ -67,8 +73,12 @@ def test_serve_sasl_ssl_with_users_and_command_config(tmp_path: Path) -> None:
         code, _, err = run_cli(["topics", "list", *secured])
         assert code == 1 and "authentication with broker 127.0.0.1:" in err
         assert "invalid credentials with SASL mechanism SCRAM-SHA-512" in err
-        assert run_cli(["users", "add", "--log-dir", str(log_dir), "--user", USER,
-                        "--password", PASSWORD])[0] == 0  # fmt: skip
+        assert (
+            run_cli(
+                ["users", "add", "--log-dir", str(log_dir), "--user", USER, "--password", PASSWORD]
+            )[0]
+            == 0
+        )
         assert run_cli(["topics", "create", *secured, "t", "--partitions", "1"])[0] == 0
         code, _, err = run_cli(["produce", *secured, "--topic", "t"], stdin="a\nb\nc\n")
         assert code == 0, err
@@ -84,17 +94,29 @@ def test_serve_sasl_ssl_with_users_and_command_config(tmp_path: Path) -> None:
 
 
 def test_command_config_without_bootstrap_server_is_a_usage_error(tmp_path: Path) -> None:
-    code, _, err = run_cli(["topics", "list", "--log-dir", str(tmp_path),
-                            "--command-config", str(tmp_path / "c.properties")])  # fmt: skip
-    assert (code, err) == (2, "kafkalog topics list: --command-config needs --bootstrap-server "
-                              "(it configures the client)\n")  # fmt: skip
+    code, _, err = run_cli(
+        [
+            "topics",
+            "list",
+            "--log-dir",
+            str(tmp_path),
+            "--command-config",
+            str(tmp_path / "c.properties"),
+        ]
+    )
+    assert (code, err) == (
+        2,
+        "kafkalog topics list: --command-config needs --bootstrap-server "
+        "(it configures the client)\n",
+    )
 
 
 def test_command_config_errors_name_the_file(tmp_path: Path) -> None:
     bad = tmp_path / "bad.properties"
     bad.write_text("security.protocol=SASL_SSL\nsasl.mechanism=GSSAPI\n")
-    code, _, err = run_cli(["topics", "list", "--bootstrap-server", "127.0.0.1:1",
-                            "--command-config", str(bad)])  # fmt: skip
+    code, _, err = run_cli(
+        ["topics", "list", "--bootstrap-server", "127.0.0.1:1", "--command-config", str(bad)]
+    )
     assert code == 1
     assert err == (
         f"kafkalog topics list: --command-config {bad}: sasl.mechanism='GSSAPI' is not supported "

@@ -32,11 +32,19 @@ ACKED_BEFORE_KILL_S = 120.0  # the bound on getting them: a server that acks non
 
 
 def producer(bootstrap: str, **extra) -> confluent_kafka.Producer:
-    return confluent_kafka.Producer({
-        "bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True,
-        "linger.ms": 5, "message.timeout.ms": 20_000, "socket.timeout.ms": 5_000,
-        "reconnect.backoff.max.ms": 200, "retry.backoff.ms": 50, **extra,
-    })  # fmt: skip
+    return confluent_kafka.Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "acks": "all",
+            "enable.idempotence": True,
+            "linger.ms": 5,
+            "message.timeout.ms": 20_000,
+            "socket.timeout.ms": 5_000,
+            "reconnect.backoff.max.ms": 200,
+            "retry.backoff.ms": 50,
+            **extra,
+        }
+    )
 
 
 class Acks:
@@ -57,14 +65,18 @@ class Acks:
 
 def run_kafkalog(*args: str | Path, timeout: float = 60, **env: str) -> subprocess.CompletedProcess:
     return subprocess.run(
-        kafkalog_command(*args), capture_output=True, text=True, timeout=timeout,
+        kafkalog_command(*args),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
         env=child_env(**env),
-    )  # fmt: skip
+    )
 
 
 def create_topic(log_dir: Path, partitions: int = PARTITIONS) -> None:
-    done = run_kafkalog("topics", "create", "--log-dir", log_dir, TOPIC,
-                        "--partitions", str(partitions))  # fmt: skip
+    done = run_kafkalog(
+        "topics", "create", "--log-dir", log_dir, TOPIC, "--partitions", str(partitions)
+    )
     assert done.returncode == 0, done.stderr
 
 
@@ -134,8 +146,14 @@ def test_sigkill_mid_produce_loses_no_acknowledged_record(tmp_path: Path) -> Non
 def test_a_served_log_dir_refuses_a_second_writer_naming_the_holder(tmp_path: Path) -> None:
     log_dir = tmp_path / "logs"
     with ServeProcess(log_dir, stderr=tmp_path / "serve.err") as server:
-        second = run_kafkalog("serve", "--log-dir", log_dir, "--listeners",
-                              "PLAINTEXT://127.0.0.1:0", timeout=STOP_TIMEOUT_S)  # fmt: skip
+        second = run_kafkalog(
+            "serve",
+            "--log-dir",
+            log_dir,
+            "--listeners",
+            "PLAINTEXT://127.0.0.1:0",
+            timeout=STOP_TIMEOUT_S,
+        )
         assert second.returncode == 1
         line = f"kafkalog serve: log dir {log_dir} is locked by pid {server.proc.pid} on host"
         assert second.stderr.startswith(line) and "another process owns it" in second.stderr
@@ -165,8 +183,9 @@ def test_without_kio_serve_is_refused_in_one_line_and_the_rest_works(tmp_path: P
     assert serve.stderr.startswith("kafkalog serve: the server needs Python 3.11+ with kio")
     assert len(serve.stderr.splitlines()) == 1
     assert not (tmp_path / "logs").exists()
-    topics = run_kafkalog("topics", "create", "--log-dir", tmp_path / "logs", TOPIC,
-                          KAFKALOG_HIDE_KIO="1")  # fmt: skip
+    topics = run_kafkalog(
+        "topics", "create", "--log-dir", tmp_path / "logs", TOPIC, KAFKALOG_HIDE_KIO="1"
+    )
     assert topics.returncode == 0 and topics.stdout == f"Created topic {TOPIC}.\n", topics.stderr
 
 

@@ -39,8 +39,9 @@ STORM_WAIT_S = 90.0
 
 
 def admin(bootstrap: str) -> AdminClient:
-    return AdminClient({"bootstrap.servers": bootstrap, "socket.timeout.ms": 120_000,
-                        "log_level": 0})  # fmt: skip
+    return AdminClient(
+        {"bootstrap.servers": bootstrap, "socket.timeout.ms": 120_000, "log_level": 0}
+    )
 
 
 def storm(bootstrap: str, partitions: int, clients: list) -> dict[str, object]:
@@ -50,8 +51,9 @@ def storm(bootstrap: str, partitions: int, clients: list) -> dict[str, object]:
     for i in range(CLIENTS):
         name = f"storm-{i}"
         clients.append(admin(bootstrap))
-        futures[name] = clients[-1].create_topics([NewTopic(name, partitions, 1)],
-                                                  request_timeout=120)[name]  # fmt: skip
+        futures[name] = clients[-1].create_topics(
+            [NewTopic(name, partitions, 1)], request_timeout=120
+        )[name]
     return futures
 
 
@@ -83,12 +85,17 @@ def test_other_clients_are_answered_while_nine_admin_clients_create_topics(tmp_p
         latencies = [probe(port) for _ in range(6)]  # six in a row, as the probe
         assert max(latencies) < PROBE_TIMEOUT_S, latencies  # every probe answered
         acked = []
-        producer = confluent_kafka.Producer({
-            "bootstrap.servers": server.bootstrap, "acks": "all", "message.timeout.ms": 10_000,
-            "log_level": 0,
-        })  # fmt: skip
-        producer.produce("other", b"during the storm",
-                         on_delivery=lambda err, msg: acked.append(err))  # fmt: skip
+        producer = confluent_kafka.Producer(
+            {
+                "bootstrap.servers": server.bootstrap,
+                "acks": "all",
+                "message.timeout.ms": 10_000,
+                "log_level": 0,
+            }
+        )
+        producer.produce(
+            "other", b"during the storm", on_delivery=lambda err, msg: acked.append(err)
+        )
         assert producer.flush(15) == 0 and acked == [None]
         for name, future in futures.items():
             assert future.result(STORM_WAIT_S) is None, name
@@ -104,13 +111,18 @@ def _complete_or_absent(bootstrap: str, acknowledged: list[str], partitions: int
     client = admin(bootstrap)
     deadline = time.monotonic() + STORM_WAIT_S
     while True:
-        listed = {n: t for n, t in client.list_topics(timeout=30).topics.items()
-                  if n.startswith("storm-")}  # fmt: skip
+        listed = {
+            n: t for n, t in client.list_topics(timeout=30).topics.items() if n.startswith("storm-")
+        }
         assert {n: len(t.partitions) for n, t in listed.items()} == dict.fromkeys(
             listed, partitions
         )
-        unled = sum(1 for t in listed.values() for m in t.partitions.values()
-                    if m.leader < 0 or m.error is not None)  # fmt: skip
+        unled = sum(
+            1
+            for t in listed.values()
+            for m in t.partitions.values()
+            if m.leader < 0 or m.error is not None
+        )
         if not unled:
             break
         assert time.monotonic() < deadline, f"{unled} partitions still without a leader"
@@ -150,7 +162,8 @@ def test_a_stop_mid_storm_is_prompt_and_the_restart_finds_whole_topics(tmp_path:
         assert made < len(acknowledged) * partitions, "the restart made every log, then listened"
         listed = _complete_or_absent(server.bootstrap, acknowledged, partitions)
         assert server.terminate(30) == 0
-    verify = run_kafkalog("dump", "--verify", "--summary", *sorted(log_dir.glob("storm-*")),
-                          timeout=120)  # fmt: skip
+    verify = run_kafkalog(
+        "dump", "--verify", "--summary", *sorted(log_dir.glob("storm-*")), timeout=120
+    )
     assert verify.returncode == 0, verify.stdout[-2000:] + verify.stderr[-2000:]
     assert len(list(log_dir.glob("storm-*"))) == len(listed) * partitions

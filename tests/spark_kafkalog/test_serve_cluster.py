@@ -105,10 +105,16 @@ def recv_exact(sock: socket.socket, n: int) -> bytes:
 def produce_request(partition: int, acks: int = -1) -> object:
     records = build_batch([ProducerRecord(value=b"raw")], now_ms=int(time.time() * 1000))
     return req9.ProduceRequest(
-        transactional_id=None, acks=acks, timeout=datetime.timedelta(seconds=10),
-        topic_data=(req9.TopicProduceData(name=TOPIC, partition_data=(
-            req9.PartitionProduceData(index=partition, records=records),)),),
-    )  # fmt: skip
+        transactional_id=None,
+        acks=acks,
+        timeout=datetime.timedelta(seconds=10),
+        topic_data=(
+            req9.TopicProduceData(
+                name=TOPIC,
+                partition_data=(req9.PartitionProduceData(index=partition, records=records),),
+            ),
+        ),
+    )
 
 
 def produce_error(port: int, partition: int) -> ErrorCode:
@@ -173,8 +179,10 @@ def test_create_topics_places_manual_replica_assignments(tmp_path: Path) -> None
         assert server.terminate() == 0
     assert errors["manual"] is None
     assert {p.id: (p.replicas, p.leader) for p in parts.values()} == {
-        0: ([2, 0], 2), 1: ([1, 2], 1), 2: ([0, 1], 0),
-    }  # fmt: skip
+        0: ([2, 0], 2),
+        1: ([1, 2], 1),
+        2: ([0, 1], 0),
+    }
     assert errors["unknown-broker"] == (
         E.INVALID_REPLICA_ASSIGNMENT,
         "topic 'unknown-broker': the manual partition assignment includes broker 7, but no such "
@@ -193,8 +201,14 @@ class BackgroundProducer:
     def __init__(self, bootstrap: str, limit: int = 1_000_000) -> None:
         self.acks = Acks()
         self.sent = 0
-        self._p = producer(bootstrap, **{"message.timeout.ms": 60_000, "linger.ms": 2,
-                                         "topic.metadata.refresh.interval.ms": 1_000})  # fmt: skip
+        self._p = producer(
+            bootstrap,
+            **{
+                "message.timeout.ms": 60_000,
+                "linger.ms": 2,
+                "topic.metadata.refresh.interval.ms": 1_000,
+            },
+        )
         self._stop = threading.Event()
         self._limit = limit
         self._thread = threading.Thread(target=self._run, daemon=True)
@@ -203,8 +217,12 @@ class BackgroundProducer:
     def _run(self) -> None:
         while not self._stop.is_set() and self.sent < self._limit:
             try:
-                self._p.produce(TOPIC, key=b"k%d" % (self.sent % 101), value=b"v%d" % self.sent,
-                                on_delivery=self.acks)  # fmt: skip
+                self._p.produce(
+                    TOPIC,
+                    key=b"k%d" % (self.sent % 101),
+                    value=b"v%d" % self.sent,
+                    on_delivery=self.acks,
+                )
                 self.sent += 1
             except BufferError:  # the local queue is full: serve delivery reports first
                 self._p.poll(0.01)
@@ -267,8 +285,17 @@ def acked_beyond(p: BackgroundProducer, count: int) -> int:
 
 
 def consumed_partition(log_dir: Path, partition: int) -> dict[int, tuple[bytes, bytes]]:
-    done = run_kafkalog("consume", "--log-dir", log_dir, "--topic", TOPIC,
-                        "--partition", str(partition), "--format", "json")  # fmt: skip
+    done = run_kafkalog(
+        "consume",
+        "--log-dir",
+        log_dir,
+        "--topic",
+        TOPIC,
+        "--partition",
+        str(partition),
+        "--format",
+        "json",
+    )
     assert done.returncode == 0, done.stderr
     rows = [json.loads(line) for line in done.stdout.splitlines()]
     return {r["offset"]: (r["key"].encode(), r["value"].encode()) for r in rows}
@@ -280,8 +307,9 @@ def test_delayed_acks_all_waits_in_the_purgatory_not_in_a_handler(tmp_path: Path
 
     config = dataclasses.replace(BrokerConfig(), num_io_threads=1, num_network_threads=1)
     cluster = EmbeddedCluster(tmp_path / "c", BROKERS, config=config)
-    served = ServedBrokers(lambda: cluster.brokers, parse_listeners("PLAINTEXT://127.0.0.1:0"),
-                           config, cluster)  # fmt: skip
+    served = ServedBrokers(
+        lambda: cluster.brokers, parse_listeners("PLAINTEXT://127.0.0.1:0"), config, cluster
+    )
     try:
         served.start_all()
         cluster.create_topic(TOPIC, 1, BROKERS, {"min.insync.replicas": "2"})

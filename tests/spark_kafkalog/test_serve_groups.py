@@ -48,8 +48,14 @@ BROKER_TOML = '[broker]\n"group.initial.rebalance.delay.ms" = 0\n'
 def serve(log_dir: Path, tmp_path: Path, brokers: int = 1, held: bool = False) -> ServeProcess:
     config = tmp_path / "broker.toml"
     config.write_text(BROKER_TOML)
-    return ServeProcess(log_dir, "--broker-config", config, brokers=brokers,
-                        stderr=tmp_path / "serve.log", held=held)  # fmt: skip
+    return ServeProcess(
+        log_dir,
+        "--broker-config",
+        config,
+        brokers=brokers,
+        stderr=tmp_path / "serve.log",
+        held=held,
+    )
 
 
 def create_topic(cli, log_dir: Path) -> None:
@@ -73,8 +79,12 @@ def consume_and_commit(bootstrap: str) -> dict[int, int]:
     c.subscribe([TOPIC])
     got: list[tuple[int, int]] = []
     try:
-        poll_until([c], lambda: len(got) >= CONSUMED,
-                   lambda _, m: got.append((m.partition(), m.offset())), TIMEOUT_S)  # fmt: skip
+        poll_until(
+            [c],
+            lambda: len(got) >= CONSUMED,
+            lambda _, m: got.append((m.partition(), m.offset())),
+            TIMEOUT_S,
+        )
         positions = {}
         for partition, offset in got:
             positions[partition] = max(positions.get(partition, -1), offset + 1)
@@ -93,8 +103,12 @@ def resumed(bootstrap: str, wanted: set[int]) -> tuple[dict[int, int], dict[int,
         committed = {tp.partition: tp.offset for tp in c.committed(asked, timeout=30)}
         c.subscribe([TOPIC])
         first: dict[int, int] = {}
-        poll_until([c], lambda: set(first) == wanted,
-                   lambda _, m: first.setdefault(m.partition(), m.offset()), TIMEOUT_S)  # fmt: skip
+        poll_until(
+            [c],
+            lambda: set(first) == wanted,
+            lambda _, m: first.setdefault(m.partition(), m.offset()),
+            TIMEOUT_S,
+        )
         return committed, first
     finally:
         c.close()

@@ -98,10 +98,15 @@ def produce(bootstrap: str, topic: str, count: int, partitions: int, key=None) -
 
 
 def consumer(bootstrap: str, group: str) -> confluent_kafka.Consumer:
-    return confluent_kafka.Consumer({
-        "bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False,
-        "fetch.max.bytes": 50 << 20, "max.partition.fetch.bytes": 50 << 20,
-    })  # fmt: skip
+    return confluent_kafka.Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": group,
+            "enable.auto.commit": False,
+            "fetch.max.bytes": 50 << 20,
+            "max.partition.fetch.bytes": 50 << 20,
+        }
+    )
 
 
 def consume_all(c: confluent_kafka.Consumer, count: int) -> None:
@@ -132,17 +137,21 @@ def test_produce_moves_messages_and_bytes_in_by_exactly_what_was_appended(server
     assert delta(messages, middle, after, topic=topic) == 800
     on_disk = server.log_bytes(topic, partitions)
     assert value(after, size, topic=topic) == on_disk
-    logged = sum(value(after, "kafka_log_log_size", topic=topic, partition=str(p))
-                 for p in range(partitions))  # fmt: skip
+    logged = sum(
+        value(after, "kafka_log_log_size", topic=topic, partition=str(p)) for p in range(partitions)
+    )
     assert logged == on_disk
     # the all-topics sample moved by the same (no other topic was written meanwhile)
     assert delta(messages, before, after) == 2000
     assert delta(size, before, after) == on_disk
-    requests = delta("kafka_server_brokertopicmetrics_totalproducerequests_total", before, after,
-                     topic=topic)  # fmt: skip
+    requests = delta(
+        "kafka_server_brokertopicmetrics_totalproducerequests_total", before, after, topic=topic
+    )
     assert requests >= partitions
-    assert value(after, "kafka_server_brokertopicmetrics_failedproducerequests_total",
-                 topic=topic) == 0  # fmt: skip
+    assert (
+        value(after, "kafka_server_brokertopicmetrics_failedproducerequests_total", topic=topic)
+        == 0
+    )
 
 
 def test_a_consumer_moves_bytes_out_by_the_bytes_it_fetched(server: Served) -> None:
@@ -162,8 +171,9 @@ def test_a_consumer_moves_bytes_out_by_the_bytes_it_fetched(server: Served) -> N
     assert value(during, out) - value(before, out) == server.log_bytes(topic, partitions)
     fetches = value(during, "kafka_server_brokertopicmetrics_totalfetchrequests_total", topic=topic)
     assert fetches >= partitions
-    assert value(during, "kafka_server_brokertopicmetrics_failedfetchrequests_total",
-                 topic=topic) == 0  # fmt: skip
+    assert (
+        value(during, "kafka_server_brokertopicmetrics_failedfetchrequests_total", topic=topic) == 0
+    )
     assert value(during, "kafka_server_brokertopicmetrics_messagesin_total", topic=topic) == 3000
 
 
@@ -174,10 +184,14 @@ def test_lag_is_the_high_watermark_minus_the_committed_offset(server: Served) ->
     c = consumer(server.bootstrap, group)
     try:
         committed = {0: 120, 1: 500}
-        c.commit(offsets=[confluent_kafka.TopicPartition(topic, p, o) for p, o in
-                          committed.items()], asynchronous=False)  # fmt: skip
-        highs = {p: c.get_watermark_offsets(confluent_kafka.TopicPartition(topic, p), 10)[1]
-                 for p in range(partitions)}  # fmt: skip
+        c.commit(
+            offsets=[confluent_kafka.TopicPartition(topic, p, o) for p, o in committed.items()],
+            asynchronous=False,
+        )
+        highs = {
+            p: c.get_watermark_offsets(confluent_kafka.TopicPartition(topic, p), 10)[1]
+            for p in range(partitions)
+        }
     finally:
         c.close()
     assert highs == {0: 500, 1: 500}
@@ -202,22 +216,32 @@ def test_request_latency_is_split_as_kafka_splits_it(server: Served) -> None:
         c.close()
     produce(server.bootstrap, topic, 10, 1)
     after = server.scrape()
-    stages = ("requestqueuetimems", "localtimems", "remotetimems", "responsequeuetimems",
-              "responsesendtimems")  # fmt: skip
+    stages = (
+        "requestqueuetimems",
+        "localtimems",
+        "remotetimems",
+        "responsequeuetimems",
+        "responsesendtimems",
+    )
     for request in ("Produce", "Fetch", "Metadata"):
         name = "kafka_network_requestmetrics_"
         count = value(after, name + "totaltimems_count", request=request)
         requests = name + "requests_total"
-        versions = sum(v for (n, labels), v in after.items()
-                       if n == requests and ("request", request) in labels)  # fmt: skip
+        versions = sum(
+            v
+            for (n, labels), v in after.items()
+            if n == requests and ("request", request) in labels
+        )
         assert count == versions > 0
         for stage in stages:
             assert value(after, f"{name}{stage}_count", request=request) == count
         total = value(after, name + "totaltimems_sum", request=request)
         split = sum(value(after, f"{name}{stage}_sum", request=request) for stage in stages)
         assert split == pytest.approx(total, rel=1e-6)
-        quantiles = [value(after, name + "totaltimems", request=request, quantile=q)
-                     for q in ("0.50", "0.75", "0.95", "0.98", "0.99", "0.999")]  # fmt: skip
+        quantiles = [
+            value(after, name + "totaltimems", request=request, quantile=q)
+            for q in ("0.50", "0.75", "0.95", "0.98", "0.99", "0.999")
+        ]
         assert quantiles == sorted(quantiles)
     remote = "kafka_network_requestmetrics_remotetimems_sum"
     waited = value(after, remote, request="Fetch") - value(before, remote, request="Fetch")
@@ -248,12 +272,16 @@ def test_gauges_read_at_scrape_time(server: Served) -> None:
         assert value(samples, "kafka_log_log_logendoffset", **labels) == 100
         assert value(samples, "kafka_log_log_logstartoffset", **labels) == 0
     assert value(samples, "kafka_network_requestchannel_requestqueuesize") == 0
-    for name in ("kafka_network_socketserver_networkprocessoravgidlepercent",
-                 "kafka_server_kafkarequesthandlerpool_requesthandleravgidlepercent"):  # fmt: skip
+    for name in (
+        "kafka_network_socketserver_networkprocessoravgidlepercent",
+        "kafka_server_kafkarequesthandlerpool_requesthandleravgidlepercent",
+    ):
         assert 0.0 < value(samples, name) <= 1.0
     for op in ("Produce", "Fetch"):
-        key = ("kafka_server_delayedoperationpurgatory_purgatorysize",
-               frozenset({("delayedOperation", op)}))  # fmt: skip
+        key = (
+            "kafka_server_delayedoperationpurgatory_purgatorysize",
+            frozenset({("delayedOperation", op)}),
+        )
         assert key in samples
 
 
@@ -262,8 +290,9 @@ def test_fetch_sessions_are_counted(server: Served) -> None:
     topic = "sessions"
     server.create(topic, 3)
     produce(server.bootstrap, topic, 30, 3)
-    c = kafka.KafkaConsumer(bootstrap_servers=server.bootstrap, enable_auto_commit=False,
-                            fetch_max_wait_ms=50)  # fmt: skip
+    c = kafka.KafkaConsumer(
+        bootstrap_servers=server.bootstrap, enable_auto_commit=False, fetch_max_wait_ms=50
+    )
     try:
         c.assign([kafka.TopicPartition(topic, p) for p in range(3)])
         c.seek_to_beginning()
@@ -283,8 +312,15 @@ def test_fetch_sessions_are_counted(server: Served) -> None:
 
 def test_cleaner_metrics_follow_a_compacted_topic(server: Served) -> None:
     topic = "compacted"
-    server.create(topic, 1, **{"cleanup.policy": "compact", "segment.bytes": "2048",
-                               "min.cleanable.dirty.ratio": "0.01"})  # fmt: skip
+    server.create(
+        topic,
+        1,
+        **{
+            "cleanup.policy": "compact",
+            "segment.bytes": "2048",
+            "min.cleanable.dirty.ratio": "0.01",
+        },
+    )
     for _ in range(5):  # a batch each time: 2 KiB segments roll, the closed ones are dirty
         produce(server.bootstrap, topic, 80, 1, key=lambda i: b"k%d" % (i % 5))
     deadline = time.monotonic() + CLEAN_WAIT_S
@@ -326,8 +362,9 @@ def test_isr_shrink_and_expand_in_a_cluster_each_broker_on_its_own_endpoint(
 ) -> None:
     brokers, topic = 3, "replicated"
     listeners = parse_listeners("PLAINTEXT://127.0.0.1:0")
-    served = open_brokers(tmp_path / "c", BrokerConfig(), brokers, listeners, None,
-                          MetricsOptions(port=0))  # fmt: skip
+    served = open_brokers(
+        tmp_path / "c", BrokerConfig(), brokers, listeners, None, MetricsOptions(port=0)
+    )
     try:
         lines = served.start_all()
         urls = [line.split(" on ")[1] for line in lines if " metrics on " in line]
@@ -339,13 +376,19 @@ def test_isr_shrink_and_expand_in_a_cluster_each_broker_on_its_own_endpoint(
         leader = served.cluster.describe_topic(topic).partitions[0].leader
         follower = next(b for b in range(brokers) if b != leader)
         at = dataclasses.replace(node, url=urls[leader])
-        shrinks, expands = ("kafka_server_replicamanager_isrshrinks_total",
-                            "kafka_server_replicamanager_isrexpands_total")  # fmt: skip
+        shrinks, expands = (
+            "kafka_server_replicamanager_isrshrinks_total",
+            "kafka_server_replicamanager_isrexpands_total",
+        )
         under = "kafka_server_replicamanager_underreplicatedpartitions"
         first = at.scrape()
         assert (value(first, under), value(first, shrinks)) == (0, 0)
-        led = [value(dataclasses.replace(node, url=u).scrape(),
-                     "kafka_server_replicamanager_leadercount") for u in urls]  # fmt: skip
+        led = [
+            value(
+                dataclasses.replace(node, url=u).scrape(), "kafka_server_replicamanager_leadercount"
+            )
+            for u in urls
+        ]
         assert led == [1 if i == leader else 0 for i in range(brokers)]
 
         assert served.control(f"stop {follower}") == f"broker {follower} stopped"

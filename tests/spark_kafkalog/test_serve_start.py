@@ -95,8 +95,15 @@ with tempfile.TemporaryDirectory() as d:
 
 
 def test_the_started_server_loaded_no_read_path_module_and_no_lazy_schema() -> None:
-    done = subprocess.run([sys.executable, "-c", _START], capture_output=True, text=True,
-                          env=child_env(), cwd=ROOT, timeout=TIMEOUT_S, check=True)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-c", _START],
+        capture_output=True,
+        text=True,
+        env=child_env(),
+        cwd=ROOT,
+        timeout=TIMEOUT_S,
+        check=True,
+    )
     modules = json.loads(done.stdout)
     assert [m for m in READ_PATH if m in modules] == []
     assert "hypothesis" not in modules
@@ -105,8 +112,15 @@ def test_the_started_server_loaded_no_read_path_module_and_no_lazy_schema() -> N
 
 
 def test_serving_produce_and_fetch_loads_no_numba() -> None:
-    done = subprocess.run([sys.executable, "-c", _SERVE], capture_output=True, text=True,
-                          env=child_env(), cwd=ROOT, timeout=TIMEOUT_S, check=True)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-c", _SERVE],
+        capture_output=True,
+        text=True,
+        env=child_env(),
+        cwd=ROOT,
+        timeout=TIMEOUT_S,
+        check=True,
+    )
     got, modules = json.loads(done.stdout.splitlines()[-1])
     assert got == [[0, "v0"], [1500, "v1500"]]
     assert [m for m in modules if m.split(".")[0] in ("numba", "llvmlite", *READ_PATH)] == []

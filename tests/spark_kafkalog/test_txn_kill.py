@@ -78,11 +78,26 @@ class LoopProcess:
     """One run of the loop child; its stdout lines in a queue."""
 
     def __init__(self, bootstrap: str, seed: int, stderr: Path) -> None:
-        command = [sys.executable, "-m", "tests.spark_kafkalog._txn_loop_child", bootstrap,
-                   "ctp-loop", "in", "out", str(PARTITIONS), str(seed)]  # fmt: skip
+        command = [
+            sys.executable,
+            "-m",
+            "tests.spark_kafkalog._txn_loop_child",
+            bootstrap,
+            "ctp-loop",
+            "in",
+            "out",
+            str(PARTITIONS),
+            str(seed),
+        ]
         self._stderr = open(stderr, "ab")  # noqa: SIM115 (closed in close())
-        self.proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=self._stderr,
-                                     env=child_env(), cwd=ROOT, text=True)  # fmt: skip
+        self.proc = subprocess.Popen(
+            command,
+            stdout=subprocess.PIPE,
+            stderr=self._stderr,
+            env=child_env(),
+            cwd=ROOT,
+            text=True,
+        )
         self.lines: queue.Queue[str | None] = queue.Queue()
         threading.Thread(target=self._read, daemon=True).start()
 
@@ -134,8 +149,12 @@ def create_input(bootstrap: str) -> list[tuple[bytes, bytes]]:
 
 def spark_rows(spark, log_dir: Path, isolation: str) -> list[tuple[int, bytes]]:
     """(partition, value) of every row of ``out`` Spark reads, sorted."""
-    df = (spark.read.format("kafkalog").option("subscribe", "out")
-          .option("kafka.isolation.level", isolation).load(str(log_dir)))  # fmt: skip
+    df = (
+        spark.read.format("kafkalog")
+        .option("subscribe", "out")
+        .option("kafka.isolation.level", isolation)
+        .load(str(log_dir))
+    )
     rows = df.select("partition", "value").collect()
     return sorted((r.partition, bytes(r.value)) for r in rows)
 
@@ -153,8 +172,9 @@ class Server:
         self._next = self._process(held=True)
 
     def _process(self, held: bool) -> ServeProcess:
-        return ServeProcess(self.log_dir, "--broker-config", self.config, stderr=self.stderr,
-                            held=held)  # fmt: skip
+        return ServeProcess(
+            self.log_dir, "--broker-config", self.config, stderr=self.stderr, held=held
+        )
 
     def kill_and_restart(self) -> None:
         self.proc.kill()
@@ -175,8 +195,10 @@ def kill_loops(server: Server, rng: random.Random, tmp_path: Path) -> tuple[int,
         assert runs <= MAX_RUNS, f"{runs} runs for {kills} kills (seed {SEED})"
         loop = LoopProcess(server.proc.bootstrap, rng.randrange(1 << 30), tmp_path / "loop.log")
         commits = rng.randint(0, MAX_COMMITS_BEFORE_KILL)
-        if not (loop.wait_for("ready", READY_TIMEOUT_S)
-                and loop.wait_for("committed", READY_TIMEOUT_S, commits)):  # fmt: skip
+        if not (
+            loop.wait_for("ready", READY_TIMEOUT_S)
+            and loop.wait_for("committed", READY_TIMEOUT_S, commits)
+        ):
             loop.close()  # it failed (exit 3, see loop.log): run it again
             continue
         time.sleep(rng.uniform(0, MAX_KILL_DELAY_S))
@@ -228,24 +250,39 @@ def offset_fetch(port: int, group: str, topic: str, partitions: int) -> dict[int
     ``require_stable``."""
     indexes = tuple(i32(p) for p in range(partitions))
     topics = (OffsetFetchRequestTopics(name=topic, partition_indexes=indexes),)
-    request = OffsetFetchRequest(groups=(OffsetFetchRequestGroup(group_id=group, topics=topics),),
-                                 require_stable=True)  # fmt: skip
+    request = OffsetFetchRequest(
+        groups=(OffsetFetchRequestGroup(group_id=group, topics=topics),), require_stable=True
+    )
     with RawClient(port, TIMEOUT_S) as client:
         response = decode_response(OffsetFetchResponse, client.call(request), True)
     (g,) = response.groups
     assert g.error_code == 0
-    return {p.partition_index: (p.committed_offset, p.error_code) for t in g.topics
-            for p in t.partitions}  # fmt: skip
+    return {
+        p.partition_index: (p.committed_offset, p.error_code)
+        for t in g.topics
+        for p in t.partitions
+    }
 
 
 def transform_once(bootstrap: str, group: str, count: int) -> tuple[dict[int, int], list]:
     """One consume-transform-produce transaction of ``count`` input records with
     ``send_offsets_to_transaction``, committed (EndTxn answered): the positions it sent by
     partition and the (partition, value) records it produced."""
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False,
-                  "auto.offset.reset": "earliest"})  # fmt: skip
-    p = Producer({"bootstrap.servers": bootstrap, "transactional.id": f"{group}-app",
-                  "message.timeout.ms": 15_000})  # fmt: skip
+    c = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": group,
+            "enable.auto.commit": False,
+            "auto.offset.reset": "earliest",
+        }
+    )
+    p = Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "transactional.id": f"{group}-app",
+            "message.timeout.ms": 15_000,
+        }
+    )
     try:
         c.assign([CTP("in", i, 0) for i in range(PARTITIONS)])
         records: list = []
@@ -271,8 +308,9 @@ def transform_once(bootstrap: str, group: str, count: int) -> tuple[dict[int, in
 def committed_by_confluent(bootstrap: str, group: str) -> dict[int, int]:
     """The group's committed offsets of ``in`` as a read_committed confluent-kafka consumer
     reads them (it asks with require_stable and waits out UNSTABLE_OFFSET_COMMIT)."""
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": group,
-                  "isolation.level": "read_committed"})  # fmt: skip
+    c = Consumer(
+        {"bootstrap.servers": bootstrap, "group.id": group, "isolation.level": "read_committed"}
+    )
     try:
         got = c.committed([CTP("in", i) for i in range(PARTITIONS)], TIMEOUT_S)
     finally:
@@ -287,8 +325,9 @@ def test_a_server_killed_between_end_txn_and_its_markers_keeps_the_offsets(tmp_p
     server = ServeProcess(log_dir, "--broker-config", config, stderr=tmp_path / "serve.log")
     monkeypatch.delenv(HOLD_MARKERS_ENV)
     # the server started again after the kill, held until then (and without the hook)
-    again = ServeProcess(log_dir, "--broker-config", config, stderr=tmp_path / "serve.log",
-                         held=True)  # fmt: skip
+    again = ServeProcess(
+        log_dir, "--broker-config", config, stderr=tmp_path / "serve.log", held=True
+    )
     with again:
         try:
             create_input(server.bootstrap)
@@ -301,8 +340,9 @@ def test_a_server_killed_between_end_txn_and_its_markers_keeps_the_offsets(tmp_p
         finally:
             server.close()
         offsets_dirs = list(log_dir.glob("__consumer_offsets-*"))
-        assert not any(b.is_control for d in offsets_dirs
-                       for b in log_batches(log_dir, *d.name.rsplit("-", 1)))  # fmt: skip
+        assert not any(
+            b.is_control for d in offsets_dirs for b in log_batches(log_dir, *d.name.rsplit("-", 1))
+        )
         group = load_log_dir(LogDir(log_dir)).groups["held"]
         assert group.offsets == ()
         ((_, undecided),) = group.pending.items()

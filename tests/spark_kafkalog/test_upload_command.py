@@ -78,7 +78,8 @@ def test_upload_then_rerun_skips_resumes_and_repairs(cli, s3: S3Server, log_dir:
     store.write(name, bytes(data))
     code, out, _ = cli(f"upload --log-dir {log_dir} --to {to} --verify", *conf(s3))
     assert code == 0 and summary(out).startswith(
-        f"1 segments uploaded, 2 repaired, {len(SEGMENTS) - 3} already")  # fmt: skip
+        f"1 segments uploaded, 2 repaired, {len(SEGMENTS) - 3} already"
+    )
     same_reads(location, log_dir)
 
 
@@ -100,8 +101,10 @@ def test_a_different_segment_is_refused_unless_replace(cli, s3: S3Server, log_di
     store = StoreLocation(to, s3.settings).open()
     stored = RemoteLogSegmentMetadata.from_json(store.read(key), key)
     store.write(f"product-created-events-topic-2/{1:020d}.log", b"old")
-    store.write(f"product-created-events-topic-2/{1:020d}.segment.json",
-                replace(stored, base_offset=1, files=()).to_json())  # fmt: skip
+    store.write(
+        f"product-created-events-topic-2/{1:020d}.segment.json",
+        replace(stored, base_offset=1, files=()).to_json(),
+    )
     code, out, _ = cli(f"upload --log-dir {log_dir} --to {to} --replace", *conf(s3))
     assert code == 0 and out.splitlines()[:-1] == [
         "deleted product-created-events-topic-2/1 (stale: not in the log dir)"
@@ -145,8 +148,9 @@ def test_a_log_dir_a_broker_holds_goes_without_its_active_segments(cli, log_dir:
         remote.list_offset(meta, -1, IsolationLevel.READ_COMMITTED)
     assert remote.topics() == LogDirSource(str(log_dir)).open().topics()
     local = LogDirSource(str(log_dir)).open()
-    assert batches(remote, meta, 1 << 16) == [b for b in batches(local, meta, 1 << 16)
-                                              if b[1] < 14667]  # fmt: skip
+    assert batches(remote, meta, 1 << 16) == [
+        b for b in batches(local, meta, 1 << 16) if b[1] < 14667
+    ]
 
 
 def test_an_upload_killed_mid_segment_completes_on_a_rerun(cli, s3: S3Server, log_dir) -> None:
@@ -176,8 +180,12 @@ def test_an_upload_killed_mid_segment_completes_on_a_rerun(cli, s3: S3Server, lo
             to,
             *(f"--conf={k}={v}" for k, v in options.items()),
         ]
-        child = subprocess.Popen(command, env={**os.environ, "PYTHONPATH": str(root)},
-                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
+        child = subprocess.Popen(
+            command,
+            env={**os.environ, "PYTHONPATH": str(root)},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
         try:
             deadline = time.monotonic() + 60
             while not proxy.injected and child.poll() is None and time.monotonic() < deadline:

@@ -98,8 +98,14 @@ def broker_server(
 
     authorizer = authorizer_for(security or SecurityConfig(), broker.log_dir)
     ctx = ApiContext.of(broker, nodes, authorizer)
-    server = BrokerServer(config or broker.config, listeners, lambda apis: register(apis, ctx),
-                          security, CredentialStore(broker.log_dir), authorizer)  # fmt: skip
+    server = BrokerServer(
+        config or broker.config,
+        listeners,
+        lambda apis: register(apis, ctx),
+        security,
+        CredentialStore(broker.log_dir),
+        authorizer,
+    )
     return server
 
 

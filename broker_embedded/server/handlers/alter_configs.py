@@ -81,8 +81,9 @@ from broker_embedded.storage.topic_partition import validate_topic
 ALTER_KEY, ALTER_VERSIONS = 33, (0, 2)
 INCREMENTAL_KEY, INCREMENTAL_VERSIONS = 44, (0, 1)
 SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
-OPERATION_NAMES = MappingProxyType({SET: "SET", DELETE: "DELETE", APPEND: "APPEND",
-                                    SUBTRACT: "SUBTRACT"})  # fmt: skip
+OPERATION_NAMES = MappingProxyType(
+    {SET: "SET", DELETE: "DELETE", APPEND: "APPEND", SUBTRACT: "SUBTRACT"}
+)
 TYPE_NAMES = MappingProxyType({INT: "INT", LONG: "LONG", DOUBLE: "DOUBLE"})
 NUMBER_BOUNDS = MappingProxyType({INT: (-(2**31), 2**31 - 1), LONG: (-(2**63), 2**63 - 1)})
 INTEGER = re.compile(r"[+-]?[0-9]+")
@@ -98,36 +99,54 @@ class KafkaBounds:
 
 
 # Kafka 3.9's LogConfig validators of the topic configs kafkalog serves
-KAFKA_BOUNDS: Mapping[str, KafkaBounds] = MappingProxyType({
-    "cleanup.policy": KafkaBounds(one_of=("compact", "delete")),
-    "segment.bytes": KafkaBounds(at_least=14), "segment.ms": KafkaBounds(at_least=1),
-    "segment.index.bytes": KafkaBounds(at_least=4),
-    "index.interval.bytes": KafkaBounds(at_least=0), "retention.ms": KafkaBounds(at_least=-1),
-    "retention.bytes": KafkaBounds(), "max.message.bytes": KafkaBounds(at_least=0),
-    "message.timestamp.type": KafkaBounds(one_of=("CreateTime", "LogAppendTime")),
-    "min.insync.replicas": KafkaBounds(at_least=1), "flush.messages": KafkaBounds(at_least=1),
-    "flush.ms": KafkaBounds(at_least=0), "delete.retention.ms": KafkaBounds(at_least=0),
-    "min.compaction.lag.ms": KafkaBounds(at_least=0),
-    "max.compaction.lag.ms": KafkaBounds(at_least=1),
-    "min.cleanable.dirty.ratio": KafkaBounds(at_least=0, at_most=1),
-    "compression.type": KafkaBounds(
-        one_of=("uncompressed", "zstd", "lz4", "snappy", "gzip", "producer")),
-    "file.delete.delay.ms": KafkaBounds(at_least=0),
-    "unclean.leader.election.enable": KafkaBounds(),
-    "remote.storage.enable": KafkaBounds(), "local.retention.ms": KafkaBounds(at_least=-2),
-    "local.retention.bytes": KafkaBounds(at_least=-2), "remote.log.copy.disable": KafkaBounds(),
-    "remote.log.delete.on.disable": KafkaBounds(),
-})  # fmt: skip
+KAFKA_BOUNDS: Mapping[str, KafkaBounds] = MappingProxyType(
+    {
+        "cleanup.policy": KafkaBounds(one_of=("compact", "delete")),
+        "segment.bytes": KafkaBounds(at_least=14),
+        "segment.ms": KafkaBounds(at_least=1),
+        "segment.index.bytes": KafkaBounds(at_least=4),
+        "index.interval.bytes": KafkaBounds(at_least=0),
+        "retention.ms": KafkaBounds(at_least=-1),
+        "retention.bytes": KafkaBounds(),
+        "max.message.bytes": KafkaBounds(at_least=0),
+        "message.timestamp.type": KafkaBounds(one_of=("CreateTime", "LogAppendTime")),
+        "min.insync.replicas": KafkaBounds(at_least=1),
+        "flush.messages": KafkaBounds(at_least=1),
+        "flush.ms": KafkaBounds(at_least=0),
+        "delete.retention.ms": KafkaBounds(at_least=0),
+        "min.compaction.lag.ms": KafkaBounds(at_least=0),
+        "max.compaction.lag.ms": KafkaBounds(at_least=1),
+        "min.cleanable.dirty.ratio": KafkaBounds(at_least=0, at_most=1),
+        "compression.type": KafkaBounds(
+            one_of=("uncompressed", "zstd", "lz4", "snappy", "gzip", "producer")
+        ),
+        "file.delete.delay.ms": KafkaBounds(at_least=0),
+        "unclean.leader.election.enable": KafkaBounds(),
+        "remote.storage.enable": KafkaBounds(),
+        "local.retention.ms": KafkaBounds(at_least=-2),
+        "local.retention.bytes": KafkaBounds(at_least=-2),
+        "remote.log.copy.disable": KafkaBounds(),
+        "remote.log.delete.on.disable": KafkaBounds(),
+    }
+)
 
 # Kafka 3.9's other topic configs (throttles, codecs' levels, ...)
-KAFKA_ONLY_TOPIC_CONFIGS = frozenset({
-    "compression.gzip.level", "compression.lz4.level", "compression.zstd.level",
-    "follower.replication.throttled.replicas", "leader.replication.throttled.replicas",
-    "message.downconversion.enable",
-    "message.format.version", "message.timestamp.after.max.ms",
-    "message.timestamp.before.max.ms", "message.timestamp.difference.max.ms", "preallocate",
-    "segment.jitter.ms",
-})  # fmt: skip
+KAFKA_ONLY_TOPIC_CONFIGS = frozenset(
+    {
+        "compression.gzip.level",
+        "compression.lz4.level",
+        "compression.zstd.level",
+        "follower.replication.throttled.replicas",
+        "leader.replication.throttled.replicas",
+        "message.downconversion.enable",
+        "message.format.version",
+        "message.timestamp.after.max.ms",
+        "message.timestamp.before.max.ms",
+        "message.timestamp.difference.max.ms",
+        "preallocate",
+        "segment.jitter.ms",
+    }
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,10 +162,12 @@ Apply = Callable[[Mapping[str, str], Sequence[ConfigOp]], dict[str, str]]
 
 
 def register(apis: KafkaApis, ctx: ApiContext) -> None:
-    apis.register_responder(ALTER_KEY, *ALTER_VERSIONS,
-                            functools.partial(_respond, ctx, _replace_all, False))  # fmt: skip
-    apis.register_responder(INCREMENTAL_KEY, *INCREMENTAL_VERSIONS,
-                            functools.partial(_respond, ctx, _incremental, True))  # fmt: skip
+    apis.register_responder(
+        ALTER_KEY, *ALTER_VERSIONS, functools.partial(_respond, ctx, _replace_all, False)
+    )
+    apis.register_responder(
+        INCREMENTAL_KEY, *INCREMENTAL_VERSIONS, functools.partial(_respond, ctx, _incremental, True)
+    )
 
 
 def _respond(ctx: ApiContext, apply: Apply, incremental: bool, request: Request) -> Any:
@@ -154,8 +175,10 @@ def _respond(ctx: ApiContext, apply: Apply, incremental: bool, request: Request)
     keys = [(r.resource_type, r.resource_name) for r in body.resources]
     results = []
     for resource, key in zip(body.resources, keys, strict=True):
-        ops = tuple(ConfigOp(c.name, c.config_operation if incremental else SET, c.value)
-                    for c in resource.configs)  # fmt: skip
+        ops = tuple(
+            ConfigOp(c.name, c.config_operation if incremental else SET, c.value)
+            for c in resource.configs
+        )
         try:
             if keys.count(key) > 1:
                 raise InvalidRequestError("Each resource must appear at most once.")
@@ -165,11 +188,18 @@ def _respond(ctx: ApiContext, apply: Apply, incremental: bool, request: Request)
             error = None
         except (KafkaApiError, InvalidConfigError) as e:
             error = e
-        results.append(make(types.AlterConfigsResourceResponse, error_code=error_code(error),
-                            error_message=error_message(error), resource_type=key[0],
-                            resource_name=key[1]))  # fmt: skip
-    response = (types.AlterConfigsResponse if not incremental
-                else types.IncrementalAlterConfigsResponse)  # fmt: skip
+        results.append(
+            make(
+                types.AlterConfigsResourceResponse,
+                error_code=error_code(error),
+                error_message=error_message(error),
+                resource_type=key[0],
+                resource_name=key[1],
+            )
+        )
+    response = (
+        types.AlterConfigsResponse if not incremental else types.IncrementalAlterConfigsResponse
+    )
     return make(response, throttle_time=timedelta(0), responses=tuple(results))
 
 
@@ -182,14 +212,20 @@ def _check_shape(ops: Sequence[ConfigOp]) -> None:
         raise InvalidRequestError(f"Null value not supported for : {', '.join(nulls)}")
     for op in ops:
         if op.operation not in OPERATION_NAMES:
-            raise InvalidRequestError(f"Unknown alter config operation {op.operation} for "
-                                      f"{op.name}")  # fmt: skip
+            raise InvalidRequestError(
+                f"Unknown alter config operation {op.operation} for {op.name}"
+            )
 
 
 def _refuse_unauthorized(ctx: ApiContext, request: Request, rtype: int, name: str) -> None:
     op = AclOperation.ALTER_CONFIGS
-    refusal = (ctx.topic_refusal(request, op, name) if rtype == TOPIC
-               else ctx.cluster_refusal(request, op) if rtype == BROKER else None)  # fmt: skip
+    refusal = (
+        ctx.topic_refusal(request, op, name)
+        if rtype == TOPIC
+        else ctx.cluster_refusal(request, op)
+        if rtype == BROKER
+        else None
+    )
     if refusal is not None:
         raise refusal
 
@@ -241,8 +277,9 @@ def _incremental(current: Mapping[str, str], ops: Sequence[ConfigOp]) -> dict[st
 def _list_op(overrides: Mapping[str, str], op: ConfigOp) -> str:
     key = TOPIC_CONFIGS.get(op.name)
     if key is None or key.config_type != LIST:
-        raise InvalidConfigError(f"Can't {OPERATION_NAMES[op.operation]} to key {op.name} "
-                                 "because its type is not LIST.")  # fmt: skip
+        raise InvalidConfigError(
+            f"Can't {OPERATION_NAMES[op.operation]} to key {op.name} because its type is not LIST."
+        )
     old = overrides.get(op.name, LogConfig().to_properties()[op.name])
     values = _parts(old)
     given = _parts(op.value or "")
@@ -265,8 +302,7 @@ def check_kafka_value(name: str, value: str) -> None:
         raise InvalidConfigError(f"Unknown topic config name: {name}")
     reason = _kafka_refusal(key.config_type, KAFKA_BOUNDS[name], value)
     if reason is not None:
-        raise InvalidConfigError(f"Invalid value {reason[0]} for configuration {name}: "
-                                 f"{reason[1]}")  # fmt: skip
+        raise InvalidConfigError(f"Invalid value {reason[0]} for configuration {name}: {reason[1]}")
     parse_overrides({name: value})
 
 

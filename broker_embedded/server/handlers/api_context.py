@@ -84,16 +84,21 @@ class ApiContext:
 
     @classmethod
     def of(
-        cls, broker: Broker, nodes: Callable[[], Sequence[Node]],
+        cls,
+        broker: Broker,
+        nodes: Callable[[], Sequence[Node]],
         authorizer: Authorizer | None = None,
-    ) -> ApiContext:  # fmt: skip
+    ) -> ApiContext:
         cluster_id = LogDir(broker.log_dir).meta_properties().get("cluster.id", "")
         return cls(broker, nodes, cluster_id, authorizer)
 
     def allowed(
-        self, request: Request, operation: AclOperation, resource_type: ResourceType,
+        self,
+        request: Request,
+        operation: AclOperation,
+        resource_type: ResourceType,
         name: str = CLUSTER_NAME,
-    ) -> bool:  # fmt: skip
+    ) -> bool:
         """May the request's principal do ``operation`` on the resource (always, with
         authorization off)?"""
         return self.authorizer is None or allowed(

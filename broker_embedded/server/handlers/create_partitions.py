@@ -67,8 +67,12 @@ def refused(request: Request, error: KafkaApiError) -> Any:
 
 
 def _result(types: ModuleType, name: str, error: KafkaApiError | None) -> Any:
-    return make(types.CreatePartitionsTopicResult, name=name, error_code=error_code(error),
-                error_message=error_message(error))  # fmt: skip
+    return make(
+        types.CreatePartitionsTopicResult,
+        name=name,
+        error_code=error_code(error),
+        error_message=error_message(error),
+    )
 
 
 def create_partitions_response(
@@ -80,15 +84,20 @@ def create_partitions_response(
     too_many = partitions_per_request(sum(max(t.count, 0) for t in body.topics))
     results = []
     for t in body.topics:
-        error = (too_many or ctx.topic_refusal(request, AclOperation.ALTER, t.name)
-                 or _grow(ctx, t, body.validate_only, counts[t.name], stop))  # fmt: skip
+        error = (
+            too_many
+            or ctx.topic_refusal(request, AclOperation.ALTER, t.name)
+            or _grow(ctx, t, body.validate_only, counts[t.name], stop)
+        )
         if isinstance(error, ThrottlingQuotaExceededError):
             error = quota_error(error, request.header.api_version, STRICT_QUOTA_FROM)
         results.append(_result(types, t.name, error))
     throttled = any(r.error_code == ErrorCode.throttling_quota_exceeded for r in results)
-    return make(types.CreatePartitionsResponse,
-                throttle_time=timedelta(milliseconds=THROTTLE_MS if throttled else 0),
-                results=tuple(results))  # fmt: skip
+    return make(
+        types.CreatePartitionsResponse,
+        throttle_time=timedelta(milliseconds=THROTTLE_MS if throttled else 0),
+        results=tuple(results),
+    )
 
 
 def _grow(

@@ -125,8 +125,11 @@ def create_topics_response(
             results.append(_create(ctx, types, t, body.validate_only, stop, version))
     throttled = any(r.error_code == ErrorCode.throttling_quota_exceeded for r in results)
     throttle_ms = THROTTLE_MS if throttled else 0
-    return make(types.CreateTopicsResponse, throttle_time=timedelta(milliseconds=throttle_ms),
-                topics=tuple(results))  # fmt: skip
+    return make(
+        types.CreateTopicsResponse,
+        throttle_time=timedelta(milliseconds=throttle_ms),
+        topics=tuple(results),
+    )
 
 
 def quota_error(
@@ -177,8 +180,9 @@ def _create(
             ctx.broker.validate_new_topic(t.name, partitions, factor, config, assignment)
             topic_id = uuid.uuid4()  # Kafka answers the id the topic would have had
         else:
-            topic_id = ctx.broker.create_topic(t.name, partitions, factor, config, assignment,
-                                               stop=stop, background=True).topic_id  # fmt: skip
+            topic_id = ctx.broker.create_topic(
+                t.name, partitions, factor, config, assignment, stop=stop, background=True
+            ).topic_id
     except ThrottlingQuotaExceededError as e:
         return _failed(types, t.name, quota_error(e, version, STRICT_QUOTA_FROM))
     except KafkaLogError as e:
@@ -191,22 +195,36 @@ def _create(
     else:
         listed = topic_configs(ctx, t.name)
     configs = tuple(
-        make(entry, name=e.name, value=e.value, read_only=e.read_only, config_source=e.source,
-             is_sensitive=False)
+        make(
+            entry,
+            name=e.name,
+            value=e.value,
+            read_only=e.read_only,
+            config_source=e.source,
+            is_sensitive=False,
+        )
         for e in listed
-    )  # fmt: skip
+    )
     return make(
-        types.CreatableTopicResult, name=t.name, topic_id=topic_id, error_code=ErrorCode.none,
-        error_message=None, topic_config_error_code=ErrorCode.none, num_partitions=partitions,
-        replication_factor=factor, configs=configs,
-    )  # fmt: skip
+        types.CreatableTopicResult,
+        name=t.name,
+        topic_id=topic_id,
+        error_code=ErrorCode.none,
+        error_message=None,
+        topic_config_error_code=ErrorCode.none,
+        num_partitions=partitions,
+        replication_factor=factor,
+        configs=configs,
+    )
 
 
 def _manual_assignment(t: Any) -> list[tuple[int, ...]]:
     """The replicas of each partition of a manual assignment, in partition order (Kafka's
     request checks; the controller checks the brokers)."""
-    for field, value in (("replication factor", t.replication_factor),
-                         ("numPartitions", t.num_partitions)):  # fmt: skip
+    for field, value in (
+        ("replication factor", t.replication_factor),
+        ("numPartitions", t.num_partitions),
+    ):
         if value != -1:
             raise InvalidRequestError(
                 f"topic {t.name!r}: a manual partition assignment was specified, but {field} "
@@ -223,7 +241,13 @@ def _manual_assignment(t: Any) -> list[tuple[int, ...]]:
 
 def _failed(types: ModuleType, name: str, error: BaseException) -> Any:
     return make(
-        types.CreatableTopicResult, name=name, topic_id=ZERO_UUID, error_code=error_code(error),
-        error_message=error_message(error), topic_config_error_code=ErrorCode.none,
-        num_partitions=-1, replication_factor=-1, configs=(),
-    )  # fmt: skip
+        types.CreatableTopicResult,
+        name=name,
+        topic_id=ZERO_UUID,
+        error_code=error_code(error),
+        error_message=error_message(error),
+        topic_config_error_code=ErrorCode.none,
+        num_partitions=-1,
+        replication_factor=-1,
+        configs=(),
+    )

@@ -42,13 +42,19 @@ def register(apis: KafkaApis, ctx: ApiContext) -> None:
 
 def delete_records_response(ctx: ApiContext, request: Request) -> Any:
     types = response_types(request)
-    refusals = {t.name: ctx.topic_refusal(request, AclOperation.DELETE, t.name)
-                for t in request.body.topics}  # fmt: skip
+    refusals = {
+        t.name: ctx.topic_refusal(request, AclOperation.DELETE, t.name) for t in request.body.topics
+    }
     topics = tuple(
-        make(types.DeleteRecordsTopicResult, name=t.name, partitions=tuple(
-            _partition(ctx, types, t.name, p, refusals[t.name]) for p in t.partitions))
+        make(
+            types.DeleteRecordsTopicResult,
+            name=t.name,
+            partitions=tuple(
+                _partition(ctx, types, t.name, p, refusals[t.name]) for p in t.partitions
+            ),
+        )
         for t in request.body.topics
-    )  # fmt: skip
+    )
     return make(types.DeleteRecordsResponse, throttle_time=timedelta(0), topics=topics)
 
 
@@ -61,6 +67,7 @@ def _partition(
             raise refusal
         low = ctx.broker.delete_records(topic, p.partition_index, p.offset)
     except KafkaApiError as e:
-        return make(entry, partition_index=p.partition_index, low_watermark=-1,
-                    error_code=error_code(e))  # fmt: skip
+        return make(
+            entry, partition_index=p.partition_index, low_watermark=-1, error_code=error_code(e)
+        )
     return make(entry, partition_index=p.partition_index, low_watermark=low, error_code=NONE)

@@ -56,10 +56,15 @@ def refused(request: Request, error: KafkaApiError) -> Any:
     else:
         targets = [(n, ZERO_UUID) for n in request.body.topic_names]
     results = tuple(
-        make(types.DeletableTopicResult, name=name, topic_id=topic_id,
-             error_code=error_code(error), error_message=error_message(error))
+        make(
+            types.DeletableTopicResult,
+            name=name,
+            topic_id=topic_id,
+            error_code=error_code(error),
+            error_message=error_message(error),
+        )
         for name, topic_id in targets
-    )  # fmt: skip
+    )
     return make(types.DeleteTopicsResponse, throttle_time=timedelta(0), responses=results)
 
 
@@ -71,11 +76,15 @@ def delete_topics_response(ctx: ApiContext, request: Request) -> Any:
     else:
         targets = [(n, ZERO_UUID, None) for n in body.topic_names]
     results = tuple(
-        make(types.DeletableTopicResult, name=name, topic_id=topic_id,
-             error_code=error_code(error), error_message=error_message(error))
-        for name, topic_id, error in (_delete(ctx, *_authorized(ctx, request, *t))
-                                      for t in targets)
-    )  # fmt: skip
+        make(
+            types.DeletableTopicResult,
+            name=name,
+            topic_id=topic_id,
+            error_code=error_code(error),
+            error_message=error_message(error),
+        )
+        for name, topic_id, error in (_delete(ctx, *_authorized(ctx, request, *t)) for t in targets)
+    )
     return make(types.DeleteTopicsResponse, throttle_time=timedelta(0), responses=results)
 
 
@@ -84,10 +93,14 @@ def _target(
 ) -> tuple[str | None, uuid.UUID, KafkaApiError | None]:
     has_id = topic_id is not None and topic_id != ZERO_UUID
     if (name is None) == (not has_id):
-        return name, topic_id or ZERO_UUID, InvalidRequestError(
-            f"DeleteTopics: give a topic name or a topic id, not both or neither ({name!r}, "
-            f"{topic_id})"
-        )  # fmt: skip
+        return (
+            name,
+            topic_id or ZERO_UUID,
+            InvalidRequestError(
+                f"DeleteTopics: give a topic name or a topic id, not both or neither ({name!r}, "
+                f"{topic_id})"
+            ),
+        )
     if name is not None:
         by_name = {v: k for k, v in names.items()}
         return name, by_name.get(name, ZERO_UUID), None

@@ -115,137 +115,233 @@ class TopicConfigKey:
     documentation: str
 
 
-TOPIC_CONFIGS: Mapping[str, TopicConfigKey] = MappingProxyType({
-    "cleanup.policy": TopicConfigKey(LIST, ("log.cleanup.policy",),
-        "delete (drop old segments by retention), compact (keep the last record per key) or both"),
-    "segment.bytes": TopicConfigKey(INT, ("log.segment.bytes",),
-        "a segment file rolls when it would grow past this many bytes"),
-    "segment.ms": TopicConfigKey(LONG, ("log.roll.ms", "log.roll.hours"),
-        "a segment rolls when its first record is this old (ms)"),
-    "segment.index.bytes": TopicConfigKey(INT, ("log.index.size.max.bytes",),
-        "the size of a segment's offset and time index files"),
-    "index.interval.bytes": TopicConfigKey(INT, ("log.index.interval.bytes",),
-        "bytes of records between two offset index entries"),
-    "retention.ms": TopicConfigKey(LONG,
-        ("log.retention.ms", "log.retention.minutes", "log.retention.hours"),
-        "segments whose newest record is older than this are deleted (ms; -1: no limit)"),
-    "retention.bytes": TopicConfigKey(LONG, ("log.retention.bytes",),
-        "oldest segments are deleted while a partition is larger than this (-1: no limit)"),
-    "max.message.bytes": TopicConfigKey(INT, ("message.max.bytes",),
-        "the largest record batch a partition accepts"),
-    "message.timestamp.type": TopicConfigKey(STRING, ("log.message.timestamp.type",),
-        "CreateTime (the producer's) or LogAppendTime (the broker's) record timestamps"),
-    "min.insync.replicas": TopicConfigKey(INT, ("min.insync.replicas",),
-        "replicas that must be in sync for an acks=all produce to succeed"),
-    "flush.messages": TopicConfigKey(LONG, ("log.flush.interval.messages",),
-        "records appended between two fsyncs of the log"),
-    "flush.ms": TopicConfigKey(LONG, ("log.flush.interval.ms", "log.flush.scheduler.interval.ms"),
-        "the longest time (ms) appended records wait for an fsync"),
-    "delete.retention.ms": TopicConfigKey(LONG, ("log.cleaner.delete.retention.ms",),
-        "how long (ms) a compacted topic keeps tombstones and transaction markers"),
-    "min.compaction.lag.ms": TopicConfigKey(LONG, ("log.cleaner.min.compaction.lag.ms",),
-        "records younger than this (ms) are not compacted"),
-    "max.compaction.lag.ms": TopicConfigKey(LONG, ("log.cleaner.max.compaction.lag.ms",),
-        "records older than this (ms) make a log eligible for compaction"),
-    "min.cleanable.dirty.ratio": TopicConfigKey(DOUBLE, ("log.cleaner.min.cleanable.ratio",),
-        "share of uncleaned bytes above which a log is compacted"),
-    "compression.type": TopicConfigKey(STRING, ("compression.type",),
-        "codec of stored batches: producer (keep theirs), uncompressed, gzip, snappy, lz4, zstd"),
-    "file.delete.delay.ms": TopicConfigKey(LONG, ("log.segment.delete.delay.ms",),
-        "how long (ms) a deleted segment's files stay before removal"),
-    "unclean.leader.election.enable": TopicConfigKey(BOOLEAN,
-        ("unclean.leader.election.enable",),
-        "whether a replica outside the ISR may become leader (losing records)"),
-    "remote.storage.enable": TopicConfigKey(BOOLEAN, (),
-        "tiered storage: closed segments are copied to the broker's remote store (KIP-405)"),
-    "local.retention.ms": TopicConfigKey(LONG, ("log.local.retention.ms",),
-        "how long (ms) segments stay local once tiered (-2: retention.ms)"),
-    "local.retention.bytes": TopicConfigKey(LONG, ("log.local.retention.bytes",),
-        "bytes a tiered partition keeps locally (-2: retention.bytes)"),
-    "remote.log.copy.disable": TopicConfigKey(BOOLEAN, (),
-        "a tiered topic's store turns read only: nothing more is copied, local segments go by "
-        "retention.*"),
-    "remote.log.delete.on.disable": TopicConfigKey(BOOLEAN, (),
-        "needed to turn remote.storage.enable off: the store's segments are then deleted"),
-})  # fmt: skip
+TOPIC_CONFIGS: Mapping[str, TopicConfigKey] = MappingProxyType(
+    {
+        "cleanup.policy": TopicConfigKey(
+            LIST,
+            ("log.cleanup.policy",),
+            "delete (drop old segments by retention), compact (keep the last record per key) "
+            "or both",
+        ),
+        "segment.bytes": TopicConfigKey(
+            INT,
+            ("log.segment.bytes",),
+            "a segment file rolls when it would grow past this many bytes",
+        ),
+        "segment.ms": TopicConfigKey(
+            LONG,
+            ("log.roll.ms", "log.roll.hours"),
+            "a segment rolls when its first record is this old (ms)",
+        ),
+        "segment.index.bytes": TopicConfigKey(
+            INT,
+            ("log.index.size.max.bytes",),
+            "the size of a segment's offset and time index files",
+        ),
+        "index.interval.bytes": TopicConfigKey(
+            INT, ("log.index.interval.bytes",), "bytes of records between two offset index entries"
+        ),
+        "retention.ms": TopicConfigKey(
+            LONG,
+            ("log.retention.ms", "log.retention.minutes", "log.retention.hours"),
+            "segments whose newest record is older than this are deleted (ms; -1: no limit)",
+        ),
+        "retention.bytes": TopicConfigKey(
+            LONG,
+            ("log.retention.bytes",),
+            "oldest segments are deleted while a partition is larger than this (-1: no limit)",
+        ),
+        "max.message.bytes": TopicConfigKey(
+            INT, ("message.max.bytes",), "the largest record batch a partition accepts"
+        ),
+        "message.timestamp.type": TopicConfigKey(
+            STRING,
+            ("log.message.timestamp.type",),
+            "CreateTime (the producer's) or LogAppendTime (the broker's) record timestamps",
+        ),
+        "min.insync.replicas": TopicConfigKey(
+            INT,
+            ("min.insync.replicas",),
+            "replicas that must be in sync for an acks=all produce to succeed",
+        ),
+        "flush.messages": TopicConfigKey(
+            LONG, ("log.flush.interval.messages",), "records appended between two fsyncs of the log"
+        ),
+        "flush.ms": TopicConfigKey(
+            LONG,
+            ("log.flush.interval.ms", "log.flush.scheduler.interval.ms"),
+            "the longest time (ms) appended records wait for an fsync",
+        ),
+        "delete.retention.ms": TopicConfigKey(
+            LONG,
+            ("log.cleaner.delete.retention.ms",),
+            "how long (ms) a compacted topic keeps tombstones and transaction markers",
+        ),
+        "min.compaction.lag.ms": TopicConfigKey(
+            LONG,
+            ("log.cleaner.min.compaction.lag.ms",),
+            "records younger than this (ms) are not compacted",
+        ),
+        "max.compaction.lag.ms": TopicConfigKey(
+            LONG,
+            ("log.cleaner.max.compaction.lag.ms",),
+            "records older than this (ms) make a log eligible for compaction",
+        ),
+        "min.cleanable.dirty.ratio": TopicConfigKey(
+            DOUBLE,
+            ("log.cleaner.min.cleanable.ratio",),
+            "share of uncleaned bytes above which a log is compacted",
+        ),
+        "compression.type": TopicConfigKey(
+            STRING,
+            ("compression.type",),
+            "codec of stored batches: producer (keep theirs), uncompressed, gzip, snappy, lz4, "
+            "zstd",
+        ),
+        "file.delete.delay.ms": TopicConfigKey(
+            LONG,
+            ("log.segment.delete.delay.ms",),
+            "how long (ms) a deleted segment's files stay before removal",
+        ),
+        "unclean.leader.election.enable": TopicConfigKey(
+            BOOLEAN,
+            ("unclean.leader.election.enable",),
+            "whether a replica outside the ISR may become leader (losing records)",
+        ),
+        "remote.storage.enable": TopicConfigKey(
+            BOOLEAN,
+            (),
+            "tiered storage: closed segments are copied to the broker's remote store (KIP-405)",
+        ),
+        "local.retention.ms": TopicConfigKey(
+            LONG,
+            ("log.local.retention.ms",),
+            "how long (ms) segments stay local once tiered (-2: retention.ms)",
+        ),
+        "local.retention.bytes": TopicConfigKey(
+            LONG,
+            ("log.local.retention.bytes",),
+            "bytes a tiered partition keeps locally (-2: retention.bytes)",
+        ),
+        "remote.log.copy.disable": TopicConfigKey(
+            BOOLEAN,
+            (),
+            "a tiered topic's store turns read only: nothing more is copied, local segments go by "
+            "retention.*",
+        ),
+        "remote.log.delete.on.disable": TopicConfigKey(
+            BOOLEAN,
+            (),
+            "needed to turn remote.storage.enable off: the store's segments are then deleted",
+        ),
+    }
+)
 
 # Kafka's defaults of the broker configs above (KafkaConfig); those without one are absent
-KAFKA_BROKER_DEFAULTS: Mapping[str, str] = MappingProxyType({
-    "log.cleanup.policy": "delete", "log.segment.bytes": "1073741824", "log.roll.hours": "168",
-    "log.index.size.max.bytes": "10485760", "log.index.interval.bytes": "4096",
-    "log.retention.hours": "168", "log.retention.bytes": "-1", "message.max.bytes": "1048588",
-    "log.message.timestamp.type": "CreateTime", "min.insync.replicas": "1",
-    "log.flush.interval.messages": LONG_MAX, "log.flush.scheduler.interval.ms": LONG_MAX,
-    "log.cleaner.delete.retention.ms": "86400000", "log.cleaner.min.compaction.lag.ms": "0",
-    "log.cleaner.max.compaction.lag.ms": LONG_MAX, "log.cleaner.min.cleanable.ratio": "0.5",
-    "compression.type": "producer", "log.segment.delete.delay.ms": "60000",
-    "unclean.leader.election.enable": "false",
-    "log.local.retention.ms": "-2", "log.local.retention.bytes": "-2",
-})  # fmt: skip
+KAFKA_BROKER_DEFAULTS: Mapping[str, str] = MappingProxyType(
+    {
+        "log.cleanup.policy": "delete",
+        "log.segment.bytes": "1073741824",
+        "log.roll.hours": "168",
+        "log.index.size.max.bytes": "10485760",
+        "log.index.interval.bytes": "4096",
+        "log.retention.hours": "168",
+        "log.retention.bytes": "-1",
+        "message.max.bytes": "1048588",
+        "log.message.timestamp.type": "CreateTime",
+        "min.insync.replicas": "1",
+        "log.flush.interval.messages": LONG_MAX,
+        "log.flush.scheduler.interval.ms": LONG_MAX,
+        "log.cleaner.delete.retention.ms": "86400000",
+        "log.cleaner.min.compaction.lag.ms": "0",
+        "log.cleaner.max.compaction.lag.ms": LONG_MAX,
+        "log.cleaner.min.cleanable.ratio": "0.5",
+        "compression.type": "producer",
+        "log.segment.delete.delay.ms": "60000",
+        "unclean.leader.election.enable": "false",
+        "log.local.retention.ms": "-2",
+        "log.local.retention.bytes": "-2",
+    }
+)
 
 # this broker's settings: Kafka's type (this broker's keys: INT/LONG as their range) and use
-BROKER_CONFIGS: Mapping[str, tuple[int, str]] = MappingProxyType({
-    "replica.lag.time.max.ms": (LONG, "a follower this long behind leaves the ISR (ms)"),
-    "replica.fetch.wait.max.ms": (INT, "a follower fetch's longest wait for data (ms)"),
-    "replica.fetch.max.bytes": (INT, "a follower fetch's bytes per partition"),
-    "replica.fetch.response.max.bytes": (INT, "a follower fetch's bytes in all"),
-    "replica.fetch.backoff.ms": (INT, "a follower's pause after a failed fetch (ms)"),
-    "fetch.max.bytes": (INT, "the most bytes a Fetch response carries"),
-    "log.retention.check.interval.ms": (LONG, "how often retention deletes segments (ms)"),
-    "log.flush.scheduler.interval.ms": (LONG, "how often flush.ms is checked (ms)"),
-    "checkpoint.interval.ms": (LONG, "coalescing of the published checkpoint files (ms)"),
-    "purgatory.max.pending": (INT, "delayed fetches or produces held at once, per kind"),
-    "num.network.threads": (INT, "network threads, each owning connections"),
-    "num.io.threads": (INT, "request handler threads"),
-    "queued.max.requests": (INT, "requests queued for the handlers before reading stops"),
-    "socket.request.max.bytes": (INT, "a larger request closes its connection"),
-    "socket.listen.backlog.size": (INT, "connections the listen socket queues before accept"),
-    "socket.send.buffer.bytes": (INT, "SO_SNDBUF of a connection (-1: the OS's default)"),
-    "socket.receive.buffer.bytes": (INT, "SO_RCVBUF of a connection (-1: the OS's default)"),
-    "max.connections": (INT, "connections at once; the acceptor waits at the limit"),
-    "max.connections.per.ip": (INT, "connections at once from one address"),
-    "connections.max.idle.ms": (LONG, "an idle connection is closed after this (ms)"),
-    "queued.max.request.bytes": (LONG, "request bytes read and handled at once before reading "
-                                       "of large frames stops"),
-    "queued.max.response.bytes": (LONG, "Fetch bytes copied and not yet sent; beyond, records "
-                                        "are sent from the files"),
-    "max.incremental.fetch.session.cache.slots": (INT, "fetch sessions cached at once"),
-    "fetch.max.pinned.regions": (INT, "segment descriptors held for sendfile at once"),
-    "auto.create.topics.enable": (BOOLEAN, "Metadata naming an unknown topic creates it"),
-    "num.partitions": (INT, "partitions of an auto-created topic"),
-    "default.replication.factor": (INT, "replication factor of an auto-created topic"),
-    "group.initial.rebalance.delay.ms": (INT, "the first rebalance of an empty group waits (ms)"),
-    "group.min.session.timeout.ms": (INT, "the smallest session timeout a member may ask (ms)"),
-    "group.max.session.timeout.ms": (INT, "the largest session timeout a member may ask (ms)"),
-    "group.max.size": (INT, "members of one consumer group at most"),
-    "offsets.topic.num.partitions": (INT, "partitions of __consumer_offsets"),
-    "offsets.topic.replication.factor": (SHORT, "replicas of __consumer_offsets (at most the live "
-                                                "brokers)"),
-    "offsets.topic.segment.bytes": (INT, "segment size of __consumer_offsets"),
-    "offsets.retention.minutes": (INT, "committed offsets of an Empty group are removed this "
-                                       "long after it became Empty"),
-    "offsets.retention.check.interval.ms": (LONG, "how often expired offsets are removed"),
-    "transaction.state.log.num.partitions": (INT, "partitions of __transaction_state"),
-    "transaction.state.log.replication.factor": (SHORT, "replicas of __transaction_state (at "
-                                                        "most the live brokers)"),
-    "transaction.state.log.min.isr": (INT, "min.insync.replicas of __transaction_state"),
-    "transaction.state.log.segment.bytes": (INT, "segment size of __transaction_state"),
-    "log.cleaner.threads": (INT, "log cleaner threads (0: no compaction)"),
-    "log.cleaner.dedupe.buffer.size": (LONG, "offset map memory over all cleaner threads"),
-    "log.cleaner.io.buffer.load.factor": (DOUBLE, "share of the offset map a cleaning fills"),
-    "log.cleaner.backoff.ms": (LONG, "a cleaner thread's sleep when nothing is dirty (ms)"),
-    "remote.log.storage.system.enable": (BOOLEAN, "tiered storage on this broker (KIP-405)"),
-    "remote.log.manager.task.interval.ms": (LONG, "how often closed segments are tiered (ms)"),
-    "remote.fetch.max.wait.ms": (INT, "the longest a Fetch waits for its remote read (ms)"),
-    "remote.log.reader.threads": (INT, "threads reading remote segments for Fetch"),
-    "remote.log.reader.max.pending.tasks": (INT, "remote reads queued at most"),
-    "remote.log.manager.copy.max.bytes.per.second": (LONG, "copies to the store, at most"),
-    "remote.log.manager.copy.quota.window.num": (INT, "samples of the copy rate"),
-    "remote.log.manager.copy.quota.window.size.seconds": (INT, "a copy rate sample's length"),
-    "remote.log.manager.fetch.max.bytes.per.second": (LONG, "reads from the store, at most"),
-    "remote.log.manager.fetch.quota.window.num": (INT, "samples of the remote fetch rate"),
-    "remote.log.manager.fetch.quota.window.size.seconds": (INT, "a fetch rate sample's length"),
-})  # fmt: skip
+BROKER_CONFIGS: Mapping[str, tuple[int, str]] = MappingProxyType(
+    {
+        "replica.lag.time.max.ms": (LONG, "a follower this long behind leaves the ISR (ms)"),
+        "replica.fetch.wait.max.ms": (INT, "a follower fetch's longest wait for data (ms)"),
+        "replica.fetch.max.bytes": (INT, "a follower fetch's bytes per partition"),
+        "replica.fetch.response.max.bytes": (INT, "a follower fetch's bytes in all"),
+        "replica.fetch.backoff.ms": (INT, "a follower's pause after a failed fetch (ms)"),
+        "fetch.max.bytes": (INT, "the most bytes a Fetch response carries"),
+        "log.retention.check.interval.ms": (LONG, "how often retention deletes segments (ms)"),
+        "log.flush.scheduler.interval.ms": (LONG, "how often flush.ms is checked (ms)"),
+        "checkpoint.interval.ms": (LONG, "coalescing of the published checkpoint files (ms)"),
+        "purgatory.max.pending": (INT, "delayed fetches or produces held at once, per kind"),
+        "num.network.threads": (INT, "network threads, each owning connections"),
+        "num.io.threads": (INT, "request handler threads"),
+        "queued.max.requests": (INT, "requests queued for the handlers before reading stops"),
+        "socket.request.max.bytes": (INT, "a larger request closes its connection"),
+        "socket.listen.backlog.size": (INT, "connections the listen socket queues before accept"),
+        "socket.send.buffer.bytes": (INT, "SO_SNDBUF of a connection (-1: the OS's default)"),
+        "socket.receive.buffer.bytes": (INT, "SO_RCVBUF of a connection (-1: the OS's default)"),
+        "max.connections": (INT, "connections at once; the acceptor waits at the limit"),
+        "max.connections.per.ip": (INT, "connections at once from one address"),
+        "connections.max.idle.ms": (LONG, "an idle connection is closed after this (ms)"),
+        "queued.max.request.bytes": (
+            LONG,
+            "request bytes read and handled at once before reading of large frames stops",
+        ),
+        "queued.max.response.bytes": (
+            LONG,
+            "Fetch bytes copied and not yet sent; beyond, records are sent from the files",
+        ),
+        "max.incremental.fetch.session.cache.slots": (INT, "fetch sessions cached at once"),
+        "fetch.max.pinned.regions": (INT, "segment descriptors held for sendfile at once"),
+        "auto.create.topics.enable": (BOOLEAN, "Metadata naming an unknown topic creates it"),
+        "num.partitions": (INT, "partitions of an auto-created topic"),
+        "default.replication.factor": (INT, "replication factor of an auto-created topic"),
+        "group.initial.rebalance.delay.ms": (
+            INT,
+            "the first rebalance of an empty group waits (ms)",
+        ),
+        "group.min.session.timeout.ms": (INT, "the smallest session timeout a member may ask (ms)"),
+        "group.max.session.timeout.ms": (INT, "the largest session timeout a member may ask (ms)"),
+        "group.max.size": (INT, "members of one consumer group at most"),
+        "offsets.topic.num.partitions": (INT, "partitions of __consumer_offsets"),
+        "offsets.topic.replication.factor": (
+            SHORT,
+            "replicas of __consumer_offsets (at most the live brokers)",
+        ),
+        "offsets.topic.segment.bytes": (INT, "segment size of __consumer_offsets"),
+        "offsets.retention.minutes": (
+            INT,
+            "committed offsets of an Empty group are removed this long after it became Empty",
+        ),
+        "offsets.retention.check.interval.ms": (LONG, "how often expired offsets are removed"),
+        "transaction.state.log.num.partitions": (INT, "partitions of __transaction_state"),
+        "transaction.state.log.replication.factor": (
+            SHORT,
+            "replicas of __transaction_state (at most the live brokers)",
+        ),
+        "transaction.state.log.min.isr": (INT, "min.insync.replicas of __transaction_state"),
+        "transaction.state.log.segment.bytes": (INT, "segment size of __transaction_state"),
+        "log.cleaner.threads": (INT, "log cleaner threads (0: no compaction)"),
+        "log.cleaner.dedupe.buffer.size": (LONG, "offset map memory over all cleaner threads"),
+        "log.cleaner.io.buffer.load.factor": (DOUBLE, "share of the offset map a cleaning fills"),
+        "log.cleaner.backoff.ms": (LONG, "a cleaner thread's sleep when nothing is dirty (ms)"),
+        "remote.log.storage.system.enable": (BOOLEAN, "tiered storage on this broker (KIP-405)"),
+        "remote.log.manager.task.interval.ms": (LONG, "how often closed segments are tiered (ms)"),
+        "remote.fetch.max.wait.ms": (INT, "the longest a Fetch waits for its remote read (ms)"),
+        "remote.log.reader.threads": (INT, "threads reading remote segments for Fetch"),
+        "remote.log.reader.max.pending.tasks": (INT, "remote reads queued at most"),
+        "remote.log.manager.copy.max.bytes.per.second": (LONG, "copies to the store, at most"),
+        "remote.log.manager.copy.quota.window.num": (INT, "samples of the copy rate"),
+        "remote.log.manager.copy.quota.window.size.seconds": (INT, "a copy rate sample's length"),
+        "remote.log.manager.fetch.max.bytes.per.second": (LONG, "reads from the store, at most"),
+        "remote.log.manager.fetch.quota.window.num": (INT, "samples of the remote fetch rate"),
+        "remote.log.manager.fetch.quota.window.size.seconds": (INT, "a fetch rate sample's length"),
+    }
+)
 
 
 def register(apis: KafkaApis, ctx: ApiContext) -> None:
@@ -261,10 +357,12 @@ def describe_configs_response(ctx: ApiContext, request: Request) -> Any:
         for r, refused in zip(body.resources, refusals, strict=True)
         if not refused
     )
-    refused = tuple(_refused(types, r, e)
-                    for r, e in zip(body.resources, refusals, strict=True) if e)  # fmt: skip
-    return make(types.DescribeConfigsResponse, throttle_time=timedelta(0),
-                results=allowed + refused)  # fmt: skip
+    refused = tuple(
+        _refused(types, r, e) for r, e in zip(body.resources, refusals, strict=True) if e
+    )
+    return make(
+        types.DescribeConfigsResponse, throttle_time=timedelta(0), results=allowed + refused
+    )
 
 
 def _refusal(ctx: ApiContext, request: Request, resource: Any) -> KafkaApiError | None:
@@ -280,9 +378,14 @@ def _refusal(ctx: ApiContext, request: Request, resource: Any) -> KafkaApiError 
 
 
 def _refused(types: ModuleType, resource: Any, error: KafkaApiError) -> Any:
-    return make(types.DescribeConfigsResult, error_code=error_code(error),
-                error_message=error_message(error), resource_type=resource.resource_type,
-                resource_name=resource.resource_name, configs=())  # fmt: skip
+    return make(
+        types.DescribeConfigsResult,
+        error_code=error_code(error),
+        error_message=error_message(error),
+        resource_type=resource.resource_type,
+        resource_name=resource.resource_name,
+        configs=(),
+    )
 
 
 def _result(
@@ -312,11 +415,16 @@ def _config(types: ModuleType, e: ConfigEntry, synonyms: bool, documentation: bo
         for s in (e.synonyms if synonyms else ())
     )
     return make(
-        types.DescribeConfigsResourceResult, name=e.name, value=e.value, read_only=e.read_only,
-        config_source=e.source, is_sensitive=e.sensitive,
-        synonyms=listed, config_type=e.config_type,
+        types.DescribeConfigsResourceResult,
+        name=e.name,
+        value=e.value,
+        read_only=e.read_only,
+        config_source=e.source,
+        is_sensitive=e.sensitive,
+        synonyms=listed,
+        config_type=e.config_type,
         documentation=e.documentation if documentation else None,
-    )  # fmt: skip
+    )
 
 
 def resource_configs(ctx: ApiContext, resource_type: int, name: str) -> list[ConfigEntry]:
@@ -346,15 +454,17 @@ def configs_of(
     ctx: ApiContext, overrides: Mapping[str, str], effective: Mapping[str, str]
 ) -> list[ConfigEntry]:
     """The entries of a topic's ``effective`` config, each with its synonym chain."""
-    file_values = _set_in_file(ctx.broker.config.topic_defaults.to_properties(),
-                               LogConfig().to_properties())  # fmt: skip
+    file_values = _set_in_file(
+        ctx.broker.config.topic_defaults.to_properties(), LogConfig().to_properties()
+    )
     entries = []
     for name, value in effective.items():
         key = TOPIC_CONFIGS[name]
         chain = [Synonym(name, value, TOPIC_CONFIG)] if name in overrides else []
         chain += _broker_chain(ctx.broker.config, key.broker_synonyms, file_values.get(name))
-        entries.append(ConfigEntry(name, value, False, key.config_type, tuple(chain),
-                                   key.documentation))  # fmt: skip
+        entries.append(
+            ConfigEntry(name, value, False, key.config_type, tuple(chain), key.documentation)
+        )
     return entries
 
 
@@ -431,6 +541,15 @@ def rsm_configs(config: BrokerConfig) -> list[ConfigEntry]:
         name, secret = RSM_PREFIX + key, key in SECRET_NAMES
         shown = None if secret else without_userinfo(value) if key == "location" else value
         chain = (Synonym(name, shown, STATIC_BROKER_CONFIG),)
-        entries.append(ConfigEntry(name, shown, True, PASSWORD if secret else STRING, chain,
-                                   f"the remote store's {key} ([rsm_config])", secret))  # fmt: skip
+        entries.append(
+            ConfigEntry(
+                name,
+                shown,
+                True,
+                PASSWORD if secret else STRING,
+                chain,
+                f"the remote store's {key} ([rsm_config])",
+                secret,
+            )
+        )
     return entries

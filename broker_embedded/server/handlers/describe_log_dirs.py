@@ -46,11 +46,19 @@ def describe_log_dirs_response(ctx: ApiContext, request: Request) -> Any:
     types = response_types(request)
     refusal = ctx.cluster_refusal(request, AclOperation.DESCRIBE)
     if refusal is not None:
-        return make(types.DescribeLogDirsResponse, throttle_time=timedelta(0),
-                    error_code=error_code(refusal), results=())  # fmt: skip
+        return make(
+            types.DescribeLogDirsResponse,
+            throttle_time=timedelta(0),
+            error_code=error_code(refusal),
+            results=(),
+        )
     result = _result(ctx, types, request.body)
-    return make(types.DescribeLogDirsResponse, throttle_time=timedelta(0),
-                error_code=error_code(None), results=(result,))  # fmt: skip
+    return make(
+        types.DescribeLogDirsResponse,
+        throttle_time=timedelta(0),
+        error_code=error_code(None),
+        results=(result,),
+    )
 
 
 def _result(ctx: ApiContext, types: ModuleType, body: Any) -> Any:
@@ -66,13 +74,26 @@ def _result(ctx: ApiContext, types: ModuleType, body: Any) -> Any:
         lg = logs.get(tp)
         if lg is None or lg.is_closed:
             continue
-        by_topic[tp.topic].append(make(types.DescribeLogDirsPartition,
-                                       partition_index=tp.partition,
-                                       partition_size=lg.size_in_bytes, offset_lag=0,
-                                       is_future_key=False))  # fmt: skip
-    topics = tuple(make(types.DescribeLogDirsTopic, name=name, partitions=tuple(parts))
-                   for name, parts in by_topic.items())  # fmt: skip
+        by_topic[tp.topic].append(
+            make(
+                types.DescribeLogDirsPartition,
+                partition_index=tp.partition,
+                partition_size=lg.size_in_bytes,
+                offset_lag=0,
+                is_future_key=False,
+            )
+        )
+    topics = tuple(
+        make(types.DescribeLogDirsTopic, name=name, partitions=tuple(parts))
+        for name, parts in by_topic.items()
+    )
     path = log_manager.log_dir.resolve()
     usage = shutil.disk_usage(path)
-    return make(types.DescribeLogDirsResult, error_code=error_code(None), log_dir=str(path),
-                topics=topics, total_bytes=usage.total, usable_bytes=usage.free)  # fmt: skip
+    return make(
+        types.DescribeLogDirsResult,
+        error_code=error_code(None),
+        log_dir=str(path),
+        topics=topics,
+        total_bytes=usage.total,
+        usable_bytes=usage.free,
+    )

@@ -198,9 +198,11 @@ class FetchApi:
 
     @staticmethod
     def _slot(
-        tip: TopicIdPartition, rp: FetchRequestPartition, replica_id: int,
+        tip: TopicIdPartition,
+        rp: FetchRequestPartition,
+        replica_id: int,
         refused: Callable[[str], bool] | None = None,
-    ) -> _Slot:  # fmt: skip
+    ) -> _Slot:
         if tip.topic is not None and refused is not None and refused(tip.topic):
             return _Slot(tip, None, TopicAuthorizationFailedError.code)
         if replica_id >= 0:
@@ -211,8 +213,9 @@ class FetchApi:
             tp = topic_partition(tip.topic, tip.partition)
         except UnknownTopicOrPartitionError as e:
             return _Slot(tip, None, e.code)
-        return _Slot(tip, PartitionFetch(tp, rp.fetch_offset, rp.max_bytes,
-                                         rp.current_leader_epoch))  # fmt: skip
+        return _Slot(
+            tip, PartitionFetch(tp, rp.fetch_offset, rp.max_bytes, rp.current_leader_epoch)
+        )
 
     # -- response ---------------------------------------------------------------------------------
 
@@ -244,15 +247,20 @@ class FetchApi:
         version = request.header.api_version
         leaders: dict[TopicIdPartition, LeaderNode] = {}
         if version >= CURRENT_LEADER_VERSION:
-            leaders = {tip: self._leader(tip) for tip, p in answer.partitions
-                       if p.error_code in _LEADER_ERRORS}  # fmt: skip
+            leaders = {
+                tip: self._leader(tip)
+                for tip, p in answer.partitions
+                if p.error_code in _LEADER_ERRORS
+            }
         held = Held()
         try:
             wire = [
-                (_wire_topic(tip, version),
-                 self._wire_partition(tip.partition, p, held, leaders.get(tip)))
+                (
+                    _wire_topic(tip, version),
+                    self._wire_partition(tip.partition, p, held, leaders.get(tip)),
+                )
                 for tip, p in answer.partitions
-            ]  # fmt: skip
+            ]
             parts = fetch_response_parts(
                 request.header,
                 group_by_topic(wire),
@@ -285,11 +293,16 @@ class FetchApi:
                 records = b""  # the file changed since the read: the client fetches again
         aborted = p.aborted_transactions
         return PartitionResponse(
-            partition, p.error_code, p.high_watermark, p.last_stable_offset, p.log_start_offset,
+            partition,
+            p.error_code,
+            p.high_watermark,
+            p.last_stable_offset,
+            p.log_start_offset,
             None if aborted is None else tuple((a.producer_id, a.first_offset) for a in aborted),
-            p.preferred_read_replica, records,
+            p.preferred_read_replica,
+            records,
             None if leader is None else (leader.leader_id, leader.leader_epoch),
-        )  # fmt: skip
+        )
 
 
 def _partition_results(
@@ -339,9 +352,12 @@ def _session_partition(r: PartitionFetchResult) -> FetchResponsePartition[Record
         )
     records: Records = r.region if r.region is not None else r.records
     return FetchResponsePartition(
-        high_watermark=r.high_watermark, last_stable_offset=r.last_stable_offset,
-        log_start_offset=r.log_start_offset, aborted_transactions=aborted, records=records,
-    )  # fmt: skip
+        high_watermark=r.high_watermark,
+        last_stable_offset=r.last_stable_offset,
+        log_start_offset=r.log_start_offset,
+        aborted_transactions=aborted,
+        records=records,
+    )
 
 
 def _wire_topic(tip: TopicIdPartition, version: int) -> str | uuid.UUID:

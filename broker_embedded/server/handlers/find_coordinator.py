@@ -52,17 +52,32 @@ def find_coordinator_response(ctx: ApiContext, request: Request) -> Any:
     key_type = getattr(body, "key_type", GROUP)
     if request.header.api_version < 4:
         node, error = coordinator(ctx, key_type, body.key, request)
-        return make(types.FindCoordinatorResponse, throttle_time=timedelta(0),
-                    error_code=error_code(error), error_message=_message(error, "NONE"),
-                    node_id=node.node_id, host=node.host, port=node.port)  # fmt: skip
+        return make(
+            types.FindCoordinatorResponse,
+            throttle_time=timedelta(0),
+            error_code=error_code(error),
+            error_message=_message(error, "NONE"),
+            node_id=node.node_id,
+            host=node.host,
+            port=node.port,
+        )
     entries = []
     for key in body.coordinator_keys:
         node, error = coordinator(ctx, key_type, key, request)
-        entries.append(make(types.Coordinator, key=key, node_id=node.node_id, host=node.host,
-                            port=node.port, error_code=error_code(error),
-                            error_message=_message(error, "")))  # fmt: skip
-    return make(types.FindCoordinatorResponse, throttle_time=timedelta(0),
-                coordinators=tuple(entries))  # fmt: skip
+        entries.append(
+            make(
+                types.Coordinator,
+                key=key,
+                node_id=node.node_id,
+                host=node.host,
+                port=node.port,
+                error_code=error_code(error),
+                error_message=_message(error, ""),
+            )
+        )
+    return make(
+        types.FindCoordinatorResponse, throttle_time=timedelta(0), coordinators=tuple(entries)
+    )
 
 
 def _message(error: BaseException | None, none: str) -> str | None:
@@ -87,8 +102,11 @@ def coordinator(
     try:
         if key_type not in (GROUP, TRANSACTION):
             raise InvalidRequestError(f"unknown coordinator key type {key_type} (key {key!r})")
-        refusal = (ctx.group_refusal(request, AclOperation.DESCRIBE, key) if key_type == GROUP
-                   else ctx.txn_refusal(request, key, AclOperation.DESCRIBE))  # fmt: skip
+        refusal = (
+            ctx.group_refusal(request, AclOperation.DESCRIBE, key)
+            if key_type == GROUP
+            else ctx.txn_refusal(request, key, AclOperation.DESCRIBE)
+        )
         if refusal is not None:
             raise refusal
         node_id = ctx.broker_id if key_type != GROUP else group_coordinator(ctx, key)

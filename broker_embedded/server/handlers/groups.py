@@ -116,10 +116,16 @@ def register(apis: KafkaApis, ctx: ApiContext, store: GroupStore | None = None) 
     last server shuts down)."""
     coordinator = _acquire(ctx, store)
     apis.on_shutdown(lambda: _release(ctx))
-    apis.register(JOIN_GROUP, *VERSIONS[JOIN_GROUP],
-                  functools.partial(handle_join_group, apis, ctx, coordinator))  # fmt: skip
-    apis.register(SYNC_GROUP, *VERSIONS[SYNC_GROUP],
-                  functools.partial(handle_sync_group, apis, ctx, coordinator))  # fmt: skip
+    apis.register(
+        JOIN_GROUP,
+        *VERSIONS[JOIN_GROUP],
+        functools.partial(handle_join_group, apis, ctx, coordinator),
+    )
+    apis.register(
+        SYNC_GROUP,
+        *VERSIONS[SYNC_GROUP],
+        functools.partial(handle_sync_group, apis, ctx, coordinator),
+    )
     responders = {
         HEARTBEAT: heartbeat_response,
         LEAVE_GROUP: leave_group_response,
@@ -145,8 +151,9 @@ def _acquire(ctx: ApiContext, store: GroupStore | None) -> GroupCoordinator:
         if entry is None:
             if store is None:
                 store = GroupMetadataManager(ctx.broker.controller, ctx.broker.config)
-            coordinator = GroupCoordinator(group_config(ctx.broker.config), store,
-                                           name=str(ctx.broker_id), load=False)  # fmt: skip
+            coordinator = GroupCoordinator(
+                group_config(ctx.broker.config), store, name=str(ctx.broker_id), load=False
+            )
 
             def on_marker(tp: TopicPartition, completion: TxnCompletion) -> None:
                 coordinator.on_txn_marker(tp, completion.producer_id, completion.commit)
@@ -193,9 +200,12 @@ def _ms(value: Any) -> int:
 
 
 def not_here(
-    ctx: ApiContext, coordinator: GroupCoordinator, group_id: str, request: Request,
+    ctx: ApiContext,
+    coordinator: GroupCoordinator,
+    group_id: str,
+    request: Request,
     operation: AclOperation = AclOperation.READ,
-) -> KafkaApiError | None:  # fmt: skip
+) -> KafkaApiError | None:
     """GROUP_AUTHORIZATION_FAILED when the request's principal may not do ``operation`` on the
     group (with an authorizer), else NOT_COORDINATOR (or COORDINATOR_NOT_AVAILABLE) when this
     broker does not coordinate ``group_id`` (group_metadata_manager.py), else None."""
@@ -238,15 +248,26 @@ def join_response(request: Request, result: JoinResult) -> Any:
     if version < NULLABLE_PROTOCOL_VERSION and name is None:
         name = ""
     members = tuple(
-        make(types.JoinGroupResponseMember, member_id=m.member_id,
-             group_instance_id=m.group_instance_id, metadata=m.metadata)
+        make(
+            types.JoinGroupResponseMember,
+            member_id=m.member_id,
+            group_instance_id=m.group_instance_id,
+            metadata=m.metadata,
+        )
         for m in result.members
-    )  # fmt: skip
-    return make(types.JoinGroupResponse, throttle_time=_ZERO, error_code=error_code(result.error),
-                generation_id=result.generation_id, protocol_type=result.protocol_type,
-                protocol_name=name, leader=result.leader_id,
-                skip_assignment=result.skip_assignment, member_id=result.member_id,
-                members=members)  # fmt: skip
+    )
+    return make(
+        types.JoinGroupResponse,
+        throttle_time=_ZERO,
+        error_code=error_code(result.error),
+        generation_id=result.generation_id,
+        protocol_type=result.protocol_type,
+        protocol_name=name,
+        leader=result.leader_id,
+        skip_assignment=result.skip_assignment,
+        member_id=result.member_id,
+        members=members,
+    )
 
 
 def handle_sync_group(
@@ -257,19 +278,32 @@ def handle_sync_group(
 
     def respond(result: SyncResult) -> None:
         types = response_types(request)
-        apis.send_response(request, make(
-            types.SyncGroupResponse, throttle_time=_ZERO, error_code=error_code(result.error),
-            protocol_type=result.protocol_type, protocol_name=result.protocol_name,
-            assignment=result.assignment))  # fmt: skip
+        apis.send_response(
+            request,
+            make(
+                types.SyncGroupResponse,
+                throttle_time=_ZERO,
+                error_code=error_code(result.error),
+                protocol_type=result.protocol_type,
+                protocol_name=result.protocol_name,
+                assignment=result.assignment,
+            ),
+        )
 
     error = not_here(ctx, coordinator, body.group_id, request)
     if error is not None:
         respond(SyncResult(error))
         return
-    coordinator.sync_group(body.group_id, body.generation_id, body.member_id,
-                           getattr(body, "group_instance_id", None),
-                           getattr(body, "protocol_type", None),
-                           getattr(body, "protocol_name", None), assignments, respond)  # fmt: skip
+    coordinator.sync_group(
+        body.group_id,
+        body.generation_id,
+        body.member_id,
+        getattr(body, "group_instance_id", None),
+        getattr(body, "protocol_type", None),
+        getattr(body, "protocol_name", None),
+        assignments,
+        respond,
+    )
 
 
 # -- the APIs answered at once ----------------------------------------------------------------
@@ -297,12 +331,17 @@ def leave_group_response(ctx: ApiContext, coordinator: GroupCoordinator, request
         code = error_code(top if top is not None or not errors else errors[0])
         return make(types.LeaveGroupResponse, throttle_time=_ZERO, error_code=code)
     members = tuple(
-        make(types.MemberResponse, member_id=m.member_id, group_instance_id=m.group_instance_id,
-             error_code=error_code(e))
+        make(
+            types.MemberResponse,
+            member_id=m.member_id,
+            group_instance_id=m.group_instance_id,
+            error_code=error_code(e),
+        )
         for m, e in (zip(leaving, errors, strict=True) if errors else ())
-    )  # fmt: skip
-    return make(types.LeaveGroupResponse, throttle_time=_ZERO, error_code=error_code(top),
-                members=members)  # fmt: skip
+    )
+    return make(
+        types.LeaveGroupResponse, throttle_time=_ZERO, error_code=error_code(top), members=members
+    )
 
 
 def list_groups_response(ctx: ApiContext, coordinator: GroupCoordinator, request: Request) -> Any:
@@ -317,17 +356,24 @@ def list_groups_response(ctx: ApiContext, coordinator: GroupCoordinator, request
         return every or ctx.allowed(request, DESCRIBE, ResourceType.GROUP, group_id)
 
     try:
-        groups = coordinator.list_groups(getattr(body, "states_filter", ()),
-                                         getattr(body, "types_filter", ()))  # fmt: skip
+        groups = coordinator.list_groups(
+            getattr(body, "states_filter", ()), getattr(body, "types_filter", ())
+        )
         groups = [g for g in groups if listed_here(g.group_id)]
     except KafkaApiError as e:
-        return make(types.ListGroupsResponse, throttle_time=_ZERO, error_code=error_code(e),
-                    groups=())  # fmt: skip
+        return make(
+            types.ListGroupsResponse, throttle_time=_ZERO, error_code=error_code(e), groups=()
+        )
     listed = tuple(
-        make(types.ListedGroup, group_id=g.group_id, protocol_type=g.protocol_type,
-             group_state=g.state.value, group_type=g.group_type)
+        make(
+            types.ListedGroup,
+            group_id=g.group_id,
+            protocol_type=g.protocol_type,
+            group_state=g.state.value,
+            group_type=g.group_type,
+        )
         for g in groups
-    )  # fmt: skip
+    )
     return make(types.ListGroupsResponse, throttle_time=_ZERO, error_code=NONE, groups=listed)
 
 
@@ -347,24 +393,49 @@ def describe_groups_response(
                 raise GroupIdNotFoundError(f"Group {group_id} not found.")
         except KafkaApiError as e:
             state = GroupState.DEAD.value if isinstance(e, GroupIdNotFoundError) else ""
-            described.append(make(types.DescribedGroup, error_code=error_code(e),
-                                  error_message=error_message(e), group_id=group_id,
-                                  group_state=state, protocol_type="", protocol_data="", members=(),
-                                  authorized_operations=OMITTED_OPERATIONS))  # fmt: skip
+            described.append(
+                make(
+                    types.DescribedGroup,
+                    error_code=error_code(e),
+                    error_message=error_message(e),
+                    group_id=group_id,
+                    group_state=state,
+                    protocol_type="",
+                    protocol_data="",
+                    members=(),
+                    authorized_operations=OMITTED_OPERATIONS,
+                )
+            )
             continue
         members = tuple(
-            make(types.DescribedGroupMember, member_id=m.member_id,
-                 group_instance_id=m.group_instance_id, client_id=m.client_id,
-                 client_host=m.client_host, member_metadata=m.subscription,
-                 member_assignment=m.assignment)
+            make(
+                types.DescribedGroupMember,
+                member_id=m.member_id,
+                group_instance_id=m.group_instance_id,
+                client_id=m.client_id,
+                client_host=m.client_host,
+                member_metadata=m.subscription,
+                member_assignment=m.assignment,
+            )
             for m in g.members
-        )  # fmt: skip
-        operations = (ctx.authorized_operations(request, ResourceType.GROUP, group_id)
-                      if asked else OMITTED_OPERATIONS)  # fmt: skip
-        described.append(make(types.DescribedGroup, error_code=NONE, group_id=group_id,
-                              group_state=g.state.value, protocol_type=g.protocol_type,
-                              protocol_data=g.protocol_name or "", members=members,
-                              authorized_operations=operations))  # fmt: skip
+        )
+        operations = (
+            ctx.authorized_operations(request, ResourceType.GROUP, group_id)
+            if asked
+            else OMITTED_OPERATIONS
+        )
+        described.append(
+            make(
+                types.DescribedGroup,
+                error_code=NONE,
+                group_id=group_id,
+                group_state=g.state.value,
+                protocol_type=g.protocol_type,
+                protocol_data=g.protocol_name or "",
+                members=members,
+                authorized_operations=operations,
+            )
+        )
     return make(types.DescribeGroupsResponse, throttle_time=_ZERO, groups=tuple(described))
 
 
@@ -384,8 +455,12 @@ def offset_delete_response(ctx: ApiContext, coordinator: GroupCoordinator, reque
     body, types = request.body, response_types(request)
     group_error = not_here(ctx, coordinator, body.group_id, request, DELETE)
     if group_error is not None:
-        return make(types.OffsetDeleteResponse, error_code=error_code(group_error),
-                    throttle_time=_ZERO, topics=())  # fmt: skip
+        return make(
+            types.OffsetDeleteResponse,
+            error_code=error_code(group_error),
+            throttle_time=_ZERO,
+            topics=(),
+        )
     unknown: dict[tuple[str, int], KafkaApiError] = {}
     wanted = []
     for t in body.topics:
@@ -400,14 +475,26 @@ def offset_delete_response(ctx: ApiContext, coordinator: GroupCoordinator, reque
                 unknown[(t.name, p.partition_index)] = e
     group_error, results = coordinator.delete_offsets(body.group_id, wanted)
     if group_error is not None:
-        return make(types.OffsetDeleteResponse, error_code=error_code(group_error),
-                    throttle_time=_ZERO, topics=())  # fmt: skip
+        return make(
+            types.OffsetDeleteResponse,
+            error_code=error_code(group_error),
+            throttle_time=_ZERO,
+            topics=(),
+        )
     results = {**results, **unknown}
     topics = tuple(
-        make(types.OffsetDeleteResponseTopic, name=t.name, partitions=tuple(
-            make(types.OffsetDeleteResponsePartition, partition_index=p.partition_index,
-                 error_code=error_code(results.get((t.name, p.partition_index))))
-            for p in t.partitions))
+        make(
+            types.OffsetDeleteResponseTopic,
+            name=t.name,
+            partitions=tuple(
+                make(
+                    types.OffsetDeleteResponsePartition,
+                    partition_index=p.partition_index,
+                    error_code=error_code(results.get((t.name, p.partition_index))),
+                )
+                for p in t.partitions
+            ),
+        )
         for t in body.topics
-    )  # fmt: skip
+    )
     return make(types.OffsetDeleteResponse, error_code=NONE, throttle_time=_ZERO, topics=topics)

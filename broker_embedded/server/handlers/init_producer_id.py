@@ -64,9 +64,15 @@ def init_producer_id_response(ctx: ApiContext, request: Request) -> Any:
         pid, epoch = _init(ctx, request.body)
     except KafkaApiError as e:
         error = e
-    return make(types.InitProducerIdResponse, throttle_time=timedelta(0),
-                error_code=error_code(error), producer_id=pid, producer_epoch=epoch,
-                ongoing_txn_producer_id=-1, ongoing_txn_producer_epoch=-1)  # fmt: skip
+    return make(
+        types.InitProducerIdResponse,
+        throttle_time=timedelta(0),
+        error_code=error_code(error),
+        producer_id=pid,
+        producer_epoch=epoch,
+        ongoing_txn_producer_id=-1,
+        ongoing_txn_producer_epoch=-1,
+    )
 
 
 def _authorize(ctx: ApiContext, request: Request) -> None:

@@ -54,12 +54,24 @@ def list_offsets_response(ctx: ApiContext, request: Request) -> Any:
         else IsolationLevel.READ_UNCOMMITTED
     )
     topics = tuple(
-        make(types.ListOffsetsTopicResponse, name=t.name,
-             partitions=tuple(_partition(ctx, types, t.name, p, isolation, body.replica_id,
-                                         ctx.topic_refusal(request, DESCRIBE, t.name))
-                              for p in t.partitions))
+        make(
+            types.ListOffsetsTopicResponse,
+            name=t.name,
+            partitions=tuple(
+                _partition(
+                    ctx,
+                    types,
+                    t.name,
+                    p,
+                    isolation,
+                    body.replica_id,
+                    ctx.topic_refusal(request, DESCRIBE, t.name),
+                )
+                for p in t.partitions
+            ),
+        )
         for t in body.topics
-    )  # fmt: skip
+    )
     return make(types.ListOffsetsResponse, throttle_time=timedelta(0), topics=topics)
 
 
@@ -78,12 +90,26 @@ def _partition(
             raise refusal
         tp = topic_partition(topic, p.partition_index)
         found = ctx.broker.replica_manager.list_offsets(
-            tp, p.timestamp, isolation, replica_id=replica_id,
+            tp,
+            p.timestamp,
+            isolation,
+            replica_id=replica_id,
             current_leader_epoch=getattr(p, "current_leader_epoch", -1),
-        )  # fmt: skip
+        )
     except KafkaApiError as e:
-        return make(entry, partition_index=p.partition_index, error_code=error_code(e),
-                    timestamp=-1, offset=-1, leader_epoch=-1)  # fmt: skip
-    return make(entry, partition_index=p.partition_index, error_code=NONE,
-                timestamp=found.timestamp, offset=found.offset,
-                leader_epoch=found.leader_epoch)  # fmt: skip
+        return make(
+            entry,
+            partition_index=p.partition_index,
+            error_code=error_code(e),
+            timestamp=-1,
+            offset=-1,
+            leader_epoch=-1,
+        )
+    return make(
+        entry,
+        partition_index=p.partition_index,
+        error_code=NONE,
+        timestamp=found.timestamp,
+        offset=found.offset,
+        leader_epoch=found.leader_epoch,
+    )

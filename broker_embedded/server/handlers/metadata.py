@@ -128,8 +128,9 @@ def metadata_response(ctx: ApiContext, request: Request) -> Any:
     version = request.header.api_version
     auto_create = version < 4 or body.allow_auto_topic_creation
     if body.topics is None or (version == 0 and not body.topics):
-        topics = [_topic(types, t) for t in ctx.broker.metadata()
-                  if _describable(ctx, request, t.name)]  # fmt: skip
+        topics = [
+            _topic(types, t) for t in ctx.broker.metadata() if _describable(ctx, request, t.name)
+        ]
     else:
         _check_names(body.topics, version)
         topics = [_requested(ctx, request, types, t, auto_create) for t in body.topics]
@@ -227,8 +228,9 @@ def _auto_create(ctx: ApiContext, types: ModuleType, name: str) -> Any:
         return _error(types, name, ErrorCode.unknown_topic_or_partition)
     config = ctx.broker.config
     try:
-        created = ctx.broker.create_topic(name, config.num_partitions,
-                                          config.default_replication_factor)  # fmt: skip
+        created = ctx.broker.create_topic(
+            name, config.num_partitions, config.default_replication_factor
+        )
     except TopicAlreadyExistsError:  # another request created it meanwhile, or creates it
         try:
             created = ctx.broker.describe_topic(name)
@@ -241,9 +243,13 @@ def _auto_create(ctx: ApiContext, types: ModuleType, name: str) -> Any:
 
 def _error(types: ModuleType, name: str | None, code: ErrorCode, topic_id=None) -> Any:
     return make(
-        types.MetadataResponseTopic, error_code=code, name=name,
-        topic_id=topic_id or ZERO_UUID, is_internal=name in INTERNAL_TOPICS, partitions=(),
-    )  # fmt: skip
+        types.MetadataResponseTopic,
+        error_code=code,
+        name=name,
+        topic_id=topic_id or ZERO_UUID,
+        is_internal=name in INTERNAL_TOPICS,
+        partitions=(),
+    )
 
 
 def _topic(types: ModuleType, t: TopicMetadata) -> Any:
@@ -257,10 +263,14 @@ def _topic(types: ModuleType, t: TopicMetadata) -> Any:
             replica_nodes=p.replicas,
             isr_nodes=p.isr,
             offline_replicas=p.offline_replicas,
-        )  # fmt: skip
+        )
         for p in t.partitions
     )
     return make(
-        types.MetadataResponseTopic, error_code=NONE, name=t.name, topic_id=t.topic_id,
-        is_internal=t.name in INTERNAL_TOPICS, partitions=partitions,
-    )  # fmt: skip
+        types.MetadataResponseTopic,
+        error_code=NONE,
+        name=t.name,
+        topic_id=t.topic_id,
+        is_internal=t.name in INTERNAL_TOPICS,
+        partitions=partitions,
+    )

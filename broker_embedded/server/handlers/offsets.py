@@ -120,8 +120,11 @@ def offset_commit_response(ctx: ApiContext, coordinator: GroupCoordinator, reque
                 assert name is not None
                 key = (name, p.partition_index)
                 offsets[key] = OffsetAndMetadata(
-                    p.committed_offset, getattr(p, "committed_leader_epoch", -1),
-                    p.committed_metadata or "", timestamp)  # fmt: skip
+                    p.committed_offset,
+                    getattr(p, "committed_leader_epoch", -1),
+                    p.committed_metadata or "",
+                    timestamp,
+                )
                 slots.setdefault(key, []).append((i, j))
     group_error = ctx.group_refusal(request, AclOperation.READ, body.group_id) or coordinator_error(
         coordinator.store, body.group_id, ctx.broker_id
@@ -130,8 +133,12 @@ def offset_commit_response(ctx: ApiContext, coordinator: GroupCoordinator, reque
         errors = dict.fromkeys(errors, group_error)
     else:
         group_error = coordinator.commit_offsets(
-            body.group_id, body.member_id, getattr(body, "group_instance_id", None),
-            body.generation_id_or_member_epoch, offsets)  # fmt: skip
+            body.group_id,
+            body.member_id,
+            getattr(body, "group_instance_id", None),
+            body.generation_id_or_member_epoch,
+            offsets,
+        )
     if group_error is not None:
         for positions in slots.values():
             for pos in positions:
@@ -139,12 +146,21 @@ def offset_commit_response(ctx: ApiContext, coordinator: GroupCoordinator, reque
     topics = []
     for i, t in enumerate(body.topics):
         parts = tuple(
-            make(types.OffsetCommitResponsePartition, partition_index=p.partition_index,
-                 error_code=error_code(errors[(i, j)]))
+            make(
+                types.OffsetCommitResponsePartition,
+                partition_index=p.partition_index,
+                error_code=error_code(errors[(i, j)]),
+            )
             for j, p in enumerate(t.partitions)
-        )  # fmt: skip
-        topics.append(make(types.OffsetCommitResponseTopic, name=_name(t, names),
-                           topic_id=getattr(t, "topic_id", None), partitions=parts))  # fmt: skip
+        )
+        topics.append(
+            make(
+                types.OffsetCommitResponseTopic,
+                name=_name(t, names),
+                topic_id=getattr(t, "topic_id", None),
+                partitions=parts,
+            )
+        )
     return make(types.OffsetCommitResponse, throttle_time=timedelta(0), topics=tuple(topics))
 
 
@@ -171,22 +187,37 @@ def txn_offset_commit_response(
             errors[key] = topic_error or _check(ctx, body.group_id, t.name, t, p)
             if errors[key] is None:
                 offsets[key] = OffsetAndMetadata(
-                    p.committed_offset, getattr(p, "committed_leader_epoch", -1),
-                    p.committed_metadata or "", timestamp)  # fmt: skip
+                    p.committed_offset,
+                    getattr(p, "committed_leader_epoch", -1),
+                    p.committed_metadata or "",
+                    timestamp,
+                )
     if offsets:
         group_error = coordinator.commit_txn_offsets(
-            body.group_id, (body.producer_id, body.producer_epoch), getattr(body, "member_id", ""),
-            getattr(body, "group_instance_id", None), getattr(body, "generation_id", -1), offsets,
-        )  # fmt: skip
+            body.group_id,
+            (body.producer_id, body.producer_epoch),
+            getattr(body, "member_id", ""),
+            getattr(body, "group_instance_id", None),
+            getattr(body, "generation_id", -1),
+            offsets,
+        )
         for key in offsets:
             errors[key] = group_error
     topics = tuple(
-        make(types.TxnOffsetCommitResponseTopic, name=t.name, partitions=tuple(
-            make(types.TxnOffsetCommitResponsePartition, partition_index=p.partition_index,
-                 error_code=error_code(errors[(t.name, p.partition_index)]))
-            for p in t.partitions))
+        make(
+            types.TxnOffsetCommitResponseTopic,
+            name=t.name,
+            partitions=tuple(
+                make(
+                    types.TxnOffsetCommitResponsePartition,
+                    partition_index=p.partition_index,
+                    error_code=error_code(errors[(t.name, p.partition_index)]),
+                )
+                for p in t.partitions
+            ),
+        )
         for t in body.topics
-    )  # fmt: skip
+    )
     return make(types.TxnOffsetCommitResponse, throttle_time=timedelta(0), topics=topics)
 
 
@@ -228,17 +259,35 @@ def offset_fetch_response(ctx: ApiContext, coordinator: GroupCoordinator, reques
     body, types, version = request.body, response_types(request), request.header.api_version
     names = _names(ctx, version)
     if version < FIRST_BATCHED_FETCH:
-        topics, error = _fetched_topics(ctx, types, coordinator, body.group_id, body.topics,
-                                        names, getattr(body, "require_stable", False),
-                                        request)  # fmt: skip
-        return make(types.OffsetFetchResponse, throttle_time=timedelta(0), topics=topics,
-                    error_code=error_code(error))  # fmt: skip
+        topics, error = _fetched_topics(
+            ctx,
+            types,
+            coordinator,
+            body.group_id,
+            body.topics,
+            names,
+            getattr(body, "require_stable", False),
+            request,
+        )
+        return make(
+            types.OffsetFetchResponse,
+            throttle_time=timedelta(0),
+            topics=topics,
+            error_code=error_code(error),
+        )
     groups = []
     for g in body.groups:
-        topics, error = _fetched_topics(ctx, types, coordinator, g.group_id, g.topics, names,
-                                        body.require_stable, request)  # fmt: skip
-        groups.append(make(types.OffsetFetchResponseGroup, group_id=g.group_id,
-                           error_code=error_code(error), topics=topics))  # fmt: skip
+        topics, error = _fetched_topics(
+            ctx, types, coordinator, g.group_id, g.topics, names, body.require_stable, request
+        )
+        groups.append(
+            make(
+                types.OffsetFetchResponseGroup,
+                group_id=g.group_id,
+                error_code=error_code(error),
+                topics=topics,
+            )
+        )
     return make(types.OffsetFetchResponse, throttle_time=timedelta(0), groups=tuple(groups))
 
 
@@ -287,21 +336,37 @@ def _fetched_topics(
     for answers, topic_error in ((wanted, None), (refused, denied)):
         for (name, topic_id), parts in answers.items():
             entries = _partition_answers(part_type, name, parts, committed, topic_error)
-            out.append(make(topic_type, name=name, topic_id=topic_id or by_name.get(name),
-                            partitions=entries))  # fmt: skip
+            out.append(
+                make(
+                    topic_type,
+                    name=name,
+                    topic_id=topic_id or by_name.get(name),
+                    partitions=entries,
+                )
+            )
     return tuple(out), None
 
 
 def _partition_answers(
-    part_type: type, name: str | None, parts: list[int], committed: Mapping[Key, Any],
+    part_type: type,
+    name: str | None,
+    parts: list[int],
+    committed: Mapping[Key, Any],
     topic_error: KafkaApiError | None,
-) -> tuple[Any, ...]:  # fmt: skip
+) -> tuple[Any, ...]:
     """One topic's OffsetFetch partitions: each committed offset (or none), or the error."""
     entries = []
     for p in parts:
         c = committed.get((name, p), NO_OFFSET) if name is not None else NO_OFFSET
         error, c = (c, NO_OFFSET) if isinstance(c, KafkaApiError) else (topic_error, c)
-        entries.append(make(part_type, partition_index=p, committed_offset=c.offset,
-                            committed_leader_epoch=c.leader_epoch, metadata=c.metadata,
-                            error_code=error_code(error)))  # fmt: skip
+        entries.append(
+            make(
+                part_type,
+                partition_index=p,
+                committed_offset=c.offset,
+                committed_leader_epoch=c.leader_epoch,
+                metadata=c.metadata,
+                error_code=error_code(error),
+            )
+        )
     return tuple(entries)

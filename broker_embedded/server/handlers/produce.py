@@ -163,9 +163,14 @@ def _verify_transactions(
     for tp in refused:
         del entries[tp]
     if refused:
-        layout[:] = [(name, topic_id, [(i, refused.get(s, s) if isinstance(s, TopicPartition)
-                                        else s) for i, s in slots])
-                     for name, topic_id, slots in layout]  # fmt: skip
+        layout[:] = [
+            (
+                name,
+                topic_id,
+                [(i, refused.get(s, s) if isinstance(s, TopicPartition) else s) for i, s in slots],
+            )
+            for name, topic_id, slots in layout
+        ]
 
 
 def _refusal(ctx: ApiContext, request: Request) -> Callable[[str], KafkaApiError | None]:
@@ -190,9 +195,11 @@ def _layout(
     """Each partition's slot, and the records of those that go to the log (none of a topic
     ``refusal`` refuses)."""
     names = ctx.topic_names_by_id() if version >= 13 else {}
-    bad_acks = None if acks in (0, 1, -1) else InvalidRequiredAcksError(
-        f"acks must be 0, 1 or -1 (all), not {acks}"
-    )  # fmt: skip
+    bad_acks = (
+        None
+        if acks in (0, 1, -1)
+        else InvalidRequiredAcksError(f"acks must be 0, 1 or -1 (all), not {acks}")
+    )
     layout: Layout = []
     entries: dict[TopicPartition, bytes] = {}
     for topic in body.topic_data:
@@ -258,8 +265,9 @@ def _answer(
             apis.send_no_response(request)
         else:  # Kafka closes an acks=0 producer's connection so that it notices
             reason = f"acks=0 produce failed: {failed.name}: {failed}"
-            apis.channel.send_response(Response(request, close_connection=True,
-                                                close_reason=reason))  # fmt: skip
+            apis.channel.send_response(
+                Response(request, close_connection=True, close_reason=reason)
+            )
         return
     fast = _success_body(request.header.api_version, layout, results)
     if fast is not None:
@@ -269,14 +277,26 @@ def _answer(
     leaders: list[LeaderNode] = []
     kip951 = request.header.api_version >= FIRST_CURRENT_LEADER_VERSION
     topics = tuple(
-        make(types.TopicProduceResponse, name=name, topic_id=topic_id, partition_responses=tuple(
-            _partition(types, i, s, results, _leader(ctx, name, i, s, results, leaders, kip951))
-            for i, s in slots))
+        make(
+            types.TopicProduceResponse,
+            name=name,
+            topic_id=topic_id,
+            partition_responses=tuple(
+                _partition(types, i, s, results, _leader(ctx, name, i, s, results, leaders, kip951))
+                for i, s in slots
+            ),
+        )
         for name, topic_id, slots in layout
-    )  # fmt: skip
-    apis.send_response(request, make(types.ProduceResponse, responses=topics,
-                                     throttle_time=timedelta(0),
-                                     node_endpoints=node_endpoints(types, leaders)))  # fmt: skip
+    )
+    apis.send_response(
+        request,
+        make(
+            types.ProduceResponse,
+            responses=topics,
+            throttle_time=timedelta(0),
+            node_endpoints=node_endpoints(types, leaders),
+        ),
+    )
 
 
 # -- the all-success response from a template ---------------------------------------------------
@@ -335,15 +355,35 @@ def _template(
     for name, topic_id, indexes in shape:
         parts = []
         for index in indexes:
-            parts.append(make(types.PartitionProduceResponse, index=index,
-                              error_code=error_code(None), base_offset=_BASE_SENTINEL + count,
-                              log_append_time=None, log_start_offset=_START_SENTINEL + count,
-                              record_errors=(), error_message=None))  # fmt: skip
+            parts.append(
+                make(
+                    types.PartitionProduceResponse,
+                    index=index,
+                    error_code=error_code(None),
+                    base_offset=_BASE_SENTINEL + count,
+                    log_append_time=None,
+                    log_start_offset=_START_SENTINEL + count,
+                    record_errors=(),
+                    error_message=None,
+                )
+            )
             count += 1
-        topics.append(make(types.TopicProduceResponse, name=name, topic_id=topic_id,
-                           partition_responses=tuple(parts)))  # fmt: skip
-    body = encode_body(make(types.ProduceResponse, responses=tuple(topics),
-                            throttle_time=timedelta(0), node_endpoints=()))  # fmt: skip
+        topics.append(
+            make(
+                types.TopicProduceResponse,
+                name=name,
+                topic_id=topic_id,
+                partition_responses=tuple(parts),
+            )
+        )
+    body = encode_body(
+        make(
+            types.ProduceResponse,
+            responses=tuple(topics),
+            throttle_time=timedelta(0),
+            node_endpoints=(),
+        )
+    )
     positions = []
     has_start = version >= FIRST_LOG_START_OFFSET_VERSION
     for i in range(count):
@@ -406,10 +446,11 @@ def _partition(
         log_append_time=None if r is None else _timestamp(r.log_append_time),
         log_start_offset=-1 if r is None else r.log_start_offset,
         record_errors=_record_errors(types, error),
-        error_message=error.summary if isinstance(error, RecordValidationError)
+        error_message=error.summary
+        if isinstance(error, RecordValidationError)
         else error_message(error),
         **extra,
-    )  # fmt: skip
+    )
 
 
 def _record_errors(types: ModuleType, error: KafkaApiError | None) -> tuple[Any, ...]:

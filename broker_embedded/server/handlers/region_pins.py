@@ -108,8 +108,9 @@ class RegionPins:
                 return FileRegion(region.position, region.length, fd=held.fds[-1])
             if not self.budget.try_reserve(region.length, strict=True):
                 self.from_files += 1
-                return FileRegion(region.position, region.length, path=region.path,
-                                  file_id=region.file_id)  # fmt: skip
+                return FileRegion(
+                    region.position, region.length, path=region.path, file_id=region.file_id
+                )
             held.copied += region.length
             self.copies += 1
             return os.pread(fd, region.length, region.position)

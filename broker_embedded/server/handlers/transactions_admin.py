@@ -70,8 +70,16 @@ from broker_embedded.storage.topic_partition import TopicPartition, validate_top
 
 DESCRIBE_PRODUCERS, DESCRIBE_TRANSACTIONS, LIST_TRANSACTIONS = 61, 65, 66
 VERSIONS = {DESCRIBE_PRODUCERS: (0, 0), DESCRIBE_TRANSACTIONS: (0, 0), LIST_TRANSACTIONS: (0, 1)}
-KAFKA_STATES = ("Empty", "Ongoing", "PrepareCommit", "PrepareAbort", "CompleteCommit",
-                "CompleteAbort", "Dead", "PrepareEpochFence")  # fmt: skip
+KAFKA_STATES = (
+    "Empty",
+    "Ongoing",
+    "PrepareCommit",
+    "PrepareAbort",
+    "CompleteCommit",
+    "CompleteAbort",
+    "Dead",
+    "PrepareEpochFence",
+)
 ZERO = datetime.timedelta(0)
 
 
@@ -118,28 +126,44 @@ def _producers(
         tp = TopicPartition(topic, index)
         partition = ctx.broker.replica_manager.partitions.get(tp)
         if partition is not None:
-            return make(types.PartitionResponse, partition_index=index, error_code=NONE,
-                        error_message=None, active_producers=_active(types, partition))  # fmt: skip
+            return make(
+                types.PartitionResponse,
+                partition_index=index,
+                error_code=NONE,
+                error_message=None,
+                active_producers=_active(types, partition),
+            )
         error = (
             NotLeaderOrFollowerError(f"broker {ctx.broker_id} has no replica of {tp}")
             if ctx.broker.controller.knows(tp)
             else UnknownTopicOrPartitionError(f"{tp} does not exist")
         )
-    return make(types.PartitionResponse, partition_index=index, error_code=error_code(error),
-                error_message=str(error), active_producers=())  # fmt: skip
+    return make(
+        types.PartitionResponse,
+        partition_index=index,
+        error_code=error_code(error),
+        error_message=str(error),
+        active_producers=(),
+    )
 
 
 def _active(types: ModuleType, partition: Any) -> tuple:
     """The partition's active producers, by producer id."""
     producers = partition.log.producer_state.producers
     return tuple(
-        make(types.ProducerState, producer_id=pid, producer_epoch=e.producer_epoch,
-             last_sequence=e.last_seq, last_timestamp=e.last_timestamp,
-             coordinator_epoch=e.coordinator_epoch,
-             current_txn_start_offset=-1 if e.current_txn_first_offset is None
-             else e.current_txn_first_offset)
+        make(
+            types.ProducerState,
+            producer_id=pid,
+            producer_epoch=e.producer_epoch,
+            last_sequence=e.last_seq,
+            last_timestamp=e.last_timestamp,
+            coordinator_epoch=e.coordinator_epoch,
+            current_txn_start_offset=-1
+            if e.current_txn_first_offset is None
+            else e.current_txn_first_offset,
+        )
         for pid, e in sorted(producers.items())
-    )  # fmt: skip
+    )
 
 
 # -- the coordinator's partitions ------------------------------------------------------------------
@@ -169,10 +193,10 @@ def _check_loaded(ctx: ApiContext, partition: int) -> None:
 def describe_transactions_response(ctx: ApiContext, request: Request) -> Any:
     types = response_types(request)
     count = _state_partitions(ctx)
-    states = tuple(_describe(ctx, types, tid, count, request)
-                   for tid in request.body.transactional_ids)  # fmt: skip
-    return make(types.DescribeTransactionsResponse, throttle_time=ZERO,
-                transaction_states=states)  # fmt: skip
+    states = tuple(
+        _describe(ctx, types, tid, count, request) for tid in request.body.transactional_ids
+    )
+    return make(types.DescribeTransactionsResponse, throttle_time=ZERO, transaction_states=states)
 
 
 def _describe(
@@ -184,21 +208,35 @@ def _describe(
             raise refusal
         state = _find(ctx, tid, count)
     except KafkaApiError as e:
-        return make(types.TransactionState, error_code=error_code(e), transactional_id=tid,
-                    transaction_state="", transaction_timeout=ZERO,
-                    transaction_start_time=_ms_time(0), producer_id=0, producer_epoch=0,
-                    topics=())  # fmt: skip
+        return make(
+            types.TransactionState,
+            error_code=error_code(e),
+            transactional_id=tid,
+            transaction_state="",
+            transaction_timeout=ZERO,
+            transaction_start_time=_ms_time(0),
+            producer_id=0,
+            producer_epoch=0,
+            topics=(),
+        )
     by_topic: dict[str, list[int]] = {}
     for tp in state.partitions:
         if ctx.allowed(request, AclOperation.DESCRIBE, ResourceType.TOPIC, tp.topic):
             by_topic.setdefault(tp.topic, []).append(tp.partition)
-    topics = tuple(make(types.TopicData, topic=t, partitions=tuple(ps))
-                   for t, ps in by_topic.items())  # fmt: skip
-    return make(types.TransactionState, error_code=NONE, transactional_id=tid,
-                transaction_state=state.status.value,
-                transaction_timeout=datetime.timedelta(milliseconds=state.timeout_ms),
-                transaction_start_time=_ms_time(state.start_ms), producer_id=state.producer_id,
-                producer_epoch=state.producer_epoch, topics=topics)  # fmt: skip
+    topics = tuple(
+        make(types.TopicData, topic=t, partitions=tuple(ps)) for t, ps in by_topic.items()
+    )
+    return make(
+        types.TransactionState,
+        error_code=NONE,
+        transactional_id=tid,
+        transaction_state=state.status.value,
+        transaction_timeout=datetime.timedelta(milliseconds=state.timeout_ms),
+        transaction_start_time=_ms_time(state.start_ms),
+        producer_id=state.producer_id,
+        producer_epoch=state.producer_epoch,
+        topics=topics,
+    )
 
 
 def _find(ctx: ApiContext, tid: str, count: int | None) -> TxnState:
@@ -224,8 +262,13 @@ def list_transactions_response(ctx: ApiContext, request: Request) -> Any:
     try:
         led = _led_partitions(ctx)
     except KafkaApiError as e:
-        return make(types.ListTransactionsResponse, throttle_time=ZERO, error_code=error_code(e),
-                    unknown_state_filters=unknown, transaction_states=())  # fmt: skip
+        return make(
+            types.ListTransactionsResponse,
+            throttle_time=ZERO,
+            error_code=error_code(e),
+            unknown_state_filters=unknown,
+            transaction_states=(),
+        )
     coordinator = ctx.broker.controller.transaction_coordinator
     now = coordinator.clock_ms()
     listed = []
@@ -238,11 +281,20 @@ def list_transactions_response(ctx: ApiContext, request: Request) -> Any:
             continue
         if not ctx.allowed(request, AclOperation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, tid):
             continue
-        entry = make(types.TransactionState, transactional_id=tid, producer_id=s.producer_id,
-                     transaction_state=s.status.value)  # fmt: skip
+        entry = make(
+            types.TransactionState,
+            transactional_id=tid,
+            producer_id=s.producer_id,
+            transaction_state=s.status.value,
+        )
         listed.append(entry)
-    return make(types.ListTransactionsResponse, throttle_time=ZERO, error_code=NONE,
-                unknown_state_filters=unknown, transaction_states=tuple(listed))  # fmt: skip
+    return make(
+        types.ListTransactionsResponse,
+        throttle_time=ZERO,
+        error_code=NONE,
+        unknown_state_filters=unknown,
+        transaction_states=tuple(listed),
+    )
 
 
 def _led_partitions(ctx: ApiContext) -> tuple[int, set[int]] | None:

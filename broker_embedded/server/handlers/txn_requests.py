@@ -59,12 +59,17 @@ FIRST_PRODUCER_FENCED_VERSION = 2  # older clients get INVALID_PRODUCER_EPOCH in
 
 
 def register(apis: KafkaApis, ctx: ApiContext) -> None:
-    apis.register_responder(ADD_PARTITIONS_KEY, *ADD_PARTITIONS_VERSIONS,
-                            functools.partial(add_partitions_response, ctx))  # fmt: skip
-    apis.register_responder(ADD_OFFSETS_KEY, *ADD_OFFSETS_VERSIONS,
-                            functools.partial(add_offsets_response, ctx))  # fmt: skip
-    apis.register_responder(END_TXN_KEY, *END_TXN_VERSIONS,
-                            functools.partial(end_txn_response, ctx))  # fmt: skip
+    apis.register_responder(
+        ADD_PARTITIONS_KEY,
+        *ADD_PARTITIONS_VERSIONS,
+        functools.partial(add_partitions_response, ctx),
+    )
+    apis.register_responder(
+        ADD_OFFSETS_KEY, *ADD_OFFSETS_VERSIONS, functools.partial(add_offsets_response, ctx)
+    )
+    apis.register_responder(
+        END_TXN_KEY, *END_TXN_VERSIONS, functools.partial(end_txn_response, ctx)
+    )
 
 
 def _for_version(error: KafkaApiError | None, version: int) -> KafkaApiError | None:
@@ -79,9 +84,11 @@ def add_partitions_response(ctx: ApiContext, request: Request) -> Any:
     tps = [TopicPartition(name, p) for name, parts in asked for p in parts]
     controller = ctx.broker.controller
     refusal = ctx.txn_refusal(request, body.v3_and_below_transactional_id)
-    failed = {tp: ctx.topic_refusal(request, AclOperation.WRITE, tp.topic) or (
-        None if controller.knows(tp) else UnknownTopicOrPartitionError(f"{tp} does not exist"))
-        for tp in tps}  # fmt: skip
+    failed = {
+        tp: ctx.topic_refusal(request, AclOperation.WRITE, tp.topic)
+        or (None if controller.knows(tp) else UnknownTopicOrPartitionError(f"{tp} does not exist"))
+        for tp in tps
+    }
     errors: dict[TopicPartition, KafkaApiError | None] = {}
     if refusal is not None:
         errors = dict.fromkeys(tps, refusal)
@@ -91,22 +98,35 @@ def add_partitions_response(ctx: ApiContext, request: Request) -> Any:
     else:
         try:
             controller.transaction_coordinator.add_partitions(
-                body.v3_and_below_transactional_id, body.v3_and_below_producer_id,
-                body.v3_and_below_producer_epoch, tps,
-            )  # fmt: skip
+                body.v3_and_below_transactional_id,
+                body.v3_and_below_producer_id,
+                body.v3_and_below_producer_epoch,
+                tps,
+            )
             error = None
         except KafkaApiError as e:
             error = _for_version(e, version)
         errors = dict.fromkeys(tps, error)
     results = tuple(
-        make(types.AddPartitionsToTxnTopicResult, name=name, results_by_partition=tuple(
-            make(types.AddPartitionsToTxnPartitionResult, partition_index=p,
-                 partition_error_code=error_code(errors[TopicPartition(name, p)]))
-            for p in parts))
+        make(
+            types.AddPartitionsToTxnTopicResult,
+            name=name,
+            results_by_partition=tuple(
+                make(
+                    types.AddPartitionsToTxnPartitionResult,
+                    partition_index=p,
+                    partition_error_code=error_code(errors[TopicPartition(name, p)]),
+                )
+                for p in parts
+            ),
+        )
         for name, parts in asked
-    )  # fmt: skip
-    return make(types.AddPartitionsToTxnResponse, throttle_time=timedelta(0),
-                results_by_topic_v3_and_below=results)  # fmt: skip
+    )
+    return make(
+        types.AddPartitionsToTxnResponse,
+        throttle_time=timedelta(0),
+        results_by_topic_v3_and_below=results,
+    )
 
 
 def add_offsets_response(ctx: ApiContext, request: Request) -> Any:
@@ -118,14 +138,18 @@ def add_offsets_response(ctx: ApiContext, request: Request) -> Any:
         if refusal is not None:
             raise refusal
         ctx.broker.controller.transaction_coordinator.add_offsets(
-            body.transactional_id, body.producer_id, body.producer_epoch, body.group_id,
+            body.transactional_id,
+            body.producer_id,
+            body.producer_epoch,
+            body.group_id,
             _offsets_partition(ctx, body.group_id),
-        )  # fmt: skip
+        )
         error = None
     except KafkaApiError as e:
         error = _for_version(e, request.header.api_version)
-    return make(types.AddOffsetsToTxnResponse, throttle_time=timedelta(0),
-                error_code=error_code(error))  # fmt: skip
+    return make(
+        types.AddOffsetsToTxnResponse, throttle_time=timedelta(0), error_code=error_code(error)
+    )
 
 
 def _offsets_partition(ctx: ApiContext, group_id: str) -> TopicPartition | None:

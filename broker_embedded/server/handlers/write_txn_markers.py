@@ -53,14 +53,21 @@ def write_txn_markers_response(ctx: ApiContext, request: Request) -> Any:
         topics = []
         for topic in marker.topics:
             parts = tuple(
-                make(types.WritableTxnMarkerPartitionResult, partition_index=p,
-                     error_code=error_code(refusal or _write(ctx, marker, topic.name, p)))
+                make(
+                    types.WritableTxnMarkerPartitionResult,
+                    partition_index=p,
+                    error_code=error_code(refusal or _write(ctx, marker, topic.name, p)),
+                )
                 for p in topic.partition_indexes
-            )  # fmt: skip
-            topics.append(make(types.WritableTxnMarkerTopicResult, name=topic.name,
-                               partitions=parts))  # fmt: skip
-        results.append(make(types.WritableTxnMarkerResult, producer_id=marker.producer_id,
-                            topics=tuple(topics)))  # fmt: skip
+            )
+            topics.append(
+                make(types.WritableTxnMarkerTopicResult, name=topic.name, partitions=parts)
+            )
+        results.append(
+            make(
+                types.WritableTxnMarkerResult, producer_id=marker.producer_id, topics=tuple(topics)
+            )
+        )
     return make(types.WriteTxnMarkersResponse, markers=tuple(results))
 
 
@@ -68,12 +75,15 @@ def _write(ctx: ApiContext, marker: Any, topic: str, partition: int) -> KafkaApi
     """Append ``marker`` to ``topic``/``partition``; the append's error, if any."""
     kind = EndTransactionMarker.commit if marker.transaction_result else EndTransactionMarker.abort
     batch = kind(int(marker.coordinator_epoch)).build_batch(
-        base_offset=0, timestamp=time.time_ns() // 1_000_000,
-        producer_id=int(marker.producer_id), producer_epoch=int(marker.producer_epoch),
-    )  # fmt: skip
+        base_offset=0,
+        timestamp=time.time_ns() // 1_000_000,
+        producer_id=int(marker.producer_id),
+        producer_epoch=int(marker.producer_epoch),
+    )
     try:
-        result = ctx.broker.append(TopicPartition(topic, partition), batch, acks="all",
-                                   origin=AppendOrigin.COORDINATOR)  # fmt: skip
+        result = ctx.broker.append(
+            TopicPartition(topic, partition), batch, acks="all", origin=AppendOrigin.COORDINATOR
+        )
     except KafkaApiError as e:
         return e
     return result.error

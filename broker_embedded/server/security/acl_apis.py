@@ -59,9 +59,12 @@ OK = (ErrorCode.none, "")
 
 
 def allowed(
-    authorizer: Authorizer | None, request: Request, operation: AclOperation,
-    resource_type: ResourceType, name: str = CLUSTER_NAME,
-) -> bool:  # fmt: skip
+    authorizer: Authorizer | None,
+    request: Request,
+    operation: AclOperation,
+    resource_type: ResourceType,
+    name: str = CLUSTER_NAME,
+) -> bool:
     """May ``request``'s principal, from its host, do ``operation`` on the resource? Always
     with no authorizer (Kafka without one allows everything)."""
     if authorizer is None:
@@ -126,8 +129,9 @@ def describe(request: Request, authorizer: Authorizer | None) -> Any:
         except ValueError as e:
             error = (ErrorCode.invalid_request, str(e))
     code, message = error or OK
-    return types.DescribeAclsResponse(throttle_time=timedelta(0), error_code=code,
-                                      error_message=message, resources=resources)  # fmt: skip
+    return types.DescribeAclsResponse(
+        throttle_time=timedelta(0), error_code=code, error_message=message, resources=resources
+    )
 
 
 def delete(request: Request, authorizer: Authorizer | None) -> Any:
@@ -144,29 +148,42 @@ def delete(request: Request, authorizer: Authorizer | None) -> Any:
             except ValueError as e:
                 error = (ErrorCode.invalid_request, str(e))
         code, message = error or (ErrorCode.none, None)  # Kafka: null here
-        results.append(types.DeleteAclsFilterResult(error_code=code, error_message=message,
-                                                    matching_acls=matching))  # fmt: skip
+        results.append(
+            types.DeleteAclsFilterResult(
+                error_code=code, error_message=message, matching_acls=matching
+            )
+        )
     return types.DeleteAclsResponse(throttle_time=timedelta(0), filter_results=tuple(results))
 
 
 def _binding(c: Any) -> AclBinding:
     """A CreateAcls creation as a binding (ValueError for a number no enum has)."""
-    pattern = ResourcePattern(ResourceType(c.resource_type), c.resource_name,
-                              PatternType(c.resource_pattern_type))  # fmt: skip
-    entry = AccessControlEntry(c.principal, c.host, AclOperation(c.operation),
-                               AclPermissionType(c.permission_type))  # fmt: skip
+    pattern = ResourcePattern(
+        ResourceType(c.resource_type), c.resource_name, PatternType(c.resource_pattern_type)
+    )
+    entry = AccessControlEntry(
+        c.principal, c.host, AclOperation(c.operation), AclPermissionType(c.permission_type)
+    )
     return AclBinding(pattern, entry)
 
 
 def _filter(f: Any) -> AclBindingFilter:
     """A DescribeAcls / DeleteAcls filter (ValueError for an UNKNOWN or unheard-of value)."""
     selector = AclBindingFilter(
-        ResourceType(f.resource_type_filter), f.resource_name_filter,
-        PatternType(f.pattern_type_filter), f.principal_filter, f.host_filter,
-        AclOperation(f.operation), AclPermissionType(f.permission_type),
-    )  # fmt: skip
-    values = (selector.resource_type, selector.pattern_type, selector.operation,
-              selector.permission)  # fmt: skip
+        ResourceType(f.resource_type_filter),
+        f.resource_name_filter,
+        PatternType(f.pattern_type_filter),
+        f.principal_filter,
+        f.host_filter,
+        AclOperation(f.operation),
+        AclPermissionType(f.permission_type),
+    )
+    values = (
+        selector.resource_type,
+        selector.pattern_type,
+        selector.operation,
+        selector.permission,
+    )
     if any(v == 0 for v in values):
         raise ValueError("a filter with an UNKNOWN resource, pattern, operation or permission")
     return selector
@@ -178,21 +195,33 @@ def _grouped(types: Any, bindings: list[AclBinding]) -> tuple:
         by_pattern.setdefault(b.pattern, []).append(b.entry)
     return tuple(
         types.DescribeAclsResource(
-            resource_type=i8(p.resource_type), resource_name=p.name,
+            resource_type=i8(p.resource_type),
+            resource_name=p.name,
             pattern_type=i8(p.pattern_type),
-            acls=tuple(types.AclDescription(principal=e.principal, host=e.host,
-                                            operation=i8(e.operation),
-                                            permission_type=i8(e.permission))
-                       for e in entries),
+            acls=tuple(
+                types.AclDescription(
+                    principal=e.principal,
+                    host=e.host,
+                    operation=i8(e.operation),
+                    permission_type=i8(e.permission),
+                )
+                for e in entries
+            ),
         )
         for p, entries in by_pattern.items()
-    )  # fmt: skip
+    )
 
 
 def _deleted(types: Any, b: AclBinding) -> Any:
     p, e = b.pattern, b.entry
     return types.DeleteAclsMatchingAcl(
-        error_code=ErrorCode.none, error_message=None, resource_type=i8(p.resource_type),
-        resource_name=p.name, pattern_type=i8(p.pattern_type), principal=e.principal,
-        host=e.host, operation=i8(e.operation), permission_type=i8(e.permission),
-    )  # fmt: skip
+        error_code=ErrorCode.none,
+        error_message=None,
+        resource_type=i8(p.resource_type),
+        resource_name=p.name,
+        pattern_type=i8(p.pattern_type),
+        principal=e.principal,
+        host=e.host,
+        operation=i8(e.operation),
+        permission_type=i8(e.permission),
+    )

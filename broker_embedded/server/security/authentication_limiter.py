@@ -167,9 +167,15 @@ class AuthenticationLimiter:
             self._lockouts += 1
             log.warning(
                 "authentication: %s %r locked for %.0f s after %d failed authentications in "
-                "%.0f s (the last as user %r from %s)", name[0], name[1], self.config.lockout_s,
-                key.failures, self.config.window_s, user, host,
-            )  # fmt: skip
+                "%.0f s (the last as user %r from %s)",
+                name[0],
+                name[1],
+                self.config.lockout_s,
+                key.failures,
+                self.config.window_s,
+                user,
+                host,
+            )
         return key.failures
 
     def _delay(self, failures: int) -> float:

@@ -114,29 +114,62 @@ class AclPermissionType(enum.IntEnum):
 
 # The operations each resource type takes (kafka-acls.sh's table); All is valid everywhere.
 VALID_OPERATIONS: dict[ResourceType, frozenset[AclOperation]] = {
-    ResourceType.TOPIC: frozenset({
-        AclOperation.READ, AclOperation.WRITE, AclOperation.CREATE, AclOperation.DELETE,
-        AclOperation.ALTER, AclOperation.DESCRIBE, AclOperation.DESCRIBE_CONFIGS,
-        AclOperation.ALTER_CONFIGS, AclOperation.ALL}),
-    ResourceType.GROUP: frozenset({  # the configs ones since Kafka 3.8's group configs
-        AclOperation.READ, AclOperation.DESCRIBE, AclOperation.DELETE,
-        AclOperation.DESCRIBE_CONFIGS, AclOperation.ALTER_CONFIGS, AclOperation.ALL}),
-    ResourceType.CLUSTER: frozenset({
-        AclOperation.CREATE, AclOperation.CLUSTER_ACTION, AclOperation.DESCRIBE_CONFIGS,
-        AclOperation.ALTER_CONFIGS, AclOperation.IDEMPOTENT_WRITE, AclOperation.ALTER,
-        AclOperation.DESCRIBE, AclOperation.ALL}),
-    ResourceType.TRANSACTIONAL_ID: frozenset({
-        AclOperation.DESCRIBE, AclOperation.WRITE, AclOperation.ALL}),
-}  # fmt: skip
+    ResourceType.TOPIC: frozenset(
+        {
+            AclOperation.READ,
+            AclOperation.WRITE,
+            AclOperation.CREATE,
+            AclOperation.DELETE,
+            AclOperation.ALTER,
+            AclOperation.DESCRIBE,
+            AclOperation.DESCRIBE_CONFIGS,
+            AclOperation.ALTER_CONFIGS,
+            AclOperation.ALL,
+        }
+    ),
+    ResourceType.GROUP: frozenset(
+        {  # the configs ones since Kafka 3.8's group configs
+            AclOperation.READ,
+            AclOperation.DESCRIBE,
+            AclOperation.DELETE,
+            AclOperation.DESCRIBE_CONFIGS,
+            AclOperation.ALTER_CONFIGS,
+            AclOperation.ALL,
+        }
+    ),
+    ResourceType.CLUSTER: frozenset(
+        {
+            AclOperation.CREATE,
+            AclOperation.CLUSTER_ACTION,
+            AclOperation.DESCRIBE_CONFIGS,
+            AclOperation.ALTER_CONFIGS,
+            AclOperation.IDEMPOTENT_WRITE,
+            AclOperation.ALTER,
+            AclOperation.DESCRIBE,
+            AclOperation.ALL,
+        }
+    ),
+    ResourceType.TRANSACTIONAL_ID: frozenset(
+        {AclOperation.DESCRIBE, AclOperation.WRITE, AclOperation.ALL}
+    ),
+}
 
 # What an ALLOW of an operation also allows (Kafka's implied operations).
 _IMPLIED_BY: dict[AclOperation, frozenset[AclOperation]] = {
-    AclOperation.DESCRIBE: frozenset({
-        AclOperation.DESCRIBE, AclOperation.READ, AclOperation.WRITE, AclOperation.DELETE,
-        AclOperation.ALTER, AclOperation.ALL}),
-    AclOperation.DESCRIBE_CONFIGS: frozenset({
-        AclOperation.DESCRIBE_CONFIGS, AclOperation.ALTER_CONFIGS, AclOperation.ALL}),
-}  # fmt: skip
+    AclOperation.DESCRIBE: frozenset(
+        {
+            AclOperation.DESCRIBE,
+            AclOperation.READ,
+            AclOperation.WRITE,
+            AclOperation.DELETE,
+            AclOperation.ALTER,
+            AclOperation.ALL,
+        }
+    ),
+    AclOperation.DESCRIBE_CONFIGS: frozenset(
+        {AclOperation.DESCRIBE_CONFIGS, AclOperation.ALTER_CONFIGS, AclOperation.ALL}
+    ),
+}
 
 
 class AclError(InvalidRequestError):
@@ -199,21 +232,34 @@ class AclBinding:
 
     def describe(self) -> str:
         p, e = self.pattern, self.entry
-        return (f"{e.permission.name} {e.principal} {e.operation.name} from host {e.host} on "
-                f"{p.resource_type.name}:{p.pattern_type.name}:{p.name}")  # fmt: skip
+        return (
+            f"{e.permission.name} {e.principal} {e.operation.name} from host {e.host} on "
+            f"{p.resource_type.name}:{p.pattern_type.name}:{p.name}"
+        )
 
     def to_json(self) -> dict:
         p, e = self.pattern, self.entry
-        return {"resource_type": p.resource_type.name, "name": p.name,
-                "pattern_type": p.pattern_type.name, "principal": e.principal, "host": e.host,
-                "operation": e.operation.name, "permission": e.permission.name}  # fmt: skip
+        return {
+            "resource_type": p.resource_type.name,
+            "name": p.name,
+            "pattern_type": p.pattern_type.name,
+            "principal": e.principal,
+            "host": e.host,
+            "operation": e.operation.name,
+            "permission": e.permission.name,
+        }
 
     @classmethod
     def from_json(cls, d: dict) -> AclBinding:
-        pattern = ResourcePattern(ResourceType[d["resource_type"]], d["name"],
-                                  PatternType[d["pattern_type"]])  # fmt: skip
-        entry = AccessControlEntry(d["principal"], d["host"], AclOperation[d["operation"]],
-                                   AclPermissionType[d["permission"]])  # fmt: skip
+        pattern = ResourcePattern(
+            ResourceType[d["resource_type"]], d["name"], PatternType[d["pattern_type"]]
+        )
+        entry = AccessControlEntry(
+            d["principal"],
+            d["host"],
+            AclOperation[d["operation"]],
+            AclPermissionType[d["permission"]],
+        )
         return cls(pattern, entry)
 
 
@@ -340,8 +386,9 @@ def authorizer_for(security: SecurityConfig, log_dir: str | Path) -> Authorizer 
         return None
     store = AclStore(log_dir)
     store.acls()  # read now: a broken file fails the start (SecurityFileError naming it)
-    return Authorizer(store, parse_super_users(security.super_users),
-                      security.allow_everyone_if_no_acl_found)  # fmt: skip
+    return Authorizer(
+        store, parse_super_users(security.super_users), security.allow_everyone_if_no_acl_found
+    )
 
 
 def parse_super_users(text: str) -> frozenset[str]:
@@ -354,9 +401,11 @@ class Authorizer:
     docstring), caching each decision until the store's bindings change."""
 
     def __init__(
-        self, store: AclStore, super_users: Iterable[str] = (),
+        self,
+        store: AclStore,
+        super_users: Iterable[str] = (),
         allow_everyone_if_no_acl_found: bool = False,
-    ) -> None:  # fmt: skip
+    ) -> None:
         self.store = store
         self.super_users = frozenset(super_users)
         self.allow_everyone_if_no_acl_found = allow_everyone_if_no_acl_found
@@ -364,9 +413,13 @@ class Authorizer:
         self._generation = -1
 
     def authorize(
-        self, principal: str, host: str, operation: AclOperation,
-        resource_type: ResourceType, name: str,
-    ) -> bool:  # fmt: skip
+        self,
+        principal: str,
+        host: str,
+        operation: AclOperation,
+        resource_type: ResourceType,
+        name: str,
+    ) -> bool:
         generation = self.store.generation()
         if generation != self._generation or len(self._cache) >= MAX_CACHED:
             self._cache = {}
@@ -401,9 +454,13 @@ class Authorizer:
         return allowing and not denying
 
     def _decide(
-        self, principal: str, host: str, operation: AclOperation,
-        resource_type: ResourceType, name: str,
-    ) -> bool:  # fmt: skip
+        self,
+        principal: str,
+        host: str,
+        operation: AclOperation,
+        resource_type: ResourceType,
+        name: str,
+    ) -> bool:
         if principal in self.super_users:
             return True
         entries = [b.entry for b in self.store.acls() if b.pattern.matches(resource_type, name)]
@@ -414,5 +471,6 @@ class Authorizer:
         if any(e.permission == AclPermissionType.DENY and e.operation in denying for e in mine):
             return False
         allowing = _IMPLIED_BY.get(operation, frozenset(denying))
-        return any(e.permission == AclPermissionType.ALLOW and e.operation in allowing
-                   for e in mine)  # fmt: skip
+        return any(
+            e.permission == AclPermissionType.ALLOW and e.operation in allowing for e in mine
+        )

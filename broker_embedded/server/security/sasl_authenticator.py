@@ -47,9 +47,12 @@ class SaslAuthenticator:
     """The SASL state of one connection (module docstring)."""
 
     def __init__(
-        self, mechanisms: tuple[str, ...], store: CredentialStore, max_token: int,
+        self,
+        mechanisms: tuple[str, ...],
+        store: CredentialStore,
+        max_token: int,
         admit: Callable[[str], None] | None = None,
-    ) -> None:  # fmt: skip
+    ) -> None:
         self.mechanisms = mechanisms
         self._store = store
         self._max_token = max_token

@@ -68,10 +68,12 @@ def register_scram_apis(
     def gate(request: Any, operation: AclOperation) -> bool:
         return allowed(authorizer, request, operation, ResourceType.CLUSTER)
 
-    apis.register_responder(DESCRIBE_KEY, 0, 0, lambda r: describe(
-        r.body, store, gate(r, AclOperation.DESCRIBE)))  # fmt: skip
-    apis.register_responder(ALTER_KEY, 0, 0, lambda r: alter(
-        r.body, store, gate(r, AclOperation.ALTER)))  # fmt: skip
+    apis.register_responder(
+        DESCRIBE_KEY, 0, 0, lambda r: describe(r.body, store, gate(r, AclOperation.DESCRIBE))
+    )
+    apis.register_responder(
+        ALTER_KEY, 0, 0, lambda r: alter(r.body, store, gate(r, AclOperation.ALTER))
+    )
 
 
 def alter(body: Any, store: CredentialStore, authorized: bool = True) -> Any:
@@ -114,9 +116,10 @@ def _checked(changes: tuple[Any, ...], store: CredentialStore) -> tuple[dict, di
         if change.name in failures:
             continue
         if accepted.pop(change.name, None) is not None:
-            failures[change.name] = (ErrorCode.duplicate_resource,
-                                     "A user credential cannot be altered twice in the same "
-                                     "request")  # fmt: skip
+            failures[change.name] = (
+                ErrorCode.duplicate_resource,
+                "A user credential cannot be altered twice in the same request",
+            )
             continue
         failure = _check(change, store)
         if failure is None:

@@ -92,9 +92,12 @@ class ScramCredential:
 
     @classmethod
     def from_password(
-        cls, mechanism: str, password: str, iterations: int = DEFAULT_ITERATIONS,
+        cls,
+        mechanism: str,
+        password: str,
+        iterations: int = DEFAULT_ITERATIONS,
         salt: bytes | None = None,
-    ) -> ScramCredential:  # fmt: skip
+    ) -> ScramCredential:
         check_mechanism(mechanism)
         check_iterations(iterations)
         salt = secrets.token_bytes(SALT_BYTES) if salt is None else salt
@@ -118,8 +121,12 @@ class ScramCredential:
     @classmethod
     def from_json(cls, data: dict) -> ScramCredential:
         b64 = base64.b64decode
-        return cls(b64(data["salt"]), int(data["iterations"]), b64(data["stored_key"]),
-                   b64(data["server_key"]))  # fmt: skip
+        return cls(
+            b64(data["salt"]),
+            int(data["iterations"]),
+            b64(data["stored_key"]),
+            b64(data["server_key"]),
+        )
 
 
 def check_mechanism(mechanism: str) -> None:

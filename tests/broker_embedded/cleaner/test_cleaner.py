@@ -809,16 +809,18 @@ def test_a_truncation_during_a_round_aborts_it(tmp_path: Path, where: str) -> No
             lg.truncate_to(lg.log_end_offset - 1)
         return False
 
-    closed_before = {b: (lg.directory / f"{b:020d}.log").read_bytes()
-                     for b in lg.segment_base_offsets[:-1]}  # fmt: skip
+    closed_before = {
+        b: (lg.directory / f"{b:020d}.log").read_bytes() for b in lg.segment_base_offsets[:-1]
+    }
     cleaner = Cleaner(SkimpyOffsetMap(1 << 16), should_stop=truncate_once)
     message = "truncated" if where == "active segment" else "shrank"
     with pytest.raises(CleaningAbortedError, match=message):
         cleaner.clean(lg, None, now_ms=T0)
     verify_segments(lg)  # no .cleaned file left
     if where == "active segment":  # nothing was swapped: the first group's swap refused
-        assert {b: (lg.directory / f"{b:020d}.log").read_bytes()
-                for b in lg.segment_base_offsets[:-1]} == closed_before  # fmt: skip
+        assert {
+            b: (lg.directory / f"{b:020d}.log").read_bytes() for b in lg.segment_base_offsets[:-1]
+        } == closed_before
     records = committed_records(read_batches(lg.directory))
     for offset, key, value in records:
         assert w.model.records[offset] == (key, value)
@@ -867,16 +869,19 @@ def test_broker_config_carries_the_cleaner_settings(tmp_path: Path) -> None:
         "utf-8",
     )
     config = LogCleanerConfig.from_broker_config(BrokerConfig.load(path))
-    assert config == LogCleanerConfig(threads=2, dedupe_buffer_size=1 << 20, load_factor=0.5,
-                                      backoff_ms=100)  # fmt: skip
+    assert config == LogCleanerConfig(
+        threads=2, dedupe_buffer_size=1 << 20, load_factor=0.5, backoff_ms=100
+    )
     assert config.map_memory == 1 << 19
     assert LogCleanerConfig.from_broker_config(BrokerConfig()) == LogCleanerConfig()
     for text, needle in (
         ('[log_cleaner]\n"log.cleaner.io.buffer.load.factor" = 1.5\n', "(0, 1]"),
         ('[log_cleaner]\n"fetch.max.bytes" = 1\n', "unknown log cleaner config"),
-        ('[broker]\n"log.cleaner.threads" = 1\n[log_cleaner]\n"log.cleaner.threads" = 1\n',
-         "set twice"),
-    ):  # fmt: skip
+        (
+            '[broker]\n"log.cleaner.threads" = 1\n[log_cleaner]\n"log.cleaner.threads" = 1\n',
+            "set twice",
+        ),
+    ):
         path.write_text(text, "utf-8")
         with pytest.raises(InvalidConfigError, match=re.escape(needle)):
             BrokerConfig.load(path)

@@ -26,8 +26,12 @@ DEADLINE_S = 120
 
 
 def _segment_files(d: Path) -> dict[str, bytes]:
-    return {p.name: p.read_bytes() for p in sorted(d.iterdir()) if p.suffix in (".log", ".index",
-            ".timeindex", ".txnindex", ".snapshot", ".cleaned", ".swap")}  # fmt: skip
+    return {
+        p.name: p.read_bytes()
+        for p in sorted(d.iterdir())
+        if p.suffix
+        in (".log", ".index", ".timeindex", ".txnindex", ".snapshot", ".cleaned", ".swap")
+    }
 
 
 def _wait_for(what: str, condition) -> None:
@@ -55,8 +59,11 @@ def test_the_cleaner_thread_on_a_full_disk_logs_once_backs_off_and_cleans_once_s
         filler = fill_leaving(disk, 8 << 10)  # a cleaned group (up to 64 KiB) does not fit
 
         def records(level: int) -> list[logging.LogRecord]:
-            return [r for r in caplog.records
-                    if r.name.startswith(CLEANER_LOGGER) and r.levelno >= level]  # fmt: skip
+            return [
+                r
+                for r in caplog.records
+                if r.name.startswith(CLEANER_LOGGER) and r.levelno >= level
+            ]
 
         cleaner_config = LogCleanerConfig(dedupe_buffer_size=1 << 20, backoff_ms=50)
         with LogManager(log_dir, cleaner_config=cleaner_config) as lm:
@@ -70,8 +77,10 @@ def test_the_cleaner_thread_on_a_full_disk_logs_once_backs_off_and_cleans_once_s
             assert _segment_files(log_dir / TP.dir_name) == before
 
             filler.unlink()
-            _wait_for("the log cleaned once space is back",
-                      lambda: lm.cleaner.manager.all_cleaner_checkpoints().get(TP))  # fmt: skip
+            _wait_for(
+                "the log cleaned once space is back",
+                lambda: lm.cleaner.manager.all_cleaner_checkpoints().get(TP),
+            )
             assert lm.cleaner.manager.all_cleaner_checkpoints()[TP] == (
                 lm.get_log(TP).active_segment_base_offset
             )
@@ -79,5 +88,8 @@ def test_the_cleaner_thread_on_a_full_disk_logs_once_backs_off_and_cleans_once_s
             [warning_again] = records(logging.WARNING)
             assert warning_again is warning
             assert any("a pass succeeded after" in r.getMessage() for r in records(logging.INFO))
-        assert not [p for p in (log_dir / TP.dir_name).iterdir()
-                    if p.name.endswith((".cleaned", ".swap", ".deleted"))]  # fmt: skip
+        assert not [
+            p
+            for p in (log_dir / TP.dir_name).iterdir()
+            if p.name.endswith((".cleaned", ".swap", ".deleted"))
+        ]

@@ -43,8 +43,10 @@ def properties(pki: Pki, protocol: str, mechanism: str | None = None) -> dict[st
     if protocol.endswith("SSL"):
         props["ssl.truststore.location"] = str(pki.ca)
     if protocol == "SSL":
-        props |= {"ssl.certificate.location": str(pki.client_cert),
-                  "ssl.key.location": str(pki.client_key)}  # fmt: skip
+        props |= {
+            "ssl.certificate.location": str(pki.client_cert),
+            "ssl.key.location": str(pki.client_key),
+        }
     if mechanism:
         jaas = PLAIN_JAAS if mechanism == "PLAIN" else SCRAM_JAAS
         props |= {"sasl.mechanism": mechanism, "sasl.jaas.config": jaas}
@@ -83,9 +85,14 @@ def test_bad_properties_name_the_property(props, needle):
 
 @pytest.mark.parametrize(
     ("protocol", "mechanism"),
-    [("SSL", None), ("SASL_PLAINTEXT", "PLAIN"), ("SASL_PLAINTEXT", "SCRAM-SHA-256"),
-     ("SASL_SSL", "SCRAM-SHA-512"), ("PLAINTEXT", None)],
-)  # fmt: skip
+    [
+        ("SSL", None),
+        ("SASL_PLAINTEXT", "PLAIN"),
+        ("SASL_PLAINTEXT", "SCRAM-SHA-256"),
+        ("SASL_SSL", "SCRAM-SHA-512"),
+        ("PLAINTEXT", None),
+    ],
+)
 def test_produce_and_fetch_through_each_listener(server, pki, protocol, mechanism):
     topic = f"c-{protocol}-{mechanism}".lower()
     records = [ProducerRecord(bytes(1000) + b"%d" % i, f"k{i}".encode()) for i in range(300)]

@@ -33,8 +33,13 @@ from tests.broker_embedded.server._serve import log_batches, log_records, served
 
 
 def encode(values: list[bytes], **producer: int):
-    return encode_batches(None, pa.array(values, pa.binary()), np.full(len(values), 1000),
-                          max_batch_bytes=16, **producer)  # fmt: skip
+    return encode_batches(
+        None,
+        pa.array(values, pa.binary()),
+        np.full(len(values), 1000),
+        max_batch_bytes=16,
+        **producer,
+    )
 
 
 def test_a_retried_batch_is_not_appended_twice(tmp_path: Path) -> None:
@@ -42,8 +47,11 @@ def test_a_retried_batch_is_not_appended_twice(tmp_path: Path) -> None:
         running.broker.create_topic("t", 2)
         with KafkaClient(running.bootstrap) as client:
             producer = IdempotentProducer(client)
-            assert producer.fields("t", 1) == {"producer_id": producer.producer_id,
-                                               "producer_epoch": 0, "base_sequence": 0}  # fmt: skip
+            assert producer.fields("t", 1) == {
+                "producer_id": producer.producer_id,
+                "producer_epoch": 0,
+                "base_sequence": 0,
+            }
             enc = encode([b"a" * 10, b"b" * 10, b"c" * 10], **producer.fields("t", 1))
             assert len(enc) == 3  # 16 bytes of records a batch: one record each
             ack = producer.send("t", 1, enc)
@@ -56,8 +64,11 @@ def test_a_retried_batch_is_not_appended_twice(tmp_path: Path) -> None:
                 producer.send("t", 1, enc)
         records = log_records(running.log_dir, "t", 1)
         assert [(o, v) for o, _, v, _ in records] == [
-            (0, b"a" * 10), (1, b"b" * 10), (2, b"c" * 10), (3, b"d")
-        ]  # fmt: skip
+            (0, b"a" * 10),
+            (1, b"b" * 10),
+            (2, b"c" * 10),
+            (3, b"d"),
+        ]
         batches = log_batches(running.log_dir, "t", 1)
         assert [b.base_sequence for b in batches] == [0, 1, 2, 3]
         assert {b.producer_id for b in batches} == {producer.producer_id}
@@ -145,8 +156,9 @@ def test_a_produce_whose_response_is_lost_is_retried_and_appended_once(tmp_path:
             return (Node(broker.broker_id, "127.0.0.1", holder[0].port, broker.rack),)
 
         ctx = ApiContext.of(broker, nodes)
-        server = BrokerServer(broker.config, ["PLAINTEXT://127.0.0.1:0"],
-                              lambda apis: register_all(apis, ctx)).start()  # fmt: skip
+        server = BrokerServer(
+            broker.config, ["PLAINTEXT://127.0.0.1:0"], lambda apis: register_all(apis, ctx)
+        ).start()
         try:
             endpoint = server.endpoints[0]
             proxy = DroppingProxy((endpoint.host, endpoint.port), drop_produce_responses=2)
@@ -154,8 +166,9 @@ def test_a_produce_whose_response_is_lost_is_retried_and_appended_once(tmp_path:
             cfg = ClientConfig(request_timeout_s=10, retries=5, retry_backoff_s=0.05)
             with KafkaClient(f"127.0.0.1:{proxy.port}", cfg) as client:
                 producer = IdempotentProducer(client)
-                first = producer.send("t", 0, encode([b"x" * 10, b"y" * 10],
-                                                     **producer.fields("t", 0)))  # fmt: skip
+                first = producer.send(
+                    "t", 0, encode([b"x" * 10, b"y" * 10], **producer.fields("t", 0))
+                )
                 second = producer.send("t", 0, encode([b"z"], **producer.fields("t", 0)))
             assert proxy.dropped == 2  # the first two Produce responses never reached the client
             assert (first.base_offset, first.last_offset) == (0, 1)

@@ -61,8 +61,13 @@ def test_descriptor_pickles_and_topics_come_from_metadata(cluster) -> None:
     assert again == descriptor and again.location == f"Kafka cluster {cluster[1]}"
     with again.open() as opened:
         assert opened.descriptor == descriptor
-        assert opened.topics() == {"events": tuple(range(EVENTS_PARTITIONS)), "txn": (0,),
-                                   "trimmed": (0,), "appendtime": (0,), "empty": (0,)}  # fmt: skip
+        assert opened.topics() == {
+            "events": tuple(range(EVENTS_PARTITIONS)),
+            "txn": (0,),
+            "trimmed": (0,),
+            "appendtime": (0,),
+            "empty": (0,),
+        }
         assert opened.declared_partitions("events") == EVENTS_PARTITIONS
         assert opened.exists(TopicPartition("events", 2))
         assert not opened.exists(TopicPartition("events", 3))
@@ -98,11 +103,17 @@ def test_fetches_decode_to_the_partition(
             fetches += 1
             assert (fetched.topic_partition, fetched.fetch_offset) == (tp, offset)
             assert (fetched.high_watermark, fetched.log_start_offset) == (
-                facts.high_watermark, facts.log_start)  # fmt: skip
+                facts.high_watermark,
+                facts.log_start,
+            )
             assert (fetched.aborted_transactions is None) == (not committed)
-            decoded = decode(fetched.records, topic=topic, partition=partition,
-                             start_offset=offset, aborted_transactions=
-                             fetched.aborted_transactions)  # fmt: skip
+            decoded = decode(
+                fetched.records,
+                topic=topic,
+                partition=partition,
+                start_offset=offset,
+                aborted_transactions=fetched.aborted_transactions,
+            )
             rows += [r for b in decoded.batches for r in b.to_pylist()]
             if decoded.next_offset == offset:
                 break
@@ -112,7 +123,8 @@ def test_fetches_decode_to_the_partition(
         assert fetches > 3
         expected = expected_rows(facts, read_committed=committed)
         assert [(r["offset"], r["key"], r["value"]) for r in rows] == [
-            (r.offset, r.key, r.value) for r in expected]  # fmt: skip
+            (r.offset, r.key, r.value) for r in expected
+        ]
 
 
 def test_a_prefetch_not_taken_is_dropped(source: WireFetchSource, cluster) -> None:
@@ -138,8 +150,13 @@ def test_an_unreachable_cluster_is_a_bounded_named_error() -> None:
     with socket.socket() as s:  # a port nobody listens on
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    descriptor = WireSource(f"127.0.0.1:{port}", retries=3, retry_backoff_ms=50,
-                            retry_timeout_ms=2_000, connect_timeout_ms=500)  # fmt: skip
+    descriptor = WireSource(
+        f"127.0.0.1:{port}",
+        retries=3,
+        retry_backoff_ms=50,
+        retry_timeout_ms=2_000,
+        connect_timeout_ms=500,
+    )
     began = time.monotonic()
     with descriptor.open() as source, pytest.raises(PartitionUnavailableError) as e:
         source.fetch(TopicPartition("events", 1), 42, 1000, UNCOMMITTED)

@@ -36,8 +36,11 @@ def committed(bootstrap: str) -> list[bytes]:
 
 
 def test_a_transaction_produced_here_and_committed_from_another_client(tmp_path: Path) -> None:
-    with served(tmp_path / "b") as s, KafkaClient(s.bootstrap) as c1, \
-            KafkaClient(s.bootstrap) as c2:  # fmt: skip
+    with (
+        served(tmp_path / "b") as s,
+        KafkaClient(s.bootstrap) as c1,
+        KafkaClient(s.bootstrap) as c2,
+    ):
         s.broker.create_topic("t", 1)
         producer = TransactionalWireProducer(c1, "tx")
         send(producer, [b"a", b"b"])
@@ -46,16 +49,21 @@ def test_a_transaction_produced_here_and_committed_from_another_client(tmp_path:
         end_txn(c2, producer.handle, commit=True)  # a retried EndTxn: no error, no marker
         assert committed(s.bootstrap) == [b"a", b"b"]
         batches = log_batches(s.log_dir, "t", 0)
-        assert [(b.is_transactional, b.is_control) for b in batches] == [(True, False),
-                                                                         (True, True)]  # fmt: skip
+        assert [(b.is_transactional, b.is_control) for b in batches] == [
+            (True, False),
+            (True, True),
+        ]
         assert {b.producer_id for b in batches} == {producer.producer_id}
 
 
 def test_a_new_producer_of_the_id_fences_the_old_and_aborts_its_transaction(
     tmp_path: Path,
 ) -> None:
-    with served(tmp_path / "b") as s, KafkaClient(s.bootstrap) as c1, \
-            KafkaClient(s.bootstrap) as c2:  # fmt: skip
+    with (
+        served(tmp_path / "b") as s,
+        KafkaClient(s.bootstrap) as c1,
+        KafkaClient(s.bootstrap) as c2,
+    ):
         s.broker.create_topic("t", 1)
         old = TransactionalWireProducer(c1, "tx")
         send(old, [b"zombie"])

@@ -55,12 +55,30 @@ def coordinator():
     c.shutdown()
 
 
-def join(c, member_id="", protocols=(("range", ("t",)),), instance=None, session=10_000,
-         rebalance=10_000, protocol_type="consumer", group="g", version=9) -> Waiter:  # fmt: skip
+def join(
+    c,
+    member_id="",
+    protocols=(("range", ("t",)),),
+    instance=None,
+    session=10_000,
+    rebalance=10_000,
+    protocol_type="consumer",
+    group="g",
+    version=9,
+) -> Waiter:
     w = Waiter()
-    req = JoinRequest(group, member_id, instance, "client", "/127.0.0.1", rebalance, session,
-                      protocol_type, tuple(Protocol(n, subscription(*t)) for n, t in protocols),
-                      require_known_member_id=version >= 4)  # fmt: skip
+    req = JoinRequest(
+        group,
+        member_id,
+        instance,
+        "client",
+        "/127.0.0.1",
+        rebalance,
+        session,
+        protocol_type,
+        tuple(Protocol(n, subscription(*t)) for n, t in protocols),
+        require_known_member_id=version >= 4,
+    )
     c.join_group(req, w)
     return w
 
@@ -74,15 +92,20 @@ def join_new(c, **kw) -> JoinResult:
 
 def sync(c, result: JoinResult, assignments=None, group="g") -> Waiter:
     w = Waiter()
-    c.sync_group(group, result.generation_id, result.member_id, None, "consumer", None,
-                 assignments or {}, w)  # fmt: skip
+    c.sync_group(
+        group, result.generation_id, result.member_id, None, "consumer", None, assignments or {}, w
+    )
     return w
 
 
 def test_one_member_becomes_leader_of_generation_1_and_stable_after_sync(coordinator):
     r = join_new(coordinator)
-    assert (r.error, r.generation_id, r.protocol_name, r.leader_id) == (None, 1, "range",
-                                                                        r.member_id)  # fmt: skip
+    assert (r.error, r.generation_id, r.protocol_name, r.leader_id) == (
+        None,
+        1,
+        "range",
+        r.member_id,
+    )
     assert [m.member_id for m in r.members] == [r.member_id]
     s = sync(coordinator, r, {r.member_id: b"A"}).get()
     assert s == SyncResult(None, "consumer", "range", b"A")
@@ -136,8 +159,9 @@ def test_protocol_chosen_by_vote_among_those_all_support():
 
 
 def test_group_max_size(coordinator):
-    small = GroupCoordinator(GroupConfig(min_session_timeout_ms=100, max_size=1,
-                                         initial_rebalance_delay_ms=0))  # fmt: skip
+    small = GroupCoordinator(
+        GroupConfig(min_session_timeout_ms=100, max_size=1, initial_rebalance_delay_ms=0)
+    )
     try:
         a = join(small, version=3).get()
         sync(small, a, {a.member_id: b""}).get()
@@ -163,8 +187,9 @@ def test_leave_and_delete(coordinator):
     r = join_new(coordinator)
     sync(coordinator, r, {r.member_id: b"A"}).get()
     assert coordinator.delete_groups(["g"])["g"].code == 68  # NON_EMPTY_GROUP
-    top, errors = coordinator.leave_group("g", [MemberIdentity(r.member_id),
-                                                MemberIdentity("ghost")])  # fmt: skip
+    top, errors = coordinator.leave_group(
+        "g", [MemberIdentity(r.member_id), MemberIdentity("ghost")]
+    )
     assert top is None and [e and e.code for e in errors] == [None, 25]
     g = coordinator.describe_group("g")
     assert (g.state, g.generation_id) == (GroupState.EMPTY, 2)
@@ -211,7 +236,10 @@ def test_a_restarted_coordinator_loads_groups_and_offsets_from_its_store():
     try:
         g = second.describe_group("g")
         assert (g.state, g.generation_id, [m.assignment for m in g.members]) == (
-            GroupState.STABLE, 1, [b"A"])  # fmt: skip
+            GroupState.STABLE,
+            1,
+            [b"A"],
+        )
         assert second.fetch_offsets("g", [("t", 1)]) == {("t", 1): OffsetAndMetadata(9)}
         assert second.heartbeat("g", r.member_id, None, 1) is None
     finally:
@@ -233,7 +261,9 @@ def test_transactional_offsets_wait_for_their_marker(coordinator):
     coordinator.commit_offsets("g", "", None, -1, {("t", 1): OffsetAndMetadata(15)})  # later
     txn(8, {("t", 2): 30})
     assert coordinator.fetch_offsets("g", None) == {
-        ("t", 0): OffsetAndMetadata(1), ("t", 1): OffsetAndMetadata(15)}  # fmt: skip
+        ("t", 0): OffsetAndMetadata(1),
+        ("t", 1): OffsetAndMetadata(15),
+    }
     stable = coordinator.fetch_offsets("g", [("t", 0), ("t", 2), ("t", 3)], require_stable=True)
     assert {tp: getattr(v, "code", v) for tp, v in stable.items()} == {("t", 0): 88, ("t", 2): 88}
     coordinator.on_txn_marker(TopicPartition("out", 0), 7, commit=True)  # not a group partition
@@ -264,8 +294,9 @@ def test_offsets_expire_after_retention_counted_from_when_the_group_became_empty
     """KIP-211: a Stable consumer group keeps the offsets of the topics it subscribes to (and
     loses others past retention from their commit); once Empty, every offset expires
     ``offsets_retention_ms`` after the group became Empty, with tombstones, and the group goes."""
-    cfg = GroupConfig(min_session_timeout_ms=100, initial_rebalance_delay_ms=0,
-                      offsets_retention_ms=1_000)  # fmt: skip
+    cfg = GroupConfig(
+        min_session_timeout_ms=100, initial_rebalance_delay_ms=0, offsets_retention_ms=1_000
+    )
     c = GroupCoordinator(cfg)
     try:
         r = join_new(c)  # subscribes to "t"
@@ -287,8 +318,10 @@ def test_offsets_expire_after_retention_counted_from_when_the_group_became_empty
 def test_a_simple_groups_offsets_expire_from_their_commit_and_pending_ones_keep_it():
     c = GroupCoordinator(GroupConfig(offsets_retention_ms=1_000))
     try:
-        committed = {("t", 0): OffsetAndMetadata(1, -1, "", 100),
-                     ("t", 1): OffsetAndMetadata(2, -1, "", 600)}  # fmt: skip
+        committed = {
+            ("t", 0): OffsetAndMetadata(1, -1, "", 100),
+            ("t", 1): OffsetAndMetadata(2, -1, "", 600),
+        }
         assert c.commit_offsets("s", "", None, -1, committed) is None
         pending = {("t", 2): OffsetAndMetadata(9)}
         assert c.commit_txn_offsets("s", (3, 0), "", None, -1, pending) is None

@@ -45,15 +45,17 @@ def test_kafka_37_log_dir_exact(tmp_path: Path) -> None:
     group = loaded.groups[GROUP]
     assert (group.state, group.coordinator_partition) == ("Stable", 6)
     assert group.protocol_type == "consumer"
-    assert [(c.topic, c.partition, c.offset, c.commit_timestamp, c.record_offset)
-            for c in group.offsets] == [
+    assert [
+        (c.topic, c.partition, c.offset, c.commit_timestamp, c.record_offset) for c in group.offsets
+    ] == [
         ("Retry.TestTopicPatient", 0, 0, 1769792518111, 9),
         ("TestTopicPatient", 0, 3, 1769793578176, 12),
         (PERSISTENCE, 0, 0, 1769791663122, 1),
         (MATCHING, 0, 0, 1769791783399, 3),
-    ]  # fmt: skip
-    assert all((c.leader_epoch, c.metadata, c.expire_timestamp) == (-1, "", -1)
-               for c in group.offsets)  # fmt: skip
+    ]
+    assert all(
+        (c.leader_epoch, c.metadata, c.expire_timestamp) == (-1, "", -1) for c in group.offsets
+    )
     meta = group.metadata
     assert meta is not None
     assert (meta.generation, meta.protocol, len(meta.members)) == (6, "range", 17)
@@ -73,8 +75,14 @@ def test_kafka_37_log_dir_exact(tmp_path: Path) -> None:
 
 # -- a partition written here ----------------------------------------------------------------------
 
-MEMBER = MemberMetadata("m-1", "client-1", "/127.0.0.1", 10000, b"",
-                        encode_assignment(ConsumerAssignment((("t", 0), ("t", 1)))))  # fmt: skip
+MEMBER = MemberMetadata(
+    "m-1",
+    "client-1",
+    "/127.0.0.1",
+    10000,
+    b"",
+    encode_assignment(ConsumerAssignment((("t", 0), ("t", 1)))),
+)
 
 
 class PartitionWriter:
@@ -94,9 +102,13 @@ class PartitionWriter:
     ) -> None:
         txn = producer_id >= 0
         builder = MemoryRecordsBuilder(
-            self.offset, compression, producer_id=producer_id,
-            producer_epoch=0 if txn else -1, base_sequence=0 if txn else -1, is_transactional=txn,
-        )  # fmt: skip
+            self.offset,
+            compression,
+            producer_id=producer_id,
+            producer_epoch=0 if txn else -1,
+            base_sequence=0 if txn else -1,
+            is_transactional=txn,
+        )
         for key, value in records:
             builder.append(self.offset, 1000 + self.offset, key, value)
             self.offset += 1
@@ -107,8 +119,11 @@ class PartitionWriter:
 
     def marker(self, producer_id: int, commit: bool) -> None:
         marker = EndTransactionMarker.commit(0) if commit else EndTransactionMarker.abort(0)
-        self._write(marker.build_batch(base_offset=self.offset, timestamp=1000,
-                                       producer_id=producer_id, producer_epoch=0))  # fmt: skip
+        self._write(
+            marker.build_batch(
+                base_offset=self.offset, timestamp=1000, producer_id=producer_id, producer_epoch=0
+            )
+        )
         self.offset += 1
 
     def _write(self, batch: bytes) -> None:
@@ -147,8 +162,11 @@ def test_replay_rules(tmp_path: Path) -> None:
     w.put(commit("g6", "t", 0, None), producer_id=500)  # a txn tombstone drops the pending one
     w.marker(400, commit=True)
     w.marker(500, commit=True)
-    w.put(metadata("g1", members=(), generation=2), commit("g7", "u", 2, 3),
-          compression=CompressionType.GZIP)  # fmt: skip
+    w.put(
+        metadata("g1", members=(), generation=2),
+        commit("g7", "u", 2, 3),
+        compression=CompressionType.GZIP,
+    )
 
     loaded = load_log_dir(LogDir(tmp_path))
     assert list(loaded.groups) == ["g1", "g2", "g4", "g5", "g7"]  # g4: pending only (Kafka too)

@@ -85,8 +85,11 @@ def decoded_fixture() -> list[tuple[int, GroupRecord]]:
 
 
 def test_fixture_offset_commits_exact() -> None:
-    commits = [(o, rec.key, rec.value) for o, rec in decoded_fixture()
-               if isinstance(rec.key, OffsetCommitKey)]  # fmt: skip
+    commits = [
+        (o, rec.key, rec.value)
+        for o, rec in decoded_fixture()
+        if isinstance(rec.key, OffsetCommitKey)
+    ]
     expected = [
         (1, PERSISTENCE, 0, 1769791663122),
         (3, MATCHING, 0, 1769791783399),
@@ -103,15 +106,26 @@ def test_fixture_offset_commits_exact() -> None:
 
 
 def test_fixture_group_metadata_exact() -> None:
-    groups = [(o, rec.value) for o, rec in decoded_fixture()
-              if isinstance(rec.key, GroupMetadataKey)]  # fmt: skip
-    assert all(rec.key == GroupMetadataKey(GROUP) for _, rec in decoded_fixture()
-               if isinstance(rec.key, GroupMetadataKey))  # fmt: skip
+    groups = [
+        (o, rec.value) for o, rec in decoded_fixture() if isinstance(rec.key, GroupMetadataKey)
+    ]
+    assert all(
+        rec.key == GroupMetadataKey(GROUP)
+        for _, rec in decoded_fixture()
+        if isinstance(rec.key, GroupMetadataKey)
+    )
     summary = [
-        (o, v.version, v.protocol_type, v.generation, v.protocol, v.current_state_timestamp,
-         len(v.members))
+        (
+            o,
+            v.version,
+            v.protocol_type,
+            v.generation,
+            v.protocol,
+            v.current_state_timestamp,
+            len(v.members),
+        )
         for o, v in groups
-    ]  # fmt: skip
+    ]
     assert summary == [
         (0, 3, "consumer", 1, "range", 1769791662893, 8),
         (2, 3, "consumer", 2, "range", 1769791782909, 13),
@@ -137,9 +151,13 @@ def test_fixture_group_metadata_exact() -> None:
         ),
     }
     first = last.members[0]
-    assert (first.client_id, first.client_host, first.session_timeout, first.rebalance_timeout,
-            first.group_instance_id) == ("consumer-DEVSmileCDR-8", "/172.18.0.5", 420000,
-                                         3600000, None)  # fmt: skip
+    assert (
+        first.client_id,
+        first.client_host,
+        first.session_timeout,
+        first.rebalance_timeout,
+        first.group_instance_id,
+    ) == ("consumer-DEVSmileCDR-8", "/172.18.0.5", 420000, 3600000, None)
     sub = decode_subscription(first.subscription)
     assert (sub.version, sub.topics, sub.user_data, sub.rack_id) == (3, (PERSISTENCE,), None, None)
 
@@ -193,8 +211,13 @@ def test_fixture_reencodes_byte_for_byte() -> None:
 
 def test_hand_assembled_offset_commit_bytes() -> None:
     """The last commit of the fixture (offset 12) assembled by hand from the schemas."""
-    key = (struct.pack(">hh", 1, 11) + b"DEVSmileCDR" + struct.pack(">h", 16)
-           + b"TestTopicPatient" + struct.pack(">i", 0))  # fmt: skip
+    key = (
+        struct.pack(">hh", 1, 11)
+        + b"DEVSmileCDR"
+        + struct.pack(">h", 16)
+        + b"TestTopicPatient"
+        + struct.pack(">i", 0)
+    )
     value = struct.pack(">hqih", 3, 3, -1, 0) + struct.pack(">q", 1769793578176)
     assert (key, value) == (fixture_records()[12].key, fixture_records()[12].value)
     assert decode_key(key) == OffsetCommitKey(GROUP, "TestTopicPatient", 0)
@@ -203,22 +226,33 @@ def test_hand_assembled_offset_commit_bytes() -> None:
 
 # -- every version ---------------------------------------------------------------------------------
 
-MEMBER = MemberMetadata("m-1", "client-1", "/10.0.0.1", 45000, b"\x00\x01sub", b"\x00\x01asg",
-                        rebalance_timeout=300000, group_instance_id="instance-1")  # fmt: skip
+MEMBER = MemberMetadata(
+    "m-1",
+    "client-1",
+    "/10.0.0.1",
+    45000,
+    b"\x00\x01sub",
+    b"\x00\x01asg",
+    rebalance_timeout=300000,
+    group_instance_id="instance-1",
+)
 
 
 @pytest.mark.parametrize("version", range(5))
 def test_offset_commit_value_versions_round_trip(version: int) -> None:
-    full = OffsetCommitValue(42, "meta-é", 1000, leader_epoch=7, expire_timestamp=2000,
-                             version=version)  # fmt: skip
+    full = OffsetCommitValue(
+        42, "meta-é", 1000, leader_epoch=7, expire_timestamp=2000, version=version
+    )
     decoded = decode_value(OffsetCommitKey("g", "t", 0), encode_value(full))
     # fields a version lacks come back as their defaults (Kafka drops ignorable fields)
     assert decoded == OffsetCommitValue(
-        42, "meta-é", 1000,
+        42,
+        "meta-é",
+        1000,
         leader_epoch=7 if version >= 3 else -1,
         expire_timestamp=2000 if version == 1 else -1,
         version=version,
-    )  # fmt: skip
+    )
     assert encode_value(decoded) == encode_value(full)
 
 
@@ -227,24 +261,32 @@ def test_group_metadata_value_versions_round_trip(version: int) -> None:
     full = GroupMetadataValue("consumer", 9, "range", "m-1", (MEMBER,), 123456, version=version)
     decoded = decode_value(GroupMetadataKey("g"), encode_value(full))
     member = MemberMetadata(
-        "m-1", "client-1", "/10.0.0.1", 45000, b"\x00\x01sub", b"\x00\x01asg",
+        "m-1",
+        "client-1",
+        "/10.0.0.1",
+        45000,
+        b"\x00\x01sub",
+        b"\x00\x01asg",
         rebalance_timeout=300000 if version >= 1 else -1,
         group_instance_id="instance-1" if version >= 3 else None,
-    )  # fmt: skip
+    )
     stamp = 123456 if version >= 2 else -1
     assert decoded == GroupMetadataValue("consumer", 9, "range", "m-1", (member,), stamp, version)
 
 
 def test_flexible_v4_bytes_and_unknown_tags_kept() -> None:
-    value = OffsetCommitValue(5, "m", 9, leader_epoch=2, version=4,
-                              unknown_tagged_fields=((3, b"\xaa\xbb"),))  # fmt: skip
+    value = OffsetCommitValue(
+        5, "m", 9, leader_epoch=2, version=4, unknown_tagged_fields=((3, b"\xaa\xbb"),)
+    )
     raw = encode_value(value)
     # version, offset, epoch, compact string "m" (length + 1), commit ts, 1 tag: 3, size 2, bytes
-    assert raw == (struct.pack(">hqi", 4, 5, 2) + b"\x02m" + struct.pack(">q", 9)
-                   + b"\x01\x03\x02\xaa\xbb")  # fmt: skip
+    assert raw == (
+        struct.pack(">hqi", 4, 5, 2) + b"\x02m" + struct.pack(">q", 9) + b"\x01\x03\x02\xaa\xbb"
+    )
     assert decode_value(OffsetCommitKey("g", "t", 0), raw) == value
-    group = GroupMetadataValue("", 0, None, None, (MEMBER,), version=4,
-                               unknown_tagged_fields=((0, b"x"),))  # fmt: skip
+    group = GroupMetadataValue(
+        "", 0, None, None, (MEMBER,), version=4, unknown_tagged_fields=((0, b"x"),)
+    )
     assert decode_value(GroupMetadataKey("g"), encode_value(group)) == group
 
 
@@ -283,13 +325,18 @@ PLACE = RecordPlace(partition=6, offset=12, source="00000000000000000000.log")
         (encode_key(GroupMetadataKey("g")), b"\x00\x05", "GroupMetadataValue version 5"),
         (encode_key(GroupMetadataKey("g")), b"\x00\x03\x00", "protocolType needs 2 bytes"),
         (encode_key(OffsetCommitKey("g", "t", 0)), b"\x00\x03" + bytes(12), "metadata needs"),
-        (encode_key(GroupMetadataKey("g")),
-         b"\x00\x03\x00\x00" + bytes(4) + b"\xff\xff" * 2 + bytes(8) + b"\x7f\xff\xff\xff",
-         "members declares 2147483647 elements but only 0 bytes remain"),
-        (encode_key(OffsetCommitKey("g", "t", 0)), b"\x00\x04" + bytes(12) + b"\x80",
-         "metadata: .*varint"),
+        (
+            encode_key(GroupMetadataKey("g")),
+            b"\x00\x03\x00\x00" + bytes(4) + b"\xff\xff" * 2 + bytes(8) + b"\x7f\xff\xff\xff",
+            "members declares 2147483647 elements but only 0 bytes remain",
+        ),
+        (
+            encode_key(OffsetCommitKey("g", "t", 0)),
+            b"\x00\x04" + bytes(12) + b"\x80",
+            "metadata: .*varint",
+        ),
     ],
-)  # fmt: skip
+)
 def test_corrupt_records_name_topic_partition_offset(key, value, message) -> None:
     with pytest.raises(CorruptCoordinatorRecordError, match=message) as info:
         decode_value(decode_key(key, PLACE), value, PLACE)

@@ -34,9 +34,12 @@ ONGOING = TransactionLogValue(
 
 V0_BYTES = (
     struct.pack(">hqhib", 0, 4000, 3, 60000, 1)
-    + struct.pack(">i", 1) + struct.pack(">h", 3) + b"out" + struct.pack(">iii", 2, 0, 2)
+    + struct.pack(">i", 1)
+    + struct.pack(">h", 3)
+    + b"out"
+    + struct.pack(">iii", 2, 0, 2)
     + struct.pack(">qq", 1700000000500, 1700000000000)
-)  # fmt: skip
+)
 
 
 def test_key_bytes() -> None:
@@ -54,19 +57,33 @@ def test_v0_value_bytes() -> None:
 
 def test_v1_value_bytes_with_tagged_fields() -> None:
     value = TransactionLogValue(
-        4000, 3, 60000, TransactionStatus.PREPARE_COMMIT, (TxnPartitions("out", (0, 2)),),
-        1700000000500, 1700000000000, previous_producer_id=3999, client_transaction_version=2,
-        version=1, unknown_tagged_fields=((7, b"\x01"),),
-    )  # fmt: skip
+        4000,
+        3,
+        60000,
+        TransactionStatus.PREPARE_COMMIT,
+        (TxnPartitions("out", (0, 2)),),
+        1700000000500,
+        1700000000000,
+        previous_producer_id=3999,
+        client_transaction_version=2,
+        version=1,
+        unknown_tagged_fields=((7, b"\x01"),),
+    )
     raw = (
         struct.pack(">hqhib", 1, 4000, 3, 60000, 2)
-        + b"\x02" + b"\x04out" + b"\x03" + struct.pack(">ii", 0, 2) + b"\x00"  # compact, 0 tags
+        + b"\x02"
+        + b"\x04out"
+        + b"\x03"
+        + struct.pack(">ii", 0, 2)
+        + b"\x00"  # compact, 0 tags
         + struct.pack(">qq", 1700000000500, 1700000000000)
         + b"\x03"  # three tagged fields, in tag order; nextProducerId (tag 1) is the default
-        + b"\x00\x08" + struct.pack(">q", 3999)
-        + b"\x02\x02" + struct.pack(">h", 2)
+        + b"\x00\x08"
+        + struct.pack(">q", 3999)
+        + b"\x02\x02"
+        + struct.pack(">h", 2)
         + b"\x07\x01\x01"
-    )  # fmt: skip
+    )
     assert encode_value(value) == raw
     assert decode_value(raw) == value
 
@@ -93,12 +110,16 @@ def test_v0_drops_tagged_fields() -> None:
         (V0_BYTES[:16] + b"\x08" + V0_BYTES[17:], "transactionStatus 8 is not a transaction state"),
         (V0_BYTES[:-1], "transactionStartTimestampMs needs 8 bytes"),
         (b"\x00\x02", "TransactionLogValue version 2"),
-        (struct.pack(">hqhib", 1, 1, 0, 1, 0) + b"\x00" + bytes(16) + b"\x01\x01\x02\x00\x01",
-         "nextProducerId has 2 bytes, not 8"),
-        (struct.pack(">hqhib", 1, 1, 0, 1, 0) + b"\x00" + bytes(16) + b"\x02\x01\x00\x00\x00",
-         "tag 0 follows tag 1"),
+        (
+            struct.pack(">hqhib", 1, 1, 0, 1, 0) + b"\x00" + bytes(16) + b"\x01\x01\x02\x00\x01",
+            "nextProducerId has 2 bytes, not 8",
+        ),
+        (
+            struct.pack(">hqhib", 1, 1, 0, 1, 0) + b"\x00" + bytes(16) + b"\x02\x01\x00\x00\x00",
+            "tag 0 follows tag 1",
+        ),
     ],
-)  # fmt: skip
+)
 def test_corrupt_values_name_the_record(raw: bytes, message: str) -> None:
     with pytest.raises(CorruptCoordinatorRecordError, match=message) as info:
         decode_value(raw, place_in_log(12, 345))

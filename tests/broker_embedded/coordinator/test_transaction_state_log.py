@@ -42,8 +42,9 @@ COMMIT_KEY, ABORT_KEY = b"\x00\x00\x00\x01", b"\x00\x00\x00\x00"
 
 
 def config() -> BrokerConfig:
-    return dataclasses.replace(BrokerConfig(), transaction_state_log_num_partitions=PARTITIONS,
-                               log_cleaner_threads=0)  # fmt: skip
+    return dataclasses.replace(
+        BrokerConfig(), transaction_state_log_num_partitions=PARTITIONS, log_cleaner_threads=0
+    )
 
 
 def open_broker(log_dir) -> Broker:
@@ -66,8 +67,11 @@ def state_records(broker: Broker, transactional_id: str) -> list[tuple[str, Tran
 
 def markers(broker: Broker, topic: str, partition: int = 0) -> list[tuple[int, int, bool]]:
     """(producer id, epoch, commit?) of each control batch, by kafka-python."""
-    return [(b.producer_id, b.producer_epoch, b.records[0].key == COMMIT_KEY)
-            for b in peer_batches(log_bytes(broker, topic, partition)) if b.is_control]  # fmt: skip
+    return [
+        (b.producer_id, b.producer_epoch, b.records[0].key == COMMIT_KEY)
+        for b in peer_batches(log_bytes(broker, topic, partition))
+        if b.is_control
+    ]
 
 
 def wait_for(predicate, what: str) -> None:
@@ -95,22 +99,30 @@ def test_each_transition_is_written_in_kafkas_schema(log_dir):
         assert coordinator.wait_completed("app", TIMEOUT_S)
         got = state_records(broker, "app")
         assert broker.controller.describe(TRANSACTION_STATE_TOPIC).config == {
-            "cleanup.policy": "compact", "compression.type": "uncompressed",
-            "unclean.leader.election.enable": "false", "segment.bytes": str(100 << 20),
+            "cleanup.policy": "compact",
+            "compression.type": "uncompressed",
+            "unclean.leader.election.enable": "false",
+            "segment.bytes": str(100 << 20),
             "min.insync.replicas": "1",
-        }  # fmt: skip
+        }
     assert {tid for tid, _ in got} == {"app"}
     values = [v for _, v in got]
     tx = lambda *ps: (TxnPartitions("tx", ps),)  # noqa: E731
     S = TransactionStatus
     expected = [
-        (S.EMPTY, None), (S.ONGOING, tx(1)), (S.ONGOING, tx(1, 0)), (S.PREPARE_COMMIT, tx(1, 0)),
-        (S.COMPLETE_COMMIT, ()), (S.ONGOING, tx(0)), (S.PREPARE_ABORT, tx(0)),
+        (S.EMPTY, None),
+        (S.ONGOING, tx(1)),
+        (S.ONGOING, tx(1, 0)),
+        (S.PREPARE_COMMIT, tx(1, 0)),
+        (S.COMPLETE_COMMIT, ()),
+        (S.ONGOING, tx(0)),
+        (S.PREPARE_ABORT, tx(0)),
         (S.COMPLETE_ABORT, ()),
-    ]  # fmt: skip
+    ]
     assert [(v.status, v.partitions) for v in values] == expected
-    assert {(v.producer_id, v.producer_epoch, v.transaction_timeout_ms, v.version)
-            for v in values} == {(pid, 0, 60_000, 0)}  # fmt: skip
+    assert {
+        (v.producer_id, v.producer_epoch, v.transaction_timeout_ms, v.version) for v in values
+    } == {(pid, 0, 60_000, 0)}
     starts = [v.start_timestamp_ms for v in values]
     first, second = values[1].last_update_timestamp_ms, values[5].last_update_timestamp_ms
     # Kafka's txnStartTimestamp: -1 when Empty, set when Ongoing begins, kept until the next
@@ -169,8 +181,10 @@ def test_an_open_transaction_is_aborted_at_its_timeout_after_a_restart(log_dir):
         broker.crash()
     with Broker(log_dir, config=config()) as broker:
         coordinator = broker.controller.transaction_coordinator
-        wait_for(lambda: coordinator.state("slow").status is TxnStatus.COMPLETE_ABORT,
-                 "the timed-out transaction aborted")  # fmt: skip
+        wait_for(
+            lambda: coordinator.state("slow").status is TxnStatus.COMPLETE_ABORT,
+            "the timed-out transaction aborted",
+        )
         assert markers(broker, "tx") == [(p.producer_id, 1, False)]
         statuses = [v.status for _, v in state_records(broker, "slow")]
         assert statuses[-2:] == [TransactionStatus.PREPARE_ABORT, TransactionStatus.COMPLETE_ABORT]

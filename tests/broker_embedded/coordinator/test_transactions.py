@@ -116,8 +116,9 @@ def test_lso_aborted_transactions_and_read_committed(broker, log_dir):
     r = read_committed(broker, "tx", 0, 6)
     assert r.aborted_transactions == ()
     assert markers(broker, "tx") == [
-        (5, 0, 0, ABORT_KEY, MARKER_VALUE), (6, 1, 0, COMMIT_KEY, MARKER_VALUE),
-    ]  # fmt: skip
+        (5, 0, 0, ABORT_KEY, MARKER_VALUE),
+        (6, 1, 0, COMMIT_KEY, MARKER_VALUE),
+    ]
     assert txnindex_entries(broker, "tx") == [(0, 0, 1, 5, 3)]
 
     # close and reopen: the same LSO, aborted transactions and index
@@ -187,8 +188,14 @@ def test_second_producer_fences_the_first(broker):
     with pytest.raises(InvalidProducerEpochError, match="smaller than the last seen epoch 1"):
         old.send("tx", 0, [b"late"])
     # ... and at the partition, for a batch that races the abort
-    stale = build_batch([b"late"], now_ms=NOW, producer_id=0, producer_epoch=0, base_sequence=1,
-                        is_transactional=True)  # fmt: skip
+    stale = build_batch(
+        [b"late"],
+        now_ms=NOW,
+        producer_id=0,
+        producer_epoch=0,
+        base_sequence=1,
+        is_transactional=True,
+    )
     with pytest.raises(InvalidProducerEpochError, match="smaller than the last seen epoch 1"):
         broker.produce("tx", 0, stale)
     assert lso(broker, "tx") == 2 and broker.list_offsets("tx", 0, -1).offset == 2
@@ -227,8 +234,13 @@ def test_transaction_state_errors(broker):
         p.send("tx", 1, [b"nowhere"])  # not added to the transaction
     p.send("tx", 0, [b"x"])
     # a non-transactional batch of the producer while its transaction is open
-    plain = build_batch([b"y"], now_ms=NOW, producer_id=p.producer_id,
-                        producer_epoch=p.producer_epoch, base_sequence=1)  # fmt: skip
+    plain = build_batch(
+        [b"y"],
+        now_ms=NOW,
+        producer_id=p.producer_id,
+        producer_epoch=p.producer_epoch,
+        base_sequence=1,
+    )
     with pytest.raises(InvalidTxnStateError, match="still ongoing"):
         broker.produce("tx", 0, plain)
     (result,) = p.commit()
@@ -238,8 +250,12 @@ def test_transaction_state_errors(broker):
     p.begin()
     assert p.send("tx", 0, [b"z"]).base_offset == 2
     p.abort()
-    assert [(b.base_offset, b.base_sequence, b.is_transactional) for b in
-            peer_batches(log_bytes(broker, "tx", 0)) if not b.is_control] == [
-        (0, 0, True), (2, 1, True),
-    ]  # fmt: skip
+    assert [
+        (b.base_offset, b.base_sequence, b.is_transactional)
+        for b in peer_batches(log_bytes(broker, "tx", 0))
+        if not b.is_control
+    ] == [
+        (0, 0, True),
+        (2, 1, True),
+    ]
     assert committed_values(broker, "tx") == [b"x"]

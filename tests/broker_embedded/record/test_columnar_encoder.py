@@ -69,10 +69,12 @@ def _columns(rows: Sequence[Row], pad: int = 0, large: bool = False) -> tuple[An
     keys = pa.array([r.key for r in everything], binary).slice(pad)
     values = pa.array([r.value for r in everything], binary).slice(pad)
     headers = pa.array(
-        [None if r.headers is None else [{"key": k, "value": v} for k, v in r.headers]
-         for r in everything],
+        [
+            None if r.headers is None else [{"key": k, "value": v} for k, v in r.headers]
+            for r in everything
+        ],
         headers_type,
-    ).slice(pad)  # fmt: skip
+    ).slice(pad)
     timestamps = np.array([r.timestamp for r in rows], np.int64)
     return keys, values, timestamps, headers
 

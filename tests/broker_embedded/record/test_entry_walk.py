@@ -205,14 +205,20 @@ def _fields(views: list, table: np.ndarray) -> None:
     assert len(views) == len(table)
     for i, (b, row) in enumerate(zip(views, table.tolist(), strict=True)):
         assert (row[es.S_POS] + BASE, row[es.S_SIZE], row[es.S_MAGIC]) == (
-            b.position, b.size_in_bytes, b.magic)  # fmt: skip
+            b.position,
+            b.size_in_bytes,
+            b.magic,
+        )
         if b.magic == 2:
             assert {c: row[c] for c in V2_FIELDS} == {
                 c: getattr(b, a) for c, a in V2_FIELDS.items()
             }
         else:
             assert (row[es.S_OFFSET], row[es.S_CRC], row[es.S_LAST_DELTA]) == (
-                b.last_offset, b.crc, 0)  # fmt: skip
+                b.last_offset,
+                b.crc,
+                0,
+            )
         assert es.last_offset(table, i) == _int64(b.last_offset)
 
 
@@ -349,4 +355,6 @@ def test_a_bad_crc_is_named_alike_by_every_caller_that_checks_it(
     v2 = table[table[:, es.S_MAGIC] == 2]
     row, stored, _ = crc_check.crc_mismatch(memoryview(bytes(buf)), v2)
     assert (BASE + int(v2[row, es.S_POS]), int(v2[row, es.S_OFFSET]), stored) == (
-        *expected, bad.crc)  # fmt: skip
+        *expected,
+        bad.crc,
+    )

@@ -362,11 +362,15 @@ BAD_INNER_OFFSETS = [
     (1, 10, [5, 3, 7], "inner message 1: offset 6 follows 8: offsets must increase strictly"),
     (1, 0, [3, 1], "inner message 1: offset 1 follows 3: offsets must increase strictly"),
     (0, 5, [2, 2], "inner message 1: offset 2 follows 2: offsets must increase strictly"),
-    (0, 2**31, [0, 2**31], "inner message 1: offset 2147483648 is not within int32 range above "
-     "base offset 0"),
+    (
+        0,
+        2**31,
+        [0, 2**31],
+        "inner message 1: offset 2147483648 is not within int32 range above base offset 0",
+    ),
     (1, 5, [-100, 0], "inner message 0: base offset -95 outside [0, 2^63)"),
     (0, 3, [-2, 3], "inner message 0: base offset -2 outside [0, 2^63)"),
-]  # fmt: skip
+]
 
 
 @pytest.mark.parametrize("codec", [GZIP, SNAPPY])
@@ -406,18 +410,25 @@ BAD_TIMESTAMPS = [
     # (the entry, the reason)
     (message(7, 1, b"k", b"v", timestamp=-5), "invalid negative timestamp -5"),
     (
-        wrapper(7, 1, 1, message(0, 1, b"a", b"1", timestamp=10) + message(1, 1, b"b", b"2",
-                timestamp=-7)),
+        wrapper(
+            7,
+            1,
+            1,
+            message(0, 1, b"a", b"1", timestamp=10) + message(1, 1, b"b", b"2", timestamp=-7),
+        ),
         "inner message 1: invalid negative timestamp -7",
     ),
-    (wrapper(7, 1, 2, inner_set(1, [0, 1]), timestamp=-3, lat=True),
-     "inner message 0: invalid negative timestamp -3"),
     (
-        wrapper(7, 1, 1, message(0, 0, b"a", b"1") + message(1, 1, b"b", b"2",
-                timestamp=2**63 - 1)),
+        wrapper(7, 1, 2, inner_set(1, [0, 1]), timestamp=-3, lat=True),
+        "inner message 0: invalid negative timestamp -3",
+    ),
+    (
+        wrapper(
+            7, 1, 1, message(0, 0, b"a", b"1") + message(1, 1, b"b", b"2", timestamp=2**63 - 1)
+        ),
         "inner message 1: timestamp 9223372036854775807 is not within int64 of base timestamp -1",
     ),
-]  # fmt: skip
+]
 
 
 @pytest.mark.parametrize(

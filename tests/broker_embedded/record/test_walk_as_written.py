@@ -80,8 +80,9 @@ def _walks_alike(data: bytes) -> None:
             for rows in (0, 1, 3, 64):
                 tables = [np.full((rows, es.SCAN_FIELDS), -7, np.int64) for _ in range(2)]
                 python = es.walk_entries(arr, 0, len(arr), v2_only, limit, False, 0, tables[0])
-                compiled = kernel.walk_entries(arr, 0, len(arr), v2_only, limit, False, 0,
-                                               tables[1])  # fmt: skip
+                compiled = kernel.walk_entries(
+                    arr, 0, len(arr), v2_only, limit, False, 0, tables[1]
+                )
                 assert _plain(python) == _plain(compiled)
                 assert tables[0].tolist() == tables[1].tolist()
     entries = _plain(es.walk_entries(arr, 0, len(arr), False, es.NO_LIMIT, False, 0, es.NO_ROWS))
@@ -100,12 +101,13 @@ def _callers_alike(data: bytes) -> None:
             lambda tail=tail: [
                 (b.position, bytes(b.buffer))
                 for b in iter_batches(data, "walk.log", base_position=100, tail=tail)
-            ]  # fmt: skip
+            ]
         )
         assert python == compiled
     for mode, nxt in ((lv.FOLLOWER, 0), (lv.FOLLOWER, 3), (lv.LEADER, 1000)):
-        python, compiled = both(lambda mode=mode, nxt=nxt: lv.scan(arr, len(arr), mode, nxt,
-                                                                   1 << 20, True))  # fmt: skip
+        python, compiled = both(
+            lambda mode=mode, nxt=nxt: lv.scan(arr, len(arr), mode, nxt, 1 << 20, True)
+        )
         assert python == compiled
 
 

@@ -90,16 +90,19 @@ def test_total_max_bytes(broker):
     # the response budget ends inside partition 0's second batch: its first batch, and the 50
     # bytes left are too few for partition 1's first batch
     assert fetch(broker, ("t", 0, 0, BIG), ("t", 1, 0, BIG), max_bytes=S + 50) == [
-        (None, p0[:S]), (None, b""),
-    ]  # fmt: skip
+        (None, p0[:S]),
+        (None, b""),
+    ]
     # partition 0 takes one whole batch of its limit, partition 1 one whole batch of the rest
     assert fetch(broker, ("t", 0, 0, S + 10), ("t", 1, 0, BIG), max_bytes=2 * S + 10) == [
-        (None, p0[:S]), (None, p1[:S]),
-    ]  # fmt: skip
+        (None, p0[:S]),
+        (None, p1[:S]),
+    ]
     # what remains is one byte short of partition 1's first batch: no records, not a fragment
     assert fetch(broker, ("t", 0, 0, S), ("t", 1, 0, BIG), max_bytes=2 * S - 1) == [
-        (None, p0[:S]), (None, b""),
-    ]  # fmt: skip
+        (None, p0[:S]),
+        (None, b""),
+    ]
 
 
 def test_kip74_first_partition_with_data_returns_one_whole_batch(broker):
@@ -107,24 +110,33 @@ def test_kip74_first_partition_with_data_returns_one_whole_batch(broker):
     p0, p1, p2 = (log_bytes(broker, "t", p) for p in range(3))
     # above both limits: the first partition still returns its first batch whole
     assert fetch(broker, ("t", 0, 0, 10), ("t", 1, 0, 10), max_bytes=10) == [
-        (None, p0[:S]), (None, b""),
-    ]  # fmt: skip
+        (None, p0[:S]),
+        (None, b""),
+    ]
     # with a zero budget too
     assert fetch(broker, ("t", 0, 2, 0), ("t", 1, 0, BIG), max_bytes=0) == [
-        (None, p0[S : 2 * S]), (None, b""),
-    ]  # fmt: skip
+        (None, p0[S : 2 * S]),
+        (None, b""),
+    ]
     # later partitions strictly respect what remains, even when they had nothing to return
     assert fetch(broker, ("t", 0, 0, 10), ("t", 1, 0, 10), ("t", 2, 0, 10)) == [
-        (None, p0[:S]), (None, b""), (None, b""),
-    ]  # fmt: skip
+        (None, p0[:S]),
+        (None, b""),
+        (None, b""),
+    ]
     # the rule follows the first partition that returns data, not the first partition
     assert fetch(broker, ("t", 0, 6, 10), ("t", 1, 0, 10), ("t", 2, 0, 10), max_bytes=10) == [
-        (None, b""), (None, p1[:S]), (None, b""),
-    ]  # fmt: skip
+        (None, b""),
+        (None, p1[:S]),
+        (None, b""),
+    ]
     # an error does not use the budget or the rule either
     got = fetch(broker, ("nope", 0, 0, 10), ("t", 0, 99, 10), ("t", 2, 0, 10), max_bytes=10)
-    assert got == [("UNKNOWN_TOPIC_OR_PARTITION", b""), ("OFFSET_OUT_OF_RANGE", b""),
-                   (None, p2[:S])]  # fmt: skip
+    assert got == [
+        ("UNKNOWN_TOPIC_OR_PARTITION", b""),
+        ("OFFSET_OUT_OF_RANGE", b""),
+        (None, p2[:S]),
+    ]
 
 
 def test_broker_fetch_max_bytes_caps_the_request(log_dir):
@@ -132,8 +144,9 @@ def test_broker_fetch_max_bytes_caps_the_request(log_dir):
         fill(broker, "t", 2)
         p0 = log_bytes(broker, "t", 0)
         assert fetch(broker, ("t", 0, 0, BIG), ("t", 1, 0, BIG), max_bytes=BIG) == [
-            (None, p0[:S]), (None, b""),
-        ]  # fmt: skip
+            (None, p0[:S]),
+            (None, b""),
+        ]
         # min_bytes is capped by it too: more than the cap is never waited for
         start = time.monotonic()
         got = fetch(broker, ("t", 0, 0, BIG), max_wait_ms=5000, min_bytes=10 * S)
@@ -208,8 +221,12 @@ def test_current_leader_epoch(log_dir):
     with Broker(log_dir, create=True) as broker:  # led at epoch 1 after the restart
         assert broker.describe_topic("t").partitions[0].leader_epoch == 1
         log = log_bytes(broker, "t", 0)
-        for epoch, error in ((-1, None), (1, None), (0, "FENCED_LEADER_EPOCH"),
-                             (2, "UNKNOWN_LEADER_EPOCH")):  # fmt: skip
+        for epoch, error in (
+            (-1, None),
+            (1, None),
+            (0, "FENCED_LEADER_EPOCH"),
+            (2, "UNKNOWN_LEADER_EPOCH"),
+        ):
             r = fetch_one(broker, "t", 0, 0, current_leader_epoch=epoch)
             assert (r.error_name if r.error else None) == error, epoch
             assert r.records == (log if error is None else b"")
@@ -238,8 +255,9 @@ def test_returns_at_once_when_min_bytes_are_there(broker):
     fill(broker, "t", 2)
     p0, p1 = log_bytes(broker, "t", 0), log_bytes(broker, "t", 1)
     # together the two partitions hold 2 S >= min_bytes, neither alone
-    elapsed, got = timed(broker, ("t", 0, 4, BIG), ("t", 1, 4, BIG), max_wait_ms=5000,
-                         min_bytes=2 * S)  # fmt: skip
+    elapsed, got = timed(
+        broker, ("t", 0, 4, BIG), ("t", 1, 4, BIG), max_wait_ms=5000, min_bytes=2 * S
+    )
     assert elapsed < 1
     assert got == [(None, p0[2 * S :]), (None, p1[2 * S :])]
     # no partitions: at once

@@ -86,8 +86,10 @@ def test_prebuilt_batches(broker):
     assert len(stored) == 2 * len(one) + len(two)
     batches = peer_batches(stored)
     assert [(b.base_offset, b.last_offset, b.crc_valid) for b in batches] == [
-        (0, 0, True), (1, 2, True), (3, 3, True),
-    ]  # fmt: skip
+        (0, 0, True),
+        (1, 2, True),
+        (3, 3, True),
+    ]
     assert peer_values(stored) == [(0, b"a"), (1, b"b"), (2, b"c"), (3, b"a")]
     # only the base offset and the leader epoch (bytes 0-8 and 12-16) were rewritten
     n = len(one)
@@ -101,8 +103,10 @@ def test_prebuilt_batches(broker):
 
 def test_acks(broker):
     broker.create_topic("t")
-    offsets = [broker.produce("t", 0, [b"x"], acks=a).base_offset
-               for a in (0, 1, -1, "all", "1", "-1", "0")]  # fmt: skip
+    offsets = [
+        broker.produce("t", 0, [b"x"], acks=a).base_offset
+        for a in (0, 1, -1, "all", "1", "-1", "0")
+    ]
     assert offsets == [0, 1, 2, 3, 4, 5, 6]
     assert (leo(broker, "t"), hw(broker, "t")) == (7, 7)
     for bad in (2, -2, "none", "ALL", True, 1.0, None):
@@ -146,8 +150,13 @@ def test_invalid_batches(broker):
     with pytest.raises(CorruptMessageError):
         broker.produce("t", 0, ok[:-1])  # torn
     with pytest.raises(InvalidRecordError, match="control"):
-        broker.produce("t", 0, EndTransactionMarker.commit(0).build_batch(
-            base_offset=0, timestamp=NOW, producer_id=1, producer_epoch=0))  # fmt: skip
+        broker.produce(
+            "t",
+            0,
+            EndTransactionMarker.commit(0).build_batch(
+                base_offset=0, timestamp=NOW, producer_id=1, producer_epoch=0
+            ),
+        )
     with pytest.raises(InvalidRecordError, match="without a key"):
         broker.produce("c", 0, [ProducerRecord(b"v", key=b"k"), ProducerRecord(b"v")])
     assert broker.produce("c", 0, [ProducerRecord(b"v", key=b"k")]).base_offset == 0
@@ -187,8 +196,9 @@ def test_idempotent_producer(broker):
     assert (pid, epoch) == (1, 0)
 
     def batch(seq: int, *values: bytes, epoch: int = epoch) -> bytes:
-        return build_batch(values, now_ms=NOW, producer_id=pid, producer_epoch=epoch,
-                           base_sequence=seq)  # fmt: skip
+        return build_batch(
+            values, now_ms=NOW, producer_id=pid, producer_epoch=epoch, base_sequence=seq
+        )
 
     b0, b1 = batch(0, b"a", b"b", b"c"), batch(3, b"d")
     assert broker.produce("t", 0, b0).base_offset == 0
@@ -207,11 +217,19 @@ def test_idempotent_producer(broker):
     # stored once each
     batches = peer_batches(log_bytes(broker, "t", 0))
     assert [(b.base_offset, b.producer_id, b.base_sequence) for b in batches] == [
-        (0, 1, 0), (3, 1, 3), (4, -1, -1), (5, 1, 4),
-    ]  # fmt: skip
+        (0, 1, 0),
+        (3, 1, 3),
+        (4, -1, -1),
+        (5, 1, 4),
+    ]
     assert [v for _, v in peer_values(log_bytes(broker, "t", 0))] == [
-        b"a", b"b", b"c", b"d", b"plain", b"e",
-    ]  # fmt: skip
+        b"a",
+        b"b",
+        b"c",
+        b"d",
+        b"plain",
+        b"e",
+    ]
     # a retry after a restart is still recognised (the last batch, from the producer snapshot)
     broker.close()
     with Broker(broker.log_dir, create=True) as again:

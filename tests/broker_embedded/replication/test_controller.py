@@ -138,14 +138,23 @@ def test_alter_partition_checks_leader_and_partition_epochs(make_cluster) -> Non
     c = cluster.controller
     state = c.partition_state(TP)
     follower = next(b for b in state.replicas if b != state.leader)
-    shrink = LeaderAndIsr(state.leader, state.leader_epoch, (state.leader,), state.replicas,
-                          state.partition_epoch)  # fmt: skip
+    shrink = LeaderAndIsr(
+        state.leader, state.leader_epoch, (state.leader,), state.replicas, state.partition_epoch
+    )
     with pytest.raises(FencedLeaderEpochError):  # not the leader
         c.alter_partition(TP, follower, shrink)
     with pytest.raises(InvalidUpdateVersionError):
-        c.alter_partition(TP, state.leader, LeaderAndIsr(
-            state.leader, state.leader_epoch, (state.leader,), state.replicas,
-            state.partition_epoch - 1))  # fmt: skip
+        c.alter_partition(
+            TP,
+            state.leader,
+            LeaderAndIsr(
+                state.leader,
+                state.leader_epoch,
+                (state.leader,),
+                state.replicas,
+                state.partition_epoch - 1,
+            ),
+        )
     committed = c.alter_partition(TP, state.leader, shrink)
     assert (committed.isr, committed.partition_epoch) == ((state.leader,), 1)
     assert c.partition_state(TP) == committed
@@ -218,8 +227,12 @@ def test_controller_store_keeps_partition_states(make_cluster, tmp_path: Path) -
     states = stored["topics"]["t"]["partition_states"]
     for p in range(2):
         s = cluster.controller.partition_state(TopicPartition("t", p))
-        expected = {"leader": s.leader, "leader_epoch": s.leader_epoch, "isr": list(s.isr),
-                    "partition_epoch": s.partition_epoch}  # fmt: skip
+        expected = {
+            "leader": s.leader,
+            "leader_epoch": s.leader_epoch,
+            "isr": list(s.isr),
+            "partition_epoch": s.partition_epoch,
+        }
         assert states[str(p)] == expected
     assert states["0"]["leader_epoch"] == 1
     assert stored["controller_epoch"] == cluster.controller.epoch

@@ -17,9 +17,15 @@ def consume(
     consumer with ``isolation`` reads up to the end of each partition (the LSO under
     read_committed), in order per partition; AssertionError if an end is not reached within
     ``timeout_s``."""
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "check",
-                  "isolation.level": isolation, "enable.auto.commit": False,
-                  "enable.partition.eof": True})  # fmt: skip
+    c = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": "check",
+            "isolation.level": isolation,
+            "enable.auto.commit": False,
+            "enable.partition.eof": True,
+        }
+    )
     try:
         c.assign([CTP(topic, p, 0) for p in range(partitions)])
         got, eof = [], set()

@@ -59,13 +59,22 @@ def fetch_request(
     m = sys.modules[schema.__module__]
     tf = "topic_id" if version >= 13 else "topic"
     fetch_topics = tuple(
-        make(m.FetchTopic, **{tf: t}, partitions=tuple(
-            make(m.FetchPartition, partition=i32(p), fetch_offset=i64(o),
-                 partition_max_bytes=i32(mb), current_leader_epoch=i32(e))
-            for p, o, mb, e in parts
-        ))
+        make(
+            m.FetchTopic,
+            **{tf: t},
+            partitions=tuple(
+                make(
+                    m.FetchPartition,
+                    partition=i32(p),
+                    fetch_offset=i64(o),
+                    partition_max_bytes=i32(mb),
+                    current_leader_epoch=i32(e),
+                )
+                for p, o, mb, e in parts
+            ),
+        )
         for t, parts in topics
-    )  # fmt: skip
+    )
     forgotten_topics = tuple(
         make(m.ForgottenTopic, **{tf: t}, partitions=tuple(i32(p) for p in ps))
         for t, ps in forgotten
@@ -74,11 +83,19 @@ def fetch_request(
     if version >= 15:
         extra["replica_state"] = m.ReplicaState(replica_id=i32(replica_id))
     return make(
-        schema, replica_id=i32(replica_id), max_wait=timedelta(milliseconds=max_wait_ms),
-        min_bytes=i32(min_bytes), max_bytes=i32(max_bytes), isolation_level=i8(isolation),
-        session_id=i32(session_id), session_epoch=i32(epoch), topics=fetch_topics,
-        forgotten_topics_data=forgotten_topics, rack_id="", **extra,
-    )  # fmt: skip
+        schema,
+        replica_id=i32(replica_id),
+        max_wait=timedelta(milliseconds=max_wait_ms),
+        min_bytes=i32(min_bytes),
+        max_bytes=i32(max_bytes),
+        isolation_level=i8(isolation),
+        session_id=i32(session_id),
+        session_epoch=i32(epoch),
+        topics=fetch_topics,
+        forgotten_topics_data=forgotten_topics,
+        rack_id="",
+        **extra,
+    )
 
 
 def decode(version: int, frame: bytes, correlation_id: int = 1) -> Any:
@@ -113,10 +130,16 @@ def partition_data(
             m.AbortedTransaction(producer_id=i64(p), first_offset=i64(f)) for p, f in aborted
         )
     return make(
-        m.PartitionData, partition_index=i32(partition), error_code=ErrorCode(error),
-        high_watermark=i64(hw), last_stable_offset=i64(lso), log_start_offset=i64(log_start),
-        aborted_transactions=txns, preferred_read_replica=i32(-1), records=records,
-    )  # fmt: skip
+        m.PartitionData,
+        partition_index=i32(partition),
+        error_code=ErrorCode(error),
+        high_watermark=i64(hw),
+        last_stable_offset=i64(lso),
+        log_start_offset=i64(log_start),
+        aborted_transactions=txns,
+        preferred_read_replica=i32(-1),
+        records=records,
+    )
 
 
 def expected(
@@ -131,6 +154,9 @@ def expected(
     tf = "topic_id" if version >= 13 else "topic"
     responses = tuple(m.FetchableTopicResponse(**{tf: t}, partitions=tuple(ps)) for t, ps in topics)
     return make(
-        schema, throttle_time=timedelta(0), error_code=ErrorCode(error),
-        session_id=i32(session_id), responses=responses,
-    )  # fmt: skip
+        schema,
+        throttle_time=timedelta(0),
+        error_code=ErrorCode(error),
+        session_id=i32(session_id),
+        responses=responses,
+    )

@@ -46,8 +46,12 @@ class Pki:
 
 
 def _name(**attrs: str) -> x509.Name:
-    oids = {"C": NameOID.COUNTRY_NAME, "O": NameOID.ORGANIZATION_NAME,
-            "OU": NameOID.ORGANIZATIONAL_UNIT_NAME, "CN": NameOID.COMMON_NAME}  # fmt: skip
+    oids = {
+        "C": NameOID.COUNTRY_NAME,
+        "O": NameOID.ORGANIZATION_NAME,
+        "OU": NameOID.ORGANIZATIONAL_UNIT_NAME,
+        "CN": NameOID.COMMON_NAME,
+    }
     return x509.Name([x509.NameAttribute(oids[k], v) for k, v in attrs.items()])
 
 
@@ -84,8 +88,9 @@ def make_pki(directory: Path) -> Pki:
     san = [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]
     server = _cert(_name(CN="localhost"), ca_name, server_key, ca_key, ca=False, san=san)
     client_key = ec.generate_private_key(ec.SECP256R1())
-    client = _cert(_name(C="US", O="example", OU="eng", CN="alice"), ca_name, client_key, ca_key,
-                   ca=False)  # fmt: skip
+    client = _cert(
+        _name(C="US", O="example", OU="eng", CN="alice"), ca_name, client_key, ca_key, ca=False
+    )
     pem = serialization.Encoding.PEM
     files = {
         "ca.pem": ca.public_bytes(pem),
@@ -98,8 +103,14 @@ def make_pki(directory: Path) -> Pki:
     for name, data in files.items():
         (directory / name).write_bytes(data)
     d = directory
-    return Pki(d / "ca.pem", d / "server.pem", d / "server-cert.pem", d / "server-key.pem",
-               d / "client-cert.pem", d / "client-key.pem")  # fmt: skip
+    return Pki(
+        d / "ca.pem",
+        d / "server.pem",
+        d / "server-cert.pem",
+        d / "server-key.pem",
+        d / "client-cert.pem",
+        d / "client-key.pem",
+    )
 
 
 def security(pki: Pki, **overrides: object) -> SecurityConfig:

@@ -84,8 +84,13 @@ def test_abandoned_long_polls_release_their_connections_and_purgatory_slots(tmp_
         descriptors = open_descriptors()
         abandon_long_polls(port, 300)
         sockets = s.server.socket_server
-        wait_until(lambda: (sockets.connection_count(), purgatory.pending) == (0, 0)
-                   and open_descriptors() <= descriptors, 20)  # fmt: skip
+        wait_until(
+            lambda: (
+                (sockets.connection_count(), purgatory.pending) == (0, 0)
+                and open_descriptors() <= descriptors
+            ),
+            20,
+        )
         assert (sockets.connection_count(), purgatory.pending) == (0, 0)
         # none of the 300 connections' descriptors left; the slack is for other threads of this
         # test process (a worker runs other modules' background threads), not for the server
@@ -182,12 +187,19 @@ class Child:
 
 @contextlib.contextmanager
 def child_server(log_dir: Path, log: Path, nofile: int = 0, **overrides: object) -> Iterator[Child]:
-    command = [sys.executable, "-m", "tests.broker_embedded.server._serve_child", str(log_dir),
-               str(nofile), json.dumps(overrides)]  # fmt: skip
+    command = [
+        sys.executable,
+        "-m",
+        "tests.broker_embedded.server._serve_child",
+        str(log_dir),
+        str(nofile),
+        json.dumps(overrides),
+    ]
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     with open(log, "wb") as err:
-        proc = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                stderr=err, cwd=ROOT, env=env)  # fmt: skip
+        proc = subprocess.Popen(
+            command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err, cwd=ROOT, env=env
+        )
     try:
         assert proc.stdout is not None
         with selectors.DefaultSelector() as sel:
@@ -296,8 +308,15 @@ def test_max_connections_defaults_below_the_descriptor_limit():
         "print(BrokerConfig().max_connections)"
     )
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
-                         cwd=ROOT, timeout=60, check=True)  # fmt: skip
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=ROOT,
+        timeout=60,
+        check=True,
+    )
     assert out.stdout.split() == ["768"]
 
 

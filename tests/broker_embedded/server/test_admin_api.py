@@ -63,13 +63,18 @@ def test_metadata_unknown_topic(tmp_path):
 def test_create_and_delete_topics(tmp_path):
     with served(tmp_path) as s:
         a = admin(s.bootstrap)
-        created = results(a.create_topics([
-            NewTopic("c1", 2, 1, config={"retention.ms": "1000"}),
-            NewTopic("c2"),  # -1: the broker's defaults
-            NewTopic("bad name!", 1, 1),
-            NewTopic("c3", 1, 2),
-            NewTopic("c4", 1, 1, config={"no.such.config": "1"}),
-        ], request_timeout=TIMEOUT_S))  # fmt: skip
+        created = results(
+            a.create_topics(
+                [
+                    NewTopic("c1", 2, 1, config={"retention.ms": "1000"}),
+                    NewTopic("c2"),  # -1: the broker's defaults
+                    NewTopic("bad name!", 1, 1),
+                    NewTopic("c3", 1, 2),
+                    NewTopic("c4", 1, 1, config={"no.such.config": "1"}),
+                ],
+                request_timeout=TIMEOUT_S,
+            )
+        )
         again = results(a.create_topics([NewTopic("c1", 2, 1)], request_timeout=TIMEOUT_S))
         checked = results(a.create_topics([NewTopic("v", 4, 1)], validate_only=True))
         assert s.broker.list_topics() == ["c1", "c2"]
@@ -78,8 +83,13 @@ def test_create_and_delete_topics(tmp_path):
         deleted = results(a.delete_topics(["c2", "nope"], request_timeout=TIMEOUT_S))
         remaining = s.broker.list_topics()
     E = confluent_kafka.KafkaError
-    assert created == {"c1": None, "c2": None, "bad name!": E.TOPIC_EXCEPTION,
-                       "c3": E.INVALID_REPLICATION_FACTOR, "c4": E.INVALID_CONFIG}  # fmt: skip
+    assert created == {
+        "c1": None,
+        "c2": None,
+        "bad name!": E.TOPIC_EXCEPTION,
+        "c3": E.INVALID_REPLICATION_FACTOR,
+        "c4": E.INVALID_CONFIG,
+    }
     assert again == {"c1": E.TOPIC_ALREADY_EXISTS}
     assert checked == {"v": None}
     assert deleted == {"c2": None, "nope": E.UNKNOWN_TOPIC_OR_PART}
@@ -95,8 +105,11 @@ def test_create_partitions(tmp_path):
         unknown = results(a.create_partitions([NewPartitions("q", 2)], request_timeout=TIMEOUT_S))
         count = len(s.broker.describe_topic("p").partitions)
     E = confluent_kafka.KafkaError
-    assert (grown, same, unknown) == ({"p": None}, {"p": E.INVALID_PARTITIONS},
-                                      {"q": E.UNKNOWN_TOPIC_OR_PART})  # fmt: skip
+    assert (grown, same, unknown) == (
+        {"p": None},
+        {"p": E.INVALID_PARTITIONS},
+        {"q": E.UNKNOWN_TOPIC_OR_PART},
+    )
     assert count == 5
 
 
@@ -128,8 +141,10 @@ def test_delete_records_and_list_offsets(tmp_path):
         consumer = confluent_kafka.Consumer({"bootstrap.servers": s.bootstrap, "group.id": "g"})
         try:
             marks = consumer.get_watermark_offsets(CTP("o", 0), timeout=TIMEOUT_S)
-            by_time = [consumer.offsets_for_times([CTP("o", 0, t)], timeout=TIMEOUT_S)[0].offset
-                       for t in (0, 2_000, 2_500, 5_000, 6_000)]  # fmt: skip
+            by_time = [
+                consumer.offsets_for_times([CTP("o", 0, t)], timeout=TIMEOUT_S)[0].offset
+                for t in (0, 2_000, 2_500, 5_000, 6_000)
+            ]
             a = admin(s.bootstrap)  # kept: a collected client cancels its futures
             deleted = a.delete_records([CTP("o", 0, 2)])
             low = results(deleted)[CTP("o", 0, 2)]

@@ -58,8 +58,9 @@ def test_a_request_that_waits_past_its_timeout_is_request_timed_out(tmp_path: Pa
             with broker.controller._lock:
                 big = first.create_topics([NewTopic("big", BIG, 1)], request_timeout=WAIT_S)
                 wait_until(lambda: queue.running(), "the first creation did not start")
-                late = second.create_topics([NewTopic("late", 1, 1)], operation_timeout=0.2,
-                                            request_timeout=WAIT_S)["late"]  # fmt: skip
+                late = second.create_topics(
+                    [NewTopic("late", 1, 1)], operation_timeout=0.2, request_timeout=WAIT_S
+                )["late"]
                 wait_until(lambda: queue.queued() == 1, "the second did not reach the queue")
                 queued = time.monotonic()
                 with RawClient(endpoint.port, timeout=5) as probe:  # the handlers are free
@@ -68,8 +69,10 @@ def test_a_request_that_waits_past_its_timeout_is_request_timed_out(tmp_path: Pa
             # a Metadata request auto-creating a topic registered, its logs being made: the
             # topic, its partitions made last LEADER_NOT_AVAILABLE; the connection stays
             with RawClient(endpoint.port, timeout=5) as client:
-                asked = MetadataRequest(topics=(MetadataRequestTopic(name=TopicName("big")),),
-                                        allow_auto_topic_creation=True)  # fmt: skip
+                asked = MetadataRequest(
+                    topics=(MetadataRequestTopic(name=TopicName("big")),),
+                    allow_auto_topic_creation=True,
+                )
                 frame = client.call(asked, 1)
                 (topic,) = decode_response(MetadataResponse, frame, False).topics
                 assert topic.error_code == ErrorCode.none
@@ -94,10 +97,18 @@ def wait_until(condition, failure: str) -> None:
 
 def create_topics_v4(name: str, partitions: int, timeout_ms: int = 60_000) -> object:
     return CreateTopicsRequest(
-        topics=(CreatableTopic(name=TopicName(name), num_partitions=i32(partitions),
-                               replication_factor=i16(1), assignments=(), configs=()),),
-        timeout=i32Timedelta.parse(timedelta(milliseconds=timeout_ms)), validate_only=False,
-    )  # fmt: skip
+        topics=(
+            CreatableTopic(
+                name=TopicName(name),
+                num_partitions=i32(partitions),
+                replication_factor=i16(1),
+                assignments=(),
+                configs=(),
+            ),
+        ),
+        timeout=i32Timedelta.parse(timedelta(milliseconds=timeout_ms)),
+        validate_only=False,
+    )
 
 
 def test_a_full_admin_queue_answers_request_timed_out_at_once(tmp_path: Path) -> None:
@@ -121,8 +132,10 @@ def test_a_full_admin_queue_answers_request_timed_out_at_once(tmp_path: Path) ->
             for i in range(MAX_QUEUED_REQUESTS):
                 clients.append(RawClient(port, timeout=WAIT_S))
                 clients[-1].send(request_frame(create_topics_v4(f"q{i}", 1), i + 1))
-            wait_until(lambda: queue.queued() == MAX_QUEUED_REQUESTS,
-                       "the requests did not reach the queue")  # fmt: skip
+            wait_until(
+                lambda: queue.queued() == MAX_QUEUED_REQUESTS,
+                "the requests did not reach the queue",
+            )
             with RawClient(port, timeout=5) as refused:
                 started = time.monotonic()
                 frame = refused.call(create_topics_v4("one-too-many", 1), 999)

@@ -26,13 +26,18 @@ from tests.broker_embedded.server._net import RawClient
 from tests.broker_embedded.server._serve import decode_response, served
 from tests.broker_embedded.server.test_admin_api import TIMEOUT_S, admin
 
-SET, DELETE, APPEND, SUBTRACT = (AlterConfigOpType.SET, AlterConfigOpType.DELETE,
-                                 AlterConfigOpType.APPEND, AlterConfigOpType.SUBTRACT)  # fmt: skip
+SET, DELETE, APPEND, SUBTRACT = (
+    AlterConfigOpType.SET,
+    AlterConfigOpType.DELETE,
+    AlterConfigOpType.APPEND,
+    AlterConfigOpType.SUBTRACT,
+)
 INVALID_CONFIG, INVALID_REQUEST = 40, 42
 
 
-def incremental(bootstrap: str, topic: str, *ops: tuple[str, str | None, object],
-                validate_only: bool = False) -> str:  # fmt: skip
+def incremental(
+    bootstrap: str, topic: str, *ops: tuple[str, str | None, object], validate_only: bool = False
+) -> str:
     """confluent-kafka's incremental_alter_configs of one topic: "ok" or the broker's error."""
     entries = [ConfigEntry(n, v, incremental_operation=op) for n, v, op in ops]
     resource = ConfigResource(ResourceType.TOPIC, topic, incremental_configs=entries)
@@ -51,40 +56,77 @@ def overrides_on_disk(s) -> dict[str, str]:
 
 # (config, value, Kafka 3.9's answer): asked of the real broker with the same calls
 KAFKA_ANSWERS = [
-    ("retention.ms", "abc",
-     "Invalid value abc for configuration retention.ms: Not a number of type LONG"),
-    ("retention.ms", "-5", "Invalid value -5 for configuration retention.ms: Value must be at "
-                           "least -1"),
-    ("segment.bytes", "99999999999999999999", "Invalid value 99999999999999999999 for "
-                                              "configuration segment.bytes: Not a number of "
-                                              "type INT"),
-    ("max.message.bytes", "1.5", "Invalid value 1.5 for configuration max.message.bytes: Not a "
-                                 "number of type INT"),
-    ("min.cleanable.dirty.ratio", "-5", "Invalid value -5.0 for configuration "
-                                        "min.cleanable.dirty.ratio: Value must be at least 0"),
-    ("min.cleanable.dirty.ratio", "99999999999999999999",
-     "Invalid value 1.0E20 for configuration min.cleanable.dirty.ratio: Value must be no more "
-     "than 1"),
-    ("cleanup.policy", "bogus", "Invalid value bogus for configuration cleanup.policy: String "
-                                "must be one of: compact, delete"),
-    ("compression.type", "x", "Invalid value x for configuration compression.type: String must "
-                              "be one of: uncompressed, zstd, lz4, snappy, gzip, producer"),
-    ("message.timestamp.type", "", "Invalid value  for configuration message.timestamp.type: "
-                                   "String must be one of: CreateTime, LogAppendTime"),
-    ("unclean.leader.election.enable", "1", "Invalid value 1 for configuration "
-                                            "unclean.leader.election.enable: Expected value to "
-                                            "be either true or false"),
+    (
+        "retention.ms",
+        "abc",
+        "Invalid value abc for configuration retention.ms: Not a number of type LONG",
+    ),
+    (
+        "retention.ms",
+        "-5",
+        "Invalid value -5 for configuration retention.ms: Value must be at least -1",
+    ),
+    (
+        "segment.bytes",
+        "99999999999999999999",
+        "Invalid value 99999999999999999999 for "
+        "configuration segment.bytes: Not a number of "
+        "type INT",
+    ),
+    (
+        "max.message.bytes",
+        "1.5",
+        "Invalid value 1.5 for configuration max.message.bytes: Not a number of type INT",
+    ),
+    (
+        "min.cleanable.dirty.ratio",
+        "-5",
+        "Invalid value -5.0 for configuration min.cleanable.dirty.ratio: Value must be at least 0",
+    ),
+    (
+        "min.cleanable.dirty.ratio",
+        "99999999999999999999",
+        "Invalid value 1.0E20 for configuration min.cleanable.dirty.ratio: Value must be no more "
+        "than 1",
+    ),
+    (
+        "cleanup.policy",
+        "bogus",
+        "Invalid value bogus for configuration cleanup.policy: String "
+        "must be one of: compact, delete",
+    ),
+    (
+        "compression.type",
+        "x",
+        "Invalid value x for configuration compression.type: String must "
+        "be one of: uncompressed, zstd, lz4, snappy, gzip, producer",
+    ),
+    (
+        "message.timestamp.type",
+        "",
+        "Invalid value  for configuration message.timestamp.type: "
+        "String must be one of: CreateTime, LogAppendTime",
+    ),
+    (
+        "unclean.leader.election.enable",
+        "1",
+        "Invalid value 1 for configuration "
+        "unclean.leader.election.enable: Expected value to "
+        "be either true or false",
+    ),
     ("foo.bar", "1", "Unknown topic config name: foo.bar"),
     ("retention.bytes", "-5", "ok"),
     ("cleanup.policy", "", "ok"),
-]  # fmt: skip
+]
 
 
 def test_errors_are_kafkas_and_validate_only_changes_nothing(tmp_path):
     with served(tmp_path) as s:
         s.broker.create_topic("t", config={"retention.ms": "5000"})
-        got = [(n, v, incremental(s.bootstrap, "t", (n, v, SET), validate_only=True))
-               for n, v, _ in KAFKA_ANSWERS]  # fmt: skip
+        got = [
+            (n, v, incremental(s.bootstrap, "t", (n, v, SET), validate_only=True))
+            for n, v, _ in KAFKA_ANSWERS
+        ]
         assert got == KAFKA_ANSWERS
         assert incremental(s.bootstrap, "t", ("retention.ms", "5", APPEND)) == (
             "Can't APPEND to key retention.ms because its type is not LIST."
@@ -96,8 +138,9 @@ def test_errors_are_kafkas_and_validate_only_changes_nothing(tmp_path):
             "Topic config segment.jitter.ms is not supported by kafkalog"
         )
         # a bad value among good ones: nothing of the resource changes
-        assert incremental(s.bootstrap, "t", ("retention.ms", "7", SET),
-                           ("flush.ms", "x", SET)).startswith("Invalid value x")  # fmt: skip
+        assert incremental(
+            s.bootstrap, "t", ("retention.ms", "7", SET), ("flush.ms", "x", SET)
+        ).startswith("Invalid value x")
         assert s.broker.describe_topic("t").config == {"retention.ms": "5000"}
         assert overrides_on_disk(s) == {"retention.ms": "5000"}
 
@@ -105,8 +148,12 @@ def test_errors_are_kafkas_and_validate_only_changes_nothing(tmp_path):
 def test_incremental_operations_persist_and_survive_a_restart(tmp_path):
     with served(tmp_path) as s:
         s.broker.create_topic("t", config={"retention.ms": "5000", "flush.ms": "10"})
-        ops = [("retention.ms", "60000", SET), ("flush.ms", None, DELETE),
-               ("no.such", None, DELETE), ("cleanup.policy", "compact", APPEND)]  # fmt: skip
+        ops = [
+            ("retention.ms", "60000", SET),
+            ("flush.ms", None, DELETE),
+            ("no.such", None, DELETE),
+            ("cleanup.policy", "compact", APPEND),
+        ]
         assert incremental(s.bootstrap, "t", *ops) == "ok"
         want = {"retention.ms": "60000", "cleanup.policy": "delete,compact"}
         assert dict(s.broker.describe_topic("t").config) == want
@@ -123,21 +170,30 @@ def test_incremental_operations_persist_and_survive_a_restart(tmp_path):
 def test_alter_configs_replaces_every_override_and_checks_its_shape(tmp_path):
     with served(tmp_path) as s:
         s.broker.create_topic("t", config={"retention.ms": "5000", "flush.ms": "10"})
-        resource = req2.AlterConfigsResource(resource_type=i8(2), resource_name="t", configs=(
-            req2.AlterableConfig(name="segment.ms", value="3600000"),))  # fmt: skip
-        twice = req2.AlterConfigsResource(resource_type=i8(2), resource_name="t", configs=(
-            req2.AlterableConfig(name="segment.ms", value="1"),
-            req2.AlterableConfig(name="segment.ms", value="2")))  # fmt: skip
-        broker = req2.AlterConfigsResource(resource_type=i8(4), resource_name="0", configs=(
-            req2.AlterableConfig(name="num.io.threads", value="4"),))  # fmt: skip
+        resource = req2.AlterConfigsResource(
+            resource_type=i8(2),
+            resource_name="t",
+            configs=(req2.AlterableConfig(name="segment.ms", value="3600000"),),
+        )
+        twice = req2.AlterConfigsResource(
+            resource_type=i8(2),
+            resource_name="t",
+            configs=(
+                req2.AlterableConfig(name="segment.ms", value="1"),
+                req2.AlterableConfig(name="segment.ms", value="2"),
+            ),
+        )
+        broker = req2.AlterConfigsResource(
+            resource_type=i8(4),
+            resource_name="0",
+            configs=(req2.AlterableConfig(name="num.io.threads", value="4"),),
+        )
         with RawClient(s.server) as c:
 
             def call(*resources, validate_only=False):
-                message = req2.AlterConfigsRequest(resources=resources,
-                                                   validate_only=validate_only)  # fmt: skip
+                message = req2.AlterConfigsRequest(resources=resources, validate_only=validate_only)
                 answer = decode_response(resp2.AlterConfigsResponse, c.call(message), True)
-                return [(r.resource_name, r.error_code, r.error_message)
-                        for r in answer.responses]  # fmt: skip
+                return [(r.resource_name, r.error_code, r.error_message) for r in answer.responses]
 
             assert call(resource) == [("t", 0, None)]
             assert dict(s.broker.describe_topic("t").config) == {"segment.ms": "3600000"}
@@ -146,13 +202,29 @@ def test_alter_configs_replaces_every_override_and_checks_its_shape(tmp_path):
                 call(resource, resource)
                 == [("t", INVALID_REQUEST, "Each resource must appear at most once.")] * 2
             )
-            assert call(broker) == [("0", INVALID_REQUEST, "kafkalog's broker configs are "
-                                     "static (its config file): cannot update num.io.threads "
-                                     "dynamically")]  # fmt: skip
-            null = ireq1.IncrementalAlterConfigsRequest(validate_only=False, resources=(
-                ireq1.AlterConfigsResource(resource_type=i8(2), resource_name="t", configs=(
-                    ireq1.AlterableConfig(name="retention.ms", config_operation=i8(0),
-                                          value=None),)),))  # fmt: skip
+            assert call(broker) == [
+                (
+                    "0",
+                    INVALID_REQUEST,
+                    "kafkalog's broker configs are "
+                    "static (its config file): cannot update num.io.threads "
+                    "dynamically",
+                )
+            ]
+            null = ireq1.IncrementalAlterConfigsRequest(
+                validate_only=False,
+                resources=(
+                    ireq1.AlterConfigsResource(
+                        resource_type=i8(2),
+                        resource_name="t",
+                        configs=(
+                            ireq1.AlterableConfig(
+                                name="retention.ms", config_operation=i8(0), value=None
+                            ),
+                        ),
+                    ),
+                ),
+            )
             answer = decode_response(iresp1.IncrementalAlterConfigsResponse, c.call(null), True)
             assert [(r.error_code, r.error_message) for r in answer.responses] == [
                 (INVALID_REQUEST, "Null value not supported for : retention.ms")
@@ -168,8 +240,15 @@ def test_new_configs_take_effect_on_the_open_logs(tmp_path):
         log = s.broker.log_manager.get_log(TopicPartition("t", 0))
         assert log is not None and s.broker.log_manager.cleanup_logs() == 0
         big = [ProducerRecord(b"x" * 600, b"k")]
-        assert incremental(s.bootstrap, "t", ("max.message.bytes", "500", SET),
-                           ("retention.ms", "3600000", SET)) == "ok"  # fmt: skip
+        assert (
+            incremental(
+                s.bootstrap,
+                "t",
+                ("max.message.bytes", "500", SET),
+                ("retention.ms", "3600000", SET),
+            )
+            == "ok"
+        )
         with pytest.raises(RecordTooLargeError, match="exceeds max.message.bytes 500"):
             s.broker.produce("t", 0, big)
         assert s.broker.log_manager.cleanup_logs() > 0  # older than the hour now

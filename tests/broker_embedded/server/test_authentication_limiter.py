@@ -41,9 +41,12 @@ FAILED = ErrorCode.sasl_authentication_failed
 
 @contextlib.contextmanager
 def served(tmp_path: Path, **limits: int) -> Iterator[BrokerServer]:
-    values = {"connection_failed_authentication_delay_ms": BASE_MS,
-              "authentication_failure_max_delay_ms": MAX_MS,
-              "authentication_failure_limit_per_host": 1000, **limits}  # fmt: skip
+    values = {
+        "connection_failed_authentication_delay_ms": BASE_MS,
+        "authentication_failure_max_delay_ms": MAX_MS,
+        "authentication_failure_limit_per_host": 1000,
+        **limits,
+    }
     with secured(tmp_path, SecurityConfig(**values), SASL) as server:
         add_user(tmp_path, "bob", "bob-pw")
         yield server
@@ -63,16 +66,20 @@ def timed(server: BrokerServer, user: str, password: str) -> tuple[ErrorCode, st
 
 def test_the_delay_doubles_then_the_principal_is_locked_out(tmp_path, caplog):
     caplog.set_level(logging.WARNING, limiter_module.__name__)
-    with served(tmp_path, authentication_failure_limit_per_principal=4,
-                authentication_lockout_ms=60_000) as server:  # fmt: skip
+    with served(
+        tmp_path, authentication_failure_limit_per_principal=4, authentication_lockout_ms=60_000
+    ) as server:
         answers = [timed(server, USER, "guess") for _ in range(4)]
         assert [code for code, _, _ in answers] == [FAILED] * 4
         for (_, _, seconds), delay_ms in zip(answers, (100, 200, 400, 800), strict=True):
             assert delay_ms / 1000 <= seconds < delay_ms / 1000 + 5  # a loaded machine is slow
         code, message, seconds = timed(server, USER, PASSWORD)  # the right password
         assert code == FAILED
-        assert re.fullmatch(r"Authentication failed: too many failed authentications for user "
-                            r"'alice' \(locked for (59|60) more seconds\)", message)  # fmt: skip
+        assert re.fullmatch(
+            r"Authentication failed: too many failed authentications for user "
+            r"'alice' \(locked for (59|60) more seconds\)",
+            message,
+        )
         assert seconds >= MAX_MS / 1000
         assert timed(server, "bob", "bob-pw")[0] == ErrorCode.none  # another principal
     locks = [r.getMessage() for r in caplog.records if r.name == limiter_module.__name__]
@@ -85,9 +92,12 @@ def test_the_delay_doubles_then_the_principal_is_locked_out(tmp_path, caplog):
 def test_a_right_password_waits_like_a_wrong_one_while_its_principal_is_guessed(tmp_path):
     # a base delay of 1 s: "at once" (under 1 s, what even one failure waits) holds on a busy
     # machine, where a whole SCRAM exchange took up to 0.2 s
-    with served(tmp_path, authentication_failure_limit_per_principal=10,
-                connection_failed_authentication_delay_ms=1000,
-                authentication_failure_max_delay_ms=8000) as server:  # fmt: skip
+    with served(
+        tmp_path,
+        authentication_failure_limit_per_principal=10,
+        connection_failed_authentication_delay_ms=1000,
+        authentication_failure_max_delay_ms=8000,
+    ) as server:
         assert timed(server, "bob", "bob-pw")[2] < 1.0  # nobody guessing: at once
         assert timed(server, USER, "guess")[0] == FAILED
         code, _, seconds = timed(server, USER, PASSWORD)
@@ -97,15 +107,20 @@ def test_a_right_password_waits_like_a_wrong_one_while_its_principal_is_guessed(
 
 
 def test_an_address_is_locked_out_after_guesses_of_many_principals(tmp_path):
-    with served(tmp_path, authentication_failure_limit_per_host=3,
-                authentication_failure_limit_per_principal=0) as server:  # fmt: skip
+    with served(
+        tmp_path,
+        authentication_failure_limit_per_host=3,
+        authentication_failure_limit_per_principal=0,
+    ) as server:
         for user in ("u1", "u2", "u3"):
             assert timed(server, user, "guess")[0] == FAILED
         code, message, _ = timed(server, "bob", "bob-pw")
         assert code == FAILED
         assert re.fullmatch(
             r"Authentication failed: too many failed authentications for address '127.0.0.1' "
-            r"\(locked for (299|300) more seconds\)", message)  # fmt: skip
+            r"\(locked for (299|300) more seconds\)",
+            message,
+        )
 
 
 def test_confluent_kafka_is_refused_while_locked_out(tmp_path):
@@ -116,12 +131,16 @@ def test_confluent_kafka_is_refused_while_locked_out(tmp_path):
         for _ in range(2):
             assert timed(server, USER, "guess")[0] == FAILED
         errors: list[str] = []
-        admin = AdminClient({
-            "bootstrap.servers": f"127.0.0.1:{port(server, 'SASL_PLAINTEXT')}",
-            "security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "SCRAM-SHA-256",
-            "sasl.username": USER, "sasl.password": PASSWORD,
-            "error_cb": lambda e: errors.append(e.str()),
-        })  # fmt: skip
+        admin = AdminClient(
+            {
+                "bootstrap.servers": f"127.0.0.1:{port(server, 'SASL_PLAINTEXT')}",
+                "security.protocol": "SASL_PLAINTEXT",
+                "sasl.mechanism": "SCRAM-SHA-256",
+                "sasl.username": USER,
+                "sasl.password": PASSWORD,
+                "error_cb": lambda e: errors.append(e.str()),
+            }
+        )
         with pytest.raises(KafkaException):
             admin.list_topics(timeout=10)
         deadline = time.monotonic() + 30
@@ -137,22 +156,29 @@ def test_confluent_kafka_is_refused_while_locked_out(tmp_path):
 def test_the_counts_are_metrics(tmp_path):
     broker = Broker(tmp_path, create=True, config=config())
     add_user(tmp_path)
-    sec = SecurityConfig(connection_failed_authentication_delay_ms=10,
-                         authentication_failure_limit_per_principal=2)  # fmt: skip
+    sec = SecurityConfig(
+        connection_failed_authentication_delay_ms=10, authentication_failure_limit_per_principal=2
+    )
     server = broker_server(broker, SASL, security=sec).start()
     try:
         codes = [timed(server, USER, "guess")[0] for _ in range(3)]  # the third: refused
         collector = KafkaCollector(lambda: server, lambda: broker)
-        samples = {s.name: s.value for m in collector.collect() for s in m.samples
-                   if s.name.startswith("kafkalog_authentication")}  # fmt: skip
+        samples = {
+            s.name: s.value
+            for m in collector.collect()
+            for s in m.samples
+            if s.name.startswith("kafkalog_authentication")
+        }
     finally:
         server.shutdown(5.0)
         broker.close()
     assert codes == [FAILED] * 3
     assert samples == {
-        "kafkalog_authentication_failures_total": 2, "kafkalog_authentication_refusals_total": 1,
-        "kafkalog_authentication_lockouts_total": 1, "kafkalog_authentication_locked": 1,
-    }  # fmt: skip
+        "kafkalog_authentication_failures_total": 2,
+        "kafkalog_authentication_refusals_total": 1,
+        "kafkalog_authentication_lockouts_total": 1,
+        "kafkalog_authentication_locked": 1,
+    }
 
 
 # -- the limiter's bookkeeping, on its own clock ------------------------------------------------

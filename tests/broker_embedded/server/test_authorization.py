@@ -114,12 +114,16 @@ def login(server: BrokerServer, user: str) -> Wire:
 
 
 def allow(
-    principal: str, op: AclOperation, name: str, rtype: ResourceType = T.TOPIC,
+    principal: str,
+    op: AclOperation,
+    name: str,
+    rtype: ResourceType = T.TOPIC,
     pattern: PatternType = PatternType.LITERAL,
     permission: AclPermissionType = AclPermissionType.ALLOW,
-) -> AclBinding:  # fmt: skip
-    return AclBinding(ResourcePattern(rtype, name, pattern),
-                      AccessControlEntry(principal, "*", op, permission))  # fmt: skip
+) -> AclBinding:
+    return AclBinding(
+        ResourcePattern(rtype, name, pattern), AccessControlEntry(principal, "*", op, permission)
+    )
 
 
 def create_topic(server: BrokerServer, topic: str) -> None:
@@ -150,19 +154,35 @@ def batch(value: bytes) -> bytes:
 def test_confluent_admin_creates_describes_and_deletes_acls(server):
     admin = AdminClient(admin_options(server, "admin"))
     bindings = [
-        CkBinding(CkType.TOPIC, "ck-", ResourcePatternType.PREFIXED, "User:alice", "*",
-                  CkOp.READ, CkPerm.ALLOW),
-        CkBinding(CkType.GROUP, "ck-group", ResourcePatternType.LITERAL, "User:alice", "*",
-                  CkOp.READ, CkPerm.ALLOW),
-    ]  # fmt: skip
+        CkBinding(
+            CkType.TOPIC,
+            "ck-",
+            ResourcePatternType.PREFIXED,
+            "User:alice",
+            "*",
+            CkOp.READ,
+            CkPerm.ALLOW,
+        ),
+        CkBinding(
+            CkType.GROUP,
+            "ck-group",
+            ResourcePatternType.LITERAL,
+            "User:alice",
+            "*",
+            CkOp.READ,
+            CkPerm.ALLOW,
+        ),
+    ]
     for future in admin.create_acls(bindings).values():
         assert future.result(TIMEOUT_S) is None
-    match = CkFilter(CkType.TOPIC, "ck-orders", ResourcePatternType.MATCH, None, None,
-                             CkOp.ANY, CkPerm.ANY)  # fmt: skip
+    match = CkFilter(
+        CkType.TOPIC, "ck-orders", ResourcePatternType.MATCH, None, None, CkOp.ANY, CkPerm.ANY
+    )
     described = admin.describe_acls(match).result(TIMEOUT_S)
     assert described == [bindings[0]]
-    everything = CkFilter(CkType.ANY, None, ResourcePatternType.ANY, "User:alice", None,
-                                  CkOp.ANY, CkPerm.ANY)  # fmt: skip
+    everything = CkFilter(
+        CkType.ANY, None, ResourcePatternType.ANY, "User:alice", None, CkOp.ANY, CkPerm.ANY
+    )
     assert sorted(admin.describe_acls(everything).result(TIMEOUT_S)) == sorted(bindings)
     deleted = admin.delete_acls([everything])[everything].result(TIMEOUT_S)
     assert sorted(deleted) == sorted(bindings)
@@ -171,19 +191,24 @@ def test_confluent_admin_creates_describes_and_deletes_acls(server):
 
 def test_acl_apis_need_alter_or_describe_on_the_cluster(server, acls):
     admin = AdminClient(admin_options(server, "bob"))
-    binding = CkBinding(CkType.TOPIC, "x", ResourcePatternType.LITERAL, "User:bob", "*",
-                        CkOp.READ, CkPerm.ALLOW)  # fmt: skip
+    binding = CkBinding(
+        CkType.TOPIC, "x", ResourcePatternType.LITERAL, "User:bob", "*", CkOp.READ, CkPerm.ALLOW
+    )
     with pytest.raises(KafkaException, match="CLUSTER_AUTHORIZATION_FAILED"):
         admin.create_acls([binding])[binding].result(TIMEOUT_S)
-    every = CkFilter(CkType.ANY, None, ResourcePatternType.ANY, None, None, CkOp.ANY,
-                             CkPerm.ANY)  # fmt: skip
+    every = CkFilter(CkType.ANY, None, ResourcePatternType.ANY, None, None, CkOp.ANY, CkPerm.ANY)
     with pytest.raises(KafkaException, match="CLUSTER_AUTHORIZATION_FAILED"):
         admin.delete_acls([every])[every].result(TIMEOUT_S)
     # librdkafka answers a DescribeAcls refused at the top level with an empty list: raw frames
-    raw = DescribeAclsRequest(resource_type_filter=i8(T.ANY), resource_name_filter=None,
-                              pattern_type_filter=i8(PatternType.ANY), principal_filter=None,
-                              host_filter=None, operation=i8(Op.ANY),
-                              permission_type=i8(AclPermissionType.ANY))  # fmt: skip
+    raw = DescribeAclsRequest(
+        resource_type_filter=i8(T.ANY),
+        resource_name_filter=None,
+        pattern_type_filter=i8(PatternType.ANY),
+        principal_filter=None,
+        host_filter=None,
+        operation=i8(Op.ANY),
+        permission_type=i8(AclPermissionType.ANY),
+    )
     answer = login(server, "bob").call(raw, DescribeAclsResponse)
     assert (answer.error_code, answer.resources) == (ErrorCode.cluster_authorization_failed, ())
     assert acls.acls() == ()
@@ -194,27 +219,52 @@ def test_acl_apis_need_alter_or_describe_on_the_cluster(server, acls):
 
 def produce(wire: Wire, topic: str, value: bytes) -> int:
     request = ProduceRequest(
-        transactional_id=None, acks=i8(-1), timeout=timedelta(seconds=5),
-        topic_data=(TopicProduceData(name=topic, partition_data=(
-            PartitionProduceData(index=i32(0), records=batch(value)),)),),
-    )  # fmt: skip
+        transactional_id=None,
+        acks=i8(-1),
+        timeout=timedelta(seconds=5),
+        topic_data=(
+            TopicProduceData(
+                name=topic,
+                partition_data=(PartitionProduceData(index=i32(0), records=batch(value)),),
+            ),
+        ),
+    )
     response = wire.call(request, ProduceResponse)
     return response.responses[0].partition_responses[0].error_code
 
 
 def fetch(wire: Wire, topics: list[str]) -> dict[str, tuple[ErrorCode, bytes | None]]:
     request = FetchRequest(
-        replica_id=i32(-1), max_wait=timedelta(0), min_bytes=i32(0), max_bytes=i32(1 << 20),
-        isolation_level=i8(0), session_id=i32(0), session_epoch=i32(-1), rack_id="",
+        replica_id=i32(-1),
+        max_wait=timedelta(0),
+        min_bytes=i32(0),
+        max_bytes=i32(1 << 20),
+        isolation_level=i8(0),
+        session_id=i32(0),
+        session_epoch=i32(-1),
+        rack_id="",
         forgotten_topics_data=(),
-        topics=tuple(FetchTopic(topic=t, partitions=(FetchPartition(
-            partition=i32(0), current_leader_epoch=i32(-1), fetch_offset=i64(0),
-            last_fetched_epoch=i32(-1), log_start_offset=i64(-1), partition_max_bytes=i32(1 << 20)
-        ),)) for t in topics),
-    )  # fmt: skip
+        topics=tuple(
+            FetchTopic(
+                topic=t,
+                partitions=(
+                    FetchPartition(
+                        partition=i32(0),
+                        current_leader_epoch=i32(-1),
+                        fetch_offset=i64(0),
+                        last_fetched_epoch=i32(-1),
+                        log_start_offset=i64(-1),
+                        partition_max_bytes=i32(1 << 20),
+                    ),
+                ),
+            )
+            for t in topics
+        ),
+    )
     response = wire.call(request, FetchResponse)
-    return {t.topic: (t.partitions[0].error_code, t.partitions[0].records)
-            for t in response.responses}  # fmt: skip
+    return {
+        t.topic: (t.partitions[0].error_code, t.partitions[0].records) for t in response.responses
+    }
 
 
 def test_produce_and_fetch_check_write_and_read(server, acls):
@@ -237,15 +287,19 @@ def test_metadata_lists_only_describable_topics(server, acls):
     create_topic(server, other)
     acls.add([allow("User:alice", Op.READ, mine)])  # Read implies Describe
     alice = login(server, "alice")
-    every = MetadataRequest(topics=None, allow_auto_topic_creation=False,
-                            include_topic_authorized_operations=False)  # fmt: skip
+    every = MetadataRequest(
+        topics=None, allow_auto_topic_creation=False, include_topic_authorized_operations=False
+    )
     names = {t.name for t in alice.call(every, MetadataResponse).topics}
     assert mine in names and other not in names
     asked = MetadataRequest(
-        topics=(MetadataRequestTopic(topic_id=None, name=other),
-                MetadataRequestTopic(topic_id=None, name="md-missing")),
-        allow_auto_topic_creation=True, include_topic_authorized_operations=False,
-    )  # fmt: skip
+        topics=(
+            MetadataRequestTopic(topic_id=None, name=other),
+            MetadataRequestTopic(topic_id=None, name="md-missing"),
+        ),
+        allow_auto_topic_creation=True,
+        include_topic_authorized_operations=False,
+    )
     codes = [t.error_code for t in alice.call(asked, MetadataResponse).topics]
     assert codes == [ErrorCode.topic_authorization_failed] * 2
 
@@ -253,10 +307,12 @@ def test_metadata_lists_only_describable_topics(server, acls):
 def test_deny_beats_allow_and_prefixes_match(server, acls):
     topic = "dn-" + uuid.uuid4().hex[:6]
     create_topic(server, topic)
-    acls.add([
-        allow("User:*", Op.WRITE, "dn-", pattern=PatternType.PREFIXED),
-        allow("User:bob", Op.WRITE, topic, permission=AclPermissionType.DENY),
-    ])  # fmt: skip
+    acls.add(
+        [
+            allow("User:*", Op.WRITE, "dn-", pattern=PatternType.PREFIXED),
+            allow("User:bob", Op.WRITE, topic, permission=AclPermissionType.DENY),
+        ]
+    )
     assert produce(login(server, "alice"), topic, b"a") == ErrorCode.none
     assert produce(login(server, "bob"), topic, b"b") == ErrorCode.topic_authorization_failed
 
@@ -291,10 +347,12 @@ def test_kafka_python_over_sasl_ssl_with_acls(server, acls, pki):
     acls.add([allow("User:alice", Op.WRITE, topic), allow("User:alice", Op.READ, topic)])
     options = {
         "bootstrap_servers": f"127.0.0.1:{port(server, 'SASL_SSL')}",
-        "security_protocol": "SASL_SSL", "ssl_cafile": str(pki.ca),
-        "sasl_mechanism": "SCRAM-SHA-512", "sasl_plain_username": "alice",
+        "security_protocol": "SASL_SSL",
+        "ssl_cafile": str(pki.ca),
+        "sasl_mechanism": "SCRAM-SHA-512",
+        "sasl_plain_username": "alice",
         "sasl_plain_password": USERS["alice"],
-    }  # fmt: skip
+    }
     producer = KafkaProducer(**options)
     for i in range(10):
         producer.send(topic, b"v%d" % i).get(TIMEOUT_S)
@@ -332,8 +390,18 @@ def _acls_round(target: list[str], capsys) -> None:
     from spark_kafkalog import cli
 
     resource = ["--topic", "cli-", "--resource-pattern-type", "prefixed"]
-    add = ["acls", "add", *target, *resource, "--operation", "Read",
-           "--allow-principal", "User:alice", "--allow-principal", "User:bob"]  # fmt: skip
+    add = [
+        "acls",
+        "add",
+        *target,
+        *resource,
+        "--operation",
+        "Read",
+        "--allow-principal",
+        "User:alice",
+        "--allow-principal",
+        "User:bob",
+    ]
     assert cli.main(add) == 0
     assert capsys.readouterr().out == ADDED
     assert cli.main(["acls", "list", *target, *resource]) == 0
@@ -362,8 +430,9 @@ def test_acls_command_over_the_wire(server, acls, tmp_path, capsys):
     props.write_text(props.read_text().replace("admin", "bob"))
     from spark_kafkalog import cli
 
-    code = cli.main(["acls", "list", "--bootstrap-server", bootstrap, "--command-config",
-                     str(props)])  # fmt: skip
+    code = cli.main(
+        ["acls", "list", "--bootstrap-server", bootstrap, "--command-config", str(props)]
+    )
     assert code == 1
     assert capsys.readouterr().err == (
         "kafkalog acls: DescribeAcls failed: CLUSTER_AUTHORIZATION_FAILED: Cluster authorization "
@@ -394,8 +463,10 @@ def test_a_broken_acl_file_stops_the_server_start_naming_it(pki, tmp_path, case)
     content, message = BROKEN[case]
     _break(tmp_path / "acls.json", content)
     with Broker(tmp_path, create=True, config=config()) as broker:
-        with pytest.raises(SecurityFileError, match=re.escape(f"{tmp_path / 'acls.json'}")
-                           + ".*" + re.escape(message)):  # fmt: skip
+        with pytest.raises(
+            SecurityFileError,
+            match=re.escape(f"{tmp_path / 'acls.json'}") + ".*" + re.escape(message),
+        ):
             broker_server(broker, LISTENERS, security=secured(pki))
 
 
@@ -406,12 +477,22 @@ def test_kafkalog_serve_refuses_a_broken_acl_file_in_one_line(tmp_path, capsys):
     (tmp_path / "logs" / "acls.json").write_text("[1, 2")
     conf = tmp_path / "broker.toml"
     conf.write_text(f'[security]\n"authorizer.class.name" = "{AUTHORIZER}"\n')
-    code = cli.main(["serve", "--log-dir", str(tmp_path / "logs"), "--listeners",
-                     "PLAINTEXT://127.0.0.1:0", "--broker-config", str(conf)])  # fmt: skip
+    code = cli.main(
+        [
+            "serve",
+            "--log-dir",
+            str(tmp_path / "logs"),
+            "--listeners",
+            "PLAINTEXT://127.0.0.1:0",
+            "--broker-config",
+            str(conf),
+        ]
+    )
     err = capsys.readouterr().err
     assert code == 1
-    assert err.startswith(f"kafkalog serve: {tmp_path / 'logs' / 'acls.json'} is not a valid "
-                          "ACL file (not JSON: ")  # fmt: skip
+    assert err.startswith(
+        f"kafkalog serve: {tmp_path / 'logs' / 'acls.json'} is not a valid ACL file (not JSON: "
+    )
     assert len(err.splitlines()) == 1
     assert sorted(p.name for p in (tmp_path / "logs").iterdir()) == ["acls.json"]  # not opened
 

@@ -96,11 +96,31 @@ from tests.broker_embedded.server.test_security import Wire
 E, Op, T = ErrorCode, AclOperation, ResourceType
 FIVE = timedelta(seconds=5)
 TOPIC, DELETED, GROUP, OTHER_GROUP, TXN = "mx", "mx-del", "mxg", "zz-group", "mx-txn"
-TOPIC_OPS = sum(1 << op for op in (Op.READ, Op.WRITE, Op.CREATE, Op.DELETE, Op.ALTER, Op.DESCRIBE,
-                                   Op.DESCRIBE_CONFIGS, Op.ALTER_CONFIGS))  # fmt: skip
-CLUSTER_OPS = sum(1 << op for op in (Op.CREATE, Op.CLUSTER_ACTION, Op.DESCRIBE_CONFIGS,
-                                     Op.ALTER_CONFIGS, Op.IDEMPOTENT_WRITE, Op.ALTER,
-                                     Op.DESCRIBE))  # fmt: skip
+TOPIC_OPS = sum(
+    1 << op
+    for op in (
+        Op.READ,
+        Op.WRITE,
+        Op.CREATE,
+        Op.DELETE,
+        Op.ALTER,
+        Op.DESCRIBE,
+        Op.DESCRIBE_CONFIGS,
+        Op.ALTER_CONFIGS,
+    )
+)
+CLUSTER_OPS = sum(
+    1 << op
+    for op in (
+        Op.CREATE,
+        Op.CLUSTER_ACTION,
+        Op.DESCRIBE_CONFIGS,
+        Op.ALTER_CONFIGS,
+        Op.IDEMPOTENT_WRITE,
+        Op.ALTER,
+        Op.DESCRIBE,
+    )
+)
 
 
 def call(wire: Wire, request: Any) -> Any:
@@ -118,18 +138,20 @@ def call(wire: Wire, request: Any) -> Any:
 def server_fixture(pki: Pki, log_dir: Path) -> Iterator[BrokerServer]:
     with authorized(log_dir, secured(pki)) as s:
         _populate(s)
-        Acls(log_dir, refresh_ms=0).add([
-            allow("User:alice", Op.ALL, TOPIC),
-            allow("User:alice", Op.ALL, "mx-", pattern=PatternType.PREFIXED),
-            allow("User:alice", Op.ALL, GROUP, T.GROUP, PatternType.PREFIXED),
-            allow("User:alice", Op.ALL, "kafka-cluster", T.CLUSTER),
-            allow("User:alice", Op.ALL, TXN, T.TRANSACTIONAL_ID),
-            allow("User:carol", Op.DESCRIBE, GROUP, T.GROUP),
-            allow("User:carol", Op.DELETE, GROUP, T.GROUP),
-            allow("User:carol", Op.DESCRIBE, TOPIC),
-            allow("User:carol", Op.DESCRIBE_CONFIGS, TOPIC),
-            allow("User:carol", Op.DESCRIBE, TXN, T.TRANSACTIONAL_ID),
-        ])  # fmt: skip
+        Acls(log_dir, refresh_ms=0).add(
+            [
+                allow("User:alice", Op.ALL, TOPIC),
+                allow("User:alice", Op.ALL, "mx-", pattern=PatternType.PREFIXED),
+                allow("User:alice", Op.ALL, GROUP, T.GROUP, PatternType.PREFIXED),
+                allow("User:alice", Op.ALL, "kafka-cluster", T.CLUSTER),
+                allow("User:alice", Op.ALL, TXN, T.TRANSACTIONAL_ID),
+                allow("User:carol", Op.DESCRIBE, GROUP, T.GROUP),
+                allow("User:carol", Op.DELETE, GROUP, T.GROUP),
+                allow("User:carol", Op.DESCRIBE, TOPIC),
+                allow("User:carol", Op.DESCRIBE_CONFIGS, TOPIC),
+                allow("User:carol", Op.DESCRIBE, TXN, T.TRANSACTIONAL_ID),
+            ]
+        )
         yield s
 
 
@@ -142,8 +164,12 @@ def _populate(server: BrokerServer) -> None:
     assert _code(call(admin, _produce(TOPIC))) == E.none
     for group in (GROUP, OTHER_GROUP):
         assert _code(call(admin, _offset_commit(group, (TOPIC, DELETED)))) == E.none
-    txn = InitProducerIdRequest(transactional_id=TXN, transaction_timeout=timedelta(minutes=1),
-                                producer_id=i64(-1), producer_epoch=i16(-1))  # fmt: skip
+    txn = InitProducerIdRequest(
+        transactional_id=TXN,
+        transaction_timeout=timedelta(minutes=1),
+        producer_id=i64(-1),
+        producer_epoch=i16(-1),
+    )
     for _ in range(100):  # COORDINATOR_NOT_AVAILABLE while __transaction_state is created
         code = call(admin, txn).error_code
         if code != E.coordinator_not_available:
@@ -152,10 +178,14 @@ def _populate(server: BrokerServer) -> None:
     assert code == E.none
     producer = call(admin, txn)
     begin = apt.AddPartitionsToTxnRequest(
-        v3_and_below_transactional_id=TXN, v3_and_below_producer_id=producer.producer_id,
-        v3_and_below_producer_epoch=producer.producer_epoch, v3_and_below_topics=(
+        v3_and_below_transactional_id=TXN,
+        v3_and_below_producer_id=producer.producer_id,
+        v3_and_below_producer_epoch=producer.producer_epoch,
+        v3_and_below_topics=(
             apt.AddPartitionsToTxnTopic(name=TOPIC, partitions=(i32(0),)),
-            apt.AddPartitionsToTxnTopic(name=DELETED, partitions=(i32(0),))))  # fmt: skip
+            apt.AddPartitionsToTxnTopic(name=DELETED, partitions=(i32(0),)),
+        ),
+    )
     added = call(admin, begin).results_by_topic_v3_and_below
     assert [p.partition_error_code for t in added for p in t.results_by_partition] == [0, 0]
 
@@ -168,19 +198,40 @@ def _code(response: Any) -> int:
 
 
 def _produce(topic: str) -> Any:
-    return pr.ProduceRequest(transactional_id=None, acks=i16(-1), timeout=FIVE, topic_data=(
-        pr.TopicProduceData(name=topic, partition_data=(
-            pr.PartitionProduceData(index=i32(0), records=batch(b"mx")),)),))  # fmt: skip
+    return pr.ProduceRequest(
+        transactional_id=None,
+        acks=i16(-1),
+        timeout=FIVE,
+        topic_data=(
+            pr.TopicProduceData(
+                name=topic,
+                partition_data=(pr.PartitionProduceData(index=i32(0), records=batch(b"mx")),),
+            ),
+        ),
+    )
 
 
 def _offset_commit(group: str, topics: tuple[str, ...]) -> Any:
     return oc.OffsetCommitRequest(
-        group_id=group, generation_id_or_member_epoch=i32(-1), member_id="",
-        group_instance_id=None, topics=tuple(oc.OffsetCommitRequestTopic(name=t, partitions=(
-            oc.OffsetCommitRequestPartition(partition_index=i32(0), committed_offset=i64(1),
-                                            committed_leader_epoch=i32(-1),
-                                            committed_metadata=""),)) for t in topics),
-    )  # fmt: skip
+        group_id=group,
+        generation_id_or_member_epoch=i32(-1),
+        member_id="",
+        group_instance_id=None,
+        topics=tuple(
+            oc.OffsetCommitRequestTopic(
+                name=t,
+                partitions=(
+                    oc.OffsetCommitRequestPartition(
+                        partition_index=i32(0),
+                        committed_offset=i64(1),
+                        committed_leader_epoch=i32(-1),
+                        committed_metadata="",
+                    ),
+                ),
+            )
+            for t in topics
+        ),
+    )
 
 
 def _offset_fetch(group: str, topics: tuple[str, ...] | None) -> Any:
@@ -211,175 +262,461 @@ def _partition0(r: Any) -> Any:
 
 
 def _acl_filter(cls: type) -> Any:
-    return cls(resource_type_filter=i8(T.TOPIC), resource_name_filter="zz-unused",
-               pattern_type_filter=i8(PatternType.LITERAL), principal_filter="User:nobody",
-               host_filter=None, operation=i8(Op.ANY),
-               permission_type=i8(AclPermissionType.ANY))  # fmt: skip
+    return cls(
+        resource_type_filter=i8(T.TOPIC),
+        resource_name_filter="zz-unused",
+        pattern_type_filter=i8(PatternType.LITERAL),
+        principal_filter="User:nobody",
+        host_filter=None,
+        operation=i8(Op.ANY),
+        permission_type=i8(AclPermissionType.ANY),
+    )
 
 
 def _fetch() -> Any:
     return fe.FetchRequest(
-        replica_id=i32(-1), max_wait=timedelta(0), min_bytes=i32(0), max_bytes=i32(1 << 20),
-        isolation_level=i8(0), session_id=i32(0), session_epoch=i32(-1), rack_id="",
-        forgotten_topics_data=(), topics=(fe.FetchTopic(topic=TOPIC, partitions=(
-            fe.FetchPartition(partition=i32(0), current_leader_epoch=i32(-1),
-                              fetch_offset=i64(0), last_fetched_epoch=i32(-1),
-                              log_start_offset=i64(-1), partition_max_bytes=i32(1 << 20)),)),),
-    )  # fmt: skip
+        replica_id=i32(-1),
+        max_wait=timedelta(0),
+        min_bytes=i32(0),
+        max_bytes=i32(1 << 20),
+        isolation_level=i8(0),
+        session_id=i32(0),
+        session_epoch=i32(-1),
+        rack_id="",
+        forgotten_topics_data=(),
+        topics=(
+            fe.FetchTopic(
+                topic=TOPIC,
+                partitions=(
+                    fe.FetchPartition(
+                        partition=i32(0),
+                        current_leader_epoch=i32(-1),
+                        fetch_offset=i64(0),
+                        last_fetched_epoch=i32(-1),
+                        log_start_offset=i64(-1),
+                        partition_max_bytes=i32(1 << 20),
+                    ),
+                ),
+            ),
+        ),
+    )
 
 
 MATRIX: dict[int, Row] = {
     0: (lambda: _produce(TOPIC), _code, E.none, E.topic_authorization_failed),
-    1: (_fetch, lambda r: r.responses[0].partitions[0].error_code,
-        E.none, E.topic_authorization_failed),
-    2: (lambda: lo.ListOffsetsRequest(replica_id=i32(-1), isolation_level=i8(0), topics=(
-            lo.ListOffsetsTopic(name=TOPIC, partitions=(lo.ListOffsetsPartition(
-                partition_index=i32(0), timestamp=i64(-1)),)),)),
-        _partition0, E.none, E.topic_authorization_failed),
-    3: (lambda: MetadataRequest(topics=(MetadataRequestTopic(topic_id=None, name=TOPIC),),
-                                allow_auto_topic_creation=False,
-                                include_topic_authorized_operations=True),
+    1: (
+        _fetch,
+        lambda r: r.responses[0].partitions[0].error_code,
+        E.none,
+        E.topic_authorization_failed,
+    ),
+    2: (
+        lambda: lo.ListOffsetsRequest(
+            replica_id=i32(-1),
+            isolation_level=i8(0),
+            topics=(
+                lo.ListOffsetsTopic(
+                    name=TOPIC,
+                    partitions=(
+                        lo.ListOffsetsPartition(partition_index=i32(0), timestamp=i64(-1)),
+                    ),
+                ),
+            ),
+        ),
+        _partition0,
+        E.none,
+        E.topic_authorization_failed,
+    ),
+    3: (
+        lambda: MetadataRequest(
+            topics=(MetadataRequestTopic(topic_id=None, name=TOPIC),),
+            allow_auto_topic_creation=False,
+            include_topic_authorized_operations=True,
+        ),
         lambda r: (r.topics[0].error_code, r.topics[0].topic_authorized_operations),
-        (E.none, TOPIC_OPS), (E.topic_authorization_failed, -(2**31))),
+        (E.none, TOPIC_OPS),
+        (E.topic_authorization_failed, -(2**31)),
+    ),
     8: (lambda: _offset_commit(GROUP, (TOPIC,)), _code, E.none, E.group_authorization_failed),
     9: (lambda: _offset_fetch(GROUP, None), _top, E.none, E.group_authorization_failed),
-    10: (lambda: FindCoordinatorRequest(key=GROUP, key_type=i8(0)), _top,
-         E.none, E.group_authorization_failed),
-    11: (lambda: jg.JoinGroupRequest(
-            group_id=GROUP, session_timeout=timedelta(seconds=10),
-            rebalance_timeout=timedelta(seconds=10), member_id="", group_instance_id=None,
-            protocol_type="consumer", protocols=(jg.JoinGroupRequestProtocol(
-                name="range", metadata=b""),)),
-         _top, E.member_id_required, E.group_authorization_failed),
-    12: (lambda: HeartbeatRequest(group_id=GROUP, generation_id=i32(1), member_id="m",
-                                  group_instance_id=None),
-         _top, E.unknown_member_id, E.group_authorization_failed),
-    13: (lambda: lg.LeaveGroupRequest(group_id=GROUP, members=(
-            lg.MemberIdentity(member_id="m", group_instance_id=None),)),
-         lambda r: (r.error_code, tuple(m.error_code for m in r.members)),
-         (E.none, (E.unknown_member_id,)), (E.group_authorization_failed, ())),
-    14: (lambda: SyncGroupRequest(group_id=GROUP, generation_id=i32(1), member_id="m",
-                                  group_instance_id=None, assignments=()),
-         _top, E.unknown_member_id, E.group_authorization_failed),
-    15: (lambda: DescribeGroupsRequest(groups=(GROUP,), include_authorized_operations=True),
-         lambda r: (r.groups[0].error_code, r.groups[0].authorized_operations),
-         (E.none, sum(1 << op for op in (Op.READ, Op.DELETE, Op.DESCRIBE, Op.DESCRIBE_CONFIGS,
-                                          Op.ALTER_CONFIGS))),
-         (E.group_authorization_failed, -(2**31))),
-    16: (lambda: ListGroupsRequest(states_filter=()),
-         lambda r: (r.error_code, sorted(g.group_id for g in r.groups)),
-         (E.none, [GROUP, OTHER_GROUP]), (E.none, [])),
-    17: (lambda: SaslHandshakeRequest(mechanism="PLAIN"), _top,
-         E.illegal_sasl_state, E.illegal_sasl_state),
-    18: (lambda: ApiVersionsRequest(client_software_name="matrix",
-                                    client_software_version="1"), _top, E.none, E.none),
-    19: (lambda: ct.CreateTopicsRequest(timeout=FIVE, validate_only=True, topics=(
-            ct.CreatableTopic(name="mx-" + uuid.uuid4().hex[:6], num_partitions=i32(1),
-                              replication_factor=i16(1), assignments=(), configs=()),)),
-         _first("topics"), E.none, E.topic_authorization_failed),
-    20: (lambda: DeleteTopicsRequest(topic_names=("mx-absent",), timeout=FIVE),
-         _first("responses"), E.unknown_topic_or_partition, E.topic_authorization_failed),
-    21: (lambda: dr.DeleteRecordsRequest(timeout=FIVE, topics=(dr.DeleteRecordsTopic(
-            name=DELETED, partitions=(dr.DeleteRecordsPartition(partition_index=i32(0),
-                                                                offset=i64(0)),)),)),
-         _partition0, E.none, E.topic_authorization_failed),
-    22: (lambda: InitProducerIdRequest(transactional_id=None, transaction_timeout=FIVE,
-                                       producer_id=i64(-1), producer_epoch=i16(-1)),
-         _top, E.none, E.cluster_authorization_failed),
-    24: (lambda: apt.AddPartitionsToTxnRequest(
-            v3_and_below_transactional_id=TXN, v3_and_below_producer_id=i64(7),
-            v3_and_below_producer_epoch=i16(0), v3_and_below_topics=(
-                apt.AddPartitionsToTxnTopic(name=TOPIC, partitions=(i32(0),)),)),
-         lambda r: r.results_by_topic_v3_and_below[0].results_by_partition[0]
-         .partition_error_code,
-         E.invalid_producer_id_mapping, E.transactional_id_authorization_failed),
-    25: (lambda: AddOffsetsToTxnRequest(transactional_id=TXN, producer_id=i64(7),
-                                        producer_epoch=i16(0), group_id=GROUP),
-         _top, E.invalid_producer_id_mapping, E.transactional_id_authorization_failed),
-    26: (lambda: EndTxnRequest(transactional_id=TXN, producer_id=i64(7), producer_epoch=i16(0),
-                               committed=True),
-         _top, E.invalid_producer_id_mapping, E.transactional_id_authorization_failed),
-    27: (lambda: wtm.WriteTxnMarkersRequest(markers=(wtm.WritableTxnMarker(
-            producer_id=i64(7), producer_epoch=i16(0), transaction_result=False,
-            coordinator_epoch=i32(0), topics=(wtm.WritableTxnMarkerTopic(
-                name="mx-absent", partition_indexes=(i32(0),)),)),)),
-         lambda r: r.markers[0].topics[0].partitions[0].error_code,
-         E.unknown_topic_or_partition, E.cluster_authorization_failed),
-    28: (lambda: to.TxnOffsetCommitRequest(
-            transactional_id=TXN, group_id=GROUP, producer_id=i64(7), producer_epoch=i16(0),
-            generation_id=i32(-1), member_id="", group_instance_id=None, topics=(
-                to.TxnOffsetCommitRequestTopic(name=TOPIC, partitions=(
-                    to.TxnOffsetCommitRequestPartition(
-                        partition_index=i32(0), committed_offset=i64(1),
-                        committed_leader_epoch=i32(-1), committed_metadata=""),)),)),
-         _partition0, E.invalid_producer_id_mapping, E.transactional_id_authorization_failed),
-    29: (lambda: DescribeAclsRequest(
-            resource_type_filter=i8(T.TOPIC), resource_name_filter="zz-unused",
-            pattern_type_filter=i8(PatternType.ANY), principal_filter=None, host_filter=None,
-            operation=i8(Op.ANY), permission_type=i8(AclPermissionType.ANY)),
-         _top, E.none, E.cluster_authorization_failed),
-    30: (lambda: ca.CreateAclsRequest(creations=(ca.AclCreation(
-            resource_type=i8(T.TOPIC), resource_name="zz-unused",
-            resource_pattern_type=i8(PatternType.LITERAL), principal="User:nobody", host="*",
-            operation=i8(Op.READ), permission_type=i8(AclPermissionType.ALLOW)),)),
-         _first("results"), E.none, E.cluster_authorization_failed),
-    31: (lambda: da.DeleteAclsRequest(filters=(_acl_filter(da.DeleteAclsFilter),)),
-         _first("filter_results"), E.none, E.cluster_authorization_failed),
-    32: (lambda: dc.DescribeConfigsRequest(include_synonyms=False, include_documentation=False,
-                                           resources=(
-            dc.DescribeConfigsResource(resource_type=i8(2), resource_name=TOPIC,
-                                       configuration_keys=("retention.ms",)),
-            dc.DescribeConfigsResource(resource_type=i8(4), resource_name="0",
-                                       configuration_keys=("num.io.threads",)))),
-         lambda r: [(x.resource_name, x.error_code, len(x.configs)) for x in r.results],
-         [(TOPIC, E.none, 1), ("0", E.none, 1)],
-         [(TOPIC, E.topic_authorization_failed, 0), ("0", E.cluster_authorization_failed, 0)]),
-    33: (lambda: ac.AlterConfigsRequest(validate_only=True, resources=(
-            ac.AlterConfigsResource(resource_type=i8(2), resource_name=TOPIC, configs=(
-                ac.AlterableConfig(name="retention.ms", value="1000"),)),)),
-         _first("responses"), E.none, E.topic_authorization_failed),
-    35: (lambda: dld.DescribeLogDirsRequest(topics=(
-            dld.DescribableLogDirTopic(topic=TOPIC, partitions=(i32(0),)),)),
-         lambda r: (r.error_code, [[t.name for t in d.topics] for d in r.results]),
-         (E.none, [[TOPIC]]), (E.cluster_authorization_failed, [])),
-    36: (lambda: SaslAuthenticateRequest(auth_bytes=b"\x00bob\x00bob-pw"), _top,
-         E.illegal_sasl_state, E.illegal_sasl_state),
-    37: (lambda: cp.CreatePartitionsRequest(timeout=FIVE, validate_only=True, topics=(
-            cp.CreatePartitionsTopic(name=TOPIC, count=i32(1), assignments=None),)),
-         _first("results"), E.invalid_partitions, E.topic_authorization_failed),
-    42: (lambda: DeleteGroupsRequest(groups_names=("mxg-absent",)), _first("results"),
-         E.group_id_not_found, E.group_authorization_failed),
-    44: (lambda: iac.IncrementalAlterConfigsRequest(validate_only=True, resources=(
-            iac.AlterConfigsResource(resource_type=i8(2), resource_name=TOPIC, configs=(
-                iac.AlterableConfig(name="retention.ms", config_operation=i8(0),
-                                    value="1000"),)),
-            iac.AlterConfigsResource(resource_type=i8(4), resource_name="0", configs=()))),
-         lambda r: [(x.resource_name, x.error_code) for x in r.responses],
-         [(TOPIC, E.none), ("0", E.invalid_request)],
-         [(TOPIC, E.topic_authorization_failed), ("0", E.cluster_authorization_failed)]),
-    47: (lambda: od.OffsetDeleteRequest(group_id=GROUP, topics=(od.OffsetDeleteRequestTopic(
-            name="mx-absent", partitions=(od.OffsetDeleteRequestPartition(
-                partition_index=i32(0)),)),)),
-         _top, E.none, E.group_authorization_failed),
-    50: (lambda: dus.DescribeUserScramCredentialsRequest(users=None), _first("results"),
-         E.none, E.cluster_authorization_failed),
-    51: (lambda: aus.AlterUserScramCredentialsRequest(upsertions=(), deletions=(
-            aus.ScramCredentialDeletion(name="nobody", mechanism=i8(1)),)),
-         _first("results"), E.resource_not_found, E.cluster_authorization_failed),
-    60: (lambda: DescribeClusterRequest(include_cluster_authorized_operations=True,
-                                        endpoint_type=i8(1)),
-         lambda r: (r.error_code, len(r.brokers), r.cluster_authorized_operations),
-         (E.none, 1, CLUSTER_OPS), (E.none, 1, 0)),
-    61: (lambda: dp.DescribeProducersRequest(topics=(
-            dp.TopicRequest(name=TOPIC, partition_indexes=(i32(0),)),)),
-         _partition0, E.none, E.topic_authorization_failed),
-    65: (lambda: DescribeTransactionsRequest(transactional_ids=(TXN,)),
-         _first("transaction_states"), E.none, E.transactional_id_authorization_failed),
-    66: (lambda: ListTransactionsRequest(state_filters=(), producer_id_filters=(),
-                                         duration_filter=i64(-1)),
-         lambda r: (r.error_code, [s.transactional_id for s in r.transaction_states]),
-         (E.none, [TXN]), (E.none, [])),
-}  # fmt: skip
+    10: (
+        lambda: FindCoordinatorRequest(key=GROUP, key_type=i8(0)),
+        _top,
+        E.none,
+        E.group_authorization_failed,
+    ),
+    11: (
+        lambda: jg.JoinGroupRequest(
+            group_id=GROUP,
+            session_timeout=timedelta(seconds=10),
+            rebalance_timeout=timedelta(seconds=10),
+            member_id="",
+            group_instance_id=None,
+            protocol_type="consumer",
+            protocols=(jg.JoinGroupRequestProtocol(name="range", metadata=b""),),
+        ),
+        _top,
+        E.member_id_required,
+        E.group_authorization_failed,
+    ),
+    12: (
+        lambda: HeartbeatRequest(
+            group_id=GROUP, generation_id=i32(1), member_id="m", group_instance_id=None
+        ),
+        _top,
+        E.unknown_member_id,
+        E.group_authorization_failed,
+    ),
+    13: (
+        lambda: lg.LeaveGroupRequest(
+            group_id=GROUP, members=(lg.MemberIdentity(member_id="m", group_instance_id=None),)
+        ),
+        lambda r: (r.error_code, tuple(m.error_code for m in r.members)),
+        (E.none, (E.unknown_member_id,)),
+        (E.group_authorization_failed, ()),
+    ),
+    14: (
+        lambda: SyncGroupRequest(
+            group_id=GROUP,
+            generation_id=i32(1),
+            member_id="m",
+            group_instance_id=None,
+            assignments=(),
+        ),
+        _top,
+        E.unknown_member_id,
+        E.group_authorization_failed,
+    ),
+    15: (
+        lambda: DescribeGroupsRequest(groups=(GROUP,), include_authorized_operations=True),
+        lambda r: (r.groups[0].error_code, r.groups[0].authorized_operations),
+        (
+            E.none,
+            sum(
+                1 << op
+                for op in (Op.READ, Op.DELETE, Op.DESCRIBE, Op.DESCRIBE_CONFIGS, Op.ALTER_CONFIGS)
+            ),
+        ),
+        (E.group_authorization_failed, -(2**31)),
+    ),
+    16: (
+        lambda: ListGroupsRequest(states_filter=()),
+        lambda r: (r.error_code, sorted(g.group_id for g in r.groups)),
+        (E.none, [GROUP, OTHER_GROUP]),
+        (E.none, []),
+    ),
+    17: (
+        lambda: SaslHandshakeRequest(mechanism="PLAIN"),
+        _top,
+        E.illegal_sasl_state,
+        E.illegal_sasl_state,
+    ),
+    18: (
+        lambda: ApiVersionsRequest(client_software_name="matrix", client_software_version="1"),
+        _top,
+        E.none,
+        E.none,
+    ),
+    19: (
+        lambda: ct.CreateTopicsRequest(
+            timeout=FIVE,
+            validate_only=True,
+            topics=(
+                ct.CreatableTopic(
+                    name="mx-" + uuid.uuid4().hex[:6],
+                    num_partitions=i32(1),
+                    replication_factor=i16(1),
+                    assignments=(),
+                    configs=(),
+                ),
+            ),
+        ),
+        _first("topics"),
+        E.none,
+        E.topic_authorization_failed,
+    ),
+    20: (
+        lambda: DeleteTopicsRequest(topic_names=("mx-absent",), timeout=FIVE),
+        _first("responses"),
+        E.unknown_topic_or_partition,
+        E.topic_authorization_failed,
+    ),
+    21: (
+        lambda: dr.DeleteRecordsRequest(
+            timeout=FIVE,
+            topics=(
+                dr.DeleteRecordsTopic(
+                    name=DELETED,
+                    partitions=(dr.DeleteRecordsPartition(partition_index=i32(0), offset=i64(0)),),
+                ),
+            ),
+        ),
+        _partition0,
+        E.none,
+        E.topic_authorization_failed,
+    ),
+    22: (
+        lambda: InitProducerIdRequest(
+            transactional_id=None,
+            transaction_timeout=FIVE,
+            producer_id=i64(-1),
+            producer_epoch=i16(-1),
+        ),
+        _top,
+        E.none,
+        E.cluster_authorization_failed,
+    ),
+    24: (
+        lambda: apt.AddPartitionsToTxnRequest(
+            v3_and_below_transactional_id=TXN,
+            v3_and_below_producer_id=i64(7),
+            v3_and_below_producer_epoch=i16(0),
+            v3_and_below_topics=(apt.AddPartitionsToTxnTopic(name=TOPIC, partitions=(i32(0),)),),
+        ),
+        lambda r: r.results_by_topic_v3_and_below[0].results_by_partition[0].partition_error_code,
+        E.invalid_producer_id_mapping,
+        E.transactional_id_authorization_failed,
+    ),
+    25: (
+        lambda: AddOffsetsToTxnRequest(
+            transactional_id=TXN, producer_id=i64(7), producer_epoch=i16(0), group_id=GROUP
+        ),
+        _top,
+        E.invalid_producer_id_mapping,
+        E.transactional_id_authorization_failed,
+    ),
+    26: (
+        lambda: EndTxnRequest(
+            transactional_id=TXN, producer_id=i64(7), producer_epoch=i16(0), committed=True
+        ),
+        _top,
+        E.invalid_producer_id_mapping,
+        E.transactional_id_authorization_failed,
+    ),
+    27: (
+        lambda: wtm.WriteTxnMarkersRequest(
+            markers=(
+                wtm.WritableTxnMarker(
+                    producer_id=i64(7),
+                    producer_epoch=i16(0),
+                    transaction_result=False,
+                    coordinator_epoch=i32(0),
+                    topics=(
+                        wtm.WritableTxnMarkerTopic(name="mx-absent", partition_indexes=(i32(0),)),
+                    ),
+                ),
+            )
+        ),
+        lambda r: r.markers[0].topics[0].partitions[0].error_code,
+        E.unknown_topic_or_partition,
+        E.cluster_authorization_failed,
+    ),
+    28: (
+        lambda: to.TxnOffsetCommitRequest(
+            transactional_id=TXN,
+            group_id=GROUP,
+            producer_id=i64(7),
+            producer_epoch=i16(0),
+            generation_id=i32(-1),
+            member_id="",
+            group_instance_id=None,
+            topics=(
+                to.TxnOffsetCommitRequestTopic(
+                    name=TOPIC,
+                    partitions=(
+                        to.TxnOffsetCommitRequestPartition(
+                            partition_index=i32(0),
+                            committed_offset=i64(1),
+                            committed_leader_epoch=i32(-1),
+                            committed_metadata="",
+                        ),
+                    ),
+                ),
+            ),
+        ),
+        _partition0,
+        E.invalid_producer_id_mapping,
+        E.transactional_id_authorization_failed,
+    ),
+    29: (
+        lambda: DescribeAclsRequest(
+            resource_type_filter=i8(T.TOPIC),
+            resource_name_filter="zz-unused",
+            pattern_type_filter=i8(PatternType.ANY),
+            principal_filter=None,
+            host_filter=None,
+            operation=i8(Op.ANY),
+            permission_type=i8(AclPermissionType.ANY),
+        ),
+        _top,
+        E.none,
+        E.cluster_authorization_failed,
+    ),
+    30: (
+        lambda: ca.CreateAclsRequest(
+            creations=(
+                ca.AclCreation(
+                    resource_type=i8(T.TOPIC),
+                    resource_name="zz-unused",
+                    resource_pattern_type=i8(PatternType.LITERAL),
+                    principal="User:nobody",
+                    host="*",
+                    operation=i8(Op.READ),
+                    permission_type=i8(AclPermissionType.ALLOW),
+                ),
+            )
+        ),
+        _first("results"),
+        E.none,
+        E.cluster_authorization_failed,
+    ),
+    31: (
+        lambda: da.DeleteAclsRequest(filters=(_acl_filter(da.DeleteAclsFilter),)),
+        _first("filter_results"),
+        E.none,
+        E.cluster_authorization_failed,
+    ),
+    32: (
+        lambda: dc.DescribeConfigsRequest(
+            include_synonyms=False,
+            include_documentation=False,
+            resources=(
+                dc.DescribeConfigsResource(
+                    resource_type=i8(2), resource_name=TOPIC, configuration_keys=("retention.ms",)
+                ),
+                dc.DescribeConfigsResource(
+                    resource_type=i8(4), resource_name="0", configuration_keys=("num.io.threads",)
+                ),
+            ),
+        ),
+        lambda r: [(x.resource_name, x.error_code, len(x.configs)) for x in r.results],
+        [(TOPIC, E.none, 1), ("0", E.none, 1)],
+        [(TOPIC, E.topic_authorization_failed, 0), ("0", E.cluster_authorization_failed, 0)],
+    ),
+    33: (
+        lambda: ac.AlterConfigsRequest(
+            validate_only=True,
+            resources=(
+                ac.AlterConfigsResource(
+                    resource_type=i8(2),
+                    resource_name=TOPIC,
+                    configs=(ac.AlterableConfig(name="retention.ms", value="1000"),),
+                ),
+            ),
+        ),
+        _first("responses"),
+        E.none,
+        E.topic_authorization_failed,
+    ),
+    35: (
+        lambda: dld.DescribeLogDirsRequest(
+            topics=(dld.DescribableLogDirTopic(topic=TOPIC, partitions=(i32(0),)),)
+        ),
+        lambda r: (r.error_code, [[t.name for t in d.topics] for d in r.results]),
+        (E.none, [[TOPIC]]),
+        (E.cluster_authorization_failed, []),
+    ),
+    36: (
+        lambda: SaslAuthenticateRequest(auth_bytes=b"\x00bob\x00bob-pw"),
+        _top,
+        E.illegal_sasl_state,
+        E.illegal_sasl_state,
+    ),
+    37: (
+        lambda: cp.CreatePartitionsRequest(
+            timeout=FIVE,
+            validate_only=True,
+            topics=(cp.CreatePartitionsTopic(name=TOPIC, count=i32(1), assignments=None),),
+        ),
+        _first("results"),
+        E.invalid_partitions,
+        E.topic_authorization_failed,
+    ),
+    42: (
+        lambda: DeleteGroupsRequest(groups_names=("mxg-absent",)),
+        _first("results"),
+        E.group_id_not_found,
+        E.group_authorization_failed,
+    ),
+    44: (
+        lambda: iac.IncrementalAlterConfigsRequest(
+            validate_only=True,
+            resources=(
+                iac.AlterConfigsResource(
+                    resource_type=i8(2),
+                    resource_name=TOPIC,
+                    configs=(
+                        iac.AlterableConfig(
+                            name="retention.ms", config_operation=i8(0), value="1000"
+                        ),
+                    ),
+                ),
+                iac.AlterConfigsResource(resource_type=i8(4), resource_name="0", configs=()),
+            ),
+        ),
+        lambda r: [(x.resource_name, x.error_code) for x in r.responses],
+        [(TOPIC, E.none), ("0", E.invalid_request)],
+        [(TOPIC, E.topic_authorization_failed), ("0", E.cluster_authorization_failed)],
+    ),
+    47: (
+        lambda: od.OffsetDeleteRequest(
+            group_id=GROUP,
+            topics=(
+                od.OffsetDeleteRequestTopic(
+                    name="mx-absent",
+                    partitions=(od.OffsetDeleteRequestPartition(partition_index=i32(0)),),
+                ),
+            ),
+        ),
+        _top,
+        E.none,
+        E.group_authorization_failed,
+    ),
+    50: (
+        lambda: dus.DescribeUserScramCredentialsRequest(users=None),
+        _first("results"),
+        E.none,
+        E.cluster_authorization_failed,
+    ),
+    51: (
+        lambda: aus.AlterUserScramCredentialsRequest(
+            upsertions=(), deletions=(aus.ScramCredentialDeletion(name="nobody", mechanism=i8(1)),)
+        ),
+        _first("results"),
+        E.resource_not_found,
+        E.cluster_authorization_failed,
+    ),
+    60: (
+        lambda: DescribeClusterRequest(
+            include_cluster_authorized_operations=True, endpoint_type=i8(1)
+        ),
+        lambda r: (r.error_code, len(r.brokers), r.cluster_authorized_operations),
+        (E.none, 1, CLUSTER_OPS),
+        (E.none, 1, 0),
+    ),
+    61: (
+        lambda: dp.DescribeProducersRequest(
+            topics=(dp.TopicRequest(name=TOPIC, partition_indexes=(i32(0),)),)
+        ),
+        _partition0,
+        E.none,
+        E.topic_authorization_failed,
+    ),
+    65: (
+        lambda: DescribeTransactionsRequest(transactional_ids=(TXN,)),
+        _first("transaction_states"),
+        E.none,
+        E.transactional_id_authorization_failed,
+    ),
+    66: (
+        lambda: ListTransactionsRequest(
+            state_filters=(), producer_id_filters=(), duration_filter=i64(-1)
+        ),
+        lambda r: (r.error_code, [s.transactional_id for s in r.transaction_states]),
+        (E.none, [TXN]),
+        (E.none, []),
+    ),
+}
 
 
 def test_the_matrix_covers_every_served_api(server):
@@ -398,8 +735,9 @@ def test_matrix(server, api_key, user):
 
 
 def _offsets(response: Any) -> list[tuple[str, int, int]]:
-    return [(t.name, p.committed_offset, p.error_code) for t in response.topics
-            for p in t.partitions]  # fmt: skip
+    return [
+        (t.name, p.committed_offset, p.error_code) for t in response.topics for p in t.partitions
+    ]
 
 
 def test_offset_fetch_refuses_or_leaves_out_topics_without_describe(server):
@@ -423,16 +761,21 @@ def test_list_groups_lists_describable_groups_or_every_one_with_cluster_describe
 
 
 def test_describe_configs_answers_each_resource_allowed_first(server):
-    resources = tuple(dc.DescribeConfigsResource(resource_type=i8(t), resource_name=n,
-                                                 configuration_keys=("retention.ms",))
-                      for t, n in ((2, DELETED), (4, "0"), (2, TOPIC)))  # fmt: skip
-    request = dc.DescribeConfigsRequest(resources=resources, include_synonyms=False,
-                                        include_documentation=False)  # fmt: skip
+    resources = tuple(
+        dc.DescribeConfigsResource(
+            resource_type=i8(t), resource_name=n, configuration_keys=("retention.ms",)
+        )
+        for t, n in ((2, DELETED), (4, "0"), (2, TOPIC))
+    )
+    request = dc.DescribeConfigsRequest(
+        resources=resources, include_synonyms=False, include_documentation=False
+    )
     results = call(login(server, "carol"), request).results
     assert [(r.resource_name, r.error_code, len(r.configs)) for r in results] == [
-        (TOPIC, E.none, 1), (DELETED, E.topic_authorization_failed, 0),
+        (TOPIC, E.none, 1),
+        (DELETED, E.topic_authorization_failed, 0),
         ("0", E.cluster_authorization_failed, 0),
-    ]  # fmt: skip
+    ]
 
 
 def test_describe_transactions_lists_only_describable_topics(server):
@@ -448,17 +791,30 @@ def test_describe_transactions_lists_only_describable_topics(server):
 
 
 def _earliest(wire: Wire, topic: str) -> int:
-    request = lo.ListOffsetsRequest(replica_id=i32(-1), isolation_level=i8(0), topics=(
-        lo.ListOffsetsTopic(name=topic, partitions=(lo.ListOffsetsPartition(
-            partition_index=i32(0), timestamp=i64(-2)),)),))  # fmt: skip
+    request = lo.ListOffsetsRequest(
+        replica_id=i32(-1),
+        isolation_level=i8(0),
+        topics=(
+            lo.ListOffsetsTopic(
+                name=topic,
+                partitions=(lo.ListOffsetsPartition(partition_index=i32(0), timestamp=i64(-2)),),
+            ),
+        ),
+    )
     return call(wire, request).topics[0].partitions[0].offset
 
 
 def test_refused_deletions_change_nothing(server):
     bob, carol, admin = login(server, "bob"), login(server, "carol"), login(server, "admin")
-    records = dr.DeleteRecordsRequest(timeout=FIVE, topics=(dr.DeleteRecordsTopic(
-        name=TOPIC, partitions=(dr.DeleteRecordsPartition(partition_index=i32(0),
-                                                          offset=i64(-1)),)),))  # fmt: skip
+    records = dr.DeleteRecordsRequest(
+        timeout=FIVE,
+        topics=(
+            dr.DeleteRecordsTopic(
+                name=TOPIC,
+                partitions=(dr.DeleteRecordsPartition(partition_index=i32(0), offset=i64(-1)),),
+            ),
+        ),
+    )
     assert _partition0(call(bob, records)) == E.topic_authorization_failed
     assert _earliest(admin, TOPIC) == 0
     offsets = od.OffsetDeleteRequest(
@@ -477,9 +833,10 @@ def test_refused_deletions_change_nothing(server):
 def test_metadata_v10_answers_the_cluster_and_topic_operations(server):
     request = md10.MetadataRequest(
         topics=(md10.MetadataRequestTopic(topic_id=None, name=TOPIC),),
-        allow_auto_topic_creation=False, include_cluster_authorized_operations=True,
+        allow_auto_topic_creation=False,
+        include_cluster_authorized_operations=True,
         include_topic_authorized_operations=True,
-    )  # fmt: skip
+    )
 
     def operations(user: str) -> tuple[int, int]:
         response = call(login(server, user), request)
@@ -559,12 +916,18 @@ def test_the_default_messages_are_kafka_39s():
     peers = os.environ.get("KAFKALOG_PEERS")
     if not peers or shutil.which("jshell") is None:
         pytest.skip("needs KAFKALOG_PEERS (a folder holding kafka-3.9/) and jshell (Java 17+)")
-    script = ('for (var e : org.apache.kafka.common.protocol.Errors.values()) '
-              'System.out.println(e.code() + "\\t" + e.message());\n/exit\n')  # fmt: skip
+    script = (
+        "for (var e : org.apache.kafka.common.protocol.Errors.values()) "
+        'System.out.println(e.code() + "\\t" + e.message());\n/exit\n'
+    )
     printed = subprocess.run(
-        ["jshell", "-q", "--class-path", f"{peers}/kafka-3.9/libs/*", "-"], input=script,
-        capture_output=True, text=True, timeout=300, check=True,
-    ).stdout  # fmt: skip
+        ["jshell", "-q", "--class-path", f"{peers}/kafka-3.9/libs/*", "-"],
+        input=script,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=True,
+    ).stdout
     kafkas = dict(line.split("\t", 1) for line in printed.splitlines() if "\t" in line)
     assert {int(c): m for c, m in kafkas.items() if c != "0"} == {
         e.value: e.message for e in TableCode if e != TableCode.none and e.value <= 127
@@ -589,8 +952,12 @@ def test_a_refused_describe_user_scram_credentials_does_not_abort_confluent_kafk
     """confluent-kafka 2.16 aborts its process on this refusal with a null message (in a child
     process: an abort fails the test, not pytest)."""
     options = [f"{k}={v}" for k, v in admin_options(server, "bob").items()]
-    child = subprocess.run([sys.executable, "-c", DESCRIBE_SCRAM, "30", *options],
-                           capture_output=True, text=True, timeout=120)  # fmt: skip
+    child = subprocess.run(
+        [sys.executable, "-c", DESCRIBE_SCRAM, "30", *options],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert (child.returncode, child.stderr[-300:]) == (0, "")
     # librdkafka reads a user's message up to the next NUL byte, past its end: the "\x01" is
     # the count of the empty credential list that follows it on the wire (then a 0 tag byte)

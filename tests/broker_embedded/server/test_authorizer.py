@@ -29,12 +29,17 @@ ALLOW, DENY = AclPermissionType.ALLOW, AclPermissionType.DENY
 
 
 def acl(
-    principal: str, op: AclOperation, name: str = "orders", rtype: ResourceType = T.TOPIC,
-    permission: AclPermissionType = ALLOW, pattern: PatternType = PatternType.LITERAL,
+    principal: str,
+    op: AclOperation,
+    name: str = "orders",
+    rtype: ResourceType = T.TOPIC,
+    permission: AclPermissionType = ALLOW,
+    pattern: PatternType = PatternType.LITERAL,
     host: str = "*",
-) -> AclBinding:  # fmt: skip
-    return AclBinding(ResourcePattern(rtype, name, pattern),
-                      AccessControlEntry(principal, host, op, permission))  # fmt: skip
+) -> AclBinding:
+    return AclBinding(
+        ResourcePattern(rtype, name, pattern), AccessControlEntry(principal, host, op, permission)
+    )
 
 
 def authorizer(tmp_path, *bindings: AclBinding, **kwargs: object) -> Authorizer:
@@ -122,9 +127,14 @@ def test_file_layout_and_restart(tmp_path) -> None:
     AclStore(tmp_path).add([acl("User:a", Op.READ), acl("User:a", Op.READ)])
     data = json.loads((tmp_path / "acls.json").read_text())
     entry = {
-        "resource_type": "TOPIC", "name": "orders", "pattern_type": "LITERAL",
-        "principal": "User:a", "host": "*", "operation": "READ", "permission": "ALLOW",
-    }  # fmt: skip
+        "resource_type": "TOPIC",
+        "name": "orders",
+        "pattern_type": "LITERAL",
+        "principal": "User:a",
+        "host": "*",
+        "operation": "READ",
+        "permission": "ALLOW",
+    }
     assert data == {"version": 1, "acls": [entry]}
     assert AclStore(tmp_path).acls() == (acl("User:a", Op.READ),)
 

@@ -22,11 +22,13 @@ TIMEOUT_S = 10
 
 def produce_one(bootstrap: str, topic: str, value: bytes, **conf) -> tuple:
     """One record through confluent-kafka: its delivery report (error, partition, offset)."""
-    producer = confluent_kafka.Producer({"bootstrap.servers": bootstrap, "linger.ms": 0,
-                                         "message.timeout.ms": 3000, **conf})  # fmt: skip
+    producer = confluent_kafka.Producer(
+        {"bootstrap.servers": bootstrap, "linger.ms": 0, "message.timeout.ms": 3000, **conf}
+    )
     reports: list = []
-    producer.produce(topic, value, on_delivery=lambda e, m: reports.append(
-        (e, m.partition(), m.offset())))  # fmt: skip
+    producer.produce(
+        topic, value, on_delivery=lambda e, m: reports.append((e, m.partition(), m.offset()))
+    )
     assert producer.flush(TIMEOUT_S) == 0
     return reports[0]
 
@@ -34,8 +36,9 @@ def produce_one(bootstrap: str, topic: str, value: bytes, **conf) -> tuple:
 def metadata12(client: RawClient, names: list[str], allow: bool = True) -> dict:
     message = mreq.MetadataRequest(
         topics=tuple(mreq.MetadataRequestTopic(topic_id=uuid.UUID(int=0), name=n) for n in names),
-        allow_auto_topic_creation=allow, include_topic_authorized_operations=False,
-    )  # fmt: skip
+        allow_auto_topic_creation=allow,
+        include_topic_authorized_operations=False,
+    )
     response = decode_response(mresp.MetadataResponse, client.call(message), True)
     return {t.name: t for t in response.topics}
 
@@ -52,10 +55,13 @@ def test_confluent_producer_creates_the_topic(tmp_path):
 
 def test_confluent_producer_fails_when_disabled(tmp_path):
     with served(tmp_path, auto_create_topics_enable=False) as s:
-        error, _, _ = produce_one(s.bootstrap, "absent", b"v", **{
-            "topic.metadata.propagation.max.ms": 500})  # fmt: skip
-        assert error.code() in (confluent_kafka.KafkaError.UNKNOWN_TOPIC_OR_PART,
-                                confluent_kafka.KafkaError._UNKNOWN_TOPIC)  # fmt: skip
+        error, _, _ = produce_one(
+            s.bootstrap, "absent", b"v", **{"topic.metadata.propagation.max.ms": 500}
+        )
+        assert error.code() in (
+            confluent_kafka.KafkaError.UNKNOWN_TOPIC_OR_PART,
+            confluent_kafka.KafkaError._UNKNOWN_TOPIC,
+        )
         assert "absent" not in s.broker.list_topics()
 
 
@@ -68,8 +74,10 @@ def test_metadata_answers(tmp_path):
         assert no.error_code == ErrorCode.unknown_topic_or_partition
         made = topics["made"]
         assert made.error_code == ErrorCode.none and made.topic_id != uuid.UUID(int=0)
-        assert [(p.partition_index, p.leader_id, p.leader_epoch, p.replica_nodes, p.isr_nodes)
-                for p in made.partitions] == [(i, 0, 0, (0,), (0,)) for i in range(3)]  # fmt: skip
+        assert [
+            (p.partition_index, p.leader_id, p.leader_epoch, p.replica_nodes, p.isr_nodes)
+            for p in made.partitions
+        ] == [(i, 0, 0, (0,), (0,)) for i in range(3)]
         assert again == made  # what the next Metadata says: the topic as it was created
         assert topics["bad name!"].error_code == ErrorCode.invalid_topic_exception
         assert topics["a" * 250].error_code == ErrorCode.invalid_topic_exception

@@ -51,8 +51,14 @@ def test_three_members_share_six_partitions_and_take_over_from_one_that_leaves(t
             for c in consumers:
                 c.subscribe([TOPIC])
             ledger = Ledger()
-            poll_until(consumers, lambda: sorted(map(len, assignments(consumers))) == [2, 2, 2]
-                       and sum(ledger.seen.values()) == len(sent), ledger)  # fmt: skip
+            poll_until(
+                consumers,
+                lambda: (
+                    sorted(map(len, assignments(consumers))) == [2, 2, 2]
+                    and sum(ledger.seen.values()) == len(sent)
+                ),
+                ledger,
+            )
             owned = sorted(p for a in assignments(consumers) for p in a)
             assert owned == [0, 1, 2, 3, 4, 5]
             consumers.pop().close()  # LeaveGroup: the other two take over its partitions
@@ -95,8 +101,9 @@ def test_a_killed_member_is_removed_after_its_session_and_its_partitions_move(tm
         config = consumer_config(s.bootstrap, "g2", **{"session.timeout.ms": SESSION_MS})
         survivor = ck.Consumer(config)
         survivor.subscribe([TOPIC])
-        dying = subprocess.Popen([sys.executable, "-c", _DYING_MEMBER, s.bootstrap],
-                                 stdout=subprocess.PIPE, text=True)  # fmt: skip
+        dying = subprocess.Popen(
+            [sys.executable, "-c", _DYING_MEMBER, s.bootstrap], stdout=subprocess.PIPE, text=True
+        )
         lines: list[str] = []
         reader = threading.Thread(target=lambda: lines.append(dying.stdout.readline()))
         try:
@@ -104,12 +111,22 @@ def test_a_killed_member_is_removed_after_its_session_and_its_partitions_move(tm
             # JOIN_S: the two-member rebalance took 6 to 13 s alone and over 30 s once in a
             # full run on 2 cores; the test is about the member's removal, not this join's speed
             # records polled meanwhile are processed and committed too: none is dropped
-            poll_until([survivor], lambda: lines == ["assigned\n"]
-                       and len(assignments([survivor])[0]) == 3, ledger, JOIN_S)  # fmt: skip
+            poll_until(
+                [survivor],
+                lambda: lines == ["assigned\n"] and len(assignments([survivor])[0]) == 3,
+                ledger,
+                JOIN_S,
+            )
             dying.kill()  # no LeaveGroup: the session (6 s) must run out
             dying.wait(TIMEOUT_S)
-            poll_until([survivor], lambda: len(assignments([survivor])[0]) == 6
-                       and sum(ledger.seen.values()) == len(sent), ledger, JOIN_S)  # fmt: skip
+            poll_until(
+                [survivor],
+                lambda: (
+                    len(assignments([survivor])[0]) == 6 and sum(ledger.seen.values()) == len(sent)
+                ),
+                ledger,
+                JOIN_S,
+            )
             assert set(ledger.seen) == sent and set(ledger.seen.values()) == {1}
         finally:
             dying.kill()
@@ -176,10 +193,15 @@ def test_kafka_python_consumer_with_subscribe(tmp_path):
     with served(tmp_path, **GROUP_BROKER_CONFIG) as s:
         _create(s.bootstrap, partitions=2)
         sent = produce(s.bootstrap, TOPIC, 2, 5, "k")
-        consumer = kafka.KafkaConsumer(bootstrap_servers=s.bootstrap, group_id="g5",
-                                       auto_offset_reset="earliest", enable_auto_commit=False,
-                                       session_timeout_ms=6000, heartbeat_interval_ms=500,
-                                       consumer_timeout_ms=int(TIMEOUT_S * 1000))  # fmt: skip
+        consumer = kafka.KafkaConsumer(
+            bootstrap_servers=s.bootstrap,
+            group_id="g5",
+            auto_offset_reset="earliest",
+            enable_auto_commit=False,
+            session_timeout_ms=6000,
+            heartbeat_interval_ms=500,
+            consumer_timeout_ms=int(TIMEOUT_S * 1000),
+        )
         try:
             consumer.subscribe([TOPIC])
             got = set()
@@ -217,7 +239,10 @@ def test_admin_client_lists_describes_and_deletes_groups(tmp_path):
 
         d = admin.describe_consumer_groups(["live"])["live"].result(TIMEOUT_S)
         assert (d.state, d.partition_assignor, len(d.members)) == (
-            ConsumerGroupState.STABLE, "range", 1)  # fmt: skip
+            ConsumerGroupState.STABLE,
+            "range",
+            1,
+        )
         (m,) = d.members
         assert m.client_id == "c1" and m.member_id.startswith("c1-") and m.host == "/127.0.0.1"
         assert sorted(tp.partition for tp in m.assignment.topic_partitions) == [0, 1]
@@ -242,8 +267,9 @@ def test_offsets_of_an_empty_group_expire_after_retention_with_tombstones(tmp_pa
     from broker_embedded.server.handlers.groups import coordinator_of
     from broker_embedded.storage.log_dir import LogDir
 
-    with served(tmp_path, **GROUP_BROKER_CONFIG, offsets_topic_num_partitions=1,
-                offsets_retention_minutes=2) as s:  # fmt: skip
+    with served(
+        tmp_path, **GROUP_BROKER_CONFIG, offsets_topic_num_partitions=1, offsets_retention_minutes=2
+    ) as s:
         _create(s.bootstrap, 2)
         sent = produce(s.bootstrap, TOPIC, 2, 5, "r")
         c = ck.Consumer(consumer_config(s.bootstrap, "r"))
@@ -267,8 +293,10 @@ def test_offsets_of_an_empty_group_expire_after_retention_with_tombstones(tmp_pa
 def committed(bootstrap: str, group: str) -> list[int]:
     c = ck.Consumer(consumer_config(bootstrap, group))
     try:
-        return [tp.offset for tp in c.committed([ck.TopicPartition(TOPIC, p) for p in (0, 1)],
-                                                TIMEOUT_S)]  # fmt: skip
+        return [
+            tp.offset
+            for tp in c.committed([ck.TopicPartition(TOPIC, p) for p in (0, 1)], TIMEOUT_S)
+        ]
     finally:
         c.close()
 

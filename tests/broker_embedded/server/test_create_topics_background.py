@@ -51,18 +51,34 @@ TIMEOUT = i32Timedelta.parse(timedelta(seconds=60))
 
 def create_v4(name: str, partitions: int) -> ct4.CreateTopicsRequest:
     return ct4.CreateTopicsRequest(
-        topics=(ct4.CreatableTopic(name=TopicName(name), num_partitions=i32(partitions),
-                                   replication_factor=i16(1), assignments=(), configs=()),),
-        timeout=TIMEOUT, validate_only=False,
-    )  # fmt: skip
+        topics=(
+            ct4.CreatableTopic(
+                name=TopicName(name),
+                num_partitions=i32(partitions),
+                replication_factor=i16(1),
+                assignments=(),
+                configs=(),
+            ),
+        ),
+        timeout=TIMEOUT,
+        validate_only=False,
+    )
 
 
 def create_v7(name: str, partitions: int) -> ct7.CreateTopicsRequest:
     return ct7.CreateTopicsRequest(
-        topics=(ct7.CreatableTopic(name=TopicName(name), num_partitions=i32(partitions),
-                                   replication_factor=i16(1), assignments=(), configs=()),),
-        timeout=TIMEOUT, validate_only=False,
-    )  # fmt: skip
+        topics=(
+            ct7.CreatableTopic(
+                name=TopicName(name),
+                num_partitions=i32(partitions),
+                replication_factor=i16(1),
+                assignments=(),
+                configs=(),
+            ),
+        ),
+        timeout=TIMEOUT,
+        validate_only=False,
+    )
 
 
 def created(client: RawClient, name: str, partitions: int) -> object:
@@ -73,28 +89,54 @@ def created(client: RawClient, name: str, partitions: int) -> object:
 
 
 def metadata(client: RawClient, name: str) -> object:
-    request = MetadataRequest(topics=(MetadataRequestTopic(name=TopicName(name)),),
-                              allow_auto_topic_creation=False,
-                              include_cluster_authorized_operations=False,
-                              include_topic_authorized_operations=False)  # fmt: skip
+    request = MetadataRequest(
+        topics=(MetadataRequestTopic(name=TopicName(name)),),
+        allow_auto_topic_creation=False,
+        include_cluster_authorized_operations=False,
+        include_topic_authorized_operations=False,
+    )
     (topic,) = decode_response(MetadataResponse, client.call(request), True).topics
     return topic
 
 
 def produce_code(client: RawClient, name: str, partition: int) -> int:
-    request = pr.ProduceRequest(transactional_id=None, acks=i16(-1), timeout=TIMEOUT, topic_data=(
-        pr.TopicProduceData(name=TopicName(name), partition_data=(pr.PartitionProduceData(
-            index=i32(partition), records=build_batch([b"v"], now_ms=int(time.time() * 1000))),
-        )),))  # fmt: skip
+    request = pr.ProduceRequest(
+        transactional_id=None,
+        acks=i16(-1),
+        timeout=TIMEOUT,
+        topic_data=(
+            pr.TopicProduceData(
+                name=TopicName(name),
+                partition_data=(
+                    pr.PartitionProduceData(
+                        index=i32(partition),
+                        records=build_batch([b"v"], now_ms=int(time.time() * 1000)),
+                    ),
+                ),
+            ),
+        ),
+    )
     (topic,) = decode_response(ProduceResponse, client.call(request), True).responses
     return topic.partition_responses[0].error_code
 
 
 def list_offsets_code(client: RawClient, name: str, partition: int) -> int:
-    request = lo.ListOffsetsRequest(replica_id=i32(-1), isolation_level=i8(0), topics=(
-        lo.ListOffsetsTopic(name=TopicName(name), partitions=(lo.ListOffsetsPartition(
-            partition_index=i32(partition), current_leader_epoch=i32(-1),
-            timestamp=i64(-1)),)),))  # fmt: skip
+    request = lo.ListOffsetsRequest(
+        replica_id=i32(-1),
+        isolation_level=i8(0),
+        topics=(
+            lo.ListOffsetsTopic(
+                name=TopicName(name),
+                partitions=(
+                    lo.ListOffsetsPartition(
+                        partition_index=i32(partition),
+                        current_leader_epoch=i32(-1),
+                        timestamp=i64(-1),
+                    ),
+                ),
+            ),
+        ),
+    )
     (topic,) = decode_response(ListOffsetsResponse, client.call(request), True).topics
     return topic.partitions[0].error_code
 
@@ -162,8 +204,9 @@ def test_delete_topics_during_the_creation_removes_everything(tmp_path: Path):
                     ErrorCode.leader_not_available
                 )
                 deleted = DeleteTopicsRequest(topic_names=(TopicName("big"),), timeout=TIMEOUT)
-                (done,) = decode_response(DeleteTopicsResponse, client.call(deleted),
-                                          True).responses  # fmt: skip
+                (done,) = decode_response(
+                    DeleteTopicsResponse, client.call(deleted), True
+                ).responses
                 assert done.error_code == ErrorCode.none
                 assert broker.controller.pending_partitions() == 0
                 assert dirs(log_dir, "big") == 0
@@ -224,8 +267,9 @@ def test_a_shutdown_mid_creation_is_prompt_and_the_reopening_completes_the_topic
         assert len(topic.partitions) == BIG
         assert {p.leader for p in topic.partitions} == {reopened.broker_id}
     assert dirs(log_dir, "big") == BIG
-    verify = run_kafkalog("dump", "--verify", "--summary", *sorted(log_dir.glob("big-*")),
-                          timeout=WAIT_S)  # fmt: skip
+    verify = run_kafkalog(
+        "dump", "--verify", "--summary", *sorted(log_dir.glob("big-*")), timeout=WAIT_S
+    )
     assert verify.returncode == 0, verify.stdout[-2000:] + verify.stderr[-2000:]
 
 

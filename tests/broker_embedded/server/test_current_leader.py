@@ -57,8 +57,11 @@ def served_cluster(tmp_path, n: int = 3) -> Iterator[Cluster]:
     try:
         for i, broker in cluster.brokers.items():
             ctx = ApiContext.of(broker, lambda: tuple(served.node(j) for j in served.servers))
-            server = BrokerServer(broker.config, ["PLAINTEXT://127.0.0.1:0"],
-                                  lambda apis, ctx=ctx: register_all(apis, ctx))  # fmt: skip
+            server = BrokerServer(
+                broker.config,
+                ["PLAINTEXT://127.0.0.1:0"],
+                lambda apis, ctx=ctx: register_all(apis, ctx),
+            )
             served.servers[i] = server.start()
         yield served
     finally:
@@ -69,10 +72,16 @@ def served_cluster(tmp_path, n: int = 3) -> Iterator[Cluster]:
 
 def produce(c: Cluster, broker_id: int, module, partition: int = 0):
     message = module.ProduceRequest(
-        transactional_id=None, acks=1, timeout=datetime.timedelta(seconds=5),
-        topic_data=(module.TopicProduceData(name=TOPIC, partition_data=(
-            module.PartitionProduceData(index=partition, records=batch()),)),),
-    )  # fmt: skip
+        transactional_id=None,
+        acks=1,
+        timeout=datetime.timedelta(seconds=5),
+        topic_data=(
+            module.TopicProduceData(
+                name=TOPIC,
+                partition_data=(module.PartitionProduceData(index=partition, records=batch()),),
+            ),
+        ),
+    )
     response_module = resp10 if module is req10 else resp9
     with RawClient(c.servers[broker_id]) as client:
         frame = client.call(message)
@@ -99,7 +108,9 @@ def test_produce_to_a_follower_names_the_leader(tmp_path):
     (p,) = r10.responses[0].partition_responses
     assert p.error_code == ErrorCode.not_leader_or_follower
     assert (p.current_leader.leader_id, p.current_leader.leader_epoch) == (
-        p0.leader, p0.leader_epoch)  # fmt: skip
+        p0.leader,
+        p0.leader_epoch,
+    )
     assert [(n.node_id, n.host, n.port, n.rack) for n in r10.node_endpoints] == [
         (leader.node_id, leader.host, leader.port, f"rack-{p0.leader}")
     ]
@@ -125,7 +136,9 @@ def test_fetch_from_a_follower_names_the_leader_from_v16(tmp_path, version):
         assert (p.current_leader.leader_id, p.current_leader.leader_epoch) == (-1, -1)
         return
     assert (p.current_leader.leader_id, p.current_leader.leader_epoch) == (
-        p0.leader, p0.leader_epoch)  # fmt: skip
+        p0.leader,
+        p0.leader_epoch,
+    )
     assert [(n.node_id, n.host, n.port, n.rack) for n in response.node_endpoints] == [
         (leader.node_id, leader.host, leader.port, f"rack-{p0.leader}")
     ]
@@ -144,8 +157,10 @@ def test_tagged_fields_equal_kios_encoding(version):
     m = sys.modules[response_schema(1, version).__module__]
     leader = m.LeaderIdAndEpoch(leader_id=i32(2), leader_epoch=i32(7))
     first = dataclasses.replace(partition_data(version, 0, error=6), current_leader=leader)
-    message = expected(version, [(topic, [first, partition_data(
-        version, 1, hw=5, lso=5, log_start=0, records=b"xyz")])])  # fmt: skip
+    message = expected(
+        version,
+        [(topic, [first, partition_data(version, 1, hw=5, lso=5, log_start=0, records=b"xyz")])],
+    )
     if version >= 16:
         endpoint = m.NodeEndpoint(node_id=i32(2), host="127.0.0.1", port=i32(9094), rack="r2")
         message = dataclasses.replace(message, node_endpoints=(endpoint,))

@@ -64,10 +64,14 @@ def test_confluent_shows_sources_and_synonyms(tmp_path):
 
 def describe4(client: RawClient, synonyms: bool, documentation: bool, keys=None):
     message = req4.DescribeConfigsRequest(
-        resources=(req4.DescribeConfigsResource(resource_type=2, resource_name="t",
-                                                configuration_keys=keys),),
-        include_synonyms=synonyms, include_documentation=documentation,
-    )  # fmt: skip
+        resources=(
+            req4.DescribeConfigsResource(
+                resource_type=2, resource_name="t", configuration_keys=keys
+            ),
+        ),
+        include_synonyms=synonyms,
+        include_documentation=documentation,
+    )
     response = decode_response(resp4.DescribeConfigsResponse, client.call(message), True)
     return {c.name: c for c in response.results[0].configs}
 
@@ -91,8 +95,12 @@ def test_synonyms_types_and_documentation_only_when_asked(tmp_path):
         ("log.segment.bytes", "1073741824", DEFAULT_CONFIG),
     ]
     types = {n: e.config_type for n, e in full.items()}
-    names = ("retention.ms", "min.cleanable.dirty.ratio", "unclean.leader.election.enable",
-             "compression.type")  # fmt: skip
+    names = (
+        "retention.ms",
+        "min.cleanable.dirty.ratio",
+        "unclean.leader.election.enable",
+        "compression.type",
+    )
     assert [types[n] for n in names] == [5, 6, 1, 2]  # LONG, DOUBLE, BOOLEAN, STRING
     assert all(e.documentation for e in full.values())
     assert full["retention.ms"].documentation.startswith("segments whose newest record")

@@ -25,10 +25,13 @@ NOT_COORDINATOR = 16
 METADATA_BYTES = 4000  # four partitions of it: a batch that needs new pages
 GROUP = "g"
 DEADLINE_S = 30.0
-INTERNAL = {"offsets_topic_num_partitions": 1, "offsets_topic_replication_factor": 1,
-            "transaction_state_log_num_partitions": 1,
-            "transaction_state_log_replication_factor": 1,
-            "transaction_state_log_min_isr": 1}  # fmt: skip
+INTERNAL = {
+    "offsets_topic_num_partitions": 1,
+    "offsets_topic_replication_factor": 1,
+    "transaction_state_log_num_partitions": 1,
+    "transaction_state_log_replication_factor": 1,
+    "transaction_state_log_min_isr": 1,
+}
 
 
 def _call(client: RawClient, request: Any) -> Any:
@@ -39,20 +42,36 @@ def _call(client: RawClient, request: Any) -> Any:
 
 def _commit(client: RawClient, offset: int) -> list[int]:
     request = oc.OffsetCommitRequest(
-        group_id=GROUP, generation_id_or_member_epoch=i32(-1), member_id="",
-        group_instance_id=None, topics=(oc.OffsetCommitRequestTopic(name="t", partitions=tuple(
-            oc.OffsetCommitRequestPartition(partition_index=i32(p), committed_offset=i64(offset),
-                                            committed_leader_epoch=i32(-1),
-                                            committed_metadata="m" * METADATA_BYTES)
-            for p in range(4))),),
-    )  # fmt: skip
+        group_id=GROUP,
+        generation_id_or_member_epoch=i32(-1),
+        member_id="",
+        group_instance_id=None,
+        topics=(
+            oc.OffsetCommitRequestTopic(
+                name="t",
+                partitions=tuple(
+                    oc.OffsetCommitRequestPartition(
+                        partition_index=i32(p),
+                        committed_offset=i64(offset),
+                        committed_leader_epoch=i32(-1),
+                        committed_metadata="m" * METADATA_BYTES,
+                    )
+                    for p in range(4)
+                ),
+            ),
+        ),
+    )
     return [p.error_code for p in _call(client, request).topics[0].partitions]
 
 
 def _committed(client: RawClient) -> list[int]:
-    request = of.OffsetFetchRequest(group_id=GROUP, topics=(
-        of.OffsetFetchRequestTopic(name="t", partition_indexes=tuple(i32(p) for p in range(4))),
-    ), require_stable=False)  # fmt: skip
+    request = of.OffsetFetchRequest(
+        group_id=GROUP,
+        topics=(
+            of.OffsetFetchRequestTopic(name="t", partition_indexes=tuple(i32(p) for p in range(4))),
+        ),
+        require_stable=False,
+    )
     return [p.committed_offset for p in _call(client, request).topics[0].partitions]
 
 
@@ -72,8 +91,10 @@ def test_an_offset_commit_on_a_full_disk_answers_not_coordinator_and_lands_later
         finally:
             client.sock.close()
         offsets_dir = mount / "logs" / "__consumer_offsets-0"
-        data = b"".join((offsets_dir / f"{b:020d}.log").read_bytes()
-                        for b in LogSegments.list_dir(offsets_dir).base_offsets)  # fmt: skip
+        data = b"".join(
+            (offsets_dir / f"{b:020d}.log").read_bytes()
+            for b in LogSegments.list_dir(offsets_dir).base_offsets
+        )
         batches = list(iter_batches(data, str(offsets_dir), tail="error"))
         assert all(b.is_valid() for b in batches) and len(batches) == 2
 
@@ -102,8 +123,10 @@ def test_a_transaction_meeting_a_full_disk_commits_exactly_once_when_space_is_ba
         coordinator = s.broker.controller.transaction_coordinator
         assert coordinator.wait_completed("app-1", DEADLINE_S)
         directory = mount / "logs" / "tx-0"
-        data = b"".join((directory / f"{b:020d}.log").read_bytes()
-                        for b in LogSegments.list_dir(directory).base_offsets)  # fmt: skip
+        data = b"".join(
+            (directory / f"{b:020d}.log").read_bytes()
+            for b in LogSegments.list_dir(directory).base_offsets
+        )
         batches = list(iter_batches(data, str(directory), tail="error"))
     keys = [r.key for b in batches if not b.is_control for r in b.records()]
     assert keys == [b"k0", b"k1", b"k2", b"k3"]

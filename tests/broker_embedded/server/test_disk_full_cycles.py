@@ -60,8 +60,12 @@ class Producing:
     def _run(self) -> None:
         while not self._stop.is_set() and self.sent < MAX_SENT:
             try:
-                self.p.produce(TOPIC, key=self.prefix + b"%d" % self.sent,
-                               value=value(self.sent), on_delivery=self.acks)  # fmt: skip
+                self.p.produce(
+                    TOPIC,
+                    key=self.prefix + b"%d" % self.sent,
+                    value=value(self.sent),
+                    on_delivery=self.acks,
+                )
             except BufferError:
                 self.p.poll(0.05)
                 continue
@@ -81,10 +85,15 @@ class Consuming:
     def __init__(self, bootstrap: str) -> None:
         self.count = 0
         self.errors: list[str] = []
-        self._c = confluent_kafka.Consumer({
-            "bootstrap.servers": bootstrap, "group.id": "cycles", "auto.offset.reset": "earliest",
-            "enable.auto.commit": False, "socket.timeout.ms": 5_000,
-        })  # fmt: skip
+        self._c = confluent_kafka.Consumer(
+            {
+                "bootstrap.servers": bootstrap,
+                "group.id": "cycles",
+                "auto.offset.reset": "earliest",
+                "enable.auto.commit": False,
+                "socket.timeout.ms": 5_000,
+            }
+        )
         self._c.subscribe([TOPIC])
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
@@ -145,8 +154,17 @@ def probe_error(bootstrap: str) -> int | None:
 
 def create_topics(log_dir: Path) -> None:
     for name, partitions in ((TOPIC, PARTITIONS), (PROBE, 1)):
-        done = run_kafkalog("topics", "create", "--log-dir", log_dir, name, "--partitions",
-                            str(partitions), "--config", "segment.bytes=1048576")  # fmt: skip
+        done = run_kafkalog(
+            "topics",
+            "create",
+            "--log-dir",
+            log_dir,
+            name,
+            "--partitions",
+            str(partitions),
+            "--config",
+            "segment.bytes=1048576",
+        )
         assert done.returncode == 0, done.stderr
 
 
@@ -156,8 +174,19 @@ def during_the_episode(server: ServeProcess, metrics_url: str, log_dir: Path) ->
     assert len(admin.list_topics(TOPIC, timeout=IO_TIMEOUT_S).topics[TOPIC].partitions) == 2
     with urllib.request.urlopen(metrics_url, timeout=IO_TIMEOUT_S) as answer:
         assert answer.status == 200 and b"kafka_server" in answer.read()
-    read = run_kafkalog("consume", "--log-dir", log_dir, "--topic", TOPIC, "--partition", "0",
-                        "--format", "json", "--max-messages", "10")  # fmt: skip
+    read = run_kafkalog(
+        "consume",
+        "--log-dir",
+        log_dir,
+        "--topic",
+        TOPIC,
+        "--partition",
+        "0",
+        "--format",
+        "json",
+        "--max-messages",
+        "10",
+    )
     assert read.returncode == 0 and len(read.stdout.splitlines()) == 10, read.stderr[-2000:]
 
 
@@ -165,14 +194,16 @@ def read_back(log_dir: Path, acks: Acks) -> None:
     dirs = [log_dir / f"{TOPIC}-{q}" for q in range(PARTITIONS)]
     verify = run_kafkalog("dump", "--verify", "--summary", *dirs, timeout=120)
     assert verify.returncode == 0, verify.stdout[-2000:] + verify.stderr[-2000:]
-    read = run_kafkalog("consume", "--log-dir", log_dir, "--topic", TOPIC, "--format", "json",
-                        timeout=120)  # fmt: skip
+    read = run_kafkalog(
+        "consume", "--log-dir", log_dir, "--topic", TOPIC, "--format", "json", timeout=120
+    )
     assert read.returncode == 0, read.stderr[-2000:]
     rows = [json.loads(line) for line in read.stdout.splitlines()]
     keys = [r["key"] for r in rows]
     assert len(keys) == len(set(keys)), "a record is in the log twice"
-    on_disk = {(r["partition"], r["offset"]): (r["key"].encode(), r["value"].encode())
-               for r in rows}  # fmt: skip
+    on_disk = {
+        (r["partition"], r["offset"]): (r["key"].encode(), r["value"].encode()) for r in rows
+    }
     lost = [po for po, kv in acks.records.items() if on_disk.get(po) != kv]
     assert not lost, f"{len(lost)} acknowledged records wrong, first {sorted(lost)[:3]}"
 
@@ -207,8 +238,11 @@ def test_fill_and_free_cycles_then_a_kill_in_a_full_disk_episode(tmp_path: Path)
         acked_before_kill = len(p.acks.records)
         with ServeProcess(log_dir, stderr=tmp_path / "b.err") as server:
             after = Producing(server.bootstrap, b"r")
-            wait_for("acknowledgements after the restart", lambda: len(after.acks.records) >= 300,
-                     server=server)  # fmt: skip
+            wait_for(
+                "acknowledgements after the restart",
+                lambda: len(after.acks.records) >= 300,
+                server=server,
+            )
             after.halt()
             assert after.p.flush(60) == 0
             assert server.terminate() == 0

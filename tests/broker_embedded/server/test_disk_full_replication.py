@@ -48,8 +48,14 @@ class Producing:
     def __init__(self, bootstrap: str) -> None:
         self.acks = Acks()
         self.sent = 0
-        self._p = producer(bootstrap, **{"message.timeout.ms": 120_000, "linger.ms": 5,
-                                         "topic.metadata.refresh.interval.ms": 1_000})  # fmt: skip
+        self._p = producer(
+            bootstrap,
+            **{
+                "message.timeout.ms": 120_000,
+                "linger.ms": 5,
+                "topic.metadata.refresh.interval.ms": 1_000,
+            },
+        )
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
@@ -57,8 +63,9 @@ class Producing:
     def _run(self) -> None:
         while not self._stop.is_set() and self.sent < 200_000:
             try:
-                self._p.produce(TOPIC, key=b"k%d" % self.sent, value=value(self.sent),
-                                on_delivery=self.acks)  # fmt: skip
+                self._p.produce(
+                    TOPIC, key=b"k%d" % self.sent, value=value(self.sent), on_delivery=self.acks
+                )
             except BufferError:
                 self._p.poll(0.05)
                 continue
@@ -96,8 +103,9 @@ def wait_for(what: str, check, deadline_s: float = DEADLINE_S):
 def consumed(log_dir: Path) -> dict[int, list[tuple[int, bytes, bytes]]]:
     """(offset, key, value) of every record of each partition of the topic: one ``kafkalog
     consume`` of the whole topic (a process a partition cost a second of CPU each)."""
-    done = run_kafkalog("consume", "--log-dir", log_dir, "--topic", TOPIC, "--format", "json",
-                        timeout=120)  # fmt: skip
+    done = run_kafkalog(
+        "consume", "--log-dir", log_dir, "--topic", TOPIC, "--format", "json", timeout=120
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     out: dict[int, list[tuple[int, bytes, bytes]]] = {q: [] for q in range(len(ASSIGNMENT))}
     for r in map(json.loads, done.stdout.splitlines()):
@@ -125,14 +133,16 @@ def test_a_follower_on_a_full_disk_leaves_the_isr_and_catches_up_once_space_is_b
 ) -> None:
     base = tmp_path / "c"
     conf = tmp_path / "broker.toml"
-    conf.write_text(f'[broker]\n"replica.lag.time.max.ms" = {LAG_MS}\n'
-                    '"replica.fetch.backoff.ms" = 200\n')  # fmt: skip
+    conf.write_text(
+        f'[broker]\n"replica.lag.time.max.ms" = {LAG_MS}\n"replica.fetch.backoff.ms" = 200\n'
+    )
     with tmpfs(16 << 20) as mount:
         base.mkdir()
         (mount / "logs").mkdir()
         (base / f"broker-{FULL}").symlink_to(mount / "logs")
-        with ServeProcess(base, "--broker-config", conf, brokers=BROKERS,
-                          stderr=tmp_path / "err") as server:  # fmt: skip
+        with ServeProcess(
+            base, "--broker-config", conf, brokers=BROKERS, stderr=tmp_path / "err"
+        ) as server:
             client = AdminClient({"bootstrap.servers": server.bootstrap})
             topic = NewTopic(
                 TOPIC,
@@ -149,8 +159,10 @@ def test_a_follower_on_a_full_disk_leaves_the_isr_and_catches_up_once_space_is_b
             shrunk = {0: [0, 1], 1: [0, 1], 2: [0, 1, 2]}  # its followers are caught up
             wait_for(f"broker {FULL} out of the ISR", lambda: isrs(server.bootstrap) == shrunk)
             acked_full = len(p.acks.records)
-            wait_for("acknowledgements while the follower's disk is full",
-                     lambda: len(p.acks.records) >= acked_full + 1_000)  # fmt: skip
+            wait_for(
+                "acknowledgements while the follower's disk is full",
+                lambda: len(p.acks.records) >= acked_full + 1_000,
+            )
             filler.unlink()
             wait_for("the full ISR again", lambda: isrs(server.bootstrap) == full_isr)
             assert p.stop() == 0
@@ -174,12 +186,14 @@ def test_a_broker_stopped_and_started_while_the_whole_cluster_disk_is_full(
     the controller's state file cannot be rewritten) and started again once space is back
     rejoins every ISR, and every acknowledged record is once on every replica."""
     conf = tmp_path / "broker.toml"
-    conf.write_text(f'[broker]\n"replica.lag.time.max.ms" = {LAG_MS}\n'
-                    '"replica.fetch.backoff.ms" = 200\n')  # fmt: skip
+    conf.write_text(
+        f'[broker]\n"replica.lag.time.max.ms" = {LAG_MS}\n"replica.fetch.backoff.ms" = 200\n'
+    )
     with tmpfs(32 << 20) as mount:
         base = mount / "c"
-        with ServeProcess(base, "--broker-config", conf, brokers=BROKERS,
-                          stderr=tmp_path / "err") as server:  # fmt: skip
+        with ServeProcess(
+            base, "--broker-config", conf, brokers=BROKERS, stderr=tmp_path / "err"
+        ) as server:
             client = AdminClient({"bootstrap.servers": server.bootstrap})
             topic = NewTopic(
                 TOPIC,

@@ -28,11 +28,18 @@ STOP_BOUND_S = 15.0
 
 
 def _producer(bootstrap: str) -> confluent_kafka.Producer:
-    return confluent_kafka.Producer({
-        "bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True,
-        "linger.ms": 5, "message.timeout.ms": 6_000, "socket.timeout.ms": 5_000,
-        "reconnect.backoff.max.ms": 200, "retry.backoff.ms": 100,
-    })  # fmt: skip
+    return confluent_kafka.Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "acks": "all",
+            "enable.idempotence": True,
+            "linger.ms": 5,
+            "message.timeout.ms": 6_000,
+            "socket.timeout.ms": 5_000,
+            "reconnect.backoff.max.ms": 200,
+            "retry.backoff.ms": 100,
+        }
+    )
 
 
 def _value(i: int) -> bytes:
@@ -57,20 +64,30 @@ def _stop(server: ServeProcess) -> str:
 
 
 def _create_topic(log_dir: Path) -> None:
-    done = run_kafkalog("topics", "create", "--log-dir", log_dir, TOPIC,
-                        "--partitions", str(PARTITIONS),
-                        "--config", f"segment.bytes={SEGMENT_BYTES}")  # fmt: skip
+    done = run_kafkalog(
+        "topics",
+        "create",
+        "--log-dir",
+        log_dir,
+        TOPIC,
+        "--partitions",
+        str(PARTITIONS),
+        "--config",
+        f"segment.bytes={SEGMENT_BYTES}",
+    )
     assert done.returncode == 0, done.stderr
 
 
 def _read_back_and_verify(log_dir: Path, acks: Acks) -> None:
     """``kafkalog dump --verify`` is clean and ``kafkalog consume`` reads every acknowledged
     record exactly once, at its offset, in produce order per partition."""
-    verify = run_kafkalog("dump", "--verify", "--summary", log_dir / f"{TOPIC}-0",
-                          log_dir / f"{TOPIC}-1", timeout=120)  # fmt: skip
+    verify = run_kafkalog(
+        "dump", "--verify", "--summary", log_dir / f"{TOPIC}-0", log_dir / f"{TOPIC}-1", timeout=120
+    )
     assert verify.returncode == 0, verify.stdout[-2000:] + verify.stderr[-2000:]
-    read = run_kafkalog("consume", "--log-dir", log_dir, "--topic", TOPIC, "--format", "json",
-                        timeout=120)  # fmt: skip
+    read = run_kafkalog(
+        "consume", "--log-dir", log_dir, "--topic", TOPIC, "--format", "json", timeout=120
+    )
     assert read.returncode == 0, read.stderr[-2000:]
     on_disk: dict[bytes, list[tuple[int, int]]] = {}
     for line in read.stdout.splitlines():

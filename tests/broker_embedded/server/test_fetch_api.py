@@ -49,11 +49,27 @@ def test_fetch_versions_answer_exactly(broker, version):
     with fetch_server(broker) as (server, api), RawClient(server) as c:
         request = fetch_request(version, [(key, [(0, 3, MB, -1), (1, 0, MB, -1)])])
         got = decode(version, c.call(request))
-        want = expected(version, [(key, [
-            partition_data(version, 0, hw=9, lso=9, log_start=0,
-                           records=log_bytes(broker, "t", 0)[len(log_bytes(broker, "t", 1)):]),
-            partition_data(version, 1, hw=3, lso=3, log_start=0, records=log_bytes(broker, "t", 1)),
-        ])])  # fmt: skip
+        want = expected(
+            version,
+            [
+                (
+                    key,
+                    [
+                        partition_data(
+                            version,
+                            0,
+                            hw=9,
+                            lso=9,
+                            log_start=0,
+                            records=log_bytes(broker, "t", 0)[len(log_bytes(broker, "t", 1)) :],
+                        ),
+                        partition_data(
+                            version, 1, hw=3, lso=3, log_start=0, records=log_bytes(broker, "t", 1)
+                        ),
+                    ],
+                )
+            ],
+        )
         assert got == want
         assert api.pins.open == 0 or _settles(api)
 
@@ -99,8 +115,9 @@ def test_errors_carry_kafkas_codes_and_unknown_offsets(broker, version):
             want = [("t", [partition_data(version, -1, error=3, aborted=())])]
             assert got == expected(version, want)
         # a follower's fetch over the wire: this project replicates in-process
-        got = decode(version, c.call(fetch_request(version, [(key, [(0, 0, MB, -1)])],
-                                                   replica_id=1)))  # fmt: skip
+        got = decode(
+            version, c.call(fetch_request(version, [(key, [(0, 0, MB, -1)])], replica_id=1))
+        )
         assert got == expected(version, [(key, [partition_data(version, 0, error=6)])])
 
 
@@ -182,8 +199,9 @@ def test_read_committed_returns_the_aborted_transactions(broker, version):
     below_lso = len(log) - len(log_bytes_after(broker, lso))
     key = topic_key(broker, "t", version)
     with fetch_server(broker) as (server, _), RawClient(server) as c:
-        got = decode(version, c.call(fetch_request(version, [(key, [(0, 0, MB, -1)])],
-                                                   isolation=1)))  # fmt: skip
+        got = decode(
+            version, c.call(fetch_request(version, [(key, [(0, 0, MB, -1)])], isolation=1))
+        )
         want = partition_data(
             version,
             0,
@@ -206,6 +224,10 @@ def log_bytes_after(broker: Broker, offset: int) -> bytes:
 
     lg = broker.log_manager.get_log(TopicPartition("t", 0))
     assert lg is not None
-    return lg.read(offset, 1 << 30, __import__(
-        "broker_embedded.storage.fetch_data_info", fromlist=["FetchIsolation"]
-    ).FetchIsolation.LOG_END).records  # fmt: skip
+    return lg.read(
+        offset,
+        1 << 30,
+        __import__(
+            "broker_embedded.storage.fetch_data_info", fromlist=["FetchIsolation"]
+        ).FetchIsolation.LOG_END,
+    ).records

@@ -52,9 +52,12 @@ def test_kafka_python_consumer_assign_and_seek(filled):
         from kafka import KafkaConsumer, TopicPartition
     with full_server(filled) as p:
         consumer = KafkaConsumer(
-            bootstrap_servers=f"127.0.0.1:{p}", enable_auto_commit=False, group_id=None,
-            consumer_timeout_ms=10_000, request_timeout_ms=15_000,
-        )  # fmt: skip
+            bootstrap_servers=f"127.0.0.1:{p}",
+            enable_auto_commit=False,
+            group_id=None,
+            consumer_timeout_ms=10_000,
+            request_timeout_ms=15_000,
+        )
         try:
             tp = TopicPartition("t", 0)
             consumer.assign([tp])
@@ -69,10 +72,14 @@ def test_confluent_kafka_consumer_assign(filled):
     confluent = pytest.importorskip("confluent_kafka")
     # librdkafka fetches with v4+ (MsgVer2) only when the broker also advertises Produce v3+
     with full_server(filled, PRODUCE_KEY) as p:
-        consumer = confluent.Consumer({
-            "bootstrap.servers": f"127.0.0.1:{p}", "group.id": "unused",
-            "enable.auto.commit": False, "broker.address.family": "v4",
-        })  # fmt: skip
+        consumer = confluent.Consumer(
+            {
+                "bootstrap.servers": f"127.0.0.1:{p}",
+                "group.id": "unused",
+                "enable.auto.commit": False,
+                "broker.address.family": "v4",
+            }
+        )
         try:
             consumer.assign([confluent.TopicPartition("t", 0, 3)])
             got: list[bytes] = []

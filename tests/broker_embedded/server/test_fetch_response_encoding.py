@@ -42,12 +42,28 @@ def test_parts_equal_kios_encoding(tmp_path, version):
     sent = b"".join(
         DATA[p.position : p.position + p.length] if isinstance(p, FileRegion) else p for p in parts
     )
-    message = expected(version, [
-        (a, [partition_data(version, 0, hw=10, lso=9, log_start=2, aborted=((5, 3), (6, 4)),
-                            records=DATA[100:400]),
-             partition_data(version, 1, error=6)]),
-        (b, [partition_data(version, 2, hw=3, lso=3, log_start=0, aborted=(), records=b"abc")]),
-        (a, [partition_data(version, 3, hw=7, lso=7, log_start=7)]),
-    ], session_id=77)  # fmt: skip
+    message = expected(
+        version,
+        [
+            (
+                a,
+                [
+                    partition_data(
+                        version,
+                        0,
+                        hw=10,
+                        lso=9,
+                        log_start=2,
+                        aborted=((5, 3), (6, 4)),
+                        records=DATA[100:400],
+                    ),
+                    partition_data(version, 1, error=6),
+                ],
+            ),
+            (b, [partition_data(version, 2, hw=3, lso=3, log_start=0, aborted=(), records=b"abc")]),
+            (a, [partition_data(version, 3, hw=7, lso=7, log_start=7)]),
+        ],
+        session_id=77,
+    )
     assert sent == response_frame(header, message)[4:]
     assert sum(isinstance(p, FileRegion) for p in parts) == 2

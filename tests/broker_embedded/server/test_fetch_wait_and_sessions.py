@@ -79,10 +79,23 @@ def test_sessions_full_then_incremental_with_only_changed_partitions(broker):
         full = decode(12, c.call(fetch_request(12, [("t", parts)], session_id=0, epoch=0)))
         sid = full.session_id
         assert sid != 0
-        assert full == expected(12, [("t", [
-            partition_data(12, 0, hw=1, lso=1, log_start=0, records=log_bytes(broker, "t", 0)),
-            partition_data(12, 1, hw=1, lso=1, log_start=0, records=log_bytes(broker, "t", 1)),
-        ])], session_id=sid)  # fmt: skip
+        assert full == expected(
+            12,
+            [
+                (
+                    "t",
+                    [
+                        partition_data(
+                            12, 0, hw=1, lso=1, log_start=0, records=log_bytes(broker, "t", 0)
+                        ),
+                        partition_data(
+                            12, 1, hw=1, lso=1, log_start=0, records=log_bytes(broker, "t", 1)
+                        ),
+                    ],
+                )
+            ],
+            session_id=sid,
+        )
         # the consumer moved on to offset 1 on both: an incremental fetch updates them
         moved = [(0, 1, MB, -1), (1, 1, MB, -1)]
         inc = decode(12, c.call(fetch_request(12, [("t", moved)], session_id=sid, epoch=1)))
@@ -90,8 +103,9 @@ def test_sessions_full_then_incremental_with_only_changed_partitions(broker):
         before = len(log_bytes(broker, "t", 1))
         broker.produce("t", 1, [b"new"])
         inc = decode(12, c.call(fetch_request(12, [], session_id=sid, epoch=2)))
-        want = partition_data(12, 1, hw=2, lso=2, log_start=0,
-                              records=log_bytes(broker, "t", 1)[before:])  # fmt: skip
+        want = partition_data(
+            12, 1, hw=2, lso=2, log_start=0, records=log_bytes(broker, "t", 1)[before:]
+        )
         assert inc == expected(12, [("t", [want])], session_id=sid)
         # a repeated epoch: INVALID_FETCH_SESSION_EPOCH; an unknown session: NOT_FOUND
         bad = decode(12, c.call(fetch_request(12, [], session_id=sid, epoch=2)))

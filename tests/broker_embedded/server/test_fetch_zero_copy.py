@@ -142,8 +142,10 @@ def test_cleaner_swapping_a_segment_sent_from_its_path_closes_that_connection(br
             Cleaner(SkimpyOffsetMap(1 << 16)).clean(broker.log_manager.get_log(TP), None)
             with pytest.raises(ConnectionError):
                 c.recv_frame()
-        assert any(f"{first} was replaced while it was being sent" in r.getMessage()
-                   for r in caplog.records)  # fmt: skip
+        assert any(
+            f"{first} was replaced while it was being sent" in r.getMessage()
+            for r in caplog.records
+        )
         with RawClient(server) as again:
             send_fetch(again, 0)
             cleaned = records_of(again.recv_frame())

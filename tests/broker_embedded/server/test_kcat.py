@@ -34,10 +34,26 @@ def test_kcat_produces_and_consumes_every_codec(tmp_path, codec):
     sent = [tuple(line.split(b":", 1)) for line in lines]
     with served(tmp_path) as s:
         s.broker.create_topic("t", 1)
-        kcat(s.bootstrap, "-P", "-t", "t", "-p", "0", "-K", ":", "-z", codec,
-             "-H", "origin=kcat", "-X", "acks=all", stdin=b"\n".join(lines) + b"\n")  # fmt: skip
-        out = kcat(s.bootstrap, "-C", "-t", "t", "-p", "0", "-o", "beginning", "-e",
-                   "-f", "%o|%k|%s|%h\n")  # fmt: skip
+        kcat(
+            s.bootstrap,
+            "-P",
+            "-t",
+            "t",
+            "-p",
+            "0",
+            "-K",
+            ":",
+            "-z",
+            codec,
+            "-H",
+            "origin=kcat",
+            "-X",
+            "acks=all",
+            stdin=b"\n".join(lines) + b"\n",
+        )
+        out = kcat(
+            s.bootstrap, "-C", "-t", "t", "-p", "0", "-o", "beginning", "-e", "-f", "%o|%k|%s|%h\n"
+        )
     read = [line.split(b"|") for line in out.splitlines()]
     assert [(int(o), k, v) for o, k, v, _ in read] == [(i, k, v) for i, (k, v) in enumerate(sent)]
     assert {h for *_, h in read} == {b"origin=kcat"}

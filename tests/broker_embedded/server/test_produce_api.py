@@ -44,13 +44,27 @@ def confluent_produce(bootstrap: str, topic: str, records, **conf) -> list:
 
 @pytest.mark.parametrize("codec", sorted(CODECS))
 def test_confluent_idempotent_producer_every_codec(tmp_path, codec):
-    sent = [(i % 2, b"key-%d" % i, b"%s value %d " % (codec.encode(), i) * (i + 1),
-             (("h", b"v%d" % i), ("n", b""))) for i in range(40)]  # fmt: skip
+    sent = [
+        (
+            i % 2,
+            b"key-%d" % i,
+            b"%s value %d " % (codec.encode(), i) * (i + 1),
+            (("h", b"v%d" % i), ("n", b"")),
+        )
+        for i in range(40)
+    ]
     with served(tmp_path) as s:
         s.broker.create_topic("t", 2)
-        reports = confluent_produce(s.bootstrap, "t", sent, **{
-            "compression.type": codec, "enable.idempotence": True, "acks": "all",
-        })  # fmt: skip
+        reports = confluent_produce(
+            s.bootstrap,
+            "t",
+            sent,
+            **{
+                "compression.type": codec,
+                "enable.idempotence": True,
+                "acks": "all",
+            },
+        )
     assert all(e is None for e, _, _ in reports)
     for partition in (0, 1):
         expected = [(k, v, h) for p, k, v, h in sent if p == partition]
@@ -90,8 +104,12 @@ def test_kafka_python_producer(tmp_path):
             compression_type="gzip",
             request_timeout_ms=TIMEOUT_S * 1000,
         )
-        futures = [producer.send("kp", key=b"k%d" % i, value=b"v%d" % i, partition=0,
-                                 headers=[("h", b"%d" % i)]) for i in range(20)]  # fmt: skip
+        futures = [
+            producer.send(
+                "kp", key=b"k%d" % i, value=b"v%d" % i, partition=0, headers=[("h", b"%d" % i)]
+            )
+            for i in range(20)
+        ]
         offsets = [f.get(timeout=TIMEOUT_S).offset for f in futures]
         producer.close(timeout=TIMEOUT_S)
     assert offsets == list(range(20))
@@ -112,8 +130,10 @@ def test_aiokafka_producer(tmp_path):
         )
         await producer.start()
         try:
-            metas = [await producer.send_and_wait("ak", b"v%d" % i, key=b"k%d" % i, partition=0)
-                     for i in range(15)]  # fmt: skip
+            metas = [
+                await producer.send_and_wait("ak", b"v%d" % i, key=b"k%d" % i, partition=0)
+                for i in range(15)
+            ]
         finally:
             await producer.stop()
         return [m.offset for m in metas]
@@ -134,10 +154,16 @@ def batch(n: int = 3, **kw) -> bytes:
 
 def produce9(client: RawClient, topic: str, records: bytes, acks: int = -1, partition: int = 0):
     message = req9.ProduceRequest(
-        transactional_id=None, acks=acks, timeout=datetime.timedelta(seconds=5),
-        topic_data=(req9.TopicProduceData(name=topic, partition_data=(
-            req9.PartitionProduceData(index=partition, records=records),)),),
-    )  # fmt: skip
+        transactional_id=None,
+        acks=acks,
+        timeout=datetime.timedelta(seconds=5),
+        topic_data=(
+            req9.TopicProduceData(
+                name=topic,
+                partition_data=(req9.PartitionProduceData(index=partition, records=records),),
+            ),
+        ),
+    )
     response = decode_response(resp9.ProduceResponse, client.call(message), True)
     (topic_response,) = response.responses
     (p,) = topic_response.partition_responses
@@ -205,10 +231,20 @@ def test_zstd_needs_produce_v7(tmp_path):
     with served(tmp_path) as s:
         s.broker.create_topic("z")
         message = req6.ProduceRequest(
-            transactional_id=None, acks=1, timeout=datetime.timedelta(seconds=5),
-            topic_data=(req6.TopicProduceData(name="z", partition_data=(req6.PartitionProduceData(
-                index=0, records=batch(compression=CompressionType.ZSTD)),)),),
-        )  # fmt: skip
+            transactional_id=None,
+            acks=1,
+            timeout=datetime.timedelta(seconds=5),
+            topic_data=(
+                req6.TopicProduceData(
+                    name="z",
+                    partition_data=(
+                        req6.PartitionProduceData(
+                            index=0, records=batch(compression=CompressionType.ZSTD)
+                        ),
+                    ),
+                ),
+            ),
+        )
         with RawClient(s.server) as c:
             response = decode_response(resp6.ProduceResponse, c.call(message), False)
     (p,) = response.responses[0].partition_responses
@@ -220,21 +256,36 @@ def test_acks_zero_error_closes_the_connection(tmp_path):
         s.broker.create_topic("z0")
         with RawClient(s.server) as c:
             message = req9.ProduceRequest(
-                transactional_id=None, acks=0, timeout=datetime.timedelta(seconds=5),
-                topic_data=(req9.TopicProduceData(name="z0", partition_data=(
-                    req9.PartitionProduceData(index=0, records=batch()),)),),
-            )  # fmt: skip
+                transactional_id=None,
+                acks=0,
+                timeout=datetime.timedelta(seconds=5),
+                topic_data=(
+                    req9.TopicProduceData(
+                        name="z0",
+                        partition_data=(req9.PartitionProduceData(index=0, records=batch()),),
+                    ),
+                ),
+            )
             c.send(request_frame(message, 1))  # no answer; the next request is served
             from kio.schema.api_versions.v3.request import ApiVersionsRequest
 
-            c.send(request_frame(ApiVersionsRequest(client_software_name="t",
-                                                    client_software_version="1"), 2))  # fmt: skip
+            c.send(
+                request_frame(
+                    ApiVersionsRequest(client_software_name="t", client_software_version="1"), 2
+                )
+            )
             assert struct.unpack(">i", c.recv_frame()[:4])[0] == 2
             bad = req9.ProduceRequest(
-                transactional_id=None, acks=0, timeout=datetime.timedelta(seconds=5),
-                topic_data=(req9.TopicProduceData(name="missing", partition_data=(
-                    req9.PartitionProduceData(index=0, records=batch()),)),),
-            )  # fmt: skip
+                transactional_id=None,
+                acks=0,
+                timeout=datetime.timedelta(seconds=5),
+                topic_data=(
+                    req9.TopicProduceData(
+                        name="missing",
+                        partition_data=(req9.PartitionProduceData(index=0, records=batch()),),
+                    ),
+                ),
+            )
             c.send(request_frame(bad, 3))
             assert c.closed_by_server()
     assert [o for o, *_ in log_records(tmp_path, "z0", 0)] == [0, 1, 2]
@@ -278,14 +329,32 @@ def test_the_all_success_template_equals_kios_encoding(version):
             slots.append((p, tp))
         layout.append((name if version < 13 else None, ids[name], slots))
     types = types_of(response_schema(0, version))
-    whole = make(types.ProduceResponse, throttle_time=timedelta(0), node_endpoints=(),
-                 responses=tuple(
-                     make(types.TopicProduceResponse, name=n, topic_id=i, partition_responses=tuple(
-                         make(types.PartitionProduceResponse, index=p, error_code=ErrorCode.none,
-                              base_offset=10**12 + p, log_append_time=None,
-                              log_start_offset=2**62 + p, record_errors=(), error_message=None)
-                         for p, _ in slots))
-                     for n, i, slots in layout))  # fmt: skip
+    whole = make(
+        types.ProduceResponse,
+        throttle_time=timedelta(0),
+        node_endpoints=(),
+        responses=tuple(
+            make(
+                types.TopicProduceResponse,
+                name=n,
+                topic_id=i,
+                partition_responses=tuple(
+                    make(
+                        types.PartitionProduceResponse,
+                        index=p,
+                        error_code=ErrorCode.none,
+                        base_offset=10**12 + p,
+                        log_append_time=None,
+                        log_start_offset=2**62 + p,
+                        record_errors=(),
+                        error_message=None,
+                    )
+                    for p, _ in slots
+                ),
+            )
+            for n, i, slots in layout
+        ),
+    )
     assert produce._success_body(version, layout, results) == encode_body(whole)
     failed = dict(results)
     tp = TopicPartition("a.b", 3)

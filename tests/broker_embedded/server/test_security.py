@@ -171,8 +171,11 @@ def test_tls_listener_without_a_keystore_is_refused(tmp_path):
 
 
 def test_subject_is_written_as_java_x500_principal():
-    subject = ((("countryName", "US"),), (("organizationName", "ex,ample"),),
-               (("commonName", "alice"), ("userId", "a1")))  # fmt: skip
+    subject = (
+        (("countryName", "US"),),
+        (("organizationName", "ex,ample"),),
+        (("commonName", "alice"), ("userId", "a1")),
+    )
     assert subject_name(subject) == "CN=alice+UID=a1,O=ex\\,ample,C=US"
 
 
@@ -253,8 +256,11 @@ def kafka_python_options(pki: Pki, protocol: str, mechanism: str | None) -> dict
     if protocol == "SSL":
         options |= {"ssl_certfile": str(pki.client_cert), "ssl_keyfile": str(pki.client_key)}
     if mechanism:
-        options |= {"sasl_mechanism": mechanism, "sasl_plain_username": USER,
-                    "sasl_plain_password": PASSWORD}  # fmt: skip
+        options |= {
+            "sasl_mechanism": mechanism,
+            "sasl_plain_username": USER,
+            "sasl_plain_password": PASSWORD,
+        }
     return options
 
 
@@ -274,8 +280,9 @@ def test_kafka_python_produces_and_consumes(server, pki, case):
         producer.flush(TIMEOUT_S)
     finally:
         producer.close(TIMEOUT_S)
-    consumer = KafkaConsumer(bootstrap_servers=bootstrap, consumer_timeout_ms=2000,
-                             enable_auto_commit=False, **options)  # fmt: skip
+    consumer = KafkaConsumer(
+        bootstrap_servers=bootstrap, consumer_timeout_ms=2000, enable_auto_commit=False, **options
+    )
     try:
         consumer.assign([TopicPartition(topic, 0)])
         consumer.seek_to_beginning()
@@ -301,8 +308,10 @@ def confluent_options(pki: Pki, case: dict) -> dict:
     if case["security.protocol"].endswith("SSL"):
         options["ssl.ca.location"] = str(pki.ca)
     if case["security.protocol"] == "SSL":
-        options |= {"ssl.certificate.location": str(pki.client_cert),
-                    "ssl.key.location": str(pki.client_key)}  # fmt: skip
+        options |= {
+            "ssl.certificate.location": str(pki.client_cert),
+            "ssl.key.location": str(pki.client_key),
+        }
     if "sasl.mechanism" in case:
         options |= {"sasl.username": USER, "sasl.password": PASSWORD}
     return options
@@ -375,8 +384,11 @@ def test_confluent_kafka_wrong_password_is_refused(server, pki):
 
     errors: list = []
     options = confluent_options(pki, CONFLUENT_CASES["SASL_SSL-SCRAM-SHA-256"])
-    options |= {"sasl.password": "wrong", "error_cb": errors.append,
-                "bootstrap.servers": f"127.0.0.1:{port(server, 'SASL_SSL')}"}  # fmt: skip
+    options |= {
+        "sasl.password": "wrong",
+        "error_cb": errors.append,
+        "bootstrap.servers": f"127.0.0.1:{port(server, 'SASL_SSL')}",
+    }
     producer = Producer(options)
     with pytest.raises(KafkaException):
         producer.list_topics(timeout=3)
@@ -447,8 +459,10 @@ def test_client_auth_required_refuses_a_client_without_certificate(pki, tmp_path
 def test_a_stalled_handshake_is_dropped(pki, tmp_path):
     sec = security(pki, authentication_timeout_ms=300)
     with secured(tmp_path, sec, ["SSL://127.0.0.1:0", "SASL_PLAINTEXT://127.0.0.1:0"]) as s:
-        stalled = [socket.create_connection(("127.0.0.1", port(s, n)), timeout=5)
-                   for n in ("SSL", "SASL_PLAINTEXT")]  # fmt: skip
+        stalled = [
+            socket.create_connection(("127.0.0.1", port(s, n)), timeout=5)
+            for n in ("SSL", "SASL_PLAINTEXT")
+        ]
         for sock in stalled:
             assert sock.recv(1) == b""  # closed by the server within about 1.3 s
             sock.close()
@@ -468,8 +482,23 @@ def test_users_command_adds_and_deletes(tmp_path, pki):
     log_dir = tmp_path / "log"
     with secured(log_dir, security(pki), ["SASL_PLAINTEXT://127.0.0.1:0"]) as s:
         p = port(s, "SASL_PLAINTEXT")
-        assert cli.main(["users", "add", "--log-dir", str(log_dir), "--user", "bob",
-                         "--password", "bob-pw", "--mechanism", "SCRAM-SHA-512"]) == 0  # fmt: skip
+        assert (
+            cli.main(
+                [
+                    "users",
+                    "add",
+                    "--log-dir",
+                    str(log_dir),
+                    "--user",
+                    "bob",
+                    "--password",
+                    "bob-pw",
+                    "--mechanism",
+                    "SCRAM-SHA-512",
+                ]
+            )
+            == 0
+        )
         assert scram(Wire(p), "SCRAM-SHA-512", "bob", "bob-pw").error_code == ErrorCode.none
         assert cli.main(["users", "delete", "--log-dir", str(log_dir), "--user", "bob"]) == 0
         refused = scram(Wire(p), "SCRAM-SHA-512", "bob", "bob-pw")
@@ -557,33 +586,54 @@ def test_scram_credential_requests_answer_kafkas_errors(server):
 
     def upsert(name: str, mechanism: int, iterations: int):
         return alter.ScramCredentialUpsertion(
-            name=name, mechanism=i8(mechanism), iterations=i32(iterations),
-            salt=b"s" * 16, salted_password=b"p" * 32,
-        )  # fmt: skip
+            name=name,
+            mechanism=i8(mechanism),
+            iterations=i32(iterations),
+            salt=b"s" * 16,
+            salted_password=b"p" * 32,
+        )
 
     request = alter.AlterUserScramCredentialsRequest(
-        deletions=(alter.ScramCredentialDeletion(name="ghost", mechanism=i8(1)),
-                   alter.ScramCredentialDeletion(name="twice", mechanism=i8(2))),
-        upsertions=(upsert("", 1, 4096), upsert("few", 1, 100), upsert("many", 2, 20000),
-                    upsert("odd", 3, 4096), upsert("twice", 2, 4096), upsert("dup", 1, 4096),
-                    upsert("dup", 2, 4096), upsert("carol", 2, 4096)),
-    )  # fmt: skip
+        deletions=(
+            alter.ScramCredentialDeletion(name="ghost", mechanism=i8(1)),
+            alter.ScramCredentialDeletion(name="twice", mechanism=i8(2)),
+        ),
+        upsertions=(
+            upsert("", 1, 4096),
+            upsert("few", 1, 100),
+            upsert("many", 2, 20000),
+            upsert("odd", 3, 4096),
+            upsert("twice", 2, 4096),
+            upsert("dup", 1, 4096),
+            upsert("dup", 2, 4096),
+            upsert("carol", 2, 4096),
+        ),
+    )
     wire = Wire(port(server, "PLAINTEXT"))
     response = wire.call(request, AlterUserScramCredentialsResponse)
     assert [(r.user, r.error_code, r.error_message) for r in response.results] == [
-        ("ghost", ErrorCode.resource_not_found,
-         "Attempt to delete a user credential that does not exist"),
+        (
+            "ghost",
+            ErrorCode.resource_not_found,
+            "Attempt to delete a user credential that does not exist",
+        ),
         # its deletion failed first (Kafka's controller takes the deletions first)
-        ("twice", ErrorCode.resource_not_found,
-         "Attempt to delete a user credential that does not exist"),
+        (
+            "twice",
+            ErrorCode.resource_not_found,
+            "Attempt to delete a user credential that does not exist",
+        ),
         ("", ErrorCode.unacceptable_credential, "Username must not be empty"),
         ("few", ErrorCode.unacceptable_credential, "Too few iterations"),
         ("many", ErrorCode.unacceptable_credential, "Too many iterations"),
         ("odd", ErrorCode.unsupported_sasl_mechanism, "Unknown SCRAM mechanism"),
-        ("dup", ErrorCode.duplicate_resource,  # two mechanisms: still one user twice
-         "A user credential cannot be altered twice in the same request"),
+        (
+            "dup",
+            ErrorCode.duplicate_resource,  # two mechanisms: still one user twice
+            "A user credential cannot be altered twice in the same request",
+        ),
         ("carol", ErrorCode.none, None),
-    ]  # fmt: skip
+    ]
     names = tuple(describe.UserName(name=n) for n in ("carol", "nobody", "alice", "alice"))
     described = wire.call(
         describe.DescribeUserScramCredentialsRequest(users=names),
@@ -609,10 +659,13 @@ def test_a_thousand_wrong_passwords_and_garbage_tokens_leave_the_server_serving(
     lock the user and the address out (test_authentication_limiter.py)."""
     import random
 
-    sec = security(pki, connection_failed_authentication_delay_ms=20,
-                   authentication_failure_max_delay_ms=20,
-                   authentication_failure_limit_per_principal=0,
-                   authentication_failure_limit_per_host=0)  # fmt: skip
+    sec = security(
+        pki,
+        connection_failed_authentication_delay_ms=20,
+        authentication_failure_max_delay_ms=20,
+        authentication_failure_limit_per_principal=0,
+        authentication_failure_limit_per_host=0,
+    )
     with secured(tmp_path, sec, ["SASL_PLAINTEXT://127.0.0.1:0"]) as s:
         p = port(s, "SASL_PLAINTEXT")
         codes: list[int] = []
@@ -707,8 +760,9 @@ def test_abandoned_long_polls_over_tls_release_their_connections(pki, tmp_path, 
     broker = Broker(log_dir, create=True, config=config())
     broker.create_topic("t", 1)
     broker.close()
-    request = fetch_request(4, [("t", [(0, 0, 1 << 20, -1)])], max_wait_ms=2**31 - 1,
-                            min_bytes=2**31 - 1)  # fmt: skip
+    request = fetch_request(
+        4, [("t", [(0, 0, 1 << 20, -1)])], max_wait_ms=2**31 - 1, min_bytes=2**31 - 1
+    )
     with secured(log_dir, security(pki)) as server:
         for i in range(20):
             wire = Wire(port(server, "SSL"), client_context(pki))

@@ -28,8 +28,10 @@ def accepted_buffers(log_dir: Path, **config: int) -> tuple[int, int]:
                 assert time.monotonic() < deadline, "the connection was never taken"
                 time.sleep(0.01)
             sock = channels[0].sock
-            return (sock.getsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF),
-                    sock.getsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF))  # fmt: skip
+            return (
+                sock.getsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF),
+                sock.getsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF),
+            )
 
 
 def test_kafka_s_100_kib_by_default(tmp_path: Path) -> None:

@@ -49,5 +49,8 @@ def test_fetch_by_a_recreated_topics_old_id(tmp_path, version):
             response = decode(version, c.recv_frame())
     by_id = {t.topic_id: t.partitions[0] for t in response.responses}
     assert (by_id[old].error_code, by_id[old].high_watermark, by_id[old].records) == (
-        UNKNOWN_TOPIC_ID, -1, b"")  # fmt: skip
+        UNKNOWN_TOPIC_ID,
+        -1,
+        b"",
+    )
     assert (by_id[new].error_code, by_id[new].high_watermark) == (0, 2)

@@ -25,15 +25,23 @@ TIMEOUT_S = 20.0
 
 
 def producer(bootstrap: str, transactional_id: str) -> Producer:
-    return Producer({"bootstrap.servers": bootstrap, "transactional.id": transactional_id,
-                     "socket.timeout.ms": 10_000, "message.timeout.ms": 15_000})  # fmt: skip
+    return Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "transactional.id": transactional_id,
+            "socket.timeout.ms": 10_000,
+            "message.timeout.ms": 15_000,
+        }
+    )
 
 
 def batch_times(log_dir, topic: str, partition: int) -> dict[int, int]:
     """The max timestamp of each producer's last batch (a marker's too, as Kafka's producer
     state takes it), by kafka-python."""
-    return {b.producer_id: max(r.timestamp for r in b.records)
-            for b in log_batches(log_dir, topic, partition)}  # fmt: skip
+    return {
+        b.producer_id: max(r.timestamp for r in b.records)
+        for b in log_batches(log_dir, topic, partition)
+    }
 
 
 def test_list_describe_transactions_and_producers(tmp_path):
@@ -56,8 +64,9 @@ def test_list_describe_transactions_and_producers(tmp_path):
         coordinator = s.broker.controller.transaction_coordinator
         assert coordinator.wait_completed("app-done", TIMEOUT_S)
         o, d = coordinator.state("app-open"), coordinator.state("app-done")
-        admin = kafka_admin.KafkaAdminClient(bootstrap_servers=s.bootstrap,
-                                             request_timeout_ms=10_000)  # fmt: skip
+        admin = kafka_admin.KafkaAdminClient(
+            bootstrap_servers=s.bootstrap, request_timeout_ms=10_000
+        )
         try:
             listed = admin.list_transactions()
             ongoing = admin.list_transactions(state_filters=["Ongoing"])
@@ -73,33 +82,42 @@ def test_list_describe_transactions_and_producers(tmp_path):
             admin.close()
         t0, t1 = batch_times(tmp_path, "tx", 0), batch_times(tmp_path, "tx", 1)
         opened.abort_transaction(TIMEOUT_S)
-    both = [TransactionListing("app-done", d.producer_id, TransactionState.COMPLETE_COMMIT),
-            TransactionListing("app-open", o.producer_id, TransactionState.ONGOING)]  # fmt: skip
+    both = [
+        TransactionListing("app-done", d.producer_id, TransactionState.COMPLETE_COMMIT),
+        TransactionListing("app-open", o.producer_id, TransactionState.ONGOING),
+    ]
     assert listed == {0: both}
     assert ongoing == {0: both[1:]}
     assert by_pid == {0: both[:1]}
     assert old == {0: []}  # both started less than 10 minutes ago
     desc_open, desc_done = described["app-open"], described["app-done"]
     assert (desc_open.state, desc_open.producer_id, desc_open.producer_epoch) == (
-        TransactionState.ONGOING, o.producer_id, 0,
-    )  # fmt: skip
+        TransactionState.ONGOING,
+        o.producer_id,
+        0,
+    )
     assert (desc_open.transaction_timeout_ms, desc_open.transaction_start_time_ms) == (
-        60_000, o.start_ms,
-    )  # fmt: skip
+        60_000,
+        o.start_ms,
+    )
     assert desc_open.topic_partitions == {KTP("tx", 0), KTP("tx", 1)}
     assert o.partitions == [TopicPartition("tx", 0), TopicPartition("tx", 1)]
     assert (desc_done.state, desc_done.producer_id, desc_done.topic_partitions) == (
-        TransactionState.COMPLETE_COMMIT, d.producer_id, set(),
-    )  # fmt: skip
+        TransactionState.COMPLETE_COMMIT,
+        d.producer_id,
+        set(),
+    )
     assert desc_done.transaction_start_time_ms == d.start_ms > 0  # kept after the commit
     # tx-0: offset 0 "plain", 1-2 the open transaction; tx-1: 0 "d", 1 its COMMIT, 2 "o3"
     assert producers[KTP("tx", 0)].active_producers == [
         ProducerState(o.producer_id, 0, 1, t0[o.producer_id], -1, 1),
     ]
-    assert producers[KTP("tx", 1)].active_producers == sorted([
-        ProducerState(d.producer_id, 0, 0, t1[d.producer_id], 0, -1),
-        ProducerState(o.producer_id, 0, 0, t1[o.producer_id], -1, 2),
-    ])  # fmt: skip
+    assert producers[KTP("tx", 1)].active_producers == sorted(
+        [
+            ProducerState(d.producer_id, 0, 0, t1[d.producer_id], 0, -1),
+            ProducerState(o.producer_id, 0, 0, t1[o.producer_id], -1, 2),
+        ]
+    )
 
 
 def test_filters_and_errors_kafka_python_does_not_show(tmp_path):
@@ -127,8 +145,10 @@ def test_filters_and_errors_kafka_python_does_not_show(tmp_path):
         request = DescribeProducersRequest(topics=topics)
         producers = decode_response(DescribeProducersResponse, raw.call(request), True)
     assert (listed.error_code, listed.unknown_state_filters, listed.transaction_states) == (
-        0, ("Bogus",), (),
-    )  # fmt: skip
+        0,
+        ("Bogus",),
+        (),
+    )
     (state,) = described.transaction_states
     assert (state.error_code, state.transactional_id, state.transaction_state) == (42, "", "")
     assert (state.producer_id, state.transaction_start_time.timestamp()) == (0, 0)

@@ -22,8 +22,12 @@ TIMEOUT_S = 20.0
 
 
 def producer(bootstrap: str, transactional_id: str, **extra) -> Producer:
-    settings = {"bootstrap.servers": bootstrap, "transactional.id": transactional_id,
-                "socket.timeout.ms": 10_000, "message.timeout.ms": 15_000}  # fmt: skip
+    settings = {
+        "bootstrap.servers": bootstrap,
+        "transactional.id": transactional_id,
+        "socket.timeout.ms": 10_000,
+        "message.timeout.ms": 15_000,
+    }
     return Producer({**settings, **extra})
 
 
@@ -69,8 +73,10 @@ def test_commit_and_abort_reach_read_committed_readers_exactly(tmp_path):
     pid, epoch = state.producer_id, state.producer_epoch
     assert control_batches(tmp_path, "tx", 0) == [(pid, epoch, True), (pid, epoch, False)]
     assert control_batches(tmp_path, "tx", 1) == [
-        (pid, epoch, True), (pid, epoch, False), (pid, epoch, True),
-    ]  # fmt: skip
+        (pid, epoch, True),
+        (pid, epoch, False),
+        (pid, epoch, True),
+    ]
 
 
 def test_a_second_instance_fences_the_zombie_and_aborts_its_transaction(tmp_path):
@@ -102,9 +108,15 @@ def test_a_second_instance_fences_the_zombie_and_aborts_its_transaction(tmp_path
 def test_a_transaction_past_its_timeout_is_aborted(tmp_path):
     with served(tmp_path) as s:
         s.broker.create_topic("tx", 1)
-        p = producer(s.bootstrap, "slow", **{"transaction.timeout.ms": 2_000,
-                                             "socket.timeout.ms": 2_000,
-                                             "message.timeout.ms": 2_000})  # fmt: skip
+        p = producer(
+            s.bootstrap,
+            "slow",
+            **{
+                "transaction.timeout.ms": 2_000,
+                "socket.timeout.ms": 2_000,
+                "message.timeout.ms": 2_000,
+            },
+        )
         p.init_transactions(TIMEOUT_S)
         p.begin_transaction()
         p.produce("tx", value=b"never", partition=0)
@@ -126,15 +138,20 @@ def test_offsets_sent_to_a_transaction_commit_with_it_and_not_with_an_abort(tmp_
     TxnOffsetCommit) makes the group's offsets committed only when the transaction commits.
     On disk (kafka-python): each TxnOffsetCommit is a transactional batch of the producer in the
     group's ``__consumer_offsets`` partition, followed there by its COMMIT, then ABORT marker."""
-    with served(tmp_path, group_initial_rebalance_delay_ms=0,
-                offsets_topic_num_partitions=1) as s:  # fmt: skip
+    with served(tmp_path, group_initial_rebalance_delay_ms=0, offsets_topic_num_partitions=1) as s:
         s.broker.create_topic("in", 1)
         s.broker.create_topic("out", 1)
         for i in range(6):
             s.broker.produce("in", 0, [b"r%d" % i])
-        c = Consumer({"bootstrap.servers": s.bootstrap, "group.id": "ctp",
-                      "enable.auto.commit": False, "auto.offset.reset": "earliest",
-                      "isolation.level": "read_committed"})  # fmt: skip
+        c = Consumer(
+            {
+                "bootstrap.servers": s.bootstrap,
+                "group.id": "ctp",
+                "enable.auto.commit": False,
+                "auto.offset.reset": "earliest",
+                "isolation.level": "read_committed",
+            }
+        )
         p = producer(s.bootstrap, "ctp-app")
         p.init_transactions(TIMEOUT_S)
         try:
@@ -160,5 +177,9 @@ def test_offsets_sent_to_a_transaction_commit_with_it_and_not_with_an_abort(tmp_
     batches = [b for b in log_batches(tmp_path, "__consumer_offsets", 0) if b.producer_id >= 0]
     pid = batches[0].producer_id
     assert [(b.producer_id, b.is_transactional, b.is_control) for b in batches] == [
-        (pid, True, False), (pid, True, True), (pid, True, False), (pid, True, True)]  # fmt: skip
+        (pid, True, False),
+        (pid, True, True),
+        (pid, True, False),
+        (pid, True, True),
+    ]
     assert control_batches(tmp_path, "__consumer_offsets", 0) == [(pid, 0, True), (pid, 0, False)]

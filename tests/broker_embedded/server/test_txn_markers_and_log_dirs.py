@@ -24,28 +24,49 @@ def abort(client: RawClient, producer_id: int, epoch: int, *partitions: tuple[st
     topics = {}
     for name, p in partitions:
         topics.setdefault(name, []).append(i32(p))
-    message = wreq.WriteTxnMarkersRequest(markers=(wreq.WritableTxnMarker(
-        producer_id=i64(producer_id), producer_epoch=i16(epoch), transaction_result=False,
-        coordinator_epoch=i32(3), topics=tuple(
-            wreq.WritableTxnMarkerTopic(name=n, partition_indexes=tuple(ps))
-            for n, ps in topics.items())),))  # fmt: skip
+    message = wreq.WriteTxnMarkersRequest(
+        markers=(
+            wreq.WritableTxnMarker(
+                producer_id=i64(producer_id),
+                producer_epoch=i16(epoch),
+                transaction_result=False,
+                coordinator_epoch=i32(3),
+                topics=tuple(
+                    wreq.WritableTxnMarkerTopic(name=n, partition_indexes=tuple(ps))
+                    for n, ps in topics.items()
+                ),
+            ),
+        )
+    )
     answer = decode_response(wresp.WriteTxnMarkersResponse, client.call(message), True)
-    return [(t.name, p.partition_index, p.error_code)
-            for m in answer.markers for t in m.topics for p in t.partitions]  # fmt: skip
+    return [
+        (t.name, p.partition_index, p.error_code)
+        for m in answer.markers
+        for t in m.topics
+        for p in t.partitions
+    ]
 
 
 def test_an_abort_marker_ends_a_hanging_transaction(tmp_path):
     with served(tmp_path) as s:
         s.broker.create_topic("t")
-        batch = build_batch([b"open"], now_ms=1_000, producer_id=7, producer_epoch=2,
-                            base_sequence=0, is_transactional=True)  # fmt: skip
+        batch = build_batch(
+            [b"open"],
+            now_ms=1_000,
+            producer_id=7,
+            producer_epoch=2,
+            base_sequence=0,
+            is_transactional=True,
+        )
         s.broker.append(TP, batch).raise_error()
         log = s.broker.log_manager.get_log(TP)
         assert log is not None and log.last_stable_offset == 0  # held by the open transaction
         with RawClient(s.server) as c:
             assert abort(c, 7, 2, ("t", 0), ("t", 5), ("absent", 0)) == [
-                ("t", 0, 0), ("t", 5, UNKNOWN_TOPIC_OR_PARTITION),
-                ("absent", 0, UNKNOWN_TOPIC_OR_PARTITION)]  # fmt: skip
+                ("t", 0, 0),
+                ("t", 5, UNKNOWN_TOPIC_OR_PARTITION),
+                ("absent", 0, UNKNOWN_TOPIC_OR_PARTITION),
+            ]
         assert log.last_stable_offset == log.log_end_offset == 2
         marker = log_batches(tmp_path, "t", 0)[-1]
         assert (marker.is_control, marker.producer_id, marker.producer_epoch) == (True, 7, 2)
@@ -57,12 +78,20 @@ def test_describe_log_dirs_lists_partitions_and_sizes(tmp_path):
         s.broker.produce("t", 1, [b"a", b"b"])
         size = s.broker.log_manager.get_log(TopicPartition("t", 1)).size_in_bytes
         with RawClient(s.server) as c:
-            message = dreq.DescribeLogDirsRequest(topics=(dreq.DescribableLogDirTopic(
-                topic="t", partitions=(i32(1), i32(9))),))  # fmt: skip
+            message = dreq.DescribeLogDirsRequest(
+                topics=(dreq.DescribableLogDirTopic(topic="t", partitions=(i32(1), i32(9))),)
+            )
             answer = decode_response(dresp.DescribeLogDirsResponse, c.call(message), True)
     (result,) = answer.results
     assert (answer.error_code, result.error_code, result.log_dir) == (0, 0, str(tmp_path))
-    assert [(t.name, [(p.partition_index, p.partition_size, p.offset_lag, p.is_future_key)
-                      for p in t.partitions]) for t in result.topics] == [
-        ("t", [(1, size, 0, False)])]  # fmt: skip
+    assert [
+        (
+            t.name,
+            [
+                (p.partition_index, p.partition_size, p.offset_lag, p.is_future_key)
+                for p in t.partitions
+            ],
+        )
+        for t in result.topics
+    ] == [("t", [(1, size, 0, False)])]
     assert size > 0 and result.total_bytes >= result.usable_bytes > 0

@@ -142,18 +142,23 @@ def test_create_partitions_of_2_31_minus_1_is_a_policy_violation(tmp_path) -> No
         partitions = len(s.broker.describe_topic("s").partitions)
     answer = decode_response(cp3_response.CreatePartitionsResponse, frame, True)
     assert [(r.name, r.error_code, r.error_message) for r in answer.results] == [
-        ("s", 44, "Excessively large number of partitions per request: 2147483647 requested, "
-         "at most 10000"),
-    ]  # fmt: skip
+        (
+            "s",
+            44,
+            "Excessively large number of partitions per request: 2147483647 requested, "
+            "at most 10000",
+        ),
+    ]
     assert partitions == 1
 
 
 def test_create_topics_over_10000_partitions_in_all_is_a_policy_violation(tmp_path) -> None:
     topics = tuple(
-        ct7.CreatableTopic(name=name, num_partitions=5001, replication_factor=1, assignments=(),
-                           configs=())
+        ct7.CreatableTopic(
+            name=name, num_partitions=5001, replication_factor=1, assignments=(), configs=()
+        )
         for name in ("a", "b")
-    )  # fmt: skip
+    )
     request = ct7.CreateTopicsRequest(topics=topics, timeout=ONE_S, validate_only=False)
     with served(tmp_path) as s:
         with RawClient(s.server, timeout=10) as client:

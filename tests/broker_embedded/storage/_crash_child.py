@@ -60,9 +60,14 @@ def append_until_killed(log_dir: str, run: int, seed: int) -> None:
             pid = txn_pid if transactional else idem_pid
             base_seq = txn_seq if transactional else seq
             codec = CompressionType.GZIP if rng.random() < 0.1 else CompressionType.NONE
-            builder = MemoryRecordsBuilder(0, codec, producer_id=pid, producer_epoch=0,
-                                           base_sequence=base_seq,
-                                           is_transactional=transactional)  # fmt: skip
+            builder = MemoryRecordsBuilder(
+                0,
+                codec,
+                producer_id=pid,
+                producer_epoch=0,
+                base_sequence=base_seq,
+                is_transactional=transactional,
+            )
             values = [rng.randbytes(rng.randint(10, 120)) for _ in range(rng.randint(1, 4))]
             for v in values:
                 builder.append(None, ts, b"k%d" % rng.randint(0, 9), v)

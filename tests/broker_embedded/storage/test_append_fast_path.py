@@ -97,8 +97,10 @@ def test_leader_fast_path_answers_as_the_python_path(tmp_path: Path, overrides: 
     seen.add(_same(fast, slow, request, "leader"))
     assert seen == {"ok", "error"}
     for origin in (AppendOrigin.CLIENT, AppendOrigin.COORDINATOR):  # a marker: only from one
-        got = [_outcome(lg, lambda lg=lg, o=origin: lg.append_as_leader(marker(False, 9), 3, o))
-               for lg in (fast, slow)]  # fmt: skip
+        got = [
+            _outcome(lg, lambda lg=lg, o=origin: lg.append_as_leader(marker(False, 9), 3, o))
+            for lg in (fast, slow)
+        ]
         assert got[0] == got[1]
     assert _files(fast) == _files(slow)
     assert fast.leader_epoch_cache.entries() == slow.leader_epoch_cache.entries()
@@ -146,17 +148,27 @@ def test_scan_summarizes_as_the_segment_writer(tmp_path: Path) -> None:
 
     batches = [client_batch([b"x"] * n, ts=ts) for n, ts in ((3, 50), (1, 90), (2, 90), (4, 10))]
     buf = bytearray(b"".join(batches))
-    table, s = log_validator.scan(np.frombuffer(buf, np.uint8), len(buf), log_validator.LEADER,
-                                  100, 1 << 20, True)  # fmt: skip
+    table, s = log_validator.scan(
+        np.frombuffer(buf, np.uint8), len(buf), log_validator.LEADER, 100, 1 << 20, True
+    )
     assert s[log_validator.S_OK] == 1
     log_validator.assign(np.frombuffer(buf, np.uint8), table, 2)
     expected = summarize_records(bytes(buf), "test")
     lv = log_validator
-    got = [int(s[i]) for i in (lv.S_FIRST_OFFSET, lv.S_LAST_OFFSET, lv.S_MAX_TS,
-                               lv.S_OFFSET_OF_MAX_TS)]  # fmt: skip
+    got = [
+        int(s[i]) for i in (lv.S_FIRST_OFFSET, lv.S_LAST_OFFSET, lv.S_MAX_TS, lv.S_OFFSET_OF_MAX_TS)
+    ]
     assert expected is not None
-    assert got == [expected.first_offset, expected.last_offset, expected.max_timestamp,
-                   expected.offset_of_max_timestamp] == [100, 109, 90, 103]  # fmt: skip
+    assert (
+        got
+        == [
+            expected.first_offset,
+            expected.last_offset,
+            expected.max_timestamp,
+            expected.offset_of_max_timestamp,
+        ]
+        == [100, 109, 90, 103]
+    )
     assert int(s[log_validator.S_RECORDS]) == 10
     assert [struct.unpack_from(">qii", buf, int(p))[::2] for p in table[:, 0]] == [
         (100, 2),

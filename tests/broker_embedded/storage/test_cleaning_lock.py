@@ -49,8 +49,10 @@ def test_one_cleaner_per_partition_many_per_log_dir(tmp_path: Path) -> None:
         )
         with PartitionCleaningLock.acquire(tmp_path, T1, "run B") as b:
             assert b.is_held
-            assert held_cleanings(tmp_path) == [f"{ME} (run A, cleaning t-0)",
-                                                f"{ME} (run B, cleaning t-1)"]  # fmt: skip
+            assert held_cleanings(tmp_path) == [
+                f"{ME} (run A, cleaning t-0)",
+                f"{ME} (run B, cleaning t-1)",
+            ]
         assert not b.is_held
     finally:
         a.release()
@@ -91,8 +93,13 @@ sys.stdin.readline()
 
 
 def test_a_killed_holder_lets_go(tmp_path: Path) -> None:
-    child = subprocess.Popen([sys.executable, "-c", HOLDER, str(tmp_path)], cwd=REPO,
-                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)  # fmt: skip
+    child = subprocess.Popen(
+        [sys.executable, "-c", HOLDER, str(tmp_path)],
+        cwd=REPO,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert child.stdout.readline().strip() == "held"
         with pytest.raises(CleaningRefusedError, match=f"pid {child.pid} on host .*child run"):

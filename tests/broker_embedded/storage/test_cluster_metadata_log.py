@@ -52,9 +52,12 @@ def test_kafka_39_metadata_log() -> None:
 def test_topic_config_file_falls_back_to_kafka_metadata(tmp_path: Path) -> None:
     shutil.copytree(KAFKA_39, tmp_path, dirs_exist_ok=True)
     entry = TopicConfigFile(tmp_path).read()["cfgd"]
-    assert entry == TopicEntry(topic_id_from_string("fp3Om62eQKSKFvDEF8qddg"), 2, 1, {
-        "cleanup.policy": "compact", "min.cleanable.dirty.ratio": "0.01", "segment.bytes": "2048"
-    })  # fmt: skip
+    assert entry == TopicEntry(
+        topic_id_from_string("fp3Om62eQKSKFvDEF8qddg"),
+        2,
+        1,
+        {"cleanup.policy": "compact", "min.cleanable.dirty.ratio": "0.01", "segment.bytes": "2048"},
+    )
     TopicConfigFile(tmp_path).write({"other": TopicEntry(ID_A, 3)})  # kafkalog's own file wins
     assert TopicConfigFile(tmp_path).read() == {"other": TopicEntry(ID_A, 3)}
 
@@ -113,17 +116,33 @@ def write_metadata(log_dir: Path, name: str, *batches: bytes) -> Path:
 
 
 def test_deletes_recreation_and_config_changes(tmp_path: Path) -> None:
-    write_metadata(tmp_path, "00000000000000000000.log",
-        batch(0, topic_record("a", ID_A), partition_record(ID_A, 0, 3),
-              config_record("a", "retention.ms", "1000"), config_record("a", "segment.ms", "5"),
-              config_record("", "log.retention.ms", "7", resource_type=4),
-              config_record("a", "confluent.unknown", "x")),
-        batch(6, _frame(20, 0, b"\x00"), partition_record(ID_A, 1, 3),
-              config_record("a", "segment.ms", None)),
-        batch(9, topic_record("b", ID_B), partition_record(ID_B, 0),
-              config_record("b", "cleanup.policy", "compact"), remove_topic_record(ID_B)),
+    write_metadata(
+        tmp_path,
+        "00000000000000000000.log",
+        batch(
+            0,
+            topic_record("a", ID_A),
+            partition_record(ID_A, 0, 3),
+            config_record("a", "retention.ms", "1000"),
+            config_record("a", "segment.ms", "5"),
+            config_record("", "log.retention.ms", "7", resource_type=4),
+            config_record("a", "confluent.unknown", "x"),
+        ),
+        batch(
+            6,
+            _frame(20, 0, b"\x00"),
+            partition_record(ID_A, 1, 3),
+            config_record("a", "segment.ms", None),
+        ),
+        batch(
+            9,
+            topic_record("b", ID_B),
+            partition_record(ID_B, 0),
+            config_record("b", "cleanup.policy", "compact"),
+            remove_topic_record(ID_B),
+        ),
         batch(13, topic_record("b", ID_B3), partition_record(ID_B3, 0)),
-    )  # fmt: skip
+    )
     assert read_metadata_topics(tmp_path) == {
         "a": MetadataTopic("a", ID_A, 2, 3, (("retention.ms", "1000"),)),
         "b": MetadataTopic("b", ID_B3, 1, 1, ()),
@@ -131,15 +150,28 @@ def test_deletes_recreation_and_config_changes(tmp_path: Path) -> None:
 
 
 def test_snapshot_then_the_log_after_it(tmp_path: Path) -> None:
-    write_metadata(tmp_path, "00000000000000000003-0000000001.checkpoint",
-                   batch(0, b"snapshot header", control=True),
-                   batch(0, topic_record("a", ID_A), partition_record(ID_A, 0),
-                         config_record("a", "retention.ms", "1")))  # fmt: skip
-    write_metadata(tmp_path, "00000000000000000000.log",
-                   batch(0, topic_record("old", ID_B), partition_record(ID_B, 0),
-                         config_record("old", "retention.ms", "2")),
-                   batch(3, partition_record(ID_A, 1),
-                         config_record("a", "retention.ms", "9")))  # fmt: skip
+    write_metadata(
+        tmp_path,
+        "00000000000000000003-0000000001.checkpoint",
+        batch(0, b"snapshot header", control=True),
+        batch(
+            0,
+            topic_record("a", ID_A),
+            partition_record(ID_A, 0),
+            config_record("a", "retention.ms", "1"),
+        ),
+    )
+    write_metadata(
+        tmp_path,
+        "00000000000000000000.log",
+        batch(
+            0,
+            topic_record("old", ID_B),
+            partition_record(ID_B, 0),
+            config_record("old", "retention.ms", "2"),
+        ),
+        batch(3, partition_record(ID_A, 1), config_record("a", "retention.ms", "9")),
+    )
     assert read_metadata_topics(tmp_path) == {
         "a": MetadataTopic("a", ID_A, 2, 1, (("retention.ms", "9"),))
     }
@@ -154,21 +186,32 @@ def test_snapshot_then_the_log_after_it(tmp_path: Path) -> None:
     ],
 )
 def test_undecodable_record_names_file_and_offset(tmp_path: Path, value: bytes, reason) -> None:
-    path = write_metadata(tmp_path, "00000000000000000000.log",
-                          batch(0, topic_record("a", ID_A)), batch(1, value))  # fmt: skip
+    path = write_metadata(
+        tmp_path, "00000000000000000000.log", batch(0, topic_record("a", ID_A)), batch(1, value)
+    )
     where = re.escape(str(path))
-    with pytest.raises(CheckpointError, match=f"{where}: the KRaft metadata record at offset 1 "
-                       f"does not decode: .*{reason}"):  # fmt: skip
+    with pytest.raises(
+        CheckpointError,
+        match=f"{where}: the KRaft metadata record at offset 1 does not decode: .*{reason}",
+    ):
         read_metadata_topics(tmp_path)
 
 
 def test_bad_config_value_names_metadata_log_and_topic(tmp_path: Path) -> None:
-    write_metadata(tmp_path, "00000000000000000000.log",
-                   batch(0, topic_record("a", ID_A), partition_record(ID_A, 0),
-                         config_record("a", "retention.ms", "soon")))  # fmt: skip
+    write_metadata(
+        tmp_path,
+        "00000000000000000000.log",
+        batch(
+            0,
+            topic_record("a", ID_A),
+            partition_record(ID_A, 0),
+            config_record("a", "retention.ms", "soon"),
+        ),
+    )
     where = re.escape(str(tmp_path / METADATA_DIR))
-    with pytest.raises(CheckpointError, match=f"{where}: topic 'a': invalid "
-                       "value 'soon' for retention.ms"):  # fmt: skip
+    with pytest.raises(
+        CheckpointError, match=f"{where}: topic 'a': invalid value 'soon' for retention.ms"
+    ):
         TopicConfigFile(tmp_path).read()
 
 

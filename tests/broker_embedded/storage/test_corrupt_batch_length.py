@@ -37,8 +37,9 @@ IMPOSSIBLE = 0x7FFFFFFF
 
 
 def batch(offset: int) -> bytes:
-    records = [Record(o, TS + o, b"k%d" % o, b"v%d" % o)
-               for o in range(offset, offset + RECORDS_PER_BATCH)]  # fmt: skip
+    records = [
+        Record(o, TS + o, b"k%d" % o, b"v%d" % o) for o in range(offset, offset + RECORDS_PER_BATCH)
+    ]
     return build_record_batch(records)
 
 
@@ -103,7 +104,10 @@ def test_read_only_view_fails_at_a_corrupt_length_in_a_segment_that_is_not_the_l
             consume(reader, isolation)
         assert str(e.value).startswith(expected_message(path, position, offset))
         assert (e.value.source, e.value.position, e.value.base_offset) == (
-            str(path), position, offset)  # fmt: skip
+            str(path),
+            position,
+            offset,
+        )
         assert f"length {IMPOSSIBLE}" in str(e.value)
         with pytest.raises(CorruptRecordError):
             list(reader.batches())
@@ -168,8 +172,14 @@ def test_broker_recovery_above_the_recovery_point_truncates_as_kafka_does(tmp_pa
     batch there ends the log (Kafka's recovery), later segments go."""
     partition_dir = write_log(tmp_path / "d")
     path, position, offset = corrupt(partition_dir, 1, 2)
-    lg = UnifiedLog(tmp_path / "d", TP, LogConfig(), recovery_point=PER_SEGMENT,
-                    had_clean_shutdown=False, clock_ms=lambda: TS)  # fmt: skip
+    lg = UnifiedLog(
+        tmp_path / "d",
+        TP,
+        LogConfig(),
+        recovery_point=PER_SEGMENT,
+        had_clean_shutdown=False,
+        clock_ms=lambda: TS,
+    )
     try:
         assert lg.log_end_offset == offset
         assert lg.segment_base_offsets == [0, PER_SEGMENT]

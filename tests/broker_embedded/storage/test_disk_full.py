@@ -34,13 +34,16 @@ DEADLINE_S = 30.0
 
 
 def _batch(first: int, count: int, size: int, producer: tuple[int, int] | None = None) -> bytes:
-    values = [ProducerRecord(f"{i:08d}".encode() * (size // 8), f"k{i}".encode())
-              for i in range(first, first + count)]  # fmt: skip
+    values = [
+        ProducerRecord(f"{i:08d}".encode() * (size // 8), f"k{i}".encode())
+        for i in range(first, first + count)
+    ]
     if producer is None:
         return build_batch(values, now_ms=1_700_000_000_000)
     pid, epoch = producer
-    return build_batch(values, now_ms=1_700_000_000_000, producer_id=pid,
-                       producer_epoch=epoch, base_sequence=first)  # fmt: skip
+    return build_batch(
+        values, now_ms=1_700_000_000_000, producer_id=pid, producer_epoch=epoch, base_sequence=first
+    )
 
 
 def _open(log_dir: Path, **config: object) -> Broker:
@@ -223,9 +226,14 @@ def test_an_abort_whose_txnindex_entry_does_not_fit_takes_the_log_offline_until_
         broker = _open(log_dir)
         pid, epoch = broker.init_producer_id()
         try:
-            txn = build_batch([ProducerRecord(b"x" * 100, b"k0")], now_ms=1_700_000_000_000,
-                              producer_id=pid, producer_epoch=epoch, base_sequence=0,
-                              is_transactional=True)  # fmt: skip
+            txn = build_batch(
+                [ProducerRecord(b"x" * 100, b"k0")],
+                now_ms=1_700_000_000_000,
+                producer_id=pid,
+                producer_epoch=epoch,
+                base_sequence=0,
+                is_transactional=True,
+            )
             assert broker.append(TP, txn).error is None  # 180 bytes: the page has room
             log = broker.log_manager.get_log(TP)
             hw_file = OffsetCheckpointFile(log_dir / REPLICATION_OFFSET_CHECKPOINT)
@@ -334,8 +342,9 @@ def _segments_deleted_on_a_full_disk(delete: Callable[[Broker], int], start: int
     space they held takes appends again, and a restart starts the log at ``start``."""
     with tmpfs(8 << 20) as mount:
         log_dir = mount / "logs"
-        broker = _open(log_dir, **{"segment.bytes": 100_000, "retention.bytes": 350_000,
-                                   "retention.ms": -1})  # fmt: skip
+        broker = _open(
+            log_dir, **{"segment.bytes": 100_000, "retention.bytes": 350_000, "retention.ms": -1}
+        )
         directory = log_dir / "t-0"
         try:
             for i in range(0, 72, 6):  # 12 batches of about 49 KB, two a segment
@@ -419,7 +428,9 @@ def test_a_follower_truncation_on_a_full_disk_changes_nothing_until_space_is_bac
             for i, epoch in ((0, 0), (6, 0), (12, 1), (18, 1)):
                 log.append_as_leader(_batch(i, 6, 8), leader_epoch=epoch)  # in one page
             assert [(e.epoch, e.start_offset) for e in log.leader_epoch_cache.entries()] == [
-                (0, 0), (1, 12)]  # fmt: skip
+                (0, 0),
+                (1, 12),
+            ]
             filler = fill_leaving(mount, 0)
             with pytest.raises(KafkaStorageError):
                 log.truncate_to(12)

@@ -72,7 +72,10 @@ def test_staged_batches_show_only_when_the_driver_commits(log_dir: Path) -> None
     tasks[1].append("t", 0, encoded([b"d"]))
     files = [f for task in tasks for f in task.finish()]
     assert [(f.topic, f.partition, f.records) for f in files] == [
-        ("t", 1, 2), ("t", 0, 1), ("t", 1, 1)]  # fmt: skip
+        ("t", 1, 2),
+        ("t", 0, 1),
+        ("t", 1, 1),
+    ]
     assert (latest(log_dir, 0), latest(log_dir, 1)) == (0, 0)
     done = sink.commit("job1", files)
     assert done == {TopicPartition("t", 0): (0, 1), TopicPartition("t", 1): (0, 3)}

@@ -84,11 +84,19 @@ def test_second_manager_is_refused_naming_the_owner_in_and_out_of_process(tmp_pa
         manager(tmp_path)
     assert str(tmp_path) in str(e.value) and "another LogDirLock in this process" in str(e.value)
     child = subprocess.run(
-        [sys.executable, "-c", "import sys\nfrom broker_embedded.storage.log_manager import "
-         "LogManager\ntry:\n    LogManager(sys.argv[1], create=True)\nexcept Exception as e:\n"
-         "    print(type(e).__name__, e)\n    sys.exit(3)", str(tmp_path)],
-        capture_output=True, text=True, timeout=60, cwd=REPO,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-c",
+            "import sys\nfrom broker_embedded.storage.log_manager import "
+            "LogManager\ntry:\n    LogManager(sys.argv[1], create=True)\nexcept Exception as e:\n"
+            "    print(type(e).__name__, e)\n    sys.exit(3)",
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=REPO,
+    )
     assert child.returncode == 3, child.stderr
     assert child.stdout.startswith("LogDirLockedError ")
     assert f"locked by {owner}" in child.stdout and "(broker A 3)" in child.stdout
@@ -166,8 +174,12 @@ def test_checkpoint_files_hold_exact_offsets_after_changes(tmp_path: Path) -> No
         LSO_FILE: "0\n3\nt 0 4\nt 1 0\nu 0 0\n",
     }
     # Published by the checkpoint thread, without calling checkpoint().
-    wait_for(lambda: all((tmp_path / n).exists() and (tmp_path / n).read_text() == text
-                         for n, text in expected.items()))  # fmt: skip
+    wait_for(
+        lambda: all(
+            (tmp_path / n).exists() and (tmp_path / n).read_text() == text
+            for n, text in expected.items()
+        )
+    )
     lm.close()  # the final checkpoint also records the recovery points of the flushed logs
     assert (tmp_path / HW_FILE).read_text() == expected[HW_FILE]
     assert (tmp_path / RP_FILE).read_text() == "0\n3\nt 0 8\nt 1 3\nu 0 0\n"
@@ -220,7 +232,9 @@ def test_hw_checkpoints_coalesce_and_reach_a_log_dir_reader_promptly(tmp_path: P
     assert time.monotonic() - moved < 0.5
     fetched = LogDir(tmp_path).open_partition(tp).fetch(199, 1 << 20)
     assert [r.value for b in kafka_python_read(fetched.records) for r in b.records] == [
-        b"199", b"last"]  # fmt: skip
+        b"199",
+        b"last",
+    ]
     lm.close()
 
 
@@ -246,9 +260,17 @@ def test_topics_file_is_persisted_and_reloaded(tmp_path: Path) -> None:
     lm = manager(tmp_path)
     lm.put_topic("events", TopicEntry(topic_id, 2, 1, config))
     text = (tmp_path / "kafkalog-topics.json").read_text()
-    assert json.loads(text) == {"version": 1, "topics": {"events": {
-        "topic_id": topic_id_to_string(topic_id), "partitions": 2, "replication_factor": 1,
-        "config": {"cleanup.policy": "compact", "segment.bytes": "1048576"}}}}  # fmt: skip
+    assert json.loads(text) == {
+        "version": 1,
+        "topics": {
+            "events": {
+                "topic_id": topic_id_to_string(topic_id),
+                "partitions": 2,
+                "replication_factor": 1,
+                "config": {"cleanup.policy": "compact", "segment.bytes": "1048576"},
+            }
+        },
+    }
     lg = lm.get_or_create_log(TopicPartition("events", 1))
     assert (lg.config.compact, lg.config.segment_bytes) == (True, 1048576)
     with pytest.raises(UnknownTopicOrPartitionError, match="topic 'events' partition 2"):
@@ -280,8 +302,12 @@ def test_delete_topic_removes_dirs_and_checkpoint_entries(tmp_path: Path) -> Non
     assert gone.is_closed
     with pytest.raises(BrokerClosedError):
         gone.append_as_leader(batch(b"late"), 0)
-    wait_for(lambda: [(tmp_path / n).read_text() for n in (HW_FILE, RP_FILE, LSO_FILE)] == [
-        "0\n1\nkept 0 2\n", "0\n1\nkept 0 0\n", "0\n1\nkept 0 0\n"])  # fmt: skip
+    wait_for(
+        lambda: (
+            [(tmp_path / n).read_text() for n in (HW_FILE, RP_FILE, LSO_FILE)]
+            == ["0\n1\nkept 0 2\n", "0\n1\nkept 0 0\n", "0\n1\nkept 0 0\n"]
+        )
+    )
     assert set(json.loads((tmp_path / "kafkalog-topics.json").read_text())["topics"]) == {"kept"}
     with pytest.raises(UnknownTopicOrPartitionError):
         lm.get_or_create_log(TopicPartition("gone", 0))
@@ -326,8 +352,9 @@ def test_delete_topic_while_its_logs_are_busy_does_not_deadlock(tmp_path: Path) 
 def test_cleanup_and_flush_apply_to_every_log(tmp_path: Path) -> None:
     now = [T0 + 10_000]
     lm = manager(tmp_path, clock_ms=lambda: now[0])
-    lm.put_topic("t", entry(1, **{"segment.bytes": "100", "retention.ms": "5000",
-                                  "flush.ms": "1000"}))  # fmt: skip
+    lm.put_topic(
+        "t", entry(1, **{"segment.bytes": "100", "retention.ms": "5000", "flush.ms": "1000"})
+    )
     lg = lm.get_or_create_log(TopicPartition("t", 0))
     for i in range(4):
         lg.append_as_leader(batch(b"v" * 80, ts=T0 + 3000 * i), 0)  # one segment each
@@ -349,8 +376,9 @@ def test_opens_a_log_dir_copied_from_a_kafka_broker(bitnami_copy: Path) -> None:
     topic = "product-created-events-topic"
     hw = OffsetCheckpointFile(BITNAMI / HW_FILE).read()
     rp = OffsetCheckpointFile(BITNAMI / RP_FILE).read()
-    metadata_before = {p.name: p.read_bytes() for p in (bitnami_copy / "__cluster_metadata-0")
-                       .iterdir()}  # fmt: skip
+    metadata_before = {
+        p.name: p.read_bytes() for p in (bitnami_copy / "__cluster_metadata-0").iterdir()
+    }
     lm = manager(bitnami_copy)
     assert lm.had_clean_shutdown is False  # Kafka left no marker: every log is recovered
     topic_id = topic_id_from_string("zcBnIA7CRl29wXuh_gnLoQ")

@@ -40,8 +40,9 @@ def test_missing_bucket_and_wrong_secret_are_named_without_the_secret(s3: S3Serv
         missing.list("")
     bucket = s3.new_bucket("secret")
     StoreLocation(f"s3://{bucket}", s3.settings).open().write("k.log", b"abc")
-    wrong = StoreSettings(s3.endpoint, "kafkalogtest", "not-the-secret", path_style_access=True,
-                          region="us-east-1")  # fmt: skip
+    wrong = StoreSettings(
+        s3.endpoint, "kafkalogtest", "not-the-secret", path_style_access=True, region="us-east-1"
+    )
     store = StoreLocation(f"s3://{bucket}", wrong).open()
     with pytest.raises(ObjectStoreError) as failed:
         store.read_range("k.log", 1, 2, " (offset 7)")
@@ -57,12 +58,14 @@ def test_transient_errors_are_retried_a_bounded_number_of_times(s3: S3Server) ->
     from tests.seaweedfs import _free_ports
 
     (port,) = _free_ports(1)  # nothing listens: every try is refused (transient)
-    dead = StoreSettings(f"http://127.0.0.1:{port}", "a", "b", path_style_access=True,
-                         region="us-east-1")  # fmt: skip
+    dead = StoreSettings(
+        f"http://127.0.0.1:{port}", "a", "b", path_style_access=True, region="us-east-1"
+    )
     store = StoreLocation("s3://bkt/p", dead).open()
     began = time.monotonic()
-    with pytest.raises(ObjectStoreError, match=f"after {ATTEMPTS} tries at bucket 'bkt' key "
-                       "'p/x.log'"):  # fmt: skip
+    with pytest.raises(
+        ObjectStoreError, match=f"after {ATTEMPTS} tries at bucket 'bkt' key 'p/x.log'"
+    ):
         store.read_range("x.log", 0, 8)
     assert time.monotonic() - began < 30
 

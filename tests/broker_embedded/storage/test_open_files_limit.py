@@ -72,9 +72,15 @@ def run_child(log_dir: Path, nofile: int, mode: str) -> list[str]:
         resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, hard))
 
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    done = subprocess.run([sys.executable, "-c", CHILD, str(log_dir), mode], env=env, cwd=REPO,
-                          capture_output=True, text=True, timeout=300,
-                          preexec_fn=lower_limit)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-c", CHILD, str(log_dir), mode],
+        env=env,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        preexec_fn=lower_limit,
+    )
     assert done.returncode == 0, done.stderr
     return done.stdout.splitlines()
 

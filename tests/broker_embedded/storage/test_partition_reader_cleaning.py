@@ -68,8 +68,9 @@ class Log:
 
     def append(self, batches: int) -> None:
         for _ in range(batches):
-            records = [(self.writer.key(), self.writer.value())
-                       for _ in range(self.rng.randint(1, 4))]  # fmt: skip
+            records = [
+                (self.writer.key(), self.writer.value()) for _ in range(self.rng.randint(1, 4))
+            ]
             codec = self.rng.choice([CompressionType.NONE, CompressionType.GZIP])
             self.writer.batch(records, codec=codec)
         self.log.update_high_watermark(self.log.log_end_offset)
@@ -111,13 +112,19 @@ def compacted(records: dict[int, tuple[bytes, bytes]], end: int, start: int = 0)
     for offset in sorted(records):
         if offset < end:
             latest[records[offset][0]] = offset
-    return [(o, k, v) for o, (k, v) in sorted(records.items())
-            if o >= start and (o >= end or latest[k] == o)]  # fmt: skip
+    return [
+        (o, k, v)
+        for o, (k, v) in sorted(records.items())
+        if o >= start and (o >= end or latest[k] == o)
+    ]
 
 
 def everything(records: dict[int, tuple[bytes, bytes]], start: int = 0, end: int | None = None):
-    return [(o, k, v) for o, (k, v) in sorted(records.items())
-            if o >= start and (end is None or o < end)]  # fmt: skip
+    return [
+        (o, k, v)
+        for o, (k, v) in sorted(records.items())
+        if o >= start and (end is None or o < end)
+    ]
 
 
 def decoded(data: bytes, start: int) -> tuple[list[Rec], int | None]:

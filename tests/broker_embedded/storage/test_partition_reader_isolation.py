@@ -53,8 +53,9 @@ def plain(offset: int, count: int = 1) -> bytes:
 def txn_data(pid: int, offset: int, count: int = 1, *, seq: int = 0) -> bytes:
     """A transactional data batch of producer ``pid`` (epoch 0) from ``offset``."""
     records = [Record(o, TS + o, b"k%d" % o, b"t%d" % o) for o in range(offset, offset + count)]
-    return build_record_batch(records, producer_id=pid, producer_epoch=0, base_sequence=seq,
-                              is_transactional=True)  # fmt: skip
+    return build_record_batch(
+        records, producer_id=pid, producer_epoch=0, base_sequence=seq, is_transactional=True
+    )
 
 
 def commit(pid: int, offset: int) -> bytes:
@@ -86,8 +87,10 @@ def write_log(log_dir: Path, batches: Sequence[bytes], *, roll_at: Sequence[int]
 
 
 def checkpoint(log_dir: Path, *, hw: int | None = None, log_start: int | None = None) -> None:
-    for name, value in ((REPLICATION_OFFSET_CHECKPOINT, hw), (LOG_START_OFFSET_CHECKPOINT,
-                                                              log_start)):  # fmt: skip
+    for name, value in (
+        (REPLICATION_OFFSET_CHECKPOINT, hw),
+        (LOG_START_OFFSET_CHECKPOINT, log_start),
+    ):
         path = log_dir / name
         if value is None:
             path.unlink(missing_ok=True)
@@ -131,8 +134,9 @@ def bases(records: bytes) -> list[int]:
 
 
 def test_without_transactions_the_lso_is_the_hw(tmp_path: Path) -> None:
-    idempotent = build_record_batch([Record(3, TS, b"k", b"v")], producer_id=5,
-                                    producer_epoch=0, base_sequence=0)  # fmt: skip
+    idempotent = build_record_batch(
+        [Record(3, TS, b"k", b"v")], producer_id=5, producer_epoch=0, base_sequence=0
+    )
     write_log(tmp_path, [plain(0, 2), plain(2), idempotent, plain(4)])
     assert lso(tmp_path) == 5
     assert lso(tmp_path, hw=3) == 3

@@ -573,9 +573,14 @@ def test_property_retries_return_original_offsets(steps, start_seq: int) -> None
         if retry and sent[pid]:
             original, first_offset = sent[pid][-1 - (count % min(5, len(sent[pid])))]
             again = BatchInfo(
-                offset, offset + original.last_offset - original.base_offset, pid, 0,
-                original.base_sequence, original.last_sequence, 0,
-            )  # fmt: skip
+                offset,
+                offset + original.last_offset - original.base_offset,
+                pid,
+                0,
+                original.base_sequence,
+                original.last_sequence,
+                0,
+            )
             dup = psm.analyze([again]).duplicate
             assert dup is not None and dup.first_offset == first_offset
             assert dup.last_offset == original.last_offset

@@ -63,8 +63,11 @@ def tiered_broker(
 def quick_tiering_config(uri: str, s3: S3Server):
     """:func:`tiering_config` for a 2-broker cluster whose follower falls out of the ISR and
     fetches again within a second."""
-    fast = {"replica_lag_time_max_ms": 500, "replica_fetch_wait_max_ms": 50,
-            "replica_fetch_backoff_ms": 50}  # fmt: skip
+    fast = {
+        "replica_lag_time_max_ms": 500,
+        "replica_fetch_wait_max_ms": 50,
+        "replica_fetch_backoff_ms": 50,
+    }
     return dataclasses.replace(tiering_config(uri, s3), **fast)
 
 
@@ -96,15 +99,23 @@ def test_a_consumer_reads_from_offset_0_through_the_store(s3: S3Server, tmp_path
         assert local_start > 20 and sorted(stored)[0] == 0
         assert max(m.next_offset for m in stored.values()) == local_start
         assert [broker.list_offsets("tiered", 0, t).offset for t in (-2, -4, -1)] == [
-            0, local_start, COUNT]  # fmt: skip
+            0,
+            local_start,
+            COUNT,
+        ]
         for offset in (0, 7, local_start - 1, local_start, COUNT - 1):  # store, then local
             found = broker.list_offsets("tiered", 0, T0 + 10 * offset - 5)
             assert (found.offset, found.timestamp) == (offset, T0 + 10 * offset)
         assert broker.list_offsets("tiered", 0, T0 + 10 * COUNT).offset == -1
         with wire(broker) as bootstrap:
-            consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "remote-fetch",
-                                 "enable.auto.commit": False,
-                                 "max.partition.fetch.bytes": 1024})  # fmt: skip
+            consumer = Consumer(
+                {
+                    "bootstrap.servers": bootstrap,
+                    "group.id": "remote-fetch",
+                    "enable.auto.commit": False,
+                    "max.partition.fetch.bytes": 1024,
+                }
+            )
             try:
                 consumer.assign([KafkaTopicPartition("tiered", 0, OFFSET_BEGINNING)])
                 low, high = consumer.get_watermark_offsets(KafkaTopicPartition("tiered", 0), 10)
@@ -141,7 +152,8 @@ def test_a_fetch_in_the_store_is_bounded_and_one_partition_a_request(
         twice = (PartitionFetch(tp, 3, 1 << 20), PartitionFetch(tp, 5, 1 << 20))
         r = broker.fetch(FetchRequest(twice, max_wait_ms=0))
         assert [b.base_offset for b in iter_batches(r.partitions[0].records)] == list(
-            range(3, first_end))  # fmt: skip
+            range(3, first_end)
+        )
         assert r.partitions[1].error is None and r.partitions[1].records == b""
 
 
@@ -162,7 +174,7 @@ def test_a_failing_store_answers_the_error_naming_the_key(
         FaultProxy(s3.endpoint) as proxy,
         tiered_broker(
             tmp_path / "l", uri, s3, proxy.endpoint, remote_fetch_max_wait_ms=3_000
-        ) as broker,  # fmt: skip
+        ) as broker,
     ):
         request = FetchRequest((PartitionFetch(tp, 0, 1 << 20),), max_wait_ms=0)
         assert r_ok(broker, request)
@@ -295,8 +307,9 @@ def test_a_serve_killed_mid_deletion_finishes_it_after_a_restart(
             keep = total - stored[0].size_in_bytes - stored[1].size_in_bytes
             held = f"DELETE /{bucket}/b0/tiered-0/{_stem(stored[0])}log"
             proxy.inject("stall", times=3, matching=held)  # its retries held too
-            entry = ConfigEntry("retention.bytes", str(keep),
-                                incremental_operation=AlterConfigOpType.SET)  # fmt: skip
+            entry = ConfigEntry(
+                "retention.bytes", str(keep), incremental_operation=AlterConfigOpType.SET
+            )
             resource = ConfigResource(ResourceType.TOPIC, "tiered", incremental_configs=[entry])
             for future in admin.incremental_alter_configs([resource]).values():
                 future.result(30)
@@ -341,8 +354,9 @@ def test_read_committed_from_the_store_skips_the_aborted_transactions(
     cfg = dataclasses.replace(tiering_config(uri, s3), num_network_threads=2, num_io_threads=2)
     with Broker(tmp_path / "l", config=cfg, create=True) as broker, wire(broker) as bootstrap:
         broker.create_topic("tx", config={**TIERED, "local.retention.ms": "0"})
-        producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": "tiered-tx",
-                             "linger.ms": 0})  # fmt: skip
+        producer = Producer(
+            {"bootstrap.servers": bootstrap, "transactional.id": "tiered-tx", "linger.ms": 0}
+        )
         producer.init_transactions(30)
         committed = []
         for t in range(8):
@@ -432,7 +446,10 @@ def test_a_follower_behind_the_leader_s_local_log_start_restarts_there(
             time.sleep(0.05)
         lg = follower.log_manager.get_log(tp)
         assert (lg.log_start_offset, lg.local_log_start_offset, lg.log_end_offset) == (
-            0, local_start, COUNT)  # fmt: skip
+            0,
+            local_start,
+            COUNT,
+        )
         assert [b.base_offset for b in lg.batches()] == list(range(local_start, COUNT))
     finally:
         cluster.close()
@@ -470,7 +487,7 @@ def test_the_wire_source_asks_again_when_a_remote_read_answers_nothing_in_time(
         FaultProxy(s3.endpoint) as proxy,
         tiered_broker(
             tmp_path / "l", f"s3://{bucket}/b0", s3, proxy.endpoint, remote_fetch_max_wait_ms=200
-        ) as broker,  # fmt: skip
+        ) as broker,
         wire(broker) as bootstrap,
     ):
         proxy.inject("stall", matching=first_log)
@@ -506,8 +523,10 @@ def test_a_segment_without_timestamps_expires_by_its_file_s_time(
             broker.produce("nots", 0, [ProducerRecord(value(i), timestamp=-1)])
         unified = broker.log_manager.get_log(tp)
         bases = unified.segment_base_offsets
-        mtimes = {b: int((tmp_path / "l" / tp.dir_name / f"{b:020d}.log").stat().st_mtime * 1000)
-                  for b in bases[:-1]}  # fmt: skip
+        mtimes = {
+            b: int((tmp_path / "l" / tp.dir_name / f"{b:020d}.log").stat().st_mtime * 1000)
+            for b in bases[:-1]
+        }
         copied = broker.remote_log_manager.run_once()
         assert copied == len(bases) - 1 >= 2
         stored = manifests(broker.remote_log_manager.location, tp)
@@ -593,7 +612,8 @@ def test_remote_retention_deletes_only_below_the_log_start_it_set(
         assert unified.log_start_offset == hw
         assert sorted(manifests(rlm.location, tp)) == [m.base_offset for m in stored[1:]]
         assert [m.base_offset for m in rlm.remote_segments(tp, unified)] == [
-            m.base_offset for m in stored[1:]]  # fmt: skip
+            m.base_offset for m in stored[1:]
+        ]
 
 
 def test_a_topic_created_again_is_not_read_with_the_old_topic_s_index(
@@ -621,8 +641,9 @@ def test_a_topic_created_again_is_not_read_with_the_old_topic_s_index(
             assert manifests(location, tp)
 
         def info(offset: int) -> RemoteStorageFetchInfo:
-            return RemoteStorageFetchInfo(tp, offset, 1 << 20, True,
-                                          FetchIsolation.HIGH_WATERMARK, 0)  # fmt: skip
+            return RemoteStorageFetchInfo(
+                tp, offset, 1 << 20, True, FetchIsolation.HIGH_WATERMARK, 0
+            )
 
         tiered(40)
         led = {tp: broker.log_manager.get_log(tp)}
@@ -660,7 +681,9 @@ def test_a_broker_restarted_without_remote_storage_starts_the_log_at_its_first_s
     with Broker(tmp_path / "l", config=cfg) as broker:
         unified = broker.log_manager.get_log(tp)
         assert (unified.log_start_offset, unified.local_log_start_offset) == (
-            local_start, local_start)  # fmt: skip
+            local_start,
+            local_start,
+        )
         assert broker.list_offsets("tiered", 0, -2).offset == local_start
 
 
@@ -724,8 +747,9 @@ def test_the_tiered_storage_meters_count_as_kafka_s(s3: S3Server, tmp_path: Path
         r = broker.fetch(FetchRequest((PartitionFetch(tp, 0, 1 << 20),), max_wait_ms=0))
         fetched = len(r.partitions[0].records)
         assert fetched > 0 and r.partitions[0].error is None
-        broker.alter_topic_config("tiered", {**TIERED, "local.retention.ms": "0",
-                                             "retention.ms": "1000"})  # fmt: skip
+        broker.alter_topic_config(
+            "tiered", {**TIERED, "local.retention.ms": "0", "retention.ms": "1000"}
+        )
         rlm.run_once(now_ms=stored[1].max_timestamp_ms + 1000)  # 0 and 1 go
         for i in range(COUNT, COUNT + 20):  # closed segments not copied yet: the copy lag
             broker.produce("tiered", 0, [ProducerRecord(value(i), timestamp=T0 + 10 * i)])
@@ -735,23 +759,35 @@ def test_the_tiered_storage_meters_count_as_kafka_s(s3: S3Server, tmp_path: Path
         server = broker_server(broker, ["PLAINTEXT://127.0.0.1:0"]).start()
         try:
             collector = KafkaCollector(lambda: server, lambda: broker)
-            samples = {(s.name, tuple(s.labels.items())): s.value for m in collector.collect()
-                       for s in m.samples if "remote" in s.name}  # fmt: skip
+            samples = {
+                (s.name, tuple(s.labels.items())): s.value
+                for m in collector.collect()
+                for s in m.samples
+                if "remote" in s.name
+            }
         finally:
             server.shutdown(5.0)
     expected = {
-        "remotecopyrequests": len(stored), "remotecopyerrors": 0,
+        "remotecopyrequests": len(stored),
+        "remotecopyerrors": 0,
         "remotecopybytes": sum(m.size_in_bytes for m in stored),
-        "remotefetchrequests": 1, "remotefetcherrors": 0, "remotefetchbytes": fetched,
-        "remotedeleterequests": 2, "remotedeleteerrors": 0,
-        "buildremotelogauxstaterequests": 0, "buildremotelogauxstateerrors": 0,
-    }  # fmt: skip
+        "remotefetchrequests": 1,
+        "remotefetcherrors": 0,
+        "remotefetchbytes": fetched,
+        "remotedeleterequests": 2,
+        "remotedeleteerrors": 0,
+        "buildremotelogauxstaterequests": 0,
+        "buildremotelogauxstateerrors": 0,
+    }
     prefix = "kafka_server_brokertopicmetrics_"
     for meter, count in expected.items():
         for labels in ((), (("topic", "tiered"),)):
             assert samples[(f"{prefix}{meter}_total", labels)] == count, meter
-    gauges = {"remotelogsizebytes": sum(m.size_in_bytes for m in stored[2:]),
-              "remotecopylagbytes": lag, "remotecopylagsegments": len(closed)}  # fmt: skip
+    gauges = {
+        "remotelogsizebytes": sum(m.size_in_bytes for m in stored[2:]),
+        "remotecopylagbytes": lag,
+        "remotecopylagsegments": len(closed),
+    }
     for meter, amount in gauges.items():
         for labels in ((), (("topic", "tiered"),)):
             assert samples[(f"{prefix}{meter}", labels)] == amount, meter

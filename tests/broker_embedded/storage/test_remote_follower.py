@@ -104,11 +104,13 @@ def test_a_follower_deletes_locally_only_what_the_store_holds_and_leads_on_from_
         assert local_bases(follower.log_dir, tp) == [b for b in before if b >= holding]
         assert (lg.log_start_offset, lg.local_log_start_offset) == (0, holding)
 
-        wait_for("the follower in the ISR",
-                 lambda: fid in cluster.controller.partition_state(tp).isr)  # fmt: skip
+        wait_for(
+            "the follower in the ISR", lambda: fid in cluster.controller.partition_state(tp).isr
+        )
         cluster.stop_broker(leader.broker_id)
-        wait_for("the follower leading", lambda: cluster.controller.partition_state(tp).leader
-                 == fid)  # fmt: skip
+        wait_for(
+            "the follower leading", lambda: cluster.controller.partition_state(tp).leader == fid
+        )
         for i in range(COUNT, COUNT + 20):  # rolls the segment holding the store's end
             follower.produce("tiered", 0, [record(i)], acks=1)
         wait_for("the high watermark", lambda: lg.high_watermark == COUNT + 20)
@@ -144,8 +146,10 @@ def listing_fails(s3: S3Server, uri: str, tp: TopicPartition, lg: UnifiedLog, ca
         with caplog.at_level(logging.ERROR, "broker_embedded.storage.remote_log_manager"):
             assert rlm.run_once() == 0
         assert lg.remote_end_offset == -1
-        assert any(f"of followed {tp} in {location.describe(tp.dir_name + '/')} failed"
-                   in r.getMessage() for r in caplog.records)  # fmt: skip
+        assert any(
+            f"of followed {tp} in {location.describe(tp.dir_name + '/')} failed" in r.getMessage()
+            for r in caplog.records
+        )
     finally:
         rlm.close()
 
@@ -157,9 +161,14 @@ def consume_from_0(bootstrap: str, topic: str, count: int) -> list[tuple[int, by
     from confluent_kafka import TopicPartition as KafkaTopicPartition
 
     seen: list[tuple[int, bytes]] = []
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"remote-follower-{topic}",
-                         "enable.auto.commit": False,
-                         "max.partition.fetch.bytes": 1024})  # fmt: skip
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"remote-follower-{topic}",
+            "enable.auto.commit": False,
+            "max.partition.fetch.bytes": 1024,
+        }
+    )
     try:
         consumer.assign([KafkaTopicPartition(topic, 0, OFFSET_BEGINNING)])
         deadline = time.monotonic() + TIMEOUT_S
@@ -199,8 +208,9 @@ def test_a_follower_restarted_from_the_store_takes_its_producer_state_and_leader
             pid, epoch = cluster.init_producer_id()
 
             def idempotent(seq: int, i: int) -> bytes:
-                return build_batch([record(i)], now_ms=T0, producer_id=pid,
-                                   producer_epoch=epoch, base_sequence=seq)  # fmt: skip
+                return build_batch(
+                    [record(i)], now_ms=T0, producer_id=pid, producer_epoch=epoch, base_sequence=seq
+                )
 
             for i in range(20):
                 assert leader.append(tp, idempotent(i, i), acks=1).error is None
@@ -214,8 +224,9 @@ def test_a_follower_restarted_from_the_store_takes_its_producer_state_and_leader
             assert local_start > 20 and led.log_start_offset == 0
             epochs = led.leader_epoch_cache.entries()
 
-            rsm = tuple((k, proxy.endpoint if k == "fs.s3a.endpoint" else v)
-                        for k, v in config.rsm_config)  # fmt: skip
+            rsm = tuple(
+                (k, proxy.endpoint if k == "fs.s3a.endpoint" else v) for k, v in config.rsm_config
+            )
             cluster.config = dataclasses.replace(config, rsm_config=rsm)
             proxy.stop()  # the follower's store is gone: it cannot rebuild
             follower = cluster.restart_broker(fid)
@@ -228,18 +239,21 @@ def test_a_follower_restarted_from_the_store_takes_its_producer_state_and_leader
                     cluster.stop_broker(fid, clean=False)
                     follower = cluster.restart_broker(fid)
                     lg, rlm = follower.log_manager.get_log(tp), follower.remote_log_manager
-                wait_for(f"the follower {attempt} caught up",
-                         lambda lg=lg: lg.log_end_offset == COUNT)  # fmt: skip
+                wait_for(
+                    f"the follower {attempt} caught up", lambda lg=lg: lg.log_end_offset == COUNT
+                )
                 assert (lg.log_start_offset, lg.local_log_start_offset) == (0, local_start)
                 assert lg.producer_state.last_entry(pid).last_seq == 19
                 assert lg.leader_epoch_cache.entries() == epochs
                 assert rlm.aux_states_built == (attempt == "rebuilt")
-            wait_for("the follower in the ISR",
-                     lambda: fid in cluster.controller.partition_state(tp).isr)  # fmt: skip
+            wait_for(
+                "the follower in the ISR", lambda: fid in cluster.controller.partition_state(tp).isr
+            )
 
             cluster.stop_broker(leader.broker_id)
-            wait_for("the follower leading", lambda: cluster.controller.partition_state(tp).leader
-                     == fid)  # fmt: skip
+            wait_for(
+                "the follower leading", lambda: cluster.controller.partition_state(tp).leader == fid
+            )
             new_epoch = cluster.controller.partition_state(tp).leader_epoch
             retry = follower.append(tp, idempotent(19, 19), acks=1)
             assert (retry.error, retry.base_offset, lg.log_end_offset) == (None, 19, COUNT)
@@ -301,26 +315,44 @@ def test_an_idempotent_producer_goes_on_through_a_failover_to_a_follower_rebuilt
             if err is not None:
                 errors.append(err)
 
-        idempotent = Producer({"bootstrap.servers": serve.bootstrap, "enable.idempotence": True,
-                               "linger.ms": 0, "message.timeout.ms": 60_000})  # fmt: skip
+        idempotent = Producer(
+            {
+                "bootstrap.servers": serve.bootstrap,
+                "enable.idempotence": True,
+                "linger.ms": 0,
+                "message.timeout.ms": 60_000,
+            }
+        )
         plain = Producer({"bootstrap.servers": serve.bootstrap, "acks": "all", "linger.ms": 0})
         for i in range(COUNT):
             producer = idempotent if i < 20 else plain
             producer.produce("idem", value(i), partition=0, on_delivery=sent)
             assert producer.flush(TIMEOUT_S) == 0  # one batch each
-        wait_for("the producer's batches tiered and deleted locally",
-                 lambda: local_bases(logs / f"broker-{leader}", tp)[0] >= 20)  # fmt: skip
+        wait_for(
+            "the producer's batches tiered and deleted locally",
+            lambda: local_bases(logs / f"broker-{leader}", tp)[0] >= 20,
+        )
         assert serve.control(f"start {fid}").startswith(f"broker {fid} listening on")
         wait_for("the rebuilt follower in the ISR", lambda: len(partition().isrs) == 2)
         assert local_bases(logs / f"broker-{fid}", tp)[0] >= 20  # restarted above them
         assert serve.control(f"stop {leader}") == f"broker {leader} stopped"
         wait_for("the follower leading", lambda: partition().leader == fid)
-        described = kafka_tool("kafka-transactions", "--bootstrap-server",
-                               f"127.0.0.1:{serve.ports[fid]}", "describe-producers",
-                               "--topic", "idem", "--partition", "0", work=tmp_path)  # fmt: skip
+        described = kafka_tool(
+            "kafka-transactions",
+            "--bootstrap-server",
+            f"127.0.0.1:{serve.ports[fid]}",
+            "describe-producers",
+            "--topic",
+            "idem",
+            "--partition",
+            "0",
+            work=tmp_path,
+        )
         rows = [line.split() for line in described.stdout.splitlines() if line.strip()]
-        assert rows[0][:4] == ["ProducerId", "ProducerEpoch", "LatestCoordinatorEpoch",
-                               "LastSequence"] and len(rows) == 2  # fmt: skip
+        assert (
+            rows[0][:4] == ["ProducerId", "ProducerEpoch", "LatestCoordinatorEpoch", "LastSequence"]
+            and len(rows) == 2
+        )
         assert rows[1][3] == "19"
         for i in range(COUNT, COUNT + 10):
             idempotent.produce("idem", value(i), partition=0, on_delivery=sent)

@@ -40,8 +40,11 @@ TIERED = {"remote.storage.enable": "true", "segment.bytes": "1024"}
 
 def tiering_config(location: str, s3: S3Server, interval_ms: int = 3_600_000) -> BrokerConfig:
     rsm = (("location", location), *s3.options().items())
-    return BrokerConfig(remote_log_storage_system_enable=True, rsm_config=rsm,
-                        remote_log_manager_task_interval_ms=interval_ms)  # fmt: skip
+    return BrokerConfig(
+        remote_log_storage_system_enable=True,
+        rsm_config=rsm,
+        remote_log_manager_task_interval_ms=interval_ms,
+    )
 
 
 def batches(source, tp: TopicPartition, end: int | None = None) -> list[tuple[int, int, int]]:
@@ -52,8 +55,11 @@ def batches(source, tp: TopicPartition, end: int | None = None) -> list[tuple[in
     seen = []
     while offset < end:
         fetched = source.fetch(tp, offset, 1 << 20, UNCOMMITTED)
-        got = [(b.base_offset, b.last_offset, b.compute_crc())
-               for b in iter_batches(fetched.records) if b.base_offset < end]  # fmt: skip
+        got = [
+            (b.base_offset, b.last_offset, b.compute_crc())
+            for b in iter_batches(fetched.records)
+            if b.base_offset < end
+        ]
         assert got, f"no batch at {offset}"
         seen += got
         offset = got[-1][1] + 1
@@ -103,9 +109,13 @@ def test_closed_segments_are_tiered_and_read_back_as_the_local_log(
         assert location.open().list(local_only.dir_name + "/") == {}
         names = {f.name for f in stored[bases[1]].files}
         stem = segment_file_stem(bases[1])
-        assert names == {stem + ".log", stem + ".index", stem + ".timeindex",
-                         stem + ".leader-epoch-checkpoint",
-                         segment_file_stem(bases[2]) + ".snapshot"}  # fmt: skip
+        assert names == {
+            stem + ".log",
+            stem + ".index",
+            stem + ".timeindex",
+            stem + ".leader-epoch-checkpoint",
+            segment_file_stem(bases[2]) + ".snapshot",
+        }
     remote = ObjectStoreSource(location).open()
     assert remote.list_offset(tp, LATEST_TIMESTAMP, UNCOMMITTED) == bases[-1]
     local = LogDirSource(str(logs)).open()
@@ -239,9 +249,12 @@ def test_remote_storage_configs_are_validated_as_kafka_validates_them(
     # broker without remote.log.storage.system.enable with this message, and accepts
     # local.retention.ms above retention.ms on a topic that does not tier
     with Broker(tmp_path / "plain", create=True) as plain:
-        with pytest.raises(InvalidConfigError, match=r"^Tiered Storage functionality is "
-                           r"disabled in the broker\. Topic cannot be configured with remote "
-                           r"log storage\. \(topic 't'\)$"):  # fmt: skip
+        with pytest.raises(
+            InvalidConfigError,
+            match=r"^Tiered Storage functionality is "
+            r"disabled in the broker\. Topic cannot be configured with remote "
+            r"log storage\. \(topic 't'\)$",
+        ):
             plain.create_topic("t", config={"remote.storage.enable": "true"})
         plain.create_topic("ok", config={"local.retention.ms": "5000", "retention.ms": "1000"})
         with pytest.raises(InvalidConfigError, match=r"local.retention.bytes.*must be in \[-2, "):
@@ -250,26 +263,41 @@ def test_remote_storage_configs_are_validated_as_kafka_validates_them(
     with Broker(tmp_path / "tiering", config=tiering_config(uri, s3), create=True) as broker:
         # LogConfig.validateNoRemoteStorageForCompactedTopic, validateRemoteStorageRetention*
         for config, message in (
-            ({"cleanup.policy": "compact"},
-             "Remote log storage is unsupported for the compacted topics (topic 'c')"),
-            ({"retention.bytes": "100", "local.retention.bytes": "-1"},
-             "Invalid value -1 for configuration local.retention.bytes: Value must not be -1 as "
-             "retention.bytes value is set as 100. (topic 'c')"),
-            ({"retention.ms": "1000", "local.retention.ms": "5000"},
-             "Invalid value 5000 for configuration local.retention.ms: Value must not be more "
-             "than retention.ms property value: 1000 (topic 'c')"),
-        ):  # fmt: skip
+            (
+                {"cleanup.policy": "compact"},
+                "Remote log storage is unsupported for the compacted topics (topic 'c')",
+            ),
+            (
+                {"retention.bytes": "100", "local.retention.bytes": "-1"},
+                "Invalid value -1 for configuration local.retention.bytes: Value must not be -1 as "
+                "retention.bytes value is set as 100. (topic 'c')",
+            ),
+            (
+                {"retention.ms": "1000", "local.retention.ms": "5000"},
+                "Invalid value 5000 for configuration local.retention.ms: Value must not be more "
+                "than retention.ms property value: 1000 (topic 'c')",
+            ),
+        ):
             with pytest.raises(InvalidConfigError) as refused:
                 broker.create_topic("c", config={"remote.storage.enable": "true", **config})
             assert str(refused.value) == message
-        broker.create_topic("t", config={"remote.storage.enable": "true", "retention.ms": "9000",
-                                         "local.retention.ms": "1000"})  # fmt: skip
+        broker.create_topic(
+            "t",
+            config={
+                "remote.storage.enable": "true",
+                "retention.ms": "9000",
+                "local.retention.ms": "1000",
+            },
+        )
         with pytest.raises(InvalidConfigError, match="compacted topics"):
-            broker.alter_topic_config("t", {"remote.storage.enable": "true",
-                                            "cleanup.policy": "compact"})  # fmt: skip
+            broker.alter_topic_config(
+                "t", {"remote.storage.enable": "true", "cleanup.policy": "compact"}
+            )
         config = broker.log_manager.get_log(TopicPartition("t", 0)).config
         assert (config.effective_local_retention_ms, config.effective_local_retention_bytes) == (
-            1000, -1)  # fmt: skip
+            1000,
+            -1,
+        )
 
 
 def wait_for(what: str, done, timeout_s: float = 60.0) -> None:
@@ -305,8 +333,10 @@ def serving_tiered(
         admin = AdminClient({"bootstrap.servers": serve.bootstrap})
         admin.create_topics([NewTopic("tiered", 1, 1, config=TIERED)])["tiered"].result(30)
         produce(serve.bootstrap, 0, 30)
-        wait_for("the closed segments in the store",
-                 lambda: sorted(manifests(stored, tp)) == local_bases(logs, tp)[:-1])  # fmt: skip
+        wait_for(
+            "the closed segments in the store",
+            lambda: sorted(manifests(stored, tp)) == local_bases(logs, tp)[:-1],
+        )
         yield serve
 
 
@@ -387,8 +417,10 @@ def test_one_partition_s_failure_stops_no_other_partition(s3: S3Server, tmp_path
         rlm.stop_partitions([(TopicPartition("gone", 0), None), (TopicPartition("gone2", 0), None)])
         rlm.run_once()  # the scheduled pass may have done it already
         assert rlm.run_once() == 0
-        assert sorted(manifests(rlm.location, TopicPartition("b", 0))) == local_bases(
-            tmp_path / "l", TopicPartition("b", 0))[:-1]  # fmt: skip
+        assert (
+            sorted(manifests(rlm.location, TopicPartition("b", 0)))
+            == local_bases(tmp_path / "l", TopicPartition("b", 0))[:-1]
+        )
         assert store.list("gone2-0/") == {} and list(store.list("a-0/")) == [f"a-0/{corrupt}"]
         pending = (tmp_path / "l" / "remote-log-pending-deletions").read_text()
         assert pending == "0\ngone 0 -\n"

@@ -39,9 +39,10 @@ def test_the_configs_are_validated_as_kafka_validates_them(s3: S3Server, tmp_pat
     uri = f"s3://{s3.new_bucket('kip950')}/b0"
     with tiered_broker(tmp_path / "l", uri, s3) as broker:
         read_only = {"remote.storage.enable": "true", "remote.log.copy.disable": "true"}
-        for config, unit in (({"local.retention.ms": "1000"}, "ms"),
-                             ({"retention.bytes": "9000", "local.retention.bytes": "5000"},
-                              "bytes")):  # fmt: skip
+        for config, unit in (
+            ({"local.retention.ms": "1000"}, "ms"),
+            ({"retention.bytes": "9000", "local.retention.bytes": "5000"}, "bytes"),
+        ):
             with pytest.raises(InvalidConfigError) as refused:
                 broker.create_topic("c", config={**read_only, **config})
             assert str(refused.value) == COPY_DISABLED.format(unit, "c")

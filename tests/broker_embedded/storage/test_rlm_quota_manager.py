@@ -78,10 +78,14 @@ def test_the_default_quota_never_throttles() -> None:
 
 
 def test_the_quota_configs_are_broker_configs_with_kafka_s_bounds() -> None:
-    config = BrokerConfig.from_mapping({"broker": {
-        "remote.log.manager.copy.max.bytes.per.second": 2048,
-        "remote.log.manager.fetch.quota.window.num": 3,
-    }})  # fmt: skip
+    config = BrokerConfig.from_mapping(
+        {
+            "broker": {
+                "remote.log.manager.copy.max.bytes.per.second": 2048,
+                "remote.log.manager.fetch.quota.window.num": 3,
+            }
+        }
+    )
     assert config.remote_copy_quota == RLMQuotaManagerConfig(2048, 11, 1)
     assert config.remote_fetch_quota == RLMQuotaManagerConfig((1 << 63) - 1, 3, 1)
     bad = {"broker": {"remote.log.manager.copy.quota.window.size.seconds": 0}}
@@ -102,8 +106,9 @@ def test_copies_are_held_to_the_copy_quota(s3: S3Server, tmp_path: Path) -> None
     bytes over the quota."""
     uri = f"s3://{s3.new_bucket('copyq')}/b0"
     tp = TopicPartition("tiered", 0)
-    config = dataclasses.replace(tiering_config(uri, s3),
-                                 remote_log_manager_copy_max_bytes_per_second=2048)  # fmt: skip
+    config = dataclasses.replace(
+        tiering_config(uri, s3), remote_log_manager_copy_max_bytes_per_second=2048
+    )
     logs = tmp_path / "logs"
     with Broker(logs, config=config, create=True) as broker:
         broker.create_topic("tiered", config=TIERED)
@@ -125,8 +130,9 @@ def test_a_copier_waiting_for_its_quota_stops_at_close(s3: S3Server, tmp_path: P
     the manager ends the wait, and the next segment is not copied."""
     uri = f"s3://{s3.new_bucket('copyw')}/b0"
     tp = TopicPartition("tiered", 0)
-    config = dataclasses.replace(tiering_config(uri, s3),
-                                 remote_log_manager_copy_max_bytes_per_second=1)  # fmt: skip
+    config = dataclasses.replace(
+        tiering_config(uri, s3), remote_log_manager_copy_max_bytes_per_second=1
+    )
     with Broker(tmp_path / "logs", config=config, create=True) as broker:
         broker.create_topic("tiered", config=TIERED)
         for i in range(20):
@@ -152,8 +158,9 @@ def test_a_remote_read_over_the_fetch_quota_answers_no_records(
     fetches again), while a fetch of the local tail is served as ever."""
     uri = f"s3://{s3.new_bucket('fetchq')}/b0"
     tp = TopicPartition("tiered", 0)
-    with tiered_broker(tmp_path / "l", uri, s3,
-                       remote_log_manager_fetch_max_bytes_per_second=1) as broker:  # fmt: skip
+    with tiered_broker(
+        tmp_path / "l", uri, s3, remote_log_manager_fetch_max_bytes_per_second=1
+    ) as broker:
         lg = broker.log_manager.get_log(tp)
         local = lg.local_log_start_offset
         assert local > 0

@@ -33,8 +33,10 @@ HEADER = 61
 def _batches() -> list[bytes]:
     out, offset = [], 0
     for n in SIZES:
-        records = [Record(o, TS + o, b"k%d" % o, b"v%d" % o * (o % 7 + 1))
-                   for o in range(offset, offset + n)]  # fmt: skip
+        records = [
+            Record(o, TS + o, b"k%d" % o, b"v%d" % o * (o % 7 + 1))
+            for o in range(offset, offset + n)
+        ]
         out.append(build_record_batch(records))
         offset += n
     return out
@@ -164,8 +166,17 @@ def test_seek_entry_walks_to_the_target_and_stops_at_stop() -> None:
     assert entry_scan.seek_entry(arr, 0, len(data), 0) == (entry_scan.SEEK_FOUND, 0, size0, 0)
     assert entry_scan.seek_entry(arr, 0, len(data), 1)[:2] == (entry_scan.SEEK_FOUND, size0)
     assert entry_scan.seek_entry(arr, 0, len(data), 10**9) == (
-        entry_scan.SEEK_END, len(data), 0, -1)  # fmt: skip
+        entry_scan.SEEK_END,
+        len(data),
+        0,
+        -1,
+    )
     assert entry_scan.seek_entry(arr, 0, size0 + 16, 10**9) == (
-        entry_scan.SEEK_PARTIAL, size0, 0, -1)  # fmt: skip
+        entry_scan.SEEK_PARTIAL,
+        size0,
+        0,
+        -1,
+    )
     assert entry_scan.seek_entry(arr, 0, len(data) - 1, entry_scan.NO_TARGET)[0] == (
-        entry_scan.SEEK_PARTIAL)  # fmt: skip
+        entry_scan.SEEK_PARTIAL
+    )

@@ -224,8 +224,10 @@ def test_final_time_index_entry_on_close_and_roll(tmp_path: Path) -> None:
 
 def test_leader_offset_of_max_timestamp_is_stored(tmp_path: Path) -> None:
     with SegmentWriter(tmp_path, TP) as w:
-        w.append(make_batch(0, [(90, None, b"a"), (50, None, b"b"), (90, None, b"c")]),
-                 offset_of_max_timestamp=0)  # fmt: skip
+        w.append(
+            make_batch(0, [(90, None, b"a"), (50, None, b"b"), (90, None, b"c")]),
+            offset_of_max_timestamp=0,
+        )
         with pytest.raises(InvalidOffsetError, match="outside .3, 3."):
             w.append(make_batch(3, [(1, None, b"a")]), offset_of_max_timestamp=7)
     d = tmp_path / TP.dir_name
@@ -239,11 +241,14 @@ def test_leader_offset_of_max_timestamp_is_stored(tmp_path: Path) -> None:
     ("records", "error", "message"),
     [
         (make_batch(0, [(1, None, b"a")])[:-1], TornTailError, "torn tail"),
-        (make_batch(0, [(1, None, b"a")]) + make_batch(0, [(1, None, b"b")]), InvalidOffsetError,
-         "starts at offset 0, not above the previous batch's last offset 0"),
+        (
+            make_batch(0, [(1, None, b"a")]) + make_batch(0, [(1, None, b"b")]),
+            InvalidOffsetError,
+            "starts at offset 0, not above the previous batch's last offset 0",
+        ),
         (b"\x00" * 12, CorruptRecordError, "too few for an entry header"),
     ],
-)  # fmt: skip
+)
 def test_bad_appends_are_rejected(
     tmp_path: Path, records: bytes, error: type, message: str
 ) -> None:

@@ -73,11 +73,21 @@ def stage(
     for topic, partition, values in parts:
         n = len(values)
         key_col = pa.array([b"key-%d" % i for i in range(n)]) if keys else None
-        enc = encode_batches(key_col, pa.array(values, pa.binary()), np.full(n, TS, np.int64),
-                             max_batch_bytes=max_batch_bytes)  # fmt: skip
-        task.append(topic, partition, enc.data, batches=len(enc), records=n,
-                    max_batch_size=int(np.diff(enc.positions).max()),
-                    null_keys=0 if keys else n)  # fmt: skip
+        enc = encode_batches(
+            key_col,
+            pa.array(values, pa.binary()),
+            np.full(n, TS, np.int64),
+            max_batch_bytes=max_batch_bytes,
+        )
+        task.append(
+            topic,
+            partition,
+            enc.data,
+            batches=len(enc),
+            records=n,
+            max_batch_size=int(np.diff(enc.positions).max()),
+            null_keys=0 if keys else n,
+        )
     return task.finish()
 
 
@@ -151,8 +161,13 @@ def test_names_are_checked() -> None:
 def test_the_staging_dir_is_not_a_partition(log_dir: Path) -> None:
     stage(log_dir, "job", "a1", [("t", 0, values(1))])
     assert TopicPartition.try_parse_dir_name(staging_area.STAGING_DIR) is None
-    assert LogDir(log_dir).partitions() == [TopicPartition("compacted", 0), TopicPartition(
-        "small", 0), T0, T1, T2]  # fmt: skip
+    assert LogDir(log_dir).partitions() == [
+        TopicPartition("compacted", 0),
+        TopicPartition("small", 0),
+        T0,
+        T1,
+        T2,
+    ]
     LogManager(log_dir, create=True).close()  # opens fine beside it, leaves a fresh job alone
     assert (log_dir / staging_area.STAGING_DIR / "job").is_dir()
 
@@ -198,8 +213,10 @@ def test_committed_batches_carry_the_logs_leader_epoch(log_dir: Path) -> None:
     data = {
         tp: (log_dir / tp.dir_name / "00000000000000000000.log").read_bytes() for tp in (T0, T1)
     }
-    epochs = {tp: [int.from_bytes(d[p + 12 : p + 16], "big", signed=True) for p in
-                   _batch_positions(d)] for tp, d in data.items()}  # fmt: skip
+    epochs = {
+        tp: [int.from_bytes(d[p + 12 : p + 16], "big", signed=True) for p in _batch_positions(d)]
+        for tp, d in data.items()
+    }
     assert epochs[T0][-1] == 7
     assert epochs[T1] == [0]
 
@@ -277,8 +294,9 @@ def test_a_staged_file_that_changed_is_refused_up_front(log_dir: Path) -> None:
 
 
 def test_a_failed_append_is_rolled_back_before_the_error(log_dir: Path) -> None:
-    files = stage(log_dir, "job", "a1", [("t", 0, values(5)), ("t", 1, values(5)),
-                                         ("t", 2, values(5))])  # fmt: skip
+    files = stage(
+        log_dir, "job", "a1", [("t", 0, values(5)), ("t", 1, values(5)), ("t", 2, values(5))]
+    )
     path = Path(files[2].path)
     data = bytearray(path.read_bytes())
     data[-1] ^= 0xFF  # the CRC no longer matches: Kafka's validation refuses the batch
@@ -434,8 +452,13 @@ broker.close()
 
 def test_a_running_broker_in_another_process_refuses_the_commit(log_dir: Path) -> None:
     files = stage(log_dir, "job", "a1", [("t", 1, values(2))])
-    child = subprocess.Popen([sys.executable, "-c", BROKER_CHILD, str(log_dir)], cwd=REPO,
-                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)  # fmt: skip
+    child = subprocess.Popen(
+        [sys.executable, "-c", BROKER_CHILD, str(log_dir)],
+        cwd=REPO,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert child.stdout.readline().strip() == "open"
         with pytest.raises(LogDirLockedError) as e:
@@ -564,10 +587,16 @@ def test_a_streaming_batch_is_recorded_and_its_replay_appends_nothing(log_dir: P
 
 def test_writers_are_independent_and_plain_jobs_record_nothing(log_dir: Path) -> None:
     other = "query-2"
-    sw.commit(log_dir, "j1", stage(log_dir, "j1", "a1", [("t", 1, values(1))]),
-              writer_id=W, batch_id=4)  # fmt: skip
-    sw.commit(log_dir, "j2", stage(log_dir, "j2", "a1", [("t", 1, values(1))]),
-              writer_id=other, batch_id=0)  # fmt: skip
+    sw.commit(
+        log_dir, "j1", stage(log_dir, "j1", "a1", [("t", 1, values(1))]), writer_id=W, batch_id=4
+    )
+    sw.commit(
+        log_dir,
+        "j2",
+        stage(log_dir, "j2", "a1", [("t", 1, values(1))]),
+        writer_id=other,
+        batch_id=0,
+    )
     sw.commit(log_dir, "j3", stage(log_dir, "j3", "a1", [("t", 1, values(1))]))
     assert {k: v["batch"] for k, v in commits(log_dir).items()} == {W: 4, other: 0}
     assert leo(log_dir, T1) == 3
@@ -604,8 +633,9 @@ def test_a_malformed_commits_file_stops_the_commit_naming_it(log_dir: Path) -> N
 
 
 def test_a_failed_streaming_append_rolls_the_batch_id_back(log_dir: Path) -> None:
-    sw.commit(log_dir, "b0", stage(log_dir, "b0", "a1", [("t", 1, values(1))]),
-              writer_id=W, batch_id=0)  # fmt: skip
+    sw.commit(
+        log_dir, "b0", stage(log_dir, "b0", "a1", [("t", 1, values(1))]), writer_id=W, batch_id=0
+    )
     files = stage(log_dir, "b1", "a1", [("t", 1, values(5)), ("t", 2, values(5))])
     path = Path(files[1].path)
     data = bytearray(path.read_bytes())

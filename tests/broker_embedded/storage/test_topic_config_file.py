@@ -58,18 +58,28 @@ MALFORMED = {
     "topics_a_list": ({"version": 1, "topics": []}, "'topics' is not an object"),
     "entry_a_string": ({"version": 1, "topics": {"t": "x"}}, "topic 't': the entry"),
     "config_null": ({"version": 1, "topics": {"t": {**GOOD, "config": None}}}, "'config' must"),
-    "no_partitions": ({"version": 1, "topics": {"t": {"topic_id": GOOD["topic_id"]}}},
-                      "topic 't' has no 'partitions'"),
-    "zero_partitions": ({"version": 1, "topics": {"t": {**GOOD, "partitions": 0}}},
-                        "partitions and replication factor must be >= 1"),
-    "bad_topic_id": ({"version": 1, "topics": {"t": {**GOOD, "topic_id": "short"}}},
-                     "topic id 'short'"),
+    "no_partitions": (
+        {"version": 1, "topics": {"t": {"topic_id": GOOD["topic_id"]}}},
+        "topic 't' has no 'partitions'",
+    ),
+    "zero_partitions": (
+        {"version": 1, "topics": {"t": {**GOOD, "partitions": 0}}},
+        "partitions and replication factor must be >= 1",
+    ),
+    "bad_topic_id": (
+        {"version": 1, "topics": {"t": {**GOOD, "topic_id": "short"}}},
+        "topic id 'short'",
+    ),
     "illegal_topic_name": ({"version": 1, "topics": {"a/b": GOOD}}, "topic 'a/b'"),
-    "unknown_config": ({"version": 1, "topics": {"t": {**GOOD, "config": {"segment.size": 1}}}},
-                       "unknown config 'segment.size' for topic 't'"),
-    "bad_config_value": ({"version": 1, "topics": {"t": {**GOOD, "config": {"retention.ms": "x"}}}},
-                         "invalid value 'x' for retention.ms"),
-}  # fmt: skip
+    "unknown_config": (
+        {"version": 1, "topics": {"t": {**GOOD, "config": {"segment.size": 1}}}},
+        "unknown config 'segment.size' for topic 't'",
+    ),
+    "bad_config_value": (
+        {"version": 1, "topics": {"t": {**GOOD, "config": {"retention.ms": "x"}}}},
+        "invalid value 'x' for retention.ms",
+    ),
+}
 
 
 @pytest.mark.parametrize("case", list(MALFORMED))

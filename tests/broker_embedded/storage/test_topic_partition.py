@@ -91,8 +91,11 @@ def test_values_render_and_order() -> None:
 def test_names_differing_in_dot_and_underscore_collide() -> None:
     """Issue 11 defect 7: Kafka's Topic.hasCollision and its InvalidTopicException message."""
     check_no_collision("a_b", ["a-b", "ab", "a_b"])  # itself and different names: no collision
-    for topic, existing, other in (("a_b", ["z", "a.b"], "a.b"), ("a.b", ["a_b"], "a_b"),
-                                   ("x.y_z", ["x_y.z"], "x_y.z")):  # fmt: skip
+    for topic, existing, other in (
+        ("a_b", ["z", "a.b"], "a.b"),
+        ("a.b", ["a_b"], "a_b"),
+        ("x.y_z", ["x_y.z"], "x_y.z"),
+    ):
         with pytest.raises(InvalidTopicError) as e:
             check_no_collision(topic, existing)
         assert str(e.value) == f"Topic '{topic}' collides with existing topic: {other}"

@@ -163,16 +163,19 @@ def test_leader_append_assigns_offsets_and_stamps_leader_epochs(tmp_path: Path) 
     two = client_batch([b"e", b"f"]) + client_batch([b"g", b"h"])  # one request, two batches
     infos.append(log.append_as_leader(two, 7))
     assert [(i.first_offset, i.last_offset, i.num_records, i.size) for i in infos] == [
-        (0, 2, 3, len(sent[0])), (3, 3, 1, len(sent[1])), (4, 7, 4, len(two)),
-    ]  # fmt: skip
+        (0, 2, 3, len(sent[0])),
+        (3, 3, 1, len(sent[1])),
+        (4, 7, 4, len(two)),
+    ]
     assert [i.duplicate for i in infos] == [False] * 3
     assert log.log_end_offset == 8
     data = (part_dir(tmp_path) / "00000000000000000000.log").read_bytes()
     assert [(h[1], h[2]) for h in headers(data)] == [(0, 5), (3, 5), (4, 7), (6, 7)]
     peers = kafka_python_read(data)
     assert [p.crc_valid for p in peers] == [True] * 4
-    assert offsets_and_values(data) == list(enumerate([b"a", b"b", b"c", b"d", b"e", b"f",
-                                                       b"g", b"h"]))  # fmt: skip
+    assert offsets_and_values(data) == list(
+        enumerate([b"a", b"b", b"c", b"d", b"e", b"f", b"g", b"h"])
+    )
     # Only baseOffset and partitionLeaderEpoch changed: the rest is the client's bytes.
     assert data[:12] == b"\0" * 8 + sent[0][8:12] and data[16:91] == sent[0][16:]
     epochs = (part_dir(tmp_path) / "leader-epoch-checkpoint").read_text()
@@ -203,18 +206,27 @@ def _magic_1() -> bytes:
 
 REJECTED = {
     "count_vs_last_offset_delta": (
-        {}, _count_mismatch, InvalidRecordError, "record count 3 does not match last offset "
-        "delta 1",
+        {},
+        _count_mismatch,
+        InvalidRecordError,
+        "record count 3 does not match last offset delta 1",
     ),
     "client_control_batch": (
-        {}, lambda: marker(True, 9), InvalidRecordError, "clients may not send control batches",
+        {},
+        lambda: marker(True, 9),
+        InvalidRecordError,
+        "clients may not send control batches",
     ),
     "keyless_record_on_compacted_topic": (
-        {"cleanup.policy": "compact"}, lambda: client_batch([b"a", b"b"], keys=[b"k", None]),
-        InvalidRecordError, "does not accept records without a key",
+        {"cleanup.policy": "compact"},
+        lambda: client_batch([b"a", b"b"], keys=[b"k", None]),
+        InvalidRecordError,
+        "does not accept records without a key",
     ),
     "larger_than_max_message_bytes": (
-        {"max.message.bytes": "100"}, lambda: client_batch([b"x" * 60]), RecordTooLargeError,
+        {"max.message.bytes": "100"},
+        lambda: client_batch([b"x" * 60]),
+        RecordTooLargeError,
         "batch of 131 bytes exceeds max.message.bytes 100",
     ),
     "crc_mismatch": ({}, _crc_broken, CorruptMessageError, "CRC mismatch"),
@@ -222,13 +234,18 @@ REJECTED = {
     "empty": ({}, lambda: b"", InvalidRecordError, "holds no record batch"),
     "torn_batch": ({}, lambda: client_batch([b"abc"])[:-2], CorruptMessageError, "produce request"),
     "idempotent_without_sequence": (
-        {}, lambda: client_batch([b"a"], pid=7, epoch=0), InvalidRecordError,
+        {},
+        lambda: client_batch([b"a"], pid=7, epoch=0),
+        InvalidRecordError,
         "producer 7 sent a batch without a sequence number",
     ),
     "second_batch_bad": (
-        {}, lambda: client_batch([b"ok"]) + _crc_broken(), CorruptMessageError, "CRC mismatch",
+        {},
+        lambda: client_batch([b"ok"]) + _crc_broken(),
+        CorruptMessageError,
+        "CRC mismatch",
     ),
-}  # fmt: skip
+}
 
 
 @pytest.mark.parametrize("case", list(REJECTED))
@@ -242,8 +259,10 @@ def test_rejected_append_raises_kafka_error_and_writes_nothing(tmp_path: Path, c
         log.append_as_leader(build(), 1)
     message = str(info.value)
     assert WHERE in message and fragment in message
-    assert info.value.code == {InvalidRecordError: 87, RecordTooLargeError: 10,
-                               CorruptMessageError: 2}[error]  # fmt: skip
+    assert (
+        info.value.code
+        == {InvalidRecordError: 87, RecordTooLargeError: 10, CorruptMessageError: 2}[error]
+    )
     assert log.log_end_offset == 1
     assert (file_sizes(part_dir(tmp_path)), log_bytes(tmp_path)) == before
     assert log.leader_epoch_cache.entries() == [EpochEntry(0, 0)]
@@ -258,7 +277,7 @@ def test_log_append_time_sets_max_timestamp_type_bit_and_crc(tmp_path: Path) -> 
     info = log.append_as_leader(sent, 2)
     assert (info.log_append_time, info.max_timestamp) == (clock.ms, clock.ms)
     data = log_bytes(tmp_path)
-    (_, base, epoch, attributes, max_ts), = headers(data)  # fmt: skip
+    ((_, base, epoch, attributes, max_ts),) = headers(data)
     assert (base, epoch, attributes & 0x08, max_ts) == (0, 2, 0x08, clock.ms)
     assert struct.unpack_from(">q", data, 27)[0] == 1_000  # baseTimestamp untouched
     stored_crc = struct.unpack_from(">I", data, 17)[0]
@@ -272,8 +291,11 @@ def test_log_append_time_sets_max_timestamp_type_bit_and_crc(tmp_path: Path) -> 
     clock.ms += 5000
     again = log.append_as_leader(retried, 2)
     assert (first.first_offset, first.log_append_time) == (2, clock.ms - 5000)
-    assert (again.first_offset, again.log_append_time, again.duplicate) == (2, clock.ms - 5000,
-                                                                            True)  # fmt: skip
+    assert (again.first_offset, again.log_append_time, again.duplicate) == (
+        2,
+        clock.ms - 5000,
+        True,
+    )
     log.close()
 
 
@@ -315,8 +337,12 @@ def test_idempotent_retry_returns_original_offsets_and_is_stored_once(tmp_path: 
         log.append_as_leader(client_batch([b"d"], pid=42, epoch=0, seq=5), 0)
     assert e.value.code == 45 and "orders-3" in str(e.value)
     assert log_bytes(tmp_path) == before and log.log_end_offset == 4
-    assert offsets_and_values(log_bytes(tmp_path)) == [(0, b"plain"), (1, b"a"), (2, b"b"),
-                                                       (3, b"c")]  # fmt: skip
+    assert offsets_and_values(log_bytes(tmp_path)) == [
+        (0, b"plain"),
+        (1, b"a"),
+        (2, b"b"),
+        (3, b"c"),
+    ]
     log.close()
     log = open_log(tmp_path)  # the snapshot written at close keeps the last batch
     dup = log.append_as_leader(client_batch([b"c"], pid=42, epoch=0, seq=2), 0)
@@ -336,8 +362,11 @@ def test_follower_append_keeps_leader_offsets_and_epochs(tmp_path: Path) -> None
     info = follower.append_as_follower(fetched + partial[:30])  # a partial last batch is dropped
     assert (info.first_offset, info.last_offset, follower.log_end_offset) == (0, 4, 5)
     assert log_bytes(tmp_path / "follower") == fetched
-    assert follower.leader_epoch_cache.entries() == leader.leader_epoch_cache.entries() == [
-        EpochEntry(3, 0), EpochEntry(4, 2), EpochEntry(6, 3)]  # fmt: skip
+    assert (
+        follower.leader_epoch_cache.entries()
+        == leader.leader_epoch_cache.entries()
+        == [EpochEntry(3, 0), EpochEntry(4, 2), EpochEntry(6, 3)]
+    )
     assert follower.producer_state.last_entry(42).last_seq == 0
     assert follower.append_as_follower(fetched) is None  # nothing new
     leader.close()
@@ -476,8 +505,11 @@ def test_delete_records_before_moves_log_start_and_deletes_whole_segments(tmp_pa
     assert log.delete_records_before(5) == 5
     assert (log.log_start_offset, log.segment_base_offsets) == (5, [4, 6, 8])
     assert files(part_dir(tmp_path), ".log") == [f"{b:020d}.log" for b in (4, 6, 8)]
-    assert log.leader_epoch_cache.entries() == [EpochEntry(2, 5), EpochEntry(3, 6),
-                                                EpochEntry(4, 8)]  # fmt: skip
+    assert log.leader_epoch_cache.entries() == [
+        EpochEntry(2, 5),
+        EpochEntry(3, 6),
+        EpochEntry(4, 8),
+    ]
     assert log.delete_records_before(3) == 5  # never moves back
     with pytest.raises(OffsetOutOfRangeError):
         log.read(4, 1000)
@@ -495,8 +527,11 @@ def test_delete_records_before_moves_log_start_and_deletes_whole_segments(tmp_pa
 
 def test_flush_messages_moves_the_recovery_point_to_the_log_end(tmp_path: Path) -> None:
     seen: list[int] = []
-    log = open_log(tmp_path, {"flush.messages": "5"},
-                   on_offsets_changed=lambda lg: seen.append(lg.recovery_point))  # fmt: skip
+    log = open_log(
+        tmp_path,
+        {"flush.messages": "5"},
+        on_offsets_changed=lambda lg: seen.append(lg.recovery_point),
+    )
     log.append_as_leader(client_batch([b"a", b"b", b"c"]), 0)
     assert (log.recovery_point, seen) == (0, [])
     log.append_as_leader(client_batch([b"d", b"e"]), 0)
@@ -563,8 +598,12 @@ def test_unclean_open_truncates_a_torn_tail_and_rebuilds_indexes(tmp_path: Path,
             f.truncate(index.stat().st_size - 3)
     with pytest.raises(KafkaLogError, match="corrupt"):
         verify_dump(tmp_path)
-    log = open_log(tmp_path, INTERVAL | {"segment.bytes": "2000"}, had_clean_shutdown=False,
-                   recovery_point=bases[-1])  # fmt: skip
+    log = open_log(
+        tmp_path,
+        INTERVAL | {"segment.bytes": "2000"},
+        had_clean_shutdown=False,
+        recovery_point=bases[-1],
+    )
     assert (log.log_end_offset, log.segment_base_offsets) == (leo, bases)
     assert last.stat().st_size == valid_size
     assert log.recovery_point == leo
@@ -575,8 +614,9 @@ def test_unclean_open_truncates_a_torn_tail_and_rebuilds_indexes(tmp_path: Path,
     log.close()
     if tail == "garbage":
         return  # the command line once is enough
-    cli = subprocess.run([str(KAFKALOG), "dump", "--verify", str(d)], capture_output=True,
-                         text=True, timeout=60)  # fmt: skip
+    cli = subprocess.run(
+        [str(KAFKALOG), "dump", "--verify", str(d)], capture_output=True, text=True, timeout=60
+    )
     assert cli.returncode == 0, cli.stderr
     assert f"Summary {last}" in cli.stdout
 
@@ -641,16 +681,18 @@ def txn_log(tmp_path: Path) -> UnifiedLog:
     c = AppendOrigin.COORDINATOR
 
     def idem(seq: int, ts: int, epoch: int) -> None:
-        log.append_as_leader(client_batch([b"i%d" % seq, b"j%d" % seq], ts=ts, pid=42, epoch=0,
-                                          seq=seq), epoch)  # fmt: skip
+        log.append_as_leader(
+            client_batch([b"i%d" % seq, b"j%d" % seq], ts=ts, pid=42, epoch=0, seq=seq), epoch
+        )
 
     idem(0, T0, 1)
     idem(2, T0, 1)
     log.append_as_leader(client_batch([b"t0", b"t1"], pid=77, epoch=0, seq=0, txn=True), 2)
     log.append_as_leader(marker(False, 77, ts=T0 + 2000), 2, c)
     idem(4, T0 + 2000, 3)
-    log.append_as_leader(client_batch([b"t2", b"t3"], ts=T0 + 2000, pid=77, epoch=0, seq=2,
-                                      txn=True), 3)  # fmt: skip
+    log.append_as_leader(
+        client_batch([b"t2", b"t3"], ts=T0 + 2000, pid=77, epoch=0, seq=2, txn=True), 3
+    )
     log.append_as_leader(marker(False, 77, ts=T0 + 4000), 3, c)
     idem(6, T0 + 4000, 4)
     assert log.segment_base_offsets == [0, 6, 11] and log.log_end_offset == 14
@@ -680,13 +722,18 @@ def test_each_segment_owns_its_txnindex(tmp_path: Path) -> None:
     # the active segment holds the descriptor of the .txnindex it appended to; segment 6 closed
     # its own when the log rolled away from it
     assert open_txn_index_files() == [f"{11:020d}.txnindex"]
-    for base, aborted in ((0, ()), (6, (AbortedTxn(77, 4, 6, 7),)),
-                          (11, (AbortedTxn(77, 9, 11, 12),))):  # fmt: skip
+    for base, aborted in (
+        (0, ()),
+        (6, (AbortedTxn(77, 4, 6, 7),)),
+        (11, (AbortedTxn(77, 9, 11, 12),)),
+    ):
         with LogSegment.open(d, base) as seg:
             assert seg.txn_index.path == d / f"{base:020d}.txnindex"
             assert seg.collect_aborted(0, 14).aborted_txns == aborted
-    assert log.collect_aborted_transactions(0, 14) == (AbortedTxn(77, 4, 6, 7),
-                                                      AbortedTxn(77, 9, 11, 12))  # fmt: skip
+    assert log.collect_aborted_transactions(0, 14) == (
+        AbortedTxn(77, 4, 6, 7),
+        AbortedTxn(77, 9, 11, 12),
+    )
     log.close()
     assert open_txn_index_files() == []
 
@@ -701,7 +748,10 @@ def test_truncate_to_mid_segment_then_across_segments(tmp_path: Path) -> None:
     assert (log.log_end_offset, log.high_watermark, log.segment_base_offsets) == (9, 9, [0, 6])
     assert files(part_dir(tmp_path), ".log") == [f"{b:020d}.log" for b in (0, 6)]
     assert [(e.epoch, e.start_offset) for e in log.leader_epoch_cache.entries()] == [
-        (1, 0), (2, 4), (3, 7)]  # fmt: skip
+        (1, 0),
+        (2, 4),
+        (3, 7),
+    ]
     assert log.producer_state.last_entry(42).last_seq == 5
     assert log.producer_state.ongoing_transactions() == {}
     assert txn_index_bytes(tmp_path, 6) == entry(77, 4, 6, 7)
@@ -713,8 +763,7 @@ def test_truncate_to_mid_segment_then_across_segments(tmp_path: Path) -> None:
     assert log.producer_state.ongoing_transactions() == {77: 4}
     assert log.last_stable_offset == 4
     assert txn_index_bytes(tmp_path, 6) in (None, b"")
-    assert [(e.epoch, e.start_offset) for e in log.leader_epoch_cache.entries()] == [
-        (1, 0), (2, 4)]  # fmt: skip
+    assert [(e.epoch, e.start_offset) for e in log.leader_epoch_cache.entries()] == [(1, 0), (2, 4)]
 
     assert log.truncate_to(4) is True  # across segments: segment 6 goes, segment 0 is cut
     assert (log.log_end_offset, log.segment_base_offsets) == (4, [0])
@@ -755,8 +804,10 @@ def test_truncate_fully_and_start_at(tmp_path: Path) -> None:
     assert (log.log_start_offset, log.high_watermark, log.log_end_offset) == (100, 100, 100)
     assert log.recovery_point == 100 and log.segment_base_offsets == [100]
     assert sorted(p.name for p in d.iterdir() if p.name[0].isdigit()) == [
-        "00000000000000000100.index", "00000000000000000100.log", "00000000000000000100.timeindex"
-    ]  # fmt: skip
+        "00000000000000000100.index",
+        "00000000000000000100.log",
+        "00000000000000000100.timeindex",
+    ]
     assert log.leader_epoch_cache.entries() == []
     assert (d / "leader-epoch-checkpoint").read_text() == "0\n0\n"
     assert dict(log.producer_state.producers) == {}
@@ -801,7 +852,7 @@ def test_read_bounds_by_isolation_and_offset_out_of_range(tmp_path: Path) -> Non
         (7, FetchIsolation.LOG_END),
     ):
         expected = b"" if offset != 7 else data[starts[3] :]
-        assert log.read(offset, 1 << 20, isolation).records == expected  # fmt: skip
+        assert log.read(offset, 1 << 20, isolation).records == expected
     with pytest.raises(OffsetOutOfRangeError, match=f"fetch offset 9 of {WHERE}") as e:
         log.read(9, 1000)
     assert e.value.code == 1
@@ -902,8 +953,7 @@ def test_recovery_rebuilds_txnindex_of_every_recovered_segment(tmp_path: Path) -
     log.close()  # a clean close snapshots the producer state at 3
     log = open_log(tmp_path, {"segment.ms": "1000"})
     log.append_as_leader(client_batch([b"c"], ts=T0 + 5000), 0)  # 3: rolls
-    log.append_as_leader(client_batch([b"d"], ts=T0 + 5000, pid=77, epoch=0, seq=2,
-                                      txn=True), 0)  # fmt: skip
+    log.append_as_leader(client_batch([b"d"], ts=T0 + 5000, pid=77, epoch=0, seq=2, txn=True), 0)
     log.append_as_leader(marker(False, 77, ts=T0 + 5000), 0, c)  # 5
     assert log.segment_base_offsets == [0, 3]
     before = txn_index_bytes(tmp_path, 0), txn_index_bytes(tmp_path, 3)
@@ -913,8 +963,10 @@ def test_recovery_rebuilds_txnindex_of_every_recovered_segment(tmp_path: Path) -
         (part_dir(tmp_path) / f"{base:020d}.txnindex").unlink()
     log = open_log(tmp_path, {"segment.ms": "1000"}, had_clean_shutdown=False, recovery_point=0)
     assert (txn_index_bytes(tmp_path, 0), txn_index_bytes(tmp_path, 3)) == before
-    assert log.collect_aborted_transactions(0, 6) == (AbortedTxn(77, 0, 2, 3),
-                                                     AbortedTxn(77, 4, 5, 6))  # fmt: skip
+    assert log.collect_aborted_transactions(0, 6) == (
+        AbortedTxn(77, 0, 2, 3),
+        AbortedTxn(77, 4, 5, 6),
+    )
     log.close()
 
 
