@@ -27,7 +27,7 @@ from concurrent.futures import Future
 from broker_embedded.common.fetch_request import FetchResponse, PartitionFetchResult
 from broker_embedded.common.purgatory import DelayedOperation
 from broker_embedded.errors import KafkaApiError, RemoteStorageError
-from broker_embedded.storage.remote_log_manager import RemoteLogReadResult
+from broker_embedded.storage.remote_log_reader import RemoteLogReadResult
 from broker_embedded.storage.remote_storage_fetch_info import RemoteStorageFetchInfo
 
 

@@ -19,8 +19,7 @@ copied; and only those ending after the end of the last segment already in the s
 roll their segments at different offsets (a follower appends a fetch's batches as one), so a
 broker that became leader may hold the store's end inside a segment: that segment is copied
 from there on, its batches from the store's end staged as a segment based there
-(``<log dir>/remote-log-staging/``, emptied before and after; its indexes rebuilt, its
-``.txnindex`` entries of the markers from there on), so the store's segments never overlap.
+(remote_log_staging.py), so the store's segments never overlap.
 A topic with ``remote.log.copy.disable=true`` (KIP-950) is not copied; its remote retention
 goes on.
 
@@ -46,17 +45,14 @@ follower lists about once per local retention window, not at every pass) and mov
 segment the store does not hold. A store that fails is logged and asked again at the next
 pass; replication does not wait for it (the pass runs on this thread).
 
-A follower restarting its log from the store (OFFSET_MOVED_TO_TIERED_STORAGE; Kafka's
-``TierStateMachine.buildRemoteLogAuxState``): :meth:`RemoteLogManager.remote_log_aux_state`
-finds the stored segment holding the offset below the leader's local log start (one LIST, the
-manifest of the highest base below it) and reads its ``<base>.leader-epoch-checkpoint`` and
-``<next offset>.snapshot`` (each checked against the manifest's size and SHA-256, the epochs
-increasing, the snapshot decoded): the follower's log restarts at that segment's end with them
-(replica_fetcher_thread.py). A store that fails is :class:`RemoteStorageError`: the follower
-backs off and asks again. A store that does not hold that segment is not the leader's (a leader
-deletes locally only what its store holds; brokers may name different locations): logged, and
-the follower restarts at the leader's local start without that state, rather than never
-(both counted in ``aux_state_failures``; ``aux_states_built`` counts the builds).
+A follower restarting its log from the store (OFFSET_MOVED_TO_TIERED_STORAGE):
+:meth:`RemoteLogManager.remote_log_aux_state` reads the stored segment below the leader's local
+log start (remote_log_aux_state.py); the follower's log restarts at its end with its leader
+epochs and producer snapshot (replica_fetcher_thread.py). A store that fails is
+:class:`RemoteStorageError`: the follower backs off and asks again. A store that does not hold
+that segment is not the leader's: logged, and the follower restarts at the leader's local start
+without that state rather than never (``aux_state_failures``; ``aux_states_built`` counts the
+builds).
 
 Turning tiering off (``remote.storage.enable=false``, which needs
 ``remote.log.delete.on.disable=true``; KIP-950): the leaders' partitions are deleted from the
@@ -64,9 +60,9 @@ store as a deleted topic's are (below), their logs starting at their first local
 (replica_manager.py); a partition whose deletion is pending is neither copied nor expired.
 
 Bounds: one thread per broker (``kafka-scheduler-remote-log-manager-<broker id>``, a
-:class:`KafkaScheduler`)
-runs a pass every ``remote.log.manager.task.interval.ms``; a pass copies one segment at a time
-(Kafka: ``remote.log.manager.copier.thread.pool.size`` threads; here 1), reading 8 MiB of a
+:class:`KafkaScheduler`) runs a pass every ``remote.log.manager.task.interval.ms``; a pass
+copies one segment at a time (Kafka: ``remote.log.manager.copier.thread.pool.size`` threads;
+here 1), reading 8 MiB of a
 file at a time, and checks for shutdown between segments (a copy under way finishes; a kill
 interrupts it safely). Errors (the store unreachable after object_store.py's retries, a
 corrupt manifest) are logged with the partition and its prefix, and that partition's step (its
@@ -79,39 +75,21 @@ bytes against ``remote.log.manager.fetch.max.bytes.per.second``, which the repli
 checks before it starts one.
 
 Remote retention (Kafka's ``RLMExpirationTask``), after each partition's copies: the oldest
-stored segments wholly below the log start offset, or whose manifest's ``max_timestamp_ms`` is
-at most ``now - retention.ms`` (a segment without record timestamps has its ``.log``'s
-modification time at its copy there, as Kafka's ``LogSegment.largestTimestamp`` gives its
-RemoteLogManager: never -1, which would expire it at once), or while the partition's size
-(stored segments plus the local ones after them) exceeds ``retention.bytes`` by at least the
-segment's size, are deleted: the log start moves past them first
+stored segments past ``retention.ms`` / ``retention.bytes`` or below the log start offset
+(remote_log_retention_handler.py says which) are deleted: the log start moves past them first
 (``UnifiedLog.update_log_start_offset_from_remote_tier``), then each segment: its manifest
 rewritten ``DELETE_SEGMENT_STARTED``, its objects deleted, the manifest last. A listing finds
 marked manifests (a kill mid-deletion) and the next pass finishes them. A deleted topic's
 partitions (:meth:`RemoteLogManager.stop_partitions`, on every live broker holding a replica)
-are deleted on this thread: the objects no
-manifest names first (while the manifests still refuse a topic created again under the name),
-then every segment of its topic id as above. The partitions still to delete are recorded in the
-log dir (``remote-log-pending-deletions``: a version line ``0``, then ``<topic> <partition>
-<topic id or ->`` a line, written atomically, removed when empty), so that a restart finishes
-them (a damaged line is logged with the file and line number and skipped).
+are deleted on this thread: the objects no manifest names first (while the manifests still
+refuse a topic created again under the name), then every segment of its topic id as above.
+The partitions still to delete are recorded in the log dir (remote_log_pending_deletions.py),
+so that a restart finishes them.
 
-Reads (Kafka's ``RemoteLogReader`` and ``RemoteLogManager.read``): the replica manager hands a
-consumer's Fetch of an offset below the local log start to :meth:`RemoteLogManager.async_read`
-(delayed_remote_fetch.py waits for it at most ``remote.fetch.max.wait.ms``), which runs
-:meth:`RemoteLogManager.read` on a pool of ``remote.log.reader.threads`` threads, at most
-``remote.log.reader.max.pending.tasks`` queued: the stored segment holding the offset, read by
-object_store_fetch_source.py (its ``.index``, ranged GETs of its ``.log``; a fresh store
-handle per read), whole batches of that segment within the partition's max bytes (KIP-74: the
-first whole when ``min_one_message``). :meth:`RemoteLogManager.find_offset_by_timestamp` is
-ListOffsets by timestamp in the store (on the request thread, as Kafka 3.9's). Which segments
-are remote comes from the manifests, kept in memory per partition (Kafka's
-``RemoteLogMetadataManager``): listed (one GET per manifest) at the first copy pass or read of
-the partition, appended to as segments are copied; only ``COPY_SEGMENT_FINISHED`` ones count.
-The parsed offset indexes of the segments read are kept (remote_index_cache.py, 64 MiB), keyed by
-object name and the manifests' topic id.
-A store that fails a read is logged with its key and answered :class:`RemoteStorageError`
-(UNKNOWN_SERVER_ERROR, as Kafka answers its ``RemoteStorageException``).
+Reads: remote_log_reader.py (Kafka's ``RemoteLogReader``), over this manager's manifest cache
+(Kafka's ``RemoteLogMetadataManager``): a partition's manifests, listed (one GET each) at the
+first copy pass or read of the partition and appended to as segments are copied; only
+``COPY_SEGMENT_FINISHED`` ones count.
 
 Meters (Kafka's ``RemoteStorageMetrics``, broker_topic_stats.py says when each counts): copies,
 remote reads, deletions and followers' restarts from the store are counted in the broker's
@@ -131,100 +109,64 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import hashlib
-import itertools
 import logging
 import shutil
 import threading
 import uuid
 from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import Future
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
 from broker_embedded.errors import (
-    KafkaApiError,
-    KafkaLogError,
-    OffsetOutOfRangeError,
     RemoteStorageError,
 )
-from broker_embedded.record import entry_scan as es
-from broker_embedded.record.header_reads import readonly_bytes
 from broker_embedded.scheduler import KafkaScheduler
-from broker_embedded.storage.checkpoint_file import write_atomically
-from broker_embedded.storage.fetch_data_info import FetchIsolation, IsolationLevel
 from broker_embedded.storage.leader_epoch_checkpoint import (
     LEADER_EPOCH_CHECKPOINT,
-    EpochEntry,
     LeaderEpochCheckpointFile,
 )
-from broker_embedded.storage.local_log import end_of_complete_batches
 from broker_embedded.storage.log_dir_upload import SegmentUpload
 from broker_embedded.storage.log_file_utils import LOG_SUFFIX, segment_file_stem
-from broker_embedded.storage.log_segment import LogSegment, TimestampAndOffset
+from broker_embedded.storage.log_segment import TimestampAndOffset
 from broker_embedded.storage.object_store import ObjectStore, StoreLocation
-from broker_embedded.storage.object_store_fetch_source import (
-    ObjectStoreFetchSource,
-    ObjectStoreSource,
-    StoredPartition,
+from broker_embedded.storage.partition_metadata import topic_id_to_string
+from broker_embedded.storage.remote_log_aux_state import (
+    LEADER_EPOCH_SUFFIX,
+    RemoteLogAuxState,
+    build_remote_log_aux_state,
+    same_topic,
 )
-from broker_embedded.storage.offset_index import INDEX_SUFFIX
-from broker_embedded.storage.partition_metadata import PARTITION_METADATA_FILE, topic_id_to_string
-from broker_embedded.storage.remote_index_cache import RemoteIndexCache
+from broker_embedded.storage.remote_log_pending_deletions import (
+    read_pending_deletions,
+    write_pending_deletions,
+)
+from broker_embedded.storage.remote_log_reader import (
+    RemoteLogReader,
+    RemoteLogReadResult,
+    store_errors,
+)
+from broker_embedded.storage.remote_log_retention_handler import expired_segments
 from broker_embedded.storage.remote_log_segment_metadata import (
     COPY_SEGMENT_FINISHED,
     DELETE_SEGMENT_STARTED,
     RemoteLogSegmentMetadata,
+    finished,
+    list_manifests,
 )
+from broker_embedded.storage.remote_log_staging import REMOTE_STAGING_DIR, stage_tail
 from broker_embedded.storage.remote_storage_fetch_info import RemoteStorageFetchInfo
-from broker_embedded.storage.remote_storage_thread_pool import (
-    RemoteReadRejectedError,
-    RemoteStorageThreadPool,
-)
 from broker_embedded.storage.rlm_quota_manager import RLMQuotaManager, RLMQuotaManagerConfig
-from broker_embedded.storage.snapshot_file import decode_snapshot, snapshot_file_name
-from broker_embedded.storage.time_index import TIME_INDEX_SUFFIX
+from broker_embedded.storage.snapshot_file import snapshot_file_name
 from broker_embedded.storage.topic_partition import TopicPartition
-from broker_embedded.storage.transaction_index import FILE_SUFFIX as TXN_INDEX_SUFFIX
-from broker_embedded.storage.transaction_index import AbortedTxn, aborted_txns_of
 from broker_embedded.storage.unified_log import UnifiedLog
 
 log = logging.getLogger(__name__)
 
-LEADER_EPOCH_SUFFIX = "." + LEADER_EPOCH_CHECKPOINT
 CLOSE_TIMEOUT_S = 10.0
-# in the log dir: the deleted topics' partitions whose stored objects are still to be deleted
-PENDING_FILE = "remote-log-pending-deletions"
-PENDING_VERSION = "0"
-# in the log dir: a segment's tail staged for its copy (emptied before and after each)
-REMOTE_STAGING_DIR = "remote-log-staging"
 READER_THREADS = 10  # Kafka's remote.log.reader.threads default
 READER_MAX_PENDING_TASKS = 100  # Kafka's remote.log.reader.max.pending.tasks default
 UNLIMITED = RLMQuotaManagerConfig()  # Kafka's default quotas: Long.MAX_VALUE bytes a second
-
-
-@dataclass(frozen=True, slots=True)
-class RemoteLogReadResult:
-    """The batches a remote read found (whole batches of one stored segment; empty when the
-    first one exceeds ``max_bytes`` without ``min_one_message``) and, for read_committed, the
-    aborted transactions overlapping them (Kafka's ``RemoteLogReadResult``)."""
-
-    records: bytes
-    aborted_transactions: tuple[AbortedTxn, ...] | None
-
-
-@dataclass(frozen=True, slots=True)
-class RemoteLogAuxState:
-    """What a follower restarting its log from remote storage takes from the store (Kafka's
-    ``buildRemoteLogAuxState``): the stored segment holding the offset below the leader's
-    local log start ends at ``next_offset``, where the follower's log restarts; its leader
-    epochs (``<base>.leader-epoch-checkpoint``) and the producer snapshot at its end
-    (``<next offset>.snapshot``, decoded once; ``None`` when the copy had none)."""
-
-    next_offset: int
-    leader_epochs: tuple[EpochEntry, ...]
-    producer_snapshot: bytes | None
 
 
 class TopicStats(Protocol):
@@ -272,11 +214,18 @@ class RemoteLogManager:
         self._remote: dict[TopicPartition, tuple[uuid.UUID | None, list[RemoteLogSegmentMetadata]]]
         self._remote = {}
         self._meta_lock = threading.Lock()
-        name = f"remote-log-reader-{broker_id}"
-        self._readers = RemoteStorageThreadPool(name, reader_threads, reader_max_pending_tasks)
-        self.index_cache = RemoteIndexCache()
+        self.reader = RemoteLogReader(
+            broker_id,
+            location,
+            self.remote_segments,
+            self._count,
+            reader_threads,
+            reader_max_pending_tasks,
+            RLMQuotaManager(fetch_quota),
+        )
+        self.index_cache = self.reader.index_cache
+        self.fetch_quota = self.reader.fetch_quota
         self.copy_quota = RLMQuotaManager(copy_quota)
-        self.fetch_quota = RLMQuotaManager(fetch_quota)
         # DELETE_SEGMENT_STARTED manifests found by a listing: the next pass finishes them
         self._deleting: dict[TopicPartition, list[RemoteLogSegmentMetadata]] = {}
         # partitions of deleted topics (with their topic id) whose objects are to be deleted
@@ -292,7 +241,8 @@ class RemoteLogManager:
         return f"RemoteLogManager({self.location.describe()})"
 
     def startup(self) -> None:
-        self._stopped = self._read_pending()  # deletions a stop or a crash left unfinished
+        # deletions a stop or a crash left unfinished
+        self._stopped = read_pending_deletions(self.log_dir)
         shutil.rmtree(self.log_dir / REMOTE_STAGING_DIR, ignore_errors=True)  # a killed copy's
         self._scheduler.startup()
         self._scheduler.schedule(
@@ -305,7 +255,7 @@ class RemoteLogManager:
         background and fails; its segment has no manifest); no new pass starts."""
         self._stopping.set()
         self._scheduler.shutdown(timeout=CLOSE_TIMEOUT_S)
-        self._readers.shutdown()
+        self.reader.shutdown()
         if self._store is not None:
             self._store.release()
 
@@ -386,7 +336,7 @@ class RemoteLogManager:
         else:
             name = prefix + RemoteLogSegmentMetadata.name_of(last)
             m = RemoteLogSegmentMetadata.from_json(store.read(name), store.location.describe(name))
-            if m.state != COPY_SEGMENT_FINISHED or not _same_topic(m, unified):
+            if m.state != COPY_SEGMENT_FINISHED or not same_topic(m, unified):
                 return
             end = m.next_offset
             self._followed[tp] = (unified.topic_id, last, end)
@@ -421,7 +371,9 @@ class RemoteLogManager:
         with self._meta_lock:
             pending = self._deleting.pop(tp, [])
         self._delete_segments(store, tp, pending)
-        doomed = _expired(segments, unified, unified.clock_ms() if now_ms is None else now_ms)
+        doomed = expired_segments(
+            segments, unified, unified.clock_ms() if now_ms is None else now_ms
+        )
         if not doomed:
             return
         unified.update_log_start_offset_from_remote_tier(doomed[-1].next_offset)
@@ -493,7 +445,7 @@ class RemoteLogManager:
                 self._remote.pop(tp, None)
                 self._deleting.pop(tp, None)
                 self.index_cache.forget(tp.dir_name + "/")
-            self._write_pending()
+            write_pending_deletions(self.log_dir, self._stopped)
         if not self._stopping.is_set():
             with contextlib.suppress(Exception):  # shut down meanwhile: the next start does it
                 self._scheduler.schedule("remote-log-delete", self._pass, delay_ms=0)
@@ -521,50 +473,13 @@ class RemoteLogManager:
                     if entry in self._stopped:
                         self._stopped.remove(entry)
                         self._stopped.append(entry)
-                        self._write_pending()
+                        write_pending_deletions(self.log_dir, self._stopped)
                 continue
             with self._meta_lock:
                 if entry in self._stopped:
                     self._stopped.remove(entry)
                 self._copied_end.pop(tp, None)
-                self._write_pending()
-
-    def _write_pending(self) -> None:
-        """Record the partitions whose objects are still to be deleted (:data:`PENDING_FILE`,
-        written atomically; removed when none is), so that a restart finishes them."""
-        path = self.log_dir / PENDING_FILE
-        if not self._stopped:
-            path.unlink(missing_ok=True)
-            return
-        lines = "".join(f"{tp.topic} {tp.partition} {tid or '-'}\n" for tp, tid in self._stopped)
-        write_atomically(path, f"{PENDING_VERSION}\n{lines}".encode())
-
-    def _read_pending(self) -> list[tuple[TopicPartition, str]]:
-        path = self.log_dir / PENDING_FILE
-        try:
-            text = path.read_text()
-        except FileNotFoundError:
-            return []
-        lines = text.splitlines()
-        if not lines or lines[0] != PENDING_VERSION:
-            log.error(
-                "remote log manager: %s is not a version %s file; ignored", path, PENDING_VERSION
-            )
-            return []
-        found = []
-        for number, line in enumerate(lines[1:], start=2):
-            try:
-                topic, partition, tid = line.rsplit(" ", 2)
-                found.append((TopicPartition(topic, int(partition)), "" if tid == "-" else tid))
-            except ValueError:  # the broker starts: that partition's objects are left
-                log.error(
-                    "remote log manager: %s line %d is not '<topic> <partition> <topic "
-                    "id or ->': %r skipped (delete that partition's objects by hand)",
-                    path,
-                    number,
-                    line,
-                )
-        return found
+                write_pending_deletions(self.log_dir, self._stopped)
 
     def _delete_partition(self, store: ObjectStore, tp: TopicPartition, topic_id: str) -> None:
         """Delete a deleted topic's partition from the store: objects no manifest names
@@ -572,7 +487,7 @@ class RemoteLogManager:
         under the name (so none is a new topic's copy), then each segment, oldest first, as
         :meth:`_delete_segment`. Manifests of another topic id are left."""
         prefix = tp.dir_name + "/"
-        manifests = self._list_manifests(store, tp)
+        manifests = list_manifests(store, tp)
         ours = [m for m in manifests if not (m.topic_id and topic_id and m.topic_id != topic_id)]
         if len(ours) == len(manifests):
             named = {prefix + f.name for m in manifests for f in m.files}
@@ -662,13 +577,13 @@ class RemoteLogManager:
         another topic of the same name (another topic id: one deleted and created again),
         logged once: nothing of ``tp`` is copied (nor deleted locally) until they are gone."""
         prefix = tp.dir_name + "/"
-        manifests = self._list_manifests(store, tp)
+        manifests = list_manifests(store, tp)
         if not manifests:
             self._refused.discard(tp)
             self._loaded(tp, unified, [])
             return -1
         last = manifests[-1]
-        if not _same_topic(last, unified):
+        if not same_topic(last, unified):
             ours = topic_id_to_string(unified.topic_id)  # type: ignore[arg-type]
             if tp not in self._refused:
                 self._refused.add(tp)
@@ -689,21 +604,6 @@ class RemoteLogManager:
         self._loaded(tp, unified, manifests)
         return last.next_offset
 
-    def _list_manifests(
-        self, store: ObjectStore, tp: TopicPartition
-    ) -> list[RemoteLogSegmentMetadata]:
-        """The manifests of ``tp`` in the store, in offset order: one listing, one GET each."""
-        prefix = tp.dir_name + "/"
-        found = (
-            RemoteLogSegmentMetadata.base_offset_of(n[len(prefix) :]) for n in store.list(prefix)
-        )
-        manifests = []
-        for base in sorted(b for b in found if b is not None):
-            name = prefix + RemoteLogSegmentMetadata.name_of(base)
-            where = store.location.describe(name)
-            manifests.append(RemoteLogSegmentMetadata.from_json(store.read(name), where))
-        return manifests
-
     def remote_segments(
         self, tp: TopicPartition, unified: UnifiedLog
     ) -> list[RemoteLogSegmentMetadata]:
@@ -716,10 +616,10 @@ class RemoteLogManager:
                 return list(cached[1])
         store = self.location.open()
         try:
-            manifests = self._list_manifests(store, tp)
+            manifests = list_manifests(store, tp)
         finally:
             store.release()
-        if manifests and not _same_topic(manifests[-1], unified):
+        if manifests and not same_topic(manifests[-1], unified):
             manifests = []
         return self._loaded(tp, unified, manifests)
 
@@ -732,7 +632,7 @@ class RemoteLogManager:
         log-start-offset-checkpoint was not written yet; Kafka's leader takes the remote log
         start from the metadata too), never above the first local offset; a store holding no
         manifest of the partition moves nothing."""
-        segments = _finished(manifests)
+        segments = finished(manifests)
         with self._meta_lock:
             if tp in self._remote and self._remote[tp][0] != unified.topic_id:
                 self.index_cache.forget(tp.dir_name + "/")  # another topic's, under the name
@@ -763,10 +663,10 @@ class RemoteLogManager:
         what = f"building the state below offset {leader_local_start}"
         self._count(tp, build_remote_log_aux_state_requests=1)
         try:
-            with self._store_errors(tp, what):
+            with store_errors(self.location, tp, what):
                 store = self.location.open()
                 try:
-                    aux = self._aux_state(store, tp, unified, leader_local_start)
+                    aux = build_remote_log_aux_state(store, tp, unified, leader_local_start)
                 finally:
                     store.release()
         except RemoteStorageError:
@@ -789,170 +689,20 @@ class RemoteLogManager:
         self.aux_states_built += 1
         return aux
 
-    def _aux_state(
-        self, store: ObjectStore, tp: TopicPartition, unified: UnifiedLog, leader_local_start: int
-    ) -> RemoteLogAuxState | None:
-        prefix = tp.dir_name + "/"
-        found = (
-            RemoteLogSegmentMetadata.base_offset_of(n[len(prefix) :]) for n in store.list(prefix)
-        )
-        base = max((b for b in found if b is not None and b < leader_local_start), default=None)
-        m = None
-        if base is not None:
-            name = prefix + RemoteLogSegmentMetadata.name_of(base)
-            m = RemoteLogSegmentMetadata.from_json(store.read(name), store.location.describe(name))
-        usable = m is not None and m.state == COPY_SEGMENT_FINISHED and _same_topic(m, unified)
-        if m is None or not usable or m.next_offset < leader_local_start:
-            return None
-        files = {f.name: f for f in m.files}
-
-        def fetched(name: str) -> bytes | None:
-            f = files.get(name)
-            if f is None:
-                return None
-            data = store.read(prefix + name)
-            if len(data) != f.size or hashlib.sha256(data).hexdigest() != f.sha256:
-                raise RemoteStorageError(
-                    f"{store.location.describe(prefix + name)} differs "
-                    "from its manifest (size or SHA-256)"
-                )
-            return data
-
-        epochs_file = fetched(segment_file_stem(m.base_offset) + LEADER_EPOCH_SUFFIX)
-        epochs = []
-        if epochs_file is not None:
-            checkpoint = LeaderEpochCheckpointFile(unified.directory / LEADER_EPOCH_CHECKPOINT)
-            epochs = checkpoint.parse(epochs_file)
-            if any(
-                a.epoch >= b.epoch or a.start_offset > b.start_offset
-                for a, b in itertools.pairwise(epochs)
-            ):
-                raise RemoteStorageError(
-                    f"the leader epochs of {prefix}{m.base_offset} in "
-                    f"{store.location.describe(prefix)} do not increase: "
-                    f"{epochs}"
-                )
-        snapshot = fetched(snapshot_file_name(m.next_offset))
-        if snapshot is not None:
-            decode_snapshot(snapshot, store.location.describe(prefix))  # refused if corrupt
-        return RemoteLogAuxState(m.next_offset, tuple(epochs), snapshot)
-
-    # -- reads (Kafka's RemoteLogReader and RemoteLogManager.read) -------------------------------
+    # -- reads (remote_log_reader.py) ---------------------------------------------------------
 
     def async_read(
         self, info: RemoteStorageFetchInfo, unified: UnifiedLog, on_done: Callable[[], None]
     ) -> Future[RemoteLogReadResult]:
-        """Run :meth:`read` on the reader pool; ``on_done`` is called when it finished (or
-        was cancelled). A full queue (``remote.log.reader.max.pending.tasks``) is a
-        :class:`RemoteStorageError` at once (Kafka's RejectedExecutionException)."""
-        try:
-            future = self._readers.submit(lambda: self.read(info, unified))
-        except RemoteReadRejectedError as e:
-            raise RemoteStorageError(
-                f"remote read of {info.topic_partition} at offset {info.fetch_offset} refused: {e}"
-            ) from None
-        future.add_done_callback(lambda _: on_done())
-        return future
+        return self.reader.async_read(info, unified, on_done)
 
     def read(self, info: RemoteStorageFetchInfo, unified: UnifiedLog) -> RemoteLogReadResult:
-        """The batches at ``info.fetch_offset`` from the stored segment holding it (module
-        docstring): OFFSET_OUT_OF_RANGE when no stored segment holds it, a
-        :class:`RemoteStorageError` (UNKNOWN_SERVER_ERROR, as Kafka's RemoteStorageException)
-        naming the key when the store fails (counted as Kafka's ``RemoteLogReader`` counts)."""
-        self._count(info.topic_partition, remote_fetch_requests=1)
-        try:
-            result = self._read(info, unified)
-        except RemoteStorageError:
-            self._count(info.topic_partition, remote_fetch_errors=1)
-            raise
-        self._count(info.topic_partition, remote_fetch_bytes=len(result.records))
-        self.fetch_quota.record(len(result.records))
-        return result
-
-    def _read(self, info: RemoteStorageFetchInfo, unified: UnifiedLog) -> RemoteLogReadResult:
-        tp, offset = info.topic_partition, info.fetch_offset
-        segments = self._remote_or_error(tp, unified, f"fetching offset {offset}")
-        if not segments or not segments[0].base_offset <= offset < segments[-1].next_offset:
-            held = "none"
-            if segments:
-                held = f"[{segments[0].base_offset}, {segments[-1].next_offset})"
-            raise OffsetOutOfRangeError(
-                f"fetch offset {offset} of {tp} is not in remote storage: "
-                f"{self.location.describe(tp.dir_name)} holds offsets {held}"
-            )
-        committed = info.isolation is FetchIsolation.TXN_COMMITTED
-        level = IsolationLevel.READ_COMMITTED if committed else IsolationLevel.READ_UNCOMMITTED
-        stored = _stored_partition(tp, segments, unified)
-        with self._store_errors(tp, f"fetching offset {offset}"):
-            with self._source(tp, stored, segments[-1].topic_id) as src:
-                fetched = src.fetch(tp, offset, info.max_bytes, level)
-        records = _whole_batches(fetched.records)
-        if not info.min_one_message and len(records) > info.max_bytes:
-            records = b""  # Kafka: without min_one_message a batch too large is not sent
-        aborted = None
-        if committed:
-            found = {(pid, first) for pid, first in fetched.aborted_transactions or ()}
-            end = end_of_complete_batches(records, offset)
-            for a in unified.collect_aborted_transactions(unified.local_log_start_offset, end):
-                found.add((a.producer_id, a.first_offset))  # markers in local segments
-            aborted = tuple(AbortedTxn(pid, first, -1, -1) for pid, first in sorted(found))
-        return RemoteLogReadResult(records, aborted)
+        return self.reader.read(info, unified)
 
     def find_offset_by_timestamp(
         self, tp: TopicPartition, unified: UnifiedLog, timestamp: int
     ) -> TimestampAndOffset | None:
-        """ListOffsets by timestamp in the store (Kafka's ``findOffsetByTimestamp``): the first
-        stored segment whose manifest's ``max_timestamp_ms`` reaches ``timestamp`` (from the
-        cache: no GET for the others), its ``.timeindex`` and ``.index``, and a walk of its
-        batches, at or above the log start offset; ``None`` when no stored record has one (the
-        caller then looks in the local log)."""
-        segments = self._remote_or_error(tp, unified, f"looking up timestamp {timestamp}")
-        start = unified.log_start_offset
-        reaching = (
-            i
-            for i, m in enumerate(segments)
-            if m.max_timestamp_ms >= timestamp and m.next_offset > start
-        )
-        first = next(reaching, None)
-        if first is None:
-            return None
-        stored = _stored_partition(tp, segments[first:], unified)
-        with self._store_errors(tp, f"looking up timestamp {timestamp}"):
-            with self._source(tp, stored, segments[-1].topic_id) as src:
-                return src.offset_for_time(tp, timestamp)
-
-    def _source(
-        self, tp: TopicPartition, stored: StoredPartition, topic_id: str
-    ) -> ObjectStoreFetchSource:
-        """A reader of ``stored`` (a fresh store handle: one thread uses it), with the broker's
-        offset index cache (its entries keyed by ``topic_id`` too, the manifests')."""
-        return ObjectStoreFetchSource(
-            ObjectStoreSource(self.location, ((tp, stored),)), self.index_cache, topic_id
-        )
-
-    def _remote_or_error(
-        self, tp: TopicPartition, unified: UnifiedLog, what: str
-    ) -> list[RemoteLogSegmentMetadata]:
-        with self._store_errors(tp, what):
-            return self.remote_segments(tp, unified)
-
-    @contextlib.contextmanager
-    def _store_errors(self, tp: TopicPartition, what: str) -> Iterator[None]:
-        """A store that fails (after object_store.py's retries), a missing or corrupt object:
-        logged with its key, and the request's answer is :class:`RemoteStorageError`."""
-        try:
-            yield
-        except KafkaApiError:
-            raise
-        except (KafkaLogError, OSError, ValueError) as e:
-            log.error(
-                "remote log manager: %s of %s in %s failed: %s",
-                what,
-                tp,
-                self.location.describe(tp.dir_name),
-                e,
-            )
-            raise RemoteStorageError(f"{what} of {tp} in remote storage failed: {e}") from e
+        return self.reader.find_offset_by_timestamp(tp, unified, timestamp)
 
     def _remember_copied(
         self, store: ObjectStore, tp: TopicPartition, unified: UnifiedLog, base: int
@@ -1028,7 +778,7 @@ class RemoteLogManager:
         extras[segment_file_stem(start) + LEADER_EPOCH_SUFFIX] = epoch_file.format(epochs)
         source = self.log_dir
         if start > base:
-            source = _stage_tail(self.log_dir, tp, base, start, unified.config.index_interval_bytes)
+            source = stage_tail(self.log_dir, tp, base, start, unified.config.index_interval_bytes)
         try:
             # objects an interrupted copy left are overwritten: no manifest names them
             upload = SegmentUpload(
@@ -1046,111 +796,3 @@ class RemoteLogManager:
             store.location.describe(tp.dir_name),
             upload.sent,
         )
-
-
-def _stage_tail(log_dir: Path, tp: TopicPartition, base: int, start: int, interval: int) -> Path:
-    """Stage the batches of segment ``base`` from offset ``start`` (a batch's base offset) on
-    as a segment based at ``start`` in ``<log dir>/remote-log-staging/<topic>-<partition>/``
-    (emptied first): its ``.log`` the tail of the original's, its indexes rebuilt from it with
-    the topic's ``index.interval.bytes``, its ``.txnindex`` the original's entries whose abort
-    marker lies at or after ``start``, and the partition's ``partition.metadata``. Returns the
-    staging root (the upload's log dir)."""
-    source = log_dir / tp.dir_name
-    root = log_dir / REMOTE_STAGING_DIR
-    shutil.rmtree(root, ignore_errors=True)
-    staged = root / tp.dir_name
-    staged.mkdir(parents=True)
-    old, new = segment_file_stem(base), segment_file_stem(start)
-    with LogSegment.open(source, base) as seg:
-        position = seg.position_of(start)
-    original = source / (old + LOG_SUFFIX)
-    with open(original, "rb") as f, open(staged / (new + LOG_SUFFIX), "wb") as out:
-        f.seek(position)
-        if f.read(8) != start.to_bytes(8, "big"):
-            raise KafkaLogError(
-                f"{original}: no batch starts at offset {start} (position "
-                f"{position}): its tail cannot be copied"
-            )
-        f.seek(position)
-        shutil.copyfileobj(f, out, 8 << 20)
-    with LogSegment.open(staged, start, index_interval_bytes=interval) as seg:
-        (staged / (new + INDEX_SUFFIX)).write_bytes(seg.offset_index.to_bytes())
-        (staged / (new + TIME_INDEX_SUFFIX)).write_bytes(seg.time_index.to_bytes())
-    txns = source / (old + TXN_INDEX_SUFFIX)
-    if txns.is_file():
-        kept = [a for a in aborted_txns_of(txns.read_bytes(), str(txns)) if a.last_offset >= start]
-        if kept:
-            (staged / (new + TXN_INDEX_SUFFIX)).write_bytes(b"".join(a.to_bytes() for a in kept))
-    metadata = source / PARTITION_METADATA_FILE
-    if metadata.is_file():
-        shutil.copyfile(metadata, staged / PARTITION_METADATA_FILE)
-    return root
-
-
-def _finished(manifests: list[RemoteLogSegmentMetadata]) -> list[RemoteLogSegmentMetadata]:
-    """The segments that are remote: a ``COPY_SEGMENT_FINISHED`` manifest (one marked
-    ``DELETE_SEGMENT_STARTED`` is being deleted: no reader may read it)."""
-    return [m for m in manifests if m.state == COPY_SEGMENT_FINISHED]
-
-
-def _same_topic(manifest: RemoteLogSegmentMetadata, unified: UnifiedLog) -> bool:
-    """Whether a manifest is of ``unified``'s topic (a manifest or a log without a topic id
-    counts as the same)."""
-    ours = "" if unified.topic_id is None else topic_id_to_string(unified.topic_id)
-    return not (manifest.topic_id and ours and manifest.topic_id != ours)
-
-
-def _stored_partition(
-    tp: TopicPartition, segments: list[RemoteLogSegmentMetadata], unified: UnifiedLog
-) -> StoredPartition:
-    """The remote segments as the object-store reader's planned partition: every stored offset
-    is below the last stable offset (only such segments are copied)."""
-    bases = tuple(m.base_offset for m in segments)
-    end = segments[-1].next_offset
-    txns = tuple(
-        m.base_offset for m in segments if any(f.name.endswith(TXN_INDEX_SUFFIX) for f in m.files)
-    )
-    start = min(max(unified.log_start_offset, bases[0]), end)
-    return StoredPartition(
-        bases, tuple(m.size_in_bytes for m in segments), end, end, start, end, txns
-    )
-
-
-def _whole_batches(records: bytes | memoryview) -> bytes:
-    """``records`` up to the end of its last whole batch (a fetch's bytes end in whole batches,
-    as local reads do: local_log.py)."""
-    if not len(records):
-        return b""
-    status, at, _, _ = es.seek_entry(readonly_bytes(records), 0, len(records), es.NO_TARGET)
-    return bytes(records[: int(at)] if status in (es.SEEK_END, es.SEEK_PARTIAL) else records)
-
-
-def _expired(
-    segments: list[RemoteLogSegmentMetadata], unified: UnifiedLog, now_ms: int
-) -> list[RemoteLogSegmentMetadata]:
-    """The oldest remote segments past retention, in order (Kafka's
-    ``RemoteLogRetentionHandler``): each wholly below the log start offset (DeleteRecords), or
-    whose manifest's ``max_timestamp_ms`` is at most ``now - retention.ms``, or while the
-    partition's size (remote segments plus the local ones after them) exceeds
-    ``retention.bytes`` by at least the segment's size; the first other one stops it. Every
-    segment deleted leaves the excess (Kafka moves the log start after its deletions, so it
-    never meets segments below it that it counted; here the log start moves first, and a
-    restart after a kill may meet them)."""
-    c = unified.config
-    remaining = -1
-    if c.retention_bytes >= 0 and segments:
-        total = sum(m.size_in_bytes for m in segments)
-        total += unified.local_size_from(segments[-1].next_offset)
-        remaining = total - c.retention_bytes
-    doomed = []
-    for m in segments:
-        below_start = m.next_offset <= unified.log_start_offset
-        expired = c.retention_ms >= 0 and m.max_timestamp_ms <= now_ms - c.retention_ms
-        if below_start or expired:  # either way its bytes leave the excess
-            remaining = max(0, remaining - m.size_in_bytes) if remaining >= 0 else remaining
-        elif remaining > 0 and remaining - m.size_in_bytes >= 0:
-            remaining -= m.size_in_bytes
-        else:
-            break
-        doomed.append(m)
-    return doomed

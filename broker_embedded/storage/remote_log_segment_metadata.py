@@ -34,8 +34,13 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from broker_embedded.storage.log_file_utils import segment_file_stem
+
+if TYPE_CHECKING:
+    from broker_embedded.storage.object_store import ObjectStore
+    from broker_embedded.storage.topic_partition import TopicPartition
 
 MANIFEST_SUFFIX = ".segment.json"
 VERSION = 1
@@ -114,3 +119,21 @@ class RemoteLogSegmentMetadata:
             )
         except (ValueError, KeyError, TypeError, AttributeError) as e:
             raise ValueError(f"malformed segment manifest {source}: {e}") from None
+
+
+def list_manifests(store: ObjectStore, tp: TopicPartition) -> list[RemoteLogSegmentMetadata]:
+    """The manifests of ``tp`` in the store, in offset order: one listing, one GET each."""
+    prefix = tp.dir_name + "/"
+    found = (RemoteLogSegmentMetadata.base_offset_of(n[len(prefix) :]) for n in store.list(prefix))
+    manifests = []
+    for base in sorted(b for b in found if b is not None):
+        name = prefix + RemoteLogSegmentMetadata.name_of(base)
+        where = store.location.describe(name)
+        manifests.append(RemoteLogSegmentMetadata.from_json(store.read(name), where))
+    return manifests
+
+
+def finished(manifests: list[RemoteLogSegmentMetadata]) -> list[RemoteLogSegmentMetadata]:
+    """The segments that are remote: a ``COPY_SEGMENT_FINISHED`` manifest (one marked
+    ``DELETE_SEGMENT_STARTED`` is being deleted: no reader may read it)."""
+    return [m for m in manifests if m.state == COPY_SEGMENT_FINISHED]

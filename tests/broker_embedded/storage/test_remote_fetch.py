@@ -388,7 +388,7 @@ def test_a_deleted_topic_s_objects_are_deleted_after_a_restart(
     recorded in the log dir, and the broker started again (the store back) deletes them."""
     from broker_embedded.storage.object_store import StoreLocation
     from broker_embedded.storage.partition_metadata import topic_id_to_string
-    from broker_embedded.storage.remote_log_manager import PENDING_FILE
+    from broker_embedded.storage.remote_log_pending_deletions import PENDING_FILE
     from tests.s3_proxy import FaultProxy
 
     uri = f"s3://{s3.new_bucket('gone')}/b0"

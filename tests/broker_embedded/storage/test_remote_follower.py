@@ -24,7 +24,8 @@ from broker_embedded.errors import OutOfOrderSequenceError
 from broker_embedded.storage.leader_epoch_checkpoint import EpochEntry
 from broker_embedded.storage.object_store import StoreLocation, StoreSettings
 from broker_embedded.storage.object_store_fetch_source import ObjectStoreSource
-from broker_embedded.storage.remote_log_manager import REMOTE_STAGING_DIR, RemoteLogManager
+from broker_embedded.storage.remote_log_manager import RemoteLogManager
+from broker_embedded.storage.remote_log_staging import REMOTE_STAGING_DIR
 from broker_embedded.storage.topic_partition import TopicPartition
 from broker_embedded.storage.unified_log import UnifiedLog
 from tests.broker_embedded.storage.test_remote_fetch import (

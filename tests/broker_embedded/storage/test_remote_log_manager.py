@@ -431,7 +431,8 @@ def test_a_malformed_pending_deletions_line_is_skipped_naming_file_and_line(
 ) -> None:
     """A damaged remote-log-pending-deletions line is logged with the file and line number and
     skipped: the broker starts and deletes the partitions of the other lines."""
-    from broker_embedded.storage.remote_log_manager import PENDING_FILE, RemoteLogManager
+    from broker_embedded.storage.remote_log_manager import RemoteLogManager
+    from broker_embedded.storage.remote_log_pending_deletions import PENDING_FILE
 
     uri = f"s3://{s3.new_bucket('pending')}/b0"
     location = StoreLocation(uri, s3.settings)

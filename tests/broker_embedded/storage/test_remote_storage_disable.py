@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from broker_embedded.storage.log_config import InvalidConfigError
-from broker_embedded.storage.remote_log_manager import PENDING_FILE
+from broker_embedded.storage.remote_log_pending_deletions import PENDING_FILE
 from broker_embedded.storage.topic_partition import TopicPartition
 from tests.broker_embedded.storage.test_remote_fetch import COUNT, T0, tiered_broker, value
 from tests.broker_embedded.storage.test_remote_log_manager import TIERED, local_bases, manifests
