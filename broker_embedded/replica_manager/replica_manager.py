@@ -63,7 +63,6 @@ from broker_embedded.common.purgatory import DelayedOperationPurgatory
 from broker_embedded.error_code import ErrorCode
 from broker_embedded.errors import (
     BrokerClosedError,
-    InvalidRequestError,
     InvalidRequiredAcksError,
     KafkaApiError,
     NotLeaderOrFollowerError,
@@ -76,22 +75,13 @@ from broker_embedded.replica_manager.broker_topic_stats import BrokerTopicStats
 from broker_embedded.replica_manager.delayed_fetch import DelayedFetch
 from broker_embedded.replica_manager.delayed_produce import DelayedProduce
 from broker_embedded.replica_manager.delayed_remote_fetch import DelayedRemoteFetch
-from broker_embedded.replica_manager.list_offsets import (
-    EARLIEST_LOCAL_TIMESTAMP,
-    EARLIEST_PENDING_UPLOAD_TIMESTAMP,
-    EARLIEST_TIMESTAMP,
-    LATEST_TIERED_TIMESTAMP,
-    LATEST_TIMESTAMP,
-    MAX_TIMESTAMP,
-    ListOffsetsResult,
-)
+from broker_embedded.replica_manager.list_offsets import ListOffsetsResult, offset_for_timestamp
 from broker_embedded.replica_manager.partition import AlterPartition, LeaderAndIsr, Partition
 from broker_embedded.replica_manager.replica_fetcher_thread import ReplicaFetcherManager
 from broker_embedded.scheduler import KafkaScheduler
 from broker_embedded.storage.checkpoint_file import one_sync
 from broker_embedded.storage.fetch_data_info import FetchIsolation, IsolationLevel
 from broker_embedded.storage.log_manager import LogManager
-from broker_embedded.storage.log_segment import TimestampAndOffset
 from broker_embedded.storage.producer_state_manager import AppendOrigin
 from broker_embedded.storage.remote_log_manager import RemoteLogManager
 from broker_embedded.storage.remote_storage_fetch_info import RemoteStorageFetchInfo
@@ -740,33 +730,9 @@ class ReplicaManager:
             upper = lg.last_stable_offset
         else:
             upper = lg.high_watermark
-        if timestamp == EARLIEST_TIMESTAMP:
-            return ListOffsetsResult(lg.log_start_offset, -1, p.leader_epoch)
-        if timestamp == EARLIEST_LOCAL_TIMESTAMP:  # Kafka's localLogStartOffset
-            return ListOffsetsResult(lg.local_log_start_offset, -1, p.leader_epoch)
-        if timestamp == LATEST_TIMESTAMP:
-            return ListOffsetsResult(upper, -1, p.leader_epoch)
-        if timestamp == LATEST_TIERED_TIMESTAMP and lg.config.remote_storage_enable:
-            # Kafka's highestOffsetInRemoteStorage: -1 while nothing is (known to be) tiered
-            highest = max(lg.remote_end_offset - 1, -1)
-            epoch = lg.leader_epoch_cache.epoch_for_offset(highest) if highest >= 0 else None
-            return ListOffsetsResult(highest, -1, -1 if epoch is None else epoch)
-        if timestamp in (LATEST_TIERED_TIMESTAMP, EARLIEST_PENDING_UPLOAD_TIMESTAMP):
-            return ListOffsetsResult(-1, -1, -1)
-        if timestamp == MAX_TIMESTAMP:
-            return _found(lg.offset_of_max_timestamp(upper))
-        if timestamp < 0:
-            raise InvalidRequestError(
-                f"topic {tp.topic!r} partition {tp.partition}: unsupported ListOffsets timestamp "
-                f"{timestamp} (-1 latest, -2 earliest, or a timestamp >= 0)"
-            )
-        found = None
-        rlm = self.remote_log_manager
-        if rlm is not None and lg.config.remote_storage_enable:  # Kafka: the store first
-            found = rlm.find_offset_by_timestamp(tp, lg, timestamp)
-        if found is None:
-            found = lg.fetch_offset_by_timestamp(timestamp)
-        return _found(None if found is None or found.offset >= upper else found)
+        return offset_for_timestamp(
+            tp, lg, p.leader_epoch, timestamp, upper, self.remote_log_manager
+        )
 
     def log_offsets(self, tp: TopicPartition) -> tuple[int, int]:
         """(log start offset, log end offset) of the leader's log (followers reset with it)."""
@@ -797,13 +763,6 @@ class ReplicaManager:
             start = p.log.delete_records_before(offset)
         self._wake(tp)
         return start
-
-
-def _found(found: TimestampAndOffset | None) -> ListOffsetsResult:
-    if found is None:
-        return ListOffsetsResult(-1, -1, -1)
-    epoch = -1 if found.leader_epoch is None else found.leader_epoch
-    return ListOffsetsResult(found.offset, found.timestamp, epoch)
 
 
 def _with_errors(
