@@ -123,6 +123,12 @@ class AdminQueue:
         with self._cond:
             return len(self._queue)
 
+    def idle(self) -> bool:
+        """Whether nothing runs, waits or is due: no request, and no background step until the
+        next request (the last one found nothing to do)."""
+        with self._cond:
+            return not self._running and not self._queue and self._due is None
+
     def running(self) -> bool:
         """Whether a request is being run now (taken from the queue, not answered yet)."""
         with self._cond:

@@ -73,6 +73,10 @@ def main(argv: list[str] | None = None) -> int:
         .config("spark.sql.execution.arrow.maxRecordsPerBatch", "50")
         .config("spark.sql.execution.pythonUDF.arrow.enabled", "false")
         .config("spark.python.worker.reuse", "true")
+        # the UDF worker's results reach the writer as they are made, not when its 64 KiB
+        # output buffer fills: with the default the first attempt's 9,000 results (about 60 KB)
+        # stayed in that buffer, the writer produced none of them, and the wait below ran out
+        .config("spark.buffer.size", "1024")
         .getOrCreate()
     )
     spark.sparkContext.setLogLevel("ERROR")

@@ -5,9 +5,10 @@ subset of the tests (marked :data:`ALSO_ON_TANSU`) runs against Tansu too, loade
 records of the topics :data:`TANSU_TOPICS` (tests/datasource/_tansu.py), and against Apache Kafka
 3.9, loaded with :data:`KAFKA_TOPICS`.
 
-``spark``: ``local[2]``, few shuffle partitions, no UI, UTC session time zone, the Python workers
-running this interpreter (the venv's, where the packages are installed). It is never told about
-the ``kafkalog`` source: Spark finds it through ``pyspark_kafkalog``, as after ``pip install``.
+``spark``: ``local[2]``, few shuffle partitions, no UI, UTC session time zone, the driver's JIT at
+its first tier (:data:`JIT_FIRST_TIER`), the Python workers running this interpreter (the venv's,
+where the packages are installed). It is never told about the ``kafkalog`` source: Spark finds
+it through ``pyspark_kafkalog``, as after ``pip install``.
 Tests that change a SQL setting use :func:`sql_conf`, which restores it.
 """
 
@@ -26,6 +27,8 @@ import pytest
 
 from tests.datasource._logdirs import EVENTS_PARTITIONS, TRIMMED_LOG_START, build_source_log_dir
 from tests.fixture_paths import FIXTURES
+
+JIT_FIRST_TIER = "-XX:TieredStopAtLevel=1"
 
 
 @pytest.fixture(scope="session")
@@ -47,6 +50,10 @@ def spark():
         .config("spark.sql.shuffle.partitions", "2")
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.driver.memory", "1g")
+        # the JIT's first tier only: the tests' queries are small and many, and C2 compiled the
+        # same code paths again at a cost of a core for much of the suite (a Spark-heavy module:
+        # 49 s of the JVM's CPU with both tiers, 25 s with the first)
+        .config("spark.driver.extraJavaOptions", JIT_FIRST_TIER)
         .getOrCreate()
     )
     session.sparkContext.setLogLevel("ERROR")

@@ -119,15 +119,19 @@ def test_a_full_admin_queue_answers_request_timed_out_at_once(tmp_path: Path) ->
     with Broker(log_dir, create=True, config=config()) as broker:
         server = broker_server(broker, ["PLAINTEXT://127.0.0.1:0"], config()).start()
         port = server.endpoints[0].port
+        queue = server.apis.admin_queue
         clients = []
         held = False
         try:
+            # the admin thread's first background step (due at the server's start) needs the
+            # lock too: held before that step ran, the thread waited in it and never took the
+            # request (seen at load 12)
+            wait_until(queue.idle, "the admin thread's first background step did not end")
             broker.controller._lock.acquire()  # the admin thread waits for it below
             held = True
             running = RawClient(port, timeout=WAIT_S)
             clients.append(running)
             running.send(request_frame(create_topics_v4("big", BIG), 0))
-            queue = server.apis.admin_queue
             wait_until(lambda: queue.running(), "the first creation did not start")
             for i in range(MAX_QUEUED_REQUESTS):
                 clients.append(RawClient(port, timeout=WAIT_S))
