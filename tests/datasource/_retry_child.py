@@ -70,6 +70,7 @@ def main(argv: list[str] | None = None) -> int:
         .appName("kafkalog-retry-child")
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.driver.extraJavaOptions", "-XX:TieredStopAtLevel=1")
         .config("spark.sql.execution.arrow.maxRecordsPerBatch", "50")
         .config("spark.sql.execution.pythonUDF.arrow.enabled", "false")
         .config("spark.python.worker.reuse", "true")
