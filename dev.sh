@@ -39,7 +39,7 @@ case "${1:-}" in
         #   bash dev.sh test -m "not spark and not peer"    no JVM at all
         #   bash dev.sh test -m "serve and not slow"        the wire-protocol server
         #   bash dev.sh test -n 0 tests/path::name          one test, in this process
-        # Measured: pytest 17.6 min for the whole suite with the Kafka 3.9 peers in a fresh
+        # Measured: pytest 16.7 min for the whole suite with the Kafka 3.9 peers in a fresh
         # clone, 2 cores at load 2-4; not yet the 12 min target.
         exec python -m pytest -q -n "${KAFKALOG_TEST_WORKERS:-2}" --dist worksteal \
             --durations=25 "$@"
