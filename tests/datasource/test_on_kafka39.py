@@ -30,6 +30,27 @@ def new_topic(bootstrap: str, name: str, partitions: int = PARTITIONS) -> str:
     return name
 
 
+def await_markers(bootstrap: str, topic: str, timeout_s: float = 60.0) -> None:
+    """Wait until no transaction is open on ``topic``: each partition's last stable offset is
+    its log end offset. Kafka 3.9 answers EndTxn once the commit is decided and writes the
+    partitions' markers after, so a read_committed read right after a transactional write may
+    end below its records until then."""
+    deadline = time.monotonic() + timeout_s
+    with KafkaClient(bootstrap) as client:
+        while True:
+            ends = [
+                (
+                    client.list_offset(topic, p, -1, isolation_level=1),
+                    client.list_offset(topic, p, -1),
+                )
+                for p in range(PARTITIONS)
+            ]
+            if all(stable == end for stable, end in ends):
+                return
+            assert time.monotonic() < deadline, f"{topic}: transactions still open: {ends}"
+            time.sleep(0.05)
+
+
 def read_back(spark, bootstrap: str, topic: str, **options: str) -> list:
     return spark_rows(
         spark.read.format("kafkalog")
@@ -73,6 +94,7 @@ def test_transactions_commit_each_task_and_abort_a_failed_write(spark, datasourc
     topic = new_topic(datasource_kafka, "k39-sink-txn")
     df = spark.range(3000).selectExpr("CAST(id AS STRING) AS key", "CAST(id AS STRING) AS value")
     write(df.repartition(2), datasource_kafka, topic=topic, transactionalIdPrefix="k39-eos")
+    await_markers(datasource_kafka, topic)
     want = Counter(b"%d" % i for i in range(3000))
 
     def values(isolation: str) -> Counter:
@@ -88,6 +110,7 @@ def test_transactions_commit_each_task_and_abort_a_failed_write(spark, datasourc
         pytest.raises(PySparkException, match=f"row with partition 7 for topic '{topic}'"),
     ):
         write(bad, datasource_kafka, topic=topic, transactionalIdPrefix="k39-eos")
+    await_markers(datasource_kafka, topic)
     assert values("read_committed") == want
     assert values("read_uncommitted") == want + Counter(b"bad-%d" % i for i in range(200))
     committed = read_back(
