@@ -33,28 +33,13 @@ recovers it (truncating at the first invalid batch) since no clean-shutdown mark
 
 Rolling follows segment_writer.py. At each roll, as in Kafka, the producer state is snapshotted
 at the new segment's base offset (the state of the log below it) and the recovery point moves to
-that base offset (the closed segments were fsynced when they rolled). Retention
-(:meth:`delete_old_segments`) deletes whole segments, oldest first and never the active one, when
-their largest timestamp is older than ``retention.ms``, while the log exceeds
-``retention.bytes``, or when they lie wholly below the log start offset; only segments wholly
-below the high watermark go. A topic with ``remote.storage.enable`` uses ``local.retention.*``
-instead, and deletes by time or size only segments wholly below :attr:`remote_end_offset` (in
-the store: remote_log_manager.py sets it, on a leader from its copies, on a follower from the
-store's manifests; Kafka's ``isSegmentEligibleForDeletion``); that
-moves only :attr:`local_log_start_offset` (Kafka's ``localLogStartOffset``, the first local
-segment's base): the log start offset stays at the store's first offset (ListOffsets -2,
-Fetch's log start, the log-start-offset-checkpoint) until remote retention or DeleteRecords
-moves it. With ``remote.log.copy.disable`` (KIP-950: the store read only) local retention is
-``retention.*`` again, deletes segments whether stored or not, and moves the log start
-(Kafka's ``remoteLogEnabledAndRemoteCopyEnabled``). A read in ``[log start, local log
-start)`` is :class:`OffsetMovedToTieredStorageError` (the replica manager serves it from the
-store). Opening a tiered log takes the log start from
-the checkpoint as is, 0 when it has no entry (Kafka's ``LogLoader``); any other log's is at
-least its first segment's base.
-:meth:`delete_records_before` moves the log start offset (Kafka's DeleteRecords; not above the
-HW). Flushing: every ``flush.messages`` appended records, or when the
-log manager sees ``flush.ms`` elapsed; the recovery point then becomes the log end offset. Each
-flush's time goes to :data:`FLUSH_TIMES` (Kafka's ``LogFlushRateAndTimeMs``).
+that base offset (the closed segments were fsynced when they rolled). Flushing: every
+``flush.messages`` appended records, or when the log manager sees ``flush.ms`` elapsed; the
+recovery point then becomes the log end offset. Each flush's time goes to :data:`FLUSH_TIMES`
+(Kafka's ``LogFlushRateAndTimeMs``).
+
+Retention, DeleteRecords and the log start offset of a tiered log (:meth:`delete_old_segments`,
+:meth:`delete_records_before`, :attr:`remote_end_offset`): log_retention.py.
 
 Opening (log_loader.py, Kafka's ``LogLoader``) first settles an interrupted cleaner swap, then
 recovers the closed segments (index sanity checks; after an unclean shutdown a scan from the
@@ -62,6 +47,8 @@ segment holding the recovery point, truncating a corrupt tail); the segment writ
 last segment. The producer state is then reloaded from the latest snapshot and the log
 replayed after it, rebuilding the ``.txnindex`` entries of the replayed aborted transactions and,
 after an unclean shutdown, the leader epochs of replayed batches newer than the cache's.
+Opening a tiered log takes the log start from the checkpoint as is, 0 when it has no entry
+(Kafka's ``LogLoader``); any other log's is at least its first segment's base.
 
 Truncation (:meth:`truncate_to`, a follower dropping divergent history) removes every batch at
 or above the offset (a batch holding it goes whole) and everything that followed from them: the
@@ -79,6 +66,8 @@ Reads go through a ``LocalLog`` (local_log.py, the reader the read-only view sha
 log's policy, :class:`OpenSegments` (open_segments.py: its segment views, the active one shared
 with the writer's in-memory indexes; each segment with its ``.txnindex``). They copy the bytes
 (``bytes``), so a later truncation can never pull a mapping from under a reader in this process.
+A read of a tiered log in ``[log start, local log start)`` is
+:class:`OffsetMovedToTieredStorageError` (the replica manager serves it from the store).
 Thread safety: every public method takes the log's lock.
 """
 
@@ -114,13 +103,14 @@ from broker_embedded.storage.log_appender import LogAppender
 from broker_embedded.storage.log_config import LogConfig
 from broker_embedded.storage.log_file_utils import LOG_SUFFIX, segment_file_stem
 from broker_embedded.storage.log_loader import LogLoader, delete_segment_files
+from broker_embedded.storage.log_retention import LogRetention
 from broker_embedded.storage.log_segment import LogSegment, TimestampAndOffset
 from broker_embedded.storage.log_segments import LogSegments
 from broker_embedded.storage.offset_index import INDEX_SUFFIX
 from broker_embedded.storage.open_segments import OpenSegments
 from broker_embedded.storage.producer_state_manager import ProducerStateManager
 from broker_embedded.storage.segment_writer import SegmentWriter, wall_clock_ms
-from broker_embedded.storage.snapshot_file import list_snapshots, snapshot_file_name
+from broker_embedded.storage.snapshot_file import snapshot_file_name
 from broker_embedded.storage.storage_health import StorageHealth
 from broker_embedded.storage.time_index import TIME_INDEX_SUFFIX
 from broker_embedded.storage.topic_partition import TopicPartition
@@ -131,7 +121,7 @@ log = logging.getLogger(__name__)
 FLUSH_TIMES = LatencyHistogram()
 
 
-class UnifiedLog(LogAppender, CleanableLog):
+class UnifiedLog(LogAppender, CleanableLog, LogRetention):
     """One partition's log; see the module docstring."""
 
     def __init__(
@@ -494,180 +484,10 @@ class UnifiedLog(LogAppender, CleanableLog):
             return self._writer.active_segment.size_in_bytes
         return self._path(base, LOG_SUFFIX).stat().st_size
 
-    # -- retention and truncation ------------------------------------------------------------------
-
-    def delete_old_segments(self, now_ms: int | None = None) -> int:
-        """Apply retention (time, size, log start offset); return the segments deleted."""
-        with self._lock:
-            self._check_open()
-            now = self._clock() if now_ms is None else now_ms
-            deleted = 0
-            retention_ms, retention_bytes = self._local_retention()
-            if self.config.delete and retention_ms >= 0:
-                deleted += self._delete_while(
-                    lambda b, _: now - self._largest_ts(b) > retention_ms, tiered_only=True
-                )
-            if self.config.delete and retention_bytes >= 0:
-                excess = [self.size_in_bytes - retention_bytes]
-
-                def over_size(base: int, size: int) -> bool:
-                    if excess[0] - size < 0:
-                        return False
-                    excess[0] -= size
-                    return True
-
-                deleted += self._delete_while(over_size, tiered_only=True)
-            deleted += self._delete_while(lambda b, _: self._next_base(b) <= self.log_start_offset)
-            return deleted
-
-    def _largest_ts(self, base: int) -> int:
-        ts = self._open.segment(base).largest_timestamp
-        if ts < 0:  # no timestamps: Kafka uses the file's modification time
-            return int(self._path(base, LOG_SUFFIX).stat().st_mtime * 1000)
-        return ts
-
-    def _next_base(self, base: int) -> int:
-        bases = self.segment_base_offsets
-        return bases[bases.index(base) + 1]
-
-    def _local_retention(self) -> tuple[int, int]:
-        """Retention by time and size of the local segments: ``local.retention.*`` for a topic
-        with ``remote.storage.enable`` that is still copied (Kafka's ``localRetentionMs`` /
-        ``localRetentionBytes``), else ``retention.*``."""
-        c = self.config
-        if self.remote_copy_enabled:
-            return c.effective_local_retention_ms, c.effective_local_retention_bytes
-        return c.retention_ms, c.retention_bytes
-
-    def _delete_while(
-        self, predicate: Callable[[int, int], bool], *, tiered_only: bool = False
-    ) -> int:
-        """Delete closed segments from the oldest while ``predicate(base, size)`` holds and the
-        segment lies wholly below the high watermark; with ``tiered_only``, of a topic with
-        ``remote.storage.enable`` that is still copied, only segments wholly in remote storage
-        (Kafka's ``isSegmentEligibleForDeletion``: a segment not copied yet is never deleted by
-        retention), and only the local log start moves. With ``remote.log.copy.disable`` the
-        log start moves (Kafka's ``incrementStartOffset``): remote retention then deletes the
-        stored segments below it."""
-        bases = self.segment_base_offsets[:-1]
-        doomed = []
-        tiered = tiered_only and self.remote_copy_enabled
-        for base in bases:
-            if self._next_base(base) > self.high_watermark:
-                break
-            if tiered and self._next_base(base) > self.remote_end_offset:
-                break
-            if not predicate(base, self._segment_size(base)):
-                break
-            doomed.append(base)
-        if not doomed:
-            return 0
-        new_start = self._next_base(doomed[-1])
-        for base in doomed:
-            self._delete_segment(base)
-        if tiered:  # only the local start moves: the log start stays in the store (Kafka's
-            self._delete_snapshots_below(new_start)  # localLogStartOffset)
-            self._changed()
-        else:
-            self._set_log_start_offset(max(self.log_start_offset, new_start))
-        return len(doomed)
-
-    def _delete_segment(self, base: int) -> None:
-        self._open.drop(base)
-        self._writer.forget_segment(base)
-        self._delete_segment_files(base)
-
     def _delete_segment_files(self, base: int) -> None:
         delete_segment_files(self.directory, base)
 
-    def _set_log_start_offset(self, offset: int) -> None:
-        if offset == self.log_start_offset:
-            return
-        self.log_start_offset = offset
-        if self.high_watermark < offset:
-            self.high_watermark = offset
-        self._truncate_epochs_from_start(offset)
-        self._delete_snapshots_below(min(offset, self.local_log_start_offset))
-        self._changed()
-
-    def _delete_snapshots_below(self, offset: int) -> None:
-        for snap_offset, path in list_snapshots(self.directory):
-            if snap_offset < offset:
-                path.unlink(missing_ok=True)
-
-    def _truncate_epochs_from_start(self, offset: int) -> None:
-        """The leader epoch cache follows the log start offset. A checkpoint write that fails
-        (a full disk) is counted, not raised: the cache changed in memory, and the file's extra
-        entries below the log start are harmless (leader_epoch_file_cache.py), so DeleteRecords
-        and retention still delete the segments below, which is how a full disk is freed."""
-        try:
-            self.leader_epoch_cache.truncate_from_start(offset)
-        except OSError as e:
-            self.health.failed(f"writing the leader epoch checkpoint of {self._where()}", e)
-
-    def update_log_start_offset_from_remote_tier(self, offset: int) -> None:
-        """Remote retention deleted the stored segments below ``offset`` (Kafka's
-        ``updateLogStartOffsetFromRemoteTier``): the log start moves up to it (never down, at
-        most the high watermark), and local segments wholly below it go."""
-        with self._lock:
-            if self._closed or self.failure is not None:
-                return
-            offset = min(offset, self.high_watermark)
-            if offset > self.log_start_offset:
-                self._set_log_start_offset(offset)
-                self._delete_while(lambda b, _: self._next_base(b) <= self.log_start_offset)
-
-    def forget_remote_storage(self, *, leader: bool) -> None:
-        """Tiering was turned off (``remote.storage.enable=false`` with
-        ``remote.log.delete.on.disable``; Kafka's ``ConfigHandler``): the store's segments are
-        being deleted, so nothing is known to be in the store, and a leader's log starts at its
-        first local offset (a follower's follows its leader's)."""
-        with self._lock:
-            self.remote_end_offset = -1
-            if not leader or self._closed or self.failure is not None:
-                return
-            start = min(self.local_log_start_offset, self.high_watermark)
-            if start > self.log_start_offset:
-                self._set_log_start_offset(start)
-
-    def update_highest_offset_in_remote_storage(self, end: int) -> None:
-        """A follower learnt that the store holds this partition up to ``end`` (exclusive;
-        remote_log_manager.py): :attr:`remote_end_offset` moves up to it, never down (Kafka's
-        ``updateHighestOffsetInRemoteStorage``), so local retention may delete the segments
-        below it."""
-        with self._lock:
-            if self.remote_log_enabled and end > self.remote_end_offset:
-                self.remote_end_offset = end
-
-    def remote_copy_lag(self) -> tuple[int, int]:
-        """The bytes and the count of the closed segments based at or above
-        :attr:`remote_end_offset`: not in the store yet (Kafka's ``RemoteCopyLagBytes`` /
-        ``RemoteCopyLagSegments``, its ``onlyLocalLogSegmentsSize`` / ``Count`` less the active
-        segment)."""
-        with self._lock:
-            closed = [b for b in self.segment_base_offsets[:-1] if b >= self.remote_end_offset]
-            return sum(self._segment_size(b) for b in closed), len(closed)
-
-    def local_size_from(self, offset: int) -> int:
-        """The bytes of the local segments based at or above ``offset`` (Kafka's
-        ``onlyLocalLogSegmentsSize`` given the offset after the last remote segment)."""
-        with self._lock:
-            return sum(self._segment_size(b) for b in self.segment_base_offsets if b >= offset)
-
-    def delete_records_before(self, offset: int) -> int:
-        """DeleteRecords: move the log start offset up to ``offset`` (at most the HW) and delete
-        the segments wholly below it; returns the new log start offset."""
-        with self._lock:
-            self._check_open()
-            if offset > self.high_watermark or offset < 0:
-                raise OffsetOutOfRangeError(
-                    f"cannot delete records of {self._where()} before offset {offset}: it is "
-                    f"outside [0, {self.high_watermark}] (the high watermark)"
-                )
-            if offset > self.log_start_offset:
-                self._set_log_start_offset(offset)
-                self._delete_while(lambda b, _: self._next_base(b) <= self.log_start_offset)
-            return self.log_start_offset
+    # -- truncation --------------------------------------------------------------------------------
 
     def truncate_to(self, offset: int) -> bool:
         """Remove every batch at or above ``offset`` (a follower dropping divergent history);
