@@ -7,6 +7,7 @@ A shutdown mid-creation: test_create_topics_background.py."""
 
 from __future__ import annotations
 
+import threading
 import time
 from datetime import timedelta
 from pathlib import Path
@@ -46,12 +47,25 @@ def error_of(future) -> int | None:
 
 def test_a_request_that_waits_past_its_timeout_is_request_timed_out(tmp_path: Path) -> None:
     """The admin thread is held (the test holds the controller's lock, which the first
-    creation's registration waits for) while a second request's 0.2 s pass in the queue."""
+    creation's registration waits for) while a second request's 0.2 s pass in the queue. The
+    partitions' logs are made only once the test opens ``made`` (the broker's background step
+    waits for it), so the Metadata request always meets them still waiting."""
     log_dir = tmp_path / "logs"
     with Broker(log_dir, create=True, config=config()) as broker:
+        made = threading.Event()
+        step = broker.create_step
+
+        def held_step() -> float | None:
+            assert made.wait(WAIT_S), "the test never let the logs be made"
+            return step()
+
+        broker.create_step = held_step  # before the server looks it up
+        made.set()  # for the step the server's start runs
         server = broker_server(broker, ["PLAINTEXT://127.0.0.1:0"], config()).start()
         queue = server.apis.admin_queue
         try:
+            wait_until(queue.idle, "the server's first background step did not end")
+            made.clear()
             endpoint = server.endpoints[0]
             bootstrap = f"{endpoint.host}:{endpoint.port}"
             first, second = admin(bootstrap), admin(bootstrap)
@@ -67,7 +81,7 @@ def test_a_request_that_waits_past_its_timeout_is_request_timed_out(tmp_path: Pa
                     probe.call(API_VERSIONS_V3)
                 time.sleep(max(0.0, queued + 0.3 - time.monotonic()))  # past its deadline
             # a Metadata request auto-creating a topic registered, its logs being made: the
-            # topic, its partitions made last LEADER_NOT_AVAILABLE; the connection stays
+            # topic, its partitions (none made yet) LEADER_NOT_AVAILABLE; the connection stays
             with RawClient(endpoint.port, timeout=5) as client:
                 asked = MetadataRequest(
                     topics=(MetadataRequestTopic(name=TopicName("big")),),
@@ -76,7 +90,8 @@ def test_a_request_that_waits_past_its_timeout_is_request_timed_out(tmp_path: Pa
                 frame = client.call(asked, 1)
                 (topic,) = decode_response(MetadataResponse, frame, False).topics
                 assert topic.error_code == ErrorCode.none
-                assert topic.partitions[-1].error_code == ErrorCode.leader_not_available
+                assert {p.error_code for p in topic.partitions} == {ErrorCode.leader_not_available}
+            made.set()
             assert error_of(late) == confluent_kafka.KafkaError.REQUEST_TIMED_OUT
             assert error_of(big["big"]) is None
             assert broker.list_topics() == ["big"]
@@ -85,6 +100,7 @@ def test_a_request_that_waits_past_its_timeout_is_request_timed_out(tmp_path: Pa
             assert error_of(grown) is None
             assert len(broker.describe_topic("big").partitions) == BIG + 5
         finally:
+            made.set()
             server.shutdown(SHUTDOWN_S)
 
 
