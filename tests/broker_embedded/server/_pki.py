@@ -158,6 +158,15 @@ def pki_fixture(tmp_path_factory: pytest.TempPathFactory) -> Pki:
 
 @pytest.fixture(scope="module", name="server")
 def server_fixture(pki: Pki, tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerServer]:
-    """One secured server for the module: the four listeners, client certificates requested."""
-    with secured(tmp_path_factory.mktemp("log"), security(pki)) as s:
+    """One secured server for the module: the four listeners, client certificates requested,
+    failed authentications as Kafka answers them: after :data:`DELAY_MS`, no lockout. (The
+    limiter, tested in test_authentication_limiter.py, doubled the delay of each failure of
+    the module's tests from this one address, up to 5 s each.)"""
+    sec = security(
+        pki,
+        authentication_failure_max_delay_ms=DELAY_MS,
+        authentication_failure_limit_per_principal=0,
+        authentication_failure_limit_per_host=0,
+    )
+    with secured(tmp_path_factory.mktemp("log"), sec) as s:
         yield s
