@@ -1,14 +1,15 @@
-"""Read one offset range the way a Spark task does, in a process of its own, and report its peak
+"""Read offset ranges the way a Spark task does, in a process of its own, and report its peak
 memory, for tests/datasource/test_read_memory.py.
 
     python -m tests.datasource._read_rss_child (--bootstrap HOST:PORT | --log-dir DIR) \
-        TOPIC PARTITION END [--fetch-bytes N]
+        TOPIC PARTITION END [END ...] [--fetch-bytes N]
 
-Runs ``datasource.offset_range_reader.read_offset_range`` over ``[0, END)`` (the executor read
-path: the wire fetch source with its pipelined fetch, or the log dir's) and drops every Arrow
-batch once counted, as Spark's ``noop`` sink does. Prints one JSON line: the rows, the first and
-last offset, the sum of the offsets, the length of the last value, the peak resident set size of
-this process before and after the read (``VmHWM`` of /proc/self/status, KiB), its anonymous and
+Runs ``datasource.offset_range_reader.read_offset_range`` over ``[0, END)`` for each END in
+turn (the executor read path: the wire fetch source with its pipelined fetch, or the log dir's)
+and drops every Arrow batch once counted, as Spark's ``noop`` sink does. Prints one JSON line
+per read: the rows, the first and last offset, the sum of the offsets, the length of the last
+value, the peak resident set size of this process before and after the read (``VmHWM`` of
+/proc/self/status, KiB: the peak of this read and the ones before it), its anonymous and
 file-backed resident memory at the end (``RssAnon``, ``RssFile``) and the read's seconds.
 """
 
@@ -41,11 +42,17 @@ def main() -> None:
     where.add_argument("--log-dir")
     parser.add_argument("topic")
     parser.add_argument("partition", type=int)
-    parser.add_argument("end", type=int)
+    parser.add_argument("end", type=int, nargs="+")
     parser.add_argument("--fetch-bytes", type=int, default=1 << 20)
     a = parser.parse_args()
     source = WireSource(a.bootstrap) if a.bootstrap else LogDirSource(a.log_dir)
-    task = KafkaInputPartition(source, a.topic, a.partition, 0, a.end, fetch_bytes=a.fetch_bytes)
+    for end in a.end:
+        task = KafkaInputPartition(source, a.topic, a.partition, 0, end, fetch_bytes=a.fetch_bytes)
+        print(json.dumps(read(task)), flush=True)
+
+
+def read(task: KafkaInputPartition) -> dict:
+    """Read ``task``'s range, dropping each batch once counted; the report (module docstring)."""
     before = status_kib("VmHWM")
     rows = offset_sum = 0
     first = last = last_value_len = -1
@@ -59,7 +66,7 @@ def main() -> None:
         last = offsets[-1].as_py()
         last_value_len = len(batch.column("value")[-1].as_py())
     seconds = time.monotonic() - t0
-    report = {
+    return {
         "rows": rows,
         "first": first,
         "last": last,
@@ -71,7 +78,6 @@ def main() -> None:
         "rss_file_kib": status_kib("RssFile"),
         "seconds": round(seconds, 2),
     }
-    print(json.dumps(report))
 
 
 if __name__ == "__main__":
