@@ -37,8 +37,9 @@ from tests.broker_embedded.server._consume import consume  # noqa: E402
 SRC_PARTITIONS = 2
 SINK_PARTITIONS = 3
 ROWS_PER_PARTITION = 4500
-# maxOffsetsPerTrigger: 3 micro-batches, the kill in the second or the third (a micro-batch
-# costs the child ~6 s whatever its rows: a fourth only repeated the restart's work)
+# maxOffsetsPerTrigger: 3 micro-batches, the kill in the second or the third (a fourth only
+# repeated the restart's work). Measured under load 5-6: a fresh child's first micro-batch took
+# 12-18 s, its Python workers starting (one per kind, at first use); a later one 0.9-2.5 s.
 BATCH_OFFSETS = 3000
 LAST_BATCH = ROWS_PER_PARTITION * SRC_PARTITIONS // BATCH_OFFSETS - 1
 TRIGGER_TIMEOUT_S = 120.0
