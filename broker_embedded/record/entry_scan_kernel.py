@@ -42,12 +42,15 @@ es.use_compiled(walk_entries, seek_entry)
 
 def warm_up() -> None:
     """Compile the walk for the argument types its Python callers give it (read-only input:
-    ``header_reads.readonly_bytes``), and the seek, on one empty v2 batch header."""
+    ``header_reads.readonly_bytes``; writable input: the log validator's, which assigns offsets
+    in place), and the seek, on one empty v2 batch header."""
     header = bytearray(RECORD_BATCH_OVERHEAD)
     length = RECORD_BATCH_OVERHEAD - LOG_OVERHEAD
     header[BATCH_LENGTH_OFFSET:LOG_OVERHEAD] = length.to_bytes(4, "big")
     header[MAGIC_OFFSET] = 2
     buf = kp.readonly_bytes(bytes(header))
     es.scan_window(buf, 0, len(buf), "<warm-up>", 0)
-    walk_entries(buf, 0, len(buf), False, 1, False, 0, np.empty((1, es.SCAN_FIELDS), np.int64))
+    table = np.empty((1, es.SCAN_FIELDS), np.int64)
+    for walked in (buf, np.frombuffer(header, np.uint8)):
+        walk_entries(walked, 0, len(walked), False, 1, False, 0, table)
     seek_entry(buf, 0, len(buf), es.NO_TARGET)
