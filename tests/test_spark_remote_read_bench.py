@@ -17,10 +17,6 @@ from benchmarks._serve_peers import kafka_home, spark_connector_jars
 
 ROOT = Path(__file__).resolve().parents[1]
 RUN_TIMEOUT_S = 300.0
-# one task slot: one Python worker process, which imports the data source and loads the kernels
-# once (local[2] started two, each doing both: about 14 s of the first read under load); the
-# four partitions are still four tasks
-MASTER = ["--master", "local[1]"]
 
 
 def _reads(out: str) -> list[str]:
@@ -41,9 +37,7 @@ def _run(argv: list[str]) -> str:
 
 def test_tiny_run_reads_every_record_three_ways():
     """Two record counts, as the 2 M and 10 M data sets: each its own log dir, rows, ratios."""
-    out = _run(
-        ["--records", "4000,6000", "--codecs", "none", "--repeat", "1", "--no-kafka", *MASTER]
-    )
+    out = _run(["--records", "4000,6000", "--codecs", "none", "--repeat", "1", "--no-kafka"])
     for n in ("4,000", "6,000"):
         assert (
             "checked: kafkalog from serve, kafkalog from the log dir give the same rows "
@@ -63,7 +57,7 @@ def test_beside_kafka39_both_connectors_read_the_same_rows():
     home = kafka_home()
     if isinstance(home, str) or not spark_connector_jars():
         pytest.skip(f"needs Apache Kafka 3.9 and Spark's Kafka connector: {home}")
-    out = _run(["--records", "4000", "--codecs", "lz4", "--repeat", "1", *MASTER])
+    out = _run(["--records", "4000", "--codecs", "lz4", "--repeat", "1"])
     assert (
         "checked: kafkalog from serve, kafkalog from the log dir, kafkalog from Kafka 3.9, "
         "Spark's kafka from Kafka 3.9 give the same rows (count 4,000 and hash)" in out
