@@ -118,7 +118,8 @@ def test_metrics_cost_run_has_every_row(capsys):
     """benchmarks/serve_metrics.py on a tiny workload: both servers serve every workload."""
     from benchmarks import serve_metrics
 
-    assert serve_metrics.main(["--records", "2000", "--trials", "1"]) == 0
+    argv = ["--records", "2000", "--trials", "1", "--scrapes", "2", "--cost-calls", "2000"]
+    assert serve_metrics.main(argv) == 0
     out = capsys.readouterr().out
     rows = [line for line in out.splitlines() if line.startswith("| ") and "rec/s" in line]
     assert [r.split(" | ")[0] for r in rows] == [
