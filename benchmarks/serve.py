@@ -5,6 +5,7 @@
                                          [--fetch-mib 1,16] [--latency-samples S]
                                          [--tansu-cache DIR] [--no-tansu] [--no-kafka]
                                          [--no-perf-tools] [--start-only]
+                                         [--group-initial-rebalance-delay-ms MS]
 
 The servers run as child processes on 127.0.0.1 (benchmarks/_serve_peers.py): ``kafkalog serve``
 on a fresh log dir with the default broker config; Apache Kafka 3.9 (KRaft, one node, 512 MiB
@@ -62,6 +63,10 @@ of Kafka's. Exits 1 on an error (a server that fails, a record missing), never o
 Without a peer (``--no-kafka``, ``--no-tansu``, ``KAFKALOG_PEERS`` unset, no Java, or Tansu
 cannot be downloaded or started: the reason is printed) the table has the others' figures.
 ``--start-only``: the start and the idle rows alone (no workload), for many quick rounds.
+``--group-initial-rebalance-delay-ms MS``: both ``kafkalog serve`` runs with that
+``group.initial.rebalance.delay.ms`` (default: the broker's, 3,000; the Kafka peer runs with 0):
+``kafka-consumer-perf-test`` waits it out at each group join, outside the fetch time it reports,
+so only the run's length changes (the smoke test's tiny runs pass 0).
 Everything lives in a temporary directory deleted at the end; the servers are stopped (SIGTERM,
 then kill; Kafka with ``peer.sh stop``) on every path out.
 """
@@ -114,7 +119,7 @@ CONSUME_CHUNK = 10_000
 QUEUED_MIN_MESSAGES = 10_000_000
 QUEUED_MAX_KB = 2_097_151
 SETTLE_S = 5.0  # idle, settled: this long after the first answer (--settle-s's default)
-READ_SEND_CONFIG = '[broker]\n"fetch.max.pinned.regions" = 0\n'
+READ_SEND = '"fetch.max.pinned.regions" = 0'  # the read + send run's [broker] setting
 
 
 class BenchError(RuntimeError):
@@ -133,6 +138,7 @@ class Settings:
     start_only: bool = False
     settle_s: float = SETTLE_S  # idle, settled: this long after the first answer
     perf_tools: Path | None = None  # Kafka's home, whose bin/ perf tools run on every server
+    group_delay_ms: int | None = None  # kafkalog's group.initial.rebalance.delay.ms (None: its)
 
 
 @dataclass(frozen=True)
@@ -602,14 +608,24 @@ def round_kafkalog(work: Path, s: Settings, run: int) -> tuple[Results, Results]
     """(sendfile, read + send): everything as served, then the reads again on the same log
     dir restarted with ``fetch.max.pinned.regions = 0``."""
     log_dir = work / "kafkalog-logs"
-    with kafkalog_server(log_dir, work) as server:
+    with kafkalog_server(log_dir, work, kafkalog_config(work, "kafkalog", s)) as server:
         served = measure_server(server, s, run, work)
     if s.start_only:
         return served, {}
-    config = work / "read-send.toml"
-    config.write_text(READ_SEND_CONFIG, "utf-8")
-    with kafkalog_server(log_dir, work, config) as server:
+    with kafkalog_server(log_dir, work, kafkalog_config(work, "read-send", s, READ_SEND)) as server:
         return served, measure_reads(server, s, run, work)
+
+
+def kafkalog_config(work: Path, name: str, s: Settings, *settings: str) -> Path | None:
+    """``work/<name>.toml``: a broker config of ``settings`` and ``--group-initial-rebalance-
+    delay-ms``'s; None when that leaves nothing (the defaults)."""
+    if s.group_delay_ms is not None:
+        settings = (*settings, f'"group.initial.rebalance.delay.ms" = {s.group_delay_ms}')
+    if not settings:
+        return None
+    config = work / f"{name}.toml"
+    config.write_text("[broker]\n" + "".join(f"{line}\n" for line in settings), "utf-8")
+    return config
 
 
 def round_kafka(home: Path, work: Path, s: Settings, run: int) -> Results:
@@ -711,11 +727,20 @@ def parse_args(argv: list[str] | None) -> tuple[Settings, argparse.Namespace]:
         default=SETTLE_S,
         help="seconds idle after a start before the settled memory",
     )
+    parser.add_argument(
+        "--group-initial-rebalance-delay-ms",
+        type=int,
+        metavar="MS",
+        help="kafkalog serve's group.initial.rebalance.delay.ms (default: the broker's)",
+    )
     a = parser.parse_args(argv)
     if a.records < 1 or a.rounds < 1 or a.value_bytes < 0 or a.latency_samples < 1:
         parser.error("--records, --rounds and --latency-samples must be >= 1, --value-bytes >= 0")
     if a.settle_s < 0:
         parser.error(f"--settle-s must be >= 0, not {a.settle_s:g}")
+    delay = a.group_initial_rebalance_delay_ms
+    if delay is not None and delay < 0:
+        parser.error(f"--group-initial-rebalance-delay-ms must be >= 0, not {delay}")
     batches = tuple(int(b) for b in a.batch_bytes.split(","))
     mib = tuple(int(m) for m in a.fetch_mib.split(","))
     settings = Settings(
@@ -728,6 +753,7 @@ def parse_args(argv: list[str] | None) -> tuple[Settings, argparse.Namespace]:
         a.latency_samples,
         a.start_only,
         a.settle_s,
+        group_delay_ms=a.group_initial_rebalance_delay_ms,
     )
     return settings, a
 

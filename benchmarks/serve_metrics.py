@@ -2,7 +2,8 @@
 off, in one run, and the cost of a scrape.
 
     .venv/bin/python benchmarks/serve_metrics.py [--records N] [--value-bytes V] [--trials T]
-                                                 [--scrape-interval S]
+                                                 [--scrape-interval S] [--scrapes K]
+                                                 [--cost-calls C]
     .venv/bin/python benchmarks/serve_metrics.py --pairs BLOCKS [--chunk C] [--value-bytes V]
 
 Two ``kafkalog serve`` run side by side on fresh log dirs, one with ``--metrics-port 0`` and
@@ -18,10 +19,10 @@ consumer group creates ``__consumer_offsets``).
 Measured per workload: throughput (records/s; the best and the median of the T trials, default
 5) and the server process's CPU time per record (the sum of its threads' on-CPU nanoseconds,
 ``/proc/PID/task/*/schedstat``: far less sensitive to a loaded machine than throughput). Scrapes
-are measured apart, after the trials: 20 scrapes of the idle "on" server, its CPU per scrape,
-so the cost at an interval is that over the interval. ``--scrape-interval S`` also scrapes the
-"on" server every S seconds while it is driven (a stress; its scrapes then count in the
-workloads' CPU). Prints a markdown table with on / off ratios (1.00x: no cost). Exits 1 on an
+are measured apart, after the trials: K scrapes (default 20) of the idle "on" server, its CPU
+per scrape, so the cost at an interval is that over the interval. ``--scrape-interval S`` also
+scrapes the "on" server every S seconds while it is driven (a stress; its scrapes then count in
+the workloads' CPU). Prints a markdown table with on / off ratios (1.00x: no cost). Exits 1 on an
 error (a server that fails, a record missing), never on a ratio.
 
 ``--pairs BLOCKS``: instead, one served broker in this process (the serve command's own
@@ -40,7 +41,8 @@ two servers (or two connections) differ by more than the metrics cost (two produ
 in turn to one server differed by 6 to 8% in server CPU a request with the metrics off).
 
 It also times, in this process, what the metrics add to one request (the latency stamps, the
-histograms, a partition's topic counters): :func:`per_request_cost`.
+histograms, a partition's topic counters): :func:`per_request_cost`, over C calls (default
+200,000).
 """
 
 from __future__ import annotations
@@ -234,7 +236,7 @@ def workloads(server: Server, s: Settings, trial: int) -> dict[str, Measured]:
 
 
 def measure(
-    s: Settings, trials: int, interval: float
+    s: Settings, trials: int, interval: float, scrapes_idle: int = 20
 ) -> tuple[dict, list[Scraper], tuple[float, float]]:
     """mode -> workload -> the trials' figures; the stress scrapers; a scrape's cost."""
     figures: dict[str, dict[str, list[Measured]]] = {mode: {} for mode in MODES}
@@ -265,7 +267,7 @@ def measure(
                         )
             server, url = both["on"]
             assert url is not None
-            return figures, scrapes, scrape_cost(server, url)
+            return figures, scrapes, scrape_cost(server, url, scrapes_idle)
 
 
 def per_request_cost(calls: int = 200_000) -> float:
@@ -513,6 +515,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--value-bytes", type=int, default=100)
     parser.add_argument("--trials", type=int, default=5)
     parser.add_argument("--scrape-interval", type=float, default=0.0, help="0: none")
+    parser.add_argument("--scrapes", type=int, default=20, help="scrapes of the idle server")
+    parser.add_argument(
+        "--cost-calls", type=int, default=200_000, help="calls timing the per-request work"
+    )
     parser.add_argument(
         "--pairs",
         type=int,
@@ -524,9 +530,13 @@ def main(argv: list[str] | None = None) -> int:
         "--chunk", type=int, default=1_000, help="one-record requests a --pairs chunk"
     )
     a = parser.parse_args(argv)
-    if a.records < 1 or a.trials < 1 or a.scrape_interval < 0 or a.pairs < 0 or a.chunk < 1:
+    if (
+        min(a.records, a.trials, a.chunk, a.scrapes, a.cost_calls) < 1
+        or min(a.scrape_interval, a.pairs) < 0
+    ):
         parser.error(
-            "--records, --trials and --chunk must be >= 1, --scrape-interval and --pairs >= 0"
+            "--records, --trials, --chunk, --scrapes and --cost-calls must be >= 1, "
+            "--scrape-interval and --pairs >= 0"
         )
     s = Settings(a.records, a.value_bytes, 1, 5, (1_000_000,), (1,), 1)
     what = (
@@ -544,11 +554,13 @@ def main(argv: list[str] | None = None) -> int:
         if a.pairs:
             print_pairs(paired(a.pairs, a.chunk, a.value_bytes))
         else:
-            print_table(*measure(s, a.trials, a.scrape_interval))
+            print_table(*measure(s, a.trials, a.scrape_interval, a.scrapes))
     except (BenchError, PeerError, KafkaException) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
-    print(f"\nthe metrics' work per request, in this process: {per_request_cost():.2f} us")
+    print(
+        f"\nthe metrics' work per request, in this process: {per_request_cost(a.cost_calls):.2f} us"
+    )
     print(f"\ntotal {time.perf_counter() - began:.0f} s, load {os.getloadavg()[0]:.1f}")
     return 0
 
