@@ -17,7 +17,9 @@ next request (S3 clients do so on ``Connection: close``). Faults are queued
   :data:`DRIP_INTERVAL_S` (faster than curl's low-speed limit of 1 byte/s: no socket timeout
   fires) until it is all sent or the proxy stops;
 - ``("stall_body", n)``: the server's answer, its head and ``n`` bytes of its body, then
-  nothing until the proxy stops (at most :data:`FOREVER_S`).
+  nothing until the proxy stops (at most :data:`FOREVER_S`);
+- ``("before", 0, action=f)``: ``f()`` first (say, a write straight to the server), then the
+  request forwarded as it came.
 
 :meth:`FaultProxy.stop` closes the listening socket (new connections refused: a server that is
 gone); :meth:`FaultProxy.start` listens on the same port again (the server back). Every wait is
@@ -29,6 +31,7 @@ from __future__ import annotations
 import socket
 import threading
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 
 IO_TIMEOUT_S = 10.0
@@ -39,10 +42,11 @@ _ERRORS = {503: ("Slow Down", "SlowDown"), 500: ("Internal Server Error", "Inter
 
 @dataclass(frozen=True)
 class Fault:
-    kind: str  # status, cut, stall, trickle, stall_body
+    kind: str  # status, cut, stall, trickle, stall_body, before
     value: int
     matching: str  # a substring of the request line ("" any request)
     method: str = ""  # the request's method ("" any)
+    action: Callable[[], None] | None = None  # run by a "before" fault
 
 
 class FaultProxy:
@@ -62,10 +66,17 @@ class FaultProxy:
         return f"http://127.0.0.1:{self.port}"
 
     def inject(
-        self, kind: str, value: int = 0, *, times: int = 1, matching: str = "", method: str = ""
+        self,
+        kind: str,
+        value: int = 0,
+        *,
+        times: int = 1,
+        matching: str = "",
+        method: str = "",
+        action: Callable[[], None] | None = None,
     ) -> None:
         with self._lock:
-            self._faults.extend(Fault(kind, value, matching, method) for _ in range(times))
+            self._faults.extend(Fault(kind, value, matching, method, action) for _ in range(times))
 
     def start(self) -> None:
         listener = socket.socket()
@@ -126,6 +137,8 @@ class FaultProxy:
             if fault is not None and fault.kind == "stall":
                 self._stopped.wait(IO_TIMEOUT_S)
                 return
+            if fault is not None and fault.kind == "before" and fault.action is not None:
+                fault.action()
             answer = self._forward(head, body)
             if fault is not None and fault.kind in ("trickle", "stall_body"):
                 self._drip(client, answer, fault)

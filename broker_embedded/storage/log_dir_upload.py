@@ -97,7 +97,11 @@ from broker_embedded.storage.offset_checkpoint import (
 )
 from broker_embedded.storage.offset_index import INDEX_SUFFIX
 from broker_embedded.storage.partition_metadata import PARTITION_METADATA_FILE, topic_id_in
-from broker_embedded.storage.remote_log_segment_metadata import RemoteLogSegmentMetadata, StoredFile
+from broker_embedded.storage.remote_log_segment_metadata import (
+    RemoteLogSegmentMetadata,
+    StoredFile,
+    read_manifest,
+)
 from broker_embedded.storage.time_index import TIME_INDEX_SUFFIX
 from broker_embedded.storage.topic_config_file import TOPIC_CONFIG_FILE
 from broker_embedded.storage.topic_partition import TopicPartition
@@ -276,7 +280,7 @@ class SegmentUpload:
         key = f"{tp.dir_name}/{RemoteLogSegmentMetadata.name_of(base)}"
         if key in self.listing:
             where = self.store.location.describe(key)
-            stored = RemoteLogSegmentMetadata.from_json(self.store.read(key), where)
+            stored = read_manifest(self.store, key, where)
             other_topic = stored.topic_id != local.topic_id and stored.topic_id and local.topic_id
             if (stored.files != local.files or other_topic) and not self.replace:
                 raise UploadConflictError(
@@ -340,7 +344,7 @@ class SegmentUpload:
                     continue  # an upload in progress past the store's end, or below it
                 key = prefix + RemoteLogSegmentMetadata.name_of(base)
                 where = self.store.location.describe(key)
-                stored = RemoteLogSegmentMetadata.from_json(self.store.read(key), where)
+                stored = read_manifest(self.store, key, where)
                 if not (stored.topic_id and topic_id and stored.topic_id != topic_id):
                     continue  # outside the log dir's range, of its topic: kept
             self.delete_segment(tp, base)

@@ -108,6 +108,7 @@ from broker_embedded.storage.remote_index_cache import RemoteIndexCache
 from broker_embedded.storage.remote_log_segment_metadata import (
     DELETE_SEGMENT_STARTED,
     RemoteLogSegmentMetadata,
+    read_manifest,
 )
 from broker_embedded.storage.time_index import TIME_INDEX_SUFFIX, TimeIndex
 from broker_embedded.storage.topic_partition import TopicPartition
@@ -353,10 +354,9 @@ class ObjectStoreFetchSource:
         def read(base: int) -> RemoteLogSegmentMetadata | None:
             name = prefix + RemoteLogSegmentMetadata.name_of(base)
             try:
-                data = self._store.read(name)
+                return read_manifest(self._store, name, self._where(name))
             except FileNotFoundError:
                 return None  # deleted since the listing
-            return RemoteLogSegmentMetadata.from_json(data, self._where(name))
 
         if len(bases) >= _POOLED:
             with ThreadPoolExecutor(
@@ -461,9 +461,7 @@ class ObjectStoreFetchSource:
                 continue
             stem = f"{tp.dir_name}/{segment_file_stem(base)}"
             manifest_name = f"{tp.dir_name}/{RemoteLogSegmentMetadata.name_of(base)}"
-            manifest = RemoteLogSegmentMetadata.from_json(
-                self._store.read(manifest_name), self._where(manifest_name)
-            )
+            manifest = read_manifest(self._store, manifest_name, self._where(manifest_name))
             if manifest.max_timestamp_ms < timestamp:
                 continue
             floor = max(p.log_start_offset, p.starts[i])

@@ -25,6 +25,7 @@ from broker_embedded.storage.partition_metadata import topic_id_to_string
 from broker_embedded.storage.remote_log_segment_metadata import (
     COPY_SEGMENT_FINISHED,
     RemoteLogSegmentMetadata,
+    read_manifest,
 )
 from broker_embedded.storage.snapshot_file import decode_snapshot, snapshot_file_name
 from broker_embedded.storage.topic_partition import TopicPartition
@@ -62,7 +63,7 @@ def build_remote_log_aux_state(
     m = None
     if base is not None:
         name = prefix + RemoteLogSegmentMetadata.name_of(base)
-        m = RemoteLogSegmentMetadata.from_json(store.read(name), store.location.describe(name))
+        m = read_manifest(store, name, store.location.describe(name))
     usable = m is not None and m.state == COPY_SEGMENT_FINISHED and same_topic(m, unified)
     if m is None or not usable or m.next_offset < leader_local_start:
         return None

@@ -153,6 +153,7 @@ from broker_embedded.storage.remote_log_segment_metadata import (
     RemoteLogSegmentMetadata,
     finished,
     list_manifests,
+    read_manifest,
 )
 from broker_embedded.storage.remote_log_staging import REMOTE_STAGING_DIR, stage_tail
 from broker_embedded.storage.remote_storage_fetch_info import RemoteStorageFetchInfo
@@ -335,7 +336,7 @@ class RemoteLogManager:
             end = cached[2]
         else:
             name = prefix + RemoteLogSegmentMetadata.name_of(last)
-            m = RemoteLogSegmentMetadata.from_json(store.read(name), store.location.describe(name))
+            m = read_manifest(store, name, store.location.describe(name))
             if m.state != COPY_SEGMENT_FINISHED or not same_topic(m, unified):
                 return
             end = m.next_offset
@@ -710,9 +711,7 @@ class RemoteLogManager:
         """Add the manifest just written to the cache (read back: the one readers see); the
         size of its ``.log``."""
         name = f"{tp.dir_name}/{RemoteLogSegmentMetadata.name_of(base)}"
-        manifest = RemoteLogSegmentMetadata.from_json(
-            store.read(name), store.location.describe(name)
-        )
+        manifest = read_manifest(store, name, store.location.describe(name))
         with self._meta_lock:
             cached = self._remote.get(tp)
             if cached is not None and cached[0] == unified.topic_id:

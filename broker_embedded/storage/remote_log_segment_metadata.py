@@ -46,6 +46,7 @@ MANIFEST_SUFFIX = ".segment.json"
 VERSION = 1
 COPY_SEGMENT_FINISHED = "COPY_SEGMENT_FINISHED"
 DELETE_SEGMENT_STARTED = "DELETE_SEGMENT_STARTED"
+MANIFEST_READS = 3  # reads of a manifest that does not parse before it is malformed
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,6 +122,23 @@ class RemoteLogSegmentMetadata:
             raise ValueError(f"malformed segment manifest {source}: {e}") from None
 
 
+def read_manifest(store: ObjectStore, name: str, where: str) -> RemoteLogSegmentMetadata:
+    """The manifest ``name`` of ``store`` (``where``: how errors name it), read whole and
+    parsed. A manifest a broker replaces meanwhile (its state moving on, the new one longer)
+    can be read cut: the store's reader takes the length from a HEAD before its GET, which then
+    returns that many bytes of the new object. So one that does not parse is read again, up to
+    :data:`MANIFEST_READS` times in all, before it is the ``ValueError`` naming it.
+    ``FileNotFoundError``: it is not there (or no longer)."""
+    for attempt in range(1, MANIFEST_READS + 1):
+        data = store.read(name)
+        try:
+            return RemoteLogSegmentMetadata.from_json(data, where)
+        except ValueError:
+            if attempt == MANIFEST_READS:
+                raise
+    raise AssertionError("unreachable")
+
+
 def list_manifests(store: ObjectStore, tp: TopicPartition) -> list[RemoteLogSegmentMetadata]:
     """The manifests of ``tp`` in the store, in offset order: one listing, one GET each."""
     prefix = tp.dir_name + "/"
@@ -129,7 +147,7 @@ def list_manifests(store: ObjectStore, tp: TopicPartition) -> list[RemoteLogSegm
     for base in sorted(b for b in found if b is not None):
         name = prefix + RemoteLogSegmentMetadata.name_of(base)
         where = store.location.describe(name)
-        manifests.append(RemoteLogSegmentMetadata.from_json(store.read(name), where))
+        manifests.append(read_manifest(store, name, where))
     return manifests
 
 

@@ -15,6 +15,13 @@ from broker_embedded.storage.object_store import (
     StoreSettings,
     is_store_uri,
 )
+from broker_embedded.storage.remote_log_segment_metadata import (
+    COPY_SEGMENT_FINISHED,
+    DELETE_SEGMENT_STARTED,
+    RemoteLogSegmentMetadata,
+    read_manifest,
+)
+from tests.s3_proxy import FaultProxy
 from tests.seaweedfs import ACCESS_KEY as ACCESS_KEY_TEXT
 from tests.seaweedfs import SECRET_KEY, S3Server
 
@@ -125,3 +132,30 @@ def test_descriptors_and_options_hide_the_secret(s3: S3Server) -> None:
     assert options.store_settings == s3.settings
     for text in (repr(source), str(source), repr(options), repr(source.open())):
         assert SECRET_KEY not in text and ACCESS_KEY_TEXT not in text
+
+
+def test_a_manifest_replaced_while_it_is_read_is_read_again_whole(s3: S3Server) -> None:
+    """The store's reader takes an object's length from a HEAD, then GETs it: a broker
+    replacing a manifest in between with a longer one (its state moved on) cuts that read
+    short; the manifest is read again and parsed whole."""
+    bucket = s3.new_bucket("torn")
+    name = RemoteLogSegmentMetadata.name_of(0)
+    copied = RemoteLogSegmentMetadata(0, 10, 100, (), 5, COPY_SEGMENT_FINISHED)
+    deleting = RemoteLogSegmentMetadata(0, 10, 100, (), 5, DELETE_SEGMENT_STARTED)
+    assert len(deleting.to_json()) > len(copied.to_json())
+    direct = StoreLocation(f"s3://{bucket}/b", s3.settings).open()
+    direct.write(name, copied.to_json())
+    with FaultProxy(s3.endpoint) as proxy:
+        settings = StoreSettings(
+            proxy.endpoint, ACCESS_KEY_TEXT, SECRET_KEY, path_style_access=True, region="us-east-1"
+        )
+        proxied = StoreLocation(f"s3://{bucket}/b", settings).open()
+        replace = lambda: direct.write(name, deleting.to_json())  # noqa: E731
+        proxy.inject("before", matching=name, method="GET", action=replace)
+        assert read_manifest(proxied, name, name) == deleting
+        assert [line.split()[0] for line in proxy.requests if name in line] == [
+            "HEAD",
+            "GET",  # the replaced manifest's first len(copied) bytes: not JSON
+            "HEAD",
+            "GET",
+        ]

@@ -27,7 +27,10 @@ from broker_embedded.storage.log_file_utils import segment_file_stem
 from broker_embedded.storage.object_store import StoreLocation, StoreSettings
 from broker_embedded.storage.object_store_fetch_source import ObjectStoreSource
 from broker_embedded.storage.partition_metadata import topic_id_to_string
-from broker_embedded.storage.remote_log_segment_metadata import RemoteLogSegmentMetadata
+from broker_embedded.storage.remote_log_segment_metadata import (
+    RemoteLogSegmentMetadata,
+    read_manifest,
+)
 from broker_embedded.storage.topic_partition import TopicPartition
 from tests.seaweedfs import S3Server
 
@@ -75,7 +78,7 @@ def manifests(location: StoreLocation, tp: TopicPartition) -> dict[int, RemoteLo
         if base is None:
             continue
         try:
-            found[base] = RemoteLogSegmentMetadata.from_json(store.read(name), name)
+            found[base] = read_manifest(store, name, name)
         except FileNotFoundError:
             continue  # deleted since the listing (remote retention under way)
     return found
