@@ -32,6 +32,7 @@ Immutable values; thread-safe.
 
 from __future__ import annotations
 
+import contextlib
 import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -129,14 +130,10 @@ def read_manifest(store: ObjectStore, name: str, where: str) -> RemoteLogSegment
     returns that many bytes of the new object. So one that does not parse is read again, up to
     :data:`MANIFEST_READS` times in all, before it is the ``ValueError`` naming it.
     ``FileNotFoundError``: it is not there (or no longer)."""
-    for attempt in range(1, MANIFEST_READS + 1):
-        data = store.read(name)
-        try:
-            return RemoteLogSegmentMetadata.from_json(data, where)
-        except ValueError:
-            if attempt == MANIFEST_READS:
-                raise
-    raise AssertionError("unreachable")
+    for _ in range(MANIFEST_READS - 1):
+        with contextlib.suppress(ValueError):
+            return RemoteLogSegmentMetadata.from_json(store.read(name), where)
+    return RemoteLogSegmentMetadata.from_json(store.read(name), where)
 
 
 def list_manifests(store: ObjectStore, tp: TopicPartition) -> list[RemoteLogSegmentMetadata]:
