@@ -14,6 +14,7 @@ from __future__ import annotations
 import io
 import json
 import shutil
+import time
 from pathlib import Path
 
 import pytest
@@ -580,14 +581,28 @@ def test_a_large_commit_is_split_into_batches(log_dir: Path, tmp_path: Path) -> 
 # -- over the Kafka protocol: the cluster's group coordinator --------------------------------------
 
 
+COMMIT_WAIT_S = 60.0
+COORDINATOR_LOADING = ("NOT_COORDINATOR", "COORDINATOR_LOAD_IN_PROGRESS")
+
+
 def commit_app_group(bootstrap: str) -> None:
-    """Group ``app`` committed by confluent-kafka: orders-0 at 4, orders-1 at 6."""
+    """Group ``app`` committed by confluent-kafka: orders-0 at 4, orders-1 at 6. A synchronous
+    commit that Kafka 3.9 answers NOT_COORDINATOR or COORDINATOR_LOAD_IN_PROGRESS (the group's
+    partition still loading on a busy machine) is retried, for at most :data:`COMMIT_WAIT_S`."""
     import confluent_kafka as ck
 
     consumer = ck.Consumer({"bootstrap.servers": bootstrap, "group.id": "app"})
+    deadline = time.monotonic() + COMMIT_WAIT_S
     try:
         offsets = [ck.TopicPartition("orders", 0, 4), ck.TopicPartition("orders", 1, 6)]
-        consumer.commit(offsets=offsets, asynchronous=False)
+        while True:
+            try:
+                consumer.commit(offsets=offsets, asynchronous=False)
+                return
+            except ck.KafkaException as e:
+                if e.args[0].name() not in COORDINATOR_LOADING or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)
     finally:
         consumer.close()
 
