@@ -26,6 +26,7 @@ from collections.abc import Iterator
 import pytest
 
 from benchmarks._serve_peers import Server
+from tests import jvm_env
 from tests.kafka39 import kafka_broker
 from tests.seaweedfs import S3Server, s3_server
 
@@ -42,6 +43,14 @@ SERVE_MODULES = (
     "tests.differential",
     "benchmarks._serve_peers",
 )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    jvm_env.set_up()  # before any JVM or Spark worker starts: tests/jvm_env.py
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    jvm_env.tear_down()
 
 
 @pytest.fixture(scope="session")

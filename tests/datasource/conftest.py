@@ -27,8 +27,7 @@ import pytest
 
 from tests.datasource._logdirs import EVENTS_PARTITIONS, TRIMMED_LOG_START, build_source_log_dir
 from tests.fixture_paths import FIXTURES
-
-JIT_FIRST_TIER = "-XX:TieredStopAtLevel=1"
+from tests.jvm_env import JIT_FIRST_TIER
 
 
 @pytest.fixture(scope="session")
