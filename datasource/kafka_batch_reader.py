@@ -52,7 +52,7 @@ from datasource.kafka_offset_reader import KafkaOffsetReader, cyclic_gc_paused, 
 from datasource.kafka_source_options import KafkaSourceOptions
 from datasource.offset_range import OffsetRange, OffsetRangeCalculator
 from datasource.pushed_filters import PushedFilters
-from datasource.worker_heap import task_started
+from datasource.worker_heap import call_started
 
 
 class _PushFilters:
@@ -133,7 +133,7 @@ class KafkaBatchReader(DataSourceReader):
             return plan_tasks(offsets, self._ranges(offsets), options, as_read)  # type: ignore[return-value]
 
     def read(self, partition: InputPartition) -> Iterator:
-        task_started()
+        call_started()
         if self.options.latest_view:
             from datasource.latest_view import read_latest  # numba: executors only
 

@@ -120,7 +120,7 @@ from datasource.kafka_offset_reader import KafkaOffsetReader, report_data_loss, 
 from datasource.kafka_source_options import KafkaSourceOptions
 from datasource.offset_range import OffsetRange, OffsetRangeCalculator
 from datasource.offset_spec import SpecificOffsets
-from datasource.worker_heap import task_started
+from datasource.worker_heap import call_started
 
 log = logging.getLogger(__name__)
 
@@ -519,7 +519,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return OffsetRange(tp.topic, tp.partition, begin, end)
 
     def read(self, partition: InputPartition) -> Iterator:
-        task_started()
+        call_started()
         from datasource.offset_range_reader import read_offset_range  # numba: executors only
 
         for part in ranges_of(partition):

@@ -69,7 +69,7 @@ from broker_embedded.errors import KafkaLogError
 from broker_embedded.storage.log_dir_produce_sink import LogDirSink, StagedFile
 from datasource.kafka_write_options import KafkaWriteOptions
 from datasource.kafka_writer import check_write, new_job_id, stage_task
-from datasource.worker_heap import task_started
+from datasource.worker_heap import call_started
 
 log = logging.getLogger(__name__)
 
@@ -156,7 +156,7 @@ class KafkaLogStreamWriter(DataSourceStreamArrowWriter):
         return writer_id, None if batch is None else int(batch)
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> KafkaLogStreamCommitMessage:
-        task_started()
+        call_started()
         writer_id, batch_id = self._identity()
         # a job per batch (and per run: the planner makes a writer per batch, with a fresh id)
         job_id = self.job_id if batch_id is None else f"{self.job_id}-b{batch_id}"

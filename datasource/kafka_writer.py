@@ -79,7 +79,7 @@ from broker_embedded.storage.log_dir_produce_sink import (
 )
 from datasource.kafka_row_writer import InvalidWriteError, RowPlacer, check_columns
 from datasource.kafka_write_options import KafkaWriteOptions
-from datasource.worker_heap import task_started
+from datasource.worker_heap import call_started
 
 if TYPE_CHECKING:
     pass
@@ -191,7 +191,7 @@ class KafkaLogWriter(DataSourceArrowWriter):
     # -- tasks ---------------------------------------------------------------------------------
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> KafkaLogCommitMessage:
-        task_started()
+        call_started()
         return KafkaLogCommitMessage(stage_task(self.options, self.job_id, iterator))
 
     # -- the driver ----------------------------------------------------------------------------

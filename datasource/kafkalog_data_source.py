@@ -16,6 +16,7 @@ from broker_embedded.record.kafka_schema import schema_ddl, simple_string
 from datasource import option_table
 from datasource.errors import InvalidOptionError
 from datasource.kafka_source_options import KafkaSourceOptions
+from datasource.worker_heap import call_started
 
 
 class KafkaLogDataSource(DataSource):
@@ -175,11 +176,13 @@ class KafkaLogDataSource(DataSource):
         return "kafkalog"
 
     def schema(self) -> str:
+        call_started()
         # runs for batch and streaming reads alike: the kind-specific checks come later
         options = KafkaSourceOptions.parse(self.options, streaming=None)
         return schema_ddl(options.include_headers)
 
     def reader(self, schema: StructType) -> DataSourceReader:
+        call_started()
         options = KafkaSourceOptions.parse(self.options, streaming=False)
         check_schema(schema, options.include_headers)
         from datasource.kafka_batch_reader import KafkaBatchReader
@@ -187,6 +190,7 @@ class KafkaLogDataSource(DataSource):
         return KafkaBatchReader(options)
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:  # noqa: N802
+        call_started()
         options = KafkaSourceOptions.parse(self.options, streaming=True)
         check_schema(schema, options.include_headers)
         from datasource.kafka_stream_reader import KafkaStreamReader
@@ -194,11 +198,13 @@ class KafkaLogDataSource(DataSource):
         return KafkaStreamReader(options)
 
     def writer(self, schema, overwrite):
+        call_started()
         from datasource.kafka_writer import KafkaLogWriter
 
         return KafkaLogWriter.create(self.options, schema, overwrite)
 
     def streamWriter(self, schema, overwrite):  # noqa: N802
+        call_started()
         from datasource.kafka_stream_writer import KafkaLogStreamWriter
 
         return KafkaLogStreamWriter.create(self.options, schema, overwrite)

@@ -120,7 +120,7 @@ from datasource.kafka_source_options import (
     security_properties,
 )
 from datasource.kafka_write_options import REJECTED, KafkaWriteOptions
-from datasource.worker_heap import task_started
+from datasource.worker_heap import call_started
 
 log = logging.getLogger(__name__)
 
@@ -394,7 +394,7 @@ class _ProducingWriter:
         return cls(options)
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> WireCommitMessage:
-        task_started()
+        call_started()
         return produce_task(self.options, iterator)
 
     def _fate(self) -> str:

@@ -1,6 +1,6 @@
 """datasource/worker_heap.py in Spark's own Python workers: a reused worker freezes its heap at
-the start of its second task of this source, and never in a process that is not running a
-Spark task (this test process)."""
+the start of its second call of this source, and never in a process that is not one of Spark's
+reused workers (this test process)."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ def _probe(tasks):
     from datasource import worker_heap
 
     for _ in tasks:
-        worker_heap.task_started()
-        yield os.getpid(), worker_heap._tasks, gc.get_freeze_count()
+        worker_heap.call_started()
+        yield os.getpid(), worker_heap._calls, gc.get_freeze_count()
 
 
 def test_a_reused_worker_freezes_its_heap_from_its_second_task_on(spark) -> None:
@@ -25,10 +25,10 @@ def test_a_reused_worker_freezes_its_heap_from_its_second_task_on(spark) -> None
     assert max(tasks for _, tasks, _ in seen) >= 2, f"no worker was reused: {seen}"
 
 
-def test_outside_a_spark_task_nothing_is_frozen() -> None:
+def test_outside_spark_s_workers_nothing_is_frozen() -> None:
     from datasource import worker_heap
 
-    before, count = worker_heap._tasks, gc.get_freeze_count()
+    before, count = worker_heap._calls, gc.get_freeze_count()
     for _ in range(3):
-        worker_heap.task_started()
-    assert (worker_heap._tasks, gc.get_freeze_count()) == (before, count)
+        worker_heap.call_started()
+    assert (worker_heap._calls, gc.get_freeze_count()) == (before, count)
