@@ -26,7 +26,8 @@ import tempfile
 from pathlib import Path
 
 JIT_FIRST_TIER = "-XX:TieredStopAtLevel=1"
-_OWNED = "KAFKALOG_TEST_SPARK_HOME"  # marks a SPARK_HOME this module made (for the cleanup)
+# the folder this process made, if it did (its xdist workers and children inherit it)
+_made: list[Path] = []
 
 
 def set_up() -> None:
@@ -35,14 +36,15 @@ def set_up() -> None:
     if "SPARK_HOME" not in os.environ:
         home = spark_home_without_zips()
         if home is not None:
-            os.environ["SPARK_HOME"] = os.environ[_OWNED] = str(home)
+            os.environ["SPARK_HOME"] = str(home)
+            _made.append(home)
 
 
 def tear_down() -> None:
-    """Remove the folder :func:`set_up` made, in the process that made it."""
-    home = os.environ.get(_OWNED)
-    if home and os.environ.get("SPARK_HOME") == home and "PYTEST_XDIST_WORKER" not in os.environ:
-        shutil.rmtree(home, ignore_errors=True)
+    """Remove the folder :func:`set_up` made, in the process that made it (not in the
+    pytest-xdist workers or the pytest children that inherited it)."""
+    while _made:
+        shutil.rmtree(_made.pop(), ignore_errors=True)
 
 
 def spark_home_without_zips() -> Path | None:
