@@ -111,6 +111,7 @@ def s3_server(work: Path) -> Iterator[S3Server]:
     master, master_grpc, volume, volume_grpc, filer, filer_grpc, s3, s3_grpc = _free_ports(8)
     args = [
         weed,
+        f"-logdir={work}",  # its own log files there, not in the machine's temporary folder
         "server",
         f"-dir={work / 'data'}",
         "-ip=127.0.0.1",
@@ -144,3 +145,8 @@ def s3_server(work: Path) -> Iterator[S3Server]:
     finally:
         proc.kill()
         proc.wait(timeout=30)
+        # the local sockets it made, at a fixed place named by their ports (/tmp/seaweedfs-
+        # <service>-<port>.sock): a killed server leaves them
+        for port in (master_grpc, volume_grpc, filer, filer_grpc, s3, s3_grpc):
+            for left in Path("/tmp").glob(f"seaweedfs-*-{port}.sock"):
+                left.unlink(missing_ok=True)
