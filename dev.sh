@@ -46,8 +46,8 @@ case "${1:-}" in
         #   bash dev.sh test -m "not spark and not peer"    no JVM at all
         #   bash dev.sh test -m "serve and not slow"        the wire-protocol server
         #   bash dev.sh test -n 0 tests/path::name          one test, in this process
-        # Measured: pytest 9.3 min for the whole suite with the Kafka 3.9 peers in a fresh
-        # clone, 3 workers on 2 cores (10.7 min with the install and the kernel cache).
+        # Measured: pytest 9.0 min for the whole suite with the Kafka 3.9 peers in a fresh
+        # clone, 3 workers on 2 cores (10.1 min with the install and the kernel cache).
         workers=${KAFKALOG_TEST_WORKERS:-}
         if [ -z "$workers" ]; then
             workers=$(($(nproc 2>/dev/null || echo 1) + 1))
