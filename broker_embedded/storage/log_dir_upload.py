@@ -279,8 +279,7 @@ class SegmentUpload:
         local = self._manifest(tp, base, extras, next_base)
         key = f"{tp.dir_name}/{RemoteLogSegmentMetadata.name_of(base)}"
         if key in self.listing:
-            where = self.store.location.describe(key)
-            stored = read_manifest(self.store, key, where)
+            stored = read_manifest(self.store, key)
             other_topic = stored.topic_id != local.topic_id and stored.topic_id and local.topic_id
             if (stored.files != local.files or other_topic) and not self.replace:
                 raise UploadConflictError(
@@ -343,8 +342,7 @@ class SegmentUpload:
                 if base not in manifests:
                     continue  # an upload in progress past the store's end, or below it
                 key = prefix + RemoteLogSegmentMetadata.name_of(base)
-                where = self.store.location.describe(key)
-                stored = read_manifest(self.store, key, where)
+                stored = read_manifest(self.store, key)
                 if not (stored.topic_id and topic_id and stored.topic_id != topic_id):
                     continue  # outside the log dir's range, of its topic: kept
             self.delete_segment(tp, base)

@@ -354,7 +354,7 @@ class ObjectStoreFetchSource:
         def read(base: int) -> RemoteLogSegmentMetadata | None:
             name = prefix + RemoteLogSegmentMetadata.name_of(base)
             try:
-                return read_manifest(self._store, name, self._where(name))
+                return read_manifest(self._store, name)
             except FileNotFoundError:
                 return None  # deleted since the listing
 
@@ -461,7 +461,7 @@ class ObjectStoreFetchSource:
                 continue
             stem = f"{tp.dir_name}/{segment_file_stem(base)}"
             manifest_name = f"{tp.dir_name}/{RemoteLogSegmentMetadata.name_of(base)}"
-            manifest = read_manifest(self._store, manifest_name, self._where(manifest_name))
+            manifest = read_manifest(self._store, manifest_name)
             if manifest.max_timestamp_ms < timestamp:
                 continue
             floor = max(p.log_start_offset, p.starts[i])

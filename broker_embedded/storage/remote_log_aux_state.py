@@ -63,7 +63,7 @@ def build_remote_log_aux_state(
     m = None
     if base is not None:
         name = prefix + RemoteLogSegmentMetadata.name_of(base)
-        m = read_manifest(store, name, store.location.describe(name))
+        m = read_manifest(store, name)
     usable = m is not None and m.state == COPY_SEGMENT_FINISHED and same_topic(m, unified)
     if m is None or not usable or m.next_offset < leader_local_start:
         return None

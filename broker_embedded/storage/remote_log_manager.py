@@ -336,7 +336,7 @@ class RemoteLogManager:
             end = cached[2]
         else:
             name = prefix + RemoteLogSegmentMetadata.name_of(last)
-            m = read_manifest(store, name, store.location.describe(name))
+            m = read_manifest(store, name)
             if m.state != COPY_SEGMENT_FINISHED or not same_topic(m, unified):
                 return
             end = m.next_offset
@@ -711,7 +711,7 @@ class RemoteLogManager:
         """Add the manifest just written to the cache (read back: the one readers see); the
         size of its ``.log``."""
         name = f"{tp.dir_name}/{RemoteLogSegmentMetadata.name_of(base)}"
-        manifest = read_manifest(store, name, store.location.describe(name))
+        manifest = read_manifest(store, name)
         with self._meta_lock:
             cached = self._remote.get(tp)
             if cached is not None and cached[0] == unified.topic_id:

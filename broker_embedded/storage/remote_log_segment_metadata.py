@@ -123,13 +123,14 @@ class RemoteLogSegmentMetadata:
             raise ValueError(f"malformed segment manifest {source}: {e}") from None
 
 
-def read_manifest(store: ObjectStore, name: str, where: str) -> RemoteLogSegmentMetadata:
-    """The manifest ``name`` of ``store`` (``where``: how errors name it), read whole and
-    parsed. A manifest a broker replaces meanwhile (its state moving on, the new one longer)
-    can be read cut: the store's reader takes the length from a HEAD before its GET, which then
-    returns that many bytes of the new object. So one that does not parse is read again, up to
-    :data:`MANIFEST_READS` times in all, before it is the ``ValueError`` naming it.
-    ``FileNotFoundError``: it is not there (or no longer)."""
+def read_manifest(store: ObjectStore, name: str) -> RemoteLogSegmentMetadata:
+    """The manifest ``name`` of ``store``, read whole and parsed; errors name it as the store's
+    location describes it. A manifest a broker replaces meanwhile (its state moving on, the new
+    one longer) can be read cut: the store's reader takes the length from a HEAD before its GET,
+    which then returns that many bytes of the new object. So one that does not parse is read
+    again, up to :data:`MANIFEST_READS` times in all, before it is the ``ValueError`` naming
+    it. ``FileNotFoundError``: it is not there (or no longer)."""
+    where = store.location.describe(name)
     for _ in range(MANIFEST_READS - 1):
         with contextlib.suppress(ValueError):
             return RemoteLogSegmentMetadata.from_json(store.read(name), where)
@@ -142,9 +143,7 @@ def list_manifests(store: ObjectStore, tp: TopicPartition) -> list[RemoteLogSegm
     found = (RemoteLogSegmentMetadata.base_offset_of(n[len(prefix) :]) for n in store.list(prefix))
     manifests = []
     for base in sorted(b for b in found if b is not None):
-        name = prefix + RemoteLogSegmentMetadata.name_of(base)
-        where = store.location.describe(name)
-        manifests.append(read_manifest(store, name, where))
+        manifests.append(read_manifest(store, prefix + RemoteLogSegmentMetadata.name_of(base)))
     return manifests
 
 

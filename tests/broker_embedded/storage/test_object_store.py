@@ -152,7 +152,7 @@ def test_a_manifest_replaced_while_it_is_read_is_read_again_whole(s3: S3Server) 
         proxied = StoreLocation(f"s3://{bucket}/b", settings).open()
         replace = lambda: direct.write(name, deleting.to_json())  # noqa: E731
         proxy.inject("before", matching=name, method="GET", action=replace)
-        assert read_manifest(proxied, name, name) == deleting
+        assert read_manifest(proxied, name) == deleting
         assert [line.split()[0] for line in proxy.requests if name in line] == [
             "HEAD",
             "GET",  # the replaced manifest's first len(copied) bytes: not JSON

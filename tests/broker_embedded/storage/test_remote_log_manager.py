@@ -78,7 +78,7 @@ def manifests(location: StoreLocation, tp: TopicPartition) -> dict[int, RemoteLo
         if base is None:
             continue
         try:
-            found[base] = read_manifest(store, name, name)
+            found[base] = read_manifest(store, name)
         except FileNotFoundError:
             continue  # deleted since the listing (remote retention under way)
     return found
