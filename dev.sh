@@ -52,8 +52,9 @@ case "${1:-}" in
         if [ -z "$workers" ]; then
             workers=$(($(nproc 2>/dev/null || echo 1) + 1))
             memory_kb=$(awk '/^MemAvailable:/ {print $2}' /proc/meminfo 2>/dev/null || true)
-            if [ -n "$memory_kb" ] && [ "$((memory_kb / 2621440))" -lt "$workers" ]; then
-                workers=$((memory_kb / 2621440 > 0 ? memory_kb / 2621440 : 1))
+            by_memory=$((${memory_kb:-0} / 2621440))  # 2.5 GB each
+            if [ -n "$memory_kb" ] && [ "$by_memory" -lt "$workers" ]; then
+                workers=$((by_memory > 0 ? by_memory : 1))
             fi
         fi
         exec python -m pytest -q -n "$workers" --dist worksteal \
